@@ -1,0 +1,57 @@
+#include "rp_check.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *rp_test_srcdir(void)
+{
+    const char *s = getenv("srcdir");
+    return (s && *s) ? s : ".";
+}
+
+const char *rp_test_tmpdir(void)
+{
+    static char dir[256];
+    if (!dir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/rp-test-XXXXXX", (base && *base) ? base : "/tmp");
+        if (!mkdtemp(dir))
+            return NULL;
+    }
+    return dir;
+}
+
+int rp_check_main(int argc, char **argv, Suite *(*make_suite)(void), const char *ranks)
+{
+    if (argc > 1 && strcmp(argv[1], "--rp-test-ranks") == 0) {
+        printf("%s\n", ranks);
+        return 0;
+    }
+    int mpi = strcmp(ranks, "serial") != 0, rank = 0;
+    if (mpi) {
+        MPI_Init(&argc, &argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    }
+    SRunner *sr = srunner_create(make_suite());
+    if (mpi)
+        srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+    int run = srunner_ntests_run(sr), failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (mpi) {
+        int global[1];
+        MPI_Allreduce(&failed, &global[0], 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (global[0] > 0 && failed == 0 && rank == 0)
+            fprintf(stderr, "another rank reported failures\n");
+        if (failed > 0 && rank != 0)
+            fprintf(stderr, "[rank %d] %d of %d checks failed\n", rank, failed, run);
+        failed = global[0];
+        MPI_Finalize();
+    }
+    if (rank == 0)
+        printf("RP-CHECK: passed=%d failed=%d\n", run - failed, failed);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
