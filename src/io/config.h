@@ -1,0 +1,60 @@
+/* Model configuration: the subset of a Hugging Face config.json that
+ * roundpipe understands (model_type "llama" and "qwen3"). */
+#ifndef RP_IO_CONFIG_H
+#define RP_IO_CONFIG_H
+
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+typedef enum rp_arch { RP_ARCH_LLAMA = 0, RP_ARCH_QWEN3 = 1 } rp_arch;
+
+typedef enum rp_rope_type {
+    RP_ROPE_DEFAULT = 0, /* plain RoPE with rope_theta */
+    RP_ROPE_LLAMA3 = 1   /* Llama 3.1 frequency scaling */
+} rp_rope_type;
+
+typedef struct rp_rope_scaling {
+    rp_rope_type type;
+    double factor;                            /* llama3: "factor" */
+    double low_freq_factor;                   /* llama3: "low_freq_factor" */
+    double high_freq_factor;                  /* llama3: "high_freq_factor" */
+    int64_t original_max_position_embeddings; /* llama3 */
+} rp_rope_scaling;
+
+typedef struct rp_model_config {
+    rp_arch arch;
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t num_key_value_heads; /* default: num_attention_heads */
+    int64_t head_dim;            /* default: hidden_size / num_attention_heads */
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    double initializer_range; /* default 0.02 */
+    rp_rope_scaling rope_scaling;
+    int tie_word_embeddings; /* default: 0 for llama, 0 for qwen3 unless set */
+    int attention_bias;      /* q/k/v/o projections carry a bias (o only for llama) */
+    rp_dtype torch_dtype;    /* dtype named in the file (F32 if absent) */
+} rp_model_config;
+
+/* Parse config.json at path. Unknown model types, missing required fields,
+ * wrong JSON types and inconsistent values (heads not dividing, etc.) are
+ * errors that name the file and the field. */
+rp_status rp_config_load(const char *path, rp_model_config *cfg, rp_error *err);
+
+/* Same, from a JSON text in memory (name is used in messages). */
+rp_status rp_config_parse(const char *json, size_t len, const char *name, rp_model_config *cfg,
+                          rp_error *err);
+
+/* Write a config.json that transformers loads (architectures, model_type and
+ * every field above; torch_dtype from dtype). Written to a temporary name and
+ * renamed, so a failure leaves nothing half-written. */
+rp_status rp_config_save(const char *path, const rp_model_config *cfg, rp_dtype dtype,
+                         rp_error *err);
+
+#endif
