@@ -38,7 +38,7 @@ typedef struct rp_model_config {
     double initializer_range; /* default 0.02 */
     rp_rope_scaling rope_scaling;
     int tie_word_embeddings; /* default: 0 for llama, 0 for qwen3 unless set */
-    int attention_bias;      /* q/k/v/o projections carry a bias (o only for llama) */
+    int attention_bias;      /* q/k/v/o projections carry a bias (check transformers for o_proj) */
     rp_dtype torch_dtype;    /* dtype named in the file (F32 if absent) */
 } rp_model_config;
 
