@@ -1,1 +1,1 @@
-# sources of src/device
+librp_la_SOURCES += src/device/device.h src/device/probe.c

@@ -1,0 +1,5 @@
+check_PROGRAMS += mpi-tests/test_device_probe
+TESTS += mpi-tests/test_device_probe
+mpi_tests_test_device_probe_SOURCES = mpi-tests/test_device_probe.c
+mpi_tests_test_device_probe_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_device_probe_LDADD = $(RP_TEST_LDADD)

@@ -1,0 +1,29 @@
+/* Executor devices. This issue provides the probe; the device interface
+ * (allocate, copy with priority, events, run a layer) grows here. */
+#ifndef RP_DEVICE_DEVICE_H
+#define RP_DEVICE_DEVICE_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum rp_device_kind { RP_DEVICE_CPU = 0, RP_DEVICE_CUDA = 1, RP_DEVICE_AUTO = 2 } rp_device_kind;
+
+typedef struct rp_device_info {
+    rp_device_kind kind;
+    int count;             /* devices of this kind visible to the process */
+    char name[128];        /* of device 0 */
+    uint64_t memory_bytes; /* of device 0 (host memory for the CPU) */
+    int sm;                /* CUDA compute capability * 10 + minor, 0 for CPU */
+} rp_device_info;
+
+/* Parse "cpu" | "cuda" | "auto". */
+rp_status rp_device_kind_parse(const char *s, rp_device_kind *out, rp_error *err);
+const char *rp_device_kind_name(rp_device_kind k);
+
+/* Find devices of `kind`. RP_ERR_NO_DEVICE when none is usable (the message
+ * gives the runtime's reason), RP_ERR_UNSUPPORTED for CUDA in a build
+ * without it. AUTO resolves to CUDA when a device is usable, else CPU. */
+rp_status rp_device_probe(rp_device_kind kind, rp_device_info *info, rp_error *err);
+
+#endif

@@ -1,0 +1,79 @@
+#include "config.h"
+
+#include "device/device.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#ifdef RP_HAVE_CUDA
+#include "kernels/cuda/cuda_probe.h"
+#endif
+
+rp_status rp_device_kind_parse(const char *s, rp_device_kind *out, rp_error *err)
+{
+    if (strcmp(s, "cpu") == 0)
+        *out = RP_DEVICE_CPU;
+    else if (strcmp(s, "cuda") == 0)
+        *out = RP_DEVICE_CUDA;
+    else if (strcmp(s, "auto") == 0)
+        *out = RP_DEVICE_AUTO;
+    else
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--device: '%s' is not one of cpu, cuda, auto", s);
+    return RP_OK;
+}
+
+const char *rp_device_kind_name(rp_device_kind k)
+{
+    return k == RP_DEVICE_CPU ? "cpu" : k == RP_DEVICE_CUDA ? "cuda" : "auto";
+}
+
+static rp_status probe_cpu(rp_device_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->kind = RP_DEVICE_CPU;
+    info->count = 1;
+    strcpy(info->name, "cpu");
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    info->memory_bytes = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
+    return RP_OK;
+}
+
+static rp_status probe_cuda(rp_device_info *info, rp_error *err)
+{
+#ifdef RP_HAVE_CUDA
+    const char *why = "";
+    int n = rp_cuda_device_count(&why);
+    if (n <= 0)
+        return rp_error_set(err, RP_ERR_NO_DEVICE, "no CUDA device: %s", why);
+    memset(info, 0, sizeof *info);
+    info->kind = RP_DEVICE_CUDA;
+    info->count = n;
+    unsigned long long mem = 0;
+    int major = 0, minor = 0;
+    if (rp_cuda_device_info(0, info->name, sizeof info->name, &mem, &major, &minor, &why) != 0)
+        return rp_error_set(err, RP_ERR_CUDA, "CUDA device 0: %s", why);
+    info->memory_bytes = mem;
+    info->sm = major * 10 + minor;
+    return RP_OK;
+#else
+    (void)info;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                        "this roundpipe was built without CUDA (configure --with-cuda)");
+#endif
+}
+
+rp_status rp_device_probe(rp_device_kind kind, rp_device_info *info, rp_error *err)
+{
+    switch (kind) {
+    case RP_DEVICE_CPU:
+        return probe_cpu(info);
+    case RP_DEVICE_CUDA:
+        return probe_cuda(info, err);
+    case RP_DEVICE_AUTO:
+        if (probe_cuda(info, NULL) == RP_OK)
+            return RP_OK;
+        return probe_cpu(info);
+    }
+    return rp_error_set(err, RP_ERR_INVALID_ARG, "unknown device kind %d", (int)kind);
+}

@@ -1,0 +1,24 @@
+/* C entry points of the CUDA probe (compiled by nvcc). */
+#ifndef RP_KERNELS_CUDA_PROBE_H
+#define RP_KERNELS_CUDA_PROBE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable CUDA devices, or a negative value when the runtime
+ * reports an error; *why receives the runtime's message (static string). */
+int rp_cuda_device_count(const char **why);
+
+/* Name and memory of device `dev`; 0 on success. */
+int rp_cuda_device_info(int dev, char *name, int name_len, unsigned long long *total_mem,
+                        int *sm_major, int *sm_minor, const char **why);
+
+/* y[i] = a * x[i] + y[i] on device `dev` for host arrays (a smoke test of
+ * the toolchain: allocation, copies, a kernel launch). 0 on success. */
+int rp_cuda_saxpy_smoke(int dev, int n, float a, const float *x, float *y, const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
