@@ -1,1 +1,1 @@
-# sources of man
+dist_man_MANS += man/roundpipe.1

@@ -1,1 +1,1 @@
-# sources of src/cli
+librp_la_SOURCES += src/cli/args.c src/cli/args.h

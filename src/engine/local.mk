@@ -1,1 +1,2 @@
-# sources of src/engine
+librp_la_SOURCES += \
+	src/engine/train_options.c src/engine/train_options.h

@@ -1,0 +1,72 @@
+#include "engine/train_options.h"
+
+#include <math.h>
+#include <string.h>
+
+void rp_train_options_default(rp_train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seq_len = 1024;
+    o->batch_size = 8;
+    o->microbatches = 0;
+    o->steps = 0;
+    o->lr = 3e-4;
+    o->min_lr = 0.0;
+    o->warmup_steps = 0;
+    o->schedule = RP_SCHED_COSINE;
+    o->weight_decay = 0.01; /* torch.optim.AdamW's default */
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->grad_clip = 1.0;
+    o->dtype = RP_F32;
+    o->seed = 1234;
+    o->device = RP_DEVICE_CPU;
+    o->progress = RP_PROGRESS_AUTO;
+    o->progress_interval_s = 5.0;
+}
+
+rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
+{
+    if (!o->model_dir == !o->init_config)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "exactly one of --model DIR or --init-config FILE is required");
+    if (!o->data)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--data FILE.npy is required");
+    if (o->seq_len < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--seq-len must be >= 1 (got %lld)",
+                            (long long)o->seq_len);
+    if (o->batch_size < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--batch-size must be >= 1 (got %lld)",
+                            (long long)o->batch_size);
+    int64_t m = o->microbatches ? o->microbatches : o->batch_size;
+    if (m < 1 || o->batch_size % m != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--microbatches %lld must be >= 1 and divide --batch-size %lld",
+                            (long long)m, (long long)o->batch_size);
+    if (o->steps < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--steps must be >= 0");
+    if (!(o->lr >= 0) || !isfinite(o->lr))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--lr must be a finite number >= 0");
+    if (!(o->min_lr >= 0) || !(o->min_lr <= o->lr))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--min-lr must be between 0 and --lr");
+    if (o->warmup_steps < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--warmup-steps must be >= 0");
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--weight-decay must be >= 0");
+    if (!(o->beta1 >= 0 && o->beta1 < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--beta1 must be in [0, 1)");
+    if (!(o->beta2 >= 0 && o->beta2 < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--beta2 must be in [0, 1)");
+    if (!(o->eps > 0) || !isfinite(o->eps))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--eps must be > 0");
+    if (!(o->grad_clip >= 0) || !isfinite(o->grad_clip))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0 (0 = off)");
+    if (o->dtype != RP_F32 && o->dtype != RP_BF16)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
+    if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32 or bf16");
+    if (o->threads < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--threads must be >= 0");
+    return RP_OK;
+}

@@ -1,0 +1,53 @@
+/* Options of a training run (the `roundpipe train` contract, see
+ * man/roundpipe.1). Strings are borrowed, not owned. */
+#ifndef RP_ENGINE_TRAIN_OPTIONS_H
+#define RP_ENGINE_TRAIN_OPTIONS_H
+
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "device/device.h"
+
+typedef enum rp_sched_opt { RP_SCHED_CONSTANT = 0, RP_SCHED_COSINE = 1, RP_SCHED_LINEAR = 2 } rp_sched_opt;
+
+typedef enum rp_progress_mode {
+    RP_PROGRESS_AUTO = 0, /* live line on a terminal, periodic lines otherwise */
+    RP_PROGRESS_LINE = 1, /* periodic lines */
+    RP_PROGRESS_NONE = 2
+} rp_progress_mode;
+
+typedef struct rp_train_options {
+    const char *model_dir;   /* --model */
+    const char *init_config; /* --init-config */
+    const char *data;        /* --data */
+    const char *loss_mask;   /* --loss-mask */
+    const char *log_path;    /* --log */
+    const char *save_dir;    /* --save */
+    int64_t seq_len;         /* --seq-len */
+    int64_t batch_size;      /* --batch-size */
+    int64_t microbatches;    /* --microbatches (0: = batch size) */
+    int64_t steps;           /* --steps (0: one pass over the samples) */
+    double lr, min_lr;
+    int64_t warmup_steps;
+    rp_sched_opt schedule;
+    double weight_decay, beta1, beta2, eps;
+    double grad_clip;        /* 0 = off */
+    rp_dtype dtype;          /* executor compute dtype */
+    int save_dtype_set;
+    rp_dtype save_dtype;
+    uint64_t seed;
+    rp_device_kind device;
+    int threads;             /* per rank; 0 = cores of the node / ranks of the node */
+    rp_progress_mode progress;
+    double progress_interval_s; /* seconds between lines when not on a terminal */
+} rp_train_options;
+
+/* Fill with the documented defaults. */
+void rp_train_options_default(rp_train_options *o);
+
+/* Check ranges and combinations that do not need any file (B % M, lr >= 0,
+ * exactly one of --model/--init-config, ...). Messages name the option. */
+rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
+
+#endif
