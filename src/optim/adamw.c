@@ -1,0 +1,137 @@
+/* AdamW, one fused pass per tensor.
+ *
+ * Why fmaf: torch's vectorised CPU kernels (AVX2/AVX-512 builds) compute
+ * lerp_ and addcmul_ with fused multiply-adds. Using fmaf at the same two
+ * places reproduces torch's exp_avg and exp_avg_sq bit for bit (checked
+ * against a PyTorch fixture); p differs from torch's only in the last bit
+ * of the rare elements where torch's vectorised sqrt is not correctly
+ * rounded (sqrtf is). Since fmaf and sqrtf are exactly rounded everywhere,
+ * the result is the same on every machine. On x86-64 the kernel is compiled twice
+ * (target_clones): an x86-64-v3 clone where fmaf is one vector instruction,
+ * and a baseline clone where it is a libm call (slower, same bits). */
+#include "optim/adamw.h"
+
+#include <math.h>
+#include <omp.h>
+
+#include "core/dtype.h"
+
+/* Per-step scalars, rounded to fp32 once, as torch rounds Python scalars
+ * when it applies them to a float tensor. */
+typedef struct adamw_consts {
+    float grad_scale;
+    float decay_factor; /* f32(1 - lr*wd), or 1 when no decay (exact identity) */
+    float one_minus_b1;
+    float beta2;
+    float one_minus_b2;
+    float neg_step_size; /* f32(-(lr / bc1)) */
+    float bc2_sqrt;      /* f32(sqrt(bc2)) */
+    float eps;
+} adamw_consts;
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 11
+#define RP_ADAMW_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
+#else
+#define RP_ADAMW_CLONES
+#endif
+
+/* The element update; `with_copy` is a constant at each call site so the
+ * compiler emits two loops without a per-element branch. */
+static inline __attribute__((always_inline)) void
+adamw_body(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
+           uint16_t *restrict bf, size_t n, const adamw_consts *k, int with_copy)
+{
+    const float gs = k->grad_scale, df = k->decay_factor, w1 = k->one_minus_b1;
+    const float b2 = k->beta2, w2 = k->one_minus_b2, ns = k->neg_step_size;
+    const float bc2s = k->bc2_sqrt, eps = k->eps;
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        float pi = p[i] * df;
+        float mi = fmaf(w1, gi - m[i], m[i]);
+        float vi = fmaf(w2 * gi, gi, v[i] * b2);
+        float denom = sqrtf(vi) / bc2s + eps;
+        pi = pi + (ns * mi) / denom;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+        if (with_copy)
+            bf[i] = rp_f32_to_bf16(pi);
+    }
+}
+
+RP_ADAMW_CLONES
+static void adamw_range(float *restrict p, const float *restrict g, float *restrict m,
+                        float *restrict v, uint16_t *restrict bf, size_t n,
+                        const adamw_consts *k)
+{
+    if (bf)
+        adamw_body(p, g, m, v, bf, n, k, 1);
+    else
+        adamw_body(p, g, m, v, bf, n, k, 0);
+}
+
+rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_error *err)
+{
+    const char *w = what ? what : "AdamW";
+    if (!hp)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: no hyperparameters given", w);
+    if (!isfinite(hp->lr) || hp->lr < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: lr must be finite and >= 0, got %g",
+                            w, hp->lr);
+    if (!(hp->beta1 >= 0 && hp->beta1 < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: beta1 must be in [0, 1), got %g", w,
+                            hp->beta1);
+    if (!(hp->beta2 >= 0 && hp->beta2 < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: beta2 must be in [0, 1), got %g", w,
+                            hp->beta2);
+    if (!isfinite(hp->eps) || hp->eps < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: eps must be finite and >= 0, got %g",
+                            w, hp->eps);
+    if (!isfinite(hp->weight_decay) || hp->weight_decay < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "%s: weight_decay must be finite and >= 0, got %g", w,
+                            hp->weight_decay);
+    return RP_OK;
+}
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define RP_ADAMW_PARALLEL_MIN 32768
+/* Thread ranges start on 64-byte boundaries so no two threads write one line. */
+#define RP_ADAMW_ALIGN 16
+
+void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m,
+                   float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
+                   int decay, float grad_scale, uint16_t *restrict bf16_copy)
+{
+    if (n == 0)
+        return;
+    /* Scalars exactly as torch's _single_tensor_adam computes them in
+     * Python (double), then rounded to fp32 where they meet the tensors. */
+    double t = (double)step;
+    double bc1 = 1.0 - pow(hp->beta1, t);
+    double bc2 = 1.0 - pow(hp->beta2, t);
+    adamw_consts k = {
+        .grad_scale = grad_scale,
+        .decay_factor = (decay && hp->weight_decay != 0) ? (float)(1.0 - hp->lr * hp->weight_decay)
+                                                        : 1.0f,
+        .one_minus_b1 = (float)(1.0 - hp->beta1),
+        .beta2 = (float)hp->beta2,
+        .one_minus_b2 = (float)(1.0 - hp->beta2),
+        .neg_step_size = (float)(-(hp->lr / bc1)),
+        .bc2_sqrt = (float)pow(bc2, 0.5),
+        .eps = (float)hp->eps,
+    };
+
+#pragma omp parallel if (n >= RP_ADAMW_PARALLEL_MIN)
+    {
+        size_t nt = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
+        size_t chunk = (n + nt - 1) / nt;
+        chunk = (chunk + RP_ADAMW_ALIGN - 1) / RP_ADAMW_ALIGN * RP_ADAMW_ALIGN;
+        size_t lo = tid * chunk < n ? tid * chunk : n;
+        size_t hi = lo + chunk < n ? lo + chunk : n;
+        if (hi > lo)
+            adamw_range(p + lo, g + lo, m + lo, v + lo, bf16_copy ? bf16_copy + lo : NULL,
+                        hi - lo, &k);
+    }
+}

@@ -1,0 +1,54 @@
+/* AdamW update with torch.optim.AdamW semantics (decoupled weight decay,
+ * bias-corrected moments, eps added after the square root).
+ *
+ * Hyperparameters are doubles because torch computes its scalar factors
+ * (1 - lr*wd, lr/bc1, sqrt(bc2)) from Python floats in double precision and
+ * only then rounds them to fp32; storing beta1 = 0.9 as a float would shift
+ * the bias corrections by ~2e-7 relative. */
+#ifndef RP_OPTIM_ADAMW_H
+#define RP_OPTIM_ADAMW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct rp_adamw_params {
+    double lr;           /* learning rate of this step (from the schedule) */
+    double beta1, beta2; /* moment decay rates, in [0, 1) */
+    double eps;          /* added to sqrt(v_hat), >= 0 */
+    double weight_decay; /* decoupled decay, >= 0; applied only where decay != 0 */
+} rp_adamw_params;
+
+/* Reject hyperparameters torch.optim.AdamW would reject (negative lr, eps or
+ * weight decay, betas outside [0, 1), non-finite values). `what` names the
+ * source in the message (e.g. "--lr" or a config path); may be NULL. */
+rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_error *err);
+
+/* One AdamW step over one tensor of n elements, in a single fused pass
+ * (OpenMP static split; every element is computed independently, so the
+ * result does not depend on the thread count).
+ *
+ *   step        1-based step count of this tensor after this update (t).
+ *   grad_scale  multiplies g first, as torch's clip_grad_norm_ does with
+ *               grad.mul_(clip_coef); pass 1.0f when not clipping.
+ *   decay       non-zero: p *= 1 - lr*weight_decay before the update
+ *               (torch skips it when weight_decay == 0, as we do).
+ *   bf16_copy   optional (NULL: skipped): receives bf16(p_new), round to
+ *               nearest even, the executors' compute copy.
+ *
+ * Per element, in torch's order and roundings (fp32, fused multiply-add
+ * exactly where torch's vectorised CPU kernels fuse):
+ *   g' = g * grad_scale
+ *   p  = p * f32(1 - lr*wd)                       (if decay)
+ *   m  = fma(f32(1 - b1), g' - m, m)              (lerp_)
+ *   v  = fma(f32(1 - b2) * g', g', v * f32(b2))   (mul_, addcmul_)
+ *   p  = p + (f32(-lr/bc1) * m) / (sqrt(v) / f32(sqrt(bc2)) + f32(eps))
+ * with bc1 = 1 - b1^t, bc2 = 1 - b2^t in double.
+ * Preconditions: step >= 1, hp passed rp_adamw_params_check, the four
+ * arrays do not overlap (bf16_copy neither). p, m, v are updated in place. */
+void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m,
+                   float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
+                   int decay, float grad_scale, uint16_t *restrict bf16_copy);
+
+#endif

@@ -1,0 +1,32 @@
+/* Global gradient-norm clipping, as torch.nn.utils.clip_grad_norm_ does it:
+ * norm = sqrt(sum over tensors of sum(g^2)), coef = max_norm / (norm + 1e-6)
+ * clamped to at most 1, and every gradient is multiplied by coef (the
+ * trainer passes coef to rp_adamw_step as grad_scale).
+ *
+ * Sums are in double and deterministic: a tensor is cut into blocks whose
+ * size depends only on n, each block is summed left to right in a fixed
+ * number of lanes, and the block sums are added in index order, so the
+ * result is the same for any thread count. The trainer adds the per-tensor
+ * sums in a fixed order (layer order) for the same reason. */
+#ifndef RP_OPTIM_CLIP_H
+#define RP_OPTIM_CLIP_H
+
+#include <stddef.h>
+
+#include "core/error.h"
+
+/* Sum of squares of g[0..n) in double. Non-finite inputs give a non-finite
+ * sum (Inf or NaN), which rp_clip_coef reports. */
+double rp_clip_sumsq(const float *g, size_t n);
+
+/* From the total sum of squares of all gradients: the global norm (always
+ * written, for logging) and the factor to multiply gradients by: 1 when
+ * max_norm <= 0 (clipping off) or when the norm is already within
+ * max_norm, otherwise max_norm / (norm + 1e-6) rounded to fp32.
+ * Returns RP_ERR_NUMERIC (message names the value) when the norm is NaN or
+ * infinite, whether or not clipping is on, so the trainer stops instead of
+ * writing NaN into the weights; *coef is then 1. RP_ERR_INVALID_ARG for a
+ * NaN/infinite max_norm or a negative sumsq. */
+rp_status rp_clip_coef(double sumsq, double max_norm, double *norm, float *coef, rp_error *err);
+
+#endif
