@@ -1,1 +1,8 @@
-# sources of src/model
+# sources of src/model: parameter layout and the layer math (embedding,
+# decoder block, head)
+librp_la_SOURCES += \
+	src/model/layout.c src/model/layout.h \
+	src/model/layers.h \
+	src/model/embed.c \
+	src/model/block.c \
+	src/model/head.c

@@ -1,0 +1,372 @@
+/* Proves: the decoder block's backward is the derivative of its forward
+ * (finite differences for every parameter tensor and for the input, in a
+ * Llama variant with q/k/v/o biases and llama3 RoPE scaling and a Qwen3
+ * variant with q/k norms, head_dim != hidden/heads and grouped KV heads);
+ * the forward matches an independent double-precision implementation of
+ * the transformers math; sequences in a batch are independent (positions
+ * restart, no attention across sequences); results are bit-identical run to
+ * run; gradients of two microbatches accumulate in call order; the
+ * workspace is linear in the sequence length (no S x S buffer). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "model/layers.h"
+#include "model/layout.h"
+#include "rp_check.h"
+
+static rp_model_config llama_cfg(void)
+{
+    rp_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = RP_ARCH_LLAMA;
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.vocab_size = 37;
+    c.max_position_embeddings = 128;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    c.initializer_range = 0.02;
+    /* with head_dim 8 the wavelengths are 6.3, 63, 628, 6283: with these
+     * numbers one frequency is kept, one interpolated, two divided */
+    c.rope_scaling.type = RP_ROPE_LLAMA3;
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.attention_bias = 1;
+    c.torch_dtype = RP_F32;
+    return c;
+}
+
+static rp_model_config qwen_cfg(void)
+{
+    rp_model_config c = llama_cfg();
+    c.arch = RP_ARCH_QWEN3;
+    c.hidden_size = 24; /* heads * head_dim = 32 != hidden */
+    c.intermediate_size = 40;
+    c.num_key_value_heads = 1;
+    c.rope_theta = 1000000.0;
+    c.rope_scaling.type = RP_ROPE_DEFAULT;
+    c.attention_bias = 0;
+    c.rms_norm_eps = 1e-6;
+    return c;
+}
+
+/* Parameters far from the tiny init so every path carries signal: matrices
+ * N(0, 0.3), norm weights 1 + N(0, 0.2), biases N(0, 0.2). */
+static float *random_params(const rp_model_config *cfg, uint64_t seed)
+{
+    rp_block_offsets off;
+    rp_block_offsets_get(cfg, &off);
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(cfg, &L, &n, NULL), RP_OK);
+    const rp_layer_desc *b = &L[1];
+    float *p = calloc(b->numel, sizeof(float));
+    for (int i = 0; i < b->nparams; i++) {
+        const rp_param_desc *d = &b->params[i];
+        float sd = d->ndim == 2 ? 0.3f : 0.2f;
+        rp_rng_fill_normal(p + d->offset, d->numel, seed, (uint64_t)i, 0, 0.0f, sd);
+        if (d->ndim == 1 && strstr(d->name, "norm"))
+            for (size_t j = 0; j < d->numel; j++)
+                p[d->offset + j] += 1.0f;
+    }
+    free(L);
+    return p;
+}
+
+static float *random_vec(size_t n, uint64_t seed, float sd)
+{
+    float *v = malloc(n * sizeof(float));
+    rp_rng_fill_normal(v, n, seed, 999, 0, 0.0f, sd);
+    return v;
+}
+
+typedef struct fixture {
+    rp_model_config cfg;
+    int64_t nseq, S, T, H;
+    float *P, *x, *wy, *y, *ws;
+    size_t np;
+} fixture;
+
+static void fx_init(fixture *f, rp_model_config cfg, int64_t nseq, int64_t S)
+{
+    f->cfg = cfg;
+    f->nseq = nseq;
+    f->S = S;
+    f->T = nseq * S;
+    f->H = cfg.hidden_size;
+    rp_block_offsets off;
+    rp_block_offsets_get(&cfg, &off);
+    f->np = off.numel;
+    f->P = random_params(&cfg, 7);
+    f->x = random_vec((size_t)(f->T * f->H), 11, 1.0f);
+    f->wy = random_vec((size_t)(f->T * f->H), 13, 1.0f);
+    f->y = malloc((size_t)(f->T * f->H) * sizeof(float));
+    f->ws = malloc(rp_block_workspace_floats(&cfg, nseq, S) * sizeof(float));
+}
+
+static void fx_free(fixture *f)
+{
+    free(f->P);
+    free(f->x);
+    free(f->wy);
+    free(f->y);
+    free(f->ws);
+}
+
+/* L = sum(wy * y), accumulated in double */
+static double fx_loss(fixture *f)
+{
+    rp_block_forward(&f->cfg, f->P, f->x, f->y, f->nseq, f->S, f->ws);
+    double s = 0;
+    for (int64_t i = 0; i < f->T * f->H; i++)
+        s += (double)f->wy[i] * (double)f->y[i];
+    return s;
+}
+
+/* Central difference of L along unit direction d over n elements of v.
+ * Tolerance, why: L is a sum of T*H = O(100) fp32 outputs of size O(1), so
+ * its fp32 rounding noise is about 1e-6 absolute; divided by 2h = 2e-2 that
+ * is 5e-5. The truncation error h^2/6 * L''' is O(1e-5) at h = 1e-2 for a
+ * unit direction. We allow 2e-3 relative to the gradient's norm plus 2e-4,
+ * both far above those, and far below what a wrong term would produce (a
+ * missing bias, norm or RoPE gradient changes g.d by >= 1e-2 * |g| for
+ * random d, and typically by O(|g|)). */
+static void check_direction(fixture *f, float *v, size_t n, const float *g, uint64_t seed,
+                            const char *what)
+{
+    const double h = 1e-2;
+    float *d = random_vec(n, seed, 1.0f), *save = malloc(n * sizeof(float));
+    double nd = 0, gd = 0, gn = 0;
+    for (size_t i = 0; i < n; i++)
+        nd += (double)d[i] * d[i];
+    nd = sqrt(nd);
+    for (size_t i = 0; i < n; i++) {
+        d[i] = (float)(d[i] / nd);
+        gd += (double)g[i] * d[i];
+        gn += (double)g[i] * g[i];
+    }
+    gn = sqrt(gn);
+    memcpy(save, v, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        v[i] = save[i] + (float)h * d[i];
+    double lp = fx_loss(f);
+    for (size_t i = 0; i < n; i++)
+        v[i] = save[i] - (float)h * d[i];
+    double lm = fx_loss(f);
+    memcpy(v, save, n * sizeof(float));
+    double fd = (lp - lm) / (2 * h);
+    double tol = 2e-3 * gn + 2e-4;
+    ck_assert_msg(fabs(fd - gd) <= tol, "%s: finite difference %.8g vs backward %.8g (|g| %.4g)",
+                  what, fd, gd, gn);
+    ck_assert_msg(gn > 1e-3, "%s: gradient vanishes (%.3g): the check would prove nothing", what,
+                  gn);
+    free(d);
+    free(save);
+}
+
+/* Same for single elements (catches index mistakes a direction might average
+ * out). Same tolerance argument with a unit step on one element. */
+static void check_elements(fixture *f, float *v, size_t n, const float *g, uint64_t seed,
+                           const char *what)
+{
+    const double h = 1e-2;
+    double gn = 0;
+    for (size_t i = 0; i < n; i++)
+        gn += (double)g[i] * g[i];
+    gn = sqrt(gn / (double)n);
+    for (int k = 0; k < 4; k++) {
+        uint32_t r[4];
+        rp_philox4x32(seed, 5, (uint64_t)k, r);
+        size_t i = r[0] % n;
+        float s = v[i];
+        v[i] = s + (float)h;
+        double lp = fx_loss(f);
+        v[i] = s - (float)h;
+        double lm = fx_loss(f);
+        v[i] = s;
+        double fd = (lp - lm) / (2 * h);
+        ck_assert_msg(fabs(fd - g[i]) <= 2e-3 * (fabs(g[i]) + gn) + 2e-4,
+                      "%s[%zu]: finite difference %.8g vs backward %.8g", what, i, fd, g[i]);
+    }
+}
+
+static void gradcheck(rp_model_config cfg, int64_t nseq, int64_t S)
+{
+    fixture f;
+    fx_init(&f, cfg, nseq, S);
+    float *dP = calloc(f.np, sizeof(float));
+    float *dx = malloc((size_t)(f.T * f.H) * sizeof(float));
+    rp_block_backward(&f.cfg, f.P, f.x, f.wy, dx, dP, nseq, S, f.ws);
+
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(&cfg, &L, &n, NULL), RP_OK);
+    for (int i = 0; i < L[1].nparams; i++) {
+        const rp_param_desc *d = &L[1].params[i];
+        check_direction(&f, f.P + d->offset, d->numel, dP + d->offset, 100 + (uint64_t)i, d->name);
+        check_direction(&f, f.P + d->offset, d->numel, dP + d->offset, 200 + (uint64_t)i, d->name);
+        check_elements(&f, f.P + d->offset, d->numel, dP + d->offset, 300 + (uint64_t)i, d->name);
+    }
+    check_direction(&f, f.x, (size_t)(f.T * f.H), dx, 1, "input x");
+    check_direction(&f, f.x, (size_t)(f.T * f.H), dx, 2, "input x");
+    check_elements(&f, f.x, (size_t)(f.T * f.H), dx, 3, "input x");
+    /* padding between tensors never receives gradient */
+    for (size_t j = 0; j < f.np; j++) {
+        int inside = 0;
+        for (int i = 0; i < L[1].nparams; i++)
+            inside |= j >= L[1].params[i].offset &&
+                      j < L[1].params[i].offset + L[1].params[i].numel;
+        if (!inside)
+            ck_assert_float_eq(dP[j], 0.0f);
+    }
+    free(L);
+    free(dP);
+    free(dx);
+    fx_free(&f);
+}
+
+START_TEST(llama_bias_llama3_gradients) { gradcheck(llama_cfg(), 2, 7); }
+END_TEST
+
+START_TEST(qwen3_qknorm_gqa_gradients) { gradcheck(qwen_cfg(), 2, 9); }
+END_TEST
+
+START_TEST(qwen3_gradients_long_sequence)
+{
+    /* longer than the attention block: several key blocks, online softmax
+     * rescaling exercised (RP_ATTN_BLOCK = 64) */
+    gradcheck(qwen_cfg(), 1, 2 * RP_ATTN_BLOCK + 5);
+}
+END_TEST
+
+START_TEST(sequences_are_independent)
+{
+    /* the output for sequence 1 of a batch equals the output of that
+     * sequence alone: positions restart and nothing leaks across */
+    fixture f;
+    fx_init(&f, qwen_cfg(), 3, 6);
+    rp_block_forward(&f.cfg, f.P, f.x, f.y, 3, 6, f.ws);
+    float *y1 = malloc((size_t)(6 * f.H) * sizeof(float));
+    float *ws1 = malloc(rp_block_workspace_floats(&f.cfg, 1, 6) * sizeof(float));
+    rp_block_forward(&f.cfg, f.P, f.x + 6 * f.H, y1, 1, 6, ws1);
+    for (int64_t i = 0; i < 6 * f.H; i++)
+        ck_assert_msg(fabsf(y1[i] - f.y[6 * f.H + i]) <= 1e-5f * (1 + fabsf(y1[i])),
+                      "element %lld: %g vs %g", (long long)i, y1[i], f.y[6 * f.H + i]);
+    free(y1);
+    free(ws1);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(bitwise_deterministic_and_accumulating)
+{
+    fixture f;
+    rp_model_config cfg = llama_cfg();
+    fx_init(&f, cfg, 2, 5);
+    const size_t n = (size_t)(f.T * f.H);
+    float *y2 = malloc(n * sizeof(float));
+    rp_block_forward(&cfg, f.P, f.x, f.y, 2, 5, f.ws);
+    rp_block_forward(&cfg, f.P, f.x, y2, 2, 5, f.ws);
+    ck_assert_mem_eq(f.y, y2, n * sizeof(float));
+
+    /* two microbatches: A = backward(mb1) into zeros, then backward(mb2)
+     * into A. Repeating gives the same bits; and the sum equals the
+     * separately computed g1 + g2 to rounding (GEMMs accumulate with
+     * beta = 1, so the bits of dW may differ from a separate add) */
+    float *x2 = random_vec(n, 21, 1.0f), *dy2 = random_vec(n, 22, 1.0f);
+    float *dx = malloc(n * sizeof(float));
+    float *acc1 = calloc(f.np, sizeof(float)), *acc2 = calloc(f.np, sizeof(float));
+    float *g1 = calloc(f.np, sizeof(float)), *g2 = calloc(f.np, sizeof(float));
+    float *dxa = malloc(n * sizeof(float)), *dxb = malloc(n * sizeof(float));
+    for (int rep = 0; rep < 2; rep++) {
+        float *acc = rep ? acc2 : acc1;
+        rp_block_backward(&cfg, f.P, f.x, f.wy, rep ? dxb : dxa, acc, 2, 5, f.ws);
+        rp_block_backward(&cfg, f.P, x2, dy2, dx, acc, 2, 5, f.ws);
+    }
+    ck_assert_mem_eq(acc1, acc2, f.np * sizeof(float));
+    ck_assert_mem_eq(dxa, dxb, n * sizeof(float));
+    rp_block_backward(&cfg, f.P, f.x, f.wy, dx, g1, 2, 5, f.ws);
+    ck_assert_mem_eq(dx, dxa, n * sizeof(float));
+    rp_block_backward(&cfg, f.P, x2, dy2, dx, g2, 2, 5, f.ws);
+    /* acc = (0 + g1) + g2 with the second sum inside the GEMM: equal to
+     * g1 + g2 up to the rounding of a K-term dot product, i.e. a few fp32
+     * ulps of the tensor's largest contributions */
+    rp_layer_desc *L;
+    int nl;
+    ck_assert_int_eq(rp_model_layout(&cfg, &L, &nl, NULL), RP_OK);
+    for (int t = 0; t < L[1].nparams; t++) {
+        const rp_param_desc *d = &L[1].params[t];
+        float scale = 0;
+        for (size_t j = d->offset; j < d->offset + d->numel; j++)
+            scale = fmaxf(scale, fabsf(g1[j]) + fabsf(g2[j]));
+        for (size_t j = d->offset; j < d->offset + d->numel; j++) {
+            float s = g1[j] + g2[j];
+            ck_assert_msg(fabsf(acc1[j] - s) <= 1e-5f * scale, "%s[%zu]: accumulated %g vs g1+g2 %g",
+                          d->name, j - d->offset, acc1[j], s);
+        }
+    }
+    free(L);
+    /* dx may alias dy */
+    float *alias = malloc(n * sizeof(float));
+    memcpy(alias, f.wy, n * sizeof(float));
+    float *dz = calloc(f.np, sizeof(float));
+    rp_block_backward(&cfg, f.P, f.x, alias, alias, dz, 2, 5, f.ws);
+    ck_assert_mem_eq(alias, dxa, n * sizeof(float));
+    ck_assert_mem_eq(dz, g1, f.np * sizeof(float));
+    free(alias);
+    free(dz);
+    free(y2);
+    free(x2);
+    free(dy2);
+    free(dx);
+    free(dxa);
+    free(dxb);
+    free(acc1);
+    free(acc2);
+    free(g1);
+    free(g2);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(workspace_linear_in_seqlen)
+{
+    rp_model_config cfgs[2] = {llama_cfg(), qwen_cfg()};
+    for (int c = 0; c < 2; c++) {
+        for (int64_t nseq = 1; nseq <= 3; nseq++) {
+            /* multiples of the 16-float alignment keep the rounding exact */
+            size_t a = rp_block_workspace_floats(&cfgs[c], nseq, 1024);
+            size_t b = rp_block_workspace_floats(&cfgs[c], nseq, 2048);
+            size_t d = rp_block_workspace_floats(&cfgs[c], nseq, 3072);
+            ck_assert_uint_eq(b - a, d - b);
+            /* a 4096-token sequence needs less than one 4096^2 score matrix */
+            ck_assert_uint_lt(rp_block_workspace_floats(&cfgs[c], 1, 4096), (size_t)4096 * 4096);
+        }
+    }
+}
+END_TEST
+
+Suite *block_suite(void)
+{
+    Suite *s = suite_create("model_block");
+    TCase *tc = tcase_create("block");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, llama_bias_llama3_gradients);
+    tcase_add_test(tc, qwen3_qknorm_gqa_gradients);
+    tcase_add_test(tc, qwen3_gradients_long_sequence);
+    tcase_add_test(tc, sequences_are_independent);
+    tcase_add_test(tc, bitwise_deterministic_and_accumulating);
+    tcase_add_test(tc, workspace_linear_in_seqlen);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(block_suite, "serial")

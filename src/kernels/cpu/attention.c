@@ -1,0 +1,138 @@
+#include "kernels/cpu/attention.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Eight partial sums in a fixed pattern: vectorisable, and the same order on
+ * every call. */
+static inline float dot(const float *a, const float *b, int64_t n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++)
+            acc[u] += a[i + u] * b[i + u];
+    for (; i < n; i++)
+        acc[i & 7] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static inline void axpy(float a, const float *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+size_t rp_attn_scratch_floats(const rp_attn_shape *s, int nthreads)
+{
+    /* per thread: acc [block, head_dim], running max, running sum, one row of scores */
+    size_t per = (size_t)s->block * (size_t)(s->head_dim + 3) + 16;
+    return per * (size_t)(nthreads > 0 ? nthreads : 1);
+}
+
+void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                     float *o, float *lse, float *scratch, int nthreads)
+{
+    const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim, B = s->block;
+    const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
+    const int64_t ntask = s->nseq * nh * nblk;
+    const size_t per = rp_attn_scratch_floats(s, 1);
+    const float scale = s->scale;
+
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (int64_t task = 0; task < ntask; task++) {
+        const int64_t i = task % nblk, h = (task / nblk) % nh, b = task / (nblk * nh);
+        const int64_t g = h / group;
+        float *acc = scratch + per * (size_t)omp_get_thread_num();
+        float *mx = acc + B * hd, *l = mx + B, *sc = l + B;
+        const int64_t r0 = i * B, r1 = min64(S, r0 + B);
+        for (int64_t r = r0; r < r1; r++) {
+            mx[r - r0] = -INFINITY;
+            l[r - r0] = 0.0f;
+        }
+        memset(acc, 0, sizeof(float) * (size_t)(B * hd));
+        for (int64_t j = 0; j <= i; j++) {
+            const int64_t c0 = j * B;
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t rr = r - r0, c1 = min64(min64(S, c0 + B), r + 1);
+                const float *qr = q + ((b * S + r) * nh + h) * hd;
+                float m = mx[rr];
+                for (int64_t c = c0; c < c1; c++) {
+                    sc[c - c0] = scale * dot(qr, k + ((b * S + c) * nkv + g) * hd, hd);
+                    if (sc[c - c0] > m)
+                        m = sc[c - c0];
+                }
+                /* rescale what was accumulated under the previous maximum */
+                float alpha = expf(mx[rr] - m), sum = 0.0f;
+                float *ar = acc + rr * hd;
+                for (int64_t d = 0; d < hd; d++)
+                    ar[d] *= alpha;
+                for (int64_t c = c0; c < c1; c++) {
+                    float p = expf(sc[c - c0] - m);
+                    sum += p;
+                    axpy(p, v + ((b * S + c) * nkv + g) * hd, ar, hd);
+                }
+                l[rr] = l[rr] * alpha + sum;
+                mx[rr] = m;
+            }
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t rr = r - r0;
+            float *orow = o + ((b * S + r) * nh + h) * hd;
+            float inv = 1.0f / l[rr];
+            for (int64_t d = 0; d < hd; d++)
+                orow[d] = acc[rr * hd + d] * inv;
+            lse[(b * S + r) * nh + h] = mx[rr] + logf(l[rr]);
+        }
+    }
+}
+
+void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                      const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                      float *dv)
+{
+    const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim, B = s->block;
+    const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
+    const int64_t ntask = s->nseq * nkv;
+    const float scale = s->scale;
+
+#pragma omp parallel for schedule(static)
+    for (int64_t task = 0; task < ntask; task++) {
+        const int64_t g = task % nkv, b = task / nkv;
+        for (int64_t c = 0; c < S; c++) {
+            memset(dk + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
+            memset(dv + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
+        }
+        for (int64_t h = g * group; h < (g + 1) * group; h++) {
+            for (int64_t i = 0; i < nblk; i++) {
+                const int64_t r0 = i * B, r1 = min64(S, r0 + B);
+                for (int64_t r = r0; r < r1; r++)
+                    memset(dq + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
+                /* key blocks outer, query rows inner: a key block stays in cache */
+                for (int64_t j = 0; j <= i; j++) {
+                    const int64_t c0 = j * B;
+                    for (int64_t r = r0; r < r1; r++) {
+                        const int64_t row = (b * S + r) * nh + h, c1 = min64(min64(S, c0 + B), r + 1);
+                        const float *qr = q + row * hd, *dor = dout + row * hd;
+                        float *dqr = dq + row * hd;
+                        const float L = lse[row];
+                        /* D = rowsum(dO * O) = sum_c P_c dP_c */
+                        const float D = dot(dor, o + row * hd, hd);
+                        for (int64_t c = c0; c < c1; c++) {
+                            const int64_t kv = ((b * S + c) * nkv + g) * hd;
+                            float p = expf(scale * dot(qr, k + kv, hd) - L);
+                            float dp = dot(dor, v + kv, hd);
+                            float ds = p * (dp - D) * scale;
+                            axpy(p, dor, dv + kv, hd);
+                            axpy(ds, k + kv, dqr, hd);
+                            axpy(ds, qr, dk + kv, hd);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

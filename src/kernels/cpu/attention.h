@@ -1,0 +1,44 @@
+/* Causal grouped-query attention on CPU, flash-attention style: keys are
+ * visited in blocks with an online softmax, so memory is O(seq * block) per
+ * thread and no seq x seq score matrix ever exists. The forward saves only
+ * the output and the per-row log-sum-exp; the backward recomputes scores.
+ *
+ * Layouts (row-major, tokens of nseq sequences of seqlen back to back):
+ *   q, o, dq, do : [nseq*seqlen, nheads*head_dim]
+ *   k, v, dk, dv : [nseq*seqlen, nkv*head_dim]
+ *   lse          : [nseq*seqlen, nheads]
+ * Query head h reads kv head h / (nheads/nkv). Query t of a sequence sees
+ * keys 0..t of the same sequence. Scores are scale * q.k.
+ *
+ * Determinism: forward tasks are (sequence, head, query block) and write
+ * disjoint rows; backward tasks are (sequence, kv head), each owning dk/dv of
+ * its kv head and dq of the query heads that read it, and summing in a fixed
+ * (head, query, key) order. No atomics; results do not depend on the thread
+ * count, and the backward does not depend on the block size either. */
+#ifndef RP_KERNELS_CPU_ATTENTION_H
+#define RP_KERNELS_CPU_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rp_attn_shape {
+    int64_t nseq, seqlen, nheads, nkv, head_dim;
+    int64_t block; /* keys and queries per block, >= 1 */
+    float scale;   /* usually 1/sqrt(head_dim) */
+} rp_attn_shape;
+
+/* Scratch floats the forward needs (per-thread row state for a query
+ * block), for nthreads OpenMP threads. The backward needs none. */
+size_t rp_attn_scratch_floats(const rp_attn_shape *s, int nthreads);
+
+/* o and lse from q, k, v. scratch holds rp_attn_scratch_floats(s, nthreads)
+ * floats, nthreads >= omp_get_max_threads() at the time of the call. */
+void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                     float *o, float *lse, float *scratch, int nthreads);
+
+/* dq, dk, dv (overwritten) from the forward's inputs, o, lse and do. */
+void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                      const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                      float *dv);
+
+#endif

@@ -1,0 +1,67 @@
+#include "kernels/cpu/rope.h"
+
+#include <math.h>
+
+void rp_rope_inv_freq(float *inv_freq, int64_t head_dim, double theta, const rp_rope_llama3 *l3)
+{
+    const int64_t half = head_dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        /* torch: arange(0, dim, 2).float() / dim, then base ** that, all fp32 */
+        float e = (float)(2 * i) / (float)head_dim;
+        float f = 1.0f / powf((float)theta, e);
+        if (l3 && l3->factor > 0) {
+            /* transformers does this in fp32 tensors against Python floats,
+             * which torch rounds to fp32 before comparing or combining */
+            float factor = (float)l3->factor, old = (float)l3->original_max_position_embeddings;
+            float lo = (float)l3->low_freq_factor;
+            float low_wl = (float)(l3->original_max_position_embeddings / l3->low_freq_factor);
+            float high_wl = (float)(l3->original_max_position_embeddings / l3->high_freq_factor);
+            float wl = (float)(2.0 * M_PI) / f;
+            if (wl > low_wl) {
+                f = f / factor;
+            } else if (!(wl < high_wl)) {
+                /* medium band: interpolate between scaled and unscaled */
+                float smooth = (old / wl - lo) / (float)(l3->high_freq_factor - l3->low_freq_factor);
+                f = (1.0f - smooth) * f / factor + smooth * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
+void rp_rope_table(float *cs, const float *inv_freq, int64_t seqlen, int64_t half)
+{
+    float *sn = cs + seqlen * half;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < seqlen; p++)
+        for (int64_t i = 0; i < half; i++) {
+            float a = (float)p * inv_freq[i];
+            cs[p * half + i] = cosf(a);
+            sn[p * half + i] = sinf(a);
+        }
+}
+
+void rp_rope_apply(float *x, const float *cs, int64_t nseq, int64_t seqlen, int64_t nheads,
+                   int64_t head_dim, int inverse)
+{
+    const int64_t half = head_dim / 2, T = nseq * seqlen;
+    const float *sn = cs + seqlen * half;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = t % seqlen;
+        const float *c = cs + p * half, *s = sn + p * half;
+        for (int64_t h = 0; h < nheads; h++) {
+            float *a = x + (t * nheads + h) * head_dim, *b = a + half;
+            for (int64_t i = 0; i < half; i++) {
+                float x1 = a[i], x2 = b[i];
+                if (!inverse) {
+                    a[i] = x1 * c[i] - x2 * s[i];
+                    b[i] = x2 * c[i] + x1 * s[i];
+                } else {
+                    a[i] = x1 * c[i] + x2 * s[i];
+                    b[i] = x2 * c[i] - x1 * s[i];
+                }
+            }
+        }
+    }
+}

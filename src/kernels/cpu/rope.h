@@ -1,0 +1,33 @@
+/* Rotary position embedding in Hugging Face's rotate_half layout: element i
+ * of a head pairs with element i + head_dim/2 and both turn by the angle
+ * pos * inv_freq[i]. Positions restart at 0 for every sequence. */
+#ifndef RP_KERNELS_CPU_ROPE_H
+#define RP_KERNELS_CPU_ROPE_H
+
+#include <stdint.h>
+
+/* Frequency scaling of Llama 3.1 ("rope_type": "llama3"); factor <= 0 or a
+ * NULL pointer means plain RoPE. */
+typedef struct rp_rope_llama3 {
+    double factor;
+    double low_freq_factor;
+    double high_freq_factor;
+    double original_max_position_embeddings;
+} rp_rope_llama3;
+
+/* inv_freq[i] for i < head_dim/2, computed in fp32 the way transformers
+ * does: 1 / theta^(2i/head_dim), then the llama3 rescaling when given. */
+void rp_rope_inv_freq(float *inv_freq, int64_t head_dim, double theta, const rp_rope_llama3 *l3);
+
+/* cos/sin table for positions 0..seqlen-1: cs[p*half + i] = cos(p*f_i),
+ * cs[seqlen*half + p*half + i] = sin(p*f_i), angles in fp32 as in
+ * transformers (position * inv_freq rounded to fp32 first). 2*seqlen*half
+ * floats. */
+void rp_rope_table(float *cs, const float *inv_freq, int64_t seqlen, int64_t half);
+
+/* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle (forward) or
+ * -angle (inverse = transpose, which is the backward of the forward). */
+void rp_rope_apply(float *x, const float *cs, int64_t nseq, int64_t seqlen, int64_t nheads,
+                   int64_t head_dim, int inverse);
+
+#endif

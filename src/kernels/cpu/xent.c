@@ -1,0 +1,34 @@
+#include "kernels/cpu/xent.h"
+
+#include <math.h>
+#include <string.h>
+
+void rp_xent_rows(float *logits, int64_t rows, int64_t vocab, const int32_t *targets,
+                  const uint8_t *counted, float scale, double *loss, int grad)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float *z = logits + r * vocab;
+        if (!counted[r]) {
+            loss[r] = 0.0;
+            if (grad)
+                memset(z, 0, sizeof(float) * (size_t)vocab);
+            continue;
+        }
+        float m = z[0];
+        for (int64_t j = 1; j < vocab; j++)
+            if (z[j] > m)
+                m = z[j];
+        double sum = 0.0;
+        for (int64_t j = 0; j < vocab; j++)
+            sum += (double)expf(z[j] - m);
+        const double lse = (double)m + log(sum);
+        const int32_t t = targets[r];
+        loss[r] = lse - (double)z[t];
+        if (grad) {
+            for (int64_t j = 0; j < vocab; j++)
+                z[j] = scale * expf((float)((double)z[j] - lse));
+            z[t] -= scale;
+        }
+    }
+}

@@ -1,0 +1,226 @@
+#include "model/layout.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "model/layers.h"
+
+static size_t align_up(size_t n) { return (n + RP_PARAM_ALIGN - 1) / RP_PARAM_ALIGN * RP_PARAM_ALIGN; }
+
+rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
+{
+    if (!cfg)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "model config: NULL");
+#define POSITIVE(f)                                                                              \
+    if (cfg->f <= 0)                                                                             \
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "model config: field '" #f                  \
+                            "' must be positive, got %lld", (long long)cfg->f);
+    POSITIVE(hidden_size)
+    POSITIVE(intermediate_size)
+    POSITIVE(num_attention_heads)
+    POSITIVE(num_key_value_heads)
+    POSITIVE(head_dim)
+    POSITIVE(vocab_size)
+#undef POSITIVE
+    if (cfg->num_hidden_layers < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'num_hidden_layers' is negative (%lld)",
+                            (long long)cfg->num_hidden_layers);
+    if (cfg->num_hidden_layers > 100000)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'num_hidden_layers' too large (%lld)",
+                            (long long)cfg->num_hidden_layers);
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'num_key_value_heads' (%lld) does not divide "
+                            "'num_attention_heads' (%lld)",
+                            (long long)cfg->num_key_value_heads,
+                            (long long)cfg->num_attention_heads);
+    if (cfg->head_dim % 2 != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'head_dim' must be even for RoPE, got %lld",
+                            (long long)cfg->head_dim);
+    /* BLAS takes int dimensions */
+    const int64_t lim = INT32_MAX;
+    if (cfg->hidden_size > lim || cfg->intermediate_size > lim || cfg->vocab_size > lim ||
+        cfg->num_attention_heads * cfg->head_dim > lim)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "model config: a dimension exceeds 2^31-1");
+    if (!(cfg->rms_norm_eps > 0))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'rms_norm_eps' must be positive");
+    if (!(cfg->rope_theta > 0))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'rope_theta' must be positive");
+    if (cfg->rope_scaling.type == RP_ROPE_LLAMA3) {
+        const rp_rope_scaling *r = &cfg->rope_scaling;
+        if (!(r->factor > 0) || !(r->low_freq_factor > 0) || !(r->high_freq_factor > 0) ||
+            r->original_max_position_embeddings <= 0)
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "model config: field 'rope_scaling': llama3 needs positive "
+                                "factor, low_freq_factor, high_freq_factor and "
+                                "original_max_position_embeddings");
+        if (!(r->high_freq_factor > r->low_freq_factor))
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "model config: field 'rope_scaling': high_freq_factor must "
+                                "exceed low_freq_factor");
+    } else if (cfg->rope_scaling.type != RP_ROPE_DEFAULT) {
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "model config: field 'rope_scaling': unsupported rope type %d",
+                            (int)cfg->rope_scaling.type);
+    }
+    if (cfg->arch != RP_ARCH_LLAMA && cfg->arch != RP_ARCH_QWEN3)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "model config: unsupported architecture %d",
+                            (int)cfg->arch);
+    return RP_OK;
+}
+
+/* Appends a tensor to a layer descriptor and returns its offset. */
+static size_t add_param(rp_layer_desc *L, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+    rp_param_desc *p = &L->params[L->nparams++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim == 2 ? d1 : 1;
+    p->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
+    p->decay = ndim >= 2;
+    p->offset = L->numel;
+    L->numel = align_up(L->numel + p->numel);
+    return p->offset;
+}
+
+/* The block layout in one place; off may be NULL. */
+static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp_block_offsets *off)
+{
+    const int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t QD = cfg->num_attention_heads * cfg->head_dim;
+    const int64_t KD = cfg->num_key_value_heads * cfg->head_dim;
+    const int bias = cfg->attention_bias != 0, qk = cfg->arch == RP_ARCH_QWEN3;
+    rp_block_offsets o;
+    char n[96];
+    memset(L, 0, sizeof *L);
+    L->kind = RP_LAYER_BLOCK;
+    L->block = i;
+#define NAME(s) (snprintf(n, sizeof n, "model.layers.%d.%s", i, s), n)
+    o.in_norm = add_param(L, NAME("input_layernorm.weight"), 1, H, 1);
+    o.wq = add_param(L, NAME("self_attn.q_proj.weight"), 2, QD, H);
+    o.bq = bias ? add_param(L, NAME("self_attn.q_proj.bias"), 1, QD, 1) : SIZE_MAX;
+    o.wk = add_param(L, NAME("self_attn.k_proj.weight"), 2, KD, H);
+    o.bk = bias ? add_param(L, NAME("self_attn.k_proj.bias"), 1, KD, 1) : SIZE_MAX;
+    o.wv = add_param(L, NAME("self_attn.v_proj.weight"), 2, KD, H);
+    o.bv = bias ? add_param(L, NAME("self_attn.v_proj.bias"), 1, KD, 1) : SIZE_MAX;
+    o.wo = add_param(L, NAME("self_attn.o_proj.weight"), 2, H, QD);
+    o.bo = bias ? add_param(L, NAME("self_attn.o_proj.bias"), 1, H, 1) : SIZE_MAX;
+    o.q_norm = qk ? add_param(L, NAME("self_attn.q_norm.weight"), 1, cfg->head_dim, 1) : SIZE_MAX;
+    o.k_norm = qk ? add_param(L, NAME("self_attn.k_norm.weight"), 1, cfg->head_dim, 1) : SIZE_MAX;
+    o.post_norm = add_param(L, NAME("post_attention_layernorm.weight"), 1, H, 1);
+    o.w_gate = add_param(L, NAME("mlp.gate_proj.weight"), 2, I, H);
+    o.w_up = add_param(L, NAME("mlp.up_proj.weight"), 2, I, H);
+    o.w_down = add_param(L, NAME("mlp.down_proj.weight"), 2, H, I);
+#undef NAME
+    o.numel = L->numel;
+    if (off)
+        *off = o;
+}
+
+void rp_block_offsets_get(const rp_model_config *cfg, rp_block_offsets *off)
+{
+    rp_layer_desc tmp;
+    block_layout(cfg, 0, &tmp, off);
+}
+
+rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
+                          rp_error *err)
+{
+    RP_TRY(rp_model_config_check(cfg, err));
+    const int L = (int)cfg->num_hidden_layers, n = L + 2;
+    rp_layer_desc *d = calloc((size_t)n, sizeof *d);
+    if (!d)
+        return rp_error_set(err, RP_ERR_NOMEM, "model layout: cannot allocate %d layers", n);
+    d[0].kind = RP_LAYER_EMBED;
+    d[0].block = -1;
+    add_param(&d[0], "model.embed_tokens.weight", 2, cfg->vocab_size, cfg->hidden_size);
+    for (int i = 0; i < L; i++)
+        block_layout(cfg, i, &d[1 + i], NULL);
+    rp_layer_desc *h = &d[n - 1];
+    h->kind = RP_LAYER_HEAD;
+    h->block = -1;
+    add_param(h, "model.norm.weight", 1, cfg->hidden_size, 1);
+    if (!cfg->tie_word_embeddings)
+        add_param(h, "lm_head.weight", 2, cfg->vocab_size, cfg->hidden_size);
+    *layers = d;
+    *nlayers = n;
+    return RP_OK;
+}
+
+const rp_param_desc *rp_layer_find_param(const rp_layer_desc *layer, const char *name)
+{
+    for (int i = 0; i < layer->nparams; i++)
+        if (strcmp(layer->params[i].name, name) == 0)
+            return &layer->params[i];
+    return NULL;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
+                   float *params)
+{
+    memset(params, 0, sizeof(float) * layer->numel);
+    for (int i = 0; i < layer->nparams; i++) {
+        const rp_param_desc *p = &layer->params[i];
+        float *w = params + p->offset;
+        if (p->ndim == 2) {
+            rp_rng_fill_normal(w, p->numel, seed, rp_rng_stream_id(p->name), 0, 0.0f,
+                               (float)cfg->initializer_range);
+        } else if (ends_with(p->name, ".bias")) {
+            /* already zero */
+        } else {
+            for (size_t j = 0; j < p->numel; j++)
+                w[j] = 1.0f; /* RMSNorm weights */
+        }
+    }
+}
+
+void rp_layer_cost_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
+                       rp_layer_cost *c)
+{
+    const double H = (double)cfg->hidden_size, I = (double)cfg->intermediate_size,
+                 V = (double)cfg->vocab_size;
+    const double QD = (double)(cfg->num_attention_heads * cfg->head_dim);
+    const double KD = (double)(cfg->num_key_value_heads * cfg->head_dim);
+    memset(c, 0, sizeof *c);
+    c->param_numel = layer->numel;
+    c->act_floats_per_token = (size_t)cfg->hidden_size;
+    switch (layer->kind) {
+    case RP_LAYER_EMBED:
+        c->act_floats_per_token = 1; /* the token id */
+        break;
+    case RP_LAYER_BLOCK: {
+        double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * I;
+        double attn = 2 * QD * (double)(seqlen + 1);
+        c->fwd_flops_per_token = gemm + attn;
+        c->bwd_flops_per_token = c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
+        size_t w1 = rp_block_workspace_floats(cfg, 1, seqlen);
+        size_t w2 = rp_block_workspace_floats(cfg, 2, seqlen);
+        /* ws = fixed + per_token * tokens + per_seqlen * seqlen: two nseq
+         * values separate the per-token part from the rest */
+        c->work_floats_per_token = (w2 - w1) / (size_t)(seqlen > 0 ? seqlen : 1);
+        c->work_floats_fixed = w1 - c->work_floats_per_token * (size_t)seqlen;
+        break;
+    }
+    case RP_LAYER_HEAD:
+        c->fwd_flops_per_token = 2 * H * V;
+        c->bwd_flops_per_token = 3 * (2 * H * V); /* logits + dW + dx, one pass */
+        c->work_floats_per_token = 0;
+        c->work_floats_fixed = rp_head_workspace_floats(cfg, RP_HEAD_CHUNK, RP_HEAD_CHUNK);
+        break;
+    }
+}

@@ -1,0 +1,105 @@
+/* Parameter layout of the model, layer by layer. A "layer" is the unit the
+ * pipeline cuts the model into:
+ *   layer 0        the embedding            (model.embed_tokens.weight)
+ *   layers 1..L    decoder blocks           (model.layers.{l-1}.*)
+ *   layer L+1      the head: final norm and LM head (model.norm.weight,
+ *                  lm_head.weight unless tie_word_embeddings)
+ * Each layer's parameters are one contiguous fp32 block. Tensors sit at
+ * offsets that are multiples of RP_PARAM_ALIGN elements; the gaps between
+ * them are padding that stays zero (its gradient is always zero, so AdamW
+ * leaves it at zero). Shapes are Hugging Face's: Linear weights are
+ * [out, in], row-major. */
+#ifndef RP_MODEL_LAYOUT_H
+#define RP_MODEL_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "io/config.h"
+
+#define RP_PARAM_ALIGN 16 /* elements: 64 bytes in fp32, 32 in bf16 */
+#define RP_LAYER_MAX_PARAMS 16
+
+typedef enum rp_layer_kind { RP_LAYER_EMBED, RP_LAYER_BLOCK, RP_LAYER_HEAD } rp_layer_kind;
+
+typedef struct rp_param_desc {
+    char name[96];    /* full Hugging Face name */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* shape[1] = 1 when ndim == 1 */
+    size_t offset;    /* elements from the start of the layer block */
+    size_t numel;
+    int decay;        /* AdamW weight decay applies (ndim >= 2) */
+} rp_param_desc;
+
+typedef struct rp_layer_desc {
+    rp_layer_kind kind;
+    int block;   /* decoder block index (HF's i in model.layers.i), -1 otherwise */
+    int nparams;
+    rp_param_desc params[RP_LAYER_MAX_PARAMS];
+    size_t numel; /* elements of the whole block, padding included */
+} rp_layer_desc;
+
+/* Offsets of a decoder block's tensors within its layer block; absent ones
+ * (biases without attention_bias, q/k norms outside Qwen3) are SIZE_MAX. The
+ * order is the order of rp_layer_desc.params. */
+typedef struct rp_block_offsets {
+    size_t in_norm, wq, bq, wk, bk, wv, bv, wo, bo, q_norm, k_norm, post_norm, w_gate, w_up,
+        w_down;
+    size_t numel;
+} rp_block_offsets;
+
+/* Checks the configuration for what the layer math needs (positive sizes,
+ * heads divisible by kv heads, even head_dim, ...), naming the field. */
+rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err);
+
+/* Describe all num_hidden_layers + 2 layers. *layers is malloc'ed; the
+ * caller frees it with free(). */
+rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
+                          rp_error *err);
+
+/* The block offsets (same numbers rp_model_layout puts in the descriptors). */
+void rp_block_offsets_get(const rp_model_config *cfg, rp_block_offsets *off);
+
+/* Find a tensor by full name in a layer; NULL when absent. */
+const rp_param_desc *rp_layer_find_param(const rp_layer_desc *layer, const char *name);
+
+/* Random initialisation as transformers' _init_weights: matrices and
+ * embeddings ~ normal(0, initializer_range) drawn with
+ * rp_rng_fill_normal(seed, rp_rng_stream_id(full name), first index 0),
+ * norm weights 1, biases 0, padding 0. Depends only on (seed, name, element),
+ * never on ranks or threads. */
+void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
+                   float *params);
+
+/* Cost of one layer for the planner. Closed forms (multiply-add = 2 FLOPs;
+ * elementwise work, norms, softmax exponentials are not counted):
+ *   embedding: 0 FLOPs (a row copy), backward 0 (a row add).
+ *   block, per token, sequence length S:
+ *     2*H*(QD + 2*KD) + 2*QD*H          q/k/v/o projections
+ *     + 6*H*I                           gate, up, down
+ *     + 2*QD*(S+1)                      QK^T and PV, causal: on average
+ *                                       (S+1)/2 keys per query, 2 products
+ *     (QD = heads*head_dim, KD = kv_heads*head_dim)
+ *   head: 2*H*V per token (logits); the loss is elementwise.
+ * Backward with recompute: bwd_flops = fwd + 2*gemm + 2.5*attn (the
+ * forward again, then two products per GEMM, and five attention products
+ * where the forward has two). The head runs forward and backward in one pass:
+ * bwd_flops = 3 * 2*H*V.
+ * act_floats_per_token: the layer input the checkpoint saves (H; 1 int32 for
+ * the embedding's token ids counted as one float).
+ * work_floats_per_token / work_floats_fixed: the layer's CPU workspace
+ * (rp_block_workspace_floats etc.) as a + b*tokens at this S. */
+typedef struct rp_layer_cost {
+    double fwd_flops_per_token;
+    double bwd_flops_per_token; /* recompute included */
+    size_t param_numel;         /* padding included */
+    size_t act_floats_per_token;
+    size_t work_floats_per_token;
+    size_t work_floats_fixed;
+} rp_layer_cost;
+
+void rp_layer_cost_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
+                       rp_layer_cost *cost);
+
+#endif
