@@ -65,9 +65,18 @@ rp_status rp_clip_coef(double sumsq, double max_norm, double *norm, float *coef,
                             "gradient clipping: sum of squares is negative (%g)", sumsq);
     if (max_norm <= 0)
         return RP_OK;
-    /* torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.0 */
-    double c = max_norm / (*norm + 1e-6);
-    if (c < 1.0)
-        *coef = (float)c;
+    /* torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.0,
+     * evaluated on an fp32 total_norm; doing the same fp32 operations
+     * gives torch's coefficient whenever the fp32 norms agree. A norm
+     * beyond fp32 range (torch would get Inf and a zero coefficient) is
+     * handled in double instead. */
+    float norm32 = (float)*norm;
+    if (isfinite(norm32)) {
+        float c = (float)max_norm / (norm32 + (float)1e-6);
+        if (c < 1.0f)
+            *coef = c;
+    } else {
+        *coef = (float)(max_norm / (*norm + 1e-6));
+    }
     return RP_OK;
 }

@@ -22,7 +22,8 @@ double rp_clip_sumsq(const float *g, size_t n);
 /* From the total sum of squares of all gradients: the global norm (always
  * written, for logging) and the factor to multiply gradients by: 1 when
  * max_norm <= 0 (clipping off) or when the norm is already within
- * max_norm, otherwise max_norm / (norm + 1e-6) rounded to fp32.
+ * max_norm, otherwise max_norm / (norm + 1e-6) computed as torch does it,
+ * in fp32 from the fp32-rounded norm.
  * Returns RP_ERR_NUMERIC (message names the value) when the norm is NaN or
  * infinite, whether or not clipping is on, so the trainer stops instead of
  * writing NaN into the weights; *coef is then 1. RP_ERR_INVALID_ARG for a
