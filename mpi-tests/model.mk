@@ -10,3 +10,22 @@ TESTS += mpi-tests/test_model_embed_head
 mpi_tests_test_model_embed_head_SOURCES = mpi-tests/test_model_embed_head.c
 mpi_tests_test_model_embed_head_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_model_embed_head_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_kernels_attention
+TESTS += mpi-tests/test_kernels_attention
+mpi_tests_test_kernels_attention_SOURCES = mpi-tests/test_kernels_attention.c
+mpi_tests_test_kernels_attention_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_kernels_attention_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_kernels_norm_rope
+TESTS += mpi-tests/test_kernels_norm_rope
+mpi_tests_test_kernels_norm_rope_SOURCES = mpi-tests/test_kernels_norm_rope.c
+mpi_tests_test_kernels_norm_rope_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_kernels_norm_rope_LDADD = $(RP_TEST_LDADD) -lm
+
+check_PROGRAMS += mpi-tests/test_model_hf
+TESTS += mpi-tests/test_model_hf
+mpi_tests_test_model_hf_SOURCES = mpi-tests/test_model_hf.c mpi-tests/model_hf_fixture.h
+mpi_tests_test_model_hf_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_model_hf_LDADD = $(RP_TEST_LDADD)
+EXTRA_DIST += mpi-tests/gen_model_hf_fixture.py

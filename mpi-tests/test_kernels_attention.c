@@ -1,0 +1,183 @@
+/* Proves: the blocked (online-softmax) causal GQA attention equals a naive
+ * O(S^2) attention written here in double precision, forward (output and
+ * log-sum-exp) and backward (dq, dk, dv), for block sizes 1, 3, 4, S-1, S
+ * and > S, several sequences per call and grouped kv heads; its results do
+ * not depend on the thread count; the backward does not depend on the
+ * block size; the scratch is linear in the block, independent of S. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "kernels/cpu/attention.h"
+#include "rp_check.h"
+
+enum { NSEQ = 2, S = 11, NH = 6, NKV = 2, HD = 8, TT = NSEQ * S };
+
+static float *rnd(size_t n, uint64_t seed, float sd)
+{
+    float *v = malloc(n * sizeof(float));
+    rp_rng_fill_normal(v, n, seed, 3, 0, 0.0f, sd);
+    return v;
+}
+
+/* Naive reference: full score matrix per (sequence, head), softmax,
+ * backward through the softmax Jacobian, all in double. */
+static void naive(const float *q, const float *k, const float *v, const float *dout, double scale,
+                  double *o, double *lse, double *dq, double *dk, double *dv)
+{
+    memset(dq, 0, sizeof(double) * TT * NH * HD);
+    memset(dk, 0, sizeof(double) * TT * NKV * HD);
+    memset(dv, 0, sizeof(double) * TT * NKV * HD);
+    for (int b = 0; b < NSEQ; b++)
+        for (int h = 0; h < NH; h++) {
+            int g = h / (NH / NKV);
+            double P[S][S], dP[S][S];
+#define Q(t, d) q[((b * S + (t)) * NH + h) * HD + (d)]
+#define K(t, d) k[((b * S + (t)) * NKV + g) * HD + (d)]
+#define Vv(t, d) v[((b * S + (t)) * NKV + g) * HD + (d)]
+#define DO(t, d) dout[((b * S + (t)) * NH + h) * HD + (d)]
+            for (int i = 0; i < S; i++) {
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j < S; j++) {
+                    double s = 0;
+                    for (int d = 0; d < HD; d++)
+                        s += (double)Q(i, d) * K(j, d);
+                    P[i][j] = j <= i ? s * scale : -INFINITY;
+                    mx = fmax(mx, P[i][j]);
+                }
+                for (int j = 0; j < S; j++)
+                    z += (P[i][j] = exp(P[i][j] - mx));
+                for (int j = 0; j < S; j++)
+                    P[i][j] /= z;
+                lse[(b * S + i) * NH + h] = mx + log(z);
+                for (int d = 0; d < HD; d++) {
+                    double acc = 0;
+                    for (int j = 0; j < S; j++)
+                        acc += P[i][j] * Vv(j, d);
+                    o[((b * S + i) * NH + h) * HD + d] = acc;
+                }
+            }
+            for (int i = 0; i < S; i++) {
+                double rs = 0;
+                for (int j = 0; j < S; j++) {
+                    double s = 0;
+                    for (int d = 0; d < HD; d++)
+                        s += (double)DO(i, d) * Vv(j, d);
+                    dP[i][j] = s;
+                    rs += P[i][j] * s;
+                }
+                for (int j = 0; j < S; j++) {
+                    double ds = P[i][j] * (dP[i][j] - rs) * scale;
+                    for (int d = 0; d < HD; d++) {
+                        dq[((b * S + i) * NH + h) * HD + d] += ds * K(j, d);
+                        dk[((b * S + j) * NKV + g) * HD + d] += ds * Q(i, d);
+                        dv[((b * S + j) * NKV + g) * HD + d] += P[i][j] * DO(i, d);
+                    }
+                }
+            }
+#undef Q
+#undef K
+#undef Vv
+#undef DO
+        }
+}
+
+/* fp32 kernel against a double reference: the values are O(1) sums of
+ * O(10) terms, so 2e-5 absolute + 1e-5 relative is a few dozen fp32 ulps. */
+static void expect_close(const float *a, const double *ref, size_t n, const char *what, int64_t B)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(a[i] - ref[i]) <= 2e-5 + 1e-5 * fabs(ref[i]),
+                      "block %lld: %s[%zu] = %.8g, naive %.8g", (long long)B, what, i, a[i], ref[i]);
+}
+
+START_TEST(blocked_equals_naive)
+{
+    /* scores of size O(3): a peaked softmax, where the online rescaling matters */
+    float *q = rnd(TT * NH * HD, 1, 1.0f), *k = rnd(TT * NKV * HD, 2, 1.0f);
+    float *v = rnd(TT * NKV * HD, 3, 1.0f), *dout = rnd(TT * NH * HD, 4, 1.0f);
+    const double scale = 1.0 / sqrt((double)HD);
+    double *o = malloc(sizeof(double) * TT * NH * HD), *lse = malloc(sizeof(double) * TT * NH);
+    double *dq = malloc(sizeof(double) * TT * NH * HD), *dk = malloc(sizeof(double) * TT * NKV * HD),
+           *dv = malloc(sizeof(double) * TT * NKV * HD);
+    naive(q, k, v, dout, scale, o, lse, dq, dk, dv);
+
+    float *fo = malloc(sizeof(float) * TT * NH * HD), *flse = malloc(sizeof(float) * TT * NH);
+    float *fdq = malloc(sizeof(float) * TT * NH * HD), *fdk = malloc(sizeof(float) * TT * NKV * HD),
+          *fdv = malloc(sizeof(float) * TT * NKV * HD);
+    float *dq1 = malloc(sizeof(float) * TT * NH * HD);
+    int64_t blocks[] = {1, 3, 4, S - 1, S, S + 5, 64};
+    for (int bi = 0; bi < 7; bi++) {
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)scale};
+        int nt = omp_get_max_threads();
+        float *scr = malloc(sizeof(float) * rp_attn_scratch_floats(&s, nt));
+        rp_attn_forward(&s, q, k, v, fo, flse, scr, nt);
+        expect_close(fo, o, TT * NH * HD, "o", blocks[bi]);
+        expect_close(flse, lse, TT * NH, "lse", blocks[bi]);
+        rp_attn_backward(&s, q, k, v, fo, flse, dout, fdq, fdk, fdv);
+        expect_close(fdq, dq, TT * NH * HD, "dq", blocks[bi]);
+        expect_close(fdk, dk, TT * NKV * HD, "dk", blocks[bi]);
+        expect_close(fdv, dv, TT * NKV * HD, "dv", blocks[bi]);
+        free(scr);
+    }
+    /* the backward sums in (head, query, key) order whatever the block:
+     * given the same o and lse it gives the same bits for any block size */
+    rp_attn_shape s1 = {NSEQ, S, NH, NKV, HD, 1, (float)scale};
+    rp_attn_shape s7 = {NSEQ, S, NH, NKV, HD, 7, (float)scale};
+    rp_attn_backward(&s1, q, k, v, fo, flse, dout, dq1, fdk, fdv);
+    rp_attn_backward(&s7, q, k, v, fo, flse, dout, fdq, fdk, fdv);
+    ck_assert_mem_eq(dq1, fdq, sizeof(float) * TT * NH * HD);
+    free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(fo), free(flse), free(fdq), free(fdk), free(fdv), free(dq1);
+}
+END_TEST
+
+START_TEST(independent_of_thread_count)
+{
+    float *q = rnd(TT * NH * HD, 1, 1.0f), *k = rnd(TT * NKV * HD, 2, 1.0f);
+    float *v = rnd(TT * NKV * HD, 3, 1.0f), *dout = rnd(TT * NH * HD, 4, 1.0f);
+    rp_attn_shape s = {NSEQ, S, NH, NKV, HD, 4, 0.35f};
+    float *out[2][5];
+    size_t sz[5] = {TT * NH * HD, TT * NH, TT * NH * HD, TT * NKV * HD, TT * NKV * HD};
+    int threads[2] = {1, 3};
+    for (int r = 0; r < 2; r++) {
+        omp_set_num_threads(threads[r]);
+        for (int i = 0; i < 5; i++)
+            out[r][i] = malloc(sizeof(float) * sz[i]);
+        float *scr = malloc(sizeof(float) * rp_attn_scratch_floats(&s, threads[r]));
+        rp_attn_forward(&s, q, k, v, out[r][0], out[r][1], scr, threads[r]);
+        rp_attn_backward(&s, q, k, v, out[r][0], out[r][1], dout, out[r][2], out[r][3], out[r][4]);
+        free(scr);
+    }
+    for (int i = 0; i < 5; i++) {
+        ck_assert_mem_eq(out[0][i], out[1][i], sizeof(float) * sz[i]);
+        free(out[0][i]);
+        free(out[1][i]);
+    }
+    free(q), free(k), free(v), free(dout);
+}
+END_TEST
+
+START_TEST(scratch_independent_of_seqlen)
+{
+    rp_attn_shape a = {1, 100, NH, NKV, HD, 16, 1.0f}, b = a;
+    b.seqlen = 100000;
+    ck_assert_uint_eq(rp_attn_scratch_floats(&a, 4), rp_attn_scratch_floats(&b, 4));
+    ck_assert_uint_lt(rp_attn_scratch_floats(&a, 1), 16 * (HD + 8));
+}
+END_TEST
+
+Suite *attention_suite(void)
+{
+    Suite *s = suite_create("kernels_attention");
+    TCase *tc = tcase_create("attention");
+    tcase_add_test(tc, blocked_equals_naive);
+    tcase_add_test(tc, independent_of_thread_count);
+    tcase_add_test(tc, scratch_independent_of_seqlen);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(attention_suite, "serial")
