@@ -57,4 +57,13 @@ rp_status rp_config_parse(const char *json, size_t len, const char *name, rp_mod
 rp_status rp_config_save(const char *path, const rp_model_config *cfg, rp_dtype dtype,
                          rp_error *err);
 
+/* Like rp_config_save, but start from the JSON object in template_path (the
+ * config.json the model was loaded from, or NULL) so fields roundpipe does not
+ * model (bos_token_id, eos_token_id, ...) survive; every field above is
+ * overwritten from cfg. Both RoPE layouts are written: rope_theta and
+ * rope_scaling at the top level (transformers 4.x) and rope_parameters
+ * (transformers 5.x), plus both "torch_dtype" and "dtype". */
+rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_dtype dtype,
+                              const char *template_path, rp_error *err);
+
 #endif

@@ -1,1 +1,11 @@
-# sources of src/io
+# sources of src/io: safetensors, config.json, .npy
+librp_la_SOURCES += \
+	src/io/config.h src/io/config.c src/io/config_save.c \
+	src/io/atomic_file.c src/io/atomic_file.h \
+	src/io/read_file.c src/io/read_file.h \
+	src/io/json_util.c src/io/json_util.h \
+	src/io/safetensors_header.c src/io/safetensors_header.h \
+	src/io/safetensors.c src/io/safetensors.h \
+	src/io/safetensors_set.c src/io/safetensors_set.h \
+	src/io/safetensors_writer.c src/io/safetensors_writer.h \
+	src/io/npy.c src/io/npy.h src/io/npy_check.c src/io/npy_write.c

@@ -1,0 +1,359 @@
+/* config.json for Llama and Qwen3, as transformers 4.x and 5.x write it.
+ *
+ * Defaults follow the transformers config classes, per architecture: where
+ * a field is absent, roundpipe builds the same model transformers would
+ * (Qwen3Config defaults head_dim to 128 and max_position_embeddings to 32768;
+ * LlamaConfig derives head_dim from hidden_size / heads and uses 2048). An
+ * explicit null head_dim or num_key_value_heads means "derive".
+ *
+ * RoPE settings come in two layouts: 4.x keeps rope_theta at the top level
+ * and scaling in "rope_scaling" ({"rope_type" or "type": ..., ...}); 5.x
+ * puts everything in "rope_parameters" (rope_type, rope_theta, ...). When
+ * both are present, rope_parameters wins. */
+#include "io/config.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json_util.h"
+#include "io/read_file.h"
+
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+/* Sizes are used as int indices and products downstream; keep them in int. */
+#define MAX_SIZE INT32_MAX
+
+typedef struct ctx {
+    const char *file;
+    json_object *root;
+    rp_error *err;
+} ctx;
+
+static rp_status type_error(ctx *c, const char *field, const char *want, json_object *v)
+{
+    return rp_error_set(c->err, RP_ERR_FORMAT, "%s: field '%s': expected %s, got %s", c->file,
+                        field, want, rp_json_type_name(v));
+}
+
+/* Look up key in obj; *present is 0 when absent or null. */
+static json_object *get(json_object *obj, const char *key, int *present)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(obj, key, &v) || json_object_is_type(v, json_type_null)) {
+        *present = 0;
+        return NULL;
+    }
+    *present = 1;
+    return v;
+}
+
+/* An integer field in [lo, MAX_SIZE]. label is the name used in messages
+ * (may be "rope_scaling.x"). */
+static rp_status get_int(ctx *c, json_object *obj, const char *key, const char *label,
+                         int required, int64_t dflt, int64_t lo, int64_t *out)
+{
+    int present;
+    json_object *v = get(obj, key, &present);
+    if (!present) {
+        if (required)
+            return rp_error_set(c->err, RP_ERR_FORMAT, "%s: missing required field '%s'", c->file,
+                                label);
+        *out = dflt;
+        return RP_OK;
+    }
+    if (!json_object_is_type(v, json_type_int))
+        return type_error(c, label, "integer", v);
+    int64_t x = json_object_get_int64(v);
+    /* json-c clamps out-of-range integers to INT64_MIN/MAX */
+    if (x < lo || x > MAX_SIZE)
+        return rp_error_set(c->err, RP_ERR_RANGE, "%s: field '%s': value %s out of range [%lld, %d]",
+                            c->file, label, json_object_to_json_string(v), (long long)lo,
+                            MAX_SIZE);
+    *out = x;
+    return RP_OK;
+}
+
+/* A finite number (integer or floating point) > lo (or >= lo if closed). */
+static rp_status get_num(ctx *c, json_object *obj, const char *key, const char *label,
+                         int required, double dflt, double lo, int closed, double *out)
+{
+    int present;
+    json_object *v = get(obj, key, &present);
+    if (!present) {
+        if (required)
+            return rp_error_set(c->err, RP_ERR_FORMAT, "%s: missing required field '%s'", c->file,
+                                label);
+        *out = dflt;
+        return RP_OK;
+    }
+    if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+        return type_error(c, label, "number", v);
+    double x = json_object_get_double(v);
+    if (!isfinite(x) || (closed ? x < lo : x <= lo))
+        return rp_error_set(c->err, RP_ERR_RANGE, "%s: field '%s': value %s must be %s %g",
+                            c->file, label, json_object_to_json_string(v), closed ? ">=" : ">",
+                            lo);
+    *out = x;
+    return RP_OK;
+}
+
+static rp_status get_bool(ctx *c, json_object *obj, const char *key, int dflt, int *out)
+{
+    int present;
+    json_object *v = get(obj, key, &present);
+    if (!present) {
+        *out = dflt;
+        return RP_OK;
+    }
+    if (!json_object_is_type(v, json_type_boolean))
+        return type_error(c, key, "boolean", v);
+    *out = json_object_get_boolean(v);
+    return RP_OK;
+}
+
+/* A string field; *out NULL when absent or null. */
+static rp_status get_str(ctx *c, json_object *obj, const char *key, const char *label,
+                         const char **out)
+{
+    int present;
+    json_object *v = get(obj, key, &present);
+    *out = NULL;
+    if (!present)
+        return RP_OK;
+    if (!json_object_is_type(v, json_type_string))
+        return type_error(c, label, "string", v);
+    *out = json_object_get_string(v);
+    return RP_OK;
+}
+
+/* rope settings from one object (rope_parameters or rope_scaling). */
+static rp_status parse_rope_obj(ctx *c, json_object *r, const char *field, rp_model_config *cfg)
+{
+    char label[96];
+    const char *type = NULL;
+    snprintf(label, sizeof label, "%s.rope_type", field);
+    RP_TRY(get_str(c, r, "rope_type", label, &type));
+    if (!type) {
+        snprintf(label, sizeof label, "%s.type", field);
+        RP_TRY(get_str(c, r, "type", label, &type));
+    }
+    if (!type)
+        return rp_error_set(c->err, RP_ERR_FORMAT, "%s: field '%s': missing 'rope_type'", c->file,
+                            field);
+    if (strcmp(type, "default") == 0) {
+        cfg->rope_scaling.type = RP_ROPE_DEFAULT;
+    } else if (strcmp(type, "llama3") == 0) {
+        cfg->rope_scaling.type = RP_ROPE_LLAMA3;
+    } else {
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field '%s': unsupported rope type '%s' (supported: default, "
+                            "llama3)",
+                            c->file, label, type);
+    }
+    snprintf(label, sizeof label, "%s.rope_theta", field);
+    RP_TRY(get_num(c, r, "rope_theta", label, 0, cfg->rope_theta, 0, 0, &cfg->rope_theta));
+    double prf;
+    snprintf(label, sizeof label, "%s.partial_rotary_factor", field);
+    RP_TRY(get_num(c, r, "partial_rotary_factor", label, 0, 1.0, 0, 0, &prf));
+    if (prf != 1.0)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field '%s': partial rotary embeddings are not supported", c->file,
+                            label);
+    if (cfg->rope_scaling.type != RP_ROPE_LLAMA3)
+        return RP_OK;
+    rp_rope_scaling *s = &cfg->rope_scaling;
+    snprintf(label, sizeof label, "%s.factor", field);
+    RP_TRY(get_num(c, r, "factor", label, 1, 0, 0, 0, &s->factor));
+    snprintf(label, sizeof label, "%s.low_freq_factor", field);
+    RP_TRY(get_num(c, r, "low_freq_factor", label, 1, 0, 0, 0, &s->low_freq_factor));
+    snprintf(label, sizeof label, "%s.high_freq_factor", field);
+    RP_TRY(get_num(c, r, "high_freq_factor", label, 1, 0, 0, 0, &s->high_freq_factor));
+    snprintf(label, sizeof label, "%s.original_max_position_embeddings", field);
+    RP_TRY(get_int(c, r, "original_max_position_embeddings", label, 1, 0, 1,
+                   &s->original_max_position_embeddings));
+    /* the llama3 ramp divides by (high - low) */
+    if (!(s->high_freq_factor > s->low_freq_factor))
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field '%s.high_freq_factor': %g must exceed low_freq_factor %g",
+                            c->file, field, s->high_freq_factor, s->low_freq_factor);
+    return RP_OK;
+}
+
+static rp_status parse_rope(ctx *c, rp_model_config *cfg)
+{
+    RP_TRY(get_num(c, c->root, "rope_theta", "rope_theta", 0, 10000.0, 0, 0, &cfg->rope_theta));
+    cfg->rope_scaling.type = RP_ROPE_DEFAULT;
+    static const char *const fields[] = {"rope_parameters", "rope_scaling"};
+    for (int i = 0; i < 2; i++) {
+        int present;
+        json_object *r = get(c->root, fields[i], &present);
+        if (!present)
+            continue;
+        if (!json_object_is_type(r, json_type_object))
+            return type_error(c, fields[i], "object", r);
+        return parse_rope_obj(c, r, fields[i], cfg);
+    }
+    return RP_OK;
+}
+
+static rp_status parse_dtype(ctx *c, rp_model_config *cfg)
+{
+    /* 5.x writes "dtype", 4.x "torch_dtype" */
+    static const char *const keys[] = {"dtype", "torch_dtype"};
+    cfg->torch_dtype = RP_F32;
+    for (int i = 0; i < 2; i++) {
+        const char *d;
+        RP_TRY(get_str(c, c->root, keys[i], keys[i], &d));
+        if (!d)
+            continue;
+        if (strcmp(d, "float32") == 0)
+            cfg->torch_dtype = RP_F32;
+        else if (strcmp(d, "bfloat16") == 0)
+            cfg->torch_dtype = RP_BF16;
+        else if (strcmp(d, "float16") == 0)
+            cfg->torch_dtype = RP_F16;
+        else
+            return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                                "%s: field '%s': unsupported dtype '%s' (float32, bfloat16, "
+                                "float16)",
+                                c->file, keys[i], d);
+        return RP_OK;
+    }
+    return RP_OK;
+}
+
+/* Features transformers implements for these architectures that roundpipe
+ * does not: refuse them rather than train a different model. */
+static rp_status check_unsupported(ctx *c, const rp_model_config *cfg)
+{
+    const char *act;
+    RP_TRY(get_str(c, c->root, "hidden_act", "hidden_act", &act));
+    if (act && strcmp(act, "silu") != 0)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'hidden_act': unsupported activation '%s' (only silu)",
+                            c->file, act);
+    int flag;
+    RP_TRY(get_bool(c, c->root, "mlp_bias", 0, &flag));
+    if (flag)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'mlp_bias': MLP biases are not supported", c->file);
+    RP_TRY(get_bool(c, c->root, "use_sliding_window", 0, &flag));
+    if (flag)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'use_sliding_window': sliding-window attention is not "
+                            "supported",
+                            c->file);
+    int present;
+    json_object *lt = get(c->root, "layer_types", &present);
+    if (present) {
+        if (!json_object_is_type(lt, json_type_array))
+            return type_error(c, "layer_types", "array", lt);
+        size_t n = json_object_array_length(lt);
+        for (size_t i = 0; i < n; i++) {
+            json_object *t = json_object_array_get_idx(lt, i);
+            if (!json_object_is_type(t, json_type_string) ||
+                strcmp(json_object_get_string(t), "full_attention") != 0)
+                return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                                    "%s: field 'layer_types': entry %zu is %s, only "
+                                    "\"full_attention\" is supported",
+                                    c->file, i, json_object_to_json_string(t));
+        }
+        (void)cfg;
+    }
+    return RP_OK;
+}
+
+static rp_status parse_root(ctx *c, rp_model_config *cfg)
+{
+    if (!json_object_is_type(c->root, json_type_object))
+        return rp_error_set(c->err, RP_ERR_FORMAT, "%s: expected a JSON object, got %s", c->file,
+                            rp_json_type_name(c->root));
+    const char *mt;
+    RP_TRY(get_str(c, c->root, "model_type", "model_type", &mt));
+    if (!mt)
+        return rp_error_set(c->err, RP_ERR_FORMAT, "%s: missing required field 'model_type'",
+                            c->file);
+    if (strcmp(mt, "llama") == 0)
+        cfg->arch = RP_ARCH_LLAMA;
+    else if (strcmp(mt, "qwen3") == 0)
+        cfg->arch = RP_ARCH_QWEN3;
+    else
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'model_type': unsupported model type '%s' (supported: "
+                            "llama, qwen3)",
+                            c->file, mt);
+    int qwen = cfg->arch == RP_ARCH_QWEN3;
+    json_object *r = c->root;
+    RP_TRY(get_int(c, r, "hidden_size", "hidden_size", 1, 0, 1, &cfg->hidden_size));
+    RP_TRY(get_int(c, r, "intermediate_size", "intermediate_size", 1, 0, 1,
+                   &cfg->intermediate_size));
+    RP_TRY(get_int(c, r, "num_hidden_layers", "num_hidden_layers", 1, 0, 1,
+                   &cfg->num_hidden_layers));
+    RP_TRY(get_int(c, r, "num_attention_heads", "num_attention_heads", 1, 0, 1,
+                   &cfg->num_attention_heads));
+    RP_TRY(get_int(c, r, "vocab_size", "vocab_size", 1, 0, 1, &cfg->vocab_size));
+    RP_TRY(get_int(c, r, "num_key_value_heads", "num_key_value_heads", 0,
+                   cfg->num_attention_heads, 1, &cfg->num_key_value_heads));
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field 'num_key_value_heads': %lld does not divide "
+                            "num_attention_heads %lld",
+                            c->file, (long long)cfg->num_key_value_heads,
+                            (long long)cfg->num_attention_heads);
+    json_object *hd = NULL;
+    int hd_absent = !json_object_object_get_ex(r, "head_dim", &hd);
+    if (hd_absent && qwen) {
+        cfg->head_dim = 128;
+    } else {
+        int present;
+        get(r, "head_dim", &present);
+        if (!present && cfg->hidden_size % cfg->num_attention_heads != 0)
+            return rp_error_set(c->err, RP_ERR_RANGE,
+                                "%s: field 'hidden_size': %lld is not a multiple of "
+                                "num_attention_heads %lld and head_dim is not given",
+                                c->file, (long long)cfg->hidden_size,
+                                (long long)cfg->num_attention_heads);
+        RP_TRY(get_int(c, r, "head_dim", "head_dim", 0,
+                       cfg->hidden_size / cfg->num_attention_heads, 1, &cfg->head_dim));
+    }
+    if (cfg->head_dim % 2 != 0) /* RoPE rotates pairs */
+        return rp_error_set(c->err, RP_ERR_RANGE, "%s: field 'head_dim': %lld must be even",
+                            c->file, (long long)cfg->head_dim);
+    RP_TRY(get_int(c, r, "max_position_embeddings", "max_position_embeddings", 0,
+                   qwen ? 32768 : 2048, 1, &cfg->max_position_embeddings));
+    RP_TRY(get_num(c, r, "rms_norm_eps", "rms_norm_eps", 0, 1e-6, 0, 0, &cfg->rms_norm_eps));
+    RP_TRY(get_num(c, r, "initializer_range", "initializer_range", 0, 0.02, 0, 1,
+                   &cfg->initializer_range));
+    RP_TRY(get_bool(c, r, "tie_word_embeddings", 0, &cfg->tie_word_embeddings));
+    RP_TRY(get_bool(c, r, "attention_bias", 0, &cfg->attention_bias));
+    RP_TRY(parse_rope(c, cfg));
+    RP_TRY(parse_dtype(c, cfg));
+    return check_unsupported(c, cfg);
+}
+
+rp_status rp_config_parse(const char *json, size_t len, const char *name, rp_model_config *cfg,
+                          rp_error *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    ctx c = {name, NULL, err};
+    RP_TRY(rp_json_parse(json, len, name, &c.root, err));
+    rp_status s = parse_root(&c, cfg);
+    json_object_put(c.root);
+    if (s != RP_OK)
+        memset(cfg, 0, sizeof *cfg);
+    return s;
+}
+
+rp_status rp_config_load(const char *path, rp_model_config *cfg, rp_error *err)
+{
+    char *text;
+    size_t len;
+    memset(cfg, 0, sizeof *cfg);
+    RP_TRY(rp_read_file(path, MAX_CONFIG_BYTES, &text, &len, err));
+    rp_status s = rp_config_parse(text, len, path, cfg, err);
+    free(text);
+    return s;
+}

@@ -1,0 +1,152 @@
+/* Writing config.json for transformers (see rp_config_save_from in config.h). */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/atomic_file.h"
+#include "io/config.h"
+#include "io/json_util.h"
+#include "io/read_file.h"
+
+/* Shortest decimal text that reads back as exactly x, always with a '.' or
+ * an exponent so Python parses it as a float (rope_theta 10000 -> 10000.0). */
+static json_object *new_double(double x)
+{
+    char buf[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn")) /* 'n': inf/nan cannot occur (validated), kept safe */
+        strcat(buf, ".0");
+    return json_object_new_double_s(x, buf);
+}
+
+static const char *torch_dtype_name(rp_dtype d)
+{
+    switch (d) {
+    case RP_BF16: return "bfloat16";
+    case RP_F16: return "float16";
+    case RP_F32: break;
+    }
+    return "float32";
+}
+
+static int set(json_object *o, const char *k, json_object *v)
+{
+    return v ? json_object_object_add(o, k, v) : -1;
+}
+
+static json_object *rope_object(const rp_model_config *cfg, int with_theta)
+{
+    json_object *r = json_object_new_object();
+    if (!r)
+        return NULL;
+    int bad = 0;
+    int llama3 = cfg->rope_scaling.type == RP_ROPE_LLAMA3;
+    bad |= set(r, "rope_type", json_object_new_string(llama3 ? "llama3" : "default"));
+    if (with_theta)
+        bad |= set(r, "rope_theta", new_double(cfg->rope_theta));
+    if (llama3) {
+        const rp_rope_scaling *s = &cfg->rope_scaling;
+        bad |= set(r, "factor", new_double(s->factor));
+        bad |= set(r, "low_freq_factor", new_double(s->low_freq_factor));
+        bad |= set(r, "high_freq_factor", new_double(s->high_freq_factor));
+        bad |= set(r, "original_max_position_embeddings",
+                   json_object_new_int64(s->original_max_position_embeddings));
+    }
+    if (bad) {
+        json_object_put(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
+{
+    int qwen = cfg->arch == RP_ARCH_QWEN3;
+    int bad = 0;
+    json_object *arch = json_object_new_array();
+    if (!arch || json_object_array_add(arch, json_object_new_string(
+                                                 qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM")))
+        bad = 1;
+    bad |= set(o, "architectures", arch);
+    bad |= set(o, "model_type", json_object_new_string(qwen ? "qwen3" : "llama"));
+    bad |= set(o, "hidden_size", json_object_new_int64(cfg->hidden_size));
+    bad |= set(o, "intermediate_size", json_object_new_int64(cfg->intermediate_size));
+    bad |= set(o, "num_hidden_layers", json_object_new_int64(cfg->num_hidden_layers));
+    bad |= set(o, "num_attention_heads", json_object_new_int64(cfg->num_attention_heads));
+    bad |= set(o, "num_key_value_heads", json_object_new_int64(cfg->num_key_value_heads));
+    bad |= set(o, "head_dim", json_object_new_int64(cfg->head_dim));
+    bad |= set(o, "vocab_size", json_object_new_int64(cfg->vocab_size));
+    bad |= set(o, "max_position_embeddings", json_object_new_int64(cfg->max_position_embeddings));
+    bad |= set(o, "rms_norm_eps", new_double(cfg->rms_norm_eps));
+    bad |= set(o, "initializer_range", new_double(cfg->initializer_range));
+    bad |= set(o, "tie_word_embeddings", json_object_new_boolean(cfg->tie_word_embeddings));
+    bad |= set(o, "attention_bias", json_object_new_boolean(cfg->attention_bias));
+    bad |= set(o, "hidden_act", json_object_new_string("silu"));
+    bad |= set(o, "rope_theta", new_double(cfg->rope_theta));
+    if (cfg->rope_scaling.type == RP_ROPE_DEFAULT)
+        bad |= json_object_object_add(o, "rope_scaling", NULL); /* JSON null */
+    else
+        bad |= set(o, "rope_scaling", rope_object(cfg, 0));
+    bad |= set(o, "rope_parameters", rope_object(cfg, 1));
+    bad |= set(o, "torch_dtype", json_object_new_string(torch_dtype_name(dtype)));
+    bad |= set(o, "dtype", json_object_new_string(torch_dtype_name(dtype)));
+    if (qwen) {
+        bad |= set(o, "use_sliding_window", json_object_new_boolean(0));
+        bad |= json_object_object_add(o, "sliding_window", NULL);
+        json_object_object_del(o, "layer_types"); /* transformers rebuilds it from the layer count */
+    } else {
+        bad |= set(o, "mlp_bias", json_object_new_boolean(0));
+    }
+    return bad;
+}
+
+rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_dtype dtype,
+                              const char *template_path, rp_error *err)
+{
+    json_object *o = NULL;
+    if (template_path) {
+        char *text;
+        size_t len;
+        RP_TRY(rp_read_file(template_path, (size_t)16 << 20, &text, &len, err));
+        rp_status s = rp_json_parse(text, len, template_path, &o, err);
+        free(text);
+        RP_TRY(s);
+        if (!json_object_is_type(o, json_type_object)) {
+            json_object_put(o);
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: expected a JSON object", template_path);
+        }
+    } else {
+        o = json_object_new_object();
+    }
+    if (!o || fill(o, cfg, dtype)) {
+        json_object_put(o);
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory building config", path);
+    }
+    const char *text = json_object_to_json_string_ext(
+        o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+    rp_atomic_file *af = NULL;
+    rp_status s = text ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
+    if (s == RP_OK)
+        s = rp_atomic_file_open(path, &af, err);
+    if (s == RP_OK)
+        s = rp_atomic_file_write(&af, text, strlen(text), err);
+    if (s == RP_OK)
+        s = rp_atomic_file_write(&af, "\n", 1, err);
+    if (s == RP_OK)
+        s = rp_atomic_file_commit(&af, err);
+    rp_atomic_file_abort(&af);
+    json_object_put(o);
+    return s;
+}
+
+rp_status rp_config_save(const char *path, const rp_model_config *cfg, rp_dtype dtype,
+                         rp_error *err)
+{
+    return rp_config_save_from(path, cfg, dtype, NULL, err);
+}

@@ -1,0 +1,34 @@
+/* Writing safetensors files that the safetensors library and transformers
+ * load: tensors laid out back to back (4-byte dtypes first so every tensor
+ * stays aligned to its element size), header padded with spaces so the data
+ * starts at a multiple of 8, "__metadata__" {"format": "pt"} unless the
+ * caller sets its own. The file appears atomically (temporary name, fsync,
+ * rename); on any failure nothing is left behind. */
+#ifndef RP_IO_SAFETENSORS_WRITER_H
+#define RP_IO_SAFETENSORS_WRITER_H
+
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+typedef struct rp_safetensors_writer rp_safetensors_writer;
+
+rp_status rp_safetensors_writer_create(rp_safetensors_writer **out, rp_error *err);
+void rp_safetensors_writer_destroy(rp_safetensors_writer **w);
+
+/* Add a tensor stored as file_dtype (F32 or BF16; F16 only from F16 data)
+ * from data of src_dtype. F32 -> BF16 rounds to nearest even; BF16 -> F32 is
+ * exact. data is borrowed until rp_safetensors_writer_write() returns. Names
+ * must be unique and non-empty; "__metadata__" is reserved. */
+rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
+                                    rp_dtype file_dtype, rp_dtype src_dtype, int ndim,
+                                    const int64_t *shape, const void *data, rp_error *err);
+
+/* Set a "__metadata__" string entry (replaces {"format": "pt"} for "format"). */
+rp_status rp_safetensors_writer_set_metadata(rp_safetensors_writer *w, const char *key,
+                                             const char *value, rp_error *err);
+
+rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path, rp_error *err);
+
+#endif
