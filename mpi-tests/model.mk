@@ -29,3 +29,9 @@ mpi_tests_test_model_hf_SOURCES = mpi-tests/test_model_hf.c mpi-tests/model_hf_f
 mpi_tests_test_model_hf_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_model_hf_LDADD = $(RP_TEST_LDADD)
 EXTRA_DIST += mpi-tests/gen_model_hf_fixture.py
+
+check_PROGRAMS += mpi-tests/test_model_layout
+TESTS += mpi-tests/test_model_layout
+mpi_tests_test_model_layout_SOURCES = mpi-tests/test_model_layout.c
+mpi_tests_test_model_layout_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_model_layout_LDADD = $(RP_TEST_LDADD)

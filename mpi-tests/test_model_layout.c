@@ -1,0 +1,228 @@
+/* Proves: the layer layout names every tensor as transformers does, with
+ * HF shapes, aligned non-overlapping offsets and weight decay exactly on
+ * matrices; tied embeddings drop lm_head from the head; rp_block_offsets
+ * agrees with the descriptors; initialisation is normal(0, range) from the
+ * counter RNG keyed by the full name (so independent of who computes it),
+ * ones for norms, zeros for biases and padding; bad configurations are
+ * errors naming the field; the planner's cost closed forms. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "model/layers.h"
+#include "model/layout.h"
+#include "rp_check.h"
+
+static rp_model_config cfg_qwen(void)
+{
+    rp_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = RP_ARCH_QWEN3;
+    c.hidden_size = 24;
+    c.intermediate_size = 40;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 1;
+    c.head_dim = 8;
+    c.vocab_size = 37;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1e6;
+    c.initializer_range = 0.05;
+    c.attention_bias = 1;
+    c.tie_word_embeddings = 0;
+    return c;
+}
+
+START_TEST(names_shapes_offsets)
+{
+    rp_model_config c = cfg_qwen();
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    ck_assert_int_eq(n, 5);
+    ck_assert_int_eq(L[0].kind, RP_LAYER_EMBED);
+    ck_assert_str_eq(L[0].params[0].name, "model.embed_tokens.weight");
+    ck_assert_int_eq(L[0].params[0].shape[0], 37);
+    ck_assert_int_eq(L[0].params[0].shape[1], 24);
+    /* transformers' names for Qwen3 with attention_bias (o_proj has one) */
+    static const struct { const char *suffix; int64_t d0, d1; int ndim; } want[] = {
+        {"input_layernorm.weight", 24, 1, 1},      {"self_attn.q_proj.weight", 32, 24, 2},
+        {"self_attn.q_proj.bias", 32, 1, 1},       {"self_attn.k_proj.weight", 8, 24, 2},
+        {"self_attn.k_proj.bias", 8, 1, 1},        {"self_attn.v_proj.weight", 8, 24, 2},
+        {"self_attn.v_proj.bias", 8, 1, 1},        {"self_attn.o_proj.weight", 24, 32, 2},
+        {"self_attn.o_proj.bias", 24, 1, 1},       {"self_attn.q_norm.weight", 8, 1, 1},
+        {"self_attn.k_norm.weight", 8, 1, 1},      {"post_attention_layernorm.weight", 24, 1, 1},
+        {"mlp.gate_proj.weight", 40, 24, 2},       {"mlp.up_proj.weight", 40, 24, 2},
+        {"mlp.down_proj.weight", 24, 40, 2}};
+    for (int b = 0; b < 3; b++) {
+        const rp_layer_desc *d = &L[1 + b];
+        ck_assert_int_eq(d->kind, RP_LAYER_BLOCK);
+        ck_assert_int_eq(d->block, b);
+        ck_assert_int_eq(d->nparams, 15);
+        size_t end = 0;
+        for (int i = 0; i < 15; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%d.%s", b, want[i].suffix);
+            const rp_param_desc *p = &d->params[i];
+            ck_assert_str_eq(p->name, name);
+            ck_assert_int_eq(p->ndim, want[i].ndim);
+            ck_assert_int_eq(p->shape[0], want[i].d0);
+            ck_assert_int_eq(p->shape[1], want[i].d1);
+            ck_assert_uint_eq(p->numel, (size_t)(want[i].d0 * want[i].d1));
+            ck_assert_int_eq(p->decay, want[i].ndim == 2);
+            ck_assert_uint_eq(p->offset % RP_PARAM_ALIGN, 0);
+            ck_assert_uint_ge(p->offset, end); /* in order, no overlap */
+            end = p->offset + p->numel;
+            ck_assert_ptr_eq(rp_layer_find_param(d, name), p);
+        }
+        ck_assert_uint_ge(d->numel, end);
+        ck_assert_uint_lt(d->numel, end + RP_PARAM_ALIGN);
+    }
+    rp_block_offsets off;
+    rp_block_offsets_get(&c, &off);
+    ck_assert_uint_eq(off.wo, rp_layer_find_param(&L[2], "model.layers.1.self_attn.o_proj.weight")->offset);
+    ck_assert_uint_eq(off.bo, rp_layer_find_param(&L[2], "model.layers.1.self_attn.o_proj.bias")->offset);
+    ck_assert_uint_eq(off.k_norm, rp_layer_find_param(&L[2], "model.layers.1.self_attn.k_norm.weight")->offset);
+    ck_assert_uint_eq(off.numel, L[2].numel);
+    ck_assert_int_eq(L[4].kind, RP_LAYER_HEAD);
+    ck_assert_int_eq(L[4].nparams, 2);
+    ck_assert_str_eq(L[4].params[0].name, "model.norm.weight");
+    ck_assert_str_eq(L[4].params[1].name, "lm_head.weight");
+    ck_assert_int_eq(L[4].params[1].decay, 1);
+    free(L);
+
+    /* Llama without bias: no biases, no q/k norms; tied: no lm_head */
+    c.arch = RP_ARCH_LLAMA;
+    c.attention_bias = 0;
+    c.tie_word_embeddings = 1;
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    ck_assert_int_eq(L[1].nparams, 9);
+    ck_assert_ptr_null(rp_layer_find_param(&L[1], "model.layers.0.self_attn.q_norm.weight"));
+    ck_assert_ptr_null(rp_layer_find_param(&L[1], "model.layers.0.self_attn.o_proj.bias"));
+    ck_assert_int_eq(L[n - 1].nparams, 1);
+    rp_block_offsets_get(&c, &off);
+    ck_assert(off.bq == SIZE_MAX && off.bo == SIZE_MAX && off.q_norm == SIZE_MAX);
+    free(L);
+}
+END_TEST
+
+START_TEST(init_values)
+{
+    rp_model_config c = cfg_qwen();
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    for (int l = 0; l < n; l++) {
+        float *p = malloc(L[l].numel * sizeof(float));
+        for (size_t i = 0; i < L[l].numel; i++)
+            p[i] = 123.0f; /* padding must come out zero */
+        rp_layer_init(&c, &L[l], 99, p);
+        size_t covered = 0;
+        for (int k = 0; k < L[l].nparams; k++) {
+            const rp_param_desc *d = &L[l].params[k];
+            uint64_t stream = rp_rng_stream_id(d->name);
+            covered += d->numel;
+            double s2 = 0;
+            for (size_t i = 0; i < d->numel; i++) {
+                float v = p[d->offset + i];
+                if (d->ndim == 2) {
+                    ck_assert_float_eq(v, 0.05f * rp_rng_normal(99, stream, i));
+                    s2 += (double)v * v;
+                } else if (strstr(d->name, ".bias")) {
+                    ck_assert_float_eq(v, 0.0f);
+                } else {
+                    ck_assert_float_eq(v, 1.0f);
+                }
+            }
+            if (d->ndim == 2 && d->numel >= 256) {
+                double sd = sqrt(s2 / (double)d->numel);
+                ck_assert_msg(fabs(sd - 0.05) < 0.01, "%s: std %g", d->name, sd);
+            }
+        }
+        size_t zeros = 0;
+        for (size_t i = 0; i < L[l].numel; i++)
+            zeros += p[i] == 0.0f;
+        ck_assert_uint_ge(zeros, L[l].numel - covered); /* padding cleared */
+        for (size_t i = 0; i < L[l].numel; i++)
+            ck_assert(p[i] != 123.0f);
+        free(p);
+    }
+    free(L);
+}
+END_TEST
+
+START_TEST(bad_configs_name_the_field)
+{
+    rp_model_config c;
+    rp_error err;
+    rp_layer_desc *L = NULL;
+    int n = 0;
+#define EXPECT(stmt, field)                                                               \
+    do {                                                                                  \
+        c = cfg_qwen();                                                                   \
+        stmt;                                                                             \
+        memset(&err, 0, sizeof err);                                                      \
+        ck_assert_int_ne(rp_model_layout(&c, &L, &n, &err), RP_OK);                       \
+        ck_assert_msg(strstr(err.msg, field) != NULL, "message '%s' lacks '%s'", err.msg, \
+                      field);                                                             \
+    } while (0)
+    EXPECT(c.num_key_value_heads = 3, "num_key_value_heads");
+    EXPECT(c.head_dim = 7, "head_dim");
+    EXPECT(c.hidden_size = 0, "hidden_size");
+    EXPECT(c.vocab_size = -5, "vocab_size");
+    EXPECT(c.rms_norm_eps = 0, "rms_norm_eps");
+    EXPECT(c.rope_theta = -1, "rope_theta");
+    EXPECT(c.num_hidden_layers = -1, "num_hidden_layers");
+    EXPECT((c.rope_scaling.type = RP_ROPE_LLAMA3, c.rope_scaling.factor = 8,
+            c.rope_scaling.low_freq_factor = 4, c.rope_scaling.high_freq_factor = 1,
+            c.rope_scaling.original_max_position_embeddings = 8192),
+           "rope_scaling");
+#undef EXPECT
+}
+END_TEST
+
+START_TEST(cost_closed_forms)
+{
+    rp_model_config c = cfg_qwen();
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    rp_layer_cost k;
+    const int64_t S = 512;
+    rp_layer_cost_get(&c, &L[1], S, &k);
+    /* H 24, QD 32, KD 8, I 40 */
+    double gemm = 2.0 * 24 * (32 + 16) + 2.0 * 32 * 24 + 6.0 * 24 * 40;
+    double attn = 2.0 * 32 * (S + 1);
+    ck_assert_double_eq(k.fwd_flops_per_token, gemm + attn);
+    ck_assert_double_eq(k.bwd_flops_per_token, gemm + attn + 2 * gemm + 2.5 * attn);
+    ck_assert_uint_eq(k.param_numel, L[1].numel);
+    ck_assert_uint_eq(k.act_floats_per_token, 24);
+    /* the workspace model reproduces the real workspace at other batch sizes */
+    for (int64_t nseq = 1; nseq <= 4; nseq++)
+        ck_assert_uint_eq(k.work_floats_fixed + k.work_floats_per_token * (size_t)(nseq * S),
+                          rp_block_workspace_floats(&c, nseq, S));
+    rp_layer_cost_get(&c, &L[n - 1], S, &k);
+    ck_assert_double_eq(k.fwd_flops_per_token, 2.0 * 24 * 37);
+    ck_assert_uint_eq(k.work_floats_fixed, rp_head_workspace_floats(&c, 1 << 20, RP_HEAD_CHUNK));
+    rp_layer_cost_get(&c, &L[0], S, &k);
+    ck_assert_double_eq(k.fwd_flops_per_token, 0);
+    ck_assert_uint_eq(k.param_numel, 37 * 24 + (16 - (37 * 24) % 16) % 16);
+    free(L);
+}
+END_TEST
+
+Suite *layout_suite(void)
+{
+    Suite *s = suite_create("model_layout");
+    TCase *tc = tcase_create("layout");
+    tcase_add_test(tc, names_shapes_offsets);
+    tcase_add_test(tc, init_values);
+    tcase_add_test(tc, bad_configs_name_the_field);
+    tcase_add_test(tc, cost_closed_forms);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(layout_suite, "serial")
