@@ -13,7 +13,7 @@ void rp_train_options_default(rp_train_options *o)
     o->lr = 3e-4;
     o->min_lr = 0.0;
     o->warmup_steps = 0;
-    o->schedule = RP_SCHED_COSINE;
+    o->schedule = RP_LR_COSINE;
     o->weight_decay = 0.01; /* torch.optim.AdamW's default */
     o->beta1 = 0.9;
     o->beta2 = 0.999;

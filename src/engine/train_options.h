@@ -8,8 +8,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "device/device.h"
-
-typedef enum rp_sched_opt { RP_SCHED_CONSTANT = 0, RP_SCHED_COSINE = 1, RP_SCHED_LINEAR = 2 } rp_sched_opt;
+#include "optim/lr.h"
 
 typedef enum rp_progress_mode {
     RP_PROGRESS_AUTO = 0, /* live line on a terminal, periodic lines otherwise */
@@ -30,7 +29,7 @@ typedef struct rp_train_options {
     int64_t steps;           /* --steps (0: one pass over the samples) */
     double lr, min_lr;
     int64_t warmup_steps;
-    rp_sched_opt schedule;
+    rp_lr_kind schedule;
     double weight_decay, beta1, beta2, eps;
     double grad_clip;        /* 0 = off */
     rp_dtype dtype;          /* executor compute dtype */

@@ -1,0 +1,133 @@
+/* golden_compare EXPECTED.jsonl LOG.jsonl EXPECTED.safetensors SAVED.safetensors RTOL
+ *
+ * Compares a roundpipe training run against a PyTorch/transformers reference
+ * (mpi-tests/fixtures/golden, made by tools/make_golden.py):
+ *   - every step's loss, lr and grad_norm within RTOL relative;
+ *   - every tensor of the reference's final weights present in the saved
+ *     model with the same shape, and max|a - b| <= RTOL * max|b| per tensor
+ *     (the scale is the tensor's largest magnitude: AdamW moves every element
+ *     by about lr, so an element near zero has no meaningful relative error
+ *     of its own).
+ * Prints one line per failed check and "RP-CHECK: passed=P failed=F". */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/safetensors.h"
+
+static int passed, failed;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+        fputs("MISMATCH: ", stdout);
+        vprintf(fmt, ap);
+        fputc('\n', stdout);
+    }
+    va_end(ap);
+}
+
+static int read_lines(const char *path, json_object **objs, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        check(0, "%s: cannot open", path);
+        return 0;
+    }
+    char line[8192];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        json_object *o = json_tokener_parse(line);
+        if (!o) {
+            check(0, "%s: line %d is not JSON", path, n + 1);
+            break;
+        }
+        objs[n++] = o;
+    }
+    fclose(f);
+    return n;
+}
+
+static double field(json_object *o, const char *k)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, k, &v) ? json_object_get_double(v) : NAN;
+}
+
+static double rel(double a, double b)
+{
+    return fabs(a - b) / fmax(fabs(b), 1e-30);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s EXPECTED.jsonl LOG.jsonl EXPECTED.safetensors "
+                        "SAVED.safetensors RTOL\n", argv[0]);
+        return 2;
+    }
+    double rtol = atof(argv[5]), worst_loss = 0, worst_w = 0;
+    json_object *exp[256], *got[256];
+    int ne = read_lines(argv[1], exp, 256), ng = read_lines(argv[2], got, 256);
+    check(ne > 0 && ne == ng, "%d expected steps, %d logged", ne, ng);
+    for (int i = 0; i < ne && i < ng; i++) {
+        const char *keys[] = {"step", "loss", "lr", "grad_norm"};
+        for (int k = 0; k < 4; k++) {
+            double a = field(got[i], keys[k]), b = field(exp[i], keys[k]);
+            double r = rel(a, b);
+            if (k == 1 && r > worst_loss)
+                worst_loss = r;
+            check(r <= rtol, "step %d %s: got %.9g expected %.9g (rel %.2e)", i + 1, keys[k], a,
+                  b, r);
+        }
+    }
+    rp_safetensors *se = NULL, *sg = NULL;
+    rp_error err = {0};
+    int ok = rp_safetensors_open(argv[3], &se, &err) == RP_OK;
+    check(ok, "%s", err.msg);
+    ok = ok && rp_safetensors_open(argv[4], &sg, &err) == RP_OK;
+    check(sg != NULL, "%s", err.msg);
+    for (size_t i = 0; ok && i < rp_safetensors_count(se); i++) {
+        const char *name = rp_safetensors_name(se, i);
+        rp_safetensors_tensor te;
+        rp_safetensors_find(se, name, &te, NULL);
+        float *b = malloc((size_t)te.numel * sizeof(float));
+        float *a = malloc((size_t)te.numel * sizeof(float));
+        int got_ok = rp_safetensors_read_f32(se, name, te.ndim, te.shape, b, &err) == RP_OK &&
+                     rp_safetensors_read_f32(sg, name, te.ndim, te.shape, a, &err) == RP_OK;
+        check(got_ok, "tensor %s: %s", name, err.msg);
+        if (got_ok) {
+            double scale = 0, diff = 0;
+            for (int64_t j = 0; j < te.numel; j++) {
+                scale = fmax(scale, fabs(b[j]));
+                diff = fmax(diff, fabs((double)a[j] - b[j]));
+            }
+            double r = diff / fmax(scale, 1e-30);
+            if (r > worst_w)
+                worst_w = r;
+            check(r <= rtol, "tensor %s: max|diff| %.3e, max|w| %.3e (rel %.2e)", name, diff,
+                  scale, r);
+        }
+        free(a);
+        free(b);
+    }
+    rp_safetensors_close(&se);
+    rp_safetensors_close(&sg);
+    for (int i = 0; i < ne; i++)
+        json_object_put(exp[i]);
+    for (int i = 0; i < ng; i++)
+        json_object_put(got[i]);
+    printf("golden: worst loss rel error %.3e, worst weight rel error %.3e (tolerance %.1e)\n",
+           worst_loss, worst_w, rtol);
+    printf("RP-CHECK: passed=%d failed=%d\n", passed, failed);
+    return failed ? 1 : 0;
+}

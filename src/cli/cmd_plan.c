@@ -1,0 +1,109 @@
+/* `roundpipe plan`: print the stage plan for a model and settings. */
+#include "cli/cmd_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/plan_opts.h"
+#include "plan/schedule.h"
+
+static const char plan_usage[] =
+    "usage: roundpipe plan (--layers FILE | --init-config FILE | --model DIR) [options]\n"
+    "Prints the forward and backward stages (tail first) the planner chooses, each job's\n"
+    "per-microbatch time, weights and peak device memory, and the modelled iteration.\n";
+
+static const char *kind_name(rp_job_kind k)
+{
+    return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
+}
+
+static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r)
+{
+    const rp_cost_model *m = o->model;
+    char buf[16384];
+    rp_plan_format(p, buf, sizeof buf);
+    printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
+           "\"width\": %d, \"optimizer_lag\": %d, \"plan\": \"%s\", \"iteration_ms\": %.6g, "
+           "\"bubble_mean\": %.6g, \"bubble_max\": %.6g, \"tokens_per_s\": %.6g, "
+           "\"peak_bytes\": %lld, \"memory_limit_bytes\": %lld, \"jobs\": [",
+           m->name, m->num_layers, o->mc.gpus, o->mc.microbatches, r->width,
+           o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
+           r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
+    for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
+        rp_job jb = rp_schedule_job(p, j);
+        printf("%s{\"job\": %d, \"kind\": \"%s\", \"first\": %d, \"last\": %d, "
+               "\"ms_per_microbatch\": %.6g, \"weight_bytes\": %lld, \"grad_bytes\": %lld, "
+               "\"peak_bytes\": %lld}",
+               j ? ", " : "", j, kind_name(jb.kind), jb.first, jb.last,
+               rp_schedule_job_ms(m, &jb), (long long)rp_cost_weight_bytes(m, jb.first, jb.last),
+               (long long)(jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)),
+               (long long)rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes));
+    }
+    printf("]}\n");
+}
+
+static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r)
+{
+    const rp_cost_model *m = o->model;
+    char buf[16384];
+    rp_plan_format(p, buf, sizeof buf);
+    printf("model %s: %d layers; %d executors, %d microbatches, %s optimizer\n", m->name,
+           m->num_layers, o->mc.gpus, o->mc.microbatches,
+           o->mc.optimizer_lag ? "lagged (one step stale)" : "exact");
+    printf("pipeline width %d: %d pipeline(s) of %d microbatches\n", r->width, r->groups,
+           r->group_microbatches);
+    printf("plan: %s\n\n", buf);
+    printf("%4s %4s %9s %10s %10s %11s %10s %10s\n", "job", "kind", "layers", "ms/mb", "job ms",
+           "weight MiB", "grad MiB", "peak MiB");
+    for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
+        rp_job jb = rp_schedule_job(p, j);
+        char lay[32];
+        snprintf(lay, sizeof lay, "%d-%d", jb.first, jb.last);
+        double ms = rp_schedule_job_ms(m, &jb);
+        printf("%4d %4s %9s %10.2f %10.1f %11.1f %10.1f %10.1f\n", j, kind_name(jb.kind), lay, ms,
+               ms * r->group_microbatches,
+               rp_cost_weight_bytes(m, jb.first, jb.last) / 1048576.0,
+               (jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)) / 1048576.0,
+               rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes) / 1048576.0);
+    }
+    printf("\nmodelled iteration %.1f ms, bubble %.2f%% mean, %.2f%% max", r->iteration_ms,
+           100 * r->bubble_mean, 100 * r->bubble_max);
+    if (r->tokens_per_s > 0)
+        printf(", %.0f tokens/s", r->tokens_per_s);
+    printf("\npeak device memory %.1f MiB (job %d)", r->peak_bytes / 1048576.0, r->worst_job);
+    if (o->mc.memory_limit > 0)
+        printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
+    printf("\n");
+}
+
+int rp_cli_plan(int argc, char **argv)
+{
+    rp_error err = {0};
+    rp_plan_cli o;
+    rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
+    if (st != RP_OK) {
+        fprintf(stderr, "roundpipe plan: %s\n(try 'roundpipe plan --help')\n", err.msg);
+        return 2;
+    }
+    if (o.help) {
+        printf("%s%s", plan_usage, rp_plan_cli_options_usage);
+        return 0;
+    }
+    rp_plan *p = malloc(sizeof *p);
+    rp_sim_result r;
+    if (!p)
+        st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
+    else
+        st = rp_plan_cli_plan(&o, &o.mc, p, &r, &err);
+    if (st == RP_OK) {
+        if (o.json)
+            print_json(&o, p, &r);
+        else
+            print_table(&o, p, &r);
+    } else {
+        fprintf(stderr, "roundpipe plan: %s\n", err.msg);
+    }
+    free(p);
+    rp_plan_cli_free(&o);
+    return st == RP_OK ? 0 : 1;
+}

@@ -1,0 +1,119 @@
+/* `roundpipe simulate`: the planner and the round-robin schedule on a
+ * modelled machine in virtual time, with the exact and the lagged optimizer,
+ * next to GPipe and 1F1B with weights bound to GPUs. */
+#include "cli/cmd_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/plan_opts.h"
+#include "plan/baseline.h"
+
+static const char sim_usage[] =
+    "usage: roundpipe simulate (--layers FILE | --init-config FILE | --model DIR) [options]\n"
+    "Plans and simulates the round-robin schedule with the exact and the lagged optimizer\n"
+    "(each with its own best plan unless --plan is given), and GPipe and 1F1B with weights\n"
+    "bound to GPUs; prints iteration time, bubble fraction per executor and tokens/s.\n";
+
+typedef struct row {
+    const char *name;
+    rp_sim_result r;
+    char plan[16384];
+} row;
+
+int rp_cli_simulate(int argc, char **argv)
+{
+    rp_error err = {0};
+    rp_plan_cli o;
+    rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
+    if (st != RP_OK) {
+        fprintf(stderr, "roundpipe simulate: %s\n(try 'roundpipe simulate --help')\n", err.msg);
+        return 2;
+    }
+    if (o.help) {
+        printf("%s%s", sim_usage, rp_plan_cli_options_usage);
+        return 0;
+    }
+    row *rows = calloc(4, sizeof *rows);
+    rp_plan *p = malloc(sizeof *p);
+    if (!rows || !p)
+        st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
+    /* rows[0]: the mode asked for; rows[1]: the other optimizer mode */
+    for (int i = 0; i < 2 && st == RP_OK; i++) {
+        rp_machine mc = o.mc;
+        mc.optimizer_lag = i == 0 ? o.mc.optimizer_lag : !o.mc.optimizer_lag;
+        rows[i].name = mc.optimizer_lag ? "roundpipe, lagged optimizer" : "roundpipe, exact optimizer";
+        st = rp_plan_cli_plan(&o, &mc, p, &rows[i].r, &err);
+        if (st == RP_OK)
+            rp_plan_format(p, rows[i].plan, sizeof rows[i].plan);
+    }
+    if (st == RP_OK) {
+        rows[2].name = "GPipe, weights bound to GPUs";
+        st = rp_simulate_baseline(o.model, &o.mc, RP_BASELINE_GPIPE, &rows[2].r, &err);
+    }
+    if (st == RP_OK) {
+        rows[3].name = "1F1B, weights bound to GPUs";
+        st = rp_simulate_baseline(o.model, &o.mc, RP_BASELINE_1F1B, &rows[3].r, &err);
+    }
+    if (st != RP_OK) {
+        fprintf(stderr, "roundpipe simulate: %s\n", err.msg);
+    } else {
+        int ex = o.mc.optimizer_lag ? 1 : 0, lg = 1 - ex;
+        double ratio = rows[lg].r.iteration_ms / rows[ex].r.iteration_ms;
+        int G = o.mc.gpus;
+        if (o.json) {
+            printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
+                   "\"bandwidth_gbs\": %g, \"transfer_ms\": %g, \"optimizer_gbs\": %g, "
+                   "\"exact_over_lagged_throughput\": %.6g, \"schedules\": [",
+                   o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
+                   o.mc.transfer_ms, o.mc.opt_gbs, ratio);
+            for (int i = 0; i < 4; i++) {
+                const rp_sim_result *r = &rows[i].r;
+                printf("%s{\"name\": \"%s\", \"plan\": \"%s\", \"iteration_ms\": %.6g, "
+                       "\"tokens_per_s\": %.6g, \"bubble_mean\": %.6g, \"bubble_max\": %.6g, "
+                       "\"bubble\": [",
+                       i ? ", " : "", rows[i].name, rows[i].plan, r->iteration_ms,
+                       r->tokens_per_s, r->bubble_mean, r->bubble_max);
+                for (int e = 0; e < G; e++)
+                    printf("%s%.6g", e ? ", " : "", r->bubble[e]);
+                printf("]}");
+            }
+            printf("]}\n");
+        } else {
+            printf("model %s: %d layers; %d executors, %d microbatches; host-device %g GB/s, "
+                   "hand-over %g ms, optimizer %g GB/s per rank\n",
+                   o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
+                   o.mc.transfer_ms, o.mc.opt_gbs);
+            for (int i = 0; i < 2; i++)
+                printf("plan (%s): %s (width %d)\n", rows[i].name, rows[i].plan, rows[i].r.width);
+            printf("\n%-30s %12s %12s %12s %12s\n", "schedule", "iter ms", "tokens/s",
+                   "bubble mean", "bubble max");
+            for (int i = 0; i < 4; i++) {
+                const rp_sim_result *r = &rows[i].r;
+                char tps[32];
+                if (r->tokens_per_s > 0)
+                    snprintf(tps, sizeof tps, "%.0f", r->tokens_per_s);
+                else
+                    snprintf(tps, sizeof tps, "n/a");
+                printf("%-30s %12.1f %12s %11.2f%% %11.2f%%\n", rows[i].name, r->iteration_ms, tps,
+                       100 * r->bubble_mean, 100 * r->bubble_max);
+            }
+            for (int i = 0; i < 4; i++) {
+                printf("\nbubble per executor, %s:", rows[i].name);
+                for (int e = 0; e < G; e++)
+                    printf(" %.1f%%", 100 * rows[i].r.bubble[e]);
+            }
+            printf("\n\nexact / lagged throughput: %.4f\n", ratio);
+            printf("roundpipe (%s) vs GPipe: %.3fx, vs 1F1B: %.3fx\n", rows[0].name,
+                   rows[2].r.iteration_ms / rows[0].r.iteration_ms,
+                   rows[3].r.iteration_ms / rows[0].r.iteration_ms);
+            if (o.mc.tokens_per_iteration <= 0)
+                printf("(tokens/s: give --seq-len and --batch-size, or tokens_per_microbatch in "
+                       "the layer file)\n");
+        }
+    }
+    free(rows);
+    free(p);
+    rp_plan_cli_free(&o);
+    return st == RP_OK ? 0 : 1;
+}

@@ -1,0 +1,64 @@
+/* The roundpipe command: dispatch to a subcommand. Only the CLI decides how
+ * to die; the library returns statuses. */
+#include "config.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "roundpipe.h"
+#ifdef RP_HAVE_PLAN_CLI
+#include "cli/cmd_plan.h"
+#endif
+
+static const char usage[] =
+    "usage: roundpipe <command> [options]\n"
+    "commands:\n"
+    "  train      fine-tune a model (run under mpirun/srun, one rank per device)\n"
+#ifdef RP_HAVE_PLAN_CLI
+    "  plan       print the stage plan for a model and settings\n"
+    "  simulate   run the planner and schedule on a modelled machine\n"
+#endif
+    "  version    print the version\n"
+    "  help       this text\n"
+    "'roundpipe <command> --help' lists a command's options; see roundpipe(1).\n";
+
+static int run_with_mpi(int (*fn)(int, char **), int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rc = fn(argc, argv), all = rc;
+    /* Every rank agrees on the exit code (the trainer's failures are
+     * collective, so no rank is left blocked). */
+    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    rc = all;
+    MPI_Finalize();
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "train") == 0)
+        return run_with_mpi(rp_cli_train, argc - 1, argv + 1);
+#ifdef RP_HAVE_PLAN_CLI
+    if (strcmp(cmd, "plan") == 0)
+        return rp_cli_plan(argc - 1, argv + 1);
+    if (strcmp(cmd, "simulate") == 0)
+        return rp_cli_simulate(argc - 1, argv + 1);
+#endif
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("roundpipe %s\n", rp_version_string());
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    fprintf(stderr, "roundpipe: unknown command '%s'\n%s", cmd, usage);
+    return 2;
+}

@@ -1,0 +1,258 @@
+/* Shared option parsing for `roundpipe plan` and `roundpipe simulate`. */
+#include "cli/plan_opts.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "io/config.h"
+#include "plan/layers_file.h"
+#include "plan/partition.h"
+#include "plan/schedule.h"
+
+enum {
+    O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
+    O_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
+    O_PLAN, O_ITERS, O_JSON, O_HELP
+};
+
+static const struct option opts[] = {
+    {"layers", required_argument, 0, O_LAYERS},
+    {"init-config", required_argument, 0, O_INIT_CONFIG},
+    {"model", required_argument, 0, O_MODEL},
+    {"gpus", required_argument, 0, O_GPUS},
+    {"microbatches", required_argument, 0, O_MB},
+    {"seq-len", required_argument, 0, O_SEQ},
+    {"batch-size", required_argument, 0, O_BATCH},
+    {"tflops", required_argument, 0, O_TFLOPS},
+    {"device-gbs", required_argument, 0, O_DEVGBS},
+    {"dtype", required_argument, 0, O_DTYPE},
+    {"memory-limit-mib", required_argument, 0, O_MEM},
+    {"workspace-mib", required_argument, 0, O_WS},
+    {"bandwidth-gbs", required_argument, 0, O_BW},
+    {"transfer-ms", required_argument, 0, O_XFER},
+    {"optimizer-gbs", required_argument, 0, O_OPTGBS},
+    {"optimizer-lag", required_argument, 0, O_LAG},
+    {"grad-clip", required_argument, 0, O_CLIP},
+    {"defer-wgrad", required_argument, 0, O_DEFER},
+    {"optimizer-spread", required_argument, 0, O_SPREAD},
+    {"width", required_argument, 0, O_WIDTH},
+    {"plan", required_argument, 0, O_PLAN},
+    {"iterations", required_argument, 0, O_ITERS},
+    {"json", no_argument, 0, O_JSON},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+const char rp_plan_cli_options_usage[] =
+    "  --layers FILE          layer-times file (format: bench/README.md)\n"
+    "  --init-config FILE     a config.json; times from FLOPs (--tflops, --device-gbs)\n"
+    "  --model DIR            a model directory (its config.json)\n"
+    "  --gpus G               executors (default: the file's, else 1)\n"
+    "  --microbatches M       per iteration (default: the file's, else 1)\n"
+    "  --seq-len S            tokens per sample (default 1024)\n"
+    "  --batch-size B         samples per iteration (default M)\n"
+    "  --tflops X             achieved TFLOP/s per device for a config (default 100)\n"
+    "  --device-gbs X         device memory GB/s for a config (default 1000)\n"
+    "  --dtype bf16|fp32      device compute dtype for a config (default bf16)\n"
+    "  --memory-limit-mib N   device memory a job may use (default: no limit)\n"
+    "  --workspace-mib N      per-job workspace counted in it (default 256)\n"
+    "  --bandwidth-gbs X      host<->device GB/s per GPU, each direction (default 25)\n"
+    "  --transfer-ms X        latency of an activation hand-over between executors\n"
+    "                         (default: the file's, else 0)\n"
+    "  --optimizer-gbs X      memory GB/s of one rank's CPU optimizer (default 10)\n"
+    "  --optimizer-lag 0|1    0: exact (default); 1: one step stale\n"
+    "  --grad-clip C          C > 0: global-norm clipping (updates wait for all gradients)\n"
+    "  --defer-wgrad 0|1      weight-gradient work after the input gradient is sent (default 1)\n"
+    "  --optimizer-spread 0|1 split each layer's update over all ranks (default 0)\n"
+    "  --width W              pipeline width (default: the planner chooses)\n"
+    "  --plan STRING          force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]\n"
+    "  --iterations N         simulated iterations (default 12; second half measured)\n"
+    "  --json                 print JSON instead of a table\n";
+
+static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
+                             double devgbs, int cb, rp_cost_model **out, rp_error *err)
+{
+    rp_model_config cfg;
+    RP_TRY(rp_config_load(path, &cfg, err));
+    rp_model_shape sh = {cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
+                         cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size,
+                         cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias};
+    rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
+    rp_status st = rp_cost_from_shape(&sh, &d, out, err);
+    if (st != RP_OK)
+        return rp_error_prefix(err, "%s: ", path);
+    const char *base = strrchr(path, '/');
+    snprintf((*out)->name, sizeof (*out)->name, "%s", base ? base + 1 : path);
+    return RP_OK;
+}
+
+rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err)
+{
+    memset(o, 0, sizeof *o);
+    rp_machine_defaults(&o->mc);
+    o->mc.defer_wgrad = 1;
+    const char *layers = NULL, *config = NULL, *plan = NULL;
+    char *config_buf = NULL;
+    int64_t G = 0, M = 0, S = 1024, B = 0, mem = 0, ws = 256, lag = 0, defer = 1, spread = 0;
+    int64_t width = 0, iters = 12, cb = 2;
+    double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0;
+    int have_seq = 0, have_batch = 0;
+    optind = 0;
+    opterr = 0;
+    rp_status st = RP_OK;
+    for (;;) {
+        int idx = 0, c = getopt_long(argc, argv, ":h", opts, &idx);
+        if (c == -1)
+            break;
+        const char *name = c >= O_LAYERS && c <= O_HELP ? opts[c - O_LAYERS].name : "";
+        char optname[48];
+        snprintf(optname, sizeof optname, "--%s", name);
+        switch (c) {
+        case O_LAYERS: layers = optarg; break;
+        case O_INIT_CONFIG: config = optarg; break;
+        case O_MODEL:
+            free(config_buf);
+            config_buf = malloc(strlen(optarg) + 16);
+            if (!config_buf) {
+                st = rp_error_set(err, RP_ERR_NOMEM, "out of memory");
+                break;
+            }
+            sprintf(config_buf, "%s/config.json", optarg);
+            config = config_buf;
+            break;
+        case O_GPUS: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &G, err); break;
+        case O_MB: st = rp_arg_int(optname, optarg, 1, 1 << 20, &M, err); break;
+        case O_SEQ: st = rp_arg_int(optname, optarg, 1, 1 << 24, &S, err); have_seq = 1; break;
+        case O_BATCH:
+            st = rp_arg_int(optname, optarg, 1, 1 << 24, &B, err);
+            have_batch = 1;
+            break;
+        case O_TFLOPS: st = rp_arg_double(optname, optarg, &tflops, err); break;
+        case O_DEVGBS: st = rp_arg_double(optname, optarg, &devgbs, err); break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "bf16"))
+                cb = 2;
+            else if (!strcmp(optarg, "fp32"))
+                cb = 4;
+            else
+                st = rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype: '%s' is not bf16 or fp32",
+                                  optarg);
+            break;
+        case O_MEM: st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &mem, err); break;
+        case O_WS: st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &ws, err); break;
+        case O_BW: st = rp_arg_double(optname, optarg, &bw, err); break;
+        case O_XFER: st = rp_arg_double(optname, optarg, &xfer, err); break;
+        case O_OPTGBS: st = rp_arg_double(optname, optarg, &optgbs, err); break;
+        case O_LAG: st = rp_arg_int(optname, optarg, 0, 1, &lag, err); break;
+        case O_CLIP: st = rp_arg_double(optname, optarg, &clip, err); break;
+        case O_DEFER: st = rp_arg_int(optname, optarg, 0, 1, &defer, err); break;
+        case O_SPREAD: st = rp_arg_int(optname, optarg, 0, 1, &spread, err); break;
+        case O_WIDTH: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &width, err); break;
+        case O_PLAN: plan = optarg; break;
+        case O_ITERS: st = rp_arg_int(optname, optarg, 4, 10000, &iters, err); break;
+        case O_JSON: o->json = 1; break;
+        case O_HELP: case 'h': o->help = 1; break;
+        case ':':
+            st = rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", argv[optind - 1]);
+            break;
+        default:
+            st = rp_error_set(err, RP_ERR_INVALID_ARG, "unknown option '%s'", argv[optind - 1]);
+        }
+        if (st != RP_OK)
+            break;
+    }
+    if (st == RP_OK && optind < argc)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "unexpected argument '%s'", argv[optind]);
+    if (st != RP_OK || o->help) {
+        free(config_buf);
+        return st;
+    }
+    /* positive rates; a zero bandwidth would make every transfer take forever */
+    if (!(tflops > 0) || !(devgbs > 0) || !(bw > 0) || !(optgbs > 0))
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "--tflops, --device-gbs, --bandwidth-gbs and --optimizer-gbs must be > 0");
+    else if (xfer < 0 && xfer != -1)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--transfer-ms must be >= 0");
+    else if (clip < 0)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0");
+    else if (!!layers + !!config != 1)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "give exactly one of --layers, --init-config or --model");
+    if (st == RP_OK && layers) {
+        st = rp_cost_load(layers, &o->model, err);
+    } else if (st == RP_OK) {
+        int64_t m = M ? M : 1, b = have_batch ? B : m;
+        if (b % m)
+            st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                              "--batch-size %lld is not divisible by --microbatches %lld",
+                              (long long)b, (long long)m);
+        else
+            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, &o->model, err);
+        if (st == RP_OK)
+            o->model->tokens_per_microbatch = S * b / m;
+    }
+    free(config_buf);
+    if (st != RP_OK)
+        return st;
+    rp_machine *mc = &o->mc;
+    mc->gpus = (int)(G ? G : o->model->default_gpus ? o->model->default_gpus : 1);
+    mc->microbatches = (int)(M ? M : o->model->default_microbatches ? o->model->default_microbatches : 1);
+    mc->link_gbs = bw;
+    mc->transfer_ms = xfer >= 0 ? xfer : o->model->default_transfer_ms;
+    mc->opt_gbs = optgbs;
+    mc->optimizer_lag = (int)lag;
+    mc->clip = clip > 0;
+    mc->defer_wgrad = (int)defer;
+    mc->opt_spread = (int)spread;
+    mc->iterations = (int)iters;
+    mc->memory_limit = mem << 20;
+    mc->workspace_bytes = ws << 20;
+    if (layers && have_seq && have_batch)
+        o->model->tokens_per_microbatch = S * B / mc->microbatches;
+    mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;
+    o->width = (int)width;
+    if (plan) {
+        o->forced = malloc(sizeof *o->forced);
+        if (!o->forced)
+            st = rp_error_set(err, RP_ERR_NOMEM, "out of memory");
+        else
+            st = rp_plan_parse(plan, o->model->num_layers, o->forced, err);
+        if (st == RP_OK && width && o->forced->width && o->forced->width != width)
+            st = rp_error_set(err, RP_ERR_INVALID_ARG, "--width %lld contradicts the plan's width=%d",
+                              (long long)width, o->forced->width);
+        if (st == RP_OK && !o->forced->width)
+            o->forced->width = width ? (int)width : mc->gpus;
+    }
+    if (st == RP_OK)
+        st = rp_machine_check(mc, err);
+    if (st != RP_OK)
+        rp_plan_cli_free(o);
+    return st;
+}
+
+void rp_plan_cli_free(rp_plan_cli *o)
+{
+    rp_cost_model_destroy(&o->model);
+    free(o->forced);
+    o->forced = NULL;
+}
+
+rp_status rp_plan_cli_plan(const rp_plan_cli *o, const rp_machine *mc, rp_plan *out,
+                           rp_sim_result *res, rp_error *err)
+{
+    if (o->forced) {
+        *out = *o->forced;
+        RP_TRY(rp_simulate(o->model, out, mc, res, err));
+        if (mc->memory_limit > 0 && res->peak_bytes > mc->memory_limit)
+            return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
+                                "--plan: job %d needs %lld bytes of device memory, more than the "
+                                "limit of %lld",
+                                res->worst_job, (long long)res->peak_bytes,
+                                (long long)mc->memory_limit);
+        return RP_OK;
+    }
+    return rp_partition(o->model, mc, o->width, out, res, err);
+}

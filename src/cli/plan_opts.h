@@ -1,0 +1,32 @@
+/* Options shared by `roundpipe plan` and `roundpipe simulate`: where the
+ * layer costs come from and the machine they run on. */
+#ifndef RP_CLI_PLAN_OPTS_H
+#define RP_CLI_PLAN_OPTS_H
+
+#include "core/error.h"
+#include "plan/cost.h"
+#include "plan/plan.h"
+#include "plan/simulate.h"
+
+typedef struct rp_plan_cli {
+    rp_cost_model *model; /* owned */
+    rp_machine mc;
+    int width;            /* 0: the planner searches the widths */
+    rp_plan *forced;      /* --plan, owned, NULL when not given */
+    int json;
+    int help;
+} rp_plan_cli;
+
+/* Parse argv (argv[0] is the subcommand name). On RP_OK with o->help set,
+ * the caller prints its usage. */
+rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err);
+void rp_plan_cli_free(rp_plan_cli *o);
+
+/* Usage text of the shared options. */
+extern const char rp_plan_cli_options_usage[];
+
+/* The plan to use for this machine: the forced one, or the partitioner's. */
+rp_status rp_plan_cli_plan(const rp_plan_cli *o, const rp_machine *mc, rp_plan *out,
+                           rp_sim_result *res, rp_error *err);
+
+#endif

@@ -1,0 +1,31 @@
+/* Token data as the training contract defines it: S = seq_len, n =
+ * floor((len - 1) / S) samples; sample i is tokens[i*S .. i*S+S] (inputs the
+ * first S, targets the last S); step k (1-based) uses samples
+ * ((k-1)*B + j) mod n, j < B; target position p counts iff mask[p] == 1. */
+#ifndef RP_ENGINE_DATASET_H
+#define RP_ENGINE_DATASET_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct rp_dataset rp_dataset;
+
+/* Open tokens (and the optional mask, NULL for none), check every token is
+ * in [0, vocab) and that there is at least one sample. */
+rp_status rp_dataset_open(const char *tokens_path, const char *mask_path, int64_t seq_len,
+                          int64_t vocab, rp_dataset **out, rp_error *err);
+void rp_dataset_close(rp_dataset **ds);
+
+int64_t rp_dataset_samples(const rp_dataset *ds);
+int64_t rp_dataset_tokens(const rp_dataset *ds);
+
+/* Index of the j-th sample of step k (1-based) with batch size B. */
+int64_t rp_dataset_sample_of(const rp_dataset *ds, int64_t step, int64_t batch, int64_t j);
+
+/* Fill S inputs, S targets and S target-mask bytes of sample i; returns how
+ * many of its targets count. */
+int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_t *targets,
+                        uint8_t *mask);
+
+#endif

@@ -1,0 +1,174 @@
+#include "engine/params.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/safetensors.h"
+#include "io/safetensors_set.h"
+#include "io/safetensors_writer.h"
+
+static float *alloc_floats(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
+        return NULL;
+    memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+rp_status rp_params_create(const rp_model_config *cfg, rp_dtype compute_dtype, rp_params **out,
+                           rp_error *err)
+{
+    *out = NULL;
+    rp_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return rp_error_set(err, RP_ERR_NOMEM, "allocating model state");
+    p->cfg = *cfg;
+    p->compute_dtype = compute_dtype;
+    p->loaded_dtype = RP_F32;
+    rp_status s = rp_model_layout(&p->cfg, &p->layers, &p->nlayers, err);
+    if (s != RP_OK) {
+        free(p);
+        return s;
+    }
+    p->st = calloc((size_t)p->nlayers, sizeof *p->st);
+    if (!p->st) {
+        rp_params_destroy(&p);
+        return rp_error_set(err, RP_ERR_NOMEM, "allocating model state");
+    }
+    for (int l = 0; l < p->nlayers; l++) {
+        rp_layer_state *ls = &p->st[l];
+        size_t n = p->layers[l].numel;
+        ls->desc = &p->layers[l];
+        ls->master = alloc_floats(n);
+        ls->grad = alloc_floats(n);
+        ls->m = alloc_floats(n);
+        ls->v = alloc_floats(n);
+        ls->compute = compute_dtype == RP_F32 ? ls->master : alloc_floats(n);
+        p->total_numel += n;
+        if (!ls->master || !ls->grad || !ls->m || !ls->v || !ls->compute) {
+            rp_params_destroy(&p);
+            return rp_error_set(err, RP_ERR_NOMEM, "allocating %zu parameters of layer %d", n, l);
+        }
+    }
+    *out = p;
+    return RP_OK;
+}
+
+void rp_params_destroy(rp_params **pp)
+{
+    rp_params *p = pp ? *pp : NULL;
+    if (!p)
+        return;
+    for (int l = 0; p->st && l < p->nlayers; l++) {
+        rp_layer_state *ls = &p->st[l];
+        if (ls->compute != ls->master)
+            free(ls->compute);
+        free(ls->master);
+        free(ls->grad);
+        free(ls->m);
+        free(ls->v);
+    }
+    free(p->st);
+    free(p->layers);
+    free(p);
+    *pp = NULL;
+}
+
+void rp_params_sync_compute(rp_params *p, int l)
+{
+    rp_layer_state *ls = &p->st[l];
+    if (ls->compute == ls->master)
+        return;
+    memcpy(ls->compute, ls->master, ls->desc->numel * sizeof(float));
+    rp_f32_round_bf16(ls->compute, ls->desc->numel);
+}
+
+void rp_params_init_random(rp_params *p, uint64_t seed)
+{
+    for (int l = 0; l < p->nlayers; l++) {
+        rp_layer_init(&p->cfg, &p->layers[l], seed, p->st[l].master);
+        rp_params_sync_compute(p, l);
+    }
+}
+
+void rp_params_zero_grad(rp_params *p)
+{
+    for (int l = 0; l < p->nlayers; l++)
+        memset(p->st[l].grad, 0, p->layers[l].numel * sizeof(float));
+}
+
+void rp_params_lm_head(const rp_params *p, const float **w, float **grad)
+{
+    int head = p->nlayers - 1;
+    if (p->cfg.tie_word_embeddings) {
+        *w = p->st[0].compute;
+        *grad = p->st[0].grad;
+        return;
+    }
+    const rp_param_desc *d = rp_layer_find_param(&p->layers[head], "lm_head.weight");
+    *w = p->st[head].compute + d->offset;
+    *grad = p->st[head].grad + d->offset;
+}
+
+rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
+{
+    rp_safetensors_set *set = NULL;
+    RP_TRY(rp_safetensors_set_open_dir(dir, &set, err));
+    rp_status s = RP_OK;
+    int dtype_known = 0;
+    for (int l = 0; l < p->nlayers && s == RP_OK; l++) {
+        const rp_layer_desc *ld = &p->layers[l];
+        for (int i = 0; i < ld->nparams && s == RP_OK; i++) {
+            const rp_param_desc *pd = &ld->params[i];
+            if (!dtype_known) {
+                rp_safetensors_tensor t;
+                const char *file = NULL;
+                if (rp_safetensors_set_find(set, pd->name, &t, &file, NULL) == RP_OK &&
+                    t.dtype_supported) {
+                    p->loaded_dtype = t.dtype;
+                    dtype_known = 1;
+                }
+            }
+            int64_t shape[2] = {pd->shape[0], pd->shape[1]};
+            s = rp_safetensors_set_read_f32(set, pd->name, pd->ndim, shape,
+                                            p->st[l].master + pd->offset, err);
+        }
+        if (s == RP_OK)
+            rp_params_sync_compute(p, l);
+    }
+    rp_safetensors_set_close(&set);
+    return s;
+}
+
+rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype, rp_error *err)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return rp_error_set(err, RP_ERR_IO, "%s: cannot create directory: %s", dir,
+                            strerror(errno));
+    rp_safetensors_writer *w = NULL;
+    RP_TRY(rp_safetensors_writer_create(&w, err));
+    rp_status s = RP_OK;
+    for (int l = 0; l < p->nlayers && s == RP_OK; l++) {
+        const rp_layer_desc *ld = &p->layers[l];
+        for (int i = 0; i < ld->nparams && s == RP_OK; i++) {
+            const rp_param_desc *pd = &ld->params[i];
+            s = rp_safetensors_writer_add(w, pd->name, dtype, RP_F32, pd->ndim, pd->shape,
+                                          p->st[l].master + pd->offset, err);
+        }
+    }
+    char path[4096];
+    if (s == RP_OK) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        s = rp_safetensors_writer_write(w, path, err);
+    }
+    rp_safetensors_writer_destroy(&w);
+    if (s == RP_OK) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        s = rp_config_save(path, &p->cfg, dtype, err);
+    }
+    return s;
+}

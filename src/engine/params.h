@@ -1,0 +1,60 @@
+/* Host-side training state of the whole model, layer by layer: fp32 master
+ * weights, gradients, AdamW moments, and the compute-dtype copy the layers
+ * read (the master itself for fp32). The single-rank trainer keeps it in
+ * private memory; the pipeline engine moves the same blocks into the host
+ * store. */
+#ifndef RP_ENGINE_PARAMS_H
+#define RP_ENGINE_PARAMS_H
+
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "io/config.h"
+#include "model/layout.h"
+
+typedef struct rp_layer_state {
+    const rp_layer_desc *desc;
+    float *master;  /* fp32 master weights */
+    float *compute; /* what the layers read: == master for fp32, bf16-rounded copy otherwise */
+    float *grad;    /* fp32 gradient accumulator */
+    float *m, *v;   /* AdamW moments */
+} rp_layer_state;
+
+typedef struct rp_params {
+    rp_model_config cfg;
+    rp_layer_desc *layers; /* from rp_model_layout */
+    int nlayers;           /* num_hidden_layers + 2 */
+    rp_layer_state *st;
+    rp_dtype compute_dtype;
+    rp_dtype loaded_dtype; /* dtype of the checkpoint's tensors (F32 after init) */
+    size_t total_numel;
+} rp_params;
+
+/* Allocate the state for cfg (zeroed), compute copies in compute_dtype. */
+rp_status rp_params_create(const rp_model_config *cfg, rp_dtype compute_dtype, rp_params **out,
+                           rp_error *err);
+void rp_params_destroy(rp_params **p);
+
+/* Random initialisation (rp_layer_init for every layer). */
+void rp_params_init_random(rp_params *p, uint64_t seed);
+
+/* Load every parameter from a Hugging Face model directory (config.json
+ * already parsed into p->cfg). With tied embeddings lm_head.weight is ignored
+ * if present. Missing tensors and shape/dtype mismatches name the file and
+ * the tensor. */
+rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
+
+/* Write dir/config.json and dir/model.safetensors (creating dir). */
+rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype, rp_error *err);
+
+/* Refresh the compute copies from the masters (after an update). */
+void rp_params_sync_compute(rp_params *p, int layer);
+
+void rp_params_zero_grad(rp_params *p);
+
+/* The embedding matrix the head uses as LM head when embeddings are tied, or
+ * the head's own lm_head.weight; and the matching gradient buffer. */
+void rp_params_lm_head(const rp_params *p, const float **w, float **grad);
+
+#endif

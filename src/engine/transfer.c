@@ -1,0 +1,242 @@
+#include "config.h"
+#include "engine/transfer.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct rp_xfer {
+    rp_xfer_params p;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t work;    /* the worker waits for requests */
+    pthread_cond_t changed; /* waiters wait for completions */
+    rp_xfer_req *head[RP_XFER_NCLASS], *tail[RP_XFER_NCLASS];
+    int stopping;
+    int pending;            /* requests queued or running */
+    rp_xfer_stats stats;
+};
+
+static const char *class_names[RP_XFER_NCLASS] = {"input", "weights", "prefetch", "save", "grad"};
+
+const char *rp_xfer_class_name(rp_xfer_class c)
+{
+    return (unsigned)c < RP_XFER_NCLASS ? class_names[c] : "unknown";
+}
+
+static rp_status memcpy_copy(void *ctx, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
+                             rp_error *err)
+{
+    memcpy(dst, src, bytes);
+    return RP_OK;
+}
+
+rp_xfer_ops rp_xfer_ops_memcpy(void) { return (rp_xfer_ops){memcpy_copy, NULL, NULL}; }
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static rp_xfer_req *most_urgent(rp_xfer *x)
+{
+    for (int c = 0; c < RP_XFER_NCLASS; c++)
+        if (x->head[c])
+            return x->head[c];
+    return NULL;
+}
+
+/* Called with the lock held; the callback runs unlocked so it may submit. */
+static void finish(rp_xfer *x, rp_xfer_req *r, rp_xfer_state state)
+{
+    rp_xfer_class c = r->cls;
+    x->head[c] = r->next;
+    if (!x->head[c])
+        x->tail[c] = NULL;
+    r->next = NULL;
+    if (state != RP_XFER_CANCELLED)
+        x->stats.requests[c]++;
+    x->pending--;
+    rp_xfer_done_fn done = r->done;
+    void *arg = r->done_arg;
+    /* After this store the owner may reuse or free r: read nothing after it
+     * but the copies taken above. */
+    atomic_store_explicit(&r->state, state, memory_order_release);
+    pthread_cond_broadcast(&x->changed);
+    if (done) {
+        pthread_mutex_unlock(&x->mu);
+        done(r, arg);
+        pthread_mutex_lock(&x->mu);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    rp_xfer *x = arg;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        rp_xfer_req *r;
+        while (!x->stopping && !(r = most_urgent(x)))
+            pthread_cond_wait(&x->work, &x->mu);
+        if (x->stopping)
+            break;
+        if (r->offset == r->bytes) { /* zero bytes */
+            finish(x, r, RP_XFER_DONE);
+            continue;
+        }
+        atomic_store_explicit(&r->state, RP_XFER_RUNNING, memory_order_relaxed);
+        size_t off = r->offset, n = r->bytes - off;
+        if (n > x->p.chunk_bytes)
+            n = x->p.chunk_bytes;
+        rp_xfer_class cls = r->cls;
+        pthread_mutex_unlock(&x->mu);
+
+        /* Only the worker touches a running request's offset, and the
+         * request stays at the head of its queue, so no lock is needed. */
+        uint64_t t0 = now_ns();
+        rp_status st = x->p.ops.copy(x->p.ops.ctx, (char *)r->dst + off, (const char *)r->src + off,
+                                     n, cls, &r->err);
+        if (st == RP_OK && x->p.ops.fence)
+            st = x->p.ops.fence(x->p.ops.ctx, cls, &r->err);
+        uint64_t t1 = now_ns();
+        if (x->p.trace)
+            x->p.trace(x->p.trace_ctx, cls, r->tag, off, n, t0, t1);
+
+        pthread_mutex_lock(&x->mu);
+        x->stats.busy_ns[cls] += t1 - t0;
+        x->stats.chunks[cls]++;
+        if (st != RP_OK) {
+            r->status = st;
+            finish(x, r, RP_XFER_FAILED);
+            continue;
+        }
+        x->stats.bytes[cls] += n;
+        r->offset = off + n;
+        if (r->offset == r->bytes)
+            finish(x, r, RP_XFER_DONE);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+rp_status rp_xfer_create(const rp_xfer_params *params, rp_xfer **out, rp_error *err)
+{
+    *out = NULL;
+    rp_xfer *x = calloc(1, sizeof *x);
+    if (!x)
+        return rp_error_set(err, RP_ERR_NOMEM, "transfer engine: out of memory");
+    if (params)
+        x->p = *params;
+    if (x->p.chunk_bytes == 0)
+        x->p.chunk_bytes = RP_XFER_DEFAULT_CHUNK;
+    if (!x->p.ops.copy)
+        x->p.ops = rp_xfer_ops_memcpy();
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->work, NULL);
+    pthread_cond_init(&x->changed, NULL);
+    int e = pthread_create(&x->worker, NULL, worker_main, x);
+    if (e != 0) {
+        pthread_cond_destroy(&x->changed);
+        pthread_cond_destroy(&x->work);
+        pthread_mutex_destroy(&x->mu);
+        free(x);
+        return rp_error_set(err, RP_ERR_NOMEM, "transfer engine: cannot start its thread: %s",
+                            strerror(e));
+    }
+    *out = x;
+    return RP_OK;
+}
+
+void rp_xfer_destroy(rp_xfer **xp)
+{
+    if (!xp || !*xp)
+        return;
+    rp_xfer *x = *xp;
+    pthread_mutex_lock(&x->mu);
+    x->stopping = 1;
+    pthread_cond_signal(&x->work);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->worker, NULL);
+    pthread_mutex_lock(&x->mu);
+    for (int c = 0; c < RP_XFER_NCLASS; c++)
+        while (x->head[c]) {
+            /* There is no "cancelled" status code (see rp_status); the state
+             * says cancelled, the status says it did not complete. */
+            rp_xfer_req *r = x->head[c];
+            r->status = rp_error_set(&r->err, RP_ERR_INTERNAL,
+                                     "transfer '%s' cancelled: the transfer engine was destroyed "
+                                     "after %zu of %zu bytes", r->tag ? r->tag : "-", r->offset, r->bytes);
+            finish(x, r, RP_XFER_CANCELLED);
+        }
+    pthread_mutex_unlock(&x->mu);
+    pthread_cond_destroy(&x->changed);
+    pthread_cond_destroy(&x->work);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+    *xp = NULL;
+}
+
+rp_status rp_xfer_submit(rp_xfer *x, rp_xfer_req *req, rp_error *err)
+{
+    if (!x || !req || (unsigned)req->cls >= RP_XFER_NCLASS ||
+        (req->bytes > 0 && (!req->dst || !req->src)))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "transfer engine: bad request (class %d, %zu bytes, dst %p, src %p)",
+                            req ? (int)req->cls : -1, req ? req->bytes : 0, req ? req->dst : NULL,
+                            req ? req->src : NULL);
+    int s = atomic_load_explicit(&req->state, memory_order_acquire);
+    if (s == RP_XFER_QUEUED || s == RP_XFER_RUNNING)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "transfer engine: request '%s' is already queued",
+                            req->tag ? req->tag : "-");
+    req->status = RP_OK;
+    req->err.code = RP_OK;
+    req->err.msg[0] = '\0';
+    req->offset = 0;
+    req->next = NULL;
+    atomic_store_explicit(&req->state, RP_XFER_QUEUED, memory_order_relaxed);
+    pthread_mutex_lock(&x->mu);
+    if (x->tail[req->cls])
+        x->tail[req->cls]->next = req;
+    else
+        x->head[req->cls] = req;
+    x->tail[req->cls] = req;
+    x->pending++;
+    pthread_cond_signal(&x->work);
+    pthread_mutex_unlock(&x->mu);
+    return RP_OK;
+}
+
+static int finished(int s) { return s == RP_XFER_IDLE || s >= RP_XFER_DONE; }
+
+rp_status rp_xfer_wait(rp_xfer *x, rp_xfer_req *req, rp_error *err)
+{
+    if (!finished(atomic_load_explicit(&req->state, memory_order_acquire))) {
+        pthread_mutex_lock(&x->mu);
+        while (!finished(atomic_load_explicit(&req->state, memory_order_acquire)))
+            pthread_cond_wait(&x->changed, &x->mu);
+        pthread_mutex_unlock(&x->mu);
+    }
+    if (req->status != RP_OK && err)
+        *err = req->err;
+    return req->status;
+}
+
+void rp_xfer_drain(rp_xfer *x)
+{
+    pthread_mutex_lock(&x->mu);
+    while (x->pending > 0)
+        pthread_cond_wait(&x->changed, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+}
+
+void rp_xfer_get_stats(rp_xfer *x, rp_xfer_stats *out)
+{
+    pthread_mutex_lock(&x->mu);
+    *out = x->stats;
+    pthread_mutex_unlock(&x->mu);
+}
+
+size_t rp_xfer_chunk_bytes(const rp_xfer *x) { return x->p.chunk_bytes; }

@@ -1,0 +1,127 @@
+/* Transfer engine (DESIGN.md section 7): one per executor, moving bytes
+ * between the host store and the device on a worker thread, by priority.
+ *
+ * Five classes, most urgent first. Within a class requests run in the order
+ * submitted; between classes the worker picks the most urgent non-empty
+ * class before every chunk. Requests are cut into chunks (--chunk-mib), so a
+ * request submitted while a long, less urgent one is in flight waits for at
+ * most the chunk being copied.
+ *
+ * The engine knows nothing of devices: it calls a copy function per chunk.
+ * The CPU back end passes memcpy; a CUDA back end issues an async copy on a
+ * stream in `copy` and waits for it in `fence`, keeping one chunk in flight
+ * so that the bound above holds on the GPU too. */
+#ifndef RP_ENGINE_TRANSFER_H
+#define RP_ENGINE_TRANSFER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum rp_xfer_class {
+    RP_XFER_INPUT = 0,    /* 1: input activations of the microbatch about to run */
+    RP_XFER_WEIGHTS = 1,  /* 2: weights of the job about to start */
+    RP_XFER_PREFETCH = 2, /* 3: prefetch of the next job's weights */
+    RP_XFER_SAVE = 3,     /* 4: saving activations and outputs to the host */
+    RP_XFER_GRAD = 4,     /* 5: downloading gradients */
+    RP_XFER_NCLASS = 5
+} rp_xfer_class;
+
+const char *rp_xfer_class_name(rp_xfer_class c); /* "input", "weights", ... */
+
+#define RP_XFER_DEFAULT_CHUNK ((size_t)16 << 20)
+
+/* Back-end copy interface. copy moves one chunk (or issues it, for an
+ * asynchronous back end); fence, if not NULL, returns when everything
+ * issued so far has completed. Both run on the worker thread. A failure
+ * fails that request (its status and message) and the engine goes on. */
+typedef struct rp_xfer_ops {
+    rp_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
+                      rp_error *err);
+    rp_status (*fence)(void *ctx, rp_xfer_class cls, rp_error *err);
+    void *ctx;
+} rp_xfer_ops;
+
+/* Memcpy back end (ctx unused). */
+rp_xfer_ops rp_xfer_ops_memcpy(void);
+
+/* Trace hook: called on the worker thread after every chunk, with its
+ * class, request tag, offset in the request, size and start/end times in
+ * nanoseconds on CLOCK_MONOTONIC. Must be quick. */
+typedef void (*rp_xfer_trace_fn)(void *ctx, rp_xfer_class cls, const char *tag, size_t offset,
+                                 size_t bytes, uint64_t t0_ns, uint64_t t1_ns);
+
+typedef struct rp_xfer_params {
+    size_t chunk_bytes;     /* 0: RP_XFER_DEFAULT_CHUNK */
+    rp_xfer_ops ops;        /* copy NULL: memcpy */
+    rp_xfer_trace_fn trace; /* may be NULL */
+    void *trace_ctx;
+} rp_xfer_params;
+
+typedef enum rp_xfer_state {
+    RP_XFER_IDLE = 0,  /* never submitted, or reusable after completion */
+    RP_XFER_QUEUED,
+    RP_XFER_RUNNING,
+    RP_XFER_DONE,
+    RP_XFER_FAILED,    /* status and err hold why */
+    RP_XFER_CANCELLED  /* the engine was destroyed before it ran to the end */
+} rp_xfer_state;
+
+typedef struct rp_xfer_req rp_xfer_req;
+typedef void (*rp_xfer_done_fn)(rp_xfer_req *req, void *arg);
+
+/* A request. The caller fills dst, src, bytes, cls and optionally tag, done
+ * and done_arg, keeps it alive and unmodified until it is finished, and may
+ * reuse it afterwards. `state` may be polled (acquire) as a completion
+ * flag; rp_xfer_wait blocks on it. */
+struct rp_xfer_req {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    rp_xfer_class cls;
+    const char *tag;      /* for the trace; may be NULL */
+    rp_xfer_done_fn done; /* called on the worker thread when finished; may be NULL */
+    void *done_arg;
+    /* filled by the engine */
+    _Atomic int state;    /* rp_xfer_state */
+    rp_status status;
+    rp_error err;
+    size_t offset;        /* bytes copied so far */
+    rp_xfer_req *next;
+};
+
+typedef struct rp_xfer rp_xfer;
+
+/* Per-class statistics. busy_ns counts time inside copy + fence. */
+typedef struct rp_xfer_stats {
+    uint64_t busy_ns[RP_XFER_NCLASS];
+    uint64_t bytes[RP_XFER_NCLASS];
+    uint64_t chunks[RP_XFER_NCLASS];
+    uint64_t requests[RP_XFER_NCLASS]; /* finished (done or failed) */
+} rp_xfer_stats;
+
+rp_status rp_xfer_create(const rp_xfer_params *params, rp_xfer **out, rp_error *err);
+
+/* Stops after the chunk in flight; every request not finished is marked
+ * CANCELLED and its done callback runs (on the calling thread). Joins the
+ * worker. Use rp_xfer_drain first to finish the work instead. */
+void rp_xfer_destroy(rp_xfer **x);
+
+/* Queue a request (thread-safe). Zero-byte requests are valid and complete
+ * in their turn without a copy. Fails (request untouched) on bad arguments
+ * or a request already queued. */
+rp_status rp_xfer_submit(rp_xfer *x, rp_xfer_req *req, rp_error *err);
+
+/* Block until req is finished; returns its status (RP_OK when done), with
+ * its message in err. A request never submitted returns at once. */
+rp_status rp_xfer_wait(rp_xfer *x, rp_xfer_req *req, rp_error *err);
+
+/* Block until every queued request has finished. */
+void rp_xfer_drain(rp_xfer *x);
+
+void rp_xfer_get_stats(rp_xfer *x, rp_xfer_stats *out);
+size_t rp_xfer_chunk_bytes(const rp_xfer *x);
+
+#endif
