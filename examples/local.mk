@@ -1,1 +1,12 @@
-# sources of examples
+# Examples: the byte-level tokenizer and the demo data it makes at build time.
+noinst_PROGRAMS += examples/bytes2npy
+examples_bytes2npy_SOURCES = examples/bytes2npy.c
+examples_bytes2npy_LDADD = librp.la
+
+noinst_DATA = examples/data/gnu-licenses.npy
+examples/data/gnu-licenses.npy: examples/bytes2npy$(EXEEXT) $(srcdir)/examples/data/gnu-licenses.txt
+	@mkdir -p examples/data
+	$(AM_V_GEN)examples/bytes2npy$(EXEEXT) $(srcdir)/examples/data/gnu-licenses.txt $@
+CLEANFILES += examples/data/gnu-licenses.npy
+EXTRA_DIST += examples/data/gnu-licenses.txt examples/data/README.md examples/tiny-config.json \
+	examples/run-default.sh

@@ -63,9 +63,9 @@ int64_t rp_dataset_tokens(const rp_dataset *ds)
 
 int64_t rp_dataset_sample_of(const rp_dataset *ds, int64_t step, int64_t batch, int64_t j)
 {
-    /* ((k-1)*B + j) mod n without overflow for long runs */
-    int64_t base = ((step - 1) % ds->n) * (batch % ds->n) % ds->n;
-    return (base + j % ds->n) % ds->n;
+    /* ((k-1)*B + j) mod n, in 128 bits so long runs cannot overflow */
+    unsigned __int128 idx = (unsigned __int128)(step - 1) * (uint64_t)batch + (uint64_t)j;
+    return (int64_t)(idx % (uint64_t)ds->n);
 }
 
 int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_t *targets,
