@@ -1,1 +1,12 @@
-# tests of io
+# tests of io: safetensors, config.json, .npy (serial; bad files are made at run time)
+check_PROGRAMS += mpi-tests/test_io_safetensors mpi-tests/test_io_config mpi-tests/test_io_npy
+TESTS += mpi-tests/test_io_safetensors mpi-tests/test_io_config mpi-tests/test_io_npy
+mpi_tests_test_io_safetensors_SOURCES = mpi-tests/test_io_safetensors.c
+mpi_tests_test_io_safetensors_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_safetensors_LDADD = $(RP_TEST_LDADD)
+mpi_tests_test_io_config_SOURCES = mpi-tests/test_io_config.c
+mpi_tests_test_io_config_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_config_LDADD = $(RP_TEST_LDADD)
+mpi_tests_test_io_npy_SOURCES = mpi-tests/test_io_npy.c
+mpi_tests_test_io_npy_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_npy_LDADD = $(RP_TEST_LDADD)

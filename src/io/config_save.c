@@ -15,6 +15,10 @@
 static json_object *new_double(double x)
 {
     char buf[40];
+    if (x == floor(x) && fabs(x) < 1e15) {
+        snprintf(buf, sizeof buf, "%.1f", x);
+        return json_object_new_double_s(x, buf);
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, x);
         if (strtod(buf, NULL) == x)

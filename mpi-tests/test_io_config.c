@@ -1,0 +1,261 @@
+/* Proves: config.json for llama and qwen3 parses with the transformers
+ * defaults for absent fields; RoPE settings are read from both the 4.x
+ * layout (rope_theta + rope_scaling) and the 5.x layout (rope_parameters);
+ * rp_config_save writes a file that parses back to the same configuration
+ * and keeps unknown fields of a template; and each kind of bad config
+ * (missing field, wrong JSON type, unknown model_type, unsupported rope
+ * type, kv heads not dividing heads, not JSON, empty) is refused with the
+ * right status and a message naming the file and the field. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "io/config.h"
+#include "rp_check.h"
+
+#define BASE "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, " \
+             "\"num_attention_heads\": 4, \"vocab_size\": 100"
+
+static rp_status parse(const char *json, rp_model_config *cfg, rp_error *err)
+{
+    return rp_config_parse(json, strlen(json), "cfg.json", cfg, err);
+}
+
+static void expect_bad(const char *json, rp_status code, const char *word)
+{
+    rp_model_config cfg;
+    rp_error err = {0};
+    rp_status s = parse(json, &cfg, &err);
+    ck_assert_msg(s == code, "status %d, expected %d for %s (%s)", s, code, json, err.msg);
+    ck_assert_msg(strstr(err.msg, "cfg.json") && strstr(err.msg, word),
+                  "message '%s' lacks 'cfg.json' or '%s'", err.msg, word);
+}
+
+START_TEST(llama_defaults)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE "}", &c, &err), RP_OK);
+    ck_assert_int_eq(c.arch, RP_ARCH_LLAMA);
+    ck_assert_int_eq(c.hidden_size, 64);
+    ck_assert_int_eq(c.num_key_value_heads, 4);
+    ck_assert_int_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.max_position_embeddings, 2048);
+    ck_assert_double_eq(c.rms_norm_eps, 1e-6);
+    ck_assert_double_eq(c.rope_theta, 10000.0);
+    ck_assert_double_eq(c.initializer_range, 0.02);
+    ck_assert_int_eq(c.rope_scaling.type, RP_ROPE_DEFAULT);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    ck_assert_int_eq(c.attention_bias, 0);
+    ck_assert_int_eq(c.torch_dtype, RP_F32);
+    /* explicit nulls mean "derive" */
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE ", \"head_dim\": null, "
+                           "\"num_key_value_heads\": null, \"rope_scaling\": null}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.num_key_value_heads, 4);
+}
+END_TEST
+
+START_TEST(qwen3_defaults_and_fields)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    /* Qwen3Config defaults head_dim to 128, not hidden / heads */
+    ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE "}", &c, &err), RP_OK);
+    ck_assert_int_eq(c.arch, RP_ARCH_QWEN3);
+    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.max_position_embeddings, 32768);
+    ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE ", \"head_dim\": 32, "
+                           "\"num_key_value_heads\": 2, \"tie_word_embeddings\": true, "
+                           "\"attention_bias\": true, \"rms_norm_eps\": 1e-5, "
+                           "\"torch_dtype\": \"bfloat16\", \"use_sliding_window\": false, "
+                           "\"layer_types\": [\"full_attention\", \"full_attention\"]}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.head_dim, 32);
+    ck_assert_int_eq(c.num_key_value_heads, 2);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert_int_eq(c.attention_bias, 1);
+    ck_assert_double_eq(c.rms_norm_eps, 1e-5);
+    ck_assert_int_eq(c.torch_dtype, RP_BF16);
+    ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE ", \"dtype\": \"float16\"}", &c,
+                           &err),
+                     RP_OK);
+    ck_assert_int_eq(c.torch_dtype, RP_F16);
+}
+END_TEST
+
+static void check_llama3(const rp_model_config *c)
+{
+    ck_assert_int_eq(c->rope_scaling.type, RP_ROPE_LLAMA3);
+    ck_assert_double_eq(c->rope_theta, 500000.0);
+    ck_assert_double_eq(c->rope_scaling.factor, 8.0);
+    ck_assert_double_eq(c->rope_scaling.low_freq_factor, 1.0);
+    ck_assert_double_eq(c->rope_scaling.high_freq_factor, 4.0);
+    ck_assert_int_eq(c->rope_scaling.original_max_position_embeddings, 8192);
+}
+
+START_TEST(rope_both_layouts)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    /* transformers 4.x */
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE ", \"rope_theta\": 500000.0, "
+                           "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                           "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                           "\"original_max_position_embeddings\": 8192}}",
+                           &c, &err),
+                     RP_OK);
+    check_llama3(&c);
+    /* older 4.x spelling "type" */
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE ", \"rope_theta\": 500000, "
+                           "\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8, "
+                           "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                           "\"original_max_position_embeddings\": 8192}}",
+                           &c, &err),
+                     RP_OK);
+    check_llama3(&c);
+    /* transformers 5.x */
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE ", \"rope_parameters\": "
+                           "{\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0,"
+                           " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                           "\"original_max_position_embeddings\": 8192}}",
+                           &c, &err),
+                     RP_OK);
+    check_llama3(&c);
+    ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE ", \"rope_parameters\": "
+                           "{\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.rope_scaling.type, RP_ROPE_DEFAULT);
+    ck_assert_double_eq(c.rope_theta, 1e6);
+}
+END_TEST
+
+START_TEST(bad_configs)
+{
+    expect_bad("", RP_ERR_FORMAT, "empty");
+    expect_bad("{\"model_type\": \"llama\", ", RP_ERR_FORMAT, "not valid JSON");
+    expect_bad("{\"model_type\": \"llama\"} x", RP_ERR_FORMAT, "not valid JSON");
+    expect_bad("[1]", RP_ERR_FORMAT, "expected a JSON object");
+    expect_bad("{" BASE "}", RP_ERR_FORMAT, "'model_type'");
+    expect_bad("{\"model_type\": \"gpt2\", " BASE "}", RP_ERR_UNSUPPORTED,
+               "field 'model_type': unsupported model type 'gpt2'");
+    expect_bad("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4}",
+               RP_ERR_FORMAT, "missing required field 'vocab_size'");
+    expect_bad("{\"model_type\": \"llama\", \"hidden_size\": \"64\", \"intermediate_size\": 128, "
+               "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}",
+               RP_ERR_FORMAT, "field 'hidden_size': expected integer, got string");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"rms_norm_eps\": \"x\"}", RP_ERR_FORMAT,
+               "field 'rms_norm_eps': expected number, got string");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"tie_word_embeddings\": 1}", RP_ERR_FORMAT,
+               "field 'tie_word_embeddings': expected boolean, got integer");
+    expect_bad("{\"model_type\": 3, " BASE "}", RP_ERR_FORMAT,
+               "field 'model_type': expected string, got integer");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 3}", RP_ERR_RANGE,
+               "'num_key_value_heads': 3 does not divide");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"num_hidden_layers\": 0}", RP_ERR_RANGE,
+               "'num_hidden_layers'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"rms_norm_eps\": -1}", RP_ERR_RANGE,
+               "'rms_norm_eps'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": "
+               "\"yarn\", \"factor\": 4.0}}",
+               RP_ERR_UNSUPPORTED, "field 'rope_scaling.rope_type': unsupported rope type 'yarn'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"rope_parameters\": {\"rope_type\": "
+               "\"linear\", \"factor\": 4.0}}",
+               RP_ERR_UNSUPPORTED, "'rope_parameters.rope_type'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": "
+               "\"llama3\", \"factor\": 8.0}}",
+               RP_ERR_FORMAT, "'rope_scaling.low_freq_factor'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"mlp_bias\": true}", RP_ERR_UNSUPPORTED,
+               "'mlp_bias'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"hidden_act\": \"gelu\"}",
+               RP_ERR_UNSUPPORTED, "'hidden_act'");
+    expect_bad("{\"model_type\": \"qwen3\", " BASE ", \"use_sliding_window\": true}",
+               RP_ERR_UNSUPPORTED, "'use_sliding_window'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"torch_dtype\": \"int8\"}",
+               RP_ERR_UNSUPPORTED, "'torch_dtype'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"head_dim\": 15}", RP_ERR_RANGE,
+               "'head_dim'");
+    expect_bad("{\"model_type\": \"llama\", " BASE ", \"vocab_size\": 99999999999}",
+               RP_ERR_RANGE, "'vocab_size'");
+}
+END_TEST
+
+START_TEST(load_names_path)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    char p[512];
+    snprintf(p, sizeof p, "%s/missing-config.json", rp_test_tmpdir());
+    ck_assert_int_eq(rp_config_load(p, &c, &err), RP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(err.msg, p));
+    snprintf(p, sizeof p, "%s/empty-config.json", rp_test_tmpdir());
+    FILE *f = fopen(p, "w");
+    fclose(f);
+    ck_assert_int_eq(rp_config_load(p, &c, &err), RP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, p));
+    ck_assert_ptr_nonnull(strstr(err.msg, "empty"));
+}
+END_TEST
+
+START_TEST(save_roundtrip)
+{
+    rp_model_config c, d;
+    rp_error err = {0};
+    char p[512], t[512];
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE ", \"num_key_value_heads\": 2, "
+                           "\"rope_theta\": 500000.0, \"rms_norm_eps\": 1e-5, "
+                           "\"initializer_range\": 0.01, \"tie_word_embeddings\": true, "
+                           "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                           "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                           "\"original_max_position_embeddings\": 8192}, "
+                           "\"max_position_embeddings\": 131072}",
+                           &c, &err),
+                     RP_OK);
+    snprintf(p, sizeof p, "%s/saved-config.json", rp_test_tmpdir());
+    ck_assert_int_eq(rp_config_save(p, &c, RP_BF16, &err), RP_OK);
+    ck_assert_int_eq(rp_config_load(p, &d, &err), RP_OK);
+    c.torch_dtype = RP_BF16; /* the dtype argument is what gets written */
+    ck_assert_mem_eq(&c, &d, sizeof c);
+
+    /* qwen3 from a template: unknown fields survive, ours are overwritten */
+    snprintf(t, sizeof t, "%s/template-config.json", rp_test_tmpdir());
+    FILE *f = fopen(t, "w");
+    fputs("{\"model_type\": \"qwen3\", " BASE ", \"head_dim\": 16, \"eos_token_id\": 7, "
+          "\"hidden_size_note\": \"x\"}",
+          f);
+    fclose(f);
+    ck_assert_int_eq(rp_config_load(t, &c, &err), RP_OK);
+    c.num_hidden_layers = 3;
+    ck_assert_int_eq(rp_config_save_from(p, &c, RP_F32, t, &err), RP_OK);
+    ck_assert_int_eq(rp_config_load(p, &d, &err), RP_OK);
+    ck_assert_mem_eq(&c, &d, sizeof c);
+    char buf[4096] = {0};
+    f = fopen(p, "r");
+    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "\"eos_token_id\": 7"));
+    ck_assert_ptr_nonnull(strstr(buf, "\"Qwen3ForCausalLM\""));
+    ck_assert_ptr_nonnull(strstr(buf, "\"rope_theta\": 10000.0"));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("io_config");
+    TCase *tc = tcase_create("all");
+    tcase_add_test(tc, llama_defaults);
+    tcase_add_test(tc, qwen3_defaults_and_fields);
+    tcase_add_test(tc, rope_both_layouts);
+    tcase_add_test(tc, bad_configs);
+    tcase_add_test(tc, load_names_path);
+    tcase_add_test(tc, save_roundtrip);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(suite, "serial")
