@@ -4,3 +4,11 @@ mpi_tests_golden_compare_SOURCES = mpi-tests/golden_compare.c
 mpi_tests_golden_compare_LDADD = librp.la
 TESTS += mpi-tests/test_golden.sh
 EXTRA_DIST += mpi-tests/test_golden.sh
+TESTS += mpi-tests/test_cli.sh
+EXTRA_DIST += mpi-tests/test_cli.sh
+
+check_PROGRAMS += mpi-tests/test_train
+TESTS += mpi-tests/test_train
+mpi_tests_test_train_SOURCES = mpi-tests/test_train.c
+mpi_tests_test_train_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_train_LDADD = $(RP_TEST_LDADD)
