@@ -11,7 +11,6 @@
  * The backward runs the forward again into the workspace, then goes back
  * through the same steps. */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "kernels/cpu/attention.h"
@@ -26,7 +25,7 @@ typedef struct block_ws {
     float *h1, *rstd1, *qraw, *rstdq, *q, *kraw, *rstdk, *k, *v, *o, *lse;
     float *x2, *rstd2, *h2, *g, *u, *m, *tmp;
     float *dm, *dout, *dq, *dk, *dv;
-    float *rope, *inv_freq, *attn_scratch;
+    float *rope, *inv_freq;
     size_t total;
 } block_ws;
 
@@ -89,8 +88,6 @@ static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, floa
     w->dv = take(base, &at, T * KD);
     w->rope = take(base, &at, (size_t)seqlen * hd);
     w->inv_freq = take(base, &at, hd / 2);
-    rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
-    w->attn_scratch = take(base, &at, rp_attn_scratch_floats(&s, omp_get_max_threads()));
     w->total = at;
 }
 
@@ -147,7 +144,7 @@ static void forward_ws(const rp_model_config *cfg, const float *P, const float *
     rp_rope_apply(w->k, w->rope, nseq, seqlen, nkv, hd, 0);
 
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
-    rp_attn_forward(&s, w->q, w->k, w->v, w->o, w->lse, w->attn_scratch, omp_get_max_threads());
+    rp_attn_forward(&s, w->q, w->k, w->v, w->o, w->lse);
 
     rp_linear_forward(w->o, PARAM(P, wo), OPT(P, bo), w->tmp, T, QD, H);
     float *x2 = w->x2, *tmp = w->tmp;

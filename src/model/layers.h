@@ -13,8 +13,8 @@
  *
  * The configuration must have passed rp_model_config_check (rp_model_layout
  * calls it). GEMMs go to OpenBLAS; do not call these from inside an OpenMP
- * parallel region. Workspace sizes depend on omp_get_max_threads(): query
- * them under the thread count the layer will run with. */
+ * parallel region. Workspace sizes depend only on the configuration and
+ * the shapes (not on the thread count). */
 #ifndef RP_MODEL_LAYERS_H
 #define RP_MODEL_LAYERS_H
 

@@ -1,6 +1,5 @@
 #include "model/layout.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

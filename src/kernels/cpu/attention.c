@@ -1,7 +1,6 @@
 #include "kernels/cpu/attention.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 /* Eight partial sums in a fixed pattern: vectorisable, and the same order on
@@ -43,34 +42,29 @@ static inline void scal(float a, float *restrict y, int64_t n)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-size_t rp_attn_scratch_floats(const rp_attn_shape *s, int nthreads)
-{
-    /* per thread: acc [block, head_dim], running max, running sum, one row of scores */
-    size_t per = (size_t)s->block * (size_t)(s->head_dim + 3) + 16;
-    return per * (size_t)(nthreads > 0 ? nthreads : 1);
-}
-
 void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
-                     float *o, float *lse, float *scratch, int nthreads)
+                     float *o, float *lse)
 {
-    const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim, B = s->block;
+    const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim;
+    const int64_t B = s->block < 1 ? 1 : s->block > RP_ATTN_MAX_BLOCK ? RP_ATTN_MAX_BLOCK : s->block;
     const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
     const int64_t ntask = s->nseq * nh * nblk;
-    const size_t per = rp_attn_scratch_floats(s, 1);
     const float scale = s->scale;
 
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+#pragma omp parallel for schedule(static)
     for (int64_t task = 0; task < ntask; task++) {
         const int64_t i = task % nblk, h = (task / nblk) % nh, b = task / (nblk * nh);
         const int64_t g = h / group;
-        float *acc = scratch + per * (size_t)omp_get_thread_num();
-        float *mx = acc + B * hd, *l = mx + B, *sc = l + B;
+        /* per-row running max and sum, and one row of scores; the output
+         * rows of this (sequence, head, block) serve as the accumulator, so
+         * no workspace depends on the thread count */
+        float mx[RP_ATTN_MAX_BLOCK], l[RP_ATTN_MAX_BLOCK], sc[RP_ATTN_MAX_BLOCK];
         const int64_t r0 = i * B, r1 = min64(S, r0 + B);
         for (int64_t r = r0; r < r1; r++) {
             mx[r - r0] = -INFINITY;
             l[r - r0] = 0.0f;
+            memset(o + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
         }
-        memset(acc, 0, sizeof(float) * (size_t)(B * hd));
         for (int64_t j = 0; j <= i; j++) {
             const int64_t c0 = j * B;
             for (int64_t r = r0; r < r1; r++) {
@@ -84,7 +78,7 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
                 }
                 /* rescale what was accumulated under the previous maximum */
                 float alpha = expf(mx[rr] - m), sum = 0.0f;
-                float *ar = acc + rr * hd;
+                float *ar = o + ((b * S + r) * nh + h) * hd;
                 scal(alpha, ar, hd);
                 for (int64_t c = c0; c < c1; c++) {
                     float p = expf(sc[c - c0] - m);
@@ -97,10 +91,7 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
         }
         for (int64_t r = r0; r < r1; r++) {
             const int64_t rr = r - r0;
-            float *orow = o + ((b * S + r) * nh + h) * hd;
-            float inv = 1.0f / l[rr];
-            for (int64_t d = 0; d < hd; d++)
-                orow[d] = acc[rr * hd + d] * inv;
+            scal(1.0f / l[rr], o + ((b * S + r) * nh + h) * hd, hd);
             lse[(b * S + r) * nh + h] = mx[rr] + logf(l[rr]);
         }
     }

@@ -1,6 +1,7 @@
 /* Causal grouped-query attention on CPU, flash-attention style: keys are
- * visited in blocks with an online softmax, so memory is O(seq * block) per
- * thread and no seq x seq score matrix ever exists. The forward saves only
+ * visited in blocks with an online softmax. Beyond its inputs and outputs
+ * the forward keeps O(block) floats per task on the stack and the backward
+ * none, so no seq x seq score matrix ever exists. The forward saves only
  * the output and the per-row log-sum-exp; the backward recomputes scores.
  *
  * Layouts (row-major, tokens of nseq sequences of seqlen back to back):
@@ -23,18 +24,17 @@
 
 typedef struct rp_attn_shape {
     int64_t nseq, seqlen, nheads, nkv, head_dim;
-    int64_t block; /* keys and queries per block, >= 1 */
+    int64_t block; /* keys and queries per block, 1..RP_ATTN_MAX_BLOCK */
     float scale;   /* usually 1/sqrt(head_dim) */
 } rp_attn_shape;
 
-/* Scratch floats the forward needs (per-thread row state for a query
- * block), for nthreads OpenMP threads. The backward needs none. */
-size_t rp_attn_scratch_floats(const rp_attn_shape *s, int nthreads);
+/* Largest block the forward uses (larger requests are clamped): its
+ * per-row state lives on the stack, 3 * RP_ATTN_MAX_BLOCK floats. */
+#define RP_ATTN_MAX_BLOCK 256
 
-/* o and lse from q, k, v. scratch holds rp_attn_scratch_floats(s, nthreads)
- * floats, nthreads >= omp_get_max_threads() at the time of the call. */
+/* o and lse from q, k, v. No scratch: the rows of o accumulate. */
 void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
-                     float *o, float *lse, float *scratch, int nthreads);
+                     float *o, float *lse);
 
 /* dq, dk, dv (overwritten) from the forward's inputs, o, lse and do. */
 void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
