@@ -189,9 +189,9 @@ START_TEST(cost_closed_forms)
     rp_layer_desc *L;
     int n;
     ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
-    rp_layer_cost k;
+    rp_layer_flops k;
     const int64_t S = 512;
-    rp_layer_cost_get(&c, &L[1], S, &k);
+    rp_layer_flops_get(&c, &L[1], S, &k);
     /* H 24, QD 32, KD 8, I 40 */
     double gemm = 2.0 * 24 * (32 + 16) + 2.0 * 32 * 24 + 6.0 * 24 * 40;
     double attn = 2.0 * 32 * (S + 1);
@@ -203,10 +203,10 @@ START_TEST(cost_closed_forms)
     for (int64_t nseq = 1; nseq <= 4; nseq++)
         ck_assert_uint_eq(k.work_floats_fixed + k.work_floats_per_token * (size_t)(nseq * S),
                           rp_block_workspace_floats(&c, nseq, S));
-    rp_layer_cost_get(&c, &L[n - 1], S, &k);
+    rp_layer_flops_get(&c, &L[n - 1], S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 2.0 * 24 * 37);
     ck_assert_uint_eq(k.work_floats_fixed, rp_head_workspace_floats(&c, 1 << 20, RP_HEAD_CHUNK));
-    rp_layer_cost_get(&c, &L[0], S, &k);
+    rp_layer_flops_get(&c, &L[0], S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 0);
     ck_assert_uint_eq(k.param_numel, 37 * 24 + (16 - (37 * 24) % 16) % 16);
     free(L);

@@ -188,8 +188,8 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
     }
 }
 
-void rp_layer_cost_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
-                       rp_layer_cost *c)
+void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
+                       rp_layer_flops *c)
 {
     const double H = (double)cfg->hidden_size, I = (double)cfg->intermediate_size,
                  V = (double)cfg->vocab_size;

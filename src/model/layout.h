@@ -21,7 +21,13 @@
 #define RP_PARAM_ALIGN 16 /* elements: 64 bytes in fp32, 32 in bf16 */
 #define RP_LAYER_MAX_PARAMS 16
 
-typedef enum rp_layer_kind { RP_LAYER_EMBED, RP_LAYER_BLOCK, RP_LAYER_HEAD } rp_layer_kind;
+/* src/plan/cost.h declares the same enum (the planner must not depend on
+ * src/model); whichever header comes first defines it, same names and
+ * values. */
+#if !defined(RP_LAYER_KIND_DEFINED) && !defined(RP_PLAN_COST_H)
+#define RP_LAYER_KIND_DEFINED
+typedef enum rp_layer_kind { RP_LAYER_EMBED = 0, RP_LAYER_BLOCK = 1, RP_LAYER_HEAD = 2 } rp_layer_kind;
+#endif
 
 typedef struct rp_param_desc {
     char name[96];    /* full Hugging Face name */
@@ -90,16 +96,16 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
  * the embedding's token ids counted as one float).
  * work_floats_per_token / work_floats_fixed: the layer's CPU workspace
  * (rp_block_workspace_floats etc.) as a + b*tokens at this S. */
-typedef struct rp_layer_cost {
+typedef struct rp_layer_flops {
     double fwd_flops_per_token;
     double bwd_flops_per_token; /* recompute included */
     size_t param_numel;         /* padding included */
     size_t act_floats_per_token;
     size_t work_floats_per_token;
     size_t work_floats_fixed;
-} rp_layer_cost;
+} rp_layer_flops;
 
-void rp_layer_cost_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
-                       rp_layer_cost *cost);
+void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
+                       rp_layer_flops *cost);
 
 #endif
