@@ -81,7 +81,7 @@ static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, floa
     w->u = take(base, &at, T * I);
     w->m = take(base, &at, T * I);
     w->tmp = take(base, &at, T * H);
-    w->dm = take(base, &at, T * I);
+    w->dm = w->m; /* m is dead once dWd += dy^T m has run */
     w->dout = take(base, &at, T * QD);
     w->dq = take(base, &at, T * QD);
     w->dk = take(base, &at, T * KD);
@@ -198,7 +198,8 @@ void rp_block_backward(const rp_model_config *cfg, const float *params, const fl
     const int64_t QD = nh * hd, KD = nkv * hd;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
 
-    /* MLP: y = x2 + m Wd^T, m = silu(g) * u */
+    /* MLP: y = x2 + m Wd^T, m = silu(g) * u. dm overwrites m, so the
+     * weight gradient must come first. */
     rp_linear_backward_weight(dy, w.m, PARAM(D, w_down), NULL, T, I, H);
     rp_linear_backward_input(dy, PARAM(P, w_down), w.dm, T, I, H, 0);
     float *g = w.g, *u = w.u, *dm = w.dm;
