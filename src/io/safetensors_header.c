@@ -529,13 +529,13 @@ static int by_begin(const void *a, const void *b)
 
 static rp_status check_layout(rp_st_header *h, const char *file, rp_error *err)
 {
+    if (h->n < 2)
+        return RP_OK; /* (qsort wants a non-NULL base even for zero elements) */
     qsort(h->entries, h->n, sizeof *h->entries, by_name);
     for (size_t i = 1; i < h->n; i++)
         if (strcmp(h->entries[i - 1].name, h->entries[i].name) == 0)
             return rp_error_set(err, RP_ERR_FORMAT, "%s: tensor '%s' appears twice in the header",
                                 file, h->entries[i].name);
-    if (h->n < 2)
-        return RP_OK;
     const rp_st_entry **order = malloc(h->n * sizeof *order);
     if (!order)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", file);
