@@ -1,1 +1,43 @@
-# tests of store
+# tests of store (host store, events, transfer engine)
+check_PROGRAMS += mpi-tests/test_store_layout
+TESTS += mpi-tests/test_store_layout
+mpi_tests_test_store_layout_SOURCES = mpi-tests/test_store_layout.c
+mpi_tests_test_store_layout_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_store_layout_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_store_topology
+TESTS += mpi-tests/test_store_topology
+mpi_tests_test_store_topology_SOURCES = mpi-tests/test_store_topology.c
+mpi_tests_test_store_topology_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_store_topology_LDADD = $(RP_TEST_LDADD)
+EXTRA_DIST += mpi-tests/fixtures/store/two-packages-3gpu.xml
+
+check_PROGRAMS += mpi-tests/test_store_shm
+TESTS += mpi-tests/test_store_shm
+mpi_tests_test_store_shm_SOURCES = mpi-tests/test_store_shm.c
+mpi_tests_test_store_shm_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_store_shm_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_event_pipeline
+TESTS += mpi-tests/test_event_pipeline
+mpi_tests_test_event_pipeline_SOURCES = mpi-tests/test_event_pipeline.c
+mpi_tests_test_event_pipeline_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_event_pipeline_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_event_deadlock
+TESTS += mpi-tests/test_event_deadlock
+mpi_tests_test_event_deadlock_SOURCES = mpi-tests/test_event_deadlock.c
+mpi_tests_test_event_deadlock_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_event_deadlock_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_transfer_order
+TESTS += mpi-tests/test_transfer_order
+mpi_tests_test_transfer_order_SOURCES = mpi-tests/test_transfer_order.c
+mpi_tests_test_transfer_order_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_transfer_order_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_transfer_bytes
+TESTS += mpi-tests/test_transfer_bytes
+mpi_tests_test_transfer_bytes_SOURCES = mpi-tests/test_transfer_bytes.c
+mpi_tests_test_transfer_bytes_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_transfer_bytes_LDADD = $(RP_TEST_LDADD)

@@ -49,7 +49,9 @@ static rp_xfer_req *most_urgent(rp_xfer *x)
     return NULL;
 }
 
-/* Called with the lock held; the callback runs unlocked so it may submit. */
+/* Called with the lock held. The callback runs unlocked (so it may submit
+ * other requests) and before the request is marked finished, so whoever
+ * waits for the request or drains the engine also sees its effects. */
 static void finish(rp_xfer *x, rp_xfer_req *r, rp_xfer_state state)
 {
     rp_xfer_class c = r->cls;
@@ -57,20 +59,17 @@ static void finish(rp_xfer *x, rp_xfer_req *r, rp_xfer_state state)
     if (!x->head[c])
         x->tail[c] = NULL;
     r->next = NULL;
+    if (r->done) {
+        pthread_mutex_unlock(&x->mu);
+        r->done(r, r->done_arg, state);
+        pthread_mutex_lock(&x->mu);
+    }
     if (state != RP_XFER_CANCELLED)
         x->stats.requests[c]++;
     x->pending--;
-    rp_xfer_done_fn done = r->done;
-    void *arg = r->done_arg;
-    /* After this store the owner may reuse or free r: read nothing after it
-     * but the copies taken above. */
+    /* After this store the owner may reuse or free r. */
     atomic_store_explicit(&r->state, state, memory_order_release);
     pthread_cond_broadcast(&x->changed);
-    if (done) {
-        pthread_mutex_unlock(&x->mu);
-        done(r, arg);
-        pthread_mutex_lock(&x->mu);
-    }
 }
 
 static void *worker_main(void *arg)

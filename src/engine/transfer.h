@@ -70,7 +70,10 @@ typedef enum rp_xfer_state {
 } rp_xfer_state;
 
 typedef struct rp_xfer_req rp_xfer_req;
-typedef void (*rp_xfer_done_fn)(rp_xfer_req *req, void *arg);
+/* Completion callback: `state` is DONE, FAILED or CANCELLED (req->state
+ * is set only after the callback returns, so a waiter sees its effects; the
+ * callback must therefore not resubmit req itself). */
+typedef void (*rp_xfer_done_fn)(rp_xfer_req *req, void *arg, rp_xfer_state state);
 
 /* A request. The caller fills dst, src, bytes, cls and optionally tag, done
  * and done_arg, keeps it alive and unmodified until it is finished, and may
@@ -82,7 +85,7 @@ struct rp_xfer_req {
     size_t bytes;
     rp_xfer_class cls;
     const char *tag;      /* for the trace; may be NULL */
-    rp_xfer_done_fn done; /* called on the worker thread when finished; may be NULL */
+    rp_xfer_done_fn done; /* called on the worker thread when it ends; may be NULL */
     void *done_arg;
     /* filled by the engine */
     _Atomic int state;    /* rp_xfer_state */

@@ -1,0 +1,144 @@
+/* Proves: a planted deadlock (a wait for an event whose producer never
+ * signals) ends at its deadline, not before and not much after, on every
+ * rank, with RP_ERR_TIMEOUT and one message naming the rank, the job, the
+ * event, its current value and the awaited value (text asserted); a value
+ * already reached returns at once; bad RP_INJECT_* settings are clear
+ * errors; a counter never goes back. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/event.h"
+#include "rp_check.h"
+#include "store/store.h"
+
+static rp_event_dims dims(void)
+{
+    rp_event_dims d = {{0}, {0}};
+    d.count[RP_EV_GRAD] = 4;
+    d.micro[RP_EV_GRAD] = 1;
+    d.count[RP_EV_FWD_OUT] = 2;
+    d.micro[RP_EV_FWD_OUT] = 3;
+    d.count[RP_EV_VERSION] = 4;
+    return d;
+}
+
+START_TEST(planted_deadlock_names_the_event_on_every_rank)
+{
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    rp_event_dims d = dims();
+    rp_store_layout *l;
+    rp_error err = {0};
+    size_t off;
+    ck_assert_int_eq(rp_store_layout_create(&l, &err), RP_OK);
+    ck_assert_int_eq(rp_store_layout_add(l, "events", rp_events_bytes(&d), 64, &off, &err), RP_OK);
+    rp_store *st;
+    ck_assert_int_eq(rp_store_create(MPI_COMM_WORLD, l, NULL, &st, &err), RP_OK);
+    rp_events *ev;
+    ck_assert_int_eq(rp_events_create(rp_store_at(st, off, rp_events_bytes(&d)), rp_events_bytes(&d),
+                                      &d, rank, &ev, &err), RP_OK);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Rank 0 "produces" fwd_out[stage 1, microbatch 2] up to iteration 6
+     * but never 7; every rank waits for 7. */
+    rp_event_name e = {RP_EV_FWD_OUT, 1, 2};
+    if (rank == 0)
+        rp_event_signal(ev, e, 6);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ck_assert_int_eq(rp_event_wait(ev, e, 6, rp_event_deadline(5), "B1 (iteration 7)", &err), RP_OK);
+    double t0 = rp_event_now();
+    rp_status s = rp_event_wait(ev, e, 7, t0 + 0.25, "B1 (iteration 7)", &err);
+    double waited = rp_event_now() - t0;
+    ck_assert_int_eq(s, RP_ERR_TIMEOUT);
+    ck_assert_int_eq(err.code, RP_ERR_TIMEOUT);
+    char want[256];
+    snprintf(want, sizeof want,
+             "rank %d, job B1 (iteration 7): timed out waiting for event fwd_out[stage 1, "
+             "microbatch 2]: value 6, awaited 7", rank);
+    ck_assert_str_eq(err.msg, want);
+    ck_assert_msg(waited >= 0.25 && waited < 2.0, "waited %.3f s for a 0.25 s deadline", waited);
+
+    /* A kind without microbatches is named without one. */
+    s = rp_event_wait(ev, (rp_event_name){RP_EV_VERSION, 3, 0}, 1, rp_event_deadline(0.01), NULL, &err);
+    ck_assert_int_eq(s, RP_ERR_TIMEOUT);
+    snprintf(want, sizeof want,
+             "rank %d, job -: timed out waiting for event version[layer 3]: value 0, awaited 1", rank);
+    ck_assert_str_eq(err.msg, want);
+    /* A name outside the table is an error, not a wild read. */
+    s = rp_event_wait(ev, (rp_event_name){RP_EV_GRAD, 4, 0}, 1, rp_event_deadline(1), "x", &err);
+    ck_assert_int_eq(s, RP_ERR_INTERNAL);
+    ck_assert(strstr(err.msg, "no such event grad[layer 4]"));
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    rp_events_destroy(&ev);
+    rp_store_destroy(&st);
+    rp_store_layout_destroy(&l);
+}
+END_TEST
+
+START_TEST(bad_injection_settings_are_errors)
+{
+    rp_event_dims d = dims();
+    static char mem[64 * 64] __attribute__((aligned(64)));
+    ck_assert_uint_le(rp_events_bytes(&d), sizeof mem);
+    rp_events *ev;
+    rp_error err = {0};
+    setenv("RP_INJECT_DELAY_US", "12x", 1);
+    ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_ERR_INVALID_ARG);
+    ck_assert(strstr(err.msg, "RP_INJECT_DELAY_US='12x'"));
+    setenv("RP_INJECT_DELAY_US", "250", 1);
+    setenv("RP_INJECT_SEED", "-1", 1);
+    ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_ERR_INVALID_ARG);
+    ck_assert(strstr(err.msg, "RP_INJECT_SEED"));
+    setenv("RP_INJECT_SEED", "9", 1);
+    ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_OK);
+    ck_assert_uint_eq(rp_events_injection(ev), 250);
+    rp_events_destroy(&ev);
+    unsetenv("RP_INJECT_DELAY_US");
+    unsetenv("RP_INJECT_SEED");
+    ck_assert_int_eq(rp_events_create(mem + 8, sizeof mem - 8, &d, 0, &ev, &err), RP_ERR_INVALID_ARG);
+    ck_assert_int_eq(rp_events_create(mem, 64, &d, 0, &ev, &err), RP_ERR_RANGE);
+}
+END_TEST
+
+START_TEST(signals_are_monotonic_and_injected_delays_bounded)
+{
+    rp_event_dims d = dims();
+    static char mem[64 * 64] __attribute__((aligned(64)));
+    rp_events *ev;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_OK);
+    rp_events_reset(ev);
+    rp_events_set_injection(ev, 2000, 5);
+    rp_event_name e = {RP_EV_GRAD, 2, 0};
+    double t0 = rp_event_now();
+    for (uint64_t v = 1; v <= 20; v++) {
+        rp_event_signal(ev, e, v);
+        rp_event_signal(ev, e, v); /* the same value again is allowed */
+        ck_assert_uint_eq(rp_event_value(ev, e), v);
+    }
+    double took = rp_event_now() - t0;
+    /* 40 delays uniform in 0..2 ms: about 40 ms; never above 40 * 2 ms
+     * plus scheduling slack, and not zero (delays really happen). */
+    ck_assert_msg(took > 0.005 && took < 0.5, "40 injected delays took %.3f s", took);
+    /* other counters untouched */
+    ck_assert_uint_eq(rp_event_value(ev, (rp_event_name){RP_EV_GRAD, 1, 0}), 0);
+    ck_assert_uint_eq(rp_event_value(ev, (rp_event_name){RP_EV_GRAD, 3, 0}), 0);
+    rp_events_destroy(&ev);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("event_deadlock");
+    TCase *t = tcase_create("deadlock");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, planted_deadlock_names_the_event_on_every_rank);
+    tcase_add_test(t, bad_injection_settings_are_errors);
+    tcase_add_test(t, signals_are_monotonic_and_injected_delays_bounded);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+RP_TEST_MAIN(suite, "1 2 3")
