@@ -41,3 +41,9 @@ TESTS += mpi-tests/test_transfer_bytes
 mpi_tests_test_transfer_bytes_SOURCES = mpi-tests/test_transfer_bytes.c
 mpi_tests_test_transfer_bytes_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_transfer_bytes_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/event_deadlock_prog
+mpi_tests_event_deadlock_prog_SOURCES = mpi-tests/event_deadlock_prog.c
+mpi_tests_event_deadlock_prog_LDADD = librp.la
+TESTS += mpi-tests/test_event_deadlock_exit.sh
+EXTRA_DIST += mpi-tests/test_event_deadlock_exit.sh
