@@ -3,11 +3,14 @@
  * rank, with RP_ERR_TIMEOUT and one message naming the rank, the job, the
  * event, its current value and the awaited value (text asserted); a value
  * already reached returns at once; bad RP_INJECT_* settings are clear
- * errors; a counter never goes back. */
+ * errors; a counter never goes back; a sleeping waiter wakes promptly
+ * after a late signal. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/event.h"
 #include "rp_check.h"
@@ -129,6 +132,40 @@ START_TEST(signals_are_monotonic_and_injected_delays_bounded)
 }
 END_TEST
 
+typedef struct late { rp_events *ev; double at; } late;
+static void *signal_late(void *arg)
+{
+    late *l = arg;
+    struct timespec ts = {0, 40 * 1000000};
+    nanosleep(&ts, NULL);
+    l->at = rp_event_now();
+    rp_event_signal(l->ev, (rp_event_name){RP_EV_VERSION, 1, 0}, 3);
+    return NULL;
+}
+
+START_TEST(sleeping_waiter_wakes_promptly)
+{
+    rp_event_dims d = dims();
+    static char mem[64 * 64] __attribute__((aligned(64)));
+    rp_events *ev;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_OK);
+    rp_events_reset(ev);
+    rp_events_set_injection(ev, 0, 0);
+    late l = {ev, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, signal_late, &l), 0);
+    ck_assert_int_eq(rp_event_wait(ev, (rp_event_name){RP_EV_VERSION, 1, 0}, 3, rp_event_deadline(10),
+                                   "opt", &err), RP_OK);
+    double woke = rp_event_now();
+    pthread_join(th, NULL);
+    /* backoff after 40 ms of waiting is 1 ms at most; 20 ms leaves room
+     * for a loaded machine but catches a waiter that sleeps too long */
+    ck_assert_msg(woke - l.at < 0.020, "woke %.4f s after the signal", woke - l.at);
+    rp_events_destroy(&ev);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("event_deadlock");
@@ -137,6 +174,7 @@ static Suite *suite(void)
     tcase_add_test(t, planted_deadlock_names_the_event_on_every_rank);
     tcase_add_test(t, bad_injection_settings_are_errors);
     tcase_add_test(t, signals_are_monotonic_and_injected_delays_bounded);
+    tcase_add_test(t, sleeping_waiter_wakes_promptly);
     suite_add_tcase(s, t);
     return s;
 }

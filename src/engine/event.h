@@ -86,7 +86,7 @@ uint64_t rp_event_value(const rp_events *evs, rp_event_name ev);
 void rp_event_signal(rp_events *evs, rp_event_name ev, uint64_t value);
 
 /* Wait until the counter is >= value: spins briefly, then sleeps with
- * growing delays (up to 1 ms). deadline is an absolute CLOCK_MONOTONIC time
+ * growing delays (an eighth of the time waited so far, 1 us to 1 ms). deadline is an absolute CLOCK_MONOTONIC time
  * in seconds (rp_event_deadline); job (may be NULL) says which job waits,
  * for the message. Returns RP_OK, or RP_ERR_TIMEOUT with the message
  * "rank R, job J: timed out waiting for event E: value V, awaited W". */
