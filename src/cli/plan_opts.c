@@ -15,7 +15,7 @@
 enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
-    O_PLAN, O_ITERS, O_JSON, O_HELP
+    O_PLAN, O_ITERS, O_HOSTGBS, O_JSON, O_HELP
 };
 
 static const struct option opts[] = {
@@ -41,6 +41,7 @@ static const struct option opts[] = {
     {"width", required_argument, 0, O_WIDTH},
     {"plan", required_argument, 0, O_PLAN},
     {"iterations", required_argument, 0, O_ITERS},
+    {"host-gbs", required_argument, 0, O_HOSTGBS},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -70,6 +71,8 @@ const char rp_plan_cli_options_usage[] =
     "  --width W              pipeline width (default: the planner chooses)\n"
     "  --plan STRING          force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]\n"
     "  --iterations N         simulated iterations (default 12; second half measured)\n"
+    "  --host-gbs X           host memory GB/s shared by all ranks, a bound on the\n"
+    "                         traffic of an iteration (default 0: not modelled)\n"
     "  --json                 print JSON instead of a table\n";
 
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
@@ -98,7 +101,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     char *config_buf = NULL;
     int64_t G = 0, M = 0, S = 1024, B = 0, mem = 0, ws = 256, lag = 0, defer = 1, spread = 0;
     int64_t width = 0, iters = 12, cb = 2;
-    double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0;
+    double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
     int have_seq = 0, have_batch = 0;
     optind = 0;
     opterr = 0;
@@ -153,6 +156,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         case O_WIDTH: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &width, err); break;
         case O_PLAN: plan = optarg; break;
         case O_ITERS: st = rp_arg_int(optname, optarg, 4, 10000, &iters, err); break;
+        case O_HOSTGBS: st = rp_arg_double(optname, optarg, &hostgbs, err); break;
         case O_JSON: o->json = 1; break;
         case O_HELP: case 'h': o->help = 1; break;
         case ':':
@@ -176,6 +180,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                           "--tflops, --device-gbs, --bandwidth-gbs and --optimizer-gbs must be > 0");
     else if (xfer < 0 && xfer != -1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--transfer-ms must be >= 0");
+    else if (hostgbs < 0)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--host-gbs must be >= 0");
     else if (clip < 0)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0");
     else if (!!layers + !!config != 1)
@@ -208,6 +214,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     mc->defer_wgrad = (int)defer;
     mc->opt_spread = (int)spread;
     mc->iterations = (int)iters;
+    mc->host_gbs = hostgbs;
     mc->memory_limit = mem << 20;
     mc->workspace_bytes = ws << 20;
     if (layers && have_seq && have_batch)

@@ -1,1 +1,22 @@
-# sources of src/plan
+# sources of src/plan: cost model, layer-times files, plans, job order,
+# simulator, GPipe/1F1B baselines, partitioner
+librp_la_SOURCES += \
+	src/plan/cost.c src/plan/cost.h \
+	src/plan/layers_file.c src/plan/layers_file.h \
+	src/plan/plan.c src/plan/plan.h \
+	src/plan/schedule.c src/plan/schedule.h \
+	src/plan/simulate.c src/plan/simulate.h \
+	src/plan/baseline.c src/plan/baseline.h \
+	src/plan/partition.c src/plan/partition.h
+
+# `roundpipe plan` and `roundpipe simulate`; the roundpipe program lists these.
+# (Not named *_SOURCES: automake -Wall -Werror rejects a _SOURCES variable
+# that belongs to no program.)
+RP_CLI_PLAN_SRC = src/cli/cmd_plan.c src/cli/cmd_plan.h src/cli/cmd_simulate.c \
+	src/cli/plan_opts.c src/cli/plan_opts.h
+
+# a stand-in for the roundpipe dispatcher until it lists RP_CLI_PLAN_SRC:
+# `rp-plan plan ...` / `rp-plan simulate ...` (not installed)
+noinst_PROGRAMS += src/plan/rp-plan
+src_plan_rp_plan_SOURCES = src/plan/rp_plan_main.c $(RP_CLI_PLAN_SRC)
+src_plan_rp_plan_LDADD = librp.la

@@ -1,0 +1,184 @@
+/* Closed-form cost model and range sums over a layer list. */
+#include "plan/cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+rp_status rp_cost_model_create(int n, rp_cost_model **out, rp_error *err)
+{
+    *out = NULL;
+    if (n < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cost model: %d layers (need at least 1)", n);
+    rp_cost_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->layers = calloc((size_t)n, sizeof *m->layers))) {
+        free(m);
+        return rp_error_set(err, RP_ERR_NOMEM, "cost model: cannot allocate %d layers", n);
+    }
+    m->num_layers = n;
+    for (int i = 0; i < n; i++) {
+        m->layers[i].kind = RP_LAYER_BLOCK;
+        m->layers[i].tied_to = -1;
+    }
+    *out = m;
+    return RP_OK;
+}
+
+void rp_cost_model_destroy(rp_cost_model **m)
+{
+    if (!m || !*m)
+        return;
+    free((*m)->layers);
+    free(*m);
+    *m = NULL;
+}
+
+int64_t rp_cost_block_params(const rp_model_shape *s)
+{
+    int64_t q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
+    int64_t attn = s->hidden * q + 2 * s->hidden * kv + q * s->hidden;
+    if (s->attention_bias)
+        attn += q + 2 * kv;
+    int64_t mlp = 3 * s->hidden * s->intermediate;
+    /* two RMSNorm weights; Qwen3's per-head q/k norms are too small to matter
+     * for time and are left out of the GEMM count, not of the bytes */
+    return attn + mlp + 2 * s->hidden + 2 * s->head_dim;
+}
+
+int64_t rp_cost_embed_params(const rp_model_shape *s) { return s->vocab * s->hidden; }
+
+int64_t rp_cost_head_params(const rp_model_shape *s)
+{
+    return s->hidden + (s->tied ? 0 : s->vocab * s->hidden);
+}
+
+double rp_cost_block_fwd_flops_per_token(const rp_model_shape *s, int64_t seq_len)
+{
+    int64_t q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
+    double gemm_params = (double)(s->hidden * q + 2 * s->hidden * kv + q * s->hidden +
+                                  3 * s->hidden * s->intermediate);
+    /* QK^T and AV: 2 * S * d FLOPs each per token; the causal mask halves them */
+    double attn = 4.0 * (double)seq_len * (double)q / 2.0;
+    return 2.0 * gemm_params + attn;
+}
+
+/* Roofline: a kernel takes at least its FLOPs at the achieved rate and at
+ * least the time to read its weights once. */
+static double roof_ms(double flops, double bytes, const rp_device_spec *d)
+{
+    double tc = flops / (d->tflops * 1e12), tm = bytes / (d->mem_gbs * 1e9);
+    return 1e3 * (tc > tm ? tc : tm);
+}
+
+rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, rp_cost_model **out,
+                             rp_error *err)
+{
+    *out = NULL;
+    if (s->hidden < 1 || s->intermediate < 1 || s->heads < 1 || s->kv_heads < 1 ||
+        s->head_dim < 1 || s->vocab < 1 || s->layers < 1 || s->layers > 100000)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cost model: model shape has a non-positive or absurd field");
+    if (!(d->tflops > 0) || !(d->mem_gbs > 0) || d->compute_bytes < 1 || d->grad_bytes < 1 ||
+        d->seq_len < 1 || d->tokens_per_mb < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cost model: device TFLOP/s, GB/s, dtype sizes, sequence length and "
+                            "tokens per microbatch must be positive");
+    rp_cost_model *m;
+    RP_TRY(rp_cost_model_create((int)s->layers + 2, &m, err));
+    double tok = (double)d->tokens_per_mb;
+    int cb = d->compute_bytes, gb = d->grad_bytes;
+    int64_t h = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
+    int64_t out_bytes = (int64_t)(tok * (double)h * cb);
+
+    /* embedding: a gather forward, a scatter-add backward; memory bound */
+    rp_layer_cost *e = &m->layers[0];
+    int64_t ep = rp_cost_embed_params(s);
+    e->kind = RP_LAYER_EMBED;
+    e->fwd_ms = roof_ms(0, tok * (double)h * cb, d);
+    e->bwd_ms = roof_ms(0, tok * (double)h * gb * 2.0, d);
+    e->wgrad_ms = e->bwd_ms;
+    e->weight_bytes = ep * cb;
+    e->grad_bytes = ep * gb;
+    e->opt_params = ep;
+    e->out_bytes = out_bytes;
+
+    int64_t bp = rp_cost_block_params(s);
+    double ff = rp_cost_block_fwd_flops_per_token(s, d->seq_len) * tok;
+    double gemm = 2.0 * (double)(bp - 2 * h - 2 * s->head_dim) * tok;
+    /* activations kept for backward, per token (bf16 unless compute is fp32):
+     * two norm inputs, q/k/v, attention output, o-proj input, MLP input,
+     * gate/up and the activation product; softmax statistics in fp32 */
+    double act_tok = (double)cb * (double)(5 * h + 2 * q + 2 * kv + 3 * s->intermediate) +
+                     4.0 * (double)s->heads;
+    for (int64_t i = 1; i <= s->layers; i++) {
+        rp_layer_cost *b = &m->layers[i];
+        b->kind = RP_LAYER_BLOCK;
+        b->fwd_ms = roof_ms(ff, (double)bp * cb, d);
+        b->bwd_ms = roof_ms(2.0 * ff, 2.0 * (double)bp * cb, d);
+        b->wgrad_ms = b->bwd_ms * (gemm / (2.0 * ff));
+        b->weight_bytes = bp * cb;
+        b->grad_bytes = bp * gb;
+        b->opt_params = bp;
+        b->act_bytes = (int64_t)(act_tok * tok);
+        b->out_bytes = out_bytes;
+    }
+
+    /* head: final norm + LM head GEMM + cross-entropy over chunks of 1024
+     * tokens (the logits of one chunk and their gradient, fp32) */
+    rp_layer_cost *hd = &m->layers[s->layers + 1];
+    int64_t hp = s->hidden + s->vocab * s->hidden; /* what the device holds */
+    double hf = 2.0 * (double)(s->vocab * h) * tok;
+    double chunk = tok < 1024 ? tok : 1024;
+    hd->kind = RP_LAYER_HEAD;
+    hd->fwd_ms = roof_ms(hf, (double)hp * cb, d);
+    hd->bwd_ms = roof_ms(2.0 * hf, 2.0 * (double)hp * cb, d);
+    hd->wgrad_ms = hd->bwd_ms / 2.0;
+    hd->weight_bytes = hp * cb;
+    hd->grad_bytes = hp * gb;
+    hd->opt_params = rp_cost_head_params(s);
+    hd->act_bytes = (int64_t)(tok * (double)h * cb + chunk * (double)s->vocab * 8.0);
+    hd->out_bytes = 0;
+    hd->tied_to = s->tied ? 0 : -1;
+    m->tokens_per_microbatch = d->tokens_per_mb;
+    *out = m;
+    return RP_OK;
+}
+
+#define RANGE_SUM(T, expr)                                   \
+    T sum = 0;                                               \
+    for (int i = first; i <= last; i++) {                    \
+        const rp_layer_cost *L = &m->layers[i];              \
+        sum += (expr);                                       \
+    }                                                        \
+    return sum
+
+double rp_cost_fwd_ms(const rp_cost_model *m, int first, int last) { RANGE_SUM(double, L->fwd_ms); }
+double rp_cost_bwd_ms(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(double, L->fwd_ms + L->bwd_ms);
+}
+double rp_cost_wgrad_ms(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(double, L->wgrad_ms);
+}
+int64_t rp_cost_weight_bytes(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(int64_t, L->weight_bytes);
+}
+int64_t rp_cost_grad_bytes(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(int64_t, L->grad_bytes);
+}
+int64_t rp_cost_act_bytes(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(int64_t, L->act_bytes);
+}
+
+int64_t rp_cost_max_act_bytes(const rp_cost_model *m, int first, int last)
+{
+    int64_t mx = 0;
+    for (int i = first; i <= last; i++)
+        if (m->layers[i].act_bytes > mx)
+            mx = m->layers[i].act_bytes;
+    return mx;
+}

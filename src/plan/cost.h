@@ -1,0 +1,103 @@
+/* Per-layer cost model: what the partitioner and the simulator know about a
+ * layer. Times are per microbatch; bytes are per microbatch or per layer.
+ *
+ * Times come either from a closed-form FLOP count of a model shape and a
+ * device's TFLOP/s and GB/s (rp_cost_from_shape), or from a layer-times file
+ * of measured milliseconds (plan/layers_file.h). This module does not depend
+ * on src/model on purpose: the planner must run before any weights exist. */
+#ifndef RP_PLAN_COST_H
+#define RP_PLAN_COST_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+#include "core/layer_kind.h"
+
+typedef struct rp_layer_cost {
+    rp_layer_kind kind;
+    double fwd_ms;         /* forward of one microbatch */
+    double bwd_ms;         /* backward of one microbatch, NOT counting the recompute
+                              of the forward (backward with recompute = fwd_ms + bwd_ms) */
+    double wgrad_ms;       /* part of bwd_ms that only produces weight gradients and so
+                              can run after the input gradient has been sent on */
+    int64_t weight_bytes;  /* compute-dtype weights uploaded with the stage */
+    int64_t grad_bytes;    /* trainable-gradient bytes accumulated on the device over
+                              the microbatches and downloaded once per job */
+    int64_t opt_params;    /* trainable parameters the CPU optimizer updates */
+    int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
+                              layer's forward and its backward */
+    int64_t out_bytes;     /* bytes of this layer's output for one microbatch */
+    int tied_to;           /* -1, or the layer whose parameters this one shares (a tied
+                              LM head names the embedding: its gradient is summed into
+                              that layer's, whose update it then also waits for) */
+} rp_layer_cost;
+
+typedef struct rp_cost_model {
+    char name[64];
+    int num_layers;
+    rp_layer_cost *layers;        /* num_layers entries, layer 0 first */
+    int64_t tokens_per_microbatch; /* 0 when unknown (then no tokens/s) */
+    /* defaults a layer-times file may carry (0 = not given) */
+    int default_gpus;
+    int default_microbatches;
+    double default_transfer_ms;
+} rp_cost_model;
+
+/* A model shape, the fields of a config.json the FLOP count needs. */
+typedef struct rp_model_shape {
+    int64_t hidden;
+    int64_t intermediate;
+    int64_t heads;
+    int64_t kv_heads;
+    int64_t head_dim;
+    int64_t vocab;
+    int64_t layers; /* decoder blocks */
+    int tied;       /* LM head shares the embedding */
+    int attention_bias;
+} rp_model_shape;
+
+/* What the closed-form model assumes about a device and the run. */
+typedef struct rp_device_spec {
+    double tflops;          /* achieved dense bf16 TFLOP/s */
+    double mem_gbs;         /* device memory GB/s (roofline floor for small microbatches) */
+    int compute_bytes;      /* bytes per weight element on the device (2 = bf16) */
+    int grad_bytes;         /* bytes per gradient element accumulated on the device (4) */
+    int64_t seq_len;        /* tokens per sample */
+    int64_t tokens_per_mb;  /* tokens per microbatch */
+} rp_device_spec;
+
+/* Allocate a model of n zeroed layers (tied_to = -1). */
+rp_status rp_cost_model_create(int n, rp_cost_model **out, rp_error *err);
+void rp_cost_model_destroy(rp_cost_model **m);
+
+/* Build the layer list [embedding, blocks..., head] of a full fine-tune from
+ * a shape and a device. FLOP counts (documented in cost.c):
+ *   GEMMs: 2 * params * tokens forward;
+ *   attention scores + values: 4 * S * (heads*head_dim) per token, halved for
+ *   the causal mask;
+ *   backward = 2 x forward (the recompute is charged separately, fwd_ms);
+ *   weight-gradient part = the GEMM forward FLOPs (one of the two backward GEMMs). */
+rp_status rp_cost_from_shape(const rp_model_shape *shape, const rp_device_spec *dev,
+                             rp_cost_model **out, rp_error *err);
+
+/* FLOPs of one token's forward through one decoder block at sequence length S. */
+double rp_cost_block_fwd_flops_per_token(const rp_model_shape *shape, int64_t seq_len);
+
+/* Parameters of one decoder block, of the embedding and of the head. */
+int64_t rp_cost_block_params(const rp_model_shape *shape);
+int64_t rp_cost_embed_params(const rp_model_shape *shape);
+int64_t rp_cost_head_params(const rp_model_shape *shape); /* norm (+ LM head if untied) */
+
+/* Sums over the layers [first, last] (inclusive). */
+double rp_cost_fwd_ms(const rp_cost_model *m, int first, int last);
+/* Backward including recompute: sum of fwd_ms + bwd_ms. The tail stage, which
+ * runs forward and backward in one go without recompute, costs the same. */
+double rp_cost_bwd_ms(const rp_cost_model *m, int first, int last);
+double rp_cost_wgrad_ms(const rp_cost_model *m, int first, int last);
+int64_t rp_cost_weight_bytes(const rp_cost_model *m, int first, int last);
+int64_t rp_cost_grad_bytes(const rp_cost_model *m, int first, int last);
+int64_t rp_cost_act_bytes(const rp_cost_model *m, int first, int last);
+int64_t rp_cost_max_act_bytes(const rp_cost_model *m, int first, int last);
+
+#endif

@@ -1,0 +1,482 @@
+/* Partitioner search (see partition.h). */
+#include "plan/partition.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/baseline.h"
+#include "plan/schedule.h"
+
+#define SEED_DENSE 12 /* every count (and tail size) up to this is a seed */
+#define N_CLIMB 8       /* seeds the local search starts from, up to 12 layers */
+#define N_CLIMB_LARGE 3 /* beyond */
+#define KICKS_SMALL 64 /* random restarts of the local search, up to 12 layers */
+#define KICKS_LARGE 4
+#define MAX_PASSES 200
+
+double rp_partition_objective(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
+{
+    rp_error e;
+    rp_sim_result r;
+    if (mc->memory_limit > 0 &&
+        rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL) > mc->memory_limit)
+        return INFINITY;
+    if (rp_simulate(m, p, mc, &r, &e) != RP_OK)
+        return INFINITY;
+    return r.iteration_ms;
+}
+
+/* Search score: plans over the memory limit rank below every plan within
+ * it, by how far over they are, so the search can walk from an infeasible
+ * seed into the feasible region; within it, by modelled time. */
+typedef struct score {
+    double excess; /* bytes over the limit, 0 when it fits */
+    double time;   /* modelled iteration ms, INFINITY if it cannot run */
+} score;
+
+static score evaluate(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
+{
+    score sc = {0, INFINITY};
+    if (mc->memory_limit > 0) {
+        int64_t peak = rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL);
+        if (peak > mc->memory_limit)
+            sc.excess = (double)(peak - mc->memory_limit);
+    }
+    rp_error e;
+    rp_sim_result r;
+    if (rp_simulate(m, p, mc, &r, &e) == RP_OK)
+        sc.time = r.iteration_ms;
+    return sc;
+}
+
+static int feasible(score a) { return a.excess == 0 && isfinite(a.time); }
+
+static int better(score a, const rp_plan *pa, score b, const rp_plan *pb)
+{
+    if (a.excess != b.excess)
+        return a.excess < b.excess;
+    if (a.time < b.time * (1 - 1e-12))
+        return 1;
+    if (a.time <= b.time * (1 + 1e-12) && isfinite(a.time))
+        return rp_schedule_num_jobs(pa) < rp_schedule_num_jobs(pb);
+    return 0;
+}
+
+typedef struct cand {
+    score sc;
+    rp_plan *plan;
+} cand;
+
+/* 16, 24, 32, 48, 64, 96...: the sparse seed values beyond SEED_DENSE */
+static int in_geometric(int c)
+{
+    for (int g = 16; g <= c; g *= 2)
+        if (c == g || c == g + g / 2)
+            return 1;
+    return 0;
+}
+
+/* Build a plan with tail start k, forward layers 0..k-1 cut into about pf
+ * balanced runs and backward layers into about pb. */
+static void seed_plan(const double *fc, const double *bc, int L, int k, int pf, int pb, int width,
+                      rp_plan *p, int *cut)
+{
+    memset(p, 0, sizeof *p);
+    p->num_layers = L;
+    p->width = width;
+    if (k > 0) {
+        int nf = rp_split_minmax(fc, k, pf < 1 ? 1 : pf, cut);
+        cut[nf] = k;
+        p->nfwd = nf;
+        for (int i = 0; i < nf; i++) {
+            p->fwd[i].first = cut[i];
+            p->fwd[i].last = cut[i + 1] - 1;
+        }
+    }
+    p->bwd[0].first = k;
+    p->bwd[0].last = L - 1;
+    p->nbwd = 1;
+    if (k > 0) {
+        int nb = rp_split_minmax(bc, k, pb < 1 ? 1 : pb, cut);
+        cut[nb] = k;
+        for (int i = nb - 1; i >= 0; i--) {
+            p->bwd[p->nbwd].first = cut[i];
+            p->bwd[p->nbwd].last = cut[i + 1] - 1;
+            p->nbwd++;
+        }
+    }
+}
+
+/* Neighbours of p, written one at a time into q; visit returns nonzero to
+ * stop. The moves: shift a forward or backward boundary by one, move the
+ * tail's first layer by one, split a stage in two, merge two neighbours. */
+typedef struct climb {
+    const rp_cost_model *m;
+    const rp_machine *mc;
+    rp_plan *best;
+    score best_sc;
+    rp_plan *q;
+    int improved;
+    int mode;          /* CLIMB_IMPROVE, CLIMB_COUNT or CLIMB_PICK */
+    int counter, pick; /* for counting neighbours and picking one */
+    rp_plan *picked;
+} climb;
+
+enum { CLIMB_IMPROVE = 0, CLIMB_COUNT = 1, CLIMB_PICK = 2 };
+
+static void consider(climb *c)
+{
+    if (rp_plan_validate(c->q, c->m->num_layers, NULL) != RP_OK)
+        return;
+    if (c->mode == CLIMB_IMPROVE && c->improved)
+        return; /* first improvement: the next pass starts from it */
+    if (c->mode != CLIMB_IMPROVE) {
+        if (c->mode == CLIMB_PICK && c->counter == c->pick)
+            *c->picked = *c->q;
+        c->counter++;
+        return;
+    }
+    score o = evaluate(c->m, c->mc, c->q);
+    if (better(o, c->q, c->best_sc, c->best)) {
+        *c->best = *c->q;
+        c->best_sc = o;
+        c->improved = 1;
+    }
+}
+
+static void remove_at(rp_stage *a, int *n, int i)
+{
+    memmove(a + i, a + i + 1, sizeof *a * (size_t)(*n - i - 1));
+    (*n)--;
+}
+
+static void insert_at(rp_stage *a, int *n, int i, rp_stage s)
+{
+    memmove(a + i + 1, a + i, sizeof *a * (size_t)(*n - i));
+    a[i] = s;
+    (*n)++;
+}
+
+static void neighbours(climb *c, const rp_plan *p)
+{
+    rp_plan *q = c->q;
+    /* forward boundaries */
+    for (int i = 0; i + 1 < p->nfwd; i++) {
+        for (int d = -1; d <= 1; d += 2) {
+            *q = *p;
+            q->fwd[i].last += d;
+            q->fwd[i + 1].first += d;
+            if (q->fwd[i].last >= q->fwd[i].first && q->fwd[i + 1].last >= q->fwd[i + 1].first)
+                consider(c);
+        }
+    }
+    /* backward boundaries below the tail (bwd[i] above bwd[i+1]) */
+    for (int i = 1; i + 1 < p->nbwd; i++) {
+        for (int d = -1; d <= 1; d += 2) {
+            *q = *p;
+            q->bwd[i].first += d;
+            q->bwd[i + 1].last += d;
+            if (q->bwd[i].last >= q->bwd[i].first && q->bwd[i + 1].last >= q->bwd[i + 1].first)
+                consider(c);
+        }
+    }
+    int k = rp_plan_tail_first(p);
+    /* tail grows down by one layer */
+    if (k > 0) {
+        *q = *p;
+        q->bwd[0].first = k - 1;
+        if (--q->fwd[q->nfwd - 1].last < q->fwd[q->nfwd - 1].first)
+            q->nfwd--;
+        if (--q->bwd[1].last < q->bwd[1].first)
+            remove_at(q->bwd, &q->nbwd, 1);
+        consider(c);
+    }
+    /* tail shrinks by one layer */
+    if (p->bwd[0].last > k && p->nfwd < RP_PLAN_MAX_STAGES && p->nbwd < RP_PLAN_MAX_STAGES) {
+        *q = *p;
+        q->bwd[0].first = k + 1;
+        if (q->nfwd == 0)
+            q->fwd[q->nfwd++] = (rp_stage){k, k};
+        else
+            q->fwd[q->nfwd - 1].last = k;
+        if (q->nbwd == 1)
+            q->bwd[q->nbwd++] = (rp_stage){k, k};
+        else
+            q->bwd[1].last = k;
+        consider(c);
+        /* or the freed layer becomes a stage of its own, both ways */
+        *q = *p;
+        q->bwd[0].first = k + 1;
+        q->fwd[q->nfwd++] = (rp_stage){k, k};
+        insert_at(q->bwd, &q->nbwd, 1, (rp_stage){k, k});
+        consider(c);
+    }
+    /* splits and merges */
+    for (int i = 0; i < p->nfwd; i++) {
+        if (p->fwd[i].last > p->fwd[i].first && p->nfwd < RP_PLAN_MAX_STAGES) {
+            *q = *p;
+            int mid = (p->fwd[i].first + p->fwd[i].last + 1) / 2;
+            q->fwd[i].last = mid - 1;
+            insert_at(q->fwd, &q->nfwd, i + 1, (rp_stage){mid, p->fwd[i].last});
+            consider(c);
+        }
+        if (i + 1 < p->nfwd) {
+            *q = *p;
+            q->fwd[i].last = p->fwd[i + 1].last;
+            remove_at(q->fwd, &q->nfwd, i + 1);
+            consider(c);
+        }
+    }
+    for (int i = 1; i < p->nbwd; i++) {
+        if (p->bwd[i].last > p->bwd[i].first && p->nbwd < RP_PLAN_MAX_STAGES) {
+            *q = *p;
+            int mid = (p->bwd[i].first + p->bwd[i].last + 1) / 2;
+            q->bwd[i].first = mid;
+            insert_at(q->bwd, &q->nbwd, i + 1, (rp_stage){p->bwd[i].first, mid - 1});
+            consider(c);
+        }
+        if (i + 1 < p->nbwd) {
+            *q = *p;
+            q->bwd[i].first = p->bwd[i + 1].first;
+            remove_at(q->bwd, &q->nbwd, i + 1);
+            consider(c);
+        }
+    }
+}
+
+static score hill_climb(const rp_cost_model *m, const rp_machine *mc, rp_plan *p, score obj,
+                        rp_plan *scratch1, rp_plan *scratch2)
+{
+    climb c = {m, mc, scratch1, obj, scratch2, 0, CLIMB_IMPROVE, 0, 0, NULL};
+    *scratch1 = *p;
+    for (int pass = 0; pass < MAX_PASSES; pass++) {
+        c.improved = 0;
+        rp_plan *cur = p;
+        *cur = *c.best;
+        neighbours(&c, cur);
+        if (!c.improved)
+            break;
+    }
+    *p = *c.best;
+    return c.best_sc;
+}
+
+/* Replace p by a random neighbour (deterministic generator state *rng, so
+ * every rank computes the same plan). Returns 0 when p has none. */
+static int random_move(const rp_cost_model *m, const rp_machine *mc, rp_plan *p, uint64_t *rng,
+                       rp_plan *scratch)
+{
+    climb c = {m, mc, NULL, {0, 0}, scratch, 0, CLIMB_COUNT, 0, 0, NULL};
+    rp_plan *cur = malloc(sizeof *cur);
+    if (!cur)
+        return 0;
+    *cur = *p;
+    neighbours(&c, cur);
+    int n = c.counter;
+    if (n > 0) {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        c.mode = CLIMB_PICK;
+        c.counter = 0;
+        c.pick = (int)(*rng % (uint64_t)n);
+        c.picked = p;
+        neighbours(&c, cur);
+    }
+    free(cur);
+    return n > 0;
+}
+
+/* Iterated local search: from the best plan, make two random moves, climb
+ * again, keep the result when it is better. Escapes the local optima that
+ * the modular round-robin pattern makes common. */
+static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *best, score sc,
+                         int kicks, rp_plan *t, rp_plan *s1, rp_plan *s2)
+{
+    uint64_t rng = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < kicks; i++) {
+        *t = *best;
+        if (!random_move(m, mc, t, &rng, s2) || !random_move(m, mc, t, &rng, s2))
+            break;
+        score o = hill_climb(m, mc, t, evaluate(m, mc, t), s1, s2);
+        if (better(o, t, sc, best)) {
+            *best = *t;
+            sc = o;
+        }
+    }
+    return sc;
+}
+
+/* Smallest device memory a layer can need: alone in a backward stage, next
+ * to the lightest other stage. */
+static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, rp_error *err)
+{
+    if (mc->memory_limit <= 0)
+        return RP_OK;
+    int64_t minw = INT64_MAX;
+    for (int l = 0; l < m->num_layers; l++)
+        if (m->layers[l].weight_bytes < minw)
+            minw = m->layers[l].weight_bytes;
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer_cost *c = &m->layers[l];
+        int64_t io = l > 0 ? m->layers[l - 1].out_bytes : 0;
+        if (c->out_bytes > io)
+            io = c->out_bytes;
+        int64_t need = c->weight_bytes + minw + c->grad_bytes + c->act_bytes + 3 * io +
+                       mc->workspace_bytes;
+        if (need > mc->memory_limit) {
+            static const char *kinds[] = {"embedding", "decoder block", "head"};
+            return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
+                                "layer %d (%s) alone needs %" PRId64 " bytes of device memory "
+                                "(weights %" PRId64 " + the smallest prefetched stage %" PRId64
+                                " + gradients %" PRId64 " + activations %" PRId64
+                                " + buffers %" PRId64 " + workspace %" PRId64
+                                "), more than the limit of %" PRId64 " bytes",
+                                l, kinds[c->kind], need, c->weight_bytes, minw, c->grad_bytes,
+                                c->act_bytes, 3 * io, mc->workspace_bytes, mc->memory_limit);
+        }
+    }
+    return RP_OK;
+}
+
+/* Keep the N_CLIMB best distinct plans seen, best first. */
+static void keep_top(cand *top, const rp_plan *trial, score o)
+{
+    for (int i = 0; i < N_CLIMB; i++) {
+        if (!memcmp(trial, top[i].plan, sizeof *trial))
+            return;
+        if (better(o, trial, top[i].sc, top[i].plan)) {
+            rp_plan *spare = top[N_CLIMB - 1].plan;
+            memmove(top + i + 1, top + i, sizeof *top * (N_CLIMB - 1 - i));
+            top[i].plan = spare;
+            *spare = *trial;
+            top[i].sc = o;
+            return;
+        }
+    }
+}
+
+static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int width,
+                              rp_plan *best, score *best_sc)
+{
+    int L = m->num_layers, Mg = mc->microbatches * width / mc->gpus;
+    double *fc = malloc(sizeof(double) * L), *bc = malloc(sizeof(double) * L);
+    int *cut = malloc(sizeof(int) * (L + 1)), *ks = malloc(sizeof(int) * (L + 1));
+    int *cnt = malloc(sizeof(int) * (L + 2));
+    rp_plan *pool = malloc(sizeof(rp_plan) * (N_CLIMB + 3));
+    rp_status st = RP_OK;
+    if (!fc || !bc || !cut || !ks || !cnt || !pool) {
+        st = RP_ERR_NOMEM;
+        goto done;
+    }
+    cand top[N_CLIMB];
+    rp_plan *trial = &pool[N_CLIMB], *s1 = &pool[N_CLIMB + 1], *s2 = &pool[N_CLIMB + 2];
+    for (int i = 0; i < N_CLIMB; i++) {
+        top[i].sc = (score){INFINITY, INFINITY};
+        top[i].plan = &pool[i];
+        memset(top[i].plan, 0, sizeof *top[i].plan);
+    }
+    /* upload-aware per-layer costs: a stage's upload is hidden only behind
+     * about as much compute, so balance the larger of the two per microbatch */
+    double link = mc->link_gbs * 1e6;
+    for (int l = 0; l < L; l++) {
+        const rp_layer_cost *c = &m->layers[l];
+        double up = (double)c->weight_bytes / link / Mg;
+        fc[l] = fmax(c->fwd_ms, up);
+        bc[l] = fmax(c->fwd_ms + c->bwd_ms, up + (double)c->grad_bytes / link / Mg);
+    }
+    rp_plan_singletons(L, width, trial);
+    keep_top(top, trial, evaluate(m, mc, trial));
+    /* seeds: tail sizes 1..SEED_DENSE and sparser beyond; for each, forward
+     * and backward stage counts likewise, each split min-max balanced */
+    int nk = 0;
+    for (int k = L - 1; k >= 0; k--)
+        if (L - 1 - k < SEED_DENSE || k == 0 || in_geometric(L - 1 - k))
+            ks[nk++] = k;
+    for (int ik = 0; ik < nk; ik++) {
+        int k = ks[ik], nc = 0;
+        for (int c = 1; c <= k; c++)
+            if (c <= SEED_DENSE || c == k || in_geometric(c))
+                cnt[nc++] = c;
+        if (k == 0)
+            cnt[nc++] = 0;
+        for (int a = 0; a < nc; a++)
+            for (int b = 0; b < nc; b++) {
+                seed_plan(fc, bc, L, k, cnt[a], cnt[b], width, trial, cut);
+                keep_top(top, trial, evaluate(m, mc, trial));
+            }
+    }
+    int bi = -1;
+    score bs = {INFINITY, INFINITY};
+    int nclimb = L <= 12 ? N_CLIMB : N_CLIMB_LARGE;
+    for (int i = 0; i < nclimb; i++) {
+        if (!isfinite(top[i].sc.excess) || top[i].plan->num_layers == 0)
+            continue;
+        top[i].sc = hill_climb(m, mc, top[i].plan, top[i].sc, s1, s2);
+        if (bi < 0 || better(top[i].sc, top[i].plan, bs, top[bi].plan)) {
+            bi = i;
+            bs = top[i].sc;
+        }
+    }
+    if (bi >= 0) {
+        bs = kick_search(m, mc, top[bi].plan, bs, L <= 12 ? KICKS_SMALL : KICKS_LARGE, trial,
+                         s1, s2);
+        if (better(bs, top[bi].plan, *best_sc, best)) {
+            *best = *top[bi].plan;
+            *best_sc = bs;
+        }
+    }
+done:
+    free(fc); free(bc); free(cut); free(ks); free(cnt); free(pool);
+    return st;
+}
+
+rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, rp_plan *out,
+                       rp_sim_result *res, rp_error *err)
+{
+    RP_TRY(rp_machine_check(mc, err));
+    if (m->num_layers > RP_PLAN_MAX_STAGES)
+        return rp_error_set(err, RP_ERR_RANGE, "partition: %d layers (at most %d supported)",
+                            m->num_layers, RP_PLAN_MAX_STAGES);
+    RP_TRY(check_layers_fit(m, mc, err));
+    rp_plan *best = calloc(1, sizeof *best);
+    if (!best)
+        return rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
+    score best_sc = {INFINITY, INFINITY};
+    int tried = 0;
+    rp_status st = RP_OK;
+    for (int w = 1; w <= mc->gpus && st == RP_OK; w++) {
+        if ((width > 0 && w != width) || mc->gpus % w || mc->microbatches % (mc->gpus / w))
+            continue;
+        tried++;
+        if (search_width(m, mc, w, best, &best_sc) != RP_OK)
+            st = rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
+    }
+    if (st == RP_OK && !tried)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          width > 0 ? "partition: width %d does not divide %d executors with %d "
+                                      "microbatches split evenly over the pipelines"
+                                    : "partition: no pipeline width %d..%d splits %d microbatches "
+                                      "evenly",
+                          width > 0 ? width : 1, mc->gpus, mc->microbatches);
+    if (st == RP_OK && !feasible(best_sc)) {
+        rp_plan_singletons(m->num_layers, width > 0 ? width : mc->gpus, best);
+        int worst = 0;
+        int64_t peak = rp_schedule_peak_bytes(m, best, mc->gpus, mc->workspace_bytes, &worst);
+        rp_job j = rp_schedule_job(best, worst);
+        st = rp_error_set(err, RP_ERR_DEVICE_MEMORY,
+                          "partition: no plan fits the memory limit of %" PRId64
+                          " bytes; even with one layer per stage job %d (layers %d-%d) needs %"
+                          PRId64 " bytes",
+                          mc->memory_limit, worst, j.first, j.last, peak);
+    }
+    if (st == RP_OK) {
+        *out = *best;
+        if (res)
+            st = rp_simulate(m, best, mc, res, err);
+    }
+    free(best);
+    return st;
+}

@@ -1,0 +1,94 @@
+/* Job order and per-job device memory. */
+#include "plan/schedule.h"
+
+rp_job rp_schedule_job(const rp_plan *p, int j)
+{
+    rp_job job;
+    if (j < p->nfwd) {
+        job.kind = RP_JOB_FWD;
+        job.stage = j;
+        job.first = p->fwd[j].first;
+        job.last = p->fwd[j].last;
+    } else {
+        job.stage = j - p->nfwd;
+        job.kind = job.stage == 0 ? RP_JOB_TAIL : RP_JOB_BWD;
+        job.first = p->bwd[job.stage].first;
+        job.last = p->bwd[job.stage].last;
+    }
+    return job;
+}
+
+int rp_schedule_executor(const rp_plan *p, int gpus, int64_t iteration, int j, int group)
+{
+    int w = rp_schedule_width(p, gpus);
+    int64_t c = iteration * rp_schedule_num_jobs(p) + j;
+    return group * w + (int)(c % w);
+}
+
+rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *per_group,
+                            rp_error *err)
+{
+    if (gpus < 1 || microbatches < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "schedule: %d executors, %d microbatches "
+                            "(need >= 1 each)", gpus, microbatches);
+    int w = rp_schedule_width(p, gpus);
+    if (w > gpus || gpus % w != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "schedule: pipeline width %d does not divide %d executors", w, gpus);
+    int groups = gpus / w;
+    if (microbatches % groups != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "schedule: %d microbatches do not split evenly over %d pipelines of "
+                            "width %d",
+                            microbatches, groups, w);
+    *per_group = microbatches / groups;
+    return RP_OK;
+}
+
+double rp_schedule_job_ms(const rp_cost_model *m, const rp_job *job)
+{
+    return job->kind == RP_JOB_FWD ? rp_cost_fwd_ms(m, job->first, job->last)
+                                   : rp_cost_bwd_ms(m, job->first, job->last);
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
+                              int64_t workspace)
+{
+    int n = rp_schedule_num_jobs(p), w = rp_schedule_width(p, gpus);
+    rp_job job = rp_schedule_job(p, j), next = rp_schedule_job(p, (j + w) % n);
+    int64_t bytes = rp_cost_weight_bytes(m, job.first, job.last);
+    /* the next job on this executor prefetches into the second buffer; when
+     * the executor runs only this job, the next copy is this stage again */
+    bytes += rp_cost_weight_bytes(m, next.first, next.last);
+    /* the stage's input and output of one microbatch (for backward: the
+     * saved input, the incoming and the outgoing gradient) */
+    int64_t io = job.first > 0 ? m->layers[job.first - 1].out_bytes : 0;
+    for (int l = job.first; l <= job.last; l++)
+        io = max64(io, m->layers[l].out_bytes);
+    if (job.kind == RP_JOB_FWD) {
+        bytes += rp_cost_max_act_bytes(m, job.first, job.last) + 2 * io;
+    } else {
+        bytes += rp_cost_grad_bytes(m, job.first, job.last);
+        bytes += rp_cost_act_bytes(m, job.first, job.last) + 3 * io;
+    }
+    return bytes + workspace;
+}
+
+int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                               int64_t workspace, int *worst)
+{
+    int64_t peak = -1;
+    int wj = 0;
+    for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
+        int64_t b = rp_schedule_job_bytes(m, p, gpus, j, workspace);
+        if (b > peak) {
+            peak = b;
+            wj = j;
+        }
+    }
+    if (worst)
+        *worst = wj;
+    return peak;
+}

@@ -1,0 +1,61 @@
+/* Job order of one iteration (DESIGN.md section 4) and the device memory a
+ * job needs.
+ *
+ *   jobs:  F0 .. F(f-1) | T | B1 .. B(b-1)         n = f + b per iteration
+ *
+ * The G executors form G/W groups of W (W = plan width, 0 meaning G). Every
+ * group runs the whole job list over its own M*W/G microbatches; in group g,
+ * job j of iteration t runs on executor g*W + (t*n + j) mod W, i.e. the job
+ * counter c = t*n carries over from one iteration to the next. */
+#ifndef RP_PLAN_SCHEDULE_H
+#define RP_PLAN_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "plan/cost.h"
+#include "plan/plan.h"
+
+typedef enum rp_job_kind { RP_JOB_FWD = 0, RP_JOB_TAIL = 1, RP_JOB_BWD = 2 } rp_job_kind;
+
+typedef struct rp_job {
+    rp_job_kind kind;
+    int stage;       /* index into plan fwd[] (FWD) or bwd[] (TAIL = 0, BWD >= 1) */
+    int first, last; /* layers */
+} rp_job;
+
+static inline int rp_schedule_num_jobs(const rp_plan *p) { return p->nfwd + p->nbwd; }
+
+/* Job j (0 <= j < n) of every iteration. */
+rp_job rp_schedule_job(const rp_plan *p, int j);
+
+/* Effective width for G executors (plan width, or G when 0). */
+static inline int rp_schedule_width(const rp_plan *p, int gpus)
+{
+    return p->width > 0 ? p->width : gpus;
+}
+
+/* Executor of job j of iteration t in group g. */
+int rp_schedule_executor(const rp_plan *p, int gpus, int64_t iteration, int j, int group);
+
+/* Check that W divides G and that the microbatches split evenly over the
+ * groups; on success *per_group = M*W/G. */
+rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *per_group,
+                            rp_error *err);
+
+/* Per-microbatch compute time of a job: sum of fwd_ms (FWD) or of
+ * fwd_ms + bwd_ms (TAIL: forward+backward without recompute; BWD: recompute
+ * + backward, the same sum). */
+double rp_schedule_job_ms(const rp_cost_model *m, const rp_job *job);
+
+/* Peak device bytes of job j: its weights and those of the next job on the
+ * same executor (double buffering), its gradients (TAIL/BWD), the
+ * activations of one microbatch (the largest layer's for FWD, the sum over
+ * the stage for TAIL/BWD), input/output buffers and the workspace. */
+int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
+                              int64_t workspace);
+
+/* Largest rp_schedule_job_bytes over the jobs; *worst gets that job's index. */
+int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                               int64_t workspace, int *worst);
+
+#endif

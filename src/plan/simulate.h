@@ -1,0 +1,96 @@
+/* Virtual-time simulation of the round-robin schedule on a modelled machine.
+ *
+ * What is modelled (all per executor unless said otherwise):
+ * - compute: job j's microbatches run in order, each taking
+ *   rp_schedule_job_ms; microbatch m of a job waits for microbatch m of the
+ *   job before it in the chain (F0 -> .. -> T -> B1 -> ..), plus transfer_ms
+ *   when that job ran on another executor (activations go through the host);
+ * - weight upload: one host-to-device link per executor (link_gbs), weights
+ *   uploaded once per job, prefetched into the second of two buffers as soon
+ *   as the job two back on that executor has finished, and no earlier than
+ *   the weights reach the version the job needs; the job starts when its
+ *   upload is done and the previous job on the executor has finished;
+ * - gradient download: device-to-host on its own direction of the link,
+ *   once per job after its last microbatch;
+ * - optimizer: AdamW per layer on the CPU, opt_bytes_per_param bytes moved
+ *   per trainable parameter at opt_gbs per rank (plus reading the extra
+ *   gradient copies when several pipelines are summed), on the rank that
+ *   produced the gradient (or split over all ranks with opt_spread), lowest
+ *   layer first among those ready; with clip, no update starts before the
+ *   last gradient of the iteration is on the host;
+ * - versions: a job of iteration t needs the updates from iteration t-1
+ *   (exact) or t-2 (optimizer_lag 1) of its layers (and of a tied layer).
+ * Host memory bandwidth shared by PCIe and the optimizer is only a bound on
+ * the steady state (host_gbs), not a contention model; PCIe switches shared
+ * by several GPUs and kernel launch overheads are not modelled. */
+#ifndef RP_PLAN_SIMULATE_H
+#define RP_PLAN_SIMULATE_H
+
+#include <stdint.h>
+
+#include "plan/cost.h"
+#include "plan/plan.h"
+
+#define RP_SIM_MAX_GPUS 256
+
+typedef struct rp_machine {
+    int gpus;                  /* G executors */
+    int microbatches;          /* M per iteration */
+    double link_gbs;           /* host<->device GB/s per executor, each direction */
+    double transfer_ms;        /* latency of passing a microbatch's activations to another
+                                  executor through the host store */
+    double opt_gbs;            /* GB/s one rank's optimizer threads achieve */
+    double opt_bytes_per_param;/* bytes AdamW moves per parameter (fp32 master, grad, m, v
+                                  read; master, m, v written; compute copy written) */
+    int optimizer_lag;         /* 0: exact; 1: one step stale */
+    int clip;                  /* global-norm clipping */
+    int defer_wgrad;           /* weight-gradient work runs after the input gradient is sent */
+    int opt_spread;            /* split each layer's update over all ranks */
+    int iterations;            /* simulated iterations (>= 4); the first half is warm-up */
+    int64_t memory_limit;      /* device bytes for a job, 0 = unlimited */
+    int64_t workspace_bytes;   /* added to every job's device memory */
+    int64_t tokens_per_iteration; /* 0 = unknown */
+    double host_gbs;           /* host memory GB/s shared by all ranks (0 = not modelled):
+                                  uploads, downloads, activation hand-overs and optimizer
+                                  traffic of one iteration cannot take less than their
+                                  bytes at this rate */
+} rp_machine;
+
+/* G = 1, M = 1, 25 GB/s link, no transfer latency, 10 GB/s optimizer per
+ * rank, 30 bytes/param, exact, 12 iterations, no memory limit, 256 MiB
+ * workspace. */
+void rp_machine_defaults(rp_machine *mc);
+
+typedef enum rp_sim_limit {
+    RP_LIMIT_SCHEDULE = 0,  /* the simulated schedule itself */
+    RP_LIMIT_OPTIMIZER = 1, /* a rank's optimizer work per iteration */
+    RP_LIMIT_UPLOAD = 2,    /* an executor's weight uploads per iteration */
+    RP_LIMIT_HOST = 3       /* host memory traffic per iteration (host_gbs) */
+} rp_sim_limit;
+
+typedef struct rp_sim_result {
+    double iteration_ms;         /* steady state: the mean time between the ends of
+                                    successive iterations (the last compute of each) over
+                                    the second half of the simulated iterations, and no
+                                    less than the busiest executor's compute, rank's
+                                    optimizer time or executor's upload time per
+                                    iteration (a backlog a short run may not show yet) */
+    rp_sim_limit limit;          /* which of those set iteration_ms */
+    double bubble[RP_SIM_MAX_GPUS]; /* per executor: 1 - compute per iteration / iteration_ms */
+    double bubble_mean, bubble_max;
+    double tokens_per_s;         /* 0 when tokens are unknown */
+    double compute_ms;           /* mean compute per executor per iteration */
+    double upload_ms;            /* mean upload busy time per executor per iteration */
+    double opt_ms;               /* optimizer busy time per iteration, busiest rank */
+    int64_t peak_bytes;          /* largest job's device memory */
+    int worst_job;               /* its index */
+    int width, groups, group_microbatches;
+} rp_sim_result;
+
+rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine *mc,
+                      rp_sim_result *r, rp_error *err);
+
+/* Check the machine description (positive rates, G <= RP_SIM_MAX_GPUS...). */
+rp_status rp_machine_check(const rp_machine *mc, rp_error *err);
+
+#endif
