@@ -8,3 +8,22 @@ mpi_tests_test_plan_partition_LDADD = $(RP_TEST_LDADD)
 # the RoundPipe paper's per-layer times (read by the CLI test and by hand)
 EXTRA_DIST += bench/paper/qwen3-1.7b.txt bench/paper/llama3.1-8b.txt \
 	bench/paper/qwen3-32b.txt bench/paper/qwen3-235b-a22b-lora.txt
+
+check_PROGRAMS += mpi-tests/test_plan_simulate
+TESTS += mpi-tests/test_plan_simulate
+mpi_tests_test_plan_simulate_SOURCES = mpi-tests/test_plan_simulate.c
+mpi_tests_test_plan_simulate_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_plan_simulate_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_plan_cost
+TESTS += mpi-tests/test_plan_cost
+mpi_tests_test_plan_cost_SOURCES = mpi-tests/test_plan_cost.c
+mpi_tests_test_plan_cost_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_plan_cost_LDADD = $(RP_TEST_LDADD)
+
+# the plan/simulate commands, called as functions
+check_PROGRAMS += mpi-tests/test_plan_cli
+TESTS += mpi-tests/test_plan_cli
+mpi_tests_test_plan_cli_SOURCES = mpi-tests/test_plan_cli.c $(RP_CLI_PLAN_SRC)
+mpi_tests_test_plan_cli_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_plan_cli_LDADD = $(RP_TEST_LDADD)

@@ -82,6 +82,10 @@ int rp_cli_plan(int argc, char **argv)
     rp_plan_cli o;
     rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
     if (st != RP_OK) {
+        if (st != RP_ERR_INVALID_ARG) { /* a bad file, not a bad command line */
+            fprintf(stderr, "roundpipe plan: %s\n", err.msg);
+            return 1;
+        }
         fprintf(stderr, "roundpipe plan: %s\n(try 'roundpipe plan --help')\n", err.msg);
         return 2;
     }

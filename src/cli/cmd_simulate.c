@@ -15,6 +15,12 @@ static const char sim_usage[] =
     "(each with its own best plan unless --plan is given), and GPipe and 1F1B with weights\n"
     "bound to GPUs; prints iteration time, bubble fraction per executor and tokens/s.\n";
 
+static const char *limit_name(rp_sim_limit l)
+{
+    return l == RP_LIMIT_OPTIMIZER ? "optimizer" : l == RP_LIMIT_UPLOAD ? "upload"
+                                   : l == RP_LIMIT_HOST ? "host memory" : "schedule";
+}
+
 typedef struct row {
     const char *name;
     rp_sim_result r;
@@ -27,6 +33,10 @@ int rp_cli_simulate(int argc, char **argv)
     rp_plan_cli o;
     rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
     if (st != RP_OK) {
+        if (st != RP_ERR_INVALID_ARG) { /* a bad file, not a bad command line */
+            fprintf(stderr, "roundpipe simulate: %s\n", err.msg);
+            return 1;
+        }
         fprintf(stderr, "roundpipe simulate: %s\n(try 'roundpipe simulate --help')\n", err.msg);
         return 2;
     }
@@ -71,9 +81,10 @@ int rp_cli_simulate(int argc, char **argv)
                 const rp_sim_result *r = &rows[i].r;
                 printf("%s{\"name\": \"%s\", \"plan\": \"%s\", \"iteration_ms\": %.6g, "
                        "\"tokens_per_s\": %.6g, \"bubble_mean\": %.6g, \"bubble_max\": %.6g, "
-                       "\"bubble\": [",
+                       "\"limited_by\": \"%s\", \"bubble\": [",
                        i ? ", " : "", rows[i].name, rows[i].plan, r->iteration_ms,
-                       r->tokens_per_s, r->bubble_mean, r->bubble_max);
+                       r->tokens_per_s, r->bubble_mean, r->bubble_max,
+                       i < 2 ? limit_name(r->limit) : "schedule");
                 for (int e = 0; e < G; e++)
                     printf("%s%.6g", e ? ", " : "", r->bubble[e]);
                 printf("]}");
@@ -86,8 +97,8 @@ int rp_cli_simulate(int argc, char **argv)
                    o.mc.transfer_ms, o.mc.opt_gbs);
             for (int i = 0; i < 2; i++)
                 printf("plan (%s): %s (width %d)\n", rows[i].name, rows[i].plan, rows[i].r.width);
-            printf("\n%-30s %12s %12s %12s %12s\n", "schedule", "iter ms", "tokens/s",
-                   "bubble mean", "bubble max");
+            printf("\n%-30s %12s %12s %12s %12s  %s\n", "schedule", "iter ms", "tokens/s",
+                   "bubble mean", "bubble max", "limited by");
             for (int i = 0; i < 4; i++) {
                 const rp_sim_result *r = &rows[i].r;
                 char tps[32];
@@ -95,8 +106,9 @@ int rp_cli_simulate(int argc, char **argv)
                     snprintf(tps, sizeof tps, "%.0f", r->tokens_per_s);
                 else
                     snprintf(tps, sizeof tps, "n/a");
-                printf("%-30s %12.1f %12s %11.2f%% %11.2f%%\n", rows[i].name, r->iteration_ms, tps,
-                       100 * r->bubble_mean, 100 * r->bubble_max);
+                printf("%-30s %12.1f %12s %11.2f%% %11.2f%%  %s\n", rows[i].name, r->iteration_ms,
+                       tps, 100 * r->bubble_mean, 100 * r->bubble_max,
+                       i < 2 ? limit_name(r->limit) : "schedule");
             }
             for (int i = 0; i < 4; i++) {
                 printf("\nbubble per executor, %s:", rows[i].name);

@@ -338,9 +338,12 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         run_optimizer(&s, t);
     }
 
-    int w0 = s.iters / 2, w1 = s.iters - 1;
-    double a = s.iter_end[w0], b = s.iter_end[w1];
-    r->iteration_ms = (b - a) / (w1 - w0);
+    int w0 = (s.iters - 1) / 2, w1 = s.iters - 1;
+    r->iteration_ms = (s.iter_end[w1] - s.iter_end[w0]) / (w1 - w0);
+    /* busy time is counted up to the end of the last iteration but one: after
+     * that, executors idle only because no later jobs were simulated */
+    double a = s.iter_end[w0], b = s.iter_end[w1 - 1];
+    int nwin = w1 - 1 - w0;
     double busy[RP_SIM_MAX_GPUS] = {0};
     for (size_t i = 0; i < s.niv; i++) {
         double lo = dmax(s.iv[i].s, a), hi = s.iv[i].e < b ? s.iv[i].e : b;
@@ -393,7 +396,7 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
     }
     for (int e = 0; e < mc->gpus; e++) {
         /* busy is measured over w1-w0 iterations; scale to the steady rate */
-        double per_iter = b > a ? busy[e] / (w1 - w0) : 0.0;
+        double per_iter = b > a ? busy[e] / nwin : 0.0;
         r->bubble[e] = r->iteration_ms > 0 ? 1.0 - per_iter / r->iteration_ms : 0.0;
         tot += r->bubble[e];
         mx = dmax(mx, r->bubble[e]);

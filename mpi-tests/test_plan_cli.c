@@ -1,0 +1,233 @@
+/* Proves: `roundpipe plan` and `roundpipe simulate` (called as functions)
+ * print a plan whose JSON re-parses into a valid plan that agrees with the
+ * partitioner, the GPipe/1F1B comparison and the exact/lagged ratio; take a
+ * model from a config.json; honour a forced plan; and fail with exit code 2
+ * and a message naming the option for a bad command line, exit code 1 and a
+ * message naming file, line and field for a bad layer file, and a message
+ * naming the layer when it cannot fit the memory limit. */
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cmd_plan.h"
+#include "plan/layers_file.h"
+#include "plan/partition.h"
+#include "rp_check.h"
+
+static char out_text[1 << 20], err_text[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Run fn with stdout and stderr captured into out_text / err_text. */
+static int run(int (*fn)(int, char **), const char *line)
+{
+    char copy[4096], *argv[64];
+    int argc = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *t = strtok(copy, " "); t && argc < 63; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    argv[argc] = NULL;
+    char op[512], ep[512];
+    snprintf(op, sizeof op, "%s/out.txt", rp_test_tmpdir());
+    snprintf(ep, sizeof ep, "%s/err.txt", rp_test_tmpdir());
+    fflush(stdout);
+    fflush(stderr);
+    int so = dup(1), se = dup(2);
+    int fo = open(op, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fe = open(ep, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    int rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    close(fo);
+    close(fe);
+    slurp(op, out_text, sizeof out_text);
+    slurp(ep, err_text, sizeof err_text);
+    return rc;
+}
+
+static const char *paper(const char *name)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/bench/paper/%s", rp_test_srcdir(), name);
+    return path;
+}
+
+START_TEST(plan_json_agrees_with_the_partitioner)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "plan --layers %s --json --memory-limit-mib 22528",
+             paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    json_object *j = json_tokener_parse(out_text);
+    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
+    json_object *v;
+    ck_assert(json_object_object_get_ex(j, "gpus", &v) && json_object_get_int(v) == 8);
+    ck_assert(json_object_object_get_ex(j, "microbatches", &v) && json_object_get_int(v) == 16);
+    ck_assert(json_object_object_get_ex(j, "plan", &v));
+    rp_plan *p = malloc(sizeof *p), *q = malloc(sizeof *q);
+    rp_error err;
+    ck_assert_msg(rp_plan_parse(json_object_get_string(v), 30, p, &err) == RP_OK, "%s", err.msg);
+    ck_assert(json_object_object_get_ex(j, "jobs", &v));
+    ck_assert_int_eq((int)json_object_array_length(v), p->nfwd + p->nbwd);
+    json_object *it;
+    ck_assert(json_object_object_get_ex(j, "iteration_ms", &it));
+    /* the same as calling the partitioner directly */
+    rp_cost_model *m;
+    ck_assert_int_eq(rp_cost_load(paper("qwen3-1.7b.txt"), &m, &err), RP_OK);
+    rp_machine mc;
+    rp_machine_defaults(&mc);
+    mc.gpus = 8;
+    mc.microbatches = 16;
+    mc.transfer_ms = m->default_transfer_ms;
+    mc.defer_wgrad = 1;
+    mc.memory_limit = (int64_t)22528 << 20;
+    mc.tokens_per_iteration = m->tokens_per_microbatch * 16;
+    rp_sim_result r;
+    ck_assert_int_eq(rp_partition(m, &mc, 0, q, &r, &err), RP_OK);
+    ck_assert(fabs(json_object_get_double(it) - r.iteration_ms) < 1e-4 * r.iteration_ms);
+    ck_assert_int_eq(q->nfwd, p->nfwd);
+    ck_assert_int_eq(q->nbwd, p->nbwd);
+    ck_assert(json_object_object_get_ex(j, "peak_bytes", &v));
+    ck_assert(json_object_get_int64(v) <= mc.memory_limit);
+    json_object_put(j);
+    rp_cost_model_destroy(&m);
+    /* the table names every job */
+    snprintf(cmd, sizeof cmd, "plan --layers %s --gpus 2 --microbatches 4", paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    ck_assert(strstr(out_text, "peak MiB") && strstr(out_text, "modelled iteration"));
+    free(p);
+    free(q);
+}
+END_TEST
+
+START_TEST(simulate_compares_schedules)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 8", paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    json_object *j = json_tokener_parse(out_text), *v, *s;
+    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
+    ck_assert(json_object_object_get_ex(j, "schedules", &s));
+    ck_assert_int_eq((int)json_object_array_length(s), 4);
+    double it[4];
+    for (int i = 0; i < 4; i++) {
+        json_object *o = json_object_array_get_idx(s, i), *b;
+        ck_assert(json_object_object_get_ex(o, "iteration_ms", &v));
+        it[i] = json_object_get_double(v);
+        ck_assert(json_object_object_get_ex(o, "bubble", &b));
+        ck_assert_int_eq((int)json_object_array_length(b), 8);
+    }
+    ck_assert(json_object_object_get_ex(j, "exact_over_lagged_throughput", &v));
+    double ratio = json_object_get_double(v);
+    ck_assert(ratio > 0 && ratio <= 1.0 + 1e-12);
+    ck_assert(fabs(ratio - it[1] / it[0]) < 1e-4);
+    json_object_put(j);
+    /* the table */
+    snprintf(cmd, sizeof cmd, "simulate --layers %s --iterations 6 --gpus 4 --microbatches 8",
+             paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    ck_assert(strstr(out_text, "GPipe") && strstr(out_text, "1F1B") &&
+              strstr(out_text, "exact / lagged throughput"));
+}
+END_TEST
+
+START_TEST(config_and_forced_plan)
+{
+    char cfg[512], cmd[8192];
+    snprintf(cfg, sizeof cfg, "%s/examples/tiny-config.json", rp_test_srcdir());
+    snprintf(cmd, sizeof cmd,
+             "plan --init-config %s --gpus 2 --microbatches 2 --seq-len 64 --batch-size 4 --json "
+             "--plan fwd=0-2;bwd=3-5,1-2,0",
+             cfg);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    json_object *j = json_tokener_parse(out_text), *v;
+    ck_assert_msg(j != NULL, "%s", out_text);
+    ck_assert(json_object_object_get_ex(j, "plan", &v));
+    ck_assert_str_eq(json_object_get_string(v), "fwd=0-2;bwd=3-5,1-2,0;width=2");
+    ck_assert(json_object_object_get_ex(j, "layers", &v) && json_object_get_int(v) == 6);
+    ck_assert(json_object_object_get_ex(j, "tokens_per_s", &v) && json_object_get_double(v) > 0);
+    json_object_put(j);
+    snprintf(cmd, sizeof cmd, "simulate --init-config %s --gpus 2 --microbatches 2 --tflops 1",
+             cfg);
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+}
+END_TEST
+
+START_TEST(bad_command_lines_and_files)
+{
+    char cmd[8192];
+    static const struct {
+        const char *args, *needle;
+    } usage[] = {
+        {"--gpus 0", "--gpus"},
+        {"--gpus x", "--gpus: 'x' is not an integer"},
+        {"--frobnicate", "unknown option '--frobnicate'"},
+        {"--microbatches", "--microbatches needs a value"},
+        {"--optimizer-lag 2", "--optimizer-lag"},
+        {"--bandwidth-gbs 0", "--bandwidth-gbs"},
+        {"--init-config x.json", "exactly one of"},
+        {"--plan fwd=0-3;bwd=9", "plan 'fwd=0-3;bwd=9'"},
+        {"--width 3", "width 3"},
+    };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        snprintf(cmd, sizeof cmd, "plan --layers %s %s", paper("qwen3-1.7b.txt"), usage[i].args);
+        int rc = run(rp_cli_plan, cmd);
+        ck_assert_msg(rc == 2 || (rc == 1 && strstr(usage[i].args, "width")), "'%s': rc %d",
+                      usage[i].args, rc);
+        ck_assert_msg(strstr(err_text, usage[i].needle) != NULL, "'%s': %s", usage[i].args,
+                      err_text);
+    }
+    /* a bad layer file: exit 1, file, line and field named */
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.txt", rp_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs("roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2\nlayer head fwd_ms=1 bwd_ms=oops\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "simulate --layers %s", path);
+    ck_assert_int_eq(run(rp_cli_simulate, cmd), 1);
+    ck_assert_msg(strstr(err_text, "bad.txt:3: field 'bwd_ms'") != NULL, "%s", err_text);
+    unlink(path);
+    snprintf(cmd, sizeof cmd, "plan --layers %s/none.txt", rp_test_tmpdir());
+    ck_assert_int_eq(run(rp_cli_plan, cmd), 1);
+    ck_assert_msg(strstr(err_text, "none.txt: cannot open") != NULL, "%s", err_text);
+    /* a layer that cannot fit */
+    snprintf(cmd, sizeof cmd, "plan --layers %s --memory-limit-mib 1000", paper("qwen3-32b.txt"));
+    ck_assert_int_eq(run(rp_cli_plan, cmd), 1);
+    ck_assert_msg(strstr(err_text, "layer 0 (embedding) alone needs") != NULL, "%s", err_text);
+    /* help */
+    ck_assert_int_eq(run(rp_cli_simulate, "simulate --help"), 0);
+    ck_assert(strstr(out_text, "--optimizer-lag") != NULL);
+}
+END_TEST
+
+static Suite *plan_cli_suite(void)
+{
+    Suite *s = suite_create("plan_cli");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, plan_json_agrees_with_the_partitioner);
+    tcase_add_test(tc, simulate_compares_schedules);
+    tcase_add_test(tc, config_and_forced_plan);
+    tcase_add_test(tc, bad_command_lines_and_files);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(plan_cli_suite, "serial")

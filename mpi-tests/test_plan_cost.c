@@ -1,0 +1,191 @@
+/* Proves: the closed-form parameter counts match the published sizes of
+ * Llama-3.1-8B (8,030,261,248 parameters) and Qwen3-1.7B (1.41B without
+ * embedding); block FLOPs are 2 x GEMM parameters + causal attention per
+ * token; the roofline picks compute or weight reading; the paper layer
+ * files load with the stated times and layer counts; bad layer-times files
+ * give an error naming file, line and field, and nothing is returned. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/cost.h"
+#include "plan/layers_file.h"
+#include "rp_check.h"
+
+static const rp_model_shape llama8b = {4096, 14336, 32, 8, 128, 128256, 32, 0, 0};
+static const rp_model_shape qwen17 = {2048, 6144, 16, 8, 128, 151936, 28, 1, 0};
+
+START_TEST(parameter_counts_match_published_sizes)
+{
+    int64_t total = 32 * rp_cost_block_params(&llama8b) + rp_cost_embed_params(&llama8b) +
+                    rp_cost_head_params(&llama8b);
+    /* the Qwen3 per-head q/k norms are counted in every block; Llama has
+     * none, so take them out for the published Llama count */
+    total -= 32 * 2 * 128;
+    ck_assert_int_eq(total, 8030261248LL);
+    int64_t q = 28 * rp_cost_block_params(&qwen17) + rp_cost_embed_params(&qwen17) +
+                rp_cost_head_params(&qwen17);
+    ck_assert_int_eq(q, 1720574976LL); /* tied: the head adds only its norm */
+    ck_assert_int_eq(q - rp_cost_embed_params(&qwen17), 1409410048LL);
+}
+END_TEST
+
+START_TEST(flops_and_roofline)
+{
+    /* tiny shape: h=8, I=16, 2 heads of 4, 1 kv head */
+    rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 0, 0};
+    /* GEMM params: q 8x8, k/v 8x4 each, o 8x8, MLP 3x8x16 = 64+64+64+384 */
+    double per_tok = 2.0 * 576 + 4.0 * 10 * 8 / 2;
+    ck_assert(fabs(rp_cost_block_fwd_flops_per_token(&s, 10) - per_tok) < 1e-9);
+    rp_device_spec d = {1e-6 /* 1 MFLOP/s */, 1e-6 /* 1 byte/ms */, 2, 4, 10, 20};
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_OK);
+    ck_assert_int_eq(m->num_layers, 5);
+    ck_assert_int_eq(m->layers[0].kind, RP_LAYER_EMBED);
+    ck_assert_int_eq(m->layers[4].kind, RP_LAYER_HEAD);
+    /* compute: per_tok * 20 tokens at 1e6 FLOP/s (ms = flops / 1e3);
+     * weights: (576 + norms 16 + 8) * 2 bytes at 1 byte/ms = 1200 ms */
+    double fwd_ms = per_tok * 20 / 1e3;
+    double w_ms = (576 + 2 * 8 + 2 * 4) * 2.0;
+    ck_assert(fabs(m->layers[1].fwd_ms - fmax(fwd_ms, w_ms)) < 1e-9);
+    ck_assert(fabs(m->layers[1].bwd_ms - fmax(2 * fwd_ms, 2 * w_ms)) < 1e-9);
+    ck_assert_int_eq(m->layers[1].weight_bytes, 600 * 2);
+    ck_assert_int_eq(m->layers[1].grad_bytes, 600 * 4);
+    ck_assert_int_eq(m->layers[1].out_bytes, 20 * 8 * 2);
+    ck_assert_int_eq(m->layers[4].tied_to, -1);
+    rp_cost_model_destroy(&m);
+    ck_assert_ptr_null(m);
+    /* a fast device: compute bound */
+    d.tflops = 1.0;
+    d.mem_gbs = 1e6;
+    ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_OK);
+    ck_assert(fabs(m->layers[2].fwd_ms - per_tok * 20 / 1e9) < 1e-15);
+    rp_cost_model_destroy(&m);
+    s.heads = 0;
+    ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_ERR_INVALID_ARG);
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
+START_TEST(paper_files_load)
+{
+    static const struct {
+        const char *file;
+        int blocks;
+        double f, b, hf, hb;
+    } paper[] = {
+        {"qwen3-1.7b.txt", 28, 7.4, 15.8, 22.1, 43.7},
+        {"llama3.1-8b.txt", 32, 18.5, 41.2, 37.2, 74.5},
+        {"qwen3-32b.txt", 64, 40.6, 91.2, 54.9, 108.3},
+        {"qwen3-235b-a22b-lora.txt", 94, 43.0, 58.4, 42.4, 43.3},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/bench/paper/%s", rp_test_srcdir(), paper[i].file);
+        rp_cost_model *m;
+        rp_error err;
+        ck_assert_msg(rp_cost_load(path, &m, &err) == RP_OK, "%s", err.msg);
+        ck_assert_int_eq(m->num_layers, paper[i].blocks + 2);
+        ck_assert_int_eq(m->default_gpus, 8);
+        ck_assert_int_eq(m->default_microbatches, 16);
+        ck_assert_int_eq(m->layers[0].kind, RP_LAYER_EMBED);
+        for (int l = 1; l <= paper[i].blocks; l++) {
+            ck_assert(m->layers[l].kind == RP_LAYER_BLOCK);
+            ck_assert(m->layers[l].fwd_ms == paper[i].f && m->layers[l].bwd_ms == paper[i].b);
+        }
+        const rp_layer_cost *h = &m->layers[paper[i].blocks + 1];
+        ck_assert(h->kind == RP_LAYER_HEAD && h->fwd_ms == paper[i].hf && h->bwd_ms == paper[i].hb);
+        rp_cost_model_destroy(&m);
+    }
+}
+END_TEST
+
+START_TEST(layer_file_settings_and_defaults)
+{
+    const char *t = "# c\n\nroundpipe-layers 1   # v1\nname tiny\ngpus 3\nmicrobatches 6\n"
+                    "transfer_ms 0.5\ntokens_per_microbatch 128\n"
+                    "layer embed fwd_ms=0 bwd_ms=0 weight_bytes=10\n"
+                    "layer block count=2 fwd_ms=1.5 bwd_ms=3 wgrad_ms=1 grad_bytes=8 "
+                    "opt_params=2 act_bytes=5 out_bytes=6\n"
+                    "layer head fwd_ms=2 bwd_ms=4 tied_to=0";
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_msg(rp_cost_parse(t, strlen(t), "t.txt", &m, &err) == RP_OK, "%s", err.msg);
+    ck_assert_str_eq(m->name, "tiny");
+    ck_assert_int_eq(m->num_layers, 4);
+    ck_assert_int_eq(m->default_gpus, 3);
+    ck_assert_int_eq(m->default_microbatches, 6);
+    ck_assert(m->default_transfer_ms == 0.5);
+    ck_assert_int_eq(m->tokens_per_microbatch, 128);
+    ck_assert_int_eq(m->layers[0].weight_bytes, 10);
+    ck_assert_int_eq(m->layers[2].act_bytes, 5);
+    ck_assert(m->layers[2].wgrad_ms == 1);
+    ck_assert_int_eq(m->layers[3].tied_to, 0);
+    ck_assert_int_eq(m->layers[1].tied_to, -1);
+    ck_assert(rp_cost_bwd_ms(m, 1, 3) == 1.5 + 3 + 1.5 + 3 + 2 + 4);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(bad_layer_files_are_named)
+{
+    static const struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"", "missing header"},
+        {"layer block fwd_ms=1 bwd_ms=1\n", "t.txt:1: field 'roundpipe-layers'"},
+        {"roundpipe-layers 2\n", "unsupported version '2'"},
+        {"roundpipe-layers 1\n", "no layers"},
+        {"roundpipe-layers 1\nlayer blok fwd_ms=1 bwd_ms=2\n", "t.txt:2: field 'layer'"},
+        {"roundpipe-layers 1\nlayer block bwd_ms=2\n", "t.txt:2: field 'fwd_ms': missing"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1\n", "field 'bwd_ms': missing"},
+        {"roundpipe-layers 1\n\nlayer block fwd_ms=-1 bwd_ms=2\n", "t.txt:3: field 'fwd_ms': must not be negative"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=nan bwd_ms=2\n", "field 'fwd_ms': not a finite"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1x bwd_ms=2\n", "field 'fwd_ms': not a finite"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 weight_bytes=1.5\n", "field 'weight_bytes': not an integer"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 count=0\n", "field 'count': out of range"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 colour=red\n", "field 'colour': unknown field"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 wgrad_ms=3\n", "field 'wgrad_ms': 3 exceeds"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 tied_to=0\n", "field 'tied_to': must name an earlier"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 noequals\n", "expected key=value"},
+        {"roundpipe-layers 1\ngpus 0\nlayer block fwd_ms=1 bwd_ms=2\n", "t.txt:2: field 'gpus': out of range"},
+        {"roundpipe-layers 1\ngpus\nlayer block fwd_ms=1 bwd_ms=2\n", "field 'gpus': expected one value"},
+        {"roundpipe-layers 1\nspeed 3\nlayer block fwd_ms=1 bwd_ms=2\n", "field 'speed': unknown setting"},
+        {"roundpipe-layers 1\nlayer block count=60000 fwd_ms=1 bwd_ms=1\nlayer block count=60000 fwd_ms=1 bwd_ms=1\n", "t.txt:3: field 'count': more than"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rp_cost_model *m = (rp_cost_model *)1;
+        rp_error err = {0};
+        ck_assert_int_eq(rp_cost_parse(bad[i].text, strlen(bad[i].text), "t.txt", &m, &err),
+                         RP_ERR_FORMAT);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(err.msg, bad[i].needle) != NULL, "case %zu: '%s'", i, err.msg);
+    }
+    /* a NUL byte, a line too long, a missing file */
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_int_eq(rp_cost_parse("roundpipe-layers 1\n\0", 20, "t.txt", &m, &err), RP_ERR_FORMAT);
+    static char longline[6000];
+    memset(longline, 'x', sizeof longline - 1);
+    ck_assert_int_eq(rp_cost_parse(longline, strlen(longline), "t.txt", &m, &err), RP_ERR_FORMAT);
+    ck_assert_msg(strstr(err.msg, "t.txt:1: line longer") != NULL, "%s", err.msg);
+    ck_assert_int_eq(rp_cost_load("/nonexistent/layers.txt", &m, &err), RP_ERR_IO);
+    ck_assert_msg(strstr(err.msg, "/nonexistent/layers.txt") != NULL, "%s", err.msg);
+}
+END_TEST
+
+static Suite *plan_cost_suite(void)
+{
+    Suite *s = suite_create("plan_cost");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, parameter_counts_match_published_sizes);
+    tcase_add_test(tc, flops_and_roofline);
+    tcase_add_test(tc, paper_files_load);
+    tcase_add_test(tc, layer_file_settings_and_defaults);
+    tcase_add_test(tc, bad_layer_files_are_named);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(plan_cost_suite, "serial")
