@@ -40,6 +40,13 @@ int rp_check_main(int argc, char **argv, Suite *(*make_suite)(void), const char 
         srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
     int run = srunner_ntests_run(sr), failed = srunner_ntests_failed(sr);
+    if (rank != 0 && failed > 0) { /* ranks other than 0 run silently: show why */
+        TestResult **res = srunner_failures(sr);
+        for (int i = 0; i < failed; i++)
+            fprintf(stderr, "[rank %d] %s:%d: %s: %s\n", rank, tr_lfile(res[i]), tr_lno(res[i]),
+                    tr_tcname(res[i]), tr_msg(res[i]));
+        free(res);
+    }
     srunner_free(sr);
     if (mpi) {
         int global[1];

@@ -101,6 +101,11 @@ START_TEST(too_large_store_names_size_and_path)
     struct statvfs v;
     ck_assert_int_eq(statvfs(RP_SHM_DEFAULT_DIR, &v), 0);
     size_t huge = (size_t)v.f_bavail * v.f_frsize + ((size_t)1 << 30);
+    /* one size for all ranks: other processes change the free space between
+     * the ranks' statvfs calls */
+    unsigned long long h = huge;
+    MPI_Bcast(&h, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    huge = (size_t)h;
     rp_store_layout *l;
     rp_error err = {0};
     ck_assert_int_eq(rp_store_layout_create(&l, &err), RP_OK);

@@ -12,3 +12,6 @@ TESTS += mpi-tests/test_train
 mpi_tests_test_train_SOURCES = mpi-tests/test_train.c
 mpi_tests_test_train_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_train_LDADD = $(RP_TEST_LDADD)
+
+TESTS += mpi-tests/test_engine.sh
+EXTRA_DIST += mpi-tests/test_engine.sh

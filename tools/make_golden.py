@@ -81,6 +81,14 @@ CASES = {
     },
 }
 
+# The one-step-stale optimizer (--optimizer-lag 1, the RoundPipe reference's
+# default): the qwen3 case again, with iteration k's update applied only after
+# iteration k+1 has computed its gradients, so iteration k trains on the
+# weights after updates 1..k-2.
+# Its model, data and mask are qwen3's (named in inputs.txt, not copied).
+CASES["qwen3-lag"] = dict(CASES["qwen3"], inputs_from="qwen3",
+                          train=dict(CASES["qwen3"]["train"], **{"optimizer-lag": 1}))
+
 VOCAB = 96
 INIT_RANGE = 0.1  # larger than the 0.02 default so logits are far from uniform
 
@@ -215,6 +223,17 @@ def train(model, tokens, mask, tr, log):
     clip = float(tr["grad-clip"])
     all_params = [p for _, p in params]
     records = []
+    lag = int(tr.get("optimizer-lag", 0))
+    pending = None
+
+    def apply_update(item):
+        grads, lr_ = item
+        for p_, g_ in zip(all_params, grads):
+            p_.grad = g_
+        for grp in opt.param_groups:
+            grp["lr"] = lr_
+        opt.step()
+
     model.train()
     for k in range(1, int(tr["steps"]) + 1):
         idx, mbs = step_batches(k, tokens, mask, tr)
@@ -230,15 +249,24 @@ def train(model, tokens, mask, tr, log):
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in all_params])
         lr = lr_at(k, tr)
-        for grp in opt.param_groups:
-            grp["lr"] = lr
-        opt.step()
+        if lag:
+            # apply the previous iteration's (already clipped) gradients now
+            fresh = [p.grad for p in all_params]
+            if pending is not None:
+                apply_update(pending)
+            pending = (fresh, lr)
+        else:
+            for grp in opt.param_groups:
+                grp["lr"] = lr
+            opt.step()
         rec = {"step": k, "loss": total / count, "lr": lr, "grad_norm": float(norm),
                "tokens": int(count)}
         records.append(rec)
         log("  step %d samples %s tokens %3d loss %.6f lr %.6g grad_norm %.6f%s" % (
             k, idx, count, rec["loss"], lr, rec["grad_norm"],
             " (clipped)" if clip > 0 and rec["grad_norm"] > clip else ""))
+    if pending is not None:
+        apply_update(pending)
     return records
 
 
@@ -296,11 +324,11 @@ def save_model_dir(model, dst):
             shutil.copyfile(os.path.join(tmp, f), os.path.join(dst, f))
 
 
-def reload_check(case, outdir, model, tokens, mask, tr, last, log):
+def reload_check(case, indir, outdir, model, tokens, mask, tr, last, log):
     """Load final weights from disk into transformers and reproduce numbers."""
     cls = Qwen3ForCausalLM if case["arch"] == "qwen3" else LlamaForCausalLM
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copyfile(os.path.join(outdir, "model", "config.json"), os.path.join(tmp, "config.json"))
+        shutil.copyfile(os.path.join(indir, "model", "config.json"), os.path.join(tmp, "config.json"))
         shutil.copyfile(os.path.join(outdir, "final", "model.safetensors"),
                         os.path.join(tmp, "model.safetensors"))
         loaded = cls.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager")
@@ -317,7 +345,7 @@ def reload_check(case, outdir, model, tokens, mask, tr, last, log):
         b, _ = eval_loss(loaded, k, tokens, mask, tr)
         assert a == b, (k, a, b)
     # Initial weights on disk reproduce step 1's loss exactly.
-    init = cls.from_pretrained(os.path.join(outdir, "model"), dtype=torch.float32,
+    init = cls.from_pretrained(os.path.join(indir, "model"), dtype=torch.float32,
                                attn_implementation="eager")
     init.train()
     l1, _ = eval_loss(init, 1, tokens, mask, tr)
@@ -337,12 +365,19 @@ def make_case(name, case, outdir, log):
     tr = case["train"]
     model = build_model(case)
     check_rope(model, case, log)
-    save_model_dir(model, os.path.join(outdir, "model"))
     tokens, mask = make_data(case)
-    np.save(os.path.join(outdir, "data.npy"), tokens)
-    if mask is not None:
-        np.save(os.path.join(outdir, "mask.npy"), mask)
-        log("  mask: %d of %d zero" % (int((mask == 0).sum()), len(mask)))
+    indir = outdir
+    if "inputs_from" in case:
+        # same model and data as another case (built from the same seeds)
+        indir = os.path.join(os.path.dirname(outdir), case["inputs_from"])
+        with open(os.path.join(outdir, "inputs.txt"), "w") as f:
+            f.write(case["inputs_from"] + "\n")
+    else:
+        save_model_dir(model, os.path.join(outdir, "model"))
+        np.save(os.path.join(outdir, "data.npy"), tokens)
+        if mask is not None:
+            np.save(os.path.join(outdir, "mask.npy"), mask)
+            log("  mask: %d of %d zero" % (int((mask == 0).sum()), len(mask)))
     with open(os.path.join(outdir, "args.txt"), "w") as f:
         f.write(args_line(tr) + "\n")
     with open(os.path.join(outdir, "provenance.json"), "w") as f:
@@ -371,7 +406,7 @@ def make_case(name, case, outdir, log):
     nl, nc = eval_loss(model, N + 1, tokens, mask, tr)
     with open(os.path.join(outdir, "final", "eval.json"), "w") as f:
         f.write(dumps({"step": N + 1, "loss": nl, "tokens": nc}))
-    reload_check(case, outdir, model, tokens, mask, tr, records, log)
+    reload_check(case, indir, outdir, model, tokens, mask, tr, records, log)
 
 
 def all_files(base):

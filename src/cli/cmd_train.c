@@ -14,7 +14,8 @@ enum {
     OPT_MODEL = 256, OPT_INIT_CONFIG, OPT_DATA, OPT_LOSS_MASK, OPT_SEQ_LEN, OPT_BATCH_SIZE,
     OPT_MICROBATCHES, OPT_STEPS, OPT_LR, OPT_MIN_LR, OPT_WARMUP, OPT_SCHEDULE, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_DTYPE, OPT_SEED, OPT_LOG, OPT_SAVE,
-    OPT_SAVE_DTYPE, OPT_DEVICE, OPT_THREADS, OPT_PROGRESS, OPT_HELP
+    OPT_SAVE_DTYPE, OPT_DEVICE, OPT_THREADS, OPT_PROGRESS, OPT_PLAN, OPT_RECOMPUTE, OPT_TIMEOUT,
+    OPT_LAG, OPT_CHUNK, OPT_TRACE, OPT_MEMLIMIT, OPT_HELP
 };
 
 static const struct option train_options[] = {
@@ -43,6 +44,13 @@ static const struct option train_options[] = {
     {"device", required_argument, 0, OPT_DEVICE},
     {"threads", required_argument, 0, OPT_THREADS},
     {"progress", required_argument, 0, OPT_PROGRESS},
+    {"plan", required_argument, 0, OPT_PLAN},
+    {"recompute", required_argument, 0, OPT_RECOMPUTE},
+    {"timeout", required_argument, 0, OPT_TIMEOUT},
+    {"optimizer-lag", required_argument, 0, OPT_LAG},
+    {"chunk-mib", required_argument, 0, OPT_CHUNK},
+    {"trace", required_argument, 0, OPT_TRACE},
+    {"memory-limit-mib", required_argument, 0, OPT_MEMLIMIT},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -71,6 +79,14 @@ static const char train_usage[] =
     "  --device cpu|cuda|auto executor device (default cpu)\n"
     "  --threads N            compute threads per rank (default: cores / ranks on the node)\n"
     "  --progress auto|line|none   progress display on rank 0 (default auto)\n"
+    "engine:\n"
+    "  --recompute stage|layer     activation checkpoints per backward stage or per layer\n"
+    "  --timeout SECONDS      deadline of every wait between ranks (default 600)\n"
+    "  --optimizer-lag 0|1    1: apply gradients one step late, for comparison (default 0)\n"
+    "  --chunk-mib X          transfer chunk size (default 16)\n"
+    "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
+    "  --plan TEXT            force a partition: 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2'\n"
+    "  --trace FILE           Chrome trace JSON of the run (opens in Perfetto)\n"
     "See roundpipe(1).\n";
 
 static rp_status parse_dtype(const char *opt, const char *s, rp_dtype *out, rp_error *err)
@@ -129,6 +145,18 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
             else return rp_error_set(err, RP_ERR_INVALID_ARG,
                                      "--progress: '%s' is not one of auto, line, none", a);
             break;
+        case OPT_PLAN: o->plan = a; break;
+        case OPT_RECOMPUTE:
+            if (strcmp(a, "stage") == 0) o->recompute_layer = 0;
+            else if (strcmp(a, "layer") == 0) o->recompute_layer = 1;
+            else return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                     "--recompute: '%s' is not one of stage, layer", a);
+            break;
+        case OPT_TIMEOUT: RP_TRY(rp_arg_double("--timeout", a, &o->timeout_s, err)); break;
+        case OPT_LAG: RP_TRY(rp_arg_int("--optimizer-lag", a, 0, 1, &v, err)); o->optimizer_lag = (int)v; break;
+        case OPT_CHUNK: RP_TRY(rp_arg_double("--chunk-mib", a, &o->chunk_mib, err)); break;
+        case OPT_TRACE: o->trace = a; break;
+        case OPT_MEMLIMIT: RP_TRY(rp_arg_double("--memory-limit-mib", a, &o->memory_limit_mib, err)); break;
         case 'h':
         case OPT_HELP: *help = 1; return RP_OK;
         case ':':

@@ -7,19 +7,15 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "roundpipe.h"
-#ifdef RP_HAVE_PLAN_CLI
 #include "cli/cmd_plan.h"
-#endif
+#include "roundpipe.h"
 
 static const char usage[] =
     "usage: roundpipe <command> [options]\n"
     "commands:\n"
     "  train      fine-tune a model (run under mpirun/srun, one rank per device)\n"
-#ifdef RP_HAVE_PLAN_CLI
     "  plan       print the stage plan for a model and settings\n"
     "  simulate   run the planner and schedule on a modelled machine\n"
-#endif
     "  version    print the version\n"
     "  help       this text\n"
     "'roundpipe <command> --help' lists a command's options; see roundpipe(1).\n";
@@ -45,12 +41,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "train") == 0)
         return run_with_mpi(rp_cli_train, argc - 1, argv + 1);
-#ifdef RP_HAVE_PLAN_CLI
     if (strcmp(cmd, "plan") == 0)
         return rp_cli_plan(argc - 1, argv + 1);
     if (strcmp(cmd, "simulate") == 0)
         return rp_cli_simulate(argc - 1, argv + 1);
-#endif
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("roundpipe %s\n", rp_version_string());
         return 0;

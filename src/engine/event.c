@@ -32,10 +32,11 @@ struct rp_events {
 };
 
 static const char *kind_name[RP_EV_KIND_COUNT] = {"fwd_out", "bwd_out", "saved", "grad", "version",
-                                                   "slot_free"};
-static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "layer", "slot"};
+                                                   "slot_free", "uploaded"};
+static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "layer", "slot",
+                                                   "weights"};
 static const char *micro_name[RP_EV_KIND_COUNT] = {"microbatch", "microbatch", "microbatch",
-                                                   "part", "part", "microbatch"};
+                                                   "part", "part", "microbatch", "part"};
 
 static size_t count_counters(const rp_event_dims *d, size_t *first)
 {

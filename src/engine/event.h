@@ -34,6 +34,7 @@ typedef enum rp_event_kind {
     RP_EV_GRAD,        /* gradient of layer `index` is on the host (`micro`: contributor) */
     RP_EV_VERSION,     /* layer `index` is at version `value` (`micro` is 0) */
     RP_EV_SLOT_FREE,   /* arena slot `index`/`micro` may be overwritten (back-pressure) */
+    RP_EV_UPLOADED,    /* a job of iteration `value` has uploaded the weights `index` */
     RP_EV_KIND_COUNT
 } rp_event_kind;
 

@@ -2,6 +2,10 @@ librp_la_SOURCES += \
 	src/engine/train_options.c src/engine/train_options.h \
 	src/engine/params.c src/engine/params.h \
 	src/engine/dataset.c src/engine/dataset.h \
-	src/engine/step.c src/engine/step.h \
 	src/engine/progress.c src/engine/progress.h \
+	src/engine/arena.c src/engine/arena.h \
+	src/engine/engine_impl.h \
+	src/engine/executor.c src/engine/optimizer.c src/engine/logger.c \
+	src/engine/pipeline.c src/engine/pipeline.h \
+	src/engine/trace.c src/engine/trace.h \
 	src/engine/trainer.c src/engine/trainer.h

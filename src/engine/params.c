@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -10,19 +11,37 @@
 #include "io/safetensors_set.h"
 #include "io/safetensors_writer.h"
 
-static float *alloc_floats(size_t n)
+/* Arrays per layer: master, grad, m, v, and a separate compute copy for bf16. */
+static size_t arrays_per_layer(rp_dtype compute_dtype)
 {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0)
-        return NULL;
-    memset(p, 0, (n ? n : 1) * sizeof(float));
-    return p;
+    return compute_dtype == RP_F32 ? 4 : 5;
 }
 
-rp_status rp_params_create(const rp_model_config *cfg, rp_dtype compute_dtype, rp_params **out,
-                           rp_error *err)
+static size_t layer_bytes(size_t numel)
+{
+    return (numel * sizeof(float) + 63) & ~(size_t)63;
+}
+
+size_t rp_params_bytes(const rp_model_config *cfg, rp_dtype compute_dtype)
+{
+    rp_model_config c = *cfg;
+    rp_layer_desc *layers = NULL;
+    int n = 0;
+    if (rp_model_layout(&c, &layers, &n, NULL) != RP_OK)
+        return 0;
+    size_t total = 0;
+    for (int l = 0; l < n; l++)
+        total += arrays_per_layer(compute_dtype) * layer_bytes(layers[l].numel);
+    free(layers);
+    return total;
+}
+
+rp_status rp_params_attach(const rp_model_config *cfg, rp_dtype compute_dtype, void *mem,
+                           size_t bytes, rp_params **out, rp_error *err)
 {
     *out = NULL;
+    if (((uintptr_t)mem & 63) != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "parameter memory must be 64-byte aligned");
     rp_params *p = calloc(1, sizeof *p);
     if (!p)
         return rp_error_set(err, RP_ERR_NOMEM, "allocating model state");
@@ -39,22 +58,53 @@ rp_status rp_params_create(const rp_model_config *cfg, rp_dtype compute_dtype, r
         rp_params_destroy(&p);
         return rp_error_set(err, RP_ERR_NOMEM, "allocating model state");
     }
+    char *cur = mem, *end = (char *)mem + bytes;
     for (int l = 0; l < p->nlayers; l++) {
         rp_layer_state *ls = &p->st[l];
-        size_t n = p->layers[l].numel;
-        ls->desc = &p->layers[l];
-        ls->master = alloc_floats(n);
-        ls->grad = alloc_floats(n);
-        ls->m = alloc_floats(n);
-        ls->v = alloc_floats(n);
-        ls->compute = compute_dtype == RP_F32 ? ls->master : alloc_floats(n);
-        p->total_numel += n;
-        if (!ls->master || !ls->grad || !ls->m || !ls->v || !ls->compute) {
+        size_t n = p->layers[l].numel, lb = layer_bytes(n);
+        if ((size_t)(end - cur) < arrays_per_layer(compute_dtype) * lb) {
             rp_params_destroy(&p);
-            return rp_error_set(err, RP_ERR_NOMEM, "allocating %zu parameters of layer %d", n, l);
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "parameter memory of %zu bytes is too small", bytes);
         }
+        ls->desc = &p->layers[l];
+        ls->master = (float *)cur, cur += lb;
+        ls->grad = (float *)cur, cur += lb;
+        ls->m = (float *)cur, cur += lb;
+        ls->v = (float *)cur, cur += lb;
+        if (compute_dtype == RP_F32) {
+            ls->compute = ls->master;
+        } else {
+            ls->compute = (float *)cur;
+            cur += lb;
+        }
+        p->total_numel += n;
     }
     *out = p;
+    return RP_OK;
+}
+
+rp_status rp_params_create(const rp_model_config *cfg, rp_dtype compute_dtype, rp_params **out,
+                           rp_error *err)
+{
+    *out = NULL;
+    size_t bytes = rp_params_bytes(cfg, compute_dtype);
+    if (bytes == 0) {
+        rp_model_config c = *cfg;
+        rp_layer_desc *layers = NULL;
+        int n = 0;
+        return rp_model_layout(&c, &layers, &n, err); /* names the bad field */
+    }
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, bytes) != 0)
+        return rp_error_set(err, RP_ERR_NOMEM, "allocating %zu bytes of model state", bytes);
+    memset(mem, 0, bytes);
+    rp_status s = rp_params_attach(cfg, compute_dtype, mem, bytes, out, err);
+    if (s != RP_OK) {
+        free(mem);
+        return s;
+    }
+    (*out)->owned = mem;
     return RP_OK;
 }
 
@@ -63,15 +113,7 @@ void rp_params_destroy(rp_params **pp)
     rp_params *p = pp ? *pp : NULL;
     if (!p)
         return;
-    for (int l = 0; p->st && l < p->nlayers; l++) {
-        rp_layer_state *ls = &p->st[l];
-        if (ls->compute != ls->master)
-            free(ls->compute);
-        free(ls->master);
-        free(ls->grad);
-        free(ls->m);
-        free(ls->v);
-    }
+    free(p->owned);
     free(p->st);
     free(p->layers);
     free(p);

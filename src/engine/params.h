@@ -29,9 +29,19 @@ typedef struct rp_params {
     rp_dtype compute_dtype;
     rp_dtype loaded_dtype; /* dtype of the checkpoint's tensors (F32 after init) */
     size_t total_numel;
+    void *owned; /* memory rp_params_create allocated (NULL when attached) */
 } rp_params;
 
-/* Allocate the state for cfg (zeroed), compute copies in compute_dtype. */
+/* Bytes rp_params_attach needs for cfg (0 if cfg is invalid). */
+size_t rp_params_bytes(const rp_model_config *cfg, rp_dtype compute_dtype);
+
+/* Lay the state out in caller memory (e.g. the host store shared by the
+ * ranks of a node), 64-byte aligned, `bytes` >= rp_params_bytes. The memory
+ * is not touched: in shared memory one rank loads or initialises it. */
+rp_status rp_params_attach(const rp_model_config *cfg, rp_dtype compute_dtype, void *mem,
+                           size_t bytes, rp_params **out, rp_error *err);
+
+/* Allocate private memory for the state of cfg (zeroed) and attach it. */
 rp_status rp_params_create(const rp_model_config *cfg, rp_dtype compute_dtype, rp_params **out,
                            rp_error *err);
 void rp_params_destroy(rp_params **p);

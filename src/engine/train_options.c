@@ -24,6 +24,8 @@ void rp_train_options_default(rp_train_options *o)
     o->device = RP_DEVICE_CPU;
     o->progress = RP_PROGRESS_AUTO;
     o->progress_interval_s = 5.0;
+    o->timeout_s = 600.0;
+    o->chunk_mib = 16.0;
 }
 
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
@@ -66,6 +68,14 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32 or bf16");
+    if (!(o->timeout_s > 0) || !isfinite(o->timeout_s))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--timeout must be > 0 seconds");
+    if (o->optimizer_lag != 0 && o->optimizer_lag != 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--optimizer-lag must be 0 or 1");
+    if (!(o->chunk_mib > 0) || !isfinite(o->chunk_mib))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--chunk-mib must be > 0");
+    if (!(o->memory_limit_mib >= 0) || !isfinite(o->memory_limit_mib))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--memory-limit-mib must be >= 0");
     if (o->threads < 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--threads must be >= 0");
     return RP_OK;

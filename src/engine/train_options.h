@@ -40,6 +40,14 @@ typedef struct rp_train_options {
     int threads;             /* per rank; 0 = cores of the node / ranks of the node */
     rp_progress_mode progress;
     double progress_interval_s; /* seconds between lines when not on a terminal */
+    /* engine (pipeline) options */
+    const char *plan;        /* --plan: forced partition (rp_plan_parse syntax), NULL = planner */
+    int recompute_layer;     /* --recompute layer (1) | stage (0) */
+    double timeout_s;        /* --timeout: deadline of every wait */
+    int optimizer_lag;       /* --optimizer-lag 0 | 1 */
+    double chunk_mib;        /* --chunk-mib: transfer chunk size */
+    const char *trace;       /* --trace FILE (Chrome trace JSON) */
+    double memory_limit_mib; /* --memory-limit-mib: device memory the planner may use, 0 = none */
 } rp_train_options;
 
 /* Fill with the documented defaults. */

@@ -21,13 +21,7 @@
 #define RP_PARAM_ALIGN 16 /* elements: 64 bytes in fp32, 32 in bf16 */
 #define RP_LAYER_MAX_PARAMS 16
 
-/* src/plan/cost.h declares the same enum (the planner must not depend on
- * src/model); whichever header comes first defines it, same names and
- * values. */
-#if !defined(RP_LAYER_KIND_DEFINED) && !defined(RP_PLAN_COST_H)
-#define RP_LAYER_KIND_DEFINED
-typedef enum rp_layer_kind { RP_LAYER_EMBED = 0, RP_LAYER_BLOCK = 1, RP_LAYER_HEAD = 2 } rp_layer_kind;
-#endif
+#include "core/layer_kind.h" /* shared with the planner */
 
 typedef struct rp_param_desc {
     char name[96];    /* full Hugging Face name */

@@ -1,0 +1,62 @@
+#include "engine/arena.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
+{
+    memset(a, 0, sizeof *a);
+    a->spec = *spec;
+    a->nfwd = plan->nfwd;
+    a->nbwd = plan->nbwd;
+    int M = spec->microbatches, L = spec->nlayers;
+    size_t A = (spec->act_floats + 15) & ~(size_t)15; /* 64-byte aligned buffers */
+    a->fwd_out = malloc(sizeof(size_t) * (size_t)(plan->nfwd ? plan->nfwd : 1) * (size_t)M);
+    a->ckpt = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
+    a->bwd_out = malloc(sizeof(size_t) * (size_t)plan->nbwd * (size_t)M);
+    a->is_ckpt = calloc((size_t)L, 1);
+    if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt) {
+        rp_arena_free(a);
+        return -1;
+    }
+    int tail_first = rp_plan_tail_first(plan);
+    if (spec->layer_grain) {
+        for (int l = 1; l < tail_first; l++)
+            a->is_ckpt[l] = 1;
+    } else {
+        for (int i = 1; i < plan->nbwd; i++)
+            if (plan->bwd[i].first > 0)
+                a->is_ckpt[plan->bwd[i].first] = 1;
+    }
+    size_t off = 0;
+    for (int s = 0; s < plan->nfwd; s++)
+        for (int m = 0; m < M; m++, off += A)
+            a->fwd_out[s * M + m] = off;
+    for (int l = 0; l < L; l++)
+        for (int m = 0; m < M; m++) {
+            a->ckpt[l * M + m] = a->is_ckpt[l] ? off : SIZE_MAX;
+            off += a->is_ckpt[l] ? A : 0;
+        }
+    for (int i = 0; i < plan->nbwd; i++)
+        for (int m = 0; m < M; m++) {
+            int has = plan->bwd[i].first > 0;
+            a->bwd_out[i * M + m] = has ? off : SIZE_MAX;
+            off += has ? A : 0;
+        }
+    a->loss = off;
+    off += 2 * (size_t)RP_ARENA_RING * (size_t)M; /* doubles */
+    a->sumsq = off;
+    off += 2 * (size_t)RP_ARENA_RING * (size_t)L;
+    a->floats = off;
+    return 0;
+}
+
+void rp_arena_free(rp_arena *a)
+{
+    free(a->fwd_out);
+    free(a->ckpt);
+    free(a->bwd_out);
+    free(a->is_ckpt);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,46 @@
+/* Activation arena of the host store: where activations travel between
+ * stages. For microbatch m (of M) of A floats each (A = tokens of a
+ * microbatch x hidden):
+ *   fwd_out[s][m]  output of forward stage s (input of stage s+1 or the tail)
+ *   ckpt[l][m]     saved input of layer l (the activation checkpoint): for
+ *                  stage-grain recompute the first layer of every backward
+ *                  stage below the tail, for layer-grain every layer below it
+ *   bwd_out[i][m]  gradient of the input of backward stage i (i = 0 is the
+ *                  tail), for stages that do not start at layer 0
+ * plus, per iteration slot r (ring of RP_ARENA_RING iterations):
+ *   loss[r][m]     sum of the token cross-entropies of microbatch m
+ *   sumsq[r][l]    squared L2 norm of layer l's gradient. */
+#ifndef RP_ENGINE_ARENA_H
+#define RP_ENGINE_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan/plan.h"
+
+#define RP_ARENA_RING 4
+
+typedef struct rp_arena_spec {
+    int nlayers;     /* layers of the model, embedding and head included */
+    int microbatches;
+    size_t act_floats; /* A */
+    int layer_grain;   /* 1: checkpoint every layer below the tail */
+} rp_arena_spec;
+
+typedef struct rp_arena {
+    rp_arena_spec spec;
+    int nfwd, nbwd;
+    size_t *fwd_out;   /* [nfwd * M] float offsets, SIZE_MAX when absent */
+    size_t *ckpt;      /* [nlayers * M] */
+    size_t *bwd_out;   /* [nbwd * M] */
+    size_t loss;       /* float offset of double loss[RING][M] (8-byte aligned) */
+    size_t sumsq;      /* float offset of double sumsq[RING][nlayers] */
+    size_t floats;     /* total size in floats */
+    char *is_ckpt;     /* [nlayers] */
+} rp_arena;
+
+/* Compute the offsets for a plan (allocates the index arrays). */
+int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec);
+void rp_arena_free(rp_arena *a);
+
+#endif

@@ -1,0 +1,122 @@
+/* Internal state of the pipeline engine shared by its threads: the
+ * executor (the rank's main thread), the optimizer thread and, on rank 0,
+ * the logger thread. Everything here is read-only once the threads start,
+ * except the error slot (under its lock) and what lives in the store. */
+#ifndef RP_ENGINE_ENGINE_IMPL_H
+#define RP_ENGINE_ENGINE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/log.h"
+#include "engine/arena.h"
+#include "engine/dataset.h"
+#include "engine/event.h"
+#include "engine/params.h"
+#include "engine/progress.h"
+#include "engine/trace.h"
+#include "engine/train_options.h"
+#include "engine/transfer.h"
+#include "optim/lr.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
+#include "store/store.h"
+
+typedef struct rp_engine {
+    const rp_train_options *o;
+    const rp_logger *lg;
+    int rank, size, threads;
+    rp_params *p;      /* attached to the store */
+    rp_plan plan;
+    rp_arena arena;
+    float *act;        /* arena base in the store */
+    float *tied_grad;  /* the head's part of a tied embedding's gradient, or NULL */
+    _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
+    rp_store *store;
+    rp_events *ev;
+    rp_dataset *ds;
+    rp_lr_schedule sched;
+    int64_t steps, M, per, S, T, H;
+    size_t A;          /* floats of one microbatch's activations */
+    int J, L;          /* jobs per iteration, layers */
+    int tied;
+    FILE *log;         /* rank 0 */
+    rp_progress progress;
+    rp_trace *trace;   /* NULL unless --trace */
+    int drop_kind, drop_index, drop_micro; /* RP_FAULT_DROP_SIGNAL (tests); kind -1: none */
+    pthread_mutex_t lock;
+    rp_status status;  /* first failure of this rank */
+    rp_error err;
+} rp_engine;
+
+/* Record a failure (the first one wins) and raise the store's abort flag so
+ * every rank of the node stops waiting. Returns s. */
+rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err);
+int rp_engine_aborted(const rp_engine *e);
+
+/* rp_event_wait with the run's deadline that also gives up when another
+ * rank aborted. The optimizer and logger threads wait downstream of the
+ * executors, so theirs (background = 1) is a quarter longer: a stall is
+ * reported by the executor wait nearest to its cause. */
+rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
+                         const char *job, int background, rp_error *err);
+void rp_engine_signal(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value);
+
+/* Counted targets of iteration t, and the tokens of microbatch m. */
+int64_t rp_engine_counted(const rp_engine *e, int64_t t);
+void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
+                      uint8_t *mask);
+
+/* Executor of job j of iteration t (1-based). */
+static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j)
+{
+    return rp_schedule_executor(&e->plan, e->size, t - 1, j, 0);
+}
+
+/* Version of a layer's weights the jobs of iteration t use: t-1 (exact), or
+ * t-2 with --optimizer-lag 1 (the update of iteration t-1 is applied only
+ * after iteration t has uploaded the weights). */
+static inline uint64_t rp_engine_need(const rp_engine *e, int64_t t)
+{
+    int64_t v = t - 1 - e->o->optimizer_lag;
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+/* Back-pressure slots (RP_EV_SLOT_FREE indices): a consumer signals the
+ * iteration whose data it has read; a producer of iteration t waits for t-1
+ * before overwriting. Slot 0 is the loss/norm ring (the logger). */
+static inline int rp_slot_fwd(const rp_engine *e, int s) { (void)e; return 1 + s; }
+static inline int rp_slot_ckpt(const rp_engine *e, int l) { return 1 + e->plan.nfwd + l; }
+static inline int rp_slot_bwd(const rp_engine *e, int i) { return 1 + e->plan.nfwd + e->L + i; }
+static inline int rp_slot_count(const rp_engine *e) { return 1 + e->plan.nfwd + e->L + e->plan.nbwd; }
+
+/* RP_EV_UPLOADED indices: weights of layer l uploaded by a forward job, or
+ * by a tail/backward job, of iteration t. Odd and even iterations count
+ * apart: with a lagged optimizer iterations 1 and 2 both read version 0 and
+ * may upload in either order; within one parity the order is enforced. */
+static inline int rp_up_fwd(const rp_engine *e, int l, int64_t t)
+{
+    return (int)(t % 2) * 2 * e->L + l;
+}
+static inline int rp_up_bwd(const rp_engine *e, int l, int64_t t)
+{
+    return (int)(t % 2) * 2 * e->L + e->L + l;
+}
+
+static inline double *rp_engine_loss(const rp_engine *e, int64_t t)
+{
+    return (double *)(e->act + e->arena.loss) + (t % RP_ARENA_RING) * e->M;
+}
+
+static inline double *rp_engine_sumsq(const rp_engine *e, int64_t t)
+{
+    return (double *)(e->act + e->arena.sumsq) + (t % RP_ARENA_RING) * e->L;
+}
+
+/* The executor loop of this rank over all iterations. */
+rp_status rp_engine_run_executor(rp_engine *e);
+/* Thread bodies (arg: rp_engine *). */
+void *rp_engine_optimizer_main(void *arg);
+void *rp_engine_logger_main(void *arg);
+
+#endif

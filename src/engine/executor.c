@@ -1,0 +1,547 @@
+/* The executor: runs this rank's jobs in order on its device (here the CPU
+ * back end: "device" buffers are private memory, uploads and downloads go
+ * through the transfer engine with memcpy). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "model/layers.h"
+#include "optim/clip.h"
+
+typedef struct stage_buf {
+    float *w;            /* weights of the stage's layers (+ a tied LM head's matrix) */
+    size_t *off;         /* [nlayers + 1] offset of layer first+i; last entry: tied matrix */
+    rp_xfer_req *req;    /* [nlayers + 1] */
+    int nreq;
+    int64_t t;           /* iteration and job the buffer holds (t = 0: nothing) */
+    int j;
+} stage_buf;
+
+typedef struct executor {
+    rp_engine *e;
+    rp_xfer *xfer;
+    stage_buf buf[2];
+    int cur;             /* buffer of the running job */
+    float *g;            /* gradients of the stage, same offsets as the weights */
+    float *tg;           /* tied LM head gradient [vocab, hidden], or NULL */
+    float **acts;        /* [nlayers + 1] activation buffers of A floats */
+    float *d;            /* gradient flowing down, A floats */
+    float *ws;
+    int32_t *in, *tgt;
+    uint8_t *mask;
+    rp_xfer_req *greq;   /* [nlayers + 1] downloads */
+    char name[64];       /* "iteration t job j (F2 layers 3-5)" */
+} executor;
+
+static float *falloc(size_t n)
+{
+    void *q = NULL;
+    return posix_memalign(&q, 64, (n ? n : 1) * sizeof(float)) == 0 ? q : NULL;
+}
+
+static size_t numel(const rp_engine *e, int l)
+{
+    return e->p->layers[l].numel;
+}
+
+/* Does this job need the tied embedding matrix as its LM head? */
+static int needs_tied(const rp_engine *e, const rp_job *job)
+{
+    return e->tied && job->kind == RP_JOB_TAIL;
+}
+
+static size_t stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
+{
+    size_t n = 0;
+    int i = 0;
+    for (int l = job->first; l <= job->last; l++, i++) {
+        if (off)
+            off[i] = n;
+        n += (numel(e, l) + 15) & ~(size_t)15;
+    }
+    if (off)
+        off[e->L] = n;
+    if (needs_tied(e, job))
+        n += (size_t)(e->p->cfg.vocab_size * e->H);
+    return n;
+}
+
+static void executor_free(executor *x)
+{
+    rp_xfer_destroy(&x->xfer);
+    for (int b = 0; b < 2; b++) {
+        free(x->buf[b].w);
+        free(x->buf[b].off);
+        free(x->buf[b].req);
+    }
+    free(x->g);
+    free(x->tg);
+    for (int i = 0; x->acts && i <= x->e->L; i++)
+        free(x->acts[i]);
+    free(x->acts);
+    free(x->d);
+    free(x->ws);
+    free(x->in);
+    free(x->tgt);
+    free(x->mask);
+    free(x->greq);
+}
+
+static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t offset, size_t bytes,
+                       uint64_t t0_ns, uint64_t t1_ns)
+{
+    rp_engine *e = ctx;
+    (void)offset, (void)bytes;
+    rp_trace_span(e->trace, (rp_trace_track)(RP_TRACK_XFER_INPUT + (int)cls), tag ? tag : "",
+                  t0_ns, t1_ns);
+}
+
+static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
+{
+    memset(x, 0, sizeof *x);
+    x->e = e;
+    /* Device memory sized from the plan: the largest stage, allocated once. */
+    size_t wmax = 0;
+    int nst_max = 1;
+    for (int j = 0; j < e->J; j++) {
+        rp_job job = rp_schedule_job(&e->plan, j);
+        size_t n = stage_floats(e, &job, NULL);
+        wmax = n > wmax ? n : wmax;
+        if (job.last - job.first + 1 > nst_max)
+            nst_max = job.last - job.first + 1;
+    }
+    const rp_model_config *cfg = &e->p->cfg;
+    size_t wsb = rp_block_workspace_floats(cfg, e->per, e->S);
+    size_t wsh = rp_head_workspace_floats(cfg, e->T, RP_HEAD_CHUNK);
+    int ok = 1;
+    for (int b = 0; b < 2; b++) {
+        x->buf[b].w = falloc(wmax);
+        x->buf[b].off = calloc((size_t)e->L + 1, sizeof(size_t));
+        x->buf[b].req = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
+        ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req;
+    }
+    x->g = falloc(wmax);
+    x->tg = e->tied ? falloc((size_t)(cfg->vocab_size * e->H)) : NULL;
+    x->acts = calloc((size_t)e->L + 1, sizeof(float *));
+    x->d = falloc(e->A);
+    x->ws = falloc(wsb > wsh ? wsb : wsh);
+    x->in = malloc((size_t)e->T * sizeof(int32_t));
+    x->tgt = malloc((size_t)e->T * sizeof(int32_t));
+    x->mask = malloc((size_t)e->T);
+    x->greq = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
+    ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->in && x->tgt && x->mask &&
+          x->greq;
+    for (int i = 0; ok && i <= nst_max && i <= e->L; i++)
+        ok &= (x->acts[i] = falloc(e->A)) != NULL;
+    if (!ok) {
+        executor_free(x);
+        return rp_error_set(err, RP_ERR_NOMEM, "rank %d: allocating executor buffers (%zu MiB of "
+                            "weights per stage)", e->rank, wmax * 4 >> 20);
+    }
+    rp_xfer_params xp = {0};
+    xp.trace = e->trace ? xfer_trace : NULL;
+    xp.trace_ctx = e;
+    xp.chunk_bytes = (size_t)(e->o->chunk_mib * 1048576.0);
+    if (xp.chunk_bytes < 4096)
+        xp.chunk_bytes = 4096;
+    rp_status s = rp_xfer_create(&xp, &x->xfer, err);
+    if (s != RP_OK)
+        executor_free(x);
+    return s;
+}
+
+/* Wait until every layer of the job (and a tied head's embedding) is at the
+ * version this iteration needs. */
+static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    uint64_t need = rp_engine_need(e, t);
+    for (int l = job->first; l <= job->last; l++)
+        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, l, 0, need, x->name, 0, err));
+    if (needs_tied(e, job) && job->first > 0)
+        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, 0, 0, need, x->name, 0, err));
+    return RP_OK;
+}
+
+static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int j,
+                               rp_xfer_class cls, rp_error *err)
+{
+    rp_engine *e = x->e;
+    stage_floats(e, job, b->off);
+    b->nreq = 0;
+    b->t = t;
+    b->j = j;
+    for (int l = job->first; l <= job->last; l++) {
+        rp_xfer_req *r = &b->req[b->nreq++];
+        memset(r, 0, sizeof *r);
+        r->dst = b->w + b->off[l - job->first];
+        r->src = e->p->st[l].compute;
+        r->bytes = numel(e, l) * sizeof(float);
+        r->cls = cls;
+        r->tag = "weights";
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    if (needs_tied(e, job)) {
+        rp_xfer_req *r = &b->req[b->nreq++];
+        memset(r, 0, sizeof *r);
+        r->dst = b->w + b->off[e->L];
+        r->src = e->p->st[0].compute;
+        r->bytes = (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float);
+        r->cls = cls;
+        r->tag = "tied-head";
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    return RP_OK;
+}
+
+static rp_status wait_upload(executor *x, stage_buf *b, rp_error *err)
+{
+    for (int i = 0; i < b->nreq; i++)
+        RP_TRY(rp_xfer_wait(x->xfer, &b->req[i], err));
+    return RP_OK;
+}
+
+/* Next job of this rank after (t, j), if any within the run. */
+static int next_job(const rp_engine *e, int64_t t, int j, int64_t *nt, int *nj)
+{
+    for (;;) {
+        if (++j == e->J) {
+            j = 0;
+            if (++t > e->steps)
+                return 0;
+        }
+        if (rp_engine_executor(e, t, j) == e->rank) {
+            *nt = t;
+            *nj = j;
+            return 1;
+        }
+    }
+}
+
+/* Prefetch the next job's weights into the other buffer when they are
+ * already at the version it needs (otherwise it uploads at its start). */
+static rp_status maybe_prefetch(executor *x, int64_t t, int j, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int64_t nt;
+    int nj;
+    if (!next_job(e, t, j, &nt, &nj))
+        return RP_OK;
+    rp_job job = rp_schedule_job(&e->plan, nj);
+    uint64_t need = rp_engine_need(e, nt);
+    for (int l = job.first; l <= job.last; l++)
+        if (rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, l, 0}) < need)
+            return RP_OK;
+    if (needs_tied(e, &job) &&
+        rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, 0, 0}) < need)
+        return RP_OK;
+    return submit_upload(x, &x->buf[1 - x->cur], &job, nt, nj, RP_XFER_PREFETCH, err);
+}
+
+/* ---- layer calls on the device buffers --------------------------------- */
+
+static const float *W(executor *x, const rp_job *job, int l)
+{
+    return x->buf[x->cur].w + x->buf[x->cur].off[l - job->first];
+}
+
+static float *G(executor *x, const rp_job *job, int l)
+{
+    return x->g + x->buf[x->cur].off[l - job->first];
+}
+
+static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
+                               rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (l == 0)
+        return rp_embed_forward(&e->p->cfg, W(x, job, 0), x->in, e->T, out, err);
+    rp_block_forward(&e->p->cfg, W(x, job, l), in, out, e->per, e->S, x->ws);
+    return RP_OK;
+}
+
+static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in,
+                                rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (l == 0)
+        return rp_embed_backward(&e->p->cfg, x->in, e->T, x->d, G(x, job, 0), err);
+    rp_block_backward(&e->p->cfg, W(x, job, l), in, x->d, x->d, G(x, job, l), e->per, e->S,
+                      x->ws);
+    return RP_OK;
+}
+
+static float *arena(const rp_engine *e, size_t off)
+{
+    return e->act + off;
+}
+
+/* Wait until the consumers of iteration t-1 are done with an arena slot. */
+static rp_status slot_free(executor *x, int slot, int m, int64_t t, rp_error *err)
+{
+    if (t <= 1)
+        return RP_OK;
+    return rp_engine_wait(x->e, RP_EV_SLOT_FREE, slot, m, (uint64_t)(t - 1), x->name, 0, err);
+}
+
+/* ---- the three kinds of job, one microbatch ------------------------------ */
+
+static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->M, s = job->stage;
+    const float *cur = NULL;
+    if (job->first > 0) {
+        RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, s - 1, m, (uint64_t)t, x->name, 0, err));
+        cur = arena(e, e->arena.fwd_out[(s - 1) * M + m]);
+    }
+    for (int l = job->first; l <= job->last; l++) {
+        float *out = x->acts[(l - job->first) % 2];
+        if (l == job->last) { /* written straight into the store once it is free */
+            RP_TRY(slot_free(x, rp_slot_fwd(e, s), m, t, err));
+            out = arena(e, e->arena.fwd_out[s * M + m]);
+        }
+        if (l > 0 && e->arena.is_ckpt[l]) {
+            RP_TRY(slot_free(x, rp_slot_ckpt(e, l), m, t, err));
+            memcpy(arena(e, e->arena.ckpt[l * M + m]), cur, e->A * sizeof(float));
+        }
+        RP_TRY(layer_forward(x, job, l, cur, out, err));
+        if (l == job->first && job->first > 0) /* the input has been read */
+            rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, s - 1), m, (uint64_t)t);
+        cur = out;
+    }
+    rp_engine_signal(e, RP_EV_FWD_OUT, s, m, (uint64_t)t);
+    return RP_OK;
+}
+
+/* Inputs of layers first..last of a backward-type job: acts[i] holds the
+ * input of layer first+i (acts[0] unused when first is the embedding). */
+static rp_status recompute(executor *x, const rp_job *job, const float *in0, int upto,
+                           rp_error *err)
+{
+    rp_engine *e = x->e;
+    const float *cur = in0;
+    if (in0)
+        memcpy(x->acts[0], in0, e->A * sizeof(float));
+    for (int l = job->first; l < upto; l++) {
+        float *out = x->acts[l - job->first + 1];
+        RP_TRY(layer_forward(x, job, l, cur, out, err));
+        cur = out;
+    }
+    return RP_OK;
+}
+
+/* Hand the input gradient of a tail/backward stage to the stage below. A
+ * stage that ends at the embedding has no one to hand it to but still
+ * signals (the logger waits on the tail's); then, with a lagged optimizer
+ * letting iterations overlap, it keeps its signals in iteration order. */
+static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int i = job->stage;
+    if (job->first > 0) {
+        RP_TRY(slot_free(x, rp_slot_bwd(e, i), m, t, err));
+        memcpy(arena(e, e->arena.bwd_out[i * (int)e->M + m]), x->d, e->A * sizeof(float));
+    } else if (t > 1) {
+        RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, i, m, (uint64_t)(t - 1), x->name, 0, err));
+    }
+    rp_engine_signal(e, RP_EV_BWD_OUT, i, m, (uint64_t)t);
+    return RP_OK;
+}
+
+static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, float scale,
+                          rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->M, head = job->last;
+    const float *in0 = NULL;
+    if (job->first > 0) {
+        RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, e->plan.nfwd - 1, m, (uint64_t)t, x->name, 0, err));
+        in0 = arena(e, e->arena.fwd_out[(e->plan.nfwd - 1) * M + m]);
+    }
+    RP_TRY(recompute(x, job, in0, head, err));
+    if (job->first > 0) /* the input was copied to the device */
+        rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, e->plan.nfwd - 1), m, (uint64_t)t);
+    /* the loss slot of this iteration must have been read by the logger */
+    if (t > RP_ARENA_RING)
+        RP_TRY(rp_engine_wait(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)(t - RP_ARENA_RING), x->name,
+                              0, err));
+    const rp_layer_desc *hd = &e->p->layers[head];
+    const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
+    const float *lm_w;
+    float *lm_g;
+    if (e->tied) {
+        lm_w = x->buf[x->cur].w + x->buf[x->cur].off[e->L];
+        lm_g = x->tg;
+    } else {
+        const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
+        lm_w = W(x, job, head) + ld->offset;
+        lm_g = G(x, job, head) + ld->offset;
+    }
+    double *loss = rp_engine_loss(e, t);
+    const float *xh = head == job->first ? in0 : x->acts[head - job->first];
+    RP_TRY(rp_head_forward_backward(&e->p->cfg, W(x, job, head) + nd->offset, lm_w, xh, x->tgt,
+                                    x->mask, e->T, scale, x->d, G(x, job, head) + nd->offset,
+                                    lm_g, RP_HEAD_CHUNK, x->ws, &loss[m], NULL, err));
+    for (int l = head - 1; l >= job->first; l--)
+        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], err));
+    RP_TRY(publish_bwd(x, job, t, m, err));
+    return RP_OK;
+}
+
+static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->M, i = job->stage;
+    RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, i - 1, m, (uint64_t)t, x->name, 0, err));
+    memcpy(x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->A * sizeof(float));
+    rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_bwd(e, i - 1), m, (uint64_t)t);
+    if (e->o->recompute_layer) {
+        /* every layer's input was saved: no stage-wide recompute */
+        for (int l = job->last; l >= job->first; l--) {
+            const float *in = l > 0 ? arena(e, e->arena.ckpt[l * M + m]) : NULL;
+            RP_TRY(layer_backward(x, job, l, in, err));
+            if (l > 0)
+                rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, l), m, (uint64_t)t);
+        }
+    } else {
+        const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
+        RP_TRY(recompute(x, job, in0, job->last, err));
+        if (job->first > 0)
+            rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, job->first), m, (uint64_t)t);
+        for (int l = job->last; l >= job->first; l--)
+            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], err));
+    }
+    RP_TRY(publish_bwd(x, job, t, m, err));
+    return RP_OK;
+}
+
+/* Download the job's gradients, finish each layer's (the embedding adds the
+ * tied head's part, always in that order) and publish its squared norm. */
+static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int n = 0;
+    /* the host gradients of iteration t-1 must have been applied (always true
+     * with exact semantics; with a lagged optimizer the update may trail) */
+    for (int l = job->first; l <= job->last; l++)
+        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, l, 0, (uint64_t)(t - 1), x->name, 0, err));
+    /* the tied part of iteration t-1 must have been added to the embedding's */
+    if (needs_tied(e, job))
+        RP_TRY(rp_engine_wait(e, RP_EV_GRAD, 0, 0, (uint64_t)(t - 1), x->name, 0, err));
+    for (int l = job->first; l <= job->last; l++) {
+        rp_xfer_req *r = &x->greq[n++];
+        memset(r, 0, sizeof *r);
+        r->dst = e->p->st[l].grad;
+        r->src = G(x, job, l);
+        r->bytes = numel(e, l) * sizeof(float);
+        r->cls = RP_XFER_GRAD;
+        r->tag = "grads";
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    if (needs_tied(e, job)) {
+        rp_xfer_req *r = &x->greq[n++];
+        memset(r, 0, sizeof *r);
+        r->dst = e->tied_grad;
+        r->src = x->tg;
+        r->bytes = (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float);
+        r->cls = RP_XFER_GRAD;
+        r->tag = "tied-grads";
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    for (int i = 0; i < n; i++)
+        RP_TRY(rp_xfer_wait(x->xfer, &x->greq[i], err));
+    double *sumsq = rp_engine_sumsq(e, t);
+    for (int l = job->last; l >= job->first; l--) {
+        float *g = e->p->st[l].grad;
+        if (l == 0 && e->tied) {
+            RP_TRY(rp_engine_wait(e, RP_EV_GRAD, e->L - 1, 0, (uint64_t)t, x->name, 0, err));
+            size_t vh = (size_t)(e->p->cfg.vocab_size * e->H);
+            for (size_t k = 0; k < vh; k++)
+                g[k] += e->tied_grad[k];
+        }
+        sumsq[l] = rp_clip_sumsq(g, numel(e, l));
+        rp_engine_signal(e, RP_EV_GRAD, l, 0, (uint64_t)t);
+    }
+    return RP_OK;
+}
+
+static const char *kind_letter(rp_job_kind k)
+{
+    return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
+}
+
+static rp_status run_job(executor *x, int64_t t, int j, rp_error *err)
+{
+    rp_engine *e = x->e;
+    rp_job job = rp_schedule_job(&e->plan, j);
+    snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
+             kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
+    /* weights: prefetched into the other buffer, or uploaded now */
+    stage_buf *pre = &x->buf[1 - x->cur];
+    if (pre->t == t && pre->j == j) {
+        x->cur = 1 - x->cur;
+        RP_TRY(wait_upload(x, pre, err));
+    } else {
+        RP_TRY(wait_versions(x, &job, t, err));
+        RP_TRY(submit_upload(x, &x->buf[x->cur], &job, t, j, RP_XFER_WEIGHTS, err));
+        RP_TRY(wait_upload(x, &x->buf[x->cur], err));
+    }
+    x->buf[1 - x->cur].t = 0;
+    /* tell a lagged optimizer these weights may now change */
+    for (int l = job.first; l <= job.last; l++)
+        rp_engine_signal(e, RP_EV_UPLOADED, job.kind == RP_JOB_FWD ? rp_up_fwd(e, l, t)
+                                                                   : rp_up_bwd(e, l, t), 0,
+                         (uint64_t)t);
+    RP_TRY(maybe_prefetch(x, t, j, err));
+
+    int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
+    float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
+    if (job.kind != RP_JOB_FWD) {
+        memset(x->g, 0, x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
+                            numel(e, job.last) * sizeof(float));
+        if (needs_tied(e, &job))
+            memset(x->tg, 0, (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float));
+    }
+    for (int m = 0; m < (int)e->M; m++) {
+        if (rp_engine_aborted(e))
+            return rp_error_set(err, RP_ERR_INTERNAL, "aborted");
+        uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        if (job.first == 0 || job.kind == RP_JOB_TAIL)
+            rp_engine_tokens(e, t, m, x->in, x->tgt, x->mask);
+        switch (job.kind) {
+        case RP_JOB_FWD: RP_TRY(run_fwd(x, &job, t, m, err)); break;
+        case RP_JOB_TAIL: RP_TRY(run_tail(x, &job, t, m, scale, err)); break;
+        case RP_JOB_BWD: RP_TRY(run_bwd(x, &job, t, m, err)); break;
+        }
+        if (e->trace) {
+            char span[48];
+            snprintf(span, sizeof span, "%s%d m%d (it %lld)", kind_letter(job.kind), job.stage,
+                     m, (long long)t);
+            rp_trace_span(e->trace, RP_TRACK_COMPUTE, span, t0, rp_trace_now_ns());
+        }
+    }
+    if (job.kind != RP_JOB_FWD)
+        RP_TRY(finish_grads(x, &job, t, err));
+    return RP_OK;
+}
+
+rp_status rp_engine_run_executor(rp_engine *e)
+{
+    executor x;
+    rp_error err = {0};
+    rp_status s = executor_init(&x, e, &err);
+    if (s != RP_OK)
+        return rp_engine_fail(e, s, &err);
+    for (int64_t t = 1; s == RP_OK && t <= e->steps; t++)
+        for (int j = 0; s == RP_OK && j < e->J; j++)
+            if (rp_engine_executor(e, t, j) == e->rank) {
+                s = run_job(&x, t, j, &err);
+                if (s != RP_OK)
+                    rp_engine_fail(e, s, &err);
+            }
+    rp_xfer_drain(x.xfer);
+    executor_free(&x);
+    return s;
+}

@@ -1,0 +1,67 @@
+/* The logger thread of rank 0: once an iteration's loss (every microbatch
+ * through the tail) and gradient norms (every layer) are in the store, it
+ * writes the metrics line and the progress display, then frees the
+ * iteration's slot of the loss/norm ring. A non-finite loss stops the run. */
+#include <math.h>
+#include <stdio.h>
+
+#include "engine/engine_impl.h"
+#include "optim/clip.h"
+
+static rp_status run(rp_engine *e, rp_error *err)
+{
+    double t_prev = rp_now(), last = NAN;
+    for (int64_t t = 1; t <= e->steps; t++) {
+        const char *who = "logger";
+        RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)e->M - 1, (uint64_t)t, who, 1, err));
+        for (int l = 0; l < e->L; l++)
+            RP_TRY(rp_engine_wait(e, RP_EV_GRAD, l, 0, (uint64_t)t, who, 1, err));
+        int64_t counted = rp_engine_counted(e, t);
+        const double *loss = rp_engine_loss(e, t), *sumsq = rp_engine_sumsq(e, t);
+        double sum = 0.0, total = 0.0, norm = 0.0;
+        for (int64_t m = 0; m < e->M; m++)
+            sum += loss[m];
+        for (int l = 0; l < e->L; l++)
+            total += sumsq[l];
+        float coef;
+        rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
+        rp_engine_signal(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)t);
+        double lr = rp_lr_at(&e->sched, t), now = rp_now(), dt = now - t_prev;
+        double tps = (double)(e->M * e->T) / (dt > 0 ? dt : 1e-9);
+        t_prev = now;
+        long long toks = (long long)(e->M * e->T);
+        if (counted == 0) {
+            rp_log(e->lg, RP_LOG_WARN, "step %lld has no counted target (loss mask is 0 on all "
+                                       "its targets): no update", (long long)t);
+            if (e->log)
+                fprintf(e->log, "{\"step\":%lld,\"loss\":null,\"lr\":%.9g,\"grad_norm\":null,"
+                                "\"tokens\":%lld,\"counted_tokens\":0,\"tokens_per_s\":%.1f}\n",
+                        (long long)t, lr, toks, tps);
+            continue;
+        }
+        double l = sum / (double)counted;
+        if (s != RP_OK || !isfinite(l))
+            return rp_error_set(err, RP_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g: "
+                                "training diverged", (long long)t, l, norm);
+        if (e->log) {
+            fprintf(e->log, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
+                            "\"tokens\":%lld,\"counted_tokens\":%lld,\"tokens_per_s\":%.1f}\n",
+                    (long long)t, l, lr, norm, toks, (long long)counted, tps);
+            fflush(e->log);
+        }
+        last = l;
+        rp_progress_update(&e->progress, t, l, tps);
+    }
+    rp_progress_finish(&e->progress, e->steps, last);
+    return RP_OK;
+}
+
+void *rp_engine_logger_main(void *arg)
+{
+    rp_engine *e = arg;
+    rp_error err = {0};
+    rp_status s = run(e, &err);
+    if (s != RP_OK)
+        rp_engine_fail(e, s, &err);
+    return NULL;
+}

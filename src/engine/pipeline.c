@@ -1,0 +1,421 @@
+/* Setting up and running the pipeline engine (see pipeline.h). */
+#include "plan/partition.h" /* before model/layout.h: both know rp_layer_kind */
+
+#include "engine/pipeline.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/engine_impl.h"
+#include "io/config.h"
+#include "model/layout.h"
+
+/* ---- shared helpers used by the engine's threads ------------------------ */
+
+rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err)
+{
+    pthread_mutex_lock(&e->lock);
+    if (e->status == RP_OK) {
+        e->status = s;
+        e->err = *err;
+        e->err.code = s;
+    }
+    pthread_mutex_unlock(&e->lock);
+    int64_t none = 0;
+    atomic_compare_exchange_strong(e->abort_flag, &none, (int64_t)e->rank + 1);
+    return s;
+}
+
+int rp_engine_aborted(const rp_engine *e)
+{
+    return atomic_load(e->abort_flag) != 0;
+}
+
+rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
+                         const char *job, int background, rp_error *err)
+{
+    rp_event_name ev = {kind, index, micro};
+    if (rp_event_value(e->ev, ev) >= value)
+        return RP_OK;
+    double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    rp_status s = RP_OK;
+    for (;;) {
+        /* wait in slices so an abort elsewhere is noticed quickly */
+        double now = rp_event_now(), slice = now + 0.05;
+        s = rp_event_wait(e->ev, ev, value, slice < deadline ? slice : deadline, job, err);
+        if (s == RP_OK || slice >= deadline)
+            break;
+        int64_t who = atomic_load(e->abort_flag);
+        if (who != 0) {
+            char name[96];
+            rp_event_describe(e->ev, ev, name, sizeof name);
+            s = rp_error_set(err, RP_ERR_TIMEOUT, "rank %d, job %s: stopped waiting for event "
+                             "%s: value %llu, awaited %llu, because rank %d failed", e->rank,
+                             job ? job : "-", name, (unsigned long long)rp_event_value(e->ev, ev),
+                             (unsigned long long)value, (int)(who - 1));
+            break;
+        }
+    }
+    if (e->trace) {
+        char name[96];
+        rp_event_describe(e->ev, ev, name, sizeof name);
+        rp_trace_span(e->trace, background ? RP_TRACK_OPTIMIZER_WAIT : RP_TRACK_WAIT, name, t0,
+                      rp_trace_now_ns());
+    }
+    return s;
+}
+
+void rp_engine_signal(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value)
+{
+    if ((int)kind == e->drop_kind && index == e->drop_index && micro == e->drop_micro)
+        return; /* a planted deadlock (RP_FAULT_DROP_SIGNAL) */
+    rp_event_signal(e->ev, (rp_event_name){kind, index, micro}, value);
+}
+
+int64_t rp_engine_counted(const rp_engine *e, int64_t t)
+{
+    int64_t B = e->M * e->per, n = 0, S = e->S;
+    int32_t *bi = malloc((size_t)S * sizeof(int32_t)), *bt = malloc((size_t)S * sizeof(int32_t));
+    uint8_t *bm = malloc((size_t)S);
+    for (int64_t j = 0; bi && bt && bm && j < B; j++)
+        n += rp_dataset_fill(e->ds, rp_dataset_sample_of(e->ds, t, B, j), bi, bt, bm);
+    free(bi);
+    free(bt);
+    free(bm);
+    return n;
+}
+
+void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
+                      uint8_t *mask)
+{
+    int64_t B = e->M * e->per;
+    for (int64_t j = 0; j < e->per; j++) {
+        int64_t sample = rp_dataset_sample_of(e->ds, t, B, m * e->per + j);
+        rp_dataset_fill(e->ds, sample, inputs + j * e->S, targets + j * e->S, mask + j * e->S);
+    }
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+/* RP_FAULT_DROP_SIGNAL=KIND:INDEX:MICRO (KIND one of fwd_out, bwd_out, grad,
+ * version) makes that event's producer never signal: a planted deadlock for
+ * testing that every wait ends at its deadline with a message naming it. */
+static void read_fault(rp_engine *e)
+{
+    static const char *kinds[] = {"fwd_out", "bwd_out", "saved", "grad", "version", "slot_free",
+                                  "uploaded"};
+    e->drop_kind = -1;
+    const char *f = getenv("RP_FAULT_DROP_SIGNAL");
+    char name[16];
+    int index, micro;
+    if (!f || sscanf(f, "%15[a-z_]:%d:%d", name, &index, &micro) != 3)
+        return;
+    for (int k = 0; k < 7; k++)
+        if (strcmp(name, kinds[k]) == 0) {
+            e->drop_kind = k;
+            e->drop_index = index;
+            e->drop_micro = micro;
+        }
+}
+
+/* Make a status collective: every rank learns whether any rank failed. The
+ * failing rank keeps its message; the others name the lowest failing rank. */
+static rp_status agree(rp_status s, MPI_Comm comm, rp_error *err)
+{
+    int rank, mine, first;
+    MPI_Comm_rank(comm, &rank);
+    mine = s == RP_OK ? INT32_MAX : rank;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == INT32_MAX)
+        return RP_OK;
+    int code = (int)s;
+    MPI_Bcast(&code, 1, MPI_INT, first, comm);
+    if (s == RP_OK)
+        rp_error_set(err, (rp_status)code, "rank %d failed (see its message)", first);
+    return (rp_status)code;
+}
+
+static int choose_threads(const rp_train_options *o, MPI_Comm comm)
+{
+    if (o->threads > 0)
+        return o->threads;
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0)
+        return atoi(env);
+    MPI_Comm node;
+    int local = 1;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = (int)(cores / local);
+    return t > 0 ? t : 1;
+}
+
+/* Cost model of this model on CPU executors, for the partitioner: FLOPs at a
+ * nominal rate (only ratios matter) and bytes at memcpy speed. */
+static rp_status plan_auto(const rp_engine *e, rp_plan *plan, rp_error *err)
+{
+    const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
+    rp_cost_model *cm = NULL;
+    RP_TRY(rp_cost_model_create(e->L, &cm, err));
+    snprintf(cm->name, sizeof cm->name, "model");
+    cm->tokens_per_microbatch = e->T;
+    for (int l = 0; l < e->L; l++) {
+        rp_layer_flops f;
+        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->S, &f);
+        rp_layer_cost *c = &cm->layers[l];
+        c->kind = l == 0 ? RP_LAYER_EMBED : l == e->L - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
+        c->fwd_ms = f.fwd_flops_per_token * (double)e->T / flops_per_ms + 1e-3;
+        c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->T / flops_per_ms +
+                    1e-3;
+        c->weight_bytes = c->grad_bytes = (int64_t)f.param_numel * 4;
+        c->opt_params = (int64_t)f.param_numel;
+        c->act_bytes = (int64_t)(f.act_floats_per_token * (size_t)e->T * 4);
+        c->out_bytes = (int64_t)e->A * 4;
+        c->tied_to = (l == e->L - 1 && e->tied) ? 0 : -1;
+    }
+    rp_machine mc;
+    memset(&mc, 0, sizeof mc);
+    mc.gpus = e->size;
+    mc.microbatches = (int)e->M;
+    mc.link_gbs = 10.0;
+    mc.transfer_ms = 0.01;
+    mc.opt_gbs = 10.0;
+    mc.opt_bytes_per_param = 28.0;
+    mc.optimizer_lag = e->o->optimizer_lag;
+    mc.clip = e->o->grad_clip > 0;
+    mc.iterations = 6;
+    mc.memory_limit = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+    rp_status s = rp_partition(cm, &mc, e->size, plan, NULL, err);
+    rp_cost_model_destroy(&cm);
+    return s;
+}
+
+static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    rp_status s = RP_OK;
+    if (e->o->plan)
+        s = rp_plan_parse(e->o->plan, e->L, &e->plan, err);
+    else if (e->rank == 0)
+        s = plan_auto(e, &e->plan, err);
+    if (s == RP_OK && e->plan.width != 0 && e->plan.width != e->size)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "plan width %d: the engine runs one "
+                         "round-robin pipeline over all %d executors (width 0)", e->plan.width,
+                         e->size);
+    RP_TRY(agree(s, comm, err));
+    /* the leader's plan is everyone's plan */
+    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    RP_TRY(agree(rp_plan_validate(&e->plan, e->L, err), comm, err));
+    return RP_OK;
+}
+
+typedef struct store_map {
+    size_t params, tied, arena, events, ctrl;
+} store_map;
+
+static rp_status build_store(rp_engine *e, MPI_Comm comm, store_map *map, rp_error *err)
+{
+    rp_store_layout *lay = NULL;
+    RP_TRY(rp_store_layout_create(&lay, err));
+    rp_event_dims dims;
+    memset(&dims, 0, sizeof dims);
+    dims.count[RP_EV_FWD_OUT] = e->plan.nfwd;
+    dims.micro[RP_EV_FWD_OUT] = (int)e->M;
+    dims.count[RP_EV_BWD_OUT] = e->plan.nbwd;
+    dims.micro[RP_EV_BWD_OUT] = (int)e->M;
+    dims.count[RP_EV_GRAD] = e->L;
+    dims.count[RP_EV_VERSION] = e->L;
+    dims.count[RP_EV_SLOT_FREE] = rp_slot_count(e);
+    dims.micro[RP_EV_SLOT_FREE] = (int)e->M;
+    dims.count[RP_EV_UPLOADED] = 4 * e->L;
+    for (int k = 0; k < RP_EV_KIND_COUNT; k++)
+        if (dims.micro[k] == 0)
+            dims.micro[k] = 1;
+    size_t vh = e->tied ? (size_t)(e->p->cfg.vocab_size * e->H) : 0;
+    rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(&e->p->cfg, e->o->dtype),
+                                      RP_STORE_ALIGN_PAGE, &map->params, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "tied-grad", vh * sizeof(float), RP_STORE_ALIGN_PAGE,
+                                &map->tied, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
+                                RP_STORE_ALIGN_PAGE, &map->arena, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "events", rp_events_bytes(&dims), RP_STORE_ALIGN_LINE,
+                                &map->events, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
+    rp_store_params sp;
+    memset(&sp, 0, sizeof sp);
+    if (s == RP_OK)
+        s = rp_store_create(comm, lay, &sp, &e->store, err);
+    rp_store_layout_destroy(&lay);
+    RP_TRY(agree(s, comm, err));
+    if (rp_store_node_size(e->store) != e->size)
+        return agree(rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
+                                  "multi-node (data-parallel) runs are not implemented yet",
+                                  e->size / rp_store_node_size(e->store)), comm, err);
+    char *base = rp_store_base(e->store);
+    e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
+    e->act = (float *)(base + map->arena);
+    e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
+    s = rp_events_create(base + map->events, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
+    return agree(s, comm, err);
+}
+
+/* Only the leader fills the shared parameters. */
+static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
+{
+    if (rp_store_is_leader(e->store)) {
+        if (e->o->model_dir)
+            RP_TRY(rp_params_load_dir(shared, e->o->model_dir, err));
+        else
+            rp_params_init_random(shared, e->o->seed);
+    }
+    return RP_OK;
+}
+
+rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
+                            rp_error *err)
+{
+    rp_engine E, *e = &E;
+    memset(e, 0, sizeof E);
+    e->o = o;
+    e->lg = lg;
+    pthread_mutex_init(&e->lock, NULL);
+    read_fault(e);
+    MPI_Comm_rank(comm, &e->rank);
+    MPI_Comm_size(comm, &e->size);
+    e->threads = choose_threads(o, comm);
+    omp_set_num_threads(e->threads);
+
+    /* configuration and a private view of the layout (for sizes) */
+    rp_model_config cfg;
+    char path[4096];
+    rp_status s;
+    if (o->model_dir) {
+        snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+        s = rp_config_load(path, &cfg, err);
+    } else {
+        s = rp_config_load(o->init_config, &cfg, err);
+    }
+    RP_TRY(agree(s, comm, err));
+    /* the layout alone (sizes, names) until the shared state exists */
+    rp_params probe;
+    memset(&probe, 0, sizeof probe);
+    probe.cfg = cfg;
+    s = rp_model_layout(&probe.cfg, &probe.layers, &probe.nlayers, err);
+    RP_TRY(agree(s, comm, err));
+    e->p = &probe;
+    e->L = probe.nlayers;
+    e->H = cfg.hidden_size;
+    e->tied = cfg.tie_word_embeddings;
+    e->M = o->microbatches ? o->microbatches : o->batch_size;
+    e->per = o->batch_size / e->M;
+    e->S = o->seq_len;
+    e->T = e->per * e->S;
+    e->A = (size_t)(e->T * e->H);
+
+    s = rp_dataset_open(o->data, o->loss_mask, e->S, cfg.vocab_size, &e->ds, err);
+    if (s == RP_OK) {
+        int64_t n = rp_dataset_samples(e->ds);
+        e->steps = o->steps ? o->steps : (n + o->batch_size - 1) / o->batch_size;
+        e->sched = (rp_lr_schedule){o->schedule, o->lr, o->min_lr, o->warmup_steps, e->steps};
+        s = rp_lr_schedule_check(&e->sched, err);
+    }
+    s = agree(s, comm, err);
+    if (s == RP_OK)
+        s = choose_plan(e, comm, err);
+    rp_arena_spec as = {e->L, (int)e->M, e->A, o->recompute_layer};
+    if (s == RP_OK && rp_arena_init(&e->arena, &e->plan, &as) != 0)
+        s = rp_error_set(err, RP_ERR_NOMEM, "arena index");
+    s = agree(s, comm, err);
+    e->J = rp_schedule_num_jobs(&e->plan);
+    store_map map;
+    if (s == RP_OK)
+        s = build_store(e, comm, &map, err);
+    rp_params *shared = NULL;
+    if (s == RP_OK) {
+        s = rp_params_attach(&cfg, o->dtype, (char *)rp_store_base(e->store) + map.params,
+                             rp_params_bytes(&cfg, o->dtype), &shared, err);
+        if (s == RP_OK) {
+            e->p = shared;
+            s = load_params(e, shared, err);
+        }
+        s = agree(s, comm, err);
+    }
+    if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
+        s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing", o->log_path);
+    s = agree(s, comm, err);
+    if (s == RP_OK && e->rank == 0) {
+        char plan_text[512];
+        rp_plan_format(&e->plan, plan_text, sizeof plan_text);
+        rp_log(lg, RP_LOG_INFO,
+               "%s: %lld blocks, %.2fM parameters; %lld samples of %lld tokens; %lld steps of "
+               "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); plan %s",
+               o->model_dir ? o->model_dir : o->init_config, (long long)cfg.num_hidden_layers,
+               (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
+               (long long)e->S, (long long)e->steps, (long long)o->batch_size, (long long)e->M,
+               e->size, e->threads, plan_text);
+        int live = o->progress == RP_PROGRESS_AUTO && isatty(STDERR_FILENO);
+        rp_progress_start(&e->progress, o->progress != RP_PROGRESS_NONE ? stderr : NULL, live,
+                          o->progress_interval_s, e->steps);
+    }
+
+    if (s == RP_OK && o->trace)
+        s = rp_trace_create(&e->trace, err);
+    s = agree(s, comm, err);
+    if (s == RP_OK) {
+        MPI_Barrier(comm); /* parameters loaded, events zero */
+        pthread_t opt, logt;
+        int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
+        int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
+        if (!have_opt || (e->rank == 0 && !have_log)) {
+            rp_error te;
+            rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->rank);
+            rp_engine_fail(e, RP_ERR_NOMEM, &te);
+        } else {
+            rp_engine_run_executor(e);
+        }
+        if (have_opt)
+            pthread_join(opt, NULL);
+        if (have_log)
+            pthread_join(logt, NULL);
+        s = e->status;
+        if (s != RP_OK)
+            *err = e->err;
+        s = agree(s, comm, err);
+    }
+    if (s == RP_OK && o->trace) {
+        s = agree(rp_trace_write(e->trace, comm, o->trace, err), comm, err);
+        if (s == RP_OK && e->rank == 0)
+            rp_log(lg, RP_LOG_INFO, "trace written to %s", o->trace);
+    }
+    rp_trace_destroy(&e->trace);
+    if (e->log && fclose(e->log) != 0 && s == RP_OK)
+        s = rp_error_set(err, RP_ERR_IO, "--log %s: write failed", o->log_path);
+    if (s == RP_OK && o->save_dir) {
+        rp_status ss = RP_OK;
+        if (e->rank == 0)
+            ss = rp_params_save_dir(shared, o->save_dir,
+                                    o->save_dtype_set ? o->save_dtype : shared->loaded_dtype, err);
+        s = agree(ss, comm, err);
+        if (s == RP_OK && e->rank == 0)
+            rp_log(lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
+    }
+    rp_params_destroy(&shared);
+    free(probe.layers);
+    rp_events_destroy(&e->ev);
+    if (e->store)
+        rp_store_destroy(&e->store);
+    rp_arena_free(&e->arena);
+    rp_dataset_close(&e->ds);
+    pthread_mutex_destroy(&e->lock);
+    return s;
+}

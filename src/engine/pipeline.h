@@ -1,0 +1,26 @@
+/* The RoundPipe engine on one node (DESIGN.md sections 3-7): the ranks of a
+ * communicator share a host store (weights, master weights, gradients,
+ * AdamW state, activation arena, events); every iteration's jobs
+ *     F0 .. F(f-1) | T | B1 .. B(b-1)
+ * are dealt round-robin, job j of iteration t (1-based) on executor
+ * ((t-1)*J + j) mod G. Each rank runs its jobs in order and synchronises
+ * only through events in the store; an optimizer thread per rank updates
+ * the layers whose gradients its backward jobs produced as soon as they are
+ * complete (and the global norm is known, with clipping), and a layer's
+ * version gates the next iteration's forward, so results equal a plain
+ * synchronous loop. */
+#ifndef RP_ENGINE_PIPELINE_H
+#define RP_ENGINE_PIPELINE_H
+
+#include <mpi.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/train_options.h"
+#include "plan/plan.h"
+
+/* Run a whole training job on the ranks of comm (collective). */
+rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
+                            rp_error *err);
+
+#endif
