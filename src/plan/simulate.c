@@ -396,8 +396,10 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
     }
     for (int e = 0; e < mc->gpus; e++) {
         /* busy is measured over w1-w0 iterations; scale to the steady rate */
-        double per_iter = b > a ? busy[e] / nwin : 0.0;
-        r->bubble[e] = r->iteration_ms > 0 ? 1.0 - per_iter / r->iteration_ms : 0.0;
+        /* over the window, against the longer of the window's own iteration
+         * time and the steady-state one (a floor may have raised it) */
+        double per_iter = b > a ? busy[e] / nwin : 0.0, span = dmax(r->iteration_ms, (b - a) / nwin);
+        r->bubble[e] = span > 0 ? 1.0 - per_iter / span : 0.0;
         tot += r->bubble[e];
         mx = dmax(mx, r->bubble[e]);
     }
