@@ -1,12 +1,15 @@
-/* The executor: runs this rank's jobs in order on its device (here the CPU
- * back end: "device" buffers are private memory, uploads and downloads go
- * through the transfer engine with memcpy). */
+/* The executor: runs this rank's jobs in order on its device, through the
+ * device interface (src/device/backend.h). Everything a job computes on
+ * lives in device memory; weights, activations and gradients move between
+ * the host store and the device through the transfer engine, by priority
+ * class. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/backend.h"
 #include "engine/engine_impl.h"
-#include "model/layers.h"
+#include "model/layout.h"
 #include "optim/clip.h"
 
 typedef struct stage_buf {
@@ -20,6 +23,7 @@ typedef struct stage_buf {
 
 typedef struct executor {
     rp_engine *e;
+    rp_device *dev;
     rp_xfer *xfer;
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
@@ -28,16 +32,46 @@ typedef struct executor {
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
     float *d;            /* gradient flowing down, A floats */
     float *ws;
-    int32_t *in, *tgt;
+    int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
     uint8_t *mask;
+    int32_t *hin, *htgt;   /* host staging */
+    uint8_t *hmask;
     rp_xfer_req *greq;   /* [nlayers + 1] downloads */
     char name[64];       /* "iteration t job j (F2 layers 3-5)" */
 } executor;
 
-static float *falloc(size_t n)
+static void *dalloc(executor *x, size_t bytes)
 {
     void *q = NULL;
-    return posix_memalign(&q, 64, (n ? n : 1) * sizeof(float)) == 0 ? q : NULL;
+    return rp_device_alloc(x->dev, bytes, &q, NULL) == RP_OK ? q : NULL;
+}
+
+static float *falloc(executor *x, size_t n)
+{
+    return dalloc(x, (n ? n : 1) * sizeof(float));
+}
+
+/* Move bytes between host and device now, through the transfer engine's
+ * queue of the given class (so a transfer of a higher class goes first). */
+static rp_status move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
+                      const char *tag, rp_error *err)
+{
+    rp_xfer_req r;
+    memset(&r, 0, sizeof r);
+    r.dst = dst;
+    r.src = src;
+    r.bytes = bytes;
+    r.cls = cls;
+    r.tag = tag;
+    RP_TRY(rp_xfer_submit(x->xfer, &r, err));
+    return rp_xfer_wait(x->xfer, &r, err);
+}
+
+static rp_status device_copy(void *ctx, void *dst, const void *src, size_t bytes,
+                             rp_xfer_class cls, rp_error *err)
+{
+    (void)cls;
+    return rp_device_copy(ctx, dst, src, bytes, err);
 }
 
 static size_t numel(const rp_engine *e, int l)
@@ -70,22 +104,28 @@ static size_t stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
 static void executor_free(executor *x)
 {
     rp_xfer_destroy(&x->xfer);
+    if (!x->dev)
+        return;
     for (int b = 0; b < 2; b++) {
-        free(x->buf[b].w);
+        rp_device_free(x->dev, x->buf[b].w);
         free(x->buf[b].off);
         free(x->buf[b].req);
     }
-    free(x->g);
-    free(x->tg);
+    rp_device_free(x->dev, x->g);
+    rp_device_free(x->dev, x->tg);
     for (int i = 0; x->acts && i <= x->e->L; i++)
-        free(x->acts[i]);
+        rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
-    free(x->d);
-    free(x->ws);
-    free(x->in);
-    free(x->tgt);
-    free(x->mask);
+    rp_device_free(x->dev, x->d);
+    rp_device_free(x->dev, x->ws);
+    rp_device_free(x->dev, x->in);
+    rp_device_free(x->dev, x->tgt);
+    rp_device_free(x->dev, x->mask);
+    free(x->hin);
+    free(x->htgt);
+    free(x->hmask);
     free(x->greq);
+    rp_device_destroy(&x->dev);
 }
 
 static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t offset, size_t bytes,
@@ -112,34 +152,40 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
             nst_max = job.last - job.first + 1;
     }
     const rp_model_config *cfg = &e->p->cfg;
-    size_t wsb = rp_block_workspace_floats(cfg, e->per, e->S);
-    size_t wsh = rp_head_workspace_floats(cfg, e->T, RP_HEAD_CHUNK);
+    rp_device_params dp = {RP_DEVICE_CPU, 0, e->threads};
+    RP_TRY(rp_device_create(&dp, &x->dev, err));
     int ok = 1;
     for (int b = 0; b < 2; b++) {
-        x->buf[b].w = falloc(wmax);
+        x->buf[b].w = falloc(x, wmax);
         x->buf[b].off = calloc((size_t)e->L + 1, sizeof(size_t));
         x->buf[b].req = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req;
     }
-    x->g = falloc(wmax);
-    x->tg = e->tied ? falloc((size_t)(cfg->vocab_size * e->H)) : NULL;
+    x->g = falloc(x, wmax);
+    x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->H)) : NULL;
     x->acts = calloc((size_t)e->L + 1, sizeof(float *));
-    x->d = falloc(e->A);
-    x->ws = falloc(wsb > wsh ? wsb : wsh);
-    x->in = malloc((size_t)e->T * sizeof(int32_t));
-    x->tgt = malloc((size_t)e->T * sizeof(int32_t));
-    x->mask = malloc((size_t)e->T);
+    x->d = falloc(x, e->A);
+    x->ws = falloc(x, rp_device_workspace_floats(x->dev, cfg, e->per, e->S));
+    x->in = dalloc(x, (size_t)e->T * sizeof(int32_t));
+    x->tgt = dalloc(x, (size_t)e->T * sizeof(int32_t));
+    x->mask = dalloc(x, (size_t)e->T);
+    x->hin = malloc((size_t)e->T * sizeof(int32_t));
+    x->htgt = malloc((size_t)e->T * sizeof(int32_t));
+    x->hmask = malloc((size_t)e->T);
     x->greq = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
     ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->in && x->tgt && x->mask &&
-          x->greq;
+          x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->L; i++)
-        ok &= (x->acts[i] = falloc(e->A)) != NULL;
+        ok &= (x->acts[i] = falloc(x, e->A)) != NULL;
     if (!ok) {
         executor_free(x);
-        return rp_error_set(err, RP_ERR_NOMEM, "rank %d: allocating executor buffers (%zu MiB of "
-                            "weights per stage)", e->rank, wmax * 4 >> 20);
+        return rp_error_set(err, RP_ERR_DEVICE_MEMORY, "rank %d: allocating executor buffers "
+                            "(%zu MiB of weights per stage) on %s", e->rank, wmax * 4 >> 20,
+                            "the device");
     }
     rp_xfer_params xp = {0};
+    xp.ops.copy = device_copy;
+    xp.ops.ctx = x->dev;
     xp.trace = e->trace ? xfer_trace : NULL;
     xp.trace_ctx = e;
     xp.chunk_bytes = (size_t)(e->o->chunk_mib * 1048576.0);
@@ -256,9 +302,9 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
 {
     rp_engine *e = x->e;
     if (l == 0)
-        return rp_embed_forward(&e->p->cfg, W(x, job, 0), x->in, e->T, out, err);
-    rp_block_forward(&e->p->cfg, W(x, job, l), in, out, e->per, e->S, x->ws);
-    return RP_OK;
+        return rp_device_embed_forward(x->dev, &e->p->cfg, W(x, job, 0), x->in, e->T, out, err);
+    return rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->per, e->S, x->ws,
+                                   err);
 }
 
 static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in,
@@ -266,10 +312,9 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
 {
     rp_engine *e = x->e;
     if (l == 0)
-        return rp_embed_backward(&e->p->cfg, x->in, e->T, x->d, G(x, job, 0), err);
-    rp_block_backward(&e->p->cfg, W(x, job, l), in, x->d, x->d, G(x, job, l), e->per, e->S,
-                      x->ws);
-    return RP_OK;
+        return rp_device_embed_backward(x->dev, &e->p->cfg, x->in, e->T, x->d, G(x, job, 0), err);
+    return rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, x->d, x->d,
+                                    G(x, job, l), e->per, e->S, x->ws, err);
 }
 
 static float *arena(const rp_engine *e, size_t off)
@@ -290,40 +335,47 @@ static rp_status slot_free(executor *x, int slot, int m, int64_t t, rp_error *er
 static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
 {
     rp_engine *e = x->e;
-    int M = (int)e->M, s = job->stage;
+    int M = (int)e->M, s = job->stage, nb = 0;
+    size_t bytes = e->A * sizeof(float);
     const float *cur = NULL;
     if (job->first > 0) {
         RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, s - 1, m, (uint64_t)t, x->name, 0, err));
-        cur = arena(e, e->arena.fwd_out[(s - 1) * M + m]);
+        RP_TRY(move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
+                    RP_XFER_INPUT, "input", err));
+        rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, s - 1), m, (uint64_t)t);
+        cur = x->acts[0];
+        nb = 1;
     }
     for (int l = job->first; l <= job->last; l++) {
-        float *out = x->acts[(l - job->first) % 2];
-        if (l == job->last) { /* written straight into the store once it is free */
-            RP_TRY(slot_free(x, rp_slot_fwd(e, s), m, t, err));
-            out = arena(e, e->arena.fwd_out[s * M + m]);
-        }
-        if (l > 0 && e->arena.is_ckpt[l]) {
+        float *out = x->acts[nb];
+        nb ^= 1;
+        if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint */
             RP_TRY(slot_free(x, rp_slot_ckpt(e, l), m, t, err));
-            memcpy(arena(e, e->arena.ckpt[l * M + m]), cur, e->A * sizeof(float));
+            RP_TRY(move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
+                        "checkpoint", err));
         }
         RP_TRY(layer_forward(x, job, l, cur, out, err));
-        if (l == job->first && job->first > 0) /* the input has been read */
-            rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, s - 1), m, (uint64_t)t);
         cur = out;
     }
+    RP_TRY(slot_free(x, rp_slot_fwd(e, s), m, t, err));
+    RP_TRY(move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE, "output",
+                err));
     rp_engine_signal(e, RP_EV_FWD_OUT, s, m, (uint64_t)t);
     return RP_OK;
 }
 
-/* Inputs of layers first..last of a backward-type job: acts[i] holds the
- * input of layer first+i (acts[0] unused when first is the embedding). */
-static rp_status recompute(executor *x, const rp_job *job, const float *in0, int upto,
+/* Inputs of layers first..upto of a backward-type job on the device:
+ * acts[i] holds the input of layer first+i (acts[0] is uploaded from
+ * host_in0, or unused when first is the embedding). */
+static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int upto,
                            rp_error *err)
 {
     rp_engine *e = x->e;
-    const float *cur = in0;
-    if (in0)
-        memcpy(x->acts[0], in0, e->A * sizeof(float));
+    const float *cur = NULL;
+    if (host_in0) {
+        RP_TRY(move(x, x->acts[0], host_in0, e->A * sizeof(float), RP_XFER_INPUT, "input", err));
+        cur = x->acts[0];
+    }
     for (int l = job->first; l < upto; l++) {
         float *out = x->acts[l - job->first + 1];
         RP_TRY(layer_forward(x, job, l, cur, out, err));
@@ -342,7 +394,8 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
     int i = job->stage;
     if (job->first > 0) {
         RP_TRY(slot_free(x, rp_slot_bwd(e, i), m, t, err));
-        memcpy(arena(e, e->arena.bwd_out[i * (int)e->M + m]), x->d, e->A * sizeof(float));
+        RP_TRY(move(x, arena(e, e->arena.bwd_out[i * (int)e->M + m]), x->d,
+                    e->A * sizeof(float), RP_XFER_SAVE, "input-grad", err));
     } else if (t > 1) {
         RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, i, m, (uint64_t)(t - 1), x->name, 0, err));
     }
@@ -380,10 +433,10 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         lm_g = G(x, job, head) + ld->offset;
     }
     double *loss = rp_engine_loss(e, t);
-    const float *xh = head == job->first ? in0 : x->acts[head - job->first];
-    RP_TRY(rp_head_forward_backward(&e->p->cfg, W(x, job, head) + nd->offset, lm_w, xh, x->tgt,
-                                    x->mask, e->T, scale, x->d, G(x, job, head) + nd->offset,
-                                    lm_g, RP_HEAD_CHUNK, x->ws, &loss[m], NULL, err));
+    RP_TRY(rp_device_head_forward_backward(x->dev, &e->p->cfg, W(x, job, head) + nd->offset, lm_w,
+                                           x->acts[head - job->first], x->tgt, x->mask, e->T,
+                                           scale, x->d, G(x, job, head) + nd->offset, lm_g, x->ws,
+                                           &loss[m], err));
     for (int l = head - 1; l >= job->first; l--)
         RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], err));
     RP_TRY(publish_bwd(x, job, t, m, err));
@@ -395,15 +448,19 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     rp_engine *e = x->e;
     int M = (int)e->M, i = job->stage;
     RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, i - 1, m, (uint64_t)t, x->name, 0, err));
-    memcpy(x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->A * sizeof(float));
+    RP_TRY(move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->A * sizeof(float),
+                RP_XFER_INPUT, "output-grad", err));
     rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_bwd(e, i - 1), m, (uint64_t)t);
     if (e->o->recompute_layer) {
-        /* every layer's input was saved: no stage-wide recompute */
+        /* every layer's input was saved: no stage-wide recompute, one layer's
+         * activations on the device at a time */
         for (int l = job->last; l >= job->first; l--) {
-            const float *in = l > 0 ? arena(e, e->arena.ckpt[l * M + m]) : NULL;
-            RP_TRY(layer_backward(x, job, l, in, err));
-            if (l > 0)
+            if (l > 0) {
+                RP_TRY(move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
+                            e->A * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
                 rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, l), m, (uint64_t)t);
+            }
+            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, err));
         }
     } else {
         const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
@@ -499,17 +556,27 @@ static rp_status run_job(executor *x, int64_t t, int j, rp_error *err)
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
     float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
     if (job.kind != RP_JOB_FWD) {
-        memset(x->g, 0, x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
-                            numel(e, job.last) * sizeof(float));
+        RP_TRY(rp_device_memset0(x->dev, x->g,
+                                 x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
+                                     numel(e, job.last) * sizeof(float), err));
         if (needs_tied(e, &job))
-            memset(x->tg, 0, (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float));
+            RP_TRY(rp_device_memset0(x->dev, x->tg,
+                                     (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float), err));
     }
     for (int m = 0; m < (int)e->M; m++) {
         if (rp_engine_aborted(e))
             return rp_error_set(err, RP_ERR_INTERNAL, "aborted");
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-        if (job.first == 0 || job.kind == RP_JOB_TAIL)
-            rp_engine_tokens(e, t, m, x->in, x->tgt, x->mask);
+        if (job.first == 0 || job.kind == RP_JOB_TAIL) {
+            rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
+            RP_TRY(move(x, x->in, x->hin, (size_t)e->T * sizeof(int32_t), RP_XFER_INPUT, "tokens",
+                        err));
+            if (job.kind == RP_JOB_TAIL) {
+                RP_TRY(move(x, x->tgt, x->htgt, (size_t)e->T * sizeof(int32_t), RP_XFER_INPUT,
+                            "targets", err));
+                RP_TRY(move(x, x->mask, x->hmask, (size_t)e->T, RP_XFER_INPUT, "mask", err));
+            }
+        }
         switch (job.kind) {
         case RP_JOB_FWD: RP_TRY(run_fwd(x, &job, t, m, err)); break;
         case RP_JOB_TAIL: RP_TRY(run_tail(x, &job, t, m, scale, err)); break;
