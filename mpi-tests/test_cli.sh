@@ -36,6 +36,11 @@ expect 2 "\-\-lr-schedule" -- train $base --lr-schedule wobbly
 expect 2 "\-\-dtype: 'fp8' is not one of fp32, bf16" -- train $base --dtype fp8
 expect 2 "\-\-device: 'gpu'" -- train $base --device gpu
 expect 0 "\-\-init-config FILE" -- train --help
+expect 2 "\-\-recompute: 'block'" -- train $base --recompute block
+expect 2 "\-\-optimizer-lag: 2 is outside" -- train $base --optimizer-lag 2
+expect 2 "\-\-bind: 'maybe'" -- train $base --bind maybe
+expect 2 "\-\-timeout must be > 0" -- train $base --timeout 0
+expect 0 "simulate" -- help
 
 # bad input files: exit 1, the file is named, nothing is written
 expect 1 "$tmp/missing.npy" -- train --model "$fix/model" --data "$tmp/missing.npy" --seq-len 16 \
@@ -52,6 +57,8 @@ expect 1 "intermediate_size" -- train --init-config "$tmp/partial.json" --data "
 expect 1 "mask" -- train $base --loss-mask "$fix/data.npy"
 expect 1 "no sample" -- train $base --seq-len 100000
 expect 1 "not implemented" -- train $base --device cuda
+expect 1 "plan" -- train $base --plan "fwd=0-1;bwd=0-3"
+expect 1 "plan" -- train $base --plan "fwd=0;bwd=1-2,0"
 
 # happy paths: init from a config, bf16 compute and bf16 save, log lines
 expect 0 "done: 3 steps" -- train --init-config "$fix/model/config.json" --data "$fix/data.npy" \

@@ -15,7 +15,7 @@ enum {
     OPT_MICROBATCHES, OPT_STEPS, OPT_LR, OPT_MIN_LR, OPT_WARMUP, OPT_SCHEDULE, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_DTYPE, OPT_SEED, OPT_LOG, OPT_SAVE,
     OPT_SAVE_DTYPE, OPT_DEVICE, OPT_THREADS, OPT_PROGRESS, OPT_PLAN, OPT_RECOMPUTE, OPT_TIMEOUT,
-    OPT_LAG, OPT_CHUNK, OPT_TRACE, OPT_MEMLIMIT, OPT_HELP
+    OPT_LAG, OPT_CHUNK, OPT_TRACE, OPT_MEMLIMIT, OPT_BIND, OPT_HELP
 };
 
 static const struct option train_options[] = {
@@ -51,6 +51,7 @@ static const struct option train_options[] = {
     {"chunk-mib", required_argument, 0, OPT_CHUNK},
     {"trace", required_argument, 0, OPT_TRACE},
     {"memory-limit-mib", required_argument, 0, OPT_MEMLIMIT},
+    {"bind", required_argument, 0, OPT_BIND},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -77,7 +78,7 @@ static const char train_usage[] =
     "  --save DIR             write config.json + model.safetensors at the end\n"
     "  --save-dtype fp32|bf16 dtype of saved weights (default: as loaded)\n"
     "  --device cpu|cuda|auto executor device (default cpu)\n"
-    "  --threads N            compute threads per rank (default: cores / ranks on the node)\n"
+    "  --threads N            compute threads per rank (default: the rank's share of cores)\n"
     "  --progress auto|line|none   progress display on rank 0 (default auto)\n"
     "engine:\n"
     "  --recompute stage|layer     activation checkpoints per backward stage or per layer\n"
@@ -87,6 +88,7 @@ static const char train_usage[] =
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
     "  --plan TEXT            force a partition: 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2'\n"
     "  --trace FILE           Chrome trace JSON of the run (opens in Perfetto)\n"
+    "  --bind yes|no          pin each rank to its share of the node's cores (default yes)\n"
     "See roundpipe(1).\n";
 
 static rp_status parse_dtype(const char *opt, const char *s, rp_dtype *out, rp_error *err)
@@ -157,6 +159,11 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
         case OPT_CHUNK: RP_TRY(rp_arg_double("--chunk-mib", a, &o->chunk_mib, err)); break;
         case OPT_TRACE: o->trace = a; break;
         case OPT_MEMLIMIT: RP_TRY(rp_arg_double("--memory-limit-mib", a, &o->memory_limit_mib, err)); break;
+        case OPT_BIND:
+            if (strcmp(a, "yes") == 0) o->bind = 1;
+            else if (strcmp(a, "no") == 0) o->bind = 0;
+            else return rp_error_set(err, RP_ERR_INVALID_ARG, "--bind: '%s' is not one of yes, no", a);
+            break;
         case 'h':
         case OPT_HELP: *help = 1; return RP_OK;
         case ':':

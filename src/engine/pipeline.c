@@ -13,6 +13,7 @@
 #include "engine/engine_impl.h"
 #include "io/config.h"
 #include "model/layout.h"
+#include "store/bind.h"
 
 /* ---- shared helpers used by the engine's threads ------------------------ */
 
@@ -140,21 +141,29 @@ static rp_status agree(rp_status s, MPI_Comm comm, rp_error *err)
     return (rp_status)code;
 }
 
-static int choose_threads(const rp_train_options *o, MPI_Comm comm)
+/* Bind this rank to its share of the node's physical cores (near its
+ * device; disjoint from the other ranks') and choose its thread count:
+ * --threads, else OMP_NUM_THREADS, else the cores it was given, so the
+ * ranks of a node together use no more threads than physical cores. */
+static rp_status bind_and_threads(rp_engine *e, rp_error *err)
 {
-    if (o->threads > 0)
-        return o->threads;
+    const rp_train_options *o = e->o;
+    int ncores = 1, bound = 0;
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
+        return rp_error_set(err, RP_ERR_INTERNAL, "hwloc: cannot load the topology");
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    rp_status s = rp_bind_node(rp_store_node_comm(e->store), topo, NULL, o->bind, set, &ncores,
+                               &bound, err);
+    hwloc_bitmap_free(set);
+    hwloc_topology_destroy(topo);
+    RP_TRY(s);
     const char *env = getenv("OMP_NUM_THREADS");
-    if (env && atoi(env) > 0)
-        return atoi(env);
-    MPI_Comm node;
-    int local = 1;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &local);
-    MPI_Comm_free(&node);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = (int)(cores / local);
-    return t > 0 ? t : 1;
+    e->threads = o->threads > 0 ? o->threads : (env && atoi(env) > 0) ? atoi(env) : ncores;
+    if (e->threads < 1)
+        e->threads = 1;
+    omp_set_num_threads(e->threads);
+    return RP_OK;
 }
 
 /* Cost model of this model on CPU executors, for the partitioner: FLOPs at a
@@ -292,8 +301,6 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
     read_fault(e);
     MPI_Comm_rank(comm, &e->rank);
     MPI_Comm_size(comm, &e->size);
-    e->threads = choose_threads(o, comm);
-    omp_set_num_threads(e->threads);
 
     /* configuration and a private view of the layout (for sizes) */
     rp_model_config cfg;
@@ -340,6 +347,8 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
     store_map map;
     if (s == RP_OK)
         s = build_store(e, comm, &map, err);
+    if (s == RP_OK)
+        s = agree(bind_and_threads(e, err), comm, err);
     rp_params *shared = NULL;
     if (s == RP_OK) {
         s = rp_params_attach(&cfg, o->dtype, (char *)rp_store_base(e->store) + map.params,

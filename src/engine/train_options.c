@@ -26,6 +26,7 @@ void rp_train_options_default(rp_train_options *o)
     o->progress_interval_s = 5.0;
     o->timeout_s = 600.0;
     o->chunk_mib = 16.0;
+    o->bind = 1;
 }
 
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)

@@ -48,6 +48,7 @@ typedef struct rp_train_options {
     double chunk_mib;        /* --chunk-mib: transfer chunk size */
     const char *trace;       /* --trace FILE (Chrome trace JSON) */
     double memory_limit_mib; /* --memory-limit-mib: device memory the planner may use, 0 = none */
+    int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */
 } rp_train_options;
 
 /* Fill with the documented defaults. */

@@ -14,9 +14,3 @@ librp_la_SOURCES += \
 # that belongs to no program.)
 RP_CLI_PLAN_SRC = src/cli/cmd_plan.c src/cli/cmd_plan.h src/cli/cmd_simulate.c \
 	src/cli/plan_opts.c src/cli/plan_opts.h
-
-# a stand-in for the roundpipe dispatcher until it lists RP_CLI_PLAN_SRC:
-# `rp-plan plan ...` / `rp-plan simulate ...` (not installed)
-noinst_PROGRAMS += src/plan/rp-plan
-src_plan_rp_plan_SOURCES = src/plan/rp_plan_main.c $(RP_CLI_PLAN_SRC)
-src_plan_rp_plan_LDADD = librp.la
