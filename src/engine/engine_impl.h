@@ -37,6 +37,13 @@ typedef struct rp_engine {
     rp_dataset *ds;
     rp_lr_schedule sched;
     int64_t steps, M, per, S, T, H;
+    int64_t first, last; /* iterations of the running segment (a plan holds for one segment) */
+    double t_logged;     /* logger: when the previous iteration was logged */
+    double last_loss;
+    /* measured layer times of the executor (ms summed over calls, and calls),
+     * taken in a segment's iterations after its first */
+    double *meas_ms;     /* [2 * L]: forward, then backward */
+    double *meas_n;
     size_t A;          /* floats of one microbatch's activations */
     int J, L;          /* jobs per iteration, layers */
     int tied;

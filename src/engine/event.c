@@ -109,9 +109,14 @@ void rp_events_destroy(rp_events **evs)
 
 void rp_events_reset(rp_events *evs)
 {
+    rp_events_fill(evs, 0);
+}
+
+void rp_events_fill(rp_events *evs, uint64_t value)
+{
     size_t n = count_counters(&evs->dims, NULL);
     for (size_t i = 0; i < n; i++)
-        atomic_store_explicit(&evs->c[i].value, 0, memory_order_relaxed);
+        atomic_store_explicit(&evs->c[i].value, value, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 

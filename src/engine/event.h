@@ -68,6 +68,10 @@ void rp_events_destroy(rp_events **evs);
  * before the first iteration, followed by a barrier). */
 void rp_events_reset(rp_events *evs);
 
+/* Set every counter to value, under the same conditions: a run that goes on
+ * with new counters after iteration value starts from there. */
+void rp_events_fill(rp_events *evs, uint64_t value);
+
 /* Replace the injection settings read from the environment (tests). */
 void rp_events_set_injection(rp_events *evs, unsigned max_delay_us, uint64_t seed);
 unsigned rp_events_injection(const rp_events *evs);

@@ -254,7 +254,7 @@ static int next_job(const rp_engine *e, int64_t t, int j, int64_t *nt, int *nj)
     for (;;) {
         if (++j == e->J) {
             j = 0;
-            if (++t > e->steps)
+            if (++t > e->last)
                 return 0;
         }
         if (rp_engine_executor(e, t, j) == e->rank) {
@@ -297,24 +297,45 @@ static float *G(executor *x, const rp_job *job, int l)
     return x->g + x->buf[x->cur].off[l - job->first];
 }
 
-static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
-                               rp_error *err)
+/* Layer times for re-planning: every call in a segment's iterations after
+ * its first (the first pays page faults and thread start-up). */
+static void measure(executor *x, int l, int bwd, int64_t t, double t0)
 {
     rp_engine *e = x->e;
-    if (l == 0)
-        return rp_device_embed_forward(x->dev, &e->p->cfg, W(x, job, 0), x->in, e->T, out, err);
-    return rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->per, e->S, x->ws,
-                                   err);
+    if (t > e->first) {
+        e->meas_ms[bwd * e->L + l] += (rp_now() - t0) * 1e3;
+        e->meas_n[bwd * e->L + l] += 1;
+    }
 }
 
-static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in,
+static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
+                               int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    double t0 = rp_now();
+    rp_status s;
+    if (l == 0)
+        s = rp_device_embed_forward(x->dev, &e->p->cfg, W(x, job, 0), x->in, e->T, out, err);
+    else
+        s = rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->per, e->S,
+                                    x->ws, err);
+    measure(x, l, 0, t, t0);
+    return s;
+}
+
+static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in, int64_t t,
                                 rp_error *err)
 {
     rp_engine *e = x->e;
+    double t0 = rp_now();
+    rp_status s;
     if (l == 0)
-        return rp_device_embed_backward(x->dev, &e->p->cfg, x->in, e->T, x->d, G(x, job, 0), err);
-    return rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, x->d, x->d,
-                                    G(x, job, l), e->per, e->S, x->ws, err);
+        s = rp_device_embed_backward(x->dev, &e->p->cfg, x->in, e->T, x->d, G(x, job, 0), err);
+    else
+        s = rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, x->d, x->d,
+                                     G(x, job, l), e->per, e->S, x->ws, err);
+    measure(x, l, 1, t, t0);
+    return s;
 }
 
 static float *arena(const rp_engine *e, size_t off)
@@ -354,7 +375,7 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
             RP_TRY(move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
                         "checkpoint", err));
         }
-        RP_TRY(layer_forward(x, job, l, cur, out, err));
+        RP_TRY(layer_forward(x, job, l, cur, out, t, err));
         cur = out;
     }
     RP_TRY(slot_free(x, rp_slot_fwd(e, s), m, t, err));
@@ -368,7 +389,7 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
  * acts[i] holds the input of layer first+i (acts[0] is uploaded from
  * host_in0, or unused when first is the embedding). */
 static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int upto,
-                           rp_error *err)
+                           int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
     const float *cur = NULL;
@@ -378,7 +399,7 @@ static rp_status recompute(executor *x, const rp_job *job, const float *host_in0
     }
     for (int l = job->first; l < upto; l++) {
         float *out = x->acts[l - job->first + 1];
-        RP_TRY(layer_forward(x, job, l, cur, out, err));
+        RP_TRY(layer_forward(x, job, l, cur, out, t, err));
         cur = out;
     }
     return RP_OK;
@@ -413,7 +434,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, e->plan.nfwd - 1, m, (uint64_t)t, x->name, 0, err));
         in0 = arena(e, e->arena.fwd_out[(e->plan.nfwd - 1) * M + m]);
     }
-    RP_TRY(recompute(x, job, in0, head, err));
+    RP_TRY(recompute(x, job, in0, head, t, err));
     if (job->first > 0) /* the input was copied to the device */
         rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, e->plan.nfwd - 1), m, (uint64_t)t);
     /* the loss slot of this iteration must have been read by the logger */
@@ -433,12 +454,14 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         lm_g = G(x, job, head) + ld->offset;
     }
     double *loss = rp_engine_loss(e, t);
+    double th = rp_now();
     RP_TRY(rp_device_head_forward_backward(x->dev, &e->p->cfg, W(x, job, head) + nd->offset, lm_w,
                                            x->acts[head - job->first], x->tgt, x->mask, e->T,
                                            scale, x->d, G(x, job, head) + nd->offset, lm_g, x->ws,
                                            &loss[m], err));
+    measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)
-        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], err));
+        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], t, err));
     RP_TRY(publish_bwd(x, job, t, m, err));
     return RP_OK;
 }
@@ -460,15 +483,15 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
                             e->A * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
                 rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, l), m, (uint64_t)t);
             }
-            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, err));
+            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, t, err));
         }
     } else {
         const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
-        RP_TRY(recompute(x, job, in0, job->last, err));
+        RP_TRY(recompute(x, job, in0, job->last, t, err));
         if (job->first > 0)
             rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, job->first), m, (uint64_t)t);
         for (int l = job->last; l >= job->first; l--)
-            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], err));
+            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], t, err));
     }
     RP_TRY(publish_bwd(x, job, t, m, err));
     return RP_OK;
@@ -601,7 +624,7 @@ rp_status rp_engine_run_executor(rp_engine *e)
     rp_status s = executor_init(&x, e, &err);
     if (s != RP_OK)
         return rp_engine_fail(e, s, &err);
-    for (int64_t t = 1; s == RP_OK && t <= e->steps; t++)
+    for (int64_t t = e->first; s == RP_OK && t <= e->last; t++)
         for (int j = 0; s == RP_OK && j < e->J; j++)
             if (rp_engine_executor(e, t, j) == e->rank) {
                 s = run_job(&x, t, j, &err);

@@ -10,8 +10,7 @@
 
 static rp_status run(rp_engine *e, rp_error *err)
 {
-    double t_prev = rp_now(), last = NAN;
-    for (int64_t t = 1; t <= e->steps; t++) {
+    for (int64_t t = e->first; t <= e->last; t++) {
         const char *who = "logger";
         RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)e->M - 1, (uint64_t)t, who, 1, err));
         for (int l = 0; l < e->L; l++)
@@ -26,9 +25,9 @@ static rp_status run(rp_engine *e, rp_error *err)
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
         rp_engine_signal(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)t);
-        double lr = rp_lr_at(&e->sched, t), now = rp_now(), dt = now - t_prev;
+        double lr = rp_lr_at(&e->sched, t), now = rp_now(), dt = now - e->t_logged;
         double tps = (double)(e->M * e->T) / (dt > 0 ? dt : 1e-9);
-        t_prev = now;
+        e->t_logged = now;
         long long toks = (long long)(e->M * e->T);
         if (counted == 0) {
             rp_log(e->lg, RP_LOG_WARN, "step %lld has no counted target (loss mask is 0 on all "
@@ -49,10 +48,9 @@ static rp_status run(rp_engine *e, rp_error *err)
                     (long long)t, l, lr, norm, toks, (long long)counted, tps);
             fflush(e->log);
         }
-        last = l;
+        e->last_loss = l;
         rp_progress_update(&e->progress, t, l, tps);
     }
-    rp_progress_finish(&e->progress, e->steps, last);
     return RP_OK;
 }
 

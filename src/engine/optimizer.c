@@ -48,7 +48,7 @@ static rp_status clip_coef(rp_engine *e, int64_t t, double *norm, float *coef, c
  * once every job of iteration t+1 that reads l has uploaded it. */
 static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
-    if (!e->o->optimizer_lag || t >= e->steps)
+    if (!e->o->optimizer_lag || t >= e->last)
         return RP_OK;
     uint64_t next = (uint64_t)(t + 1);
     RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, l, t + 1), 0, next, who, 1, err));
@@ -66,7 +66,7 @@ static rp_status run(rp_engine *e, rp_error *err)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer order");
     rp_status s = RP_OK;
     char who[64];
-    for (int64_t t = 1; s == RP_OK && t <= e->steps; t++) {
+    for (int64_t t = e->first; s == RP_OK && t <= e->last; t++) {
         /* the layers of this rank's tail/backward jobs of iteration t */
         int n = 0;
         for (int j = e->plan.nfwd; j < e->J; j++) {

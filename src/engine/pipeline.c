@@ -103,6 +103,10 @@ void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs,
 
 /* ---- setup ---------------------------------------------------------------- */
 
+/* Iterations run under the cost model's plan before re-planning from
+ * measured layer times (the first of them is not measured). */
+#define RP_REPLAN_AFTER 2
+
 /* RP_FAULT_DROP_SIGNAL=KIND:INDEX:MICRO (KIND one of fwd_out, bwd_out, grad,
  * version) makes that event's producer never signal: a planted deadlock for
  * testing that every wait ends at its deadline with a message naming it. */
@@ -166,9 +170,12 @@ static rp_status bind_and_threads(rp_engine *e, rp_error *err)
     return RP_OK;
 }
 
-/* Cost model of this model on CPU executors, for the partitioner: FLOPs at a
- * nominal rate (only ratios matter) and bytes at memcpy speed. */
-static rp_status plan_auto(const rp_engine *e, rp_plan *plan, rp_error *err)
+/* Cost model of this model for the partitioner: per-layer times measured
+ * on the executors when given (ms per microbatch; < 0 where a layer was not
+ * measured), otherwise FLOPs at a nominal CPU rate (only ratios matter);
+ * bytes moved at memcpy speed. */
+static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
+                           rp_plan *plan, rp_error *err)
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
     rp_cost_model *cm = NULL;
@@ -183,6 +190,10 @@ static rp_status plan_auto(const rp_engine *e, rp_plan *plan, rp_error *err)
         c->fwd_ms = f.fwd_flops_per_token * (double)e->T / flops_per_ms + 1e-3;
         c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->T / flops_per_ms +
                     1e-3;
+        if (fwd_ms && fwd_ms[l] >= 0)
+            c->fwd_ms = fwd_ms[l];
+        if (bwd_ms && bwd_ms[l] >= 0)
+            c->bwd_ms = bwd_ms[l];
         c->weight_bytes = c->grad_bytes = (int64_t)f.param_numel * 4;
         c->opt_params = (int64_t)f.param_numel;
         c->act_bytes = (int64_t)(f.act_floats_per_token * (size_t)e->T * 4);
@@ -212,7 +223,7 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (e->o->plan)
         s = rp_plan_parse(e->o->plan, e->L, &e->plan, err);
     else if (e->rank == 0)
-        s = plan_auto(e, &e->plan, err);
+        s = plan_auto(e, NULL, NULL, &e->plan, err);
     if (s == RP_OK && e->plan.width != 0 && e->plan.width != e->size)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "plan width %d: the engine runs one "
                          "round-robin pipeline over all %d executors (width 0)", e->plan.width,
@@ -224,14 +235,50 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
     return RP_OK;
 }
 
-typedef struct store_map {
-    size_t params, tied, arena, events, ctrl;
-} store_map;
+/* The store that lives for the whole run: parameters and optimizer state,
+ * the tied head's gradient part, and the abort flag. */
+typedef struct param_map {
+    size_t params, tied, ctrl;
+} param_map;
 
-static rp_status build_store(rp_engine *e, MPI_Comm comm, store_map *map, rp_error *err)
+static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_config *cfg,
+                                   rp_store **out, param_map *map, rp_error *err)
 {
     rp_store_layout *lay = NULL;
     RP_TRY(rp_store_layout_create(&lay, err));
+    size_t vh = e->tied ? (size_t)(cfg->vocab_size * e->H) : 0;
+    rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, e->o->dtype),
+                                      RP_STORE_ALIGN_PAGE, &map->params, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "tied-grad", vh * sizeof(float), RP_STORE_ALIGN_PAGE,
+                                &map->tied, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
+    rp_store_params sp;
+    memset(&sp, 0, sizeof sp);
+    if (s == RP_OK)
+        s = rp_store_create(comm, lay, &sp, out, err);
+    rp_store_layout_destroy(&lay);
+    RP_TRY(agree(s, comm, err));
+    if (rp_store_node_size(*out) != e->size)
+        return agree(rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
+                                  "multi-node (data-parallel) runs are not implemented yet",
+                                  e->size / rp_store_node_size(*out)), comm, err);
+    char *base = rp_store_base(*out);
+    e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
+    e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
+    return RP_OK;
+}
+
+/* The store of one segment (iterations first..last under one plan): the
+ * activation arena and the events, every counter starting at first - 1 as if
+ * the earlier iterations had run under this plan. */
+static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    rp_arena_spec as = {e->L, (int)e->M, e->A, e->o->recompute_layer};
+    e->J = rp_schedule_num_jobs(&e->plan);
+    if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
+        return agree(rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
     rp_event_dims dims;
     memset(&dims, 0, sizeof dims);
     dims.count[RP_EV_FWD_OUT] = e->plan.nfwd;
@@ -246,47 +293,104 @@ static rp_status build_store(rp_engine *e, MPI_Comm comm, store_map *map, rp_err
     for (int k = 0; k < RP_EV_KIND_COUNT; k++)
         if (dims.micro[k] == 0)
             dims.micro[k] = 1;
-    size_t vh = e->tied ? (size_t)(e->p->cfg.vocab_size * e->H) : 0;
-    rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(&e->p->cfg, e->o->dtype),
-                                      RP_STORE_ALIGN_PAGE, &map->params, err);
+    rp_store_layout *lay = NULL;
+    RP_TRY(agree(rp_store_layout_create(&lay, err), comm, err));
+    size_t act, evo;
+    rp_status s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
+                                      RP_STORE_ALIGN_PAGE, &act, err);
     if (s == RP_OK)
-        s = rp_store_layout_add(lay, "tied-grad", vh * sizeof(float), RP_STORE_ALIGN_PAGE,
-                                &map->tied, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
-                                RP_STORE_ALIGN_PAGE, &map->arena, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "events", rp_events_bytes(&dims), RP_STORE_ALIGN_LINE,
-                                &map->events, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
+        s = rp_store_layout_add(lay, "events", rp_events_bytes(&dims), RP_STORE_ALIGN_LINE, &evo,
+                                err);
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
     if (s == RP_OK)
         s = rp_store_create(comm, lay, &sp, &e->store, err);
     rp_store_layout_destroy(&lay);
     RP_TRY(agree(s, comm, err));
-    if (rp_store_node_size(e->store) != e->size)
-        return agree(rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
-                                  "multi-node (data-parallel) runs are not implemented yet",
-                                  e->size / rp_store_node_size(e->store)), comm, err);
     char *base = rp_store_base(e->store);
-    e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
-    e->act = (float *)(base + map->arena);
-    e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
-    s = rp_events_create(base + map->events, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
+    e->act = (float *)(base + act);
+    s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
+    if (s == RP_OK && rp_store_is_leader(e->store))
+        rp_events_fill(e->ev, (uint64_t)(e->first - 1));
+    s = agree(s, comm, err);
+    MPI_Barrier(comm); /* counters set before anyone waits */
+    return s;
+}
+
+static void free_segment(rp_engine *e)
+{
+    rp_events_destroy(&e->ev);
+    if (e->store)
+        rp_store_destroy(&e->store);
+    rp_arena_free(&e->arena);
+}
+
+/* Run iterations first..last on every rank: executor here, optimizer and
+ * (rank 0) logger threads beside it. */
+static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    pthread_t opt, logt;
+    int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
+    int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
+    if (!have_opt || (e->rank == 0 && !have_log)) {
+        rp_error te;
+        rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->rank);
+        rp_engine_fail(e, RP_ERR_NOMEM, &te);
+    } else {
+        rp_engine_run_executor(e);
+    }
+    if (have_opt)
+        pthread_join(opt, NULL);
+    if (have_log)
+        pthread_join(logt, NULL);
+    rp_status s = e->status;
+    if (s != RP_OK)
+        *err = e->err;
     return agree(s, comm, err);
 }
 
-/* Only the leader fills the shared parameters. */
+/* Re-plan from the layer times the executors measured (summed over ranks),
+ * on the leader, and share the plan. */
+static rp_status replan(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    int L = e->L;
+    MPI_Allreduce(MPI_IN_PLACE, e->meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    rp_status s = RP_OK;
+    rp_plan old = e->plan;
+    if (e->rank == 0) {
+        double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
+        for (int l = 0; l < L; l++) {
+            fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
+            bwd[l] = e->meas_n[L + l] > 0 ? e->meas_ms[L + l] / e->meas_n[L + l] : -1;
+        }
+        /* the head runs forward and backward in one call: split it 1:2 */
+        if (bwd[L - 1] >= 0) {
+            fwd[L - 1] = bwd[L - 1] / 3;
+            bwd[L - 1] -= fwd[L - 1];
+        }
+        s = plan_auto(e, fwd, bwd, &e->plan, err);
+        if (s == RP_OK) {
+            char a[512], b[512];
+            rp_plan_format(&old, a, sizeof a);
+            rp_plan_format(&e->plan, b, sizeof b);
+            rp_log(e->lg, RP_LOG_INFO, "re-planned from measured layer times (block: %.3g ms "
+                   "forward, %.3g ms backward per microbatch): %s", L > 2 ? fwd[1] : 0.0,
+                   L > 2 ? bwd[1] : 0.0, strcmp(a, b) ? b : "plan unchanged");
+        }
+        free(fwd);
+    }
+    RP_TRY(agree(s, comm, err));
+    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    return RP_OK;
+}
+
+/* The node leader fills the shared parameters. */
 static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
 {
-    if (rp_store_is_leader(e->store)) {
-        if (e->o->model_dir)
-            RP_TRY(rp_params_load_dir(shared, e->o->model_dir, err));
-        else
-            rp_params_init_random(shared, e->o->seed);
-    }
+    if (e->o->model_dir)
+        return rp_params_load_dir(shared, e->o->model_dir, err);
+    rp_params_init_random(shared, e->o->seed);
     return RP_OK;
 }
 
@@ -339,28 +443,33 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
     s = agree(s, comm, err);
     if (s == RP_OK)
         s = choose_plan(e, comm, err);
-    rp_arena_spec as = {e->L, (int)e->M, e->A, o->recompute_layer};
-    if (s == RP_OK && rp_arena_init(&e->arena, &e->plan, &as) != 0)
-        s = rp_error_set(err, RP_ERR_NOMEM, "arena index");
-    s = agree(s, comm, err);
-    e->J = rp_schedule_num_jobs(&e->plan);
-    store_map map;
+    rp_store *pstore = NULL;
+    param_map map;
     if (s == RP_OK)
-        s = build_store(e, comm, &map, err);
+        s = build_param_store(e, comm, &cfg, &pstore, &map, err);
+    e->store = pstore; /* for the node communicator while binding */
     if (s == RP_OK)
         s = agree(bind_and_threads(e, err), comm, err);
+    e->store = NULL;
     rp_params *shared = NULL;
     if (s == RP_OK) {
-        s = rp_params_attach(&cfg, o->dtype, (char *)rp_store_base(e->store) + map.params,
+        s = rp_params_attach(&cfg, o->dtype, (char *)rp_store_base(pstore) + map.params,
                              rp_params_bytes(&cfg, o->dtype), &shared, err);
         if (s == RP_OK) {
             e->p = shared;
-            s = load_params(e, shared, err);
+            if (rp_store_is_leader(pstore))
+                s = load_params(e, shared, err);
         }
         s = agree(s, comm, err);
     }
+    e->meas_ms = calloc(4 * (size_t)e->L, sizeof(double));
+    e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->L : NULL;
+    if (s == RP_OK && !e->meas_ms)
+        s = rp_error_set(err, RP_ERR_NOMEM, "measurements");
     if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing", o->log_path);
+    if (s == RP_OK && o->trace)
+        s = rp_trace_create(&e->trace, err);
     s = agree(s, comm, err);
     if (s == RP_OK && e->rank == 0) {
         char plan_text[512];
@@ -377,30 +486,25 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
                           o->progress_interval_s, e->steps);
     }
 
-    if (s == RP_OK && o->trace)
-        s = rp_trace_create(&e->trace, err);
-    s = agree(s, comm, err);
-    if (s == RP_OK) {
-        MPI_Barrier(comm); /* parameters loaded, events zero */
-        pthread_t opt, logt;
-        int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
-        int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
-        if (!have_opt || (e->rank == 0 && !have_log)) {
-            rp_error te;
-            rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->rank);
-            rp_engine_fail(e, RP_ERR_NOMEM, &te);
-        } else {
-            rp_engine_run_executor(e);
-        }
-        if (have_opt)
-            pthread_join(opt, NULL);
-        if (have_log)
-            pthread_join(logt, NULL);
-        s = e->status;
-        if (s != RP_OK)
-            *err = e->err;
-        s = agree(s, comm, err);
+    /* Segments: with the planner's plan and exact semantics, the first
+     * RP_REPLAN_AFTER iterations run under the cost model's plan, then the
+     * leader re-plans from the layer times measured meanwhile; the rest runs
+     * under that plan. Results do not depend on the plan. */
+    e->t_logged = rp_now();
+    e->last_loss = NAN;
+    for (e->first = 1; s == RP_OK && e->first <= e->steps; e->first = e->last + 1) {
+        int replan_after = !o->plan && !o->optimizer_lag && e->first == 1 &&
+                           e->steps > RP_REPLAN_AFTER;
+        e->last = replan_after ? RP_REPLAN_AFTER : e->steps;
+        s = build_segment(e, comm, err);
+        if (s == RP_OK)
+            s = run_segment(e, comm, err);
+        free_segment(e);
+        if (s == RP_OK && replan_after)
+            s = replan(e, comm, err);
     }
+    if (s == RP_OK && e->rank == 0)
+        rp_progress_finish(&e->progress, e->steps, e->last_loss);
     if (s == RP_OK && o->trace) {
         s = agree(rp_trace_write(e->trace, comm, o->trace, err), comm, err);
         if (s == RP_OK && e->rank == 0)
@@ -420,10 +524,9 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
     }
     rp_params_destroy(&shared);
     free(probe.layers);
-    rp_events_destroy(&e->ev);
-    if (e->store)
-        rp_store_destroy(&e->store);
-    rp_arena_free(&e->arena);
+    free(e->meas_ms);
+    if (pstore)
+        rp_store_destroy(&pstore);
     rp_dataset_close(&e->ds);
     pthread_mutex_destroy(&e->lock);
     return s;
