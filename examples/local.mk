@@ -10,3 +10,8 @@ examples/data/gnu-licenses.npy: examples/bytes2npy$(EXEEXT) $(srcdir)/examples/d
 CLEANFILES += examples/data/gnu-licenses.npy
 EXTRA_DIST += examples/data/gnu-licenses.txt examples/data/README.md examples/tiny-config.json \
 	examples/run-default.sh
+
+# The public API, linked the way an MPI application links it.
+noinst_PROGRAMS += examples/train_api
+examples_train_api_SOURCES = examples/train_api.c
+examples_train_api_LDADD = libroundpipe.la

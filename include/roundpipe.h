@@ -6,6 +6,7 @@
 #ifndef ROUNDPIPE_H
 #define ROUNDPIPE_H
 
+#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,41 @@ const char *rp_status_string(rp_status status);
 
 /* Library version as "MAJOR.MINOR.PATCH". */
 const char *rp_version_string(void);
+
+/* ---- training --------------------------------------------------------------
+ * A training job is configured with the options of `roundpipe train` (see
+ * roundpipe(1)), set by name without the leading "--", and run on the ranks
+ * of a communicator the caller gives (roundpipe never uses MPI_COMM_WORLD):
+ *
+ *     rp_train_config *tc;
+ *     rp_train_config_create(&tc);
+ *     rp_train_config_set(tc, "model", "/models/qwen3-1.7b");
+ *     rp_train_config_set(tc, "data", "tokens.npy");
+ *     rp_train_config_set(tc, "seq-len", "2048");
+ *     if (rp_train(tc, comm) != RP_OK)
+ *         fprintf(stderr, "%s\n", rp_train_config_error(tc));
+ *     rp_train_config_destroy(&tc);
+ *
+ * Rank 0 of comm reports progress on stderr unless "progress" is "none". */
+typedef struct rp_train_config rp_train_config;
+
+/* A configuration holding the documented defaults. RP_ERR_NOMEM on failure. */
+rp_status rp_train_config_create(rp_train_config **out);
+
+/* Frees it and sets *config to NULL; NULL is fine. */
+void rp_train_config_destroy(rp_train_config **config);
+
+/* Set one option from its text (copied). RP_ERR_INVALID_ARG for an unknown
+ * option or a bad value; rp_train_config_error() names it. */
+rp_status rp_train_config_set(rp_train_config *config, const char *option, const char *value);
+
+/* Detail of the last failure of a call on this configuration ("" if none). */
+const char *rp_train_config_error(const rp_train_config *config);
+
+/* Collective over comm: train as configured. Returns the same status on
+ * every rank; the rank where a failure arose has the detail in
+ * rp_train_config_error(), the others name that rank. */
+rp_status rp_train(rp_train_config *config, MPI_Comm comm);
 
 #ifdef __cplusplus
 }

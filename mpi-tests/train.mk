@@ -15,3 +15,6 @@ mpi_tests_test_train_LDADD = $(RP_TEST_LDADD)
 
 TESTS += mpi-tests/test_engine.sh
 EXTRA_DIST += mpi-tests/test_engine.sh
+
+TESTS += mpi-tests/test_api.sh
+EXTRA_DIST += mpi-tests/test_api.sh

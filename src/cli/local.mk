@@ -1,4 +1,4 @@
-librp_la_SOURCES += src/cli/args.c src/cli/args.h
+
 
 bin_PROGRAMS += src/roundpipe
 src_roundpipe_SOURCES = src/cli/main.c src/cli/commands.h src/cli/cmd_train.c $(RP_CLI_PLAN_SRC)

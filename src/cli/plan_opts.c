@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "io/config.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"

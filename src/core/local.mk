@@ -3,4 +3,5 @@ librp_la_SOURCES += \
 	src/core/dtype.c src/core/dtype.h \
 	src/core/rng.c src/core/rng.h \
 	src/core/log.c src/core/log.h \
-	src/core/layer_kind.h
+	src/core/layer_kind.h \
+	src/core/args.c src/core/args.h

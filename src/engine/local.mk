@@ -1,5 +1,5 @@
 librp_la_SOURCES += \
-	src/engine/train_options.c src/engine/train_options.h \
+	src/engine/train_options.c src/engine/train_options.h src/engine/train_set.c \
 	src/engine/params.c src/engine/params.h \
 	src/engine/dataset.c src/engine/dataset.h \
 	src/engine/progress.c src/engine/progress.h \

@@ -54,6 +54,11 @@ typedef struct rp_train_options {
 /* Fill with the documented defaults. */
 void rp_train_options_default(rp_train_options *o);
 
+/* Set the option `name` (a `roundpipe train` option without its "--") from
+ * its text value, checked strictly. Strings are borrowed. */
+rp_status rp_train_options_set(rp_train_options *o, const char *name, const char *value,
+                               rp_error *err);
+
 /* Check ranges and combinations that do not need any file (B % M, lr >= 0,
  * exactly one of --model/--init-config, ...). Messages name the option. */
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);

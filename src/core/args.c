@@ -1,4 +1,4 @@
-#include "cli/args.h"
+#include "core/args.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,7 +1,7 @@
-/* Strict parsing of option values for the roundpipe command. Each returns
+/* Strict parsing of option values (command line and API alike). Each returns
  * RP_ERR_INVALID_ARG with a message naming the option and the bad text. */
-#ifndef RP_CLI_ARGS_H
-#define RP_CLI_ARGS_H
+#ifndef RP_CORE_ARGS_H
+#define RP_CORE_ARGS_H
 
 #include <stdint.h>
 

@@ -1,0 +1,49 @@
+/* train_api: roundpipe linked into an MPI program. The world's ranks split
+ * in two: the first `ranks` of them train a model together through the
+ * public API on their own communicator, the others go on with other work.
+ *
+ *   mpirun -np 3 examples/train_api 2 config.json tokens.npy out-dir
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <roundpipe.h>
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, rc = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (argc != 5) {
+        if (rank == 0)
+            fprintf(stderr, "usage: %s RANKS CONFIG.json TOKENS.npy OUT-DIR\n", argv[0]);
+        MPI_Finalize();
+        return 2;
+    }
+    int trainers = atoi(argv[1]);
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < trainers ? 0 : 1, rank, &comm);
+    if (rank < trainers) {
+        rp_train_config *tc = NULL;
+        rp_status s = rp_train_config_create(&tc);
+        const char *opts[][2] = {{"init-config", argv[2]}, {"data", argv[3]},
+                                 {"save", argv[4]},        {"seq-len", "16"},
+                                 {"batch-size", "4"},      {"microbatches", "2"},
+                                 {"steps", "3"},           {"lr", "1e-3"},
+                                 {"seed", "5"},            {"progress", "none"}};
+        for (size_t i = 0; s == RP_OK && i < sizeof opts / sizeof opts[0]; i++)
+            s = rp_train_config_set(tc, opts[i][0], opts[i][1]);
+        if (s == RP_OK)
+            s = rp_train(tc, comm);
+        if (s != RP_OK) {
+            fprintf(stderr, "rank %d: %s: %s\n", rank, rp_status_string(s),
+                    rp_train_config_error(tc));
+            rc = 1;
+        }
+        rp_train_config_destroy(&tc);
+    }
+    MPI_Comm_free(&comm);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,1 @@
+librp_la_SOURCES += src/api/train.c
