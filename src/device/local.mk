@@ -1,2 +1,2 @@
 librp_la_SOURCES += src/device/device.h src/device/probe.c \
-	src/device/backend.h src/device/cpu.c
+	src/device/backend.h src/device/backend_impl.h src/device/backend.c src/device/cpu.c
