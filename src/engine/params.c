@@ -186,7 +186,8 @@ rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
     return s;
 }
 
-rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype, rp_error *err)
+rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
+                             const char *template_config, rp_error *err)
 {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return rp_error_set(err, RP_ERR_IO, "%s: cannot create directory: %s", dir,
@@ -210,7 +211,8 @@ rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype
     rp_safetensors_writer_destroy(&w);
     if (s == RP_OK) {
         snprintf(path, sizeof path, "%s/config.json", dir);
-        s = rp_config_save(path, &p->cfg, dtype, err);
+        s = template_config ? rp_config_save_from(path, &p->cfg, dtype, template_config, err)
+                            : rp_config_save(path, &p->cfg, dtype, err);
     }
     return s;
 }

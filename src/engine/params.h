@@ -55,8 +55,11 @@ void rp_params_init_random(rp_params *p, uint64_t seed);
  * the tensor. */
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
 
-/* Write dir/config.json and dir/model.safetensors (creating dir). */
-rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype, rp_error *err);
+/* Write dir/config.json and dir/model.safetensors (creating dir). With a
+ * template (the config.json the model came from, or NULL) the fields
+ * roundpipe does not model, such as bos_token_id, are kept. */
+rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
+                             const char *template_config, rp_error *err);
 
 /* Refresh the compute copies from the masters (after an update). */
 void rp_params_sync_compute(rp_params *p, int layer);

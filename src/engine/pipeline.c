@@ -517,7 +517,8 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
         rp_status ss = RP_OK;
         if (e->rank == 0)
             ss = rp_params_save_dir(shared, o->save_dir,
-                                    o->save_dtype_set ? o->save_dtype : shared->loaded_dtype, err);
+                                    o->save_dtype_set ? o->save_dtype : shared->loaded_dtype,
+                                    o->model_dir ? path : o->init_config, err);
         s = agree(ss, comm, err);
         if (s == RP_OK && e->rank == 0)
             rp_log(lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
