@@ -14,7 +14,7 @@ echo "roundpipe: training examples/tiny-config.json on examples/data/gnu-license
 mpirun $flags -np 2 build/src/roundpipe train \
     --init-config examples/tiny-config.json \
     --data build/examples/data/gnu-licenses.npy \
-    --seq-len 128 --batch-size 8 --microbatches 4 --steps 200 \
+    --seq-len 128 --batch-size 8 --microbatches 4 --steps 400 \
     --lr 3e-3 --min-lr 3e-4 --warmup-steps 10 --lr-schedule cosine \
     --weight-decay 0.1 --beta2 0.95 --grad-clip 1.0 --seed 1 \
     --log build/default-train.jsonl --save build/default-model "$@"
