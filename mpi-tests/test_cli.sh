@@ -57,6 +57,7 @@ expect 1 "intermediate_size" -- train --init-config "$tmp/partial.json" --data "
 expect 1 "mask" -- train $base --loss-mask "$fix/data.npy"
 expect 1 "no sample" -- train $base --seq-len 100000
 expect 1 "not implemented" -- train $base --device cuda
+expect 1 "alone needs .* bytes of device memory" -- train $base --memory-limit-mib 0.05
 expect 1 "plan" -- train $base --plan "fwd=0-1;bwd=0-3"
 expect 1 "plan" -- train $base --plan "fwd=0;bwd=1-2,0"
 
