@@ -12,6 +12,7 @@
 
 #include "engine/engine_impl.h"
 #include "io/config.h"
+#include "model/layers.h"
 #include "model/layout.h"
 #include "store/bind.h"
 
@@ -212,6 +213,9 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     mc.clip = e->o->grad_clip > 0;
     mc.iterations = 6;
     mc.memory_limit = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+    size_t wsb = rp_block_workspace_floats(&e->p->cfg, e->per, e->S);
+    size_t wsh = rp_head_workspace_floats(&e->p->cfg, e->T, RP_HEAD_CHUNK);
+    mc.workspace_bytes = (int64_t)((wsb > wsh ? wsb : wsh) * sizeof(float));
     rp_status s = rp_partition(cm, &mc, e->size, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;
