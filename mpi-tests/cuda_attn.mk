@@ -1,0 +1,12 @@
+# tests of the CUDA attention and cross-entropy kernels (exit 77 without a GPU)
+check_PROGRAMS += mpi-tests/test_cuda_attention
+TESTS += mpi-tests/test_cuda_attention
+mpi_tests_test_cuda_attention_SOURCES = mpi-tests/test_cuda_attention.c
+mpi_tests_test_cuda_attention_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cuda_attention_LDADD = $(RP_TEST_LDADD)
+
+check_PROGRAMS += mpi-tests/test_cuda_xent
+TESTS += mpi-tests/test_cuda_xent
+mpi_tests_test_cuda_xent_SOURCES = mpi-tests/test_cuda_xent.c
+mpi_tests_test_cuda_xent_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cuda_xent_LDADD = $(RP_TEST_LDADD)

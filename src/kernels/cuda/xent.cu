@@ -1,0 +1,248 @@
+/* Chunked softmax cross-entropy on the GPU; see xent.h for the contract. */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/xent.h"
+
+namespace {
+
+constexpr int kThreads = 512; /* one block per row */
+constexpr int kWarps = kThreads / 32;
+
+/* Running (max, sum of exp(x - max)) of one thread; the sum in double as in
+ * the CPU kernel. -inf entries add nothing; NaN entries make the sum NaN
+ * (the CPU kernel's loss is NaN then too). */
+struct lse_acc {
+    float m;
+    double s;
+};
+
+__device__ __forceinline__ void lse_add(lse_acc &a, float x)
+{
+    if (x > a.m) {
+        a.s = a.s * (double)expf(a.m - x) + 1.0; /* a.m = -inf: 0 * 0 + 1 */
+        a.m = x;
+    } else if (!(x == -INFINITY)) {
+        a.s += (double)expf(x - a.m);
+    }
+}
+
+__device__ __forceinline__ lse_acc lse_merge(lse_acc a, lse_acc b)
+{
+    const float m = fmaxf(a.m, b.m);
+    lse_acc r;
+    r.m = m;
+    r.s = (a.m == -INFINITY ? 0.0 : a.s * (double)expf(a.m - m)) +
+          (b.m == -INFINITY ? 0.0 : b.s * (double)expf(b.m - m));
+    return r;
+}
+
+/* scale * softmax term of one logit; j == t also subtracts scale, in the
+ * CPU kernel's order (multiply, then subtract; no fused multiply-add). */
+__device__ __forceinline__ float grad_of(float z, double lse, float scale, bool target)
+{
+    const float g = __fmul_rn(scale, expf((float)((double)z - lse)));
+    return target ? __fsub_rn(g, scale) : g;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    xent_rows_kernel(float *logits, int64_t vocab, const int32_t *targets, const uint8_t *counted,
+                     float scale, int grad, double *loss_rows)
+{
+    const int64_t r = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float *z = logits + r * vocab;
+    if (counted && !counted[r]) {
+        if (tid == 0)
+            loss_rows[r] = 0.0;
+        if (grad)
+            for (int64_t j = tid; j < vocab; j += kThreads)
+                z[j] = 0.0f;
+        return;
+    }
+    const int32_t t = targets[r];
+    const bool tok = t >= 0 && t < vocab;
+    const bool vec = (vocab & 3) == 0 && ((uintptr_t)z & 15) == 0;
+    const int64_t nv = vocab / 4;
+
+    lse_acc a = {-INFINITY, 0.0};
+    if (vec) {
+        const float4 *z4 = reinterpret_cast<const float4 *>(z);
+        for (int64_t j = tid; j < nv; j += kThreads) {
+            const float4 x = z4[j];
+            lse_add(a, x.x);
+            lse_add(a, x.y);
+            lse_add(a, x.z);
+            lse_add(a, x.w);
+        }
+    } else {
+        for (int64_t j = tid; j < vocab; j += kThreads)
+            lse_add(a, z[j]);
+    }
+    /* fixed reduction tree: warps by shuffles, then warp 0 over the warps */
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        lse_acc b;
+        b.m = __shfl_xor_sync(0xffffffffu, a.m, off);
+        b.s = __shfl_xor_sync(0xffffffffu, a.s, off);
+        a = lse_merge(a, b);
+    }
+    __shared__ float sm[kWarps];
+    __shared__ double ss[kWarps];
+    __shared__ double s_lse;
+    if (lane == 0) {
+        sm[warp] = a.m;
+        ss[warp] = a.s;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        lse_acc w = {-INFINITY, 0.0};
+        if (lane < kWarps) {
+            w.m = sm[lane];
+            w.s = ss[lane];
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            lse_acc b;
+            b.m = __shfl_xor_sync(0xffffffffu, w.m, off);
+            b.s = __shfl_xor_sync(0xffffffffu, w.s, off);
+            w = lse_merge(w, b);
+        }
+        if (lane == 0) {
+            const double lse = (double)w.m + log(w.s);
+            s_lse = lse;
+            /* z[t] is read here, before the barrier that precedes any write */
+            loss_rows[r] = tok ? lse - (double)z[t] : (double)NAN;
+        }
+    }
+    __syncthreads();
+    if (!grad)
+        return;
+    const double lse = s_lse;
+    if (vec) {
+        float4 *z4 = reinterpret_cast<float4 *>(z);
+        for (int64_t j = tid; j < nv; j += kThreads) {
+            float4 x = z4[j];
+            const int64_t j0 = 4 * j;
+            x.x = grad_of(x.x, lse, scale, tok && j0 == t);
+            x.y = grad_of(x.y, lse, scale, tok && j0 + 1 == t);
+            x.z = grad_of(x.z, lse, scale, tok && j0 + 2 == t);
+            x.w = grad_of(x.w, lse, scale, tok && j0 + 3 == t);
+            z4[j] = x;
+        }
+    } else {
+        for (int64_t j = tid; j < vocab; j += kThreads)
+            z[j] = grad_of(z[j], lse, scale, tok && j == t);
+    }
+}
+
+/* *sum += rows[0] + rows[1] + ... left to right (one thread: the order is
+ * head.c's token order). */
+__global__ void ordered_sum_kernel(const double *rows, int64_t n, double *sum)
+{
+    double acc = *sum;
+    for (int64_t i = 0; i < n; i++)
+        acc += rows[i];
+    *sum = acc;
+}
+
+constexpr int kCheckThreads = 1024;
+
+__global__ void __launch_bounds__(kCheckThreads)
+    check_targets_kernel(const int32_t *targets, const uint8_t *mask, int64_t T, int64_t vocab,
+                         int64_t *out)
+{
+    __shared__ int64_t best[kCheckThreads / 32];
+    const int tid = threadIdx.x;
+    int64_t mine = INT64_MAX;
+    for (int64_t t = tid; t < T; t += kCheckThreads) {
+        if (mask && !mask[t])
+            continue;
+        const int32_t x = targets[t];
+        if (x < 0 || x >= vocab) {
+            mine = t; /* the first of this thread's positions */
+            break;
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const int64_t o = __shfl_xor_sync(0xffffffffu, mine, off);
+        mine = o < mine ? o : mine;
+    }
+    if ((tid & 31) == 0)
+        best[tid >> 5] = mine;
+    __syncthreads();
+    if (tid == 0) {
+        int64_t b = INT64_MAX;
+        for (int w = 0; w < kCheckThreads / 32; w++)
+            b = best[w] < b ? best[w] : b;
+        out[0] = b == INT64_MAX ? -1 : b;
+        out[1] = b == INT64_MAX ? 0 : (int64_t)targets[b];
+    }
+}
+
+int fail(const char **why, const char *msg)
+{
+    if (why)
+        *why = msg;
+    return -1;
+}
+
+int cuda_fail(const char **why, cudaError_t e)
+{
+    if (why)
+        *why = cudaGetErrorString(e);
+    return -2;
+}
+
+} // namespace
+
+extern "C" int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab,
+                                  const int32_t *targets, const uint8_t *counted, float scale,
+                                  int grad, double *loss_rows, double *loss_sum,
+                                  cudaStream_t stream, const char **why)
+{
+    if (rows < 0 || rows > INT32_MAX || vocab < 1)
+        return fail(why, "xent: rows must be in [0, 2^31) and vocab >= 1");
+    if (rows == 0)
+        return 0;
+    if (!logits || !targets || !loss_rows)
+        return fail(why, "xent: logits, targets and loss_rows must be set");
+    xent_rows_kernel<<<(unsigned)rows, kThreads, 0, stream>>>(logits, vocab, targets, counted,
+                                                              scale, grad, loss_rows);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && loss_sum) {
+        ordered_sum_kernel<<<1, 1, 0, stream>>>(loss_rows, rows, loss_sum);
+        e = cudaGetLastError();
+    }
+    return e == cudaSuccess ? 0 : cuda_fail(why, e);
+}
+
+extern "C" int rp_cuda_xent_check_targets(const int32_t *targets, const uint8_t *mask, int64_t T,
+                                          int64_t vocab, int64_t *scratch, int64_t *bad_pos,
+                                          int32_t *bad_target, cudaStream_t stream,
+                                          const char **why)
+{
+    if (T < 0 || vocab < 1 || !bad_pos || !bad_target)
+        return fail(why, "xent check: T must be >= 0, vocab >= 1, results set");
+    *bad_pos = -1;
+    *bad_target = 0;
+    if (T == 0)
+        return 0;
+    if (!targets || !scratch)
+        return fail(why, "xent check: targets and scratch must be set");
+    int64_t host[2] = {-1, 0};
+    check_targets_kernel<<<1, kCheckThreads, 0, stream>>>(targets, mask, T, vocab, scratch);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(host, scratch, sizeof host, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess)
+        return cuda_fail(why, e);
+    *bad_pos = host[0];
+    *bad_target = (int32_t)host[1];
+    return 0;
+}

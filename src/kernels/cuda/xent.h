@@ -1,0 +1,57 @@
+/* Softmax cross-entropy over a chunk of LM-head logits on the GPU (compiled
+ * by nvcc; C entry points): what rp_xent_rows (src/kernels/cpu/xent.h)
+ * computes, for the chunked head of rp_head_forward_backward
+ * (src/model/head.c). The caller computes the chunk's logits
+ * [rows, vocab] (fp32) with a GEMM, calls rp_cuda_xent_chunk, and feeds the
+ * in-place gradient to the two backward GEMMs; it loops over chunks, so
+ * [T, vocab] logits never exist.
+ *
+ * One thread block per row; per-row log-sum-exp accumulates in double (as
+ * the CPU kernel does) from one read of the row, the gradient takes a second
+ * pass. No atomics: losses are bit-reproducible run to run, and the chunk
+ * sum is a plain left-to-right sum in row order, so summing chunk after
+ * chunk into one accumulator reproduces head.c's token-order sum.
+ *
+ * Every entry point returns 0 on success, -1 for a bad argument (nothing is
+ * launched) or -2 when a CUDA call fails; *why then holds a static message.
+ * Pointers are device pointers unless said otherwise; work is queued on
+ * `stream` (0: the legacy default stream). */
+#ifndef RP_KERNELS_CUDA_XENT_H
+#define RP_KERNELS_CUDA_XENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* For each row r of logits [rows, vocab] that counts (counted == NULL or
+ * counted[r] != 0): loss_rows[r] = logsumexp(z_r) - z_r[targets[r]];
+ * other rows get 0. When grad != 0 each row is overwritten in place by
+ * scale * (softmax(z_r) - onehot(targets[r])) if it counts, else by zeros;
+ * when grad == 0 logits are not written. When loss_sum != NULL,
+ * *loss_sum += loss_rows[0] + loss_rows[1] + ... (one thread, in row order,
+ * after the rows are done). targets of counted rows must lie in [0, vocab)
+ * (check them first with rp_cuda_xent_check_targets); a counted row whose
+ * target is outside gets loss NaN and no one-hot term rather than an
+ * out-of-bounds access. loss_rows ([rows] doubles) is required. */
+int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab, const int32_t *targets,
+                       const uint8_t *counted, float scale, int grad, double *loss_rows,
+                       double *loss_sum, cudaStream_t stream, const char **why);
+
+/* The first position t < T that counts (mask == NULL or mask[t] != 0) and
+ * whose target lies outside [0, vocab): host *bad_pos = t and *bad_target =
+ * targets[t], or *bad_pos = -1 when all are in range. scratch is 2 device
+ * int64s. Waits for the stream (the answer is needed on the host before any
+ * write, as head.c checks before writing). */
+int rp_cuda_xent_check_targets(const int32_t *targets, const uint8_t *mask, int64_t T,
+                               int64_t vocab, int64_t *scratch, int64_t *bad_pos,
+                               int32_t *bad_target, cudaStream_t stream, const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
