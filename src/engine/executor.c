@@ -37,7 +37,7 @@ typedef struct executor {
     int32_t *hin, *htgt;   /* host staging */
     uint8_t *hmask;
     rp_xfer_req *greq;   /* [nlayers + 1] downloads */
-    char name[64];       /* "iteration t job j (F2 layers 3-5)" */
+    char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
 } executor;
 
 static void *dalloc(executor *x, size_t bytes)
@@ -538,8 +538,10 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, rp_erro
         if (l == 0 && e->tied) {
             RP_TRY(rp_engine_wait(e, RP_EV_GRAD, e->L - 1, 0, (uint64_t)t, x->name, 0, err));
             size_t vh = (size_t)(e->p->cfg.vocab_size * e->H);
-            for (size_t k = 0; k < vh; k++)
-                g[k] += e->tied_grad[k];
+            const float *tied = e->tied_grad;
+#pragma omp parallel for schedule(static) if (vh > 65536)
+            for (size_t k = 0; k < vh; k++) /* elementwise: the same bits on any thread count */
+                g[k] += tied[k];
         }
         sumsq[l] = rp_clip_sumsq(g, numel(e, l));
         rp_engine_signal(e, RP_EV_GRAD, l, 0, (uint64_t)t);
