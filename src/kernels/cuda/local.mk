@@ -1,11 +1,27 @@
 # CUDA kernels: compiled with nvcc (see the .cu.lo rule in Makefile.am).
 if HAVE_CUDA
 librp_la_SOURCES += src/kernels/cuda/cuda_probe.cu
+# cuda-core kernels and the CUDA back end of src/device (C, compiled by the C
+# compiler; RP_HAVE_CUDA_EXECUTOR makes backend.c and the tests see it)
+librp_la_SOURCES += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu \
+	src/kernels/cuda/rmsnorm.cu src/kernels/cuda/reduce.cu src/kernels/cuda/rope.cu \
+	src/kernels/cuda/swiglu.cu src/kernels/cuda/elementwise.cu src/kernels/cuda/gemm.cu \
+	src/device/cuda.c src/device/cuda_block.c src/device/cuda_head.c src/device/cuda_glue.c
+AM_CPPFLAGS += -DRP_HAVE_CUDA_EXECUTOR
 # cuda-attention: flash attention and chunked cross-entropy
 librp_la_SOURCES += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
 endif
 noinst_HEADERS = src/kernels/cuda/cuda_probe.h
 EXTRA_DIST += src/kernels/cuda/cuda_probe.cu
+# cuda-core: headers and sources for tarballs built without CUDA
+noinst_HEADERS += src/kernels/cuda/common.cuh src/kernels/cuda/convert.h \
+	src/kernels/cuda/embed.h src/kernels/cuda/rmsnorm.h src/kernels/cuda/reduce.h \
+	src/kernels/cuda/rope.h src/kernels/cuda/swiglu.h src/kernels/cuda/elementwise.h \
+	src/kernels/cuda/gemm.h src/device/cuda_impl.h
+EXTRA_DIST += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu src/kernels/cuda/rmsnorm.cu \
+	src/kernels/cuda/reduce.cu src/kernels/cuda/rope.cu src/kernels/cuda/swiglu.cu \
+	src/kernels/cuda/elementwise.cu src/kernels/cuda/gemm.cu src/device/cuda.c \
+	src/device/cuda_block.c src/device/cuda_head.c src/device/cuda_glue.c
 # cuda-attention: headers and sources for tarballs built without CUDA
 noinst_HEADERS += src/kernels/cuda/attention.h src/kernels/cuda/xent.h
 EXTRA_DIST += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu

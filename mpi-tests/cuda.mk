@@ -1,0 +1,12 @@
+# tests of the CUDA kernels and the CUDA back end (SKIP without a device)
+check_PROGRAMS += mpi-tests/test_cuda_kernels
+TESTS += mpi-tests/test_cuda_kernels
+mpi_tests_test_cuda_kernels_SOURCES = mpi-tests/test_cuda_kernels.c mpi-tests/cuda_test_util.h
+mpi_tests_test_cuda_kernels_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cuda_kernels_LDADD = $(RP_TEST_LDADD) -lm
+
+check_PROGRAMS += mpi-tests/test_cuda_backend
+TESTS += mpi-tests/test_cuda_backend
+mpi_tests_test_cuda_backend_SOURCES = mpi-tests/test_cuda_backend.c mpi-tests/cuda_test_util.h
+mpi_tests_test_cuda_backend_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cuda_backend_LDADD = $(RP_TEST_LDADD) -lm

@@ -1,0 +1,441 @@
+/* Proves: the CUDA back end (rp_device_ops_cuda, reached through
+ * rp_device_create with RP_DEVICE_CUDA) computes what the CPU back end
+ * computes, on the same tiny models: a Qwen3 block (grouped KV heads, q/k
+ * norm, head_dim != hidden/heads) and a Llama block (q/k/v/o biases, llama3
+ * RoPE scaling): embedding forward/backward (bit for bit), block forward,
+ * block backward (dx, with dx aliasing dy as the engine calls it, and every
+ * parameter gradient, accumulated over two calls), and the head (loss sum,
+ * dx, norm and LM-head gradients, with a loss mask), all within 1e-2
+ * relative (bf16 GEMM operands), with outputs and workspace poisoned with
+ * NaN before each call; out-of-range tokens/targets are RP_ERR_RANGE naming
+ * the position and leave outputs untouched; memset0 and copies in both
+ * directions work.
+ * Without a CUDA device only the workspace-size checks run: the CUDA
+ * workspace has no seqlen^2 term and the head's logits are chunked. */
+#include "config.h"
+
+#include "rp_check.h"
+
+#ifdef RP_HAVE_CUDA_EXECUTOR
+#include "cuda_test_util.h"
+#include "device/backend_impl.h"
+#include "model/layers.h"
+#include "model/layout.h"
+
+static rp_model_config qwen_cfg(void)
+{
+    rp_model_config c;
+    memset(&c, 0, sizeof c);
+    c.arch = RP_ARCH_QWEN3;
+    c.hidden_size = 128;
+    c.intermediate_size = 192;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64; /* heads * head_dim = 256 != hidden */
+    c.vocab_size = 97;
+    c.max_position_embeddings = 256;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1000000.0;
+    c.initializer_range = 0.02;
+    c.torch_dtype = RP_F32;
+    return c;
+}
+
+static rp_model_config llama_cfg(void)
+{
+    rp_model_config c = qwen_cfg();
+    c.arch = RP_ARCH_LLAMA;
+    c.hidden_size = 256;
+    c.intermediate_size = 320;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 500000.0;
+    c.rope_scaling.type = RP_ROPE_LLAMA3;
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.attention_bias = 1;
+    return c;
+}
+
+/* Workspace sizes need no device: the table entry ignores its impl. */
+START_TEST(workspace_linear_in_seqlen)
+{
+    rp_model_config cfgs[2] = {qwen_cfg(), llama_cfg()};
+    for (int k = 0; k < 2; k++) {
+        const rp_model_config *cfg = &cfgs[k];
+        double w1 = (double)rp_device_ops_cuda.workspace_floats(NULL, cfg, 1, 1 << 14);
+        double w2 = (double)rp_device_ops_cuda.workspace_floats(NULL, cfg, 1, 1 << 15);
+        double w4 = (double)rp_device_ops_cuda.workspace_floats(NULL, cfg, 1, 1 << 16);
+        /* linear: the increments agree (a seqlen^2 term would quadruple) */
+        ck_assert_msg(fabs((w4 - w2) - 2 * (w2 - w1)) <= 1e-3 * (w4 - w2), "%g %g %g", w1, w2, w4);
+        /* tokens split over sequences need no more than one long sequence */
+        ck_assert(rp_device_ops_cuda.workspace_floats(NULL, cfg, 16, 1 << 12) <=
+                  (size_t)w4 + 64 * 1024);
+    }
+    /* a large vocabulary: the head's logits are chunked (well under T x V) */
+    rp_model_config big = qwen_cfg();
+    big.vocab_size = 151936;
+    big.hidden_size = 2048;
+    big.intermediate_size = 6144;
+    big.num_attention_heads = 16;
+    big.num_key_value_heads = 8;
+    big.head_dim = 128;
+    size_t w = rp_device_ops_cuda.workspace_floats(NULL, &big, 4, 4096);
+    printf("Qwen3-1.7B shape, 4 x 4096 tokens: CUDA workspace %.2f GiB\n",
+           (double)w * 4 / (1 << 30));
+    ck_assert(w < (size_t)16384 * 151936); /* full fp32 logits alone would be T x V */
+}
+END_TEST
+
+typedef struct pair {
+    rp_device *cpu, *gpu;
+} pair;
+
+static pair devices(void)
+{
+    pair p;
+    rp_error err = {0};
+    rp_device_params cp = {RP_DEVICE_CPU, 0, 1}, gp = {RP_DEVICE_CUDA, 0, 1};
+    ck_assert_int_eq(rp_device_create(&cp, &p.cpu, &err), RP_OK);
+    ck_assert_msg(rp_device_create(&gp, &p.gpu, &err) == RP_OK, "%s", err.msg);
+    return p;
+}
+
+static void release(pair *p)
+{
+    rp_device_destroy(&p->cpu);
+    rp_device_destroy(&p->gpu);
+    ck_assert_ptr_null(p->gpu);
+}
+
+/* Device buffer holding a host array (through rp_device_copy). */
+static void *gup(rp_device *d, const void *h, size_t bytes)
+{
+    void *p = NULL;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_device_alloc(d, bytes, &p, &err), RP_OK);
+    if (h)
+        ck_assert_int_eq(rp_device_copy(d, p, h, bytes, &err), RP_OK);
+    else
+        dev_poison(p, bytes);
+    return p;
+}
+
+static void gdown(rp_device *d, void *h, const void *p, size_t bytes)
+{
+    rp_error err = {0};
+    ck_assert_int_eq(rp_device_copy(d, h, p, bytes, &err), RP_OK);
+}
+
+/* Block parameters with signal on every path: matrices N(0, 1/sqrt(in)),
+ * norm weights 1 + N(0, 0.2), biases N(0, 0.2), padding 0. */
+static float *block_params(const rp_model_config *cfg, size_t *numel)
+{
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(cfg, &L, &n, NULL), RP_OK);
+    const rp_layer_desc *b = &L[1];
+    float *p = calloc(b->numel, sizeof(float));
+    for (int i = 0; i < b->nparams; i++) {
+        const rp_param_desc *d = &b->params[i];
+        float sd = d->ndim == 2 ? 1.0f / sqrtf((float)d->shape[1]) : 0.2f;
+        float mean = (d->ndim == 1 && strstr(d->name, "norm")) ? 1.0f : 0.0f;
+        rp_rng_fill_normal(p + d->offset, d->numel, 99, g_seed++, 0, mean, sd);
+    }
+    *numel = b->numel;
+    free(L);
+    return p;
+}
+
+/* Per-tensor comparison of two gradient blocks. */
+static void compare_grads(const rp_model_config *cfg, const float *got, const float *ref,
+                          const char *when)
+{
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(cfg, &L, &n, NULL), RP_OK);
+    const rp_layer_desc *b = &L[1];
+    char what[160];
+    for (int i = 0; i < b->nparams; i++) {
+        const rp_param_desc *d = &b->params[i];
+        snprintf(what, sizeof what, "%s: gradient of %s", when, d->name);
+        CHECK_REL(got + d->offset, ref + d->offset, d->numel, BF16_TOL, what);
+    }
+    free(L);
+}
+
+static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int alias)
+{
+    pair dv = devices();
+    rp_error err = {0};
+    const int64_t T = nseq * S, H = cfg->hidden_size;
+    const size_t nx = (size_t)(T * H);
+    size_t np;
+    float *P = block_params(cfg, &np);
+    float *x = rand_f32(nx, 0, 1), *dy1 = rand_f32(nx, 0, 1), *dy2 = rand_f32(nx, 0, 1);
+    size_t wc = rp_device_workspace_floats(dv.cpu, cfg, nseq, S);
+    size_t wg = rp_device_workspace_floats(dv.gpu, cfg, nseq, S);
+    float *ws_c = malloc(wc * 4), *y_c = malloc(nx * 4), *y_g = malloc(nx * 4);
+    float *D_c = calloc(np, 4), *D_g = malloc(np * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
+
+    float *gP = gup(dv.gpu, P, np * 4), *gx = gup(dv.gpu, x, nx * 4);
+    float *gy = gup(dv.gpu, NULL, nx * 4), *gws = gup(dv.gpu, NULL, wg * 4);
+    float *gD = gup(dv.gpu, NULL, np * 4), *gdy = gup(dv.gpu, dy1, nx * 4);
+    float *gdx = alias ? gdy : gup(dv.gpu, NULL, nx * 4);
+    ck_assert_int_eq(rp_device_memset0(dv.gpu, gD, np * 4, &err), RP_OK);
+
+    /* forward: compare the block's contribution y - x, not just y */
+    rp_device_block_forward(dv.cpu, cfg, P, x, y_c, nseq, S, ws_c, &err);
+    ck_assert_msg(rp_device_block_forward(dv.gpu, cfg, gP, gx, gy, nseq, S, gws, &err) == RP_OK,
+                  "%s", err.msg);
+    gdown(dv.gpu, y_g, gy, nx * 4);
+    CHECK_REL(y_g, y_c, nx, BF16_TOL, "block y");
+    for (size_t i = 0; i < nx; i++)
+        y_g[i] -= x[i], y_c[i] -= x[i];
+    CHECK_REL(y_g, y_c, nx, BF16_TOL, "block y - x");
+
+    /* backward twice: dx each time, gradients accumulated */
+    const float *dys[2] = {dy1, dy2};
+    for (int call = 0; call < 2; call++) {
+        const char *when = call ? "second backward" : "first backward";
+        memcpy(dx_c, dys[call], nx * 4);
+        rp_device_block_backward(dv.cpu, cfg, P, x, dx_c, dx_c, D_c, nseq, S, ws_c, &err);
+        ck_assert_int_eq(rp_device_copy(dv.gpu, gdy, dys[call], nx * 4, &err), RP_OK);
+        if (!alias)
+            dev_poison(gdx, nx * 4);
+        dev_poison(gws, wg * 4);
+        ck_assert_msg(rp_device_block_backward(dv.gpu, cfg, gP, gx, gdy, gdx, gD, nseq, S, gws,
+                                               &err) == RP_OK,
+                      "%s", err.msg);
+        gdown(dv.gpu, dx_g, gdx, nx * 4);
+        CHECK_REL(dx_g, dx_c, nx, BF16_TOL, when);
+        gdown(dv.gpu, D_g, gD, np * 4);
+        compare_grads(cfg, D_g, D_c, when);
+    }
+    rp_device_free(dv.gpu, gP), rp_device_free(dv.gpu, gx), rp_device_free(dv.gpu, gy);
+    rp_device_free(dv.gpu, gws), rp_device_free(dv.gpu, gD), rp_device_free(dv.gpu, gdy);
+    if (!alias)
+        rp_device_free(dv.gpu, gdx);
+    release(&dv);
+    free(P), free(x), free(dy1), free(dy2), free(ws_c), free(y_c), free(y_g), free(D_c);
+    free(D_g), free(dx_c), free(dx_g);
+}
+
+START_TEST(qwen3_block_matches_cpu)
+{
+    rp_model_config c = qwen_cfg();
+    block_case(&c, 2, 24, 0);
+}
+END_TEST
+
+START_TEST(llama_block_matches_cpu)
+{
+    rp_model_config c = llama_cfg();
+    block_case(&c, 3, 17, 1); /* dx aliasing dy, as the engine calls it */
+}
+END_TEST
+
+static int32_t *rand_ids(int64_t T, int64_t V)
+{
+    int32_t *t = malloc((size_t)T * 4);
+    uint64_t s = 777 + g_seed++;
+    for (int64_t i = 0; i < T; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        t[i] = (int32_t)((s >> 33) % (uint64_t)V);
+    }
+    return t;
+}
+
+START_TEST(head_matches_cpu)
+{
+    rp_model_config cfgs[2] = {qwen_cfg(), llama_cfg()};
+    for (int k = 0; k < 2; k++) {
+        const rp_model_config *cfg = &cfgs[k];
+        pair dv = devices();
+        rp_error err = {0};
+        const int64_t T = 53, H = cfg->hidden_size, V = cfg->vocab_size;
+        const size_t nx = (size_t)(T * H), nl = (size_t)(V * H);
+        float *x = rand_f32(nx, 0, 1), *nw = rand_f32((size_t)H, 1, 0.2f);
+        float *lm = rand_f32(nl, 0, 1.0f / sqrtf((float)H));
+        int32_t *tg = rand_ids(T, V);
+        uint8_t *mask = malloc((size_t)T);
+        int64_t count = 0;
+        for (int64_t t = 0; t < T; t++)
+            count += (mask[t] = (uint8_t)(t % 5 != 2));
+        const float scale = 1.0f / (float)count;
+        size_t wc = rp_device_workspace_floats(dv.cpu, cfg, 1, T);
+        size_t wg = rp_device_workspace_floats(dv.gpu, cfg, 1, T);
+        float *ws_c = malloc(wc * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
+        float *dn_c = calloc((size_t)H, 4), *dn_g = malloc((size_t)H * 4);
+        float *dl_c = calloc(nl, 4), *dl_g = malloc(nl * 4);
+        double loss_c = 0, loss_g = 0;
+        ck_assert_int_eq(rp_device_head_forward_backward(dv.cpu, cfg, nw, lm, x, tg, mask, T,
+                                                         scale, dx_c, dn_c, dl_c, ws_c, &loss_c,
+                                                         &err),
+                         RP_OK);
+        float *gx = gup(dv.gpu, x, nx * 4), *gnw = gup(dv.gpu, nw, (size_t)H * 4);
+        float *glm = gup(dv.gpu, lm, nl * 4), *gdx = gup(dv.gpu, NULL, nx * 4);
+        float *gdn = gup(dv.gpu, NULL, (size_t)H * 4), *gdl = gup(dv.gpu, NULL, nl * 4);
+        float *gws = gup(dv.gpu, NULL, wg * 4);
+        int32_t *gtg = gup(dv.gpu, tg, (size_t)T * 4);
+        uint8_t *gm = gup(dv.gpu, mask, (size_t)T);
+        ck_assert_int_eq(rp_device_memset0(dv.gpu, gdn, (size_t)H * 4, &err), RP_OK);
+        ck_assert_int_eq(rp_device_memset0(dv.gpu, gdl, nl * 4, &err), RP_OK);
+        ck_assert_msg(rp_device_head_forward_backward(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
+                                                      gdx, gdn, gdl, gws, &loss_g,
+                                                      &err) == RP_OK,
+                      "%s", err.msg);
+        ck_assert_msg(fabs(loss_g - loss_c) <= 1e-2 * fabs(loss_c), "loss %.9g vs %.9g", loss_g,
+                      loss_c);
+        gdown(dv.gpu, dx_g, gdx, nx * 4);
+        gdown(dv.gpu, dn_g, gdn, (size_t)H * 4);
+        gdown(dv.gpu, dl_g, gdl, nl * 4);
+        CHECK_REL(dx_g, dx_c, nx, BF16_TOL, "head dx");
+        CHECK_REL(dn_g, dn_c, (size_t)H, BF16_TOL, "head dnorm_w");
+        CHECK_REL(dl_g, dl_c, nl, BF16_TOL, "head dlm_w");
+        for (int64_t t = 0; t < T; t++) /* rows that do not count get no gradient */
+            if (!mask[t])
+                for (int64_t j = 0; j < H; j++)
+                    ck_assert(dx_g[t * H + j] == 0.0f);
+
+        /* a bad target where the mask is 0 is ignored; where it is 1, an
+         * error naming the position, before anything is written */
+        tg[2] = (int32_t)V; /* mask[2] == 0 */
+        rp_device_copy(dv.gpu, gtg, tg, (size_t)T * 4, &err);
+        ck_assert_msg(rp_device_head_forward_backward(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
+                                                      gdx, gdn, gdl, gws, &loss_g,
+                                                      &err) == RP_OK,
+                      "%s", err.msg);
+        tg[40] = -3; /* mask[40] == 1 */
+        rp_device_copy(dv.gpu, gtg, tg, (size_t)T * 4, &err);
+        dev_poison(gdx, nx * 4);
+        ck_assert_int_eq(rp_device_head_forward_backward(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T,
+                                                         scale, gdx, gdn, gdl, gws, &loss_g, &err),
+                         RP_ERR_RANGE);
+        ck_assert_msg(strstr(err.msg, "position 40") && strstr(err.msg, "-3"), "%s", err.msg);
+        gdown(dv.gpu, dx_g, gdx, nx * 4);
+        for (size_t i = 0; i < nx; i++)
+            ck_assert(isnan(dx_g[i]));
+
+        void *bufs[] = {gx, gnw, glm, gdx, gdn, gdl, gws, gtg, gm};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            rp_device_free(dv.gpu, bufs[i]);
+        release(&dv);
+        free(x), free(nw), free(lm), free(tg), free(mask), free(ws_c), free(dx_c), free(dx_g);
+        free(dn_c), free(dn_g), free(dl_c), free(dl_g);
+    }
+}
+END_TEST
+
+START_TEST(embedding_matches_cpu)
+{
+    rp_model_config cfg = qwen_cfg();
+    pair dv = devices();
+    rp_error err = {0};
+    const int64_t T = 300, H = cfg.hidden_size, V = cfg.vocab_size;
+    const size_t nx = (size_t)(T * H), nw = (size_t)(V * H);
+    float *W = rand_f32(nw, 0, 1), *dout = rand_f32(nx, 0, 1), *dW = rand_f32(nw, 0, 1);
+    int32_t *tok = rand_ids(T, V);
+    float *out_c = malloc(nx * 4), *out_g = malloc(nx * 4), *dW_g = malloc(nw * 4);
+    float *gW = gup(dv.gpu, W, nw * 4), *gout = gup(dv.gpu, NULL, nx * 4);
+    float *gdout = gup(dv.gpu, dout, nx * 4), *gdW = gup(dv.gpu, dW, nw * 4);
+    int32_t *gtok = gup(dv.gpu, tok, (size_t)T * 4);
+    ck_assert_int_eq(rp_device_embed_forward(dv.cpu, &cfg, W, tok, T, out_c, &err), RP_OK);
+    ck_assert_msg(rp_device_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err) == RP_OK, "%s",
+                  err.msg);
+    gdown(dv.gpu, out_g, gout, nx * 4);
+    ck_assert(memcmp(out_g, out_c, nx * 4) == 0);
+    ck_assert_int_eq(rp_device_embed_backward(dv.cpu, &cfg, tok, T, dout, dW, &err), RP_OK);
+    ck_assert_msg(rp_device_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err) == RP_OK,
+                  "%s", err.msg);
+    gdown(dv.gpu, dW_g, gdW, nw * 4);
+    ck_assert(memcmp(dW_g, dW, nw * 4) == 0); /* same summation order: same bits */
+
+    tok[123] = (int32_t)V;
+    rp_device_copy(dv.gpu, gtok, tok, (size_t)T * 4, &err);
+    dev_poison(gout, nx * 4);
+    ck_assert_int_eq(rp_device_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err), RP_ERR_RANGE);
+    ck_assert_msg(strstr(err.msg, "position 123"), "%s", err.msg);
+    gdown(dv.gpu, out_g, gout, nx * 4);
+    for (size_t i = 0; i < nx; i++)
+        ck_assert(isnan(out_g[i]));
+    ck_assert_int_eq(rp_device_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err),
+                     RP_ERR_RANGE);
+    gdown(dv.gpu, out_g, gdW, nw * 4);
+    ck_assert(memcmp(out_g, dW, nw * 4) == 0); /* untouched */
+
+    rp_device_free(dv.gpu, gW), rp_device_free(dv.gpu, gout), rp_device_free(dv.gpu, gdout);
+    rp_device_free(dv.gpu, gdW), rp_device_free(dv.gpu, gtok);
+    release(&dv);
+    free(W), free(dout), free(dW), free(tok), free(out_c), free(out_g), free(dW_g);
+}
+END_TEST
+
+START_TEST(bad_ordinal_and_huge_alloc_are_errors)
+{
+    rp_device *d = NULL;
+    rp_error err = {0};
+    rp_device_params gp = {RP_DEVICE_CUDA, 1000, 1};
+    ck_assert_int_eq(rp_device_create(&gp, &d, &err), RP_ERR_NO_DEVICE);
+    ck_assert_ptr_null(d);
+    gp.ordinal = 0;
+    ck_assert_int_eq(rp_device_create(&gp, &d, &err), RP_OK);
+    void *p = (void *)1;
+    ck_assert_int_eq(rp_device_alloc(d, (size_t)1 << 52, &p, &err), RP_ERR_DEVICE_MEMORY);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err.msg, "bytes free"), "%s", err.msg);
+    rp_device_destroy(&d);
+}
+END_TEST
+
+static int g_have_device;
+
+static Suite *cuda_backend_suite(void)
+{
+    Suite *s = suite_create("cuda_backend");
+    TCase *tc = tcase_create("sizes");
+    tcase_add_test(tc, workspace_linear_in_seqlen);
+    suite_add_tcase(s, tc);
+    if (g_have_device) {
+        TCase *td = tcase_create("device");
+        tcase_set_timeout(td, 120);
+        tcase_add_test(td, bad_ordinal_and_huge_alloc_are_errors);
+        tcase_add_test(td, embedding_matches_cpu);
+        tcase_add_test(td, qwen3_block_matches_cpu);
+        tcase_add_test(td, llama_block_matches_cpu);
+        tcase_add_test(td, head_matches_cpu);
+        suite_add_tcase(s, td);
+    }
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--rp-test-ranks") == 0)
+        return rp_check_main(argc, argv, cuda_backend_suite, "serial");
+    const char *why = "";
+    g_have_device = rp_cuda_device_count(&why) > 0;
+    if (g_have_device)
+        setenv("CK_FORK", "no", 1); /* CUDA is initialised: no fork */
+    else
+        printf("no CUDA device (%s): device checks skipped, workspace checks run\n", why);
+    return rp_check_main(argc, argv, cuda_backend_suite, "serial");
+}
+
+#else /* no CUDA back end in this build */
+
+static Suite *cuda_backend_suite(void)
+{
+    return suite_create("cuda_backend");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        return rp_check_main(argc, argv, cuda_backend_suite, "serial");
+    return RP_TEST_SKIP;
+}
+
+#endif

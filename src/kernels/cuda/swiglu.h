@@ -1,0 +1,27 @@
+/* SwiGLU of the Llama/Qwen3 MLP on the GPU: m = silu(g) * u with torch's
+ * silu(x) = x / (1 + exp(-x)), and its backward
+ *     dg = dm * u * sg * (1 + g * (1 - sg)),  sg = sigmoid(g);  du = dm * silu(g)
+ * (the formulas of src/model/block.c). Elementwise over n values; each
+ * output may be fp32 and/or bf16 (NULL = not wanted); fp32 outputs may alias
+ * the inputs of the same index. Device pointers; `stream` a cudaStream_t;
+ * cudaError_t returned. */
+#ifndef RP_KERNELS_CUDA_SWIGLU_H
+#define RP_KERNELS_CUDA_SWIGLU_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int rp_cuda_swiglu_forward(const float *g, const float *u, float *m, uint16_t *m_bf16, int64_t n,
+                           void *stream);
+
+int rp_cuda_swiglu_backward(const float *g, const float *u, const float *dm, float *dg,
+                            uint16_t *dg_bf16, float *du, uint16_t *du_bf16, int64_t n,
+                            void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
