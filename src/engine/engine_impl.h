@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "core/log.h"
+#include "device/device.h"
 #include "engine/arena.h"
 #include "engine/dataset.h"
 #include "engine/event.h"
@@ -26,6 +27,8 @@ typedef struct rp_engine {
     const rp_train_options *o;
     const rp_logger *lg;
     int rank, size, threads;
+    rp_device_kind device; /* executor kind */
+    int device_ordinal;    /* node-local rank mod visible devices */
     rp_params *p;      /* attached to the store */
     rp_plan plan;
     rp_arena arena;

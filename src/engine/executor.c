@@ -40,15 +40,20 @@ typedef struct executor {
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
 } executor;
 
-static void *dalloc(executor *x, size_t bytes)
+/* Device allocations keep the first failure's message (bytes asked and,
+ * from the CUDA back end, bytes free). */
+static void *dalloc(executor *x, size_t bytes, rp_error *err)
 {
     void *q = NULL;
-    return rp_device_alloc(x->dev, bytes, &q, NULL) == RP_OK ? q : NULL;
+    rp_error mine = {0};
+    if (rp_device_alloc(x->dev, bytes, &q, &mine) != RP_OK && err->code == RP_OK)
+        *err = mine;
+    return q;
 }
 
-static float *falloc(executor *x, size_t n)
+static float *falloc(executor *x, size_t n, rp_error *err)
 {
-    return dalloc(x, (n ? n : 1) * sizeof(float));
+    return dalloc(x, (n ? n : 1) * sizeof(float), err);
 }
 
 /* Move bytes between host and device now, through the transfer engine's
@@ -152,23 +157,23 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
             nst_max = job.last - job.first + 1;
     }
     const rp_model_config *cfg = &e->p->cfg;
-    rp_device_params dp = {RP_DEVICE_CPU, 0, e->threads};
+    rp_device_params dp = {e->device, e->device_ordinal, e->threads};
     RP_TRY(rp_device_create(&dp, &x->dev, err));
     int ok = 1;
     for (int b = 0; b < 2; b++) {
-        x->buf[b].w = falloc(x, wmax);
+        x->buf[b].w = falloc(x, wmax, err);
         x->buf[b].off = calloc((size_t)e->L + 1, sizeof(size_t));
         x->buf[b].req = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req;
     }
-    x->g = falloc(x, wmax);
-    x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->H)) : NULL;
+    x->g = falloc(x, wmax, err);
+    x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->H), err) : NULL;
     x->acts = calloc((size_t)e->L + 1, sizeof(float *));
-    x->d = falloc(x, e->A);
-    x->ws = falloc(x, rp_device_workspace_floats(x->dev, cfg, e->per, e->S));
-    x->in = dalloc(x, (size_t)e->T * sizeof(int32_t));
-    x->tgt = dalloc(x, (size_t)e->T * sizeof(int32_t));
-    x->mask = dalloc(x, (size_t)e->T);
+    x->d = falloc(x, e->A, err);
+    x->ws = falloc(x, rp_device_workspace_floats(x->dev, cfg, e->per, e->S), err);
+    x->in = dalloc(x, (size_t)e->T * sizeof(int32_t), err);
+    x->tgt = dalloc(x, (size_t)e->T * sizeof(int32_t), err);
+    x->mask = dalloc(x, (size_t)e->T, err);
     x->hin = malloc((size_t)e->T * sizeof(int32_t));
     x->htgt = malloc((size_t)e->T * sizeof(int32_t));
     x->hmask = malloc((size_t)e->T);
@@ -176,12 +181,14 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->in && x->tgt && x->mask &&
           x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->L; i++)
-        ok &= (x->acts[i] = falloc(x, e->A)) != NULL;
+        ok &= (x->acts[i] = falloc(x, e->A, err)) != NULL;
     if (!ok) {
         executor_free(x);
-        return rp_error_set(err, RP_ERR_DEVICE_MEMORY, "rank %d: allocating executor buffers "
-                            "(%zu MiB of weights per stage) on %s", e->rank, wmax * 4 >> 20,
-                            "the device");
+        if (err->code == RP_OK)
+            rp_error_set(err, RP_ERR_NOMEM, "allocating executor buffers");
+        return rp_error_prefix(err, "rank %d: executor buffers for the plan (%zu MiB of weights "
+                               "per stage, two stages) on %s", e->rank, wmax * 4 >> 20,
+                               rp_device_kind_name(e->device));
     }
     rp_xfer_params xp = {0};
     xp.ops.copy = device_copy;

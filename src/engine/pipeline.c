@@ -398,12 +398,13 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
     return RP_OK;
 }
 
-rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
-                            rp_error *err)
+rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MPI_Comm comm,
+                            const rp_logger *lg, rp_error *err)
 {
     rp_engine E, *e = &E;
     memset(e, 0, sizeof E);
     e->o = o;
+    e->device = device;
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
     read_fault(e);
@@ -451,6 +452,14 @@ rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_l
     param_map map;
     if (s == RP_OK)
         s = build_param_store(e, comm, &cfg, &pstore, &map, err);
+    if (s == RP_OK && device != RP_DEVICE_CPU) {
+        /* node-local rank to device, several ranks per device allowed */
+        rp_device_info info;
+        s = rp_device_probe(device, &info, err);
+        if (s == RP_OK)
+            e->device_ordinal = rp_store_node_rank(pstore) % info.count;
+    }
+    s = agree(s, comm, err);
     e->store = pstore; /* for the node communicator while binding */
     if (s == RP_OK)
         s = agree(bind_and_threads(e, err), comm, err);

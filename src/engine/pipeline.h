@@ -16,11 +16,13 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "device/device.h"
 #include "engine/train_options.h"
 #include "plan/plan.h"
 
-/* Run a whole training job on the ranks of comm (collective). */
-rp_status rp_pipeline_train(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
-                            rp_error *err);
+/* Run a whole training job on the ranks of comm (collective), with
+ * executors of the given kind (CPU or CUDA, already resolved). */
+rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MPI_Comm comm,
+                            const rp_logger *lg, rp_error *err);
 
 #endif
