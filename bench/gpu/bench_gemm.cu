@@ -1,0 +1,277 @@
+/* bench_gemm: bf16 cuBLAS GEMM TFLOP/s (bf16 in and out, fp32 compute, as the
+ * CUDA executor calls it) at the shapes of a Qwen3-1.7B microbatch, against
+ * the bf16 matrix peak measured in the same run: the best of the large square
+ * products (the ceiling every ratio is taken against, and what the
+ * end-to-end MFU of bench/gpu/run.sh divides by).
+ *
+ *   bench_gemm [-t TOKENS] [-r REPS] [-s "4096 8192 16384"] [-q]
+ *
+ * Each linear layer (out N, in K) over T tokens is timed as the three
+ * products of a training step, in cuBLAS column-major terms:
+ *   fwd    Y^T = W X^T     op TN  m=N n=T k=K
+ *   dgrad  dX^T = W^T dY^T op NN  m=K n=T k=N
+ *   wgrad  dW^T = X^T dY   op NT  m=K n=N k=T
+ * Inputs are random (never zeros: zeros run faster than data), several input
+ * sets rotate so small shapes do not run out of L2, and every shape is checked
+ * once: C is poisoned with NaN, and sampled elements are compared with a
+ * float64 dot product recomputed on the host from the fill's hash (relative
+ * error over the samples must be under 1e-2, the bf16 output rounding is
+ * ~2e-3). Time: median of REPS event-timed batches after a warm-up.
+ * Output: a table, then "RESULT ..." lines that bench/gpu/run.sh reads.
+ * Exit 77 without a GPU, 1 on an error or a wrong result. */
+#include "bench_common.cuh"
+#include <cublas_v2.h>
+#include <math.h>
+
+#define CKB(call)                                                                        \
+    do {                                                                                 \
+        cublasStatus_t s_ = (call);                                                      \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+            fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #call,  \
+                    (int)s_);                                                            \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+struct shape {
+    char name[32];
+    cublasOperation_t opa, opb;
+    long m, n, k;
+};
+
+static double flops_of(const shape &s) { return 2.0 * s.m * s.n * s.k; }
+
+/* Rows and columns of the stored A (m x k after op) and B (k x n after op). */
+static void dims(const shape &s, long *ar, long *ac, long *br, long *bc)
+{
+    *ar = s.opa == CUBLAS_OP_N ? s.m : s.k;
+    *ac = s.opa == CUBLAS_OP_N ? s.k : s.m;
+    *br = s.opb == CUBLAS_OP_N ? s.k : s.n;
+    *bc = s.opb == CUBLAS_OP_N ? s.n : s.k;
+}
+
+static void gemm(cublasHandle_t h, const shape &s, const __nv_bfloat16 *a,
+                 const __nv_bfloat16 *b, __nv_bfloat16 *c)
+{
+    long ar, ac, br, bc;
+    dims(s, &ar, &ac, &br, &bc);
+    const float one = 1.0f, zero = 0.0f;
+    CKB(cublasGemmEx(h, s.opa, s.opb, (int)s.m, (int)s.n, (int)s.k, &one, a, CUDA_R_16BF,
+                     (int)ar, b, CUDA_R_16BF, (int)br, &zero, c, CUDA_R_16BF, (int)s.m,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static float bf16_to_float(__nv_bfloat16 v)
+{
+    uint16_t u;
+    memcpy(&u, &v, 2);
+    uint32_t w = (uint32_t)u << 16;
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+
+/* Runs once on poisoned C (set 0) and compares 16 sampled elements with a
+ * float64 reference; returns the relative error over the samples. */
+static double check(cublasHandle_t h, const shape &s, const __nv_bfloat16 *a,
+                    const __nv_bfloat16 *b, __nv_bfloat16 *c, uint64_t seed_a, uint64_t seed_b)
+{
+    long ar, ac, br, bc;
+    dims(s, &ar, &ac, &br, &bc);
+    CK(cudaMemset(c, 0xff, (size_t)s.m * s.n * 2)); /* 0xffff is a bf16 NaN */
+    gemm(h, s, a, b, c);
+    CK(cudaDeviceSynchronize());
+    double num = 0, den = 0;
+    for (int t = 0; t < 16; t++) {
+        /* corners and hashed interior points */
+        long i = t == 0 ? 0 : t == 1 ? s.m - 1 : (long)(rp_bench_mix(77 + t) % s.m);
+        long j = t == 0 ? 0 : t == 1 ? s.n - 1 : (long)(rp_bench_mix(99 + t) % s.n);
+        double ref = 0;
+        for (long p = 0; p < s.k; p++) {
+            long ia = s.opa == CUBLAS_OP_N ? i + p * ar : p + i * ar;
+            long ib = s.opb == CUBLAS_OP_N ? p + j * br : j + p * br;
+            ref += (double)rp_bench_value(seed_a, ia) * rp_bench_value(seed_b, ib);
+        }
+        __nv_bfloat16 got;
+        CK(cudaMemcpy(&got, c + i + j * s.m, 2, cudaMemcpyDeviceToHost));
+        double g = bf16_to_float(got);
+        if (isnan(g)) return INFINITY;
+        num += (g - ref) * (g - ref);
+        den += ref * ref;
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+struct result {
+    shape s;
+    double tflops, err;
+};
+
+static result run(cublasHandle_t h, const shape &s, int reps)
+{
+    long ar, ac, br, bc;
+    dims(s, &ar, &ac, &br, &bc);
+    size_t na = (size_t)ar * ac, nb = (size_t)br * bc, nc = (size_t)s.m * s.n;
+    size_t set_bytes = 2 * (na + nb + nc);
+    int nsets = (int)((256ull << 20) / set_bytes) + 1;
+    if (nsets > 8) nsets = 8;
+    __nv_bfloat16 *a[8], *b[8], *c[8];
+    for (int i = 0; i < nsets; i++) {
+        CK(cudaMalloc(&a[i], na * 2));
+        CK(cudaMalloc(&b[i], nb * 2));
+        CK(cudaMalloc(&c[i], nc * 2));
+        rp_bench_fill(a[i], na, 1000 + 2 * i);
+        rp_bench_fill(b[i], nb, 1001 + 2 * i);
+    }
+    result r;
+    r.s = s;
+    r.err = check(h, s, a[0], b[0], c[0], 1000, 1001);
+    /* a batch of about 2 ms at 500 TFLOP/s, so launch gaps do not count */
+    int inner = (int)ceil(1e12 / flops_of(s));
+    if (inner < 1) inner = 1;
+    if (inner > 200) inner = 200;
+    for (int w = 0; w < 3; w++) gemm(h, s, a[w % nsets], b[w % nsets], c[w % nsets]);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float *ms = (float *)malloc(sizeof(float) * reps);
+    int it = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < inner; i++, it++)
+            gemm(h, s, a[it % nsets], b[it % nsets], c[it % nsets]);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms[rep], e0, e1));
+    }
+    double med = rp_bench_median(ms, reps) / inner;
+    r.tflops = flops_of(s) / (med * 1e-3) / 1e12;
+    free(ms);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    for (int i = 0; i < nsets; i++) {
+        CK(cudaFree(a[i]));
+        CK(cudaFree(b[i]));
+        CK(cudaFree(c[i]));
+    }
+    return r;
+}
+
+static shape mk(const char *name, cublasOperation_t oa, cublasOperation_t ob, long m, long n,
+                long k)
+{
+    shape s;
+    snprintf(s.name, sizeof s.name, "%s", name);
+    s.opa = oa;
+    s.opb = ob;
+    s.m = m;
+    s.n = n;
+    s.k = k;
+    return s;
+}
+
+static const char *opname(const shape &s)
+{
+    static char b[3];
+    b[0] = s.opa == CUBLAS_OP_N ? 'N' : 'T';
+    b[1] = s.opb == CUBLAS_OP_N ? 'N' : 'T';
+    b[2] = 0;
+    return b;
+}
+
+int main(int argc, char **argv)
+{
+    long tokens = 4096;
+    int reps = 20;
+    const char *squares = "4096 8192 16384";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) tokens = atol(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) squares = argv[++i];
+        else if (!strcmp(argv[i], "-q")) { reps = 5; squares = "8192"; }
+        else {
+            fprintf(stderr, "usage: %s [-t TOKENS] [-r REPS] [-s \"SQUARE SIZES\"] [-q]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (tokens < 16 || reps < 1) {
+        fprintf(stderr, "%s: -t must be >= 16 and -r >= 1\n", argv[0]);
+        return 2;
+    }
+    rp_bench_device("bench_gemm");
+    cublasHandle_t h;
+    CKB(cublasCreate(&h));
+
+    /* Qwen3-1.7B: hidden 2048, q 16x128, kv 8x128, intermediate 6144, vocab
+     * 151936; the LM head runs on token chunks of 1024. */
+    struct layer { const char *name; long n, k, t; } layers[] = {
+        {"q/o", 2048, 2048, tokens},      {"k/v", 1024, 2048, tokens},
+        {"gate/up", 6144, 2048, tokens},  {"down", 2048, 6144, tokens},
+        {"head", 151936, 2048, tokens < 1024 ? tokens : 1024},
+    };
+    const int nl = sizeof layers / sizeof layers[0];
+    shape shapes[64];
+    int ns = 0;
+    char sq[256];
+    snprintf(sq, sizeof sq, "%s", squares);
+    for (char *tok = strtok(sq, " ,"); tok && ns < 16; tok = strtok(NULL, " ,")) {
+        long n = atol(tok);
+        if (n < 16) continue;
+        char nm[32];
+        snprintf(nm, sizeof nm, "square%ld", n);
+        shapes[ns++] = mk(nm, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n);
+    }
+    int nsq = ns;
+    if (nsq == 0) {
+        fprintf(stderr, "bench_gemm: -s names no square size >= 16\n");
+        return 2;
+    }
+    for (int l = 0; l < nl; l++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "%s.fwd", layers[l].name);
+        shapes[ns++] = mk(nm, CUBLAS_OP_T, CUBLAS_OP_N, layers[l].n, layers[l].t, layers[l].k);
+        snprintf(nm, sizeof nm, "%s.dgrad", layers[l].name);
+        shapes[ns++] = mk(nm, CUBLAS_OP_N, CUBLAS_OP_N, layers[l].k, layers[l].t, layers[l].n);
+        snprintf(nm, sizeof nm, "%s.wgrad", layers[l].name);
+        shapes[ns++] = mk(nm, CUBLAS_OP_N, CUBLAS_OP_T, layers[l].k, layers[l].n, layers[l].t);
+    }
+
+    result res[64];
+    double peak = 0;
+    int bad = 0;
+    for (int i = 0; i < ns; i++) {
+        res[i] = run(h, shapes[i], reps);
+        if (!(res[i].err < 1e-2)) bad = 1;
+        if (i < nsq && res[i].tflops > peak) peak = res[i].tflops;
+    }
+    printf("\n%-14s %2s %7s %7s %6s %9s %6s %8s\n", "gemm (bf16)", "op", "m", "n", "k",
+           "TFLOP/s", "%peak", "rel.err");
+    for (int i = 0; i < ns; i++)
+        printf("%-14s %2s %7ld %7ld %6ld %9.1f %6.1f %8.1e%s\n", res[i].s.name, opname(res[i].s),
+               res[i].s.m, res[i].s.n, res[i].s.k, res[i].tflops, 100 * res[i].tflops / peak,
+               res[i].err, res[i].err < 1e-2 ? "" : "  WRONG");
+    /* The time-weighted rate of a whole training step's linear layers: 28
+     * blocks (q and o, k and v, gate and up twice each; down once) and the
+     * head over all token chunks. */
+    double fl = 0, tm = 0;
+    for (int i = nsq; i < ns; i++) {
+        const char *nm = res[i].s.name;
+        double mult = !strncmp(nm, "head", 4) ? ceil(tokens / 1024.0)
+                      : !strncmp(nm, "down", 4) ? 28 : 2 * 28;
+        fl += mult * flops_of(res[i].s);
+        tm += mult * flops_of(res[i].s) / (res[i].tflops * 1e12);
+    }
+    printf("\npeak (best square): %.1f TFLOP/s; Qwen3-1.7B step mix at %ld tokens: %.1f TFLOP/s "
+           "(%.1f%% of peak)\n", peak, tokens, fl / tm / 1e12, 100 * fl / tm / 1e12 / peak);
+    printf("RESULT gemm_peak %.2f\n", peak);
+    printf("RESULT gemm_mix %.2f %.4f\n", fl / tm / 1e12, fl / tm / 1e12 / peak);
+    for (int i = nsq; i < ns; i++)
+        printf("RESULT gemm %s %.2f %.4f\n", res[i].s.name, res[i].tflops, res[i].tflops / peak);
+    CKB(cublasDestroy(h));
+    if (bad) {
+        fprintf(stderr, "bench_gemm: a product disagreed with the float64 reference\n");
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,20 @@
+# GPU benchmarks (bench/README.md, "GPU machine"): built by nvcc when CUDA is
+# configured, never run by make check; bench/gpu/run.sh runs them on the GPU
+# machine. Without a GPU they print a message and exit 77.
+if HAVE_CUDA
+noinst_PROGRAMS += bench/gpu/bench_gemm bench/gpu/bench_copy bench/gpu/bench_attention
+endif
+bench_gpu_bench_gemm_SOURCES = bench/gpu/bench_gemm.cu
+bench_gpu_bench_gemm_LDADD = $(CUDA_LIBS)
+bench_gpu_bench_copy_SOURCES = bench/gpu/bench_copy.cu
+bench_gpu_bench_copy_LDADD = $(CUDA_LIBS)
+# the attention kernels of src/kernels/cuda, through librp
+bench_gpu_bench_attention_SOURCES = bench/gpu/bench_attention.c
+bench_gpu_bench_attention_LDADD = librp.la
+EXTRA_DIST += bench/gpu/bench_common.cuh bench/gpu/run.sh bench/gpu/qwen3-1.7b-config.json
+
+# CUDA programs (the .cu.lo rule in Makefile.am makes library objects; a
+# program's object is a plain .o).
+.cu.o:
+	$(AM_V_CC)$(NVCC) $(NVCC_ARCH_FLAGS) -std=c++17 -O3 -I$(top_srcdir)/include \
+	  -I$(top_srcdir)/src -I$(top_builddir) -c -o $@ $<
