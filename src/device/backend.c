@@ -74,6 +74,17 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
     return dev->ops->copy(dev->impl, dst, src, bytes, err);
 }
 
+rp_status rp_device_host_register(rp_device *dev, void *p, size_t bytes, rp_error *err)
+{
+    return dev->ops->host_register ? dev->ops->host_register(dev->impl, p, bytes, err) : RP_OK;
+}
+
+void rp_device_host_unregister(rp_device *dev, void *p)
+{
+    if (dev->ops->host_unregister)
+        dev->ops->host_unregister(dev->impl, p);
+}
+
 rp_status rp_device_embed_forward(rp_device *dev, const rp_model_config *cfg, const float *W,
                                   const int32_t *tokens, int64_t T, float *out, rp_error *err)
 {

@@ -41,6 +41,11 @@ rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err
  * one), complete on return. */
 rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t bytes, rp_error *err);
 
+/* Pin host memory (the host store) for fast transfers, once per rank; undo
+ * before the memory is unmapped. No-ops where pinning means nothing. */
+rp_status rp_device_host_register(rp_device *dev, void *p, size_t bytes, rp_error *err);
+void rp_device_host_unregister(rp_device *dev, void *p);
+
 /* ---- layer math (see src/model/layers.h for the semantics) ------------- */
 rp_status rp_device_embed_forward(rp_device *dev, const rp_model_config *cfg, const float *W,
                                   const int32_t *tokens, int64_t T, float *out, rp_error *err);

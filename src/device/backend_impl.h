@@ -14,6 +14,9 @@ typedef struct rp_device_ops {
     void (*free)(void *impl, void *p);
     rp_status (*memset0)(void *impl, void *p, size_t bytes, rp_error *err);
     rp_status (*copy)(void *impl, void *dst, const void *src, size_t bytes, rp_error *err);
+    /* may be NULL (nothing to do, as on the CPU) */
+    rp_status (*host_register)(void *impl, void *p, size_t bytes, rp_error *err);
+    void (*host_unregister)(void *impl, void *p);
     rp_status (*embed_forward)(void *impl, const rp_model_config *cfg, const float *W,
                                const int32_t *tokens, int64_t T, float *out, rp_error *err);
     rp_status (*embed_backward)(void *impl, const rp_model_config *cfg, const int32_t *tokens,

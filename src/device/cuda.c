@@ -221,6 +221,25 @@ static rp_status cuda_copy(void *impl, void *dst, const void *src, size_t bytes,
 
 /* ---- embedding ---------------------------------------------------------- */
 
+static rp_status cuda_host_register(void *impl, void *p, size_t bytes, rp_error *err)
+{
+    cuda_impl *c = impl;
+    RP_TRY(rp_cuda_be_enter(c, err));
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        rp_cuda_be_fail(c, "cudaHostRegister of the host store", (int)e, err);
+        return rp_error_prefix(err, "pinning %zu bytes", bytes);
+    }
+    return RP_OK;
+}
+
+static void cuda_host_unregister(void *impl, void *p)
+{
+    cuda_impl *c = impl;
+    cudaSetDevice(c->ordinal);
+    cudaHostUnregister(p);
+}
+
 static rp_status cuda_embed_forward(void *impl, const rp_model_config *cfg, const float *W,
                                     const int32_t *tokens, int64_t T, float *out, rp_error *err)
 {
@@ -295,6 +314,8 @@ const rp_device_ops rp_device_ops_cuda = {
     .free = cuda_free,
     .memset0 = cuda_memset0,
     .copy = cuda_copy,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
     .embed_forward = cuda_embed_forward,
     .embed_backward = cuda_embed_backward,
     .workspace_floats = cuda_workspace_floats,

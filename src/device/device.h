@@ -17,6 +17,10 @@ typedef struct rp_device_info {
     int sm;                /* CUDA compute capability * 10 + minor, 0 for CPU */
 } rp_device_info;
 
+/* PCI bus id of CUDA device `ordinal` into busid (hwloc places threads near
+ * it); RP_ERR_UNSUPPORTED without CUDA. */
+rp_status rp_device_busid(rp_device_kind kind, int ordinal, char *busid, int len, rp_error *err);
+
 /* Parse "cpu" | "cuda" | "auto". */
 rp_status rp_device_kind_parse(const char *s, rp_device_kind *out, rp_error *err);
 const char *rp_device_kind_name(rp_device_kind k);

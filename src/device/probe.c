@@ -77,3 +77,18 @@ rp_status rp_device_probe(rp_device_kind kind, rp_device_info *info, rp_error *e
     }
     return rp_error_set(err, RP_ERR_INVALID_ARG, "unknown device kind %d", (int)kind);
 }
+
+rp_status rp_device_busid(rp_device_kind kind, int ordinal, char *busid, int len, rp_error *err)
+{
+#ifdef RP_HAVE_CUDA
+    const char *why = "";
+    if (kind == RP_DEVICE_CUDA) {
+        if (rp_cuda_device_busid(ordinal, busid, len, &why) != 0)
+            return rp_error_set(err, RP_ERR_CUDA, "CUDA device %d: PCI bus id: %s", ordinal, why);
+        return RP_OK;
+    }
+#endif
+    (void)ordinal, (void)busid, (void)len;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "no PCI bus id for a %s device",
+                        rp_device_kind_name(kind));
+}

@@ -35,7 +35,9 @@ typedef struct rp_engine {
     float *act;        /* arena base in the store */
     float *tied_grad;  /* the head's part of a tied embedding's gradient, or NULL */
     _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
-    rp_store *store;
+    rp_store *store;   /* the running segment's store */
+    void *pinned[2];   /* the parameter store and the segment's, registered by the executor */
+    size_t pinned_bytes[2];
     rp_events *ev;
     rp_dataset *ds;
     rp_lr_schedule sched;

@@ -24,6 +24,7 @@ typedef struct stage_buf {
 typedef struct executor {
     rp_engine *e;
     rp_device *dev;
+    int pinned;          /* host store ranges registered with the device */
     rp_xfer *xfer;
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
@@ -130,6 +131,8 @@ static void executor_free(executor *x)
     free(x->htgt);
     free(x->hmask);
     free(x->greq);
+    for (int i = 0; i < x->pinned; i++)
+        rp_device_host_unregister(x->dev, x->e->pinned[i]);
     rp_device_destroy(&x->dev);
 }
 
@@ -189,6 +192,15 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         return rp_error_prefix(err, "rank %d: executor buffers for the plan (%zu MiB of weights "
                                "per stage, two stages) on %s", e->rank, wmax * 4 >> 20,
                                rp_device_kind_name(e->device));
+    }
+    /* pin the host store (parameters, then this segment's activations) */
+    for (; x->pinned < 2; x->pinned++) {
+        rp_status ps = rp_device_host_register(x->dev, e->pinned[x->pinned],
+                                               e->pinned_bytes[x->pinned], err);
+        if (ps != RP_OK) {
+            executor_free(x);
+            return ps;
+        }
     }
     rp_xfer_params xp = {0};
     xp.ops.copy = device_copy;

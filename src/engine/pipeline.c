@@ -154,12 +154,21 @@ static rp_status bind_and_threads(rp_engine *e, rp_error *err)
 {
     const rp_train_options *o = e->o;
     int ncores = 1, bound = 0;
+    char busid[32];
+    int near_gpu = e->device == RP_DEVICE_CUDA &&
+                   rp_device_busid(e->device, e->device_ordinal, busid, sizeof busid, NULL) == RP_OK;
     hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
+    if (hwloc_topology_init(&topo) != 0)
+        return rp_error_set(err, RP_ERR_INTERNAL, "hwloc: cannot initialise a topology");
+    if (near_gpu) /* PCI devices are needed to find the GPU's locality */
+        hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(topo) != 0) {
+        hwloc_topology_destroy(topo);
         return rp_error_set(err, RP_ERR_INTERNAL, "hwloc: cannot load the topology");
+    }
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    rp_status s = rp_bind_node(rp_store_node_comm(e->store), topo, NULL, o->bind, set, &ncores,
-                               &bound, err);
+    rp_status s = rp_bind_node(rp_store_node_comm(e->store), topo, near_gpu ? busid : NULL,
+                               o->bind, set, &ncores, &bound, err);
     hwloc_bitmap_free(set);
     hwloc_topology_destroy(topo);
     RP_TRY(s);
@@ -269,6 +278,8 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
                                   "multi-node (data-parallel) runs are not implemented yet",
                                   e->size / rp_store_node_size(*out)), comm, err);
     char *base = rp_store_base(*out);
+    e->pinned[0] = base;
+    e->pinned_bytes[0] = rp_store_bytes(*out);
     e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
     e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
     return RP_OK;
@@ -312,6 +323,8 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_store_layout_destroy(&lay);
     RP_TRY(agree(s, comm, err));
     char *base = rp_store_base(e->store);
+    e->pinned[1] = base;
+    e->pinned_bytes[1] = rp_store_bytes(e->store);
     e->act = (float *)(base + act);
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store))

@@ -34,6 +34,16 @@ extern "C" int rp_cuda_device_info(int dev, char *name, int name_len, unsigned l
     return 0;
 }
 
+extern "C" int rp_cuda_device_busid(int dev, char *busid, int len, const char **why)
+{
+    cudaError_t e = cudaDeviceGetPCIBusId(busid, len, dev);
+    if (e != cudaSuccess) {
+        *why = cudaGetErrorString(e);
+        return -1;
+    }
+    return 0;
+}
+
 static __global__ void saxpy_kernel(int n, float a, const float *x, float *y)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
