@@ -66,10 +66,11 @@ START_TEST(qwen3_defaults_and_fields)
 {
     rp_model_config c;
     rp_error err = {0};
-    /* Qwen3Config defaults head_dim to 128, not hidden / heads */
+    /* the contract: head_dim defaults to hidden / heads (64 / 4) for qwen3 too,
+     * where Qwen3Config would say 128 */
     ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE "}", &c, &err), RP_OK);
     ck_assert_int_eq(c.arch, RP_ARCH_QWEN3);
-    ck_assert_int_eq(c.head_dim, 128);
+    ck_assert_int_eq(c.head_dim, 16);
     ck_assert_int_eq(c.max_position_embeddings, 32768);
     ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE ", \"head_dim\": 32, "
                            "\"num_key_value_heads\": 2, \"tie_word_embeddings\": true, "

@@ -1,10 +1,12 @@
 /* config.json for Llama and Qwen3, as transformers 4.x and 5.x write it.
  *
- * Defaults follow the transformers config classes, per architecture: where
- * a field is absent, roundpipe builds the same model transformers would
- * (Qwen3Config defaults head_dim to 128 and max_position_embeddings to 32768;
- * LlamaConfig derives head_dim from hidden_size / heads and uses 2048). An
- * explicit null head_dim or num_key_value_heads means "derive".
+ * Defaults follow the transformers config classes, per architecture
+ * (max_position_embeddings 32768 for Qwen3, 2048 for Llama), except
+ * head_dim: roundpipe's contract (issue 2, roundpipe-formats(5)) derives it
+ * as hidden_size / heads for both, where Qwen3Config would default to 128.
+ * transformers always writes head_dim into the config.json files it saves,
+ * so the two agree on every checkpoint it produced. An explicit null
+ * head_dim or num_key_value_heads means "derive".
  *
  * RoPE settings come in two layouts: 4.x keeps rope_theta at the top level
  * and scaling in "rope_scaling" ({"rope_type" or "type": ..., ...}); 5.x
@@ -303,22 +305,16 @@ static rp_status parse_root(ctx *c, rp_model_config *cfg)
                             "num_attention_heads %lld",
                             c->file, (long long)cfg->num_key_value_heads,
                             (long long)cfg->num_attention_heads);
-    json_object *hd = NULL;
-    int hd_absent = !json_object_object_get_ex(r, "head_dim", &hd);
-    if (hd_absent && qwen) {
-        cfg->head_dim = 128;
-    } else {
-        int present;
-        get(r, "head_dim", &present);
-        if (!present && cfg->hidden_size % cfg->num_attention_heads != 0)
-            return rp_error_set(c->err, RP_ERR_RANGE,
-                                "%s: field 'hidden_size': %lld is not a multiple of "
-                                "num_attention_heads %lld and head_dim is not given",
-                                c->file, (long long)cfg->hidden_size,
-                                (long long)cfg->num_attention_heads);
-        RP_TRY(get_int(c, r, "head_dim", "head_dim", 0,
-                       cfg->hidden_size / cfg->num_attention_heads, 1, &cfg->head_dim));
-    }
+    int present;
+    get(r, "head_dim", &present);
+    if (!present && cfg->hidden_size % cfg->num_attention_heads != 0)
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field 'hidden_size': %lld is not a multiple of "
+                            "num_attention_heads %lld and head_dim is not given",
+                            c->file, (long long)cfg->hidden_size,
+                            (long long)cfg->num_attention_heads);
+    RP_TRY(get_int(c, r, "head_dim", "head_dim", 0, cfg->hidden_size / cfg->num_attention_heads,
+                   1, &cfg->head_dim));
     if (cfg->head_dim % 2 != 0) /* RoPE rotates pairs */
         return rp_error_set(c->err, RP_ERR_RANGE, "%s: field 'head_dim': %lld must be even",
                             c->file, (long long)cfg->head_dim);
