@@ -1,9 +1,11 @@
 #include "rp_check.h"
 
+#include <ftw.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *rp_test_srcdir(void)
@@ -22,6 +24,20 @@ const char *rp_test_tmpdir(void)
             return NULL;
     }
     return dir;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag;
+    return ftw->level == 0 ? 0 : remove(path);
+}
+
+void rp_test_tmpdir_clean(void)
+{
+    nftw(rp_test_tmpdir(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    const char *fork = getenv("CK_FORK");
+    if (fork == NULL || strcmp(fork, "no") != 0)
+        rmdir(rp_test_tmpdir());
 }
 
 int rp_check_main(int argc, char **argv, Suite *(*make_suite)(void), const char *ranks)

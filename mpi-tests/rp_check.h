@@ -26,4 +26,9 @@ const char *rp_test_srcdir(void);
 /* A fresh temporary directory for this process (removed by the caller). */
 const char *rp_test_tmpdir(void);
 
+/* Teardown fixture: empty rp_test_tmpdir() after each test, and remove it
+ * when the test ran in a forked child (with CK_FORK=no the next test of the
+ * same process reuses it). */
+void rp_test_tmpdir_clean(void);
+
 #endif

@@ -7,7 +7,6 @@
  * type, kv heads not dividing heads, not JSON, empty) is refused with the
  * right status and a message naming the file and the field. */
 #include <math.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,20 +248,6 @@ START_TEST(save_roundtrip)
 }
 END_TEST
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag;
-    return ftw->level == 0 ? 0 : remove(path); /* keep the directory: CK_FORK=no reuses it */
-}
-
-/* Empty the scratch directory after each test. */
-static void remove_tmpdir(void)
-{
-    nftw(rp_test_tmpdir(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    if (getenv("CK_FORK") == NULL || strcmp(getenv("CK_FORK"), "no") != 0)
-        rmdir(rp_test_tmpdir()); /* forked: this process's directory is done */
-}
-
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_config");
@@ -273,7 +258,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, load_names_path);
     tcase_add_test(tc, save_roundtrip);
-    tcase_add_checked_fixture(tc, NULL, remove_tmpdir);
+    tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -189,6 +189,7 @@ static Suite *train_suite(void)
     Suite *s = suite_create("train");
     TCase *tc = tcase_create("train");
     tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     tcase_add_test(tc, init_config_draws_documented_distribution);
     tcase_add_test(tc, microbatch_count_does_not_matter);
     tcase_add_test(tc, sub_communicator_matches_world);
