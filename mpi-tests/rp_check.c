@@ -32,12 +32,14 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return ftw->level == 0 ? 0 : remove(path);
 }
 
+/* Whether tests run in forked children (set by rp_check_main). */
+static int tests_fork = 1;
+
 void rp_test_tmpdir_clean(void)
 {
     nftw(rp_test_tmpdir(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    const char *fork = getenv("CK_FORK");
-    if (fork == NULL || strcmp(fork, "no") != 0)
-        rmdir(rp_test_tmpdir());
+    if (tests_fork)
+        rmdir(rp_test_tmpdir()); /* this child's directory is done */
 }
 
 int rp_check_main(int argc, char **argv, Suite *(*make_suite)(void), const char *ranks)
@@ -54,6 +56,7 @@ int rp_check_main(int argc, char **argv, Suite *(*make_suite)(void), const char 
     SRunner *sr = srunner_create(make_suite());
     if (mpi)
         srunner_set_fork_status(sr, CK_NOFORK);
+    tests_fork = srunner_fork_status(sr) == CK_FORK;
     srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
     int run = srunner_ntests_run(sr), failed = srunner_ntests_failed(sr);
     if (rank != 0 && failed > 0) { /* ranks other than 0 run silently: show why */
