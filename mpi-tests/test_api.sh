@@ -5,17 +5,9 @@
 # model `roundpipe train` gives with the same options; a bad option set
 # through the API fails with the CLI's message.
 set -u
-src="${RP_SRCDIR:-$srcdir}"
-build="${RP_BUILDDIR:-.}"
+. "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden/qwen3"
-flags="--oversubscribe"
-[ "$(id -u)" = 0 ] && flags="$flags --allow-run-as-root"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+export OMP_NUM_THREADS=1
 
 ${MPIRUN:-mpirun} $flags -np 3 "$build/examples/train_api" 2 "$fix/model/config.json" \
   "$fix/data.npy" "$tmp/api" && ok || bad "train_api failed"
@@ -28,5 +20,4 @@ cmp -s "$tmp/api/model.safetensors" "$tmp/cli/model.safetensors" && ok || \
 ${MPIRUN:-mpirun} $flags -np 1 "$build/examples/train_api" 1 "$fix/model/config.json" \
   "$tmp/none.npy" "$tmp/x" > "$tmp/err" 2>&1 && bad "missing data accepted" || ok
 grep -q "none.npy: cannot open" "$tmp/err" && ok || { bad "no message naming the file"; cat "$tmp/err"; }
-echo "RP-CHECK: passed=$passed failed=$failed"
-[ "$failed" -eq 0 ]
+finish

@@ -5,15 +5,8 @@
 # happy paths of --init-config, --dtype bf16, --save-dtype bf16, --log and the
 # non-terminal progress lines work.
 set -u
-src="${RP_SRCDIR:-$srcdir}"
-build="${RP_BUILDDIR:-.}"
-bin="$build/src/roundpipe"
+. "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden/qwen3"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
 
 # expect CODE PATTERN -- args...: exit code and a stderr line matching PATTERN
 expect() {
@@ -73,5 +66,4 @@ grep -q '"dtype"\|"torch_dtype"' "$tmp/bf/config.json" && grep -q 'bfloat16' "$t
 head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"BF16"' && \
   ! head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"F32"' && ok || bad "saved tensors are not BF16"
 
-echo "RP-CHECK: passed=$passed failed=$failed"
-[ "$failed" -eq 0 ]
+finish

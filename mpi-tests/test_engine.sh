@@ -11,16 +11,8 @@
 #   event with its value and the value awaited, and a non-zero exit.
 # (That these runs also match PyTorch is test_golden.sh's job.)
 set -u
-src="${RP_SRCDIR:-$srcdir}"
-bin="${RP_BUILDDIR:-.}/src/roundpipe"
-flags="--oversubscribe"
-[ "$(id -u)" = 0 ] && flags="$flags --allow-run-as-root"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+. "$(dirname "$0")/testlib.sh"
+export OMP_NUM_THREADS=1
 
 # run CASE NP OUT [options...]: train, leave OUT.jsonl and OUT/model.safetensors
 run() {
@@ -97,5 +89,4 @@ done
 grep -q "waiting for event fwd_out\[stage 0, microbatch 1\]: value 0, awaited 1" "$tmp/dead.txt" \
   && ok || { bad "deadlock: the dropped event is not named"; cat "$tmp/dead.txt"; }
 
-echo "RP-CHECK: passed=$passed failed=$failed"
-[ "$failed" -eq 0 ]
+finish

@@ -8,15 +8,10 @@
 # --save is checked on the way.
 # Ranks: 1 2
 set -u
-fix="${RP_SRCDIR:-$srcdir}/mpi-tests/fixtures/golden"
-bin="${RP_BUILDDIR:-.}/src/roundpipe"
-cmp="${RP_BUILDDIR:-.}/mpi-tests/golden_compare"
-flags="--oversubscribe"
-[ "$(id -u)" = 0 ] && flags="$flags --allow-run-as-root"
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-rc=0; passed=0; failed=0
+. "$(dirname "$0")/testlib.sh"
+fix="$src/mpi-tests/fixtures/golden"
+cmp="$build/mpi-tests/golden_compare"
+rc=0
 for case in qwen3 llama qwen3-lag; do
   d="$fix/$case"
   in="$d"  # model and data, or those of the case named in inputs.txt

@@ -3,7 +3,7 @@ check_PROGRAMS += mpi-tests/golden_compare
 mpi_tests_golden_compare_SOURCES = mpi-tests/golden_compare.c
 mpi_tests_golden_compare_LDADD = librp.la
 TESTS += mpi-tests/test_golden.sh
-EXTRA_DIST += mpi-tests/test_golden.sh
+EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
 TESTS += mpi-tests/test_cli.sh
 EXTRA_DIST += mpi-tests/test_cli.sh
 

@@ -1,0 +1,16 @@
+# Sourced by the shell tests: paths, mpirun flags, a scratch directory
+# removed on exit, and the pass/fail counters behind the RP-CHECK line.
+src="${RP_SRCDIR:-${srcdir:-.}}"
+build="${RP_BUILDDIR:-.}"
+bin="$build/src/roundpipe"
+flags="--oversubscribe"
+[ "$(id -u)" = 0 ] && flags="$flags --allow-run-as-root"
+# containers forbid the cross-memory-attach syscalls shared-memory MPI uses
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+# print the summary line; succeed when nothing failed
+finish() { echo "RP-CHECK: passed=$passed failed=$failed"; [ "$failed" -eq 0 ]; }
