@@ -6,6 +6,15 @@
 #   stage- and layer-grain recompute, on both golden cases (tied and untied);
 # - the same with random delays injected before every signal, over seeds,
 #   and for the one-step-stale optimizer (--optimizer-lag 1);
+# - with --pipelines P (P round-robin pipelines, gradients summed in
+#   pipeline order; width G/P, or all pipelines on one executor for G = 1)
+#   the same bit-identity holds across G (1, 2, 4 for P = 2; 1, 3 for
+#   P = 3), partitions, delay
+#   injection and the lagged optimizer; the result differs from one pipeline
+#   only by rounding (losses, norms and weights within 1e-5); combinations
+#   that cannot run (G = 3, a lagged optimizer with more pipelines than
+#   executors, P not dividing M, a --plan of another width) fail before
+#   training with a message naming the option;
 # - a planted deadlock (a producer that never signals) ends within the
 #   deadline on every rank with a message naming the rank, the job and the
 #   event with its value and the value awaited, and a non-zero exit.
@@ -73,6 +82,43 @@ for plan in "fwd=;bwd=0-3" "fwd=0,1,2;bwd=3,2,1,0" "fwd=0-1;bwd=2-3,0-1"; do
 done
 if cmp -s "$tmp/lag-ref/model.safetensors" "$tmp/qwen3-ref/model.safetensors"; then
   bad "lagged and exact runs gave the same weights"; else ok; fi
+
+# several pipelines (qwen3: M = 2, two pipelines; llama: M = 3, three):
+# bit-identical among themselves, within rounding of one pipeline
+for cp in "qwen3:2:2: 4: 2:fwd=0,1,2;bwd=3,2,1,0 4:fwd=0-1;bwd=2-3,0-1 1:fwd=;bwd=0-3" \
+          "llama:3:3: 3:fwd=0,1,2;bwd=3,2,1,0 1:fwd=;bwd=0-3 3:fwd=0-1;bwd=2-3,0-1"; do
+  c=${cp%%:*}; rest=${cp#*:}; P=${rest%%:*}; specs=${rest#*:}
+  run $c 1 "$tmp/$c-P" --pipelines $P || { bad "$c: --pipelines $P on 1 failed"; cat "$tmp/$c-P.txt"; continue; }
+  ok
+  "$build/mpi-tests/golden_compare" "$tmp/$c-ref.jsonl" "$tmp/$c-P.jsonl" \
+    "$tmp/$c-ref/model.safetensors" "$tmp/$c-P/model.safetensors" 1e-5 > "$tmp/$c-P.cmp" \
+    && ok || { bad "$c: --pipelines $P is not within 1e-5 of one pipeline"; cat "$tmp/$c-P.cmp"; }
+  if cmp -s "$tmp/$c-P/model.safetensors" "$tmp/$c-ref/model.safetensors"; then
+    bad "$c: --pipelines $P gave the very same bits as one pipeline (not summed apart?)"; else ok; fi
+  i=0
+  for spec in $specs; do
+    i=$((i + 1)); np=${spec%%:*}; plan=${spec#*:}
+    if [ -n "$plan" ]; then
+      RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=$i run $c $np "$tmp/$c-P-$i" --pipelines $P --plan "$plan"
+    else
+      RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=$i run $c $np "$tmp/$c-P-$i" --pipelines $P
+    fi && same "$c P=$P" "$tmp/$c-P" "$tmp/$c-P-$i" || bad "$c --pipelines $P on $np ($plan)"
+  done
+done
+run qwen3 2 "$tmp/lagP2" --pipelines 2 --optimizer-lag 1 || bad "lag with --pipelines 2 on 2 failed"
+RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=7 run qwen3 4 "$tmp/lagP2-4" --pipelines 2 --optimizer-lag 1 \
+  --plan "fwd=0,1;bwd=2-3,1,0" && same "lag P=2" "$tmp/lagP2" "$tmp/lagP2-4" || bad "lag --pipelines 2 on 4"
+# what cannot run says why, before training, and writes nothing
+for spec in "3:--pipelines 2:--pipelines 2" "1:--pipelines 2 --optimizer-lag 1:--optimizer-lag 1" \
+            "2:--pipelines 3:--pipelines 3" "2:--pipelines 2 --plan fwd=0,1;bwd=2-3,1,0;width=2:width"; do
+  np=${spec%%:*}; rest=${spec#*:}; opts=${rest%%:*}; want=${rest#*:}
+  # shellcheck disable=SC2086
+  if run qwen3 $np "$tmp/badP" $opts; then bad "--pipelines: '$opts' on $np ran"
+  else grep -q -- "$want" "$tmp/badP.txt" && ok || { bad "--pipelines: '$opts' on $np: no message naming $want"; cat "$tmp/badP.txt"; }
+  fi
+  [ ! -e "$tmp/badP/model.safetensors" ] && ok || bad "--pipelines: '$opts' wrote a model"
+  rm -rf "$tmp/badP" "$tmp/badP.jsonl"
+done
 
 # planted deadlock: forward stage 0 never signals microbatch 1
 start=$(date +%s)

@@ -4,9 +4,10 @@
 # active clipping; Llama untied with biases and llama3 RoPE scaling; the
 # Qwen3 case again with the one-step-stale optimizer, --optimizer-lag 1): every
 # logged loss, lr and grad_norm and every final weight within 1e-4 relative,
-# on 1 and 3 ranks. The saved model is also what the comparison reads, so
+# on 1 and 3 ranks, and with several pipelines (--pipelines 2 on 2 ranks;
+# llama, with 3 microbatches: --pipelines 3 on 3). The saved model is also what the comparison reads, so
 # --save is checked on the way.
-# Ranks: 1 2
+# Ranks: 1 2 3
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden"
@@ -18,12 +19,15 @@ for case in qwen3 llama qwen3-lag; do
   [ -f "$d/inputs.txt" ] && in="$fix/$(cat "$d/inputs.txt")"
   mask=""
   [ -f "$in/mask.npy" ] && mask="--loss-mask $in/mask.npy"
-  for np in 1 3; do
-    out="$tmp/$case-$np"
-    echo "== $case on $np rank(s)"
+  pp="2:2"; [ "$case" = llama ] && pp="3:3"
+  for spec in 1:1 3:1 $pp; do
+    np=${spec%%:*}; P=${spec#*:}
+    out="$tmp/$case-$np-$P"
+    echo "== $case on $np rank(s), $P pipeline(s)"
     # shellcheck disable=SC2046
     if ! ${MPIRUN:-mpirun} $flags -np $np "$bin" train --model "$in/model" --data "$in/data.npy" \
-         $mask $(cat "$d/args.txt") --progress none --log "$out.jsonl" --save "$out"; then
+         $mask $(cat "$d/args.txt") --pipelines $P --progress none --log "$out.jsonl" \
+         --save "$out"; then
       echo "roundpipe train failed"; failed=$((failed + 1)); rc=1; continue
     fi
     res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/model.safetensors" \

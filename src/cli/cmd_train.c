@@ -27,7 +27,8 @@ static const struct option train_options[] = {
     {"recompute", required_argument, 0, 0}, {"timeout", required_argument, 0, 0},
     {"optimizer-lag", required_argument, 0, 0}, {"chunk-mib", required_argument, 0, 0},
     {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
-    {"bind", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
+    {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
+    {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
 
@@ -61,6 +62,8 @@ static const char train_usage[] =
     "  --optimizer-lag 0|1    1: apply gradients one step late, for comparison (default 0)\n"
     "  --chunk-mib X          transfer chunk size (default 16)\n"
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
+    "  --pipelines P          P round-robin pipelines of G/P executors, M/P microbatches\n"
+    "                         each; gradients summed in pipeline order (default 1)\n"
     "  --plan TEXT            force a partition: 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2'\n"
     "  --trace FILE           Chrome trace JSON of the run (opens in Perfetto)\n"
     "  --bind yes|no          pin each rank to its share of the node's cores (default yes)\n"

@@ -47,7 +47,7 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->loss = off;
     off += 2 * (size_t)RP_ARENA_RING * (size_t)M; /* doubles */
     a->sumsq = off;
-    off += 2 * (size_t)RP_ARENA_RING * (size_t)L;
+    off += 2 * (size_t)RP_ARENA_RING * (size_t)L * RP_ARENA_SUMSQ_BLOCKS;
     a->floats = off;
     return 0;
 }

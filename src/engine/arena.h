@@ -9,7 +9,9 @@
  *                  tail), for stages that do not start at layer 0
  * plus, per iteration slot r (ring of RP_ARENA_RING iterations):
  *   loss[r][m]     sum of the token cross-entropies of microbatch m
- *   sumsq[r][l]    squared L2 norm of layer l's gradient. */
+ *   sumsq[r][l][b] squared L2 norm of block b of layer l's gradient (the
+ *                  blocks of rp_clip_blocks; summed in order they give the
+ *                  layer's, whichever ranks computed them). */
 #ifndef RP_ENGINE_ARENA_H
 #define RP_ENGINE_ARENA_H
 
@@ -19,6 +21,7 @@
 #include "plan/plan.h"
 
 #define RP_ARENA_RING 4
+#define RP_ARENA_SUMSQ_BLOCKS 256 /* RP_CLIP_MAX_BLOCKS */
 
 typedef struct rp_arena_spec {
     int nlayers;     /* layers of the model, embedding and head included */

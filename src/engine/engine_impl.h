@@ -33,7 +33,11 @@ typedef struct rp_engine {
     rp_plan plan;
     rp_arena arena;
     float *act;        /* arena base in the store */
-    float *tied_grad;  /* the head's part of a tied embedding's gradient, or NULL */
+    float *tied_grad;  /* the head's part of a tied embedding's gradient, one per pipeline
+                          (vocab x hidden floats each), or NULL */
+    float *group_grad; /* gradients of pipelines 1..P-1 (pipeline 0's are the params'), laid
+                          out per layer at goff[l], gstride floats per pipeline */
+    size_t *goff, gstride;
     _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
     rp_store *store;   /* the running segment's store */
     void *pinned[2];   /* the parameter store and the segment's, registered by the executor */
@@ -42,6 +46,9 @@ typedef struct rp_engine {
     rp_dataset *ds;
     rp_lr_schedule sched;
     int64_t steps, M, per, S, T, H;
+    int P, V;          /* pipelines, and virtual executors max(G, P): pipeline g runs its
+                          jobs on virtual executors g*V/P.., folded onto the ranks mod G */
+    int64_t Mg;        /* microbatches per pipeline: g runs g*Mg .. (g+1)*Mg-1 */
     int64_t first, last; /* iterations of the running segment (a plan holds for one segment) */
     double t_logged;     /* logger: when the previous iteration was logged */
     double last_loss;
@@ -79,11 +86,40 @@ int64_t rp_engine_counted(const rp_engine *e, int64_t t);
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask);
 
-/* Executor of job j of iteration t (1-based). */
-static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j)
+/* Executor of job j of pipeline g in iteration t (1-based). */
+static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j, int g)
 {
-    return rp_schedule_executor(&e->plan, e->size, t - 1, j, 0);
+    return rp_schedule_executor(&e->plan, e->V, t - 1, j, g) % e->size;
 }
+
+/* Host gradient buffer of pipeline g for layer l, and its tied head part. */
+static inline float *rp_engine_grad(const rp_engine *e, int g, int l)
+{
+    return g == 0 ? e->p->st[l].grad : e->group_grad + (size_t)(g - 1) * e->gstride + e->goff[l];
+}
+static inline float *rp_engine_tied_grad(const rp_engine *e, int g)
+{
+    return e->tied_grad + (size_t)g * (size_t)(e->p->cfg.vocab_size * e->H);
+}
+
+/* The optimizer's share of layer l on rank r: the whole clip blocks
+ * [*b0, *b1) of the layer's gradient, elements [*lo, *hi). Every rank
+ * updates its share of every layer, so the update of a layer is spread
+ * over the node; elementwise work and block norms give the same bits
+ * whatever the split. */
+void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, size_t *lo,
+                     size_t *hi);
+
+/* Wait until every share of layer l is at version `need` / test it. */
+rp_status rp_engine_wait_version(rp_engine *e, int l, uint64_t need, const char *job,
+                                 int background, rp_error *err);
+int rp_engine_at_version(const rp_engine *e, int l, uint64_t need);
+
+/* Squared global gradient norm of iteration t, once every share of every
+ * layer has been summed (RP_EV_SUMMED): block sums in block order per layer,
+ * layers in order, the same bits on every rank. */
+rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
+                                rp_error *err);
 
 /* Version of a layer's weights the jobs of iteration t use: t-1 (exact), or
  * t-2 with --optimizer-lag 1 (the update of iteration t-1 is applied only
@@ -120,9 +156,11 @@ static inline double *rp_engine_loss(const rp_engine *e, int64_t t)
     return (double *)(e->act + e->arena.loss) + (t % RP_ARENA_RING) * e->M;
 }
 
-static inline double *rp_engine_sumsq(const rp_engine *e, int64_t t)
+/* Block norms of layer l in iteration t: RP_ARENA_SUMSQ_BLOCKS doubles. */
+static inline double *rp_engine_sumsq(const rp_engine *e, int64_t t, int l)
 {
-    return (double *)(e->act + e->arena.sumsq) + (t % RP_ARENA_RING) * e->L;
+    return (double *)(e->act + e->arena.sumsq) +
+           ((t % RP_ARENA_RING) * e->L + l) * RP_ARENA_SUMSQ_BLOCKS;
 }
 
 /* The executor loop of this rank over all iterations. */

@@ -32,11 +32,12 @@ struct rp_events {
 };
 
 static const char *kind_name[RP_EV_KIND_COUNT] = {"fwd_out", "bwd_out", "saved", "grad", "version",
-                                                   "slot_free", "uploaded"};
+                                                   "slot_free", "uploaded", "summed"};
 static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "layer", "slot",
-                                                   "weights"};
+                                                   "weights", "layer"};
 static const char *micro_name[RP_EV_KIND_COUNT] = {"microbatch", "microbatch", "microbatch",
-                                                   "part", "part", "microbatch", "part"};
+                                                   "pipeline", "share", "microbatch", "pipeline",
+                                                   "share"};
 
 static size_t count_counters(const rp_event_dims *d, size_t *first)
 {

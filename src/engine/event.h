@@ -31,10 +31,12 @@ typedef enum rp_event_kind {
     RP_EV_FWD_OUT = 0, /* output of forward stage `index` for microbatch `micro` is on the host */
     RP_EV_BWD_OUT,     /* input gradient from backward stage `index` for microbatch `micro` */
     RP_EV_SAVED,       /* saved input of layer `index` (activation checkpoint) for `micro` */
-    RP_EV_GRAD,        /* gradient of layer `index` is on the host (`micro`: contributor) */
-    RP_EV_VERSION,     /* layer `index` is at version `value` (`micro` is 0) */
+    RP_EV_GRAD,        /* pipeline `micro`'s gradient of layer `index` is on the host */
+    RP_EV_VERSION,     /* rank `micro`'s share of layer `index` is at version `value` */
     RP_EV_SLOT_FREE,   /* arena slot `index`/`micro` may be overwritten (back-pressure) */
-    RP_EV_UPLOADED,    /* a job of iteration `value` has uploaded the weights `index` */
+    RP_EV_UPLOADED,    /* pipeline `micro`'s job of iteration `value` uploaded weights `index` */
+    RP_EV_SUMMED,      /* rank `micro`'s share of layer `index`'s gradient is summed over the
+                          pipelines and its block norms are written */
     RP_EV_KIND_COUNT
 } rp_event_kind;
 

@@ -10,15 +10,14 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "model/layout.h"
-#include "optim/clip.h"
 
 typedef struct stage_buf {
     float *w;            /* weights of the stage's layers (+ a tied LM head's matrix) */
     size_t *off;         /* [nlayers + 1] offset of layer first+i; last entry: tied matrix */
     rp_xfer_req *req;    /* [nlayers + 1] */
     int nreq;
-    int64_t t;           /* iteration and job the buffer holds (t = 0: nothing) */
-    int j;
+    int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
+    int g, j;
 } stage_buf;
 
 typedef struct executor {
@@ -223,19 +222,20 @@ static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_err
     rp_engine *e = x->e;
     uint64_t need = rp_engine_need(e, t);
     for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, l, 0, need, x->name, 0, err));
+        RP_TRY(rp_engine_wait_version(e, l, need, x->name, 0, err));
     if (needs_tied(e, job) && job->first > 0)
-        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, 0, 0, need, x->name, 0, err));
+        RP_TRY(rp_engine_wait_version(e, 0, need, x->name, 0, err));
     return RP_OK;
 }
 
-static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int j,
-                               rp_xfer_class cls, rp_error *err)
+static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int g,
+                               int j, rp_xfer_class cls, rp_error *err)
 {
     rp_engine *e = x->e;
     stage_floats(e, job, b->off);
     b->nreq = 0;
     b->t = t;
+    b->g = g;
     b->j = j;
     for (int l = job->first; l <= job->last; l++) {
         rp_xfer_req *r = &b->req[b->nreq++];
@@ -267,17 +267,22 @@ static rp_status wait_upload(executor *x, stage_buf *b, rp_error *err)
     return RP_OK;
 }
 
-/* Next job of this rank after (t, j), if any within the run. */
-static int next_job(const rp_engine *e, int64_t t, int j, int64_t *nt, int *nj)
+/* Next job of this rank after (t, g, j), if any within the run: a rank
+ * runs its jobs by iteration, then pipeline, then job index. */
+static int next_job(const rp_engine *e, int64_t t, int g, int j, int64_t *nt, int *ng, int *nj)
 {
     for (;;) {
         if (++j == e->J) {
             j = 0;
-            if (++t > e->last)
-                return 0;
+            if (++g == e->P) {
+                g = 0;
+                if (++t > e->last)
+                    return 0;
+            }
         }
-        if (rp_engine_executor(e, t, j) == e->rank) {
+        if (rp_engine_executor(e, t, j, g) == e->rank) {
             *nt = t;
+            *ng = g;
             *nj = j;
             return 1;
         }
@@ -286,22 +291,21 @@ static int next_job(const rp_engine *e, int64_t t, int j, int64_t *nt, int *nj)
 
 /* Prefetch the next job's weights into the other buffer when they are
  * already at the version it needs (otherwise it uploads at its start). */
-static rp_status maybe_prefetch(executor *x, int64_t t, int j, rp_error *err)
+static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *err)
 {
     rp_engine *e = x->e;
     int64_t nt;
-    int nj;
-    if (!next_job(e, t, j, &nt, &nj))
+    int ng, nj;
+    if (!next_job(e, t, g, j, &nt, &ng, &nj))
         return RP_OK;
     rp_job job = rp_schedule_job(&e->plan, nj);
     uint64_t need = rp_engine_need(e, nt);
     for (int l = job.first; l <= job.last; l++)
-        if (rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, l, 0}) < need)
+        if (!rp_engine_at_version(e, l, need))
             return RP_OK;
-    if (needs_tied(e, &job) &&
-        rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, 0, 0}) < need)
+    if (needs_tied(e, &job) && !rp_engine_at_version(e, 0, need))
         return RP_OK;
-    return submit_upload(x, &x->buf[1 - x->cur], &job, nt, nj, RP_XFER_PREFETCH, err);
+    return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
 }
 
 /* ---- layer calls on the device buffers --------------------------------- */
@@ -516,23 +520,28 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     return RP_OK;
 }
 
-/* Download the job's gradients, finish each layer's (the embedding adds the
- * tied head's part, always in that order) and publish its squared norm. */
-static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, rp_error *err)
+/* Download the job's gradients into pipeline g's host buffers (a tail with
+ * a tied LM head: also its part of the embedding's gradient) and say so.
+ * Summing over the pipelines, the tied part and the norms are the
+ * optimizer's (optimizer.c). */
+static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, rp_error *err)
 {
     rp_engine *e = x->e;
     int n = 0;
-    /* the host gradients of iteration t-1 must have been applied (always true
-     * with exact semantics; with a lagged optimizer the update may trail) */
+    /* the host buffers of iteration t-1 must have been consumed by its update
+     * (always true with exact semantics; with a lagged optimizer the update
+     * may trail); the tied part once the embedding's gradient was summed
+     * (waiting for its update would deadlock a lagged optimizer, whose
+     * update of the embedding waits for this iteration's later uploads) */
     for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, l, 0, (uint64_t)(t - 1), x->name, 0, err));
-    /* the tied part of iteration t-1 must have been added to the embedding's */
+        RP_TRY(rp_engine_wait_version(e, l, (uint64_t)(t - 1), x->name, 0, err));
     if (needs_tied(e, job))
-        RP_TRY(rp_engine_wait(e, RP_EV_GRAD, 0, 0, (uint64_t)(t - 1), x->name, 0, err));
+        for (int r = 0; r < e->size; r++)
+            RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, 0, r, (uint64_t)(t - 1), x->name, 0, err));
     for (int l = job->first; l <= job->last; l++) {
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
-        r->dst = e->p->st[l].grad;
+        r->dst = rp_engine_grad(e, g, l);
         r->src = G(x, job, l);
         r->bytes = numel(e, l) * sizeof(float);
         r->cls = RP_XFER_GRAD;
@@ -542,7 +551,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, rp_erro
     if (needs_tied(e, job)) {
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
-        r->dst = e->tied_grad;
+        r->dst = rp_engine_tied_grad(e, g);
         r->src = x->tg;
         r->bytes = (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float);
         r->cls = RP_XFER_GRAD;
@@ -551,20 +560,8 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, rp_erro
     }
     for (int i = 0; i < n; i++)
         RP_TRY(rp_xfer_wait(x->xfer, &x->greq[i], err));
-    double *sumsq = rp_engine_sumsq(e, t);
-    for (int l = job->last; l >= job->first; l--) {
-        float *g = e->p->st[l].grad;
-        if (l == 0 && e->tied) {
-            RP_TRY(rp_engine_wait(e, RP_EV_GRAD, e->L - 1, 0, (uint64_t)t, x->name, 0, err));
-            size_t vh = (size_t)(e->p->cfg.vocab_size * e->H);
-            const float *tied = e->tied_grad;
-#pragma omp parallel for schedule(static) if (vh > 65536)
-            for (size_t k = 0; k < vh; k++) /* elementwise: the same bits on any thread count */
-                g[k] += tied[k];
-        }
-        sumsq[l] = rp_clip_sumsq(g, numel(e, l));
-        rp_engine_signal(e, RP_EV_GRAD, l, 0, (uint64_t)t);
-    }
+    for (int l = job->last; l >= job->first; l--)
+        rp_engine_signal(e, RP_EV_GRAD, l, g, (uint64_t)t);
     return RP_OK;
 }
 
@@ -573,29 +570,33 @@ static const char *kind_letter(rp_job_kind k)
     return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
 }
 
-static rp_status run_job(executor *x, int64_t t, int j, rp_error *err)
+static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
 {
     rp_engine *e = x->e;
     rp_job job = rp_schedule_job(&e->plan, j);
-    snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
-             kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
+    if (e->P > 1)
+        snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of pipeline %d, iteration %lld",
+                 j, kind_letter(job.kind), job.stage, job.first, job.last, g, (long long)t);
+    else
+        snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
+                 kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
     /* weights: prefetched into the other buffer, or uploaded now */
     stage_buf *pre = &x->buf[1 - x->cur];
-    if (pre->t == t && pre->j == j) {
+    if (pre->t == t && pre->g == g && pre->j == j) {
         x->cur = 1 - x->cur;
         RP_TRY(wait_upload(x, pre, err));
     } else {
         RP_TRY(wait_versions(x, &job, t, err));
-        RP_TRY(submit_upload(x, &x->buf[x->cur], &job, t, j, RP_XFER_WEIGHTS, err));
+        RP_TRY(submit_upload(x, &x->buf[x->cur], &job, t, g, j, RP_XFER_WEIGHTS, err));
         RP_TRY(wait_upload(x, &x->buf[x->cur], err));
     }
     x->buf[1 - x->cur].t = 0;
     /* tell a lagged optimizer these weights may now change */
     for (int l = job.first; l <= job.last; l++)
         rp_engine_signal(e, RP_EV_UPLOADED, job.kind == RP_JOB_FWD ? rp_up_fwd(e, l, t)
-                                                                   : rp_up_bwd(e, l, t), 0,
+                                                                   : rp_up_bwd(e, l, t), g,
                          (uint64_t)t);
-    RP_TRY(maybe_prefetch(x, t, j, err));
+    RP_TRY(maybe_prefetch(x, t, g, j, err));
 
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
     float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
@@ -607,7 +608,7 @@ static rp_status run_job(executor *x, int64_t t, int j, rp_error *err)
             RP_TRY(rp_device_memset0(x->dev, x->tg,
                                      (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float), err));
     }
-    for (int m = 0; m < (int)e->M; m++) {
+    for (int m = g * (int)e->Mg; m < (g + 1) * (int)e->Mg; m++) {
         if (rp_engine_aborted(e))
             return rp_error_set(err, RP_ERR_INTERNAL, "aborted");
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
@@ -634,7 +635,7 @@ static rp_status run_job(executor *x, int64_t t, int j, rp_error *err)
         }
     }
     if (job.kind != RP_JOB_FWD)
-        RP_TRY(finish_grads(x, &job, t, err));
+        RP_TRY(finish_grads(x, &job, t, g, err));
     return RP_OK;
 }
 
@@ -646,12 +647,13 @@ rp_status rp_engine_run_executor(rp_engine *e)
     if (s != RP_OK)
         return rp_engine_fail(e, s, &err);
     for (int64_t t = e->first; s == RP_OK && t <= e->last; t++)
-        for (int j = 0; s == RP_OK && j < e->J; j++)
-            if (rp_engine_executor(e, t, j) == e->rank) {
-                s = run_job(&x, t, j, &err);
-                if (s != RP_OK)
-                    rp_engine_fail(e, s, &err);
-            }
+        for (int g = 0; s == RP_OK && g < e->P; g++)
+            for (int j = 0; s == RP_OK && j < e->J; j++)
+                if (rp_engine_executor(e, t, j, g) == e->rank) {
+                    s = run_job(&x, t, g, j, &err);
+                    if (s != RP_OK)
+                        rp_engine_fail(e, s, &err);
+                }
     rp_xfer_drain(x.xfer);
     executor_free(&x);
     return s;

@@ -1,5 +1,5 @@
 /* The logger thread of rank 0: once an iteration's loss (every microbatch
- * through the tail) and gradient norms (every layer) are in the store, it
+ * through the tail) and gradient norms (every share of every layer) are in the store, it
  * writes the metrics line and the progress display, then frees the
  * iteration's slot of the loss/norm ring. A non-finite loss stops the run. */
 #include <math.h>
@@ -12,16 +12,16 @@ static rp_status run(rp_engine *e, rp_error *err)
 {
     for (int64_t t = e->first; t <= e->last; t++) {
         const char *who = "logger";
-        RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)e->M - 1, (uint64_t)t, who, 1, err));
-        for (int l = 0; l < e->L; l++)
-            RP_TRY(rp_engine_wait(e, RP_EV_GRAD, l, 0, (uint64_t)t, who, 1, err));
+        for (int g = 0; g < e->P; g++) /* each pipeline's tail wrote its losses */
+            RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->Mg - 1), (uint64_t)t,
+                                  who, 1, err));
+        double total = 0.0, norm = 0.0;
+        RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
         int64_t counted = rp_engine_counted(e, t);
-        const double *loss = rp_engine_loss(e, t), *sumsq = rp_engine_sumsq(e, t);
-        double sum = 0.0, total = 0.0, norm = 0.0;
+        const double *loss = rp_engine_loss(e, t);
+        double sum = 0.0;
         for (int64_t m = 0; m < e->M; m++)
             sum += loss[m];
-        for (int l = 0; l < e->L; l++)
-            total += sumsq[l];
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
         rp_engine_signal(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)t);

@@ -1,10 +1,17 @@
-/* The optimizer thread of a rank: AdamW for the layers whose gradients this
- * rank's backward jobs produced, as soon as each gradient is complete (with
- * clipping: once every layer's is, since the global norm scales them all),
- * then the layer's version is raised, which lets the next iteration's
- * forward use it. Order: with clipping, by need (layer 0 first: the next
- * forward starts there); without, as the gradients land (top down), and
- * always top down with --optimizer-lag 1 (see below). */
+/* The optimizer thread of a rank. Every rank owns a share of every layer
+ * (whole clip blocks, rp_engine_share), so each layer's update is spread
+ * over all the node's ranks and their cores. For its share of a layer, as
+ * soon as every pipeline's gradient has landed, it sums them in pipeline
+ * order (with a tied embedding, each pipeline's part is its embedding
+ * gradient plus its LM-head gradient), writes the block norms, and runs
+ * AdamW (with clipping: once every share of every layer is summed, since the
+ * global norm scales them all). Then the share's version is raised; a job
+ * uses a layer once all shares are at the version it needs.
+ * Order: gradients are summed as they land (top down); updates follow at
+ * once without clipping, by need (layer 0 first: the next forward starts
+ * there) with clipping, and top down with --optimizer-lag 1 (see below).
+ * Every step is elementwise or per block, so the bits depend neither on the
+ * number of ranks nor on which rank did what. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,35 +20,66 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
-static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef)
+/* AdamW on elements [lo, hi) of layer l: the parts of its tensors there. */
+static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
     rp_layer_state *ls = &e->p->st[l];
     rp_adamw_params hp = {rp_lr_at(&e->sched, t), e->o->beta1, e->o->beta2, e->o->eps,
                           e->o->weight_decay};
     for (int i = 0; i < ls->desc->nparams; i++) {
         const rp_param_desc *d = &ls->desc->params[i];
-        rp_adamw_step(ls->master + d->offset, ls->grad + d->offset, ls->m + d->offset,
-                      ls->v + d->offset, d->numel, t, &hp, d->decay, coef, NULL);
+        size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel;
+        b = b < hi ? b : hi;
+        if (a >= b)
+            continue;
+        rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a, t, &hp, d->decay,
+                      coef, NULL);
     }
-    rp_params_sync_compute(e->p, l);
-    return RP_OK;
+    rp_params_sync_compute_range(e->p, l, lo, hi);
 }
 
-/* Global norm and clip coefficient of iteration t, summed in layer order so
- * every rank gets the same bits. */
-static rp_status clip_coef(rp_engine *e, int64_t t, double *norm, float *coef, const char *who,
-                           rp_error *err)
+/* Sum the pipelines' gradients of this rank's share of layer l into the
+ * layer's buffer (pipeline 0's) and write the share's block norms. */
+static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
-    for (int l = 0; l < e->L; l++)
-        RP_TRY(rp_engine_wait(e, RP_EV_GRAD, l, 0, (uint64_t)t, who, 1, err));
-    const double *sumsq = rp_engine_sumsq(e, t);
-    double total = 0.0;
-    for (int l = 0; l < e->L; l++)
-        total += sumsq[l];
-    rp_status s = rp_clip_coef(total, e->o->grad_clip, norm, coef, err);
-    if (s != RP_OK)
-        rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
-    return s;
+    int tied = l == 0 && e->tied;
+    for (int g = 0; g < e->P; g++) {
+        RP_TRY(rp_engine_wait(e, RP_EV_GRAD, l, g, (uint64_t)t, who, 1, err));
+        if (tied) /* the tail brought the LM head's part */
+            RP_TRY(rp_engine_wait(e, RP_EV_GRAD, e->L - 1, g, (uint64_t)t, who, 1, err));
+    }
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    size_t b0, b1, lo, hi;
+    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+    float *acc = e->p->st[l].grad;
+    if (tied || e->P > 1) {
+        const float *t0p = tied ? rp_engine_tied_grad(e, 0) : NULL;
+#pragma omp parallel for schedule(static) if (hi - lo > 65536)
+        for (size_t k = lo; k < hi; k++) { /* elementwise: the same bits on any split */
+            float s = acc[k];
+            if (t0p)
+                s += t0p[k];
+            for (int g = 1; g < e->P; g++) {
+                float part = rp_engine_grad(e, g, l)[k];
+                if (tied)
+                    part += rp_engine_tied_grad(e, g)[k];
+                s += part;
+            }
+            acc[k] = s;
+        }
+    }
+    size_t n = e->p->layers[l].numel;
+    double *part = rp_engine_sumsq(e, t, l);
+#pragma omp parallel for schedule(static) if (b1 - b0 > 1)
+    for (size_t b = b0; b < b1; b++)
+        part[b] = rp_clip_block_sumsq(acc, n, b);
+    if (e->trace && (tied || e->P > 1)) {
+        char span[48];
+        snprintf(span, sizeof span, "sum layer %d (it %lld)", l, (long long)t);
+        rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
+    }
+    rp_engine_signal(e, RP_EV_SUMMED, l, e->rank, (uint64_t)t);
+    return RP_OK;
 }
 
 /* With --optimizer-lag 1 the update of iteration t may only change layer l
@@ -51,71 +89,65 @@ static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, r
     if (!e->o->optimizer_lag || t >= e->last)
         return RP_OK;
     uint64_t next = (uint64_t)(t + 1);
-    RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, l, t + 1), 0, next, who, 1, err));
-    if (l < rp_plan_tail_first(&e->plan))
-        RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_fwd(e, l, t + 1), 0, next, who, 1, err));
-    if (l == 0 && e->tied) /* the tail reads the embedding as its LM head */
-        RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, e->L - 1, t + 1), 0, next, who, 1, err));
+    for (int g = 0; g < e->P; g++) {
+        RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, l, t + 1), g, next, who, 1, err));
+        if (l < rp_plan_tail_first(&e->plan))
+            RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_fwd(e, l, t + 1), g, next, who, 1,
+                                  err));
+        if (l == 0 && e->tied) /* the tail reads the embedding as its LM head */
+            RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, e->L - 1, t + 1), g, next, who,
+                                  1, err));
+    }
+    return RP_OK;
+}
+
+static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int skip,
+                              const char *who, rp_error *err)
+{
+    RP_TRY(wait_uploads(e, l, t, who, err));
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    size_t b0, b1, lo, hi;
+    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+    if (!skip)
+        update_share(e, l, t, coef, lo, hi);
+    if (e->trace && hi > lo) {
+        char span[48];
+        snprintf(span, sizeof span, "adamw layer %d (it %lld)", l, (long long)t);
+        rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
+    }
+    rp_engine_signal(e, RP_EV_VERSION, l, e->rank, (uint64_t)t);
     return RP_OK;
 }
 
 static rp_status run(rp_engine *e, rp_error *err)
 {
-    int *order = malloc(sizeof(int) * (size_t)e->L);
-    if (!order)
-        return rp_error_set(err, RP_ERR_NOMEM, "optimizer order");
-    rp_status s = RP_OK;
     char who[64];
-    for (int64_t t = e->first; s == RP_OK && t <= e->last; t++) {
-        /* the layers of this rank's tail/backward jobs of iteration t */
-        int n = 0;
-        for (int j = e->plan.nfwd; j < e->J; j++) {
-            if (rp_engine_executor(e, t, j) != e->rank)
-                continue;
-            rp_job job = rp_schedule_job(&e->plan, j);
-            for (int l = job.last; l >= job.first; l--)
-                order[n++] = l;
-        }
-        if (n == 0)
-            continue;
+    int clip = e->o->grad_clip > 0;
+    for (int64_t t = e->first; t <= e->last; t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
-        float coef = 1.0f;
-        double norm = 0.0;
-        if (e->o->grad_clip > 0)
-            s = clip_coef(e, t, &norm, &coef, who, err);
-        if (e->o->grad_clip > 0 && !e->o->optimizer_lag) {
-            /* by need: ascending layers. (A lagged update waits for the next
-             * iteration's uploads, which come top down: keep job order.) */
-            for (int a = 0; a < n / 2; a++) {
-                int tmp = order[a];
-                order[a] = order[n - 1 - a];
-                order[n - 1 - a] = tmp;
-            }
-        }
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
-        for (int k = 0; s == RP_OK && k < n; k++) {
-            int l = order[k];
-            s = rp_engine_wait(e, RP_EV_GRAD, l, 0, (uint64_t)t, who, 1, err);
-            if (s == RP_OK)
-                s = wait_uploads(e, l, t, who, err);
-            /* updates of a layer apply in iteration order (AdamW's moments);
-             * implied by the events above except for a lagged last update */
-            if (s == RP_OK)
-                s = rp_engine_wait(e, RP_EV_VERSION, l, 0, (uint64_t)(t - 1), who, 1, err);
-            uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-            if (s == RP_OK && !skip)
-                s = update_layer(e, l, t, coef);
-            if (e->trace) {
-                char span[48];
-                snprintf(span, sizeof span, "adamw layer %d (it %lld)", l, (long long)t);
-                rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-            }
-            if (s == RP_OK)
-                rp_engine_signal(e, RP_EV_VERSION, l, 0, (uint64_t)t);
+        /* gradients land top down (the tail first) */
+        for (int l = e->L - 1; l >= 0; l--) {
+            RP_TRY(sum_share(e, l, t, who, err));
+            if (!clip)
+                RP_TRY(update_layer(e, l, t, 1.0f, skip, who, err));
+        }
+        if (!clip)
+            continue;
+        double total, norm;
+        float coef;
+        RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
+        rp_status s = rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err);
+        if (s != RP_OK)
+            return rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
+        /* by need: ascending layers. (A lagged update waits for the next
+         * iteration's uploads, which come top down: keep that order.) */
+        for (int k = 0; k < e->L; k++) {
+            int l = e->o->optimizer_lag ? e->L - 1 - k : k;
+            RP_TRY(update_layer(e, l, t, coef, skip, who, err));
         }
     }
-    free(order);
-    return s;
+    return RP_OK;
 }
 
 void *rp_engine_optimizer_main(void *arg)

@@ -122,11 +122,16 @@ void rp_params_destroy(rp_params **pp)
 
 void rp_params_sync_compute(rp_params *p, int l)
 {
+    rp_params_sync_compute_range(p, l, 0, p->st[l].desc->numel);
+}
+
+void rp_params_sync_compute_range(rp_params *p, int l, size_t lo, size_t hi)
+{
     rp_layer_state *ls = &p->st[l];
-    if (ls->compute == ls->master)
+    if (ls->compute == ls->master || hi <= lo)
         return;
-    memcpy(ls->compute, ls->master, ls->desc->numel * sizeof(float));
-    rp_f32_round_bf16(ls->compute, ls->desc->numel);
+    memcpy(ls->compute + lo, ls->master + lo, (hi - lo) * sizeof(float));
+    rp_f32_round_bf16(ls->compute + lo, hi - lo);
 }
 
 void rp_params_init_random(rp_params *p, uint64_t seed)

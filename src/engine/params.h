@@ -63,6 +63,8 @@ rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype
 
 /* Refresh the compute copies from the masters (after an update). */
 void rp_params_sync_compute(rp_params *p, int layer);
+/* The same for elements [lo, hi) of the layer's flat parameter vector. */
+void rp_params_sync_compute_range(rp_params *p, int layer, size_t lo, size_t hi);
 
 void rp_params_zero_grad(rp_params *p);
 

@@ -14,6 +14,7 @@
 #include "io/config.h"
 #include "model/layers.h"
 #include "model/layout.h"
+#include "optim/clip.h"
 #include "store/bind.h"
 
 /* ---- shared helpers used by the engine's threads ------------------------ */
@@ -102,6 +103,51 @@ void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs,
     }
 }
 
+void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, size_t *lo,
+                     size_t *hi)
+{
+    size_t n = e->p->layers[l].numel, block, nblk = rp_clip_blocks(n, &block);
+    *b0 = nblk * (size_t)r / (size_t)e->size;
+    *b1 = nblk * (size_t)(r + 1) / (size_t)e->size;
+    *lo = *b0 * block < n ? *b0 * block : n;
+    *hi = *b1 * block < n ? *b1 * block : n;
+}
+
+rp_status rp_engine_wait_version(rp_engine *e, int l, uint64_t need, const char *job,
+                                 int background, rp_error *err)
+{
+    for (int r = 0; r < e->size; r++)
+        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, l, r, need, job, background, err));
+    return RP_OK;
+}
+
+int rp_engine_at_version(const rp_engine *e, int l, uint64_t need)
+{
+    for (int r = 0; r < e->size; r++)
+        if (rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, l, r}) < need)
+            return 0;
+    return 1;
+}
+
+rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
+                                rp_error *err)
+{
+    for (int l = 0; l < e->L; l++)
+        for (int r = 0; r < e->size; r++)
+            RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, l, r, (uint64_t)t, who, 1, err));
+    double sum = 0.0;
+    for (int l = 0; l < e->L; l++) {
+        size_t block, nblk = rp_clip_blocks(e->p->layers[l].numel, &block);
+        const double *part = rp_engine_sumsq(e, t, l);
+        double layer = 0.0; /* as rp_clip_sumsq adds its blocks */
+        for (size_t b = 0; b < nblk; b++)
+            layer += part[b];
+        sum += layer;
+    }
+    *total = sum;
+    return RP_OK;
+}
+
 /* ---- setup ---------------------------------------------------------------- */
 
 /* Iterations run under the cost model's plan before re-planning from
@@ -114,14 +160,14 @@ void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs,
 static void read_fault(rp_engine *e)
 {
     static const char *kinds[] = {"fwd_out", "bwd_out", "saved", "grad", "version", "slot_free",
-                                  "uploaded"};
+                                  "uploaded", "summed"};
     e->drop_kind = -1;
     const char *f = getenv("RP_FAULT_DROP_SIGNAL");
     char name[16];
     int index, micro;
     if (!f || sscanf(f, "%15[a-z_]:%d:%d", name, &index, &micro) != 3)
         return;
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < (int)(sizeof kinds / sizeof *kinds); k++)
         if (strcmp(name, kinds[k]) == 0) {
             e->drop_kind = k;
             e->drop_index = index;
@@ -212,7 +258,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     }
     rp_machine mc;
     memset(&mc, 0, sizeof mc);
-    mc.gpus = e->size;
+    mc.gpus = e->V;
     mc.microbatches = (int)e->M;
     mc.link_gbs = 10.0;
     mc.transfer_ms = 0.01;
@@ -225,7 +271,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     size_t wsb = rp_block_workspace_floats(&e->p->cfg, e->per, e->S);
     size_t wsh = rp_head_workspace_floats(&e->p->cfg, e->T, RP_HEAD_CHUNK);
     mc.workspace_bytes = (int64_t)((wsb > wsh ? wsb : wsh) * sizeof(float));
-    rp_status s = rp_partition(cm, &mc, e->size, plan, NULL, err);
+    rp_status s = rp_partition(cm, &mc, e->V / e->P, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;
 }
@@ -237,10 +283,16 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
         s = rp_plan_parse(e->o->plan, e->L, &e->plan, err);
     else if (e->rank == 0)
         s = plan_auto(e, NULL, NULL, &e->plan, err);
-    if (s == RP_OK && e->plan.width != 0 && e->plan.width != e->size)
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "plan width %d: the engine runs one "
-                         "round-robin pipeline over all %d executors (width 0)", e->plan.width,
-                         e->size);
+    /* --pipelines P fixes the width: G/P executors per pipeline (one when
+     * there are fewer executors than pipelines: then several pipelines
+     * share an executor, one after the other) */
+    int width = e->V / e->P;
+    if (s == RP_OK && e->plan.width == 0 && width != e->V)
+        e->plan.width = width;
+    if (s == RP_OK && (e->plan.width == 0 ? e->V : e->plan.width) != width)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--plan: width %d, but %d pipeline(s) on %d "
+                         "executor(s) have width %d (set by --pipelines)", e->plan.width, e->P,
+                         e->size, width);
     RP_TRY(agree(s, comm, err));
     /* the leader's plan is everyone's plan */
     MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
@@ -251,7 +303,7 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 /* The store that lives for the whole run: parameters and optimizer state,
  * the tied head's gradient part, and the abort flag. */
 typedef struct param_map {
-    size_t params, tied, ctrl;
+    size_t params, tied, group, ctrl;
 } param_map;
 
 static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_config *cfg,
@@ -260,11 +312,21 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_store_layout *lay = NULL;
     RP_TRY(rp_store_layout_create(&lay, err));
     size_t vh = e->tied ? (size_t)(cfg->vocab_size * e->H) : 0;
+    /* gradients of pipelines 1..P-1, 64-byte aligned per layer */
+    e->gstride = 0;
+    for (int l = 0; l < e->L; l++) {
+        e->goff[l] = e->gstride;
+        e->gstride += (e->p->layers[l].numel + 15) & ~(size_t)15;
+    }
     rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, e->o->dtype),
                                       RP_STORE_ALIGN_PAGE, &map->params, err);
     if (s == RP_OK)
-        s = rp_store_layout_add(lay, "tied-grad", vh * sizeof(float), RP_STORE_ALIGN_PAGE,
-                                &map->tied, err);
+        s = rp_store_layout_add(lay, "tied-grad", (size_t)e->P * vh * sizeof(float),
+                                RP_STORE_ALIGN_PAGE, &map->tied, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "pipeline-grads",
+                                (size_t)(e->P - 1) * e->gstride * sizeof(float),
+                                RP_STORE_ALIGN_PAGE, &map->group, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
     rp_store_params sp;
@@ -281,6 +343,7 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     e->pinned[0] = base;
     e->pinned_bytes[0] = rp_store_bytes(*out);
     e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
+    e->group_grad = (float *)(base + map->group);
     e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
     return RP_OK;
 }
@@ -301,10 +364,15 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     dims.count[RP_EV_BWD_OUT] = e->plan.nbwd;
     dims.micro[RP_EV_BWD_OUT] = (int)e->M;
     dims.count[RP_EV_GRAD] = e->L;
+    dims.micro[RP_EV_GRAD] = e->P;
     dims.count[RP_EV_VERSION] = e->L;
+    dims.micro[RP_EV_VERSION] = e->size;
     dims.count[RP_EV_SLOT_FREE] = rp_slot_count(e);
     dims.micro[RP_EV_SLOT_FREE] = (int)e->M;
     dims.count[RP_EV_UPLOADED] = 4 * e->L;
+    dims.micro[RP_EV_UPLOADED] = e->P;
+    dims.count[RP_EV_SUMMED] = e->L;
+    dims.micro[RP_EV_SUMMED] = e->size;
     for (int k = 0; k < RP_EV_KIND_COUNT; k++)
         if (dims.micro[k] == 0)
             dims.micro[k] = 1;
@@ -450,6 +518,24 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     e->S = o->seq_len;
     e->T = e->per * e->S;
     e->A = (size_t)(e->T * e->H);
+    e->P = o->pipelines > 0 ? o->pipelines : 1;
+    e->V = e->size > e->P ? e->size : e->P;
+    e->Mg = e->M / e->P;
+    e->goff = calloc((size_t)e->L, sizeof(size_t));
+    s = e->goff ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "pipeline gradient offsets");
+    if (s == RP_OK && (e->M % e->P != 0 || e->V % e->size != 0 || e->V % e->P != 0))
+        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--pipelines %d: needs a divisor of the %lld "
+                         "microbatches that divides, or is a multiple of, the %d executors",
+                         e->P, (long long)e->M, e->size);
+    if (s == RP_OK && o->optimizer_lag && e->P > e->size)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--optimizer-lag 1 with --pipelines %d needs at "
+                         "least %d executors (one pipeline per executor at most), not %d", e->P,
+                         e->P, e->size);
+    if (s != RP_OK) {
+        free(e->goff);
+        free(probe.layers);
+        return agree(s, comm, err);
+    }
 
     s = rp_dataset_open(o->data, o->loss_mask, e->S, cfg.vocab_size, &e->ds, err);
     if (s == RP_OK) {
@@ -552,6 +638,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     rp_params_destroy(&shared);
     free(probe.layers);
     free(e->meas_ms);
+    free(e->goff);
     if (pstore)
         rp_store_destroy(&pstore);
     rp_dataset_close(&e->ds);

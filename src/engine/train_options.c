@@ -27,6 +27,7 @@ void rp_train_options_default(rp_train_options *o)
     o->timeout_s = 600.0;
     o->chunk_mib = 16.0;
     o->bind = 1;
+    o->pipelines = 1;
 }
 
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
@@ -77,6 +78,10 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--chunk-mib must be > 0");
     if (!(o->memory_limit_mib >= 0) || !isfinite(o->memory_limit_mib))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--memory-limit-mib must be >= 0");
+    if (o->pipelines < 1 || m % o->pipelines != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--pipelines %d must be >= 1 and divide the %lld microbatches",
+                            o->pipelines, (long long)m);
     if (o->threads < 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--threads must be >= 0");
     return RP_OK;

@@ -49,6 +49,8 @@ typedef struct rp_train_options {
     const char *trace;       /* --trace FILE (Chrome trace JSON) */
     double memory_limit_mib; /* --memory-limit-mib: device memory the planner may use, 0 = none */
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */
+    int pipelines;           /* --pipelines P: independent round-robin pipelines over the
+                                executors, each with M/P microbatches (default 1) */
 } rp_train_options;
 
 /* Fill with the documented defaults. */

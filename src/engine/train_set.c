@@ -77,6 +77,9 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     } else if (IS("optimizer-lag")) {
         RP_TRY(rp_arg_int(opt, a, 0, 1, &v, err));
         o->optimizer_lag = (int)v;
+    } else if (IS("pipelines")) {
+        RP_TRY(rp_arg_int(opt, a, 1, 4096, &v, err));
+        o->pipelines = (int)v;
     } else if (IS("recompute")) {
         static const char *const words[] = {"stage", "layer", NULL};
         RP_TRY(parse_word(opt, a, words, &w, err));

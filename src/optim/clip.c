@@ -7,7 +7,6 @@
  * are at most RP_CLIP_MAX_BLOCKS of them, so the partial sums fit on the
  * stack. Both depend on n only, never on the thread count. */
 #define RP_CLIP_MIN_BLOCK 16384
-#define RP_CLIP_MAX_BLOCKS 256
 #define RP_CLIP_LANES 8
 
 /* Left to right in RP_CLIP_LANES interleaved accumulators (element i goes to
@@ -29,14 +28,29 @@ static double block_sumsq(const float *g, size_t n)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+size_t rp_clip_blocks(size_t n, size_t *block)
+{
+    size_t bl = (n + RP_CLIP_MAX_BLOCKS - 1) / RP_CLIP_MAX_BLOCKS;
+    if (bl < RP_CLIP_MIN_BLOCK)
+        bl = RP_CLIP_MIN_BLOCK;
+    *block = bl;
+    return (n + bl - 1) / bl;
+}
+
+double rp_clip_block_sumsq(const float *g, size_t n, size_t b)
+{
+    size_t block, nblk = rp_clip_blocks(n, &block);
+    if (b >= nblk)
+        return 0.0;
+    size_t lo = b * block, len = n - lo < block ? n - lo : block;
+    return block_sumsq(g + lo, len);
+}
+
 double rp_clip_sumsq(const float *g, size_t n)
 {
     if (n == 0)
         return 0.0;
-    size_t block = (n + RP_CLIP_MAX_BLOCKS - 1) / RP_CLIP_MAX_BLOCKS;
-    if (block < RP_CLIP_MIN_BLOCK)
-        block = RP_CLIP_MIN_BLOCK;
-    size_t nblk = (n + block - 1) / block;
+    size_t block, nblk = rp_clip_blocks(n, &block);
     double part[RP_CLIP_MAX_BLOCKS];
 #pragma omp parallel for schedule(static) if (nblk > 1)
     for (size_t b = 0; b < nblk; b++) {

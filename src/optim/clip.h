@@ -19,6 +19,16 @@
  * sum (Inf or NaN), which rp_clip_coef reports. */
 double rp_clip_sumsq(const float *g, size_t n);
 
+/* The blocks rp_clip_sumsq cuts a tensor of n elements into: returns their
+ * count (at most RP_CLIP_MAX_BLOCKS, 0 for n = 0) and sets *block to their
+ * length (the last may be shorter). rp_clip_sumsq(g, n) is exactly
+ * 0.0 + s[0] + s[1] + ... in index order, s[b] = rp_clip_block_sumsq(g, n, b),
+ * so several threads or ranks that each sum some blocks, added up in block
+ * order, get the same bits. */
+#define RP_CLIP_MAX_BLOCKS 256
+size_t rp_clip_blocks(size_t n, size_t *block);
+double rp_clip_block_sumsq(const float *g, size_t n, size_t b);
+
 /* From the total sum of squares of all gradients: the global norm (always
  * written, for logging) and the factor to multiply gradients by: 1 when
  * max_norm <= 0 (clipping off) or when the norm is already within
