@@ -264,6 +264,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     mc.transfer_ms = 0.01;
     mc.opt_gbs = 10.0;
     mc.opt_bytes_per_param = 28.0;
+    mc.opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
     mc.optimizer_lag = e->o->optimizer_lag;
     mc.clip = e->o->grad_clip > 0;
     mc.iterations = 6;
