@@ -4,7 +4,8 @@
  * model from a config.json; honour a forced plan; and fail with exit code 2
  * and a message naming the option for a bad command line, exit code 1 and a
  * message naming file, line and field for a bad layer file, and a message
- * naming the layer when it cannot fit the memory limit. */
+ * naming the layer when it cannot fit the memory limit; the sparse-embedding
+ * lever is labelled as not in the engine and reports its rows fraction. */
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -97,6 +98,7 @@ START_TEST(plan_json_agrees_with_the_partitioner)
     mc.microbatches = 16;
     mc.transfer_ms = m->default_transfer_ms;
     mc.defer_wgrad = 1;
+    mc.opt_spread = 1; /* the command's default: every rank updates a share, as the engine */
     mc.memory_limit = (int64_t)22528 << 20;
     mc.tokens_per_iteration = m->tokens_per_microbatch * 16;
     rp_sim_result r;
@@ -145,6 +147,22 @@ START_TEST(simulate_compares_schedules)
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
     ck_assert(strstr(out_text, "GPipe") && strstr(out_text, "1F1B") &&
               strstr(out_text, "exact / lagged throughput"));
+    /* the sparse-embedding lever: labelled as not in the engine; its rows
+     * fraction derived from the file (16 x 16777216 / 622329856) */
+    snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 6 --sparse-embedding 1",
+             paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    j = json_tokener_parse(out_text);
+    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
+    ck_assert(json_object_object_get_ex(j, "sparse_embedding", &v) && json_object_get_int(v) == 1);
+    ck_assert(json_object_object_get_ex(j, "embed_rows_frac", &v));
+    ck_assert(fabs(json_object_get_double(v) - 16.0 * 16777216 / 622329856) < 1e-5);
+    json_object_put(j);
+    snprintf(cmd, sizeof cmd,
+             "simulate --layers %s --iterations 6 --sparse-embedding 1 --embed-rows-frac 0.15",
+             paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    ck_assert(strstr(out_text, "NOT in the engine") && strstr(out_text, "0.1500"));
 }
 END_TEST
 
@@ -185,6 +203,10 @@ START_TEST(bad_command_lines_and_files)
         {"--init-config x.json", "exactly one of"},
         {"--plan fwd=0-3;bwd=9", "plan 'fwd=0-3;bwd=9'"},
         {"--width 3", "width 3"},
+        {"--sparse-embedding 2", "--sparse-embedding"},
+        {"--sparse-embedding 1 --embed-rows-frac 0", "--embed-rows-frac: 0 is not in (0, 1]"},
+        {"--sparse-embedding 1 --embed-rows-frac 1.5", "--embed-rows-frac: 1.5 is not in"},
+        {"--embed-rows-frac 0.5", "--embed-rows-frac applies only with --sparse-embedding 1"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, "plan --layers %s %s", paper("qwen3-1.7b.txt"), usage[i].args);
@@ -214,6 +236,7 @@ START_TEST(bad_command_lines_and_files)
     /* help */
     ck_assert_int_eq(run(rp_cli_simulate, "simulate --help"), 0);
     ck_assert(strstr(out_text, "--optimizer-lag") != NULL);
+    ck_assert(strstr(out_text, "--sparse-embedding 0|1 model a lever the engine does NOT") != NULL);
 }
 END_TEST
 

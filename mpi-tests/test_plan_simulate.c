@@ -8,7 +8,15 @@
  * uploads faster than compute are hidden; GPipe and 1F1B with equal stages
  * show the (S-1)/(M+S-1) bubble; exact is never faster than lagged; the
  * device memory of a job is its weights + the next job's + gradients +
- * activations + buffers + workspace. */
+ * activations + buffers + workspace.
+ * The sparse-embedding lever (a model of what the engine does not do yet):
+ * off, it is the dense model whatever rows fraction is set; on, jobs holding
+ * the embedding move only the rows' share of its weights and gradient (all
+ * of it at rows fraction 1, where the optimizer's work is the dense
+ * model's); the next forward waits only for the update of the rows it
+ * reads, the tail (tied head, or any tail when untied) also for the rest;
+ * a tied head's gradient is summed as soon as it lands; the derived rows
+ * fraction is tokens over vocabulary rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +255,158 @@ START_TEST(bad_machines_are_rejected)
 }
 END_TEST
 
+/* A 3-layer model on one executor, M = 1, for hand-computed schedules:
+ * jobs F0 (embedding, 0 ms), F1 (block, 1 ms), T (head, 1 + 2 ms),
+ * B1 (block, 1 + 2 ms), B2 (embedding, 0 ms): 7 ms of compute. No uploads;
+ * the embedding has 2e6 parameters (a 2 ms update: 1e6 bytes per ms). */
+static rp_cost_model *tiny_lm(int tied)
+{
+    rp_cost_model *m = uniform(3, 1.0, 2.0);
+    m->layers[0].kind = RP_LAYER_EMBED;
+    m->layers[0].fwd_ms = m->layers[0].bwd_ms = 0.0;
+    m->layers[0].opt_params = 2000000;
+    m->layers[1].kind = RP_LAYER_BLOCK;
+    m->layers[2].kind = RP_LAYER_HEAD;
+    m->layers[2].tied_to = tied ? 0 : -1;
+    return m;
+}
+
+START_TEST(sparse_embedding_off_is_the_dense_model)
+{
+    rp_cost_model *m = tiny_lm(1);
+    m->layers[2].grad_bytes = 1000000; /* the tied head's gradient: 1 ms down, 1 ms to sum */
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_machine mc = machine(1, 1, 0);
+    rp_sim_result r;
+    /* T ends at X - 3, its gradient is on the host at X - 2; B2 ends at X;
+     * layer 0's update (2 ms + the head's gradient summed in, 1 ms) runs
+     * X..X+3, then the next iteration's 7 ms */
+    CLOSE(sim(m, &p, &mc, &r), 10.0);
+    /* a rows fraction alone changes nothing */
+    mc.embed_rows_frac = 0.25;
+    CLOSE(sim(m, &p, &mc, &r), 10.0);
+    /* nor does the lever when layer 0 is not an embedding */
+    mc.sparse_embed = 1;
+    m->layers[0].kind = RP_LAYER_BLOCK;
+    CLOSE(sim(m, &p, &mc, &r), 10.0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(sparse_embedding_moves_only_the_rows_read)
+{
+    rp_cost_model *m = tiny_lm(0);
+    m->layers[0].grad_bytes = 4000000; /* dense: a 4 ms download after B2 */
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_machine mc = machine(1, 1, 0);
+    rp_sim_result off, on;
+    /* dense: B2 ends at X, its gradient is down at X+4, updated at X+6 */
+    CLOSE(sim(m, &p, &mc, &off), 7.0 + 4.0 + 2.0);
+    /* rows fraction 1: the same bytes, the same work, the same schedule */
+    mc.sparse_embed = 1;
+    mc.embed_rows_frac = 1.0;
+    CLOSE(sim(m, &p, &mc, &on), 13.0);
+    CLOSE(on.opt_ms, off.opt_ms);
+    /* a quarter of the rows: download 1 ms (X+1), part (a) 0.5 ms (X+1.5),
+     * F0 and F1 run X+1.5..X+2.5; part (b) 1.5 ms ends X+3, when the tail
+     * (untied: it waits for (b), conservatively) may start: 3 + 6 = 9 */
+    mc.embed_rows_frac = 0.25;
+    CLOSE(sim(m, &p, &mc, &on), 9.0);
+    /* every row is still updated: the same optimizer time */
+    CLOSE(on.opt_ms, off.opt_ms);
+    /* uploads: the embedding table (8 ms) goes up with F0 and B2 */
+    m->layers[0].weight_bytes = 8000000;
+    mc.optimizer_lag = 1; /* (uploads then overlap; only their sum is checked) */
+    mc.sparse_embed = 0;
+    CLOSE((sim(m, &p, &mc, &off), off.upload_ms), 16.0);
+    mc.sparse_embed = 1;
+    mc.embed_rows_frac = 1.0;
+    CLOSE((sim(m, &p, &mc, &on), on.upload_ms), 16.0);
+    mc.embed_rows_frac = 0.25;
+    CLOSE((sim(m, &p, &mc, &on), on.upload_ms), 4.0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(sparse_embedding_next_forward_waits_for_its_rows_only)
+{
+    rp_cost_model *m = tiny_lm(1);
+    m->layers[2].grad_bytes = 1000000;
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_machine mc = machine(1, 1, 0);
+    mc.sparse_embed = 1;
+    mc.embed_rows_frac = 0.25;
+    rp_sim_result r;
+    /* the head's gradient lands at X-2 and is summed X-2..X-1 (during B1);
+     * part (a), 0.5 ms, runs X..X+0.5: F0 starts X+0.5, F1 ends X+1.5;
+     * part (b), 1.5 ms, ends X+2, and the tied head reads the whole table:
+     * T runs X+2..X+5, B1 X+5..X+8; period 8 (dense: 10) */
+    CLOSE(sim(m, &p, &mc, &r), 8.0);
+    /* a longer block hides part (b): F1 ends X+0.5+2.5 = X+3 > X+2, and the
+     * period is 0.5 + the compute (2.5 + 1 + 2 + 2.5 + 2 + 0 = 10) */
+    m->layers[1].fwd_ms = 2.5;
+    CLOSE(sim(m, &p, &mc, &r), 10.5);
+    /* dense for comparison: 10 + 3 */
+    mc.sparse_embed = 0;
+    CLOSE(sim(m, &p, &mc, &r), 13.0);
+    rp_cost_model_destroy(&m);
+    /* two executors, width 1: two groups of one microbatch each, side by
+     * side; untied; the update split over both ranks. The rows fraction is
+     * derived: out 1000 bytes per microbatch over a 4000-byte table gives
+     * 0.5 for the iteration (M = 2), 0.25 for a group (0.001 ms of upload) */
+    m = tiny_lm(0);
+    m->layers[0].grad_bytes = 4000000;
+    m->layers[0].out_bytes = 1000;
+    m->layers[0].weight_bytes = 4000;
+    p.width = 1;
+    mc = machine(2, 2, 0);
+    mc.opt_spread = 1;
+    /* dense: download 4 ms (X+4); update 2 ms + the other group's copy 4 ms,
+     * over two ranks: X+7; F0's upload 0.004 ms; then 7 ms */
+    CLOSE(sim(m, &p, &mc, &r), 7.0 + 7.0 + 0.004);
+    ck_assert_int_eq(r.groups, 2);
+    /* sparse: download a quarter, 1 ms (X+1); part (a) = the other group's
+     * part 1e6 + half the rows 1e6, over two ranks: X+2; F0's upload of a
+     * quarter of the table 0.001 ms; F1 ends X+3.001; part (b), half the
+     * rows over two ranks, ends X+2.5 and does not hold the tail */
+    mc.sparse_embed = 1;
+    CLOSE(sim(m, &p, &mc, &r), 7.0 + 2.001);
+    CLOSE(r.upload_ms, 0.002);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(embedding_rows_fraction_bound)
+{
+    rp_cost_model *m = tiny_lm(1);
+    m->layers[0].out_bytes = 1000;     /* 1000 bytes of hidden values per microbatch */
+    m->layers[0].weight_bytes = 16000; /* 16 microbatches' worth of rows */
+    rp_machine mc = machine(1, 4, 0);
+    CLOSE(rp_machine_embed_rows_frac(m, &mc, 4), 0.25);
+    CLOSE(rp_machine_embed_rows_frac(m, &mc, 2), 0.125);
+    CLOSE(rp_machine_embed_rows_frac(m, &mc, 32), 1.0);
+    mc.embed_rows_frac = 0.3; /* given: every group assumed to read all of them */
+    CLOSE(rp_machine_embed_rows_frac(m, &mc, 1), 0.3);
+    mc.embed_rows_frac = 0;
+    m->layers[0].out_bytes = 0; /* unknown: dense */
+    CLOSE(rp_machine_embed_rows_frac(m, &mc, 4), 1.0);
+    m->layers[0].out_bytes = 1000;
+    m->layers[0].kind = RP_LAYER_BLOCK;
+    CLOSE(rp_machine_embed_rows_frac(m, &mc, 4), 1.0);
+    /* out of range is refused, naming the field */
+    rp_error err;
+    mc.embed_rows_frac = 1.5;
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "embedding rows fraction") != NULL, "%s", err.msg);
+    mc.embed_rows_frac = -0.1;
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_ERR_INVALID_ARG);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
 static Suite *plan_simulate_suite(void)
 {
     Suite *s = suite_create("plan_simulate");
@@ -258,6 +418,10 @@ static Suite *plan_simulate_suite(void)
     tcase_add_test(tc, exact_is_never_faster_than_lagged);
     tcase_add_test(tc, job_memory_adds_up);
     tcase_add_test(tc, bad_machines_are_rejected);
+    tcase_add_test(tc, sparse_embedding_off_is_the_dense_model);
+    tcase_add_test(tc, sparse_embedding_moves_only_the_rows_read);
+    tcase_add_test(tc, sparse_embedding_next_forward_waits_for_its_rows_only);
+    tcase_add_test(tc, embedding_rows_fraction_bound);
     suite_add_tcase(s, tc);
     return s;
 }

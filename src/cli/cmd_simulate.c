@@ -71,12 +71,14 @@ int rp_cli_simulate(int argc, char **argv)
         int ex = o.mc.optimizer_lag ? 1 : 0, lg = 1 - ex;
         double ratio = rows[lg].r.iteration_ms / rows[ex].r.iteration_ms;
         int G = o.mc.gpus;
+        double efrac = rp_machine_embed_rows_frac(o.model, &o.mc, o.mc.microbatches);
         if (o.json) {
             printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
                    "\"bandwidth_gbs\": %g, \"transfer_ms\": %g, \"optimizer_gbs\": %g, "
+                   "\"sparse_embedding\": %d, \"embed_rows_frac\": %.6g, "
                    "\"exact_over_lagged_throughput\": %.6g, \"schedules\": [",
                    o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
-                   o.mc.transfer_ms, o.mc.opt_gbs, ratio);
+                   o.mc.transfer_ms, o.mc.opt_gbs, o.mc.sparse_embed, efrac, ratio);
             for (int i = 0; i < 4; i++) {
                 const rp_sim_result *r = &rows[i].r;
                 printf("%s{\"name\": \"%s\", \"plan\": \"%s\", \"iteration_ms\": %.6g, "
@@ -95,6 +97,10 @@ int rp_cli_simulate(int argc, char **argv)
                    "hand-over %g ms, optimizer %g GB/s per rank\n",
                    o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
                    o.mc.transfer_ms, o.mc.opt_gbs);
+            if (o.mc.sparse_embed)
+                printf("modelled lever, NOT in the engine yet: sparse embedding gradient + "
+                       "row-priority embedding update, rows fraction %.4f per iteration%s\n",
+                       efrac, o.mc.embed_rows_frac > 0 ? " (given)" : " (bound: every token distinct)");
             for (int i = 0; i < 2; i++)
                 printf("plan (%s): %s (width %d)\n", rows[i].name, rows[i].plan, rows[i].r.width);
             printf("\n%-30s %12s %12s %12s %12s  %s\n", "schedule", "iter ms", "tokens/s",

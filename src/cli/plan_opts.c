@@ -15,7 +15,7 @@
 enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
-    O_PLAN, O_ITERS, O_HOSTGBS, O_JSON, O_HELP
+    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_JSON, O_HELP
 };
 
 static const struct option opts[] = {
@@ -42,6 +42,8 @@ static const struct option opts[] = {
     {"plan", required_argument, 0, O_PLAN},
     {"iterations", required_argument, 0, O_ITERS},
     {"host-gbs", required_argument, 0, O_HOSTGBS},
+    {"sparse-embedding", required_argument, 0, O_SPARSE},
+    {"embed-rows-frac", required_argument, 0, O_ROWS},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -67,12 +69,21 @@ const char rp_plan_cli_options_usage[] =
     "  --optimizer-lag 0|1    0: exact (default); 1: one step stale\n"
     "  --grad-clip C          C > 0: global-norm clipping (updates wait for all gradients)\n"
     "  --defer-wgrad 0|1      weight-gradient work after the input gradient is sent (default 1)\n"
-    "  --optimizer-spread 0|1 split each layer's update over all ranks (default 0)\n"
+    "  --optimizer-spread 0|1 split each layer's update over all ranks (default 1, as the\n"
+    "                         engine does; 0: on the rank that produced the gradient)\n"
     "  --width W              pipeline width (default: the planner chooses)\n"
     "  --plan STRING          force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]\n"
     "  --iterations N         simulated iterations (default 12; second half measured)\n"
     "  --host-gbs X           host memory GB/s shared by all ranks, a bound on the\n"
     "                         traffic of an iteration (default 0: not modelled)\n"
+    "  --sparse-embedding 0|1 model a lever the engine does NOT implement yet: sparse\n"
+    "                         embedding gradient (rows of the batch's tokens only, the\n"
+    "                         same for the embedding upload) + row-priority embedding\n"
+    "                         update (rows the next forward reads first, the rest\n"
+    "                         after all blocks); default 0 (the engine's dense update)\n"
+    "  --embed-rows-frac X    0 < X <= 1: share of the vocabulary an iteration reads,\n"
+    "                         for --sparse-embedding 1 (default: min(1, tokens per\n"
+    "                         iteration / vocabulary rows), every token distinct)\n"
     "  --json                 print JSON instead of a table\n";
 
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
@@ -99,9 +110,11 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     o->mc.defer_wgrad = 1;
     const char *layers = NULL, *config = NULL, *plan = NULL;
     char *config_buf = NULL;
-    int64_t G = 0, M = 0, S = 1024, B = 0, mem = 0, ws = 256, lag = 0, defer = 1, spread = 0;
+    int64_t G = 0, M = 0, S = 1024, B = 0, mem = 0, ws = 256, lag = 0, defer = 1, spread = 1;
     int64_t width = 0, iters = 12, cb = 2;
     double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
+    double rows = 0;
+    int64_t sparse = 0;
     int have_seq = 0, have_batch = 0;
     optind = 0;
     opterr = 0;
@@ -157,6 +170,13 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         case O_PLAN: plan = optarg; break;
         case O_ITERS: st = rp_arg_int(optname, optarg, 4, 10000, &iters, err); break;
         case O_HOSTGBS: st = rp_arg_double(optname, optarg, &hostgbs, err); break;
+        case O_SPARSE: st = rp_arg_int(optname, optarg, 0, 1, &sparse, err); break;
+        case O_ROWS:
+            st = rp_arg_double(optname, optarg, &rows, err);
+            if (st == RP_OK && !(rows > 0 && rows <= 1))
+                st = rp_error_set(err, RP_ERR_INVALID_ARG, "--embed-rows-frac: %s is not in (0, 1]",
+                                  optarg);
+            break;
         case O_JSON: o->json = 1; break;
         case O_HELP: case 'h': o->help = 1; break;
         case ':':
@@ -184,6 +204,9 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--host-gbs must be >= 0");
     else if (clip < 0)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0");
+    else if (rows > 0 && !sparse)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "--embed-rows-frac applies only with --sparse-embedding 1");
     else if (!!layers + !!config != 1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "give exactly one of --layers, --init-config or --model");
@@ -215,6 +238,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     mc->opt_spread = (int)spread;
     mc->iterations = (int)iters;
     mc->host_gbs = hostgbs;
+    mc->sparse_embed = (int)sparse;
+    mc->embed_rows_frac = rows;
     mc->memory_limit = mem << 20;
     mc->workspace_bytes = ws << 20;
     if (layers && have_seq && have_batch)

@@ -52,7 +52,27 @@ rp_status rp_machine_check(const rp_machine *mc, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: negative byte or token count");
     if (!(mc->host_gbs >= 0) || !isfinite(mc->host_gbs))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: host memory bandwidth must be >= 0");
+    if (mc->sparse_embed < 0 || mc->sparse_embed > 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: sparse embedding %d (0 or 1)",
+                            mc->sparse_embed);
+    if (!(mc->embed_rows_frac >= 0 && mc->embed_rows_frac <= 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "machine: embedding rows fraction %g (0 < X <= 1, or 0 to derive it)",
+                            mc->embed_rows_frac);
     return RP_OK;
+}
+
+double rp_machine_embed_rows_frac(const rp_cost_model *m, const rp_machine *mc, int k)
+{
+    if (mc->embed_rows_frac > 0)
+        return mc->embed_rows_frac;
+    if (m->num_layers < 1 || m->layers[0].kind != RP_LAYER_EMBED)
+        return 1.0;
+    const rp_layer_cost *c = &m->layers[0];
+    if (c->out_bytes <= 0 || c->weight_bytes <= 0)
+        return 1.0;
+    double f = (double)k * (double)c->out_bytes / (double)c->weight_bytes;
+    return f < 1.0 ? f : 1.0;
 }
 
 typedef struct ival {
@@ -69,7 +89,9 @@ typedef struct exec_state {
 
 typedef struct opt_task {
     double ready, dur;
-    int layer, rank;
+    int prio; /* lower runs first among the ready tasks (the layer, by default) */
+    int slot; /* what it completes: a layer, or L for part (b) of layer 0's update */
+    int rank;
 } opt_task;
 
 typedef struct sim {
@@ -81,7 +103,8 @@ typedef struct sim {
     double *job_ms, *job_wgrad, *up_ms, *down_ms;
     exec_state ex[RP_SIM_MAX_GPUS];
     double pool_free[RP_SIM_MAX_GPUS], pool_busy[RP_SIM_MAX_GPUS];
-    double *ready;     /* [iters][L]: update of iteration t's gradients done */
+    double *ready;     /* [iters][L+1]: update of iteration t's gradients done; with
+                          sparse_embed, [0] is part (a) of layer 0's update, [L] part (b) */
     double *grad_done; /* [L] for the current iteration */
     int *producer;     /* [L] */
     double *prev_out, *cur_out;
@@ -91,6 +114,9 @@ typedef struct sim {
     opt_task *tasks, *mine;
     int *heap;
     int *tied, ntied; /* layers with tied_to >= 0 */
+    int emb;          /* sparse_embed applies: layer 0 is an embedding */
+    double rf, rfg;   /* rows fraction of the iteration, of one group */
+    int gate_tail;    /* part (b) gates the tail job (no layer tied to layer 0) */
 } sim;
 
 static double dmax(double a, double b) { return a > b ? a : b; }
@@ -101,11 +127,13 @@ static double weights_ready(const sim *s, int t, int l)
     int src = t - 1 - s->mc->optimizer_lag;
     if (src < 0)
         return 0.0;
-    const double *rd = s->ready + (size_t)src * s->L;
+    const double *rd = s->ready + (size_t)src * (s->L + 1);
     double r = rd[l];
     int tied = s->m->layers[l].tied_to;
     if (tied >= 0)
         r = dmax(r, rd[tied]);
+    if (s->emb && tied == 0)
+        r = dmax(r, rd[s->L]); /* reads the whole table: part (b) too */
     return r;
 }
 
@@ -120,6 +148,8 @@ static void run_jobs(sim *s, int t, int g)
         double wr = 0.0;
         for (int l = job->first; l <= job->last; l++)
             wr = dmax(wr, weights_ready(s, t, l));
+        if (s->gate_tail && job->kind == RP_JOB_TAIL && t - 1 - mc->optimizer_lag >= 0)
+            wr = dmax(wr, s->ready[(size_t)(t - 1 - mc->optimizer_lag) * (s->L + 1) + s->L]);
         double up_start = dmax(dmax(x->h2d_free, wr), x->end2);
         double up_end = up_start + s->up_ms[j];
         x->h2d_free = up_end;
@@ -160,14 +190,14 @@ static int by_ready(const void *a, const void *b)
     const opt_task *x = a, *y = b;
     if (x->ready != y->ready)
         return x->ready < y->ready ? -1 : 1;
-    return x->layer - y->layer;
+    return x->prio - y->prio;
 }
 
-/* Min-heap of task indices keyed by layer. */
+/* Min-heap of task indices keyed by priority. */
 static void heap_push(int *h, int *n, const opt_task *tk, int v)
 {
     int i = (*n)++;
-    while (i > 0 && tk[h[(i - 1) / 2]].layer > tk[v].layer) {
+    while (i > 0 && tk[h[(i - 1) / 2]].prio > tk[v].prio) {
         h[i] = h[(i - 1) / 2];
         i = (i - 1) / 2;
     }
@@ -181,9 +211,9 @@ static int heap_pop(int *h, int *n, const opt_task *tk)
         int c = 2 * i + 1;
         if (c >= *n)
             break;
-        if (c + 1 < *n && tk[h[c + 1]].layer < tk[h[c]].layer)
+        if (c + 1 < *n && tk[h[c + 1]].prio < tk[h[c]].prio)
             c++;
-        if (tk[h[c]].layer >= tk[v].layer)
+        if (tk[h[c]].prio >= tk[v].prio)
             break;
         h[i] = h[c];
         i = c;
@@ -193,7 +223,8 @@ static int heap_pop(int *h, int *n, const opt_task *tk)
     return top;
 }
 
-/* Non-preemptive, lowest layer first among the ready tasks of one rank. */
+/* Non-preemptive, highest priority (lowest layer) first among the ready
+ * tasks of one rank. */
 static void run_pool(sim *s, int rank, opt_task *tk, int nt, int *heap, double *done)
 {
     qsort(tk, (size_t)nt, sizeof *tk, by_ready);
@@ -207,27 +238,64 @@ static void run_pool(sim *s, int rank, opt_task *tk, int nt, int *heap, double *
         int i = heap_pop(heap, &hn, tk);
         now += tk[i].dur;
         s->pool_busy[rank] += tk[i].dur;
-        done[tk[i].layer] = dmax(done[tk[i].layer], now);
+        done[tk[i].slot] = dmax(done[tk[i].slot], now);
     }
     s->pool_free[rank] = now;
+}
+
+/* Queue one piece of optimizer work: on every rank (dur / G each) with
+ * opt_spread, else on `rank`. */
+static void add_task(sim *s, int *nt, double ready, double dur, int prio, int slot, int rank)
+{
+    const rp_machine *mc = s->mc;
+    if (mc->opt_spread) {
+        for (int r = 0; r < mc->gpus; r++)
+            s->tasks[(*nt)++] = (opt_task){ready, dur / mc->gpus, prio, slot, r};
+    } else {
+        s->tasks[(*nt)++] = (opt_task){ready, dur, prio, slot, rank};
+    }
 }
 
 static void run_optimizer(sim *s, int t)
 {
     const rp_machine *mc = s->mc;
     const rp_cost_model *m = s->m;
-    double *done = s->ready + (size_t)t * s->L;
+    double *done = s->ready + (size_t)t * (s->L + 1);
     double last = 0.0;
     for (int l = 0; l < s->L; l++)
         last = dmax(last, s->grad_done[l]);
     double rate = mc->opt_gbs * 1e6; /* bytes per ms */
     int nt = 0;
+    done[s->L] = 0.0;
     for (int l = 0; l < s->L; l++) {
         const rp_layer_cost *c = &m->layers[l];
         done[l] = 0.0;
         if (c->opt_params <= 0)
             continue;
         double ready = mc->clip ? last : s->grad_done[l];
+        if (l == 0 && s->emb) {
+            /* the tied layers' dense gradients are summed over the groups as
+             * soon as they land, ahead of any update, by the rank(s) that
+             * will update layer 0 (so part (a) follows them on that rank) */
+            for (int i = 0; i < s->ntied; i++)
+                if (m->layers[s->tied[i]].tied_to == 0) {
+                    double land = s->grad_done[s->tied[i]];
+                    ready = dmax(ready, land);
+                    add_task(s, &nt, land,
+                             (double)s->groups * (double)m->layers[s->tied[i]].grad_bytes / rate,
+                             -1, 0, s->producer[0]);
+                }
+            /* (a) sum the groups' sparse parts (like the dense copies:
+             * groups - 1 extra reads), update the rows the next forward
+             * reads; (b) the other rows, after every other update */
+            double a = (double)(s->groups - 1) * s->rfg * (double)c->grad_bytes +
+                       s->rf * (double)c->opt_params * mc->opt_bytes_per_param;
+            double b = (1.0 - s->rf) * (double)c->opt_params * mc->opt_bytes_per_param;
+            add_task(s, &nt, ready, a / rate, 0, 0, s->producer[0]);
+            if (b > 0)
+                add_task(s, &nt, ready, b / rate, s->L, s->L, s->producer[0]);
+            continue;
+        }
         double bytes = (double)c->opt_params * mc->opt_bytes_per_param +
                        (double)(s->groups - 1) * (double)c->grad_bytes;
         /* a tied layer's gradient arrives in two parts that are summed here */
@@ -239,9 +307,9 @@ static void run_optimizer(sim *s, int t)
         double dur = bytes / rate;
         if (mc->opt_spread) {
             for (int r = 0; r < mc->gpus; r++)
-                s->tasks[nt++] = (opt_task){ready, dur / mc->gpus, l, r};
+                s->tasks[nt++] = (opt_task){ready, dur / mc->gpus, l, l, r};
         } else {
-            s->tasks[nt++] = (opt_task){ready, dur, l, s->producer[l]};
+            s->tasks[nt++] = (opt_task){ready, dur, l, l, s->producer[l]};
         }
     }
     /* group the tasks by rank; each rank's pool runs its own */
@@ -298,16 +366,19 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
     s.job_wgrad = malloc(sizeof(double) * s.n);
     s.up_ms = malloc(sizeof(double) * s.n);
     s.down_ms = malloc(sizeof(double) * s.n);
-    s.ready = calloc((size_t)s.iters * s.L, sizeof(double));
+    s.ready = calloc((size_t)s.iters * (s.L + 1), sizeof(double));
     s.grad_done = calloc((size_t)s.L, sizeof(double));
     s.producer = calloc((size_t)s.L, sizeof(int));
     s.prev_out = calloc((size_t)s.Mg, sizeof(double));
     s.cur_out = calloc((size_t)s.Mg, sizeof(double));
     s.iv = malloc(sizeof *s.iv * (nivals ? nivals : 1));
     s.iter_end = calloc((size_t)s.iters, sizeof(double));
-    s.tasks = malloc(sizeof *s.tasks * (size_t)s.L * mc->gpus);
-    s.mine = malloc(sizeof *s.mine * (size_t)s.L * mc->gpus);
-    s.heap = malloc(sizeof(int) * (size_t)s.L * mc->gpus);
+    /* one task per layer and rank, and with sparse_embed up to L - 1 tied
+     * sums and part (b) more */
+    size_t ntasks = (size_t)2 * (s.L + 1) * mc->gpus;
+    s.tasks = malloc(sizeof *s.tasks * ntasks);
+    s.mine = malloc(sizeof *s.mine * ntasks);
+    s.heap = malloc(sizeof(int) * ntasks);
     s.tied = malloc(sizeof(int) * (size_t)s.L);
     if (!s.jobs || !s.job_ms || !s.job_wgrad || !s.up_ms || !s.down_ms || !s.ready ||
         !s.grad_done || !s.producer || !s.prev_out || !s.cur_out || !s.iv || !s.iter_end ||
@@ -318,6 +389,15 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
     for (int l = 0; l < s.L; l++)
         if (m->layers[l].tied_to >= 0)
             s.tied[s.ntied++] = l;
+    s.emb = mc->sparse_embed && s.L >= 1 && m->layers[0].kind == RP_LAYER_EMBED;
+    if (s.emb) {
+        s.rf = rp_machine_embed_rows_frac(m, mc, mc->microbatches);
+        s.rfg = rp_machine_embed_rows_frac(m, mc, s.Mg);
+        s.gate_tail = 1;
+        for (int i = 0; i < s.ntied; i++)
+            if (m->layers[s.tied[i]].tied_to == 0)
+                s.gate_tail = 0;
+    }
     double link = mc->link_gbs * 1e6; /* bytes per ms */
     for (int j = 0; j < s.n; j++) {
         s.jobs[j] = rp_schedule_job(p, j);
@@ -328,6 +408,15 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         s.down_ms[j] = jb->kind == RP_JOB_FWD
                            ? 0.0
                            : (double)rp_cost_grad_bytes(m, jb->first, jb->last) / link;
+        if (s.emb && jb->first == 0) {
+            /* the rows this group's tokens read, and gradient rows for them */
+            const rp_layer_cost *e = &m->layers[0];
+            double wb = (double)rp_cost_weight_bytes(m, 0, jb->last) - (double)e->weight_bytes;
+            double gb = (double)rp_cost_grad_bytes(m, 0, jb->last) - (double)e->grad_bytes;
+            s.up_ms[j] = (wb + s.rfg * (double)e->weight_bytes) / link;
+            if (jb->kind != RP_JOB_FWD)
+                s.down_ms[j] = (gb + s.rfg * (double)e->grad_bytes) / link;
+        }
     }
 
     for (int t = 0; t < s.iters; t++) {

@@ -19,7 +19,10 @@
  *   layer first among those ready; with clip, no update starts before the
  *   last gradient of the iteration is on the host;
  * - versions: a job of iteration t needs the updates from iteration t-1
- *   (exact) or t-2 (optimizer_lag 1) of its layers (and of a tied layer).
+ *   (exact) or t-2 (optimizer_lag 1) of its layers (and of a tied layer);
+ * - sparse_embed (a lever the engine does NOT implement yet; off by default):
+ *   layer 0, when it is the embedding, gets a sparse gradient and a
+ *   row-priority update, see rp_machine.sparse_embed below.
  * Host memory bandwidth shared by PCIe and the optimizer is only a bound on
  * the steady state (host_gbs), not a contention model; PCIe switches shared
  * by several GPUs and kernel launch overheads are not modelled. */
@@ -54,6 +57,30 @@ typedef struct rp_machine {
                                   uploads, downloads, activation hand-overs and optimizer
                                   traffic of one iteration cannot take less than their
                                   bytes at this rate */
+    /* Sparse embedding gradient + row-priority embedding update: a modelled
+     * lever, NOT done by the engine yet (0 = off, today's dense model, the
+     * default). With it on and layer 0 an embedding (kind RP_LAYER_EMBED):
+     * - a job holding layer 0 uploads only the rows its group's microbatches
+     *   read (rows_frac_group x weight_bytes) and a backward job holding it
+     *   downloads gradient rows only for those tokens (rows_frac_group x
+     *   grad_bytes); the optimizer sums the groups' parts as it sums dense
+     *   copies ((groups - 1) x rows_frac_group x grad_bytes extra reads), so
+     *   with rows_frac 1 the work is the dense model's;
+     * - the dense gradient of a layer tied to layer 0 (the LM head) is summed
+     *   over the groups as soon as it is on the host (optimizer work ready
+     *   then, ahead of any update), not after the last backward job;
+     * - layer 0's update is split: (a) the rows the next forward reads
+     *   (rows_frac of them), first (it gates the jobs holding layer 0); (b) the
+     *   other rows, after every other update of the iteration (all rows are
+     *   updated every step: AdamW moments decay with a zero gradient); (b)
+     *   gates the jobs that read the whole table: those holding a layer tied
+     *   to layer 0, or, with no tied layer, the next tail job (conservative).
+     * rows_frac comes from embed_rows_frac, or when that is 0 from
+     * rp_machine_embed_rows_frac's bound. Device memory is still counted with
+     * the whole table (conservative). */
+    int sparse_embed;
+    double embed_rows_frac;    /* 0: derive (see rp_machine_embed_rows_frac); else 0 < X <= 1:
+                                  the fraction of the vocabulary an iteration's tokens read */
 } rp_machine;
 
 /* G = 1, M = 1, 25 GB/s link, no transfer latency, 10 GB/s optimizer per
@@ -89,6 +116,16 @@ typedef struct rp_sim_result {
 
 rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine *mc,
                       rp_sim_result *r, rp_error *err);
+
+/* Fraction of layer 0's rows (the vocabulary) that k microbatches read:
+ * embed_rows_frac when it is given (> 0; then every pipeline group is
+ * assumed to read all of them: conservative), else the bound
+ * min(1, k x out_bytes / weight_bytes) of layer 0 (tokens over vocabulary
+ * rows, every token distinct: the embedding's output holds one row of hidden
+ * values per token, its table one per vocabulary entry, in the same dtype),
+ * and 1 when layer 0 is not an embedding or either byte count is 0
+ * (unknown). k = M gives the iteration's rows_frac, k = M/groups a group's. */
+double rp_machine_embed_rows_frac(const rp_cost_model *m, const rp_machine *mc, int k);
 
 /* Check the machine description (positive rates, G <= RP_SIM_MAX_GPUS...). */
 rp_status rp_machine_check(const rp_machine *mc, rp_error *err);
