@@ -50,8 +50,8 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
     printf("model %s: %d layers; %d executors, %d microbatches, %s optimizer\n", m->name,
            m->num_layers, o->mc.gpus, o->mc.microbatches,
            o->mc.optimizer_lag ? "lagged (one step stale)" : "exact");
-    printf("pipeline width %d: %d pipeline(s) of %d microbatches\n", r->width, r->groups,
-           r->group_microbatches);
+    printf("pipeline width %d: %d pipeline(s) of %d microbatches (roundpipe train "
+           "--pipelines %d)\n", r->width, r->groups, r->group_microbatches, r->groups);
     printf("plan: %s\n\n", buf);
     printf("%4s %4s %9s %10s %10s %11s %10s %10s\n", "job", "kind", "layers", "ms/mb", "job ms",
            "weight MiB", "grad MiB", "peak MiB");
