@@ -15,6 +15,9 @@
 #   that cannot run (G = 3, a lagged optimizer with more pipelines than
 #   executors, P not dividing M, a --plan of another width) fail before
 #   training with a message naming the option;
+# - a job holding the embedding uploads only the table rows its tokens read
+#   and downloads only those rows' gradient (trace spans with their bytes:
+#   whole rows, fewer than the 96-row table of the qwen3 case);
 # - a planted deadlock (a producer that never signals) ends within the
 #   deadline on every rank with a message naming the rank, the job and the
 #   event with its value and the value awaited, and a non-zero exit.
@@ -119,6 +122,20 @@ for spec in "3:--pipelines 2:--pipelines 2" "1:--pipelines 2 --optimizer-lag 1:-
   [ ! -e "$tmp/badP/model.safetensors" ] && ok || bad "--pipelines: '$opts' wrote a model"
   rm -rf "$tmp/badP" "$tmp/badP.jsonl"
 done
+
+# the embedding moves as rows: qwen3 has a 96 x 64 fp32 table (24576 B)
+run qwen3 2 "$tmp/rows" --trace "$tmp/rows.json" && same qwen3 "$tmp/qwen3-ref" "$tmp/rows" \
+  || bad "embedding rows: traced run failed or differs"
+for tag in "embedding rows" "embedding grad rows"; do
+  sizes=$(grep -o "\"name\":\"$tag [0-9]* B\"" "$tmp/rows.json" | sed 's/.* \([0-9]*\) B"/\1/')
+  [ -n "$sizes" ] && ok || bad "embedding rows: no '$tag' transfer in the trace"
+  for n in $sizes; do
+    if [ $((n % 256)) -ne 0 ] || [ "$n" -ge 24576 ] || [ "$n" -le 0 ]; then
+      bad "embedding rows: a '$tag' transfer of $n B is not whole rows of a partial table"; break
+    fi
+  done
+done
+grep -q "\"name\":\"weights 24576 B\"" "$tmp/rows.json" && bad "embedding rows: the whole table was uploaded" || ok
 
 # planted deadlock: forward stage 0 never signals microbatch 1
 start=$(date +%s)

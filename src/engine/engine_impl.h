@@ -36,8 +36,17 @@ typedef struct rp_engine {
     float *tied_grad;  /* the head's part of a tied embedding's gradient, one per pipeline
                           (vocab x hidden floats each), or NULL */
     float *group_grad; /* gradients of pipelines 1..P-1 (pipeline 0's are the params'), laid
-                          out per layer at goff[l], gstride floats per pipeline */
+                          out per layer at goff[l], gstride floats per pipeline; not the
+                          embedding's, which travels as rows (below) */
     size_t *goff, gstride;
+    /* The embedding's gradient of pipeline g: the rows its tokens touched,
+     * sorted ids emb_ids[g][0..emb_n[g]) and their rows emb_rows[g]
+     * (emb_cap rows of hidden floats each). Jobs upload only these rows of
+     * the table too (executor.c). */
+    int32_t *emb_ids_base;
+    float *emb_rows_base;
+    int64_t *emb_n;
+    int64_t emb_cap;   /* min(vocab, tokens of a pipeline's microbatches) */
     _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
     rp_store *store;   /* the running segment's store */
     void *pinned[2];   /* the parameter store and the segment's, registered by the executor */
@@ -101,6 +110,20 @@ static inline float *rp_engine_tied_grad(const rp_engine *e, int g)
 {
     return e->tied_grad + (size_t)g * (size_t)(e->p->cfg.vocab_size * e->H);
 }
+
+static inline int32_t *rp_engine_emb_ids(const rp_engine *e, int g)
+{
+    return e->emb_ids_base + (size_t)g * (size_t)(e->Mg * e->T);
+}
+static inline float *rp_engine_emb_rows(const rp_engine *e, int g)
+{
+    return e->emb_rows_base + (size_t)g * (size_t)e->emb_cap * (size_t)e->H;
+}
+
+/* Sorted distinct input tokens of pipeline g's microbatches in iteration t
+ * (the embedding rows its jobs read): ids[0..return), ids holding Mg*T;
+ * -1 when out of memory. */
+int64_t rp_engine_rows(const rp_engine *e, int64_t t, int g, int32_t *ids);
 
 /* The optimizer's share of layer l on rank r: the whole clip blocks
  * [*b0, *b1) of the layer's gradient, elements [*lo, *hi). Every rank

@@ -18,6 +18,13 @@ typedef struct stage_buf {
     int nreq;
     int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
     int g, j;
+    /* a stage with the embedding holds only the rows its pipeline's tokens
+     * read: their sorted ids, gathered on the host into `gather` (pinned)
+     * and uploaded; tokens are renumbered to positions in `rows` */
+    int32_t *rows;
+    int64_t nrows;
+    float *gather;
+    int gather_pinned;
 } stage_buf;
 
 typedef struct executor {
@@ -115,6 +122,10 @@ static void executor_free(executor *x)
         rp_device_free(x->dev, x->buf[b].w);
         free(x->buf[b].off);
         free(x->buf[b].req);
+        free(x->buf[b].rows);
+        if (x->buf[b].gather_pinned)
+            rp_device_host_unregister(x->dev, x->buf[b].gather);
+        free(x->buf[b].gather);
     }
     rp_device_free(x->dev, x->g);
     rp_device_free(x->dev, x->tg);
@@ -139,9 +150,10 @@ static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t off
                        uint64_t t0_ns, uint64_t t1_ns)
 {
     rp_engine *e = ctx;
-    (void)offset, (void)bytes;
-    rp_trace_span(e->trace, (rp_trace_track)(RP_TRACK_XFER_INPUT + (int)cls), tag ? tag : "",
-                  t0_ns, t1_ns);
+    char name[64];
+    (void)offset;
+    snprintf(name, sizeof name, "%s %zu B", tag ? tag : "", bytes);
+    rp_trace_span(e->trace, (rp_trace_track)(RP_TRACK_XFER_INPUT + (int)cls), name, t0_ns, t1_ns);
 }
 
 static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
@@ -162,11 +174,16 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     rp_device_params dp = {e->device, e->device_ordinal, e->threads};
     RP_TRY(rp_device_create(&dp, &x->dev, err));
     int ok = 1;
+    size_t gather_bytes = ((size_t)(e->emb_cap * e->H) * sizeof(float) + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
         x->buf[b].w = falloc(x, wmax, err);
         x->buf[b].off = calloc((size_t)e->L + 1, sizeof(size_t));
         x->buf[b].req = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
-        ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req;
+        x->buf[b].rows = malloc((size_t)(e->Mg * e->T) * sizeof(int32_t));
+        if (posix_memalign((void **)&x->buf[b].gather, 4096, gather_bytes) != 0)
+            x->buf[b].gather = NULL;
+        ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req && x->buf[b].rows &&
+              x->buf[b].gather;
     }
     x->g = falloc(x, wmax, err);
     x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->H), err) : NULL;
@@ -191,6 +208,14 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         return rp_error_prefix(err, "rank %d: executor buffers for the plan (%zu MiB of weights "
                                "per stage, two stages) on %s", e->rank, wmax * 4 >> 20,
                                rp_device_kind_name(e->device));
+    }
+    for (int b = 0; b < 2; b++) { /* the gathered embedding rows */
+        rp_status ps = rp_device_host_register(x->dev, x->buf[b].gather, gather_bytes, err);
+        if (ps != RP_OK) {
+            executor_free(x);
+            return ps;
+        }
+        x->buf[b].gather_pinned = 1;
     }
     /* pin the host store (parameters, then this segment's activations) */
     for (; x->pinned < 2; x->pinned++) {
@@ -245,6 +270,21 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
         r->bytes = numel(e, l) * sizeof(float);
         r->cls = cls;
         r->tag = "weights";
+        if (l == 0) { /* only the rows this pipeline's tokens read */
+            b->nrows = rp_engine_rows(e, t, g, b->rows);
+            if (b->nrows < 0)
+                return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
+                                    e->rank, j);
+            size_t H = (size_t)e->H;
+            const float *table = e->p->st[0].compute;
+#pragma omp parallel for schedule(static) if (b->nrows * e->H > 65536)
+            for (int64_t i = 0; i < b->nrows; i++)
+                memcpy(b->gather + (size_t)i * H, table + (size_t)b->rows[i] * H,
+                       H * sizeof(float));
+            r->src = b->gather;
+            r->bytes = (size_t)b->nrows * H * sizeof(float);
+            r->tag = "embedding rows";
+        }
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
     }
     if (needs_tied(e, job)) {
@@ -337,9 +377,11 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
     rp_engine *e = x->e;
     double t0 = rp_now();
     rp_status s;
-    if (l == 0)
-        s = rp_device_embed_forward(x->dev, &e->p->cfg, W(x, job, 0), x->in, e->T, out, err);
-    else
+    if (l == 0) {
+        rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
+        rows.vocab_size = x->buf[x->cur].nrows;
+        s = rp_device_embed_forward(x->dev, &rows, W(x, job, 0), x->in, e->T, out, err);
+    } else
         s = rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->per, e->S,
                                     x->ws, err);
     measure(x, l, 0, t, t0);
@@ -352,9 +394,11 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     rp_engine *e = x->e;
     double t0 = rp_now();
     rp_status s;
-    if (l == 0)
-        s = rp_device_embed_backward(x->dev, &e->p->cfg, x->in, e->T, x->d, G(x, job, 0), err);
-    else
+    if (l == 0) {
+        rp_model_config rows = e->p->cfg;
+        rows.vocab_size = x->buf[x->cur].nrows;
+        s = rp_device_embed_backward(x->dev, &rows, x->in, e->T, x->d, G(x, job, 0), err);
+    } else
         s = rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, x->d, x->d,
                                      G(x, job, l), e->per, e->S, x->ws, err);
     measure(x, l, 1, t, t0);
@@ -546,6 +590,14 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
         r->bytes = numel(e, l) * sizeof(float);
         r->cls = RP_XFER_GRAD;
         r->tag = "grads";
+        if (l == 0) { /* the rows the tokens touched, and which they are */
+            const stage_buf *b = &x->buf[x->cur];
+            r->dst = rp_engine_emb_rows(e, g);
+            r->bytes = (size_t)(b->nrows * e->H) * sizeof(float);
+            r->tag = "embedding grad rows";
+            memcpy(rp_engine_emb_ids(e, g), b->rows, (size_t)b->nrows * sizeof(int32_t));
+            e->emb_n[g] = b->nrows;
+        }
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
     }
     if (needs_tied(e, job)) {
@@ -568,6 +620,23 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
 static const char *kind_letter(rp_job_kind k)
 {
     return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
+}
+
+/* Token ids to positions in the stage's embedding rows (all present: the
+ * rows are this pipeline's tokens). */
+static void renumber(const stage_buf *b, int32_t *ids, int64_t T)
+{
+    for (int64_t i = 0; i < T; i++) {
+        int64_t lo = 0, hi = b->nrows - 1;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            if (b->rows[mid] < ids[i])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        ids[i] = (int32_t)lo;
+    }
 }
 
 static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
@@ -614,6 +683,8 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         if (job.first == 0 || job.kind == RP_JOB_TAIL) {
             rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
+            if (job.first == 0)
+                renumber(&x->buf[x->cur], x->hin, e->T);
             RP_TRY(move(x, x->in, x->hin, (size_t)e->T * sizeof(int32_t), RP_XFER_INPUT, "tokens",
                         err));
             if (job.kind == RP_JOB_TAIL) {

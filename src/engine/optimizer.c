@@ -38,6 +38,50 @@ static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
     rp_params_sync_compute_range(e->p, l, lo, hi);
 }
 
+/* Row r of pipeline g's embedding gradient rows, or NULL if its tokens did
+ * not touch r (a zero row). */
+static const float *emb_row(const rp_engine *e, int g, int64_t r)
+{
+    const int32_t *ids = rp_engine_emb_ids(e, g);
+    int64_t lo = 0, hi = e->emb_n[g];
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (ids[mid] < r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < e->emb_n[g] && ids[lo] == r)
+        return rp_engine_emb_rows(e, g) + (size_t)lo * (size_t)e->H;
+    return NULL;
+}
+
+/* Elements [lo, hi) of the embedding's gradient: each pipeline's part is its
+ * rows (zero elsewhere) plus, when tied, its LM head's gradient; parts are
+ * added in pipeline order, element by element, exactly as dense buffers
+ * would be (an absent row adds +0.0f). */
+static void sum_embedding(rp_engine *e, size_t lo, size_t hi)
+{
+    size_t H = (size_t)e->H;
+    int64_t r0 = (int64_t)(lo / H), r1 = (int64_t)((hi + H - 1) / H);
+    float *acc = e->p->st[0].grad;
+#pragma omp parallel for schedule(static) if (hi - lo > 65536)
+    for (int64_t r = r0; r < r1; r++) {
+        size_t base = (size_t)r * H;
+        size_t c0 = base < lo ? lo - base : 0, c1 = base + H > hi ? hi - base : H;
+        for (int g = 0; g < e->P; g++) {
+            const float *row = emb_row(e, g, r);
+            const float *tied = e->tied ? rp_engine_tied_grad(e, g) + base : NULL;
+            for (size_t c = c0; c < c1; c++) {
+                float part = row ? row[c] : 0.0f;
+                if (tied)
+                    part += tied[c];
+                acc[base + c] = g == 0 ? part : acc[base + c] + part;
+            }
+        }
+    }
+}
+
 /* Sum the pipelines' gradients of this rank's share of layer l into the
  * layer's buffer (pipeline 0's) and write the share's block norms. */
 static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
@@ -52,19 +96,14 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_e
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     float *acc = e->p->st[l].grad;
-    if (tied || e->P > 1) {
-        const float *t0p = tied ? rp_engine_tied_grad(e, 0) : NULL;
+    if (l == 0) {
+        sum_embedding(e, lo, hi);
+    } else if (e->P > 1) {
 #pragma omp parallel for schedule(static) if (hi - lo > 65536)
         for (size_t k = lo; k < hi; k++) { /* elementwise: the same bits on any split */
             float s = acc[k];
-            if (t0p)
-                s += t0p[k];
-            for (int g = 1; g < e->P; g++) {
-                float part = rp_engine_grad(e, g, l)[k];
-                if (tied)
-                    part += rp_engine_tied_grad(e, g)[k];
-                s += part;
-            }
+            for (int g = 1; g < e->P; g++)
+                s += rp_engine_grad(e, g, l)[k];
             acc[k] = s;
         }
     }
@@ -73,7 +112,7 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_e
 #pragma omp parallel for schedule(static) if (b1 - b0 > 1)
     for (size_t b = b0; b < b1; b++)
         part[b] = rp_clip_block_sumsq(acc, n, b);
-    if (e->trace && (tied || e->P > 1)) {
+    if (e->trace && (l == 0 || e->P > 1)) {
         char span[48];
         snprintf(span, sizeof span, "sum layer %d (it %lld)", l, (long long)t);
         rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());

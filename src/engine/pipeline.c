@@ -93,6 +93,36 @@ int64_t rp_engine_counted(const rp_engine *e, int64_t t)
     return n;
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int64_t rp_engine_rows(const rp_engine *e, int64_t t, int g, int32_t *ids)
+{
+    int64_t B = e->M * e->per, n = 0, S = e->S;
+    int32_t *bt = malloc((size_t)S * sizeof(int32_t));
+    uint8_t *bm = malloc((size_t)S);
+    if (!bt || !bm) {
+        free(bt);
+        free(bm);
+        return -1;
+    }
+    for (int64_t j = g * e->Mg * e->per; j < (g + 1) * e->Mg * e->per; j++) {
+        rp_dataset_fill(e->ds, rp_dataset_sample_of(e->ds, t, B, j), ids + n, bt, bm);
+        n += S;
+    }
+    free(bt);
+    free(bm);
+    qsort(ids, (size_t)n, sizeof *ids, cmp_i32);
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (k == 0 || ids[i] != ids[k - 1])
+            ids[k++] = ids[i];
+    return k;
+}
+
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask)
 {
@@ -304,7 +334,7 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 /* The store that lives for the whole run: parameters and optimizer state,
  * the tied head's gradient part, and the abort flag. */
 typedef struct param_map {
-    size_t params, tied, group, ctrl;
+    size_t params, tied, group, emb_ids, emb_rows, emb_n, ctrl;
 } param_map;
 
 static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_config *cfg,
@@ -317,8 +347,11 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     e->gstride = 0;
     for (int l = 0; l < e->L; l++) {
         e->goff[l] = e->gstride;
-        e->gstride += (e->p->layers[l].numel + 15) & ~(size_t)15;
+        if (l > 0) /* the embedding's travels as rows */
+            e->gstride += (e->p->layers[l].numel + 15) & ~(size_t)15;
     }
+    int64_t ntok = e->Mg * e->T;
+    e->emb_cap = ntok < cfg->vocab_size ? ntok : cfg->vocab_size;
     rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, e->o->dtype),
                                       RP_STORE_ALIGN_PAGE, &map->params, err);
     if (s == RP_OK)
@@ -328,6 +361,16 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
         s = rp_store_layout_add(lay, "pipeline-grads",
                                 (size_t)(e->P - 1) * e->gstride * sizeof(float),
                                 RP_STORE_ALIGN_PAGE, &map->group, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "embedding-grad-ids", (size_t)(e->P * ntok) * sizeof(int32_t),
+                                RP_STORE_ALIGN_PAGE, &map->emb_ids, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "embedding-grad-rows",
+                                (size_t)(e->P * e->emb_cap * e->H) * sizeof(float),
+                                RP_STORE_ALIGN_PAGE, &map->emb_rows, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "embedding-grad-counts", (size_t)e->P * sizeof(int64_t),
+                                RP_STORE_ALIGN_LINE, &map->emb_n, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
     rp_store_params sp;
@@ -345,6 +388,9 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     e->pinned_bytes[0] = rp_store_bytes(*out);
     e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
     e->group_grad = (float *)(base + map->group);
+    e->emb_ids_base = (int32_t *)(base + map->emb_ids);
+    e->emb_rows_base = (float *)(base + map->emb_rows);
+    e->emb_n = (int64_t *)(base + map->emb_n);
     e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
     return RP_OK;
 }
