@@ -18,6 +18,11 @@
 # - a job holding the embedding uploads only the table rows its tokens read
 #   and downloads only those rows' gradient (trace spans with their bytes:
 #   whole rows, fewer than the 96-row table of the qwen3 case);
+# - the embedding update goes by need: the rows the next step's tokens read
+#   first (RP_EV_ROWS), the rest later; with an untied embedding no job waits
+#   for the rest (a run whose rank 0 never raises its share's version of
+#   layer 0 finishes with the same bits), and one whose rows signal is dropped
+#   stops at the deadline naming it;
 # - a planted deadlock (a producer that never signals) ends within the
 #   deadline on every rank with a message naming the rank, the job and the
 #   event with its value and the value awaited, and a non-zero exit.
@@ -136,6 +141,13 @@ for tag in "embedding rows" "embedding grad rows"; do
   done
 done
 grep -q "\"name\":\"weights 24576 B\"" "$tmp/rows.json" && bad "embedding rows: the whole table was uploaded" || ok
+
+# the embedding rows the next step reads are updated first, and are all it waits for
+RP_FAULT_DROP_SIGNAL=version:0:0 run llama 2 "$tmp/norest" && \
+  same llama "$tmp/llama-ref" "$tmp/norest" || bad "embedding rows: a job waited for the rest of the table"
+RP_FAULT_DROP_SIGNAL=rows:0:0 run llama 2 "$tmp/norows" --timeout 2 && bad "embedding rows: ran without them" || ok
+grep -q "waiting for event rows\[layer 0, share 0\]" "$tmp/norows.txt" && ok || \
+  { bad "embedding rows: the dropped rows event is not named"; cat "$tmp/norows.txt"; }
 
 # planted deadlock: forward stage 0 never signals microbatch 1
 start=$(date +%s)

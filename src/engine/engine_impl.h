@@ -124,6 +124,8 @@ static inline float *rp_engine_emb_rows(const rp_engine *e, int g)
  * (the embedding rows its jobs read): ids[0..return), ids holding Mg*T;
  * -1 when out of memory. */
 int64_t rp_engine_rows(const rp_engine *e, int64_t t, int g, int32_t *ids);
+/* Sort ids[0..n) and drop repeats; returns the count left. */
+int64_t rp_engine_sort_unique(int32_t *ids, int64_t n);
 
 /* The optimizer's share of layer l on rank r: the whole clip blocks
  * [*b0, *b1) of the layer's gradient, elements [*lo, *hi). Every rank
@@ -137,6 +139,12 @@ void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, s
 rp_status rp_engine_wait_version(rp_engine *e, int l, uint64_t need, const char *job,
                                  int background, rp_error *err);
 int rp_engine_at_version(const rp_engine *e, int l, uint64_t need);
+
+/* The embedding rows a job's tokens read are updated before the rest of
+ * the table (optimizer.c): a job that reads the embedding only through its
+ * tokens waits for these (RP_EV_ROWS), a tied LM head for the version. */
+rp_status rp_engine_wait_rows(rp_engine *e, uint64_t need, const char *job, rp_error *err);
+int rp_engine_rows_at(const rp_engine *e, uint64_t need);
 
 /* Squared global gradient norm of iteration t, once every share of every
  * layer has been summed (RP_EV_SUMMED): block sums in block order per layer,

@@ -32,12 +32,12 @@ struct rp_events {
 };
 
 static const char *kind_name[RP_EV_KIND_COUNT] = {"fwd_out", "bwd_out", "saved", "grad", "version",
-                                                   "slot_free", "uploaded", "summed"};
+                                                   "slot_free", "uploaded", "summed", "rows"};
 static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "layer", "slot",
-                                                   "weights", "layer"};
+                                                   "weights", "layer", "layer"};
 static const char *micro_name[RP_EV_KIND_COUNT] = {"microbatch", "microbatch", "microbatch",
                                                    "pipeline", "share", "microbatch", "pipeline",
-                                                   "share"};
+                                                   "share", "share"};
 
 static size_t count_counters(const rp_event_dims *d, size_t *first)
 {

@@ -37,6 +37,8 @@ typedef enum rp_event_kind {
     RP_EV_UPLOADED,    /* pipeline `micro`'s job of iteration `value` uploaded weights `index` */
     RP_EV_SUMMED,      /* rank `micro`'s share of layer `index`'s gradient is summed over the
                           pipelines and its block norms are written */
+    RP_EV_ROWS,        /* rank `micro`'s share of the embedding rows the next iteration reads
+                          is at version `value` (`index` is 0) */
     RP_EV_KIND_COUNT
 } rp_event_kind;
 

@@ -246,8 +246,12 @@ static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_err
 {
     rp_engine *e = x->e;
     uint64_t need = rp_engine_need(e, t);
-    for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_engine_wait_version(e, l, need, x->name, 0, err));
+    for (int l = job->first; l <= job->last; l++) {
+        if (l == 0 && !needs_tied(e, job)) /* reads only its tokens' rows */
+            RP_TRY(rp_engine_wait_rows(e, need, x->name, err));
+        else
+            RP_TRY(rp_engine_wait_version(e, l, need, x->name, 0, err));
+    }
     if (needs_tied(e, job) && job->first > 0)
         RP_TRY(rp_engine_wait_version(e, 0, need, x->name, 0, err));
     return RP_OK;
@@ -341,7 +345,8 @@ static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *
     rp_job job = rp_schedule_job(&e->plan, nj);
     uint64_t need = rp_engine_need(e, nt);
     for (int l = job.first; l <= job.last; l++)
-        if (!rp_engine_at_version(e, l, need))
+        if (l == 0 && !needs_tied(e, &job) ? !rp_engine_rows_at(e, need)
+                                           : !rp_engine_at_version(e, l, need))
             return RP_OK;
     if (needs_tied(e, &job) && !rp_engine_at_version(e, 0, need))
         return RP_OK;
@@ -577,8 +582,13 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
      * may trail); the tied part once the embedding's gradient was summed
      * (waiting for its update would deadlock a lagged optimizer, whose
      * update of the embedding waits for this iteration's later uploads) */
-    for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_engine_wait_version(e, l, (uint64_t)(t - 1), x->name, 0, err));
+    for (int l = job->first; l <= job->last; l++) {
+        if (l == 0) /* its rows area is read only by the sum */
+            for (int r = 0; r < e->size; r++)
+                RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, 0, r, (uint64_t)(t - 1), x->name, 0, err));
+        else
+            RP_TRY(rp_engine_wait_version(e, l, (uint64_t)(t - 1), x->name, 0, err));
+    }
     if (needs_tied(e, job))
         for (int r = 0; r < e->size; r++)
             RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, 0, r, (uint64_t)(t - 1), x->name, 0, err));

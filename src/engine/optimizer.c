@@ -140,6 +140,17 @@ static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, r
     return RP_OK;
 }
 
+static void trace_update(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
+{
+    if (!e->trace)
+        return;
+    char span[64];
+    snprintf(span, sizeof span, "adamw %s %d (it %lld)", what, l, (long long)t);
+    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
+}
+
+/* Update the whole share of layer l and raise its version (for the
+ * embedding: its rows' too). */
 static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int skip,
                               const char *who, rp_error *err)
 {
@@ -149,44 +160,144 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     if (!skip)
         update_share(e, l, t, coef, lo, hi);
-    if (e->trace && hi > lo) {
-        char span[48];
-        snprintf(span, sizeof span, "adamw layer %d (it %lld)", l, (long long)t);
-        rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-    }
+    if (hi > lo)
+        trace_update(e, "layer", l, t, t0);
+    if (l == 0)
+        rp_engine_signal(e, RP_EV_ROWS, 0, e->rank, (uint64_t)t);
     rp_engine_signal(e, RP_EV_VERSION, l, e->rank, (uint64_t)t);
     return RP_OK;
+}
+
+/* The embedding rows iteration t+1 reads (every pipeline's), sorted and
+ * distinct, into ids (M*T entries); none after the last step. */
+static rp_status next_rows(rp_engine *e, int64_t t, int32_t *ids, int64_t *n, rp_error *err)
+{
+    *n = 0;
+    if (t >= e->steps)
+        return RP_OK;
+    for (int g = 0; g < e->P; g++) {
+        int64_t k = rp_engine_rows(e, t + 1, g, ids + *n);
+        if (k < 0)
+            return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding rows of step %lld",
+                                (long long)(t + 1));
+        *n += k;
+    }
+    if (e->P > 1) /* the pipelines' lists overlap */
+        *n = rp_engine_sort_unique(ids, *n);
+    return RP_OK;
+}
+
+/* AdamW on the listed rows of this rank's share of the embedding (listed =
+ * 1) or on the others (listed = 0), coalescing neighbouring rows. */
+static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids, int64_t n,
+                        int listed)
+{
+    size_t b0, b1, lo, hi, H = (size_t)e->H;
+    rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
+    size_t cur = lo;
+    for (int64_t i = 0; i < n && cur < hi; i++) {
+        size_t a = (size_t)ids[i] * H, b = a + H;
+        if (b <= cur)
+            continue;
+        if (a >= hi)
+            break;
+        a = a < cur ? cur : a;
+        b = b < hi ? b : hi;
+        if (listed) {
+            while (i + 1 < n && (size_t)ids[i + 1] * H == b && b < hi) { /* a run of rows */
+                i++;
+                b = (size_t)ids[i] * H + H < hi ? (size_t)ids[i] * H + H : hi;
+            }
+            update_share(e, 0, t, coef, a, b);
+        } else if (a > cur) {
+            update_share(e, 0, t, coef, cur, a);
+        }
+        cur = b;
+    }
+    if (!listed && cur < hi)
+        update_share(e, 0, t, coef, cur, hi);
+}
+
+/* The embedding by need: first the rows the next step's tokens read (the
+ * next forward jobs wait only for these, RP_EV_ROWS), and, with `rest`
+ * deferred by the caller behind the other layers' updates, the remaining
+ * rows (a tied LM head and the next update wait for all, RP_EV_VERSION).
+ * Every row is updated every step: AdamW moves rows with a zero gradient
+ * too. */
+static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int skip,
+                                       int32_t *ids, int64_t *n, rp_error *err)
+{
+    RP_TRY(next_rows(e, t, ids, n, err));
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    if (!skip)
+        update_rows(e, t, coef, ids, *n, 1);
+    trace_update(e, "rows of layer", 0, t, t0);
+    rp_engine_signal(e, RP_EV_ROWS, 0, e->rank, (uint64_t)t);
+    return RP_OK;
+}
+
+static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
+                                  const int32_t *ids, int64_t n)
+{
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    if (!skip)
+        update_rows(e, t, coef, ids, n, 0);
+    trace_update(e, "rest of layer", 0, t, t0);
+    rp_engine_signal(e, RP_EV_VERSION, 0, e->rank, (uint64_t)t);
 }
 
 static rp_status run(rp_engine *e, rp_error *err)
 {
     char who[64];
     int clip = e->o->grad_clip > 0;
-    for (int64_t t = e->first; t <= e->last; t++) {
+    /* rows first, except with a lagged optimizer, whose update of a step
+     * follows the next step's uploads anyway */
+    int by_rows = !e->o->optimizer_lag;
+    int32_t *ids = by_rows ? malloc(sizeof(int32_t) * (size_t)(e->M * e->T)) : NULL;
+    if (by_rows && !ids)
+        return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
+    rp_status s = RP_OK;
+    for (int64_t t = e->first; s == RP_OK && t <= e->last; t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
+        int64_t n = 0;
         /* gradients land top down (the tail first) */
-        for (int l = e->L - 1; l >= 0; l--) {
-            RP_TRY(sum_share(e, l, t, who, err));
-            if (!clip)
-                RP_TRY(update_layer(e, l, t, 1.0f, skip, who, err));
+        for (int l = e->L - 1; s == RP_OK && l >= 0; l--) {
+            s = sum_share(e, l, t, who, err);
+            if (s != RP_OK || clip)
+                continue;
+            if (l == 0 && by_rows) {
+                s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
+                if (s == RP_OK)
+                    update_embedding_rest(e, t, 1.0f, skip, ids, n);
+            } else {
+                s = update_layer(e, l, t, 1.0f, skip, who, err);
+            }
         }
-        if (!clip)
+        if (s != RP_OK || !clip)
             continue;
         double total, norm;
         float coef;
-        RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
-        rp_status s = rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err);
+        s = rp_engine_total_sumsq(e, t, who, &total, err);
+        if (s == RP_OK && rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err) != RP_OK)
+            s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
         if (s != RP_OK)
-            return rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
-        /* by need: ascending layers. (A lagged update waits for the next
-         * iteration's uploads, which come top down: keep that order.) */
-        for (int k = 0; k < e->L; k++) {
-            int l = e->o->optimizer_lag ? e->L - 1 - k : k;
-            RP_TRY(update_layer(e, l, t, coef, skip, who, err));
+            break;
+        if (!by_rows) { /* lagged: top down, as the next step's uploads come */
+            for (int l = e->L - 1; s == RP_OK && l >= 0; l--)
+                s = update_layer(e, l, t, coef, skip, who, err);
+            continue;
         }
+        /* by need: the rows the next forward reads, the blocks from the
+         * bottom, then the rest of the embedding */
+        s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
+        for (int l = 1; s == RP_OK && l < e->L; l++)
+            s = update_layer(e, l, t, coef, skip, who, err);
+        if (s == RP_OK)
+            update_embedding_rest(e, t, coef, skip, ids, n);
     }
-    return RP_OK;
+    free(ids);
+    return s;
 }
 
 void *rp_engine_optimizer_main(void *arg)

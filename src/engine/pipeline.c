@@ -115,6 +115,11 @@ int64_t rp_engine_rows(const rp_engine *e, int64_t t, int g, int32_t *ids)
     }
     free(bt);
     free(bm);
+    return rp_engine_sort_unique(ids, n);
+}
+
+int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
+{
     qsort(ids, (size_t)n, sizeof *ids, cmp_i32);
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
@@ -159,6 +164,21 @@ int rp_engine_at_version(const rp_engine *e, int l, uint64_t need)
     return 1;
 }
 
+rp_status rp_engine_wait_rows(rp_engine *e, uint64_t need, const char *job, rp_error *err)
+{
+    for (int r = 0; r < e->size; r++)
+        RP_TRY(rp_engine_wait(e, RP_EV_ROWS, 0, r, need, job, 0, err));
+    return RP_OK;
+}
+
+int rp_engine_rows_at(const rp_engine *e, uint64_t need)
+{
+    for (int r = 0; r < e->size; r++)
+        if (rp_event_value(e->ev, (rp_event_name){RP_EV_ROWS, 0, r}) < need)
+            return 0;
+    return 1;
+}
+
 rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
                                 rp_error *err)
 {
@@ -190,7 +210,7 @@ rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double
 static void read_fault(rp_engine *e)
 {
     static const char *kinds[] = {"fwd_out", "bwd_out", "saved", "grad", "version", "slot_free",
-                                  "uploaded", "summed"};
+                                  "uploaded", "summed", "rows"};
     e->drop_kind = -1;
     const char *f = getenv("RP_FAULT_DROP_SIGNAL");
     char name[16];
@@ -420,6 +440,8 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     dims.micro[RP_EV_UPLOADED] = e->P;
     dims.count[RP_EV_SUMMED] = e->L;
     dims.micro[RP_EV_SUMMED] = e->size;
+    dims.count[RP_EV_ROWS] = 1;
+    dims.micro[RP_EV_ROWS] = e->size;
     for (int k = 0; k < RP_EV_KIND_COUNT; k++)
         if (dims.micro[k] == 0)
             dims.micro[k] = 1;
