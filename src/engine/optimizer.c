@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine_impl.h"
 #include "optim/adamw.h"
@@ -38,46 +39,43 @@ static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
     rp_params_sync_compute_range(e->p, l, lo, hi);
 }
 
-/* Row r of pipeline g's embedding gradient rows, or NULL if its tokens did
- * not touch r (a zero row). */
-static const float *emb_row(const rp_engine *e, int g, int64_t r)
+/* The embedding's gradient is summed in two parts. As soon as the tails
+ * have landed: the dense base of this rank's share, the pipelines' tied LM
+ * head parts in pipeline order, plus +0.0f (so a -0.0 becomes +0.0, as
+ * adding the zero rows of a dense embedding gradient would make it), or
+ * zero when untied. At the end of the backward: each pipeline's rows, in
+ * pipeline order, added onto it. For one pipeline this is e + t with the
+ * bits of a dense sum; rows no token touched are ready early. */
+static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
 {
-    const int32_t *ids = rp_engine_emb_ids(e, g);
-    int64_t lo = 0, hi = e->emb_n[g];
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (ids[mid] < r)
-            lo = mid + 1;
-        else
-            hi = mid;
+    float *acc = e->p->st[0].grad;
+    if (!e->tied) {
+        memset(acc + lo, 0, (hi - lo) * sizeof(float));
+        return;
     }
-    if (lo < e->emb_n[g] && ids[lo] == r)
-        return rp_engine_emb_rows(e, g) + (size_t)lo * (size_t)e->H;
-    return NULL;
+#pragma omp parallel for schedule(static) if (hi - lo > 65536)
+    for (size_t k = lo; k < hi; k++) {
+        float s = rp_engine_tied_grad(e, 0)[k];
+        for (int g = 1; g < e->P; g++)
+            s += rp_engine_tied_grad(e, g)[k];
+        acc[k] = s + 0.0f;
+    }
 }
 
-/* Elements [lo, hi) of the embedding's gradient: each pipeline's part is its
- * rows (zero elsewhere) plus, when tied, its LM head's gradient; parts are
- * added in pipeline order, element by element, exactly as dense buffers
- * would be (an absent row adds +0.0f). */
-static void sum_embedding(rp_engine *e, size_t lo, size_t hi)
+static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
 {
     size_t H = (size_t)e->H;
-    int64_t r0 = (int64_t)(lo / H), r1 = (int64_t)((hi + H - 1) / H);
     float *acc = e->p->st[0].grad;
-#pragma omp parallel for schedule(static) if (hi - lo > 65536)
-    for (int64_t r = r0; r < r1; r++) {
-        size_t base = (size_t)r * H;
-        size_t c0 = base < lo ? lo - base : 0, c1 = base + H > hi ? hi - base : H;
-        for (int g = 0; g < e->P; g++) {
-            const float *row = emb_row(e, g, r);
-            const float *tied = e->tied ? rp_engine_tied_grad(e, g) + base : NULL;
-            for (size_t c = c0; c < c1; c++) {
-                float part = row ? row[c] : 0.0f;
-                if (tied)
-                    part += tied[c];
-                acc[base + c] = g == 0 ? part : acc[base + c] + part;
-            }
+    for (int g = 0; g < e->P; g++) {
+        const int32_t *ids = rp_engine_emb_ids(e, g);
+        const float *rows = rp_engine_emb_rows(e, g);
+        int64_t n = e->emb_n[g];
+#pragma omp parallel for schedule(static) if (n * e->H > 65536)
+        for (int64_t i = 0; i < n; i++) { /* distinct rows: no two threads meet */
+            size_t base = (size_t)ids[i] * H;
+            size_t a = base > lo ? base : lo, b = base + H < hi ? base + H : hi;
+            for (size_t k = a; k < b; k++)
+                acc[k] += rows[(size_t)i * H + (k - base)];
         }
     }
 }
@@ -97,7 +95,7 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_e
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     float *acc = e->p->st[l].grad;
     if (l == 0) {
-        sum_embedding(e, lo, hi);
+        sum_embedding_rows(e, lo, hi);
     } else if (e->P > 1) {
 #pragma omp parallel for schedule(static) if (hi - lo > 65536)
         for (size_t k = lo; k < hi; k++) { /* elementwise: the same bits on any split */
@@ -118,6 +116,16 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_e
         rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
     }
     rp_engine_signal(e, RP_EV_SUMMED, l, e->rank, (uint64_t)t);
+    if (l == e->L - 1) { /* the tails are in: the embedding's dense base */
+        uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
+        rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
+        sum_embedding_base(e, lo, hi);
+        if (e->trace) {
+            char span[48];
+            snprintf(span, sizeof span, "sum head part of layer 0 (it %lld)", (long long)t);
+            rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t1, rp_trace_now_ns());
+        }
+    }
     return RP_OK;
 }
 
