@@ -4,8 +4,8 @@
  * model from a config.json; honour a forced plan; and fail with exit code 2
  * and a message naming the option for a bad command line, exit code 1 and a
  * message naming file, line and field for a bad layer file, and a message
- * naming the layer when it cannot fit the memory limit; the sparse-embedding
- * lever is labelled as not in the engine and reports its rows fraction. */
+ * naming the layer when it cannot fit the memory limit; the embedding-by-rows
+ * model (the default, as the engine) reports its rows fraction. */
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -98,7 +98,8 @@ START_TEST(plan_json_agrees_with_the_partitioner)
     mc.microbatches = 16;
     mc.transfer_ms = m->default_transfer_ms;
     mc.defer_wgrad = 1;
-    mc.opt_spread = 1; /* the command's default: every rank updates a share, as the engine */
+    mc.opt_spread = 1; /* the command's defaults: every rank updates a share, and the */
+    mc.sparse_embed = 1; /* embedding moves and is updated by rows, as in the engine */
     mc.memory_limit = (int64_t)22528 << 20;
     mc.tokens_per_iteration = m->tokens_per_microbatch * 16;
     rp_sim_result r;
@@ -147,8 +148,8 @@ START_TEST(simulate_compares_schedules)
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
     ck_assert(strstr(out_text, "GPipe") && strstr(out_text, "1F1B") &&
               strstr(out_text, "exact / lagged throughput"));
-    /* the sparse-embedding lever: labelled as not in the engine; its rows
-     * fraction derived from the file (16 x 16777216 / 622329856) */
+    /* the embedding by rows: its rows fraction derived from the file
+     * (16 x 16777216 / 622329856) */
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 6 --sparse-embedding 1",
              paper("qwen3-1.7b.txt"));
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
@@ -162,7 +163,7 @@ START_TEST(simulate_compares_schedules)
              "simulate --layers %s --iterations 6 --sparse-embedding 1 --embed-rows-frac 0.15",
              paper("qwen3-1.7b.txt"));
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
-    ck_assert(strstr(out_text, "NOT in the engine") && strstr(out_text, "0.1500"));
+    ck_assert(strstr(out_text, "as the engine does") && strstr(out_text, "0.1500"));
 }
 END_TEST
 
@@ -206,7 +207,8 @@ START_TEST(bad_command_lines_and_files)
         {"--sparse-embedding 2", "--sparse-embedding"},
         {"--sparse-embedding 1 --embed-rows-frac 0", "--embed-rows-frac: 0 is not in (0, 1]"},
         {"--sparse-embedding 1 --embed-rows-frac 1.5", "--embed-rows-frac: 1.5 is not in"},
-        {"--embed-rows-frac 0.5", "--embed-rows-frac applies only with --sparse-embedding 1"},
+        {"--sparse-embedding 0 --embed-rows-frac 0.5",
+         "--embed-rows-frac applies only with --sparse-embedding 1"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, "plan --layers %s %s", paper("qwen3-1.7b.txt"), usage[i].args);
@@ -236,7 +238,7 @@ START_TEST(bad_command_lines_and_files)
     /* help */
     ck_assert_int_eq(run(rp_cli_simulate, "simulate --help"), 0);
     ck_assert(strstr(out_text, "--optimizer-lag") != NULL);
-    ck_assert(strstr(out_text, "--sparse-embedding 0|1 model a lever the engine does NOT") != NULL);
+    ck_assert(strstr(out_text, "--sparse-embedding 0|1 1 (default, as the engine does)") != NULL);
 }
 END_TEST
 

@@ -98,8 +98,8 @@ int rp_cli_simulate(int argc, char **argv)
                    o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
                    o.mc.transfer_ms, o.mc.opt_gbs);
             if (o.mc.sparse_embed)
-                printf("modelled lever, NOT in the engine yet: sparse embedding gradient + "
-                       "row-priority embedding update, rows fraction %.4f per iteration%s\n",
+                printf("embedding moved and updated by rows (as the engine does), rows "
+                       "fraction %.4f per iteration%s\n",
                        efrac, o.mc.embed_rows_frac > 0 ? " (given)" : " (bound: every token distinct)");
             for (int i = 0; i < 2; i++)
                 printf("plan (%s): %s (width %d)\n", rows[i].name, rows[i].plan, rows[i].r.width);

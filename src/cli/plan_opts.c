@@ -76,11 +76,11 @@ const char rp_plan_cli_options_usage[] =
     "  --iterations N         simulated iterations (default 12; second half measured)\n"
     "  --host-gbs X           host memory GB/s shared by all ranks, a bound on the\n"
     "                         traffic of an iteration (default 0: not modelled)\n"
-    "  --sparse-embedding 0|1 model a lever the engine does NOT implement yet: sparse\n"
-    "                         embedding gradient (rows of the batch's tokens only, the\n"
-    "                         same for the embedding upload) + row-priority embedding\n"
-    "                         update (rows the next forward reads first, the rest\n"
-    "                         after all blocks); default 0 (the engine's dense update)\n"
+    "  --sparse-embedding 0|1 1 (default, as the engine does): the embedding moves by\n"
+    "                         rows (upload of the rows a batch reads, download of their\n"
+    "                         gradient), a tied head's gradient is summed on landing, and\n"
+    "                         the rows the next forward reads are updated first;\n"
+    "                         0: a dense embedding\n"
     "  --embed-rows-frac X    0 < X <= 1: share of the vocabulary an iteration reads,\n"
     "                         for --sparse-embedding 1 (default: min(1, tokens per\n"
     "                         iteration / vocabulary rows), every token distinct)\n"
@@ -114,7 +114,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     int64_t width = 0, iters = 12, cb = 2;
     double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
     double rows = 0;
-    int64_t sparse = 0;
+    int64_t sparse = 1;
     int have_seq = 0, have_batch = 0;
     optind = 0;
     opterr = 0;
