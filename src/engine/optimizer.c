@@ -311,7 +311,12 @@ static rp_status run(rp_engine *e, rp_error *err)
 void *rp_engine_optimizer_main(void *arg)
 {
     rp_engine *e = arg;
-    omp_set_num_threads(e->threads);
+    /* The rank's cores: with a GPU the executor thread mostly waits on the
+     * device, so the optimizer takes them all; a CPU executor computes on
+     * all of them, and the optimizer beside it keeps to one thread, so a
+     * node never runs more busy threads than it has cores (plus one per
+     * rank). Its results do not depend on the thread count. */
+    omp_set_num_threads(e->device == RP_DEVICE_CPU ? 1 : e->threads);
     rp_error err = {0};
     rp_status s = run(e, &err);
     if (s != RP_OK)
