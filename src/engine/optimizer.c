@@ -81,8 +81,13 @@ static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
 }
 
 /* Sum the pipelines' gradients of this rank's share of layer l into the
- * layer's buffer (pipeline 0's) and write the share's block norms. */
-static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+ * layer's buffer (pipeline 0's) and write the share's block norms; with
+ * `fuse` (no clipping, so no global norm to wait for) also run AdamW on it.
+ * Block by block: a block is summed, its norm taken and it is updated while
+ * it is in cache, so memory sees the gradient once (read and, with several
+ * pipelines, written), plus AdamW's own traffic. */
+static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
+                           rp_error *err)
 {
     int tied = l == 0 && e->tied;
     for (int g = 0; g < e->P; g++) {
@@ -94,25 +99,32 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, const char *who, rp_e
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     float *acc = e->p->st[l].grad;
+    size_t n = e->p->layers[l].numel, block;
+    rp_clip_blocks(n, &block);
+    double *part = rp_engine_sumsq(e, t, l);
     if (l == 0) {
         sum_embedding_rows(e, lo, hi);
-    } else if (e->P > 1) {
-#pragma omp parallel for schedule(static) if (hi - lo > 65536)
-        for (size_t k = lo; k < hi; k++) { /* elementwise: the same bits on any split */
-            float s = acc[k];
-            for (int g = 1; g < e->P; g++)
-                s += rp_engine_grad(e, g, l)[k];
-            acc[k] = s;
-        }
+        fuse = 0; /* by rows: update_embedding_* */
     }
-    size_t n = e->p->layers[l].numel;
-    double *part = rp_engine_sumsq(e, t, l);
-#pragma omp parallel for schedule(static) if (b1 - b0 > 1)
-    for (size_t b = b0; b < b1; b++)
+    /* elementwise sums, block norms and AdamW: the same bits on any split */
+#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
+    for (size_t b = b0; b < b1; b++) {
+        size_t a = b * block, z = a + block < n ? a + block : n;
+        if (l > 0 && e->P > 1)
+            for (size_t k = a; k < z; k++) {
+                float s = acc[k];
+                for (int g = 1; g < e->P; g++)
+                    s += rp_engine_grad(e, g, l)[k];
+                acc[k] = s;
+            }
         part[b] = rp_clip_block_sumsq(acc, n, b);
-    if (e->trace && (l == 0 || e->P > 1)) {
+        if (fuse)
+            update_share(e, l, t, 1.0f, a, z);
+    }
+    if (e->trace && (l == 0 || e->P > 1 || fuse)) {
         char span[48];
-        snprintf(span, sizeof span, "sum layer %d (it %lld)", l, (long long)t);
+        snprintf(span, sizeof span, "%s layer %d (it %lld)", fuse ? "sum+adamw" : "sum", l,
+                 (long long)t);
         rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
     }
     rp_engine_signal(e, RP_EV_SUMMED, l, e->rank, (uint64_t)t);
@@ -271,10 +283,14 @@ static rp_status run(rp_engine *e, rp_error *err)
         int64_t n = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->L - 1; s == RP_OK && l >= 0; l--) {
-            s = sum_share(e, l, t, who, err);
+            /* without clipping a block's update needs nothing else: fused */
+            int fuse = !clip && !e->o->optimizer_lag && !skip && l > 0;
+            s = sum_share(e, l, t, fuse, who, err);
             if (s != RP_OK || clip)
                 continue;
-            if (l == 0 && by_rows) {
+            if (fuse) {
+                rp_engine_signal(e, RP_EV_VERSION, l, e->rank, (uint64_t)t);
+            } else if (l == 0 && by_rows) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)
                     update_embedding_rest(e, t, 1.0f, skip, ids, n);
