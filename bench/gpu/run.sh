@@ -228,6 +228,19 @@ PY
     put "cuda G=1,2,4 on one GPU identical, $c" "$same" "" "" "yes"
     [ $same = yes ] || status=1
   done
+  # two pipelines (--pipelines 2; qwen3 has M = 2): 2 and 4 ranks identical, and
+  # within the bf16 bound of PyTorch like the runs above
+  c=qwen3; same=yes
+  for np in 2 4; do
+    # shellcheck disable=SC2046
+    timeout 120 mpirun -np $np "$bin" train --device cuda --pipelines 2 --model "$fix/$c/model" \
+      --data "$fix/$c/data.npy" --loss-mask "$fix/$c/mask.npy" \
+      $(sed 's/--dtype fp32/--dtype bf16/' "$fix/$c/args.txt") --progress none \
+      --log "$logs/parP-$np.jsonl" --save "$logs/parP-$np" > "$logs/parP-$np.txt" 2>&1 || same=no
+  done
+  cmp -s "$logs/parP-2/model.safetensors" "$logs/parP-4/model.safetensors" || same=no
+  put "cuda --pipelines 2 on 2 and 4 ranks identical" "$same" "" "" "yes"
+  [ $same = yes ] || status=1
 fi
 
 if want gemm; then
