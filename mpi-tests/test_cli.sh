@@ -24,6 +24,8 @@ expect 2 "unknown option '--bogus'" -- train $base --bogus 1
 expect 2 "exactly one of --model" -- train --data "$fix/data.npy"
 expect 2 "\-\-data FILE.npy is required" -- train --model "$fix/model"
 expect 2 "\-\-microbatches 3 must be >= 1 and divide --batch-size 4" -- train $base --microbatches 3
+expect 2 "\-\-pipelines 3 must be >= 1 and divide the 2 microbatches" -- train $base --microbatches 2 --pipelines 3
+expect 2 "\-\-pipelines: 'two'" -- train $base --pipelines two
 expect 2 "\-\-lr: 'abc' is not a finite number" -- train $base --lr abc
 expect 2 "\-\-lr-schedule" -- train $base --lr-schedule wobbly
 expect 2 "\-\-dtype: 'fp8' is not one of fp32, bf16" -- train $base --dtype fp8

@@ -657,11 +657,12 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         rp_plan_format(&e->plan, plan_text, sizeof plan_text);
         rp_log(lg, RP_LOG_INFO,
                "%s: %lld blocks, %.2fM parameters; %lld samples of %lld tokens; %lld steps of "
-               "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); plan %s",
+               "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); %d pipeline(s) "
+               "of %lld microbatches; plan %s",
                o->model_dir ? o->model_dir : o->init_config, (long long)cfg.num_hidden_layers,
                (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
                (long long)e->S, (long long)e->steps, (long long)o->batch_size, (long long)e->M,
-               e->size, e->threads, plan_text);
+               e->size, e->threads, e->P, (long long)e->Mg, plan_text);
         int live = o->progress == RP_PROGRESS_AUTO && isatty(STDERR_FILENO);
         rp_progress_start(&e->progress, o->progress != RP_PROGRESS_NONE ? stderr : NULL, live,
                           o->progress_interval_s, e->steps);
