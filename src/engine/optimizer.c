@@ -238,12 +238,12 @@ static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids,
         update_share(e, 0, t, coef, cur, hi);
 }
 
-/* The embedding by need: first the rows the next step's tokens read (the
- * next forward jobs wait only for these, RP_EV_ROWS), and, with `rest`
- * deferred by the caller behind the other layers' updates, the remaining
- * rows (a tied LM head and the next update wait for all, RP_EV_VERSION).
- * Every row is updated every step: AdamW moves rows with a zero gradient
- * too. */
+/* The embedding by need: update_embedding_rows first updates the rows the
+ * next step's tokens read (the next forward jobs wait only for these,
+ * RP_EV_ROWS); update_embedding_rest, which the caller may defer behind the
+ * other layers' updates, does the remaining rows (a tied LM head and the
+ * next update wait for all, RP_EV_VERSION). Every row is updated every
+ * step: AdamW moves rows with a zero gradient too. */
 static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int skip,
                                        int32_t *ids, int64_t *n, rp_error *err)
 {
