@@ -102,7 +102,8 @@ int rp_cli_simulate(int argc, char **argv)
                        "fraction %.4f per iteration%s\n",
                        efrac, o.mc.embed_rows_frac > 0 ? " (given)" : " (bound: every token distinct)");
             for (int i = 0; i < 2; i++)
-                printf("plan (%s): %s (width %d)\n", rows[i].name, rows[i].plan, rows[i].r.width);
+                printf("plan (%s): %s (width %d: roundpipe train --pipelines %d)\n",
+                       rows[i].name, rows[i].plan, rows[i].r.width, rows[i].r.groups);
             printf("\n%-30s %12s %12s %12s %12s  %s\n", "schedule", "iter ms", "tokens/s",
                    "bubble mean", "bubble max", "limited by");
             for (int i = 0; i < 4; i++) {
