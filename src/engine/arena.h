@@ -18,10 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "optim/clip.h"
 #include "plan/plan.h"
 
 #define RP_ARENA_RING 4
-#define RP_ARENA_SUMSQ_BLOCKS 256 /* RP_CLIP_MAX_BLOCKS */
+#define RP_ARENA_SUMSQ_BLOCKS RP_CLIP_MAX_BLOCKS
 
 typedef struct rp_arena_spec {
     int nlayers;     /* layers of the model, embedding and head included */

@@ -101,7 +101,8 @@ static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j, int g
     return rp_schedule_executor(&e->plan, e->V, t - 1, j, g) % e->size;
 }
 
-/* Host gradient buffer of pipeline g for layer l, and its tied head part. */
+/* Host gradient buffer of pipeline g for layer l > 0 (the embedding's
+ * travels as rows, rp_engine_emb_rows), and a tied head's part. */
 static inline float *rp_engine_grad(const rp_engine *e, int g, int l)
 {
     return g == 0 ? e->p->st[l].grad : e->group_grad + (size_t)(g - 1) * e->gstride + e->goff[l];
@@ -135,16 +136,15 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n);
 void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, size_t *lo,
                      size_t *hi);
 
-/* Wait until every share of layer l is at version `need` / test it. */
-rp_status rp_engine_wait_version(rp_engine *e, int l, uint64_t need, const char *job,
-                                 int background, rp_error *err);
-int rp_engine_at_version(const rp_engine *e, int l, uint64_t need);
-
-/* The embedding rows a job's tokens read are updated before the rest of
- * the table (optimizer.c): a job that reads the embedding only through its
- * tokens waits for these (RP_EV_ROWS), a tied LM head for the version. */
-rp_status rp_engine_wait_rows(rp_engine *e, uint64_t need, const char *job, rp_error *err);
-int rp_engine_rows_at(const rp_engine *e, uint64_t need);
+/* Events counted per share (RP_EV_VERSION, RP_EV_SUMMED, RP_EV_ROWS: one
+ * counter per rank): wait until every rank's counter of (kind, index) has
+ * reached `need` / test it. The embedding rows a job's tokens read are
+ * updated before the rest of the table (optimizer.c): a job that reads the
+ * embedding only through its tokens waits for RP_EV_ROWS, a tied LM head
+ * for RP_EV_VERSION. */
+rp_status rp_engine_wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
+                                const char *job, int background, rp_error *err);
+int rp_engine_shares_at(const rp_engine *e, rp_event_kind kind, int index, uint64_t need);
 
 /* Squared global gradient norm of iteration t, once every share of every
  * layer has been summed (RP_EV_SUMMED): block sums in block order per layer,

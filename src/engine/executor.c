@@ -240,20 +240,24 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     return s;
 }
 
+/* What the job waits for before it reads layer l: its version, except for
+ * an embedding read only through the tokens, which needs only the rows the
+ * tokens read (updated first). */
+static rp_event_kind weights_event(const rp_engine *e, const rp_job *job, int l)
+{
+    return l == 0 && !needs_tied(e, job) ? RP_EV_ROWS : RP_EV_VERSION;
+}
+
 /* Wait until every layer of the job (and a tied head's embedding) is at the
  * version this iteration needs. */
 static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
     uint64_t need = rp_engine_need(e, t);
-    for (int l = job->first; l <= job->last; l++) {
-        if (l == 0 && !needs_tied(e, job)) /* reads only its tokens' rows */
-            RP_TRY(rp_engine_wait_rows(e, need, x->name, err));
-        else
-            RP_TRY(rp_engine_wait_version(e, l, need, x->name, 0, err));
-    }
+    for (int l = job->first; l <= job->last; l++)
+        RP_TRY(rp_engine_wait_shares(e, weights_event(e, job, l), l, need, x->name, 0, err));
     if (needs_tied(e, job) && job->first > 0)
-        RP_TRY(rp_engine_wait_version(e, 0, need, x->name, 0, err));
+        RP_TRY(rp_engine_wait_shares(e, RP_EV_VERSION, 0, need, x->name, 0, err));
     return RP_OK;
 }
 
@@ -270,10 +274,7 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
         rp_xfer_req *r = &b->req[b->nreq++];
         memset(r, 0, sizeof *r);
         r->dst = b->w + b->off[l - job->first];
-        r->src = e->p->st[l].compute;
-        r->bytes = numel(e, l) * sizeof(float);
         r->cls = cls;
-        r->tag = "weights";
         if (l == 0) { /* only the rows this pipeline's tokens read */
             b->nrows = rp_engine_rows(e, t, g, b->rows);
             if (b->nrows < 0)
@@ -288,6 +289,10 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
             r->src = b->gather;
             r->bytes = (size_t)b->nrows * H * sizeof(float);
             r->tag = "embedding rows";
+        } else {
+            r->src = e->p->st[l].compute;
+            r->bytes = numel(e, l) * sizeof(float);
+            r->tag = "weights";
         }
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
     }
@@ -345,10 +350,9 @@ static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *
     rp_job job = rp_schedule_job(&e->plan, nj);
     uint64_t need = rp_engine_need(e, nt);
     for (int l = job.first; l <= job.last; l++)
-        if (l == 0 && !needs_tied(e, &job) ? !rp_engine_rows_at(e, need)
-                                           : !rp_engine_at_version(e, l, need))
+        if (!rp_engine_shares_at(e, weights_event(e, &job, l), l, need))
             return RP_OK;
-    if (needs_tied(e, &job) && !rp_engine_at_version(e, 0, need))
+    if (needs_tied(e, &job) && !rp_engine_shares_at(e, RP_EV_VERSION, 0, need))
         return RP_OK;
     return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
 }
@@ -582,24 +586,17 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
      * may trail); the tied part once the embedding's gradient was summed
      * (waiting for its update would deadlock a lagged optimizer, whose
      * update of the embedding waits for this iteration's later uploads) */
-    for (int l = job->first; l <= job->last; l++) {
-        if (l == 0) /* its rows area is read only by the sum */
-            for (int r = 0; r < e->size; r++)
-                RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, 0, r, (uint64_t)(t - 1), x->name, 0, err));
-        else
-            RP_TRY(rp_engine_wait_version(e, l, (uint64_t)(t - 1), x->name, 0, err));
-    }
+    uint64_t prev = (uint64_t)(t - 1);
+    for (int l = job->first; l <= job->last; l++) /* the embedding's rows: read by the sum */
+        RP_TRY(rp_engine_wait_shares(e, l == 0 ? RP_EV_SUMMED : RP_EV_VERSION, l, prev, x->name,
+                                     0, err));
     if (needs_tied(e, job))
-        for (int r = 0; r < e->size; r++)
-            RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, 0, r, (uint64_t)(t - 1), x->name, 0, err));
+        RP_TRY(rp_engine_wait_shares(e, RP_EV_SUMMED, 0, prev, x->name, 0, err));
     for (int l = job->first; l <= job->last; l++) {
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
-        r->dst = rp_engine_grad(e, g, l);
         r->src = G(x, job, l);
-        r->bytes = numel(e, l) * sizeof(float);
         r->cls = RP_XFER_GRAD;
-        r->tag = "grads";
         if (l == 0) { /* the rows the tokens touched, and which they are */
             const stage_buf *b = &x->buf[x->cur];
             r->dst = rp_engine_emb_rows(e, g);
@@ -607,6 +604,10 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
             r->tag = "embedding grad rows";
             memcpy(rp_engine_emb_ids(e, g), b->rows, (size_t)b->nrows * sizeof(int32_t));
             e->emb_n[g] = b->nrows;
+        } else {
+            r->dst = rp_engine_grad(e, g, l);
+            r->bytes = numel(e, l) * sizeof(float);
+            r->tag = "grads";
         }
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
     }

@@ -80,6 +80,16 @@ static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
     }
 }
 
+/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
+static void trace_opt(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
+{
+    if (!e->trace)
+        return;
+    char span[64];
+    snprintf(span, sizeof span, "%s %d (it %lld)", what, l, (long long)t);
+    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
+}
+
 /* Sum the pipelines' gradients of this rank's share of layer l into the
  * layer's buffer (pipeline 0's) and write the share's block norms; with
  * `fuse` (no clipping, so no global norm to wait for) also run AdamW on it.
@@ -121,22 +131,14 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
         if (fuse)
             update_share(e, l, t, 1.0f, a, z);
     }
-    if (e->trace && (l == 0 || e->P > 1 || fuse)) {
-        char span[48];
-        snprintf(span, sizeof span, "%s layer %d (it %lld)", fuse ? "sum+adamw" : "sum", l,
-                 (long long)t);
-        rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-    }
+    if (l == 0 || e->P > 1 || fuse)
+        trace_opt(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
     rp_engine_signal(e, RP_EV_SUMMED, l, e->rank, (uint64_t)t);
     if (l == e->L - 1) { /* the tails are in: the embedding's dense base */
         uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
         rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
         sum_embedding_base(e, lo, hi);
-        if (e->trace) {
-            char span[48];
-            snprintf(span, sizeof span, "sum head part of layer 0 (it %lld)", (long long)t);
-            rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t1, rp_trace_now_ns());
-        }
+        trace_opt(e, "sum head part of layer", 0, t, t1);
     }
     return RP_OK;
 }
@@ -160,15 +162,6 @@ static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, r
     return RP_OK;
 }
 
-static void trace_update(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
-{
-    if (!e->trace)
-        return;
-    char span[64];
-    snprintf(span, sizeof span, "adamw %s %d (it %lld)", what, l, (long long)t);
-    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-}
-
 /* Update the whole share of layer l and raise its version (for the
  * embedding: its rows' too). */
 static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int skip,
@@ -181,7 +174,7 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     if (!skip)
         update_share(e, l, t, coef, lo, hi);
     if (hi > lo)
-        trace_update(e, "layer", l, t, t0);
+        trace_opt(e, "adamw layer", l, t, t0);
     if (l == 0)
         rp_engine_signal(e, RP_EV_ROWS, 0, e->rank, (uint64_t)t);
     rp_engine_signal(e, RP_EV_VERSION, l, e->rank, (uint64_t)t);
@@ -251,7 +244,7 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, *n, 1);
-    trace_update(e, "rows of layer", 0, t, t0);
+    trace_opt(e, "adamw rows of layer", 0, t, t0);
     rp_engine_signal(e, RP_EV_ROWS, 0, e->rank, (uint64_t)t);
     return RP_OK;
 }
@@ -262,7 +255,7 @@ static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, n, 0);
-    trace_update(e, "rest of layer", 0, t, t0);
+    trace_opt(e, "adamw rest of layer", 0, t, t0);
     rp_engine_signal(e, RP_EV_VERSION, 0, e->rank, (uint64_t)t);
 }
 

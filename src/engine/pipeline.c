@@ -101,21 +101,18 @@ static int cmp_i32(const void *a, const void *b)
 
 int64_t rp_engine_rows(const rp_engine *e, int64_t t, int g, int32_t *ids)
 {
-    int64_t B = e->M * e->per, n = 0, S = e->S;
-    int32_t *bt = malloc((size_t)S * sizeof(int32_t));
-    uint8_t *bm = malloc((size_t)S);
+    int32_t *bt = malloc((size_t)e->T * sizeof(int32_t));
+    uint8_t *bm = malloc((size_t)e->T);
     if (!bt || !bm) {
         free(bt);
         free(bm);
         return -1;
     }
-    for (int64_t j = g * e->Mg * e->per; j < (g + 1) * e->Mg * e->per; j++) {
-        rp_dataset_fill(e->ds, rp_dataset_sample_of(e->ds, t, B, j), ids + n, bt, bm);
-        n += S;
-    }
+    for (int64_t i = 0; i < e->Mg; i++) /* the inputs of the pipeline's microbatches */
+        rp_engine_tokens(e, t, g * e->Mg + i, ids + i * e->T, bt, bm);
     free(bt);
     free(bm);
-    return rp_engine_sort_unique(ids, n);
+    return rp_engine_sort_unique(ids, e->Mg * e->T);
 }
 
 int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
@@ -148,33 +145,18 @@ void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, s
     *hi = *b1 * block < n ? *b1 * block : n;
 }
 
-rp_status rp_engine_wait_version(rp_engine *e, int l, uint64_t need, const char *job,
-                                 int background, rp_error *err)
+rp_status rp_engine_wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
+                                const char *job, int background, rp_error *err)
 {
     for (int r = 0; r < e->size; r++)
-        RP_TRY(rp_engine_wait(e, RP_EV_VERSION, l, r, need, job, background, err));
+        RP_TRY(rp_engine_wait(e, kind, index, r, need, job, background, err));
     return RP_OK;
 }
 
-int rp_engine_at_version(const rp_engine *e, int l, uint64_t need)
+int rp_engine_shares_at(const rp_engine *e, rp_event_kind kind, int index, uint64_t need)
 {
     for (int r = 0; r < e->size; r++)
-        if (rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, l, r}) < need)
-            return 0;
-    return 1;
-}
-
-rp_status rp_engine_wait_rows(rp_engine *e, uint64_t need, const char *job, rp_error *err)
-{
-    for (int r = 0; r < e->size; r++)
-        RP_TRY(rp_engine_wait(e, RP_EV_ROWS, 0, r, need, job, 0, err));
-    return RP_OK;
-}
-
-int rp_engine_rows_at(const rp_engine *e, uint64_t need)
-{
-    for (int r = 0; r < e->size; r++)
-        if (rp_event_value(e->ev, (rp_event_name){RP_EV_ROWS, 0, r}) < need)
+        if (rp_event_value(e->ev, (rp_event_name){kind, index, r}) < need)
             return 0;
     return 1;
 }
@@ -183,8 +165,7 @@ rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double
                                 rp_error *err)
 {
     for (int l = 0; l < e->L; l++)
-        for (int r = 0; r < e->size; r++)
-            RP_TRY(rp_engine_wait(e, RP_EV_SUMMED, l, r, (uint64_t)t, who, 1, err));
+        RP_TRY(rp_engine_wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, who, 1, err));
     double sum = 0.0;
     for (int l = 0; l < e->L; l++) {
         size_t block, nblk = rp_clip_blocks(e->p->layers[l].numel, &block);

@@ -304,13 +304,7 @@ static void run_optimizer(sim *s, int t)
                 ready = dmax(ready, s->grad_done[s->tied[i]]);
                 bytes += (double)s->groups * (double)m->layers[s->tied[i]].grad_bytes;
             }
-        double dur = bytes / rate;
-        if (mc->opt_spread) {
-            for (int r = 0; r < mc->gpus; r++)
-                s->tasks[nt++] = (opt_task){ready, dur / mc->gpus, l, l, r};
-        } else {
-            s->tasks[nt++] = (opt_task){ready, dur, l, l, s->producer[l]};
-        }
+        add_task(s, &nt, ready, bytes / rate, l, l, s->producer[l]);
     }
     /* group the tasks by rank; each rank's pool runs its own */
     for (int r = 0; r < mc->gpus; r++) {

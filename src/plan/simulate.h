@@ -20,7 +20,8 @@
  *   last gradient of the iteration is on the host;
  * - versions: a job of iteration t needs the updates from iteration t-1
  *   (exact) or t-2 (optimizer_lag 1) of its layers (and of a tied layer);
- * - sparse_embed (a lever the engine does NOT implement yet; off by default):
+ * - sparse_embed (what the engine does; 0 in rp_machine_defaults, 1 by
+ *   default in `roundpipe plan`/`simulate`):
  *   layer 0, when it is the embedding, gets a sparse gradient and a
  *   row-priority update, see rp_machine.sparse_embed below.
  * Host memory bandwidth shared by PCIe and the optimizer is only a bound on
@@ -58,8 +59,8 @@ typedef struct rp_machine {
                                   traffic of one iteration cannot take less than their
                                   bytes at this rate */
     /* Sparse embedding gradient + row-priority embedding update: a modelled
-     * lever, NOT done by the engine yet (0 = off, today's dense model, the
-     * default). With it on and layer 0 an embedding (kind RP_LAYER_EMBED):
+     * lever the engine implements (0 = a dense embedding, rp_machine_defaults'
+     * value). With it on and layer 0 an embedding (kind RP_LAYER_EMBED):
      * - a job holding layer 0 uploads only the rows its group's microbatches
      *   read (rows_frac_group x weight_bytes) and a backward job holding it
      *   downloads gradient rows only for those tokens (rows_frac_group x
