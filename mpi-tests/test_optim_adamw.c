@@ -225,6 +225,34 @@ START_TEST(copy_does_not_change_state)
 }
 END_TEST
 
+/* The array stride: at least the array, an odd multiple of 16 KiB, so two
+ * arrays laid back to back never start at the same offset modulo 32 KiB or
+ * any larger power of two; checked by brute force over sizes around powers
+ * of two (the case that needs it) and others. */
+START_TEST(array_stride_is_staggered)
+{
+    const size_t unit = (size_t)16 << 10;
+    ck_assert_uint_eq(rp_adamw_array_bytes(0), 0);
+    ck_assert_uint_eq(rp_adamw_array_bytes(1), unit);
+    ck_assert_uint_eq(rp_adamw_array_bytes(4096), unit);       /* exactly 16 KiB */
+    ck_assert_uint_eq(rp_adamw_array_bytes(4097), 3 * unit);   /* 2 units, made odd */
+    ck_assert_uint_eq(rp_adamw_array_bytes((size_t)64 << 20), (size_t)256 * 1024 * 1024 + unit);
+    ck_assert_uint_eq(rp_adamw_array_bytes(SIZE_MAX / 2), SIZE_MAX);
+    for (int k = 0; k < 31; k++)
+        for (long d = -3; d <= 3; d++) {
+            long long n = (1LL << k) + d;
+            if (n < 1)
+                continue;
+            size_t b = rp_adamw_array_bytes((size_t)n);
+            ck_assert_msg(b >= (size_t)n * sizeof(float), "n=%lld: %zu bytes", n, b);
+            ck_assert_msg(b % unit == 0 && (b / unit) % 2 == 1, "n=%lld: stride %zu", n, b);
+            ck_assert_msg(b - (size_t)n * sizeof(float) < 2 * unit, "n=%lld: %zu bytes", n, b);
+            /* the offsets of four arrays modulo 32 KiB alternate: never all equal */
+            ck_assert_uint_ne((1 * b) % (2 * unit), (2 * b) % (2 * unit));
+        }
+}
+END_TEST
+
 START_TEST(rejects_bad_hyperparameters)
 {
     const rp_adamw_params good = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
@@ -262,6 +290,7 @@ static Suite *optim_adamw_suite(void)
     tcase_add_test(tc, thread_count_independent);
     tcase_add_test(tc, copy_does_not_change_state);
     tcase_add_test(tc, rejects_bad_hyperparameters);
+    tcase_add_test(tc, array_stride_is_staggered);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_set.h"
 #include "io/safetensors_writer.h"
+#include "optim/adamw.h"
 
 /* Arrays per layer: master, grad, m, v, and a separate compute copy for bf16. */
 static size_t arrays_per_layer(rp_dtype compute_dtype)
@@ -17,10 +18,9 @@ static size_t arrays_per_layer(rp_dtype compute_dtype)
     return compute_dtype == RP_F32 ? 4 : 5;
 }
 
-static size_t layer_bytes(size_t numel)
-{
-    return (numel * sizeof(float) + 63) & ~(size_t)63;
-}
+/* Staggered so that the optimizer's streams over one layer (master, grad,
+ * m, v, compute) do not share cache sets (see rp_adamw_array_bytes). */
+static size_t layer_bytes(size_t numel) { return rp_adamw_array_bytes(numel); }
 
 size_t rp_params_bytes(const rp_model_config *cfg, rp_dtype compute_dtype)
 {

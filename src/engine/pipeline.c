@@ -14,6 +14,7 @@
 #include "io/config.h"
 #include "model/layers.h"
 #include "model/layout.h"
+#include "optim/adamw.h"
 #include "optim/clip.h"
 #include "store/bind.h"
 
@@ -344,13 +345,16 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_store_layout *lay = NULL;
     RP_TRY(rp_store_layout_create(&lay, err));
     size_t vh = e->tied ? (size_t)(cfg->vocab_size * e->H) : 0;
-    /* gradients of pipelines 1..P-1, 64-byte aligned per layer */
+    /* gradients of pipelines 1..P-1, 64-byte aligned per layer; one
+     * pipeline's block is staggered like the model state's arrays, since
+     * the optimizer streams a layer's copies side by side */
     e->gstride = 0;
     for (int l = 0; l < e->L; l++) {
         e->goff[l] = e->gstride;
         if (l > 0) /* the embedding's travels as rows */
             e->gstride += (e->p->layers[l].numel + 15) & ~(size_t)15;
     }
+    e->gstride = rp_adamw_array_bytes(e->gstride) / sizeof(float);
     int64_t ntok = e->Mg * e->T;
     e->emb_cap = ntok < cfg->vocab_size ? ntok : cfg->vocab_size;
     rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, e->o->dtype),

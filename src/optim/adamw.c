@@ -71,6 +71,17 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
         adamw_body(p, g, m, v, bf, n, k, 0);
 }
 
+size_t rp_adamw_array_bytes(size_t n)
+{
+    const size_t unit = (size_t)16 << 10;
+    if (n == 0)
+        return 0;
+    if (n > (SIZE_MAX - 2 * unit) / sizeof(float))
+        return SIZE_MAX;
+    size_t units = (n * sizeof(float) + unit - 1) / unit;
+    return (units | 1) * unit;
+}
+
 rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_error *err)
 {
     const char *w = what ? what : "AdamW";
