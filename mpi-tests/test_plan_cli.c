@@ -149,7 +149,7 @@ START_TEST(simulate_compares_schedules)
     ck_assert(strstr(out_text, "GPipe") && strstr(out_text, "1F1B") &&
               strstr(out_text, "exact / lagged throughput"));
     /* the embedding by rows: its rows fraction derived from the file
-     * (16 x 16777216 / 622329856) */
+     * (16 microbatches x 33554432 hand-over bytes / 622329856 table bytes) */
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 6 --sparse-embedding 1",
              paper("qwen3-1.7b.txt"));
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
@@ -157,7 +157,7 @@ START_TEST(simulate_compares_schedules)
     ck_assert_msg(j != NULL, "not JSON: %s", out_text);
     ck_assert(json_object_object_get_ex(j, "sparse_embedding", &v) && json_object_get_int(v) == 1);
     ck_assert(json_object_object_get_ex(j, "embed_rows_frac", &v));
-    ck_assert(fabs(json_object_get_double(v) - 16.0 * 16777216 / 622329856) < 1e-5);
+    ck_assert(fabs(json_object_get_double(v) - 16.0 * 33554432 / 622329856) < 1e-5);
     json_object_put(j);
     snprintf(cmd, sizeof cmd,
              "simulate --layers %s --iterations 6 --sparse-embedding 1 --embed-rows-frac 0.15",
