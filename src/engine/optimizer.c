@@ -49,17 +49,18 @@ static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
 static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
 {
     float *acc = e->p->st[0].grad;
-    if (!e->tied) {
-        memset(acc + lo, 0, (hi - lo) * sizeof(float));
-        return;
-    }
-#pragma omp parallel for schedule(static) if (hi - lo > 65536)
-    for (size_t k = lo; k < hi; k++) {
+    /* the tied parts hold vocab x hidden floats; the layer's padding past
+     * them (rp_layer_desc.numel is rounded up) has no gradient */
+    size_t tied_end = e->tied ? (size_t)(e->p->cfg.vocab_size * e->H) : 0;
+    size_t mid = tied_end < lo ? lo : tied_end < hi ? tied_end : hi;
+#pragma omp parallel for schedule(static) if (mid - lo > 65536)
+    for (size_t k = lo; k < mid; k++) {
         float s = rp_engine_tied_grad(e, 0)[k];
         for (int g = 1; g < e->P; g++)
             s += rp_engine_tied_grad(e, g)[k];
         acc[k] = s + 0.0f;
     }
+    memset(acc + mid, 0, (hi - mid) * sizeof(float));
 }
 
 static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
