@@ -59,6 +59,9 @@ typedef struct rp_engine {
                           jobs on virtual executors g*V/P.., folded onto the ranks mod G */
     int64_t Mg;        /* microbatches per pipeline: g runs g*Mg .. (g+1)*Mg-1 */
     int64_t first, last; /* iterations of the running segment (a plan holds for one segment) */
+    int64_t adam_step;   /* optimizer thread: AdamW's own step count, the updates applied so
+                            far (a step with no counted target applies none, while the lr
+                            schedule still advances with the step), kept across segments */
     double t_logged;     /* logger: when the previous iteration was logged */
     double last_loss;
     /* measured layer times of the executor (ms summed over calls, and calls),

@@ -24,6 +24,7 @@
 /* AdamW on elements [lo, hi) of layer l: the parts of its tensors there. */
 static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
+    /* the lr follows the step; bias correction counts the updates applied */
     rp_layer_state *ls = &e->p->st[l];
     rp_adamw_params hp = {rp_lr_at(&e->sched, t), e->o->beta1, e->o->beta2, e->o->eps,
                           e->o->weight_decay};
@@ -33,8 +34,8 @@ static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
         b = b < hi ? b : hi;
         if (a >= b)
             continue;
-        rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a, t, &hp, d->decay,
-                      coef, NULL);
+        rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a, e->adam_step, &hp,
+                      d->decay, coef, NULL);
     }
     rp_params_sync_compute_range(e->p, l, lo, hi);
 }
@@ -274,6 +275,8 @@ static rp_status run(rp_engine *e, rp_error *err)
     for (int64_t t = e->first; s == RP_OK && t <= e->last; t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
+        if (!skip)
+            e->adam_step++;
         int64_t n = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->L - 1; s == RP_OK && l >= 0; l--) {
