@@ -82,3 +82,13 @@ int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_
     }
     return counted;
 }
+
+int64_t rp_dataset_counted(const rp_dataset *ds, int64_t i)
+{
+    if (!ds->mask)
+        return ds->seq_len;
+    int64_t S = ds->seq_len, first = i * S, counted = 0;
+    for (int64_t t = 0; t < S; t++)
+        counted += rp_npy_get(ds->mask, first + t + 1) == 1;
+    return counted;
+}

@@ -28,4 +28,8 @@ int64_t rp_dataset_sample_of(const rp_dataset *ds, int64_t step, int64_t batch, 
 int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_t *targets,
                         uint8_t *mask);
 
+/* How many targets of sample i count (what rp_dataset_fill returns), without
+ * copying anything. */
+int64_t rp_dataset_counted(const rp_dataset *ds, int64_t i);
+
 #endif

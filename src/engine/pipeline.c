@@ -83,14 +83,9 @@ void rp_engine_signal(rp_engine *e, rp_event_kind kind, int index, int micro, ui
 
 int64_t rp_engine_counted(const rp_engine *e, int64_t t)
 {
-    int64_t B = e->M * e->per, n = 0, S = e->S;
-    int32_t *bi = malloc((size_t)S * sizeof(int32_t)), *bt = malloc((size_t)S * sizeof(int32_t));
-    uint8_t *bm = malloc((size_t)S);
-    for (int64_t j = 0; bi && bt && bm && j < B; j++)
-        n += rp_dataset_fill(e->ds, rp_dataset_sample_of(e->ds, t, B, j), bi, bt, bm);
-    free(bi);
-    free(bt);
-    free(bm);
+    int64_t B = e->M * e->per, n = 0;
+    for (int64_t j = 0; j < B; j++)
+        n += rp_dataset_counted(e->ds, rp_dataset_sample_of(e->ds, t, B, j));
     return n;
 }
 
