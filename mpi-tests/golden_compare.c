@@ -57,14 +57,20 @@ static int read_lines(const char *path, json_object **objs, int max)
     return n;
 }
 
+/* A missing key is NaN; a JSON null (a step with no counted target) is
+ * +Inf, so null matches only null. */
 static double field(json_object *o, const char *k)
 {
     json_object *v;
-    return json_object_object_get_ex(o, k, &v) ? json_object_get_double(v) : NAN;
+    if (!json_object_object_get_ex(o, k, &v))
+        return NAN;
+    return v ? json_object_get_double(v) : INFINITY;
 }
 
 static double rel(double a, double b)
 {
+    if (isinf(a) || isinf(b))
+        return a == b ? 0.0 : INFINITY;
     return fabs(a - b) / fmax(fabs(b), 1e-30);
 }
 
