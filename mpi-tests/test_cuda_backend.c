@@ -59,19 +59,26 @@ static rp_model_config llama_cfg(void)
     return c;
 }
 
-/* Workspace sizes need no device: the table entry ignores its impl. */
+/* Device memory of one block layer's calls: the scratch workspace and
+ * the area its forward saves for the backward (sizes need no device). */
+static size_t cuda_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
+{
+    return rp_device_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen) +
+           rp_device_saved_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen);
+}
+
 START_TEST(workspace_linear_in_seqlen)
 {
     rp_model_config cfgs[2] = {qwen_cfg(), llama_cfg()};
     for (int k = 0; k < 2; k++) {
         const rp_model_config *cfg = &cfgs[k];
-        double w1 = (double)rp_device_ops_cuda.workspace_floats(NULL, cfg, 1, 1 << 14);
-        double w2 = (double)rp_device_ops_cuda.workspace_floats(NULL, cfg, 1, 1 << 15);
-        double w4 = (double)rp_device_ops_cuda.workspace_floats(NULL, cfg, 1, 1 << 16);
+        double w1 = (double)cuda_floats(cfg, 1, 1 << 14);
+        double w2 = (double)cuda_floats(cfg, 1, 1 << 15);
+        double w4 = (double)cuda_floats(cfg, 1, 1 << 16);
         /* linear: the increments agree (a seqlen^2 term would quadruple) */
         ck_assert_msg(fabs((w4 - w2) - 2 * (w2 - w1)) <= 1e-3 * (w4 - w2), "%g %g %g", w1, w2, w4);
         /* tokens split over sequences need no more than one long sequence */
-        ck_assert(rp_device_ops_cuda.workspace_floats(NULL, cfg, 16, 1 << 12) <=
+        ck_assert(cuda_floats(cfg, 16, 1 << 12) <=
                   (size_t)w4 + 64 * 1024);
     }
     /* a large vocabulary: the head's logits are chunked (well under T x V) */
@@ -82,7 +89,7 @@ START_TEST(workspace_linear_in_seqlen)
     big.num_attention_heads = 16;
     big.num_key_value_heads = 8;
     big.head_dim = 128;
-    size_t w = rp_device_ops_cuda.workspace_floats(NULL, &big, 4, 4096);
+    size_t w = cuda_floats(&big, 4, 4096);
     printf("Qwen3-1.7B shape, 4 x 4096 tokens: CUDA workspace %.2f GiB\n",
            (double)w * 4 / (1 << 30));
     ck_assert(w < (size_t)16384 * 151936); /* full fp32 logits alone would be T x V */
@@ -175,9 +182,12 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     size_t np;
     float *P = block_params(cfg, &np);
     float *x = rand_f32(nx, 0, 1), *dy1 = rand_f32(nx, 0, 1), *dy2 = rand_f32(nx, 0, 1);
-    size_t wc = rp_device_workspace_floats(dv.cpu, cfg, nseq, S);
-    size_t wg = rp_device_workspace_floats(dv.gpu, cfg, nseq, S);
+    size_t wc = rp_device_workspace_floats(RP_DEVICE_CPU, cfg, nseq, S);
+    size_t wg = rp_device_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, S);
+    size_t sc = rp_device_saved_floats(RP_DEVICE_CPU, cfg, nseq, S);
+    size_t sg = rp_device_saved_floats(RP_DEVICE_CUDA, cfg, nseq, S);
     float *ws_c = malloc(wc * 4), *y_c = malloc(nx * 4), *y_g = malloc(nx * 4);
+    float *saved_c = malloc(sc * 4), *gsaved = gup(dv.gpu, NULL, sg * 4);
     float *D_c = calloc(np, 4), *D_g = malloc(np * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
 
     float *gP = gup(dv.gpu, P, np * 4), *gx = gup(dv.gpu, x, nx * 4);
@@ -187,8 +197,9 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     ck_assert_int_eq(rp_device_memset0(dv.gpu, gD, np * 4, &err), RP_OK);
 
     /* forward: compare the block's contribution y - x, not just y */
-    rp_device_block_forward(dv.cpu, cfg, P, x, y_c, nseq, S, ws_c, &err);
-    ck_assert_msg(rp_device_block_forward(dv.gpu, cfg, gP, gx, gy, nseq, S, gws, &err) == RP_OK,
+    rp_device_block_forward(dv.cpu, cfg, P, x, y_c, nseq, S, saved_c, ws_c, &err);
+    ck_assert_msg(rp_device_block_forward(dv.gpu, cfg, gP, gx, gy, nseq, S, gsaved, gws, &err) ==
+                      RP_OK,
                   "%s", err.msg);
     gdown(dv.gpu, y_g, gy, nx * 4);
     CHECK_REL(y_g, y_c, nx, BF16_TOL, "block y");
@@ -196,18 +207,25 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
         y_g[i] -= x[i], y_c[i] -= x[i];
     CHECK_REL(y_g, y_c, nx, BF16_TOL, "block y - x");
 
-    /* backward twice: dx each time, gradients accumulated */
+    /* backward twice, each from a forward that keeps only what it needs (as
+     * a backward stage runs it): dx each time, gradients accumulated */
     const float *dys[2] = {dy1, dy2};
     for (int call = 0; call < 2; call++) {
         const char *when = call ? "second backward" : "first backward";
         memcpy(dx_c, dys[call], nx * 4);
-        rp_device_block_backward(dv.cpu, cfg, P, x, dx_c, dx_c, D_c, nseq, S, ws_c, &err);
+        rp_device_block_forward(dv.cpu, cfg, P, x, NULL, nseq, S, saved_c, ws_c, &err);
+        rp_device_block_backward(dv.cpu, cfg, P, x, saved_c, dx_c, dx_c, D_c, nseq, S, ws_c, &err);
         ck_assert_int_eq(rp_device_copy(dv.gpu, gdy, dys[call], nx * 4, &err), RP_OK);
         if (!alias)
             dev_poison(gdx, nx * 4);
         dev_poison(gws, wg * 4);
-        ck_assert_msg(rp_device_block_backward(dv.gpu, cfg, gP, gx, gdy, gdx, gD, nseq, S, gws,
-                                               &err) == RP_OK,
+        dev_poison(gsaved, sg * 4);
+        ck_assert_msg(rp_device_block_forward(dv.gpu, cfg, gP, gx, NULL, nseq, S, gsaved, gws,
+                                              &err) == RP_OK,
+                      "%s", err.msg);
+        dev_poison(gws, wg * 4); /* nothing of the forward's scratch may be read back */
+        ck_assert_msg(rp_device_block_backward(dv.gpu, cfg, gP, gx, gsaved, gdy, gdx, gD, nseq, S,
+                                               gws, &err) == RP_OK,
                       "%s", err.msg);
         gdown(dv.gpu, dx_g, gdx, nx * 4);
         CHECK_REL(dx_g, dx_c, nx, BF16_TOL, when);
@@ -216,6 +234,8 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     }
     rp_device_free(dv.gpu, gP), rp_device_free(dv.gpu, gx), rp_device_free(dv.gpu, gy);
     rp_device_free(dv.gpu, gws), rp_device_free(dv.gpu, gD), rp_device_free(dv.gpu, gdy);
+    rp_device_free(dv.gpu, gsaved);
+    free(saved_c);
     if (!alias)
         rp_device_free(dv.gpu, gdx);
     release(&dv);
@@ -265,8 +285,8 @@ START_TEST(head_matches_cpu)
         for (int64_t t = 0; t < T; t++)
             count += (mask[t] = (uint8_t)(t % 5 != 2));
         const float scale = 1.0f / (float)count;
-        size_t wc = rp_device_workspace_floats(dv.cpu, cfg, 1, T);
-        size_t wg = rp_device_workspace_floats(dv.gpu, cfg, 1, T);
+        size_t wc = rp_device_workspace_floats(RP_DEVICE_CPU, cfg, 1, T);
+        size_t wg = rp_device_workspace_floats(RP_DEVICE_CUDA, cfg, 1, T);
         float *ws_c = malloc(wc * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
         float *dn_c = calloc((size_t)H, 4), *dn_g = malloc((size_t)H * 4);
         float *dl_c = calloc(nl, 4), *dl_g = malloc(nl * 4);

@@ -92,6 +92,7 @@ typedef struct fixture {
     rp_model_config cfg;
     int64_t nseq, S, T, H;
     float *P, *x, *wy, *y, *ws;
+    float *saved; /* what the forward keeps for the backward */
     size_t np;
 } fixture;
 
@@ -110,6 +111,7 @@ static void fx_init(fixture *f, rp_model_config cfg, int64_t nseq, int64_t S)
     f->wy = random_vec((size_t)(f->T * f->H), 13, 1.0f);
     f->y = malloc((size_t)(f->T * f->H) * sizeof(float));
     f->ws = malloc(rp_block_workspace_floats(&cfg, nseq, S) * sizeof(float));
+    f->saved = malloc(rp_block_saved_floats(&cfg, nseq, S) * sizeof(float));
 }
 
 static void fx_free(fixture *f)
@@ -119,12 +121,22 @@ static void fx_free(fixture *f)
     free(f->wy);
     free(f->y);
     free(f->ws);
+    free(f->saved);
+}
+
+/* The backward of x with upstream gradient dy, as the engine runs it: a
+ * forward that keeps only what the backward needs, then the backward. */
+static void block_backward(fixture *f, const rp_model_config *cfg, const float *x,
+                           const float *dy, float *dx, float *dP, int64_t nseq, int64_t S)
+{
+    rp_block_forward(cfg, f->P, x, NULL, nseq, S, f->saved, f->ws);
+    rp_block_backward(cfg, f->P, x, f->saved, dy, dx, dP, nseq, S, f->ws);
 }
 
 /* L = sum(wy * y), accumulated in double */
 static double fx_loss(fixture *f)
 {
-    rp_block_forward(&f->cfg, f->P, f->x, f->y, f->nseq, f->S, f->ws);
+    rp_block_forward(&f->cfg, f->P, f->x, f->y, f->nseq, f->S, f->saved, f->ws);
     double s = 0;
     for (int64_t i = 0; i < f->T * f->H; i++)
         s += (double)f->wy[i] * (double)f->y[i];
@@ -204,7 +216,7 @@ static void gradcheck(rp_model_config cfg, int64_t nseq, int64_t S)
     fx_init(&f, cfg, nseq, S);
     float *dP = calloc(f.np, sizeof(float));
     float *dx = malloc((size_t)(f.T * f.H) * sizeof(float));
-    rp_block_backward(&f.cfg, f.P, f.x, f.wy, dx, dP, nseq, S, f.ws);
+    block_backward(&f, &f.cfg, f.x, f.wy, dx, dP, nseq, S);
 
     rp_layer_desc *L;
     int n;
@@ -253,15 +265,17 @@ START_TEST(sequences_are_independent)
      * sequence alone: positions restart and nothing leaks across */
     fixture f;
     fx_init(&f, qwen_cfg(), 3, 6);
-    rp_block_forward(&f.cfg, f.P, f.x, f.y, 3, 6, f.ws);
+    rp_block_forward(&f.cfg, f.P, f.x, f.y, 3, 6, f.saved, f.ws);
     float *y1 = malloc((size_t)(6 * f.H) * sizeof(float));
     float *ws1 = malloc(rp_block_workspace_floats(&f.cfg, 1, 6) * sizeof(float));
-    rp_block_forward(&f.cfg, f.P, f.x + 6 * f.H, y1, 1, 6, ws1);
+    float *saved1 = malloc(rp_block_saved_floats(&f.cfg, 1, 6) * sizeof(float));
+    rp_block_forward(&f.cfg, f.P, f.x + 6 * f.H, y1, 1, 6, saved1, ws1);
     for (int64_t i = 0; i < 6 * f.H; i++)
         ck_assert_msg(fabsf(y1[i] - f.y[6 * f.H + i]) <= 1e-5f * (1 + fabsf(y1[i])),
                       "element %lld: %g vs %g", (long long)i, y1[i], f.y[6 * f.H + i]);
     free(y1);
     free(ws1);
+    free(saved1);
     fx_free(&f);
 }
 END_TEST
@@ -273,8 +287,8 @@ START_TEST(bitwise_deterministic_and_accumulating)
     fx_init(&f, cfg, 2, 5);
     const size_t n = (size_t)(f.T * f.H);
     float *y2 = malloc(n * sizeof(float));
-    rp_block_forward(&cfg, f.P, f.x, f.y, 2, 5, f.ws);
-    rp_block_forward(&cfg, f.P, f.x, y2, 2, 5, f.ws);
+    rp_block_forward(&cfg, f.P, f.x, f.y, 2, 5, f.saved, f.ws);
+    rp_block_forward(&cfg, f.P, f.x, y2, 2, 5, f.saved, f.ws);
     ck_assert_mem_eq(f.y, y2, n * sizeof(float));
 
     /* two microbatches: A = backward(mb1) into zeros, then backward(mb2)
@@ -288,14 +302,14 @@ START_TEST(bitwise_deterministic_and_accumulating)
     float *dxa = malloc(n * sizeof(float)), *dxb = malloc(n * sizeof(float));
     for (int rep = 0; rep < 2; rep++) {
         float *acc = rep ? acc2 : acc1;
-        rp_block_backward(&cfg, f.P, f.x, f.wy, rep ? dxb : dxa, acc, 2, 5, f.ws);
-        rp_block_backward(&cfg, f.P, x2, dy2, dx, acc, 2, 5, f.ws);
+        block_backward(&f, &cfg, f.x, f.wy, rep ? dxb : dxa, acc, 2, 5);
+        block_backward(&f, &cfg, x2, dy2, dx, acc, 2, 5);
     }
     ck_assert_mem_eq(acc1, acc2, f.np * sizeof(float));
     ck_assert_mem_eq(dxa, dxb, n * sizeof(float));
-    rp_block_backward(&cfg, f.P, f.x, f.wy, dx, g1, 2, 5, f.ws);
+    block_backward(&f, &cfg, f.x, f.wy, dx, g1, 2, 5);
     ck_assert_mem_eq(dx, dxa, n * sizeof(float));
-    rp_block_backward(&cfg, f.P, x2, dy2, dx, g2, 2, 5, f.ws);
+    block_backward(&f, &cfg, x2, dy2, dx, g2, 2, 5);
     /* acc = (0 + g1) + g2 with the second sum inside the GEMM: equal to
      * g1 + g2 up to the rounding of a K-term dot product, i.e. a few fp32
      * ulps of the tensor's largest contributions */
@@ -318,7 +332,7 @@ START_TEST(bitwise_deterministic_and_accumulating)
     float *alias = malloc(n * sizeof(float));
     memcpy(alias, f.wy, n * sizeof(float));
     float *dz = calloc(f.np, sizeof(float));
-    rp_block_backward(&cfg, f.P, f.x, alias, alias, dz, 2, 5, f.ws);
+    block_backward(&f, &cfg, f.x, alias, alias, dz, 2, 5);
     ck_assert_mem_eq(alias, dxa, n * sizeof(float));
     ck_assert_mem_eq(dz, g1, f.np * sizeof(float));
     free(alias);
@@ -347,8 +361,14 @@ START_TEST(workspace_linear_in_seqlen)
             size_t b = rp_block_workspace_floats(&cfgs[c], nseq, 2048);
             size_t d = rp_block_workspace_floats(&cfgs[c], nseq, 3072);
             ck_assert_uint_eq(b - a, d - b);
+            a = rp_block_saved_floats(&cfgs[c], nseq, 1024);
+            b = rp_block_saved_floats(&cfgs[c], nseq, 2048);
+            d = rp_block_saved_floats(&cfgs[c], nseq, 3072);
+            ck_assert_uint_eq(b - a, d - b);
             /* a 4096-token sequence needs less than one 4096^2 score matrix */
-            ck_assert_uint_lt(rp_block_workspace_floats(&cfgs[c], 1, 4096), (size_t)4096 * 4096);
+            ck_assert_uint_lt(rp_block_workspace_floats(&cfgs[c], 1, 4096) +
+                                  rp_block_saved_floats(&cfgs[c], 1, 4096),
+                              (size_t)4096 * 4096);
         }
     }
 }

@@ -102,8 +102,11 @@ static void run_variant(const variant *v)
         X[l] = malloc(sizeof(float) * (size_t)(T * H));
     ck_assert_int_eq(rp_embed_forward(cfg, P[0], v->tokens, T, X[1], NULL), RP_OK);
     float *ws = malloc(sizeof(float) * rp_block_workspace_floats(cfg, NSEQ, S));
-    for (int l = 1; l < n - 1; l++)
-        rp_block_forward(cfg, P[l], X[l], X[l + 1], NSEQ, S, ws);
+    float **saved = calloc((size_t)n, sizeof *saved); /* saved[l]: layer l's forward */
+    for (int l = 1; l < n - 1; l++) {
+        saved[l] = malloc(sizeof(float) * rp_block_saved_floats(cfg, NSEQ, S));
+        rp_block_forward(cfg, P[l], X[l], X[l + 1], NSEQ, S, saved[l], ws);
+    }
     /* block 0 output: fp32 against float64, values O(1-10) */
     for (int64_t i = 0; i < T * H; i++)
         ck_assert_msg(fabsf(X[2][i] - v->y0[i]) <= 1e-4f * (1 + fabsf(v->y0[i])),
@@ -125,7 +128,7 @@ static void run_variant(const variant *v)
     ck_assert_msg(fabs(loss - v->loss_sum) <= 1e-5 * v->loss_sum, "loss %.9g vs transformers %.9g",
                   loss, v->loss_sum);
     for (int l = n - 2; l >= 1; l--)
-        rp_block_backward(cfg, P[l], X[l], dx, dx, G[l], NSEQ, S, ws);
+        rp_block_backward(cfg, P[l], X[l], saved[l], dx, dx, G[l], NSEQ, S, ws);
     ck_assert_int_eq(rp_embed_backward(cfg, v->tokens, T, dx, G[0], NULL), RP_OK);
 
     /* gradients: fp32 chain against float64; 1e-4 of the tensor's largest

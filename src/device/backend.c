@@ -12,16 +12,21 @@ struct rp_device {
     char name[64];
 };
 
+static const rp_device_ops *ops_of(rp_device_kind kind)
+{
+    if (kind == RP_DEVICE_CPU)
+        return &rp_device_ops_cpu;
+#ifdef RP_HAVE_CUDA_EXECUTOR /* defined once src/device/cuda.c is built */
+    if (kind == RP_DEVICE_CUDA)
+        return &rp_device_ops_cuda;
+#endif
+    return NULL;
+}
+
 rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_error *err)
 {
     *out = NULL;
-    const rp_device_ops *ops = NULL;
-    if (params->kind == RP_DEVICE_CPU)
-        ops = &rp_device_ops_cpu;
-#ifdef RP_HAVE_CUDA_EXECUTOR /* defined once src/device/cuda.c is built */
-    else if (params->kind == RP_DEVICE_CUDA)
-        ops = &rp_device_ops_cuda;
-#endif
+    const rp_device_ops *ops = ops_of(params->kind);
     if (!ops)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "no %s back end in this build",
                             rp_device_kind_name(params->kind));
@@ -98,26 +103,34 @@ rp_status rp_device_embed_backward(rp_device *dev, const rp_model_config *cfg,
     return dev->ops->embed_backward(dev->impl, cfg, tokens, T, dout, dW, err);
 }
 
-size_t rp_device_workspace_floats(const rp_device *dev, const rp_model_config *cfg, int64_t nseq,
+size_t rp_device_workspace_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
                                   int64_t seqlen)
 {
-    return dev->ops->workspace_floats(dev->impl, cfg, nseq, seqlen);
+    const rp_device_ops *ops = ops_of(kind);
+    return ops ? ops->workspace_floats(cfg, nseq, seqlen) : 0;
+}
+
+size_t rp_device_saved_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
+                              int64_t seqlen)
+{
+    const rp_device_ops *ops = ops_of(kind);
+    return ops ? ops->saved_floats(cfg, nseq, seqlen) : 0;
 }
 
 rp_status rp_device_block_forward(rp_device *dev, const rp_model_config *cfg, const float *params,
                                   const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                  float *ws, rp_error *err)
+                                  float *saved, float *ws, rp_error *err)
 {
-    return dev->ops->block_forward(dev->impl, cfg, params, x, y, nseq, seqlen, ws, err);
+    return dev->ops->block_forward(dev->impl, cfg, params, x, y, nseq, seqlen, saved, ws, err);
 }
 
 rp_status rp_device_block_backward(rp_device *dev, const rp_model_config *cfg,
-                                   const float *params, const float *x, const float *dy, float *dx,
-                                   float *dparams, int64_t nseq, int64_t seqlen, float *ws,
-                                   rp_error *err)
+                                   const float *params, const float *x, float *saved,
+                                   const float *dy, float *dx, float *dparams, int64_t nseq,
+                                   int64_t seqlen, float *ws, rp_error *err)
 {
-    return dev->ops->block_backward(dev->impl, cfg, params, x, dy, dx, dparams, nseq, seqlen, ws,
-                                    err);
+    return dev->ops->block_backward(dev->impl, cfg, params, x, saved, dy, dx, dparams, nseq,
+                                    seqlen, ws, err);
 }
 
 rp_status rp_device_head_forward_backward(rp_device *dev, const rp_model_config *cfg,

@@ -52,16 +52,24 @@ rp_status rp_device_embed_forward(rp_device *dev, const rp_model_config *cfg, co
 rp_status rp_device_embed_backward(rp_device *dev, const rp_model_config *cfg,
                                    const int32_t *tokens, int64_t T, const float *dout, float *dW,
                                    rp_error *err);
-/* Workspace floats of the block and head calls for nseq x seqlen tokens. */
-size_t rp_device_workspace_floats(const rp_device *dev, const rp_model_config *cfg, int64_t nseq,
+/* Sizes on a back end of `kind` for nseq x seqlen tokens, the same
+ * functions its calls carve their buffers with (the planner sizes jobs with
+ * them too): the scratch workspace of the block and head calls (one per
+ * executor), and the area a block's forward saves for its backward (one per
+ * layer awaiting its backward). 0 for a kind this build lacks. */
+size_t rp_device_workspace_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
                                   int64_t seqlen);
+size_t rp_device_saved_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
+                              int64_t seqlen);
+/* y may be NULL: the forward then only fills `saved` for the backward. */
 rp_status rp_device_block_forward(rp_device *dev, const rp_model_config *cfg, const float *params,
                                   const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                  float *ws, rp_error *err);
+                                  float *saved, float *ws, rp_error *err);
+/* From `saved` of this layer's forward on x (consumed). */
 rp_status rp_device_block_backward(rp_device *dev, const rp_model_config *cfg,
-                                   const float *params, const float *x, const float *dy, float *dx,
-                                   float *dparams, int64_t nseq, int64_t seqlen, float *ws,
-                                   rp_error *err);
+                                   const float *params, const float *x, float *saved,
+                                   const float *dy, float *dx, float *dparams, int64_t nseq,
+                                   int64_t seqlen, float *ws, rp_error *err);
 /* *loss_sum is written on the host. */
 rp_status rp_device_head_forward_backward(rp_device *dev, const rp_model_config *cfg,
                                           const float *norm_w, const float *lm_w, const float *x,

@@ -21,14 +21,16 @@ typedef struct rp_device_ops {
                                const int32_t *tokens, int64_t T, float *out, rp_error *err);
     rp_status (*embed_backward)(void *impl, const rp_model_config *cfg, const int32_t *tokens,
                                 int64_t T, const float *dout, float *dW, rp_error *err);
-    size_t (*workspace_floats)(void *impl, const rp_model_config *cfg, int64_t nseq,
-                               int64_t seqlen);
+    /* sizes depend on the shapes only, not on a device instance */
+    size_t (*workspace_floats)(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
+    size_t (*saved_floats)(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
     rp_status (*block_forward)(void *impl, const rp_model_config *cfg, const float *params,
-                               const float *x, float *y, int64_t nseq, int64_t seqlen, float *ws,
-                               rp_error *err);
+                               const float *x, float *y, int64_t nseq, int64_t seqlen,
+                               float *saved, float *ws, rp_error *err);
     rp_status (*block_backward)(void *impl, const rp_model_config *cfg, const float *params,
-                                const float *x, const float *dy, float *dx, float *dparams,
-                                int64_t nseq, int64_t seqlen, float *ws, rp_error *err);
+                                const float *x, float *saved, const float *dy, float *dx,
+                                float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+                                rp_error *err);
     rp_status (*head_forward_backward)(void *impl, const rp_model_config *cfg,
                                        const float *norm_w, const float *lm_w, const float *x,
                                        const int32_t *targets, const uint8_t *mask, int64_t T,

@@ -65,10 +65,8 @@ static rp_status cpu_embed_backward(void *impl, const rp_model_config *cfg, cons
     return rp_embed_backward(cfg, tokens, T, dout, dW, err);
 }
 
-static size_t cpu_workspace_floats(void *impl, const rp_model_config *cfg, int64_t nseq,
-                                   int64_t seqlen)
+static size_t cpu_workspace_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    (void)impl;
     size_t b = rp_block_workspace_floats(cfg, nseq, seqlen);
     size_t h = rp_head_workspace_floats(cfg, nseq * seqlen, RP_HEAD_CHUNK);
     return b > h ? b : h;
@@ -76,19 +74,20 @@ static size_t cpu_workspace_floats(void *impl, const rp_model_config *cfg, int64
 
 static rp_status cpu_block_forward(void *impl, const rp_model_config *cfg, const float *params,
                                    const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                   float *ws, rp_error *err)
+                                   float *saved, float *ws, rp_error *err)
 {
     (void)impl, (void)err;
-    rp_block_forward(cfg, params, x, y, nseq, seqlen, ws);
+    rp_block_forward(cfg, params, x, y, nseq, seqlen, saved, ws);
     return RP_OK;
 }
 
 static rp_status cpu_block_backward(void *impl, const rp_model_config *cfg, const float *params,
-                                    const float *x, const float *dy, float *dx, float *dparams,
-                                    int64_t nseq, int64_t seqlen, float *ws, rp_error *err)
+                                    const float *x, float *saved, const float *dy, float *dx,
+                                    float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+                                    rp_error *err)
 {
     (void)impl, (void)err;
-    rp_block_backward(cfg, params, x, dy, dx, dparams, nseq, seqlen, ws);
+    rp_block_backward(cfg, params, x, saved, dy, dx, dparams, nseq, seqlen, ws);
     return RP_OK;
 }
 
@@ -113,6 +112,7 @@ const rp_device_ops rp_device_ops_cpu = {
     .embed_forward = cpu_embed_forward,
     .embed_backward = cpu_embed_backward,
     .workspace_floats = cpu_workspace_floats,
+    .saved_floats = rp_block_saved_floats,
     .block_forward = cpu_block_forward,
     .block_backward = cpu_block_backward,
     .head_forward_backward = cpu_head,

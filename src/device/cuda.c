@@ -273,10 +273,8 @@ static rp_status cuda_embed_backward(void *impl, const rp_model_config *cfg, con
 
 /* ---- blocks and head ---------------------------------------------------- */
 
-static size_t cuda_workspace_floats(void *impl, const rp_model_config *cfg, int64_t nseq,
-                                    int64_t seqlen)
+static size_t cuda_workspace_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    (void)impl;
     size_t b = rp_cuda_be_block_ws_floats(cfg, nseq, seqlen);
     size_t h = rp_cuda_be_head_ws_floats(cfg, nseq * seqlen);
     return b > h ? b : h;
@@ -284,17 +282,18 @@ static size_t cuda_workspace_floats(void *impl, const rp_model_config *cfg, int6
 
 static rp_status cuda_block_forward(void *impl, const rp_model_config *cfg, const float *params,
                                     const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                    float *ws, rp_error *err)
+                                    float *saved, float *ws, rp_error *err)
 {
-    return rp_cuda_be_block_forward(impl, cfg, params, x, y, nseq, seqlen, ws, err);
+    return rp_cuda_be_block_forward(impl, cfg, params, x, y, nseq, seqlen, saved, ws, err);
 }
 
 static rp_status cuda_block_backward(void *impl, const rp_model_config *cfg, const float *params,
-                                     const float *x, const float *dy, float *dx, float *dparams,
-                                     int64_t nseq, int64_t seqlen, float *ws, rp_error *err)
+                                     const float *x, float *saved, const float *dy, float *dx,
+                                     float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+                                     rp_error *err)
 {
-    return rp_cuda_be_block_backward(impl, cfg, params, x, dy, dx, dparams, nseq, seqlen, ws,
-                                     err);
+    return rp_cuda_be_block_backward(impl, cfg, params, x, saved, dy, dx, dparams, nseq, seqlen,
+                                     ws, err);
 }
 
 static rp_status cuda_head(void *impl, const rp_model_config *cfg, const float *norm_w,
@@ -319,6 +318,7 @@ const rp_device_ops rp_device_ops_cuda = {
     .embed_forward = cuda_embed_forward,
     .embed_backward = cuda_embed_backward,
     .workspace_floats = cuda_workspace_floats,
+    .saved_floats = rp_cuda_be_block_saved_floats,
     .block_forward = cuda_block_forward,
     .block_backward = cuda_block_backward,
     .head_forward_backward = cuda_head,

@@ -7,7 +7,10 @@
  *         dout, dg/du, dq/dk/dv for the weight GEMMs
  * Differences from the CPU order that only move rounding: x2 = (x + o Wo^T)
  * + bo and y = x2 + m Wd^T are formed by GEMMs accumulating onto a copy of
- * the residual (beta = 1), sums of squares are fp32 warp sums. */
+ * the residual (beta = 1), sums of squares are fp32 warp sums.
+ * The forward keeps what the backward reads in the caller's `saved` area
+ * (the bf16 weight shadow among it: the backward's input-gradient GEMMs
+ * read it); the rest is scratch. */
 #include "config.h"
 
 #include <math.h>
@@ -26,11 +29,15 @@
 typedef uint16_t bf16;
 
 typedef struct cuda_block_ws {
+    /* saved */
     bf16 *pb;                         /* bf16 shadow of the whole layer block */
-    bf16 *h1b, *qb, *kb, *vb, *ob, *h2b, *mb, *dyb, *doutb, *dgb, *dub, *dqb, *dkb, *dvb;
-    float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *q, *k, *v, *lse, *x2, *rstd2, *g, *u, *tmp;
-    float *dm, *dq, *dk, *dv, *rope, *inv_freq, *partial, *attn_scratch;
-    size_t total;
+    bf16 *h1b, *qb, *kb, *vb, *ob, *h2b, *mb;
+    float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *q, *k, *v, *lse, *x2, *rstd2, *g, *u;
+    float *rope, *inv_freq;
+    /* scratch */
+    bf16 *dyb, *doutb, *dgb, *dub, *dqb, *dkb, *dvb;
+    float *tmp, *dm, *dq, *dk, *dv, *partial, *attn_scratch;
+    size_t saved_total, scratch_total;
 } cuda_block_ws;
 
 /* With base == NULL only counts, so the size and the users cannot disagree;
@@ -56,7 +63,7 @@ static size_t max3(size_t a, size_t b, size_t c)
 }
 
 static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, float *base,
-                  cuda_block_ws *w)
+                  float *scratch, cuda_block_ws *w)
 {
     const size_t T = (size_t)(nseq * seqlen), H = (size_t)cfg->hidden_size,
                  I = (size_t)cfg->intermediate_size, hd = (size_t)cfg->head_dim,
@@ -90,38 +97,47 @@ static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, floa
     w->g = take_f(base, &at, T * I);
     w->u = take_f(base, &at, T * I);
     w->mb = take_b(base, &at, T * I);
-    w->tmp = take_f(base, &at, T * H);
-    w->dyb = take_b(base, &at, T * H);
-    w->dm = take_f(base, &at, T * I);
-    w->dgb = take_b(base, &at, T * I);
-    w->dub = take_b(base, &at, T * I);
-    w->doutb = take_b(base, &at, T * QD);
-    w->dq = take_f(base, &at, T * QD);
-    w->dk = take_f(base, &at, T * KD);
-    w->dv = take_f(base, &at, T * KD);
-    w->dqb = take_b(base, &at, T * QD);
-    w->dkb = take_b(base, &at, T * KD);
-    w->dvb = take_b(base, &at, T * KD);
     w->rope = take_f(base, &at, (size_t)seqlen * hd);
     w->inv_freq = take_f(base, &at, hd / 2);
-    w->partial = take_f(base, &at, rp_cuda_colsum_partial_floats((int64_t)max3(H, QD, KD)));
-    w->attn_scratch = take_f(base, &at, rp_cuda_be_attn_scratch_floats(cfg, nseq, seqlen));
-    w->total = at;
+    w->saved_total = at;
+    at = 0;
+    w->tmp = take_f(scratch, &at, T * H);
+    w->dyb = take_b(scratch, &at, T * H);
+    w->dm = take_f(scratch, &at, T * I);
+    w->dgb = take_b(scratch, &at, T * I);
+    w->dub = take_b(scratch, &at, T * I);
+    w->doutb = take_b(scratch, &at, T * QD);
+    w->dq = take_f(scratch, &at, T * QD);
+    w->dk = take_f(scratch, &at, T * KD);
+    w->dv = take_f(scratch, &at, T * KD);
+    w->dqb = take_b(scratch, &at, T * QD);
+    w->dkb = take_b(scratch, &at, T * KD);
+    w->dvb = take_b(scratch, &at, T * KD);
+    w->partial = take_f(scratch, &at, rp_cuda_colsum_partial_floats((int64_t)max3(H, QD, KD)));
+    w->attn_scratch = take_f(scratch, &at, rp_cuda_be_attn_scratch_floats(cfg, nseq, seqlen));
+    w->scratch_total = at;
 }
 
 size_t rp_cuda_be_block_ws_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
     cuda_block_ws w;
-    carve(cfg, nseq, seqlen, NULL, &w);
-    return w.total;
+    carve(cfg, nseq, seqlen, NULL, NULL, &w);
+    return w.scratch_total;
+}
+
+size_t rp_cuda_be_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
+{
+    cuda_block_ws w;
+    carve(cfg, nseq, seqlen, NULL, NULL, &w);
+    return w.saved_total;
 }
 
 #define PF(P, field) ((P) + off.field)                                /* fp32 parameter */
 #define PB(field) (w->pb + off.field)                                 /* bf16 shadow */
 #define OPT(P, field) (off.field == SIZE_MAX ? NULL : (P) + off.field) /* optional fp32 */
 
-/* Forward into the workspace; y == NULL (the backward) skips the down
- * projection. */
+/* Forward into the saved area; y == NULL (a layer run only for its
+ * backward) skips the down projection. */
 static rp_status forward_ws(cuda_impl *c, const rp_model_config *cfg, const float *P,
                             const float *x, float *y, int64_t nseq, int64_t seqlen,
                             cuda_block_ws *w, rp_error *err)
@@ -204,13 +220,13 @@ static rp_status forward_ws(cuda_impl *c, const rp_model_config *cfg, const floa
 
 rp_status rp_cuda_be_block_forward(cuda_impl *c, const rp_model_config *cfg, const float *params,
                                    const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                   float *ws, rp_error *err)
+                                   float *saved, float *ws, rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     RP_TRY(rp_cuda_be_enter(c, err));
     cuda_block_ws w;
-    carve(cfg, nseq, seqlen, ws, &w);
+    carve(cfg, nseq, seqlen, saved, ws, &w);
     RP_TRY(forward_ws(c, cfg, params, x, y, nseq, seqlen, &w, err));
     return rp_cuda_be_sync(c, "block forward", err);
 }
@@ -305,16 +321,15 @@ static rp_status backward_steps(cuda_impl *c, const rp_model_config *cfg, const 
 }
 
 rp_status rp_cuda_be_block_backward(cuda_impl *c, const rp_model_config *cfg,
-                                    const float *params, const float *x, const float *dy,
-                                    float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                                    float *ws, rp_error *err)
+                                    const float *params, const float *x, float *saved,
+                                    const float *dy, float *dx, float *dparams, int64_t nseq,
+                                    int64_t seqlen, float *ws, rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     RP_TRY(rp_cuda_be_enter(c, err));
     cuda_block_ws w;
-    carve(cfg, nseq, seqlen, ws, &w);
-    RP_TRY(forward_ws(c, cfg, params, x, NULL, nseq, seqlen, &w, err));
+    carve(cfg, nseq, seqlen, saved, ws, &w);
     RP_TRY(backward_steps(c, cfg, params, x, dy, dx, dparams, nseq, seqlen, &w, err));
     return rp_cuda_be_sync(c, "block backward", err);
 }

@@ -52,15 +52,17 @@ static inline size_t rp_cuda_be_f32_floats(size_t n)
     return (n + 15) / 16 * 16;
 }
 
-/* Layer math (cuda_block.c, cuda_head.c). */
+/* Layer math (cuda_block.c, cuda_head.c); a block's forward keeps what
+ * its backward needs in `saved`, as the CPU block does (model/layers.h). */
 size_t rp_cuda_be_block_ws_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
+size_t rp_cuda_be_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
 rp_status rp_cuda_be_block_forward(cuda_impl *c, const rp_model_config *cfg, const float *params,
                                    const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                   float *ws, rp_error *err);
+                                   float *saved, float *ws, rp_error *err);
 rp_status rp_cuda_be_block_backward(cuda_impl *c, const rp_model_config *cfg,
-                                    const float *params, const float *x, const float *dy,
-                                    float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                                    float *ws, rp_error *err);
+                                    const float *params, const float *x, float *saved,
+                                    const float *dy, float *dx, float *dparams, int64_t nseq,
+                                    int64_t seqlen, float *ws, rp_error *err);
 size_t rp_cuda_be_head_ws_floats(const rp_model_config *cfg, int64_t T);
 int64_t rp_cuda_be_head_chunk(const rp_model_config *cfg, int64_t T);
 rp_status rp_cuda_be_head(cuda_impl *c, const rp_model_config *cfg, const float *norm_w,

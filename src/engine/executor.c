@@ -38,7 +38,12 @@ typedef struct executor {
     float *tg;           /* tied LM head gradient [vocab, hidden], or NULL */
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
     float *d;            /* gradient flowing down, A floats */
-    float *ws;
+    float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
+                            layer of the largest tail or backward stage (a backward stage
+                            needs one with layer-grain recompute); forward jobs reuse the
+                            first */
+    int nsaved;
+    float *ws;           /* scratch of the layer calls */
     int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
     uint8_t *mask;
     int32_t *hin, *htgt;   /* host staging */
@@ -132,6 +137,9 @@ static void executor_free(executor *x)
     for (int i = 0; x->acts && i <= x->e->L; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
+    for (int i = 0; x->saved && i < x->nsaved; i++)
+        rp_device_free(x->dev, x->saved[i]);
+    free(x->saved);
     rp_device_free(x->dev, x->d);
     rp_device_free(x->dev, x->ws);
     rp_device_free(x->dev, x->in);
@@ -163,12 +171,18 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     /* Device memory sized from the plan: the largest stage, allocated once. */
     size_t wmax = 0;
     int nst_max = 1;
+    x->nsaved = 1;
     for (int j = 0; j < e->J; j++) {
         rp_job job = rp_schedule_job(&e->plan, j);
         size_t n = stage_floats(e, &job, NULL);
+        int layers = job.last - job.first + 1;
         wmax = n > wmax ? n : wmax;
-        if (job.last - job.first + 1 > nst_max)
-            nst_max = job.last - job.first + 1;
+        nst_max = layers > nst_max ? layers : nst_max;
+        /* a tail runs its forward whole; a backward stage too unless every
+         * layer's input was saved (layer-grain recompute) */
+        int keeps = job.kind == RP_JOB_TAIL || (job.kind == RP_JOB_BWD && !e->o->recompute_layer);
+        if (keeps && layers > x->nsaved)
+            x->nsaved = layers;
     }
     const rp_model_config *cfg = &e->p->cfg;
     rp_device_params dp = {e->device, e->device_ordinal, e->threads};
@@ -189,7 +203,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->H), err) : NULL;
     x->acts = calloc((size_t)e->L + 1, sizeof(float *));
     x->d = falloc(x, e->A, err);
-    x->ws = falloc(x, rp_device_workspace_floats(x->dev, cfg, e->per, e->S), err);
+    x->ws = falloc(x, rp_device_workspace_floats(e->device, cfg, e->per, e->S), err);
+    x->saved = calloc((size_t)x->nsaved, sizeof(float *));
     x->in = dalloc(x, (size_t)e->T * sizeof(int32_t), err);
     x->tgt = dalloc(x, (size_t)e->T * sizeof(int32_t), err);
     x->mask = dalloc(x, (size_t)e->T, err);
@@ -197,10 +212,13 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->htgt = malloc((size_t)e->T * sizeof(int32_t));
     x->hmask = malloc((size_t)e->T);
     x->greq = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
-    ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->in && x->tgt && x->mask &&
-          x->hin && x->htgt && x->hmask && x->greq;
+    ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->saved && x->in &&
+          x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->L; i++)
         ok &= (x->acts[i] = falloc(x, e->A, err)) != NULL;
+    size_t saved_floats = rp_device_saved_floats(e->device, cfg, e->per, e->S);
+    for (int i = 0; ok && i < x->nsaved; i++)
+        ok &= (x->saved[i] = falloc(x, saved_floats, err)) != NULL;
     if (!ok) {
         executor_free(x);
         if (err->code == RP_OK)
@@ -380,25 +398,30 @@ static void measure(executor *x, int l, int bwd, int64_t t, double t0)
     }
 }
 
+/* The forward of layer l from `in` into `out` (NULL: only what its
+ * backward needs, kept in `saved`; the embedding keeps nothing). */
 static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
-                               int64_t t, rp_error *err)
+                               float *saved, int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
     double t0 = rp_now();
     rp_status s;
     if (l == 0) {
+        if (!out)
+            return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
         s = rp_device_embed_forward(x->dev, &rows, W(x, job, 0), x->in, e->T, out, err);
     } else
         s = rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->per, e->S,
-                                    x->ws, err);
+                                    saved, x->ws, err);
     measure(x, l, 0, t, t0);
     return s;
 }
 
-static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in, int64_t t,
-                                rp_error *err)
+/* The backward of layer l from what its forward on `in` kept in `saved`. */
+static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in,
+                                float *saved, int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
     double t0 = rp_now();
@@ -408,7 +431,7 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
         rows.vocab_size = x->buf[x->cur].nrows;
         s = rp_device_embed_backward(x->dev, &rows, x->in, e->T, x->d, G(x, job, 0), err);
     } else
-        s = rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, x->d, x->d,
+        s = rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, saved, x->d, x->d,
                                      G(x, job, l), e->per, e->S, x->ws, err);
     measure(x, l, 1, t, t0);
     return s;
@@ -451,7 +474,7 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
             RP_TRY(move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
                         "checkpoint", err));
         }
-        RP_TRY(layer_forward(x, job, l, cur, out, t, err));
+        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[0], t, err));
         cur = out;
     }
     RP_TRY(slot_free(x, rp_slot_fwd(e, s), m, t, err));
@@ -461,11 +484,13 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     return RP_OK;
 }
 
-/* Inputs of layers first..upto of a backward-type job on the device:
- * acts[i] holds the input of layer first+i (acts[0] is uploaded from
- * host_in0, or unused when first is the embedding). */
-static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int upto,
-                           int64_t t, rp_error *err)
+/* The forward of layers first..last of a backward-type job, once: acts[i]
+ * holds the input of layer first+i (acts[0] is uploaded from host_in0, or
+ * unused when first is the embedding) and saved[i] what its backward
+ * needs. The output of `last` is kept only when `last_output` (the tail's
+ * head reads it). */
+static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int last,
+                           int last_output, int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
     const float *cur = NULL;
@@ -473,9 +498,10 @@ static rp_status recompute(executor *x, const rp_job *job, const float *host_in0
         RP_TRY(move(x, x->acts[0], host_in0, e->A * sizeof(float), RP_XFER_INPUT, "input", err));
         cur = x->acts[0];
     }
-    for (int l = job->first; l < upto; l++) {
-        float *out = x->acts[l - job->first + 1];
-        RP_TRY(layer_forward(x, job, l, cur, out, t, err));
+    for (int l = job->first; l <= last; l++) {
+        int i = l - job->first;
+        float *out = l < last || last_output ? x->acts[i + 1] : NULL;
+        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[i], t, err));
         cur = out;
     }
     return RP_OK;
@@ -510,7 +536,10 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, e->plan.nfwd - 1, m, (uint64_t)t, x->name, 0, err));
         in0 = arena(e, e->arena.fwd_out[(e->plan.nfwd - 1) * M + m]);
     }
-    RP_TRY(recompute(x, job, in0, head, t, err));
+    if (head > job->first)
+        RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
+    else if (in0) /* the head alone: its input */
+        RP_TRY(move(x, x->acts[0], in0, e->A * sizeof(float), RP_XFER_INPUT, "input", err));
     if (job->first > 0) /* the input was copied to the device */
         rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, e->plan.nfwd - 1), m, (uint64_t)t);
     /* the loss slot of this iteration must have been read by the logger */
@@ -537,7 +566,8 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
                                            &loss[m], err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)
-        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], t, err));
+        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
+                              err));
     RP_TRY(publish_bwd(x, job, t, m, err));
     return RP_OK;
 }
@@ -558,16 +588,18 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
                 RP_TRY(move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
                             e->A * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
                 rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, l), m, (uint64_t)t);
+                RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
             }
-            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, t, err));
+            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, x->saved[0], t, err));
         }
     } else {
         const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
-        RP_TRY(recompute(x, job, in0, job->last, t, err));
+        RP_TRY(recompute(x, job, in0, job->last, 0, t, err));
         if (job->first > 0)
             rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, job->first), m, (uint64_t)t);
         for (int l = job->last; l >= job->first; l--)
-            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], t, err));
+            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
+                                  err));
     }
     RP_TRY(publish_bwd(x, job, t, m, err));
     return RP_OK;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "io/config.h"
 #include "model/layers.h"
@@ -261,6 +262,9 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
                            rp_plan *plan, rp_error *err)
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
+    /* device memory from the executor's back end: the sizes it allocates */
+    size_t saved = rp_device_saved_floats(e->device, &e->p->cfg, e->per, e->S);
+    size_t workspace = rp_device_workspace_floats(e->device, &e->p->cfg, e->per, e->S);
     rp_cost_model *cm = NULL;
     RP_TRY(rp_cost_model_create(e->L, &cm, err));
     snprintf(cm->name, sizeof cm->name, "model");
@@ -280,6 +284,8 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
         c->weight_bytes = c->grad_bytes = (int64_t)f.param_numel * 4;
         c->opt_params = (int64_t)f.param_numel;
         c->act_bytes = (int64_t)(f.act_floats_per_token * (size_t)e->T * 4);
+        if (c->kind == RP_LAYER_BLOCK) /* its input and what its forward keeps for the backward */
+            c->act_bytes += (int64_t)(saved * 4);
         c->out_bytes = (int64_t)e->A * 4;
         c->tied_to = (l == e->L - 1 && e->tied) ? 0 : -1;
     }
@@ -296,9 +302,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     mc.clip = e->o->grad_clip > 0;
     mc.iterations = 6;
     mc.memory_limit = (int64_t)(e->o->memory_limit_mib * 1048576.0);
-    size_t wsb = rp_block_workspace_floats(&e->p->cfg, e->per, e->S);
-    size_t wsh = rp_head_workspace_floats(&e->p->cfg, e->T, RP_HEAD_CHUNK);
-    mc.workspace_bytes = (int64_t)((wsb > wsh ? wsb : wsh) * sizeof(float));
+    mc.workspace_bytes = (int64_t)(workspace * sizeof(float));
     rp_status s = rp_partition(cm, &mc, e->V / e->P, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;

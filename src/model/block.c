@@ -8,8 +8,9 @@
  *   x2 = x + (o Wo^T (+bo))
  *   h2 = rmsnorm(x2) * post_attention_layernorm
  *   y = x2 + (silu(h2 Wg^T) * (h2 Wu^T)) Wd^T
- * The backward runs the forward again into the workspace, then goes back
- * through the same steps. */
+ * The forward keeps what the backward needs in the caller's `saved` area;
+ * the backward goes back through the same steps from it, never running the
+ * forward again. */
 #include <math.h>
 #include <string.h>
 
@@ -19,14 +20,17 @@
 #include "kernels/cpu/rope.h"
 #include "model/layers.h"
 
-/* Every intermediate the backward uses, carved out of the caller's
- * workspace. Buffers that only Qwen3 needs are NULL for Llama. */
+/* Every intermediate: what the forward keeps for the backward, carved out
+ * of the caller's saved area, and the scratch, out of the workspace.
+ * Buffers that only Qwen3 needs are NULL for Llama. */
 typedef struct block_ws {
+    /* saved */
     float *h1, *rstd1, *qraw, *rstdq, *q, *kraw, *rstdk, *k, *v, *o, *lse;
-    float *x2, *rstd2, *h2, *g, *u, *m, *tmp;
-    float *dm, *dout, *dq, *dk, *dv;
+    float *x2, *rstd2, *h2, *g, *u, *m;
     float *rope, *inv_freq;
-    size_t total;
+    /* scratch */
+    float *tmp, *dm, *dout, *dq, *dk, *dv;
+    size_t saved_total, scratch_total;
 } block_ws;
 
 /* With base == NULL only counts; the size function and the users share this
@@ -52,7 +56,7 @@ static rp_attn_shape attn_shape(const rp_model_config *cfg, int64_t nseq, int64_
 }
 
 static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, float *base,
-                  block_ws *w)
+                  float *scratch, block_ws *w)
 {
     const size_t T = (size_t)(nseq * seqlen), H = (size_t)cfg->hidden_size,
                  I = (size_t)cfg->intermediate_size, hd = (size_t)cfg->head_dim,
@@ -80,22 +84,31 @@ static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, floa
     w->g = take(base, &at, T * I);
     w->u = take(base, &at, T * I);
     w->m = take(base, &at, T * I);
-    w->tmp = take(base, &at, T * H);
-    w->dm = w->m; /* m is dead once dWd += dy^T m has run */
-    w->dout = take(base, &at, T * QD);
-    w->dq = take(base, &at, T * QD);
-    w->dk = take(base, &at, T * KD);
-    w->dv = take(base, &at, T * KD);
     w->rope = take(base, &at, (size_t)seqlen * hd);
     w->inv_freq = take(base, &at, hd / 2);
-    w->total = at;
+    w->saved_total = at;
+    at = 0;
+    w->tmp = take(scratch, &at, T * H);
+    w->dm = w->m; /* m is dead once dWd += dy^T m has run */
+    w->dout = take(scratch, &at, T * QD);
+    w->dq = take(scratch, &at, T * QD);
+    w->dk = take(scratch, &at, T * KD);
+    w->dv = take(scratch, &at, T * KD);
+    w->scratch_total = at;
+}
+
+size_t rp_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
+{
+    block_ws w;
+    carve(cfg, nseq, seqlen, NULL, NULL, &w);
+    return w.saved_total;
 }
 
 size_t rp_block_workspace_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
     block_ws w;
-    carve(cfg, nseq, seqlen, NULL, &w);
-    return w.total;
+    carve(cfg, nseq, seqlen, NULL, NULL, &w);
+    return w.scratch_total;
 }
 
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
@@ -116,8 +129,9 @@ void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
 #define PARAM(P, field) ((P) + off.field)
 #define OPT(P, field) (off.field == SIZE_MAX ? NULL : (P) + off.field)
 
-/* Forward into the workspace. When y != NULL the block output is written
- * there; the backward passes NULL and skips the down projection. */
+/* Forward into the saved area. When y != NULL the block output is written
+ * there; without it (a backward stage's last layer, whose output nobody
+ * reads) the down projection is skipped. */
 static void forward_ws(const rp_model_config *cfg, const float *P, const float *x, float *y,
                        int64_t nseq, int64_t seqlen, block_ws *w)
 {
@@ -169,24 +183,23 @@ static void forward_ws(const rp_model_config *cfg, const float *P, const float *
 }
 
 void rp_block_forward(const rp_model_config *cfg, const float *params, const float *x, float *y,
-                      int64_t nseq, int64_t seqlen, float *ws)
+                      int64_t nseq, int64_t seqlen, float *saved, float *ws)
 {
     if (nseq <= 0 || seqlen <= 0)
         return;
     block_ws w;
-    carve(cfg, nseq, seqlen, ws, &w);
+    carve(cfg, nseq, seqlen, saved, ws, &w);
     forward_ws(cfg, params, x, y, nseq, seqlen, &w);
 }
 
 void rp_block_backward(const rp_model_config *cfg, const float *params, const float *x,
-                       const float *dy, float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                       float *ws)
+                       float *saved, const float *dy, float *dx, float *dparams, int64_t nseq,
+                       int64_t seqlen, float *ws)
 {
     if (nseq <= 0 || seqlen <= 0)
         return;
     block_ws w;
-    carve(cfg, nseq, seqlen, ws, &w);
-    forward_ws(cfg, params, x, NULL, nseq, seqlen, &w);
+    carve(cfg, nseq, seqlen, saved, ws, &w);
 
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);

@@ -1,8 +1,8 @@
 /* The layer math of Llama / Qwen3 decoder-only models on CPU, fp32, with the
  * semantics of Hugging Face transformers (modeling_llama.py,
- * modeling_qwen3.py). Every layer has a forward and a backward; the backward
- * recomputes what it needs from the layer input, nothing is kept between
- * calls. Activations are row-major [tokens, hidden] with tokens = nseq
+ * modeling_qwen3.py). Every layer has a forward and a backward; a block's
+ * forward keeps what its backward needs in a caller-owned `saved` area, so
+ * the backward never runs the forward again. Activations are row-major [tokens, hidden] with tokens = nseq
  * sequences of seqlen back to back; positions restart at 0 per sequence and
  * attention is causal within each sequence.
  *
@@ -43,20 +43,27 @@ rp_status rp_embed_backward(const rp_model_config *cfg, const int32_t *tokens, i
 
 /* ---- decoder block (layers 1..L) ---------------------------------------- */
 
-/* Floats of workspace rp_block_forward / rp_block_backward need for nseq
- * sequences of seqlen tokens: a*tokens + b*seqlen + c, no seqlen^2 term. */
+/* Floats for nseq sequences of seqlen tokens of the area a block's forward
+ * saves for its backward (one per layer awaiting its backward), and of the
+ * scratch workspace both calls use (one per executor): each a*tokens +
+ * b*seqlen + c, no seqlen^2 term. */
+size_t rp_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
 size_t rp_block_workspace_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
 
-/* y = block(x). params is the layer block laid out as rp_block_offsets_get.
- * y must not alias x. */
+/* y = block(x), keeping in `saved` what the backward needs. y == NULL
+ * skips the output (and the down projection): for a layer whose forward
+ * runs only for its backward. params is the layer block laid out as
+ * rp_block_offsets_get. y must not alias x. */
 void rp_block_forward(const rp_model_config *cfg, const float *params, const float *x, float *y,
-                      int64_t nseq, int64_t seqlen, float *ws);
+                      int64_t nseq, int64_t seqlen, float *saved, float *ws);
 
-/* Recompute the forward from x, then dx = dL/dx (overwritten; may alias dy,
- * must not alias x) and dparams += dL/dparams, given dy = dL/dy. */
+/* dx = dL/dx (overwritten; may alias dy, must not alias x) and dparams +=
+ * dL/dparams, given dy = dL/dy, from the `saved` area of this layer's
+ * forward on the same x and params (consumed: the backward overwrites part
+ * of it, so each forward serves one backward). */
 void rp_block_backward(const rp_model_config *cfg, const float *params, const float *x,
-                       const float *dy, float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                       float *ws);
+                       float *saved, const float *dy, float *dx, float *dparams, int64_t nseq,
+                       int64_t seqlen, float *ws);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq);
