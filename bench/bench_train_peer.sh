@@ -160,7 +160,20 @@ unset OMP_NUM_THREADS
 # Common training options (roundpipe spelling; the PyTorch peer takes the same).
 lr_opts="--lr 3e-4 --min-lr 3e-5 --warmup-steps 0 --weight-decay 0.01 --grad-clip 1.0 --seed 1234"
 
-# run_rp NAME BINARY ROUND: prints tokens/s (or nothing on failure).
+# The noise meter: how many cores the rest of the machine kept busy during a
+# run, from /proc/stat's busy time less the run's own CPU time (user + sys of
+# the processes it waited for, e.g. mpirun and its ranks), over the run's wall
+# clock (start-up included).
+hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
+busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat 2>/dev/null || echo 0; }
+# child_cpu: user + sys seconds of this (sub)shell's finished children
+# (times must run in this shell, not in a pipe's subshell)
+child_cpu() { times > "$work/.times-$BASHPID"
+              awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); c += a[1] * 60 + a[2] } }
+                   END { printf "%.2f\n", c }' "$work/.times-$BASHPID"
+              rm -f "$work/.times-$BASHPID"; }
+
+# run_rp NAME BINARY ROUND: prints tokens/s and the run's CPU seconds (or nothing on failure).
 run_rp() {
     local log="$work/$1-r$3.jsonl" out="$work/$1-r$3.out"
     # shellcheck disable=SC2086
@@ -179,6 +192,7 @@ run_rp() {
           if (match($0, /"tokens_per_s":[0-9.eE+-]+/)) tps = substr($0, RSTART + 15, RLENGTH - 15) + 0
           if (step > w && tps > 0) { T += tok; s += tok / tps } }
         END { if (s > 0) printf "%.1f\n", T / s }' "$log"
+    child_cpu
 }
 
 run_torch() {
@@ -193,6 +207,7 @@ run_torch() {
         return 1
     fi
     "$py" -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["tokens_per_s"])' "$out"
+    child_cpu
 }
 
 peers="roundpipe"
@@ -205,7 +220,7 @@ echo "model $(basename "$config"), seq $seq, batch $batch, microbatches $micro, 
 echo "roundpipe: mpirun -np $ranks x --threads $threads  ($rp)"
 [ -n "$base" ] && echo "baseline:  mpirun -np $ranks x --threads $threads  ($base)"
 [ "$use_torch" = 1 ] && echo "pytorch:   torch.set_num_threads($((ranks * threads))), attention $attn"
-echo "machine: $cores cores; tokens/s:"
+echo "machine: $cores cores; tokens/s (others: cores the rest of the machine kept busy meanwhile):"
 
 declare -A res
 fail=0
@@ -220,14 +235,19 @@ for r in $(seq 1 "$rounds"); do
     done
     line="round $r:"
     for p in $order; do
+        b0=$(busy); w0=$(date +%s.%N)
         case "$p" in
         roundpipe) v=$(run_rp roundpipe "$rp" "$r") ;;
         baseline) v=$(run_rp baseline "$base" "$r") ;;
         pytorch) v=$(run_torch "$r") ;;
         esac
+        b1=$(busy); w1=$(date +%s.%N)
+        read -r v cpu <<< "${v//$'\n'/ }"
+        other=$(awk -v b="$((b1 - b0))" -v hz="$hz" -v c="${cpu:-0}" -v w0="$w0" -v w1="$w1" \
+                'BEGIN { o = (b / hz - c) / (w1 - w0); printf "%.1f", o < 0 ? 0 : o }')
         [ -n "$v" ] || { fail=1; v=NA; }
         res[$p,$r]=$v
-        line="$line  $p $v"
+        line="$line  $p $v (others $other)"
     done
     echo "$line"
 done
