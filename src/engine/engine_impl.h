@@ -60,6 +60,7 @@ typedef struct rp_engine {
     int64_t Mg;        /* microbatches per pipeline: g runs g*Mg .. (g+1)*Mg-1 */
     int64_t first, last; /* iterations of the running segment (a plan holds for one segment) */
     double t_logged;     /* logger: when the previous iteration was logged */
+    uint64_t trace_step_ns; /* logger: the same on the trace's clock (start of the step span) */
     double last_loss;
     /* measured layer times of the executor (ms summed over calls, and calls),
      * taken in a segment's iterations after its first */
