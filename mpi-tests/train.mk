@@ -27,3 +27,6 @@ mpi_tests_trace_check_CFLAGS = $(AM_CFLAGS) $(JSON_CFLAGS)
 mpi_tests_trace_check_LDADD = $(JSON_LIBS) -lm
 TESTS += mpi-tests/test_trace.sh
 EXTRA_DIST += mpi-tests/test_trace.sh
+
+TESTS += mpi-tests/test_progress.sh
+EXTRA_DIST += mpi-tests/test_progress.sh
