@@ -21,3 +21,7 @@ EXTRA_DIST += examples/run-default.sh
 noinst_PROGRAMS += examples/train_api
 examples_train_api_SOURCES = examples/train_api.c
 examples_train_api_LDADD = libroundpipe.la
+
+# Slurm batch scripts (README.md, "Slurm").
+examplesslurmdir = $(examplesdir)/slurm
+dist_examplesslurm_DATA = examples/slurm/single-node.sbatch examples/slurm/multi-node.sbatch

@@ -23,7 +23,7 @@ check() {
     && { bad "$2: a message shares a line with the live line"; cat -A "$1" | head -20; } || ok
 }
 
-script -qec "$MPIRUN $flags -np 2 $bin $args" "$tmp/mpirun.tty" > /dev/null 2>&1 \
+script -qec "${MPIRUN:-mpirun} $flags -np 2 $bin $args" "$tmp/mpirun.tty" > /dev/null 2>&1 \
   && ok || { bad "training under mpirun on a terminal failed"; cat "$tmp/mpirun.tty"; }
 check "$tmp/mpirun.tty" "mpirun on a terminal"
 script -qec "$bin $args" "$tmp/alone.tty" > /dev/null 2>&1 \
@@ -31,7 +31,7 @@ script -qec "$bin $args" "$tmp/alone.tty" > /dev/null 2>&1 \
 check "$tmp/alone.tty" "one process on a terminal"
 
 # mpirun writing to files: plain lines on standard error, no live line
-$MPIRUN $flags -np 2 $bin $args > "$tmp/out" 2> "$tmp/err" && ok || bad "training to files failed"
+${MPIRUN:-mpirun} $flags -np 2 $bin $args > "$tmp/out" 2> "$tmp/err" && ok || bad "training to files failed"
 grep -q '^roundpipe: step 1/6 loss [0-9.]* [0-9]* tok/s ETA' "$tmp/err" && ok \
   || { bad "no periodic progress line"; cat "$tmp/err"; }
 grep -q "$cr" "$tmp/out" "$tmp/err" && bad "a carriage return in non-terminal output" || ok

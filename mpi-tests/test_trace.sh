@@ -21,7 +21,7 @@ sed 's/"dur":3.000/"dur":9.000/' "$tmp/nested.json" > "$tmp/overlap.json"
 
 steps=4
 before=$(date +%s)
-$MPIRUN $flags -np 2 "$bin" train --init-config "$src/examples/tiny-config.json" \
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$src/examples/tiny-config.json" \
   --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 8 --microbatches 4 \
   --pipelines 2 --steps $steps --threads 1 --timeout 60 --progress none \
   --trace "$tmp/trace.json" --log "$tmp/m.jsonl" > "$tmp/out" 2>&1 \

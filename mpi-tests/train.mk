@@ -30,3 +30,7 @@ EXTRA_DIST += mpi-tests/test_trace.sh
 
 TESTS += mpi-tests/test_progress.sh
 EXTRA_DIST += mpi-tests/test_progress.sh
+
+# The Slurm examples: they parse, and the single-node one trains under mpirun.
+TESTS += mpi-tests/test_slurm.sh
+EXTRA_DIST += mpi-tests/test_slurm.sh
