@@ -1,6 +1,8 @@
 /* train_api: roundpipe linked into an MPI program. The world's ranks split
  * in two: the first `ranks` of them train a model together through the
  * public API on their own communicator, the others go on with other work.
+ * A step callback hands the program each step's metrics (on rank 0 of the
+ * training communicator), which it prints.
  *
  *   mpirun -np 3 examples/train_api 2 config.json tokens.npy out-dir
  */
@@ -9,6 +11,22 @@
 #include <stdlib.h>
 
 #include <roundpipe.h>
+
+/* What the program keeps of the training: the step callback's notes. */
+typedef struct progress_notes {
+    long long steps;
+    double last_loss;
+} progress_notes;
+
+/* Called by roundpipe after every step, on rank 0 of the training ranks. */
+static void on_step(const rp_step_metrics *m, void *arg)
+{
+    progress_notes *notes = arg;
+    notes->steps = (long long)m->step;
+    notes->last_loss = m->loss;
+    printf("train_api: step %lld loss %.9g lr %.9g grad_norm %.9g\n", (long long)m->step,
+           m->loss, m->lr, m->grad_norm);
+}
 
 int main(int argc, char **argv)
 {
@@ -34,8 +52,13 @@ int main(int argc, char **argv)
                                  {"seed", "5"},            {"progress", "none"}};
         for (size_t i = 0; s == RP_OK && i < sizeof opts / sizeof opts[0]; i++)
             s = rp_train_config_set(tc, opts[i][0], opts[i][1]);
+        progress_notes notes = {0, 0.0};
+        if (s == RP_OK)
+            s = rp_train_config_set_step_callback(tc, on_step, &notes);
         if (s == RP_OK)
             s = rp_train(tc, comm);
+        if (s == RP_OK && notes.steps > 0)
+            printf("train_api: %lld steps, final loss %.9g\n", notes.steps, notes.last_loss);
         if (s != RP_OK) {
             fprintf(stderr, "rank %d: %s: %s\n", rank, rp_status_string(s),
                     rp_train_config_error(tc));

@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS = safetensors config npy
 FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-D_GNU_SOURCE -std=c11 -I$(top_srcdir)/include -I$(top_srcdir)/src -I$(top_builddir) \
-	$(JSON_CFLAGS)
+	$(MPI_INCLUDE_CFLAGS) $(JSON_CFLAGS)
 FUZZ_CORE_SRC = $(top_srcdir)/src/core/error.c $(top_srcdir)/src/core/dtype.c
 FUZZ_safetensors_SRC = $(top_srcdir)/src/io/safetensors.c $(top_srcdir)/src/io/safetensors_header.c
 FUZZ_config_SRC = $(top_srcdir)/src/io/config.c $(top_srcdir)/src/io/json_util.c \

@@ -77,6 +77,32 @@ rp_status rp_train_config_set(rp_train_config *config, const char *option, const
 /* Detail of the last failure of a call on this configuration ("" if none). */
 const char *rp_train_config_error(const rp_train_config *config);
 
+/* The metrics of one optimizer step, as in a line of the --log file
+ * (roundpipe-formats(5)). */
+typedef struct rp_step_metrics {
+    int64_t step;           /* 1-based */
+    double loss;            /* mean cross-entropy of the step's counted targets before its
+                               update; NaN for a step without counted targets */
+    double lr;              /* learning rate of the step's update */
+    double grad_norm;       /* global L2 norm before clipping; NaN without counted targets */
+    int64_t tokens;         /* input tokens of the step */
+    int64_t counted_tokens; /* targets whose loss mask is 1 */
+    double tokens_per_s;
+    double time;            /* wall clock when the step was logged: seconds since the Unix
+                               epoch (UTC) */
+} rp_step_metrics;
+
+/* Called once per step, in step order, on rank 0 of the communicator given
+ * to rp_train, from a thread of roundpipe (not the caller's), while training
+ * goes on: it should return quickly and must not call MPI on that
+ * communicator. `metrics` is valid only during the call. */
+typedef void (*rp_step_callback)(const rp_step_metrics *metrics, void *arg);
+
+/* Have rp_train call `callback(metrics, arg)` after every step (NULL: no
+ * call, the default). RP_ERR_INVALID_ARG if config is NULL. */
+rp_status rp_train_config_set_step_callback(rp_train_config *config, rp_step_callback callback,
+                                            void *arg);
+
 /* Collective over comm: train as configured. Returns the same status on
  * every rank; the rank where a failure arose has the detail in
  * rp_train_config_error(), the others name that rank. */

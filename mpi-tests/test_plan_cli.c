@@ -125,6 +125,9 @@ START_TEST(simulate_compares_schedules)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 8", paper("qwen3-1.7b.txt"));
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    /* progress on stderr, one line per schedule */
+    ck_assert_msg(strstr(err_text, "roundpipe simulate: 1/4 roundpipe, exact optimizer: done") &&
+                  strstr(err_text, "roundpipe simulate: 4/4 1F1B"), "%s", err_text);
     json_object *j = json_tokener_parse(out_text), *v, *s;
     ck_assert_msg(j != NULL, "not JSON: %s", out_text);
     ck_assert(json_object_object_get_ex(j, "schedules", &s));

@@ -18,3 +18,19 @@ EXTRA_DIST += mpi-tests/test_engine.sh
 
 TESTS += mpi-tests/test_api.sh
 EXTRA_DIST += mpi-tests/test_api.sh
+
+# The Chrome trace (no overlapping slices per track, a marker per step) and
+# the metrics' time and run description.
+check_PROGRAMS += mpi-tests/trace_check
+mpi_tests_trace_check_SOURCES = mpi-tests/trace_check.c
+mpi_tests_trace_check_CFLAGS = $(AM_CFLAGS) $(JSON_CFLAGS)
+mpi_tests_trace_check_LDADD = $(JSON_LIBS) -lm
+TESTS += mpi-tests/test_trace.sh
+EXTRA_DIST += mpi-tests/test_trace.sh
+
+TESTS += mpi-tests/test_progress.sh
+EXTRA_DIST += mpi-tests/test_progress.sh
+
+# The Slurm examples: they parse, and the single-node one trains under mpirun.
+TESTS += mpi-tests/test_slurm.sh
+EXTRA_DIST += mpi-tests/test_slurm.sh

@@ -56,13 +56,24 @@ const char *rp_train_config_error(const rp_train_config *c)
     return c ? c->err.msg : "";
 }
 
+rp_status rp_train_config_set_step_callback(rp_train_config *c, rp_step_callback callback,
+                                            void *arg)
+{
+    if (!c)
+        return RP_ERR_INVALID_ARG;
+    c->o.on_step = callback;
+    c->o.on_step_arg = arg;
+    return RP_OK;
+}
+
 rp_status rp_train(rp_train_config *c, MPI_Comm comm)
 {
     if (!c)
         return RP_ERR_INVALID_ARG;
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
-    rp_logger lg = {c->o.progress == RP_PROGRESS_NONE ? NULL : stderr, RP_LOG_INFO, rank};
+    rp_logger lg = {.stream = c->o.progress == RP_PROGRESS_NONE ? NULL : stderr,
+                    .level = RP_LOG_INFO, .rank = rank};
     rp_error_clear(&c->err);
     return rp_train_run(&c->o, comm, &lg, &c->err);
 }

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cli/plan_opts.h"
 #include "plan/baseline.h"
@@ -19,6 +20,22 @@ static const char *limit_name(rp_sim_limit l)
 {
     return l == RP_LIMIT_OPTIMIZER ? "optimizer" : l == RP_LIMIT_UPLOAD ? "upload"
                                    : l == RP_LIMIT_HOST ? "host memory" : "schedule";
+}
+
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Progress on stderr: planning and simulating a large model takes a minute
+ * or more, so each of the four schedules reports when it is done. */
+static void report(int i, const char *name, double t0)
+{
+    fprintf(stderr, "roundpipe simulate: %d/4 %s: done after %.1f s\n", i + 1, name,
+            seconds() - t0);
+    fflush(stderr);
 }
 
 typedef struct row {
@@ -48,22 +65,29 @@ int rp_cli_simulate(int argc, char **argv)
     rp_plan *p = malloc(sizeof *p);
     if (!rows || !p)
         st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
+    double t0 = seconds();
     /* rows[0]: the mode asked for; rows[1]: the other optimizer mode */
     for (int i = 0; i < 2 && st == RP_OK; i++) {
         rp_machine mc = o.mc;
         mc.optimizer_lag = i == 0 ? o.mc.optimizer_lag : !o.mc.optimizer_lag;
         rows[i].name = mc.optimizer_lag ? "roundpipe, lagged optimizer" : "roundpipe, exact optimizer";
         st = rp_plan_cli_plan(&o, &mc, p, &rows[i].r, &err);
-        if (st == RP_OK)
+        if (st == RP_OK) {
             rp_plan_format(p, rows[i].plan, sizeof rows[i].plan);
+            report(i, rows[i].name, t0);
+        }
     }
     if (st == RP_OK) {
         rows[2].name = "GPipe, weights bound to GPUs";
         st = rp_simulate_baseline(o.model, &o.mc, RP_BASELINE_GPIPE, &rows[2].r, &err);
+        if (st == RP_OK)
+            report(2, rows[2].name, t0);
     }
     if (st == RP_OK) {
         rows[3].name = "1F1B, weights bound to GPUs";
         st = rp_simulate_baseline(o.model, &o.mc, RP_BASELINE_1F1B, &rows[3].r, &err);
+        if (st == RP_OK)
+            report(3, rows[3].name, t0);
     }
     if (st != RP_OK) {
         fprintf(stderr, "roundpipe simulate: %s\n", err.msg);

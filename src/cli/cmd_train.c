@@ -110,7 +110,7 @@ int rp_cli_train(int argc, char **argv)
             fputs(train_usage, stdout);
         return 0;
     }
-    rp_logger lg = {stderr, RP_LOG_INFO, rank};
+    rp_logger lg = {.stream = stderr, .level = RP_LOG_INFO, .rank = rank};
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
     if (s != RP_OK) {
         fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));

@@ -7,15 +7,20 @@ void rp_log(const rp_logger *lg, rp_log_level level, const char *fmt, ...)
     if (!lg || !lg->stream || level > lg->level || level == RP_LOG_QUIET)
         return;
     static const char *names[] = {"", "error", "warning", "info", "debug"};
-    char line[2048];
+    char msg[2048], line[2100];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* One fprintf per line so lines from different ranks do not interleave. */
     if (lg->rank >= 0)
-        fprintf(lg->stream, "[roundpipe %d] %s: %s\n", lg->rank, names[level], line);
+        snprintf(line, sizeof line, "[roundpipe %d] %s: %s\n", lg->rank, names[level], msg);
     else
-        fprintf(lg->stream, "roundpipe: %s: %s\n", names[level], line);
+        snprintf(line, sizeof line, "roundpipe: %s: %s\n", names[level], msg);
+    if (lg->sink) {
+        lg->sink(lg->sink_arg, line);
+        return;
+    }
+    /* One write per line so lines from different ranks do not interleave. */
+    fputs(line, lg->stream);
     fflush(lg->stream);
 }

@@ -13,6 +13,11 @@ typedef struct rp_logger {
     FILE *stream;       /* NULL: the logger is silent */
     rp_log_level level; /* messages above this level are dropped */
     int rank;           /* printed as "[roundpipe N]"; < 0 prints no rank */
+    /* Optional: when set, each formatted message (one line, ending in '\n')
+     * goes to sink instead of stream, e.g. to a live progress line that
+     * clears itself, prints the message and redraws (engine/progress.h). */
+    void (*sink)(void *sink_arg, const char *line);
+    void *sink_arg;
 } rp_logger;
 
 void rp_log(const rp_logger *lg, rp_log_level level, const char *fmt, ...)

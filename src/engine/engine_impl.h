@@ -63,6 +63,7 @@ typedef struct rp_engine {
                             far (a step with no counted target applies none, while the lr
                             schedule still advances with the step), kept across segments */
     double t_logged;     /* logger: when the previous iteration was logged */
+    uint64_t trace_step_ns; /* logger: the same on the trace's clock (start of the step span) */
     double last_loss;
     /* measured layer times of the executor (ms summed over calls, and calls),
      * taken in a segment's iterations after its first */

@@ -1,12 +1,43 @@
 /* The logger thread of rank 0: once an iteration's loss (every microbatch
  * through the tail) and gradient norms (every share of every layer) are in the store, it
- * writes the metrics line and the progress display, then frees the
- * iteration's slot of the loss/norm ring. A non-finite loss stops the run. */
+ * writes the metrics line, marks the step in the trace, updates the progress
+ * display and calls the API's step callback, then frees the iteration's slot
+ * of the loss/norm ring. A non-finite loss stops the run. */
 #include <math.h>
 #include <stdio.h>
 
 #include "engine/engine_impl.h"
 #include "optim/clip.h"
+
+/* The metrics line (roundpipe-formats(5)); loss and grad_norm are null when
+ * NaN (a step without counted targets). "time" comes last, so the older
+ * fields keep their place. */
+static void write_line(FILE *f, const rp_step_metrics *m)
+{
+    char loss[32] = "null", norm[32] = "null";
+    if (!isnan(m->loss))
+        snprintf(loss, sizeof loss, "%.9g", m->loss);
+    if (!isnan(m->grad_norm))
+        snprintf(norm, sizeof norm, "%.9g", m->grad_norm);
+    fprintf(f, "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
+               "\"counted_tokens\":%lld,\"tokens_per_s\":%.1f,\"time\":%.3f}\n",
+            (long long)m->step, loss, m->lr, norm, (long long)m->tokens,
+            (long long)m->counted_tokens, m->tokens_per_s, m->time);
+    fflush(f);
+}
+
+/* One span per step on the trace's step track, from the previous step's
+ * report (or the start of the run) to this one's, named "step N". */
+static void trace_step(rp_engine *e, int64_t t)
+{
+    uint64_t now = rp_trace_now_ns();
+    if (e->trace) {
+        char name[32];
+        snprintf(name, sizeof name, "step %lld", (long long)t);
+        rp_trace_span(e->trace, RP_TRACK_STEP, name, e->trace_step_ns, now);
+    }
+    e->trace_step_ns = now;
+}
 
 static rp_status run(rp_engine *e, rp_error *err)
 {
@@ -25,31 +56,29 @@ static rp_status run(rp_engine *e, rp_error *err)
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
         rp_engine_signal(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)t);
-        double lr = rp_lr_at(&e->sched, t), now = rp_now(), dt = now - e->t_logged;
-        double tps = (double)(e->M * e->T) / (dt > 0 ? dt : 1e-9);
+        double now = rp_now(), dt = now - e->t_logged;
         e->t_logged = now;
-        long long toks = (long long)(e->M * e->T);
+        rp_step_metrics m = {.step = t, .loss = NAN, .lr = rp_lr_at(&e->sched, t),
+                             .grad_norm = NAN, .tokens = e->M * e->T, .counted_tokens = counted,
+                             .tokens_per_s = (double)(e->M * e->T) / (dt > 0 ? dt : 1e-9),
+                             .time = rp_wall_clock()};
+        trace_step(e, t);
         if (counted == 0) {
             rp_log(e->lg, RP_LOG_WARN, "step %lld has no counted target (loss mask is 0 on all "
                                        "its targets): no update", (long long)t);
-            if (e->log)
-                fprintf(e->log, "{\"step\":%lld,\"loss\":null,\"lr\":%.9g,\"grad_norm\":null,"
-                                "\"tokens\":%lld,\"counted_tokens\":0,\"tokens_per_s\":%.1f}\n",
-                        (long long)t, lr, toks, tps);
-            continue;
+        } else {
+            m.loss = sum / (double)counted;
+            m.grad_norm = norm;
+            if (s != RP_OK || !isfinite(m.loss))
+                return rp_error_set(err, RP_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g: "
+                                    "training diverged", (long long)t, m.loss, norm);
+            e->last_loss = m.loss;
+            rp_progress_update(&e->progress, t, m.loss, m.tokens_per_s);
         }
-        double l = sum / (double)counted;
-        if (s != RP_OK || !isfinite(l))
-            return rp_error_set(err, RP_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g: "
-                                "training diverged", (long long)t, l, norm);
-        if (e->log) {
-            fprintf(e->log, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
-                            "\"tokens\":%lld,\"counted_tokens\":%lld,\"tokens_per_s\":%.1f}\n",
-                    (long long)t, l, lr, norm, toks, (long long)counted, tps);
-            fflush(e->log);
-        }
-        e->last_loss = l;
-        rp_progress_update(&e->progress, t, l, tps);
+        if (e->log)
+            write_line(e->log, &m);
+        if (e->o->on_step)
+            e->o->on_step(&m, e->o->on_step_arg);
     }
     return RP_OK;
 }

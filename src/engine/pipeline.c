@@ -2,6 +2,7 @@
 #include "plan/partition.h" /* before model/layout.h: both know rp_layer_kind */
 
 #include "engine/pipeline.h"
+#include "engine/run_info.h"
 
 #include <math.h>
 #include <omp.h>
@@ -537,6 +538,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
 {
     rp_engine E, *e = &E;
     memset(e, 0, sizeof E);
+    rp_logger live_lg; /* lg, printing through the live progress line */
     e->o = o;
     e->device = device;
     e->lg = lg;
@@ -633,6 +635,16 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         s = rp_error_set(err, RP_ERR_NOMEM, "measurements");
     if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing", o->log_path);
+    if (s == RP_OK && e->log) { /* the run's description beside the metrics */
+        char plan_text[512];
+        rp_plan_format(&e->plan, plan_text, sizeof plan_text);
+        rp_run_info info = {.o = o, .device = rp_device_kind_name(device), .ranks = e->size,
+                            .nodes = e->size / rp_store_node_size(pstore),
+                            .threads_per_rank = e->threads, .layers = e->L,
+                            .parameters = shared->total_numel, .plan = plan_text,
+                            .start_time = rp_wall_clock()};
+        s = rp_run_info_write(&info, o->log_path, err);
+    }
     if (s == RP_OK && o->trace)
         s = rp_trace_create(&e->trace, err);
     s = agree(s, comm, err);
@@ -647,9 +659,18 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
                (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
                (long long)e->S, (long long)e->steps, (long long)o->batch_size, (long long)e->M,
                e->size, e->threads, e->P, (long long)e->Mg, plan_text);
-        int live = o->progress == RP_PROGRESS_AUTO && isatty(STDERR_FILENO);
-        rp_progress_start(&e->progress, o->progress != RP_PROGRESS_NONE ? stderr : NULL, live,
-                          o->progress_interval_s, e->steps);
+        /* A live line goes to standard output (a terminal, also under
+         * mpirun), periodic lines to standard error. While the line is
+         * live, rank 0's messages go through it so they never share a line. */
+        int live = o->progress == RP_PROGRESS_AUTO && lg->stream && rp_progress_live_default();
+        FILE *out = o->progress == RP_PROGRESS_NONE ? NULL : live ? stdout : stderr;
+        rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->steps);
+        if (live) {
+            live_lg = *lg;
+            live_lg.sink = rp_progress_log_sink;
+            live_lg.sink_arg = &e->progress;
+            e->lg = &live_lg;
+        }
     }
 
     /* Segments: with the planner's plan and exact semantics, the first
@@ -657,6 +678,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
      * leader re-plans from the layer times measured meanwhile; the rest runs
      * under that plan. Results do not depend on the plan. */
     e->t_logged = rp_now();
+    e->trace_step_ns = rp_trace_now_ns();
     e->last_loss = NAN;
     for (e->first = 1; s == RP_OK && e->first <= e->steps; e->first = e->last + 1) {
         int replan_after = !o->plan && !o->optimizer_lag && e->first == 1 &&
@@ -674,7 +696,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     if (s == RP_OK && o->trace) {
         s = agree(rp_trace_write(e->trace, comm, o->trace, err), comm, err);
         if (s == RP_OK && e->rank == 0)
-            rp_log(lg, RP_LOG_INFO, "trace written to %s", o->trace);
+            rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
     }
     rp_trace_destroy(&e->trace);
     if (e->log && fclose(e->log) != 0 && s == RP_OK)
@@ -687,8 +709,9 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
                                     o->model_dir ? path : o->init_config, err);
         s = agree(ss, comm, err);
         if (s == RP_OK && e->rank == 0)
-            rp_log(lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
+            rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
     }
+    rp_progress_stop(&e->progress); /* an error printed next starts on a line of its own */
     rp_params_destroy(&shared);
     free(probe.layers);
     free(e->meas_ms);

@@ -1,13 +1,48 @@
 #include "engine/progress.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 double rp_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double rp_wall_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Whether the standard output of process `pid` is a terminal, as far as
+ * /proc tells: 1 yes, 0 no, -1 unknown. */
+static int stdout_of_is_terminal(pid_t pid)
+{
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/%d/fd/1", (int)pid);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return -1;
+    target[n] = '\0';
+    return strncmp(target, "/dev/pts/", 9) == 0 || strncmp(target, "/dev/tty", 8) == 0;
+}
+
+int rp_progress_live_default(void)
+{
+    if (!isatty(STDOUT_FILENO))
+        return 0;
+    /* Open MPI's mpirun hands its local ranks a pseudo-terminal as standard
+     * output whatever its own standard output is, so under it (its
+     * OMPI_COMM_WORLD_SIZE is set) follow mpirun's, the parent process. */
+    if (getenv("OMPI_COMM_WORLD_SIZE") && stdout_of_is_terminal(getppid()) == 0)
+        return 0;
+    return 1;
 }
 
 void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t steps)
@@ -18,6 +53,8 @@ void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, in
     pr->t_start = pr->t_last = rp_now();
     pr->steps = steps;
     pr->drawn = 0;
+    pr->line[0] = '\0';
+    pthread_mutex_init(&pr->lock, NULL);
 }
 
 static void format_eta(double s, char *buf, size_t n)
@@ -42,26 +79,63 @@ void rp_progress_update(rp_progress *pr, int64_t step, double loss, double token
     double per_step = (now - pr->t_start) / (double)step;
     char eta[32];
     format_eta(per_step * (double)(pr->steps - step), eta, sizeof eta);
+    pthread_mutex_lock(&pr->lock);
     if (pr->live) {
-        fprintf(pr->out, "\rstep %lld/%lld | loss %.4f | %.0f tok/s | ETA %s\033[K",
-                (long long)step, (long long)pr->steps, loss, tokens_per_s, eta);
+        snprintf(pr->line, sizeof pr->line, "step %lld/%lld | loss %.4f | %.0f tok/s | ETA %s",
+                 (long long)step, (long long)pr->steps, loss, tokens_per_s, eta);
+        /* \033[K erases what a longer previous line left to the right */
+        fprintf(pr->out, "\r%s\033[K", pr->line);
         pr->drawn = 1;
     } else {
         fprintf(pr->out, "roundpipe: step %lld/%lld loss %.4f %.0f tok/s ETA %s\n",
                 (long long)step, (long long)pr->steps, loss, tokens_per_s, eta);
     }
     fflush(pr->out);
+    pthread_mutex_unlock(&pr->lock);
+}
+
+void rp_progress_log_sink(void *arg, const char *line)
+{
+    rp_progress *pr = arg;
+    pthread_mutex_lock(&pr->lock);
+    /* one write: clear the live line, the message, the line again */
+    if (pr->drawn)
+        fprintf(pr->out, "\r\033[K%s\r%s\033[K", line, pr->line);
+    else
+        fputs(line, pr->out);
+    fflush(pr->out);
+    pthread_mutex_unlock(&pr->lock);
+}
+
+static void end_line(rp_progress *pr)
+{
+    if (pr->drawn)
+        fputc('\n', pr->out);
+    pr->drawn = 0;
 }
 
 void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss)
 {
     if (!pr->out)
         return;
-    if (pr->drawn)
-        fputc('\n', pr->out);
     char took[32];
     format_eta(rp_now() - pr->t_start, took, sizeof took);
+    pthread_mutex_lock(&pr->lock);
+    end_line(pr);
     fprintf(pr->out, "roundpipe: done: %lld steps in %s, final loss %.4f\n", (long long)steps,
             took, last_loss);
     fflush(pr->out);
+    pthread_mutex_unlock(&pr->lock);
+}
+
+void rp_progress_stop(rp_progress *pr)
+{
+    if (!pr->out)
+        return;
+    pthread_mutex_lock(&pr->lock);
+    end_line(pr);
+    fflush(pr->out);
+    pr->out = NULL;
+    pthread_mutex_unlock(&pr->lock);
+    pthread_mutex_destroy(&pr->lock);
 }

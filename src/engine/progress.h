@@ -1,8 +1,12 @@
-/* Progress display of rank 0: a live line on a terminal (step, loss,
- * tokens/s, ETA), otherwise one line every few seconds. */
+/* Progress display of rank 0: a live line (step, loss, tokens/s, ETA)
+ * redrawn in place on a terminal, otherwise one line every few seconds.
+ * Thread-safe: the logger thread updates it while other threads log
+ * messages through rp_progress_log_sink, which clears the live line, prints
+ * the message and redraws the line, so the two never share a line. */
 #ifndef RP_ENGINE_PROGRESS_H
 #define RP_ENGINE_PROGRESS_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -12,14 +16,33 @@ typedef struct rp_progress {
     double interval;  /* seconds between lines when not live */
     double t_start, t_last;
     int64_t steps;
-    int drawn;
+    int drawn;        /* the live line is on screen (no newline after it yet) */
+    char line[160];   /* the live line's text, to redraw after a message */
+    pthread_mutex_t lock;
 } rp_progress;
 
 void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t steps);
 void rp_progress_update(rp_progress *pr, int64_t step, double loss, double tokens_per_s);
+/* The closing line ("done: ..."); ends the live line first. */
 void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss);
+/* Ends the live line (a newline after it) without a closing line, e.g. before
+ * an error is printed; then frees the lock. Call once, after finish or not. */
+void rp_progress_stop(rp_progress *pr);
+
+/* An rp_logger sink (core/log.h) for a live display: clears the line, prints
+ * `line` on the display's stream, redraws. `arg` is the rp_progress. */
+void rp_progress_log_sink(void *arg, const char *line);
+
+/* Whether `roundpipe train --progress auto` shows a live line: standard
+ * output is a terminal (and under Open MPI's mpirun, mpirun's is one too).
+ * mpirun gives its ranks' standard error a pipe but their standard output a
+ * pseudo-terminal, so the live line goes to standard output. */
+int rp_progress_live_default(void);
 
 /* Monotonic seconds. */
 double rp_now(void);
+
+/* Wall-clock seconds since the Unix epoch (for the metrics' "time"). */
+double rp_wall_clock(void);
 
 #endif

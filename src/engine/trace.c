@@ -76,7 +76,7 @@ static const char *track_name(int t)
 {
     static const char *names[RP_TRACK_COUNT] = {
         "compute", "xfer: input", "xfer: weights", "xfer: prefetch", "xfer: save",
-        "xfer: gradients", "optimizer", "waits (executor)", "waits (optimizer)"};
+        "xfer: gradients", "optimizer", "waits (executor)", "waits (optimizer)", "steps"};
     return t >= 0 && t < RP_TRACK_COUNT ? names[t] : "?";
 }
 
@@ -91,6 +91,69 @@ static void json_string(char *dst, size_t len, const char *s)
     dst[k] = '\0';
 }
 
+typedef struct lane_key {
+    int32_t track;
+    uint64_t t0, t1;
+    size_t i;
+} lane_key;
+
+static int cmp_lane_key(const void *a, const void *b)
+{
+    const lane_key *x = a, *y = b;
+    if (x->track != y->track)
+        return x->track < y->track ? -1 : 1;
+    if (x->t0 != y->t0)
+        return x->t0 < y->t0 ? -1 : 1;
+    if (x->t1 != y->t1)
+        return x->t1 > y->t1 ? -1 : 1; /* the longer first */
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Lanes of one rank's spans v[0..n): lane[i] is the extra track of span i
+ * within its activity (0 = the activity's own), chosen so that the spans
+ * of one lane do not overlap: each span takes the first lane that is free
+ * at its start (interval partitioning). nlanes[track] gets the lanes used. */
+static rp_status assign_lanes(const span *v, size_t n, int *lane, int *nlanes, rp_error *err)
+{
+    lane_key *k = malloc((n ? n : 1) * sizeof *k);
+    uint64_t *end = malloc((n ? n : 1) * sizeof *end);
+    if (!k || !end) {
+        free(k);
+        free(end);
+        return rp_error_set(err, RP_ERR_NOMEM, "sorting the trace");
+    }
+    for (size_t i = 0; i < n; i++)
+        k[i] = (lane_key){v[i].track, v[i].t0, v[i].t1, i};
+    qsort(k, n, sizeof *k, cmp_lane_key);
+    for (int t = 0; t < RP_TRACK_COUNT; t++)
+        nlanes[t] = 1;
+    int used = 0, track = -1;
+    for (size_t j = 0; j < n; j++) {
+        if (k[j].track != track) {
+            track = k[j].track;
+            used = 0;
+        }
+        int l = 0;
+        while (l < used && end[l] > k[j].t0)
+            l++;
+        if (l == used)
+            used++;
+        end[l] = k[j].t1;
+        lane[k[j].i] = l;
+        if (track >= 0 && track < RP_TRACK_COUNT && used > nlanes[track])
+            nlanes[track] = used;
+    }
+    free(k);
+    free(end);
+    return RP_OK;
+}
+
+/* The tid of lane l of a track: the track itself for lane 0. */
+static int lane_tid(int track, int l)
+{
+    return track + RP_TRACK_COUNT * l;
+}
+
 static rp_status write_all(const char *path, const span *all, const int *counts, int size,
                            rp_error *err)
 {
@@ -100,10 +163,21 @@ static rp_status write_all(const char *path, const span *all, const int *counts,
         total += (size_t)counts[r];
     for (size_t i = 0; i < total; i++)
         t0 = all[i].t0 < t0 ? all[i].t0 : t0;
+    int *lane = malloc((total ? total : 1) * sizeof *lane);
+    int *nlanes = malloc((size_t)size * RP_TRACK_COUNT * sizeof *nlanes);
+    rp_status s = lane && nlanes ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "the trace's lanes");
+    for (size_t r = 0, off = 0; s == RP_OK && r < (size_t)size; off += (size_t)counts[r++])
+        s = assign_lanes(all + off, (size_t)counts[r], lane + off, nlanes + r * RP_TRACK_COUNT,
+                         err);
     rp_atomic_file *af = NULL;
-    RP_TRY(rp_atomic_file_open(path, &af, err));
+    if (s == RP_OK)
+        s = rp_atomic_file_open(path, &af, err);
+    if (s != RP_OK) {
+        free(lane);
+        free(nlanes);
+        return s;
+    }
     char line[512], name[128];
-    rp_status s = RP_OK;
 #define PUT(...)                                                                   \
     do {                                                                           \
         int n_ = snprintf(line, sizeof line, __VA_ARGS__);                         \
@@ -117,19 +191,29 @@ static rp_status write_all(const char *path, const span *all, const int *counts,
             first ? "" : ",\n", r, r);
         first = 0;
         for (int t = 0; t < RP_TRACK_COUNT; t++)
-            PUT(",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
-                "\"args\":{\"name\":\"%s\"}}", r, t, track_name(t));
+            for (int l = 0; l < nlanes[r * RP_TRACK_COUNT + t]; l++) {
+                char suffix[16] = "";
+                if (l > 0)
+                    snprintf(suffix, sizeof suffix, " #%d", l + 1);
+                PUT(",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s%s\"}},\n{\"ph\":\"M\",\"name\":"
+                    "\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+                    r, lane_tid(t, l), track_name(t), suffix, r, lane_tid(t, l),
+                    t * 64 + l);
+            }
     }
     size_t i = 0;
     for (int r = 0; r < size; r++)
         for (int k = 0; k < counts[r]; k++, i++) {
             json_string(name, sizeof name, all[i].name);
             PUT(",\n{\"ph\":\"X\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
-                name, r, all[i].track, (double)(all[i].t0 - t0) / 1e3,
+                name, r, lane_tid(all[i].track, lane[i]), (double)(all[i].t0 - t0) / 1e3,
                 (double)(all[i].t1 - all[i].t0) / 1e3);
         }
     PUT("\n]}\n");
 #undef PUT
+    free(lane);
+    free(nlanes);
     if (s != RP_OK) {
         rp_atomic_file_abort(&af);
         return s;

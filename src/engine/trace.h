@@ -1,6 +1,9 @@
 /* Timeline of a run as Chrome trace JSON (opens in Perfetto and
  * chrome://tracing): one process per rank, one track per activity. Spans are
- * recorded in memory by any thread and gathered to rank 0 at the end. */
+ * recorded in memory by any thread and gathered to rank 0 at the end. Spans
+ * of one activity that overlap in time (the waits of several optimizer
+ * threads) are written on extra tracks of that activity ("waits (optimizer)
+ * #2", ...), so no track holds overlapping slices, which viewers drop. */
 #ifndef RP_ENGINE_TRACE_H
 #define RP_ENGINE_TRACE_H
 
@@ -16,6 +19,7 @@ typedef enum rp_trace_track {
     RP_TRACK_OPTIMIZER,
     RP_TRACK_WAIT,          /* the executor waiting for an event */
     RP_TRACK_OPTIMIZER_WAIT,
+    RP_TRACK_STEP,          /* rank 0: one span per optimizer step, "step N" */
     RP_TRACK_COUNT
 } rp_trace_track;
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "device/device.h"
 #include "optim/lr.h"
+#include "roundpipe.h"
 
 typedef enum rp_progress_mode {
     RP_PROGRESS_AUTO = 0, /* live line on a terminal, periodic lines otherwise */
@@ -51,6 +52,8 @@ typedef struct rp_train_options {
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */
     int pipelines;           /* --pipelines P: independent round-robin pipelines over the
                                 executors, each with M/P microbatches (default 1) */
+    rp_step_callback on_step; /* the C API's per-step callback (rank 0), NULL = none */
+    void *on_step_arg;
 } rp_train_options;
 
 /* Fill with the documented defaults. */

@@ -1,0 +1,53 @@
+#!/bin/sh
+# Proves: the Chrome trace of a real run (2 ranks, 2 pipelines, so several
+# optimizer threads wait at once) has no partially overlapping slices on any
+# (pid, tid) track and one "step N" marker per step (trace_check); the
+# checker itself rejects an overlapping pair and a missing step; the metrics
+# lines carry a wall-clock "time" and --log writes FILE.run.json describing
+# the run.
+set -u
+. "$(dirname "$0")/testlib.sh"
+check="$build/mpi-tests/trace_check"
+
+# the checker on hand-made traces: nested is fine, overlap and gaps are not
+meta='{"ph":"M","name":"thread_name","pid":0,"tid":8,"args":{"name":"w"}}'
+printf '{"traceEvents":[%s,\n{"ph":"X","name":"a","pid":0,"tid":8,"ts":0.000,"dur":10.000},
+{"ph":"X","name":"b","pid":0,"tid":8,"ts":2.000,"dur":3.000},
+{"ph":"X","name":"step 1","pid":0,"tid":9,"ts":0.000,"dur":10.000}]}\n' "$meta" > "$tmp/nested.json"
+sed 's/"dur":3.000/"dur":9.000/' "$tmp/nested.json" > "$tmp/overlap.json"
+"$check" "$tmp/nested.json" 1 > /dev/null 2>&1 && ok || bad "trace_check rejects nested slices"
+"$check" "$tmp/overlap.json" 1 > /dev/null 2>&1 && bad "trace_check accepts overlapping slices" || ok
+"$check" "$tmp/nested.json" 2 > /dev/null 2>&1 && bad "trace_check accepts a missing step 2" || ok
+
+steps=4
+before=$(date +%s)
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$src/examples/tiny-config.json" \
+  --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 8 --microbatches 4 \
+  --pipelines 2 --steps $steps --threads 1 --timeout 60 --progress none \
+  --trace "$tmp/trace.json" --log "$tmp/m.jsonl" > "$tmp/out" 2>&1 \
+  && ok || { bad "traced run failed"; cat "$tmp/out"; }
+after=$(date +%s)
+if "$check" "$tmp/trace.json" $steps > "$tmp/check" 2>&1; then ok; else bad "trace check"; fi
+cat "$tmp/check"
+
+# every metrics line: the fields as before, then "time" within the run
+n=0
+while IFS= read -r line; do
+  n=$((n + 1))
+  t=$(printf '%s\n' "$line" | sed -n 's/.*,"time":\([0-9]*\)\.[0-9]*}$/\1/p')
+  case $line in
+    "{\"step\":$n,\"loss\":"*",\"tokens_per_s\":"*",\"time\":"*) ;;
+    *) bad "metrics line $n: $line"; continue ;;
+  esac
+  [ -n "$t" ] && [ "$t" -ge "$before" ] && [ "$t" -le "$after" ] && ok \
+    || bad "metrics line $n: time '$t' not within $before..$after"
+done < "$tmp/m.jsonl"
+[ "$n" -eq $steps ] && ok || bad "metrics: $n lines, want $steps"
+
+# the run's description beside the metrics
+info="$tmp/m.jsonl.run.json"
+for want in '"roundpipe_version":"[0-9.]*"' '"ranks":2' '"device":"cpu"' '"nodes":1' \
+            '"start_time":[0-9.]*' '"options":{' '"seq-len":32' '"pipelines":2' '"plan":"fwd='; do
+  grep -q "$want" "$info" 2>/dev/null && ok || bad "$info has no $want"
+done
+finish
