@@ -18,3 +18,7 @@ EXTRA_DIST += mpi-tests/test_engine.sh
 
 TESTS += mpi-tests/test_api.sh
 EXTRA_DIST += mpi-tests/test_api.sh
+
+# the shared library exports only the public API
+TESTS += mpi-tests/test_exports.sh
+EXTRA_DIST += mpi-tests/test_exports.sh

@@ -8,4 +8,5 @@ librp_la_SOURCES += \
 	src/engine/executor.c src/engine/optimizer.c src/engine/logger.c \
 	src/engine/pipeline.c src/engine/pipeline.h \
 	src/engine/trace.c src/engine/trace.h \
-	src/engine/trainer.c src/engine/trainer.h
+	src/engine/trainer.c src/engine/trainer.h \
+	src/engine/executor_summary.c src/engine/executor_summary.h

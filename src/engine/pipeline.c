@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
+#include "engine/executor_summary.h"
 #include "io/config.h"
 #include "model/layers.h"
 #include "model/layout.h"
@@ -600,14 +601,18 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     param_map map;
     if (s == RP_OK)
         s = build_param_store(e, comm, &cfg, &pstore, &map, err);
-    if (s == RP_OK && device != RP_DEVICE_CPU) {
+    rp_device_info info;
+    memset(&info, 0, sizeof info);
+    if (s == RP_OK) {
         /* node-local rank to device, several ranks per device allowed */
-        rp_device_info info;
-        s = rp_device_probe(device, &info, err);
+        s = rp_device_probe_ordinal(device, rp_store_node_rank(pstore), &info, err);
         if (s == RP_OK)
-            e->device_ordinal = rp_store_node_rank(pstore) % info.count;
+            e->device_ordinal = info.ordinal;
     }
     s = agree(s, comm, err);
+    char executors[512] = "";
+    if (s == RP_OK)
+        s = rp_executor_summary(&info, o->dtype, comm, executors, sizeof executors, err);
     e->store = pstore; /* for the node communicator while binding */
     if (s == RP_OK)
         s = agree(bind_and_threads(e, err), comm, err);
@@ -638,11 +643,11 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         rp_log(lg, RP_LOG_INFO,
                "%s: %lld blocks, %.2fM parameters; %lld samples of %lld tokens; %lld steps of "
                "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); %d pipeline(s) "
-               "of %lld microbatches; plan %s",
+               "of %lld microbatches; plan %s; executors: %s",
                o->model_dir ? o->model_dir : o->init_config, (long long)cfg.num_hidden_layers,
                (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
                (long long)e->S, (long long)e->steps, (long long)o->batch_size, (long long)e->M,
-               e->size, e->threads, e->P, (long long)e->Mg, plan_text);
+               e->size, e->threads, e->P, (long long)e->Mg, plan_text, executors);
         int live = o->progress == RP_PROGRESS_AUTO && isatty(STDERR_FILENO);
         rp_progress_start(&e->progress, o->progress != RP_PROGRESS_NONE ? stderr : NULL, live,
                           o->progress_interval_s, e->steps);

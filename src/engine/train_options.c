@@ -21,7 +21,7 @@ void rp_train_options_default(rp_train_options *o)
     o->grad_clip = 1.0;
     o->dtype = RP_F32;
     o->seed = 1234;
-    o->device = RP_DEVICE_CPU;
+    o->device = RP_DEVICE_AUTO;
     o->progress = RP_PROGRESS_AUTO;
     o->progress_interval_s = 5.0;
     o->timeout_s = 600.0;
