@@ -37,8 +37,9 @@ static rp_status check_device(const rp_train_options *o, const rp_logger *lg, in
 }
 
 /* The compute dtype follows the device: CUDA executors compute in bf16
- * only, so --dtype fp32 there is refused, never silently changed; CPU
- * executors compute in --dtype (default fp32). */
+ * only, so --dtype fp32 there is refused, never silently changed (for
+ * --device cuda already by rp_train_options_check; here when --device auto
+ * chose CUDA); CPU executors compute in --dtype (default fp32). */
 static rp_status check_dtype(const rp_train_options *o, rp_device_kind kind, rp_dtype *dtype,
                              rp_error *err)
 {
@@ -48,9 +49,10 @@ static rp_status check_dtype(const rp_train_options *o, rp_device_kind kind, rp_
     }
     if (o->dtype_set && o->dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "--dtype fp32 with --device %s: the CUDA executor computes in bf16 "
-                            "only; use --dtype bf16 (its default) or --device cpu",
-                            rp_device_kind_name(o->device));
+                            "--dtype fp32 with --device %s: the CUDA executor%s computes in "
+                            "bf16 only; use --dtype bf16 (its default) or --device cpu",
+                            rp_device_kind_name(o->device),
+                            o->device == RP_DEVICE_AUTO ? " (chosen by auto: a GPU is usable)" : "");
     *dtype = RP_BF16;
     return RP_OK;
 }
