@@ -14,6 +14,14 @@
 extern "C" {
 #endif
 
+/* RP_API marks the functions libroundpipe exports; every other symbol of the
+ * library is hidden (it is compiled with -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define RP_API __attribute__((visibility("default")))
+#else
+#define RP_API
+#endif
+
 #define RP_VERSION_MAJOR 0
 #define RP_VERSION_MINOR 1
 #define RP_VERSION_PATCH 0
@@ -42,10 +50,10 @@ typedef enum rp_status {
 } rp_status;
 
 /* Short, static, human-readable name of a status code. Never NULL. */
-const char *rp_status_string(rp_status status);
+RP_API const char *rp_status_string(rp_status status);
 
 /* Library version as "MAJOR.MINOR.PATCH". */
-const char *rp_version_string(void);
+RP_API const char *rp_version_string(void);
 
 /* ---- training --------------------------------------------------------------
  * A training job is configured with the options of `roundpipe train` (see
@@ -65,17 +73,17 @@ const char *rp_version_string(void);
 typedef struct rp_train_config rp_train_config;
 
 /* A configuration holding the documented defaults. RP_ERR_NOMEM on failure. */
-rp_status rp_train_config_create(rp_train_config **out);
+RP_API rp_status rp_train_config_create(rp_train_config **out);
 
 /* Frees it and sets *config to NULL; NULL is fine. */
-void rp_train_config_destroy(rp_train_config **config);
+RP_API void rp_train_config_destroy(rp_train_config **config);
 
 /* Set one option from its text (copied). RP_ERR_INVALID_ARG for an unknown
  * option or a bad value; rp_train_config_error() names it. */
-rp_status rp_train_config_set(rp_train_config *config, const char *option, const char *value);
+RP_API rp_status rp_train_config_set(rp_train_config *config, const char *option, const char *value);
 
 /* Detail of the last failure of a call on this configuration ("" if none). */
-const char *rp_train_config_error(const rp_train_config *config);
+RP_API const char *rp_train_config_error(const rp_train_config *config);
 
 /* The metrics of one optimizer step, as in a line of the --log file
  * (roundpipe-formats(5)). */
@@ -106,7 +114,7 @@ rp_status rp_train_config_set_step_callback(rp_train_config *config, rp_step_cal
 /* Collective over comm: train as configured. Returns the same status on
  * every rank; the rank where a failure arose has the detail in
  * rp_train_config_error(), the others name that rank. */
-rp_status rp_train(rp_train_config *config, MPI_Comm comm);
+RP_API rp_status rp_train(rp_train_config *config, MPI_Comm comm);
 
 #ifdef __cplusplus
 }

@@ -3,3 +3,7 @@ TESTS += mpi-tests/test_device_probe
 mpi_tests_test_device_probe_SOURCES = mpi-tests/test_device_probe.c
 mpi_tests_test_device_probe_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_device_probe_LDADD = $(RP_TEST_LDADD)
+# the shell tests' answer to "can --device cuda run here?" (testlib.sh)
+check_PROGRAMS += mpi-tests/cuda_usable
+mpi_tests_cuda_usable_SOURCES = mpi-tests/cuda_usable.c
+mpi_tests_cuda_usable_LDADD = librp.la

@@ -3,7 +3,11 @@
 # message and a non-zero exit (2 for usage, 1 for input), names the option,
 # file or field at fault, and writes nothing when it fails; and the
 # happy paths of --init-config, --dtype bf16, --save-dtype bf16, --log and the
-# non-terminal progress lines work.
+# non-terminal progress lines work. --device and --dtype: auto picks CUDA
+# when a GPU is usable (mpi-tests/cuda_usable says) and the CPU otherwise,
+# the dtype follows the device (bf16 on CUDA, fp32 on the CPU), the start-up
+# line names every rank's executor and dtype, --device cuda is refused with
+# the runtime's reason without a usable GPU and --dtype fp32 with it always.
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden/qwen3"
@@ -51,10 +55,29 @@ printf '{"model_type": "llama", "hidden_size": 8}' > "$tmp/partial.json"
 expect 1 "intermediate_size" -- train --init-config "$tmp/partial.json" --data "$fix/data.npy" --seq-len 16
 expect 1 "mask" -- train $base --loss-mask "$fix/data.npy"
 expect 1 "no sample" -- train $base --seq-len 100000
-expect 1 "--device cuda: \(no CUDA device\|this roundpipe was built without\)" -- train $base --device cuda
+if cuda_usable; then
+  expect 0 "executors: 1 x cuda:0 (.*GiB), bf16" -- train $base --device cuda
+else
+  expect 1 "\-\-device cuda: \(no CUDA device\|this roundpipe was built without\|GPU [0-9]* (.*) has compute capability\)" \
+    -- train $base --device cuda
+fi
+expect 2 "\-\-dtype fp32 with \-\-device cuda: the CUDA executor computes in bf16 only" \
+  -- train $base --device cuda --dtype fp32
 expect 1 "alone needs .* bytes of device memory" -- train $base --memory-limit-mib 0.05
 expect 1 "plan" -- train $base --plan "fwd=0-1;bwd=0-3"
 expect 1 "plan" -- train $base --plan "fwd=0;bwd=1-2,0"
+
+# the default device is auto and the dtype follows it; the start-up line
+# gathers every rank's executor (two ranks here)
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $base >"$tmp/out" 2>"$tmp/err"; rc=$?
+if cuda_usable; then want="executors: [12] x cuda:0 (.*GiB), bf16"; else want="executors: 2 x cpu (.*GiB), fp32"; fi
+[ "$rc" -eq 0 ] && grep -q "$want" "$tmp/err" && ok || { bad "default device: no '$want' (exit $rc)"; cat "$tmp/err"; }
+expect 0 "executors: 1 x cpu (.*GiB), bf16" -- train $base --device cpu --dtype bf16
+if cuda_usable; then
+  expect 1 "\-\-dtype fp32 with \-\-device auto" -- train $base --dtype fp32
+else
+  expect 0 "executors: 1 x cpu (.*GiB), fp32" -- train $base --device auto --dtype fp32
+fi
 
 # happy paths: init from a config, bf16 compute and bf16 save, log lines
 expect 0 "done: 3 steps" -- train --init-config "$fix/model/config.json" --data "$fix/data.npy" \

@@ -1,7 +1,8 @@
 /* Proves: the device probe answers cleanly everywhere: the CPU is always
  * found; CUDA is either usable (and then a kernel launched through the
- * libtool-built .cu object computes the right saxpy) or reported as
- * RP_ERR_NO_DEVICE / RP_ERR_UNSUPPORTED with a message, never a crash. */
+ * libtool-built .cu object computes the right saxpy, on a GPU of sm_80 or
+ * newer) or reported as RP_ERR_NO_DEVICE / RP_ERR_UNSUPPORTED with a
+ * message (an older GPU by name and compute capability), never a crash. */
 #include "config.h"
 
 #include <string.h>
@@ -19,6 +20,7 @@ START_TEST(cpu_always_present)
     ck_assert_int_eq(rp_device_probe(RP_DEVICE_CPU, &info, &err), RP_OK);
     ck_assert_int_eq(info.kind, RP_DEVICE_CPU);
     ck_assert_uint_gt(info.memory_bytes, 0);
+    ck_assert_msg(info.name[0] != '\0', "the CPU has no name");
 }
 END_TEST
 
@@ -30,6 +32,7 @@ START_TEST(cuda_present_or_clean_error)
 #ifdef RP_HAVE_CUDA
     if (s == RP_OK) {
         ck_assert_int_gt(info.count, 0);
+        ck_assert_int_ge(info.sm, RP_CUDA_MIN_SM);
         float x[1000], y[1000];
         for (int i = 0; i < 1000; i++) {
             x[i] = (float)i;
@@ -39,6 +42,9 @@ START_TEST(cuda_present_or_clean_error)
         ck_assert_msg(rp_cuda_saxpy_smoke(0, 1000, 2.0f, x, y, &why) == 0, "%s", why);
         for (int i = 0; i < 1000; i++)
             ck_assert_float_eq(y[i], 2.0f * (float)i + 1.0f);
+    } else if (s == RP_ERR_UNSUPPORTED) {
+        ck_assert_msg(strstr(err.msg, "has compute capability") && strstr(err.msg, "needs 8.0"),
+                      "message: %s", err.msg);
     } else {
         ck_assert_int_eq(s, RP_ERR_NO_DEVICE);
         ck_assert_msg(strstr(err.msg, "no CUDA device") != NULL, "message: %s", err.msg);

@@ -38,7 +38,7 @@ run() {
   mask=""; [ -f "$d/mask.npy" ] && mask="--loss-mask $d/mask.npy"
   # shellcheck disable=SC2046
   ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -np "$np" "$bin" train \
-    --model "$d/model" --data "$d/data.npy" $mask $(cat "$d/args.txt") --progress none \
+    --device cpu --model "$d/model" --data "$d/data.npy" $mask $(cat "$d/args.txt") --progress none \
     --timeout 60 --log "$out.jsonl" --save "$out" "$@" > "$out.txt" 2>&1
 }
 # same CASE REF OUT: identical losses (every digit logged) and identical weights

@@ -1,10 +1,16 @@
 /* Proves: a planted deadlock (a wait for an event whose producer never
- * signals) ends at its deadline, not before and not much after, on every
- * rank, with RP_ERR_TIMEOUT and one message naming the rank, the job, the
- * event, its current value and the awaited value (text asserted); a value
- * already reached returns at once; bad RP_INJECT_* settings are clear
- * errors; a counter never goes back; a sleeping waiter wakes promptly
- * after a late signal. */
+ * signals) ends at its deadline, never before it, on every rank, with
+ * RP_ERR_TIMEOUT and one message naming the rank, the job, the event, its
+ * current value and the awaited value (text asserted); a value already
+ * reached returns at once; bad RP_INJECT_* settings are clear errors; a
+ * counter never goes back; injected delays last what the generator says; a
+ * sleeping waiter wakes promptly after a late signal.
+ *
+ * Wall-clock bounds hold on a loaded machine (ranks oversubscribed on two
+ * shared cores): lower bounds are exact (a sleep never ends early), upper
+ * bounds leave RP_SLACK_S for the scheduler, and the wake-up latency is the
+ * best of a few tries. A wait that never times out hangs until Check's
+ * tcase timeout, which fails the test. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,9 +18,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/rng.h"
 #include "engine/event.h"
 #include "rp_check.h"
 #include "store/store.h"
+
+/* Scheduling delay a loaded machine may add to a timed operation: far above
+ * what a correct implementation needs, far below a wait that never ends. */
+#define RP_SLACK_S 5.0
 
 static rp_event_dims dims(void)
 {
@@ -50,8 +61,9 @@ START_TEST(planted_deadlock_names_the_event_on_every_rank)
         rp_event_signal(ev, e, 6);
     MPI_Barrier(MPI_COMM_WORLD);
     ck_assert_int_eq(rp_event_wait(ev, e, 6, rp_event_deadline(5), "B1 (iteration 7)", &err), RP_OK);
+    const double deadline_s = 0.25;
     double t0 = rp_event_now();
-    rp_status s = rp_event_wait(ev, e, 7, t0 + 0.25, "B1 (iteration 7)", &err);
+    rp_status s = rp_event_wait(ev, e, 7, t0 + deadline_s, "B1 (iteration 7)", &err);
     double waited = rp_event_now() - t0;
     ck_assert_int_eq(s, RP_ERR_TIMEOUT);
     ck_assert_int_eq(err.code, RP_ERR_TIMEOUT);
@@ -60,7 +72,8 @@ START_TEST(planted_deadlock_names_the_event_on_every_rank)
              "rank %d, job B1 (iteration 7): timed out waiting for event fwd_out[stage 1, "
              "microbatch 2]: value 6, awaited 7", rank);
     ck_assert_str_eq(err.msg, want);
-    ck_assert_msg(waited >= 0.25 && waited < 2.0, "waited %.3f s for a 0.25 s deadline", waited);
+    ck_assert_msg(waited >= deadline_s && waited < deadline_s + RP_SLACK_S,
+                  "waited %.3f s for a %.2f s deadline", waited, deadline_s);
 
     /* A kind without microbatches is named without one. */
     s = rp_event_wait(ev, (rp_event_name){RP_EV_VERSION, 3, 0}, 1, rp_event_deadline(0.01), NULL, &err);
@@ -113,8 +126,15 @@ START_TEST(signals_are_monotonic_and_injected_delays_bounded)
     rp_error err = {0};
     ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_OK);
     rp_events_reset(ev);
-    rp_events_set_injection(ev, 2000, 5);
+    const unsigned max_us = 2000;
+    const uint64_t seed = 5;
+    rp_events_set_injection(ev, max_us, seed);
     rp_event_name e = {RP_EV_GRAD, 2, 0};
+    /* the delays the generator draws for rank 0's signals 0..39, as
+     * rp_event_signal computes them */
+    double planned = 0;
+    for (uint64_t n = 0; n < 40; n++)
+        planned += 1e-9 * (double)(long)(rp_rng_uniform(seed, 0, n) * (float)max_us * 1000.0f);
     double t0 = rp_event_now();
     for (uint64_t v = 1; v <= 20; v++) {
         rp_event_signal(ev, e, v);
@@ -122,9 +142,11 @@ START_TEST(signals_are_monotonic_and_injected_delays_bounded)
         ck_assert_uint_eq(rp_event_value(ev, e), v);
     }
     double took = rp_event_now() - t0;
-    /* 40 delays uniform in 0..2 ms: about 40 ms; never above 40 * 2 ms
-     * plus scheduling slack, and not zero (delays really happen). */
-    ck_assert_msg(took > 0.005 && took < 0.5, "40 injected delays took %.3f s", took);
+    /* 40 delays uniform in 0..2 ms, about 40 ms: never less than planned
+     * (the delays really happen), and not much more */
+    ck_assert_msg(planned > 0.005, "planned delays %.4f s", planned);
+    ck_assert_msg(took >= planned && took < planned + RP_SLACK_S,
+                  "40 injected delays took %.4f s, planned %.4f s", took, planned);
     /* other counters untouched */
     ck_assert_uint_eq(rp_event_value(ev, (rp_event_name){RP_EV_GRAD, 1, 0}), 0);
     ck_assert_uint_eq(rp_event_value(ev, (rp_event_name){RP_EV_GRAD, 3, 0}), 0);
@@ -152,16 +174,23 @@ START_TEST(sleeping_waiter_wakes_promptly)
     ck_assert_int_eq(rp_events_create(mem, sizeof mem, &d, 0, &ev, &err), RP_OK);
     rp_events_reset(ev);
     rp_events_set_injection(ev, 0, 0);
-    late l = {ev, 0};
-    pthread_t th;
-    ck_assert_int_eq(pthread_create(&th, NULL, signal_late, &l), 0);
-    ck_assert_int_eq(rp_event_wait(ev, (rp_event_name){RP_EV_VERSION, 1, 0}, 3, rp_event_deadline(10),
-                                   "opt", &err), RP_OK);
-    double woke = rp_event_now();
-    pthread_join(th, NULL);
     /* backoff after 40 ms of waiting is 1 ms at most; 20 ms leaves room
-     * for a loaded machine but catches a waiter that sleeps too long */
-    ck_assert_msg(woke - l.at < 0.020, "woke %.4f s after the signal", woke - l.at);
+     * for timer slack but catches a waiter that sleeps too long. The best
+     * of five tries: a load spike delays one wake-up, not five. */
+    double best = 1e9;
+    for (int attempt = 0; attempt < 5 && best >= 0.020; attempt++) {
+        rp_events_reset(ev);
+        late l = {ev, 0};
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, signal_late, &l), 0);
+        ck_assert_int_eq(rp_event_wait(ev, (rp_event_name){RP_EV_VERSION, 1, 0}, 3,
+                                       rp_event_deadline(10), "opt", &err), RP_OK);
+        double woke = rp_event_now();
+        pthread_join(th, NULL);
+        if (woke - l.at < best)
+            best = woke - l.at;
+    }
+    ck_assert_msg(best < 0.020, "woke %.4f s after the signal (best of five)", best);
     rp_events_destroy(&ev);
 }
 END_TEST

@@ -35,8 +35,8 @@ for case in qwen3 llama qwen3-lag tied-odd qwen3-skip; do
     out="$tmp/$case-$np-$P"
     echo "== $case on $np rank(s), $P pipeline(s)"
     # shellcheck disable=SC2046
-    if ! ${MPIRUN:-mpirun} $flags -np $np "$bin" train --model "$in/model" --data "$in/data.npy" \
-         $mask $(cat "$d/args.txt") --pipelines $P --progress none --log "$out.jsonl" \
+    if ! ${MPIRUN:-mpirun} $flags -np $np "$bin" train --device cpu --model "$in/model" \
+         --data "$in/data.npy" $mask $(cat "$d/args.txt") --pipelines $P --progress none --log "$out.jsonl" \
          --save "$out"; then
       echo "roundpipe train failed"; failed=$((failed + 1)); rc=1; continue
     fi

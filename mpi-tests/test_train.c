@@ -51,7 +51,9 @@ static int train(MPI_Comm comm, int64_t M, rp_dtype dtype, int steps, double *lo
     o.lr = g_lr;
     o.save_dir = g_save;
     o.warmup_steps = 0;
+    o.device = RP_DEVICE_CPU; /* the bf16 cases are CPU bf16 */
     o.dtype = dtype;
+    o.dtype_set = 1;
     o.seed = 7;
     o.threads = 1;
     o.log_path = log;

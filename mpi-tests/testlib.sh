@@ -12,5 +12,8 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+# cuda_usable: succeeds when `train --device cuda` can run here (a build with
+# the CUDA executor and a usable GPU); the probe's answer is in $tmp/cuda.txt
+cuda_usable() { "$build/mpi-tests/cuda_usable" > "$tmp/cuda.txt" 2>&1; }
 # print the summary line; succeed when nothing failed
 finish() { echo "RP-CHECK: passed=$passed failed=$failed"; [ "$failed" -eq 0 ]; }

@@ -4,6 +4,9 @@ mpi_tests_golden_compare_SOURCES = mpi-tests/golden_compare.c
 mpi_tests_golden_compare_LDADD = librp.la
 TESTS += mpi-tests/test_golden.sh
 EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
+# the same fixtures on a GPU (--device cuda, bf16); skips without one
+TESTS += mpi-tests/test_golden_cuda.sh
+EXTRA_DIST += mpi-tests/test_golden_cuda.sh
 TESTS += mpi-tests/test_cli.sh
 EXTRA_DIST += mpi-tests/test_cli.sh
 
@@ -34,3 +37,7 @@ EXTRA_DIST += mpi-tests/test_progress.sh
 # The Slurm examples: they parse, and the single-node one trains under mpirun.
 TESTS += mpi-tests/test_slurm.sh
 EXTRA_DIST += mpi-tests/test_slurm.sh
+
+# the shared library exports only the public API
+TESTS += mpi-tests/test_exports.sh
+EXTRA_DIST += mpi-tests/test_exports.sh

@@ -7,13 +7,18 @@
 
 #include "core/error.h"
 
+/* Oldest CUDA compute capability (major * 10 + minor) roundpipe runs on:
+ * sm_80 (Ampere) is the first with bf16 tensor cores. */
+#define RP_CUDA_MIN_SM 80
+
 typedef enum rp_device_kind { RP_DEVICE_CPU = 0, RP_DEVICE_CUDA = 1, RP_DEVICE_AUTO = 2 } rp_device_kind;
 
 typedef struct rp_device_info {
     rp_device_kind kind;
     int count;             /* devices of this kind visible to the process */
-    char name[128];        /* of device 0 */
-    uint64_t memory_bytes; /* of device 0 (host memory for the CPU) */
+    int ordinal;           /* the device described below (0 for the CPU) */
+    char name[128];        /* its name (the processor's model for the CPU) */
+    uint64_t memory_bytes; /* its memory (host memory for the CPU) */
     int sm;                /* CUDA compute capability * 10 + minor, 0 for CPU */
 } rp_device_info;
 
@@ -25,9 +30,15 @@ rp_status rp_device_busid(rp_device_kind kind, int ordinal, char *busid, int len
 rp_status rp_device_kind_parse(const char *s, rp_device_kind *out, rp_error *err);
 const char *rp_device_kind_name(rp_device_kind k);
 
-/* Find devices of `kind`. RP_ERR_NO_DEVICE when none is usable (the message
- * gives the runtime's reason), RP_ERR_UNSUPPORTED for CUDA in a build
- * without it. AUTO resolves to CUDA when a device is usable, else CPU. */
+/* Find devices of `kind` and describe device 0. RP_ERR_NO_DEVICE when none
+ * is usable (the message gives the runtime's reason), RP_ERR_UNSUPPORTED for
+ * CUDA in a build without it or for a GPU older than RP_CUDA_MIN_SM (named
+ * with its compute capability). AUTO resolves to CUDA when a device is
+ * usable, else CPU. */
 rp_status rp_device_probe(rp_device_kind kind, rp_device_info *info, rp_error *err);
+
+/* The same, describing device `ordinal` mod the devices found. */
+rp_status rp_device_probe_ordinal(rp_device_kind kind, int ordinal, rp_device_info *info,
+                                  rp_error *err);
 
 #endif

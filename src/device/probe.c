@@ -2,6 +2,7 @@
 
 #include "device/device.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,18 +29,41 @@ const char *rp_device_kind_name(rp_device_kind k)
     return k == RP_DEVICE_CPU ? "cpu" : k == RP_DEVICE_CUDA ? "cuda" : "auto";
 }
 
+/* The processor's model name from /proc/cpuinfo, else "cpu". */
+static void cpu_model(char *name, size_t len)
+{
+    snprintf(name, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon)
+            continue;
+        colon += strspn(colon + 1, " \t") + 1;
+        colon[strcspn(colon, "\n")] = '\0';
+        if (*colon)
+            snprintf(name, len, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
 static rp_status probe_cpu(rp_device_info *info)
 {
     memset(info, 0, sizeof *info);
     info->kind = RP_DEVICE_CPU;
     info->count = 1;
-    strcpy(info->name, "cpu");
+    cpu_model(info->name, sizeof info->name);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     info->memory_bytes = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
     return RP_OK;
 }
 
-static rp_status probe_cuda(rp_device_info *info, rp_error *err)
+/* CUDA device `ordinal` (mod the visible devices); refused below sm_80,
+ * whose GPUs have no bf16 tensor cores. */
+static rp_status probe_cuda(rp_device_info *info, int ordinal, rp_error *err)
 {
 #ifdef RP_HAVE_CUDA
     const char *why = "";
@@ -49,15 +73,22 @@ static rp_status probe_cuda(rp_device_info *info, rp_error *err)
     memset(info, 0, sizeof *info);
     info->kind = RP_DEVICE_CUDA;
     info->count = n;
+    info->ordinal = ordinal % n;
     unsigned long long mem = 0;
     int major = 0, minor = 0;
-    if (rp_cuda_device_info(0, info->name, sizeof info->name, &mem, &major, &minor, &why) != 0)
-        return rp_error_set(err, RP_ERR_CUDA, "CUDA device 0: %s", why);
+    if (rp_cuda_device_info(info->ordinal, info->name, sizeof info->name, &mem, &major, &minor,
+                            &why) != 0)
+        return rp_error_set(err, RP_ERR_CUDA, "CUDA device %d: %s", info->ordinal, why);
     info->memory_bytes = mem;
     info->sm = major * 10 + minor;
+    if (info->sm < RP_CUDA_MIN_SM)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "GPU %d (%s) has compute capability %d.%d; roundpipe needs %d.%d or "
+                            "newer (bf16)", info->ordinal, info->name, major, minor,
+                            RP_CUDA_MIN_SM / 10, RP_CUDA_MIN_SM % 10);
     return RP_OK;
 #else
-    (void)info;
+    (void)info, (void)ordinal;
     return rp_error_set(err, RP_ERR_UNSUPPORTED,
                         "this roundpipe was built without CUDA (configure --with-cuda)");
 #endif
@@ -65,13 +96,19 @@ static rp_status probe_cuda(rp_device_info *info, rp_error *err)
 
 rp_status rp_device_probe(rp_device_kind kind, rp_device_info *info, rp_error *err)
 {
+    return rp_device_probe_ordinal(kind, 0, info, err);
+}
+
+rp_status rp_device_probe_ordinal(rp_device_kind kind, int ordinal, rp_device_info *info,
+                                  rp_error *err)
+{
     switch (kind) {
     case RP_DEVICE_CPU:
         return probe_cpu(info);
     case RP_DEVICE_CUDA:
-        return probe_cuda(info, err);
+        return probe_cuda(info, ordinal, err);
     case RP_DEVICE_AUTO:
-        if (probe_cuda(info, NULL) == RP_OK)
+        if (probe_cuda(info, ordinal, NULL) == RP_OK)
             return RP_OK;
         return probe_cpu(info);
     }

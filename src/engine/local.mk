@@ -9,4 +9,5 @@ librp_la_SOURCES += \
 	src/engine/pipeline.c src/engine/pipeline.h \
 	src/engine/trace.c src/engine/trace.h \
 	src/engine/run_info.c src/engine/run_info.h \
-	src/engine/trainer.c src/engine/trainer.h
+	src/engine/trainer.c src/engine/trainer.h \
+	src/engine/executor_summary.c src/engine/executor_summary.h

@@ -13,6 +13,7 @@
 
 #include "device/backend.h"
 #include "engine/engine_impl.h"
+#include "engine/executor_summary.h"
 #include "io/config.h"
 #include "model/layers.h"
 #include "model/layout.h"
@@ -606,14 +607,18 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     param_map map;
     if (s == RP_OK)
         s = build_param_store(e, comm, &cfg, &pstore, &map, err);
-    if (s == RP_OK && device != RP_DEVICE_CPU) {
+    rp_device_info info;
+    memset(&info, 0, sizeof info);
+    if (s == RP_OK) {
         /* node-local rank to device, several ranks per device allowed */
-        rp_device_info info;
-        s = rp_device_probe(device, &info, err);
+        s = rp_device_probe_ordinal(device, rp_store_node_rank(pstore), &info, err);
         if (s == RP_OK)
-            e->device_ordinal = rp_store_node_rank(pstore) % info.count;
+            e->device_ordinal = info.ordinal;
     }
     s = agree(s, comm, err);
+    char executors[512] = "";
+    if (s == RP_OK)
+        s = rp_executor_summary(&info, o->dtype, comm, executors, sizeof executors, err);
     e->store = pstore; /* for the node communicator while binding */
     if (s == RP_OK)
         s = agree(bind_and_threads(e, err), comm, err);
@@ -654,11 +659,11 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         rp_log(lg, RP_LOG_INFO,
                "%s: %lld blocks, %.2fM parameters; %lld samples of %lld tokens; %lld steps of "
                "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); %d pipeline(s) "
-               "of %lld microbatches; plan %s",
+               "of %lld microbatches; plan %s; executors: %s",
                o->model_dir ? o->model_dir : o->init_config, (long long)cfg.num_hidden_layers,
                (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
                (long long)e->S, (long long)e->steps, (long long)o->batch_size, (long long)e->M,
-               e->size, e->threads, e->P, (long long)e->Mg, plan_text);
+               e->size, e->threads, e->P, (long long)e->Mg, plan_text, executors);
         /* A live line goes to standard output (a terminal, also under
          * mpirun), periodic lines to standard error. While the line is
          * live, rank 0's messages go through it so they never share a line. */

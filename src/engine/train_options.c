@@ -21,7 +21,7 @@ void rp_train_options_default(rp_train_options *o)
     o->grad_clip = 1.0;
     o->dtype = RP_F32;
     o->seed = 1234;
-    o->device = RP_DEVICE_CPU;
+    o->device = RP_DEVICE_AUTO;
     o->progress = RP_PROGRESS_AUTO;
     o->progress_interval_s = 5.0;
     o->timeout_s = 600.0;
@@ -68,6 +68,10 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0 (0 = off)");
     if (o->dtype != RP_F32 && o->dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
+    if (o->device == RP_DEVICE_CUDA && o->dtype_set && o->dtype != RP_BF16)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--dtype fp32 with --device cuda: the CUDA executor computes in bf16 "
+                            "only; use --dtype bf16 (its default) or --device cpu");
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32 or bf16");
     if (!(o->timeout_s > 0) || !isfinite(o->timeout_s))

@@ -33,11 +33,12 @@ typedef struct rp_train_options {
     rp_lr_kind schedule;
     double weight_decay, beta1, beta2, eps;
     double grad_clip;        /* 0 = off */
-    rp_dtype dtype;          /* executor compute dtype */
+    rp_dtype dtype;          /* executor compute dtype (resolved by rp_train_run) */
+    int dtype_set;           /* --dtype given; else bf16 on CUDA, fp32 on the CPU */
     int save_dtype_set;
     rp_dtype save_dtype;
     uint64_t seed;
-    rp_device_kind device;
+    rp_device_kind device;   /* --device (default auto) */
     int threads;             /* per rank; 0 = cores of the node / ranks of the node */
     rp_progress_mode progress;
     double progress_interval_s; /* seconds between lines when not on a terminal */

@@ -66,7 +66,10 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("memory-limit-mib")) return rp_arg_double(opt, a, &o->memory_limit_mib, err);
     else if (IS("seed")) return rp_arg_u64(opt, a, &o->seed, err);
     else if (IS("lr-schedule")) return rp_lr_kind_parse(a, opt, &o->schedule, err);
-    else if (IS("dtype")) return parse_dtype(opt, a, &o->dtype, err);
+    else if (IS("dtype")) {
+        RP_TRY(parse_dtype(opt, a, &o->dtype, err));
+        o->dtype_set = 1;
+    }
     else if (IS("save-dtype")) {
         RP_TRY(parse_dtype(opt, a, &o->save_dtype, err));
         o->save_dtype_set = 1;

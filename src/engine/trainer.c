@@ -36,14 +36,66 @@ static rp_status check_device(const rp_train_options *o, const rp_logger *lg, in
 #endif
 }
 
+/* The compute dtype follows the device: CUDA executors compute in bf16
+ * only, so --dtype fp32 there is refused, never silently changed (for
+ * --device cuda already by rp_train_options_check; here when --device auto
+ * chose CUDA); CPU executors compute in --dtype (default fp32). */
+static rp_status check_dtype(const rp_train_options *o, rp_device_kind kind, rp_dtype *dtype,
+                             rp_error *err)
+{
+    if (kind != RP_DEVICE_CUDA) {
+        *dtype = o->dtype_set ? o->dtype : RP_F32;
+        return RP_OK;
+    }
+    if (o->dtype_set && o->dtype != RP_BF16)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "--dtype fp32 with --device %s: the CUDA executor%s computes in "
+                            "bf16 only; use --dtype bf16 (its default) or --device cpu",
+                            rp_device_kind_name(o->device),
+                            o->device == RP_DEVICE_AUTO ? " (chosen by auto: a GPU is usable)" : "");
+    *dtype = RP_BF16;
+    return RP_OK;
+}
+
+/* Every rank must have resolved the same device: failures and a mixed
+ * outcome of --device auto (a GPU on some nodes only) end the run on every
+ * rank before the collective engine starts. */
+static rp_status agree_device(rp_status s, rp_device_kind kind, MPI_Comm comm, rp_error *err)
+{
+    int rank, mine[3], all[3];
+    MPI_Comm_rank(comm, &rank);
+    mine[0] = s == RP_OK ? -1 : rank; /* MAX: a rank that failed */
+    mine[1] = s == RP_OK ? (int)kind : 0;
+    mine[2] = s == RP_OK ? -(int)kind : -(int)RP_DEVICE_CUDA;
+    MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, comm);
+    if (all[0] >= 0) {
+        int code = (int)s;
+        MPI_Bcast(&code, 1, MPI_INT, all[0], comm);
+        if (s == RP_OK)
+            rp_error_set(err, (rp_status)code, "rank %d failed (see its message)", all[0]);
+        return (rp_status)code;
+    }
+    if (all[1] != -all[2])
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "--device auto: some ranks found a usable GPU and some did not "
+                            "(this rank: %s); choose --device cpu or cuda",
+                            rp_device_kind_name(kind));
+    return RP_OK;
+}
+
 rp_status rp_train_run(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
                        rp_error *err)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
-    /* option and device checks are the same on every rank: no agreement needed */
+    /* option checks are the same on every rank: no agreement needed */
     RP_TRY(rp_train_options_check(o, err));
-    rp_device_kind kind;
-    RP_TRY(check_device(o, lg, rank, &kind, err));
-    return rp_pipeline_train(o, kind, comm, lg, err);
+    rp_device_kind kind = RP_DEVICE_CPU;
+    rp_train_options resolved = *o;
+    rp_status s = check_device(o, lg, rank, &kind, err);
+    if (s == RP_OK)
+        s = check_dtype(o, kind, &resolved.dtype, err);
+    RP_TRY(agree_device(s, kind, comm, err));
+    resolved.device = kind;
+    return rp_pipeline_train(&resolved, kind, comm, lg, err);
 }
