@@ -108,7 +108,7 @@ typedef void (*rp_step_callback)(const rp_step_metrics *metrics, void *arg);
 
 /* Have rp_train call `callback(metrics, arg)` after every step (NULL: no
  * call, the default). RP_ERR_INVALID_ARG if config is NULL. */
-rp_status rp_train_config_set_step_callback(rp_train_config *config, rp_step_callback callback,
+RP_API rp_status rp_train_config_set_step_callback(rp_train_config *config, rp_step_callback callback,
                                             void *arg);
 
 /* Collective over comm: train as configured. Returns the same status on
