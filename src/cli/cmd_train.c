@@ -3,6 +3,7 @@
 
 #include <getopt.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -92,6 +93,21 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
     return rp_train_options_check(o, err);
 }
 
+static void on_signal(int sig) { rp_interrupt(sig); }
+
+/* SIGINT and SIGTERM ask the run to stop: it removes its temporary files
+ * and shared memory, says where it stopped and exits 128 + the signal. */
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int rp_cli_train(int argc, char **argv)
 {
     int rank = 0;
@@ -111,7 +127,22 @@ int rp_cli_train(int argc, char **argv)
         return 0;
     }
     rp_logger lg = {stderr, RP_LOG_INFO, rank};
+    catch_interrupts();
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
+    int sig = rp_interrupted();
+    if (s != RP_OK && sig) {
+        if (rank == 0 || s == RP_ERR_INTERRUPTED)
+            fprintf(stderr, "[roundpipe %d] %s (%s)\n", rank,
+                    s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
+                    sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
+        return 128 + sig; /* as a shell reports a process its signal ended */
+    }
+    if (s == RP_ERR_PEER_LOST) {
+        /* the communicator is unusable: no collective can end the job */
+        fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (s != RP_OK) {
         fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));
         return 1;

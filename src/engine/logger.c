@@ -36,6 +36,7 @@ static rp_status run(rp_engine *e, rp_error *err)
                 fprintf(e->log, "{\"step\":%lld,\"loss\":null,\"lr\":%.9g,\"grad_norm\":null,"
                                 "\"tokens\":%lld,\"counted_tokens\":0,\"tokens_per_s\":%.1f}\n",
                         (long long)t, lr, toks, tps);
+            rp_engine_log_written(e, t);
             continue;
         }
         double l = sum / (double)counted;
@@ -46,7 +47,7 @@ static rp_status run(rp_engine *e, rp_error *err)
             fprintf(e->log, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,"
                             "\"tokens\":%lld,\"counted_tokens\":%lld,\"tokens_per_s\":%.1f}\n",
                     (long long)t, l, lr, norm, toks, (long long)counted, tps);
-            fflush(e->log);
+            rp_engine_log_written(e, t);
         }
         e->last_loss = l;
         rp_progress_update(&e->progress, t, l, tps);

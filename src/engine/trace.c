@@ -101,7 +101,7 @@ static rp_status write_all(const char *path, const span *all, const int *counts,
     for (size_t i = 0; i < total; i++)
         t0 = all[i].t0 < t0 ? all[i].t0 : t0;
     rp_atomic_file *af = NULL;
-    RP_TRY(rp_atomic_file_open(path, &af, err));
+    RP_TRY(rp_atomic_file_open_output(path, &af, err));
     char line[512], name[128];
     rp_status s = RP_OK;
 #define PUT(...)                                                                   \
