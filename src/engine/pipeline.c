@@ -632,6 +632,8 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     memset(&probe, 0, sizeof probe);
     probe.cfg = cfg;
     s = rp_model_layout(&probe.cfg, &probe.layers, &probe.nlayers, err);
+    if (s != RP_OK)
+        rp_error_prefix(err, "%s", o->model_dir ? path : o->init_config);
     RP_TRY(agree(e, s, comm, err));
     e->p = &probe;
     e->L = probe.nlayers;
