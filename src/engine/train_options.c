@@ -72,8 +72,9 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0 (0 = off)");
     if (o->dtype != RP_F32 && o->dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
-    if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32 or bf16");
+    if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
+        o->save_dtype != RP_F16)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");
     if (!(o->timeout_s > 0) || !(o->timeout_s <= RP_TIMEOUT_MAX_S))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--timeout must be > 0 and at most %.0f "
                             "seconds (a year)", RP_TIMEOUT_MAX_S);
