@@ -18,3 +18,7 @@ EXTRA_DIST += mpi-tests/test_engine.sh
 
 TESTS += mpi-tests/test_api.sh
 EXTRA_DIST += mpi-tests/test_api.sh
+
+# output paths, the all-or-nothing save, interrupts and stalled ranks (issue 19)
+TESTS += mpi-tests/test_outputs.sh
+EXTRA_DIST += mpi-tests/test_outputs.sh

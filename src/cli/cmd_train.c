@@ -132,7 +132,7 @@ int rp_cli_train(int argc, char **argv)
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
     int sig = rp_interrupted();
     if (s != RP_OK && sig) {
-        if (rank == 0 || s == RP_ERR_INTERRUPTED)
+        if (rank == 0) /* the others' messages say the same, or that rank 0 stopped */
             fprintf(stderr, "[roundpipe %d] %s (%s)\n", rank,
                     s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
                     sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");

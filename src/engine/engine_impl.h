@@ -61,6 +61,7 @@ typedef struct rp_engine {
     int64_t first, last; /* iterations of the running segment (a plan holds for one segment) */
     double t_logged;     /* logger: when the previous iteration was logged */
     double last_loss;
+    int64_t steps_logged; /* logger (rank 0): steps whose metrics are done */
     /* measured layer times of the executor (ms summed over calls, and calls),
      * taken in a segment's iterations after its first */
     double *meas_ms;     /* [2 * L]: forward, then backward */

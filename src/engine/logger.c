@@ -11,6 +11,7 @@
 static rp_status run(rp_engine *e, rp_error *err)
 {
     for (int64_t t = e->first; t <= e->last; t++) {
+        e->steps_logged = t - 1;
         const char *who = "logger";
         for (int g = 0; g < e->P; g++) /* each pipeline's tail wrote its losses */
             RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->Mg - 1), (uint64_t)t,

@@ -732,6 +732,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
      * under that plan. Results do not depend on the plan. */
     e->t_logged = rp_now();
     e->last_loss = NAN;
+    int started = s == RP_OK;
     for (e->first = 1; s == RP_OK && e->first <= e->steps; e->first = e->last + 1) {
         int replan_after = !o->plan && !o->optimizer_lag && e->first == 1 &&
                            e->steps > RP_REPLAN_AFTER;
@@ -743,6 +744,12 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         if (s == RP_OK && replan_after)
             s = replan(e, comm, err);
     }
+    /* whichever thread or rank noticed it first, an interrupt is reported
+     * as such, with the step it stopped (rank 0 knows the steps logged) */
+    if (started && s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
+        s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
+                         (long long)(e->rank == 0 ? e->steps_logged + 1 : e->first),
+                         (long long)e->steps);
     if (s == RP_OK && e->rank == 0)
         rp_progress_finish(&e->progress, e->steps, e->last_loss);
     /* The outputs, the model first: a failure writing one never prevents

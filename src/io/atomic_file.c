@@ -72,8 +72,9 @@ rp_status rp_atomic_file_open_output(const char *path, rp_atomic_file **out, rp_
         free(af);
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
     }
-    /* follows a symbolic link: its target is written, the link stays */
-    af->fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    /* follows a symbolic link: its target is written (created if the link
+     * dangles), the link stays */
+    af->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (af->fd < 0) {
         int e = errno;
         free_file(af);
