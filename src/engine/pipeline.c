@@ -42,10 +42,26 @@ int rp_engine_aborted(const rp_engine *e)
     return atomic_load(e->abort_flag) != 0;
 }
 
+/* A wait that stops for rp_interrupt(): the step is the awaited iteration
+ * (rp_pipeline_train rewrites the message with the steps logged). */
+static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
+{
+    int64_t step = (int64_t)value < e->first ? e->first : (int64_t)value;
+    rp_status s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
+                               (long long)(step < e->steps ? step : e->steps),
+                               (long long)e->steps);
+    rp_engine_fail(e, s, err);
+    return s;
+}
+
 rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
                          const char *job, int background, rp_error *err)
 {
     rp_event_name ev = {kind, index, micro};
+    /* checked before the fast path too: in a pipeline that keeps up, a wait
+     * may never get to the slices below */
+    if (rp_interrupted())
+        return interrupted(e, value, err);
     if (rp_event_value(e->ev, ev) >= value)
         return RP_OK;
     double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
@@ -58,10 +74,7 @@ rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro,
         if (s == RP_OK || slice >= deadline)
             break;
         if (rp_interrupted()) {
-            int64_t step = (int64_t)value < e->first ? e->first : (int64_t)value;
-            s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
-                             (long long)(step < e->steps ? step : e->steps), (long long)e->steps);
-            rp_engine_fail(e, s, err);
+            s = interrupted(e, value, err);
             break;
         }
         int64_t who = atomic_load(e->abort_flag);
