@@ -18,7 +18,8 @@
 # 7. SIGTERM / SIGINT to the ranks stop the run with "interrupted at step k",
 #    exit 143 / 130, no host-store name in /dev/shm and no save; so does a
 #    SIGTERM during start-up (where exactly it lands varies); a stale
-#    /dev/shm/roundpipe-<dead pid>-* of this user is removed at the next start;
+#    /dev/shm/roundpipe-<dead pid>-* of this user is removed at the next start
+#    (the reporting is proved in test_store_shm);
 # 8. a rank stopped with SIGSTOP ends a 2-rank job with --timeout 5 within
 #    3 x 5 s, with the message naming the rank, the event and the lost rank;
 # 10. a NaN weight in the input model is named (file and tensor) at load.
@@ -161,8 +162,9 @@ sh -c 'echo $$ > "$1"' sh "$tmp/dead.pid" # a pid no process has now
 stale="/dev/shm/roundpipe-$(cat "$tmp/dead.pid")-0-test"
 : > "$stale"
 train 1 --model "$fix/model" --steps 1
+# (removed by this run, or by another run of this user started meanwhile: the
+# message is checked in test_store_shm, where no other run can interfere)
 [ $rc -eq 0 ] && [ ! -e "$stale" ] && ok || { bad "7: stale $stale not removed"; rm -f "$stale"; }
-has "removed $stale" "7: stale store"
 
 # --- 8. a stopped rank ends the job within 3 x --timeout
 rm -f "$tmp/l8.jsonl"
