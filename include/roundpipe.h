@@ -46,11 +46,22 @@ typedef enum rp_status {
     /* run time */
     RP_ERR_TIMEOUT = -40,      /* an event wait passed its deadline */
     RP_ERR_NUMERIC = -41,      /* non-finite loss or gradient */
+    RP_ERR_INTERRUPTED = -42,  /* rp_interrupt() was called (SIGINT, SIGTERM) */
+    RP_ERR_PEER_LOST = -43,    /* after a deadline, other ranks did not answer within
+                                  --timeout: the communicator is unusable, end the job
+                                  with MPI_Abort */
     RP_ERR_INTERNAL = -99      /* a bug: please report */
 } rp_status;
 
 /* Short, static, human-readable name of a status code. Never NULL. */
 RP_API const char *rp_status_string(rp_status status);
+
+/* Ask a running rp_train to stop: its waits and file writes then fail with
+ * RP_ERR_INTERRUPTED, temporary files and shared memory are removed and it
+ * returns. Async-signal-safe: call it from a SIGINT/SIGTERM handler with the
+ * signal number (rp_interrupted() returns it; 0 until called). */
+void rp_interrupt(int signal_number);
+int rp_interrupted(void);
 
 /* Library version as "MAJOR.MINOR.PATCH". */
 RP_API const char *rp_version_string(void);

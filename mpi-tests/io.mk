@@ -10,3 +10,9 @@ mpi_tests_test_io_config_LDADD = $(RP_TEST_LDADD)
 mpi_tests_test_io_npy_SOURCES = mpi-tests/test_io_npy.c
 mpi_tests_test_io_npy_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_npy_LDADD = $(RP_TEST_LDADD)
+# the file set that saves a model all or nothing (serial)
+check_PROGRAMS += mpi-tests/test_io_file_set
+TESTS += mpi-tests/test_io_file_set
+mpi_tests_test_io_file_set_SOURCES = mpi-tests/test_io_file_set.c
+mpi_tests_test_io_file_set_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_file_set_LDADD = $(RP_TEST_LDADD)

@@ -39,6 +39,11 @@ expect 2 "\-\-recompute: 'block'" -- train $base --recompute block
 expect 2 "\-\-optimizer-lag: 2 is outside" -- train $base --optimizer-lag 2
 expect 2 "\-\-bind: 'maybe'" -- train $base --bind maybe
 expect 2 "\-\-timeout must be > 0" -- train $base --timeout 0
+# numeric options are range-checked before any conversion to an integer
+expect 2 "\-\-chunk-mib must be between 1 byte" -- train $base --chunk-mib 1e30
+expect 2 "\-\-memory-limit-mib must be between 0" -- train $base --memory-limit-mib 1e300
+expect 2 "\-\-timeout must be > 0 and at most 31536000" -- train $base --timeout 1e20
+expect 0 "uint8/uint16" -- train --help
 expect 0 "simulate" -- help
 
 # bad input files: exit 1, the file is named, nothing is written
@@ -54,6 +59,19 @@ expect 1 "gpt2" -- train --init-config "$tmp/gpt2.json" --data "$fix/data.npy" -
 printf '{"model_type": "llama", "hidden_size": 8}' > "$tmp/partial.json"
 expect 1 "intermediate_size" -- train --init-config "$tmp/partial.json" --data "$fix/data.npy" --seq-len 16
 expect 1 "mask" -- train $base --loss-mask "$fix/data.npy"
+# a dimension too large for BLAS: the file and the field are named
+sed 's/"head_dim": 16/"head_dim": 1000000000/' "$fix/model/config.json" > "$tmp/huge.json"
+expect 1 "$tmp/huge.json: model config: field 'num_attention_heads' x 'head_dim' exceeds 2^31-1" -- \
+  train --init-config "$tmp/huge.json" --data "$fix/data.npy" --seq-len 16
+# a shape whose byte size overflows 64 bits is said so, not as a wrapped count
+{ printf '\223NUMPY\001\000\166\000'
+  printf "%-117s\n" "{'descr': '<i8', 'fortran_order': False, 'shape': (4611686018427387904,), }"
+  printf '\000\000\000\000\000\000\000\000'; } > "$tmp/huge.npy"
+expect 1 "huge.npy: field 'shape': (4611686018427387904,) of <i8 needs more than 2^64 bytes" -- \
+  train --model "$fix/model" --data "$tmp/huge.npy" --seq-len 16
+# an output that cannot be opened gives the reason
+expect 1 "\-\-log $tmp/no/such.jsonl: directory $tmp/no: No such file or directory" -- \
+  train $base --log "$tmp/no/such.jsonl"
 expect 1 "no sample" -- train $base --seq-len 100000
 if cuda_usable; then
   expect 0 "executors: 1 x cuda:0 (.*GiB), bf16" -- train $base --device cuda

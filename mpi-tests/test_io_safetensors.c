@@ -1,6 +1,8 @@
 /* Proves: safetensors files written by roundpipe read back with the same
  * names, shapes and values (F32 exact; BF16 rounded to nearest even, checked
- * against hand-computed bit patterns); F16 files decode; a model directory
+ * against hand-computed bit patterns; F16 likewise, and a value beyond the
+ * F16 range fails the write naming the tensor and leaves no file); F16
+ * files decode; a model directory
  * opens from model.safetensors or from a sharded index; and every kind of
  * malformed file (truncated, oversized or non-JSON header, missing fields,
  * offsets past the end, overlap, shape/bytes mismatch, unknown dtype,
@@ -87,7 +89,7 @@ START_TEST(roundtrip_f32_bf16)
                      RP_OK);
     ck_assert_int_eq(rp_safetensors_writer_add(w, "b.weight", RP_F32, RP_F32, 1, sb, b, &err),
                      RP_ERR_INVALID_ARG);
-    ck_assert_int_eq(rp_safetensors_writer_add(w, "x", RP_F16, RP_F32, 1, sb, b, &err),
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "x", RP_F16, RP_BF16, 1, sb, b, &err),
                      RP_ERR_UNSUPPORTED);
     char *p = tmp_path("rt.safetensors");
     ck_assert_int_eq(rp_safetensors_writer_write(w, p, &err), RP_OK);
@@ -149,6 +151,49 @@ START_TEST(roundtrip_f32_bf16)
     ck_assert_float_eq(out[0], 1.0078125f);
     ck_assert_float_eq(out[1], -2.0f);
     rp_safetensors_close(&st);
+}
+END_TEST
+
+START_TEST(writes_f16_nearest_even)
+{
+    /* hand-computed: 1 + 2^-11 is a tie between 1 and 1 + 2^-10 -> even (1.0);
+     * 1 + 3*2^-11 ties up to 1 + 2^-9; 65504 is the largest half; 2^-24 the
+     * smallest subnormal, 2^-25 a tie -> 0; 3*2^-25 -> 2^-23; -2 exact */
+    float x[8] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 0x1p-24f,
+                  0x1p-25f, 3 * 0x1p-25f, -2.0f, 65519.0f};
+    uint16_t want[8] = {0x3c00, 0x3c02, 0x7bff, 0x0001, 0x0000, 0x0002, 0xc000, 0x7bff};
+    for (int i = 0; i < 8; i++)
+        ck_assert_uint_eq(rp_f32_to_f16(x[i]), want[i]);
+    ck_assert_uint_eq(rp_f32_to_f16(65520.0f), 0x7c00);
+    ck_assert_uint_eq(rp_f32_to_f16(-1e9f), 0xfc00);
+    int64_t s8[1] = {8};
+    rp_safetensors_writer *w;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_safetensors_writer_create(&w, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "h", RP_F16, RP_F32, 1, s8, x, &err), RP_OK);
+    char *p = tmp_path("f16.safetensors");
+    ck_assert_int_eq(rp_safetensors_writer_write(w, p, &err), RP_OK);
+    rp_safetensors_writer_destroy(&w);
+    rp_safetensors *st = NULL;
+    ck_assert_int_eq(rp_safetensors_open(p, &st, &err), RP_OK);
+    float back[8];
+    int64_t shape[1] = {8};
+    ck_assert_int_eq(rp_safetensors_read_f32(st, "h", 1, shape, back, &err), RP_OK);
+    for (int i = 0; i < 8; i++)
+        ck_assert_float_eq(back[i], rp_f16_to_f32(want[i]));
+    rp_safetensors_close(&st);
+
+    /* 70000 does not fit: the tensor is named, nothing is written */
+    float big[2] = {1.0f, 70000.0f};
+    int64_t s2[1] = {2};
+    char *q = tmp_path("f16-overflow.safetensors");
+    ck_assert_int_eq(rp_safetensors_writer_create(&w, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "layers.0.w", RP_F16, RP_F32, 1, s2, big, &err),
+                     RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_write(w, q, &err), RP_ERR_RANGE);
+    assert_msg_has(&err, "layers.0.w", "fp16");
+    ck_assert_int_eq(access(q, F_OK), -1);
+    rp_safetensors_writer_destroy(&w);
 }
 END_TEST
 
@@ -390,6 +435,7 @@ static Suite *suite(void)
     Suite *s = suite_create("io_safetensors");
     TCase *tc = tcase_create("all");
     tcase_add_test(tc, roundtrip_f32_bf16);
+    tcase_add_test(tc, writes_f16_nearest_even);
     tcase_add_test(tc, writer_leaves_no_temp_files);
     tcase_add_test(tc, reads_f16_and_refuses_i64_on_request);
     tcase_add_test(tc, bad_files);

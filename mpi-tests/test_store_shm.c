@@ -4,12 +4,16 @@
  * on a sub-communicator (never MPI_COMM_WORLD) and in a directory given by
  * the caller; a store larger than /dev/shm's free space fails on every rank
  * with a message naming the size and the path; the node-collective core
- * binding gives ranks disjoint core sets when there are enough cores. */
+ * binding gives ranks disjoint core sets when there are enough cores; names
+ * left by runs whose process is gone are removed and reported, a live
+ * process's name is kept. */
 #include <dirent.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "rp_check.h"
@@ -150,11 +154,51 @@ START_TEST(node_binding_is_disjoint)
 }
 END_TEST
 
+/* Names left by a run whose process is gone are removed and reported; a
+ * live process's name (this one's) and other files stay. Each rank works in
+ * its own directory. */
+START_TEST(stale_names_of_dead_runs_are_removed)
+{
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char dir[512], path[700];
+    snprintf(dir, sizeof dir, "%s/stale-%d", rp_test_tmpdir(), rank);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0); /* its pid now belongs to no process */
+    const char *names[3] = {"roundpipe-%ld-0-dead", "roundpipe-%ld-1-live", "other-%ld"};
+    long pids[3] = {(long)dead, (long)getpid(), (long)dead};
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, names[i], pids[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
+    char removed[4][RP_SHM_NAME_MAX + 64];
+    ck_assert_int_eq(rp_shm_remove_stale(dir, removed, 4), 1);
+    snprintf(path, sizeof path, "%s/roundpipe-%ld-0-dead", dir, (long)dead);
+    ck_assert_str_eq(removed[0], path);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/roundpipe-%ld-1-live", dir, (long)getpid());
+    ck_assert_int_eq(access(path, F_OK), 0);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/other-%ld", dir, (long)dead);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("store_shm");
     TCase *t = tcase_create("shm");
     tcase_set_timeout(t, 60);
+    tcase_add_test(t, stale_names_of_dead_runs_are_removed);
     tcase_add_test(t, store_is_shared_by_the_node);
     tcase_add_test(t, store_works_on_a_sub_communicator_and_a_directory);
     tcase_add_test(t, too_large_store_names_size_and_path);

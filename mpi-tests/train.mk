@@ -41,3 +41,7 @@ EXTRA_DIST += mpi-tests/test_slurm.sh
 # the shared library exports only the public API
 TESTS += mpi-tests/test_exports.sh
 EXTRA_DIST += mpi-tests/test_exports.sh
+
+# output paths, the all-or-nothing save, interrupts and stalled ranks (issue 19)
+TESTS += mpi-tests/test_outputs.sh
+EXTRA_DIST += mpi-tests/test_outputs.sh

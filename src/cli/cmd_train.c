@@ -3,6 +3,7 @@
 
 #include <getopt.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,7 +37,7 @@ static const char train_usage[] =
     "usage: mpirun -np G roundpipe train (--model DIR | --init-config FILE) --data FILE.npy [options]\n"
     "  --model DIR            Hugging Face model directory (config.json + safetensors)\n"
     "  --init-config FILE     random initialisation from a config.json (uses --seed)\n"
-    "  --data FILE.npy        token ids (1-D uint16/int32/uint32/int64)\n"
+    "  --data FILE.npy        token ids (1-D uint8/uint16/int32/uint32/int64)\n"
     "  --loss-mask FILE.npy   1 = that target position counts (uint8/bool, same length)\n"
     "  --seq-len S            tokens per sample (default 1024)\n"
     "  --batch-size B         samples per step (default 8)\n"
@@ -53,13 +54,14 @@ static const char train_usage[] =
     "  --seed N               initialisation seed (default 1234)\n"
     "  --log FILE             JSON Lines metrics, one object per step\n"
     "  --save DIR             write config.json + model.safetensors at the end\n"
-    "  --save-dtype fp32|bf16 dtype of saved weights (default: as loaded)\n"
+    "  --save-dtype fp32|bf16|fp16  dtype of saved weights (default: as loaded)\n"
     "  --device cpu|cuda|auto executor device (default auto: CUDA when a GPU is usable)\n"
     "  --threads N            compute threads per rank (default: the rank's share of cores)\n"
     "  --progress auto|line|none   progress display on rank 0 (default auto)\n"
     "engine:\n"
     "  --recompute stage|layer     activation checkpoints per backward stage or per layer\n"
-    "  --timeout SECONDS      deadline of every wait between ranks (default 600)\n"
+    "  --timeout SECONDS      deadline of every wait between ranks; must exceed one\n"
+    "                         iteration (default 600)\n"
     "  --optimizer-lag 0|1    1: apply gradients one step late, for comparison (default 0)\n"
     "  --chunk-mib X          transfer chunk size (default 16)\n"
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
@@ -93,6 +95,21 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
     return rp_train_options_check(o, err);
 }
 
+static void on_signal(int sig) { rp_interrupt(sig); }
+
+/* SIGINT and SIGTERM ask the run to stop: it removes its temporary files
+ * and shared memory, says where it stopped and exits 128 + the signal. */
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int rp_cli_train(int argc, char **argv)
 {
     int rank = 0;
@@ -112,7 +129,22 @@ int rp_cli_train(int argc, char **argv)
         return 0;
     }
     rp_logger lg = {.stream = stderr, .level = RP_LOG_INFO, .rank = rank};
+    catch_interrupts();
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
+    int sig = rp_interrupted();
+    if (s != RP_OK && sig) {
+        if (rank == 0) /* the others' messages say the same, or that rank 0 stopped */
+            fprintf(stderr, "[roundpipe %d] %s (%s)\n", rank,
+                    s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
+                    sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
+        return 128 + sig; /* as a shell reports a process its signal ended */
+    }
+    if (s == RP_ERR_PEER_LOST) {
+        /* the communicator is unusable: no collective can end the job */
+        fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (s != RP_OK) {
         fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));
         return 1;

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <math.h>
+
 size_t rp_dtype_size(rp_dtype t)
 {
     return t == RP_F32 ? 4 : 2;
@@ -38,6 +40,30 @@ float rp_f16_to_f32(uint16_t h)
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+uint16_t rp_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: keep it quiet and non-zero */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* >= 65520 (and infinity) */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: a subnormal half, in units of 2^-24 */
+        float mag;
+        memcpy(&mag, &a, 4);
+        /* exact scaling by a power of two, then nearest-even rounding
+         * (1024 is the smallest normal's encoding, as it should be) */
+        return (uint16_t)(sign | (uint16_t)lrintf(mag * 16777216.0f));
+    }
+    uint32_t h = ((a >> 23) - 127 + 15) << 10 | ((a >> 13) & 0x3ffu);
+    uint32_t rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++; /* a carry into the exponent is the right result */
+    return (uint16_t)(sign | h);
 }
 
 void rp_f32_to_bf16_array(const float *src, uint16_t *dst, size_t n)

@@ -33,6 +33,11 @@ static inline float rp_bf16_to_f32(uint16_t h)
 /* IEEE half precision to fp32 (exact). */
 float rp_f16_to_f32(uint16_t h);
 
+/* fp32 to IEEE half precision, rounding to nearest even; NaN stays NaN. A
+ * finite value of magnitude >= 65520 (beyond the largest half, 65504, by
+ * half a step or more) becomes infinity: the caller reports that overflow. */
+uint16_t rp_f32_to_f16(float f);
+
 void rp_f32_to_bf16_array(const float *src, uint16_t *dst, size_t n);
 void rp_bf16_to_f32_array(const uint16_t *src, float *dst, size_t n);
 /* Round every element of x to the nearest bf16 value, in place. */

@@ -21,6 +21,8 @@ const char *rp_status_string(rp_status status)
     case RP_ERR_CUDA: return "CUDA error";
     case RP_ERR_DEVICE_MEMORY: return "device memory exhausted";
     case RP_ERR_TIMEOUT: return "timed out";
+    case RP_ERR_INTERRUPTED: return "interrupted";
+    case RP_ERR_PEER_LOST: return "ranks stopped answering";
     case RP_ERR_NUMERIC: return "non-finite value";
     case RP_ERR_INTERNAL: return "internal error";
     }

@@ -1,5 +1,5 @@
 librp_la_SOURCES += \
-	src/core/error.c src/core/error.h \
+	src/core/error.c src/core/error.h src/core/interrupt.c \
 	src/core/dtype.c src/core/dtype.h \
 	src/core/rng.c src/core/rng.h \
 	src/core/log.c src/core/log.h \

@@ -65,6 +65,7 @@ typedef struct rp_engine {
     double t_logged;     /* logger: when the previous iteration was logged */
     uint64_t trace_step_ns; /* logger: the same on the trace's clock (start of the step span) */
     double last_loss;
+    int64_t steps_logged; /* logger (rank 0): steps whose metrics are done */
     /* measured layer times of the executor (ms summed over calls, and calls),
      * taken in a segment's iterations after its first */
     double *meas_ms;     /* [2 * L]: forward, then backward */
@@ -73,6 +74,9 @@ typedef struct rp_engine {
     int J, L;          /* jobs per iteration, layers */
     int tied;
     FILE *log;         /* rank 0 */
+    int log_errno;     /* errno of the first failed write to --log (0: none) */
+    int64_t log_failed_step;
+    int peer_lost;     /* a bounded agreement expired: no more collectives on comm */
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */
     int drop_kind, drop_index, drop_micro; /* RP_FAULT_DROP_SIGNAL (tests); kind -1: none */
@@ -80,6 +84,16 @@ typedef struct rp_engine {
     rp_status status;  /* first failure of this rank */
     rp_error err;
 } rp_engine;
+
+/* After the logger wrote step's metrics line: flush it, and on the first
+ * failure report it at once (the run goes on, the model is still saved,
+ * and rp_engine_log_close fails at the end). outputs.c */
+void rp_engine_log_written(rp_engine *e, int64_t step);
+rp_status rp_engine_log_close(rp_engine *e, rp_error *err);
+
+/* Rank 0, before any work: every output path (--save, --log, --trace) can
+ * be written. outputs.c */
+rp_status rp_engine_outputs_check(const rp_train_options *o, rp_error *err);
 
 /* Record a failure (the first one wins) and raise the store's abort flag so
  * every rank of the node stops waiting. Returns s. */

@@ -7,7 +7,7 @@ librp_la_SOURCES += \
 	src/engine/engine_impl.h \
 	src/engine/executor.c src/engine/optimizer.c src/engine/logger.c \
 	src/engine/pipeline.c src/engine/pipeline.h \
-	src/engine/trace.c src/engine/trace.h \
+	src/engine/trace.c src/engine/trace.h src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \
 	src/engine/trainer.c src/engine/trainer.h \
 	src/engine/executor_summary.c src/engine/executor_summary.h

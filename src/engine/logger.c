@@ -42,6 +42,7 @@ static void trace_step(rp_engine *e, int64_t t)
 static rp_status run(rp_engine *e, rp_error *err)
 {
     for (int64_t t = e->first; t <= e->last; t++) {
+        e->steps_logged = t - 1;
         const char *who = "logger";
         for (int g = 0; g < e->P; g++) /* each pipeline's tail wrote its losses */
             RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->Mg - 1), (uint64_t)t,
@@ -75,8 +76,10 @@ static rp_status run(rp_engine *e, rp_error *err)
             e->last_loss = m.loss;
             rp_progress_update(&e->progress, t, m.loss, m.tokens_per_s);
         }
-        if (e->log)
+        if (e->log) {
             write_line(e->log, &m);
+            rp_engine_log_written(e, t);
+        }
         if (e->o->on_step)
             e->o->on_step(&m, e->o->on_step_arg);
     }

@@ -4,7 +4,9 @@
 #include "engine/pipeline.h"
 #include "engine/run_info.h"
 
+#include <errno.h>
 #include <math.h>
+#include <time.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "store/bind.h"
+#include "store/shm.h"
 
 /* ---- shared helpers used by the engine's threads ------------------------ */
 
@@ -42,10 +45,26 @@ int rp_engine_aborted(const rp_engine *e)
     return atomic_load(e->abort_flag) != 0;
 }
 
+/* A wait that stops for rp_interrupt(): the step is the awaited iteration
+ * (rp_pipeline_train rewrites the message with the steps logged). */
+static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
+{
+    int64_t step = (int64_t)value < e->first ? e->first : (int64_t)value;
+    rp_status s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
+                               (long long)(step < e->steps ? step : e->steps),
+                               (long long)e->steps);
+    rp_engine_fail(e, s, err);
+    return s;
+}
+
 rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
                          const char *job, int background, rp_error *err)
 {
     rp_event_name ev = {kind, index, micro};
+    /* checked before the fast path too: in a pipeline that keeps up, a wait
+     * may never get to the slices below */
+    if (rp_interrupted())
+        return interrupted(e, value, err);
     if (rp_event_value(e->ev, ev) >= value)
         return RP_OK;
     double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
@@ -57,6 +76,10 @@ rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro,
         s = rp_event_wait(e->ev, ev, value, slice < deadline ? slice : deadline, job, err);
         if (s == RP_OK || slice >= deadline)
             break;
+        if (rp_interrupted()) {
+            s = interrupted(e, value, err);
+            break;
+        }
         int64_t who = atomic_load(e->abort_flag);
         if (who != 0) {
             char name[96];
@@ -206,13 +229,41 @@ static void read_fault(rp_engine *e)
 }
 
 /* Make a status collective: every rank learns whether any rank failed. The
- * failing rank keeps its message; the others name the lowest failing rank. */
-static rp_status agree(rp_status s, MPI_Comm comm, rp_error *err)
+ * failing rank keeps its message; the others name the lowest failing rank.
+ * A rank that failed (a deadline passed, a file was bad) waits at most
+ * --timeout for the others to join the agreement, so a rank that stopped
+ * answering (SIGSTOP, stuck in a driver) cannot hang the job: the status
+ * becomes RP_ERR_PEER_LOST, and no collective may be called on comm after
+ * that (the CLI ends the job with MPI_Abort). A pending interrupt
+ * (rp_interrupt) counts as a failure, so a start-up stops at the next
+ * agreement. Every rank uses the non-blocking reduction: blocking and
+ * non-blocking collectives do not match each other. */
+static rp_status agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
 {
-    int rank, mine, first;
-    MPI_Comm_rank(comm, &rank);
-    mine = s == RP_OK ? INT32_MAX : rank;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (e->peer_lost)
+        return RP_ERR_PEER_LOST;
+    if (s == RP_OK && rp_interrupted())
+        s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted before step %lld", (long long)
+                         (e->first > 0 ? e->first : 1));
+    int mine = s == RP_OK ? INT32_MAX : e->rank, first = INT32_MAX, done = 0;
+    MPI_Request req;
+    MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
+    if (s == RP_OK) {
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+    } else {
+        double deadline = rp_event_deadline(e->o->timeout_s);
+        const struct timespec pause = {0, 1000000};
+        while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+               rp_event_now() < deadline)
+            nanosleep(&pause, NULL);
+        if (!done) {
+            e->peer_lost = 1;
+            char own[RP_ERROR_MSG_MAX];
+            snprintf(own, sizeof own, "%s", err->msg);
+            return rp_error_set(err, RP_ERR_PEER_LOST, "%.900s; then other ranks did not answer "
+                                "within --timeout %g s: ending the job", own, e->o->timeout_s);
+        }
+    }
     if (first == INT32_MAX)
         return RP_OK;
     int code = (int)s;
@@ -327,10 +378,10 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
         s = rp_error_set(err, RP_ERR_INVALID_ARG, "--plan: width %d, but %d pipeline(s) on %d "
                          "executor(s) have width %d (set by --pipelines)", e->plan.width, e->P,
                          e->size, width);
-    RP_TRY(agree(s, comm, err));
+    RP_TRY(agree(e, s, comm, err));
     /* the leader's plan is everyone's plan */
     MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    RP_TRY(agree(rp_plan_validate(&e->plan, e->L, err), comm, err));
+    RP_TRY(agree(e, rp_plan_validate(&e->plan, e->L, err), comm, err));
     return RP_OK;
 }
 
@@ -384,9 +435,9 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     if (s == RP_OK)
         s = rp_store_create(comm, lay, &sp, out, err);
     rp_store_layout_destroy(&lay);
-    RP_TRY(agree(s, comm, err));
+    RP_TRY(agree(e, s, comm, err));
     if (rp_store_node_size(*out) != e->size)
-        return agree(rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
+        return agree(e, rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
                                   "multi-node (data-parallel) runs are not implemented yet",
                                   e->size / rp_store_node_size(*out)), comm, err);
     char *base = rp_store_base(*out);
@@ -409,7 +460,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_arena_spec as = {e->L, (int)e->M, e->A, e->o->recompute_layer};
     e->J = rp_schedule_num_jobs(&e->plan);
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
-        return agree(rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
+        return agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
     rp_event_dims dims;
     memset(&dims, 0, sizeof dims);
     dims.count[RP_EV_FWD_OUT] = e->plan.nfwd;
@@ -432,7 +483,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
         if (dims.micro[k] == 0)
             dims.micro[k] = 1;
     rp_store_layout *lay = NULL;
-    RP_TRY(agree(rp_store_layout_create(&lay, err), comm, err));
+    RP_TRY(agree(e, rp_store_layout_create(&lay, err), comm, err));
     size_t act, evo;
     rp_status s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
                                       RP_STORE_ALIGN_PAGE, &act, err);
@@ -444,7 +495,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (s == RP_OK)
         s = rp_store_create(comm, lay, &sp, &e->store, err);
     rp_store_layout_destroy(&lay);
-    RP_TRY(agree(s, comm, err));
+    RP_TRY(agree(e, s, comm, err));
     char *base = rp_store_base(e->store);
     e->pinned[1] = base;
     e->pinned_bytes[1] = rp_store_bytes(e->store);
@@ -452,15 +503,16 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store))
         rp_events_fill(e->ev, (uint64_t)(e->first - 1));
-    s = agree(s, comm, err);
-    MPI_Barrier(comm); /* counters set before anyone waits */
+    s = agree(e, s, comm, err);
+    if (!e->peer_lost)
+        MPI_Barrier(comm); /* counters set before anyone waits */
     return s;
 }
 
 static void free_segment(rp_engine *e)
 {
     rp_events_destroy(&e->ev);
-    if (e->store)
+    if (e->store && !e->peer_lost) /* freeing its communicator may wait for the lost rank */
         rp_store_destroy(&e->store);
     rp_arena_free(&e->arena);
 }
@@ -486,7 +538,7 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;
-    return agree(s, comm, err);
+    return agree(e, s, comm, err);
 }
 
 /* Re-plan from the layer times the executors measured (summed over ranks),
@@ -520,9 +572,36 @@ static rp_status replan(rp_engine *e, MPI_Comm comm, rp_error *err)
         }
         free(fwd);
     }
-    RP_TRY(agree(s, comm, err));
+    RP_TRY(agree(e, s, comm, err));
     MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
     return RP_OK;
+}
+
+/* Outputs are written independently: the first failure becomes the run's
+ * error, a later one is reported through the logger. */
+static void keep_first(rp_engine *e, rp_status s, const rp_error *one, rp_status *out,
+                       rp_error *err)
+{
+    if (s == RP_OK)
+        return;
+    if (*out == RP_OK) {
+        *out = s;
+        *err = *one;
+    } else {
+        rp_log(e->lg, RP_LOG_ERROR, "%s", one->msg);
+    }
+}
+
+/* Host-store names left in /dev/shm by runs of this user that were killed
+ * before they could remove them (SIGKILL, a node crash): removed now. */
+static void remove_stale_stores(rp_engine *e)
+{
+    char removed[8][RP_SHM_NAME_MAX + 64];
+    int n = rp_shm_remove_stale(NULL, removed, 8);
+    for (int i = 0; i < n && i < 8; i++)
+        rp_log(e->lg, RP_LOG_WARN, "removed %s, a host store left by a killed run", removed[i]);
+    if (n > 8)
+        rp_log(e->lg, RP_LOG_WARN, "removed %d more host stores left by killed runs", n - 8);
 }
 
 /* The node leader fills the shared parameters. */
@@ -548,23 +627,29 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     MPI_Comm_rank(comm, &e->rank);
     MPI_Comm_size(comm, &e->size);
 
+    /* every output can be written, before any work */
+    rp_status s = e->rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK;
+    RP_TRY(agree(e, s, comm, err));
+    remove_stale_stores(e);
+
     /* configuration and a private view of the layout (for sizes) */
     rp_model_config cfg;
     char path[4096];
-    rp_status s;
     if (o->model_dir) {
         snprintf(path, sizeof path, "%s/config.json", o->model_dir);
         s = rp_config_load(path, &cfg, err);
     } else {
         s = rp_config_load(o->init_config, &cfg, err);
     }
-    RP_TRY(agree(s, comm, err));
+    RP_TRY(agree(e, s, comm, err));
     /* the layout alone (sizes, names) until the shared state exists */
     rp_params probe;
     memset(&probe, 0, sizeof probe);
     probe.cfg = cfg;
     s = rp_model_layout(&probe.cfg, &probe.layers, &probe.nlayers, err);
-    RP_TRY(agree(s, comm, err));
+    if (s != RP_OK)
+        rp_error_prefix(err, "%s", o->model_dir ? path : o->init_config);
+    RP_TRY(agree(e, s, comm, err));
     e->p = &probe;
     e->L = probe.nlayers;
     e->H = cfg.hidden_size;
@@ -590,7 +675,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     if (s != RP_OK) {
         free(e->goff);
         free(probe.layers);
-        return agree(s, comm, err);
+        return agree(e, s, comm, err);
     }
 
     s = rp_dataset_open(o->data, o->loss_mask, e->S, cfg.vocab_size, &e->ds, err);
@@ -600,7 +685,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         e->sched = (rp_lr_schedule){o->schedule, o->lr, o->min_lr, o->warmup_steps, e->steps};
         s = rp_lr_schedule_check(&e->sched, err);
     }
-    s = agree(s, comm, err);
+    s = agree(e, s, comm, err);
     if (s == RP_OK)
         s = choose_plan(e, comm, err);
     rp_store *pstore = NULL;
@@ -615,13 +700,13 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         if (s == RP_OK)
             e->device_ordinal = info.ordinal;
     }
-    s = agree(s, comm, err);
+    s = agree(e, s, comm, err);
     char executors[512] = "";
     if (s == RP_OK)
         s = rp_executor_summary(&info, o->dtype, comm, executors, sizeof executors, err);
     e->store = pstore; /* for the node communicator while binding */
     if (s == RP_OK)
-        s = agree(bind_and_threads(e, err), comm, err);
+        s = agree(e, bind_and_threads(e, err), comm, err);
     e->store = NULL;
     rp_params *shared = NULL;
     if (s == RP_OK) {
@@ -632,14 +717,15 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
             if (rp_store_is_leader(pstore))
                 s = load_params(e, shared, err);
         }
-        s = agree(s, comm, err);
+        s = agree(e, s, comm, err);
     }
     e->meas_ms = calloc(4 * (size_t)e->L, sizeof(double));
     e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->L : NULL;
     if (s == RP_OK && !e->meas_ms)
         s = rp_error_set(err, RP_ERR_NOMEM, "measurements");
     if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
-        s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing", o->log_path);
+        s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path,
+                         strerror(errno));
     if (s == RP_OK && e->log) { /* the run's description beside the metrics */
         char plan_text[512];
         rp_plan_format(&e->plan, plan_text, sizeof plan_text);
@@ -652,7 +738,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     }
     if (s == RP_OK && o->trace)
         s = rp_trace_create(&e->trace, err);
-    s = agree(s, comm, err);
+    s = agree(e, s, comm, err);
     if (s == RP_OK && e->rank == 0) {
         char plan_text[512];
         rp_plan_format(&e->plan, plan_text, sizeof plan_text);
@@ -685,6 +771,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     e->t_logged = rp_now();
     e->trace_step_ns = rp_trace_now_ns();
     e->last_loss = NAN;
+    int started = s == RP_OK;
     for (e->first = 1; s == RP_OK && e->first <= e->steps; e->first = e->last + 1) {
         int replan_after = !o->plan && !o->optimizer_lag && e->first == 1 &&
                            e->steps > RP_REPLAN_AFTER;
@@ -696,32 +783,49 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         if (s == RP_OK && replan_after)
             s = replan(e, comm, err);
     }
+    /* whichever thread or rank noticed it first, an interrupt is reported
+     * as such, with the step it stopped (rank 0 knows the steps logged) */
+    if (started && s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
+        s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
+                         (long long)(e->rank == 0 ? e->steps_logged + 1 : e->first),
+                         (long long)e->steps);
     if (s == RP_OK && e->rank == 0)
         rp_progress_finish(&e->progress, e->steps, e->last_loss);
-    if (s == RP_OK && o->trace) {
-        s = agree(rp_trace_write(e->trace, comm, o->trace, err), comm, err);
-        if (s == RP_OK && e->rank == 0)
+    /* The outputs, the model first: a failure writing one never prevents
+     * the others. The first failure is returned, later ones are logged. */
+    rp_status out = RP_OK;
+    if (s == RP_OK && o->save_dir) {
+        rp_error one = {0};
+        rp_status st = RP_OK;
+        if (e->rank == 0)
+            st = rp_params_save_dir(shared, o->save_dir,
+                                    o->save_dtype_set ? o->save_dtype : shared->loaded_dtype,
+                                    o->model_dir ? path : o->init_config, &one);
+        st = agree(e, st, comm, &one);
+        if (st == RP_OK && e->rank == 0)
+            rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
+        keep_first(e, st, &one, &out, err);
+    }
+    if (s == RP_OK && o->trace && !e->peer_lost) {
+        rp_error one = {0};
+        rp_status st = agree(e, rp_trace_write(e->trace, comm, o->trace, &one), comm, &one);
+        if (st == RP_OK && e->rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
+        keep_first(e, st, &one, &out, err);
     }
     rp_trace_destroy(&e->trace);
-    if (e->log && fclose(e->log) != 0 && s == RP_OK)
-        s = rp_error_set(err, RP_ERR_IO, "--log %s: write failed", o->log_path);
-    if (s == RP_OK && o->save_dir) {
-        rp_status ss = RP_OK;
-        if (e->rank == 0)
-            ss = rp_params_save_dir(shared, o->save_dir,
-                                    o->save_dtype_set ? o->save_dtype : shared->loaded_dtype,
-                                    o->model_dir ? path : o->init_config, err);
-        s = agree(ss, comm, err);
-        if (s == RP_OK && e->rank == 0)
-            rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
+    if (e->log) {
+        rp_error one = {0};
+        keep_first(e, rp_engine_log_close(e, &one), &one, &out, err);
     }
+    if (s == RP_OK)
+        s = out;
     rp_progress_stop(&e->progress); /* an error printed next starts on a line of its own */
     rp_params_destroy(&shared);
     free(probe.layers);
     free(e->meas_ms);
     free(e->goff);
-    if (pstore)
+    if (pstore && !e->peer_lost)
         rp_store_destroy(&pstore);
     rp_dataset_close(&e->ds);
     pthread_mutex_destroy(&e->lock);

@@ -171,7 +171,7 @@ static rp_status write_all(const char *path, const span *all, const int *counts,
                          err);
     rp_atomic_file *af = NULL;
     if (s == RP_OK)
-        s = rp_atomic_file_open(path, &af, err);
+        s = rp_atomic_file_open_output(path, &af, err);
     if (s != RP_OK) {
         free(lane);
         free(nlanes);

@@ -3,6 +3,10 @@
 #include <math.h>
 #include <string.h>
 
+#define RP_TIMEOUT_MAX_S 31536000.0         /* a year */
+#define RP_CHUNK_MAX_MIB 1048576.0          /* 1 TiB */
+#define RP_MEMORY_LIMIT_MAX_MIB 1073741824.0 /* 1 PiB */
+
 void rp_train_options_default(rp_train_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -72,16 +76,21 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "--dtype fp32 with --device cuda: the CUDA executor computes in bf16 "
                             "only; use --dtype bf16 (its default) or --device cpu");
-    if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32 or bf16");
-    if (!(o->timeout_s > 0) || !isfinite(o->timeout_s))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--timeout must be > 0 seconds");
+    if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
+        o->save_dtype != RP_F16)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");
+    if (!(o->timeout_s > 0) || !(o->timeout_s <= RP_TIMEOUT_MAX_S))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--timeout must be > 0 and at most %.0f "
+                            "seconds (a year)", RP_TIMEOUT_MAX_S);
     if (o->optimizer_lag != 0 && o->optimizer_lag != 1)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--optimizer-lag must be 0 or 1");
-    if (!(o->chunk_mib > 0) || !isfinite(o->chunk_mib))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--chunk-mib must be > 0");
-    if (!(o->memory_limit_mib >= 0) || !isfinite(o->memory_limit_mib))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--memory-limit-mib must be >= 0");
+    /* converted to byte counts (size_t, int64_t): bounded far below overflow */
+    if (!(o->chunk_mib * 1048576.0 >= 1.0) || !(o->chunk_mib <= RP_CHUNK_MAX_MIB))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--chunk-mib must be between 1 byte "
+                            "(%.9g) and %.0f (1 TiB)", 1.0 / 1048576.0, RP_CHUNK_MAX_MIB);
+    if (!(o->memory_limit_mib >= 0) || !(o->memory_limit_mib <= RP_MEMORY_LIMIT_MAX_MIB))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--memory-limit-mib must be between 0 (no "
+                            "limit) and %.0f (1 PiB)", RP_MEMORY_LIMIT_MAX_MIB);
     if (o->pipelines < 1 || m % o->pipelines != 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "--pipelines %d must be >= 1 and divide the %lld microbatches",

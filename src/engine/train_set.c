@@ -7,14 +7,19 @@
 #include "core/args.h"
 #include "engine/train_options.h"
 
-static rp_status parse_dtype(const char *opt, const char *s, rp_dtype *out, rp_error *err)
+/* fp16 only where allowed: a saved file may hold it, executors do not compute in it */
+static rp_status parse_dtype(const char *opt, const char *s, int allow_f16, rp_dtype *out,
+                             rp_error *err)
 {
     if (strcmp(s, "fp32") == 0 || strcmp(s, "float32") == 0)
         *out = RP_F32;
     else if (strcmp(s, "bf16") == 0 || strcmp(s, "bfloat16") == 0)
         *out = RP_BF16;
+    else if (allow_f16 && (strcmp(s, "fp16") == 0 || strcmp(s, "float16") == 0))
+        *out = RP_F16;
     else
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not one of fp32, bf16", opt, s);
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not one of fp32, bf16%s", opt,
+                            s, allow_f16 ? ", fp16" : "");
     return RP_OK;
 }
 
@@ -67,11 +72,11 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("seed")) return rp_arg_u64(opt, a, &o->seed, err);
     else if (IS("lr-schedule")) return rp_lr_kind_parse(a, opt, &o->schedule, err);
     else if (IS("dtype")) {
-        RP_TRY(parse_dtype(opt, a, &o->dtype, err));
+        RP_TRY(parse_dtype(opt, a, 0, &o->dtype, err));
         o->dtype_set = 1;
     }
     else if (IS("save-dtype")) {
-        RP_TRY(parse_dtype(opt, a, &o->save_dtype, err));
+        RP_TRY(parse_dtype(opt, a, 1, &o->save_dtype, err));
         o->save_dtype_set = 1;
     } else if (IS("device")) return rp_device_kind_parse(a, &o->device, err);
     else if (IS("threads")) {

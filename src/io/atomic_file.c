@@ -13,8 +13,19 @@
 struct rp_atomic_file {
     int fd;
     char *path;
-    char *tmp;
+    char *tmp;         /* NULL when writing through (open_output on a non-regular file) */
+    const char *fault; /* test hook: fail the next write, naming this */
 };
+
+/* A write() at most this large, so an interrupt is noticed between them. */
+#define WRITE_SLICE ((size_t)64 << 20)
+
+static void free_file(rp_atomic_file *af)
+{
+    free(af->tmp);
+    free(af->path);
+    free(af);
+}
 
 rp_status rp_atomic_file_open(const char *path, rp_atomic_file **out, rp_error *err)
 {
@@ -22,10 +33,8 @@ rp_status rp_atomic_file_open(const char *path, rp_atomic_file **out, rp_error *
     rp_atomic_file *af = calloc(1, sizeof *af);
     size_t n = strlen(path);
     if (!af || !(af->path = strdup(path)) || !(af->tmp = malloc(n + 12))) {
-        if (af) {
-            free(af->path);
-            free(af);
-        }
+        if (af)
+            free_file(af);
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
     }
     /* O_EXCL on a fresh name rather than mkstemp: mkstemp makes the file
@@ -42,10 +51,34 @@ rp_status rp_atomic_file_open(const char *path, rp_atomic_file **out, rp_error *
     }
     if (af->fd < 0) {
         int e = errno;
-        free(af->tmp);
-        free(af->path);
-        free(af);
+        free_file(af);
         return rp_error_set(err, RP_ERR_IO, "%s: cannot create temporary file: %s", path,
+                            strerror(e));
+    }
+    *out = af;
+    return RP_OK;
+}
+
+rp_status rp_atomic_file_open_output(const char *path, rp_atomic_file **out, rp_error *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return rp_atomic_file_open(path, out, err);
+    *out = NULL;
+    if (S_ISDIR(st.st_mode))
+        return rp_error_set(err, RP_ERR_IO, "%s: is a directory", path);
+    rp_atomic_file *af = calloc(1, sizeof *af);
+    if (!af || !(af->path = strdup(path))) {
+        free(af);
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    /* follows a symbolic link: its target is written (created if the link
+     * dangles), the link stays */
+    af->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (af->fd < 0) {
+        int e = errno;
+        free_file(af);
+        return rp_error_set(err, RP_ERR_IO, "%s: cannot open for writing: %s", path,
                             strerror(e));
     }
     *out = af;
@@ -59,24 +92,32 @@ void rp_atomic_file_abort(rp_atomic_file **afp)
         return;
     if (af->fd >= 0)
         close(af->fd);
-    unlink(af->tmp);
-    free(af->tmp);
-    free(af->path);
-    free(af);
+    if (af->tmp)
+        unlink(af->tmp);
+    free_file(af);
     *afp = NULL;
 }
+
+void rp_atomic_file_fail_next_write(rp_atomic_file *af, const char *why) { af->fault = why; }
 
 rp_status rp_atomic_file_write(rp_atomic_file **afp, const void *buf, size_t n, rp_error *err)
 {
     rp_atomic_file *af = *afp;
     const char *p = buf;
     while (n > 0) {
-        ssize_t w = write(af->fd, p, n);
+        if (rp_interrupted()) {
+            rp_error_set(err, RP_ERR_INTERRUPTED, "%s: interrupted while writing", af->path);
+            rp_atomic_file_abort(afp);
+            return RP_ERR_INTERRUPTED;
+        }
+        ssize_t w = af->fault ? (errno = ENOSPC, -1)
+                              : write(af->fd, p, n < WRITE_SLICE ? n : WRITE_SLICE);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
-            rp_error_set(err, RP_ERR_IO, "%s: write failed: %s", af->path, strerror(e));
+            rp_error_set(err, RP_ERR_IO, "%s: write failed: %s%s%s", af->path, strerror(e),
+                         af->fault ? " " : "", af->fault ? af->fault : "");
             rp_atomic_file_abort(afp);
             return RP_ERR_IO;
         }
@@ -86,39 +127,55 @@ rp_status rp_atomic_file_write(rp_atomic_file **afp, const void *buf, size_t n, 
     return RP_OK;
 }
 
-rp_status rp_atomic_file_commit(rp_atomic_file **afp, rp_error *err)
+rp_status rp_atomic_file_sync(rp_atomic_file **afp, rp_error *err)
 {
     rp_atomic_file *af = *afp;
     const char *what = NULL;
-    if (fsync(af->fd) != 0)
+    /* a device or FIFO written through may not support fsync */
+    if (fsync(af->fd) != 0 && (af->tmp || (errno != EINVAL && errno != EROFS)))
         what = "fsync";
     else if (close(af->fd) != 0)
         what = "close";
-    else {
-        af->fd = -1;
-        if (rename(af->tmp, af->path) != 0)
-            what = "rename";
-    }
+    af->fd = -1;
     if (what) {
         int e = errno;
         rp_error_set(err, RP_ERR_IO, "%s: %s failed: %s", af->path, what, strerror(e));
         rp_atomic_file_abort(afp);
         return RP_ERR_IO;
     }
+    return RP_OK;
+}
+
+rp_status rp_atomic_file_publish(rp_atomic_file **afp, rp_error *err)
+{
+    rp_atomic_file *af = *afp;
+    if (af->tmp && rename(af->tmp, af->path) != 0) {
+        int e = errno;
+        rp_error_set(err, RP_ERR_IO, "%s: rename failed: %s", af->path, strerror(e));
+        rp_atomic_file_abort(afp);
+        return RP_ERR_IO;
+    }
+    free_file(af);
+    *afp = NULL;
+    return RP_OK;
+}
+
+rp_status rp_atomic_file_commit(rp_atomic_file **afp, rp_error *err)
+{
+    int renamed = (*afp)->tmp != NULL;
+    char *dir = strdup((*afp)->path);
+    rp_status s = rp_atomic_file_sync(afp, err);
+    if (s == RP_OK)
+        s = rp_atomic_file_publish(afp, err);
     /* Make the rename itself durable. A directory that cannot be opened or
      * synced (some file systems refuse) does not undo a completed rename. */
-    char *dir = strdup(af->path);
-    if (dir) {
+    if (s == RP_OK && renamed && dir) {
         int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
         if (dfd >= 0) {
             (void)fsync(dfd);
             close(dfd);
         }
-        free(dir);
     }
-    free(af->tmp);
-    free(af->path);
-    free(af);
-    *afp = NULL;
-    return RP_OK;
+    free(dir);
+    return s;
 }

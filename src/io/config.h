@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 typedef enum rp_arch { RP_ARCH_LLAMA = 0, RP_ARCH_QWEN3 = 1 } rp_arch;
 
@@ -65,5 +66,10 @@ rp_status rp_config_save(const char *path, const rp_model_config *cfg, rp_dtype 
  * (transformers 5.x), plus both "torch_dtype" and "dtype". */
 rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_dtype dtype,
                               const char *template_path, rp_error *err);
+
+/* The text rp_config_save_from writes, into *af opened by the caller (a
+ * member of a file set, io/file_set.h); path names it in messages. */
+rp_status rp_config_write_to(rp_atomic_file **af, const char *path, const rp_model_config *cfg,
+                             rp_dtype dtype, const char *template_path, rp_error *err);
 
 #endif

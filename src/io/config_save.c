@@ -110,8 +110,8 @@ static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
     return bad;
 }
 
-rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_dtype dtype,
-                              const char *template_path, rp_error *err)
+rp_status rp_config_write_to(rp_atomic_file **af, const char *path, const rp_model_config *cfg,
+                             rp_dtype dtype, const char *template_path, rp_error *err)
 {
     json_object *o = NULL;
     if (template_path) {
@@ -134,18 +134,25 @@ rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_d
     }
     const char *text = json_object_to_json_string_ext(
         o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
-    rp_atomic_file *af = NULL;
     rp_status s = text ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
     if (s == RP_OK)
-        s = rp_atomic_file_open(path, &af, err);
+        s = rp_atomic_file_write(af, text, strlen(text), err);
     if (s == RP_OK)
-        s = rp_atomic_file_write(&af, text, strlen(text), err);
+        s = rp_atomic_file_write(af, "\n", 1, err);
+    json_object_put(o);
+    return s;
+}
+
+rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_dtype dtype,
+                              const char *template_path, rp_error *err)
+{
+    rp_atomic_file *af = NULL;
+    rp_status s = rp_atomic_file_open(path, &af, err);
     if (s == RP_OK)
-        s = rp_atomic_file_write(&af, "\n", 1, err);
+        s = rp_config_write_to(&af, path, cfg, dtype, template_path, err);
     if (s == RP_OK)
         s = rp_atomic_file_commit(&af, err);
     rp_atomic_file_abort(&af);
-    json_object_put(o);
     return s;
 }
 

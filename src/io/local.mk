@@ -1,7 +1,8 @@
 # sources of src/io: safetensors, config.json, .npy
 librp_la_SOURCES += \
 	src/io/config.h src/io/config.c src/io/config_save.c \
-	src/io/atomic_file.c src/io/atomic_file.h \
+	src/io/atomic_file.c src/io/atomic_file.h src/io/file_set.c src/io/file_set.h \
+	src/io/output_path.c src/io/output_path.h \
 	src/io/read_file.c src/io/read_file.h \
 	src/io/json_util.c src/io/json_util.h \
 	src/io/safetensors_header.c src/io/safetensors_header.h \

@@ -248,13 +248,15 @@ static rp_status parse_image(rp_npy *np, const unsigned char *buf, size_t len, r
     RP_TRY(parse_header(&h, np));
     size_t avail = len - start - hlen;
     uint64_t need;
-    if (__builtin_mul_overflow((uint64_t)np->n, (uint64_t)dtypes[np->dtype].size, &need) ||
-        need != avail)
+    if (__builtin_mul_overflow((uint64_t)np->n, (uint64_t)dtypes[np->dtype].size, &need))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: field 'shape': (%lld,) of %s needs more "
+                            "than 2^64 bytes (the file holds %zu)", f, (long long)np->n,
+                            dtypes[np->dtype].descr, avail);
+    if (need != avail)
         return rp_error_set(err, RP_ERR_FORMAT,
                             "%s: data is %zu bytes but shape (%lld,) of %s needs %llu%s", f, avail,
                             (long long)np->n, dtypes[np->dtype].descr,
-                            (unsigned long long)((uint64_t)np->n * dtypes[np->dtype].size),
-                            avail < need ? " (file truncated)" : "");
+                            (unsigned long long)need, avail < need ? " (file truncated)" : "");
     np->data = buf + start + hlen;
     return RP_OK;
 }

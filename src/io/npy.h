@@ -1,8 +1,8 @@
 /* NumPy .npy files holding token ids or loss masks: one-dimensional,
  * C order, little-endian integers (format versions 1.0, 2.0 and 3.0).
  *
- * Accepted dtypes: '<u2', '<i4', '<u4', '<i8' for tokens and '|u1', '|b1'
- * for masks. Anything else (big-endian, floats, 2-D, fortran_order True,
+ * Accepted dtypes: '|u1', '<u2', '<i4', '<u4', '<i8' for tokens and '|u1',
+ * '|b1' for masks. Anything else (big-endian, floats, 2-D, fortran_order True,
  * extra header keys, data shorter or longer than the shape says) is refused
  * with a message naming the file and the offending header field. The data
  * is mapped read-only; elements are read through memcpy (no alignment

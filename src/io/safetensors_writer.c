@@ -1,5 +1,6 @@
 #include "io/safetensors_writer.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,7 @@ rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
                             name ? name : "(null)");
     int ok = file_dtype == src_dtype ||
              (file_dtype == RP_BF16 && src_dtype == RP_F32) ||
+             (file_dtype == RP_F16 && src_dtype == RP_F32) ||
              (file_dtype == RP_F32 && src_dtype == RP_BF16);
     if (!ok)
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
@@ -201,6 +203,21 @@ static int layout_cmp(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* fp32 to fp16, nearest even; a finite value beyond the fp16 range is an
+ * error naming the tensor (it would be saved as infinity). */
+static rp_status to_f16(const wentry *e, int64_t first, size_t n, uint16_t *dst, rp_error *err)
+{
+    const float *src = (const float *)e->data + first;
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = rp_f32_to_f16(src[i]);
+        if ((dst[i] & 0x7fffu) == 0x7c00u && isfinite(src[i]))
+            return rp_error_set(err, RP_ERR_RANGE, "tensor '%s': element %lld is %g, beyond the "
+                                "fp16 range (largest 65504); save as bf16 or fp32",
+                                e->name, (long long)(first + (int64_t)i), (double)src[i]);
+    }
+    return RP_OK;
+}
+
 static rp_status write_data(rp_atomic_file **af, const wentry *e, rp_error *err)
 {
     size_t esz = rp_dtype_size(e->file_dtype);
@@ -215,15 +232,19 @@ static rp_status write_data(rp_atomic_file **af, const wentry *e, rp_error *err)
         size_t n = (size_t)(e->numel - i < CHUNK ? e->numel - i : CHUNK);
         if (e->file_dtype == RP_BF16)
             rp_f32_to_bf16_array((const float *)e->data + i, buf, n);
+        else if (e->file_dtype == RP_F16)
+            s = to_f16(e, i, n, buf, err);
         else
             rp_bf16_to_f32_array((const uint16_t *)e->data + i, buf, n);
-        s = rp_atomic_file_write(af, buf, n * esz, err);
+        if (s == RP_OK)
+            s = rp_atomic_file_write(af, buf, n * esz, err);
     }
     free(buf);
     return s;
 }
 
-rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path, rp_error *err)
+rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
+                                         const char *path, rp_error *err)
 {
     const wentry **order = malloc((w->n ? w->n : 1) * sizeof *order);
     if (!order)
@@ -271,18 +292,24 @@ rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
+    rp_status s = rp_atomic_file_write(af, len8, 8, err);
+    if (s == RP_OK)
+        s = rp_atomic_file_write(af, h.p, h.n, err);
+    for (size_t i = 0; s == RP_OK && i < w->n; i++)
+        s = write_data(af, order[i], err);
+    free(h.p);
+    free(order);
+    return s;
+}
+
+rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path, rp_error *err)
+{
     rp_atomic_file *af = NULL;
     rp_status s = rp_atomic_file_open(path, &af, err);
     if (s == RP_OK)
-        s = rp_atomic_file_write(&af, len8, 8, err);
-    if (s == RP_OK)
-        s = rp_atomic_file_write(&af, h.p, h.n, err);
-    for (size_t i = 0; s == RP_OK && i < w->n; i++)
-        s = write_data(&af, order[i], err);
+        s = rp_safetensors_writer_write_to(w, &af, path, err);
     if (s == RP_OK)
         s = rp_atomic_file_commit(&af, err);
     rp_atomic_file_abort(&af); /* no-op unless a step above left it open */
-    free(h.p);
-    free(order);
     return s;
 }

@@ -11,15 +11,17 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 typedef struct rp_safetensors_writer rp_safetensors_writer;
 
 rp_status rp_safetensors_writer_create(rp_safetensors_writer **out, rp_error *err);
 void rp_safetensors_writer_destroy(rp_safetensors_writer **w);
 
-/* Add a tensor stored as file_dtype (F32 or BF16; F16 only from F16 data)
- * from data of src_dtype. F32 -> BF16 rounds to nearest even; BF16 -> F32 is
- * exact. data is borrowed until rp_safetensors_writer_write() returns. Names
+/* Add a tensor stored as file_dtype (F32, BF16 or F16) from data of
+ * src_dtype (F32; or the file dtype; or BF16 for F32). F32 -> BF16 and
+ * F32 -> F16 round to nearest even (a finite value beyond the F16 range fails
+ * the write, naming the tensor); BF16 -> F32 is exact. data is borrowed until rp_safetensors_writer_write() returns. Names
  * must be unique and non-empty; "__metadata__" is reserved. */
 rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
                                     rp_dtype file_dtype, rp_dtype src_dtype, int ndim,
@@ -30,5 +32,11 @@ rp_status rp_safetensors_writer_set_metadata(rp_safetensors_writer *w, const cha
                                              const char *value, rp_error *err);
 
 rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path, rp_error *err);
+
+/* Write the file's bytes into *af, opened by the caller (a member of a
+ * file set, io/file_set.h); path names it in messages. On failure *af has
+ * been aborted (NULL) unless the failure came before the first write. */
+rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
+                                         const char *path, rp_error *err);
 
 #endif

@@ -44,9 +44,16 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
                             (long long)cfg->head_dim);
     /* BLAS takes int dimensions */
     const int64_t lim = INT32_MAX;
-    if (cfg->hidden_size > lim || cfg->intermediate_size > lim || cfg->vocab_size > lim ||
-        cfg->num_attention_heads * cfg->head_dim > lim)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "model config: a dimension exceeds 2^31-1");
+    const char *big = cfg->hidden_size > lim ? "hidden_size"
+                      : cfg->intermediate_size > lim ? "intermediate_size"
+                      : cfg->vocab_size > lim ? "vocab_size"
+                      : cfg->num_attention_heads * cfg->head_dim > lim
+                          ? "num_attention_heads' x 'head_dim"
+                          : NULL;
+    if (big)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field '%s' exceeds 2^31-1 (BLAS takes int dimensions)",
+                            big);
     if (!(cfg->rms_norm_eps > 0))
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "model config: field 'rms_norm_eps' must be positive");

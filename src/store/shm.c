@@ -1,7 +1,10 @@
 #include "config.h"
 #include "store/shm.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -181,4 +184,37 @@ void rp_shm_close(rp_shm *shm)
         close(shm->fd);
     shm->base = NULL;
     shm->fd = -1;
+}
+
+int rp_shm_remove_stale(const char *dir, char (*names)[RP_SHM_NAME_MAX + 64], int max_names)
+{
+    const char *where = dir ? dir : RP_SHM_DEFAULT_DIR;
+    DIR *d = opendir(where);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        if (strncmp(de->d_name, "roundpipe-", 10) != 0)
+            continue;
+        long pid = strtol(de->d_name + 10, &end, 10);
+        if (end == de->d_name + 10 || *end != '-' || pid <= 0)
+            continue;
+        char path[RP_SHM_NAME_MAX + 64];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", where, de->d_name) >= sizeof path)
+            continue;
+        struct stat st;
+        /* another user's, or a live process's (EPERM: alive, not ours) */
+        if (lstat(path, &st) != 0 || st.st_uid != getuid() || !S_ISREG(st.st_mode) ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (unlink(path) == 0) {
+            if (removed < max_names)
+                snprintf(names[removed], sizeof names[removed], "%s", path);
+            removed++;
+        }
+    }
+    closedir(d);
+    return removed;
 }

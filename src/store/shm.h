@@ -52,4 +52,10 @@ void rp_shm_close(rp_shm *shm);
 /* The path the file has, for messages ("/dev/shm/roundpipe-..."). */
 void rp_shm_path(const rp_shm *shm, char *buf, size_t len);
 
+/* Remove the "roundpipe-<pid>-..." files in dir (NULL: the default) that
+ * belong to this user and whose process no longer exists: names a killed
+ * run could not remove. Returns how many were removed; the paths of the
+ * first max_names go to names. */
+int rp_shm_remove_stale(const char *dir, char (*names)[RP_SHM_NAME_MAX + 64], int max_names);
+
 #endif
