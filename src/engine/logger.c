@@ -11,7 +11,8 @@
 
 /* The metrics line (roundpipe-formats(5)); loss and grad_norm are null when
  * NaN (a step without counted targets). "time" comes last, so the older
- * fields keep their place. */
+ * fields keep their place. rp_engine_log_written flushes it and reports a
+ * failed write with its errno. */
 static void write_line(FILE *f, const rp_step_metrics *m)
 {
     char loss[32] = "null", norm[32] = "null";
@@ -23,7 +24,6 @@ static void write_line(FILE *f, const rp_step_metrics *m)
                "\"counted_tokens\":%lld,\"tokens_per_s\":%.1f,\"time\":%.3f}\n",
             (long long)m->step, loss, m->lr, norm, (long long)m->tokens,
             (long long)m->counted_tokens, m->tokens_per_s, m->time);
-    fflush(f);
 }
 
 /* One span per step on the trace's step track, from the previous step's
