@@ -60,8 +60,8 @@ RP_API const char *rp_status_string(rp_status status);
  * RP_ERR_INTERRUPTED, temporary files and shared memory are removed and it
  * returns. Async-signal-safe: call it from a SIGINT/SIGTERM handler with the
  * signal number (rp_interrupted() returns it; 0 until called). */
-void rp_interrupt(int signal_number);
-int rp_interrupted(void);
+RP_API void rp_interrupt(int signal_number);
+RP_API int rp_interrupted(void);
 
 /* Library version as "MAJOR.MINOR.PATCH". */
 RP_API const char *rp_version_string(void);
