@@ -100,14 +100,6 @@ rp_status rp_engine_outputs_check(const rp_train_options *o, rp_error *err);
 rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err);
 int rp_engine_aborted(const rp_engine *e);
 
-/* rp_event_wait with the run's deadline that also gives up when another
- * rank aborted. The optimizer and logger threads wait downstream of the
- * executors, so theirs (background = 1) is a quarter longer: a stall is
- * reported by the executor wait nearest to its cause. */
-rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
-                         const char *job, int background, rp_error *err);
-void rp_engine_signal(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value);
-
 /* Counted targets of iteration t, and the tokens of microbatch m. */
 int64_t rp_engine_counted(const rp_engine *e, int64_t t);
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
@@ -154,18 +146,8 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n);
 void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, size_t *lo,
                      size_t *hi);
 
-/* Events counted per share (RP_EV_VERSION, RP_EV_SUMMED, RP_EV_ROWS: one
- * counter per rank): wait until every rank's counter of (kind, index) has
- * reached `need` / test it. The embedding rows a job's tokens read are
- * updated before the rest of the table (optimizer.c): a job that reads the
- * embedding only through its tokens waits for RP_EV_ROWS, a tied LM head
- * for RP_EV_VERSION. */
-rp_status rp_engine_wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
-                                const char *job, int background, rp_error *err);
-int rp_engine_shares_at(const rp_engine *e, rp_event_kind kind, int index, uint64_t need);
-
 /* Squared global gradient norm of iteration t, once every share of every
- * layer has been summed (RP_EV_SUMMED): block sums in block order per layer,
+ * layer has been summed (protocol.h): block sums in block order per layer,
  * layers in order, the same bits on every rank. */
 rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
                                 rp_error *err);
@@ -177,27 +159,6 @@ static inline uint64_t rp_engine_need(const rp_engine *e, int64_t t)
 {
     int64_t v = t - 1 - e->o->optimizer_lag;
     return v > 0 ? (uint64_t)v : 0;
-}
-
-/* Back-pressure slots (RP_EV_SLOT_FREE indices): a consumer signals the
- * iteration whose data it has read; a producer of iteration t waits for t-1
- * before overwriting. Slot 0 is the loss/norm ring (the logger). */
-static inline int rp_slot_fwd(const rp_engine *e, int s) { (void)e; return 1 + s; }
-static inline int rp_slot_ckpt(const rp_engine *e, int l) { return 1 + e->plan.nfwd + l; }
-static inline int rp_slot_bwd(const rp_engine *e, int i) { return 1 + e->plan.nfwd + e->L + i; }
-static inline int rp_slot_count(const rp_engine *e) { return 1 + e->plan.nfwd + e->L + e->plan.nbwd; }
-
-/* RP_EV_UPLOADED indices: weights of layer l uploaded by a forward job, or
- * by a tail/backward job, of iteration t. Odd and even iterations count
- * apart: with a lagged optimizer iterations 1 and 2 both read version 0 and
- * may upload in either order; within one parity the order is enforced. */
-static inline int rp_up_fwd(const rp_engine *e, int l, int64_t t)
-{
-    return (int)(t % 2) * 2 * e->L + l;
-}
-static inline int rp_up_bwd(const rp_engine *e, int l, int64_t t)
-{
-    return (int)(t % 2) * 2 * e->L + e->L + l;
 }
 
 static inline double *rp_engine_loss(const rp_engine *e, int64_t t)

@@ -31,13 +31,18 @@ struct rp_events {
     _Atomic uint64_t inject_count;
 };
 
-static const char *kind_name[RP_EV_KIND_COUNT] = {"fwd_out", "bwd_out", "saved", "grad", "version",
+static const char *kind_name[RP_EV_KIND_COUNT] = {"fwd_out", "bwd_out", "grad", "version",
                                                    "slot_free", "uploaded", "summed", "rows"};
-static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "layer", "slot",
+static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "slot",
                                                    "weights", "layer", "layer"};
-static const char *micro_name[RP_EV_KIND_COUNT] = {"microbatch", "microbatch", "microbatch",
-                                                   "pipeline", "share", "microbatch", "pipeline",
-                                                   "share", "share"};
+static const char *micro_name[RP_EV_KIND_COUNT] = {"microbatch", "microbatch", "pipeline",
+                                                   "share", "microbatch", "pipeline", "share",
+                                                   "share"};
+
+const char *rp_event_kind_name(rp_event_kind kind)
+{
+    return kind >= 0 && kind < RP_EV_KIND_COUNT ? kind_name[kind] : "?";
+}
 
 static size_t count_counters(const rp_event_dims *d, size_t *first)
 {

@@ -30,7 +30,6 @@
 typedef enum rp_event_kind {
     RP_EV_FWD_OUT = 0, /* output of forward stage `index` for microbatch `micro` is on the host */
     RP_EV_BWD_OUT,     /* input gradient from backward stage `index` for microbatch `micro` */
-    RP_EV_SAVED,       /* saved input of layer `index` (activation checkpoint) for `micro` */
     RP_EV_GRAD,        /* pipeline `micro`'s gradient of layer `index` is on the host */
     RP_EV_VERSION,     /* rank `micro`'s share of layer `index` is at version `value` */
     RP_EV_SLOT_FREE,   /* arena slot `index`/`micro` may be overwritten (back-pressure) */
@@ -40,7 +39,7 @@ typedef enum rp_event_kind {
     RP_EV_ROWS,        /* rank `micro`'s share of the embedding rows the next iteration reads
                           is at version `value` (`index` is 0) */
     RP_EV_KIND_COUNT
-} rp_event_kind;
+} rp_event_kind; /* who produces and consumes each: engine/protocol.h */
 
 /* How many counters each kind has: count[k] indices times micro[k]
  * microbatches (0 counts are allowed; a kind without microbatches has 1). */
@@ -82,6 +81,10 @@ unsigned rp_events_injection(const rp_events *evs);
 
 /* 1 when `ev` names an existing counter. */
 int rp_event_valid(const rp_events *evs, rp_event_name ev);
+
+/* "fwd_out", "version", ...: the kind's name in messages and in
+ * RP_FAULT_DROP_SIGNAL. */
+const char *rp_event_kind_name(rp_event_kind kind);
 
 /* "fwd_out[stage 2, microbatch 3]", "version[layer 5]". */
 void rp_event_describe(const rp_events *evs, rp_event_name ev, char *buf, size_t len);

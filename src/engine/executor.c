@@ -9,6 +9,7 @@
 
 #include "device/backend.h"
 #include "engine/engine_impl.h"
+#include "engine/protocol.h"
 #include "model/layout.h"
 
 typedef struct stage_buf {
@@ -261,9 +262,9 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
 /* What the job waits for before it reads layer l: its version, except for
  * an embedding read only through the tokens, which needs only the rows the
  * tokens read (updated first). */
-static rp_event_kind weights_event(const rp_engine *e, const rp_job *job, int l)
+static int rows_only(const rp_engine *e, const rp_job *job, int l)
 {
-    return l == 0 && !needs_tied(e, job) ? RP_EV_ROWS : RP_EV_VERSION;
+    return l == 0 && !needs_tied(e, job);
 }
 
 /* Wait until every layer of the job (and a tied head's embedding) is at the
@@ -273,9 +274,9 @@ static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_err
     rp_engine *e = x->e;
     uint64_t need = rp_engine_need(e, t);
     for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_engine_wait_shares(e, weights_event(e, job, l), l, need, x->name, 0, err));
+        RP_TRY(rp_proto_wait_layer(e, l, rows_only(e, job, l), need, x->name, 0, err));
     if (needs_tied(e, job) && job->first > 0)
-        RP_TRY(rp_engine_wait_shares(e, RP_EV_VERSION, 0, need, x->name, 0, err));
+        RP_TRY(rp_proto_wait_layer(e, 0, 0, need, x->name, 0, err));
     return RP_OK;
 }
 
@@ -368,9 +369,9 @@ static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *
     rp_job job = rp_schedule_job(&e->plan, nj);
     uint64_t need = rp_engine_need(e, nt);
     for (int l = job.first; l <= job.last; l++)
-        if (!rp_engine_shares_at(e, weights_event(e, &job, l), l, need))
+        if (!rp_proto_layer_at(e, l, rows_only(e, &job, l), need))
             return RP_OK;
-    if (needs_tied(e, &job) && !rp_engine_shares_at(e, RP_EV_VERSION, 0, need))
+    if (needs_tied(e, &job) && !rp_proto_layer_at(e, 0, 0, need))
         return RP_OK;
     return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
 }
@@ -442,14 +443,6 @@ static float *arena(const rp_engine *e, size_t off)
     return e->act + off;
 }
 
-/* Wait until the consumers of iteration t-1 are done with an arena slot. */
-static rp_status slot_free(executor *x, int slot, int m, int64_t t, rp_error *err)
-{
-    if (t <= 1)
-        return RP_OK;
-    return rp_engine_wait(x->e, RP_EV_SLOT_FREE, slot, m, (uint64_t)(t - 1), x->name, 0, err);
-}
-
 /* ---- the three kinds of job, one microbatch ------------------------------ */
 
 static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
@@ -459,10 +452,10 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     size_t bytes = e->A * sizeof(float);
     const float *cur = NULL;
     if (job->first > 0) {
-        RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, s - 1, m, (uint64_t)t, x->name, 0, err));
+        RP_TRY(rp_proto_wait_fwd_out(e, s - 1, m, t, x->name, err));
         RP_TRY(move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
                     RP_XFER_INPUT, "input", err));
-        rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, s - 1), m, (uint64_t)t);
+        rp_proto_fwd_out_read(e, s - 1, m, t);
         cur = x->acts[0];
         nb = 1;
     }
@@ -470,17 +463,17 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
         float *out = x->acts[nb];
         nb ^= 1;
         if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint */
-            RP_TRY(slot_free(x, rp_slot_ckpt(e, l), m, t, err));
+            RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
             RP_TRY(move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
                         "checkpoint", err));
         }
         RP_TRY(layer_forward(x, job, l, cur, out, x->saved[0], t, err));
         cur = out;
     }
-    RP_TRY(slot_free(x, rp_slot_fwd(e, s), m, t, err));
+    RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
     RP_TRY(move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE, "output",
                 err));
-    rp_engine_signal(e, RP_EV_FWD_OUT, s, m, (uint64_t)t);
+    rp_proto_publish_fwd_out(e, s, m, t);
     return RP_OK;
 }
 
@@ -515,14 +508,11 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
 {
     rp_engine *e = x->e;
     int i = job->stage;
-    if (job->first > 0) {
-        RP_TRY(slot_free(x, rp_slot_bwd(e, i), m, t, err));
+    RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
+    if (job->first > 0)
         RP_TRY(move(x, arena(e, e->arena.bwd_out[i * (int)e->M + m]), x->d,
                     e->A * sizeof(float), RP_XFER_SAVE, "input-grad", err));
-    } else if (t > 1) {
-        RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, i, m, (uint64_t)(t - 1), x->name, 0, err));
-    }
-    rp_engine_signal(e, RP_EV_BWD_OUT, i, m, (uint64_t)t);
+    rp_proto_publish_bwd_out(e, i, m, t);
     return RP_OK;
 }
 
@@ -533,7 +523,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     int M = (int)e->M, head = job->last;
     const float *in0 = NULL;
     if (job->first > 0) {
-        RP_TRY(rp_engine_wait(e, RP_EV_FWD_OUT, e->plan.nfwd - 1, m, (uint64_t)t, x->name, 0, err));
+        RP_TRY(rp_proto_wait_fwd_out(e, e->plan.nfwd - 1, m, t, x->name, err));
         in0 = arena(e, e->arena.fwd_out[(e->plan.nfwd - 1) * M + m]);
     }
     if (head > job->first)
@@ -541,11 +531,9 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     else if (in0) /* the head alone: its input */
         RP_TRY(move(x, x->acts[0], in0, e->A * sizeof(float), RP_XFER_INPUT, "input", err));
     if (job->first > 0) /* the input was copied to the device */
-        rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_fwd(e, e->plan.nfwd - 1), m, (uint64_t)t);
+        rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
-    if (t > RP_ARENA_RING)
-        RP_TRY(rp_engine_wait(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)(t - RP_ARENA_RING), x->name,
-                              0, err));
+    RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
     const rp_layer_desc *hd = &e->p->layers[head];
     const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
     const float *lm_w;
@@ -576,10 +564,10 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
 {
     rp_engine *e = x->e;
     int M = (int)e->M, i = job->stage;
-    RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, i - 1, m, (uint64_t)t, x->name, 0, err));
+    RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
     RP_TRY(move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->A * sizeof(float),
                 RP_XFER_INPUT, "output-grad", err));
-    rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_bwd(e, i - 1), m, (uint64_t)t);
+    rp_proto_bwd_out_read(e, i - 1, m, t);
     if (e->o->recompute_layer) {
         /* every layer's input was saved: no stage-wide recompute, one layer's
          * activations on the device at a time */
@@ -587,7 +575,7 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
             if (l > 0) {
                 RP_TRY(move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
                             e->A * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
-                rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, l), m, (uint64_t)t);
+                rp_proto_checkpoint_read(e, l, m, t);
                 RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
             }
             RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, x->saved[0], t, err));
@@ -596,7 +584,7 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
         const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
         RP_TRY(recompute(x, job, in0, job->last, 0, t, err));
         if (job->first > 0)
-            rp_engine_signal(e, RP_EV_SLOT_FREE, rp_slot_ckpt(e, job->first), m, (uint64_t)t);
+            rp_proto_checkpoint_read(e, job->first, m, t);
         for (int l = job->last; l >= job->first; l--)
             RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
                                   err));
@@ -618,12 +606,11 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
      * may trail); the tied part once the embedding's gradient was summed
      * (waiting for its update would deadlock a lagged optimizer, whose
      * update of the embedding waits for this iteration's later uploads) */
-    uint64_t prev = (uint64_t)(t - 1);
     for (int l = job->first; l <= job->last; l++) /* the embedding's rows: read by the sum */
-        RP_TRY(rp_engine_wait_shares(e, l == 0 ? RP_EV_SUMMED : RP_EV_VERSION, l, prev, x->name,
-                                     0, err));
+        RP_TRY(l == 0 ? rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err)
+                      : rp_proto_wait_layer(e, l, 0, (uint64_t)(t - 1), x->name, 0, err));
     if (needs_tied(e, job))
-        RP_TRY(rp_engine_wait_shares(e, RP_EV_SUMMED, 0, prev, x->name, 0, err));
+        RP_TRY(rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err));
     for (int l = job->first; l <= job->last; l++) {
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
@@ -656,7 +643,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
     for (int i = 0; i < n; i++)
         RP_TRY(rp_xfer_wait(x->xfer, &x->greq[i], err));
     for (int l = job->last; l >= job->first; l--)
-        rp_engine_signal(e, RP_EV_GRAD, l, g, (uint64_t)t);
+        rp_proto_publish_grad(e, l, g, t);
     return RP_OK;
 }
 
@@ -705,9 +692,7 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     x->buf[1 - x->cur].t = 0;
     /* tell a lagged optimizer these weights may now change */
     for (int l = job.first; l <= job.last; l++)
-        rp_engine_signal(e, RP_EV_UPLOADED, job.kind == RP_JOB_FWD ? rp_up_fwd(e, l, t)
-                                                                   : rp_up_bwd(e, l, t), g,
-                         (uint64_t)t);
+        rp_proto_publish_uploaded(e, job.kind == RP_JOB_FWD, l, g, t);
     RP_TRY(maybe_prefetch(x, t, g, j, err));
 
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);

@@ -5,6 +5,7 @@ librp_la_SOURCES += \
 	src/engine/progress.c src/engine/progress.h \
 	src/engine/arena.c src/engine/arena.h \
 	src/engine/engine_impl.h \
+	src/engine/protocol.c src/engine/protocol.h \
 	src/engine/executor.c src/engine/optimizer.c src/engine/logger.c \
 	src/engine/pipeline.c src/engine/pipeline.h \
 	src/engine/trace.c src/engine/trace.h src/engine/outputs.c \

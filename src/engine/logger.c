@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "engine/engine_impl.h"
+#include "engine/protocol.h"
 #include "optim/clip.h"
 
 /* The metrics line (roundpipe-formats(5)); loss and grad_norm are null when
@@ -44,9 +45,7 @@ static rp_status run(rp_engine *e, rp_error *err)
     for (int64_t t = e->first; t <= e->last; t++) {
         e->steps_logged = t - 1;
         const char *who = "logger";
-        for (int g = 0; g < e->P; g++) /* each pipeline's tail wrote its losses */
-            RP_TRY(rp_engine_wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->Mg - 1), (uint64_t)t,
-                                  who, 1, err));
+        RP_TRY(rp_proto_wait_losses(e, t, who, err));
         double total = 0.0, norm = 0.0;
         RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
         int64_t counted = rp_engine_counted(e, t);
@@ -56,7 +55,7 @@ static rp_status run(rp_engine *e, rp_error *err)
             sum += loss[m];
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
-        rp_engine_signal(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)t);
+        rp_proto_losses_read(e, t);
         double now = rp_now(), dt = now - e->t_logged;
         e->t_logged = now;
         rp_step_metrics m = {.step = t, .loss = NAN, .lr = rp_lr_at(&e->sched, t),

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "engine/protocol.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
@@ -103,9 +104,9 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
 {
     int tied = l == 0 && e->tied;
     for (int g = 0; g < e->P; g++) {
-        RP_TRY(rp_engine_wait(e, RP_EV_GRAD, l, g, (uint64_t)t, who, 1, err));
+        RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
         if (tied) /* the tail brought the LM head's part */
-            RP_TRY(rp_engine_wait(e, RP_EV_GRAD, e->L - 1, g, (uint64_t)t, who, 1, err));
+            RP_TRY(rp_proto_wait_grad(e, e->L - 1, g, t, who, err));
     }
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
@@ -135,7 +136,7 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
     }
     if (l == 0 || e->P > 1 || fuse)
         trace_opt(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
-    rp_engine_signal(e, RP_EV_SUMMED, l, e->rank, (uint64_t)t);
+    rp_proto_publish_summed(e, l, t);
     if (l == e->L - 1) { /* the tails are in: the embedding's dense base */
         uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
         rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
@@ -151,15 +152,12 @@ static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, r
 {
     if (!e->o->optimizer_lag || t >= e->last)
         return RP_OK;
-    uint64_t next = (uint64_t)(t + 1);
     for (int g = 0; g < e->P; g++) {
-        RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, l, t + 1), g, next, who, 1, err));
+        RP_TRY(rp_proto_wait_uploaded(e, 0, l, g, t + 1, who, err));
         if (l < rp_plan_tail_first(&e->plan))
-            RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_fwd(e, l, t + 1), g, next, who, 1,
-                                  err));
+            RP_TRY(rp_proto_wait_uploaded(e, 1, l, g, t + 1, who, err));
         if (l == 0 && e->tied) /* the tail reads the embedding as its LM head */
-            RP_TRY(rp_engine_wait(e, RP_EV_UPLOADED, rp_up_bwd(e, e->L - 1, t + 1), g, next, who,
-                                  1, err));
+            RP_TRY(rp_proto_wait_uploaded(e, 0, e->L - 1, g, t + 1, who, err));
     }
     return RP_OK;
 }
@@ -178,8 +176,8 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     if (hi > lo)
         trace_opt(e, "adamw layer", l, t, t0);
     if (l == 0)
-        rp_engine_signal(e, RP_EV_ROWS, 0, e->rank, (uint64_t)t);
-    rp_engine_signal(e, RP_EV_VERSION, l, e->rank, (uint64_t)t);
+        rp_proto_publish_rows(e, t);
+    rp_proto_publish_version(e, l, t);
     return RP_OK;
 }
 
@@ -235,9 +233,9 @@ static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids,
 
 /* The embedding by need: update_embedding_rows first updates the rows the
  * next step's tokens read (the next forward jobs wait only for these,
- * RP_EV_ROWS); update_embedding_rest, which the caller may defer behind the
+ * rows events); update_embedding_rest, which the caller may defer behind the
  * other layers' updates, does the remaining rows (a tied LM head and the
- * next update wait for all, RP_EV_VERSION). Every row is updated every
+ * next update wait for all, the version). Every row is updated every
  * step: AdamW moves rows with a zero gradient too. */
 static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int skip,
                                        int32_t *ids, int64_t *n, rp_error *err)
@@ -247,7 +245,7 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
     if (!skip)
         update_rows(e, t, coef, ids, *n, 1);
     trace_opt(e, "adamw rows of layer", 0, t, t0);
-    rp_engine_signal(e, RP_EV_ROWS, 0, e->rank, (uint64_t)t);
+    rp_proto_publish_rows(e, t);
     return RP_OK;
 }
 
@@ -258,7 +256,7 @@ static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
     if (!skip)
         update_rows(e, t, coef, ids, n, 0);
     trace_opt(e, "adamw rest of layer", 0, t, t0);
-    rp_engine_signal(e, RP_EV_VERSION, 0, e->rank, (uint64_t)t);
+    rp_proto_publish_version(e, 0, t);
 }
 
 static rp_status run(rp_engine *e, rp_error *err)
@@ -286,7 +284,7 @@ static rp_status run(rp_engine *e, rp_error *err)
             if (s != RP_OK || clip)
                 continue;
             if (fuse) {
-                rp_engine_signal(e, RP_EV_VERSION, l, e->rank, (uint64_t)t);
+                rp_proto_publish_version(e, l, t);
             } else if (l == 0 && by_rows) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)

@@ -16,6 +16,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
+#include "engine/protocol.h"
 #include "io/config.h"
 #include "model/layers.h"
 #include "model/layout.h"
@@ -43,68 +44,6 @@ rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err)
 int rp_engine_aborted(const rp_engine *e)
 {
     return atomic_load(e->abort_flag) != 0;
-}
-
-/* A wait that stops for rp_interrupt(): the step is the awaited iteration
- * (rp_pipeline_train rewrites the message with the steps logged). */
-static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
-{
-    int64_t step = (int64_t)value < e->first ? e->first : (int64_t)value;
-    rp_status s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
-                               (long long)(step < e->steps ? step : e->steps),
-                               (long long)e->steps);
-    rp_engine_fail(e, s, err);
-    return s;
-}
-
-rp_status rp_engine_wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
-                         const char *job, int background, rp_error *err)
-{
-    rp_event_name ev = {kind, index, micro};
-    /* checked before the fast path too: in a pipeline that keeps up, a wait
-     * may never get to the slices below */
-    if (rp_interrupted())
-        return interrupted(e, value, err);
-    if (rp_event_value(e->ev, ev) >= value)
-        return RP_OK;
-    double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
-    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-    rp_status s = RP_OK;
-    for (;;) {
-        /* wait in slices so an abort elsewhere is noticed quickly */
-        double now = rp_event_now(), slice = now + 0.05;
-        s = rp_event_wait(e->ev, ev, value, slice < deadline ? slice : deadline, job, err);
-        if (s == RP_OK || slice >= deadline)
-            break;
-        if (rp_interrupted()) {
-            s = interrupted(e, value, err);
-            break;
-        }
-        int64_t who = atomic_load(e->abort_flag);
-        if (who != 0) {
-            char name[96];
-            rp_event_describe(e->ev, ev, name, sizeof name);
-            s = rp_error_set(err, RP_ERR_TIMEOUT, "rank %d, job %s: stopped waiting for event "
-                             "%s: value %llu, awaited %llu, because rank %d failed", e->rank,
-                             job ? job : "-", name, (unsigned long long)rp_event_value(e->ev, ev),
-                             (unsigned long long)value, (int)(who - 1));
-            break;
-        }
-    }
-    if (e->trace) {
-        char name[96];
-        rp_event_describe(e->ev, ev, name, sizeof name);
-        rp_trace_span(e->trace, background ? RP_TRACK_OPTIMIZER_WAIT : RP_TRACK_WAIT, name, t0,
-                      rp_trace_now_ns());
-    }
-    return s;
-}
-
-void rp_engine_signal(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value)
-{
-    if ((int)kind == e->drop_kind && index == e->drop_index && micro == e->drop_micro)
-        return; /* a planted deadlock (RP_FAULT_DROP_SIGNAL) */
-    rp_event_signal(e->ev, (rp_event_name){kind, index, micro}, value);
 }
 
 int64_t rp_engine_counted(const rp_engine *e, int64_t t)
@@ -167,27 +106,11 @@ void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, s
     *hi = *b1 * block < n ? *b1 * block : n;
 }
 
-rp_status rp_engine_wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
-                                const char *job, int background, rp_error *err)
-{
-    for (int r = 0; r < e->size; r++)
-        RP_TRY(rp_engine_wait(e, kind, index, r, need, job, background, err));
-    return RP_OK;
-}
-
-int rp_engine_shares_at(const rp_engine *e, rp_event_kind kind, int index, uint64_t need)
-{
-    for (int r = 0; r < e->size; r++)
-        if (rp_event_value(e->ev, (rp_event_name){kind, index, r}) < need)
-            return 0;
-    return 1;
-}
-
 rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
                                 rp_error *err)
 {
     for (int l = 0; l < e->L; l++)
-        RP_TRY(rp_engine_wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, who, 1, err));
+        RP_TRY(rp_proto_wait_summed(e, l, t, who, 1, err));
     double sum = 0.0;
     for (int l = 0; l < e->L; l++) {
         size_t block, nblk = rp_clip_blocks(e->p->layers[l].numel, &block);
@@ -206,27 +129,6 @@ rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double
 /* Iterations run under the cost model's plan before re-planning from
  * measured layer times (the first of them is not measured). */
 #define RP_REPLAN_AFTER 2
-
-/* RP_FAULT_DROP_SIGNAL=KIND:INDEX:MICRO (KIND one of fwd_out, bwd_out, grad,
- * version) makes that event's producer never signal: a planted deadlock for
- * testing that every wait ends at its deadline with a message naming it. */
-static void read_fault(rp_engine *e)
-{
-    static const char *kinds[] = {"fwd_out", "bwd_out", "saved", "grad", "version", "slot_free",
-                                  "uploaded", "summed", "rows"};
-    e->drop_kind = -1;
-    const char *f = getenv("RP_FAULT_DROP_SIGNAL");
-    char name[16];
-    int index, micro;
-    if (!f || sscanf(f, "%15[a-z_]:%d:%d", name, &index, &micro) != 3)
-        return;
-    for (int k = 0; k < (int)(sizeof kinds / sizeof *kinds); k++)
-        if (strcmp(name, kinds[k]) == 0) {
-            e->drop_kind = k;
-            e->drop_index = index;
-            e->drop_micro = micro;
-        }
-}
 
 /* Make a status collective: every rank learns whether any rank failed. The
  * failing rank keeps its message; the others name the lowest failing rank.
@@ -462,26 +364,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
         return agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
     rp_event_dims dims;
-    memset(&dims, 0, sizeof dims);
-    dims.count[RP_EV_FWD_OUT] = e->plan.nfwd;
-    dims.micro[RP_EV_FWD_OUT] = (int)e->M;
-    dims.count[RP_EV_BWD_OUT] = e->plan.nbwd;
-    dims.micro[RP_EV_BWD_OUT] = (int)e->M;
-    dims.count[RP_EV_GRAD] = e->L;
-    dims.micro[RP_EV_GRAD] = e->P;
-    dims.count[RP_EV_VERSION] = e->L;
-    dims.micro[RP_EV_VERSION] = e->size;
-    dims.count[RP_EV_SLOT_FREE] = rp_slot_count(e);
-    dims.micro[RP_EV_SLOT_FREE] = (int)e->M;
-    dims.count[RP_EV_UPLOADED] = 4 * e->L;
-    dims.micro[RP_EV_UPLOADED] = e->P;
-    dims.count[RP_EV_SUMMED] = e->L;
-    dims.micro[RP_EV_SUMMED] = e->size;
-    dims.count[RP_EV_ROWS] = 1;
-    dims.micro[RP_EV_ROWS] = e->size;
-    for (int k = 0; k < RP_EV_KIND_COUNT; k++)
-        if (dims.micro[k] == 0)
-            dims.micro[k] = 1;
+    rp_proto_dims(e, &dims);
     rp_store_layout *lay = NULL;
     RP_TRY(agree(e, rp_store_layout_create(&lay, err), comm, err));
     size_t act, evo;
@@ -623,7 +506,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     e->device = device;
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
-    read_fault(e);
+    rp_proto_read_fault(e);
     MPI_Comm_rank(comm, &e->rank);
     MPI_Comm_size(comm, &e->size);
 

@@ -1,0 +1,297 @@
+/* The event protocol (see protocol.h for the table): counter indices and the
+ * waits and signals of every kind. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "engine/protocol.h"
+
+/* ---- indices: the one place they are computed ---------------------------- */
+
+/* slot_free indices: 0 the loss ring, then the forward stages' outputs, the
+ * layers' checkpoints and the backward stages' input gradients. */
+static int slot_fwd(const rp_engine *e, int s) { (void)e; return 1 + s; }
+static int slot_ckpt(const rp_engine *e, int l) { return 1 + e->plan.nfwd + l; }
+static int slot_bwd(const rp_engine *e, int i) { return 1 + e->plan.nfwd + e->L + i; }
+static int slot_count(const rp_engine *e) { return 1 + e->plan.nfwd + e->L + e->plan.nbwd; }
+
+/* uploaded indices: weights of layer l uploaded by a forward job, or by a
+ * tail/backward job, of iteration t. Odd and even iterations count apart:
+ * with a lagged optimizer iterations 1 and 2 both read version 0 and may
+ * upload in either order; within one parity the order is enforced. */
+static int uploaded_index(const rp_engine *e, int forward_job, int l, int64_t t)
+{
+    return (int)(t % 2) * 2 * e->L + (forward_job ? 0 : e->L) + l;
+}
+
+void rp_proto_dims(const rp_engine *e, rp_event_dims *dims)
+{
+    memset(dims, 0, sizeof *dims);
+    dims->count[RP_EV_FWD_OUT] = e->plan.nfwd;
+    dims->micro[RP_EV_FWD_OUT] = (int)e->M;
+    dims->count[RP_EV_BWD_OUT] = e->plan.nbwd;
+    dims->micro[RP_EV_BWD_OUT] = (int)e->M;
+    dims->count[RP_EV_GRAD] = e->L;
+    dims->micro[RP_EV_GRAD] = e->P;
+    dims->count[RP_EV_VERSION] = e->L;
+    dims->micro[RP_EV_VERSION] = e->size;
+    dims->count[RP_EV_SLOT_FREE] = slot_count(e);
+    dims->micro[RP_EV_SLOT_FREE] = (int)e->M;
+    dims->count[RP_EV_UPLOADED] = 4 * e->L;
+    dims->micro[RP_EV_UPLOADED] = e->P;
+    dims->count[RP_EV_SUMMED] = e->L;
+    dims->micro[RP_EV_SUMMED] = e->size;
+    dims->count[RP_EV_ROWS] = 1;
+    dims->micro[RP_EV_ROWS] = e->size;
+    for (int k = 0; k < RP_EV_KIND_COUNT; k++)
+        if (dims->micro[k] == 0)
+            dims->micro[k] = 1;
+}
+
+/* RP_FAULT_DROP_SIGNAL=KIND:INDEX:MICRO (KIND as rp_event_describe names
+ * it) makes that event's producer never signal: a planted deadlock for
+ * testing that every wait ends at its deadline with a message naming it. */
+void rp_proto_read_fault(rp_engine *e)
+{
+    e->drop_kind = -1;
+    const char *f = getenv("RP_FAULT_DROP_SIGNAL");
+    char name[16];
+    int index, micro;
+    if (!f || sscanf(f, "%15[a-z_]:%d:%d", name, &index, &micro) != 3)
+        return;
+    for (int k = 0; k < RP_EV_KIND_COUNT; k++)
+        if (strcmp(name, rp_event_kind_name((rp_event_kind)k)) == 0) {
+            e->drop_kind = k;
+            e->drop_index = index;
+            e->drop_micro = micro;
+        }
+}
+
+/* ---- the two primitives -------------------------------------------------- */
+
+/* A wait that stops for rp_interrupt(): the step is the awaited iteration
+ * (rp_pipeline_train rewrites the message with the steps logged). */
+static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
+{
+    int64_t step = (int64_t)value < e->first ? e->first : (int64_t)value;
+    rp_status s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
+                               (long long)(step < e->steps ? step : e->steps),
+                               (long long)e->steps);
+    rp_engine_fail(e, s, err);
+    return s;
+}
+
+/* rp_event_wait with the run's deadline that also gives up when another
+ * rank aborted or the run was interrupted. */
+static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
+                      const char *job, int background, rp_error *err)
+{
+    rp_event_name ev = {kind, index, micro};
+    /* checked before the fast path too: in a pipeline that keeps up, a wait
+     * may never get to the slices below */
+    if (rp_interrupted())
+        return interrupted(e, value, err);
+    if (rp_event_value(e->ev, ev) >= value)
+        return RP_OK;
+    double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    rp_status s = RP_OK;
+    for (;;) {
+        /* wait in slices so an abort elsewhere is noticed quickly */
+        double now = rp_event_now(), slice = now + 0.05;
+        s = rp_event_wait(e->ev, ev, value, slice < deadline ? slice : deadline, job, err);
+        if (s == RP_OK || slice >= deadline)
+            break;
+        if (rp_interrupted()) {
+            s = interrupted(e, value, err);
+            break;
+        }
+        int64_t who = atomic_load(e->abort_flag);
+        if (who != 0) {
+            char name[96];
+            rp_event_describe(e->ev, ev, name, sizeof name);
+            s = rp_error_set(err, RP_ERR_TIMEOUT, "rank %d, job %s: stopped waiting for event "
+                             "%s: value %llu, awaited %llu, because rank %d failed", e->rank,
+                             job ? job : "-", name, (unsigned long long)rp_event_value(e->ev, ev),
+                             (unsigned long long)value, (int)(who - 1));
+            break;
+        }
+    }
+    if (e->trace) {
+        char name[96];
+        rp_event_describe(e->ev, ev, name, sizeof name);
+        rp_trace_span(e->trace, background ? RP_TRACK_OPTIMIZER_WAIT : RP_TRACK_WAIT, name, t0,
+                      rp_trace_now_ns());
+    }
+    return s;
+}
+
+static void publish(rp_engine *e, rp_event_kind kind, int index, int micro, int64_t t)
+{
+    if ((int)kind == e->drop_kind && index == e->drop_index && micro == e->drop_micro)
+        return; /* a planted deadlock (RP_FAULT_DROP_SIGNAL) */
+    rp_event_signal(e->ev, (rp_event_name){kind, index, micro}, (uint64_t)t);
+}
+
+/* Back-pressure: the consumers of iteration t-1 are done with the slot. */
+static rp_status wait_slot(rp_engine *e, int slot, int m, int64_t t, const char *job,
+                           rp_error *err)
+{
+    return t <= 1 ? RP_OK : wait(e, RP_EV_SLOT_FREE, slot, m, (uint64_t)(t - 1), job, 0, err);
+}
+
+/* Counted per rank share: every rank's counter of (kind, index). */
+static rp_status wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
+                             const char *job, int background, rp_error *err)
+{
+    for (int r = 0; r < e->size; r++)
+        RP_TRY(wait(e, kind, index, r, need, job, background, err));
+    return RP_OK;
+}
+
+/* ---- activations --------------------------------------------------------- */
+
+rp_status rp_proto_wait_fwd_out(rp_engine *e, int stage, int m, int64_t t, const char *job,
+                                rp_error *err)
+{
+    return wait(e, RP_EV_FWD_OUT, stage, m, (uint64_t)t, job, 0, err);
+}
+
+void rp_proto_fwd_out_read(rp_engine *e, int stage, int m, int64_t t)
+{
+    publish(e, RP_EV_SLOT_FREE, slot_fwd(e, stage), m, t);
+}
+
+rp_status rp_proto_wait_fwd_out_free(rp_engine *e, int stage, int m, int64_t t, const char *job,
+                                     rp_error *err)
+{
+    return wait_slot(e, slot_fwd(e, stage), m, t, job, err);
+}
+
+void rp_proto_publish_fwd_out(rp_engine *e, int stage, int m, int64_t t)
+{
+    publish(e, RP_EV_FWD_OUT, stage, m, t);
+}
+
+rp_status rp_proto_wait_checkpoint_free(rp_engine *e, int layer, int m, int64_t t,
+                                        const char *job, rp_error *err)
+{
+    return wait_slot(e, slot_ckpt(e, layer), m, t, job, err);
+}
+
+void rp_proto_checkpoint_read(rp_engine *e, int layer, int m, int64_t t)
+{
+    publish(e, RP_EV_SLOT_FREE, slot_ckpt(e, layer), m, t);
+}
+
+rp_status rp_proto_wait_bwd_out(rp_engine *e, int stage, int m, int64_t t, const char *job,
+                                rp_error *err)
+{
+    return wait(e, RP_EV_BWD_OUT, stage, m, (uint64_t)t, job, 0, err);
+}
+
+void rp_proto_bwd_out_read(rp_engine *e, int stage, int m, int64_t t)
+{
+    publish(e, RP_EV_SLOT_FREE, slot_bwd(e, stage), m, t);
+}
+
+rp_status rp_proto_wait_bwd_out_free(rp_engine *e, int stage, int ends_at_embedding, int m,
+                                     int64_t t, const char *job, rp_error *err)
+{
+    if (!ends_at_embedding)
+        return wait_slot(e, slot_bwd(e, stage), m, t, job, err);
+    return t <= 1 ? RP_OK : wait(e, RP_EV_BWD_OUT, stage, m, (uint64_t)(t - 1), job, 0, err);
+}
+
+void rp_proto_publish_bwd_out(rp_engine *e, int stage, int m, int64_t t)
+{
+    publish(e, RP_EV_BWD_OUT, stage, m, t);
+}
+
+/* ---- losses -------------------------------------------------------------- */
+
+rp_status rp_proto_wait_losses_free(rp_engine *e, int64_t t, const char *job, rp_error *err)
+{
+    if (t <= RP_ARENA_RING)
+        return RP_OK;
+    return wait(e, RP_EV_SLOT_FREE, 0, 0, (uint64_t)(t - RP_ARENA_RING), job, 0, err);
+}
+
+rp_status rp_proto_wait_losses(rp_engine *e, int64_t t, const char *job, rp_error *err)
+{
+    /* the tail (backward stage 0) of pipeline g signals its last microbatch */
+    for (int g = 0; g < e->P; g++)
+        RP_TRY(wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->Mg - 1), (uint64_t)t, job, 1, err));
+    return RP_OK;
+}
+
+void rp_proto_losses_read(rp_engine *e, int64_t t)
+{
+    publish(e, RP_EV_SLOT_FREE, 0, 0, t);
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+rp_status rp_proto_wait_layer(rp_engine *e, int l, int rows_only, uint64_t version,
+                              const char *job, int background, rp_error *err)
+{
+    return wait_shares(e, rows_only ? RP_EV_ROWS : RP_EV_VERSION, l, version, job, background,
+                       err);
+}
+
+int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version)
+{
+    for (int r = 0; r < e->size; r++)
+        if (rp_event_value(e->ev, (rp_event_name){rows_only ? RP_EV_ROWS : RP_EV_VERSION, l, r}) <
+            version)
+            return 0;
+    return 1;
+}
+
+void rp_proto_publish_version(rp_engine *e, int l, int64_t t)
+{
+    publish(e, RP_EV_VERSION, l, e->rank, t);
+}
+
+void rp_proto_publish_rows(rp_engine *e, int64_t t)
+{
+    publish(e, RP_EV_ROWS, 0, e->rank, t);
+}
+
+void rp_proto_publish_uploaded(rp_engine *e, int forward_job, int l, int g, int64_t t)
+{
+    publish(e, RP_EV_UPLOADED, uploaded_index(e, forward_job, l, t), g, t);
+}
+
+rp_status rp_proto_wait_uploaded(rp_engine *e, int forward_job, int l, int g, int64_t t,
+                                 const char *job, rp_error *err)
+{
+    return wait(e, RP_EV_UPLOADED, uploaded_index(e, forward_job, l, t), g, (uint64_t)t, job, 1,
+                err);
+}
+
+/* ---- gradients ----------------------------------------------------------- */
+
+void rp_proto_publish_grad(rp_engine *e, int l, int g, int64_t t)
+{
+    publish(e, RP_EV_GRAD, l, g, t);
+}
+
+rp_status rp_proto_wait_grad(rp_engine *e, int l, int g, int64_t t, const char *job,
+                             rp_error *err)
+{
+    return wait(e, RP_EV_GRAD, l, g, (uint64_t)t, job, 1, err);
+}
+
+void rp_proto_publish_summed(rp_engine *e, int l, int64_t t)
+{
+    publish(e, RP_EV_SUMMED, l, e->rank, t);
+}
+
+rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
+                               rp_error *err)
+{
+    return wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, job, background, err);
+}

@@ -1,0 +1,104 @@
+/* The event protocol of the engine, in one place: every event kind, which
+ * counter index each piece of data maps to, and typed helpers to wait for
+ * and publish them. The executor, the optimizer and the logger call these
+ * helpers; nobody else computes an event index. (The counters themselves,
+ * their memory order, deadlines and delay injection are event.h's.)
+ *
+ * Values: t is the iteration (1-based); a counter at t means "done for
+ * iteration t". A producer of iteration t that overwrites a host buffer
+ * first waits for its back-pressure partner to reach t-1 (the consumers of
+ * the previous iteration are done with it).
+ *
+ * | kind      | index / micro          | producer, after                     | consumers                        | back-pressure partner      |
+ * |-----------|------------------------|-------------------------------------|----------------------------------|----------------------------|
+ * | fwd_out   | fwd stage / microbatch | executor of F s: output on the host | F s+1 or the tail (its input)    | slot_free[fwd s]           |
+ * | bwd_out   | bwd stage / microbatch | executor of T or B i: input grad on | B i+1 (its output grad); the     | slot_free[bwd i]; a stage  |
+ * |           |                        | the host (a stage ending at the     | logger (the tails' losses are in)| ending at the embedding:   |
+ * |           |                        | embedding: its microbatch is done)  |                                  | its own previous iteration |
+ * | slot_free | slot / microbatch      | the consumer that read the slot     | the next producer of the slot    | -                          |
+ * |           | (fwd s, ckpt l, bwd i; | (slot 0: the logger read the losses | (slot 0: the tail writing losses |                            |
+ * |           |  0 = losses)           |  of t)                              |  RP_ARENA_RING iterations later) |                            |
+ * | grad      | layer / pipeline       | executor of T or B: gradient of the | optimizer (sums the pipelines)   | version (summed for the    |
+ * |           |                        | job's layers on the host            |                                  | embedding's rows)          |
+ * | summed    | layer / rank share     | optimizer: share summed, block norms| logger and clipping (global norm)| -                          |
+ * |           |                        | written                             | the tail's tied-head download    |                            |
+ * | version   | layer / rank share     | optimizer: share updated (value =   | jobs of the next iterations      | uploaded (lagged mode)     |
+ * |           |                        | the iteration whose update it holds)| (weights), the grad producers    |                            |
+ * | rows      | 0 / rank share         | optimizer: the embedding rows the   | jobs reading the embedding only  | -                          |
+ * |           |                        | next iteration reads are updated    | through their tokens             |                            |
+ * | uploaded  | weights (parity, job   | executor: a job uploaded a layer    | a lagged optimizer, before it    | -                          |
+ * |           | kind, layer) /pipeline |                                     | changes the layer                |                            |
+ *
+ * The activation checkpoint (the input of a backward stage's first layer,
+ * saved by the forward stage that computes it) has no event of its own: it
+ * is written before that forward stage publishes fwd_out, which every
+ * later job follows; its slot (ckpt l) carries its back-pressure. */
+#ifndef RP_ENGINE_PROTOCOL_H
+#define RP_ENGINE_PROTOCOL_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "engine/event.h"
+
+typedef struct rp_engine rp_engine;
+
+/* The counters of the running segment's plan; RP_FAULT_DROP_SIGNAL read. */
+void rp_proto_dims(const rp_engine *e, rp_event_dims *dims);
+void rp_proto_read_fault(rp_engine *e);
+
+/* Waits name the waiting job (`job`) in a deadline's message; `background`
+ * waits (optimizer, logger) get a quarter more time, so a stall is reported
+ * by the executor wait nearest to its cause. */
+
+/* ---- activations between stages (executor) ----------------------------- */
+rp_status rp_proto_wait_fwd_out(rp_engine *e, int stage, int m, int64_t t, const char *job,
+                                rp_error *err);
+void rp_proto_fwd_out_read(rp_engine *e, int stage, int m, int64_t t);
+rp_status rp_proto_wait_fwd_out_free(rp_engine *e, int stage, int m, int64_t t, const char *job,
+                                     rp_error *err);
+void rp_proto_publish_fwd_out(rp_engine *e, int stage, int m, int64_t t);
+
+rp_status rp_proto_wait_checkpoint_free(rp_engine *e, int layer, int m, int64_t t,
+                                        const char *job, rp_error *err);
+void rp_proto_checkpoint_read(rp_engine *e, int layer, int m, int64_t t);
+
+rp_status rp_proto_wait_bwd_out(rp_engine *e, int stage, int m, int64_t t, const char *job,
+                                rp_error *err);
+void rp_proto_bwd_out_read(rp_engine *e, int stage, int m, int64_t t);
+/* Before writing stage `stage`'s input gradient of (t, m); a stage that
+ * ends at the embedding writes none but keeps its signals in iteration
+ * order (with a lagged optimizer iterations overlap). */
+rp_status rp_proto_wait_bwd_out_free(rp_engine *e, int stage, int ends_at_embedding, int m,
+                                     int64_t t, const char *job, rp_error *err);
+void rp_proto_publish_bwd_out(rp_engine *e, int stage, int m, int64_t t);
+
+/* ---- losses (tail -> logger) -------------------------------------------- */
+rp_status rp_proto_wait_losses_free(rp_engine *e, int64_t t, const char *job, rp_error *err);
+/* Every pipeline's tail has written its losses of t (logger). */
+rp_status rp_proto_wait_losses(rp_engine *e, int64_t t, const char *job, rp_error *err);
+void rp_proto_losses_read(rp_engine *e, int64_t t);
+
+/* ---- weights ------------------------------------------------------------- */
+/* Every share of layer l at `version` (rows_only: of the embedding, only
+ * the rows the next iteration's tokens read, which are updated first). */
+rp_status rp_proto_wait_layer(rp_engine *e, int l, int rows_only, uint64_t version,
+                              const char *job, int background, rp_error *err);
+int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version);
+void rp_proto_publish_version(rp_engine *e, int l, int64_t t); /* this rank's share */
+void rp_proto_publish_rows(rp_engine *e, int64_t t);            /* this rank's share */
+/* A job of pipeline g in iteration t (a forward job, or a tail/backward
+ * one) uploaded layer l; a lagged optimizer waits for it. */
+void rp_proto_publish_uploaded(rp_engine *e, int forward_job, int l, int g, int64_t t);
+rp_status rp_proto_wait_uploaded(rp_engine *e, int forward_job, int l, int g, int64_t t,
+                                 const char *job, rp_error *err);
+
+/* ---- gradients ----------------------------------------------------------- */
+void rp_proto_publish_grad(rp_engine *e, int l, int g, int64_t t);
+rp_status rp_proto_wait_grad(rp_engine *e, int l, int g, int64_t t, const char *job,
+                             rp_error *err);
+void rp_proto_publish_summed(rp_engine *e, int l, int64_t t); /* this rank's share */
+rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
+                               rp_error *err);
+
+#endif
