@@ -54,11 +54,21 @@ typedef struct rp_engine {
     rp_events *ev;
     rp_dataset *ds;
     rp_lr_schedule sched;
-    int64_t steps, M, per, S, T, H;
-    int P, V;          /* pipelines, and virtual executors max(G, P): pipeline g runs its
-                          jobs on virtual executors g*V/P.., folded onto the ranks mod G */
-    int64_t Mg;        /* microbatches per pipeline: g runs g*Mg .. (g+1)*Mg-1 */
-    int64_t first, last; /* iterations of the running segment (a plan holds for one segment) */
+    /* the shape of the run (fixed once set up) */
+    int64_t steps;              /* iterations of the run */
+    int64_t microbatches;       /* per iteration (M) */
+    int64_t samples_per_micro;  /* samples of a microbatch (B / M) */
+    int64_t seq_len;            /* tokens of a sample */
+    int64_t tokens_per_micro;   /* samples_per_micro * seq_len */
+    int64_t hidden;             /* the model's hidden size */
+    int pipelines;              /* P: gradients summed in pipeline order */
+    int virtual_executors;      /* max(G, P): pipeline g runs its jobs on virtual executors
+                                   g*V/P.., folded onto the ranks mod G */
+    int64_t micro_per_pipeline; /* pipeline g runs microbatches g*Mg .. (g+1)*Mg-1 */
+    size_t act_floats;          /* floats of one microbatch's activations */
+    int jobs_per_it;            /* jobs of one pipeline in one iteration */
+    int num_layers;             /* embedding, blocks, head */
+    int64_t it_first, it_last;  /* iterations of the running segment (one plan each) */
     int64_t adam_step;   /* optimizer thread: AdamW's own step count, the updates applied so
                             far (a step with no counted target applies none, while the lr
                             schedule still advances with the step), kept across segments */
@@ -68,10 +78,8 @@ typedef struct rp_engine {
     int64_t steps_logged; /* logger (rank 0): steps whose metrics are done */
     /* measured layer times of the executor (ms summed over calls, and calls),
      * taken in a segment's iterations after its first */
-    double *meas_ms;     /* [2 * L]: forward, then backward */
+    double *meas_ms; /* [2 * num_layers]: forward, then backward */
     double *meas_n;
-    size_t A;          /* floats of one microbatch's activations */
-    int J, L;          /* jobs per iteration, layers */
     int tied;
     FILE *log;         /* rank 0 */
     int log_errno;     /* errno of the first failed write to --log (0: none) */
@@ -108,7 +116,7 @@ void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs,
 /* Executor of job j of pipeline g in iteration t (1-based). */
 static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j, int g)
 {
-    return rp_schedule_executor(&e->plan, e->V, t - 1, j, g) % e->size;
+    return rp_schedule_executor(&e->plan, e->virtual_executors, t - 1, j, g) % e->size;
 }
 
 /* Host gradient buffer of pipeline g for layer l > 0 (the embedding's
@@ -119,16 +127,16 @@ static inline float *rp_engine_grad(const rp_engine *e, int g, int l)
 }
 static inline float *rp_engine_tied_grad(const rp_engine *e, int g)
 {
-    return e->tied_grad + (size_t)g * (size_t)(e->p->cfg.vocab_size * e->H);
+    return e->tied_grad + (size_t)g * (size_t)(e->p->cfg.vocab_size * e->hidden);
 }
 
 static inline int32_t *rp_engine_emb_ids(const rp_engine *e, int g)
 {
-    return e->emb_ids_base + (size_t)g * (size_t)(e->Mg * e->T);
+    return e->emb_ids_base + (size_t)g * (size_t)(e->micro_per_pipeline * e->tokens_per_micro);
 }
 static inline float *rp_engine_emb_rows(const rp_engine *e, int g)
 {
-    return e->emb_rows_base + (size_t)g * (size_t)e->emb_cap * (size_t)e->H;
+    return e->emb_rows_base + (size_t)g * (size_t)e->emb_cap * (size_t)e->hidden;
 }
 
 /* Sorted distinct input tokens of pipeline g's microbatches in iteration t
@@ -163,14 +171,14 @@ static inline uint64_t rp_engine_need(const rp_engine *e, int64_t t)
 
 static inline double *rp_engine_loss(const rp_engine *e, int64_t t)
 {
-    return (double *)(e->act + e->arena.loss) + (t % RP_ARENA_RING) * e->M;
+    return (double *)(e->act + e->arena.loss) + (t % RP_ARENA_RING) * e->microbatches;
 }
 
 /* Block norms of layer l in iteration t: RP_ARENA_SUMSQ_BLOCKS doubles. */
 static inline double *rp_engine_sumsq(const rp_engine *e, int64_t t, int l)
 {
     return (double *)(e->act + e->arena.sumsq) +
-           ((t % RP_ARENA_RING) * e->L + l) * RP_ARENA_SUMSQ_BLOCKS;
+           ((t % RP_ARENA_RING) * e->num_layers + l) * RP_ARENA_SUMSQ_BLOCKS;
 }
 
 /* The executor loop of this rank over all iterations. */

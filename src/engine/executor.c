@@ -113,9 +113,9 @@ static size_t stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
         n += (numel(e, l) + 15) & ~(size_t)15;
     }
     if (off)
-        off[e->L] = n;
+        off[e->num_layers] = n;
     if (needs_tied(e, job))
-        n += (size_t)(e->p->cfg.vocab_size * e->H);
+        n += (size_t)(e->p->cfg.vocab_size * e->hidden);
     return n;
 }
 
@@ -135,7 +135,7 @@ static void executor_free(executor *x)
     }
     rp_device_free(x->dev, x->g);
     rp_device_free(x->dev, x->tg);
-    for (int i = 0; x->acts && i <= x->e->L; i++)
+    for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
     for (int i = 0; x->saved && i < x->nsaved; i++)
@@ -173,7 +173,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     size_t wmax = 0;
     int nst_max = 1;
     x->nsaved = 1;
-    for (int j = 0; j < e->J; j++) {
+    for (int j = 0; j < e->jobs_per_it; j++) {
         rp_job job = rp_schedule_job(&e->plan, j);
         size_t n = stage_floats(e, &job, NULL);
         int layers = job.last - job.first + 1;
@@ -189,35 +189,37 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     rp_device_params dp = {e->device, e->device_ordinal, e->threads};
     RP_TRY(rp_device_create(&dp, &x->dev, err));
     int ok = 1;
-    size_t gather_bytes = ((size_t)(e->emb_cap * e->H) * sizeof(float) + 4095) & ~(size_t)4095;
+    size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * sizeof(float) + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
         x->buf[b].w = falloc(x, wmax, err);
-        x->buf[b].off = calloc((size_t)e->L + 1, sizeof(size_t));
-        x->buf[b].req = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
-        x->buf[b].rows = malloc((size_t)(e->Mg * e->T) * sizeof(int32_t));
+        x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
+        x->buf[b].req = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+        x->buf[b].rows =
+            malloc((size_t)(e->micro_per_pipeline * e->tokens_per_micro) * sizeof(int32_t));
         if (posix_memalign((void **)&x->buf[b].gather, 4096, gather_bytes) != 0)
             x->buf[b].gather = NULL;
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req && x->buf[b].rows &&
               x->buf[b].gather;
     }
     x->g = falloc(x, wmax, err);
-    x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->H), err) : NULL;
-    x->acts = calloc((size_t)e->L + 1, sizeof(float *));
-    x->d = falloc(x, e->A, err);
-    x->ws = falloc(x, rp_device_workspace_floats(e->device, cfg, e->per, e->S), err);
+    x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->hidden), err) : NULL;
+    x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
+    x->d = falloc(x, e->act_floats, err);
+    x->ws = falloc(x, rp_device_workspace_floats(e->device, cfg, e->samples_per_micro, e->seq_len),
+                   err);
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
-    x->in = dalloc(x, (size_t)e->T * sizeof(int32_t), err);
-    x->tgt = dalloc(x, (size_t)e->T * sizeof(int32_t), err);
-    x->mask = dalloc(x, (size_t)e->T, err);
-    x->hin = malloc((size_t)e->T * sizeof(int32_t));
-    x->htgt = malloc((size_t)e->T * sizeof(int32_t));
-    x->hmask = malloc((size_t)e->T);
-    x->greq = calloc((size_t)e->L + 1, sizeof(rp_xfer_req));
+    x->in = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+    x->tgt = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+    x->mask = dalloc(x, (size_t)e->tokens_per_micro, err);
+    x->hin = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    x->htgt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    x->hmask = malloc((size_t)e->tokens_per_micro);
+    x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
     ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->saved && x->in &&
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
-    for (int i = 0; ok && i <= nst_max && i <= e->L; i++)
-        ok &= (x->acts[i] = falloc(x, e->A, err)) != NULL;
-    size_t saved_floats = rp_device_saved_floats(e->device, cfg, e->per, e->S);
+    for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
+        ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
+    size_t saved_floats = rp_device_saved_floats(e->device, cfg, e->samples_per_micro, e->seq_len);
     for (int i = 0; ok && i < x->nsaved; i++)
         ok &= (x->saved[i] = falloc(x, saved_floats, err)) != NULL;
     if (!ok) {
@@ -299,9 +301,9 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
             if (b->nrows < 0)
                 return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
                                     e->rank, j);
-            size_t H = (size_t)e->H;
+            size_t H = (size_t)e->hidden;
             const float *table = e->p->st[0].compute;
-#pragma omp parallel for schedule(static) if (b->nrows * e->H > 65536)
+#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
             for (int64_t i = 0; i < b->nrows; i++)
                 memcpy(b->gather + (size_t)i * H, table + (size_t)b->rows[i] * H,
                        H * sizeof(float));
@@ -318,9 +320,9 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
     if (needs_tied(e, job)) {
         rp_xfer_req *r = &b->req[b->nreq++];
         memset(r, 0, sizeof *r);
-        r->dst = b->w + b->off[e->L];
+        r->dst = b->w + b->off[e->num_layers];
         r->src = e->p->st[0].compute;
-        r->bytes = (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float);
+        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
         r->cls = cls;
         r->tag = "tied-head";
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
@@ -340,11 +342,11 @@ static rp_status wait_upload(executor *x, stage_buf *b, rp_error *err)
 static int next_job(const rp_engine *e, int64_t t, int g, int j, int64_t *nt, int *ng, int *nj)
 {
     for (;;) {
-        if (++j == e->J) {
+        if (++j == e->jobs_per_it) {
             j = 0;
-            if (++g == e->P) {
+            if (++g == e->pipelines) {
                 g = 0;
-                if (++t > e->last)
+                if (++t > e->it_last)
                     return 0;
             }
         }
@@ -393,9 +395,9 @@ static float *G(executor *x, const rp_job *job, int l)
 static void measure(executor *x, int l, int bwd, int64_t t, double t0)
 {
     rp_engine *e = x->e;
-    if (t > e->first) {
-        e->meas_ms[bwd * e->L + l] += (rp_now() - t0) * 1e3;
-        e->meas_n[bwd * e->L + l] += 1;
+    if (t > e->it_first) {
+        e->meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
+        e->meas_n[bwd * e->num_layers + l] += 1;
     }
 }
 
@@ -412,10 +414,11 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
             return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_device_embed_forward(x->dev, &rows, W(x, job, 0), x->in, e->T, out, err);
+        s = rp_device_embed_forward(x->dev, &rows, W(x, job, 0), x->in, e->tokens_per_micro, out,
+                                    err);
     } else
-        s = rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->per, e->S,
-                                    saved, x->ws, err);
+        s = rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->samples_per_micro,
+                                    e->seq_len, saved, x->ws, err);
     measure(x, l, 0, t, t0);
     return s;
 }
@@ -430,10 +433,11 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     if (l == 0) {
         rp_model_config rows = e->p->cfg;
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_device_embed_backward(x->dev, &rows, x->in, e->T, x->d, G(x, job, 0), err);
+        s = rp_device_embed_backward(x->dev, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0),
+                                     err);
     } else
         s = rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, saved, x->d, x->d,
-                                     G(x, job, l), e->per, e->S, x->ws, err);
+                                     G(x, job, l), e->samples_per_micro, e->seq_len, x->ws, err);
     measure(x, l, 1, t, t0);
     return s;
 }
@@ -448,8 +452,8 @@ static float *arena(const rp_engine *e, size_t off)
 static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
 {
     rp_engine *e = x->e;
-    int M = (int)e->M, s = job->stage, nb = 0;
-    size_t bytes = e->A * sizeof(float);
+    int M = (int)e->microbatches, s = job->stage, nb = 0;
+    size_t bytes = e->act_floats * sizeof(float);
     const float *cur = NULL;
     if (job->first > 0) {
         RP_TRY(rp_proto_wait_fwd_out(e, s - 1, m, t, x->name, err));
@@ -488,7 +492,8 @@ static rp_status recompute(executor *x, const rp_job *job, const float *host_in0
     rp_engine *e = x->e;
     const float *cur = NULL;
     if (host_in0) {
-        RP_TRY(move(x, x->acts[0], host_in0, e->A * sizeof(float), RP_XFER_INPUT, "input", err));
+        RP_TRY(move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input",
+                    err));
         cur = x->acts[0];
     }
     for (int l = job->first; l <= last; l++) {
@@ -510,8 +515,8 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
     int i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
     if (job->first > 0)
-        RP_TRY(move(x, arena(e, e->arena.bwd_out[i * (int)e->M + m]), x->d,
-                    e->A * sizeof(float), RP_XFER_SAVE, "input-grad", err));
+        RP_TRY(move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]), x->d,
+                    e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad", err));
     rp_proto_publish_bwd_out(e, i, m, t);
     return RP_OK;
 }
@@ -520,7 +525,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
                           rp_error *err)
 {
     rp_engine *e = x->e;
-    int M = (int)e->M, head = job->last;
+    int M = (int)e->microbatches, head = job->last;
     const float *in0 = NULL;
     if (job->first > 0) {
         RP_TRY(rp_proto_wait_fwd_out(e, e->plan.nfwd - 1, m, t, x->name, err));
@@ -529,7 +534,8 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     if (head > job->first)
         RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
     else if (in0) /* the head alone: its input */
-        RP_TRY(move(x, x->acts[0], in0, e->A * sizeof(float), RP_XFER_INPUT, "input", err));
+        RP_TRY(
+            move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input", err));
     if (job->first > 0) /* the input was copied to the device */
         rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
@@ -539,7 +545,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     const float *lm_w;
     float *lm_g;
     if (e->tied) {
-        lm_w = x->buf[x->cur].w + x->buf[x->cur].off[e->L];
+        lm_w = x->buf[x->cur].w + x->buf[x->cur].off[e->num_layers];
         lm_g = x->tg;
     } else {
         const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
@@ -548,10 +554,10 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     }
     double *loss = rp_engine_loss(e, t);
     double th = rp_now();
-    RP_TRY(rp_device_head_forward_backward(x->dev, &e->p->cfg, W(x, job, head) + nd->offset, lm_w,
-                                           x->acts[head - job->first], x->tgt, x->mask, e->T,
-                                           scale, x->d, G(x, job, head) + nd->offset, lm_g, x->ws,
-                                           &loss[m], err));
+    RP_TRY(rp_device_head_forward_backward(
+        x->dev, &e->p->cfg, W(x, job, head) + nd->offset, lm_w, x->acts[head - job->first], x->tgt,
+        x->mask, e->tokens_per_micro, scale, x->d, G(x, job, head) + nd->offset, lm_g, x->ws,
+        &loss[m], err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)
         RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
@@ -563,9 +569,9 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
 static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
 {
     rp_engine *e = x->e;
-    int M = (int)e->M, i = job->stage;
+    int M = (int)e->microbatches, i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
-    RP_TRY(move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->A * sizeof(float),
+    RP_TRY(move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->act_floats * sizeof(float),
                 RP_XFER_INPUT, "output-grad", err));
     rp_proto_bwd_out_read(e, i - 1, m, t);
     if (e->o->recompute_layer) {
@@ -574,7 +580,7 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
         for (int l = job->last; l >= job->first; l--) {
             if (l > 0) {
                 RP_TRY(move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
-                            e->A * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
+                            e->act_floats * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
                 rp_proto_checkpoint_read(e, l, m, t);
                 RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
             }
@@ -619,7 +625,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
         if (l == 0) { /* the rows the tokens touched, and which they are */
             const stage_buf *b = &x->buf[x->cur];
             r->dst = rp_engine_emb_rows(e, g);
-            r->bytes = (size_t)(b->nrows * e->H) * sizeof(float);
+            r->bytes = (size_t)(b->nrows * e->hidden) * sizeof(float);
             r->tag = "embedding grad rows";
             memcpy(rp_engine_emb_ids(e, g), b->rows, (size_t)b->nrows * sizeof(int32_t));
             e->emb_n[g] = b->nrows;
@@ -635,7 +641,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
         memset(r, 0, sizeof *r);
         r->dst = rp_engine_tied_grad(e, g);
         r->src = x->tg;
-        r->bytes = (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float);
+        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
         r->cls = RP_XFER_GRAD;
         r->tag = "tied-grads";
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
@@ -673,7 +679,7 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
 {
     rp_engine *e = x->e;
     rp_job job = rp_schedule_job(&e->plan, j);
-    if (e->P > 1)
+    if (e->pipelines > 1)
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of pipeline %d, iteration %lld",
                  j, kind_letter(job.kind), job.stage, job.first, job.last, g, (long long)t);
     else
@@ -702,23 +708,24 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
                                      numel(e, job.last) * sizeof(float), err));
         if (needs_tied(e, &job))
-            RP_TRY(rp_device_memset0(x->dev, x->tg,
-                                     (size_t)(e->p->cfg.vocab_size * e->H) * sizeof(float), err));
+            RP_TRY(rp_device_memset0(
+                x->dev, x->tg, (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float), err));
     }
-    for (int m = g * (int)e->Mg; m < (g + 1) * (int)e->Mg; m++) {
+    for (int m = g * (int)e->micro_per_pipeline; m < (g + 1) * (int)e->micro_per_pipeline; m++) {
         if (rp_engine_aborted(e))
             return rp_error_set(err, RP_ERR_INTERNAL, "aborted");
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         if (job.first == 0 || job.kind == RP_JOB_TAIL) {
             rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
             if (job.first == 0)
-                renumber(&x->buf[x->cur], x->hin, e->T);
-            RP_TRY(move(x, x->in, x->hin, (size_t)e->T * sizeof(int32_t), RP_XFER_INPUT, "tokens",
-                        err));
+                renumber(&x->buf[x->cur], x->hin, e->tokens_per_micro);
+            RP_TRY(move(x, x->in, x->hin, (size_t)e->tokens_per_micro * sizeof(int32_t),
+                        RP_XFER_INPUT, "tokens", err));
             if (job.kind == RP_JOB_TAIL) {
-                RP_TRY(move(x, x->tgt, x->htgt, (size_t)e->T * sizeof(int32_t), RP_XFER_INPUT,
-                            "targets", err));
-                RP_TRY(move(x, x->mask, x->hmask, (size_t)e->T, RP_XFER_INPUT, "mask", err));
+                RP_TRY(move(x, x->tgt, x->htgt, (size_t)e->tokens_per_micro * sizeof(int32_t),
+                            RP_XFER_INPUT, "targets", err));
+                RP_TRY(move(x, x->mask, x->hmask, (size_t)e->tokens_per_micro, RP_XFER_INPUT,
+                            "mask", err));
             }
         }
         switch (job.kind) {
@@ -745,9 +752,9 @@ rp_status rp_engine_run_executor(rp_engine *e)
     rp_status s = executor_init(&x, e, &err);
     if (s != RP_OK)
         return rp_engine_fail(e, s, &err);
-    for (int64_t t = e->first; s == RP_OK && t <= e->last; t++)
-        for (int g = 0; s == RP_OK && g < e->P; g++)
-            for (int j = 0; s == RP_OK && j < e->J; j++)
+    for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
+        for (int g = 0; s == RP_OK && g < e->pipelines; g++)
+            for (int j = 0; s == RP_OK && j < e->jobs_per_it; j++)
                 if (rp_engine_executor(e, t, j, g) == e->rank) {
                     s = run_job(&x, t, g, j, &err);
                     if (s != RP_OK)

@@ -42,7 +42,7 @@ static void trace_step(rp_engine *e, int64_t t)
 
 static rp_status run(rp_engine *e, rp_error *err)
 {
-    for (int64_t t = e->first; t <= e->last; t++) {
+    for (int64_t t = e->it_first; t <= e->it_last; t++) {
         e->steps_logged = t - 1;
         const char *who = "logger";
         RP_TRY(rp_proto_wait_losses(e, t, who, err));
@@ -51,16 +51,21 @@ static rp_status run(rp_engine *e, rp_error *err)
         int64_t counted = rp_engine_counted(e, t);
         const double *loss = rp_engine_loss(e, t);
         double sum = 0.0;
-        for (int64_t m = 0; m < e->M; m++)
+        for (int64_t m = 0; m < e->microbatches; m++)
             sum += loss[m];
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
         rp_proto_losses_read(e, t);
         double now = rp_now(), dt = now - e->t_logged;
         e->t_logged = now;
-        rp_step_metrics m = {.step = t, .loss = NAN, .lr = rp_lr_at(&e->sched, t),
-                             .grad_norm = NAN, .tokens = e->M * e->T, .counted_tokens = counted,
-                             .tokens_per_s = (double)(e->M * e->T) / (dt > 0 ? dt : 1e-9),
+        rp_step_metrics m = {.step = t,
+                             .loss = NAN,
+                             .lr = rp_lr_at(&e->sched, t),
+                             .grad_norm = NAN,
+                             .tokens = e->microbatches * e->tokens_per_micro,
+                             .counted_tokens = counted,
+                             .tokens_per_s = (double)(e->microbatches * e->tokens_per_micro) /
+                                             (dt > 0 ? dt : 1e-9),
                              .time = rp_wall_clock()};
         trace_step(e, t);
         if (counted == 0) {

@@ -53,12 +53,12 @@ static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
     float *acc = e->p->st[0].grad;
     /* the tied parts hold vocab x hidden floats; the layer's padding past
      * them (rp_layer_desc.numel is rounded up) has no gradient */
-    size_t tied_end = e->tied ? (size_t)(e->p->cfg.vocab_size * e->H) : 0;
+    size_t tied_end = e->tied ? (size_t)(e->p->cfg.vocab_size * e->hidden) : 0;
     size_t mid = tied_end < lo ? lo : tied_end < hi ? tied_end : hi;
 #pragma omp parallel for schedule(static) if (mid - lo > 65536)
     for (size_t k = lo; k < mid; k++) {
         float s = rp_engine_tied_grad(e, 0)[k];
-        for (int g = 1; g < e->P; g++)
+        for (int g = 1; g < e->pipelines; g++)
             s += rp_engine_tied_grad(e, g)[k];
         acc[k] = s + 0.0f;
     }
@@ -67,13 +67,13 @@ static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
 
 static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
 {
-    size_t H = (size_t)e->H;
+    size_t H = (size_t)e->hidden;
     float *acc = e->p->st[0].grad;
-    for (int g = 0; g < e->P; g++) {
+    for (int g = 0; g < e->pipelines; g++) {
         const int32_t *ids = rp_engine_emb_ids(e, g);
         const float *rows = rp_engine_emb_rows(e, g);
         int64_t n = e->emb_n[g];
-#pragma omp parallel for schedule(static) if (n * e->H > 65536)
+#pragma omp parallel for schedule(static) if (n * e->hidden > 65536)
         for (int64_t i = 0; i < n; i++) { /* distinct rows: no two threads meet */
             size_t base = (size_t)ids[i] * H;
             size_t a = base > lo ? base : lo, b = base + H < hi ? base + H : hi;
@@ -103,10 +103,10 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
                            rp_error *err)
 {
     int tied = l == 0 && e->tied;
-    for (int g = 0; g < e->P; g++) {
+    for (int g = 0; g < e->pipelines; g++) {
         RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
         if (tied) /* the tail brought the LM head's part */
-            RP_TRY(rp_proto_wait_grad(e, e->L - 1, g, t, who, err));
+            RP_TRY(rp_proto_wait_grad(e, e->num_layers - 1, g, t, who, err));
     }
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
@@ -123,10 +123,10 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
     for (size_t b = b0; b < b1; b++) {
         size_t a = b * block, z = a + block < n ? a + block : n;
-        if (l > 0 && e->P > 1)
+        if (l > 0 && e->pipelines > 1)
             for (size_t k = a; k < z; k++) {
                 float s = acc[k];
-                for (int g = 1; g < e->P; g++)
+                for (int g = 1; g < e->pipelines; g++)
                     s += rp_engine_grad(e, g, l)[k];
                 acc[k] = s;
             }
@@ -134,10 +134,10 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
         if (fuse)
             update_share(e, l, t, 1.0f, a, z);
     }
-    if (l == 0 || e->P > 1 || fuse)
+    if (l == 0 || e->pipelines > 1 || fuse)
         trace_opt(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
     rp_proto_publish_summed(e, l, t);
-    if (l == e->L - 1) { /* the tails are in: the embedding's dense base */
+    if (l == e->num_layers - 1) { /* the tails are in: the embedding's dense base */
         uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
         rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
         sum_embedding_base(e, lo, hi);
@@ -150,14 +150,14 @@ static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char 
  * once every job of iteration t+1 that reads l has uploaded it. */
 static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
-    if (!e->o->optimizer_lag || t >= e->last)
+    if (!e->o->optimizer_lag || t >= e->it_last)
         return RP_OK;
-    for (int g = 0; g < e->P; g++) {
+    for (int g = 0; g < e->pipelines; g++) {
         RP_TRY(rp_proto_wait_uploaded(e, 0, l, g, t + 1, who, err));
         if (l < rp_plan_tail_first(&e->plan))
             RP_TRY(rp_proto_wait_uploaded(e, 1, l, g, t + 1, who, err));
         if (l == 0 && e->tied) /* the tail reads the embedding as its LM head */
-            RP_TRY(rp_proto_wait_uploaded(e, 0, e->L - 1, g, t + 1, who, err));
+            RP_TRY(rp_proto_wait_uploaded(e, 0, e->num_layers - 1, g, t + 1, who, err));
     }
     return RP_OK;
 }
@@ -188,14 +188,14 @@ static rp_status next_rows(rp_engine *e, int64_t t, int32_t *ids, int64_t *n, rp
     *n = 0;
     if (t >= e->steps)
         return RP_OK;
-    for (int g = 0; g < e->P; g++) {
+    for (int g = 0; g < e->pipelines; g++) {
         int64_t k = rp_engine_rows(e, t + 1, g, ids + *n);
         if (k < 0)
             return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding rows of step %lld",
                                 (long long)(t + 1));
         *n += k;
     }
-    if (e->P > 1) /* the pipelines' lists overlap */
+    if (e->pipelines > 1) /* the pipelines' lists overlap */
         *n = rp_engine_sort_unique(ids, *n);
     return RP_OK;
 }
@@ -205,7 +205,7 @@ static rp_status next_rows(rp_engine *e, int64_t t, int32_t *ids, int64_t *n, rp
 static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids, int64_t n,
                         int listed)
 {
-    size_t b0, b1, lo, hi, H = (size_t)e->H;
+    size_t b0, b1, lo, hi, H = (size_t)e->hidden;
     rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
     size_t cur = lo;
     for (int64_t i = 0; i < n && cur < hi; i++) {
@@ -266,18 +266,19 @@ static rp_status run(rp_engine *e, rp_error *err)
     /* rows first, except with a lagged optimizer, whose update of a step
      * follows the next step's uploads anyway */
     int by_rows = !e->o->optimizer_lag;
-    int32_t *ids = by_rows ? malloc(sizeof(int32_t) * (size_t)(e->M * e->T)) : NULL;
+    int32_t *ids =
+        by_rows ? malloc(sizeof(int32_t) * (size_t)(e->microbatches * e->tokens_per_micro)) : NULL;
     if (by_rows && !ids)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
     rp_status s = RP_OK;
-    for (int64_t t = e->first; s == RP_OK && t <= e->last; t++) {
+    for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
         if (!skip)
             e->adam_step++;
         int64_t n = 0;
         /* gradients land top down (the tail first) */
-        for (int l = e->L - 1; s == RP_OK && l >= 0; l--) {
+        for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
             int fuse = !clip && !e->o->optimizer_lag && !skip && l > 0;
             s = sum_share(e, l, t, fuse, who, err);
@@ -303,14 +304,14 @@ static rp_status run(rp_engine *e, rp_error *err)
         if (s != RP_OK)
             break;
         if (!by_rows) { /* lagged: top down, as the next step's uploads come */
-            for (int l = e->L - 1; s == RP_OK && l >= 0; l--)
+            for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--)
                 s = update_layer(e, l, t, coef, skip, who, err);
             continue;
         }
         /* by need: the rows the next forward reads, the blocks from the
          * bottom, then the rest of the embedding */
         s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
-        for (int l = 1; s == RP_OK && l < e->L; l++)
+        for (int l = 1; s == RP_OK && l < e->num_layers; l++)
             s = update_layer(e, l, t, coef, skip, who, err);
         if (s == RP_OK)
             update_embedding_rest(e, t, coef, skip, ids, n);

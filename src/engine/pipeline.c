@@ -48,7 +48,7 @@ int rp_engine_aborted(const rp_engine *e)
 
 int64_t rp_engine_counted(const rp_engine *e, int64_t t)
 {
-    int64_t B = e->M * e->per, n = 0;
+    int64_t B = e->microbatches * e->samples_per_micro, n = 0;
     for (int64_t j = 0; j < B; j++)
         n += rp_dataset_counted(e->ds, rp_dataset_sample_of(e->ds, t, B, j));
     return n;
@@ -62,18 +62,20 @@ static int cmp_i32(const void *a, const void *b)
 
 int64_t rp_engine_rows(const rp_engine *e, int64_t t, int g, int32_t *ids)
 {
-    int32_t *bt = malloc((size_t)e->T * sizeof(int32_t));
-    uint8_t *bm = malloc((size_t)e->T);
+    int32_t *bt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    uint8_t *bm = malloc((size_t)e->tokens_per_micro);
     if (!bt || !bm) {
         free(bt);
         free(bm);
         return -1;
     }
-    for (int64_t i = 0; i < e->Mg; i++) /* the inputs of the pipeline's microbatches */
-        rp_engine_tokens(e, t, g * e->Mg + i, ids + i * e->T, bt, bm);
+    /* the inputs of the pipeline's microbatches */
+    for (int64_t i = 0; i < e->micro_per_pipeline; i++)
+        rp_engine_tokens(e, t, g * e->micro_per_pipeline + i, ids + i * e->tokens_per_micro, bt,
+                         bm);
     free(bt);
     free(bm);
-    return rp_engine_sort_unique(ids, e->Mg * e->T);
+    return rp_engine_sort_unique(ids, e->micro_per_pipeline * e->tokens_per_micro);
 }
 
 int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
@@ -89,10 +91,11 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask)
 {
-    int64_t B = e->M * e->per;
-    for (int64_t j = 0; j < e->per; j++) {
-        int64_t sample = rp_dataset_sample_of(e->ds, t, B, m * e->per + j);
-        rp_dataset_fill(e->ds, sample, inputs + j * e->S, targets + j * e->S, mask + j * e->S);
+    int64_t B = e->microbatches * e->samples_per_micro;
+    for (int64_t j = 0; j < e->samples_per_micro; j++) {
+        int64_t sample = rp_dataset_sample_of(e->ds, t, B, m * e->samples_per_micro + j);
+        rp_dataset_fill(e->ds, sample, inputs + j * e->seq_len, targets + j * e->seq_len,
+                        mask + j * e->seq_len);
     }
 }
 
@@ -109,10 +112,10 @@ void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, s
 rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
                                 rp_error *err)
 {
-    for (int l = 0; l < e->L; l++)
+    for (int l = 0; l < e->num_layers; l++)
         RP_TRY(rp_proto_wait_summed(e, l, t, who, 1, err));
     double sum = 0.0;
-    for (int l = 0; l < e->L; l++) {
+    for (int l = 0; l < e->num_layers; l++) {
         size_t block, nblk = rp_clip_blocks(e->p->layers[l].numel, &block);
         const double *part = rp_engine_sumsq(e, t, l);
         double layer = 0.0; /* as rp_clip_sumsq adds its blocks */
@@ -145,8 +148,8 @@ static rp_status agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
     if (e->peer_lost)
         return RP_ERR_PEER_LOST;
     if (s == RP_OK && rp_interrupted())
-        s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted before step %lld", (long long)
-                         (e->first > 0 ? e->first : 1));
+        s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted before step %lld",
+                         (long long)(e->it_first > 0 ? e->it_first : 1));
     int mine = s == RP_OK ? INT32_MAX : e->rank, first = INT32_MAX, done = 0;
     MPI_Request req;
     MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
@@ -218,19 +221,21 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
     /* device memory from the executor's back end: the sizes it allocates */
-    size_t saved = rp_device_saved_floats(e->device, &e->p->cfg, e->per, e->S);
-    size_t workspace = rp_device_workspace_floats(e->device, &e->p->cfg, e->per, e->S);
+    size_t saved = rp_device_saved_floats(e->device, &e->p->cfg, e->samples_per_micro, e->seq_len);
+    size_t workspace =
+        rp_device_workspace_floats(e->device, &e->p->cfg, e->samples_per_micro, e->seq_len);
     rp_cost_model *cm = NULL;
-    RP_TRY(rp_cost_model_create(e->L, &cm, err));
+    RP_TRY(rp_cost_model_create(e->num_layers, &cm, err));
     snprintf(cm->name, sizeof cm->name, "model");
-    cm->tokens_per_microbatch = e->T;
-    for (int l = 0; l < e->L; l++) {
+    cm->tokens_per_microbatch = e->tokens_per_micro;
+    for (int l = 0; l < e->num_layers; l++) {
         rp_layer_flops f;
-        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->S, &f);
+        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->seq_len, &f);
         rp_layer_cost *c = &cm->layers[l];
-        c->kind = l == 0 ? RP_LAYER_EMBED : l == e->L - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
-        c->fwd_ms = f.fwd_flops_per_token * (double)e->T / flops_per_ms + 1e-3;
-        c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->T / flops_per_ms +
+        c->kind = l == 0 ? RP_LAYER_EMBED : l == e->num_layers - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
+        c->fwd_ms = f.fwd_flops_per_token * (double)e->tokens_per_micro / flops_per_ms + 1e-3;
+        c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->tokens_per_micro /
+                        flops_per_ms +
                     1e-3;
         if (fwd_ms && fwd_ms[l] >= 0)
             c->fwd_ms = fwd_ms[l];
@@ -238,16 +243,16 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
             c->bwd_ms = bwd_ms[l];
         c->weight_bytes = c->grad_bytes = (int64_t)f.param_numel * 4;
         c->opt_params = (int64_t)f.param_numel;
-        c->act_bytes = (int64_t)(f.act_floats_per_token * (size_t)e->T * 4);
+        c->act_bytes = (int64_t)(f.act_floats_per_token * (size_t)e->tokens_per_micro * 4);
         if (c->kind == RP_LAYER_BLOCK) /* its input and what its forward keeps for the backward */
             c->act_bytes += (int64_t)(saved * 4);
-        c->out_bytes = (int64_t)e->A * 4;
-        c->tied_to = (l == e->L - 1 && e->tied) ? 0 : -1;
+        c->out_bytes = (int64_t)e->act_floats * 4;
+        c->tied_to = (l == e->num_layers - 1 && e->tied) ? 0 : -1;
     }
     rp_machine mc;
     memset(&mc, 0, sizeof mc);
-    mc.gpus = e->V;
-    mc.microbatches = (int)e->M;
+    mc.gpus = e->virtual_executors;
+    mc.microbatches = (int)e->microbatches;
     mc.link_gbs = 10.0;
     mc.transfer_ms = 0.01;
     mc.opt_gbs = 10.0;
@@ -258,7 +263,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     mc.iterations = 6;
     mc.memory_limit = (int64_t)(e->o->memory_limit_mib * 1048576.0);
     mc.workspace_bytes = (int64_t)(workspace * sizeof(float));
-    rp_status s = rp_partition(cm, &mc, e->V / e->P, plan, NULL, err);
+    rp_status s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;
 }
@@ -267,23 +272,24 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
     if (e->o->plan)
-        s = rp_plan_parse(e->o->plan, e->L, &e->plan, err);
+        s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
     else if (e->rank == 0)
         s = plan_auto(e, NULL, NULL, &e->plan, err);
     /* --pipelines P fixes the width: G/P executors per pipeline (one when
      * there are fewer executors than pipelines: then several pipelines
      * share an executor, one after the other) */
-    int width = e->V / e->P;
-    if (s == RP_OK && e->plan.width == 0 && width != e->V)
+    int width = e->virtual_executors / e->pipelines;
+    if (s == RP_OK && e->plan.width == 0 && width != e->virtual_executors)
         e->plan.width = width;
-    if (s == RP_OK && (e->plan.width == 0 ? e->V : e->plan.width) != width)
-        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--plan: width %d, but %d pipeline(s) on %d "
-                         "executor(s) have width %d (set by --pipelines)", e->plan.width, e->P,
-                         e->size, width);
+    if (s == RP_OK && (e->plan.width == 0 ? e->virtual_executors : e->plan.width) != width)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG,
+                         "--plan: width %d, but %d pipeline(s) on %d "
+                         "executor(s) have width %d (set by --pipelines)",
+                         e->plan.width, e->pipelines, e->size, width);
     RP_TRY(agree(e, s, comm, err));
     /* the leader's plan is everyone's plan */
     MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    RP_TRY(agree(e, rp_plan_validate(&e->plan, e->L, err), comm, err));
+    RP_TRY(agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
     return RP_OK;
 }
 
@@ -298,38 +304,40 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
 {
     rp_store_layout *lay = NULL;
     RP_TRY(rp_store_layout_create(&lay, err));
-    size_t vh = e->tied ? (size_t)(cfg->vocab_size * e->H) : 0;
+    size_t vh = e->tied ? (size_t)(cfg->vocab_size * e->hidden) : 0;
     /* gradients of pipelines 1..P-1, 64-byte aligned per layer; one
      * pipeline's block is staggered like the model state's arrays, since
      * the optimizer streams a layer's copies side by side */
     e->gstride = 0;
-    for (int l = 0; l < e->L; l++) {
+    for (int l = 0; l < e->num_layers; l++) {
         e->goff[l] = e->gstride;
         if (l > 0) /* the embedding's travels as rows */
             e->gstride += (e->p->layers[l].numel + 15) & ~(size_t)15;
     }
     e->gstride = rp_adamw_array_bytes(e->gstride) / sizeof(float);
-    int64_t ntok = e->Mg * e->T;
+    int64_t ntok = e->micro_per_pipeline * e->tokens_per_micro;
     e->emb_cap = ntok < cfg->vocab_size ? ntok : cfg->vocab_size;
     rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, e->o->dtype),
                                       RP_STORE_ALIGN_PAGE, &map->params, err);
     if (s == RP_OK)
-        s = rp_store_layout_add(lay, "tied-grad", (size_t)e->P * vh * sizeof(float),
+        s = rp_store_layout_add(lay, "tied-grad", (size_t)e->pipelines * vh * sizeof(float),
                                 RP_STORE_ALIGN_PAGE, &map->tied, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "pipeline-grads",
-                                (size_t)(e->P - 1) * e->gstride * sizeof(float),
+                                (size_t)(e->pipelines - 1) * e->gstride * sizeof(float),
                                 RP_STORE_ALIGN_PAGE, &map->group, err);
     if (s == RP_OK)
-        s = rp_store_layout_add(lay, "embedding-grad-ids", (size_t)(e->P * ntok) * sizeof(int32_t),
+        s = rp_store_layout_add(lay, "embedding-grad-ids",
+                                (size_t)(e->pipelines * ntok) * sizeof(int32_t),
                                 RP_STORE_ALIGN_PAGE, &map->emb_ids, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "embedding-grad-rows",
-                                (size_t)(e->P * e->emb_cap * e->H) * sizeof(float),
+                                (size_t)(e->pipelines * e->emb_cap * e->hidden) * sizeof(float),
                                 RP_STORE_ALIGN_PAGE, &map->emb_rows, err);
     if (s == RP_OK)
-        s = rp_store_layout_add(lay, "embedding-grad-counts", (size_t)e->P * sizeof(int64_t),
-                                RP_STORE_ALIGN_LINE, &map->emb_n, err);
+        s = rp_store_layout_add(lay, "embedding-grad-counts",
+                                (size_t)e->pipelines * sizeof(int64_t), RP_STORE_ALIGN_LINE,
+                                &map->emb_n, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
     rp_store_params sp;
@@ -359,8 +367,8 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
  * the earlier iterations had run under this plan. */
 static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
-    rp_arena_spec as = {e->L, (int)e->M, e->A, e->o->recompute_layer};
-    e->J = rp_schedule_num_jobs(&e->plan);
+    rp_arena_spec as = {e->num_layers, (int)e->microbatches, e->act_floats, e->o->recompute_layer};
+    e->jobs_per_it = rp_schedule_num_jobs(&e->plan);
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
         return agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
     rp_event_dims dims;
@@ -385,7 +393,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     e->act = (float *)(base + act);
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store))
-        rp_events_fill(e->ev, (uint64_t)(e->first - 1));
+        rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
     s = agree(e, s, comm, err);
     if (!e->peer_lost)
         MPI_Barrier(comm); /* counters set before anyone waits */
@@ -428,7 +436,7 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
  * on the leader, and share the plan. */
 static rp_status replan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
-    int L = e->L;
+    int L = e->num_layers;
     MPI_Allreduce(MPI_IN_PLACE, e->meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
     MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
     rp_status s = RP_OK;
@@ -534,34 +542,37 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         rp_error_prefix(err, "%s", o->model_dir ? path : o->init_config);
     RP_TRY(agree(e, s, comm, err));
     e->p = &probe;
-    e->L = probe.nlayers;
-    e->H = cfg.hidden_size;
+    e->num_layers = probe.nlayers;
+    e->hidden = cfg.hidden_size;
     e->tied = cfg.tie_word_embeddings;
-    e->M = o->microbatches ? o->microbatches : o->batch_size;
-    e->per = o->batch_size / e->M;
-    e->S = o->seq_len;
-    e->T = e->per * e->S;
-    e->A = (size_t)(e->T * e->H);
-    e->P = o->pipelines > 0 ? o->pipelines : 1;
-    e->V = e->size > e->P ? e->size : e->P;
-    e->Mg = e->M / e->P;
-    e->goff = calloc((size_t)e->L, sizeof(size_t));
+    e->microbatches = o->microbatches ? o->microbatches : o->batch_size;
+    e->samples_per_micro = o->batch_size / e->microbatches;
+    e->seq_len = o->seq_len;
+    e->tokens_per_micro = e->samples_per_micro * e->seq_len;
+    e->act_floats = (size_t)(e->tokens_per_micro * e->hidden);
+    e->pipelines = o->pipelines > 0 ? o->pipelines : 1;
+    e->virtual_executors = e->size > e->pipelines ? e->size : e->pipelines;
+    e->micro_per_pipeline = e->microbatches / e->pipelines;
+    e->goff = calloc((size_t)e->num_layers, sizeof(size_t));
     s = e->goff ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "pipeline gradient offsets");
-    if (s == RP_OK && (e->M % e->P != 0 || e->V % e->size != 0 || e->V % e->P != 0))
-        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--pipelines %d: needs a divisor of the %lld "
+    if (s == RP_OK && (e->microbatches % e->pipelines != 0 || e->virtual_executors % e->size != 0 ||
+                       e->virtual_executors % e->pipelines != 0))
+        s = rp_error_set(err, RP_ERR_INVALID_ARG,
+                         "--pipelines %d: needs a divisor of the %lld "
                          "microbatches that divides, or is a multiple of, the %d executors",
-                         e->P, (long long)e->M, e->size);
-    if (s == RP_OK && o->optimizer_lag && e->P > e->size)
-        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--optimizer-lag 1 with --pipelines %d needs at "
-                         "least %d executors (one pipeline per executor at most), not %d", e->P,
-                         e->P, e->size);
+                         e->pipelines, (long long)e->microbatches, e->size);
+    if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG,
+                         "--optimizer-lag 1 with --pipelines %d needs at "
+                         "least %d executors (one pipeline per executor at most), not %d",
+                         e->pipelines, e->pipelines, e->size);
     if (s != RP_OK) {
         free(e->goff);
         free(probe.layers);
         return agree(e, s, comm, err);
     }
 
-    s = rp_dataset_open(o->data, o->loss_mask, e->S, cfg.vocab_size, &e->ds, err);
+    s = rp_dataset_open(o->data, o->loss_mask, e->seq_len, cfg.vocab_size, &e->ds, err);
     if (s == RP_OK) {
         int64_t n = rp_dataset_samples(e->ds);
         e->steps = o->steps ? o->steps : (n + o->batch_size - 1) / o->batch_size;
@@ -602,8 +613,8 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
         }
         s = agree(e, s, comm, err);
     }
-    e->meas_ms = calloc(4 * (size_t)e->L, sizeof(double));
-    e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->L : NULL;
+    e->meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
+    e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->num_layers : NULL;
     if (s == RP_OK && !e->meas_ms)
         s = rp_error_set(err, RP_ERR_NOMEM, "measurements");
     if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
@@ -612,10 +623,14 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     if (s == RP_OK && e->log) { /* the run's description beside the metrics */
         char plan_text[512];
         rp_plan_format(&e->plan, plan_text, sizeof plan_text);
-        rp_run_info info = {.o = o, .device = rp_device_kind_name(device), .ranks = e->size,
+        rp_run_info info = {.o = o,
+                            .device = rp_device_kind_name(device),
+                            .ranks = e->size,
                             .nodes = e->size / rp_store_node_size(pstore),
-                            .threads_per_rank = e->threads, .layers = e->L,
-                            .parameters = shared->total_numel, .plan = plan_text,
+                            .threads_per_rank = e->threads,
+                            .layers = e->num_layers,
+                            .parameters = shared->total_numel,
+                            .plan = plan_text,
                             .start_time = rp_wall_clock()};
         s = rp_run_info_write(&info, o->log_path, err);
     }
@@ -631,8 +646,9 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
                "of %lld microbatches; plan %s; executors: %s",
                o->model_dir ? o->model_dir : o->init_config, (long long)cfg.num_hidden_layers,
                (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
-               (long long)e->S, (long long)e->steps, (long long)o->batch_size, (long long)e->M,
-               e->size, e->threads, e->P, (long long)e->Mg, plan_text, executors);
+               (long long)e->seq_len, (long long)e->steps, (long long)o->batch_size,
+               (long long)e->microbatches, e->size, e->threads, e->pipelines,
+               (long long)e->micro_per_pipeline, plan_text, executors);
         /* A live line goes to standard output (a terminal, also under
          * mpirun), periodic lines to standard error. While the line is
          * live, rank 0's messages go through it so they never share a line. */
@@ -655,10 +671,10 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     e->trace_step_ns = rp_trace_now_ns();
     e->last_loss = NAN;
     int started = s == RP_OK;
-    for (e->first = 1; s == RP_OK && e->first <= e->steps; e->first = e->last + 1) {
-        int replan_after = !o->plan && !o->optimizer_lag && e->first == 1 &&
-                           e->steps > RP_REPLAN_AFTER;
-        e->last = replan_after ? RP_REPLAN_AFTER : e->steps;
+    for (e->it_first = 1; s == RP_OK && e->it_first <= e->steps; e->it_first = e->it_last + 1) {
+        int replan_after =
+            !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
+        e->it_last = replan_after ? RP_REPLAN_AFTER : e->steps;
         s = build_segment(e, comm, err);
         if (s == RP_OK)
             s = run_segment(e, comm, err);
@@ -670,7 +686,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
      * as such, with the step it stopped (rank 0 knows the steps logged) */
     if (started && s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
         s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
-                         (long long)(e->rank == 0 ? e->steps_logged + 1 : e->first),
+                         (long long)(e->rank == 0 ? e->steps_logged + 1 : e->it_first),
                          (long long)e->steps);
     if (s == RP_OK && e->rank == 0)
         rp_progress_finish(&e->progress, e->steps, e->last_loss);

@@ -14,8 +14,14 @@
  * layers' checkpoints and the backward stages' input gradients. */
 static int slot_fwd(const rp_engine *e, int s) { (void)e; return 1 + s; }
 static int slot_ckpt(const rp_engine *e, int l) { return 1 + e->plan.nfwd + l; }
-static int slot_bwd(const rp_engine *e, int i) { return 1 + e->plan.nfwd + e->L + i; }
-static int slot_count(const rp_engine *e) { return 1 + e->plan.nfwd + e->L + e->plan.nbwd; }
+static int slot_bwd(const rp_engine *e, int i)
+{
+    return 1 + e->plan.nfwd + e->num_layers + i;
+}
+static int slot_count(const rp_engine *e)
+{
+    return 1 + e->plan.nfwd + e->num_layers + e->plan.nbwd;
+}
 
 /* uploaded indices: weights of layer l uploaded by a forward job, or by a
  * tail/backward job, of iteration t. Odd and even iterations count apart:
@@ -23,25 +29,25 @@ static int slot_count(const rp_engine *e) { return 1 + e->plan.nfwd + e->L + e->
  * upload in either order; within one parity the order is enforced. */
 static int uploaded_index(const rp_engine *e, int forward_job, int l, int64_t t)
 {
-    return (int)(t % 2) * 2 * e->L + (forward_job ? 0 : e->L) + l;
+    return (int)(t % 2) * 2 * e->num_layers + (forward_job ? 0 : e->num_layers) + l;
 }
 
 void rp_proto_dims(const rp_engine *e, rp_event_dims *dims)
 {
     memset(dims, 0, sizeof *dims);
     dims->count[RP_EV_FWD_OUT] = e->plan.nfwd;
-    dims->micro[RP_EV_FWD_OUT] = (int)e->M;
+    dims->micro[RP_EV_FWD_OUT] = (int)e->microbatches;
     dims->count[RP_EV_BWD_OUT] = e->plan.nbwd;
-    dims->micro[RP_EV_BWD_OUT] = (int)e->M;
-    dims->count[RP_EV_GRAD] = e->L;
-    dims->micro[RP_EV_GRAD] = e->P;
-    dims->count[RP_EV_VERSION] = e->L;
+    dims->micro[RP_EV_BWD_OUT] = (int)e->microbatches;
+    dims->count[RP_EV_GRAD] = e->num_layers;
+    dims->micro[RP_EV_GRAD] = e->pipelines;
+    dims->count[RP_EV_VERSION] = e->num_layers;
     dims->micro[RP_EV_VERSION] = e->size;
     dims->count[RP_EV_SLOT_FREE] = slot_count(e);
-    dims->micro[RP_EV_SLOT_FREE] = (int)e->M;
-    dims->count[RP_EV_UPLOADED] = 4 * e->L;
-    dims->micro[RP_EV_UPLOADED] = e->P;
-    dims->count[RP_EV_SUMMED] = e->L;
+    dims->micro[RP_EV_SLOT_FREE] = (int)e->microbatches;
+    dims->count[RP_EV_UPLOADED] = 4 * e->num_layers;
+    dims->micro[RP_EV_UPLOADED] = e->pipelines;
+    dims->count[RP_EV_SUMMED] = e->num_layers;
     dims->micro[RP_EV_SUMMED] = e->size;
     dims->count[RP_EV_ROWS] = 1;
     dims->micro[RP_EV_ROWS] = e->size;
@@ -75,7 +81,7 @@ void rp_proto_read_fault(rp_engine *e)
  * (rp_pipeline_train rewrites the message with the steps logged). */
 static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
 {
-    int64_t step = (int64_t)value < e->first ? e->first : (int64_t)value;
+    int64_t step = (int64_t)value < e->it_first ? e->it_first : (int64_t)value;
     rp_status s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
                                (long long)(step < e->steps ? step : e->steps),
                                (long long)e->steps);
@@ -222,8 +228,9 @@ rp_status rp_proto_wait_losses_free(rp_engine *e, int64_t t, const char *job, rp
 rp_status rp_proto_wait_losses(rp_engine *e, int64_t t, const char *job, rp_error *err)
 {
     /* the tail (backward stage 0) of pipeline g signals its last microbatch */
-    for (int g = 0; g < e->P; g++)
-        RP_TRY(wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->Mg - 1), (uint64_t)t, job, 1, err));
+    for (int g = 0; g < e->pipelines; g++)
+        RP_TRY(wait(e, RP_EV_BWD_OUT, 0, (int)((g + 1) * e->micro_per_pipeline - 1), (uint64_t)t,
+                    job, 1, err));
     return RP_OK;
 }
 
