@@ -1,14 +1,13 @@
 librp_la_SOURCES += \
 	src/engine/train_options.c src/engine/train_options.h src/engine/train_set.c \
 	src/engine/params.c src/engine/params.h \
-	src/engine/dataset.c src/engine/dataset.h \
 	src/engine/progress.c src/engine/progress.h \
 	src/engine/arena.c src/engine/arena.h \
 	src/engine/engine_impl.h \
-	src/engine/protocol.c src/engine/protocol.h \
+	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
 	src/engine/executor.c src/engine/optimizer.c src/engine/logger.c \
 	src/engine/pipeline.c src/engine/pipeline.h \
-	src/engine/trace.c src/engine/trace.h src/engine/outputs.c \
+	src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \
 	src/engine/trainer.c src/engine/trainer.h \
 	src/engine/executor_summary.c src/engine/executor_summary.h

@@ -4,8 +4,8 @@
  * of one activity that overlap in time (the waits of several optimizer
  * threads) are written on extra tracks of that activity ("waits (optimizer)
  * #2", ...), so no track holds overlapping slices, which viewers drop. */
-#ifndef RP_ENGINE_TRACE_H
-#define RP_ENGINE_TRACE_H
+#ifndef RP_IO_TRACE_H
+#define RP_IO_TRACE_H
 
 #include <mpi.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "engine/trace.h"
+#include "io/trace.h"
 
 #include <pthread.h>
 #include <stdio.h>

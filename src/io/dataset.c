@@ -1,4 +1,4 @@
-#include "engine/dataset.h"
+#include "io/dataset.h"
 
 #include <stdlib.h>
 

@@ -2,8 +2,8 @@
  * floor((len - 1) / S) samples; sample i is tokens[i*S .. i*S+S] (inputs the
  * first S, targets the last S); step k (1-based) uses samples
  * ((k-1)*B + j) mod n, j < B; target position p counts iff mask[p] == 1. */
-#ifndef RP_ENGINE_DATASET_H
-#define RP_ENGINE_DATASET_H
+#ifndef RP_IO_DATASET_H
+#define RP_IO_DATASET_H
 
 #include <stdint.h>
 

@@ -1,0 +1,55 @@
+/* What the engine's threads (executor, optimizer, logger) share beyond the
+ * event protocol: the first failure and the abort flag, each rank's share
+ * of a layer's optimizer work, and the global gradient norm. */
+#include <stdatomic.h>
+
+#include "engine/engine_impl.h"
+#include "engine/protocol.h"
+#include "optim/clip.h"
+
+rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err)
+{
+    pthread_mutex_lock(&e->lock);
+    if (e->status == RP_OK) {
+        e->status = s;
+        e->err = *err;
+        e->err.code = s;
+    }
+    pthread_mutex_unlock(&e->lock);
+    int64_t none = 0;
+    atomic_compare_exchange_strong(e->abort_flag, &none, (int64_t)e->rank + 1);
+    return s;
+}
+
+int rp_engine_aborted(const rp_engine *e)
+{
+    return atomic_load(e->abort_flag) != 0;
+}
+
+void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, size_t *lo,
+                     size_t *hi)
+{
+    size_t n = e->p->layers[l].numel, block, nblk = rp_clip_blocks(n, &block);
+    *b0 = nblk * (size_t)r / (size_t)e->size;
+    *b1 = nblk * (size_t)(r + 1) / (size_t)e->size;
+    *lo = *b0 * block < n ? *b0 * block : n;
+    *hi = *b1 * block < n ? *b1 * block : n;
+}
+
+rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
+                                rp_error *err)
+{
+    for (int l = 0; l < e->num_layers; l++)
+        RP_TRY(rp_proto_wait_summed(e, l, t, who, 1, err));
+    double sum = 0.0;
+    for (int l = 0; l < e->num_layers; l++) {
+        size_t block, nblk = rp_clip_blocks(e->p->layers[l].numel, &block);
+        const double *part = rp_engine_sumsq(e, t, l);
+        double layer = 0.0; /* as rp_clip_sumsq adds its blocks */
+        for (size_t b = 0; b < nblk; b++)
+            layer += part[b];
+        sum += layer;
+    }
+    *total = sum;
+    return RP_OK;
+}
