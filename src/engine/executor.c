@@ -9,49 +9,9 @@
 
 #include "device/backend.h"
 #include "engine/engine_impl.h"
+#include "engine/executor_impl.h"
 #include "engine/protocol.h"
 #include "model/layout.h"
-
-typedef struct stage_buf {
-    float *w;            /* weights of the stage's layers (+ a tied LM head's matrix) */
-    size_t *off;         /* [nlayers + 1] offset of layer first+i; last entry: tied matrix */
-    rp_xfer_req *req;    /* [nlayers + 1] */
-    int nreq;
-    int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
-    int g, j;
-    /* a stage with the embedding holds only the rows its pipeline's tokens
-     * read: their sorted ids, gathered on the host into `gather` (pinned)
-     * and uploaded; tokens are renumbered to positions in `rows` */
-    int32_t *rows;
-    int64_t nrows;
-    float *gather;
-    int gather_pinned;
-} stage_buf;
-
-typedef struct executor {
-    rp_engine *e;
-    rp_device *dev;
-    int pinned;          /* host store ranges registered with the device */
-    rp_xfer *xfer;
-    stage_buf buf[2];
-    int cur;             /* buffer of the running job */
-    float *g;            /* gradients of the stage, same offsets as the weights */
-    float *tg;           /* tied LM head gradient [vocab, hidden], or NULL */
-    float **acts;        /* [nlayers + 1] activation buffers of A floats */
-    float *d;            /* gradient flowing down, A floats */
-    float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
-                            layer of the largest tail or backward stage (a backward stage
-                            needs one with layer-grain recompute); forward jobs reuse the
-                            first */
-    int nsaved;
-    float *ws;           /* scratch of the layer calls */
-    int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
-    uint8_t *mask;
-    int32_t *hin, *htgt;   /* host staging */
-    uint8_t *hmask;
-    rp_xfer_req *greq;   /* [nlayers + 1] downloads */
-    char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
-} executor;
 
 /* Device allocations keep the first failure's message (bytes asked and,
  * from the CUDA back end, bytes free). */
@@ -69,54 +29,11 @@ static float *falloc(executor *x, size_t n, rp_error *err)
     return dalloc(x, (n ? n : 1) * sizeof(float), err);
 }
 
-/* Move bytes between host and device now, through the transfer engine's
- * queue of the given class (so a transfer of a higher class goes first). */
-static rp_status move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
-                      const char *tag, rp_error *err)
-{
-    rp_xfer_req r;
-    memset(&r, 0, sizeof r);
-    r.dst = dst;
-    r.src = src;
-    r.bytes = bytes;
-    r.cls = cls;
-    r.tag = tag;
-    RP_TRY(rp_xfer_submit(x->xfer, &r, err));
-    return rp_xfer_wait(x->xfer, &r, err);
-}
-
 static rp_status device_copy(void *ctx, void *dst, const void *src, size_t bytes,
                              rp_xfer_class cls, rp_error *err)
 {
     (void)cls;
     return rp_device_copy(ctx, dst, src, bytes, err);
-}
-
-static size_t numel(const rp_engine *e, int l)
-{
-    return e->p->layers[l].numel;
-}
-
-/* Does this job need the tied embedding matrix as its LM head? */
-static int needs_tied(const rp_engine *e, const rp_job *job)
-{
-    return e->tied && job->kind == RP_JOB_TAIL;
-}
-
-static size_t stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
-{
-    size_t n = 0;
-    int i = 0;
-    for (int l = job->first; l <= job->last; l++, i++) {
-        if (off)
-            off[i] = n;
-        n += (numel(e, l) + 15) & ~(size_t)15;
-    }
-    if (off)
-        off[e->num_layers] = n;
-    if (needs_tied(e, job))
-        n += (size_t)(e->p->cfg.vocab_size * e->hidden);
-    return n;
 }
 
 static void executor_free(executor *x)
@@ -175,7 +92,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->nsaved = 1;
     for (int j = 0; j < e->jobs_per_it; j++) {
         rp_job job = rp_schedule_job(&e->plan, j);
-        size_t n = stage_floats(e, &job, NULL);
+        size_t n = rp_stage_floats(e, &job, NULL);
         int layers = job.last - job.first + 1;
         wmax = n > wmax ? n : wmax;
         nst_max = layers > nst_max ? layers : nst_max;
@@ -261,123 +178,6 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     return s;
 }
 
-/* What the job waits for before it reads layer l: its version, except for
- * an embedding read only through the tokens, which needs only the rows the
- * tokens read (updated first). */
-static int rows_only(const rp_engine *e, const rp_job *job, int l)
-{
-    return l == 0 && !needs_tied(e, job);
-}
-
-/* Wait until every layer of the job (and a tied head's embedding) is at the
- * version this iteration needs. */
-static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_error *err)
-{
-    rp_engine *e = x->e;
-    uint64_t need = rp_engine_need(e, t);
-    for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_proto_wait_layer(e, l, rows_only(e, job, l), need, x->name, 0, err));
-    if (needs_tied(e, job) && job->first > 0)
-        RP_TRY(rp_proto_wait_layer(e, 0, 0, need, x->name, 0, err));
-    return RP_OK;
-}
-
-static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int g,
-                               int j, rp_xfer_class cls, rp_error *err)
-{
-    rp_engine *e = x->e;
-    stage_floats(e, job, b->off);
-    b->nreq = 0;
-    b->t = t;
-    b->g = g;
-    b->j = j;
-    for (int l = job->first; l <= job->last; l++) {
-        rp_xfer_req *r = &b->req[b->nreq++];
-        memset(r, 0, sizeof *r);
-        r->dst = b->w + b->off[l - job->first];
-        r->cls = cls;
-        if (l == 0) { /* only the rows this pipeline's tokens read */
-            b->nrows = rp_engine_rows(e, t, g, b->rows);
-            if (b->nrows < 0)
-                return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
-                                    e->rank, j);
-            size_t H = (size_t)e->hidden;
-            const float *table = e->p->st[0].compute;
-#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
-            for (int64_t i = 0; i < b->nrows; i++)
-                memcpy(b->gather + (size_t)i * H, table + (size_t)b->rows[i] * H,
-                       H * sizeof(float));
-            r->src = b->gather;
-            r->bytes = (size_t)b->nrows * H * sizeof(float);
-            r->tag = "embedding rows";
-        } else {
-            r->src = e->p->st[l].compute;
-            r->bytes = numel(e, l) * sizeof(float);
-            r->tag = "weights";
-        }
-        RP_TRY(rp_xfer_submit(x->xfer, r, err));
-    }
-    if (needs_tied(e, job)) {
-        rp_xfer_req *r = &b->req[b->nreq++];
-        memset(r, 0, sizeof *r);
-        r->dst = b->w + b->off[e->num_layers];
-        r->src = e->p->st[0].compute;
-        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
-        r->cls = cls;
-        r->tag = "tied-head";
-        RP_TRY(rp_xfer_submit(x->xfer, r, err));
-    }
-    return RP_OK;
-}
-
-static rp_status wait_upload(executor *x, stage_buf *b, rp_error *err)
-{
-    for (int i = 0; i < b->nreq; i++)
-        RP_TRY(rp_xfer_wait(x->xfer, &b->req[i], err));
-    return RP_OK;
-}
-
-/* Next job of this rank after (t, g, j), if any within the run: a rank
- * runs its jobs by iteration, then pipeline, then job index. */
-static int next_job(const rp_engine *e, int64_t t, int g, int j, int64_t *nt, int *ng, int *nj)
-{
-    for (;;) {
-        if (++j == e->jobs_per_it) {
-            j = 0;
-            if (++g == e->pipelines) {
-                g = 0;
-                if (++t > e->it_last)
-                    return 0;
-            }
-        }
-        if (rp_engine_executor(e, t, j, g) == e->rank) {
-            *nt = t;
-            *ng = g;
-            *nj = j;
-            return 1;
-        }
-    }
-}
-
-/* Prefetch the next job's weights into the other buffer when they are
- * already at the version it needs (otherwise it uploads at its start). */
-static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *err)
-{
-    rp_engine *e = x->e;
-    int64_t nt;
-    int ng, nj;
-    if (!next_job(e, t, g, j, &nt, &ng, &nj))
-        return RP_OK;
-    rp_job job = rp_schedule_job(&e->plan, nj);
-    uint64_t need = rp_engine_need(e, nt);
-    for (int l = job.first; l <= job.last; l++)
-        if (!rp_proto_layer_at(e, l, rows_only(e, &job, l), need))
-            return RP_OK;
-    if (needs_tied(e, &job) && !rp_proto_layer_at(e, 0, 0, need))
-        return RP_OK;
-    return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
-}
-
 /* ---- layer calls on the device buffers --------------------------------- */
 
 static const float *W(executor *x, const rp_job *job, int l)
@@ -457,7 +257,7 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     const float *cur = NULL;
     if (job->first > 0) {
         RP_TRY(rp_proto_wait_fwd_out(e, s - 1, m, t, x->name, err));
-        RP_TRY(move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
+        RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
                     RP_XFER_INPUT, "input", err));
         rp_proto_fwd_out_read(e, s - 1, m, t);
         cur = x->acts[0];
@@ -468,14 +268,14 @@ static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
         nb ^= 1;
         if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint */
             RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
-            RP_TRY(move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
+            RP_TRY(rp_exec_move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
                         "checkpoint", err));
         }
         RP_TRY(layer_forward(x, job, l, cur, out, x->saved[0], t, err));
         cur = out;
     }
     RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
-    RP_TRY(move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE, "output",
+    RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE, "output",
                 err));
     rp_proto_publish_fwd_out(e, s, m, t);
     return RP_OK;
@@ -492,7 +292,7 @@ static rp_status recompute(executor *x, const rp_job *job, const float *host_in0
     rp_engine *e = x->e;
     const float *cur = NULL;
     if (host_in0) {
-        RP_TRY(move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input",
+        RP_TRY(rp_exec_move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input",
                     err));
         cur = x->acts[0];
     }
@@ -515,7 +315,7 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
     int i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
     if (job->first > 0)
-        RP_TRY(move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]), x->d,
+        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]), x->d,
                     e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad", err));
     rp_proto_publish_bwd_out(e, i, m, t);
     return RP_OK;
@@ -535,7 +335,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
     else if (in0) /* the head alone: its input */
         RP_TRY(
-            move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input", err));
+            rp_exec_move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input", err));
     if (job->first > 0) /* the input was copied to the device */
         rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
@@ -571,7 +371,7 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     rp_engine *e = x->e;
     int M = (int)e->microbatches, i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
-    RP_TRY(move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->act_floats * sizeof(float),
+    RP_TRY(rp_exec_move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->act_floats * sizeof(float),
                 RP_XFER_INPUT, "output-grad", err));
     rp_proto_bwd_out_read(e, i - 1, m, t);
     if (e->o->recompute_layer) {
@@ -579,7 +379,7 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
          * activations on the device at a time */
         for (int l = job->last; l >= job->first; l--) {
             if (l > 0) {
-                RP_TRY(move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
+                RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
                             e->act_floats * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
                 rp_proto_checkpoint_read(e, l, m, t);
                 RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
@@ -615,7 +415,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
     for (int l = job->first; l <= job->last; l++) /* the embedding's rows: read by the sum */
         RP_TRY(l == 0 ? rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err)
                       : rp_proto_wait_layer(e, l, 0, (uint64_t)(t - 1), x->name, 0, err));
-    if (needs_tied(e, job))
+    if (rp_stage_needs_tied(e, job))
         RP_TRY(rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err));
     for (int l = job->first; l <= job->last; l++) {
         rp_xfer_req *r = &x->greq[n++];
@@ -631,12 +431,12 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
             e->emb_n[g] = b->nrows;
         } else {
             r->dst = rp_engine_grad(e, g, l);
-            r->bytes = numel(e, l) * sizeof(float);
+            r->bytes = rp_layer_numel(e, l) * sizeof(float);
             r->tag = "grads";
         }
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
     }
-    if (needs_tied(e, job)) {
+    if (rp_stage_needs_tied(e, job)) {
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
         r->dst = rp_engine_tied_grad(e, g);
@@ -658,23 +458,6 @@ static const char *kind_letter(rp_job_kind k)
     return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
 }
 
-/* Token ids to positions in the stage's embedding rows (all present: the
- * rows are this pipeline's tokens). */
-static void renumber(const stage_buf *b, int32_t *ids, int64_t T)
-{
-    for (int64_t i = 0; i < T; i++) {
-        int64_t lo = 0, hi = b->nrows - 1;
-        while (lo < hi) {
-            int64_t mid = (lo + hi) / 2;
-            if (b->rows[mid] < ids[i])
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        ids[i] = (int32_t)lo;
-    }
-}
-
 static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
 {
     rp_engine *e = x->e;
@@ -685,29 +468,15 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     else
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
                  kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
-    /* weights: prefetched into the other buffer, or uploaded now */
-    stage_buf *pre = &x->buf[1 - x->cur];
-    if (pre->t == t && pre->g == g && pre->j == j) {
-        x->cur = 1 - x->cur;
-        RP_TRY(wait_upload(x, pre, err));
-    } else {
-        RP_TRY(wait_versions(x, &job, t, err));
-        RP_TRY(submit_upload(x, &x->buf[x->cur], &job, t, g, j, RP_XFER_WEIGHTS, err));
-        RP_TRY(wait_upload(x, &x->buf[x->cur], err));
-    }
-    x->buf[1 - x->cur].t = 0;
-    /* tell a lagged optimizer these weights may now change */
-    for (int l = job.first; l <= job.last; l++)
-        rp_proto_publish_uploaded(e, job.kind == RP_JOB_FWD, l, g, t);
-    RP_TRY(maybe_prefetch(x, t, g, j, err));
+    RP_TRY(rp_stage_acquire(x, &job, t, g, j, err));
 
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
     float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
     if (job.kind != RP_JOB_FWD) {
         RP_TRY(rp_device_memset0(x->dev, x->g,
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
-                                     numel(e, job.last) * sizeof(float), err));
-        if (needs_tied(e, &job))
+                                     rp_layer_numel(e, job.last) * sizeof(float), err));
+        if (rp_stage_needs_tied(e, &job))
             RP_TRY(rp_device_memset0(
                 x->dev, x->tg, (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float), err));
     }
@@ -718,13 +487,13 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         if (job.first == 0 || job.kind == RP_JOB_TAIL) {
             rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
             if (job.first == 0)
-                renumber(&x->buf[x->cur], x->hin, e->tokens_per_micro);
-            RP_TRY(move(x, x->in, x->hin, (size_t)e->tokens_per_micro * sizeof(int32_t),
+                rp_stage_renumber(&x->buf[x->cur], x->hin, e->tokens_per_micro);
+            RP_TRY(rp_exec_move(x, x->in, x->hin, (size_t)e->tokens_per_micro * sizeof(int32_t),
                         RP_XFER_INPUT, "tokens", err));
             if (job.kind == RP_JOB_TAIL) {
-                RP_TRY(move(x, x->tgt, x->htgt, (size_t)e->tokens_per_micro * sizeof(int32_t),
+                RP_TRY(rp_exec_move(x, x->tgt, x->htgt, (size_t)e->tokens_per_micro * sizeof(int32_t),
                             RP_XFER_INPUT, "targets", err));
-                RP_TRY(move(x, x->mask, x->hmask, (size_t)e->tokens_per_micro, RP_XFER_INPUT,
+                RP_TRY(rp_exec_move(x, x->mask, x->hmask, (size_t)e->tokens_per_micro, RP_XFER_INPUT,
                             "mask", err));
             }
         }

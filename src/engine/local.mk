@@ -5,7 +5,8 @@ librp_la_SOURCES += \
 	src/engine/arena.c src/engine/arena.h \
 	src/engine/engine_impl.h \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
-	src/engine/executor.c src/engine/optimizer.c src/engine/logger.c \
+	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
+	src/engine/optimizer.c src/engine/logger.c \
 	src/engine/pipeline.c src/engine/pipeline.h \
 	src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \

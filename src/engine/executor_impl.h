@@ -1,0 +1,82 @@
+/* The executor's state, shared by its job loop (executor.c) and its stage
+ * buffers (stage_buffers.c). Internal to the engine. */
+#ifndef RP_ENGINE_EXECUTOR_IMPL_H
+#define RP_ENGINE_EXECUTOR_IMPL_H
+
+#include "device/backend.h"
+#include "engine/engine_impl.h"
+
+typedef struct stage_buf {
+    float *w;            /* weights of the stage's layers (+ a tied LM head's matrix) */
+    size_t *off;         /* [nlayers + 1] offset of layer first+i; last entry: tied matrix */
+    rp_xfer_req *req;    /* [nlayers + 1] */
+    int nreq;
+    int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
+    int g, j;
+    /* a stage with the embedding holds only the rows its pipeline's tokens
+     * read: their sorted ids, gathered on the host into `gather` (pinned)
+     * and uploaded; tokens are renumbered to positions in `rows` */
+    int32_t *rows;
+    int64_t nrows;
+    float *gather;
+    int gather_pinned;
+} stage_buf;
+
+typedef struct executor {
+    rp_engine *e;
+    rp_device *dev;
+    int pinned;          /* host store ranges registered with the device */
+    rp_xfer *xfer;
+    stage_buf buf[2];
+    int cur;             /* buffer of the running job */
+    float *g;            /* gradients of the stage, same offsets as the weights */
+    float *tg;           /* tied LM head gradient [vocab, hidden], or NULL */
+    float **acts;        /* [nlayers + 1] activation buffers of A floats */
+    float *d;            /* gradient flowing down, A floats */
+    float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
+                            layer of the largest tail or backward stage (a backward stage
+                            needs one with layer-grain recompute); forward jobs reuse the
+                            first */
+    int nsaved;
+    float *ws;           /* scratch of the layer calls */
+    int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
+    uint8_t *mask;
+    int32_t *hin, *htgt;   /* host staging */
+    uint8_t *hmask;
+    rp_xfer_req *greq;   /* [nlayers + 1] downloads */
+    char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
+} executor;
+
+static inline size_t rp_layer_numel(const rp_engine *e, int l)
+{
+    return e->p->layers[l].numel;
+}
+
+/* Move bytes between host and device now, through the transfer engine's
+ * queue of the given class (so a transfer of a higher class goes first). */
+rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
+                       const char *tag, rp_error *err);
+
+/* ---- stage buffers (stage_buffers.c) ------------------------------------- */
+
+/* Does this job need the tied embedding matrix as its LM head? */
+int rp_stage_needs_tied(const rp_engine *e, const rp_job *job);
+
+/* Floats of the job's stage on the device (its layers, each rounded up to
+ * 16 floats, and a tied head's matrix); off[i] (when not NULL) the offset of
+ * layer first+i, off[num_layers] the tied matrix's. */
+size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off);
+
+/* The weights of job j of pipeline g in iteration t on the device, in
+ * x->buf[x->cur]: the buffer the previous job prefetched them into, or
+ * uploaded now once they are at the version the iteration needs; then the
+ * next job's weights are prefetched into the other buffer when they are
+ * ready already. A lagged optimizer is told the weights were read. */
+rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int j,
+                           rp_error *err);
+
+/* Token ids to positions in the stage's embedding rows (all present: the
+ * rows are this pipeline's tokens). */
+void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count);
+
+#endif

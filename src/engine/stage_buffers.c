@@ -1,0 +1,197 @@
+/* The executor's stage buffers: two device buffers of weights, so the next
+ * job's weights upload (prefetch) while this job computes; a stage holding
+ * the embedding uploads only the rows its pipeline's tokens read, gathered
+ * on the host. */
+#include <string.h>
+
+#include "engine/executor_impl.h"
+#include "engine/protocol.h"
+
+/* Move bytes between host and device now, through the transfer engine's
+ * queue of the given class (so a transfer of a higher class goes first). */
+rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
+                       const char *tag, rp_error *err)
+{
+    rp_xfer_req r;
+    memset(&r, 0, sizeof r);
+    r.dst = dst;
+    r.src = src;
+    r.bytes = bytes;
+    r.cls = cls;
+    r.tag = tag;
+    RP_TRY(rp_xfer_submit(x->xfer, &r, err));
+    return rp_xfer_wait(x->xfer, &r, err);
+}
+
+int rp_stage_needs_tied(const rp_engine *e, const rp_job *job)
+{
+    return e->tied && job->kind == RP_JOB_TAIL;
+}
+
+size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
+{
+    size_t n = 0;
+    int i = 0;
+    for (int l = job->first; l <= job->last; l++, i++) {
+        if (off)
+            off[i] = n;
+        n += (rp_layer_numel(e, l) + 15) & ~(size_t)15;
+    }
+    if (off)
+        off[e->num_layers] = n;
+    if (rp_stage_needs_tied(e, job))
+        n += (size_t)(e->p->cfg.vocab_size * e->hidden);
+    return n;
+}
+
+/* What the job waits for before it reads layer l: its version, except for
+ * an embedding read only through the tokens, which needs only the rows the
+ * tokens read (updated first). */
+static int rows_only(const rp_engine *e, const rp_job *job, int l)
+{
+    return l == 0 && !rp_stage_needs_tied(e, job);
+}
+
+/* Wait until every layer of the job (and a tied head's embedding) is at the
+ * version this iteration needs. */
+static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    uint64_t need = rp_engine_need(e, t);
+    for (int l = job->first; l <= job->last; l++)
+        RP_TRY(rp_proto_wait_layer(e, l, rows_only(e, job, l), need, x->name, 0, err));
+    if (rp_stage_needs_tied(e, job) && job->first > 0)
+        RP_TRY(rp_proto_wait_layer(e, 0, 0, need, x->name, 0, err));
+    return RP_OK;
+}
+
+static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int g,
+                               int j, rp_xfer_class cls, rp_error *err)
+{
+    rp_engine *e = x->e;
+    rp_stage_floats(e, job, b->off);
+    b->nreq = 0;
+    b->t = t;
+    b->g = g;
+    b->j = j;
+    for (int l = job->first; l <= job->last; l++) {
+        rp_xfer_req *r = &b->req[b->nreq++];
+        memset(r, 0, sizeof *r);
+        r->dst = b->w + b->off[l - job->first];
+        r->cls = cls;
+        if (l == 0) { /* only the rows this pipeline's tokens read */
+            b->nrows = rp_engine_rows(e, t, g, b->rows);
+            if (b->nrows < 0)
+                return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
+                                    e->rank, j);
+            size_t H = (size_t)e->hidden;
+            const float *table = e->p->st[0].compute;
+#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
+            for (int64_t i = 0; i < b->nrows; i++)
+                memcpy(b->gather + (size_t)i * H, table + (size_t)b->rows[i] * H,
+                       H * sizeof(float));
+            r->src = b->gather;
+            r->bytes = (size_t)b->nrows * H * sizeof(float);
+            r->tag = "embedding rows";
+        } else {
+            r->src = e->p->st[l].compute;
+            r->bytes = rp_layer_numel(e, l) * sizeof(float);
+            r->tag = "weights";
+        }
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    if (rp_stage_needs_tied(e, job)) {
+        rp_xfer_req *r = &b->req[b->nreq++];
+        memset(r, 0, sizeof *r);
+        r->dst = b->w + b->off[e->num_layers];
+        r->src = e->p->st[0].compute;
+        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
+        r->cls = cls;
+        r->tag = "tied-head";
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    return RP_OK;
+}
+
+static rp_status wait_upload(executor *x, stage_buf *b, rp_error *err)
+{
+    for (int i = 0; i < b->nreq; i++)
+        RP_TRY(rp_xfer_wait(x->xfer, &b->req[i], err));
+    return RP_OK;
+}
+
+/* Next job of this rank after (t, g, j), if any within the run: a rank
+ * runs its jobs by iteration, then pipeline, then job index. */
+static int next_job(const rp_engine *e, int64_t t, int g, int j, int64_t *nt, int *ng, int *nj)
+{
+    for (;;) {
+        if (++j == e->jobs_per_it) {
+            j = 0;
+            if (++g == e->pipelines) {
+                g = 0;
+                if (++t > e->it_last)
+                    return 0;
+            }
+        }
+        if (rp_engine_executor(e, t, j, g) == e->rank) {
+            *nt = t;
+            *ng = g;
+            *nj = j;
+            return 1;
+        }
+    }
+}
+
+/* Prefetch the next job's weights into the other buffer when they are
+ * already at the version it needs (otherwise it uploads at its start). */
+static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int64_t nt;
+    int ng, nj;
+    if (!next_job(e, t, g, j, &nt, &ng, &nj))
+        return RP_OK;
+    rp_job job = rp_schedule_job(&e->plan, nj);
+    uint64_t need = rp_engine_need(e, nt);
+    for (int l = job.first; l <= job.last; l++)
+        if (!rp_proto_layer_at(e, l, rows_only(e, &job, l), need))
+            return RP_OK;
+    if (rp_stage_needs_tied(e, &job) && !rp_proto_layer_at(e, 0, 0, need))
+        return RP_OK;
+    return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
+}
+
+void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        int64_t lo = 0, hi = b->nrows - 1;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            if (b->rows[mid] < ids[i])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        ids[i] = (int32_t)lo;
+    }
+}
+
+rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int j,
+                           rp_error *err)
+{
+    rp_engine *e = x->e;
+    stage_buf *pre = &x->buf[1 - x->cur];
+    if (pre->t == t && pre->g == g && pre->j == j) {
+        x->cur = 1 - x->cur;
+        RP_TRY(wait_upload(x, pre, err));
+    } else {
+        RP_TRY(wait_versions(x, job, t, err));
+        RP_TRY(submit_upload(x, &x->buf[x->cur], job, t, g, j, RP_XFER_WEIGHTS, err));
+        RP_TRY(wait_upload(x, &x->buf[x->cur], err));
+    }
+    x->buf[1 - x->cur].t = 0;
+    /* tell a lagged optimizer these weights may now change */
+    for (int l = job->first; l <= job->last; l++)
+        rp_proto_publish_uploaded(e, job->kind == RP_JOB_FWD, l, g, t);
+    return maybe_prefetch(x, t, g, j, err);
+}
