@@ -86,14 +86,8 @@ static double brute_force(const rp_cost_model *m, const rp_machine *mc, rp_plan 
                     for (int i = 0; i < nb; i++)
                         p->bwd[1 + i] = tmp[nb - 1 - i];
                     double o = rp_partition_objective(m, mc, p);
-                    if (o < best) {
+                    if (o < best)
                         best = o;
-                        if (getenv("RP_PLAN_DEBUG")) {
-                            char b[512];
-                            rp_plan_format(p, b, sizeof b);
-                            fprintf(stderr, "  bf best %s = %g\n", b, o);
-                        }
-                    }
                 }
             }
         }
@@ -148,43 +142,6 @@ START_TEST(partitioner_matches_brute_force)
         ck_assert_msg(st == RP_OK, "instance %d: %s", it, err.msg);
         double o = rp_partition_objective(m, &mc, p);
         ck_assert_msg(fabs(o - r.iteration_ms) < 1e-9 * o, "objective and result disagree");
-        if (getenv("RP_PLAN_DEBUG") && o > bf * 1.05) {
-            char a[512], b[512];
-            rp_plan_format(p, a, sizeof a);
-            brute_force(m, &mc, scratch);
-            fprintf(stderr, "ours %s = %g\n", a, o);
-            for (int l = 0; l < L; l++)
-                fprintf(stderr, "  layer %d fwd %.2f bwd %.2f w %lld g %lld a %lld\n", l,
-                        m->layers[l].fwd_ms, m->layers[l].bwd_ms,
-                        (long long)m->layers[l].weight_bytes, (long long)m->layers[l].grad_bytes,
-                        (long long)m->layers[l].act_bytes);
-            fprintf(stderr, "  link %g xfer %g opt %g clip %d defer %d spread %d mem %lld\n",
-                    mc.link_gbs, mc.transfer_ms, mc.opt_gbs, mc.clip, mc.defer_wgrad,
-                    mc.opt_spread, (long long)mc.memory_limit);
-            const char *probe = getenv("RP_PLAN_PROBE");
-            for (const char *q = probe; q && *q;) {
-                const char *e = strchr(q, ' ');
-                char one[256];
-                snprintf(one, sizeof one, "%.*s", e ? (int)(e - q) : (int)strlen(q), q);
-                if (rp_plan_parse(one, L, scratch, &err) == RP_OK)
-                    fprintf(stderr, "  probe %s = %g peak %lld\n", one,
-                            rp_partition_objective(m, &mc, scratch),
-                            (long long)rp_schedule_peak_bytes(m, scratch, mc.gpus,
-                                                              mc.workspace_bytes, NULL));
-                q = e ? e + 1 : q + strlen(q);
-            }
-            for (int w = 1; w <= mc.gpus; w++) {
-                rp_status s4 = rp_partition(m, &mc, w, scratch, NULL, &err);
-                rp_plan_format(scratch, b, sizeof b);
-                fprintf(stderr, "  width %d: st %d %s = %g (%s)\n", w, s4, b,
-                        rp_partition_objective(m, &mc, scratch), s4 ? err.msg : "");
-            }
-        }
-        if (getenv("RP_PLAN_INSTANCES") && o > bf * 1.05) {
-            fprintf(stderr, "instance %d: gap %.2f%%\n", it, 100 * (o / bf - 1));
-            rp_cost_model_destroy(&m);
-            continue;
-        }
         ck_assert_msg(o <= bf * 1.05, "instance %d (L=%d G=%d M=%d lag=%d): partitioner %.4f vs "
                       "brute force %.4f", it, L, mc.gpus, mc.microbatches, mc.optimizer_lag, o, bf);
         ck_assert_msg(o >= bf * (1 - 1e-9), "partitioner beat brute force: enumeration is wrong");
@@ -197,8 +154,8 @@ START_TEST(partitioner_matches_brute_force)
     }
     fprintf(stderr, "partition vs brute force: %d instances, %d feasible, worst gap %.3f%%\n",
             instances, feasible, 100 * worst);
-    if (!getenv("RP_PLAN_INSTANCES"))
-        ck_assert_int_gt(feasible, 150);
+    /* a sweep where memory limits leave few plans would prove little */
+    ck_assert_int_gt(feasible, instances * 3 / 5);
     free(p);
     free(scratch);
 }
