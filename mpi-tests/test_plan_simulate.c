@@ -9,7 +9,7 @@
  * show the (S-1)/(M+S-1) bubble; exact is never faster than lagged; the
  * device memory of a job is its weights + the next job's + gradients +
  * activations + buffers + workspace.
- * The sparse-embedding lever (a model of what the engine does not do yet):
+ * The sparse-embedding lever (what the engine does, --sparse-embedding 1):
  * off, it is the dense model whatever rows fraction is set; on, jobs holding
  * the embedding move only the rows' share of its weights and gradient (all
  * of it at rows fraction 1, where the optimizer's work is the dense

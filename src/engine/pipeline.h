@@ -2,13 +2,13 @@
  * communicator share a host store (weights, master weights, gradients,
  * AdamW state, activation arena, events); every iteration's jobs
  *     F0 .. F(f-1) | T | B1 .. B(b-1)
- * are dealt round-robin, job j of iteration t (1-based) on executor
- * ((t-1)*J + j) mod G. Each rank runs its jobs in order and synchronises
- * only through events in the store; an optimizer thread per rank updates
- * the layers whose gradients its backward jobs produced as soon as they are
- * complete (and the global norm is known, with clipping), and a layer's
- * version gates the next iteration's forward, so results equal a plain
- * synchronous loop. */
+ * of each of the --pipelines round-robin pipelines are dealt to the
+ * executors by plan/schedule.c's rule. Each rank runs its jobs in order and
+ * synchronises only through events in the store (protocol.h); an optimizer
+ * thread per rank sums and updates its share of every layer as soon as the
+ * layer's gradients are complete (and the global norm is known, with
+ * clipping), and a layer's version gates the next iteration's forward, so
+ * results equal a plain synchronous loop. */
 #ifndef RP_ENGINE_PIPELINE_H
 #define RP_ENGINE_PIPELINE_H
 

@@ -1,8 +1,6 @@
-/* The training loop. In this release every rank holds a full replica of
- * the training state and the microbatches of a step are shared out
- * round-robin over the ranks (rank r runs microbatches m with m % G == r);
- * gradients and loss sums are summed across ranks before the update. The
- * pipeline engine replaces this loop without changing its options. */
+/* The entry of a training job below the API and the CLI: the ranks agree
+ * on the executor device (--device resolved on every rank), then the
+ * pipeline engine (pipeline.h) runs the job. */
 #ifndef RP_ENGINE_TRAINER_H
 #define RP_ENGINE_TRAINER_H
 

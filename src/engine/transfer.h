@@ -7,10 +7,13 @@
  * request submitted while a long, less urgent one is in flight waits for at
  * most the chunk being copied.
  *
- * The engine knows nothing of devices: it calls a copy function per chunk.
- * The CPU back end passes memcpy; a CUDA back end issues an async copy on a
- * stream in `copy` and waits for it in `fence`, keeping one chunk in flight
- * so that the bound above holds on the GPU too. */
+ * The engine knows nothing of devices: it calls a copy function per chunk,
+ * and `fence` (when set) after each, on its worker thread. The executor
+ * passes rp_device_copy, which completes a chunk before it returns (the CPU
+ * back end's memcpy, and for now the CUDA back end's copy too), and no
+ * fence. An asynchronous back end would issue the copy on a stream in `copy`
+ * and wait for its event in `fence`, keeping one chunk in flight so that the
+ * bound above holds on the GPU too (DESIGN 7; not built yet). */
 #ifndef RP_ENGINE_TRANSFER_H
 #define RP_ENGINE_TRANSFER_H
 
