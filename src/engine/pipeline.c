@@ -402,47 +402,46 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
     return RP_OK;
 }
 
-rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MPI_Comm comm,
-                            const rp_logger *lg, rp_error *err)
-{
-    rp_engine E, *e = &E;
-    memset(e, 0, sizeof E);
-    rp_logger live_lg; /* lg, printing through the live progress line */
-    e->o = o;
-    e->device = device;
-    e->lg = lg;
-    pthread_mutex_init(&e->lock, NULL);
-    rp_proto_read_fault(e);
-    MPI_Comm_rank(comm, &e->rank);
-    MPI_Comm_size(comm, &e->size);
-
-    /* every output can be written, before any work */
-    rp_status s = e->rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK;
-    RP_TRY(agree(e, s, comm, err));
-    remove_stale_stores(e);
-
-    /* configuration and a private view of the layout (for sizes) */
+/* What one call of rp_pipeline_train holds beyond the engine: the model's
+ * configuration and layout, the parameter store and the start-up facts. */
+typedef struct run {
     rp_model_config cfg;
+    const char *config_path; /* the config.json read (named in messages and saved) */
     char path[4096];
+    rp_params probe;         /* the layout alone (sizes, names) until the store exists */
+    rp_store *pstore;        /* parameters and optimizer state, for the whole run */
+    param_map map;
+    rp_params *shared;       /* attached to pstore */
+    char executors[512];     /* the start-up line's executor summary */
+    rp_logger live_lg;       /* the logger, printing through the live progress line */
+} run;
+
+/* The configuration and its layout. */
+static rp_status read_model(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
+{
+    const rp_train_options *o = e->o;
     if (o->model_dir) {
-        snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-        s = rp_config_load(path, &cfg, err);
+        snprintf(r->path, sizeof r->path, "%s/config.json", o->model_dir);
+        r->config_path = r->path;
     } else {
-        s = rp_config_load(o->init_config, &cfg, err);
+        r->config_path = o->init_config;
     }
-    RP_TRY(agree(e, s, comm, err));
-    /* the layout alone (sizes, names) until the shared state exists */
-    rp_params probe;
-    memset(&probe, 0, sizeof probe);
-    probe.cfg = cfg;
-    s = rp_model_layout(&probe.cfg, &probe.layers, &probe.nlayers, err);
+    RP_TRY(agree(e, rp_config_load(r->config_path, &r->cfg, err), comm, err));
+    r->probe.cfg = r->cfg;
+    rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s != RP_OK)
-        rp_error_prefix(err, "%s", o->model_dir ? path : o->init_config);
-    RP_TRY(agree(e, s, comm, err));
-    e->p = &probe;
-    e->num_layers = probe.nlayers;
-    e->hidden = cfg.hidden_size;
-    e->tied = cfg.tie_word_embeddings;
+        rp_error_prefix(err, "%s", r->config_path);
+    return agree(e, s, comm, err);
+}
+
+/* The shape of the run from the options and the model, checked. */
+static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
+{
+    const rp_train_options *o = e->o;
+    e->p = &r->probe;
+    e->num_layers = r->probe.nlayers;
+    e->hidden = r->cfg.hidden_size;
+    e->tied = r->cfg.tie_word_embeddings;
     e->microbatches = o->microbatches ? o->microbatches : o->batch_size;
     e->samples_per_micro = o->batch_size / e->microbatches;
     e->seq_len = o->seq_len;
@@ -452,7 +451,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     e->virtual_executors = e->size > e->pipelines ? e->size : e->pipelines;
     e->micro_per_pipeline = e->microbatches / e->pipelines;
     e->goff = calloc((size_t)e->num_layers, sizeof(size_t));
-    s = e->goff ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "pipeline gradient offsets");
+    rp_status s = e->goff ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "pipeline gradient offsets");
     if (s == RP_OK && (e->microbatches % e->pipelines != 0 || e->virtual_executors % e->size != 0 ||
                        e->virtual_executors % e->pipelines != 0))
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
@@ -464,111 +463,121 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
                          "--optimizer-lag 1 with --pipelines %d needs at "
                          "least %d executors (one pipeline per executor at most), not %d",
                          e->pipelines, e->pipelines, e->size);
-    if (s != RP_OK) {
-        free(e->goff);
-        free(probe.layers);
-        return agree(e, s, comm, err);
-    }
+    return agree(e, s, comm, err);
+}
 
-    s = rp_dataset_open(o->data, o->loss_mask, e->seq_len, cfg.vocab_size, &e->ds, err);
+/* The token data, the number of steps and the lr schedule. */
+static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
+{
+    const rp_train_options *o = e->o;
+    rp_status s =
+        rp_dataset_open(o->data, o->loss_mask, e->seq_len, r->cfg.vocab_size, &e->ds, err);
     if (s == RP_OK) {
         int64_t n = rp_dataset_samples(e->ds);
         e->steps = o->steps ? o->steps : (n + o->batch_size - 1) / o->batch_size;
         e->sched = (rp_lr_schedule){o->schedule, o->lr, o->min_lr, o->warmup_steps, e->steps};
         s = rp_lr_schedule_check(&e->sched, err);
     }
-    s = agree(e, s, comm, err);
-    if (s == RP_OK)
-        s = choose_plan(e, comm, err);
-    rp_store *pstore = NULL;
-    param_map map;
-    if (s == RP_OK)
-        s = build_param_store(e, comm, &cfg, &pstore, &map, err);
+    return agree(e, s, comm, err);
+}
+
+/* The node: the plan, the parameter store, each rank's device and cores,
+ * the parameters loaded by the node leader. */
+static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
+{
+    const rp_train_options *o = e->o;
+    RP_TRY(choose_plan(e, comm, err));
+    RP_TRY(build_param_store(e, comm, &r->cfg, &r->pstore, &r->map, err));
     rp_device_info info;
     memset(&info, 0, sizeof info);
-    if (s == RP_OK) {
-        /* node-local rank to device, several ranks per device allowed */
-        s = rp_device_probe_ordinal(device, rp_store_node_rank(pstore), &info, err);
-        if (s == RP_OK)
-            e->device_ordinal = info.ordinal;
-    }
-    s = agree(e, s, comm, err);
-    char executors[512] = "";
+    /* node-local rank to device, several ranks per device allowed */
+    rp_status s = rp_device_probe_ordinal(e->device, rp_store_node_rank(r->pstore), &info, err);
     if (s == RP_OK)
-        s = rp_executor_summary(&info, o->dtype, comm, executors, sizeof executors, err);
-    e->store = pstore; /* for the node communicator while binding */
-    if (s == RP_OK)
-        s = agree(e, bind_and_threads(e, err), comm, err);
+        e->device_ordinal = info.ordinal;
+    RP_TRY(agree(e, s, comm, err));
+    RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));
+    e->store = r->pstore; /* for the node communicator while binding */
+    s = agree(e, bind_and_threads(e, err), comm, err);
     e->store = NULL;
-    rp_params *shared = NULL;
+    RP_TRY(s);
+    s = rp_params_attach(&r->cfg, o->dtype, (char *)rp_store_base(r->pstore) + r->map.params,
+                         rp_params_bytes(&r->cfg, o->dtype), &r->shared, err);
     if (s == RP_OK) {
-        s = rp_params_attach(&cfg, o->dtype, (char *)rp_store_base(pstore) + map.params,
-                             rp_params_bytes(&cfg, o->dtype), &shared, err);
-        if (s == RP_OK) {
-            e->p = shared;
-            if (rp_store_is_leader(pstore))
-                s = load_params(e, shared, err);
-        }
-        s = agree(e, s, comm, err);
+        e->p = r->shared;
+        if (rp_store_is_leader(r->pstore))
+            s = load_params(e, r->shared, err);
     }
+    RP_TRY(agree(e, s, comm, err));
     e->meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
     e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->num_layers : NULL;
-    if (s == RP_OK && !e->meas_ms)
-        s = rp_error_set(err, RP_ERR_NOMEM, "measurements");
-    if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
+    return agree(e, e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements"), comm,
+                 err);
+}
+
+/* The metrics log and its run description, the trace, the start-up line
+ * and the progress display. */
+static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
+{
+    const rp_train_options *o = e->o;
+    rp_status s = RP_OK;
+    char plan_text[512];
+    rp_plan_format(&e->plan, plan_text, sizeof plan_text);
+    if (e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path,
                          strerror(errno));
     if (s == RP_OK && e->log) { /* the run's description beside the metrics */
-        char plan_text[512];
-        rp_plan_format(&e->plan, plan_text, sizeof plan_text);
         rp_run_info info = {.o = o,
-                            .device = rp_device_kind_name(device),
+                            .device = rp_device_kind_name(e->device),
                             .ranks = e->size,
-                            .nodes = e->size / rp_store_node_size(pstore),
+                            .nodes = e->size / rp_store_node_size(r->pstore),
                             .threads_per_rank = e->threads,
                             .layers = e->num_layers,
-                            .parameters = shared->total_numel,
+                            .parameters = r->shared->total_numel,
                             .plan = plan_text,
                             .start_time = rp_wall_clock()};
         s = rp_run_info_write(&info, o->log_path, err);
     }
     if (s == RP_OK && o->trace)
         s = rp_trace_create(&e->trace, err);
-    s = agree(e, s, comm, err);
-    if (s == RP_OK && e->rank == 0) {
-        char plan_text[512];
-        rp_plan_format(&e->plan, plan_text, sizeof plan_text);
-        rp_log(lg, RP_LOG_INFO,
-               "%s: %lld blocks, %.2fM parameters; %lld samples of %lld tokens; %lld steps of "
-               "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); %d pipeline(s) "
-               "of %lld microbatches; plan %s; executors: %s",
-               o->model_dir ? o->model_dir : o->init_config, (long long)cfg.num_hidden_layers,
-               (double)shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
-               (long long)e->seq_len, (long long)e->steps, (long long)o->batch_size,
-               (long long)e->microbatches, e->size, e->threads, e->pipelines,
-               (long long)e->micro_per_pipeline, plan_text, executors);
-        /* A live line goes to standard output (a terminal, also under
-         * mpirun), periodic lines to standard error. While the line is
-         * live, rank 0's messages go through it so they never share a line. */
-        int live = o->progress == RP_PROGRESS_AUTO && lg->stream && rp_progress_live_default();
-        FILE *out = o->progress == RP_PROGRESS_NONE ? NULL : live ? stdout : stderr;
-        rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->steps);
-        if (live) {
-            live_lg = *lg;
-            live_lg.sink = rp_progress_log_sink;
-            live_lg.sink_arg = &e->progress;
-            e->lg = &live_lg;
-        }
+    RP_TRY(agree(e, s, comm, err));
+    if (e->rank != 0)
+        return RP_OK;
+    const rp_logger *lg = e->lg;
+    rp_log(lg, RP_LOG_INFO,
+           "%s: %lld blocks, %.2fM parameters; %lld samples of %lld tokens; %lld steps of "
+           "%lld samples in %lld microbatches; %d executor(s) x %d thread(s); %d pipeline(s) "
+           "of %lld microbatches; plan %s; executors: %s",
+           o->model_dir ? o->model_dir : o->init_config, (long long)r->cfg.num_hidden_layers,
+           (double)r->shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
+           (long long)e->seq_len, (long long)e->steps, (long long)o->batch_size,
+           (long long)e->microbatches, e->size, e->threads, e->pipelines,
+           (long long)e->micro_per_pipeline, plan_text, r->executors);
+    /* A live line goes to standard output (a terminal, also under
+     * mpirun), periodic lines to standard error. While the line is
+     * live, rank 0's messages go through it so they never share a line. */
+    int live = o->progress == RP_PROGRESS_AUTO && lg->stream && rp_progress_live_default();
+    FILE *out = o->progress == RP_PROGRESS_NONE ? NULL : live ? stdout : stderr;
+    rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->steps);
+    if (live) {
+        r->live_lg = *lg;
+        r->live_lg.sink = rp_progress_log_sink;
+        r->live_lg.sink_arg = &e->progress;
+        e->lg = &r->live_lg;
     }
+    return RP_OK;
+}
 
-    /* Segments: with the planner's plan and exact semantics, the first
-     * RP_REPLAN_AFTER iterations run under the cost model's plan, then the
-     * leader re-plans from the layer times measured meanwhile; the rest runs
-     * under that plan. Results do not depend on the plan. */
+/* Segments: with the planner's plan and exact semantics, the first
+ * RP_REPLAN_AFTER iterations run under the cost model's plan, then the
+ * leader re-plans from the layer times measured meanwhile; the rest runs
+ * under that plan. Results do not depend on the plan. */
+static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    const rp_train_options *o = e->o;
+    rp_status s = RP_OK;
     e->t_logged = rp_now();
     e->trace_step_ns = rp_trace_now_ns();
     e->last_loss = NAN;
-    int started = s == RP_OK;
     for (e->it_first = 1; s == RP_OK && e->it_first <= e->steps; e->it_first = e->it_last + 1) {
         int replan_after =
             !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
@@ -582,48 +591,91 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     }
     /* whichever thread or rank noticed it first, an interrupt is reported
      * as such, with the step it stopped (rank 0 knows the steps logged) */
-    if (started && s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
+    if (s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
         s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
                          (long long)(e->rank == 0 ? e->steps_logged + 1 : e->it_first),
                          (long long)e->steps);
     if (s == RP_OK && e->rank == 0)
         rp_progress_finish(&e->progress, e->steps, e->last_loss);
-    /* The outputs, the model first: a failure writing one never prevents
-     * the others. The first failure is returned, later ones are logged. */
+    return s;
+}
+
+/* The outputs, the model first: a failure writing one never prevents the
+ * others. The first failure is returned, later ones are logged. */
+static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm comm,
+                               rp_error *err)
+{
+    const rp_train_options *o = e->o;
     rp_status out = RP_OK;
-    if (s == RP_OK && o->save_dir) {
+    if (trained == RP_OK && o->save_dir) {
         rp_error one = {0};
         rp_status st = RP_OK;
         if (e->rank == 0)
-            st = rp_params_save_dir(shared, o->save_dir,
-                                    o->save_dtype_set ? o->save_dtype : shared->loaded_dtype,
-                                    o->model_dir ? path : o->init_config, &one);
+            st = rp_params_save_dir(r->shared, o->save_dir,
+                                    o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
+                                    r->config_path, &one);
         st = agree(e, st, comm, &one);
         if (st == RP_OK && e->rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
         keep_first(e, st, &one, &out, err);
     }
-    if (s == RP_OK && o->trace && !e->peer_lost) {
+    if (trained == RP_OK && o->trace && !e->peer_lost) {
         rp_error one = {0};
         rp_status st = agree(e, rp_trace_write(e->trace, comm, o->trace, &one), comm, &one);
         if (st == RP_OK && e->rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
         keep_first(e, st, &one, &out, err);
     }
-    rp_trace_destroy(&e->trace);
     if (e->log) {
         rp_error one = {0};
         keep_first(e, rp_engine_log_close(e, &one), &one, &out, err);
     }
+    return trained == RP_OK ? out : trained;
+}
+
+rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MPI_Comm comm,
+                            const rp_logger *lg, rp_error *err)
+{
+    rp_engine E, *e = &E;
+    memset(e, 0, sizeof E);
+    run R, *r = &R;
+    memset(r, 0, sizeof R);
+    e->o = o;
+    e->device = device;
+    e->lg = lg;
+    pthread_mutex_init(&e->lock, NULL);
+    rp_proto_read_fault(e);
+    MPI_Comm_rank(comm, &e->rank);
+    MPI_Comm_size(comm, &e->size);
+
+    /* every output can be written, before any work */
+    rp_status s = agree(e, e->rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK, comm, err);
+    if (s == RP_OK) {
+        remove_stale_stores(e);
+        s = read_model(e, r, comm, err);
+    }
     if (s == RP_OK)
-        s = out;
+        s = set_shape(e, r, comm, err);
+    if (s == RP_OK)
+        s = open_data(e, r, comm, err);
+    if (s == RP_OK)
+        s = set_up_node(e, r, comm, err);
+    if (s == RP_OK)
+        s = start_outputs(e, r, comm, err);
+    if (s == RP_OK) {
+        s = run_segments(e, comm, err);
+        s = write_outputs(e, r, s, comm, err);
+    }
+    rp_trace_destroy(&e->trace);
+    if (e->log) /* a start that failed after opening it */
+        fclose(e->log);
     rp_progress_stop(&e->progress); /* an error printed next starts on a line of its own */
-    rp_params_destroy(&shared);
-    free(probe.layers);
+    rp_params_destroy(&r->shared);
+    free(r->probe.layers);
     free(e->meas_ms);
     free(e->goff);
-    if (pstore && !e->peer_lost)
-        rp_store_destroy(&pstore);
+    if (r->pstore && !e->peer_lost)
+        rp_store_destroy(&r->pstore);
     rp_dataset_close(&e->ds);
     pthread_mutex_destroy(&e->lock);
     return s;
