@@ -34,6 +34,16 @@ void rp_train_options_default(rp_train_options *o)
     o->pipelines = 1;
 }
 
+rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
+                                        rp_error *err)
+{
+    return rp_error_set(err, status,
+                        "--dtype fp32 with --device %s: the CUDA executor%s computes in bf16 "
+                        "only; use --dtype bf16 (its default) or --device cpu",
+                        rp_device_kind_name(o->device),
+                        o->device == RP_DEVICE_AUTO ? " (chosen by auto: a GPU is usable)" : "");
+}
+
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
 {
     if (!o->model_dir == !o->init_config)
@@ -73,9 +83,7 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
     if (o->dtype != RP_F32 && o->dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
     if (o->device == RP_DEVICE_CUDA && o->dtype_set && o->dtype != RP_BF16)
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "--dtype fp32 with --device cuda: the CUDA executor computes in bf16 "
-                            "only; use --dtype bf16 (its default) or --device cpu");
+        return rp_train_options_refuse_dtype(o, RP_ERR_INVALID_ARG, err);
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");

@@ -69,4 +69,10 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
  * exactly one of --model/--init-config, ...). Messages name the option. */
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
 
+/* `status` with the one message refusing an explicit --dtype other than
+ * bf16 on CUDA executors (which compute in bf16 only), for --device cuda
+ * (at option check) and for --device auto once it chose CUDA. */
+rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
+                                        rp_error *err);
+
 #endif

@@ -48,11 +48,7 @@ static rp_status check_dtype(const rp_train_options *o, rp_device_kind kind, rp_
         return RP_OK;
     }
     if (o->dtype_set && o->dtype != RP_BF16)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "--dtype fp32 with --device %s: the CUDA executor%s computes in "
-                            "bf16 only; use --dtype bf16 (its default) or --device cpu",
-                            rp_device_kind_name(o->device),
-                            o->device == RP_DEVICE_AUTO ? " (chosen by auto: a GPU is usable)" : "");
+        return rp_train_options_refuse_dtype(o, RP_ERR_UNSUPPORTED, err);
     *dtype = RP_BF16;
     return RP_OK;
 }
