@@ -22,23 +22,35 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
-/* AdamW on elements [lo, hi) of layer l: the parts of its tensors there. */
+/* AdamW on elements [lo, hi) of layer l: the parts of its tensors there,
+ * writing the compute copy (bf16-rounded) in the same pass; the padding
+ * between and after tensors is copied as it is (zeros). */
 static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
     /* the lr follows the step; bias correction counts the updates applied */
     rp_layer_state *ls = &e->p->st[l];
     rp_adamw_params hp = {rp_lr_at(&e->sched, t), e->o->beta1, e->o->beta2, e->o->eps,
                           e->o->weight_decay};
+    int copy = ls->compute != ls->master;
+    size_t cur = lo;
     for (int i = 0; i < ls->desc->nparams; i++) {
         const rp_param_desc *d = &ls->desc->params[i];
         size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel;
         b = b < hi ? b : hi;
         if (a >= b)
             continue;
-        rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a, e->adam_step, &hp,
-                      d->decay, coef, NULL);
+        if (copy) {
+            rp_params_sync_compute_range(e->p, l, cur, a);
+            rp_adamw_step_rounded(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
+                                  e->adam_step, &hp, d->decay, coef, ls->compute + a);
+        } else {
+            rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
+                          e->adam_step, &hp, d->decay, coef, NULL);
+        }
+        cur = b;
     }
-    rp_params_sync_compute_range(e->p, l, lo, hi);
+    if (copy)
+        rp_params_sync_compute_range(e->p, l, cur, hi);
 }
 
 /* The embedding's gradient is summed in two parts. As soon as the tails

@@ -35,12 +35,18 @@ typedef struct adamw_consts {
 #define RP_ADAMW_CLONES
 #endif
 
-/* The element update; `with_copy` is a constant at each call site so the
- * compiler emits two loops without a per-element branch. */
+/* What the update also writes beside p: nothing, bf16(p) as bf16, or
+ * bf16(p) widened back to fp32 (a compute copy kept in fp32 arrays). */
+enum { COPY_NONE, COPY_BF16, COPY_ROUNDED_F32 };
+
+/* The element update; `copy` is a constant at each call site so the
+ * compiler emits one loop per kind without a per-element branch. */
 static inline __attribute__((always_inline)) void
 adamw_body(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-           uint16_t *restrict bf, size_t n, const adamw_consts *k, int with_copy)
+           void *restrict out, size_t n, const adamw_consts *k, int copy)
 {
+    uint16_t *restrict bf = out;
+    float *restrict rf = out;
     const float gs = k->grad_scale, df = k->decay_factor, w1 = k->one_minus_b1;
     const float b2 = k->beta2, w2 = k->one_minus_b2, ns = k->neg_step_size;
     const float bc2s = k->bc2_sqrt, eps = k->eps;
@@ -55,20 +61,24 @@ adamw_body(float *restrict p, const float *restrict g, float *restrict m, float 
         m[i] = mi;
         v[i] = vi;
         p[i] = pi;
-        if (with_copy)
+        if (copy == COPY_BF16)
             bf[i] = rp_f32_to_bf16(pi);
+        else if (copy == COPY_ROUNDED_F32)
+            rf[i] = rp_bf16_to_f32(rp_f32_to_bf16(pi));
     }
 }
 
 RP_ADAMW_CLONES
 static void adamw_range(float *restrict p, const float *restrict g, float *restrict m,
-                        float *restrict v, uint16_t *restrict bf, size_t n,
-                        const adamw_consts *k)
+                        float *restrict v, void *restrict out, size_t n, const adamw_consts *k,
+                        int copy)
 {
-    if (bf)
-        adamw_body(p, g, m, v, bf, n, k, 1);
+    if (copy == COPY_BF16)
+        adamw_body(p, g, m, v, out, n, k, COPY_BF16);
+    else if (copy == COPY_ROUNDED_F32)
+        adamw_body(p, g, m, v, out, n, k, COPY_ROUNDED_F32);
     else
-        adamw_body(p, g, m, v, bf, n, k, 0);
+        adamw_body(p, g, m, v, out, n, k, COPY_NONE);
 }
 
 size_t rp_adamw_array_bytes(size_t n)
@@ -111,9 +121,10 @@ rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_
 /* Thread ranges start on 64-byte boundaries so no two threads write one line. */
 #define RP_ADAMW_ALIGN 16
 
-void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m,
-                   float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
-                   int decay, float grad_scale, uint16_t *restrict bf16_copy)
+static void adamw_step(float *restrict p, const float *restrict g, float *restrict m,
+                       float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
+                       int decay, float grad_scale, void *restrict out, size_t out_size,
+                       int copy)
 {
     if (n == 0)
         return;
@@ -142,7 +153,23 @@ void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m
         size_t lo = tid * chunk < n ? tid * chunk : n;
         size_t hi = lo + chunk < n ? lo + chunk : n;
         if (hi > lo)
-            adamw_range(p + lo, g + lo, m + lo, v + lo, bf16_copy ? bf16_copy + lo : NULL,
-                        hi - lo, &k);
+            adamw_range(p + lo, g + lo, m + lo, v + lo, out ? (char *)out + lo * out_size : NULL,
+                        hi - lo, &k, copy);
     }
+}
+
+void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m,
+                   float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
+                   int decay, float grad_scale, uint16_t *restrict bf16_copy)
+{
+    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, bf16_copy, sizeof *bf16_copy,
+               bf16_copy ? COPY_BF16 : COPY_NONE);
+}
+
+void rp_adamw_step_rounded(float *restrict p, const float *restrict g, float *restrict m,
+                           float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
+                           int decay, float grad_scale, float *restrict rounded_copy)
+{
+    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, rounded_copy, sizeof *rounded_copy,
+               COPY_ROUNDED_F32);
 }
