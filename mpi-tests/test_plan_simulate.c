@@ -222,10 +222,16 @@ START_TEST(job_memory_adds_up)
                      5000 + 3000 + 50000 + 500000 + 21 + 5);
     /* G = 1: the next job is the following one (job 4 -> job 0) */
     ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 1, 4, 0), 1000 + 3000 + 10000 + 100000 + 21);
+    /* the executor's allocation: two buffers of the largest stage (job 3:
+     * 5000), the largest backward gradients (job 3: 50000), the largest
+     * backward activations (job 3: 500000), (2 layers + 2) buffers of 7,
+     * workspace 5; at least every job's own bytes; worst names job 3 */
     int worst;
     int64_t peak = rp_schedule_peak_bytes(m, &p, 2, 5, &worst);
     ck_assert_int_eq(worst, 3);
-    ck_assert_int_eq(peak, 5000 + 3000 + 50000 + 500000 + 21 + 5);
+    ck_assert_int_eq(peak, 2 * 5000 + 50000 + 500000 + 4 * 7 + 5);
+    for (int j = 0; j < 5; j++)
+        ck_assert_int_ge(peak, rp_schedule_job_bytes(m, &p, 2, j, 5));
     rp_cost_model_destroy(&m);
 }
 END_TEST

@@ -45,3 +45,5 @@ EXTRA_DIST += mpi-tests/test_exports.sh
 # output paths, the all-or-nothing save, interrupts and stalled ranks (issue 19)
 TESTS += mpi-tests/test_outputs.sh
 EXTRA_DIST += mpi-tests/test_outputs.sh
+TESTS += mpi-tests/test_memory_model.sh
+EXTRA_DIST += mpi-tests/test_memory_model.sh

@@ -70,7 +70,8 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
            100 * r->bubble_mean, 100 * r->bubble_max);
     if (r->tokens_per_s > 0)
         printf(", %.0f tokens/s", r->tokens_per_s);
-    printf("\npeak device memory %.1f MiB (job %d)", r->peak_bytes / 1048576.0, r->worst_job);
+    printf("\ndevice memory per executor %.1f MiB (its buffers, sized for the largest jobs; "
+           "job %d alone needs the most)", r->peak_bytes / 1048576.0, r->worst_job);
     if (o->mc.memory_limit > 0)
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
     printf("\n");

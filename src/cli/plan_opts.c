@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/args.h"
+#include "device/device.h"
+#include "engine/memory_model.h"
 #include "io/config.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"
@@ -15,7 +17,7 @@
 enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
-    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_JSON, O_HELP
+    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_JSON, O_HELP
 };
 
 static const struct option opts[] = {
@@ -44,6 +46,7 @@ static const struct option opts[] = {
     {"host-gbs", required_argument, 0, O_HOSTGBS},
     {"sparse-embedding", required_argument, 0, O_SPARSE},
     {"embed-rows-frac", required_argument, 0, O_ROWS},
+    {"device", required_argument, 0, O_DEVICE},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -51,7 +54,8 @@ static const struct option opts[] = {
 
 const char rp_plan_cli_options_usage[] =
     "  --layers FILE          layer-times file (format: bench/README.md)\n"
-    "  --init-config FILE     a config.json; times from FLOPs (--tflops, --device-gbs)\n"
+    "  --init-config FILE     a config.json; times from FLOPs (--tflops, --device-gbs),\n"
+    "                         device memory as `roundpipe train`'s executors allocate it\n"
     "  --model DIR            a model directory (its config.json)\n"
     "  --gpus G               executors (default: the file's, else 1)\n"
     "  --microbatches M       per iteration (default: the file's, else 1)\n"
@@ -59,9 +63,12 @@ const char rp_plan_cli_options_usage[] =
     "  --batch-size B         samples per iteration (default M)\n"
     "  --tflops X             achieved TFLOP/s per device for a config (default 100)\n"
     "  --device-gbs X         device memory GB/s for a config (default 1000)\n"
-    "  --dtype bf16|fp32      device compute dtype for a config (default bf16)\n"
-    "  --memory-limit-mib N   device memory a job may use (default: no limit)\n"
-    "  --workspace-mib N      per-job workspace counted in it (default 256)\n"
+    "  --dtype bf16|fp32      device compute dtype for a config's times (default bf16)\n"
+    "  --device cpu|cuda|auto executors whose memory a config's model counts (default\n"
+    "                         auto: CUDA when a GPU is usable here, as train does)\n"
+    "  --memory-limit-mib N   device memory an executor may use (default: no limit)\n"
+    "  --workspace-mib N      workspace counted in it (default: a config's executors',\n"
+    "                         else 256)\n"
     "  --bandwidth-gbs X      host<->device GB/s per GPU, each direction (default 25)\n"
     "  --transfer-ms X        latency of an activation hand-over between executors\n"
     "                         (default: the file's, else 0)\n"
@@ -86,8 +93,12 @@ const char rp_plan_cli_options_usage[] =
     "                         iteration / vocabulary rows), every token distinct)\n"
     "  --json                 print JSON instead of a table\n";
 
+/* A config's cost model: times from its FLOPs on the given device rates,
+ * device memory as the executors of `device` allocate it (the workspace
+ * into *workspace). */
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
-                             double devgbs, int cb, rp_cost_model **out, rp_error *err)
+                             double devgbs, int cb, rp_device_kind device, rp_cost_model **out,
+                             int64_t *workspace, rp_error *err)
 {
     rp_model_config cfg;
     RP_TRY(rp_config_load(path, &cfg, err));
@@ -96,8 +107,12 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
                          cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias};
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
-    if (st != RP_OK)
+    if (st == RP_OK)
+        st = rp_memory_model_fill(&cfg, device, tok_mb / S, S, *out, workspace, err);
+    if (st != RP_OK) {
+        rp_cost_model_destroy(out);
         return rp_error_prefix(err, "%s: ", path);
+    }
     const char *base = strrchr(path, '/');
     snprintf((*out)->name, sizeof (*out)->name, "%s", base ? base + 1 : path);
     return RP_OK;
@@ -115,7 +130,9 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
     double rows = 0;
     int64_t sparse = 1;
-    int have_seq = 0, have_batch = 0;
+    int have_seq = 0, have_batch = 0, have_ws = 0;
+    rp_device_kind device = RP_DEVICE_AUTO;
+    int64_t config_ws = 0;
     optind = 0;
     opterr = 0;
     rp_status st = RP_OK;
@@ -158,7 +175,15 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                                   optarg);
             break;
         case O_MEM: st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &mem, err); break;
-        case O_WS: st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &ws, err); break;
+        case O_WS:
+            st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &ws, err);
+            have_ws = 1;
+            break;
+        case O_DEVICE:
+            st = rp_device_kind_parse(optarg, &device, err);
+            if (st != RP_OK)
+                st = rp_error_prefix(err, "--device: ");
+            break;
         case O_BW: st = rp_arg_double(optname, optarg, &bw, err); break;
         case O_XFER: st = rp_arg_double(optname, optarg, &xfer, err); break;
         case O_OPTGBS: st = rp_arg_double(optname, optarg, &optgbs, err); break;
@@ -218,8 +243,14 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--batch-size %lld is not divisible by --microbatches %lld",
                               (long long)b, (long long)m);
-        else
-            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, &o->model, err);
+        else if (device == RP_DEVICE_AUTO) { /* what `roundpipe train` would use here */
+            rp_device_info info;
+            device = rp_device_probe(RP_DEVICE_AUTO, &info, NULL) == RP_OK ? info.kind
+                                                                             : RP_DEVICE_CPU;
+        }
+        if (st == RP_OK)
+            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, device, &o->model,
+                             &config_ws, err);
         if (st == RP_OK)
             o->model->tokens_per_microbatch = S * b / m;
     }
@@ -241,7 +272,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     mc->sparse_embed = (int)sparse;
     mc->embed_rows_frac = rows;
     mc->memory_limit = mem << 20;
-    mc->workspace_bytes = ws << 20;
+    /* a config's workspace is the executors'; --workspace-mib overrides */
+    mc->workspace_bytes = config && !have_ws ? config_ws : ws << 20;
     if (layers && have_seq && have_batch)
         o->model->tokens_per_microbatch = S * B / mc->microbatches;
     mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;

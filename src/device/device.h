@@ -19,6 +19,7 @@ typedef struct rp_device_info {
     int ordinal;           /* the device described below (0 for the CPU) */
     char name[128];        /* its name (the processor's model for the CPU) */
     uint64_t memory_bytes; /* its memory (host memory for the CPU) */
+    uint64_t free_bytes;   /* CUDA: its memory free when probed (0 for the CPU) */
     int sm;                /* CUDA compute capability * 10 + minor, 0 for CPU */
 } rp_device_info;
 

@@ -81,6 +81,11 @@ static rp_status probe_cuda(rp_device_info *info, int ordinal, rp_error *err)
         return rp_error_set(err, RP_ERR_CUDA, "CUDA device %d: %s", info->ordinal, why);
     info->memory_bytes = mem;
     info->sm = major * 10 + minor;
+    unsigned long long fr = 0;
+    if (info->sm >= RP_CUDA_MIN_SM && rp_cuda_device_free_memory(info->ordinal, &fr, &why) != 0)
+        return rp_error_set(err, RP_ERR_CUDA, "CUDA device %d: free memory: %s", info->ordinal,
+                            why);
+    info->free_bytes = fr;
     if (info->sm < RP_CUDA_MIN_SM)
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "GPU %d (%s) has compute capability %d.%d; roundpipe needs %d.%d or "

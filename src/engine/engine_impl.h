@@ -29,6 +29,8 @@ typedef struct rp_engine {
     int rank, size, threads;
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
+    int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
+                              0 = none; the same on every rank (device_memory_limit) */
     rp_params *p;      /* attached to the store */
     rp_plan plan;
     rp_arena arena;

@@ -21,6 +21,8 @@ static void *dalloc(executor *x, size_t bytes, rp_error *err)
     rp_error mine = {0};
     if (rp_device_alloc(x->dev, bytes, &q, &mine) != RP_OK && err->code == RP_OK)
         *err = mine;
+    if (q)
+        x->device_bytes += bytes;
     return q;
 }
 
@@ -51,7 +53,6 @@ static void executor_free(executor *x)
         free(x->buf[b].gather);
     }
     rp_device_free(x->dev, x->g);
-    rp_device_free(x->dev, x->tg);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
@@ -87,7 +88,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     memset(x, 0, sizeof *x);
     x->e = e;
     /* Device memory sized from the plan: the largest stage, allocated once. */
-    size_t wmax = 0;
+    size_t wmax = 0, gmax = 1;
     int nst_max = 1;
     x->nsaved = 1;
     for (int j = 0; j < e->jobs_per_it; j++) {
@@ -95,6 +96,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         size_t n = rp_stage_floats(e, &job, NULL);
         int layers = job.last - job.first + 1;
         wmax = n > wmax ? n : wmax;
+        if (job.kind != RP_JOB_FWD && n > gmax) /* gradients: the tied head's inside */
+            gmax = n;
         nst_max = layers > nst_max ? layers : nst_max;
         /* a tail runs its forward whole; a backward stage too unless every
          * layer's input was saved (layer-grain recompute) */
@@ -118,8 +121,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req && x->buf[b].rows &&
               x->buf[b].gather;
     }
-    x->g = falloc(x, wmax, err);
-    x->tg = e->tied ? falloc(x, (size_t)(cfg->vocab_size * e->hidden), err) : NULL;
+    x->g = falloc(x, gmax, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->d = falloc(x, e->act_floats, err);
     x->ws = falloc(x, rp_device_workspace_floats(e->device, cfg, e->samples_per_micro, e->seq_len),
@@ -132,7 +134,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->htgt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
     x->hmask = malloc((size_t)e->tokens_per_micro);
     x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
-    ok &= x->g && (!e->tied || x->tg) && x->acts && x->d && x->ws && x->saved && x->in &&
+    ok &= x->g && x->acts && x->d && x->ws && x->saved && x->in &&
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
@@ -179,6 +181,14 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
 }
 
 /* ---- layer calls on the device buffers --------------------------------- */
+
+/* The tied LM head's gradient [vocab, hidden]: in the gradient buffer past
+ * the stage's layers, where the weights buffer holds the tied matrix. */
+static float *tied_grad(executor *x, const rp_job *job)
+{
+    size_t vh = (size_t)(x->e->p->cfg.vocab_size * x->e->hidden);
+    return x->g + (rp_stage_floats(x->e, job, NULL) - vh);
+}
 
 static const float *W(executor *x, const rp_job *job, int l)
 {
@@ -346,7 +356,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     float *lm_g;
     if (e->tied) {
         lm_w = x->buf[x->cur].w + x->buf[x->cur].off[e->num_layers];
-        lm_g = x->tg;
+        lm_g = tied_grad(x, job);
     } else {
         const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
         lm_w = W(x, job, head) + ld->offset;
@@ -440,7 +450,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
         r->dst = rp_engine_tied_grad(e, g);
-        r->src = x->tg;
+        r->src = tied_grad(x, job);
         r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
         r->cls = RP_XFER_GRAD;
         r->tag = "tied-grads";
@@ -478,7 +488,8 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
                                      rp_layer_numel(e, job.last) * sizeof(float), err));
         if (rp_stage_needs_tied(e, &job))
             RP_TRY(rp_device_memset0(
-                x->dev, x->tg, (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float), err));
+                x->dev, tied_grad(x, &job), (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float),
+                err));
     }
     for (int m = g * (int)e->micro_per_pipeline; m < (g + 1) * (int)e->micro_per_pipeline; m++) {
         if (rp_engine_aborted(e))
@@ -521,6 +532,13 @@ rp_status rp_engine_run_executor(rp_engine *e)
     rp_status s = executor_init(&x, e, &err);
     if (s != RP_OK)
         return rp_engine_fail(e, s, &err);
+    if (e->rank == 0 && e->it_first == 1) {
+        char lim[64] = "no limit";
+        if (e->memory_limit > 0)
+            snprintf(lim, sizeof lim, "limit %.1f MiB", e->memory_limit / 1048576.0);
+        rp_log(e->lg, RP_LOG_INFO, "executor buffers: %.1f MiB of device memory per executor "
+               "(%zu bytes; %s)", x.device_bytes / 1048576.0, x.device_bytes, lim);
+    }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)
             for (int j = 0; s == RP_OK && j < e->jobs_per_it; j++)

@@ -29,8 +29,8 @@ typedef struct executor {
     rp_xfer *xfer;
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
-    float *g;            /* gradients of the stage, same offsets as the weights */
-    float *tg;           /* tied LM head gradient [vocab, hidden], or NULL */
+    float *g;            /* gradients of the stage, same offsets as the weights (a tied
+                            LM head's past the layers, as its matrix in the weights) */
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
     float *d;            /* gradient flowing down, A floats */
     float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
@@ -45,6 +45,7 @@ typedef struct executor {
     uint8_t *hmask;
     rp_xfer_req *greq;   /* [nlayers + 1] downloads */
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
+    size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
 
 static inline size_t rp_layer_numel(const rp_engine *e, int l)

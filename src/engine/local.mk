@@ -11,4 +11,5 @@ librp_la_SOURCES += \
 	src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \
 	src/engine/trainer.c src/engine/trainer.h \
-	src/engine/executor_summary.c src/engine/executor_summary.h
+	src/engine/executor_summary.c src/engine/executor_summary.h \
+	src/engine/memory_model.c src/engine/memory_model.h

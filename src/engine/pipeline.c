@@ -16,6 +16,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
+#include "engine/memory_model.h"
 #include "engine/protocol.h"
 #include "io/config.h"
 #include "model/layers.h"
@@ -113,17 +114,21 @@ static rp_status bind_and_threads(rp_engine *e, rp_error *err)
 /* Cost model of this model for the partitioner: per-layer times measured
  * on the executors when given (ms per microbatch; < 0 where a layer was not
  * measured), otherwise FLOPs at a nominal CPU rate (only ratios matter);
- * bytes moved at memcpy speed. */
+ * bytes moved at memcpy speed; device memory as the executor allocates it
+ * (memory_model.h), under the run's device memory limit. */
 static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
                            rp_plan *plan, rp_error *err)
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
-    /* device memory from the executor's back end: the sizes it allocates */
-    size_t saved = rp_device_saved_floats(e->device, &e->p->cfg, e->samples_per_micro, e->seq_len);
-    size_t workspace =
-        rp_device_workspace_floats(e->device, &e->p->cfg, e->samples_per_micro, e->seq_len);
     rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
     RP_TRY(rp_cost_model_create(e->num_layers, &cm, err));
+    rp_status s = rp_memory_model_fill(&e->p->cfg, e->device, e->samples_per_micro, e->seq_len,
+                                       cm, &workspace, err);
+    if (s != RP_OK) {
+        rp_cost_model_destroy(&cm);
+        return s;
+    }
     snprintf(cm->name, sizeof cm->name, "model");
     cm->tokens_per_microbatch = e->tokens_per_micro;
     for (int l = 0; l < e->num_layers; l++) {
@@ -139,12 +144,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
             c->fwd_ms = fwd_ms[l];
         if (bwd_ms && bwd_ms[l] >= 0)
             c->bwd_ms = bwd_ms[l];
-        c->weight_bytes = c->grad_bytes = (int64_t)f.param_numel * 4;
         c->opt_params = (int64_t)f.param_numel;
-        c->act_bytes = (int64_t)(f.act_floats_per_token * (size_t)e->tokens_per_micro * 4);
-        if (c->kind == RP_LAYER_BLOCK) /* its input and what its forward keeps for the backward */
-            c->act_bytes += (int64_t)(saved * 4);
-        c->out_bytes = (int64_t)e->act_floats * 4;
         c->tied_to = (l == e->num_layers - 1 && e->tied) ? 0 : -1;
     }
     rp_machine mc;
@@ -159,9 +159,9 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     mc.optimizer_lag = e->o->optimizer_lag;
     mc.clip = e->o->grad_clip > 0;
     mc.iterations = 6;
-    mc.memory_limit = (int64_t)(e->o->memory_limit_mib * 1048576.0);
-    mc.workspace_bytes = (int64_t)(workspace * sizeof(float));
-    rp_status s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
+    mc.memory_limit = e->memory_limit;
+    mc.workspace_bytes = workspace;
+    s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;
 }
@@ -345,6 +345,7 @@ static rp_status replan(rp_engine *e, MPI_Comm comm, rp_error *err)
             fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
             bwd[l] = e->meas_n[L + l] > 0 ? e->meas_ms[L + l] / e->meas_n[L + l] : -1;
         }
+        double head_ms = bwd[L - 1];
         /* the head runs forward and backward in one call: split it 1:2 */
         if (bwd[L - 1] >= 0) {
             fwd[L - 1] = bwd[L - 1] / 3;
@@ -356,8 +357,9 @@ static rp_status replan(rp_engine *e, MPI_Comm comm, rp_error *err)
             rp_plan_format(&old, a, sizeof a);
             rp_plan_format(&e->plan, b, sizeof b);
             rp_log(e->lg, RP_LOG_INFO, "re-planned from measured layer times (block: %.3g ms "
-                   "forward, %.3g ms backward per microbatch): %s", L > 2 ? fwd[1] : 0.0,
-                   L > 2 ? bwd[1] : 0.0, strcmp(a, b) ? b : "plan unchanged");
+                   "forward, %.3g ms backward; head: %.3g ms forward and backward; per "
+                   "microbatch): %s", L > 2 ? fwd[1] : 0.0, L > 2 ? bwd[1] : 0.0, head_ms,
+                   strcmp(a, b) ? b : "plan unchanged");
         }
         free(fwd);
     }
@@ -481,12 +483,38 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     return agree(e, s, comm, err);
 }
 
-/* The node: the plan, the parameter store, each rank's device and cores,
- * the parameters loaded by the node leader. */
+/* Device memory an executor may allocate, the smallest over the ranks:
+ * --memory-limit-mib when given; else, on a CUDA device, its free memory
+ * when probed shared by the node's ranks on it, less 5% and 512 MiB for
+ * what the planner does not count (the other ranks' CUDA contexts, cuBLAS,
+ * the back end's own scratch); else no limit. */
+#define RP_CUDA_RESERVE_BYTES ((int64_t)512 << 20)
+static rp_status device_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
+                                     MPI_Comm comm)
+{
+    int64_t mine = 0;
+    if (e->o->memory_limit_mib > 0) {
+        mine = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+    } else if (e->device == RP_DEVICE_CUDA && info->count > 0) {
+        int sharers = 0;
+        for (int r = 0; r < node_size; r++)
+            sharers += r % info->count == info->ordinal;
+        int64_t share = (int64_t)info->free_bytes / (sharers > 0 ? sharers : 1);
+        mine = share - share / 20 - RP_CUDA_RESERVE_BYTES;
+        if (mine < 1)
+            mine = 1; /* nothing fits: the planner says which layer */
+    }
+    int64_t lim = mine > 0 ? mine : INT64_MAX;
+    MPI_Allreduce(MPI_IN_PLACE, &lim, 1, MPI_INT64_T, MPI_MIN, comm);
+    e->memory_limit = lim == INT64_MAX ? 0 : lim;
+    return RP_OK;
+}
+
+/* The node: the parameter store, each rank's device and the plan that fits
+ * its memory, the ranks' cores, the parameters loaded by the node leader. */
 static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
 {
     const rp_train_options *o = e->o;
-    RP_TRY(choose_plan(e, comm, err));
     RP_TRY(build_param_store(e, comm, &r->cfg, &r->pstore, &r->map, err));
     rp_device_info info;
     memset(&info, 0, sizeof info);
@@ -495,6 +523,8 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     if (s == RP_OK)
         e->device_ordinal = info.ordinal;
     RP_TRY(agree(e, s, comm, err));
+    RP_TRY(device_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
+    RP_TRY(choose_plan(e, comm, err));
     RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));
     e->store = r->pstore; /* for the node communicator while binding */
     s = agree(e, bind_and_threads(e, err), comm, err);

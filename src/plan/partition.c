@@ -309,32 +309,30 @@ static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *
     return sc;
 }
 
-/* Smallest device memory a layer can need: alone in a backward stage, next
- * to the lightest other stage. */
+/* Smallest device memory a layer can need (rp_schedule_peak_bytes of a
+ * plan where it is a backward stage of its own): two weight buffers at
+ * least its size, its gradients, its activations, three activation buffers
+ * and the workspace. */
 static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, rp_error *err)
 {
     if (mc->memory_limit <= 0)
         return RP_OK;
-    int64_t minw = INT64_MAX;
-    for (int l = 0; l < m->num_layers; l++)
-        if (m->layers[l].weight_bytes < minw)
-            minw = m->layers[l].weight_bytes;
     for (int l = 0; l < m->num_layers; l++) {
         const rp_layer_cost *c = &m->layers[l];
         int64_t io = l > 0 ? m->layers[l - 1].out_bytes : 0;
         if (c->out_bytes > io)
             io = c->out_bytes;
-        int64_t need = c->weight_bytes + minw + c->grad_bytes + c->act_bytes + 3 * io +
+        int64_t need = 2 * c->weight_bytes + c->grad_bytes + c->act_bytes + 3 * io +
                        mc->workspace_bytes;
         if (need > mc->memory_limit) {
             static const char *kinds[] = {"embedding", "decoder block", "head"};
             return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
                                 "layer %d (%s) alone needs %" PRId64 " bytes of device memory "
-                                "(weights %" PRId64 " + the smallest prefetched stage %" PRId64
-                                " + gradients %" PRId64 " + activations %" PRId64
-                                " + buffers %" PRId64 " + workspace %" PRId64
-                                "), more than the limit of %" PRId64 " bytes",
-                                l, kinds[c->kind], need, c->weight_bytes, minw, c->grad_bytes,
+                                "(weights %" PRId64 " in each of two buffers + gradients %" PRId64
+                                " + activations %" PRId64 " + buffers %" PRId64
+                                " + workspace %" PRId64 "), more than the limit of %" PRId64
+                                " bytes",
+                                l, kinds[c->kind], need, c->weight_bytes, c->grad_bytes,
                                 c->act_bytes, 3 * io, mc->workspace_bytes, mc->memory_limit);
         }
     }

@@ -79,16 +79,36 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
                                int64_t workspace, int *worst)
 {
-    int64_t peak = -1;
-    int wj = 0;
+    /* the executor allocates once for all its jobs (engine/executor.c):
+     * two weight buffers of the largest stage, a gradient buffer of the
+     * largest backward stage, what the largest tail or backward stage keeps
+     * for its backward (at least one layer's), a buffer per layer of the
+     * longest stage plus two for its input and the gradient flowing down,
+     * and the workspace */
+    int64_t w = 0, g = 0, keep = 0, slot = 0, out = 0, job_peak = -1;
+    int layers = 1, wj = 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        slot = max64(slot, m->layers[l].act_bytes);
+        out = max64(out, m->layers[l].out_bytes);
+    }
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
+        rp_job job = rp_schedule_job(p, j);
+        w = max64(w, rp_cost_weight_bytes(m, job.first, job.last));
+        if (job.kind != RP_JOB_FWD) {
+            g = max64(g, rp_cost_grad_bytes(m, job.first, job.last));
+            keep = max64(keep, rp_cost_act_bytes(m, job.first, job.last));
+        }
+        if (job.last - job.first + 1 > layers)
+            layers = job.last - job.first + 1;
         int64_t b = rp_schedule_job_bytes(m, p, gpus, j, workspace);
-        if (b > peak) {
-            peak = b;
+        if (b > job_peak) {
+            job_peak = b;
             wj = j;
         }
     }
     if (worst)
         *worst = wj;
-    return peak;
+    if (layers > m->num_layers - 1)
+        layers = m->num_layers - 1 > 0 ? m->num_layers - 1 : 1;
+    return 2 * w + g + max64(keep, slot) + (int64_t)(layers + 2) * out + workspace;
 }

@@ -54,7 +54,13 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_job *job);
 int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
                               int64_t workspace);
 
-/* Largest rp_schedule_job_bytes over the jobs; *worst gets that job's index. */
+/* Device bytes an executor allocates for the plan, once, for all its jobs:
+ * 2 x the largest stage's weights (the running and the prefetched stage),
+ * the largest TAIL/BWD stage's gradients, the largest TAIL/BWD sum of
+ * act_bytes (at least the largest layer's), (longest stage's layers + 2) x
+ * the largest out_bytes, and the workspace. At least the largest
+ * rp_schedule_job_bytes; *worst gets the index of the job with the largest
+ * rp_schedule_job_bytes. */
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
                                int64_t workspace, int *worst);
 

@@ -34,6 +34,20 @@ extern "C" int rp_cuda_device_info(int dev, char *name, int name_len, unsigned l
     return 0;
 }
 
+extern "C" int rp_cuda_device_free_memory(int dev, unsigned long long *free_mem, const char **why)
+{
+    size_t fr = 0, total = 0;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess)
+        e = cudaMemGetInfo(&fr, &total);
+    if (e != cudaSuccess) {
+        *why = cudaGetErrorString(e);
+        return -1;
+    }
+    *free_mem = fr;
+    return 0;
+}
+
 extern "C" int rp_cuda_device_busid(int dev, char *busid, int len, const char **why)
 {
     cudaError_t e = cudaDeviceGetPCIBusId(busid, len, dev);

@@ -14,6 +14,10 @@ int rp_cuda_device_count(const char **why);
 int rp_cuda_device_info(int dev, char *name, int name_len, unsigned long long *total_mem,
                         int *sm_major, int *sm_minor, const char **why);
 
+/* Free and total memory of device `dev` now (cudaMemGetInfo; creates this
+ * process's context on it). 0 on success. */
+int rp_cuda_device_free_memory(int dev, unsigned long long *free_mem, const char **why);
+
 /* PCI bus id of device `dev` ("0000:3b:00.0"), for placing threads near it.
  * 0 on success. */
 int rp_cuda_device_busid(int dev, char *busid, int len, const char **why);

@@ -1,0 +1,57 @@
+#!/bin/sh
+# Proves: the device memory `roundpipe plan` counts for a config (its
+# "peak_bytes", what the partitioner keeps under --memory-limit-mib) is to
+# the byte what `roundpipe train`'s executors allocate ("executor buffers:
+# ... (N bytes"), for forced plans of a tied model (the tail holds the
+# embedding matrix and its gradient) and an untied one, CPU executors, two
+# ranks; a --memory-limit-mib under a plan's need refuses that forced plan
+# and lets the planner choose one that fits; a limit no layer fits in
+# stops with a message naming the layer.
+set -u
+. "$(dirname "$0")/testlib.sh"
+data="$src/mpi-tests/fixtures/golden/llama/data.npy" # tokens < 96, both vocabularies
+export OMP_NUM_THREADS=1
+check() { # config plan: train's allocation equals plan's count
+  cfg=$1; p=$2
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --plan "$p" \
+    > "$tmp/train.txt" 2>&1 || { bad "$cfg $p: train failed"; cat "$tmp/train.txt"; return; }
+  got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt")
+  want=$("$bin" plan --init-config "$cfg" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$p" --device cpu --json | grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
+  [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$cfg $p: executors allocate '$got' bytes, plan counts '$want'"
+}
+tied="$src/examples/tiny-config.json"
+untied="$src/mpi-tests/fixtures/golden/llama/model/config.json"
+for p in "fwd=0-2;bwd=3-5,0-2" "fwd=0,1-4;bwd=5,2-4,0-1" "fwd=0;bwd=1-5,0"; do
+  check "$tied" "$p"
+done
+nl=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$untied")
+check "$untied" "fwd=0;bwd=1-$((nl + 1)),0"
+check "$untied" "fwd=0-$nl;bwd=$((nl + 1)),0-$nl"
+
+# a limit below the forced plan's need: refused, naming the limit
+need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "fwd=0;bwd=1-5,0" --device cpu --json | grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
+mib=$(( need / 1048576 ))
+if "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "fwd=0;bwd=1-5,0" --device cpu --memory-limit-mib "$mib" > "$tmp/p.txt" 2>&1; then
+  bad "a forced plan over --memory-limit-mib was accepted"
+else grep -q "more than the limit" "$tmp/p.txt" && ok || { bad "refusal message"; cat "$tmp/p.txt"; }; fi
+# the planner's own choice under that limit fits it, and train runs under it
+if "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --device cpu --memory-limit-mib "$mib" --json > "$tmp/p.json" 2>&1; then
+  peak=$(grep -o '"peak_bytes": [0-9]*' "$tmp/p.json" | head -n 1 | tr -dc 0-9)
+  [ "$peak" -le $(( mib * 1048576 )) ] && ok || bad "planner chose $peak bytes over $mib MiB"
+else bad "no plan under $mib MiB"; cat "$tmp/p.json"; fi
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+  --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
+  --memory-limit-mib "$mib" > "$tmp/t.txt" 2>&1 && ok || { bad "train under $mib MiB failed"; cat "$tmp/t.txt"; }
+got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/t.txt")
+[ -n "$got" ] && [ "$got" -le $(( mib * 1048576 )) ] && ok || bad "train allocated '$got' bytes over $mib MiB"
+# a limit no layer fits in: the layer named
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+  --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
+  --memory-limit-mib 0.5 > "$tmp/t2.txt" 2>&1 && bad "train under 0.5 MiB ran" ||
+  { grep -q "alone needs" "$tmp/t2.txt" && ok || { bad "no layer named"; cat "$tmp/t2.txt"; }; }
+finish

@@ -1,0 +1,41 @@
+/* Device memory of a training run's executors (see memory_model.h). */
+#include "plan/cost.h" /* before model/layout.h: both know rp_layer_kind */
+
+#include "engine/memory_model.h"
+
+#include <stdlib.h>
+
+#include "device/backend.h"
+#include "model/layout.h"
+
+rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device,
+                               int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
+                               int64_t *workspace_bytes, rp_error *err)
+{
+    rp_model_config c = *cfg;
+    rp_layer_desc *layers = NULL;
+    int n = 0;
+    RP_TRY(rp_model_layout(&c, &layers, &n, err));
+    if (n != m->num_layers) {
+        free(layers);
+        return rp_error_set(err, RP_ERR_INTERNAL, "memory model: %d layers for a model of %d",
+                            m->num_layers, n);
+    }
+    const int64_t tokens = samples_per_micro * seq_len, H = cfg->hidden_size;
+    const int64_t slot =
+        (int64_t)rp_device_saved_floats(device, cfg, samples_per_micro, seq_len) * 4;
+    for (int l = 0; l < n; l++) {
+        rp_layer_cost *L = &m->layers[l];
+        int64_t floats = (int64_t)((layers[l].numel + 15) & ~(size_t)15);
+        if (l == n - 1 && cfg->tie_word_embeddings)
+            floats += cfg->vocab_size * H;
+        L->weight_bytes = L->grad_bytes = floats * 4;
+        L->act_bytes = slot;
+        L->out_bytes = tokens * H * 4;
+    }
+    free(layers);
+    *workspace_bytes =
+        (int64_t)rp_device_workspace_floats(device, cfg, samples_per_micro, seq_len) * 4 +
+        tokens * (int64_t)(2 * sizeof(int32_t) + 1);
+    return RP_OK;
+}

@@ -1,0 +1,30 @@
+/* Device memory of a training run's executors, in the terms of the
+ * planner's cost model (plan/cost.h): the sizes engine/executor.c
+ * allocates, so that a plan the partitioner keeps under a memory limit
+ * (rp_schedule_peak_bytes) fits on the device. Used by `roundpipe train`'s
+ * planner and by `roundpipe plan` for a config. */
+#ifndef RP_ENGINE_MEMORY_MODEL_H
+#define RP_ENGINE_MEMORY_MODEL_H
+
+#include "device/device.h"
+#include "io/config.h"
+#include "plan/cost.h"
+
+/* Fill the memory fields of m (the layers [embedding, blocks..., head] of
+ * cfg) for executors of `device` computing microbatches of
+ * samples_per_micro samples of seq_len tokens:
+ *   weight_bytes = grad_bytes: the layer's parameters in fp32, each layer
+ *       rounded up to 16 floats as the stage buffers lay them out; the head
+ *       of a tied model also holds the embedding matrix (the tail uploads it
+ *       and accumulates its gradient);
+ *   act_bytes: one slot of what a layer's forward keeps for its backward
+ *       (rp_device_saved_floats; the executor gives every layer of a
+ *       tail/backward stage one);
+ *   out_bytes: one microbatch's activations, tokens x hidden in fp32;
+ * and *workspace_bytes: the layer calls' scratch (rp_device_workspace_floats)
+ * plus the microbatch's token ids, targets and mask. */
+rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device,
+                               int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
+                               int64_t *workspace_bytes, rp_error *err);
+
+#endif
