@@ -23,7 +23,7 @@ steps=4
 before=$(date +%s)
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$src/examples/tiny-config.json" \
   --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 8 --microbatches 4 \
-  --pipelines 2 --steps $steps --threads 1 --timeout 60 --progress none \
+  --pipelines 2 --steps $steps --threads 1 --timeout 60 --progress none --device cpu \
   --trace "$tmp/trace.json" --log "$tmp/m.jsonl" > "$tmp/out" 2>&1 \
   && ok || { bad "traced run failed"; cat "$tmp/out"; }
 after=$(date +%s)
