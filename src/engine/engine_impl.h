@@ -51,8 +51,17 @@ typedef struct rp_engine {
     int64_t emb_cap;   /* min(vocab, tokens of a pipeline's microbatches) */
     _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
     rp_store *store;   /* the running segment's store */
-    void *pinned[2];   /* the parameter store and the segment's, registered by the executor */
-    size_t pinned_bytes[2];
+    /* host ranges the executor registers with its device (pins) so copies run
+     * at full speed: for the run, each layer's compute copy (uploaded) and
+     * gradient (downloaded into), and the areas of the tied head's, the other
+     * pipelines' and the embedding rows' gradients (pins[0, npins_run)); the
+     * segment's activations last. Master weights and AdamW moments, which no
+     * copy touches, stay pageable. */
+    struct rp_pin {
+        void *base;
+        size_t bytes;
+    } *pins;
+    int npins, npins_run;
     rp_events *ev;
     rp_dataset *ds;
     rp_lr_schedule sched;

@@ -69,7 +69,8 @@ static void executor_free(executor *x)
     free(x->hmask);
     free(x->greq);
     for (int i = 0; i < x->pinned; i++)
-        rp_device_host_unregister(x->dev, x->e->pinned[i]);
+        if (x->e->pins[i].bytes > 0)
+            rp_device_host_unregister(x->dev, x->e->pins[i].base);
     rp_device_destroy(&x->dev);
 }
 
@@ -157,10 +158,12 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         }
         x->buf[b].gather_pinned = 1;
     }
-    /* pin the host store (parameters, then this segment's activations) */
-    for (; x->pinned < 2; x->pinned++) {
-        rp_status ps = rp_device_host_register(x->dev, e->pinned[x->pinned],
-                                               e->pinned_bytes[x->pinned], err);
+    /* pin what the copies touch (engine_impl.h, pins) */
+    for (; x->pinned < e->npins; x->pinned++) {
+        if (e->pins[x->pinned].bytes == 0)
+            continue;
+        rp_status ps = rp_device_host_register(x->dev, e->pins[x->pinned].base,
+                                               e->pins[x->pinned].bytes, err);
         if (ps != RP_OK) {
             executor_free(x);
             return ps;
@@ -536,8 +539,12 @@ rp_status rp_engine_run_executor(rp_engine *e)
         char lim[64] = "no limit";
         if (e->memory_limit > 0)
             snprintf(lim, sizeof lim, "limit %.1f MiB", e->memory_limit / 1048576.0);
+        size_t pinned = 0;
+        for (int i = 0; i < e->npins; i++)
+            pinned += e->pins[i].bytes;
         rp_log(e->lg, RP_LOG_INFO, "executor buffers: %.1f MiB of device memory per executor "
-               "(%zu bytes; %s)", x.device_bytes / 1048576.0, x.device_bytes, lim);
+               "(%zu bytes; %s); %.1f MiB of the host store pinned for copies",
+               x.device_bytes / 1048576.0, x.device_bytes, lim, pinned / 1048576.0);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)

@@ -249,8 +249,15 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
                                   "multi-node (data-parallel) runs are not implemented yet",
                                   e->size / rp_store_node_size(*out)), comm, err);
     char *base = rp_store_base(*out);
-    e->pinned[0] = base;
-    e->pinned_bytes[0] = rp_store_bytes(*out);
+    e->pins = calloc(2 * (size_t)e->num_layers + 4, sizeof *e->pins);
+    if (!e->pins)
+        return agree(e, rp_error_set(err, RP_ERR_NOMEM, "pinned ranges"), comm, err);
+    e->pins[e->npins++] = (struct rp_pin){base + map->tied, (size_t)e->pipelines * vh * sizeof(float)};
+    e->pins[e->npins++] = (struct rp_pin){base + map->group, (size_t)(e->pipelines - 1) *
+                                                                 e->gstride * sizeof(float)};
+    e->pins[e->npins++] =
+        (struct rp_pin){base + map->emb_rows,
+                        (size_t)(e->pipelines * e->emb_cap * e->hidden) * sizeof(float)};
     e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
     e->group_grad = (float *)(base + map->group);
     e->emb_ids_base = (int32_t *)(base + map->emb_ids);
@@ -286,8 +293,8 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_store_layout_destroy(&lay);
     RP_TRY(agree(e, s, comm, err));
     char *base = rp_store_base(e->store);
-    e->pinned[1] = base;
-    e->pinned_bytes[1] = rp_store_bytes(e->store);
+    e->pins[e->npins_run] = (struct rp_pin){base + act, e->arena.floats * sizeof(float)};
+    e->npins = e->npins_run + 1;
     e->act = (float *)(base + act);
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store))
@@ -534,6 +541,17 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                          rp_params_bytes(&r->cfg, o->dtype), &r->shared, err);
     if (s == RP_OK) {
         e->p = r->shared;
+        /* arrays of 16 KiB multiples: whole pages. The embedding travels as
+         * gathered rows (pinned buffers of their own) except as a tied
+         * head's matrix, and its gradient as rows into their area. */
+        for (int l = 0; l < e->num_layers; l++) {
+            size_t lb = rp_adamw_array_bytes(e->p->layers[l].numel);
+            if (l > 0 || e->tied)
+                e->pins[e->npins++] = (struct rp_pin){e->p->st[l].compute, lb};
+            if (l > 0)
+                e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
+        }
+        e->npins_run = e->npins;
         if (rp_store_is_leader(r->pstore))
             s = load_params(e, r->shared, err);
     }
@@ -703,6 +721,7 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     rp_params_destroy(&r->shared);
     free(r->probe.layers);
     free(e->meas_ms);
+    free(e->pins);
     free(e->goff);
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);
