@@ -11,7 +11,10 @@
  * outputs and workspace poisoned with
  * NaN before each call; out-of-range tokens/targets are RP_ERR_RANGE naming
  * the position and leave outputs untouched; memset0 and copies in both
- * directions work.
+ * directions work. Blocks run with sequences of one and of several
+ * attention tiles, head_dim 64 and 128, and guard bands after every slice
+ * of their saved area and scratch (rp_cuda_be_guard_floats) that must keep
+ * their poison.
  * Without a CUDA device only the workspace-size checks run: the CUDA
  * workspace has no seqlen^2 term and the head's logits are chunked. */
 #include "config.h"
@@ -22,6 +25,7 @@
 #include "core/dtype.h"
 #include "cuda_test_util.h"
 #include "device/backend_impl.h"
+#include "device/cuda_impl.h"
 #include "model/layers.h"
 #include "model/layout.h"
 
@@ -196,8 +200,29 @@ static float *rounded_copy(const float *a, size_t n)
     return r;
 }
 
+/* Every guard band of the block's saved area and scratch still holds the
+ * poison (0xff bytes): no kernel wrote past its slice. */
+static void check_guards(const rp_model_config *cfg, int64_t nseq, int64_t S, const float *gsaved,
+                         const float *gws, const char *when)
+{
+    rp_cuda_guards gl;
+    rp_cuda_be_block_guards(cfg, nseq, S, &gl);
+    ck_assert_int_gt(gl.n, 20);
+    uint32_t band[64];
+    ck_assert_uint_eq(rp_cuda_be_guard_floats, 64);
+    for (int i = 0; i < gl.n; i++) {
+        const float *base = gl.area[i] ? gws : gsaved;
+        dev_download(band, base + gl.at[i], sizeof band);
+        for (int k = 0; k < 64; k++)
+            ck_assert_msg(band[k] == 0xffffffffu, "%s: guard band %d (%s area, float %zu) "
+                          "overwritten at +%d", when, i, gl.area[i] ? "scratch" : "saved",
+                          gl.at[i], k);
+    }
+}
+
 static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int alias)
 {
+    rp_cuda_be_guard_floats = 64; /* before anything is sized */
     pair dv = devices();
     rp_error err = {0};
     const int64_t T = nseq * S, H = cfg->hidden_size;
@@ -227,6 +252,7 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
                       RP_OK,
                   "%s", err.msg);
     gdown(dv.gpu, y_g, gy, nx * 4);
+    check_guards(cfg, nseq, S, gsaved, gws, "forward");
     CHECK_REL(y_g, y_c, nx, BF16_TOL, "block y");
     for (size_t i = 0; i < nx; i++)
         y_g[i] -= x[i], y_c[i] -= x[i];
@@ -258,6 +284,7 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
                                                gws, &err) == RP_OK,
                       "%s", err.msg);
         gdown(dv.gpu, dx_g, gdx, nx * 4);
+        check_guards(cfg, nseq, S, gsaved, gws, when);
         CHECK_REL(dx_g, dx_c, nx, BF16_TOL, when);
         gdown(dv.gpu, D_g, gD, np * 4);
         compare_grads(cfg, D_g, D_c, D_r, when);
@@ -284,6 +311,25 @@ START_TEST(llama_block_matches_cpu)
 {
     rp_model_config c = llama_cfg();
     block_case(&c, 3, 17, 1); /* dx aliasing dy, as the engine calls it */
+}
+END_TEST
+
+/* Sequences over several attention tiles, and head_dim 128 (the common
+ * one; the cases above use 64) through the whole block. */
+START_TEST(qwen3_block_long_hd128_matches_cpu)
+{
+    rp_model_config c = qwen_cfg();
+    c.head_dim = 128;
+    c.max_position_embeddings = 512;
+    block_case(&c, 2, 300, 0);
+}
+END_TEST
+
+START_TEST(llama_block_long_matches_cpu)
+{
+    rp_model_config c = llama_cfg();
+    c.max_position_embeddings = 512;
+    block_case(&c, 1, 333, 1);
 }
 END_TEST
 
@@ -455,6 +501,8 @@ static Suite *cuda_backend_suite(void)
         tcase_add_test(td, embedding_matches_cpu);
         tcase_add_test(td, qwen3_block_matches_cpu);
         tcase_add_test(td, llama_block_matches_cpu);
+        tcase_add_test(td, qwen3_block_long_hd128_matches_cpu);
+        tcase_add_test(td, llama_block_long_matches_cpu);
         tcase_add_test(td, head_matches_cpu);
         suite_add_tcase(s, td);
     }

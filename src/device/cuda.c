@@ -18,6 +18,7 @@
 
 #include "device/cuda_impl.h"
 #include "kernels/cuda/embed.h"
+#include "kernels/cuda/rope.h"
 
 rp_status rp_cuda_be_enter(cuda_impl *c, rp_error *err)
 {
@@ -97,6 +98,44 @@ rp_status rp_cuda_be_check_ids(cuda_impl *c, const int32_t *ids, const uint8_t *
                         kind, (int)v, bad, (long long)limit);
 }
 
+rp_status rp_cuda_be_rope(cuda_impl *c, const rp_model_config *cfg, int64_t seqlen,
+                          const float **table, rp_error *err)
+{
+    const int64_t half = cfg->head_dim / 2;
+    if (half < 1 || half > RP_CUDA_ROPE_MAX_HALF)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: head_dim %lld (at most %d)",
+                            c->ordinal, (long long)cfg->head_dim, 2 * RP_CUDA_ROPE_MAX_HALF);
+    float inv[RP_CUDA_ROPE_MAX_HALF];
+    rp_model_rope_inv_freq(cfg, inv);
+    if (c->rope && c->rope_seqlen == seqlen && c->rope_half == (int)half &&
+        memcmp(inv, c->rope_inv, sizeof(float) * (size_t)half) == 0) {
+        *table = c->rope;
+        return RP_OK;
+    }
+    /* a new shape: queued work may still read the old table */
+    RP_TRY(rp_cuda_be_sync(c, "replacing the RoPE table", err));
+    size_t need = (size_t)(seqlen * 2 * half + half);
+    if (need > c->rope_floats) {
+        cudaFree(c->rope);
+        c->rope = NULL;
+        c->rope_floats = 0;
+        cudaError_t e = cudaMalloc((void **)&c->rope, need * sizeof(float));
+        if (e != cudaSuccess)
+            return rp_cuda_be_fail(c, "allocating the RoPE table", (int)e, err);
+        c->rope_floats = need;
+    }
+    float *dinv = c->rope + seqlen * 2 * half;
+    cudaError_t e = cudaMemcpy(dinv, inv, sizeof(float) * (size_t)half, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return rp_cuda_be_fail(c, "uploading inv_freq", (int)e, err);
+    RP_CK(c, rp_cuda_rope_table(c->rope, dinv, seqlen, half, c->compute), err);
+    c->rope_seqlen = seqlen;
+    c->rope_half = (int)half;
+    memcpy(c->rope_inv, inv, sizeof(float) * (size_t)half);
+    *table = c->rope;
+    return RP_OK;
+}
+
 /* ---- lifetime, memory, copies ----------------------------------------- */
 
 static void cuda_destroy(void *impl)
@@ -111,6 +150,7 @@ static void cuda_destroy(void *impl)
         cublasDestroy(c->blas);
     cudaFree(c->scratch);
     cudaFree(c->bad);
+    cudaFree(c->rope);
     if (c->compute)
         cudaStreamDestroy(c->compute);
     if (c->copy)

@@ -33,26 +33,43 @@ typedef struct cuda_block_ws {
     bf16 *pb;                         /* bf16 shadow of the whole layer block */
     bf16 *h1b, *qb, *kb, *vb, *ob, *h2b, *mb;
     float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *q, *k, *v, *lse, *x2, *rstd2, *g, *u;
-    float *rope, *inv_freq;
+    const float *rope; /* the device's table (rp_cuda_be_rope), not in the workspace */
     /* scratch */
     bf16 *dyb, *doutb, *dgb, *dub, *dqb, *dkb, *dvb;
     float *tmp, *dm, *dq, *dk, *dv, *partial, *attn_scratch;
     size_t saved_total, scratch_total;
+    rp_cuda_guards *guards; /* where the guard bands go, when listing them */
 } cuda_block_ws;
 
+size_t rp_cuda_be_guard_floats = 0;
+
 /* With base == NULL only counts, so the size and the users cannot disagree;
- * every buffer starts on a 64-byte boundary. */
-static float *take_f(float *base, size_t *at, size_t n)
+ * every buffer starts on a 64-byte boundary, and is followed by
+ * rp_cuda_be_guard_floats untouched floats (area 0: saved, 1: scratch). */
+static void guard(cuda_block_ws *w, int area, size_t *at)
+{
+    if (rp_cuda_be_guard_floats == 0)
+        return;
+    if (w->guards && w->guards->n < RP_CUDA_MAX_GUARDS) {
+        w->guards->area[w->guards->n] = area;
+        w->guards->at[w->guards->n++] = *at;
+    }
+    *at += rp_cuda_be_guard_floats;
+}
+
+static float *take_f(cuda_block_ws *w, int area, float *base, size_t *at, size_t n)
 {
     float *p = base ? base + *at : NULL;
     *at += rp_cuda_be_f32_floats(n);
+    guard(w, area, at);
     return p;
 }
 
-static bf16 *take_b(float *base, size_t *at, size_t n)
+static bf16 *take_b(cuda_block_ws *w, int area, float *base, size_t *at, size_t n)
 {
     bf16 *p = base ? (bf16 *)(base + *at) : NULL;
     *at += rp_cuda_be_bf16_floats(n);
+    guard(w, area, at);
     return p;
 }
 
@@ -73,63 +90,72 @@ static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, floa
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);
     size_t at = 0;
+    rp_cuda_guards *guards = w->guards;
     memset(w, 0, sizeof *w);
-    w->pb = take_b(base, &at, off.numel);
-    w->h1b = take_b(base, &at, T * H);
-    w->rstd1 = take_f(base, &at, T);
+    w->guards = guards;
+    w->pb = take_b(w, 0, base, &at, off.numel);
+    w->h1b = take_b(w, 0, base, &at, T * H);
+    w->rstd1 = take_f(w, 0, base, &at, T);
     if (qk) {
-        w->qraw = take_f(base, &at, T * QD);
-        w->rstdq = take_f(base, &at, T * nh);
-        w->kraw = take_f(base, &at, T * KD);
-        w->rstdk = take_f(base, &at, T * nkv);
+        w->qraw = take_f(w, 0, base, &at, T * QD);
+        w->rstdq = take_f(w, 0, base, &at, T * nh);
+        w->kraw = take_f(w, 0, base, &at, T * KD);
+        w->rstdk = take_f(w, 0, base, &at, T * nkv);
     }
-    w->q = take_f(base, &at, T * QD);
-    w->k = take_f(base, &at, T * KD);
-    w->v = take_f(base, &at, T * KD);
-    w->qb = take_b(base, &at, T * QD);
-    w->kb = take_b(base, &at, T * KD);
-    w->vb = take_b(base, &at, T * KD);
-    w->ob = take_b(base, &at, T * QD);
-    w->lse = take_f(base, &at, T * nh);
-    w->x2 = take_f(base, &at, T * H);
-    w->rstd2 = take_f(base, &at, T);
-    w->h2b = take_b(base, &at, T * H);
-    w->g = take_f(base, &at, T * I);
-    w->u = take_f(base, &at, T * I);
-    w->mb = take_b(base, &at, T * I);
-    w->rope = take_f(base, &at, (size_t)seqlen * hd);
-    w->inv_freq = take_f(base, &at, hd / 2);
+    w->q = take_f(w, 0, base, &at, T * QD);
+    w->k = take_f(w, 0, base, &at, T * KD);
+    w->v = take_f(w, 0, base, &at, T * KD);
+    w->qb = take_b(w, 0, base, &at, T * QD);
+    w->kb = take_b(w, 0, base, &at, T * KD);
+    w->vb = take_b(w, 0, base, &at, T * KD);
+    w->ob = take_b(w, 0, base, &at, T * QD);
+    w->lse = take_f(w, 0, base, &at, T * nh);
+    w->x2 = take_f(w, 0, base, &at, T * H);
+    w->rstd2 = take_f(w, 0, base, &at, T);
+    w->h2b = take_b(w, 0, base, &at, T * H);
+    w->g = take_f(w, 0, base, &at, T * I);
+    w->u = take_f(w, 0, base, &at, T * I);
+    w->mb = take_b(w, 0, base, &at, T * I);
     w->saved_total = at;
     at = 0;
-    w->tmp = take_f(scratch, &at, T * H);
-    w->dyb = take_b(scratch, &at, T * H);
-    w->dm = take_f(scratch, &at, T * I);
-    w->dgb = take_b(scratch, &at, T * I);
-    w->dub = take_b(scratch, &at, T * I);
-    w->doutb = take_b(scratch, &at, T * QD);
-    w->dq = take_f(scratch, &at, T * QD);
-    w->dk = take_f(scratch, &at, T * KD);
-    w->dv = take_f(scratch, &at, T * KD);
-    w->dqb = take_b(scratch, &at, T * QD);
-    w->dkb = take_b(scratch, &at, T * KD);
-    w->dvb = take_b(scratch, &at, T * KD);
-    w->partial = take_f(scratch, &at, rp_cuda_colsum_partial_floats((int64_t)max3(H, QD, KD)));
-    w->attn_scratch = take_f(scratch, &at, rp_cuda_be_attn_scratch_floats(cfg, nseq, seqlen));
+    w->tmp = take_f(w, 1, scratch, &at, T * H);
+    w->dyb = take_b(w, 1, scratch, &at, T * H);
+    w->dm = take_f(w, 1, scratch, &at, T * I);
+    w->dgb = take_b(w, 1, scratch, &at, T * I);
+    w->dub = take_b(w, 1, scratch, &at, T * I);
+    w->doutb = take_b(w, 1, scratch, &at, T * QD);
+    w->dq = take_f(w, 1, scratch, &at, T * QD);
+    w->dk = take_f(w, 1, scratch, &at, T * KD);
+    w->dv = take_f(w, 1, scratch, &at, T * KD);
+    w->dqb = take_b(w, 1, scratch, &at, T * QD);
+    w->dkb = take_b(w, 1, scratch, &at, T * KD);
+    w->dvb = take_b(w, 1, scratch, &at, T * KD);
+    w->partial = take_f(w, 1, scratch, &at, rp_cuda_colsum_partial_floats((int64_t)max3(H, QD, KD)));
+    w->attn_scratch = take_f(w, 1, scratch, &at, rp_cuda_be_attn_scratch_floats(cfg, nseq, seqlen));
     w->scratch_total = at;
 }
 
 size_t rp_cuda_be_block_ws_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    cuda_block_ws w;
+    cuda_block_ws w = {0};
     carve(cfg, nseq, seqlen, NULL, NULL, &w);
     return w.scratch_total;
 }
 
 size_t rp_cuda_be_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    cuda_block_ws w;
+    cuda_block_ws w = {0};
     carve(cfg, nseq, seqlen, NULL, NULL, &w);
     return w.saved_total;
+}
+
+void rp_cuda_be_block_guards(const rp_model_config *cfg, int64_t nseq, int64_t seqlen,
+                             rp_cuda_guards *out)
+{
+    cuda_block_ws w;
+    memset(out, 0, sizeof *out);
+    w.guards = out;
+    carve(cfg, nseq, seqlen, NULL, NULL, &w);
 }
 
 #define PF(P, field) ((P) + off.field)                                /* fp32 parameter */
@@ -177,24 +203,13 @@ static rp_status forward_ws(cuda_impl *c, const rp_model_config *cfg, const floa
                                       eps, st),
               err);
     }
-    /* inv_freq from the host code that the CPU layers use (llama3 scaling
-     * included); a pageable async copy returns once the source is staged */
-    float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
-    if (!inv)
-        return rp_error_set(err, RP_ERR_NOMEM, "cuda block: inv_freq");
-    rp_model_rope_inv_freq(cfg, inv);
-    cudaError_t e = cudaMemcpyAsync(w->inv_freq, inv, sizeof(float) * (size_t)(hd / 2),
-                                    cudaMemcpyHostToDevice, c->compute);
-    free(inv);
-    if (e != cudaSuccess)
-        return rp_cuda_be_fail(c, "uploading inv_freq", (int)e, err);
-    RP_CK(c, rp_cuda_rope_table(w->rope, w->inv_freq, seqlen, hd / 2, st), err);
+    RP_TRY(rp_cuda_be_rope(c, cfg, seqlen, &w->rope, err));
     RP_CK(c, rp_cuda_rope_apply(w->q, w->qb, w->rope, nseq, seqlen, nh, hd, 0, st), err);
     RP_CK(c, rp_cuda_rope_apply(w->k, w->kb, w->rope, nseq, seqlen, nkv, hd, 0, st), err);
 
     RP_TRY(rp_cuda_be_attn_forward(c, cfg, nseq, seqlen, w->qb, w->kb, w->vb, w->ob, w->lse, err));
 
-    e = cudaMemcpyAsync(w->x2, x, sizeof(float) * (size_t)(T * H), cudaMemcpyDeviceToDevice,
+    cudaError_t e = cudaMemcpyAsync(w->x2, x, sizeof(float) * (size_t)(T * H), cudaMemcpyDeviceToDevice,
                         c->compute);
     if (e != cudaSuccess)
         return rp_cuda_be_fail(c, "copying the residual", (int)e, err);
@@ -225,7 +240,7 @@ rp_status rp_cuda_be_block_forward(cuda_impl *c, const rp_model_config *cfg, con
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     RP_TRY(rp_cuda_be_enter(c, err));
-    cuda_block_ws w;
+    cuda_block_ws w = {0};
     carve(cfg, nseq, seqlen, saved, ws, &w);
     RP_TRY(forward_ws(c, cfg, params, x, y, nseq, seqlen, &w, err));
     return rp_cuda_be_sync(c, "block forward", err);
@@ -243,6 +258,7 @@ static rp_status backward_steps(cuda_impl *c, const rp_model_config *cfg, const 
     const int64_t QD = nh * hd, KD = nkv * hd;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
     void *st = c->compute, *hb = c->blas;
+    RP_TRY(rp_cuda_be_rope(c, cfg, seqlen, &w->rope, err));
 
     /* MLP: y = x2 + m Wd^T, m = silu(g) * u */
     RP_CK(c, rp_cuda_bf16_from_f32(dy, w->dyb, T * H, st), err);
@@ -328,7 +344,7 @@ rp_status rp_cuda_be_block_backward(cuda_impl *c, const rp_model_config *cfg,
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     RP_TRY(rp_cuda_be_enter(c, err));
-    cuda_block_ws w;
+    cuda_block_ws w = {0};
     carve(cfg, nseq, seqlen, saved, ws, &w);
     RP_TRY(backward_steps(c, cfg, params, x, dy, dx, dparams, nseq, seqlen, &w, err));
     return rp_cuda_be_sync(c, "block backward", err);

@@ -9,6 +9,8 @@
 #include "device/backend_impl.h"
 #include "model/layers.h"
 
+#define RP_CUDA_ROPE_MAX_HALF 1024 /* head_dim up to 2048 */
+
 typedef struct cuda_impl {
     int ordinal;
     cudaStream_t compute; /* every layer call, in call order */
@@ -19,7 +21,21 @@ typedef struct cuda_impl {
     void *scratch;
     size_t scratch_bytes;
     unsigned long long *bad; /* device word of rp_cuda_tokens_first_bad */
+    /* RoPE: the cos/sin table [seqlen, head_dim] (then inv_freq) of the last
+     * shape asked for, made once and kept (rp_cuda_be_rope) */
+    float *rope;
+    size_t rope_floats;
+    int64_t rope_seqlen;
+    int rope_half;
+    float rope_inv[RP_CUDA_ROPE_MAX_HALF];
 } cuda_impl;
+
+/* The RoPE table of cfg (llama3 scaling included: inv_freq from the host
+ * code the CPU layers use) for sequences of seqlen tokens, on the device:
+ * built on the first call for a shape and kept, so the steady state makes
+ * and uploads nothing. */
+rp_status rp_cuda_be_rope(cuda_impl *c, const rp_model_config *cfg, int64_t seqlen,
+                          const float **table, rp_error *err);
 
 /* Make `impl`'s device current for this thread (the engine may call from
  * more than one thread). */
@@ -51,6 +67,22 @@ static inline size_t rp_cuda_be_f32_floats(size_t n)
 {
     return (n + 15) / 16 * 16;
 }
+
+/* Guard bands, for tests: with rp_cuda_be_guard_floats > 0 (set before
+ * sizing and never changed while buffers of that size exist), every slice
+ * of a block's saved area and scratch is followed by that many floats no
+ * kernel may write; rp_cuda_be_block_guards lists where they are (area 0:
+ * saved, 1: scratch; offsets in floats), so a test that poisoned both
+ * areas can check that nothing ran past its slice. */
+#define RP_CUDA_MAX_GUARDS 64
+typedef struct rp_cuda_guards {
+    int n;
+    int area[RP_CUDA_MAX_GUARDS];
+    size_t at[RP_CUDA_MAX_GUARDS];
+} rp_cuda_guards;
+extern size_t rp_cuda_be_guard_floats;
+void rp_cuda_be_block_guards(const rp_model_config *cfg, int64_t nseq, int64_t seqlen,
+                             rp_cuda_guards *out);
 
 /* Layer math (cuda_block.c, cuda_head.c); a block's forward keeps what
  * its backward needs in `saved`, as the CPU block does (model/layers.h). */

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "core/log.h"
+#include "device/backend.h"
 #include "device/device.h"
 #include "engine/arena.h"
 #include "io/dataset.h"
@@ -62,6 +63,8 @@ typedef struct rp_engine {
         size_t bytes;
     } *pins;
     int npins, npins_run;
+    int pinned_run;    /* pins[0, pinned_run) registered with dev, for the run */
+    rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;
     rp_lr_schedule sched;

@@ -68,10 +68,9 @@ static void executor_free(executor *x)
     free(x->htgt);
     free(x->hmask);
     free(x->greq);
-    for (int i = 0; i < x->pinned; i++)
-        if (x->e->pins[i].bytes > 0)
-            rp_device_host_unregister(x->dev, x->e->pins[i].base);
-    rp_device_destroy(&x->dev);
+    if (x->segment_pinned)
+        rp_device_host_unregister(x->dev, x->e->pins[x->e->npins_run].base);
+    x->dev = NULL; /* the engine's, for the whole run */
 }
 
 static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t offset, size_t bytes,
@@ -107,8 +106,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
             x->nsaved = layers;
     }
     const rp_model_config *cfg = &e->p->cfg;
-    rp_device_params dp = {e->device, e->device_ordinal, e->threads};
-    RP_TRY(rp_device_create(&dp, &x->dev, err));
+    x->dev = e->dev;
     int ok = 1;
     size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * sizeof(float) + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
@@ -158,16 +156,15 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         }
         x->buf[b].gather_pinned = 1;
     }
-    /* pin what the copies touch (engine_impl.h, pins) */
-    for (; x->pinned < e->npins; x->pinned++) {
-        if (e->pins[x->pinned].bytes == 0)
-            continue;
-        rp_status ps = rp_device_host_register(x->dev, e->pins[x->pinned].base,
-                                               e->pins[x->pinned].bytes, err);
+    /* pin the segment's activations (the run's pins are the engine's) */
+    if (e->npins > e->npins_run && e->pins[e->npins_run].bytes > 0) {
+        rp_status ps = rp_device_host_register(x->dev, e->pins[e->npins_run].base,
+                                               e->pins[e->npins_run].bytes, err);
         if (ps != RP_OK) {
             executor_free(x);
             return ps;
         }
+        x->segment_pinned = 1;
     }
     rp_xfer_params xp = {0};
     xp.ops.copy = device_copy;

@@ -25,7 +25,7 @@ typedef struct stage_buf {
 typedef struct executor {
     rp_engine *e;
     rp_device *dev;
-    int pinned;          /* host store ranges registered with the device */
+    int segment_pinned;  /* the segment's activations registered with the device */
     rp_xfer *xfer;
     stage_buf buf[2];
     int cur;             /* buffer of the running job */

@@ -556,6 +556,14 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
             s = load_params(e, r->shared, err);
     }
     RP_TRY(agree(e, s, comm, err));
+    /* the executor's device, and the run's pins, once (not per segment) */
+    rp_device_params dp = {e->device, e->device_ordinal, e->threads};
+    s = rp_device_create(&dp, &e->dev, err);
+    for (; s == RP_OK && e->pinned_run < e->npins_run; e->pinned_run++)
+        if (e->pins[e->pinned_run].bytes > 0)
+            s = rp_device_host_register(e->dev, e->pins[e->pinned_run].base,
+                                        e->pins[e->pinned_run].bytes, err);
+    RP_TRY(agree(e, s, comm, err));
     e->meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
     e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->num_layers : NULL;
     return agree(e, e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements"), comm,
@@ -718,6 +726,10 @@ rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MP
     if (e->log) /* a start that failed after opening it */
         fclose(e->log);
     rp_progress_stop(&e->progress); /* an error printed next starts on a line of its own */
+    for (int i = 0; i < e->pinned_run; i++) /* before the store they are in goes */
+        if (e->pins[i].bytes > 0)
+            rp_device_host_unregister(e->dev, e->pins[i].base);
+    rp_device_destroy(&e->dev);
     rp_params_destroy(&r->shared);
     free(r->probe.layers);
     free(e->meas_ms);
