@@ -4,7 +4,9 @@
 # the byte what `roundpipe train`'s executors allocate ("executor buffers:
 # ... (N bytes"), for forced plans of a tied model (the tail holds the
 # embedding matrix and its gradient) and an untied one, CPU executors, two
-# ranks; a --memory-limit-mib under a plan's need refuses that forced plan
+# ranks; the host store `roundpipe plan` reports (model state and
+# gradients, activations) is what train's node allocates, to the byte, for
+# bf16 and fp32, one and two pipelines; a --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
 set -u
@@ -29,6 +31,24 @@ done
 nl=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$untied")
 check "$untied" "fwd=0;bwd=1-$((nl + 1)),0"
 check "$untied" "fwd=0-$nl;bwd=$((nl + 1)),0-$nl"
+
+# the host store: plan's figures against train's
+host() { # config dtype pipelines plan
+  cfg=$1; dt=$2; np_=$3; p=$4
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --dtype "$dt" \
+    --pipelines "$np_" --plan "$p" > "$tmp/train.txt" 2>&1 ||
+    { bad "$cfg $dt $np_: train failed"; cat "$tmp/train.txt"; return; }
+  got=$(sed -n 's/.*host store: .*(\([0-9]*\), \([0-9]*\) bytes).*/\1 \2/p' "$tmp/train.txt")
+  "$bin" plan --init-config "$cfg" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$p" --device cpu --dtype "$dt" --json > "$tmp/p.json"
+  want="$(grep -o '"host_param_store_bytes": [0-9]*' "$tmp/p.json" | tr -dc 0-9) $(grep -o '"host_activation_bytes": [0-9]*' "$tmp/p.json" | tr -dc 0-9)"
+  [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$cfg $dt $np_ pipelines: train's host store '$got', plan's '$want'"
+}
+host "$tied" bf16 1 "fwd=0-2;bwd=3-5,0-2"
+host "$tied" fp32 2 "fwd=0-2;bwd=3-5,0-2;width=1"
+host "$untied" bf16 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1"
+grep -q '"device": "cpu", "dtype": "bf16"' "$tmp/p.json" && ok || bad "plan's JSON names no device and dtype"
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \

@@ -4,13 +4,40 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <sys/statvfs.h>
+
 #include "cli/plan_opts.h"
+#include "engine/host_memory.h"
 #include "plan/schedule.h"
+#include "store/shm.h"
 
 static const char plan_usage[] =
     "usage: roundpipe plan (--layers FILE | --init-config FILE | --model DIR) [options]\n"
     "Prints the forward and backward stages (tail first) the planner chooses, each job's\n"
     "per-microbatch time, weights and peak device memory, and the modelled iteration.\n";
+
+/* A config's host memory for the chosen plan (pipelines from its width). */
+static int host_memory(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan *p,
+                       rp_host_memory *hm)
+{
+    if (!o->have_config)
+        return 0;
+    rp_error err = {0};
+    int pipelines = o->mc.gpus / (r->width > 0 ? r->width : 1);
+    if (pipelines < 1 || o->mc.microbatches % pipelines)
+        pipelines = 1;
+    return rp_host_memory_count(&o->cfg, o->dtype, pipelines, o->mc.microbatches,
+                                o->model->tokens_per_microbatch, p, 0, hm, &err) == RP_OK;
+}
+
+/* Free bytes where the host store goes (/dev/shm), 0 when unknown. */
+static unsigned long long shm_free(void)
+{
+    struct statvfs v;
+    if (statvfs(RP_SHM_DEFAULT_DIR, &v) != 0)
+        return 0;
+    return (unsigned long long)v.f_bavail * v.f_frsize;
+}
 
 static const char *kind_name(rp_job_kind k)
 {
@@ -25,10 +52,17 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
            "\"width\": %d, \"optimizer_lag\": %d, \"plan\": \"%s\", \"iteration_ms\": %.6g, "
            "\"bubble_mean\": %.6g, \"bubble_max\": %.6g, \"tokens_per_s\": %.6g, "
-           "\"peak_bytes\": %lld, \"memory_limit_bytes\": %lld, \"jobs\": [",
+           "\"peak_bytes\": %lld, \"memory_limit_bytes\": %lld, ",
            m->name, m->num_layers, o->mc.gpus, o->mc.microbatches, r->width,
            o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
            r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
+    rp_host_memory hm;
+    if (host_memory(o, r, p, &hm))
+        printf("\"device\": \"%s\", \"dtype\": \"%s\", \"host_param_store_bytes\": %zu, "
+               "\"host_activation_bytes\": %zu, \"host_pinned_bytes\": %zu, ",
+               rp_device_kind_name(o->device), o->dtype == RP_BF16 ? "bf16" : "fp32",
+               hm.param_store, hm.activations, hm.pinned);
+    printf("\"jobs\": [");
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
         rp_job jb = rp_schedule_job(p, j);
         printf("%s{\"job\": %d, \"kind\": \"%s\", \"first\": %d, \"last\": %d, "
@@ -75,6 +109,26 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
     if (o->mc.memory_limit > 0)
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
     printf("\n");
+    rp_host_memory hm;
+    if (host_memory(o, r, p, &hm)) {
+        const double gib = 1073741824.0;
+        size_t total = hm.param_store + hm.activations;
+        unsigned long long fr = shm_free();
+        printf("for %s executors, %s%s\n", rp_device_kind_name(o->device),
+               o->dtype == RP_BF16 ? "bf16" : "fp32",
+               o->device_chosen ? " (what train would use here; --device to choose)" : "");
+        printf("host memory per node: %.2f GiB in %s (model state and gradients %.2f GiB, "
+               "activations %.2f GiB); each rank maps it all; ",
+               total / gib, RP_SHM_DEFAULT_DIR, hm.param_store / gib, hm.activations / gib);
+        if (o->device == RP_DEVICE_CUDA)
+            printf("%.2f GiB of it pinned for copies\n", hm.pinned / gib);
+        else
+            printf("none of it pinned (CPU executors)\n");
+        if (fr > 0 && total > fr)
+            printf("warning: %s has %.2f GiB free: train would stop (as root: mount -o "
+                   "remount,size=%.0fG %s)\n",
+                   RP_SHM_DEFAULT_DIR, fr / gib, total / gib + 1, RP_SHM_DEFAULT_DIR);
+    }
 }
 
 int rp_cli_plan(int argc, char **argv)

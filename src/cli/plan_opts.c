@@ -63,7 +63,8 @@ const char rp_plan_cli_options_usage[] =
     "  --batch-size B         samples per iteration (default M)\n"
     "  --tflops X             achieved TFLOP/s per device for a config (default 100)\n"
     "  --device-gbs X         device memory GB/s for a config (default 1000)\n"
-    "  --dtype bf16|fp32      device compute dtype for a config's times (default bf16)\n"
+    "  --dtype bf16|fp32      compute dtype for a config (default: as train, bf16 on\n"
+    "                         GPUs, fp32 on the CPU)\n"
     "  --device cpu|cuda|auto executors whose memory a config's model counts (default\n"
     "                         auto: CUDA when a GPU is usable here, as train does)\n"
     "  --memory-limit-mib N   device memory an executor may use (default: no limit)\n"
@@ -98,10 +99,11 @@ const char rp_plan_cli_options_usage[] =
  * into *workspace). */
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
                              double devgbs, int cb, rp_device_kind device, rp_cost_model **out,
-                             int64_t *workspace, rp_error *err)
+                             int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
 {
     rp_model_config cfg;
     RP_TRY(rp_config_load(path, &cfg, err));
+    *cfg_out = cfg;
     rp_model_shape sh = {cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
                          cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size,
                          cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias};
@@ -130,7 +132,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
     double rows = 0;
     int64_t sparse = 1;
-    int have_seq = 0, have_batch = 0, have_ws = 0;
+    int have_seq = 0, have_batch = 0, have_ws = 0, have_dtype = 0;
     rp_device_kind device = RP_DEVICE_AUTO;
     int64_t config_ws = 0;
     optind = 0;
@@ -166,6 +168,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         case O_TFLOPS: st = rp_arg_double(optname, optarg, &tflops, err); break;
         case O_DEVGBS: st = rp_arg_double(optname, optarg, &devgbs, err); break;
         case O_DTYPE:
+            have_dtype = 1;
             if (!strcmp(optarg, "bf16"))
                 cb = 2;
             else if (!strcmp(optarg, "fp32"))
@@ -244,13 +247,19 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                               "--batch-size %lld is not divisible by --microbatches %lld",
                               (long long)b, (long long)m);
         else if (device == RP_DEVICE_AUTO) { /* what `roundpipe train` would use here */
+            o->device_chosen = 1;
             rp_device_info info;
             device = rp_device_probe(RP_DEVICE_AUTO, &info, NULL) == RP_OK ? info.kind
                                                                              : RP_DEVICE_CPU;
         }
+        if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
+            cb = device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
             st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, device, &o->model,
-                             &config_ws, err);
+                             &config_ws, &o->cfg, err);
+        o->have_config = st == RP_OK;
+        o->device = device;
+        o->dtype = cb == 2 ? RP_BF16 : RP_F32;
         if (st == RP_OK)
             o->model->tokens_per_microbatch = S * b / m;
     }

@@ -4,12 +4,21 @@
 #define RP_CLI_PLAN_OPTS_H
 
 #include "core/error.h"
+#include "device/device.h"
+#include "io/config.h"
 #include "plan/cost.h"
 #include "plan/plan.h"
 #include "plan/simulate.h"
 
 typedef struct rp_plan_cli {
     rp_cost_model *model; /* owned */
+    /* a config's model: the executors the plan is for (as train would
+     * choose here, or --device), their compute dtype, and the config */
+    int have_config;
+    rp_model_config cfg;
+    rp_device_kind device;
+    int device_chosen;    /* 1: --device auto resolved here, as train would */
+    rp_dtype dtype;
     rp_machine mc;
     int width;            /* 0: the planner searches the widths */
     rp_plan *forced;      /* --plan, owned, NULL when not given */

@@ -64,6 +64,7 @@ typedef struct rp_engine {
     } *pins;
     int npins, npins_run;
     int pinned_run;    /* pins[0, pinned_run) registered with dev, for the run */
+    size_t param_store_bytes; /* the run's store (host_memory.h) */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;

@@ -536,12 +536,18 @@ rp_status rp_engine_run_executor(rp_engine *e)
         char lim[64] = "no limit";
         if (e->memory_limit > 0)
             snprintf(lim, sizeof lim, "limit %.1f MiB", e->memory_limit / 1048576.0);
-        size_t pinned = 0;
+        size_t pinned = 0, acts = e->pins[e->npins_run].bytes;
         for (int i = 0; i < e->npins; i++)
             pinned += e->pins[i].bytes;
         rp_log(e->lg, RP_LOG_INFO, "executor buffers: %.1f MiB of device memory per executor "
-               "(%zu bytes; %s); %.1f MiB of the host store pinned for copies",
-               x.device_bytes / 1048576.0, x.device_bytes, lim, pinned / 1048576.0);
+               "(%zu bytes; %s)", x.device_bytes / 1048576.0, x.device_bytes, lim);
+        char pin[96] = "";
+        if (e->device == RP_DEVICE_CUDA)
+            snprintf(pin, sizeof pin, "; %.1f MiB of it pinned for copies (%zu bytes)",
+                     pinned / 1048576.0, pinned);
+        rp_log(e->lg, RP_LOG_INFO, "host store: %.1f MiB of model state and gradients, %.1f MiB "
+               "of activations (%zu, %zu bytes)%s", e->param_store_bytes / 1048576.0,
+               acts / 1048576.0, e->param_store_bytes, acts, pin);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)

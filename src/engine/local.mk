@@ -6,10 +6,12 @@ librp_la_SOURCES += \
 	src/engine/engine_impl.h \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
-	src/engine/optimizer.c src/engine/logger.c \
+	src/engine/optimizer.c src/engine/optimizer_impl.h src/engine/grad_completion.c \
+	src/engine/logger.c \
 	src/engine/pipeline.c src/engine/pipeline.h \
 	src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \
 	src/engine/trainer.c src/engine/trainer.h \
 	src/engine/executor_summary.c src/engine/executor_summary.h \
-	src/engine/memory_model.c src/engine/memory_model.h
+	src/engine/memory_model.c src/engine/memory_model.h \
+	src/engine/host_memory.c src/engine/host_memory.h

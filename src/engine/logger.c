@@ -8,24 +8,8 @@
 
 #include "engine/engine_impl.h"
 #include "engine/protocol.h"
+#include "io/metrics.h"
 #include "optim/clip.h"
-
-/* The metrics line (roundpipe-formats(5)); loss and grad_norm are null when
- * NaN (a step without counted targets). "time" comes last, so the older
- * fields keep their place. rp_engine_log_written flushes it and reports a
- * failed write with its errno. */
-static void write_line(FILE *f, const rp_step_metrics *m)
-{
-    char loss[32] = "null", norm[32] = "null";
-    if (!isnan(m->loss))
-        snprintf(loss, sizeof loss, "%.9g", m->loss);
-    if (!isnan(m->grad_norm))
-        snprintf(norm, sizeof norm, "%.9g", m->grad_norm);
-    fprintf(f, "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
-               "\"counted_tokens\":%lld,\"tokens_per_s\":%.1f,\"time\":%.3f}\n",
-            (long long)m->step, loss, m->lr, norm, (long long)m->tokens,
-            (long long)m->counted_tokens, m->tokens_per_s, m->time);
-}
 
 /* One span per step on the trace's step track, from the previous step's
  * report (or the start of the run) to this one's, named "step N". */
@@ -81,7 +65,7 @@ static rp_status run(rp_engine *e, rp_error *err)
             rp_progress_update(&e->progress, t, m.loss, m.tokens_per_s);
         }
         if (e->log) {
-            write_line(e->log, &m);
+            rp_metrics_write_line(e->log, &m);
             rp_engine_log_written(e, t);
         }
         if (e->o->on_step)

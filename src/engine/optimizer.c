@@ -11,13 +11,15 @@
  * once without clipping, by need (layer 0 first: the next forward starts
  * there) with clipping, and top down with --optimizer-lag 1 (see below).
  * Every step is elementwise or per block, so the bits depend neither on the
- * number of ranks nor on which rank did what. */
+ * number of ranks nor on which rank did what. This file schedules the
+ * updates; grad_completion.c sums the gradients. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "engine/optimizer_impl.h"
 #include "engine/protocol.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -25,7 +27,7 @@
 /* AdamW on elements [lo, hi) of layer l: the parts of its tensors there,
  * writing the compute copy (bf16-rounded) in the same pass; the padding
  * between and after tensors is copied as it is (zeros). */
-static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
+void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
     /* the lr follows the step; bias correction counts the updates applied */
     rp_layer_state *ls = &e->p->st[l];
@@ -51,111 +53,6 @@ static void update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
     }
     if (copy)
         rp_params_sync_compute_range(e->p, l, cur, hi);
-}
-
-/* The embedding's gradient is summed in two parts. As soon as the tails
- * have landed: the dense base of this rank's share, the pipelines' tied LM
- * head parts in pipeline order, plus +0.0f (so a -0.0 becomes +0.0, as
- * adding the zero rows of a dense embedding gradient would make it), or
- * zero when untied. At the end of the backward: each pipeline's rows, in
- * pipeline order, added onto it. For one pipeline this is e + t with the
- * bits of a dense sum; rows no token touched are ready early. */
-static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
-{
-    float *acc = e->p->st[0].grad;
-    /* the tied parts hold vocab x hidden floats; the layer's padding past
-     * them (rp_layer_desc.numel is rounded up) has no gradient */
-    size_t tied_end = e->tied ? (size_t)(e->p->cfg.vocab_size * e->hidden) : 0;
-    size_t mid = tied_end < lo ? lo : tied_end < hi ? tied_end : hi;
-#pragma omp parallel for schedule(static) if (mid - lo > 65536)
-    for (size_t k = lo; k < mid; k++) {
-        float s = rp_engine_tied_grad(e, 0)[k];
-        for (int g = 1; g < e->pipelines; g++)
-            s += rp_engine_tied_grad(e, g)[k];
-        acc[k] = s + 0.0f;
-    }
-    memset(acc + mid, 0, (hi - mid) * sizeof(float));
-}
-
-static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
-{
-    size_t H = (size_t)e->hidden;
-    float *acc = e->p->st[0].grad;
-    for (int g = 0; g < e->pipelines; g++) {
-        const int32_t *ids = rp_engine_emb_ids(e, g);
-        const float *rows = rp_engine_emb_rows(e, g);
-        int64_t n = e->emb_n[g];
-#pragma omp parallel for schedule(static) if (n * e->hidden > 65536)
-        for (int64_t i = 0; i < n; i++) { /* distinct rows: no two threads meet */
-            size_t base = (size_t)ids[i] * H;
-            size_t a = base > lo ? base : lo, b = base + H < hi ? base + H : hi;
-            for (size_t k = a; k < b; k++)
-                acc[k] += rows[(size_t)i * H + (k - base)];
-        }
-    }
-}
-
-/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
-static void trace_opt(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
-{
-    if (!e->trace)
-        return;
-    char span[64];
-    snprintf(span, sizeof span, "%s %d (it %lld)", what, l, (long long)t);
-    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-}
-
-/* Sum the pipelines' gradients of this rank's share of layer l into the
- * layer's buffer (pipeline 0's) and write the share's block norms; with
- * `fuse` (no clipping, so no global norm to wait for) also run AdamW on it.
- * Block by block: a block is summed, its norm taken and it is updated while
- * it is in cache, so memory sees the gradient once (read and, with several
- * pipelines, written), plus AdamW's own traffic. */
-static rp_status sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
-                           rp_error *err)
-{
-    int tied = l == 0 && e->tied;
-    for (int g = 0; g < e->pipelines; g++) {
-        RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
-        if (tied) /* the tail brought the LM head's part */
-            RP_TRY(rp_proto_wait_grad(e, e->num_layers - 1, g, t, who, err));
-    }
-    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-    size_t b0, b1, lo, hi;
-    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
-    float *acc = e->p->st[l].grad;
-    size_t n = e->p->layers[l].numel, block;
-    rp_clip_blocks(n, &block);
-    double *part = rp_engine_sumsq(e, t, l);
-    if (l == 0) {
-        sum_embedding_rows(e, lo, hi);
-        fuse = 0; /* by rows: update_embedding_* */
-    }
-    /* elementwise sums, block norms and AdamW: the same bits on any split */
-#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
-    for (size_t b = b0; b < b1; b++) {
-        size_t a = b * block, z = a + block < n ? a + block : n;
-        if (l > 0 && e->pipelines > 1)
-            for (size_t k = a; k < z; k++) {
-                float s = acc[k];
-                for (int g = 1; g < e->pipelines; g++)
-                    s += rp_engine_grad(e, g, l)[k];
-                acc[k] = s;
-            }
-        part[b] = rp_clip_block_sumsq(acc, n, b);
-        if (fuse)
-            update_share(e, l, t, 1.0f, a, z);
-    }
-    if (l == 0 || e->pipelines > 1 || fuse)
-        trace_opt(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
-    rp_proto_publish_summed(e, l, t);
-    if (l == e->num_layers - 1) { /* the tails are in: the embedding's dense base */
-        uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
-        rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
-        sum_embedding_base(e, lo, hi);
-        trace_opt(e, "sum head part of layer", 0, t, t1);
-    }
-    return RP_OK;
 }
 
 /* With --optimizer-lag 1 the update of iteration t may only change layer l
@@ -184,9 +81,9 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     if (!skip)
-        update_share(e, l, t, coef, lo, hi);
+        rp_optimizer_update_share(e, l, t, coef, lo, hi);
     if (hi > lo)
-        trace_opt(e, "adamw layer", l, t, t0);
+        rp_optimizer_trace(e, "adamw layer", l, t, t0);
     if (l == 0)
         rp_proto_publish_rows(e, t);
     rp_proto_publish_version(e, l, t);
@@ -233,14 +130,14 @@ static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids,
                 i++;
                 b = (size_t)ids[i] * H + H < hi ? (size_t)ids[i] * H + H : hi;
             }
-            update_share(e, 0, t, coef, a, b);
+            rp_optimizer_update_share(e, 0, t, coef, a, b);
         } else if (a > cur) {
-            update_share(e, 0, t, coef, cur, a);
+            rp_optimizer_update_share(e, 0, t, coef, cur, a);
         }
         cur = b;
     }
     if (!listed && cur < hi)
-        update_share(e, 0, t, coef, cur, hi);
+        rp_optimizer_update_share(e, 0, t, coef, cur, hi);
 }
 
 /* The embedding by need: update_embedding_rows first updates the rows the
@@ -256,7 +153,7 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, *n, 1);
-    trace_opt(e, "adamw rows of layer", 0, t, t0);
+    rp_optimizer_trace(e, "adamw rows of layer", 0, t, t0);
     rp_proto_publish_rows(e, t);
     return RP_OK;
 }
@@ -267,7 +164,7 @@ static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, n, 0);
-    trace_opt(e, "adamw rest of layer", 0, t, t0);
+    rp_optimizer_trace(e, "adamw rest of layer", 0, t, t0);
     rp_proto_publish_version(e, 0, t);
 }
 
@@ -293,7 +190,7 @@ static rp_status run(rp_engine *e, rp_error *err)
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
             int fuse = !clip && !e->o->optimizer_lag && !skip && l > 0;
-            s = sum_share(e, l, t, fuse, who, err);
+            s = rp_grad_sum_share(e, l, t, fuse, who, err);
             if (s != RP_OK || clip)
                 continue;
             if (fuse) {

@@ -16,6 +16,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
+#include "engine/host_memory.h"
 #include "engine/memory_model.h"
 #include "engine/protocol.h"
 #include "io/config.h"
@@ -193,51 +194,15 @@ static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 
 /* The store that lives for the whole run: parameters and optimizer state,
  * the tied head's gradient part, and the abort flag. */
-typedef struct param_map {
-    size_t params, tied, group, emb_ids, emb_rows, emb_n, ctrl;
-} param_map;
-
 static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_config *cfg,
-                                   rp_store **out, param_map *map, rp_error *err)
+                                   rp_store **out, rp_param_store_map *map, rp_error *err)
 {
     rp_store_layout *lay = NULL;
-    RP_TRY(rp_store_layout_create(&lay, err));
-    size_t vh = e->tied ? (size_t)(cfg->vocab_size * e->hidden) : 0;
-    /* gradients of pipelines 1..P-1, 64-byte aligned per layer; one
-     * pipeline's block is staggered like the model state's arrays, since
-     * the optimizer streams a layer's copies side by side */
-    e->gstride = 0;
-    for (int l = 0; l < e->num_layers; l++) {
-        e->goff[l] = e->gstride;
-        if (l > 0) /* the embedding's travels as rows */
-            e->gstride += (e->p->layers[l].numel + 15) & ~(size_t)15;
-    }
-    e->gstride = rp_adamw_array_bytes(e->gstride) / sizeof(float);
     int64_t ntok = e->micro_per_pipeline * e->tokens_per_micro;
-    e->emb_cap = ntok < cfg->vocab_size ? ntok : cfg->vocab_size;
-    rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, e->o->dtype),
-                                      RP_STORE_ALIGN_PAGE, &map->params, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "tied-grad", (size_t)e->pipelines * vh * sizeof(float),
-                                RP_STORE_ALIGN_PAGE, &map->tied, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "pipeline-grads",
-                                (size_t)(e->pipelines - 1) * e->gstride * sizeof(float),
-                                RP_STORE_ALIGN_PAGE, &map->group, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "embedding-grad-ids",
-                                (size_t)(e->pipelines * ntok) * sizeof(int32_t),
-                                RP_STORE_ALIGN_PAGE, &map->emb_ids, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "embedding-grad-rows",
-                                (size_t)(e->pipelines * e->emb_cap * e->hidden) * sizeof(float),
-                                RP_STORE_ALIGN_PAGE, &map->emb_rows, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "embedding-grad-counts",
-                                (size_t)e->pipelines * sizeof(int64_t), RP_STORE_ALIGN_LINE,
-                                &map->emb_n, err);
-    if (s == RP_OK)
-        s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
+    rp_status s = rp_param_store_layout(cfg, e->o->dtype, e->pipelines, ntok, e->goff, &lay, map,
+                                        err);
+    e->gstride = map->gstride;
+    e->emb_cap = map->emb_cap;
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
     if (s == RP_OK)
@@ -249,15 +214,13 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
                                   "multi-node (data-parallel) runs are not implemented yet",
                                   e->size / rp_store_node_size(*out)), comm, err);
     char *base = rp_store_base(*out);
+    e->param_store_bytes = rp_store_bytes(*out);
     e->pins = calloc(2 * (size_t)e->num_layers + 4, sizeof *e->pins);
     if (!e->pins)
         return agree(e, rp_error_set(err, RP_ERR_NOMEM, "pinned ranges"), comm, err);
-    e->pins[e->npins++] = (struct rp_pin){base + map->tied, (size_t)e->pipelines * vh * sizeof(float)};
-    e->pins[e->npins++] = (struct rp_pin){base + map->group, (size_t)(e->pipelines - 1) *
-                                                                 e->gstride * sizeof(float)};
-    e->pins[e->npins++] =
-        (struct rp_pin){base + map->emb_rows,
-                        (size_t)(e->pipelines * e->emb_cap * e->hidden) * sizeof(float)};
+    e->pins[e->npins++] = (struct rp_pin){base + map->tied, map->tied_bytes};
+    e->pins[e->npins++] = (struct rp_pin){base + map->group, map->group_bytes};
+    e->pins[e->npins++] = (struct rp_pin){base + map->emb_rows, map->emb_rows_bytes};
     e->tied_grad = e->tied ? (float *)(base + map->tied) : NULL;
     e->group_grad = (float *)(base + map->group);
     e->emb_ids_base = (int32_t *)(base + map->emb_ids);
@@ -419,7 +382,7 @@ typedef struct run {
     char path[4096];
     rp_params probe;         /* the layout alone (sizes, names) until the store exists */
     rp_store *pstore;        /* parameters and optimizer state, for the whole run */
-    param_map map;
+    rp_param_store_map map;
     rp_params *shared;       /* attached to pstore */
     char executors[512];     /* the start-up line's executor summary */
     rp_logger live_lg;       /* the logger, printing through the live progress line */
@@ -546,9 +509,9 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
          * head's matrix, and its gradient as rows into their area. */
         for (int l = 0; l < e->num_layers; l++) {
             size_t lb = rp_adamw_array_bytes(e->p->layers[l].numel);
-            if (l > 0 || e->tied)
+            if (rp_pin_layer_compute(l, e->tied))
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].compute, lb};
-            if (l > 0)
+            if (rp_pin_layer_grad(l))
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
         }
         e->npins_run = e->npins;

@@ -1,0 +1,118 @@
+/* Gradient completion, on the optimizer thread of every rank: for its share
+ * of a layer, once every pipeline's gradient has landed, the sum in
+ * pipeline order (the embedding's in two parts: the dense base with the
+ * tied LM head's parts, then each pipeline's rows), the share's block
+ * norms for clipping, and, when nothing waits for a global norm, the AdamW
+ * update fused in while the block is in cache. optimizer.c decides when. */
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "engine/optimizer_impl.h"
+#include "engine/protocol.h"
+#include "optim/clip.h"
+
+/* The embedding's gradient is summed in two parts. As soon as the tails
+ * have landed: the dense base of this rank's share, the pipelines' tied LM
+ * head parts in pipeline order, plus +0.0f (so a -0.0 becomes +0.0, as
+ * adding the zero rows of a dense embedding gradient would make it), or
+ * zero when untied. At the end of the backward: each pipeline's rows, in
+ * pipeline order, added onto it. For one pipeline this is e + t with the
+ * bits of a dense sum; rows no token touched are ready early. */
+static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
+{
+    float *acc = e->p->st[0].grad;
+    /* the tied parts hold vocab x hidden floats; the layer's padding past
+     * them (rp_layer_desc.numel is rounded up) has no gradient */
+    size_t tied_end = e->tied ? (size_t)(e->p->cfg.vocab_size * e->hidden) : 0;
+    size_t mid = tied_end < lo ? lo : tied_end < hi ? tied_end : hi;
+#pragma omp parallel for schedule(static) if (mid - lo > 65536)
+    for (size_t k = lo; k < mid; k++) {
+        float s = rp_engine_tied_grad(e, 0)[k];
+        for (int g = 1; g < e->pipelines; g++)
+            s += rp_engine_tied_grad(e, g)[k];
+        acc[k] = s + 0.0f;
+    }
+    memset(acc + mid, 0, (hi - mid) * sizeof(float));
+}
+
+static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
+{
+    size_t H = (size_t)e->hidden;
+    float *acc = e->p->st[0].grad;
+    for (int g = 0; g < e->pipelines; g++) {
+        const int32_t *ids = rp_engine_emb_ids(e, g);
+        const float *rows = rp_engine_emb_rows(e, g);
+        int64_t n = e->emb_n[g];
+#pragma omp parallel for schedule(static) if (n * e->hidden > 65536)
+        for (int64_t i = 0; i < n; i++) { /* distinct rows: no two threads meet */
+            size_t base = (size_t)ids[i] * H;
+            size_t a = base > lo ? base : lo, b = base + H < hi ? base + H : hi;
+            for (size_t k = a; k < b; k++)
+                acc[k] += rows[(size_t)i * H + (k - base)];
+        }
+    }
+}
+
+/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
+void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
+{
+    if (!e->trace)
+        return;
+    char span[64];
+    snprintf(span, sizeof span, "%s %d (it %lld)", what, l, (long long)t);
+    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
+}
+
+/* Sum the pipelines' gradients of this rank's share of layer l into the
+ * layer's buffer (pipeline 0's) and write the share's block norms; with
+ * `fuse` (no clipping, so no global norm to wait for) also run AdamW on it.
+ * Block by block: a block is summed, its norm taken and it is updated while
+ * it is in cache, so memory sees the gradient once (read and, with several
+ * pipelines, written), plus AdamW's own traffic. */
+rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
+                           rp_error *err)
+{
+    int tied = l == 0 && e->tied;
+    for (int g = 0; g < e->pipelines; g++) {
+        RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
+        if (tied) /* the tail brought the LM head's part */
+            RP_TRY(rp_proto_wait_grad(e, e->num_layers - 1, g, t, who, err));
+    }
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    size_t b0, b1, lo, hi;
+    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+    float *acc = e->p->st[l].grad;
+    size_t n = e->p->layers[l].numel, block;
+    rp_clip_blocks(n, &block);
+    double *part = rp_engine_sumsq(e, t, l);
+    if (l == 0) {
+        sum_embedding_rows(e, lo, hi);
+        fuse = 0; /* by rows: update_embedding_* */
+    }
+    /* elementwise sums, block norms and AdamW: the same bits on any split */
+#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
+    for (size_t b = b0; b < b1; b++) {
+        size_t a = b * block, z = a + block < n ? a + block : n;
+        if (l > 0 && e->pipelines > 1)
+            for (size_t k = a; k < z; k++) {
+                float s = acc[k];
+                for (int g = 1; g < e->pipelines; g++)
+                    s += rp_engine_grad(e, g, l)[k];
+                acc[k] = s;
+            }
+        part[b] = rp_clip_block_sumsq(acc, n, b);
+        if (fuse)
+            rp_optimizer_update_share(e, l, t, 1.0f, a, z);
+    }
+    if (l == 0 || e->pipelines > 1 || fuse)
+        rp_optimizer_trace(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
+    rp_proto_publish_summed(e, l, t);
+    if (l == e->num_layers - 1) { /* the tails are in: the embedding's dense base */
+        uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
+        rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
+        sum_embedding_base(e, lo, hi);
+        rp_optimizer_trace(e, "sum head part of layer", 0, t, t1);
+    }
+    return RP_OK;
+}
+

@@ -1,0 +1,101 @@
+/* Host memory of a training run (see host_memory.h). */
+#include "engine/host_memory.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/arena.h"
+#include "engine/params.h"
+#include "model/layout.h"
+#include "optim/adamw.h"
+
+rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
+                                int64_t tokens_per_pipeline, size_t *goff,
+                                rp_store_layout **layout, rp_param_store_map *map,
+                                rp_error *err)
+{
+    memset(map, 0, sizeof *map);
+    if (layout)
+        *layout = NULL;
+    rp_model_config c = *cfg;
+    rp_layer_desc *layers = NULL;
+    int n = 0;
+    RP_TRY(rp_model_layout(&c, &layers, &n, err));
+    const size_t H = (size_t)cfg->hidden_size, P = (size_t)pipelines;
+    size_t vh = cfg->tie_word_embeddings ? (size_t)cfg->vocab_size * H : 0;
+    /* gradients of pipelines 1..P-1, 64-byte aligned per layer; one
+     * pipeline's block is staggered like the model state's arrays, since
+     * the optimizer streams a layer's copies side by side */
+    size_t gs = 0;
+    for (int l = 0; l < n; l++) {
+        if (goff)
+            goff[l] = gs;
+        if (l > 0) /* the embedding's travels as rows */
+            gs += (layers[l].numel + 15) & ~(size_t)15;
+    }
+    free(layers);
+    map->gstride = rp_adamw_array_bytes(gs) / sizeof(float);
+    map->emb_cap = tokens_per_pipeline < cfg->vocab_size ? tokens_per_pipeline : cfg->vocab_size;
+    map->tied_bytes = P * vh * sizeof(float);
+    map->group_bytes = (P - 1) * map->gstride * sizeof(float);
+    map->emb_rows_bytes = P * (size_t)map->emb_cap * H * sizeof(float);
+    rp_store_layout *lay = NULL;
+    RP_TRY(rp_store_layout_create(&lay, err));
+    rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, dtype),
+                                      RP_STORE_ALIGN_PAGE, &map->params, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "tied-grad", map->tied_bytes, RP_STORE_ALIGN_PAGE, &map->tied,
+                                err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "pipeline-grads", map->group_bytes, RP_STORE_ALIGN_PAGE,
+                                &map->group, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "embedding-grad-ids",
+                                P * (size_t)tokens_per_pipeline * sizeof(int32_t),
+                                RP_STORE_ALIGN_PAGE, &map->emb_ids, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "embedding-grad-rows", map->emb_rows_bytes,
+                                RP_STORE_ALIGN_PAGE, &map->emb_rows, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "embedding-grad-counts", P * sizeof(int64_t),
+                                RP_STORE_ALIGN_LINE, &map->emb_n, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
+    map->bytes = rp_store_layout_bytes(lay);
+    if (s == RP_OK && layout)
+        *layout = lay;
+    else
+        rp_store_layout_destroy(&lay);
+    return s;
+}
+
+rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
+                               int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
+                               int recompute_layer, rp_host_memory *out, rp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    rp_param_store_map map;
+    int64_t per_pipeline = (int64_t)(microbatches / pipelines) * tokens_per_micro;
+    RP_TRY(rp_param_store_layout(cfg, dtype, pipelines, per_pipeline, NULL, NULL, &map, err));
+    out->param_store = map.bytes;
+    out->pinned = map.tied_bytes + map.group_bytes + map.emb_rows_bytes;
+    rp_model_config c = *cfg;
+    rp_layer_desc *layers = NULL;
+    int n = 0;
+    RP_TRY(rp_model_layout(&c, &layers, &n, err));
+    for (int l = 0; l < n; l++) {
+        size_t lb = rp_adamw_array_bytes(layers[l].numel);
+        out->pinned += (rp_pin_layer_compute(l, cfg->tie_word_embeddings) + rp_pin_layer_grad(l)) *
+                       lb;
+    }
+    free(layers);
+    rp_arena arena;
+    rp_arena_spec as = {n, microbatches, (size_t)(tokens_per_micro * cfg->hidden_size),
+                        recompute_layer};
+    if (rp_arena_init(&arena, plan, &as) != 0)
+        return rp_error_set(err, RP_ERR_NOMEM, "host memory: the activation arena's index");
+    out->activations = arena.floats * sizeof(float);
+    rp_arena_free(&arena);
+    out->pinned += out->activations;
+    return RP_OK;
+}

@@ -1,0 +1,61 @@
+/* Host memory of a training run: the parameter store's layout (built here
+ * for the engine, pipeline.c, and counted for `roundpipe plan`), which of
+ * its ranges the executors pin for copies, and the totals a user sizes a
+ * node (or a Slurm --mem) by. */
+#ifndef RP_ENGINE_HOST_MEMORY_H
+#define RP_ENGINE_HOST_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "io/config.h"
+#include "plan/plan.h"
+#include "store/layout.h"
+
+/* Offsets of the parameter store's regions, and the sizes they follow. */
+typedef struct rp_param_store_map {
+    size_t params;   /* the model state: per layer master, gradient, m, v (and compute) */
+    size_t tied;     /* the tied LM head's gradient, one per pipeline */
+    size_t group;    /* pipelines 1..P-1's gradients, gstride floats each */
+    size_t emb_ids, emb_rows, emb_n; /* the embedding's gradient rows per pipeline */
+    size_t ctrl;     /* the abort flag */
+    size_t tied_bytes, group_bytes, emb_rows_bytes;
+    size_t gstride;  /* floats of one pipeline's gradients (goff[l]: layer l's offset) */
+    int64_t emb_cap; /* rows a pipeline's tokens can touch: min(vocab, its tokens) */
+    size_t bytes;    /* the whole store */
+} rp_param_store_map;
+
+/* The parameter store of a run with `pipelines` pipelines of
+ * tokens_per_pipeline tokens each (per iteration): *layout (may be NULL:
+ * only counted) and *map; goff (may be NULL) receives each layer's offset
+ * in a pipeline's gradients. */
+rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
+                                int64_t tokens_per_pipeline, size_t *goff,
+                                rp_store_layout **layout, rp_param_store_map *map,
+                                rp_error *err);
+
+/* The rule for what executors pin of layer l's arrays (the rest of the
+ * model state, master weights and AdamW moments, no copy touches): its
+ * compute copy, which is uploaded, except the embedding's, which travels as
+ * gathered rows unless it is a tied head's matrix; its gradient, which is
+ * downloaded into, except the embedding's, which comes back as rows. */
+static inline int rp_pin_layer_compute(int layer, int tied) { return layer > 0 || tied; }
+static inline int rp_pin_layer_grad(int layer) { return layer > 0; }
+
+/* What a run needs of a node's host memory. */
+typedef struct rp_host_memory {
+    size_t param_store; /* parameters, optimizer state, gradient areas (rp_param_store_layout) */
+    size_t activations; /* a segment's activation arena (depends on the plan) */
+    size_t pinned;      /* of both, registered with every GPU for copies */
+} rp_host_memory;
+
+/* The host memory of a run of `plan` (microbatches in all, over
+ * `pipelines` pipelines, tokens_per_micro tokens each, recompute_layer as
+ * --recompute layer), as the engine allocates and pins it; the events
+ * region beside the activations (a few KiB) is left out. */
+rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
+                               int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
+                               int recompute_layer, rp_host_memory *out, rp_error *err);
+
+#endif

@@ -1,0 +1,25 @@
+/* Shared by the optimizer thread's two files: grad_completion.c (sums a
+ * layer's gradients and takes its block norms) and optimizer.c (schedules
+ * the AdamW updates). Internal to the engine. */
+#ifndef RP_ENGINE_OPTIMIZER_IMPL_H
+#define RP_ENGINE_OPTIMIZER_IMPL_H
+
+#include "engine/engine_impl.h"
+
+/* Sum the pipelines' gradients of this rank's share of layer l (waiting
+ * for them) into the layer's buffer, write the share's block norms and
+ * publish it summed; with `fuse`, also run AdamW on it (no clipping, so no
+ * global norm to wait for). After the head (the last layer), the
+ * embedding's dense base. */
+rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
+                            rp_error *err);
+
+/* AdamW with coefficient coef on elements [lo, hi) of layer l, writing its
+ * compute copy (optimizer.c). */
+void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo,
+                               size_t hi);
+
+/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
+void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0);
+
+#endif
