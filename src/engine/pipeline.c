@@ -3,6 +3,7 @@
 
 #include "engine/pipeline.h"
 #include "engine/run_info.h"
+#include "engine/trainer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -374,7 +375,7 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
     return RP_OK;
 }
 
-/* What one call of rp_pipeline_train holds beyond the engine: the model's
+/* What one call of rp_train_run holds beyond the engine: the model's
  * configuration and layout, the parameter store and the start-up facts. */
 typedef struct run {
     rp_model_config cfg;
@@ -652,9 +653,13 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
     return trained == RP_OK ? out : trained;
 }
 
-rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MPI_Comm comm,
-                            const rp_logger *lg, rp_error *err)
+rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_logger *lg,
+                       rp_error *err)
 {
+    rp_train_options resolved;
+    RP_TRY(rp_train_resolve(given, comm, lg, &resolved, err));
+    const rp_train_options *o = &resolved;
+    rp_device_kind device = resolved.device;
     rp_engine E, *e = &E;
     memset(e, 0, sizeof E);
     run R, *r = &R;

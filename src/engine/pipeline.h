@@ -20,9 +20,5 @@
 #include "engine/train_options.h"
 #include "plan/plan.h"
 
-/* Run a whole training job on the ranks of comm (collective), with
- * executors of the given kind (CPU or CUDA, already resolved). */
-rp_status rp_pipeline_train(const rp_train_options *o, rp_device_kind device, MPI_Comm comm,
-                            const rp_logger *lg, rp_error *err);
-
+/* Its entry is rp_train_run (trainer.h), defined in pipeline.c. */
 #endif

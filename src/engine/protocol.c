@@ -78,7 +78,7 @@ void rp_proto_read_fault(rp_engine *e)
 /* ---- the two primitives -------------------------------------------------- */
 
 /* A wait that stops for rp_interrupt(): the step is the awaited iteration
- * (rp_pipeline_train rewrites the message with the steps logged). */
+ * (rp_train_run rewrites the message with the steps logged). */
 static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
 {
     int64_t step = (int64_t)value < e->it_first ? e->it_first : (int64_t)value;

@@ -79,19 +79,19 @@ static rp_status agree_device(rp_status s, rp_device_kind kind, MPI_Comm comm, r
     return RP_OK;
 }
 
-rp_status rp_train_run(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
-                       rp_error *err)
+rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
+                           rp_train_options *resolved, rp_error *err)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
     /* option checks are the same on every rank: no agreement needed */
     RP_TRY(rp_train_options_check(o, err));
     rp_device_kind kind = RP_DEVICE_CPU;
-    rp_train_options resolved = *o;
+    *resolved = *o;
     rp_status s = check_device(o, lg, rank, &kind, err);
     if (s == RP_OK)
-        s = check_dtype(o, kind, &resolved.dtype, err);
+        s = check_dtype(o, kind, &resolved->dtype, err);
     RP_TRY(agree_device(s, kind, comm, err));
-    resolved.device = kind;
-    return rp_pipeline_train(&resolved, kind, comm, lg, err);
+    resolved->device = kind;
+    return RP_OK;
 }

@@ -1,6 +1,7 @@
-/* The entry of a training job below the API and the CLI: the ranks agree
- * on the executor device (--device resolved on every rank), then the
- * pipeline engine (pipeline.h) runs the job. */
+/* The one entry of a training job below the API and the CLI: rp_train_run
+ * (pipeline.c) resolves the options (this file: the ranks agree on the
+ * executor device and its compute dtype), then runs the pipeline engine
+ * (pipeline.h) through its steps to the end. */
 #ifndef RP_ENGINE_TRAINER_H
 #define RP_ENGINE_TRAINER_H
 
@@ -15,5 +16,11 @@
  * it arose has the detail in err, the others say which rank failed. */
 rp_status rp_train_run(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
                        rp_error *err);
+
+/* The options checked and --device and --dtype resolved, the same on every
+ * rank: *resolved is o with device CPU or CUDA and the dtype that follows
+ * it (collective; a failure on one rank is every rank's). */
+rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
+                           rp_train_options *resolved, rp_error *err);
 
 #endif
