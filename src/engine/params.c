@@ -1,20 +1,11 @@
 #include "engine/params.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fnmatch.h>
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "io/config.h"
-#include "io/file_set.h"
-#include "io/safetensors.h"
-#include "io/safetensors_set.h"
-#include "io/safetensors_writer.h"
+#include "io/model_dir.h"
 #include "optim/adamw.h"
 
 /* Arrays per layer: master, grad, m, v, and a separate compute copy for bf16. */
@@ -166,114 +157,49 @@ void rp_params_lm_head(const rp_params *p, const float **w, float **grad)
     *grad = p->st[head].grad + d->offset;
 }
 
-/* A NaN or infinity in the input model would only surface as a diverged
- * step later, without a name: report it at load with the file and tensor. */
-static rp_status check_finite(rp_safetensors_set *set, const rp_param_desc *pd,
-                              const float *x, rp_error *err)
+/* The model's tensors as a list over the master weights (io/model_dir.h);
+ * NULL when it cannot be allocated. */
+static rp_tensor_ref *tensor_list(const rp_params *p, int *n)
 {
-    for (size_t i = 0; i < pd->numel; i++)
-        if (!isfinite(x[i])) {
-            rp_safetensors_tensor t;
-            const char *file = NULL;
-            rp_safetensors_set_find(set, pd->name, &t, &file, NULL);
-            return rp_error_set(err, RP_ERR_NUMERIC, "%s: tensor '%s': element %zu is %g "
-                                "(the model holds a non-finite weight)", file ? file : "model",
-                                pd->name, i, (double)x[i]);
+    int count = 0;
+    for (int l = 0; l < p->nlayers; l++)
+        count += p->layers[l].nparams;
+    rp_tensor_ref *t = calloc((size_t)(count ? count : 1), sizeof *t);
+    if (!t)
+        return NULL;
+    int k = 0;
+    for (int l = 0; l < p->nlayers; l++)
+        for (int i = 0; i < p->layers[l].nparams; i++, k++) {
+            const rp_param_desc *pd = &p->layers[l].params[i];
+            t[k] = (rp_tensor_ref){pd->name, pd->ndim, {pd->shape[0], pd->shape[1]},
+                                   p->st[l].master + pd->offset};
         }
-    return RP_OK;
+    *n = count;
+    return t;
 }
 
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
 {
-    rp_safetensors_set *set = NULL;
-    RP_TRY(rp_safetensors_set_open_dir(dir, &set, err));
-    rp_status s = RP_OK;
-    int dtype_known = 0;
-    for (int l = 0; l < p->nlayers && s == RP_OK; l++) {
-        const rp_layer_desc *ld = &p->layers[l];
-        for (int i = 0; i < ld->nparams && s == RP_OK; i++) {
-            const rp_param_desc *pd = &ld->params[i];
-            if (!dtype_known) {
-                rp_safetensors_tensor t;
-                const char *file = NULL;
-                if (rp_safetensors_set_find(set, pd->name, &t, &file, NULL) == RP_OK &&
-                    t.dtype_supported) {
-                    p->loaded_dtype = t.dtype;
-                    dtype_known = 1;
-                }
-            }
-            int64_t shape[2] = {pd->shape[0], pd->shape[1]};
-            float *dst = p->st[l].master + pd->offset;
-            s = rp_safetensors_set_read_f32(set, pd->name, pd->ndim, shape, dst, err);
-            if (s == RP_OK)
-                s = check_finite(set, pd, dst, err);
-        }
-        if (s == RP_OK)
+    int n = 0;
+    rp_tensor_ref *t = tensor_list(p, &n);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir);
+    rp_status s = rp_model_dir_load(dir, t, n, &p->loaded_dtype, err);
+    free(t);
+    if (s == RP_OK)
+        for (int l = 0; l < p->nlayers; l++)
             rp_params_sync_compute(p, l);
-    }
-    rp_safetensors_set_close(&set);
-    return s;
-}
-
-/* Shards and the index of a sharded checkpoint: the files a save replaces
- * besides its own (otherwise the index, which loaders prefer, would still
- * point at the old weights). */
-static int is_shard_file(const char *name)
-{
-    return strcmp(name, "model.safetensors.index.json") == 0 ||
-           fnmatch("model-*-of-*.safetensors", name, 0) == 0;
-}
-
-static rp_status mark_old_shards(rp_file_set *fs, rp_error *err)
-{
-    DIR *d = opendir(rp_file_set_dir(fs));
-    if (!d)
-        return RP_OK; /* a new directory has none */
-    rp_status s = RP_OK;
-    struct dirent *de;
-    while (s == RP_OK && (de = readdir(d)))
-        if (is_shard_file(de->d_name))
-            s = rp_file_set_remove_after(fs, de->d_name, err);
-    closedir(d);
     return s;
 }
 
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, rp_error *err)
 {
-    rp_safetensors_writer *w = NULL;
-    RP_TRY(rp_safetensors_writer_create(&w, err));
-    rp_status s = RP_OK;
-    for (int l = 0; l < p->nlayers && s == RP_OK; l++) {
-        const rp_layer_desc *ld = &p->layers[l];
-        for (int i = 0; i < ld->nparams && s == RP_OK; i++) {
-            const rp_param_desc *pd = &ld->params[i];
-            s = rp_safetensors_writer_add(w, pd->name, dtype, RP_F32, pd->ndim, pd->shape,
-                                          p->st[l].master + pd->offset, err);
-        }
-    }
-    rp_file_set *fs = NULL;
-    rp_atomic_file **af = NULL;
-    char path[4096];
-    if (s == RP_OK)
-        s = rp_file_set_begin(dir, &fs, err);
-    if (s == RP_OK)
-        s = mark_old_shards(fs, err);
-    if (s == RP_OK) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        s = rp_file_set_add(fs, "model.safetensors", &af, err);
-    }
-    if (s == RP_OK)
-        s = rp_safetensors_writer_write_to(w, af, path, err);
-    if (s == RP_OK) {
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        s = rp_file_set_add(fs, "config.json", &af, err);
-    }
-    if (s == RP_OK)
-        s = rp_config_write_to(af, path, &p->cfg, dtype, template_config, err);
-    if (s == RP_OK)
-        s = rp_file_set_commit(&fs, err);
-    rp_file_set_abort(&fs); /* no-op after a commit */
-    rp_safetensors_writer_destroy(&w);
+    int n = 0;
+    rp_tensor_ref *t = tensor_list(p, &n);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir);
+    rp_status s = rp_model_dir_save(dir, t, n, dtype, &p->cfg, template_config, err);
+    free(t);
     return s;
 }

@@ -1,4 +1,4 @@
-# sources of src/io: safetensors, config.json, .npy, token datasets, traces, metrics
+# sources of src/io: safetensors, config.json, .npy, token datasets, traces, metrics, model directories
 librp_la_SOURCES += \
 	src/io/config.h src/io/config.c src/io/config_save.c \
 	src/io/atomic_file.c src/io/atomic_file.h src/io/file_set.c src/io/file_set.h \
@@ -11,4 +11,4 @@ librp_la_SOURCES += \
 	src/io/safetensors_writer.c src/io/safetensors_writer.h \
 	src/io/npy.c src/io/npy.h src/io/npy_check.c src/io/npy_write.c \
 	src/io/dataset.c src/io/dataset.h src/io/trace.c src/io/trace.h \
-	src/io/metrics.c src/io/metrics.h
+	src/io/metrics.c src/io/metrics.h src/io/model_dir.c src/io/model_dir.h

@@ -1,0 +1,117 @@
+/* A Hugging Face model directory (see model_dir.h). */
+#include "io/model_dir.h"
+
+#include <dirent.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "io/file_set.h"
+#include "io/safetensors.h"
+#include "io/safetensors_set.h"
+#include "io/safetensors_writer.h"
+
+static rp_status check_finite(rp_safetensors_set *set, const rp_tensor_ref *t, rp_error *err)
+{
+    size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1));
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(t->data[i])) {
+            rp_safetensors_tensor st;
+            const char *file = NULL;
+            rp_safetensors_set_find(set, t->name, &st, &file, NULL);
+            return rp_error_set(err, RP_ERR_NUMERIC, "%s: tensor '%s': element %zu is %g "
+                                "(the model holds a non-finite weight)", file ? file : "model",
+                                t->name, i, (double)t->data[i]);
+        }
+    return RP_OK;
+}
+
+rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n,
+                            rp_dtype *file_dtype, rp_error *err)
+{
+    rp_safetensors_set *set = NULL;
+    RP_TRY(rp_safetensors_set_open_dir(dir, &set, err));
+    rp_status s = RP_OK;
+    int dtype_known = 0;
+    if (file_dtype)
+        *file_dtype = RP_F32;
+    for (int i = 0; i < n && s == RP_OK; i++) {
+        const rp_tensor_ref *t = &tensors[i];
+        if (!dtype_known) {
+            rp_safetensors_tensor st;
+            const char *file = NULL;
+            if (rp_safetensors_set_find(set, t->name, &st, &file, NULL) == RP_OK &&
+                st.dtype_supported) {
+                if (file_dtype)
+                    *file_dtype = st.dtype;
+                dtype_known = 1;
+            }
+        }
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        s = rp_safetensors_set_read_f32(set, t->name, t->ndim, shape, t->data, err);
+        if (s == RP_OK)
+            s = check_finite(set, t, err);
+    }
+    rp_safetensors_set_close(&set);
+    return s;
+}
+
+/* Shards and the index of a sharded checkpoint: the files a save replaces
+ * besides its own (otherwise the index, which loaders prefer, would still
+ * point at the old weights). */
+static int is_shard_file(const char *name)
+{
+    return strcmp(name, "model.safetensors.index.json") == 0 ||
+           fnmatch("model-*-of-*.safetensors", name, 0) == 0;
+}
+
+static rp_status mark_old_shards(rp_file_set *fs, rp_error *err)
+{
+    DIR *d = opendir(rp_file_set_dir(fs));
+    if (!d)
+        return RP_OK; /* a new directory has none */
+    rp_status s = RP_OK;
+    struct dirent *de;
+    while (s == RP_OK && (de = readdir(d)))
+        if (is_shard_file(de->d_name))
+            s = rp_file_set_remove_after(fs, de->d_name, err);
+    closedir(d);
+    return s;
+}
+
+rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
+                            const rp_model_config *cfg, const char *template_config,
+                            rp_error *err)
+{
+    rp_safetensors_writer *w = NULL;
+    RP_TRY(rp_safetensors_writer_create(&w, err));
+    rp_status s = RP_OK;
+    for (int i = 0; i < n && s == RP_OK; i++)
+        s = rp_safetensors_writer_add(w, tensors[i].name, dtype, RP_F32, tensors[i].ndim,
+                                      tensors[i].shape, tensors[i].data, err);
+    rp_file_set *fs = NULL;
+    rp_atomic_file **af = NULL;
+    char path[4096];
+    if (s == RP_OK)
+        s = rp_file_set_begin(dir, &fs, err);
+    if (s == RP_OK)
+        s = mark_old_shards(fs, err);
+    if (s == RP_OK) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        s = rp_file_set_add(fs, "model.safetensors", &af, err);
+    }
+    if (s == RP_OK)
+        s = rp_safetensors_writer_write_to(w, af, path, err);
+    if (s == RP_OK) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        s = rp_file_set_add(fs, "config.json", &af, err);
+    }
+    if (s == RP_OK)
+        s = rp_config_write_to(af, path, cfg, dtype, template_config, err);
+    if (s == RP_OK)
+        s = rp_file_set_commit(&fs, err);
+    rp_file_set_abort(&fs); /* no-op after a commit */
+    rp_safetensors_writer_destroy(&w);
+    return s;
+}

@@ -1,0 +1,42 @@
+/* A Hugging Face model directory: config.json and the weights as
+ * model.safetensors or shards with model.safetensors.index.json. The
+ * caller names the tensors and gives fp32 memory for each, so this reads
+ * and writes any list of named tensors (the model's weights, a
+ * checkpoint's optimizer state) without knowing the model. */
+#ifndef RP_IO_MODEL_DIR_H
+#define RP_IO_MODEL_DIR_H
+
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "io/config.h"
+
+/* A named tensor in memory, fp32, row-major. */
+typedef struct rp_tensor_ref {
+    const char *name;
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* shape[1] = 1 when ndim == 1 */
+    float *data;
+} rp_tensor_ref;
+
+/* Read each of the n tensors from dir's safetensors files into its data,
+ * converted to fp32. Missing tensors, shape mismatches and unsupported
+ * dtypes name the file and the tensor; so does a NaN or infinity (it would
+ * only surface later as a diverged step, without a name). *file_dtype
+ * (may be NULL) receives the dtype the first tensor is stored in (F32 when
+ * none could be told). Tensors in the files but not in the list are
+ * ignored. */
+rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n,
+                            rp_dtype *file_dtype, rp_error *err);
+
+/* Write dir/model.safetensors (the n tensors, stored as dtype) and
+ * dir/config.json (cfg; with a template, the config.json the model came
+ * from, the fields roundpipe does not model are kept), creating dir, as
+ * one set: all files or none (io/file_set.h); the shards and index of an
+ * older sharded save in dir go with it. */
+rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
+                            const rp_model_config *cfg, const char *template_config,
+                            rp_error *err);
+
+#endif
