@@ -8,7 +8,7 @@ librp_la_SOURCES += \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
 	src/engine/optimizer.c src/engine/optimizer_impl.h src/engine/grad_completion.c \
 	src/engine/logger.c \
-	src/engine/pipeline.c src/engine/pipeline.h \
+	src/engine/pipeline.c src/engine/pipeline.h src/engine/run_impl.h src/engine/run_plan.c \
 	src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \
 	src/engine/trainer.c src/engine/trainer.h \

@@ -4,6 +4,7 @@
 #include "engine/pipeline.h"
 #include "engine/run_info.h"
 #include "engine/trainer.h"
+#include "engine/run_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -18,7 +19,6 @@
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
 #include "engine/host_memory.h"
-#include "engine/memory_model.h"
 #include "engine/protocol.h"
 #include "io/config.h"
 #include "model/layers.h"
@@ -44,7 +44,7 @@
  * (rp_interrupt) counts as a failure, so a start-up stops at the next
  * agreement. Every rank uses the non-blocking reduction: blocking and
  * non-blocking collectives do not match each other. */
-static rp_status agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
+rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
 {
     if (e->peer_lost)
         return RP_ERR_PEER_LOST;
@@ -113,86 +113,6 @@ static rp_status bind_and_threads(rp_engine *e, rp_error *err)
     return RP_OK;
 }
 
-/* Cost model of this model for the partitioner: per-layer times measured
- * on the executors when given (ms per microbatch; < 0 where a layer was not
- * measured), otherwise FLOPs at a nominal CPU rate (only ratios matter);
- * bytes moved at memcpy speed; device memory as the executor allocates it
- * (memory_model.h), under the run's device memory limit. */
-static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
-                           rp_plan *plan, rp_error *err)
-{
-    const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
-    rp_cost_model *cm = NULL;
-    int64_t workspace = 0;
-    RP_TRY(rp_cost_model_create(e->num_layers, &cm, err));
-    rp_status s = rp_memory_model_fill(&e->p->cfg, e->device, e->samples_per_micro, e->seq_len,
-                                       cm, &workspace, err);
-    if (s != RP_OK) {
-        rp_cost_model_destroy(&cm);
-        return s;
-    }
-    snprintf(cm->name, sizeof cm->name, "model");
-    cm->tokens_per_microbatch = e->tokens_per_micro;
-    for (int l = 0; l < e->num_layers; l++) {
-        rp_layer_flops f;
-        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->seq_len, &f);
-        rp_layer_cost *c = &cm->layers[l];
-        c->kind = l == 0 ? RP_LAYER_EMBED : l == e->num_layers - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
-        c->fwd_ms = f.fwd_flops_per_token * (double)e->tokens_per_micro / flops_per_ms + 1e-3;
-        c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->tokens_per_micro /
-                        flops_per_ms +
-                    1e-3;
-        if (fwd_ms && fwd_ms[l] >= 0)
-            c->fwd_ms = fwd_ms[l];
-        if (bwd_ms && bwd_ms[l] >= 0)
-            c->bwd_ms = bwd_ms[l];
-        c->opt_params = (int64_t)f.param_numel;
-        c->tied_to = (l == e->num_layers - 1 && e->tied) ? 0 : -1;
-    }
-    rp_machine mc;
-    memset(&mc, 0, sizeof mc);
-    mc.gpus = e->virtual_executors;
-    mc.microbatches = (int)e->microbatches;
-    mc.link_gbs = 10.0;
-    mc.transfer_ms = 0.01;
-    mc.opt_gbs = 10.0;
-    mc.opt_bytes_per_param = 28.0;
-    mc.opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
-    mc.optimizer_lag = e->o->optimizer_lag;
-    mc.clip = e->o->grad_clip > 0;
-    mc.iterations = 6;
-    mc.memory_limit = e->memory_limit;
-    mc.workspace_bytes = workspace;
-    s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
-    rp_cost_model_destroy(&cm);
-    return s;
-}
-
-static rp_status choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
-{
-    rp_status s = RP_OK;
-    if (e->o->plan)
-        s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
-    else if (e->rank == 0)
-        s = plan_auto(e, NULL, NULL, &e->plan, err);
-    /* --pipelines P fixes the width: G/P executors per pipeline (one when
-     * there are fewer executors than pipelines: then several pipelines
-     * share an executor, one after the other) */
-    int width = e->virtual_executors / e->pipelines;
-    if (s == RP_OK && e->plan.width == 0 && width != e->virtual_executors)
-        e->plan.width = width;
-    if (s == RP_OK && (e->plan.width == 0 ? e->virtual_executors : e->plan.width) != width)
-        s = rp_error_set(err, RP_ERR_INVALID_ARG,
-                         "--plan: width %d, but %d pipeline(s) on %d "
-                         "executor(s) have width %d (set by --pipelines)",
-                         e->plan.width, e->pipelines, e->size, width);
-    RP_TRY(agree(e, s, comm, err));
-    /* the leader's plan is everyone's plan */
-    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    RP_TRY(agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
-    return RP_OK;
-}
-
 /* The store that lives for the whole run: parameters and optimizer state,
  * the tied head's gradient part, and the abort flag. */
 static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_config *cfg,
@@ -209,16 +129,16 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     if (s == RP_OK)
         s = rp_store_create(comm, lay, &sp, out, err);
     rp_store_layout_destroy(&lay);
-    RP_TRY(agree(e, s, comm, err));
+    RP_TRY(rp_run_agree(e, s, comm, err));
     if (rp_store_node_size(*out) != e->size)
-        return agree(e, rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
+        return rp_run_agree(e, rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
                                   "multi-node (data-parallel) runs are not implemented yet",
                                   e->size / rp_store_node_size(*out)), comm, err);
     char *base = rp_store_base(*out);
     e->param_store_bytes = rp_store_bytes(*out);
     e->pins = calloc(2 * (size_t)e->num_layers + 4, sizeof *e->pins);
     if (!e->pins)
-        return agree(e, rp_error_set(err, RP_ERR_NOMEM, "pinned ranges"), comm, err);
+        return rp_run_agree(e, rp_error_set(err, RP_ERR_NOMEM, "pinned ranges"), comm, err);
     e->pins[e->npins++] = (struct rp_pin){base + map->tied, map->tied_bytes};
     e->pins[e->npins++] = (struct rp_pin){base + map->group, map->group_bytes};
     e->pins[e->npins++] = (struct rp_pin){base + map->emb_rows, map->emb_rows_bytes};
@@ -239,11 +159,11 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_arena_spec as = {e->num_layers, (int)e->microbatches, e->act_floats, e->o->recompute_layer};
     e->jobs_per_it = rp_schedule_num_jobs(&e->plan);
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
-        return agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
+        return rp_run_agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
     rp_event_dims dims;
     rp_proto_dims(e, &dims);
     rp_store_layout *lay = NULL;
-    RP_TRY(agree(e, rp_store_layout_create(&lay, err), comm, err));
+    RP_TRY(rp_run_agree(e, rp_store_layout_create(&lay, err), comm, err));
     size_t act, evo;
     rp_status s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
                                       RP_STORE_ALIGN_PAGE, &act, err);
@@ -255,7 +175,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (s == RP_OK)
         s = rp_store_create(comm, lay, &sp, &e->store, err);
     rp_store_layout_destroy(&lay);
-    RP_TRY(agree(e, s, comm, err));
+    RP_TRY(rp_run_agree(e, s, comm, err));
     char *base = rp_store_base(e->store);
     e->pins[e->npins_run] = (struct rp_pin){base + act, e->arena.floats * sizeof(float)};
     e->npins = e->npins_run + 1;
@@ -263,7 +183,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store))
         rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
-    s = agree(e, s, comm, err);
+    s = rp_run_agree(e, s, comm, err);
     if (!e->peer_lost)
         MPI_Barrier(comm); /* counters set before anyone waits */
     return s;
@@ -298,45 +218,7 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;
-    return agree(e, s, comm, err);
-}
-
-/* Re-plan from the layer times the executors measured (summed over ranks),
- * on the leader, and share the plan. */
-static rp_status replan(rp_engine *e, MPI_Comm comm, rp_error *err)
-{
-    int L = e->num_layers;
-    MPI_Allreduce(MPI_IN_PLACE, e->meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
-    rp_status s = RP_OK;
-    rp_plan old = e->plan;
-    if (e->rank == 0) {
-        double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
-        for (int l = 0; l < L; l++) {
-            fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
-            bwd[l] = e->meas_n[L + l] > 0 ? e->meas_ms[L + l] / e->meas_n[L + l] : -1;
-        }
-        double head_ms = bwd[L - 1];
-        /* the head runs forward and backward in one call: split it 1:2 */
-        if (bwd[L - 1] >= 0) {
-            fwd[L - 1] = bwd[L - 1] / 3;
-            bwd[L - 1] -= fwd[L - 1];
-        }
-        s = plan_auto(e, fwd, bwd, &e->plan, err);
-        if (s == RP_OK) {
-            char a[512], b[512];
-            rp_plan_format(&old, a, sizeof a);
-            rp_plan_format(&e->plan, b, sizeof b);
-            rp_log(e->lg, RP_LOG_INFO, "re-planned from measured layer times (block: %.3g ms "
-                   "forward, %.3g ms backward; head: %.3g ms forward and backward; per "
-                   "microbatch): %s", L > 2 ? fwd[1] : 0.0, L > 2 ? bwd[1] : 0.0, head_ms,
-                   strcmp(a, b) ? b : "plan unchanged");
-        }
-        free(fwd);
-    }
-    RP_TRY(agree(e, s, comm, err));
-    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    return RP_OK;
+    return rp_run_agree(e, s, comm, err);
 }
 
 /* Outputs are written independently: the first failure becomes the run's
@@ -399,12 +281,12 @@ static rp_status read_model(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     } else {
         r->config_path = o->init_config;
     }
-    RP_TRY(agree(e, rp_config_load(r->config_path, &r->cfg, err), comm, err));
+    RP_TRY(rp_run_agree(e, rp_config_load(r->config_path, &r->cfg, err), comm, err));
     r->probe.cfg = r->cfg;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s != RP_OK)
         rp_error_prefix(err, "%s", r->config_path);
-    return agree(e, s, comm, err);
+    return rp_run_agree(e, s, comm, err);
 }
 
 /* The shape of the run from the options and the model, checked. */
@@ -436,7 +318,7 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                          "--optimizer-lag 1 with --pipelines %d needs at "
                          "least %d executors (one pipeline per executor at most), not %d",
                          e->pipelines, e->pipelines, e->size);
-    return agree(e, s, comm, err);
+    return rp_run_agree(e, s, comm, err);
 }
 
 /* The token data, the number of steps and the lr schedule. */
@@ -451,34 +333,7 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         e->sched = (rp_lr_schedule){o->schedule, o->lr, o->min_lr, o->warmup_steps, e->steps};
         s = rp_lr_schedule_check(&e->sched, err);
     }
-    return agree(e, s, comm, err);
-}
-
-/* Device memory an executor may allocate, the smallest over the ranks:
- * --memory-limit-mib when given; else, on a CUDA device, its free memory
- * when probed shared by the node's ranks on it, less 5% and 512 MiB for
- * what the planner does not count (the other ranks' CUDA contexts, cuBLAS,
- * the back end's own scratch); else no limit. */
-#define RP_CUDA_RESERVE_BYTES ((int64_t)512 << 20)
-static rp_status device_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
-                                     MPI_Comm comm)
-{
-    int64_t mine = 0;
-    if (e->o->memory_limit_mib > 0) {
-        mine = (int64_t)(e->o->memory_limit_mib * 1048576.0);
-    } else if (e->device == RP_DEVICE_CUDA && info->count > 0) {
-        int sharers = 0;
-        for (int r = 0; r < node_size; r++)
-            sharers += r % info->count == info->ordinal;
-        int64_t share = (int64_t)info->free_bytes / (sharers > 0 ? sharers : 1);
-        mine = share - share / 20 - RP_CUDA_RESERVE_BYTES;
-        if (mine < 1)
-            mine = 1; /* nothing fits: the planner says which layer */
-    }
-    int64_t lim = mine > 0 ? mine : INT64_MAX;
-    MPI_Allreduce(MPI_IN_PLACE, &lim, 1, MPI_INT64_T, MPI_MIN, comm);
-    e->memory_limit = lim == INT64_MAX ? 0 : lim;
-    return RP_OK;
+    return rp_run_agree(e, s, comm, err);
 }
 
 /* The node: the parameter store, each rank's device and the plan that fits
@@ -493,12 +348,12 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     rp_status s = rp_device_probe_ordinal(e->device, rp_store_node_rank(r->pstore), &info, err);
     if (s == RP_OK)
         e->device_ordinal = info.ordinal;
-    RP_TRY(agree(e, s, comm, err));
-    RP_TRY(device_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
-    RP_TRY(choose_plan(e, comm, err));
+    RP_TRY(rp_run_agree(e, s, comm, err));
+    RP_TRY(rp_run_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
+    RP_TRY(rp_run_choose_plan(e, comm, err));
     RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));
     e->store = r->pstore; /* for the node communicator while binding */
-    s = agree(e, bind_and_threads(e, err), comm, err);
+    s = rp_run_agree(e, bind_and_threads(e, err), comm, err);
     e->store = NULL;
     RP_TRY(s);
     s = rp_params_attach(&r->cfg, o->dtype, (char *)rp_store_base(r->pstore) + r->map.params,
@@ -519,7 +374,7 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         if (rp_store_is_leader(r->pstore))
             s = load_params(e, r->shared, err);
     }
-    RP_TRY(agree(e, s, comm, err));
+    RP_TRY(rp_run_agree(e, s, comm, err));
     /* the executor's device, and the run's pins, once (not per segment) */
     rp_device_params dp = {e->device, e->device_ordinal, e->threads};
     s = rp_device_create(&dp, &e->dev, err);
@@ -527,10 +382,10 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         if (e->pins[e->pinned_run].bytes > 0)
             s = rp_device_host_register(e->dev, e->pins[e->pinned_run].base,
                                         e->pins[e->pinned_run].bytes, err);
-    RP_TRY(agree(e, s, comm, err));
+    RP_TRY(rp_run_agree(e, s, comm, err));
     e->meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
     e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->num_layers : NULL;
-    return agree(e, e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements"), comm,
+    return rp_run_agree(e, e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements"), comm,
                  err);
 }
 
@@ -559,7 +414,7 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     }
     if (s == RP_OK && o->trace)
         s = rp_trace_create(&e->trace, err);
-    RP_TRY(agree(e, s, comm, err));
+    RP_TRY(rp_run_agree(e, s, comm, err));
     if (e->rank != 0)
         return RP_OK;
     const rp_logger *lg = e->lg;
@@ -607,7 +462,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
             s = run_segment(e, comm, err);
         free_segment(e);
         if (s == RP_OK && replan_after)
-            s = replan(e, comm, err);
+            s = rp_run_replan(e, comm, err);
     }
     /* whichever thread or rank noticed it first, an interrupt is reported
      * as such, with the step it stopped (rank 0 knows the steps logged) */
@@ -634,14 +489,14 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
                                     r->config_path, &one);
-        st = agree(e, st, comm, &one);
+        st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && e->rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
         keep_first(e, st, &one, &out, err);
     }
     if (trained == RP_OK && o->trace && !e->peer_lost) {
         rp_error one = {0};
-        rp_status st = agree(e, rp_trace_write(e->trace, comm, o->trace, &one), comm, &one);
+        rp_status st = rp_run_agree(e, rp_trace_write(e->trace, comm, o->trace, &one), comm, &one);
         if (st == RP_OK && e->rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
         keep_first(e, st, &one, &out, err);
@@ -673,7 +528,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     MPI_Comm_size(comm, &e->size);
 
     /* every output can be written, before any work */
-    rp_status s = agree(e, e->rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK, comm, err);
+    rp_status s = rp_run_agree(e, e->rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK, comm, err);
     if (s == RP_OK) {
         remove_stale_stores(e);
         s = read_model(e, r, comm, err);

@@ -1,0 +1,160 @@
+/* The plan of a run: the device memory an executor may use, the first
+ * plan (from the model's FLOPs and the executors' memory, or --plan) and
+ * the re-plan from the layer times the executors measured; the leader
+ * plans and every rank gets its plan. */
+#include "plan/partition.h" /* before model/layout.h: both know rp_layer_kind */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "engine/memory_model.h"
+#include "engine/run_impl.h"
+#include "model/layout.h"
+
+/* Device memory an executor may allocate, the smallest over the ranks:
+ * --memory-limit-mib when given; else, on a CUDA device, its free memory
+ * when probed shared by the node's ranks on it, less 5% and 512 MiB for
+ * what the planner does not count (the other ranks' CUDA contexts, cuBLAS,
+ * the back end's own scratch); else no limit. */
+#define RP_CUDA_RESERVE_BYTES ((int64_t)512 << 20)
+rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
+                              MPI_Comm comm)
+{
+    int64_t mine = 0;
+    if (e->o->memory_limit_mib > 0) {
+        mine = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+    } else if (e->device == RP_DEVICE_CUDA && info->count > 0) {
+        int sharers = 0;
+        for (int r = 0; r < node_size; r++)
+            sharers += r % info->count == info->ordinal;
+        int64_t share = (int64_t)info->free_bytes / (sharers > 0 ? sharers : 1);
+        mine = share - share / 20 - RP_CUDA_RESERVE_BYTES;
+        if (mine < 1)
+            mine = 1; /* nothing fits: the planner says which layer */
+    }
+    int64_t lim = mine > 0 ? mine : INT64_MAX;
+    MPI_Allreduce(MPI_IN_PLACE, &lim, 1, MPI_INT64_T, MPI_MIN, comm);
+    e->memory_limit = lim == INT64_MAX ? 0 : lim;
+    return RP_OK;
+}
+
+/* Cost model of this model for the partitioner: per-layer times measured
+ * on the executors when given (ms per microbatch; < 0 where a layer was not
+ * measured), otherwise FLOPs at a nominal CPU rate (only ratios matter);
+ * bytes moved at memcpy speed; device memory as the executor allocates it
+ * (memory_model.h), under the run's device memory limit. */
+static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
+                           rp_plan *plan, rp_error *err)
+{
+    const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
+    rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
+    RP_TRY(rp_cost_model_create(e->num_layers, &cm, err));
+    rp_status s = rp_memory_model_fill(&e->p->cfg, e->device, e->samples_per_micro, e->seq_len,
+                                       cm, &workspace, err);
+    if (s != RP_OK) {
+        rp_cost_model_destroy(&cm);
+        return s;
+    }
+    snprintf(cm->name, sizeof cm->name, "model");
+    cm->tokens_per_microbatch = e->tokens_per_micro;
+    for (int l = 0; l < e->num_layers; l++) {
+        rp_layer_flops f;
+        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->seq_len, &f);
+        rp_layer_cost *c = &cm->layers[l];
+        c->kind = l == 0 ? RP_LAYER_EMBED : l == e->num_layers - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
+        c->fwd_ms = f.fwd_flops_per_token * (double)e->tokens_per_micro / flops_per_ms + 1e-3;
+        c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->tokens_per_micro /
+                        flops_per_ms +
+                    1e-3;
+        if (fwd_ms && fwd_ms[l] >= 0)
+            c->fwd_ms = fwd_ms[l];
+        if (bwd_ms && bwd_ms[l] >= 0)
+            c->bwd_ms = bwd_ms[l];
+        c->opt_params = (int64_t)f.param_numel;
+        c->tied_to = (l == e->num_layers - 1 && e->tied) ? 0 : -1;
+    }
+    rp_machine mc;
+    memset(&mc, 0, sizeof mc);
+    mc.gpus = e->virtual_executors;
+    mc.microbatches = (int)e->microbatches;
+    mc.link_gbs = 10.0;
+    mc.transfer_ms = 0.01;
+    mc.opt_gbs = 10.0;
+    mc.opt_bytes_per_param = 28.0;
+    mc.opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
+    mc.optimizer_lag = e->o->optimizer_lag;
+    mc.clip = e->o->grad_clip > 0;
+    mc.iterations = 6;
+    mc.memory_limit = e->memory_limit;
+    mc.workspace_bytes = workspace;
+    s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
+    rp_cost_model_destroy(&cm);
+    return s;
+}
+
+rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    rp_status s = RP_OK;
+    if (e->o->plan)
+        s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
+    else if (e->rank == 0)
+        s = plan_auto(e, NULL, NULL, &e->plan, err);
+    /* --pipelines P fixes the width: G/P executors per pipeline (one when
+     * there are fewer executors than pipelines: then several pipelines
+     * share an executor, one after the other) */
+    int width = e->virtual_executors / e->pipelines;
+    if (s == RP_OK && e->plan.width == 0 && width != e->virtual_executors)
+        e->plan.width = width;
+    if (s == RP_OK && (e->plan.width == 0 ? e->virtual_executors : e->plan.width) != width)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG,
+                         "--plan: width %d, but %d pipeline(s) on %d "
+                         "executor(s) have width %d (set by --pipelines)",
+                         e->plan.width, e->pipelines, e->size, width);
+    RP_TRY(rp_run_agree(e, s, comm, err));
+    /* the leader's plan is everyone's plan */
+    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
+    return RP_OK;
+}
+
+/* Re-plan from the layer times the executors measured (summed over ranks),
+ * on the leader, and share the plan. */
+rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    int L = e->num_layers;
+    MPI_Allreduce(MPI_IN_PLACE, e->meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    rp_status s = RP_OK;
+    rp_plan old = e->plan;
+    if (e->rank == 0) {
+        double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
+        for (int l = 0; l < L; l++) {
+            fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
+            bwd[l] = e->meas_n[L + l] > 0 ? e->meas_ms[L + l] / e->meas_n[L + l] : -1;
+        }
+        double head_ms = bwd[L - 1];
+        /* the head runs forward and backward in one call: split it 1:2 */
+        if (bwd[L - 1] >= 0) {
+            fwd[L - 1] = bwd[L - 1] / 3;
+            bwd[L - 1] -= fwd[L - 1];
+        }
+        s = plan_auto(e, fwd, bwd, &e->plan, err);
+        if (s == RP_OK) {
+            char a[512], b[512];
+            rp_plan_format(&old, a, sizeof a);
+            rp_plan_format(&e->plan, b, sizeof b);
+            rp_log(e->lg, RP_LOG_INFO, "re-planned from measured layer times (block: %.3g ms "
+                   "forward, %.3g ms backward; head: %.3g ms forward and backward; per "
+                   "microbatch): %s", L > 2 ? fwd[1] : 0.0, L > 2 ? bwd[1] : 0.0, head_ms,
+                   strcmp(a, b) ? b : "plan unchanged");
+        }
+        free(fwd);
+    }
+    RP_TRY(rp_run_agree(e, s, comm, err));
+    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    return RP_OK;
+}
+
