@@ -29,6 +29,8 @@ static const struct option train_options[] = {
     {"optimizer-lag", required_argument, 0, 0}, {"chunk-mib", required_argument, 0, 0},
     {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
     {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
+    {"checkpoint-dir", required_argument, 0, 0}, {"checkpoint-every", required_argument, 0, 0},
+    {"keep-checkpoints", required_argument, 0, 0}, {"resume", required_argument, 0, 0},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -55,6 +57,11 @@ static const char train_usage[] =
     "  --log FILE             JSON Lines metrics, one object per step\n"
     "  --save DIR             write config.json + model.safetensors at the end\n"
     "  --save-dtype fp32|bf16|fp16  dtype of saved weights (default: as loaded)\n"
+    "  --checkpoint-dir DIR   checkpoints in DIR/step-00000100/ (and one at the end)\n"
+    "  --checkpoint-every N   a checkpoint after every N-th step (default 0: the last only)\n"
+    "  --keep-checkpoints K   keep the newest K complete checkpoints (default 2; 0: all)\n"
+    "  --resume PATH|auto     continue from a checkpoint (auto: the newest under\n"
+    "                         --checkpoint-dir, or a fresh start when there is none)\n"
     "  --device cpu|cuda|auto executor device (default auto: CUDA when a GPU is usable)\n"
     "  --threads N            compute threads per rank (default: the rank's share of cores)\n"
     "  --progress auto|line|none   progress display on rank 0 (default auto)\n"

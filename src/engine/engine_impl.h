@@ -65,6 +65,10 @@ typedef struct rp_engine {
     int npins, npins_run;
     int pinned_run;    /* pins[0, pinned_run) registered with dev, for the run */
     size_t param_store_bytes; /* the run's store (host_memory.h) */
+    int64_t resume_step;      /* --resume: the checkpoint's step (0: a fresh start) */
+    int64_t resume_adam_step; /* and AdamW's update count then */
+    const char *resume_dir;   /* the checkpoint (the model is read from it) */
+    const char *model_config_path; /* the config.json the model came from, or NULL */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;

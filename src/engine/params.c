@@ -1,5 +1,6 @@
 #include "engine/params.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -157,25 +158,37 @@ void rp_params_lm_head(const rp_params *p, const float **w, float **grad)
     *grad = p->st[head].grad + d->offset;
 }
 
-/* The model's tensors as a list over the master weights (io/model_dir.h);
- * NULL when it cannot be allocated. */
-static rp_tensor_ref *tensor_list(const rp_params *p, int *n)
+#define NAME_MAX_LEN 128 /* a parameter's name and a suffix */
+
+rp_tensor_ref *rp_params_tensors(const rp_params *p, rp_params_array which, const char *suffix,
+                                 int *n)
 {
     int count = 0;
     for (int l = 0; l < p->nlayers; l++)
         count += p->layers[l].nparams;
-    rp_tensor_ref *t = calloc((size_t)(count ? count : 1), sizeof *t);
+    size_t nn = (size_t)(count ? count : 1);
+    rp_tensor_ref *t = calloc(1, nn * (sizeof *t + NAME_MAX_LEN));
     if (!t)
         return NULL;
+    char *names = (char *)(t + nn);
     int k = 0;
     for (int l = 0; l < p->nlayers; l++)
         for (int i = 0; i < p->layers[l].nparams; i++, k++) {
             const rp_param_desc *pd = &p->layers[l].params[i];
-            t[k] = (rp_tensor_ref){pd->name, pd->ndim, {pd->shape[0], pd->shape[1]},
-                                   p->st[l].master + pd->offset};
+            const rp_layer_state *ls = &p->st[l];
+            float *base = which == RP_PARAMS_M ? ls->m : which == RP_PARAMS_V ? ls->v : ls->master;
+            char *name = names + (size_t)k * NAME_MAX_LEN;
+            snprintf(name, NAME_MAX_LEN, "%s%s", pd->name, suffix ? suffix : "");
+            t[k] = (rp_tensor_ref){name, pd->ndim, {pd->shape[0], pd->shape[1]},
+                                   base + pd->offset};
         }
     *n = count;
     return t;
+}
+
+static rp_tensor_ref *tensor_list(const rp_params *p, int *n)
+{
+    return rp_params_tensors(p, RP_PARAMS_MASTER, "", n);
 }
 
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "io/model_dir.h"
 #include "model/layout.h"
 
 typedef struct rp_layer_state {
@@ -54,6 +55,13 @@ void rp_params_init_random(rp_params *p, uint64_t seed);
  * if present. Missing tensors and shape/dtype mismatches name the file and
  * the tensor. */
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
+
+/* The model's tensors over one of its fp32 arrays, named as in the model
+ * with `suffix` appended (io/model_dir.h's list; one block: free() it);
+ * NULL when it cannot be allocated. */
+typedef enum rp_params_array { RP_PARAMS_MASTER, RP_PARAMS_M, RP_PARAMS_V } rp_params_array;
+rp_tensor_ref *rp_params_tensors(const rp_params *p, rp_params_array which, const char *suffix,
+                                 int *n);
 
 /* Write dir/config.json and dir/model.safetensors (creating dir). With a
  * template (the config.json the model came from, or NULL) the fields

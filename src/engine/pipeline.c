@@ -5,6 +5,7 @@
 #include "engine/run_info.h"
 #include "engine/trainer.h"
 #include "engine/run_impl.h"
+#include "engine/checkpoints.h"
 
 #include <errno.h>
 #include <math.h>
@@ -251,6 +252,10 @@ static void remove_stale_stores(rp_engine *e)
 /* The node leader fills the shared parameters. */
 static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
 {
+    if (e->resume_dir) /* the checkpoint: its weights, then AdamW's state */
+        RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
+    if (e->resume_dir)
+        return rp_checkpoint_load_optimizer(shared, e->resume_dir, err);
     if (e->o->model_dir)
         return rp_params_load_dir(shared, e->o->model_dir, err);
     rp_params_init_random(shared, e->o->seed);
@@ -453,15 +458,26 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
     e->t_logged = rp_now();
     e->trace_step_ns = rp_trace_now_ns();
     e->last_loss = NAN;
-    for (e->it_first = 1; s == RP_OK && e->it_first <= e->steps; e->it_first = e->it_last + 1) {
+    e->adam_step = e->resume_adam_step;
+    e->steps_logged = e->resume_step;
+    for (e->it_first = e->resume_step + 1; s == RP_OK && e->it_first <= e->steps;
+         e->it_first = e->it_last + 1) {
         int replan_after =
             !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
         e->it_last = replan_after ? RP_REPLAN_AFTER : e->steps;
+        /* a segment ends on each checkpoint step: all its updates are in */
+        for (int64_t t = e->it_first; o->checkpoint_every > 0 && t < e->it_last; t++)
+            if (rp_checkpoint_due(e, t)) {
+                e->it_last = t;
+                break;
+            }
         s = build_segment(e, comm, err);
         if (s == RP_OK)
             s = run_segment(e, comm, err);
         free_segment(e);
-        if (s == RP_OK && replan_after)
+        if (s == RP_OK && rp_checkpoint_due(e, e->it_last))
+            s = rp_checkpoint_save(e, e->model_config_path, comm, err);
+        if (s == RP_OK && replan_after && e->it_last == RP_REPLAN_AFTER)
             s = rp_run_replan(e, comm, err);
     }
     /* whichever thread or rank noticed it first, an interrupt is reported
@@ -513,6 +529,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
 {
     rp_train_options resolved;
     RP_TRY(rp_train_resolve(given, comm, lg, &resolved, err));
+    rp_resume resume;
+    RP_TRY(rp_checkpoint_resolve(&resolved, comm, lg, &resume, err));
     const rp_train_options *o = &resolved;
     rp_device_kind device = resolved.device;
     rp_engine E, *e = &E;
@@ -521,6 +539,9 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     memset(r, 0, sizeof R);
     e->o = o;
     e->device = device;
+    e->resume_step = resume.step;
+    e->resume_adam_step = resume.adam_step;
+    e->resume_dir = resume.step ? resume.dir : NULL;
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
     rp_proto_read_fault(e);
@@ -532,6 +553,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     if (s == RP_OK) {
         remove_stale_stores(e);
         s = read_model(e, r, comm, err);
+        e->model_config_path = r->config_path;
     }
     if (s == RP_OK)
         s = set_shape(e, r, comm, err);

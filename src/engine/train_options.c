@@ -32,6 +32,7 @@ void rp_train_options_default(rp_train_options *o)
     o->chunk_mib = 16.0;
     o->bind = 1;
     o->pipelines = 1;
+    o->keep_checkpoints = 2;
 }
 
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
@@ -46,9 +47,20 @@ rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status sta
 
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
 {
-    if (!o->model_dir == !o->init_config)
+    if (!o->resume && !o->model_dir == !o->init_config)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "exactly one of --model DIR or --init-config FILE is required");
+    if (o->resume && o->model_dir && o->init_config)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--model and --init-config together (with --resume, either or none)");
+    if (o->checkpoint_every > 0 && !o->checkpoint_dir)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--checkpoint-every needs --checkpoint-dir");
+    if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--resume auto needs --checkpoint-dir");
+    if ((o->checkpoint_dir || o->resume) && o->optimizer_lag)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "checkpoints and --resume with --optimizer-lag 1 are not implemented "
+                            "yet");
     if (!o->data)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--data FILE.npy is required");
     if (o->seq_len < 1)

@@ -53,6 +53,11 @@ typedef struct rp_train_options {
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */
     int pipelines;           /* --pipelines P: independent round-robin pipelines over the
                                 executors, each with M/P microbatches (default 1) */
+    /* checkpoints (engine/checkpoints.c, io/checkpoint.h) */
+    const char *checkpoint_dir; /* --checkpoint-dir DIR: DIR/step-00000100/ */
+    int64_t checkpoint_every;   /* --checkpoint-every N: after every N-th step (0: only the last) */
+    int64_t keep_checkpoints;   /* --keep-checkpoints K: the newest K complete ones (default 2) */
+    const char *resume;         /* --resume PATH|auto */
     rp_step_callback on_step; /* the C API's per-step callback (rank 0), NULL = none */
     void *on_step_arg;
 } rp_train_options;

@@ -53,6 +53,12 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("log")) o->log_path = a;
     else if (IS("save")) o->save_dir = a;
     else if (IS("plan")) o->plan = a;
+    else if (IS("checkpoint-dir")) o->checkpoint_dir = a;
+    else if (IS("resume")) o->resume = a;
+    else if (IS("checkpoint-every"))
+        return rp_arg_int(opt, a, 0, INT64_MAX, &o->checkpoint_every, err);
+    else if (IS("keep-checkpoints"))
+        return rp_arg_int(opt, a, 0, 1000000, &o->keep_checkpoints, err);
     else if (IS("trace")) o->trace = a;
     else if (IS("seq-len")) return rp_arg_int(opt, a, 1, INT32_MAX, &o->seq_len, err);
     else if (IS("batch-size")) return rp_arg_int(opt, a, 1, INT32_MAX, &o->batch_size, err);

@@ -57,6 +57,21 @@ rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n
     return s;
 }
 
+rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors, int n,
+                                 rp_error *err)
+{
+    rp_safetensors *st = NULL;
+    RP_TRY(rp_safetensors_open(path, &st, err));
+    rp_status s = RP_OK;
+    for (int i = 0; i < n && s == RP_OK; i++) {
+        int64_t shape[2] = {tensors[i].shape[0], tensors[i].shape[1]};
+        s = rp_safetensors_read_f32(st, tensors[i].name, tensors[i].ndim, shape, tensors[i].data,
+                                    err);
+    }
+    rp_safetensors_close(&st);
+    return s;
+}
+
 /* Shards and the index of a sharded checkpoint: the files a save replaces
  * besides its own (otherwise the index, which loaders prefer, would still
  * point at the old weights). */
@@ -80,9 +95,8 @@ static rp_status mark_old_shards(rp_file_set *fs, rp_error *err)
     return s;
 }
 
-rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
-                            const rp_model_config *cfg, const char *template_config,
-                            rp_error *err)
+rp_status rp_tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors, int n,
+                         rp_dtype dtype, rp_error *err)
 {
     rp_safetensors_writer *w = NULL;
     RP_TRY(rp_safetensors_writer_create(&w, err));
@@ -90,28 +104,41 @@ rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n
     for (int i = 0; i < n && s == RP_OK; i++)
         s = rp_safetensors_writer_add(w, tensors[i].name, dtype, RP_F32, tensors[i].ndim,
                                       tensors[i].shape, tensors[i].data, err);
-    rp_file_set *fs = NULL;
     rp_atomic_file **af = NULL;
     char path[4096];
+    snprintf(path, sizeof path, "%s/%s", rp_file_set_dir(fs), name);
     if (s == RP_OK)
-        s = rp_file_set_begin(dir, &fs, err);
-    if (s == RP_OK)
-        s = mark_old_shards(fs, err);
-    if (s == RP_OK) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        s = rp_file_set_add(fs, "model.safetensors", &af, err);
-    }
+        s = rp_file_set_add(fs, name, &af, err);
     if (s == RP_OK)
         s = rp_safetensors_writer_write_to(w, af, path, err);
-    if (s == RP_OK) {
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        s = rp_file_set_add(fs, "config.json", &af, err);
-    }
+    rp_safetensors_writer_destroy(&w);
+    return s;
+}
+
+rp_status rp_model_dir_add(rp_file_set *fs, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
+                           const rp_model_config *cfg, const char *template_config,
+                           rp_error *err)
+{
+    RP_TRY(rp_tensors_add(fs, "model.safetensors", tensors, n, dtype, err));
+    rp_atomic_file **af = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", rp_file_set_dir(fs));
+    RP_TRY(rp_file_set_add(fs, "config.json", &af, err));
+    return rp_config_write_to(af, path, cfg, dtype, template_config, err);
+}
+
+rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
+                            const rp_model_config *cfg, const char *template_config,
+                            rp_error *err)
+{
+    rp_file_set *fs = NULL;
+    rp_status s = rp_file_set_begin(dir, &fs, err);
     if (s == RP_OK)
-        s = rp_config_write_to(af, path, cfg, dtype, template_config, err);
+        s = mark_old_shards(fs, err);
+    if (s == RP_OK)
+        s = rp_model_dir_add(fs, tensors, n, dtype, cfg, template_config, err);
     if (s == RP_OK)
         s = rp_file_set_commit(&fs, err);
     rp_file_set_abort(&fs); /* no-op after a commit */
-    rp_safetensors_writer_destroy(&w);
     return s;
 }

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "io/file_set.h"
 
 /* A named tensor in memory, fp32, row-major. */
 typedef struct rp_tensor_ref {
@@ -30,6 +31,12 @@ typedef struct rp_tensor_ref {
 rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n,
                             rp_dtype *file_dtype, rp_error *err);
 
+/* Read each of the n tensors from the one safetensors file at path
+ * (converted to fp32; missing tensors and shape mismatches name the file
+ * and the tensor). */
+rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors, int n,
+                                 rp_error *err);
+
 /* Write dir/model.safetensors (the n tensors, stored as dtype) and
  * dir/config.json (cfg; with a template, the config.json the model came
  * from, the fields roundpipe does not model are kept), creating dir, as
@@ -38,5 +45,14 @@ rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
                             rp_error *err);
+
+/* The members of a save, for a caller with a file set of its own (a
+ * checkpoint): model.safetensors and config.json as rp_model_dir_save
+ * writes them, and any list of tensors as the safetensors file `name`. */
+rp_status rp_model_dir_add(rp_file_set *fs, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
+                           const rp_model_config *cfg, const char *template_config,
+                           rp_error *err);
+rp_status rp_tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors, int n,
+                         rp_dtype dtype, rp_error *err);
 
 #endif

@@ -1,0 +1,278 @@
+/* Checkpoint directories (see checkpoint.h). */
+#include "io/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/atomic_file.h"
+#include "io/json_util.h"
+#include "io/read_file.h"
+
+static const char *const g_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
+#define NFILES 3
+
+/* FNV-1a 64 of a file's bytes and its size. */
+static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint64_t h = 1469598103934665603ull, n = 0;
+    unsigned char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < got; i++) {
+            h ^= buf[i];
+            h *= 1099511628211ull;
+        }
+        n += got;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return rp_error_set(err, RP_ERR_IO, "%s: read error", path);
+    *hash = h;
+    *bytes = n;
+    return RP_OK;
+}
+
+static rp_status sync_dir(const char *dir, rp_error *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+    int r = fsync(fd);
+    close(fd);
+    if (r != 0)
+        return rp_error_set(err, RP_ERR_IO, "%s: fsync: %s", dir, strerror(errno));
+    return RP_OK;
+}
+
+/* Remove a checkpoint directory (files only, as written here). */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    char path[4096];
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int is_complete(const char *dir)
+{
+    char path[4096];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_MARKER) >= (int)sizeof path)
+        return 0;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The steps of root's step-N entries (complete or not) into steps[]. */
+static int list_steps(const char *root, int64_t *steps, int *complete, int max, char (*names)[64])
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    char path[4096];
+    while ((de = readdir(d)) && n < max) {
+        long long k;
+        char tail[8] = "";
+        if (sscanf(de->d_name, "step-%8lld%7s", &k, tail) < 1 || strlen(de->d_name) > 60)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+        steps[n] = k;
+        complete[n] = tail[0] == '\0' && is_complete(path);
+        snprintf(names[n], 64, "%s", de->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+#define MAX_ENTRIES 4096
+
+/* Keep the newest `keep` complete checkpoints; remove the rest and every
+ * incomplete one (but not `current`). */
+static void prune(const char *root, int keep, const char *current)
+{
+    static int64_t steps[MAX_ENTRIES];
+    static int complete[MAX_ENTRIES];
+    static char names[MAX_ENTRIES][64];
+    int n = list_steps(root, steps, complete, MAX_ENTRIES, names);
+    char path[4096];
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], current))
+            continue;
+        int newer = 0; /* complete checkpoints newer than this one */
+        for (int j = 0; j < n; j++)
+            newer += complete[j] && steps[j] > steps[i];
+        if (!complete[i] || (keep > 0 && newer >= keep)) {
+            if (snprintf(path, sizeof path, "%s/%s", root, names[i]) < (int)sizeof path)
+                remove_dir(path);
+        }
+    }
+}
+
+static rp_status write_small(const char *dir, const char *name, const char *text, rp_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    rp_atomic_file *af = NULL;
+    RP_TRY(rp_atomic_file_open(path, &af, err));
+    RP_TRY(rp_atomic_file_write(&af, text, strlen(text), err));
+    return rp_atomic_file_commit(&af, err);
+}
+
+rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
+                              const rp_checkpoint_content *c, char *dir, size_t len,
+                              rp_error *err)
+{
+    if (mkdir(root, 0777) != 0 && errno != EEXIST)
+        return rp_error_set(err, RP_ERR_IO, "--checkpoint-dir %s: cannot create: %s", root,
+                            strerror(errno));
+    char name[64], tmp[4096], final[4096];
+    if (strlen(root) > 3900)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--checkpoint-dir: path too long");
+    snprintf(name, sizeof name, "step-%08lld", (long long)step);
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", root, name);
+    snprintf(final, sizeof final, "%s/%s", root, name);
+    remove_dir(tmp); /* a stale one of an interrupted write */
+    rp_file_set *fs = NULL;
+    rp_status s = rp_file_set_begin(tmp, &fs, err);
+    if (s == RP_OK)
+        s = rp_model_dir_add(fs, c->model, c->nmodel, RP_F32, c->cfg, c->template_config, err);
+    if (s == RP_OK)
+        s = rp_tensors_add(fs, "optimizer.safetensors", c->optim, c->noptim, RP_F32, err);
+    if (s == RP_OK)
+        s = rp_file_set_commit(&fs, err);
+    rp_file_set_abort(&fs);
+    json_object *files = json_object_new_object();
+    for (int i = 0; s == RP_OK && i < NFILES; i++) {
+        char path[4096], hex[32];
+        uint64_t h = 0, n = 0;
+        if (snprintf(path, sizeof path, "%s/%s", tmp, g_files[i]) >= (int)sizeof path)
+            s = rp_error_set(err, RP_ERR_INVALID_ARG, "%s: path too long", tmp);
+        else
+            s = file_hash(path, &h, &n, err);
+        if (s != RP_OK)
+            break;
+        snprintf(hex, sizeof hex, "%016" PRIx64, h);
+        json_object *f = json_object_new_object();
+        json_object_object_add(f, "bytes", json_object_new_int64((int64_t)n));
+        json_object_object_add(f, "fnv1a64", json_object_new_string(hex));
+        json_object_object_add(files, g_files[i], f);
+    }
+    json_object_object_add(c->state, "files", files);
+    if (s == RP_OK)
+        s = write_small(tmp, RP_CHECKPOINT_STATE,
+                        json_object_to_json_string_ext(c->state, JSON_C_TO_STRING_PRETTY), err);
+    if (s == RP_OK) {
+        char marker[64];
+        snprintf(marker, sizeof marker, "step %lld\n", (long long)step);
+        s = write_small(tmp, RP_CHECKPOINT_MARKER, marker, err);
+    }
+    if (s == RP_OK)
+        s = sync_dir(tmp, err);
+    if (s == RP_OK) {
+        remove_dir(final); /* an older run's checkpoint of the same step */
+        if (rename(tmp, final) != 0)
+            s = rp_error_set(err, RP_ERR_IO, "%s: cannot rename to %s: %s", tmp, final,
+                             strerror(errno));
+    }
+    if (s == RP_OK)
+        s = sync_dir(root, err);
+    if (s != RP_OK) {
+        remove_dir(tmp);
+        return s;
+    }
+    snprintf(dir, len, "%s", final);
+    prune(root, keep, name);
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err)
+{
+    static int64_t steps[MAX_ENTRIES];
+    static int complete[MAX_ENTRIES];
+    static char names[MAX_ENTRIES][64];
+    (void)err;
+    out[0] = '\0';
+    int n = list_steps(root, steps, complete, MAX_ENTRIES, names), best = -1;
+    for (int i = 0; i < n; i++)
+        if (complete[i] && (best < 0 || steps[i] > steps[best]))
+            best = i;
+    if (best >= 0)
+        snprintf(out, len, "%s/%s", root, names[best]);
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err)
+{
+    *state = NULL;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return rp_error_set(err, RP_ERR_IO, "--resume %s: not a directory", dir);
+    if (!is_complete(dir))
+        return rp_error_set(err, RP_ERR_FORMAT, "--resume %s: no %s: not a complete checkpoint "
+                            "(its write did not finish)", dir, RP_CHECKPOINT_MARKER);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_STATE);
+    char *text = NULL;
+    size_t tlen = 0;
+    RP_TRY(rp_read_file(path, (size_t)1 << 24, &text, &tlen, err));
+    json_object *j = NULL;
+    rp_status s = rp_json_parse(text, tlen, path, &j, err);
+    free(text);
+    RP_TRY(s);
+    json_object *files = NULL;
+    if (!json_object_object_get_ex(j, "files", &files) ||
+        !json_object_is_type(files, json_type_object))
+        s = rp_error_set(err, RP_ERR_FORMAT, "%s: no \"files\" object", path);
+    for (int i = 0; s == RP_OK && i < NFILES; i++) {
+        json_object *f = NULL, *b = NULL, *h = NULL;
+        if (!json_object_object_get_ex(files, g_files[i], &f) ||
+            !json_object_object_get_ex(f, "bytes", &b) ||
+            !json_object_object_get_ex(f, "fnv1a64", &h) || !json_object_is_type(h, json_type_string)) {
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"files\".\"%s\" is missing or incomplete",
+                             path, g_files[i]);
+            break;
+        }
+        char fp[4096], hex[32];
+        uint64_t hash = 0, n = 0;
+        snprintf(fp, sizeof fp, "%s/%s", dir, g_files[i]);
+        s = file_hash(fp, &hash, &n, err);
+        if (s != RP_OK)
+            break;
+        snprintf(hex, sizeof hex, "%016" PRIx64, hash);
+        if ((int64_t)n != json_object_get_int64(b))
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, but %s says %lld "
+                             "(truncated or replaced)", fp, n, RP_CHECKPOINT_STATE,
+                             (long long)json_object_get_int64(b));
+        else if (strcmp(hex, json_object_get_string(h)) != 0)
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: checksum %s, but %s says %s (the file "
+                             "changed since it was written)", fp, hex, RP_CHECKPOINT_STATE,
+                             json_object_get_string(h));
+    }
+    if (s != RP_OK) {
+        json_object_put(j);
+        return s;
+    }
+    *state = j;
+    return RP_OK;
+}
