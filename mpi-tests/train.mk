@@ -46,4 +46,6 @@ EXTRA_DIST += mpi-tests/test_exports.sh
 TESTS += mpi-tests/test_outputs.sh
 EXTRA_DIST += mpi-tests/test_outputs.sh
 TESTS += mpi-tests/test_memory_model.sh
+TESTS += mpi-tests/test_checkpoint.sh
+EXTRA_DIST += mpi-tests/test_checkpoint.sh
 EXTRA_DIST += mpi-tests/test_memory_model.sh

@@ -82,10 +82,16 @@ static rp_status check_config(const char *dir, const rp_train_options *o, rp_err
     else
         snprintf(given, sizeof given, "%s", o->init_config);
     RP_TRY(rp_config_load(given, &b, err));
+    if (a.arch != b.arch)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--resume %s: config.json: model_type is %s, but %s has %s (a "
+                            "checkpoint of another model)", dir,
+                            a.arch == RP_ARCH_QWEN3 ? "qwen3" : "llama", given,
+                            b.arch == RP_ARCH_QWEN3 ? "qwen3" : "llama");
     config_field fa[16], fb[16];
     int n = config_fields(&a, fa);
     config_fields(&b, fb);
-    for (int i = 0; i < n; i++)
+    for (int i = 1; i < n; i++) /* model_type compared above */
         if (fa[i].value != fb[i].value)
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "--resume %s: config.json: %s is %.17g, but %s has %.17g (a "

@@ -402,6 +402,9 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     rp_status s = RP_OK;
     char plan_text[512];
     rp_plan_format(&e->plan, plan_text, sizeof plan_text);
+    if (e->rank == 0 && !o->save_dir && !o->checkpoint_dir)
+        rp_log(e->lg, RP_LOG_INFO, "neither --save nor --checkpoint-dir given: nothing this run "
+               "learns will be kept");
     if (e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path,
                          strerror(errno));

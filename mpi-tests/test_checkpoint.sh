@@ -1,0 +1,84 @@
+#!/bin/sh
+# Proves (CPU executors): a run of N steps equals, bit for bit (saved model
+# and the metrics of the resumed steps, minus timing), a run stopped at a
+# checkpoint and resumed for the rest: on another rank count (2 -> 1, 3),
+# with another --plan and --recompute layer, with --pipelines 2, and for the
+# golden qwen3 fixture (a real model with a loss mask); --resume auto takes
+# the newest complete checkpoint and skips an incomplete one, or starts
+# fresh (saying so) when there is none; --keep-checkpoints prunes; and bad
+# input is refused with a message naming the file and field: another
+# --seq-len, another model config, a changed file (checksum), a truncated
+# file, a directory without its marker, --checkpoint-every without a
+# directory, and nothing left to run.
+set -u
+. "$(dirname "$0")/testlib.sh"
+export OMP_NUM_THREADS=1
+run() { # NP OUT_PREFIX [options...]: a run; its stderr in $tmp/OUT.txt
+  np=$1; out=$2; shift 2
+  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --progress none --threads 1 --device cpu \
+    --timeout 60 "$@" > "$tmp/$out.txt" 2>&1
+}
+same() { # A B what: saved models and metrics (steps of B) identical
+  cmp -s "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" || { bad "$3: models differ"; return; }
+  n=$(wc -l < "$tmp/$2.jsonl")
+  if tail -n "$n" "$tmp/$1.jsonl" | cut -d, -f1-6 | cmp -s - "$(cut -d, -f1-6 "$tmp/$2.jsonl" > "$tmp/cut"; echo "$tmp/cut")"
+  then ok; else bad "$3: metrics of the resumed steps differ"; fi
+}
+tiny="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --steps 8 --lr 3e-3 --seed 5"
+run 2 straight $tiny --log "$tmp/straight.jsonl" --save "$tmp/straight" || { bad "straight run"; cat "$tmp/straight.txt"; }
+run 2 part $tiny --checkpoint-dir "$tmp/ck" --checkpoint-every 4 --keep-checkpoints 0 || { bad "checkpointing run"; cat "$tmp/part.txt"; }
+[ -f "$tmp/ck/step-00000004/checkpoint.complete" ] && [ -f "$tmp/ck/step-00000008/checkpoint.complete" ] && ok || bad "checkpoints of steps 4 and 8 missing"
+grep -q "checkpoint of step 4 written" "$tmp/part.txt" && ok || bad "no line naming the checkpoint"
+# resume at step 4 on 1 and 3 ranks, with another plan and recompute mode
+args="--data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --steps 8 --lr 3e-3 --seed 5"
+run 1 r1 $args --resume "$tmp/ck/step-00000004" --log "$tmp/r1.jsonl" --save "$tmp/r1" && same straight r1 "resume on 1 rank" || { bad "resume on 1 rank"; cat "$tmp/r1.txt"; }
+run 3 r3 $args --resume "$tmp/ck/step-00000004" --log "$tmp/r3.jsonl" --save "$tmp/r3" --plan "fwd=0,1-3;bwd=4-5,2-3,0-1" --recompute layer && same straight r3 "resume on 3 ranks, another plan, recompute layer" || { bad "resume on 3 ranks"; cat "$tmp/r3.txt"; }
+grep -q "resuming from $tmp/ck/step-00000004: step 4 done, continuing at step 5" "$tmp/r1.txt" && ok || bad "no resume line"
+
+# --pipelines 2
+run 2 p2 $tiny --pipelines 2 --log "$tmp/p2.jsonl" --save "$tmp/p2"
+run 2 p2a $tiny --pipelines 2 --steps 8 --checkpoint-dir "$tmp/ckp" --checkpoint-every 3
+run 1 p2b $args --pipelines 2 --resume "$tmp/ckp/step-00000006" --log "$tmp/p2b.jsonl" --save "$tmp/p2b" && same p2 p2b "--pipelines 2 resumed at 6 on 1 rank" || { bad "--pipelines 2 resume"; cat "$tmp/p2b.txt"; }
+
+# the golden qwen3 fixture (loss mask, clipping, warmup): 6 steps = 2 + 4
+g="$src/mpi-tests/fixtures/golden/qwen3"
+ga="--data $g/data.npy --loss-mask $g/mask.npy $(cat "$g/args.txt")"
+run 2 g6 --model "$g/model" $ga --log "$tmp/g6.jsonl" --save "$tmp/g6"
+run 2 g2 --model "$g/model" $ga --checkpoint-dir "$tmp/ckg" --checkpoint-every 2 --keep-checkpoints 1
+ls "$tmp/ckg" | grep -q '^step-00000006$' && [ "$(ls "$tmp/ckg" | wc -l)" -eq 1 ] && ok || bad "--keep-checkpoints 1 kept: $(ls "$tmp/ckg" | tr '\n' ' ')"
+run 2 g2b --model "$g/model" $ga --checkpoint-dir "$tmp/ckg2" --checkpoint-every 2 --steps 6 --keep-checkpoints 0
+run 3 g4 $ga --resume "$tmp/ckg2/step-00000002" --log "$tmp/g4.jsonl" --save "$tmp/g4" && same g6 g4 "qwen3 fixture resumed at 2 on 3 ranks" || { bad "qwen3 resume"; cat "$tmp/g4.txt"; }
+
+# --resume auto: the newest complete one; an incomplete newer one is skipped
+mkdir "$tmp/ck/step-00000099" && cp "$tmp/ck/step-00000004/"*.safetensors "$tmp/ck/step-00000099/"
+# (--steps differs from the checkpoint's: refused, naming the option)
+run 1 auto $args --steps 12 --checkpoint-dir "$tmp/ck" --resume auto
+grep -q 'options.steps is 8, this run has 12' "$tmp/auto.txt" && ok || { bad "auto/steps"; cat "$tmp/auto.txt"; }
+# (the newest complete one is step 8, the last: nothing left to run)
+run 1 auto2 $args --checkpoint-dir "$tmp/ck" --resume auto --steps 8 --keep-checkpoints 0
+grep -q "step-00000008: the checkpoint is of step 8, and --steps is 8: nothing left to run" "$tmp/auto2.txt" && ok || { bad "auto took not the newest complete"; cat "$tmp/auto2.txt"; }
+run 1 fresh $tiny --checkpoint-dir "$tmp/empty" --resume auto --steps 2
+grep -q "no complete checkpoint under $tmp/empty: starting fresh" "$tmp/fresh.txt" && ok || { bad "auto without checkpoints"; cat "$tmp/fresh.txt"; }
+
+# bad input: each refused, naming the file and field
+c4="$tmp/ck/step-00000004"
+run 1 b1 $args --seq-len 16 --resume "$c4" && bad "another --seq-len accepted" ||
+  { grep -q "trainer_state.json: options.seq_len is 32, this run has 16" "$tmp/b1.txt" && ok || { bad "seq-len message"; cat "$tmp/b1.txt"; }; }
+run 1 b2 $args --resume "$c4" --init-config "$src/mpi-tests/fixtures/golden/llama/model/config.json" && bad "another model accepted" ||
+  { grep -q "config.json: model_type is qwen3, but .*llama/model/config.json has llama" "$tmp/b2.txt" && ok || { bad "config message"; cat "$tmp/b2.txt"; }; }
+cfg2="$tmp/wider.json"; sed 's/"hidden_size": *[0-9]*/"hidden_size": 96/' "$src/examples/tiny-config.json" > "$cfg2"
+run 1 b2b $args --resume "$c4" --init-config "$cfg2" && bad "another hidden_size accepted" ||
+  { grep -q "config.json: hidden_size is 128, but $cfg2 has 96" "$tmp/b2b.txt" && ok || { bad "hidden_size message"; cat "$tmp/b2b.txt"; }; }
+cp -r "$c4" "$tmp/changed"; printf 'x' | dd of="$tmp/changed/optimizer.safetensors" bs=1 seek=1000 conv=notrunc 2>/dev/null
+run 1 b3 $args --resume "$tmp/changed" && bad "a changed file accepted" ||
+  { grep -q "optimizer.safetensors: checksum" "$tmp/b3.txt" && ok || { bad "checksum message"; cat "$tmp/b3.txt"; }; }
+cp -r "$c4" "$tmp/trunc"; truncate -s 1000 "$tmp/trunc/model.safetensors"
+run 1 b4 $args --resume "$tmp/trunc" && bad "a truncated file accepted" ||
+  { grep -q "model.safetensors: 1000 bytes, but trainer_state.json says" "$tmp/b4.txt" && ok || { bad "truncation message"; cat "$tmp/b4.txt"; }; }
+run 1 b5 $args --resume "$tmp/ck/step-00000099" && bad "a directory without marker accepted" ||
+  { grep -q "no checkpoint.complete: not a complete checkpoint" "$tmp/b5.txt" && ok || { bad "marker message"; cat "$tmp/b5.txt"; }; }
+run 1 b6 $tiny --checkpoint-every 2 && bad "--checkpoint-every without a directory accepted" ||
+  { grep -q -- "--checkpoint-every needs --checkpoint-dir" "$tmp/b6.txt" && ok || { bad "every message"; cat "$tmp/b6.txt"; }; }
+# nothing under a complete name was touched by the refusals
+cmp -s "$c4/model.safetensors" "$tmp/ck/step-00000004/model.safetensors" && ok || bad "a refused resume changed the checkpoint"
+finish
