@@ -63,6 +63,13 @@ RP_API const char *rp_status_string(rp_status status);
 RP_API void rp_interrupt(int signal_number);
 RP_API int rp_interrupted(void);
 
+/* Ask a running rp_train that has a checkpoint directory to stop after the
+ * step in progress, write a checkpoint and return RP_OK (what the CLI does
+ * on SIGUSR1 and SIGTERM). Async-signal-safe; rp_checkpoint_requested()
+ * returns the signal number given (0 until called). */
+RP_API void rp_request_checkpoint(int signal_number);
+RP_API int rp_checkpoint_requested(void);
+
 /* Library version as "MAJOR.MINOR.PATCH". */
 RP_API const char *rp_version_string(void);
 

@@ -9,7 +9,9 @@
 # input is refused with a message naming the file and field: another
 # --seq-len, another model config, a changed file (checksum), a truncated
 # file, a directory without its marker, --checkpoint-every without a
-# directory, and nothing left to run.
+# directory, and nothing left to run; SIGUSR1 and SIGTERM (through mpirun)
+# stop after the step in progress with a checkpoint and exit 0, and the
+# resumed run ends with the bits of one that never stopped.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -81,4 +83,28 @@ run 1 b6 $tiny --checkpoint-every 2 && bad "--checkpoint-every without a directo
   { grep -q -- "--checkpoint-every needs --checkpoint-dir" "$tmp/b6.txt" && ok || { bad "every message"; cat "$tmp/b6.txt"; }; }
 # nothing under a complete name was touched by the refusals
 cmp -s "$c4/model.safetensors" "$tmp/ck/step-00000004/model.safetensors" && ok || bad "a refused resume changed the checkpoint"
+
+# SIGUSR1 through mpirun and SIGTERM to the ranks: the step in progress ends, a
+# checkpoint is written, exit 0 with a line naming it; resuming gives the
+# bits of a run that never stopped
+long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 128 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2"
+run 2 long $long --log "$tmp/long.jsonl" --save "$tmp/long"
+for sig in USR1 TERM; do
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --threads 1 --device cpu --timeout 60 \
+    $long --checkpoint-dir "$tmp/cks$sig" --log "$tmp/s$sig.jsonl" --save "$tmp/unused" > "$tmp/s$sig.txt" 2>&1 &
+  pid=$!
+  i=0; while [ $i -lt 300 ] && [ "$(cat "$tmp/s$sig.jsonl" 2>/dev/null | wc -l)" -lt 3 ]; do sleep 0.1; i=$((i + 1)); done
+  # USR1 to mpirun, which forwards it; TERM to the ranks, as Slurm sends it
+  # to every task (mpirun itself exits 1 on SIGTERM whatever its ranks do)
+  if [ $sig = USR1 ]; then kill -s USR1 $pid; else pkill -TERM -f "^$bin train .*cks$sig"; fi
+  wait $pid; rc=$?
+  [ $rc -eq 0 ] && grep -q "stopped by SIG$sig after step [0-9]* of 60: continue with the same command and --resume $tmp/cks$sig/step-" "$tmp/s$sig.txt" && ok ||
+    { bad "SIG$sig: exit $rc"; cat "$tmp/s$sig.txt"; continue; }
+  k=$(sed -n 's/.*stopped by SIG[A-Z0-9]* after step \([0-9]*\) of.*/\1/p' "$tmp/s$sig.txt")
+  [ -f "$tmp/cks$sig/step-$(printf %08d "$k")/checkpoint.complete" ] && [ "$(wc -l < "$tmp/s$sig.jsonl")" -eq "$k" ] && ok || bad "SIG$sig: no checkpoint of step $k, or not $k metrics lines"
+  [ ! -e "$tmp/unused" ] && ok || bad "SIG$sig: --save written by a run that stopped early"
+  run 1 "r$sig" --data "$build/examples/data/gnu-licenses.npy" --seq-len 128 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2 \
+    --checkpoint-dir "$tmp/cks$sig" --resume auto --log "$tmp/r$sig.jsonl" --save "$tmp/r$sig" &&
+    same long "r$sig" "SIG$sig at step $k, resumed on 1 rank" || { bad "SIG$sig resume"; cat "$tmp/r$sig.txt"; }
+done
 finish

@@ -2,7 +2,8 @@
 # Proves: the Slurm batch scripts in examples/slurm parse (bash -n), and the
 # single-node script's own command line trains: run outside Slurm with
 # mpirun in place of srun, CPU executors and the tiny default model for 3
-# steps, it exits 0, logs 3 steps and saves the model.
+# steps, it exits 0, logs 3 steps, saves the model and its final checkpoint
+# (it asks Slurm for SIGUSR1 before the time limit and resumes with auto).
 set -u
 . "$(dirname "$0")/testlib.sh"
 dir="$src/examples/slurm"
@@ -20,4 +21,6 @@ ROUNDPIPE="$bin" MODEL="--init-config $src/examples/tiny-config.json" \
   && ok || { bad "single-node.sbatch under mpirun failed"; cat out; }
 [ "$(wc -l < roundpipe-local.jsonl)" -eq 3 ] && ok || bad "single-node: log has not 3 lines"
 [ -s roundpipe-local-model/model.safetensors ] && ok || bad "single-node: no model saved"
+[ -f roundpipe-checkpoints/step-00000003/checkpoint.complete ] && ok || bad "single-node: no final checkpoint"
+grep -q '^#SBATCH --signal=USR1@120$' "$dir/single-node.sbatch" && ok || bad "single-node: no --signal"
 finish

@@ -102,12 +102,26 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
     return rp_train_options_check(o, err);
 }
 
-static void on_signal(int sig) { rp_interrupt(sig); }
+static volatile sig_atomic_t g_checkpoints; /* the run has --checkpoint-dir */
 
-/* SIGINT and SIGTERM ask the run to stop: it removes its temporary files
- * and shared memory, says where it stopped and exits 128 + the signal. */
-static void catch_interrupts(void)
+static void on_signal(int sig)
 {
+    /* SIGUSR1 and SIGTERM with checkpoints: the step in progress ends and a
+     * checkpoint is written, once; any other signal, or a second one, stops
+     * at once */
+    if (g_checkpoints && (sig == SIGUSR1 || sig == SIGTERM) && !rp_checkpoint_requested())
+        rp_request_checkpoint(sig);
+    else
+        rp_interrupt(sig);
+}
+
+/* SIGINT, SIGTERM and SIGUSR1 ask the run to stop: at once, removing its
+ * temporary files and shared memory, saying where it stopped and exiting
+ * 128 + the signal; or, with --checkpoint-dir, SIGUSR1 and SIGTERM after
+ * the step in progress, with a checkpoint, exiting 0. */
+static void catch_interrupts(int checkpoints)
+{
+    g_checkpoints = checkpoints;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -115,6 +129,7 @@ static void catch_interrupts(void)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 int rp_cli_train(int argc, char **argv)
@@ -136,14 +151,15 @@ int rp_cli_train(int argc, char **argv)
         return 0;
     }
     rp_logger lg = {.stream = stderr, .level = RP_LOG_INFO, .rank = rank};
-    catch_interrupts();
+    catch_interrupts(o.checkpoint_dir != NULL);
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
     int sig = rp_interrupted();
     if (s != RP_OK && sig) {
         if (rank == 0) /* the others' messages say the same, or that rank 0 stopped */
             fprintf(stderr, "[roundpipe %d] %s (%s)\n", rank,
                     s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
-                    sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal");
+                    sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM"
+                                            : sig == SIGUSR1 ? "SIGUSR1" : "signal");
         return 128 + sig; /* as a shell reports a process its signal ended */
     }
     if (s == RP_ERR_PEER_LOST) {

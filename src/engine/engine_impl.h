@@ -51,6 +51,13 @@ typedef struct rp_engine {
     int64_t *emb_n;
     int64_t emb_cap;   /* min(vocab, tokens of a pipeline's microbatches) */
     _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
+    /* a stop after the step in progress (rp_request_checkpoint), in the
+     * store: the last step to run (0: none; RP_STOP_PENDING while it is
+     * being decided) and the highest step any executor started a job of
+     * (protocol.c, rp_proto_stop_before) */
+    _Atomic int64_t *stop_at;
+    _Atomic int64_t *started;
+    int stopped_early;  /* the run stopped after e->it_last < e->steps, with a checkpoint */
     rp_store *store;   /* the running segment's store */
     /* host ranges the executor registers with its device (pins) so copies run
      * at full speed: for the run, each layer's compute copy (uploaded) and
@@ -205,5 +212,10 @@ rp_status rp_engine_run_executor(rp_engine *e);
 /* Thread bodies (arg: rp_engine *). */
 void *rp_engine_optimizer_main(void *arg);
 void *rp_engine_logger_main(void *arg);
+
+/* What a wait or a loop returns once the run stops after an earlier step
+ * (not an error: the threads end cleanly, a checkpoint follows). */
+#define RP_STOP ((rp_status)1)
+#define RP_STOP_PENDING INT64_MAX
 
 #endif

@@ -553,11 +553,11 @@ rp_status rp_engine_run_executor(rp_engine *e)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)
             for (int j = 0; s == RP_OK && j < e->jobs_per_it; j++)
                 if (rp_engine_executor(e, t, j, g) == e->rank) {
-                    s = run_job(&x, t, g, j, &err);
-                    if (s != RP_OK)
+                    s = rp_proto_stop_before(e, t) ? RP_STOP : run_job(&x, t, g, j, &err);
+                    if (s != RP_OK && s != RP_STOP)
                         rp_engine_fail(e, s, &err);
                 }
     rp_xfer_drain(x.xfer);
     executor_free(&x);
-    return s;
+    return s == RP_STOP ? RP_OK : s;
 }

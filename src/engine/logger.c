@@ -26,7 +26,7 @@ static void trace_step(rp_engine *e, int64_t t)
 
 static rp_status run(rp_engine *e, rp_error *err)
 {
-    for (int64_t t = e->it_first; t <= e->it_last; t++) {
+    for (int64_t t = e->it_first; t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         e->steps_logged = t - 1;
         const char *who = "logger";
         RP_TRY(rp_proto_wait_losses(e, t, who, err));
@@ -79,7 +79,7 @@ void *rp_engine_logger_main(void *arg)
     rp_engine *e = arg;
     rp_error err = {0};
     rp_status s = run(e, &err);
-    if (s != RP_OK)
+    if (s != RP_OK && s != RP_STOP)
         rp_engine_fail(e, s, &err);
     return NULL;
 }

@@ -180,9 +180,11 @@ static rp_status run(rp_engine *e, rp_error *err)
     if (by_rows && !ids)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
     rp_status s = RP_OK;
-    for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++) {
+    int64_t adam_before = e->adam_step;
+    for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
+        adam_before = e->adam_step;
         if (!skip)
             e->adam_step++;
         int64_t n = 0;
@@ -226,6 +228,8 @@ static rp_status run(rp_engine *e, rp_error *err)
             update_embedding_rest(e, t, coef, skip, ids, n);
     }
     free(ids);
+    if (s == RP_STOP) /* stopped inside a step past the last: it never happened */
+        e->adam_step = adam_before;
     return s;
 }
 
@@ -240,7 +244,7 @@ void *rp_engine_optimizer_main(void *arg)
     omp_set_num_threads(e->device == RP_DEVICE_CPU ? 1 : e->threads);
     rp_error err = {0};
     rp_status s = run(e, &err);
-    if (s != RP_OK)
+    if (s != RP_OK && s != RP_STOP)
         rp_engine_fail(e, s, &err);
     return NULL;
 }

@@ -8,6 +8,7 @@
 #include "engine/checkpoints.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <time.h>
 #include <omp.h>
@@ -149,6 +150,8 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     e->emb_rows_base = (float *)(base + map->emb_rows);
     e->emb_n = (int64_t *)(base + map->emb_n);
     e->abort_flag = (_Atomic int64_t *)(base + map->ctrl);
+    e->stop_at = e->abort_flag + 1;
+    e->started = e->abort_flag + 2;
     return RP_OK;
 }
 
@@ -478,8 +481,27 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
         if (s == RP_OK)
             s = run_segment(e, comm, err);
         free_segment(e);
-        if (s == RP_OK && rp_checkpoint_due(e, e->it_last))
+        int64_t stop = e->stop_at ? atomic_load(e->stop_at) : 0;
+        if (s == RP_OK && stop > 0 && stop <= e->it_last) /* asked to stop after `stop` */
+            e->it_last = stop;
+        if (s == RP_OK && stop == 0 && e->it_last < e->steps && o->checkpoint_dir) {
+            /* a request between segments: the ranks agree on it */
+            int req = rp_checkpoint_requested() != 0, any = 0;
+            MPI_Allreduce(&req, &any, 1, MPI_INT, MPI_MAX, comm);
+            stop = any ? e->it_last : 0;
+        }
+        e->stopped_early = s == RP_OK && stop > 0 && e->it_last < e->steps;
+        if (s == RP_OK && (rp_checkpoint_due(e, e->it_last) || e->stopped_early))
             s = rp_checkpoint_save(e, e->model_config_path, comm, err);
+        if (s == RP_OK && e->stopped_early) {
+            if (e->rank == 0)
+                rp_log(e->lg, RP_LOG_INFO, "stopped by %s after step %lld of %lld: continue with "
+                       "the same command and --resume %s/step-%08lld (or --resume auto)",
+                       rp_checkpoint_requested() == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+                       (long long)e->it_last, (long long)e->steps, o->checkpoint_dir,
+                       (long long)e->it_last);
+            break;
+        }
         if (s == RP_OK && replan_after && e->it_last == RP_REPLAN_AFTER)
             s = rp_run_replan(e, comm, err);
     }
@@ -501,7 +523,10 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
 {
     const rp_train_options *o = e->o;
     rp_status out = RP_OK;
-    if (trained == RP_OK && o->save_dir) {
+    if (trained == RP_OK && o->save_dir && e->stopped_early && e->rank == 0)
+        rp_log(e->lg, RP_LOG_INFO, "--save %s not written: the run stopped early (its checkpoint "
+               "holds the model)", o->save_dir);
+    if (trained == RP_OK && o->save_dir && !e->stopped_early) {
         rp_error one = {0};
         rp_status st = RP_OK;
         if (e->rank == 0)

@@ -89,8 +89,47 @@ static rp_status interrupted(rp_engine *e, uint64_t value, rp_error *err)
     return s;
 }
 
+/* ---- stopping after a step ------------------------------------------------ */
+
+/* The step the run stops after, once decided (0: none, or not yet). */
+static int64_t stop_step(const rp_engine *e)
+{
+    int64_t v = atomic_load(e->stop_at);
+    while (v == RP_STOP_PENDING) /* being decided: a few instructions */
+        v = atomic_load(e->stop_at);
+    return v;
+}
+
+int rp_proto_stopped(const rp_engine *e, int64_t t)
+{
+    int64_t v = e->stop_at ? stop_step(e) : 0;
+    return v != 0 && t > v;
+}
+
+/* Before an executor starts a job of step t: it records t as started, then
+ * reads the stop step. The first executor to see a stop request decides it:
+ * it marks the decision pending, reads the highest step started and makes
+ * that the last. An executor that recorded its step before that read runs
+ * it (it is at most the last); one that recorded it after sees the
+ * decision, pending or made, and a later step than the last: so every job
+ * of the steps up to the last runs on every rank, and none after. */
+int rp_proto_stop_before(rp_engine *e, int64_t t)
+{
+    if (!e->stop_at)
+        return 0;
+    int64_t cur = atomic_load(e->started);
+    while (cur < t && !atomic_compare_exchange_weak(e->started, &cur, t))
+        ;
+    int64_t none = 0;
+    if (rp_checkpoint_requested() && atomic_load(e->stop_at) == 0 &&
+        atomic_compare_exchange_strong(e->stop_at, &none, RP_STOP_PENDING))
+        atomic_store(e->stop_at, atomic_load(e->started));
+    return rp_proto_stopped(e, t);
+}
+
 /* rp_event_wait with the run's deadline that also gives up when another
- * rank aborted or the run was interrupted. */
+ * rank aborted or the run was interrupted, and returns RP_STOP when the
+ * awaited value belongs to a step after the one the run stops after. */
 static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
                       const char *job, int background, rp_error *err)
 {
@@ -112,6 +151,10 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
             break;
         if (rp_interrupted()) {
             s = interrupted(e, value, err);
+            break;
+        }
+        if (rp_proto_stopped(e, (int64_t)value)) {
+            s = RP_STOP;
             break;
         }
         int64_t who = atomic_load(e->abort_flag);

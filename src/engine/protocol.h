@@ -47,6 +47,14 @@ typedef struct rp_engine rp_engine;
 void rp_proto_dims(const rp_engine *e, rp_event_dims *dims);
 void rp_proto_read_fault(rp_engine *e);
 
+/* Stopping after a step (rp_request_checkpoint): called by an executor
+ * before it starts a job of step t, non-zero when it must not (the run
+ * stops after an earlier step); the first call after the request decides
+ * that step. rp_proto_stopped: whether step t is past the decided one. The
+ * waits return RP_STOP for a value past it. */
+int rp_proto_stop_before(rp_engine *e, int64_t t);
+int rp_proto_stopped(const rp_engine *e, int64_t t);
+
 /* Waits name the waiting job (`job`) in a deadline's message; `background`
  * waits (optimizer, logger) get a quarter more time, so a stall is reported
  * by the executor wait nearest to its cause. */
