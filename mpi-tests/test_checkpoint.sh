@@ -56,9 +56,13 @@ mkdir "$tmp/ck/step-00000099" && cp "$tmp/ck/step-00000004/"*.safetensors "$tmp/
 # (--steps differs from the checkpoint's: refused, naming the option)
 run 1 auto $args --steps 12 --checkpoint-dir "$tmp/ck" --resume auto
 grep -q 'options.steps is 8, this run has 12' "$tmp/auto.txt" && ok || { bad "auto/steps"; cat "$tmp/auto.txt"; }
-# (the newest complete one is step 8, the last: nothing left to run)
-run 1 auto2 $args --checkpoint-dir "$tmp/ck" --resume auto --steps 8 --keep-checkpoints 0
-grep -q "step-00000008: the checkpoint is of step 8, and --steps is 8: nothing left to run" "$tmp/auto2.txt" && ok || { bad "auto took not the newest complete"; cat "$tmp/auto2.txt"; }
+# (the newest complete one is step 8, the last: nothing to train, the
+# outputs are written from it; an explicit path to it is refused)
+run 1 auto2 $args --checkpoint-dir "$tmp/ck" --resume auto --steps 8 --keep-checkpoints 0 --save "$tmp/auto2"
+grep -q "resuming from $tmp/ck/step-00000008: step 8, the last, is done: nothing left to train" "$tmp/auto2.txt" &&
+  cmp -s "$tmp/auto2/model.safetensors" "$tmp/straight/model.safetensors" && ok || { bad "auto took not the newest complete, or saved another model"; cat "$tmp/auto2.txt"; }
+run 1 b7 $args --resume "$tmp/ck/step-00000008" && bad "resuming the last step by path accepted" ||
+  { grep -q "step-00000008: the checkpoint is of step 8, and --steps is 8: nothing left to run" "$tmp/b7.txt" && ok || { bad "nothing-left message"; cat "$tmp/b7.txt"; }; }
 run 1 fresh $tiny --checkpoint-dir "$tmp/empty" --resume auto --steps 2
 grep -q "no complete checkpoint under $tmp/empty: starting fresh" "$tmp/fresh.txt" && ok || { bad "auto without checkpoints"; cat "$tmp/fresh.txt"; }
 

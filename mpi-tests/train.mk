@@ -47,5 +47,7 @@ TESTS += mpi-tests/test_outputs.sh
 EXTRA_DIST += mpi-tests/test_outputs.sh
 TESTS += mpi-tests/test_memory_model.sh
 TESTS += mpi-tests/test_checkpoint.sh
+TESTS += mpi-tests/test_checkpoint_kill.sh
+EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh
 EXTRA_DIST += mpi-tests/test_memory_model.sh

@@ -138,7 +138,10 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
                              json_object_to_json_string(have), json_object_to_json_string(want));
     }
     json_object_put(mine);
-    if (s == RP_OK && o->steps && *step >= o->steps)
+    /* auto may find the run's own last checkpoint (a run stopped after it):
+     * then there is nothing to train, and the outputs are written from it */
+    int automatic = strcmp(o->resume, "auto") == 0;
+    if (s == RP_OK && o->steps && (*step > o->steps || (*step == o->steps && !automatic)))
         s = rp_error_set(err, RP_ERR_INVALID_ARG, "--resume %s: the checkpoint is of step %lld, "
                          "and --steps is %lld: nothing left to run", dir, (long long)*step,
                          (long long)o->steps);
@@ -193,7 +196,10 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     out->adam_step = v[2];
     resolved->model_dir = out->dir; /* the checkpoint is the model */
     resolved->init_config = NULL;
-    if (rank == 0)
+    if (rank == 0 && resolved->steps && out->step == resolved->steps)
+        rp_log(lg, RP_LOG_INFO, "resuming from %s: step %lld, the last, is done: nothing left "
+               "to train", out->dir, (long long)out->step);
+    else if (rank == 0)
         rp_log(lg, RP_LOG_INFO, "resuming from %s: step %lld done, continuing at step %lld",
                out->dir, (long long)out->step, (long long)out->step + 1);
     return RP_OK;

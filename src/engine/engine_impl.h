@@ -75,7 +75,9 @@ typedef struct rp_engine {
     int64_t resume_step;      /* --resume: the checkpoint's step (0: a fresh start) */
     int64_t resume_adam_step; /* and AdamW's update count then */
     const char *resume_dir;   /* the checkpoint (the model is read from it) */
-    const char *model_config_path; /* the config.json the model came from, or NULL */
+    char *model_config_text; /* the config.json the model came from, read at start (rank 0;
+                                NULL elsewhere): the template of every save and checkpoint,
+                                usable when its file is gone (a pruned checkpoint) */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;

@@ -64,7 +64,7 @@ rp_tensor_ref *rp_params_tensors(const rp_params *p, rp_params_array which, cons
                                  int *n);
 
 /* Write dir/config.json and dir/model.safetensors (creating dir). With a
- * template (the config.json the model came from, or NULL) the fields
+ * template (the text of the config.json the model came from, or NULL) the fields
  * roundpipe does not model, such as bos_token_id, are kept. */
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, rp_error *err);

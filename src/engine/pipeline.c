@@ -23,6 +23,7 @@
 #include "engine/host_memory.h"
 #include "engine/protocol.h"
 #include "io/config.h"
+#include "io/read_file.h"
 #include "model/layers.h"
 #include "model/layout.h"
 #include "optim/adamw.h"
@@ -492,7 +493,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
         }
         e->stopped_early = s == RP_OK && stop > 0 && e->it_last < e->steps;
         if (s == RP_OK && (rp_checkpoint_due(e, e->it_last) || e->stopped_early))
-            s = rp_checkpoint_save(e, e->model_config_path, comm, err);
+            s = rp_checkpoint_save(e, e->model_config_text, comm, err);
         if (s == RP_OK && e->stopped_early) {
             if (e->rank == 0)
                 rp_log(e->lg, RP_LOG_INFO, "stopped by %s after step %lld of %lld: continue with "
@@ -532,7 +533,7 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         if (e->rank == 0)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
-                                    r->config_path, &one);
+                                    e->model_config_text, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && e->rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
@@ -581,7 +582,14 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     if (s == RP_OK) {
         remove_stale_stores(e);
         s = read_model(e, r, comm, err);
-        e->model_config_path = r->config_path;
+        if (s == RP_OK) { /* the template of the saves, read once */
+            rp_status rs = RP_OK;
+            size_t len = 0;
+            if (e->rank == 0 && r->config_path)
+                rs = rp_read_file(r->config_path, (size_t)16 << 20, &e->model_config_text, &len,
+                                  err);
+            s = rp_run_agree(e, rs, comm, err);
+        }
     }
     if (s == RP_OK)
         s = set_shape(e, r, comm, err);
@@ -607,6 +615,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(r->probe.layers);
     free(e->meas_ms);
     free(e->pins);
+    free(e->model_config_text);
     free(e->goff);
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);

@@ -157,6 +157,11 @@ rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
     rp_status s = rp_file_set_begin(tmp, &fs, err);
     if (s == RP_OK)
         s = rp_model_dir_add(fs, c->model, c->nmodel, RP_F32, c->cfg, c->template_config, err);
+    /* test hook: RP_FAULT_CHECKPOINT_HOLD=S holds the writer S seconds here,
+     * its files half written under temporary names, for a kill to land */
+    const char *hold = getenv("RP_FAULT_CHECKPOINT_HOLD");
+    if (s == RP_OK && hold && atof(hold) > 0)
+        usleep((useconds_t)(atof(hold) * 1e6));
     if (s == RP_OK)
         s = rp_tensors_add(fs, "optimizer.safetensors", c->optim, c->noptim, RP_F32, err);
     if (s == RP_OK)

@@ -6,7 +6,9 @@
  *   checkpoint.complete             the marker, written last
  * written as ROOT/step-00000100.tmp/, every file and the directory fsync'd,
  * then renamed. A directory without the marker is not a checkpoint: the
- * next write removes it, and rp_checkpoint_latest skips it. */
+ * next write removes it, and rp_checkpoint_latest skips it.
+ * Test hook: RP_FAULT_CHECKPOINT_HOLD=S in the environment holds the writer
+ * S seconds with the weights written but no file in place yet. */
 #ifndef RP_IO_CHECKPOINT_H
 #define RP_IO_CHECKPOINT_H
 
@@ -26,7 +28,7 @@ typedef struct rp_checkpoint_content {
     const rp_tensor_ref *optim; /* m and v, "<name>.exp_avg" / "<name>.exp_avg_sq" */
     int noptim;
     const rp_model_config *cfg;
-    const char *template_config; /* the config.json the model came from, or NULL */
+    const char *template_config; /* the text of the config.json the model came from, or NULL */
     json_object *state;          /* the trainer's state; "files" is added to it */
 } rp_checkpoint_content;
 

@@ -67,6 +67,13 @@ rp_status rp_config_save(const char *path, const rp_model_config *cfg, rp_dtype 
 rp_status rp_config_save_from(const char *path, const rp_model_config *cfg, rp_dtype dtype,
                               const char *template_path, rp_error *err);
 
+/* The same with the template's text in memory (NUL-terminated JSON, or
+ * NULL; template_name names it in messages): a template read at start
+ * stays usable when its file is gone. */
+rp_status rp_config_write_text(rp_atomic_file **af, const char *path, const rp_model_config *cfg,
+                               rp_dtype dtype, const char *template_text,
+                               const char *template_name, rp_error *err);
+
 /* The text rp_config_save_from writes, into *af opened by the caller (a
  * member of a file set, io/file_set.h); path names it in messages. */
 rp_status rp_config_write_to(rp_atomic_file **af, const char *path, const rp_model_config *cfg,

@@ -113,17 +113,27 @@ static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
 rp_status rp_config_write_to(rp_atomic_file **af, const char *path, const rp_model_config *cfg,
                              rp_dtype dtype, const char *template_path, rp_error *err)
 {
+    if (!template_path)
+        return rp_config_write_text(af, path, cfg, dtype, NULL, NULL, err);
+    char *text;
+    size_t len;
+    RP_TRY(rp_read_file(template_path, (size_t)16 << 20, &text, &len, err));
+    rp_status s = rp_config_write_text(af, path, cfg, dtype, text, template_path, err);
+    free(text);
+    return s;
+}
+
+rp_status rp_config_write_text(rp_atomic_file **af, const char *path, const rp_model_config *cfg,
+                               rp_dtype dtype, const char *template_text,
+                               const char *template_name, rp_error *err)
+{
     json_object *o = NULL;
-    if (template_path) {
-        char *text;
-        size_t len;
-        RP_TRY(rp_read_file(template_path, (size_t)16 << 20, &text, &len, err));
-        rp_status s = rp_json_parse(text, len, template_path, &o, err);
-        free(text);
-        RP_TRY(s);
+    if (template_text) {
+        const char *name = template_name ? template_name : "the template config.json";
+        RP_TRY(rp_json_parse(template_text, strlen(template_text), name, &o, err));
         if (!json_object_is_type(o, json_type_object)) {
             json_object_put(o);
-            return rp_error_set(err, RP_ERR_FORMAT, "%s: expected a JSON object", template_path);
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: expected a JSON object", name);
         }
     } else {
         o = json_object_new_object();

@@ -124,7 +124,8 @@ rp_status rp_model_dir_add(rp_file_set *fs, const rp_tensor_ref *tensors, int n,
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", rp_file_set_dir(fs));
     RP_TRY(rp_file_set_add(fs, "config.json", &af, err));
-    return rp_config_write_to(af, path, cfg, dtype, template_config, err);
+    return rp_config_write_text(af, path, cfg, dtype, template_config, "the model's config.json",
+                                err);
 }
 
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,

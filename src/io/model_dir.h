@@ -38,8 +38,8 @@ rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors,
                                  rp_error *err);
 
 /* Write dir/model.safetensors (the n tensors, stored as dtype) and
- * dir/config.json (cfg; with a template, the config.json the model came
- * from, the fields roundpipe does not model are kept), creating dir, as
+ * dir/config.json (cfg; with a template, the text of the config.json the
+ * model came from, the fields roundpipe does not model are kept), creating dir, as
  * one set: all files or none (io/file_set.h); the shards and index of an
  * older sharded save in dir go with it. */
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
