@@ -18,19 +18,32 @@
 static const char *const g_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
 #define NFILES 3
 
-/* FNV-1a 64 of a file's bytes and its size. */
+/* The files' checksum: FNV-1a 64 taken over the file's little-endian
+ * 64-bit words (a tail of fewer than 8 bytes byte by byte), 8 times the
+ * speed of the byte-wise hash on the multi-GB files of a checkpoint
+ * (roundpipe-formats(5)); and the file's size. */
+#define FNV_OFFSET 1469598103934665603ull
+#define FNV_PRIME 1099511628211ull
 static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    uint64_t h = 1469598103934665603ull, n = 0;
-    unsigned char buf[1 << 16];
+    uint64_t h = FNV_OFFSET, n = 0;
+    static _Thread_local unsigned char buf[1 << 20]; /* a multiple of 8 */
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        for (size_t i = 0; i < got; i++) {
+        size_t words = got / 8;
+        for (size_t i = 0; i < words; i++) {
+            uint64_t w = 0;
+            for (int k = 7; k >= 0; k--) /* little-endian, on any host */
+                w = (w << 8) | buf[i * 8 + (size_t)k];
+            h ^= w;
+            h *= FNV_PRIME;
+        }
+        for (size_t i = words * 8; i < got; i++) { /* only at the end of the file */
             h ^= buf[i];
-            h *= 1099511628211ull;
+            h *= FNV_PRIME;
         }
         n += got;
     }

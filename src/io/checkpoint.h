@@ -2,7 +2,8 @@
  *   model.safetensors, config.json  the fp32 master weights, HF layout
  *   optimizer.safetensors           AdamW m and v: <name>.exp_avg, .exp_avg_sq
  *   trainer_state.json              the caller's state, plus "files": each
- *                                   file's bytes and FNV-1a 64 checksum
+ *                                   file's bytes and checksum (FNV-1a 64
+ *                                   over its 64-bit words, file_hash)
  *   checkpoint.complete             the marker, written last
  * written as ROOT/step-00000100.tmp/, every file and the directory fsync'd,
  * then renamed. A directory without the marker is not a checkpoint: the
