@@ -117,6 +117,7 @@ rp_status rp_cuda_be_rope(cuda_impl *c, const rp_model_config *cfg, int64_t seql
     size_t need = (size_t)(seqlen * 2 * half + half);
     if (need > c->rope_floats) {
         cudaFree(c->rope);
+    cudaFreeHost(c->head_losses);
         c->rope = NULL;
         c->rope_floats = 0;
         cudaError_t e = cudaMalloc((void **)&c->rope, need * sizeof(float));

@@ -103,23 +103,30 @@ rp_status rp_cuda_be_head(cuda_impl *c, const rp_model_config *cfg, const float 
         RP_CK(c, rp_cuda_rmsnorm_backward(xc, norm_w, w.rstd, w.dh, dx + c0 * H, NULL, n, H, 0, st),
               err);
     }
-    double *hl = malloc(sizeof(double) * (size_t)T);
-    if (!hl)
-        return rp_error_set(err, RP_ERR_NOMEM, "head: %lld losses", (long long)T);
-    cudaError_t e = cudaMemcpyAsync(hl, w.loss, sizeof(double) * (size_t)T,
-                                    cudaMemcpyDeviceToHost, c->compute);
+    cudaError_t e = cudaSuccess;
+    if ((size_t)T > c->head_losses_n) { /* first use, or a longer microbatch */
+        e = cudaStreamSynchronize(c->compute); /* the old buffer may be in a copy */
+        cudaFreeHost(c->head_losses);
+        c->head_losses = NULL;
+        c->head_losses_n = 0;
+        if (e == cudaSuccess)
+            e = cudaMallocHost((void **)&c->head_losses, sizeof(double) * (size_t)T);
+        if (e != cudaSuccess)
+            return rp_cuda_be_fail(c, "head: the losses' host buffer", (int)e, err);
+        c->head_losses_n = (size_t)T;
+    }
+    double *hl = c->head_losses;
+    e = cudaMemcpyAsync(hl, w.loss, sizeof(double) * (size_t)T, cudaMemcpyDeviceToHost,
+                        c->compute);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->compute);
     if (e == cudaSuccess)
         e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        free(hl);
+    if (e != cudaSuccess)
         return rp_cuda_be_fail(c, "head", (int)e, err);
-    }
     double total = 0.0;
     for (int64_t t = 0; t < T; t++)
         total += hl[t]; /* token order, as the CPU */
-    free(hl);
     *loss_sum = total;
     return RP_OK;
 }

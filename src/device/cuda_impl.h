@@ -28,6 +28,9 @@ typedef struct cuda_impl {
     int64_t rope_seqlen;
     int rope_half;
     float rope_inv[RP_CUDA_ROPE_MAX_HALF];
+    /* the head's per-token losses on the host (pinned), grown on first use */
+    double *head_losses;
+    size_t head_losses_n;
 } cuda_impl;
 
 /* The RoPE table of cfg (llama3 scaling included: inv_freq from the host
