@@ -49,32 +49,29 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
                            rp_plan *plan, rp_error *err)
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
-    rp_cost_model *cm = NULL;
-    int64_t workspace = 0;
-    RP_TRY(rp_cost_model_create(e->num_layers, &cm, err));
-    rp_status s = rp_memory_model_fill(&e->p->cfg, e->device, e->samples_per_micro, e->seq_len,
-                                       cm, &workspace, err);
-    if (s != RP_OK) {
-        rp_cost_model_destroy(&cm);
-        return s;
-    }
-    snprintf(cm->name, sizeof cm->name, "model");
-    cm->tokens_per_microbatch = e->tokens_per_micro;
+    /* the model's layers as the planner's work items (plan/cost.h) */
+    rp_layer_work *work = calloc((size_t)e->num_layers, sizeof *work);
+    if (!work)
+        return rp_error_set(err, RP_ERR_NOMEM, "the layers' cost");
     for (int l = 0; l < e->num_layers; l++) {
         rp_layer_flops f;
         rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->seq_len, &f);
-        rp_layer_cost *c = &cm->layers[l];
-        c->kind = l == 0 ? RP_LAYER_EMBED : l == e->num_layers - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
-        c->fwd_ms = f.fwd_flops_per_token * (double)e->tokens_per_micro / flops_per_ms + 1e-3;
-        c->bwd_ms = (f.bwd_flops_per_token - f.fwd_flops_per_token) * (double)e->tokens_per_micro /
-                        flops_per_ms +
-                    1e-3;
-        if (fwd_ms && fwd_ms[l] >= 0)
-            c->fwd_ms = fwd_ms[l];
-        if (bwd_ms && bwd_ms[l] >= 0)
-            c->bwd_ms = bwd_ms[l];
-        c->opt_params = (int64_t)f.param_numel;
-        c->tied_to = (l == e->num_layers - 1 && e->tied) ? 0 : -1;
+        work[l] = (rp_layer_work){
+            l == 0 ? RP_LAYER_EMBED : l == e->num_layers - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK,
+            f.fwd_flops_per_token, f.bwd_flops_per_token, (int64_t)f.param_numel,
+            (l == e->num_layers - 1 && e->tied) ? 0 : -1};
+    }
+    rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
+    rp_status s = rp_cost_from_work(work, e->num_layers, flops_per_ms, e->tokens_per_micro, fwd_ms,
+                                    bwd_ms, &cm, err);
+    free(work);
+    if (s == RP_OK) /* and the bytes: what the executors allocate */
+        s = rp_memory_model_fill(&e->p->cfg, e->device, e->samples_per_micro, e->seq_len, cm,
+                                 &workspace, err);
+    if (s != RP_OK) {
+        rp_cost_model_destroy(&cm);
+        return s;
     }
     rp_machine mc;
     memset(&mc, 0, sizeof mc);

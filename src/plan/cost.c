@@ -2,6 +2,7 @@
 #include "plan/cost.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,37 @@ rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, r
     hd->out_bytes = 0;
     hd->tied_to = s->tied ? 0 : -1;
     m->tokens_per_microbatch = d->tokens_per_mb;
+    *out = m;
+    return RP_OK;
+}
+
+rp_status rp_cost_from_work(const rp_layer_work *work, int n, double flops_per_ms,
+                            int64_t tokens_per_mb, const double *fwd_ms, const double *bwd_ms,
+                            rp_cost_model **out, rp_error *err)
+{
+    *out = NULL;
+    if (!(flops_per_ms > 0) || tokens_per_mb < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cost model: the rate and the tokens per microbatch must be positive");
+    rp_cost_model *m;
+    RP_TRY(rp_cost_model_create(n, &m, err));
+    snprintf(m->name, sizeof m->name, "model");
+    m->tokens_per_microbatch = tokens_per_mb;
+    for (int l = 0; l < n; l++) {
+        const rp_layer_work *w = &work[l];
+        rp_layer_cost *c = &m->layers[l];
+        c->kind = w->kind;
+        c->fwd_ms = w->fwd_flops_per_token * (double)tokens_per_mb / flops_per_ms + 1e-3;
+        c->bwd_ms = (w->bwd_flops_per_token - w->fwd_flops_per_token) * (double)tokens_per_mb /
+                        flops_per_ms +
+                    1e-3;
+        if (fwd_ms && fwd_ms[l] >= 0)
+            c->fwd_ms = fwd_ms[l];
+        if (bwd_ms && bwd_ms[l] >= 0)
+            c->bwd_ms = bwd_ms[l];
+        c->opt_params = w->params;
+        c->tied_to = w->tied_to;
+    }
     *out = m;
     return RP_OK;
 }

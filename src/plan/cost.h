@@ -81,6 +81,25 @@ void rp_cost_model_destroy(rp_cost_model **m);
 rp_status rp_cost_from_shape(const rp_model_shape *shape, const rp_device_spec *dev,
                              rp_cost_model **out, rp_error *err);
 
+/* What a layer of a model costs, as its owner counts it (the engine, from
+ * src/model's layer table: the planner knows no model). */
+typedef struct rp_layer_work {
+    rp_layer_kind kind;
+    double fwd_flops_per_token;
+    double bwd_flops_per_token; /* the recompute of the forward included */
+    int64_t params;             /* trainable parameters the optimizer updates */
+    int tied_to;                /* -1, or the layer it shares its parameters with */
+} rp_layer_work;
+
+/* The cost model of n layers of work for microbatches of tokens_per_mb
+ * tokens on an executor doing flops_per_ms: fwd_ms = forward FLOPs / rate
+ * + 1 us, bwd_ms = (backward - forward FLOPs) / rate + 1 us, unless a
+ * measured time is given (fwd_ms[l], bwd_ms[l] >= 0; either array may be
+ * NULL). The bytes are left 0 for the caller (the executor's memory). */
+rp_status rp_cost_from_work(const rp_layer_work *work, int n, double flops_per_ms,
+                            int64_t tokens_per_mb, const double *fwd_ms, const double *bwd_ms,
+                            rp_cost_model **out, rp_error *err);
+
 /* FLOPs of one token's forward through one decoder block at sequence length S. */
 double rp_cost_block_fwd_flops_per_token(const rp_model_shape *shape, int64_t seq_len);
 
