@@ -68,6 +68,38 @@ START_TEST(flops_and_roofline)
 }
 END_TEST
 
+/* Work items to times: 3e6 FLOPs a token forward, 9e6 with the backward
+ * and its recompute, 100 tokens a microbatch at 1e6 FLOP/ms: 300 ms
+ * forward and 600 ms backward, plus 1 us each; a measured time replaces
+ * its estimate; kinds, parameters and ties carried; bad rates refused. */
+START_TEST(work_items_to_times)
+{
+    rp_layer_work w[3] = {{RP_LAYER_EMBED, 0, 0, 10, -1},
+                          {RP_LAYER_BLOCK, 3e6, 9e6, 20, -1},
+                          {RP_LAYER_HEAD, 3e6, 9e6, 30, 0}};
+    double fwd[3] = {-1, -1, 42.0}, bwd[3] = {-1, 7.0, -1};
+    rp_cost_model *m = NULL;
+    rp_error err;
+    ck_assert_int_eq(rp_cost_from_work(w, 3, 1e6, 100, NULL, NULL, &m, &err), RP_OK);
+    ck_assert_double_eq_tol(m->layers[1].fwd_ms, 300.001, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, 600.001, 1e-9);
+    ck_assert_double_eq_tol(m->layers[0].fwd_ms, 0.001, 1e-12);
+    ck_assert_int_eq(m->layers[2].kind, RP_LAYER_HEAD);
+    ck_assert_int_eq(m->layers[2].tied_to, 0);
+    ck_assert_int_eq(m->layers[1].opt_params, 20);
+    ck_assert_int_eq(m->layers[1].weight_bytes, 0); /* bytes are the caller's */
+    ck_assert_int_eq(m->tokens_per_microbatch, 100);
+    rp_cost_model_destroy(&m);
+    ck_assert_int_eq(rp_cost_from_work(w, 3, 1e6, 100, fwd, bwd, &m, &err), RP_OK);
+    ck_assert_double_eq(m->layers[2].fwd_ms, 42.0);
+    ck_assert_double_eq(m->layers[1].bwd_ms, 7.0);
+    ck_assert_double_eq_tol(m->layers[1].fwd_ms, 300.001, 1e-9);
+    rp_cost_model_destroy(&m);
+    ck_assert_int_eq(rp_cost_from_work(w, 3, 0, 100, NULL, NULL, &m, &err), RP_ERR_INVALID_ARG);
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
 START_TEST(paper_files_load)
 {
     static const struct {
@@ -181,6 +213,7 @@ static Suite *plan_cost_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, parameter_counts_match_published_sizes);
     tcase_add_test(tc, flops_and_roofline);
+    tcase_add_test(tc, work_items_to_times);
     tcase_add_test(tc, paper_files_load);
     tcase_add_test(tc, layer_file_settings_and_defaults);
     tcase_add_test(tc, bad_layer_files_are_named);
