@@ -3,7 +3,8 @@
 # and the metrics of the resumed steps, minus timing), a run stopped at a
 # checkpoint and resumed for the rest: on another rank count (2 -> 1, 3),
 # with another --plan and --recompute layer, with --pipelines 2, and for the
-# golden qwen3 fixture (a real model with a loss mask); --resume auto takes
+# golden qwen3 fixture (a real model with a loss mask); a resumed run's
+# --log keeps its lines of the steps before it; --resume auto takes
 # the newest complete checkpoint and skips an incomplete one, or starts
 # fresh (saying so) when there is none; --keep-checkpoints prunes; and bad
 # input is refused with a message naming the file and field: another
@@ -28,7 +29,7 @@ same() { # A B what: saved models and metrics (steps of B) identical
 }
 tiny="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --steps 8 --lr 3e-3 --seed 5"
 run 2 straight $tiny --log "$tmp/straight.jsonl" --save "$tmp/straight" || { bad "straight run"; cat "$tmp/straight.txt"; }
-run 2 part $tiny --checkpoint-dir "$tmp/ck" --checkpoint-every 4 --keep-checkpoints 0 || { bad "checkpointing run"; cat "$tmp/part.txt"; }
+run 2 part $tiny --checkpoint-dir "$tmp/ck" --checkpoint-every 4 --keep-checkpoints 0 --log "$tmp/part.jsonl" || { bad "checkpointing run"; cat "$tmp/part.txt"; }
 [ -f "$tmp/ck/step-00000004/checkpoint.complete" ] && [ -f "$tmp/ck/step-00000008/checkpoint.complete" ] && ok || bad "checkpoints of steps 4 and 8 missing"
 grep -q "checkpoint of step 4 written" "$tmp/part.txt" && ok || bad "no line naming the checkpoint"
 # resume at step 4 on 1 and 3 ranks, with another plan and recompute mode
@@ -36,6 +37,11 @@ args="--data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 -
 run 1 r1 $args --resume "$tmp/ck/step-00000004" --log "$tmp/r1.jsonl" --save "$tmp/r1" && same straight r1 "resume on 1 rank" || { bad "resume on 1 rank"; cat "$tmp/r1.txt"; }
 run 3 r3 $args --resume "$tmp/ck/step-00000004" --log "$tmp/r3.jsonl" --save "$tmp/r3" --plan "fwd=0,1-3;bwd=4-5,2-3,0-1" --recompute layer && same straight r3 "resume on 3 ranks, another plan, recompute layer" || { bad "resume on 3 ranks"; cat "$tmp/r3.txt"; }
 grep -q "resuming from $tmp/ck/step-00000004: step 4 done, continuing at step 5" "$tmp/r1.txt" && ok || bad "no resume line"
+# resuming with the same --log keeps its lines of steps 1-4 and follows them
+run 1 r1log $args --resume "$tmp/ck/step-00000004" --log "$tmp/part.jsonl"
+cut -d, -f1-6 "$tmp/straight.jsonl" > "$tmp/a.cut"; cut -d, -f1-6 "$tmp/part.jsonl" > "$tmp/b.cut"
+cmp -s "$tmp/a.cut" "$tmp/b.cut" && grep -q "kept the lines of steps 1-4" "$tmp/r1log.txt" && ok ||
+  { bad "--log on resume: not steps 1-4 kept and 5-8 after them"; cat "$tmp/part.jsonl"; }
 
 # --pipelines 2
 run 2 p2 $tiny --pipelines 2 --log "$tmp/p2.jsonl" --save "$tmp/p2"

@@ -24,6 +24,7 @@
 #include "engine/protocol.h"
 #include "io/config.h"
 #include "io/read_file.h"
+#include "io/metrics.h"
 #include "model/layers.h"
 #include "model/layout.h"
 #include "optim/adamw.h"
@@ -409,9 +410,20 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     if (e->rank == 0 && !o->save_dir && !o->checkpoint_dir)
         rp_log(e->lg, RP_LOG_INFO, "neither --save nor --checkpoint-dir given: nothing this run "
                "learns will be kept");
-    if (e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
+    /* a resumed run keeps the log's lines of the steps before it */
+    char *kept = NULL;
+    int64_t kept_steps = 0;
+    if (e->rank == 0 && o->log_path && e->resume_step > 0)
+        s = rp_metrics_keep_steps(o->log_path, e->resume_step, &kept, &kept_steps, err);
+    if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path,
                          strerror(errno));
+    if (s == RP_OK && e->log && kept && kept[0]) {
+        fputs(kept, e->log);
+        rp_log(e->lg, RP_LOG_INFO, "--log %s: kept the lines of steps 1-%lld, the resumed steps "
+               "follow", o->log_path, (long long)kept_steps);
+    }
+    free(kept);
     if (s == RP_OK && e->log) { /* the run's description beside the metrics */
         rp_run_info info = {.o = o,
                             .device = rp_device_kind_name(e->device),

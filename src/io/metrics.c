@@ -1,7 +1,13 @@
 /* The metrics log's line (see metrics.h). */
 #include "io/metrics.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/read_file.h"
 
 void rp_metrics_write_line(FILE *f, const rp_step_metrics *m)
 {
@@ -14,4 +20,36 @@ void rp_metrics_write_line(FILE *f, const rp_step_metrics *m)
                "\"counted_tokens\":%lld,\"tokens_per_s\":%.1f,\"time\":%.3f}\n",
             (long long)m->step, loss, m->lr, norm, (long long)m->tokens,
             (long long)m->counted_tokens, m->tokens_per_s, m->time);
+}
+
+rp_status rp_metrics_keep_steps(const char *path, int64_t last_step, char **kept, int64_t *steps,
+                                rp_error *err)
+{
+    *kept = NULL;
+    *steps = 0;
+    struct stat st;
+    char *text = NULL;
+    size_t len = 0;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        *kept = calloc(1, 1);
+        return *kept ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "--log %s", path);
+    }
+    RP_TRY(rp_read_file(path, (size_t)1 << 30, &text, &len, err));
+    size_t end = 0; /* bytes of the kept lines */
+    int64_t n = 0;
+    for (size_t at = 0; at < len && n < last_step;) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        if (!nl)
+            break; /* a line cut short by a crash */
+        long long step = 0;
+        if (sscanf(text + at, "{\"step\":%lld,", &step) != 1 || step != n + 1)
+            break;
+        n++;
+        at = (size_t)(nl - text) + 1;
+        end = at;
+    }
+    text[end] = '\0';
+    *kept = text;
+    *steps = n;
+    return RP_OK;
 }
