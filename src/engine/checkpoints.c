@@ -205,25 +205,25 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     return RP_OK;
 }
 
+/* AdamW's state as the checkpoint names it: m then v, "<name>.exp_avg" and
+ * "<name>.exp_avg_sq". */
+static rp_tensor_ref *optimizer_tensors(const rp_params *p, int *n)
+{
+    static const rp_params_array which[2] = {RP_PARAMS_M, RP_PARAMS_V};
+    static const char *const suffix[2] = {".exp_avg", ".exp_avg_sq"};
+    return rp_params_tensors(p, 2, which, suffix, n);
+}
+
 rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, rp_error *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    int nm = 0, nv = 0;
-    rp_tensor_ref *m = rp_params_tensors(p, RP_PARAMS_M, ".exp_avg", &nm);
-    rp_tensor_ref *v = rp_params_tensors(p, RP_PARAMS_V, ".exp_avg_sq", &nv);
-    rp_status s = m && v ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
-    rp_tensor_ref *all = s == RP_OK ? malloc(sizeof *all * (size_t)(nm + nv)) : NULL;
-    if (s == RP_OK && !all)
-        s = rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
-    if (s == RP_OK) {
-        memcpy(all, m, sizeof *all * (size_t)nm);
-        memcpy(all + nm, v, sizeof *all * (size_t)nv);
-        s = rp_model_dir_load_file(path, all, nm + nv, err);
-    }
-    free(all);
-    free(m);
-    free(v);
+    int n = 0;
+    rp_tensor_ref *t = optimizer_tensors(p, &n);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
+    rp_status s = rp_model_dir_load_file(path, t, n, err);
+    free(t);
     return s;
 }
 
@@ -242,16 +242,12 @@ rp_status rp_checkpoint_save(rp_engine *e, const char *template_config, MPI_Comm
     if (e->rank == 0) {
         const rp_train_options *o = e->o;
         double t0 = rp_now();
-        int nmodel = 0, nm = 0, nv = 0;
-        rp_tensor_ref *model = rp_params_tensors(e->p, RP_PARAMS_MASTER, "", &nmodel);
-        rp_tensor_ref *m = rp_params_tensors(e->p, RP_PARAMS_M, ".exp_avg", &nm);
-        rp_tensor_ref *v = rp_params_tensors(e->p, RP_PARAMS_V, ".exp_avg_sq", &nv);
-        rp_tensor_ref *optim = m && v ? malloc(sizeof *optim * (size_t)(nm + nv)) : NULL;
+        int nmodel = 0, noptim = 0;
+        rp_tensor_ref *model = rp_params_master_tensors(e->p, &nmodel);
+        rp_tensor_ref *optim = optimizer_tensors(e->p, &noptim);
         if (!model || !optim) {
             s = rp_error_set(err, RP_ERR_NOMEM, "checkpoint: the tensor lists");
         } else {
-            memcpy(optim, m, sizeof *optim * (size_t)nm);
-            memcpy(optim + nm, v, sizeof *optim * (size_t)nv);
             json_object *st = json_object_new_object();
             json_object_object_add(st, "format", json_object_new_int(RP_CHECKPOINT_FORMAT));
             json_object_object_add(st, "roundpipe_version",
@@ -263,7 +259,7 @@ rp_status rp_checkpoint_save(rp_engine *e, const char *template_config, MPI_Comm
             json_object_object_add(st, "seed", json_object_new_uint64(o->seed));
             json_object_object_add(st, "data", json_object_new_string(o->data));
             json_object_object_add(st, "options", semantic_options(o));
-            rp_checkpoint_content c = {model, nmodel, optim, nm + nv, &e->p->cfg,
+            rp_checkpoint_content c = {model, nmodel, optim, noptim, &e->p->cfg,
                                        template_config, st};
             char dir[4200];
             s = rp_checkpoint_write(o->checkpoint_dir, e->it_last, (int)o->keep_checkpoints, &c,
@@ -278,8 +274,6 @@ rp_status rp_checkpoint_save(rp_engine *e, const char *template_config, MPI_Comm
             }
         }
         free(model);
-        free(m);
-        free(v);
         free(optim);
     }
     return rp_run_agree(e, s, comm, err);

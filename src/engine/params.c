@@ -160,41 +160,46 @@ void rp_params_lm_head(const rp_params *p, const float **w, float **grad)
 
 #define NAME_MAX_LEN 128 /* a parameter's name and a suffix */
 
-rp_tensor_ref *rp_params_tensors(const rp_params *p, rp_params_array which, const char *suffix,
-                                 int *n)
+rp_tensor_ref *rp_params_tensors(const rp_params *p, int sets, const rp_params_array *which,
+                                 const char *const *suffix, int *n)
 {
     int count = 0;
     for (int l = 0; l < p->nlayers; l++)
         count += p->layers[l].nparams;
-    size_t nn = (size_t)(count ? count : 1);
+    size_t nn = (size_t)(count ? count : 1) * (size_t)sets;
     rp_tensor_ref *t = calloc(1, nn * (sizeof *t + NAME_MAX_LEN));
     if (!t)
         return NULL;
     char *names = (char *)(t + nn);
     int k = 0;
-    for (int l = 0; l < p->nlayers; l++)
-        for (int i = 0; i < p->layers[l].nparams; i++, k++) {
-            const rp_param_desc *pd = &p->layers[l].params[i];
-            const rp_layer_state *ls = &p->st[l];
-            float *base = which == RP_PARAMS_M ? ls->m : which == RP_PARAMS_V ? ls->v : ls->master;
-            char *name = names + (size_t)k * NAME_MAX_LEN;
-            snprintf(name, NAME_MAX_LEN, "%s%s", pd->name, suffix ? suffix : "");
-            t[k] = (rp_tensor_ref){name, pd->ndim, {pd->shape[0], pd->shape[1]},
-                                   base + pd->offset};
-        }
-    *n = count;
+    for (int set = 0; set < sets; set++)
+        for (int l = 0; l < p->nlayers; l++)
+            for (int i = 0; i < p->layers[l].nparams; i++, k++) {
+                const rp_param_desc *pd = &p->layers[l].params[i];
+                const rp_layer_state *ls = &p->st[l];
+                float *base = which[set] == RP_PARAMS_M   ? ls->m
+                              : which[set] == RP_PARAMS_V ? ls->v
+                                                          : ls->master;
+                char *name = names + (size_t)k * NAME_MAX_LEN;
+                snprintf(name, NAME_MAX_LEN, "%s%s", pd->name, suffix[set]);
+                t[k] = (rp_tensor_ref){name, pd->ndim, {pd->shape[0], pd->shape[1]},
+                                       base + pd->offset};
+            }
+    *n = k;
     return t;
 }
 
-static rp_tensor_ref *tensor_list(const rp_params *p, int *n)
+rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n)
 {
-    return rp_params_tensors(p, RP_PARAMS_MASTER, "", n);
+    static const rp_params_array master = RP_PARAMS_MASTER;
+    static const char *const none = "";
+    return rp_params_tensors(p, 1, &master, &none, n);
 }
 
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
 {
     int n = 0;
-    rp_tensor_ref *t = tensor_list(p, &n);
+    rp_tensor_ref *t = rp_params_master_tensors(p, &n);
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir);
     rp_status s = rp_model_dir_load(dir, t, n, &p->loaded_dtype, err);
@@ -209,7 +214,7 @@ rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype
                              const char *template_config, rp_error *err)
 {
     int n = 0;
-    rp_tensor_ref *t = tensor_list(p, &n);
+    rp_tensor_ref *t = rp_params_master_tensors(p, &n);
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir);
     rp_status s = rp_model_dir_save(dir, t, n, dtype, &p->cfg, template_config, err);

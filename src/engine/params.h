@@ -56,12 +56,15 @@ void rp_params_init_random(rp_params *p, uint64_t seed);
  * the tensor. */
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
 
-/* The model's tensors over one of its fp32 arrays, named as in the model
- * with `suffix` appended (io/model_dir.h's list; one block: free() it);
- * NULL when it cannot be allocated. */
+/* The model's tensors over `sets` of its fp32 arrays, set after set, each
+ * tensor named as in the model with the set's suffix appended
+ * (io/model_dir.h's list; one block: free() it); NULL when it cannot be
+ * allocated. */
 typedef enum rp_params_array { RP_PARAMS_MASTER, RP_PARAMS_M, RP_PARAMS_V } rp_params_array;
-rp_tensor_ref *rp_params_tensors(const rp_params *p, rp_params_array which, const char *suffix,
-                                 int *n);
+rp_tensor_ref *rp_params_tensors(const rp_params *p, int sets, const rp_params_array *which,
+                                 const char *const *suffix, int *n);
+/* The master weights under the model's names (what --save writes). */
+rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n);
 
 /* Write dir/config.json and dir/model.safetensors (creating dir). With a
  * template (the text of the config.json the model came from, or NULL) the fields

@@ -485,11 +485,12 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
             !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
         e->it_last = replan_after ? RP_REPLAN_AFTER : e->steps;
         /* a segment ends on each checkpoint step: all its updates are in */
-        for (int64_t t = e->it_first; o->checkpoint_every > 0 && t < e->it_last; t++)
-            if (rp_checkpoint_due(e, t)) {
-                e->it_last = t;
-                break;
-            }
+        if (o->checkpoint_dir && o->checkpoint_every > 0) {
+            int64_t every = o->checkpoint_every;
+            int64_t next = (e->it_first + every - 1) / every * every;
+            if (next < e->it_last)
+                e->it_last = next;
+        }
         s = build_segment(e, comm, err);
         if (s == RP_OK)
             s = run_segment(e, comm, err);

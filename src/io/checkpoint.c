@@ -30,9 +30,14 @@ static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp
     if (!f)
         return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     uint64_t h = FNV_OFFSET, n = 0;
-    static _Thread_local unsigned char buf[1 << 20]; /* a multiple of 8 */
+    const size_t size = (size_t)1 << 20; /* a multiple of 8 */
+    unsigned char *buf = malloc(size);
+    if (!buf) {
+        fclose(f);
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: a read buffer", path);
+    }
     size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+    while ((got = fread(buf, 1, size, f)) > 0) {
         size_t words = got / 8;
         for (size_t i = 0; i < words; i++) {
             uint64_t w = 0;
@@ -49,6 +54,7 @@ static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp
     }
     int bad = ferror(f);
     fclose(f);
+    free(buf);
     if (bad)
         return rp_error_set(err, RP_ERR_IO, "%s: read error", path);
     *hash = h;
@@ -94,52 +100,69 @@ static int is_complete(const char *dir)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The steps of root's step-N entries (complete or not) into steps[]. */
-static int list_steps(const char *root, int64_t *steps, int *complete, int max, char (*names)[64])
+/* root's step-N entries, complete or not. */
+typedef struct step_entry {
+    int64_t step;
+    int complete;
+    char name[64];
+} step_entry;
+
+/* The entries into *out (malloc'd, NULL when there are none); their count,
+ * or -1 when memory ran out. A missing root has none. */
+static int list_steps(const char *root, step_entry **out)
 {
+    *out = NULL;
     DIR *d = opendir(root);
     if (!d)
         return 0;
-    int n = 0;
+    int n = 0, cap = 0;
     struct dirent *de;
-    char path[4096];
-    while ((de = readdir(d)) && n < max) {
+    char path[4200];
+    while ((de = readdir(d))) {
         long long k;
         char tail[8] = "";
-        if (sscanf(de->d_name, "step-%8lld%7s", &k, tail) < 1 || strlen(de->d_name) > 60)
+        if (strlen(de->d_name) > 60 || sscanf(de->d_name, "step-%8lld%7s", &k, tail) < 1)
             continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            step_entry *grown = realloc(*out, sizeof **out * (size_t)cap);
+            if (!grown) {
+                free(*out);
+                *out = NULL;
+                closedir(d);
+                return -1;
+            }
+            *out = grown;
+        }
+        step_entry *e = &(*out)[n++];
         snprintf(path, sizeof path, "%s/%s", root, de->d_name);
-        steps[n] = k;
-        complete[n] = tail[0] == '\0' && is_complete(path);
-        snprintf(names[n], 64, "%s", de->d_name);
-        n++;
+        e->step = k;
+        e->complete = tail[0] == '\0' && is_complete(path);
+        snprintf(e->name, sizeof e->name, "%s", de->d_name);
     }
     closedir(d);
     return n;
 }
 
-#define MAX_ENTRIES 4096
-
 /* Keep the newest `keep` complete checkpoints; remove the rest and every
  * incomplete one (but not `current`). */
 static void prune(const char *root, int keep, const char *current)
 {
-    static int64_t steps[MAX_ENTRIES];
-    static int complete[MAX_ENTRIES];
-    static char names[MAX_ENTRIES][64];
-    int n = list_steps(root, steps, complete, MAX_ENTRIES, names);
-    char path[4096];
+    step_entry *e = NULL;
+    int n = list_steps(root, &e);
+    char path[4200];
     for (int i = 0; i < n; i++) {
-        if (!strcmp(names[i], current))
+        if (!strcmp(e[i].name, current))
             continue;
         int newer = 0; /* complete checkpoints newer than this one */
         for (int j = 0; j < n; j++)
-            newer += complete[j] && steps[j] > steps[i];
-        if (!complete[i] || (keep > 0 && newer >= keep)) {
-            if (snprintf(path, sizeof path, "%s/%s", root, names[i]) < (int)sizeof path)
-                remove_dir(path);
+            newer += e[j].complete && e[j].step > e[i].step;
+        if (!e[i].complete || (keep > 0 && newer >= keep)) {
+            snprintf(path, sizeof path, "%s/%s", root, e[i].name);
+            remove_dir(path);
         }
     }
+    free(e);
 }
 
 static rp_status write_small(const char *dir, const char *name, const char *text, rp_error *err)
@@ -226,17 +249,17 @@ rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
 
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err)
 {
-    static int64_t steps[MAX_ENTRIES];
-    static int complete[MAX_ENTRIES];
-    static char names[MAX_ENTRIES][64];
-    (void)err;
     out[0] = '\0';
-    int n = list_steps(root, steps, complete, MAX_ENTRIES, names), best = -1;
+    step_entry *e = NULL;
+    int n = list_steps(root, &e), best = -1;
+    if (n < 0)
+        return rp_error_set(err, RP_ERR_NOMEM, "--checkpoint-dir %s: listing it", root);
     for (int i = 0; i < n; i++)
-        if (complete[i] && (best < 0 || steps[i] > steps[best]))
+        if (e[i].complete && (best < 0 || e[i].step > e[best].step))
             best = i;
     if (best >= 0)
-        snprintf(out, len, "%s/%s", root, names[best]);
+        snprintf(out, len, "%s/%s", root, e[best].name);
+    free(e);
     return RP_OK;
 }
 
