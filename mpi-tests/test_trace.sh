@@ -47,7 +47,7 @@ done < "$tmp/m.jsonl"
 # the run's description beside the metrics
 info="$tmp/m.jsonl.run.json"
 for want in '"roundpipe_version":"[0-9.]*"' '"ranks":2' '"device":"cpu"' '"nodes":1' \
-            '"start_time":[0-9.]*' '"options":{' '"seq-len":32' '"pipelines":2' '"plan":"fwd='; do
+            '"start_time":[0-9.]*' '"options":{' '"seq-len":32' '"pipelines":2' '"plan":"fwd=' '"keep-checkpoints":2' '"resume":null'; do
   grep -q "$want" "$info" 2>/dev/null && ok || bad "$info has no $want"
 done
 finish
