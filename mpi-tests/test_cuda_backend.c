@@ -1,6 +1,6 @@
-/* Proves: the CUDA back end (rp_device_ops_cuda, reached through
- * rp_device_create with RP_DEVICE_CUDA) computes what the CPU back end
- * computes, on the same tiny models: a Qwen3 block (grouped KV heads, q/k
+/* Proves: the model (src/model) run on the CUDA back end's kernel ops table
+ * (rp_device_create with RP_DEVICE_CUDA, then rp_device_kernels) computes
+ * what it computes on the CPU back end's table, on the same tiny models: a Qwen3 block (grouped KV heads, q/k
  * norm, head_dim != hidden/heads) and a Llama block (q/k/v/o biases, llama3
  * RoPE scaling): embedding forward/backward (bit for bit), block forward,
  * block backward (dx, with dx aliasing dy as the engine calls it, and every
@@ -13,7 +13,7 @@
  * the position and leave outputs untouched; memset0 and copies in both
  * directions work. Blocks run with sequences of one and of several
  * attention tiles, head_dim 64 and 128, and guard bands after every slice
- * of their saved area and scratch (rp_cuda_be_guard_floats) that must keep
+ * of their saved area and scratch (rp_model_guard_floats) that must keep
  * their poison.
  * Without a CUDA device only the workspace-size checks run: the CUDA
  * workspace has no seqlen^2 term and the head's logits are chunked. */
@@ -25,9 +25,73 @@
 #include "core/dtype.h"
 #include "cuda_test_util.h"
 #include "device/backend_impl.h"
-#include "device/cuda_impl.h"
+#include "kernels/cuda/ops.h"
 #include "model/layers.h"
 #include "model/layout.h"
+
+/* The layer calls as the engine makes them: the device's kernel ops table
+ * handed to the model, then the device's sync. */
+static rp_status dev_block_forward(rp_device *d, const rp_model_config *cfg, const float *P,
+                                   const float *x, float *y, int64_t nseq, int64_t S,
+                                   float *saved, float *ws, rp_error *err)
+{
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(d, &k, err));
+    RP_TRY(rp_block_forward(&k, cfg, P, x, y, nseq, S, saved, ws, err));
+    return rp_device_sync(d, err);
+}
+
+static rp_status dev_block_backward(rp_device *d, const rp_model_config *cfg, const float *P,
+                                    const float *x, float *saved, const float *dy, float *dx,
+                                    float *D, int64_t nseq, int64_t S, float *ws, rp_error *err)
+{
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(d, &k, err));
+    RP_TRY(rp_block_backward(&k, cfg, P, x, saved, dy, dx, D, nseq, S, ws, err));
+    return rp_device_sync(d, err);
+}
+
+static rp_status dev_head(rp_device *d, const rp_model_config *cfg, const float *nw,
+                          const float *lm, const float *x, const int32_t *tg, const uint8_t *mask,
+                          int64_t T, float scale, float *dx, float *dn, float *dl, float *ws,
+                          double *loss, rp_error *err)
+{
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(d, &k, err));
+    RP_TRY(rp_head_forward_backward(&k, cfg, nw, lm, x, tg, mask, T, scale, dx, dn, dl, 0, ws,
+                                    loss, err));
+    return rp_device_sync(d, err);
+}
+
+static rp_status dev_embed_forward(rp_device *d, const rp_model_config *cfg, const float *W,
+                                   const int32_t *tok, int64_t T, float *out, rp_error *err)
+{
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(d, &k, err));
+    RP_TRY(rp_embed_forward(&k, cfg, W, tok, T, out, err));
+    return rp_device_sync(d, err);
+}
+
+static rp_status dev_embed_backward(rp_device *d, const rp_model_config *cfg, const int32_t *tok,
+                                    int64_t T, const float *dout, float *dW, rp_error *err)
+{
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(d, &k, err));
+    RP_TRY(rp_embed_backward(&k, cfg, tok, T, dout, dW, err));
+    return rp_device_sync(d, err);
+}
+
+static size_t kind_workspace_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
+                                    int64_t S)
+{
+    return rp_model_workspace_floats(rp_device_kernel_ops(kind), cfg, nseq, S);
+}
+
+static size_t kind_saved_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
+                                int64_t S)
+{
+    return rp_block_saved_floats(rp_device_kernel_ops(kind), cfg, nseq, S);
+}
 
 static rp_model_config qwen_cfg(void)
 {
@@ -70,8 +134,8 @@ static rp_model_config llama_cfg(void)
  * the area its forward saves for the backward (sizes need no device). */
 static size_t cuda_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    return rp_device_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen) +
-           rp_device_saved_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen);
+    return kind_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen) +
+           kind_saved_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen);
 }
 
 START_TEST(workspace_linear_in_seqlen)
@@ -205,11 +269,11 @@ static float *rounded_copy(const float *a, size_t n)
 static void check_guards(const rp_model_config *cfg, int64_t nseq, int64_t S, const float *gsaved,
                          const float *gws, const char *when)
 {
-    rp_cuda_guards gl;
-    rp_cuda_be_block_guards(cfg, nseq, S, &gl);
+    rp_model_guards gl;
+    rp_block_guards(&rp_kernel_ops_cuda, cfg, nseq, S, &gl);
     ck_assert_int_gt(gl.n, 20);
     uint32_t band[64];
-    ck_assert_uint_eq(rp_cuda_be_guard_floats, 64);
+    ck_assert_uint_eq(rp_model_guard_floats, 64);
     for (int i = 0; i < gl.n; i++) {
         const float *base = gl.area[i] ? gws : gsaved;
         dev_download(band, base + gl.at[i], sizeof band);
@@ -222,7 +286,7 @@ static void check_guards(const rp_model_config *cfg, int64_t nseq, int64_t S, co
 
 static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int alias)
 {
-    rp_cuda_be_guard_floats = 64; /* before anything is sized */
+    rp_model_guard_floats = 64; /* before anything is sized */
     pair dv = devices();
     rp_error err = {0};
     const int64_t T = nseq * S, H = cfg->hidden_size;
@@ -230,10 +294,10 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     size_t np;
     float *P = block_params(cfg, &np);
     float *x = rand_f32(nx, 0, 1), *dy1 = rand_f32(nx, 0, 1), *dy2 = rand_f32(nx, 0, 1);
-    size_t wc = rp_device_workspace_floats(RP_DEVICE_CPU, cfg, nseq, S);
-    size_t wg = rp_device_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, S);
-    size_t sc = rp_device_saved_floats(RP_DEVICE_CPU, cfg, nseq, S);
-    size_t sg = rp_device_saved_floats(RP_DEVICE_CUDA, cfg, nseq, S);
+    size_t wc = kind_workspace_floats(RP_DEVICE_CPU, cfg, nseq, S);
+    size_t wg = kind_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, S);
+    size_t sc = kind_saved_floats(RP_DEVICE_CPU, cfg, nseq, S);
+    size_t sg = kind_saved_floats(RP_DEVICE_CUDA, cfg, nseq, S);
     float *ws_c = malloc(wc * 4), *y_c = malloc(nx * 4), *y_g = malloc(nx * 4);
     float *saved_c = malloc(sc * 4), *gsaved = gup(dv.gpu, NULL, sg * 4);
     float *D_c = calloc(np, 4), *D_g = malloc(np * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
@@ -247,8 +311,8 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     ck_assert_int_eq(rp_device_memset0(dv.gpu, gD, np * 4, &err), RP_OK);
 
     /* forward: compare the block's contribution y - x, not just y */
-    rp_device_block_forward(dv.cpu, cfg, P, x, y_c, nseq, S, saved_c, ws_c, &err);
-    ck_assert_msg(rp_device_block_forward(dv.gpu, cfg, gP, gx, gy, nseq, S, gsaved, gws, &err) ==
+    dev_block_forward(dv.cpu, cfg, P, x, y_c, nseq, S, saved_c, ws_c, &err);
+    ck_assert_msg(dev_block_forward(dv.gpu, cfg, gP, gx, gy, nseq, S, gsaved, gws, &err) ==
                       RP_OK,
                   "%s", err.msg);
     gdown(dv.gpu, y_g, gy, nx * 4);
@@ -264,11 +328,11 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     for (int call = 0; call < 2; call++) {
         const char *when = call ? "second backward" : "first backward";
         memcpy(dx_c, dys[call], nx * 4);
-        rp_device_block_forward(dv.cpu, cfg, P, x, NULL, nseq, S, saved_c, ws_c, &err);
-        rp_device_block_backward(dv.cpu, cfg, P, x, saved_c, dx_c, dx_c, D_c, nseq, S, ws_c, &err);
+        dev_block_forward(dv.cpu, cfg, P, x, NULL, nseq, S, saved_c, ws_c, &err);
+        dev_block_backward(dv.cpu, cfg, P, x, saved_c, dx_c, dx_c, D_c, nseq, S, ws_c, &err);
         float *dy_r = rounded_copy(dys[call], nx);
-        rp_device_block_forward(dv.cpu, cfg, P_r, x_r, NULL, nseq, S, saved_c, ws_c, &err);
-        rp_device_block_backward(dv.cpu, cfg, P_r, x_r, saved_c, dy_r, dy_r, D_r, nseq, S, ws_c,
+        dev_block_forward(dv.cpu, cfg, P_r, x_r, NULL, nseq, S, saved_c, ws_c, &err);
+        dev_block_backward(dv.cpu, cfg, P_r, x_r, saved_c, dy_r, dy_r, D_r, nseq, S, ws_c,
                                  &err);
         free(dy_r);
         ck_assert_int_eq(rp_device_copy(dv.gpu, gdy, dys[call], nx * 4, &err), RP_OK);
@@ -276,11 +340,11 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
             dev_poison(gdx, nx * 4);
         dev_poison(gws, wg * 4);
         dev_poison(gsaved, sg * 4);
-        ck_assert_msg(rp_device_block_forward(dv.gpu, cfg, gP, gx, NULL, nseq, S, gsaved, gws,
+        ck_assert_msg(dev_block_forward(dv.gpu, cfg, gP, gx, NULL, nseq, S, gsaved, gws,
                                               &err) == RP_OK,
                       "%s", err.msg);
         dev_poison(gws, wg * 4); /* nothing of the forward's scratch may be read back */
-        ck_assert_msg(rp_device_block_backward(dv.gpu, cfg, gP, gx, gsaved, gdy, gdx, gD, nseq, S,
+        ck_assert_msg(dev_block_backward(dv.gpu, cfg, gP, gx, gsaved, gdy, gdx, gD, nseq, S,
                                                gws, &err) == RP_OK,
                       "%s", err.msg);
         gdown(dv.gpu, dx_g, gdx, nx * 4);
@@ -361,13 +425,13 @@ START_TEST(head_matches_cpu)
         for (int64_t t = 0; t < T; t++)
             count += (mask[t] = (uint8_t)(t % 5 != 2));
         const float scale = 1.0f / (float)count;
-        size_t wc = rp_device_workspace_floats(RP_DEVICE_CPU, cfg, 1, T);
-        size_t wg = rp_device_workspace_floats(RP_DEVICE_CUDA, cfg, 1, T);
+        size_t wc = kind_workspace_floats(RP_DEVICE_CPU, cfg, 1, T);
+        size_t wg = kind_workspace_floats(RP_DEVICE_CUDA, cfg, 1, T);
         float *ws_c = malloc(wc * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
         float *dn_c = calloc((size_t)H, 4), *dn_g = malloc((size_t)H * 4);
         float *dl_c = calloc(nl, 4), *dl_g = malloc(nl * 4);
         double loss_c = 0, loss_g = 0;
-        ck_assert_int_eq(rp_device_head_forward_backward(dv.cpu, cfg, nw, lm, x, tg, mask, T,
+        ck_assert_int_eq(dev_head(dv.cpu, cfg, nw, lm, x, tg, mask, T,
                                                          scale, dx_c, dn_c, dl_c, ws_c, &loss_c,
                                                          &err),
                          RP_OK);
@@ -379,7 +443,7 @@ START_TEST(head_matches_cpu)
         uint8_t *gm = gup(dv.gpu, mask, (size_t)T);
         ck_assert_int_eq(rp_device_memset0(dv.gpu, gdn, (size_t)H * 4, &err), RP_OK);
         ck_assert_int_eq(rp_device_memset0(dv.gpu, gdl, nl * 4, &err), RP_OK);
-        ck_assert_msg(rp_device_head_forward_backward(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
+        ck_assert_msg(dev_head(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
                                                       gdx, gdn, gdl, gws, &loss_g,
                                                       &err) == RP_OK,
                       "%s", err.msg);
@@ -400,14 +464,14 @@ START_TEST(head_matches_cpu)
          * error naming the position, before anything is written */
         tg[2] = (int32_t)V; /* mask[2] == 0 */
         rp_device_copy(dv.gpu, gtg, tg, (size_t)T * 4, &err);
-        ck_assert_msg(rp_device_head_forward_backward(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
+        ck_assert_msg(dev_head(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
                                                       gdx, gdn, gdl, gws, &loss_g,
                                                       &err) == RP_OK,
                       "%s", err.msg);
         tg[40] = -3; /* mask[40] == 1 */
         rp_device_copy(dv.gpu, gtg, tg, (size_t)T * 4, &err);
         dev_poison(gdx, nx * 4);
-        ck_assert_int_eq(rp_device_head_forward_backward(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T,
+        ck_assert_int_eq(dev_head(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T,
                                                          scale, gdx, gdn, gdl, gws, &loss_g, &err),
                          RP_ERR_RANGE);
         ck_assert_msg(strstr(err.msg, "position 40") && strstr(err.msg, "-3"), "%s", err.msg);
@@ -438,13 +502,13 @@ START_TEST(embedding_matches_cpu)
     float *gW = gup(dv.gpu, W, nw * 4), *gout = gup(dv.gpu, NULL, nx * 4);
     float *gdout = gup(dv.gpu, dout, nx * 4), *gdW = gup(dv.gpu, dW, nw * 4);
     int32_t *gtok = gup(dv.gpu, tok, (size_t)T * 4);
-    ck_assert_int_eq(rp_device_embed_forward(dv.cpu, &cfg, W, tok, T, out_c, &err), RP_OK);
-    ck_assert_msg(rp_device_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err) == RP_OK, "%s",
+    ck_assert_int_eq(dev_embed_forward(dv.cpu, &cfg, W, tok, T, out_c, &err), RP_OK);
+    ck_assert_msg(dev_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err) == RP_OK, "%s",
                   err.msg);
     gdown(dv.gpu, out_g, gout, nx * 4);
     ck_assert(memcmp(out_g, out_c, nx * 4) == 0);
-    ck_assert_int_eq(rp_device_embed_backward(dv.cpu, &cfg, tok, T, dout, dW, &err), RP_OK);
-    ck_assert_msg(rp_device_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err) == RP_OK,
+    ck_assert_int_eq(dev_embed_backward(dv.cpu, &cfg, tok, T, dout, dW, &err), RP_OK);
+    ck_assert_msg(dev_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err) == RP_OK,
                   "%s", err.msg);
     gdown(dv.gpu, dW_g, gdW, nw * 4);
     ck_assert(memcmp(dW_g, dW, nw * 4) == 0); /* same summation order: same bits */
@@ -452,12 +516,12 @@ START_TEST(embedding_matches_cpu)
     tok[123] = (int32_t)V;
     rp_device_copy(dv.gpu, gtok, tok, (size_t)T * 4, &err);
     dev_poison(gout, nx * 4);
-    ck_assert_int_eq(rp_device_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err), RP_ERR_RANGE);
+    ck_assert_int_eq(dev_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err), RP_ERR_RANGE);
     ck_assert_msg(strstr(err.msg, "position 123"), "%s", err.msg);
     gdown(dv.gpu, out_g, gout, nx * 4);
     for (size_t i = 0; i < nx; i++)
         ck_assert(isnan(out_g[i]));
-    ck_assert_int_eq(rp_device_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err),
+    ck_assert_int_eq(dev_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err),
                      RP_ERR_RANGE);
     gdown(dv.gpu, out_g, gdW, nw * 4);
     ck_assert(memcmp(out_g, dW, nw * 4) == 0); /* untouched */

@@ -38,7 +38,10 @@
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
+#include "kernels/cpu/ops.h"
 #include "model/layers.h"
+
+static const rp_kernels cpu_k = {&rp_kernel_ops_cpu, NULL};
 
 START_TEST(convert_matches_host_rounding)
 {
@@ -91,10 +94,10 @@ START_TEST(embed_forward_backward_match_cpu)
     }
     tok[5] = (int32_t)(V - 1), tok[T - 1] = 0;
     float *ref = malloc((size_t)(T * H) * 4), *got = malloc((size_t)(T * H) * 4);
-    ck_assert_int_eq(rp_embed_forward(&cfg, W, tok, T, ref, NULL), RP_OK);
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, &cfg, W, tok, T, ref, NULL), RP_OK);
     float *dW_ref = malloc((size_t)(V * H) * 4), *dW_got = malloc((size_t)(V * H) * 4);
     memcpy(dW_ref, dW0, (size_t)(V * H) * 4);
-    ck_assert_int_eq(rp_embed_backward(&cfg, tok, T, dout, dW_ref, NULL), RP_OK);
+    ck_assert_int_eq(rp_embed_backward(&cpu_k, &cfg, tok, T, dout, dW_ref, NULL), RP_OK);
 
     float *dW = dev_upload(W, (size_t)(V * H) * 4), *dout_d = dev_upload(dout, (size_t)(T * H) * 4);
     float *ddW = dev_upload(dW0, (size_t)(V * H) * 4), *dout_y = dev_alloc((size_t)(T * H) * 4);

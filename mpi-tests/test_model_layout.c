@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/cpu/ops.h"
 #include "model/layers.h"
 #include "model/layout.h"
 #include "rp_check.h"
@@ -170,6 +171,7 @@ START_TEST(bad_configs_name_the_field)
     } while (0)
     EXPECT(c.num_key_value_heads = 3, "num_key_value_heads");
     EXPECT(c.head_dim = 7, "head_dim");
+    EXPECT(c.head_dim = 4096, "at most 2048"); /* the RoPE frequencies live on the stack */
     EXPECT(c.hidden_size = 0, "hidden_size");
     EXPECT(c.vocab_size = -5, "vocab_size");
     EXPECT(c.rms_norm_eps = 0, "rms_norm_eps");
@@ -202,10 +204,13 @@ START_TEST(cost_closed_forms)
     /* the workspace model reproduces the real workspace at other batch sizes */
     for (int64_t nseq = 1; nseq <= 4; nseq++)
         ck_assert_uint_eq(k.work_floats_fixed + k.work_floats_per_token * (size_t)(nseq * S),
-                          rp_block_workspace_floats(&c, nseq, S));
+                          rp_block_workspace_floats(&rp_kernel_ops_cpu, &c, nseq, S));
     rp_layer_flops_get(&c, &L[n - 1], S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 2.0 * 24 * 37);
-    ck_assert_uint_eq(k.work_floats_fixed, rp_head_workspace_floats(&c, 1 << 20, RP_HEAD_CHUNK));
+    /* one chunk of logits plus the losses of every token */
+    for (int64_t tokens = 1024; tokens <= 8192; tokens *= 2)
+        ck_assert_uint_eq(k.work_floats_fixed + k.work_floats_per_token * (size_t)tokens,
+                          rp_head_workspace_floats(&rp_kernel_ops_cpu, &c, tokens, 0));
     rp_layer_flops_get(&c, &L[0], S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 0);
     ck_assert_uint_eq(k.param_numel, 37 * 24 + (16 - (37 * 24) % 16) % 16);

@@ -90,55 +90,18 @@ void rp_device_host_unregister(rp_device *dev, void *p)
         dev->ops->host_unregister(dev->impl, p);
 }
 
-rp_status rp_device_embed_forward(rp_device *dev, const rp_model_config *cfg, const float *W,
-                                  const int32_t *tokens, int64_t T, float *out, rp_error *err)
-{
-    return dev->ops->embed_forward(dev->impl, cfg, W, tokens, T, out, err);
-}
-
-rp_status rp_device_embed_backward(rp_device *dev, const rp_model_config *cfg,
-                                   const int32_t *tokens, int64_t T, const float *dout, float *dW,
-                                   rp_error *err)
-{
-    return dev->ops->embed_backward(dev->impl, cfg, tokens, T, dout, dW, err);
-}
-
-size_t rp_device_workspace_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
-                                  int64_t seqlen)
+const rp_kernel_ops *rp_device_kernel_ops(rp_device_kind kind)
 {
     const rp_device_ops *ops = ops_of(kind);
-    return ops ? ops->workspace_floats(cfg, nseq, seqlen) : 0;
+    return ops ? ops->kernel_ops : NULL;
 }
 
-size_t rp_device_saved_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
-                              int64_t seqlen)
+rp_status rp_device_kernels(rp_device *dev, rp_kernels *out, rp_error *err)
 {
-    const rp_device_ops *ops = ops_of(kind);
-    return ops ? ops->saved_floats(cfg, nseq, seqlen) : 0;
+    return dev->ops->kernels(dev->impl, out, err);
 }
 
-rp_status rp_device_block_forward(rp_device *dev, const rp_model_config *cfg, const float *params,
-                                  const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                  float *saved, float *ws, rp_error *err)
+rp_status rp_device_sync(rp_device *dev, rp_error *err)
 {
-    return dev->ops->block_forward(dev->impl, cfg, params, x, y, nseq, seqlen, saved, ws, err);
-}
-
-rp_status rp_device_block_backward(rp_device *dev, const rp_model_config *cfg,
-                                   const float *params, const float *x, float *saved,
-                                   const float *dy, float *dx, float *dparams, int64_t nseq,
-                                   int64_t seqlen, float *ws, rp_error *err)
-{
-    return dev->ops->block_backward(dev->impl, cfg, params, x, saved, dy, dx, dparams, nseq,
-                                    seqlen, ws, err);
-}
-
-rp_status rp_device_head_forward_backward(rp_device *dev, const rp_model_config *cfg,
-                                          const float *norm_w, const float *lm_w, const float *x,
-                                          const int32_t *targets, const uint8_t *mask, int64_t T,
-                                          float scale, float *dx, float *dnorm_w, float *dlm_w,
-                                          float *ws, double *loss_sum, rp_error *err)
-{
-    return dev->ops->head_forward_backward(dev->impl, cfg, norm_w, lm_w, x, targets, mask, T,
-                                           scale, dx, dnorm_w, dlm_w, ws, loss_sum, err);
+    return dev->ops->sync ? dev->ops->sync(dev->impl, err) : RP_OK;
 }

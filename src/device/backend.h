@@ -1,15 +1,16 @@
 /* The executor device interface: what the engine asks of the device it
  * drives. Memory on the device, copies between host and device (the
- * transfer engine's back end), and the layer math run on device buffers.
- * Every back end implements the same table; the CPU back end (cpu.c) runs
- * the fp32 CPU layer math of src/model on private host memory, so the engine
- * and every part of the pipeline are tested without a GPU. A CUDA back end
- * plugs in here.
+ * transfer engine's back end), and the kernel ops table (src/kernels/ops.h)
+ * the model's layers run on, with its state. Every back end implements the
+ * same interface; the CPU back end (cpu.c) hands the fp32 CPU table and
+ * private host memory, so the engine and every part of the pipeline are
+ * tested without a GPU; the CUDA back end (cuda.c) hands the bf16 CUDA
+ * table on its compute stream.
  *
- * All pointers passed to the layer calls are device pointers (tokens,
- * targets and masks included). Calls on one device are issued from one
- * thread at a time, except rp_device_copy, which the transfer engine's
- * worker also calls. */
+ * All pointers given to the layers are device pointers (tokens, targets and
+ * masks included). Calls on one device are issued from one thread at a
+ * time, except rp_device_copy, which the transfer engine's worker also
+ * calls. */
 #ifndef RP_DEVICE_BACKEND_H
 #define RP_DEVICE_BACKEND_H
 
@@ -18,7 +19,7 @@
 
 #include "core/error.h"
 #include "device/device.h"
-#include "io/config.h"
+#include "kernels/ops.h"
 
 typedef struct rp_device rp_device;
 
@@ -46,35 +47,18 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
 rp_status rp_device_host_register(rp_device *dev, void *p, size_t bytes, rp_error *err);
 void rp_device_host_unregister(rp_device *dev, void *p);
 
-/* ---- layer math (see src/model/layers.h for the semantics) ------------- */
-rp_status rp_device_embed_forward(rp_device *dev, const rp_model_config *cfg, const float *W,
-                                  const int32_t *tokens, int64_t T, float *out, rp_error *err);
-rp_status rp_device_embed_backward(rp_device *dev, const rp_model_config *cfg,
-                                   const int32_t *tokens, int64_t T, const float *dout, float *dW,
-                                   rp_error *err);
-/* Sizes on a back end of `kind` for nseq x seqlen tokens, the same
- * functions its calls carve their buffers with (the planner sizes jobs with
- * them too): the scratch workspace of the block and head calls (one per
- * executor), and the area a block's forward saves for its backward (one per
- * layer awaiting its backward). 0 for a kind this build lacks. */
-size_t rp_device_workspace_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
-                                  int64_t seqlen);
-size_t rp_device_saved_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
-                              int64_t seqlen);
-/* y may be NULL: the forward then only fills `saved` for the backward. */
-rp_status rp_device_block_forward(rp_device *dev, const rp_model_config *cfg, const float *params,
-                                  const float *x, float *y, int64_t nseq, int64_t seqlen,
-                                  float *saved, float *ws, rp_error *err);
-/* From `saved` of this layer's forward on x (consumed). */
-rp_status rp_device_block_backward(rp_device *dev, const rp_model_config *cfg,
-                                   const float *params, const float *x, float *saved,
-                                   const float *dy, float *dx, float *dparams, int64_t nseq,
-                                   int64_t seqlen, float *ws, rp_error *err);
-/* *loss_sum is written on the host. */
-rp_status rp_device_head_forward_backward(rp_device *dev, const rp_model_config *cfg,
-                                          const float *norm_w, const float *lm_w, const float *x,
-                                          const int32_t *targets, const uint8_t *mask, int64_t T,
-                                          float scale, float *dx, float *dnorm_w, float *dlm_w,
-                                          float *ws, double *loss_sum, rp_error *err);
+/* ---- the kernel ops table handed to the model (src/model/layers.h) ---- */
+
+/* The table of a back end kind, for sizing (rp_block_saved_floats etc.)
+ * without a device; NULL for a kind this build lacks. */
+const rp_kernel_ops *rp_device_kernel_ops(rp_device_kind kind);
+
+/* The device's table and its state, made current for the calling thread:
+ * the model's layer calls go through it. */
+rp_status rp_device_kernels(rp_device *dev, rp_kernels *out, rp_error *err);
+
+/* Wait until the kernel ops issued so far have finished (their results
+ * may then be copied by another thread), reporting an asynchronous error. */
+rp_status rp_device_sync(rp_device *dev, rp_error *err);
 
 #endif

@@ -17,25 +17,12 @@ typedef struct rp_device_ops {
     /* may be NULL (nothing to do, as on the CPU) */
     rp_status (*host_register)(void *impl, void *p, size_t bytes, rp_error *err);
     void (*host_unregister)(void *impl, void *p);
-    rp_status (*embed_forward)(void *impl, const rp_model_config *cfg, const float *W,
-                               const int32_t *tokens, int64_t T, float *out, rp_error *err);
-    rp_status (*embed_backward)(void *impl, const rp_model_config *cfg, const int32_t *tokens,
-                                int64_t T, const float *dout, float *dW, rp_error *err);
-    /* sizes depend on the shapes only, not on a device instance */
-    size_t (*workspace_floats)(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
-    size_t (*saved_floats)(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
-    rp_status (*block_forward)(void *impl, const rp_model_config *cfg, const float *params,
-                               const float *x, float *y, int64_t nseq, int64_t seqlen,
-                               float *saved, float *ws, rp_error *err);
-    rp_status (*block_backward)(void *impl, const rp_model_config *cfg, const float *params,
-                                const float *x, float *saved, const float *dy, float *dx,
-                                float *dparams, int64_t nseq, int64_t seqlen, float *ws,
-                                rp_error *err);
-    rp_status (*head_forward_backward)(void *impl, const rp_model_config *cfg,
-                                       const float *norm_w, const float *lm_w, const float *x,
-                                       const int32_t *targets, const uint8_t *mask, int64_t T,
-                                       float scale, float *dx, float *dnorm_w, float *dlm_w,
-                                       float *ws, double *loss_sum, rp_error *err);
+    /* the kernel ops table (static: sizes need no device) and, per
+     * device, the table with its state, made current for the caller */
+    const rp_kernel_ops *kernel_ops;
+    rp_status (*kernels)(void *impl, rp_kernels *out, rp_error *err);
+    /* may be NULL (every op has finished on return, as on the CPU) */
+    rp_status (*sync)(void *impl, rp_error *err);
 } rp_device_ops;
 
 extern const rp_device_ops rp_device_ops_cpu;

@@ -11,7 +11,7 @@
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
 #include "engine/protocol.h"
-#include "model/layout.h"
+#include "model/layers.h"
 
 /* Device allocations keep the first failure's message (bytes asked and,
  * from the CUDA back end, bytes free). */
@@ -123,8 +123,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->g = falloc(x, gmax, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->d = falloc(x, e->act_floats, err);
-    x->ws = falloc(x, rp_device_workspace_floats(e->device, cfg, e->samples_per_micro, e->seq_len),
-                   err);
+    const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
+    x->ws = falloc(x, rp_model_workspace_floats(kops, cfg, e->samples_per_micro, e->seq_len), err);
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
     x->in = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
     x->tgt = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
@@ -137,7 +137,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
-    size_t saved_floats = rp_device_saved_floats(e->device, cfg, e->samples_per_micro, e->seq_len);
+    size_t saved_floats = rp_block_saved_floats(kops, cfg, e->samples_per_micro, e->seq_len);
     for (int i = 0; ok && i < x->nsaved; i++)
         ok &= (x->saved[i] = falloc(x, saved_floats, err)) != NULL;
     if (!ok) {
@@ -218,17 +218,20 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
 {
     rp_engine *e = x->e;
     double t0 = rp_now();
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
     rp_status s;
     if (l == 0) {
         if (!out)
             return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_device_embed_forward(x->dev, &rows, W(x, job, 0), x->in, e->tokens_per_micro, out,
-                                    err);
+        s = rp_embed_forward(&k, &rows, W(x, job, 0), x->in, e->tokens_per_micro, out, err);
     } else
-        s = rp_device_block_forward(x->dev, &e->p->cfg, W(x, job, l), in, out, e->samples_per_micro,
-                                    e->seq_len, saved, x->ws, err);
+        s = rp_block_forward(&k, &e->p->cfg, W(x, job, l), in, out, e->samples_per_micro,
+                             e->seq_len, saved, x->ws, err);
+    if (s == RP_OK)
+        s = rp_device_sync(x->dev, err);
     measure(x, l, 0, t, t0);
     return s;
 }
@@ -239,15 +242,18 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
 {
     rp_engine *e = x->e;
     double t0 = rp_now();
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
     rp_status s;
     if (l == 0) {
         rp_model_config rows = e->p->cfg;
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_device_embed_backward(x->dev, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0),
-                                     err);
+        s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0), err);
     } else
-        s = rp_device_block_backward(x->dev, &e->p->cfg, W(x, job, l), in, saved, x->d, x->d,
-                                     G(x, job, l), e->samples_per_micro, e->seq_len, x->ws, err);
+        s = rp_block_backward(&k, &e->p->cfg, W(x, job, l), in, saved, x->d, x->d, G(x, job, l),
+                              e->samples_per_micro, e->seq_len, x->ws, err);
+    if (s == RP_OK)
+        s = rp_device_sync(x->dev, err);
     measure(x, l, 1, t, t0);
     return s;
 }
@@ -364,10 +370,13 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     }
     double *loss = rp_engine_loss(e, t);
     double th = rp_now();
-    RP_TRY(rp_device_head_forward_backward(
-        x->dev, &e->p->cfg, W(x, job, head) + nd->offset, lm_w, x->acts[head - job->first], x->tgt,
-        x->mask, e->tokens_per_micro, scale, x->d, G(x, job, head) + nd->offset, lm_g, x->ws,
-        &loss[m], err));
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, W(x, job, head) + nd->offset, lm_w,
+                                    x->acts[head - job->first], x->tgt, x->mask,
+                                    e->tokens_per_micro, scale, x->d, G(x, job, head) + nd->offset,
+                                    lm_g, 0, x->ws, &loss[m], err));
+    RP_TRY(rp_device_sync(x->dev, err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)
         RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "device/backend.h"
-#include "model/layout.h"
+#include "model/layers.h"
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
@@ -22,8 +22,11 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
                             m->num_layers, n);
     }
     const int64_t tokens = samples_per_micro * seq_len, H = cfg->hidden_size;
+    /* sized with the back end's kernel table, as its executors allocate
+     * (0 for a kind this build lacks) */
+    const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int64_t slot =
-        (int64_t)rp_device_saved_floats(device, cfg, samples_per_micro, seq_len) * 4;
+        ops ? (int64_t)rp_block_saved_floats(ops, cfg, samples_per_micro, seq_len) * 4 : 0;
     for (int l = 0; l < n; l++) {
         rp_layer_cost *L = &m->layers[l];
         int64_t floats = (int64_t)((layers[l].numel + 15) & ~(size_t)15);
@@ -35,7 +38,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     }
     free(layers);
     *workspace_bytes =
-        (int64_t)rp_device_workspace_floats(device, cfg, samples_per_micro, seq_len) * 4 +
+        (ops ? (int64_t)rp_model_workspace_floats(ops, cfg, samples_per_micro, seq_len) * 4 : 0) +
         tokens * (int64_t)(2 * sizeof(int32_t) + 1);
     return RP_OK;
 }

@@ -18,10 +18,10 @@
  *       of a tied model also holds the embedding matrix (the tail uploads it
  *       and accumulates its gradient);
  *   act_bytes: one slot of what a layer's forward keeps for its backward
- *       (rp_device_saved_floats; the executor gives every layer of a
- *       tail/backward stage one);
+ *       (rp_block_saved_floats with the back end's kernel table; the
+ *       executor gives every layer of a tail/backward stage one);
  *   out_bytes: one microbatch's activations, tokens x hidden in fp32;
- * and *workspace_bytes: the layer calls' scratch (rp_device_workspace_floats)
+ * and *workspace_bytes: the layer calls' scratch (rp_model_workspace_floats)
  * plus the microbatch's token ids, targets and mask. */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,

@@ -1,5 +1,6 @@
 /* Decoder block of Llama / Qwen3 (transformers LlamaDecoderLayer,
- * Qwen3DecoderLayer):
+ * Qwen3DecoderLayer), composed once over the kernel ops table
+ * (kernels/ops.h) of whatever back end runs it:
  *   h1 = rmsnorm(x) * input_layernorm
  *   q, k, v = h1 Wq^T (+bq), h1 Wk^T (+bk), h1 Wv^T (+bv)
  *   Qwen3: q, k = per-head rmsnorm * q_norm, k_norm     (before RoPE)
@@ -8,39 +9,69 @@
  *   x2 = x + (o Wo^T (+bo))
  *   h2 = rmsnorm(x2) * post_attention_layernorm
  *   y = x2 + (silu(h2 Wg^T) * (h2 Wu^T)) Wd^T
+ * Dtypes: what a GEMM or the attention reads (the weights, h1, q/k/v after
+ * RoPE, o, h2, m, and the gradients fed to GEMMs) is in the table's compute
+ * dtype; everything else (residual stream, norms' statistics, pre-RoPE
+ * q/k, g, u, every gradient that accumulates) is fp32. On a table whose
+ * compute dtype is fp32 the two names of a value are one buffer.
  * The forward keeps what the backward needs in the caller's `saved` area;
  * the backward goes back through the same steps from it, never running the
  * forward again. */
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "model/layers.h"
 
+size_t rp_model_guard_floats = 0;
+
 /* Every intermediate: what the forward keeps for the backward, carved out
  * of the caller's saved area, and the scratch, out of the workspace.
- * Buffers that only Qwen3 needs are NULL for Llama. */
+ * Buffers that only Qwen3 needs are NULL for Llama; `void *` ones are in
+ * the compute dtype. */
 typedef struct block_ws {
     /* saved */
-    float *h1, *rstd1, *qraw, *rstdq, *q, *kraw, *rstdk, *k, *v, *o, *lse;
-    float *x2, *rstd2, *h2, *g, *u, *m;
-    float *rope, *inv_freq;
-    /* scratch */
-    float *tmp, *dm, *dout, *dq, *dk, *dv;
+    void *wc; /* the layer's parameters in the compute dtype (NULL: fp32 is it) */
+    void *h1, *q_c, *k_c, *v_c, *o, *h2, *m;
+    float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *lse, *x2, *rstd2, *g, *u;
+    /* scratch (q, k, v: saved when they are their own compute copies) */
+    float *q, *k, *v, *tmp, *dm, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
+    void *dy_c, *dg, *du, *dout, *dq_c, *dk_c, *dv_c;
     size_t saved_total, scratch_total;
 } block_ws;
 
-/* With base == NULL only counts; the size function and the users share this
- * code so they cannot disagree. Each buffer starts on a 64-byte boundary
- * relative to the workspace start. */
-static float *take(float *base, size_t *at, size_t n)
+/* Carving state: with base == NULL only counts, so the sizes and the users
+ * share this code and cannot disagree. Every buffer starts on a 64-byte
+ * boundary and is followed by rp_model_guard_floats untouched floats. */
+typedef struct carver {
+    float *base;
+    size_t at;
+    int area;
+    rp_model_guards *guards;
+} carver;
+
+static void *take_bytes(carver *c, size_t bytes)
 {
-    float *p = base ? base + *at : NULL;
-    *at += (n + 15) / 16 * 16;
+    void *p = c->base ? (void *)(c->base + c->at) : NULL;
+    c->at += (bytes + 63) / 64 * 16;
+    if (rp_model_guard_floats) {
+        if (c->guards && c->guards->n < RP_MODEL_MAX_GUARDS) {
+            c->guards->area[c->guards->n] = c->area;
+            c->guards->at[c->guards->n++] = c->at;
+        }
+        c->at += rp_model_guard_floats;
+    }
     return p;
+}
+
+static float *take_f32(carver *c, size_t n)
+{
+    return take_bytes(c, n * sizeof(float));
+}
+
+static void *take_compute(carver *c, const rp_kernel_ops *ops, size_t n)
+{
+    return take_bytes(c, n * rp_kernel_compute_bytes(ops));
 }
 
 static rp_attn_shape attn_shape(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
@@ -55,60 +86,110 @@ static rp_attn_shape attn_shape(const rp_model_config *cfg, int64_t nseq, int64_
     return s;
 }
 
-static void carve(const rp_model_config *cfg, int64_t nseq, int64_t seqlen, float *base,
-                  float *scratch, block_ws *w)
+static size_t max3(size_t a, size_t b, size_t c)
+{
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
+                  int64_t seqlen, float *saved, float *scratch, rp_model_guards *guards,
+                  block_ws *w)
 {
     const size_t T = (size_t)(nseq * seqlen), H = (size_t)cfg->hidden_size,
                  I = (size_t)cfg->intermediate_size, hd = (size_t)cfg->head_dim,
                  nh = (size_t)cfg->num_attention_heads, nkv = (size_t)cfg->num_key_value_heads;
     const size_t QD = nh * hd, KD = nkv * hd;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
-    size_t at = 0;
+    const int one = ops->compute_dtype == RP_F32; /* a value and its compute copy are one */
+    rp_block_offsets off;
+    rp_block_offsets_get(cfg, &off);
+    carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
     memset(w, 0, sizeof *w);
-    w->h1 = take(base, &at, T * H);
-    w->rstd1 = take(base, &at, T);
+
+    w->wc = one ? NULL : take_compute(&sv, ops, off.numel);
+    w->h1 = take_compute(&sv, ops, T * H);
+    w->rstd1 = take_f32(&sv, T);
     if (qk) {
-        w->qraw = take(base, &at, T * QD);
-        w->rstdq = take(base, &at, T * nh);
-        w->kraw = take(base, &at, T * KD);
-        w->rstdk = take(base, &at, T * nkv);
+        w->qraw = take_f32(&sv, T * QD);
+        w->rstdq = take_f32(&sv, T * nh);
+        w->kraw = take_f32(&sv, T * KD);
+        w->rstdk = take_f32(&sv, T * nkv);
     }
-    w->q = take(base, &at, T * QD);
-    w->k = take(base, &at, T * KD);
-    w->v = take(base, &at, T * KD);
-    w->o = take(base, &at, T * QD);
-    w->lse = take(base, &at, T * nh);
-    w->x2 = take(base, &at, T * H);
-    w->rstd2 = take(base, &at, T);
-    w->h2 = take(base, &at, T * H);
-    w->g = take(base, &at, T * I);
-    w->u = take(base, &at, T * I);
-    w->m = take(base, &at, T * I);
-    w->rope = take(base, &at, (size_t)seqlen * hd);
-    w->inv_freq = take(base, &at, hd / 2);
-    w->saved_total = at;
-    at = 0;
-    w->tmp = take(scratch, &at, T * H);
-    w->dm = w->m; /* m is dead once dWd += dy^T m has run */
-    w->dout = take(scratch, &at, T * QD);
-    w->dq = take(scratch, &at, T * QD);
-    w->dk = take(scratch, &at, T * KD);
-    w->dv = take(scratch, &at, T * KD);
-    w->scratch_total = at;
+    if (one) {
+        w->q = w->q_c = take_f32(&sv, T * QD);
+        w->k = w->k_c = take_f32(&sv, T * KD);
+        w->v = w->v_c = take_f32(&sv, T * KD);
+    } else {
+        w->q_c = take_compute(&sv, ops, T * QD);
+        w->k_c = take_compute(&sv, ops, T * KD);
+        w->v_c = take_compute(&sv, ops, T * KD);
+    }
+    w->o = take_compute(&sv, ops, T * QD);
+    w->lse = take_f32(&sv, T * nh);
+    w->x2 = take_f32(&sv, T * H);
+    w->rstd2 = take_f32(&sv, T);
+    w->h2 = take_compute(&sv, ops, T * H);
+    w->g = take_f32(&sv, T * I);
+    w->u = take_f32(&sv, T * I);
+    w->m = take_compute(&sv, ops, T * I);
+    w->saved_total = sv.at;
+
+    if (!one) {
+        w->q = take_f32(&sc, T * QD);
+        w->k = take_f32(&sc, T * KD);
+        w->v = take_f32(&sc, T * KD);
+    }
+    w->tmp = take_f32(&sc, T * H);
+    /* fp32 tables: dm overwrites m (dead once dWd += dy^T m has run), and
+     * dg, du overwrite g, u (the SwiGLU backward works in place) */
+    w->dm = one ? (float *)w->m : take_f32(&sc, T * I);
+    w->dy_c = one ? NULL : take_compute(&sc, ops, T * H); /* NULL: dy itself */
+    w->dg = one ? (void *)w->g : take_compute(&sc, ops, T * I);
+    w->du = one ? (void *)w->u : take_compute(&sc, ops, T * I);
+    w->dout = take_compute(&sc, ops, T * QD);
+    w->dq = take_f32(&sc, T * QD);
+    w->dk = take_f32(&sc, T * KD);
+    w->dv = take_f32(&sc, T * KD);
+    if (!one) {
+        w->dq_c = take_compute(&sc, ops, T * QD);
+        w->dk_c = take_compute(&sc, ops, T * KD);
+        w->dv_c = take_compute(&sc, ops, T * KD);
+    } else {
+        w->dq_c = w->dq, w->dk_c = w->dk, w->dv_c = w->dv;
+    }
+    size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
+    w->rope_space = n ? take_f32(&sc, n) : NULL;
+    n = ops->column_sum_scratch_floats((int64_t)max3(H, QD, KD));
+    w->partial = n ? take_f32(&sc, n) : NULL;
+    rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
+    n = ops->attention_backward_scratch_floats(&s);
+    w->attn_scratch = n ? take_f32(&sc, n) : NULL;
+    w->scratch_total = sc.at;
 }
 
-size_t rp_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
+size_t rp_block_saved_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
+                             int64_t seqlen)
 {
     block_ws w;
-    carve(cfg, nseq, seqlen, NULL, NULL, &w);
+    carve(ops, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
     return w.saved_total;
 }
 
-size_t rp_block_workspace_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
+size_t rp_block_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
+                                 int64_t nseq, int64_t seqlen)
 {
     block_ws w;
-    carve(cfg, nseq, seqlen, NULL, NULL, &w);
+    carve(ops, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
     return w.scratch_total;
+}
+
+void rp_block_guards(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
+                     int64_t seqlen, rp_model_guards *out)
+{
+    block_ws w;
+    memset(out, 0, sizeof *out);
+    carve(ops, cfg, nseq, seqlen, NULL, NULL, out, &w);
 }
 
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
@@ -126,17 +207,34 @@ void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
     rp_rope_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta, p);
 }
 
-#define PARAM(P, field) ((P) + off.field)
-#define OPT(P, field) (off.field == SIZE_MAX ? NULL : (P) + off.field)
-
-/* Forward into the saved area. When y != NULL the block output is written
- * there; without it (a backward stage's last layer, whose output nobody
- * reads) the down projection is skipped. */
-static void forward_ws(const rp_model_config *cfg, const float *P, const float *x, float *y,
-                       int64_t nseq, int64_t seqlen, block_ws *w)
+/* The RoPE table for this shape, from the back end (cached) or into the
+ * scratch slice. */
+static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_t seqlen,
+                         block_ws *w, const float **table, rp_error *err)
 {
+    float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
+    rp_model_rope_inv_freq(cfg, inv_freq);
+    return k->ops->rope_table(k->state, inv_freq, cfg->head_dim / 2, seqlen, w->rope_space,
+                              table, err);
+}
+
+#define OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
+#define PF(P, field) ((P) + off.field)                                 /* fp32 tensor */
+#define PC(field) ((const char *)W + off.field * cb)                   /* compute dtype */
+#define OPT(P, field) (off.field == SIZE_MAX ? NULL : (P) + off.field) /* optional fp32 */
+
+rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
+                           const float *x, float *y, int64_t nseq, int64_t seqlen, float *saved,
+                           float *ws, rp_error *err)
+{
+    if (nseq <= 0 || seqlen <= 0)
+        return RP_OK;
+    block_ws w;
+    carve(k->ops, cfg, nseq, seqlen, saved, ws, NULL, &w);
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);
+    const float *P = params;
+    const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
@@ -144,115 +242,111 @@ static void forward_ws(const rp_model_config *cfg, const float *P, const float *
     const float eps = (float)cfg->rms_norm_eps;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
 
-    rp_rmsnorm_forward(x, PARAM(P, in_norm), w->h1, w->rstd1, T, H, eps);
-    rp_linear_forward(w->h1, PARAM(P, wq), OPT(P, bq), qk ? w->qraw : w->q, T, H, QD);
-    rp_linear_forward(w->h1, PARAM(P, wk), OPT(P, bk), qk ? w->kraw : w->k, T, H, KD);
-    rp_linear_forward(w->h1, PARAM(P, wv), OPT(P, bv), w->v, T, H, KD);
+    if (w.wc)
+        OP(convert, P, w.wc, (int64_t)off.numel);
+    const void *W = w.wc ? w.wc : (const void *)P; /* fp32 tables read params as is */
+    OP(rmsnorm_forward, x, PF(P, in_norm), NULL, w.h1, w.rstd1, T, H, eps);
+    OP(linear_forward, w.h1, PC(wq), OPT(P, bq), NULL, qk ? w.qraw : w.q, NULL, T, H, QD);
+    OP(linear_forward, w.h1, PC(wk), OPT(P, bk), NULL, qk ? w.kraw : w.k, NULL, T, H, KD);
+    OP(linear_forward, w.h1, PC(wv), OPT(P, bv), NULL, w.v, w.v_c, T, H, KD);
     if (qk) {
-        rp_rmsnorm_forward(w->qraw, PARAM(P, q_norm), w->q, w->rstdq, T * nh, hd, eps);
-        rp_rmsnorm_forward(w->kraw, PARAM(P, k_norm), w->k, w->rstdk, T * nkv, hd, eps);
+        OP(rmsnorm_forward, w.qraw, PF(P, q_norm), w.q, NULL, w.rstdq, T * nh, hd, eps);
+        OP(rmsnorm_forward, w.kraw, PF(P, k_norm), w.k, NULL, w.rstdk, T * nkv, hd, eps);
     }
-    rp_model_rope_inv_freq(cfg, w->inv_freq);
-    rp_rope_table(w->rope, w->inv_freq, seqlen, hd / 2);
-    rp_rope_apply(w->q, w->rope, nseq, seqlen, nh, hd, 0);
-    rp_rope_apply(w->k, w->rope, nseq, seqlen, nkv, hd, 0);
+    const float *rope = NULL;
+    RP_TRY(rope_of(k, cfg, seqlen, &w, &rope, err));
+    OP(rope_apply, w.q, w.q_c, rope, nseq, seqlen, nh, hd, 0);
+    OP(rope_apply, w.k, w.k_c, rope, nseq, seqlen, nkv, hd, 0);
 
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
-    rp_attn_forward(&s, w->q, w->k, w->v, w->o, w->lse);
+    OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
 
-    rp_linear_forward(w->o, PARAM(P, wo), OPT(P, bo), w->tmp, T, QD, H);
-    float *x2 = w->x2, *tmp = w->tmp;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T * H; i++)
-        x2[i] = x[i] + tmp[i];
-
-    rp_rmsnorm_forward(x2, PARAM(P, post_norm), w->h2, w->rstd2, T, H, eps);
-    rp_linear_forward(w->h2, PARAM(P, w_gate), NULL, w->g, T, H, I);
-    rp_linear_forward(w->h2, PARAM(P, w_up), NULL, w->u, T, H, I);
-    float *g = w->g, *u = w->u, *m = w->m;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T * I; i++)
-        m[i] = g[i] / (1.0f + expf(-g[i])) * u[i]; /* torch silu: x / (1 + exp(-x)) */
-
-    if (y) {
-        rp_linear_forward(m, PARAM(P, w_down), NULL, tmp, T, I, H);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < T * H; i++)
-            y[i] = x2[i] + tmp[i];
-    }
+    OP(linear_forward, w.o, PC(wo), OPT(P, bo), x, w.x2, NULL, T, QD, H);
+    OP(rmsnorm_forward, w.x2, PF(P, post_norm), NULL, w.h2, w.rstd2, T, H, eps);
+    OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
+    OP(linear_forward, w.h2, PC(w_up), NULL, NULL, w.u, NULL, T, H, I);
+    OP(swiglu_forward, w.g, w.u, w.m, T * I);
+    if (y) /* without y (a layer run only for its backward) the down projection is skipped */
+        OP(linear_forward, w.m, PC(w_down), NULL, w.x2, y, NULL, T, I, H);
+    return RP_OK;
 }
 
-void rp_block_forward(const rp_model_config *cfg, const float *params, const float *x, float *y,
-                      int64_t nseq, int64_t seqlen, float *saved, float *ws)
+rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
+                            const float *x, float *saved, const float *dy, float *dx,
+                            float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+                            rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
-        return;
+        return RP_OK;
     block_ws w;
-    carve(cfg, nseq, seqlen, saved, ws, &w);
-    forward_ws(cfg, params, x, y, nseq, seqlen, &w);
-}
-
-void rp_block_backward(const rp_model_config *cfg, const float *params, const float *x,
-                       float *saved, const float *dy, float *dx, float *dparams, int64_t nseq,
-                       int64_t seqlen, float *ws)
-{
-    if (nseq <= 0 || seqlen <= 0)
-        return;
-    block_ws w;
-    carve(cfg, nseq, seqlen, saved, ws, &w);
-
+    carve(k->ops, cfg, nseq, seqlen, saved, ws, NULL, &w);
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);
     const float *P = params;
     float *D = dparams;
+    const size_t cb = rp_kernel_compute_bytes(k->ops);
+    const void *W = w.wc ? w.wc : (const void *)P; /* fp32 tables read params as is */
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
     const int64_t QD = nh * hd, KD = nkv * hd;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
+    const float *rope = NULL;
+    RP_TRY(rope_of(k, cfg, seqlen, &w, &rope, err));
 
-    /* MLP: y = x2 + m Wd^T, m = silu(g) * u. dm overwrites m, so the
-     * weight gradient must come first. */
-    rp_linear_backward_weight(dy, w.m, PARAM(D, w_down), NULL, T, I, H);
-    rp_linear_backward_input(dy, PARAM(P, w_down), w.dm, T, I, H, 0);
-    float *g = w.g, *u = w.u, *dm = w.dm;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T * I; i++) {
-        /* g becomes dL/dg and u becomes dL/du, in place */
-        float gi = g[i], sg = 1.0f / (1.0f + expf(-gi));
-        float silu = gi / (1.0f + expf(-gi));
-        g[i] = dm[i] * u[i] * (sg * (1.0f + gi * (1.0f - sg)));
-        u[i] = dm[i] * silu;
+    /* MLP: y = x2 + m Wd^T, m = silu(g) * u. On fp32 tables dm overwrites
+     * m, so the weight gradient comes first. */
+    const void *dy_c = dy;
+    if (w.dy_c) {
+        OP(convert, dy, w.dy_c, T * H);
+        dy_c = w.dy_c;
     }
-    rp_linear_backward_weight(g, w.h2, PARAM(D, w_gate), NULL, T, H, I);
-    rp_linear_backward_weight(u, w.h2, PARAM(D, w_up), NULL, T, H, I);
-    rp_linear_backward_input(g, PARAM(P, w_gate), w.tmp, T, H, I, 0);
-    rp_linear_backward_input(u, PARAM(P, w_up), w.tmp, T, H, I, 1);
-    /* dx2 = dy + rmsnorm backward; kept in dx (dy is no longer read after
-     * this, so dx may alias dy) */
+    OP(linear_backward_weight, dy_c, w.m, PF(D, w_down), T, I, H);
+    OP(linear_backward_input, dy_c, PC(w_down), w.dm, NULL, T, I, H, 0);
+    OP(swiglu_backward, w.g, w.u, w.dm, w.dg, w.du, T * I);
+    OP(linear_backward_weight, w.dg, w.h2, PF(D, w_gate), T, H, I);
+    OP(linear_backward_weight, w.du, w.h2, PF(D, w_up), T, H, I);
+    OP(linear_backward_input, w.dg, PC(w_gate), w.tmp, NULL, T, H, I, 0);
+    OP(linear_backward_input, w.du, PC(w_up), w.tmp, NULL, T, H, I, 1);
+    /* dx2 = dy + rmsnorm backward, kept in dx (dy is not read after this,
+     * so dx may alias dy); its compute copy reuses dy's, dead since dm */
     if (dx != dy)
-        memcpy(dx, dy, sizeof(float) * (size_t)(T * H));
-    rp_rmsnorm_backward(w.x2, PARAM(P, post_norm), w.rstd2, w.tmp, dx, PARAM(D, post_norm), T, H,
-                        1);
+        OP(copy, dx, dy, sizeof(float) * (size_t)(T * H));
+    void *dx2_c = w.dy_c ? w.dy_c : (void *)dx;
+    OP(rmsnorm_backward, w.x2, PF(P, post_norm), w.rstd2, w.tmp, dx, dx2_c, PF(D, post_norm), T,
+       H, 1, w.partial);
 
     /* attention output projection */
-    rp_linear_backward_weight(dx, w.o, PARAM(D, wo), OPT(D, bo), T, QD, H);
-    rp_linear_backward_input(dx, PARAM(P, wo), w.dout, T, QD, H, 0);
+    OP(linear_backward_weight, dx2_c, w.o, PF(D, wo), T, QD, H);
+    if (off.bo != SIZE_MAX)
+        OP(column_sum_accumulate, dx, T, H, PF(D, bo), w.partial);
+    OP(linear_backward_input, dx2_c, PC(wo), NULL, w.dout, T, QD, H, 0);
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
-    rp_attn_backward(&s, w.q, w.k, w.v, w.o, w.lse, w.dout, w.dq, w.dk, w.dv);
-    rp_rope_apply(w.dq, w.rope, nseq, seqlen, nh, hd, 1);
-    rp_rope_apply(w.dk, w.rope, nseq, seqlen, nkv, hd, 1);
+    OP(attention_backward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse, w.dout, w.dq, w.dk, w.dv,
+       w.attn_scratch);
+    /* with Qwen3's norms the compute copies come from the norms' backward */
+    OP(rope_apply, w.dq, qk ? NULL : w.dq_c, rope, nseq, seqlen, nh, hd, 1);
+    OP(rope_apply, w.dk, qk ? NULL : w.dk_c, rope, nseq, seqlen, nkv, hd, 1);
     if (qk) {
-        rp_rmsnorm_backward(w.qraw, PARAM(P, q_norm), w.rstdq, w.dq, w.dq, PARAM(D, q_norm),
-                            T * nh, hd, 0);
-        rp_rmsnorm_backward(w.kraw, PARAM(P, k_norm), w.rstdk, w.dk, w.dk, PARAM(D, k_norm),
-                            T * nkv, hd, 0);
+        OP(rmsnorm_backward, w.qraw, PF(P, q_norm), w.rstdq, w.dq, w.dq, w.dq_c, PF(D, q_norm),
+           T * nh, hd, 0, w.partial);
+        OP(rmsnorm_backward, w.kraw, PF(P, k_norm), w.rstdk, w.dk, w.dk, w.dk_c, PF(D, k_norm),
+           T * nkv, hd, 0, w.partial);
     }
-    rp_linear_backward_weight(w.dq, w.h1, PARAM(D, wq), OPT(D, bq), T, H, QD);
-    rp_linear_backward_weight(w.dk, w.h1, PARAM(D, wk), OPT(D, bk), T, H, KD);
-    rp_linear_backward_weight(w.dv, w.h1, PARAM(D, wv), OPT(D, bv), T, H, KD);
-    rp_linear_backward_input(w.dq, PARAM(P, wq), w.tmp, T, H, QD, 0);
-    rp_linear_backward_input(w.dk, PARAM(P, wk), w.tmp, T, H, KD, 1);
-    rp_linear_backward_input(w.dv, PARAM(P, wv), w.tmp, T, H, KD, 1);
-    rp_rmsnorm_backward(x, PARAM(P, in_norm), w.rstd1, w.tmp, dx, PARAM(D, in_norm), T, H, 1);
+    OP(convert, w.dv, w.dv_c, T * KD);
+    if (off.bq != SIZE_MAX)
+        OP(column_sum_accumulate, w.dq, T, QD, PF(D, bq), w.partial);
+    if (off.bk != SIZE_MAX)
+        OP(column_sum_accumulate, w.dk, T, KD, PF(D, bk), w.partial);
+    if (off.bv != SIZE_MAX)
+        OP(column_sum_accumulate, w.dv, T, KD, PF(D, bv), w.partial);
+    OP(linear_backward_weight, w.dq_c, w.h1, PF(D, wq), T, H, QD);
+    OP(linear_backward_weight, w.dk_c, w.h1, PF(D, wk), T, H, KD);
+    OP(linear_backward_weight, w.dv_c, w.h1, PF(D, wv), T, H, KD);
+    OP(linear_backward_input, w.dq_c, PC(wq), w.tmp, NULL, T, H, QD, 0);
+    OP(linear_backward_input, w.dk_c, PC(wk), w.tmp, NULL, T, H, KD, 1);
+    OP(linear_backward_input, w.dv_c, PC(wv), w.tmp, NULL, T, H, KD, 1);
+    OP(rmsnorm_backward, x, PF(P, in_norm), w.rstd1, w.tmp, dx, NULL, PF(D, in_norm), T, H, 1,
+       w.partial);
+    return RP_OK;
 }

@@ -1,105 +1,136 @@
 /* Head (layer L+1): final RMSNorm, LM head and token cross-entropy, over
- * chunks of tokens so that only [chunk, vocab] logits exist at a time. The
- * backward of a chunk follows its forward at once (no recompute). */
+ * chunks of tokens so that only [chunk, vocab] logits exist at a time,
+ * composed over the kernel ops table. The backward of a chunk follows its
+ * forward at once (no recompute). The per-token losses stay on the device
+ * until the end and are summed in token order on the host. */
 #include <string.h>
 
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/xent.h"
 #include "model/layers.h"
 
 typedef struct head_ws {
-    float *h, *rstd, *logits, *dh;
-    double *loss;
-    uint8_t *counted;
+    void *lm_c;      /* the LM head in the compute dtype (NULL: fp32 is it) */
+    void *h;         /* [C, H] normed rows, compute dtype */
+    float *rstd;     /* [C] */
+    float *logits;   /* [C, V], then their gradient */
+    void *dlogits_c; /* their compute copy (NULL: the logits are it) */
+    float *dh;       /* [C, H] */
+    double *loss;    /* [T] */
+    float *partial;
     size_t total;
 } head_ws;
 
-static float *take(float *base, size_t *at, size_t n)
+static void *take(float *base, size_t *at, size_t bytes)
 {
-    float *p = base ? base + *at : NULL;
-    *at += (n + 15) / 16 * 16;
+    void *p = base ? (void *)(base + *at) : NULL;
+    *at += (bytes + 63) / 64 * 16;
     return p;
 }
 
-static int64_t chunk_rows(int64_t T, int64_t chunk)
+static int64_t chunk_rows(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T,
+                          int64_t chunk)
 {
+    if (chunk <= 0)
+        chunk = ops->logits_rows(cfg->vocab_size);
     if (chunk < 1)
         chunk = 1;
     return T > 0 && T < chunk ? T : chunk;
 }
 
-static void carve(const rp_model_config *cfg, int64_t C, float *base, head_ws *w)
+static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T, int64_t C,
+                  float *base, head_ws *w)
 {
     const size_t H = (size_t)cfg->hidden_size, V = (size_t)cfg->vocab_size, c = (size_t)C;
+    const size_t cb = rp_kernel_compute_bytes(ops);
+    const int one = ops->compute_dtype == RP_F32;
     size_t at = 0;
-    w->h = take(base, &at, c * H);
-    w->rstd = take(base, &at, c);
-    w->logits = take(base, &at, c * V);
-    w->dh = take(base, &at, c * H);
-    w->loss = (double *)take(base, &at, 2 * c);
-    w->counted = (uint8_t *)take(base, &at, c / sizeof(float) + 1);
+    memset(w, 0, sizeof *w);
+    w->lm_c = one ? NULL : take(base, &at, V * H * cb);
+    w->h = take(base, &at, c * H * cb);
+    w->rstd = take(base, &at, c * sizeof(float));
+    w->logits = take(base, &at, c * V * sizeof(float));
+    w->dlogits_c = one ? NULL : take(base, &at, c * V * cb);
+    w->dh = take(base, &at, c * H * sizeof(float));
+    w->loss = take(base, &at, (size_t)(T > 0 ? T : 1) * sizeof(double));
+    size_t n = ops->column_sum_scratch_floats((int64_t)H);
+    w->partial = n ? take(base, &at, n * sizeof(float)) : NULL;
     w->total = at;
 }
 
-size_t rp_head_workspace_floats(const rp_model_config *cfg, int64_t T, int64_t chunk)
+size_t rp_head_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T,
+                                int64_t chunk)
 {
     head_ws w;
-    carve(cfg, chunk_rows(T, chunk), NULL, &w);
+    carve(ops, cfg, T, chunk_rows(ops, cfg, T, chunk), NULL, &w);
     return w.total;
 }
 
-rp_status rp_head_forward_backward(const rp_model_config *cfg, const float *norm_w,
-                                   const float *lm_w, const float *x, const int32_t *targets,
-                                   const uint8_t *mask, int64_t T, float scale, float *dx,
-                                   float *dnorm_w, float *dlm_w, int64_t chunk, float *ws,
-                                   double *loss_sum, int64_t *ncounted, rp_error *err)
+#define OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
+
+/* On a back end whose memory the host reads, a chunk without a counted
+ * token is skipped: no loss, and no gradient flows to its rows. */
+static int chunk_counts(const rp_kernel_ops *ops, const uint8_t *mask, int64_t n)
+{
+    if (!ops->host_addressable || !mask)
+        return 1;
+    for (int64_t r = 0; r < n; r++)
+        if (mask[r])
+            return 1;
+    return 0;
+}
+
+rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *cfg,
+                                   const float *norm_w, const float *lm_w, const float *x,
+                                   const int32_t *targets, const uint8_t *mask, int64_t T,
+                                   float scale, float *dx, float *dnorm_w, float *dlm_w,
+                                   int64_t chunk, float *ws, double *loss_sum, rp_error *err)
 {
     const int64_t H = cfg->hidden_size, V = cfg->vocab_size;
-    int64_t count = 0;
-    for (int64_t t = 0; t < T; t++) {
-        if (mask && !mask[t])
-            continue;
-        if (targets[t] < 0 || targets[t] >= V)
-            return rp_error_set(err, RP_ERR_RANGE,
-                                "head: target %d at position %lld is outside the vocabulary "
-                                "[0, %lld)",
-                                (int)targets[t], (long long)t, (long long)V);
-        count++;
-    }
-    const int64_t C = chunk_rows(T, chunk);
-    head_ws w;
-    carve(cfg, C, ws, &w);
     const float eps = (float)cfg->rms_norm_eps;
-    double total = 0.0;
+    OP(check_ids, targets, mask, T, V, "head", "target");
+    if (T <= 0) {
+        *loss_sum = 0.0;
+        return RP_OK;
+    }
+    const int64_t C = chunk_rows(k->ops, cfg, T, chunk);
+    head_ws w;
+    carve(k->ops, cfg, T, C, ws, &w);
+    const void *lm = lm_w;
+    if (w.lm_c) {
+        OP(convert, lm_w, w.lm_c, V * H);
+        lm = w.lm_c;
+    }
     for (int64_t c0 = 0; c0 < T; c0 += C) {
         const int64_t n = T - c0 < C ? T - c0 : C;
         const float *xc = x + c0 * H;
         float *dxc = dx ? dx + c0 * H : NULL;
-        int any = 0;
-        for (int64_t r = 0; r < n; r++) {
-            w.counted[r] = mask ? (mask[c0 + r] != 0) : 1;
-            any |= w.counted[r];
-        }
-        if (!any) {
-            /* nothing counts: no loss and no gradient flows to these rows */
+        const uint8_t *counted = mask ? mask + c0 : NULL;
+        if (!chunk_counts(k->ops, counted, n)) {
+            memset(w.loss + c0, 0, sizeof(double) * (size_t)n);
             if (dxc)
                 memset(dxc, 0, sizeof(float) * (size_t)(n * H));
             continue;
         }
-        rp_rmsnorm_forward(xc, norm_w, w.h, w.rstd, n, H, eps);
-        rp_linear_forward(w.h, lm_w, NULL, w.logits, n, H, V);
-        rp_xent_rows(w.logits, n, V, targets + c0, w.counted, scale, w.loss, dx != NULL);
-        for (int64_t r = 0; r < n; r++)
-            total += w.loss[r]; /* token order: deterministic */
-        if (dxc) {
-            rp_linear_backward_weight(w.logits, w.h, dlm_w, NULL, n, H, V);
-            rp_linear_backward_input(w.logits, lm_w, w.dh, n, H, V, 0);
-            rp_rmsnorm_backward(xc, norm_w, w.rstd, w.dh, dxc, dnorm_w, n, H, 0);
+        OP(rmsnorm_forward, xc, norm_w, NULL, w.h, w.rstd, n, H, eps);
+        OP(linear_forward, w.h, lm, NULL, NULL, w.logits, NULL, n, H, V);
+        OP(cross_entropy, w.logits, n, V, targets + c0, counted, scale, w.loss + c0, dx != NULL);
+        if (!dxc)
+            continue;
+        const void *dlogits = w.logits;
+        if (w.dlogits_c) {
+            OP(convert, w.logits, w.dlogits_c, n * V);
+            dlogits = w.dlogits_c;
         }
+        OP(linear_backward_weight, dlogits, w.h, dlm_w, n, H, V);
+        OP(linear_backward_input, dlogits, lm, w.dh, NULL, n, H, V, 0);
+        OP(rmsnorm_backward, xc, norm_w, w.rstd, w.dh, dxc, NULL, dnorm_w, n, H, 0, w.partial);
     }
-    *loss_sum = total;
-    if (ncounted)
-        *ncounted = count;
-    return RP_OK;
+    return k->ops->sum_to_host(k->state, w.loss, T, loss_sum, err);
+}
+
+size_t rp_model_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
+                                 int64_t nseq, int64_t seqlen)
+{
+    size_t b = rp_block_workspace_floats(ops, cfg, nseq, seqlen);
+    size_t h = rp_head_workspace_floats(ops, cfg, nseq * seqlen, 0);
+    return b > h ? b : h;
 }

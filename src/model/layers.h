@@ -1,20 +1,27 @@
-/* The layer math of Llama / Qwen3 decoder-only models on CPU, fp32, with the
- * semantics of Hugging Face transformers (modeling_llama.py,
- * modeling_qwen3.py). Every layer has a forward and a backward; a block's
- * forward keeps what its backward needs in a caller-owned `saved` area, so
- * the backward never runs the forward again. Activations are row-major [tokens, hidden] with tokens = nseq
- * sequences of seqlen back to back; positions restart at 0 per sequence and
- * attention is causal within each sequence.
+/* The layers of Llama / Qwen3 decoder-only models with the semantics of
+ * Hugging Face transformers (modeling_llama.py, modeling_qwen3.py), written
+ * once over the kernel ops table of src/kernels/ops.h: every call takes the
+ * table and its state (rp_kernels) of the back end that runs it, and every
+ * pointer is that back end's memory. Every layer has a forward and a
+ * backward; a block's forward keeps what its backward needs in a
+ * caller-owned `saved` area, so the backward never runs the forward again.
+ * Activations are row-major [tokens, hidden] with tokens = nseq sequences of
+ * seqlen back to back; positions restart at 0 per sequence and attention is
+ * causal within each sequence.
  *
- * Parameter gradients are accumulated (+=), so calling a backward on
- * microbatch 1 then microbatch 2 sums their gradients in that order. For a
- * fixed OpenMP thread count all results are bit-identical from run to run
- * (static schedules, every sum in a fixed order, no float atomics).
+ * Parameters, activations between layers and gradients are fp32; what the
+ * GEMMs and the attention read is in the table's compute dtype (fp32 on the
+ * CPU, bf16 on CUDA). Parameter gradients are accumulated (+=), so calling a
+ * backward on microbatch 1 then microbatch 2 sums their gradients in that
+ * order. On the CPU table, for a fixed OpenMP thread count, all results are
+ * bit-identical from run to run (static schedules, every sum in a fixed
+ * order, no float atomics).
  *
  * The configuration must have passed rp_model_config_check (rp_model_layout
- * calls it). GEMMs go to OpenBLAS; do not call these from inside an OpenMP
- * parallel region. Workspace sizes depend only on the configuration and
- * the shapes (not on the thread count). */
+ * calls it). Sizes depend only on the table, the configuration and the
+ * shapes (not on the thread count), so the planner sizes jobs with the same
+ * functions the executors allocate with. Calls return RP_OK or the failing
+ * op's error. */
 #ifndef RP_MODEL_LAYERS_H
 #define RP_MODEL_LAYERS_H
 
@@ -23,6 +30,7 @@
 
 #include "core/error.h"
 #include "io/config.h"
+#include "kernels/ops.h"
 #include "model/layout.h"
 
 /* Keys/queries per attention block (online softmax); memory is linear in
@@ -33,64 +41,90 @@
 
 /* out[t] = W[tokens[t]], W is [vocab, hidden]. A token outside [0, vocab) is
  * an RP_ERR_RANGE error naming its position; out is then untouched. */
-rp_status rp_embed_forward(const rp_model_config *cfg, const float *W, const int32_t *tokens,
-                           int64_t T, float *out, rp_error *err);
+rp_status rp_embed_forward(const rp_kernels *k, const rp_model_config *cfg, const float *W,
+                           const int32_t *tokens, int64_t T, float *out, rp_error *err);
 
 /* dW[tokens[t]] += dout[t], tokens in order (each thread owns a slice of the
  * hidden columns). Same token check as the forward, before any write. */
-rp_status rp_embed_backward(const rp_model_config *cfg, const int32_t *tokens, int64_t T,
-                            const float *dout, float *dW, rp_error *err);
+rp_status rp_embed_backward(const rp_kernels *k, const rp_model_config *cfg,
+                            const int32_t *tokens, int64_t T, const float *dout, float *dW,
+                            rp_error *err);
 
 /* ---- decoder block (layers 1..L) ---------------------------------------- */
 
 /* Floats for nseq sequences of seqlen tokens of the area a block's forward
  * saves for its backward (one per layer awaiting its backward), and of the
- * scratch workspace both calls use (one per executor): each a*tokens +
- * b*seqlen + c, no seqlen^2 term. */
-size_t rp_block_saved_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
-size_t rp_block_workspace_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
+ * scratch workspace both calls use (one per executor), on the back end of
+ * `ops`: each a*tokens + b*seqlen + c, no seqlen^2 term. */
+size_t rp_block_saved_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
+                             int64_t seqlen);
+size_t rp_block_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
+                                 int64_t nseq, int64_t seqlen);
+
+/* Guard bands, for tests: with rp_model_guard_floats > 0 (set before
+ * anything is sized, never changed while buffers of that size exist), every
+ * slice of a block's saved area and scratch is followed by that many floats
+ * no op may write; rp_block_guards lists where they are (area 0: saved,
+ * 1: scratch; offsets in floats), so a test that poisoned both areas can
+ * check that nothing ran past its slice. */
+#define RP_MODEL_MAX_GUARDS 64
+typedef struct rp_model_guards {
+    int n;
+    int area[RP_MODEL_MAX_GUARDS];
+    size_t at[RP_MODEL_MAX_GUARDS];
+} rp_model_guards;
+extern size_t rp_model_guard_floats;
+void rp_block_guards(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
+                     int64_t seqlen, rp_model_guards *out);
 
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL
  * skips the output (and the down projection): for a layer whose forward
  * runs only for its backward. params is the layer block laid out as
  * rp_block_offsets_get. y must not alias x. */
-void rp_block_forward(const rp_model_config *cfg, const float *params, const float *x, float *y,
-                      int64_t nseq, int64_t seqlen, float *saved, float *ws);
+rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
+                           const float *x, float *y, int64_t nseq, int64_t seqlen, float *saved,
+                           float *ws, rp_error *err);
 
 /* dx = dL/dx (overwritten; may alias dy, must not alias x) and dparams +=
  * dL/dparams, given dy = dL/dy, from the `saved` area of this layer's
  * forward on the same x and params (consumed: the backward overwrites part
  * of it, so each forward serves one backward). */
-void rp_block_backward(const rp_model_config *cfg, const float *params, const float *x,
-                       float *saved, const float *dy, float *dx, float *dparams, int64_t nseq,
-                       int64_t seqlen, float *ws);
+rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
+                            const float *x, float *saved, const float *dy, float *dx,
+                            float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+                            rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq);
 
 /* ---- head (layer L+1): final norm + LM head + cross-entropy ------------- */
 
-#define RP_HEAD_CHUNK 64 /* a good default number of tokens per logits chunk */
-
-/* Floats of workspace for rp_head_forward_backward over chunks of `chunk`
- * tokens (independent of T beyond min(T, chunk)). */
-size_t rp_head_workspace_floats(const rp_model_config *cfg, int64_t T, int64_t chunk);
+/* Floats of workspace for rp_head_forward_backward over T tokens in chunks
+ * of `chunk` tokens (0: the back end's choice, ops->logits_rows): the
+ * logits of one chunk and the losses of all T tokens. */
+size_t rp_head_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T,
+                                int64_t chunk);
 
 /* Token t counts when mask == NULL or mask[t] != 0; its loss is
  * -log softmax(lm_w * rmsnorm(x_t) * norm_w)[targets[t]] (targets are the
- * already shifted next tokens). *loss_sum = the sum over counted tokens, in
- * double, summed in token order; *ncounted (may be NULL) their number.
+ * already shifted next tokens). *loss_sum (host) = the sum over counted
+ * tokens, in double, summed in token order.
  * When dx != NULL: dx = d(scale * loss_sum)/dx (rows that do not count get
  * only what flows through other rows, i.e. zero), dnorm_w += and dlm_w +=
  * the scale-weighted gradients. lm_w is [vocab, hidden]: with tied
  * embeddings pass the embedding matrix and its gradient buffer.
- * Logits exist for `chunk` tokens at a time, never for all T.
- * A counted target outside [0, vocab) is RP_ERR_RANGE (checked before any
- * write). */
-rp_status rp_head_forward_backward(const rp_model_config *cfg, const float *norm_w,
-                                   const float *lm_w, const float *x, const int32_t *targets,
-                                   const uint8_t *mask, int64_t T, float scale, float *dx,
-                                   float *dnorm_w, float *dlm_w, int64_t chunk, float *ws,
-                                   double *loss_sum, int64_t *ncounted, rp_error *err);
+ * Logits exist for `chunk` tokens at a time (0: the back end's choice),
+ * never for all T. A counted target outside [0, vocab) is RP_ERR_RANGE
+ * (checked before any write). */
+rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *cfg,
+                                   const float *norm_w, const float *lm_w, const float *x,
+                                   const int32_t *targets, const uint8_t *mask, int64_t T,
+                                   float scale, float *dx, float *dnorm_w, float *dlm_w,
+                                   int64_t chunk, float *ws, double *loss_sum, rp_error *err);
+
+/* Workspace floats one executor needs for any block or head call on the
+ * back end of `ops` (the larger of the two). */
+size_t rp_model_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
+                                 int64_t nseq, int64_t seqlen);
 
 #endif

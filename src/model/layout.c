@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/cpu/ops.h"
 #include "model/layers.h"
 
 static size_t align_up(size_t n) { return (n + RP_PARAM_ALIGN - 1) / RP_PARAM_ALIGN * RP_PARAM_ALIGN; }
@@ -54,6 +55,10 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "model config: field '%s' exceeds 2^31-1 (BLAS takes int dimensions)",
                             big);
+    if (cfg->head_dim > RP_MODEL_MAX_HEAD_DIM)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'head_dim' is %lld, at most %d is supported",
+                            (long long)cfg->head_dim, RP_MODEL_MAX_HEAD_DIM);
     if (!(cfg->rms_norm_eps > 0))
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "model config: field 'rms_norm_eps' must be positive");
@@ -214,8 +219,8 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         double attn = 2 * QD * (double)(seqlen + 1);
         c->fwd_flops_per_token = gemm + attn;
         c->bwd_flops_per_token = c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
-        size_t w1 = rp_block_workspace_floats(cfg, 1, seqlen);
-        size_t w2 = rp_block_workspace_floats(cfg, 2, seqlen);
+        size_t w1 = rp_block_workspace_floats(&rp_kernel_ops_cpu, cfg, 1, seqlen);
+        size_t w2 = rp_block_workspace_floats(&rp_kernel_ops_cpu, cfg, 2, seqlen);
         /* ws = fixed + per_token * tokens + per_seqlen * seqlen: two nseq
          * values separate the per-token part from the rest */
         c->work_floats_per_token = (w2 - w1) / (size_t)(seqlen > 0 ? seqlen : 1);
@@ -225,8 +230,12 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
     case RP_LAYER_HEAD:
         c->fwd_flops_per_token = 2 * H * V;
         c->bwd_flops_per_token = 3 * (2 * H * V); /* logits + dW + dx, one pass */
-        c->work_floats_per_token = 0;
-        c->work_floats_fixed = rp_head_workspace_floats(cfg, RP_HEAD_CHUNK, RP_HEAD_CHUNK);
+        /* one chunk of logits, and the losses of every token (two token
+         * counts separate the two) */
+        size_t w1 = rp_head_workspace_floats(&rp_kernel_ops_cpu, cfg, 1024, 0);
+        size_t w2 = rp_head_workspace_floats(&rp_kernel_ops_cpu, cfg, 2048, 0);
+        c->work_floats_per_token = (w2 - w1) / 1024;
+        c->work_floats_fixed = w1 - c->work_floats_per_token * 1024;
         break;
     }
 }

@@ -20,6 +20,7 @@
 
 #define RP_PARAM_ALIGN 16 /* elements: 64 bytes in fp32, 32 in bf16 */
 #define RP_LAYER_MAX_PARAMS 16
+#define RP_MODEL_MAX_HEAD_DIM 2048 /* RoPE frequencies live on the stack */
 
 #include "core/layer_kind.h" /* shared with the planner */
 

@@ -22,11 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct rp_attn_shape {
-    int64_t nseq, seqlen, nheads, nkv, head_dim;
-    int64_t block; /* keys and queries per block, 1..RP_ATTN_MAX_BLOCK */
-    float scale;   /* usually 1/sqrt(head_dim) */
-} rp_attn_shape;
+#include "kernels/ops.h" /* rp_attn_shape */
+
 
 /* Largest block the forward uses (larger requests are clamped): its
  * per-row state lives on the stack, 3 * RP_ATTN_MAX_BLOCK floats. */

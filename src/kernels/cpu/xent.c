@@ -9,7 +9,7 @@ void rp_xent_rows(float *logits, int64_t rows, int64_t vocab, const int32_t *tar
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *z = logits + r * vocab;
-        if (!counted[r]) {
+        if (counted && !counted[r]) {
             loss[r] = 0.0;
             if (grad)
                 memset(z, 0, sizeof(float) * (size_t)vocab);

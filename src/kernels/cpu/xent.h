@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-/* For each row r with counted[r] != 0: loss[r] = logsumexp(z_r) - z_r[t_r];
+/* For each row r with counted == NULL or counted[r] != 0: loss[r] = logsumexp(z_r) - z_r[t_r];
  * other rows get loss[r] = 0. When grad is non-zero the row is overwritten
  * in place by d(scale * loss_r)/dz_r = scale * (softmax(z_r) - onehot(t_r)),
  * or by zeros for rows that do not count. targets must be in [0, vocab) for

@@ -48,7 +48,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cpu/attention.h"
+#include "kernels/ops.h" /* rp_attn_shape */
 
 #ifdef __cplusplus
 extern "C" {

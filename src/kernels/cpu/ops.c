@@ -1,0 +1,272 @@
+/* The CPU table of kernel ops: each entry is the fp32 kernel of this
+ * directory. The compute dtype is fp32, so a "rounded copy" is the same
+ * values: it is written only when the caller gave a separate buffer. */
+#include <string.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/xent.h"
+
+/* the second name of an output, when it is a different buffer */
+static void also(float *copy, const float *value, int64_t n)
+{
+    if (copy && copy != value)
+        memcpy(copy, value, sizeof(float) * (size_t)n);
+}
+
+static size_t no_scratch_attn(const rp_attn_shape *s)
+{
+    (void)s;
+    return 0;
+}
+
+static size_t no_scratch_cols(int64_t cols)
+{
+    (void)cols;
+    return 0;
+}
+
+static size_t rope_table_floats(int64_t seqlen, int64_t half)
+{
+    return (size_t)(2 * seqlen * half);
+}
+
+static int64_t logits_rows(int64_t vocab)
+{
+    (void)vocab;
+    return 64; /* a [64, vocab] chunk stays in cache-sized pieces for the GEMMs */
+}
+
+static rp_status linear_forward(void *state, const void *x, const void *W, const float *bias,
+                                const float *residual, float *y, void *y_compute, int64_t rows,
+                                int64_t in, int64_t out, rp_error *err)
+{
+    (void)state, (void)err;
+    float *dst = y ? y : y_compute;
+    rp_linear_forward(x, W, bias, dst, rows, in, out);
+    if (residual) {
+        /* residual + product, the order the block has always added in */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < rows * out; i++)
+            dst[i] = residual[i] + dst[i];
+    }
+    if (y)
+        also(y_compute, y, rows * out);
+    return RP_OK;
+}
+
+static rp_status linear_backward_input(void *state, const void *dy, const void *W, float *dx,
+                                       void *dx_compute, int64_t rows, int64_t in, int64_t out,
+                                       int accumulate, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_linear_backward_input(dy, W, dx ? dx : dx_compute, rows, in, out, accumulate);
+    return RP_OK;
+}
+
+static rp_status linear_backward_weight(void *state, const void *dy, const void *x, float *dW,
+                                        int64_t rows, int64_t in, int64_t out, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_linear_backward_weight(dy, x, dW, NULL, rows, in, out);
+    return RP_OK;
+}
+
+static rp_status column_sum_accumulate(void *state, const float *src, int64_t rows, int64_t cols,
+                                       float *dst, float *scratch, rp_error *err)
+{
+    (void)state, (void)scratch, (void)err;
+    if (rows > 0)
+        rp_colsum_accumulate(src, rows, cols, dst);
+    return RP_OK;
+}
+
+static rp_status rmsnorm_forward(void *state, const float *x, const float *w, float *y,
+                                 void *y_compute, float *rstd, int64_t rows, int64_t dim,
+                                 float eps, rp_error *err)
+{
+    (void)state, (void)err;
+    float *dst = y ? y : y_compute;
+    rp_rmsnorm_forward(x, w, dst, rstd, rows, dim, eps);
+    if (y)
+        also(y_compute, y, rows * dim);
+    return RP_OK;
+}
+
+static rp_status rmsnorm_backward(void *state, const float *x, const float *w, const float *rstd,
+                                  const float *dy, float *dx, void *dx_compute, float *dw,
+                                  int64_t rows, int64_t dim, int accumulate, float *scratch,
+                                  rp_error *err)
+{
+    (void)state, (void)scratch, (void)err;
+    rp_rmsnorm_backward(x, w, rstd, dy, dx, dw, rows, dim, accumulate);
+    also(dx_compute, dx, rows * dim);
+    return RP_OK;
+}
+
+static rp_status rope_table(void *state, const float *inv_freq, int64_t half, int64_t seqlen,
+                            float *space, const float **table, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_rope_table(space, inv_freq, seqlen, half);
+    *table = space;
+    return RP_OK;
+}
+
+static rp_status rope_apply(void *state, float *x, void *x_compute, const float *table,
+                            int64_t nseq, int64_t seqlen, int64_t nheads, int64_t head_dim,
+                            int inverse, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_rope_apply(x, table, nseq, seqlen, nheads, head_dim, inverse);
+    also(x_compute, x, nseq * seqlen * nheads * head_dim);
+    return RP_OK;
+}
+
+static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
+                                   const void *k, const void *v, void *o, float *lse,
+                                   rp_error *err)
+{
+    (void)state, (void)err;
+    rp_attn_forward(s, q, k, v, o, lse);
+    return RP_OK;
+}
+
+static rp_status attention_backward(void *state, const rp_attn_shape *s, const void *q,
+                                    const void *k, const void *v, const void *o, const float *lse,
+                                    const void *dout, float *dq, float *dk, float *dv,
+                                    float *scratch, rp_error *err)
+{
+    (void)state, (void)scratch, (void)err;
+    rp_attn_backward(s, q, k, v, o, lse, dout, dq, dk, dv);
+    return RP_OK;
+}
+
+static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
+                                rp_error *err)
+{
+    (void)state, (void)err;
+    rp_swiglu_forward(g, u, m, n);
+    return RP_OK;
+}
+
+static rp_status swiglu_backward(void *state, const float *g, const float *u, const float *dm,
+                                 void *dg, void *du, int64_t n, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_swiglu_backward(g, u, dm, dg, du, n);
+    return RP_OK;
+}
+
+static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
+                               const int32_t *targets, const uint8_t *counted, float scale,
+                               double *loss, int grad, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_xent_rows(logits, rows, vocab, targets, counted, scale, loss, grad);
+    return RP_OK;
+}
+
+static rp_status sum_to_host(void *state, const double *values, int64_t n, double *sum,
+                             rp_error *err)
+{
+    (void)state, (void)err;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        total += values[i];
+    *sum = total;
+    return RP_OK;
+}
+
+static rp_status check_ids(void *state, const int32_t *ids, const uint8_t *mask, int64_t n,
+                           int64_t limit, const char *what, const char *kind, rp_error *err)
+{
+    (void)state;
+    for (int64_t t = 0; t < n; t++) {
+        if (mask && !mask[t])
+            continue;
+        if (ids[t] < 0 || ids[t] >= limit)
+            return rp_error_set(err, RP_ERR_RANGE,
+                                "%s: %s %d at position %lld is outside the vocabulary [0, %lld)",
+                                what, kind, (int)ids[t], (long long)t, (long long)limit);
+    }
+    return RP_OK;
+}
+
+static rp_status embed_forward(void *state, const float *W, const int32_t *tokens, int64_t n,
+                               int64_t hidden, float *out, rp_error *err)
+{
+    (void)state, (void)err;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++)
+        memcpy(out + t * hidden, W + (int64_t)tokens[t] * hidden, sizeof(float) * (size_t)hidden);
+    return RP_OK;
+}
+
+static rp_status embed_backward(void *state, const int32_t *tokens, int64_t n, int64_t hidden,
+                                int64_t vocab, const float *dout, float *dW, rp_error *err)
+{
+    (void)state, (void)vocab, (void)err;
+    const int64_t cw = 64, nchunks = (hidden + cw - 1) / cw;
+    /* Each thread owns a slice of columns and adds the tokens in order, so a
+     * token that occurs twice is summed in the same order on every run. */
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+        const int64_t j0 = c * cw, j1 = j0 + cw < hidden ? j0 + cw : hidden;
+        for (int64_t t = 0; t < n; t++) {
+            float *row = dW + (int64_t)tokens[t] * hidden;
+            const float *d = dout + t * hidden;
+            for (int64_t j = j0; j < j1; j++)
+                row[j] += d[j];
+        }
+    }
+    return RP_OK;
+}
+
+static rp_status convert(void *state, const float *src, void *dst, int64_t n, rp_error *err)
+{
+    (void)state, (void)err;
+    also(dst, src, n);
+    return RP_OK;
+}
+
+static rp_status copy(void *state, void *dst, const void *src, size_t bytes, rp_error *err)
+{
+    (void)state, (void)err;
+    if (dst != src && bytes)
+        memcpy(dst, src, bytes);
+    return RP_OK;
+}
+
+const rp_kernel_ops rp_kernel_ops_cpu = {
+    .name = "cpu",
+    .compute_dtype = RP_F32,
+    .host_addressable = 1,
+    .attention_backward_scratch_floats = no_scratch_attn,
+    .column_sum_scratch_floats = no_scratch_cols,
+    .rope_table_floats = rope_table_floats,
+    .logits_rows = logits_rows,
+    .linear_forward = linear_forward,
+    .linear_backward_input = linear_backward_input,
+    .linear_backward_weight = linear_backward_weight,
+    .column_sum_accumulate = column_sum_accumulate,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .rope_table = rope_table,
+    .rope_apply = rope_apply,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .cross_entropy = cross_entropy,
+    .sum_to_host = sum_to_host,
+    .check_ids = check_ids,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .convert = convert,
+    .copy = copy,
+};

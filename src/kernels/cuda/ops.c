@@ -1,0 +1,473 @@
+/* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
+ * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation,
+ * on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
+ * the stream except the ops that return host values (sum_to_host, and
+ * check_ids, which must know before any write whether an id is bad) and
+ * the growth of a cached buffer, which happens once per shape. */
+#include "config.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embed.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/swiglu.h"
+#include "kernels/cuda/xent.h"
+
+#define ROPE_MAX_HALF 1024                    /* head_dim up to 2048 */
+#define HEAD_LOGITS ((int64_t)1 << 27)        /* 512 MiB of fp32 logits per chunk */
+
+typedef struct cuda_state {
+    int ordinal;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    /* scratch of the embedding's sort, grown on first use */
+    void *scratch;
+    size_t scratch_bytes;
+    unsigned long long *bad; /* device word of rp_cuda_tokens_first_bad */
+    /* the RoPE table [seqlen, head_dim] (then inv_freq) of the last shape */
+    float *rope;
+    size_t rope_floats;
+    int64_t rope_seqlen;
+    int64_t rope_half;
+    float rope_inv[ROPE_MAX_HALF];
+    /* sum_to_host's pinned host buffer, grown on first use */
+    double *host_values;
+    size_t host_values_n;
+} cuda_state;
+
+rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *err)
+{
+    cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
+    return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: %s: %s", ordinal, what,
+                        cudaGetErrorString((cudaError_t)cuda_error));
+}
+
+rp_status rp_cuda_fail_blas(int ordinal, const char *what, int blas_status, rp_error *err)
+{
+    return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: %s: cuBLAS %s", ordinal, what,
+                        cublasGetStatusString((cublasStatus_t)blas_status));
+}
+
+/* a kernel entry point (returns a cudaError_t) or a cuBLAS call, failing
+ * with its name */
+#define CK(call)                                                                           \
+    do {                                                                                   \
+        int ck_e_ = (call);                                                                \
+        if (ck_e_ != 0)                                                                    \
+            return rp_cuda_fail(c->ordinal, #call, ck_e_, err);                            \
+    } while (0)
+#define CKB(call)                                                                          \
+    do {                                                                                   \
+        int ck_e_ = (call);                                                                \
+        if (ck_e_ != 0)                                                                    \
+            return rp_cuda_fail_blas(c->ordinal, #call, ck_e_, err);                       \
+    } while (0)
+
+/* the attention and cross-entropy kernels' convention: -1 bad argument,
+ * -2 CUDA failure, with a static message */
+static rp_status failed(const cuda_state *c, const char *what, int rc, const char *why,
+                        rp_error *err)
+{
+    cudaGetLastError();
+    return rp_error_set(err, rc == -1 ? RP_ERR_INVALID_ARG : RP_ERR_CUDA, "cuda device %d: %s: %s",
+                        c->ordinal, what, why ? why : "failed");
+}
+
+static rp_status sync(cuda_state *c, const char *what, rp_error *err)
+{
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return e == cudaSuccess ? RP_OK : rp_cuda_fail(c->ordinal, what, (int)e, err);
+}
+
+/* ---- sizes ----------------------------------------------------------- */
+
+static size_t attention_backward_scratch_floats(const rp_attn_shape *s)
+{
+    return (size_t)(s->nseq * s->seqlen * s->nheads); /* delta = rowsum(dout * o) */
+}
+
+static size_t column_sum_scratch_floats(int64_t cols)
+{
+    return rp_cuda_colsum_partial_floats(cols);
+}
+
+static size_t rope_table_floats(int64_t seqlen, int64_t half)
+{
+    (void)seqlen, (void)half;
+    return 0; /* the state keeps the table */
+}
+
+static int64_t logits_rows(int64_t vocab)
+{
+    int64_t rows = HEAD_LOGITS / (vocab > 0 ? vocab : 1);
+    if (rows > 64)
+        rows = rows / 64 * 64; /* GEMMs want rows */
+    return rows < 1 ? 1 : rows;
+}
+
+/* ---- GEMMs ------------------------------------------------------------ */
+
+static rp_status linear_forward(void *state, const void *x, const void *W, const float *bias,
+                                const float *residual, float *y, void *y_compute, int64_t rows,
+                                int64_t in, int64_t out, rp_error *err)
+{
+    cuda_state *c = state;
+    if (residual) {
+        cudaError_t e = cudaMemcpyAsync(y, residual, sizeof(float) * (size_t)(rows * out),
+                                        cudaMemcpyDeviceToDevice, c->stream);
+        if (e != cudaSuccess)
+            return rp_cuda_fail(c->ordinal, "copying the residual", (int)e, err);
+    }
+    CKB(rp_cuda_linear_forward(c->blas, x, W, y, rows, in, out, residual != NULL));
+    if (bias)
+        CK(rp_cuda_bias_add(y, y_compute, bias, rows, out, c->stream));
+    else if (y_compute)
+        CK(rp_cuda_bf16_from_f32(y, y_compute, rows * out, c->stream));
+    return RP_OK;
+}
+
+static rp_status linear_backward_input(void *state, const void *dy, const void *W, float *dx,
+                                       void *dx_compute, int64_t rows, int64_t in, int64_t out,
+                                       int accumulate, rp_error *err)
+{
+    cuda_state *c = state;
+    if (dx)
+        CKB(rp_cuda_linear_backward_input(c->blas, dy, W, dx, rows, in, out, accumulate));
+    else /* dx = dy W straight into bf16 */
+        CKB(rp_cuda_gemm(c->blas, 0, 0, rows, in, out, 1.0f, dy, out, W, in, 0.0f, dx_compute, 1,
+                         in));
+    return RP_OK;
+}
+
+static rp_status linear_backward_weight(void *state, const void *dy, const void *x, float *dW,
+                                        int64_t rows, int64_t in, int64_t out, rp_error *err)
+{
+    cuda_state *c = state;
+    CKB(rp_cuda_linear_backward_weight(c->blas, dy, x, dW, rows, in, out));
+    return RP_OK;
+}
+
+static rp_status column_sum_accumulate(void *state, const float *src, int64_t rows, int64_t cols,
+                                       float *dst, float *scratch, rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_colsum_accumulate(src, rows, cols, dst, scratch, c->stream));
+    return RP_OK;
+}
+
+/* ---- norms ------------------------------------------------------------ */
+
+static rp_status rmsnorm_forward(void *state, const float *x, const float *w, float *y,
+                                 void *y_compute, float *rstd, int64_t rows, int64_t dim,
+                                 float eps, rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_rmsnorm_forward(x, w, y, y_compute, rstd, rows, dim, eps, c->stream));
+    return RP_OK;
+}
+
+static rp_status rmsnorm_backward(void *state, const float *x, const float *w, const float *rstd,
+                                  const float *dy, float *dx, void *dx_compute, float *dw,
+                                  int64_t rows, int64_t dim, int accumulate, float *scratch,
+                                  rp_error *err)
+{
+    cuda_state *c = state;
+    if (dw) /* first: dx may overwrite dy */
+        CK(rp_cuda_rmsnorm_dw(x, rstd, dy, rows, dim, dw, scratch, c->stream));
+    CK(rp_cuda_rmsnorm_backward(x, w, rstd, dy, dx, dx_compute, rows, dim, accumulate,
+                                c->stream));
+    return RP_OK;
+}
+
+/* ---- RoPE ------------------------------------------------------------- */
+
+static rp_status rope_table(void *state, const float *inv_freq, int64_t half, int64_t seqlen,
+                            float *space, const float **table, rp_error *err)
+{
+    cuda_state *c = state;
+    (void)space;
+    if (half < 1 || half > ROPE_MAX_HALF)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: head_dim %lld (at most %d)",
+                            c->ordinal, (long long)(2 * half), 2 * ROPE_MAX_HALF);
+    if (c->rope && c->rope_seqlen == seqlen && c->rope_half == half &&
+        memcmp(inv_freq, c->rope_inv, sizeof(float) * (size_t)half) == 0) {
+        *table = c->rope;
+        return RP_OK;
+    }
+    /* a new shape: queued work may still read the old table */
+    RP_TRY(sync(c, "replacing the RoPE table", err));
+    size_t need = (size_t)(seqlen * 2 * half + half);
+    if (need > c->rope_floats) {
+        cudaFree(c->rope);
+        c->rope = NULL;
+        c->rope_floats = 0;
+        cudaError_t e = cudaMalloc((void **)&c->rope, need * sizeof(float));
+        if (e != cudaSuccess)
+            return rp_cuda_fail(c->ordinal, "allocating the RoPE table", (int)e, err);
+        c->rope_floats = need;
+    }
+    float *dinv = c->rope + seqlen * 2 * half;
+    cudaError_t e =
+        cudaMemcpy(dinv, inv_freq, sizeof(float) * (size_t)half, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, "uploading inv_freq", (int)e, err);
+    CK(rp_cuda_rope_table(c->rope, dinv, seqlen, half, c->stream));
+    c->rope_seqlen = seqlen;
+    c->rope_half = half;
+    memcpy(c->rope_inv, inv_freq, sizeof(float) * (size_t)half);
+    *table = c->rope;
+    return RP_OK;
+}
+
+static rp_status rope_apply(void *state, float *x, void *x_compute, const float *table,
+                            int64_t nseq, int64_t seqlen, int64_t nheads, int64_t head_dim,
+                            int inverse, rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_rope_apply(x, x_compute, table, nseq, seqlen, nheads, head_dim, inverse,
+                          c->stream));
+    return RP_OK;
+}
+
+/* ---- attention -------------------------------------------------------- */
+
+static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
+                                   const void *k, const void *v, void *o, float *lse,
+                                   rp_error *err)
+{
+    cuda_state *c = state;
+    const char *why = NULL;
+    int rc = rp_cuda_attn_forward_bf16(s, q, k, v, NULL, o, lse, c->stream, &why);
+    return rc ? failed(c, "attention forward", rc, why, err) : RP_OK;
+}
+
+static rp_status attention_backward(void *state, const rp_attn_shape *s, const void *q,
+                                    const void *k, const void *v, const void *o, const float *lse,
+                                    const void *dout, float *dq, float *dk, float *dv,
+                                    float *scratch, rp_error *err)
+{
+    cuda_state *c = state;
+    const char *why = NULL;
+    int rc = rp_cuda_attn_delta_bf16(s, o, dout, scratch, c->stream, &why);
+    if (rc)
+        return failed(c, "attention backward (delta)", rc, why, err);
+    rc = rp_cuda_attn_backward_bf16(s, q, k, v, dout, lse, scratch, dq, dk, dv, c->stream, &why);
+    return rc ? failed(c, "attention backward", rc, why, err) : RP_OK;
+}
+
+/* ---- SwiGLU ----------------------------------------------------------- */
+
+static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
+                                rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_swiglu_forward(g, u, NULL, m, n, c->stream));
+    return RP_OK;
+}
+
+static rp_status swiglu_backward(void *state, const float *g, const float *u, const float *dm,
+                                 void *dg, void *du, int64_t n, rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_swiglu_backward(g, u, dm, NULL, dg, NULL, du, n, c->stream));
+    return RP_OK;
+}
+
+/* ---- cross-entropy ---------------------------------------------------- */
+
+static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
+                               const int32_t *targets, const uint8_t *counted, float scale,
+                               double *loss, int grad, rp_error *err)
+{
+    cuda_state *c = state;
+    const char *why = NULL;
+    int rc = rp_cuda_xent_chunk(logits, rows, vocab, targets, counted, scale, grad, loss, NULL,
+                                c->stream, &why);
+    return rc ? failed(c, "cross-entropy", rc, why, err) : RP_OK;
+}
+
+static rp_status sum_to_host(void *state, const double *values, int64_t n, double *sum,
+                             rp_error *err)
+{
+    cuda_state *c = state;
+    *sum = 0.0;
+    if (n <= 0)
+        return RP_OK;
+    if ((size_t)n > c->host_values_n) { /* first use, or a longer microbatch */
+        RP_TRY(sync(c, "growing the host buffer", err)); /* the old one may be in a copy */
+        cudaFreeHost(c->host_values);
+        c->host_values = NULL;
+        c->host_values_n = 0;
+        cudaError_t e = cudaMallocHost((void **)&c->host_values, sizeof(double) * (size_t)n);
+        if (e != cudaSuccess)
+            return rp_cuda_fail(c->ordinal, "the losses' host buffer", (int)e, err);
+        c->host_values_n = (size_t)n;
+    }
+    cudaError_t e = cudaMemcpyAsync(c->host_values, values, sizeof(double) * (size_t)n,
+                                    cudaMemcpyDeviceToHost, c->stream);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, "downloading the losses", (int)e, err);
+    RP_TRY(sync(c, "downloading the losses", err));
+    double total = 0.0;
+    for (int64_t t = 0; t < n; t++)
+        total += c->host_values[t]; /* index order, as the CPU */
+    *sum = total;
+    return RP_OK;
+}
+
+/* ---- ids and the embedding -------------------------------------------- */
+
+static rp_status check_ids(void *state, const int32_t *ids, const uint8_t *mask, int64_t n,
+                           int64_t limit, const char *what, const char *kind, rp_error *err)
+{
+    cuda_state *c = state;
+    if (n <= 0)
+        return RP_OK;
+    CK(rp_cuda_tokens_first_bad(ids, mask, n, limit, c->bad, c->stream));
+    unsigned long long bad = 0;
+    cudaError_t e = cudaMemcpyAsync(&bad, c->bad, sizeof bad, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, what, (int)e, err);
+    if (bad == ~0ULL)
+        return RP_OK;
+    int32_t v = 0;
+    e = cudaMemcpy(&v, ids + bad, sizeof v, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, what, (int)e, err);
+    return rp_error_set(err, RP_ERR_RANGE,
+                        "%s: %s %d at position %llu is outside the vocabulary [0, %lld)", what,
+                        kind, (int)v, bad, (long long)limit);
+}
+
+static rp_status embed_forward(void *state, const float *W, const int32_t *tokens, int64_t n,
+                               int64_t hidden, float *out, rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_embed_forward(W, tokens, n, hidden, out, c->stream));
+    return RP_OK;
+}
+
+static rp_status embed_backward(void *state, const int32_t *tokens, int64_t n, int64_t hidden,
+                                int64_t vocab, const float *dout, float *dW, rp_error *err)
+{
+    cuda_state *c = state;
+    size_t bytes = 0;
+    CK(rp_cuda_embed_backward_scratch(n, vocab, &bytes));
+    if (bytes > c->scratch_bytes) {
+        RP_TRY(sync(c, "growing the scratch", err)); /* queued work may read the old one */
+        cudaFree(c->scratch);
+        c->scratch = NULL;
+        c->scratch_bytes = 0;
+        cudaError_t e = cudaMalloc(&c->scratch, bytes);
+        if (e != cudaSuccess) {
+            size_t fr = 0, tot = 0;
+            cudaGetLastError();
+            cudaMemGetInfo(&fr, &tot);
+            return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
+                                "cuda device %d: the embedding's scratch of %zu bytes does not "
+                                "fit (%zu bytes free of %zu)",
+                                c->ordinal, bytes, fr, tot);
+        }
+        c->scratch_bytes = bytes;
+    }
+    CK(rp_cuda_embed_backward(tokens, n, hidden, vocab, dout, dW, c->scratch, bytes, c->stream));
+    return RP_OK;
+}
+
+/* ---- copies ----------------------------------------------------------- */
+
+static rp_status convert(void *state, const float *src, void *dst, int64_t n, rp_error *err)
+{
+    cuda_state *c = state;
+    CK(rp_cuda_bf16_from_f32(src, dst, n, c->stream));
+    return RP_OK;
+}
+
+static rp_status copy(void *state, void *dst, const void *src, size_t bytes, rp_error *err)
+{
+    cuda_state *c = state;
+    if (bytes == 0 || dst == src)
+        return RP_OK;
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return RP_OK;
+}
+
+const rp_kernel_ops rp_kernel_ops_cuda = {
+    .name = "cuda",
+    .compute_dtype = RP_BF16,
+    .host_addressable = 0,
+    .attention_backward_scratch_floats = attention_backward_scratch_floats,
+    .column_sum_scratch_floats = column_sum_scratch_floats,
+    .rope_table_floats = rope_table_floats,
+    .logits_rows = logits_rows,
+    .linear_forward = linear_forward,
+    .linear_backward_input = linear_backward_input,
+    .linear_backward_weight = linear_backward_weight,
+    .column_sum_accumulate = column_sum_accumulate,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .rope_table = rope_table,
+    .rope_apply = rope_apply,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .cross_entropy = cross_entropy,
+    .sum_to_host = sum_to_host,
+    .check_ids = check_ids,
+    .embed_forward = embed_forward,
+    .embed_backward = embed_backward,
+    .convert = convert,
+    .copy = copy,
+};
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kernels *out,
+                                 rp_error *err)
+{
+    out->ops = &rp_kernel_ops_cuda;
+    out->state = NULL;
+    cuda_state *c = calloc(1, sizeof *c);
+    if (!c)
+        return rp_error_set(err, RP_ERR_NOMEM, "allocating the CUDA kernels' state");
+    c->ordinal = ordinal;
+    c->stream = stream;
+    c->blas = blas;
+    cudaError_t e = cudaMalloc((void **)&c->bad, sizeof *c->bad);
+    if (e != cudaSuccess) {
+        free(c);
+        return rp_cuda_fail(ordinal, "allocating the id check's word", (int)e, err);
+    }
+    out->state = c;
+    return RP_OK;
+}
+
+void rp_cuda_kernels_destroy(rp_kernels *k)
+{
+    cuda_state *c = k ? k->state : NULL;
+    if (!c)
+        return;
+    cudaSetDevice(c->ordinal);
+    cudaStreamSynchronize(c->stream);
+    cudaFree(c->scratch);
+    cudaFree(c->bad);
+    cudaFree(c->rope);
+    cudaFreeHost(c->host_values);
+    free(c);
+    k->state = NULL;
+}

@@ -1,0 +1,29 @@
+/* The CUDA table of kernel ops (src/kernels/ops.h), built on the kernels of
+ * this directory and cuBLAS: bf16 compute dtype (GEMM operands and attention
+ * inputs), fp32 accumulation, every op queued on one stream in call order.
+ * C header; the state is created by the CUDA device back end
+ * (src/device/cuda.c), which owns the stream and the cuBLAS handle. */
+#ifndef RP_KERNELS_CUDA_OPS_H
+#define RP_KERNELS_CUDA_OPS_H
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+extern const rp_kernel_ops rp_kernel_ops_cuda;
+
+/* The table's state for device `ordinal`: ops go to `stream` (a
+ * cudaStream_t) and GEMMs to `blas` (a cublasHandle_t bound to that
+ * stream); both stay the caller's. Allocates the few words the ops keep
+ * (the id check's result, the RoPE table, the losses' pinned host buffer)
+ * once, growing them only when a shape grows. */
+rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kernels *out,
+                                 rp_error *err);
+/* Waits for the stream and frees the state; out->state becomes NULL. */
+void rp_cuda_kernels_destroy(rp_kernels *k);
+
+/* RP_ERR_CUDA naming the device, the step and the runtime's (or cuBLAS's)
+ * message; clears a non-sticky error first. */
+rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *err);
+rp_status rp_cuda_fail_blas(int ordinal, const char *what, int blas_status, rp_error *err);
+
+#endif

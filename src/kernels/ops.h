@@ -1,0 +1,169 @@
+/* The table of kernel ops the model is composed over (DESIGN 9). The
+ * embedding, the decoder block and the head are written once, in src/model,
+ * as calls into this table; src/kernels/cpu/ops.c and src/kernels/cuda/ops.c
+ * each fill it, and src/device hands the model the table of the device it
+ * drives (with the table's state: streams, handles, cached tables).
+ *
+ * Dtypes. Tensors typed `float *` are fp32. Tensors typed `void *` are in the
+ * table's compute dtype (`compute_dtype`): GEMM operands and attention
+ * inputs. On the CPU it is fp32, so a model that asks for "the fp32 value
+ * and its compute-dtype copy" can pass the same buffer twice and no copy is
+ * made; on CUDA it is bf16 and the producing op writes the rounded copy as
+ * it goes. Where an op names an output twice (`y` and `y_compute`), either
+ * may be NULL, and when both are given and are the same buffer the op writes
+ * it once.
+ *
+ * Layouts are row-major: activations [rows, features], Linear weights in
+ * Hugging Face's [out, in]. Parameter gradients accumulate (+=): two calls
+ * add in call order. Every op is deterministic for a fixed thread count.
+ * Pointers are the device's (host memory for the CPU table). Ops run in
+ * call order on one device; the caller waits for them with the device's
+ * sync (src/device) before reading results on another stream or the host,
+ * except sum_to_host, which returns a host value.
+ *
+ * Every op returns RP_OK or an error naming the op and the device. Scratch
+ * arguments are sized by the table's *_scratch_floats functions (0 on the
+ * CPU) and carved by the caller, so the model's one sizing function covers
+ * every allocation. */
+#ifndef RP_KERNELS_OPS_H
+#define RP_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+/* Shape of causal grouped-query attention over nseq sequences of seqlen
+ * tokens: q, o [nseq*seqlen, nheads*head_dim]; k, v [nseq*seqlen,
+ * nkv*head_dim]; lse [nseq*seqlen, nheads] (fp32). Query head h reads kv
+ * head h / (nheads/nkv); query t of a sequence sees keys 0..t of it. */
+typedef struct rp_attn_shape {
+    int64_t nseq, seqlen, nheads, nkv, head_dim;
+    int64_t block; /* keys/queries per block of the CPU kernel; ignored on CUDA */
+    float scale;   /* usually 1/sqrt(head_dim) */
+} rp_attn_shape;
+
+typedef struct rp_kernel_ops {
+    const char *name;
+    rp_dtype compute_dtype;  /* of every `void *` tensor */
+    int host_addressable;    /* pointers are host memory the caller may read */
+
+    /* ---- sizes (floats), from shapes only ---------------------------- */
+    size_t (*attention_backward_scratch_floats)(const rp_attn_shape *s);
+    size_t (*column_sum_scratch_floats)(int64_t cols);
+    /* space rope_table may fill (0 when the table keeps its own) */
+    size_t (*rope_table_floats)(int64_t seqlen, int64_t half);
+    /* rows of logits the head should form at once for a vocabulary */
+    int64_t (*logits_rows)(int64_t vocab);
+
+    /* ---- GEMMs --------------------------------------------------------- */
+    /* y = [residual +] (x W^T [+ bias]) (y required); y_compute (optional)
+     * its rounded copy. x [rows, in], W [out, in], y [rows, out]; y must
+     * not alias x or residual. */
+    rp_status (*linear_forward)(void *state, const void *x, const void *W, const float *bias,
+                                const float *residual, float *y, void *y_compute, int64_t rows,
+                                int64_t in, int64_t out, rp_error *err);
+    /* dx = dy W (dx += with accumulate), into exactly one of dx (fp32) and
+     * dx_compute (accumulate needs dx). dy [rows, out], dx [rows, in]. */
+    rp_status (*linear_backward_input)(void *state, const void *dy, const void *W, float *dx,
+                                       void *dx_compute, int64_t rows, int64_t in, int64_t out,
+                                       int accumulate, rp_error *err);
+    /* dW += dy^T x. */
+    rp_status (*linear_backward_weight)(void *state, const void *dy, const void *x, float *dW,
+                                        int64_t rows, int64_t in, int64_t out, rp_error *err);
+    /* dst[j] += sum over rows of src[r, j], rows in order (bias gradients). */
+    rp_status (*column_sum_accumulate)(void *state, const float *src, int64_t rows, int64_t cols,
+                                       float *dst, float *scratch, rp_error *err);
+
+    /* ---- norms (RMSNorm over the last dim; per head with rows = tokens *
+     * heads and dim = head_dim) ---------------------------------------- */
+    /* y = x * rsqrt(mean(x^2) + eps) * w, rstd saved for the backward. */
+    rp_status (*rmsnorm_forward)(void *state, const float *x, const float *w, float *y,
+                                 void *y_compute, float *rstd, int64_t rows, int64_t dim,
+                                 float eps, rp_error *err);
+    /* dx (= or +=) the input gradient, dx_compute (optional) its rounded
+     * copy, dw += the weight gradient (dw may be NULL). dx may alias dy. */
+    rp_status (*rmsnorm_backward)(void *state, const float *x, const float *w, const float *rstd,
+                                  const float *dy, float *dx, void *dx_compute, float *dw,
+                                  int64_t rows, int64_t dim, int accumulate, float *scratch,
+                                  rp_error *err);
+
+    /* ---- RoPE (rotate_half layout; positions restart per sequence) ---- */
+    /* The cos/sin table of positions 0..seqlen-1 for inv_freq[half] (host
+     * memory): written into `space` (rope_table_floats of it), or a table
+     * the back end made once and keeps; *table is valid until the next
+     * rope_table call with another shape. */
+    rp_status (*rope_table)(void *state, const float *inv_freq, int64_t half, int64_t seqlen,
+                            float *space, const float **table, rp_error *err);
+    /* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle, or by
+     * -angle when inverse (the backward); x_compute (optional) gets the
+     * rounded result. */
+    rp_status (*rope_apply)(void *state, float *x, void *x_compute, const float *table,
+                            int64_t nseq, int64_t seqlen, int64_t nheads, int64_t head_dim,
+                            int inverse, rp_error *err);
+
+    /* ---- attention ------------------------------------------------------ */
+    rp_status (*attention_forward)(void *state, const rp_attn_shape *s, const void *q,
+                                   const void *k, const void *v, void *o, float *lse,
+                                   rp_error *err);
+    /* dq, dk, dv (fp32, overwritten) from the forward's inputs, o, lse and
+     * dout. */
+    rp_status (*attention_backward)(void *state, const rp_attn_shape *s, const void *q,
+                                    const void *k, const void *v, const void *o, const float *lse,
+                                    const void *dout, float *dq, float *dk, float *dv,
+                                    float *scratch, rp_error *err);
+
+    /* ---- SwiGLU: m = silu(g) * u, elementwise over n -------------------- */
+    rp_status (*swiglu_forward)(void *state, const float *g, const float *u, void *m, int64_t n,
+                                rp_error *err);
+    /* dg, du from dm; dg may alias g and du may alias u when the compute
+     * dtype is fp32. */
+    rp_status (*swiglu_backward)(void *state, const float *g, const float *u, const float *dm,
+                                 void *dg, void *du, int64_t n, rp_error *err);
+
+    /* ---- cross-entropy over a chunk of rows ---------------------------- */
+    /* Row r counts when counted == NULL or counted[r] != 0: loss[r] =
+     * logsumexp(z_r) - z_r[target_r] in double, else 0. With grad the
+     * logits are overwritten by d(scale * loss_r)/dz_r (zeros for rows that
+     * do not count). Targets of counted rows must be in range (check_ids). */
+    rp_status (*cross_entropy)(void *state, float *logits, int64_t rows, int64_t vocab,
+                               const int32_t *targets, const uint8_t *counted, float scale,
+                               double *loss, int grad, rp_error *err);
+    /* *sum (host) = values[0] + values[1] + ... in index order. */
+    rp_status (*sum_to_host)(void *state, const double *values, int64_t n, double *sum,
+                             rp_error *err);
+
+    /* ---- ids and the embedding ----------------------------------------- */
+    /* RP_ERR_RANGE naming the first position whose id is outside [0, limit)
+     * (only positions with mask != 0 when mask is given): "<what>: <kind>
+     * <id> at position <p> is outside the vocabulary [0, <limit>)". */
+    rp_status (*check_ids)(void *state, const int32_t *ids, const uint8_t *mask, int64_t n,
+                           int64_t limit, const char *what, const char *kind, rp_error *err);
+    /* out[t] = W[tokens[t]] (rows of `hidden` floats). */
+    rp_status (*embed_forward)(void *state, const float *W, const int32_t *tokens, int64_t n,
+                               int64_t hidden, float *out, rp_error *err);
+    /* dW[tokens[t]] += dout[t], tokens in order. */
+    rp_status (*embed_backward)(void *state, const int32_t *tokens, int64_t n, int64_t hidden,
+                                int64_t vocab, const float *dout, float *dW, rp_error *err);
+
+    /* ---- copies -------------------------------------------------------- */
+    /* dst = src rounded to the compute dtype (n elements). */
+    rp_status (*convert)(void *state, const float *src, void *dst, int64_t n, rp_error *err);
+    /* bytes from src to dst, both on the device. */
+    rp_status (*copy)(void *state, void *dst, const void *src, size_t bytes, rp_error *err);
+} rp_kernel_ops;
+
+/* A table with its state: what a device hands the model. */
+typedef struct rp_kernels {
+    const rp_kernel_ops *ops;
+    void *state;
+} rp_kernels;
+
+/* Bytes of one compute-dtype element of a table. */
+static inline size_t rp_kernel_compute_bytes(const rp_kernel_ops *ops)
+{
+    return ops->compute_dtype == RP_F32 ? 4 : 2;
+}
+
+#endif
