@@ -10,3 +10,11 @@ TESTS += mpi-tests/test_cuda_backend
 mpi_tests_test_cuda_backend_SOURCES = mpi-tests/test_cuda_backend.c mpi-tests/cuda_test_util.h
 mpi_tests_test_cuda_backend_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_cuda_backend_LDADD = $(RP_TEST_LDADD) -lm
+
+# every op of the CUDA kernel-ops table against the CPU table (the tables'
+# own checks run everywhere; SKIP without a device or a CUDA build)
+check_PROGRAMS += mpi-tests/test_kernel_ops
+TESTS += mpi-tests/test_kernel_ops
+mpi_tests_test_kernel_ops_SOURCES = mpi-tests/test_kernel_ops.c mpi-tests/cuda_test_util.h
+mpi_tests_test_kernel_ops_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_kernel_ops_LDADD = $(RP_TEST_LDADD) -lm

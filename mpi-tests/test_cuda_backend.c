@@ -31,44 +31,46 @@
 
 /* The layer calls as the engine makes them: the device's kernel ops table
  * handed to the model, then the device's sync. */
-static rp_status dev_block_forward(rp_device *d, const rp_model_config *cfg, const float *P,
-                                   const float *x, float *y, int64_t nseq, int64_t S,
-                                   float *saved, float *ws, rp_error *err)
+static rp_status dev_block_forward(rp_device *d, const rp_model_config *cfg, const void *P,
+                                   rp_dtype pdt, const float *x, float *y, int64_t nseq,
+                                   int64_t S, float *saved, float *ws, rp_error *err)
 {
     rp_kernels k;
     RP_TRY(rp_device_kernels(d, &k, err));
-    RP_TRY(rp_block_forward(&k, cfg, P, x, y, nseq, S, saved, ws, err));
+    RP_TRY(rp_block_forward(&k, cfg, P, pdt, x, y, nseq, S, saved, ws, err));
     return rp_device_sync(d, err);
 }
 
-static rp_status dev_block_backward(rp_device *d, const rp_model_config *cfg, const float *P,
-                                    const float *x, float *saved, const float *dy, float *dx,
-                                    float *D, int64_t nseq, int64_t S, float *ws, rp_error *err)
+static rp_status dev_block_backward(rp_device *d, const rp_model_config *cfg, const void *P,
+                                    rp_dtype pdt, const float *x, float *saved, const float *dy,
+                                    float *dx, float *D, int64_t nseq, int64_t S, float *ws,
+                                    rp_error *err)
 {
     rp_kernels k;
     RP_TRY(rp_device_kernels(d, &k, err));
-    RP_TRY(rp_block_backward(&k, cfg, P, x, saved, dy, dx, D, nseq, S, ws, err));
+    RP_TRY(rp_block_backward(&k, cfg, P, pdt, x, saved, dy, dx, D, nseq, S, ws, err));
     return rp_device_sync(d, err);
 }
 
-static rp_status dev_head(rp_device *d, const rp_model_config *cfg, const float *nw,
-                          const float *lm, const float *x, const int32_t *tg, const uint8_t *mask,
-                          int64_t T, float scale, float *dx, float *dn, float *dl, float *ws,
-                          double *loss, rp_error *err)
+static rp_status dev_head(rp_device *d, const rp_model_config *cfg, const void *nw,
+                          const void *lm, rp_dtype pdt, const float *x, const int32_t *tg,
+                          const uint8_t *mask, int64_t T, float scale, float *dx, float *dn,
+                          float *dl, float *ws, double *loss, rp_error *err)
 {
     rp_kernels k;
     RP_TRY(rp_device_kernels(d, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, cfg, nw, lm, x, tg, mask, T, scale, dx, dn, dl, 0, ws,
-                                    loss, err));
+    RP_TRY(rp_head_forward_backward(&k, cfg, nw, lm, pdt, x, tg, mask, T, scale, dx, dn, dl, 0,
+                                    ws, loss, err));
     return rp_device_sync(d, err);
 }
 
-static rp_status dev_embed_forward(rp_device *d, const rp_model_config *cfg, const float *W,
-                                   const int32_t *tok, int64_t T, float *out, rp_error *err)
+static rp_status dev_embed_forward(rp_device *d, const rp_model_config *cfg, const void *W,
+                                   rp_dtype pdt, const int32_t *tok, int64_t T, float *out,
+                                   rp_error *err)
 {
     rp_kernels k;
     RP_TRY(rp_device_kernels(d, &k, err));
-    RP_TRY(rp_embed_forward(&k, cfg, W, tok, T, out, err));
+    RP_TRY(rp_embed_forward(&k, cfg, W, pdt, tok, T, out, err));
     return rp_device_sync(d, err);
 }
 
@@ -81,16 +83,30 @@ static rp_status dev_embed_backward(rp_device *d, const rp_model_config *cfg, co
     return rp_device_sync(d, err);
 }
 
-static size_t kind_workspace_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
-                                    int64_t S)
+static size_t kind_workspace_floats(rp_device_kind kind, rp_dtype pdt, const rp_model_config *cfg,
+                                    int64_t nseq, int64_t S)
 {
-    return rp_model_workspace_floats(rp_device_kernel_ops(kind), cfg, nseq, S);
+    return rp_model_workspace_floats(rp_device_kernel_ops(kind), pdt, cfg, nseq, S);
 }
 
-static size_t kind_saved_floats(rp_device_kind kind, const rp_model_config *cfg, int64_t nseq,
-                                int64_t S)
+static size_t kind_saved_floats(rp_device_kind kind, rp_dtype pdt, const rp_model_config *cfg,
+                                int64_t nseq, int64_t S)
 {
-    return rp_block_saved_floats(rp_device_kernel_ops(kind), cfg, nseq, S);
+    return rp_block_saved_floats(rp_device_kernel_ops(kind), pdt, cfg, nseq, S);
+}
+
+/* A device copy of fp32 host values in pdt (bf16: rounded to nearest even,
+ * as the host store's compute copy holds them). */
+static void *gup(rp_device *d, const void *h, size_t bytes);
+static void *gup_as(rp_device *d, const float *h, size_t n, rp_dtype pdt)
+{
+    if (pdt == RP_F32)
+        return gup(d, h, n * 4);
+    uint16_t *b = malloc(n * 2);
+    rp_f32_to_bf16_array(h, b, n);
+    void *g = gup(d, b, n * 2);
+    free(b);
+    return g;
 }
 
 static rp_model_config qwen_cfg(void)
@@ -134,8 +150,8 @@ static rp_model_config llama_cfg(void)
  * the area its forward saves for the backward (sizes need no device). */
 static size_t cuda_floats(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    return kind_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen) +
-           kind_saved_floats(RP_DEVICE_CUDA, cfg, nseq, seqlen);
+    return kind_workspace_floats(RP_DEVICE_CUDA, RP_BF16, cfg, nseq, seqlen) +
+           kind_saved_floats(RP_DEVICE_CUDA, RP_BF16, cfg, nseq, seqlen);
 }
 
 START_TEST(workspace_linear_in_seqlen)
@@ -266,11 +282,12 @@ static float *rounded_copy(const float *a, size_t n)
 
 /* Every guard band of the block's saved area and scratch still holds the
  * poison (0xff bytes): no kernel wrote past its slice. */
-static void check_guards(const rp_model_config *cfg, int64_t nseq, int64_t S, const float *gsaved,
+static void check_guards(const rp_model_config *cfg, rp_dtype pdt, int64_t nseq, int64_t S,
+                         const float *gsaved,
                          const float *gws, const char *when)
 {
     rp_model_guards gl;
-    rp_block_guards(&rp_kernel_ops_cuda, cfg, nseq, S, &gl);
+    rp_block_guards(&rp_kernel_ops_cuda, pdt, cfg, nseq, S, &gl);
     ck_assert_int_gt(gl.n, 20);
     uint32_t band[64];
     ck_assert_uint_eq(rp_model_guard_floats, 64);
@@ -284,7 +301,10 @@ static void check_guards(const rp_model_config *cfg, int64_t nseq, int64_t S, co
     }
 }
 
-static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int alias)
+/* pdt: the dtype the CUDA side's parameters come in (bf16: as the engine
+ * uploads the host store's compute copy; fp32: converted by the model). */
+static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int alias,
+                       rp_dtype pdt)
 {
     rp_model_guard_floats = 64; /* before anything is sized */
     pair dv = devices();
@@ -294,29 +314,30 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     size_t np;
     float *P = block_params(cfg, &np);
     float *x = rand_f32(nx, 0, 1), *dy1 = rand_f32(nx, 0, 1), *dy2 = rand_f32(nx, 0, 1);
-    size_t wc = kind_workspace_floats(RP_DEVICE_CPU, cfg, nseq, S);
-    size_t wg = kind_workspace_floats(RP_DEVICE_CUDA, cfg, nseq, S);
-    size_t sc = kind_saved_floats(RP_DEVICE_CPU, cfg, nseq, S);
-    size_t sg = kind_saved_floats(RP_DEVICE_CUDA, cfg, nseq, S);
+    size_t wc = kind_workspace_floats(RP_DEVICE_CPU, RP_F32, cfg, nseq, S);
+    size_t wg = kind_workspace_floats(RP_DEVICE_CUDA, pdt, cfg, nseq, S);
+    size_t sc = kind_saved_floats(RP_DEVICE_CPU, RP_F32, cfg, nseq, S);
+    size_t sg = kind_saved_floats(RP_DEVICE_CUDA, pdt, cfg, nseq, S);
     float *ws_c = malloc(wc * 4), *y_c = malloc(nx * 4), *y_g = malloc(nx * 4);
     float *saved_c = malloc(sc * 4), *gsaved = gup(dv.gpu, NULL, sg * 4);
     float *D_c = calloc(np, 4), *D_g = malloc(np * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
     /* the CPU's result on bf16-rounded inputs: each gradient's sensitivity */
     float *P_r = rounded_copy(P, np), *x_r = rounded_copy(x, nx), *D_r = calloc(np, 4);
 
-    float *gP = gup(dv.gpu, P, np * 4), *gx = gup(dv.gpu, x, nx * 4);
+    void *gP = gup_as(dv.gpu, P, np, pdt);
+    float *gx = gup(dv.gpu, x, nx * 4);
     float *gy = gup(dv.gpu, NULL, nx * 4), *gws = gup(dv.gpu, NULL, wg * 4);
     float *gD = gup(dv.gpu, NULL, np * 4), *gdy = gup(dv.gpu, dy1, nx * 4);
     float *gdx = alias ? gdy : gup(dv.gpu, NULL, nx * 4);
     ck_assert_int_eq(rp_device_memset0(dv.gpu, gD, np * 4, &err), RP_OK);
 
     /* forward: compare the block's contribution y - x, not just y */
-    dev_block_forward(dv.cpu, cfg, P, x, y_c, nseq, S, saved_c, ws_c, &err);
-    ck_assert_msg(dev_block_forward(dv.gpu, cfg, gP, gx, gy, nseq, S, gsaved, gws, &err) ==
+    dev_block_forward(dv.cpu, cfg, P, RP_F32, x, y_c, nseq, S, saved_c, ws_c, &err);
+    ck_assert_msg(dev_block_forward(dv.gpu, cfg, gP, pdt, gx, gy, nseq, S, gsaved, gws, &err) ==
                       RP_OK,
                   "%s", err.msg);
     gdown(dv.gpu, y_g, gy, nx * 4);
-    check_guards(cfg, nseq, S, gsaved, gws, "forward");
+    check_guards(cfg, pdt, nseq, S, gsaved, gws, "forward");
     CHECK_REL(y_g, y_c, nx, BF16_TOL, "block y");
     for (size_t i = 0; i < nx; i++)
         y_g[i] -= x[i], y_c[i] -= x[i];
@@ -328,11 +349,12 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
     for (int call = 0; call < 2; call++) {
         const char *when = call ? "second backward" : "first backward";
         memcpy(dx_c, dys[call], nx * 4);
-        dev_block_forward(dv.cpu, cfg, P, x, NULL, nseq, S, saved_c, ws_c, &err);
-        dev_block_backward(dv.cpu, cfg, P, x, saved_c, dx_c, dx_c, D_c, nseq, S, ws_c, &err);
+        dev_block_forward(dv.cpu, cfg, P, RP_F32, x, NULL, nseq, S, saved_c, ws_c, &err);
+        dev_block_backward(dv.cpu, cfg, P, RP_F32, x, saved_c, dx_c, dx_c, D_c, nseq, S, ws_c,
+                           &err);
         float *dy_r = rounded_copy(dys[call], nx);
-        dev_block_forward(dv.cpu, cfg, P_r, x_r, NULL, nseq, S, saved_c, ws_c, &err);
-        dev_block_backward(dv.cpu, cfg, P_r, x_r, saved_c, dy_r, dy_r, D_r, nseq, S, ws_c,
+        dev_block_forward(dv.cpu, cfg, P_r, RP_F32, x_r, NULL, nseq, S, saved_c, ws_c, &err);
+        dev_block_backward(dv.cpu, cfg, P_r, RP_F32, x_r, saved_c, dy_r, dy_r, D_r, nseq, S, ws_c,
                                  &err);
         free(dy_r);
         ck_assert_int_eq(rp_device_copy(dv.gpu, gdy, dys[call], nx * 4, &err), RP_OK);
@@ -340,15 +362,15 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
             dev_poison(gdx, nx * 4);
         dev_poison(gws, wg * 4);
         dev_poison(gsaved, sg * 4);
-        ck_assert_msg(dev_block_forward(dv.gpu, cfg, gP, gx, NULL, nseq, S, gsaved, gws,
+        ck_assert_msg(dev_block_forward(dv.gpu, cfg, gP, pdt, gx, NULL, nseq, S, gsaved, gws,
                                               &err) == RP_OK,
                       "%s", err.msg);
         dev_poison(gws, wg * 4); /* nothing of the forward's scratch may be read back */
-        ck_assert_msg(dev_block_backward(dv.gpu, cfg, gP, gx, gsaved, gdy, gdx, gD, nseq, S,
+        ck_assert_msg(dev_block_backward(dv.gpu, cfg, gP, pdt, gx, gsaved, gdy, gdx, gD, nseq, S,
                                                gws, &err) == RP_OK,
                       "%s", err.msg);
         gdown(dv.gpu, dx_g, gdx, nx * 4);
-        check_guards(cfg, nseq, S, gsaved, gws, when);
+        check_guards(cfg, pdt, nseq, S, gsaved, gws, when);
         CHECK_REL(dx_g, dx_c, nx, BF16_TOL, when);
         gdown(dv.gpu, D_g, gD, np * 4);
         compare_grads(cfg, D_g, D_c, D_r, when);
@@ -367,14 +389,16 @@ static void block_case(const rp_model_config *cfg, int64_t nseq, int64_t S, int 
 START_TEST(qwen3_block_matches_cpu)
 {
     rp_model_config c = qwen_cfg();
-    block_case(&c, 2, 24, 0);
+    block_case(&c, 2, 24, 0, RP_F32);
+    block_case(&c, 2, 24, 0, RP_BF16);
 }
 END_TEST
 
 START_TEST(llama_block_matches_cpu)
 {
     rp_model_config c = llama_cfg();
-    block_case(&c, 3, 17, 1); /* dx aliasing dy, as the engine calls it */
+    block_case(&c, 3, 17, 1, RP_F32); /* dx aliasing dy, as the engine calls it */
+    block_case(&c, 3, 17, 1, RP_BF16);
 }
 END_TEST
 
@@ -385,7 +409,7 @@ START_TEST(qwen3_block_long_hd128_matches_cpu)
     rp_model_config c = qwen_cfg();
     c.head_dim = 128;
     c.max_position_embeddings = 512;
-    block_case(&c, 2, 300, 0);
+    block_case(&c, 2, 300, 0, RP_BF16);
 }
 END_TEST
 
@@ -393,7 +417,7 @@ START_TEST(llama_block_long_matches_cpu)
 {
     rp_model_config c = llama_cfg();
     c.max_position_embeddings = 512;
-    block_case(&c, 1, 333, 1);
+    block_case(&c, 1, 333, 1, RP_BF16);
 }
 END_TEST
 
@@ -411,8 +435,9 @@ static int32_t *rand_ids(int64_t T, int64_t V)
 START_TEST(head_matches_cpu)
 {
     rp_model_config cfgs[2] = {qwen_cfg(), llama_cfg()};
-    for (int k = 0; k < 2; k++) {
-        const rp_model_config *cfg = &cfgs[k];
+    for (int k = 0; k < 4; k++) { /* each model with fp32 and with bf16 parameters */
+        const rp_model_config *cfg = &cfgs[k % 2];
+        const rp_dtype pdt = k < 2 ? RP_F32 : RP_BF16;
         pair dv = devices();
         rp_error err = {0};
         const int64_t T = 53, H = cfg->hidden_size, V = cfg->vocab_size;
@@ -425,25 +450,25 @@ START_TEST(head_matches_cpu)
         for (int64_t t = 0; t < T; t++)
             count += (mask[t] = (uint8_t)(t % 5 != 2));
         const float scale = 1.0f / (float)count;
-        size_t wc = kind_workspace_floats(RP_DEVICE_CPU, cfg, 1, T);
-        size_t wg = kind_workspace_floats(RP_DEVICE_CUDA, cfg, 1, T);
+        size_t wc = kind_workspace_floats(RP_DEVICE_CPU, RP_F32, cfg, 1, T);
+        size_t wg = kind_workspace_floats(RP_DEVICE_CUDA, pdt, cfg, 1, T);
         float *ws_c = malloc(wc * 4), *dx_c = malloc(nx * 4), *dx_g = malloc(nx * 4);
         float *dn_c = calloc((size_t)H, 4), *dn_g = malloc((size_t)H * 4);
         float *dl_c = calloc(nl, 4), *dl_g = malloc(nl * 4);
         double loss_c = 0, loss_g = 0;
-        ck_assert_int_eq(dev_head(dv.cpu, cfg, nw, lm, x, tg, mask, T,
+        ck_assert_int_eq(dev_head(dv.cpu, cfg, nw, lm, RP_F32, x, tg, mask, T,
                                                          scale, dx_c, dn_c, dl_c, ws_c, &loss_c,
                                                          &err),
                          RP_OK);
-        float *gx = gup(dv.gpu, x, nx * 4), *gnw = gup(dv.gpu, nw, (size_t)H * 4);
-        float *glm = gup(dv.gpu, lm, nl * 4), *gdx = gup(dv.gpu, NULL, nx * 4);
+        float *gx = gup(dv.gpu, x, nx * 4), *gdx = gup(dv.gpu, NULL, nx * 4);
+        void *gnw = gup_as(dv.gpu, nw, (size_t)H, pdt), *glm = gup_as(dv.gpu, lm, nl, pdt);
         float *gdn = gup(dv.gpu, NULL, (size_t)H * 4), *gdl = gup(dv.gpu, NULL, nl * 4);
         float *gws = gup(dv.gpu, NULL, wg * 4);
         int32_t *gtg = gup(dv.gpu, tg, (size_t)T * 4);
         uint8_t *gm = gup(dv.gpu, mask, (size_t)T);
         ck_assert_int_eq(rp_device_memset0(dv.gpu, gdn, (size_t)H * 4, &err), RP_OK);
         ck_assert_int_eq(rp_device_memset0(dv.gpu, gdl, nl * 4, &err), RP_OK);
-        ck_assert_msg(dev_head(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
+        ck_assert_msg(dev_head(dv.gpu, cfg, gnw, glm, pdt, gx, gtg, gm, T, scale,
                                                       gdx, gdn, gdl, gws, &loss_g,
                                                       &err) == RP_OK,
                       "%s", err.msg);
@@ -464,14 +489,14 @@ START_TEST(head_matches_cpu)
          * error naming the position, before anything is written */
         tg[2] = (int32_t)V; /* mask[2] == 0 */
         rp_device_copy(dv.gpu, gtg, tg, (size_t)T * 4, &err);
-        ck_assert_msg(dev_head(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T, scale,
+        ck_assert_msg(dev_head(dv.gpu, cfg, gnw, glm, pdt, gx, gtg, gm, T, scale,
                                                       gdx, gdn, gdl, gws, &loss_g,
                                                       &err) == RP_OK,
                       "%s", err.msg);
         tg[40] = -3; /* mask[40] == 1 */
         rp_device_copy(dv.gpu, gtg, tg, (size_t)T * 4, &err);
         dev_poison(gdx, nx * 4);
-        ck_assert_int_eq(dev_head(dv.gpu, cfg, gnw, glm, gx, gtg, gm, T,
+        ck_assert_int_eq(dev_head(dv.gpu, cfg, gnw, glm, pdt, gx, gtg, gm, T,
                                                          scale, gdx, gdn, gdl, gws, &loss_g, &err),
                          RP_ERR_RANGE);
         ck_assert_msg(strstr(err.msg, "position 40") && strstr(err.msg, "-3"), "%s", err.msg);
@@ -502,11 +527,28 @@ START_TEST(embedding_matches_cpu)
     float *gW = gup(dv.gpu, W, nw * 4), *gout = gup(dv.gpu, NULL, nx * 4);
     float *gdout = gup(dv.gpu, dout, nx * 4), *gdW = gup(dv.gpu, dW, nw * 4);
     int32_t *gtok = gup(dv.gpu, tok, (size_t)T * 4);
-    ck_assert_int_eq(dev_embed_forward(dv.cpu, &cfg, W, tok, T, out_c, &err), RP_OK);
-    ck_assert_msg(dev_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err) == RP_OK, "%s",
+    ck_assert_int_eq(dev_embed_forward(dv.cpu, &cfg, W, RP_F32, tok, T, out_c, &err), RP_OK);
+    ck_assert_msg(dev_embed_forward(dv.gpu, &cfg, gW, RP_F32, gtok, T, gout, &err) == RP_OK, "%s",
                   err.msg);
     gdown(dv.gpu, out_g, gout, nx * 4);
     ck_assert(memcmp(out_g, out_c, nx * 4) == 0);
+    /* from a bf16 table (the host store's compute copy): the rounded rows,
+     * widened exactly, on both back ends */
+    {
+        uint16_t *Wb = malloc(nw * 2);
+        rp_f32_to_bf16_array(W, Wb, nw);
+        void *gWb = gup(dv.gpu, Wb, nw * 2);
+        float *out_b = malloc(nx * 4);
+        ck_assert_int_eq(dev_embed_forward(dv.cpu, &cfg, Wb, RP_BF16, tok, T, out_b, &err), RP_OK);
+        for (size_t i = 0; i < nx; i++)
+            ck_assert(out_b[i] == rp_bf16_to_f32(rp_f32_to_bf16(out_c[i])));
+        ck_assert_msg(dev_embed_forward(dv.gpu, &cfg, gWb, RP_BF16, gtok, T, gout, &err) == RP_OK,
+                      "%s", err.msg);
+        gdown(dv.gpu, out_g, gout, nx * 4);
+        ck_assert(memcmp(out_g, out_b, nx * 4) == 0);
+        rp_device_free(dv.gpu, gWb);
+        free(Wb), free(out_b);
+    }
     ck_assert_int_eq(dev_embed_backward(dv.cpu, &cfg, tok, T, dout, dW, &err), RP_OK);
     ck_assert_msg(dev_embed_backward(dv.gpu, &cfg, gtok, T, gdout, gdW, &err) == RP_OK,
                   "%s", err.msg);
@@ -516,7 +558,8 @@ START_TEST(embedding_matches_cpu)
     tok[123] = (int32_t)V;
     rp_device_copy(dv.gpu, gtok, tok, (size_t)T * 4, &err);
     dev_poison(gout, nx * 4);
-    ck_assert_int_eq(dev_embed_forward(dv.gpu, &cfg, gW, gtok, T, gout, &err), RP_ERR_RANGE);
+    ck_assert_int_eq(dev_embed_forward(dv.gpu, &cfg, gW, RP_F32, gtok, T, gout, &err),
+                     RP_ERR_RANGE);
     ck_assert_msg(strstr(err.msg, "position 123"), "%s", err.msg);
     gdown(dv.gpu, out_g, gout, nx * 4);
     for (size_t i = 0; i < nx; i++)

@@ -94,7 +94,7 @@ START_TEST(embed_forward_backward_match_cpu)
     }
     tok[5] = (int32_t)(V - 1), tok[T - 1] = 0;
     float *ref = malloc((size_t)(T * H) * 4), *got = malloc((size_t)(T * H) * 4);
-    ck_assert_int_eq(rp_embed_forward(&cpu_k, &cfg, W, tok, T, ref, NULL), RP_OK);
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, &cfg, W, RP_F32, tok, T, ref, NULL), RP_OK);
     float *dW_ref = malloc((size_t)(V * H) * 4), *dW_got = malloc((size_t)(V * H) * 4);
     memcpy(dW_ref, dW0, (size_t)(V * H) * 4);
     ck_assert_int_eq(rp_embed_backward(&cpu_k, &cfg, tok, T, dout, dW_ref, NULL), RP_OK);

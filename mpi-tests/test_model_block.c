@@ -114,8 +114,8 @@ static void fx_init(fixture *f, rp_model_config cfg, int64_t nseq, int64_t S)
     f->x = random_vec((size_t)(f->T * f->H), 11, 1.0f);
     f->wy = random_vec((size_t)(f->T * f->H), 13, 1.0f);
     f->y = malloc((size_t)(f->T * f->H) * sizeof(float));
-    f->ws = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, &cfg, nseq, S) * sizeof(float));
-    f->saved = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, &cfg, nseq, S) * sizeof(float));
+    f->ws = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfg, nseq, S) * sizeof(float));
+    f->saved = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfg, nseq, S) * sizeof(float));
 }
 
 static void fx_free(fixture *f)
@@ -133,14 +133,14 @@ static void fx_free(fixture *f)
 static void block_backward(fixture *f, const rp_model_config *cfg, const float *x,
                            const float *dy, float *dx, float *dP, int64_t nseq, int64_t S)
 {
-    ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, f->P, x, NULL, nseq, S, f->saved, f->ws, NULL), RP_OK);
-    ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, f->P, x, f->saved, dy, dx, dP, nseq, S, f->ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, f->P, RP_F32, x, NULL, nseq, S, f->saved, f->ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, f->P, RP_F32, x, f->saved, dy, dx, dP, nseq, S, f->ws, NULL), RP_OK);
 }
 
 /* L = sum(wy * y), accumulated in double */
 static double fx_loss(fixture *f)
 {
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &f->cfg, f->P, f->x, f->y, f->nseq, f->S, f->saved, f->ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &f->cfg, f->P, RP_F32, f->x, f->y, f->nseq, f->S, f->saved, f->ws, NULL), RP_OK);
     double s = 0;
     for (int64_t i = 0; i < f->T * f->H; i++)
         s += (double)f->wy[i] * (double)f->y[i];
@@ -269,11 +269,11 @@ START_TEST(sequences_are_independent)
      * sequence alone: positions restart and nothing leaks across */
     fixture f;
     fx_init(&f, qwen_cfg(), 3, 6);
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, f.x, f.y, 3, 6, f.saved, f.ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, RP_F32, f.x, f.y, 3, 6, f.saved, f.ws, NULL), RP_OK);
     float *y1 = malloc((size_t)(6 * f.H) * sizeof(float));
-    float *ws1 = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, &f.cfg, 1, 6) * sizeof(float));
-    float *saved1 = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, &f.cfg, 1, 6) * sizeof(float));
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, f.x + 6 * f.H, y1, 1, 6, saved1, ws1, NULL), RP_OK);
+    float *ws1 = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, 1, 6) * sizeof(float));
+    float *saved1 = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, 1, 6) * sizeof(float));
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, RP_F32, f.x + 6 * f.H, y1, 1, 6, saved1, ws1, NULL), RP_OK);
     for (int64_t i = 0; i < 6 * f.H; i++)
         ck_assert_msg(fabsf(y1[i] - f.y[6 * f.H + i]) <= 1e-5f * (1 + fabsf(y1[i])),
                       "element %lld: %g vs %g", (long long)i, y1[i], f.y[6 * f.H + i]);
@@ -291,8 +291,8 @@ START_TEST(bitwise_deterministic_and_accumulating)
     fx_init(&f, cfg, 2, 5);
     const size_t n = (size_t)(f.T * f.H);
     float *y2 = malloc(n * sizeof(float));
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, f.x, f.y, 2, 5, f.saved, f.ws, NULL), RP_OK);
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, f.x, y2, 2, 5, f.saved, f.ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, RP_F32, f.x, f.y, 2, 5, f.saved, f.ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, RP_F32, f.x, y2, 2, 5, f.saved, f.ws, NULL), RP_OK);
     ck_assert_mem_eq(f.y, y2, n * sizeof(float));
 
     /* two microbatches: A = backward(mb1) into zeros, then backward(mb2)
@@ -361,17 +361,17 @@ START_TEST(workspace_linear_in_seqlen)
     for (int c = 0; c < 2; c++) {
         for (int64_t nseq = 1; nseq <= 3; nseq++) {
             /* multiples of the 16-float alignment keep the rounding exact */
-            size_t a = rp_block_workspace_floats(&rp_kernel_ops_cpu, &cfgs[c], nseq, 1024);
-            size_t b = rp_block_workspace_floats(&rp_kernel_ops_cpu, &cfgs[c], nseq, 2048);
-            size_t d = rp_block_workspace_floats(&rp_kernel_ops_cpu, &cfgs[c], nseq, 3072);
+            size_t a = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 1024);
+            size_t b = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
+            size_t d = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 3072);
             ck_assert_uint_eq(b - a, d - b);
-            a = rp_block_saved_floats(&rp_kernel_ops_cpu, &cfgs[c], nseq, 1024);
-            b = rp_block_saved_floats(&rp_kernel_ops_cpu, &cfgs[c], nseq, 2048);
-            d = rp_block_saved_floats(&rp_kernel_ops_cpu, &cfgs[c], nseq, 3072);
+            a = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 1024);
+            b = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
+            d = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 3072);
             ck_assert_uint_eq(b - a, d - b);
             /* a 4096-token sequence needs less than one 4096^2 score matrix */
-            ck_assert_uint_lt(rp_block_workspace_floats(&rp_kernel_ops_cpu, &cfgs[c], 1, 4096) +
-                                  rp_block_saved_floats(&rp_kernel_ops_cpu, &cfgs[c], 1, 4096),
+            ck_assert_uint_lt(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], 1, 4096) +
+                                  rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], 1, 4096),
                               (size_t)4096 * 4096);
         }
     }

@@ -81,7 +81,7 @@ START_TEST(embedding_gather_scatter)
 {
     rp_model_config c = cfg_tiny(0);
     float *W = rnd(V * H, 1, 0, 1), *out = malloc(T * H * sizeof(float));
-    ck_assert_int_eq(rp_embed_forward(&cpu_k, &c, W, tokens, T, out, NULL), RP_OK);
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, &c, W, RP_F32, tokens, T, out, NULL), RP_OK);
     for (int t = 0; t < T; t++)
         ck_assert_mem_eq(out + t * H, W + tokens[t] * H, H * sizeof(float));
     float *d = rnd(T * H, 2, 0, 1), *dW = calloc(V * H, sizeof(float));
@@ -111,7 +111,7 @@ START_TEST(embedding_rejects_bad_tokens)
     memcpy(bad, tokens, sizeof bad);
     bad[7] = V;
     rp_error err = {0};
-    ck_assert_int_eq(rp_embed_forward(&cpu_k, &c, W, bad, T, out, &err), RP_ERR_RANGE);
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, &c, W, RP_F32, bad, T, out, &err), RP_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "position 7"));
     for (int i = 0; i < T * H; i++)
         ck_assert_float_eq(out[i], 0.0f); /* untouched */
@@ -132,7 +132,7 @@ typedef struct head_fx {
 static double head_loss(head_fx *f)
 {
     double loss;
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f->cfg, f->nw, f->lw, f->x, targets, f->mask, T, 1,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f->cfg, f->nw, f->lw, RP_F32, f->x, targets, f->mask, T, 1,
                                               NULL, NULL, NULL, f->chunk, f->ws, &loss, NULL),
                      RP_OK);
     return loss;
@@ -144,7 +144,7 @@ START_TEST(head_loss_matches_direct_formula_any_chunk)
     f.x = rnd(T * H, 3, 0, 1);
     f.nw = rnd(H, 4, 1, 0.2f);
     f.lw = rnd(V * H, 5, 0, 0.5f);
-    f.ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, &f.cfg, T, 64) * sizeof(float));
+    f.ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, T, 64) * sizeof(float));
     const uint8_t *masks[2] = {NULL, mask};
     for (int mi = 0; mi < 2; mi++) {
         f.mask = masks[mi];
@@ -153,7 +153,7 @@ START_TEST(head_loss_matches_direct_formula_any_chunk)
         for (int ci = 0; ci < 5; ci++) {
             f.chunk = chunks[ci];
             double loss;
-            ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, f.x, targets, f.mask, T,
+            ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, RP_F32, f.x, targets, f.mask, T,
                                                       1, NULL, NULL, NULL, f.chunk, f.ws, &loss, NULL),
                              RP_OK);
             /* fp32 logits: a few 1e-7 relative per token */
@@ -166,7 +166,7 @@ START_TEST(head_loss_matches_direct_formula_any_chunk)
     float *dx = rnd(T * H, 9, 0, 1), *dn = calloc(H, sizeof(float)),
           *dl = calloc(V * H, sizeof(float));
     double loss = -1;
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, f.x, targets, none, T, 1, dx,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, RP_F32, f.x, targets, none, T, 1, dx,
                                               dn, dl, 4, f.ws, &loss, NULL),
                      RP_OK);
     ck_assert(loss == 0.0);
@@ -226,12 +226,12 @@ START_TEST(head_gradients_untied_masked)
     f.x = rnd(T * H, 3, 0, 1);
     f.nw = rnd(H, 4, 1, 0.2f);
     f.lw = rnd(V * H, 5, 0, 0.5f);
-    f.ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, &f.cfg, T, 5) * sizeof(float));
+    f.ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, T, 5) * sizeof(float));
     const float scale = 0.37f;
     float *dx = malloc(T * H * sizeof(float)), *dn = calloc(H, sizeof(float)),
           *dl = calloc(V * H, sizeof(float));
     double loss;
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, f.x, targets, mask, T, scale,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, RP_F32, f.x, targets, mask, T, scale,
                                               dx, dn, dl, 5, f.ws, &loss, NULL),
                      RP_OK);
     fd_check(head_loss_v, &f, f.x, T * H, dx, scale, 1, "dx");
@@ -249,7 +249,7 @@ START_TEST(head_gradients_untied_masked)
     memcpy(dn2, dn, H * sizeof(float));
     memcpy(dl2, dl, V * H * sizeof(float));
     double loss2;
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, f.x, targets, mask, T, scale,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.lw, RP_F32, f.x, targets, mask, T, scale,
                                               dx2, dn2, dl2, 5, f.ws, &loss2, NULL),
                      RP_OK);
     ck_assert(loss2 == loss);
@@ -280,8 +280,8 @@ static double tied_loss(void *p)
 {
     tied_fx *f = p;
     double loss;
-    ck_assert_int_eq(rp_embed_forward(&cpu_k, &f->cfg, f->W, tokens, T, f->x, NULL), RP_OK);
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f->cfg, f->nw, f->W, f->x, targets, mask, T, 1,
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, &f->cfg, f->W, RP_F32, tokens, T, f->x, NULL), RP_OK);
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f->cfg, f->nw, f->W, RP_F32, f->x, targets, mask, T, 1,
                                               NULL, NULL, NULL, 4, f->ws, &loss, NULL),
                      RP_OK);
     return loss;
@@ -298,12 +298,12 @@ START_TEST(head_gradients_tied)
     f.W = rnd(V * H, 6, 0, 0.7f);
     f.nw = rnd(H, 4, 1, 0.2f);
     f.x = malloc(T * H * sizeof(float));
-    f.ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, &f.cfg, T, 4) * sizeof(float));
+    f.ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, T, 4) * sizeof(float));
     float *dx = malloc(T * H * sizeof(float)), *dn = calloc(H, sizeof(float)),
           *dW = calloc(V * H, sizeof(float));
     double loss;
-    ck_assert_int_eq(rp_embed_forward(&cpu_k, &f.cfg, f.W, tokens, T, f.x, NULL), RP_OK);
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.W, f.x, targets, mask, T, 1, dx, dn,
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, &f.cfg, f.W, RP_F32, tokens, T, f.x, NULL), RP_OK);
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &f.cfg, f.nw, f.W, RP_F32, f.x, targets, mask, T, 1, dx, dn,
                                               dW, 4, f.ws, &loss, NULL),
                      RP_OK);
     ck_assert_int_eq(rp_embed_backward(&cpu_k, &f.cfg, tokens, T, dx, dW, NULL), RP_OK);
@@ -323,14 +323,14 @@ START_TEST(head_rejects_bad_targets)
 {
     rp_model_config c = cfg_tiny(0);
     float *x = rnd(T * H, 3, 0, 1), *nw = rnd(H, 4, 1, 0.2f), *lw = rnd(V * H, 5, 0, 0.5f);
-    float *ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, &c, T, 4) * sizeof(float));
+    float *ws = malloc(rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &c, T, 4) * sizeof(float));
     float *dx = calloc(T * H, sizeof(float)), *dn = calloc(H, sizeof(float));
     int32_t bad[T];
     memcpy(bad, targets, sizeof bad);
     bad[4] = -100;
     double loss = 42;
     rp_error err = {0};
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &c, nw, lw, x, bad, NULL, T, 1, dx, dn, lw, 4, ws,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &c, nw, lw, RP_F32, x, bad, NULL, T, 1, dx, dn, lw, 4, ws,
                                               &loss, &err),
                      RP_ERR_RANGE);
     ck_assert_ptr_nonnull(strstr(err.msg, "position 4"));
@@ -341,7 +341,7 @@ START_TEST(head_rejects_bad_targets)
     uint8_t m[T];
     memset(m, 1, sizeof m);
     m[4] = 0;
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &c, nw, lw, x, bad, m, T, 1, NULL, NULL, NULL, 4, ws,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, &c, nw, lw, RP_F32, x, bad, m, T, 1, NULL, NULL, NULL, 4, ws,
                                               &loss, &err),
                      RP_OK);
     free(x);

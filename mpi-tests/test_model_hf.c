@@ -104,12 +104,12 @@ static void run_variant(const variant *v)
     float **X = calloc((size_t)n, sizeof *X); /* X[l] = input of layer l, l >= 1 */
     for (int l = 1; l < n; l++)
         X[l] = malloc(sizeof(float) * (size_t)(T * H));
-    ck_assert_int_eq(rp_embed_forward(&cpu_k, cfg, P[0], v->tokens, T, X[1], NULL), RP_OK);
-    float *ws = malloc(sizeof(float) * rp_block_workspace_floats(&rp_kernel_ops_cpu, cfg, NSEQ, S));
+    ck_assert_int_eq(rp_embed_forward(&cpu_k, cfg, P[0], RP_F32, v->tokens, T, X[1], NULL), RP_OK);
+    float *ws = malloc(sizeof(float) * rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, NSEQ, S));
     float **saved = calloc((size_t)n, sizeof *saved); /* saved[l]: layer l's forward */
     for (int l = 1; l < n - 1; l++) {
-        saved[l] = malloc(sizeof(float) * rp_block_saved_floats(&rp_kernel_ops_cpu, cfg, NSEQ, S));
-        ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, P[l], X[l], X[l + 1], NSEQ, S, saved[l], ws, NULL), RP_OK);
+        saved[l] = malloc(sizeof(float) * rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, NSEQ, S));
+        ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, P[l], RP_F32, X[l], X[l + 1], NSEQ, S, saved[l], ws, NULL), RP_OK);
     }
     /* block 0 output: fp32 against float64, values O(1-10) */
     for (int64_t i = 0; i < T * H; i++)
@@ -123,16 +123,16 @@ static void run_variant(const variant *v)
                                                  : P[h] + rp_layer_find_param(&L[h], "lm_head.weight")->offset;
     float *dlm = cfg->tie_word_embeddings ? G[0]
                                           : G[h] + rp_layer_find_param(&L[h], "lm_head.weight")->offset;
-    float *hws = malloc(sizeof(float) * rp_head_workspace_floats(&rp_kernel_ops_cpu, cfg, T, 4));
+    float *hws = malloc(sizeof(float) * rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, T, 4));
     float *dx = malloc(sizeof(float) * (size_t)(T * H));
     double loss;
-    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, cfg, P[h], lm_w, X[h], v->targets, v->mask, T, 1.0f,
+    ck_assert_int_eq(rp_head_forward_backward(&cpu_k, cfg, P[h], lm_w, RP_F32, X[h], v->targets, v->mask, T, 1.0f,
                                               dx, G[h], dlm, 4, hws, &loss, NULL),
                      RP_OK);
     ck_assert_msg(fabs(loss - v->loss_sum) <= 1e-5 * v->loss_sum, "loss %.9g vs transformers %.9g",
                   loss, v->loss_sum);
     for (int l = n - 2; l >= 1; l--)
-        ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, P[l], X[l], saved[l], dx, dx, G[l], NSEQ, S, ws, NULL), RP_OK);
+        ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, P[l], RP_F32, X[l], saved[l], dx, dx, G[l], NSEQ, S, ws, NULL), RP_OK);
     ck_assert_int_eq(rp_embed_backward(&cpu_k, cfg, v->tokens, T, dx, G[0], NULL), RP_OK);
 
     /* gradients: fp32 chain against float64; 1e-4 of the tensor's largest

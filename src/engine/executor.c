@@ -108,9 +108,10 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     const rp_model_config *cfg = &e->p->cfg;
     x->dev = e->dev;
     int ok = 1;
-    size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * sizeof(float) + 4095) & ~(size_t)4095;
+    const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
+    size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * wb + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
-        x->buf[b].w = falloc(x, wmax, err);
+        x->buf[b].w = dalloc(x, (wmax ? wmax : 1) * wb, err);
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].req = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
         x->buf[b].rows =
@@ -124,7 +125,9 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->d = falloc(x, e->act_floats, err);
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
-    x->ws = falloc(x, rp_model_workspace_floats(kops, cfg, e->samples_per_micro, e->seq_len), err);
+    const rp_dtype wdt = e->p->compute_dtype;
+    x->ws = falloc(x, rp_model_workspace_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len),
+                   err);
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
     x->in = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
     x->tgt = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
@@ -137,7 +140,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
-    size_t saved_floats = rp_block_saved_floats(kops, cfg, e->samples_per_micro, e->seq_len);
+    size_t saved_floats = rp_block_saved_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len);
     for (int i = 0; ok && i < x->nsaved; i++)
         ok &= (x->saved[i] = falloc(x, saved_floats, err)) != NULL;
     if (!ok) {
@@ -145,7 +148,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         if (err->code == RP_OK)
             rp_error_set(err, RP_ERR_NOMEM, "allocating executor buffers");
         return rp_error_prefix(err, "rank %d: executor buffers for the plan (%zu MiB of weights "
-                               "per stage, two stages) on %s", e->rank, wmax * 4 >> 20,
+                               "per stage, two stages) on %s", e->rank, wmax * wb >> 20,
                                rp_device_kind_name(e->device));
     }
     for (int b = 0; b < 2; b++) { /* the gathered embedding rows */
@@ -190,9 +193,18 @@ static float *tied_grad(executor *x, const rp_job *job)
     return x->g + (rp_stage_floats(x->e, job, NULL) - vh);
 }
 
-static const float *W(executor *x, const rp_job *job, int l)
+/* Layer l's weights in the stage buffer (compute dtype), and at element
+ * `at` of them. */
+static const void *W_at(executor *x, const rp_job *job, int l, size_t at)
 {
-    return x->buf[x->cur].w + x->buf[x->cur].off[l - job->first];
+    const stage_buf *b = &x->buf[x->cur];
+    return (const char *)b->w +
+           (b->off[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
+}
+
+static const void *W(executor *x, const rp_job *job, int l)
+{
+    return W_at(x, job, l, 0);
 }
 
 static float *G(executor *x, const rp_job *job, int l)
@@ -226,10 +238,11 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
             return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_forward(&k, &rows, W(x, job, 0), x->in, e->tokens_per_micro, out, err);
+        s = rp_embed_forward(&k, &rows, W(x, job, 0), e->p->compute_dtype, x->in,
+                             e->tokens_per_micro, out, err);
     } else
-        s = rp_block_forward(&k, &e->p->cfg, W(x, job, l), in, out, e->samples_per_micro,
-                             e->seq_len, saved, x->ws, err);
+        s = rp_block_forward(&k, &e->p->cfg, W(x, job, l), e->p->compute_dtype, in, out,
+                             e->samples_per_micro, e->seq_len, saved, x->ws, err);
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 0, t, t0);
@@ -250,8 +263,8 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
         rows.vocab_size = x->buf[x->cur].nrows;
         s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0), err);
     } else
-        s = rp_block_backward(&k, &e->p->cfg, W(x, job, l), in, saved, x->d, x->d, G(x, job, l),
-                              e->samples_per_micro, e->seq_len, x->ws, err);
+        s = rp_block_backward(&k, &e->p->cfg, W(x, job, l), e->p->compute_dtype, in, saved, x->d,
+                              x->d, G(x, job, l), e->samples_per_micro, e->seq_len, x->ws, err);
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 1, t, t0);
@@ -358,22 +371,23 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
     const rp_layer_desc *hd = &e->p->layers[head];
     const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
-    const float *lm_w;
+    const void *lm_w;
     float *lm_g;
     if (e->tied) {
-        lm_w = x->buf[x->cur].w + x->buf[x->cur].off[e->num_layers];
+        const stage_buf *b = &x->buf[x->cur];
+        lm_w = (const char *)b->w + b->off[e->num_layers] * rp_dtype_size(e->p->compute_dtype);
         lm_g = tied_grad(x, job);
     } else {
         const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
-        lm_w = W(x, job, head) + ld->offset;
+        lm_w = W_at(x, job, head, ld->offset);
         lm_g = G(x, job, head) + ld->offset;
     }
     double *loss = rp_engine_loss(e, t);
     double th = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, W(x, job, head) + nd->offset, lm_w,
-                                    x->acts[head - job->first], x->tgt, x->mask,
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, W_at(x, job, head, nd->offset), lm_w,
+                                    e->p->compute_dtype, x->acts[head - job->first], x->tgt, x->mask,
                                     e->tokens_per_micro, scale, x->d, G(x, job, head) + nd->offset,
                                     lm_g, 0, x->ws, &loss[m], err));
     RP_TRY(rp_device_sync(x->dev, err));

@@ -7,8 +7,10 @@
 #include "engine/engine_impl.h"
 
 typedef struct stage_buf {
-    float *w;            /* weights of the stage's layers (+ a tied LM head's matrix) */
-    size_t *off;         /* [nlayers + 1] offset of layer first+i; last entry: tied matrix */
+    void *w;             /* weights of the stage's layers (+ a tied LM head's matrix), in
+                          * the compute dtype of the host store's copy */
+    size_t *off;         /* [nlayers + 1] element offset of layer first+i; last entry: tied
+                          * matrix (the gradient buffer has the same offsets in fp32) */
     rp_xfer_req *req;    /* [nlayers + 1] */
     int nreq;
     int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
@@ -18,7 +20,7 @@ typedef struct stage_buf {
      * and uploaded; tokens are renumbered to positions in `rows` */
     int32_t *rows;
     int64_t nrows;
-    float *gather;
+    void *gather; /* compute dtype */
     int gather_pinned;
 } stage_buf;
 

@@ -85,8 +85,10 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
     RP_TRY(rp_model_layout(&c, &layers, &n, err));
     for (int l = 0; l < n; l++) {
         size_t lb = rp_adamw_array_bytes(layers[l].numel);
-        out->pinned += (rp_pin_layer_compute(l, cfg->tie_word_embeddings) + rp_pin_layer_grad(l)) *
-                       lb;
+        if (rp_pin_layer_compute(l, cfg->tie_word_embeddings))
+            out->pinned += rp_params_compute_array_bytes(layers[l].numel, dtype);
+        if (rp_pin_layer_grad(l))
+            out->pinned += lb;
     }
     free(layers);
     rp_arena arena;

@@ -8,7 +8,7 @@
 #include "device/backend.h"
 #include "model/layers.h"
 
-rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device,
+rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err)
 {
@@ -26,19 +26,21 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
      * (0 for a kind this build lacks) */
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int64_t slot =
-        ops ? (int64_t)rp_block_saved_floats(ops, cfg, samples_per_micro, seq_len) * 4 : 0;
+        ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;
     for (int l = 0; l < n; l++) {
         rp_layer_cost *L = &m->layers[l];
         int64_t floats = (int64_t)((layers[l].numel + 15) & ~(size_t)15);
         if (l == n - 1 && cfg->tie_word_embeddings)
             floats += cfg->vocab_size * H;
-        L->weight_bytes = L->grad_bytes = floats * 4;
+        L->weight_bytes = floats * (int64_t)rp_dtype_size(dtype);
+        L->grad_bytes = floats * 4;
         L->act_bytes = slot;
         L->out_bytes = tokens * H * 4;
     }
     free(layers);
     *workspace_bytes =
-        (ops ? (int64_t)rp_model_workspace_floats(ops, cfg, samples_per_micro, seq_len) * 4 : 0) +
+        (ops ? (int64_t)rp_model_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4
+             : 0) +
         tokens * (int64_t)(2 * sizeof(int32_t) + 1);
     return RP_OK;
 }

@@ -25,8 +25,8 @@
 #include "optim/clip.h"
 
 /* AdamW on elements [lo, hi) of layer l: the parts of its tensors there,
- * writing the compute copy (bf16-rounded) in the same pass; the padding
- * between and after tensors is copied as it is (zeros). */
+ * writing the bf16 compute copy in the same pass; the padding between and
+ * after tensors is copied as it is (zeros). */
 void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
     /* the lr follows the step; bias correction counts the updates applied */
@@ -43,8 +43,8 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
             continue;
         if (copy) {
             rp_params_sync_compute_range(e->p, l, cur, a);
-            rp_adamw_step_rounded(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                                  e->adam_step, &hp, d->decay, coef, ls->compute + a);
+            rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
+                          e->adam_step, &hp, d->decay, coef, (uint16_t *)ls->compute + a);
         } else {
             rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
                           e->adam_step, &hp, d->decay, coef, NULL);

@@ -9,15 +9,26 @@
 #include "io/model_dir.h"
 #include "optim/adamw.h"
 
-/* Arrays per layer: master, grad, m, v, and a separate compute copy for bf16. */
-static size_t arrays_per_layer(rp_dtype compute_dtype)
+/* Arrays per layer: master, grad, m, v in fp32, and for bf16 a compute copy
+ * of half their size. Staggered so that the optimizer's streams over one
+ * layer do not share cache sets (see rp_adamw_array_bytes). */
+static size_t layer_bytes(size_t numel) { return rp_adamw_array_bytes(numel); }
+
+size_t rp_params_compute_array_bytes(size_t numel, rp_dtype compute_dtype)
 {
-    return compute_dtype == RP_F32 ? 4 : 5;
+    return compute_dtype == RP_F32 ? layer_bytes(numel) : layer_bytes((numel + 1) / 2);
 }
 
-/* Staggered so that the optimizer's streams over one layer (master, grad,
- * m, v, compute) do not share cache sets (see rp_adamw_array_bytes). */
-static size_t layer_bytes(size_t numel) { return rp_adamw_array_bytes(numel); }
+static size_t state_bytes(size_t numel, rp_dtype compute_dtype)
+{
+    return 4 * layer_bytes(numel) +
+           (compute_dtype == RP_F32 ? 0 : rp_params_compute_array_bytes(numel, compute_dtype));
+}
+
+size_t rp_params_compute_bytes(const rp_params *p, int l)
+{
+    return rp_params_compute_array_bytes(p->layers[l].numel, p->compute_dtype);
+}
 
 size_t rp_params_bytes(const rp_model_config *cfg, rp_dtype compute_dtype)
 {
@@ -28,7 +39,7 @@ size_t rp_params_bytes(const rp_model_config *cfg, rp_dtype compute_dtype)
         return 0;
     size_t total = 0;
     for (int l = 0; l < n; l++)
-        total += arrays_per_layer(compute_dtype) * layer_bytes(layers[l].numel);
+        total += state_bytes(layers[l].numel, compute_dtype);
     free(layers);
     return total;
 }
@@ -59,7 +70,7 @@ rp_status rp_params_attach(const rp_model_config *cfg, rp_dtype compute_dtype, v
     for (int l = 0; l < p->nlayers; l++) {
         rp_layer_state *ls = &p->st[l];
         size_t n = p->layers[l].numel, lb = layer_bytes(n);
-        if ((size_t)(end - cur) < arrays_per_layer(compute_dtype) * lb) {
+        if ((size_t)(end - cur) < state_bytes(n, compute_dtype)) {
             rp_params_destroy(&p);
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "parameter memory of %zu bytes is too small", bytes);
@@ -72,8 +83,8 @@ rp_status rp_params_attach(const rp_model_config *cfg, rp_dtype compute_dtype, v
         if (compute_dtype == RP_F32) {
             ls->compute = ls->master;
         } else {
-            ls->compute = (float *)cur;
-            cur += lb;
+            ls->compute = cur;
+            cur += rp_params_compute_array_bytes(n, compute_dtype);
         }
         p->total_numel += n;
     }
@@ -127,8 +138,7 @@ void rp_params_sync_compute_range(rp_params *p, int l, size_t lo, size_t hi)
     rp_layer_state *ls = &p->st[l];
     if (ls->compute == ls->master || hi <= lo)
         return;
-    memcpy(ls->compute + lo, ls->master + lo, (hi - lo) * sizeof(float));
-    rp_f32_round_bf16(ls->compute + lo, hi - lo);
+    rp_f32_to_bf16_array(ls->master + lo, (uint16_t *)ls->compute + lo, hi - lo);
 }
 
 void rp_params_init_random(rp_params *p, uint64_t seed)
@@ -143,19 +153,6 @@ void rp_params_zero_grad(rp_params *p)
 {
     for (int l = 0; l < p->nlayers; l++)
         memset(p->st[l].grad, 0, p->layers[l].numel * sizeof(float));
-}
-
-void rp_params_lm_head(const rp_params *p, const float **w, float **grad)
-{
-    int head = p->nlayers - 1;
-    if (p->cfg.tie_word_embeddings) {
-        *w = p->st[0].compute;
-        *grad = p->st[0].grad;
-        return;
-    }
-    const rp_param_desc *d = rp_layer_find_param(&p->layers[head], "lm_head.weight");
-    *w = p->st[head].compute + d->offset;
-    *grad = p->st[head].grad + d->offset;
 }
 
 #define NAME_MAX_LEN 128 /* a parameter's name and a suffix */

@@ -17,7 +17,8 @@
 typedef struct rp_layer_state {
     const rp_layer_desc *desc;
     float *master;  /* fp32 master weights */
-    float *compute; /* what the layers read: == master for fp32, bf16-rounded copy otherwise */
+    void *compute;  /* what the layers read, in the compute dtype: == master for fp32, a
+                     * uint16_t bf16 array (round to nearest even) otherwise */
     float *grad;    /* fp32 gradient accumulator */
     float *m, *v;   /* AdamW moments */
 } rp_layer_state;
@@ -72,15 +73,17 @@ rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n);
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, rp_error *err);
 
+/* Bytes of layer l's compute-dtype array as laid out (the master's array
+ * for fp32): what is uploaded and pinned. */
+size_t rp_params_compute_bytes(const rp_params *p, int layer);
+/* The same without a layout: for numel elements in dtype. */
+size_t rp_params_compute_array_bytes(size_t numel, rp_dtype compute_dtype);
+
 /* Refresh the compute copies from the masters (after an update). */
 void rp_params_sync_compute(rp_params *p, int layer);
 /* The same for elements [lo, hi) of the layer's flat parameter vector. */
 void rp_params_sync_compute_range(rp_params *p, int layer, size_t lo, size_t hi);
 
 void rp_params_zero_grad(rp_params *p);
-
-/* The embedding matrix the head uses as LM head when embeddings are tied, or
- * the head's own lm_head.weight; and the matching gradient buffer. */
-void rp_params_lm_head(const rp_params *p, const float **w, float **grad);
 
 #endif

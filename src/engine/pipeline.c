@@ -376,7 +376,8 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         for (int l = 0; l < e->num_layers; l++) {
             size_t lb = rp_adamw_array_bytes(e->p->layers[l].numel);
             if (rp_pin_layer_compute(l, e->tied))
-                e->pins[e->npins++] = (struct rp_pin){e->p->st[l].compute, lb};
+                e->pins[e->npins++] =
+                    (struct rp_pin){e->p->st[l].compute, rp_params_compute_bytes(e->p, l)};
             if (rp_pin_layer_grad(l))
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
         }

@@ -74,28 +74,29 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
     b->t = t;
     b->g = g;
     b->j = j;
+    const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
     for (int l = job->first; l <= job->last; l++) {
         rp_xfer_req *r = &b->req[b->nreq++];
         memset(r, 0, sizeof *r);
-        r->dst = b->w + b->off[l - job->first];
+        r->dst = (char *)b->w + b->off[l - job->first] * wb;
         r->cls = cls;
         if (l == 0) { /* only the rows this pipeline's tokens read */
             b->nrows = rp_engine_rows(e, t, g, b->rows);
             if (b->nrows < 0)
                 return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
                                     e->rank, j);
-            size_t H = (size_t)e->hidden;
-            const float *table = e->p->st[0].compute;
+            size_t row = (size_t)e->hidden * wb;
+            const char *table = e->p->st[0].compute;
+            char *gather = b->gather;
 #pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
             for (int64_t i = 0; i < b->nrows; i++)
-                memcpy(b->gather + (size_t)i * H, table + (size_t)b->rows[i] * H,
-                       H * sizeof(float));
+                memcpy(gather + (size_t)i * row, table + (size_t)b->rows[i] * row, row);
             r->src = b->gather;
-            r->bytes = (size_t)b->nrows * H * sizeof(float);
+            r->bytes = (size_t)b->nrows * row;
             r->tag = "embedding rows";
         } else {
             r->src = e->p->st[l].compute;
-            r->bytes = rp_layer_numel(e, l) * sizeof(float);
+            r->bytes = rp_layer_numel(e, l) * wb;
             r->tag = "weights";
         }
         RP_TRY(rp_xfer_submit(x->xfer, r, err));
@@ -103,9 +104,9 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
     if (rp_stage_needs_tied(e, job)) {
         rp_xfer_req *r = &b->req[b->nreq++];
         memset(r, 0, sizeof *r);
-        r->dst = b->w + b->off[e->num_layers];
+        r->dst = (char *)b->w + b->off[e->num_layers] * wb;
         r->src = e->p->st[0].compute;
-        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
+        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * wb;
         r->cls = cls;
         r->tag = "tied-head";
         RP_TRY(rp_xfer_submit(x->xfer, r, err));

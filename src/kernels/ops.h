@@ -9,22 +9,26 @@
  * inputs. On the CPU it is fp32, so a model that asks for "the fp32 value
  * and its compute-dtype copy" can pass the same buffer twice and no copy is
  * made; on CUDA it is bf16 and the producing op writes the rounded copy as
- * it goes. Where an op names an output twice (`y` and `y_compute`), either
- * may be NULL, and when both are given and are the same buffer the op writes
- * it once.
+ * it goes. Where an op names an output twice (`y` and `y_compute`), the
+ * entry says which is required and the other may be NULL; when both are
+ * given and are the same buffer (fp32 tables only) the op writes it once.
  *
  * Layouts are row-major: activations [rows, features], Linear weights in
  * Hugging Face's [out, in]. Parameter gradients accumulate (+=): two calls
  * add in call order. Every op is deterministic for a fixed thread count.
  * Pointers are the device's (host memory for the CPU table). Ops run in
  * call order on one device; the caller waits for them with the device's
- * sync (src/device) before reading results on another stream or the host,
- * except sum_to_host, which returns a host value.
+ * sync (src/device) before reading results on another stream or the host.
+ * Two ops wait themselves: sum_to_host (it returns a host value) and
+ * check_ids (it must know whether an id is bad before anything is written).
  *
- * Every op returns RP_OK or an error naming the op and the device. Scratch
- * arguments are sized by the table's *_scratch_floats functions (0 on the
- * CPU) and carved by the caller, so the model's one sizing function covers
- * every allocation. */
+ * Every op returns RP_OK or an error naming the op (and on a GPU the
+ * device). Scratch arguments are sized by the table's size functions (0 on
+ * the CPU; then NULL may be passed) and carved by the caller, so the
+ * model's one sizing function covers every buffer the layers use. A
+ * table's own state (CUDA: the RoPE table, the embedding sort's scratch,
+ * the losses' pinned host buffer) is made on first use and grown only when
+ * a shape grows: nothing is allocated in the steady state. */
 #ifndef RP_KERNELS_OPS_H
 #define RP_KERNELS_OPS_H
 
@@ -52,7 +56,7 @@ typedef struct rp_kernel_ops {
     /* ---- sizes (floats), from shapes only ---------------------------- */
     size_t (*attention_backward_scratch_floats)(const rp_attn_shape *s);
     size_t (*column_sum_scratch_floats)(int64_t cols);
-    /* space rope_table may fill (0 when the table keeps its own) */
+    /* space rope_table may fill (0 when the table keeps its own: pass NULL) */
     size_t (*rope_table_floats)(int64_t seqlen, int64_t half);
     /* rows of logits the head should form at once for a vocabulary */
     int64_t (*logits_rows)(int64_t vocab);
@@ -72,18 +76,21 @@ typedef struct rp_kernel_ops {
     /* dW += dy^T x. */
     rp_status (*linear_backward_weight)(void *state, const void *dy, const void *x, float *dW,
                                         int64_t rows, int64_t in, int64_t out, rp_error *err);
-    /* dst[j] += sum over rows of src[r, j], rows in order (bias gradients). */
+    /* dst[j] += sum over rows of src[r, j], rows in order (bias gradients);
+     * rows == 0 changes nothing. scratch: column_sum_scratch_floats(cols). */
     rp_status (*column_sum_accumulate)(void *state, const float *src, int64_t rows, int64_t cols,
                                        float *dst, float *scratch, rp_error *err);
 
     /* ---- norms (RMSNorm over the last dim; per head with rows = tokens *
      * heads and dim = head_dim) ---------------------------------------- */
-    /* y = x * rsqrt(mean(x^2) + eps) * w, rstd saved for the backward. */
+    /* y = x * rsqrt(mean(x^2) + eps) * w into y and/or y_compute (at least
+     * one), rstd (required) saved for the backward. */
     rp_status (*rmsnorm_forward)(void *state, const float *x, const float *w, float *y,
                                  void *y_compute, float *rstd, int64_t rows, int64_t dim,
                                  float eps, rp_error *err);
-    /* dx (= or +=) the input gradient, dx_compute (optional) its rounded
-     * copy, dw += the weight gradient (dw may be NULL). dx may alias dy. */
+    /* dx (required; = or +=) the input gradient, dx_compute (optional) its
+     * rounded copy, dw += the weight gradient (dw may be NULL). dx may
+     * alias dy. scratch: column_sum_scratch_floats(dim). */
     rp_status (*rmsnorm_backward)(void *state, const float *x, const float *w, const float *rstd,
                                   const float *dy, float *dx, void *dx_compute, float *dw,
                                   int64_t rows, int64_t dim, int accumulate, float *scratch,
@@ -91,10 +98,10 @@ typedef struct rp_kernel_ops {
 
     /* ---- RoPE (rotate_half layout; positions restart per sequence) ---- */
     /* The cos/sin table of positions 0..seqlen-1 for inv_freq[half] (host
-     * memory): written into `space` (rope_table_floats of it), or a table
-     * the back end made once and keeps; *table is valid until the next
-     * rope_table call with another shape. */
-    rp_status (*rope_table)(void *state, const float *inv_freq, int64_t half, int64_t seqlen,
+     * memory): written into `space` (rope_table_floats(seqlen, half) of
+     * it), or a table the back end made once and keeps; *table is valid
+     * until the next rope_table call with another shape or inv_freq. */
+    rp_status (*rope_table)(void *state, const float *inv_freq, int64_t seqlen, int64_t half,
                             float *space, const float **table, rp_error *err);
     /* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle, or by
      * -angle when inverse (the backward); x_compute (optional) gets the
@@ -130,26 +137,32 @@ typedef struct rp_kernel_ops {
     rp_status (*cross_entropy)(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
                                double *loss, int grad, rp_error *err);
-    /* *sum (host) = values[0] + values[1] + ... in index order. */
+    /* *sum (host) = values[0] + values[1] + ... in index order (0 for n = 0). */
     rp_status (*sum_to_host)(void *state, const double *values, int64_t n, double *sum,
                              rp_error *err);
 
     /* ---- ids and the embedding ----------------------------------------- */
     /* RP_ERR_RANGE naming the first position whose id is outside [0, limit)
-     * (only positions with mask != 0 when mask is given): "<what>: <kind>
-     * <id> at position <p> is outside the vocabulary [0, <limit>)". */
+     * (only positions with mask != 0 when mask is given), whose message is
+     * exactly "<what>: <kind> <id> at position <p> is outside the
+     * vocabulary [0, <limit>)". */
     rp_status (*check_ids)(void *state, const int32_t *ids, const uint8_t *mask, int64_t n,
                            int64_t limit, const char *what, const char *kind, rp_error *err);
-    /* out[t] = W[tokens[t]] (rows of `hidden` floats). */
-    rp_status (*embed_forward)(void *state, const float *W, const int32_t *tokens, int64_t n,
-                               int64_t hidden, float *out, rp_error *err);
+    /* out[t] = W[tokens[t]] (rows of `hidden`; W in fp32 or bf16, widened
+     * exactly). */
+    rp_status (*embed_forward)(void *state, const void *W, rp_dtype W_dtype,
+                               const int32_t *tokens, int64_t n, int64_t hidden, float *out,
+                               rp_error *err);
     /* dW[tokens[t]] += dout[t], tokens in order. */
     rp_status (*embed_backward)(void *state, const int32_t *tokens, int64_t n, int64_t hidden,
                                 int64_t vocab, const float *dout, float *dW, rp_error *err);
 
     /* ---- copies -------------------------------------------------------- */
-    /* dst = src rounded to the compute dtype (n elements). */
-    rp_status (*convert)(void *state, const float *src, void *dst, int64_t n, rp_error *err);
+    /* dst (dtype `to`) = src (dtype `from`), n elements, fp32 and bf16 only
+     * (other dtypes: RP_ERR_UNSUPPORTED): fp32 to bf16 rounds to nearest
+     * even, bf16 to fp32 is exact, same dtypes copy; a NaN stays a NaN. */
+    rp_status (*convert)(void *state, const void *src, rp_dtype from, void *dst, rp_dtype to,
+                         int64_t n, rp_error *err);
     /* bytes from src to dst, both on the device. */
     rp_status (*copy)(void *state, void *dst, const void *src, size_t bytes, rp_error *err);
 } rp_kernel_ops;

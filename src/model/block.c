@@ -25,13 +25,34 @@
 
 size_t rp_model_guard_floats = 0;
 
+/* The block's one-dimensional tensors (norm weights, biases): the fp32 ops
+ * read them, whatever dtype the parameters come in. */
+enum { SMALL_IN_NORM, SMALL_POST_NORM, SMALL_Q_NORM, SMALL_K_NORM, SMALL_BQ, SMALL_BK, SMALL_BV,
+       SMALL_BO, SMALL_COUNT };
+
+/* Offset (SIZE_MAX: absent) and length of small tensor i. */
+static size_t small_tensor(const rp_model_config *cfg, const rp_block_offsets *off, int i,
+                           size_t *numel)
+{
+    const size_t H = (size_t)cfg->hidden_size, hd = (size_t)cfg->head_dim;
+    const size_t QD = (size_t)cfg->num_attention_heads * hd,
+                 KD = (size_t)cfg->num_key_value_heads * hd;
+    const size_t at[SMALL_COUNT] = {off->in_norm, off->post_norm, off->q_norm, off->k_norm,
+                                    off->bq,      off->bk,        off->bv,     off->bo};
+    const size_t n[SMALL_COUNT] = {H, H, hd, hd, QD, KD, KD, H};
+    *numel = n[i];
+    return at[i];
+}
+
 /* Every intermediate: what the forward keeps for the backward, carved out
  * of the caller's saved area, and the scratch, out of the workspace.
  * Buffers that only Qwen3 needs are NULL for Llama; `void *` ones are in
  * the compute dtype. */
 typedef struct block_ws {
     /* saved */
-    void *wc; /* the layer's parameters in the compute dtype (NULL: fp32 is it) */
+    void *wc; /* the layer's parameters in the compute dtype (NULL: they come in it) */
+    float *small[SMALL_COUNT]; /* fp32 copies of the 1-D tensors, when neither the
+                                * parameters nor wc are fp32 */
     void *h1, *q_c, *k_c, *v_c, *o, *h2, *m;
     float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *lse, *x2, *rstd2, *g, *u;
     /* scratch (q, k, v: saved when they are their own compute copies) */
@@ -92,9 +113,9 @@ static size_t max3(size_t a, size_t b, size_t c)
     return m > c ? m : c;
 }
 
-static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
-                  int64_t seqlen, float *saved, float *scratch, rp_model_guards *guards,
-                  block_ws *w)
+static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config *cfg,
+                  int64_t nseq, int64_t seqlen, float *saved, float *scratch,
+                  rp_model_guards *guards, block_ws *w)
 {
     const size_t T = (size_t)(nseq * seqlen), H = (size_t)cfg->hidden_size,
                  I = (size_t)cfg->intermediate_size, hd = (size_t)cfg->head_dim,
@@ -107,7 +128,13 @@ static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t 
     carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
     memset(w, 0, sizeof *w);
 
-    w->wc = one ? NULL : take_compute(&sv, ops, off.numel);
+    w->wc = pdt == ops->compute_dtype ? NULL : take_compute(&sv, ops, off.numel);
+    if (pdt != RP_F32 && !one) /* bf16 in, bf16 compute: widen only the 1-D tensors */
+        for (int i = 0; i < SMALL_COUNT; i++) {
+            size_t n;
+            if (small_tensor(cfg, &off, i, &n) != SIZE_MAX)
+                w->small[i] = take_f32(&sv, n);
+        }
     w->h1 = take_compute(&sv, ops, T * H);
     w->rstd1 = take_f32(&sv, T);
     if (qk) {
@@ -168,28 +195,28 @@ static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t 
     w->scratch_total = sc.at;
 }
 
-size_t rp_block_saved_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
-                             int64_t seqlen)
+size_t rp_block_saved_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                             const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
     block_ws w;
-    carve(ops, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
+    carve(ops, params_dtype, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
     return w.saved_total;
 }
 
-size_t rp_block_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
-                                 int64_t nseq, int64_t seqlen)
+size_t rp_block_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                 const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
     block_ws w;
-    carve(ops, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
+    carve(ops, params_dtype, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
     return w.scratch_total;
 }
 
-void rp_block_guards(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
-                     int64_t seqlen, rp_model_guards *out)
+void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_model_config *cfg,
+                     int64_t nseq, int64_t seqlen, rp_model_guards *out)
 {
     block_ws w;
     memset(out, 0, sizeof *out);
-    carve(ops, cfg, nseq, seqlen, NULL, NULL, out, &w);
+    carve(ops, params_dtype, cfg, nseq, seqlen, NULL, NULL, out, &w);
 }
 
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
@@ -214,26 +241,62 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
 {
     float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
     rp_model_rope_inv_freq(cfg, inv_freq);
-    return k->ops->rope_table(k->state, inv_freq, cfg->head_dim / 2, seqlen, w->rope_space,
+    return k->ops->rope_table(k->state, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space,
                               table, err);
 }
 
-#define OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
-#define PF(P, field) ((P) + off.field)                                 /* fp32 tensor */
-#define PC(field) ((const char *)W + off.field * cb)                   /* compute dtype */
-#define OPT(P, field) (off.field == SIZE_MAX ? NULL : (P) + off.field) /* optional fp32 */
+/* The parameters as the ops read them: the matrices in the compute dtype
+ * (the parameters themselves, or their copy in wc made by the forward),
+ * the 1-D tensors in fp32 (the parameters, the widened copy, or the small
+ * copies made by the forward). */
+typedef struct block_params {
+    const void *W;
+    const float *f[SMALL_COUNT];
+} block_params;
 
-rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
-                           const float *x, float *y, int64_t nseq, int64_t seqlen, float *saved,
-                           float *ws, rp_error *err)
+#define OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
+
+static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, const void *P,
+                             rp_dtype pdt, const block_ws *w, int convert, block_params *v,
+                             rp_error *err)
+{
+    rp_block_offsets off;
+    rp_block_offsets_get(cfg, &off);
+    if (convert && w->wc)
+        OP(convert, P, pdt, w->wc, k->ops->compute_dtype, (int64_t)off.numel);
+    v->W = w->wc ? w->wc : P;
+    const float *f32 = pdt == RP_F32 ? P : k->ops->compute_dtype == RP_F32 ? w->wc : NULL;
+    for (int i = 0; i < SMALL_COUNT; i++) {
+        size_t n, at = small_tensor(cfg, &off, i, &n);
+        if (at == SIZE_MAX)
+            v->f[i] = NULL;
+        else if (f32)
+            v->f[i] = f32 + at;
+        else {
+            if (convert)
+                OP(convert, (const uint16_t *)P + at, pdt, w->small[i], RP_F32, (int64_t)n);
+            v->f[i] = w->small[i];
+        }
+    }
+    return RP_OK;
+}
+
+#define PF(P, field) ((P) + off.field)                              /* fp32 gradient */
+#define PC(field) ((const char *)bp.W + off.field * cb)             /* compute dtype */
+#define F(i) (bp.f[SMALL_##i])                                      /* fp32, or NULL */
+
+rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
+                           rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
+                           int64_t seqlen, float *saved, float *ws, rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
-    carve(k->ops, cfg, nseq, seqlen, saved, ws, NULL, &w);
+    carve(k->ops, params_dtype, cfg, nseq, seqlen, saved, ws, NULL, &w);
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);
-    const float *P = params;
+    block_params bp;
+    RP_TRY(params_view(k, cfg, params, params_dtype, &w, 1, &bp, err));
     const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
@@ -242,16 +305,13 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     const float eps = (float)cfg->rms_norm_eps;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
 
-    if (w.wc)
-        OP(convert, P, w.wc, (int64_t)off.numel);
-    const void *W = w.wc ? w.wc : (const void *)P; /* fp32 tables read params as is */
-    OP(rmsnorm_forward, x, PF(P, in_norm), NULL, w.h1, w.rstd1, T, H, eps);
-    OP(linear_forward, w.h1, PC(wq), OPT(P, bq), NULL, qk ? w.qraw : w.q, NULL, T, H, QD);
-    OP(linear_forward, w.h1, PC(wk), OPT(P, bk), NULL, qk ? w.kraw : w.k, NULL, T, H, KD);
-    OP(linear_forward, w.h1, PC(wv), OPT(P, bv), NULL, w.v, w.v_c, T, H, KD);
+    OP(rmsnorm_forward, x, F(IN_NORM), NULL, w.h1, w.rstd1, T, H, eps);
+    OP(linear_forward, w.h1, PC(wq), F(BQ), NULL, qk ? w.qraw : w.q, NULL, T, H, QD);
+    OP(linear_forward, w.h1, PC(wk), F(BK), NULL, qk ? w.kraw : w.k, NULL, T, H, KD);
+    OP(linear_forward, w.h1, PC(wv), F(BV), NULL, w.v, w.v_c, T, H, KD);
     if (qk) {
-        OP(rmsnorm_forward, w.qraw, PF(P, q_norm), w.q, NULL, w.rstdq, T * nh, hd, eps);
-        OP(rmsnorm_forward, w.kraw, PF(P, k_norm), w.k, NULL, w.rstdk, T * nkv, hd, eps);
+        OP(rmsnorm_forward, w.qraw, F(Q_NORM), w.q, NULL, w.rstdq, T * nh, hd, eps);
+        OP(rmsnorm_forward, w.kraw, F(K_NORM), w.k, NULL, w.rstdk, T * nkv, hd, eps);
     }
     const float *rope = NULL;
     RP_TRY(rope_of(k, cfg, seqlen, &w, &rope, err));
@@ -261,8 +321,8 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
     OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
 
-    OP(linear_forward, w.o, PC(wo), OPT(P, bo), x, w.x2, NULL, T, QD, H);
-    OP(rmsnorm_forward, w.x2, PF(P, post_norm), NULL, w.h2, w.rstd2, T, H, eps);
+    OP(linear_forward, w.o, PC(wo), F(BO), x, w.x2, NULL, T, QD, H);
+    OP(rmsnorm_forward, w.x2, F(POST_NORM), NULL, w.h2, w.rstd2, T, H, eps);
     OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
     OP(linear_forward, w.h2, PC(w_up), NULL, NULL, w.u, NULL, T, H, I);
     OP(swiglu_forward, w.g, w.u, w.m, T * I);
@@ -271,21 +331,21 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     return RP_OK;
 }
 
-rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
-                            const float *x, float *saved, const float *dy, float *dx,
-                            float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
+                            rp_dtype params_dtype, const float *x, float *saved, const float *dy,
+                            float *dx, float *dparams, int64_t nseq, int64_t seqlen, float *ws,
                             rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
-    carve(k->ops, cfg, nseq, seqlen, saved, ws, NULL, &w);
+    carve(k->ops, params_dtype, cfg, nseq, seqlen, saved, ws, NULL, &w);
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);
-    const float *P = params;
+    block_params bp; /* the copies the forward made, from the saved area */
+    RP_TRY(params_view(k, cfg, params, params_dtype, &w, 0, &bp, err));
     float *D = dparams;
     const size_t cb = rp_kernel_compute_bytes(k->ops);
-    const void *W = w.wc ? w.wc : (const void *)P; /* fp32 tables read params as is */
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
@@ -298,7 +358,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
      * m, so the weight gradient comes first. */
     const void *dy_c = dy;
     if (w.dy_c) {
-        OP(convert, dy, w.dy_c, T * H);
+        OP(convert, dy, RP_F32, w.dy_c, k->ops->compute_dtype, T * H);
         dy_c = w.dy_c;
     }
     OP(linear_backward_weight, dy_c, w.m, PF(D, w_down), T, I, H);
@@ -313,7 +373,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     if (dx != dy)
         OP(copy, dx, dy, sizeof(float) * (size_t)(T * H));
     void *dx2_c = w.dy_c ? w.dy_c : (void *)dx;
-    OP(rmsnorm_backward, w.x2, PF(P, post_norm), w.rstd2, w.tmp, dx, dx2_c, PF(D, post_norm), T,
+    OP(rmsnorm_backward, w.x2, F(POST_NORM), w.rstd2, w.tmp, dx, dx2_c, PF(D, post_norm), T,
        H, 1, w.partial);
 
     /* attention output projection */
@@ -328,12 +388,12 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     OP(rope_apply, w.dq, qk ? NULL : w.dq_c, rope, nseq, seqlen, nh, hd, 1);
     OP(rope_apply, w.dk, qk ? NULL : w.dk_c, rope, nseq, seqlen, nkv, hd, 1);
     if (qk) {
-        OP(rmsnorm_backward, w.qraw, PF(P, q_norm), w.rstdq, w.dq, w.dq, w.dq_c, PF(D, q_norm),
+        OP(rmsnorm_backward, w.qraw, F(Q_NORM), w.rstdq, w.dq, w.dq, w.dq_c, PF(D, q_norm),
            T * nh, hd, 0, w.partial);
-        OP(rmsnorm_backward, w.kraw, PF(P, k_norm), w.rstdk, w.dk, w.dk, w.dk_c, PF(D, k_norm),
+        OP(rmsnorm_backward, w.kraw, F(K_NORM), w.rstdk, w.dk, w.dk, w.dk_c, PF(D, k_norm),
            T * nkv, hd, 0, w.partial);
     }
-    OP(convert, w.dv, w.dv_c, T * KD);
+    OP(convert, w.dv, RP_F32, w.dv_c, k->ops->compute_dtype, T * KD);
     if (off.bq != SIZE_MAX)
         OP(column_sum_accumulate, w.dq, T, QD, PF(D, bq), w.partial);
     if (off.bk != SIZE_MAX)
@@ -346,7 +406,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     OP(linear_backward_input, w.dq_c, PC(wq), w.tmp, NULL, T, H, QD, 0);
     OP(linear_backward_input, w.dk_c, PC(wk), w.tmp, NULL, T, H, KD, 1);
     OP(linear_backward_input, w.dv_c, PC(wv), w.tmp, NULL, T, H, KD, 1);
-    OP(rmsnorm_backward, x, PF(P, in_norm), w.rstd1, w.tmp, dx, NULL, PF(D, in_norm), T, H, 1,
+    OP(rmsnorm_backward, x, F(IN_NORM), w.rstd1, w.tmp, dx, NULL, PF(D, in_norm), T, H, 1,
        w.partial);
     return RP_OK;
 }

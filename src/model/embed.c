@@ -2,14 +2,15 @@
  * backward, each after the token check. */
 #include "model/layers.h"
 
-rp_status rp_embed_forward(const rp_kernels *k, const rp_model_config *cfg, const float *W,
-                           const int32_t *tokens, int64_t T, float *out, rp_error *err)
+rp_status rp_embed_forward(const rp_kernels *k, const rp_model_config *cfg, const void *W,
+                           rp_dtype W_dtype, const int32_t *tokens, int64_t T, float *out,
+                           rp_error *err)
 {
     RP_TRY(k->ops->check_ids(k->state, tokens, NULL, T, cfg->vocab_size, "embedding forward",
                              "token", err));
     if (T <= 0)
         return RP_OK;
-    return k->ops->embed_forward(k->state, W, tokens, T, cfg->hidden_size, out, err);
+    return k->ops->embed_forward(k->state, W, W_dtype, tokens, T, cfg->hidden_size, out, err);
 }
 
 rp_status rp_embed_backward(const rp_kernels *k, const rp_model_config *cfg,

@@ -8,7 +8,8 @@
 #include "model/layers.h"
 
 typedef struct head_ws {
-    void *lm_c;      /* the LM head in the compute dtype (NULL: fp32 is it) */
+    void *lm_c;      /* the LM head in the compute dtype (NULL: it comes in it) */
+    float *norm_f32; /* the norm weight in fp32 (NULL: it comes in fp32) */
     void *h;         /* [C, H] normed rows, compute dtype */
     float *rstd;     /* [C] */
     float *logits;   /* [C, V], then their gradient */
@@ -36,15 +37,16 @@ static int64_t chunk_rows(const rp_kernel_ops *ops, const rp_model_config *cfg, 
     return T > 0 && T < chunk ? T : chunk;
 }
 
-static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T, int64_t C,
-                  float *base, head_ws *w)
+static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config *cfg, int64_t T,
+                  int64_t C, float *base, head_ws *w)
 {
     const size_t H = (size_t)cfg->hidden_size, V = (size_t)cfg->vocab_size, c = (size_t)C;
     const size_t cb = rp_kernel_compute_bytes(ops);
     const int one = ops->compute_dtype == RP_F32;
     size_t at = 0;
     memset(w, 0, sizeof *w);
-    w->lm_c = one ? NULL : take(base, &at, V * H * cb);
+    w->lm_c = pdt == ops->compute_dtype ? NULL : take(base, &at, V * H * cb);
+    w->norm_f32 = pdt == RP_F32 ? NULL : take(base, &at, H * sizeof(float));
     w->h = take(base, &at, c * H * cb);
     w->rstd = take(base, &at, c * sizeof(float));
     w->logits = take(base, &at, c * V * sizeof(float));
@@ -56,11 +58,11 @@ static void carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t 
     w->total = at;
 }
 
-size_t rp_head_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T,
-                                int64_t chunk)
+size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                const rp_model_config *cfg, int64_t T, int64_t chunk)
 {
     head_ws w;
-    carve(ops, cfg, T, chunk_rows(ops, cfg, T, chunk), NULL, &w);
+    carve(ops, params_dtype, cfg, T, chunk_rows(ops, cfg, T, chunk), NULL, &w);
     return w.total;
 }
 
@@ -79,7 +81,8 @@ static int chunk_counts(const rp_kernel_ops *ops, const uint8_t *mask, int64_t n
 }
 
 rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *cfg,
-                                   const float *norm_w, const float *lm_w, const float *x,
+                                   const void *norm_w, const void *lm_w, rp_dtype params_dtype,
+                                   const float *x,
                                    const int32_t *targets, const uint8_t *mask, int64_t T,
                                    float scale, float *dx, float *dnorm_w, float *dlm_w,
                                    int64_t chunk, float *ws, double *loss_sum, rp_error *err)
@@ -93,11 +96,16 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
     }
     const int64_t C = chunk_rows(k->ops, cfg, T, chunk);
     head_ws w;
-    carve(k->ops, cfg, T, C, ws, &w);
+    carve(k->ops, params_dtype, cfg, T, C, ws, &w);
     const void *lm = lm_w;
     if (w.lm_c) {
-        OP(convert, lm_w, w.lm_c, V * H);
+        OP(convert, lm_w, params_dtype, w.lm_c, k->ops->compute_dtype, V * H);
         lm = w.lm_c;
+    }
+    const float *norm = norm_w;
+    if (w.norm_f32) {
+        OP(convert, norm_w, params_dtype, w.norm_f32, RP_F32, H);
+        norm = w.norm_f32;
     }
     for (int64_t c0 = 0; c0 < T; c0 += C) {
         const int64_t n = T - c0 < C ? T - c0 : C;
@@ -110,27 +118,27 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
                 memset(dxc, 0, sizeof(float) * (size_t)(n * H));
             continue;
         }
-        OP(rmsnorm_forward, xc, norm_w, NULL, w.h, w.rstd, n, H, eps);
+        OP(rmsnorm_forward, xc, norm, NULL, w.h, w.rstd, n, H, eps);
         OP(linear_forward, w.h, lm, NULL, NULL, w.logits, NULL, n, H, V);
         OP(cross_entropy, w.logits, n, V, targets + c0, counted, scale, w.loss + c0, dx != NULL);
         if (!dxc)
             continue;
         const void *dlogits = w.logits;
         if (w.dlogits_c) {
-            OP(convert, w.logits, w.dlogits_c, n * V);
+            OP(convert, w.logits, RP_F32, w.dlogits_c, k->ops->compute_dtype, n * V);
             dlogits = w.dlogits_c;
         }
         OP(linear_backward_weight, dlogits, w.h, dlm_w, n, H, V);
         OP(linear_backward_input, dlogits, lm, w.dh, NULL, n, H, V, 0);
-        OP(rmsnorm_backward, xc, norm_w, w.rstd, w.dh, dxc, NULL, dnorm_w, n, H, 0, w.partial);
+        OP(rmsnorm_backward, xc, norm, w.rstd, w.dh, dxc, NULL, dnorm_w, n, H, 0, w.partial);
     }
     return k->ops->sum_to_host(k->state, w.loss, T, loss_sum, err);
 }
 
-size_t rp_model_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
-                                 int64_t nseq, int64_t seqlen)
+size_t rp_model_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                 const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    size_t b = rp_block_workspace_floats(ops, cfg, nseq, seqlen);
-    size_t h = rp_head_workspace_floats(ops, cfg, nseq * seqlen, 0);
+    size_t b = rp_block_workspace_floats(ops, params_dtype, cfg, nseq, seqlen);
+    size_t h = rp_head_workspace_floats(ops, params_dtype, cfg, nseq * seqlen, 0);
     return b > h ? b : h;
 }

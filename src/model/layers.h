@@ -9,9 +9,12 @@
  * seqlen back to back; positions restart at 0 per sequence and attention is
  * causal within each sequence.
  *
- * Parameters, activations between layers and gradients are fp32; what the
- * GEMMs and the attention read is in the table's compute dtype (fp32 on the
- * CPU, bf16 on CUDA). Parameter gradients are accumulated (+=), so calling a
+ * Parameters come in `params_dtype`, fp32 or bf16 (the host store's compute
+ * copy, uploaded as it is); activations between layers and gradients are
+ * fp32; what the GEMMs and the attention read is in the table's compute
+ * dtype (fp32 on the CPU, bf16 on CUDA): parameters in another dtype are
+ * converted once per forward (and kept for the backward), 1-D tensors
+ * (norm weights, biases) are read in fp32. Parameter gradients are accumulated (+=), so calling a
  * backward on microbatch 1 then microbatch 2 sums their gradients in that
  * order. On the CPU table, for a fixed OpenMP thread count, all results are
  * bit-identical from run to run (static schedules, every sum in a fixed
@@ -41,8 +44,9 @@
 
 /* out[t] = W[tokens[t]], W is [vocab, hidden]. A token outside [0, vocab) is
  * an RP_ERR_RANGE error naming its position; out is then untouched. */
-rp_status rp_embed_forward(const rp_kernels *k, const rp_model_config *cfg, const float *W,
-                           const int32_t *tokens, int64_t T, float *out, rp_error *err);
+rp_status rp_embed_forward(const rp_kernels *k, const rp_model_config *cfg, const void *W,
+                           rp_dtype W_dtype, const int32_t *tokens, int64_t T, float *out,
+                           rp_error *err);
 
 /* dW[tokens[t]] += dout[t], tokens in order (each thread owns a slice of the
  * hidden columns). Same token check as the forward, before any write. */
@@ -56,10 +60,10 @@ rp_status rp_embed_backward(const rp_kernels *k, const rp_model_config *cfg,
  * saves for its backward (one per layer awaiting its backward), and of the
  * scratch workspace both calls use (one per executor), on the back end of
  * `ops`: each a*tokens + b*seqlen + c, no seqlen^2 term. */
-size_t rp_block_saved_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
-                             int64_t seqlen);
-size_t rp_block_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
-                                 int64_t nseq, int64_t seqlen);
+size_t rp_block_saved_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                             const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
+size_t rp_block_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                 const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
 
 /* Guard bands, for tests: with rp_model_guard_floats > 0 (set before
  * anything is sized, never changed while buffers of that size exist), every
@@ -74,24 +78,24 @@ typedef struct rp_model_guards {
     size_t at[RP_MODEL_MAX_GUARDS];
 } rp_model_guards;
 extern size_t rp_model_guard_floats;
-void rp_block_guards(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t nseq,
-                     int64_t seqlen, rp_model_guards *out);
+void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_model_config *cfg,
+                     int64_t nseq, int64_t seqlen, rp_model_guards *out);
 
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL
  * skips the output (and the down projection): for a layer whose forward
  * runs only for its backward. params is the layer block laid out as
  * rp_block_offsets_get. y must not alias x. */
-rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
-                           const float *x, float *y, int64_t nseq, int64_t seqlen, float *saved,
-                           float *ws, rp_error *err);
+rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
+                           rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
+                           int64_t seqlen, float *saved, float *ws, rp_error *err);
 
 /* dx = dL/dx (overwritten; may alias dy, must not alias x) and dparams +=
  * dL/dparams, given dy = dL/dy, from the `saved` area of this layer's
  * forward on the same x and params (consumed: the backward overwrites part
  * of it, so each forward serves one backward). */
-rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const float *params,
-                            const float *x, float *saved, const float *dy, float *dx,
-                            float *dparams, int64_t nseq, int64_t seqlen, float *ws,
+rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
+                            rp_dtype params_dtype, const float *x, float *saved, const float *dy,
+                            float *dx, float *dparams, int64_t nseq, int64_t seqlen, float *ws,
                             rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */
@@ -102,8 +106,8 @@ void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq);
 /* Floats of workspace for rp_head_forward_backward over T tokens in chunks
  * of `chunk` tokens (0: the back end's choice, ops->logits_rows): the
  * logits of one chunk and the losses of all T tokens. */
-size_t rp_head_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T,
-                                int64_t chunk);
+size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                const rp_model_config *cfg, int64_t T, int64_t chunk);
 
 /* Token t counts when mask == NULL or mask[t] != 0; its loss is
  * -log softmax(lm_w * rmsnorm(x_t) * norm_w)[targets[t]] (targets are the
@@ -117,14 +121,15 @@ size_t rp_head_workspace_floats(const rp_kernel_ops *ops, const rp_model_config 
  * never for all T. A counted target outside [0, vocab) is RP_ERR_RANGE
  * (checked before any write). */
 rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *cfg,
-                                   const float *norm_w, const float *lm_w, const float *x,
+                                   const void *norm_w, const void *lm_w, rp_dtype params_dtype,
+                                   const float *x,
                                    const int32_t *targets, const uint8_t *mask, int64_t T,
                                    float scale, float *dx, float *dnorm_w, float *dlm_w,
                                    int64_t chunk, float *ws, double *loss_sum, rp_error *err);
 
 /* Workspace floats one executor needs for any block or head call on the
  * back end of `ops` (the larger of the two). */
-size_t rp_model_workspace_floats(const rp_kernel_ops *ops, const rp_model_config *cfg,
-                                 int64_t nseq, int64_t seqlen);
+size_t rp_model_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                 const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
 
 #endif

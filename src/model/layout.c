@@ -219,8 +219,8 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         double attn = 2 * QD * (double)(seqlen + 1);
         c->fwd_flops_per_token = gemm + attn;
         c->bwd_flops_per_token = c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
-        size_t w1 = rp_block_workspace_floats(&rp_kernel_ops_cpu, cfg, 1, seqlen);
-        size_t w2 = rp_block_workspace_floats(&rp_kernel_ops_cpu, cfg, 2, seqlen);
+        size_t w1 = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 1, seqlen);
+        size_t w2 = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 2, seqlen);
         /* ws = fixed + per_token * tokens + per_seqlen * seqlen: two nseq
          * values separate the per-token part from the rest */
         c->work_floats_per_token = (w2 - w1) / (size_t)(seqlen > 0 ? seqlen : 1);
@@ -232,8 +232,8 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         c->bwd_flops_per_token = 3 * (2 * H * V); /* logits + dW + dx, one pass */
         /* one chunk of logits, and the losses of every token (two token
          * counts separate the two) */
-        size_t w1 = rp_head_workspace_floats(&rp_kernel_ops_cpu, cfg, 1024, 0);
-        size_t w2 = rp_head_workspace_floats(&rp_kernel_ops_cpu, cfg, 2048, 0);
+        size_t w1 = rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 1024, 0);
+        size_t w2 = rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 2048, 0);
         c->work_floats_per_token = (w2 - w1) / 1024;
         c->work_floats_fixed = w1 - c->work_floats_per_token * 1024;
         break;

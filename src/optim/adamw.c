@@ -35,9 +35,8 @@ typedef struct adamw_consts {
 #define RP_ADAMW_CLONES
 #endif
 
-/* What the update also writes beside p: nothing, bf16(p) as bf16, or
- * bf16(p) widened back to fp32 (a compute copy kept in fp32 arrays). */
-enum { COPY_NONE, COPY_BF16, COPY_ROUNDED_F32 };
+/* What the update also writes beside p: nothing, or bf16(p). */
+enum { COPY_NONE, COPY_BF16 };
 
 /* The element update; `copy` is a constant at each call site so the
  * compiler emits one loop per kind without a per-element branch. */
@@ -46,7 +45,6 @@ adamw_body(float *restrict p, const float *restrict g, float *restrict m, float 
            void *restrict out, size_t n, const adamw_consts *k, int copy)
 {
     uint16_t *restrict bf = out;
-    float *restrict rf = out;
     const float gs = k->grad_scale, df = k->decay_factor, w1 = k->one_minus_b1;
     const float b2 = k->beta2, w2 = k->one_minus_b2, ns = k->neg_step_size;
     const float bc2s = k->bc2_sqrt, eps = k->eps;
@@ -63,8 +61,6 @@ adamw_body(float *restrict p, const float *restrict g, float *restrict m, float 
         p[i] = pi;
         if (copy == COPY_BF16)
             bf[i] = rp_f32_to_bf16(pi);
-        else if (copy == COPY_ROUNDED_F32)
-            rf[i] = rp_bf16_to_f32(rp_f32_to_bf16(pi));
     }
 }
 
@@ -75,8 +71,6 @@ static void adamw_range(float *restrict p, const float *restrict g, float *restr
 {
     if (copy == COPY_BF16)
         adamw_body(p, g, m, v, out, n, k, COPY_BF16);
-    else if (copy == COPY_ROUNDED_F32)
-        adamw_body(p, g, m, v, out, n, k, COPY_ROUNDED_F32);
     else
         adamw_body(p, g, m, v, out, n, k, COPY_NONE);
 }
@@ -166,10 +160,3 @@ void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m
                bf16_copy ? COPY_BF16 : COPY_NONE);
 }
 
-void rp_adamw_step_rounded(float *restrict p, const float *restrict g, float *restrict m,
-                           float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
-                           int decay, float grad_scale, float *restrict rounded_copy)
-{
-    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, rounded_copy, sizeof *rounded_copy,
-               COPY_ROUNDED_F32);
-}

@@ -51,13 +51,6 @@ void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m
                    float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
                    int decay, float grad_scale, uint16_t *restrict bf16_copy);
 
-/* rp_adamw_step writing the compute copy as fp32 values rounded to bf16
- * (bf16(p_new) widened back, exactly), in the same pass: what a memcpy of p
- * then rp_f32_round_bf16 gives, for half their memory traffic. */
-void rp_adamw_step_rounded(float *restrict p, const float *restrict g, float *restrict m,
-                           float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
-                           int decay, float grad_scale, float *restrict rounded_copy);
-
 /* Bytes to reserve for one fp32 array of n elements that AdamW streams side
  * by side with others of the same size (master, gradient, m, v, the
  * pipelines' gradient copies): n * 4 rounded up to an odd multiple of 16 KiB

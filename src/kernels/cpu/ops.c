@@ -108,7 +108,7 @@ static rp_status rmsnorm_backward(void *state, const float *x, const float *w, c
     return RP_OK;
 }
 
-static rp_status rope_table(void *state, const float *inv_freq, int64_t half, int64_t seqlen,
+static rp_status rope_table(void *state, const float *inv_freq, int64_t seqlen, int64_t half,
                             float *space, const float **table, rp_error *err)
 {
     (void)state, (void)err;
@@ -197,13 +197,24 @@ static rp_status check_ids(void *state, const int32_t *ids, const uint8_t *mask,
     return RP_OK;
 }
 
-static rp_status embed_forward(void *state, const float *W, const int32_t *tokens, int64_t n,
-                               int64_t hidden, float *out, rp_error *err)
+static rp_status embed_forward(void *state, const void *W, rp_dtype W_dtype,
+                               const int32_t *tokens, int64_t n, int64_t hidden, float *out,
+                               rp_error *err)
 {
     (void)state, (void)err;
+    if (W_dtype == RP_BF16) {
+        const uint16_t *table = W;
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < n; t++)
+            rp_bf16_to_f32_array(table + (int64_t)tokens[t] * hidden, out + t * hidden,
+                                 (size_t)hidden);
+        return RP_OK;
+    }
+    const float *table = W;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++)
-        memcpy(out + t * hidden, W + (int64_t)tokens[t] * hidden, sizeof(float) * (size_t)hidden);
+        memcpy(out + t * hidden, table + (int64_t)tokens[t] * hidden,
+               sizeof(float) * (size_t)hidden);
     return RP_OK;
 }
 
@@ -227,10 +238,21 @@ static rp_status embed_backward(void *state, const int32_t *tokens, int64_t n, i
     return RP_OK;
 }
 
-static rp_status convert(void *state, const float *src, void *dst, int64_t n, rp_error *err)
+static rp_status convert(void *state, const void *src, rp_dtype from, void *dst, rp_dtype to,
+                         int64_t n, rp_error *err)
 {
-    (void)state, (void)err;
-    also(dst, src, n);
+    (void)state;
+    if (n <= 0 || src == dst)
+        return RP_OK;
+    if (from == to && (to == RP_F32 || to == RP_BF16))
+        memcpy(dst, src, (size_t)n * rp_dtype_size(to));
+    else if (from == RP_BF16 && to == RP_F32)
+        rp_bf16_to_f32_array(src, dst, (size_t)n);
+    else if (from == RP_F32 && to == RP_BF16)
+        rp_f32_to_bf16_array(src, dst, (size_t)n);
+    else
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cpu kernels: no conversion %s -> %s",
+                            rp_dtype_name(from), rp_dtype_name(to));
     return RP_OK;
 }
 

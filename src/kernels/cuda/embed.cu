@@ -46,6 +46,26 @@ extern "C" int rp_cuda_embed_forward(const float *W, const int32_t *tokens, int6
     return rp_launch_status();
 }
 
+/* the same gather from a bf16 table, widened exactly to fp32 */
+static __global__ void gather_bf16_kernel(const uint16_t *W, const int32_t *tokens, int64_t H,
+                                          float *out)
+{
+    const int64_t t = blockIdx.x;
+    const uint16_t *src = W + (int64_t)tokens[t] * H;
+    float *dst = out + t * H;
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+        dst[j] = __uint_as_float((unsigned)src[j] << 16);
+}
+
+extern "C" int rp_cuda_embed_forward_bf16(const uint16_t *W, const int32_t *tokens, int64_t T,
+                                          int64_t H, float *out, void *stream)
+{
+    if (T <= 0)
+        return 0;
+    gather_bf16_kernel<<<(unsigned)T, 256, 0, rp_stream(stream)>>>(W, tokens, H, out);
+    return rp_launch_status();
+}
+
 /* ---- backward ------------------------------------------------------------ */
 
 static int end_bit_for(int64_t vocab)

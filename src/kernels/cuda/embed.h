@@ -28,6 +28,9 @@ int rp_cuda_tokens_first_bad(const int32_t *tokens, const uint8_t *mask, int64_t
 /* out[t] = W[tokens[t]] for rows of H floats; tokens must be in range. */
 int rp_cuda_embed_forward(const float *W, const int32_t *tokens, int64_t T, int64_t H,
                           float *out, void *stream);
+/* The same from a bf16 table [vocab, H], widened exactly. */
+int rp_cuda_embed_forward_bf16(const uint16_t *W, const int32_t *tokens, int64_t T, int64_t H,
+                               float *out, void *stream);
 
 /* Bytes of device scratch the backward needs for T tokens of a vocabulary
  * of `vocab` (asks CUB, so it needs a CUDA device). */

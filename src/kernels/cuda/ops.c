@@ -193,7 +193,7 @@ static rp_status rmsnorm_backward(void *state, const float *x, const float *w, c
 
 /* ---- RoPE ------------------------------------------------------------- */
 
-static rp_status rope_table(void *state, const float *inv_freq, int64_t half, int64_t seqlen,
+static rp_status rope_table(void *state, const float *inv_freq, int64_t seqlen, int64_t half,
                             float *space, const float **table, rp_error *err)
 {
     cuda_state *c = state;
@@ -353,11 +353,15 @@ static rp_status check_ids(void *state, const int32_t *ids, const uint8_t *mask,
                         kind, (int)v, bad, (long long)limit);
 }
 
-static rp_status embed_forward(void *state, const float *W, const int32_t *tokens, int64_t n,
-                               int64_t hidden, float *out, rp_error *err)
+static rp_status embed_forward(void *state, const void *W, rp_dtype W_dtype,
+                               const int32_t *tokens, int64_t n, int64_t hidden, float *out,
+                               rp_error *err)
 {
     cuda_state *c = state;
-    CK(rp_cuda_embed_forward(W, tokens, n, hidden, out, c->stream));
+    if (W_dtype == RP_BF16)
+        CK(rp_cuda_embed_forward_bf16(W, tokens, n, hidden, out, c->stream));
+    else
+        CK(rp_cuda_embed_forward(W, tokens, n, hidden, out, c->stream));
     return RP_OK;
 }
 
@@ -390,10 +394,22 @@ static rp_status embed_backward(void *state, const int32_t *tokens, int64_t n, i
 
 /* ---- copies ----------------------------------------------------------- */
 
-static rp_status convert(void *state, const float *src, void *dst, int64_t n, rp_error *err)
+static rp_status convert(void *state, const void *src, rp_dtype from, void *dst, rp_dtype to,
+                         int64_t n, rp_error *err)
 {
     cuda_state *c = state;
-    CK(rp_cuda_bf16_from_f32(src, dst, n, c->stream));
+    if (n <= 0 || src == dst)
+        return RP_OK;
+    if (from == to && (to == RP_F32 || to == RP_BF16))
+        CK(cudaMemcpyAsync(dst, src, (size_t)n * (to == RP_F32 ? 4 : 2), cudaMemcpyDeviceToDevice,
+                           c->stream));
+    else if (from == RP_F32 && to == RP_BF16)
+        CK(rp_cuda_bf16_from_f32(src, dst, n, c->stream));
+    else if (from == RP_BF16 && to == RP_F32)
+        CK(rp_cuda_f32_from_bf16(src, dst, n, c->stream));
+    else
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: no conversion %d -> %d",
+                            c->ordinal, (int)from, (int)to);
     return RP_OK;
 }
 
