@@ -37,16 +37,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-
-/* Shape of causal grouped-query attention over nseq sequences of seqlen
- * tokens: q, o [nseq*seqlen, nheads*head_dim]; k, v [nseq*seqlen,
- * nkv*head_dim]; lse [nseq*seqlen, nheads] (fp32). Query head h reads kv
- * head h / (nheads/nkv); query t of a sequence sees keys 0..t of it. */
-typedef struct rp_attn_shape {
-    int64_t nseq, seqlen, nheads, nkv, head_dim;
-    int64_t block; /* keys/queries per block of the CPU kernel; ignored on CUDA */
-    float scale;   /* usually 1/sqrt(head_dim) */
-} rp_attn_shape;
+#include "kernels/attn_shape.h"
 
 typedef struct rp_kernel_ops {
     const char *name;

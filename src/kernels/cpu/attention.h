@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/ops.h" /* rp_attn_shape */
+#include "kernels/attn_shape.h"
 
 
 /* Largest block the forward uses (larger requests are clamped): its

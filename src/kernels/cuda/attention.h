@@ -48,7 +48,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/ops.h" /* rp_attn_shape */
+#include "kernels/attn_shape.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,19 @@
+/* The shape of an attention call, shared by the kernel ops table and the
+ * attention kernels of both back ends. Plain C with no other include, so
+ * nvcc-compiled files can use it. */
+#ifndef RP_KERNELS_ATTN_SHAPE_H
+#define RP_KERNELS_ATTN_SHAPE_H
+
+#include <stdint.h>
+
+/* Shape of causal grouped-query attention over nseq sequences of seqlen
+ * tokens: q, o [nseq*seqlen, nheads*head_dim]; k, v [nseq*seqlen,
+ * nkv*head_dim]; lse [nseq*seqlen, nheads] (fp32). Query head h reads kv
+ * head h / (nheads/nkv); query t of a sequence sees keys 0..t of it. */
+typedef struct rp_attn_shape {
+    int64_t nseq, seqlen, nheads, nkv, head_dim;
+    int64_t block; /* keys/queries per block of the CPU kernel; ignored on CUDA */
+    float scale;   /* usually 1/sqrt(head_dim) */
+} rp_attn_shape;
+
+#endif
