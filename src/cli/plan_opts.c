@@ -110,7 +110,7 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
-        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, tok_mb / S, S, *out,
+        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, RP_F32, tok_mb / S, S, *out,
                                    workspace, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(out);

@@ -80,6 +80,20 @@ void rp_bf16_to_f32_array(const uint16_t *src, float *dst, size_t n)
         dst[i] = rp_bf16_to_f32(src[i]);
 }
 
+void rp_bf16_widen_in_place(void *buf, size_t n)
+{
+    /* from the last element down: float i covers bf16 2i and 2i+1, which
+     * (for i > 0) were widened already; bf16 0 is read before float 0 is
+     * written. memcpy keeps the two views of the bytes alias-safe. */
+    unsigned char *b = buf;
+    for (size_t i = n; i-- > 0;) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        float f = rp_bf16_to_f32(h);
+        memcpy(b + 4 * i, &f, 4);
+    }
+}
+
 void rp_f32_round_bf16(float *x, size_t n)
 {
 #pragma omp parallel for simd if (n > 65536) schedule(static)

@@ -43,4 +43,8 @@ void rp_bf16_to_f32_array(const uint16_t *src, float *dst, size_t n);
 /* Round every element of x to the nearest bf16 value, in place. */
 void rp_f32_round_bf16(float *x, size_t n);
 
+/* buf holds n bf16 values in its first 2n bytes: widen them exactly to n
+ * fp32 values over the same 4n bytes. */
+void rp_bf16_widen_in_place(void *buf, size_t n);
+
 #endif

@@ -37,6 +37,8 @@ static json_object *semantic_options(const rp_train_options *o)
     json_object_object_add(j, "grad_clip", json_object_new_double(o->grad_clip));
     json_object_object_add(j, "dtype", json_object_new_string(o->dtype == RP_BF16 ? "bf16"
                                                                                 : "fp32"));
+    json_object_object_add(j, "grad_dtype", json_object_new_string(o->grad_dtype == RP_BF16 ? "bf16"
+                                                                                         : "fp32"));
     json_object_object_add(j, "loss_mask", json_object_new_boolean(o->loss_mask != NULL));
     json_object_object_add(j, "optimizer_lag", json_object_new_int(o->optimizer_lag));
     return j;
@@ -129,9 +131,13 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
         json_object *have = NULL;
         if (s != RP_OK)
             break;
-        if (!json_object_object_get_ex(opts, key, &have))
-            s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"options\" has no \"%s\"", file, key);
-        else if (!json_object_equal(have, want))
+        if (!json_object_object_get_ex(opts, key, &have)) {
+            /* an option added after the format: absent means its default */
+            if (!(strcmp(key, "grad_dtype") == 0 &&
+                  strcmp(json_object_get_string(want), "fp32") == 0))
+                s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"options\" has no \"%s\"", file,
+                                 key);
+        } else if (!json_object_equal(have, want))
             s = rp_error_set(err, RP_ERR_INVALID_ARG,
                              "%s: options.%s is %s, this run has %s: an option that changes the "
                              "results must match the checkpoint's", file, key,

@@ -53,6 +53,7 @@ static void executor_free(executor *x)
         free(x->buf[b].gather);
     }
     rp_device_free(x->dev, x->g);
+    rp_device_free(x->dev, x->g16);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
@@ -122,6 +123,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
               x->buf[b].gather;
     }
     x->g = falloc(x, gmax, err);
+    if (e->o->grad_dtype == RP_BF16 && x->g)
+        x->g16 = dalloc(x, gmax * 2, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->d = falloc(x, e->act_floats, err);
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
@@ -136,7 +139,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->htgt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
     x->hmask = malloc((size_t)e->tokens_per_micro);
     x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
-    ok &= x->g && x->acts && x->d && x->ws && x->saved && x->in &&
+    ok &= x->g && (x->g16 || e->o->grad_dtype != RP_BF16) && x->acts && x->d && x->ws && x->saved && x->in &&
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
@@ -432,6 +435,22 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     return RP_OK;
 }
 
+/* With --grad-dtype bf16, point request r (elements [at, at + n) of the
+ * stage's gradients, fp32 on the device) at their bf16 rounding instead:
+ * half the bytes travel, and finish_grads widens them on the host. */
+static rp_status round_request(executor *x, rp_xfer_req *r, size_t at, size_t n, rp_error *err)
+{
+    if (!x->g16)
+        return RP_OK;
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    uint16_t *dst = (uint16_t *)x->g16 + at;
+    RP_TRY(k.ops->convert(k.state, x->g + at, RP_F32, dst, RP_BF16, (int64_t)n, err));
+    r->src = dst;
+    r->bytes = n * 2;
+    return RP_OK;
+}
+
 /* Download the job's gradients into pipeline g's host buffers (a tail with
  * a tied LM head: also its part of the embedding's gradient) and say so.
  * Summing over the pipelines, the tied part and the norms are the
@@ -467,7 +486,7 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
             r->bytes = rp_layer_numel(e, l) * sizeof(float);
             r->tag = "grads";
         }
-        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->g), r->bytes / 4, err));
     }
     if (rp_stage_needs_tied(e, job)) {
         rp_xfer_req *r = &x->greq[n++];
@@ -477,10 +496,17 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
         r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
         r->cls = RP_XFER_GRAD;
         r->tag = "tied-grads";
-        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->g), r->bytes / 4, err));
     }
+    if (x->g16) /* the roundings are queued on the compute stream */
+        RP_TRY(rp_device_sync(x->dev, err));
     for (int i = 0; i < n; i++)
+        RP_TRY(rp_xfer_submit(x->xfer, &x->greq[i], err));
+    for (int i = 0; i < n; i++) {
         RP_TRY(rp_xfer_wait(x->xfer, &x->greq[i], err));
+        if (x->g16)
+            rp_bf16_widen_in_place(x->greq[i].dst, x->greq[i].bytes / 2);
+    }
     for (int l = job->last; l >= job->first; l--)
         rp_proto_publish_grad(e, l, g, t);
     return RP_OK;

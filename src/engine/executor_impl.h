@@ -33,6 +33,8 @@ typedef struct executor {
     int cur;             /* buffer of the running job */
     float *g;            /* gradients of the stage, same offsets as the weights (a tied
                             LM head's past the layers, as its matrix in the weights) */
+    void *g16;           /* --grad-dtype bf16: the gradients rounded for the download,
+                            same offsets (NULL with fp32) */
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
     float *d;            /* gradient flowing down, A floats */
     float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per

@@ -9,6 +9,7 @@
 #include "model/layers.h"
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
+                               rp_dtype grad_dtype,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err)
 {
@@ -33,7 +34,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         if (l == n - 1 && cfg->tie_word_embeddings)
             floats += cfg->vocab_size * H;
         L->weight_bytes = floats * (int64_t)rp_dtype_size(dtype);
-        L->grad_bytes = floats * 4;
+        L->grad_bytes = floats * (grad_dtype == RP_BF16 ? 6 : 4);
         L->act_bytes = slot;
         L->out_bytes = tokens * H * 4;
     }

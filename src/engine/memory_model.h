@@ -15,7 +15,8 @@
  * samples_per_micro samples of seq_len tokens, with the host store's
  * compute copy (what is uploaded) in `dtype`:
  *   weight_bytes, grad_bytes: the layer's parameters in `dtype` and its
- *       gradient in fp32, each layer rounded up to 16 elements as the stage
+ *       gradient in fp32 (and its bf16 rounding for the download with
+ *       grad_dtype bf16), each layer rounded up to 16 elements as the stage
  *       buffers lay them out; the head of a tied model also holds the
  *       embedding matrix (the tail uploads it and accumulates its gradient);
  *   act_bytes: one slot of what a layer's forward keeps for its backward
@@ -25,6 +26,7 @@
  * and *workspace_bytes: the layer calls' scratch (rp_model_workspace_floats)
  * plus the microbatch's token ids, targets and mask. */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
+                               rp_dtype grad_dtype,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
 

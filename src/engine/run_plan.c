@@ -67,7 +67,8 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
                                     bwd_ms, &cm, err);
     free(work);
     if (s == RP_OK) /* and the bytes: what the executors allocate */
-        s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->samples_per_micro, e->seq_len, cm,
+        s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
+                                 e->samples_per_micro, e->seq_len, cm,
                                  &workspace, err);
     if (s != RP_OK) {
         rp_cost_model_destroy(&cm);

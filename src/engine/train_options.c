@@ -24,6 +24,7 @@ void rp_train_options_default(rp_train_options *o)
     o->eps = 1e-8;
     o->grad_clip = 1.0;
     o->dtype = RP_F32;
+    o->grad_dtype = RP_F32;
     o->seed = 1234;
     o->device = RP_DEVICE_AUTO;
     o->progress = RP_PROGRESS_AUTO;

@@ -81,6 +81,8 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
         RP_TRY(parse_dtype(opt, a, 0, &o->dtype, err));
         o->dtype_set = 1;
     }
+    else if (IS("grad-dtype"))
+        RP_TRY(parse_dtype(opt, a, 0, &o->grad_dtype, err));
     else if (IS("save-dtype")) {
         RP_TRY(parse_dtype(opt, a, 1, &o->save_dtype, err));
         o->save_dtype_set = 1;
