@@ -285,6 +285,19 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, co
 #define PC(field) ((const char *)bp.W + off.field * cb)             /* compute dtype */
 #define F(i) (bp.f[SMALL_##i])                                      /* fp32, or NULL */
 
+/* What both calls start with: the buffers carved from saved/ws, the
+ * offsets, and the parameters as the ops read them (the forward makes the
+ * converted copies, the backward finds them in the saved area). */
+static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, const void *params,
+                             rp_dtype pdt, int64_t nseq, int64_t seqlen, float *saved, float *ws,
+                             int forward, block_ws *w, rp_block_offsets *off, block_params *bp,
+                             rp_error *err)
+{
+    carve(k->ops, pdt, cfg, nseq, seqlen, saved, ws, NULL, w);
+    rp_block_offsets_get(cfg, off);
+    return params_view(k, cfg, params, pdt, w, forward, bp, err);
+}
+
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
                            int64_t seqlen, float *saved, float *ws, rp_error *err)
@@ -292,11 +305,10 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
-    carve(k->ops, params_dtype, cfg, nseq, seqlen, saved, ws, NULL, &w);
     rp_block_offsets off;
-    rp_block_offsets_get(cfg, &off);
     block_params bp;
-    RP_TRY(params_view(k, cfg, params, params_dtype, &w, 1, &bp, err));
+    RP_TRY(block_begin(k, cfg, params, params_dtype, nseq, seqlen, saved, ws, 1, &w, &off, &bp,
+                       err));
     const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
@@ -339,11 +351,10 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
-    carve(k->ops, params_dtype, cfg, nseq, seqlen, saved, ws, NULL, &w);
     rp_block_offsets off;
-    rp_block_offsets_get(cfg, &off);
-    block_params bp; /* the copies the forward made, from the saved area */
-    RP_TRY(params_view(k, cfg, params, params_dtype, &w, 0, &bp, err));
+    block_params bp;
+    RP_TRY(block_begin(k, cfg, params, params_dtype, nseq, seqlen, saved, ws, 0, &w, &off, &bp,
+                       err));
     float *D = dparams;
     const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
