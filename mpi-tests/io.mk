@@ -16,3 +16,9 @@ TESTS += mpi-tests/test_io_file_set
 mpi_tests_test_io_file_set_SOURCES = mpi-tests/test_io_file_set.c
 mpi_tests_test_io_file_set_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_file_set_LDADD = $(RP_TEST_LDADD)
+# the training contract's sample order, with and without --shuffle (serial)
+check_PROGRAMS += mpi-tests/test_io_dataset
+TESTS += mpi-tests/test_io_dataset
+mpi_tests_test_io_dataset_SOURCES = mpi-tests/test_io_dataset.c
+mpi_tests_test_io_dataset_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_dataset_LDADD = $(RP_TEST_LDADD)

@@ -10,7 +10,8 @@
 #include "core/log.h"
 #include "engine/trainer.h"
 
-/* Every option takes a value; rp_train_options_set interprets it. */
+/* Every option but --shuffle takes a value; rp_train_options_set interprets
+ * them. */
 static const struct option train_options[] = {
     {"model", required_argument, 0, 0}, {"init-config", required_argument, 0, 0},
     {"data", required_argument, 0, 0}, {"loss-mask", required_argument, 0, 0},
@@ -21,7 +22,7 @@ static const struct option train_options[] = {
     {"weight-decay", required_argument, 0, 0}, {"beta1", required_argument, 0, 0},
     {"beta2", required_argument, 0, 0}, {"eps", required_argument, 0, 0},
     {"grad-clip", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-    {"grad-dtype", required_argument, 0, 0},
+    {"grad-dtype", required_argument, 0, 0}, {"shuffle", no_argument, 0, 0},
     {"seed", required_argument, 0, 0}, {"log", required_argument, 0, 0},
     {"save", required_argument, 0, 0}, {"save-dtype", required_argument, 0, 0},
     {"device", required_argument, 0, 0}, {"threads", required_argument, 0, 0},
@@ -54,6 +55,8 @@ static const char train_usage[] =
     "  --grad-clip C          global L2 norm clipping, 0 = off (default 1.0)\n"
     "  --dtype fp32|bf16      executor compute dtype (default: bf16 on CUDA, which\n"
     "                         computes in bf16 only, fp32 on the CPU)\n"
+    "  --shuffle              visit each epoch's samples in a random order (seeded by\n"
+    "                         --seed and the epoch; default: the file's order)\n"
     "  --grad-dtype fp32|bf16 dtype gradients travel in from the executors (accumulated\n"
     "                         in fp32 either way; default fp32)\n"
     "  --seed N               initialisation seed (default 1234)\n"

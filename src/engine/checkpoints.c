@@ -37,6 +37,9 @@ static json_object *semantic_options(const rp_train_options *o)
     json_object_object_add(j, "grad_clip", json_object_new_double(o->grad_clip));
     json_object_object_add(j, "dtype", json_object_new_string(o->dtype == RP_BF16 ? "bf16"
                                                                                 : "fp32"));
+    json_object_object_add(j, "shuffle", json_object_new_boolean(o->shuffle));
+    if (o->shuffle) /* the seed draws the order of the epochs still to come */
+        json_object_object_add(j, "shuffle_seed", json_object_new_uint64(o->seed));
     json_object_object_add(j, "grad_dtype", json_object_new_string(o->grad_dtype == RP_BF16 ? "bf16"
                                                                                          : "fp32"));
     json_object_object_add(j, "loss_mask", json_object_new_boolean(o->loss_mask != NULL));
@@ -132,9 +135,11 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
         if (s != RP_OK)
             break;
         if (!json_object_object_get_ex(opts, key, &have)) {
-            /* an option added after the format: absent means its default */
-            if (!(strcmp(key, "grad_dtype") == 0 &&
-                  strcmp(json_object_get_string(want), "fp32") == 0))
+            /* options added after the format: absent means the default */
+            int dflt = (strcmp(key, "grad_dtype") == 0 &&
+                        strcmp(json_object_get_string(want), "fp32") == 0) ||
+                       (strcmp(key, "shuffle") == 0 && !json_object_get_boolean(want));
+            if (!dflt)
                 s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"options\" has no \"%s\"", file,
                                  key);
         } else if (!json_object_equal(have, want))

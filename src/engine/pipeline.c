@@ -337,6 +337,8 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     const rp_train_options *o = e->o;
     rp_status s =
         rp_dataset_open(o->data, o->loss_mask, e->seq_len, r->cfg.vocab_size, &e->ds, err);
+    if (s == RP_OK && o->shuffle)
+        s = rp_dataset_shuffle(e->ds, o->seed, err);
     if (s == RP_OK) {
         int64_t n = rp_dataset_samples(e->ds);
         e->steps = o->steps ? o->steps : (n + o->batch_size - 1) / o->batch_size;

@@ -51,6 +51,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "eps", num(o->eps));
     add(j, "grad-clip", num(o->grad_clip));
     add(j, "dtype", json_object_new_string(o->dtype == RP_BF16 ? "bf16" : "fp32"));
+    add(j, "shuffle", json_object_new_boolean(o->shuffle));
     add(j, "grad-dtype", json_object_new_string(o->grad_dtype == RP_BF16 ? "bf16" : "fp32"));
     add(j, "save-dtype", o->save_dtype_set ? json_object_new_string(
                              o->save_dtype == RP_BF16 ? "bf16" : "fp32") : NULL);

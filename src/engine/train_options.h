@@ -37,6 +37,7 @@ typedef struct rp_train_options {
     int dtype_set;           /* --dtype given; else bf16 on CUDA, fp32 on the CPU */
     int save_dtype_set;
     rp_dtype grad_dtype;     /* --grad-dtype: gradients travel device -> host in it (fp32) */
+    int shuffle;             /* --shuffle: each epoch in its own random order */
     rp_dtype save_dtype;
     uint64_t seed;
     rp_device_kind device;   /* --device (default auto) */

@@ -81,6 +81,14 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
         RP_TRY(parse_dtype(opt, a, 0, &o->dtype, err));
         o->dtype_set = 1;
     }
+    else if (IS("shuffle")) { /* a flag: no value, or 1/0 through the API */
+        if (!a || !strcmp(a, "1") || !strcmp(a, "true"))
+            o->shuffle = 1;
+        else if (!strcmp(a, "0") || !strcmp(a, "false"))
+            o->shuffle = 0;
+        else
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not 1 or 0", opt, a);
+    }
     else if (IS("grad-dtype"))
         RP_TRY(parse_dtype(opt, a, 0, &o->grad_dtype, err));
     else if (IS("save-dtype")) {

@@ -1,13 +1,27 @@
 #include "io/dataset.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
+#include "core/rng.h"
 #include "io/npy.h"
+
+/* One epoch's permutation. */
+typedef struct epoch_order {
+    int64_t epoch; /* -1: empty */
+    int64_t *perm;
+} epoch_order;
 
 struct rp_dataset {
     rp_npy *tokens;
     rp_npy *mask; /* NULL: every target counts */
     int64_t len, seq_len, n;
+    /* --shuffle: the two latest epochs' orders, the older replaced first */
+    int shuffle;
+    uint64_t seed;
+    pthread_mutex_t lock;
+    epoch_order order[2];
+    int older;
 };
 
 rp_status rp_dataset_open(const char *tokens_path, const char *mask_path, int64_t seq_len,
@@ -47,6 +61,10 @@ void rp_dataset_close(rp_dataset **pds)
         return;
     rp_npy_close(&ds->tokens);
     rp_npy_close(&ds->mask);
+    if (ds->shuffle)
+        pthread_mutex_destroy(&ds->lock);
+    free(ds->order[0].perm);
+    free(ds->order[1].perm);
     free(ds);
     *pds = NULL;
 }
@@ -61,11 +79,64 @@ int64_t rp_dataset_tokens(const rp_dataset *ds)
     return ds->len;
 }
 
+rp_status rp_dataset_shuffle(rp_dataset *ds, uint64_t seed, rp_error *err)
+{
+    for (int k = 0; k < 2; k++) {
+        ds->order[k].epoch = -1;
+        ds->order[k].perm = malloc((size_t)ds->n * sizeof(int64_t));
+        if (!ds->order[k].perm)
+            return rp_error_set(err, RP_ERR_NOMEM,
+                                "--shuffle: the order of %lld samples (%lld bytes)",
+                                (long long)ds->n, (long long)ds->n * 8);
+    }
+    if (pthread_mutex_init(&ds->lock, NULL) != 0)
+        return rp_error_set(err, RP_ERR_NOMEM, "--shuffle: a mutex");
+    ds->seed = seed;
+    ds->shuffle = 1;
+    return RP_OK;
+}
+
+/* Fisher-Yates, as rp_dataset_shuffle describes. */
+static void draw_order(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch)
+{
+    const uint64_t stream = rp_rng_stream_id("shuffle") + (uint64_t)epoch;
+    for (int64_t k = 0; k < n; k++)
+        perm[k] = k;
+    for (int64_t i = n - 1; i > 0; i--) {
+        uint32_t w[4];
+        rp_philox4x32(seed, stream, (uint64_t)i, w);
+        uint64_t r = (uint64_t)w[0] << 32 | w[1];
+        int64_t j = (int64_t)(((unsigned __int128)r * (uint64_t)(i + 1)) >> 64);
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+static int64_t shuffled(rp_dataset *ds, int64_t epoch, int64_t i)
+{
+    pthread_mutex_lock(&ds->lock);
+    int k = ds->order[0].epoch == epoch ? 0 : ds->order[1].epoch == epoch ? 1 : -1;
+    if (k < 0) { /* a new epoch: replace the older order */
+        k = ds->older;
+        draw_order(ds->order[k].perm, ds->n, ds->seed, epoch);
+        ds->order[k].epoch = epoch;
+        ds->older = 1 - k;
+    }
+    int64_t sample = ds->order[k].perm[i];
+    pthread_mutex_unlock(&ds->lock);
+    return sample;
+}
+
 int64_t rp_dataset_sample_of(const rp_dataset *ds, int64_t step, int64_t batch, int64_t j)
 {
-    /* ((k-1)*B + j) mod n, in 128 bits so long runs cannot overflow */
-    unsigned __int128 idx = (unsigned __int128)(step - 1) * (uint64_t)batch + (uint64_t)j;
-    return (int64_t)(idx % (uint64_t)ds->n);
+    /* (k-1)*B + j, in 128 bits so long runs cannot overflow */
+    unsigned __int128 p = (unsigned __int128)(step - 1) * (uint64_t)batch + (uint64_t)j;
+    int64_t i = (int64_t)(p % (uint64_t)ds->n);
+    if (!ds->shuffle)
+        return i;
+    /* the orders are a cache: looking a sample up changes no result */
+    return shuffled((rp_dataset *)ds, (int64_t)(p / (uint64_t)ds->n), i);
 }
 
 int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_t *targets,

@@ -1,7 +1,9 @@
 /* Token data as the training contract defines it: S = seq_len, n =
  * floor((len - 1) / S) samples; sample i is tokens[i*S .. i*S+S] (inputs the
- * first S, targets the last S); step k (1-based) uses samples
- * ((k-1)*B + j) mod n, j < B; target position p counts iff mask[p] == 1. */
+ * first S, targets the last S); step k (1-based) uses position
+ * p = (k-1)*B + j, j < B, which is sample p mod n, or with shuffling sample
+ * perm_e(p mod n) of epoch e = floor(p / n); target position p counts iff
+ * mask[p] == 1. */
 #ifndef RP_IO_DATASET_H
 #define RP_IO_DATASET_H
 
@@ -19,6 +21,15 @@ void rp_dataset_close(rp_dataset **ds);
 
 int64_t rp_dataset_samples(const rp_dataset *ds);
 int64_t rp_dataset_tokens(const rp_dataset *ds);
+
+/* Visit the samples of epoch e (0-based) in a permutation drawn from the
+ * counter-based generator keyed by (seed, e): Fisher-Yates over 0..n-1,
+ * for i = n-1 down to 1 swapping i with floor(w * (i+1) / 2^64), where w
+ * is the first two 32-bit words (high first) of Philox4x32-10(seed,
+ * stream = rp_rng_stream_id("shuffle") + e, index = i). The permutations
+ * of the two latest epochs asked for are kept (n int64 each); lookups are
+ * thread-safe. */
+rp_status rp_dataset_shuffle(rp_dataset *ds, uint64_t seed, rp_error *err);
 
 /* Index of the j-th sample of step k (1-based) with batch size B. */
 int64_t rp_dataset_sample_of(const rp_dataset *ds, int64_t step, int64_t batch, int64_t j);
