@@ -46,9 +46,10 @@ EXTRA_DIST += mpi-tests/test_exports.sh
 TESTS += mpi-tests/test_outputs.sh
 EXTRA_DIST += mpi-tests/test_outputs.sh
 TESTS += mpi-tests/test_memory_model.sh
-TESTS += mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh
+TESTS += mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh mpi-tests/test_save_companions.sh
 TESTS += mpi-tests/test_checkpoint.sh
 TESTS += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh
-EXTRA_DIST += mpi-tests/test_memory_model.sh mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh
+EXTRA_DIST += mpi-tests/test_memory_model.sh mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh \
+	mpi-tests/test_save_companions.sh

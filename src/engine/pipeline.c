@@ -546,13 +546,15 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
     if (trained == RP_OK && o->save_dir && !e->stopped_early) {
         rp_error one = {0};
         rp_status st = RP_OK;
+        int companions = 0;
         if (e->rank == 0)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
-                                    e->model_config_text, &one);
+                                    e->model_config_text, o->model_dir, &companions, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && e->rank == 0)
-            rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors", o->save_dir);
+            rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors%s", o->save_dir,
+                   companions ? " with the model's tokenizer and generation files" : "");
         keep_first(e, st, &one, &out, err);
     }
     if (trained == RP_OK && o->trace && !e->peer_lost) {
