@@ -1,4 +1,4 @@
-dist_man_MANS += man/roundpipe.1 man/roundpipe.3 man/roundpipe-formats.5 man/roundpipe-prepare.1
+dist_man_MANS += man/roundpipe.1 man/roundpipe.3 man/roundpipe-formats.5 man/roundpipe-prepare.1 man/roundpipe-plot.1
 
 # `man rp_train` and the other API functions: one-line pages that source
 # roundpipe(3), installed beside it.

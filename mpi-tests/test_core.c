@@ -1,8 +1,9 @@
-/* Proves: bf16 conversion rounds to nearest even and keeps NaN/Inf; fp16
- * decoding is exact; the counter-based RNG is a pure function of
+/* Proves: bf16 conversion rounds to nearest even and keeps NaN/Inf; bf16
+ * widens in place exactly (every bit pattern); fp16 decoding is exact; the counter-based RNG is a pure function of
  * (seed, stream, index) with normal moments; every status has a name. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
@@ -37,6 +38,26 @@ START_TEST(bf16_keeps_nan)
     h = rp_f32_to_bf16(from_bits(0xffffffffu));
     ck_assert(isnan(rp_bf16_to_f32(h)));
     ck_assert_uint_eq(h & 0x8000, 0x8000);
+}
+END_TEST
+
+/* bf16 values in the first half of a buffer widen in place to the same
+ * values as the scalar conversion, for every bf16 bit pattern (NaN
+ * patterns compared bitwise after the scalar's widening). */
+START_TEST(bf16_widens_in_place)
+{
+    const size_t n = 65536;
+    float *buf = malloc(n * sizeof(float));
+    uint16_t *h = (uint16_t *)buf;
+    for (size_t i = 0; i < n; i++)
+        h[i] = (uint16_t)(n - 1 - i); /* descending, so no element meets itself */
+    rp_bf16_widen_in_place(buf, n);
+    for (size_t i = 0; i < n; i++) {
+        float want = rp_bf16_to_f32((uint16_t)(n - 1 - i));
+        ck_assert_msg(memcmp(&buf[i], &want, 4) == 0, "element %zu", i);
+    }
+    free(buf);
+    rp_bf16_widen_in_place(NULL, 0); /* nothing to do */
 }
 END_TEST
 
@@ -108,6 +129,7 @@ static Suite *core_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, bf16_rounds_to_nearest_even);
     tcase_add_test(tc, bf16_keeps_nan);
+    tcase_add_test(tc, bf16_widens_in_place);
     tcase_add_test(tc, f16_decodes_exactly);
     tcase_add_test(tc, rng_is_counter_based);
     tcase_add_test(tc, rng_normal_moments);

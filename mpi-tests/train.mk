@@ -47,9 +47,11 @@ TESTS += mpi-tests/test_outputs.sh
 EXTRA_DIST += mpi-tests/test_outputs.sh
 TESTS += mpi-tests/test_memory_model.sh
 TESTS += mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh mpi-tests/test_save_companions.sh
-# roundpipe-prepare (Python; skipped without numpy and transformers)
-TESTS += mpi-tests/test_prepare.sh
-EXTRA_DIST += mpi-tests/test_prepare.sh
+# roundpipe-prepare and roundpipe-plot (Python; skipped without numpy and
+# transformers, or matplotlib)
+TESTS += mpi-tests/test_prepare.sh mpi-tests/test_plot.sh
+EXTRA_DIST += mpi-tests/test_prepare.sh mpi-tests/test_plot.sh \
+	examples/images/default-curves.png examples/images/default-timeline.png
 TESTS += mpi-tests/test_checkpoint.sh
 TESTS += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
