@@ -51,12 +51,18 @@ awk '{ print $1 / 2 }' "$tmp/f.bytes" | sort -n | uniq > "$tmp/half.bytes"
 [ -s "$tmp/f.bytes" ] && cmp -s "$tmp/half.bytes" "$tmp/b.bytes" && ok ||
   { bad "gradient transfers: fp32 sizes $(tr '\n' ' ' < "$tmp/f.bytes"), bf16 $(tr '\n' ' ' < "$tmp/b.bytes")"; }
 
-# the executors hold the rounded copy: 2 bytes per gradient element more
+# the executors hold the rounded copy: 2 bytes per gradient element more,
+# what roundpipe plan --grad-dtype bf16 counts, to the byte
 alloc() { sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/$1.txt" | head -n 1; }
+planned() { "$bin" plan --init-config "$cfg" --seq-len 16 --batch-size 4 --microbatches 4 \
+  --gpus 2 --plan "fwd=0;bwd=1-3,0" --device cpu --grad-dtype "$1" --json |
+  grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9; }
 run pf 2 1 fp32 --plan "fwd=0;bwd=1-3,0"
 run pb 2 1 bf16 --plan "fwd=0;bwd=1-3,0"
 [ -n "$(alloc pb)" ] && [ "$(alloc pb)" -gt "$(alloc pf)" ] && ok ||
   bad "executor buffers: bf16 gradients $(alloc pb), fp32 $(alloc pf)"
+[ "$(alloc pb)" = "$(planned bf16)" ] && [ "$(alloc pf)" = "$(planned fp32)" ] && ok ||
+  bad "plan counts $(planned fp32) / $(planned bf16) bytes, train allocates $(alloc pf) / $(alloc pb)"
 
 # a bad value
 if "$bin" train --init-config "$cfg" --data "$data" --grad-dtype fp16 > "$tmp/bad.txt" 2>&1; then

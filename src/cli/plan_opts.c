@@ -16,7 +16,7 @@
 
 enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
-    O_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
+    O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
     O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_JSON, O_HELP
 };
 
@@ -31,6 +31,7 @@ static const struct option opts[] = {
     {"tflops", required_argument, 0, O_TFLOPS},
     {"device-gbs", required_argument, 0, O_DEVGBS},
     {"dtype", required_argument, 0, O_DTYPE},
+    {"grad-dtype", required_argument, 0, O_GRAD_DTYPE},
     {"memory-limit-mib", required_argument, 0, O_MEM},
     {"workspace-mib", required_argument, 0, O_WS},
     {"bandwidth-gbs", required_argument, 0, O_BW},
@@ -63,6 +64,7 @@ const char rp_plan_cli_options_usage[] =
     "  --batch-size B         samples per iteration (default M)\n"
     "  --tflops X             achieved TFLOP/s per device for a config (default 100)\n"
     "  --device-gbs X         device memory GB/s for a config (default 1000)\n"
+    "  --grad-dtype fp32|bf16 dtype gradients travel in, as train's (default fp32)\n"
     "  --dtype bf16|fp32      compute dtype for a config (default: as train, bf16 on\n"
     "                         GPUs, fp32 on the CPU)\n"
     "  --device cpu|cuda|auto executors whose memory a config's model counts (default\n"
@@ -98,7 +100,8 @@ const char rp_plan_cli_options_usage[] =
  * device memory as the executors of `device` allocate it (the workspace
  * into *workspace). */
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
-                             double devgbs, int cb, rp_device_kind device, rp_cost_model **out,
+                             double devgbs, int cb, rp_dtype grad_dtype, rp_device_kind device,
+                             rp_cost_model **out,
                              int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
 {
     rp_model_config cfg;
@@ -110,7 +113,7 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
-        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, RP_F32, tok_mb / S, S, *out,
+        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, tok_mb / S, S, *out,
                                    workspace, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(out);
@@ -134,6 +137,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     double rows = 0;
     int64_t sparse = 1;
     int have_seq = 0, have_batch = 0, have_ws = 0, have_dtype = 0;
+    rp_dtype grad_dtype = RP_F32;
     rp_device_kind device = RP_DEVICE_AUTO;
     int64_t config_ws = 0;
     optind = 0;
@@ -177,6 +181,15 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             else
                 st = rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype: '%s' is not bf16 or fp32",
                                   optarg);
+            break;
+        case O_GRAD_DTYPE:
+            if (!strcmp(optarg, "bf16"))
+                grad_dtype = RP_BF16;
+            else if (!strcmp(optarg, "fp32"))
+                grad_dtype = RP_F32;
+            else
+                st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                                  "--grad-dtype: '%s' is not one of fp32, bf16", optarg);
             break;
         case O_MEM: st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &mem, err); break;
         case O_WS:
@@ -256,7 +269,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
             cb = device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
-            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, device, &o->model,
+            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, grad_dtype, device,
+                             &o->model,
                              &config_ws, &o->cfg, err);
         o->have_config = st == RP_OK;
         o->device = device;
