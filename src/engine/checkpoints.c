@@ -105,6 +105,19 @@ static rp_status check_config(const char *dir, const rp_train_options *o, rp_err
     return RP_OK;
 }
 
+/* Options added to the format after checkpoints were written with it: a
+ * checkpoint without one resumes as if it held the default. */
+static int added_later_at_default(const char *key, json_object *want)
+{
+    static const struct {
+        const char *key, *json; /* the default, as semantic_options writes it */
+    } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}};
+    for (size_t i = 0; i < sizeof later / sizeof *later; i++)
+        if (strcmp(key, later[i].key) == 0)
+            return strcmp(json_object_to_json_string(want), later[i].json) == 0;
+    return 0;
+}
+
 /* The checkpoint's trainer state against this run: the format, the options
  * that change the results; *step and *adam_step read. */
 static rp_status check_state(const char *dir, json_object *st, const rp_train_options *o,
@@ -135,11 +148,7 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
         if (s != RP_OK)
             break;
         if (!json_object_object_get_ex(opts, key, &have)) {
-            /* options added after the format: absent means the default */
-            int dflt = (strcmp(key, "grad_dtype") == 0 &&
-                        strcmp(json_object_get_string(want), "fp32") == 0) ||
-                       (strcmp(key, "shuffle") == 0 && !json_object_get_boolean(want));
-            if (!dflt)
+            if (!added_later_at_default(key, want))
                 s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"options\" has no \"%s\"", file,
                                  key);
         } else if (!json_object_equal(have, want))

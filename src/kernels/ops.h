@@ -167,7 +167,7 @@ typedef struct rp_kernels {
 /* Bytes of one compute-dtype element of a table. */
 static inline size_t rp_kernel_compute_bytes(const rp_kernel_ops *ops)
 {
-    return ops->compute_dtype == RP_F32 ? 4 : 2;
+    return rp_dtype_size(ops->compute_dtype);
 }
 
 #endif

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu/rope.h"
-#include "model/layers.h"
+#include "model/carve.h"
 
 size_t rp_model_guard_floats = 0;
 
@@ -61,40 +61,6 @@ typedef struct block_ws {
     size_t saved_total, scratch_total;
 } block_ws;
 
-/* Carving state: with base == NULL only counts, so the sizes and the users
- * share this code and cannot disagree. Every buffer starts on a 64-byte
- * boundary and is followed by rp_model_guard_floats untouched floats. */
-typedef struct carver {
-    float *base;
-    size_t at;
-    int area;
-    rp_model_guards *guards;
-} carver;
-
-static void *take_bytes(carver *c, size_t bytes)
-{
-    void *p = c->base ? (void *)(c->base + c->at) : NULL;
-    c->at += (bytes + 63) / 64 * 16;
-    if (rp_model_guard_floats) {
-        if (c->guards && c->guards->n < RP_MODEL_MAX_GUARDS) {
-            c->guards->area[c->guards->n] = c->area;
-            c->guards->at[c->guards->n++] = c->at;
-        }
-        c->at += rp_model_guard_floats;
-    }
-    return p;
-}
-
-static float *take_f32(carver *c, size_t n)
-{
-    return take_bytes(c, n * sizeof(float));
-}
-
-static void *take_compute(carver *c, const rp_kernel_ops *ops, size_t n)
-{
-    return take_bytes(c, n * rp_kernel_compute_bytes(ops));
-}
-
 static rp_attn_shape attn_shape(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
     rp_attn_shape s = {.nseq = nseq,
@@ -125,73 +91,75 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     const int one = ops->compute_dtype == RP_F32; /* a value and its compute copy are one */
     rp_block_offsets off;
     rp_block_offsets_get(cfg, &off);
-    carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
+    rp_carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
     memset(w, 0, sizeof *w);
 
-    w->wc = pdt == ops->compute_dtype ? NULL : take_compute(&sv, ops, off.numel);
+    w->wc = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&sv, ops, off.numel);
     if (pdt != RP_F32 && !one) /* bf16 in, bf16 compute: widen only the 1-D tensors */
         for (int i = 0; i < SMALL_COUNT; i++) {
             size_t n;
             if (small_tensor(cfg, &off, i, &n) != SIZE_MAX)
-                w->small[i] = take_f32(&sv, n);
+                w->small[i] = rp_carve_f32(&sv, n);
         }
-    w->h1 = take_compute(&sv, ops, T * H);
-    w->rstd1 = take_f32(&sv, T);
+    w->h1 = rp_carve_compute(&sv, ops, T * H);
+    w->rstd1 = rp_carve_f32(&sv, T);
     if (qk) {
-        w->qraw = take_f32(&sv, T * QD);
-        w->rstdq = take_f32(&sv, T * nh);
-        w->kraw = take_f32(&sv, T * KD);
-        w->rstdk = take_f32(&sv, T * nkv);
+        w->qraw = rp_carve_f32(&sv, T * QD);
+        w->rstdq = rp_carve_f32(&sv, T * nh);
+        w->kraw = rp_carve_f32(&sv, T * KD);
+        w->rstdk = rp_carve_f32(&sv, T * nkv);
     }
     if (one) {
-        w->q = w->q_c = take_f32(&sv, T * QD);
-        w->k = w->k_c = take_f32(&sv, T * KD);
-        w->v = w->v_c = take_f32(&sv, T * KD);
+        w->q = w->q_c = rp_carve_f32(&sv, T * QD);
+        w->k = w->k_c = rp_carve_f32(&sv, T * KD);
+        w->v = w->v_c = rp_carve_f32(&sv, T * KD);
     } else {
-        w->q_c = take_compute(&sv, ops, T * QD);
-        w->k_c = take_compute(&sv, ops, T * KD);
-        w->v_c = take_compute(&sv, ops, T * KD);
+        w->q_c = rp_carve_compute(&sv, ops, T * QD);
+        w->k_c = rp_carve_compute(&sv, ops, T * KD);
+        w->v_c = rp_carve_compute(&sv, ops, T * KD);
     }
-    w->o = take_compute(&sv, ops, T * QD);
-    w->lse = take_f32(&sv, T * nh);
-    w->x2 = take_f32(&sv, T * H);
-    w->rstd2 = take_f32(&sv, T);
-    w->h2 = take_compute(&sv, ops, T * H);
-    w->g = take_f32(&sv, T * I);
-    w->u = take_f32(&sv, T * I);
-    w->m = take_compute(&sv, ops, T * I);
+    w->o = rp_carve_compute(&sv, ops, T * QD);
+    w->lse = rp_carve_f32(&sv, T * nh);
+    w->x2 = rp_carve_f32(&sv, T * H);
+    w->rstd2 = rp_carve_f32(&sv, T);
+    w->h2 = rp_carve_compute(&sv, ops, T * H);
+    w->g = rp_carve_f32(&sv, T * I);
+    w->u = rp_carve_f32(&sv, T * I);
+    w->m = rp_carve_compute(&sv, ops, T * I);
+    /* a RoPE table the table does not keep is made by the forward and kept
+     * for the backward */
+    size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
+    w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
     w->saved_total = sv.at;
 
     if (!one) {
-        w->q = take_f32(&sc, T * QD);
-        w->k = take_f32(&sc, T * KD);
-        w->v = take_f32(&sc, T * KD);
+        w->q = rp_carve_f32(&sc, T * QD);
+        w->k = rp_carve_f32(&sc, T * KD);
+        w->v = rp_carve_f32(&sc, T * KD);
     }
-    w->tmp = take_f32(&sc, T * H);
+    w->tmp = rp_carve_f32(&sc, T * H);
     /* fp32 tables: dm overwrites m (dead once dWd += dy^T m has run), and
      * dg, du overwrite g, u (the SwiGLU backward works in place) */
-    w->dm = one ? (float *)w->m : take_f32(&sc, T * I);
-    w->dy_c = one ? NULL : take_compute(&sc, ops, T * H); /* NULL: dy itself */
-    w->dg = one ? (void *)w->g : take_compute(&sc, ops, T * I);
-    w->du = one ? (void *)w->u : take_compute(&sc, ops, T * I);
-    w->dout = take_compute(&sc, ops, T * QD);
-    w->dq = take_f32(&sc, T * QD);
-    w->dk = take_f32(&sc, T * KD);
-    w->dv = take_f32(&sc, T * KD);
+    w->dm = one ? (float *)w->m : rp_carve_f32(&sc, T * I);
+    w->dy_c = one ? NULL : rp_carve_compute(&sc, ops, T * H); /* NULL: dy itself */
+    w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, T * I);
+    w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, T * I);
+    w->dout = rp_carve_compute(&sc, ops, T * QD);
+    w->dq = rp_carve_f32(&sc, T * QD);
+    w->dk = rp_carve_f32(&sc, T * KD);
+    w->dv = rp_carve_f32(&sc, T * KD);
     if (!one) {
-        w->dq_c = take_compute(&sc, ops, T * QD);
-        w->dk_c = take_compute(&sc, ops, T * KD);
-        w->dv_c = take_compute(&sc, ops, T * KD);
+        w->dq_c = rp_carve_compute(&sc, ops, T * QD);
+        w->dk_c = rp_carve_compute(&sc, ops, T * KD);
+        w->dv_c = rp_carve_compute(&sc, ops, T * KD);
     } else {
         w->dq_c = w->dq, w->dk_c = w->dk, w->dv_c = w->dv;
     }
-    size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
-    w->rope_space = n ? take_f32(&sc, n) : NULL;
     n = ops->column_sum_scratch_floats((int64_t)max3(H, QD, KD));
-    w->partial = n ? take_f32(&sc, n) : NULL;
+    w->partial = n ? rp_carve_f32(&sc, n) : NULL;
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
     n = ops->attention_backward_scratch_floats(&s);
-    w->attn_scratch = n ? take_f32(&sc, n) : NULL;
+    w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     w->scratch_total = sc.at;
 }
 
@@ -234,11 +202,15 @@ void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
     rp_rope_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta, p);
 }
 
-/* The RoPE table for this shape, from the back end (cached) or into the
- * scratch slice. */
+/* The RoPE table for this shape: from the back end (which may keep it), or
+ * in the saved area, where the forward made it for the backward. */
 static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_t seqlen,
-                         block_ws *w, const float **table, rp_error *err)
+                         block_ws *w, int forward, const float **table, rp_error *err)
 {
+    if (!forward && w->rope_space) {
+        *table = w->rope_space;
+        return RP_OK;
+    }
     float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
     rp_model_rope_inv_freq(cfg, inv_freq);
     return k->ops->rope_table(k->state, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space,
@@ -254,20 +226,18 @@ typedef struct block_params {
     const float *f[SMALL_COUNT];
 } block_params;
 
-#define OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
+#define OP RP_OP
 
-static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, const void *P,
-                             rp_dtype pdt, const block_ws *w, int convert, block_params *v,
-                             rp_error *err)
+static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
+                             const rp_block_offsets *off, const void *P, rp_dtype pdt,
+                             const block_ws *w, int convert, block_params *v, rp_error *err)
 {
-    rp_block_offsets off;
-    rp_block_offsets_get(cfg, &off);
     if (convert && w->wc)
-        OP(convert, P, pdt, w->wc, k->ops->compute_dtype, (int64_t)off.numel);
+        OP(convert, P, pdt, w->wc, k->ops->compute_dtype, (int64_t)off->numel);
     v->W = w->wc ? w->wc : P;
     const float *f32 = pdt == RP_F32 ? P : k->ops->compute_dtype == RP_F32 ? w->wc : NULL;
     for (int i = 0; i < SMALL_COUNT; i++) {
-        size_t n, at = small_tensor(cfg, &off, i, &n);
+        size_t n, at = small_tensor(cfg, off, i, &n);
         if (at == SIZE_MAX)
             v->f[i] = NULL;
         else if (f32)
@@ -295,7 +265,7 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
 {
     carve(k->ops, pdt, cfg, nseq, seqlen, saved, ws, NULL, w);
     rp_block_offsets_get(cfg, off);
-    return params_view(k, cfg, params, pdt, w, forward, bp, err);
+    return params_view(k, cfg, off, params, pdt, w, forward, bp, err);
 }
 
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
@@ -326,7 +296,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
         OP(rmsnorm_forward, w.kraw, F(K_NORM), w.k, NULL, w.rstdk, T * nkv, hd, eps);
     }
     const float *rope = NULL;
-    RP_TRY(rope_of(k, cfg, seqlen, &w, &rope, err));
+    RP_TRY(rope_of(k, cfg, seqlen, &w, 1, &rope, err));
     OP(rope_apply, w.q, w.q_c, rope, nseq, seqlen, nh, hd, 0);
     OP(rope_apply, w.k, w.k_c, rope, nseq, seqlen, nkv, hd, 0);
 
@@ -363,7 +333,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     const int64_t QD = nh * hd, KD = nkv * hd;
     const int qk = cfg->arch == RP_ARCH_QWEN3;
     const float *rope = NULL;
-    RP_TRY(rope_of(k, cfg, seqlen, &w, &rope, err));
+    RP_TRY(rope_of(k, cfg, seqlen, &w, 0, &rope, err));
 
     /* MLP: y = x2 + m Wd^T, m = silu(g) * u. On fp32 tables dm overwrites
      * m, so the weight gradient comes first. */

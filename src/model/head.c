@@ -5,7 +5,7 @@
  * until the end and are summed in token order on the host. */
 #include <string.h>
 
-#include "model/layers.h"
+#include "model/carve.h"
 
 typedef struct head_ws {
     void *lm_c;      /* the LM head in the compute dtype (NULL: it comes in it) */
@@ -19,13 +19,6 @@ typedef struct head_ws {
     float *partial;
     size_t total;
 } head_ws;
-
-static void *take(float *base, size_t *at, size_t bytes)
-{
-    void *p = base ? (void *)(base + *at) : NULL;
-    *at += (bytes + 63) / 64 * 16;
-    return p;
-}
 
 static int64_t chunk_rows(const rp_kernel_ops *ops, const rp_model_config *cfg, int64_t T,
                           int64_t chunk)
@@ -41,21 +34,20 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
                   int64_t C, float *base, head_ws *w)
 {
     const size_t H = (size_t)cfg->hidden_size, V = (size_t)cfg->vocab_size, c = (size_t)C;
-    const size_t cb = rp_kernel_compute_bytes(ops);
     const int one = ops->compute_dtype == RP_F32;
-    size_t at = 0;
+    rp_carver cv = {base, 0, 1, NULL};
     memset(w, 0, sizeof *w);
-    w->lm_c = pdt == ops->compute_dtype ? NULL : take(base, &at, V * H * cb);
-    w->norm_f32 = pdt == RP_F32 ? NULL : take(base, &at, H * sizeof(float));
-    w->h = take(base, &at, c * H * cb);
-    w->rstd = take(base, &at, c * sizeof(float));
-    w->logits = take(base, &at, c * V * sizeof(float));
-    w->dlogits_c = one ? NULL : take(base, &at, c * V * cb);
-    w->dh = take(base, &at, c * H * sizeof(float));
-    w->loss = take(base, &at, (size_t)(T > 0 ? T : 1) * sizeof(double));
+    w->lm_c = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&cv, ops, V * H);
+    w->norm_f32 = pdt == RP_F32 ? NULL : rp_carve_f32(&cv, H);
+    w->h = rp_carve_compute(&cv, ops, c * H);
+    w->rstd = rp_carve_f32(&cv, c);
+    w->logits = rp_carve_f32(&cv, c * V);
+    w->dlogits_c = one ? NULL : rp_carve_compute(&cv, ops, c * V);
+    w->dh = rp_carve_f32(&cv, c * H);
+    w->loss = rp_carve_bytes(&cv, (size_t)(T > 0 ? T : 1) * sizeof(double));
     size_t n = ops->column_sum_scratch_floats((int64_t)H);
-    w->partial = n ? take(base, &at, n * sizeof(float)) : NULL;
-    w->total = at;
+    w->partial = n ? rp_carve_f32(&cv, n) : NULL;
+    w->total = cv.at;
 }
 
 size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
@@ -66,7 +58,7 @@ size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
     return w.total;
 }
 
-#define OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
+#define OP RP_OP
 
 /* On a back end whose memory the host reads, a chunk without a counted
  * token is skipped: no loss, and no gradient flows to its rows. */
