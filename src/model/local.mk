@@ -2,7 +2,7 @@
 # decoder block, head)
 librp_la_SOURCES += \
 	src/model/layout.c src/model/layout.h \
-	src/model/layers.h \
+	src/model/layers.h src/model/carve.h \
 	src/model/embed.c \
 	src/model/block.c \
 	src/model/head.c
