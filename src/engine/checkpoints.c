@@ -10,6 +10,8 @@
 #include "io/config.h"
 #include "optim/lr.h"
 #include "engine/run_impl.h"
+#include "engine/protocol.h"
+#include "optim/clip.h"
 
 #define RP_CHECKPOINT_FORMAT 1
 
@@ -121,7 +123,8 @@ static int added_later_at_default(const char *key, json_object *want)
 /* The checkpoint's trainer state against this run: the format, the options
  * that change the results; *step and *adam_step read. */
 static rp_status check_state(const char *dir, json_object *st, const rp_train_options *o,
-                             int64_t *step, int64_t *adam_step, rp_error *err)
+                             int64_t *step, int64_t *adam_step, int *pending, float *coef,
+                             rp_error *err)
 {
     char file[4200];
     snprintf(file, sizeof file, "%s/%s", dir, RP_CHECKPOINT_STATE);
@@ -137,6 +140,21 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
         json_object_get_int64(v) > *step)
         return rp_error_set(err, RP_ERR_FORMAT, "%s: no valid \"adam_step\"", file);
     *adam_step = json_object_get_int64(v);
+    *pending = 0;
+    *coef = 1.0f;
+    if (json_object_object_get_ex(st, "pending_update", &v)) { /* a lagged optimizer's */
+        json_object *ps = NULL, *pc = NULL;
+        if (!json_object_object_get_ex(v, "step", &ps) || json_object_get_int64(ps) != *step ||
+            !json_object_object_get_ex(v, "clip_coef", &pc) ||
+            !(json_object_is_type(pc, json_type_double) || json_object_is_type(pc, json_type_int)) ||
+            !(json_object_get_double(pc) > 0 && json_object_get_double(pc) <= 1) ||
+            *adam_step >= *step)
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: \"pending_update\" is invalid (its "
+                                "step must be \"step\", its clip_coef in (0, 1], adam_step "
+                                "below it)", file);
+        *pending = 1;
+        *coef = (float)json_object_get_double(pc);
+    }
     if (!json_object_object_get_ex(st, "options", &opts) ||
         !json_object_is_type(opts, json_type_object))
         return rp_error_set(err, RP_ERR_FORMAT, "%s: no \"options\" object", file);
@@ -177,7 +195,8 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     int rank;
     MPI_Comm_rank(comm, &rank);
     rp_status s = RP_OK;
-    int64_t v[3] = {0, 0, 0}; /* found, step, adam_step */
+    int64_t v[4] = {0, 0, 0, 0}; /* found, step, adam_step, pending */
+    float coef = 1.0f;
     if (rank == 0) {
         if (strcmp(resolved->resume, "auto") == 0) {
             s = rp_checkpoint_latest(resolved->checkpoint_dir, out->dir, sizeof out->dir, err);
@@ -190,8 +209,10 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
         json_object *st = NULL;
         if (s == RP_OK && out->dir[0])
             s = rp_checkpoint_open(out->dir, &st, err);
+        int pending = 0;
         if (s == RP_OK && st)
-            s = check_state(out->dir, st, resolved, &v[1], &v[2], err);
+            s = check_state(out->dir, st, resolved, &v[1], &v[2], &pending, &coef, err);
+        v[3] = pending;
         if (s == RP_OK && st)
             s = check_config(out->dir, resolved, err);
         json_object_put(st);
@@ -202,7 +223,8 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
     if (!all)
         return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused --resume");
-    MPI_Bcast(v, 3, MPI_INT64_T, 0, comm);
+    MPI_Bcast(v, 4, MPI_INT64_T, 0, comm);
+    MPI_Bcast(&coef, 1, MPI_FLOAT, 0, comm);
     MPI_Bcast(out->dir, (int)sizeof out->dir, MPI_CHAR, 0, comm);
     if (!v[0]) { /* auto found none: a fresh start, which needs a model */
         out->dir[0] = '\0';
@@ -214,6 +236,8 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     }
     out->step = v[1];
     out->adam_step = v[2];
+    out->pending = (int)v[3];
+    out->coef = coef;
     resolved->model_dir = out->dir; /* the checkpoint is the model */
     resolved->init_config = NULL;
     if (rank == 0 && resolved->steps && out->step == resolved->steps)
@@ -234,7 +258,15 @@ static rp_tensor_ref *optimizer_tensors(const rp_params *p, int *n)
     return rp_params_tensors(p, 2, which, suffix, n);
 }
 
-rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, rp_error *err)
+/* The summed gradient of a pending update, under the parameters' names. */
+static rp_tensor_ref *gradient_tensors(const rp_params *p, int *n)
+{
+    static const rp_params_array grad = RP_PARAMS_GRAD;
+    static const char *const none = "";
+    return rp_params_tensors(p, 1, &grad, &none, n);
+}
+
+rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, rp_error *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
@@ -243,6 +275,13 @@ rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, rp_error *
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
     rp_status s = rp_model_dir_load_file(path, t, n, err);
+    free(t);
+    if (s != RP_OK || !pending)
+        return s;
+    snprintf(path, sizeof path, "%s/" RP_PENDING_FILE, dir);
+    if (!(t = gradient_tensors(p, &n)))
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
+    s = rp_model_dir_load_file(path, t, n, err);
     free(t);
     return s;
 }
@@ -255,46 +294,238 @@ int rp_checkpoint_due(const rp_engine *e, int64_t t)
     return t == e->steps || (o->checkpoint_every > 0 && t % o->checkpoint_every == 0);
 }
 
-rp_status rp_checkpoint_save(rp_engine *e, const char *template_config, MPI_Comm comm,
-                             rp_error *err)
+/* ---- the checkpoint of step c ------------------------------------------- */
+
+/* A checkpoint being written: its tensor lists and where each layer's
+ * tensors start in them. Pending (a lagged optimizer before its last step):
+ * the state before the update of step c, and c's summed gradient, which a
+ * resumed run applies as its first update. */
+typedef struct ck {
+    rp_checkpoint_writer *w;
+    rp_tensor_ref *model, *optim, *grad;
+    int nmodel, noptim, ngrad;
+    int *first; /* [nlayers + 1]: layer l's tensors are [first[l], first[l + 1]) of model */
+    int pending;
+    double t0;
+} ck;
+
+static void ck_free(ck *k)
+{
+    rp_checkpoint_abort(&k->w);
+    free(k->model);
+    free(k->optim);
+    free(k->grad);
+    free(k->first);
+    memset(k, 0, sizeof *k);
+}
+
+static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error *err)
+{
+    memset(k, 0, sizeof *k);
+    k->t0 = rp_now();
+    k->pending = pending;
+    const rp_params *p = e->p;
+    k->model = rp_params_master_tensors(p, &k->nmodel);
+    k->optim = optimizer_tensors(p, &k->noptim);
+    k->grad = pending ? gradient_tensors(p, &k->ngrad) : NULL;
+    k->first = calloc((size_t)p->nlayers + 1, sizeof *k->first);
+    if (!k->model || !k->optim || (pending && !k->grad) || !k->first) {
+        ck_free(k);
+        return rp_error_set(err, RP_ERR_NOMEM, "checkpoint of step %lld: the tensor lists",
+                            (long long)c);
+    }
+    for (int l = 0; l < p->nlayers; l++)
+        k->first[l + 1] = k->first[l] + p->layers[l].nparams;
+    rp_checkpoint_file files[3] = {{"model.safetensors", k->model, k->nmodel},
+                                   {"optimizer.safetensors", k->optim, k->noptim},
+                                   {RP_PENDING_FILE, k->grad, k->ngrad}};
+    rp_checkpoint_content content = {files, pending ? 3 : 2, &p->cfg, e->model_config_text};
+    rp_status s = rp_checkpoint_begin(e->o->checkpoint_dir, c, &content, &k->w, err);
+    if (s != RP_OK)
+        ck_free(k);
+    return s;
+}
+
+/* Layer l's master, m and v (and pending gradient), read now. */
+static rp_status ck_layer(ck *k, int l, rp_error *err)
+{
+    int a = k->first[l], n = k->first[l + 1] - a;
+    RP_TRY(rp_checkpoint_put(k->w, 0, a, n, err));
+    RP_TRY(rp_checkpoint_put(k->w, 1, a, n, err));              /* m */
+    RP_TRY(rp_checkpoint_put(k->w, 1, k->nmodel + a, n, err));  /* v */
+    return k->pending ? rp_checkpoint_put(k->w, 2, a, n, err) : RP_OK;
+}
+
+/* trainer_state.json and the rename; the line saying so. */
+static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float coef,
+                           const char *how, rp_error *err)
+{
+    const rp_train_options *o = e->o;
+    json_object *st = json_object_new_object();
+    json_object_object_add(st, "format", json_object_new_int(RP_CHECKPOINT_FORMAT));
+    json_object_object_add(st, "roundpipe_version", json_object_new_string(rp_version_string()));
+    json_object_object_add(st, "step", json_object_new_int64(c));
+    json_object_object_add(st, "adam_step", json_object_new_int64(adam));
+    json_object_object_add(st, "samples_seen", json_object_new_int64(c * o->batch_size));
+    json_object_object_add(st, "seed", json_object_new_uint64(o->seed));
+    json_object_object_add(st, "data", json_object_new_string(o->data));
+    json_object_object_add(st, "options", semantic_options(o));
+    if (k->pending) { /* the weights are of step c - 1; c's update follows on resume */
+        json_object *pu = json_object_new_object();
+        json_object_object_add(pu, "step", json_object_new_int64(c));
+        json_object_object_add(pu, "clip_coef", json_object_new_double((double)coef));
+        json_object_object_add(pu, "gradient", json_object_new_string(RP_PENDING_FILE));
+        json_object_object_add(st, "pending_update", pu);
+    }
+    char dir[4200];
+    rp_status s = rp_checkpoint_finish(&k->w, st, (int)o->keep_checkpoints, dir, sizeof dir, err);
+    json_object_put(st);
+    if (s == RP_OK) {
+        double mib = 0;
+        for (int l = 0; l < e->p->nlayers; l++)
+            mib += (k->pending ? 4.0 : 3.0) * (double)e->p->layers[l].numel * 4 / 1048576.0;
+        rp_log(e->lg, RP_LOG_INFO, "checkpoint of step %lld written: %s (%.1f MiB in %.2f s%s)",
+               (long long)c, dir, mib, rp_now() - k->t0, how);
+    }
+    ck_free(k);
+    return s;
+}
+
+/* Does the checkpoint of step c hold a pending update? With a lagged
+ * optimizer the update of step c is applied only after step c+1's jobs
+ * have read the weights of step c-1, so a resumed run needs those weights
+ * and c's gradient; after the last step there is nothing to resume. */
+static int ck_pending(const rp_engine *e, int64_t c)
+{
+    return e->o->optimizer_lag && c < e->steps;
+}
+
+rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
+    if (e->rank == 0 && e->ck_written == e->it_last) /* written while its segment ran */
+        return rp_run_agree(e, s, comm, err);
     if (e->rank == 0) {
-        const rp_train_options *o = e->o;
-        double t0 = rp_now();
-        int nmodel = 0, noptim = 0;
-        rp_tensor_ref *model = rp_params_master_tensors(e->p, &nmodel);
-        rp_tensor_ref *optim = optimizer_tensors(e->p, &noptim);
-        if (!model || !optim) {
-            s = rp_error_set(err, RP_ERR_NOMEM, "checkpoint: the tensor lists");
-        } else {
-            json_object *st = json_object_new_object();
-            json_object_object_add(st, "format", json_object_new_int(RP_CHECKPOINT_FORMAT));
-            json_object_object_add(st, "roundpipe_version",
-                                   json_object_new_string(rp_version_string()));
-            json_object_object_add(st, "step", json_object_new_int64(e->it_last));
-            json_object_object_add(st, "adam_step", json_object_new_int64(e->adam_step));
-            json_object_object_add(st, "samples_seen",
-                                   json_object_new_int64(e->it_last * o->batch_size));
-            json_object_object_add(st, "seed", json_object_new_uint64(o->seed));
-            json_object_object_add(st, "data", json_object_new_string(o->data));
-            json_object_object_add(st, "options", semantic_options(o));
-            rp_checkpoint_content c = {model, nmodel, optim, noptim, &e->p->cfg,
-                                       template_config, st};
-            char dir[4200];
-            s = rp_checkpoint_write(o->checkpoint_dir, e->it_last, (int)o->keep_checkpoints, &c,
-                                    dir, sizeof dir, err);
-            json_object_put(st);
-            if (s == RP_OK) {
-                double mib = 0;
-                for (int l = 0; l < e->p->nlayers; l++)
-                    mib += 3.0 * (double)e->p->layers[l].numel * 4 / 1048576.0;
-                rp_log(e->lg, RP_LOG_INFO, "checkpoint of step %lld written: %s (%.1f MiB in "
-                       "%.2f s)", (long long)e->it_last, dir, mib, rp_now() - t0);
-            }
-        }
-        free(model);
-        free(optim);
+        ck k;
+        int pending = ck_pending(e, e->it_last);
+        s = ck_begin(e, e->it_last, pending, &k, err);
+        for (int l = 0; s == RP_OK && l < e->p->nlayers; l++)
+            s = ck_layer(&k, l, err);
+        if (s == RP_OK)
+            s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, "", err);
+        ck_free(&k);
     }
     return rp_run_agree(e, s, comm, err);
+}
+
+/* ---- written while training goes on ------------------------------------- */
+
+/* Is step c's checkpoint written by the writer thread while the segment
+ * runs (rather than after it, as the segment's last step's is)? */
+static int ck_in_segment(const rp_engine *e, int64_t c)
+{
+    return c >= e->it_first && c < e->it_last && rp_checkpoint_due(e, c);
+}
+
+int rp_checkpoint_writer_needed(const rp_engine *e)
+{
+    if (!e->o->checkpoint_dir || e->o->checkpoint_every <= 0)
+        return 0;
+    int64_t every = e->o->checkpoint_every;
+    int64_t next = (e->it_first + every - 1) / every * every;
+    return next < e->it_last;
+}
+
+/* Hold the update of step t of layer l until the checkpoint that needs the
+ * layer's state before it has it: the checkpoint of step t-1 (its state
+ * after its update), or with a lagged optimizer of step t (its state
+ * before, with the gradient). The one rule of the writer's back-pressure. */
+rp_status rp_checkpoint_hold(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+{
+    int64_t c = e->o->optimizer_lag ? t : t - 1;
+    if (!ck_in_segment(e, c))
+        return RP_OK;
+    uint64_t t0 = rp_trace_now_ns();
+    rp_status s = rp_proto_wait_written(e, l, c, who, err);
+    atomic_fetch_add(&e->ck_held_ns, rp_trace_now_ns() - t0);
+    return s;
+}
+
+/* The updates applied once step `last` is done: the count at the segment's
+ * start plus each step since with a counted target (a pending update of a
+ * resumed run first). */
+static int64_t adam_after(const rp_engine *e, int64_t last)
+{
+    int64_t a = e->adam_first;
+    int64_t from = e->resume_pending && e->it_first == e->resume_step + 1 ? e->resume_step
+                                                                         : e->it_first;
+    for (int64_t t = from; t <= last; t++)
+        a += rp_engine_counted(e, t) > 0;
+    return a;
+}
+
+/* Step c's layers in the order their state becomes ready, which is the
+ * order the next updates need them: bottom up when the updates follow a
+ * global norm (by need), otherwise top down as the gradients land. */
+static int ck_layer_at(const rp_engine *e, int i)
+{
+    int bottom_up = e->o->grad_clip > 0 && !e->o->optimizer_lag;
+    return bottom_up ? i : e->num_layers - 1 - i;
+}
+
+static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
+{
+    char who[64];
+    snprintf(who, sizeof who, "checkpoint writer, step %lld", (long long)c);
+    int pending = ck_pending(e, c);
+    ck k;
+    RP_TRY(ck_begin(e, c, pending, &k, err));
+    uint64_t held0 = atomic_load(&e->ck_held_ns);
+    rp_status s = RP_OK;
+    float coef = 1.0f;
+    if (pending && e->o->grad_clip > 0) { /* before any update of c: its norms still there */
+        double total, norm;
+        s = rp_engine_total_sumsq(e, c, who, &total, err);
+        if (s == RP_OK)
+            s = rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err);
+    }
+    for (int i = 0; s == RP_OK && i < e->num_layers; i++) {
+        int l = ck_layer_at(e, i);
+        s = pending ? rp_proto_wait_summed(e, l, c, who, 1, err)
+                    : rp_proto_wait_layer(e, l, 0, (uint64_t)c, who, 1, err);
+        uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        if (s == RP_OK)
+            s = ck_layer(&k, l, err);
+        if (s == RP_OK && e->trace) {
+            char span[64];
+            snprintf(span, sizeof span, "write layer %d (step %lld)", l, (long long)c);
+            rp_trace_span(e->trace, RP_TRACK_CHECKPOINT, span, t0, rp_trace_now_ns());
+        }
+        if (s == RP_OK)
+            rp_proto_publish_written(e, l, c);
+    }
+    if (s != RP_OK) {
+        ck_free(&k);
+        return s;
+    }
+    char how[96];
+    snprintf(how, sizeof how, " while training went on; updates held %.3f s for it",
+             (double)(atomic_load(&e->ck_held_ns) - held0) / 1e9);
+    s = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, how, err);
+    if (s == RP_OK)
+        e->ck_written = c;
+    return s;
+}
+
+void *rp_checkpoint_writer_main(void *arg)
+{
+    rp_engine *e = arg;
+    rp_error err = {0};
+    rp_status s = RP_OK;
+    for (int64_t c = e->it_first; s == RP_OK && c < e->it_last; c++)
+        if (ck_in_segment(e, c))
+            s = write_one(e, c, &err);
+    if (s != RP_OK && s != RP_STOP) /* a stop before c: that checkpoint is not needed */
+        rp_engine_fail(e, s, &err);
+    return NULL;
 }

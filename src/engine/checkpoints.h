@@ -1,9 +1,30 @@
 /* Checkpoints of a training run (io/checkpoint.h has the directory format):
- * what the trainer state holds, the write after a segment that ends on a
- * checkpoint step, and resuming: the checkpoint found, checked against the
- * run's options, and read back into the store, so that the run continues
- * at step k+1 with the same bits as one that never stopped, on any number
- * of ranks and with any plan. */
+ * what the trainer state holds, how a checkpoint is written while training
+ * goes on, and resuming: the checkpoint found, checked against the run's
+ * options, and read back into the store, so that the run continues at step
+ * k+1 with the same bits as one that never stopped, on any number of ranks
+ * and with any plan.
+ *
+ * Written while training goes on: the checkpoint of step c must be a
+ * consistent snapshot without a copy of the state. A writer thread on rank 0
+ * (the node leader) writes each layer's state as soon as it is final for c
+ * and signals it (event `written`); the update that would change the layer
+ * next waits for that signal on every rank (rp_checkpoint_hold). So each
+ * layer has about one iteration to reach the file before training waits.
+ * - Exact optimizer: the layer's master, m and v at version c; the update
+ *   of step c+1 is held.
+ * - Lagged optimizer (--optimizer-lag 1): step c+1 computes with the
+ *   weights of step c-1, and the update of step c comes after that step
+ *   read them. The checkpoint holds the state before the update of step c
+ *   (master, m, v at version c-1) and c's summed gradient
+ *   (pending_gradient.safetensors; trainer_state.json: "pending_update" with
+ *   the step and its clipping coefficient); the update of step c is held.
+ *   A resumed run applies that update first, after its step c+1's jobs read
+ *   the weights, exactly as the uninterrupted run did. Its model.safetensors
+ *   is thus the model of step c-1; the checkpoint after the last step has no
+ *   pending update.
+ * The segment's last step's checkpoint is written after the segment (the
+ * end of the run, a stop by signal, a re-plan). */
 #ifndef RP_ENGINE_CHECKPOINTS_H
 #define RP_ENGINE_CHECKPOINTS_H
 
@@ -17,8 +38,13 @@
 typedef struct rp_resume {
     int64_t step;      /* the checkpoint's step (0: a fresh start) */
     int64_t adam_step; /* AdamW's update count then */
+    int pending;       /* a lagged optimizer's update of `step` is still to be applied */
+    float coef;        /* with that step's clipping coefficient */
     char dir[4096];    /* the checkpoint directory */
 } rp_resume;
+
+/* The summed gradient of a pending update, in a checkpoint directory. */
+#define RP_PENDING_FILE "pending_gradient.safetensors"
 
 /* --resume: find the checkpoint (auto: the newest under --checkpoint-dir,
  * or none, which is said), check it (complete, checksums, the options that
@@ -28,16 +54,28 @@ typedef struct rp_resume {
 rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const rp_logger *lg,
                                 rp_resume *out, rp_error *err);
 
-/* Read the checkpoint's AdamW state into p's m and v (the leader, after the
+/* Read the checkpoint's AdamW state into p's m and v, and with `pending`
+ * the pending update's gradient into p's gradients (the leader, after the
  * weights). */
-rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, rp_error *err);
+rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, rp_error *err);
 
 /* Is there a checkpoint after step t? */
 int rp_checkpoint_due(const rp_engine *e, int64_t t);
 
-/* Write the checkpoint of step e->it_last (all its updates applied: a
- * segment has ended). The leader writes, every rank agrees. */
-rp_status rp_checkpoint_save(rp_engine *e, const char *template_config, MPI_Comm comm,
-                             rp_error *err);
+/* Write the checkpoint of step e->it_last after its segment ended, unless
+ * the writer thread wrote it (a stop right after a checkpoint step). The
+ * leader writes, every rank agrees. */
+rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err);
+
+/* Does the running segment have checkpoints to write while it runs? Then
+ * rank 0 runs rp_checkpoint_writer_main (arg: the engine) beside its other
+ * threads; a failure is the run's (rp_engine_fail). */
+int rp_checkpoint_writer_needed(const rp_engine *e);
+void *rp_checkpoint_writer_main(void *arg);
+
+/* Before the update of step t changes this rank's share of layer l (every
+ * rank's optimizer): wait until the checkpoint writer has what it needs of
+ * the layer. */
+rp_status rp_checkpoint_hold(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
 
 #endif

@@ -75,6 +75,14 @@ typedef struct rp_engine {
     int64_t resume_step;      /* --resume: the checkpoint's step (0: a fresh start) */
     int64_t resume_adam_step; /* and AdamW's update count then */
     const char *resume_dir;   /* the checkpoint (the model is read from it) */
+    int resume_pending;       /* its update of resume_step is still to be applied (a lagged
+                                 optimizer's checkpoint, engine/checkpoints.h), with: */
+    float resume_coef;        /* that step's clipping coefficient */
+    float lag_coef;           /* rank 0's lagged optimizer: the clipping coefficient of the
+                                 step it is updating (for a checkpoint after a stop) */
+    int64_t adam_first;       /* adam_step when the running segment started */
+    int64_t ck_written;       /* rank 0: the newest checkpoint written during a segment */
+    _Atomic uint64_t ck_held_ns; /* updates held for the checkpoint writer (this rank) */
     char *model_config_text; /* the config.json the model came from, read at start (rank 0;
                                 NULL elsewhere): the template of every save and checkpoint,
                                 usable when its file is gone (a pruned checkpoint) */

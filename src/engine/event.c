@@ -32,12 +32,13 @@ struct rp_events {
 };
 
 static const char *kind_name[RP_EV_KIND_COUNT] = {"fwd_out", "bwd_out", "grad", "version",
-                                                   "slot_free", "uploaded", "summed", "rows"};
+                                                   "slot_free", "uploaded", "summed", "rows",
+                                                   "written"};
 static const char *index_name[RP_EV_KIND_COUNT] = {"stage", "stage", "layer", "layer", "slot",
-                                                   "weights", "layer", "layer"};
+                                                   "weights", "layer", "layer", "layer"};
 static const char *micro_name[RP_EV_KIND_COUNT] = {"microbatch", "microbatch", "pipeline",
                                                    "share", "microbatch", "pipeline", "share",
-                                                   "share"};
+                                                   "share", "-"};
 
 const char *rp_event_kind_name(rp_event_kind kind)
 {
@@ -123,6 +124,15 @@ void rp_events_fill(rp_events *evs, uint64_t value)
     size_t n = count_counters(&evs->dims, NULL);
     for (size_t i = 0; i < n; i++)
         atomic_store_explicit(&evs->c[i].value, value, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+void rp_events_fill_kind(rp_events *evs, rp_event_kind kind, uint64_t value)
+{
+    size_t n = (size_t)evs->dims.count[kind] *
+               (size_t)(evs->dims.micro[kind] ? evs->dims.micro[kind] : 1);
+    for (size_t i = 0; i < n; i++)
+        atomic_store_explicit(&evs->c[evs->first[kind] + i].value, value, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 

@@ -38,6 +38,7 @@ typedef enum rp_event_kind {
                           pipelines and its block norms are written */
     RP_EV_ROWS,        /* rank `micro`'s share of the embedding rows the next iteration reads
                           is at version `value` (`index` is 0) */
+    RP_EV_WRITTEN,     /* layer `index`'s state is in the checkpoint of step `value` */
     RP_EV_KIND_COUNT
 } rp_event_kind; /* who produces and consumes each: engine/protocol.h */
 
@@ -74,6 +75,9 @@ void rp_events_reset(rp_events *evs);
 /* Set every counter to value, under the same conditions: a run that goes on
  * with new counters after iteration value starts from there. */
 void rp_events_fill(rp_events *evs, uint64_t value);
+
+/* Set every counter of one kind to value (same conditions as fill). */
+void rp_events_fill_kind(rp_events *evs, rp_event_kind kind, uint64_t value);
 
 /* Replace the injection settings read from the environment (tests). */
 void rp_events_set_injection(rp_events *evs, unsigned max_delay_us, uint64_t seed);

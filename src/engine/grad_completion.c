@@ -8,6 +8,7 @@
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
+#include "engine/checkpoints.h"
 #include "engine/protocol.h"
 #include "optim/clip.h"
 
@@ -78,6 +79,8 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
         if (tied) /* the tail brought the LM head's part */
             RP_TRY(rp_proto_wait_grad(e, e->num_layers - 1, g, t, who, err));
     }
+    if (fuse) /* the update changes the layer */
+        RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);

@@ -20,6 +20,7 @@
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
+#include "engine/checkpoints.h"
 #include "engine/protocol.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -77,6 +78,7 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
                               const char *who, rp_error *err)
 {
     RP_TRY(wait_uploads(e, l, t, who, err));
+    RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
@@ -150,6 +152,7 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
                                        int32_t *ids, int64_t *n, rp_error *err)
 {
     RP_TRY(next_rows(e, t, ids, n, err));
+    RP_TRY(rp_checkpoint_hold(e, 0, t, "optimizer, embedding rows", err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, *n, 1);
@@ -168,19 +171,39 @@ static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
     rp_proto_publish_version(e, 0, t);
 }
 
+/* Every layer's update of step t top down, with a lagged optimizer: each
+ * after step t+1's jobs uploaded the layer. */
+static rp_status update_lagged(rp_engine *e, int64_t t, float coef, int skip, const char *who,
+                               rp_error *err)
+{
+    for (int l = e->num_layers - 1; l >= 0; l--)
+        RP_TRY(update_layer(e, l, t, coef, skip, who, err));
+    return RP_OK;
+}
+
 static rp_status run(rp_engine *e, rp_error *err)
 {
     char who[64];
-    int clip = e->o->grad_clip > 0;
+    int clip = e->o->grad_clip > 0, lag = e->o->optimizer_lag;
     /* rows first, except with a lagged optimizer, whose update of a step
      * follows the next step's uploads anyway */
-    int by_rows = !e->o->optimizer_lag;
+    int by_rows = !lag;
     int32_t *ids =
         by_rows ? malloc(sizeof(int32_t) * (size_t)(e->microbatches * e->tokens_per_micro)) : NULL;
     if (by_rows && !ids)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
     rp_status s = RP_OK;
     int64_t adam_before = e->adam_step;
+    if (e->resume_pending && e->it_first == e->resume_step + 1) {
+        /* a checkpoint's pending update: its gradient loaded, its
+         * coefficient saved; applied as the run that wrote it would have */
+        int64_t t = e->resume_step;
+        snprintf(who, sizeof who, "optimizer, pending update of step %lld", (long long)t);
+        int skip = rp_engine_counted(e, t) == 0;
+        if (!skip)
+            e->adam_step++;
+        s = update_lagged(e, t, e->resume_coef, skip, who, err);
+    }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
@@ -191,13 +214,13 @@ static rp_status run(rp_engine *e, rp_error *err)
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
-            int fuse = !clip && !e->o->optimizer_lag && !skip && l > 0;
+            int fuse = !clip && !lag && !skip && l > 0;
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
-            if (s != RP_OK || clip)
+            if (s != RP_OK || clip || lag)
                 continue;
             if (fuse) {
                 rp_proto_publish_version(e, l, t);
-            } else if (l == 0 && by_rows) {
+            } else if (l == 0) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)
                     update_embedding_rest(e, t, 1.0f, skip, ids, n);
@@ -205,18 +228,20 @@ static rp_status run(rp_engine *e, rp_error *err)
                 s = update_layer(e, l, t, 1.0f, skip, who, err);
             }
         }
-        if (s != RP_OK || !clip)
+        if (s != RP_OK || (!clip && !lag))
             continue;
         double total, norm;
-        float coef;
-        s = rp_engine_total_sumsq(e, t, who, &total, err);
-        if (s == RP_OK && rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err) != RP_OK)
-            s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
-        if (s != RP_OK)
-            break;
-        if (!by_rows) { /* lagged: top down, as the next step's uploads come */
-            for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--)
-                s = update_layer(e, l, t, coef, skip, who, err);
+        float coef = 1.0f;
+        if (clip) {
+            s = rp_engine_total_sumsq(e, t, who, &total, err);
+            if (s == RP_OK && rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err) != RP_OK)
+                s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
+            if (s != RP_OK)
+                break;
+        }
+        if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
+            e->lag_coef = coef;
+            s = update_lagged(e, t, coef, skip, who, err);
             continue;
         }
         /* by need: the rows the next forward reads, the blocks from the

@@ -174,9 +174,10 @@ rp_tensor_ref *rp_params_tensors(const rp_params *p, int sets, const rp_params_a
             for (int i = 0; i < p->layers[l].nparams; i++, k++) {
                 const rp_param_desc *pd = &p->layers[l].params[i];
                 const rp_layer_state *ls = &p->st[l];
-                float *base = which[set] == RP_PARAMS_M   ? ls->m
-                              : which[set] == RP_PARAMS_V ? ls->v
-                                                          : ls->master;
+                float *base = which[set] == RP_PARAMS_M      ? ls->m
+                              : which[set] == RP_PARAMS_V    ? ls->v
+                              : which[set] == RP_PARAMS_GRAD ? ls->grad
+                                                             : ls->master;
                 char *name = names + (size_t)k * NAME_MAX_LEN;
                 snprintf(name, NAME_MAX_LEN, "%s%s", pd->name, suffix[set]);
                 t[k] = (rp_tensor_ref){name, pd->ndim, {pd->shape[0], pd->shape[1]},

@@ -61,7 +61,12 @@ rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
  * tensor named as in the model with the set's suffix appended
  * (io/model_dir.h's list; one block: free() it); NULL when it cannot be
  * allocated. */
-typedef enum rp_params_array { RP_PARAMS_MASTER, RP_PARAMS_M, RP_PARAMS_V } rp_params_array;
+typedef enum rp_params_array {
+    RP_PARAMS_MASTER,
+    RP_PARAMS_M,
+    RP_PARAMS_V,
+    RP_PARAMS_GRAD
+} rp_params_array;
 rp_tensor_ref *rp_params_tensors(const rp_params *p, int sets, const rp_params_array *which,
                                  const char *const *suffix, int *n);
 /* The master weights under the model's names (what --save writes). */

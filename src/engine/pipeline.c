@@ -157,6 +157,13 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     return RP_OK;
 }
 
+/* Does the segment start with a checkpoint's pending update (a lagged
+ * optimizer's, engine/checkpoints.h)? */
+static int resumes_pending(const rp_engine *e)
+{
+    return e->resume_pending && e->it_first == e->resume_step + 1;
+}
+
 /* The store of one segment (iterations first..last under one plan): the
  * activation arena and the events, every counter starting at first - 1 as if
  * the earlier iterations had run under this plan. */
@@ -187,8 +194,13 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     e->npins = e->npins_run + 1;
     e->act = (float *)(base + act);
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
-    if (s == RP_OK && rp_store_is_leader(e->store))
+    if (s == RP_OK && rp_store_is_leader(e->store)) {
         rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
+        if (resumes_pending(e)) { /* the weights are of the step before: its update follows */
+            rp_events_fill_kind(e->ev, RP_EV_VERSION, (uint64_t)(e->it_first - 2));
+            rp_events_fill_kind(e->ev, RP_EV_ROWS, (uint64_t)(e->it_first - 2));
+        }
+    }
     s = rp_run_agree(e, s, comm, err);
     if (!e->peer_lost)
         MPI_Barrier(comm); /* counters set before anyone waits */
@@ -204,13 +216,15 @@ static void free_segment(rp_engine *e)
 }
 
 /* Run iterations first..last on every rank: executor here, optimizer and
- * (rank 0) logger threads beside it. */
+ * (rank 0) logger and checkpoint writer threads beside it. */
 static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
-    pthread_t opt, logt;
+    pthread_t opt, logt, ckt;
+    int need_ck = e->rank == 0 && rp_checkpoint_writer_needed(e);
     int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
     int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
-    if (!have_opt || (e->rank == 0 && !have_log)) {
+    int have_ck = need_ck && pthread_create(&ckt, NULL, rp_checkpoint_writer_main, e) == 0;
+    if (!have_opt || (e->rank == 0 && !have_log) || have_ck != need_ck) {
         rp_error te;
         rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->rank);
         rp_engine_fail(e, RP_ERR_NOMEM, &te);
@@ -221,6 +235,8 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
         pthread_join(opt, NULL);
     if (have_log)
         pthread_join(logt, NULL);
+    if (have_ck)
+        pthread_join(ckt, NULL);
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;
@@ -260,7 +276,7 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
     if (e->resume_dir) /* the checkpoint: its weights, then AdamW's state */
         RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
     if (e->resume_dir)
-        return rp_checkpoint_load_optimizer(shared, e->resume_dir, err);
+        return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
     if (e->o->model_dir)
         return rp_params_load_dir(shared, e->o->model_dir, err);
     rp_params_init_random(shared, e->o->seed);
@@ -487,13 +503,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
         int replan_after =
             !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
         e->it_last = replan_after ? RP_REPLAN_AFTER : e->steps;
-        /* a segment ends on each checkpoint step: all its updates are in */
-        if (o->checkpoint_dir && o->checkpoint_every > 0) {
-            int64_t every = o->checkpoint_every;
-            int64_t next = (e->it_first + every - 1) / every * every;
-            if (next < e->it_last)
-                e->it_last = next;
-        }
+        e->adam_first = e->adam_step;
         s = build_segment(e, comm, err);
         if (s == RP_OK)
             s = run_segment(e, comm, err);
@@ -509,7 +519,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
         }
         e->stopped_early = s == RP_OK && stop > 0 && e->it_last < e->steps;
         if (s == RP_OK && (rp_checkpoint_due(e, e->it_last) || e->stopped_early))
-            s = rp_checkpoint_save(e, e->model_config_text, comm, err);
+            s = rp_checkpoint_save(e, comm, err);
         if (s == RP_OK && e->stopped_early) {
             if (e->rank == 0)
                 rp_log(e->lg, RP_LOG_INFO, "stopped by %s after step %lld of %lld: continue with "
@@ -589,6 +599,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     e->resume_step = resume.step;
     e->resume_adam_step = resume.adam_step;
     e->resume_dir = resume.step ? resume.dir : NULL;
+    e->resume_pending = resume.pending;
+    e->resume_coef = resume.coef;
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
     rp_proto_read_fault(e);

@@ -51,6 +51,8 @@ void rp_proto_dims(const rp_engine *e, rp_event_dims *dims)
     dims->micro[RP_EV_SUMMED] = e->size;
     dims->count[RP_EV_ROWS] = 1;
     dims->micro[RP_EV_ROWS] = e->size;
+    dims->count[RP_EV_WRITTEN] = e->num_layers;
+    dims->micro[RP_EV_WRITTEN] = 1;
     for (int k = 0; k < RP_EV_KIND_COUNT; k++)
         if (dims->micro[k] == 0)
             dims->micro[k] = 1;
@@ -344,4 +346,17 @@ rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, 
                                rp_error *err)
 {
     return wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, job, background, err);
+}
+
+/* ---- checkpoints written while training goes on -------------------------- */
+
+void rp_proto_publish_written(rp_engine *e, int l, int64_t step)
+{
+    publish(e, RP_EV_WRITTEN, l, 0, step);
+}
+
+rp_status rp_proto_wait_written(rp_engine *e, int l, int64_t step, const char *job,
+                                rp_error *err)
+{
+    return wait(e, RP_EV_WRITTEN, l, 0, (uint64_t)step, job, 1, err);
 }

@@ -28,6 +28,9 @@
  * |           |                        | next iteration reads are updated    | through their tokens             |                            |
  * | uploaded  | weights (parity, job   | executor: a job uploaded a layer    | a lagged optimizer, before it    | -                          |
  * |           | kind, layer) /pipeline |                                     | changes the layer                |                            |
+ * | written   | layer / -              | the checkpoint writer (rank 0): the | the update that would change the | the layer's state to write |
+ * |           |                        | layer's state is in the checkpoint  | layer next (every rank's share), | (version, or summed with a |
+ * |           |                        | of step `value`                     | rp_checkpoint_hold               | lagged optimizer)          |
  *
  * The activation checkpoint (the input of a backward stage's first layer,
  * saved by the forward stage that computes it) has no event of its own: it
@@ -108,5 +111,10 @@ rp_status rp_proto_wait_grad(rp_engine *e, int l, int g, int64_t t, const char *
 void rp_proto_publish_summed(rp_engine *e, int l, int64_t t); /* this rank's share */
 rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
                                rp_error *err);
+
+/* ---- checkpoints written while training goes on (engine/checkpoints.h) -- */
+void rp_proto_publish_written(rp_engine *e, int l, int64_t step);
+rp_status rp_proto_wait_written(rp_engine *e, int l, int64_t step, const char *job,
+                                rp_error *err);
 
 #endif

@@ -58,10 +58,6 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--checkpoint-every needs --checkpoint-dir");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->checkpoint_dir)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--resume auto needs --checkpoint-dir");
-    if ((o->checkpoint_dir || o->resume) && o->optimizer_lag)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "checkpoints and --resume with --optimizer-lag 1 are not implemented "
-                            "yet");
     if (!o->data)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--data FILE.npy is required");
     if (o->seq_len < 1)

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +101,8 @@ void rp_atomic_file_abort(rp_atomic_file **afp)
 
 void rp_atomic_file_fail_next_write(rp_atomic_file *af, const char *why) { af->fault = why; }
 
-rp_status rp_atomic_file_write(rp_atomic_file **afp, const void *buf, size_t n, rp_error *err)
+/* n bytes at the file's offset `at`, or appended when at < 0. */
+static rp_status put(rp_atomic_file **afp, const void *buf, size_t n, int64_t at, rp_error *err)
 {
     rp_atomic_file *af = *afp;
     const char *p = buf;
@@ -110,8 +112,10 @@ rp_status rp_atomic_file_write(rp_atomic_file **afp, const void *buf, size_t n, 
             rp_atomic_file_abort(afp);
             return RP_ERR_INTERRUPTED;
         }
+        size_t slice = n < WRITE_SLICE ? n : WRITE_SLICE;
         ssize_t w = af->fault ? (errno = ENOSPC, -1)
-                              : write(af->fd, p, n < WRITE_SLICE ? n : WRITE_SLICE);
+                    : at < 0  ? write(af->fd, p, slice)
+                              : pwrite(af->fd, p, slice, (off_t)at);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
@@ -123,8 +127,24 @@ rp_status rp_atomic_file_write(rp_atomic_file **afp, const void *buf, size_t n, 
         }
         p += w;
         n -= (size_t)w;
+        if (at >= 0)
+            at += w;
     }
     return RP_OK;
+}
+
+rp_status rp_atomic_file_write(rp_atomic_file **afp, const void *buf, size_t n, rp_error *err)
+{
+    return put(afp, buf, n, -1, err);
+}
+
+rp_status rp_atomic_file_write_at(rp_atomic_file **afp, const void *buf, size_t n,
+                                  uint64_t offset, rp_error *err)
+{
+    if (offset > (uint64_t)INT64_MAX - n)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: write offset out of range",
+                            (*afp)->path);
+    return put(afp, buf, n, (int64_t)offset, err);
 }
 
 rp_status rp_atomic_file_sync(rp_atomic_file **afp, rp_error *err)

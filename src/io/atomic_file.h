@@ -8,6 +8,7 @@
 #define RP_IO_ATOMIC_FILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/error.h"
 
@@ -22,6 +23,12 @@ rp_status rp_atomic_file_open_output(const char *path, rp_atomic_file **out, rp_
 
 /* Append n bytes. On failure the temporary file is removed and *af freed. */
 rp_status rp_atomic_file_write(rp_atomic_file **af, const void *buf, size_t n, rp_error *err);
+
+/* Write n bytes at the given offset of the file (pwrite; the file grows to
+ * fit), for a file whose parts are written out of order (a checkpoint's
+ * layers as they become ready). Fails and aborts as rp_atomic_file_write. */
+rp_status rp_atomic_file_write_at(rp_atomic_file **af, const void *buf, size_t n,
+                                  uint64_t offset, rp_error *err);
 
 /* fsync + rename into place; frees *af and sets it to NULL either way. */
 rp_status rp_atomic_file_commit(rp_atomic_file **af, rp_error *err);

@@ -15,8 +15,9 @@
 #include "io/json_util.h"
 #include "io/read_file.h"
 
-static const char *const g_files[] = {"model.safetensors", "config.json", "optimizer.safetensors"};
-#define NFILES 3
+static const char *const g_required[] = {"model.safetensors", "config.json",
+                                         "optimizer.safetensors"};
+#define NREQUIRED 3
 
 /* The files' checksum: FNV-1a 64 taken over the file's little-endian
  * 64-bit words (a tail of fewer than 8 bytes byte by byte), 8 times the
@@ -175,76 +176,161 @@ static rp_status write_small(const char *dir, const char *name, const char *text
     return rp_atomic_file_commit(&af, err);
 }
 
-rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
-                              const rp_checkpoint_content *c, char *dir, size_t len,
-                              rp_error *err)
+#define MAX_FILES 8
+
+struct rp_checkpoint_writer {
+    char root[4096], name[64], tmp[4096];
+    int64_t step;
+    rp_file_set *fs;
+    rp_tensor_file *file[MAX_FILES];
+    char *file_name[MAX_FILES];
+    int nfiles;
+};
+
+void rp_checkpoint_abort(rp_checkpoint_writer **wp)
 {
+    rp_checkpoint_writer *w = *wp;
+    if (!w)
+        return;
+    for (int i = 0; i < w->nfiles; i++) {
+        rp_tensor_file_destroy(&w->file[i]);
+        free(w->file_name[i]);
+    }
+    rp_file_set_abort(&w->fs);
+    remove_dir(w->tmp);
+    free(w);
+    *wp = NULL;
+}
+
+rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoint_content *c,
+                              rp_checkpoint_writer **out, rp_error *err)
+{
+    *out = NULL;
+    if (strlen(root) > 3900)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--checkpoint-dir: path too long");
+    if (c->nfiles < 2 || c->nfiles > MAX_FILES)
+        return rp_error_set(err, RP_ERR_INTERNAL, "checkpoint: %d files", c->nfiles);
     if (mkdir(root, 0777) != 0 && errno != EEXIST)
         return rp_error_set(err, RP_ERR_IO, "--checkpoint-dir %s: cannot create: %s", root,
                             strerror(errno));
-    char name[64], tmp[4096], final[4096];
-    if (strlen(root) > 3900)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--checkpoint-dir: path too long");
-    snprintf(name, sizeof name, "step-%08lld", (long long)step);
-    snprintf(tmp, sizeof tmp, "%s/%s.tmp", root, name);
-    snprintf(final, sizeof final, "%s/%s", root, name);
-    remove_dir(tmp); /* a stale one of an interrupted write */
-    rp_file_set *fs = NULL;
-    rp_status s = rp_file_set_begin(tmp, &fs, err);
-    if (s == RP_OK)
-        s = rp_model_dir_add(fs, c->model, c->nmodel, RP_F32, c->cfg, c->template_config, err);
-    /* test hook: RP_FAULT_CHECKPOINT_HOLD=S holds the writer S seconds here,
-     * its files half written under temporary names, for a kill to land */
-    const char *hold = getenv("RP_FAULT_CHECKPOINT_HOLD");
-    if (s == RP_OK && hold && atof(hold) > 0)
-        usleep((useconds_t)(atof(hold) * 1e6));
-    if (s == RP_OK)
-        s = rp_tensors_add(fs, "optimizer.safetensors", c->optim, c->noptim, RP_F32, err);
-    if (s == RP_OK)
-        s = rp_file_set_commit(&fs, err);
-    rp_file_set_abort(&fs);
-    json_object *files = json_object_new_object();
-    for (int i = 0; s == RP_OK && i < NFILES; i++) {
-        char path[4096], hex[32];
-        uint64_t h = 0, n = 0;
-        if (snprintf(path, sizeof path, "%s/%s", tmp, g_files[i]) >= (int)sizeof path)
-            s = rp_error_set(err, RP_ERR_INVALID_ARG, "%s: path too long", tmp);
+    rp_checkpoint_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return rp_error_set(err, RP_ERR_NOMEM, "checkpoint: out of memory");
+    snprintf(w->root, sizeof w->root, "%s", root);
+    snprintf(w->name, sizeof w->name, "step-%08lld", (long long)step);
+    snprintf(w->tmp, sizeof w->tmp, "%s/%s.tmp", root, w->name);
+    w->step = step;
+    remove_dir(w->tmp); /* a stale one of an interrupted write */
+    rp_status s = rp_file_set_begin(w->tmp, &w->fs, err);
+    for (int i = 0; s == RP_OK && i < c->nfiles; i++) {
+        w->nfiles++;
+        if (!(w->file_name[i] = strdup(c->files[i].name)))
+            s = rp_error_set(err, RP_ERR_NOMEM, "checkpoint: out of memory");
         else
-            s = file_hash(path, &h, &n, err);
-        if (s != RP_OK)
-            break;
+            s = rp_tensor_file_begin(w->fs, c->files[i].name, c->files[i].tensors, c->files[i].n,
+                                     RP_F32, &w->file[i], err);
+        if (s == RP_OK && i == 0)
+            s = rp_model_dir_add_config(w->fs, c->cfg, RP_F32, c->template_config, err);
+    }
+    if (s != RP_OK) {
+        rp_checkpoint_abort(&w);
+        return s;
+    }
+    *out = w;
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int count,
+                            rp_error *err)
+{
+    if (file < 0 || file >= w->nfiles || !w->file[file])
+        return rp_error_set(err, RP_ERR_INTERNAL, "checkpoint: no file %d", file);
+    return rp_tensor_file_put(w->file[file], first, count, err);
+}
+
+/* Each file's bytes and checksum, as trainer_state.json lists them. */
+static rp_status list_files(rp_checkpoint_writer *w, json_object *files, rp_error *err)
+{
+    for (int i = 0; i <= w->nfiles; i++) {
+        const char *name = i < w->nfiles ? w->file_name[i] : "config.json";
+        char path[4200], hex[32];
+        uint64_t h = 0, n = 0;
+        snprintf(path, sizeof path, "%s/%s", w->tmp, name);
+        RP_TRY(file_hash(path, &h, &n, err));
         snprintf(hex, sizeof hex, "%016" PRIx64, h);
         json_object *f = json_object_new_object();
         json_object_object_add(f, "bytes", json_object_new_int64((int64_t)n));
         json_object_object_add(f, "fnv1a64", json_object_new_string(hex));
-        json_object_object_add(files, g_files[i], f);
+        json_object_object_add(files, name, f);
     }
-    json_object_object_add(c->state, "files", files);
+    return RP_OK;
+}
+
+rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, int keep, char *dir,
+                               size_t len, rp_error *err)
+{
+    rp_checkpoint_writer *w = *wp;
+    rp_status s = RP_OK;
+    for (int i = 0; s == RP_OK && i < w->nfiles; i++)
+        s = rp_tensor_file_end(&w->file[i], err);
+    /* test hook: RP_FAULT_CHECKPOINT_HOLD=S holds the writer S seconds here,
+     * its files written under temporary names, for a kill to land */
+    const char *hold = getenv("RP_FAULT_CHECKPOINT_HOLD");
+    if (s == RP_OK && hold && atof(hold) > 0)
+        usleep((useconds_t)(atof(hold) * 1e6));
     if (s == RP_OK)
-        s = write_small(tmp, RP_CHECKPOINT_STATE,
-                        json_object_to_json_string_ext(c->state, JSON_C_TO_STRING_PRETTY), err);
+        s = rp_file_set_commit(&w->fs, err);
+    json_object *files = json_object_new_object();
+    if (s == RP_OK)
+        s = list_files(w, files, err);
+    json_object_object_add(state, "files", files);
+    if (s == RP_OK)
+        s = write_small(w->tmp, RP_CHECKPOINT_STATE,
+                        json_object_to_json_string_ext(state, JSON_C_TO_STRING_PRETTY), err);
     if (s == RP_OK) {
         char marker[64];
-        snprintf(marker, sizeof marker, "step %lld\n", (long long)step);
-        s = write_small(tmp, RP_CHECKPOINT_MARKER, marker, err);
+        snprintf(marker, sizeof marker, "step %lld\n", (long long)w->step);
+        s = write_small(w->tmp, RP_CHECKPOINT_MARKER, marker, err);
     }
     if (s == RP_OK)
-        s = sync_dir(tmp, err);
+        s = sync_dir(w->tmp, err);
+    char final[4200];
+    snprintf(final, sizeof final, "%s/%s", w->root, w->name);
     if (s == RP_OK) {
         remove_dir(final); /* an older run's checkpoint of the same step */
-        if (rename(tmp, final) != 0)
-            s = rp_error_set(err, RP_ERR_IO, "%s: cannot rename to %s: %s", tmp, final,
+        if (rename(w->tmp, final) != 0)
+            s = rp_error_set(err, RP_ERR_IO, "%s: cannot rename to %s: %s", w->tmp, final,
                              strerror(errno));
     }
     if (s == RP_OK)
-        s = sync_dir(root, err);
+        s = sync_dir(w->root, err);
     if (s != RP_OK) {
-        remove_dir(tmp);
+        rp_checkpoint_abort(wp);
         return s;
     }
     snprintf(dir, len, "%s", final);
-    prune(root, keep, name);
+    prune(w->root, keep, w->name);
+    for (int i = 0; i < w->nfiles; i++)
+        free(w->file_name[i]);
+    free(w);
+    *wp = NULL;
     return RP_OK;
+}
+
+rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
+                              const rp_checkpoint_content *c, json_object *state, char *dir,
+                              size_t len, rp_error *err)
+{
+    rp_checkpoint_writer *w = NULL;
+    RP_TRY(rp_checkpoint_begin(root, step, c, &w, err));
+    rp_status s = RP_OK;
+    for (int i = 0; s == RP_OK && i < c->nfiles; i++)
+        s = rp_checkpoint_put(w, i, 0, c->files[i].n, err);
+    if (s != RP_OK) {
+        rp_checkpoint_abort(&w);
+        return s;
+    }
+    return rp_checkpoint_finish(&w, state, keep, dir, len, err);
 }
 
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err)
@@ -260,6 +346,32 @@ rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error
     if (best >= 0)
         snprintf(out, len, "%s/%s", root, e[best].name);
     free(e);
+    return RP_OK;
+}
+
+/* One file listed in trainer_state.json (at state_path): its size and
+ * checksum as listed. */
+static rp_status check_file(const char *dir, const char *state_path, const char *name,
+                            json_object *f, rp_error *err)
+{
+    json_object *b = NULL, *h = NULL;
+    if (strchr(name, '/') || !json_object_object_get_ex(f, "bytes", &b) ||
+        !json_object_object_get_ex(f, "fnv1a64", &h) || !json_object_is_type(h, json_type_string))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"files\".\"%s\" is invalid or incomplete",
+                            state_path, name);
+    char fp[4400], hex[32];
+    uint64_t hash = 0, n = 0;
+    snprintf(fp, sizeof fp, "%s/%s", dir, name);
+    RP_TRY(file_hash(fp, &hash, &n, err));
+    snprintf(hex, sizeof hex, "%016" PRIx64, hash);
+    if ((int64_t)n != json_object_get_int64(b))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, but %s says %lld "
+                            "(truncated or replaced)", fp, n, RP_CHECKPOINT_STATE,
+                            (long long)json_object_get_int64(b));
+    if (strcmp(hex, json_object_get_string(h)) != 0)
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: checksum %s, but %s says %s (the file "
+                            "changed since it was written)", fp, hex, RP_CHECKPOINT_STATE,
+                            json_object_get_string(h));
     return RP_OK;
 }
 
@@ -285,30 +397,17 @@ rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err
     if (!json_object_object_get_ex(j, "files", &files) ||
         !json_object_is_type(files, json_type_object))
         s = rp_error_set(err, RP_ERR_FORMAT, "%s: no \"files\" object", path);
-    for (int i = 0; s == RP_OK && i < NFILES; i++) {
-        json_object *f = NULL, *b = NULL, *h = NULL;
-        if (!json_object_object_get_ex(files, g_files[i], &f) ||
-            !json_object_object_get_ex(f, "bytes", &b) ||
-            !json_object_object_get_ex(f, "fnv1a64", &h) || !json_object_is_type(h, json_type_string)) {
-            s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"files\".\"%s\" is missing or incomplete",
-                             path, g_files[i]);
-            break;
+    for (int i = 0; s == RP_OK && i < NREQUIRED; i++)
+        if (!json_object_object_get_ex(files, g_required[i], NULL))
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"files\".\"%s\" is missing", path,
+                             g_required[i]);
+    if (s == RP_OK) {
+        json_object_object_foreach(files, name, f)
+        {
+            s = check_file(dir, path, name, f, err);
+            if (s != RP_OK)
+                break;
         }
-        char fp[4096], hex[32];
-        uint64_t hash = 0, n = 0;
-        snprintf(fp, sizeof fp, "%s/%s", dir, g_files[i]);
-        s = file_hash(fp, &hash, &n, err);
-        if (s != RP_OK)
-            break;
-        snprintf(hex, sizeof hex, "%016" PRIx64, hash);
-        if ((int64_t)n != json_object_get_int64(b))
-            s = rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, but %s says %lld "
-                             "(truncated or replaced)", fp, n, RP_CHECKPOINT_STATE,
-                             (long long)json_object_get_int64(b));
-        else if (strcmp(hex, json_object_get_string(h)) != 0)
-            s = rp_error_set(err, RP_ERR_FORMAT, "%s: checksum %s, but %s says %s (the file "
-                             "changed since it was written)", fp, hex, RP_CHECKPOINT_STATE,
-                             json_object_get_string(h));
     }
     if (s != RP_OK) {
         json_object_put(j);

@@ -1,6 +1,8 @@
 /* Checkpoint directories (DESIGN 11): ROOT/step-00000100/ holds
  *   model.safetensors, config.json  the fp32 master weights, HF layout
  *   optimizer.safetensors           AdamW m and v: <name>.exp_avg, .exp_avg_sq
+ *   (others)                        what the caller adds (a lagged optimizer's
+ *                                   pending gradient)
  *   trainer_state.json              the caller's state, plus "files": each
  *                                   file's bytes and checksum (FNV-1a 64
  *                                   over its 64-bit words, file_hash)
@@ -23,30 +25,59 @@
 #define RP_CHECKPOINT_MARKER "checkpoint.complete"
 #define RP_CHECKPOINT_STATE "trainer_state.json"
 
+/* One safetensors file of a checkpoint: its name and tensors (fp32). */
+typedef struct rp_checkpoint_file {
+    const char *name;
+    const rp_tensor_ref *tensors;
+    int n;
+} rp_checkpoint_file;
+
 typedef struct rp_checkpoint_content {
-    const rp_tensor_ref *model; /* master weights, Hugging Face names */
-    int nmodel;
-    const rp_tensor_ref *optim; /* m and v, "<name>.exp_avg" / "<name>.exp_avg_sq" */
-    int noptim;
+    const rp_checkpoint_file *files; /* files[0]: model.safetensors (the master weights, Hugging
+                                        Face names); files[1]: optimizer.safetensors (m and v,
+                                        "<name>.exp_avg" / "<name>.exp_avg_sq"); others may
+                                        follow */
+    int nfiles;
     const rp_model_config *cfg;
     const char *template_config; /* the text of the config.json the model came from, or NULL */
-    json_object *state;          /* the trainer's state; "files" is added to it */
 } rp_checkpoint_content;
 
-/* Write step `step`'s checkpoint under root (created if missing), then keep
- * the newest `keep` complete ones (0: all) and remove incomplete ones.
- * *dir (len bytes) receives the checkpoint's path. Nothing is left under a
+/* Writing step `step`'s checkpoint under root (created if missing), in
+ * stages, so that its tensors can be written as they become ready while
+ * training goes on:
+ *   begin   - ROOT/step-N.tmp/ (a stale one removed), config.json, and each
+ *             file's header: every tensor's place is fixed;
+ *   put     - tensors [first, first + count) of file `file`, read now;
+ *   finish  - every tensor written? every file fsync'd and in place, then
+ *             trainer_state.json (`state` plus "files": each file's bytes and
+ *             checksum), the marker, the directory fsync'd and renamed to
+ *             ROOT/step-N; the newest `keep` complete checkpoints kept (0:
+ *             all) and incomplete ones removed; *dir (len bytes) receives
+ *             the path;
+ *   abort   - removes the temporary directory (no-op on NULL).
+ * finish and abort free *w and set it to NULL. Nothing is left under a
  * complete name on failure. */
+typedef struct rp_checkpoint_writer rp_checkpoint_writer;
+rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoint_content *c,
+                              rp_checkpoint_writer **out, rp_error *err);
+rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int count,
+                            rp_error *err);
+rp_status rp_checkpoint_finish(rp_checkpoint_writer **w, json_object *state, int keep, char *dir,
+                               size_t len, rp_error *err);
+void rp_checkpoint_abort(rp_checkpoint_writer **w);
+
+/* All of it at once: begin, put every tensor, finish. */
 rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
-                              const rp_checkpoint_content *c, char *dir, size_t len,
-                              rp_error *err);
+                              const rp_checkpoint_content *c, json_object *state, char *dir,
+                              size_t len, rp_error *err);
 
 /* The newest complete checkpoint under root into out, or "" when there is
  * none (root missing included). */
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err);
 
-/* Open checkpoint dir: the marker is there, trainer_state.json parses, and
- * every file it lists has its size and checksum (errors name the file and
+/* Open checkpoint dir: the marker is there, trainer_state.json parses, it
+ * lists model.safetensors, config.json and optimizer.safetensors, and every
+ * file it lists has its size and checksum (errors name the file and
  * what differs). *state is the parsed state (json_object_put it). */
 rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err);
 

@@ -99,8 +99,63 @@ static rp_status mark_old_shards(rp_file_set *fs, rp_error *err)
     return s;
 }
 
-rp_status rp_tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors, int n,
-                         rp_dtype dtype, rp_error *err)
+struct rp_tensor_file {
+    rp_safetensors_writer *w;
+    rp_atomic_file **af; /* the set's member */
+    char path[4096];
+};
+
+rp_status rp_tensor_file_begin(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors,
+                               int n, rp_dtype dtype, rp_tensor_file **out, rp_error *err)
+{
+    *out = NULL;
+    rp_tensor_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s/%s: out of memory", rp_file_set_dir(fs),
+                            name);
+    snprintf(f->path, sizeof f->path, "%s/%s", rp_file_set_dir(fs), name);
+    rp_status s = rp_safetensors_writer_create(&f->w, err);
+    for (int i = 0; i < n && s == RP_OK; i++)
+        s = rp_safetensors_writer_add(f->w, tensors[i].name, dtype, RP_F32, tensors[i].ndim,
+                                      tensors[i].shape, tensors[i].data, err);
+    if (s == RP_OK)
+        s = rp_file_set_add(fs, name, &f->af, err);
+    if (s == RP_OK)
+        s = rp_safetensors_writer_write_header(f->w, f->af, f->path, err);
+    if (s != RP_OK) {
+        rp_tensor_file_destroy(&f);
+        return s;
+    }
+    *out = f;
+    return RP_OK;
+}
+
+rp_status rp_tensor_file_put(rp_tensor_file *f, int first, int count, rp_error *err)
+{
+    for (int i = first; i < first + count; i++)
+        RP_TRY(rp_safetensors_writer_write_tensor(f->w, (size_t)i, f->af, f->path, err));
+    return RP_OK;
+}
+
+rp_status rp_tensor_file_end(rp_tensor_file **f, rp_error *err)
+{
+    rp_status s = rp_safetensors_writer_check_complete((*f)->w, (*f)->path, err);
+    rp_tensor_file_destroy(f);
+    return s;
+}
+
+void rp_tensor_file_destroy(rp_tensor_file **f)
+{
+    if (!*f)
+        return;
+    rp_safetensors_writer_destroy(&(*f)->w);
+    free(*f);
+    *f = NULL;
+}
+
+/* The whole file at once: in file order, so the writes are sequential. */
+static rp_status tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors,
+                             int n, rp_dtype dtype, rp_error *err)
 {
     rp_safetensors_writer *w = NULL;
     RP_TRY(rp_safetensors_writer_create(&w, err));
@@ -119,11 +174,9 @@ rp_status rp_tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref 
     return s;
 }
 
-rp_status rp_model_dir_add(rp_file_set *fs, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
-                           const rp_model_config *cfg, const char *template_config,
-                           rp_error *err)
+rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, rp_dtype dtype,
+                                  const char *template_config, rp_error *err)
 {
-    RP_TRY(rp_tensors_add(fs, "model.safetensors", tensors, n, dtype, err));
     rp_atomic_file **af = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", rp_file_set_dir(fs));
@@ -193,7 +246,9 @@ rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n
     if (s == RP_OK)
         s = mark_old_shards(fs, err);
     if (s == RP_OK)
-        s = rp_model_dir_add(fs, tensors, n, dtype, cfg, template_config, err);
+        s = tensors_add(fs, "model.safetensors", tensors, n, dtype, err);
+    if (s == RP_OK)
+        s = rp_model_dir_add_config(fs, cfg, dtype, template_config, err);
     if (s == RP_OK && companions_from)
         s = add_companions(fs, companions_from, &copied, err);
     if (companions)

@@ -52,12 +52,20 @@ rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n
                             const char *companions_from, int *companions, rp_error *err);
 
 /* The members of a save, for a caller with a file set of its own (a
- * checkpoint): model.safetensors and config.json as rp_model_dir_save
- * writes them, and any list of tensors as the safetensors file `name`. */
-rp_status rp_model_dir_add(rp_file_set *fs, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
-                           const rp_model_config *cfg, const char *template_config,
-                           rp_error *err);
-rp_status rp_tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors, int n,
-                         rp_dtype dtype, rp_error *err);
+ * checkpoint): config.json as rp_model_dir_save writes it, and a
+ * safetensors file of any list of tensors written in stages: begin adds
+ * the member `name` and writes its header (every tensor's place fixed);
+ * put writes tensors [first, first + count) of the list, in any order,
+ * when their data is ready (the data is read then); end checks that every
+ * tensor was written and frees the handle (the set commits the file).
+ * After a failure the set must be aborted. */
+rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, rp_dtype dtype,
+                                  const char *template_config, rp_error *err);
+typedef struct rp_tensor_file rp_tensor_file;
+rp_status rp_tensor_file_begin(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors,
+                               int n, rp_dtype dtype, rp_tensor_file **out, rp_error *err);
+rp_status rp_tensor_file_put(rp_tensor_file *f, int first, int count, rp_error *err);
+rp_status rp_tensor_file_end(rp_tensor_file **f, rp_error *err);
+void rp_tensor_file_destroy(rp_tensor_file **f); /* no-op on NULL */
 
 #endif

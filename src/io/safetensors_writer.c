@@ -16,7 +16,9 @@ typedef struct wentry {
     int64_t shape[RP_SAFETENSORS_MAX_DIMS];
     int64_t numel;
     const void *data;
-    size_t order; /* insertion index, for a stable sort */
+    size_t order;    /* insertion index, for a stable sort */
+    uint64_t offset; /* of its bytes in the file, once the header is written */
+    int written;
 } wentry;
 
 struct rp_safetensors_writer {
@@ -24,6 +26,7 @@ struct rp_safetensors_writer {
     size_t n, cap;
     char **mkeys, **mvals;
     size_t nmeta;
+    int header_written; /* the offsets are set, no more adds */
 };
 
 /* growable text buffer for the header */
@@ -144,6 +147,9 @@ rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
     if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "safetensors writer: invalid tensor name '%s'",
                             name ? name : "(null)");
+    if (w->header_written)
+        return rp_error_set(err, RP_ERR_INTERNAL, "safetensors writer: tensor '%s' added after "
+                            "the header was written", name);
     int ok = file_dtype == src_dtype ||
              (file_dtype == RP_BF16 && src_dtype == RP_F32) ||
              (file_dtype == RP_F16 && src_dtype == RP_F32) ||
@@ -218,11 +224,12 @@ static rp_status to_f16(const wentry *e, int64_t first, size_t n, uint16_t *dst,
     return RP_OK;
 }
 
-static rp_status write_data(rp_atomic_file **af, const wentry *e, rp_error *err)
+/* The tensor's bytes at its offset, converted to its file dtype. */
+static rp_status write_data(rp_atomic_file **af, wentry *e, rp_error *err)
 {
     size_t esz = rp_dtype_size(e->file_dtype);
     if (e->file_dtype == e->src_dtype)
-        return rp_atomic_file_write(af, e->data, (size_t)e->numel * esz, err);
+        return rp_atomic_file_write_at(af, e->data, (size_t)e->numel * esz, e->offset, err);
     enum { CHUNK = 1 << 16 };
     void *buf = malloc(CHUNK * 4);
     if (!buf)
@@ -237,16 +244,16 @@ static rp_status write_data(rp_atomic_file **af, const wentry *e, rp_error *err)
         else
             rp_bf16_to_f32_array((const uint16_t *)e->data + i, buf, n);
         if (s == RP_OK)
-            s = rp_atomic_file_write(af, buf, n * esz, err);
+            s = rp_atomic_file_write_at(af, buf, n * esz, e->offset + (uint64_t)i * esz, err);
     }
     free(buf);
     return s;
 }
 
-rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
-                                         const char *path, rp_error *err)
+rp_status rp_safetensors_writer_write_header(rp_safetensors_writer *w, rp_atomic_file **af,
+                                             const char *path, rp_error *err)
 {
-    const wentry **order = malloc((w->n ? w->n : 1) * sizeof *order);
+    wentry **order = malloc((w->n ? w->n : 1) * sizeof *order);
     if (!order)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
     for (size_t i = 0; i < w->n; i++)
@@ -269,7 +276,7 @@ rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_fil
     sb_put(&h, "}", 1);
     uint64_t offset = 0;
     for (size_t i = 0; i < w->n; i++) {
-        const wentry *e = order[i];
+        wentry *e = order[i];
         uint64_t bytes = (uint64_t)e->numel * rp_dtype_size(e->file_dtype);
         sb_put(&h, ",", 1);
         sb_json_string(&h, e->name);
@@ -278,26 +285,67 @@ rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_fil
             sb_printf(&h, "%s%lld", d ? "," : "", (long long)e->shape[d]);
         sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
                   (unsigned long long)(offset + bytes));
+        e->offset = offset; /* relative to the data; made absolute below */
         offset += bytes;
     }
     sb_put(&h, "}", 1);
     while ((8 + h.n) % 8 != 0) /* the format allows trailing spaces */
         sb_put(&h, " ", 1);
+    free(order);
     if (h.oom) {
         free(h.p);
-        free(order);
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
     }
+    for (size_t i = 0; i < w->n; i++)
+        w->e[i].offset += 8 + (uint64_t)h.n;
+    w->header_written = 1;
 
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
-    rp_status s = rp_atomic_file_write(af, len8, 8, err);
+    rp_status s = rp_atomic_file_write_at(af, len8, 8, 0, err);
     if (s == RP_OK)
-        s = rp_atomic_file_write(af, h.p, h.n, err);
-    for (size_t i = 0; s == RP_OK && i < w->n; i++)
-        s = write_data(af, order[i], err);
+        s = rp_atomic_file_write_at(af, h.p, h.n, 8, err);
     free(h.p);
+    return s;
+}
+
+rp_status rp_safetensors_writer_write_tensor(rp_safetensors_writer *w, size_t index,
+                                             rp_atomic_file **af, const char *path,
+                                             rp_error *err)
+{
+    if (!w->header_written || index >= w->n)
+        return rp_error_set(err, RP_ERR_INTERNAL, "%s: tensor %zu written %s", path, index,
+                            w->header_written ? "but never added" : "before the header");
+    RP_TRY(write_data(af, &w->e[index], err));
+    w->e[index].written = 1;
+    return RP_OK;
+}
+
+rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, const char *path,
+                                               rp_error *err)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (!w->e[i].written)
+            return rp_error_set(err, RP_ERR_INTERNAL, "%s: tensor '%s' was never written", path,
+                                w->e[i].name);
+    return RP_OK;
+}
+
+rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
+                                         const char *path, rp_error *err)
+{
+    RP_TRY(rp_safetensors_writer_write_header(w, af, path, err));
+    /* in file order: the writes stay sequential */
+    wentry **order = malloc((w->n ? w->n : 1) * sizeof *order);
+    if (!order)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t i = 0; i < w->n; i++)
+        order[i] = &w->e[i];
+    qsort(order, w->n, sizeof *order, layout_cmp);
+    rp_status s = RP_OK;
+    for (size_t i = 0; s == RP_OK && i < w->n; i++)
+        s = rp_safetensors_writer_write_tensor(w, (size_t)(order[i] - w->e), af, path, err);
     free(order);
     return s;
 }

@@ -21,7 +21,7 @@ void rp_safetensors_writer_destroy(rp_safetensors_writer **w);
 /* Add a tensor stored as file_dtype (F32, BF16 or F16) from data of
  * src_dtype (F32; or the file dtype; or BF16 for F32). F32 -> BF16 and
  * F32 -> F16 round to nearest even (a finite value beyond the F16 range fails
- * the write, naming the tensor); BF16 -> F32 is exact. data is borrowed until rp_safetensors_writer_write() returns. Names
+ * the write, naming the tensor); BF16 -> F32 is exact. data is borrowed until the tensor is written. Names
  * must be unique and non-empty; "__metadata__" is reserved. */
 rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
                                     rp_dtype file_dtype, rp_dtype src_dtype, int ndim,
@@ -38,5 +38,18 @@ rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path
  * been aborted (NULL) unless the failure came before the first write. */
 rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
                                          const char *path, rp_error *err);
+
+/* The same in stages, for a file whose tensors become ready one by one (a
+ * checkpoint written while training goes on): the header, which fixes every
+ * tensor's place (no adds after it); then each tensor, by its index in the
+ * order of the adds, at its place, in any order, when its data is ready;
+ * then check_complete, before the file is committed. */
+rp_status rp_safetensors_writer_write_header(rp_safetensors_writer *w, rp_atomic_file **af,
+                                             const char *path, rp_error *err);
+rp_status rp_safetensors_writer_write_tensor(rp_safetensors_writer *w, size_t index,
+                                             rp_atomic_file **af, const char *path,
+                                             rp_error *err);
+rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, const char *path,
+                                               rp_error *err);
 
 #endif
