@@ -55,6 +55,8 @@ EXTRA_DIST += mpi-tests/test_prepare.sh mpi-tests/test_plot.sh \
 TESTS += mpi-tests/test_checkpoint.sh
 TESTS += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
+TESTS += mpi-tests/test_checkpoint_lag.sh
+EXTRA_DIST += mpi-tests/test_checkpoint_lag.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh
 EXTRA_DIST += mpi-tests/test_memory_model.sh mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh \
 	mpi-tests/test_save_companions.sh

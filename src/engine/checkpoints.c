@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/checkpoint.h"
 #include "io/config.h"
@@ -489,10 +490,14 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
         if (s == RP_OK)
             s = rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err);
     }
+    /* test hook: a slow disk, RP_FAULT_CHECKPOINT_LAYER_MS=N per layer */
+    const char *slow = getenv("RP_FAULT_CHECKPOINT_LAYER_MS");
     for (int i = 0; s == RP_OK && i < e->num_layers; i++) {
         int l = ck_layer_at(e, i);
         s = pending ? rp_proto_wait_summed(e, l, c, who, 1, err)
                     : rp_proto_wait_layer(e, l, 0, (uint64_t)c, who, 1, err);
+        if (s == RP_OK && slow && atoi(slow) > 0)
+            usleep((useconds_t)atoi(slow) * 1000);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         if (s == RP_OK)
             s = ck_layer(&k, l, err);

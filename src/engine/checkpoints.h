@@ -24,7 +24,9 @@
  *   is thus the model of step c-1; the checkpoint after the last step has no
  *   pending update.
  * The segment's last step's checkpoint is written after the segment (the
- * end of the run, a stop by signal, a re-plan). */
+ * end of the run, a stop by signal, a re-plan).
+ * Test hook: RP_FAULT_CHECKPOINT_LAYER_MS=N makes the writer take N ms more
+ * per layer (a slow disk), so the held updates show. */
 #ifndef RP_ENGINE_CHECKPOINTS_H
 #define RP_ENGINE_CHECKPOINTS_H
 
