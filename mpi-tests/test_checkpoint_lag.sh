@@ -42,7 +42,7 @@ for clip in 0 1.0; do
   a="$tmp/every$clip/step-00000004" b="$tmp/four$clip/step-00000004"
   cmp -s "$a/model.safetensors" "$b/model.safetensors" && cmp -s "$a/optimizer.safetensors" "$b/optimizer.safetensors" && ok ||
     bad "clip $clip: the checkpoint of step 4 written while training went on differs from the one written at the end of a 4-step run"
-  grep -q "checkpoint of step 4 written: .* while training went on; updates held [0-9.]* s for it" "$tmp/every$clip.txt" && ok ||
+  grep -q "checkpoint of step 4 written: .* while training went on: [0-9.]* s writing, updates held [0-9.]* s for it" "$tmp/every$clip.txt" && ok ||
     { bad "no line with the time updates were held"; cat "$tmp/every$clip.txt"; }
   [ "$(ls "$tmp/every$clip" | wc -l)" -eq 8 ] && ok || bad "clip $clip: not 8 checkpoints: $(ls "$tmp/every$clip" | tr '\n' ' ')"
 done

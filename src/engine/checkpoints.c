@@ -307,7 +307,10 @@ typedef struct ck {
     int nmodel, noptim, ngrad;
     int *first; /* [nlayers + 1]: layer l's tensors are [first[l], first[l + 1]) of model */
     int pending;
-    double t0;
+    double t0;      /* begun */
+    double writing; /* seconds spent writing (not waiting for layers) */
+    int async;      /* written while training goes on */
+    uint64_t held0; /* then: this rank's updates held before it */
 } ck;
 
 static void ck_free(ck *k)
@@ -350,16 +353,22 @@ static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error 
 /* Layer l's master, m and v (and pending gradient), read now. */
 static rp_status ck_layer(ck *k, int l, rp_error *err)
 {
+    double t0 = rp_now();
     int a = k->first[l], n = k->first[l + 1] - a;
-    RP_TRY(rp_checkpoint_put(k->w, 0, a, n, err));
-    RP_TRY(rp_checkpoint_put(k->w, 1, a, n, err));              /* m */
-    RP_TRY(rp_checkpoint_put(k->w, 1, k->nmodel + a, n, err));  /* v */
-    return k->pending ? rp_checkpoint_put(k->w, 2, a, n, err) : RP_OK;
+    rp_status s = rp_checkpoint_put(k->w, 0, a, n, err);
+    if (s == RP_OK)
+        s = rp_checkpoint_put(k->w, 1, a, n, err); /* m */
+    if (s == RP_OK)
+        s = rp_checkpoint_put(k->w, 1, k->nmodel + a, n, err); /* v */
+    if (s == RP_OK && k->pending)
+        s = rp_checkpoint_put(k->w, 2, a, n, err);
+    k->writing += rp_now() - t0;
+    return s;
 }
 
 /* trainer_state.json and the rename; the line saying so. */
 static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float coef,
-                           const char *how, rp_error *err)
+                           rp_error *err)
 {
     const rp_train_options *o = e->o;
     json_object *st = json_object_new_object();
@@ -379,12 +388,19 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
         json_object_object_add(st, "pending_update", pu);
     }
     char dir[4200];
+    double t0 = rp_now();
     rp_status s = rp_checkpoint_finish(&k->w, st, (int)o->keep_checkpoints, dir, sizeof dir, err);
     json_object_put(st);
+    k->writing += rp_now() - t0;
     if (s == RP_OK) {
         double mib = 0;
         for (int l = 0; l < e->p->nlayers; l++)
             mib += (k->pending ? 4.0 : 3.0) * (double)e->p->layers[l].numel * 4 / 1048576.0;
+        char how[128] = "";
+        if (k->async)
+            snprintf(how, sizeof how, ", while training went on: %.2f s writing, updates held "
+                     "%.3f s for it", k->writing,
+                     (double)(atomic_load(&e->ck_held_ns) - k->held0) / 1e9);
         rp_log(e->lg, RP_LOG_INFO, "checkpoint of step %lld written: %s (%.1f MiB in %.2f s%s)",
                (long long)c, dir, mib, rp_now() - k->t0, how);
     }
@@ -413,7 +429,7 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++)
             s = ck_layer(&k, l, err);
         if (s == RP_OK)
-            s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, "", err);
+            s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, err);
         ck_free(&k);
     }
     return rp_run_agree(e, s, comm, err);
@@ -481,7 +497,8 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     int pending = ck_pending(e, c);
     ck k;
     RP_TRY(ck_begin(e, c, pending, &k, err));
-    uint64_t held0 = atomic_load(&e->ck_held_ns);
+    k.async = 1;
+    k.held0 = atomic_load(&e->ck_held_ns);
     rp_status s = RP_OK;
     float coef = 1.0f;
     if (pending && e->o->grad_clip > 0) { /* before any update of c: its norms still there */
@@ -513,10 +530,7 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
         ck_free(&k);
         return s;
     }
-    char how[96];
-    snprintf(how, sizeof how, " while training went on; updates held %.3f s for it",
-             (double)(atomic_load(&e->ck_held_ns) - held0) / 1e9);
-    s = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, how, err);
+    s = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, err);
     if (s == RP_OK)
         e->ck_written = c;
     return s;
