@@ -11,11 +11,13 @@
 # - Lagged: 8 steps straight on 2 ranks equal, bit for bit (final model and
 #   the metrics of the resumed steps), 4 steps + resume on 1 rank and on 3
 #   ranks with another --plan and --recompute layer; the same for the golden
-#   qwen3 and llama models, --pipelines 2 (resumed on 4 ranks), bf16, and a
-#   run stopped by SIGUSR1; the checkpoint holds the pending update (the
+#   qwen3 and llama models (with the exact optimizer too), --pipelines 2
+#   (resumed on 4 ranks), bf16, and a run stopped by SIGUSR1; the checkpoint holds the pending update (the
 #   state before it and its gradient); bad input: a lagged checkpoint
 #   resumed without --optimizer-lag, a damaged "pending_update", a missing
 #   pending gradient file.
+# - A checkpoint loads in transformers (when python3 has it): its tensors
+#   equal the file's.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -71,18 +73,39 @@ run 2 bfa $tiny $lag --steps 8 --dtype bf16 --checkpoint-dir "$tmp/ckb" --checkp
 run 1 bfb $args --dtype bf16 --resume "$tmp/ckb/step-00000005" --log "$tmp/bfb.jsonl" --save "$tmp/bfb" &&
   same bf bfb "lagged bf16 resumed at 5 on 1 rank" || { bad "lagged bf16 resume"; cat "$tmp/bfb.txt"; }
 
-# the golden models: qwen3 (loss mask, clipping, warmup) and llama (biases, no clipping)
+# the golden models, qwen3 (loss mask, clipping, warmup) and llama (biases,
+# no clipping), with the exact optimizer too (its checkpoints were written
+# while training went on)
 for m in qwen3 llama; do
-  g="$src/mpi-tests/fixtures/golden/$m"
-  ga="--data $g/data.npy $( [ -f "$g/mask.npy" ] && echo "--loss-mask $g/mask.npy") $(cat "$g/args.txt") --optimizer-lag 1"
-  run 2 "g$m" --model "$g/model" $ga --log "$tmp/g$m.jsonl" --save "$tmp/g$m"
-  run 2 "g${m}a" --model "$g/model" $ga --checkpoint-dir "$tmp/ckg$m" --checkpoint-every 2 --keep-checkpoints 0
-  run 3 "g${m}b" $ga --resume "$tmp/ckg$m/step-00000002" --log "$tmp/g${m}b.jsonl" --save "$tmp/g${m}b" &&
-    same "g$m" "g${m}b" "lagged $m resumed at 2 on 3 ranks" || { bad "lagged $m resume"; cat "$tmp/g${m}b.txt"; }
-  run 1 "g${m}c" $ga --resume "$tmp/ckg$m/step-00000004" --log "$tmp/g${m}c.jsonl" --save "$tmp/g${m}c" &&
-    same "g$m" "g${m}c" "lagged $m resumed at 4 on 1 rank" || { bad "lagged $m resume at 4"; cat "$tmp/g${m}c.txt"; }
+  for lg in 1 0; do
+    g="$src/mpi-tests/fixtures/golden/$m" gn="g$m$lg"
+    ga="--data $g/data.npy $( [ -f "$g/mask.npy" ] && echo "--loss-mask $g/mask.npy") $(cat "$g/args.txt") --optimizer-lag $lg"
+    run 2 "$gn" --model "$g/model" $ga --log "$tmp/$gn.jsonl" --save "$tmp/$gn"
+    run 2 "${gn}a" --model "$g/model" $ga --checkpoint-dir "$tmp/ck$gn" --checkpoint-every 2 --keep-checkpoints 0
+    run 3 "${gn}b" $ga --resume "$tmp/ck$gn/step-00000002" --log "$tmp/${gn}b.jsonl" --save "$tmp/${gn}b" &&
+      same "$gn" "${gn}b" "$m (lag $lg) resumed at 2 on 3 ranks" || { bad "$m (lag $lg) resume"; cat "$tmp/${gn}b.txt"; }
+    run 1 "${gn}c" $ga --resume "$tmp/ck$gn/step-00000004" --log "$tmp/${gn}c.jsonl" --save "$tmp/${gn}c" &&
+      same "$gn" "${gn}c" "$m (lag $lg) resumed at 4 on 1 rank" || { bad "$m (lag $lg) resume at 4"; cat "$tmp/${gn}c.txt"; }
+  done
 done
-
+# a checkpoint is a model directory transformers loads, with the file's tensors
+if python3 -c 'import transformers, torch, safetensors' 2> /dev/null; then
+  python3 - "$tmp/ckgqwen30/step-00000004" << 'PY' && ok || bad "the checkpoint does not load in transformers"
+import sys, torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+d = sys.argv[1]
+model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32)
+want = load_file(d + "/model.safetensors")
+have = model.state_dict()
+assert all(torch.equal(have[k], v) for k, v in want.items()), "tensors differ"
+out = model(torch.tensor([[1, 2, 3, 4]])).logits
+assert torch.isfinite(out).all()
+print(f"transformers loaded {type(model).__name__} from {d}: {len(want)} tensors equal to the file")
+PY
+else
+  echo "SKIP part: python3 with transformers, torch and safetensors not found: the checkpoint is not loaded in transformers"
+fi
 # SIGUSR1: the stop's checkpoint holds the pending update of its step
 long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 128 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2 $lag"
 run 2 long $long --log "$tmp/long.jsonl" --save "$tmp/long"
