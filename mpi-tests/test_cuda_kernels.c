@@ -270,11 +270,11 @@ START_TEST(rope_matches_cpu)
         float *x = rand_f32(n, 0.0f, 1.0f), *ref = malloc(n * 4), *got = malloc(n * 4);
         uint16_t *gotb = malloc(n * 2);
         memcpy(ref, x, n * 4);
-        rp_rope_apply(ref, cs_ref, nseq, S, nh, hd, inverse);
+        rp_rope_apply(ref, cs_ref, nseq, S, NULL, nh, hd, inverse);
         float *d_x = dev_upload(x, n * 4);
         uint16_t *d_xb = dev_alloc(n * 2);
         dev_poison(d_xb, n * 2);
-        ck_assert_int_eq(rp_cuda_rope_apply(d_x, d_xb, d_cs, nseq, S, nh, hd, inverse, NULL), 0);
+        ck_assert_int_eq(rp_cuda_rope_apply(d_x, d_xb, d_cs, nseq, S, NULL, nh, hd, inverse, NULL), 0);
         dev_download(got, d_x, n * 4);
         dev_download(gotb, d_xb, n * 2);
         CHECK_REL(got, ref, n, FP32_TOL, inverse ? "rope inverse" : "rope forward");
@@ -282,7 +282,7 @@ START_TEST(rope_matches_cpu)
             ck_assert_uint_eq(gotb[i], rp_f32_to_bf16(got[i]));
         /* the inverse undoes the forward */
         if (!inverse) {
-            ck_assert_int_eq(rp_cuda_rope_apply(d_x, NULL, d_cs, nseq, S, nh, hd, 1, NULL), 0);
+            ck_assert_int_eq(rp_cuda_rope_apply(d_x, NULL, d_cs, nseq, S, NULL, nh, hd, 1, NULL), 0);
             dev_download(got, d_x, n * 4);
             CHECK_REL(got, x, n, FP32_TOL, "rope inverse(forward)");
         }

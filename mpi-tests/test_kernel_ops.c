@@ -687,12 +687,12 @@ static void rope_run(const float *x, const float *cpu_tab, const float *gpu_tab,
 {
     const size_t n = (size_t)(nseq * S * nh * hd);
     float *ref = dup_f(x, n), *ref_c = with_c ? host_nan(n) : NULL;
-    CPU_OP(rope_apply, ref, ref_c, cpu_tab, nseq, S, nh, hd, inverse);
+    CPU_OP(rope_apply, ref, ref_c, cpu_tab, nseq, S, NULL, nh, hd, inverse);
     if (with_c)
         check_same_bits(ref_c, ref, n, what);
     float *d_x = dev_upload(x, n * 4);
     void *d_xc = with_c ? dev_nan_c(n) : NULL;
-    GPU_OP(rope_apply, d_x, d_xc, gpu_tab, nseq, S, nh, hd, inverse);
+    GPU_OP(rope_apply, d_x, d_xc, gpu_tab, nseq, S, NULL, nh, hd, inverse);
     float *got = get_f(d_x, n);
     CHECK_REL(got, ref, n, FP32_TOL, what);
     if (with_c)

@@ -3,7 +3,9 @@
  * log-sum-exp) and backward (dq, dk, dv), for block sizes 1, 3, 4, S-1, S
  * and > S, several sequences per call and grouped kv heads; its results do
  * not depend on the thread count; the backward does not depend on the
- * block size; blocks above the cap are clamped. */
+ * block size; blocks above the cap are clamped; with document segments
+ * (packed sequences) it equals the naive attention under a document mask,
+ * for blocks that cut the segments anywhere and a one-token segment. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -25,7 +27,7 @@ static float *rnd(size_t n, uint64_t seed, float sd)
 /* Naive reference: full score matrix per (sequence, head), softmax,
  * backward through the softmax Jacobian, all in double. */
 static void naive(const float *q, const float *k, const float *v, const float *dout, double scale,
-                  double *o, double *lse, double *dq, double *dk, double *dv)
+                  const int32_t *seg, double *o, double *lse, double *dq, double *dk, double *dv)
 {
     memset(dq, 0, sizeof(double) * TT * NH * HD);
     memset(dk, 0, sizeof(double) * TT * NKV * HD);
@@ -44,7 +46,8 @@ static void naive(const float *q, const float *k, const float *v, const float *d
                     double s = 0;
                     for (int d = 0; d < HD; d++)
                         s += (double)Q(i, d) * K(j, d);
-                    P[i][j] = j <= i ? s * scale : -INFINITY;
+                    int seen = j <= i && (!seg || j >= seg[b * S + i]);
+                    P[i][j] = seen ? s * scale : -INFINITY;
                     mx = fmax(mx, P[i][j]);
                 }
                 for (int j = 0; j < S; j++)
@@ -102,7 +105,7 @@ START_TEST(blocked_equals_naive)
     double *o = malloc(sizeof(double) * TT * NH * HD), *lse = malloc(sizeof(double) * TT * NH);
     double *dq = malloc(sizeof(double) * TT * NH * HD), *dk = malloc(sizeof(double) * TT * NKV * HD),
            *dv = malloc(sizeof(double) * TT * NKV * HD);
-    naive(q, k, v, dout, scale, o, lse, dq, dk, dv);
+    naive(q, k, v, dout, scale, NULL, o, lse, dq, dk, dv);
 
     float *fo = malloc(sizeof(float) * TT * NH * HD), *flse = malloc(sizeof(float) * TT * NH);
     float *fdq = malloc(sizeof(float) * TT * NH * HD), *fdk = malloc(sizeof(float) * TT * NKV * HD),
@@ -110,7 +113,7 @@ START_TEST(blocked_equals_naive)
     float *dq1 = malloc(sizeof(float) * TT * NH * HD);
     int64_t blocks[] = {1, 3, 4, S - 1, S, S + 5, 64};
     for (int bi = 0; bi < 7; bi++) {
-        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)scale};
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)scale, NULL};
         rp_attn_forward(&s, q, k, v, fo, flse);
         expect_close(fo, o, TT * NH * HD, "o", blocks[bi]);
         expect_close(flse, lse, TT * NH, "lse", blocks[bi]);
@@ -121,8 +124,8 @@ START_TEST(blocked_equals_naive)
     }
     /* the backward sums in (head, query, key) order whatever the block:
      * given the same o and lse it gives the same bits for any block size */
-    rp_attn_shape s1 = {NSEQ, S, NH, NKV, HD, 1, (float)scale};
-    rp_attn_shape s7 = {NSEQ, S, NH, NKV, HD, 7, (float)scale};
+    rp_attn_shape s1 = {NSEQ, S, NH, NKV, HD, 1, (float)scale, NULL};
+    rp_attn_shape s7 = {NSEQ, S, NH, NKV, HD, 7, (float)scale, NULL};
     rp_attn_backward(&s1, q, k, v, fo, flse, dout, dq1, fdk, fdv);
     rp_attn_backward(&s7, q, k, v, fo, flse, dout, fdq, fdk, fdv);
     ck_assert_mem_eq(dq1, fdq, sizeof(float) * TT * NH * HD);
@@ -131,11 +134,57 @@ START_TEST(blocked_equals_naive)
 }
 END_TEST
 
+START_TEST(segments_equal_naive_with_a_document_mask)
+{
+    /* documents packed into the sequences: sequence 0 has segments [0,3),
+     * [3,4) (one token), [4,9), [9,11); sequence 1 [0,6), [6,11). Each query
+     * sees the earlier keys of its own segment only (the naive reference
+     * masks the rest), for blocks that cut segments anywhere; with and
+     * without threads the same bits. */
+    static const int32_t starts[2][4] = {{0, 3, 4, 9}, {0, 6, -1, -1}};
+    int32_t seg[TT];
+    for (int b = 0; b < NSEQ; b++)
+        for (int t = 0, cur = 0; t < S; t++) {
+            for (int i = 0; i < 4; i++)
+                if (starts[b][i] >= 0 && starts[b][i] <= t)
+                    cur = starts[b][i];
+            seg[b * S + t] = cur;
+        }
+    float *q = rnd(TT * NH * HD, 11, 1.5f), *k = rnd(TT * NKV * HD, 12, 1.5f);
+    float *v = rnd(TT * NKV * HD, 13, 1.0f), *dout = rnd(TT * NH * HD, 14, 1.0f);
+    const double scale = 1.0 / sqrt((double)HD);
+    double *o = malloc(sizeof(double) * TT * NH * HD), *lse = malloc(sizeof(double) * TT * NH);
+    double *dq = malloc(sizeof(double) * TT * NH * HD), *dk = malloc(sizeof(double) * TT * NKV * HD),
+           *dv = malloc(sizeof(double) * TT * NKV * HD);
+    naive(q, k, v, dout, scale, seg, o, lse, dq, dk, dv);
+    float *fo = malloc(sizeof(float) * TT * NH * HD), *flse = malloc(sizeof(float) * TT * NH);
+    float *fdq = malloc(sizeof(float) * TT * NH * HD), *fdk = malloc(sizeof(float) * TT * NKV * HD),
+          *fdv = malloc(sizeof(float) * TT * NKV * HD), *o1 = malloc(sizeof(float) * TT * NH * HD);
+    int64_t blocks[] = {1, 2, 3, 4, S};
+    for (int bi = 0; bi < 5; bi++) {
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)scale, seg};
+        omp_set_num_threads(1);
+        rp_attn_forward(&s, q, k, v, o1, flse);
+        omp_set_num_threads(3);
+        rp_attn_forward(&s, q, k, v, fo, flse);
+        ck_assert_mem_eq(o1, fo, sizeof(float) * TT * NH * HD);
+        expect_close(fo, o, TT * NH * HD, "o", blocks[bi]);
+        expect_close(flse, lse, TT * NH, "lse", blocks[bi]);
+        rp_attn_backward(&s, q, k, v, fo, flse, dout, fdq, fdk, fdv);
+        expect_close(fdq, dq, TT * NH * HD, "dq", blocks[bi]);
+        expect_close(fdk, dk, TT * NKV * HD, "dk", blocks[bi]);
+        expect_close(fdv, dv, TT * NKV * HD, "dv", blocks[bi]);
+    }
+    free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(fo), free(flse), free(fdq), free(fdk), free(fdv), free(o1);
+}
+END_TEST
+
 START_TEST(independent_of_thread_count)
 {
     float *q = rnd(TT * NH * HD, 1, 1.0f), *k = rnd(TT * NKV * HD, 2, 1.0f);
     float *v = rnd(TT * NKV * HD, 3, 1.0f), *dout = rnd(TT * NH * HD, 4, 1.0f);
-    rp_attn_shape s = {NSEQ, S, NH, NKV, HD, 4, 0.35f};
+    rp_attn_shape s = {NSEQ, S, NH, NKV, HD, 4, 0.35f, NULL};
     float *out[2][5];
     size_t sz[5] = {TT * NH * HD, TT * NH, TT * NH * HD, TT * NKV * HD, TT * NKV * HD};
     int threads[2] = {1, 3};
@@ -163,7 +212,7 @@ START_TEST(blocks_above_the_cap_are_clamped)
     float *q = rnd(L * 2 * HD, 1, 1.0f), *k = rnd(L * HD, 2, 1.0f), *v = rnd(L * HD, 3, 1.0f);
     float *o1 = malloc(sizeof(float) * L * 2 * HD), *o2 = malloc(sizeof(float) * L * 2 * HD);
     float l1[L * 2], l2[L * 2];
-    rp_attn_shape a = {1, L, 2, 1, HD, RP_ATTN_MAX_BLOCK, 0.35f}, b = a;
+    rp_attn_shape a = {1, L, 2, 1, HD, RP_ATTN_MAX_BLOCK, 0.35f, NULL}, b = a;
     b.block = 100000;
     rp_attn_forward(&a, q, k, v, o1, l1);
     rp_attn_forward(&b, q, k, v, o2, l2);
@@ -179,6 +228,7 @@ Suite *attention_suite(void)
     TCase *tc = tcase_create("attention");
     tcase_add_test(tc, blocked_equals_naive);
     tcase_add_test(tc, independent_of_thread_count);
+    tcase_add_test(tc, segments_equal_naive_with_a_document_mask);
     tcase_add_test(tc, blocks_above_the_cap_are_clamped);
     suite_add_tcase(s, tc);
     return s;

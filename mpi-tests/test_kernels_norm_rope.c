@@ -161,7 +161,7 @@ START_TEST(rope_rotates_pairs)
     rp_rope_table(cs, inv, SL, HALF);
     float *x = rnd(NS * SL * NHEAD * HD, 5, 0, 1), *y = malloc(sizeof(float) * NS * SL * NHEAD * HD);
     memcpy(y, x, sizeof(float) * NS * SL * NHEAD * HD);
-    rp_rope_apply(y, cs, NS, SL, NHEAD, HD, 0);
+    rp_rope_apply(y, cs, NS, SL, NULL, NHEAD, HD, 0);
     for (int b = 0; b < NS; b++)
         for (int p = 0; p < SL; p++) /* position restarts in each sequence */
             for (int h = 0; h < NHEAD; h++)
@@ -173,11 +173,42 @@ START_TEST(rope_rotates_pairs)
                     ck_assert_double_eq_tol(y[o + i + HALF], x2 * cos(a) + x1 * sin(a), 1e-5);
                 }
     /* inverse undoes it (rotation transpose) */
-    rp_rope_apply(y, cs, NS, SL, NHEAD, HD, 1);
+    rp_rope_apply(y, cs, NS, SL, NULL, NHEAD, HD, 1);
     for (int i = 0; i < NS * SL * NHEAD * HD; i++)
         ck_assert_float_eq_tol(y[i], x[i], 1e-5f);
     free(x);
     free(y);
+}
+END_TEST
+
+START_TEST(rope_positions_restart_at_segments)
+{
+    /* documents packed into a sequence: rotating with segment starts equals
+     * rotating each segment as a sequence of its own (positions from 0),
+     * bit for bit; segments [0,4), [4,5) (one token), [5,9) */
+    float inv[HALF], cs[2 * SL * HALF];
+    rp_rope_inv_freq(inv, HD, 10000.0, NULL);
+    rp_rope_table(cs, inv, SL, HALF);
+    const int32_t seg[SL] = {0, 0, 0, 0, 4, 5, 5, 5, 5};
+    const int bounds[4] = {0, 4, 5, 9};
+    const size_t row = NHEAD * HD;
+    float *x = rnd(SL * row, 8, 0, 1), *packed = malloc(sizeof(float) * SL * row);
+    float *alone = malloc(sizeof(float) * SL * row);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        memcpy(packed, x, sizeof(float) * SL * row);
+        memcpy(alone, x, sizeof(float) * SL * row);
+        rp_rope_apply(packed, cs, 1, SL, seg, NHEAD, HD, inverse);
+        for (int i = 0; i < 3; i++) { /* a table of the segment's length */
+            int L = bounds[i + 1] - bounds[i];
+            float csl[2 * SL * HALF];
+            rp_rope_table(csl, inv, L, HALF);
+            rp_rope_apply(alone + bounds[i] * row, csl, 1, L, NULL, NHEAD, HD, inverse);
+        }
+        ck_assert_mem_eq(packed, alone, sizeof(float) * SL * row);
+    }
+    free(x);
+    free(packed);
+    free(alone);
 }
 END_TEST
 
@@ -194,8 +225,8 @@ START_TEST(rope_relative_positions)
         memcpy(q + p * HD, q0, sizeof(float) * HD);
         memcpy(k + p * HD, k0, sizeof(float) * HD);
     }
-    rp_rope_apply(q, cs, 1, SL, 1, HD, 0);
-    rp_rope_apply(k, cs, 1, SL, 1, HD, 0);
+    rp_rope_apply(q, cs, 1, SL, NULL, 1, HD, 0);
+    rp_rope_apply(k, cs, 1, SL, NULL, 1, HD, 0);
     for (int d = 0; d < SL - 2; d++) {
         double first = 0;
         for (int m = d; m < SL; m++) {
@@ -222,6 +253,7 @@ Suite *norm_rope_suite(void)
     tcase_add_test(tc, inv_freq_llama3_bands);
     tcase_add_test(tc, rope_rotates_pairs);
     tcase_add_test(tc, rope_relative_positions);
+    tcase_add_test(tc, rope_positions_restart_at_segments);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,6 +15,7 @@
 static const struct option train_options[] = {
     {"model", required_argument, 0, 0}, {"init-config", required_argument, 0, 0},
     {"data", required_argument, 0, 0}, {"loss-mask", required_argument, 0, 0},
+    {"documents", required_argument, 0, 0},
     {"seq-len", required_argument, 0, 0}, {"batch-size", required_argument, 0, 0},
     {"microbatches", required_argument, 0, 0}, {"steps", required_argument, 0, 0},
     {"lr", required_argument, 0, 0}, {"min-lr", required_argument, 0, 0},
@@ -43,6 +44,8 @@ static const char train_usage[] =
     "  --init-config FILE     random initialisation from a config.json (uses --seed)\n"
     "  --data FILE.npy        token ids (1-D uint8/uint16/int32/uint32/int64)\n"
     "  --loss-mask FILE.npy   1 = that target position counts (uint8/bool, same length)\n"
+    "  --documents FILE.npy   sorted int64 start offsets of documents in --data (first 0):\n"
+    "                         a token attends only to earlier tokens of its document\n"
     "  --seq-len S            tokens per sample (default 1024)\n"
     "  --batch-size B         samples per step (default 8)\n"
     "  --microbatches M       microbatches per step, divides B (default B)\n"

@@ -47,6 +47,14 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
     return k;
 }
 
+void rp_engine_segments(const rp_engine *e, int64_t t, int64_t m, int32_t *seg_start)
+{
+    int64_t B = e->microbatches * e->samples_per_micro;
+    for (int64_t j = 0; j < e->samples_per_micro; j++)
+        rp_dataset_segments(e->ds, rp_dataset_sample_of(e->ds, t, B, m * e->samples_per_micro + j),
+                            seg_start + j * e->seq_len);
+}
+
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask)
 {

@@ -46,6 +46,7 @@ static json_object *semantic_options(const rp_train_options *o)
     json_object_object_add(j, "grad_dtype", json_object_new_string(o->grad_dtype == RP_BF16 ? "bf16"
                                                                                          : "fp32"));
     json_object_object_add(j, "loss_mask", json_object_new_boolean(o->loss_mask != NULL));
+    json_object_object_add(j, "documents", json_object_new_boolean(o->documents != NULL));
     json_object_object_add(j, "optimizer_lag", json_object_new_int(o->optimizer_lag));
     return j;
 }
@@ -114,7 +115,7 @@ static int added_later_at_default(const char *key, json_object *want)
 {
     static const struct {
         const char *key, *json; /* the default, as semantic_options writes it */
-    } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}};
+    } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}, {"documents", "false"}};
     for (size_t i = 0; i < sizeof later / sizeof *later; i++)
         if (strcmp(key, later[i].key) == 0)
             return strcmp(json_object_to_json_string(want), later[i].json) == 0;

@@ -148,6 +148,9 @@ int rp_engine_aborted(const rp_engine *e);
 int64_t rp_engine_counted(const rp_engine *e, int64_t t);
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask);
+/* With --documents: each token's segment start within its sample, for
+ * microbatch m of iteration t (rp_dataset_segments per sample). */
+void rp_engine_segments(const rp_engine *e, int64_t t, int64_t m, int32_t *seg_start);
 
 /* Executor of job j of pipeline g in iteration t (1-based). */
 static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j, int g)

@@ -65,6 +65,8 @@ static void executor_free(executor *x)
     rp_device_free(x->dev, x->in);
     rp_device_free(x->dev, x->tgt);
     rp_device_free(x->dev, x->mask);
+    rp_device_free(x->dev, x->seg);
+    free(x->hseg);
     free(x->hin);
     free(x->htgt);
     free(x->hmask);
@@ -138,6 +140,11 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->hin = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
     x->htgt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
     x->hmask = malloc((size_t)e->tokens_per_micro);
+    if (rp_dataset_has_documents(e->ds)) {
+        x->seg = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+        x->hseg = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+        ok &= x->seg && x->hseg;
+    }
     x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
     ok &= x->g && (x->g16 || e->o->grad_dtype != RP_BF16) && x->acts && x->d && x->ws && x->saved && x->in &&
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
@@ -245,7 +252,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
                              e->tokens_per_micro, out, err);
     } else
         s = rp_block_forward(&k, &e->p->cfg, W(x, job, l), e->p->compute_dtype, in, out,
-                             e->samples_per_micro, e->seq_len, saved, x->ws, err);
+                             e->samples_per_micro, e->seq_len, x->seg, saved, x->ws, err);
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 0, t, t0);
@@ -267,7 +274,8 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
         s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0), err);
     } else
         s = rp_block_backward(&k, &e->p->cfg, W(x, job, l), e->p->compute_dtype, in, saved, x->d,
-                              x->d, G(x, job, l), e->samples_per_micro, e->seq_len, x->ws, err);
+                              x->d, G(x, job, l), e->samples_per_micro, e->seq_len, x->seg, x->ws,
+                              err);
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 1, t, t0);
@@ -544,6 +552,11 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         if (rp_engine_aborted(e))
             return rp_error_set(err, RP_ERR_INTERNAL, "aborted");
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        if (x->seg && job.last > 0 && job.first < e->num_layers - 1) { /* a block reads them */
+            rp_engine_segments(e, t, m, x->hseg);
+            RP_TRY(rp_exec_move(x, x->seg, x->hseg, (size_t)e->tokens_per_micro * sizeof(int32_t),
+                                RP_XFER_INPUT, "segments", err));
+        }
         if (job.first == 0 || job.kind == RP_JOB_TAIL) {
             rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
             if (job.first == 0)

@@ -45,7 +45,8 @@ typedef struct executor {
     float *ws;           /* scratch of the layer calls */
     int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
     uint8_t *mask;
-    int32_t *hin, *htgt;   /* host staging */
+    int32_t *seg;          /* --documents: its segment starts on the device (NULL: none) */
+    int32_t *hin, *htgt, *hseg; /* host staging */
     uint8_t *hmask;
     rp_xfer_req *greq;   /* [nlayers + 1] downloads */
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */

@@ -355,6 +355,11 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         rp_dataset_open(o->data, o->loss_mask, e->seq_len, r->cfg.vocab_size, &e->ds, err);
     if (s == RP_OK && o->shuffle)
         s = rp_dataset_shuffle(e->ds, o->seed, err);
+    if (s == RP_OK && o->documents && e->device == RP_DEVICE_CUDA)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--documents: attention over document "
+                         "segments is not implemented on CUDA yet (--device cpu has it)");
+    if (s == RP_OK && o->documents)
+        s = rp_dataset_set_documents(e->ds, o->documents, err);
     if (s == RP_OK) {
         int64_t n = rp_dataset_samples(e->ds);
         e->steps = o->steps ? o->steps : (n + o->batch_size - 1) / o->batch_size;

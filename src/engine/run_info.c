@@ -34,6 +34,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "init-config", str_or_null(o->init_config));
     add(j, "data", str_or_null(o->data));
     add(j, "loss-mask", str_or_null(o->loss_mask));
+    add(j, "documents", str_or_null(o->documents));
     add(j, "log", str_or_null(o->log_path));
     add(j, "save", str_or_null(o->save_dir));
     add(j, "seq-len", json_object_new_int64(o->seq_len));

@@ -22,6 +22,7 @@ typedef struct rp_train_options {
     const char *init_config; /* --init-config */
     const char *data;        /* --data */
     const char *loss_mask;   /* --loss-mask */
+    const char *documents;   /* --documents */
     const char *log_path;    /* --log */
     const char *save_dir;    /* --save */
     int64_t seq_len;         /* --seq-len */

@@ -50,6 +50,7 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("init-config")) o->init_config = a;
     else if (IS("data")) o->data = a;
     else if (IS("loss-mask")) o->loss_mask = a;
+    else if (IS("documents")) o->documents = a;
     else if (IS("log")) o->log_path = a;
     else if (IS("save")) o->save_dir = a;
     else if (IS("plan")) o->plan = a;

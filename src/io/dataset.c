@@ -16,6 +16,8 @@ struct rp_dataset {
     rp_npy *tokens;
     rp_npy *mask; /* NULL: every target counts */
     int64_t len, seq_len, n;
+    int64_t *doc; /* --documents: the start offsets, sorted, doc[0] = 0 (NULL: none) */
+    int64_t ndoc;
     /* --shuffle: the two latest epochs' orders, the older replaced first */
     int shuffle;
     uint64_t seed;
@@ -61,6 +63,7 @@ void rp_dataset_close(rp_dataset **pds)
         return;
     rp_npy_close(&ds->tokens);
     rp_npy_close(&ds->mask);
+    free(ds->doc);
     if (ds->shuffle)
         pthread_mutex_destroy(&ds->lock);
     free(ds->order[0].perm);
@@ -139,6 +142,29 @@ int64_t rp_dataset_sample_of(const rp_dataset *ds, int64_t step, int64_t batch, 
     return shuffled((rp_dataset *)ds, (int64_t)(p / (uint64_t)ds->n), i);
 }
 
+/* The index of the first document start above token position x. */
+static int64_t starts_above(const rp_dataset *ds, int64_t x)
+{
+    int64_t lo = 0, hi = ds->ndoc;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ds->doc[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The document starts doc[*lo .. *hi) among the targets of the sample that
+ * starts at token `first`: target doc[k] - first - 1 would predict a
+ * document's first token from the previous document, and does not count. */
+static void starts_in_targets(const rp_dataset *ds, int64_t first, int64_t *lo, int64_t *hi)
+{
+    *lo = starts_above(ds, first);
+    *hi = starts_above(ds, first + ds->seq_len);
+}
+
 int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_t *targets,
                         uint8_t *mask)
 {
@@ -151,15 +177,80 @@ int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_
         mask[t] = c;
         counted += c;
     }
+    int64_t lo, hi;
+    starts_in_targets(ds, first, &lo, &hi);
+    for (int64_t k = lo; k < hi; k++) {
+        counted -= mask[ds->doc[k] - first - 1];
+        mask[ds->doc[k] - first - 1] = 0;
+    }
     return counted;
 }
 
 int64_t rp_dataset_counted(const rp_dataset *ds, int64_t i)
 {
-    if (!ds->mask)
-        return ds->seq_len;
-    int64_t S = ds->seq_len, first = i * S, counted = 0;
-    for (int64_t t = 0; t < S; t++)
-        counted += rp_npy_get(ds->mask, first + t + 1) == 1;
+    int64_t S = ds->seq_len, first = i * S, counted = S;
+    if (ds->mask) {
+        counted = 0;
+        for (int64_t t = 0; t < S; t++)
+            counted += rp_npy_get(ds->mask, first + t + 1) == 1;
+    }
+    int64_t lo, hi;
+    starts_in_targets(ds, first, &lo, &hi);
+    for (int64_t k = lo; k < hi; k++) /* target position doc[k] */
+        counted -= ds->mask ? rp_npy_get(ds->mask, ds->doc[k]) == 1 : 1;
     return counted;
+}
+
+int rp_dataset_has_documents(const rp_dataset *ds) { return ds->doc != NULL; }
+
+void rp_dataset_segments(const rp_dataset *ds, int64_t i, int32_t *seg_start)
+{
+    int64_t S = ds->seq_len, first = i * S, k = starts_above(ds, first), cur = 0;
+    for (int64_t t = 0; t < S; t++) {
+        for (; k < ds->ndoc && ds->doc[k] <= first + t; k++)
+            cur = ds->doc[k] - first;
+        seg_start[t] = (int32_t)cur;
+    }
+}
+
+rp_status rp_dataset_set_documents(rp_dataset *ds, const char *path, rp_error *err)
+{
+    rp_npy *np = NULL;
+    RP_TRY(rp_npy_open(path, &np, err));
+    int64_t n = rp_npy_length(np);
+    rp_status s = RP_OK;
+    if (n < 1)
+        s = rp_error_set(err, RP_ERR_FORMAT, "--documents %s: no document starts", path);
+    int64_t *doc = s == RP_OK ? malloc((size_t)n * sizeof *doc) : NULL;
+    if (s == RP_OK && !doc)
+        s = rp_error_set(err, RP_ERR_NOMEM, "--documents %s: %lld starts", path, (long long)n);
+    if (s == RP_OK)
+        s = rp_npy_read_i64(np, 0, n, doc, err);
+    for (int64_t k = 0; s == RP_OK && k < n; k++) {
+        if (doc[k] < 0)
+            s = rp_error_set(err, RP_ERR_RANGE, "--documents %s: index %lld: start %lld is "
+                             "negative", path, (long long)k, (long long)doc[k]);
+        else if (k == 0 && doc[0] != 0)
+            s = rp_error_set(err, RP_ERR_RANGE, "--documents %s: index 0: the first document "
+                             "starts at %lld, not 0", path, (long long)doc[0]);
+        else if (k > 0 && doc[k] <= doc[k - 1])
+            s = rp_error_set(err, RP_ERR_RANGE, "--documents %s: index %lld: start %lld is not "
+                             "above the previous start %lld (starts must be sorted and "
+                             "distinct)", path, (long long)k, (long long)doc[k],
+                             (long long)doc[k - 1]);
+        else if (doc[k] >= ds->len)
+            s = rp_error_set(err, RP_ERR_RANGE, "--documents %s: index %lld: start %lld is past "
+                             "the %lld tokens of %s (a documents file of other data?)", path,
+                             (long long)k, (long long)doc[k], (long long)ds->len,
+                             rp_npy_path(ds->tokens));
+    }
+    rp_npy_close(&np);
+    if (s != RP_OK) {
+        free(doc);
+        return s;
+    }
+    free(ds->doc);
+    ds->doc = doc;
+    ds->ndoc = n;
+    return RP_OK;
 }

@@ -43,4 +43,17 @@ int64_t rp_dataset_fill(const rp_dataset *ds, int64_t i, int32_t *inputs, int32_
  * copying anything. */
 int64_t rp_dataset_counted(const rp_dataset *ds, int64_t i);
 
+/* --documents: start offsets of documents in the tokens (any integer .npy;
+ * first 0, strictly increasing, each below the token count; errors name the
+ * file, the index and the value). Then inside a sample a token belongs to
+ * the segment that starts at the latest document start at or before it, or
+ * at the sample's first token; and a target that would predict a
+ * document's first token from the previous document does not count
+ * (rp_dataset_fill and rp_dataset_counted leave it out). */
+rp_status rp_dataset_set_documents(rp_dataset *ds, const char *path, rp_error *err);
+int rp_dataset_has_documents(const rp_dataset *ds);
+/* For each of sample i's S tokens, the index in the sample of its
+ * segment's first token (rp_attn_shape's seg_start). */
+void rp_dataset_segments(const rp_dataset *ds, int64_t i, int32_t *seg_start);
+
 #endif

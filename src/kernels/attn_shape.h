@@ -9,11 +9,16 @@
 /* Shape of causal grouped-query attention over nseq sequences of seqlen
  * tokens: q, o [nseq*seqlen, nheads*head_dim]; k, v [nseq*seqlen,
  * nkv*head_dim]; lse [nseq*seqlen, nheads] (fp32). Query head h reads kv
- * head h / (nheads/nkv); query t of a sequence sees keys 0..t of it. */
+ * head h / (nheads/nkv); query t of a sequence sees keys 0..t of it, or
+ * with segments keys seg_start[t]..t: documents packed into a sequence
+ * (seg_start [nseq*seqlen], for each token the index within its sequence
+ * of its segment's first token, in the back end's memory; NULL: one
+ * segment per sequence). Work outside the segments is skipped. */
 typedef struct rp_attn_shape {
     int64_t nseq, seqlen, nheads, nkv, head_dim;
     int64_t block; /* keys/queries per block of the CPU kernel; ignored on CUDA */
     float scale;   /* usually 1/sqrt(head_dim) */
+    const int32_t *seg_start;
 } rp_attn_shape;
 
 #endif

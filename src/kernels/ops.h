@@ -87,7 +87,8 @@ typedef struct rp_kernel_ops {
                                   int64_t rows, int64_t dim, int accumulate, float *scratch,
                                   rp_error *err);
 
-    /* ---- RoPE (rotate_half layout; positions restart per sequence) ---- */
+    /* ---- RoPE (rotate_half layout; positions restart per sequence and
+     * per segment) ---- */
     /* The cos/sin table of positions 0..seqlen-1 for inv_freq[half] (host
      * memory): written into `space` (rope_table_floats(seqlen, half) of
      * it), or a table the back end made once and keeps; *table is valid
@@ -96,10 +97,12 @@ typedef struct rp_kernel_ops {
                             float *space, const float **table, rp_error *err);
     /* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle, or by
      * -angle when inverse (the backward); x_compute (optional) gets the
-     * rounded result. */
+     * rounded result. A token's position is its index in its sequence, or
+     * with seg_start (NULL: none; see rp_attn_shape) its distance from its
+     * segment's first token. */
     rp_status (*rope_apply)(void *state, float *x, void *x_compute, const float *table,
-                            int64_t nseq, int64_t seqlen, int64_t nheads, int64_t head_dim,
-                            int inverse, rp_error *err);
+                            int64_t nseq, int64_t seqlen, const int32_t *seg_start,
+                            int64_t nheads, int64_t head_dim, int inverse, rp_error *err);
 
     /* ---- attention ------------------------------------------------------ */
     rp_status (*attention_forward)(void *state, const rp_attn_shape *s, const void *q,

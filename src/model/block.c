@@ -270,7 +270,8 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
 
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
-                           int64_t seqlen, float *saved, float *ws, rp_error *err)
+                           int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,
+                           rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
@@ -297,10 +298,11 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     }
     const float *rope = NULL;
     RP_TRY(rope_of(k, cfg, seqlen, &w, 1, &rope, err));
-    OP(rope_apply, w.q, w.q_c, rope, nseq, seqlen, nh, hd, 0);
-    OP(rope_apply, w.k, w.k_c, rope, nseq, seqlen, nkv, hd, 0);
+    OP(rope_apply, w.q, w.q_c, rope, nseq, seqlen, seg_start, nh, hd, 0);
+    OP(rope_apply, w.k, w.k_c, rope, nseq, seqlen, seg_start, nkv, hd, 0);
 
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
+    s.seg_start = seg_start;
     OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
 
     OP(linear_forward, w.o, PC(wo), F(BO), x, w.x2, NULL, T, QD, H);
@@ -315,8 +317,8 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
 
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                             rp_dtype params_dtype, const float *x, float *saved, const float *dy,
-                            float *dx, float *dparams, int64_t nseq, int64_t seqlen, float *ws,
-                            rp_error *err)
+                            float *dx, float *dparams, int64_t nseq, int64_t seqlen,
+                            const int32_t *seg_start, float *ws, rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
@@ -363,11 +365,12 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
         OP(column_sum_accumulate, dx, T, H, PF(D, bo), w.partial);
     OP(linear_backward_input, dx2_c, PC(wo), NULL, w.dout, T, QD, H, 0);
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
+    s.seg_start = seg_start;
     OP(attention_backward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse, w.dout, w.dq, w.dk, w.dv,
        w.attn_scratch);
     /* with Qwen3's norms the compute copies come from the norms' backward */
-    OP(rope_apply, w.dq, qk ? NULL : w.dq_c, rope, nseq, seqlen, nh, hd, 1);
-    OP(rope_apply, w.dk, qk ? NULL : w.dk_c, rope, nseq, seqlen, nkv, hd, 1);
+    OP(rope_apply, w.dq, qk ? NULL : w.dq_c, rope, nseq, seqlen, seg_start, nh, hd, 1);
+    OP(rope_apply, w.dk, qk ? NULL : w.dk_c, rope, nseq, seqlen, seg_start, nkv, hd, 1);
     if (qk) {
         OP(rmsnorm_backward, w.qraw, F(Q_NORM), w.rstdq, w.dq, w.dq, w.dq_c, PF(D, q_norm),
            T * nh, hd, 0, w.partial);

@@ -84,10 +84,14 @@ void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_m
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL
  * skips the output (and the down projection): for a layer whose forward
  * runs only for its backward. params is the layer block laid out as
- * rp_block_offsets_get. y must not alias x. */
+ * rp_block_offsets_get. y must not alias x. seg_start (device memory of
+ * k's back end, or NULL) packs documents into each sequence: a token
+ * attends to the earlier tokens of its segment only and its RoPE position
+ * restarts there (rp_attn_shape). */
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
-                           int64_t seqlen, float *saved, float *ws, rp_error *err);
+                           int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,
+                           rp_error *err);
 
 /* dx = dL/dx (overwritten; may alias dy, must not alias x) and dparams +=
  * dL/dparams, given dy = dL/dy, from the `saved` area of this layer's
@@ -95,8 +99,8 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
  * of it, so each forward serves one backward). */
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                             rp_dtype params_dtype, const float *x, float *saved, const float *dy,
-                            float *dx, float *dparams, int64_t nseq, int64_t seqlen, float *ws,
-                            rp_error *err);
+                            float *dx, float *dparams, int64_t nseq, int64_t seqlen,
+                            const int32_t *seg_start, float *ws, rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq);

@@ -42,6 +42,15 @@ static inline void scal(float a, float *restrict y, int64_t n)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The earliest key any of query rows [r0, r1) sees. */
+static int64_t first_key(const int32_t *seg, int64_t r0, int64_t r1)
+{
+    int64_t lo = r1;
+    for (int64_t r = r0; r < r1; r++)
+        lo = seg[r] < lo ? seg[r] : lo;
+    return lo;
+}
+
 void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
                      float *o, float *lse)
 {
@@ -60,18 +69,23 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
          * no workspace depends on the thread count */
         float mx[RP_ATTN_MAX_BLOCK], l[RP_ATTN_MAX_BLOCK], sc[RP_ATTN_MAX_BLOCK];
         const int64_t r0 = i * B, r1 = min64(S, r0 + B);
+        const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
         for (int64_t r = r0; r < r1; r++) {
             mx[r - r0] = -INFINITY;
             l[r - r0] = 0.0f;
             memset(o + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
         }
-        for (int64_t j = 0; j <= i; j++) {
+        /* key blocks from the one holding the block's earliest visible key */
+        for (int64_t j = seg ? first_key(seg, r0, r1) / B : 0; j <= i; j++) {
             const int64_t c0 = j * B;
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t rr = r - r0, c1 = min64(min64(S, c0 + B), r + 1);
+                const int64_t cs = seg && seg[r] > c0 ? seg[r] : c0;
+                if (cs >= c1)
+                    continue; /* no key of this block is in the row's segment */
                 const float *qr = q + ((b * S + r) * nh + h) * hd;
                 float m = mx[rr];
-                for (int64_t c = c0; c < c1; c++) {
+                for (int64_t c = cs; c < c1; c++) {
                     sc[c - c0] = scale * dot(qr, k + ((b * S + c) * nkv + g) * hd, hd);
                     if (sc[c - c0] > m)
                         m = sc[c - c0];
@@ -80,7 +94,7 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
                 float alpha = expf(mx[rr] - m), sum = 0.0f;
                 float *ar = o + ((b * S + r) * nh + h) * hd;
                 scal(alpha, ar, hd);
-                for (int64_t c = c0; c < c1; c++) {
+                for (int64_t c = cs; c < c1; c++) {
                     float p = expf(sc[c - c0] - m);
                     sum += p;
                     axpy(p, v + ((b * S + c) * nkv + g) * hd, ar, hd);
@@ -109,6 +123,7 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
 #pragma omp parallel for schedule(static)
     for (int64_t task = 0; task < ntask; task++) {
         const int64_t g = task % nkv, b = task / nkv;
+        const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
         for (int64_t c = 0; c < S; c++) {
             memset(dk + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
             memset(dv + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
@@ -119,16 +134,19 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
                 for (int64_t r = r0; r < r1; r++)
                     memset(dq + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
                 /* key blocks outer, query rows inner: a key block stays in cache */
-                for (int64_t j = 0; j <= i; j++) {
+                for (int64_t j = seg ? first_key(seg, r0, r1) / B : 0; j <= i; j++) {
                     const int64_t c0 = j * B;
                     for (int64_t r = r0; r < r1; r++) {
                         const int64_t row = (b * S + r) * nh + h, c1 = min64(min64(S, c0 + B), r + 1);
+                        const int64_t cs = seg && seg[r] > c0 ? seg[r] : c0;
+                        if (cs >= c1)
+                            continue;
                         const float *qr = q + row * hd, *dor = dout + row * hd;
                         float *dqr = dq + row * hd;
                         const float L = lse[row];
                         /* D = rowsum(dO * O) = sum_c P_c dP_c */
                         const float D = dot(dor, o + row * hd, hd);
-                        for (int64_t c = c0; c < c1; c++) {
+                        for (int64_t c = cs; c < c1; c++) {
                             const int64_t kv = ((b * S + c) * nkv + g) * hd;
                             float p = expf(scale * dot(qr, k + kv, hd) - L);
                             float dp = dot(dor, v + kv, hd);

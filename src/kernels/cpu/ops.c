@@ -118,11 +118,11 @@ static rp_status rope_table(void *state, const float *inv_freq, int64_t seqlen, 
 }
 
 static rp_status rope_apply(void *state, float *x, void *x_compute, const float *table,
-                            int64_t nseq, int64_t seqlen, int64_t nheads, int64_t head_dim,
-                            int inverse, rp_error *err)
+                            int64_t nseq, int64_t seqlen, const int32_t *seg_start,
+                            int64_t nheads, int64_t head_dim, int inverse, rp_error *err)
 {
     (void)state, (void)err;
-    rp_rope_apply(x, table, nseq, seqlen, nheads, head_dim, inverse);
+    rp_rope_apply(x, table, nseq, seqlen, seg_start, nheads, head_dim, inverse);
     also(x_compute, x, nseq * seqlen * nheads * head_dim);
     return RP_OK;
 }

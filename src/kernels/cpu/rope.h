@@ -26,8 +26,10 @@ void rp_rope_inv_freq(float *inv_freq, int64_t head_dim, double theta, const rp_
 void rp_rope_table(float *cs, const float *inv_freq, int64_t seqlen, int64_t half);
 
 /* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle (forward) or
- * -angle (inverse = transpose, which is the backward of the forward). */
-void rp_rope_apply(float *x, const float *cs, int64_t nseq, int64_t seqlen, int64_t nheads,
-                   int64_t head_dim, int inverse);
+ * -angle (inverse = transpose, which is the backward of the forward). Token
+ * t's position is its index in its sequence, or with seg_start (see
+ * rp_attn_shape) its distance from its segment's first token. */
+void rp_rope_apply(float *x, const float *cs, int64_t nseq, int64_t seqlen,
+                   const int32_t *seg_start, int64_t nheads, int64_t head_dim, int inverse);
 
 #endif

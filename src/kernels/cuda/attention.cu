@@ -671,6 +671,8 @@ const char *shape_problem(const rp_attn_shape *s)
         return "attention: seqlen above 2^30, or nheads or nseq above 65535";
     if (!isfinite(s->scale))
         return "attention: scale is not finite";
+    if (s->seg_start)
+        return "attention: document segments (seg_start) are not implemented on CUDA yet";
     return nullptr;
 }
 

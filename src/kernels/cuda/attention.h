@@ -6,7 +6,8 @@
  *   k, v, dk, dv : [nseq*seqlen, nkv*head_dim]
  *   lse          : [nseq*seqlen, nheads]   (natural log-sum-exp of scale*q.k)
  * Query head h reads kv head h / (nheads/nkv); query t of a sequence sees
- * keys 0..t of the same sequence.
+ * keys 0..t of the same sequence. Document segments (rp_attn_shape's
+ * seg_start) are not implemented yet: a shape with them is refused.
  *
  * Numerics: q, k, v and do enter the tensor cores as bf16 (mma.sync
  * m16n8k16), products and softmax accumulate in fp32; P and dS are rounded to

@@ -232,12 +232,12 @@ static rp_status rope_table(void *state, const float *inv_freq, int64_t seqlen, 
 }
 
 static rp_status rope_apply(void *state, float *x, void *x_compute, const float *table,
-                            int64_t nseq, int64_t seqlen, int64_t nheads, int64_t head_dim,
-                            int inverse, rp_error *err)
+                            int64_t nseq, int64_t seqlen, const int32_t *seg_start,
+                            int64_t nheads, int64_t head_dim, int inverse, rp_error *err)
 {
     cuda_state *c = state;
-    CK(rp_cuda_rope_apply(x, x_compute, table, nseq, seqlen, nheads, head_dim, inverse,
-                          c->stream));
+    CK(rp_cuda_rope_apply(x, x_compute, table, nseq, seqlen, seg_start, nheads, head_dim,
+                          inverse, c->stream));
     return RP_OK;
 }
 

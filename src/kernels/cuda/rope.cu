@@ -25,14 +25,16 @@ extern "C" int rp_cuda_rope_table(float *cs, const float *inv_freq, int64_t seql
 
 /* One thread per (token, head, i < half) pair. */
 static __global__ void apply_kernel(float *x, rp_bf16_t *xb, const float *cs, int64_t T,
-                                    int64_t seqlen, int64_t nheads, int64_t head_dim, int inverse)
+                                    int64_t seqlen, const int32_t *seg_start, int64_t nheads,
+                                    int64_t head_dim, int inverse)
 {
     const int64_t half = head_dim / 2, n = T * nheads * half;
     const float *sn = cs + seqlen * half;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = k % half, th = k / half; /* th = t * nheads + h */
-        const int64_t p = (th / nheads) % seqlen;
+        const int64_t t = th / nheads;
+        const int64_t p = t % seqlen - (seg_start ? seg_start[t] : 0);
         const float c = cs[p * half + i], s = sn[p * half + i];
         const int64_t a = th * head_dim + i, b = a + half;
         const float x1 = x[a], x2 = x[b];
@@ -54,14 +56,14 @@ static __global__ void apply_kernel(float *x, rp_bf16_t *xb, const float *cs, in
 }
 
 extern "C" int rp_cuda_rope_apply(float *x, uint16_t *x_bf16, const float *cs, int64_t nseq,
-                                  int64_t seqlen, int64_t nheads, int64_t head_dim, int inverse,
-                                  void *stream)
+                                  int64_t seqlen, const int32_t *seg_start, int64_t nheads,
+                                  int64_t head_dim, int inverse, void *stream)
 {
     const int64_t n = nseq * seqlen * nheads * (head_dim / 2);
     if (n <= 0)
         return 0;
     apply_kernel<<<rp_grid_for(n, 256), 256, 0, rp_stream(stream)>>>(
-        x, reinterpret_cast<rp_bf16_t *>(x_bf16), cs, nseq * seqlen, seqlen, nheads, head_dim,
-        inverse);
+        x, reinterpret_cast<rp_bf16_t *>(x_bf16), cs, nseq * seqlen, seqlen, seg_start, nheads,
+        head_dim, inverse);
     return rp_launch_status();
 }

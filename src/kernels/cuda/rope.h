@@ -20,9 +20,12 @@ int rp_cuda_rope_table(float *cs, const float *inv_freq, int64_t seqlen, int64_t
 
 /* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle or, with
  * inverse, by -angle (the backward). When x_bf16 != NULL the rotated values
- * are also written there in bf16. */
+ * are also written there in bf16. A token's position is its index in its
+ * sequence, or with seg_start (device memory; NULL: none) its distance from
+ * its segment's first token. */
 int rp_cuda_rope_apply(float *x, uint16_t *x_bf16, const float *cs, int64_t nseq, int64_t seqlen,
-                       int64_t nheads, int64_t head_dim, int inverse, void *stream);
+                       const int32_t *seg_start, int64_t nheads, int64_t head_dim, int inverse,
+                       void *stream);
 
 #ifdef __cplusplus
 }
