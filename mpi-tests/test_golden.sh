@@ -10,24 +10,31 @@
 # --pipelines 1, 2 and 3 on 1-3 ranks, within 1e-5: the tied gradient sum
 # once read its padding from the next pipeline's buffer) and qwen3-skip (a
 # step with no counted target: logged as null, no update, AdamW's step count
-# unchanged while the lr schedule advances). The saved model is also what the
-# comparison reads, so --save is checked on the way.
-# Ranks: 1 2 3
+# unchanged while the lr schedule advances). Two more float64 references
+# with packed documents (--documents; qwen3 with a loss mask, llama), where
+# tools/make_golden.py runs every document of a sample as a sequence of its
+# own (positions from 0) and sums: packed equals separate, within 1e-5, on
+# 1-4 ranks. The saved model is also what the comparison reads, so --save
+# is checked on the way.
+# Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden"
 cmp="$build/mpi-tests/golden_compare"
 rc=0
-for case in qwen3 llama qwen3-lag tied-odd qwen3-skip; do
+for case in qwen3 llama qwen3-lag tied-odd qwen3-skip qwen3-packed llama-packed; do
   d="$fix/$case"
   in="$d"  # model and data, or those of the case named in inputs.txt
   [ -f "$d/inputs.txt" ] && in="$fix/$(cat "$d/inputs.txt")"
   mask=""
   [ -f "$in/mask.npy" ] && mask="--loss-mask $in/mask.npy"
+  [ -f "$in/documents.npy" ] && mask="$mask --documents $in/documents.npy"
   # ranks:pipelines
   case $case in
     llama) specs="1:1 3:1 3:3"; rtol=1e-4 ;;
     tied-odd) specs="1:1 2:2 3:3 1:3 2:1"; rtol=1e-5 ;;
+    qwen3-packed) specs="1:1 3:1 4:2"; rtol=1e-5 ;;
+    llama-packed) specs="1:1 2:1 3:3"; rtol=1e-5 ;;
     *) specs="1:1 3:1 2:2"; rtol=1e-4 ;;
   esac
   for spec in $specs; do

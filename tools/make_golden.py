@@ -133,6 +133,45 @@ CASES["qwen3-skip"] = {
     },
 }
 
+# Packed documents (--documents), in float64: each packed sample's loss and
+# gradient are computed here as the sum over its documents run as separate
+# sequences (position ids from 0), with the target that would predict a
+# document's first token from the previous document left out. Documents of
+# random length cross sample boundaries; one has a single token; one starts
+# at a sample's first token and one at the token after a sample's last
+# input. eps 1e-3 makes AdamW's first updates follow the gradients'
+# magnitudes, not only their signs.
+CASES["qwen3-packed"] = {
+    "arch": "qwen3",
+    "model_seed": 1005,
+    "data_seed": 2005,
+    "data_len": 16 * 10 + 1 + 5,
+    "mask": True,
+    "documents": True,
+    "float64": True,
+    "train": {
+        "seq-len": 16, "batch-size": 4, "microbatches": 2, "steps": 4,
+        "lr": "3e-3", "min-lr": "3e-4", "warmup-steps": 1, "lr-schedule": "cosine",
+        "weight-decay": "0.1", "beta1": "0.9", "beta2": "0.95", "eps": "1e-3",
+        "grad-clip": "4.0", "dtype": "fp32", "seed": 1,
+    },
+}
+CASES["llama-packed"] = {
+    "arch": "llama",
+    "model_seed": 1006,
+    "data_seed": 2006,
+    "data_len": 16 * 11 + 1 + 3,
+    "mask": False,
+    "documents": True,
+    "float64": True,
+    "train": {
+        "seq-len": 16, "batch-size": 6, "microbatches": 3, "steps": 3,
+        "lr": "2e-3", "min-lr": "2e-4", "warmup-steps": 1, "lr-schedule": "linear",
+        "weight-decay": "0.01", "beta1": "0.9", "beta2": "0.999", "eps": "1e-3",
+        "grad-clip": "0", "dtype": "fp32", "seed": 1,
+    },
+}
+
 VOCAB = 96
 INIT_RANGE = 0.1  # larger than the 0.02 default so logits are far from uniform
 
@@ -221,6 +260,24 @@ def make_data(case):
     return tokens, mask
 
 
+def make_documents(case):
+    """Sorted int64 document starts (first 0) for a case with documents."""
+    if not case.get("documents"):
+        return None
+    rng = np.random.default_rng(case["data_seed"] + 7)
+    n, S = case["data_len"], case["train"]["seq-len"]
+    starts, p = [0], 0
+    while True:
+        p += int(rng.integers(2, 24))
+        if p >= n:
+            break
+        starts.append(p)
+    # a document at a sample's first token, one after a sample's last input
+    # (its first token is that sample's last target), and a one-token one
+    starts += [2 * S, 4 * S, 5 * S + 7, 5 * S + 8]
+    return np.array(sorted(set(starts)), dtype=np.int64)
+
+
 def lr_at(k, tr):
     lr, min_lr = float(tr["lr"]), float(tr["min-lr"])
     W, N = int(tr["warmup-steps"]), int(tr["steps"])
@@ -236,8 +293,9 @@ def lr_at(k, tr):
     raise ValueError(tr["lr-schedule"])
 
 
-def step_batches(k, tokens, mask, tr):
-    """Inputs, targets and counted-target weights of each microbatch of step k."""
+def step_batches(k, tokens, mask, tr, docs=None):
+    """Inputs, targets, counted-target weights and document segments (a list
+    of [start, end) per sample, or None) of each microbatch of step k."""
     S, B, M = int(tr["seq-len"]), int(tr["batch-size"]), int(tr["microbatches"])
     n = (len(tokens) - 1) // S
     idx = [((k - 1) * B + j) % n for j in range(B)]
@@ -250,26 +308,43 @@ def step_batches(k, tokens, mask, tr):
         inp = torch.stack([t[i * S:i * S + S] for i in sel])
         tgt = torch.stack([t[i * S + 1:i * S + S + 1] for i in sel])
         w = torch.stack([w_all[i * S + 1:i * S + S + 1] for i in sel])
-        out.append((inp, tgt, w))
+        segs = None
+        if docs is not None:
+            segs = []
+            for r, i in enumerate(sel):
+                inside = [int(d) - i * S for d in docs if i * S < d < i * S + S]
+                cuts = [0] + inside + [S]
+                segs.append([(cuts[c], cuts[c + 1]) for c in range(len(cuts) - 1)])
+                for d in docs:  # a target that is a document's first token
+                    if i * S < d <= i * S + S:
+                        w[r, int(d) - i * S - 1] = 0
+        out.append((inp, tgt, w, segs))
     return idx, out
 
 
-def ce_sum(model, inp, tgt, w):
+def ce_sum(model, inp, tgt, w, segs=None):
+    if segs is not None:  # every document of every sample as a sequence of its own
+        total = 0.0
+        for r, row in enumerate(segs):
+            for a, z in row:
+                total = total + ce_sum(model, inp[r:r + 1, a:z], tgt[r:r + 1, a:z],
+                                       w[r:r + 1, a:z])
+        return total
     logits = model(input_ids=inp).logits
     ce = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none")
     return (ce * w.reshape(-1)).sum()
 
 
-def eval_loss(model, k, tokens, mask, tr):
-    _, mbs = step_batches(k, tokens, mask, tr)
-    count = sum(float(w.sum()) for _, _, w in mbs)
+def eval_loss(model, k, tokens, mask, tr, docs=None):
+    _, mbs = step_batches(k, tokens, mask, tr, docs)
+    count = sum(float(mb[2].sum()) for mb in mbs)
     with torch.no_grad():
         total = sum(float(ce_sum(model, *mb)) for mb in mbs)
     return total / count, int(count)
 
 
-def train(model, tokens, mask, tr, log):
+def train(model, tokens, mask, tr, log, docs=None):
     wd = float(tr["weight-decay"])
     params = list(model.named_parameters())  # tied weight appears once
     groups = [
@@ -295,8 +370,8 @@ def train(model, tokens, mask, tr, log):
 
     model.train()
     for k in range(1, int(tr["steps"]) + 1):
-        idx, mbs = step_batches(k, tokens, mask, tr)
-        count = sum(float(w.sum()) for _, _, w in mbs)
+        idx, mbs = step_batches(k, tokens, mask, tr, docs)
+        count = sum(float(mb[2].sum()) for mb in mbs)
         opt.zero_grad(set_to_none=True)
         lr = lr_at(k, tr)
         if count == 0:
@@ -441,6 +516,7 @@ def make_case(name, case, outdir, log):
     model = build_model(case)
     check_rope(model, case, log)
     tokens, mask = make_data(case)
+    docs = make_documents(case)
     indir = outdir
     if "inputs_from" in case:
         # same model and data as another case (built from the same seeds)
@@ -453,6 +529,9 @@ def make_case(name, case, outdir, log):
         if mask is not None:
             np.save(os.path.join(outdir, "mask.npy"), mask)
             log("  mask: %d of %d zero" % (int((mask == 0).sum()), len(mask)))
+        if docs is not None:
+            np.save(os.path.join(outdir, "documents.npy"), docs)
+            log("  documents: %d, starts %s" % (len(docs), docs.tolist()))
     with open(os.path.join(outdir, "args.txt"), "w") as f:
         f.write(args_line(tr) + "\n")
     with open(os.path.join(outdir, "provenance.json"), "w") as f:
@@ -470,8 +549,11 @@ def make_case(name, case, outdir, log):
             "generator": "tools/make_golden.py",
             "torch": torch.__version__.split("+")[0],
             "transformers": transformers.__version__,
-        } | ({"precision": "float64 (fp32 initial weights)"} if case.get("float64") else {})))
-    records = train(model, tokens, mask, tr, log)
+        } | ({"precision": "float64 (fp32 initial weights)"} if case.get("float64") else {})
+          | ({"documents": "random starts from numpy.random.default_rng(%d) plus fixed ones; "
+                           "see make_documents() in tools/make_golden.py"
+                           % (case["data_seed"] + 7)} if docs is not None else {})))
+    records = train(model, tokens, mask, tr, log, docs)
     with open(os.path.join(outdir, "expected.jsonl"), "w") as f:
         for r in records:
             f.write(dumps(r))
@@ -481,7 +563,7 @@ def make_case(name, case, outdir, log):
         shutil.copyfile(os.path.join(tmp, "model.safetensors"),
                         os.path.join(outdir, "final", "model.safetensors"))
     N = int(tr["steps"])
-    nl, nc = eval_loss(model, N + 1, tokens, mask, tr)
+    nl, nc = eval_loss(model, N + 1, tokens, mask, tr, docs)
     with open(os.path.join(outdir, "final", "eval.json"), "w") as f:
         f.write(dumps({"step": N + 1, "loss": nl, "tokens": nc}))
     if not case.get("float64"):  # a float64 model does not reload bit for bit from fp32
