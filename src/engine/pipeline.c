@@ -356,8 +356,7 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     if (s == RP_OK && o->shuffle)
         s = rp_dataset_shuffle(e->ds, o->seed, err);
     if (s == RP_OK && o->documents && e->device == RP_DEVICE_CUDA)
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--documents: attention over document "
-                         "segments is not implemented on CUDA yet (--device cpu has it)");
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (s == RP_OK && o->documents)
         s = rp_dataset_set_documents(e->ds, o->documents, err);
     if (s == RP_OK) {

@@ -93,6 +93,8 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
     if (o->device == RP_DEVICE_CUDA && o->dtype_set && o->dtype != RP_BF16)
         return rp_train_options_refuse_dtype(o, RP_ERR_INVALID_ARG, err);
+    if (o->device == RP_DEVICE_CUDA && o->documents)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");

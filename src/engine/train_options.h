@@ -83,4 +83,9 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
                                         rp_error *err);
 
+/* --documents is refused on CUDA until its attention has segments. */
+#define RP_DOCUMENTS_NOT_ON_CUDA                                                                  \
+    "--documents: attention over document segments is not implemented on CUDA yet (--device "   \
+    "cpu has it)"
+
 #endif
