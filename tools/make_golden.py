@@ -336,6 +336,19 @@ def ce_sum(model, inp, tgt, w, segs=None):
     return (ce * w.reshape(-1)).sum()
 
 
+def eval_all(model, tokens, mask, tr, docs):
+    """The validation loss over every sample of the data (roundpipe train
+    --eval-data with the same files): mean CE over the counted targets."""
+    S = int(tr["seq-len"])
+    n = (len(tokens) - 1) // S
+    one = dict(tr, **{"batch-size": n, "microbatches": 1})
+    _, mbs = step_batches(1, tokens, mask, one, docs)
+    count = float(mbs[0][2].sum())
+    with torch.no_grad():
+        total = float(ce_sum(model, *mbs[0]))
+    return total / count, int(count), n
+
+
 def eval_loss(model, k, tokens, mask, tr, docs=None):
     _, mbs = step_batches(k, tokens, mask, tr, docs)
     count = sum(float(mb[2].sum()) for mb in mbs)
@@ -566,6 +579,11 @@ def make_case(name, case, outdir, log):
     nl, nc = eval_loss(model, N + 1, tokens, mask, tr, docs)
     with open(os.path.join(outdir, "final", "eval.json"), "w") as f:
         f.write(dumps({"step": N + 1, "loss": nl, "tokens": nc}))
+    if docs is not None:  # the validation loss over the whole data, documents apart
+        al, ac, an = eval_all(model, tokens, mask, tr, docs)
+        with open(os.path.join(outdir, "final", "eval_all.json"), "w") as f:
+            f.write(dumps({"eval_loss": al, "eval_tokens": ac, "eval_samples": an}))
+        log("  eval over all %d samples: %.9f over %d targets" % (an, al, ac))
     if not case.get("float64"):  # a float64 model does not reload bit for bit from fp32
         reload_check(case, indir, outdir, model, tokens, mask, tr, records, log)
 

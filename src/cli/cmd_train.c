@@ -16,6 +16,9 @@ static const struct option train_options[] = {
     {"model", required_argument, 0, 0}, {"init-config", required_argument, 0, 0},
     {"data", required_argument, 0, 0}, {"loss-mask", required_argument, 0, 0},
     {"documents", required_argument, 0, 0},
+    {"eval-data", required_argument, 0, 0}, {"eval-mask", required_argument, 0, 0},
+    {"eval-documents", required_argument, 0, 0}, {"eval-every", required_argument, 0, 0},
+    {"eval-samples", required_argument, 0, 0},
     {"seq-len", required_argument, 0, 0}, {"batch-size", required_argument, 0, 0},
     {"microbatches", required_argument, 0, 0}, {"steps", required_argument, 0, 0},
     {"lr", required_argument, 0, 0}, {"min-lr", required_argument, 0, 0},
@@ -46,6 +49,9 @@ static const char train_usage[] =
     "  --loss-mask FILE.npy   1 = that target position counts (uint8/bool, same length)\n"
     "  --documents FILE.npy   sorted int64 start offsets of documents in --data (first 0):\n"
     "                         a token attends only to earlier tokens of its document\n"
+    "  --eval-data FILE.npy   a validation set: eval_loss after the last step (and every\n"
+    "                         --eval-every N steps), with --eval-mask and --eval-documents\n"
+    "                         as --loss-mask and --documents; --eval-samples K: its first K\n"
     "  --seq-len S            tokens per sample (default 1024)\n"
     "  --batch-size B         samples per step (default 8)\n"
     "  --microbatches M       microbatches per step, divides B (default B)\n"

@@ -89,6 +89,7 @@ typedef struct rp_engine {
     rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;
+    rp_dataset *eval_ds; /* --eval-data (NULL: none) */
     rp_lr_schedule sched;
     /* the shape of the run (fixed once set up) */
     int64_t steps;              /* iterations of the run */

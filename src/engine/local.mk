@@ -15,4 +15,5 @@ librp_la_SOURCES += \
 	src/engine/executor_summary.c src/engine/executor_summary.h \
 	src/engine/memory_model.c src/engine/memory_model.h \
 	src/engine/checkpoints.c src/engine/checkpoints.h \
+	src/engine/eval.c src/engine/eval.h \
 	src/engine/host_memory.c src/engine/host_memory.h

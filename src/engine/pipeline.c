@@ -6,6 +6,7 @@
 #include "engine/trainer.h"
 #include "engine/run_impl.h"
 #include "engine/checkpoints.h"
+#include "engine/eval.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -355,10 +356,15 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         rp_dataset_open(o->data, o->loss_mask, e->seq_len, r->cfg.vocab_size, &e->ds, err);
     if (s == RP_OK && o->shuffle)
         s = rp_dataset_shuffle(e->ds, o->seed, err);
-    if (s == RP_OK && o->documents && e->device == RP_DEVICE_CUDA)
+    if (s == RP_OK && (o->documents || o->eval_documents) && e->device == RP_DEVICE_CUDA)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (s == RP_OK && o->documents)
         s = rp_dataset_set_documents(e->ds, o->documents, err);
+    if (s == RP_OK && o->eval_data) /* checked now: a bad file fails before training */
+        s = rp_dataset_open(o->eval_data, o->eval_mask, e->seq_len, r->cfg.vocab_size,
+                            &e->eval_ds, err);
+    if (s == RP_OK && o->eval_documents)
+        s = rp_dataset_set_documents(e->eval_ds, o->eval_documents, err);
     if (s == RP_OK) {
         int64_t n = rp_dataset_samples(e->ds);
         e->steps = o->steps ? o->steps : (n + o->batch_size - 1) / o->batch_size;
@@ -507,6 +513,10 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
         int replan_after =
             !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
         e->it_last = replan_after ? RP_REPLAN_AFTER : e->steps;
+        if (o->eval_every > 0) { /* a segment ends on each evaluation step */
+            int64_t next = (e->it_first + o->eval_every - 1) / o->eval_every * o->eval_every;
+            e->it_last = next < e->it_last ? next : e->it_last;
+        }
         e->adam_first = e->adam_step;
         s = build_segment(e, comm, err);
         if (s == RP_OK)
@@ -533,6 +543,8 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
                        (long long)e->it_last);
             break;
         }
+        if (s == RP_OK && rp_eval_due(e, e->it_last))
+            s = rp_eval_run(e, comm, e->it_last, err);
         if (s == RP_OK && replan_after && e->it_last == RP_REPLAN_AFTER)
             s = rp_run_replan(e, comm, err);
     }
@@ -654,6 +666,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);
     rp_dataset_close(&e->ds);
+    rp_dataset_close(&e->eval_ds);
     pthread_mutex_destroy(&e->lock);
     return s;
 }

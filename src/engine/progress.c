@@ -80,15 +80,18 @@ void rp_progress_update(rp_progress *pr, int64_t step, double loss, double token
     char eta[32];
     format_eta(per_step * (double)(pr->steps - step), eta, sizeof eta);
     pthread_mutex_lock(&pr->lock);
+    char ev[48] = "";
+    if (pr->eval_step > 0)
+        snprintf(ev, sizeof ev, pr->live ? " | eval %.4f" : " eval %.4f", pr->eval_loss);
     if (pr->live) {
-        snprintf(pr->line, sizeof pr->line, "step %lld/%lld | loss %.4f | %.0f tok/s | ETA %s",
-                 (long long)step, (long long)pr->steps, loss, tokens_per_s, eta);
+        snprintf(pr->line, sizeof pr->line, "step %lld/%lld | loss %.4f%s | %.0f tok/s | ETA %s",
+                 (long long)step, (long long)pr->steps, loss, ev, tokens_per_s, eta);
         /* \033[K erases what a longer previous line left to the right */
         fprintf(pr->out, "\r%s\033[K", pr->line);
         pr->drawn = 1;
     } else {
-        fprintf(pr->out, "roundpipe: step %lld/%lld loss %.4f %.0f tok/s ETA %s\n",
-                (long long)step, (long long)pr->steps, loss, tokens_per_s, eta);
+        fprintf(pr->out, "roundpipe: step %lld/%lld loss %.4f%s %.0f tok/s ETA %s\n",
+                (long long)step, (long long)pr->steps, loss, ev, tokens_per_s, eta);
     }
     fflush(pr->out);
     pthread_mutex_unlock(&pr->lock);
@@ -107,6 +110,16 @@ void rp_progress_log_sink(void *arg, const char *line)
     pthread_mutex_unlock(&pr->lock);
 }
 
+void rp_progress_eval(rp_progress *pr, int64_t step, double loss)
+{
+    pthread_mutex_lock(&pr->lock);
+    if (loss >= 0) {
+        pr->eval_step = step;
+        pr->eval_loss = loss;
+    }
+    pthread_mutex_unlock(&pr->lock);
+}
+
 static void end_line(rp_progress *pr)
 {
     if (pr->drawn)
@@ -122,8 +135,12 @@ void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss)
     format_eta(rp_now() - pr->t_start, took, sizeof took);
     pthread_mutex_lock(&pr->lock);
     end_line(pr);
-    fprintf(pr->out, "roundpipe: done: %lld steps in %s, final loss %.4f\n", (long long)steps,
-            took, last_loss);
+    char ev[64] = "";
+    if (pr->eval_step > 0)
+        snprintf(ev, sizeof ev, ", eval loss %.4f after step %lld", pr->eval_loss,
+                 (long long)pr->eval_step);
+    fprintf(pr->out, "roundpipe: done: %lld steps in %s, final loss %.4f%s\n", (long long)steps,
+            took, last_loss, ev);
     fflush(pr->out);
     pthread_mutex_unlock(&pr->lock);
 }

@@ -16,6 +16,8 @@ typedef struct rp_progress {
     double interval;  /* seconds between lines when not live */
     double t_start, t_last;
     int64_t steps;
+    int64_t eval_step; /* the latest evaluation's step (0: none yet) */
+    double eval_loss;
     int drawn;        /* the live line is on screen (no newline after it yet) */
     char line[160];   /* the live line's text, to redraw after a message */
     pthread_mutex_t lock;
@@ -23,6 +25,9 @@ typedef struct rp_progress {
 
 void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t steps);
 void rp_progress_update(rp_progress *pr, int64_t step, double loss, double tokens_per_s);
+/* The latest validation loss (rp_eval_run), shown from the next line on
+ * ("eval 1.2345"); loss < 0: nothing was counted, nothing shown. */
+void rp_progress_eval(rp_progress *pr, int64_t step, double loss);
 /* The closing line ("done: ..."); ends the live line first. */
 void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss);
 /* Ends the live line (a newline after it) without a closing line, e.g. before

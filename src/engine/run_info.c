@@ -35,6 +35,11 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "data", str_or_null(o->data));
     add(j, "loss-mask", str_or_null(o->loss_mask));
     add(j, "documents", str_or_null(o->documents));
+    add(j, "eval-data", str_or_null(o->eval_data));
+    add(j, "eval-mask", str_or_null(o->eval_mask));
+    add(j, "eval-documents", str_or_null(o->eval_documents));
+    add(j, "eval-every", json_object_new_int64(o->eval_every));
+    add(j, "eval-samples", json_object_new_int64(o->eval_samples));
     add(j, "log", str_or_null(o->log_path));
     add(j, "save", str_or_null(o->save_dir));
     add(j, "seq-len", json_object_new_int64(o->seq_len));

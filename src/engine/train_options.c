@@ -93,7 +93,15 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
     if (o->device == RP_DEVICE_CUDA && o->dtype_set && o->dtype != RP_BF16)
         return rp_train_options_refuse_dtype(o, RP_ERR_INVALID_ARG, err);
-    if (o->device == RP_DEVICE_CUDA && o->documents)
+    if ((o->eval_mask || o->eval_documents || o->eval_every || o->eval_samples) && !o->eval_data)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--eval-mask, --eval-documents, "
+                            "--eval-every and --eval-samples need --eval-data");
+    if (o->eval_every && o->optimizer_lag)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "--eval-every with --optimizer-lag 1: an "
+                            "evaluation needs every update of its step applied, which a lagged "
+                            "optimizer does only at the end; evaluate after the last step "
+                            "(without --eval-every)");
+    if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents))
         return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)

@@ -23,6 +23,11 @@ typedef struct rp_train_options {
     const char *data;        /* --data */
     const char *loss_mask;   /* --loss-mask */
     const char *documents;   /* --documents */
+    const char *eval_data;   /* --eval-data (NULL: no evaluation) */
+    const char *eval_mask;   /* --eval-mask */
+    const char *eval_documents; /* --eval-documents */
+    int64_t eval_every;      /* --eval-every (0: after the last step only) */
+    int64_t eval_samples;    /* --eval-samples (0: all) */
     const char *log_path;    /* --log */
     const char *save_dir;    /* --save */
     int64_t seq_len;         /* --seq-len */
@@ -85,7 +90,7 @@ rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status sta
 
 /* --documents is refused on CUDA until its attention has segments. */
 #define RP_DOCUMENTS_NOT_ON_CUDA                                                                  \
-    "--documents: attention over document segments is not implemented on CUDA yet (--device "   \
-    "cpu has it)"
+    "--documents and --eval-documents: attention over document segments is not implemented on " \
+    "CUDA yet (--device cpu has it)"
 
 #endif

@@ -51,6 +51,9 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("data")) o->data = a;
     else if (IS("loss-mask")) o->loss_mask = a;
     else if (IS("documents")) o->documents = a;
+    else if (IS("eval-data")) o->eval_data = a;
+    else if (IS("eval-mask")) o->eval_mask = a;
+    else if (IS("eval-documents")) o->eval_documents = a;
     else if (IS("log")) o->log_path = a;
     else if (IS("save")) o->save_dir = a;
     else if (IS("plan")) o->plan = a;
@@ -58,6 +61,10 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("resume")) o->resume = a;
     else if (IS("checkpoint-every"))
         return rp_arg_int(opt, a, 0, INT64_MAX, &o->checkpoint_every, err);
+    else if (IS("eval-every"))
+        return rp_arg_int(opt, a, 0, INT64_MAX, &o->eval_every, err);
+    else if (IS("eval-samples"))
+        return rp_arg_int(opt, a, 0, INT64_MAX, &o->eval_samples, err);
     else if (IS("keep-checkpoints"))
         return rp_arg_int(opt, a, 0, 1000000, &o->keep_checkpoints, err);
     else if (IS("trace")) o->trace = a;

@@ -37,14 +37,19 @@ rp_status rp_metrics_keep_steps(const char *path, int64_t last_step, char **kept
     RP_TRY(rp_read_file(path, (size_t)1 << 30, &text, &len, err));
     size_t end = 0; /* bytes of the kept lines */
     int64_t n = 0;
-    for (size_t at = 0; at < len && n < last_step;) {
+    for (size_t at = 0; at < len;) {
         const char *nl = memchr(text + at, '\n', len - at);
         if (!nl)
             break; /* a line cut short by a crash */
         long long step = 0;
-        if (sscanf(text + at, "{\"step\":%lld,", &step) != 1 || step != n + 1)
+        if (sscanf(text + at, "{\"step\":%lld,", &step) != 1)
             break;
-        n++;
+        /* a step's line, or the evaluation after the step just kept */
+        int eval = n > 0 && step == n && !strncmp(text + at + strcspn(text + at, ","),
+                                                   ",\"eval_loss\":", 13);
+        if (!eval && (step != n + 1 || n >= last_step))
+            break;
+        n += !eval;
         at = (size_t)(nl - text) + 1;
         end = at;
     }

@@ -17,7 +17,9 @@ void rp_metrics_write_line(FILE *f, const rp_step_metrics *m);
 /* The lines of an existing metrics log at path for steps 1..last_step, in
  * order (a resumed run keeps them and appends its own): *kept (malloc'd,
  * NUL-terminated; "" when the file is missing, or holds other lines
- * first) and *steps, how many. A line that is not a step's ends them. */
+ * first) and *steps, how many; with each step, the evaluation line after it
+ * ({"step":K,"eval_loss":...}) if there is one. A line that is neither ends
+ * them. */
 rp_status rp_metrics_keep_steps(const char *path, int64_t last_step, char **kept, int64_t *steps,
                                 rp_error *err);
 

@@ -1,0 +1,233 @@
+/* The validation loss (see eval.h). */
+#include "engine/eval.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/backend.h"
+#include "engine/run_impl.h"
+#include "model/layers.h"
+#include "model/layout.h"
+
+/* Host memory for the activations of one group of microbatches: the
+ * microbatches of a rank go through the model a group at a time, layer by
+ * layer, so each layer is uploaded once per group. */
+#define RP_EVAL_GROUP_BYTES ((size_t)1 << 30)
+
+int rp_eval_due(const rp_engine *e, int64_t step)
+{
+    const rp_train_options *o = e->o;
+    return o->eval_data && (step == e->steps || (o->eval_every > 0 && step % o->eval_every == 0));
+}
+
+/* The device buffers of one rank's evaluation. */
+typedef struct evaluator {
+    rp_engine *e;
+    rp_kernels k;
+    void *embed, *w;      /* layer 0's weights (also a tied LM head); the current layer's */
+    float *act, *out;     /* a microbatch's activations in and out */
+    float *saved, *ws;
+    int32_t *in, *tgt, *seg;
+    uint8_t *mask;
+    int32_t *hin, *htgt, *hseg; /* host staging */
+    uint8_t *hmask;
+} evaluator;
+
+static void *dev_alloc(evaluator *v, size_t bytes, rp_status *s, rp_error *err)
+{
+    void *p = NULL;
+    if (*s == RP_OK)
+        *s = rp_device_alloc(v->e->dev, bytes ? bytes : 1, &p, err);
+    return p;
+}
+
+static void evaluator_free(evaluator *v)
+{
+    rp_device *d = v->e->dev;
+    void *dev[] = {v->embed, v->w, v->act, v->out, v->saved, v->ws, v->in, v->tgt, v->seg,
+                   v->mask};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        if (dev[i])
+            rp_device_free(d, dev[i]);
+    free(v->hin), free(v->htgt), free(v->hseg), free(v->hmask);
+}
+
+static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
+{
+    memset(v, 0, sizeof *v);
+    v->e = e;
+    const rp_params *p = e->p;
+    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
+    const int64_t spm = e->samples_per_micro, S = e->seq_len, T = e->tokens_per_micro;
+    size_t wmax = 0;
+    for (int l = 1; l < p->nlayers; l++)
+        wmax = rp_params_compute_bytes(p, l) > wmax ? rp_params_compute_bytes(p, l) : wmax;
+    rp_status s = rp_device_kernels(e->dev, &v->k, err);
+    v->embed = dev_alloc(v, rp_params_compute_bytes(p, 0), &s, err);
+    v->w = dev_alloc(v, wmax, &s, err);
+    v->act = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
+    v->out = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
+    v->saved = dev_alloc(v, rp_block_saved_floats(ops, p->compute_dtype, &p->cfg, spm, S) *
+                                sizeof(float), &s, err);
+    v->ws = dev_alloc(v, rp_model_workspace_floats(ops, p->compute_dtype, &p->cfg, spm, S) *
+                             sizeof(float), &s, err);
+    v->in = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
+    v->tgt = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
+    v->mask = dev_alloc(v, (size_t)T, &s, err);
+    if (rp_dataset_has_documents(e->eval_ds))
+        v->seg = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
+    v->hin = malloc((size_t)T * sizeof(int32_t));
+    v->htgt = malloc((size_t)T * sizeof(int32_t));
+    v->hseg = malloc((size_t)T * sizeof(int32_t));
+    v->hmask = malloc((size_t)T);
+    if (s == RP_OK && (!v->hin || !v->htgt || !v->hseg || !v->hmask))
+        s = rp_error_set(err, RP_ERR_NOMEM, "evaluation: host staging");
+    if (s == RP_OK) /* the embedding stays: the first layer, and a tied LM head */
+        s = rp_device_copy(e->dev, v->embed, p->st[0].compute, rp_params_compute_bytes(p, 0),
+                           err);
+    if (s != RP_OK)
+        evaluator_free(v);
+    return s;
+}
+
+/* Samples [first, first + n) of the evaluation set onto the device: tokens,
+ * targets, their counted mask and the document segments; the counted
+ * targets into *counted. */
+static rp_status load_tokens(evaluator *v, int64_t first, int64_t n, int64_t *counted,
+                             rp_error *err)
+{
+    rp_engine *e = v->e;
+    const int64_t S = e->seq_len;
+    *counted = 0;
+    for (int64_t j = 0; j < n; j++) {
+        *counted += rp_dataset_fill(e->eval_ds, first + j, v->hin + j * S, v->htgt + j * S,
+                                    v->hmask + j * S);
+        if (v->seg)
+            rp_dataset_segments(e->eval_ds, first + j, v->hseg + j * S);
+    }
+    size_t T = (size_t)(n * S);
+    RP_TRY(rp_device_copy(e->dev, v->in, v->hin, T * sizeof(int32_t), err));
+    RP_TRY(rp_device_copy(e->dev, v->tgt, v->htgt, T * sizeof(int32_t), err));
+    RP_TRY(rp_device_copy(e->dev, v->mask, v->hmask, T, err));
+    return v->seg ? rp_device_copy(e->dev, v->seg, v->hseg, T * sizeof(int32_t), err) : RP_OK;
+}
+
+/* Layer l's forward for microbatch `mb` (samples [first, first + n)), its
+ * activations in host memory `h` (in and out; the head's: *loss, *counted). */
+static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, float *h,
+                               double *loss, int64_t *counted, rp_error *err)
+{
+    rp_engine *e = v->e;
+    const rp_params *p = e->p;
+    const int64_t S = e->seq_len, T = n * S;
+    const size_t bytes = (size_t)T * (size_t)e->hidden * sizeof(float);
+    const rp_dtype dt = p->compute_dtype;
+    RP_TRY(load_tokens(v, first, n, counted, err)); /* a block reads the segments */
+    if (l == 0) {
+        RP_TRY(rp_embed_forward(&v->k, &p->cfg, v->embed, dt, v->in, T, v->out, err));
+    } else {
+        RP_TRY(rp_device_copy(e->dev, v->act, h, bytes, err));
+        if (l < p->nlayers - 1) {
+            RP_TRY(rp_block_forward(&v->k, &p->cfg, v->w, dt, v->act, v->out, n, S, v->seg,
+                                    v->saved, v->ws, err));
+        } else {
+            const rp_layer_desc *hd = &p->layers[l];
+            size_t es = rp_dtype_size(dt);
+            const void *norm_w =
+                (const char *)v->w + rp_layer_find_param(hd, "model.norm.weight")->offset * es;
+            const void *lm_w = e->tied ? v->embed
+                                       : (const char *)v->w +
+                                             rp_layer_find_param(hd, "lm_head.weight")->offset * es;
+            return rp_head_forward_backward(&v->k, &p->cfg, norm_w, lm_w, dt, v->act, v->tgt,
+                                            v->mask, T, 1.0f, NULL, NULL, NULL, 0, v->ws, loss,
+                                            err);
+        }
+    }
+    RP_TRY(rp_device_sync(e->dev, err));
+    return rp_device_copy(e->dev, h, v->out, bytes, err);
+}
+
+/* This rank's microbatches (j with j mod ranks == rank) through the model,
+ * a group at a time: per microbatch its loss sum and counted targets. */
+static rp_status run_mine(evaluator *v, int64_t samples, double *loss, int64_t *counted,
+                          rp_error *err)
+{
+    rp_engine *e = v->e;
+    const int64_t spm = e->samples_per_micro, nmb = (samples + spm - 1) / spm;
+    size_t per = e->act_floats * sizeof(float);
+    int64_t group = (int64_t)(RP_EVAL_GROUP_BYTES / per);
+    group = group < 1 ? 1 : group;
+    float *h = malloc((size_t)group * per);
+    if (!h)
+        return rp_error_set(err, RP_ERR_NOMEM, "evaluation: %lld microbatches' activations",
+                            (long long)group);
+    rp_status s = RP_OK;
+    for (int64_t j0 = e->rank; s == RP_OK && j0 < nmb; j0 += group * e->size) {
+        for (int l = 0; s == RP_OK && l < e->p->nlayers; l++) {
+            if (l > 0)
+                s = rp_device_copy(e->dev, v->w, e->p->st[l].compute,
+                                   rp_params_compute_bytes(e->p, l), err);
+            for (int64_t g = 0; s == RP_OK && g < group; g++) {
+                int64_t j = j0 + g * e->size;
+                if (j >= nmb)
+                    break;
+                int64_t first = j * spm, n = first + spm <= samples ? spm : samples - first;
+                s = layer_forward(v, l, first, n, h + (size_t)g * e->act_floats, &loss[j],
+                                  &counted[j], err);
+            }
+        }
+    }
+    free(h);
+    return s;
+}
+
+rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
+{
+    double t0 = rp_now();
+    int64_t n = rp_dataset_samples(e->eval_ds);
+    int64_t samples = e->o->eval_samples > 0 && e->o->eval_samples < n ? e->o->eval_samples : n;
+    int64_t nmb = (samples + e->samples_per_micro - 1) / e->samples_per_micro;
+    double *loss = calloc((size_t)nmb, sizeof(double));
+    int64_t *counted = calloc((size_t)nmb, sizeof(int64_t));
+    rp_status s = loss && counted ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "evaluation sums");
+    evaluator v;
+    int have = 0;
+    if (s == RP_OK)
+        have = (s = evaluator_init(&v, e, err)) == RP_OK;
+    if (s == RP_OK)
+        s = run_mine(&v, samples, loss, counted, err);
+    if (have)
+        evaluator_free(&v);
+    s = rp_run_agree(e, s, comm, err);
+    if (s == RP_OK) { /* each microbatch's sums come from one rank: the others add zeros */
+        MPI_Allreduce(MPI_IN_PLACE, loss, (int)nmb, MPI_DOUBLE, MPI_SUM, comm);
+        MPI_Allreduce(MPI_IN_PLACE, counted, (int)nmb, MPI_INT64_T, MPI_SUM, comm);
+    }
+    if (s == RP_OK && e->rank == 0) {
+        double sum = 0; /* in microbatch order: the same bits on any number of ranks */
+        int64_t tokens = 0;
+        for (int64_t j = 0; j < nmb; j++) {
+            sum += loss[j];
+            tokens += counted[j];
+        }
+        double mean = tokens > 0 ? sum / (double)tokens : 0.0;
+        if (e->log) {
+            if (tokens > 0)
+                fprintf(e->log, "{\"step\":%lld,\"eval_loss\":%.17g,\"eval_tokens\":%lld,"
+                        "\"eval_samples\":%lld}\n", (long long)step, mean, (long long)tokens,
+                        (long long)samples);
+            else
+                fprintf(e->log, "{\"step\":%lld,\"eval_loss\":null,\"eval_tokens\":0,"
+                        "\"eval_samples\":%lld}\n", (long long)step, (long long)samples);
+            rp_engine_log_written(e, step);
+        }
+        rp_progress_eval(&e->progress, step, tokens > 0 ? mean : -1.0);
+        rp_log(e->lg, RP_LOG_INFO, "eval after step %lld: eval_loss %.6f over %lld counted "
+               "targets of %lld samples (%.2f s)", (long long)step, mean, (long long)tokens,
+               (long long)samples, rp_now() - t0);
+    }
+    free(loss);
+    free(counted);
+    return s;
+}
