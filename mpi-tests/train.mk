@@ -51,7 +51,8 @@ TESTS += mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh mpi-tests/test_s
 # transformers, or matplotlib)
 TESTS += mpi-tests/test_prepare.sh mpi-tests/test_plot.sh
 EXTRA_DIST += mpi-tests/test_prepare.sh mpi-tests/test_plot.sh \
-	examples/images/default-curves.png examples/images/default-timeline.png
+	examples/images/default-curves.png examples/images/default-timeline.png \
+	examples/images/recipe-curves.png examples/recipe.sh
 TESTS += mpi-tests/test_checkpoint.sh
 TESTS += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
