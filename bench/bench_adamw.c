@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "optim/adamw.h"
+#include "bench_args.h"
 
 static void usage(const char *prog)
 {
@@ -29,17 +30,6 @@ static void usage(const char *prog)
     exit(2);
 }
 
-static long long parse_count(const char *s, const char *prog, long long min)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < min) {
-        fprintf(stderr, "%s: bad count '%s' (integer >= %lld expected)\n", prog, s, min);
-        exit(2);
-    }
-    return v;
-}
 
 /* This thread's contiguous share of [0, n), the way rp_adamw_step splits. */
 static void my_range(size_t n, size_t *lo, size_t *hi)

@@ -19,20 +19,10 @@
 
 #include "core/rng.h"
 #include "kernels/cpu/attention.h"
+#include "bench_args.h"
 
 enum { NH = 16, NKV = 8, HD = 64, DOCS = 8 };
 
-static long long parse_count(const char *s, const char *prog, long long min)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < min) {
-        fprintf(stderr, "%s: bad count '%s' (integer >= %lld expected)\n", prog, s, min);
-        exit(2);
-    }
-    return v;
-}
 
 typedef struct bufs {
     float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;

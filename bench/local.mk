@@ -1,11 +1,11 @@
 # sources of bench
 # bench_adamw: AdamW parameters/s against measured host bandwidth (bench/README.md)
 noinst_PROGRAMS += bench/bench_adamw
-bench_bench_adamw_SOURCES = bench/bench_adamw.c
+bench_bench_adamw_SOURCES = bench/bench_adamw.c bench/bench_args.h
 bench_bench_adamw_LDADD = librp.la
 # bench_attention_documents: packed documents' attention cost against one document's (bench/README.md)
 noinst_PROGRAMS += bench/bench_attention_documents
-bench_bench_attention_documents_SOURCES = bench/bench_attention_documents.c
+bench_bench_attention_documents_SOURCES = bench/bench_attention_documents.c bench/bench_args.h
 bench_bench_attention_documents_LDADD = librp.la
 EXTRA_DIST += bench/README.md
 # bench_train_peer.sh: roundpipe's CPU executors against a PyTorch eager loop (bench/README.md)

@@ -21,17 +21,7 @@
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
-run() { # NP OUT_PREFIX [options...]: a run; its stderr in $tmp/OUT.txt
-  np=$1; out=$2; shift 2
-  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --progress none --threads 1 --device cpu \
-    --timeout 60 "$@" > "$tmp/$out.txt" 2>&1
-}
-same() { # A B what: saved models and metrics (steps of B) identical
-  cmp -s "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" || { bad "$3: models differ"; return; }
-  n=$(wc -l < "$tmp/$2.jsonl")
-  if tail -n "$n" "$tmp/$1.jsonl" | cut -d, -f1-6 | cmp -s - "$(cut -d, -f1-6 "$tmp/$2.jsonl" > "$tmp/cut"; echo "$tmp/cut")"
-  then ok; else bad "$3: metrics of the resumed steps differ"; fi
-}
+. "$(dirname "$0")/resume_lib.sh"
 data="--data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --lr 3e-3 --seed 5"
 tiny="--init-config $src/examples/tiny-config.json $data"
 

@@ -60,6 +60,6 @@ TESTS += mpi-tests/test_checkpoint_lag.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_lag.sh
 TESTS += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
-EXTRA_DIST += mpi-tests/test_checkpoint.sh
+EXTRA_DIST += mpi-tests/test_checkpoint.sh mpi-tests/resume_lib.sh
 EXTRA_DIST += mpi-tests/test_memory_model.sh mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh \
 	mpi-tests/test_save_companions.sh

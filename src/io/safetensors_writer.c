@@ -27,6 +27,7 @@ struct rp_safetensors_writer {
     char **mkeys, **mvals;
     size_t nmeta;
     int header_written; /* the offsets are set, no more adds */
+    wentry **order;     /* then: the entries in file order */
 };
 
 /* growable text buffer for the header */
@@ -105,6 +106,7 @@ void rp_safetensors_writer_destroy(rp_safetensors_writer **wp)
         free(w->mvals[i]);
     }
     free(w->e);
+    free(w->order);
     free(w->mkeys);
     free(w->mvals);
     free(w);
@@ -253,7 +255,9 @@ static rp_status write_data(rp_atomic_file **af, wentry *e, rp_error *err)
 rp_status rp_safetensors_writer_write_header(rp_safetensors_writer *w, rp_atomic_file **af,
                                              const char *path, rp_error *err)
 {
-    wentry **order = malloc((w->n ? w->n : 1) * sizeof *order);
+    if (w->header_written)
+        return rp_error_set(err, RP_ERR_INTERNAL, "%s: the header was already written", path);
+    wentry **order = w->order = malloc((w->n ? w->n : 1) * sizeof *order);
     if (!order)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
     for (size_t i = 0; i < w->n; i++)
@@ -291,7 +295,6 @@ rp_status rp_safetensors_writer_write_header(rp_safetensors_writer *w, rp_atomic
     sb_put(&h, "}", 1);
     while ((8 + h.n) % 8 != 0) /* the format allows trailing spaces */
         sb_put(&h, " ", 1);
-    free(order);
     if (h.oom) {
         free(h.p);
         return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
@@ -336,17 +339,9 @@ rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_fil
                                          const char *path, rp_error *err)
 {
     RP_TRY(rp_safetensors_writer_write_header(w, af, path, err));
-    /* in file order: the writes stay sequential */
-    wentry **order = malloc((w->n ? w->n : 1) * sizeof *order);
-    if (!order)
-        return rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", path);
-    for (size_t i = 0; i < w->n; i++)
-        order[i] = &w->e[i];
-    qsort(order, w->n, sizeof *order, layout_cmp);
-    rp_status s = RP_OK;
+    rp_status s = RP_OK; /* in file order: the writes stay sequential */
     for (size_t i = 0; s == RP_OK && i < w->n; i++)
-        s = rp_safetensors_writer_write_tensor(w, (size_t)(order[i] - w->e), af, path, err);
-    free(order);
+        s = rp_safetensors_writer_write_tensor(w, (size_t)(w->order[i] - w->e), af, path, err);
     return s;
 }
 
