@@ -4,7 +4,11 @@ Hugging Face transformers in float64 (forward, summed next-token
 cross-entropy with masked targets, backward), for test_model_hf.c.
 
 Two variants: llama with attention_bias and llama3 rope scaling, untied;
-qwen3 with q/k norms, GQA, head_dim*heads != hidden, tied embeddings.
+qwen3 with q/k norms, GQA, head_dim*heads != hidden, tied embeddings. And
+both again with documents packed into the sequences (SEGMENTS): there
+transformers runs every document as a sequence of its own (positions from
+0) and the loss and gradients are the sums over them; the packed sequence's
+target that would predict a document's first token is masked.
 Parameters are not stored: both sides compute them with a splitmix64
 hash (hash_uniform). Outputs and gradients are written with 7 digits."""
 import sys
@@ -15,6 +19,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 NSEQ, S = 2, 7
 M64 = (1 << 64) - 1
+# document starts in each sequence of the packed variants: sequence 0 has
+# [0, 3), a one-token document [3, 4) and [4, 7); sequence 1 [0, 5), [5, 7)
+SEGMENTS = [[0, 3, 4], [0, 5]]
 
 
 def hash_uniform(seed, k, i):
@@ -27,7 +34,7 @@ def hash_uniform(seed, k, i):
     return ((z >> 40) / float(1 << 24)) * 2.0 - 1.0
 
 
-def variant(name, model, cfg, seed):
+def variant(name, model, cfg, seed, segments=None):
     torch.manual_seed(seed)
     model = model.double()
     with torch.no_grad():
@@ -49,16 +56,29 @@ def variant(name, model, cfg, seed):
     acts = {}
     model.model.layers[0].register_forward_hook(
         lambda m, i, o: acts.__setitem__("y0", (o[0] if isinstance(o, tuple) else o).detach()))
-    out = model(input_ids=tokens)
-    logits = out.logits
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1),
-                           ignore_index=-100, reduction="sum")
-    loss.backward()
     # targets per position: next token, masked where HF ignores it
     targets = torch.zeros(NSEQ, S, dtype=torch.int64)
     mask = torch.zeros(NSEQ, S, dtype=torch.int64)
     targets[:, :-1] = labels[:, 1:].clamp(min=0)
     mask[:, :-1] = (labels[:, 1:] != -100).long()
+    if segments is None:
+        out = model(input_ids=tokens)
+        logits = out.logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1),
+                               ignore_index=-100, reduction="sum")
+    else:  # every document a sequence of its own; layer 0's outputs put back in place
+        loss, y0 = 0.0, torch.zeros(NSEQ, S, cfg.hidden_size, dtype=torch.float64)
+        for b in range(NSEQ):
+            cuts = segments[b] + [S]
+            for a, z in zip(cuts[:-1], cuts[1:]):
+                logits = model(input_ids=tokens[b:b + 1, a:z]).logits
+                y0[b, a:z] = acts["y0"][0]
+                if z - a > 1:
+                    loss = loss + F.cross_entropy(logits[0, :-1], labels[b, a + 1:z],
+                                                  ignore_index=-100, reduction="sum")
+                mask[b, z - 1] = 0  # predicts the next document's first token (or nothing)
+        acts["y0"] = y0
+    loss.backward()
     lines = []
     w = lines.append
     w(f"static const int32_t {name}_tokens[] = {{{', '.join(str(int(t)) for t in tokens.flatten())}}};")
@@ -103,6 +123,8 @@ def main():
         "typedef struct fixture_tensor { const char *name; int index; const float *g; long numel; } fixture_tensor;",
         variant("llama", LlamaForCausalLM(llama_cfg), llama_cfg, 1),
         variant("qwen", Qwen3ForCausalLM(qwen_cfg), qwen_cfg, 2),
+        variant("llama_packed", LlamaForCausalLM(llama_cfg), llama_cfg, 3, SEGMENTS),
+        variant("qwen_packed", Qwen3ForCausalLM(qwen_cfg), qwen_cfg, 4, SEGMENTS),
     ]
     with open(out, "w") as f:
         f.write("\n".join(parts) + "\n")

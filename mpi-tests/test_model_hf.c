@@ -5,7 +5,11 @@
  * with masked targets, and the gradient of every parameter tensor. Two
  * models: Llama with attention biases, llama3 RoPE scaling and an untied LM
  * head; Qwen3 with q/k norms, grouped kv heads, heads*head_dim != hidden and
- * tied embeddings. Fixture: mpi-tests/gen_model_hf_fixture.py. */
+ * tied embeddings. Both again with documents packed into the sequences
+ * (seg_start: segments [0,3), [3,4), [4,7) and [0,5), [5,7)), against
+ * transformers running each document as a sequence of its own and summing:
+ * packed equals separate, for the loss and every gradient. Fixture:
+ * mpi-tests/gen_model_hf_fixture.py. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +59,11 @@ typedef struct variant {
     const uint8_t *mask;
     const float *y0;
     double loss_sum;
+    const int32_t *seg; /* document segments (NULL: one per sequence) */
 } variant;
+
+/* The segments of the packed variants, as the generator's SEGMENTS. */
+static const int32_t packed_seg[T] = {0, 0, 0, 3, 4, 4, 4, 0, 0, 0, 0, 0, 5, 5};
 
 /* Locate a tensor by name in the layout: layer index and descriptor. */
 static const rp_param_desc *find(const rp_layer_desc *L, int n, const char *name, int *layer)
@@ -109,7 +117,7 @@ static void run_variant(const variant *v)
     float **saved = calloc((size_t)n, sizeof *saved); /* saved[l]: layer l's forward */
     for (int l = 1; l < n - 1; l++) {
         saved[l] = malloc(sizeof(float) * rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, NSEQ, S));
-        ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, P[l], RP_F32, X[l], X[l + 1], NSEQ, S, NULL, saved[l], ws, NULL), RP_OK);
+        ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, P[l], RP_F32, X[l], X[l + 1], NSEQ, S, v->seg, saved[l], ws, NULL), RP_OK);
     }
     /* block 0 output: fp32 against float64, values O(1-10) */
     for (int64_t i = 0; i < T * H; i++)
@@ -132,7 +140,7 @@ static void run_variant(const variant *v)
     ck_assert_msg(fabs(loss - v->loss_sum) <= 1e-5 * v->loss_sum, "loss %.9g vs transformers %.9g",
                   loss, v->loss_sum);
     for (int l = n - 2; l >= 1; l--)
-        ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, P[l], RP_F32, X[l], saved[l], dx, dx, G[l], NSEQ, S, NULL, ws, NULL), RP_OK);
+        ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, P[l], RP_F32, X[l], saved[l], dx, dx, G[l], NSEQ, S, v->seg, ws, NULL), RP_OK);
     ck_assert_int_eq(rp_embed_backward(&cpu_k, cfg, v->tokens, T, dx, G[0], NULL), RP_OK);
 
     /* gradients: fp32 chain against float64; 1e-4 of the tensor's largest
@@ -165,12 +173,15 @@ static void run_variant(const variant *v)
     free(dx);
 }
 
-START_TEST(llama_matches_transformers)
+#define FIXTURE(v, prefix, s)                                                                   \
+    ((v).seed = (s), (v).tensors = prefix##_tensors,                                           \
+     (v).ntensors = (int)(sizeof prefix##_tensors / sizeof prefix##_tensors[0]),               \
+     (v).tokens = prefix##_tokens, (v).targets = prefix##_targets, (v).mask = prefix##_mask,   \
+     (v).y0 = prefix##_y0, (v).loss_sum = prefix##_loss_sum)
+
+static variant llama_variant(void)
 {
-    variant v = {.cfg = base_cfg(), .seed = 1, .tensors = llama_tensors,
-                 .ntensors = (int)(sizeof llama_tensors / sizeof llama_tensors[0]),
-                 .tokens = llama_tokens, .targets = llama_targets, .mask = llama_mask,
-                 .y0 = llama_y0, .loss_sum = llama_loss_sum};
+    variant v = {.cfg = base_cfg()};
     v.cfg.arch = RP_ARCH_LLAMA;
     v.cfg.num_attention_heads = 2;
     v.cfg.num_key_value_heads = 1;
@@ -179,22 +190,51 @@ START_TEST(llama_matches_transformers)
     v.cfg.rope_scaling = (rp_rope_scaling){RP_ROPE_LLAMA3, 8.0, 1.0, 4.0, 64};
     v.cfg.attention_bias = 1;
     v.cfg.tie_word_embeddings = 0;
-    run_variant(&v);
+    return v;
 }
-END_TEST
 
-START_TEST(qwen3_matches_transformers)
+static variant qwen3_variant(void)
 {
-    variant v = {.cfg = base_cfg(), .seed = 2, .tensors = qwen_tensors,
-                 .ntensors = (int)(sizeof qwen_tensors / sizeof qwen_tensors[0]),
-                 .tokens = qwen_tokens, .targets = qwen_targets, .mask = qwen_mask,
-                 .y0 = qwen_y0, .loss_sum = qwen_loss_sum};
+    variant v = {.cfg = base_cfg()};
     v.cfg.arch = RP_ARCH_QWEN3;
     v.cfg.num_attention_heads = 4;
     v.cfg.num_key_value_heads = 2;
     v.cfg.rms_norm_eps = 1e-6;
     v.cfg.rope_theta = 1000000.0;
     v.cfg.tie_word_embeddings = 1;
+    return v;
+}
+
+START_TEST(llama_matches_transformers)
+{
+    variant v = llama_variant();
+    FIXTURE(v, llama, 1);
+    run_variant(&v);
+}
+END_TEST
+
+START_TEST(qwen3_matches_transformers)
+{
+    variant v = qwen3_variant();
+    FIXTURE(v, qwen, 2);
+    run_variant(&v);
+}
+END_TEST
+
+START_TEST(llama_packed_equals_separate)
+{
+    variant v = llama_variant();
+    FIXTURE(v, llama_packed, 3);
+    v.seg = packed_seg;
+    run_variant(&v);
+}
+END_TEST
+
+START_TEST(qwen3_packed_equals_separate)
+{
+    variant v = qwen3_variant();
+    FIXTURE(v, qwen_packed, 4);
+    v.seg = packed_seg;
     run_variant(&v);
 }
 END_TEST
@@ -205,6 +245,8 @@ Suite *hf_suite(void)
     TCase *tc = tcase_create("hf");
     tcase_add_test(tc, llama_matches_transformers);
     tcase_add_test(tc, qwen3_matches_transformers);
+    tcase_add_test(tc, llama_packed_equals_separate);
+    tcase_add_test(tc, qwen3_packed_equals_separate);
     suite_add_tcase(s, tc);
     return s;
 }
