@@ -3,5 +3,6 @@
 #define RP_CLI_COMMANDS_H
 
 int rp_cli_train(int argc, char **argv); /* needs MPI initialised */
+int rp_cli_topology(int argc, char **argv);
 
 #endif

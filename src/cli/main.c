@@ -16,6 +16,7 @@ static const char usage[] =
     "  train      fine-tune a model (run under mpirun/srun, one rank per device)\n"
     "  plan       print the stage plan for a model and settings\n"
     "  simulate   run the planner and schedule on a modelled machine\n"
+    "  topology   print which GPUs share a PCIe link (this machine or an hwloc XML)\n"
     "  version    print the version\n"
     "  help       this text\n"
     "'roundpipe <command> --help' lists a command's options; see roundpipe(1).\n";
@@ -45,6 +46,8 @@ int main(int argc, char **argv)
         return rp_cli_plan(argc - 1, argv + 1);
     if (strcmp(cmd, "simulate") == 0)
         return rp_cli_simulate(argc - 1, argv + 1);
+    if (strcmp(cmd, "topology") == 0)
+        return rp_cli_topology(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("roundpipe %s\n", rp_version_string());
         return 0;

@@ -5,6 +5,7 @@ librp_la_SOURCES += \
 	src/store/shm.c src/store/shm.h \
 	src/store/numa.c src/store/numa.h \
 	src/store/bind.c src/store/bind.h \
+	src/store/topology.c src/store/topology.h \
 	src/store/store.c src/store/store.h
 librp_la_SOURCES += \
 	src/engine/event.c src/engine/event.h \
