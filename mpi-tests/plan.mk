@@ -27,3 +27,12 @@ TESTS += mpi-tests/test_plan_cli
 mpi_tests_test_plan_cli_SOURCES = mpi-tests/test_plan_cli.c $(RP_CLI_PLAN_SRC)
 mpi_tests_test_plan_cli_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_plan_cli_LDADD = $(RP_TEST_LDADD)
+# the PCIe topology as link groups, `roundpipe topology`, plan --topology (issue 18)
+TESTS += mpi-tests/test_topology.sh
+EXTRA_DIST += mpi-tests/test_topology.sh tools/make_topology_fixtures.py \
+	bench/paper/simulate-topology.sh \
+	mpi-tests/fixtures/topology/8gpu-4switch.xml mpi-tests/fixtures/topology/8gpu-2switch.xml \
+	mpi-tests/fixtures/topology/4gpu-1switch.xml mpi-tests/fixtures/topology/4gpu-rootports.xml \
+	mpi-tests/fixtures/topology/partial-nobridge.xml \
+	mpi-tests/fixtures/topology/partial-nobusid.xml mpi-tests/fixtures/topology/noGPU.xml \
+	mpi-tests/fixtures/topology/notxml.xml

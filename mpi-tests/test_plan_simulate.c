@@ -16,7 +16,12 @@
  * model's); the next forward waits only for the update of the rows it
  * reads, the tail (tied head, or any tail when untied) also for the rest;
  * a tied head's gradient is summed as soon as it lands; the derived rows
- * fraction is tokens over vocabulary rows. */
+ * fraction is tokens over vocabulary rows.
+ * PCIe link groups: two GPUs behind one switch whose uplink is one GPU link
+ * upload one after the other (an upload-bound iteration takes twice as
+ * long); an uplink of two GPU links carries both at once; groups of one GPU
+ * each are the machine without groups, to the bit; the interleaved deal
+ * visits the groups in turn; bad groups and deals are refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +150,58 @@ START_TEST(uploads_are_hidden_or_the_bottleneck)
         m->layers[l].weight_bytes = 20000000;
     CLOSE(sim(m, &p, &mc, &r), 5 * 20.0);
     rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(gpus_behind_one_switch_share_its_uplink)
+{
+    rp_cost_model *m = uniform(3, 0.001, 0.001);
+    for (int l = 0; l < 3; l++)
+        m->layers[l].weight_bytes = 20000000; /* 20 ms per upload on a GPU's own link */
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p); /* 5 jobs of one layer each */
+    rp_machine mc = machine(2, 4, 1);
+    rp_sim_result r;
+    double own = sim(m, &p, &mc, &r); /* 5 uploads over 2 links: 2.5 x 20 ms */
+    CLOSE(own, 2.5 * 20.0);
+    mc.link_groups = 2; /* each GPU alone: the same machine */
+    mc.link_group[0] = 0, mc.link_group[1] = 1;
+    mc.uplink_gbs[0] = mc.uplink_gbs[1] = 1.0;
+    ck_assert(sim(m, &p, &mc, &r) == own);
+    mc.link_groups = 1; /* one switch, an uplink of one GPU link: 5 x 20 ms */
+    mc.link_group[1] = 0;
+    CLOSE(sim(m, &p, &mc, &r), 5 * 20.0);
+    mc.uplink_gbs[0] = 2.0; /* an uplink of two: both at once again */
+    CLOSE(sim(m, &p, &mc, &r), own);
+    mc.uplink_gbs[0] = 0.5; /* a slower uplink than a GPU's link: 40 ms each */
+    CLOSE(sim(m, &p, &mc, &r), 5 * 40.0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(the_interleaved_deal_visits_the_groups_in_turn)
+{
+    rp_machine mc = machine(8, 16, 0);
+    static const int four[8] = {0, 0, 1, 1, 2, 2, 3, 3}, two[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    static const int want4[8] = {0, 2, 4, 6, 1, 3, 5, 7}, want2[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    mc.link_groups = 4;
+    memcpy(mc.link_group, four, sizeof four);
+    rp_machine_interleave_deal(&mc);
+    ck_assert(mc.deal_set);
+    ck_assert_mem_eq(mc.deal, want4, sizeof want4);
+    mc.link_groups = 2;
+    memcpy(mc.link_group, two, sizeof two);
+    rp_machine_interleave_deal(&mc);
+    ck_assert_mem_eq(mc.deal, want2, sizeof want2);
+    rp_error err;
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_OK);
+    mc.deal[1] = 0; /* not a permutation */
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_ERR_INVALID_ARG);
+    ck_assert(strstr(err.msg, "not a permutation") != NULL);
+    rp_machine_interleave_deal(&mc);
+    mc.link_group[3] = 2; /* a group index past link_groups */
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_ERR_INVALID_ARG);
+    ck_assert(strstr(err.msg, "GPU 3 in link group 2 of 2") != NULL);
 }
 END_TEST
 
@@ -421,6 +478,8 @@ static Suite *plan_simulate_suite(void)
     tcase_add_test(tc, round_robin_exact_pays_fill_and_drain);
     tcase_add_test(tc, uploads_are_hidden_or_the_bottleneck);
     tcase_add_test(tc, bound_weights_show_the_classic_bubble);
+    tcase_add_test(tc, gpus_behind_one_switch_share_its_uplink);
+    tcase_add_test(tc, the_interleaved_deal_visits_the_groups_in_turn);
     tcase_add_test(tc, exact_is_never_faster_than_lagged);
     tcase_add_test(tc, job_memory_adds_up);
     tcase_add_test(tc, bad_machines_are_rejected);

@@ -56,6 +56,12 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
            m->name, m->num_layers, o->mc.gpus, o->mc.microbatches, r->width,
            o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
            r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
+    if (o->mc.link_groups) {
+        printf("\"link_groups\": %d, \"deal\": [", o->mc.link_groups);
+        for (int e = 0; e < o->mc.gpus; e++)
+            printf("%s%d", e ? ", " : "", o->mc.deal_set ? o->mc.deal[e] : e);
+        printf("], ");
+    }
     rp_host_memory hm;
     if (host_memory(o, r, p, &hm))
         printf("\"device\": \"%s\", \"dtype\": \"%s\", \"host_param_store_bytes\": %zu, "
@@ -86,7 +92,14 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
            o->mc.optimizer_lag ? "lagged (one step stale)" : "exact");
     printf("pipeline width %d: %d pipeline(s) of %d microbatches (roundpipe train "
            "--pipelines %d)\n", r->width, r->groups, r->group_microbatches, r->groups);
-    printf("plan: %s\n\n", buf);
+    printf("plan: %s\n", buf);
+    if (o->mc.link_groups) {
+        char deal[4096];
+        rp_plan_cli_deal_text(&o->mc, deal, sizeof deal);
+        printf("topology: %s%s%s\n", deal, o->topology_warnings[0] ? "; warning: " : "",
+               o->topology_warnings);
+    }
+    printf("\n");
     printf("%4s %4s %9s %10s %10s %11s %10s %10s\n", "job", "kind", "layers", "ms/mb", "job ms",
            "weight MiB", "grad MiB", "peak MiB");
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {

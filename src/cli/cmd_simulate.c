@@ -61,7 +61,9 @@ int rp_cli_simulate(int argc, char **argv)
         printf("%s%s", sim_usage, rp_plan_cli_options_usage);
         return 0;
     }
-    row *rows = calloc(4, sizeof *rows);
+    int topo = o.mc.link_groups > 0, nrows = topo ? 5 : 4;
+    row *rows = calloc(5, sizeof *rows);
+    rp_machine aware = o.mc; /* the deal the topology-aware planning chose */
     rp_plan *p = malloc(sizeof *p);
     if (!rows || !p)
         st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
@@ -76,6 +78,23 @@ int rp_cli_simulate(int argc, char **argv)
             rp_plan_format(p, rows[i].plan, sizeof rows[i].plan);
             report(i, rows[i].name, t0);
         }
+        if (i == 0)
+            aware = mc;
+    }
+    if (st == RP_OK && topo) {
+        /* planned as if every GPU had a link of its own, dealt in bus order,
+         * and run on the real topology */
+        rp_machine blind = o.mc;
+        blind.link_groups = 0;
+        blind.deal_set = 0;
+        rows[4].name = "roundpipe, topology-blind";
+        st = rp_plan_cli_plan(&o, &blind, p, &rows[4].r, &err);
+        rp_machine real = o.mc;
+        real.deal_set = 0;
+        if (st == RP_OK)
+            st = rp_simulate(o.model, p, &real, &rows[4].r, &err);
+        if (st == RP_OK)
+            rp_plan_format(p, rows[4].plan, sizeof rows[4].plan);
     }
     if (st == RP_OK) {
         rows[2].name = "GPipe, weights bound to GPUs";
@@ -94,23 +113,35 @@ int rp_cli_simulate(int argc, char **argv)
     } else {
         int ex = o.mc.optimizer_lag ? 1 : 0, lg = 1 - ex;
         double ratio = rows[lg].r.iteration_ms / rows[ex].r.iteration_ms;
+        double aware_ratio = topo ? rows[4].r.iteration_ms / rows[0].r.iteration_ms : 0;
+        char deal[4096] = "";
+        if (topo)
+            rp_plan_cli_deal_text(&aware, deal, sizeof deal);
         int G = o.mc.gpus;
         double efrac = rp_machine_embed_rows_frac(o.model, &o.mc, o.mc.microbatches);
         if (o.json) {
             printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
                    "\"bandwidth_gbs\": %g, \"transfer_ms\": %g, \"optimizer_gbs\": %g, "
                    "\"sparse_embedding\": %d, \"embed_rows_frac\": %.6g, "
-                   "\"exact_over_lagged_throughput\": %.6g, \"schedules\": [",
+                   "\"exact_over_lagged_throughput\": %.6g, ",
                    o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
                    o.mc.transfer_ms, o.mc.opt_gbs, o.mc.sparse_embed, efrac, ratio);
-            for (int i = 0; i < 4; i++) {
+            if (topo) {
+                printf("\"link_groups\": %d, \"aware_over_blind_throughput\": %.6g, "
+                       "\"deal\": [", o.mc.link_groups, aware_ratio);
+                for (int e = 0; e < G; e++)
+                    printf("%s%d", e ? ", " : "", aware.deal_set ? aware.deal[e] : e);
+                printf("], ");
+            }
+            printf("\"schedules\": [");
+            for (int i = 0; i < nrows; i++) {
                 const rp_sim_result *r = &rows[i].r;
                 printf("%s{\"name\": \"%s\", \"plan\": \"%s\", \"iteration_ms\": %.6g, "
                        "\"tokens_per_s\": %.6g, \"bubble_mean\": %.6g, \"bubble_max\": %.6g, "
                        "\"limited_by\": \"%s\", \"bubble\": [",
                        i ? ", " : "", rows[i].name, rows[i].plan, r->iteration_ms,
                        r->tokens_per_s, r->bubble_mean, r->bubble_max,
-                       i < 2 ? limit_name(r->limit) : "schedule");
+                       i < 2 || i == 4 ? limit_name(r->limit) : "schedule");
                 for (int e = 0; e < G; e++)
                     printf("%s%.6g", e ? ", " : "", r->bubble[e]);
                 printf("]}");
@@ -125,12 +156,15 @@ int rp_cli_simulate(int argc, char **argv)
                 printf("embedding moved and updated by rows (as the engine does), rows "
                        "fraction %.4f per iteration%s\n",
                        efrac, o.mc.embed_rows_frac > 0 ? " (given)" : " (bound: every token distinct)");
-            for (int i = 0; i < 2; i++)
+            for (int i = 0; i < nrows; i += i == 1 ? 3 : 1)
                 printf("plan (%s): %s (width %d: roundpipe train --pipelines %d)\n",
                        rows[i].name, rows[i].plan, rows[i].r.width, rows[i].r.groups);
+            if (topo)
+                printf("topology (%s): %s%s%s\n", rows[0].name, deal,
+                       o.topology_warnings[0] ? "; warning: " : "", o.topology_warnings);
             printf("\n%-30s %12s %12s %12s %12s  %s\n", "schedule", "iter ms", "tokens/s",
                    "bubble mean", "bubble max", "limited by");
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < nrows; i++) {
                 const rp_sim_result *r = &rows[i].r;
                 char tps[32];
                 if (r->tokens_per_s > 0)
@@ -139,14 +173,16 @@ int rp_cli_simulate(int argc, char **argv)
                     snprintf(tps, sizeof tps, "n/a");
                 printf("%-30s %12.1f %12s %11.2f%% %11.2f%%  %s\n", rows[i].name, r->iteration_ms,
                        tps, 100 * r->bubble_mean, 100 * r->bubble_max,
-                       i < 2 ? limit_name(r->limit) : "schedule");
+                       i < 2 || i == 4 ? limit_name(r->limit) : "schedule");
             }
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < nrows; i++) {
                 printf("\nbubble per executor, %s:", rows[i].name);
                 for (int e = 0; e < G; e++)
                     printf(" %.1f%%", 100 * rows[i].r.bubble[e]);
             }
             printf("\n\nexact / lagged throughput: %.4f\n", ratio);
+            if (topo)
+                printf("topology-aware / topology-blind throughput: %.4f\n", aware_ratio);
             printf("roundpipe (%s) vs GPipe: %.3fx, vs 1F1B: %.3fx\n", rows[0].name,
                    rows[2].r.iteration_ms / rows[0].r.iteration_ms,
                    rows[3].r.iteration_ms / rows[0].r.iteration_ms);

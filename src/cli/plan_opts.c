@@ -13,11 +13,12 @@
 #include "plan/layers_file.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
+#include "store/topology.h"
 
 enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
-    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_JSON, O_HELP
+    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_JSON, O_HELP
 };
 
 static const struct option opts[] = {
@@ -48,6 +49,8 @@ static const struct option opts[] = {
     {"sparse-embedding", required_argument, 0, O_SPARSE},
     {"embed-rows-frac", required_argument, 0, O_ROWS},
     {"device", required_argument, 0, O_DEVICE},
+    {"topology", required_argument, 0, O_TOPOLOGY},
+    {"deal", required_argument, 0, O_DEAL},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -94,6 +97,14 @@ const char rp_plan_cli_options_usage[] =
     "  --embed-rows-frac X    0 < X <= 1: share of the vocabulary an iteration reads,\n"
     "                         for --sparse-embedding 1 (default: min(1, tokens per\n"
     "                         iteration / vocabulary rows), every token distinct)\n"
+    "  --topology FILE.xml    the GPUs' PCIe topology (hwloc XML, as lstopo writes it):\n"
+    "                         GPUs behind one switch share its uplink; --gpus defaults to\n"
+    "                         its GPU count and --bandwidth-gbs is each GPU's own link\n"
+    "                         (a group's shared link scaled by hwloc's speeds)\n"
+    "  --deal natural|interleaved|best  which GPU each executor of the round-robin\n"
+    "                         deal drives: in bus order, or group by group in turn so\n"
+    "                         consecutive jobs land on different switches; best (the\n"
+    "                         default) plans both and keeps the faster\n"
     "  --json                 print JSON instead of a table\n";
 
 /* A config's cost model: times from its FLOPs on the given device rates,
@@ -124,6 +135,44 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     return RP_OK;
 }
 
+/* --topology: the machine's link groups from an hwloc XML file. Each
+ * group's shared link is --bandwidth-gbs scaled by hwloc's ratio of the
+ * group's uplink to its GPUs' own links (1 when either is unknown). */
+static rp_status use_topology(rp_plan_cli *o, const char *path, int G, double bw, rp_error *err)
+{
+    rp_topology *t = malloc(sizeof *t);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "--topology: out of memory");
+    rp_status st = rp_topology_read(path, t, err);
+    if (st == RP_OK && t->ngpus == 0)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--topology %s: no GPU in it", path);
+    if (st == RP_OK && t->ngpus > RP_SIM_MAX_GPUS)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--topology %s: %d GPUs (at most %d)", path,
+                          t->ngpus, RP_SIM_MAX_GPUS);
+    if (st == RP_OK && G && G != t->ngpus)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--gpus %d, but --topology %s has %d GPUs",
+                          G, path, t->ngpus);
+    if (st == RP_OK) {
+        rp_machine *mc = &o->mc;
+        o->topology_gpus = t->ngpus;
+        mc->link_groups = t->ngroups;
+        for (int k = 0; k < t->ngroups; k++) {
+            double own = 0;
+            for (int g = 0; g < t->ngpus; g++)
+                if (t->gpu[g].group == k && t->gpu[g].link_gbs > own)
+                    own = t->gpu[g].link_gbs;
+            double ratio = own > 0 && t->group[k].uplink_gbs > 0 ? t->group[k].uplink_gbs / own
+                                                                 : 1.0;
+            mc->uplink_gbs[k] = bw * ratio;
+        }
+        for (int g = 0; g < t->ngpus; g++)
+            mc->link_group[g] = t->gpu[g].group;
+        snprintf(o->topology_warnings, sizeof o->topology_warnings, "%s", t->warnings);
+    }
+    free(t);
+    return st;
+}
+
 rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err)
 {
     memset(o, 0, sizeof *o);
@@ -140,6 +189,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     rp_dtype grad_dtype = RP_F32;
     rp_device_kind device = RP_DEVICE_AUTO;
     int64_t config_ws = 0;
+    const char *topology = NULL;
+    o->deal = RP_DEAL_BEST;
     optind = 0;
     opterr = 0;
     rp_status st = RP_OK;
@@ -219,6 +270,18 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                 st = rp_error_set(err, RP_ERR_INVALID_ARG, "--embed-rows-frac: %s is not in (0, 1]",
                                   optarg);
             break;
+        case O_TOPOLOGY: topology = optarg; break;
+        case O_DEAL:
+            if (!strcmp(optarg, "natural"))
+                o->deal = RP_DEAL_NATURAL;
+            else if (!strcmp(optarg, "interleaved"))
+                o->deal = RP_DEAL_INTERLEAVED;
+            else if (!strcmp(optarg, "best"))
+                o->deal = RP_DEAL_BEST;
+            else
+                st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                                  "--deal: '%s' is not natural, interleaved or best", optarg);
+            break;
         case O_JSON: o->json = 1; break;
         case O_HELP: case 'h': o->help = 1; break;
         case ':':
@@ -279,10 +342,15 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             o->model->tokens_per_microbatch = S * b / m;
     }
     free(config_buf);
-    if (st != RP_OK)
+    if (st == RP_OK && topology)
+        st = use_topology(o, topology, (int)G, bw, err);
+    if (st != RP_OK) {
+        rp_cost_model_destroy(&o->model);
         return st;
+    }
     rp_machine *mc = &o->mc;
-    mc->gpus = (int)(G ? G : o->model->default_gpus ? o->model->default_gpus : 1);
+    mc->gpus = (int)(G ? G : o->topology_gpus ? o->topology_gpus
+                           : o->model->default_gpus ? o->model->default_gpus : 1);
     mc->microbatches = (int)(M ? M : o->model->default_microbatches ? o->model->default_microbatches : 1);
     mc->link_gbs = bw;
     mc->transfer_ms = xfer >= 0 ? xfer : o->model->default_transfer_ms;
@@ -328,8 +396,8 @@ void rp_plan_cli_free(rp_plan_cli *o)
     o->forced = NULL;
 }
 
-rp_status rp_plan_cli_plan(const rp_plan_cli *o, const rp_machine *mc, rp_plan *out,
-                           rp_sim_result *res, rp_error *err)
+static rp_status plan_for(const rp_plan_cli *o, const rp_machine *mc, rp_plan *out,
+                         rp_sim_result *res, rp_error *err)
 {
     if (o->forced) {
         *out = *o->forced;
@@ -343,4 +411,43 @@ rp_status rp_plan_cli_plan(const rp_plan_cli *o, const rp_machine *mc, rp_plan *
         return RP_OK;
     }
     return rp_partition(o->model, mc, o->width, out, res, err);
+}
+
+rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
+                           rp_error *err)
+{
+    if (!mc->link_groups || o->deal == RP_DEAL_NATURAL) {
+        mc->deal_set = 0;
+        return plan_for(o, mc, out, res, err);
+    }
+    rp_machine inter = *mc;
+    rp_machine_interleave_deal(&inter);
+    if (o->deal == RP_DEAL_INTERLEAVED) {
+        *mc = inter;
+        return plan_for(o, mc, out, res, err);
+    }
+    /* best: both deals, the faster kept (ties to the natural order) */
+    rp_plan *alt = malloc(sizeof *alt);
+    rp_sim_result *ares = malloc(sizeof *ares);
+    rp_status st = alt && ares ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "out of memory");
+    mc->deal_set = 0;
+    if (st == RP_OK)
+        st = plan_for(o, mc, out, res, err);
+    if (st == RP_OK && plan_for(o, &inter, alt, ares, NULL) == RP_OK &&
+        ares->iteration_ms < res->iteration_ms) {
+        *mc = inter;
+        *out = *alt;
+        *res = *ares;
+    }
+    free(alt);
+    free(ares);
+    return st;
+}
+
+void rp_plan_cli_deal_text(const rp_machine *mc, char *buf, size_t len)
+{
+    size_t at = (size_t)snprintf(buf, len, "%d link group(s), %s deal: executor -> GPU",
+                                 mc->link_groups, mc->deal_set ? "interleaved" : "natural");
+    for (int e = 0; e < mc->gpus && at < len; e++)
+        at += (size_t)snprintf(buf + at, len - at, " %d", mc->deal_set ? mc->deal[e] : e);
 }

@@ -10,6 +10,9 @@
 #include "plan/plan.h"
 #include "plan/simulate.h"
 
+/* --deal: which GPU each executor of the round-robin deal drives. */
+typedef enum rp_deal_choice { RP_DEAL_BEST = 0, RP_DEAL_NATURAL, RP_DEAL_INTERLEAVED } rp_deal_choice;
+
 typedef struct rp_plan_cli {
     rp_cost_model *model; /* owned */
     /* a config's model: the executors the plan is for (as train would
@@ -24,6 +27,9 @@ typedef struct rp_plan_cli {
     rp_plan *forced;      /* --plan, owned, NULL when not given */
     int json;
     int help;
+    int topology_gpus;       /* --topology: its GPU count (0: none given) */
+    char topology_warnings[1024];
+    rp_deal_choice deal;
 } rp_plan_cli;
 
 /* Parse argv (argv[0] is the subcommand name). On RP_OK with o->help set,
@@ -34,8 +40,13 @@ void rp_plan_cli_free(rp_plan_cli *o);
 /* Usage text of the shared options. */
 extern const char rp_plan_cli_options_usage[];
 
-/* The plan to use for this machine: the forced one, or the partitioner's. */
-rp_status rp_plan_cli_plan(const rp_plan_cli *o, const rp_machine *mc, rp_plan *out,
-                           rp_sim_result *res, rp_error *err);
+/* The plan to use for this machine: the forced one, or the partitioner's.
+ * With link groups, the deal as --deal says (best: the faster of the
+ * natural and the interleaved deal), written into *mc. */
+rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
+                           rp_error *err);
+
+/* "4 link group(s), interleaved deal: executor -> GPU 0 2 4 6 1 3 5 7" */
+void rp_plan_cli_deal_text(const rp_machine *mc, char *buf, size_t len);
 
 #endif

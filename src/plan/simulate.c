@@ -27,6 +27,21 @@ void rp_machine_defaults(rp_machine *mc)
     mc->workspace_bytes = (int64_t)256 << 20;
 }
 
+void rp_machine_interleave_deal(rp_machine *mc)
+{
+    if (!mc->link_groups)
+        return;
+    int e = 0;
+    for (int round = 0; e < mc->gpus; round++)
+        for (int k = 0; k < mc->link_groups; k++) {
+            int nth = 0; /* the group's round-th GPU, if it has one */
+            for (int g = 0; g < mc->gpus; g++)
+                if (mc->link_group[g] == k && nth++ == round)
+                    mc->deal[e++] = g;
+        }
+    mc->deal_set = 1;
+}
+
 rp_status rp_machine_check(const rp_machine *mc, rp_error *err)
 {
     if (mc->gpus < 1 || mc->gpus > RP_SIM_MAX_GPUS)
@@ -55,6 +70,25 @@ rp_status rp_machine_check(const rp_machine *mc, rp_error *err)
     if (mc->sparse_embed < 0 || mc->sparse_embed > 1)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: sparse embedding %d (0 or 1)",
                             mc->sparse_embed);
+    if (mc->link_groups < 0 || mc->link_groups > mc->gpus)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: %d link groups for %d GPUs",
+                            mc->link_groups, mc->gpus);
+    for (int g = 0; mc->link_groups && g < mc->gpus; g++)
+        if (mc->link_group[g] < 0 || mc->link_group[g] >= mc->link_groups)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: GPU %d in link group %d of %d",
+                                g, mc->link_group[g], mc->link_groups);
+    for (int k = 0; k < mc->link_groups; k++)
+        if (!(mc->uplink_gbs[k] >= 0) || !isfinite(mc->uplink_gbs[k]))
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: link group %d's bandwidth", k);
+    if (mc->deal_set) {
+        int seen[RP_SIM_MAX_GPUS] = {0};
+        for (int e = 0; e < mc->gpus; e++) {
+            if (mc->deal[e] < 0 || mc->deal[e] >= mc->gpus || seen[mc->deal[e]]++)
+                return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                    "machine: the deal is not a permutation of the %d GPUs",
+                                    mc->gpus);
+        }
+    }
     if (!(mc->embed_rows_frac >= 0 && mc->embed_rows_frac <= 1))
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "machine: embedding rows fraction %g (0 < X <= 1, or 0 to derive it)",
@@ -117,9 +151,36 @@ typedef struct sim {
     int emb;          /* sparse_embed applies: layer 0 is an embedding */
     double rf, rfg;   /* rows fraction of the iteration, of one group */
     int gate_tail;    /* part (b) gates the tail job (no layer tied to layer 0) */
+    /* link groups: each group's lanes per direction, how much longer a
+     * transfer takes there than on a GPU's own link, its lanes' free times
+     * ([group][direction][lane]) and its upload busy time */
+    int lanes[RP_SIM_MAX_GPUS];
+    double slow[RP_SIM_MAX_GPUS];
+    double lane_free[RP_SIM_MAX_GPUS][2][RP_SIM_MAX_LANES];
+    double group_up_busy[RP_SIM_MAX_GPUS];
 } sim;
 
 static double dmax(double a, double b) { return a > b ? a : b; }
+
+/* A transfer of `ms` (at the GPU's own link rate) by GPU `gpu` in direction
+ * dir (0 up, 1 down), ready at `ready`: its end, taking the earliest free
+ * lane of the GPU's link group. */
+static double take_link(sim *s, int gpu, int dir, double ready, double ms)
+{
+    const rp_machine *mc = s->mc;
+    if (!mc->link_groups)
+        return ready + ms;
+    int k = mc->link_group[gpu], best = 0;
+    double *lane = s->lane_free[k][dir];
+    for (int i = 1; i < s->lanes[k]; i++)
+        if (lane[i] < lane[best])
+            best = i;
+    double start = dmax(ready, lane[best]), dur = ms * s->slow[k];
+    lane[best] = start + dur;
+    if (dir == 0)
+        s->group_up_busy[k] += dur;
+    return start + dur;
+}
 
 /* Time at which layer l is at the version iteration t needs. */
 static double weights_ready(const sim *s, int t, int l)
@@ -144,6 +205,7 @@ static void run_jobs(sim *s, int t, int g)
     for (int j = 0; j < s->n; j++) {
         const rp_job *job = &s->jobs[j];
         int e = rp_schedule_executor(s->p, mc->gpus, t, j, g);
+        int gpu = mc->deal_set ? mc->deal[e] : e;
         exec_state *x = &s->ex[e];
         double wr = 0.0;
         for (int l = job->first; l <= job->last; l++)
@@ -151,9 +213,9 @@ static void run_jobs(sim *s, int t, int g)
         if (s->gate_tail && job->kind == RP_JOB_TAIL && t - 1 - mc->optimizer_lag >= 0)
             wr = dmax(wr, s->ready[(size_t)(t - 1 - mc->optimizer_lag) * (s->L + 1) + s->L]);
         double up_start = dmax(dmax(x->h2d_free, wr), x->end2);
-        double up_end = up_start + s->up_ms[j];
+        double up_end = take_link(s, gpu, 0, up_start, s->up_ms[j]);
         x->h2d_free = up_end;
-        x->upload_busy += s->up_ms[j];
+        x->upload_busy += up_end - up_start;
         double clock = dmax(up_end, x->end1);
         double lat = (prev_exec >= 0 && prev_exec != e) ? mc->transfer_ms : 0.0;
         double defer = (mc->defer_wgrad && job->kind != RP_JOB_FWD) ? s->job_wgrad[j] : 0.0;
@@ -170,7 +232,7 @@ static void run_jobs(sim *s, int t, int g)
         if (clock > s->iter_end[t])
             s->iter_end[t] = clock;
         if (job->kind != RP_JOB_FWD) {
-            double d = dmax(x->d2h_free, clock) + s->down_ms[j];
+            double d = take_link(s, gpu, 1, dmax(x->d2h_free, clock), s->down_ms[j]);
             x->d2h_free = d;
             for (int l = job->first; l <= job->last; l++) {
                 s->grad_done[l] = dmax(s->grad_done[l], d);
@@ -393,6 +455,12 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
                 s.gate_tail = 0;
     }
     double link = mc->link_gbs * 1e6; /* bytes per ms */
+    for (int k = 0; k < mc->link_groups; k++) {
+        double up = mc->uplink_gbs[k] > 0 ? mc->uplink_gbs[k] : mc->link_gbs;
+        int lanes = (int)(up / mc->link_gbs + 1e-9);
+        s.lanes[k] = lanes < 1 ? 1 : lanes > RP_SIM_MAX_LANES ? RP_SIM_MAX_LANES : lanes;
+        s.slow[k] = up < mc->link_gbs ? mc->link_gbs / up : 1.0;
+    }
     for (int j = 0; j < s.n; j++) {
         s.jobs[j] = rp_schedule_job(p, j);
         const rp_job *jb = &s.jobs[j];
@@ -454,6 +522,8 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         r->iteration_ms = opt;
         r->limit = RP_LIMIT_OPTIMIZER;
     }
+    for (int k = 0; k < mc->link_groups; k++) /* a shared link busier than an iteration */
+        upmax = dmax(upmax, s.group_up_busy[k] / s.iters / s.lanes[k]);
     if (upmax > r->iteration_ms) {
         r->iteration_ms = upmax;
         r->limit = RP_LIMIT_UPLOAD;

@@ -24,9 +24,16 @@
  *   default in `roundpipe plan`/`simulate`):
  *   layer 0, when it is the embedding, gets a sparse gradient and a
  *   row-priority update, see rp_machine.sparse_embed below.
+ * - link groups (when given): GPUs behind one PCIe switch share its uplink;
+ *   an upload or download also takes one of its group's lanes per
+ *   direction (floor(uplink / link_gbs) lanes, at least 1, each at
+ *   min(link_gbs, uplink)), earliest free first, so two GPUs of a 2-GPU
+ *   switch uploading at once each get half of an x16 uplink; and the deal
+ *   (which GPU executor index e drives) decides whether consecutive jobs'
+ *   uploads land on one group or on different ones.
  * Host memory bandwidth shared by PCIe and the optimizer is only a bound on
- * the steady state (host_gbs), not a contention model; PCIe switches shared
- * by several GPUs and kernel launch overheads are not modelled. */
+ * the steady state (host_gbs), not a contention model; kernel launch
+ * overheads are not modelled. */
 #ifndef RP_PLAN_SIMULATE_H
 #define RP_PLAN_SIMULATE_H
 
@@ -36,6 +43,7 @@
 #include "plan/plan.h"
 
 #define RP_SIM_MAX_GPUS 256
+#define RP_SIM_MAX_LANES 8 /* transfers a link group carries at once per direction */
 
 typedef struct rp_machine {
     int gpus;                  /* G executors */
@@ -82,7 +90,22 @@ typedef struct rp_machine {
     int sparse_embed;
     double embed_rows_frac;    /* 0: derive (see rp_machine_embed_rows_frac); else 0 < X <= 1:
                                   the fraction of the vocabulary an iteration's tokens read */
+    /* PCIe link groups (store/topology.h's), 0: every GPU on a link of its
+     * own. GPU g is in group link_group[g], whose shared link has
+     * uplink_gbs[k] GB/s per direction (0: link_gbs). */
+    int link_groups;
+    int link_group[RP_SIM_MAX_GPUS];
+    double uplink_gbs[RP_SIM_MAX_GPUS];
+    /* The GPU executor index e of the round-robin deal drives: deal[e] (the
+     * identity when deal_set is 0). */
+    int deal_set;
+    int deal[RP_SIM_MAX_GPUS];
 } rp_machine;
+
+/* Deal executors to GPUs group by group in turn (GPU 0 of group 0, GPU 0
+ * of group 1, ..., GPU 1 of group 0, ...), so consecutive jobs of the
+ * round-robin deal land on different link groups. No-op without groups. */
+void rp_machine_interleave_deal(rp_machine *mc);
 
 /* G = 1, M = 1, 25 GB/s link, no transfer latency, 10 GB/s optimizer per
  * rank, 30 bytes/param, exact, 12 iterations, no memory limit, 256 MiB

@@ -1,0 +1,51 @@
+#!/bin/sh
+# Proves: `roundpipe topology` reads hwloc XML files of realistic servers
+# (tools/make_topology_fixtures.py) into link groups: four 2-GPU switches on
+# two sockets (NUMA nodes named), two 4-GPU switches, one 4-GPU switch, GPUs
+# straight on root ports (a group each); a partial topology (GPUs without a
+# root port, a GPU without a bus id) falls back to a link of its own with a
+# warning; a machine without GPUs says so; a file that is not XML is refused
+# naming it. `roundpipe plan --topology` plans for the groups (JSON gives
+# them and the deal; --deal interleaved deals 0 2 4 6 1 3 5 7), --gpus must
+# agree with the file, and a topology without GPUs is refused.
+# Ranks: none (no MPI)
+set -u
+. "$(dirname "$0")/testlib.sh"
+fix="$src/mpi-tests/fixtures/topology"
+topo() { "$bin" topology --topology "$fix/$1.xml" > "$tmp/$1.txt" 2>&1; }
+has() { # FILE PATTERN WHAT
+  grep -q -- "$2" "$tmp/$1.txt" && ok || { bad "$3"; cat "$tmp/$1.txt"; }
+}
+topo 8gpu-4switch && ok || bad "8gpu-4switch: exit status"
+has 8gpu-4switch "8 GPU(s) in 4 link group(s)" "8gpu-4switch: not 4 groups"
+has 8gpu-4switch "group 0: 2 GPUs share a link of 31.5 GB/s below root port 0000:00:01.0: GPU 0 (0000:03:00.0, NUMA node 0, own link 31.5 GB/s) GPU 1 (0000:04:00.0, NUMA node 0" "8gpu-4switch: group 0"
+has 8gpu-4switch "group 3: .* GPU 6 (0000:11:00.0, NUMA node 1.* GPU 7 (0000:12:00.0, NUMA node 1" "8gpu-4switch: group 3 on socket 1"
+topo 8gpu-2switch; has 8gpu-2switch "8 GPU(s) in 2 link group(s)" "8gpu-2switch: not 2 groups"
+has 8gpu-2switch "group 1: 4 GPUs share a link of 31.5 GB/s below root port" "8gpu-2switch: group 1"
+topo 4gpu-1switch; has 4gpu-1switch "4 GPU(s) in 1 link group(s)" "4gpu-1switch: not 1 group"
+topo 4gpu-rootports; has 4gpu-rootports "4 GPU(s) in 4 link group(s)" "4gpu-rootports: not 4 groups"
+has 4gpu-rootports "group 3: 1 GPU on a link of its own of 31.5 GB/s below root port 0000:00:04.0" "4gpu-rootports: group 3"
+topo partial-nobridge && ok || bad "partial-nobridge: exit status"
+has partial-nobridge "4 GPU(s) in 3 link group(s)" "partial-nobridge: not 3 groups"
+has partial-nobridge "warning: GPU 2 (0000:00:05.0) has no PCIe root port above it (a missing bridge): it gets a link of its own" "partial-nobridge: no warning"
+topo partial-nobusid; has partial-nobusid "warning: GPU 1 has no PCI bus id: it gets a link of its own" "partial-nobusid: no warning"
+has partial-nobusid "GPU 1 (no bus id" "partial-nobusid: the GPU is not listed as without a bus id"
+topo noGPU; has noGPU "0 GPU(s) in 0 link group(s)" "noGPU"
+topo notxml && bad "a file that is not XML accepted" || has notxml "topology: --topology $fix/notxml.xml: hwloc cannot read it as XML" "notxml: message"
+"$bin" topology --topology "$fix/8gpu-4switch.xml" --link-gbs 24 > "$tmp/lg.txt" 2>&1
+has lg "group 0: 2 GPUs share a link of 24.0 GB/s" "--link-gbs does not override the speeds"
+
+# the planner with a topology
+layers="$src/bench/paper/qwen3-1.7b.txt"
+"$bin" plan --layers "$layers" --topology "$fix/8gpu-4switch.xml" --deal interleaved --json > "$tmp/pi.txt" 2>&1
+has pi '"gpus": 8,' "plan --topology: not 8 GPUs"
+has pi '"link_groups": 4, "deal": \[0, 2, 4, 6, 1, 3, 5, 7\]' "plan --deal interleaved: the deal"
+"$bin" plan --layers "$layers" --topology "$fix/8gpu-2switch.xml" > "$tmp/pb.txt" 2>&1
+has pb "topology: 2 link group(s), \(natural\|interleaved\) deal: executor -> GPU" "plan --topology: no topology line"
+"$bin" plan --layers "$layers" --topology "$fix/8gpu-4switch.xml" --gpus 4 > "$tmp/pg.txt" 2>&1 && bad "--gpus 4 with 8 GPUs accepted" ||
+  has pg "gpus 4, but --topology $fix/8gpu-4switch.xml has 8 GPUs" "--gpus mismatch: message"
+"$bin" plan --layers "$layers" --topology "$fix/noGPU.xml" > "$tmp/pn.txt" 2>&1 && bad "a topology without GPUs accepted" ||
+  has pn "topology $fix/noGPU.xml: no GPU in it" "no GPU: message"
+"$bin" plan --layers "$layers" --topology "$fix/8gpu-4switch.xml" --deal sideways > "$tmp/pd.txt" 2>&1 && bad "--deal sideways accepted" ||
+  has pd "deal: 'sideways' is not natural, interleaved or best" "--deal: message"
+finish
