@@ -47,3 +47,9 @@ mpi_tests_event_deadlock_prog_SOURCES = mpi-tests/event_deadlock_prog.c
 mpi_tests_event_deadlock_prog_LDADD = librp.la
 TESTS += mpi-tests/test_event_deadlock_exit.sh
 EXTRA_DIST += mpi-tests/test_event_deadlock_exit.sh
+# transfer engines of one link group arbitrate across executors (issue 18)
+check_PROGRAMS += mpi-tests/test_transfer_link
+TESTS += mpi-tests/test_transfer_link
+mpi_tests_test_transfer_link_SOURCES = mpi-tests/test_transfer_link.c
+mpi_tests_test_transfer_link_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_transfer_link_LDADD = $(RP_TEST_LDADD)

@@ -41,6 +41,23 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static int is_urgent(rp_xfer_class c) { return c <= RP_XFER_WEIGHTS; }
+
+/* This engine's urgent requests, as its link peers see them. */
+static void publish_urgent(rp_xfer *x, int64_t delta)
+{
+    if (x->p.link)
+        atomic_fetch_add(&x->p.link->member[x->p.link_member].urgent, delta);
+}
+
+static int peer_urgent(const rp_xfer *x)
+{
+    for (int i = 0; i < x->p.link_members; i++)
+        if (i != x->p.link_member && atomic_load(&x->p.link->member[i].urgent) > 0)
+            return 1;
+    return 0;
+}
+
 static rp_xfer_req *most_urgent(rp_xfer *x)
 {
     for (int c = 0; c < RP_XFER_NCLASS; c++)
@@ -58,6 +75,8 @@ static void finish(rp_xfer *x, rp_xfer_req *r, rp_xfer_state state)
     x->head[c] = r->next;
     if (!x->head[c])
         x->tail[c] = NULL;
+    if (is_urgent(c))
+        publish_urgent(x, -1);
     r->next = NULL;
     if (r->done) {
         pthread_mutex_unlock(&x->mu);
@@ -85,6 +104,37 @@ static void *worker_main(void *arg)
         if (r->offset == r->bytes) { /* zero bytes */
             finish(x, r, RP_XFER_DONE);
             continue;
+        }
+        if (!is_urgent(r->cls) && x->p.link && peer_urgent(x)) {
+            /* a peer on this link has urgent work: hold this chunk, bounded */
+            uint64_t t0 = now_ns(), limit = x->p.link_max_wait_ns;
+            int timed_out = 0;
+            while (!x->stopping && peer_urgent(x) && most_urgent(x) == r) {
+                if (now_ns() - t0 >= limit) {
+                    timed_out = 1;
+                    break;
+                }
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 20000; /* 20 us, or at once for our own submission */
+                if (until.tv_nsec >= 1000000000) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&x->work, &x->mu, &until);
+            }
+            uint64_t t1 = now_ns();
+            x->stats.link_wait_ns += t1 - t0;
+            x->stats.link_waits++;
+            x->stats.link_timeouts += timed_out;
+            if (x->p.trace) {
+                pthread_mutex_unlock(&x->mu);
+                x->p.trace(x->p.trace_ctx, r->cls, "waits for a peer's urgent transfer", r->offset,
+                           0, t0, t1);
+                pthread_mutex_lock(&x->mu);
+            }
+            if (!timed_out)
+                continue; /* pick again: our own urgent work may have come */
         }
         atomic_store_explicit(&r->state, RP_XFER_RUNNING, memory_order_relaxed);
         size_t off = r->offset, n = r->bytes - off;
@@ -131,6 +181,14 @@ rp_status rp_xfer_create(const rp_xfer_params *params, rp_xfer **out, rp_error *
         x->p = *params;
     if (x->p.chunk_bytes == 0)
         x->p.chunk_bytes = RP_XFER_DEFAULT_CHUNK;
+    if (x->p.link_max_wait_ns == 0)
+        x->p.link_max_wait_ns = RP_XFER_DEFAULT_LINK_WAIT_NS;
+    if (x->p.link && (x->p.link_members < 1 || x->p.link_members > RP_XFER_LINK_MAX ||
+                      x->p.link_member < 0 || x->p.link_member >= x->p.link_members)) {
+        free(x);
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "transfer engine: link member %d of %d",
+                            params->link_member, params->link_members);
+    }
     if (!x->p.ops.copy)
         x->p.ops = rp_xfer_ops_memcpy();
     pthread_mutex_init(&x->mu, NULL);
@@ -203,6 +261,8 @@ rp_status rp_xfer_submit(rp_xfer *x, rp_xfer_req *req, rp_error *err)
         x->head[req->cls] = req;
     x->tail[req->cls] = req;
     x->pending++;
+    if (is_urgent(req->cls)) /* peers hold their lower-class chunks from now on */
+        publish_urgent(x, +1);
     pthread_cond_signal(&x->work);
     pthread_mutex_unlock(&x->mu);
     return RP_OK;

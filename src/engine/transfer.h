@@ -56,12 +56,35 @@ rp_xfer_ops rp_xfer_ops_memcpy(void);
 typedef void (*rp_xfer_trace_fn)(void *ctx, rp_xfer_class cls, const char *tag, size_t offset,
                                  size_t bytes, uint64_t t0_ns, uint64_t t1_ns);
 
+/* Arbitration across the engines of one link group (the GPUs behind one
+ * PCIe switch, whose uplink they share), through memory they all see (the
+ * host store; only lock-free atomics in it): each member publishes how many
+ * urgent requests (input, weights) it has queued or running. Before a chunk
+ * of a lower class (prefetch, save, gradients) an engine waits while a peer
+ * has urgent work, so priority holds across the GPUs on a shared link, not
+ * only within one; bounded: after waiting max_wait_ns for one chunk it goes
+ * anyway (no starvation under a steady urgent stream), and as soon as no
+ * peer has urgent work. The wait shows in the trace (a zero-byte span tagged
+ * "waits for a peer's urgent transfer") and in the statistics. */
+#define RP_XFER_LINK_MAX 64
+typedef struct rp_xfer_link {
+    struct {
+        _Alignas(64) _Atomic int64_t urgent;
+    } member[RP_XFER_LINK_MAX];
+} rp_xfer_link;
+
 typedef struct rp_xfer_params {
     size_t chunk_bytes;     /* 0: RP_XFER_DEFAULT_CHUNK */
     rp_xfer_ops ops;        /* copy NULL: memcpy */
     rp_xfer_trace_fn trace; /* may be NULL */
     void *trace_ctx;
+    rp_xfer_link *link;     /* NULL: no peers (this engine alone on its link) */
+    int link_member;        /* this engine's slot in it */
+    int link_members;       /* slots in use, this one included */
+    uint64_t link_max_wait_ns; /* 0: RP_XFER_DEFAULT_LINK_WAIT_NS */
 } rp_xfer_params;
+
+#define RP_XFER_DEFAULT_LINK_WAIT_NS ((uint64_t)5000000)
 
 typedef enum rp_xfer_state {
     RP_XFER_IDLE = 0,  /* never submitted, or reusable after completion */
@@ -106,6 +129,8 @@ typedef struct rp_xfer_stats {
     uint64_t bytes[RP_XFER_NCLASS];
     uint64_t chunks[RP_XFER_NCLASS];
     uint64_t requests[RP_XFER_NCLASS]; /* finished (done or failed) */
+    uint64_t link_wait_ns;             /* lower-class chunks held for a peer's urgent work */
+    uint64_t link_waits, link_timeouts; /* chunks held; of them, released by the bound */
 } rp_xfer_stats;
 
 rp_status rp_xfer_create(const rp_xfer_params *params, rp_xfer **out, rp_error *err);
