@@ -8,7 +8,11 @@
 # naming it. `roundpipe plan --topology` plans for the groups (JSON gives
 # them and the deal; --deal interleaved deals 0 2 4 6 1 3 5 7), --gpus must
 # agree with the file, and a topology without GPUs is refused.
-# Ranks: none (no MPI)
+# `roundpipe train --link-groups 0,0,1,1` (4 CPU executors as two link
+# groups) arbitrates transfers across ranks: the waits are in the trace, and
+# the model is bit-identical to the run without arbitration; a bad list is
+# refused naming it.
+# Ranks: 4
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/topology"
@@ -48,4 +52,18 @@ has pb "topology: 2 link group(s), \(natural\|interleaved\) deal: executor -> GP
   has pn "topology $fix/noGPU.xml: no GPU in it" "no GPU: message"
 "$bin" plan --layers "$layers" --topology "$fix/8gpu-4switch.xml" --deal sideways > "$tmp/pd.txt" 2>&1 && bad "--deal sideways accepted" ||
   has pd "deal: 'sideways' is not natural, interleaved or best" "--deal: message"
+
+# transfer arbitration across the ranks of a link group, on CPU executors
+export OMP_NUM_THREADS=1
+data="$build/examples/data/gnu-licenses.npy"
+tr="--init-config $src/examples/tiny-config.json --data $data --seq-len 64 --batch-size 8 --microbatches 4 --steps 6 --lr 3e-3 --seed 1 --threads 1 --progress none --device cpu --chunk-mib 0.01"
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --save "$tmp/off" > "$tmp/off.txt" 2>&1 || { bad "run without link groups"; cat "$tmp/off.txt"; }
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --link-groups 0,0,1,1 --save "$tmp/on" --trace "$tmp/on.json" > "$tmp/on.txt" 2>&1 ||
+  { bad "run with --link-groups 0,0,1,1"; cat "$tmp/on.txt"; }
+cmp -s "$tmp/off/model.safetensors" "$tmp/on/model.safetensors" && ok || bad "arbitration changed the model"
+grep -q "waits for a peer's urgent transfer" "$tmp/on.json" && ok || bad "no link wait in the trace"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups 0,0,1 > "$tmp/lg3.txt" 2>&1 && bad "3 groups for 2 ranks accepted" ||
+  has lg3 "link-groups 0,0,1: 3 entries, but the node has 2 ranks" "--link-groups length: message"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups 0,x > "$tmp/lgx.txt" 2>&1 && bad "a bad group accepted" ||
+  has lgx "link-groups 0,x: entry 2 is not a group number" "--link-groups entry: message"
 finish

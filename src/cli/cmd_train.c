@@ -33,6 +33,7 @@ static const struct option train_options[] = {
     {"progress", required_argument, 0, 0}, {"plan", required_argument, 0, 0},
     {"recompute", required_argument, 0, 0}, {"timeout", required_argument, 0, 0},
     {"optimizer-lag", required_argument, 0, 0}, {"chunk-mib", required_argument, 0, 0},
+    {"link-groups", required_argument, 0, 0},
     {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
     {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
     {"checkpoint-dir", required_argument, 0, 0}, {"checkpoint-every", required_argument, 0, 0},
@@ -86,6 +87,9 @@ static const char train_usage[] =
     "                         iteration (default 600)\n"
     "  --optimizer-lag 0|1    1: apply gradients one step late, for comparison (default 0)\n"
     "  --chunk-mib X          transfer chunk size (default 16)\n"
+    "  --link-groups LIST|none  each node rank's PCIe link group, e.g. 0,0,1,1: ranks of a\n"
+    "                         group hold their lower-class transfers while a peer has an\n"
+    "                         urgent one (default: from hwloc on GPUs, none on the CPU)\n"
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
     "  --pipelines P          P round-robin pipelines of G/P executors, M/P microbatches\n"
     "                         each; gradients summed in pipeline order (default 1)\n"

@@ -90,6 +90,11 @@ typedef struct rp_engine {
     rp_events *ev;
     rp_dataset *ds;
     rp_dataset *eval_ds; /* --eval-data (NULL: none) */
+    /* transfer arbitration on a shared PCIe link (engine/link_groups.c):
+     * this rank's group among the node's, its slot in the group's board
+     * and the group's member count (< 2: no arbitration) */
+    int link_group, link_member, link_members;
+    struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
     rp_lr_schedule sched;
     /* the shape of the run (fixed once set up) */
     int64_t steps;              /* iterations of the run */

@@ -82,7 +82,10 @@ static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t off
     rp_engine *e = ctx;
     char name[64];
     (void)offset;
-    snprintf(name, sizeof name, "%s %zu B", tag ? tag : "", bytes);
+    if (bytes == 0 && tag) /* a wait (for a link peer's urgent transfer) */
+        snprintf(name, sizeof name, "%s", tag);
+    else
+        snprintf(name, sizeof name, "%s %zu B", tag ? tag : "", bytes);
     rp_trace_span(e->trace, (rp_trace_track)(RP_TRACK_XFER_INPUT + (int)cls), name, t0_ns, t1_ns);
 }
 
@@ -184,6 +187,11 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     xp.ops.ctx = x->dev;
     xp.trace = e->trace ? xfer_trace : NULL;
     xp.trace_ctx = e;
+    if (e->link_members >= 2) { /* peers on this rank's PCIe link */
+        xp.link = &e->link_boards[e->link_group];
+        xp.link_member = e->link_member;
+        xp.link_members = e->link_members;
+    }
     xp.chunk_bytes = (size_t)(e->o->chunk_mib * 1048576.0);
     if (xp.chunk_bytes < 4096)
         xp.chunk_bytes = 4096;

@@ -16,4 +16,5 @@ librp_la_SOURCES += \
 	src/engine/memory_model.c src/engine/memory_model.h \
 	src/engine/checkpoints.c src/engine/checkpoints.h \
 	src/engine/eval.c src/engine/eval.h \
+	src/engine/link_groups.c \
 	src/engine/host_memory.c src/engine/host_memory.h

@@ -178,9 +178,12 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_proto_dims(e, &dims);
     rp_store_layout *lay = NULL;
     RP_TRY(rp_run_agree(e, rp_store_layout_create(&lay, err), comm, err));
-    size_t act, evo;
+    size_t act, evo, links;
     rp_status s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
                                       RP_STORE_ALIGN_PAGE, &act, err);
+    if (s == RP_OK) /* the link groups' arbitration boards (zeroed: nothing urgent) */
+        s = rp_store_layout_add(lay, "link boards", (size_t)e->size * sizeof(rp_xfer_link),
+                                RP_STORE_ALIGN_LINE, &links, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "events", rp_events_bytes(&dims), RP_STORE_ALIGN_LINE, &evo,
                                 err);
@@ -194,6 +197,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     e->pins[e->npins_run] = (struct rp_pin){base + act, e->arena.floats * sizeof(float)};
     e->npins = e->npins_run + 1;
     e->act = (float *)(base + act);
+    e->link_boards = (rp_xfer_link *)(base + links);
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store)) {
         rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
@@ -387,6 +391,7 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     if (s == RP_OK)
         e->device_ordinal = info.ordinal;
     RP_TRY(rp_run_agree(e, s, comm, err));
+    RP_TRY(rp_run_agree(e, rp_run_link_groups(e, rp_store_node_comm(r->pstore), err), comm, err));
     RP_TRY(rp_run_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
     RP_TRY(rp_run_choose_plan(e, comm, err));
     RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));

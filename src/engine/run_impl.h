@@ -21,6 +21,11 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
  * under e->memory_limit, shared and validated (collective). */
 rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err);
 
+/* This rank's PCIe link group and its place in it (e->link_*), from
+ * --link-groups, or on GPUs from the hwloc topology, or none; collective
+ * over the node communicator. link_groups.c */
+rp_status rp_run_link_groups(rp_engine *e, MPI_Comm node, rp_error *err);
+
 /* e->plan re-made from the layer times the executors measured (summed
  * over the ranks), on the leader, and shared (collective). */
 rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err);

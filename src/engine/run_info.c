@@ -69,6 +69,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "timeout", num(o->timeout_s));
     add(j, "optimizer-lag", json_object_new_int(o->optimizer_lag));
     add(j, "chunk-mib", num(o->chunk_mib));
+    add(j, "link-groups", str_or_null(o->link_groups));
     add(j, "trace", str_or_null(o->trace));
     add(j, "memory-limit-mib", num(o->memory_limit_mib));
     add(j, "bind", json_object_new_string(o->bind ? "yes" : "no"));

@@ -56,6 +56,8 @@ typedef struct rp_train_options {
     double timeout_s;        /* --timeout: deadline of every wait */
     int optimizer_lag;       /* --optimizer-lag 0 | 1 */
     double chunk_mib;        /* --chunk-mib: transfer chunk size */
+    const char *link_groups; /* --link-groups: each node rank's PCIe link group ("0,0,1,1"),
+                                "none"; NULL: from the topology on GPUs, none on the CPU */
     const char *trace;       /* --trace FILE (Chrome trace JSON) */
     double memory_limit_mib; /* --memory-limit-mib: device memory the planner may use, 0 = none */
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */

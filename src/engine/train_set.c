@@ -82,6 +82,7 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("grad-clip")) return rp_arg_double(opt, a, &o->grad_clip, err);
     else if (IS("timeout")) return rp_arg_double(opt, a, &o->timeout_s, err);
     else if (IS("chunk-mib")) return rp_arg_double(opt, a, &o->chunk_mib, err);
+    else if (IS("link-groups")) o->link_groups = a;
     else if (IS("memory-limit-mib")) return rp_arg_double(opt, a, &o->memory_limit_mib, err);
     else if (IS("seed")) return rp_arg_u64(opt, a, &o->seed, err);
     else if (IS("lr-schedule")) return rp_lr_kind_parse(a, opt, &o->schedule, err);
