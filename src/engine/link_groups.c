@@ -85,6 +85,7 @@ rp_status rp_run_link_groups(rp_engine *e, MPI_Comm node, rp_error *err)
     if (s == RP_OK && e->link_members > RP_XFER_LINK_MAX)
         s = rp_error_set(err, RP_ERR_INVALID_ARG, "link group %d has %d ranks (at most %d)", mine,
                          e->link_members, RP_XFER_LINK_MAX);
-    free(all);
+    free(e->link_group_of);
+    e->link_group_of = all;
     return s;
 }

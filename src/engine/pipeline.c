@@ -665,6 +665,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     rp_params_destroy(&r->shared);
     free(r->probe.layers);
     free(e->meas_ms);
+    free(e->link_group_of);
     free(e->pins);
     free(e->model_config_text);
     free(e->goff);

@@ -88,6 +88,24 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     mc.iterations = 6;
     mc.memory_limit = e->memory_limit;
     mc.workspace_bytes = workspace;
+    if (e->link_group_of && e->virtual_executors == e->size) {
+        /* ranks sharing a PCIe link: the planner prices their uploads on it
+         * (an uplink like a GPU's own link); a rank in none is alone */
+        int next = 0, shared = 0; /* groups numbered densely, by first rank */
+        for (int r = 0; r < e->size; r++) {
+            int g = e->link_group_of[r], k = -1;
+            for (int q = 0; q < r && g >= 0; q++)
+                if (e->link_group_of[q] == g)
+                    k = mc.link_group[q];
+            shared |= k >= 0;
+            mc.link_group[r] = k >= 0 ? k : next++;
+        }
+        if (shared) {
+            mc.link_groups = next;
+            for (int k = 0; k < next; k++)
+                mc.uplink_gbs[k] = mc.link_gbs;
+        }
+    }
     s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;
