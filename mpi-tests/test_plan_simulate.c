@@ -21,7 +21,9 @@
  * upload one after the other (an upload-bound iteration takes twice as
  * long); an uplink of two GPU links carries both at once; groups of one GPU
  * each are the machine without groups, to the bit; the interleaved deal
- * visits the groups in turn; bad groups and deals are refused. */
+ * visits the groups in turn; bad groups and deals are refused. Gradient
+ * downloads move grad_download_bytes (bf16 gradients' rounded copy) when it
+ * is set, the device memory still counts grad_bytes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +178,32 @@ START_TEST(gpus_behind_one_switch_share_its_uplink)
     mc.uplink_gbs[0] = 0.5; /* a slower uplink than a GPU's link: 40 ms each */
     CLOSE(sim(m, &p, &mc, &r), 5 * 40.0);
     rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(downloads_move_the_download_bytes)
+{
+    /* bf16 gradients: 6 bytes an element on the device, 2 downloaded. With
+     * one pipeline and no memory limit only the downloaded bytes count:
+     * the same time as a model whose gradients are that size */
+    rp_cost_model *m = uniform(3, 1.0, 1.0), *small = uniform(3, 1.0, 1.0);
+    for (int l = 0; l < 3; l++) {
+        m->layers[l].grad_bytes = 30000000;
+        m->layers[l].grad_download_bytes = 10000000;
+        small->layers[l].grad_bytes = 10000000;
+        m->layers[l].opt_params = small->layers[l].opt_params = 1; /* updates wait for them */
+    }
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_machine mc = machine(1, 2, 0);
+    rp_sim_result r;
+    double t = sim(m, &p, &mc, &r);
+    ck_assert(t == sim(small, &p, &mc, &r));
+    for (int l = 0; l < 3; l++)
+        m->layers[l].grad_download_bytes = 0; /* 0: the whole gradient travels */
+    ck_assert(sim(m, &p, &mc, &r) > t);
+    rp_cost_model_destroy(&m);
+    rp_cost_model_destroy(&small);
 }
 END_TEST
 
@@ -480,6 +508,7 @@ static Suite *plan_simulate_suite(void)
     tcase_add_test(tc, bound_weights_show_the_classic_bubble);
     tcase_add_test(tc, gpus_behind_one_switch_share_its_uplink);
     tcase_add_test(tc, the_interleaved_deal_visits_the_groups_in_turn);
+    tcase_add_test(tc, downloads_move_the_download_bytes);
     tcase_add_test(tc, exact_is_never_faster_than_lagged);
     tcase_add_test(tc, job_memory_adds_up);
     tcase_add_test(tc, bad_machines_are_rejected);

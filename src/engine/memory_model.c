@@ -34,7 +34,10 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         if (l == n - 1 && cfg->tie_word_embeddings)
             floats += cfg->vocab_size * H;
         L->weight_bytes = floats * (int64_t)rp_dtype_size(dtype);
+        /* bf16 gradients: an fp32 accumulator and its rounded copy on the
+         * device, the copy downloaded */
         L->grad_bytes = floats * (grad_dtype == RP_BF16 ? 6 : 4);
+        L->grad_download_bytes = floats * (grad_dtype == RP_BF16 ? 2 : 4);
         L->act_bytes = slot;
         L->out_bytes = tokens * H * 4;
     }

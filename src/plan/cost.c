@@ -201,6 +201,11 @@ int64_t rp_cost_grad_bytes(const rp_cost_model *m, int first, int last)
 {
     RANGE_SUM(int64_t, L->grad_bytes);
 }
+
+int64_t rp_cost_grad_download_bytes(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(int64_t, L->grad_download_bytes ? L->grad_download_bytes : L->grad_bytes);
+}
 int64_t rp_cost_act_bytes(const rp_cost_model *m, int first, int last)
 {
     RANGE_SUM(int64_t, L->act_bytes);

@@ -24,6 +24,9 @@ typedef struct rp_layer_cost {
     int64_t weight_bytes;  /* compute-dtype weights uploaded with the stage */
     int64_t grad_bytes;    /* trainable-gradient bytes accumulated on the device over
                               the microbatches and downloaded once per job */
+    int64_t grad_download_bytes; /* of them, the bytes the download moves when it differs
+                              (bf16 gradients: the fp32 accumulator stays on the device,
+                              its rounded copy travels); 0: grad_bytes */
     int64_t opt_params;    /* trainable parameters the CPU optimizer updates */
     int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
                               layer's forward and its backward */
@@ -116,6 +119,8 @@ double rp_cost_bwd_ms(const rp_cost_model *m, int first, int last);
 double rp_cost_wgrad_ms(const rp_cost_model *m, int first, int last);
 int64_t rp_cost_weight_bytes(const rp_cost_model *m, int first, int last);
 int64_t rp_cost_grad_bytes(const rp_cost_model *m, int first, int last);
+/* The bytes the gradient downloads of layers first..last move. */
+int64_t rp_cost_grad_download_bytes(const rp_cost_model *m, int first, int last);
 int64_t rp_cost_act_bytes(const rp_cost_model *m, int first, int last);
 int64_t rp_cost_max_act_bytes(const rp_cost_model *m, int first, int last);
 

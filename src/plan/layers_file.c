@@ -101,6 +101,8 @@ static rp_status parse_layer(lf_ctx *c, char **tok, int ntok, int index, rp_laye
             RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->weight_bytes));
         } else if (!strcmp(k, "grad_bytes")) {
             RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->grad_bytes));
+        } else if (!strcmp(k, "grad_download_bytes")) {
+            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->grad_download_bytes));
         } else if (!strcmp(k, "opt_params")) {
             RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 64, &proto->opt_params));
         } else if (!strcmp(k, "act_bytes")) {

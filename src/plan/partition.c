@@ -383,7 +383,8 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
         const rp_layer_cost *c = &m->layers[l];
         double up = (double)c->weight_bytes / link / Mg;
         fc[l] = fmax(c->fwd_ms, up);
-        bc[l] = fmax(c->fwd_ms + c->bwd_ms, up + (double)c->grad_bytes / link / Mg);
+        bc[l] = fmax(c->fwd_ms + c->bwd_ms,
+                     up + (double)rp_cost_grad_download_bytes(m, l, l) / link / Mg);
     }
     rp_plan_singletons(L, width, trial);
     keep_top(top, trial, evaluate(m, mc, trial));

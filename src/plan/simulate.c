@@ -469,15 +469,16 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         s.up_ms[j] = (double)rp_cost_weight_bytes(m, jb->first, jb->last) / link;
         s.down_ms[j] = jb->kind == RP_JOB_FWD
                            ? 0.0
-                           : (double)rp_cost_grad_bytes(m, jb->first, jb->last) / link;
+                           : (double)rp_cost_grad_download_bytes(m, jb->first, jb->last) / link;
         if (s.emb && jb->first == 0) {
             /* the rows this group's tokens read, and gradient rows for them */
             const rp_layer_cost *e = &m->layers[0];
             double wb = (double)rp_cost_weight_bytes(m, 0, jb->last) - (double)e->weight_bytes;
-            double gb = (double)rp_cost_grad_bytes(m, 0, jb->last) - (double)e->grad_bytes;
+            double gb = (double)rp_cost_grad_download_bytes(m, 0, jb->last) -
+                        (double)rp_cost_grad_download_bytes(m, 0, 0);
             s.up_ms[j] = (wb + s.rfg * (double)e->weight_bytes) / link;
             if (jb->kind != RP_JOB_FWD)
-                s.down_ms[j] = (gb + s.rfg * (double)e->grad_bytes) / link;
+                s.down_ms[j] = (gb + s.rfg * (double)rp_cost_grad_download_bytes(m, 0, 0)) / link;
         }
     }
 
