@@ -33,7 +33,8 @@
  *   - attention_forward (o within 1e-2, lse within 1e-4) and
  *     attention_backward (dq, dk, dv within 1e-2; the same bits twice) for 2
  *     sequences of 200 and of 17 tokens, 4 query heads over 2 and 4 kv heads,
- *     head_dim 64 and 128;
+ *     head_dim 64 and 128, with and without document segments (a one-token
+ *     document, one on a tile boundary, the last token alone);
  *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result;
  *   - cross_entropy with a counted mask (uncounted rows with out-of-range
  *     targets) and without, grad 0 and 1: counted losses within 1e-5, the
@@ -679,25 +680,45 @@ START_TEST(rmsnorm_backward_matches_cpu)
 }
 END_TEST
 
+/* Document segments of the two sequences (segmented cases): starts at 0,
+ * a few inside, a one-token document, one on a 64-token tile boundary and
+ * the last token alone. */
+static int32_t *segments(int64_t seqlen)
+{
+    int32_t *seg = malloc(sizeof(int32_t) * (size_t)(2 * seqlen));
+    const int64_t starts[2][6] = {{0, 5, 6, 64, 130, seqlen - 1}, {0, seqlen / 3, seqlen / 2, -1, -1, -1}};
+    for (int b = 0; b < 2; b++)
+        for (int64_t t = 0, cur = 0; t < seqlen; t++) {
+            for (int i = 0; i < 6; i++)
+                if (starts[b][i] >= 0 && starts[b][i] < seqlen && starts[b][i] <= t &&
+                    starts[b][i] > cur)
+                    cur = starts[b][i];
+            seg[b * seqlen + t] = (int32_t)cur;
+        }
+    return seg;
+}
+
 /* ---- RoPE ---------------------------------------------------------------------- */
 
 /* x rotated by both tables (x_compute when with_c), compared. */
 static void rope_run(const float *x, const float *cpu_tab, const float *gpu_tab, int64_t nseq,
-                     int64_t S, int64_t nh, int64_t hd, int inverse, int with_c, const char *what)
+                     int64_t S, const int32_t *seg, int64_t nh, int64_t hd, int inverse,
+                     int with_c, const char *what)
 {
     const size_t n = (size_t)(nseq * S * nh * hd);
     float *ref = dup_f(x, n), *ref_c = with_c ? host_nan(n) : NULL;
-    CPU_OP(rope_apply, ref, ref_c, cpu_tab, nseq, S, NULL, nh, hd, inverse);
+    int32_t *d_seg = seg ? dev_upload(seg, sizeof(int32_t) * (size_t)(nseq * S)) : NULL;
+    CPU_OP(rope_apply, ref, ref_c, cpu_tab, nseq, S, seg, nh, hd, inverse);
     if (with_c)
         check_same_bits(ref_c, ref, n, what);
     float *d_x = dev_upload(x, n * 4);
     void *d_xc = with_c ? dev_nan_c(n) : NULL;
-    GPU_OP(rope_apply, d_x, d_xc, gpu_tab, nseq, S, NULL, nh, hd, inverse);
+    GPU_OP(rope_apply, d_x, d_xc, gpu_tab, nseq, S, d_seg, nh, hd, inverse);
     float *got = get_f(d_x, n);
     CHECK_REL(got, ref, n, FP32_TOL, what);
     if (with_c)
         check_rounded_copy(d_xc, got, n, what);
-    cudaFree(d_x), cudaFree(d_xc);
+    cudaFree(d_x), cudaFree(d_xc), cudaFree(d_seg);
     free(ref), free(ref_c), free(got);
 }
 
@@ -730,7 +751,7 @@ static void rope_case(int64_t hd, double theta, const rp_rope_llama3 *l3)
         e[i] = (int64_t)(i % (size_t)hd) < half ? 1.0f : 0.0f;
     snprintf(what, sizeof what, "rope_table head_dim %lld, %s: cos and sin", (long long)hd,
              l3 ? "llama3" : "plain");
-    rope_run(e, cpu_tab, gpu_tab, nseq, S, nh, hd, 0, 0, what);
+    rope_run(e, cpu_tab, gpu_tab, nseq, S, NULL, nh, hd, 0, 0, what);
     free(e);
 
     float *x = rand_f32(n, 0.0f, 1.0f);
@@ -739,8 +760,13 @@ static void rope_case(int64_t hd, double theta, const rp_rope_llama3 *l3)
             snprintf(what, sizeof what, "rope_apply head_dim %lld, %s, %s, x_compute %s",
                      (long long)hd, l3 ? "llama3" : "plain", inverse ? "inverse" : "forward",
                      with_c ? "given" : "NULL");
-            rope_run(x, cpu_tab, gpu_tab, nseq, S, nh, hd, inverse, with_c, what);
+            rope_run(x, cpu_tab, gpu_tab, nseq, S, NULL, nh, hd, inverse, with_c, what);
         }
+    int32_t *seg = segments(S); /* positions restarting at document starts */
+    snprintf(what, sizeof what, "rope_apply head_dim %lld, %s, document segments", (long long)hd,
+             l3 ? "llama3" : "plain");
+    rope_run(x, cpu_tab, gpu_tab, nseq, S, seg, nh, hd, 0, 1, what);
+    free(seg);
     free(x), free(cpu_space);
     cudaFree(gpu_space);
 }
@@ -762,21 +788,27 @@ END_TEST
 
 /* ---- attention ------------------------------------------------------------------- */
 
-static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd)
+static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmented)
 {
+    int32_t *seg = segmented ? segments(seqlen) : NULL;
+    int32_t *d_seg = seg ? dev_upload(seg, sizeof(int32_t) * (size_t)(2 * seqlen)) : NULL;
     const rp_attn_shape s = {.nseq = 2,
                              .seqlen = seqlen,
                              .nheads = 4,
                              .nkv = nkv,
                              .head_dim = hd,
                              .block = 64,
-                             .scale = (float)(1.0 / sqrt((double)hd))};
+                             .scale = (float)(1.0 / sqrt((double)hd)),
+                             .seg_start = seg};
+    rp_attn_shape gs = s; /* the GPU's: the segments in device memory */
+    gs.seg_start = d_seg;
     const int64_t T = s.nseq * seqlen;
     const size_t nq = (size_t)(T * s.nheads * hd), nk = (size_t)(T * nkv * hd);
     const size_t nl = (size_t)(T * s.nheads);
     char what[200];
-    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld",
-             (long long)seqlen, (long long)nkv, (long long)hd);
+    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld%s",
+             (long long)seqlen, (long long)nkv, (long long)hd,
+             segmented ? ", document segments" : "");
     char w2[260];
     cin q = cin_rand(nq, 0.0f, 1.0f), k = cin_rand(nk, 0.0f, 1.0f), v = cin_rand(nk, 0.0f, 1.0f);
     cin dout = cin_rand(nq, 0.0f, 1.0f);
@@ -786,7 +818,7 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd)
     CPU_OP(attention_forward, &s, q.f, k.f, v.f, o_ref, lse_ref);
     void *d_o = dev_nan_c(nq);
     float *d_lse = dev_nan(nl);
-    GPU_OP(attention_forward, &s, q.d, k.d, v.d, d_o, d_lse);
+    GPU_OP(attention_forward, &gs, q.d, k.d, v.d, d_o, d_lse);
     float *o = get_c(d_o, nq), *lse = get_f(d_lse, nl);
     snprintf(w2, sizeof w2, "%s: forward o", what);
     CHECK_REL(o, o_ref, nq, BF16_TOL, w2);
@@ -802,10 +834,10 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd)
     float *cpu_scr = ncpu ? host_nan(ncpu) : NULL;
     CPU_OP(attention_backward, &s, q.f, k.f, v.f, oc.f, lse_ref, dout.f, dq_ref, dk_ref, dv_ref,
            cpu_scr);
-    size_t nscr = g_k.ops->attention_backward_scratch_floats(&s);
+    size_t nscr = g_k.ops->attention_backward_scratch_floats(&gs);
     float *d_scr = nscr ? dev_nan(nscr) : NULL;
     float *d_dq = dev_nan(nq), *d_dk = dev_nan(nk), *d_dv = dev_nan(nk);
-    GPU_OP(attention_backward, &s, q.d, k.d, v.d, oc.d, d_lse_in, dout.d, d_dq, d_dk, d_dv,
+    GPU_OP(attention_backward, &gs, q.d, k.d, v.d, oc.d, d_lse_in, dout.d, d_dq, d_dk, d_dv,
            d_scr);
     float *dq = get_f(d_dq, nq), *dk = get_f(d_dk, nk), *dv = get_f(d_dv, nk);
     snprintf(w2, sizeof w2, "%s: backward dq", what);
@@ -819,7 +851,7 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd)
     dev_poison(d_dq, nq * 4), dev_poison(d_dk, nk * 4), dev_poison(d_dv, nk * 4);
     if (d_scr)
         dev_poison(d_scr, nscr * 4);
-    GPU_OP(attention_backward, &s, q.d, k.d, v.d, oc.d, d_lse_in, dout.d, d_dq, d_dk, d_dv,
+    GPU_OP(attention_backward, &gs, q.d, k.d, v.d, oc.d, d_lse_in, dout.d, d_dq, d_dk, d_dv,
            d_scr);
     float *dq2 = get_f(d_dq, nq), *dk2 = get_f(d_dk, nk), *dv2 = get_f(d_dv, nk);
     snprintf(w2, sizeof w2, "%s: backward run twice", what);
@@ -828,7 +860,8 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd)
     check_same_bits(dv2, dv, nk, w2);
 
     cin_free(&q), cin_free(&k), cin_free(&v), cin_free(&dout), cin_free(&oc);
-    cudaFree(d_o), cudaFree(d_lse), cudaFree(d_lse_in), cudaFree(d_scr);
+    cudaFree(d_o), cudaFree(d_lse), cudaFree(d_lse_in), cudaFree(d_scr), cudaFree(d_seg);
+    free(seg);
     cudaFree(d_dq), cudaFree(d_dk), cudaFree(d_dv);
     free(o_ref), free(lse_ref), free(o), free(lse), free(dq_ref), free(dk_ref), free(dv_ref);
     free(cpu_scr), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2);
@@ -840,7 +873,8 @@ START_TEST(attention_matches_cpu)
     for (int a = 0; a < 2; a++)
         for (int64_t nkv = 2; nkv <= 4; nkv += 2)
             for (int64_t hd = 64; hd <= 128; hd += 64)
-                attention_case(seqlens[a], nkv, hd);
+                for (int segmented = 0; segmented < 2; segmented++)
+                    attention_case(seqlens[a], nkv, hd, segmented);
 }
 END_TEST
 

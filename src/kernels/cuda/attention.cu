@@ -142,9 +142,17 @@ struct attn_params {
     float *o, *lse, *dq, *dk, *dv;
     bf16 *o16;
     const float *lse_in, *delta;
+    const int32_t *seg; /* each token's segment start in its sequence (nullptr: none) */
     int seqlen, nheads, nkv, group, hd;
     float scale, scale_log2;
 };
+
+/* Segment starts are non-decreasing within a sequence, so the earliest key
+ * any of rows r0.. sees is seg[r0] (0 without segments). */
+__device__ __forceinline__ int seg_lo(const int32_t *sg, int row, int S)
+{
+    return sg ? sg[min(row, S - 1)] : 0;
+}
 
 /* ---- forward ------------------------------------------------------------ */
 
@@ -169,10 +177,19 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(att
     const bf16 *kb = p.k + tok0 * ks + (int64_t)g * p.hd;
     const bf16 *vb = p.v + tok0 * ks + (int64_t)g * p.hd;
     const int last = min(q0 + kRows - 1, S - 1), nkt = last / BC + 1;
+    /* document segments: key tiles before the block's earliest visible key
+     * are skipped; each row masks the keys before its segment */
+    const int32_t *sg = p.seg ? p.seg + tok0 : nullptr;
+    const int j0 = seg_lo(sg, q0, S) / BC, wlo = seg_lo(sg, wrow0, S),
+              whi = seg_lo(sg, wrow0 + 15, S);
+    int lo[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        lo[i] = seg_lo(sg, wrow0 + gi + i * 8, S);
 
     load_tile<kRows, D>(sQ, qb, qs, q0, S, p.hd, tid);
-    load_tile<BC, D>(sK, kb, ks, 0, S, p.hd, tid);
-    load_tile<BC, D>(sV, vb, ks, 0, S, p.hd, tid);
+    load_tile<BC, D>(sK + (j0 & 1) * BC * LD, kb, ks, j0 * BC, S, p.hd, tid);
+    load_tile<BC, D>(sV + (j0 & 1) * BC * LD, vb, ks, j0 * BC, S, p.hd, tid);
     cp_async_commit();
 
     uint32_t qf[KB][4];
@@ -182,7 +199,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(att
         oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.0f;
     float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 
-    for (int j = 0; j < nkt; j++) {
+    for (int j = j0; j < nkt; j++) {
         if (j + 1 < nkt) {
             const int st = (j + 1) & 1;
             load_tile<BC, D>(sK + st * BC * LD, kb, ks, (j + 1) * BC, S, p.hd, tid);
@@ -193,14 +210,15 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(att
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (j == j0) {
 #pragma unroll
             for (int kk = 0; kk < KB; kk++)
                 load_a<LD>(qf[kk], sQ, warp * 16, kk * 16, lane);
         }
         const bf16 *cK = sK + (j & 1) * BC * LD, *cV = sV + (j & 1) * BC * LD;
         const int k0 = j * BC;
-        if (k0 <= wrow0 + 15) { /* some key of the tile is visible to a row of this warp */
+        /* some key of the tile is visible to a row of this warp */
+        if (k0 <= wrow0 + 15 && k0 + BC > wlo) {
             float s[BC / 8][4];
 #pragma unroll
             for (int n = 0; n < BC / 8; n++)
@@ -214,17 +232,17 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(att
                     mma_bf16(s[2 * nn], qf[kk], bf[0], bf[1]);
                     mma_bf16(s[2 * nn + 1], qf[kk], bf[2], bf[3]);
                 }
-            const bool diag = k0 + BC - 1 > wrow0;
+            const bool diag = k0 + BC - 1 > wrow0, below = k0 < whi;
             float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
             for (int n = 0; n < BC / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     float x = s[n][e] * p.scale_log2;
-                    if (diag) {
+                    if (diag || below) {
                         const int col = k0 + n * 8 + 2 * ti + (e & 1);
                         const int row = wrow0 + gi + (e >> 1) * 8;
-                        if (col > row)
+                        if (col > row || col < lo[e >> 1])
                             x = -INFINITY;
                     }
                     s[n][e] = x;
@@ -380,7 +398,23 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dkdv_kernel(at
     const int c0 = kt * kRows, kw0 = c0 + warp * 16;
     const int64_t tok0 = (int64_t)b * S;
     const int64_t qs = (int64_t)p.nheads * p.hd, ks = (int64_t)p.nkv * p.hd;
-    const int nqt = (S + BQ - 1) / BQ, i0 = c0 / BQ, nper = nqt - i0, niter = p.group * nper;
+    /* the query tiles that see a key of this block: from the diagonal to,
+     * with document segments, the last row whose segment starts at or
+     * before the block's last key (segment starts never decrease) */
+    const int32_t *sg = p.seg ? p.seg + tok0 : nullptr;
+    int qend = S; /* rows [c0, qend) */
+    if (sg) {
+        int lo = c0, hi = S;
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (sg[mid] <= c0 + kRows - 1)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        qend = lo;
+    }
+    const int i0 = c0 / BQ, nper = max(1, (qend + BQ - 1) / BQ - i0), niter = p.group * nper;
 
     load_tile<kRows, D>(sK, p.k + tok0 * ks + (int64_t)g * p.hd, ks, c0, S, p.hd, tid);
     load_tile<kRows, D>(sV, p.v + tok0 * ks + (int64_t)g * p.hd, ks, c0, S, p.hd, tid);
@@ -446,7 +480,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dkdv_kernel(at
                     const int ql = n * 8 + 2 * ti + (e & 1), qq = qrow0 + ql;
                     const int key = kw0 + gi + (e >> 1) * 8;
                     float pr = 0.0f;
-                    if (qq >= key && qq < S)
+                    if (qq >= key && qq < S && (!sg || sg[qq] <= key))
                         pr = exp2f(s[n][e] * p.scale_log2 - cL[ql] * kLog2e);
                     s[n][e] = pr;
                     dp[n][e] = pr * (dp[n][e] - cD[ql]);
@@ -522,11 +556,17 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dq_kernel(attn
     const bf16 *kb = p.k + tok0 * ks + (int64_t)g * p.hd;
     const bf16 *vb = p.v + tok0 * ks + (int64_t)g * p.hd;
     const int last = min(q0 + kRows - 1, S - 1), nkt = last / BK + 1;
+    const int32_t *sg = p.seg ? p.seg + tok0 : nullptr; /* as the forward */
+    const int j0 = seg_lo(sg, q0, S) / BK, wlo = seg_lo(sg, wrow0, S);
+    int lo[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        lo[i] = seg_lo(sg, wrow0 + gi + i * 8, S);
 
     load_tile<kRows, D>(sQ, p.q + tok0 * qs + (int64_t)h * p.hd, qs, q0, S, p.hd, tid);
     load_tile<kRows, D>(sO, p.dout + tok0 * qs + (int64_t)h * p.hd, qs, q0, S, p.hd, tid);
-    load_tile<BK, D>(sK, kb, ks, 0, S, p.hd, tid);
-    load_tile<BK, D>(sV, vb, ks, 0, S, p.hd, tid);
+    load_tile<BK, D>(sK + (j0 & 1) * BK * LD, kb, ks, j0 * BK, S, p.hd, tid);
+    load_tile<BK, D>(sV + (j0 & 1) * BK * LD, vb, ks, j0 * BK, S, p.hd, tid);
     cp_async_commit();
 
     /* this thread's two rows: lse (log2 units) and delta; rows past the
@@ -546,7 +586,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dq_kernel(attn
     for (int n = 0; n < D / 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-    for (int j = 0; j < nkt; j++) {
+    for (int j = j0; j < nkt; j++) {
         if (j + 1 < nkt) {
             const int st = (j + 1) & 1;
             load_tile<BK, D>(sK + st * BK * LD, kb, ks, (j + 1) * BK, S, p.hd, tid);
@@ -557,7 +597,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dq_kernel(attn
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (j == j0) {
 #pragma unroll
             for (int kk = 0; kk < KB; kk++) {
                 load_a<LD>(qf[kk], sQ, warp * 16, kk * 16, lane);
@@ -566,7 +606,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dq_kernel(attn
         }
         const bf16 *cK = sK + (j & 1) * BK * LD, *cV = sV + (j & 1) * BK * LD;
         const int k0 = j * BK;
-        if (k0 <= wrow0 + 15) {
+        if (k0 <= wrow0 + 15 && k0 + BK > wlo) {
             float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
             for (int n = 0; n < BK / 8; n++)
@@ -592,7 +632,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dq_kernel(attn
                     const int col = k0 + n * 8 + 2 * ti + (e & 1);
                     const int row = wrow0 + gi + (e >> 1) * 8;
                     float pr = 0.0f;
-                    if (col <= row)
+                    if (col <= row && col >= lo[e >> 1])
                         pr = exp2f(s[n][e] * p.scale_log2 - l2[e >> 1]);
                     dp[n][e] = pr * (dp[n][e] - dl[e >> 1]);
                 }
@@ -671,8 +711,6 @@ const char *shape_problem(const rp_attn_shape *s)
         return "attention: seqlen above 2^30, or nheads or nseq above 65535";
     if (!isfinite(s->scale))
         return "attention: scale is not finite";
-    if (s->seg_start)
-        return "attention: document segments (seg_start) are not implemented on CUDA yet";
     return nullptr;
 }
 
@@ -686,6 +724,7 @@ attn_params make_params(const rp_attn_shape *s)
     p.hd = (int)s->head_dim;
     p.scale = s->scale;
     p.scale_log2 = s->scale * kLog2e;
+    p.seg = s->seg_start;
     return p;
 }
 

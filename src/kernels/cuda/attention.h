@@ -6,8 +6,13 @@
  *   k, v, dk, dv : [nseq*seqlen, nkv*head_dim]
  *   lse          : [nseq*seqlen, nheads]   (natural log-sum-exp of scale*q.k)
  * Query head h reads kv head h / (nheads/nkv); query t of a sequence sees
- * keys 0..t of the same sequence. Document segments (rp_attn_shape's
- * seg_start) are not implemented yet: a shape with them is refused.
+ * keys 0..t of the same sequence, or with document segments (rp_attn_shape's
+ * seg_start, device memory) keys seg_start[t]..t: key tiles before a query
+ * tile's earliest visible key are skipped, the query tiles of a key tile
+ * end at the last row whose segment starts at or before it, and scores
+ * outside a row's segment are masked. (Written without a GPU at hand:
+ * test_kernel_ops.c compares it with the CPU op; until that has run on a
+ * GPU, `roundpipe train` refuses --documents on CUDA.)
  *
  * Numerics: q, k, v and do enter the tensor cores as bf16 (mma.sync
  * m16n8k16), products and softmax accumulate in fp32; P and dS are rounded to
