@@ -3,9 +3,10 @@
 # "peak_bytes", what the partitioner keeps under --memory-limit-mib) is to
 # the byte what `roundpipe train`'s executors allocate ("executor buffers:
 # ... (N bytes"), for forced plans of a tied model (the tail holds the
-# embedding matrix and its gradient) and an untied one, CPU executors, two
-# ranks; the host store `roundpipe plan` reports (model state and
-# gradients, activations) is what train's node allocates, to the byte, for
+# embedding matrix and its gradient) and an untied one, and with
+# --documents (the segment starts), CPU executors, two ranks; the host
+# store `roundpipe plan` reports (model state and gradients, activations)
+# is what train's node allocates, to the byte, for
 # bf16 and fp32, one and two pipelines; a --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
@@ -13,15 +14,15 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 data="$src/mpi-tests/fixtures/golden/llama/data.npy" # tokens < 96, both vocabularies
 export OMP_NUM_THREADS=1
-check() { # config plan: train's allocation equals plan's count
-  cfg=$1; p=$2
+check() { # config plan [options both take]: train's allocation equals plan's count
+  cfg=$1; p=$2; shift 2
   ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "$data" --seq-len 16 \
-    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --plan "$p" \
+    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --plan "$p" "$@" \
     > "$tmp/train.txt" 2>&1 || { bad "$cfg $p: train failed"; cat "$tmp/train.txt"; return; }
   got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt")
   want=$("$bin" plan --init-config "$cfg" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
-    --plan "$p" --device cpu --json | grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
-  [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$cfg $p: executors allocate '$got' bytes, plan counts '$want'"
+    --plan "$p" --device cpu --json "$@" | grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
+  [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$cfg $p $*: executors allocate '$got' bytes, plan counts '$want'"
 }
 tied="$src/examples/tiny-config.json"
 untied="$src/mpi-tests/fixtures/golden/llama/model/config.json"
@@ -31,6 +32,8 @@ done
 nl=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$untied")
 check "$untied" "fwd=0;bwd=1-$((nl + 1)),0"
 check "$untied" "fwd=0-$nl;bwd=$((nl + 1)),0-$nl"
+# --documents: the executors also hold the microbatch's segment starts
+check "$tied" "fwd=0-2;bwd=3-5,0-2" --documents "$src/mpi-tests/fixtures/golden/llama-packed/documents.npy"
 
 # the host store: plan's figures against train's
 host() { # config dtype pipelines plan

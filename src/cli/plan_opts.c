@@ -18,7 +18,8 @@
 enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
-    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_JSON, O_HELP
+    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_DOCUMENTS,
+    O_JSON, O_HELP
 };
 
 static const struct option opts[] = {
@@ -51,6 +52,7 @@ static const struct option opts[] = {
     {"device", required_argument, 0, O_DEVICE},
     {"topology", required_argument, 0, O_TOPOLOGY},
     {"deal", required_argument, 0, O_DEAL},
+    {"documents", required_argument, 0, O_DOCUMENTS},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -105,13 +107,16 @@ const char rp_plan_cli_options_usage[] =
     "                         deal drives: in bus order, or group by group in turn so\n"
     "                         consecutive jobs land on different switches; best (the\n"
     "                         default) plans both and keeps the faster\n"
+    "  --documents FILE.npy   a config's executors hold the segment starts train's\n"
+    "                         --documents adds (the file itself is not read)\n"
     "  --json                 print JSON instead of a table\n";
 
 /* A config's cost model: times from its FLOPs on the given device rates,
  * device memory as the executors of `device` allocate it (the workspace
  * into *workspace). */
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
-                             double devgbs, int cb, rp_dtype grad_dtype, rp_device_kind device,
+                             double devgbs, int cb, rp_dtype grad_dtype, int documents,
+                             rp_device_kind device,
                              rp_cost_model **out,
                              int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
 {
@@ -124,7 +129,8 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
-        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, tok_mb / S, S, *out,
+        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, documents,
+                                   tok_mb / S, S, *out,
                                    workspace, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(out);
@@ -190,6 +196,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     rp_device_kind device = RP_DEVICE_AUTO;
     int64_t config_ws = 0;
     const char *topology = NULL;
+    int documents = 0;
     o->deal = RP_DEAL_BEST;
     optind = 0;
     opterr = 0;
@@ -271,6 +278,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                                   optarg);
             break;
         case O_TOPOLOGY: topology = optarg; break;
+        case O_DOCUMENTS: documents = 1; break;
         case O_DEAL:
             if (!strcmp(optarg, "natural"))
                 o->deal = RP_DEAL_NATURAL;
@@ -332,7 +340,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
             cb = device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
-            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, grad_dtype, device,
+            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, grad_dtype, documents,
+                             device,
                              &o->model,
                              &config_ws, &o->cfg, err);
         o->have_config = st == RP_OK;

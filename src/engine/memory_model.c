@@ -9,7 +9,7 @@
 #include "model/layers.h"
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype,
+                               rp_dtype grad_dtype, int documents,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err)
 {
@@ -45,6 +45,6 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     *workspace_bytes =
         (ops ? (int64_t)rp_model_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4
              : 0) +
-        tokens * (int64_t)(2 * sizeof(int32_t) + 1);
+        tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
     return RP_OK;
 }

@@ -24,9 +24,10 @@
  *       executor gives every layer of a tail/backward stage one);
  *   out_bytes: one microbatch's activations, tokens x hidden in fp32;
  * and *workspace_bytes: the layer calls' scratch (rp_model_workspace_floats)
- * plus the microbatch's token ids, targets and mask. */
+ * plus the microbatch's token ids, targets and mask (and with documents
+ * its segment starts). */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype,
+                               rp_dtype grad_dtype, int documents,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
 

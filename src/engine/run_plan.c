@@ -68,6 +68,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     free(work);
     if (s == RP_OK) /* and the bytes: what the executors allocate */
         s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
+                                 e->o->documents != NULL,
                                  e->samples_per_micro, e->seq_len, cm,
                                  &workspace, err);
     if (s != RP_OK) {
