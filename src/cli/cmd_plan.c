@@ -56,12 +56,7 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
            m->name, m->num_layers, o->mc.gpus, o->mc.microbatches, r->width,
            o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
            r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
-    if (o->mc.link_groups) {
-        printf("\"link_groups\": %d, \"deal\": [", o->mc.link_groups);
-        for (int e = 0; e < o->mc.gpus; e++)
-            printf("%s%d", e ? ", " : "", o->mc.deal_set ? o->mc.deal[e] : e);
-        printf("], ");
-    }
+    rp_plan_cli_deal_json(&o->mc);
     rp_host_memory hm;
     if (host_memory(o, r, p, &hm))
         printf("\"device\": \"%s\", \"dtype\": \"%s\", \"host_param_store_bytes\": %zu, "

@@ -127,11 +127,8 @@ int rp_cli_simulate(int argc, char **argv)
                    o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
                    o.mc.transfer_ms, o.mc.opt_gbs, o.mc.sparse_embed, efrac, ratio);
             if (topo) {
-                printf("\"link_groups\": %d, \"aware_over_blind_throughput\": %.6g, "
-                       "\"deal\": [", o.mc.link_groups, aware_ratio);
-                for (int e = 0; e < G; e++)
-                    printf("%s%d", e ? ", " : "", aware.deal_set ? aware.deal[e] : e);
-                printf("], ");
+                rp_plan_cli_deal_json(&aware);
+                printf("\"aware_over_blind_throughput\": %.6g, ", aware_ratio);
             }
             printf("\"schedules\": [");
             for (int i = 0; i < nrows; i++) {
@@ -141,7 +138,7 @@ int rp_cli_simulate(int argc, char **argv)
                        "\"limited_by\": \"%s\", \"bubble\": [",
                        i ? ", " : "", rows[i].name, rows[i].plan, r->iteration_ms,
                        r->tokens_per_s, r->bubble_mean, r->bubble_max,
-                       i < 2 || i == 4 ? limit_name(r->limit) : "schedule");
+                       limit_name(r->limit));
                 for (int e = 0; e < G; e++)
                     printf("%s%.6g", e ? ", " : "", r->bubble[e]);
                 printf("]}");
@@ -156,9 +153,10 @@ int rp_cli_simulate(int argc, char **argv)
                 printf("embedding moved and updated by rows (as the engine does), rows "
                        "fraction %.4f per iteration%s\n",
                        efrac, o.mc.embed_rows_frac > 0 ? " (given)" : " (bound: every token distinct)");
-            for (int i = 0; i < nrows; i += i == 1 ? 3 : 1)
-                printf("plan (%s): %s (width %d: roundpipe train --pipelines %d)\n",
-                       rows[i].name, rows[i].plan, rows[i].r.width, rows[i].r.groups);
+            for (int i = 0; i < nrows; i++) /* the planned schedules (not the baselines) */
+                if (rows[i].plan[0])
+                    printf("plan (%s): %s (width %d: roundpipe train --pipelines %d)\n",
+                           rows[i].name, rows[i].plan, rows[i].r.width, rows[i].r.groups);
             if (topo)
                 printf("topology (%s): %s%s%s\n", rows[0].name, deal,
                        o.topology_warnings[0] ? "; warning: " : "", o.topology_warnings);
@@ -173,7 +171,7 @@ int rp_cli_simulate(int argc, char **argv)
                     snprintf(tps, sizeof tps, "n/a");
                 printf("%-30s %12.1f %12s %11.2f%% %11.2f%%  %s\n", rows[i].name, r->iteration_ms,
                        tps, 100 * r->bubble_mean, 100 * r->bubble_max,
-                       i < 2 || i == 4 ? limit_name(r->limit) : "schedule");
+                       limit_name(r->limit));
             }
             for (int i = 0; i < nrows; i++) {
                 printf("\nbubble per executor, %s:", rows[i].name);

@@ -458,5 +458,15 @@ void rp_plan_cli_deal_text(const rp_machine *mc, char *buf, size_t len)
     size_t at = (size_t)snprintf(buf, len, "%d link group(s), %s deal: executor -> GPU",
                                  mc->link_groups, mc->deal_set ? "interleaved" : "natural");
     for (int e = 0; e < mc->gpus && at < len; e++)
-        at += (size_t)snprintf(buf + at, len - at, " %d", mc->deal_set ? mc->deal[e] : e);
+        at += (size_t)snprintf(buf + at, len - at, " %d", rp_machine_gpu_of(mc, e));
+}
+
+void rp_plan_cli_deal_json(const rp_machine *mc)
+{
+    if (!mc->link_groups)
+        return;
+    printf("\"link_groups\": %d, \"deal\": [", mc->link_groups);
+    for (int e = 0; e < mc->gpus; e++)
+        printf("%s%d", e ? ", " : "", rp_machine_gpu_of(mc, e));
+    printf("], ");
 }

@@ -48,5 +48,8 @@ rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, r
 
 /* "4 link group(s), interleaved deal: executor -> GPU 0 2 4 6 1 3 5 7" */
 void rp_plan_cli_deal_text(const rp_machine *mc, char *buf, size_t len);
+/* The same as JSON members ("link_groups": 4, "deal": [0, 2, ...], ) on
+ * standard output; nothing without link groups. */
+void rp_plan_cli_deal_json(const rp_machine *mc);
 
 #endif

@@ -475,8 +475,7 @@ rp_status rp_checkpoint_hold(rp_engine *e, int l, int64_t t, const char *who, rp
 static int64_t adam_after(const rp_engine *e, int64_t last)
 {
     int64_t a = e->adam_first;
-    int64_t from = e->resume_pending && e->it_first == e->resume_step + 1 ? e->resume_step
-                                                                         : e->it_first;
+    int64_t from = rp_engine_resumes_pending(e) ? e->resume_step : e->it_first;
     for (int64_t t = from; t <= last; t++)
         a += rp_engine_counted(e, t) > 0;
     return a;

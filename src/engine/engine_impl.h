@@ -151,6 +151,14 @@ rp_status rp_engine_outputs_check(const rp_train_options *o, rp_error *err);
 rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err);
 int rp_engine_aborted(const rp_engine *e);
 
+/* Does the running segment start with a checkpoint's pending update (a
+ * lagged optimizer's, engine/checkpoints.h), to apply before its first
+ * step's? */
+static inline int rp_engine_resumes_pending(const rp_engine *e)
+{
+    return e->resume_pending && e->it_first == e->resume_step + 1;
+}
+
 /* Counted targets of iteration t, and the tokens of microbatch m. */
 int64_t rp_engine_counted(const rp_engine *e, int64_t t);
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,

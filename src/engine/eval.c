@@ -91,26 +91,32 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
     return s;
 }
 
-/* Samples [first, first + n) of the evaluation set onto the device: tokens,
- * targets, their counted mask and the document segments; the counted
- * targets into *counted. */
-static rp_status load_tokens(evaluator *v, int64_t first, int64_t n, int64_t *counted,
+/* What of samples [first, first + n) of the evaluation set a layer reads,
+ * onto the device: the embedding its token ids, a block the document
+ * segments (with --eval-documents), the head the targets and their counted
+ * mask (*counted: how many count). */
+static rp_status load_tokens(evaluator *v, int l, int64_t first, int64_t n, int64_t *counted,
                              rp_error *err)
 {
     rp_engine *e = v->e;
     const int64_t S = e->seq_len;
+    const size_t T = (size_t)(n * S);
+    const int head = l == e->p->nlayers - 1;
+    if (l > 0 && !head) {
+        if (!v->seg)
+            return RP_OK;
+        for (int64_t j = 0; j < n; j++)
+            rp_dataset_segments(e->eval_ds, first + j, v->hseg + j * S);
+        return rp_device_copy(e->dev, v->seg, v->hseg, T * sizeof(int32_t), err);
+    }
     *counted = 0;
-    for (int64_t j = 0; j < n; j++) {
+    for (int64_t j = 0; j < n; j++)
         *counted += rp_dataset_fill(e->eval_ds, first + j, v->hin + j * S, v->htgt + j * S,
                                     v->hmask + j * S);
-        if (v->seg)
-            rp_dataset_segments(e->eval_ds, first + j, v->hseg + j * S);
-    }
-    size_t T = (size_t)(n * S);
-    RP_TRY(rp_device_copy(e->dev, v->in, v->hin, T * sizeof(int32_t), err));
+    if (l == 0)
+        return rp_device_copy(e->dev, v->in, v->hin, T * sizeof(int32_t), err);
     RP_TRY(rp_device_copy(e->dev, v->tgt, v->htgt, T * sizeof(int32_t), err));
-    RP_TRY(rp_device_copy(e->dev, v->mask, v->hmask, T, err));
-    return v->seg ? rp_device_copy(e->dev, v->seg, v->hseg, T * sizeof(int32_t), err) : RP_OK;
+    return rp_device_copy(e->dev, v->mask, v->hmask, T, err);
 }
 
 /* Layer l's forward for microbatch `mb` (samples [first, first + n)), its
@@ -123,7 +129,7 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
     const int64_t S = e->seq_len, T = n * S;
     const size_t bytes = (size_t)T * (size_t)e->hidden * sizeof(float);
     const rp_dtype dt = p->compute_dtype;
-    RP_TRY(load_tokens(v, first, n, counted, err)); /* a block reads the segments */
+    RP_TRY(load_tokens(v, l, first, n, counted, err));
     if (l == 0) {
         RP_TRY(rp_embed_forward(&v->k, &p->cfg, v->embed, dt, v->in, T, v->out, err));
     } else {

@@ -194,7 +194,7 @@ static rp_status run(rp_engine *e, rp_error *err)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
     rp_status s = RP_OK;
     int64_t adam_before = e->adam_step;
-    if (e->resume_pending && e->it_first == e->resume_step + 1) {
+    if (rp_engine_resumes_pending(e)) {
         /* a checkpoint's pending update: its gradient loaded, its
          * coefficient saved; applied as the run that wrote it would have */
         int64_t t = e->resume_step;

@@ -158,13 +158,6 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     return RP_OK;
 }
 
-/* Does the segment start with a checkpoint's pending update (a lagged
- * optimizer's, engine/checkpoints.h)? */
-static int resumes_pending(const rp_engine *e)
-{
-    return e->resume_pending && e->it_first == e->resume_step + 1;
-}
-
 /* The store of one segment (iterations first..last under one plan): the
  * activation arena and the events, every counter starting at first - 1 as if
  * the earlier iterations had run under this plan. */
@@ -201,7 +194,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
     if (s == RP_OK && rp_store_is_leader(e->store)) {
         rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
-        if (resumes_pending(e)) { /* the weights are of the step before: its update follows */
+        if (rp_engine_resumes_pending(e)) { /* the weights are of the step before: its update follows */
             rp_events_fill_kind(e->ev, RP_EV_VERSION, (uint64_t)(e->it_first - 2));
             rp_events_fill_kind(e->ev, RP_EV_ROWS, (uint64_t)(e->it_first - 2));
         }

@@ -317,22 +317,6 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, in
     return RP_OK;
 }
 
-rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
-                              const rp_checkpoint_content *c, json_object *state, char *dir,
-                              size_t len, rp_error *err)
-{
-    rp_checkpoint_writer *w = NULL;
-    RP_TRY(rp_checkpoint_begin(root, step, c, &w, err));
-    rp_status s = RP_OK;
-    for (int i = 0; s == RP_OK && i < c->nfiles; i++)
-        s = rp_checkpoint_put(w, i, 0, c->files[i].n, err);
-    if (s != RP_OK) {
-        rp_checkpoint_abort(&w);
-        return s;
-    }
-    return rp_checkpoint_finish(&w, state, keep, dir, len, err);
-}
-
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err)
 {
     out[0] = '\0';

@@ -66,11 +66,6 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **w, json_object *state, int
                                size_t len, rp_error *err);
 void rp_checkpoint_abort(rp_checkpoint_writer **w);
 
-/* All of it at once: begin, put every tensor, finish. */
-rp_status rp_checkpoint_write(const char *root, int64_t step, int keep,
-                              const rp_checkpoint_content *c, json_object *state, char *dir,
-                              size_t len, rp_error *err);
-
 /* The newest complete checkpoint under root into out, or "" when there is
  * none (root missing included). */
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err);

@@ -153,25 +153,18 @@ void rp_tensor_file_destroy(rp_tensor_file **f)
     *f = NULL;
 }
 
-/* The whole file at once: in file order, so the writes are sequential. */
+/* The whole file at once, its tensors in file order (sequential writes). */
 static rp_status tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors,
                              int n, rp_dtype dtype, rp_error *err)
 {
-    rp_safetensors_writer *w = NULL;
-    RP_TRY(rp_safetensors_writer_create(&w, err));
-    rp_status s = RP_OK;
-    for (int i = 0; i < n && s == RP_OK; i++)
-        s = rp_safetensors_writer_add(w, tensors[i].name, dtype, RP_F32, tensors[i].ndim,
-                                      tensors[i].shape, tensors[i].data, err);
-    rp_atomic_file **af = NULL;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", rp_file_set_dir(fs), name);
-    if (s == RP_OK)
-        s = rp_file_set_add(fs, name, &af, err);
-    if (s == RP_OK)
-        s = rp_safetensors_writer_write_to(w, af, path, err);
-    rp_safetensors_writer_destroy(&w);
-    return s;
+    rp_tensor_file *f = NULL;
+    RP_TRY(rp_tensor_file_begin(fs, name, tensors, n, dtype, &f, err));
+    rp_status s = rp_safetensors_writer_write_all(f->w, f->af, f->path, err);
+    if (s != RP_OK) {
+        rp_tensor_file_destroy(&f);
+        return s;
+    }
+    return rp_tensor_file_end(&f, err);
 }
 
 rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, rp_dtype dtype,

@@ -335,14 +335,22 @@ rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, c
     return RP_OK;
 }
 
-rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
-                                         const char *path, rp_error *err)
+rp_status rp_safetensors_writer_write_all(rp_safetensors_writer *w, rp_atomic_file **af,
+                                          const char *path, rp_error *err)
 {
-    RP_TRY(rp_safetensors_writer_write_header(w, af, path, err));
+    if (!w->header_written)
+        return rp_error_set(err, RP_ERR_INTERNAL, "%s: tensors written before the header", path);
     rp_status s = RP_OK; /* in file order: the writes stay sequential */
     for (size_t i = 0; s == RP_OK && i < w->n; i++)
         s = rp_safetensors_writer_write_tensor(w, (size_t)(w->order[i] - w->e), af, path, err);
     return s;
+}
+
+rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_file **af,
+                                         const char *path, rp_error *err)
+{
+    RP_TRY(rp_safetensors_writer_write_header(w, af, path, err));
+    return rp_safetensors_writer_write_all(w, af, path, err);
 }
 
 rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path, rp_error *err)

@@ -51,5 +51,8 @@ rp_status rp_safetensors_writer_write_tensor(rp_safetensors_writer *w, size_t in
                                              rp_error *err);
 rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, const char *path,
                                                rp_error *err);
+/* Every tensor after the header, in file order (sequential writes). */
+rp_status rp_safetensors_writer_write_all(rp_safetensors_writer *w, rp_atomic_file **af,
+                                          const char *path, rp_error *err);
 
 #endif

@@ -205,7 +205,7 @@ static void run_jobs(sim *s, int t, int g)
     for (int j = 0; j < s->n; j++) {
         const rp_job *job = &s->jobs[j];
         int e = rp_schedule_executor(s->p, mc->gpus, t, j, g);
-        int gpu = mc->deal_set ? mc->deal[e] : e;
+        int gpu = rp_machine_gpu_of(mc, e);
         exec_state *x = &s->ex[e];
         double wr = 0.0;
         for (int l = job->first; l <= job->last; l++)

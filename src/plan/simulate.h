@@ -102,6 +102,12 @@ typedef struct rp_machine {
     int deal[RP_SIM_MAX_GPUS];
 } rp_machine;
 
+/* The GPU executor e of the round-robin deal drives. */
+static inline int rp_machine_gpu_of(const rp_machine *mc, int e)
+{
+    return mc->deal_set ? mc->deal[e] : e;
+}
+
 /* Deal executors to GPUs group by group in turn (GPU 0 of group 0, GPU 0
  * of group 1, ..., GPU 1 of group 0, ...), so consecutive jobs of the
  * round-robin deal land on different link groups. No-op without groups. */
