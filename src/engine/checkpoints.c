@@ -447,11 +447,10 @@ static int ck_in_segment(const rp_engine *e, int64_t c)
 
 int rp_checkpoint_writer_needed(const rp_engine *e)
 {
-    if (!e->o->checkpoint_dir || e->o->checkpoint_every <= 0)
-        return 0;
-    int64_t every = e->o->checkpoint_every;
-    int64_t next = (e->it_first + every - 1) / every * every;
-    return next < e->it_last;
+    for (int64_t c = e->it_first; c < e->it_last; c++)
+        if (ck_in_segment(e, c))
+            return 1;
+    return 0;
 }
 
 /* Hold the update of step t of layer l until the checkpoint that needs the

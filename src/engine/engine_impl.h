@@ -94,7 +94,8 @@ typedef struct rp_engine {
      * this rank's group among the node's, its slot in the group's board
      * and the group's member count (< 2: no arbitration) */
     int link_group, link_member, link_members;
-    int *link_group_of;  /* [node ranks]: each rank's group, -1 none (for the planner) */
+    int *link_group_of;  /* [node ranks]: each rank's group, numbered 0.. in rank order, -1
+                            none (for the planner) */
     struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
     rp_lr_schedule sched;
     /* the shape of the run (fixed once set up) */

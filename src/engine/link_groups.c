@@ -67,25 +67,34 @@ rp_status rp_run_link_groups(rp_engine *e, MPI_Comm node, rp_error *err)
     if (!all)
         return rp_error_set(err, RP_ERR_NOMEM, "link groups");
     MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, node);
-    e->link_group = mine;
+    /* numbered densely in rank order (a board per group: at most nr), the
+     * same on every rank */
+    int *dense = calloc((size_t)nr, sizeof *dense), next = 0;
+    if (!dense) {
+        free(all);
+        return rp_error_set(err, RP_ERR_NOMEM, "link groups");
+    }
+    for (int i = 0; i < nr; i++) {
+        dense[i] = -1;
+        for (int j = 0; j < i && all[i] >= 0 && dense[i] < 0; j++)
+            if (all[j] == all[i])
+                dense[i] = dense[j];
+        if (all[i] >= 0 && dense[i] < 0)
+            dense[i] = next++;
+    }
+    free(all);
+    e->link_group = dense[r];
     e->link_member = e->link_members = 0;
-    for (int i = 0; i < nr && mine >= 0; i++)
-        if (all[i] == mine) {
+    for (int i = 0; i < nr && dense[r] >= 0; i++)
+        if (dense[i] == dense[r]) {
             if (i < r)
                 e->link_member++;
             e->link_members++;
         }
-    int groups = 0; /* boards are indexed by group number: at most nr of them */
-    for (int i = 0; i < nr; i++)
-        groups = all[i] + 1 > groups ? all[i] + 1 : groups;
-    if (s == RP_OK && groups > nr)
-        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--link-groups %s: group numbers go up to %d, "
-                         "but the node has %d ranks (number the groups from 0)", list ? list : "",
-                         groups - 1, nr);
     if (s == RP_OK && e->link_members > RP_XFER_LINK_MAX)
         s = rp_error_set(err, RP_ERR_INVALID_ARG, "link group %d has %d ranks (at most %d)", mine,
                          e->link_members, RP_XFER_LINK_MAX);
     free(e->link_group_of);
-    e->link_group_of = all;
+    e->link_group_of = dense;
     return s;
 }

@@ -92,14 +92,13 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     if (e->link_group_of && e->virtual_executors == e->size) {
         /* ranks sharing a PCIe link: the planner prices their uploads on it
          * (an uplink like a GPU's own link); a rank in none is alone */
-        int next = 0, shared = 0; /* groups numbered densely, by first rank */
+        int next = 0, shared = 0; /* link_group_of is numbered densely from 0 */
+        for (int r = 0; r < e->size; r++)
+            next = e->link_group_of[r] + 1 > next ? e->link_group_of[r] + 1 : next;
         for (int r = 0; r < e->size; r++) {
-            int g = e->link_group_of[r], k = -1;
-            for (int q = 0; q < r && g >= 0; q++)
-                if (e->link_group_of[q] == g)
-                    k = mc.link_group[q];
-            shared |= k >= 0;
-            mc.link_group[r] = k >= 0 ? k : next++;
+            mc.link_group[r] = e->link_group_of[r] >= 0 ? e->link_group_of[r] : next++;
+            for (int q = 0; q < r; q++)
+                shared |= mc.link_group[q] == mc.link_group[r];
         }
         if (shared) {
             mc.link_groups = next;
