@@ -96,41 +96,67 @@ static void expect_close(const float *a, const double *ref, size_t n, const char
                       "block %lld: %s[%zu] = %.8g, naive %.8g", (long long)B, what, i, a[i], ref[i]);
 }
 
+/* One problem: random inputs, the naive reference in double, and room
+ * for the kernel's outputs. */
+typedef struct problem {
+    float *q, *k, *v, *dout;
+    double scale, *o, *lse, *dq, *dk, *dv; /* naive */
+    float *fo, *flse, *fdq, *fdk, *fdv;   /* the kernel's */
+} problem;
+
+static void problem_make(problem *p, uint64_t seed, float sd, const int32_t *seg)
+{
+    p->q = rnd(TT * NH * HD, seed, sd), p->k = rnd(TT * NKV * HD, seed + 1, sd);
+    p->v = rnd(TT * NKV * HD, seed + 2, 1.0f), p->dout = rnd(TT * NH * HD, seed + 3, 1.0f);
+    p->scale = 1.0 / sqrt((double)HD);
+    p->o = malloc(sizeof(double) * TT * NH * HD), p->lse = malloc(sizeof(double) * TT * NH);
+    p->dq = malloc(sizeof(double) * TT * NH * HD), p->dk = malloc(sizeof(double) * TT * NKV * HD);
+    p->dv = malloc(sizeof(double) * TT * NKV * HD);
+    naive(p->q, p->k, p->v, p->dout, p->scale, seg, p->o, p->lse, p->dq, p->dk, p->dv);
+    p->fo = malloc(sizeof(float) * TT * NH * HD), p->flse = malloc(sizeof(float) * TT * NH);
+    p->fdq = malloc(sizeof(float) * TT * NH * HD), p->fdk = malloc(sizeof(float) * TT * NKV * HD);
+    p->fdv = malloc(sizeof(float) * TT * NKV * HD);
+}
+
+static void problem_free(problem *p)
+{
+    free(p->q), free(p->k), free(p->v), free(p->dout), free(p->o), free(p->lse), free(p->dq);
+    free(p->dk), free(p->dv), free(p->fo), free(p->flse), free(p->fdq), free(p->fdk);
+    free(p->fdv);
+}
+
+/* The kernel's forward and backward for shape s against the naive ones. */
+static void check_against_naive(problem *p, const rp_attn_shape *s)
+{
+    rp_attn_forward(s, p->q, p->k, p->v, p->fo, p->flse);
+    expect_close(p->fo, p->o, TT * NH * HD, "o", s->block);
+    expect_close(p->flse, p->lse, TT * NH, "lse", s->block);
+    rp_attn_backward(s, p->q, p->k, p->v, p->fo, p->flse, p->dout, p->fdq, p->fdk, p->fdv);
+    expect_close(p->fdq, p->dq, TT * NH * HD, "dq", s->block);
+    expect_close(p->fdk, p->dk, TT * NKV * HD, "dk", s->block);
+    expect_close(p->fdv, p->dv, TT * NKV * HD, "dv", s->block);
+}
+
 START_TEST(blocked_equals_naive)
 {
     /* scores of size O(3): a peaked softmax, where the online rescaling matters */
-    float *q = rnd(TT * NH * HD, 1, 1.0f), *k = rnd(TT * NKV * HD, 2, 1.0f);
-    float *v = rnd(TT * NKV * HD, 3, 1.0f), *dout = rnd(TT * NH * HD, 4, 1.0f);
-    const double scale = 1.0 / sqrt((double)HD);
-    double *o = malloc(sizeof(double) * TT * NH * HD), *lse = malloc(sizeof(double) * TT * NH);
-    double *dq = malloc(sizeof(double) * TT * NH * HD), *dk = malloc(sizeof(double) * TT * NKV * HD),
-           *dv = malloc(sizeof(double) * TT * NKV * HD);
-    naive(q, k, v, dout, scale, NULL, o, lse, dq, dk, dv);
-
-    float *fo = malloc(sizeof(float) * TT * NH * HD), *flse = malloc(sizeof(float) * TT * NH);
-    float *fdq = malloc(sizeof(float) * TT * NH * HD), *fdk = malloc(sizeof(float) * TT * NKV * HD),
-          *fdv = malloc(sizeof(float) * TT * NKV * HD);
+    problem p;
+    problem_make(&p, 1, 1.0f, NULL);
     float *dq1 = malloc(sizeof(float) * TT * NH * HD);
     int64_t blocks[] = {1, 3, 4, S - 1, S, S + 5, 64};
     for (int bi = 0; bi < 7; bi++) {
-        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)scale, NULL};
-        rp_attn_forward(&s, q, k, v, fo, flse);
-        expect_close(fo, o, TT * NH * HD, "o", blocks[bi]);
-        expect_close(flse, lse, TT * NH, "lse", blocks[bi]);
-        rp_attn_backward(&s, q, k, v, fo, flse, dout, fdq, fdk, fdv);
-        expect_close(fdq, dq, TT * NH * HD, "dq", blocks[bi]);
-        expect_close(fdk, dk, TT * NKV * HD, "dk", blocks[bi]);
-        expect_close(fdv, dv, TT * NKV * HD, "dv", blocks[bi]);
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)p.scale, NULL};
+        check_against_naive(&p, &s);
     }
     /* the backward sums in (head, query, key) order whatever the block:
      * given the same o and lse it gives the same bits for any block size */
-    rp_attn_shape s1 = {NSEQ, S, NH, NKV, HD, 1, (float)scale, NULL};
-    rp_attn_shape s7 = {NSEQ, S, NH, NKV, HD, 7, (float)scale, NULL};
-    rp_attn_backward(&s1, q, k, v, fo, flse, dout, dq1, fdk, fdv);
-    rp_attn_backward(&s7, q, k, v, fo, flse, dout, fdq, fdk, fdv);
-    ck_assert_mem_eq(dq1, fdq, sizeof(float) * TT * NH * HD);
-    free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
-    free(fo), free(flse), free(fdq), free(fdk), free(fdv), free(dq1);
+    rp_attn_shape s1 = {NSEQ, S, NH, NKV, HD, 1, (float)p.scale, NULL};
+    rp_attn_shape s7 = {NSEQ, S, NH, NKV, HD, 7, (float)p.scale, NULL};
+    rp_attn_backward(&s1, p.q, p.k, p.v, p.fo, p.flse, p.dout, dq1, p.fdk, p.fdv);
+    rp_attn_backward(&s7, p.q, p.k, p.v, p.fo, p.flse, p.dout, p.fdq, p.fdk, p.fdv);
+    ck_assert_mem_eq(dq1, p.fdq, sizeof(float) * TT * NH * HD);
+    problem_free(&p);
+    free(dq1);
 }
 END_TEST
 
@@ -150,33 +176,20 @@ START_TEST(segments_equal_naive_with_a_document_mask)
                     cur = starts[b][i];
             seg[b * S + t] = cur;
         }
-    float *q = rnd(TT * NH * HD, 11, 1.5f), *k = rnd(TT * NKV * HD, 12, 1.5f);
-    float *v = rnd(TT * NKV * HD, 13, 1.0f), *dout = rnd(TT * NH * HD, 14, 1.0f);
-    const double scale = 1.0 / sqrt((double)HD);
-    double *o = malloc(sizeof(double) * TT * NH * HD), *lse = malloc(sizeof(double) * TT * NH);
-    double *dq = malloc(sizeof(double) * TT * NH * HD), *dk = malloc(sizeof(double) * TT * NKV * HD),
-           *dv = malloc(sizeof(double) * TT * NKV * HD);
-    naive(q, k, v, dout, scale, seg, o, lse, dq, dk, dv);
-    float *fo = malloc(sizeof(float) * TT * NH * HD), *flse = malloc(sizeof(float) * TT * NH);
-    float *fdq = malloc(sizeof(float) * TT * NH * HD), *fdk = malloc(sizeof(float) * TT * NKV * HD),
-          *fdv = malloc(sizeof(float) * TT * NKV * HD), *o1 = malloc(sizeof(float) * TT * NH * HD);
+    problem p;
+    problem_make(&p, 11, 1.5f, seg);
+    float *o1 = malloc(sizeof(float) * TT * NH * HD);
     int64_t blocks[] = {1, 2, 3, 4, S};
     for (int bi = 0; bi < 5; bi++) {
-        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)scale, seg};
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)p.scale, seg};
         omp_set_num_threads(1);
-        rp_attn_forward(&s, q, k, v, o1, flse);
+        rp_attn_forward(&s, p.q, p.k, p.v, o1, p.flse);
         omp_set_num_threads(3);
-        rp_attn_forward(&s, q, k, v, fo, flse);
-        ck_assert_mem_eq(o1, fo, sizeof(float) * TT * NH * HD);
-        expect_close(fo, o, TT * NH * HD, "o", blocks[bi]);
-        expect_close(flse, lse, TT * NH, "lse", blocks[bi]);
-        rp_attn_backward(&s, q, k, v, fo, flse, dout, fdq, fdk, fdv);
-        expect_close(fdq, dq, TT * NH * HD, "dq", blocks[bi]);
-        expect_close(fdk, dk, TT * NKV * HD, "dk", blocks[bi]);
-        expect_close(fdv, dv, TT * NKV * HD, "dv", blocks[bi]);
+        check_against_naive(&p, &s);
+        ck_assert_mem_eq(o1, p.fo, sizeof(float) * TT * NH * HD);
     }
-    free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
-    free(fo), free(flse), free(fdq), free(fdk), free(fdv), free(o1);
+    problem_free(&p);
+    free(o1);
 }
 END_TEST
 
