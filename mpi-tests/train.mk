@@ -63,3 +63,6 @@ EXTRA_DIST += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh mpi-tests/resume_lib.sh
 EXTRA_DIST += mpi-tests/test_memory_model.sh mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh \
 	mpi-tests/test_save_companions.sh
+# several nodes (--ranks-per-node): bit-identical to one node of as many pipelines
+TESTS += mpi-tests/test_nodes.sh
+EXTRA_DIST += mpi-tests/test_nodes.sh

@@ -36,6 +36,7 @@ static const struct option train_options[] = {
     {"link-groups", required_argument, 0, 0},
     {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
     {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
+    {"ranks-per-node", required_argument, 0, 0},
     {"checkpoint-dir", required_argument, 0, 0}, {"checkpoint-every", required_argument, 0, 0},
     {"keep-checkpoints", required_argument, 0, 0}, {"resume", required_argument, 0, 0},
     {"help", no_argument, 0, 'h'},
@@ -93,6 +94,9 @@ static const char train_usage[] =
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
     "  --pipelines P          P round-robin pipelines of G/P executors, M/P microbatches\n"
     "                         each; gradients summed in pipeline order (default 1)\n"
+    "  --ranks-per-node K     each K consecutive ranks are a node with its own host store;\n"
+    "                         nodes run M/N microbatches each and sum gradients in pipeline\n"
+    "                         order over MPI (default: the ranks that share memory)\n"
     "  --plan TEXT            force a partition: 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2'\n"
     "  --trace FILE           Chrome trace JSON of the run (opens in Perfetto)\n"
     "  --bind yes|no          pin each rank to its share of the node's cores (default yes)\n"

@@ -23,7 +23,10 @@ static const char usage[] =
 
 static int run_with_mpi(int (*fn)(int, char **), int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    /* several nodes exchange gradients from the optimizer and logger
+     * threads (engine/node_sums.h); a lesser level is reported then */
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rc = fn(argc, argv), all = rc;
     /* Every rank agrees on the exit code (the trainer's failures are
      * collective, so no rank is left blocked). */

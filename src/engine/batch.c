@@ -5,9 +5,11 @@
 
 #include "engine/engine_impl.h"
 
+/* Microbatch m of this node is microbatch micro_base + m of the iteration,
+ * whose B samples every node deals the same way. */
 int64_t rp_engine_counted(const rp_engine *e, int64_t t)
 {
-    int64_t B = e->microbatches * e->samples_per_micro, n = 0;
+    int64_t B = e->batch_micro * e->samples_per_micro, n = 0; /* every node's */
     for (int64_t j = 0; j < B; j++)
         n += rp_dataset_counted(e->ds, rp_dataset_sample_of(e->ds, t, B, j));
     return n;
@@ -49,18 +51,18 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
 
 void rp_engine_segments(const rp_engine *e, int64_t t, int64_t m, int32_t *seg_start)
 {
-    int64_t B = e->microbatches * e->samples_per_micro;
+    int64_t B = e->batch_micro * e->samples_per_micro, first = (e->micro_base + m) * e->samples_per_micro;
     for (int64_t j = 0; j < e->samples_per_micro; j++)
-        rp_dataset_segments(e->ds, rp_dataset_sample_of(e->ds, t, B, m * e->samples_per_micro + j),
+        rp_dataset_segments(e->ds, rp_dataset_sample_of(e->ds, t, B, first + j),
                             seg_start + j * e->seq_len);
 }
 
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask)
 {
-    int64_t B = e->microbatches * e->samples_per_micro;
+    int64_t B = e->batch_micro * e->samples_per_micro, first = (e->micro_base + m) * e->samples_per_micro;
     for (int64_t j = 0; j < e->samples_per_micro; j++) {
-        int64_t sample = rp_dataset_sample_of(e->ds, t, B, m * e->samples_per_micro + j);
+        int64_t sample = rp_dataset_sample_of(e->ds, t, B, first + j);
         rp_dataset_fill(e->ds, sample, inputs + j * e->seq_len, targets + j * e->seq_len,
                         mask + j * e->seq_len);
     }

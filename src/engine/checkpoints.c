@@ -27,7 +27,9 @@ static json_object *semantic_options(const rp_train_options *o)
     json_object_object_add(j, "microbatches",
                            json_object_new_int64(o->microbatches ? o->microbatches
                                                                  : o->batch_size));
-    json_object_object_add(j, "pipelines", json_object_new_int64(o->pipelines));
+    /* the pipelines of every node: results depend on their total only */
+    json_object_object_add(j, "pipelines",
+                           json_object_new_int64((int64_t)o->pipelines * (o->nodes > 1 ? o->nodes : 1)));
     json_object_object_add(j, "steps", json_object_new_int64(o->steps));
     json_object_object_add(j, "lr", json_object_new_double(o->lr));
     json_object_object_add(j, "min_lr", json_object_new_double(o->min_lr));
@@ -421,9 +423,9 @@ static int ck_pending(const rp_engine *e, int64_t c)
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
-    if (e->rank == 0 && e->ck_written == e->it_last) /* written while its segment ran */
+    if (e->nd.world_rank == 0 && e->ck_written == e->it_last) /* written while it ran */
         return rp_run_agree(e, s, comm, err);
-    if (e->rank == 0) {
+    if (e->nd.world_rank == 0) { /* every node holds the same state: node 0's */
         ck k;
         int pending = ck_pending(e, e->it_last);
         s = ck_begin(e, e->it_last, pending, &k, err);
@@ -442,7 +444,7 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
  * runs (rather than after it, as the segment's last step's is)? */
 static int ck_in_segment(const rp_engine *e, int64_t c)
 {
-    return c >= e->it_first && c < e->it_last && rp_checkpoint_due(e, c);
+    return e->nd.node == 0 && c >= e->it_first && c < e->it_last && rp_checkpoint_due(e, c);
 }
 
 int rp_checkpoint_writer_needed(const rp_engine *e)

@@ -14,6 +14,7 @@
 #include "engine/arena.h"
 #include "io/dataset.h"
 #include "engine/event.h"
+#include "engine/nodes.h"
 #include "engine/params.h"
 #include "engine/progress.h"
 #include "io/trace.h"
@@ -27,7 +28,9 @@
 typedef struct rp_engine {
     const rp_train_options *o;
     const rp_logger *lg;
-    int rank, size, threads;
+    rp_nodes nd;       /* the job's nodes (engine/nodes.h) */
+    int rank, size;    /* within this rank's node: the executors the engine deals jobs to */
+    int threads;
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
@@ -100,12 +103,15 @@ typedef struct rp_engine {
     rp_lr_schedule sched;
     /* the shape of the run (fixed once set up) */
     int64_t steps;              /* iterations of the run */
-    int64_t microbatches;       /* per iteration (M) */
+    int64_t microbatches;       /* of this node per iteration (M / nodes) */
+    int64_t batch_micro;        /* of the whole iteration, every node's (M) */
+    int64_t micro_base;         /* this node's first microbatch: node x microbatches */
     int64_t samples_per_micro;  /* samples of a microbatch (B / M) */
     int64_t seq_len;            /* tokens of a sample */
     int64_t tokens_per_micro;   /* samples_per_micro * seq_len */
     int64_t hidden;             /* the model's hidden size */
-    int pipelines;              /* P: gradients summed in pipeline order */
+    int pipelines;              /* P of this node: gradients summed in pipeline order, node
+                                   n's pipelines nP.. of all nodes' N x P (node_sums.h) */
     int virtual_executors;      /* max(G, P): pipeline g runs its jobs on virtual executors
                                    g*V/P.., folded onto the ranks mod G */
     int64_t micro_per_pipeline; /* pipeline g runs microbatches g*Mg .. (g+1)*Mg-1 */
@@ -128,6 +134,10 @@ typedef struct rp_engine {
     FILE *log;         /* rank 0 */
     int log_errno;     /* errno of the first failed write to --log (0: none) */
     int64_t log_failed_step;
+    float *node_buf;   /* several nodes: a partial sum from the node before (the largest
+                          share of a layer), or NULL */
+    MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
+                                 the last node (node_sums.c) */
     int peer_lost;     /* a bounded agreement expired: no more collectives on comm */
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */

@@ -169,13 +169,15 @@ static rp_status run_mine(evaluator *v, int64_t samples, double *loss, int64_t *
         return rp_error_set(err, RP_ERR_NOMEM, "evaluation: %lld microbatches' activations",
                             (long long)group);
     rp_status s = RP_OK;
-    for (int64_t j0 = e->rank; s == RP_OK && j0 < nmb; j0 += group * e->size) {
+    /* every node holds the same weights: the deal is over all ranks */
+    int rank = e->nd.world_rank, size = e->nd.world_size;
+    for (int64_t j0 = rank; s == RP_OK && j0 < nmb; j0 += group * size) {
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++) {
             if (l > 0)
                 s = rp_device_copy(e->dev, v->w, e->p->st[l].compute,
                                    rp_params_compute_bytes(e->p, l), err);
             for (int64_t g = 0; s == RP_OK && g < group; g++) {
-                int64_t j = j0 + g * e->size;
+                int64_t j = j0 + g * size;
                 if (j >= nmb)
                     break;
                 int64_t first = j * spm, n = first + spm <= samples ? spm : samples - first;
@@ -210,7 +212,7 @@ rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
         MPI_Allreduce(MPI_IN_PLACE, loss, (int)nmb, MPI_DOUBLE, MPI_SUM, comm);
         MPI_Allreduce(MPI_IN_PLACE, counted, (int)nmb, MPI_INT64_T, MPI_SUM, comm);
     }
-    if (s == RP_OK && e->rank == 0) {
+    if (s == RP_OK && e->nd.world_rank == 0) {
         double sum = 0; /* in microbatch order: the same bits on any number of ranks */
         int64_t tokens = 0;
         for (int64_t j = 0; j < nmb; j++) {

@@ -161,7 +161,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         if (err->code == RP_OK)
             rp_error_set(err, RP_ERR_NOMEM, "allocating executor buffers");
         return rp_error_prefix(err, "rank %d: executor buffers for the plan (%zu MiB of weights "
-                               "per stage, two stages) on %s", e->rank, wmax * wb >> 20,
+                               "per stage, two stages) on %s", e->nd.world_rank, wmax * wb >> 20,
                                rp_device_kind_name(e->device));
     }
     for (int b = 0; b < 2; b++) { /* the gathered embedding rows */
@@ -602,7 +602,7 @@ rp_status rp_engine_run_executor(rp_engine *e)
     rp_status s = executor_init(&x, e, &err);
     if (s != RP_OK)
         return rp_engine_fail(e, s, &err);
-    if (e->rank == 0 && e->it_first == 1) {
+    if (e->nd.world_rank == 0 && e->it_first == 1) {
         char lim[64] = "no limit";
         if (e->memory_limit > 0)
             snprintf(lim, sizeof lim, "limit %.1f MiB", e->memory_limit / 1048576.0);

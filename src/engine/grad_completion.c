@@ -9,6 +9,7 @@
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
 #include "engine/checkpoints.h"
+#include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "optim/clip.h"
 
@@ -18,20 +19,24 @@
  * adding the zero rows of a dense embedding gradient would make it), or
  * zero when untied. At the end of the backward: each pipeline's rows, in
  * pipeline order, added onto it. For one pipeline this is e + t with the
- * bits of a dense sum; rows no token touched are ready early. */
-static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi)
+ * bits of a dense sum; rows no token touched are ready early. With several
+ * nodes each part is a chain (node_sums.h): `from` is the previous node's
+ * partial of [lo, hi) (NULL on the first node), and only the last node
+ * adds the +0.0f. */
+static void sum_embedding_base(rp_engine *e, size_t lo, size_t hi, const float *from)
 {
     float *acc = e->p->st[0].grad;
     /* the tied parts hold vocab x hidden floats; the layer's padding past
      * them (rp_layer_desc.numel is rounded up) has no gradient */
     size_t tied_end = e->tied ? (size_t)(e->p->cfg.vocab_size * e->hidden) : 0;
     size_t mid = tied_end < lo ? lo : tied_end < hi ? tied_end : hi;
+    float zero = rp_node_last(e) ? 0.0f : -0.0f; /* x + -0.0f is x */
 #pragma omp parallel for schedule(static) if (mid - lo > 65536)
     for (size_t k = lo; k < mid; k++) {
-        float s = rp_engine_tied_grad(e, 0)[k];
+        float s = from ? from[k - lo] + rp_engine_tied_grad(e, 0)[k] : rp_engine_tied_grad(e, 0)[k];
         for (int g = 1; g < e->pipelines; g++)
             s += rp_engine_tied_grad(e, g)[k];
-        acc[k] = s + 0.0f;
+        acc[k] = s + zero;
     }
     memset(acc + mid, 0, (hi - mid) * sizeof(float));
 }
@@ -64,16 +69,31 @@ void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64
     rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
 }
 
+/* Pipeline 1.. gradients of elements [a, z) of layer l > 0 added onto
+ * pipeline 0's (acc), after the previous node's partial sum when `from`
+ * (its element lo at from[0]): a left fold in pipeline order. */
+static void sum_pipelines(rp_engine *e, int l, size_t a, size_t z, const float *from, size_t lo)
+{
+    float *acc = e->p->st[l].grad;
+    for (size_t k = a; k < z; k++) {
+        float s = from ? from[k - lo] + acc[k] : acc[k];
+        for (int g = 1; g < e->pipelines; g++)
+            s += rp_engine_grad(e, g, l)[k];
+        acc[k] = s;
+    }
+}
+
 /* Sum the pipelines' gradients of this rank's share of layer l into the
  * layer's buffer (pipeline 0's) and write the share's block norms; with
  * `fuse` (no clipping, so no global norm to wait for) also run AdamW on it.
  * Block by block: a block is summed, its norm taken and it is updated while
  * it is in cache, so memory sees the gradient once (read and, with several
- * pipelines, written), plus AdamW's own traffic. */
+ * pipelines, written), plus AdamW's own traffic. With several nodes the sum
+ * is a chain through them first (node_sums.h), then norms and update. */
 rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
                            rp_error *err)
 {
-    int tied = l == 0 && e->tied;
+    int tied = l == 0 && e->tied, nodes = e->nd.nodes > 1;
     for (int g = 0; g < e->pipelines; g++) {
         RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
         if (tied) /* the tail brought the LM head's part */
@@ -81,10 +101,17 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
     }
     if (fuse) /* the update changes the layer */
         RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
-    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
-    float *acc = e->p->st[l].grad;
+    float *acc = e->p->st[l].grad, *from = NULL;
+    if (nodes && l == 0 && rp_node_first(e) && e->tied) /* the base, summed by the last node */
+        RP_TRY(rp_node_base_wait(e, t, who, err));
+    if (nodes && !rp_node_first(e)) { /* the embedding's onto its base, the others' beside */
+        from = l == 0 ? acc + lo : e->node_buf;
+        RP_TRY(rp_node_receive_partial(e, l, RP_NODE_PARTIAL, t, from, lo, hi, who, err));
+        from = l == 0 ? NULL : from;
+    }
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t n = e->p->layers[l].numel, block;
     rp_clip_blocks(n, &block);
     double *part = rp_engine_sumsq(e, t, l);
@@ -92,28 +119,40 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
         sum_embedding_rows(e, lo, hi);
         fuse = 0; /* by rows: update_embedding_* */
     }
+    int sum = l > 0 && (e->pipelines > 1 || from);
+    if (nodes) { /* the chain first: norms and update need the full sum */
+        if (sum)
+#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
+            for (size_t b = b0; b < b1; b++)
+                sum_pipelines(e, l, b * block, b * block + block < n ? b * block + block : n,
+                              from, lo);
+        RP_TRY(rp_node_pass_on(e, l, t, acc, lo, hi, who, err));
+        sum = 0;
+    }
     /* elementwise sums, block norms and AdamW: the same bits on any split */
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
     for (size_t b = b0; b < b1; b++) {
         size_t a = b * block, z = a + block < n ? a + block : n;
-        if (l > 0 && e->pipelines > 1)
-            for (size_t k = a; k < z; k++) {
-                float s = acc[k];
-                for (int g = 1; g < e->pipelines; g++)
-                    s += rp_engine_grad(e, g, l)[k];
-                acc[k] = s;
-            }
+        if (sum)
+            sum_pipelines(e, l, a, z, NULL, lo);
         part[b] = rp_clip_block_sumsq(acc, n, b);
         if (fuse)
             rp_optimizer_update_share(e, l, t, 1.0f, a, z);
     }
-    if (l == 0 || e->pipelines > 1 || fuse)
+    if (l == 0 || e->pipelines > 1 || fuse || nodes)
         rp_optimizer_trace(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
     rp_proto_publish_summed(e, l, t);
     if (l == e->num_layers - 1) { /* the tails are in: the embedding's dense base */
         uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
         rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
-        sum_embedding_base(e, lo, hi);
+        from = NULL;
+        if (nodes && e->tied && !rp_node_first(e)) {
+            from = e->node_buf;
+            RP_TRY(rp_node_receive_partial(e, 0, RP_NODE_BASE, t, from, lo, hi, who, err));
+        }
+        sum_embedding_base(e, lo, hi, from);
+        if (nodes && e->tied)
+            RP_TRY(rp_node_base_pass_on(e, t, e->p->st[0].grad, lo, hi, who, err));
         rp_optimizer_trace(e, "sum head part of layer", 0, t, t1);
     }
     return RP_OK;

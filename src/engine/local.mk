@@ -17,4 +17,5 @@ librp_la_SOURCES += \
 	src/engine/checkpoints.c src/engine/checkpoints.h \
 	src/engine/eval.c src/engine/eval.h \
 	src/engine/link_groups.c \
+	src/engine/nodes.c src/engine/nodes.h src/engine/node_sums.c src/engine/node_sums.h \
 	src/engine/host_memory.c src/engine/host_memory.h

@@ -1,12 +1,15 @@
-/* The logger thread of rank 0: once an iteration's loss (every microbatch
+/* The logger thread of rank 0 (with several nodes, every node leader's
+ * sends its node's microbatch losses to it, node_sums.h): once an iteration's loss (every microbatch
  * through the tail) and gradient norms (every share of every layer) are in the store, it
  * writes the metrics line, marks the step in the trace, updates the progress
  * display and calls the API's step callback, then frees the iteration's slot
  * of the loss/norm ring. A non-finite loss stops the run. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "engine/engine_impl.h"
+#include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "io/metrics.h"
 #include "optim/clip.h"
@@ -24,31 +27,40 @@ static void trace_step(rp_engine *e, int64_t t)
     e->trace_step_ns = now;
 }
 
-static rp_status run(rp_engine *e, rp_error *err)
+static rp_status run(rp_engine *e, double *losses, rp_error *err)
 {
     for (int64_t t = e->it_first; t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         e->steps_logged = t - 1;
         const char *who = "logger";
         RP_TRY(rp_proto_wait_losses(e, t, who, err));
+        const double *loss = rp_engine_loss(e, t);
+        if (e->nd.nodes > 1) {
+            rp_status sent = rp_node_gather_losses(e, t, loss, losses, err);
+            rp_proto_losses_read(e, t);
+            RP_TRY(sent);
+            if (e->nd.node > 0)
+                continue;
+            loss = losses;
+        }
         double total = 0.0, norm = 0.0;
         RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
         int64_t counted = rp_engine_counted(e, t);
-        const double *loss = rp_engine_loss(e, t);
-        double sum = 0.0;
-        for (int64_t m = 0; m < e->microbatches; m++)
+        double sum = 0.0; /* in the iteration's microbatch order */
+        for (int64_t m = 0; m < e->batch_micro; m++)
             sum += loss[m];
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
-        rp_proto_losses_read(e, t);
+        if (e->nd.nodes == 1)
+            rp_proto_losses_read(e, t);
         double now = rp_now(), dt = now - e->t_logged;
         e->t_logged = now;
         rp_step_metrics m = {.step = t,
                              .loss = NAN,
                              .lr = rp_lr_at(&e->sched, t),
                              .grad_norm = NAN,
-                             .tokens = e->microbatches * e->tokens_per_micro,
+                             .tokens = e->batch_micro * e->tokens_per_micro,
                              .counted_tokens = counted,
-                             .tokens_per_s = (double)(e->microbatches * e->tokens_per_micro) /
+                             .tokens_per_s = (double)(e->batch_micro * e->tokens_per_micro) /
                                              (dt > 0 ? dt : 1e-9),
                              .time = rp_wall_clock()};
         trace_step(e, t);
@@ -78,7 +90,11 @@ void *rp_engine_logger_main(void *arg)
 {
     rp_engine *e = arg;
     rp_error err = {0};
-    rp_status s = run(e, &err);
+    double *losses = e->nd.nodes > 1 ? malloc(sizeof(double) * (size_t)e->batch_micro) : NULL;
+    rp_status s = e->nd.nodes > 1 && !losses
+                      ? rp_error_set(&err, RP_ERR_NOMEM, "logger: the iteration's losses")
+                      : run(e, losses, &err);
+    free(losses);
     if (s != RP_OK && s != RP_STOP)
         rp_engine_fail(e, s, &err);
     return NULL;

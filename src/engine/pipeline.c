@@ -56,7 +56,7 @@ rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
     if (s == RP_OK && rp_interrupted())
         s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted before step %lld",
                          (long long)(e->it_first > 0 ? e->it_first : 1));
-    int mine = s == RP_OK ? INT32_MAX : e->rank, first = INT32_MAX, done = 0;
+    int mine = s == RP_OK ? INT32_MAX : e->nd.world_rank, first = INT32_MAX, done = 0;
     MPI_Request req;
     MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req);
     if (s == RP_OK) {
@@ -132,13 +132,9 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
     if (s == RP_OK)
-        s = rp_store_create(comm, lay, &sp, out, err);
+        s = rp_store_create(e->nd.node_comm, lay, &sp, out, err);
     rp_store_layout_destroy(&lay);
     RP_TRY(rp_run_agree(e, s, comm, err));
-    if (rp_store_node_size(*out) != e->size)
-        return rp_run_agree(e, rp_error_set(err, RP_ERR_UNSUPPORTED, "the ranks span %d nodes: "
-                                  "multi-node (data-parallel) runs are not implemented yet",
-                                  e->size / rp_store_node_size(*out)), comm, err);
     char *base = rp_store_base(*out);
     e->param_store_bytes = rp_store_bytes(*out);
     e->pins = calloc(2 * (size_t)e->num_layers + 4, sizeof *e->pins);
@@ -183,7 +179,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
     if (s == RP_OK)
-        s = rp_store_create(comm, lay, &sp, &e->store, err);
+        s = rp_store_create(e->nd.node_comm, lay, &sp, &e->store, err);
     rp_store_layout_destroy(&lay);
     RP_TRY(rp_run_agree(e, s, comm, err));
     char *base = rp_store_base(e->store);
@@ -224,7 +220,7 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     int have_ck = need_ck && pthread_create(&ckt, NULL, rp_checkpoint_writer_main, e) == 0;
     if (!have_opt || (e->rank == 0 && !have_log) || have_ck != need_ck) {
         rp_error te;
-        rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->rank);
+        rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->nd.world_rank);
         rp_engine_fail(e, RP_ERR_NOMEM, &te);
     } else {
         rp_engine_run_executor(e);
@@ -321,8 +317,11 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     e->num_layers = r->probe.nlayers;
     e->hidden = r->cfg.hidden_size;
     e->tied = r->cfg.tie_word_embeddings;
-    e->microbatches = o->microbatches ? o->microbatches : o->batch_size;
-    e->samples_per_micro = o->batch_size / e->microbatches;
+    e->batch_micro = o->microbatches ? o->microbatches : o->batch_size;
+    e->samples_per_micro = o->batch_size / e->batch_micro;
+    /* node n runs microbatches n x M/N .. of every iteration (node_sums.h) */
+    e->microbatches = e->batch_micro / e->nd.nodes;
+    e->micro_base = e->nd.node * e->microbatches;
     e->seq_len = o->seq_len;
     e->tokens_per_micro = e->samples_per_micro * e->seq_len;
     e->act_floats = (size_t)(e->tokens_per_micro * e->hidden);
@@ -331,6 +330,10 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     e->micro_per_pipeline = e->microbatches / e->pipelines;
     e->goff = calloc((size_t)e->num_layers, sizeof(size_t));
     rp_status s = e->goff ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "pipeline gradient offsets");
+    if (s == RP_OK && e->batch_micro % ((int64_t)e->nd.nodes * e->pipelines) != 0)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG, "%d nodes x --pipelines %d = %d pipelines must "
+                         "divide the %lld microbatches (--microbatches)", e->nd.nodes,
+                         e->pipelines, e->nd.nodes * e->pipelines, (long long)e->batch_micro);
     if (s == RP_OK && (e->microbatches % e->pipelines != 0 || e->virtual_executors % e->size != 0 ||
                        e->virtual_executors % e->pipelines != 0))
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
@@ -422,8 +425,18 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     RP_TRY(rp_run_agree(e, s, comm, err));
     e->meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
     e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->num_layers : NULL;
-    return rp_run_agree(e, e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements"), comm,
-                 err);
+    s = e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements");
+    if (s == RP_OK && e->nd.nodes > 1) { /* a partial sum from the node before (node_sums.h) */
+        size_t most = 0, b0, b1, lo, hi;
+        for (int l = 0; l < e->num_layers; l++) {
+            rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+            most = hi - lo > most ? hi - lo : most;
+        }
+        if (!(e->node_buf = malloc((most ? most : 1) * sizeof(float))))
+            s = rp_error_set(err, RP_ERR_NOMEM, "a partial gradient sum from the node before "
+                             "(%zu MiB)", most * sizeof(float) >> 20);
+    }
+    return rp_run_agree(e, s, comm, err);
 }
 
 /* The metrics log and its run description, the trace, the start-up line
@@ -434,15 +447,16 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     rp_status s = RP_OK;
     char plan_text[512];
     rp_plan_format(&e->plan, plan_text, sizeof plan_text);
-    if (e->rank == 0 && !o->save_dir && !o->checkpoint_dir)
+    int root = e->nd.world_rank == 0;
+    if (root && !o->save_dir && !o->checkpoint_dir)
         rp_log(e->lg, RP_LOG_INFO, "neither --save nor --checkpoint-dir given: nothing this run "
                "learns will be kept");
     /* a resumed run keeps the log's lines of the steps before it */
     char *kept = NULL;
     int64_t kept_steps = 0;
-    if (e->rank == 0 && o->log_path && e->resume_step > 0)
+    if (root && o->log_path && e->resume_step > 0)
         s = rp_metrics_keep_steps(o->log_path, e->resume_step, &kept, &kept_steps, err);
-    if (s == RP_OK && e->rank == 0 && o->log_path && !(e->log = fopen(o->log_path, "w")))
+    if (s == RP_OK && root && o->log_path && !(e->log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path,
                          strerror(errno));
     if (s == RP_OK && e->log && kept && kept[0]) {
@@ -454,8 +468,8 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     if (s == RP_OK && e->log) { /* the run's description beside the metrics */
         rp_run_info info = {.o = o,
                             .device = rp_device_kind_name(e->device),
-                            .ranks = e->size,
-                            .nodes = e->size / rp_store_node_size(r->pstore),
+                            .ranks = e->nd.world_size,
+                            .nodes = e->nd.nodes,
                             .threads_per_rank = e->threads,
                             .layers = e->num_layers,
                             .parameters = r->shared->total_numel,
@@ -466,7 +480,7 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     if (s == RP_OK && o->trace)
         s = rp_trace_create(&e->trace, err);
     RP_TRY(rp_run_agree(e, s, comm, err));
-    if (e->rank != 0)
+    if (!root)
         return RP_OK;
     const rp_logger *lg = e->lg;
     rp_log(lg, RP_LOG_INFO,
@@ -476,8 +490,12 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
            o->model_dir ? o->model_dir : o->init_config, (long long)r->cfg.num_hidden_layers,
            (double)r->shared->total_numel / 1e6, (long long)rp_dataset_samples(e->ds),
            (long long)e->seq_len, (long long)e->steps, (long long)o->batch_size,
-           (long long)e->microbatches, e->size, e->threads, e->pipelines,
+           (long long)e->batch_micro, e->size, e->threads, e->pipelines,
            (long long)e->micro_per_pipeline, plan_text, r->executors);
+    if (e->nd.nodes > 1)
+        rp_log(lg, RP_LOG_INFO, "%d nodes of %d ranks: node n runs microbatches n x %lld .. of "
+               "each step, %d pipelines in all; gradients summed across nodes in pipeline order",
+               e->nd.nodes, e->size, (long long)e->microbatches, e->nd.nodes * e->pipelines);
     /* A live line goes to standard output (a terminal, also under
      * mpirun), periodic lines to standard error. While the line is
      * live, rank 0's messages go through it so they never share a line. */
@@ -533,7 +551,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
         if (s == RP_OK && (rp_checkpoint_due(e, e->it_last) || e->stopped_early))
             s = rp_checkpoint_save(e, comm, err);
         if (s == RP_OK && e->stopped_early) {
-            if (e->rank == 0)
+            if (e->nd.world_rank == 0)
                 rp_log(e->lg, RP_LOG_INFO, "stopped by %s after step %lld of %lld: continue with "
                        "the same command and --resume %s/step-%08lld (or --resume auto)",
                        rp_checkpoint_requested() == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
@@ -550,9 +568,9 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
      * as such, with the step it stopped (rank 0 knows the steps logged) */
     if (s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
         s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
-                         (long long)(e->rank == 0 ? e->steps_logged + 1 : e->it_first),
+                         (long long)(e->nd.world_rank == 0 ? e->steps_logged + 1 : e->it_first),
                          (long long)e->steps);
-    if (s == RP_OK && e->rank == 0)
+    if (s == RP_OK && e->nd.world_rank == 0)
         rp_progress_finish(&e->progress, e->steps, e->last_loss);
     return s;
 }
@@ -564,19 +582,20 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
 {
     const rp_train_options *o = e->o;
     rp_status out = RP_OK;
-    if (trained == RP_OK && o->save_dir && e->stopped_early && e->rank == 0)
+    int root = e->nd.world_rank == 0; /* every node holds the same model: node 0's */
+    if (trained == RP_OK && o->save_dir && e->stopped_early && root)
         rp_log(e->lg, RP_LOG_INFO, "--save %s not written: the run stopped early (its checkpoint "
                "holds the model)", o->save_dir);
     if (trained == RP_OK && o->save_dir && !e->stopped_early) {
         rp_error one = {0};
         rp_status st = RP_OK;
         int companions = 0;
-        if (e->rank == 0)
+        if (root)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
                                     e->model_config_text, o->model_dir, &companions, &one);
         st = rp_run_agree(e, st, comm, &one);
-        if (st == RP_OK && e->rank == 0)
+        if (st == RP_OK && root)
             rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors%s", o->save_dir,
                    companions ? " with the model's tokenizer and generation files" : "");
         keep_first(e, st, &one, &out, err);
@@ -584,7 +603,7 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
     if (trained == RP_OK && o->trace && !e->peer_lost) {
         rp_error one = {0};
         rp_status st = rp_run_agree(e, rp_trace_write(e->trace, comm, o->trace, &one), comm, &one);
-        if (st == RP_OK && e->rank == 0)
+        if (st == RP_OK && root)
             rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
         keep_first(e, st, &one, &out, err);
     }
@@ -600,8 +619,15 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
 {
     rp_train_options resolved;
     RP_TRY(rp_train_resolve(given, comm, lg, &resolved, err));
+    rp_nodes nd;
+    RP_TRY(rp_nodes_split(comm, resolved.ranks_per_node, &nd, err));
+    resolved.nodes = nd.nodes;
     rp_resume resume;
-    RP_TRY(rp_checkpoint_resolve(&resolved, comm, lg, &resume, err));
+    rp_status rs = rp_checkpoint_resolve(&resolved, comm, lg, &resume, err);
+    if (rs != RP_OK) {
+        rp_nodes_free(&nd);
+        return rs;
+    }
     const rp_train_options *o = &resolved;
     rp_device_kind device = resolved.device;
     rp_engine E, *e = &E;
@@ -618,18 +644,21 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
     rp_proto_read_fault(e);
-    MPI_Comm_rank(comm, &e->rank);
-    MPI_Comm_size(comm, &e->size);
+    e->nd = nd;
+    e->rank = nd.rank; /* the engine's executors are the node's ranks */
+    e->size = nd.size;
+    e->emb_base_req = MPI_REQUEST_NULL;
 
     /* every output can be written, before any work */
-    rp_status s = rp_run_agree(e, e->rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK, comm, err);
+    rp_status s = rp_run_agree(e, nd.world_rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK,
+                               comm, err);
     if (s == RP_OK) {
         remove_stale_stores(e);
         s = read_model(e, r, comm, err);
         if (s == RP_OK) { /* the template of the saves, read once */
             rp_status rs = RP_OK;
             size_t len = 0;
-            if (e->rank == 0 && r->config_path)
+            if (nd.world_rank == 0 && r->config_path)
                 rs = rp_read_file(r->config_path, (size_t)16 << 20, &e->model_config_text, &len,
                                   err);
             s = rp_run_agree(e, rs, comm, err);
@@ -662,8 +691,11 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(e->pins);
     free(e->model_config_text);
     free(e->goff);
+    free(e->node_buf);
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);
+    if (!e->peer_lost)
+        rp_nodes_free(&e->nd);
     rp_dataset_close(&e->ds);
     rp_dataset_close(&e->eval_ds);
     pthread_mutex_destroy(&e->lock);

@@ -117,7 +117,7 @@ int rp_proto_stopped(const rp_engine *e, int64_t t)
  * of the steps up to the last runs on every rank, and none after. */
 int rp_proto_stop_before(rp_engine *e, int64_t t)
 {
-    if (!e->stop_at)
+    if (!e->stop_at || e->nd.nodes > 1) /* several nodes: at a segment's end (pipeline.c) */
         return 0;
     int64_t cur = atomic_load(e->started);
     while (cur < t && !atomic_compare_exchange_weak(e->started, &cur, t))
@@ -164,9 +164,9 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
             char name[96];
             rp_event_describe(e->ev, ev, name, sizeof name);
             s = rp_error_set(err, RP_ERR_TIMEOUT, "rank %d, job %s: stopped waiting for event "
-                             "%s: value %llu, awaited %llu, because rank %d failed", e->rank,
+                             "%s: value %llu, awaited %llu, because rank %d failed", e->nd.world_rank,
                              job ? job : "-", name, (unsigned long long)rp_event_value(e->ev, ev),
-                             (unsigned long long)value, (int)(who - 1));
+                             (unsigned long long)value, e->nd.world_of[who - 1]);
             break;
         }
     }

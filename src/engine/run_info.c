@@ -74,6 +74,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "memory-limit-mib", num(o->memory_limit_mib));
     add(j, "bind", json_object_new_string(o->bind ? "yes" : "no"));
     add(j, "pipelines", json_object_new_int(o->pipelines));
+    add(j, "ranks-per-node", o->ranks_per_node ? json_object_new_int(o->ranks_per_node) : NULL);
     add(j, "checkpoint-dir", str_or_null(o->checkpoint_dir));
     add(j, "checkpoint-every", json_object_new_int64(o->checkpoint_every));
     add(j, "keep-checkpoints", json_object_new_int64(o->keep_checkpoints));

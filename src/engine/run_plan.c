@@ -116,7 +116,7 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = RP_OK;
     if (e->o->plan)
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
-    else if (e->rank == 0)
+    else if (e->nd.world_rank == 0)
         s = plan_auto(e, NULL, NULL, &e->plan, err);
     /* --pipelines P fixes the width: G/P executors per pipeline (one when
      * there are fewer executors than pipelines: then several pipelines
@@ -145,7 +145,7 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
     MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
     rp_status s = RP_OK;
     rp_plan old = e->plan;
-    if (e->rank == 0) {
+    if (e->nd.world_rank == 0) {
         double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
         for (int l = 0; l < L; l++) {
             fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;

@@ -84,7 +84,7 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
             b->nrows = rp_engine_rows(e, t, g, b->rows);
             if (b->nrows < 0)
                 return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
-                                    e->rank, j);
+                                    e->nd.world_rank, j);
             size_t row = (size_t)e->hidden * wb;
             const char *table = e->p->st[0].compute;
             char *gather = b->gather;

@@ -63,6 +63,10 @@ typedef struct rp_train_options {
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */
     int pipelines;           /* --pipelines P: independent round-robin pipelines over the
                                 executors, each with M/P microbatches (default 1) */
+    int ranks_per_node;      /* --ranks-per-node K: each K consecutive ranks are a node with
+                                its own host store (0, the default: the ranks that share
+                                memory) */
+    int nodes;               /* resolved by rp_train_run: the node count (0 before) */
     /* checkpoints (engine/checkpoints.c, io/checkpoint.h) */
     const char *checkpoint_dir; /* --checkpoint-dir DIR: DIR/step-00000100/ */
     int64_t checkpoint_every;   /* --checkpoint-every N: after every N-th step (0: only the last) */

@@ -110,6 +110,9 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     } else if (IS("optimizer-lag")) {
         RP_TRY(rp_arg_int(opt, a, 0, 1, &v, err));
         o->optimizer_lag = (int)v;
+    } else if (IS("ranks-per-node")) {
+        RP_TRY(rp_arg_int(opt, a, 1, 1 << 20, &v, err));
+        o->ranks_per_node = (int)v;
     } else if (IS("pipelines")) {
         RP_TRY(rp_arg_int(opt, a, 1, 4096, &v, err));
         o->pipelines = (int)v;

@@ -1,0 +1,128 @@
+#!/bin/sh
+# Proves, for several nodes (--ranks-per-node K: each K consecutive ranks a
+# node with its own host store, the nodes joined by MPI messages only), on
+# CPU executors:
+# - N nodes of P pipelines give the bits of one node of N x P pipelines:
+#   logged losses, lr, grad norms and saved weights identical for 2 nodes x 1
+#   rank and 2 nodes x 2 ranks against one node of 2 ranks with --pipelines 2
+#   (qwen3: tied, masked, clipping), 3 nodes x 1 against one node with
+#   --pipelines 3 (llama: untied, biases, no clipping: the fused update),
+#   2 nodes x 2 with --pipelines 2 against one node with --pipelines 4;
+#   with bf16 compute; with random delays before every signal (three seeds);
+#   with the lagged optimizer (--optimizer-lag 1);
+# - the multi-node runs of both golden cases match PyTorch (golden_compare,
+#   1e-4 relative, as test_golden.sh);
+# - bad input fails before any work with a message: a K that does not divide
+#   the rank count, N x P pipelines that do not divide the microbatches;
+# - a stall planted on one node (its forward never signals) is reported by
+#   every node within the deadline, naming the node waited for, and the job
+#   exits non-zero; a rank killed on one node ends the whole job.
+# Ranks: 1 2 3 4
+set -u
+. "$(dirname "$0")/testlib.sh"
+export OMP_NUM_THREADS=1
+fix="$src/mpi-tests/fixtures/golden"
+export RP_INJECT_DELAY_US=0 RP_INJECT_SEED=0 RP_FAULT_DROP_SIGNAL=
+
+# run CASE NP OUT [options...]: train, leave OUT.jsonl, OUT.txt and OUT/model.safetensors
+run() {
+  c=$1; np=$2; out=$3; shift 3
+  d="$fix/$c"
+  mask=""; [ -f "$d/mask.npy" ] && mask="--loss-mask $d/mask.npy"
+  # shellcheck disable=SC2046
+  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL \
+    -np "$np" "$bin" train --device cpu --model "$d/model" --data "$d/data.npy" $mask \
+    $(cat "$d/args.txt") --progress none --timeout 60 --log "$out.jsonl" --save "$out" "$@" \
+    > "$out.txt" 2>&1
+}
+# same WHAT REF OUT: identical losses, lr and norms (every digit logged) and weights
+same() {
+  if cmp -s "$2/model.safetensors" "$3/model.safetensors" && \
+     [ "$(cut -d, -f1-4 "$2.jsonl")" = "$(cut -d, -f1-4 "$3.jsonl")" ]; then ok
+  else bad "$1: $(basename "$3") differs from $(basename "$2")"; cat "$3.txt"; fi
+}
+# golden CASE OUT: within 1e-4 of PyTorch's run
+golden() {
+  res=$("$build/mpi-tests/golden_compare" "$fix/$1/expected.jsonl" "$2.jsonl" \
+        "$fix/$1/final/model.safetensors" "$2/model.safetensors" 1e-4)
+  echo "$res" | grep -q '^RP-CHECK: passed=[1-9][0-9]* failed=0$' && ok || \
+    { bad "$1: $(basename "$2") does not match PyTorch"; echo "$res" | grep -v '^RP-CHECK'; }
+}
+
+# qwen3 (M = 2): 2 pipelines on one node of 2 ranks = 2 nodes of 1 or 2 ranks
+run qwen3 2 "$tmp/q-ref" --pipelines 2 || { bad "qwen3 reference failed"; cat "$tmp/q-ref.txt"; }
+run qwen3 2 "$tmp/q-2x1" --ranks-per-node 1 && same "2 nodes x 1" "$tmp/q-ref" "$tmp/q-2x1" || \
+  bad "qwen3 2 nodes x 1 failed"
+grep -q "2 nodes of 1 ranks" "$tmp/q-2x1.txt" && ok || bad "the start-up does not say 2 nodes"
+run qwen3 4 "$tmp/q-2x2" --ranks-per-node 2 && same "2 nodes x 2" "$tmp/q-ref" "$tmp/q-2x2" || \
+  bad "qwen3 2 nodes x 2 failed"
+golden qwen3 "$tmp/q-2x2"
+# delays before every signal, three seeds
+for seed in 1 2 3; do
+  RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=$seed run qwen3 4 "$tmp/q-inj$seed" --ranks-per-node 2 && \
+    same "delays, seed $seed" "$tmp/q-ref" "$tmp/q-inj$seed" || bad "qwen3 delays seed $seed failed"
+done
+# bf16 compute without clipping (the fused update)
+run qwen3 2 "$tmp/q-bf" --pipelines 2 --dtype bf16 --grad-clip 0 || bad "bf16 reference failed"
+run qwen3 2 "$tmp/q-bf2" --ranks-per-node 1 --dtype bf16 --grad-clip 0 && \
+  same "bf16 2 nodes" "$tmp/q-bf" "$tmp/q-bf2" || bad "bf16 2 nodes failed"
+# the lagged optimizer
+run qwen3 2 "$tmp/q-lag" --pipelines 2 --optimizer-lag 1 || bad "lagged reference failed"
+RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=4 run qwen3 4 "$tmp/q-lag2" --ranks-per-node 2 --optimizer-lag 1 && \
+  same "lagged 2 nodes x 2" "$tmp/q-lag" "$tmp/q-lag2" || bad "lagged 2 nodes failed"
+# 2 nodes x 2 pipelines = 1 node x 4 pipelines (M = 4)
+run qwen3 2 "$tmp/q4-ref" --batch-size 4 --microbatches 4 --pipelines 4 || bad "P=4 reference failed"
+run qwen3 4 "$tmp/q4-2x2" --batch-size 4 --microbatches 4 --ranks-per-node 2 --pipelines 2 && \
+  same "2 nodes x 2 pipelines" "$tmp/q4-ref" "$tmp/q4-2x2" || bad "2 nodes x --pipelines 2 failed"
+
+# llama (M = 3, untied, no clipping): 3 nodes x 1 = one node with --pipelines 3
+run llama 1 "$tmp/l-ref" --pipelines 3 || { bad "llama reference failed"; cat "$tmp/l-ref.txt"; }
+run llama 3 "$tmp/l-3x1" --ranks-per-node 1 && same "3 nodes x 1" "$tmp/l-ref" "$tmp/l-3x1" || \
+  bad "llama 3 nodes failed"
+golden llama "$tmp/l-3x1"
+
+# bad input: before any work, a message naming the option
+run qwen3 3 "$tmp/bad-k" --ranks-per-node 2 && bad "--ranks-per-node 2 of 3 ranks ran" || ok
+grep -q "ranks-per-node 2 does not divide the 3 ranks" "$tmp/bad-k.txt" && ok || \
+  { bad "K not dividing: no message"; cat "$tmp/bad-k.txt"; }
+run qwen3 4 "$tmp/bad-m" --ranks-per-node 2 --pipelines 2 && bad "4 pipelines over 2 microbatches ran" || ok
+grep -q "2 nodes x --pipelines 2 = 4 pipelines must divide the 2 microbatches" "$tmp/bad-m.txt" && ok || \
+  { bad "N x P not dividing M: no message"; cat "$tmp/bad-m.txt"; }
+[ -e "$tmp/bad-m/model.safetensors" ] && bad "bad input wrote a model" || ok
+
+# a stall on node 0 (its forward stage 0 never signals microbatch 0):
+# every node reports within the deadline
+d="$fix/qwen3"
+common="train --device cpu --model $d/model --data $d/data.npy --loss-mask $d/mask.npy $(cat "$d/args.txt") --progress none --timeout 2 --ranks-per-node 1"
+start=$(date +%s)
+# shellcheck disable=SC2086
+${MPIRUN:-mpirun} $flags -np 1 -x RP_FAULT_DROP_SIGNAL=fwd_out:0:0 "$bin" $common : \
+  -np 1 -x RP_FAULT_DROP_SIGNAL= "$bin" $common > "$tmp/stall.txt" 2>&1
+rc=$?
+end=$(date +%s)
+[ $rc -ne 0 ] && ok || bad "stall: exit 0"
+[ $((end - start)) -le 20 ] && ok || bad "stall: took $((end - start)) s with --timeout 2"
+grep -q "^\[roundpipe 0\] error: rank 0, job .*waiting for event fwd_out\[stage 0" \
+  "$tmp/stall.txt" && ok || { bad "stall: node 0 does not name its event"; cat "$tmp/stall.txt"; }
+grep -q "^\[roundpipe 1\] error: rank 1 (node 1), optimizer.*from node 0: the deadline" \
+  "$tmp/stall.txt" && ok || { bad "stall: node 1 does not name node 0"; cat "$tmp/stall.txt"; }
+
+# a rank killed on node 1 ends the whole job
+# shellcheck disable=SC2086
+${MPIRUN:-mpirun} $flags -np 4 "$bin" $common --timeout 30 --steps 100000 --ranks-per-node 2 \
+  > "$tmp/kill.txt" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+  victim=$(pgrep -f "roundpipe train .*--steps 100000" | sort -n | sed -n 4p)
+  [ -n "$victim" ] && grep -q "executor buffers" "$tmp/kill.txt" && break
+  sleep 0.2
+done
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+rc=$?
+end=$(date +%s)
+[ -n "$victim" ] && [ $rc -ne 0 ] && ok || bad "kill: the job exited $rc (victim '$victim')"
+[ $((end - start)) -le 40 ] && ok || bad "kill: the job took $((end - start)) s to end"
+finish

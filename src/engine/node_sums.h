@@ -1,0 +1,66 @@
+/* Sums across nodes, in pipeline order: the one rule that makes N nodes of
+ * P pipelines compute the bits of one node of N x P pipelines.
+ *
+ * Node n runs pipelines nP .. nP+P-1 of the iteration's N x P (microbatches
+ * (nP+p) x M/(NP) ..). A gradient element's sum over the pipelines is a left
+ * fold in pipeline order, so it cannot be split into per-node sums added
+ * afterwards; it travels as a chain instead, between the ranks of equal
+ * node-local rank (their optimizer shares are the same elements):
+ *   - node 0 sums its pipelines and passes the partial to node 1;
+ *   - node n > 0 starts from node n-1's partial, adds its pipelines in
+ *     order and passes it on;
+ *   - the last node's sum is final and goes back to every other node.
+ * Every node then holds the same summed gradient, takes the same block
+ * norms and applies the same AdamW update to its own copy of the state, so
+ * the nodes' stores stay identical (checkpoints are written from node 0's).
+ * The embedding's two parts (grad_completion.c) are two chains: the tied
+ * LM head's parts, whose final sum goes to node 0 only, then each
+ * pipeline's rows added onto it, whose final sum goes to every node.
+ * Losses go to node 0's logger, which sums them in microbatch order.
+ *
+ * Every call is made by the optimizer thread (the gradients, on e->nd.cross)
+ * or the logger thread (the losses, on e->nd.cross_loss) in the same order
+ * on every node, so messages match by their tags. A wait gives up at
+ * --timeout, on an abort of its node or an interrupt, naming the node it
+ * waited for. */
+#ifndef RP_ENGINE_NODE_SUMS_H
+#define RP_ENGINE_NODE_SUMS_H
+
+#include "engine/engine_impl.h"
+
+/* The message parts, one tag each per layer and step */
+typedef enum {
+    RP_NODE_PARTIAL = 0, /* a partial sum to the next node */
+    RP_NODE_FINAL = 1,   /* the full sum back from the last node */
+    RP_NODE_BASE = 2,    /* the embedding's tied base: its partial (to the next node) */
+    RP_NODE_BASE_FINAL = 3, /* and its final sum (to node 0) */
+    RP_NODE_LOSSES = 4,  /* a node's microbatch losses (to node 0's logger) */
+} rp_node_part;
+
+static inline int rp_node_first(const rp_engine *e) { return e->nd.node == 0; }
+static inline int rp_node_last(const rp_engine *e) { return e->nd.node == e->nd.nodes - 1; }
+
+/* Node n > 0: receive node n-1's partial of elements [lo, hi) of layer l
+ * into `into` (hi - lo floats). */
+rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_t t, float *into,
+                                  size_t lo, size_t hi, const char *who, rp_error *err);
+
+/* After this node added its pipelines to acc[lo, hi): pass it to node n+1
+ * (not the last node), then receive the final sum into acc (every node but
+ * the last) or send it to every other node (the last). */
+rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, size_t lo, size_t hi,
+                          const char *who, rp_error *err);
+
+/* The tied embedding's base, at the tails' time: pass the partial on, or
+ * (last node) send the final sum to node 0, which receives it into acc
+ * (rp_node_base_posted, then rp_node_base_wait before the rows). */
+rp_status rp_node_base_pass_on(rp_engine *e, int64_t t, float *acc, size_t lo, size_t hi,
+                               const char *who, rp_error *err);
+rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *err);
+
+/* The logger: node 0 adds every node's microbatch losses of step t into
+ * all (batch_micro doubles, its own at 0); other nodes' send theirs. */
+rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *mine, double *all,
+                                rp_error *err);
+
+#endif
