@@ -1,5 +1,6 @@
 /* Checkpoints of a training run (see checkpoints.h). */
 #include "engine/checkpoints.h"
+#include "engine/node_sums.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -425,6 +426,8 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = RP_OK;
     if (e->nd.world_rank == 0 && e->ck_written == e->it_last) /* written while it ran */
         return rp_run_agree(e, s, comm, err);
+    if (e->nd.nodes > 1) /* each node keeps its slices' state: all of it on node 0 */
+        RP_TRY(rp_run_agree(e, rp_node_collect(e, 1, ck_pending(e, e->it_last), err), comm, err));
     if (e->nd.world_rank == 0) { /* every node holds the same state: node 0's */
         ck k;
         int pending = ck_pending(e, e->it_last);

@@ -219,6 +219,12 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n);
 void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, size_t *lo,
                      size_t *hi);
 
+/* The part of rank r's share of layer l whose optimizer state node `node`
+ * keeps and updates (node_sums.h): whole clip blocks [*b0, *b1), elements
+ * [*lo, *hi); with one node, the share. */
+void rp_engine_slice(const rp_engine *e, int l, int r, int node, size_t *b0, size_t *b1,
+                     size_t *lo, size_t *hi);
+
 /* Squared global gradient norm of iteration t, once every share of every
  * layer has been summed (protocol.h): block sums in block order per layer,
  * layers in order, the same bits on every rank. */

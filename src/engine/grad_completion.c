@@ -120,24 +120,35 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
         fuse = 0; /* by rows: update_embedding_* */
     }
     int sum = l > 0 && (e->pipelines > 1 || from);
-    if (nodes) { /* the chain first: norms and update need the full sum */
+    if (nodes) { /* the chain, the last node's norms, the scatter; then this node's slice */
         if (sum)
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
             for (size_t b = b0; b < b1; b++)
                 sum_pipelines(e, l, b * block, b * block + block < n ? b * block + block : n,
                               from, lo);
-        RP_TRY(rp_node_pass_on(e, l, t, acc, lo, hi, who, err));
-        sum = 0;
-    }
-    /* elementwise sums, block norms and AdamW: the same bits on any split */
+        if (rp_node_last(e))
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
-    for (size_t b = b0; b < b1; b++) {
-        size_t a = b * block, z = a + block < n ? a + block : n;
-        if (sum)
-            sum_pipelines(e, l, a, z, NULL, lo);
-        part[b] = rp_clip_block_sumsq(acc, n, b);
+            for (size_t b = b0; b < b1; b++)
+                part[b] = rp_clip_block_sumsq(acc, n, b);
+        RP_TRY(rp_node_pass_on(e, l, t, acc, part, who, err));
+        size_t s0, s1, slo, shi;
+        rp_engine_slice(e, l, e->rank, e->nd.node, &s0, &s1, &slo, &shi);
         if (fuse)
-            rp_optimizer_update_share(e, l, t, 1.0f, a, z);
+#pragma omp parallel for schedule(dynamic, 1) if (s1 - s0 > 1)
+            for (size_t b = s0; b < s1; b++)
+                rp_optimizer_update_share(e, l, t, 1.0f, b * block,
+                                          b * block + block < n ? b * block + block : n);
+    } else {
+        /* elementwise sums, block norms and AdamW: the same bits on any split */
+#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
+        for (size_t b = b0; b < b1; b++) {
+            size_t a = b * block, z = a + block < n ? a + block : n;
+            if (sum)
+                sum_pipelines(e, l, a, z, NULL, lo);
+            part[b] = rp_clip_block_sumsq(acc, n, b);
+            if (fuse)
+                rp_optimizer_update_share(e, l, t, 1.0f, a, z);
+        }
     }
     if (l == 0 || e->pipelines > 1 || fuse || nodes)
         rp_optimizer_trace(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);

@@ -1,15 +1,15 @@
 /* Sums across nodes in pipeline order (the rule is in node_sums.h). */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "engine/node_sums.h"
 
-#define NODE_PARTS 5
 
 static int tag_of(const rp_engine *e, int l, rp_node_part part, int64_t t)
 {
-    return (int)(((t % 4) * e->num_layers + l) * NODE_PARTS + part);
+    return (int)(((t % 4) * e->num_layers + l) * RP_NODE_PARTS + part);
 }
 
 static const char *part_name(rp_node_part part)
@@ -19,7 +19,10 @@ static const char *part_name(rp_node_part part)
     case RP_NODE_FINAL: return "summed gradient";
     case RP_NODE_BASE: return "partial sum of the tied embedding's head part";
     case RP_NODE_BASE_FINAL: return "summed tied embedding's head part";
-    default: return "microbatch losses";
+    case RP_NODE_LOSSES: return "microbatch losses";
+    case RP_NODE_NORMS: return "block norms";
+    case RP_NODE_WEIGHTS: return "updated weights";
+    default: return "optimizer state";
     }
 }
 
@@ -35,9 +38,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
     rp_status s = RP_OK;
     for (long spins = 0;; spins++) {
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            s = rp_error_set(err, RP_ERR_MPI, "rank %d (node %d), %s: MPI failed exchanging the "
-                             "%s of layer %d (it %lld) with node %d", e->nd.world_rank,
-                             e->nd.node, who, part_name(part), l, (long long)t, peer);
+            s = rp_error_set(err, RP_ERR_MPI, "rank %d, %s: MPI failed exchanging the %s of "
+                             "layer %d (it %lld) with node %d", e->nd.world_rank, who, part_name(part), l, (long long)t, peer);
             break;
         }
         if (done)
@@ -48,8 +50,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
                               : rp_interrupted() ? "the run was interrupted"
                                                  : "the deadline (--timeout) passed";
             s = rp_error_set(err, failed || !rp_interrupted() ? RP_ERR_TIMEOUT : RP_ERR_INTERRUPTED,
-                             "rank %d (node %d), %s: stopped waiting for the %s of layer %d "
-                             "(it %lld) %s node %d: %s", e->nd.world_rank, e->nd.node, who,
+                             "rank %d, %s: stopped waiting for the %s of layer %d (it %lld) "
+                             "%s node %d: %s", e->nd.world_rank, who,
                              part_name(part), l, (long long)t,
                              part == RP_NODE_PARTIAL || part == RP_NODE_BASE || peer < e->nd.node
                                  ? "from" : "with", peer, why);
@@ -92,18 +94,97 @@ rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_
                    who, err);
 }
 
-rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, size_t lo, size_t hi,
+rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *part,
                           const char *who, rp_error *err)
 {
-    int count = (int)(hi - lo), me = e->nd.node, last = e->nd.nodes - 1;
+    int me = e->nd.node, last = e->nd.nodes - 1;
+    size_t b0, b1, lo, hi, s0, s1, slo, shi;
+    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+    int nb = (int)(b1 - b0);
     if (me < last) {
-        RP_TRY(send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, me + 1, l, RP_NODE_PARTIAL, t, who,
-                    err));
-        return receive(e, e->nd.cross, acc + lo, count, MPI_FLOAT, last, l, RP_NODE_FINAL, t, who,
+        RP_TRY(send(e, e->nd.cross, acc + lo, (int)(hi - lo), MPI_FLOAT, me + 1, l,
+                    RP_NODE_PARTIAL, t, who, err));
+        rp_engine_slice(e, l, e->rank, me, &s0, &s1, &slo, &shi);
+        RP_TRY(receive(e, e->nd.cross, acc + slo, (int)(shi - slo), MPI_FLOAT, last, l,
+                       RP_NODE_FINAL, t, who, err));
+        return receive(e, e->nd.cross, part + b0, nb, MPI_DOUBLE, last, l, RP_NODE_NORMS, t, who,
                        err);
     }
-    for (int n = 0; n < last; n++) /* in turn: the first node needs it first */
-        RP_TRY(send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, n, l, RP_NODE_FINAL, t, who, err));
+    for (int n = 0; n < last; n++) { /* in turn: the first node needs it first */
+        rp_engine_slice(e, l, e->rank, n, &s0, &s1, &slo, &shi);
+        RP_TRY(send(e, e->nd.cross, acc + slo, (int)(shi - slo), MPI_FLOAT, n, l, RP_NODE_FINAL,
+                    t, who, err));
+        RP_TRY(send(e, e->nd.cross, part + b0, nb, MPI_DOUBLE, n, l, RP_NODE_NORMS, t, who, err));
+    }
+    return RP_OK;
+}
+
+/* Wait for every request of reqs[0..n) (peers[i] named on failure). */
+static rp_status wait_all(rp_engine *e, MPI_Request *reqs, const int *peers, int n, int l,
+                          rp_node_part part, int64_t t, const char *who, rp_error *err)
+{
+    rp_status s = RP_OK;
+    for (int i = 0; i < n && s == RP_OK; i++)
+        s = node_wait(e, &reqs[i], peers[i], l, part, t, who, err);
+    return s;
+}
+
+rp_status rp_node_gather_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+{
+    int N = e->nd.nodes, k = 0;
+    size_t es = rp_dtype_size(e->p->compute_dtype), b0, b1, lo, hi;
+    char *w = e->p->st[l].compute;
+    MPI_Request *reqs = malloc(2 * sizeof(MPI_Request) * (size_t)N);
+    int *peers = malloc(2 * sizeof(int) * (size_t)N);
+    if (!reqs || !peers) {
+        free(reqs);
+        free(peers);
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: all-gather requests", who);
+    }
+    int tag = tag_of(e, l, RP_NODE_WEIGHTS, t);
+    for (int n = 0; n < N; n++) { /* every receive posted before any send */
+        if (n == e->nd.node)
+            continue;
+        rp_engine_slice(e, l, e->rank, n, &b0, &b1, &lo, &hi);
+        MPI_Irecv(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross, &reqs[k]);
+        peers[k++] = n;
+    }
+    rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
+    for (int n = 0; n < N; n++) {
+        if (n == e->nd.node)
+            continue;
+        MPI_Isend(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross, &reqs[k]);
+        peers[k++] = n;
+    }
+    rp_status s = wait_all(e, reqs, peers, k, l, RP_NODE_WEIGHTS, t, who, err);
+    free(reqs);
+    free(peers);
+    return s;
+}
+
+rp_status rp_node_collect(rp_engine *e, int optimizer, int gradient, rp_error *err)
+{
+    const char *who = "collecting the optimizer state on node 0";
+    for (int l = 0; l < e->num_layers; l++) {
+        rp_layer_state *ls = &e->p->st[l];
+        float *arrays[4] = {ls->master, optimizer ? ls->m : NULL, optimizer ? ls->v : NULL,
+                            gradient ? ls->grad : NULL};
+        for (int a = 0; a < 4; a++) {
+            if (!arrays[a])
+                continue;
+            size_t b0, b1, lo, hi;
+            for (int n = 1; n < e->nd.nodes; n++) {
+                rp_engine_slice(e, l, e->rank, n, &b0, &b1, &lo, &hi);
+                int tag_part = RP_NODE_COLLECT + a;
+                if (e->nd.node == n)
+                    RP_TRY(send(e, e->nd.cross, arrays[a] + lo, (int)(hi - lo), MPI_FLOAT, 0, l,
+                                (rp_node_part)tag_part, 0, who, err));
+                else if (e->nd.node == 0)
+                    RP_TRY(receive(e, e->nd.cross, arrays[a] + lo, (int)(hi - lo), MPI_FLOAT, n,
+                                   l, (rp_node_part)tag_part, 0, who, err));
+            }
+        }
+    }
     return RP_OK;
 }
 

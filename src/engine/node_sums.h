@@ -9,13 +9,19 @@
  *   - node 0 sums its pipelines and passes the partial to node 1;
  *   - node n > 0 starts from node n-1's partial, adds its pipelines in
  *     order and passes it on;
- *   - the last node's sum is final and goes back to every other node.
- * Every node then holds the same summed gradient, takes the same block
- * norms and applies the same AdamW update to its own copy of the state, so
- * the nodes' stores stay identical (checkpoints are written from node 0's).
+ *   - the last node's sum is final: it takes the block norms of the share
+ *     and sends each node its slice of the share (rp_engine_slice) with
+ *     all the share's norms (reduce-scatter).
+ * Each node keeps the optimizer state of its slices only current, updates
+ * them and sends the new compute-dtype weights of its slices to every other
+ * node (all-gather); a layer's version is raised once every slice is in.
+ * Every node takes the same global norm from the same block norms; the
+ * store's master weights, m and v outside a node's slices are stale there,
+ * so a checkpoint or a save first collects them on node 0
+ * (rp_node_collect, between segments).
  * The embedding's two parts (grad_completion.c) are two chains: the tied
  * LM head's parts, whose final sum goes to node 0 only, then each
- * pipeline's rows added onto it, whose final sum goes to every node.
+ * pipeline's rows added onto it, scattered like any layer's.
  * Losses go to node 0's logger, which sums them in microbatch order.
  *
  * Every call is made by the optimizer thread (the gradients, on e->nd.cross)
@@ -35,7 +41,11 @@ typedef enum {
     RP_NODE_BASE = 2,    /* the embedding's tied base: its partial (to the next node) */
     RP_NODE_BASE_FINAL = 3, /* and its final sum (to node 0) */
     RP_NODE_LOSSES = 4,  /* a node's microbatch losses (to node 0's logger) */
+    RP_NODE_NORMS = 5,   /* a share's block norms, with its final sum */
+    RP_NODE_WEIGHTS = 6, /* a slice's updated compute-dtype weights (all-gather) */
+    RP_NODE_COLLECT = 7, /* a slice's state to node 0 (+ the array: master, m, v, gradient) */
 } rp_node_part;
+#define RP_NODE_PARTS 11
 
 static inline int rp_node_first(const rp_engine *e) { return e->nd.node == 0; }
 static inline int rp_node_last(const rp_engine *e) { return e->nd.node == e->nd.nodes - 1; }
@@ -45,11 +55,22 @@ static inline int rp_node_last(const rp_engine *e) { return e->nd.node == e->nd.
 rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_t t, float *into,
                                   size_t lo, size_t hi, const char *who, rp_error *err);
 
-/* After this node added its pipelines to acc[lo, hi): pass it to node n+1
- * (not the last node), then receive the final sum into acc (every node but
- * the last) or send it to every other node (the last). */
-rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, size_t lo, size_t hi,
+/* After this node added its pipelines to rank's share [lo, hi) of layer l
+ * (acc, blocks [b0, b1)): pass it to node n+1, then receive this node's
+ * slice of the final sum into acc and the share's block norms into
+ * part[b0..b1) (every node but the last); or, on the last node, whose part
+ * holds the norms, send them to every other node. */
+rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *part,
                           const char *who, rp_error *err);
+
+/* After this node updated its slice of layer l in step t: its compute-dtype
+ * weights to every other node, theirs into the store (all-gather). */
+rp_status rp_node_gather_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
+
+/* Between segments (the main thread; the engine's threads are joined):
+ * every node's slices of the master weights, and with `optimizer` of m and
+ * v, and with `gradient` of the summed gradient, onto node 0's store. */
+rp_status rp_node_collect(rp_engine *e, int optimizer, int gradient, rp_error *err);
 
 /* The tied embedding's base, at the tails' time: pass the partial on, or
  * (last node) send the final sum to node 0, which receives it into acc

@@ -21,6 +21,7 @@
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
 #include "engine/checkpoints.h"
+#include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -72,8 +73,9 @@ static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, r
     return RP_OK;
 }
 
-/* Update the whole share of layer l and raise its version (for the
- * embedding: its rows' too). */
+/* Update the whole share of layer l (with several nodes: this node's slice
+ * of it, then gather the other nodes' slices) and raise its version (for
+ * the embedding: its rows' too). */
 static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int skip,
                               const char *who, rp_error *err)
 {
@@ -81,11 +83,13 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
-    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+    rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
     if (!skip)
         rp_optimizer_update_share(e, l, t, coef, lo, hi);
     if (hi > lo)
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
+    if (e->nd.nodes > 1 && !skip)
+        RP_TRY(rp_node_gather_layer(e, l, t, who, err));
     if (l == 0)
         rp_proto_publish_rows(e, t);
     rp_proto_publish_version(e, l, t);
@@ -219,7 +223,12 @@ static rp_status run(rp_engine *e, rp_error *err)
             if (s != RP_OK || clip || lag)
                 continue;
             if (fuse) {
-                rp_proto_publish_version(e, l, t);
+                if (e->nd.nodes > 1)
+                    s = rp_node_gather_layer(e, l, t, who, err);
+                if (s == RP_OK)
+                    rp_proto_publish_version(e, l, t);
+            } else if (l == 0 && e->nd.nodes > 1) { /* by slices, not rows first */
+                s = update_layer(e, 0, t, 1.0f, skip, who, err);
             } else if (l == 0) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)
@@ -245,11 +254,15 @@ static rp_status run(rp_engine *e, rp_error *err)
             continue;
         }
         /* by need: the rows the next forward reads, the blocks from the
-         * bottom, then the rest of the embedding */
-        s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
+         * bottom, then the rest of the embedding (several nodes: all of it
+         * first, by slices) */
+        if (e->nd.nodes > 1)
+            s = update_layer(e, 0, t, coef, skip, who, err);
+        else
+            s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
         for (int l = 1; s == RP_OK && l < e->num_layers; l++)
             s = update_layer(e, l, t, coef, skip, who, err);
-        if (s == RP_OK)
+        if (s == RP_OK && e->nd.nodes == 1)
             update_embedding_rest(e, t, coef, skip, ids, n);
     }
     free(ids);

@@ -22,6 +22,7 @@
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
 #include "engine/host_memory.h"
+#include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "io/config.h"
 #include "io/read_file.h"
@@ -187,7 +188,8 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     e->npins = e->npins_run + 1;
     e->act = (float *)(base + act);
     e->link_boards = (rp_xfer_link *)(base + links);
-    s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->rank, &e->ev, err);
+    s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->nd.world_rank, &e->ev,
+                          err);
     if (s == RP_OK && rp_store_is_leader(e->store)) {
         rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
         if (rp_engine_resumes_pending(e)) { /* the weights are of the step before: its update follows */
@@ -340,6 +342,12 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                          "--pipelines %d: needs a divisor of the %lld "
                          "microbatches that divides, or is a multiple of, the %d executors",
                          e->pipelines, (long long)e->microbatches, e->size);
+    if (s == RP_OK && o->optimizer_lag && e->nd.nodes > 1 && o->checkpoint_dir &&
+        o->checkpoint_every > 0)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--checkpoint-every with --optimizer-lag 1 on "
+                         "%d nodes: not supported yet (a lagged optimizer's checkpoint holds a "
+                         "pending update; on several nodes only the last step's checkpoint "
+                         "is written)", e->nd.nodes);
     if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
                          "--optimizer-lag 1 with --pipelines %d needs at "
@@ -533,6 +541,12 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
             int64_t next = (e->it_first + o->eval_every - 1) / o->eval_every * o->eval_every;
             e->it_last = next < e->it_last ? next : e->it_last;
         }
+        if (e->nd.nodes > 1 && o->checkpoint_dir && o->checkpoint_every > 0) {
+            /* several nodes: a checkpoint collects the nodes' slices between segments */
+            int64_t every = o->checkpoint_every;
+            int64_t next = (e->it_first + every - 1) / every * every;
+            e->it_last = next < e->it_last ? next : e->it_last;
+        }
         e->adam_first = e->adam_step;
         s = build_segment(e, comm, err);
         if (s == RP_OK)
@@ -590,7 +604,9 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         rp_error one = {0};
         rp_status st = RP_OK;
         int companions = 0;
-        if (root)
+        if (e->nd.nodes > 1 && r->shared->compute_dtype != RP_F32) /* masters: each node its slices */
+            st = rp_run_agree(e, rp_node_collect(e, 0, 0, &one), comm, &one);
+        if (root && st == RP_OK)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
                                     e->model_config_text, o->model_dir, &companions, &one);
