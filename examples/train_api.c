@@ -4,8 +4,14 @@
  * A step callback hands the program each step's metrics (on rank 0 of the
  * training communicator), which it prints.
  *
- *   mpirun -np 3 examples/train_api 2 config.json tokens.npy out-dir
+ *   mpirun -np 3 examples/train_api 2 config.json tokens.npy out-dir [option=value ...]
+ *
+ * The options after out-dir are set too (rp_train_config_set). MPI is
+ * initialised with MPI_Init, which gives this program no thread support:
+ * enough for one node, while several nodes need MPI_Init_thread with
+ * MPI_THREAD_MULTIPLE (roundpipe(3)).
  */
+#include <string.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +39,10 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     int rank, rc = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (argc != 5) {
+    if (argc < 5) {
         if (rank == 0)
-            fprintf(stderr, "usage: %s RANKS CONFIG.json TOKENS.npy OUT-DIR\n", argv[0]);
+            fprintf(stderr, "usage: %s RANKS CONFIG.json TOKENS.npy OUT-DIR [OPTION=VALUE ...]\n",
+                    argv[0]);
         MPI_Finalize();
         return 2;
     }
@@ -52,6 +59,12 @@ int main(int argc, char **argv)
                                  {"seed", "5"},            {"progress", "none"}};
         for (size_t i = 0; s == RP_OK && i < sizeof opts / sizeof opts[0]; i++)
             s = rp_train_config_set(tc, opts[i][0], opts[i][1]);
+        for (int i = 5; s == RP_OK && i < argc; i++) { /* option=value */
+            char *eq = strchr(argv[i], '=');
+            if (eq)
+                *eq = '\0';
+            s = rp_train_config_set(tc, argv[i], eq ? eq + 1 : NULL);
+        }
         progress_notes notes = {0, 0.0};
         if (s == RP_OK)
             s = rp_train_config_set_step_callback(tc, on_step, &notes);

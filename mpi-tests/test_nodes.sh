@@ -14,7 +14,9 @@
 #   bf16 compute so the master weights are collected from the nodes' slices)
 #   and resumed on 1 node and on 3 nodes, the bits of a run that never
 #   stopped; --checkpoint-every with --optimizer-lag 1 on several nodes is
-#   refused;
+#   refused; SIGUSR1 to mpirun stops a run of 2 nodes at the next
+#   checkpoint step with its checkpoint and exit 0, and resuming it on one
+#   node gives the bits of a run that never stopped;
 # - the multi-node runs of both golden cases match PyTorch (golden_compare,
 #   1e-4 relative, as test_golden.sh);
 # - bad input fails before any work with a message: a K that does not divide
@@ -107,6 +109,25 @@ run qwen3 2 "$tmp/c-lag" --ranks-per-node 1 --optimizer-lag 1 --checkpoint-dir "
   --checkpoint-every 2 && bad "lagged checkpoints on 2 nodes ran" || ok
 grep -q "checkpoint-every with --optimizer-lag 1 on 2 nodes" "$tmp/c-lag.txt" && ok || \
   { bad "lagged checkpoints on 2 nodes: no message"; cat "$tmp/c-lag.txt"; }
+
+# SIGUSR1: on several nodes the run stops at the next checkpoint step
+long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 40 --lr 3e-3 --seed 2 --device cpu --progress none --timeout 60"
+${MPIRUN:-mpirun} $flags -np 1 "$bin" train $long --pipelines 2 --log "$tmp/long.jsonl" --save "$tmp/long" \
+  > "$tmp/long.txt" 2>&1 || { bad "long reference failed"; cat "$tmp/long.txt"; }
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $long --ranks-per-node 1 --checkpoint-dir "$tmp/cks" \
+  --checkpoint-every 8 --log "$tmp/sig.jsonl" --save "$tmp/unused" > "$tmp/sig.txt" 2>&1 &
+pid=$!
+i=0; while [ $i -lt 300 ] && [ "$(cat "$tmp/sig.jsonl" 2>/dev/null | wc -l)" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
+kill -s USR1 $pid
+wait $pid; rc=$?
+k=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of 40.*/\1/p' "$tmp/sig.txt")
+[ $rc -eq 0 ] && [ -n "$k" ] && [ $((k % 8)) -eq 0 ] && [ "$k" -lt 40 ] && \
+  [ -f "$tmp/cks/step-$(printf %08d "$k")/checkpoint.complete" ] && ok || \
+  { bad "SIGUSR1 on 2 nodes: exit $rc, stopped after step '$k'"; cat "$tmp/sig.txt"; }
+${MPIRUN:-mpirun} $flags -np 1 "$bin" train $long --pipelines 2 --checkpoint-dir "$tmp/cks" --resume auto \
+  --log "$tmp/sigr.jsonl" --save "$tmp/sigr" > "$tmp/sigr.txt" 2>&1 && \
+  cmp -s "$tmp/long/model.safetensors" "$tmp/sigr/model.safetensors" && ok || \
+  { bad "SIGUSR1 on 2 nodes: the resumed run differs"; cat "$tmp/sigr.txt"; }
 
 # bad input: before any work, a message naming the option
 run qwen3 3 "$tmp/bad-k" --ranks-per-node 2 && bad "--ranks-per-node 2 of 3 ranks ran" || ok
