@@ -10,3 +10,5 @@ bench_bench_attention_documents_LDADD = librp.la
 EXTRA_DIST += bench/README.md
 # bench_train_peer.sh: roundpipe's CPU executors against a PyTorch eager loop (bench/README.md)
 EXTRA_DIST += bench/bench_train_peer.sh bench/torch_train_peer.py bench/qwen3-25m-config.json
+# bench_nodes.sh: bytes per node per step against the rule, AdamW per node on 1, 2, 4 pseudo-nodes
+EXTRA_DIST += bench/bench_nodes.sh bench/bench_checkpoint.sh

@@ -138,6 +138,8 @@ typedef struct rp_engine {
                           share of a layer), or NULL */
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
+    _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
+    _Atomic uint64_t adamw_ns;  /* time this rank's optimizer spent in AdamW */
     int peer_lost;     /* a bounded agreement expired: no more collectives on comm */
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */

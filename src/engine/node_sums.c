@@ -82,6 +82,10 @@ static rp_status send(rp_engine *e, MPI_Comm comm, const void *what, int count,
                       MPI_Datatype type, int to, int l, rp_node_part part, int64_t t,
                       const char *who, rp_error *err)
 {
+    int size;
+    MPI_Type_size(type, &size);
+    if (part < RP_NODE_COLLECT) /* training traffic, not a checkpoint's */
+        atomic_fetch_add(&e->node_sent, (uint64_t)count * (uint64_t)size);
     MPI_Request req;
     MPI_Isend(what, count, type, to, tag_of(e, l, part, t), comm, &req);
     return node_wait(e, &req, to, l, part, t, who, err);
@@ -154,6 +158,7 @@ rp_status rp_node_gather_layer(rp_engine *e, int l, int64_t t, const char *who, 
         if (n == e->nd.node)
             continue;
         MPI_Isend(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross, &reqs[k]);
+        atomic_fetch_add(&e->node_sent, (uint64_t)((hi - lo) * es));
         peers[k++] = n;
     }
     rp_status s = wait_all(e, reqs, peers, k, l, RP_NODE_WEIGHTS, t, who, err);
@@ -220,4 +225,68 @@ rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *mine, dou
         RP_TRY(receive(e, e->nd.cross_loss, all + (size_t)n * (size_t)M, M, MPI_DOUBLE, n, 0,
                        RP_NODE_LOSSES, t, who, err));
     return RP_OK;
+}
+
+/* The bytes node n sends in one step by the rule of node_sums.h: the chain
+ * (every node but the last: every share of every layer in fp32), the
+ * scatter (the last node: each other node's slices in fp32 and the shares'
+ * block norms), the all-gather (its slices in the compute dtype to N-1
+ * nodes), the tied embedding's base (a share each) and the losses. */
+static double formula_bytes(const rp_engine *e, int n)
+{
+    int N = e->nd.nodes, last = N - 1;
+    double es = (double)rp_dtype_size(e->p->compute_dtype), bytes = 0;
+    if (N == 1)
+        return 0;
+    for (int l = 0; l < e->num_layers; l++) {
+        double numel = (double)e->p->layers[l].numel;
+        if (n < last)
+            bytes += 4 * numel;
+        if (l == 0 && e->tied)
+            bytes += 4 * numel;
+        for (int r = 0; r < e->size; r++) {
+            size_t b0, b1, lo, hi;
+            rp_engine_slice(e, l, r, n, &b0, &b1, &lo, &hi);
+            bytes += (N - 1) * es * (double)(hi - lo);
+            if (n == last)
+                for (int j = 0; j < last; j++) {
+                    rp_engine_slice(e, l, r, j, &b0, &b1, &lo, &hi);
+                    bytes += 4.0 * (double)(hi - lo);
+                    rp_engine_share(e, l, r, &b0, &b1, &lo, &hi);
+                    bytes += 8.0 * (double)(b1 - b0);
+                }
+        }
+    }
+    return bytes + (n > 0 ? 8.0 * (double)e->microbatches : 0);
+}
+
+void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
+{
+    uint64_t mine[2] = {atomic_load(&e->node_sent), atomic_load(&e->adamw_ns)};
+    uint64_t *all = e->nd.world_rank == 0 ? calloc(2 * (size_t)e->nd.world_size, sizeof(uint64_t))
+                                          : NULL;
+    int node = e->nd.node, *nodes = e->nd.world_rank == 0
+                                       ? calloc((size_t)e->nd.world_size, sizeof(int)) : NULL;
+    MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, comm);
+    MPI_Gather(&node, 1, MPI_INT, nodes, 1, MPI_INT, 0, comm);
+    if (e->nd.world_rank == 0 && all && nodes && steps > 0) {
+        double params = 0;
+        for (int l = 0; l < e->num_layers; l++)
+            params += (double)e->p->layers[l].numel;
+        for (int n = 0; n < e->nd.nodes; n++) {
+            double sent = 0, ns = 0;
+            for (int r = 0; r < e->nd.world_size; r++)
+                if (nodes[r] == n) {
+                    sent += (double)all[2 * r];
+                    ns += (double)all[2 * r + 1];
+                }
+            sent /= (double)steps;
+            rp_log(e->lg, RP_LOG_INFO, "node %d of %d: sent %.0f bytes per step to other nodes "
+                   "(the rule's %.0f; %.3f x the model's %.0f fp32 parameter bytes); AdamW %.3f ms "
+                   "per step on its ranks", n, e->nd.nodes, sent, formula_bytes(e, n),
+                   sent / (4 * params), 4 * params, ns / 1e6 / (double)steps);
+        }
+    }
+    free(all);
+    free(nodes);
 }

@@ -84,4 +84,10 @@ rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *
 rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *mine, double *all,
                                 rp_error *err);
 
+/* After training, with --ranks-per-node or several nodes (collective over
+ * comm; rank 0 logs): per node, the bytes it sent per step against the
+ * rule's count and the model's fp32 parameter bytes, and its ranks' AdamW
+ * time per step, over `steps` steps. */
+void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps);
+
 #endif

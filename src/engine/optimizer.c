@@ -31,6 +31,7 @@
  * after tensors is copied as it is (zeros). */
 void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
+    uint64_t t0 = rp_trace_now_ns();
     /* the lr follows the step; bias correction counts the updates applied */
     rp_layer_state *ls = &e->p->st[l];
     rp_adamw_params hp = {rp_lr_at(&e->sched, t), e->o->beta1, e->o->beta2, e->o->eps,
@@ -55,6 +56,7 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
     }
     if (copy)
         rp_params_sync_compute_range(e->p, l, cur, hi);
+    atomic_fetch_add(&e->adamw_ns, rp_trace_now_ns() - t0);
 }
 
 /* With --optimizer-lag 1 the update of iteration t may only change layer l

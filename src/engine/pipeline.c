@@ -690,6 +690,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
         s = start_outputs(e, r, comm, err);
     if (s == RP_OK) {
         s = run_segments(e, comm, err);
+        if (s == RP_OK && (o->ranks_per_node > 0 || e->nd.nodes > 1))
+            rp_node_report(e, comm, (e->stopped_early ? e->it_last : e->steps) - e->resume_step);
         s = write_outputs(e, r, s, comm, err);
     }
     rp_trace_destroy(&e->trace);
