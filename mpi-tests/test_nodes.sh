@@ -19,6 +19,10 @@
 #   node gives the bits of a run that never stopped;
 # - the multi-node runs of both golden cases match PyTorch (golden_compare,
 #   1e-4 relative, as test_golden.sh);
+# - memory: each node keeps AdamW's m and v and (bf16 compute) the master
+#   weights of its slices only: the parameter store of each of 2 nodes holds
+#   at least 0.95 x 6 bytes per parameter less than one node's (the ~25M
+#   bench model, bf16), as the engine's report says (the store's pages);
 # - bad input fails before any work with a message: a K that does not divide
 #   the rank count, N x P pipelines that do not divide the microbatches;
 # - a stall planted on one node (its forward never signals) is reported by
@@ -128,6 +132,21 @@ ${MPIRUN:-mpirun} $flags -np 1 "$bin" train $long --pipelines 2 --checkpoint-dir
   --log "$tmp/sigr.jsonl" --save "$tmp/sigr" > "$tmp/sigr.txt" 2>&1 && \
   cmp -s "$tmp/long/model.safetensors" "$tmp/sigr/model.safetensors" && ok || \
   { bad "SIGUSR1 on 2 nodes: the resumed run differs"; cat "$tmp/sigr.txt"; }
+
+# memory: each node's parameter store holds its slices' optimizer state only
+mem() { # NP K OUT: one step of the ~25M bench model in bf16
+  ${MPIRUN:-mpirun} $flags -np "$1" "$bin" train --device cpu --threads 1 --progress none \
+    --init-config "$src/bench/qwen3-25m-config.json" --data "$build/examples/data/gnu-licenses.npy" \
+    --seq-len 16 --batch-size 2 --microbatches 2 --steps 1 --dtype bf16 --ranks-per-node "$2" > "$3" 2>&1
+}
+mem 2 2 "$tmp/mem1.txt" && mem 2 1 "$tmp/mem2.txt" || { bad "memory runs failed"; cat "$tmp/mem1.txt" "$tmp/mem2.txt"; }
+held() { sed -n "s/.*node $2 of .*parameter store \([0-9.]*\) of .*/\1/p" "$1"; }
+params=$(sed -n 's/.*the model.s \([0-9]*\) fp32 parameter bytes.*/\1/p' "$tmp/mem1.txt" | head -1)
+one=$(held "$tmp/mem1.txt" 0); n0=$(held "$tmp/mem2.txt" 0); n1=$(held "$tmp/mem2.txt" 1)
+echo "parameter store in memory: one node $one MiB; 2 nodes $n0 and $n1 MiB ($params fp32 parameter bytes)"
+awk -v one="$one" -v a="$n0" -v b="$n1" -v p="$params" 'BEGIN {
+  need = 0.95 * 6 * (p / 4) / 1048576; exit !(one - a >= need && one - b >= need) }' && ok || \
+  bad "2 nodes keep more than their half of m, v and master ($one -> $n0, $n1 MiB)"
 
 # bad input: before any work, a message naming the option
 run qwen3 3 "$tmp/bad-k" --ranks-per-node 2 && bad "--ranks-per-node 2 of 3 ranks ran" || ok

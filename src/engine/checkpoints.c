@@ -426,7 +426,8 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = RP_OK;
     if (e->nd.world_rank == 0 && e->ck_written == e->it_last) /* written while it ran */
         return rp_run_agree(e, s, comm, err);
-    if (e->nd.nodes > 1) /* each node keeps its slices' state: all of it on node 0 */
+    int nodes = e->nd.nodes > 1;
+    if (nodes) /* each node keeps its slices' state: all of it on node 0 */
         RP_TRY(rp_run_agree(e, rp_node_collect(e, 1, ck_pending(e, e->it_last), err), comm, err));
     if (e->nd.world_rank == 0) { /* every node holds the same state: node 0's */
         ck k;
@@ -438,7 +439,10 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
             s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, err);
         ck_free(&k);
     }
-    return rp_run_agree(e, s, comm, err);
+    s = rp_run_agree(e, s, comm, err);
+    if (nodes) /* written: node 0 keeps its own slices again */
+        rp_node_release_others(e);
+    return s;
 }
 
 /* ---- written while training goes on ------------------------------------- */

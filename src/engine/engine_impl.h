@@ -62,6 +62,7 @@ typedef struct rp_engine {
     _Atomic int64_t *started;
     int stopped_early;  /* the run stopped after e->it_last < e->steps, with a checkpoint */
     rp_store *store;   /* the running segment's store */
+    rp_store *param_store; /* the run's store: parameters and optimizer state */
     /* host ranges the executor registers with its device (pins) so copies run
      * at full speed: for the run, each layer's compute copy (uploaded) and
      * gradient (downloaded into), and the areas of the tied head's, the other

@@ -269,7 +269,17 @@ void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
                                        ? calloc((size_t)e->nd.world_size, sizeof(int)) : NULL;
     MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, comm);
     MPI_Gather(&node, 1, MPI_INT, nodes, 1, MPI_INT, 0, comm);
-    if (e->nd.world_rank == 0 && all && nodes && steps > 0) {
+    /* each node leader's view of its store (whole pages held) */
+    uint64_t held = e->rank == 0 ? rp_store_resident_bytes(e->param_store) : 0;
+    uint64_t *held_by = e->nd.world_rank == 0 ? calloc((size_t)e->nd.world_size, sizeof(uint64_t))
+                                              : NULL;
+    uint64_t *resident = e->nd.world_rank == 0 ? calloc((size_t)e->nd.nodes, sizeof(uint64_t))
+                                               : NULL;
+    MPI_Gather(&held, 1, MPI_UINT64_T, held_by, 1, MPI_UINT64_T, 0, comm);
+    if (held_by && resident && nodes) /* by node: the sum is its leader's figure */
+        for (int r = 0; r < e->nd.world_size; r++)
+            resident[nodes[r]] += held_by[r];
+    if (e->nd.world_rank == 0 && all && nodes && resident && steps > 0) {
         double params = 0;
         for (int l = 0; l < e->num_layers; l++)
             params += (double)e->p->layers[l].numel;
@@ -283,10 +293,31 @@ void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
             sent /= (double)steps;
             rp_log(e->lg, RP_LOG_INFO, "node %d of %d: sent %.0f bytes per step to other nodes "
                    "(the rule's %.0f; %.3f x the model's %.0f fp32 parameter bytes); AdamW %.3f ms "
-                   "per step on its ranks", n, e->nd.nodes, sent, formula_bytes(e, n),
-                   sent / (4 * params), 4 * params, ns / 1e6 / (double)steps);
+                   "per step on its ranks; parameter store %.1f of %.1f MiB in memory",
+                   n, e->nd.nodes, sent, formula_bytes(e, n), sent / (4 * params), 4 * params,
+                   ns / 1e6 / (double)steps, (double)resident[n] / 1048576.0,
+                   (double)rp_store_bytes(e->param_store) / 1048576.0);
         }
     }
     free(all);
     free(nodes);
+    free(held_by);
+    free(resident);
+}
+
+void rp_node_release_others(rp_engine *e)
+{
+    for (int l = 0; l < e->num_layers; l++) {
+        rp_layer_state *ls = &e->p->st[l];
+        float *arrays[3] = {ls->m, ls->v, ls->compute != ls->master ? ls->master : NULL};
+        for (int n = 0; n < e->nd.nodes; n++) {
+            if (n == e->nd.node)
+                continue;
+            size_t b0, b1, lo, hi;
+            rp_engine_slice(e, l, e->rank, n, &b0, &b1, &lo, &hi);
+            for (int a = 0; a < 3; a++)
+                if (arrays[a])
+                    rp_store_release(e->param_store, arrays[a] + lo, (hi - lo) * sizeof(float));
+        }
+    }
 }

@@ -84,6 +84,12 @@ rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *
 rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *mine, double *all,
                                 rp_error *err);
 
+/* This rank's share of the optimizer state outside this node's slices
+ * (m and v, and the master weights unless they are the compute copy) given
+ * back to the system (rp_store_release): after loading and after a
+ * checkpoint collected them. The node's store then holds 1/N of them. */
+void rp_node_release_others(rp_engine *e);
+
 /* After training, with --ranks-per-node or several nodes (collective over
  * comm; rank 0 logs): per node, the bytes it sent per step against the
  * rule's count and the model's fp32 parameter bytes, and its ranks' AdamW

@@ -132,11 +132,13 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     e->emb_cap = map->emb_cap;
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
+    sp.lazy = e->nd.nodes > 1; /* pages only where used: a node's own slices' state */
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, out, err);
     rp_store_layout_destroy(&lay);
     RP_TRY(rp_run_agree(e, s, comm, err));
     char *base = rp_store_base(*out);
+    e->param_store = *out;
     e->param_store_bytes = rp_store_bytes(*out);
     e->pins = calloc(2 * (size_t)e->num_layers + 4, sizeof *e->pins);
     if (!e->pins)
@@ -423,6 +425,8 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
             s = load_params(e, r->shared, err);
     }
     RP_TRY(rp_run_agree(e, s, comm, err));
+    if (e->nd.nodes > 1) /* loaded whole: each node keeps its slices' optimizer state */
+        rp_node_release_others(e);
     /* the executor's device, and the run's pins, once (not per segment) */
     rp_device_params dp = {e->device, e->device_ordinal, e->threads};
     s = rp_device_create(&dp, &e->dev, err);

@@ -25,6 +25,19 @@ void rp_machine_defaults(rp_machine *mc)
     mc->opt_bytes_per_param = 30.0;
     mc->iterations = 12;
     mc->workspace_bytes = (int64_t)256 << 20;
+    mc->nodes = 1;
+    mc->network_gbs = RP_SIM_DEFAULT_NETWORK_GBS;
+    mc->compute_bytes_per_param = 2.0;
+}
+
+rp_machine rp_machine_node(const rp_machine *mc)
+{
+    rp_machine one = *mc;
+    int N = rp_machine_nodes(mc);
+    one.nodes = 1;
+    one.microbatches = mc->microbatches / N;
+    one.tokens_per_iteration = mc->tokens_per_iteration / N;
+    return one;
 }
 
 void rp_machine_interleave_deal(rp_machine *mc)
@@ -88,6 +101,21 @@ rp_status rp_machine_check(const rp_machine *mc, rp_error *err)
                                     "machine: the deal is not a permutation of the %d GPUs",
                                     mc->gpus);
         }
+    }
+    if (mc->nodes < 0 || mc->nodes > RP_SIM_MAX_NODES)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: %d nodes (supported 1..%d)",
+                            mc->nodes, RP_SIM_MAX_NODES);
+    if (mc->nodes > 1) {
+        if (mc->microbatches % mc->nodes)
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "machine: %d microbatches do not split evenly over %d nodes "
+                                "(each node runs M/N of the iteration's M)",
+                                mc->microbatches, mc->nodes);
+        if (!(mc->network_gbs > 0) || !isfinite(mc->network_gbs))
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "machine: network bandwidth must be > 0");
+        if (!(mc->compute_bytes_per_param > 0) || !isfinite(mc->compute_bytes_per_param))
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "machine: compute bytes per parameter must be > 0");
     }
     if (!(mc->embed_rows_frac >= 0 && mc->embed_rows_frac <= 1))
         return rp_error_set(err, RP_ERR_INVALID_ARG,
@@ -158,6 +186,7 @@ typedef struct sim {
     double slow[RP_SIM_MAX_GPUS];
     double lane_free[RP_SIM_MAX_GPUS][2][RP_SIM_MAX_LANES];
     double group_up_busy[RP_SIM_MAX_GPUS];
+    struct net *net; /* several nodes: the network and the nodes' optimizers, else NULL */
 } sim;
 
 static double dmax(double a, double b) { return a > b ? a : b; }
@@ -379,6 +408,510 @@ static void run_optimizer(sim *s, int t)
     }
 }
 
+/* ---- Several nodes (simulate.h): the gradient chain, the scatter, the
+ * sliced updates and the all-gather of one iteration, in virtual time. The
+ * nodes' compute is the one timeline above; what differs between nodes is
+ * their network role, so each node has its NIC and optimizer pools here.
+ * Unlike one node's optimizer, the work here waits on messages and messages
+ * wait on work, so it runs as a small event loop over time. */
+
+enum { NT_SUM = 0, NT_UPDATE = 1 };                    /* optimizer task kinds */
+enum { NM_CHAIN = 0, NM_SCATTER = 1, NM_GATHER = 2 };  /* message kinds */
+enum { EV_TASK_READY, EV_TASK_DONE, EV_MSG_DONE, EV_LANDED, EV_WAKE };
+
+typedef struct net_task {
+    double ready, dur;
+    int prio, kind, slot, node, pool; /* slot: the layer (a sum), the update slot */
+} net_task;
+
+typedef struct net_msg {
+    double dur, bytes;
+    int kind, slot, src, dst, next; /* next: in its (src, dst) queue */
+} net_msg;
+
+typedef struct net_event {
+    double t;
+    int seq, kind, a;
+} net_event;
+
+typedef struct net {
+    int N, P;    /* nodes; optimizer pools per node (1 with opt_spread) */
+    double rate; /* network bytes per ms */
+    /* carried from one iteration to the next */
+    double *send_free, *recv_free, *send_busy, *recv_busy, *sent; /* [N] */
+    double *pool_free, *pool_busy;                                 /* [N * P] */
+    /* one iteration */
+    net_task *task;
+    int ntask, ntask_max;
+    int *upd;                 /* [(L + 1) * N]: slot k's update task on node n, or -1 */
+    int *heap, *heap_off, *heap_n; /* each pool's ready tasks: a min-heap by prio */
+    int *dirty, ndirty;       /* pools to dispatch */
+    unsigned char *is_dirty;  /* [N * P] */
+    int nic_dirty;            /* a NIC direction freed or a message was posted */
+    net_msg *msg;
+    int nmsg, nmsg_max;
+    int *qhead, *qtail;       /* [N * N]: unstarted messages src -> dst, in posting order */
+    net_event *ev;
+    int nev, nev_max, seq;
+    int *need;                /* [L * N]: what node n awaits before passing layer l on */
+    int *have;                /* [(L + 1) * N]: slices of slot k on node n */
+    int *slices_left;         /* [N]: with clip, slices node n awaits this iteration */
+    double *gather_bytes;     /* [L + 1]: slot k's all-gather bytes, all slices */
+    double *grad_bytes;       /* [L]: G_l (0: not trainable) */
+} net;
+
+static int ev_before(const net_event *a, const net_event *b)
+{
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static void ev_push(net *w, double t, int kind, int a)
+{
+    net_event x = {t, w->seq++, kind, a};
+    int i = w->nev++;
+    while (i > 0 && ev_before(&x, &w->ev[(i - 1) / 2])) {
+        w->ev[i] = w->ev[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->ev[i] = x;
+}
+
+static net_event ev_pop(net *w)
+{
+    net_event top = w->ev[0], x = w->ev[--w->nev];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= w->nev)
+            break;
+        if (c + 1 < w->nev && ev_before(&w->ev[c + 1], &w->ev[c]))
+            c++;
+        if (!ev_before(&w->ev[c], &x))
+            break;
+        w->ev[i] = w->ev[c];
+        i = c;
+    }
+    if (w->nev > 0)
+        w->ev[i] = x;
+    return top;
+}
+
+/* Task a runs before task b in a pool: lower prio, then created first. */
+static int task_before(const net *w, int a, int b)
+{
+    return w->task[a].prio < w->task[b].prio || (w->task[a].prio == w->task[b].prio && a < b);
+}
+
+static void mark_pool(net *w, int pool)
+{
+    if (!w->is_dirty[pool]) {
+        w->is_dirty[pool] = 1;
+        w->dirty[w->ndirty++] = pool;
+    }
+}
+
+/* Task i is ready: into its pool's heap. */
+static void pool_add(net *w, int i)
+{
+    int pool = w->task[i].pool, *h = w->heap + w->heap_off[pool], k = w->heap_n[pool]++;
+    while (k > 0 && task_before(w, i, h[(k - 1) / 2])) {
+        h[k] = h[(k - 1) / 2];
+        k = (k - 1) / 2;
+    }
+    h[k] = i;
+    mark_pool(w, pool);
+}
+
+static int pool_take(net *w, int pool)
+{
+    int *h = w->heap + w->heap_off[pool], n = --w->heap_n[pool], top = h[0], v = h[n], k = 0;
+    for (;;) {
+        int c = 2 * k + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && task_before(w, h[c + 1], h[c]))
+            c++;
+        if (!task_before(w, h[c], v))
+            break;
+        h[k] = h[c];
+        k = c;
+    }
+    if (n > 0)
+        h[k] = v;
+    return top;
+}
+
+static void post(net *w, int kind, int slot, int src, int dst, double bytes)
+{
+    int i = w->nmsg++, q = src * w->N + dst;
+    w->msg[i] = (net_msg){RP_SIM_NET_LATENCY_MS + bytes / w->rate, bytes, kind, slot, src, dst, -1};
+    if (w->qtail[q] >= 0)
+        w->msg[w->qtail[q]].next = i;
+    else
+        w->qhead[q] = i;
+    w->qtail[q] = i;
+    w->nic_dirty = 1;
+}
+
+/* Node n has its slice of layer l: its updates of the layer may start
+ * (with clip, once it has every slice of the iteration). */
+static void slice_arrived(sim *s, net *w, int l, int n)
+{
+    if (s->mc->clip) {
+        if (--w->slices_left[n] > 0)
+            return;
+        for (int k = 0; k <= s->L; k++)
+            if (w->upd[k * w->N + n] >= 0)
+                pool_add(w, w->upd[k * w->N + n]);
+        return;
+    }
+    pool_add(w, w->upd[l * w->N + n]);
+    if (l == 0 && w->upd[s->L * w->N + n] >= 0)
+        pool_add(w, w->upd[s->L * w->N + n]);
+}
+
+/* One of the things node n awaits before passing layer l on has come: its
+ * gradient landed, a sum of it finished, or the previous node's partial
+ * arrived. With all of them: the next hop, or (the last node) the scatter. */
+static void chain_step(sim *s, net *w, int l, int n)
+{
+    if (--w->need[l * w->N + n] > 0)
+        return;
+    int N = w->N;
+    if (n < N - 1) {
+        post(w, NM_CHAIN, l, n, n + 1, w->grad_bytes[l]);
+        return;
+    }
+    for (int j = 0; j < N - 1; j++)
+        post(w, NM_SCATTER, l, N - 1, j, w->grad_bytes[l] / N);
+    slice_arrived(s, w, l, N - 1);
+}
+
+/* Node n has one more slice of slot k; with all N the slot is at the new
+ * version there, and done[k] is the latest node's time. */
+static void slice_gathered(net *w, int k, int n, double T, double *done)
+{
+    if (++w->have[k * w->N + n] == w->N)
+        done[k] = dmax(done[k], T);
+}
+
+static void net_handle(sim *s, net *w, net_event e, double T, double *done)
+{
+    int N = w->N;
+    switch (e.kind) {
+    case EV_TASK_READY:
+        pool_add(w, e.a);
+        break;
+    case EV_TASK_DONE: {
+        const net_task *tk = &w->task[e.a];
+        mark_pool(w, tk->pool);
+        if (tk->kind == NT_SUM) {
+            chain_step(s, w, tk->slot, tk->node);
+            break;
+        }
+        for (int d = 1; d < N; d++)
+            post(w, NM_GATHER, tk->slot, tk->node, (tk->node + d) % N,
+                 w->gather_bytes[tk->slot] / N);
+        slice_gathered(w, tk->slot, tk->node, T, done);
+        break;
+    }
+    case EV_MSG_DONE: {
+        const net_msg *m = &w->msg[e.a];
+        w->nic_dirty = 1;
+        if (m->kind == NM_CHAIN)
+            chain_step(s, w, m->slot, m->dst);
+        else if (m->kind == NM_SCATTER)
+            slice_arrived(s, w, m->slot, m->dst);
+        else
+            slice_gathered(w, m->slot, m->dst, T, done);
+        break;
+    }
+    case EV_LANDED:
+        for (int n = 0; n < N; n++)
+            chain_step(s, w, e.a, n);
+        break;
+    default: /* EV_WAKE: a pool or a NIC direction busy from before is free */
+        w->nic_dirty = 1;
+        for (int p = 0; p < N * w->P; p++)
+            mark_pool(w, p);
+    }
+}
+
+/* At time T: every idle pool starts its most urgent ready task; every
+ * message whose sender and receiver directions are both free starts, the
+ * earliest posted first. */
+static void net_dispatch(net *w, double T)
+{
+    for (int i = 0; i < w->ndirty; i++) {
+        int p = w->dirty[i];
+        w->is_dirty[p] = 0;
+        while (w->pool_free[p] <= T && w->heap_n[p] > 0) {
+            int k = pool_take(w, p);
+            w->pool_free[p] = T + w->task[k].dur;
+            w->pool_busy[p] += w->task[k].dur;
+            ev_push(w, T + w->task[k].dur, EV_TASK_DONE, k);
+        }
+    }
+    w->ndirty = 0;
+    int N = w->N;
+    while (w->nic_dirty) {
+        int best = -1;
+        for (int a = 0; a < N; a++) {
+            if (w->send_free[a] > T)
+                continue;
+            for (int b = 0; b < N; b++) {
+                int m = w->qhead[a * N + b];
+                if (m >= 0 && w->recv_free[b] <= T && (best < 0 || m < best))
+                    best = m;
+            }
+        }
+        if (best < 0) {
+            w->nic_dirty = 0;
+            break;
+        }
+        net_msg *m = &w->msg[best];
+        int q = m->src * N + m->dst;
+        w->qhead[q] = m->next;
+        if (m->next < 0)
+            w->qtail[q] = -1;
+        w->send_free[m->src] = w->recv_free[m->dst] = T + m->dur;
+        w->send_busy[m->src] += m->dur;
+        w->recv_busy[m->dst] += m->dur;
+        w->sent[m->src] += m->bytes;
+        ev_push(w, T + m->dur, EV_MSG_DONE, best);
+    }
+}
+
+/* A piece of optimizer work on node n: on its one pool of G ranks (a G-th
+ * of the time) with opt_spread, else on the producing rank's pool. */
+static int net_task_add(sim *s, net *w, int kind, int slot, int prio, int n, double ready,
+                        double bytes, int rank)
+{
+    const rp_machine *mc = s->mc;
+    double dur = bytes / (mc->opt_gbs * 1e6);
+    int pool = n * w->P + (mc->opt_spread ? 0 : rank);
+    if (mc->opt_spread)
+        dur /= mc->gpus;
+    int i = w->ntask++;
+    w->task[i] = (net_task){ready, dur, prio, kind, slot, n, pool};
+    return i;
+}
+
+/* Layer l's optimizer work on every node, priced as run_optimizer prices
+ * it on one node: the sum of its pipelines' copies (and of tied layers'
+ * gradients: with sparse_embed each its own task, run on landing), which the
+ * node's hop awaits, and the update of its slice (with sparse_embed, parts
+ * (a) and (b)), released when the slice arrives. Returns when the layer's
+ * gradients (its own and tied layers') have all landed. */
+static double net_layer_tasks(sim *s, net *w, int l)
+{
+    const rp_machine *mc = s->mc;
+    const rp_cost_model *m = s->m;
+    const rp_layer_cost *c = &m->layers[l];
+    int N = w->N, L = s->L, sum_prio = l - (L + 2); /* every sum before any update */
+    int sparse = l == 0 && s->emb;
+    double a = sparse ? s->rf : 1.0; /* part (a)'s share of the update */
+    double rows = sparse ? s->rfg : 1.0, landed = s->grad_done[l];
+    double base = (double)(s->groups - 1) * rows * (double)c->grad_bytes;
+    double work = (double)c->opt_params * mc->opt_bytes_per_param;
+    for (int i = 0; i < s->ntied; i++) {
+        const rp_layer_cost *tc = &m->layers[s->tied[i]];
+        if (tc->tied_to != l)
+            continue;
+        landed = dmax(landed, s->grad_done[s->tied[i]]);
+        if (!sparse)
+            base += (double)s->groups * (double)tc->grad_bytes;
+    }
+    for (int n = 0; n < N; n++) {
+        int *need = &w->need[l * N + n];
+        *need = 1 + (n > 0); /* the landing; the previous node's partial */
+        for (int i = 0; sparse && i < s->ntied; i++) {
+            const rp_layer_cost *tc = &m->layers[s->tied[i]];
+            if (tc->tied_to != l)
+                continue;
+            (*need)++;
+            net_task_add(s, w, NT_SUM, l, sum_prio, n, s->grad_done[s->tied[i]],
+                         (double)s->groups * (double)tc->grad_bytes, s->producer[l]);
+        }
+        if (base > 0) {
+            (*need)++;
+            net_task_add(s, w, NT_SUM, l, sum_prio, n, sparse ? s->grad_done[l] : landed, base,
+                         s->producer[l]);
+        }
+        w->upd[l * N + n] = net_task_add(s, w, NT_UPDATE, l, l, n, INFINITY, a * work / N,
+                                         s->producer[l]);
+        if (a < 1.0)
+            w->upd[L * N + n] = net_task_add(s, w, NT_UPDATE, L, L, n, INFINITY,
+                                             (1.0 - a) * work / N, s->producer[l]);
+    }
+    w->grad_bytes[l] = RP_SIM_NET_GRAD_BYTES * (double)c->opt_params;
+    w->gather_bytes[l] = a * mc->compute_bytes_per_param * (double)c->opt_params;
+    if (a < 1.0)
+        w->gather_bytes[L] = (1.0 - a) * mc->compute_bytes_per_param * (double)c->opt_params;
+    return landed;
+}
+
+/* Each pool's heap gets room for the tasks it may hold. */
+static void net_heaps(net *w)
+{
+    int pools = w->N * w->P, off = 0;
+    for (int p = 0; p < pools; p++)
+        w->heap_n[p] = 0;
+    for (int i = 0; i < w->ntask; i++)
+        w->heap_n[w->task[i].pool]++;
+    for (int p = 0; p < pools; p++) {
+        w->heap_off[p] = off;
+        off += w->heap_n[p];
+        w->heap_n[p] = 0;
+    }
+}
+
+/* Iteration t's updates on N nodes: ready[t][k] is when every node has the
+ * new version of slot k (as run_optimizer's, 0 for untrained slots). */
+static void net_optimizer(sim *s, int t)
+{
+    net *w = s->net;
+    int N = w->N, L = s->L, trained = 0;
+    double *done = s->ready + (size_t)t * (L + 1);
+    w->ntask = w->nmsg = w->nev = w->seq = 0;
+    for (int k = 0; k <= L; k++) {
+        done[k] = 0.0;
+        for (int n = 0; n < N; n++) {
+            w->upd[k * N + n] = -1;
+            w->have[k * N + n] = 0;
+        }
+    }
+    for (int q = 0; q < N * N; q++)
+        w->qhead[q] = w->qtail[q] = -1;
+    for (int l = 0; l < L; l++) {
+        if (s->m->layers[l].opt_params <= 0)
+            continue;
+        trained++;
+        ev_push(w, net_layer_tasks(s, w, l), EV_LANDED, l);
+    }
+    for (int n = 0; n < N; n++)
+        w->slices_left[n] = trained;
+    net_heaps(w);
+    for (int i = 0; i < w->ntask; i++)
+        if (w->task[i].kind == NT_SUM)
+            ev_push(w, w->task[i].ready, EV_TASK_READY, i);
+    for (int p = 0; p < N * w->P; p++)
+        ev_push(w, w->pool_free[p], EV_WAKE, -1);
+    for (int n = 0; n < N; n++) {
+        ev_push(w, w->send_free[n], EV_WAKE, -1);
+        ev_push(w, w->recv_free[n], EV_WAKE, -1);
+    }
+    while (w->nev > 0) {
+        double T = w->ev[0].t;
+        while (w->nev > 0 && w->ev[0].t <= T)
+            net_handle(s, w, ev_pop(w), T, done);
+        net_dispatch(w, T);
+    }
+}
+
+static void net_free(net *w)
+{
+    if (!w)
+        return;
+    free(w->send_free);
+    free(w->recv_free);
+    free(w->send_busy);
+    free(w->recv_busy);
+    free(w->sent);
+    free(w->pool_free);
+    free(w->pool_busy);
+    free(w->task);
+    free(w->upd);
+    free(w->heap);
+    free(w->heap_off);
+    free(w->heap_n);
+    free(w->dirty);
+    free(w->is_dirty);
+    free(w->msg);
+    free(w->qhead);
+    free(w->qtail);
+    free(w->ev);
+    free(w->need);
+    free(w->have);
+    free(w->slices_left);
+    free(w->gather_bytes);
+    free(w->grad_bytes);
+    free(w);
+}
+
+/* The network state of N > 1 nodes, sized for the largest iteration:
+ * per layer at most 2 + (tied layers) sums and updates per node, N - 1
+ * chain hops, N - 1 scatter messages and N (N - 1) gather messages per slot. */
+static net *net_create(const sim *s)
+{
+    net *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    const rp_machine *mc = s->mc;
+    int N = mc->nodes, L = s->L;
+    size_t pools;
+    w->N = N;
+    w->P = mc->opt_spread ? 1 : mc->gpus;
+    w->rate = mc->network_gbs * 1e9 / 8 / 1e3;
+    pools = (size_t)N * w->P;
+    w->ntask_max = (2 * L + 1 + s->ntied) * N;
+    w->nmsg_max = 2 * L * (N - 1) + (L + 1) * N * (N - 1);
+    w->nev_max = w->ntask_max * 2 + w->nmsg_max + L + (int)pools + 2 * N;
+    w->send_free = calloc((size_t)N, sizeof(double));
+    w->recv_free = calloc((size_t)N, sizeof(double));
+    w->send_busy = calloc((size_t)N, sizeof(double));
+    w->recv_busy = calloc((size_t)N, sizeof(double));
+    w->sent = calloc((size_t)N, sizeof(double));
+    w->pool_free = calloc(pools, sizeof(double));
+    w->pool_busy = calloc(pools, sizeof(double));
+    w->task = malloc(sizeof *w->task * (size_t)w->ntask_max);
+    w->upd = malloc(sizeof(int) * (size_t)(L + 1) * N);
+    w->heap = malloc(sizeof(int) * (size_t)w->ntask_max);
+    w->heap_off = calloc(pools, sizeof(int));
+    w->heap_n = calloc(pools, sizeof(int));
+    w->dirty = malloc(sizeof(int) * pools);
+    w->is_dirty = calloc(pools, 1);
+    w->msg = malloc(sizeof *w->msg * (size_t)(w->nmsg_max > 0 ? w->nmsg_max : 1));
+    w->qhead = malloc(sizeof(int) * (size_t)N * N);
+    w->qtail = malloc(sizeof(int) * (size_t)N * N);
+    w->ev = malloc(sizeof *w->ev * (size_t)w->nev_max);
+    w->need = calloc((size_t)(L > 0 ? L : 1) * N, sizeof(int));
+    w->have = calloc((size_t)(L + 1) * N, sizeof(int));
+    w->slices_left = calloc((size_t)N, sizeof(int));
+    w->gather_bytes = calloc((size_t)L + 1, sizeof(double));
+    w->grad_bytes = calloc((size_t)(L > 0 ? L : 1), sizeof(double));
+    if (!w->send_free || !w->recv_free || !w->send_busy || !w->recv_busy || !w->sent ||
+        !w->pool_free || !w->pool_busy || !w->task || !w->upd || !w->heap || !w->heap_off ||
+        !w->heap_n || !w->dirty || !w->is_dirty || !w->msg || !w->qhead || !w->qtail || !w->ev ||
+        !w->need || !w->have || !w->slices_left || !w->gather_bytes || !w->grad_bytes) {
+        net_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Per iteration, over the whole run: the busiest NIC direction of any node,
+ * the most bytes one node sent, the busiest optimizer pool (a rank's time). */
+static void net_results(const sim *s, rp_sim_result *r)
+{
+    const net *w = s->net;
+    double busiest = 0, sent = 0, G = 0, W = 0;
+    for (int n = 0; n < w->N; n++) {
+        busiest = dmax(busiest, dmax(w->send_busy[n], w->recv_busy[n]));
+        sent = dmax(sent, w->sent[n]);
+    }
+    for (int l = 0; l < s->L; l++) {
+        double p = s->m->layers[l].opt_params > 0 ? (double)s->m->layers[l].opt_params : 0.0;
+        G += RP_SIM_NET_GRAD_BYTES * p;
+        W += s->mc->compute_bytes_per_param * p;
+    }
+    r->nodes = w->N;
+    r->net_ms = busiest / s->iters;
+    r->net_send_bytes = sent / s->iters;
+    r->net_grad_bytes = G;
+    r->net_weight_bytes = W;
+}
+
 static void sim_free(sim *s)
 {
     free(s->jobs);
@@ -397,6 +930,7 @@ static void sim_free(sim *s)
     free(s->mine);
     free(s->heap);
     free(s->tied);
+    net_free(s->net);
 }
 
 rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine *mc,
@@ -414,7 +948,8 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
     s.n = rp_schedule_num_jobs(p);
     s.W = rp_schedule_width(p, mc->gpus);
     s.iters = mc->iterations;
-    RP_TRY(rp_schedule_check(p, mc->gpus, mc->microbatches, &s.Mg, err));
+    /* each node runs M/N of the iteration's microbatches */
+    RP_TRY(rp_schedule_check(p, mc->gpus, mc->microbatches / rp_machine_nodes(mc), &s.Mg, err));
     s.groups = mc->gpus / s.W;
     size_t nivals = (size_t)s.iters * s.groups * s.n * s.Mg;
     s.jobs = malloc(sizeof *s.jobs * s.n);
@@ -445,6 +980,10 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
     for (int l = 0; l < s.L; l++)
         if (m->layers[l].tied_to >= 0)
             s.tied[s.ntied++] = l;
+    if (rp_machine_nodes(mc) > 1 && !(s.net = net_create(&s))) {
+        sim_free(&s);
+        return rp_error_set(err, RP_ERR_NOMEM, "simulate: out of memory");
+    }
     s.emb = mc->sparse_embed && s.L >= 1 && m->layers[0].kind == RP_LAYER_EMBED;
     if (s.emb) {
         s.rf = rp_machine_embed_rows_frac(m, mc, mc->microbatches);
@@ -487,7 +1026,10 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
             s.grad_done[l] = 0.0;
         for (int g = 0; g < s.groups; g++)
             run_jobs(&s, t, g);
-        run_optimizer(&s, t);
+        if (s.net)
+            net_optimizer(&s, t);
+        else
+            run_optimizer(&s, t);
     }
 
     int w0 = (s.iters - 1) / 2, w1 = s.iters - 1;
@@ -509,6 +1051,8 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         upmax = dmax(upmax, s.ex[e].upload_busy / s.iters);
         opt = dmax(opt, s.pool_busy[e] / s.iters);
     }
+    for (int p = 0; s.net && p < s.net->N * s.net->P; p++) /* a pool's time is a rank's */
+        opt = dmax(opt, s.net->pool_busy[p] / s.iters);
     /* A rank's optimizer or an executor's link that is busier than an
      * iteration falls further behind every iteration; a short simulation may
      * not run long enough for that to throttle the jobs, so steady state is
@@ -541,12 +1085,20 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         double rate = mc->opt_gbs * 1e6, optsum = 0;
         for (int e = 0; e < mc->gpus; e++)
             optsum += s.pool_busy[e] / s.iters;
+        for (int p = 0; s.net && p < s.net->P; p++) /* node 0's pools; one is G ranks' */
+            optsum += s.net->pool_busy[p] / s.iters * (s.net->P == 1 ? mc->gpus : 1);
         bytes += optsum * rate;
         double host = bytes / (mc->host_gbs * 1e6);
         if (host > r->iteration_ms) {
             r->iteration_ms = host;
             r->limit = RP_LIMIT_HOST;
         }
+    }
+    if (s.net)
+        net_results(&s, r);
+    if (s.net && r->net_ms > r->iteration_ms) {
+        r->iteration_ms = r->net_ms;
+        r->limit = RP_LIMIT_NETWORK;
     }
     for (int e = 0; e < mc->gpus; e++) {
         /* busy is measured over w1-w0 iterations; scale to the steady rate */

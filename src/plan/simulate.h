@@ -31,6 +31,46 @@
  *   switch uploading at once each get half of an x16 uplink; and the deal
  *   (which GPU executor index e drives) decides whether consecutive jobs'
  *   uploads land on one group or on different ones.
+ * - several nodes (nodes N > 1, data parallel, what the engine does): M is
+ *   the iteration's microbatch count over all nodes and every node runs the
+ *   machine above (G executors, its own optimizer ranks and host) over M/N
+ *   of them. The nodes' compute is simulated once: all nodes run the same
+ *   schedule, so a layer's gradient is complete on every node at the same
+ *   time g_l. Per layer l with trainable parameters, with
+ *   G_l = RP_SIM_NET_GRAD_BYTES x opt_params (the fp32 gradient) and
+ *   W_l = compute_bytes_per_param x opt_params (the updated compute copy):
+ *   (0) each node sums its own pipelines' copies (and a tied layer's
+ *       gradient) of the whole layer on its optimizer ranks, the work the
+ *       one-node model charges to the update, no earlier than g_l;
+ *   (1) chain: node 0 sends its partial sum (G_l bytes) to node 1, which
+ *       sends on to node 2 once it has received it and its own sum (0) is
+ *       done, ... to node N-1 (the hop itself adds nothing: the add is not
+ *       charged);
+ *   (2) scatter: node N-1 sends slice j (G_l / N bytes) to each node
+ *       j != N-1, in order j = 0, 1, ...;
+ *   (3) each node runs the layer's update on its slice (the update work / N),
+ *       once the slice is there; with clip, once its last slice of the
+ *       iteration is there (the scatter carries the block norms, so every
+ *       node then knows the global norm);
+ *   (4) all-gather: each node j sends its updated slice (W_l / N bytes) to
+ *       nodes j+1, j+2, ... (mod N). The layer is at the new version when
+ *       every node has all N slices: the latest node's gathered copy gates
+ *       the next jobs on every node (the nodes' compute is one timeline).
+ *   With sparse_embed, the chain and the scatter still carry layer 0's whole
+ *   gradient; each node sums its pipelines' rows and a tied layer's gradient
+ *   (0), updates parts (a) and (b) of its slice (each / N), and gathers (a)'s
+ *   rows (rows_frac x W_0 / N) and (b)'s (the rest) separately.
+ *   Network: each node has one full-duplex NIC of network_gbs gigabits/s per
+ *   direction. A message of B bytes takes RP_SIM_NET_LATENCY_MS + B / rate
+ *   and occupies its sender's send direction and its receiver's receive
+ *   direction; it starts as soon as both are free, the earliest posted first
+ *   among those that can start (an iteration's messages after the previous
+ *   iteration's). A node's G optimizer ranks are one pool of G x opt_gbs
+ *   with opt_spread (each rank gets the same share of every task), else
+ *   the ranks' pools as on one node; a node's sums (0) run before its
+ *   updates, lower layers first. Not modelled: the network's host memory
+ *   traffic (not in host_gbs), the clipping norm's own messages, MPI
+ *   progress. rp_partition plans for one node: give it rp_machine_node's.
  * Host memory bandwidth shared by PCIe and the optimizer is only a bound on
  * the steady state (host_gbs), not a contention model; kernel launch
  * overheads are not modelled. */
@@ -44,6 +84,11 @@
 
 #define RP_SIM_MAX_GPUS 256
 #define RP_SIM_MAX_LANES 8 /* transfers a link group carries at once per direction */
+#define RP_SIM_MAX_NODES 64
+#define RP_SIM_NET_LATENCY_MS 0.005 /* per network message: 5 us */
+#define RP_SIM_NET_GRAD_BYTES 4     /* bytes per parameter the chain and the scatter move
+                                       (the nodes sum fp32 gradients) */
+#define RP_SIM_DEFAULT_NETWORK_GBS 100.0 /* gigabits/s per NIC direction */
 
 typedef struct rp_machine {
     int gpus;                  /* G executors */
@@ -100,6 +145,11 @@ typedef struct rp_machine {
      * identity when deal_set is 0). */
     int deal_set;
     int deal[RP_SIM_MAX_GPUS];
+    /* Several nodes (see the comment above); 0 or 1: one node, no network. */
+    int nodes;                 /* N; must divide microbatches */
+    double network_gbs;        /* each node's NIC, gigaBITS/s per direction (100 = 12.5 GB/s) */
+    double compute_bytes_per_param; /* bytes of a parameter's compute copy the all-gather
+                                       moves (2: bf16) */
 } rp_machine;
 
 /* The GPU executor e of the round-robin deal drives. */
@@ -115,14 +165,27 @@ void rp_machine_interleave_deal(rp_machine *mc);
 
 /* G = 1, M = 1, 25 GB/s link, no transfer latency, 10 GB/s optimizer per
  * rank, 30 bytes/param, exact, 12 iterations, no memory limit, 256 MiB
- * workspace. */
+ * workspace; one node (a network of RP_SIM_DEFAULT_NETWORK_GBS Gb/s and
+ * bf16 compute copies when nodes is raised). */
 void rp_machine_defaults(rp_machine *mc);
+
+/* Nodes the machine has: nodes, or 1 when it is 0. */
+static inline int rp_machine_nodes(const rp_machine *mc)
+{
+    return mc->nodes > 1 ? mc->nodes : 1;
+}
+
+/* One node of mc: nodes 1, microbatches M/N, tokens_per_iteration / N (what
+ * the planner plans for and the scaling efficiency's reference). Assumes N
+ * divides M (rp_machine_check). */
+rp_machine rp_machine_node(const rp_machine *mc);
 
 typedef enum rp_sim_limit {
     RP_LIMIT_SCHEDULE = 0,  /* the simulated schedule itself */
     RP_LIMIT_OPTIMIZER = 1, /* a rank's optimizer work per iteration */
     RP_LIMIT_UPLOAD = 2,    /* an executor's weight uploads per iteration */
-    RP_LIMIT_HOST = 3       /* host memory traffic per iteration (host_gbs) */
+    RP_LIMIT_HOST = 3,      /* host memory traffic per iteration (host_gbs) */
+    RP_LIMIT_NETWORK = 4    /* a node's busiest NIC direction per iteration */
 } rp_sim_limit;
 
 typedef struct rp_sim_result {
@@ -130,8 +193,9 @@ typedef struct rp_sim_result {
                                     successive iterations (the last compute of each) over
                                     the second half of the simulated iterations, and no
                                     less than the busiest executor's compute, rank's
-                                    optimizer time or executor's upload time per
-                                    iteration (a backlog a short run may not show yet) */
+                                    optimizer time, executor's upload time or (several
+                                    nodes) NIC direction's busy time per iteration (a
+                                    backlog a short run may not show yet) */
     rp_sim_limit limit;          /* which of those set iteration_ms */
     double bubble[RP_SIM_MAX_GPUS]; /* per executor: 1 - compute per iteration / iteration_ms */
     double bubble_mean, bubble_max;
@@ -141,7 +205,15 @@ typedef struct rp_sim_result {
     double opt_ms;               /* optimizer busy time per iteration, busiest rank */
     int64_t peak_bytes;          /* largest job's device memory */
     int worst_job;               /* its index */
-    int width, groups, group_microbatches;
+    int width, groups, group_microbatches; /* of one node */
+    /* several nodes (0 with one): bytes per iteration */
+    int nodes;
+    double net_grad_bytes;       /* G = sum of G_l: RP_SIM_NET_GRAD_BYTES per trainable param */
+    double net_weight_bytes;     /* W = sum of W_l: compute_bytes_per_param per trainable param */
+    double net_send_bytes;       /* the most one node sends: G + (N-1)/N W (node N-1:
+                                    (N-1)/N (G + W)), as the simulation counted them */
+    double net_ms;               /* the busiest NIC direction's busy time (transfers and
+                                    latencies) per iteration, of any node */
 } rp_sim_result;
 
 rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine *mc,

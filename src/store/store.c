@@ -15,8 +15,12 @@
 #include "store/store.h"
 
 #include <assert.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "store/shm.h"
 
@@ -151,6 +155,29 @@ int rp_store_node_rank(const rp_store *s) { return s->node_rank; }
 int rp_store_node_size(const rp_store *s) { return s->node_size; }
 int rp_store_is_leader(const rp_store *s) { return s->node_rank == 0; }
 int rp_store_numa_nodes(const rp_store *s) { return s->numa_nodes; }
+
+size_t rp_store_resident_bytes(const rp_store *s)
+{
+    struct stat st;
+    if (s->shm.fd < 0 || fstat(s->shm.fd, &st) != 0)
+        return 0;
+    return (size_t)st.st_blocks * 512;
+}
+
+void rp_store_release(const rp_store *s, void *addr, size_t bytes)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)addr, z = a + bytes, base = (uintptr_t)s->shm.base;
+    a = (a + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    z = z / (uintptr_t)page * (uintptr_t)page;
+    if (z <= a || s->shm.fd < 0)
+        return;
+#ifdef FALLOC_FL_PUNCH_HOLE
+    /* a file system that cannot punch holes keeps the pages: only memory is lost */
+    (void)fallocate(s->shm.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(a - base),
+                    (off_t)(z - a));
+#endif
+}
 
 void *rp_store_at(const rp_store *s, size_t offset, size_t bytes)
 {

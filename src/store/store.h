@@ -47,6 +47,15 @@ int rp_store_is_leader(const rp_store *store);
 /* NUMA nodes the pages are interleaved over (0: placement left to the kernel). */
 int rp_store_numa_nodes(const rp_store *store);
 
+/* Bytes of memory the store's pages hold now (allocated ahead, or touched
+ * since creation with `lazy`, less what was released). */
+size_t rp_store_resident_bytes(const rp_store *store);
+
+/* Give the whole pages inside [addr, addr + bytes) back to the system: they
+ * read as zeros afterwards, and take memory again once written. Every rank
+ * of the node sees it; the caller makes sure none of them uses the range. */
+void rp_store_release(const rp_store *store, void *addr, size_t bytes);
+
 /* base + offset; offset + bytes must lie inside the store (asserted). */
 void *rp_store_at(const rp_store *store, size_t offset, size_t bytes);
 
