@@ -23,7 +23,15 @@
  * each are the machine without groups, to the bit; the interleaved deal
  * visits the groups in turn; bad groups and deals are refused. Gradient
  * downloads move grad_download_bytes (bf16 gradients' rounded copy) when it
- * is set, the device memory still counts grad_bytes. */
+ * is set, the device memory still counts grad_bytes.
+ * Several nodes: with no compute and no optimizer work the step is the
+ * network's critical path, hand-computed message by message for 2 and 3
+ * nodes (chain, scatter, all-gather), with clipping too; the busiest NIC
+ * direction and the bytes a node sends are the formulas' sums over the
+ * layers; one node (nodes 0 or 1) is today's machine to the bit, whatever
+ * the network fields say; a network hidden behind the lagged optimizer's
+ * compute costs nothing; the scaling efficiency is at most 1 and rises to 1
+ * with the bandwidth; N not dividing M is refused naming both. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -498,6 +506,260 @@ START_TEST(embedding_rows_fraction_bound)
 }
 END_TEST
 
+/* Several nodes. The network: 8 Gb/s = 1e6 bytes per ms, 5 us a message
+ * (RP_SIM_NET_LATENCY_MS). A model with no compute, no PCIe bytes and no
+ * optimizer work, whose only trainable layer 0 has 1e6 parameters: its
+ * gradient G = 4e6 bytes (4 ms a hop), its compute copy W = 2e6 bytes. */
+#define LAT 0.005
+
+static rp_machine net_machine(int N, int M, int lag)
+{
+    rp_machine mc = machine(1, M, lag);
+    mc.nodes = N;
+    mc.network_gbs = 8.0;
+    mc.compute_bytes_per_param = 2.0;
+    mc.opt_bytes_per_param = 0.0;
+    return mc;
+}
+
+START_TEST(nodes_step_is_the_hand_computed_network_path)
+{
+    rp_cost_model *m = uniform(3, 0.0, 0.0);
+    m->layers[0].opt_params = 1000000;
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_sim_result r;
+    /* N = 2: chain 0->1 [0, h]; node 1 scatters slice 0 (G/2) [h, h+s] and
+     * its update (0 ms) is done at h, but its gather to node 0 (W/2) queues
+     * behind the scatter on its send direction: [h+s, h+s+g]; node 0's slice
+     * is there at h+s, its gather to node 1 [h+s, h+s+g]. The next step's
+     * F0 waits for it: the step is h + s + g. Node 0's send direction is the
+     * busiest: chain + gather. */
+    double h = LAT + 4.0, s2 = LAT + 2.0, g2 = LAT + 1.0;
+    rp_machine mc = net_machine(2, 2, 0);
+    CLOSE(sim(m, &p, &mc, &r), h + s2 + g2);
+    ck_assert_int_eq(r.nodes, 2);
+    ck_assert_int_eq(r.group_microbatches, 1); /* M/N per node */
+    CLOSE(r.net_ms, h + g2);
+    ck_assert_int_eq(r.limit, RP_LIMIT_SCHEDULE);
+    /* N = 3: chain [0, h], [h, 2h]; node 2 scatters to node 0 [2h, 2h+s]
+     * then node 1 [2h+s, 2h+2s]; node 0 gathers to node 2 as soon as its
+     * slice is there [2h+s, 2h+s+g] (to node 1 it waits for node 1's receive
+     * direction); at 2h+2s: 2->0, 0->1, 1->2 all at once, then 2->1 and
+     * 1->0: 2h + 2s + 2g. The busiest direction is node 1's receive: chain,
+     * scatter and two gathers. */
+    double s3 = LAT + 4.0 / 3, g3 = LAT + 2.0 / 3;
+    mc = net_machine(3, 3, 0);
+    CLOSE(sim(m, &p, &mc, &r), 2 * h + 2 * s3 + 2 * g3);
+    CLOSE(r.net_ms, h + s3 + 2 * g3);
+    /* with twice the bandwidth every transfer halves, the latencies stay */
+    mc.network_gbs = 16.0;
+    CLOSE(sim(m, &p, &mc, &r), 2 * (LAT + 2.0) + 2 * (LAT + 2.0 / 3) + 2 * (LAT + 1.0 / 3));
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(nodes_clip_waits_for_every_slice)
+{
+    /* two trainable layers of 1e6 parameters, N = 2, both gradients land at
+     * 0; layer 0's chain is posted first */
+    rp_cost_model *m = uniform(3, 0.0, 0.0);
+    m->layers[0].opt_params = m->layers[1].opt_params = 1000000;
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_sim_result r;
+    double h = LAT + 4.0, s = LAT + 2.0, g = LAT + 1.0;
+    rp_machine mc = net_machine(2, 2, 0);
+    /* chain 0 [0, h], chain 1 [h, 2h] (node 0's send); scatter 0 [h, h+s];
+     * gathers of layer 0: 1->0 [h+s, h+s+g], 0->1 waits for node 0's send
+     * [2h, 2h+g]; scatter 1 [2h, 2h+s]; gathers of layer 1 [2h+s, 2h+s+g]:
+     * the step is 2h + s + g */
+    CLOSE(sim(m, &p, &mc, &r), 2 * h + s + g);
+    /* clip: node 1 updates both at 2h (its last slice), node 0 at 2h+s
+     * (scatter 1 [2h, 2h+s]); then each sends two gathers back to back:
+     * 2h + s + 2g */
+    mc.clip = 1;
+    CLOSE(sim(m, &p, &mc, &r), 2 * h + s + 2 * g);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(nodes_send_the_formula_bytes)
+{
+    /* G = 4 B and W = 2 B per trainable parameter, summed over the layers;
+     * nodes 0..N-2 send G + (N-1)/N W, node N-1 (N-1)/N (G + W): the most is
+     * the first */
+    rp_cost_model *m = uniform(5, 1.0, 2.0);
+    int64_t params[5] = {3000, 0, 125000, 70000, 1000};
+    double P = 0;
+    for (int l = 0; l < 5; l++) {
+        m->layers[l].opt_params = params[l];
+        m->layers[l].weight_bytes = 2 * params[l];
+        P += (double)params[l];
+    }
+    rp_plan p;
+    rp_plan_singletons(5, 0, &p);
+    rp_sim_result r;
+    for (int N = 2; N <= 5; N++) {
+        rp_machine mc = machine(2, 4 * N, 0);
+        mc.nodes = N;
+        mc.network_gbs = 1.0;
+        sim(m, &p, &mc, &r);
+        CLOSE(r.net_grad_bytes, 4 * P);
+        CLOSE(r.net_weight_bytes, 2 * P);
+        CLOSE(r.net_send_bytes, 4 * P + (double)(N - 1) / N * 2 * P);
+    }
+    /* a lagged run, an fp32 compute copy, the optimizer spread or not: the
+     * same bytes (W = 4 B a parameter now) */
+    rp_machine mc = machine(2, 6, 1);
+    mc.nodes = 3;
+    mc.compute_bytes_per_param = 4.0;
+    mc.opt_spread = 1;
+    sim(m, &p, &mc, &r);
+    CLOSE(r.net_send_bytes, 4 * P + 2.0 / 3 * 4 * P);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(one_node_is_todays_machine)
+{
+    /* nodes 0 and 1 are the single-node simulator to the bit, whatever the
+     * network fields hold */
+    uint64_t x = 88172645463325252ull;
+    for (int it = 0; it < 60; it++) {
+        int L = 2 + it % 7;
+        rp_cost_model *m = uniform(L, 0, 0);
+        for (int l = 0; l < L; l++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            m->layers[l].fwd_ms = 0.1 + (double)(x % 1000) / 300;
+            m->layers[l].bwd_ms = 2 * m->layers[l].fwd_ms;
+            m->layers[l].weight_bytes = (int64_t)(x % 5000000);
+            m->layers[l].grad_bytes = 2 * m->layers[l].weight_bytes;
+            m->layers[l].opt_params = (int64_t)(x % 3000000);
+        }
+        rp_plan p;
+        rp_plan_singletons(L, 0, &p);
+        rp_machine mc = machine(1 + it % 4, 4 * (1 + it % 4), it % 2);
+        mc.clip = it % 3 == 0;
+        mc.opt_spread = it % 5 < 2;
+        rp_sim_result a, b, c;
+        sim(m, &p, &mc, &a);
+        mc.nodes = 0;
+        mc.network_gbs = 0.5;
+        sim(m, &p, &mc, &b);
+        mc.nodes = 1;
+        mc.compute_bytes_per_param = 0;
+        sim(m, &p, &mc, &c);
+        ck_assert(a.iteration_ms == b.iteration_ms && a.iteration_ms == c.iteration_ms);
+        ck_assert(a.opt_ms == c.opt_ms && a.bubble_mean == c.bubble_mean);
+        ck_assert_int_eq(c.nodes, 0);
+        ck_assert(c.net_send_bytes == 0 && c.net_ms == 0);
+        rp_cost_model_destroy(&m);
+    }
+}
+END_TEST
+
+START_TEST(nodes_hide_the_network_behind_lagged_compute)
+{
+    /* 5 layers, 1 ms a job per microbatch, 9 jobs on 3 executors, 6
+     * microbatches per node: one node's lagged step is 9 x 6 / 3 = 18 ms
+     * (round_robin_exact_pays_fill_and_drain). Each layer's exchange (1e5
+     * parameters at 100 Gb/s: well under a millisecond) finishes long
+     * before the step after next needs it: N nodes take the same 18 ms. */
+    rp_cost_model *m = uniform(5, 1.0, 0.0);
+    for (int l = 0; l < 5; l++)
+        m->layers[l].opt_params = 100000;
+    rp_plan p;
+    rp_plan_singletons(5, 0, &p);
+    rp_sim_result r;
+    for (int N = 1; N <= 4; N++) {
+        rp_machine mc = machine(3, 6 * N, 1);
+        mc.nodes = N;
+        mc.network_gbs = 100.0;
+        CLOSE(sim(m, &p, &mc, &r), 18.0);
+    }
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(nodes_scaling_efficiency_rises_to_one)
+{
+    /* efficiency = N nodes' tokens/s / (N x one node's at M/N microbatches),
+     * the same tokens per node: one node's step / N nodes' step. No
+     * optimizer work, so the network can only add time. */
+    rp_cost_model *m = uniform(6, 1.0, 2.0);
+    for (int l = 0; l < 6; l++) {
+        m->layers[l].opt_params = 2000000;
+        m->layers[l].weight_bytes = 4000000;
+        m->layers[l].grad_bytes = 8000000;
+    }
+    m->tokens_per_microbatch = 1000;
+    rp_plan p;
+    rp_plan_singletons(6, 0, &p);
+    for (int lag = 0; lag <= 1; lag++) {
+        for (int N = 2; N <= 8; N *= 2) {
+            rp_machine mc = machine(2, 4 * N, lag);
+            mc.link_gbs = 100.0;
+            mc.opt_bytes_per_param = 0.0;
+            mc.nodes = N;
+            mc.tokens_per_iteration = 1000 * 4 * N;
+            rp_machine node = rp_machine_node(&mc);
+            ck_assert_int_eq(node.nodes, 1);
+            ck_assert_int_eq(node.microbatches, 4);
+            ck_assert_int_eq(node.tokens_per_iteration, 4000);
+            rp_sim_result one, r;
+            sim(m, &p, &node, &one);
+            double prev = 0;
+            for (double gbs = 1; gbs <= 1e7; gbs *= 10) {
+                mc.network_gbs = gbs;
+                sim(m, &p, &mc, &r);
+                double eff = r.tokens_per_s / (N * one.tokens_per_s);
+                CLOSE(eff, one.iteration_ms / r.iteration_ms);
+                ck_assert_msg(eff <= 1 + 1e-12, "lag %d, %d nodes, %g Gb/s: %g", lag, N, gbs, eff);
+                ck_assert_msg(eff >= prev * (1 - 1e-12), "lag %d, %d nodes, %g Gb/s: %g < %g", lag,
+                              N, gbs, eff, prev);
+                prev = eff;
+            }
+            /* at 1e7 Gb/s only the 5 us latencies are left: for exact, about 3(N-1)
+             * of them on a step of some 50 ms */
+            ck_assert_msg(prev > 0.995, "lag %d, %d nodes: %g", lag, N, prev);
+            mc.network_gbs = 1;
+            ck_assert(sim(m, &p, &mc, &r) > one.iteration_ms * 1.5); /* 1 Gb/s: a real cost */
+        }
+    }
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(nodes_must_divide_the_microbatches)
+{
+    rp_cost_model *m = uniform(3, 1, 1);
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_sim_result r;
+    rp_error err;
+    rp_machine mc = machine(2, 8, 0);
+    mc.nodes = 3;
+    ck_assert_int_eq(rp_simulate(m, &p, &mc, &r, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "8 microbatches do not split evenly over 3 nodes") != NULL,
+                  "%s", err.msg);
+    mc.nodes = 4; /* 2 per node: fine, one per pipeline of width 1 */
+    p.width = 1;
+    ck_assert_int_eq(rp_simulate(m, &p, &mc, &r, &err), RP_OK);
+    ck_assert_int_eq(r.group_microbatches, 1);
+    mc.nodes = 8; /* 1 per node cannot feed two pipelines */
+    ck_assert_int_eq(rp_simulate(m, &p, &mc, &r, &err), RP_ERR_INVALID_ARG);
+    mc.nodes = 2;
+    mc.network_gbs = 0;
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "network") != NULL, "%s", err.msg);
+    mc.network_gbs = 100;
+    mc.nodes = RP_SIM_MAX_NODES + 1;
+    ck_assert_int_eq(rp_machine_check(&mc, &err), RP_ERR_INVALID_ARG);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
 static Suite *plan_simulate_suite(void)
 {
     Suite *s = suite_create("plan_simulate");
@@ -516,6 +778,13 @@ static Suite *plan_simulate_suite(void)
     tcase_add_test(tc, sparse_embedding_moves_only_the_rows_read);
     tcase_add_test(tc, sparse_embedding_next_forward_waits_for_its_rows_only);
     tcase_add_test(tc, embedding_rows_fraction_bound);
+    tcase_add_test(tc, nodes_step_is_the_hand_computed_network_path);
+    tcase_add_test(tc, nodes_clip_waits_for_every_slice);
+    tcase_add_test(tc, nodes_send_the_formula_bytes);
+    tcase_add_test(tc, one_node_is_todays_machine);
+    tcase_add_test(tc, nodes_hide_the_network_behind_lagged_compute);
+    tcase_add_test(tc, nodes_scaling_efficiency_rises_to_one);
+    tcase_add_test(tc, nodes_must_divide_the_microbatches);
     suite_add_tcase(s, tc);
     return s;
 }

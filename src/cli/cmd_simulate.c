@@ -5,21 +5,109 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli/plan_opts.h"
+#include "core/args.h"
 #include "plan/baseline.h"
 
 static const char sim_usage[] =
     "usage: roundpipe simulate (--layers FILE | --init-config FILE | --model DIR) [options]\n"
     "Plans and simulates the round-robin schedule with the exact and the lagged optimizer\n"
     "(each with its own best plan unless --plan is given), and GPipe and 1F1B with weights\n"
-    "bound to GPUs; prints iteration time, bubble fraction per executor and tokens/s.\n";
+    "bound to GPUs; prints iteration time, bubble fraction per executor and tokens/s.\n"
+    "  --nodes N              N nodes of G GPUs, data parallel as train runs them: M is the\n"
+    "                         step's microbatch count, each node runs M/N (N must divide\n"
+    "                         M); the plan is one node's (default 1)\n"
+    "  --network-gbs X        each node's network link, gigaBITS/s per direction\n"
+    "                         (default 100: 12.5 GB/s)\n";
 
 static const char *limit_name(rp_sim_limit l)
 {
     return l == RP_LIMIT_OPTIMIZER ? "optimizer" : l == RP_LIMIT_UPLOAD ? "upload"
-                                   : l == RP_LIMIT_HOST ? "host memory" : "schedule";
+                                   : l == RP_LIMIT_HOST ? "host memory"
+                                   : l == RP_LIMIT_NETWORK ? "network" : "schedule";
+}
+
+/* --nodes N and --network-gbs X (also --nodes=N ...), which only simulate
+ * takes: read and removed from argv before the shared options are parsed
+ * (up to a "--"). */
+typedef struct node_opts {
+    int64_t nodes;
+    double network_gbs;
+    int have_gbs;
+} node_opts;
+
+static rp_status take_node_opts(int *argc, char **argv, node_opts *no, rp_error *err)
+{
+    no->nodes = 1;
+    no->network_gbs = RP_SIM_DEFAULT_NETWORK_GBS;
+    no->have_gbs = 0;
+    int out = 0, i = 0;
+    for (; i < *argc && strcmp(argv[i], "--"); i++) {
+        const char *names[2] = {"--nodes", "--network-gbs"};
+        int k = -1;
+        size_t len = 0;
+        for (int n = 0; n < 2 && k < 0; n++) {
+            len = strlen(names[n]);
+            if (!strncmp(argv[i], names[n], len) && (argv[i][len] == 0 || argv[i][len] == '='))
+                k = n;
+        }
+        if (k < 0) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *val = argv[i][len] == '=' ? argv[i] + len + 1 : NULL;
+        if (!val && i + 1 >= *argc)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", names[k]);
+        if (!val)
+            val = argv[++i];
+        rp_status st = k == 0 ? rp_arg_int(names[0], val, 1, RP_SIM_MAX_NODES, &no->nodes, err)
+                              : rp_arg_double(names[1], val, &no->network_gbs, err);
+        if (st != RP_OK)
+            return st;
+        if (k == 1 && !(no->network_gbs > 0))
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "--network-gbs must be > 0");
+        no->have_gbs |= k == 1;
+    }
+    for (; i < *argc; i++)
+        argv[out++] = argv[i];
+    *argc = out;
+    return RP_OK;
+}
+
+/* With --nodes: the machine of N nodes (M over all of them). The all-gather
+ * moves compute copies: 2 bytes a parameter, 4 for a config in fp32. */
+static rp_status use_nodes(rp_plan_cli *o, const node_opts *no, rp_error *err)
+{
+    rp_machine *mc = &o->mc;
+    if (no->nodes > 1 && mc->microbatches % no->nodes)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--nodes %lld does not divide --microbatches %d: M is the step's "
+                            "microbatch count over all nodes and each node runs M/N of them, "
+                            "as in roundpipe train",
+                            (long long)no->nodes, mc->microbatches);
+    mc->nodes = (int)no->nodes;
+    mc->network_gbs = no->network_gbs;
+    mc->compute_bytes_per_param = o->have_config && o->dtype == RP_F32 ? 4.0 : 2.0;
+    return rp_machine_check(mc, err);
+}
+
+/* Plan for one node of *mc (M/N microbatches: the planner's machine, its
+ * deal written into *mc) and, with several nodes, run that plan on all of
+ * them; *one gets the one node's result (the scaling efficiency's
+ * reference). With one node, the plan and *r only. */
+static rp_status plan_nodes(const rp_plan_cli *o, rp_machine *mc, rp_plan *p, rp_sim_result *r,
+                            rp_sim_result *one, rp_error *err)
+{
+    if (rp_machine_nodes(mc) == 1)
+        return rp_plan_cli_plan(o, mc, p, r, err);
+    rp_machine node = rp_machine_node(mc);
+    RP_TRY(rp_plan_cli_plan(o, &node, p, one, err));
+    mc->deal_set = node.deal_set;
+    memcpy(mc->deal, node.deal, sizeof mc->deal);
+    return rp_simulate(o->model, p, mc, r, err);
 }
 
 static double seconds(void)
@@ -41,14 +129,69 @@ static void report(int i, const char *name, double t0)
 typedef struct row {
     const char *name;
     rp_sim_result r;
+    rp_sim_result one; /* with several nodes: the plan on one node of M/N microbatches */
     char plan[16384];
 } row;
+
+/* N nodes' throughput over N times one node's, at the same per-node work:
+ * one node's step time over N nodes' (both steps hold M/N microbatches per
+ * node). */
+static double efficiency(const row *w)
+{
+    return w->r.iteration_ms > 0 ? w->one.iteration_ms / w->r.iteration_ms : 0.0;
+}
+
+static void tokens_text(double tps, char *buf, size_t len)
+{
+    if (tps > 0)
+        snprintf(buf, len, "%.0f", tps);
+    else
+        snprintf(buf, len, "n/a");
+}
+
+/* The lines --nodes adds to the table: per planned row the N nodes'
+ * throughput and efficiency, then the network per step. */
+static void print_nodes(const rp_machine *mc, const row *rows, int nrows)
+{
+    int N = mc->nodes;
+    printf("\n");
+    for (int i = 0; i < nrows; i++) {
+        const row *w = &rows[i];
+        if (!w->plan[0])
+            continue;
+        char all[32], one[32];
+        tokens_text(w->r.tokens_per_s, all, sizeof all);
+        tokens_text(w->one.tokens_per_s, one, sizeof one);
+        printf("nodes: %d x %d GPUs at %g Gb/s (%s): %s tokens/s, scaling efficiency %.4f; "
+               "step %.1f ms, limited by %s\n",
+               N, mc->gpus, mc->network_gbs, w->name, all, efficiency(w), w->r.iteration_ms,
+               limit_name(w->r.limit));
+        printf("one node (%s): %d microbatches, %s tokens/s, step %.1f ms (the efficiency's "
+               "reference, x %d nodes)\n",
+               w->name, mc->microbatches / N, one, w->one.iteration_ms, N);
+    }
+    const rp_sim_result *r = &rows[0].r;
+    double f = (double)(N - 1) / N;
+    printf("network per step: each node sends at most %.4g GB = G + (N-1)/N x W = %.4g + %.4g x "
+           "%.4g GB (node N-1: (N-1)/N x (G + W) = %.4g GB); G = fp32 gradients (%d B per "
+           "trainable parameter, the chain), W = compute weights (%g B, the all-gather); busiest "
+           "NIC direction %.1f ms per step (%s)\n",
+           r->net_send_bytes / 1e9, r->net_grad_bytes / 1e9, f, r->net_weight_bytes / 1e9,
+           f * (r->net_grad_bytes + r->net_weight_bytes) / 1e9, RP_SIM_NET_GRAD_BYTES,
+           mc->compute_bytes_per_param, r->net_ms, rows[0].name);
+    printf("(GPipe and 1F1B: each node M/N microbatches, the network not modelled)\n");
+}
 
 int rp_cli_simulate(int argc, char **argv)
 {
     rp_error err = {0};
     rp_plan_cli o;
-    rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
+    node_opts no;
+    rp_status st = take_node_opts(&argc, argv, &no, &err);
+    if (st == RP_OK)
+        st = rp_plan_cli_parse(argc, argv, &o, &err);
+    if (st == RP_OK && !o.help && (st = use_nodes(&o, &no, &err)) != RP_OK)
+        rp_plan_cli_free(&o);
     if (st != RP_OK) {
         if (st != RP_ERR_INVALID_ARG) { /* a bad file, not a bad command line */
             fprintf(stderr, "roundpipe simulate: %s\n", err.msg);
@@ -73,7 +216,7 @@ int rp_cli_simulate(int argc, char **argv)
         rp_machine mc = o.mc;
         mc.optimizer_lag = i == 0 ? o.mc.optimizer_lag : !o.mc.optimizer_lag;
         rows[i].name = mc.optimizer_lag ? "roundpipe, lagged optimizer" : "roundpipe, exact optimizer";
-        st = rp_plan_cli_plan(&o, &mc, p, &rows[i].r, &err);
+        st = plan_nodes(&o, &mc, p, &rows[i].r, &rows[i].one, &err);
         if (st == RP_OK) {
             rp_plan_format(p, rows[i].plan, sizeof rows[i].plan);
             report(i, rows[i].name, t0);
@@ -88,23 +231,32 @@ int rp_cli_simulate(int argc, char **argv)
         blind.link_groups = 0;
         blind.deal_set = 0;
         rows[4].name = "roundpipe, topology-blind";
-        st = rp_plan_cli_plan(&o, &blind, p, &rows[4].r, &err);
+        rp_machine node = rp_machine_node(&blind); /* blind itself with one node */
+        st = rp_plan_cli_plan(&o, &node, p, &rows[4].r, &err);
         rp_machine real = o.mc;
         real.deal_set = 0;
+        if (st == RP_OK && rp_machine_nodes(&real) > 1) {
+            rp_machine one = rp_machine_node(&real);
+            st = rp_simulate(o.model, p, &one, &rows[4].one, &err);
+        }
         if (st == RP_OK)
             st = rp_simulate(o.model, p, &real, &rows[4].r, &err);
         if (st == RP_OK)
             rp_plan_format(p, rows[4].plan, sizeof rows[4].plan);
     }
+    /* the baselines: one node's M/N microbatches, all N nodes' tokens (no
+     * network: one node as before) */
+    rp_machine base = rp_machine_node(&o.mc);
+    base.tokens_per_iteration = o.mc.tokens_per_iteration;
     if (st == RP_OK) {
         rows[2].name = "GPipe, weights bound to GPUs";
-        st = rp_simulate_baseline(o.model, &o.mc, RP_BASELINE_GPIPE, &rows[2].r, &err);
+        st = rp_simulate_baseline(o.model, &base, RP_BASELINE_GPIPE, &rows[2].r, &err);
         if (st == RP_OK)
             report(2, rows[2].name, t0);
     }
     if (st == RP_OK) {
         rows[3].name = "1F1B, weights bound to GPUs";
-        st = rp_simulate_baseline(o.model, &o.mc, RP_BASELINE_1F1B, &rows[3].r, &err);
+        st = rp_simulate_baseline(o.model, &base, RP_BASELINE_1F1B, &rows[3].r, &err);
         if (st == RP_OK)
             report(3, rows[3].name, t0);
     }
@@ -117,7 +269,7 @@ int rp_cli_simulate(int argc, char **argv)
         char deal[4096] = "";
         if (topo)
             rp_plan_cli_deal_text(&aware, deal, sizeof deal);
-        int G = o.mc.gpus;
+        int G = o.mc.gpus, N = rp_machine_nodes(&o.mc);
         double efrac = rp_machine_embed_rows_frac(o.model, &o.mc, o.mc.microbatches);
         if (o.json) {
             printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
@@ -130,6 +282,11 @@ int rp_cli_simulate(int argc, char **argv)
                 rp_plan_cli_deal_json(&aware);
                 printf("\"aware_over_blind_throughput\": %.6g, ", aware_ratio);
             }
+            if (N > 1)
+                printf("\"nodes\": %d, \"network_gbits\": %g, \"node_microbatches\": %d, "
+                       "\"net_grad_bytes\": %.6g, \"net_weight_bytes\": %.6g, ",
+                       N, o.mc.network_gbs, o.mc.microbatches / N, rows[0].r.net_grad_bytes,
+                       rows[0].r.net_weight_bytes);
             printf("\"schedules\": [");
             for (int i = 0; i < nrows; i++) {
                 const rp_sim_result *r = &rows[i].r;
@@ -141,7 +298,14 @@ int rp_cli_simulate(int argc, char **argv)
                        limit_name(r->limit));
                 for (int e = 0; e < G; e++)
                     printf("%s%.6g", e ? ", " : "", r->bubble[e]);
-                printf("]}");
+                printf("]");
+                if (N > 1 && rows[i].plan[0])
+                    printf(", \"scaling_efficiency\": %.6g, \"one_node_iteration_ms\": %.6g, "
+                           "\"one_node_tokens_per_s\": %.6g, \"network_ms\": %.6g, "
+                           "\"send_bytes_per_node\": %.6g",
+                           efficiency(&rows[i]), rows[i].one.iteration_ms,
+                           rows[i].one.tokens_per_s, r->net_ms, r->net_send_bytes);
+                printf("}");
             }
             printf("]}\n");
         } else {
@@ -149,6 +313,12 @@ int rp_cli_simulate(int argc, char **argv)
                    "hand-over %g ms, optimizer %g GB/s per rank\n",
                    o.model->name, o.model->num_layers, G, o.mc.microbatches, o.mc.link_gbs,
                    o.mc.transfer_ms, o.mc.opt_gbs);
+            if (N > 1)
+                printf("several nodes: %d nodes of %d executors, the %d microbatches split %d per "
+                       "node; network %g Gb/s (%g GB/s) per direction, %g us per message; the "
+                       "plans are one node's; the table is the %d nodes'\n",
+                       N, G, o.mc.microbatches, o.mc.microbatches / N, o.mc.network_gbs,
+                       o.mc.network_gbs / 8, RP_SIM_NET_LATENCY_MS * 1e3, N);
             if (o.mc.sparse_embed)
                 printf("embedding moved and updated by rows (as the engine does), rows "
                        "fraction %.4f per iteration%s\n",
@@ -184,6 +354,8 @@ int rp_cli_simulate(int argc, char **argv)
             printf("roundpipe (%s) vs GPipe: %.3fx, vs 1F1B: %.3fx\n", rows[0].name,
                    rows[2].r.iteration_ms / rows[0].r.iteration_ms,
                    rows[3].r.iteration_ms / rows[0].r.iteration_ms);
+            if (N > 1)
+                print_nodes(&o.mc, rows, nrows);
             if (o.mc.tokens_per_iteration <= 0)
                 printf("(tokens/s: give --seq-len and --batch-size, or tokens_per_microbatch in "
                        "the layer file)\n");

@@ -137,6 +137,8 @@ typedef struct rp_engine {
     int64_t log_failed_step;
     float *node_buf;   /* several nodes: a partial sum from the node before (the largest
                           share of a layer), or NULL */
+    struct rp_node_pending *node_pending; /* the node communication thread's exchanges in
+                                             flight, per layer (node_sums.c) */
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
     _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
@@ -260,6 +262,8 @@ rp_status rp_engine_run_executor(rp_engine *e);
 /* Thread bodies (arg: rp_engine *). */
 void *rp_engine_optimizer_main(void *arg);
 void *rp_engine_logger_main(void *arg);
+/* Several nodes: each rank's node communication thread (node_sums.h). */
+void *rp_engine_node_comm_main(void *arg);
 
 /* What a wait or a loop returns once the run stops after an earlier step
  * (not an error: the threads end cleanly, a checkpoint follows). */

@@ -83,30 +83,115 @@ static void sum_pipelines(rp_engine *e, int l, size_t a, size_t z, const float *
     }
 }
 
+/* The embedding's dense base of this rank's share once the tails are in
+ * (after layer L-1's gradients): with several nodes a chain of its own,
+ * whose final sum goes to node 0 (node_sums.h). */
+static rp_status sum_base(rp_engine *e, int64_t t, const char *who, rp_error *err)
+{
+    uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
+    size_t b0, b1, lo, hi;
+    rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
+    int chain = e->nd.nodes > 1 && e->tied;
+    float *from = chain && !rp_node_first(e) ? e->node_buf : NULL;
+    if (from)
+        RP_TRY(rp_node_receive_partial(e, 0, RP_NODE_BASE, t, from, lo, hi, who, err));
+    sum_embedding_base(e, lo, hi, from);
+    if (chain)
+        RP_TRY(rp_node_base_pass_on(e, t, e->p->st[0].grad, lo, hi, who, err));
+    rp_optimizer_trace(e, "sum head part of layer", 0, t, t1);
+    return RP_OK;
+}
+
+static rp_status wait_pipelines(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+{
+    for (int g = 0; g < e->pipelines; g++) {
+        RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
+        if (l == 0 && e->tied) /* the tail brought the LM head's part */
+            RP_TRY(rp_proto_wait_grad(e, e->num_layers - 1, g, t, who, err));
+    }
+    return RP_OK;
+}
+
+/* AdamW on this node's slice of this rank's share of layer l, block by
+ * block (several nodes, no clipping). */
+static void update_slice(rp_engine *e, int l, int64_t t)
+{
+    size_t s0, s1, lo, hi, n = e->p->layers[l].numel, block;
+    rp_clip_blocks(n, &block);
+    rp_engine_slice(e, l, e->rank, e->nd.node, &s0, &s1, &lo, &hi);
+#pragma omp parallel for schedule(dynamic, 1) if (s1 - s0 > 1)
+    for (size_t b = s0; b < s1; b++)
+        rp_optimizer_update_share(e, l, t, 1.0f, b * block, b * block + block < n ? b * block + block : n);
+}
+
 /* Sum the pipelines' gradients of this rank's share of layer l into the
  * layer's buffer (pipeline 0's) and write the share's block norms; with
  * `fuse` (no clipping, so no global norm to wait for) also run AdamW on it.
  * Block by block: a block is summed, its norm taken and it is updated while
  * it is in cache, so memory sees the gradient once (read and, with several
- * pipelines, written), plus AdamW's own traffic. With several nodes the sum
- * is a chain through them first (node_sums.h), then norms and update. */
+ * pipelines, written), plus AdamW's own traffic. With several nodes the
+ * node communication thread sums (rp_grad_chain_layer): this waits for it
+ * and updates this node's slice. */
 rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
                            rp_error *err)
 {
-    int tied = l == 0 && e->tied, nodes = e->nd.nodes > 1;
-    for (int g = 0; g < e->pipelines; g++) {
-        RP_TRY(rp_proto_wait_grad(e, l, g, t, who, err));
-        if (tied) /* the tail brought the LM head's part */
-            RP_TRY(rp_proto_wait_grad(e, e->num_layers - 1, g, t, who, err));
+    if (e->nd.nodes > 1) {
+        RP_TRY(rp_proto_wait_summed_share(e, l, e->rank, t, who, err));
+        if (!fuse || l == 0)
+            return RP_OK;
+        RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+        uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        update_slice(e, l, t);
+        rp_optimizer_trace(e, "adamw layer", l, t, t0);
+        return RP_OK;
     }
+    RP_TRY(wait_pipelines(e, l, t, who, err));
     if (fuse) /* the update changes the layer */
         RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    size_t b0, b1, lo, hi;
+    rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
+    float *acc = e->p->st[l].grad;
+    size_t n = e->p->layers[l].numel, block;
+    rp_clip_blocks(n, &block);
+    double *part = rp_engine_sumsq(e, t, l);
+    if (l == 0) {
+        sum_embedding_rows(e, lo, hi);
+        fuse = 0; /* by rows: update_embedding_* */
+    }
+    /* elementwise sums, block norms and AdamW: the same bits on any split */
+#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
+    for (size_t b = b0; b < b1; b++) {
+        size_t a = b * block, z = a + block < n ? a + block : n;
+        if (l > 0 && e->pipelines > 1)
+            sum_pipelines(e, l, a, z, NULL, lo);
+        part[b] = rp_clip_block_sumsq(acc, n, b);
+        if (fuse)
+            rp_optimizer_update_share(e, l, t, 1.0f, a, z);
+    }
+    if (l == 0 || e->pipelines > 1 || fuse)
+        rp_optimizer_trace(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
+    rp_proto_publish_summed(e, l, t);
+    if (l == e->num_layers - 1)
+        RP_TRY(sum_base(e, t, who, err));
+    return RP_OK;
+}
+
+/* Several nodes, on the node communication thread: this rank's share of
+ * layer l through the chain (node_sums.h). The previous node's partial sum
+ * (into the embedding's buffer itself, onto its base, or beside), this
+ * node's pipelines added in order, then on to the next node; the last node
+ * takes the block norms and scatters. The summed event follows once this
+ * node's slice and the norms are in (rp_node_pending_poll). */
+rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+{
+    RP_TRY(wait_pipelines(e, l, t, who, err));
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     float *acc = e->p->st[l].grad, *from = NULL;
-    if (nodes && l == 0 && rp_node_first(e) && e->tied) /* the base, summed by the last node */
+    if (l == 0 && rp_node_first(e) && e->tied) /* the base, summed by the last node */
         RP_TRY(rp_node_base_wait(e, t, who, err));
-    if (nodes && !rp_node_first(e)) { /* the embedding's onto its base, the others' beside */
+    if (!rp_node_first(e)) {
         from = l == 0 ? acc + lo : e->node_buf;
         RP_TRY(rp_node_receive_partial(e, l, RP_NODE_PARTIAL, t, from, lo, hi, who, err));
         from = l == 0 ? NULL : from;
@@ -115,57 +200,20 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
     size_t n = e->p->layers[l].numel, block;
     rp_clip_blocks(n, &block);
     double *part = rp_engine_sumsq(e, t, l);
-    if (l == 0) {
+    if (l == 0)
         sum_embedding_rows(e, lo, hi);
-        fuse = 0; /* by rows: update_embedding_* */
-    }
-    int sum = l > 0 && (e->pipelines > 1 || from);
-    if (nodes) { /* the chain, the last node's norms, the scatter; then this node's slice */
-        if (sum)
+    if (l > 0 && (e->pipelines > 1 || from))
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
-            for (size_t b = b0; b < b1; b++)
-                sum_pipelines(e, l, b * block, b * block + block < n ? b * block + block : n,
-                              from, lo);
-        if (rp_node_last(e))
+        for (size_t b = b0; b < b1; b++)
+            sum_pipelines(e, l, b * block, b * block + block < n ? b * block + block : n, from, lo);
+    if (rp_node_last(e))
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
-            for (size_t b = b0; b < b1; b++)
-                part[b] = rp_clip_block_sumsq(acc, n, b);
-        RP_TRY(rp_node_pass_on(e, l, t, acc, part, who, err));
-        size_t s0, s1, slo, shi;
-        rp_engine_slice(e, l, e->rank, e->nd.node, &s0, &s1, &slo, &shi);
-        if (fuse)
-#pragma omp parallel for schedule(dynamic, 1) if (s1 - s0 > 1)
-            for (size_t b = s0; b < s1; b++)
-                rp_optimizer_update_share(e, l, t, 1.0f, b * block,
-                                          b * block + block < n ? b * block + block : n);
-    } else {
-        /* elementwise sums, block norms and AdamW: the same bits on any split */
-#pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
-        for (size_t b = b0; b < b1; b++) {
-            size_t a = b * block, z = a + block < n ? a + block : n;
-            if (sum)
-                sum_pipelines(e, l, a, z, NULL, lo);
+        for (size_t b = b0; b < b1; b++)
             part[b] = rp_clip_block_sumsq(acc, n, b);
-            if (fuse)
-                rp_optimizer_update_share(e, l, t, 1.0f, a, z);
-        }
-    }
-    if (l == 0 || e->pipelines > 1 || fuse || nodes)
-        rp_optimizer_trace(e, fuse ? "sum+adamw layer" : "sum layer", l, t, t0);
-    rp_proto_publish_summed(e, l, t);
-    if (l == e->num_layers - 1) { /* the tails are in: the embedding's dense base */
-        uint64_t t1 = e->trace ? rp_trace_now_ns() : 0;
-        rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
-        from = NULL;
-        if (nodes && e->tied && !rp_node_first(e)) {
-            from = e->node_buf;
-            RP_TRY(rp_node_receive_partial(e, 0, RP_NODE_BASE, t, from, lo, hi, who, err));
-        }
-        sum_embedding_base(e, lo, hi, from);
-        if (nodes && e->tied)
-            RP_TRY(rp_node_base_pass_on(e, t, e->p->st[0].grad, lo, hi, who, err));
-        rp_optimizer_trace(e, "sum head part of layer", 0, t, t1);
-    }
+    rp_optimizer_trace(e, "sum layer", l, t, t0);
+    RP_TRY(rp_node_pass_on(e, l, t, acc, part, who, err));
+    if (l == e->num_layers - 1)
+        RP_TRY(sum_base(e, t, who, err));
     return RP_OK;
 }
 

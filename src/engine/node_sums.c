@@ -1,10 +1,13 @@
 /* Sums across nodes in pipeline order (the rule is in node_sums.h). */
+#include <omp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "engine/node_sums.h"
+#include "engine/optimizer_impl.h"
+#include "engine/protocol.h"
 
 
 static int tag_of(const rp_engine *e, int l, rp_node_part part, int64_t t)
@@ -26,6 +29,32 @@ static const char *part_name(rp_node_part part)
     }
 }
 
+/* The node communication thread's exchanges still in flight: per layer,
+ * the receives of its slice and norms (or the last node's scatter sends)
+ * of iteration t; the layer's summed event follows their completion. */
+struct rp_node_pending {
+    MPI_Request *req; /* 2 x nodes per layer */
+    int n;
+    int peer;         /* named if a wait fails */
+    int64_t t;
+};
+
+/* Set on the node communication thread: its waits keep its exchanges going. */
+static _Thread_local rp_engine *comm_thread_of;
+
+static void poll_pending(rp_engine *e)
+{
+    for (int l = 0; l < e->num_layers; l++) {
+        struct rp_node_pending *p = &e->node_pending[l];
+        int done = 0;
+        if (p->n > 0 && MPI_Testall(p->n, p->req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+            done) {
+            p->n = 0;
+            rp_proto_publish_summed(e, l, p->t);
+        }
+    }
+}
+
 /* Poll req until it completes, the node aborts, the run is interrupted or
  * --timeout passes; a failure names this rank and the node waited for. */
 static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_node_part part,
@@ -44,6 +73,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
         }
         if (done)
             break;
+        if (comm_thread_of == e) /* the exchanges of earlier layers go on meanwhile */
+            poll_pending(e);
         int64_t failed = atomic_load(e->abort_flag);
         if (failed || rp_interrupted() || rp_event_now() > deadline) {
             const char *why = failed ? "a rank of this node failed"
@@ -105,22 +136,78 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
     size_t b0, b1, lo, hi, s0, s1, slo, shi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     int nb = (int)(b1 - b0);
-    if (me < last) {
+    struct rp_node_pending *p = &e->node_pending[l];
+    p->t = t;
+    p->n = 0;
+    if (me < last) { /* sent (the buffer is free), then the final slice may come into it */
         RP_TRY(send(e, e->nd.cross, acc + lo, (int)(hi - lo), MPI_FLOAT, me + 1, l,
                     RP_NODE_PARTIAL, t, who, err));
         rp_engine_slice(e, l, e->rank, me, &s0, &s1, &slo, &shi);
-        RP_TRY(receive(e, e->nd.cross, acc + slo, (int)(shi - slo), MPI_FLOAT, last, l,
-                       RP_NODE_FINAL, t, who, err));
-        return receive(e, e->nd.cross, part + b0, nb, MPI_DOUBLE, last, l, RP_NODE_NORMS, t, who,
-                       err);
+        MPI_Irecv(acc + slo, (int)(shi - slo), MPI_FLOAT, last, tag_of(e, l, RP_NODE_FINAL, t),
+                  e->nd.cross, &p->req[p->n++]);
+        MPI_Irecv(part + b0, nb, MPI_DOUBLE, last, tag_of(e, l, RP_NODE_NORMS, t), e->nd.cross,
+                  &p->req[p->n++]);
+        p->peer = last;
+        return RP_OK;
     }
     for (int n = 0; n < last; n++) { /* in turn: the first node needs it first */
         rp_engine_slice(e, l, e->rank, n, &s0, &s1, &slo, &shi);
-        RP_TRY(send(e, e->nd.cross, acc + slo, (int)(shi - slo), MPI_FLOAT, n, l, RP_NODE_FINAL,
-                    t, who, err));
-        RP_TRY(send(e, e->nd.cross, part + b0, nb, MPI_DOUBLE, n, l, RP_NODE_NORMS, t, who, err));
+        MPI_Isend(acc + slo, (int)(shi - slo), MPI_FLOAT, n, tag_of(e, l, RP_NODE_FINAL, t),
+                  e->nd.cross, &p->req[p->n++]);
+        MPI_Isend(part + b0, nb, MPI_DOUBLE, n, tag_of(e, l, RP_NODE_NORMS, t), e->nd.cross,
+                  &p->req[p->n++]);
+        atomic_fetch_add(&e->node_sent, (uint64_t)(shi - slo) * 4 + (uint64_t)nb * 8);
+    }
+    p->peer = 0;
+    return RP_OK;
+}
+
+/* Every exchange of the comm thread in flight completed, each layer's
+ * summed event raised. */
+static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
+{
+    for (int l = 0; l < e->num_layers; l++) {
+        struct rp_node_pending *p = &e->node_pending[l];
+        for (int i = 0; i < p->n; i++)
+            RP_TRY(node_wait(e, &p->req[i], p->peer, l, RP_NODE_FINAL, p->t, who, err));
+        if (p->n > 0) {
+            p->n = 0;
+            rp_proto_publish_summed(e, l, p->t);
+        }
     }
     return RP_OK;
+}
+
+void *rp_engine_node_comm_main(void *arg)
+{
+    rp_engine *e = arg;
+    comm_thread_of = e;
+    /* the same cores as the optimizer beside it (optimizer.c) */
+    omp_set_num_threads(e->device == RP_DEVICE_CPU ? 1 : e->threads);
+    rp_error err = {0};
+    rp_status s = RP_OK;
+    size_t per = 2 * (size_t)e->nd.nodes;
+    e->node_pending = calloc((size_t)e->num_layers, sizeof *e->node_pending);
+    MPI_Request *reqs = calloc((size_t)e->num_layers * per, sizeof *reqs);
+    if (!e->node_pending || !reqs)
+        s = rp_error_set(&err, RP_ERR_NOMEM, "node communication: request lists");
+    for (int l = 0; s == RP_OK && l < e->num_layers; l++)
+        e->node_pending[l].req = reqs + (size_t)l * per;
+    char who[64];
+    for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
+        snprintf(who, sizeof who, "node communication, iteration %lld", (long long)t);
+        for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) /* as the gradients land */
+            s = rp_grad_chain_layer(e, l, t, who, &err);
+        if (s == RP_OK)
+            s = drain_pending(e, who, &err);
+    }
+    free(reqs);
+    free(e->node_pending);
+    e->node_pending = NULL;
+    comm_thread_of = NULL;
+    if (s != RP_OK && s != RP_STOP)
+        rp_engine_fail(e, s, &err);
+    return NULL;
 }
 
 /* Wait for every request of reqs[0..n) (peers[i] named on failure). */

@@ -24,9 +24,16 @@
  * pipeline's rows added onto it, scattered like any layer's.
  * Losses go to node 0's logger, which sums them in microbatch order.
  *
- * Every call is made by the optimizer thread (the gradients, on e->nd.cross)
- * or the logger thread (the losses, on e->nd.cross_loss) in the same order
- * on every node, so messages match by their tags. A wait gives up at
+ * Every rank runs a node communication thread (rp_engine_node_comm_main)
+ * beside its optimizer: layer by layer, top down as the gradients land, it
+ * does the chain and the scatter of its share (the local sums included)
+ * and, without waiting for a layer's slice to come back, goes on with the
+ * next layer; each layer's summed event is raised when its slice and norms
+ * are in, and the rank's optimizer, which waits for it, updates the slice
+ * and runs the all-gather. Messages: the gradients' on e->nd.cross (the
+ * communication thread's chain and scatter, the optimizer's all-gather),
+ * the losses on e->nd.cross_loss (the logger thread); every thread makes
+ * its calls in the same order on every node, so messages match by tags. A wait gives up at
  * --timeout, on an abort of its node or an interrupt, naming the node it
  * waited for. */
 #ifndef RP_ENGINE_NODE_SUMS_H
@@ -56,10 +63,12 @@ rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_
                                   size_t lo, size_t hi, const char *who, rp_error *err);
 
 /* After this node added its pipelines to rank's share [lo, hi) of layer l
- * (acc, blocks [b0, b1)): pass it to node n+1, then receive this node's
- * slice of the final sum into acc and the share's block norms into
+ * (acc, blocks [b0, b1)): pass it to node n+1, then start receiving this
+ * node's slice of the final sum into acc and the share's block norms into
  * part[b0..b1) (every node but the last); or, on the last node, whose part
- * holds the norms, send them to every other node. */
+ * holds the norms, start sending each other node its slice and the norms.
+ * The layer's summed event is raised once that completes (node
+ * communication thread only). */
 rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *part,
                           const char *who, rp_error *err);
 

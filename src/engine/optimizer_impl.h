@@ -11,6 +11,9 @@
  * publish it summed; with `fuse`, also run AdamW on it (no clipping, so no
  * global norm to wait for). After the head (the last layer), the
  * embedding's dense base. */
+/* Several nodes, on the node communication thread: this rank's share of
+ * layer l of iteration t through the chain (node_sums.h). grad_completion.c */
+rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
 rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char *who,
                             rp_error *err);
 

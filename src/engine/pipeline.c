@@ -213,16 +213,18 @@ static void free_segment(rp_engine *e)
     rp_arena_free(&e->arena);
 }
 
-/* Run iterations first..last on every rank: executor here, optimizer and
- * (rank 0) logger and checkpoint writer threads beside it. */
+/* Run iterations first..last on every rank: executor here, optimizer,
+ * (several nodes) node communication and (node leaders) logger and
+ * checkpoint writer threads beside it. */
 static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
-    pthread_t opt, logt, ckt;
-    int need_ck = e->rank == 0 && rp_checkpoint_writer_needed(e);
+    pthread_t opt, logt, ckt, nct;
+    int need_ck = e->rank == 0 && rp_checkpoint_writer_needed(e), need_nc = e->nd.nodes > 1;
+    int have_nc = need_nc && pthread_create(&nct, NULL, rp_engine_node_comm_main, e) == 0;
     int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
     int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
     int have_ck = need_ck && pthread_create(&ckt, NULL, rp_checkpoint_writer_main, e) == 0;
-    if (!have_opt || (e->rank == 0 && !have_log) || have_ck != need_ck) {
+    if (!have_opt || (e->rank == 0 && !have_log) || have_ck != need_ck || have_nc != need_nc) {
         rp_error te;
         rp_error_set(&te, RP_ERR_NOMEM, "rank %d: cannot start engine threads", e->nd.world_rank);
         rp_engine_fail(e, RP_ERR_NOMEM, &te);
@@ -235,6 +237,8 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
         pthread_join(logt, NULL);
     if (have_ck)
         pthread_join(ckt, NULL);
+    if (have_nc)
+        pthread_join(nct, NULL);
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;

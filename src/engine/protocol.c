@@ -342,6 +342,12 @@ void rp_proto_publish_summed(rp_engine *e, int l, int64_t t)
     publish(e, RP_EV_SUMMED, l, e->rank, t);
 }
 
+rp_status rp_proto_wait_summed_share(rp_engine *e, int l, int r, int64_t t, const char *job,
+                                     rp_error *err)
+{
+    return wait(e, RP_EV_SUMMED, l, r, (uint64_t)t, job, 1, err);
+}
+
 rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
                                rp_error *err)
 {

@@ -21,7 +21,9 @@
  * | grad      | layer / pipeline       | executor of T or B: gradient of the | optimizer (sums the pipelines)   | version (summed for the    |
  * |           |                        | job's layers on the host            |                                  | embedding's rows)          |
  * | summed    | layer / rank share     | optimizer: share summed, block norms| logger and clipping (global norm)| -                          |
- * |           |                        | written                             | the tail's tied-head download    |                            |
+ * |           |                        | written (several nodes: the node    | the tail's tied-head download;   |                            |
+ * |           |                        | communication thread, once the      | several nodes: the rank's        |                            |
+ * |           |                        | node's slice and the norms are in)  | optimizer (its slice's update)   |                            |
  * | version   | layer / rank share     | optimizer: share updated (value =   | jobs of the next iterations      | uploaded (lagged mode)     |
  * |           |                        | the iteration whose update it holds)| (weights), the grad producers    |                            |
  * | rows      | 0 / rank share         | optimizer: the embedding rows the   | jobs reading the embedding only  | -                          |
@@ -109,6 +111,10 @@ void rp_proto_publish_grad(rp_engine *e, int l, int g, int64_t t);
 rp_status rp_proto_wait_grad(rp_engine *e, int l, int g, int64_t t, const char *job,
                              rp_error *err);
 void rp_proto_publish_summed(rp_engine *e, int l, int64_t t); /* this rank's share */
+/* Rank r's share of layer l summed (several nodes: the node communication
+ * thread's, for its rank's optimizer). */
+rp_status rp_proto_wait_summed_share(rp_engine *e, int l, int r, int64_t t, const char *job,
+                                     rp_error *err);
 rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
                                rp_error *err);
 
