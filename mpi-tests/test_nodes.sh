@@ -19,6 +19,10 @@
 #   node gives the bits of a run that never stopped;
 # - the multi-node runs of both golden cases match PyTorch (golden_compare,
 #   1e-4 relative, as test_golden.sh);
+# - packed documents with a validation set (--documents, --eval-data,
+#   --eval-every): 2 nodes give the losses, validation losses (every digit)
+#   and weights of one node with --pipelines 2, and the validation loss of
+#   the packed golden case matches the float64 reference within 1e-5;
 # - memory: each node keeps AdamW's m and v and (bf16 compute) the master
 #   weights of its slices only: the parameter store of each of 2 nodes holds
 #   at least 0.95 x 6 bytes per parameter less than one node's (the ~25M
@@ -132,6 +136,27 @@ ${MPIRUN:-mpirun} $flags -np 1 "$bin" train $long --pipelines 2 --checkpoint-dir
   --log "$tmp/sigr.jsonl" --save "$tmp/sigr" > "$tmp/sigr.txt" 2>&1 && \
   cmp -s "$tmp/long/model.safetensors" "$tmp/sigr/model.safetensors" && ok || \
   { bad "SIGUSR1 on 2 nodes: the resumed run differs"; cat "$tmp/sigr.txt"; }
+
+# packed documents and evaluation on 2 nodes
+g="$src/mpi-tests/fixtures/golden/qwen3-packed"
+pk() { # NP OUT [options]
+  np=$1; out=$2; shift 2
+  # shellcheck disable=SC2046
+  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device cpu --threads 1 --timeout 60 --progress none \
+    --model "$g/model" --data "$g/data.npy" --loss-mask "$g/mask.npy" --documents "$g/documents.npy" \
+    $(cat "$g/args.txt") --eval-data "$g/data.npy" --eval-mask "$g/mask.npy" \
+    --eval-documents "$g/documents.npy" --eval-every 2 --log "$out.jsonl" --save "$out" "$@" > "$out.txt" 2>&1
+}
+pk 2 "$tmp/pk1" --pipelines 2 || { bad "packed reference failed"; cat "$tmp/pk1.txt"; }
+notime() { sed 's/,"tokens_per_s":[^,]*,"time":[^}]*//' "$1"; }
+if pk 2 "$tmp/pk2" --ranks-per-node 1 && cmp -s "$tmp/pk1/model.safetensors" "$tmp/pk2/model.safetensors" &&
+   [ "$(notime "$tmp/pk1.jsonl")" = "$(notime "$tmp/pk2.jsonl")" ]; then ok
+else bad "packed documents with evaluation: 2 nodes differ from one"; cat "$tmp/pk2.txt"; fi
+grep -q '"eval_loss"' "$tmp/pk2.jsonl" && ok || bad "packed on 2 nodes: no evaluation line"
+want=$(sed -n 's/.*"eval_loss": \([^,]*\),.*/\1/p' "$g/final/eval_all.json")
+got=$(grep '"eval_loss"' "$tmp/pk2.jsonl" | tail -1 | sed -n 's/.*"eval_loss":\([^,]*\),.*/\1/p')
+awk -v a="$got" -v w="$want" 'BEGIN { d = a - w; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * w) }' && ok || \
+  bad "packed on 2 nodes: eval_loss $got, the reference $want"
 
 # memory: each node's parameter store holds its slices' optimizer state only
 mem() { # NP K OUT: one step of the ~25M bench model in bf16

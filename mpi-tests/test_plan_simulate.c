@@ -26,7 +26,8 @@
  * is set, the device memory still counts grad_bytes.
  * Several nodes: with no compute and no optimizer work the step is the
  * network's critical path, hand-computed message by message for 2 and 3
- * nodes (chain, scatter, all-gather), with clipping too; the busiest NIC
+ * nodes (chain, scatter, all-gather), with clipping too, and with a tied
+ * embedding's base chain ahead of layer 0's; the busiest NIC
  * direction and the bytes a node sends are the formulas' sums over the
  * layers; one node (nodes 0 or 1) is today's machine to the bit, whatever
  * the network fields say; a network hidden behind the lagged optimizer's
@@ -584,6 +585,48 @@ START_TEST(nodes_clip_waits_for_every_slice)
 }
 END_TEST
 
+START_TEST(nodes_tied_embedding_base_has_its_own_chain)
+{
+    /* tiny_lm's embedding with 1e6 parameters (G_0 = 4e6, W_0 = 2e6 bytes),
+     * sparse, every row read (one part), the head tied to it; no compute,
+     * no optimizer work. N = 2: the head's sum goes 0 -> 1 [0, h] and back
+     * as the final base 1 -> 0 [h, 2h]; layer 0's chain starts from it
+     * [2h, 3h]; then the scatter and the gathers as without a tie: 3h + s +
+     * g (untied: h + s + g) */
+    rp_cost_model *m = tiny_lm(1);
+    for (int l = 0; l < 3; l++)
+        m->layers[l].fwd_ms = m->layers[l].bwd_ms = 0.0;
+    m->layers[0].opt_params = 1000000;
+    rp_plan p;
+    rp_plan_singletons(3, 0, &p);
+    rp_sim_result r;
+    double h = LAT + 4.0, s = LAT + 2.0, g = LAT + 1.0;
+    rp_machine mc = net_machine(2, 2, 0);
+    mc.sparse_embed = 1;
+    mc.embed_rows_frac = 1.0;
+    CLOSE(sim(m, &p, &mc, &r), 3 * h + s + g);
+    /* node 0 sends the base, the chain and a gather: T + G + W/2 */
+    CLOSE(r.net_base_bytes, 4e6);
+    CLOSE(r.net_send_bytes, 4e6 + 4e6 + 1e6);
+    mc = net_machine(3, 3, 0); /* T + G + 2/3 W */
+    mc.sparse_embed = 1;
+    mc.embed_rows_frac = 1.0;
+    sim(m, &p, &mc, &r);
+    CLOSE(r.net_send_bytes, 4e6 + 4e6 + 2.0 / 3 * 2e6);
+    /* untied, or a dense embedding (the head's gradient summed into layer
+     * 0's before its chain): no base */
+    mc = net_machine(2, 2, 0);
+    mc.sparse_embed = 0;
+    CLOSE(sim(m, &p, &mc, &r), h + s + g);
+    ck_assert(r.net_base_bytes == 0);
+    m->layers[2].tied_to = -1;
+    mc.sparse_embed = 1;
+    mc.embed_rows_frac = 1.0;
+    CLOSE(sim(m, &p, &mc, &r), h + s + g);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
 START_TEST(nodes_send_the_formula_bytes)
 {
     /* G = 4 B and W = 2 B per trainable parameter, summed over the layers;
@@ -780,6 +823,7 @@ static Suite *plan_simulate_suite(void)
     tcase_add_test(tc, embedding_rows_fraction_bound);
     tcase_add_test(tc, nodes_step_is_the_hand_computed_network_path);
     tcase_add_test(tc, nodes_clip_waits_for_every_slice);
+    tcase_add_test(tc, nodes_tied_embedding_base_has_its_own_chain);
     tcase_add_test(tc, nodes_send_the_formula_bytes);
     tcase_add_test(tc, one_node_is_todays_machine);
     tcase_add_test(tc, nodes_hide_the_network_behind_lagged_compute);

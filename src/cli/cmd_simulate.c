@@ -171,14 +171,15 @@ static void print_nodes(const rp_machine *mc, const row *rows, int nrows)
                w->name, mc->microbatches / N, one, w->one.iteration_ms, N);
     }
     const rp_sim_result *r = &rows[0].r;
-    double f = (double)(N - 1) / N;
-    printf("network per step: each node sends at most %.4g GB = G + (N-1)/N x W = %.4g + %.4g x "
-           "%.4g GB (node N-1: (N-1)/N x (G + W) = %.4g GB); G = fp32 gradients (%d B per "
-           "trainable parameter, the chain), W = compute weights (%g B, the all-gather); busiest "
-           "NIC direction %.1f ms per step (%s)\n",
-           r->net_send_bytes / 1e9, r->net_grad_bytes / 1e9, f, r->net_weight_bytes / 1e9,
-           f * (r->net_grad_bytes + r->net_weight_bytes) / 1e9, RP_SIM_NET_GRAD_BYTES,
-           mc->compute_bytes_per_param, r->net_ms, rows[0].name);
+    double f = (double)(N - 1) / N, G = r->net_grad_bytes / 1e9, T = r->net_base_bytes / 1e9;
+    double W = r->net_weight_bytes / 1e9;
+    printf("network per step: each node sends at most %.4g GB = G + T + (N-1)/N x W = %.4g + %.4g "
+           "+ %.4g x %.4g GB (node N-1: (N-1)/N x G + T + (N-1)/N x W = %.4g GB); G = fp32 "
+           "gradients (%d B per trainable parameter, the chain), T = the tied embedding's base "
+           "chain (%d B per parameter of the embedding; 0 untied), W = compute weights (%g B, the "
+           "all-gather); busiest NIC direction %.1f ms per step (%s)\n",
+           r->net_send_bytes / 1e9, G, T, f, W, f * G + T + f * W, RP_SIM_NET_GRAD_BYTES,
+           RP_SIM_NET_GRAD_BYTES, mc->compute_bytes_per_param, r->net_ms, rows[0].name);
     printf("(GPipe and 1F1B: each node M/N microbatches, the network not modelled)\n");
 }
 
@@ -284,9 +285,10 @@ int rp_cli_simulate(int argc, char **argv)
             }
             if (N > 1)
                 printf("\"nodes\": %d, \"network_gbits\": %g, \"node_microbatches\": %d, "
-                       "\"net_grad_bytes\": %.6g, \"net_weight_bytes\": %.6g, ",
+                       "\"net_grad_bytes\": %.6g, \"net_base_bytes\": %.6g, "
+                       "\"net_weight_bytes\": %.6g, ",
                        N, o.mc.network_gbs, o.mc.microbatches / N, rows[0].r.net_grad_bytes,
-                       rows[0].r.net_weight_bytes);
+                       rows[0].r.net_base_bytes, rows[0].r.net_weight_bytes);
             printf("\"schedules\": [");
             for (int i = 0; i < nrows; i++) {
                 const rp_sim_result *r = &rows[i].r;

@@ -9,7 +9,8 @@
 #include "engine/optimizer_impl.h"
 #include "engine/protocol.h"
 
-
+/* A message's tag: its part, layer and step (modulo 4: the threads of two
+ * nodes are never more than one step apart, the versions see to that). */
 static int tag_of(const rp_engine *e, int l, rp_node_part part, int64_t t)
 {
     return (int)(((t % 4) * e->num_layers + l) * RP_NODE_PARTS + part);
@@ -68,7 +69,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
     for (long spins = 0;; spins++) {
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
             s = rp_error_set(err, RP_ERR_MPI, "rank %d, %s: MPI failed exchanging the %s of "
-                             "layer %d (it %lld) with node %d", e->nd.world_rank, who, part_name(part), l, (long long)t, peer);
+                             "layer %d (it %lld) with node %d", e->nd.world_rank, who,
+                             part_name(part), l, (long long)t, peer);
             break;
         }
         if (done)
@@ -82,10 +84,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
                                                  : "the deadline (--timeout) passed";
             s = rp_error_set(err, failed || !rp_interrupted() ? RP_ERR_TIMEOUT : RP_ERR_INTERRUPTED,
                              "rank %d, %s: stopped waiting for the %s of layer %d (it %lld) "
-                             "%s node %d: %s", e->nd.world_rank, who,
-                             part_name(part), l, (long long)t,
-                             part == RP_NODE_PARTIAL || part == RP_NODE_BASE || peer < e->nd.node
-                                 ? "from" : "with", peer, why);
+                             "with node %d: %s", e->nd.world_rank, who, part_name(part), l,
+                             (long long)t, peer, why);
             break;
         }
         if (spins > 1000)

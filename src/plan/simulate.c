@@ -415,8 +415,10 @@ static void run_optimizer(sim *s, int t)
  * Unlike one node's optimizer, the work here waits on messages and messages
  * wait on work, so it runs as a small event loop over time. */
 
-enum { NT_SUM = 0, NT_UPDATE = 1 };                    /* optimizer task kinds */
-enum { NM_CHAIN = 0, NM_SCATTER = 1, NM_GATHER = 2 };  /* message kinds */
+/* optimizer task kinds: a sum of a layer's copies before its hop, of tied
+ * layers' gradients before the base's hop, the update of a slice */
+enum { NT_SUM = 0, NT_BASE_SUM = 1, NT_UPDATE = 2 };
+enum { NM_CHAIN = 0, NM_SCATTER = 1, NM_GATHER = 2, NM_BASE = 3 }; /* message kinds */
 enum { EV_TASK_READY, EV_TASK_DONE, EV_MSG_DONE, EV_LANDED, EV_WAKE };
 
 typedef struct net_task {
@@ -454,6 +456,8 @@ typedef struct net {
     net_event *ev;
     int nev, nev_max, seq;
     int *need;                /* [L * N]: what node n awaits before passing layer l on */
+    int *need_base;           /* [N]: what node n awaits before passing the base on */
+    double base_bytes;        /* the tied embedding's base (0: none) */
     int *have;                /* [(L + 1) * N]: slices of slot k on node n */
     int *slices_left;         /* [N]: with clip, slices node n awaits this iteration */
     double *gather_bytes;     /* [L + 1]: slot k's all-gather bytes, all slices */
@@ -587,6 +591,17 @@ static void chain_step(sim *s, net *w, int l, int n)
     slice_arrived(s, w, l, N - 1);
 }
 
+/* One of the things node n awaits before passing the tied embedding's base
+ * on has come (a sum of its tied layers' gradients, the previous node's
+ * base). With all of them: the next hop, or (the last node) the final base
+ * to node 0, whose chain of layer 0 starts from it. */
+static void base_step(net *w, int n)
+{
+    if (--w->need_base[n] > 0)
+        return;
+    post(w, NM_BASE, 0, n, (n + 1) % w->N, w->base_bytes);
+}
+
 /* Node n has one more slice of slot k; with all N the slot is at the new
  * version there, and done[k] is the latest node's time. */
 static void slice_gathered(net *w, int k, int n, double T, double *done)
@@ -609,6 +624,10 @@ static void net_handle(sim *s, net *w, net_event e, double T, double *done)
             chain_step(s, w, tk->slot, tk->node);
             break;
         }
+        if (tk->kind == NT_BASE_SUM) {
+            base_step(w, tk->node);
+            break;
+        }
         for (int d = 1; d < N; d++)
             post(w, NM_GATHER, tk->slot, tk->node, (tk->node + d) % N,
                  w->gather_bytes[tk->slot] / N);
@@ -622,6 +641,10 @@ static void net_handle(sim *s, net *w, net_event e, double T, double *done)
             chain_step(s, w, m->slot, m->dst);
         else if (m->kind == NM_SCATTER)
             slice_arrived(s, w, m->slot, m->dst);
+        else if (m->kind == NM_BASE && m->dst == 0) /* the final base */
+            chain_step(s, w, 0, 0);
+        else if (m->kind == NM_BASE)
+            base_step(w, m->dst);
         else
             slice_gathered(w, m->slot, m->dst, T, done);
         break;
@@ -699,17 +722,19 @@ static int net_task_add(sim *s, net *w, int kind, int slot, int prio, int n, dou
 
 /* Layer l's optimizer work on every node, priced as run_optimizer prices
  * it on one node: the sum of its pipelines' copies (and of tied layers'
- * gradients: with sparse_embed each its own task, run on landing), which the
- * node's hop awaits, and the update of its slice (with sparse_embed, parts
- * (a) and (b)), released when the slice arrives. Returns when the layer's
- * gradients (its own and tied layers') have all landed. */
+ * gradients), which the node's hop awaits, and the update of its slice (with
+ * sparse_embed, parts (a) and (b)), released when the slice arrives. With
+ * sparse_embed the tied layers' gradients are summed on landing, each its
+ * own task, into the base, which has a chain of its own (ending on node 0,
+ * where layer 0's chain then starts). Returns when the layer's gradients
+ * (its own and tied layers') have all landed. */
 static double net_layer_tasks(sim *s, net *w, int l)
 {
     const rp_machine *mc = s->mc;
     const rp_cost_model *m = s->m;
     const rp_layer_cost *c = &m->layers[l];
     int N = w->N, L = s->L, sum_prio = l - (L + 2); /* every sum before any update */
-    int sparse = l == 0 && s->emb;
+    int sparse = l == 0 && s->emb, tied = 0;
     double a = sparse ? s->rf : 1.0; /* part (a)'s share of the update */
     double rows = sparse ? s->rfg : 1.0, landed = s->grad_done[l];
     double base = (double)(s->groups - 1) * rows * (double)c->grad_bytes;
@@ -718,20 +743,21 @@ static double net_layer_tasks(sim *s, net *w, int l)
         const rp_layer_cost *tc = &m->layers[s->tied[i]];
         if (tc->tied_to != l)
             continue;
+        tied++;
         landed = dmax(landed, s->grad_done[s->tied[i]]);
         if (!sparse)
             base += (double)s->groups * (double)tc->grad_bytes;
     }
     for (int n = 0; n < N; n++) {
         int *need = &w->need[l * N + n];
-        *need = 1 + (n > 0); /* the landing; the previous node's partial */
+        *need = 1 + (n > 0 || (sparse && tied)); /* the landing; a partial or the base */
+        if (sparse && tied)
+            w->need_base[n] = tied + (n > 0);
         for (int i = 0; sparse && i < s->ntied; i++) {
             const rp_layer_cost *tc = &m->layers[s->tied[i]];
-            if (tc->tied_to != l)
-                continue;
-            (*need)++;
-            net_task_add(s, w, NT_SUM, l, sum_prio, n, s->grad_done[s->tied[i]],
-                         (double)s->groups * (double)tc->grad_bytes, s->producer[l]);
+            if (tc->tied_to == l)
+                net_task_add(s, w, NT_BASE_SUM, l, sum_prio, n, s->grad_done[s->tied[i]],
+                             (double)s->groups * (double)tc->grad_bytes, s->producer[l]);
         }
         if (base > 0) {
             (*need)++;
@@ -748,6 +774,8 @@ static double net_layer_tasks(sim *s, net *w, int l)
     w->gather_bytes[l] = a * mc->compute_bytes_per_param * (double)c->opt_params;
     if (a < 1.0)
         w->gather_bytes[L] = (1.0 - a) * mc->compute_bytes_per_param * (double)c->opt_params;
+    if (sparse && tied)
+        w->base_bytes = w->grad_bytes[l];
     return landed;
 }
 
@@ -774,6 +802,7 @@ static void net_optimizer(sim *s, int t)
     int N = w->N, L = s->L, trained = 0;
     double *done = s->ready + (size_t)t * (L + 1);
     w->ntask = w->nmsg = w->nev = w->seq = 0;
+    w->base_bytes = 0;
     for (int k = 0; k <= L; k++) {
         done[k] = 0.0;
         for (int n = 0; n < N; n++) {
@@ -793,7 +822,7 @@ static void net_optimizer(sim *s, int t)
         w->slices_left[n] = trained;
     net_heaps(w);
     for (int i = 0; i < w->ntask; i++)
-        if (w->task[i].kind == NT_SUM)
+        if (w->task[i].kind != NT_UPDATE)
             ev_push(w, w->task[i].ready, EV_TASK_READY, i);
     for (int p = 0; p < N * w->P; p++)
         ev_push(w, w->pool_free[p], EV_WAKE, -1);
@@ -832,6 +861,7 @@ static void net_free(net *w)
     free(w->qtail);
     free(w->ev);
     free(w->need);
+    free(w->need_base);
     free(w->have);
     free(w->slices_left);
     free(w->gather_bytes);
@@ -841,7 +871,8 @@ static void net_free(net *w)
 
 /* The network state of N > 1 nodes, sized for the largest iteration:
  * per layer at most 2 + (tied layers) sums and updates per node, N - 1
- * chain hops, N - 1 scatter messages and N (N - 1) gather messages per slot. */
+ * chain hops, N - 1 scatter messages and N (N - 1) gather messages per slot,
+ * N hops of the base. */
 static net *net_create(const sim *s)
 {
     net *w = calloc(1, sizeof *w);
@@ -855,7 +886,7 @@ static net *net_create(const sim *s)
     w->rate = mc->network_gbs * 1e9 / 8 / 1e3;
     pools = (size_t)N * w->P;
     w->ntask_max = (2 * L + 1 + s->ntied) * N;
-    w->nmsg_max = 2 * L * (N - 1) + (L + 1) * N * (N - 1);
+    w->nmsg_max = 2 * L * (N - 1) + N + (L + 1) * N * (N - 1);
     w->nev_max = w->ntask_max * 2 + w->nmsg_max + L + (int)pools + 2 * N;
     w->send_free = calloc((size_t)N, sizeof(double));
     w->recv_free = calloc((size_t)N, sizeof(double));
@@ -876,6 +907,7 @@ static net *net_create(const sim *s)
     w->qtail = malloc(sizeof(int) * (size_t)N * N);
     w->ev = malloc(sizeof *w->ev * (size_t)w->nev_max);
     w->need = calloc((size_t)(L > 0 ? L : 1) * N, sizeof(int));
+    w->need_base = calloc((size_t)N, sizeof(int));
     w->have = calloc((size_t)(L + 1) * N, sizeof(int));
     w->slices_left = calloc((size_t)N, sizeof(int));
     w->gather_bytes = calloc((size_t)L + 1, sizeof(double));
@@ -883,7 +915,7 @@ static net *net_create(const sim *s)
     if (!w->send_free || !w->recv_free || !w->send_busy || !w->recv_busy || !w->sent ||
         !w->pool_free || !w->pool_busy || !w->task || !w->upd || !w->heap || !w->heap_off ||
         !w->heap_n || !w->dirty || !w->is_dirty || !w->msg || !w->qhead || !w->qtail || !w->ev ||
-        !w->need || !w->have || !w->slices_left || !w->gather_bytes || !w->grad_bytes) {
+        !w->need || !w->need_base || !w->have || !w->slices_left || !w->gather_bytes || !w->grad_bytes) {
         net_free(w);
         return NULL;
     }
@@ -910,6 +942,7 @@ static void net_results(const sim *s, rp_sim_result *r)
     r->net_send_bytes = sent / s->iters;
     r->net_grad_bytes = G;
     r->net_weight_bytes = W;
+    r->net_base_bytes = w->base_bytes;
 }
 
 static void sim_free(sim *s)

@@ -39,9 +39,10 @@
  *   time g_l. Per layer l with trainable parameters, with
  *   G_l = RP_SIM_NET_GRAD_BYTES x opt_params (the fp32 gradient) and
  *   W_l = compute_bytes_per_param x opt_params (the updated compute copy):
- *   (0) each node sums its own pipelines' copies (and a tied layer's
- *       gradient) of the whole layer on its optimizer ranks, the work the
- *       one-node model charges to the update, no earlier than g_l;
+ *   (0) each node sums its own pipelines' copies (and, without
+ *       sparse_embed, a tied layer's gradient) of the whole layer on its
+ *       optimizer ranks, the work the one-node model charges to the update,
+ *       no earlier than g_l;
  *   (1) chain: node 0 sends its partial sum (G_l bytes) to node 1, which
  *       sends on to node 2 once it has received it and its own sum (0) is
  *       done, ... to node N-1 (the hop itself adds nothing: the add is not
@@ -55,11 +56,17 @@
  *   (4) all-gather: each node j sends its updated slice (W_l / N bytes) to
  *       nodes j+1, j+2, ... (mod N). The layer is at the new version when
  *       every node has all N slices: the latest node's gathered copy gates
- *       the next jobs on every node (the nodes' compute is one timeline).
+ *       the next jobs on every node (the nodes' compute is one timeline:
+ *       conservative for the nodes whose copy is complete earlier).
  *   With sparse_embed, the chain and the scatter still carry layer 0's whole
- *   gradient; each node sums its pipelines' rows and a tied layer's gradient
- *   (0), updates parts (a) and (b) of its slice (each / N), and gathers (a)'s
- *   rows (rows_frac x W_0 / N) and (b)'s (the rest) separately.
+ *   gradient; each node updates parts (a) and (b) of its slice (each / N)
+ *   and gathers (a)'s rows (rows_frac x W_0 / N) and (b)'s (the rest)
+ *   separately. A layer tied to layer 0 (the LM head) gives, as in the
+ *   engine, a chain of its own, the base: each node sums the tied layers'
+ *   gradients on landing (the head's share of (0)), node 0 sends the sum
+ *   (G_0 bytes) to node 1, which adds its own and sends on, ..., and node
+ *   N-1 sends the final base to node 0, whose chain (1) of layer 0 starts
+ *   from it once its pipelines' rows are summed (0).
  *   Network: each node has one full-duplex NIC of network_gbs gigabits/s per
  *   direction. A message of B bytes takes RP_SIM_NET_LATENCY_MS + B / rate
  *   and occupies its sender's send direction and its receiver's receive
@@ -69,8 +76,9 @@
  *   with opt_spread (each rank gets the same share of every task), else
  *   the ranks' pools as on one node; a node's sums (0) run before its
  *   updates, lower layers first. Not modelled: the network's host memory
- *   traffic (not in host_gbs), the clipping norm's own messages, MPI
- *   progress. rp_partition plans for one node: give it rp_machine_node's.
+ *   traffic (not in host_gbs), the few bytes of block norms and losses
+ *   that travel too, MPI progress. rp_partition plans for one node: give it
+ *   rp_machine_node's machine.
  * Host memory bandwidth shared by PCIe and the optimizer is only a bound on
  * the steady state (host_gbs), not a contention model; kernel launch
  * overheads are not modelled. */
@@ -86,7 +94,7 @@
 #define RP_SIM_MAX_LANES 8 /* transfers a link group carries at once per direction */
 #define RP_SIM_MAX_NODES 64
 #define RP_SIM_NET_LATENCY_MS 0.005 /* per network message: 5 us */
-#define RP_SIM_NET_GRAD_BYTES 4     /* bytes per parameter the chain and the scatter move
+#define RP_SIM_NET_GRAD_BYTES 4     /* bytes per parameter the chains and the scatter move
                                        (the nodes sum fp32 gradients) */
 #define RP_SIM_DEFAULT_NETWORK_GBS 100.0 /* gigabits/s per NIC direction */
 
@@ -210,8 +218,11 @@ typedef struct rp_sim_result {
     int nodes;
     double net_grad_bytes;       /* G = sum of G_l: RP_SIM_NET_GRAD_BYTES per trainable param */
     double net_weight_bytes;     /* W = sum of W_l: compute_bytes_per_param per trainable param */
-    double net_send_bytes;       /* the most one node sends: G + (N-1)/N W (node N-1:
-                                    (N-1)/N (G + W)), as the simulation counted them */
+    double net_base_bytes;       /* T: the tied embedding's base, RP_SIM_NET_GRAD_BYTES per
+                                    parameter of layer 0 (0 without sparse_embed or a tie) */
+    double net_send_bytes;       /* the most one node sends: G + T + (N-1)/N W (node N-1:
+                                    (N-1)/N G + T + (N-1)/N W), as the simulation counted
+                                    them */
     double net_ms;               /* the busiest NIC direction's busy time (transfers and
                                     latencies) per iteration, of any node */
 } rp_sim_result;
