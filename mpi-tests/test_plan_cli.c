@@ -5,7 +5,9 @@
  * and a message naming the option for a bad command line, exit code 1 and a
  * message naming file, line and field for a bad layer file, and a message
  * naming the layer when it cannot fit the memory limit; the embedding-by-rows
- * model (the default, as the engine) reports its rows fraction. */
+ * model (the default, as the engine) reports its rows fraction; with --nodes
+ * it prints each optimizer's rows with the scaling efficiency and the bytes
+ * a node sends, and refuses a node count that does not divide M. */
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -151,6 +153,20 @@ START_TEST(simulate_compares_schedules)
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
     ck_assert(strstr(out_text, "GPipe") && strstr(out_text, "1F1B") &&
               strstr(out_text, "exact / lagged throughput"));
+    /* several nodes: a row per optimizer with the scaling efficiency, the
+     * bytes each node sends; a node count that does not divide M refused */
+    snprintf(cmd, sizeof cmd,
+             "simulate --layers %s --iterations 6 --gpus 4 --microbatches 8 --nodes 2 "
+             "--network-gbs 100", paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    ck_assert_msg(strstr(out_text, "nodes: 2 x 4 GPUs at 100 Gb/s (roundpipe, exact optimizer): ") &&
+                      strstr(out_text, "scaling efficiency") &&
+                      strstr(out_text, "network per step: each node sends at most"),
+                  "%s", out_text);
+    snprintf(cmd, sizeof cmd, "simulate --layers %s --gpus 4 --microbatches 8 --nodes 3",
+             paper("qwen3-1.7b.txt"));
+    ck_assert_int_eq(run(rp_cli_simulate, cmd), 2);
+    ck_assert_msg(strstr(err_text, "--nodes 3 does not divide --microbatches 8"), "%s", err_text);
     /* the embedding by rows: its rows fraction derived from the file
      * (16 microbatches x 33554432 hand-over bytes / 622329856 table bytes) */
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 6 --sparse-embedding 1",
