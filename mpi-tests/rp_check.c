@@ -49,8 +49,9 @@ int rp_check_main(int argc, char **argv, Suite *(*make_suite)(void), const char 
         return 0;
     }
     int mpi = strcmp(ranks, "serial") != 0, rank = 0;
-    if (mpi) {
-        MPI_Init(&argc, &argv);
+    if (mpi) { /* as the roundpipe command: several nodes need it (engine/nodes.h) */
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     }
     SRunner *sr = srunner_create(make_suite());

@@ -66,3 +66,8 @@ EXTRA_DIST += mpi-tests/test_memory_model.sh mpi-tests/test_grad_dtype.sh mpi-te
 # several nodes (--ranks-per-node): bit-identical to one node of as many pipelines
 TESTS += mpi-tests/test_nodes.sh
 EXTRA_DIST += mpi-tests/test_nodes.sh
+check_PROGRAMS += mpi-tests/test_nodes_split
+TESTS += mpi-tests/test_nodes_split
+mpi_tests_test_nodes_split_SOURCES = mpi-tests/test_nodes_split.c
+mpi_tests_test_nodes_split_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_nodes_split_LDADD = $(RP_TEST_LDADD)

@@ -15,28 +15,24 @@ static const char *thread_level_name(int level)
     }
 }
 
-/* Every node's rank count, from each world rank's node and node size:
- * "node 0 (ranks 0-2): 3, node 1 (ranks 3-4): 2". */
-static void describe_sizes(const int *node_of, const int *size_of, int world, char *out,
-                           size_t cap)
+int rp_nodes_describe_sizes(const int *node_of, const int *size_of, int world, char *out,
+                            size_t cap)
 {
     size_t len = 0;
+    int unequal = 0;
     out[0] = '\0';
-    for (int nd = 0, seen = 0; seen < world && len + 64 < cap; nd++) {
-        int first = -1, last = -1, count = 0;
-        for (int r = 0; r < world; r++)
-            if (node_of[r] == nd) {
-                first = first < 0 ? r : first;
-                last = r;
-                count = size_of[r];
-            }
+    for (int r = 0; r < world; r++)
+        unequal |= size_of[r] != size_of[0];
+    for (int nd = 0; len + 64 < cap; nd++) {
+        int first = -1;
+        for (int r = 0; r < world && first < 0; r++)
+            first = node_of[r] == nd ? r : -1;
         if (first < 0)
             break;
-        for (int r = 0; r < world; r++)
-            seen += node_of[r] == nd;
-        len += (size_t)snprintf(out + len, cap - len, "%snode %d (ranks %d-%d): %d",
-                                nd ? ", " : "", nd, first, last, count);
+        len += (size_t)snprintf(out + len, cap - len, "%snode %d (from rank %d): %d", nd ? ", " : "",
+                                nd, first, size_of[first]);
     }
+    return unequal;
 }
 
 rp_status rp_nodes_split(MPI_Comm comm, int ranks_per_node, rp_nodes *n, rp_error *err)
@@ -84,38 +80,36 @@ rp_status rp_nodes_split(MPI_Comm comm, int ranks_per_node, rp_nodes *n, rp_erro
     }
     MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, comm);
     MPI_Allgather(&n->world_rank, 1, MPI_INT, n->world_of, 1, MPI_INT, n->node_comm);
-    int unequal = 0;
-    for (int r = 0; r < n->world_size; r++) {
+    for (int r = 0; r < n->world_size; r++)
         n->nodes = all[2 * r] + 1 > n->nodes ? all[2 * r] + 1 : n->nodes;
-        unequal |= all[2 * r + 1] != n->size;
-    }
     rp_status s = RP_OK;
-    if (!all_ok) {
-        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--ranks-per-node %d: a group of %d consecutive "
-                         "ranks must share memory (run on one machine); some do not", K, K);
-    } else if (unequal) {
-        int *node_of = malloc(sizeof(int) * (size_t)n->world_size);
-        int *size_of = malloc(sizeof(int) * (size_t)n->world_size);
-        char text[768] = "";
-        if (node_of && size_of) {
-            for (int r = 0; r < n->world_size; r++) {
-                node_of[r] = all[2 * r];
-                size_of[r] = all[2 * r + 1];
-            }
-            describe_sizes(node_of, size_of, n->world_size, text, sizeof text);
+    int *node_of = malloc(sizeof(int) * (size_t)n->world_size);
+    int *size_of = malloc(sizeof(int) * (size_t)n->world_size);
+    char text[768] = "";
+    if (!node_of || !size_of) {
+        s = rp_error_set(err, RP_ERR_NOMEM, "node table");
+    } else {
+        for (int r = 0; r < n->world_size; r++) {
+            node_of[r] = all[2 * r];
+            size_of[r] = all[2 * r + 1];
         }
-        free(node_of);
-        free(size_of);
-        s = rp_error_set(err, RP_ERR_INVALID_ARG, "the nodes must have the same number of ranks; "
-                         "they have %s", text);
+        if (!all_ok)
+            s = rp_error_set(err, RP_ERR_INVALID_ARG, "--ranks-per-node %d: a group of %d "
+                             "consecutive ranks must share memory (run on one machine); some do "
+                             "not", K, K);
+        else if (rp_nodes_describe_sizes(node_of, size_of, n->world_size, text, sizeof text))
+            s = rp_error_set(err, RP_ERR_INVALID_ARG, "the nodes must have the same number of "
+                             "ranks; they have %s", text);
     }
+    free(node_of);
+    free(size_of);
     free(all);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     if (s == RP_OK && n->nodes > 1 && level < MPI_THREAD_MULTIPLE)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%d nodes need MPI_THREAD_MULTIPLE (their "
-                         "optimizer and logger threads exchange messages); this MPI library "
-                         "gave %s", n->nodes, thread_level_name(level));
+                         "communication, optimizer and logger threads exchange messages); this "
+                         "MPI library gave %s", n->nodes, thread_level_name(level));
     if (s == RP_OK && (MPI_Comm_split(comm, n->rank, n->node, &n->cross) != MPI_SUCCESS ||
                        MPI_Comm_dup(n->cross, &n->cross_loss) != MPI_SUCCESS))
         s = rp_error_set(err, RP_ERR_MPI, "the communicators between nodes failed");

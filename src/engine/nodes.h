@@ -7,6 +7,7 @@
 #define RP_ENGINE_NODES_H
 
 #include <mpi.h>
+#include <stddef.h>
 
 #include "core/error.h"
 
@@ -28,6 +29,12 @@ typedef struct rp_nodes {
  * rank counts differ (naming each node's), or there are several nodes and
  * MPI does not provide MPI_THREAD_MULTIPLE. */
 rp_status rp_nodes_split(MPI_Comm comm, int ranks_per_node, rp_nodes *n, rp_error *err);
+
+/* From each world rank's node and its node's rank count: "node 0 (from rank
+ * 0): 3, node 1 (from rank 3): 2" into out; returns whether the counts
+ * differ. */
+int rp_nodes_describe_sizes(const int *node_of, const int *size_of, int world, char *out,
+                            size_t cap);
 
 /* Frees the communicators and zeroes *n (NULL-safe, repeatable). */
 void rp_nodes_free(rp_nodes *n);
