@@ -79,6 +79,21 @@ static double sim(const rp_cost_model *m, const rp_plan *p, const rp_machine *mc
 
 #define CLOSE(a, b) ck_assert_msg(fabs((a) - (b)) < 1e-9 * (1 + fabs(b)), "%.12g != %.12g", (a), (b))
 
+/* L layers of random times and sizes from the xorshift state *x. */
+static rp_cost_model *random_model(int L, uint64_t *x)
+{
+    rp_cost_model *m = uniform(L, 0, 0);
+    for (int l = 0; l < L; l++) {
+        *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+        m->layers[l].fwd_ms = 0.1 + (double)(*x % 1000) / 300;
+        m->layers[l].bwd_ms = 2 * m->layers[l].fwd_ms;
+        m->layers[l].weight_bytes = (int64_t)(*x % 5000000);
+        m->layers[l].grad_bytes = 2 * m->layers[l].weight_bytes;
+        m->layers[l].opt_params = (int64_t)(*x % 3000000);
+    }
+    return m;
+}
+
 START_TEST(one_executor_runs_the_iteration_back_to_back)
 {
     rp_cost_model *m = uniform(4, 0, 0);
@@ -267,15 +282,7 @@ START_TEST(exact_is_never_faster_than_lagged)
     uint64_t x = 88172645463325252ull;
     for (int it = 0; it < 200; it++) {
         int L = 2 + it % 9;
-        rp_cost_model *m = uniform(L, 0, 0);
-        for (int l = 0; l < L; l++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            m->layers[l].fwd_ms = 0.1 + (double)(x % 1000) / 300;
-            m->layers[l].bwd_ms = 2 * m->layers[l].fwd_ms;
-            m->layers[l].weight_bytes = (int64_t)(x % 5000000);
-            m->layers[l].grad_bytes = 2 * m->layers[l].weight_bytes;
-            m->layers[l].opt_params = (int64_t)(x % 3000000);
-        }
+        rp_cost_model *m = random_model(L, &x);
         rp_plan p;
         rp_plan_singletons(L, 0, &p);
         rp_machine mc = machine(1 + it % 4, 4 * (1 + it % 4), 0);
@@ -671,15 +678,7 @@ START_TEST(one_node_is_todays_machine)
     uint64_t x = 88172645463325252ull;
     for (int it = 0; it < 60; it++) {
         int L = 2 + it % 7;
-        rp_cost_model *m = uniform(L, 0, 0);
-        for (int l = 0; l < L; l++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            m->layers[l].fwd_ms = 0.1 + (double)(x % 1000) / 300;
-            m->layers[l].bwd_ms = 2 * m->layers[l].fwd_ms;
-            m->layers[l].weight_bytes = (int64_t)(x % 5000000);
-            m->layers[l].grad_bytes = 2 * m->layers[l].weight_bytes;
-            m->layers[l].opt_params = (int64_t)(x % 3000000);
-        }
+        rp_cost_model *m = random_model(L, &x);
         rp_plan p;
         rp_plan_singletons(L, 0, &p);
         rp_machine mc = machine(1 + it % 4, 4 * (1 + it % 4), it % 2);
