@@ -14,7 +14,8 @@
 #   bf16 compute so the master weights are collected from the nodes' slices)
 #   and resumed on 1 node and on 3 nodes, the bits of a run that never
 #   stopped; --checkpoint-every with --optimizer-lag 1 on several nodes is
-#   refused; SIGUSR1 to mpirun stops a run of 2 nodes at the next
+#   refused, but a lagged optimizer's checkpoint written on one node (its
+#   pending update) resumes on 2 nodes exactly; SIGUSR1 to mpirun stops a run of 2 nodes at the next
 #   checkpoint step with its checkpoint and exit 0, and resuming it on one
 #   node gives the bits of a run that never stopped;
 # - the multi-node runs of both golden cases match PyTorch (golden_compare,
@@ -117,6 +118,12 @@ run qwen3 2 "$tmp/c-lag" --ranks-per-node 1 --optimizer-lag 1 --checkpoint-dir "
   --checkpoint-every 2 && bad "lagged checkpoints on 2 nodes ran" || ok
 grep -q "checkpoint-every with --optimizer-lag 1 on 2 nodes" "$tmp/c-lag.txt" && ok || \
   { bad "lagged checkpoints on 2 nodes: no message"; cat "$tmp/c-lag.txt"; }
+run qwen3 2 "$tmp/c-lck" --pipelines 2 --optimizer-lag 1 --dtype bf16 --checkpoint-dir "$tmp/ckl1" \
+  --checkpoint-every 3 || bad "lagged checkpointing run failed"
+run qwen3 2 "$tmp/c-lref" --pipelines 2 --optimizer-lag 1 --dtype bf16 || bad "lagged bf16 reference failed"
+run qwen3 2 "$tmp/c-lr2" --ranks-per-node 1 --optimizer-lag 1 --dtype bf16 \
+  --resume "$tmp/ckl1/step-00000003" && resumed "a pending update resumed on 2 nodes" "$tmp/c-lref" \
+  "$tmp/c-lr2" || bad "lagged checkpoint resumed on 2 nodes failed"
 
 # SIGUSR1: on several nodes the run stops at the next checkpoint step
 long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 40 --lr 3e-3 --seed 2 --device cpu --progress none --timeout 60"
