@@ -139,6 +139,9 @@ typedef struct rp_engine {
                           share of a layer), or NULL */
     struct rp_node_pending *node_pending; /* the node communication thread's exchanges in
                                              flight, per layer (node_sums.c) */
+    _Atomic int64_t *gather_posted; /* [layer]: the newest step whose update of this rank's
+                                       slice the optimizer handed to the all-gather */
+    _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
     _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */

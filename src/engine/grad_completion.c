@@ -185,7 +185,7 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
  * node's slice and the norms are in (rp_node_pending_poll). */
 rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
-    RP_TRY(wait_pipelines(e, l, t, who, err));
+    RP_TRY(rp_node_wait_grads(e, l, t, who, err));
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     float *acc = e->p->st[l].grad, *from = NULL;

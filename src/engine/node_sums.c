@@ -30,20 +30,30 @@ static const char *part_name(rp_node_part part)
     }
 }
 
-/* The node communication thread's exchanges still in flight: per layer,
- * the receives of its slice and norms (or the last node's scatter sends)
- * of iteration t; the layer's summed event follows their completion. */
+/* The node communication thread's exchanges in flight, per layer: the
+ * receives of its slice and norms (or the last node's scatter sends) of
+ * iteration t, after which the layer's summed event is raised; and the
+ * all-gather of its slice's update of iteration gt, after which its version
+ * (and, for the embedding, its rows) event is raised. */
 struct rp_node_pending {
-    MPI_Request *req; /* 2 x nodes per layer */
+    MPI_Request *req; /* 2 x nodes */
     int n;
     int peer;         /* named if a wait fails */
     int64_t t;
+    MPI_Request *greq; /* 2 x nodes */
+    int gn;
+    int64_t gt;        /* the step of the gather in flight, or of the last one */
 };
 
 /* Set on the node communication thread: its waits keep its exchanges going. */
 static _Thread_local rp_engine *comm_thread_of;
 
-static void poll_pending(rp_engine *e)
+static void start_gather(rp_engine *e, int l, int64_t t);
+
+/* What the communication thread does while it waits for anything: raise
+ * the events of the exchanges that completed, start the all-gathers the
+ * optimizer handed over. */
+static void service(rp_engine *e)
 {
     for (int l = 0; l < e->num_layers; l++) {
         struct rp_node_pending *p = &e->node_pending[l];
@@ -53,6 +63,17 @@ static void poll_pending(rp_engine *e)
             p->n = 0;
             rp_proto_publish_summed(e, l, p->t);
         }
+        done = 0;
+        if (p->gn > 0 && MPI_Testall(p->gn, p->greq, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+            done) {
+            p->gn = 0;
+            if (l == 0)
+                rp_proto_publish_rows(e, p->gt);
+            rp_proto_publish_version(e, l, p->gt);
+        }
+        int64_t posted = atomic_load(&e->gather_posted[l]);
+        if (p->gn == 0 && posted > p->gt)
+            start_gather(e, l, posted);
     }
 }
 
@@ -75,8 +96,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
         }
         if (done)
             break;
-        if (comm_thread_of == e) /* the exchanges of earlier layers go on meanwhile */
-            poll_pending(e);
+        if (comm_thread_of == e) /* the other exchanges go on meanwhile */
+            service(e);
         int64_t failed = atomic_load(e->abort_flag);
         if (failed || rp_interrupted() || rp_event_now() > deadline) {
             const char *why = failed ? "a rank of this node failed"
@@ -188,11 +209,13 @@ void *rp_engine_node_comm_main(void *arg)
     rp_status s = RP_OK;
     size_t per = 2 * (size_t)e->nd.nodes;
     e->node_pending = calloc((size_t)e->num_layers, sizeof *e->node_pending);
-    MPI_Request *reqs = calloc((size_t)e->num_layers * per, sizeof *reqs);
+    MPI_Request *reqs = calloc(2 * (size_t)e->num_layers * per, sizeof *reqs);
     if (!e->node_pending || !reqs)
         s = rp_error_set(&err, RP_ERR_NOMEM, "node communication: request lists");
-    for (int l = 0; s == RP_OK && l < e->num_layers; l++)
-        e->node_pending[l].req = reqs + (size_t)l * per;
+    for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
+        e->node_pending[l].req = reqs + 2 * (size_t)l * per;
+        e->node_pending[l].greq = reqs + (2 * (size_t)l + 1) * per;
+    }
     char who[64];
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         snprintf(who, sizeof who, "node communication, iteration %lld", (long long)t);
@@ -200,6 +223,26 @@ void *rp_engine_node_comm_main(void *arg)
             s = rp_grad_chain_layer(e, l, t, who, &err);
         if (s == RP_OK)
             s = drain_pending(e, who, &err);
+    }
+    /* the segment's last updates: their all-gathers, until the optimizer is done */
+    snprintf(who, sizeof who, "node communication, the last all-gathers");
+    const struct timespec pause = {0, 20000};
+    while (s == RP_OK && !atomic_load(&e->optimizer_done) && !atomic_load(e->abort_flag)) {
+        service(e);
+        nanosleep(&pause, NULL);
+    }
+    for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
+        service(e); /* starts a gather posted last */
+        struct rp_node_pending *p = &e->node_pending[l];
+        for (int i = 0; s == RP_OK && i < p->gn; i++)
+            s = node_wait(e, &p->greq[i], (e->nd.node + 1) % e->nd.nodes, l, RP_NODE_WEIGHTS,
+                          p->gt, who, &err);
+        if (s == RP_OK && p->gn > 0) {
+            p->gn = 0;
+            if (l == 0)
+                rp_proto_publish_rows(e, p->gt);
+            rp_proto_publish_version(e, l, p->gt);
+        }
     }
     free(reqs);
     free(e->node_pending);
@@ -210,48 +253,64 @@ void *rp_engine_node_comm_main(void *arg)
     return NULL;
 }
 
-/* Wait for every request of reqs[0..n) (peers[i] named on failure). */
-static rp_status wait_all(rp_engine *e, MPI_Request *reqs, const int *peers, int n, int l,
-                          rp_node_part part, int64_t t, const char *who, rp_error *err)
+void rp_node_post_gather(rp_engine *e, int l, int64_t t)
 {
-    rp_status s = RP_OK;
-    for (int i = 0; i < n && s == RP_OK; i++)
-        s = node_wait(e, &reqs[i], peers[i], l, part, t, who, err);
-    return s;
+    atomic_store(&e->gather_posted[l], t);
 }
 
-rp_status rp_node_gather_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+/* Post the all-gather of layer l's update of step t: every other node's
+ * slice of this rank's share into the compute copy, this node's to them. */
+static void start_gather(rp_engine *e, int l, int64_t t)
 {
-    int N = e->nd.nodes, k = 0;
+    struct rp_node_pending *p = &e->node_pending[l];
     size_t es = rp_dtype_size(e->p->compute_dtype), b0, b1, lo, hi;
     char *w = e->p->st[l].compute;
-    MPI_Request *reqs = malloc(2 * sizeof(MPI_Request) * (size_t)N);
-    int *peers = malloc(2 * sizeof(int) * (size_t)N);
-    if (!reqs || !peers) {
-        free(reqs);
-        free(peers);
-        return rp_error_set(err, RP_ERR_NOMEM, "%s: all-gather requests", who);
-    }
     int tag = tag_of(e, l, RP_NODE_WEIGHTS, t);
-    for (int n = 0; n < N; n++) { /* every receive posted before any send */
+    p->gt = t;
+    p->gn = 0;
+    for (int n = 0; n < e->nd.nodes; n++) { /* every receive posted before any send */
         if (n == e->nd.node)
             continue;
         rp_engine_slice(e, l, e->rank, n, &b0, &b1, &lo, &hi);
-        MPI_Irecv(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross, &reqs[k]);
-        peers[k++] = n;
+        MPI_Irecv(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross,
+                  &p->greq[p->gn++]);
     }
     rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
-    for (int n = 0; n < N; n++) {
+    for (int n = 0; n < e->nd.nodes; n++) {
         if (n == e->nd.node)
             continue;
-        MPI_Isend(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross, &reqs[k]);
+        MPI_Isend(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross,
+                  &p->greq[p->gn++]);
         atomic_fetch_add(&e->node_sent, (uint64_t)((hi - lo) * es));
-        peers[k++] = n;
     }
-    rp_status s = wait_all(e, reqs, peers, k, l, RP_NODE_WEIGHTS, t, who, err);
-    free(reqs);
-    free(peers);
-    return s;
+}
+
+rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+{
+    double deadline = rp_event_deadline(e->o->timeout_s * 1.25);
+    const struct timespec pause = {0, 20000};
+    for (int g = 0; g < e->pipelines; g++) {
+        for (int head = 0; head < 1 + (l == 0 && e->tied); head++) {
+            int layer = head ? e->num_layers - 1 : l; /* a tied head's part came with the tail */
+            while (!rp_proto_grad_at(e, layer, g, t)) {
+                service(e);
+                int64_t failed = atomic_load(e->abort_flag);
+                if (failed || rp_interrupted() || rp_event_now() > deadline) {
+                    char name[96];
+                    rp_proto_describe_grad(e, layer, g, name, sizeof name);
+                    return rp_error_set(err, failed ? RP_ERR_TIMEOUT : rp_interrupted()
+                                        ? RP_ERR_INTERRUPTED : RP_ERR_TIMEOUT,
+                                        "rank %d, %s: stopped waiting for event %s (it %lld): %s",
+                                        e->nd.world_rank, who, name, (long long)t,
+                                        failed ? "a rank of this node failed"
+                                        : rp_interrupted() ? "the run was interrupted"
+                                                           : "the deadline (--timeout) passed");
+                }
+                nanosleep(&pause, NULL);
+            }
+        }
+    }
+    return RP_OK;
 }
 
 rp_status rp_node_collect(rp_engine *e, int optimizer, int gradient, rp_error *err)

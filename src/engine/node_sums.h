@@ -29,11 +29,14 @@
  * does the chain and the scatter of its share (the local sums included)
  * and, without waiting for a layer's slice to come back, goes on with the
  * next layer; each layer's summed event is raised when its slice and norms
- * are in, and the rank's optimizer, which waits for it, updates the slice
- * and runs the all-gather. Messages: the gradients' on e->nd.cross (the
- * communication thread's chain and scatter, the optimizer's all-gather),
- * the losses on e->nd.cross_loss (the logger thread); every thread makes
- * its calls in the same order on every node, so messages match by tags. A wait gives up at
+ * are in; the rank's optimizer, which waits for it, updates the slice and
+ * hands it back (rp_node_post_gather); the communication thread runs its
+ * all-gather and raises the layer's version when every slice is in. The
+ * thread drives every exchange without blocking on one: while it waits for
+ * anything it completes the others (service in node_sums.c). Messages: the
+ * gradients' and weights' on e->nd.cross, the losses on e->nd.cross_loss
+ * (the logger thread); tags name the part, layer and step, so messages
+ * match whatever order the threads of two nodes post them in. A wait gives up at
  * --timeout, on an abort of its node or an interrupt, naming the node it
  * waited for. */
 #ifndef RP_ENGINE_NODE_SUMS_H
@@ -72,9 +75,16 @@ rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_
 rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *part,
                           const char *who, rp_error *err);
 
-/* After this node updated its slice of layer l in step t: its compute-dtype
- * weights to every other node, theirs into the store (all-gather). */
-rp_status rp_node_gather_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
+/* The optimizer updated this rank's slice of layer l in step t: the node
+ * communication thread sends its compute-dtype weights to every other node
+ * and receives theirs into the store (all-gather), then raises the layer's
+ * version (and the embedding's rows). */
+void rp_node_post_gather(rp_engine *e, int l, int64_t t);
+
+/* The node communication thread: this node's pipelines' gradients of layer
+ * l in step t (and a tied head's part) are on the host, its exchanges kept
+ * going meanwhile; fails at the deadline or an abort, naming the event. */
+rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
 
 /* Between segments (the main thread; the engine's threads are joined):
  * every node's slices of the master weights, and with `optimizer` of m and

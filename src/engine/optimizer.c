@@ -90,8 +90,10 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
         rp_optimizer_update_share(e, l, t, coef, lo, hi);
     if (hi > lo)
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
-    if (e->nd.nodes > 1 && !skip)
-        RP_TRY(rp_node_gather_layer(e, l, t, who, err));
+    if (e->nd.nodes > 1 && !skip) { /* the communication thread gathers, then publishes */
+        rp_node_post_gather(e, l, t);
+        return RP_OK;
+    }
     if (l == 0)
         rp_proto_publish_rows(e, t);
     rp_proto_publish_version(e, l, t);
@@ -226,8 +228,8 @@ static rp_status run(rp_engine *e, rp_error *err)
                 continue;
             if (fuse) {
                 if (e->nd.nodes > 1)
-                    s = rp_node_gather_layer(e, l, t, who, err);
-                if (s == RP_OK)
+                    rp_node_post_gather(e, l, t);
+                else
                     rp_proto_publish_version(e, l, t);
             } else if (l == 0 && e->nd.nodes > 1) { /* by slices, not rows first */
                 s = update_layer(e, 0, t, 1.0f, skip, who, err);
@@ -286,5 +288,6 @@ void *rp_engine_optimizer_main(void *arg)
     rp_status s = run(e, &err);
     if (s != RP_OK && s != RP_STOP)
         rp_engine_fail(e, s, &err);
+    atomic_store(&e->optimizer_done, 1); /* the node communication thread may finish */
     return NULL;
 }

@@ -220,7 +220,10 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     pthread_t opt, logt, ckt, nct;
     int need_ck = e->rank == 0 && rp_checkpoint_writer_needed(e), need_nc = e->nd.nodes > 1;
-    int have_nc = need_nc && pthread_create(&nct, NULL, rp_engine_node_comm_main, e) == 0;
+    atomic_store(&e->optimizer_done, 0);
+    if (need_nc && !(e->gather_posted = calloc((size_t)e->num_layers, sizeof *e->gather_posted)))
+        need_nc = -1; /* reported below */
+    int have_nc = need_nc == 1 && pthread_create(&nct, NULL, rp_engine_node_comm_main, e) == 0;
     int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
     int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
     int have_ck = need_ck && pthread_create(&ckt, NULL, rp_checkpoint_writer_main, e) == 0;
@@ -239,6 +242,8 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
         pthread_join(ckt, NULL);
     if (have_nc)
         pthread_join(nct, NULL);
+    free(e->gather_posted);
+    e->gather_posted = NULL;
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;

@@ -331,6 +331,16 @@ void rp_proto_publish_grad(rp_engine *e, int l, int g, int64_t t)
     publish(e, RP_EV_GRAD, l, g, t);
 }
 
+int rp_proto_grad_at(const rp_engine *e, int l, int g, int64_t t)
+{
+    return rp_event_value(e->ev, (rp_event_name){RP_EV_GRAD, l, g}) >= (uint64_t)t;
+}
+
+void rp_proto_describe_grad(const rp_engine *e, int l, int g, char *buf, size_t len)
+{
+    rp_event_describe(e->ev, (rp_event_name){RP_EV_GRAD, l, g}, buf, len);
+}
+
 rp_status rp_proto_wait_grad(rp_engine *e, int l, int g, int64_t t, const char *job,
                              rp_error *err)
 {

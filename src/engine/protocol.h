@@ -108,6 +108,10 @@ rp_status rp_proto_wait_uploaded(rp_engine *e, int forward_job, int l, int g, in
 
 /* ---- gradients ----------------------------------------------------------- */
 void rp_proto_publish_grad(rp_engine *e, int l, int g, int64_t t);
+/* Without waiting (the node communication thread polls): pipeline g's
+ * gradient of layer l of iteration t is on the host; the event's name. */
+int rp_proto_grad_at(const rp_engine *e, int l, int g, int64_t t);
+void rp_proto_describe_grad(const rp_engine *e, int l, int g, char *buf, size_t len);
 rp_status rp_proto_wait_grad(rp_engine *e, int l, int g, int64_t t, const char *job,
                              rp_error *err);
 void rp_proto_publish_summed(rp_engine *e, int l, int64_t t); /* this rank's share */
