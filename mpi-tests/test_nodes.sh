@@ -18,6 +18,8 @@
 #   pending update) resumes on 2 nodes exactly; SIGUSR1 to mpirun stops a run of 2 nodes at the next
 #   checkpoint step with its checkpoint and exit 0, and resuming it on one
 #   node gives the bits of a run that never stopped;
+# - the trace of 2 nodes passes trace_check and names the waits for
+#   another node's messages;
 # - the multi-node runs of both golden cases match PyTorch (golden_compare,
 #   1e-4 relative, as test_golden.sh);
 # - packed documents with a validation set (--documents, --eval-data,
@@ -32,7 +34,8 @@
 #   the rank count, N x P pipelines that do not divide the microbatches;
 # - a stall planted on one node (its forward never signals) is reported by
 #   every node within the deadline, naming the node waited for, and the job
-#   exits non-zero; a rank killed on one node ends the whole job.
+#   exits non-zero; a rank killed on one node ends the whole job (mpirun
+#   naming the killed rank).
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -79,6 +82,11 @@ grep -q "2 nodes of 1 ranks" "$tmp/q-2x1.txt" && ok || bad "the start-up does no
 run qwen3 4 "$tmp/q-2x2" --ranks-per-node 2 && same "2 nodes x 2" "$tmp/q-ref" "$tmp/q-2x2" || \
   bad "qwen3 2 nodes x 2 failed"
 golden qwen3 "$tmp/q-2x2"
+# the trace of 2 nodes: every rank's tracks, the waits for other nodes named, no overlaps
+run qwen3 4 "$tmp/q-tr" --ranks-per-node 2 --trace "$tmp/q-tr.json" && \
+  "$build/mpi-tests/trace_check" "$tmp/q-tr.json" 6 > "$tmp/q-tr.check" && \
+  grep -q '"node 1: partial gradient sum' "$tmp/q-tr.json" && ok || \
+  { bad "the trace of 2 nodes"; cat "$tmp/q-tr.txt" "$tmp/q-tr.check"; }
 # delays before every signal, three seeds
 for seed in 1 2 3; do
   RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=$seed run qwen3 4 "$tmp/q-inj$seed" --ranks-per-node 2 && \
@@ -223,5 +231,6 @@ wait $job
 rc=$?
 end=$(date +%s)
 [ -n "$victim" ] && [ $rc -ne 0 ] && ok || bad "kill: the job exited $rc (victim '$victim')"
+grep -q "exited on signal 9 (Killed)" "$tmp/kill.txt" && ok || { bad "kill: no message"; cat "$tmp/kill.txt"; }
 [ $((end - start)) -le 40 ] && ok || bad "kill: the job took $((end - start)) s to end"
 finish
