@@ -15,9 +15,11 @@
 #   and resumed on 1 node and on 3 nodes, the bits of a run that never
 #   stopped; --checkpoint-every with --optimizer-lag 1 on several nodes is
 #   refused, but a lagged optimizer's checkpoint written on one node (its
-#   pending update) resumes on 2 nodes exactly; SIGUSR1 to mpirun stops a run of 2 nodes at the next
-#   checkpoint step with its checkpoint and exit 0, and resuming it on one
-#   node gives the bits of a run that never stopped;
+#   pending update) resumes on 2 nodes exactly; SIGUSR1 to mpirun stops a
+#   run of 2 nodes after the step in progress (long before its next
+#   checkpoint step) with a checkpoint and exit 0, and resuming it on one
+#   node gives the bits of a run that never stopped; so does SIGTERM to the
+#   ranks of 2 nodes of 2 with the lagged optimizer (a pending update);
 # - the trace of 2 nodes passes trace_check and names the waits for
 #   another node's messages;
 # - the multi-node runs of both golden cases match PyTorch (golden_compare,
@@ -133,24 +135,47 @@ run qwen3 2 "$tmp/c-lr2" --ranks-per-node 1 --optimizer-lag 1 --dtype bf16 \
   --resume "$tmp/ckl1/step-00000003" && resumed "a pending update resumed on 2 nodes" "$tmp/c-lref" \
   "$tmp/c-lr2" || bad "lagged checkpoint resumed on 2 nodes failed"
 
-# SIGUSR1: on several nodes the run stops at the next checkpoint step
-long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 40 --lr 3e-3 --seed 2 --device cpu --progress none --timeout 60"
+# SIGUSR1: on several nodes too the run stops after the step in progress
+long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 200 --lr 3e-3 --seed 2 --device cpu --progress none --timeout 60"
 ${MPIRUN:-mpirun} $flags -np 1 "$bin" train $long --pipelines 2 --log "$tmp/long.jsonl" --save "$tmp/long" \
   > "$tmp/long.txt" 2>&1 || { bad "long reference failed"; cat "$tmp/long.txt"; }
-${MPIRUN:-mpirun} $flags -np 2 "$bin" train $long --ranks-per-node 1 --checkpoint-dir "$tmp/cks" \
-  --checkpoint-every 8 --log "$tmp/sig.jsonl" --save "$tmp/unused" > "$tmp/sig.txt" 2>&1 &
+RP_INJECT_DELAY_US=3000 RP_INJECT_SEED=1 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED \
+  -np 2 "$bin" train $long --ranks-per-node 1 --checkpoint-dir "$tmp/cks" --checkpoint-every 100 \
+  --log "$tmp/sig.jsonl" --save "$tmp/unused" > "$tmp/sig.txt" 2>&1 &
 pid=$!
 i=0; while [ $i -lt 300 ] && [ "$(cat "$tmp/sig.jsonl" 2>/dev/null | wc -l)" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
 kill -s USR1 $pid
 wait $pid; rc=$?
-k=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of 40.*/\1/p' "$tmp/sig.txt")
-[ $rc -eq 0 ] && [ -n "$k" ] && [ $((k % 8)) -eq 0 ] && [ "$k" -lt 40 ] && \
+k=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of 200.*/\1/p' "$tmp/sig.txt")
+[ $rc -eq 0 ] && [ -n "$k" ] && [ "$k" -lt 100 ] && [ "$(wc -l < "$tmp/sig.jsonl")" -eq "$k" ] && \
   [ -f "$tmp/cks/step-$(printf %08d "$k")/checkpoint.complete" ] && ok || \
   { bad "SIGUSR1 on 2 nodes: exit $rc, stopped after step '$k'"; cat "$tmp/sig.txt"; }
+echo "SIGUSR1 on 2 nodes: stopped after step $k"
 ${MPIRUN:-mpirun} $flags -np 1 "$bin" train $long --pipelines 2 --checkpoint-dir "$tmp/cks" --resume auto \
   --log "$tmp/sigr.jsonl" --save "$tmp/sigr" > "$tmp/sigr.txt" 2>&1 && \
   cmp -s "$tmp/long/model.safetensors" "$tmp/sigr/model.safetensors" && ok || \
   { bad "SIGUSR1 on 2 nodes: the resumed run differs"; cat "$tmp/sigr.txt"; }
+
+# SIGTERM to the ranks of 2 nodes of 2 with the lagged optimizer: a pending
+# update in the checkpoint, resumed on one node exactly
+lag="$long --optimizer-lag 1"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $lag --pipelines 2 --save "$tmp/lagref" > "$tmp/lagref.txt" 2>&1 || \
+  { bad "lagged long reference failed"; cat "$tmp/lagref.txt"; }
+RP_INJECT_DELAY_US=3000 RP_INJECT_SEED=2 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED \
+  -np 4 "$bin" train $lag --ranks-per-node 2 --checkpoint-dir "$tmp/ckterm" --log "$tmp/term.jsonl" \
+  > "$tmp/term.txt" 2>&1 &
+pid=$!
+i=0; while [ $i -lt 300 ] && [ "$(cat "$tmp/term.jsonl" 2>/dev/null | wc -l)" -lt 2 ]; do sleep 0.1; i=$((i + 1)); done
+pkill -TERM -f "^$bin train .*ckterm"
+wait $pid; rc=$?
+k=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\) of 200.*/\1/p' "$tmp/term.txt")
+[ $rc -eq 0 ] && [ -n "$k" ] && [ -f "$tmp/ckterm/step-$(printf %08d "$k")/checkpoint.complete" ] && \
+  grep -q pending_update "$tmp/ckterm/step-$(printf %08d "$k")/trainer_state.json" && ok || \
+  { bad "SIGTERM on 2 nodes, lagged: exit $rc, stopped after step '$k'"; cat "$tmp/term.txt"; }
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $lag --pipelines 2 --checkpoint-dir "$tmp/ckterm" --resume auto \
+  --save "$tmp/termr" > "$tmp/termr.txt" 2>&1 && \
+  cmp -s "$tmp/lagref/model.safetensors" "$tmp/termr/model.safetensors" && ok || \
+  { bad "SIGTERM on 2 nodes, lagged: the resumed run differs"; cat "$tmp/termr.txt"; }
 
 # packed documents and evaluation on 2 nodes
 g="$src/mpi-tests/fixtures/golden/qwen3-packed"

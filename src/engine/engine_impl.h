@@ -272,5 +272,8 @@ void *rp_engine_node_comm_main(void *arg);
  * (not an error: the threads end cleanly, a checkpoint follows). */
 #define RP_STOP ((rp_status)1)
 #define RP_STOP_PENDING INT64_MAX
+/* Several nodes: a stop was asked on this node; the nodes decide its step
+ * together (node_sums.h). Not a decision: reads as none. */
+#define RP_STOP_REQUESTED (INT64_MAX - 1)
 
 #endif

@@ -26,6 +26,8 @@ static const char *part_name(rp_node_part part)
     case RP_NODE_LOSSES: return "microbatch losses";
     case RP_NODE_NORMS: return "block norms";
     case RP_NODE_WEIGHTS: return "updated weights";
+    case RP_NODE_STOP: return "stop request flag";
+    case RP_NODE_STOP_DECISION: return "stop decision";
     default: return "optimizer state";
     }
 }
@@ -43,24 +45,66 @@ struct rp_node_pending {
     MPI_Request *greq; /* 2 x nodes */
     int gn;
     int64_t gt;        /* the step of the gather in flight, or of the last one */
+    int deferred;      /* the exchange of t completed; its summed event waits for the stop
+                          decision of t (node leaders) */
 };
+
+/* A node leader's communication thread: the stop decision of step t on its
+ * way from the last node (active), and where it lands. */
+static _Thread_local struct {
+    int active;
+    int64_t t, decision;
+    MPI_Request req;
+} stop_rx;
 
 /* Set on the node communication thread: its waits keep its exchanges going. */
 static _Thread_local rp_engine *comm_thread_of;
 
 static void start_gather(rp_engine *e, int l, int64_t t);
 
+/* A decided stop after step t (the chain of t carried a request): the
+ * run's last step is t (with a lagged optimizer t + 1, whose jobs may have
+ * started), unless a stop is already decided. */
+static void apply_stop(rp_engine *e, int64_t t, int64_t decision)
+{
+    if (!decision)
+        return;
+    int64_t cur = atomic_load(e->stop_at);
+    while ((cur == 0 || cur == RP_STOP_REQUESTED) &&
+           !atomic_compare_exchange_weak(e->stop_at, &cur, t + e->o->optimizer_lag))
+        ;
+}
+
+/* Layer l's exchange of step t completed: its summed event, unless the
+ * stop decision of a step up to t is still on its way (a later step's jobs
+ * could start on the event's consequences before the node knows it stops). */
+static void exchange_done(rp_engine *e, int l)
+{
+    struct rp_node_pending *p = &e->node_pending[l];
+    p->n = 0;
+    p->deferred = stop_rx.active && stop_rx.t <= p->t;
+    if (!p->deferred)
+        rp_proto_publish_summed(e, l, p->t);
+}
+
 /* What the communication thread does while it waits for anything: raise
  * the events of the exchanges that completed, start the all-gathers the
  * optimizer handed over. */
 static void service(rp_engine *e)
 {
+    int done = 0;
+    if (stop_rx.active && MPI_Test(&stop_rx.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+        stop_rx.active = 0;
+        apply_stop(e, stop_rx.t, stop_rx.decision);
+    }
     for (int l = 0; l < e->num_layers; l++) {
         struct rp_node_pending *p = &e->node_pending[l];
-        int done = 0;
+        done = 0;
         if (p->n > 0 && MPI_Testall(p->n, p->req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
-            done) {
-            p->n = 0;
+            done)
+            exchange_done(e, l);
+        if (p->deferred && !stop_rx.active) {
+            p->deferred = 0;
             rp_proto_publish_summed(e, l, p->t);
         }
         done = 0;
@@ -136,7 +180,7 @@ static rp_status send(rp_engine *e, MPI_Comm comm, const void *what, int count,
 {
     int size;
     MPI_Type_size(type, &size);
-    if (part < RP_NODE_COLLECT) /* training traffic, not a checkpoint's */
+    if (part < RP_NODE_COLLECT) /* training traffic, not a checkpoint's or the stop flags */
         atomic_fetch_add(&e->node_sent, (uint64_t)count * (uint64_t)size);
     MPI_Request req;
     MPI_Isend(what, count, type, to, tag_of(e, l, part, t), comm, &req);
@@ -160,9 +204,27 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
     struct rp_node_pending *p = &e->node_pending[l];
     p->t = t;
     p->n = 0;
+    /* node leaders, top layer: a stop asked on any node rides the chain */
+    int carry = e->rank == 0 && l == e->num_layers - 1;
+    int64_t flag = 0;
+    if (carry) {
+        if (me > 0)
+            RP_TRY(receive(e, e->nd.cross, &flag, 1, MPI_INT64_T, me - 1, l, RP_NODE_STOP, t, who,
+                           err));
+        int64_t v = atomic_load(e->stop_at);
+        flag |= rp_checkpoint_requested() != 0 || v == RP_STOP_REQUESTED;
+    }
     if (me < last) { /* sent (the buffer is free), then the final slice may come into it */
         RP_TRY(send(e, e->nd.cross, acc + lo, (int)(hi - lo), MPI_FLOAT, me + 1, l,
                     RP_NODE_PARTIAL, t, who, err));
+        if (carry) { /* the flag on, the decision back from the last node */
+            RP_TRY(send(e, e->nd.cross, &flag, 1, MPI_INT64_T, me + 1, l, RP_NODE_STOP, t, who,
+                        err));
+            stop_rx.active = 1;
+            stop_rx.t = t;
+            MPI_Irecv(&stop_rx.decision, 1, MPI_INT64_T, last,
+                      tag_of(e, l, RP_NODE_STOP_DECISION, t), e->nd.cross, &stop_rx.req);
+        }
         rp_engine_slice(e, l, e->rank, me, &s0, &s1, &slo, &shi);
         MPI_Irecv(acc + slo, (int)(shi - slo), MPI_FLOAT, last, tag_of(e, l, RP_NODE_FINAL, t),
                   e->nd.cross, &p->req[p->n++]);
@@ -170,6 +232,14 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
                   &p->req[p->n++]);
         p->peer = last;
         return RP_OK;
+    }
+    if (carry) { /* the decision: applied here first, then sent with the slices */
+        static _Thread_local int64_t decision;
+        decision = flag;
+        apply_stop(e, t, decision);
+        for (int n = 0; n < last; n++)
+            MPI_Isend(&decision, 1, MPI_INT64_T, n, tag_of(e, l, RP_NODE_STOP_DECISION, t),
+                      e->nd.cross, &p->req[p->n++]);
     }
     for (int n = 0; n < last; n++) { /* in turn: the first node needs it first */
         rp_engine_slice(e, l, e->rank, n, &s0, &s1, &slo, &shi);
@@ -187,12 +257,22 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
  * summed event raised. */
 static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
 {
+    if (stop_rx.active) {
+        RP_TRY(node_wait(e, &stop_rx.req, e->nd.nodes - 1, e->num_layers - 1,
+                         RP_NODE_STOP_DECISION, stop_rx.t, who, err));
+        if (stop_rx.active) { /* (service may have taken it meanwhile) */
+            stop_rx.active = 0;
+            apply_stop(e, stop_rx.t, stop_rx.decision);
+        }
+    }
     for (int l = 0; l < e->num_layers; l++) {
         struct rp_node_pending *p = &e->node_pending[l];
         for (int i = 0; i < p->n; i++)
             RP_TRY(node_wait(e, &p->req[i], p->peer, l, RP_NODE_FINAL, p->t, who, err));
-        if (p->n > 0) {
-            p->n = 0;
+        if (p->n > 0)
+            exchange_done(e, l);
+        if (p->deferred) {
+            p->deferred = 0;
             rp_proto_publish_summed(e, l, p->t);
         }
     }

@@ -24,6 +24,16 @@
  * pipeline's rows added onto it, scattered like any layer's.
  * Losses go to node 0's logger, which sums them in microbatch order.
  *
+ * Stopping after a step (SIGUSR1, SIGTERM with --checkpoint-dir): an
+ * executor that sees the request marks it in its node's store
+ * (RP_STOP_REQUESTED); the node leaders' chain of the top layer carries,
+ * each step, whether any node so far saw one, and the last node's answer
+ * comes back to every node with the slices: a stop seen on the chain of
+ * step t makes t (t + 1 with a lagged optimizer) the last step on every
+ * node. No job of a later step can have started then: it needs version t of
+ * the embedding, which follows the chain of every layer of step t, and a
+ * leader raises no summed event of step t before it knows the decision.
+ *
  * Every rank runs a node communication thread (rp_engine_node_comm_main)
  * beside its optimizer: layer by layer, top down as the gradients land, it
  * does the chain and the scatter of its share (the local sums included)
@@ -54,8 +64,10 @@ typedef enum {
     RP_NODE_NORMS = 5,   /* a share's block norms, with its final sum */
     RP_NODE_WEIGHTS = 6, /* a slice's updated compute-dtype weights (all-gather) */
     RP_NODE_COLLECT = 7, /* a slice's state to node 0 (+ the array: master, m, v, gradient) */
+    RP_NODE_STOP = 11,   /* whether a stop was asked on a node so far along the chain */
+    RP_NODE_STOP_DECISION = 12, /* the last node's decision, to every node */
 } rp_node_part;
-#define RP_NODE_PARTS 11
+#define RP_NODE_PARTS 13
 
 static inline int rp_node_first(const rp_engine *e) { return e->nd.node == 0; }
 static inline int rp_node_last(const rp_engine *e) { return e->nd.node == e->nd.nodes - 1; }

@@ -566,6 +566,8 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
             s = run_segment(e, comm, err);
         free_segment(e);
         int64_t stop = e->stop_at ? atomic_load(e->stop_at) : 0;
+        if (stop == RP_STOP_REQUESTED) /* asked too late for the chain: as between segments */
+            stop = 0;
         if (s == RP_OK && stop > 0 && stop <= e->it_last) /* asked to stop after `stop` */
             e->it_last = stop;
         if (s == RP_OK && stop == 0 && e->it_last < e->steps && o->checkpoint_dir) {

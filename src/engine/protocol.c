@@ -99,7 +99,7 @@ static int64_t stop_step(const rp_engine *e)
     int64_t v = atomic_load(e->stop_at);
     while (v == RP_STOP_PENDING) /* being decided: a few instructions */
         v = atomic_load(e->stop_at);
-    return v;
+    return v == RP_STOP_REQUESTED ? 0 : v;
 }
 
 int rp_proto_stopped(const rp_engine *e, int64_t t)
@@ -117,12 +117,17 @@ int rp_proto_stopped(const rp_engine *e, int64_t t)
  * of the steps up to the last runs on every rank, and none after. */
 int rp_proto_stop_before(rp_engine *e, int64_t t)
 {
-    if (!e->stop_at || e->nd.nodes > 1) /* several nodes: at a segment's end (pipeline.c) */
+    if (!e->stop_at)
         return 0;
     int64_t cur = atomic_load(e->started);
     while (cur < t && !atomic_compare_exchange_weak(e->started, &cur, t))
         ;
     int64_t none = 0;
+    if (e->nd.nodes > 1) { /* the nodes decide together, along the chain (node_sums.h) */
+        if (rp_checkpoint_requested())
+            atomic_compare_exchange_strong(e->stop_at, &none, RP_STOP_REQUESTED);
+        return rp_proto_stopped(e, t);
+    }
     if (rp_checkpoint_requested() && atomic_load(e->stop_at) == 0 &&
         atomic_compare_exchange_strong(e->stop_at, &none, RP_STOP_PENDING))
         atomic_store(e->stop_at, atomic_load(e->started));
