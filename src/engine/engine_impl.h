@@ -145,7 +145,9 @@ typedef struct rp_engine {
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
     _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
-    _Atomic uint64_t adamw_ns;  /* time this rank's optimizer spent in AdamW */
+    _Atomic uint64_t adamw_ns;  /* CPU time of the threads that called AdamW on this rank (an
+                                   OpenMP team's other threads not counted), in the steps from
+                                   the run's RP_ADAMW_TIMED_FROM-th on */
     int peer_lost;     /* a bounded agreement expired: no more collectives on comm */
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */
@@ -267,6 +269,10 @@ void *rp_engine_optimizer_main(void *arg);
 void *rp_engine_logger_main(void *arg);
 /* Several nodes: each rank's node communication thread (node_sums.h). */
 void *rp_engine_node_comm_main(void *arg);
+
+/* The step of a run (counted from its start or resume) from which AdamW's
+ * time is counted: the first ones touch the state's pages for the first time. */
+#define RP_ADAMW_TIMED_FROM 3
 
 /* What a wait or a loop returns once the run stops after an earlier step
  * (not an error: the threads end cleanly, a checkpoint follows). */

@@ -89,20 +89,23 @@ static void exchange_done(rp_engine *e, int l)
 
 /* What the communication thread does while it waits for anything: raise
  * the events of the exchanges that completed, start the all-gathers the
- * optimizer handed over. */
-static void service(rp_engine *e)
+ * optimizer handed over. Returns whether anything happened. */
+static int service(rp_engine *e)
 {
-    int done = 0;
+    int done = 0, moved = 0;
     if (stop_rx.active && MPI_Test(&stop_rx.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
         stop_rx.active = 0;
         apply_stop(e, stop_rx.t, stop_rx.decision);
+        moved = 1;
     }
     for (int l = 0; l < e->num_layers; l++) {
         struct rp_node_pending *p = &e->node_pending[l];
         done = 0;
         if (p->n > 0 && MPI_Testall(p->n, p->req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
-            done)
+            done) {
             exchange_done(e, l);
+            moved = 1;
+        }
         if (p->deferred && !stop_rx.active) {
             p->deferred = 0;
             rp_proto_publish_summed(e, l, p->t);
@@ -114,11 +117,26 @@ static void service(rp_engine *e)
             if (l == 0)
                 rp_proto_publish_rows(e, p->gt);
             rp_proto_publish_version(e, l, p->gt);
+            moved = 1;
         }
         int64_t posted = atomic_load(&e->gather_posted[l]);
-        if (p->gn == 0 && posted > p->gt)
+        if (p->gn == 0 && posted > p->gt) {
             start_gather(e, l, posted);
+            moved = 1;
+        }
     }
+    return moved;
+}
+
+/* Between two polls of a waiting thread: 20 us at first, twice as long
+ * after each idle poll up to 1 ms, so that a thread that waits long (the
+ * communication thread through a whole forward) leaves the cores to the
+ * executors and the optimizer. */
+static void idle(long *pause_ns)
+{
+    struct timespec ts = {0, *pause_ns};
+    nanosleep(&ts, NULL);
+    *pause_ns = *pause_ns * 2 > 1000000 ? 1000000 : *pause_ns * 2;
 }
 
 /* Poll req until it completes, the node aborts, the run is interrupted or
@@ -127,7 +145,7 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
                            int64_t t, const char *who, rp_error *err)
 {
     double deadline = rp_event_deadline(e->o->timeout_s);
-    const struct timespec pause = {0, 20000};
+    long pause = 20000;
     int done = 0;
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     rp_status s = RP_OK;
@@ -140,8 +158,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
         }
         if (done)
             break;
-        if (comm_thread_of == e) /* the other exchanges go on meanwhile */
-            service(e);
+        if (comm_thread_of == e && service(e)) /* the other exchanges go on meanwhile */
+            pause = 20000;
         int64_t failed = atomic_load(e->abort_flag);
         if (failed || rp_interrupted() || rp_event_now() > deadline) {
             const char *why = failed ? "a rank of this node failed"
@@ -153,8 +171,8 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
                              (long long)t, peer, why);
             break;
         }
-        if (spins > 1000)
-            nanosleep(&pause, NULL);
+        if (spins > 100)
+            idle(&pause);
     }
     if (e->trace) {
         char span[96];
@@ -306,10 +324,11 @@ void *rp_engine_node_comm_main(void *arg)
     }
     /* the segment's last updates: their all-gathers, until the optimizer is done */
     snprintf(who, sizeof who, "node communication, the last all-gathers");
-    const struct timespec pause = {0, 20000};
+    long pause = 20000;
     while (s == RP_OK && !atomic_load(&e->optimizer_done) && !atomic_load(e->abort_flag)) {
-        service(e);
-        nanosleep(&pause, NULL);
+        if (service(e))
+            pause = 20000;
+        idle(&pause);
     }
     for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
         service(e); /* starts a gather posted last */
@@ -368,12 +387,11 @@ static void start_gather(rp_engine *e, int l, int64_t t)
 rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
     double deadline = rp_event_deadline(e->o->timeout_s * 1.25);
-    const struct timespec pause = {0, 20000};
+    long pause = 20000;
     for (int g = 0; g < e->pipelines; g++) {
         for (int head = 0; head < 1 + (l == 0 && e->tied); head++) {
             int layer = head ? e->num_layers - 1 : l; /* a tied head's part came with the tail */
             while (!rp_proto_grad_at(e, layer, g, t)) {
-                service(e);
                 int64_t failed = atomic_load(e->abort_flag);
                 if (failed || rp_interrupted() || rp_event_now() > deadline) {
                     char name[96];
@@ -386,7 +404,9 @@ rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp
                                         : rp_interrupted() ? "the run was interrupted"
                                                            : "the deadline (--timeout) passed");
                 }
-                nanosleep(&pause, NULL);
+                if (service(e))
+                    pause = 20000;
+                idle(&pause);
             }
         }
     }
@@ -517,11 +537,13 @@ void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
                     ns += (double)all[2 * r + 1];
                 }
             sent /= (double)steps;
+            int64_t timed = steps - (RP_ADAMW_TIMED_FROM - 1);
             rp_log(e->lg, RP_LOG_INFO, "node %d of %d: sent %.0f bytes per step to other nodes "
                    "(the rule's %.0f; %.3f x the model's %.0f fp32 parameter bytes); AdamW %.3f ms "
-                   "per step on its ranks; parameter store %.1f of %.1f MiB in memory",
+                   "CPU per step on its ranks (steps 3-); parameter store %.1f of %.1f MiB in "
+                   "memory",
                    n, e->nd.nodes, sent, formula_bytes(e, n), sent / (4 * params), 4 * params,
-                   ns / 1e6 / (double)steps, (double)resident[n] / 1048576.0,
+                   timed > 0 ? ns / 1e6 / (double)timed : 0.0, (double)resident[n] / 1048576.0,
                    (double)rp_store_bytes(e->param_store) / 1048576.0);
         }
     }
