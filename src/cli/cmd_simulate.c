@@ -216,7 +216,8 @@ int rp_cli_simulate(int argc, char **argv)
     for (int i = 0; i < 2 && st == RP_OK; i++) {
         rp_machine mc = o.mc;
         mc.optimizer_lag = i == 0 ? o.mc.optimizer_lag : !o.mc.optimizer_lag;
-        rows[i].name = mc.optimizer_lag ? "roundpipe, lagged optimizer" : "roundpipe, exact optimizer";
+        rows[i].name =
+            mc.optimizer_lag ? "roundpipe, lagged optimizer" : "roundpipe, exact optimizer";
         st = plan_nodes(&o, &mc, p, &rows[i].r, &rows[i].one, &err);
         if (st == RP_OK) {
             rp_plan_format(p, rows[i].plan, sizeof rows[i].plan);

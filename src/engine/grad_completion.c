@@ -120,8 +120,10 @@ static void update_slice(rp_engine *e, int l, int64_t t)
     rp_clip_blocks(n, &block);
     rp_engine_slice(e, l, e->rank, e->nd.node, &s0, &s1, &lo, &hi);
 #pragma omp parallel for schedule(dynamic, 1) if (s1 - s0 > 1)
-    for (size_t b = s0; b < s1; b++)
-        rp_optimizer_update_share(e, l, t, 1.0f, b * block, b * block + block < n ? b * block + block : n);
+    for (size_t b = s0; b < s1; b++) {
+        size_t a = b * block, z = a + block < n ? a + block : n;
+        rp_optimizer_update_share(e, l, t, 1.0f, a, z);
+    }
 }
 
 /* Sum the pipelines' gradients of this rank's share of layer l into the

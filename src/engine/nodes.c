@@ -29,8 +29,8 @@ int rp_nodes_describe_sizes(const int *node_of, const int *size_of, int world, c
             first = node_of[r] == nd ? r : -1;
         if (first < 0)
             break;
-        len += (size_t)snprintf(out + len, cap - len, "%snode %d (from rank %d): %d", nd ? ", " : "",
-                                nd, first, size_of[first]);
+        len += (size_t)snprintf(out + len, cap - len, "%snode %d (from rank %d): %d",
+                                nd ? ", " : "", nd, first, size_of[first]);
     }
     return unequal;
 }

@@ -619,7 +619,8 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         rp_error one = {0};
         rp_status st = RP_OK;
         int companions = 0;
-        if (e->nd.nodes > 1 && r->shared->compute_dtype != RP_F32) /* masters: each node its slices */
+        /* several nodes keep the masters by slices (unless they are the compute copy) */
+        if (e->nd.nodes > 1 && r->shared->compute_dtype != RP_F32)
             st = rp_run_agree(e, rp_node_collect(e, 0, 0, &one), comm, &one);
         if (root && st == RP_OK)
             st = rp_params_save_dir(r->shared, o->save_dir,

@@ -915,7 +915,8 @@ static net *net_create(const sim *s)
     if (!w->send_free || !w->recv_free || !w->send_busy || !w->recv_busy || !w->sent ||
         !w->pool_free || !w->pool_busy || !w->task || !w->upd || !w->heap || !w->heap_off ||
         !w->heap_n || !w->dirty || !w->is_dirty || !w->msg || !w->qhead || !w->qtail || !w->ev ||
-        !w->need || !w->need_base || !w->have || !w->slices_left || !w->gather_bytes || !w->grad_bytes) {
+        !w->need || !w->need_base || !w->have || !w->slices_left || !w->gather_bytes ||
+        !w->grad_bytes) {
         net_free(w);
         return NULL;
     }
@@ -1137,7 +1138,8 @@ rp_status rp_simulate(const rp_cost_model *m, const rp_plan *p, const rp_machine
         /* busy is measured over w1-w0 iterations; scale to the steady rate */
         /* over the window, against the longer of the window's own iteration
          * time and the steady-state one (a floor may have raised it) */
-        double per_iter = b > a ? busy[e] / nwin : 0.0, span = dmax(r->iteration_ms, (b - a) / nwin);
+        double per_iter = b > a ? busy[e] / nwin : 0.0;
+        double span = dmax(r->iteration_ms, (b - a) / nwin);
         r->bubble[e] = span > 0 ? 1.0 - per_iter / span : 0.0;
         tot += r->bubble[e];
         mx = dmax(mx, r->bubble[e]);
