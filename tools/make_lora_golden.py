@@ -25,6 +25,15 @@ schedule; its helpers are imported, not copied), with these LoRA points:
   * final/ is the trained adapter saved by PeftModel.save_pretrained after
     casting the model to fp32 (the float64 values rounded to nearest).
 
+Float64 throughout: attention is transformers' "sdpa" (the "eager" one takes
+the softmax in float32) and the RMSNorm forward is replaced, in this process
+only, by one that computes in float64 for float64 inputs (transformers'
+always computes in float32).  Only the RoPE cos/sin tables stay as
+transformers makes them (float32, then widened): constants, not a function
+of the trained weights.  Compared with make_golden.py's "eager" float64
+cases this moves the step-1 loss by about 5e-9 relative, and it is what lets
+the finite-difference check below agree to 1e-9.
+
 Before writing a case it checks PEFT's step-1 loss and adapter gradients
 against a LoRA written out here (a wrapper y = base(x) + s * B(A x) on each
 targeted nn.Linear of a plain transformers model) and against central finite
@@ -48,7 +57,6 @@ if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
 
 import argparse
 import hashlib
-import json
 import math
 import shutil
 import tempfile
@@ -61,6 +69,8 @@ import transformers
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
+from transformers.models.llama import modeling_llama
+from transformers.models.qwen3 import modeling_qwen3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_golden as mg  # noqa: E402  (contract helpers: batches, loss, lr)
@@ -79,19 +89,22 @@ KEY_PREFIX = "base_model.model."
 #    adapter_config.json's target_modules ("model.layers.0.self_attn.q_proj",
 #    ...), so --lora-init meets that form;
 #  - a list of projection names is written as those names (the common form).
-# "lora_args" are the roundpipe options added to the base case's args.txt;
+# The train options are the base case's args.txt, except those in "train":
+# the adapter gradients' norm is smaller than the full model's, so the qwen3
+# cases lower --grad-clip (4.0 there) to a value that some steps' norms
+# exceed and others do not.  The LoRA options follow (lora_args());
 # --lora-init <case dir>/lora_init is added by the test.
 # ---------------------------------------------------------------------------
 CASES = {
     # tied embeddings, loss mask (steps 2 and 4 have a microbatch with no
-    # counted target), clipping on the adapter gradients
+    # counted target), clipping on the adapter gradients (steps 2 and 4)
     "qwen3-all": {
         "base": "qwen3", "r": 4, "alpha": 8, "rslora": False,
-        "targets": "all-linear", "init_seed": 3001,
+        "targets": "all-linear", "init_seed": 3001, "train": {"grad-clip": "2.5"},
     },
     "qwen3-qv-rslora": {
         "base": "qwen3", "r": 2, "alpha": 4, "rslora": True,
-        "targets": ["q_proj", "v_proj"], "init_seed": 3002,
+        "targets": ["q_proj", "v_proj"], "init_seed": 3002, "train": {"grad-clip": "1.2"},
     },
     # untied, attention biases, llama3 RoPE scaling; no clipping
     "llama-all": {
@@ -132,13 +145,31 @@ def read_train_args(path):
     return tr
 
 
+def rms_norm_forward(self, hidden_states):
+    """transformers' Qwen3/Llama RMSNorm, computed in float32 or in the
+    input's dtype when that is wider: the original always computes in
+    float32, which in a float64 model rounds every normalised activation to
+    fp32 (about 1e-8 relative on the loss, but enough noise to swamp a
+    finite difference).  Identical to the original for fp32/bf16 inputs."""
+    dtype = hidden_states.dtype
+    h = hidden_states.to(torch.promote_types(dtype, torch.float32))
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return self.weight * h.to(dtype)
+
+
+NORMS = [modeling_qwen3.Qwen3RMSNorm, modeling_llama.LlamaRMSNorm]
+
+
 def load_base(golden, base, dtype):
     """The base case's model/ as transformers loads it (fp32 on disk), in
     dtype, with a path-independent name (PEFT writes it into the config as
-    base_model_name_or_path)."""
+    base_model_name_or_path).  Attention is "sdpa" (on the CPU in float64 it
+    computes in float64; "eager" takes the softmax in float32)."""
     model = AutoModelForCausalLM.from_pretrained(
-        os.path.join(golden, base, "model"), dtype=torch.float32, attn_implementation="eager")
-    model.name_or_path = "../golden/%s/model" % base
+        os.path.join(golden, base, "model"), dtype=torch.float32, attn_implementation="sdpa")
+    assert all(type(m).forward is rms_norm_forward for m in model.modules()
+               if type(m).__name__.endswith("RMSNorm"))
+    model.name_or_path = os.path.join(GOLDEN_REL, base, "model")  # from the source root
     model.config._name_or_path = model.name_or_path
     model.to(dtype)
     model.train()
@@ -168,7 +199,9 @@ def save_adapter(model, dst):
     """PeftModel.save_pretrained, keeping adapter_config.json and
     adapter_model.safetensors (not the README.md model card)."""
     with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
+        # save_embedding_layers False: no embedding is targeted, and "auto"
+        # would look for the base's config.json at base_model_name_or_path
+        model.save_pretrained(tmp, save_embedding_layers=False)
         os.makedirs(dst, exist_ok=True)
         for f in ("adapter_config.json", "adapter_model.safetensors"):
             shutil.copyfile(os.path.join(tmp, f), os.path.join(dst, f))
@@ -311,8 +344,9 @@ def independent_check(case, golden, init_dir, tokens, mask, tr, loss1, grads1, n
             lm = step1_loss()
             flat[j] = old
             num = (lp - lm) / (2 * h)
-            fd.append((key, tuple(np.unravel_index(j, tuple(g.shape))), float(g.view(-1)[j]), num,
-                       abs(num - float(g.view(-1)[j])) / abs(float(g.view(-1)[j]))))
+            pos = tuple(int(i) for i in np.unravel_index(j, tuple(g.shape)))
+            ref = float(g.view(-1)[j])
+            fd.append((key, pos, ref, num, abs(num - ref) / abs(ref)))
     log("  independent check, step 1 (hand-written LoRA, float64): loss %.15g vs PEFT %.15g "
         "(rel %.1e); adapter gradients max rel %.1e (per tensor, to its largest entry); "
         "grad_norm %.15g vs %.15g (rel %.1e)"
@@ -324,7 +358,7 @@ def independent_check(case, golden, init_dir, tokens, mask, tr, loss1, grads1, n
                                                                           norm_rel)
     assert all(f[4] < 1e-6 for f in fd), fd
     return {"loss_rel": loss_rel, "grad_max_rel": grad_rel, "grad_norm_rel": norm_rel,
-            "finite_differences": [{"key": f[0], "index": list(map(int, f[1])), "peft": f[2],
+            "finite_differences": [{"key": f[0], "index": list(f[1]), "peft": f[2],
                                     "numeric": f[3], "rel": f[4]} for f in fd]}
 
 
@@ -340,6 +374,9 @@ def make_case(name, case, golden, outdir, log):
     os.makedirs(outdir)
     indir = os.path.join(golden, case["base"])
     tr = read_train_args(os.path.join(indir, "args.txt"))
+    for k, v in case.get("train", {}).items():
+        assert k in tr, k
+        tr[k] = v
     tokens = np.load(os.path.join(indir, "data.npy"))
     mask_path = os.path.join(indir, "mask.npy")
     mask = np.load(mask_path) if os.path.exists(mask_path) else None
@@ -393,6 +430,7 @@ def make_case(name, case, golden, outdir, log):
             "base_sha256": {p: sha256(os.path.join(indir, p)) for p in
                             ["model/model.safetensors", "data.npy"]
                             + (["mask.npy"] if mask is not None else [])},
+            "train_overrides": case.get("train", {}),
             "lora": {"r": case["r"], "lora_alpha": case["alpha"], "use_rslora": case["rslora"],
                      "scaling": scaling(case), "target_modules (LoraConfig)": case["targets"],
                      "lora_dropout": 0.0, "bias": "none"},
@@ -418,7 +456,7 @@ def make_case(name, case, golden, outdir, log):
 
 def write_files_mk(base):
     files = [f for f in mg.all_files(base) if f != "files.mk"]
-    lines = ["# Generated by tools/make_lora_golden.py: the LoRA golden fixtures, for make dist.\n"]
+    lines = ["# Generated by tools/make_lora_golden.py: the LoRA fixtures, for make dist.\n"]
     for f in files:
         lines.append("EXTRA_DIST += %s\n" % os.path.join(LORA_REL, f))
     with open(os.path.join(base, "files.mk"), "w") as fh:
@@ -429,14 +467,21 @@ def generate(base, golden, log, names=None):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     os.makedirs(base, exist_ok=True)
-    for name, case in CASES.items():
-        if names and name not in names:
-            continue
-        torch.set_default_dtype(torch.float64)  # the counted-target weights of step_batches
-        try:
-            make_case(name, case, golden, os.path.join(base, name), log)
-        finally:
-            torch.set_default_dtype(torch.float32)
+    saved = [cls.forward for cls in NORMS]
+    for cls in NORMS:
+        cls.forward = rms_norm_forward
+    try:
+        for name, case in CASES.items():
+            if names and name not in names:
+                continue
+            torch.set_default_dtype(torch.float64)  # the counted-target weights of step_batches
+            try:
+                make_case(name, case, golden, os.path.join(base, name), log)
+            finally:
+                torch.set_default_dtype(torch.float32)
+    finally:
+        for cls, fwd in zip(NORMS, saved):
+            cls.forward = fwd
     write_files_mk(base)
 
 
