@@ -22,3 +22,9 @@ TESTS += mpi-tests/test_io_dataset
 mpi_tests_test_io_dataset_SOURCES = mpi-tests/test_io_dataset.c
 mpi_tests_test_io_dataset_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_dataset_LDADD = $(RP_TEST_LDADD)
+# PEFT LoRA adapter directories (io/peft.h), on the parity fixtures' adapters
+check_PROGRAMS += mpi-tests/test_io_peft
+TESTS += mpi-tests/test_io_peft
+mpi_tests_test_io_peft_SOURCES = mpi-tests/test_io_peft.c
+mpi_tests_test_io_peft_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_peft_LDADD = $(RP_TEST_LDADD)

@@ -1,0 +1,323 @@
+/* LoRA adapters in PEFT's layout (see peft.h). */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json_util.h"
+#include "io/peft.h"
+#include "io/read_file.h"
+#include "io/safetensors.h"
+
+static const char *const proj_names[RP_LORA_NPROJ] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+const char *rp_lora_proj_name(rp_lora_proj p)
+{
+    return p >= 0 && p < RP_LORA_NPROJ ? proj_names[p] : "?";
+}
+
+int rp_lora_proj_parse(const char *name)
+{
+    for (int p = 0; p < RP_LORA_NPROJ; p++)
+        if (!strcmp(name, proj_names[p]))
+            return p;
+    return -1;
+}
+
+/* The module a projection lives in: self_attn or mlp. */
+static const char *proj_parent(rp_lora_proj p)
+{
+    return p <= RP_LORA_O_PROJ ? "self_attn" : "mlp";
+}
+
+rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *targets,
+                                rp_error *err)
+{
+    *targets = 0;
+    if (!strcmp(list, "all-linear")) {
+        *targets = RP_LORA_ALL_LINEAR;
+        return RP_OK;
+    }
+    const char *cur = list;
+    for (;;) {
+        const char *end = strchr(cur, ',');
+        size_t len = end ? (size_t)(end - cur) : strlen(cur);
+        char name[32];
+        if (len == 0 || len >= sizeof name)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s '%s': %s", what, list,
+                                len == 0 ? "an empty entry" : "an entry too long to be a projection");
+        memcpy(name, cur, len);
+        name[len] = '\0';
+        int p = rp_lora_proj_parse(name);
+        if (p < 0)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: unknown target '%s' (q_proj, k_proj, "
+                                "v_proj, o_proj, gate_proj, up_proj, down_proj or all-linear; "
+                                "never the embedding or the LM head)", what, name);
+        *targets |= 1u << p;
+        if (!end)
+            return RP_OK;
+        cur = end + 1;
+    }
+}
+
+double rp_lora_scaling(const rp_lora_config *c)
+{
+    return c->use_rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;
+}
+
+void rp_lora_features(const rp_model_config *cfg, rp_lora_proj p, int64_t *in, int64_t *out)
+{
+    int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
+    int64_t q = cfg->num_attention_heads * cfg->head_dim;
+    int64_t kv = cfg->num_key_value_heads * cfg->head_dim;
+    switch (p) {
+    case RP_LORA_Q_PROJ: *in = H, *out = q; break;
+    case RP_LORA_K_PROJ:
+    case RP_LORA_V_PROJ: *in = H, *out = kv; break;
+    case RP_LORA_O_PROJ: *in = q, *out = H; break;
+    case RP_LORA_GATE_PROJ:
+    case RP_LORA_UP_PROJ: *in = H, *out = I; break;
+    default: *in = I, *out = H; break;
+    }
+}
+
+void rp_lora_tensor_name(int block, rp_lora_proj p, int b, char *buf, size_t len)
+{
+    snprintf(buf, len, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", block,
+             proj_parent(p), proj_names[p], b ? 'B' : 'A');
+}
+
+/* ---- adapter_config.json ------------------------------------------------ */
+
+typedef struct reader {
+    json_object *root;
+    const char *path;
+} reader;
+
+static json_object *field(const reader *r, const char *key, json_type type, int required,
+                          rp_status *s, rp_error *err)
+{
+    json_object *v = NULL;
+    if (*s != RP_OK)
+        return NULL;
+    if (!json_object_object_get_ex(r->root, key, &v) || json_object_is_type(v, json_type_null)) {
+        if (required)
+            *s = rp_error_set(err, RP_ERR_FORMAT, "%s: field \"%s\" is missing", r->path, key);
+        return NULL;
+    }
+    int ok = json_object_is_type(v, type) ||
+             (type == json_type_double && json_object_is_type(v, json_type_int));
+    if (!ok) {
+        *s = rp_error_set(err, RP_ERR_FORMAT, "%s: field \"%s\" must be %s, not %s", r->path, key,
+                          type == json_type_double ? "a number"
+                          : type == json_type_int  ? "an integer"
+                          : type == json_type_boolean ? "a boolean"
+                          : type == json_type_string  ? "a string"
+                                                      : "an array",
+                          rp_json_type_name(v));
+        return NULL;
+    }
+    return v;
+}
+
+/* One entry of target_modules: a projection name, or a module path
+ * "[...]layers.N.<self_attn|mlp>.<proj>" (seen[p] gets block N's bit). */
+static rp_status add_target(const reader *r, const char *entry, int64_t blocks,
+                            unsigned *targets, uint64_t *seen, int *paths, rp_error *err)
+{
+    int p = rp_lora_proj_parse(entry);
+    if (p >= 0) {
+        *targets |= 1u << p;
+        return RP_OK;
+    }
+    const char *last = strrchr(entry, '.'), *layers = strstr(entry, "layers.");
+    p = last ? rp_lora_proj_parse(last + 1) : -1;
+    char *after = NULL;
+    long block = layers ? strtol(layers + 7, &after, 10) : -1;
+    char want[48];
+    if (p >= 0)
+        snprintf(want, sizeof want, ".%s.%s", proj_parent((rp_lora_proj)p), proj_names[p]);
+    if (p < 0 || !after || after == layers + 7 || block < 0 || block >= blocks ||
+        strcmp(after, want) != 0)
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules entry '%s' is not a "
+                            "projection roundpipe adapts (q_proj, k_proj, v_proj, o_proj, "
+                            "gate_proj, up_proj, down_proj, or model.layers.N.self_attn.q_proj "
+                            "and the like with N < %lld)", r->path, entry, (long long)blocks);
+    *targets |= 1u << p;
+    seen[(size_t)p * (size_t)((blocks + 63) / 64) + (size_t)block / 64] |= 1ull << (block % 64);
+    *paths = 1;
+    return RP_OK;
+}
+
+static rp_status read_targets(const reader *r, json_object *v, int64_t blocks, unsigned *targets,
+                              rp_error *err)
+{
+    *targets = 0;
+    if (json_object_is_type(v, json_type_string)) {
+        if (!strcmp(json_object_get_string(v), "all-linear")) {
+            *targets = RP_LORA_ALL_LINEAR;
+            return RP_OK;
+        }
+        int p = rp_lora_proj_parse(json_object_get_string(v));
+        if (p < 0)
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules \"%s\" is neither "
+                                "\"all-linear\" nor a projection roundpipe adapts", r->path,
+                                json_object_get_string(v));
+        *targets = 1u << p;
+        return RP_OK;
+    }
+    size_t words = (size_t)((blocks + 63) / 64);
+    uint64_t *seen = calloc((size_t)RP_LORA_NPROJ * words, sizeof *seen);
+    if (!seen)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: target_modules", r->path);
+    int paths = 0;
+    rp_status s = RP_OK;
+    size_t n = json_object_array_length(v);
+    for (size_t i = 0; s == RP_OK && i < n; i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        if (!json_object_is_type(e, json_type_string))
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules[%zu] must be a string, not "
+                             "%s", r->path, i, rp_json_type_name(e));
+        else
+            s = add_target(r, json_object_get_string(e), blocks, targets, seen, &paths, err);
+    }
+    if (s == RP_OK && n == 0)
+        s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules is empty", r->path);
+    /* module paths: roundpipe adapts a projection in every block or none */
+    for (int p = 0; s == RP_OK && paths && p < RP_LORA_NPROJ; p++) {
+        int any = 0, all = 1;
+        for (int64_t b = 0; b < blocks; b++) {
+            int has = (seen[(size_t)p * words + (size_t)b / 64] >> (b % 64)) & 1;
+            any |= has;
+            all &= has;
+        }
+        if (any && !all && ((*targets >> p) & 1))
+            s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules name %s in some blocks "
+                             "only: roundpipe adapts a projection in every block", r->path,
+                             proj_names[p]);
+    }
+    free(seen);
+    return s;
+}
+
+static rp_status read_config(const char *path, int64_t blocks, rp_lora_config *c, rp_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    RP_TRY(rp_read_file(path, (size_t)1 << 20, &text, &len, err));
+    reader r = {NULL, path};
+    rp_status s = rp_json_parse(text, len, path, &r.root, err);
+    free(text);
+    RP_TRY(s);
+    if (!json_object_is_type(r.root, json_type_object))
+        s = rp_error_set(err, RP_ERR_FORMAT, "%s: not a JSON object", path);
+    json_object *v = field(&r, "peft_type", json_type_string, 1, &s, err);
+    if (v && strcmp(json_object_get_string(v), "LORA") != 0)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: peft_type \"%s\": only LORA adapters",
+                         path, json_object_get_string(v));
+    v = field(&r, "r", json_type_int, 1, &s, err);
+    if (v) {
+        int64_t rank = json_object_get_int64(v);
+        if (rank < 1 || rank > 65536)
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: r %lld must be between 1 and 65536", path,
+                             (long long)rank);
+        c->rank = (int)rank;
+    }
+    v = field(&r, "lora_alpha", json_type_double, 1, &s, err);
+    if (v)
+        c->alpha = json_object_get_double(v);
+    v = field(&r, "lora_dropout", json_type_double, 0, &s, err);
+    c->dropout = v ? json_object_get_double(v) : 0.0;
+    if (s == RP_OK && !(c->dropout >= 0 && c->dropout < 1))
+        s = rp_error_set(err, RP_ERR_FORMAT, "%s: lora_dropout %g must be in [0, 1)", path,
+                         c->dropout);
+    v = field(&r, "use_rslora", json_type_boolean, 0, &s, err);
+    c->use_rslora = v ? json_object_get_boolean(v) : 0;
+    v = field(&r, "bias", json_type_string, 0, &s, err);
+    if (v && strcmp(json_object_get_string(v), "none") != 0)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: bias \"%s\": only \"none\" (the base's "
+                         "biases stay frozen)", path, json_object_get_string(v));
+    v = field(&r, "fan_in_fan_out", json_type_boolean, 0, &s, err);
+    if (v && json_object_get_boolean(v))
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: fan_in_fan_out true (Conv1D layouts) is "
+                         "not supported", path);
+    json_object *t = NULL;
+    if (s == RP_OK && (!json_object_object_get_ex(r.root, "target_modules", &t) ||
+                       !(json_object_is_type(t, json_type_array) ||
+                         json_object_is_type(t, json_type_string))))
+        s = rp_error_set(err, RP_ERR_FORMAT, "%s: field \"target_modules\" must be a list of "
+                         "module names or \"all-linear\"", path);
+    if (s == RP_OK)
+        s = read_targets(&r, t, blocks, &c->targets, err);
+    json_object_put(r.root);
+    return s;
+}
+
+/* ---- adapter_model.safetensors ------------------------------------------ */
+
+static rp_status check_tensors(const char *path, const rp_model_config *cfg,
+                               const rp_lora_config *c, rp_error *err)
+{
+    rp_safetensors *st = NULL;
+    RP_TRY(rp_safetensors_open(path, &st, err));
+    rp_status s = RP_OK;
+    size_t expected = 0;
+    char name[160], got[64], want[64];
+    for (int64_t blk = 0; s == RP_OK && blk < cfg->num_hidden_layers; blk++)
+        for (int p = 0; s == RP_OK && p < RP_LORA_NPROJ; p++) {
+            if (!((c->targets >> p) & 1))
+                continue;
+            int64_t in, out;
+            rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
+            for (int b = 0; s == RP_OK && b < 2; b++) {
+                rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
+                int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
+                rp_safetensors_tensor t;
+                if (!rp_safetensors_has(st, name)) {
+                    s = rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s is missing (r %d, "
+                                     "targets of adapter_config.json)", path, name, c->rank);
+                } else if ((s = rp_safetensors_find(st, name, &t, err)) == RP_OK &&
+                           (t.ndim != 2 || t.shape[0] != shape[0] || t.shape[1] != shape[1])) {
+                    s = rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s has shape %s; r %d and "
+                                     "the model want %s", path, name,
+                                     rp_safetensors_shape_str(t.ndim, t.shape, got, sizeof got),
+                                     c->rank, rp_safetensors_shape_str(2, shape, want, sizeof want));
+                } else if (s == RP_OK && !t.dtype_supported) {
+                    s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: tensor %s is %s (F32, BF16 or "
+                                     "F16 expected)", path, name, t.dtype_name);
+                }
+                expected++;
+            }
+        }
+    /* nothing else: an adapter of other targets or blocks is not this one
+     * (every expected tensor is there: any more is one of those) */
+    for (size_t i = 0; s == RP_OK && rp_safetensors_count(st) != expected &&
+                       i < rp_safetensors_count(st); i++) {
+        const char *n = rp_safetensors_name(st, i);
+        int known = 0;
+        for (int64_t blk = 0; !known && blk < cfg->num_hidden_layers; blk++)
+            for (int p = 0; !known && p < RP_LORA_NPROJ; p++)
+                for (int b = 0; !known && b < 2 && ((c->targets >> p) & 1); b++) {
+                    rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
+                    known = !strcmp(n, name);
+                }
+        if (!known)
+            s = rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s is not an adapter of this "
+                             "model's targeted projections (adapter_config.json)", path, n);
+    }
+    rp_safetensors_close(&st);
+    return s;
+}
+
+rp_status rp_peft_read(const char *dir, const rp_model_config *cfg, rp_lora_config *out,
+                       rp_error *err)
+{
+    char path[4200];
+    memset(out, 0, sizeof *out);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    RP_TRY(read_config(path, cfg->num_hidden_layers, out, err));
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    return check_tensors(path, cfg, out, err);
+}

@@ -1,0 +1,73 @@
+/* LoRA adapters in PEFT's layout (issue 13; DESIGN 11): the projection
+ * names a target list may hold, an adapter's scaling, its tensors' names and
+ * shapes for a model, and reading an adapter directory (adapter_config.json
+ * + adapter_model.safetensors) as `--lora-init` takes it.
+ *
+ * PEFT's tensor names: base_model.model.model.layers.{i}.self_attn.
+ * {q,k,v,o}_proj.lora_{A,B}.weight and ...layers.{i}.mlp.{gate,up,down}_proj.
+ * lora_{A,B}.weight; A is [r, in], B is [out, r]. A config's
+ * target_modules is a list of projection names ("q_proj"), a list of
+ * module paths ("model.layers.0.self_attn.q_proj", what PEFT writes for
+ * "all-linear"), or the string "all-linear". */
+#ifndef RP_IO_PEFT_H
+#define RP_IO_PEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "io/config.h"
+
+typedef enum rp_lora_proj {
+    RP_LORA_Q_PROJ = 0,
+    RP_LORA_K_PROJ,
+    RP_LORA_V_PROJ,
+    RP_LORA_O_PROJ,
+    RP_LORA_GATE_PROJ,
+    RP_LORA_UP_PROJ,
+    RP_LORA_DOWN_PROJ,
+    RP_LORA_NPROJ
+} rp_lora_proj;
+
+/* A set of projections: bit p for rp_lora_proj p. */
+#define RP_LORA_ALL_LINEAR ((1u << RP_LORA_NPROJ) - 1u)
+
+typedef struct rp_lora_config {
+    int rank;          /* r >= 1 */
+    double alpha;      /* lora_alpha */
+    double dropout;    /* lora_dropout, in [0, 1) */
+    int use_rslora;    /* scaling alpha / sqrt(r) instead of alpha / r */
+    unsigned targets;  /* the adapted projections (RP_LORA_ALL_LINEAR: all of them) */
+} rp_lora_config;
+
+/* "q_proj", ..., "down_proj"; and back (-1 for another name). */
+const char *rp_lora_proj_name(rp_lora_proj p);
+int rp_lora_proj_parse(const char *name);
+
+/* A comma-separated list of projection names, or "all-linear". Errors
+ * (RP_ERR_INVALID_ARG) name `what` and the bad entry; an empty list or
+ * entry is one. */
+rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *targets,
+                                rp_error *err);
+
+/* alpha / r, or alpha / sqrt(r) with use_rslora. */
+double rp_lora_scaling(const rp_lora_config *c);
+
+/* in and out features of projection p of a block of cfg. */
+void rp_lora_features(const rp_model_config *cfg, rp_lora_proj p, int64_t *in, int64_t *out);
+
+/* PEFT's name of layer `block`'s projection p's lora_A (b = 0) or lora_B
+ * (b = 1) weight. */
+void rp_lora_tensor_name(int block, rp_lora_proj p, int b, char *buf, size_t len);
+
+/* Read and check the adapter directory dir for a model of cfg: its
+ * config (peft_type "LORA", bias "none", fan_in_fan_out false, r, alpha,
+ * dropout, rslora, the targets; module paths must name every block of a
+ * projection they name) and that adapter_model.safetensors holds exactly
+ * the A and B of every targeted projection of every block, 2-D, fp32, bf16
+ * or fp16, of the shapes cfg and r give. Errors name the file and the field
+ * or tensor. */
+rp_status rp_peft_read(const char *dir, const rp_model_config *cfg, rp_lora_config *out,
+                       rp_error *err);
+
+#endif
