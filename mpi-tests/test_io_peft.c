@@ -11,7 +11,10 @@
  * blocks than the model has), r that does not match the tensors, a
  * targeted projection without tensors, an untargeted one with tensors, a
  * model whose widths the shapes do not fit, a bias other than "none", a
- * missing r, a dropout outside [0, 1), malformed JSON. */
+ * missing r, a dropout outside [0, 1), malformed JSON. An adapter written
+ * by rp_peft_write reads back with the same config and the same tensor
+ * bytes under PEFT's names, its adapter_config.json has the fields issue 13
+ * names, and a directory that cannot be made is an error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,8 @@
 
 #include "io/config.h"
 #include "io/peft.h"
+#include "io/read_file.h"
+#include "io/safetensors.h"
 #include "rp_check.h"
 
 static void fixture(const char *rel, char *buf, size_t len)
@@ -177,6 +182,90 @@ START_TEST(bad_adapters_are_named)
 }
 END_TEST
 
+/* The tensors of an adapter file, read for rp_peft_write. */
+typedef struct held {
+    rp_safetensors *st;
+    float *data[2][RP_LORA_NPROJ][2];
+} held;
+
+static const float *held_tensor(void *arg, int block, rp_lora_proj p, int b)
+{
+    return ((held *)arg)->data[block][p][b];
+}
+
+START_TEST(written_adapters_read_back_the_same)
+{
+    char src[1024], file[1200], dir[1024], path[1200];
+    rp_error err = {0};
+    rp_model_config q = model("qwen3");
+    ck_assert_int_eq(q.num_hidden_layers, 2);
+    fixture("golden-lora/qwen3-qv-rslora/lora_init", src, sizeof src);
+    rp_lora_config c, back;
+    ck_assert_msg(rp_peft_read(src, &q, &c, &err) == RP_OK, "%s", err.msg);
+    held h = {0};
+    snprintf(file, sizeof file, "%s/adapter_model.safetensors", src);
+    ck_assert_msg(rp_safetensors_open(file, &h.st, &err) == RP_OK, "%s", err.msg);
+    for (int blk = 0; blk < 2; blk++)
+        for (int p = 0; p < RP_LORA_NPROJ; p++)
+            for (int b = 0; b < 2 && ((c.targets >> p) & 1); b++) {
+                int64_t in, out;
+                rp_lora_features(&q, (rp_lora_proj)p, &in, &out);
+                int64_t shape[2] = {b ? out : c.rank, b ? c.rank : in};
+                char name[160];
+                rp_lora_tensor_name(blk, (rp_lora_proj)p, b, name, sizeof name);
+                h.data[blk][p][b] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1]));
+                ck_assert_msg(rp_safetensors_read_f32(h.st, name, 2, shape, h.data[blk][p][b],
+                                                      &err) == RP_OK, "%s", err.msg);
+            }
+    snprintf(dir, sizeof dir, "%s/peft-out-%d", rp_test_tmpdir(), (int)getpid());
+    ck_assert_msg(rp_peft_write(dir, &q, &c, "some/base", held_tensor, &h, &err) == RP_OK, "%s",
+                  err.msg);
+    ck_assert_msg(rp_peft_read(dir, &q, &back, &err) == RP_OK, "%s", err.msg);
+    ck_assert(back.rank == c.rank && back.alpha == c.alpha && back.dropout == c.dropout &&
+              back.use_rslora == c.use_rslora && back.targets == c.targets);
+    /* the tensors, bit for bit, under PEFT's names */
+    rp_safetensors *st = NULL;
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    ck_assert_msg(rp_safetensors_open(path, &st, &err) == RP_OK, "%s", err.msg);
+    ck_assert_uint_eq(rp_safetensors_count(st), rp_safetensors_count(h.st));
+    for (size_t i = 0; i < rp_safetensors_count(st); i++) {
+        rp_safetensors_tensor a, b;
+        const char *n = rp_safetensors_name(st, i);
+        ck_assert_int_eq(rp_safetensors_find(st, n, &a, &err), RP_OK);
+        ck_assert_int_eq(rp_safetensors_find(h.st, n, &b, &err), RP_OK);
+        ck_assert_str_eq(a.dtype_name, "F32");
+        ck_assert(a.nbytes == b.nbytes && memcmp(a.data, b.data, a.nbytes) == 0);
+    }
+    rp_safetensors_close(&st);
+    /* the config's contract fields */
+    char *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    ck_assert_int_eq(rp_read_file(path, 1 << 20, &text, &len, &err), RP_OK);
+    size_t k = 0; /* without white space */
+    for (size_t i = 0; i < len; i++)
+        if (text[i] != ' ' && text[i] != '\n')
+            text[k++] = text[i];
+    text[k] = '\0';
+    const char *fields[] = {"\"peft_type\":\"LORA\"", "\"task_type\":\"CAUSAL_LM\"", "\"r\":2,",
+                            "\"lora_alpha\":4,", "\"lora_dropout\":0.0,",
+                            "\"target_modules\":[\"q_proj\",\"v_proj\"]", "\"bias\":\"none\"",
+                            "\"use_rslora\":true", "\"fan_in_fan_out\":false",
+                            "\"base_model_name_or_path\":\"some/base\"", "\"inference_mode\":true"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        ck_assert_msg(strstr(text, fields[i]), "no %s in %s", fields[i], text);
+    free(text);
+    /* a directory that cannot be made: an error, nothing written */
+    snprintf(path, sizeof path, "%s/adapter_config.json/sub", dir);
+    ck_assert_int_ne(rp_peft_write(path, &q, &c, NULL, held_tensor, &h, &err), RP_OK);
+    for (int blk = 0; blk < 2; blk++)
+        for (int p = 0; p < RP_LORA_NPROJ; p++)
+            for (int b = 0; b < 2; b++)
+                free(h.data[blk][p][b]);
+    rp_safetensors_close(&h.st);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_peft");
@@ -184,6 +273,7 @@ static Suite *suite(void)
     tcase_add_test(t, peft_saved_adapters_read_back);
     tcase_add_test(t, names_shapes_and_targets);
     tcase_add_test(t, bad_adapters_are_named);
+    tcase_add_test(t, written_adapters_read_back_the_same);
     tcase_add_checked_fixture(t, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, t);
     return s;

@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/file_set.h"
 #include "io/json_util.h"
 #include "io/peft.h"
 #include "io/read_file.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 
 static const char *const proj_names[RP_LORA_NPROJ] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -320,4 +322,85 @@ rp_status rp_peft_read(const char *dir, const rp_model_config *cfg, rp_lora_conf
     RP_TRY(read_config(path, cfg->num_hidden_layers, out, err));
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     return check_tensors(path, cfg, out, err);
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static json_object *adapter_config(const rp_lora_config *c, const char *base_model)
+{
+    json_object *o = json_object_new_object(), *t = json_object_new_array();
+    if (!o || !t) {
+        json_object_put(o);
+        json_object_put(t);
+        return NULL;
+    }
+    for (int p = 0; p < RP_LORA_NPROJ; p++)
+        if ((c->targets >> p) & 1)
+            json_object_array_add(t, json_object_new_string(proj_names[p]));
+    json_object_object_add(o, "peft_type", json_object_new_string("LORA"));
+    json_object_object_add(o, "task_type", json_object_new_string("CAUSAL_LM"));
+    json_object_object_add(o, "r", json_object_new_int(c->rank));
+    /* an integral alpha as an integer, as PEFT's configs usually hold it */
+    json_object_object_add(o, "lora_alpha",
+                           c->alpha == floor(c->alpha) && fabs(c->alpha) < 1e15
+                               ? json_object_new_int64((int64_t)c->alpha)
+                               : json_object_new_double(c->alpha));
+    json_object_object_add(o, "lora_dropout", json_object_new_double(c->dropout));
+    json_object_object_add(o, "target_modules", t);
+    json_object_object_add(o, "bias", json_object_new_string("none"));
+    json_object_object_add(o, "use_rslora", json_object_new_boolean(c->use_rslora));
+    json_object_object_add(o, "fan_in_fan_out", json_object_new_boolean(0));
+    json_object_object_add(o, "base_model_name_or_path",
+                           base_model ? json_object_new_string(base_model) : NULL);
+    json_object_object_add(o, "inference_mode", json_object_new_boolean(1));
+    return o;
+}
+
+rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
+                        const char *base_model, rp_lora_tensor_fn tensor, void *arg,
+                        rp_error *err)
+{
+    rp_file_set *fs = NULL;
+    RP_TRY(rp_file_set_begin(dir, &fs, err));
+    rp_safetensors_writer *w = NULL;
+    json_object *conf = adapter_config(c, base_model);
+    rp_status s = conf ? rp_safetensors_writer_create(&w, err)
+                       : rp_error_set(err, RP_ERR_NOMEM, "%s: adapter_config.json", dir);
+    char name[160];
+    for (int64_t blk = 0; s == RP_OK && blk < cfg->num_hidden_layers; blk++)
+        for (int p = 0; s == RP_OK && p < RP_LORA_NPROJ; p++) {
+            if (!((c->targets >> p) & 1))
+                continue;
+            int64_t in, out;
+            rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
+            for (int b = 0; s == RP_OK && b < 2; b++) {
+                int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
+                rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
+                s = rp_safetensors_writer_add(w, name, RP_F32, RP_F32, 2, shape,
+                                              tensor(arg, (int)blk, (rp_lora_proj)p, b), err);
+            }
+        }
+    rp_atomic_file **af = NULL;
+    char path[4200];
+    if (s == RP_OK) {
+        snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+        s = rp_file_set_add(fs, "adapter_model.safetensors", &af, err);
+    }
+    if (s == RP_OK)
+        s = rp_safetensors_writer_write_to(w, af, path, err);
+    if (s == RP_OK)
+        s = rp_file_set_add(fs, "adapter_config.json", &af, err);
+    if (s == RP_OK) {
+        const char *text = json_object_to_json_string_ext(
+            conf, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+        s = rp_atomic_file_write(af, text, strlen(text), err);
+        if (s == RP_OK)
+            s = rp_atomic_file_write(af, "\n", 1, err);
+    }
+    json_object_put(conf);
+    rp_safetensors_writer_destroy(&w);
+    if (s == RP_OK)
+        return rp_file_set_commit(&fs, err);
+    rp_file_set_abort(&fs);
+    return s;
 }

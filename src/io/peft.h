@@ -70,4 +70,19 @@ void rp_lora_tensor_name(int block, rp_lora_proj p, int b, char *buf, size_t len
 rp_status rp_peft_read(const char *dir, const rp_model_config *cfg, rp_lora_config *out,
                        rp_error *err);
 
+/* The fp32 data of block `block`'s projection p's lora_A (b = 0, [r, in])
+ * or lora_B (b = 1, [out, r]) for rp_peft_write. */
+typedef const float *(*rp_lora_tensor_fn)(void *arg, int block, rp_lora_proj p, int b);
+
+/* Write the adapter directory dir as PEFT does, all or nothing (io/
+ * file_set.h): adapter_config.json (peft_type "LORA", task_type
+ * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules as names,
+ * bias "none", use_rslora, fan_in_fan_out false, base_model_name_or_path
+ * base_model (may be NULL: null), inference_mode true) and
+ * adapter_model.safetensors with every targeted projection's A and B of
+ * every block in fp32. */
+rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
+                        const char *base_model, rp_lora_tensor_fn tensor, void *arg,
+                        rp_error *err);
+
 #endif
