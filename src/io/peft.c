@@ -12,6 +12,9 @@
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 
+/* A visitor's "found it, stop" (not an error: never returned to a caller). */
+#define RP_STOP_VISIT ((rp_status)1)
+
 static const char *const proj_names[RP_LORA_NPROJ] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
@@ -49,7 +52,8 @@ rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *ta
         char name[32];
         if (len == 0 || len >= sizeof name)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s '%s': %s", what, list,
-                                len == 0 ? "an empty entry" : "an entry too long to be a projection");
+                                len == 0 ? "an empty entry"
+                                         : "an entry too long to be a projection");
         memcpy(name, cur, len);
         name[len] = '\0';
         int p = rp_lora_proj_parse(name);
@@ -257,59 +261,88 @@ static rp_status read_config(const char *path, int64_t blocks, rp_lora_config *c
     return s;
 }
 
-/* ---- adapter_model.safetensors ------------------------------------------ */
+/* ---- the adapter's tensors ------------------------------------------------ */
 
-static rp_status check_tensors(const char *path, const rp_model_config *cfg,
-                               const rp_lora_config *c, rp_error *err)
+typedef rp_status (*tensor_visit)(void *arg, int block, rp_lora_proj p, int b, const char *name,
+                                  const int64_t shape[2], rp_error *err);
+
+/* fn on every tensor of an adapter of c for cfg, in file order: blocks,
+ * then projections, then A and B; stops at the first failure. */
+static rp_status each_tensor(const rp_model_config *cfg, const rp_lora_config *c, tensor_visit fn,
+                             void *arg, rp_error *err)
 {
-    rp_safetensors *st = NULL;
-    RP_TRY(rp_safetensors_open(path, &st, err));
-    rp_status s = RP_OK;
-    size_t expected = 0;
-    char name[160], got[64], want[64];
-    for (int64_t blk = 0; s == RP_OK && blk < cfg->num_hidden_layers; blk++)
-        for (int p = 0; s == RP_OK && p < RP_LORA_NPROJ; p++) {
+    char name[160];
+    for (int64_t blk = 0; blk < cfg->num_hidden_layers; blk++)
+        for (int p = 0; p < RP_LORA_NPROJ; p++) {
             if (!((c->targets >> p) & 1))
                 continue;
             int64_t in, out;
             rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
-            for (int b = 0; s == RP_OK && b < 2; b++) {
-                rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
+            for (int b = 0; b < 2; b++) {
                 int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
-                rp_safetensors_tensor t;
-                if (!rp_safetensors_has(st, name)) {
-                    s = rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s is missing (r %d, "
-                                     "targets of adapter_config.json)", path, name, c->rank);
-                } else if ((s = rp_safetensors_find(st, name, &t, err)) == RP_OK &&
-                           (t.ndim != 2 || t.shape[0] != shape[0] || t.shape[1] != shape[1])) {
-                    s = rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s has shape %s; r %d and "
-                                     "the model want %s", path, name,
-                                     rp_safetensors_shape_str(t.ndim, t.shape, got, sizeof got),
-                                     c->rank, rp_safetensors_shape_str(2, shape, want, sizeof want));
-                } else if (s == RP_OK && !t.dtype_supported) {
-                    s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: tensor %s is %s (F32, BF16 or "
-                                     "F16 expected)", path, name, t.dtype_name);
-                }
-                expected++;
+                rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
+                RP_TRY(fn(arg, (int)blk, (rp_lora_proj)p, b, name, shape, err));
             }
         }
+    return RP_OK;
+}
+
+/* ---- adapter_model.safetensors ------------------------------------------ */
+
+typedef struct checking {
+    rp_safetensors *st;
+    const char *path;
+    int rank;
+    size_t expected;
+} checking;
+
+static rp_status check_one(void *arg, int block, rp_lora_proj p, int b, const char *name,
+                           const int64_t shape[2], rp_error *err)
+{
+    checking *k = arg;
+    char got[64], want[64];
+    rp_safetensors_tensor t;
+    (void)block, (void)p, (void)b;
+    k->expected++;
+    if (!rp_safetensors_has(k->st, name))
+        return rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s is missing (r %d, targets of "
+                            "adapter_config.json)", k->path, name, k->rank);
+    RP_TRY(rp_safetensors_find(k->st, name, &t, err));
+    if (t.ndim != 2 || t.shape[0] != shape[0] || t.shape[1] != shape[1])
+        return rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s has shape %s; r %d and the "
+                            "model want %s", k->path, name,
+                            rp_safetensors_shape_str(t.ndim, t.shape, got, sizeof got), k->rank,
+                            rp_safetensors_shape_str(2, shape, want, sizeof want));
+    if (!t.dtype_supported)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: tensor %s is %s (F32, BF16 or F16 "
+                            "expected)", k->path, name, t.dtype_name);
+    return RP_OK;
+}
+
+/* Whether name is one of the adapter's tensors (a visitor that stops there). */
+static rp_status is_named(void *arg, int block, rp_lora_proj p, int b, const char *name,
+                          const int64_t shape[2], rp_error *err)
+{
+    (void)block, (void)p, (void)b, (void)shape, (void)err;
+    return strcmp(arg, name) == 0 ? RP_STOP_VISIT : RP_OK;
+}
+
+static rp_status check_tensors(const char *path, const rp_model_config *cfg,
+                               const rp_lora_config *c, rp_error *err)
+{
+    checking k = {NULL, path, c->rank, 0};
+    RP_TRY(rp_safetensors_open(path, &k.st, err));
+    rp_status s = each_tensor(cfg, c, check_one, &k, err);
     /* nothing else: an adapter of other targets or blocks is not this one
      * (every expected tensor is there: any more is one of those) */
-    for (size_t i = 0; s == RP_OK && rp_safetensors_count(st) != expected &&
-                       i < rp_safetensors_count(st); i++) {
-        const char *n = rp_safetensors_name(st, i);
-        int known = 0;
-        for (int64_t blk = 0; !known && blk < cfg->num_hidden_layers; blk++)
-            for (int p = 0; !known && p < RP_LORA_NPROJ; p++)
-                for (int b = 0; !known && b < 2 && ((c->targets >> p) & 1); b++) {
-                    rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
-                    known = !strcmp(n, name);
-                }
-        if (!known)
+    for (size_t i = 0; s == RP_OK && rp_safetensors_count(k.st) != k.expected &&
+                       i < rp_safetensors_count(k.st); i++) {
+        const char *n = rp_safetensors_name(k.st, i);
+        if (each_tensor(cfg, c, is_named, (void *)n, err) != RP_STOP_VISIT)
             s = rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s is not an adapter of this "
                              "model's targeted projections (adapter_config.json)", path, n);
     }
-    rp_safetensors_close(&st);
+    rp_safetensors_close(&k.st);
     return s;
 }
 
@@ -356,6 +389,20 @@ static json_object *adapter_config(const rp_lora_config *c, const char *base_mod
     return o;
 }
 
+typedef struct adding {
+    rp_safetensors_writer *w;
+    rp_lora_tensor_fn tensor;
+    void *arg;
+} adding;
+
+static rp_status add_one(void *arg, int block, rp_lora_proj p, int b, const char *name,
+                         const int64_t shape[2], rp_error *err)
+{
+    adding *a = arg;
+    return rp_safetensors_writer_add(a->w, name, RP_F32, RP_F32, 2, shape,
+                                     a->tensor(a->arg, block, p, b), err);
+}
+
 rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
                         const char *base_model, rp_lora_tensor_fn tensor, void *arg,
                         rp_error *err)
@@ -366,20 +413,9 @@ rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lo
     json_object *conf = adapter_config(c, base_model);
     rp_status s = conf ? rp_safetensors_writer_create(&w, err)
                        : rp_error_set(err, RP_ERR_NOMEM, "%s: adapter_config.json", dir);
-    char name[160];
-    for (int64_t blk = 0; s == RP_OK && blk < cfg->num_hidden_layers; blk++)
-        for (int p = 0; s == RP_OK && p < RP_LORA_NPROJ; p++) {
-            if (!((c->targets >> p) & 1))
-                continue;
-            int64_t in, out;
-            rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
-            for (int b = 0; s == RP_OK && b < 2; b++) {
-                int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
-                rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
-                s = rp_safetensors_writer_add(w, name, RP_F32, RP_F32, 2, shape,
-                                              tensor(arg, (int)blk, (rp_lora_proj)p, b), err);
-            }
-        }
+    adding add = {w, tensor, arg};
+    if (s == RP_OK)
+        s = each_tensor(cfg, c, add_one, &add, err);
     rp_atomic_file **af = NULL;
     char path[4200];
     if (s == RP_OK) {
@@ -392,7 +428,8 @@ rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lo
         s = rp_file_set_add(fs, "adapter_config.json", &af, err);
     if (s == RP_OK) {
         const char *text = json_object_to_json_string_ext(
-            conf, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+            conf, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                      JSON_C_TO_STRING_NOSLASHESCAPE);
         s = rp_atomic_file_write(af, text, strlen(text), err);
         if (s == RP_OK)
             s = rp_atomic_file_write(af, "\n", 1, err);
