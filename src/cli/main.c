@@ -23,8 +23,8 @@ static const char usage[] =
 
 static int run_with_mpi(int (*fn)(int, char **), int argc, char **argv)
 {
-    /* several nodes exchange gradients from the optimizer and logger
-     * threads (engine/node_sums.h); a lesser level is reported then */
+    /* several nodes exchange messages from the engine's threads
+     * (engine/node_sums.h); a lesser level is reported then */
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rc = fn(argc, argv), all = rc;

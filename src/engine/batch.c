@@ -49,20 +49,24 @@ int64_t rp_engine_sort_unique(int32_t *ids, int64_t n)
     return k;
 }
 
+/* The dataset's sample j of this node's microbatch m in iteration t. */
+static int64_t sample_of(const rp_engine *e, int64_t t, int64_t m, int64_t j)
+{
+    int64_t B = e->batch_micro * e->samples_per_micro;
+    return rp_dataset_sample_of(e->ds, t, B, (e->micro_base + m) * e->samples_per_micro + j);
+}
+
 void rp_engine_segments(const rp_engine *e, int64_t t, int64_t m, int32_t *seg_start)
 {
-    int64_t B = e->batch_micro * e->samples_per_micro, first = (e->micro_base + m) * e->samples_per_micro;
     for (int64_t j = 0; j < e->samples_per_micro; j++)
-        rp_dataset_segments(e->ds, rp_dataset_sample_of(e->ds, t, B, first + j),
-                            seg_start + j * e->seq_len);
+        rp_dataset_segments(e->ds, sample_of(e, t, m, j), seg_start + j * e->seq_len);
 }
 
 void rp_engine_tokens(const rp_engine *e, int64_t t, int64_t m, int32_t *inputs, int32_t *targets,
                       uint8_t *mask)
 {
-    int64_t B = e->batch_micro * e->samples_per_micro, first = (e->micro_base + m) * e->samples_per_micro;
     for (int64_t j = 0; j < e->samples_per_micro; j++) {
-        int64_t sample = rp_dataset_sample_of(e->ds, t, B, first + j);
+        int64_t sample = sample_of(e, t, m, j);
         rp_dataset_fill(e->ds, sample, inputs + j * e->seq_len, targets + j * e->seq_len,
                         mask + j * e->seq_len);
     }

@@ -29,8 +29,8 @@ static json_object *semantic_options(const rp_train_options *o)
                            json_object_new_int64(o->microbatches ? o->microbatches
                                                                  : o->batch_size));
     /* the pipelines of every node: results depend on their total only */
-    json_object_object_add(j, "pipelines",
-                           json_object_new_int64((int64_t)o->pipelines * (o->nodes > 1 ? o->nodes : 1)));
+    int64_t nodes = o->nodes > 1 ? o->nodes : 1;
+    json_object_object_add(j, "pipelines", json_object_new_int64((int64_t)o->pipelines * nodes));
     json_object_object_add(j, "steps", json_object_new_int64(o->steps));
     json_object_object_add(j, "lr", json_object_new_double(o->lr));
     json_object_object_add(j, "min_lr", json_object_new_double(o->min_lr));

@@ -139,7 +139,7 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
 {
     if (e->nd.nodes > 1) {
         RP_TRY(rp_proto_wait_summed_share(e, l, e->rank, t, who, err));
-        if (!fuse || l == 0)
+        if (!fuse)
             return RP_OK;
         RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
@@ -184,7 +184,7 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
  * (into the embedding's buffer itself, onto its base, or beside), this
  * node's pipelines added in order, then on to the next node; the last node
  * takes the block norms and scatters. The summed event follows once this
- * node's slice and the norms are in (rp_node_pending_poll). */
+ * node's slice and the norms are in (node_sums.c). */
 rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
     RP_TRY(rp_node_wait_grads(e, l, t, who, err));
@@ -193,10 +193,10 @@ rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, r
     float *acc = e->p->st[l].grad, *from = NULL;
     if (l == 0 && rp_node_first(e) && e->tied) /* the base, summed by the last node */
         RP_TRY(rp_node_base_wait(e, t, who, err));
-    if (!rp_node_first(e)) {
-        from = l == 0 ? acc + lo : e->node_buf;
-        RP_TRY(rp_node_receive_partial(e, l, RP_NODE_PARTIAL, t, from, lo, hi, who, err));
-        from = l == 0 ? NULL : from;
+    if (!rp_node_first(e)) { /* the embedding's onto its base in place, others' beside */
+        float *into = l == 0 ? acc + lo : e->node_buf;
+        RP_TRY(rp_node_receive_partial(e, l, RP_NODE_PARTIAL, t, into, lo, hi, who, err));
+        from = l == 0 ? NULL : into;
     }
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t n = e->p->layers[l].numel, block;
@@ -206,8 +206,10 @@ rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, r
         sum_embedding_rows(e, lo, hi);
     if (l > 0 && (e->pipelines > 1 || from))
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
-        for (size_t b = b0; b < b1; b++)
-            sum_pipelines(e, l, b * block, b * block + block < n ? b * block + block : n, from, lo);
+        for (size_t b = b0; b < b1; b++) {
+            size_t a = b * block, z = a + block < n ? a + block : n;
+            sum_pipelines(e, l, a, z, from, lo);
+        }
     if (rp_node_last(e))
 #pragma omp parallel for schedule(dynamic, 1) if (b1 - b0 > 1)
         for (size_t b = b0; b < b1; b++)

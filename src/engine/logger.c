@@ -1,9 +1,10 @@
-/* The logger thread of rank 0 (with several nodes, every node leader's
- * sends its node's microbatch losses to it, node_sums.h): once an iteration's loss (every microbatch
- * through the tail) and gradient norms (every share of every layer) are in the store, it
- * writes the metrics line, marks the step in the trace, updates the progress
- * display and calls the API's step callback, then frees the iteration's slot
- * of the loss/norm ring. A non-finite loss stops the run. */
+/* The logger thread of rank 0: once an iteration's loss (every microbatch
+ * through the tail) and gradient norms (every share of every layer) are in
+ * the store, it writes the metrics line, marks the step in the trace,
+ * updates the progress display and calls the API's step callback, then
+ * frees the iteration's slot of the loss/norm ring. A non-finite loss stops
+ * the run. With several nodes every node leader runs one, and those of
+ * nodes 1.. only send their node's microbatch losses to it (node_sums.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,24 +35,25 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
         const char *who = "logger";
         RP_TRY(rp_proto_wait_losses(e, t, who, err));
         const double *loss = rp_engine_loss(e, t);
-        if (e->nd.nodes > 1) {
-            rp_status sent = rp_node_gather_losses(e, t, loss, losses, err);
-            rp_proto_losses_read(e, t);
-            RP_TRY(sent);
-            if (e->nd.node > 0)
+        if (e->nd.nodes > 1) { /* every node's, in the iteration's microbatch order */
+            rp_status got = rp_node_gather_losses(e, t, loss, losses, err);
+            if (e->nd.node > 0) { /* sent: this node's logger is done with the step */
+                rp_proto_losses_read(e, t);
+                RP_TRY(got);
                 continue;
+            }
+            RP_TRY(got);
             loss = losses;
         }
         double total = 0.0, norm = 0.0;
         RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
         int64_t counted = rp_engine_counted(e, t);
-        double sum = 0.0; /* in the iteration's microbatch order */
+        double sum = 0.0;
         for (int64_t m = 0; m < e->batch_micro; m++)
             sum += loss[m];
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
-        if (e->nd.nodes == 1)
-            rp_proto_losses_read(e, t);
+        rp_proto_losses_read(e, t); /* the losses' and the norms' slot (their ring) */
         double now = rp_now(), dt = now - e->t_logged;
         e->t_logged = now;
         rp_step_metrics m = {.step = t,

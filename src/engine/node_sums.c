@@ -50,7 +50,8 @@ struct rp_node_pending {
 };
 
 /* A node leader's communication thread: the stop decision of step t on its
- * way from the last node (active), and where it lands. */
+ * way from the last node (active), and where it lands; on the last node,
+ * the decision it sends. */
 static _Thread_local struct {
     int active;
     int64_t t, decision;
@@ -61,6 +62,26 @@ static _Thread_local struct {
 static _Thread_local rp_engine *comm_thread_of;
 
 static void start_gather(rp_engine *e, int l, int64_t t);
+
+/* Layer l's all-gather completed: every slice of its update is in. */
+static void gather_done(rp_engine *e, int l)
+{
+    struct rp_node_pending *p = &e->node_pending[l];
+    p->gn = 0;
+    if (l == 0)
+        rp_proto_publish_rows(e, p->gt);
+    rp_proto_publish_version(e, l, p->gt);
+}
+
+/* A summed event held for the stop decision, once that is in. */
+static void publish_deferred(rp_engine *e, int l)
+{
+    struct rp_node_pending *p = &e->node_pending[l];
+    if (p->deferred && !stop_rx.active) {
+        p->deferred = 0;
+        rp_proto_publish_summed(e, l, p->t);
+    }
+}
 
 /* A decided stop after step t (the chain of t carried a request): the
  * run's last step is t (with a lagged optimizer t + 1, whose jobs may have
@@ -106,17 +127,11 @@ static int service(rp_engine *e)
             exchange_done(e, l);
             moved = 1;
         }
-        if (p->deferred && !stop_rx.active) {
-            p->deferred = 0;
-            rp_proto_publish_summed(e, l, p->t);
-        }
+        publish_deferred(e, l);
         done = 0;
         if (p->gn > 0 && MPI_Testall(p->gn, p->greq, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
             done) {
-            p->gn = 0;
-            if (l == 0)
-                rp_proto_publish_rows(e, p->gt);
-            rp_proto_publish_version(e, l, p->gt);
+            gather_done(e, l);
             moved = 1;
         }
         int64_t posted = atomic_load(&e->gather_posted[l]);
@@ -137,6 +152,24 @@ static void idle(long *pause_ns)
     struct timespec ts = {0, *pause_ns};
     nanosleep(&ts, NULL);
     *pause_ns = *pause_ns * 2 > 1000000 ? 1000000 : *pause_ns * 2;
+}
+
+/* Why a wait of this rank gives up now, or NULL: its node aborted, the run
+ * was interrupted, the deadline passed; then *s gets the status to return. */
+static const char *why_stop(const rp_engine *e, double deadline, rp_status *s)
+{
+    if (atomic_load(e->abort_flag)) {
+        *s = RP_ERR_TIMEOUT;
+        return "a rank of this node failed";
+    }
+    if (rp_interrupted()) {
+        *s = RP_ERR_INTERRUPTED;
+        return "the run was interrupted";
+    }
+    if (rp_event_now() <= deadline)
+        return NULL;
+    *s = RP_ERR_TIMEOUT;
+    return "the deadline (--timeout) passed";
 }
 
 /* Poll req until it completes, the node aborts, the run is interrupted or
@@ -160,15 +193,11 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
             break;
         if (comm_thread_of == e && service(e)) /* the other exchanges go on meanwhile */
             pause = 20000;
-        int64_t failed = atomic_load(e->abort_flag);
-        if (failed || rp_interrupted() || rp_event_now() > deadline) {
-            const char *why = failed ? "a rank of this node failed"
-                              : rp_interrupted() ? "the run was interrupted"
-                                                 : "the deadline (--timeout) passed";
-            s = rp_error_set(err, failed || !rp_interrupted() ? RP_ERR_TIMEOUT : RP_ERR_INTERRUPTED,
-                             "rank %d, %s: stopped waiting for the %s of layer %d (it %lld) "
-                             "with node %d: %s", e->nd.world_rank, who, part_name(part), l,
-                             (long long)t, peer, why);
+        const char *why = why_stop(e, deadline, &s);
+        if (why) {
+            rp_error_set(err, s, "rank %d, %s: stopped waiting for the %s of layer %d (it %lld) "
+                         "with node %d: %s", e->nd.world_rank, who, part_name(part), l,
+                         (long long)t, peer, why);
             break;
         }
         if (spins > 100)
@@ -192,16 +221,32 @@ static rp_status receive(rp_engine *e, MPI_Comm comm, void *into, int count, MPI
     return node_wait(e, &req, from, l, part, t, who, err);
 }
 
+/* Start sending part `part` of layer l, step t, to node `to` on comm,
+ * counting training traffic (not a checkpoint's or the stop flags') in
+ * node_sent. */
+static void post_send_on(rp_engine *e, MPI_Comm comm, const void *what, int count,
+                         MPI_Datatype type, int to, int l, rp_node_part part, int64_t t,
+                         MPI_Request *req)
+{
+    int size;
+    MPI_Type_size(type, &size);
+    if (part < RP_NODE_COLLECT)
+        atomic_fetch_add(&e->node_sent, (uint64_t)count * (uint64_t)size);
+    MPI_Isend(what, count, type, to, tag_of(e, l, part, t), comm, req);
+}
+
+static void post_send(rp_engine *e, const void *what, int count, MPI_Datatype type, int to,
+                      int l, rp_node_part part, int64_t t, MPI_Request *req)
+{
+    post_send_on(e, e->nd.cross, what, count, type, to, l, part, t, req);
+}
+
 static rp_status send(rp_engine *e, MPI_Comm comm, const void *what, int count,
                       MPI_Datatype type, int to, int l, rp_node_part part, int64_t t,
                       const char *who, rp_error *err)
 {
-    int size;
-    MPI_Type_size(type, &size);
-    if (part < RP_NODE_COLLECT) /* training traffic, not a checkpoint's or the stop flags */
-        atomic_fetch_add(&e->node_sent, (uint64_t)count * (uint64_t)size);
     MPI_Request req;
-    MPI_Isend(what, count, type, to, tag_of(e, l, part, t), comm, &req);
+    post_send_on(e, comm, what, count, type, to, l, part, t, &req);
     return node_wait(e, &req, to, l, part, t, who, err);
 }
 
@@ -252,20 +297,17 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
         return RP_OK;
     }
     if (carry) { /* the decision: applied here first, then sent with the slices */
-        static _Thread_local int64_t decision;
-        decision = flag;
-        apply_stop(e, t, decision);
+        stop_rx.decision = flag;
+        apply_stop(e, t, flag);
         for (int n = 0; n < last; n++)
-            MPI_Isend(&decision, 1, MPI_INT64_T, n, tag_of(e, l, RP_NODE_STOP_DECISION, t),
-                      e->nd.cross, &p->req[p->n++]);
+            post_send(e, &stop_rx.decision, 1, MPI_INT64_T, n, l, RP_NODE_STOP_DECISION, t,
+                      &p->req[p->n++]);
     }
     for (int n = 0; n < last; n++) { /* in turn: the first node needs it first */
         rp_engine_slice(e, l, e->rank, n, &s0, &s1, &slo, &shi);
-        MPI_Isend(acc + slo, (int)(shi - slo), MPI_FLOAT, n, tag_of(e, l, RP_NODE_FINAL, t),
-                  e->nd.cross, &p->req[p->n++]);
-        MPI_Isend(part + b0, nb, MPI_DOUBLE, n, tag_of(e, l, RP_NODE_NORMS, t), e->nd.cross,
+        post_send(e, acc + slo, (int)(shi - slo), MPI_FLOAT, n, l, RP_NODE_FINAL, t,
                   &p->req[p->n++]);
-        atomic_fetch_add(&e->node_sent, (uint64_t)(shi - slo) * 4 + (uint64_t)nb * 8);
+        post_send(e, part + b0, nb, MPI_DOUBLE, n, l, RP_NODE_NORMS, t, &p->req[p->n++]);
     }
     p->peer = 0;
     return RP_OK;
@@ -289,10 +331,7 @@ static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
             RP_TRY(node_wait(e, &p->req[i], p->peer, l, RP_NODE_FINAL, p->t, who, err));
         if (p->n > 0)
             exchange_done(e, l);
-        if (p->deferred) {
-            p->deferred = 0;
-            rp_proto_publish_summed(e, l, p->t);
-        }
+        publish_deferred(e, l); /* the decision is in */
     }
     return RP_OK;
 }
@@ -336,12 +375,8 @@ void *rp_engine_node_comm_main(void *arg)
         for (int i = 0; s == RP_OK && i < p->gn; i++)
             s = node_wait(e, &p->greq[i], (e->nd.node + 1) % e->nd.nodes, l, RP_NODE_WEIGHTS,
                           p->gt, who, &err);
-        if (s == RP_OK && p->gn > 0) {
-            p->gn = 0;
-            if (l == 0)
-                rp_proto_publish_rows(e, p->gt);
-            rp_proto_publish_version(e, l, p->gt);
-        }
+        if (s == RP_OK && p->gn > 0)
+            gather_done(e, l);
     }
     free(reqs);
     free(e->node_pending);
@@ -364,7 +399,7 @@ static void start_gather(rp_engine *e, int l, int64_t t)
     struct rp_node_pending *p = &e->node_pending[l];
     size_t es = rp_dtype_size(e->p->compute_dtype), b0, b1, lo, hi;
     char *w = e->p->st[l].compute;
-    int tag = tag_of(e, l, RP_NODE_WEIGHTS, t);
+    int tag = tag_of(e, l, RP_NODE_WEIGHTS, t), bytes;
     p->gt = t;
     p->gn = 0;
     for (int n = 0; n < e->nd.nodes; n++) { /* every receive posted before any send */
@@ -375,13 +410,11 @@ static void start_gather(rp_engine *e, int l, int64_t t)
                   &p->greq[p->gn++]);
     }
     rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
-    for (int n = 0; n < e->nd.nodes; n++) {
-        if (n == e->nd.node)
-            continue;
-        MPI_Isend(w + lo * es, (int)((hi - lo) * es), MPI_BYTE, n, tag, e->nd.cross,
-                  &p->greq[p->gn++]);
-        atomic_fetch_add(&e->node_sent, (uint64_t)((hi - lo) * es));
-    }
+    bytes = (int)((hi - lo) * es);
+    for (int n = 0; n < e->nd.nodes; n++)
+        if (n != e->nd.node)
+            post_send(e, w + lo * es, bytes, MPI_BYTE, n, l, RP_NODE_WEIGHTS, t,
+                      &p->greq[p->gn++]);
 }
 
 rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
@@ -392,17 +425,14 @@ rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp
         for (int head = 0; head < 1 + (l == 0 && e->tied); head++) {
             int layer = head ? e->num_layers - 1 : l; /* a tied head's part came with the tail */
             while (!rp_proto_grad_at(e, layer, g, t)) {
-                int64_t failed = atomic_load(e->abort_flag);
-                if (failed || rp_interrupted() || rp_event_now() > deadline) {
+                rp_status s;
+                const char *why = why_stop(e, deadline, &s);
+                if (why) {
                     char name[96];
                     rp_proto_describe_grad(e, layer, g, name, sizeof name);
-                    return rp_error_set(err, failed ? RP_ERR_TIMEOUT : rp_interrupted()
-                                        ? RP_ERR_INTERRUPTED : RP_ERR_TIMEOUT,
-                                        "rank %d, %s: stopped waiting for event %s (it %lld): %s",
-                                        e->nd.world_rank, who, name, (long long)t,
-                                        failed ? "a rank of this node failed"
-                                        : rp_interrupted() ? "the run was interrupted"
-                                                           : "the deadline (--timeout) passed");
+                    return rp_error_set(err, s, "rank %d, %s: stopped waiting for event %s (it "
+                                        "%lld): %s", e->nd.world_rank, who, name, (long long)t,
+                                        why);
                 }
                 if (service(e))
                     pause = 20000;
@@ -508,49 +538,42 @@ static double formula_bytes(const rp_engine *e, int n)
 
 void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
 {
-    uint64_t mine[2] = {atomic_load(&e->node_sent), atomic_load(&e->adamw_ns)};
-    uint64_t *all = e->nd.world_rank == 0 ? calloc(2 * (size_t)e->nd.world_size, sizeof(uint64_t))
-                                          : NULL;
-    int node = e->nd.node, *nodes = e->nd.world_rank == 0
-                                       ? calloc((size_t)e->nd.world_size, sizeof(int)) : NULL;
-    MPI_Gather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, 0, comm);
-    MPI_Gather(&node, 1, MPI_INT, nodes, 1, MPI_INT, 0, comm);
-    /* each node leader's view of its store (whole pages held) */
-    uint64_t held = e->rank == 0 ? rp_store_resident_bytes(e->param_store) : 0;
-    uint64_t *held_by = e->nd.world_rank == 0 ? calloc((size_t)e->nd.world_size, sizeof(uint64_t))
-                                              : NULL;
-    uint64_t *resident = e->nd.world_rank == 0 ? calloc((size_t)e->nd.nodes, sizeof(uint64_t))
-                                               : NULL;
-    MPI_Gather(&held, 1, MPI_UINT64_T, held_by, 1, MPI_UINT64_T, 0, comm);
-    if (held_by && resident && nodes) /* by node: the sum is its leader's figure */
-        for (int r = 0; r < e->nd.world_size; r++)
-            resident[nodes[r]] += held_by[r];
-    if (e->nd.world_rank == 0 && all && nodes && resident && steps > 0) {
-        double params = 0;
-        for (int l = 0; l < e->num_layers; l++)
-            params += (double)e->p->layers[l].numel;
-        for (int n = 0; n < e->nd.nodes; n++) {
-            double sent = 0, ns = 0;
-            for (int r = 0; r < e->nd.world_size; r++)
-                if (nodes[r] == n) {
-                    sent += (double)all[2 * r];
-                    ns += (double)all[2 * r + 1];
-                }
-            sent /= (double)steps;
-            int64_t timed = steps - (RP_ADAMW_TIMED_FROM - 1);
-            rp_log(e->lg, RP_LOG_INFO, "node %d of %d: sent %.0f bytes per step to other nodes "
-                   "(the rule's %.0f; %.3f x the model's %.0f fp32 parameter bytes); AdamW %.3f ms "
-                   "CPU per step on its ranks (steps 3-); parameter store %.1f of %.1f MiB in "
-                   "memory",
-                   n, e->nd.nodes, sent, formula_bytes(e, n), sent / (4 * params), 4 * params,
-                   timed > 0 ? ns / 1e6 / (double)timed : 0.0, (double)resident[n] / 1048576.0,
-                   (double)rp_store_bytes(e->param_store) / 1048576.0);
+    /* per rank: bytes sent, AdamW ns, its node, its store's pages (node leaders) */
+    enum { SENT, NS, NODE, HELD, N_FIELDS };
+    uint64_t mine[N_FIELDS] = {atomic_load(&e->node_sent), atomic_load(&e->adamw_ns),
+                               (uint64_t)e->nd.node,
+                               e->rank == 0 ? rp_store_resident_bytes(e->param_store) : 0};
+    int root = e->nd.world_rank == 0;
+    uint64_t *all = root ? calloc(N_FIELDS * (size_t)e->nd.world_size, sizeof(uint64_t)) : NULL;
+    MPI_Gather(mine, N_FIELDS, MPI_UINT64_T, all, N_FIELDS, MPI_UINT64_T, 0, comm);
+    if (!all || steps <= 0) {
+        free(all);
+        return;
+    }
+    double params = 0;
+    for (int l = 0; l < e->num_layers; l++)
+        params += (double)e->p->layers[l].numel;
+    int64_t timed = steps - (RP_ADAMW_TIMED_FROM - 1);
+    for (int n = 0; n < e->nd.nodes; n++) {
+        double sent = 0, ns = 0, held = 0;
+        for (int r = 0; r < e->nd.world_size; r++) {
+            const uint64_t *f = all + (size_t)r * N_FIELDS;
+            if (f[NODE] == (uint64_t)n) {
+                sent += (double)f[SENT];
+                ns += (double)f[NS];
+                held += (double)f[HELD];
+            }
         }
+        sent /= (double)steps;
+        rp_log(e->lg, RP_LOG_INFO, "node %d of %d: sent %.0f bytes per step to other nodes "
+               "(the rule's %.0f; %.3f x the model's %.0f fp32 parameter bytes); AdamW %.3f ms "
+               "CPU per step on its ranks (steps 3-); parameter store %.1f of %.1f MiB in "
+               "memory",
+               n, e->nd.nodes, sent, formula_bytes(e, n), sent / (4 * params), 4 * params,
+               timed > 0 ? ns / 1e6 / (double)timed : 0.0, held / 1048576.0,
+               (double)rp_store_bytes(e->param_store) / 1048576.0);
     }
     free(all);
-    free(nodes);
-    free(held_by);
-    free(resident);
 }
 
 void rp_node_release_others(rp_engine *e)

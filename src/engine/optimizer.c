@@ -160,10 +160,14 @@ static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids,
  * rows events); update_embedding_rest, which the caller may defer behind the
  * other layers' updates, does the remaining rows (a tied LM head and the
  * next update wait for all, the version). Every row is updated every
- * step: AdamW moves rows with a zero gradient too. */
+ * step: AdamW moves rows with a zero gradient too. With several nodes the
+ * whole slice goes at once (update_layer: its all-gather raises both
+ * events) and the rest is nothing. */
 static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int skip,
                                        int32_t *ids, int64_t *n, rp_error *err)
 {
+    if (e->nd.nodes > 1)
+        return update_layer(e, 0, t, coef, skip, "optimizer, embedding", err);
     RP_TRY(next_rows(e, t, ids, n, err));
     RP_TRY(rp_checkpoint_hold(e, 0, t, "optimizer, embedding rows", err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
@@ -177,6 +181,8 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
 static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
                                   const int32_t *ids, int64_t n)
 {
+    if (e->nd.nodes > 1)
+        return;
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, n, 0);
@@ -236,8 +242,6 @@ static rp_status run(rp_engine *e, rp_error *err)
                     rp_node_post_gather(e, l, t);
                 else
                     rp_proto_publish_version(e, l, t);
-            } else if (l == 0 && e->nd.nodes > 1) { /* by slices, not rows first */
-                s = update_layer(e, 0, t, 1.0f, skip, who, err);
             } else if (l == 0) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)
@@ -263,15 +267,11 @@ static rp_status run(rp_engine *e, rp_error *err)
             continue;
         }
         /* by need: the rows the next forward reads, the blocks from the
-         * bottom, then the rest of the embedding (several nodes: all of it
-         * first, by slices) */
-        if (e->nd.nodes > 1)
-            s = update_layer(e, 0, t, coef, skip, who, err);
-        else
-            s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
+         * bottom, then the rest of the embedding */
+        s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
         for (int l = 1; s == RP_OK && l < e->num_layers; l++)
             s = update_layer(e, l, t, coef, skip, who, err);
-        if (s == RP_OK && e->nd.nodes == 1)
+        if (s == RP_OK)
             update_embedding_rest(e, t, coef, skip, ids, n);
     }
     free(ids);

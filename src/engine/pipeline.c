@@ -221,9 +221,9 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     pthread_t opt, logt, ckt, nct;
     int need_ck = e->rank == 0 && rp_checkpoint_writer_needed(e), need_nc = e->nd.nodes > 1;
     atomic_store(&e->optimizer_done, 0);
-    if (need_nc && !(e->gather_posted = calloc((size_t)e->num_layers, sizeof *e->gather_posted)))
-        need_nc = -1; /* reported below */
-    int have_nc = need_nc == 1 && pthread_create(&nct, NULL, rp_engine_node_comm_main, e) == 0;
+    for (int l = 0; need_nc && l < e->num_layers; l++) /* nothing handed over yet */
+        atomic_store(&e->gather_posted[l], 0);
+    int have_nc = need_nc && pthread_create(&nct, NULL, rp_engine_node_comm_main, e) == 0;
     int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
     int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
     int have_ck = need_ck && pthread_create(&ckt, NULL, rp_checkpoint_writer_main, e) == 0;
@@ -242,8 +242,6 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
         pthread_join(ckt, NULL);
     if (have_nc)
         pthread_join(nct, NULL);
-    free(e->gather_posted);
-    e->gather_posted = NULL;
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;
@@ -453,7 +451,9 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
             rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
             most = hi - lo > most ? hi - lo : most;
         }
-        if (!(e->node_buf = malloc((most ? most : 1) * sizeof(float))))
+        e->node_buf = malloc((most ? most : 1) * sizeof(float));
+        e->gather_posted = calloc((size_t)e->num_layers, sizeof *e->gather_posted);
+        if (!e->node_buf || !e->gather_posted)
             s = rp_error_set(err, RP_ERR_NOMEM, "a partial gradient sum from the node before "
                              "(%zu MiB)", most * sizeof(float) >> 20);
     }
@@ -726,6 +726,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(e->model_config_text);
     free(e->goff);
     free(e->node_buf);
+    free(e->gather_posted);
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);
     if (!e->peer_lost)
