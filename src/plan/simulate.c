@@ -284,27 +284,31 @@ static int by_ready(const void *a, const void *b)
     return x->prio - y->prio;
 }
 
-/* Min-heap of task indices keyed by priority. */
-static void heap_push(int *h, int *n, const opt_task *tk, int v)
+/* A min-heap of task indices h[0..*n): before(ctx, a, b) says whether task
+ * a comes out before task b. One for the optimizer pools of one node and of
+ * several (net_* below). */
+typedef int (*task_order)(const void *ctx, int a, int b);
+
+static void heap_push(int *h, int *n, task_order before, const void *ctx, int v)
 {
     int i = (*n)++;
-    while (i > 0 && tk[h[(i - 1) / 2]].prio > tk[v].prio) {
+    while (i > 0 && before(ctx, v, h[(i - 1) / 2])) {
         h[i] = h[(i - 1) / 2];
         i = (i - 1) / 2;
     }
     h[i] = v;
 }
 
-static int heap_pop(int *h, int *n, const opt_task *tk)
+static int heap_pop(int *h, int *n, task_order before, const void *ctx)
 {
     int top = h[0], v = h[--(*n)], i = 0;
     for (;;) {
         int c = 2 * i + 1;
         if (c >= *n)
             break;
-        if (c + 1 < *n && tk[h[c + 1]].prio < tk[h[c]].prio)
+        if (c + 1 < *n && before(ctx, h[c + 1], h[c]))
             c++;
-        if (tk[h[c]].prio >= tk[v].prio)
+        if (!before(ctx, h[c], v))
             break;
         h[i] = h[c];
         i = c;
@@ -312,6 +316,13 @@ static int heap_pop(int *h, int *n, const opt_task *tk)
     if (*n > 0)
         h[i] = v;
     return top;
+}
+
+/* One node's optimizer tasks: by priority (the lowest layer first). */
+static int by_prio(const void *ctx, int a, int b)
+{
+    const opt_task *tk = ctx;
+    return tk[a].prio < tk[b].prio;
 }
 
 /* Non-preemptive, highest priority (lowest layer) first among the ready
@@ -325,8 +336,8 @@ static void run_pool(sim *s, int rank, opt_task *tk, int nt, int *heap, double *
         if (hn == 0 && tk[next].ready > now)
             now = tk[next].ready;
         while (next < nt && tk[next].ready <= now)
-            heap_push(heap, &hn, tk, next++);
-        int i = heap_pop(heap, &hn, tk);
+            heap_push(heap, &hn, by_prio, tk, next++);
+        int i = heap_pop(heap, &hn, by_prio, tk);
         now += tk[i].dur;
         s->pool_busy[rank] += tk[i].dur;
         done[tk[i].slot] = dmax(done[tk[i].slot], now);
@@ -501,8 +512,9 @@ static net_event ev_pop(net *w)
 }
 
 /* Task a runs before task b in a pool: lower prio, then created first. */
-static int task_before(const net *w, int a, int b)
+static int task_before(const void *ctx, int a, int b)
 {
+    const net *w = ctx;
     return w->task[a].prio < w->task[b].prio || (w->task[a].prio == w->task[b].prio && a < b);
 }
 
@@ -517,32 +529,14 @@ static void mark_pool(net *w, int pool)
 /* Task i is ready: into its pool's heap. */
 static void pool_add(net *w, int i)
 {
-    int pool = w->task[i].pool, *h = w->heap + w->heap_off[pool], k = w->heap_n[pool]++;
-    while (k > 0 && task_before(w, i, h[(k - 1) / 2])) {
-        h[k] = h[(k - 1) / 2];
-        k = (k - 1) / 2;
-    }
-    h[k] = i;
+    int pool = w->task[i].pool;
+    heap_push(w->heap + w->heap_off[pool], &w->heap_n[pool], task_before, w, i);
     mark_pool(w, pool);
 }
 
 static int pool_take(net *w, int pool)
 {
-    int *h = w->heap + w->heap_off[pool], n = --w->heap_n[pool], top = h[0], v = h[n], k = 0;
-    for (;;) {
-        int c = 2 * k + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && task_before(w, h[c + 1], h[c]))
-            c++;
-        if (!task_before(w, h[c], v))
-            break;
-        h[k] = h[c];
-        k = c;
-    }
-    if (n > 0)
-        h[k] = v;
-    return top;
+    return heap_pop(w->heap + w->heap_off[pool], &w->heap_n[pool], task_before, w);
 }
 
 static void post(net *w, int kind, int slot, int src, int dst, double bytes)
