@@ -7,7 +7,8 @@
  * naming the layer when it cannot fit the memory limit; the embedding-by-rows
  * model (the default, as the engine) reports its rows fraction; with --nodes
  * it prints each optimizer's rows with the scaling efficiency and the bytes
- * a node sends, and refuses a node count that does not divide M. */
+ * a node sends, and refuses a node count that does not divide M; plan
+ * --nodes N prints one node's plan (that of M/N microbatches). */
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -167,6 +168,15 @@ START_TEST(simulate_compares_schedules)
              paper("qwen3-1.7b.txt"));
     ck_assert_int_eq(run(rp_cli_simulate, cmd), 2);
     ck_assert_msg(strstr(err_text, "--nodes 3 does not divide --microbatches 8"), "%s", err_text);
+    /* plan --nodes N: one node's plan, that of M/N microbatches */
+    static char one[1 << 20];
+    snprintf(cmd, sizeof cmd, "plan --layers %s --gpus 4 --microbatches 4", paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    snprintf(one, sizeof one, "%s", out_text);
+    snprintf(cmd, sizeof cmd, "plan --layers %s --gpus 4 --microbatches 8 --nodes 2",
+             paper("qwen3-1.7b.txt"));
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    ck_assert_str_eq(out_text, one);
     /* the embedding by rows: its rows fraction derived from the file
      * (16 microbatches x 33554432 hand-over bytes / 622329856 table bytes) */
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 6 --sparse-embedding 1",

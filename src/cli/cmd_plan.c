@@ -158,6 +158,7 @@ int rp_cli_plan(int argc, char **argv)
     }
     rp_plan *p = malloc(sizeof *p);
     rp_sim_result r;
+    o.mc = rp_machine_node(&o.mc); /* with --nodes: the plan of one node, M/N microbatches */
     if (!p)
         st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
     else

@@ -9,89 +9,19 @@
 #include <time.h>
 
 #include "cli/plan_opts.h"
-#include "core/args.h"
 #include "plan/baseline.h"
 
 static const char sim_usage[] =
     "usage: roundpipe simulate (--layers FILE | --init-config FILE | --model DIR) [options]\n"
     "Plans and simulates the round-robin schedule with the exact and the lagged optimizer\n"
     "(each with its own best plan unless --plan is given), and GPipe and 1F1B with weights\n"
-    "bound to GPUs; prints iteration time, bubble fraction per executor and tokens/s.\n"
-    "  --nodes N              N nodes of G GPUs, data parallel as train runs them: M is the\n"
-    "                         step's microbatch count, each node runs M/N (N must divide\n"
-    "                         M); the plan is one node's (default 1)\n"
-    "  --network-gbs X        each node's network link, gigaBITS/s per direction\n"
-    "                         (default 100: 12.5 GB/s)\n";
+    "bound to GPUs; prints iteration time, bubble fraction per executor and tokens/s.\n";
 
 static const char *limit_name(rp_sim_limit l)
 {
     return l == RP_LIMIT_OPTIMIZER ? "optimizer" : l == RP_LIMIT_UPLOAD ? "upload"
                                    : l == RP_LIMIT_HOST ? "host memory"
                                    : l == RP_LIMIT_NETWORK ? "network" : "schedule";
-}
-
-/* --nodes N and --network-gbs X (also --nodes=N ...), which only simulate
- * takes: read and removed from argv before the shared options are parsed
- * (up to a "--"). */
-typedef struct node_opts {
-    int64_t nodes;
-    double network_gbs;
-    int have_gbs;
-} node_opts;
-
-static rp_status take_node_opts(int *argc, char **argv, node_opts *no, rp_error *err)
-{
-    no->nodes = 1;
-    no->network_gbs = RP_SIM_DEFAULT_NETWORK_GBS;
-    no->have_gbs = 0;
-    int out = 0, i = 0;
-    for (; i < *argc && strcmp(argv[i], "--"); i++) {
-        const char *names[2] = {"--nodes", "--network-gbs"};
-        int k = -1;
-        size_t len = 0;
-        for (int n = 0; n < 2 && k < 0; n++) {
-            len = strlen(names[n]);
-            if (!strncmp(argv[i], names[n], len) && (argv[i][len] == 0 || argv[i][len] == '='))
-                k = n;
-        }
-        if (k < 0) {
-            argv[out++] = argv[i];
-            continue;
-        }
-        const char *val = argv[i][len] == '=' ? argv[i] + len + 1 : NULL;
-        if (!val && i + 1 >= *argc)
-            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", names[k]);
-        if (!val)
-            val = argv[++i];
-        rp_status st = k == 0 ? rp_arg_int(names[0], val, 1, RP_SIM_MAX_NODES, &no->nodes, err)
-                              : rp_arg_double(names[1], val, &no->network_gbs, err);
-        if (st != RP_OK)
-            return st;
-        if (k == 1 && !(no->network_gbs > 0))
-            return rp_error_set(err, RP_ERR_INVALID_ARG, "--network-gbs must be > 0");
-        no->have_gbs |= k == 1;
-    }
-    for (; i < *argc; i++)
-        argv[out++] = argv[i];
-    *argc = out;
-    return RP_OK;
-}
-
-/* With --nodes: the machine of N nodes (M over all of them). The all-gather
- * moves compute copies: 2 bytes a parameter, 4 for a config in fp32. */
-static rp_status use_nodes(rp_plan_cli *o, const node_opts *no, rp_error *err)
-{
-    rp_machine *mc = &o->mc;
-    if (no->nodes > 1 && mc->microbatches % no->nodes)
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "--nodes %lld does not divide --microbatches %d: M is the step's "
-                            "microbatch count over all nodes and each node runs M/N of them, "
-                            "as in roundpipe train",
-                            (long long)no->nodes, mc->microbatches);
-    mc->nodes = (int)no->nodes;
-    mc->network_gbs = no->network_gbs;
-    mc->compute_bytes_per_param = o->have_config && o->dtype == RP_F32 ? 4.0 : 2.0;
-    return rp_machine_check(mc, err);
 }
 
 /* Plan for one node of *mc (M/N microbatches: the planner's machine, its
@@ -187,12 +117,7 @@ int rp_cli_simulate(int argc, char **argv)
 {
     rp_error err = {0};
     rp_plan_cli o;
-    node_opts no;
-    rp_status st = take_node_opts(&argc, argv, &no, &err);
-    if (st == RP_OK)
-        st = rp_plan_cli_parse(argc, argv, &o, &err);
-    if (st == RP_OK && !o.help && (st = use_nodes(&o, &no, &err)) != RP_OK)
-        rp_plan_cli_free(&o);
+    rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
     if (st != RP_OK) {
         if (st != RP_ERR_INVALID_ARG) { /* a bad file, not a bad command line */
             fprintf(stderr, "roundpipe simulate: %s\n", err.msg);

@@ -19,6 +19,7 @@ enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
     O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_DOCUMENTS,
+    O_NODES, O_NETGBS,
     O_JSON, O_HELP
 };
 
@@ -53,6 +54,8 @@ static const struct option opts[] = {
     {"topology", required_argument, 0, O_TOPOLOGY},
     {"deal", required_argument, 0, O_DEAL},
     {"documents", required_argument, 0, O_DOCUMENTS},
+    {"nodes", required_argument, 0, O_NODES},
+    {"network-gbs", required_argument, 0, O_NETGBS},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -103,6 +106,11 @@ const char rp_plan_cli_options_usage[] =
     "                         GPUs behind one switch share its uplink; --gpus defaults to\n"
     "                         its GPU count and --bandwidth-gbs is each GPU's own link\n"
     "                         (a group's shared link scaled by hwloc's speeds)\n"
+    "  --nodes N              N nodes of G GPUs, data parallel as train runs them: M is the\n"
+    "                         step's microbatch count, each node runs M/N (N must divide\n"
+    "                         M); plans are one node's (default 1)\n"
+    "  --network-gbs X        each node's network link, gigaBITS/s per direction\n"
+    "                         (default 100: 12.5 GB/s)\n"
     "  --deal natural|interleaved|best  which GPU each executor of the round-robin\n"
     "                         deal drives: in bus order, or group by group in turn so\n"
     "                         consecutive jobs land on different switches; best (the\n"
@@ -189,8 +197,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     int64_t G = 0, M = 0, S = 1024, B = 0, mem = 0, ws = 256, lag = 0, defer = 1, spread = 1;
     int64_t width = 0, iters = 12, cb = 2;
     double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
-    double rows = 0;
-    int64_t sparse = 1;
+    double rows = 0, netgbs = RP_SIM_DEFAULT_NETWORK_GBS;
+    int64_t sparse = 1, nodes = 1;
     int have_seq = 0, have_batch = 0, have_ws = 0, have_dtype = 0;
     rp_dtype grad_dtype = RP_F32;
     rp_device_kind device = RP_DEVICE_AUTO;
@@ -290,6 +298,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                 st = rp_error_set(err, RP_ERR_INVALID_ARG,
                                   "--deal: '%s' is not natural, interleaved or best", optarg);
             break;
+        case O_NODES: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_NODES, &nodes, err); break;
+        case O_NETGBS: st = rp_arg_double(optname, optarg, &netgbs, err); break;
         case O_JSON: o->json = 1; break;
         case O_HELP: case 'h': o->help = 1; break;
         case ':':
@@ -308,9 +318,9 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         return st;
     }
     /* positive rates; a zero bandwidth would make every transfer take forever */
-    if (!(tflops > 0) || !(devgbs > 0) || !(bw > 0) || !(optgbs > 0))
-        st = rp_error_set(err, RP_ERR_INVALID_ARG,
-                          "--tflops, --device-gbs, --bandwidth-gbs and --optimizer-gbs must be > 0");
+    if (!(tflops > 0) || !(devgbs > 0) || !(bw > 0) || !(optgbs > 0) || !(netgbs > 0))
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--tflops, --device-gbs, --bandwidth-gbs, "
+                          "--optimizer-gbs and --network-gbs must be > 0");
     else if (xfer < 0 && xfer != -1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--transfer-ms must be >= 0");
     else if (hostgbs < 0)
@@ -391,6 +401,16 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         if (st == RP_OK && !o->forced->width)
             o->forced->width = width ? (int)width : mc->gpus;
     }
+    /* several nodes: the all-gather moves compute copies, 4 bytes a
+     * parameter for a config in fp32, else 2 */
+    mc->nodes = (int)nodes;
+    mc->network_gbs = netgbs;
+    mc->compute_bytes_per_param = o->have_config && o->dtype == RP_F32 ? 4.0 : 2.0;
+    if (st == RP_OK && mc->microbatches % mc->nodes)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "--nodes %d does not divide --microbatches %d: M is the step's "
+                          "microbatch count over all nodes and each node runs M/N of them, "
+                          "as in roundpipe train", mc->nodes, mc->microbatches);
     if (st == RP_OK)
         st = rp_machine_check(mc, err);
     if (st != RP_OK)
