@@ -37,7 +37,7 @@ static rp_status dev_block_forward(rp_device *d, const rp_model_config *cfg, con
 {
     rp_kernels k;
     RP_TRY(rp_device_kernels(d, &k, err));
-    RP_TRY(rp_block_forward(&k, cfg, P, pdt, x, y, nseq, S, NULL, saved, ws, err));
+    RP_TRY(rp_block_forward(&k, cfg, P, pdt, x, y, nseq, S, NULL, saved, ws, NULL, err));
     return rp_device_sync(d, err);
 }
 
@@ -48,7 +48,7 @@ static rp_status dev_block_backward(rp_device *d, const rp_model_config *cfg, co
 {
     rp_kernels k;
     RP_TRY(rp_device_kernels(d, &k, err));
-    RP_TRY(rp_block_backward(&k, cfg, P, pdt, x, saved, dy, dx, D, nseq, S, NULL, ws, err));
+    RP_TRY(rp_block_backward(&k, cfg, P, pdt, x, saved, dy, dx, D, nseq, S, NULL, ws, NULL, err));
     return rp_device_sync(d, err);
 }
 

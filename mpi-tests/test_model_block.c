@@ -133,14 +133,14 @@ static void fx_free(fixture *f)
 static void block_backward(fixture *f, const rp_model_config *cfg, const float *x,
                            const float *dy, float *dx, float *dP, int64_t nseq, int64_t S)
 {
-    ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, f->P, RP_F32, x, NULL, nseq, S, NULL, f->saved, f->ws, NULL), RP_OK);
-    ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, f->P, RP_F32, x, f->saved, dy, dx, dP, nseq, S, NULL, f->ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, f->P, RP_F32, x, NULL, nseq, S, NULL, f->saved, f->ws, NULL, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, f->P, RP_F32, x, f->saved, dy, dx, dP, nseq, S, NULL, f->ws, NULL, NULL), RP_OK);
 }
 
 /* L = sum(wy * y), accumulated in double */
 static double fx_loss(fixture *f)
 {
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &f->cfg, f->P, RP_F32, f->x, f->y, f->nseq, f->S, NULL, f->saved, f->ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &f->cfg, f->P, RP_F32, f->x, f->y, f->nseq, f->S, NULL, f->saved, f->ws, NULL, NULL), RP_OK);
     double s = 0;
     for (int64_t i = 0; i < f->T * f->H; i++)
         s += (double)f->wy[i] * (double)f->y[i];
@@ -269,11 +269,11 @@ START_TEST(sequences_are_independent)
      * sequence alone: positions restart and nothing leaks across */
     fixture f;
     fx_init(&f, qwen_cfg(), 3, 6);
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, RP_F32, f.x, f.y, 3, 6, NULL, f.saved, f.ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, RP_F32, f.x, f.y, 3, 6, NULL, f.saved, f.ws, NULL, NULL), RP_OK);
     float *y1 = malloc((size_t)(6 * f.H) * sizeof(float));
     float *ws1 = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, 1, 6) * sizeof(float));
     float *saved1 = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &f.cfg, 1, 6) * sizeof(float));
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, RP_F32, f.x + 6 * f.H, y1, 1, 6, NULL, saved1, ws1, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &f.cfg, f.P, RP_F32, f.x + 6 * f.H, y1, 1, 6, NULL, saved1, ws1, NULL, NULL), RP_OK);
     for (int64_t i = 0; i < 6 * f.H; i++)
         ck_assert_msg(fabsf(y1[i] - f.y[6 * f.H + i]) <= 1e-5f * (1 + fabsf(y1[i])),
                       "element %lld: %g vs %g", (long long)i, y1[i], f.y[6 * f.H + i]);
@@ -291,8 +291,8 @@ START_TEST(bitwise_deterministic_and_accumulating)
     fx_init(&f, cfg, 2, 5);
     const size_t n = (size_t)(f.T * f.H);
     float *y2 = malloc(n * sizeof(float));
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, RP_F32, f.x, f.y, 2, 5, NULL, f.saved, f.ws, NULL), RP_OK);
-    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, RP_F32, f.x, y2, 2, 5, NULL, f.saved, f.ws, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, RP_F32, f.x, f.y, 2, 5, NULL, f.saved, f.ws, NULL, NULL), RP_OK);
+    ck_assert_int_eq(rp_block_forward(&cpu_k, &cfg, f.P, RP_F32, f.x, y2, 2, 5, NULL, f.saved, f.ws, NULL, NULL), RP_OK);
     ck_assert_mem_eq(f.y, y2, n * sizeof(float));
 
     /* two microbatches: A = backward(mb1) into zeros, then backward(mb2)

@@ -117,7 +117,7 @@ static void run_variant(const variant *v)
     float **saved = calloc((size_t)n, sizeof *saved); /* saved[l]: layer l's forward */
     for (int l = 1; l < n - 1; l++) {
         saved[l] = malloc(sizeof(float) * rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, NSEQ, S));
-        ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, P[l], RP_F32, X[l], X[l + 1], NSEQ, S, v->seg, saved[l], ws, NULL), RP_OK);
+        ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, P[l], RP_F32, X[l], X[l + 1], NSEQ, S, v->seg, saved[l], ws, NULL, NULL), RP_OK);
     }
     /* block 0 output: fp32 against float64, values O(1-10) */
     for (int64_t i = 0; i < T * H; i++)
@@ -140,7 +140,7 @@ static void run_variant(const variant *v)
     ck_assert_msg(fabs(loss - v->loss_sum) <= 1e-5 * v->loss_sum, "loss %.9g vs transformers %.9g",
                   loss, v->loss_sum);
     for (int l = n - 2; l >= 1; l--)
-        ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, P[l], RP_F32, X[l], saved[l], dx, dx, G[l], NSEQ, S, v->seg, ws, NULL), RP_OK);
+        ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, P[l], RP_F32, X[l], saved[l], dx, dx, G[l], NSEQ, S, v->seg, ws, NULL, NULL), RP_OK);
     ck_assert_int_eq(rp_embed_backward(&cpu_k, cfg, v->tokens, T, dx, G[0], NULL), RP_OK);
 
     /* gradients: fp32 chain against float64; 1e-4 of the tensor's largest

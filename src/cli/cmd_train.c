@@ -39,6 +39,10 @@ static const struct option train_options[] = {
     {"ranks-per-node", required_argument, 0, 0},
     {"checkpoint-dir", required_argument, 0, 0}, {"checkpoint-every", required_argument, 0, 0},
     {"keep-checkpoints", required_argument, 0, 0}, {"resume", required_argument, 0, 0},
+    {"lora-rank", required_argument, 0, 0}, {"lora-alpha", required_argument, 0, 0},
+    {"lora-targets", required_argument, 0, 0}, {"lora-dropout", required_argument, 0, 0},
+    {"use-rslora", no_argument, 0, 0}, {"lora-init", required_argument, 0, 0},
+    {"save-merged", required_argument, 0, 0},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -79,6 +83,15 @@ static const char train_usage[] =
     "  --keep-checkpoints K   keep the newest K complete checkpoints (default 2; 0: all)\n"
     "  --resume PATH|auto     continue from a checkpoint (auto: the newest under\n"
     "                         --checkpoint-dir, or a fresh start when there is none)\n"
+    "LoRA (frozen base, trainable adapters saved for PEFT):\n"
+    "  --lora-rank R          train LoRA adapters of rank R (default 0: the full model)\n"
+    "  --lora-alpha A         scaling A/R (default R: scaling 1)\n"
+    "  --lora-targets LIST    q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj or\n"
+    "                         all-linear (default)\n"
+    "  --lora-dropout P       dropout on the adapters' input, in [0, 1) (default 0)\n"
+    "  --use-rslora           scaling A/sqrt(R)\n"
+    "  --lora-init DIR        start from a PEFT adapter directory\n"
+    "  --save-merged DIR      also write the merged model (W + scaling B A)\n"
     "  --device cpu|cuda|auto executor device (default auto: CUDA when a GPU is usable)\n"
     "  --threads N            compute threads per rank (default: the rank's share of cores)\n"
     "  --progress auto|line|none   progress display on rank 0 (default auto)\n"

@@ -14,6 +14,7 @@
 #include "engine/arena.h"
 #include "io/dataset.h"
 #include "engine/event.h"
+#include "engine/frozen_base.h"
 #include "engine/nodes.h"
 #include "engine/params.h"
 #include "engine/progress.h"
@@ -35,7 +36,9 @@ typedef struct rp_engine {
     int device_ordinal;    /* node-local rank mod visible devices */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
                               0 = none; the same on every rank (device_memory_limit) */
-    rp_params *p;      /* attached to the store */
+    rp_params *p;      /* attached to the store: with LoRA, the adapters */
+    int lora;          /* LoRA: the model's other weights are frozen, in `base` */
+    rp_frozen_base *base; /* LoRA's frozen weights (engine/frozen_base.h), or NULL */
     rp_plan plan;
     rp_arena arena;
     float *act;        /* arena base in the store */

@@ -136,7 +136,7 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
         RP_TRY(rp_device_copy(e->dev, v->act, h, bytes, err));
         if (l < p->nlayers - 1) {
             RP_TRY(rp_block_forward(&v->k, &p->cfg, v->w, dt, v->act, v->out, n, S, v->seg,
-                                    v->saved, v->ws, err));
+                                    v->saved, v->ws, NULL, err)); /* no LoRA: refused */
         } else {
             const rp_layer_desc *hd = &p->layers[l];
             size_t es = rp_dtype_size(dt);

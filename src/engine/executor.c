@@ -46,6 +46,7 @@ static void executor_free(executor *x)
     for (int b = 0; b < 2; b++) {
         rp_device_free(x->dev, x->buf[b].w);
         free(x->buf[b].off);
+        free(x->buf[b].boff);
         free(x->buf[b].req);
         free(x->buf[b].rows);
         if (x->buf[b].gather_pinned)
@@ -99,9 +100,9 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->nsaved = 1;
     for (int j = 0; j < e->jobs_per_it; j++) {
         rp_job job = rp_schedule_job(&e->plan, j);
-        size_t n = rp_stage_floats(e, &job, NULL);
+        size_t n = rp_stage_floats(e, &job, NULL), nw = n + rp_stage_base_floats(e, &job, NULL);
         int layers = job.last - job.first + 1;
-        wmax = n > wmax ? n : wmax;
+        wmax = nw > wmax ? nw : wmax;
         if (job.kind != RP_JOB_FWD && n > gmax) /* gradients: the tied head's inside */
             gmax = n;
         nst_max = layers > nst_max ? layers : nst_max;
@@ -119,12 +120,13 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     for (int b = 0; b < 2; b++) {
         x->buf[b].w = dalloc(x, (wmax ? wmax : 1) * wb, err);
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
-        x->buf[b].req = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+        x->buf[b].boff = calloc((size_t)e->num_layers + 1, sizeof(size_t));
+        x->buf[b].req = calloc(RP_STAGE_MAX_REQS(e->num_layers), sizeof(rp_xfer_req));
         x->buf[b].rows =
             malloc((size_t)(e->micro_per_pipeline * e->tokens_per_micro) * sizeof(int32_t));
         if (posix_memalign((void **)&x->buf[b].gather, 4096, gather_bytes) != 0)
             x->buf[b].gather = NULL;
-        ok &= x->buf[b].w && x->buf[b].off && x->buf[b].req && x->buf[b].rows &&
+        ok &= x->buf[b].w && x->buf[b].off && x->buf[b].boff && x->buf[b].req && x->buf[b].rows &&
               x->buf[b].gather;
     }
     x->g = falloc(x, gmax, err);
@@ -225,6 +227,36 @@ static const void *W(executor *x, const rp_job *job, int l)
     return W_at(x, job, l, 0);
 }
 
+/* LoRA: layer l's frozen base in the stage buffer, and at element `at`. */
+static const void *Base_at(executor *x, const rp_job *job, int l, size_t at)
+{
+    const stage_buf *b = &x->buf[x->cur];
+    return (const char *)b->w +
+           (b->boff[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
+}
+
+/* What a block call needs besides its weights: with LoRA, its adapters
+ * and the dropout keys of this microbatch (NULL without LoRA). */
+static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int64_t t,
+                                     rp_lora_call *c)
+{
+    rp_engine *e = x->e;
+    if (!e->lora)
+        return NULL;
+    c->adapters = W(x, job, l);
+    c->seed = e->o->seed;
+    c->step = t;
+    c->layer = (int32_t)(l - 1);
+    c->first_sample = (e->micro_base + x->micro) * e->samples_per_micro;
+    return c;
+}
+
+/* A block's frozen weights: the stage's base with LoRA, else its weights. */
+static const void *block_weights(executor *x, const rp_job *job, int l)
+{
+    return x->e->lora ? Base_at(x, job, l, 0) : W(x, job, l);
+}
+
 static float *G(executor *x, const rp_job *job, int l)
 {
     return x->g + x->buf[x->cur].off[l - job->first];
@@ -256,11 +288,14 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
             return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_forward(&k, &rows, W(x, job, 0), e->p->compute_dtype, x->in,
+        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), e->p->compute_dtype, x->in,
                              e->tokens_per_micro, out, err);
-    } else
-        s = rp_block_forward(&k, &e->p->cfg, W(x, job, l), e->p->compute_dtype, in, out,
-                             e->samples_per_micro, e->seq_len, x->seg, saved, x->ws, err);
+    } else {
+        rp_lora_call c;
+        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
+                             out, e->samples_per_micro, e->seq_len, x->seg, saved, x->ws,
+                             lora_call(x, job, l, t, &c), err);
+    }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 0, t, t0);
@@ -272,6 +307,8 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
                                 float *saved, int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
+    if (l == 0 && e->lora) /* a frozen embedding: nothing to compute */
+        return RP_OK;
     double t0 = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
@@ -280,10 +317,12 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
         rp_model_config rows = e->p->cfg;
         rows.vocab_size = x->buf[x->cur].nrows;
         s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0), err);
-    } else
-        s = rp_block_backward(&k, &e->p->cfg, W(x, job, l), e->p->compute_dtype, in, saved, x->d,
-                              x->d, G(x, job, l), e->samples_per_micro, e->seq_len, x->seg, x->ws,
-                              err);
+    } else {
+        rp_lora_call c;
+        s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
+                              saved, x->d, x->d, G(x, job, l), e->samples_per_micro, e->seq_len,
+                              x->seg, x->ws, lora_call(x, job, l, t, &c), err);
+    }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 1, t, t0);
@@ -388,16 +427,26 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
     RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
-    const rp_layer_desc *hd = &e->p->layers[head];
-    const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
-    const void *lm_w;
-    float *lm_g;
-    if (e->tied) {
+    const void *norm_w, *lm_w;
+    float *norm_g, *lm_g;
+    if (e->lora) { /* frozen: the head's base holds both (a tied matrix as its own) */
+        const rp_layer_desc *hd = rp_frozen_base_layer(e->base, head);
+        norm_w = Base_at(x, job, head, rp_layer_find_param(hd, "model.norm.weight")->offset);
+        lm_w = Base_at(x, job, head, rp_layer_find_param(hd, "lm_head.weight")->offset);
+        norm_g = lm_g = NULL;
+    } else if (e->tied) {
+        const rp_param_desc *nd = rp_layer_find_param(&e->p->layers[head], "model.norm.weight");
+        norm_w = W_at(x, job, head, nd->offset);
+        norm_g = G(x, job, head) + nd->offset;
         const stage_buf *b = &x->buf[x->cur];
         lm_w = (const char *)b->w + b->off[e->num_layers] * rp_dtype_size(e->p->compute_dtype);
         lm_g = tied_grad(x, job);
     } else {
+        const rp_layer_desc *hd = &e->p->layers[head];
+        const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
         const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
+        norm_w = W_at(x, job, head, nd->offset);
+        norm_g = G(x, job, head) + nd->offset;
         lm_w = W_at(x, job, head, ld->offset);
         lm_g = G(x, job, head) + ld->offset;
     }
@@ -405,10 +454,10 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     double th = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, W_at(x, job, head, nd->offset), lm_w,
-                                    e->p->compute_dtype, x->acts[head - job->first], x->tgt, x->mask,
-                                    e->tokens_per_micro, scale, x->d, G(x, job, head) + nd->offset,
-                                    lm_g, 0, x->ws, &loss[m], err));
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w, e->p->compute_dtype,
+                                    x->acts[head - job->first], x->tgt, x->mask,
+                                    e->tokens_per_micro, scale, x->d, norm_g, lm_g, 0, x->ws,
+                                    &loss[m], err));
     RP_TRY(rp_device_sync(x->dev, err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)
@@ -486,6 +535,11 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
     if (rp_stage_needs_tied(e, job))
         RP_TRY(rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err));
     for (int l = job->first; l <= job->last; l++) {
+        if (e->lora && rp_layer_numel(e, l) == 0) { /* frozen: nothing travels */
+            if (l == 0)
+                e->emb_n[g] = 0;
+            continue;
+        }
         rp_xfer_req *r = &x->greq[n++];
         memset(r, 0, sizeof *r);
         r->src = G(x, job, l);
@@ -578,6 +632,7 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
                             "mask", err));
             }
         }
+        x->micro = m;
         switch (job.kind) {
         case RP_JOB_FWD: RP_TRY(run_fwd(x, &job, t, m, err)); break;
         case RP_JOB_TAIL: RP_TRY(run_tail(x, &job, t, m, scale, err)); break;

@@ -11,7 +11,9 @@ typedef struct stage_buf {
                           * the compute dtype of the host store's copy */
     size_t *off;         /* [nlayers + 1] element offset of layer first+i; last entry: tied
                           * matrix (the gradient buffer has the same offsets in fp32) */
-    rp_xfer_req *req;    /* [nlayers + 1] */
+    size_t *boff;        /* [nlayers] LoRA: element offset of layer first+i's frozen base,
+                          * past the trainable part (rp_stage_base_floats) */
+    rp_xfer_req *req;    /* [RP_STAGE_MAX_REQS(nlayers)] */
     int nreq;
     int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
     int g, j;
@@ -31,6 +33,7 @@ typedef struct executor {
     rp_xfer *xfer;
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
+    int64_t micro;       /* the microbatch the running job computes (node-local) */
     float *g;            /* gradients of the stage, same offsets as the weights (a tied
                             LM head's past the layers, as its matrix in the weights) */
     void *g16;           /* --grad-dtype bf16: the gradients rounded for the download,
@@ -65,6 +68,10 @@ rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp
 
 /* ---- stage buffers (stage_buffers.c) ------------------------------------- */
 
+/* Uploads of one stage: a request per layer, one per frozen base tensor
+ * (LoRA), and a tied head's matrix. */
+#define RP_STAGE_MAX_REQS(nlayers) ((size_t)(nlayers) * (1 + RP_LAYER_MAX_PARAMS) + 1)
+
 /* Does this job need the tied embedding matrix as its LM head? */
 int rp_stage_needs_tied(const rp_engine *e, const rp_job *job);
 
@@ -72,6 +79,11 @@ int rp_stage_needs_tied(const rp_engine *e, const rp_job *job);
  * 16 floats, and a tied head's matrix); off[i] (when not NULL) the offset of
  * layer first+i, off[num_layers] the tied matrix's. */
 size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off);
+
+/* LoRA: elements of the job's frozen bases, laid out after
+ * rp_stage_floats's (boff[i], when not NULL, the offset of layer first+i's);
+ * 0 without LoRA. */
+size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff);
 
 /* The weights of job j of pipeline g in iteration t on the device, in
  * x->buf[x->cur]: the buffer the previous job prefetched them into, or

@@ -10,7 +10,7 @@
 #include "optim/adamw.h"
 
 rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
-                                int64_t tokens_per_pipeline, size_t *goff,
+                                int64_t tokens_per_pipeline, size_t base_bytes, size_t *goff,
                                 rp_store_layout **layout, rp_param_store_map *map,
                                 rp_error *err)
 {
@@ -22,7 +22,9 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
     int n = 0;
     RP_TRY(rp_model_layout(&c, &layers, &n, err));
     const size_t H = (size_t)cfg->hidden_size, P = (size_t)pipelines;
-    size_t vh = cfg->tie_word_embeddings ? (size_t)cfg->vocab_size * H : 0;
+    /* with LoRA nothing of the embedding or the head trains */
+    const int lora = cfg->lora.rank > 0;
+    size_t vh = cfg->tie_word_embeddings && !lora ? (size_t)cfg->vocab_size * H : 0;
     /* gradients of pipelines 1..P-1, 64-byte aligned per layer; one
      * pipeline's block is staggered like the model state's arrays, since
      * the optimizer streams a layer's copies side by side */
@@ -38,7 +40,8 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
     map->emb_cap = tokens_per_pipeline < cfg->vocab_size ? tokens_per_pipeline : cfg->vocab_size;
     map->tied_bytes = P * vh * sizeof(float);
     map->group_bytes = (P - 1) * map->gstride * sizeof(float);
-    map->emb_rows_bytes = P * (size_t)map->emb_cap * H * sizeof(float);
+    map->emb_rows_bytes = lora ? 0 : P * (size_t)map->emb_cap * H * sizeof(float);
+    map->base_bytes = base_bytes;
     rp_store_layout *lay = NULL;
     RP_TRY(rp_store_layout_create(&lay, err));
     rp_status s = rp_store_layout_add(lay, "params", rp_params_bytes(cfg, dtype),
@@ -61,6 +64,9 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
                                 RP_STORE_ALIGN_LINE, &map->emb_n, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "control", 64, RP_STORE_ALIGN_LINE, &map->ctrl, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "frozen-base", base_bytes, RP_STORE_ALIGN_PAGE, &map->base,
+                                err);
     map->bytes = rp_store_layout_bytes(lay);
     if (s == RP_OK && layout)
         *layout = lay;
@@ -76,7 +82,7 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
     memset(out, 0, sizeof *out);
     rp_param_store_map map;
     int64_t per_pipeline = (int64_t)(microbatches / pipelines) * tokens_per_micro;
-    RP_TRY(rp_param_store_layout(cfg, dtype, pipelines, per_pipeline, NULL, NULL, &map, err));
+    RP_TRY(rp_param_store_layout(cfg, dtype, pipelines, per_pipeline, 0, NULL, NULL, &map, err));
     out->param_store = map.bytes;
     out->pinned = map.tied_bytes + map.group_bytes + map.emb_rows_bytes;
     rp_model_config c = *cfg;

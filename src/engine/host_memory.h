@@ -20,6 +20,8 @@ typedef struct rp_param_store_map {
     size_t group;    /* pipelines 1..P-1's gradients, gstride floats each */
     size_t emb_ids, emb_rows, emb_n; /* the embedding's gradient rows per pipeline */
     size_t ctrl;     /* the abort flag */
+    size_t base;     /* LoRA: the frozen base converted once (engine/frozen_base.h) */
+    size_t base_bytes;
     size_t tied_bytes, group_bytes, emb_rows_bytes;
     size_t gstride;  /* floats of one pipeline's gradients (goff[l]: layer l's offset) */
     int64_t emb_cap; /* rows a pipeline's tokens can touch: min(vocab, its tokens) */
@@ -31,7 +33,7 @@ typedef struct rp_param_store_map {
  * only counted) and *map; goff (may be NULL) receives each layer's offset
  * in a pipeline's gradients. */
 rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
-                                int64_t tokens_per_pipeline, size_t *goff,
+                                int64_t tokens_per_pipeline, size_t base_bytes, size_t *goff,
                                 rp_store_layout **layout, rp_param_store_map *map,
                                 rp_error *err);
 

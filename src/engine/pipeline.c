@@ -22,6 +22,7 @@
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
 #include "engine/host_memory.h"
+#include "engine/lora_run.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "io/config.h"
@@ -126,8 +127,14 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
 {
     rp_store_layout *lay = NULL;
     int64_t ntok = e->micro_per_pipeline * e->tokens_per_micro;
-    rp_status s = rp_param_store_layout(cfg, e->o->dtype, e->pipelines, ntok, e->goff, &lay, map,
-                                        err);
+    size_t base_bytes = 0;
+    int mapped = 0;
+    rp_status s = RP_OK;
+    if (e->lora) /* the frozen base: mapped in place, or converted into the store */
+        s = rp_frozen_base_plan(cfg, e->o->model_dir, e->o->dtype, &mapped, &base_bytes, err);
+    if (s == RP_OK)
+        s = rp_param_store_layout(cfg, e->o->dtype, e->pipelines, ntok, base_bytes, e->goff, &lay,
+                                  map, err);
     e->gstride = map->gstride;
     e->emb_cap = map->emb_cap;
     rp_store_params sp;
@@ -140,7 +147,7 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     char *base = rp_store_base(*out);
     e->param_store = *out;
     e->param_store_bytes = rp_store_bytes(*out);
-    e->pins = calloc(2 * (size_t)e->num_layers + 4, sizeof *e->pins);
+    e->pins = calloc(2 * (size_t)e->num_layers + 6, sizeof *e->pins);
     if (!e->pins)
         return rp_run_agree(e, rp_error_set(err, RP_ERR_NOMEM, "pinned ranges"), comm, err);
     e->pins[e->npins++] = (struct rp_pin){base + map->tied, map->tied_bytes};
@@ -278,6 +285,8 @@ static void remove_stale_stores(rp_engine *e)
 /* The node leader fills the shared parameters. */
 static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
 {
+    if (e->lora)
+        return rp_lora_load_adapters(shared, e->o, err);
     if (e->resume_dir) /* the checkpoint: its weights, then AdamW's state */
         RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
     if (e->resume_dir)
@@ -313,6 +322,8 @@ static rp_status read_model(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         r->config_path = o->init_config;
     }
     RP_TRY(rp_run_agree(e, rp_config_load(r->config_path, &r->cfg, err), comm, err));
+    RP_TRY(rp_run_agree(e, rp_lora_resolve(o, &r->cfg, err), comm, err));
+    e->lora = r->cfg.lora.rank > 0;
     r->probe.cfg = r->cfg;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s != RP_OK)
@@ -327,7 +338,9 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     e->p = &r->probe;
     e->num_layers = r->probe.nlayers;
     e->hidden = r->cfg.hidden_size;
-    e->tied = r->cfg.tie_word_embeddings;
+    /* with LoRA the head is a layer of its own whose frozen matrix is the
+     * embedding's bytes (engine/frozen_base.h): nothing tied trains */
+    e->tied = r->cfg.tie_word_embeddings && !e->lora;
     e->batch_micro = o->microbatches ? o->microbatches : o->batch_size;
     e->samples_per_micro = o->batch_size / e->batch_micro;
     /* node n runs microbatches n x M/N .. of every iteration (node_sums.h) */
@@ -357,6 +370,15 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                          "%d nodes: not supported yet (a lagged optimizer's checkpoint holds a "
                          "pending update; on several nodes only the last step's checkpoint "
                          "is written)", e->nd.nodes);
+    if (s == RP_OK && e->lora && e->nd.nodes > 1)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank on %d nodes: LoRA on several "
+                         "nodes is not supported yet", e->nd.nodes);
+    if (s == RP_OK && e->lora && (o->checkpoint_dir || o->resume))
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank with --checkpoint-dir or "
+                         "--resume: LoRA checkpoints are not supported yet");
+    if (s == RP_OK && e->lora && o->eval_data)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank with --eval-data: evaluating "
+                         "with adapters is not supported yet");
     if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
                          "--optimizer-lag 1 with --pipelines %d needs at "
@@ -428,7 +450,16 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
         }
         e->npins_run = e->npins;
-        if (rp_store_is_leader(r->pstore))
+        if (e->lora) /* the leader converts a base that is not mapped into the store */
+            s = rp_frozen_base_open(&r->cfg, o->model_dir, o->dtype,
+                                    r->map.base_bytes ? (char *)rp_store_base(r->pstore) +
+                                                            r->map.base
+                                                      : NULL,
+                                    rp_store_is_leader(r->pstore), o->seed, &e->base, err);
+        if (e->lora && s == RP_OK && r->map.base_bytes)
+            e->pins[e->npins++] = (struct rp_pin){(char *)rp_store_base(r->pstore) + r->map.base,
+                                                  r->map.base_bytes};
+        if (s == RP_OK && rp_store_is_leader(r->pstore))
             s = load_params(e, r->shared, err);
     }
     RP_TRY(rp_run_agree(e, s, comm, err));
@@ -622,14 +653,31 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         /* several nodes keep the masters by slices (unless they are the compute copy) */
         if (e->nd.nodes > 1 && r->shared->compute_dtype != RP_F32)
             st = rp_run_agree(e, rp_node_collect(e, 0, 0, &one), comm, &one);
-        if (root && st == RP_OK)
+        if (root && st == RP_OK && e->lora)
+            st = rp_lora_save_adapter(r->shared, o, &one);
+        else if (root && st == RP_OK)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
                                     e->model_config_text, o->model_dir, &companions, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && root)
-            rp_log(e->lg, RP_LOG_INFO, "saved %s/model.safetensors%s", o->save_dir,
+            rp_log(e->lg, RP_LOG_INFO, "saved %s/%s%s", o->save_dir,
+                   e->lora ? "adapter_model.safetensors (PEFT)" : "model.safetensors",
                    companions ? " with the model's tokenizer and generation files" : "");
+        keep_first(e, st, &one, &out, err);
+    }
+    if (trained == RP_OK && o->save_merged && !e->stopped_early) {
+        rp_error one = {0};
+        rp_status st = RP_OK;
+        rp_dtype dt = o->save_dtype_set ? o->save_dtype
+                      : o->model_dir   ? r->cfg.torch_dtype
+                                       : RP_F32;
+        if (root)
+            st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text, &one);
+        st = rp_run_agree(e, st, comm, &one);
+        if (st == RP_OK && root)
+            rp_log(e->lg, RP_LOG_INFO, "saved the merged model to %s/model.safetensors",
+                   o->save_merged);
         keep_first(e, st, &one, &out, err);
     }
     if (trained == RP_OK && o->trace && !e->peer_lost) {
@@ -719,6 +767,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
             rp_device_host_unregister(e->dev, e->pins[i].base);
     rp_device_destroy(&e->dev);
     rp_params_destroy(&r->shared);
+    rp_frozen_base_close(&e->base);
     free(r->probe.layers);
     free(e->meas_ms);
     free(e->link_group_of);

@@ -44,6 +44,66 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
     return n;
 }
 
+size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
+{
+    if (!e->lora)
+        return 0;
+    size_t start = rp_stage_floats(e, job, NULL), n = start;
+    for (int l = job->first, i = 0; l <= job->last; l++, i++) {
+        if (boff)
+            boff[i] = n;
+        n += (rp_frozen_base_numel(e->base, l) + 15) & ~(size_t)15;
+    }
+    return n - start;
+}
+
+/* The rows of the embedding table this pipeline's tokens read, gathered
+ * into the stage's pinned buffer; a request uploads them to dst. */
+static rp_status gather_rows(rp_engine *e, stage_buf *b, rp_xfer_req *r, const void *table,
+                             int64_t t, int g, int j, rp_error *err)
+{
+    const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
+    b->nrows = rp_engine_rows(e, t, g, b->rows);
+    if (b->nrows < 0)
+        return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
+                            e->nd.world_rank, j);
+    size_t row = (size_t)e->hidden * wb;
+    char *gather = b->gather;
+#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
+    for (int64_t i = 0; i < b->nrows; i++)
+        memcpy(gather + (size_t)i * row, (const char *)table + (size_t)b->rows[i] * row, row);
+    r->src = b->gather;
+    r->bytes = (size_t)b->nrows * row;
+    r->tag = "embedding rows";
+    return RP_OK;
+}
+
+/* LoRA: the frozen base of layer l, tensor by tensor (the embedding's
+ * rows as the pipeline's tokens read them). */
+static rp_status submit_base(executor *x, stage_buf *b, int l, int i, int64_t t, int g, int j,
+                             rp_xfer_class cls, rp_error *err)
+{
+    rp_engine *e = x->e;
+    const size_t wb = rp_dtype_size(e->p->compute_dtype);
+    const rp_base_piece *pc;
+    int n = rp_frozen_base_pieces(e->base, l, &pc);
+    for (int k = 0; k < (l == 0 ? 1 : n); k++) {
+        rp_xfer_req *r = &b->req[b->nreq++];
+        memset(r, 0, sizeof *r);
+        r->dst = (char *)b->w + (b->boff[i] + pc[k].at) * wb;
+        r->cls = cls;
+        if (l == 0) {
+            RP_TRY(gather_rows(e, b, r, pc[0].src, t, g, j, err));
+        } else {
+            r->src = pc[k].src;
+            r->bytes = pc[k].numel * wb;
+            r->tag = "frozen weights";
+        }
+        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+    }
+    return RP_OK;
+}
+
 /* What the job waits for before it reads layer l: its version, except for
  * an embedding read only through the tokens, which needs only the rows the
  * tokens read (updated first). */
@@ -70,30 +130,23 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
 {
     rp_engine *e = x->e;
     rp_stage_floats(e, job, b->off);
+    rp_stage_base_floats(e, job, b->boff);
     b->nreq = 0;
     b->t = t;
     b->g = g;
     b->j = j;
     const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
     for (int l = job->first; l <= job->last; l++) {
+        if (e->lora) /* the frozen base; the trainable part, when there is one */
+            RP_TRY(submit_base(x, b, l, l - job->first, t, g, j, cls, err));
+        if (e->lora && rp_layer_numel(e, l) == 0)
+            continue;
         rp_xfer_req *r = &b->req[b->nreq++];
         memset(r, 0, sizeof *r);
         r->dst = (char *)b->w + b->off[l - job->first] * wb;
         r->cls = cls;
         if (l == 0) { /* only the rows this pipeline's tokens read */
-            b->nrows = rp_engine_rows(e, t, g, b->rows);
-            if (b->nrows < 0)
-                return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
-                                    e->nd.world_rank, j);
-            size_t row = (size_t)e->hidden * wb;
-            const char *table = e->p->st[0].compute;
-            char *gather = b->gather;
-#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
-            for (int64_t i = 0; i < b->nrows; i++)
-                memcpy(gather + (size_t)i * row, table + (size_t)b->rows[i] * row, row);
-            r->src = b->gather;
-            r->bytes = (size_t)b->nrows * row;
-            r->tag = "embedding rows";
+            RP_TRY(gather_rows(e, b, r, e->p->st[0].compute, t, g, j, err));
         } else {
             r->src = e->p->st[l].compute;
             r->bytes = rp_layer_numel(e, l) * wb;

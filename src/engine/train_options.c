@@ -46,6 +46,31 @@ rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status sta
                         o->device == RP_DEVICE_AUTO ? " (chosen by auto: a GPU is usable)" : "");
 }
 
+/* The LoRA options (the targets' names are checked where they are parsed,
+ * rp_lora_targets_parse). */
+static rp_status lora_check(const rp_train_options *o, rp_error *err)
+{
+    if (o->lora_rank < 1) {
+        if (o->lora_given & RP_LORA_GIVEN_MERGED)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-merged needs LoRA (--lora-rank "
+                                "R): without it --save writes the whole model");
+        if (o->lora_given)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "--lora-alpha, --lora-targets, "
+                                "--lora-dropout, --use-rslora and --lora-init need --lora-rank "
+                                "R >= 1 (got %lld)", (long long)o->lora_rank);
+        return RP_OK;
+    }
+    if (!(o->lora_dropout >= 0 && o->lora_dropout < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--lora-dropout must be in [0, 1) (got %g)",
+                            o->lora_dropout);
+    if ((o->lora_given & RP_LORA_GIVEN_ALPHA) && !isfinite(o->lora_alpha))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--lora-alpha must be a finite number");
+    if (o->nodes > 1 || o->ranks_per_node > 0)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank with --ranks-per-node: LoRA "
+                            "on several nodes is not supported yet");
+    return RP_OK;
+}
+
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
 {
     if (!o->resume && !o->model_dir == !o->init_config)
@@ -124,5 +149,5 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
                             o->pipelines, (long long)m);
     if (o->threads < 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--threads must be >= 0");
-    return RP_OK;
+    return lora_check(o, err);
 }

@@ -72,9 +72,25 @@ typedef struct rp_train_options {
     int64_t checkpoint_every;   /* --checkpoint-every N: after every N-th step (0: only the last) */
     int64_t keep_checkpoints;   /* --keep-checkpoints K: the newest K complete ones (default 2) */
     const char *resume;         /* --resume PATH|auto */
+    /* LoRA (issue 13): rank 0 is full fine-tuning */
+    int64_t lora_rank;          /* --lora-rank R */
+    double lora_alpha;          /* --lora-alpha A (default R) */
+    const char *lora_targets;   /* --lora-targets LIST (default all-linear) */
+    double lora_dropout;        /* --lora-dropout P */
+    int use_rslora;             /* --use-rslora */
+    const char *lora_init;      /* --lora-init DIR: a PEFT adapter to start from */
+    const char *save_merged;    /* --save-merged DIR: W + scaling B A in the base's dtype */
+    unsigned lora_given;        /* which of them were given (RP_LORA_GIVEN_*) */
     rp_step_callback on_step; /* the C API's per-step callback (rank 0), NULL = none */
     void *on_step_arg;
 } rp_train_options;
+
+#define RP_LORA_GIVEN_ALPHA 1u
+#define RP_LORA_GIVEN_TARGETS 2u
+#define RP_LORA_GIVEN_DROPOUT 4u
+#define RP_LORA_GIVEN_RSLORA 8u
+#define RP_LORA_GIVEN_INIT 16u
+#define RP_LORA_GIVEN_MERGED 32u
 
 /* Fill with the documented defaults. */
 void rp_train_options_default(rp_train_options *o);

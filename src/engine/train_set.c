@@ -39,6 +39,18 @@ static rp_status parse_word(const char *opt, const char *s, const char *const *w
     return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not one of %s", opt, s, list);
 }
 
+/* A flag: no value (the command line), or 1/0, true/false (the API). */
+static rp_status parse_flag(const char *opt, const char *s, int *out, rp_error *err)
+{
+    if (!s || !strcmp(s, "1") || !strcmp(s, "true"))
+        *out = 1;
+    else if (!strcmp(s, "0") || !strcmp(s, "false"))
+        *out = 0;
+    else
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not 1 or 0", opt, s);
+    return RP_OK;
+}
+
 rp_status rp_train_options_set(rp_train_options *o, const char *name, const char *a, rp_error *err)
 {
     char opt[64];
@@ -90,13 +102,27 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
         RP_TRY(parse_dtype(opt, a, 0, &o->dtype, err));
         o->dtype_set = 1;
     }
-    else if (IS("shuffle")) { /* a flag: no value, or 1/0 through the API */
-        if (!a || !strcmp(a, "1") || !strcmp(a, "true"))
-            o->shuffle = 1;
-        else if (!strcmp(a, "0") || !strcmp(a, "false"))
-            o->shuffle = 0;
-        else
-            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not 1 or 0", opt, a);
+    else if (IS("shuffle")) /* a flag: no value, or 1/0 through the API */
+        return parse_flag(opt, a, &o->shuffle, err);
+    else if (IS("lora-rank")) return rp_arg_int(opt, a, 0, 65536, &o->lora_rank, err);
+    else if (IS("lora-alpha")) {
+        RP_TRY(rp_arg_double(opt, a, &o->lora_alpha, err));
+        o->lora_given |= RP_LORA_GIVEN_ALPHA;
+    } else if (IS("lora-targets")) {
+        o->lora_targets = a;
+        o->lora_given |= RP_LORA_GIVEN_TARGETS;
+    } else if (IS("lora-dropout")) {
+        RP_TRY(rp_arg_double(opt, a, &o->lora_dropout, err));
+        o->lora_given |= RP_LORA_GIVEN_DROPOUT;
+    } else if (IS("use-rslora")) {
+        RP_TRY(parse_flag(opt, a, &o->use_rslora, err));
+        o->lora_given |= RP_LORA_GIVEN_RSLORA;
+    } else if (IS("lora-init")) {
+        o->lora_init = a;
+        o->lora_given |= RP_LORA_GIVEN_INIT;
+    } else if (IS("save-merged")) {
+        o->save_merged = a;
+        o->lora_given |= RP_LORA_GIVEN_MERGED;
     }
     else if (IS("grad-dtype"))
         RP_TRY(parse_dtype(opt, a, 0, &o->grad_dtype, err));

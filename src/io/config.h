@@ -24,6 +24,31 @@ typedef struct rp_rope_scaling {
     int64_t original_max_position_embeddings; /* llama3 */
 } rp_rope_scaling;
 
+/* LoRA (issue 13): the projections of a decoder block that may carry an
+ * adapter, and the adapters' settings (io/peft.h reads and writes them in
+ * PEFT's layout). */
+typedef enum rp_lora_proj {
+    RP_LORA_Q_PROJ = 0,
+    RP_LORA_K_PROJ,
+    RP_LORA_V_PROJ,
+    RP_LORA_O_PROJ,
+    RP_LORA_GATE_PROJ,
+    RP_LORA_UP_PROJ,
+    RP_LORA_DOWN_PROJ,
+    RP_LORA_NPROJ
+} rp_lora_proj;
+
+/* A set of projections: bit p for rp_lora_proj p. */
+#define RP_LORA_ALL_LINEAR ((1u << RP_LORA_NPROJ) - 1u)
+
+typedef struct rp_lora_config {
+    int rank;          /* r >= 1 */
+    double alpha;      /* lora_alpha */
+    double dropout;    /* lora_dropout, in [0, 1) */
+    int use_rslora;    /* scaling alpha / sqrt(r) instead of alpha / r */
+    unsigned targets;  /* the adapted projections (RP_LORA_ALL_LINEAR: all of them) */
+} rp_lora_config;
+
 typedef struct rp_model_config {
     rp_arch arch;
     int64_t hidden_size;
@@ -41,6 +66,9 @@ typedef struct rp_model_config {
     int tie_word_embeddings; /* default: 0 for llama, 0 for qwen3 unless set */
     int attention_bias;      /* q/k/v/o projections carry a bias (check transformers for o_proj) */
     rp_dtype torch_dtype;    /* dtype named in the file (F32 if absent) */
+    rp_lora_config lora;     /* rank 0 (as parsed): full fine-tuning; else the blocks'
+                                targeted projections carry trainable adapters and every
+                                other parameter is frozen (model/layout.h) */
 } rp_model_config;
 
 /* Parse config.json at path. Unknown model types, missing required fields,

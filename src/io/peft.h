@@ -18,28 +18,6 @@
 #include "core/error.h"
 #include "io/config.h"
 
-typedef enum rp_lora_proj {
-    RP_LORA_Q_PROJ = 0,
-    RP_LORA_K_PROJ,
-    RP_LORA_V_PROJ,
-    RP_LORA_O_PROJ,
-    RP_LORA_GATE_PROJ,
-    RP_LORA_UP_PROJ,
-    RP_LORA_DOWN_PROJ,
-    RP_LORA_NPROJ
-} rp_lora_proj;
-
-/* A set of projections: bit p for rp_lora_proj p. */
-#define RP_LORA_ALL_LINEAR ((1u << RP_LORA_NPROJ) - 1u)
-
-typedef struct rp_lora_config {
-    int rank;          /* r >= 1 */
-    double alpha;      /* lora_alpha */
-    double dropout;    /* lora_dropout, in [0, 1) */
-    int use_rslora;    /* scaling alpha / sqrt(r) instead of alpha / r */
-    unsigned targets;  /* the adapted projections (RP_LORA_ALL_LINEAR: all of them) */
-} rp_lora_config;
-
 /* "q_proj", ..., "down_proj"; and back (-1 for another name). */
 const char *rp_lora_proj_name(rp_lora_proj p);
 int rp_lora_proj_parse(const char *name);

@@ -20,8 +20,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "io/peft.h"
 #include "kernels/cpu/rope.h"
 #include "model/carve.h"
+#include "model/lora.h"
 
 size_t rp_model_guard_floats = 0;
 
@@ -58,6 +60,11 @@ typedef struct block_ws {
     /* scratch (q, k, v: saved when they are their own compute copies) */
     float *q, *k, *v, *tmp, *dm, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
     void *dy_c, *dg, *du, *dout, *dq_c, *dk_c, *dv_c;
+    /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
+     * it), each projection's ts (saved) and the shared scratch */
+    void *adapters_c;
+    void *lora_ts[RP_LORA_NPROJ];
+    rp_lora_bufs lora;
     size_t saved_total, scratch_total;
 } block_ws;
 
@@ -130,6 +137,16 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
      * for the backward */
     size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
     w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
+    const rp_lora_config *lc = &cfg->lora;
+    const size_t wide = max3(H, QD, I); /* the widest input or output of a projection */
+    if (lc->rank > 0) {
+        rp_lora_offsets lo;
+        rp_lora_offsets_get(cfg, &lo);
+        w->adapters_c = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&sv, ops, lo.numel);
+        for (int p = 0; p < RP_LORA_NPROJ; p++)
+            if (lc->targets & (1u << p))
+                w->lora_ts[p] = rp_carve_compute(&sv, ops, T * (size_t)lc->rank);
+    }
     w->saved_total = sv.at;
 
     if (!one) {
@@ -160,6 +177,15 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
+    if (lc->rank > 0) {
+        w->lora.t = rp_carve_f32(&sc, T * (size_t)lc->rank);
+        w->lora.u = rp_carve_f32(&sc, T * wide);
+        w->lora.dt = rp_carve_compute(&sc, ops, T * (size_t)lc->rank);
+        if (lc->dropout > 0) {
+            w->lora.xd = rp_carve_compute(&sc, ops, T * wide);
+            w->lora.dxd = rp_carve_f32(&sc, T * wide);
+        }
+    }
     w->scratch_total = sc.at;
 }
 
@@ -224,17 +250,30 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
 typedef struct block_params {
     const void *W;
     const float *f[SMALL_COUNT];
+    const void *adapters; /* LoRA, in the compute dtype (NULL without LoRA) */
 } block_params;
 
 #define OP RP_OP
 
 static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
                              const rp_block_offsets *off, const void *P, rp_dtype pdt,
-                             const block_ws *w, int convert, block_params *v, rp_error *err)
+                             const rp_lora_call *lora, const block_ws *w, int convert,
+                             block_params *v, rp_error *err)
 {
     if (convert && w->wc)
         OP(convert, P, pdt, w->wc, k->ops->compute_dtype, (int64_t)off->numel);
     v->W = w->wc ? w->wc : P;
+    v->adapters = NULL;
+    if (cfg->lora.rank > 0) {
+        if (!lora || !lora->adapters)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA block: no adapters given");
+        rp_lora_offsets lo;
+        rp_lora_offsets_get(cfg, &lo);
+        if (convert && w->adapters_c)
+            OP(convert, lora->adapters, pdt, w->adapters_c, k->ops->compute_dtype,
+               (int64_t)lo.numel);
+        v->adapters = w->adapters_c ? w->adapters_c : lora->adapters;
+    }
     const float *f32 = pdt == RP_F32 ? P : k->ops->compute_dtype == RP_F32 ? w->wc : NULL;
     for (int i = 0; i < SMALL_COUNT; i++) {
         size_t n, at = small_tensor(cfg, off, i, &n);
@@ -259,27 +298,83 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
  * offsets, and the parameters as the ops read them (the forward makes the
  * converted copies, the backward finds them in the saved area). */
 static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, const void *params,
-                             rp_dtype pdt, int64_t nseq, int64_t seqlen, float *saved, float *ws,
-                             int forward, block_ws *w, rp_block_offsets *off, block_params *bp,
-                             rp_error *err)
+                             rp_dtype pdt, const rp_lora_call *lora, int64_t nseq, int64_t seqlen,
+                             float *saved, float *ws, int forward, block_ws *w,
+                             rp_block_offsets *off, block_params *bp, rp_error *err)
 {
     carve(k->ops, pdt, cfg, nseq, seqlen, saved, ws, NULL, w);
     rp_block_offsets_get(cfg, off);
-    return params_view(k, cfg, off, params, pdt, w, forward, bp, err);
+    return params_view(k, cfg, off, params, pdt, lora, w, forward, bp, err);
+}
+
+/* Projection p's adapter, or NULL when p has none (or there is no LoRA).
+ * dparams: the adapters' gradient (backward), or NULL. */
+static const rp_lora_adapter *adapter(const rp_kernels *k, const rp_model_config *cfg,
+                                      const block_params *bp, float *dparams, rp_lora_proj p,
+                                      rp_lora_adapter *a)
+{
+    if (cfg->lora.rank <= 0 || !(cfg->lora.targets & (1u << p)))
+        return NULL;
+    rp_lora_offsets lo;
+    rp_lora_offsets_get(cfg, &lo);
+    const size_t cb = rp_kernel_compute_bytes(k->ops);
+    a->A = (const char *)bp->adapters + lo.a[p] * cb;
+    a->B = (const char *)bp->adapters + lo.b[p] * cb;
+    a->dA = dparams ? dparams + lo.a[p] : NULL;
+    a->dB = dparams ? dparams + lo.b[p] : NULL;
+    a->proj = p;
+    rp_lora_features(cfg, p, &a->in, &a->out);
+    return a;
+}
+
+/* The buffers of projection p's adapter. */
+static rp_lora_bufs lora_bufs(const block_ws *w, rp_lora_proj p)
+{
+    rp_lora_bufs b = w->lora;
+    b.ts = w->lora_ts[p];
+    return b;
+}
+
+/* y (+ its compute copy) += projection p's adapter on x, when it has one. */
+static rp_status lora_add(const rp_kernels *k, const rp_model_config *cfg, const rp_lora_call *lc,
+                          const block_params *bp, const block_ws *w, rp_lora_proj p,
+                          const void *x, int64_t nseq, int64_t seqlen, float *y, void *y_compute,
+                          rp_error *err)
+{
+    rp_lora_adapter a;
+    if (!adapter(k, cfg, bp, NULL, p, &a))
+        return RP_OK;
+    rp_lora_bufs b = lora_bufs(w, p);
+    return rp_lora_forward(k, cfg, lc, &a, x, nseq, seqlen, y, y_compute, &b, err);
+}
+
+/* Projection p's adapter gradients from dy, then dx += its input gradient
+ * (dx NULL: only the weights, rp_lora_backward_input follows later). */
+static rp_status lora_grad(const rp_kernels *k, const rp_model_config *cfg, const rp_lora_call *lc,
+                           const block_params *bp, const block_ws *w, float *dparams,
+                           rp_lora_proj p, const void *x, const void *dy, int64_t nseq,
+                           int64_t seqlen, float *dx, rp_error *err)
+{
+    rp_lora_adapter a;
+    if (!adapter(k, cfg, bp, dparams, p, &a))
+        return RP_OK;
+    rp_lora_bufs b = lora_bufs(w, p);
+    RP_TRY(rp_lora_backward_weights(k, cfg, lc, &a, x, dy, nseq, seqlen, &b, err));
+    return dx ? rp_lora_backward_input(k, cfg, lc, &a, nseq, seqlen, dx, &b, err) : RP_OK;
 }
 
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
                            int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,
-                           rp_error *err)
+                           const rp_lora_call *lora, rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
     rp_block_offsets off;
     block_params bp;
-    RP_TRY(block_begin(k, cfg, params, params_dtype, nseq, seqlen, saved, ws, 1, &w, &off, &bp,
-                       err));
+    RP_TRY(block_begin(k, cfg, params, params_dtype, lora, nseq, seqlen, saved, ws, 1, &w, &off,
+                       &bp, err));
     const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
@@ -291,7 +386,14 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(rmsnorm_forward, x, F(IN_NORM), NULL, w.h1, w.rstd1, T, H, eps);
     OP(linear_forward, w.h1, PC(wq), F(BQ), NULL, qk ? w.qraw : w.q, NULL, T, H, QD);
     OP(linear_forward, w.h1, PC(wk), F(BK), NULL, qk ? w.kraw : w.k, NULL, T, H, KD);
-    OP(linear_forward, w.h1, PC(wv), F(BV), NULL, w.v, w.v_c, T, H, KD);
+    const int v_adapted = bp.adapters && (cfg->lora.targets & (1u << RP_LORA_V_PROJ));
+    OP(linear_forward, w.h1, PC(wv), F(BV), NULL, w.v, v_adapted ? NULL : w.v_c, T, H, KD);
+    /* the adapters add to the frozen outputs (v's compute copy made then) */
+#define LORA_ADD(p, x, y, y_c)                                                                   \
+    RP_TRY(lora_add(k, cfg, lora, &bp, &w, RP_LORA_##p, x, nseq, seqlen, y, y_c, err))
+    LORA_ADD(Q_PROJ, w.h1, qk ? w.qraw : w.q, NULL);
+    LORA_ADD(K_PROJ, w.h1, qk ? w.kraw : w.k, NULL);
+    LORA_ADD(V_PROJ, w.h1, w.v, w.v_c);
     if (qk) {
         OP(rmsnorm_forward, w.qraw, F(Q_NORM), w.q, NULL, w.rstdq, T * nh, hd, eps);
         OP(rmsnorm_forward, w.kraw, F(K_NORM), w.k, NULL, w.rstdk, T * nkv, hd, eps);
@@ -306,28 +408,39 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
 
     OP(linear_forward, w.o, PC(wo), F(BO), x, w.x2, NULL, T, QD, H);
+    LORA_ADD(O_PROJ, w.o, w.x2, NULL);
     OP(rmsnorm_forward, w.x2, F(POST_NORM), NULL, w.h2, w.rstd2, T, H, eps);
     OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
     OP(linear_forward, w.h2, PC(w_up), NULL, NULL, w.u, NULL, T, H, I);
+    LORA_ADD(GATE_PROJ, w.h2, w.g, NULL);
+    LORA_ADD(UP_PROJ, w.h2, w.u, NULL);
     OP(swiglu_forward, w.g, w.u, w.m, T * I);
-    if (y) /* without y (a layer run only for its backward) the down projection is skipped */
+    if (y) { /* without y (a layer run only for its backward) the down projection is skipped */
         OP(linear_forward, w.m, PC(w_down), NULL, w.x2, y, NULL, T, I, H);
+        LORA_ADD(DOWN_PROJ, w.m, y, NULL);
+    } else {
+        LORA_ADD(DOWN_PROJ, w.m, NULL, NULL); /* what its backward needs */
+    }
+#undef LORA_ADD
     return RP_OK;
 }
 
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                             rp_dtype params_dtype, const float *x, float *saved, const float *dy,
                             float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                            const int32_t *seg_start, float *ws, rp_error *err)
+                            const int32_t *seg_start, float *ws, const rp_lora_call *lora,
+                            rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
     rp_block_offsets off;
     block_params bp;
-    RP_TRY(block_begin(k, cfg, params, params_dtype, nseq, seqlen, saved, ws, 0, &w, &off, &bp,
-                       err));
-    float *D = dparams;
+    RP_TRY(block_begin(k, cfg, params, params_dtype, lora, nseq, seqlen, saved, ws, 0, &w, &off,
+                       &bp, err));
+    /* the frozen weights of LoRA get no gradient; its adapters' is dparams */
+    const int base = cfg->lora.rank <= 0;
+    float *D = base ? dparams : NULL;
     const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
@@ -336,34 +449,54 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     const int qk = cfg->arch == RP_ARCH_QWEN3;
     const float *rope = NULL;
     RP_TRY(rope_of(k, cfg, seqlen, &w, 0, &rope, err));
+#define DW(...) if (base) OP(linear_backward_weight, __VA_ARGS__)
+#define DSUM(field, ...) if (base && off.field != SIZE_MAX) OP(column_sum_accumulate, __VA_ARGS__)
+#define DN(field) (base ? PF(D, field) : NULL)
+#define LORA_GRAD(p, x, dy, dx)                                                                  \
+    RP_TRY(lora_grad(k, cfg, lora, &bp, &w, dparams, RP_LORA_##p, x, dy, nseq, seqlen, dx, err))
 
     /* MLP: y = x2 + m Wd^T, m = silu(g) * u. On fp32 tables dm overwrites
-     * m, so the weight gradient comes first. */
+     * m, so the weight gradients come first (the adapter's input
+     * gradient after dm). */
     const void *dy_c = dy;
     if (w.dy_c) {
         OP(convert, dy, RP_F32, w.dy_c, k->ops->compute_dtype, T * H);
         dy_c = w.dy_c;
     }
-    OP(linear_backward_weight, dy_c, w.m, PF(D, w_down), T, I, H);
+    DW(dy_c, w.m, PF(D, w_down), T, I, H);
+    LORA_GRAD(DOWN_PROJ, w.m, dy_c, NULL);
     OP(linear_backward_input, dy_c, PC(w_down), w.dm, NULL, T, I, H, 0);
+    rp_lora_adapter down;
+    if (adapter(k, cfg, &bp, dparams, RP_LORA_DOWN_PROJ, &down)) {
+        rp_lora_bufs b = lora_bufs(&w, RP_LORA_DOWN_PROJ);
+        RP_TRY(rp_lora_backward_input(k, cfg, lora, &down, nseq, seqlen, w.dm, &b, err));
+    }
     OP(swiglu_backward, w.g, w.u, w.dm, w.dg, w.du, T * I);
-    OP(linear_backward_weight, w.dg, w.h2, PF(D, w_gate), T, H, I);
-    OP(linear_backward_weight, w.du, w.h2, PF(D, w_up), T, H, I);
+    DW(w.dg, w.h2, PF(D, w_gate), T, H, I);
+    DW(w.du, w.h2, PF(D, w_up), T, H, I);
     OP(linear_backward_input, w.dg, PC(w_gate), w.tmp, NULL, T, H, I, 0);
     OP(linear_backward_input, w.du, PC(w_up), w.tmp, NULL, T, H, I, 1);
+    LORA_GRAD(GATE_PROJ, w.h2, w.dg, w.tmp);
+    LORA_GRAD(UP_PROJ, w.h2, w.du, w.tmp);
     /* dx2 = dy + rmsnorm backward, kept in dx (dy is not read after this,
      * so dx may alias dy); its compute copy reuses dy's, dead since dm */
     if (dx != dy)
         OP(copy, dx, dy, sizeof(float) * (size_t)(T * H));
     void *dx2_c = w.dy_c ? w.dy_c : (void *)dx;
-    OP(rmsnorm_backward, w.x2, F(POST_NORM), w.rstd2, w.tmp, dx, dx2_c, PF(D, post_norm), T,
-       H, 1, w.partial);
+    OP(rmsnorm_backward, w.x2, F(POST_NORM), w.rstd2, w.tmp, dx, dx2_c, DN(post_norm), T, H, 1,
+       w.partial);
 
-    /* attention output projection */
-    OP(linear_backward_weight, dx2_c, w.o, PF(D, wo), T, QD, H);
-    if (off.bo != SIZE_MAX)
-        OP(column_sum_accumulate, dx, T, H, PF(D, bo), w.partial);
-    OP(linear_backward_input, dx2_c, PC(wo), NULL, w.dout, T, QD, H, 0);
+    /* attention output projection; with an adapter, do (its gradient into
+     * dout) is summed in fp32 in dq, free until the attention's backward */
+    DW(dx2_c, w.o, PF(D, wo), T, QD, H);
+    DSUM(bo, dx, T, H, PF(D, bo), w.partial);
+    if (bp.adapters && (cfg->lora.targets & (1u << RP_LORA_O_PROJ))) {
+        OP(linear_backward_input, dx2_c, PC(wo), w.dq, NULL, T, QD, H, 0);
+        LORA_GRAD(O_PROJ, w.o, dx2_c, w.dq);
+        OP(convert, w.dq, RP_F32, w.dout, k->ops->compute_dtype, T * QD);
+    } else {
+        OP(linear_backward_input, dx2_c, PC(wo), NULL, w.dout, T, QD, H, 0);
+    }
     rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
     s.seg_start = seg_start;
     OP(attention_backward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse, w.dout, w.dq, w.dk, w.dv,
@@ -372,25 +505,29 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     OP(rope_apply, w.dq, qk ? NULL : w.dq_c, rope, nseq, seqlen, seg_start, nh, hd, 1);
     OP(rope_apply, w.dk, qk ? NULL : w.dk_c, rope, nseq, seqlen, seg_start, nkv, hd, 1);
     if (qk) {
-        OP(rmsnorm_backward, w.qraw, F(Q_NORM), w.rstdq, w.dq, w.dq, w.dq_c, PF(D, q_norm),
-           T * nh, hd, 0, w.partial);
-        OP(rmsnorm_backward, w.kraw, F(K_NORM), w.rstdk, w.dk, w.dk, w.dk_c, PF(D, k_norm),
+        OP(rmsnorm_backward, w.qraw, F(Q_NORM), w.rstdq, w.dq, w.dq, w.dq_c, DN(q_norm), T * nh,
+           hd, 0, w.partial);
+        OP(rmsnorm_backward, w.kraw, F(K_NORM), w.rstdk, w.dk, w.dk, w.dk_c, DN(k_norm),
            T * nkv, hd, 0, w.partial);
     }
     OP(convert, w.dv, RP_F32, w.dv_c, k->ops->compute_dtype, T * KD);
-    if (off.bq != SIZE_MAX)
-        OP(column_sum_accumulate, w.dq, T, QD, PF(D, bq), w.partial);
-    if (off.bk != SIZE_MAX)
-        OP(column_sum_accumulate, w.dk, T, KD, PF(D, bk), w.partial);
-    if (off.bv != SIZE_MAX)
-        OP(column_sum_accumulate, w.dv, T, KD, PF(D, bv), w.partial);
-    OP(linear_backward_weight, w.dq_c, w.h1, PF(D, wq), T, H, QD);
-    OP(linear_backward_weight, w.dk_c, w.h1, PF(D, wk), T, H, KD);
-    OP(linear_backward_weight, w.dv_c, w.h1, PF(D, wv), T, H, KD);
+    DSUM(bq, w.dq, T, QD, PF(D, bq), w.partial);
+    DSUM(bk, w.dk, T, KD, PF(D, bk), w.partial);
+    DSUM(bv, w.dv, T, KD, PF(D, bv), w.partial);
+    DW(w.dq_c, w.h1, PF(D, wq), T, H, QD);
+    DW(w.dk_c, w.h1, PF(D, wk), T, H, KD);
+    DW(w.dv_c, w.h1, PF(D, wv), T, H, KD);
     OP(linear_backward_input, w.dq_c, PC(wq), w.tmp, NULL, T, H, QD, 0);
     OP(linear_backward_input, w.dk_c, PC(wk), w.tmp, NULL, T, H, KD, 1);
     OP(linear_backward_input, w.dv_c, PC(wv), w.tmp, NULL, T, H, KD, 1);
-    OP(rmsnorm_backward, x, F(IN_NORM), w.rstd1, w.tmp, dx, NULL, PF(D, in_norm), T, H, 1,
+    LORA_GRAD(Q_PROJ, w.h1, w.dq_c, w.tmp);
+    LORA_GRAD(K_PROJ, w.h1, w.dk_c, w.tmp);
+    LORA_GRAD(V_PROJ, w.h1, w.dv_c, w.tmp);
+    OP(rmsnorm_backward, x, F(IN_NORM), w.rstd1, w.tmp, dx, NULL, DN(in_norm), T, H, 1,
        w.partial);
+#undef DW
+#undef DSUM
+#undef DN
+#undef LORA_GRAD
     return RP_OK;
 }

@@ -120,7 +120,8 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
             OP(convert, w.logits, RP_F32, w.dlogits_c, k->ops->compute_dtype, n * V);
             dlogits = w.dlogits_c;
         }
-        OP(linear_backward_weight, dlogits, w.h, dlm_w, n, H, V);
+        if (dlm_w) /* NULL: a frozen head (LoRA) */
+            OP(linear_backward_weight, dlogits, w.h, dlm_w, n, H, V);
         OP(linear_backward_input, dlogits, lm, w.dh, NULL, n, H, V, 0);
         OP(rmsnorm_backward, xc, norm, w.rstd, w.dh, dxc, NULL, dnorm_w, n, H, 0, w.partial);
     }

@@ -81,26 +81,46 @@ extern size_t rp_model_guard_floats;
 void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_model_config *cfg,
                      int64_t nseq, int64_t seqlen, rp_model_guards *out);
 
+/* LoRA (cfg->lora.rank > 0): what a block call needs besides the frozen
+ * weights, which come as `params` (laid out as without LoRA). The layer's
+ * adapters (its trainable block, rp_lora_offsets) are in params_dtype; the
+ * dropout masks are keyed by (seed, step, sample, layer, projection,
+ * element) with sample = first_sample + the sequence's index in the call
+ * (kernels/ops.h, rp_dropout_site), so they do not depend on how samples
+ * are dealt to microbatches or ranks. */
+typedef struct rp_lora_call {
+    const void *adapters;
+    uint64_t seed;
+    int64_t step;
+    int32_t layer;        /* the decoder block's index (model.layers.{layer}) */
+    int64_t first_sample; /* of the iteration's batch */
+} rp_lora_call;
+
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL
  * skips the output (and the down projection): for a layer whose forward
  * runs only for its backward. params is the layer block laid out as
  * rp_block_offsets_get. y must not alias x. seg_start (device memory of
  * k's back end, or NULL) packs documents into each sequence: a token
  * attends to the earlier tokens of its segment only and its RoPE position
- * restarts there (rp_attn_shape). */
+ * restarts there (rp_attn_shape). With LoRA, lora (required) gives the
+ * adapters: each targeted projection adds scaling * B A dropout(x) to its
+ * frozen output (model/lora.h); without, lora is NULL. */
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
                            int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,
-                           rp_error *err);
+                           const rp_lora_call *lora, rp_error *err);
 
 /* dx = dL/dx (overwritten; may alias dy, must not alias x) and dparams +=
  * dL/dparams, given dy = dL/dy, from the `saved` area of this layer's
  * forward on the same x and params (consumed: the backward overwrites part
- * of it, so each forward serves one backward). */
+ * of it, so each forward serves one backward). With LoRA, dparams is the
+ * adapters' gradient (laid out as they are) and the frozen weights get
+ * none; lora is the forward's. */
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                             rp_dtype params_dtype, const float *x, float *saved, const float *dy,
                             float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                            const int32_t *seg_start, float *ws, rp_error *err);
+                            const int32_t *seg_start, float *ws, const rp_lora_call *lora,
+                            rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq);
@@ -119,7 +139,8 @@ size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
  * tokens, in double, summed in token order.
  * When dx != NULL: dx = d(scale * loss_sum)/dx (rows that do not count get
  * only what flows through other rows, i.e. zero), dnorm_w += and dlm_w +=
- * the scale-weighted gradients. lm_w is [vocab, hidden]: with tied
+ * the scale-weighted gradients (either may be NULL: a frozen weight, as
+ * with LoRA). lm_w is [vocab, hidden]: with tied
  * embeddings pass the embedding matrix and its gradient buffer.
  * Logits exist for `chunk` tokens at a time (0: the back end's choice),
  * never for all T. A counted target outside [0, vocab) is RP_ERR_RANGE

@@ -1,10 +1,12 @@
 #include "model/layout.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
+#include "io/peft.h"
 #include "kernels/cpu/ops.h"
 #include "model/layers.h"
 
@@ -143,24 +145,87 @@ void rp_block_offsets_get(const rp_model_config *cfg, rp_block_offsets *off)
     block_layout(cfg, 0, &tmp, off);
 }
 
+/* A LoRA block: the A [r, in] and B [out, r] of each targeted projection,
+ * in projection order; off (may be NULL) receives their offsets. */
+static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L,
+                              rp_lora_offsets *off)
+{
+    const rp_lora_config *c = &cfg->lora;
+    rp_lora_offsets o;
+    char n[96];
+    memset(L, 0, sizeof *L);
+    L->kind = RP_LAYER_BLOCK;
+    L->block = i;
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        o.a[p] = o.b[p] = SIZE_MAX;
+        if (!(c->targets & (1u << p)))
+            continue;
+        int64_t in, out;
+        rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
+        rp_lora_tensor_name(i, (rp_lora_proj)p, 0, n, sizeof n);
+        o.a[p] = add_param(L, n, 2, c->rank, in);
+        rp_lora_tensor_name(i, (rp_lora_proj)p, 1, n, sizeof n);
+        o.b[p] = add_param(L, n, 2, out, c->rank);
+    }
+    o.numel = L->numel;
+    if (off)
+        *off = o;
+}
+
+void rp_lora_offsets_get(const rp_model_config *cfg, rp_lora_offsets *off)
+{
+    rp_layer_desc tmp;
+    lora_block_layout(cfg, 0, &tmp, off);
+}
+
+static rp_status lora_check(const rp_lora_config *c, rp_error *err)
+{
+    if (c->rank < 1)
+        return RP_OK;
+    if (c->targets == 0 || (c->targets & ~RP_LORA_ALL_LINEAR))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: no projection to adapt (targets)");
+    if (!(c->dropout >= 0 && c->dropout < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: dropout %g is outside [0, 1)",
+                            c->dropout);
+    if (!isfinite(c->alpha))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: alpha is not finite");
+    return RP_OK;
+}
+
+rp_status rp_model_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
+                               rp_error *err)
+{
+    rp_model_config full = *cfg;
+    full.lora.rank = 0;
+    return rp_model_layout(&full, layers, nlayers, err);
+}
+
 rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
                           rp_error *err)
 {
     RP_TRY(rp_model_config_check(cfg, err));
+    RP_TRY(lora_check(&cfg->lora, err));
+    const int lora = cfg->lora.rank > 0;
     const int L = (int)cfg->num_hidden_layers, n = L + 2;
     rp_layer_desc *d = calloc((size_t)n, sizeof *d);
     if (!d)
         return rp_error_set(err, RP_ERR_NOMEM, "model layout: cannot allocate %d layers", n);
     d[0].kind = RP_LAYER_EMBED;
     d[0].block = -1;
-    add_param(&d[0], "model.embed_tokens.weight", 2, cfg->vocab_size, cfg->hidden_size);
-    for (int i = 0; i < L; i++)
-        block_layout(cfg, i, &d[1 + i], NULL);
+    if (!lora)
+        add_param(&d[0], "model.embed_tokens.weight", 2, cfg->vocab_size, cfg->hidden_size);
+    for (int i = 0; i < L; i++) {
+        if (lora)
+            lora_block_layout(cfg, i, &d[1 + i], NULL);
+        else
+            block_layout(cfg, i, &d[1 + i], NULL);
+    }
     rp_layer_desc *h = &d[n - 1];
     h->kind = RP_LAYER_HEAD;
     h->block = -1;
-    add_param(h, "model.norm.weight", 1, cfg->hidden_size, 1);
-    if (!cfg->tie_word_embeddings)
+    if (!lora)
+        add_param(h, "model.norm.weight", 1, cfg->hidden_size, 1);
+    if (!lora && !cfg->tie_word_embeddings)
         add_param(h, "lm_head.weight", 2, cfg->vocab_size, cfg->hidden_size);
     *layers = d;
     *nlayers = n;
@@ -188,7 +253,15 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
     for (int i = 0; i < layer->nparams; i++) {
         const rp_param_desc *p = &layer->params[i];
         float *w = params + p->offset;
-        if (p->ndim == 2) {
+        if (ends_with(p->name, ".lora_A.weight")) {
+            /* PEFT's kaiming_uniform(a = sqrt(5)) on [r, in]: bound 1/sqrt(in) */
+            const double bound = 1.0 / sqrt((double)p->shape[1]);
+            const uint64_t stream = rp_rng_stream_id(p->name);
+            for (size_t j = 0; j < p->numel; j++)
+                w[j] = (float)((2.0 * rp_rng_uniform(seed, stream, j) - 1.0) * bound);
+        } else if (ends_with(p->name, ".lora_B.weight")) {
+            /* already zero: a fresh adapter starts as the identity */
+        } else if (p->ndim == 2) {
             rp_rng_fill_normal(w, p->numel, seed, rp_rng_stream_id(p->name), 0, 0.0f,
                                (float)cfg->initializer_range);
         } else if (ends_with(p->name, ".bias")) {
@@ -216,9 +289,17 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         break;
     case RP_LAYER_BLOCK: {
         double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * I;
-        double attn = 2 * QD * (double)(seqlen + 1);
-        c->fwd_flops_per_token = gemm + attn;
-        c->bwd_flops_per_token = c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
+        double attn = 2 * QD * (double)(seqlen + 1), adapter = 0;
+        for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++)
+            if (cfg->lora.targets & (1u << p)) {
+                int64_t in, out;
+                rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
+                adapter += 2.0 * (double)cfg->lora.rank * (double)(in + out);
+            }
+        c->fwd_flops_per_token = gemm + adapter + attn;
+        c->bwd_flops_per_token = cfg->lora.rank > 0
+                                     ? c->fwd_flops_per_token + gemm + 2 * adapter + 2.5 * attn
+                                     : c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
         size_t w1 = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 1, seqlen);
         size_t w2 = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 2, seqlen);
         /* ws = fixed + per_token * tokens + per_seqlen * seqlen: two nseq
@@ -229,7 +310,8 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
     }
     case RP_LAYER_HEAD:
         c->fwd_flops_per_token = 2 * H * V;
-        c->bwd_flops_per_token = 3 * (2 * H * V); /* logits + dW + dx, one pass */
+        /* logits + dW + dx, one pass (LoRA: no dW) */
+        c->bwd_flops_per_token = (cfg->lora.rank > 0 ? 2 : 3) * (2 * H * V);
         /* one chunk of logits, and the losses of every token (two token
          * counts separate the two) */
         size_t w1 = rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 1024, 0);

@@ -50,14 +50,36 @@ typedef struct rp_block_offsets {
     size_t numel;
 } rp_block_offsets;
 
+/* Offsets of a LoRA block's adapters within its (trainable) layer block:
+ * a[p] of projection p's A [r, in], b[p] of its B [out, r]; SIZE_MAX for a
+ * projection the configuration does not target. */
+typedef struct rp_lora_offsets {
+    size_t a[RP_LORA_NPROJ], b[RP_LORA_NPROJ];
+    size_t numel;
+} rp_lora_offsets;
+
 /* Checks the configuration for what the layer math needs (positive sizes,
  * heads divisible by kv heads, even head_dim, ...), naming the field. */
 rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err);
 
-/* Describe all num_hidden_layers + 2 layers. *layers is malloc'ed; the
- * caller frees it with free(). */
+/* Describe all num_hidden_layers + 2 layers: their trainable parameters.
+ * With LoRA (cfg->lora.rank > 0) those are the adapters only, under PEFT's
+ * names (io/peft.h): a block holds the A and B of each targeted projection
+ * (rp_lora_offsets), the embedding and the head hold nothing (numel 0); the
+ * frozen weights are rp_model_base_layout's. *layers is malloc'ed; the
+ * caller frees it with free(). A LoRA configuration with no target, a
+ * dropout outside [0, 1) or a non-finite alpha is an error. */
 rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
                           rp_error *err);
+
+/* The layout of the full model (every weight, as without LoRA): with LoRA,
+ * the frozen base the adapters sit beside. */
+rp_status rp_model_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
+                               rp_error *err);
+
+/* The adapter offsets of a LoRA block (the same numbers rp_model_layout
+ * puts in the descriptors). */
+void rp_lora_offsets_get(const rp_model_config *cfg, rp_lora_offsets *off);
 
 /* The block offsets (same numbers rp_model_layout puts in the descriptors). */
 void rp_block_offsets_get(const rp_model_config *cfg, rp_block_offsets *off);
@@ -69,7 +91,10 @@ const rp_param_desc *rp_layer_find_param(const rp_layer_desc *layer, const char 
  * embeddings ~ normal(0, initializer_range) drawn with
  * rp_rng_fill_normal(seed, rp_rng_stream_id(full name), first index 0),
  * norm weights 1, biases 0, padding 0. Depends only on (seed, name, element),
- * never on ranks or threads. */
+ * never on ranks or threads. A LoRA adapter starts as PEFT's: A uniform in
+ * +-1/sqrt(in) (kaiming_uniform with a = sqrt(5)), drawn as
+ * (2 rp_rng_uniform(seed, rp_rng_stream_id(name), element) - 1) / sqrt(in),
+ * and B zero. */
 void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
                    float *params);
 
@@ -83,10 +108,15 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
  *                                       (S+1)/2 keys per query, 2 products
  *     (QD = heads*head_dim, KD = kv_heads*head_dim)
  *   head: 2*H*V per token (logits); the loss is elementwise.
+ *     with LoRA + 2*r*(in+out) per targeted projection (the adapter,
+ *                                       counted apart as `adapter` below)
  * Backward with recompute: bwd_flops = fwd + 2*gemm + 2.5*attn (the
  * forward again, then two products per GEMM, and five attention products
  * where the forward has two). The head runs forward and backward in one pass:
  * bwd_flops = 3 * 2*H*V.
+ * With LoRA the frozen weights get no gradient: a block's backward is
+ * fwd + gemm + 2*adapter + 2.5*attn (the input gradients of the base, two
+ * products per adapter GEMM), the head's 2 * 2*H*V, the embedding's none.
  * act_floats_per_token: the layer input the checkpoint saves (H; 1 int32 for
  * the embedding's token ids counted as one float).
  * work_floats_per_token / work_floats_fixed: the layer's CPU workspace

@@ -1,0 +1,60 @@
+/* LoRA's frozen base (issue 13, DESIGN 5): every weight of the model but
+ * the adapters, never updated, in the executors' compute dtype. When the
+ * checkpoint's tensors are already in that dtype they are read in place
+ * from the memory-mapped safetensors files (one copy per node, in the page
+ * cache; nothing in the host store); otherwise (another dtype, or random
+ * initialisation) they are converted once into a region of the host store
+ * that the node leader fills.
+ *
+ * The base is described with the layout of the full model
+ * (rp_model_base_layout), untied: a tied model's head holds lm_head.weight,
+ * read from the embedding's tensor, so the engine treats the head as a layer
+ * of its own whose weights happen to be the embedding's bytes. Each layer
+ * is a list of pieces, one per tensor: where the tensor sits in the layer's
+ * block on the device (the block layout the model's calls read) and where
+ * its bytes are on the host. */
+#ifndef RP_ENGINE_FROZEN_BASE_H
+#define RP_ENGINE_FROZEN_BASE_H
+
+#include <stddef.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "io/config.h"
+#include "model/layout.h"
+
+typedef struct rp_base_piece {
+    size_t at;         /* element offset in the layer's block */
+    const void *src;   /* host bytes, in the base's dtype */
+    size_t numel;
+} rp_base_piece;
+
+typedef struct rp_frozen_base rp_frozen_base;
+
+/* Where the base of cfg (LoRA) will live: *mapped = 1 when model_dir's
+ * tensors can be read in place as `dtype`, else *store_bytes is the host
+ * store region it needs (0 when mapped). model_dir NULL: random
+ * initialisation, in the store. */
+rp_status rp_frozen_base_plan(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
+                              int *mapped, size_t *store_bytes, rp_error *err);
+
+/* Open the base: map model_dir's tensors, or attach the store region
+ * `store` (rp_frozen_base_plan's store_bytes of it) and, when fill is 1
+ * (the node leader), convert the model's tensors into it, or initialise it
+ * randomly with seed (rp_layer_init) without a model_dir. Missing tensors
+ * and wrong shapes name the file and the tensor. */
+rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
+                              void *store, int fill, uint64_t seed, rp_frozen_base **out,
+                              rp_error *err);
+void rp_frozen_base_close(rp_frozen_base **base);
+
+/* Layer l's block: its elements (padding included) and its pieces. */
+size_t rp_frozen_base_numel(const rp_frozen_base *base, int l);
+int rp_frozen_base_pieces(const rp_frozen_base *base, int l, const rp_base_piece **pieces);
+/* The base's layout (rp_model_base_layout, untied) and whether it is mapped. */
+const rp_layer_desc *rp_frozen_base_layer(const rp_frozen_base *base, int l);
+int rp_frozen_base_mapped(const rp_frozen_base *base);
+/* Host bytes of tensor `name` of layer l (NULL when absent). */
+const void *rp_frozen_base_tensor(const rp_frozen_base *base, int l, const char *name);
+
+#endif

@@ -1,0 +1,166 @@
+/* A LoRA run's set-up and outputs (lora_run.h). */
+#include "engine/lora_run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "io/model_dir.h"
+#include "io/peft.h"
+
+rp_status rp_lora_resolve(const rp_train_options *o, rp_model_config *cfg, rp_error *err)
+{
+    memset(&cfg->lora, 0, sizeof cfg->lora);
+    if (o->lora_rank < 1)
+        return RP_OK;
+    rp_lora_config *c = &cfg->lora;
+    c->rank = (int)o->lora_rank;
+    c->alpha = (o->lora_given & RP_LORA_GIVEN_ALPHA) ? o->lora_alpha : (double)o->lora_rank;
+    c->dropout = o->lora_dropout;
+    c->use_rslora = o->use_rslora;
+    c->targets = RP_LORA_ALL_LINEAR;
+    if (o->lora_targets)
+        RP_TRY(rp_lora_targets_parse(o->lora_targets, "--lora-targets", &c->targets, err));
+    if (!o->lora_init)
+        return RP_OK;
+    rp_model_config base = *cfg;
+    memset(&base.lora, 0, sizeof base.lora);
+    rp_lora_config a;
+    RP_TRY(rp_peft_read(o->lora_init, &base, &a, err));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", o->lora_init);
+    if (a.rank != c->rank)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: field \"r\" is %d, --lora-rank is %d",
+                            path, a.rank, c->rank);
+    if ((o->lora_given & RP_LORA_GIVEN_TARGETS) && a.targets != c->targets)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: field \"target_modules\" names other "
+                            "projections than --lora-targets %s", path, o->lora_targets);
+    if ((o->lora_given & RP_LORA_GIVEN_ALPHA) && a.alpha != c->alpha)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: field \"lora_alpha\" is %g, "
+                            "--lora-alpha is %g", path, a.alpha, c->alpha);
+    if ((o->lora_given & RP_LORA_GIVEN_RSLORA) && a.use_rslora != c->use_rslora)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: field \"use_rslora\" is %s, "
+                            "--use-rslora is %s", path, a.use_rslora ? "true" : "false",
+                            c->use_rslora ? "given" : "not given");
+    c->targets = a.targets;
+    c->alpha = a.alpha;
+    c->use_rslora = a.use_rslora;
+    if (!(o->lora_given & RP_LORA_GIVEN_DROPOUT))
+        c->dropout = a.dropout;
+    return RP_OK;
+}
+
+rp_status rp_lora_load_adapters(rp_params *p, const rp_train_options *o, rp_error *err)
+{
+    if (!o->lora_init) {
+        rp_params_init_random(p, o->seed);
+        return RP_OK;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", o->lora_init);
+    int n = 0;
+    rp_tensor_ref *t = rp_params_master_tensors(p, &n);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
+    rp_status s = rp_model_dir_load_file(path, t, n, err);
+    free(t);
+    for (int l = 0; s == RP_OK && l < p->nlayers; l++)
+        rp_params_sync_compute(p, l);
+    return s;
+}
+
+/* The adapter's tensor (block, projection, A or B) in the masters. */
+static const float *adapter_tensor(void *arg, int block, rp_lora_proj proj, int b)
+{
+    const rp_params *p = arg;
+    rp_lora_offsets off;
+    rp_lora_offsets_get(&p->cfg, &off);
+    return p->st[1 + block].master + (b ? off.b[proj] : off.a[proj]);
+}
+
+rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp_error *err)
+{
+    return rp_peft_write(o->save_dir, &p->cfg, &p->cfg.lora, o->model_dir, adapter_tensor,
+                         (void *)p, err);
+}
+
+/* W (out x in, fp32) += scaling * B A, in double per element. */
+static void merge(float *W, const float *A, const float *B, int64_t in, int64_t out, int r,
+                  double scaling)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < out; i++)
+        for (int64_t j = 0; j < in; j++) {
+            double s = 0.0;
+            for (int k = 0; k < r; k++)
+                s += (double)B[i * r + k] * (double)A[(int64_t)k * in + j];
+            W[i * in + j] = (float)((double)W[i * in + j] + scaling * s);
+        }
+}
+
+/* The projection a base tensor is the weight of (-1: none). */
+static int proj_of(const char *name)
+{
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, ".%s.weight", rp_lora_proj_name((rp_lora_proj)p));
+        size_t a = strlen(name), b = strlen(suffix);
+        if (a >= b && strcmp(name + a - b, suffix) == 0)
+            return p;
+    }
+    return -1;
+}
+
+rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
+                              const rp_train_options *o, rp_dtype dtype,
+                              const char *template_config, rp_error *err)
+{
+    rp_model_config cfg = p->cfg;
+    memset(&cfg.lora, 0, sizeof cfg.lora);
+    rp_layer_desc *L = NULL;
+    int nl = 0;
+    RP_TRY(rp_model_base_layout(&cfg, &L, &nl, err));
+    size_t total = 0;
+    int count = 0;
+    for (int l = 0; l < nl; l++) {
+        total += L[l].numel;
+        count += L[l].nparams;
+    }
+    float *w = malloc((total ? total : 1) * sizeof(float));
+    rp_tensor_ref *t = calloc((size_t)(count ? count : 1), sizeof *t);
+    rp_status s = w && t ? RP_OK
+                         : rp_error_set(err, RP_ERR_NOMEM, "--save-merged: %zu MiB of weights",
+                                        total * sizeof(float) >> 20);
+    const double scaling = rp_lora_scaling(&p->cfg.lora);
+    rp_lora_offsets off;
+    rp_lora_offsets_get(&p->cfg, &off);
+    const rp_dtype bd = p->compute_dtype;
+    size_t at = 0;
+    int k = 0;
+    for (int l = 0; s == RP_OK && l < nl; l++, at += L[l - 1].numel)
+        for (int i = 0; i < L[l].nparams; i++, k++) {
+            const rp_param_desc *d = &L[l].params[i];
+            float *dst = w + at + d->offset;
+            const void *src = rp_frozen_base_tensor(base, l, d->name);
+            if (bd == RP_F32)
+                memcpy(dst, src, d->numel * sizeof(float));
+            else
+                rp_bf16_to_f32_array(src, dst, d->numel);
+            int proj = L[l].kind == RP_LAYER_BLOCK ? proj_of(d->name) : -1;
+            if (proj >= 0 && (p->cfg.lora.targets & (1u << proj))) {
+                const float *ad = p->st[l].master;
+                merge(dst, ad + off.a[proj], ad + off.b[proj], d->shape[1], d->shape[0],
+                      p->cfg.lora.rank, scaling);
+            }
+            t[k] = (rp_tensor_ref){d->name, d->ndim, {d->shape[0], d->shape[1]}, dst};
+        }
+    if (s == RP_OK)
+        s = rp_model_dir_save(o->save_merged, t, count, dtype, &cfg, template_config,
+                              o->model_dir, NULL, err);
+    free(w);
+    free(t);
+    free(L);
+    return s;
+}

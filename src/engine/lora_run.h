@@ -1,0 +1,32 @@
+/* A LoRA run's set-up and outputs (issue 13): the adapters' settings from
+ * the options and an initial adapter, their initial values, and the
+ * adapter (and merged model) the run saves. */
+#ifndef RP_ENGINE_LORA_RUN_H
+#define RP_ENGINE_LORA_RUN_H
+
+#include "core/error.h"
+#include "engine/frozen_base.h"
+#include "engine/params.h"
+#include "engine/train_options.h"
+
+/* cfg->lora from --lora-rank, --lora-alpha, --lora-targets,
+ * --lora-dropout, --use-rslora and --lora-init (whose r, alpha, targets
+ * and rslora must agree with the options given; the ones not given are
+ * taken from it). Errors name the option or the adapter's file and key. */
+rp_status rp_lora_resolve(const rp_train_options *o, rp_model_config *cfg, rp_error *err);
+
+/* The adapters' initial values: --lora-init's tensors, or PEFT's fresh
+ * adapter (rp_layer_init with --seed). */
+rp_status rp_lora_load_adapters(rp_params *p, const rp_train_options *o, rp_error *err);
+
+/* --save DIR: the adapter in PEFT's layout (base_model_name_or_path: the
+ * --model path). */
+rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp_error *err);
+
+/* --save-merged DIR: the model with W + scaling B A in place of each
+ * targeted W, in Hugging Face layout, stored in dtype. */
+rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
+                              const rp_train_options *o, rp_dtype dtype,
+                              const char *template_config, rp_error *err);
+
+#endif
