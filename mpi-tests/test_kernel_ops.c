@@ -36,6 +36,14 @@
  *     head_dim 64 and 128, with and without document segments (a one-token
  *     document, one on a tile boundary, the last token alone);
  *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result;
+ *   - scaled_add (= and +=, y aliasing x, y NULL with y_compute) bit for
+ *     bit, its y_compute exactly the rounded fp32 result; n == 0 writes
+ *     nothing, and accumulate without y is refused;
+ *   - dropout (p 0.1 and 0.5, samples split across rows, the same mask as
+ *     the CPU's): fp32 (= and +=, in place) bit for bit, bf16 exactly the
+ *     CPU's fp32 result on the same rounded inputs rounded to bf16; p == 0
+ *     a copy (or sum); a bf16 accumulate, an f16 dtype and p outside [0, 1)
+ *     refused with the op named;
  *   - cross_entropy with a counted mask (uncounted rows with out-of-range
  *     targets) and without, grad 0 and 1: counted losses within 1e-5, the
  *     others exactly 0, the gradient within 1e-5 * scale, logits untouched
@@ -80,7 +88,7 @@
 
 /* The function pointers of rp_kernel_ops, which check_complete names one by
  * one: a member added to the struct must be added there too. */
-#define RP_KERNEL_OPS_FUNCTIONS 23
+#define RP_KERNEL_OPS_FUNCTIONS 25
 _Static_assert(sizeof(rp_kernel_ops) ==
                    offsetof(rp_kernel_ops, attention_backward_scratch_floats) +
                        RP_KERNEL_OPS_FUNCTIONS * sizeof(void (*)(void)),
@@ -108,6 +116,8 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, attention_backward);
     EXPECT_FN(t, swiglu_forward);
     EXPECT_FN(t, swiglu_backward);
+    EXPECT_FN(t, scaled_add);
+    EXPECT_FN(t, dropout);
     EXPECT_FN(t, cross_entropy);
     EXPECT_FN(t, sum_to_host);
     EXPECT_FN(t, check_ids);
@@ -904,6 +914,136 @@ START_TEST(swiglu_matches_cpu)
 }
 END_TEST
 
+/* ---- LoRA: scaled add and dropout ------------------------------------------------- */
+
+START_TEST(scaled_add_bit_identical)
+{
+    const int64_t n = 10007;
+    const float alpha = 0.6180339f;
+    float *x = rand_f32((size_t)n, 0.0f, 2.0f), *y0 = rand_f32((size_t)n, 0.0f, 2.0f);
+    float *d_x = dev_upload(x, (size_t)n * 4), *d_y = dev_alloc((size_t)n * 4);
+    void *d_yc = dev_nan_c((size_t)n);
+    for (int accumulate = 0; accumulate <= 1; accumulate++) {
+        float *ref = dup_f(y0, (size_t)n);
+        CPU_OP(scaled_add, x, alpha, ref, NULL, n, accumulate);
+        if (accumulate)
+            dev_set(d_y, y0, (size_t)n * 4);
+        else
+            dev_poison(d_y, (size_t)n * 4);
+        GPU_OP(scaled_add, d_x, alpha, d_y, d_yc, n, accumulate);
+        float *y = get_f(d_y, (size_t)n);
+        check_same_bits(y, ref, (size_t)n, accumulate ? "scaled_add y +=" : "scaled_add y =");
+        check_rounded_copy(d_yc, ref, (size_t)n, "scaled_add y_compute");
+        /* y aliasing x */
+        float *xy = dup_f(x, (size_t)n);
+        CPU_OP(scaled_add, xy, alpha, xy, NULL, n, accumulate);
+        dev_set(d_y, x, (size_t)n * 4);
+        GPU_OP(scaled_add, d_y, alpha, d_y, NULL, n, accumulate);
+        float *got = get_f(d_y, (size_t)n);
+        check_same_bits(got, xy, (size_t)n, "scaled_add y = x");
+        free(ref), free(y), free(xy), free(got);
+    }
+    /* y NULL: only the rounded copy */
+    float *ref = host_nan((size_t)n);
+    CPU_OP(scaled_add, x, alpha, ref, NULL, n, 0);
+    dev_poison(d_yc, (size_t)n * 2);
+    GPU_OP(scaled_add, d_x, alpha, NULL, d_yc, n, 0);
+    check_rounded_copy(d_yc, ref, (size_t)n, "scaled_add y NULL, y_compute");
+    /* n == 0 writes nothing; accumulate without y is refused */
+    dev_set(d_y, y0, (size_t)n * 4);
+    GPU_OP(scaled_add, d_x, alpha, d_y, NULL, 0, 1);
+    float *same = get_f(d_y, (size_t)n);
+    check_same_bits(same, y0, (size_t)n, "scaled_add n == 0");
+    ck_assert_int_eq(g_k.ops->scaled_add(g_k.state, d_x, alpha, NULL, d_yc, n, 1, &g_err),
+                     RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(g_err.msg, "scaled_add") != NULL, "message: %s", g_err.msg);
+    cudaFree(d_x), cudaFree(d_y), cudaFree(d_yc);
+    free(x), free(y0), free(ref), free(same);
+}
+END_TEST
+
+/* 300 rows of samples of 128 rows: a sample split across calls' ends */
+static void dropout_case(float p)
+{
+    const int64_t rows = 300, cols = 257, n = rows * cols;
+    const rp_dropout_site site = {.seed = 2024, .step = 17, .layer = 9, .proj = 4,
+                                  .first_sample = 3, .rows_per_sample = 128, .p = p};
+    char what[64];
+    /* fp32, = and += and in place */
+    float *x = rand_f32((size_t)n, 0.0f, 1.0f), *y0 = rand_f32((size_t)n, 0.0f, 1.0f);
+    float *d_x = dev_upload(x, (size_t)n * 4), *d_y = dev_alloc((size_t)n * 4);
+    for (int accumulate = 0; accumulate <= 1; accumulate++) {
+        float *ref = dup_f(y0, (size_t)n);
+        CPU_OP(dropout, &site, x, ref, RP_F32, rows, cols, accumulate);
+        if (accumulate)
+            dev_set(d_y, y0, (size_t)n * 4);
+        else
+            dev_poison(d_y, (size_t)n * 4);
+        GPU_OP(dropout, &site, d_x, d_y, RP_F32, rows, cols, accumulate);
+        float *y = get_f(d_y, (size_t)n);
+        snprintf(what, sizeof what, "dropout p %g fp32%s", (double)p, accumulate ? " +=" : "");
+        check_same_bits(y, ref, (size_t)n, what);
+        dev_set(d_y, accumulate ? y0 : x, (size_t)n * 4);
+        if (accumulate) /* y += dropout(y) against the CPU's */
+            memcpy(ref, y0, (size_t)n * 4);
+        else
+            memcpy(ref, x, (size_t)n * 4);
+        CPU_OP(dropout, &site, ref, ref, RP_F32, rows, cols, accumulate);
+        GPU_OP(dropout, &site, d_y, d_y, RP_F32, rows, cols, accumulate);
+        free(y);
+        y = get_f(d_y, (size_t)n);
+        snprintf(what, sizeof what, "dropout p %g fp32 in place%s", (double)p,
+                 accumulate ? " +=" : "");
+        check_same_bits(y, ref, (size_t)n, what);
+        free(ref), free(y);
+    }
+    /* bf16: the CPU's fp32 result on the same rounded inputs, rounded */
+    cin xc = cin_from(x, (size_t)n);
+    float *ref = host_nan((size_t)n);
+    CPU_OP(dropout, &site, xc.f, ref, RP_F32, rows, cols, 0);
+    void *d_yc = dev_nan_c((size_t)n);
+    GPU_OP(dropout, &site, xc.d, d_yc, RP_BF16, rows, cols, 0);
+    snprintf(what, sizeof what, "dropout p %g bf16", (double)p);
+    check_rounded_copy(d_yc, ref, (size_t)n, what);
+    GPU_OP(dropout, &site, xc.d, xc.d, RP_BF16, rows, cols, 0);
+    snprintf(what, sizeof what, "dropout p %g bf16 in place", (double)p);
+    check_rounded_copy(xc.d, ref, (size_t)n, what);
+    cin_free(&xc);
+    cudaFree(d_x), cudaFree(d_y), cudaFree(d_yc);
+    free(x), free(y0), free(ref);
+}
+
+START_TEST(dropout_bit_identical)
+{
+    dropout_case(0.1f);
+    dropout_case(0.5f);
+    dropout_case(0.0f); /* a copy or a sum */
+    /* refused, naming the op */
+    const rp_dropout_site site = {.seed = 1, .rows_per_sample = 1, .p = 0.5f};
+    rp_dropout_site bad_p = site;
+    bad_p.p = 1.0f;
+    void *d = dev_alloc(64 * 4);
+    const struct {
+        const rp_dropout_site *site;
+        rp_dtype dtype;
+        int accumulate;
+        rp_status want;
+    } refused[] = {
+        {&site, RP_BF16, 1, RP_ERR_UNSUPPORTED},
+        {&site, RP_F16, 0, RP_ERR_UNSUPPORTED},
+        {&bad_p, RP_F32, 0, RP_ERR_INVALID_ARG},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memset(&g_err, 0, sizeof g_err);
+        rp_status s = g_k.ops->dropout(g_k.state, refused[i].site, d, d, refused[i].dtype, 8, 8,
+                                       refused[i].accumulate, &g_err);
+        ck_assert_int_eq(s, refused[i].want);
+        ck_assert_msg(strstr(g_err.msg, "dropout") != NULL, "message: %s", g_err.msg);
+    }
+    cudaFree(d);
+}
+END_TEST
+
 /* ---- cross-entropy and the loss sum ------------------------------------------------ */
 
 START_TEST(cross_entropy_matches_cpu)
@@ -1291,6 +1431,8 @@ static Suite *kernel_ops_suite(void)
         tcase_add_test(td, rope_matches_cpu);
         tcase_add_test(td, attention_matches_cpu);
         tcase_add_test(td, swiglu_matches_cpu);
+        tcase_add_test(td, scaled_add_bit_identical);
+        tcase_add_test(td, dropout_bit_identical);
         tcase_add_test(td, cross_entropy_matches_cpu);
         tcase_add_test(td, sum_to_host_is_in_order);
         tcase_add_test(td, check_ids_matches_cpu);

@@ -1,6 +1,7 @@
 /* Counter-based random numbers (Philox4x32-10). A value depends only on
  * (seed, stream, index): stream is a parameter id, index an element index,
- * so initialisation is the same whatever the number of ranks or threads. */
+ * so initialisation is the same whatever the number of ranks or threads.
+ * The arithmetic is core/philox.h's, shared with the CUDA kernels. */
 #ifndef RP_CORE_RNG_H
 #define RP_CORE_RNG_H
 
@@ -10,7 +11,8 @@
 /* Four independent 32-bit words for counter (stream, index). */
 void rp_philox4x32(uint64_t seed, uint64_t stream, uint64_t index, uint32_t out[4]);
 
-/* Uniform in (0, 1), never 0 or 1. */
+/* Uniform in (0, 1]: a double in (0, 1) rounded once to float, which
+ * makes the largest ones 1.0f (a chance of 2^-25); never 0. */
 float rp_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 
 /* Standard normal via Box-Muller on the counter's words. */

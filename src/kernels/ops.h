@@ -38,6 +38,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/attn_shape.h"
+#include "kernels/dropout.h"
 
 typedef struct rp_kernel_ops {
     const char *name;
@@ -122,6 +123,29 @@ typedef struct rp_kernel_ops {
      * dtype is fp32. */
     rp_status (*swiglu_backward)(void *state, const float *g, const float *u, const float *dm,
                                  void *dg, void *du, int64_t n, rp_error *err);
+
+    /* ---- LoRA: the adapter's scaled add and its input dropout ---------- */
+    /* y = alpha * x, or y = y + alpha * x with accumulate, elementwise over
+     * n fp32 values, computed exactly as that fp32 product (rounded) then
+     * that fp32 sum (rounded): no fused multiply-add, so every table gives
+     * the same bits. y_compute (optional) gets the result's rounded copy; y
+     * may be NULL without accumulate (then y_compute is required). y may
+     * alias x. n == 0 does nothing. */
+    rp_status (*scaled_add)(void *state, const float *x, float alpha, float *y, void *y_compute,
+                            int64_t n, int accumulate, rp_error *err);
+    /* Inverted dropout of x [rows, cols] into y (y may alias x): y[r, c] =
+     * keep ? x[r, c] * s : 0 with s = 1 / (1 - p) in fp32, the product
+     * rounded to fp32; with accumulate y[r, c] = y[r, c] + that value. keep
+     * is the mask of `site` (kernels/dropout.h), the same bits on every
+     * table. dtype: RP_F32 (x and y fp32, accumulate allowed) or the
+     * compute dtype (x and y in it, accumulate 0; a bf16 output is the fp32
+     * value rounded to nearest even); any other dtype, or accumulate into a
+     * bf16 y, is RP_ERR_UNSUPPORTED. p outside [0, 1) or rows_per_sample <
+     * 1 is RP_ERR_INVALID_ARG. p == 0 copies x (adds it with accumulate)
+     * without drawing a mask. */
+    rp_status (*dropout)(void *state, const rp_dropout_site *site, const void *x, void *y,
+                         rp_dtype dtype, int64_t rows, int64_t cols, int accumulate,
+                         rp_error *err);
 
     /* ---- cross-entropy over a chunk of rows ---------------------------- */
     /* Row r counts when counted == NULL or counted[r] != 0: loss[r] =

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/lora.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -162,6 +163,54 @@ static rp_status swiglu_backward(void *state, const float *g, const float *u, co
     return RP_OK;
 }
 
+static rp_status scaled_add(void *state, const float *x, float alpha, float *y, void *y_compute,
+                            int64_t n, int accumulate, rp_error *err)
+{
+    (void)state;
+    if (n == 0)
+        return RP_OK;
+    const char *why = n < 0              ? "n < 0"
+                      : !y && accumulate ? "accumulate needs y"
+                      : !y && !y_compute ? "neither y nor y_compute"
+                                         : NULL;
+    if (why)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: scaled_add: %s", why);
+    rp_scaled_add(x, alpha, y ? y : y_compute, n, accumulate);
+    if (y)
+        also(y_compute, y, n);
+    return RP_OK;
+}
+
+static rp_status dropout(void *state, const rp_dropout_site *site, const void *x, void *y,
+                         rp_dtype dtype, int64_t rows, int64_t cols, int accumulate,
+                         rp_error *err)
+{
+    (void)state;
+    /* the compute dtype is fp32, so fp32 is the one dtype either way */
+    if (dtype != RP_F32)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cpu kernels: dropout: dtype %s (fp32 only)",
+                            rp_dtype_name(dtype));
+    if (!(site->p >= 0.0f && site->p < 1.0f)) /* NaN too */
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cpu kernels: dropout: p = %g is outside [0, 1)", (double)site->p);
+    if (site->rows_per_sample < 1 || rows < 0 || cols < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cpu kernels: dropout: rows %lld, cols %lld, rows_per_sample %lld",
+                            (long long)rows, (long long)cols, (long long)site->rows_per_sample);
+    const int64_t n = rows * cols;
+    if (n == 0)
+        return RP_OK;
+    if (site->p == 0.0f) { /* everything kept at scale 1: a copy or a sum, no mask */
+        if (accumulate)
+            rp_scaled_add(x, 1.0f, y, n, 1);
+        else if (x != y)
+            memcpy(y, x, sizeof(float) * (size_t)n);
+        return RP_OK;
+    }
+    rp_dropout_f32(site, 1.0f / (1.0f - site->p), x, y, rows, cols, accumulate);
+    return RP_OK;
+}
+
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
                                double *loss, int grad, rp_error *err)
@@ -284,6 +333,8 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .attention_backward = attention_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
+    .scaled_add = scaled_add,
+    .dropout = dropout,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,

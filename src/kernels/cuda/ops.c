@@ -16,6 +16,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embed.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/lora.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/rmsnorm.h"
@@ -285,6 +286,65 @@ static rp_status swiglu_backward(void *state, const float *g, const float *u, co
     return RP_OK;
 }
 
+/* ---- LoRA ------------------------------------------------------------- */
+
+static rp_status scaled_add(void *state, const float *x, float alpha, float *y, void *y_compute,
+                            int64_t n, int accumulate, rp_error *err)
+{
+    cuda_state *c = state;
+    if (n == 0)
+        return RP_OK;
+    const char *why = n < 0              ? "n < 0"
+                      : !y && accumulate ? "accumulate needs y"
+                      : !y && !y_compute ? "neither y nor y_compute"
+                                         : NULL;
+    if (why)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: scaled_add: %s",
+                            c->ordinal, why);
+    CK(rp_cuda_scaled_add(x, alpha, y, y_compute, n, accumulate, c->stream));
+    return RP_OK;
+}
+
+static rp_status dropout(void *state, const rp_dropout_site *site, const void *x, void *y,
+                         rp_dtype dtype, int64_t rows, int64_t cols, int accumulate,
+                         rp_error *err)
+{
+    cuda_state *c = state;
+    if (dtype != RP_F32 && dtype != RP_BF16)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "cuda device %d: dropout: dtype %s (fp32 or bf16)", c->ordinal,
+                            rp_dtype_name(dtype));
+    if (dtype == RP_BF16 && accumulate)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "cuda device %d: dropout: accumulate into bf16 (fp32 only)",
+                            c->ordinal);
+    if (!(site->p >= 0.0f && site->p < 1.0f)) /* NaN too */
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: dropout: p = %g is "
+                            "outside [0, 1)", c->ordinal, (double)site->p);
+    if (site->rows_per_sample < 1 || rows < 0 || cols < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cuda device %d: dropout: rows %lld, cols %lld, rows_per_sample %lld",
+                            c->ordinal, (long long)rows, (long long)cols,
+                            (long long)site->rows_per_sample);
+    const int64_t n = rows * cols;
+    if (n == 0)
+        return RP_OK;
+    if (site->p == 0.0f) { /* everything kept at scale 1: a copy or a sum, no mask */
+        if (accumulate)
+            CK(rp_cuda_scaled_add(x, 1.0f, y, NULL, n, 1, c->stream));
+        else if (x != y)
+            CK(cudaMemcpyAsync(y, x, (size_t)n * rp_dtype_size(dtype), cudaMemcpyDeviceToDevice,
+                               c->stream));
+        return RP_OK;
+    }
+    const float scale = 1.0f / (1.0f - site->p); /* on the host, as the CPU table */
+    if (dtype == RP_F32)
+        CK(rp_cuda_dropout_f32(site, scale, x, y, rows, cols, accumulate, c->stream));
+    else
+        CK(rp_cuda_dropout_bf16(site, scale, x, y, rows, cols, c->stream));
+    return RP_OK;
+}
+
 /* ---- cross-entropy ---------------------------------------------------- */
 
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
@@ -442,6 +502,8 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .attention_backward = attention_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
+    .scaled_add = scaled_add,
+    .dropout = dropout,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,

@@ -1,0 +1,25 @@
+/* Where a LoRA dropout mask is drawn: the key of the counter-based
+ * generator (DESIGN 10) for one call of the dropout op (kernels/ops.h).
+ * Plain C, shared by the op tables, their CUDA kernels and the model. */
+#ifndef RP_KERNELS_DROPOUT_H
+#define RP_KERNELS_DROPOUT_H
+
+#include <stdint.h>
+
+/* Row r of a call belongs to sample first_sample + r / rows_per_sample and
+ * is row r % rows_per_sample of it. Element c of that row keeps its value
+ * when rp_rng_uniform(seed, rp_dropout_stream(step, sample, layer, proj),
+ * (r % rows_per_sample) * cols + c) >= p (core/philox.h), so a mask depends
+ * on the sample and the element's place in it, never on how rows are split
+ * into calls, ranks or threads. */
+typedef struct rp_dropout_site {
+    uint64_t seed;
+    int64_t step;            /* the optimizer step */
+    int32_t layer;           /* the decoder layer */
+    int32_t proj;            /* the projection within the layer */
+    int64_t first_sample;    /* the sample of the call's first row */
+    int64_t rows_per_sample; /* >= 1 */
+    float p;                 /* the chance of dropping, in [0, 1) */
+} rp_dropout_site;
+
+#endif
