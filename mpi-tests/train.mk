@@ -4,6 +4,9 @@ mpi_tests_golden_compare_SOURCES = mpi-tests/golden_compare.c
 mpi_tests_golden_compare_LDADD = librp.la
 TESTS += mpi-tests/test_golden.sh
 EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
+# LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
+TESTS += mpi-tests/test_lora.sh
+EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py
 # the same fixtures on a GPU (--device cuda, bf16); skips without one
 TESTS += mpi-tests/test_golden_cuda.sh
 EXTRA_DIST += mpi-tests/test_golden_cuda.sh
