@@ -22,4 +22,25 @@ typedef struct rp_dropout_site {
     float p;                 /* the chance of dropping, in [0, 1) */
 } rp_dropout_site;
 
+/* The argument checks both op tables make (NULL: fine), so they refuse the
+ * same calls with the same reasons. */
+static inline const char *rp_scaled_add_refusal(int64_t n, const float *y, const void *y_compute,
+                                                int accumulate)
+{
+    return n < 0              ? "n < 0"
+           : !y && accumulate ? "accumulate needs y"
+           : !y && !y_compute ? "neither y nor y_compute"
+                              : 0;
+}
+
+static inline const char *rp_dropout_refusal(const rp_dropout_site *site, int64_t rows,
+                                             int64_t cols)
+{
+    if (!(site->p >= 0.0f && site->p < 1.0f)) /* NaN too */
+        return "p is outside [0, 1)";
+    if (site->rows_per_sample < 1 || rows < 0 || cols < 0)
+        return "rows, cols >= 0 and rows_per_sample >= 1 are required";
+    return 0;
+}
+
 #endif

@@ -169,10 +169,7 @@ static rp_status scaled_add(void *state, const float *x, float alpha, float *y, 
     (void)state;
     if (n == 0)
         return RP_OK;
-    const char *why = n < 0              ? "n < 0"
-                      : !y && accumulate ? "accumulate needs y"
-                      : !y && !y_compute ? "neither y nor y_compute"
-                                         : NULL;
+    const char *why = rp_scaled_add_refusal(n, y, y_compute, accumulate);
     if (why)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: scaled_add: %s", why);
     rp_scaled_add(x, alpha, y ? y : y_compute, n, accumulate);
@@ -190,12 +187,10 @@ static rp_status dropout(void *state, const rp_dropout_site *site, const void *x
     if (dtype != RP_F32)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "cpu kernels: dropout: dtype %s (fp32 only)",
                             rp_dtype_name(dtype));
-    if (!(site->p >= 0.0f && site->p < 1.0f)) /* NaN too */
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "cpu kernels: dropout: p = %g is outside [0, 1)", (double)site->p);
-    if (site->rows_per_sample < 1 || rows < 0 || cols < 0)
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "cpu kernels: dropout: rows %lld, cols %lld, rows_per_sample %lld",
+    const char *why = rp_dropout_refusal(site, rows, cols);
+    if (why)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: dropout: %s (p %g, rows "
+                            "%lld, cols %lld, rows_per_sample %lld)", why, (double)site->p,
                             (long long)rows, (long long)cols, (long long)site->rows_per_sample);
     const int64_t n = rows * cols;
     if (n == 0)

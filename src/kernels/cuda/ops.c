@@ -294,10 +294,7 @@ static rp_status scaled_add(void *state, const float *x, float alpha, float *y, 
     cuda_state *c = state;
     if (n == 0)
         return RP_OK;
-    const char *why = n < 0              ? "n < 0"
-                      : !y && accumulate ? "accumulate needs y"
-                      : !y && !y_compute ? "neither y nor y_compute"
-                                         : NULL;
+    const char *why = rp_scaled_add_refusal(n, y, y_compute, accumulate);
     if (why)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: scaled_add: %s",
                             c->ordinal, why);
@@ -318,13 +315,11 @@ static rp_status dropout(void *state, const rp_dropout_site *site, const void *x
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "cuda device %d: dropout: accumulate into bf16 (fp32 only)",
                             c->ordinal);
-    if (!(site->p >= 0.0f && site->p < 1.0f)) /* NaN too */
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: dropout: p = %g is "
-                            "outside [0, 1)", c->ordinal, (double)site->p);
-    if (site->rows_per_sample < 1 || rows < 0 || cols < 0)
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "cuda device %d: dropout: rows %lld, cols %lld, rows_per_sample %lld",
-                            c->ordinal, (long long)rows, (long long)cols,
+    const char *why = rp_dropout_refusal(site, rows, cols);
+    if (why)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: dropout: %s (p %g, rows "
+                            "%lld, cols %lld, rows_per_sample %lld)", c->ordinal, why,
+                            (double)site->p, (long long)rows, (long long)cols,
                             (long long)site->rows_per_sample);
     const int64_t n = rows * cols;
     if (n == 0)
