@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "engine/trainer.h"
 
-/* Every option but --shuffle takes a value; rp_train_options_set interprets
+/* Every option but --shuffle and --use-rslora takes a value; rp_train_options_set interprets
  * them. */
 static const struct option train_options[] = {
     {"model", required_argument, 0, 0}, {"init-config", required_argument, 0, 0},

@@ -78,6 +78,13 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "checkpoint-dir", str_or_null(o->checkpoint_dir));
     add(j, "checkpoint-every", json_object_new_int64(o->checkpoint_every));
     add(j, "keep-checkpoints", json_object_new_int64(o->keep_checkpoints));
+    add(j, "lora-rank", json_object_new_int64(o->lora_rank));
+    add(j, "lora-alpha", o->lora_given & RP_LORA_GIVEN_ALPHA ? num(o->lora_alpha) : NULL);
+    add(j, "lora-targets", str_or_null(o->lora_targets));
+    add(j, "lora-dropout", num(o->lora_dropout));
+    add(j, "use-rslora", json_object_new_boolean(o->use_rslora));
+    add(j, "lora-init", str_or_null(o->lora_init));
+    add(j, "save-merged", str_or_null(o->save_merged));
     add(j, "resume", str_or_null(o->resume));
     return j;
 }
