@@ -8,13 +8,16 @@
 #include "io/safetensors_set.h"
 
 struct rp_frozen_base {
+    rp_model_config cfg;
     rp_layer_desc *layers;
     int nlayers;
     rp_dtype dtype;
     int mapped;
-    rp_safetensors_set *set; /* open while mapped */
+    rp_safetensors_set *set; /* the model directory's, open while mapped (or until filled) */
     rp_base_piece *pieces;   /* layer l's: pieces[first[l] .. first[l + 1]) */
     int *first;
+    size_t *store_at;        /* each piece's offset in the store when not mapped */
+    size_t store_bytes;      /* 0 when mapped */
 };
 
 /* The full model's layout, untied (frozen_base.h). */
@@ -65,47 +68,10 @@ static size_t tensor_store_bytes(const rp_model_config *cfg, const rp_param_desc
     return (p->numel * rp_dtype_size(dtype) + 63) & ~(size_t)63;
 }
 
-rp_status rp_frozen_base_plan(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
-                              int *mapped, size_t *store_bytes, rp_error *err)
-{
-    *mapped = 0;
-    *store_bytes = 0;
-    rp_layer_desc *L = NULL;
-    int n = 0;
-    RP_TRY(base_layout(cfg, &L, &n, err));
-    rp_safetensors_set *set = NULL;
-    rp_status s = model_dir ? rp_safetensors_set_open_dir(model_dir, &set, err) : RP_OK;
-    int all = set != NULL;
-    size_t bytes = 0;
-    for (int l = 0; s == RP_OK && l < n; l++)
-        for (int i = 0; s == RP_OK && i < L[l].nparams; i++) {
-            const rp_param_desc *p = &L[l].params[i];
-            bytes += tensor_store_bytes(cfg, p, dtype);
-            if (set) {
-                rp_safetensors_tensor t;
-                int usable = 0;
-                s = find_tensor(set, model_dir, p, source_name(cfg, p->name), dtype, &t, &usable,
-                                err);
-                all &= usable;
-            }
-        }
-    rp_safetensors_set_close(&set);
-    free(L);
-    if (s == RP_OK) {
-        *mapped = all;
-        *store_bytes = all ? 0 : bytes;
-    }
-    return s;
-}
-
 /* Fill the store's copy of every tensor: converted from the model
- * directory, or initialised randomly as the full model would be. */
-static rp_status fill_store(rp_frozen_base *b, const rp_model_config *cfg, const char *model_dir,
-                            uint64_t seed, rp_error *err)
+ * directory's set, or initialised randomly as the full model would be. */
+static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
 {
-    rp_safetensors_set *set = NULL;
-    if (model_dir)
-        RP_TRY(rp_safetensors_set_open_dir(model_dir, &set, err));
     rp_status s = RP_OK;
     for (int l = 0; s == RP_OK && l < b->nlayers; l++) {
         const rp_layer_desc *L = &b->layers[l];
@@ -115,15 +81,15 @@ static rp_status fill_store(rp_frozen_base *b, const rp_model_config *cfg, const
                              L->numel * sizeof(float) >> 20);
             break;
         }
-        if (!set)
-            rp_layer_init(cfg, L, seed, tmp);
+        if (!b->set)
+            rp_layer_init(&b->cfg, L, seed, tmp);
         for (int i = 0; s == RP_OK && i < L->nparams; i++) {
             const rp_param_desc *p = &L->params[i];
-            if (source_name(cfg, p->name) != p->name)
+            if (source_name(&b->cfg, p->name) != p->name)
                 continue; /* the embedding's bytes */
-            if (set)
-                s = rp_safetensors_set_read_f32(set, p->name, p->ndim, p->shape, tmp + p->offset,
-                                                err);
+            if (b->set)
+                s = rp_safetensors_set_read_f32(b->set, p->name, p->ndim, p->shape,
+                                                tmp + p->offset, err);
             void *dst = (void *)b->pieces[b->first[l] + i].src;
             if (s == RP_OK && b->dtype == RP_F32)
                 memcpy(dst, tmp + p->offset, p->numel * sizeof(float));
@@ -132,13 +98,42 @@ static rp_status fill_store(rp_frozen_base *b, const rp_model_config *cfg, const
         }
         free(tmp);
     }
-    rp_safetensors_set_close(&set);
     return s;
 }
 
+/* Every tensor's piece: into the mapping when every tensor can be read in
+ * place, else its offset in the store (set by rp_frozen_base_attach). */
+static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_error *err)
+{
+    int all = b->set != NULL, k = 0;
+    for (int l = 0; l < b->nlayers; l++) {
+        b->first[l] = k;
+        for (int i = 0; i < b->layers[l].nparams; i++, k++) {
+            const rp_param_desc *p = &b->layers[l].params[i];
+            rp_base_piece *pc = &b->pieces[k];
+            pc->at = p->offset;
+            pc->numel = p->numel;
+            b->store_at[k] = b->store_bytes;
+            b->store_bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
+            if (b->set) {
+                rp_safetensors_tensor t;
+                int usable = 0;
+                RP_TRY(find_tensor(b->set, model_dir, p, source_name(&b->cfg, p->name), b->dtype,
+                                   &t, &usable, err));
+                all &= usable;
+                pc->src = t.data;
+            }
+        }
+    }
+    b->first[b->nlayers] = k;
+    b->mapped = all;
+    if (all)
+        b->store_bytes = 0;
+    return RP_OK;
+}
+
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
-                              void *store, int fill, uint64_t seed, rp_frozen_base **out,
-                              rp_error *err)
+                              rp_frozen_base **out, rp_error *err)
 {
     *out = NULL;
     if (dtype != RP_F32 && dtype != RP_BF16)
@@ -147,58 +142,50 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
     rp_frozen_base *b = calloc(1, sizeof *b);
     if (!b)
         return rp_error_set(err, RP_ERR_NOMEM, "frozen base");
+    b->cfg = *cfg;
     b->dtype = dtype;
-    b->mapped = store == NULL;
     rp_status s = base_layout(cfg, &b->layers, &b->nlayers, err);
     int total = 0;
     for (int l = 0; s == RP_OK && l < b->nlayers; l++)
         total += b->layers[l].nparams;
     if (s == RP_OK) {
         b->pieces = calloc((size_t)(total ? total : 1), sizeof *b->pieces);
+        b->store_at = calloc((size_t)(total ? total : 1), sizeof *b->store_at);
         b->first = calloc((size_t)b->nlayers + 1, sizeof *b->first);
-        if (!b->pieces || !b->first)
+        if (!b->pieces || !b->store_at || !b->first)
             s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %d tensors", total);
     }
-    if (s == RP_OK && b->mapped)
-        s = model_dir ? rp_safetensors_set_open_dir(model_dir, &b->set, err)
-                      : rp_error_set(err, RP_ERR_INVALID_ARG, "frozen base: nothing to map");
-    /* the pieces: into the mapping, or into the store tensor after tensor */
-    size_t at = 0;
-    int k = 0;
-    for (int l = 0; s == RP_OK && l < b->nlayers; l++) {
-        b->first[l] = k;
-        for (int i = 0; s == RP_OK && i < b->layers[l].nparams; i++, k++) {
-            const rp_param_desc *p = &b->layers[l].params[i];
-            rp_base_piece *pc = &b->pieces[k];
-            pc->at = p->offset;
-            pc->numel = p->numel;
-            if (b->mapped) {
-                rp_safetensors_tensor t;
-                int usable = 0;
-                s = find_tensor(b->set, model_dir, p, source_name(cfg, p->name), dtype, &t,
-                                &usable, err);
-                if (s == RP_OK && !usable)
-                    s = rp_error_set(err, RP_ERR_FORMAT, "%s: tensor '%s' cannot be read in "
-                                     "place as %s", model_dir, p->name, rp_dtype_name(dtype));
-                pc->src = t.data;
-            } else if (source_name(cfg, p->name) != p->name) {
-                pc->src = b->pieces[b->first[0]].src; /* the embedding, laid out first */
-            } else {
-                pc->src = (char *)store + at;
-                at += tensor_store_bytes(cfg, p, dtype);
-            }
-        }
-    }
+    if (s == RP_OK && model_dir)
+        s = rp_safetensors_set_open_dir(model_dir, &b->set, err);
     if (s == RP_OK)
-        b->first[b->nlayers] = k;
-    if (s == RP_OK && !b->mapped && fill)
-        s = fill_store(b, cfg, model_dir, seed, err);
+        s = place_pieces(b, model_dir, err);
     if (s != RP_OK) {
         rp_frozen_base_close(&b);
         return s;
     }
     *out = b;
     return RP_OK;
+}
+
+size_t rp_frozen_base_store_bytes(const rp_frozen_base *b)
+{
+    return b->store_bytes;
+}
+
+rp_status rp_frozen_base_attach(rp_frozen_base *b, void *store, int fill, uint64_t seed,
+                                rp_error *err)
+{
+    const int total = b->first[b->nlayers];
+    for (int k = 0; k < total; k++)
+        b->pieces[k].src = (char *)store + b->store_at[k];
+    /* a tied head's matrix is the embedding's bytes, laid out first */
+    for (int l = 0; l < b->nlayers; l++)
+        for (int i = 0; i < b->layers[l].nparams; i++)
+            if (source_name(&b->cfg, b->layers[l].params[i].name) != b->layers[l].params[i].name)
+                b->pieces[b->first[l] + i].src = b->pieces[b->first[0]].src;
+    rp_status s = fill ? fill_store(b, seed, err) : RP_OK;
+    rp_safetensors_set_close(&b->set); /* nothing is read in place */
+    return s;
 }
 
 void rp_frozen_base_close(rp_frozen_base **bp)
@@ -210,6 +197,7 @@ void rp_frozen_base_close(rp_frozen_base **bp)
     free(b->layers);
     free(b->pieces);
     free(b->first);
+    free(b->store_at);
     free(b);
     *bp = NULL;
 }

@@ -31,21 +31,23 @@ typedef struct rp_base_piece {
 
 typedef struct rp_frozen_base rp_frozen_base;
 
-/* Where the base of cfg (LoRA) will live: *mapped = 1 when model_dir's
- * tensors can be read in place as `dtype`, else *store_bytes is the host
- * store region it needs (0 when mapped). model_dir NULL: random
- * initialisation, in the store. */
-rp_status rp_frozen_base_plan(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
-                              int *mapped, size_t *store_bytes, rp_error *err);
-
-/* Open the base: map model_dir's tensors, or attach the store region
- * `store` (rp_frozen_base_plan's store_bytes of it) and, when fill is 1
- * (the node leader), convert the model's tensors into it, or initialise it
- * randomly with seed (rp_layer_init) without a model_dir. Missing tensors
- * and wrong shapes name the file and the tensor. */
+/* Open the base of cfg (LoRA): lay it out and, with model_dir, find and
+ * check every tensor there (missing ones and wrong shapes name the file and
+ * the tensor). When all of them can be read in place as `dtype` the base is
+ * mapped and ready; otherwise (or without model_dir: random
+ * initialisation) it needs rp_frozen_base_store_bytes of the host store,
+ * given by rp_frozen_base_attach. */
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
-                              void *store, int fill, uint64_t seed, rp_frozen_base **out,
-                              rp_error *err);
+                              rp_frozen_base **out, rp_error *err);
+
+/* Host store bytes the base needs (0 when mapped). */
+size_t rp_frozen_base_store_bytes(const rp_frozen_base *base);
+
+/* A base that is not mapped: its tensors live in `store`; with fill (the
+ * node leader) they are converted there from the model directory, or
+ * initialised randomly with seed (rp_layer_init) without one. */
+rp_status rp_frozen_base_attach(rp_frozen_base *base, void *store, int fill, uint64_t seed,
+                                rp_error *err);
 void rp_frozen_base_close(rp_frozen_base **base);
 
 /* Layer l's block: its elements (padding included) and its pieces. */

@@ -60,15 +60,7 @@ rp_status rp_lora_load_adapters(rp_params *p, const rp_train_options *o, rp_erro
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", o->lora_init);
-    int n = 0;
-    rp_tensor_ref *t = rp_params_master_tensors(p, &n);
-    if (!t)
-        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
-    rp_status s = rp_model_dir_load_file(path, t, n, err);
-    free(t);
-    for (int l = 0; s == RP_OK && l < p->nlayers; l++)
-        rp_params_sync_compute(p, l);
-    return s;
+    return rp_params_load_file(p, path, err);
 }
 
 /* The adapter's tensor (block, projection, A or B) in the masters. */

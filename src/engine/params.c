@@ -194,18 +194,31 @@ rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n)
     return rp_params_tensors(p, 1, &master, &none, n);
 }
 
-rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
+/* The masters from a directory (path names it) or one file (dir NULL),
+ * then their compute copies. */
+static rp_status load_masters(rp_params *p, const char *dir, const char *path, rp_error *err)
 {
     int n = 0;
     rp_tensor_ref *t = rp_params_master_tensors(p, &n);
     if (!t)
-        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir);
-    rp_status s = rp_model_dir_load(dir, t, n, &p->loaded_dtype, err);
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir ? dir : path);
+    rp_status s = dir ? rp_model_dir_load(dir, t, n, &p->loaded_dtype, err)
+                      : rp_model_dir_load_file(path, t, n, err);
     free(t);
     if (s == RP_OK)
         for (int l = 0; l < p->nlayers; l++)
             rp_params_sync_compute(p, l);
     return s;
+}
+
+rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
+{
+    return load_masters(p, dir, NULL, err);
+}
+
+rp_status rp_params_load_file(rp_params *p, const char *path, rp_error *err)
+{
+    return load_masters(p, NULL, path, err);
 }
 
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,

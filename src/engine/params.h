@@ -57,6 +57,9 @@ void rp_params_init_random(rp_params *p, uint64_t seed);
  * the tensor. */
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
 
+/* The same from the one safetensors file at path (a LoRA adapter's). */
+rp_status rp_params_load_file(rp_params *p, const char *path, rp_error *err);
+
 /* The model's tensors over `sets` of its fp32 arrays, set after set, each
  * tensor named as in the model with the set's suffix appended
  * (io/model_dir.h's list; one block: free() it); NULL when it cannot be

@@ -127,11 +127,10 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
 {
     rp_store_layout *lay = NULL;
     int64_t ntok = e->micro_per_pipeline * e->tokens_per_micro;
-    size_t base_bytes = 0;
-    int mapped = 0;
     rp_status s = RP_OK;
     if (e->lora) /* the frozen base: mapped in place, or converted into the store */
-        s = rp_frozen_base_plan(cfg, e->o->model_dir, e->o->dtype, &mapped, &base_bytes, err);
+        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype, &e->base, err);
+    size_t base_bytes = e->base ? rp_frozen_base_store_bytes(e->base) : 0;
     if (s == RP_OK)
         s = rp_param_store_layout(cfg, e->o->dtype, e->pipelines, ntok, base_bytes, e->goff, &lay,
                                   map, err);
@@ -450,15 +449,11 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
         }
         e->npins_run = e->npins;
-        if (e->lora) /* the leader converts a base that is not mapped into the store */
-            s = rp_frozen_base_open(&r->cfg, o->model_dir, o->dtype,
-                                    r->map.base_bytes ? (char *)rp_store_base(r->pstore) +
-                                                            r->map.base
-                                                      : NULL,
-                                    rp_store_is_leader(r->pstore), o->seed, &e->base, err);
-        if (e->lora && s == RP_OK && r->map.base_bytes)
-            e->pins[e->npins++] = (struct rp_pin){(char *)rp_store_base(r->pstore) + r->map.base,
-                                                  r->map.base_bytes};
+        if (r->map.base_bytes) { /* the leader converts the base into the store */
+            char *at = (char *)rp_store_base(r->pstore) + r->map.base;
+            s = rp_frozen_base_attach(e->base, at, rp_store_is_leader(r->pstore), o->seed, err);
+            e->pins[e->npins++] = (struct rp_pin){at, r->map.base_bytes};
+        }
         if (s == RP_OK && rp_store_is_leader(r->pstore))
             s = load_params(e, r->shared, err);
     }

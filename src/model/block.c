@@ -251,6 +251,7 @@ typedef struct block_params {
     const void *W;
     const float *f[SMALL_COUNT];
     const void *adapters; /* LoRA, in the compute dtype (NULL without LoRA) */
+    rp_lora_offsets lora_off; /* their layout */
 } block_params;
 
 #define OP RP_OP
@@ -267,11 +268,10 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
     if (cfg->lora.rank > 0) {
         if (!lora || !lora->adapters)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA block: no adapters given");
-        rp_lora_offsets lo;
-        rp_lora_offsets_get(cfg, &lo);
+        rp_lora_offsets_get(cfg, &v->lora_off);
         if (convert && w->adapters_c)
             OP(convert, lora->adapters, pdt, w->adapters_c, k->ops->compute_dtype,
-               (int64_t)lo.numel);
+               (int64_t)v->lora_off.numel);
         v->adapters = w->adapters_c ? w->adapters_c : lora->adapters;
     }
     const float *f32 = pdt == RP_F32 ? P : k->ops->compute_dtype == RP_F32 ? w->wc : NULL;
@@ -315,8 +315,7 @@ static const rp_lora_adapter *adapter(const rp_kernels *k, const rp_model_config
 {
     if (cfg->lora.rank <= 0 || !(cfg->lora.targets & (1u << p)))
         return NULL;
-    rp_lora_offsets lo;
-    rp_lora_offsets_get(cfg, &lo);
+    const rp_lora_offsets lo = bp->lora_off;
     const size_t cb = rp_kernel_compute_bytes(k->ops);
     a->A = (const char *)bp->adapters + lo.a[p] * cb;
     a->B = (const char *)bp->adapters + lo.b[p] * cb;
