@@ -23,6 +23,12 @@ mpi_tests_test_kernels_norm_rope_SOURCES = mpi-tests/test_kernels_norm_rope.c
 mpi_tests_test_kernels_norm_rope_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernels_norm_rope_LDADD = $(RP_TEST_LDADD) -lm
 
+check_PROGRAMS += mpi-tests/test_kernels_linear
+TESTS += mpi-tests/test_kernels_linear
+mpi_tests_test_kernels_linear_SOURCES = mpi-tests/test_kernels_linear.c
+mpi_tests_test_kernels_linear_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_kernels_linear_LDADD = $(RP_TEST_LDADD) -lm
+
 check_PROGRAMS += mpi-tests/test_kernels_lora
 TESTS += mpi-tests/test_kernels_lora
 mpi_tests_test_kernels_lora_SOURCES = mpi-tests/test_kernels_lora.c

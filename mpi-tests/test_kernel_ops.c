@@ -429,14 +429,14 @@ static void linear_forward_case(int64_t rows, int64_t in, int64_t out)
                          (long long)rows, (long long)in, (long long)out, with_bias, with_res,
                          want_c ? "y and y_compute" : "y");
                 float *y_ref = host_nan(ny), *yc_ref = host_nan(ny);
-                CPU_OP(linear_forward, x.f, W.f, with_bias ? bias : NULL, with_res ? res : NULL,
+                CPU_OP(linear_forward, x.f, W.f, RP_F32, with_bias ? bias : NULL, with_res ? res : NULL,
                        y_ref, want_c ? (void *)yc_ref : NULL, rows, in, out);
                 if (want_c) /* fp32 compute dtype: the copy is the value */
                     check_same_bits(yc_ref, y_ref, ny, what);
 
                 dev_poison(d_y, ny * 4);
                 dev_poison(d_yc, ny * 2);
-                GPU_OP(linear_forward, x.d, W.d, with_bias ? d_bias : NULL,
+                GPU_OP(linear_forward, x.d, W.d, RP_BF16, with_bias ? d_bias : NULL,
                        with_res ? d_res : NULL, d_y, want_c ? d_yc : NULL, rows, in, out);
                 float *y = get_f(d_y, ny);
                 CHECK_REL(y, y_ref, ny, GEMM_TOL, what);
@@ -469,12 +469,12 @@ static void linear_backward_input_case(int64_t rows, int64_t in, int64_t out)
                  (long long)rows, (long long)in, (long long)out, mode_name[mode]);
         const int acc = mode == 1, to_c = mode == 2;
         float *ref = acc ? dup_f(dx0, ndx) : host_nan(ndx);
-        CPU_OP(linear_backward_input, dy.f, W.f, to_c ? NULL : ref, to_c ? (void *)ref : NULL,
+        CPU_OP(linear_backward_input, dy.f, W.f, RP_F32, to_c ? NULL : ref, to_c ? (void *)ref : NULL,
                rows, in, out, acc);
 
         float *d_dx = acc ? dev_upload(dx0, ndx * 4) : dev_nan(ndx);
         void *d_dxc = dev_nan_c(ndx);
-        GPU_OP(linear_backward_input, dy.d, W.d, to_c ? NULL : d_dx, to_c ? d_dxc : NULL, rows,
+        GPU_OP(linear_backward_input, dy.d, W.d, RP_BF16, to_c ? NULL : d_dx, to_c ? d_dxc : NULL, rows,
                in, out, acc);
         float *got = to_c ? get_c(d_dxc, ndx) : get_f(d_dx, ndx);
         if (acc)

@@ -8,8 +8,9 @@
 # adapter (B = 0) leaves the model as it is: its first loss is the full
 # model's. Bit-identical adapters and losses on 1-4 ranks, a forced
 # partition and both recompute grains, with dropout 0 and 0.1 (and dropout
-# changes them). The base converted into the store (--dtype bf16 over fp32
-# files) and random initialisation run too. Bad LoRA options fail with a
+# changes them). A bf16 base read in place by CPU executors gives the bits of
+# its exact fp32 widening. The base converted into the store (--dtype bf16
+# over fp32 files) and random initialisation run too. Bad LoRA options fail with a
 # message naming them and write nothing. With Python, torch, transformers
 # and peft: the saved adapter loads with PeftModel.from_pretrained and its
 # logits equal the --save-merged model's within 1e-5.
@@ -94,6 +95,27 @@ then bad "--lora-dropout 0.1 changed nothing"; else ok; fi
 if train 2 $common --steps 2 --lora-rank 2 --dtype bf16 --log "$tmp/bf16.jsonl" \
      > "$tmp/bf16.txt" 2>&1 && [ "$(wc -l < "$tmp/bf16.jsonl")" -eq 2 ]; then ok; else
   bad "LoRA with a bf16 base converted into the store"; cat "$tmp/bf16.txt"; fi
+# a bf16 base is read in place by CPU executors (mapped, never widened into the
+# store or copied into stage buffers): the same bits as its exact fp32 widening
+# (lr 0 copies, --save-dtype); two runs save each once
+for dt in bf16 fp32; do
+  src16=$q/model; [ $dt = fp32 ] && src16=$tmp/base-bf16
+  train 1 --model "$src16" --data "$q/data.npy" --seq-len 16 --batch-size 4 --steps 1 --lr 0 \
+    --save "$tmp/base-$dt" --save-dtype $dt > /dev/null 2>&1 || bad "saving the $dt base"
+done
+for dt in bf16 fp32; do
+  # shellcheck disable=SC2086
+  train 2 --model "$tmp/base-$dt" --data "$q/data.npy" --loss-mask "$q/mask.npy" --seq-len 16 \
+    --batch-size 4 --microbatches 2 --lr 3e-3 --seed 7 --steps 3 --lora-rank 4 \
+    --lora-dropout 0.1 --log "$tmp/inplace-$dt.jsonl" --save "$tmp/inplace-$dt" \
+    > "$tmp/inplace-$dt.txt" 2>&1 || { bad "LoRA on the $dt base"; cat "$tmp/inplace-$dt.txt"; }
+done
+if grep -q "mapped" "$tmp/inplace-bf16.txt" && ! grep -qi "converted" "$tmp/inplace-bf16.txt"
+then ok; else bad "the bf16 base is not said to be mapped"; cat "$tmp/inplace-bf16.txt"; fi
+if cmp -s "$tmp/inplace-bf16/adapter_model.safetensors" "$tmp/inplace-fp32/adapter_model.safetensors" &&
+   [ "$(metrics "$tmp/inplace-bf16.jsonl")" = "$(metrics "$tmp/inplace-fp32.jsonl")" ] &&
+   [ "$(wc -l < "$tmp/inplace-bf16.jsonl")" -eq 3 ]; then ok; else
+  bad "LoRA on a bf16 base read in place differs from its fp32 widening"; fi
 if train 2 --init-config "$q/model/config.json" --data "$q/data.npy" --seq-len 16 \
      --batch-size 2 --steps 2 --lora-rank 2 --log "$tmp/rand.jsonl" > "$tmp/rand.txt" 2>&1 &&
    [ "$(wc -l < "$tmp/rand.jsonl")" -eq 2 ]; then ok; else

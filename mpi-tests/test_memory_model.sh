@@ -7,7 +7,9 @@
 # --documents (the segment starts), CPU executors, two ranks; the host
 # store `roundpipe plan` reports (model state and gradients, activations)
 # is what train's node allocates, to the byte, for
-# bf16 and fp32, one and two pipelines; a --memory-limit-mib under a plan's need refuses that forced plan
+# bf16 and fp32, one and two pipelines, and train's start-up line on host
+# memory is plan's; the same with LoRA (device buffers, host store, the
+# base converted into the store or mapped from the model's files); a --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
 set -u
@@ -35,23 +37,45 @@ check "$untied" "fwd=0-$nl;bwd=$((nl + 1)),0-$nl"
 # --documents: the executors also hold the microbatch's segment starts
 check "$tied" "fwd=0-2;bwd=3-5,0-2" --documents "$src/mpi-tests/fixtures/golden/llama-packed/documents.npy"
 
-# the host store: plan's figures against train's
-host() { # config dtype pipelines plan
-  cfg=$1; dt=$2; np_=$3; p=$4
-  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "$data" --seq-len 16 \
+# the host store: plan's figures against train's, and train's start-up
+# line on host memory is plan's, word for word
+host() { # model (--init-config FILE | --model DIR) dtype pipelines plan [options both take]
+  m=$1; dt=$2; np_=$3; p=$4; shift 4
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $m --data "$data" --seq-len 16 \
     --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --dtype "$dt" \
-    --pipelines "$np_" --plan "$p" > "$tmp/train.txt" 2>&1 ||
-    { bad "$cfg $dt $np_: train failed"; cat "$tmp/train.txt"; return; }
+    --pipelines "$np_" --plan "$p" "$@" > "$tmp/train.txt" 2>&1 ||
+    { bad "$m $dt $np_ $*: train failed"; cat "$tmp/train.txt"; return; }
   got=$(sed -n 's/.*host store: .*(\([0-9]*\), \([0-9]*\) bytes).*/\1 \2/p' "$tmp/train.txt")
-  "$bin" plan --init-config "$cfg" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
-    --plan "$p" --device cpu --dtype "$dt" --json > "$tmp/p.json"
+  "$bin" plan $m --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$p" --device cpu --dtype "$dt" --json "$@" > "$tmp/p.json"
   want="$(grep -o '"host_param_store_bytes": [0-9]*' "$tmp/p.json" | tr -dc 0-9) $(grep -o '"host_activation_bytes": [0-9]*' "$tmp/p.json" | tr -dc 0-9)"
-  [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$cfg $dt $np_ pipelines: train's host store '$got', plan's '$want'"
+  [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$m $dt $np_ pipelines $*: train's host store '$got', plan's '$want'"
+  "$bin" plan $m --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$p" --device cpu --dtype "$dt" "$@" > "$tmp/p.txt"
+  said=$(sed -n 's/.*info: \(host memory per node: .*\)/\1/p' "$tmp/train.txt")
+  planned=$(sed -n 's/^\(host memory per node: .*\); each rank maps the store.*/\1/p' "$tmp/p.txt")
+  [ -n "$said" ] && [ "$said" = "$planned" ] && ok ||
+    bad "$m $dt $np_ $*: train says '$said', plan '$planned'"
 }
-host "$tied" bf16 1 "fwd=0-2;bwd=3-5,0-2"
-host "$tied" fp32 2 "fwd=0-2;bwd=3-5,0-2;width=1"
-host "$untied" bf16 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1"
+host "--init-config $tied" bf16 1 "fwd=0-2;bwd=3-5,0-2"
+host "--init-config $tied" fp32 2 "fwd=0-2;bwd=3-5,0-2;width=1"
+host "--init-config $untied" bf16 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1"
 grep -q '"device": "cpu", "dtype": "bf16"' "$tmp/p.json" && ok || bad "plan's JSON names no device and dtype"
+
+# LoRA: the executors' buffers (adapters; CPU executors read the frozen base
+# where it lies) and the host store (the adapters' state, and the base when
+# it is converted into it: random initialisation) as plan counts them; the
+# base mapped from fp32 files for fp32 executors, whose bytes plan counts
+# from the files (the start-up line's words equal plan's)
+check "$tied" "fwd=0-2;bwd=3-5,0-2" --lora-rank 4
+check "$untied" "fwd=0;bwd=1-$((nl + 1)),0" --lora-rank 2 --lora-targets q_proj,down_proj
+check "$tied" "fwd=0-2;bwd=3-5,0-2" --lora-rank 4 --lora-dropout 0.1
+model="$src/mpi-tests/fixtures/golden/llama/model"
+host "--init-config $tied" bf16 1 "fwd=0-2;bwd=3-5,0-2" --lora-rank 4
+host "--init-config $untied" fp32 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1" --lora-rank 2
+host "--model $model" fp32 1 "fwd=0;bwd=1-$((nl + 1)),0" --lora-rank 4
+grep -q 'mapped read-only' "$tmp/train.txt" && ok || bad "fp32 files for fp32 executors: the base not said to be mapped"
+grep -q '"host_base_mapped_bytes": [1-9]' "$tmp/p.json" && ok || bad "plan counts no mapped base"
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \

@@ -4,7 +4,7 @@
  * agrees with the descriptors; initialisation is normal(0, range) from the
  * counter RNG keyed by the full name (so independent of who computes it),
  * ones for norms, zeros for biases and padding; bad configurations are
- * errors naming the field; the planner's cost closed forms. */
+ * errors naming the field; the planner's cost closed forms, with LoRA too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,6 +218,41 @@ START_TEST(cost_closed_forms)
 }
 END_TEST
 
+/* LoRA's planner costs (what `roundpipe train` plans a LoRA run with):
+ * rank 2 on q_proj, o_proj and down_proj of the H 24, QD 32, I 40 block:
+ * adapters 2 (24 + 32) + 2 (32 + 24) + 2 (40 + 24) = 352 parameters (the
+ * trainable layer, each A and B a multiple of 16 here), forward FLOPs
+ * the base's + 2 x 352, backward the recompute + the frozen GEMMs' input
+ * gradients only + 4 x 352 + 2.5 attention; the head without its weight
+ * gradient; the embedding frozen, nothing to update. */
+START_TEST(lora_cost_closed_forms)
+{
+    rp_model_config c = cfg_qwen();
+    c.lora.rank = 2;
+    c.lora.alpha = 2;
+    c.lora.targets = 1u << RP_LORA_Q_PROJ | 1u << RP_LORA_O_PROJ | 1u << RP_LORA_DOWN_PROJ;
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    rp_layer_flops k;
+    const int64_t S = 512;
+    rp_layer_flops_get(&c, &L[1], S, &k);
+    double gemm = 2.0 * 24 * (32 + 16) + 2.0 * 32 * 24 + 6.0 * 24 * 40;
+    double attn = 2.0 * 32 * (S + 1), adapter = 2.0 * 352;
+    ck_assert_double_eq(k.fwd_flops_per_token, gemm + adapter + attn);
+    ck_assert_double_eq(k.bwd_flops_per_token,
+                        (gemm + adapter + attn) + gemm + 2 * adapter + 2.5 * attn);
+    ck_assert_uint_eq(k.param_numel, 352);
+    rp_layer_flops_get(&c, &L[n - 1], S, &k);
+    ck_assert_double_eq(k.fwd_flops_per_token, 2.0 * 24 * 37);
+    ck_assert_double_eq(k.bwd_flops_per_token, 2 * (2.0 * 24 * 37));
+    ck_assert_uint_eq(k.param_numel, 0);
+    rp_layer_flops_get(&c, &L[0], S, &k);
+    ck_assert(k.fwd_flops_per_token == 0 && k.bwd_flops_per_token == 0 && k.param_numel == 0);
+    free(L);
+}
+END_TEST
+
 Suite *layout_suite(void)
 {
     Suite *s = suite_create("model_layout");
@@ -226,6 +261,7 @@ Suite *layout_suite(void)
     tcase_add_test(tc, init_values);
     tcase_add_test(tc, bad_configs_name_the_field);
     tcase_add_test(tc, cost_closed_forms);
+    tcase_add_test(tc, lora_cost_closed_forms);
     suite_add_tcase(s, tc);
     return s;
 }

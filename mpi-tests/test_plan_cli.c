@@ -8,7 +8,9 @@
  * model (the default, as the engine) reports its rows fraction; with --nodes
  * it prints each optimizer's rows with the scaling efficiency and the bytes
  * a node sends, and refuses a node count that does not divide M; plan
- * --nodes N prints one node's plan (that of M/N microbatches). */
+ * --nodes N prints one node's plan (that of M/N microbatches); plan
+ * --lora-rank counts a LoRA run's bytes (frozen weights up, adapter
+ * gradients down, the base mapped or in the store) as computed by hand. */
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -271,6 +273,104 @@ START_TEST(bad_command_lines_and_files)
 }
 END_TEST
 
+static int64_t job_field(json_object *j, int job, const char *field)
+{
+    json_object *jobs, *v;
+    ck_assert(json_object_object_get_ex(j, "jobs", &jobs));
+    ck_assert(json_object_object_get_ex(json_object_array_get_idx(jobs, (size_t)job), field, &v));
+    return json_object_get_int64(v);
+}
+
+static int64_t top_field(json_object *j, const char *field)
+{
+    json_object *v;
+    ck_assert_msg(json_object_object_get_ex(j, field, &v), "no %s", field);
+    return json_object_get_int64(v);
+}
+
+/* plan --lora-rank on the llama fixture (H 64, I 96, 4 heads and 2 kv
+ * heads of 16, V 96, biases, 2 blocks, untied, fp32 files), counted here
+ * from the shape: a block's frozen weights are 2 norms (64 each), q and o
+ * (64 x 64), k and v (32 x 64), biases 64 + 32 + 32 + 64, gate, up, down
+ * (96 x 64): 31040 elements; rank 4 on all seven projections adds 4 (64 +
+ * 64) for q and o, 4 (64 + 32) for k and v, 4 (64 + 96) for gate, up and
+ * down: 3712 (every A and B a multiple of 16). CUDA executors upload both
+ * in bf16 and download only the adapters' fp32 gradients; the embedding
+ * (96 x 64) and the head (64 + 96 x 64) are uploaded, never downloaded.
+ * The base is converted into the store for bf16 (the files are fp32):
+ * 2 bytes an element, each tensor a multiple of 64 bytes here; for fp32 CPU
+ * executors it is mapped from the files, 4 bytes an element. Bad --lora-*
+ * options are refused naming the option. */
+START_TEST(lora_plan_counts_frozen_and_adapter_bytes)
+{
+    char dir[512], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden/llama/model", rp_test_srcdir());
+    const int64_t block = 64 + 64 * 64 + 64 + 2 * (32 * 64 + 32) + 64 * 64 + 64 + 64 + 3 * 96 * 64;
+    const int64_t adapters = 4 * (64 + 64) * 2 + 4 * (64 + 32) * 2 + 4 * (64 + 96) * 3;
+    const int64_t embed = 96 * 64, head = 64 + 96 * 64;
+    ck_assert_int_eq(block, 31040);
+    ck_assert_int_eq(adapters, 3712);
+    snprintf(cmd, sizeof cmd,
+             "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 --json "
+             "--device cuda --dtype bf16 --lora-rank 4 --plan fwd=0-1;bwd=2-3,0-1", dir);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    json_object *j = json_tokener_parse(out_text);
+    ck_assert_msg(j != NULL, "%s", out_text);
+    ck_assert_int_eq(job_field(j, 0, "weight_bytes"), (embed + block + adapters) * 2);
+    ck_assert_int_eq(job_field(j, 1, "weight_bytes"), (block + adapters + head) * 2);
+    ck_assert_int_eq(job_field(j, 1, "grad_bytes"), adapters * 4);
+    ck_assert_int_eq(job_field(j, 2, "grad_bytes"), adapters * 4);
+    ck_assert_int_eq(top_field(j, "lora_rank"), 4);
+    ck_assert_int_eq(top_field(j, "host_base_mapped_bytes"), 0);
+    ck_assert_int_eq(top_field(j, "host_base_store_bytes"), (embed + 2 * block + head) * 2);
+    json_object_put(j);
+    /* q_proj and v_proj only: 4 (64 + 64) + 4 (64 + 32) */
+    snprintf(cmd, sizeof cmd,
+             "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 --json "
+             "--device cuda --dtype bf16 --lora-rank 4 --lora-targets q_proj,v_proj "
+             "--plan fwd=0-1;bwd=2-3,0-1", dir);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    j = json_tokener_parse(out_text);
+    ck_assert_int_eq(job_field(j, 1, "grad_bytes"), (4 * (64 + 64) + 4 * (64 + 32)) * 4);
+    json_object_put(j);
+    /* fp32 CPU executors: the base mapped from the files, nothing of it in the store */
+    snprintf(cmd, sizeof cmd,
+             "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 --json "
+             "--device cpu --dtype fp32 --lora-rank 4", dir);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    j = json_tokener_parse(out_text);
+    ck_assert_int_eq(top_field(j, "host_base_mapped_bytes"), (embed + 2 * block + head) * 4);
+    ck_assert_int_eq(top_field(j, "host_base_store_bytes"), 0);
+    json_object_put(j);
+    snprintf(cmd, sizeof cmd,
+             "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 "
+             "--device cpu --dtype fp32 --lora-rank 4", dir);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    ck_assert_msg(strstr(out_text, "LoRA rank 4") && strstr(out_text, "mapped read-only"), "%s",
+                  out_text);
+    snprintf(cmd, sizeof cmd, "simulate --model %s --gpus 2 --microbatches 2 --lora-rank 2 "
+             "--iterations 4", dir);
+    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    static const struct {
+        const char *args, *needle;
+    } bad[] = {
+        {"--lora-targets q_proj", "need --lora-rank"},
+        {"--lora-dropout 0.1", "need --lora-rank"},
+        {"--lora-rank 4 --lora-targets q_proj,bogus", "bogus"},
+        {"--lora-rank 4 --lora-dropout 1", "--lora-dropout"},
+        {"--lora-rank -1", "--lora-rank"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "plan --model %s %s", dir, bad[i].args);
+        ck_assert_int_eq(run(rp_cli_plan, cmd), 2);
+        ck_assert_msg(strstr(err_text, bad[i].needle) != NULL, "'%s': %s", bad[i].args, err_text);
+    }
+    snprintf(cmd, sizeof cmd, "plan --layers %s --lora-rank 4", paper("qwen3-1.7b.txt"));
+    ck_assert_int_eq(run(rp_cli_plan, cmd), 2);
+    ck_assert_msg(strstr(err_text, "applies to a config") != NULL, "%s", err_text);
+}
+END_TEST
+
 static Suite *plan_cli_suite(void)
 {
     Suite *s = suite_create("plan_cli");
@@ -280,6 +380,7 @@ static Suite *plan_cli_suite(void)
     tcase_add_test(tc, simulate_compares_schedules);
     tcase_add_test(tc, config_and_forced_plan);
     tcase_add_test(tc, bad_command_lines_and_files);
+    tcase_add_test(tc, lora_plan_counts_frozen_and_adapter_bytes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -3,7 +3,10 @@
  * embedding); block FLOPs are 2 x GEMM parameters + causal attention per
  * token; the roofline picks compute or weight reading; the paper layer
  * files load with the stated times and layer counts; bad layer-times files
- * give an error naming file, line and field, and nothing is returned. */
+ * give an error naming file, line and field, and nothing is returned; the
+ * LoRA closed form (frozen weights up, adapter gradients down, adapter-only
+ * updates, no weight-gradient GEMMs of the base) and the paper's LoRA file
+ * agree with arithmetic from the shapes. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -207,6 +210,87 @@ START_TEST(bad_layer_files_are_named)
 }
 END_TEST
 
+/* LoRA in the closed form, against arithmetic done here from the shape:
+ * the tiny shape (h 8, I 16, q 8, kv 4, V 32, S 10, 20 tokens) with rank 2
+ * on q_proj and v_proj: adapters 2 (8 + 8) + 2 (8 + 4) = 56 parameters;
+ * forward 2 x 576 GEMM + 160 attention + 2 x 56 adapter FLOPs a token;
+ * backward 1152 (input gradients of the frozen GEMMs) + 2 x 160 + 4 x 56;
+ * only the adapters' bytes travel back and are updated; the embedding and
+ * the head train nothing and are tied to nothing. */
+START_TEST(lora_closed_form)
+{
+    rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 1, 0, 2, 1u << 0 | 1u << 2};
+    ck_assert_int_eq(rp_cost_adapter_params(&s), 56);
+    /* compute bound: 1 MFLOP/s against 1 GB/s */
+    rp_device_spec d = {1e-6, 1.0, 2, 4, 10, 20};
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    const double fwd_tok = 1152 + 160 + 112, bwd_tok = 1152 + 320 + 224;
+    for (int l = 1; l <= 3; l++) {
+        const rp_layer_cost *b = &m->layers[l];
+        ck_assert_double_eq_tol(b->fwd_ms, fwd_tok * 20 / 1e3, 1e-9);
+        ck_assert_double_eq_tol(b->bwd_ms, bwd_tok * 20 / 1e3, 1e-9);
+        ck_assert_double_eq_tol(b->wgrad_ms, 112.0 * 20 / 1e3, 1e-9); /* dA and dB */
+        ck_assert_int_eq(b->weight_bytes, (600 + 56) * 2);            /* frozen + adapters */
+        ck_assert_int_eq(b->grad_bytes, 56 * 4);
+        ck_assert_int_eq(b->opt_params, 56);
+        /* the full model's 232 bytes a token, and A x of the 2 targets */
+        ck_assert_int_eq(b->act_bytes, (232 + 2 * 2 * 2) * 20);
+    }
+    const rp_layer_cost *e = &m->layers[0], *h = &m->layers[4];
+    ck_assert(e->grad_bytes == 0 && e->opt_params == 0 && e->bwd_ms == 0);
+    ck_assert_int_eq(e->weight_bytes, 32 * 8 * 2);
+    /* head: logits 2 x 32 x 8 FLOPs a token forward, the input gradient as much */
+    ck_assert_double_eq_tol(h->fwd_ms, 2.0 * 32 * 8 * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(h->bwd_ms, 2.0 * 32 * 8 * 20 / 1e3, 1e-9);
+    ck_assert(h->grad_bytes == 0 && h->opt_params == 0 && h->wgrad_ms == 0);
+    ck_assert_int_eq(h->weight_bytes, (8 + 32 * 8) * 2);
+    ck_assert_int_eq(h->tied_to, -1);
+    rp_cost_model_destroy(&m);
+    /* all seven projections: q 2(8+8), k 2(8+4), v 2(8+4), o 2(8+8), gate
+     * and up 2(8+16) each, down 2(16+8) */
+    s.lora_targets = 0x7f;
+    ck_assert_int_eq(rp_cost_adapter_params(&s), 32 + 24 + 24 + 32 + 48 + 48 + 48);
+    s.lora_targets = 0;
+    ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_ERR_INVALID_ARG);
+    ck_assert_ptr_null(m);
+    s.lora_targets = 1u << 7; /* no such projection */
+    ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_ERR_INVALID_ARG);
+    s.lora_rank = 0; /* full fine-tuning ignores the targets */
+    ck_assert_int_eq(rp_cost_adapter_params(&s), 0);
+    ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_OK);
+    ck_assert_int_eq(m->layers[1].opt_params, 600);
+    ck_assert_int_eq(m->layers[4].tied_to, 0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+/* The paper's LoRA timing file states rank 16 on q/k/v/o of Qwen3-235B-A22B
+ * (h 4096, 64 heads, 4 kv heads of 128): 16 (4096 + 8192) twice and
+ * 16 (4096 + 512) twice = 540672 adapter parameters a block, which its
+ * blocks update and whose fp32 gradients they download; its embedding and
+ * head train nothing. */
+START_TEST(lora_paper_file_agrees)
+{
+    rp_model_shape s = {4096, 1536, 64, 4, 128, 151936, 94, 0, 0, 16, 0xf};
+    ck_assert_int_eq(rp_cost_adapter_params(&s), 2 * 16 * (4096 + 8192) + 2 * 16 * (4096 + 512));
+    ck_assert_int_eq(rp_cost_adapter_params(&s), 540672);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/bench/paper/qwen3-235b-a22b-lora.txt", rp_test_srcdir());
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_msg(rp_cost_load(path, &m, &err) == RP_OK, "%s", err.msg);
+    for (int l = 1; l <= 94; l++) {
+        ck_assert_int_eq(m->layers[l].opt_params, 540672);
+        ck_assert_int_eq(m->layers[l].grad_bytes, 540672 * 4);
+    }
+    ck_assert(m->layers[0].opt_params == 0 && m->layers[0].grad_bytes == 0);
+    ck_assert(m->layers[95].opt_params == 0 && m->layers[95].grad_bytes == 0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
 static Suite *plan_cost_suite(void)
 {
     Suite *s = suite_create("plan_cost");
@@ -217,6 +301,8 @@ static Suite *plan_cost_suite(void)
     tcase_add_test(tc, paper_files_load);
     tcase_add_test(tc, layer_file_settings_and_defaults);
     tcase_add_test(tc, bad_layer_files_are_named);
+    tcase_add_test(tc, lora_closed_form);
+    tcase_add_test(tc, lora_paper_file_agrees);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,6 +7,10 @@ EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh
 EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py
+# LoRA checkpoints (adapters only, exact resumes, refusals) and --eval-data
+# with adapters (against the merged model and PEFT)
+TESTS += mpi-tests/test_lora_checkpoint.sh
+EXTRA_DIST += mpi-tests/test_lora_checkpoint.sh mpi-tests/lora_eval_check.py
 # the same fixtures on a GPU (--device cuda, bf16); skips without one
 TESTS += mpi-tests/test_golden_cuda.sh
 EXTRA_DIST += mpi-tests/test_golden_cuda.sh

@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 
 #include "cli/plan_opts.h"
+#include "device/backend.h"
 #include "engine/host_memory.h"
 #include "plan/schedule.h"
 #include "store/shm.h"
@@ -16,18 +17,44 @@ static const char plan_usage[] =
     "Prints the forward and backward stages (tail first) the planner chooses, each job's\n"
     "per-microbatch time, weights and peak device memory, and the modelled iteration.\n";
 
-/* A config's host memory for the chosen plan (pipelines from its width). */
-static int host_memory(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan *p,
-                       rp_host_memory *hm)
+/* LoRA's frozen base as train would open it: from --model DIR's safetensors
+ * files (mapped when they hold the executors' dtype), else converted into
+ * the store (--init-config, or files that cannot be read: *note says so). */
+static rp_frozen_base *open_base(const rp_plan_cli *o, char *note, size_t len)
 {
+    rp_frozen_base *base = NULL;
+    rp_error err = {0};
+    const rp_kernel_ops *ops = rp_device_kernel_ops(o->device);
+    const unsigned reads = ops ? ops->weight_dtypes : 0;
+    note[0] = '\0';
+    if (o->model_dir &&
+        rp_frozen_base_open(&o->cfg, o->model_dir, o->dtype, reads, &base, &err) == RP_OK)
+        return base;
+    if (o->model_dir)
+        snprintf(note, len, "%s; the base counted as converted into the store", err.msg);
+    else
+        snprintf(note, len, "no model files (--init-config): the frozen base is initialised "
+                 "in the store, as train does");
+    return rp_frozen_base_open(&o->cfg, NULL, o->dtype, reads, &base, &err) == RP_OK ? base : NULL;
+}
+
+/* A config's host memory for the chosen plan (pipelines from its width);
+ * with LoRA, *note (may be empty) says where the base's figure comes from. */
+static int host_memory(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan *p,
+                       rp_host_memory *hm, char *note, size_t len)
+{
+    note[0] = '\0';
     if (!o->have_config)
         return 0;
     rp_error err = {0};
     int pipelines = o->mc.gpus / (r->width > 0 ? r->width : 1);
     if (pipelines < 1 || o->mc.microbatches % pipelines)
         pipelines = 1;
-    return rp_host_memory_count(&o->cfg, o->dtype, pipelines, o->mc.microbatches,
-                                o->model->tokens_per_microbatch, p, 0, hm, &err) == RP_OK;
+    rp_frozen_base *base = o->cfg.lora.rank > 0 ? open_base(o, note, len) : NULL;
+    rp_status s = rp_host_memory_count(&o->cfg, o->dtype, pipelines, o->mc.microbatches,
+                                       o->model->tokens_per_microbatch, p, 0, base, hm, &err);
+    rp_frozen_base_close(&base);
+    return s == RP_OK;
 }
 
 /* Free bytes where the host store goes (/dev/shm), 0 when unknown. */
@@ -58,11 +85,17 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
            r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
     rp_plan_cli_deal_json(&o->mc);
     rp_host_memory hm;
-    if (host_memory(o, r, p, &hm))
+    char note[1200];
+    if (host_memory(o, r, p, &hm, note, sizeof note)) {
         printf("\"device\": \"%s\", \"dtype\": \"%s\", \"host_param_store_bytes\": %zu, "
                "\"host_activation_bytes\": %zu, \"host_pinned_bytes\": %zu, ",
                rp_device_kind_name(o->device), o->dtype == RP_BF16 ? "bf16" : "fp32",
                hm.param_store, hm.activations, hm.pinned);
+        if (hm.lora)
+            printf("\"lora_rank\": %d, \"host_base_mapped_bytes\": %zu, "
+                   "\"host_base_store_bytes\": %zu, ", o->cfg.lora.rank, hm.base_mapped,
+                   hm.base_store);
+    }
     printf("\"jobs\": [");
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
         rp_job jb = rp_schedule_job(p, j);
@@ -118,16 +151,21 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
     printf("\n");
     rp_host_memory hm;
-    if (host_memory(o, r, p, &hm)) {
+    char note[1200], text[512];
+    if (host_memory(o, r, p, &hm, note, sizeof note)) {
         const double gib = 1073741824.0;
         size_t total = hm.param_store + hm.activations;
         unsigned long long fr = shm_free();
-        printf("for %s executors, %s%s\n", rp_device_kind_name(o->device),
+        printf("for %s executors, %s%s", rp_device_kind_name(o->device),
                o->dtype == RP_BF16 ? "bf16" : "fp32",
                o->device_chosen ? " (what train would use here; --device to choose)" : "");
-        printf("host memory per node: %.2f GiB in %s (model state and gradients %.2f GiB, "
-               "activations %.2f GiB); each rank maps it all; ",
-               total / gib, RP_SHM_DEFAULT_DIR, hm.param_store / gib, hm.activations / gib);
+        if (hm.lora)
+            printf("; LoRA rank %d: adapters trained, the rest frozen", o->cfg.lora.rank);
+        printf("\n");
+        if (note[0])
+            printf("note: %s\n", note);
+        rp_host_memory_format(&hm, text, sizeof text);
+        printf("%s; each rank maps the store; ", text);
         if (o->device == RP_DEVICE_CUDA)
             printf("%.2f GiB of it pinned for copies\n", hm.pinned / gib);
         else

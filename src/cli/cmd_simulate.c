@@ -113,6 +113,23 @@ static void print_nodes(const rp_machine *mc, const row *rows, int nrows)
     printf("(GPipe and 1F1B: each node M/N microbatches, the network not modelled)\n");
 }
 
+/* What the layers' weights, gradients and updates amount to: a LoRA model
+ * uploads its frozen weights but downloads and updates only its adapters. */
+static void print_traffic(const rp_cost_model *m)
+{
+    int64_t params = 0, frozen = 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        params += m->layers[l].opt_params;
+        frozen += m->layers[l].opt_params == 0 && m->layers[l].weight_bytes > 0;
+    }
+    const int last = m->num_layers - 1;
+    printf("layers: weights %.4g GiB (uploaded with their stages), gradients %.4g GiB "
+           "(downloaded), %.4gM parameters updated by AdamW%s\n",
+           rp_cost_weight_bytes(m, 0, last) / 1073741824.0,
+           rp_cost_grad_download_bytes(m, 0, last) / 1073741824.0, params / 1e6,
+           frozen ? "; frozen weights in it, never downloaded or updated (as with LoRA)" : "");
+}
+
 int rp_cli_simulate(int argc, char **argv)
 {
     rp_error err = {0};
@@ -247,9 +264,11 @@ int rp_cli_simulate(int argc, char **argv)
                        "plans are one node's; the table is the %d nodes'\n",
                        N, G, o.mc.microbatches, o.mc.microbatches / N, o.mc.network_gbs,
                        o.mc.network_gbs / 8, RP_SIM_NET_LATENCY_MS * 1e3, N);
+            print_traffic(o.model);
             if (o.mc.sparse_embed)
-                printf("embedding moved and updated by rows (as the engine does), rows "
+                printf("embedding %s by rows (as the engine does), rows "
                        "fraction %.4f per iteration%s\n",
+                       o.model->layers[0].opt_params > 0 ? "moved and updated" : "(frozen) moved",
                        efrac, o.mc.embed_rows_frac > 0 ? " (given)" : " (bound: every token distinct)");
             for (int i = 0; i < nrows; i++) /* the planned schedules (not the baselines) */
                 if (rows[i].plan[0])

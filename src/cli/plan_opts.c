@@ -10,6 +10,7 @@
 #include "device/device.h"
 #include "engine/memory_model.h"
 #include "io/config.h"
+#include "io/peft.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
@@ -19,7 +20,7 @@ enum {
     O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
     O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
     O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_DOCUMENTS,
-    O_NODES, O_NETGBS,
+    O_NODES, O_NETGBS, O_LORA_RANK, O_LORA_TARGETS, O_LORA_DROPOUT,
     O_JSON, O_HELP
 };
 
@@ -56,6 +57,9 @@ static const struct option opts[] = {
     {"documents", required_argument, 0, O_DOCUMENTS},
     {"nodes", required_argument, 0, O_NODES},
     {"network-gbs", required_argument, 0, O_NETGBS},
+    {"lora-rank", required_argument, 0, O_LORA_RANK},
+    {"lora-targets", required_argument, 0, O_LORA_TARGETS},
+    {"lora-dropout", required_argument, 0, O_LORA_DROPOUT},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0},
@@ -117,6 +121,11 @@ const char rp_plan_cli_options_usage[] =
     "                         default) plans both and keeps the faster\n"
     "  --documents FILE.npy   a config's executors hold the segment starts train's\n"
     "                         --documents adds (the file itself is not read)\n"
+    "  --lora-rank R          a config's model trained as train --lora-rank R: LoRA\n"
+    "                         adapters of rank R, the rest frozen (default 0: full\n"
+    "                         fine-tuning)\n"
+    "  --lora-targets LIST    the adapted projections, as train's (default all-linear)\n"
+    "  --lora-dropout P       as train's (the executors' dropout buffers)\n"
     "  --json                 print JSON instead of a table\n";
 
 /* A config's cost model: times from its FLOPs on the given device rates,
@@ -124,16 +133,18 @@ const char rp_plan_cli_options_usage[] =
  * into *workspace). */
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
                              double devgbs, int cb, rp_dtype grad_dtype, int documents,
-                             rp_device_kind device,
+                             rp_device_kind device, const rp_lora_config *lora,
                              rp_cost_model **out,
                              int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
 {
     rp_model_config cfg;
     RP_TRY(rp_config_load(path, &cfg, err));
+    cfg.lora = *lora;
     *cfg_out = cfg;
     rp_model_shape sh = {cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
                          cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size,
-                         cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias};
+                         cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias,
+                         lora->rank, lora->targets};
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
@@ -187,6 +198,32 @@ static rp_status use_topology(rp_plan_cli *o, const char *path, int G, double bw
     return st;
 }
 
+/* The LoRA settings as train takes them (lora_run.c): --lora-rank R >= 1
+ * with targets all-linear unless --lora-targets names them; other --lora-*
+ * options need it; for a config only (a layer-times file has its bytes). */
+static rp_status lora_options(int64_t rank, const char *targets, double dropout, int given,
+                              int layers_file, rp_lora_config *c, rp_error *err)
+{
+    memset(c, 0, sizeof *c);
+    if (rank < 1 && given)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--lora-targets and --lora-dropout need --lora-rank R >= 1");
+    if (rank < 1)
+        return RP_OK;
+    if (layers_file)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--lora-rank applies to a config (--init-config, --model); a "
+                            "layer-times file carries its own bytes");
+    if (!(dropout >= 0 && dropout < 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--lora-dropout: %g is outside [0, 1)",
+                            dropout);
+    c->rank = (int)rank;
+    c->alpha = (double)rank;
+    c->dropout = dropout;
+    c->targets = RP_LORA_ALL_LINEAR;
+    return targets ? rp_lora_targets_parse(targets, "--lora-targets", &c->targets, err) : RP_OK;
+}
+
 rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err)
 {
     memset(o, 0, sizeof *o);
@@ -205,6 +242,10 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     int64_t config_ws = 0;
     const char *topology = NULL;
     int documents = 0;
+    int64_t lora_rank = 0;
+    double lora_dropout = 0;
+    const char *lora_targets = NULL;
+    int lora_given = 0; /* a --lora-* option other than --lora-rank */
     o->deal = RP_DEAL_BEST;
     optind = 0;
     opterr = 0;
@@ -228,6 +269,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             }
             sprintf(config_buf, "%s/config.json", optarg);
             config = config_buf;
+            o->model_dir = optarg;
             break;
         case O_GPUS: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &G, err); break;
         case O_MB: st = rp_arg_int(optname, optarg, 1, 1 << 20, &M, err); break;
@@ -300,6 +342,12 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             break;
         case O_NODES: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_NODES, &nodes, err); break;
         case O_NETGBS: st = rp_arg_double(optname, optarg, &netgbs, err); break;
+        case O_LORA_RANK: st = rp_arg_int(optname, optarg, 0, 65536, &lora_rank, err); break;
+        case O_LORA_TARGETS: lora_targets = optarg; lora_given = 1; break;
+        case O_LORA_DROPOUT:
+            st = rp_arg_double(optname, optarg, &lora_dropout, err);
+            lora_given = 1;
+            break;
         case O_JSON: o->json = 1; break;
         case O_HELP: case 'h': o->help = 1; break;
         case ':':
@@ -333,6 +381,9 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     else if (!!layers + !!config != 1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "give exactly one of --layers, --init-config or --model");
+    if (st == RP_OK)
+        st = lora_options(lora_rank, lora_targets, lora_dropout, lora_given, layers != NULL,
+                          &o->lora, err);
     if (st == RP_OK && layers) {
         st = rp_cost_load(layers, &o->model, err);
     } else if (st == RP_OK) {
@@ -351,7 +402,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             cb = device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
             st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, grad_dtype, documents,
-                             device,
+                             device, &o->lora,
                              &o->model,
                              &config_ws, &o->cfg, err);
         o->have_config = st == RP_OK;

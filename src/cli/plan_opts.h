@@ -18,7 +18,9 @@ typedef struct rp_plan_cli {
     /* a config's model: the executors the plan is for (as train would
      * choose here, or --device), their compute dtype, and the config */
     int have_config;
-    rp_model_config cfg;
+    rp_model_config cfg;  /* with cfg.lora: --lora-rank, --lora-targets, --lora-dropout */
+    rp_lora_config lora;
+    const char *model_dir; /* --model DIR (argv's), NULL otherwise */
     rp_device_kind device;
     int device_chosen;    /* 1: --device auto resolved here, as train would */
     rp_dtype dtype;

@@ -12,6 +12,7 @@
 #include "io/config.h"
 #include "optim/lr.h"
 #include "engine/run_impl.h"
+#include "engine/lora_checkpoint.h"
 #include "engine/protocol.h"
 #include "optim/clip.h"
 
@@ -200,7 +201,7 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     int rank;
     MPI_Comm_rank(comm, &rank);
     rp_status s = RP_OK;
-    int64_t v[4] = {0, 0, 0, 0}; /* found, step, adam_step, pending */
+    int64_t v[5] = {0, 0, 0, 0, 0}; /* found, step, adam_step, pending, recorded base */
     float coef = 1.0f;
     if (rank == 0) {
         if (strcmp(resolved->resume, "auto") == 0) {
@@ -218,8 +219,12 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
         if (s == RP_OK && st)
             s = check_state(out->dir, st, resolved, &v[1], &v[2], &pending, &coef, err);
         v[3] = pending;
+        if (s == RP_OK && st) /* before the config: it may name the recorded base */
+            s = rp_lora_checkpoint_check(out->dir, st, resolved, out->base, sizeof out->base,
+                                         err);
         if (s == RP_OK && st)
             s = check_config(out->dir, resolved, err);
+        v[4] = resolved->model_dir == out->base ? 1 : resolved->init_config == out->base ? 2 : 0;
         json_object_put(st);
         v[0] = s == RP_OK && out->dir[0];
     }
@@ -228,9 +233,10 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
     if (!all)
         return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused --resume");
-    MPI_Bcast(v, 4, MPI_INT64_T, 0, comm);
+    MPI_Bcast(v, 5, MPI_INT64_T, 0, comm);
     MPI_Bcast(&coef, 1, MPI_FLOAT, 0, comm);
     MPI_Bcast(out->dir, (int)sizeof out->dir, MPI_CHAR, 0, comm);
+    MPI_Bcast(out->base, (int)sizeof out->base, MPI_CHAR, 0, comm);
     if (!v[0]) { /* auto found none: a fresh start, which needs a model */
         out->dir[0] = '\0';
         if (!resolved->model_dir && !resolved->init_config)
@@ -243,8 +249,15 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     out->adam_step = v[2];
     out->pending = (int)v[3];
     out->coef = coef;
-    resolved->model_dir = out->dir; /* the checkpoint is the model */
-    resolved->init_config = NULL;
+    if (resolved->lora_rank >= 1) { /* the adapters: the model is the base */
+        if (v[4] == 1)
+            resolved->model_dir = out->base;
+        else if (v[4] == 2)
+            resolved->init_config = out->base;
+    } else { /* the checkpoint is the model */
+        resolved->model_dir = out->dir;
+        resolved->init_config = NULL;
+    }
     if (rank == 0 && resolved->steps && out->step == resolved->steps)
         rp_log(lg, RP_LOG_INFO, "resuming from %s: step %lld, the last, is done: nothing left "
                "to train", out->dir, (long long)out->step);
@@ -384,6 +397,9 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
     json_object_object_add(st, "seed", json_object_new_uint64(o->seed));
     json_object_object_add(st, "data", json_object_new_string(o->data));
     json_object_object_add(st, "options", semantic_options(o));
+    rp_status s = RP_OK;
+    if (e->lora) /* the adapters' settings and the base they are trained on */
+        s = rp_lora_checkpoint_state(st, &e->p->cfg, o, e->lora_base_hash, err);
     if (k->pending) { /* the weights are of step c - 1; c's update follows on resume */
         json_object *pu = json_object_new_object();
         json_object_object_add(pu, "step", json_object_new_int64(c));
@@ -393,7 +409,8 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
     }
     char dir[4200];
     double t0 = rp_now();
-    rp_status s = rp_checkpoint_finish(&k->w, st, (int)o->keep_checkpoints, dir, sizeof dir, err);
+    if (s == RP_OK)
+        s = rp_checkpoint_finish(&k->w, st, (int)o->keep_checkpoints, dir, sizeof dir, err);
     json_object_put(st);
     k->writing += rp_now() - t0;
     if (s == RP_OK) {

@@ -43,6 +43,8 @@ typedef struct rp_resume {
     int pending;       /* a lagged optimizer's update of `step` is still to be applied */
     float coef;        /* with that step's clipping coefficient */
     char dir[4096];    /* the checkpoint directory */
+    char base[4096];   /* LoRA: the recorded base a resume without --model or
+                          --init-config takes (lora_checkpoint.h) */
 } rp_resume;
 
 /* The summed gradient of a pending update, in a checkpoint directory. */
@@ -52,7 +54,11 @@ typedef struct rp_resume {
  * or none, which is said), check it (complete, checksums, the options that
  * change the results, the model config against --model/--init-config if
  * given) and make it the run's model: *resolved gets model_dir = the
- * checkpoint. Collective; without --resume, *out is a fresh start. */
+ * checkpoint. A LoRA checkpoint holds the adapters only: its LoRA settings
+ * and base are checked too (lora_checkpoint.h), and the run's model stays
+ * the base (the recorded one without --model and --init-config); the
+ * adapters and their AdamW state are read from the checkpoint.
+ * Collective; without --resume, *out is a fresh start. */
 rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const rp_logger *lg,
                                 rp_resume *out, rp_error *err);
 

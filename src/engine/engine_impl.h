@@ -39,6 +39,10 @@ typedef struct rp_engine {
     rp_params *p;      /* attached to the store: with LoRA, the adapters */
     int lora;          /* LoRA: the model's other weights are frozen, in `base` */
     rp_frozen_base *base; /* LoRA's frozen weights (engine/frozen_base.h), or NULL */
+    int base_in_place;    /* executors whose memory is the host's (CPU) read `base` where
+                           * it lies: it is never copied into their stage buffers */
+    char lora_base_hash[17]; /* LoRA checkpoints: the base's fingerprint, once computed
+                                (engine/lora_checkpoint.h; rank 0) */
     rp_plan plan;
     rp_arena arena;
     float *act;        /* arena base in the store */

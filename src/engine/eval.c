@@ -21,11 +21,19 @@ int rp_eval_due(const rp_engine *e, int64_t step)
     return o->eval_data && (step == e->steps || (o->eval_every > 0 && step % o->eval_every == 0));
 }
 
-/* The device buffers of one rank's evaluation. */
+/* The device buffers of one rank's evaluation. With LoRA the model is the
+ * one --save writes (base + adapters), without dropout: a block's adapters
+ * in `ad`, and the frozen base read as the executors read it (executor.c):
+ * where it lies (engine_impl.h's base_in_place: then `embed` and `w` are
+ * not used), or each layer's copied into `w`, laid out as the base's layer. */
 typedef struct evaluator {
     rp_engine *e;
     rp_kernels k;
+    rp_model_config cfg;  /* the model as evaluated (LoRA: dropout 0) */
+    rp_dtype fdt;         /* the dtype of the weights other than adapters (LoRA: the base's) */
+    int in_place;         /* LoRA: the base is read where it lies */
     void *embed, *w;      /* layer 0's weights (also a tied LM head); the current layer's */
+    void *ad;             /* LoRA: the current block's adapters */
     float *act, *out;     /* a microbatch's activations in and out */
     float *saved, *ws;
     int32_t *in, *tgt, *seg;
@@ -45,12 +53,43 @@ static void *dev_alloc(evaluator *v, size_t bytes, rp_status *s, rp_error *err)
 static void evaluator_free(evaluator *v)
 {
     rp_device *d = v->e->dev;
-    void *dev[] = {v->embed, v->w, v->act, v->out, v->saved, v->ws, v->in, v->tgt, v->seg,
+    void *dev[] = {v->embed, v->w, v->ad, v->act, v->out, v->saved, v->ws, v->in, v->tgt, v->seg,
                    v->mask};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i])
             rp_device_free(d, dev[i]);
     free(v->hin), free(v->htgt), free(v->hseg), free(v->hmask);
+}
+
+/* Bytes of layer l's weights in `w` (LoRA: its frozen base, unless it is
+ * read in place). */
+static size_t weight_bytes(const evaluator *v, int l)
+{
+    const rp_engine *e = v->e;
+    if (!e->lora)
+        return rp_params_compute_bytes(e->p, l);
+    return v->in_place ? 0 : rp_frozen_base_numel(e->base, l) * rp_dtype_size(v->fdt);
+}
+
+/* Layer l's weights onto the device at dst: its compute copy, or with LoRA
+ * its frozen base tensor by tensor (unless read in place) and its adapters
+ * (if any) into v->ad. */
+static rp_status upload_layer(evaluator *v, int l, void *dst, rp_error *err)
+{
+    rp_engine *e = v->e;
+    if (!e->lora)
+        return rp_device_copy(e->dev, dst, e->p->st[l].compute, rp_params_compute_bytes(e->p, l),
+                              err);
+    const size_t es = rp_dtype_size(v->fdt);
+    const rp_weight_piece *pc;
+    int n = v->in_place ? 0 : rp_frozen_base_pieces(e->base, l, &pc);
+    for (int i = 0; i < n; i++)
+        RP_TRY(rp_device_copy(e->dev, (char *)dst + pc[i].at * es, pc[i].src, pc[i].numel * es,
+                              err));
+    if (rp_params_compute_bytes(e->p, l) == 0)
+        return RP_OK;
+    return rp_device_copy(e->dev, v->ad, e->p->st[l].compute, rp_params_compute_bytes(e->p, l),
+                          err);
 }
 
 static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
@@ -60,17 +99,29 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
     const rp_params *p = e->p;
     const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
     const int64_t spm = e->samples_per_micro, S = e->seq_len, T = e->tokens_per_micro;
-    size_t wmax = 0;
-    for (int l = 1; l < p->nlayers; l++)
-        wmax = rp_params_compute_bytes(p, l) > wmax ? rp_params_compute_bytes(p, l) : wmax;
+    v->cfg = p->cfg;
+    v->cfg.lora.dropout = 0; /* evaluation is inference */
+    v->fdt = e->lora ? rp_frozen_base_dtype(e->base) : p->compute_dtype;
+    v->in_place = e->lora && e->base_in_place;
+    if (e->lora && !v->in_place && v->fdt != p->compute_dtype) /* one block holds both */
+        return rp_error_set(err, RP_ERR_INTERNAL, "evaluation: a frozen base in %s copied "
+                            "beside adapters in %s", rp_dtype_name(v->fdt),
+                            rp_dtype_name(p->compute_dtype));
+    size_t wmax = 0, admax = 0;
+    for (int l = 1; l < p->nlayers; l++) {
+        wmax = weight_bytes(v, l) > wmax ? weight_bytes(v, l) : wmax;
+        admax = rp_params_compute_bytes(p, l) > admax ? rp_params_compute_bytes(p, l) : admax;
+    }
     rp_status s = rp_device_kernels(e->dev, &v->k, err);
-    v->embed = dev_alloc(v, rp_params_compute_bytes(p, 0), &s, err);
+    v->embed = dev_alloc(v, weight_bytes(v, 0), &s, err);
     v->w = dev_alloc(v, wmax, &s, err);
+    if (e->lora)
+        v->ad = dev_alloc(v, admax, &s, err);
     v->act = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
     v->out = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
-    v->saved = dev_alloc(v, rp_block_saved_floats(ops, p->compute_dtype, &p->cfg, spm, S) *
+    v->saved = dev_alloc(v, rp_block_saved_floats(ops, p->compute_dtype, &v->cfg, spm, S) *
                                 sizeof(float), &s, err);
-    v->ws = dev_alloc(v, rp_model_workspace_floats(ops, p->compute_dtype, &p->cfg, spm, S) *
+    v->ws = dev_alloc(v, rp_model_workspace_floats(ops, p->compute_dtype, &v->cfg, spm, S) *
                              sizeof(float), &s, err);
     v->in = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
     v->tgt = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
@@ -84,8 +135,7 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
     if (s == RP_OK && (!v->hin || !v->htgt || !v->hseg || !v->hmask))
         s = rp_error_set(err, RP_ERR_NOMEM, "evaluation: host staging");
     if (s == RP_OK) /* the embedding stays: the first layer, and a tied LM head */
-        s = rp_device_copy(e->dev, v->embed, p->st[0].compute, rp_params_compute_bytes(p, 0),
-                           err);
+        s = upload_layer(v, 0, v->embed, err);
     if (s != RP_OK)
         evaluator_free(v);
     return s;
@@ -119,6 +169,12 @@ static rp_status load_tokens(evaluator *v, int l, int64_t first, int64_t n, int6
     return rp_device_copy(e->dev, v->mask, v->hmask, T, err);
 }
 
+/* LoRA: tensor `name` of layer l of the frozen base, where it lies. */
+static const void *frozen(const evaluator *v, int l, const char *name)
+{
+    return rp_frozen_base_tensor(v->e->base, l, name);
+}
+
 /* Layer l's forward for microbatch `mb` (samples [first, first + n)), its
  * activations in host memory `h` (in and out; the head's: *loss, *counted). */
 static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, float *h,
@@ -131,21 +187,37 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
     const rp_dtype dt = p->compute_dtype;
     RP_TRY(load_tokens(v, l, first, n, counted, err));
     if (l == 0) {
-        RP_TRY(rp_embed_forward(&v->k, &p->cfg, v->embed, dt, v->in, T, v->out, err));
+        const void *table = v->in_place ? frozen(v, 0, "model.embed_tokens.weight") : v->embed;
+        RP_TRY(rp_embed_forward(&v->k, &v->cfg, table, v->fdt, v->in, T, v->out, err));
     } else {
         RP_TRY(rp_device_copy(e->dev, v->act, h, bytes, err));
         if (l < p->nlayers - 1) {
-            RP_TRY(rp_block_forward(&v->k, &p->cfg, v->w, dt, v->act, v->out, n, S, v->seg,
-                                    v->saved, v->ws, NULL, err)); /* no LoRA: refused */
-        } else {
-            const rp_layer_desc *hd = &p->layers[l];
-            size_t es = rp_dtype_size(dt);
+            rp_lora_call c; /* the adapters, without dropout (v->cfg) */
+            memset(&c, 0, sizeof c);
+            c.adapters = v->ad;
+            if (v->in_place) {
+                c.nbase = rp_frozen_base_pieces(e->base, l, &c.base);
+                c.base_dtype = v->fdt;
+            }
+            c.seed = e->o->seed;
+            c.layer = (int32_t)(l - 1);
+            c.first_sample = first;
+            RP_TRY(rp_block_forward(&v->k, &v->cfg, v->in_place ? NULL : v->w, dt, v->act, v->out,
+                                    n, S, v->seg, v->saved, v->ws, e->lora ? &c : NULL, err));
+        } else if (v->in_place) {
+            return rp_head_forward_backward(&v->k, &v->cfg, frozen(v, l, "model.norm.weight"),
+                                            frozen(v, l, "lm_head.weight"), v->fdt, v->act,
+                                            v->tgt, v->mask, T, 1.0f, NULL, NULL, NULL, 0, v->ws,
+                                            loss, err);
+        } else { /* LoRA: the frozen head, a layer of its own (engine/frozen_base.h) */
+            const rp_layer_desc *hd = e->lora ? rp_frozen_base_layer(e->base, l) : &p->layers[l];
+            size_t es = rp_dtype_size(v->fdt);
             const void *norm_w =
                 (const char *)v->w + rp_layer_find_param(hd, "model.norm.weight")->offset * es;
             const void *lm_w = e->tied ? v->embed
                                        : (const char *)v->w +
                                              rp_layer_find_param(hd, "lm_head.weight")->offset * es;
-            return rp_head_forward_backward(&v->k, &p->cfg, norm_w, lm_w, dt, v->act, v->tgt,
+            return rp_head_forward_backward(&v->k, &v->cfg, norm_w, lm_w, v->fdt, v->act, v->tgt,
                                             v->mask, T, 1.0f, NULL, NULL, NULL, 0, v->ws, loss,
                                             err);
         }
@@ -174,8 +246,7 @@ static rp_status run_mine(evaluator *v, int64_t samples, double *loss, int64_t *
     for (int64_t j0 = rank; s == RP_OK && j0 < nmb; j0 += group * size) {
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++) {
             if (l > 0)
-                s = rp_device_copy(e->dev, v->w, e->p->st[l].compute,
-                                   rp_params_compute_bytes(e->p, l), err);
+                s = upload_layer(v, l, v->w, err);
             for (int64_t g = 0; s == RP_OK && g < group; g++) {
                 int64_t j = j0 + g * size;
                 if (j >= nmb)

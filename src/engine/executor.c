@@ -116,7 +116,10 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->dev = e->dev;
     int ok = 1;
     const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
-    size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * wb + 4095) & ~(size_t)4095;
+    size_t gb = wb; /* bytes of a gathered element: a base read in place may be wider */
+    if (e->base_in_place && rp_dtype_size(rp_frozen_base_dtype(e->base)) > gb)
+        gb = rp_dtype_size(rp_frozen_base_dtype(e->base));
+    size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * gb + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
         x->buf[b].w = dalloc(x, (wmax ? wmax : 1) * wb, err);
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
@@ -235,15 +238,29 @@ static const void *Base_at(executor *x, const rp_job *job, int l, size_t at)
            (b->boff[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
 }
 
-/* What a block call needs besides its weights: with LoRA, its adapters
- * and the dropout keys of this microbatch (NULL without LoRA). */
+/* The dtype of the frozen weights a call reads: the base's where it lies
+ * when read in place, else the stage buffer's (the compute dtype). */
+static rp_dtype frozen_dtype(const executor *x)
+{
+    const rp_engine *e = x->e;
+    return e->base_in_place ? rp_frozen_base_dtype(e->base) : e->p->compute_dtype;
+}
+
+/* What a block call needs besides its weights: with LoRA, its adapters,
+ * the frozen base's tensors when they are read in place, and the dropout
+ * keys of this microbatch (NULL without LoRA). */
 static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int64_t t,
                                      rp_lora_call *c)
 {
     rp_engine *e = x->e;
     if (!e->lora)
         return NULL;
+    memset(c, 0, sizeof *c);
     c->adapters = W(x, job, l);
+    if (e->base_in_place) {
+        c->nbase = rp_frozen_base_pieces(e->base, l, &c->base);
+        c->base_dtype = rp_frozen_base_dtype(e->base);
+    }
     c->seed = e->o->seed;
     c->step = t;
     c->layer = (int32_t)(l - 1);
@@ -251,10 +268,15 @@ static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int6
     return c;
 }
 
-/* A block's frozen weights: the stage's base with LoRA, else its weights. */
+/* A layer's frozen weights: the stage's base with LoRA (NULL for a block
+ * whose base is read in place: lora_call gives its tensors; the
+ * embedding's gathered rows), else its weights. */
 static const void *block_weights(executor *x, const rp_job *job, int l)
 {
-    return x->e->lora ? Base_at(x, job, l, 0) : W(x, job, l);
+    rp_engine *e = x->e;
+    if (e->lora && e->base_in_place)
+        return l == 0 ? x->buf[x->cur].gather : NULL;
+    return e->lora ? Base_at(x, job, l, 0) : W(x, job, l);
 }
 
 static float *G(executor *x, const rp_job *job, int l)
@@ -288,7 +310,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
             return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), e->p->compute_dtype, x->in,
+        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), frozen_dtype(x), x->in,
                              e->tokens_per_micro, out, err);
     } else {
         rp_lora_call c;
@@ -429,7 +451,11 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
     const void *norm_w, *lm_w;
     float *norm_g, *lm_g;
-    if (e->lora) { /* frozen: the head's base holds both (a tied matrix as its own) */
+    if (e->lora && e->base_in_place) { /* frozen, where it lies */
+        norm_w = rp_frozen_base_tensor(e->base, head, "model.norm.weight");
+        lm_w = rp_frozen_base_tensor(e->base, head, "lm_head.weight");
+        norm_g = lm_g = NULL;
+    } else if (e->lora) { /* frozen: the head's base holds both (a tied matrix as its own) */
         const rp_layer_desc *hd = rp_frozen_base_layer(e->base, head);
         norm_w = Base_at(x, job, head, rp_layer_find_param(hd, "model.norm.weight")->offset);
         lm_w = Base_at(x, job, head, rp_layer_find_param(hd, "lm_head.weight")->offset);
@@ -454,7 +480,8 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     double th = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w, e->p->compute_dtype,
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w,
+                                    e->lora ? frozen_dtype(x) : e->p->compute_dtype,
                                     x->acts[head - job->first], x->tgt, x->mask,
                                     e->tokens_per_micro, scale, x->d, norm_g, lm_g, 0, x->ws,
                                     &loss[m], err));

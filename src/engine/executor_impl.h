@@ -22,7 +22,7 @@ typedef struct stage_buf {
      * and uploaded; tokens are renumbered to positions in `rows` */
     int32_t *rows;
     int64_t nrows;
-    void *gather; /* compute dtype */
+    void *gather; /* compute dtype (a frozen base read in place: the base's dtype) */
     int gather_pinned;
 } stage_buf;
 
@@ -82,7 +82,9 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off);
 
 /* LoRA: elements of the job's frozen bases, laid out after
  * rp_stage_floats's (boff[i], when not NULL, the offset of layer first+i's);
- * 0 without LoRA. */
+ * 0 without LoRA or with a base read in place (e->base_in_place: then a
+ * stage with the embedding gathers its rows in the base's dtype into
+ * `gather` and reads them there). */
 size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff);
 
 /* The weights of job j of pipeline g in iteration t on the device, in

@@ -11,13 +11,14 @@ struct rp_frozen_base {
     rp_model_config cfg;
     rp_layer_desc *layers;
     int nlayers;
-    rp_dtype dtype;
+    rp_dtype dtype; /* where the tensors lie: mapped, their file's; else the compute dtype */
     int mapped;
     rp_safetensors_set *set; /* the model directory's, open while mapped (or until filled) */
-    rp_base_piece *pieces;   /* layer l's: pieces[first[l] .. first[l + 1]) */
+    rp_weight_piece *pieces;   /* layer l's: pieces[first[l] .. first[l + 1]) */
     int *first;
     size_t *store_at;        /* each piece's offset in the store when not mapped */
     size_t store_bytes;      /* 0 when mapped */
+    size_t bytes;            /* of the tensors, where they lie */
 };
 
 /* The full model's layout, untied (frozen_base.h). */
@@ -55,8 +56,8 @@ static rp_status find_tensor(rp_safetensors_set *set, const char *dir, const rp_
                             file ? file : dir, name, rp_safetensors_shape_str(t->ndim, t->shape, a, sizeof a),
                             rp_safetensors_shape_str(p->ndim, want, b, sizeof b));
     }
-    const size_t es = rp_dtype_size(dtype);
-    *usable = t->dtype_supported && t->dtype == dtype && ((uintptr_t)t->data % es) == 0;
+    *usable = t->dtype_supported && t->dtype == dtype &&
+              ((uintptr_t)t->data % rp_dtype_size(dtype)) == 0;
     return RP_OK;
 }
 
@@ -101,20 +102,43 @@ static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
     return s;
 }
 
+/* The dtype the base can be read in place in: that of its first tensor
+ * when the executors read it (`reads`) and it is the compute dtype or
+ * narrower (in place never takes more memory than the store's copy
+ * would), else the compute dtype (b->dtype). */
+static rp_status mapped_dtype(rp_frozen_base *b, unsigned reads, rp_error *err)
+{
+    const size_t compute_size = rp_dtype_size(b->dtype);
+    for (int l = 0; b->set && l < b->nlayers; l++)
+        if (b->layers[l].nparams > 0) {
+            rp_safetensors_tensor t;
+            const char *name = source_name(&b->cfg, b->layers[l].params[0].name);
+            RP_TRY(rp_safetensors_set_find(b->set, name, &t, NULL, err));
+            if (t.dtype_supported && ((reads >> t.dtype) & 1u) &&
+                (t.dtype == b->dtype || rp_dtype_size(t.dtype) < compute_size))
+                b->dtype = t.dtype;
+            break;
+        }
+    return RP_OK;
+}
+
 /* Every tensor's piece: into the mapping when every tensor can be read in
- * place, else its offset in the store (set by rp_frozen_base_attach). */
-static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_error *err)
+ * place, else its offset in the store (set by rp_frozen_base_attach), the
+ * store's copy in the compute dtype. */
+static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype compute,
+                              rp_error *err)
 {
     int all = b->set != NULL, k = 0;
     for (int l = 0; l < b->nlayers; l++) {
         b->first[l] = k;
         for (int i = 0; i < b->layers[l].nparams; i++, k++) {
             const rp_param_desc *p = &b->layers[l].params[i];
-            rp_base_piece *pc = &b->pieces[k];
+            rp_weight_piece *pc = &b->pieces[k];
             pc->at = p->offset;
             pc->numel = p->numel;
             b->store_at[k] = b->store_bytes;
-            b->store_bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
+            b->store_bytes += tensor_store_bytes(&b->cfg, p, compute);
+            b->bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
             if (b->set) {
                 rp_safetensors_tensor t;
                 int usable = 0;
@@ -129,11 +153,15 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_error
     b->mapped = all;
     if (all)
         b->store_bytes = 0;
+    else { /* converted into the store */
+        b->dtype = compute;
+        b->bytes = b->store_bytes;
+    }
     return RP_OK;
 }
 
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
-                              rp_frozen_base **out, rp_error *err)
+                              unsigned reads, rp_frozen_base **out, rp_error *err)
 {
     *out = NULL;
     if (dtype != RP_F32 && dtype != RP_BF16)
@@ -158,7 +186,9 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
     if (s == RP_OK && model_dir)
         s = rp_safetensors_set_open_dir(model_dir, &b->set, err);
     if (s == RP_OK)
-        s = place_pieces(b, model_dir, err);
+        s = mapped_dtype(b, reads | 1u << dtype, err);
+    if (s == RP_OK)
+        s = place_pieces(b, model_dir, dtype, err);
     if (s != RP_OK) {
         rp_frozen_base_close(&b);
         return s;
@@ -207,7 +237,7 @@ size_t rp_frozen_base_numel(const rp_frozen_base *b, int l)
     return b->layers[l].numel;
 }
 
-int rp_frozen_base_pieces(const rp_frozen_base *b, int l, const rp_base_piece **pieces)
+int rp_frozen_base_pieces(const rp_frozen_base *b, int l, const rp_weight_piece **pieces)
 {
     *pieces = b->pieces + b->first[l];
     return b->first[l + 1] - b->first[l];
@@ -230,4 +260,14 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *b, int l, const char *na
         if (strcmp(L->params[i].name, name) == 0)
             return b->pieces[b->first[l] + i].src;
     return NULL;
+}
+
+rp_dtype rp_frozen_base_dtype(const rp_frozen_base *b)
+{
+    return b->dtype;
+}
+
+size_t rp_frozen_base_bytes(const rp_frozen_base *b)
+{
+    return b->bytes;
 }

@@ -1,10 +1,11 @@
 /* LoRA's frozen base (issue 13, DESIGN 5): every weight of the model but
- * the adapters, never updated, in the executors' compute dtype. When the
- * checkpoint's tensors are already in that dtype they are read in place
- * from the memory-mapped safetensors files (one copy per node, in the page
- * cache; nothing in the host store); otherwise (another dtype, or random
- * initialisation) they are converted once into a region of the host store
- * that the node leader fills.
+ * the adapters, never updated. When the checkpoint's tensors are all in a
+ * dtype the executors' GEMMs read (the compute dtype; on CPU executors bf16
+ * under fp32 too, kernels/ops.h weight_dtypes) they are read in place from the
+ * memory-mapped safetensors files (one copy per node, in the page cache;
+ * nothing in the host store), in that dtype; otherwise (another dtype, or
+ * random initialisation) they are converted once into the compute dtype in
+ * a region of the host store that the node leader fills.
  *
  * The base is described with the layout of the full model
  * (rp_model_base_layout), untied: a tied model's head holds lm_head.weight,
@@ -21,24 +22,30 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "model/layers.h"
 #include "model/layout.h"
-
-typedef struct rp_base_piece {
-    size_t at;         /* element offset in the layer's block */
-    const void *src;   /* host bytes, in the base's dtype */
-    size_t numel;
-} rp_base_piece;
 
 typedef struct rp_frozen_base rp_frozen_base;
 
 /* Open the base of cfg (LoRA): lay it out and, with model_dir, find and
  * check every tensor there (missing ones and wrong shapes name the file and
- * the tensor). When all of them can be read in place as `dtype` the base is
- * mapped and ready; otherwise (or without model_dir: random
- * initialisation) it needs rp_frozen_base_store_bytes of the host store,
- * given by rp_frozen_base_attach. */
+ * the tensor). When all of them are in one dtype the executors read in
+ * place (`dtype`, the compute dtype, or a narrower one of the `reads` mask,
+ * bit 1u << dtype: the kernel table's weight_dtypes) and aligned, the base
+ * is mapped, in that dtype, and ready; otherwise (or without model_dir: random
+ * initialisation) it is converted into `dtype` and needs
+ * rp_frozen_base_store_bytes of the host store, given by
+ * rp_frozen_base_attach. */
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
-                              rp_frozen_base **out, rp_error *err);
+                              unsigned reads, rp_frozen_base **out, rp_error *err);
+
+/* Whether executors driving a table of `ops` read the base where it lies
+ * (their memory is the host's: CPU) rather than uploading it with their
+ * stages. The one rule the engine and the planner both use. */
+static inline int rp_frozen_base_in_place(const rp_kernel_ops *ops)
+{
+    return ops && ops->host_addressable;
+}
 
 /* Host store bytes the base needs (0 when mapped). */
 size_t rp_frozen_base_store_bytes(const rp_frozen_base *base);
@@ -52,10 +59,14 @@ void rp_frozen_base_close(rp_frozen_base **base);
 
 /* Layer l's block: its elements (padding included) and its pieces. */
 size_t rp_frozen_base_numel(const rp_frozen_base *base, int l);
-int rp_frozen_base_pieces(const rp_frozen_base *base, int l, const rp_base_piece **pieces);
+int rp_frozen_base_pieces(const rp_frozen_base *base, int l, const rp_weight_piece **pieces);
 /* The base's layout (rp_model_base_layout, untied) and whether it is mapped. */
 const rp_layer_desc *rp_frozen_base_layer(const rp_frozen_base *base, int l);
 int rp_frozen_base_mapped(const rp_frozen_base *base);
+/* The dtype of every tensor of the base (where it lies). */
+rp_dtype rp_frozen_base_dtype(const rp_frozen_base *base);
+/* Bytes of the base's tensors (a tied matrix once), mapped or stored. */
+size_t rp_frozen_base_bytes(const rp_frozen_base *base);
 /* Host bytes of tensor `name` of layer l (NULL when absent). */
 const void *rp_frozen_base_tensor(const rp_frozen_base *base, int l, const char *name);
 

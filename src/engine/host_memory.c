@@ -1,6 +1,7 @@
 /* Host memory of a training run (see host_memory.h). */
 #include "engine/host_memory.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@
 #include "engine/params.h"
 #include "model/layout.h"
 #include "optim/adamw.h"
+#include "store/shm.h"
 
 rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                 int64_t tokens_per_pipeline, size_t base_bytes, size_t *goff,
@@ -77,21 +79,31 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
 
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
-                               int recompute_layer, rp_host_memory *out, rp_error *err)
+                               int recompute_layer, const rp_frozen_base *base,
+                               rp_host_memory *out, rp_error *err)
 {
     memset(out, 0, sizeof *out);
+    out->lora = cfg->lora.rank > 0;
+    if (out->lora && !base)
+        return rp_error_set(err, RP_ERR_INTERNAL, "host memory: a LoRA model without its base");
+    if (out->lora && rp_frozen_base_mapped(base))
+        out->base_mapped = rp_frozen_base_bytes(base);
+    else if (out->lora)
+        out->base_store = rp_frozen_base_store_bytes(base);
     rp_param_store_map map;
     int64_t per_pipeline = (int64_t)(microbatches / pipelines) * tokens_per_micro;
-    RP_TRY(rp_param_store_layout(cfg, dtype, pipelines, per_pipeline, 0, NULL, NULL, &map, err));
+    RP_TRY(rp_param_store_layout(cfg, dtype, pipelines, per_pipeline, out->base_store, NULL, NULL,
+                                 &map, err));
     out->param_store = map.bytes;
-    out->pinned = map.tied_bytes + map.group_bytes + map.emb_rows_bytes;
+    /* the base's region is pinned like the compute copies it stands for */
+    out->pinned = map.tied_bytes + map.group_bytes + map.emb_rows_bytes + map.base_bytes;
     rp_model_config c = *cfg;
     rp_layer_desc *layers = NULL;
     int n = 0;
     RP_TRY(rp_model_layout(&c, &layers, &n, err));
     for (int l = 0; l < n; l++) {
         size_t lb = rp_adamw_array_bytes(layers[l].numel);
-        if (rp_pin_layer_compute(l, cfg->tie_word_embeddings))
+        if (rp_pin_layer_compute(l, cfg->tie_word_embeddings && !out->lora))
             out->pinned += rp_params_compute_array_bytes(layers[l].numel, dtype);
         if (rp_pin_layer_grad(l))
             out->pinned += lb;
@@ -106,4 +118,33 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
     rp_arena_free(&arena);
     out->pinned += out->activations;
     return RP_OK;
+}
+
+/* "1.25 GiB", or "12.3 MiB" below a GiB. */
+static const char *size_text(size_t bytes, char *buf, size_t len)
+{
+    if (bytes >= ((size_t)1 << 30))
+        snprintf(buf, len, "%.2f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
+{
+    char a[32], b[32], c[32], d[32];
+    size_t store = hm->param_store + hm->activations;
+    char converted[96] = "";
+    if (hm->lora && !hm->base_mapped)
+        snprintf(converted, sizeof converted, ", the frozen base converted into it %s",
+                 size_text(hm->base_store, a, sizeof a));
+    int at = snprintf(buf, len, "host memory per node: %s in %s (model state and gradients %s%s, "
+                      "activations %s)", size_text(store, b, sizeof b), RP_SHM_DEFAULT_DIR,
+                      size_text(hm->param_store - hm->base_store, c, sizeof c), converted,
+                      size_text(hm->activations, d, sizeof d));
+    if (at >= 0 && (size_t)at < len && hm->base_mapped)
+        snprintf(buf + at, len - (size_t)at, " + the frozen base %s mapped read-only from the "
+                 "model's safetensors files (page cache, one copy per node) = %s",
+                 size_text(hm->base_mapped, a, sizeof a),
+                 size_text(store + hm->base_mapped, b, sizeof b));
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "engine/frozen_base.h"
 #include "io/config.h"
 #include "plan/plan.h"
 #include "store/layout.h"
@@ -47,17 +48,33 @@ static inline int rp_pin_layer_grad(int layer) { return layer > 0; }
 
 /* What a run needs of a node's host memory. */
 typedef struct rp_host_memory {
-    size_t param_store; /* parameters, optimizer state, gradient areas (rp_param_store_layout) */
+    size_t param_store; /* parameters, optimizer state, gradient areas (rp_param_store_layout)
+                           and a LoRA base converted into the store */
     size_t activations; /* a segment's activation arena (depends on the plan) */
     size_t pinned;      /* of both, registered with every GPU for copies */
+    int lora;           /* the model is LoRA's: adapters trained, a frozen base */
+    size_t base_store;  /* LoRA: of param_store, the frozen base converted into it */
+    size_t base_mapped; /* LoRA: the frozen base read in place from the model's safetensors
+                           files (the page cache's, one copy per node; not in the store) */
 } rp_host_memory;
 
 /* The host memory of a run of `plan` (microbatches in all, over
  * `pipelines` pipelines, tokens_per_micro tokens each, recompute_layer as
  * --recompute layer), as the engine allocates and pins it; the events
- * region beside the activations (a few KiB) is left out. */
+ * region beside the activations (a few KiB) is left out. With LoRA
+ * (cfg->lora.rank > 0) `base` is the run's frozen base, opened as train
+ * opens it (rp_frozen_base_open): mapped, or converted into the store; it
+ * is not used otherwise (may be NULL). */
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
-                               int recompute_layer, rp_host_memory *out, rp_error *err);
+                               int recompute_layer, const rp_frozen_base *base,
+                               rp_host_memory *out, rp_error *err);
+
+/* The figures in words, as `roundpipe plan` and train's start-up print
+ * them: "host memory per node: T in /dev/shm (model state and gradients
+ * S[, the frozen base converted into it B], activations A)[ + the frozen
+ * base B mapped read-only from the model's safetensors files (...) =
+ * total]", sizes in GiB, or MiB below one GiB. */
+void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len);
 
 #endif

@@ -3,6 +3,7 @@ librp_la_SOURCES += \
 	src/engine/params.c src/engine/params.h \
 	src/engine/frozen_base.c src/engine/frozen_base.h \
 	src/engine/lora_run.c src/engine/lora_run.h \
+	src/engine/lora_checkpoint.c src/engine/lora_checkpoint.h \
 	src/engine/progress.c src/engine/progress.h \
 	src/engine/arena.c src/engine/arena.h \
 	src/engine/engine_impl.h \

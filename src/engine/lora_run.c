@@ -128,7 +128,7 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
     const double scaling = rp_lora_scaling(&p->cfg.lora);
     rp_lora_offsets off;
     rp_lora_offsets_get(&p->cfg, &off);
-    const rp_dtype bd = p->compute_dtype;
+    const rp_dtype bd = rp_frozen_base_dtype(base); /* where it lies */
     size_t at = 0;
     int k = 0;
     for (int l = 0; s == RP_OK && l < nl; l++, at += L[l - 1].numel)

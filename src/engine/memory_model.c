@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "device/backend.h"
+#include "engine/frozen_base.h"
 #include "model/layers.h"
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
@@ -14,26 +15,41 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
                                int64_t *workspace_bytes, rp_error *err)
 {
     rp_model_config c = *cfg;
-    rp_layer_desc *layers = NULL;
-    int n = 0;
+    rp_layer_desc *layers = NULL, *base = NULL;
+    int n = 0, nb = 0;
+    const int lora = cfg->lora.rank > 0;
     RP_TRY(rp_model_layout(&c, &layers, &n, err));
-    if (n != m->num_layers) {
+    rp_status s = RP_OK;
+    if (lora) { /* the frozen base beside the adapters, untied (engine/frozen_base.h) */
+        rp_model_config u = *cfg;
+        u.tie_word_embeddings = 0;
+        s = rp_model_base_layout(&u, &base, &nb, err);
+    }
+    if (s == RP_OK && (n != m->num_layers || (lora && nb != n)))
+        s = rp_error_set(err, RP_ERR_INTERNAL, "memory model: %d layers for a model of %d",
+                         m->num_layers, n);
+    if (s != RP_OK) {
         free(layers);
-        return rp_error_set(err, RP_ERR_INTERNAL, "memory model: %d layers for a model of %d",
-                            m->num_layers, n);
+        free(base);
+        return s;
     }
     const int64_t tokens = samples_per_micro * seq_len, H = cfg->hidden_size;
     /* sized with the back end's kernel table, as its executors allocate
      * (0 for a kind this build lacks) */
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
+    const int in_place = rp_frozen_base_in_place(ops);
     const int64_t slot =
         ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;
     for (int l = 0; l < n; l++) {
         rp_layer_cost *L = &m->layers[l];
         int64_t floats = (int64_t)((layers[l].numel + 15) & ~(size_t)15);
-        if (l == n - 1 && cfg->tie_word_embeddings)
+        /* LoRA: the stage buffer also holds the layer's frozen weights,
+         * unless the executors read them where they lie (host memory:
+         * engine_impl.h's base_in_place) */
+        int64_t frozen = lora && !in_place ? (int64_t)((base[l].numel + 15) & ~(size_t)15) : 0;
+        if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
-        L->weight_bytes = floats * (int64_t)rp_dtype_size(dtype);
+        L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);
         /* bf16 gradients: an fp32 accumulator and its rounded copy on the
          * device, the copy downloaded */
         L->grad_bytes = floats * (grad_dtype == RP_BF16 ? 6 : 4);
@@ -42,6 +58,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         L->out_bytes = tokens * H * 4;
     }
     free(layers);
+    free(base);
     *workspace_bytes =
         (ops ? (int64_t)rp_model_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4
              : 0) +

@@ -19,6 +19,12 @@
  *       grad_dtype bf16), each layer rounded up to 16 elements as the stage
  *       buffers lay them out; the head of a tied model also holds the
  *       embedding matrix (the tail uploads it and accumulates its gradient);
+ *       with LoRA (cfg->lora.rank > 0) the parameters are the adapters and,
+ *       on executors whose memory is not the host's, weight_bytes adds the
+ *       layer's frozen weights in `dtype` (the untied base layout, rounded
+ *       likewise: a tied head holds its own copy of the matrix), which
+ *       have no gradient (executors of host memory read the base where it
+ *       lies: nothing of it is uploaded);
  *   act_bytes: one slot of what a layer's forward keeps for its backward
  *       (rp_block_saved_floats with the back end's kernel table; the
  *       executor gives every layer of a tail/backward stage one);

@@ -128,8 +128,12 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_store_layout *lay = NULL;
     int64_t ntok = e->micro_per_pipeline * e->tokens_per_micro;
     rp_status s = RP_OK;
-    if (e->lora) /* the frozen base: mapped in place, or converted into the store */
-        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype, &e->base, err);
+    if (e->lora) { /* the frozen base: mapped in place, or converted into the store */
+        const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
+        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype, ops ? ops->weight_dtypes : 0,
+                                &e->base, err);
+        e->base_in_place = rp_frozen_base_in_place(ops);
+    }
     size_t base_bytes = e->base ? rp_frozen_base_store_bytes(e->base) : 0;
     if (s == RP_OK)
         s = rp_param_store_layout(cfg, e->o->dtype, e->pipelines, ntok, base_bytes, e->goff, &lay,
@@ -284,9 +288,9 @@ static void remove_stale_stores(rp_engine *e)
 /* The node leader fills the shared parameters. */
 static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
 {
-    if (e->lora)
+    if (e->lora && !e->resume_dir)
         return rp_lora_load_adapters(shared, e->o, err);
-    if (e->resume_dir) /* the checkpoint: its weights, then AdamW's state */
+    if (e->resume_dir) /* the checkpoint: its weights (LoRA: adapters), then AdamW's state */
         RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
     if (e->resume_dir)
         return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
@@ -372,12 +376,6 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     if (s == RP_OK && e->lora && e->nd.nodes > 1)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank on %d nodes: LoRA on several "
                          "nodes is not supported yet", e->nd.nodes);
-    if (s == RP_OK && e->lora && (o->checkpoint_dir || o->resume))
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank with --checkpoint-dir or "
-                         "--resume: LoRA checkpoints are not supported yet");
-    if (s == RP_OK && e->lora && o->eval_data)
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank with --eval-data: evaluating "
-                         "with adapters is not supported yet");
     if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
                          "--optimizer-lag 1 with --pipelines %d needs at "
@@ -448,12 +446,12 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
             if (rp_pin_layer_grad(l))
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
         }
-        e->npins_run = e->npins;
         if (r->map.base_bytes) { /* the leader converts the base into the store */
             char *at = (char *)rp_store_base(r->pstore) + r->map.base;
             s = rp_frozen_base_attach(e->base, at, rp_store_is_leader(r->pstore), o->seed, err);
             e->pins[e->npins++] = (struct rp_pin){at, r->map.base_bytes};
         }
+        e->npins_run = e->npins; /* the base's too: uploaded like the compute copies */
         if (s == RP_OK && rp_store_is_leader(r->pstore))
             s = load_params(e, r->shared, err);
     }
@@ -484,6 +482,23 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                              "(%zu MiB)", most * sizeof(float) >> 20);
     }
     return rp_run_agree(e, s, comm, err);
+}
+
+/* The host memory the run needs, as `roundpipe plan` prints it
+ * (host_memory.h): the store and, with LoRA, where the frozen base lies. */
+static void log_host_memory(rp_engine *e, const rp_model_config *cfg)
+{
+    rp_host_memory hm;
+    rp_error err = {0};
+    char text[512];
+    if (rp_host_memory_count(cfg, e->o->dtype, e->pipelines, (int)e->microbatches,
+                             e->tokens_per_micro, &e->plan, e->o->recompute_layer, e->base, &hm,
+                             &err) != RP_OK) {
+        rp_log(e->lg, RP_LOG_WARN, "host memory not counted: %s", err.msg);
+        return;
+    }
+    rp_host_memory_format(&hm, text, sizeof text);
+    rp_log(e->lg, RP_LOG_INFO, "%s", text);
 }
 
 /* The metrics log and its run description, the trace, the start-up line
@@ -539,6 +554,7 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
            (long long)e->seq_len, (long long)e->steps, (long long)o->batch_size,
            (long long)e->batch_micro, e->size, e->threads, e->pipelines,
            (long long)e->micro_per_pipeline, plan_text, r->executors);
+    log_host_memory(e, &r->cfg);
     if (e->nd.nodes > 1)
         rp_log(lg, RP_LOG_INFO, "%d nodes of %d ranks: node n runs microbatches n x %lld .. of "
                "each step, %d pipelines in all; gradients summed across nodes in pipeline order",

@@ -46,7 +46,7 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
 
 size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
 {
-    if (!e->lora)
+    if (!e->lora || e->base_in_place)
         return 0;
     size_t start = rp_stage_floats(e, job, NULL), n = start;
     for (int l = job->first, i = 0; l <= job->last; l++, i++) {
@@ -57,12 +57,12 @@ size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
     return n - start;
 }
 
-/* The rows of the embedding table this pipeline's tokens read, gathered
- * into the stage's pinned buffer; a request uploads them to dst. */
+/* The rows of the embedding table (elements of wb bytes) this pipeline's
+ * tokens read, gathered into the stage's pinned buffer; a request (r, when
+ * not NULL) uploads them to its dst. */
 static rp_status gather_rows(rp_engine *e, stage_buf *b, rp_xfer_req *r, const void *table,
-                             int64_t t, int g, int j, rp_error *err)
+                             size_t wb, int64_t t, int g, int j, rp_error *err)
 {
-    const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
     b->nrows = rp_engine_rows(e, t, g, b->rows);
     if (b->nrows < 0)
         return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
@@ -72,6 +72,8 @@ static rp_status gather_rows(rp_engine *e, stage_buf *b, rp_xfer_req *r, const v
 #pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
     for (int64_t i = 0; i < b->nrows; i++)
         memcpy(gather + (size_t)i * row, (const char *)table + (size_t)b->rows[i] * row, row);
+    if (!r)
+        return RP_OK;
     r->src = b->gather;
     r->bytes = (size_t)b->nrows * row;
     r->tag = "embedding rows";
@@ -85,15 +87,19 @@ static rp_status submit_base(executor *x, stage_buf *b, int l, int i, int64_t t,
 {
     rp_engine *e = x->e;
     const size_t wb = rp_dtype_size(e->p->compute_dtype);
-    const rp_base_piece *pc;
+    const rp_weight_piece *pc;
     int n = rp_frozen_base_pieces(e->base, l, &pc);
+    if (e->base_in_place) /* read where it lies; only the embedding's rows are gathered */
+        return l == 0 ? gather_rows(e, b, NULL, pc[0].src,
+                                    rp_dtype_size(rp_frozen_base_dtype(e->base)), t, g, j, err)
+                      : RP_OK;
     for (int k = 0; k < (l == 0 ? 1 : n); k++) {
         rp_xfer_req *r = &b->req[b->nreq++];
         memset(r, 0, sizeof *r);
         r->dst = (char *)b->w + (b->boff[i] + pc[k].at) * wb;
         r->cls = cls;
         if (l == 0) {
-            RP_TRY(gather_rows(e, b, r, pc[0].src, t, g, j, err));
+            RP_TRY(gather_rows(e, b, r, pc[0].src, wb, t, g, j, err));
         } else {
             r->src = pc[k].src;
             r->bytes = pc[k].numel * wb;
@@ -146,7 +152,7 @@ static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int
         r->dst = (char *)b->w + b->off[l - job->first] * wb;
         r->cls = cls;
         if (l == 0) { /* only the rows this pipeline's tokens read */
-            RP_TRY(gather_rows(e, b, r, e->p->st[0].compute, t, g, j, err));
+            RP_TRY(gather_rows(e, b, r, e->p->st[0].compute, wb, t, g, j, err));
         } else {
             r->src = e->p->st[l].compute;
             r->bytes = rp_layer_numel(e, l) * wb;

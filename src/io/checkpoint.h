@@ -1,5 +1,7 @@
 /* Checkpoint directories (DESIGN 11): ROOT/step-00000100/ holds
- *   model.safetensors, config.json  the fp32 master weights, HF layout
+ *   model.safetensors, config.json  the fp32 master weights, HF layout (a
+ *                                   LoRA run's: the adapters only, under
+ *                                   PEFT's names; engine/lora_checkpoint.h)
  *   optimizer.safetensors           AdamW m and v: <name>.exp_avg, .exp_avg_sq
  *   (others)                        what the caller adds (a lagged optimizer's
  *                                   pending gradient)

@@ -42,8 +42,13 @@
 
 typedef struct rp_kernel_ops {
     const char *name;
-    rp_dtype compute_dtype;  /* of every `void *` tensor */
+    rp_dtype compute_dtype;  /* of every `void *` tensor but a GEMM's weights */
     int host_addressable;    /* pointers are host memory the caller may read */
+    /* The dtypes a GEMM reads its weights W in (bit 1u << dtype each), the
+     * compute dtype always among them. The CPU table also reads bf16
+     * weights, widened exactly to fp32 a block of rows at a time, so a
+     * frozen bf16 base is computed on where it lies, never copied whole. */
+    unsigned weight_dtypes;
 
     /* ---- sizes (floats), from shapes only ---------------------------- */
     size_t (*attention_backward_scratch_floats)(const rp_attn_shape *s);
@@ -55,14 +60,18 @@ typedef struct rp_kernel_ops {
 
     /* ---- GEMMs --------------------------------------------------------- */
     /* y = [residual +] (x W^T [+ bias]) (y required); y_compute (optional)
-     * its rounded copy. x [rows, in], W [out, in], y [rows, out]; y must
-     * not alias x or residual. */
-    rp_status (*linear_forward)(void *state, const void *x, const void *W, const float *bias,
+     * its rounded copy. x [rows, in], W [out, in] in W_dtype (one of
+     * weight_dtypes, else RP_ERR_UNSUPPORTED), y [rows, out]; y must not
+     * alias x or residual. */
+    rp_status (*linear_forward)(void *state, const void *x, const void *W, rp_dtype W_dtype,
+                                const float *bias,
                                 const float *residual, float *y, void *y_compute, int64_t rows,
                                 int64_t in, int64_t out, rp_error *err);
     /* dx = dy W (dx += with accumulate), into exactly one of dx (fp32) and
-     * dx_compute (accumulate needs dx). dy [rows, out], dx [rows, in]. */
-    rp_status (*linear_backward_input)(void *state, const void *dy, const void *W, float *dx,
+     * dx_compute (accumulate needs dx). dy [rows, out], dx [rows, in]; W
+     * in W_dtype as for linear_forward. */
+    rp_status (*linear_backward_input)(void *state, const void *dy, const void *W,
+                                       rp_dtype W_dtype, float *dx,
                                        void *dx_compute, int64_t rows, int64_t in, int64_t out,
                                        int accumulate, rp_error *err);
     /* dW += dy^T x. */
@@ -190,6 +199,12 @@ typedef struct rp_kernels {
     const rp_kernel_ops *ops;
     void *state;
 } rp_kernels;
+
+/* Whether a table's GEMMs read weights in dtype dt where they lie. */
+static inline int rp_kernel_reads_weights(const rp_kernel_ops *ops, rp_dtype dt)
+{
+    return (ops->weight_dtypes >> dt) & 1u;
+}
 
 /* Bytes of one compute-dtype element of a table. */
 static inline size_t rp_kernel_compute_bytes(const rp_kernel_ops *ops)

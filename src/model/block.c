@@ -52,9 +52,10 @@ static size_t small_tensor(const rp_model_config *cfg, const rp_block_offsets *o
  * the compute dtype. */
 typedef struct block_ws {
     /* saved */
-    void *wc; /* the layer's parameters in the compute dtype (NULL: they come in it) */
+    void *wc; /* the layer's parameters in the compute dtype (NULL: the GEMMs read
+               * them as they come) */
     float *small[SMALL_COUNT]; /* fp32 copies of the 1-D tensors, when neither the
-                                * parameters nor wc are fp32 */
+                                * weights nor wc are fp32 */
     void *h1, *q_c, *k_c, *v_c, *o, *h2, *m;
     float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *lse, *x2, *rstd2, *g, *u;
     /* scratch (q, k, v: saved when they are their own compute copies) */
@@ -101,8 +102,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     rp_carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
     memset(w, 0, sizeof *w);
 
-    w->wc = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&sv, ops, off.numel);
-    if (pdt != RP_F32 && !one) /* bf16 in, bf16 compute: widen only the 1-D tensors */
+    /* weights the GEMMs cannot read as they come are converted whole */
+    w->wc = rp_kernel_reads_weights(ops, pdt) ? NULL : rp_carve_compute(&sv, ops, off.numel);
+    /* the 1-D tensors are widened when the weights are not fp32 (with LoRA
+     * the frozen ones may come in another dtype than params_dtype) */
+    if ((pdt != RP_F32 && !(w->wc && one)) || cfg->lora.rank > 0)
         for (int i = 0; i < SMALL_COUNT; i++) {
             size_t n;
             if (small_tensor(cfg, &off, i, &n) != SIZE_MAX)
@@ -243,12 +247,15 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
                               table, err);
 }
 
-/* The parameters as the ops read them: the matrices in the compute dtype
- * (the parameters themselves, or their copy in wc made by the forward),
- * the 1-D tensors in fp32 (the parameters, the widened copy, or the small
- * copies made by the forward). */
+/* The weights as the ops read them: the matrices where they lie (the
+ * parameters, one block or tensor by tensor, or their copy in wc made by
+ * the forward) in `wdt`, the 1-D tensors in fp32 (the weights, the
+ * widened copy, or the small copies made by the forward). */
 typedef struct block_params {
-    const void *W;
+    const void *W;                /* the block, or NULL: */
+    const rp_weight_piece *piece; /* tensor by tensor (LoRA's base in place) */
+    int npieces;
+    rp_dtype wdt;                 /* of the matrices */
     const float *f[SMALL_COUNT];
     const void *adapters; /* LoRA, in the compute dtype (NULL without LoRA) */
     rp_lora_offsets lora_off; /* their layout */
@@ -256,16 +263,47 @@ typedef struct block_params {
 
 #define OP RP_OP
 
+/* The weights' tensor at element `at` of the block layout, in dtype dt. */
+static const void *tensor_at(const void *W, const rp_weight_piece *piece, int npieces, size_t at,
+                             rp_dtype dt)
+{
+    if (W)
+        return (const char *)W + at * rp_dtype_size(dt);
+    for (int i = 0; i < npieces; i++)
+        if (piece[i].at == at)
+            return piece[i].src;
+    return NULL;
+}
+
+/* Matrix `at` as the GEMMs read it (dtype bp->wdt). */
+static const void *matrix(const block_params *bp, size_t at)
+{
+    return tensor_at(bp->W, bp->piece, bp->npieces, at, bp->wdt);
+}
+
 static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
                              const rp_block_offsets *off, const void *P, rp_dtype pdt,
                              const rp_lora_call *lora, const block_ws *w, int convert,
                              block_params *v, rp_error *err)
 {
+    const int lora_on = cfg->lora.rank > 0;
+    const rp_weight_piece *piece = lora_on && lora ? lora->base : NULL;
+    const int npieces = piece ? lora->nbase : 0;
+    const rp_dtype fdt = piece ? lora->base_dtype : pdt; /* the frozen weights' dtype */
+    if (piece && (P || !rp_kernel_reads_weights(k->ops, fdt)))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: frozen weights given both ways, "
+                            "or in pieces of %s, which %s GEMMs do not read",
+                            rp_dtype_name(fdt), k->ops->name);
+    if (!piece && !P)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: no weights given");
     if (convert && w->wc)
         OP(convert, P, pdt, w->wc, k->ops->compute_dtype, (int64_t)off->numel);
     v->W = w->wc ? w->wc : P;
+    v->piece = piece;
+    v->npieces = npieces;
+    v->wdt = w->wc ? k->ops->compute_dtype : fdt;
     v->adapters = NULL;
-    if (cfg->lora.rank > 0) {
+    if (lora_on) {
         if (!lora || !lora->adapters)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA block: no adapters given");
         rp_lora_offsets_get(cfg, &v->lora_off);
@@ -274,24 +312,35 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
                (int64_t)v->lora_off.numel);
         v->adapters = w->adapters_c ? w->adapters_c : lora->adapters;
     }
-    const float *f32 = pdt == RP_F32 ? P : k->ops->compute_dtype == RP_F32 ? w->wc : NULL;
+    const int f32 = fdt == RP_F32 || (w->wc && k->ops->compute_dtype == RP_F32);
     for (int i = 0; i < SMALL_COUNT; i++) {
         size_t n, at = small_tensor(cfg, off, i, &n);
-        if (at == SIZE_MAX)
+        if (at == SIZE_MAX) {
             v->f[i] = NULL;
-        else if (f32)
-            v->f[i] = f32 + at;
+            continue;
+        }
+        const void *src = f32 ? matrix(v, at) : tensor_at(P, piece, npieces, at, fdt);
+        if (!src)
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "block: no frozen tensor at %zu", at);
+        if (f32)
+            v->f[i] = (const float *)src;
         else {
             if (convert)
-                OP(convert, (const uint16_t *)P + at, pdt, w->small[i], RP_F32, (int64_t)n);
+                OP(convert, src, fdt, w->small[i], RP_F32, (int64_t)n);
             v->f[i] = w->small[i];
         }
+    }
+    for (int i = 0; i < 7; i++) { /* every matrix is there */
+        const size_t at[7] = {off->wq, off->wk, off->wv, off->wo, off->w_gate, off->w_up,
+                              off->w_down};
+        if (!matrix(v, at[i]))
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "block: no frozen matrix at %zu", at[i]);
     }
     return RP_OK;
 }
 
 #define PF(P, field) ((P) + off.field)                              /* fp32 gradient */
-#define PC(field) ((const char *)bp.W + off.field * cb)             /* compute dtype */
+#define PC(field) matrix(&bp, off.field), bp.wdt                    /* a GEMM's W and its dtype */
 #define F(i) (bp.f[SMALL_##i])                                      /* fp32, or NULL */
 
 /* What both calls start with: the buffers carved from saved/ws, the
@@ -374,7 +423,6 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     block_params bp;
     RP_TRY(block_begin(k, cfg, params, params_dtype, lora, nseq, seqlen, saved, ws, 1, &w, &off,
                        &bp, err));
-    const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
@@ -440,7 +488,6 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     /* the frozen weights of LoRA get no gradient; its adapters' is dparams */
     const int base = cfg->lora.rank <= 0;
     float *D = base ? dparams : NULL;
-    const size_t cb = rp_kernel_compute_bytes(k->ops);
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;

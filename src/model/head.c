@@ -8,8 +8,8 @@
 #include "model/carve.h"
 
 typedef struct head_ws {
-    void *lm_c;      /* the LM head in the compute dtype (NULL: it comes in it) */
-    float *norm_f32; /* the norm weight in fp32 (NULL: it comes in fp32) */
+    void *lm_c;      /* the LM head in the compute dtype (NULL: the GEMMs read it as it comes) */
+    float *norm_f32; /* the norm weight in fp32, when it does not come in fp32 */
     void *h;         /* [C, H] normed rows, compute dtype */
     float *rstd;     /* [C] */
     float *logits;   /* [C, V], then their gradient */
@@ -37,8 +37,8 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     const int one = ops->compute_dtype == RP_F32;
     rp_carver cv = {base, 0, 1, NULL};
     memset(w, 0, sizeof *w);
-    w->lm_c = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&cv, ops, V * H);
-    w->norm_f32 = pdt == RP_F32 ? NULL : rp_carve_f32(&cv, H);
+    w->lm_c = rp_kernel_reads_weights(ops, pdt) ? NULL : rp_carve_compute(&cv, ops, V * H);
+    w->norm_f32 = rp_carve_f32(&cv, H); /* used when the norm does not come in fp32 */
     w->h = rp_carve_compute(&cv, ops, c * H);
     w->rstd = rp_carve_f32(&cv, c);
     w->logits = rp_carve_f32(&cv, c * V);
@@ -89,13 +89,15 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
     const int64_t C = chunk_rows(k->ops, cfg, T, chunk);
     head_ws w;
     carve(k->ops, params_dtype, cfg, T, C, ws, &w);
-    const void *lm = lm_w;
+    const void *lm = lm_w; /* the GEMMs read it where it lies when they can */
+    rp_dtype lm_dt = params_dtype;
     if (w.lm_c) {
         OP(convert, lm_w, params_dtype, w.lm_c, k->ops->compute_dtype, V * H);
         lm = w.lm_c;
+        lm_dt = k->ops->compute_dtype;
     }
     const float *norm = norm_w;
-    if (w.norm_f32) {
+    if (params_dtype != RP_F32) {
         OP(convert, norm_w, params_dtype, w.norm_f32, RP_F32, H);
         norm = w.norm_f32;
     }
@@ -111,7 +113,7 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
             continue;
         }
         OP(rmsnorm_forward, xc, norm, NULL, w.h, w.rstd, n, H, eps);
-        OP(linear_forward, w.h, lm, NULL, NULL, w.logits, NULL, n, H, V);
+        OP(linear_forward, w.h, lm, lm_dt, NULL, NULL, w.logits, NULL, n, H, V);
         OP(cross_entropy, w.logits, n, V, targets + c0, counted, scale, w.loss + c0, dx != NULL);
         if (!dxc)
             continue;
@@ -122,7 +124,7 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
         }
         if (dlm_w) /* NULL: a frozen head (LoRA) */
             OP(linear_backward_weight, dlogits, w.h, dlm_w, n, H, V);
-        OP(linear_backward_input, dlogits, lm, w.dh, NULL, n, H, V, 0);
+        OP(linear_backward_input, dlogits, lm, lm_dt, w.dh, NULL, n, H, V, 0);
         OP(rmsnorm_backward, xc, norm, w.rstd, w.dh, dxc, NULL, dnorm_w, n, H, 0, w.partial);
     }
     return k->ops->sum_to_host(k->state, w.loss, T, loss_sum, err);

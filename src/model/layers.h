@@ -12,9 +12,11 @@
  * Parameters come in `params_dtype`, fp32 or bf16 (the host store's compute
  * copy, uploaded as it is); activations between layers and gradients are
  * fp32; what the GEMMs and the attention read is in the table's compute
- * dtype (fp32 on the CPU, bf16 on CUDA): parameters in another dtype are
- * converted once per forward (and kept for the backward), 1-D tensors
- * (norm weights, biases) are read in fp32. Parameter gradients are accumulated (+=), so calling a
+ * dtype (fp32 on the CPU, bf16 on CUDA), but weights in a dtype the table's
+ * GEMMs read (ops->weight_dtypes: bf16 on the CPU too) are read where they
+ * lie; parameters in another dtype are converted once per forward (and
+ * kept for the backward); 1-D tensors (norm weights, biases) are read in
+ * fp32. Parameter gradients are accumulated (+=), so calling a
  * backward on microbatch 1 then microbatch 2 sums their gradients in that
  * order. On the CPU table, for a fixed OpenMP thread count, all results are
  * bit-identical from run to run (static schedules, every sum in a fixed
@@ -81,15 +83,29 @@ extern size_t rp_model_guard_floats;
 void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_model_config *cfg,
                      int64_t nseq, int64_t seqlen, rp_model_guards *out);
 
+/* One tensor of a layer where it lies: its element offset `at` in the
+ * layer's block layout (rp_block_offsets) and its bytes. */
+typedef struct rp_weight_piece {
+    size_t at;
+    const void *src;
+    size_t numel;
+} rp_weight_piece;
+
 /* LoRA (cfg->lora.rank > 0): what a block call needs besides the frozen
- * weights, which come as `params` (laid out as without LoRA). The layer's
- * adapters (its trainable block, rp_lora_offsets) are in params_dtype; the
- * dropout masks are keyed by (seed, step, sample, layer, projection,
- * element) with sample = first_sample + the sequence's index in the call
- * (kernels/ops.h, rp_dropout_site), so they do not depend on how samples
- * are dealt to microbatches or ranks. */
+ * weights. Those come as `params` (laid out as without LoRA, in
+ * params_dtype), or, with base != NULL and params NULL, tensor by tensor
+ * where they lie (a CPU executor reading a mapped base in place), in
+ * base_dtype, which the table's GEMMs must read (ops->weight_dtypes). The
+ * layer's adapters (its trainable block, rp_lora_offsets) are in
+ * params_dtype; the dropout masks are keyed by (seed, step, sample, layer,
+ * projection, element) with sample = first_sample + the sequence's index
+ * in the call (kernels/ops.h, rp_dropout_site), so they do not depend on
+ * how samples are dealt to microbatches or ranks. */
 typedef struct rp_lora_call {
     const void *adapters;
+    const rp_weight_piece *base; /* NULL: the frozen weights are `params` */
+    int nbase;
+    rp_dtype base_dtype;
     uint64_t seed;
     int64_t step;
     int32_t layer;        /* the decoder block's index (model.layers.{layer}) */
@@ -140,7 +156,9 @@ size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
  * When dx != NULL: dx = d(scale * loss_sum)/dx (rows that do not count get
  * only what flows through other rows, i.e. zero), dnorm_w += and dlm_w +=
  * the scale-weighted gradients (either may be NULL: a frozen weight, as
- * with LoRA). lm_w is [vocab, hidden]: with tied
+ * with LoRA). norm_w and lm_w are in params_dtype; the GEMMs read lm_w
+ * where it lies when the table reads that dtype (ops->weight_dtypes), else
+ * it is converted whole into the workspace. lm_w is [vocab, hidden]: with tied
  * embeddings pass the embedding matrix and its gradient buffer.
  * Logits exist for `chunk` tokens at a time (0: the back end's choice),
  * never for all T. A counted target outside [0, vocab) is RP_ERR_RANGE

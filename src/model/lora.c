@@ -44,13 +44,14 @@ rp_status rp_lora_forward(const rp_kernels *k, const rp_model_config *cfg, const
                           float *y, void *y_compute, const rp_lora_bufs *b, rp_error *err)
 {
     const int64_t T = nseq * seqlen, r = cfg->lora.rank;
+    const rp_dtype cdt = k->ops->compute_dtype; /* the adapters' */
     const void *in;
     RP_TRY(input_of(k, cfg, lc, a, x, nseq, seqlen, b, &in, err));
-    OP(linear_forward, in, a->A, NULL, NULL, b->t, NULL, T, a->in, r);
+    OP(linear_forward, in, a->A, cdt, NULL, NULL, b->t, NULL, T, a->in, r);
     OP(scaled_add, b->t, scaling_of(cfg), NULL, b->ts, T * r, 0);
     if (!y)
         return RP_OK;
-    OP(linear_forward, b->ts, a->B, NULL, NULL, b->u, NULL, T, r, a->out);
+    OP(linear_forward, b->ts, a->B, cdt, NULL, NULL, b->u, NULL, T, r, a->out);
     OP(scaled_add, b->u, 1.0f, y, y_compute, T * a->out, 1);
     return RP_OK;
 }
@@ -61,8 +62,9 @@ rp_status rp_lora_backward_weights(const rp_kernels *k, const rp_model_config *c
                                    const rp_lora_bufs *b, rp_error *err)
 {
     const int64_t T = nseq * seqlen, r = cfg->lora.rank;
+    const rp_dtype cdt = k->ops->compute_dtype; /* the adapters' */
     OP(linear_backward_weight, dy, b->ts, a->dB, T, r, a->out);
-    OP(linear_backward_input, dy, a->B, b->t, NULL, T, r, a->out, 0);
+    OP(linear_backward_input, dy, a->B, cdt, b->t, NULL, T, r, a->out, 0);
     OP(scaled_add, b->t, scaling_of(cfg), NULL, b->dt, T * r, 0);
     const void *in;
     RP_TRY(input_of(k, cfg, lc, a, x, nseq, seqlen, b, &in, err));
@@ -75,12 +77,13 @@ rp_status rp_lora_backward_input(const rp_kernels *k, const rp_model_config *cfg
                                  int64_t seqlen, float *dx, const rp_lora_bufs *b, rp_error *err)
 {
     const int64_t T = nseq * seqlen, r = cfg->lora.rank;
+    const rp_dtype cdt = k->ops->compute_dtype; /* the adapters' */
     if (cfg->lora.dropout > 0) {
         rp_dropout_site s = site_of(cfg, lc, a, seqlen);
-        OP(linear_backward_input, b->dt, a->A, b->dxd, NULL, T, a->in, r, 0);
+        OP(linear_backward_input, b->dt, a->A, cdt, b->dxd, NULL, T, a->in, r, 0);
         OP(dropout, &s, b->dxd, dx, RP_F32, T, a->in, 1);
     } else {
-        OP(linear_backward_input, b->dt, a->A, dx, NULL, T, a->in, r, 1);
+        OP(linear_backward_input, b->dt, a->A, cdt, dx, NULL, T, a->in, r, 1);
     }
     return RP_OK;
 }

@@ -53,14 +53,52 @@ int64_t rp_cost_head_params(const rp_model_shape *s)
     return s->hidden + (s->tied ? 0 : s->vocab * s->hidden);
 }
 
+/* LoRA's projections, in the order of rp_model_shape.lora_targets' bits. */
+#define LORA_NPROJ 7
+
+/* in and out features of projection p (q, k, v, o, gate, up, down). */
+static void proj_features(const rp_model_shape *s, int p, int64_t *in, int64_t *out)
+{
+    const int64_t h = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim,
+                  i = s->intermediate;
+    const int64_t ins[LORA_NPROJ] = {h, h, h, q, h, h, i};
+    const int64_t outs[LORA_NPROJ] = {q, kv, kv, h, i, i, h};
+    *in = ins[p];
+    *out = outs[p];
+}
+
+int64_t rp_cost_adapter_params(const rp_model_shape *s)
+{
+    int64_t n = 0;
+    for (int p = 0; s->lora_rank > 0 && p < LORA_NPROJ; p++)
+        if (s->lora_targets & (1u << p)) {
+            int64_t in, out;
+            proj_features(s, p, &in, &out);
+            n += s->lora_rank * (in + out);
+        }
+    return n;
+}
+
+static int lora_targets_count(const rp_model_shape *s)
+{
+    int n = 0;
+    for (int p = 0; p < LORA_NPROJ; p++)
+        n += (s->lora_targets >> p) & 1u;
+    return n;
+}
+
+/* QK^T and AV: 2 * S * d FLOPs each per token; the causal mask halves them */
+static double attn_flops_per_token(const rp_model_shape *s, int64_t seq_len)
+{
+    return 4.0 * (double)seq_len * (double)(s->heads * s->head_dim) / 2.0;
+}
+
 double rp_cost_block_fwd_flops_per_token(const rp_model_shape *s, int64_t seq_len)
 {
     int64_t q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
     double gemm_params = (double)(s->hidden * q + 2 * s->hidden * kv + q * s->hidden +
                                   3 * s->hidden * s->intermediate);
-    /* QK^T and AV: 2 * S * d FLOPs each per token; the causal mask halves them */
-    double attn = 4.0 * (double)seq_len * (double)q / 2.0;
-    return 2.0 * gemm_params + attn;
+    return 2.0 * gemm_params + attn_flops_per_token(s, seq_len);
 }
 
 /* Roofline: a kernel takes at least its FLOPs at the achieved rate and at
@@ -71,38 +109,58 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
     return 1e3 * (tc > tm ? tc : tm);
 }
 
-rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, rp_cost_model **out,
-                             rp_error *err)
+/* The closed-form model, per microbatch of T tokens at sequence length S,
+ * multiply-add = 2 FLOPs (h hidden, q = heads x head_dim, kv = kv_heads x
+ * head_dim, I intermediate, V vocabulary, P a block's parameters, cb and gb
+ * the bytes of a weight and of a gradient element; a time is the roofline's
+ * larger of FLOPs at --tflops and bytes at --device-gbs):
+ *   embedding: a gather forward (T h cb bytes), a scatter-add backward
+ *     (2 T h gb bytes), which is all weight gradient; V h parameters.
+ *   block: forward F = T (2 G + 2 S q) with G the GEMM weights (P less the
+ *     norms and biases), 2 S q the causal attention; reads P cb bytes.
+ *     Backward 2F reading 2 P cb bytes, of which the weight-gradient part
+ *     is 2 T G (biases included).
+ *   head: forward 2 T V h (the logits), backward twice that (input and
+ *     weight gradients), half of it weight gradient; the device holds the
+ *     norm and the V x h matrix (the embedding's when tied).
+ *   weights, gradients and optimizer work: every parameter of the layer.
+ * LoRA of rank r (lora_rank > 0) on targeted projections with in and out
+ * features: Pa = sum of r (in + out) adapter parameters per block.
+ *   An adapter's forward is x -> A x -> B (A x): Fa = 2 T Pa; its backward
+ *   dB, d(A x), dA and dx: 2 Fa, of which Fa (dA, dB) is weight gradient.
+ *   block: forward F + Fa; backward 2 T G (input gradients of the frozen
+ *     GEMMs, none of their weights') + 2 x 2 T S q (attention) + 2 Fa,
+ *     whose weight-gradient part is Fa; it reads (P + Pa) cb bytes forward
+ *     and (P + Pa) cb + Pa gb backward (the adapters' gradients written).
+ *     Uploads (P + Pa) cb bytes, downloads Pa gb, AdamW updates Pa; keeps
+ *     r cb bytes a token per targeted projection (A x) beyond the full
+ *     model's activations.
+ *   embedding: frozen, forward as above, no backward, nothing downloaded
+ *     or updated.
+ *   head: frozen, forward as above, backward 2 T V h (the input gradient
+ *     only), no weight gradient; never tied for the planner (nothing
+ *     trains). */
+static void embed_layer(const rp_model_shape *s, const rp_device_spec *d, int lora,
+                        rp_layer_cost *e)
 {
-    *out = NULL;
-    if (s->hidden < 1 || s->intermediate < 1 || s->heads < 1 || s->kv_heads < 1 ||
-        s->head_dim < 1 || s->vocab < 1 || s->layers < 1 || s->layers > 100000)
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "cost model: model shape has a non-positive or absurd field");
-    if (!(d->tflops > 0) || !(d->mem_gbs > 0) || d->compute_bytes < 1 || d->grad_bytes < 1 ||
-        d->seq_len < 1 || d->tokens_per_mb < 1)
-        return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "cost model: device TFLOP/s, GB/s, dtype sizes, sequence length and "
-                            "tokens per microbatch must be positive");
-    rp_cost_model *m;
-    RP_TRY(rp_cost_model_create((int)s->layers + 2, &m, err));
+    double tok = (double)d->tokens_per_mb;
+    int cb = d->compute_bytes, gb = d->grad_bytes;
+    int64_t h = s->hidden, ep = rp_cost_embed_params(s);
+    e->kind = RP_LAYER_EMBED;
+    e->fwd_ms = roof_ms(0, tok * (double)h * cb, d);
+    e->bwd_ms = lora ? 0.0 : roof_ms(0, tok * (double)h * gb * 2.0, d);
+    e->wgrad_ms = e->bwd_ms;
+    e->weight_bytes = ep * cb;
+    e->grad_bytes = lora ? 0 : ep * gb;
+    e->opt_params = lora ? 0 : ep;
+    e->out_bytes = (int64_t)(tok * (double)h * cb);
+}
+
+static void block_layer(const rp_model_shape *s, const rp_device_spec *d, rp_layer_cost *b)
+{
     double tok = (double)d->tokens_per_mb;
     int cb = d->compute_bytes, gb = d->grad_bytes;
     int64_t h = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
-    int64_t out_bytes = (int64_t)(tok * (double)h * cb);
-
-    /* embedding: a gather forward, a scatter-add backward; memory bound */
-    rp_layer_cost *e = &m->layers[0];
-    int64_t ep = rp_cost_embed_params(s);
-    e->kind = RP_LAYER_EMBED;
-    e->fwd_ms = roof_ms(0, tok * (double)h * cb, d);
-    e->bwd_ms = roof_ms(0, tok * (double)h * gb * 2.0, d);
-    e->wgrad_ms = e->bwd_ms;
-    e->weight_bytes = ep * cb;
-    e->grad_bytes = ep * gb;
-    e->opt_params = ep;
-    e->out_bytes = out_bytes;
-
     int64_t bp = rp_cost_block_params(s);
     double ff = rp_cost_block_fwd_flops_per_token(s, d->seq_len) * tok;
     double gemm = 2.0 * (double)(bp - 2 * h - 2 * s->head_dim) * tok;
@@ -111,9 +169,9 @@ rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, r
      * gate/up and the activation product; softmax statistics in fp32 */
     double act_tok = (double)cb * (double)(5 * h + 2 * q + 2 * kv + 3 * s->intermediate) +
                      4.0 * (double)s->heads;
-    for (int64_t i = 1; i <= s->layers; i++) {
-        rp_layer_cost *b = &m->layers[i];
-        b->kind = RP_LAYER_BLOCK;
+    b->kind = RP_LAYER_BLOCK;
+    b->out_bytes = (int64_t)(tok * (double)h * cb);
+    if (s->lora_rank < 1) {
         b->fwd_ms = roof_ms(ff, (double)bp * cb, d);
         b->bwd_ms = roof_ms(2.0 * ff, 2.0 * (double)bp * cb, d);
         b->wgrad_ms = b->bwd_ms * (gemm / (2.0 * ff));
@@ -121,25 +179,71 @@ rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, r
         b->grad_bytes = bp * gb;
         b->opt_params = bp;
         b->act_bytes = (int64_t)(act_tok * tok);
-        b->out_bytes = out_bytes;
+        return;
     }
+    int64_t ap = rp_cost_adapter_params(s);
+    double attn = attn_flops_per_token(s, d->seq_len) * tok, adapter = 2.0 * (double)ap * tok;
+    double fwd = ff + adapter, bwd = (ff - attn) + 2.0 * attn + 2.0 * adapter;
+    b->fwd_ms = roof_ms(fwd, (double)(bp + ap) * cb, d);
+    b->bwd_ms = roof_ms(bwd, (double)(bp + ap) * cb + (double)ap * gb, d);
+    b->wgrad_ms = b->bwd_ms * (adapter / bwd);
+    b->weight_bytes = (bp + ap) * cb;
+    b->grad_bytes = ap * gb;
+    b->opt_params = ap;
+    b->act_bytes = (int64_t)((act_tok + (double)cb * (double)s->lora_rank *
+                                            (double)lora_targets_count(s)) * tok);
+}
 
-    /* head: final norm + LM head GEMM + cross-entropy over chunks of 1024
-     * tokens (the logits of one chunk and their gradient, fp32) */
-    rp_layer_cost *hd = &m->layers[s->layers + 1];
+/* head: final norm + LM head GEMM + cross-entropy over chunks of 1024
+ * tokens (the logits of one chunk and their gradient, fp32) */
+static void head_layer(const rp_model_shape *s, const rp_device_spec *d, int lora,
+                       rp_layer_cost *hd)
+{
+    double tok = (double)d->tokens_per_mb;
+    int cb = d->compute_bytes, gb = d->grad_bytes;
+    int64_t h = s->hidden;
     int64_t hp = s->hidden + s->vocab * s->hidden; /* what the device holds */
     double hf = 2.0 * (double)(s->vocab * h) * tok;
     double chunk = tok < 1024 ? tok : 1024;
     hd->kind = RP_LAYER_HEAD;
     hd->fwd_ms = roof_ms(hf, (double)hp * cb, d);
-    hd->bwd_ms = roof_ms(2.0 * hf, 2.0 * (double)hp * cb, d);
-    hd->wgrad_ms = hd->bwd_ms / 2.0;
+    hd->bwd_ms = lora ? roof_ms(hf, (double)hp * cb, d)
+                      : roof_ms(2.0 * hf, 2.0 * (double)hp * cb, d);
+    hd->wgrad_ms = lora ? 0.0 : hd->bwd_ms / 2.0;
     hd->weight_bytes = hp * cb;
-    hd->grad_bytes = hp * gb;
-    hd->opt_params = rp_cost_head_params(s);
+    hd->grad_bytes = lora ? 0 : hp * gb;
+    hd->opt_params = lora ? 0 : rp_cost_head_params(s);
     hd->act_bytes = (int64_t)(tok * (double)h * cb + chunk * (double)s->vocab * 8.0);
     hd->out_bytes = 0;
-    hd->tied_to = s->tied ? 0 : -1;
+    hd->tied_to = s->tied && !lora ? 0 : -1;
+}
+
+rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, rp_cost_model **out,
+                             rp_error *err)
+{
+    *out = NULL;
+    if (s->hidden < 1 || s->intermediate < 1 || s->heads < 1 || s->kv_heads < 1 ||
+        s->head_dim < 1 || s->vocab < 1 || s->layers < 1 || s->layers > 100000)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cost model: model shape has a non-positive or absurd field");
+    if (s->lora_rank < 0 || s->lora_rank > 65536 ||
+        (s->lora_rank > 0 && (s->lora_targets == 0 || s->lora_targets >> LORA_NPROJ)))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cost model: LoRA rank %lld outside [0, 65536] or targets 0x%x not a "
+                            "non-empty set of the 7 projections",
+                            (long long)s->lora_rank, s->lora_targets);
+    if (!(d->tflops > 0) || !(d->mem_gbs > 0) || d->compute_bytes < 1 || d->grad_bytes < 1 ||
+        d->seq_len < 1 || d->tokens_per_mb < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "cost model: device TFLOP/s, GB/s, dtype sizes, sequence length and "
+                            "tokens per microbatch must be positive");
+    rp_cost_model *m;
+    RP_TRY(rp_cost_model_create((int)s->layers + 2, &m, err));
+    const int lora = s->lora_rank > 0;
+    embed_layer(s, d, lora, &m->layers[0]);
+    for (int64_t i = 1; i <= s->layers; i++)
+        block_layer(s, d, &m->layers[i]);
+    head_layer(s, d, lora, &m->layers[s->layers + 1]);
     m->tokens_per_microbatch = d->tokens_per_mb;
     *out = m;
     return RP_OK;

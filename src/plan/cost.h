@@ -58,6 +58,12 @@ typedef struct rp_model_shape {
     int64_t layers; /* decoder blocks */
     int tied;       /* LM head shares the embedding */
     int attention_bias;
+    /* LoRA (0: full fine-tuning): adapters of rank lora_rank on the
+     * projections whose bits are set in lora_targets, bit p for projection
+     * p in the order q, k, v, o, gate, up, down (io/config.h's
+     * rp_lora_proj); every other weight is frozen */
+    int64_t lora_rank;
+    unsigned lora_targets;
 } rp_model_shape;
 
 /* What the closed-form model assumes about a device and the run. */
@@ -74,13 +80,18 @@ typedef struct rp_device_spec {
 rp_status rp_cost_model_create(int n, rp_cost_model **out, rp_error *err);
 void rp_cost_model_destroy(rp_cost_model **m);
 
-/* Build the layer list [embedding, blocks..., head] of a full fine-tune from
- * a shape and a device. FLOP counts (documented in cost.c):
+/* Build the layer list [embedding, blocks..., head] of a full fine-tune, or
+ * with shape->lora_rank > 0 of a LoRA run, from a shape and a device. FLOP
+ * counts (documented in cost.c):
  *   GEMMs: 2 * params * tokens forward;
  *   attention scores + values: 4 * S * (heads*head_dim) per token, halved for
  *   the causal mask;
  *   backward = 2 x forward (the recompute is charged separately, fwd_ms);
- *   weight-gradient part = the GEMM forward FLOPs (one of the two backward GEMMs). */
+ *   weight-gradient part = the GEMM forward FLOPs (one of the two backward GEMMs).
+ * With LoRA the frozen weights are uploaded but get no gradient: a block's
+ * backward is the base's input-gradient GEMMs, the attention's and twice
+ * the adapters' forward; only the adapters' gradients are downloaded and
+ * updated; the embedding and the head train nothing. */
 rp_status rp_cost_from_shape(const rp_model_shape *shape, const rp_device_spec *dev,
                              rp_cost_model **out, rp_error *err);
 
@@ -110,6 +121,9 @@ double rp_cost_block_fwd_flops_per_token(const rp_model_shape *shape, int64_t se
 int64_t rp_cost_block_params(const rp_model_shape *shape);
 int64_t rp_cost_embed_params(const rp_model_shape *shape);
 int64_t rp_cost_head_params(const rp_model_shape *shape); /* norm (+ LM head if untied) */
+/* LoRA: the adapter parameters of one block, sum over the targeted
+ * projections of rank x (in + out); 0 without LoRA. */
+int64_t rp_cost_adapter_params(const rp_model_shape *shape);
 
 /* Sums over the layers [first, last] (inclusive). */
 double rp_cost_fwd_ms(const rp_cost_model *m, int first, int last);

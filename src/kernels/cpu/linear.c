@@ -1,6 +1,30 @@
 #include "kernels/cpu/linear.h"
 
 #include <cblas.h>
+#include <stdlib.h>
+
+#include "core/dtype.h"
+
+/* b[i] += bias, row by row (torch's addmm adds the bias after the product). */
+static void add_bias(float *y, const float *b, int64_t rows, int64_t out)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * out;
+        for (int64_t j = 0; j < out; j++)
+            yr[j] += b[j];
+    }
+}
+
+/* This thread's block for widened weights (made once, kept: a GEMM runs
+ * every layer, and its size does not depend on the shape). */
+static float *widen_block(void)
+{
+    static _Thread_local float *block;
+    if (!block)
+        block = malloc(RP_LINEAR_WIDEN_FLOATS * sizeof(float));
+    return block;
+}
 
 void rp_linear_forward(const float *x, const float *W, const float *b, float *y, int64_t rows,
                        int64_t in, int64_t out)
@@ -9,15 +33,29 @@ void rp_linear_forward(const float *x, const float *W, const float *b, float *y,
         return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)out, (int)in, 1.0f, x,
                 (int)in, W, (int)in, 0.0f, y, (int)out);
-    if (b) {
-        /* Added after the product, as torch's addmm result is x W^T + b. */
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            float *yr = y + r * out;
-            for (int64_t j = 0; j < out; j++)
-                yr[j] += b[j];
-        }
+    if (b)
+        add_bias(y, b, rows, out);
+}
+
+int rp_linear_forward_bf16(const float *x, const uint16_t *W, const float *b, float *y,
+                           int64_t rows, int64_t in, int64_t out)
+{
+    if (rows <= 0 || out <= 0)
+        return 0;
+    float *wf = widen_block();
+    if (!wf)
+        return -1;
+    int64_t step = (int64_t)RP_LINEAR_WIDEN_FLOATS / (in > 0 ? in : 1);
+    step = step < 1 ? 1 : step; /* in never exceeds the block in a real model */
+    for (int64_t j0 = 0; j0 < out; j0 += step) { /* rows j0.. of W: columns j0.. of y */
+        int64_t n = out - j0 < step ? out - j0 : step;
+        rp_bf16_to_f32_array(W + j0 * in, wf, (size_t)(n * in));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n, (int)in, 1.0f, x,
+                    (int)in, wf, (int)in, 0.0f, y + j0, (int)out);
     }
+    if (b)
+        add_bias(y, b, rows, out);
+    return 0;
 }
 
 void rp_linear_backward_input(const float *dy, const float *W, float *dx, int64_t rows, int64_t in,
@@ -27,6 +65,26 @@ void rp_linear_backward_input(const float *dy, const float *W, float *dx, int64_
         return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)in, (int)out, 1.0f, dy,
                 (int)out, W, (int)in, accumulate ? 1.0f : 0.0f, dx, (int)in);
+}
+
+int rp_linear_backward_input_bf16(const float *dy, const uint16_t *W, float *dx, int64_t rows,
+                                  int64_t in, int64_t out, int accumulate)
+{
+    if (rows <= 0 || in <= 0)
+        return 0;
+    float *wf = widen_block();
+    if (!wf)
+        return -1;
+    int64_t step = (int64_t)RP_LINEAR_WIDEN_FLOATS / (out > 0 ? out : 1);
+    step = step < 1 ? 1 : step;
+    for (int64_t c0 = 0; c0 < in; c0 += step) { /* columns c0.. of W and of dx */
+        int64_t n = in - c0 < step ? in - c0 : step;
+        for (int64_t o = 0; o < out; o++)
+            rp_bf16_to_f32_array(W + o * in + c0, wf + o * n, (size_t)n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)n, (int)out, 1.0f,
+                    dy, (int)out, wf, (int)n, accumulate ? 1.0f : 0.0f, dx + c0, (int)in);
+    }
+    return 0;
 }
 
 void rp_linear_backward_weight(const float *dy, const float *x, float *dW, float *db, int64_t rows,

@@ -20,6 +20,19 @@ void rp_linear_forward(const float *x, const float *W, const float *b, float *y,
 void rp_linear_backward_input(const float *dy, const float *W, float *dx, int64_t rows, int64_t in,
                               int64_t out, int accumulate);
 
+/* The same two products with W in bf16 [out, in]: W is widened (exactly)
+ * into a per-thread block of RP_LINEAR_WIDEN_FLOATS floats, rows of W for
+ * the forward (columns of y), columns of W for the input gradient (columns
+ * of dx), and each block goes to one sgemm, so every output element is one
+ * dot product over the whole reduction, as with an fp32 W. The blocking
+ * depends on the shape only: deterministic for a fixed thread count.
+ * Return 0, or -1 when the block cannot be allocated. */
+#define RP_LINEAR_WIDEN_FLOATS ((size_t)1 << 20)
+int rp_linear_forward_bf16(const float *x, const uint16_t *W, const float *b, float *y,
+                           int64_t rows, int64_t in, int64_t out);
+int rp_linear_backward_input_bf16(const float *dy, const uint16_t *W, float *dx, int64_t rows,
+                                  int64_t in, int64_t out, int accumulate);
+
 /* dW += dy^T x and, when db != NULL, db += column sums of dy (summed in row
  * order, each column owned by one thread). */
 void rp_linear_backward_weight(const float *dy, const float *x, float *dW, float *db, int64_t rows,

@@ -42,13 +42,33 @@ static int64_t logits_rows(int64_t vocab)
     return 64; /* a [64, vocab] chunk stays in cache-sized pieces for the GEMMs */
 }
 
-static rp_status linear_forward(void *state, const void *x, const void *W, const float *bias,
-                                const float *residual, float *y, void *y_compute, int64_t rows,
-                                int64_t in, int64_t out, rp_error *err)
+/* W in a dtype the table reads (weight_dtypes), or an error naming the op. */
+static rp_status weights_readable(const char *op, rp_dtype W_dtype, rp_error *err)
 {
-    (void)state, (void)err;
+    if (W_dtype == RP_F32 || W_dtype == RP_BF16)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "cpu kernels: %s reads weights in F32 or BF16, "
+                        "not %s", op, rp_dtype_name(W_dtype));
+}
+
+static rp_status widen_failed(const char *op, rp_error *err)
+{
+    return rp_error_set(err, RP_ERR_NOMEM, "cpu kernels: %s: the block for widened bf16 weights "
+                        "(%zu MiB)", op, RP_LINEAR_WIDEN_FLOATS * sizeof(float) >> 20);
+}
+
+static rp_status linear_forward(void *state, const void *x, const void *W, rp_dtype W_dtype,
+                                const float *bias, const float *residual, float *y,
+                                void *y_compute, int64_t rows, int64_t in, int64_t out,
+                                rp_error *err)
+{
+    (void)state;
+    RP_TRY(weights_readable("linear_forward", W_dtype, err));
     float *dst = y ? y : y_compute;
-    rp_linear_forward(x, W, bias, dst, rows, in, out);
+    if (W_dtype == RP_F32)
+        rp_linear_forward(x, W, bias, dst, rows, in, out);
+    else if (rp_linear_forward_bf16(x, W, bias, dst, rows, in, out) != 0)
+        return widen_failed("linear_forward", err);
     if (residual) {
         /* residual + product, the order the block has always added in */
 #pragma omp parallel for schedule(static)
@@ -60,12 +80,18 @@ static rp_status linear_forward(void *state, const void *x, const void *W, const
     return RP_OK;
 }
 
-static rp_status linear_backward_input(void *state, const void *dy, const void *W, float *dx,
-                                       void *dx_compute, int64_t rows, int64_t in, int64_t out,
-                                       int accumulate, rp_error *err)
+static rp_status linear_backward_input(void *state, const void *dy, const void *W,
+                                       rp_dtype W_dtype, float *dx, void *dx_compute,
+                                       int64_t rows, int64_t in, int64_t out, int accumulate,
+                                       rp_error *err)
 {
-    (void)state, (void)err;
-    rp_linear_backward_input(dy, W, dx ? dx : dx_compute, rows, in, out, accumulate);
+    (void)state;
+    RP_TRY(weights_readable("linear_backward_input", W_dtype, err));
+    float *dst = dx ? dx : dx_compute;
+    if (W_dtype == RP_F32)
+        rp_linear_backward_input(dy, W, dst, rows, in, out, accumulate);
+    else if (rp_linear_backward_input_bf16(dy, W, dst, rows, in, out, accumulate) != 0)
+        return widen_failed("linear_backward_input", err);
     return RP_OK;
 }
 
@@ -312,6 +338,7 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .name = "cpu",
     .compute_dtype = RP_F32,
     .host_addressable = 1,
+    .weight_dtypes = 1u << RP_F32 | 1u << RP_BF16,
     .attention_backward_scratch_floats = no_scratch_attn,
     .column_sum_scratch_floats = no_scratch_cols,
     .rope_table_floats = rope_table_floats,

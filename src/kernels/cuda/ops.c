@@ -120,11 +120,23 @@ static int64_t logits_rows(int64_t vocab)
 
 /* ---- GEMMs ------------------------------------------------------------ */
 
-static rp_status linear_forward(void *state, const void *x, const void *W, const float *bias,
-                                const float *residual, float *y, void *y_compute, int64_t rows,
-                                int64_t in, int64_t out, rp_error *err)
+/* cuBLAS reads bf16 weights only (the compute dtype: weight_dtypes). */
+static rp_status weights_bf16(const cuda_state *c, const char *op, rp_dtype W_dtype,
+                              rp_error *err)
+{
+    if (W_dtype == RP_BF16)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: %s reads BF16 weights, not %s",
+                        c->ordinal, op, rp_dtype_name(W_dtype));
+}
+
+static rp_status linear_forward(void *state, const void *x, const void *W, rp_dtype W_dtype,
+                                const float *bias, const float *residual, float *y,
+                                void *y_compute, int64_t rows, int64_t in, int64_t out,
+                                rp_error *err)
 {
     cuda_state *c = state;
+    RP_TRY(weights_bf16(c, "linear_forward", W_dtype, err));
     if (residual) {
         cudaError_t e = cudaMemcpyAsync(y, residual, sizeof(float) * (size_t)(rows * out),
                                         cudaMemcpyDeviceToDevice, c->stream);
@@ -139,11 +151,13 @@ static rp_status linear_forward(void *state, const void *x, const void *W, const
     return RP_OK;
 }
 
-static rp_status linear_backward_input(void *state, const void *dy, const void *W, float *dx,
-                                       void *dx_compute, int64_t rows, int64_t in, int64_t out,
-                                       int accumulate, rp_error *err)
+static rp_status linear_backward_input(void *state, const void *dy, const void *W,
+                                       rp_dtype W_dtype, float *dx, void *dx_compute,
+                                       int64_t rows, int64_t in, int64_t out, int accumulate,
+                                       rp_error *err)
 {
     cuda_state *c = state;
+    RP_TRY(weights_bf16(c, "linear_backward_input", W_dtype, err));
     if (dx)
         CKB(rp_cuda_linear_backward_input(c->blas, dy, W, dx, rows, in, out, accumulate));
     else /* dx = dy W straight into bf16 */
@@ -481,6 +495,7 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .name = "cuda",
     .compute_dtype = RP_BF16,
     .host_addressable = 0,
+    .weight_dtypes = 1u << RP_BF16,
     .attention_backward_scratch_floats = attention_backward_scratch_floats,
     .column_sum_scratch_floats = column_sum_scratch_floats,
     .rope_table_floats = rope_table_floats,
