@@ -108,7 +108,14 @@ for dt in bf16 fp32; do
   train 2 --model "$tmp/base-$dt" --data "$q/data.npy" --loss-mask "$q/mask.npy" --seq-len 16 \
     --batch-size 4 --microbatches 2 --lr 3e-3 --seed 7 --steps 3 --lora-rank 4 \
     --lora-dropout 0.1 --log "$tmp/inplace-$dt.jsonl" --save "$tmp/inplace-$dt" \
-    > "$tmp/inplace-$dt.txt" 2>&1 || { bad "LoRA on the $dt base"; cat "$tmp/inplace-$dt.txt"; }
+    --save-merged "$tmp/merged-$dt" > "$tmp/inplace-$dt.txt" 2>&1 ||
+    { bad "LoRA on the $dt base"; cat "$tmp/inplace-$dt.txt"; }
+  # --save-merged writes the base's dtype (its files', not the config's torch_dtype)
+  want=F32; [ $dt = bf16 ] && want=BF16
+  got=$(head -c 8192 "$tmp/merged-$dt/model.safetensors" | tr -d '\0' |
+        grep -o '"dtype":"[A-Z0-9]*"' | sort -u | tr '\n' ' ')
+  if [ "$got" = "\"dtype\":\"$want\" " ]; then ok
+  else bad "--save-merged of the $dt base: dtypes $got, not $want only"; fi
 done
 if grep -q "mapped" "$tmp/inplace-bf16.txt" && ! grep -qi "converted" "$tmp/inplace-bf16.txt"
 then ok; else bad "the bf16 base is not said to be mapped"; cat "$tmp/inplace-bf16.txt"; fi

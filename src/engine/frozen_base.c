@@ -19,6 +19,7 @@ struct rp_frozen_base {
     size_t *store_at;        /* each piece's offset in the store when not mapped */
     size_t store_bytes;      /* 0 when mapped */
     size_t bytes;            /* of the tensors, where they lie */
+    rp_dtype file_dtype;     /* of the model directory's first tensor (F32 without one) */
 };
 
 /* The full model's layout, untied (frozen_base.h). */
@@ -114,6 +115,8 @@ static rp_status mapped_dtype(rp_frozen_base *b, unsigned reads, rp_error *err)
             rp_safetensors_tensor t;
             const char *name = source_name(&b->cfg, b->layers[l].params[0].name);
             RP_TRY(rp_safetensors_set_find(b->set, name, &t, NULL, err));
+            if (t.dtype_supported)
+                b->file_dtype = t.dtype;
             if (t.dtype_supported && ((reads >> t.dtype) & 1u) &&
                 (t.dtype == b->dtype || rp_dtype_size(t.dtype) < compute_size))
                 b->dtype = t.dtype;
@@ -172,6 +175,7 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
         return rp_error_set(err, RP_ERR_NOMEM, "frozen base");
     b->cfg = *cfg;
     b->dtype = dtype;
+    b->file_dtype = RP_F32;
     rp_status s = base_layout(cfg, &b->layers, &b->nlayers, err);
     int total = 0;
     for (int l = 0; s == RP_OK && l < b->nlayers; l++)
@@ -260,6 +264,11 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *b, int l, const char *na
         if (strcmp(L->params[i].name, name) == 0)
             return b->pieces[b->first[l] + i].src;
     return NULL;
+}
+
+rp_dtype rp_frozen_base_file_dtype(const rp_frozen_base *b)
+{
+    return b->file_dtype;
 }
 
 rp_dtype rp_frozen_base_dtype(const rp_frozen_base *b)

@@ -65,6 +65,9 @@ const rp_layer_desc *rp_frozen_base_layer(const rp_frozen_base *base, int l);
 int rp_frozen_base_mapped(const rp_frozen_base *base);
 /* The dtype of every tensor of the base (where it lies). */
 rp_dtype rp_frozen_base_dtype(const rp_frozen_base *base);
+/* The dtype of the model directory's tensors (the first one's; F32 for a
+ * random base): what --save-merged writes by default. */
+rp_dtype rp_frozen_base_file_dtype(const rp_frozen_base *base);
 /* Bytes of the base's tensors (a tied matrix once), mapped or stored. */
 size_t rp_frozen_base_bytes(const rp_frozen_base *base);
 /* Host bytes of tensor `name` of layer l (NULL when absent). */

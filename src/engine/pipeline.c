@@ -680,9 +680,7 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
     if (trained == RP_OK && o->save_merged && !e->stopped_early) {
         rp_error one = {0};
         rp_status st = RP_OK;
-        rp_dtype dt = o->save_dtype_set ? o->save_dtype
-                      : o->model_dir   ? r->cfg.torch_dtype
-                                       : RP_F32;
+        rp_dtype dt = o->save_dtype_set ? o->save_dtype : rp_frozen_base_file_dtype(e->base);
         if (root)
             st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text, &one);
         st = rp_run_agree(e, st, comm, &one);
