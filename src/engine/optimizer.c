@@ -65,11 +65,19 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
 }
 
 /* With --optimizer-lag 1 the update of iteration t may only change layer l
- * once every job of iteration t+1 that reads l has uploaded it. */
+ * once every job of iteration t+1 that reads l has uploaded it. A run that
+ * stops after step t leaves t's update pending (its checkpoint holds the
+ * gradient): RP_STOP. That is read from the stop decision, not from
+ * whether t+1's uploads happened: on several nodes a node's executors may
+ * start a job of t+1 before the decision reaches them (it is made on the
+ * last node), but never its optimizer the update of t (the decision comes
+ * before t's summed gradients), so every node leaves the same update. */
 static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
     if (!e->o->optimizer_lag || t >= e->it_last)
         return RP_OK;
+    if (rp_proto_stopped(e, t + 1))
+        return RP_STOP;
     for (int g = 0; g < e->pipelines; g++) {
         RP_TRY(rp_proto_wait_uploaded(e, 0, l, g, t + 1, who, err));
         if (l < rp_plan_tail_first(&e->plan))

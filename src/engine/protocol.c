@@ -134,6 +134,19 @@ int rp_proto_stop_before(rp_engine *e, int64_t t)
     return rp_proto_stopped(e, t);
 }
 
+/* The step an awaited value belongs to, for the stop check: the value
+ * itself, but for a version (or the rows) v, made by step v's update,
+ * which a lagged run that stops after step v leaves pending: then it
+ * belongs to step v + 1. (On several nodes a node's executors may start a
+ * job of the step after the last before the decision reaches them; such a
+ * job waits for that version.) */
+static int64_t step_of(const rp_engine *e, rp_event_kind kind, uint64_t value)
+{
+    if (kind == RP_EV_VERSION || kind == RP_EV_ROWS)
+        return (int64_t)value + e->o->optimizer_lag;
+    return (int64_t)value;
+}
+
 /* rp_event_wait with the run's deadline that also gives up when another
  * rank aborted or the run was interrupted, and returns RP_STOP when the
  * awaited value belongs to a step after the one the run stops after. */
@@ -160,7 +173,7 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
             s = interrupted(e, value, err);
             break;
         }
-        if (rp_proto_stopped(e, (int64_t)value)) {
+        if (rp_proto_stopped(e, step_of(e, kind, value))) {
             s = RP_STOP;
             break;
         }
