@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "device/backend.h"
+#include "engine/lora_run.h"
 #include "engine/run_impl.h"
 #include "model/layers.h"
 #include "model/layout.h"
@@ -193,15 +194,8 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
         RP_TRY(rp_device_copy(e->dev, v->act, h, bytes, err));
         if (l < p->nlayers - 1) {
             rp_lora_call c; /* the adapters, without dropout (v->cfg) */
-            memset(&c, 0, sizeof c);
-            c.adapters = v->ad;
-            if (v->in_place) {
-                c.nbase = rp_frozen_base_pieces(e->base, l, &c.base);
-                c.base_dtype = v->fdt;
-            }
-            c.seed = e->o->seed;
-            c.layer = (int32_t)(l - 1);
-            c.first_sample = first;
+            if (e->lora)
+                rp_lora_call_of(e, l, 0, first, v->ad, &c);
             RP_TRY(rp_block_forward(&v->k, &v->cfg, v->in_place ? NULL : v->w, dt, v->act, v->out,
                                     n, S, v->seg, v->saved, v->ws, e->lora ? &c : NULL, err));
         } else if (v->in_place) {

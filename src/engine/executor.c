@@ -10,6 +10,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
+#include "engine/lora_run.h"
 #include "engine/protocol.h"
 #include "model/layers.h"
 
@@ -255,16 +256,7 @@ static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int6
     rp_engine *e = x->e;
     if (!e->lora)
         return NULL;
-    memset(c, 0, sizeof *c);
-    c->adapters = W(x, job, l);
-    if (e->base_in_place) {
-        c->nbase = rp_frozen_base_pieces(e->base, l, &c->base);
-        c->base_dtype = rp_frozen_base_dtype(e->base);
-    }
-    c->seed = e->o->seed;
-    c->step = t;
-    c->layer = (int32_t)(l - 1);
-    c->first_sample = (e->micro_base + x->micro) * e->samples_per_micro;
+    rp_lora_call_of(e, l, t, (e->micro_base + x->micro) * e->samples_per_micro, W(x, job, l), c);
     return c;
 }
 
@@ -480,8 +472,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     double th = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w,
-                                    e->lora ? frozen_dtype(x) : e->p->compute_dtype,
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w, frozen_dtype(x),
                                     x->acts[head - job->first], x->tgt, x->mask,
                                     e->tokens_per_micro, scale, x->d, norm_g, lm_g, 0, x->ws,
                                     &loss[m], err));

@@ -22,9 +22,8 @@ struct rp_frozen_base {
     rp_dtype file_dtype;     /* of the model directory's first tensor (F32 without one) */
 };
 
-/* The full model's layout, untied (frozen_base.h). */
-static rp_status base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *n,
-                             rp_error *err)
+rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *n,
+                                rp_error *err)
 {
     rp_model_config c = *cfg;
     c.tie_word_embeddings = 0;
@@ -176,7 +175,7 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
     b->cfg = *cfg;
     b->dtype = dtype;
     b->file_dtype = RP_F32;
-    rp_status s = base_layout(cfg, &b->layers, &b->nlayers, err);
+    rp_status s = rp_frozen_base_layout(cfg, &b->layers, &b->nlayers, err);
     int total = 0;
     for (int l = 0; s == RP_OK && l < b->nlayers; l++)
         total += b->layers[l].nparams;

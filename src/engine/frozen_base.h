@@ -39,6 +39,12 @@ typedef struct rp_frozen_base rp_frozen_base;
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
                               unsigned reads, rp_frozen_base **out, rp_error *err);
 
+/* The base's layout: the full model's (rp_model_base_layout), untied (the
+ * caller frees *layers). Opened bases have it (rp_frozen_base_layer); the
+ * planner sizes stages with it before any base exists. */
+rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *n,
+                                rp_error *err);
+
 /* Whether executors driving a table of `ops` read the base where it lies
  * (their memory is the host's: CPU) rather than uploading it with their
  * stages. The one rule the engine and the planner both use. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "engine/engine_impl.h"
 #include "io/model_dir.h"
 #include "io/peft.h"
 
@@ -61,6 +62,21 @@ rp_status rp_lora_load_adapters(rp_params *p, const rp_train_options *o, rp_erro
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", o->lora_init);
     return rp_params_load_file(p, path, err);
+}
+
+void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
+                     const void *adapters, rp_lora_call *c)
+{
+    memset(c, 0, sizeof *c);
+    c->adapters = adapters;
+    if (e->base_in_place) {
+        c->nbase = rp_frozen_base_pieces(e->base, l, &c->base);
+        c->base_dtype = rp_frozen_base_dtype(e->base);
+    }
+    c->seed = e->o->seed;
+    c->step = t;
+    c->layer = (int32_t)(l - 1);
+    c->first_sample = first_sample;
 }
 
 /* The adapter's tensor (block, projection, A or B) in the masters. */

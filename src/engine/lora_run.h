@@ -8,6 +8,9 @@
 #include "engine/frozen_base.h"
 #include "engine/params.h"
 #include "engine/train_options.h"
+#include "model/layers.h"
+
+typedef struct rp_engine rp_engine;
 
 /* cfg->lora from --lora-rank, --lora-alpha, --lora-targets,
  * --lora-dropout, --use-rslora and --lora-init (whose r, alpha, targets
@@ -18,6 +21,14 @@ rp_status rp_lora_resolve(const rp_train_options *o, rp_model_config *cfg, rp_er
 /* The adapters' initial values: --lora-init's tensors, or PEFT's fresh
  * adapter (rp_layer_init with --seed). */
 rp_status rp_lora_load_adapters(rp_params *p, const rp_train_options *o, rp_error *err);
+
+/* What block l's call at step t needs besides its frozen weights, for the
+ * samples from first_sample of the step's batch: the adapters, the run's
+ * dropout keys and, when the executors read the base where it lies
+ * (e->base_in_place), its tensors. One definition for training and
+ * evaluation. */
+void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
+                     const void *adapters, rp_lora_call *c);
 
 /* --save DIR: the adapter in PEFT's layout (base_model_name_or_path: the
  * --model path). */

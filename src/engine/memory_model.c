@@ -20,11 +20,8 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     const int lora = cfg->lora.rank > 0;
     RP_TRY(rp_model_layout(&c, &layers, &n, err));
     rp_status s = RP_OK;
-    if (lora) { /* the frozen base beside the adapters, untied (engine/frozen_base.h) */
-        rp_model_config u = *cfg;
-        u.tie_word_embeddings = 0;
-        s = rp_model_base_layout(&u, &base, &nb, err);
-    }
+    if (lora) /* the frozen base beside the adapters */
+        s = rp_frozen_base_layout(cfg, &base, &nb, err);
     if (s == RP_OK && (n != m->num_layers || (lora && nb != n)))
         s = rp_error_set(err, RP_ERR_INTERNAL, "memory model: %d layers for a model of %d",
                          m->num_layers, n);

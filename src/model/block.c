@@ -330,12 +330,10 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
             v->f[i] = w->small[i];
         }
     }
-    for (int i = 0; i < 7; i++) { /* every matrix is there */
-        const size_t at[7] = {off->wq, off->wk, off->wv, off->wo, off->w_gate, off->w_up,
-                              off->w_down};
+    const size_t at[7] = {off->wq, off->wk, off->wv, off->wo, off->w_gate, off->w_up, off->w_down};
+    for (int i = 0; i < 7; i++) /* every matrix is there */
         if (!matrix(v, at[i]))
             return rp_error_set(err, RP_ERR_INVALID_ARG, "block: no frozen matrix at %zu", at[i]);
-    }
     return RP_OK;
 }
 
