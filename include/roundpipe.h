@@ -108,7 +108,8 @@ RP_API const char *rp_train_config_error(const rp_train_config *config);
 typedef struct rp_step_metrics {
     int64_t step;           /* 1-based */
     double loss;            /* mean cross-entropy of the step's counted targets before its
-                               update; NaN for a step without counted targets */
+                               update (plus the load-balancing loss's share, below); NaN for
+                               a step without counted targets */
     double lr;              /* learning rate of the step's update */
     double grad_norm;       /* global L2 norm before clipping; NaN without counted targets */
     int64_t tokens;         /* input tokens of the step */
@@ -116,6 +117,9 @@ typedef struct rp_step_metrics {
     double tokens_per_s;
     double time;            /* wall clock when the step was logged: seconds since the Unix
                                epoch (UTC) */
+    double router_aux_loss; /* a mixture of experts' load-balancing loss (the mean over the
+                               step's microbatches; `loss` includes its coefficient times
+                               it); NaN without one */
 } rp_step_metrics;
 
 /* Called once per step, in step order, on rank 0 of the communicator given

@@ -287,7 +287,7 @@ static void check_guards(const rp_model_config *cfg, rp_dtype pdt, int64_t nseq,
                          const float *gws, const char *when)
 {
     rp_model_guards gl;
-    rp_block_guards(&rp_kernel_ops_cuda, pdt, cfg, nseq, S, &gl);
+    rp_block_guards(&rp_kernel_ops_cuda, pdt, cfg, 0, nseq, S, &gl);
     ck_assert_int_gt(gl.n, 20);
     uint32_t band[64];
     ck_assert_uint_eq(rp_model_guard_floats, 64);

@@ -88,7 +88,7 @@
 
 /* The function pointers of rp_kernel_ops, which check_complete names one by
  * one: a member added to the struct must be added there too. */
-#define RP_KERNEL_OPS_FUNCTIONS 25
+#define RP_KERNEL_OPS_FUNCTIONS 36
 _Static_assert(sizeof(rp_kernel_ops) ==
                    offsetof(rp_kernel_ops, attention_backward_scratch_floats) +
                        RP_KERNEL_OPS_FUNCTIONS * sizeof(void (*)(void)),
@@ -118,6 +118,17 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, swiglu_backward);
     EXPECT_FN(t, scaled_add);
     EXPECT_FN(t, dropout);
+    EXPECT_FN(t, moe_route);
+    EXPECT_FN(t, moe_group);
+    EXPECT_FN(t, moe_stats);
+    EXPECT_FN(t, moe_gather);
+    EXPECT_FN(t, moe_scatter_add);
+    EXPECT_FN(t, moe_combine);
+    EXPECT_FN(t, moe_down_backward);
+    EXPECT_FN(t, moe_route_backward);
+    EXPECT_FN(t, grouped_linear_forward);
+    EXPECT_FN(t, grouped_linear_backward_input);
+    EXPECT_FN(t, grouped_linear_backward_weight);
     EXPECT_FN(t, cross_entropy);
     EXPECT_FN(t, sum_to_host);
     EXPECT_FN(t, check_ids);

@@ -67,7 +67,7 @@ static rp_model_config qwen_cfg(void)
 static float *random_params(const rp_model_config *cfg, uint64_t seed)
 {
     rp_block_offsets off;
-    rp_block_offsets_get(cfg, &off);
+    rp_block_offsets_get(cfg, 0, &off);
     rp_layer_desc *L;
     int n;
     ck_assert_int_eq(rp_model_layout(cfg, &L, &n, NULL), RP_OK);
@@ -108,7 +108,7 @@ static void fx_init(fixture *f, rp_model_config cfg, int64_t nseq, int64_t S)
     f->T = nseq * S;
     f->H = cfg.hidden_size;
     rp_block_offsets off;
-    rp_block_offsets_get(&cfg, &off);
+    rp_block_offsets_get(&cfg, 0, &off);
     f->np = off.numel;
     f->P = random_params(&cfg, 7);
     f->x = random_vec((size_t)(f->T * f->H), 11, 1.0f);

@@ -82,7 +82,7 @@ START_TEST(names_shapes_offsets)
         ck_assert_uint_lt(d->numel, end + RP_PARAM_ALIGN);
     }
     rp_block_offsets off;
-    rp_block_offsets_get(&c, &off);
+    rp_block_offsets_get(&c, 0, &off);
     ck_assert_uint_eq(off.wo, rp_layer_find_param(&L[2], "model.layers.1.self_attn.o_proj.weight")->offset);
     ck_assert_uint_eq(off.bo, rp_layer_find_param(&L[2], "model.layers.1.self_attn.o_proj.bias")->offset);
     ck_assert_uint_eq(off.k_norm, rp_layer_find_param(&L[2], "model.layers.1.self_attn.k_norm.weight")->offset);
@@ -103,7 +103,7 @@ START_TEST(names_shapes_offsets)
     ck_assert_ptr_null(rp_layer_find_param(&L[1], "model.layers.0.self_attn.q_norm.weight"));
     ck_assert_ptr_null(rp_layer_find_param(&L[1], "model.layers.0.self_attn.o_proj.bias"));
     ck_assert_int_eq(L[n - 1].nparams, 1);
-    rp_block_offsets_get(&c, &off);
+    rp_block_offsets_get(&c, 0, &off);
     ck_assert(off.bq == SIZE_MAX && off.bo == SIZE_MAX && off.q_norm == SIZE_MAX);
     free(L);
 }

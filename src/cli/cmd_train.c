@@ -42,7 +42,7 @@ static const struct option train_options[] = {
     {"lora-rank", required_argument, 0, 0}, {"lora-alpha", required_argument, 0, 0},
     {"lora-targets", required_argument, 0, 0}, {"lora-dropout", required_argument, 0, 0},
     {"use-rslora", no_argument, 0, 0}, {"lora-init", required_argument, 0, 0},
-    {"save-merged", required_argument, 0, 0},
+    {"save-merged", required_argument, 0, 0}, {"router-aux-coef", required_argument, 0, 0},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -92,6 +92,8 @@ static const char train_usage[] =
     "  --use-rslora           scaling A/sqrt(R)\n"
     "  --lora-init DIR        start from a PEFT adapter directory\n"
     "  --save-merged DIR      also write the merged model (W + scaling B A)\n"
+    "  --router-aux-coef X    mixture of experts: add X times the load-balancing loss\n"
+    "                         (default: config.json's, if output_router_logits)\n"
     "  --device cpu|cuda|auto executor device (default auto: CUDA when a GPU is usable)\n"
     "  --threads N            compute threads per rank (default: the rank's share of cores)\n"
     "  --progress auto|line|none   progress display on rank 0 (default auto)\n"

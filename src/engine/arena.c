@@ -48,6 +48,10 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     off += 2 * (size_t)RP_ARENA_RING * (size_t)M; /* doubles */
     a->sumsq = off;
     off += 2 * (size_t)RP_ARENA_RING * (size_t)L * RP_ARENA_SUMSQ_BLOCKS;
+    a->router = off;
+    off += ((size_t)RP_ARENA_RING * (size_t)M * spec->router_floats + 1) & ~(size_t)1;
+    a->aux = off;
+    off += 2 * (size_t)RP_ARENA_RING * (size_t)M; /* doubles */
     a->floats = off;
     return 0;
 }

@@ -11,7 +11,10 @@
  *   loss[r][m]     sum of the token cross-entropies of microbatch m
  *   sumsq[r][l][b] squared L2 norm of block b of layer l's gradient (the
  *                  blocks of rp_clip_blocks; summed in order they give the
- *                  layer's, whichever ranks computed them). */
+ *                  layer's, whichever ranks computed them)
+ *   router[r][m]   a mixture-of-experts model's router statistics of
+ *                  microbatch m (router_floats: engine/router_aux.h)
+ *   aux[r][m]      its load-balancing loss (a double). */
 #ifndef RP_ENGINE_ARENA_H
 #define RP_ENGINE_ARENA_H
 
@@ -29,6 +32,7 @@ typedef struct rp_arena_spec {
     int microbatches;
     size_t act_floats; /* A */
     int layer_grain;   /* 1: checkpoint every layer below the tail */
+    size_t router_floats; /* router statistics of one microbatch (0: none) */
 } rp_arena_spec;
 
 typedef struct rp_arena {
@@ -39,6 +43,8 @@ typedef struct rp_arena {
     size_t *bwd_out;   /* [nbwd * M] */
     size_t loss;       /* float offset of double loss[RING][M] (8-byte aligned) */
     size_t sumsq;      /* float offset of double sumsq[RING][nlayers] */
+    size_t router;     /* float offset of float router[RING][M][router_floats] */
+    size_t aux;        /* float offset of double aux[RING][M] */
     size_t floats;     /* total size in floats */
     char *is_ckpt;     /* [nlayers] */
 } rp_arena;

@@ -52,6 +52,7 @@ static json_object *semantic_options(const rp_train_options *o)
     json_object_object_add(j, "loss_mask", json_object_new_boolean(o->loss_mask != NULL));
     json_object_object_add(j, "documents", json_object_new_boolean(o->documents != NULL));
     json_object_object_add(j, "optimizer_lag", json_object_new_int(o->optimizer_lag));
+    json_object_object_add(j, "router_aux_coef", json_object_new_double(o->router_aux_coef));
     return j;
 }
 
@@ -77,6 +78,11 @@ static int config_fields(const rp_model_config *c, config_field *f)
     f[n++] = (config_field){"rms_norm_eps", c->rms_norm_eps};
     f[n++] = (config_field){"rope_theta", c->rope_theta};
     f[n++] = (config_field){"rope_scaling.factor", c->rope_scaling.factor};
+    f[n++] = (config_field){"num_experts", (double)c->moe.num_experts};
+    f[n++] = (config_field){"num_experts_per_tok", (double)c->moe.num_experts_per_tok};
+    f[n++] = (config_field){"moe_intermediate_size", (double)c->moe.moe_intermediate_size};
+    f[n++] = (config_field){"decoder_sparse_step", (double)c->moe.decoder_sparse_step};
+    f[n++] = (config_field){"norm_topk_prob", (double)c->moe.norm_topk_prob};
     return n;
 }
 
@@ -99,9 +105,8 @@ static rp_status check_config(const char *dir, const rp_train_options *o, rp_err
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "--resume %s: config.json: model_type is %s, but %s has %s (a "
                             "checkpoint of another model)", dir,
-                            a.arch == RP_ARCH_QWEN3 ? "qwen3" : "llama", given,
-                            b.arch == RP_ARCH_QWEN3 ? "qwen3" : "llama");
-    config_field fa[16], fb[16];
+                            rp_arch_name(a.arch), given, rp_arch_name(b.arch));
+    config_field fa[24], fb[24];
     int n = config_fields(&a, fa);
     config_fields(&b, fb);
     for (int i = 1; i < n; i++) /* model_type compared above */
@@ -110,6 +115,10 @@ static rp_status check_config(const char *dir, const rp_train_options *o, rp_err
                                 "--resume %s: config.json: %s is %.17g, but %s has %.17g (a "
                                 "checkpoint of another model)", dir, fa[i].name, fa[i].value,
                                 given, fb[i].value);
+    if (memcmp(a.moe.mlp_only, b.moe.mlp_only, sizeof a.moe.mlp_only) != 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--resume %s: config.json: mlp_only_layers differs from %s's (a "
+                            "checkpoint of another model)", dir, given);
     return RP_OK;
 }
 
@@ -119,7 +128,8 @@ static int added_later_at_default(const char *key, json_object *want)
 {
     static const struct {
         const char *key, *json; /* the default, as semantic_options writes it */
-    } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}, {"documents", "false"}};
+    } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}, {"documents", "false"},
+                 {"router_aux_coef", "0.0"}};
     for (size_t i = 0; i < sizeof later / sizeof *later; i++)
         if (strcmp(key, later[i].key) == 0)
             return strcmp(json_object_to_json_string(want), later[i].json) == 0;

@@ -18,6 +18,7 @@
 #include "engine/nodes.h"
 #include "engine/params.h"
 #include "engine/progress.h"
+#include "engine/router_aux.h"
 #include "io/trace.h"
 #include "engine/train_options.h"
 #include "engine/transfer.h"
@@ -44,6 +45,7 @@ typedef struct rp_engine {
     char lora_base_hash[17]; /* LoRA checkpoints: the base's fingerprint, once computed
                                 (engine/lora_checkpoint.h; rank 0) */
     rp_plan plan;
+    rp_router_aux raux; /* a mixture of experts' load-balancing loss (coef 0: none) */
     rp_arena arena;
     float *act;        /* arena base in the store */
     float *tied_grad;  /* the head's part of a tied embedding's gradient, one per pipeline

@@ -196,8 +196,9 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
             rp_lora_call c; /* the adapters, without dropout (v->cfg) */
             if (e->lora)
                 rp_lora_call_of(e, l, 0, first, v->ad, &c);
+            rp_block_call call = {.block = (int32_t)(l - 1), .lora = e->lora ? &c : NULL};
             RP_TRY(rp_block_forward(&v->k, &v->cfg, v->in_place ? NULL : v->w, dt, v->act, v->out,
-                                    n, S, v->seg, v->saved, v->ws, e->lora ? &c : NULL, err));
+                                    n, S, v->seg, v->saved, v->ws, &call, err));
         } else if (v->in_place) {
             return rp_head_forward_backward(&v->k, &v->cfg, frozen(v, l, "model.norm.weight"),
                                             frozen(v, l, "lm_head.weight"), v->fdt, v->act,

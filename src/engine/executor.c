@@ -73,6 +73,10 @@ static void executor_free(executor *x)
     free(x->htgt);
     free(x->hmask);
     free(x->greq);
+    if (x->aux_grad != x->haux_grad)
+        rp_device_free(x->dev, x->aux_grad);
+    free(x->haux_grad);
+    rp_device_free(x->dev, x->rstats);
     if (x->segment_pinned)
         rp_device_host_unregister(x->dev, x->e->pins[x->e->npins_run].base);
     x->dev = NULL; /* the engine's, for the whole run */
@@ -125,7 +129,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         x->buf[b].w = dalloc(x, (wmax ? wmax : 1) * wb, err);
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].boff = calloc((size_t)e->num_layers + 1, sizeof(size_t));
-        x->buf[b].req = calloc(RP_STAGE_MAX_REQS(e->num_layers), sizeof(rp_xfer_req));
+        x->buf[b].req = calloc(rp_stage_max_reqs(e), sizeof(rp_xfer_req));
         x->buf[b].rows =
             malloc((size_t)(e->micro_per_pipeline * e->tokens_per_micro) * sizeof(int32_t));
         if (posix_memalign((void **)&x->buf[b].gather, 4096, gather_bytes) != 0)
@@ -155,6 +159,13 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->seg && x->hseg;
     }
     x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+    if (e->raux.coef > 0) {
+        const size_t E = (size_t)e->raux.experts;
+        x->haux_grad = malloc(E * sizeof(float));
+        x->aux_grad = kops->host_addressable ? x->haux_grad : falloc(x, E, err);
+        x->rstats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
+        ok &= x->haux_grad && x->aux_grad && (kops->host_addressable || x->rstats);
+    }
     ok &= x->g && (x->g16 || e->o->grad_dtype != RP_BF16) && x->acts && x->d && x->ws && x->saved && x->in &&
           x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
@@ -260,6 +271,40 @@ static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int6
     return c;
 }
 
+/* Block l's call (l >= 1): its index, LoRA's adapters, and a mixture of
+ * experts' router statistics (a forward of a forward job or the tail: a
+ * backward stage's recompute writes none) or the load-balancing loss's
+ * gradient (a backward, rp_exec_aux_grad made it). */
+static const rp_block_call *block_call(executor *x, const rp_job *job, int l, int64_t t,
+                                       int forward, rp_lora_call *lc, rp_block_call *c)
+{
+    rp_engine *e = x->e;
+    memset(c, 0, sizeof *c);
+    c->block = (int32_t)(l - 1);
+    c->lora = lora_call(x, job, l, t, lc);
+    float *slot = rp_router_stats_slot(e, t, x->micro, l);
+    if (forward && slot && job->kind != RP_JOB_BWD)
+        c->router_stats = x->rstats ? x->rstats : slot;
+    if (!forward && slot)
+        c->router_aux_grad = x->aux_grad;
+    return c;
+}
+
+/* The load-balancing loss's gradient of microbatch m on the device, for
+ * the backward of its blocks (every forward of m has run before: its
+ * statistics are in the arena); with aux, the tail also records m's loss. */
+static rp_status aux_grad(executor *x, int64_t t, int m, double *aux, rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (e->raux.coef <= 0)
+        return RP_OK;
+    rp_router_aux_of(e, t, m, aux, x->haux_grad);
+    if (x->aux_grad == x->haux_grad)
+        return RP_OK;
+    return rp_exec_move(x, x->aux_grad, x->haux_grad, sizeof(float) * (size_t)e->raux.experts,
+                        RP_XFER_INPUT, "aux-grad", err);
+}
+
 /* A layer's frozen weights: the stage's base with LoRA (NULL for a block
  * whose base is read in place: lora_call gives its tensors; the
  * embedding's gathered rows), else its weights. */
@@ -305,10 +350,15 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
         s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), frozen_dtype(x), x->in,
                              e->tokens_per_micro, out, err);
     } else {
-        rp_lora_call c;
+        rp_lora_call lc;
+        rp_block_call c;
         s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
                              out, e->samples_per_micro, e->seq_len, x->seg, saved, x->ws,
-                             lora_call(x, job, l, t, &c), err);
+                             block_call(x, job, l, t, 1, &lc, &c), err);
+        if (s == RP_OK && c.router_stats && c.router_stats == x->rstats)
+            s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->rstats,
+                             sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe,
+                             RP_XFER_SAVE, "router-stats", err);
     }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
@@ -332,10 +382,11 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
         rows.vocab_size = x->buf[x->cur].nrows;
         s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0), err);
     } else {
-        rp_lora_call c;
+        rp_lora_call lc;
+        rp_block_call c;
         s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
                               saved, x->d, x->d, G(x, job, l), e->samples_per_micro, e->seq_len,
-                              x->seg, x->ws, lora_call(x, job, l, t, &c), err);
+                              x->seg, x->ws, block_call(x, job, l, t, 0, &lc, &c), err);
     }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
@@ -441,6 +492,7 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
         rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
     RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
+    RP_TRY(aux_grad(x, t, m, e->raux.coef > 0 ? &rp_router_aux_values(e, t)[m] : NULL, err));
     const void *norm_w, *lm_w;
     float *norm_g, *lm_g;
     if (e->lora && e->base_in_place) { /* frozen, where it lies */
@@ -492,6 +544,7 @@ static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_er
     RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
     RP_TRY(rp_exec_move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->act_floats * sizeof(float),
                 RP_XFER_INPUT, "output-grad", err));
+    RP_TRY(aux_grad(x, t, m, NULL, err));
     rp_proto_bwd_out_read(e, i - 1, m, t);
     if (e->o->recompute_layer) {
         /* every layer's input was saved: no stage-wide recompute, one layer's

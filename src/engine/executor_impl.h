@@ -13,7 +13,7 @@ typedef struct stage_buf {
                           * matrix (the gradient buffer has the same offsets in fp32) */
     size_t *boff;        /* [nlayers] LoRA: element offset of layer first+i's frozen base,
                           * past the trainable part (rp_stage_base_floats) */
-    rp_xfer_req *req;    /* [RP_STAGE_MAX_REQS(nlayers)] */
+    rp_xfer_req *req;    /* [rp_stage_max_reqs(e)] */
     int nreq;
     int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
     int g, j;
@@ -52,6 +52,12 @@ typedef struct executor {
     int32_t *hin, *htgt, *hseg; /* host staging */
     uint8_t *hmask;
     rp_xfer_req *greq;   /* [nlayers + 1] downloads */
+    /* the load-balancing loss of a mixture of experts (engine/router_aux.h):
+     * its gradient per probability for the running microbatch, on the host
+     * and the device (one buffer on host-addressable devices), and a
+     * block's router statistics on the device before their download (NULL
+     * there: written straight into the arena) */
+    float *haux_grad, *aux_grad, *rstats;
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
@@ -70,7 +76,7 @@ rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp
 
 /* Uploads of one stage: a request per layer, one per frozen base tensor
  * (LoRA), and a tied head's matrix. */
-#define RP_STAGE_MAX_REQS(nlayers) ((size_t)(nlayers) * (1 + RP_LAYER_MAX_PARAMS) + 1)
+size_t rp_stage_max_reqs(const rp_engine *e);
 
 /* Does this job need the tied embedding matrix as its LM head? */
 int rp_stage_needs_tied(const rp_engine *e, const rp_job *job);

@@ -109,9 +109,14 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
             out->pinned += lb;
     }
     free(layers);
+    /* a mixture of experts' router statistics, as if its load-balancing
+     * loss were on (engine/router_aux.h) */
+    size_t router_floats = 0;
+    for (int64_t b = 0; b < cfg->num_hidden_layers; b++)
+        router_floats += rp_model_block_is_moe(cfg, b) ? 2 * (size_t)cfg->moe.num_experts : 0;
     rp_arena arena;
     rp_arena_spec as = {n, microbatches, (size_t)(tokens_per_micro * cfg->hidden_size),
-                        recompute_layer};
+                        recompute_layer, router_floats};
     if (rp_arena_init(&arena, plan, &as) != 0)
         return rp_error_set(err, RP_ERR_NOMEM, "host memory: the activation arena's index");
     out->activations = arena.floats * sizeof(float);

@@ -19,6 +19,7 @@ librp_la_SOURCES += \
 	src/engine/memory_model.c src/engine/memory_model.h \
 	src/engine/checkpoints.c src/engine/checkpoints.h \
 	src/engine/eval.c src/engine/eval.h \
+	src/engine/router_aux.c src/engine/router_aux.h \
 	src/engine/link_groups.c \
 	src/engine/nodes.c src/engine/nodes.h src/engine/node_sums.c src/engine/node_sums.h \
 	src/engine/host_memory.c src/engine/host_memory.h

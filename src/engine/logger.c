@@ -51,6 +51,14 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
         double sum = 0.0;
         for (int64_t m = 0; m < e->batch_micro; m++)
             sum += loss[m];
+        double aux_loss = NAN; /* the mean of the microbatches' aux, read before the slot goes */
+        if (e->raux.coef > 0) {
+            const double *aux = rp_router_aux_values(e, t);
+            aux_loss = 0.0;
+            for (int64_t mb = 0; mb < e->batch_micro; mb++)
+                aux_loss += aux[mb];
+            aux_loss /= (double)e->batch_micro;
+        }
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
         rp_proto_losses_read(e, t); /* the losses' and the norms' slot (their ring) */
@@ -64,13 +72,14 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
                              .counted_tokens = counted,
                              .tokens_per_s = (double)(e->batch_micro * e->tokens_per_micro) /
                                              (dt > 0 ? dt : 1e-9),
-                             .time = rp_wall_clock()};
+                             .time = rp_wall_clock(),
+                             .router_aux_loss = aux_loss};
         trace_step(e, t);
         if (counted == 0) {
             rp_log(e->lg, RP_LOG_WARN, "step %lld has no counted target (loss mask is 0 on all "
                                        "its targets): no update", (long long)t);
         } else {
-            m.loss = sum / (double)counted;
+            m.loss = sum / (double)counted + (e->raux.coef > 0 ? e->raux.coef * aux_loss : 0.0);
             m.grad_norm = norm;
             if (s != RP_OK || !isfinite(m.loss))
                 return rp_error_set(err, RP_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g: "

@@ -172,7 +172,8 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
  * the earlier iterations had run under this plan. */
 static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
-    rp_arena_spec as = {e->num_layers, (int)e->microbatches, e->act_floats, e->o->recompute_layer};
+    rp_arena_spec as = {e->num_layers, (int)e->microbatches, e->act_floats, e->o->recompute_layer,
+                        e->raux.floats};
     e->jobs_per_it = rp_schedule_num_jobs(&e->plan);
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
         return rp_run_agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
@@ -376,6 +377,12 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
     if (s == RP_OK && e->lora && e->nd.nodes > 1)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-rank on %d nodes: LoRA on several "
                          "nodes is not supported yet", e->nd.nodes);
+    if (s == RP_OK)
+        s = rp_router_aux_init(&e->raux, &r->cfg, o, e->num_layers, err);
+    if (s == RP_OK && e->raux.coef > 0 && e->nd.nodes > 1)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "the load-balancing loss (--router-aux-coef, "
+                         "or output_router_logits in config.json) on %d nodes: not supported "
+                         "yet", e->nd.nodes);
     if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
                          "--optimizer-lag 1 with --pipelines %d needs at "
@@ -779,6 +786,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     rp_frozen_base_close(&e->base);
     free(r->probe.layers);
     free(e->meas_ms);
+    rp_router_aux_free(&e->raux);
     free(e->link_group_of);
     free(e->pins);
     free(e->model_config_text);

@@ -85,6 +85,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "use-rslora", json_object_new_boolean(o->use_rslora));
     add(j, "lora-init", str_or_null(o->lora_init));
     add(j, "save-merged", str_or_null(o->save_merged));
+    add(j, "router-aux-coef", num(o->router_aux_coef));
     add(j, "resume", str_or_null(o->resume));
     return j;
 }

@@ -80,6 +80,14 @@ static rp_status gather_rows(rp_engine *e, stage_buf *b, rp_xfer_req *r, const v
     return RP_OK;
 }
 
+size_t rp_stage_max_reqs(const rp_engine *e)
+{
+    size_t n = 1; /* a tied head's matrix */
+    for (int l = 0; l < e->num_layers; l++) /* a stage's layers, each with its base's tensors */
+        n += 1 + (e->lora ? (size_t)rp_frozen_base_layer(e->base, l)->nparams : 0);
+    return n;
+}
+
 /* LoRA: the frozen base of layer l, tensor by tensor (the embedding's
  * rows as the pipeline's tokens read them). */
 static rp_status submit_base(executor *x, stage_buf *b, int l, int i, int64_t t, int g, int j,

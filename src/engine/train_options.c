@@ -115,6 +115,9 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
     if (o->device == RP_DEVICE_CUDA && o->dtype_set && o->dtype != RP_BF16)
         return rp_train_options_refuse_dtype(o, RP_ERR_INVALID_ARG, err);
+    if (!(o->router_aux_coef >= 0 && isfinite(o->router_aux_coef)))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--router-aux-coef must be a finite number "
+                            ">= 0 (got %g)", o->router_aux_coef);
     if ((o->eval_mask || o->eval_documents || o->eval_every || o->eval_samples) && !o->eval_data)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--eval-mask, --eval-documents, "
                             "--eval-every and --eval-samples need --eval-data");

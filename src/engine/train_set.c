@@ -124,6 +124,8 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
         o->save_merged = a;
         o->lora_given |= RP_LORA_GIVEN_MERGED;
     }
+    else if (IS("router-aux-coef"))
+        return rp_arg_double(opt, a, &o->router_aux_coef, err);
     else if (IS("grad-dtype"))
         RP_TRY(parse_dtype(opt, a, 0, &o->grad_dtype, err));
     else if (IS("save-dtype")) {

@@ -1,4 +1,5 @@
-/* config.json for Llama and Qwen3, as transformers 4.x and 5.x write it.
+/* config.json for Llama, Qwen3 and Qwen3-MoE, as transformers 4.x and 5.x
+ * write it.
  *
  * Defaults follow the transformers config classes, per architecture
  * (max_position_embeddings 32768 for Qwen3, 2048 for Llama), except
@@ -227,6 +228,73 @@ static rp_status parse_dtype(ctx *c, rp_model_config *cfg)
     return RP_OK;
 }
 
+/* The Qwen3-MoE fields, with Qwen3MoeConfig's defaults. */
+static rp_status parse_moe(ctx *c, rp_model_config *cfg)
+{
+    json_object *r = c->root;
+    rp_moe_config *m = &cfg->moe;
+    RP_TRY(get_int(c, r, "num_experts", "num_experts", 0, 128, 0, &m->num_experts));
+    RP_TRY(get_int(c, r, "num_experts_per_tok", "num_experts_per_tok", 0, 8, 1,
+                   &m->num_experts_per_tok));
+    if (m->num_experts > 0 && m->num_experts_per_tok > m->num_experts)
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field 'num_experts_per_tok': %lld exceeds num_experts %lld",
+                            c->file, (long long)m->num_experts_per_tok,
+                            (long long)m->num_experts);
+    RP_TRY(get_int(c, r, "moe_intermediate_size", "moe_intermediate_size", 0, 768, 1,
+                   &m->moe_intermediate_size));
+    RP_TRY(get_int(c, r, "decoder_sparse_step", "decoder_sparse_step", 0, 1, 1,
+                   &m->decoder_sparse_step));
+    RP_TRY(get_bool(c, r, "norm_topk_prob", 0, &m->norm_topk_prob));
+    RP_TRY(get_bool(c, r, "output_router_logits", 0, &m->output_router_logits));
+    RP_TRY(get_num(c, r, "router_aux_loss_coef", "router_aux_loss_coef", 0, 0.001, 0, 1,
+                   &m->router_aux_loss_coef));
+    if (cfg->num_hidden_layers > RP_MOE_MAX_LAYERS)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'num_hidden_layers': %lld blocks; a qwen3_moe model may "
+                            "have at most %d",
+                            c->file, (long long)cfg->num_hidden_layers, RP_MOE_MAX_LAYERS);
+    int present;
+    json_object *v = get(r, "mlp_only_layers", &present);
+    if (!present)
+        return RP_OK;
+    if (!json_object_is_type(v, json_type_array))
+        return type_error(c, "mlp_only_layers", "array of block indices", v);
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        if (!json_object_is_type(e, json_type_int))
+            return rp_error_set(c->err, RP_ERR_FORMAT,
+                                "%s: field 'mlp_only_layers': entry %zu is %s, not a block index",
+                                c->file, i, json_object_to_json_string(e));
+        int64_t b = json_object_get_int64(e);
+        if (b < 0 || b >= cfg->num_hidden_layers)
+            return rp_error_set(c->err, RP_ERR_RANGE,
+                                "%s: field 'mlp_only_layers': entry %zu is %lld, outside the "
+                                "blocks [0, %lld)",
+                                c->file, i, (long long)b, (long long)cfg->num_hidden_layers);
+        m->mlp_only[b / 64] |= (uint64_t)1 << (b % 64);
+    }
+    return RP_OK;
+}
+
+const char *rp_arch_name(rp_arch arch)
+{
+    switch (arch) {
+    case RP_ARCH_LLAMA: return "llama";
+    case RP_ARCH_QWEN3: return "qwen3";
+    case RP_ARCH_QWEN3_MOE: return "qwen3_moe";
+    }
+    return "unknown";
+}
+
+int rp_model_has_moe(const rp_model_config *cfg)
+{
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
+        if (rp_model_block_is_moe(cfg, i))
+            return 1;
+    return 0;
+}
+
 /* Features transformers implements for these architectures that roundpipe
  * does not: refuse them rather than train a different model. */
 static rp_status check_unsupported(ctx *c, const rp_model_config *cfg)
@@ -282,15 +350,18 @@ static rp_status parse_root(ctx *c, rp_model_config *cfg)
         cfg->arch = RP_ARCH_LLAMA;
     else if (strcmp(mt, "qwen3") == 0)
         cfg->arch = RP_ARCH_QWEN3;
+    else if (strcmp(mt, "qwen3_moe") == 0)
+        cfg->arch = RP_ARCH_QWEN3_MOE;
     else
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field 'model_type': unsupported model type '%s' (supported: "
-                            "llama, qwen3)",
+                            "llama, qwen3, qwen3_moe)",
                             c->file, mt);
-    int qwen = cfg->arch == RP_ARCH_QWEN3;
+    int qwen = cfg->arch != RP_ARCH_LLAMA, moe = cfg->arch == RP_ARCH_QWEN3_MOE;
     json_object *r = c->root;
     RP_TRY(get_int(c, r, "hidden_size", "hidden_size", 1, 0, 1, &cfg->hidden_size));
-    RP_TRY(get_int(c, r, "intermediate_size", "intermediate_size", 1, 0, 1,
+    /* Qwen3MoeConfig defaults the dense blocks' width (often unused) */
+    RP_TRY(get_int(c, r, "intermediate_size", "intermediate_size", !moe, 6144, 1,
                    &cfg->intermediate_size));
     RP_TRY(get_int(c, r, "num_hidden_layers", "num_hidden_layers", 1, 0, 1,
                    &cfg->num_hidden_layers));
@@ -327,6 +398,8 @@ static rp_status parse_root(ctx *c, rp_model_config *cfg)
     RP_TRY(get_bool(c, r, "attention_bias", 0, &cfg->attention_bias));
     RP_TRY(parse_rope(c, cfg));
     RP_TRY(parse_dtype(c, cfg));
+    if (moe)
+        RP_TRY(parse_moe(c, cfg));
     return check_unsupported(c, cfg);
 }
 

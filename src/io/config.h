@@ -1,5 +1,5 @@
 /* Model configuration: the subset of a Hugging Face config.json that
- * roundpipe understands (model_type "llama" and "qwen3"). */
+ * roundpipe understands (model_type "llama", "qwen3" and "qwen3_moe"). */
 #ifndef RP_IO_CONFIG_H
 #define RP_IO_CONFIG_H
 
@@ -9,7 +9,10 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 
-typedef enum rp_arch { RP_ARCH_LLAMA = 0, RP_ARCH_QWEN3 = 1 } rp_arch;
+typedef enum rp_arch { RP_ARCH_LLAMA = 0, RP_ARCH_QWEN3 = 1, RP_ARCH_QWEN3_MOE = 2 } rp_arch;
+
+/* model_type as config.json spells it. */
+const char *rp_arch_name(rp_arch arch);
 
 typedef enum rp_rope_type {
     RP_ROPE_DEFAULT = 0, /* plain RoPE with rope_theta */
@@ -49,6 +52,22 @@ typedef struct rp_lora_config {
     unsigned targets;  /* the adapted projections (RP_LORA_ALL_LINEAR: all of them) */
 } rp_lora_config;
 
+/* Mixture of experts (Qwen3-MoE, issue 15): which blocks route each token
+ * to num_experts_per_tok of num_experts SwiGLU experts (rp_model_block_is_moe)
+ * and the router's load-balancing loss. */
+#define RP_MOE_MAX_LAYERS 4096 /* mlp_only_layers is a bitmap of this many */
+
+typedef struct rp_moe_config {
+    int64_t num_experts;           /* 0: every block is dense */
+    int64_t num_experts_per_tok;   /* k, in [1, num_experts] */
+    int64_t moe_intermediate_size; /* each expert's width */
+    int64_t decoder_sparse_step;   /* block i is MoE only when (i + 1) % step == 0 */
+    int norm_topk_prob;            /* renormalise the k chosen probabilities */
+    int output_router_logits;      /* config.json turns the auxiliary loss on */
+    double router_aux_loss_coef;   /* its coefficient (transformers' default 0.001) */
+    uint64_t mlp_only[RP_MOE_MAX_LAYERS / 64]; /* bit i: block i is dense */
+} rp_moe_config;
+
 typedef struct rp_model_config {
     rp_arch arch;
     int64_t hidden_size;
@@ -66,10 +85,34 @@ typedef struct rp_model_config {
     int tie_word_embeddings; /* default: 0 for llama, 0 for qwen3 unless set */
     int attention_bias;      /* q/k/v/o projections carry a bias (check transformers for o_proj) */
     rp_dtype torch_dtype;    /* dtype named in the file (F32 if absent) */
+    rp_moe_config moe;       /* qwen3_moe only; zero otherwise */
     rp_lora_config lora;     /* rank 0 (as parsed): full fine-tuning; else the blocks'
                                 targeted projections carry trainable adapters and every
                                 other parameter is frozen (model/layout.h) */
 } rp_model_config;
+
+/* Whether the model has Qwen3's per-head q/k norms (qwen3, qwen3_moe). */
+static inline int rp_model_has_qk_norm(const rp_model_config *cfg)
+{
+    return cfg->arch == RP_ARCH_QWEN3 || cfg->arch == RP_ARCH_QWEN3_MOE;
+}
+
+/* Whether decoder block i (model.layers.i) is a mixture of experts:
+ * qwen3_moe, num_experts > 0, i not in mlp_only_layers and (i + 1) a
+ * multiple of decoder_sparse_step (transformers' Qwen3MoeDecoderLayer). */
+static inline int rp_model_block_is_moe(const rp_model_config *cfg, int64_t i)
+{
+    const rp_moe_config *m = &cfg->moe;
+    if (cfg->arch != RP_ARCH_QWEN3_MOE || m->num_experts <= 0 || i < 0 ||
+        i >= RP_MOE_MAX_LAYERS || m->decoder_sparse_step < 1)
+        return 0;
+    if ((m->mlp_only[i / 64] >> (i % 64)) & 1u)
+        return 0;
+    return (i + 1) % m->decoder_sparse_step == 0;
+}
+
+/* Whether any block of the model is a mixture of experts. */
+int rp_model_has_moe(const rp_model_config *cfg);
 
 /* Parse config.json at path. Unknown model types, missing required fields,
  * wrong JSON types and inconsistent values (heads not dividing, etc.) are

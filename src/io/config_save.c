@@ -69,16 +69,39 @@ static json_object *rope_object(const rp_model_config *cfg, int with_theta)
     return r;
 }
 
+/* The Qwen3-MoE fields (mlp_only_layers as a sorted list). */
+static int fill_moe(json_object *o, const rp_model_config *cfg)
+{
+    const rp_moe_config *m = &cfg->moe;
+    int bad = 0;
+    bad |= set(o, "num_experts", json_object_new_int64(m->num_experts));
+    bad |= set(o, "num_experts_per_tok", json_object_new_int64(m->num_experts_per_tok));
+    bad |= set(o, "moe_intermediate_size", json_object_new_int64(m->moe_intermediate_size));
+    bad |= set(o, "decoder_sparse_step", json_object_new_int64(m->decoder_sparse_step));
+    bad |= set(o, "norm_topk_prob", json_object_new_boolean(m->norm_topk_prob));
+    bad |= set(o, "output_router_logits", json_object_new_boolean(m->output_router_logits));
+    bad |= set(o, "router_aux_loss_coef", new_double(m->router_aux_loss_coef));
+    json_object *only = json_object_new_array();
+    for (int64_t i = 0; only && i < cfg->num_hidden_layers && i < RP_MOE_MAX_LAYERS; i++)
+        if ((m->mlp_only[i / 64] >> (i % 64)) & 1u)
+            bad |= json_object_array_add(only, json_object_new_int64(i)) != 0;
+    bad |= set(o, "mlp_only_layers", only);
+    return bad;
+}
+
 static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
 {
-    int qwen = cfg->arch == RP_ARCH_QWEN3;
+    int qwen = cfg->arch != RP_ARCH_LLAMA;
+    static const char *const classes[] = {"LlamaForCausalLM", "Qwen3ForCausalLM",
+                                          "Qwen3MoeForCausalLM"};
     int bad = 0;
     json_object *arch = json_object_new_array();
-    if (!arch || json_object_array_add(arch, json_object_new_string(
-                                                 qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM")))
+    if (!arch || json_object_array_add(arch, json_object_new_string(classes[cfg->arch])))
         bad = 1;
     bad |= set(o, "architectures", arch);
-    bad |= set(o, "model_type", json_object_new_string(qwen ? "qwen3" : "llama"));
+    bad |= set(o, "model_type", json_object_new_string(rp_arch_name(cfg->arch)));
+    if (cfg->arch == RP_ARCH_QWEN3_MOE)
+        bad |= fill_moe(o, cfg);
     bad |= set(o, "hidden_size", json_object_new_int64(cfg->hidden_size));
     bad |= set(o, "intermediate_size", json_object_new_int64(cfg->intermediate_size));
     bad |= set(o, "num_hidden_layers", json_object_new_int64(cfg->num_hidden_layers));

@@ -17,9 +17,12 @@ void rp_metrics_write_line(FILE *f, const rp_step_metrics *m)
     if (!isnan(m->grad_norm))
         snprintf(norm, sizeof norm, "%.9g", m->grad_norm);
     fprintf(f, "{\"step\":%lld,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"tokens\":%lld,"
-               "\"counted_tokens\":%lld,\"tokens_per_s\":%.1f,\"time\":%.3f}\n",
+               "\"counted_tokens\":%lld,\"tokens_per_s\":%.1f,\"time\":%.3f",
             (long long)m->step, loss, m->lr, norm, (long long)m->tokens,
             (long long)m->counted_tokens, m->tokens_per_s, m->time);
+    if (!isnan(m->router_aux_loss))
+        fprintf(f, ",\"router_aux_loss\":%.9g", m->router_aux_loss);
+    fputs("}\n", f);
 }
 
 rp_status rp_metrics_keep_steps(const char *path, int64_t last_step, char **kept, int64_t *steps,

@@ -10,8 +10,10 @@
 
 /* Write step m's line to f: step, loss, lr, grad_norm, tokens,
  * counted_tokens, tokens_per_s, time, in that order; loss and grad_norm
- * are null when NaN (a step without counted targets). "time" comes last,
- * so the older fields keep their place. The caller flushes and checks. */
+ * are null when NaN (a step without counted targets); then
+ * router_aux_loss unless it is NaN (a model without the load-balancing
+ * loss). Newer fields come last, so the older ones keep their place. The
+ * caller flushes and checks. */
 void rp_metrics_write_line(FILE *f, const rp_step_metrics *m);
 
 /* The lines of an existing metrics log at path for steps 1..last_step, in

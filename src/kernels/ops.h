@@ -156,6 +156,106 @@ typedef struct rp_kernel_ops {
                          rp_dtype dtype, int64_t rows, int64_t cols, int accumulate,
                          rp_error *err);
 
+    /* ---- mixture of experts (Qwen3-MoE; model/block_moe.c) ------------- */
+    /* A token t routed to k experts makes k pairs p = t*k + s (s the slot,
+     * 0..k-1). Grouping orders the pairs by expert, stably: grouped
+     * position j holds pair order[j], the pairs of expert e are positions
+     * offsets[e] .. offsets[e+1]-1 with their tokens ascending, and
+     * where[p] is pair p's position (the inverse of order). offsets,
+     * order and where are int32 in the device's memory; no op here needs
+     * the experts' counts on the host. Every sum runs in a fixed order, so
+     * results do not depend on threads or on how tokens are grouped. */
+
+    /* Routing of `rows` tokens over E = nexperts experts, k = topk of them
+     * (1 <= k <= E): probs [rows, E] = softmax(logits [rows, E]) in fp32
+     * (max subtracted, exp, sum in expert order, divided); experts
+     * [rows, k] (int32) the k largest probabilities, largest first, ties
+     * to the lower expert index; weights [rows, k] (fp32) their
+     * probabilities, each divided by their sum (summed in slot order) when
+     * norm_topk. */
+    rp_status (*moe_route)(void *state, const float *logits, int64_t rows, int64_t nexperts,
+                           int64_t topk, int norm_topk, float *probs, int32_t *experts,
+                           float *weights, rp_error *err);
+    /* offsets [E+1], order and where [rows*k] of the pairs of experts
+     * [rows, k] (as above). An expert index outside [0, E) is
+     * RP_ERR_RANGE. */
+    rp_status (*moe_group)(void *state, const int32_t *experts, int64_t rows, int64_t topk,
+                           int64_t nexperts, int32_t *offsets, int32_t *order, int32_t *where,
+                           rp_error *err);
+    /* The load-balancing statistics of one routing (fp32 [2E], overwritten):
+     * stats[e] = offsets[e+1] - offsets[e] (pairs routed to e, exact below
+     * 2^24) and stats[E + e] = sum over tokens in order of probs[t, e]
+     * (accumulated in double, rounded to fp32). */
+    rp_status (*moe_stats)(void *state, const float *probs, const int32_t *offsets,
+                           int64_t rows, int64_t nexperts, float *stats, rp_error *err);
+    /* xg[j] = x[order[j] / k] for j < rows*k (rows of `cols`, compute
+     * dtype in and out); with weights != NULL (fp32 [rows*k], by pair)
+     * xg[j] = weights[order[j]] * x[order[j] / k], the product in fp32
+     * rounded to the compute dtype. */
+    rp_status (*moe_gather)(void *state, const void *x, const int32_t *order,
+                            const float *weights, int64_t rows, int64_t topk, int64_t cols,
+                            void *xg, rp_error *err);
+    /* The gather's backward: dx[t] = sum over s = 0..k-1 in that order of
+     * dxg[where[t*k + s]] (fp32 rows of `cols`); with accumulate dx[t] +=
+     * that sum (added once, after summing). */
+    rp_status (*moe_scatter_add)(void *state, const float *dxg, const int32_t *where,
+                                 int64_t rows, int64_t topk, int64_t cols, float *dx,
+                                 int accumulate, rp_error *err);
+    /* y[t] = residual[t] + (sum over s in slot order of weights[t*k+s] *
+     * yg[where[t*k+s]]): the sum starts at 0 in fp32, each product is
+     * rounded then added; residual may be NULL (then 0). y fp32, must not
+     * alias yg. */
+    rp_status (*moe_combine)(void *state, const float *yg, const float *weights,
+                             const int32_t *where, const float *residual, int64_t rows,
+                             int64_t topk, int64_t cols, float *y, rp_error *err);
+    /* The backward of the weighted down projection y_t = sum_s w_p (m_j
+     * Wd^T), given z = (dy[t] gathered, unweighted) Wd [rows*k, cols] fp32
+     * and the forward's m [rows*k, cols] (compute dtype), both by grouped
+     * position: dweights[order[j]] = sum over c of z[j, c] * m[j, c]
+     * (accumulated in double in column order, rounded to fp32) and dm[j]
+     * = weights[order[j]] * z[j] (fp32; dm may alias z), with dm_compute
+     * (optional) its rounded copy. */
+    rp_status (*moe_down_backward)(void *state, const float *z, const void *m,
+                                   const float *weights, const int32_t *order, int64_t rows,
+                                   int64_t topk, int64_t cols, float *dm, void *dm_compute,
+                                   float *dweights, rp_error *err);
+    /* The routing's backward: dlogits [rows, E] (fp32; dlogits_compute,
+     * optional, its rounded copy) from dweights [rows, k] and the
+     * forward's probs and experts: with norm_topk, w_s = p_s / Z (Z the
+     * sum of the k chosen p), dp_s = (dw_s - sum_s' dw_s' w_s') / Z, else
+     * dp_s = dw_s; every other expert's dp is 0; then dp[t, e] +=
+     * aux_grad[e] for every e when aux_grad != NULL (fp32 [E]: the load
+     * balancing loss's gradient per probability); dlogits = p * (dp -
+     * sum_e p_e dp_e), sums in expert order in double. */
+    rp_status (*moe_route_backward)(void *state, const float *probs, const int32_t *experts,
+                                    const float *dweights, const float *aux_grad, int64_t rows,
+                                    int64_t nexperts, int64_t topk, int norm_topk,
+                                    float *dlogits, void *dlogits_compute, rp_error *err);
+    /* Grouped GEMMs: for each expert e the rows offsets[e] ..
+     * offsets[e+1]-1 of x [rows, in] times W[e]^T, W[e] [out, in] in
+     * W_dtype (one of weight_dtypes), W a host array of E pointers into
+     * the device's memory (an expert with no rows is never read; its
+     * pointer may be NULL). rows is offsets[E]. Forward: y (fp32) and/or
+     * y_compute (at least one) [rows, out]. */
+    rp_status (*grouped_linear_forward)(void *state, const void *x, const void *const *W,
+                                        rp_dtype W_dtype, const int32_t *offsets,
+                                        int64_t nexperts, int64_t rows, int64_t in,
+                                        int64_t out, float *y, void *y_compute, rp_error *err);
+    /* dx = dy W[e] for each expert's rows, into exactly one of dx (fp32; +=
+     * with accumulate) and dx_compute. */
+    rp_status (*grouped_linear_backward_input)(void *state, const void *dy,
+                                               const void *const *W, rp_dtype W_dtype,
+                                               const int32_t *offsets, int64_t nexperts,
+                                               int64_t rows, int64_t in, int64_t out,
+                                               float *dx, void *dx_compute, int accumulate,
+                                               rp_error *err);
+    /* dW[e] += dy_e^T x_e over expert e's rows (dW a host array of E
+     * fp32 pointers; an expert with no rows is not touched). */
+    rp_status (*grouped_linear_backward_weight)(void *state, const void *dy, const void *x,
+                                                const int32_t *offsets, int64_t nexperts,
+                                                int64_t rows, int64_t in, int64_t out,
+                                                float *const *dW, rp_error *err);
+
     /* ---- cross-entropy over a chunk of rows ---------------------------- */
     /* Row r counts when counted == NULL or counted[r] != 0: loss[r] =
      * logsumexp(z_r) - z_r[target_r] in double, else 0. With grad the

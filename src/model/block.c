@@ -24,6 +24,7 @@
 #include "kernels/cpu/rope.h"
 #include "model/carve.h"
 #include "model/lora.h"
+#include "model/moe.h"
 
 size_t rp_model_guard_floats = 0;
 
@@ -66,6 +67,9 @@ typedef struct block_ws {
     void *adapters_c;
     void *lora_ts[RP_LORA_NPROJ];
     rp_lora_bufs lora;
+    /* a mixture-of-experts block's MLP (g, u, m, dm, dg, du are then NULL) */
+    int moe;
+    rp_moe_bufs experts;
     size_t saved_total, scratch_total;
 } block_ws;
 
@@ -87,7 +91,8 @@ static size_t max3(size_t a, size_t b, size_t c)
     return m > c ? m : c;
 }
 
-static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config *cfg,
+/* The buffers of block `block` (its kind: dense or mixture of experts). */
+static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config *cfg, int block,
                   int64_t nseq, int64_t seqlen, float *saved, float *scratch,
                   rp_model_guards *guards, block_ws *w)
 {
@@ -95,10 +100,10 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
                  I = (size_t)cfg->intermediate_size, hd = (size_t)cfg->head_dim,
                  nh = (size_t)cfg->num_attention_heads, nkv = (size_t)cfg->num_key_value_heads;
     const size_t QD = nh * hd, KD = nkv * hd;
-    const int qk = cfg->arch == RP_ARCH_QWEN3;
+    const int qk = rp_model_has_qk_norm(cfg);
     const int one = ops->compute_dtype == RP_F32; /* a value and its compute copy are one */
     rp_block_offsets off;
-    rp_block_offsets_get(cfg, &off);
+    rp_block_offsets_get(cfg, block, &off);
     rp_carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
     memset(w, 0, sizeof *w);
 
@@ -134,9 +139,12 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->x2 = rp_carve_f32(&sv, T * H);
     w->rstd2 = rp_carve_f32(&sv, T);
     w->h2 = rp_carve_compute(&sv, ops, T * H);
-    w->g = rp_carve_f32(&sv, T * I);
-    w->u = rp_carve_f32(&sv, T * I);
-    w->m = rp_carve_compute(&sv, ops, T * I);
+    w->moe = rp_model_block_is_moe(cfg, block);
+    if (!w->moe) {
+        w->g = rp_carve_f32(&sv, T * I);
+        w->u = rp_carve_f32(&sv, T * I);
+        w->m = rp_carve_compute(&sv, ops, T * I);
+    }
     /* a RoPE table the table does not keep is made by the forward and kept
      * for the backward */
     size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
@@ -151,6 +159,8 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
             if (lc->targets & (1u << p))
                 w->lora_ts[p] = rp_carve_compute(&sv, ops, T * (size_t)lc->rank);
     }
+    if (w->moe)
+        rp_moe_carve(ops, cfg, T, &sv, &sc, &w->experts);
     w->saved_total = sv.at;
 
     if (!one) {
@@ -161,10 +171,12 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->tmp = rp_carve_f32(&sc, T * H);
     /* fp32 tables: dm overwrites m (dead once dWd += dy^T m has run), and
      * dg, du overwrite g, u (the SwiGLU backward works in place) */
-    w->dm = one ? (float *)w->m : rp_carve_f32(&sc, T * I);
+    if (!w->moe) {
+        w->dm = one ? (float *)w->m : rp_carve_f32(&sc, T * I);
+        w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, T * I);
+        w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, T * I);
+    }
     w->dy_c = one ? NULL : rp_carve_compute(&sc, ops, T * H); /* NULL: dy itself */
-    w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, T * I);
-    w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, T * I);
     w->dout = rp_carve_compute(&sc, ops, T * QD);
     w->dq = rp_carve_f32(&sc, T * QD);
     w->dk = rp_carve_f32(&sc, T * KD);
@@ -193,28 +205,60 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->scratch_total = sc.at;
 }
 
+/* A dense block and a mixture-of-experts block of the model, or -1 where
+ * it has none of that kind. */
+static void block_kinds(const rp_model_config *cfg, int *dense, int *moe)
+{
+    *dense = *moe = -1;
+    for (int i = 0; i < cfg->num_hidden_layers && (*dense < 0 || *moe < 0); i++) {
+        int *kind = rp_model_block_is_moe(cfg, i) ? moe : dense;
+        if (*kind < 0)
+            *kind = i;
+    }
+    if (*dense < 0 && *moe < 0)
+        *dense = 0; /* a model without blocks: size as a dense one */
+}
+
+/* The larger of a dense and a mixture-of-experts block's areas (the
+ * executors hold one size for every block). */
+static void carve_sizes(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config *cfg,
+                        int64_t nseq, int64_t seqlen, size_t *saved, size_t *scratch)
+{
+    int kind[2];
+    block_kinds(cfg, &kind[0], &kind[1]);
+    *saved = *scratch = 0;
+    for (int i = 0; i < 2; i++) {
+        if (kind[i] < 0)
+            continue;
+        block_ws w;
+        carve(ops, pdt, cfg, kind[i], nseq, seqlen, NULL, NULL, NULL, &w);
+        *saved = w.saved_total > *saved ? w.saved_total : *saved;
+        *scratch = w.scratch_total > *scratch ? w.scratch_total : *scratch;
+    }
+}
+
 size_t rp_block_saved_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                              const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    block_ws w;
-    carve(ops, params_dtype, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
-    return w.saved_total;
+    size_t saved, scratch;
+    carve_sizes(ops, params_dtype, cfg, nseq, seqlen, &saved, &scratch);
+    return saved;
 }
 
 size_t rp_block_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                                  const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {
-    block_ws w;
-    carve(ops, params_dtype, cfg, nseq, seqlen, NULL, NULL, NULL, &w);
-    return w.scratch_total;
+    size_t saved, scratch;
+    carve_sizes(ops, params_dtype, cfg, nseq, seqlen, &saved, &scratch);
+    return scratch;
 }
 
 void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_model_config *cfg,
-                     int64_t nseq, int64_t seqlen, rp_model_guards *out)
+                     int block, int64_t nseq, int64_t seqlen, rp_model_guards *out)
 {
     block_ws w;
     memset(out, 0, sizeof *out);
-    carve(ops, params_dtype, cfg, nseq, seqlen, NULL, NULL, out, &w);
+    carve(ops, params_dtype, cfg, block, nseq, seqlen, NULL, NULL, out, &w);
 }
 
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
@@ -330,10 +374,39 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
             v->f[i] = w->small[i];
         }
     }
+    /* every matrix is there (a mixture of experts' router and experts in
+     * moe_view) */
     const size_t at[7] = {off->wq, off->wk, off->wv, off->wo, off->w_gate, off->w_up, off->w_down};
-    for (int i = 0; i < 7; i++) /* every matrix is there */
-        if (!matrix(v, at[i]))
+    for (int i = 0; i < 7; i++)
+        if (at[i] != SIZE_MAX && !matrix(v, at[i]))
             return rp_error_set(err, RP_ERR_INVALID_ARG, "block: no frozen matrix at %zu", at[i]);
+    return RP_OK;
+}
+
+/* A mixture-of-experts block's router and experts as the GEMMs read them,
+ * and (D != NULL: the backward of trainable weights) their gradients. */
+static rp_status moe_view(const rp_model_config *cfg, const rp_block_offsets *off,
+                          const block_params *bp, float *D, rp_moe_weights *mw, rp_error *err)
+{
+    const int64_t E = cfg->moe.num_experts;
+    const size_t st = off->expert_stride;
+    mw->dtype = bp->wdt;
+    mw->router = matrix(bp, off->router);
+    mw->drouter = D ? D + off->router : NULL;
+    int ok = mw->router != NULL;
+    for (int64_t e = 0; e < E; e++) {
+        const size_t at = off->experts + 3 * (size_t)e * st;
+        mw->gate[e] = matrix(bp, at);
+        mw->up[e] = matrix(bp, at + st);
+        mw->down[e] = matrix(bp, at + 2 * st);
+        ok &= mw->gate[e] && mw->up[e] && mw->down[e];
+        mw->dgate[e] = D ? D + at : NULL;
+        mw->dup[e] = D ? D + at + st : NULL;
+        mw->ddown[e] = D ? D + at + 2 * st : NULL;
+    }
+    if (!ok)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: a router or expert matrix is "
+                            "missing");
     return RP_OK;
 }
 
@@ -345,13 +418,23 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
  * offsets, and the parameters as the ops read them (the forward makes the
  * converted copies, the backward finds them in the saved area). */
 static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, const void *params,
-                             rp_dtype pdt, const rp_lora_call *lora, int64_t nseq, int64_t seqlen,
-                             float *saved, float *ws, int forward, block_ws *w,
+                             rp_dtype pdt, const rp_block_call *call, int64_t nseq,
+                             int64_t seqlen, float *saved, float *ws, int forward, block_ws *w,
                              rp_block_offsets *off, block_params *bp, rp_error *err)
 {
-    carve(k->ops, pdt, cfg, nseq, seqlen, saved, ws, NULL, w);
-    rp_block_offsets_get(cfg, off);
-    return params_view(k, cfg, off, params, pdt, lora, w, forward, bp, err);
+    if (!call && (cfg->lora.rank > 0 || rp_model_has_moe(cfg)))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: a model with %s needs the call's "
+                            "block index", cfg->lora.rank > 0 ? "LoRA" : "experts");
+    const int block = call ? call->block : 0;
+    if (block < 0 || block >= cfg->num_hidden_layers)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: index %d outside [0, %lld)", block,
+                            (long long)cfg->num_hidden_layers);
+    if (rp_model_block_is_moe(cfg, block) && !k->ops->moe_route)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "block %d: the %s kernels have no "
+                            "mixture-of-experts ops", block, k->ops->name);
+    carve(k->ops, pdt, cfg, block, nseq, seqlen, saved, ws, NULL, w);
+    rp_block_offsets_get(cfg, block, off);
+    return params_view(k, cfg, off, params, pdt, call ? call->lora : NULL, w, forward, bp, err);
 }
 
 /* Projection p's adapter, or NULL when p has none (or there is no LoRA).
@@ -409,24 +492,59 @@ static rp_status lora_grad(const rp_kernels *k, const rp_model_config *cfg, cons
     return dx ? rp_lora_backward_input(k, cfg, lc, &a, nseq, seqlen, dx, &b, err) : RP_OK;
 }
 
+/* The dense MLP's backward: w->tmp = dL/dh2 from dy_c, for y = x2 + m Wd^T,
+ * m = silu(g) * u, and (D != NULL) the weights' gradients. On fp32 tables dm
+ * overwrites m, so the weight gradients come first (the adapter's input
+ * gradient after dm). */
+static rp_status mlp_backward(const rp_kernels *k, const rp_model_config *cfg,
+                              const rp_lora_call *lora, const block_params *bp,
+                              const block_ws *w, const rp_block_offsets *o, float *D,
+                              float *dparams, const void *dy_c, int64_t nseq, int64_t seqlen,
+                              rp_error *err)
+{
+    const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
+    if (D)
+        OP(linear_backward_weight, dy_c, w->m, D + o->w_down, T, I, H);
+    RP_TRY(lora_grad(k, cfg, lora, bp, w, dparams, RP_LORA_DOWN_PROJ, w->m, dy_c, nseq, seqlen,
+                     NULL, err));
+    OP(linear_backward_input, dy_c, matrix(bp, o->w_down), bp->wdt, w->dm, NULL, T, I, H, 0);
+    rp_lora_adapter down;
+    if (adapter(k, cfg, bp, dparams, RP_LORA_DOWN_PROJ, &down)) {
+        rp_lora_bufs b = lora_bufs(w, RP_LORA_DOWN_PROJ);
+        RP_TRY(rp_lora_backward_input(k, cfg, lora, &down, nseq, seqlen, w->dm, &b, err));
+    }
+    OP(swiglu_backward, w->g, w->u, w->dm, w->dg, w->du, T * I);
+    if (D) {
+        OP(linear_backward_weight, w->dg, w->h2, D + o->w_gate, T, H, I);
+        OP(linear_backward_weight, w->du, w->h2, D + o->w_up, T, H, I);
+    }
+    OP(linear_backward_input, w->dg, matrix(bp, o->w_gate), bp->wdt, w->tmp, NULL, T, H, I, 0);
+    OP(linear_backward_input, w->du, matrix(bp, o->w_up), bp->wdt, w->tmp, NULL, T, H, I, 1);
+    RP_TRY(lora_grad(k, cfg, lora, bp, w, dparams, RP_LORA_GATE_PROJ, w->h2, w->dg, nseq, seqlen,
+                     w->tmp, err));
+    return lora_grad(k, cfg, lora, bp, w, dparams, RP_LORA_UP_PROJ, w->h2, w->du, nseq, seqlen,
+                     w->tmp, err);
+}
+
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
                            int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,
-                           const rp_lora_call *lora, rp_error *err)
+                           const rp_block_call *call, rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
         return RP_OK;
     block_ws w;
     rp_block_offsets off;
     block_params bp;
-    RP_TRY(block_begin(k, cfg, params, params_dtype, lora, nseq, seqlen, saved, ws, 1, &w, &off,
+    RP_TRY(block_begin(k, cfg, params, params_dtype, call, nseq, seqlen, saved, ws, 1, &w, &off,
                        &bp, err));
+    const rp_lora_call *lora = call ? call->lora : NULL;
     const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
     const int64_t QD = nh * hd, KD = nkv * hd;
     const float eps = (float)cfg->rms_norm_eps;
-    const int qk = cfg->arch == RP_ARCH_QWEN3;
+    const int qk = rp_model_has_qk_norm(cfg);
 
     OP(rmsnorm_forward, x, F(IN_NORM), NULL, w.h1, w.rstd1, T, H, eps);
     OP(linear_forward, w.h1, PC(wq), F(BQ), NULL, qk ? w.qraw : w.q, NULL, T, H, QD);
@@ -455,6 +573,12 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(linear_forward, w.o, PC(wo), F(BO), x, w.x2, NULL, T, QD, H);
     LORA_ADD(O_PROJ, w.o, w.x2, NULL);
     OP(rmsnorm_forward, w.x2, F(POST_NORM), NULL, w.h2, w.rstd2, T, H, eps);
+    if (w.moe) {
+        rp_moe_weights mw;
+        RP_TRY(moe_view(cfg, &off, &bp, NULL, &mw, err));
+        return rp_moe_forward(k, cfg, &mw, w.h2, w.x2, y, T, &w.experts, call->router_stats,
+                              err);
+    }
     OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
     OP(linear_forward, w.h2, PC(w_up), NULL, NULL, w.u, NULL, T, H, I);
     LORA_ADD(GATE_PROJ, w.h2, w.g, NULL);
@@ -473,7 +597,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                             rp_dtype params_dtype, const float *x, float *saved, const float *dy,
                             float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                            const int32_t *seg_start, float *ws, const rp_lora_call *lora,
+                            const int32_t *seg_start, float *ws, const rp_block_call *call,
                             rp_error *err)
 {
     if (nseq <= 0 || seqlen <= 0)
@@ -481,16 +605,17 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     block_ws w;
     rp_block_offsets off;
     block_params bp;
-    RP_TRY(block_begin(k, cfg, params, params_dtype, lora, nseq, seqlen, saved, ws, 0, &w, &off,
+    RP_TRY(block_begin(k, cfg, params, params_dtype, call, nseq, seqlen, saved, ws, 0, &w, &off,
                        &bp, err));
+    const rp_lora_call *lora = call ? call->lora : NULL;
     /* the frozen weights of LoRA get no gradient; its adapters' is dparams */
     const int base = cfg->lora.rank <= 0;
     float *D = base ? dparams : NULL;
-    const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t T = nseq * seqlen, H = cfg->hidden_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
     const int64_t QD = nh * hd, KD = nkv * hd;
-    const int qk = cfg->arch == RP_ARCH_QWEN3;
+    const int qk = rp_model_has_qk_norm(cfg);
     const float *rope = NULL;
     RP_TRY(rope_of(k, cfg, seqlen, &w, 0, &rope, err));
 #define DW(...) if (base) OP(linear_backward_weight, __VA_ARGS__)
@@ -499,29 +624,20 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
 #define LORA_GRAD(p, x, dy, dx)                                                                  \
     RP_TRY(lora_grad(k, cfg, lora, &bp, &w, dparams, RP_LORA_##p, x, dy, nseq, seqlen, dx, err))
 
-    /* MLP: y = x2 + m Wd^T, m = silu(g) * u. On fp32 tables dm overwrites
-     * m, so the weight gradients come first (the adapter's input
-     * gradient after dm). */
+    /* the MLP's input gradient into w.tmp */
     const void *dy_c = dy;
     if (w.dy_c) {
         OP(convert, dy, RP_F32, w.dy_c, k->ops->compute_dtype, T * H);
         dy_c = w.dy_c;
     }
-    DW(dy_c, w.m, PF(D, w_down), T, I, H);
-    LORA_GRAD(DOWN_PROJ, w.m, dy_c, NULL);
-    OP(linear_backward_input, dy_c, PC(w_down), w.dm, NULL, T, I, H, 0);
-    rp_lora_adapter down;
-    if (adapter(k, cfg, &bp, dparams, RP_LORA_DOWN_PROJ, &down)) {
-        rp_lora_bufs b = lora_bufs(&w, RP_LORA_DOWN_PROJ);
-        RP_TRY(rp_lora_backward_input(k, cfg, lora, &down, nseq, seqlen, w.dm, &b, err));
+    if (w.moe) {
+        rp_moe_weights mw;
+        RP_TRY(moe_view(cfg, &off, &bp, D, &mw, err));
+        RP_TRY(rp_moe_backward(k, cfg, &mw, w.h2, dy_c, call->router_aux_grad, w.tmp, T,
+                               &w.experts, err));
+    } else {
+        RP_TRY(mlp_backward(k, cfg, lora, &bp, &w, &off, D, dparams, dy_c, nseq, seqlen, err));
     }
-    OP(swiglu_backward, w.g, w.u, w.dm, w.dg, w.du, T * I);
-    DW(w.dg, w.h2, PF(D, w_gate), T, H, I);
-    DW(w.du, w.h2, PF(D, w_up), T, H, I);
-    OP(linear_backward_input, w.dg, PC(w_gate), w.tmp, NULL, T, H, I, 0);
-    OP(linear_backward_input, w.du, PC(w_up), w.tmp, NULL, T, H, I, 1);
-    LORA_GRAD(GATE_PROJ, w.h2, w.dg, w.tmp);
-    LORA_GRAD(UP_PROJ, w.h2, w.du, w.tmp);
     /* dx2 = dy + rmsnorm backward, kept in dx (dy is not read after this,
      * so dx may alias dy); its compute copy reuses dy's, dead since dm */
     if (dx != dy)

@@ -81,7 +81,7 @@ typedef struct rp_model_guards {
 } rp_model_guards;
 extern size_t rp_model_guard_floats;
 void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_model_config *cfg,
-                     int64_t nseq, int64_t seqlen, rp_model_guards *out);
+                     int block, int64_t nseq, int64_t seqlen, rp_model_guards *out);
 
 /* One tensor of a layer where it lies: its element offset `at` in the
  * layer's block layout (rp_block_offsets) and its bytes. */
@@ -112,30 +112,49 @@ typedef struct rp_lora_call {
     int64_t first_sample; /* of the iteration's batch */
 } rp_lora_call;
 
+/* What a block call needs besides its weights and activations: which
+ * block it is, LoRA's adapters, and a mixture-of-experts block's router
+ * statistics. NULL (a call without any) stands for block 0 of a model
+ * without LoRA; a model with LoRA or experts needs one. */
+typedef struct rp_block_call {
+    int32_t block;             /* model.layers.{block} */
+    const rp_lora_call *lora;  /* with LoRA (cfg->lora.rank > 0), else NULL */
+    /* Mixture of experts (rp_model_block_is_moe), device memory of k's
+     * back end: the forward writes the routing's load-balancing
+     * statistics to router_stats (fp32 [2E], the kernel ops' moe_stats:
+     * tokens per expert, then the sums of each expert's probability),
+     * unless it is NULL (a recompute); the backward adds router_aux_grad
+     * (fp32 [E], or NULL: no auxiliary loss) to every token's gradient of
+     * each expert's probability. */
+    float *router_stats;
+    const float *router_aux_grad;
+} rp_block_call;
+
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL
  * skips the output (and the down projection): for a layer whose forward
  * runs only for its backward. params is the layer block laid out as
  * rp_block_offsets_get. y must not alias x. seg_start (device memory of
  * k's back end, or NULL) packs documents into each sequence: a token
  * attends to the earlier tokens of its segment only and its RoPE position
- * restarts there (rp_attn_shape). With LoRA, lora (required) gives the
+ * restarts there (rp_attn_shape). With LoRA, call->lora gives the
  * adapters: each targeted projection adds scaling * B A dropout(x) to its
- * frozen output (model/lora.h); without, lora is NULL. */
+ * frozen output (model/lora.h). A mixture-of-experts block's MLP is
+ * model/moe.h's. */
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
                            int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,
-                           const rp_lora_call *lora, rp_error *err);
+                           const rp_block_call *call, rp_error *err);
 
 /* dx = dL/dx (overwritten; may alias dy, must not alias x) and dparams +=
  * dL/dparams, given dy = dL/dy, from the `saved` area of this layer's
  * forward on the same x and params (consumed: the backward overwrites part
  * of it, so each forward serves one backward). With LoRA, dparams is the
  * adapters' gradient (laid out as they are) and the frozen weights get
- * none; lora is the forward's. */
+ * none; call is the forward's (but for router_stats). */
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                             rp_dtype params_dtype, const float *x, float *saved, const float *dy,
                             float *dx, float *dparams, int64_t nseq, int64_t seqlen,
-                            const int32_t *seg_start, float *ws, const rp_lora_call *lora,
+                            const int32_t *seg_start, float *ws, const rp_block_call *call,
                             rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */

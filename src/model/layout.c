@@ -12,6 +12,32 @@
 
 static size_t align_up(size_t n) { return (n + RP_PARAM_ALIGN - 1) / RP_PARAM_ALIGN * RP_PARAM_ALIGN; }
 
+/* The mixture of experts' sizes (io/config.c read them; a configuration
+ * built in code is checked here). */
+static rp_status moe_check(const rp_model_config *cfg, rp_error *err)
+{
+    const rp_moe_config *m = &cfg->moe;
+    if (!rp_model_has_moe(cfg))
+        return RP_OK;
+    if (m->num_experts_per_tok < 1 || m->num_experts_per_tok > m->num_experts)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'num_experts_per_tok' (%lld) must be in [1, "
+                            "num_experts = %lld]",
+                            (long long)m->num_experts_per_tok, (long long)m->num_experts);
+    if (m->moe_intermediate_size < 1 || m->moe_intermediate_size > INT32_MAX)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'moe_intermediate_size' (%lld) must be in [1, "
+                            "2^31-1]", (long long)m->moe_intermediate_size);
+    if (m->num_experts > 4096)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'num_experts' is %lld, at most 4096 are "
+                            "supported", (long long)m->num_experts);
+    if (cfg->lora.rank > 0)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "LoRA on a mixture-of-experts model is not supported yet");
+    return RP_OK;
+}
+
 rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
 {
     if (!cfg)
@@ -84,25 +110,41 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
                             "model config: field 'rope_scaling': unsupported rope type %d",
                             (int)cfg->rope_scaling.type);
     }
-    if (cfg->arch != RP_ARCH_LLAMA && cfg->arch != RP_ARCH_QWEN3)
+    if (cfg->arch != RP_ARCH_LLAMA && cfg->arch != RP_ARCH_QWEN3 &&
+        cfg->arch != RP_ARCH_QWEN3_MOE)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "model config: unsupported architecture %d",
                             (int)cfg->arch);
-    return RP_OK;
+    return moe_check(cfg, err);
 }
 
-/* Appends a tensor to a layer descriptor and returns its offset. */
+/* Appends a tensor to a layer descriptor and returns its offset. A
+ * descriptor without parameter slots (params NULL) only counts them and
+ * places them: that gives the offsets without storing names. */
 static size_t add_param(rp_layer_desc *L, const char *name, int ndim, int64_t d0, int64_t d1)
 {
-    rp_param_desc *p = &L->params[L->nparams++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = ndim;
-    p->shape[0] = d0;
-    p->shape[1] = ndim == 2 ? d1 : 1;
-    p->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
-    p->decay = ndim >= 2;
-    p->offset = L->numel;
-    L->numel = align_up(L->numel + p->numel);
-    return p->offset;
+    const size_t numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1), at = L->numel;
+    if (L->params) {
+        rp_param_desc *p = &L->params[L->nparams];
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->ndim = ndim;
+        p->shape[0] = d0;
+        p->shape[1] = ndim == 2 ? d1 : 1;
+        p->numel = numel;
+        p->decay = ndim >= 2;
+        p->offset = at;
+    }
+    L->nparams++;
+    L->numel = align_up(at + numel);
+    return at;
+}
+
+/* A descriptor that is filled from scratch into `slots` (NULL: count only). */
+static void layer_begin(rp_layer_desc *L, rp_layer_kind kind, int block, rp_param_desc *slots)
+{
+    memset(L, 0, sizeof *L);
+    L->kind = kind;
+    L->block = block;
+    L->params = slots;
 }
 
 /* The block layout in one place; off may be NULL. */
@@ -111,12 +153,9 @@ static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t QD = cfg->num_attention_heads * cfg->head_dim;
     const int64_t KD = cfg->num_key_value_heads * cfg->head_dim;
-    const int bias = cfg->attention_bias != 0, qk = cfg->arch == RP_ARCH_QWEN3;
+    const int bias = cfg->attention_bias != 0, qk = rp_model_has_qk_norm(cfg);
     rp_block_offsets o;
     char n[96];
-    memset(L, 0, sizeof *L);
-    L->kind = RP_LAYER_BLOCK;
-    L->block = i;
 #define NAME(s) (snprintf(n, sizeof n, "model.layers.%d.%s", i, s), n)
     o.in_norm = add_param(L, NAME("input_layernorm.weight"), 1, H, 1);
     o.wq = add_param(L, NAME("self_attn.q_proj.weight"), 2, QD, H);
@@ -130,19 +169,37 @@ static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp
     o.q_norm = qk ? add_param(L, NAME("self_attn.q_norm.weight"), 1, cfg->head_dim, 1) : SIZE_MAX;
     o.k_norm = qk ? add_param(L, NAME("self_attn.k_norm.weight"), 1, cfg->head_dim, 1) : SIZE_MAX;
     o.post_norm = add_param(L, NAME("post_attention_layernorm.weight"), 1, H, 1);
-    o.w_gate = add_param(L, NAME("mlp.gate_proj.weight"), 2, I, H);
-    o.w_up = add_param(L, NAME("mlp.up_proj.weight"), 2, I, H);
-    o.w_down = add_param(L, NAME("mlp.down_proj.weight"), 2, H, I);
+    o.router = o.experts = o.expert_stride = SIZE_MAX;
+    if (rp_model_block_is_moe(cfg, i)) {
+        const int64_t E = cfg->moe.num_experts, IE = cfg->moe.moe_intermediate_size;
+        static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+        o.w_gate = o.w_up = o.w_down = SIZE_MAX;
+        o.router = add_param(L, NAME("mlp.gate.weight"), 2, E, H);
+        o.expert_stride = align_up((size_t)(IE * H));
+        for (int64_t e = 0; e < E; e++)
+            for (int p = 0; p < 3; p++) {
+                char t[64];
+                snprintf(t, sizeof t, "mlp.experts.%lld.%s.weight", (long long)e, proj[p]);
+                size_t at = add_param(L, NAME(t), 2, p == 2 ? H : IE, p == 2 ? IE : H);
+                if (e == 0 && p == 0)
+                    o.experts = at;
+            }
+    } else {
+        o.w_gate = add_param(L, NAME("mlp.gate_proj.weight"), 2, I, H);
+        o.w_up = add_param(L, NAME("mlp.up_proj.weight"), 2, I, H);
+        o.w_down = add_param(L, NAME("mlp.down_proj.weight"), 2, H, I);
+    }
 #undef NAME
     o.numel = L->numel;
     if (off)
         *off = o;
 }
 
-void rp_block_offsets_get(const rp_model_config *cfg, rp_block_offsets *off)
+void rp_block_offsets_get(const rp_model_config *cfg, int block, rp_block_offsets *off)
 {
     rp_layer_desc tmp;
-    block_layout(cfg, 0, &tmp, off);
+    layer_begin(&tmp, RP_LAYER_BLOCK, block, NULL);
+    block_layout(cfg, block, &tmp, off);
 }
 
 /* A LoRA block: the A [r, in] and B [out, r] of each targeted projection,
@@ -153,9 +210,6 @@ static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *
     const rp_lora_config *c = &cfg->lora;
     rp_lora_offsets o;
     char n[96];
-    memset(L, 0, sizeof *L);
-    L->kind = RP_LAYER_BLOCK;
-    L->block = i;
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         o.a[p] = o.b[p] = SIZE_MAX;
         if (!(c->targets & (1u << p)))
@@ -175,6 +229,7 @@ static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *
 void rp_lora_offsets_get(const rp_model_config *cfg, rp_lora_offsets *off)
 {
     rp_layer_desc tmp;
+    layer_begin(&tmp, RP_LAYER_BLOCK, 0, NULL);
     lora_block_layout(cfg, 0, &tmp, off);
 }
 
@@ -200,33 +255,55 @@ rp_status rp_model_base_layout(const rp_model_config *cfg, rp_layer_desc **layer
     return rp_model_layout(&full, layers, nlayers, err);
 }
 
+/* Layer l's parameters, into L (begun with its slots, or NULL to count). */
+static void layer_layout(const rp_model_config *cfg, int l, rp_layer_desc *L)
+{
+    const int lora = cfg->lora.rank > 0, nblocks = (int)cfg->num_hidden_layers;
+    if (l == 0) {
+        if (!lora)
+            add_param(L, "model.embed_tokens.weight", 2, cfg->vocab_size, cfg->hidden_size);
+    } else if (l <= nblocks) {
+        if (lora)
+            lora_block_layout(cfg, l - 1, L, NULL);
+        else
+            block_layout(cfg, l - 1, L, NULL);
+    } else {
+        if (!lora)
+            add_param(L, "model.norm.weight", 1, cfg->hidden_size, 1);
+        if (!lora && !cfg->tie_word_embeddings)
+            add_param(L, "lm_head.weight", 2, cfg->vocab_size, cfg->hidden_size);
+    }
+}
+
+static rp_layer_kind layer_kind(const rp_model_config *cfg, int l)
+{
+    return l == 0 ? RP_LAYER_EMBED : l <= cfg->num_hidden_layers ? RP_LAYER_BLOCK : RP_LAYER_HEAD;
+}
+
 rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
                           rp_error *err)
 {
     RP_TRY(rp_model_config_check(cfg, err));
     RP_TRY(lora_check(&cfg->lora, err));
-    const int lora = cfg->lora.rank > 0;
     const int L = (int)cfg->num_hidden_layers, n = L + 2;
-    rp_layer_desc *d = calloc((size_t)n, sizeof *d);
-    if (!d)
-        return rp_error_set(err, RP_ERR_NOMEM, "model layout: cannot allocate %d layers", n);
-    d[0].kind = RP_LAYER_EMBED;
-    d[0].block = -1;
-    if (!lora)
-        add_param(&d[0], "model.embed_tokens.weight", 2, cfg->vocab_size, cfg->hidden_size);
-    for (int i = 0; i < L; i++) {
-        if (lora)
-            lora_block_layout(cfg, i, &d[1 + i], NULL);
-        else
-            block_layout(cfg, i, &d[1 + i], NULL);
+    /* count the parameters, then lay out descriptors and slots together */
+    size_t nparams = 0;
+    for (int l = 0; l < n; l++) {
+        rp_layer_desc tmp;
+        layer_begin(&tmp, layer_kind(cfg, l), l >= 1 && l <= L ? l - 1 : -1, NULL);
+        layer_layout(cfg, l, &tmp);
+        nparams += (size_t)tmp.nparams;
     }
-    rp_layer_desc *h = &d[n - 1];
-    h->kind = RP_LAYER_HEAD;
-    h->block = -1;
-    if (!lora)
-        add_param(h, "model.norm.weight", 1, cfg->hidden_size, 1);
-    if (!lora && !cfg->tie_word_embeddings)
-        add_param(h, "lm_head.weight", 2, cfg->vocab_size, cfg->hidden_size);
+    rp_layer_desc *d = calloc(1, (size_t)n * sizeof *d + nparams * sizeof(rp_param_desc));
+    if (!d)
+        return rp_error_set(err, RP_ERR_NOMEM, "model layout: cannot allocate %d layers of %zu "
+                            "tensors", n, nparams);
+    rp_param_desc *slots = (rp_param_desc *)(d + n);
+    for (int l = 0; l < n; l++) {
+        layer_begin(&d[l], layer_kind(cfg, l), l >= 1 && l <= L ? l - 1 : -1, slots);
+        layer_layout(cfg, l, &d[l]);
+        slots += d[l].nparams;
+    }
     *layers = d;
     *nlayers = n;
     return RP_OK;
@@ -289,6 +366,14 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         break;
     case RP_LAYER_BLOCK: {
         double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * I;
+        if (rp_model_block_is_moe(cfg, layer->block)) {
+            /* the router, and k of the experts per token (every expert's
+             * weights are uploaded: param_numel counts them all) */
+            const double E = (double)cfg->moe.num_experts,
+                         k = (double)cfg->moe.num_experts_per_tok,
+                         IE = (double)cfg->moe.moe_intermediate_size;
+            gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * IE;
+        }
         double attn = 2 * QD * (double)(seqlen + 1), adapter = 0;
         for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++)
             if (cfg->lora.targets & (1u << p)) {

@@ -19,7 +19,6 @@
 #include "io/config.h"
 
 #define RP_PARAM_ALIGN 16 /* elements: 64 bytes in fp32, 32 in bf16 */
-#define RP_LAYER_MAX_PARAMS 16
 #define RP_MODEL_MAX_HEAD_DIM 2048 /* RoPE frequencies live on the stack */
 
 #include "core/layer_kind.h" /* shared with the planner */
@@ -37,16 +36,22 @@ typedef struct rp_layer_desc {
     rp_layer_kind kind;
     int block;   /* decoder block index (HF's i in model.layers.i), -1 otherwise */
     int nparams;
-    rp_param_desc params[RP_LAYER_MAX_PARAMS];
+    rp_param_desc *params; /* nparams of them (in the layers' own allocation) */
     size_t numel; /* elements of the whole block, padding included */
 } rp_layer_desc;
 
 /* Offsets of a decoder block's tensors within its layer block; absent ones
  * (biases without attention_bias, q/k norms outside Qwen3) are SIZE_MAX. The
- * order is the order of rp_layer_desc.params. */
+ * order is the order of rp_layer_desc.params. A dense block has w_gate,
+ * w_up and w_down; a mixture-of-experts block (rp_model_block_is_moe) has
+ * instead the router (mlp.gate [E, H]) and its experts: expert e's
+ * gate_proj [I, H], up_proj [I, H] and down_proj [H, I] (I the experts'
+ * width) at expert(e) + 0, 1 and 2 times expert_stride, expert(e) = experts
+ * + 3 e expert_stride. */
 typedef struct rp_block_offsets {
     size_t in_norm, wq, bq, wk, bk, wv, bv, wo, bo, q_norm, k_norm, post_norm, w_gate, w_up,
         w_down;
+    size_t router, experts, expert_stride;
     size_t numel;
 } rp_block_offsets;
 
@@ -63,6 +68,7 @@ typedef struct rp_lora_offsets {
 rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err);
 
 /* Describe all num_hidden_layers + 2 layers: their trainable parameters.
+ * The descriptors and their parameters are one allocation.
  * With LoRA (cfg->lora.rank > 0) those are the adapters only, under PEFT's
  * names (io/peft.h): a block holds the A and B of each targeted projection
  * (rp_lora_offsets), the embedding and the head hold nothing (numel 0); the
@@ -81,8 +87,10 @@ rp_status rp_model_base_layout(const rp_model_config *cfg, rp_layer_desc **layer
  * puts in the descriptors). */
 void rp_lora_offsets_get(const rp_model_config *cfg, rp_lora_offsets *off);
 
-/* The block offsets (same numbers rp_model_layout puts in the descriptors). */
-void rp_block_offsets_get(const rp_model_config *cfg, rp_block_offsets *off);
+/* The offsets of block `block` (model.layers.{block}; the same numbers
+ * rp_model_layout puts in the descriptors). Blocks of one kind (dense or
+ * mixture of experts) share their offsets. */
+void rp_block_offsets_get(const rp_model_config *cfg, int block, rp_block_offsets *off);
 
 /* Find a tensor by full name in a layer; NULL when absent. */
 const rp_param_desc *rp_layer_find_param(const rp_layer_desc *layer, const char *name);

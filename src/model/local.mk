@@ -6,4 +6,5 @@ librp_la_SOURCES += \
 	src/model/embed.c \
 	src/model/block.c \
 	src/model/lora.c src/model/lora.h \
+	src/model/moe.c src/model/moe.h \
 	src/model/head.c

@@ -1,0 +1,97 @@
+/* The mixture-of-experts MLP (see moe.h), composed over the kernel ops. */
+#include "model/moe.h"
+
+#include <string.h>
+
+#define OP RP_OP
+
+void rp_moe_carve(const rp_kernel_ops *ops, const rp_model_config *cfg, size_t T, rp_carver *sv,
+                  rp_carver *sc, rp_moe_bufs *b)
+{
+    const size_t E = (size_t)cfg->moe.num_experts, K = (size_t)cfg->moe.num_experts_per_tok,
+                 H = (size_t)cfg->hidden_size, I = (size_t)cfg->moe.moe_intermediate_size;
+    const int one = ops->compute_dtype == RP_F32;
+    memset(b, 0, sizeof *b);
+    b->probs = rp_carve_f32(sv, T * E);
+    b->experts = rp_carve_bytes(sv, T * K * sizeof(int32_t));
+    b->weights = rp_carve_f32(sv, T * K);
+    b->offsets = rp_carve_bytes(sv, (E + 1) * sizeof(int32_t));
+    b->order = rp_carve_bytes(sv, T * K * sizeof(int32_t));
+    b->where = rp_carve_bytes(sv, T * K * sizeof(int32_t));
+    b->g = rp_carve_f32(sv, T * K * I);
+    b->u = rp_carve_f32(sv, T * K * I);
+    b->m = rp_carve_compute(sv, ops, T * K * I);
+
+    b->logits = rp_carve_f32(sc, T * E);
+    b->xg = rp_carve_compute(sc, ops, T * K * H);
+    b->yg = rp_carve_f32(sc, T * K * H);
+    b->z = rp_carve_f32(sc, T * K * I);
+    b->dg = one ? (void *)b->g : rp_carve_compute(sc, ops, T * K * I);
+    b->du = one ? (void *)b->u : rp_carve_compute(sc, ops, T * K * I);
+    b->dweights = rp_carve_f32(sc, T * K);
+    b->dlogits = rp_carve_f32(sc, T * E);
+    b->dlogits_c = one ? (void *)b->dlogits : rp_carve_compute(sc, ops, T * E);
+}
+
+rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
+                         const rp_moe_weights *mw, const void *h, const float *x2, float *y,
+                         int64_t T, const rp_moe_bufs *b, float *stats, rp_error *err)
+{
+    const int64_t E = cfg->moe.num_experts, K = cfg->moe.num_experts_per_tok,
+                  H = cfg->hidden_size, I = cfg->moe.moe_intermediate_size;
+    const rp_dtype wdt = mw->dtype;
+    OP(linear_forward, h, mw->router, wdt, NULL, NULL, b->logits, NULL, T, H, E);
+    OP(moe_route, b->logits, T, E, K, cfg->moe.norm_topk_prob, b->probs, b->experts, b->weights);
+    OP(moe_group, b->experts, T, K, E, b->offsets, b->order, b->where);
+    if (stats)
+        OP(moe_stats, b->probs, b->offsets, T, E, stats);
+    OP(moe_gather, h, b->order, NULL, T, K, H, b->xg);
+    OP(grouped_linear_forward, b->xg, mw->gate, wdt, b->offsets, E, T * K, H, I, b->g, NULL);
+    OP(grouped_linear_forward, b->xg, mw->up, wdt, b->offsets, E, T * K, H, I, b->u, NULL);
+    OP(swiglu_forward, b->g, b->u, b->m, T * K * I);
+    if (!y)
+        return RP_OK;
+    OP(grouped_linear_forward, b->m, mw->down, wdt, b->offsets, E, T * K, I, H, b->yg, NULL);
+    OP(moe_combine, b->yg, b->weights, b->where, x2, T, K, H, y);
+    return RP_OK;
+}
+
+rp_status rp_moe_backward(const rp_kernels *k, const rp_model_config *cfg,
+                          const rp_moe_weights *mw, const void *h, const void *dy_c,
+                          const float *aux_grad, float *dh, int64_t T, const rp_moe_bufs *b,
+                          rp_error *err)
+{
+    const int64_t E = cfg->moe.num_experts, K = cfg->moe.num_experts_per_tok,
+                  H = cfg->hidden_size, I = cfg->moe.moe_intermediate_size, n = T * K;
+    const rp_dtype wdt = mw->dtype;
+    const int grads = mw->drouter != NULL;
+    /* down projection: z = dy Wd (dy gathered unweighted), dWd += (w dy)^T m,
+     * then the routing weights' gradient and dm = w z (in place) */
+    OP(moe_gather, dy_c, b->order, NULL, T, K, H, b->xg);
+    OP(grouped_linear_backward_input, b->xg, mw->down, wdt, b->offsets, E, n, I, H, b->z, NULL,
+       0);
+    if (grads) {
+        OP(moe_gather, dy_c, b->order, b->weights, T, K, H, b->xg);
+        OP(grouped_linear_backward_weight, b->xg, b->m, b->offsets, E, n, I, H, mw->ddown);
+    }
+    OP(moe_down_backward, b->z, b->m, b->weights, b->order, T, K, I, b->z, NULL, b->dweights);
+    /* SwiGLU, then gate and up (their input gathered again) */
+    OP(swiglu_backward, b->g, b->u, b->z, b->dg, b->du, n * I);
+    if (grads) {
+        OP(moe_gather, h, b->order, NULL, T, K, H, b->xg);
+        OP(grouped_linear_backward_weight, b->dg, b->xg, b->offsets, E, n, H, I, mw->dgate);
+        OP(grouped_linear_backward_weight, b->du, b->xg, b->offsets, E, n, H, I, mw->dup);
+    }
+    OP(grouped_linear_backward_input, b->dg, mw->gate, wdt, b->offsets, E, n, H, I, b->yg, NULL,
+       0);
+    OP(grouped_linear_backward_input, b->du, mw->up, wdt, b->offsets, E, n, H, I, b->yg, NULL,
+       1);
+    OP(moe_scatter_add, b->yg, b->where, T, K, H, dh, 0);
+    /* the router: dlogits from the weights' gradient and the auxiliary loss */
+    OP(moe_route_backward, b->probs, b->experts, b->dweights, aux_grad, T, E, K,
+       cfg->moe.norm_topk_prob, b->dlogits, b->dlogits == b->dlogits_c ? NULL : b->dlogits_c);
+    if (grads)
+        OP(linear_backward_weight, b->dlogits_c, h, mw->drouter, T, H, E);
+    OP(linear_backward_input, b->dlogits_c, mw->router, wdt, dh, NULL, T, H, E, 1);
+    return RP_OK;
+}
