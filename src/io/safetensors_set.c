@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/expert_layout.h"
 #include "io/json_util.h"
 #include "io/read_file.h"
 
@@ -71,6 +72,15 @@ static rp_status build_slots(rp_safetensors_set *set, const char *what, rp_error
                                 what, set->slots[i].name,
                                 rp_safetensors_path(set->shards[set->slots[i - 1].shard]),
                                 rp_safetensors_path(set->shards[set->slots[i].shard]));
+    for (size_t i = 0; i < set->n; i++) { /* experts in one layout only */
+        char per[512];
+        slot key = {per, 0};
+        if (rp_expert_is_fused(set->slots[i].name, per, sizeof per) &&
+            bsearch(&key, set->slots, set->n, sizeof key, slot_cmp))
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: both the fused tensor '%s' and the "
+                                "per-expert tensor '%s' are present: experts must come in one "
+                                "layout", what, set->slots[i].name, per);
+    }
     return RP_OK;
 }
 
@@ -264,6 +274,18 @@ rp_status rp_safetensors_set_find(const rp_safetensors_set *set, const char *nam
                                   rp_safetensors_tensor *out, const char **file, rp_error *err)
 {
     const slot *sl = find_slot(set, name);
+    char fused[512];
+    int64_t expert;
+    int part;
+    if (!sl && rp_expert_fused_name(name, fused, sizeof fused, &expert, &part) &&
+        find_slot(set, fused)) { /* the experts' fused layout (io/expert_layout.h) */
+        rp_safetensors_tensor t;
+        const char *path;
+        RP_TRY(rp_safetensors_set_find(set, fused, &t, &path, err));
+        if (file)
+            *file = path;
+        return rp_expert_slice(&t, path, expert, part, out, err);
+    }
     if (!sl) {
         const char *where = set->nshards ? rp_safetensors_path(set->shards[0]) : "(no shards)";
         return rp_error_set(err, RP_ERR_MISMATCH, "%s%s: no tensor named '%s'", where,

@@ -27,7 +27,10 @@ const char *rp_safetensors_set_name(const rp_safetensors_set *set, size_t i);
 
 int rp_safetensors_set_has(const rp_safetensors_set *set, const char *name);
 
-/* Look up a tensor; *file (if not NULL) receives the shard's path. */
+/* Look up a tensor; *file (if not NULL) receives the shard's path. A
+ * per-expert tensor of a set in the experts' fused layout is the slice of
+ * its fused tensor (io/expert_layout.h); a set holding both layouts does
+ * not open. */
 rp_status rp_safetensors_set_find(const rp_safetensors_set *set, const char *name,
                                   rp_safetensors_tensor *out, const char **file, rp_error *err);
 
