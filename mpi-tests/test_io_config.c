@@ -5,7 +5,12 @@
  * and keeps unknown fields of a template; and each kind of bad config
  * (missing field, wrong JSON type, unknown model_type, unsupported rope
  * type, kv heads not dividing heads, not JSON, empty) is refused with the
- * right status and a message naming the file and the field. */
+ * right status and a message naming the file and the field. qwen3_moe
+ * (issue 15): Qwen3MoeConfig's defaults, which blocks are experts
+ * (decoder_sparse_step, mlp_only_layers), a save that parses back to the
+ * same configuration, and each bad MoE field (k above E or below 1, a
+ * block index out of range or not an integer, mlp_only_layers not a list)
+ * refused naming the file and the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,6 +253,58 @@ START_TEST(save_roundtrip)
 }
 END_TEST
 
+#define MOE "{\"model_type\": \"qwen3_moe\", " BASE ", \"num_hidden_layers\": 6, "
+
+START_TEST(qwen3_moe_fields)
+{
+    rp_model_config c, d;
+    rp_error err = {0};
+    ck_assert_int_eq(parse(MOE "\"num_experts\": 8}", &c, &err), RP_OK);
+    ck_assert_int_eq(c.arch, RP_ARCH_QWEN3_MOE);
+    ck_assert(rp_model_has_qk_norm(&c));
+    ck_assert_int_eq(c.moe.num_experts, 8);
+    ck_assert_int_eq(c.moe.num_experts_per_tok, 8); /* Qwen3MoeConfig's defaults */
+    ck_assert_int_eq(c.moe.moe_intermediate_size, 768);
+    ck_assert_int_eq(c.moe.decoder_sparse_step, 1);
+    ck_assert_int_eq(c.moe.norm_topk_prob, 0);
+    ck_assert_int_eq(c.moe.output_router_logits, 0);
+    ck_assert(fabs(c.moe.router_aux_loss_coef - 0.001) < 1e-15);
+    for (int i = 0; i < 6; i++)
+        ck_assert(rp_model_block_is_moe(&c, i));
+    ck_assert_int_eq(parse(MOE "\"num_experts\": 8, \"num_experts_per_tok\": 2, "
+                           "\"moe_intermediate_size\": 12, \"decoder_sparse_step\": 2, "
+                           "\"mlp_only_layers\": [3], \"norm_topk_prob\": true, "
+                           "\"output_router_logits\": true, \"router_aux_loss_coef\": 0.01}",
+                           &c, &err),
+                     RP_OK);
+    const int moe[6] = {0, 1, 0, 0, 0, 1}; /* (i+1) % 2 == 0, but not block 3 */
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(rp_model_block_is_moe(&c, i), moe[i]);
+    ck_assert(rp_model_has_moe(&c));
+    ck_assert_int_eq(c.intermediate_size, 128);
+    char p[512];
+    snprintf(p, sizeof p, "%s/moe-config.json", rp_test_tmpdir());
+    ck_assert_int_eq(rp_config_save(p, &c, RP_F32, &err), RP_OK);
+    ck_assert_int_eq(rp_config_load(p, &d, &err), RP_OK);
+    ck_assert_mem_eq(&c, &d, sizeof c);
+    /* no experts: every block dense */
+    ck_assert_int_eq(parse(MOE "\"num_experts\": 0}", &c, &err), RP_OK);
+    ck_assert(!rp_model_has_moe(&c));
+
+    expect_bad(MOE "\"num_experts\": 4, \"num_experts_per_tok\": 5}", RP_ERR_RANGE,
+               "num_experts_per_tok");
+    expect_bad(MOE "\"num_experts\": 4, \"num_experts_per_tok\": 0}", RP_ERR_RANGE,
+               "num_experts_per_tok");
+    expect_bad(MOE "\"mlp_only_layers\": [1, 6]}", RP_ERR_RANGE, "mlp_only_layers");
+    expect_bad(MOE "\"mlp_only_layers\": [-1]}", RP_ERR_RANGE, "mlp_only_layers");
+    expect_bad(MOE "\"mlp_only_layers\": [\"2\"]}", RP_ERR_FORMAT, "mlp_only_layers");
+    expect_bad(MOE "\"mlp_only_layers\": 2}", RP_ERR_FORMAT, "mlp_only_layers");
+    expect_bad(MOE "\"decoder_sparse_step\": 0}", RP_ERR_RANGE, "decoder_sparse_step");
+    expect_bad(MOE "\"norm_topk_prob\": 1}", RP_ERR_FORMAT, "norm_topk_prob");
+    expect_bad(MOE "\"router_aux_loss_coef\": -1}", RP_ERR_RANGE, "router_aux_loss_coef");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_config");
@@ -258,6 +315,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_configs);
     tcase_add_test(tc, load_names_path);
     tcase_add_test(tc, save_roundtrip);
+    tcase_add_test(tc, qwen3_moe_fields);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

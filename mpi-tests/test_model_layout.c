@@ -4,7 +4,13 @@
  * agrees with the descriptors; initialisation is normal(0, range) from the
  * counter RNG keyed by the full name (so independent of who computes it),
  * ones for norms, zeros for biases and padding; bad configurations are
- * errors naming the field; the planner's cost closed forms, with LoRA too. */
+ * errors naming the field; the planner's cost closed forms, with LoRA too.
+ * Mixture of experts (qwen3_moe): an expert block holds the router and
+ * E x 3 per-expert tensors under transformers' names and shapes, in
+ * order, at the offsets rp_block_offsets gives (expert e's gate, up, down
+ * at experts + (3e + 0, 1, 2) x expert_stride), a dense block of the same
+ * model its MLP; its cost counts k experts' FLOPs and every expert's
+ * weights; LoRA on experts is refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,6 +259,65 @@ START_TEST(lora_cost_closed_forms)
 }
 END_TEST
 
+START_TEST(moe_layout_and_cost)
+{
+    rp_model_config c = cfg_qwen();
+    c.arch = RP_ARCH_QWEN3_MOE;
+    c.moe.num_experts = 5;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.moe_intermediate_size = 6; /* 6 x 24 = 144: a multiple of 16 */
+    c.moe.decoder_sparse_step = 1;
+    c.moe.mlp_only[0] = 1u << 1; /* block 1 dense */
+    rp_layer_desc *L;
+    int n;
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    /* attention and norms, then the router and 5 x 3 experts, or the dense MLP */
+    ck_assert_int_eq(L[1].nparams, L[2].nparams - 3 + 1 + 15);
+    ck_assert_ptr_nonnull(rp_layer_find_param(&L[1], "model.layers.0.self_attn.k_norm.weight"));
+    ck_assert_ptr_nonnull(rp_layer_find_param(&L[2], "model.layers.1.mlp.down_proj.weight"));
+    rp_block_offsets moe, dense;
+    rp_block_offsets_get(&c, 0, &moe);
+    rp_block_offsets_get(&c, 1, &dense);
+    ck_assert(moe.w_gate == SIZE_MAX && dense.router == SIZE_MAX && dense.experts == SIZE_MAX);
+    ck_assert_uint_eq(moe.numel, L[1].numel);
+    ck_assert_uint_eq(dense.numel, L[2].numel);
+    const rp_param_desc *r = rp_layer_find_param(&L[1], "model.layers.0.mlp.gate.weight");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->offset, moe.router);
+    ck_assert(r->shape[0] == 5 && r->shape[1] == 24 && r->decay);
+    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+    size_t end = r->offset + r->numel;
+    for (int e = 0; e < 5; e++)
+        for (int p = 0; p < 3; p++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.%s.weight", e, part[p]);
+            const rp_param_desc *d = rp_layer_find_param(&L[1], name);
+            ck_assert_msg(d != NULL, "%s missing", name);
+            ck_assert_uint_eq(d->offset, moe.experts + (size_t)(3 * e + p) * moe.expert_stride);
+            ck_assert_int_eq(d->shape[0], p == 2 ? 24 : 6);
+            ck_assert_int_eq(d->shape[1], p == 2 ? 6 : 24);
+            ck_assert_uint_ge(d->offset, end);
+            end = d->offset + d->numel;
+        }
+    /* cost: attention projections, the router and k = 2 experts per token */
+    rp_layer_flops f;
+    rp_layer_flops_get(&c, &L[1], 10, &f);
+    const double H = 24, QD = 32, KD = 8, E = 5, k = 2, I = 6;
+    const double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * I;
+    ck_assert(fabs(f.fwd_flops_per_token - (gemm + 2 * QD * 11)) < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token - (f.fwd_flops_per_token + 2 * gemm + 2.5 * 2 * QD * 11))
+              < 1e-9);
+    ck_assert_uint_eq(f.param_numel, L[1].numel); /* every expert's weights travel */
+    free(L);
+    /* LoRA on experts: not yet */
+    c.lora.rank = 4;
+    c.lora.targets = RP_LORA_ALL_LINEAR;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "mixture-of-experts"));
+}
+END_TEST
+
 Suite *layout_suite(void)
 {
     Suite *s = suite_create("model_layout");
@@ -262,6 +327,7 @@ Suite *layout_suite(void)
     tcase_add_test(tc, bad_configs_name_the_field);
     tcase_add_test(tc, cost_closed_forms);
     tcase_add_test(tc, lora_cost_closed_forms);
+    tcase_add_test(tc, moe_layout_and_cost);
     suite_add_tcase(s, tc);
     return s;
 }
