@@ -271,6 +271,7 @@ START_TEST(qwen3_moe_fields)
     ck_assert(fabs(c.moe.router_aux_loss_coef - 0.001) < 1e-15);
     for (int i = 0; i < 6; i++)
         ck_assert(rp_model_block_is_moe(&c, i));
+    ck_assert(!rp_model_block_is_moe(&c, 6) && !rp_model_block_is_moe(&c, -1)); /* no block */
     ck_assert_int_eq(parse(MOE "\"num_experts\": 8, \"num_experts_per_tok\": 2, "
                            "\"moe_intermediate_size\": 12, \"decoder_sparse_step\": 2, "
                            "\"mlp_only_layers\": [3], \"norm_topk_prob\": true, "

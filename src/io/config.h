@@ -99,12 +99,13 @@ static inline int rp_model_has_qk_norm(const rp_model_config *cfg)
 
 /* Whether decoder block i (model.layers.i) is a mixture of experts:
  * qwen3_moe, num_experts > 0, i not in mlp_only_layers and (i + 1) a
- * multiple of decoder_sparse_step (transformers' Qwen3MoeDecoderLayer). */
+ * multiple of decoder_sparse_step (transformers' Qwen3MoeDecoderLayer). An
+ * index outside [0, num_hidden_layers) is no block: 0. */
 static inline int rp_model_block_is_moe(const rp_model_config *cfg, int64_t i)
 {
     const rp_moe_config *m = &cfg->moe;
     if (cfg->arch != RP_ARCH_QWEN3_MOE || m->num_experts <= 0 || i < 0 ||
-        i >= RP_MOE_MAX_LAYERS || m->decoder_sparse_step < 1)
+        i >= cfg->num_hidden_layers || i >= RP_MOE_MAX_LAYERS || m->decoder_sparse_step < 1)
         return 0;
     if ((m->mlp_only[i / 64] >> (i % 64)) & 1u)
         return 0;
