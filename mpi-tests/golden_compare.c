@@ -3,7 +3,9 @@
  *
  * Compares a roundpipe training run against a PyTorch/transformers reference
  * (mpi-tests/fixtures/golden, made by tools/make_golden.py):
- *   - every step's loss, lr and grad_norm within RTOL relative;
+ *   - every step's loss, lr and grad_norm within RTOL relative; and its
+ *     router_aux_loss (an MoE model's auxiliary loss) when the reference
+ *     has one, while a log that has one where the reference has none fails;
  *   - every tensor of the reference's final weights present in the saved
  *     model with the same shape, and max|a - b| <= RTOL * max|b| per tensor
  *     (the scale is the tensor's largest magnitude: AdamW moves every element
@@ -101,6 +103,18 @@ int main(int argc, char **argv)
                 worst_loss = r;
             check(r <= rtol, "step %d %s: got %.9g expected %.9g (rel %.2e)", i + 1, keys[k], a,
                   b, r);
+        }
+        if (loss_only)
+            continue;
+        int in_exp = json_object_object_get_ex(exp[i], "router_aux_loss", NULL);
+        int in_got = json_object_object_get_ex(got[i], "router_aux_loss", NULL);
+        if (in_exp) {
+            double a = field(got[i], "router_aux_loss"), b = field(exp[i], "router_aux_loss");
+            double r = rel(a, b);
+            check(r <= rtol, "step %d router_aux_loss: got %.9g%s expected %.9g (rel %.2e)", i + 1,
+                  a, in_got ? "" : " (missing)", b, r);
+        } else if (in_got) {
+            check(0, "step %d router_aux_loss: logged, but the reference has no aux loss", i + 1);
         }
     }
     rp_safetensors *se = NULL, *sg = NULL;

@@ -288,6 +288,10 @@ START_TEST(qwen3_moe_fields)
     ck_assert_int_eq(rp_config_save(p, &c, RP_F32, &err), RP_OK);
     ck_assert_int_eq(rp_config_load(p, &d, &err), RP_OK);
     ck_assert_mem_eq(&c, &d, sizeof c);
+    /* transformers 5's name of the count */
+    ck_assert_int_eq(parse(MOE "\"num_local_experts\": 6, \"num_experts_per_tok\": 2}", &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.moe.num_experts, 6);
     /* no experts: every block dense */
     ck_assert_int_eq(parse(MOE "\"num_experts\": 0}", &c, &err), RP_OK);
     ck_assert(!rp_model_has_moe(&c));

@@ -233,7 +233,11 @@ static rp_status parse_moe(ctx *c, rp_model_config *cfg)
 {
     json_object *r = c->root;
     rp_moe_config *m = &cfg->moe;
-    RP_TRY(get_int(c, r, "num_experts", "num_experts", 0, 128, 0, &m->num_experts));
+    /* transformers 5 saves the count as num_local_experts */
+    int present;
+    get(r, "num_experts", &present);
+    const char *count = present ? "num_experts" : "num_local_experts";
+    RP_TRY(get_int(c, r, count, count, 0, 128, 0, &m->num_experts));
     RP_TRY(get_int(c, r, "num_experts_per_tok", "num_experts_per_tok", 0, 8, 1,
                    &m->num_experts_per_tok));
     if (m->num_experts > 0 && m->num_experts_per_tok > m->num_experts)
@@ -254,7 +258,6 @@ static rp_status parse_moe(ctx *c, rp_model_config *cfg)
                             "%s: field 'num_hidden_layers': %lld blocks; a qwen3_moe model may "
                             "have at most %d",
                             c->file, (long long)cfg->num_hidden_layers, RP_MOE_MAX_LAYERS);
-    int present;
     json_object *v = get(r, "mlp_only_layers", &present);
     if (!present)
         return RP_OK;

@@ -1,0 +1,107 @@
+#!/bin/sh
+# Proves: `roundpipe train` reproduces transformers' Qwen3-MoE
+# (Qwen3MoeForCausalLM) trained in float64 by tools/make_moe_golden.py: top-k
+# routing with and without renormalised weights, per-expert SwiGLU experts,
+# dense blocks among MoE blocks (mlp_only_layers, decoder_sparse_step), and
+# the auxiliary load-balancing loss, switched on by config.json
+# (output_router_logits, router_aux_loss_coef) or by --router-aux-coef (which
+# overrides the config's coefficient), taken per microbatch and averaged
+# (a microbatch with no counted target still has one): every logged loss,
+# router_aux_loss (which must be absent when the aux loss is off), lr and
+# grad_norm, and every final tensor within 1e-4 relative, on 1, 2 and 3 ranks
+# and with --pipelines 2 where there are 2 microbatches. The saved model is
+# written per expert (mlp.experts.E.{gate,up,down}_proj.weight), tensor for
+# tensor the reference's. A model stored in transformers 5's fused layout
+# (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I])
+# trains to byte-identical logs and saved weights as the same model stored
+# per expert. Bit-identical results (saved weights, logged loss, aux and
+# norms) for 1-4 ranks, other partitions (a forced plan) and recompute
+# grains (--recompute layer: every backward forward recomputed layer by
+# layer routes exactly as the forward did). The moe-lora fixture (LoRA on
+# the router and every expert, against PEFT on per-expert Linears) waits for
+# LoRA on experts (issue 15), which roundpipe refuses today: it is not run.
+# Ranks: 1 2 3 4
+set -u
+. "$(dirname "$0")/testlib.sh"
+fix="$src/mpi-tests/fixtures/golden-moe"
+cmp="$build/mpi-tests/golden_compare"
+rtol=1e-4
+# the metrics without the timing fields
+metrics() { sed -e 's/"tokens_per_s":[^,]*,//' -e 's/"time":[^,}]*//' "$1"; }
+# the tensor count of a safetensors file (its JSON header's "dtype" entries)
+tensors() {
+  n=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
+  head -c $((8 + n)) "$1" | tail -c "$n" | grep -o '"dtype"' | wc -l
+}
+# train CASE NP P OUT [MODEL]: one run of a case; MODEL defaults to model/
+train() {
+  d="$fix/$1"; model="${5:-$d/model}"
+  extra=""
+  [ -f "$d/mask.npy" ] && extra="--loss-mask $d/mask.npy"
+  [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
+  # shellcheck disable=SC2046,SC2086
+  ${MPIRUN:-mpirun} $flags -np "$2" "$bin" train --device cpu --model "$model" \
+    --data "$d/data.npy" $extra $(cat "$d/args.txt") --pipelines "$3" --progress none \
+    --log "$4.jsonl" --save "$4" > "$4.txt" 2>&1
+}
+
+for case in moe-m1 moe-mb moe-noaux; do
+  d="$fix/$case"
+  file=model.safetensors
+  [ -d "$d/lora_init" ] && file=adapter_model.safetensors
+  # ranks:pipelines (moe-m1 has one microbatch)
+  specs="1:1 2:1 3:1 2:2"
+  [ "$case" = moe-m1 ] && specs="1:1 2:1 3:1"
+  for spec in $specs; do
+    np=${spec%%:*}; P=${spec#*:}
+    out="$tmp/$case-$np-$P"
+    echo "== $case on $np rank(s), $P pipeline(s)"
+    if ! train "$case" "$np" "$P" "$out"; then
+      bad "$case: roundpipe train failed"; cat "$out.txt"; continue
+    fi
+    res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/$file" "$out/$file" $rtol)
+    echo "$res" | grep -v '^RP-CHECK'
+    p=$(echo "$res" | sed -n 's/^RP-CHECK: passed=\([0-9]*\).*/\1/p')
+    f=$(echo "$res" | sed -n 's/^RP-CHECK: .*failed=\([0-9]*\)/\1/p')
+    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1}))
+    # golden_compare finds every reference tensor; no others are saved
+    want=$(tensors "$d/final/$file"); got=$(tensors "$out/$file")
+    if [ "$want" -eq "$got" ]; then ok; else
+      bad "$case: $got tensors saved, the reference has $want"; fi
+  done
+done
+
+# ---- bit-identical for any rank count, partition and recompute grain --------
+same() { # same REF OUT: saved weights and metrics (timing fields aside) equal
+  [ -f "$1/model.safetensors" ] && cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
+    [ "$(metrics "$1.jsonl")" = "$(metrics "$2.jsonl")" ]
+}
+ref="$tmp/moe-mb-1-1"
+for run in "4 --recompute layer" "2 --plan fwd=0-2,3-4;bwd=5-7,3-4,0-2" \
+           "3 --plan fwd=0,1-2,3-5;bwd=6-7,4-5,3,0-2 --recompute layer"; do
+  np=${run%% *}; opts=${run#* }
+  out="$tmp/moe-mb-bits-$np"
+  echo "== moe-mb on $np rank(s) with $opts"
+  d="$fix/moe-mb"
+  # shellcheck disable=SC2046,SC2086
+  if ! ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device cpu --model "$d/model" \
+       --data "$d/data.npy" --loss-mask "$d/mask.npy" $(cat "$d/args.txt") $opts \
+       --progress none --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1; then
+    bad "moe-mb on $np rank(s) with $opts failed"; cat "$out.txt"; continue
+  fi
+  if same "$ref" "$out"; then ok; else
+    bad "moe-mb on $np rank(s) with $opts: not bit-identical to 1 rank"; fi
+done
+
+# ---- the fused layout: the same bits as the per-expert files -----------------
+for spec in 1:1 3:1 2:2; do
+  np=${spec%%:*}; P=${spec#*:}
+  ref="$tmp/moe-noaux-$np-$P"; out="$tmp/fused-$np-$P"
+  echo "== moe-noaux from model-fused/ on $np rank(s), $P pipeline(s)"
+  if ! train moe-noaux "$np" "$P" "$out" "$fix/moe-noaux/model-fused"; then
+    bad "moe-noaux: training from model-fused/ failed"; cat "$out.txt"; continue
+  fi
+  if same "$ref" "$out"; then ok; else
+    bad "moe-noaux on $np rank(s), $P pipeline(s): model-fused/ and model/ differ"; fi
+done
+finish
