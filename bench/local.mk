@@ -7,6 +7,10 @@ bench_bench_adamw_LDADD = librp.la
 noinst_PROGRAMS += bench/bench_attention_documents
 bench_bench_attention_documents_SOURCES = bench/bench_attention_documents.c bench/bench_args.h
 bench_bench_attention_documents_LDADD = librp.la
+# bench_moe_gemm: grouped expert GEMMs against one dense GEMM of the same total shape (bench/README.md)
+noinst_PROGRAMS += bench/bench_moe_gemm
+bench_bench_moe_gemm_SOURCES = bench/bench_moe_gemm.c bench/bench_args.h
+bench_bench_moe_gemm_LDADD = librp.la -lm
 EXTRA_DIST += bench/README.md
 # bench_train_peer.sh: roundpipe's CPU executors against a PyTorch eager loop (bench/README.md)
 EXTRA_DIST += bench/bench_train_peer.sh bench/torch_train_peer.py bench/qwen3-25m-config.json

@@ -35,6 +35,12 @@ mpi_tests_test_kernels_lora_SOURCES = mpi-tests/test_kernels_lora.c
 mpi_tests_test_kernels_lora_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernels_lora_LDADD = $(RP_TEST_LDADD) -lm
 
+check_PROGRAMS += mpi-tests/test_kernels_moe
+TESTS += mpi-tests/test_kernels_moe
+mpi_tests_test_kernels_moe_SOURCES = mpi-tests/test_kernels_moe.c
+mpi_tests_test_kernels_moe_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_kernels_moe_LDADD = $(RP_TEST_LDADD) -lm
+
 check_PROGRAMS += mpi-tests/test_model_hf
 TESTS += mpi-tests/test_model_hf
 mpi_tests_test_model_hf_SOURCES = mpi-tests/test_model_hf.c mpi-tests/model_hf_fixture.h

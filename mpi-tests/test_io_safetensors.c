@@ -7,7 +7,13 @@
  * malformed file (truncated, oversized or non-JSON header, missing fields,
  * offsets past the end, overlap, shape/bytes mismatch, unknown dtype,
  * duplicate names, bad index) is refused with the right status and a
- * message naming the file and the field or tensor. */
+ * message naming the file and the field or tensor. Qwen3-MoE experts
+ * (io/expert_layout.h): a directory in transformers 5's fused layout
+ * answers every per-expert name with the right slice (gate rows, then up
+ * rows; down per expert), bit for bit the values of the per-expert file;
+ * a set holding both layouts does not open, naming both tensors; a fused
+ * tensor of the wrong rank, or without the asked expert, is RP_ERR_MISMATCH
+ * naming the file and the tensor; a missing expert names itself. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -430,6 +436,86 @@ START_TEST(model_dir_single_and_sharded)
 }
 END_TEST
 
+/* Per-expert values: expert e, part p (0 gate, 1 up, 2 down), element i. */
+static float expert_value(int e, int p, int i) { return (float)(1000 * e + 100 * p + i); }
+
+START_TEST(experts_fused_layout)
+{
+    enum { E = 3, I = 2, H = 4 };
+    rp_error err = {0};
+    float gate_up[E][2 * I][H], down[E][H][I];
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < I * H; i++) {
+            gate_up[e][i / H][i % H] = expert_value(e, 0, i);
+            gate_up[e][I + i / H][i % H] = expert_value(e, 1, i);
+            down[e][i / I][i % I] = expert_value(e, 2, i);
+        }
+    char *dir = tmp_path("fused-experts");
+    mkdir(dir, 0755);
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rp_safetensors_writer *w;
+    const int64_t sgu[3] = {E, 2 * I, H}, sd[3] = {E, H, I}, s2[2] = {I, H};
+    ck_assert_int_eq(rp_safetensors_writer_create(&w, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "model.layers.0.mlp.experts.gate_up_proj", RP_F32,
+                                               RP_F32, 3, sgu, gate_up, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "model.layers.0.mlp.experts.down_proj", RP_F32,
+                                               RP_F32, 3, sd, down, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_write(w, path, &err), RP_OK);
+    rp_safetensors_writer_destroy(&w);
+    rp_safetensors_set *set;
+    ck_assert_int_eq(rp_safetensors_set_open_dir(dir, &set, &err), RP_OK);
+    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int e = 0; e < E; e++)
+        for (int p = 0; p < 3; p++) {
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.%s.weight", e, part[p]);
+            const int64_t shape[2] = {p == 2 ? H : I, p == 2 ? I : H};
+            float got[I * H];
+            ck_assert_int_eq(rp_safetensors_set_read_f32(set, name, 2, shape, got, &err), RP_OK);
+            for (int i = 0; i < I * H; i++)
+                ck_assert_msg(got[i] == expert_value(e, p, i), "%s[%d] = %g", name, i, got[i]);
+        }
+    /* no such expert, and a missing expert of a per-expert file */
+    const int64_t shape[2] = {I, H};
+    float got[I * H];
+    ck_assert_int_eq(rp_safetensors_set_read_f32(set, "model.layers.0.mlp.experts.3.gate_proj.weight",
+                                                 2, shape, got, &err), RP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "gate_up_proj"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.safetensors"));
+    ck_assert_int_eq(rp_safetensors_set_read_f32(set, "model.layers.1.mlp.experts.0.up_proj.weight",
+                                                 2, shape, got, &err), RP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.layers.1.mlp.experts.0.up_proj.weight"));
+    rp_safetensors_set_close(&set);
+
+    /* a fused tensor of the wrong rank */
+    ck_assert_int_eq(rp_safetensors_writer_create(&w, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "model.layers.0.mlp.experts.down_proj", RP_F32,
+                                               RP_F32, 2, s2, down, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_write(w, path, &err), RP_OK);
+    rp_safetensors_writer_destroy(&w);
+    ck_assert_int_eq(rp_safetensors_set_open_dir(dir, &set, &err), RP_OK);
+    const int64_t sdn[2] = {H, I};
+    ck_assert_int_eq(rp_safetensors_set_read_f32(set, "model.layers.0.mlp.experts.0.down_proj.weight",
+                                                 2, sdn, got, &err), RP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.layers.0.mlp.experts.down_proj"));
+    rp_safetensors_set_close(&set);
+
+    /* both layouts */
+    ck_assert_int_eq(rp_safetensors_writer_create(&w, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "model.layers.0.mlp.experts.gate_up_proj", RP_F32,
+                                               RP_F32, 3, sgu, gate_up, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_add(w, "model.layers.0.mlp.experts.0.gate_proj.weight",
+                                               RP_F32, RP_F32, 2, s2, gate_up, &err), RP_OK);
+    ck_assert_int_eq(rp_safetensors_writer_write(w, path, &err), RP_OK);
+    rp_safetensors_writer_destroy(&w);
+    ck_assert_int_eq(rp_safetensors_set_open_dir(dir, &set, &err), RP_ERR_FORMAT);
+    ck_assert_ptr_null(set);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.layers.0.mlp.experts.gate_up_proj"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.layers.0.mlp.experts.0.gate_proj.weight"));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_safetensors");
@@ -441,6 +527,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bad_files);
     tcase_add_test(tc, in_memory_image);
     tcase_add_test(tc, model_dir_single_and_sharded);
+    tcase_add_test(tc, experts_fused_layout);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

@@ -164,7 +164,8 @@ typedef struct rp_kernel_ops {
      * where[p] is pair p's position (the inverse of order). offsets,
      * order and where are int32 in the device's memory; no op here needs
      * the experts' counts on the host. Every sum runs in a fixed order, so
-     * results do not depend on threads or on how tokens are grouped. */
+     * for given offsets results do not depend on threads (a GEMM row's bits
+     * may depend on how many rows its expert has: BLAS blocks by shape). */
 
     /* Routing of `rows` tokens over E = nexperts experts, k = topk of them
      * (1 <= k <= E): probs [rows, E] = softmax(logits [rows, E]) in fp32

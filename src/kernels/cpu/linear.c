@@ -79,8 +79,12 @@ int rp_linear_backward_input_bf16(const float *dy, const uint16_t *W, float *dx,
     step = step < 1 ? 1 : step;
     for (int64_t c0 = 0; c0 < in; c0 += step) { /* columns c0.. of W and of dx */
         int64_t n = in - c0 < step ? in - c0 : step;
-        for (int64_t o = 0; o < out; o++)
-            rp_bf16_to_f32_array(W + o * in + c0, wf + o * n, (size_t)n);
+        if (n == in) /* the whole of W: one widening */
+            rp_bf16_to_f32_array(W, wf, (size_t)(out * in));
+        else /* columns c0.. of each row (a call per row would enter a parallel region each) */
+            for (int64_t o = 0; o < out; o++)
+                for (int64_t i = 0; i < n; i++)
+                    wf[o * n + i] = rp_bf16_to_f32(W[o * in + c0 + i]);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)n, (int)out, 1.0f,
                     dy, (int)out, wf, (int)n, accumulate ? 1.0f : 0.0f, dx + c0, (int)in);
     }

@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lora.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -232,6 +233,153 @@ static rp_status dropout(void *state, const rp_dropout_site *site, const void *x
     return RP_OK;
 }
 
+/* ---- mixture of experts ---- */
+
+static rp_status moe_route(void *state, const float *logits, int64_t rows, int64_t nexperts,
+                           int64_t topk, int norm_topk, float *probs, int32_t *experts,
+                           float *weights, rp_error *err)
+{
+    (void)state;
+    if (topk < 1 || topk > nexperts)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: moe_route: top-%lld of %lld "
+                            "experts", (long long)topk, (long long)nexperts);
+    rp_moe_route(logits, rows, nexperts, topk, norm_topk, probs, experts, weights);
+    return RP_OK;
+}
+
+static rp_status moe_group(void *state, const int32_t *experts, int64_t rows, int64_t topk,
+                           int64_t nexperts, int32_t *offsets, int32_t *order, int32_t *where,
+                           rp_error *err)
+{
+    (void)state;
+    if (topk < 1 || nexperts < 1 || rows < 0 || rows > INT32_MAX / topk)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: moe_group: %lld rows of "
+                            "top-%lld over %lld experts (pairs must fit int32)", (long long)rows,
+                            (long long)topk, (long long)nexperts);
+    const int64_t bad = rp_moe_bad_expert(experts, rows * topk, nexperts);
+    if (bad >= 0)
+        return rp_error_set(err, RP_ERR_RANGE, "cpu kernels: moe_group: expert %d at position "
+                            "%lld (token %lld, slot %lld) is outside [0, %lld)", (int)experts[bad],
+                            (long long)bad, (long long)(bad / topk), (long long)(bad % topk),
+                            (long long)nexperts);
+    rp_moe_group(experts, rows * topk, nexperts, offsets, order, where);
+    return RP_OK;
+}
+
+static rp_status moe_stats(void *state, const float *probs, const int32_t *offsets,
+                           int64_t rows, int64_t nexperts, float *stats, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_moe_stats(probs, offsets, rows, nexperts, stats);
+    return RP_OK;
+}
+
+static rp_status moe_gather(void *state, const void *x, const int32_t *order,
+                            const float *weights, int64_t rows, int64_t topk, int64_t cols,
+                            void *xg, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_moe_gather(x, order, weights, rows, topk, cols, xg);
+    return RP_OK;
+}
+
+static rp_status moe_scatter_add(void *state, const float *dxg, const int32_t *where,
+                                 int64_t rows, int64_t topk, int64_t cols, float *dx,
+                                 int accumulate, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_moe_scatter_add(dxg, where, rows, topk, cols, dx, accumulate);
+    return RP_OK;
+}
+
+static rp_status moe_combine(void *state, const float *yg, const float *weights,
+                             const int32_t *where, const float *residual, int64_t rows,
+                             int64_t topk, int64_t cols, float *y, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_moe_combine(yg, weights, where, residual, rows, topk, cols, y);
+    return RP_OK;
+}
+
+static rp_status moe_down_backward(void *state, const float *z, const void *m,
+                                   const float *weights, const int32_t *order, int64_t rows,
+                                   int64_t topk, int64_t cols, float *dm, void *dm_compute,
+                                   float *dweights, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_moe_down_backward(z, m, weights, order, rows, topk, cols, dm, dweights);
+    also(dm_compute, dm, rows * topk * cols);
+    return RP_OK;
+}
+
+static rp_status moe_route_backward(void *state, const float *probs, const int32_t *experts,
+                                    const float *dweights, const float *aux_grad, int64_t rows,
+                                    int64_t nexperts, int64_t topk, int norm_topk,
+                                    float *dlogits, void *dlogits_compute, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_moe_route_backward(probs, experts, dweights, aux_grad, rows, nexperts, topk, norm_topk,
+                          dlogits);
+    also(dlogits_compute, dlogits, rows * nexperts);
+    return RP_OK;
+}
+
+/* offsets that start at 0, never decrease and end at rows, or an error
+ * naming the op */
+static rp_status offsets_usable(const char *op, const int32_t *offsets, int64_t nexperts,
+                                int64_t rows, rp_error *err)
+{
+    if (nexperts >= 1 && rp_moe_offsets_valid(offsets, nexperts, rows))
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: %s: the offsets of %lld experts "
+                        "do not split %lld rows (0 first, rows last, never decreasing)", op,
+                        (long long)nexperts, (long long)rows);
+}
+
+static rp_status grouped_linear_forward(void *state, const void *x, const void *const *W,
+                                        rp_dtype W_dtype, const int32_t *offsets,
+                                        int64_t nexperts, int64_t rows, int64_t in,
+                                        int64_t out, float *y, void *y_compute, rp_error *err)
+{
+    (void)state;
+    RP_TRY(weights_readable("grouped_linear_forward", W_dtype, err));
+    RP_TRY(offsets_usable("grouped_linear_forward", offsets, nexperts, rows, err));
+    float *dst = y ? y : y_compute;
+    if (rp_moe_grouped_forward(x, W, W_dtype == RP_BF16, offsets, nexperts, in, out, dst) != 0)
+        return widen_failed("grouped_linear_forward", err);
+    if (y)
+        also(y_compute, y, rows * out);
+    return RP_OK;
+}
+
+static rp_status grouped_linear_backward_input(void *state, const void *dy,
+                                               const void *const *W, rp_dtype W_dtype,
+                                               const int32_t *offsets, int64_t nexperts,
+                                               int64_t rows, int64_t in, int64_t out,
+                                               float *dx, void *dx_compute, int accumulate,
+                                               rp_error *err)
+{
+    (void)state;
+    RP_TRY(weights_readable("grouped_linear_backward_input", W_dtype, err));
+    RP_TRY(offsets_usable("grouped_linear_backward_input", offsets, nexperts, rows, err));
+    float *dst = dx ? dx : dx_compute;
+    if (rp_moe_grouped_backward_input(dy, W, W_dtype == RP_BF16, offsets, nexperts, in, out, dst,
+                                      accumulate) != 0)
+        return widen_failed("grouped_linear_backward_input", err);
+    return RP_OK;
+}
+
+static rp_status grouped_linear_backward_weight(void *state, const void *dy, const void *x,
+                                                const int32_t *offsets, int64_t nexperts,
+                                                int64_t rows, int64_t in, int64_t out,
+                                                float *const *dW, rp_error *err)
+{
+    (void)state;
+    RP_TRY(offsets_usable("grouped_linear_backward_weight", offsets, nexperts, rows, err));
+    rp_moe_grouped_backward_weight(dy, x, offsets, nexperts, in, out, dW);
+    return RP_OK;
+}
+
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
                                double *loss, int grad, rp_error *err)
@@ -357,6 +505,17 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .swiglu_backward = swiglu_backward,
     .scaled_add = scaled_add,
     .dropout = dropout,
+    .moe_route = moe_route,
+    .moe_group = moe_group,
+    .moe_stats = moe_stats,
+    .moe_gather = moe_gather,
+    .moe_scatter_add = moe_scatter_add,
+    .moe_combine = moe_combine,
+    .moe_down_backward = moe_down_backward,
+    .moe_route_backward = moe_route_backward,
+    .grouped_linear_forward = grouped_linear_forward,
+    .grouped_linear_backward_input = grouped_linear_backward_input,
+    .grouped_linear_backward_weight = grouped_linear_backward_weight,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,
