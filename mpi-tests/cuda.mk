@@ -18,3 +18,11 @@ TESTS += mpi-tests/test_kernel_ops
 mpi_tests_test_kernel_ops_SOURCES = mpi-tests/test_kernel_ops.c mpi-tests/cuda_test_util.h
 mpi_tests_test_kernel_ops_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernel_ops_LDADD = $(RP_TEST_LDADD) -lm
+
+# every MoE op of the CUDA table against the CPU table's (SKIP without a
+# device or a CUDA build)
+check_PROGRAMS += mpi-tests/test_cuda_moe
+TESTS += mpi-tests/test_cuda_moe
+mpi_tests_test_cuda_moe_SOURCES = mpi-tests/test_cuda_moe.c mpi-tests/cuda_test_util.h
+mpi_tests_test_cuda_moe_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cuda_moe_LDADD = $(RP_TEST_LDADD) -lm

@@ -10,6 +10,8 @@ librp_la_SOURCES += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu \
 AM_CPPFLAGS += -DRP_HAVE_CUDA_EXECUTOR
 # cuda-attention: flash attention and chunked cross-entropy
 librp_la_SOURCES += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
+# cuda-moe: routing, grouping and the grouped expert GEMMs
+librp_la_SOURCES += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu
 endif
 noinst_HEADERS = src/kernels/cuda/cuda_probe.h
 EXTRA_DIST += src/kernels/cuda/cuda_probe.cu
@@ -25,3 +27,6 @@ EXTRA_DIST += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu src/kernels/
 # cuda-attention: headers and sources for tarballs built without CUDA
 noinst_HEADERS += src/kernels/cuda/attention.h src/kernels/cuda/xent.h
 EXTRA_DIST += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
+# cuda-moe: headers and sources for tarballs built without CUDA
+noinst_HEADERS += src/kernels/cuda/moe.h src/kernels/cuda/grouped_gemm.h
+EXTRA_DIST += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu

@@ -2,8 +2,10 @@
  * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation,
  * on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
- * check_ids, which must know before any write whether an id is bad) and
- * the growth of a cached buffer, which happens once per shape. */
+ * check_ids, which must know before any write whether an id is bad),
+ * moe_group (which must return RP_ERR_RANGE for an expert out of range:
+ * one wait per call, after its kernels are queued) and the growth of a
+ * cached buffer, which happens once per shape. */
 #include "config.h"
 
 #include <cublas_v2.h>
@@ -16,7 +18,9 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embed.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/lora.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/rmsnorm.h"
@@ -44,6 +48,10 @@ typedef struct cuda_state {
     /* sum_to_host's pinned host buffer, grown on first use */
     double *host_values;
     size_t host_values_n;
+    /* scratch of moe_group's sort (sorted keys, CUB's space), grown on
+     * first use and when the pairs grow */
+    void *moe_scratch;
+    size_t moe_scratch_bytes;
 } cuda_state;
 
 rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *err)
@@ -354,6 +362,228 @@ static rp_status dropout(void *state, const rp_dropout_site *site, const void *x
     return RP_OK;
 }
 
+/* ---- mixture of experts ------------------------------------------------ */
+
+/* rows tokens of top-k pairs whose count fits int32 (the index type of
+ * order, where and offsets), or an error naming the op */
+static rp_status pairs_usable(const cuda_state *c, const char *op, int64_t rows, int64_t topk,
+                              rp_error *err)
+{
+    if (topk >= 1 && rows >= 0 && rows <= INT32_MAX / topk)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: %s: %lld rows of top-%lld "
+                        "(pairs must fit int32)", c->ordinal, op, (long long)rows,
+                        (long long)topk);
+}
+
+static rp_status topk_usable(const cuda_state *c, const char *op, int64_t rows, int64_t topk,
+                             int64_t nexperts, rp_error *err)
+{
+    if (topk < 1 || topk > nexperts || nexperts > INT32_MAX || rows < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: %s: top-%lld of %lld "
+                            "experts over %lld rows", c->ordinal, op, (long long)topk,
+                            (long long)nexperts, (long long)rows);
+    return RP_OK;
+}
+
+static rp_status moe_route(void *state, const float *logits, int64_t rows, int64_t nexperts,
+                           int64_t topk, int norm_topk, float *probs, int32_t *experts,
+                           float *weights, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(topk_usable(c, "moe_route", rows, topk, nexperts, err));
+    CK(rp_cuda_moe_route(logits, rows, nexperts, topk, norm_topk, probs, experts, weights,
+                         c->stream));
+    return RP_OK;
+}
+
+/* The range check waits for the stream once per call (its word comes back
+ * after the grouping is queued, so the wait covers the check and the sort
+ * together); a bad expert makes a wrong grouping, never an access outside
+ * the buffers, and the op then returns RP_ERR_RANGE. The sort's scratch
+ * grows (with a wait) only when the pairs outgrow it. */
+static rp_status moe_group(void *state, const int32_t *experts, int64_t rows, int64_t topk,
+                           int64_t nexperts, int32_t *offsets, int32_t *order, int32_t *where,
+                           rp_error *err)
+{
+    cuda_state *c = state;
+    if (topk < 1 || nexperts < 1 || nexperts > INT32_MAX || rows < 0 || rows > INT32_MAX / topk)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: moe_group: %lld rows of "
+                            "top-%lld over %lld experts (pairs must fit int32)", c->ordinal,
+                            (long long)rows, (long long)topk, (long long)nexperts);
+    const int64_t n = rows * topk;
+    if (n == 0) {
+        CK(rp_cuda_moe_group(experts, 0, nexperts, offsets, order, where, NULL, 0, c->stream));
+        return RP_OK;
+    }
+    CK(rp_cuda_tokens_first_bad(experts, NULL, n, nexperts, c->bad, c->stream));
+    size_t bytes = 0;
+    CK(rp_cuda_moe_group_scratch(n, nexperts, &bytes));
+    if (bytes > c->moe_scratch_bytes) {
+        RP_TRY(sync(c, "growing moe_group's scratch", err)); /* queued work may read the old */
+        cudaFree(c->moe_scratch);
+        c->moe_scratch = NULL;
+        c->moe_scratch_bytes = 0;
+        cudaError_t e = cudaMalloc(&c->moe_scratch, bytes);
+        if (e != cudaSuccess) {
+            size_t fr = 0, tot = 0;
+            cudaGetLastError();
+            cudaMemGetInfo(&fr, &tot);
+            return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
+                                "cuda device %d: moe_group's scratch of %zu bytes does not fit "
+                                "(%zu bytes free of %zu)", c->ordinal, bytes, fr, tot);
+        }
+        c->moe_scratch_bytes = bytes;
+    }
+    CK(rp_cuda_moe_group(experts, n, nexperts, offsets, order, where, c->moe_scratch,
+                         c->moe_scratch_bytes, c->stream));
+    unsigned long long bad = 0;
+    cudaError_t e = cudaMemcpyAsync(&bad, c->bad, sizeof bad, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, "moe_group: the experts' range check", (int)e, err);
+    if (bad == ~0ULL)
+        return RP_OK;
+    int32_t v = 0;
+    e = cudaMemcpy(&v, experts + bad, sizeof v, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, "moe_group: reading the bad expert", (int)e, err);
+    return rp_error_set(err, RP_ERR_RANGE, "cuda device %d: moe_group: expert %d at position %llu "
+                        "(token %lld, slot %lld) is outside [0, %lld)", c->ordinal, (int)v, bad,
+                        (long long)(bad / (unsigned long long)topk),
+                        (long long)(bad % (unsigned long long)topk), (long long)nexperts);
+}
+
+static rp_status moe_stats(void *state, const float *probs, const int32_t *offsets,
+                           int64_t rows, int64_t nexperts, float *stats, rp_error *err)
+{
+    cuda_state *c = state;
+    if (nexperts < 1 || nexperts > INT32_MAX || rows < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: moe_stats: %lld rows over "
+                            "%lld experts", c->ordinal, (long long)rows, (long long)nexperts);
+    CK(rp_cuda_moe_stats(probs, offsets, rows, nexperts, stats, c->stream));
+    return RP_OK;
+}
+
+static rp_status moe_gather(void *state, const void *x, const int32_t *order,
+                            const float *weights, int64_t rows, int64_t topk, int64_t cols,
+                            void *xg, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(pairs_usable(c, "moe_gather", rows, topk, err));
+    CK(rp_cuda_moe_gather(x, order, weights, rows, topk, cols, xg, c->stream));
+    return RP_OK;
+}
+
+static rp_status moe_scatter_add(void *state, const float *dxg, const int32_t *where,
+                                 int64_t rows, int64_t topk, int64_t cols, float *dx,
+                                 int accumulate, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(pairs_usable(c, "moe_scatter_add", rows, topk, err));
+    CK(rp_cuda_moe_scatter_add(dxg, where, rows, topk, cols, dx, accumulate, c->stream));
+    return RP_OK;
+}
+
+static rp_status moe_combine(void *state, const float *yg, const float *weights,
+                             const int32_t *where, const float *residual, int64_t rows,
+                             int64_t topk, int64_t cols, float *y, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(pairs_usable(c, "moe_combine", rows, topk, err));
+    CK(rp_cuda_moe_combine(yg, weights, where, residual, rows, topk, cols, y, c->stream));
+    return RP_OK;
+}
+
+static rp_status moe_down_backward(void *state, const float *z, const void *m,
+                                   const float *weights, const int32_t *order, int64_t rows,
+                                   int64_t topk, int64_t cols, float *dm, void *dm_compute,
+                                   float *dweights, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(pairs_usable(c, "moe_down_backward", rows, topk, err));
+    CK(rp_cuda_moe_down_backward(z, m, weights, order, rows, topk, cols, dm, dm_compute, dweights,
+                                 c->stream));
+    return RP_OK;
+}
+
+static rp_status moe_route_backward(void *state, const float *probs, const int32_t *experts,
+                                    const float *dweights, const float *aux_grad, int64_t rows,
+                                    int64_t nexperts, int64_t topk, int norm_topk,
+                                    float *dlogits, void *dlogits_compute, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(topk_usable(c, "moe_route_backward", rows, topk, nexperts, err));
+    CK(rp_cuda_moe_route_backward(probs, experts, dweights, aux_grad, rows, nexperts, topk,
+                                  norm_topk, dlogits, dlogits_compute, c->stream));
+    return RP_OK;
+}
+
+/* The grouped GEMMs take the experts' pointers by value in one kernel
+ * parameter (grouped_gemm.h), RP_CUDA_MOE_MAX_EXPERTS of them at most. The
+ * offsets stay on the device and are not checked here (that would cost a
+ * wait); the kernels clamp them to [0, rows]. */
+static rp_status experts_usable(const cuda_state *c, const char *op, int64_t nexperts,
+                                int64_t rows, int64_t in, int64_t out, rp_error *err)
+{
+    if (nexperts > RP_CUDA_MOE_MAX_EXPERTS)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: %s: %lld experts (the "
+                            "CUDA grouped GEMMs take at most %d)", c->ordinal, op,
+                            (long long)nexperts, RP_CUDA_MOE_MAX_EXPERTS);
+    if (nexperts < 1 || rows < 0 || rows > INT32_MAX || in < 0 || out < 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: %s: %lld experts, %lld "
+                            "rows, in %lld, out %lld", c->ordinal, op, (long long)nexperts,
+                            (long long)rows, (long long)in, (long long)out);
+    return RP_OK;
+}
+
+static rp_status grouped_linear_forward(void *state, const void *x, const void *const *W,
+                                        rp_dtype W_dtype, const int32_t *offsets,
+                                        int64_t nexperts, int64_t rows, int64_t in,
+                                        int64_t out, float *y, void *y_compute, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(weights_bf16(c, "grouped_linear_forward", W_dtype, err));
+    RP_TRY(experts_usable(c, "grouped_linear_forward", nexperts, rows, in, out, err));
+    if (!y && !y_compute)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: grouped_linear_forward: "
+                            "neither y nor y_compute", c->ordinal);
+    CK(rp_cuda_grouped_forward(x, W, offsets, nexperts, rows, in, out, y, y_compute, c->stream));
+    return RP_OK;
+}
+
+static rp_status grouped_linear_backward_input(void *state, const void *dy,
+                                               const void *const *W, rp_dtype W_dtype,
+                                               const int32_t *offsets, int64_t nexperts,
+                                               int64_t rows, int64_t in, int64_t out,
+                                               float *dx, void *dx_compute, int accumulate,
+                                               rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(weights_bf16(c, "grouped_linear_backward_input", W_dtype, err));
+    RP_TRY(experts_usable(c, "grouped_linear_backward_input", nexperts, rows, in, out, err));
+    if (!dx && (!dx_compute || accumulate))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: "
+                            "grouped_linear_backward_input: %s", c->ordinal,
+                            dx_compute ? "accumulate needs dx" : "neither dx nor dx_compute");
+    /* dx when given, else dx_compute (as linear_backward_input) */
+    CK(rp_cuda_grouped_backward_input(dy, W, offsets, nexperts, rows, in, out, dx,
+                                      dx ? NULL : dx_compute, accumulate, c->stream));
+    return RP_OK;
+}
+
+static rp_status grouped_linear_backward_weight(void *state, const void *dy, const void *x,
+                                                const int32_t *offsets, int64_t nexperts,
+                                                int64_t rows, int64_t in, int64_t out,
+                                                float *const *dW, rp_error *err)
+{
+    cuda_state *c = state;
+    RP_TRY(experts_usable(c, "grouped_linear_backward_weight", nexperts, rows, in, out, err));
+    CK(rp_cuda_grouped_backward_weight(dy, x, offsets, nexperts, rows, in, out, dW, c->stream));
+    return RP_OK;
+}
+
 /* ---- cross-entropy ---------------------------------------------------- */
 
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
@@ -514,6 +744,17 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .swiglu_backward = swiglu_backward,
     .scaled_add = scaled_add,
     .dropout = dropout,
+    .moe_route = moe_route,
+    .moe_group = moe_group,
+    .moe_stats = moe_stats,
+    .moe_gather = moe_gather,
+    .moe_scatter_add = moe_scatter_add,
+    .moe_combine = moe_combine,
+    .moe_down_backward = moe_down_backward,
+    .moe_route_backward = moe_route_backward,
+    .grouped_linear_forward = grouped_linear_forward,
+    .grouped_linear_backward_input = grouped_linear_backward_input,
+    .grouped_linear_backward_weight = grouped_linear_backward_weight,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,
@@ -556,6 +797,7 @@ void rp_cuda_kernels_destroy(rp_kernels *k)
     cudaFree(c->bad);
     cudaFree(c->rope);
     cudaFreeHost(c->host_values);
+    cudaFree(c->moe_scratch);
     free(c);
     k->state = NULL;
 }
