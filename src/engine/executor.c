@@ -159,8 +159,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->seg && x->hseg;
     }
     x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
-    if (e->raux.coef > 0) {
-        const size_t E = (size_t)e->raux.experts;
+    if (rp_model_has_moe(cfg)) { /* with or without the loss: the memory model counts them */
+        const size_t E = (size_t)cfg->moe.num_experts;
         x->haux_grad = malloc(E * sizeof(float));
         x->aux_grad = kops->host_addressable ? x->haux_grad : falloc(x, E, err);
         x->rstats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);

@@ -60,5 +60,9 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         (ops ? (int64_t)rp_model_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4
              : 0) +
         tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
+    /* a mixture of experts' load-balancing gradient and router statistics,
+     * [E] and [2E] fp32, on a device the host does not address */
+    if (ops && !ops->host_addressable && rp_model_has_moe(cfg))
+        *workspace_bytes += 3 * 4 * cfg->moe.num_experts;
     return RP_OK;
 }
