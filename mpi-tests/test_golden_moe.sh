@@ -17,9 +17,13 @@
 # per expert. Bit-identical results (saved weights, logged loss, aux and
 # norms) for 1-4 ranks, other partitions (a forced plan) and recompute
 # grains (--recompute layer: every backward forward recomputed layer by
-# layer routes exactly as the forward did). The moe-lora fixture (LoRA on
-# the router and every expert, against PEFT on per-expert Linears) waits for
-# LoRA on experts (issue 15), which roundpipe refuses today: it is not run.
+# layer routes exactly as the forward did). LoRA on experts (issue 15,
+# moe-lora): from a non-zero adapter (--lora-init), all-linear adapts q/k/v/o,
+# the router (mlp.gate) and every expert's gate/up/down projections, and the
+# dense block's MLP, as PEFT does on per-expert Linears in float64: every
+# logged loss, aux, lr and grad_norm, and every adapter tensor (saved per
+# expert, mlp.experts.E.gate_proj.lora_A.weight [r, H]) within 1e-4 on 1, 2
+# and 3 ranks and 2 pipelines, no other tensor saved.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -45,7 +49,7 @@ train() {
     --log "$4.jsonl" --save "$4" > "$4.txt" 2>&1
 }
 
-for case in moe-m1 moe-mb moe-noaux; do
+for case in moe-m1 moe-mb moe-noaux moe-lora; do
   d="$fix/$case"
   file=model.safetensors
   [ -d "$d/lora_init" ] && file=adapter_model.safetensors
