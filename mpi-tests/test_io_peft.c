@@ -14,7 +14,16 @@
  * missing r, a dropout outside [0, 1), malformed JSON. An adapter written
  * by rp_peft_write reads back with the same config and the same tensor
  * bytes under PEFT's names, its adapter_config.json has the fields issue 13
- * names, and a directory that cannot be made is an error. */
+ * names, and a directory that cannot be made is an error.
+ * Mixture of experts (issue 15): the adapter PEFT saved for the moe-lora
+ * fixture (tools/moe_golden_lora.py: "all-linear" on per-expert Linears,
+ * target_modules q_proj ... down_proj and gate) reads back with every
+ * target, the router among them, and per-expert names and shapes
+ * (mlp.experts.E.gate_proj.lora_A.weight [r, H], mlp.gate.lora_B.weight
+ * [E, r]); module paths must name every expert; PEFT's fused-expert
+ * adapters (target_parameters) are refused; a dense model never lists or
+ * takes the router ("gate" is dropped from its targets, all-linear is its
+ * seven projections); written MoE adapters read back the same. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,9 @@ static void fixture(const char *rel, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/mpi-tests/fixtures/%s", rp_test_srcdir(), rel);
 }
+
+/* all-linear on a dense model: every projection but the router */
+#define DENSE_ALL (RP_LORA_ALL_LINEAR & ~(1u << RP_LORA_ROUTER))
 
 static rp_model_config model(const char *base)
 {
@@ -54,7 +66,7 @@ START_TEST(peft_saved_adapters_read_back)
     ck_assert_msg(rp_peft_read(dir, &q, &c, &err) == RP_OK, "%s", err.msg);
     ck_assert_int_eq(c.rank, 4);
     ck_assert(c.alpha == 8.0 && c.dropout == 0.0 && !c.use_rslora);
-    ck_assert_uint_eq(c.targets, RP_LORA_ALL_LINEAR);
+    ck_assert_uint_eq(c.targets, DENSE_ALL);
     ck_assert(rp_lora_scaling(&c) == 2.0);
     fixture("golden-lora/qwen3-qv-rslora/lora_init", dir, sizeof dir); /* names */
     ck_assert_msg(rp_peft_read(dir, &q, &c, &err) == RP_OK, "%s", err.msg);
@@ -65,7 +77,7 @@ START_TEST(peft_saved_adapters_read_back)
     fixture("golden-lora/llama-all/lora_init", dir, sizeof dir);
     ck_assert_msg(rp_peft_read(dir, &l, &c, &err) == RP_OK, "%s", err.msg);
     ck_assert_int_eq(c.rank, 4);
-    ck_assert_uint_eq(c.targets, RP_LORA_ALL_LINEAR);
+    ck_assert_uint_eq(c.targets, DENSE_ALL);
     /* an adapter of another model: other widths, or more blocks than it has */
     fixture("golden-lora/qwen3-all/lora_init", dir, sizeof dir);
     rp_model_config wide = q;
@@ -84,29 +96,59 @@ END_TEST
 START_TEST(names_shapes_and_targets)
 {
     char name[160];
-    rp_lora_tensor_name(1, RP_LORA_V_PROJ, 0, name, sizeof name);
+    rp_lora_tensor_name(1, -1, RP_LORA_V_PROJ, 0, name, sizeof name);
     ck_assert_str_eq(name, "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight");
-    rp_lora_tensor_name(0, RP_LORA_DOWN_PROJ, 1, name, sizeof name);
+    rp_lora_tensor_name(0, -1, RP_LORA_DOWN_PROJ, 1, name, sizeof name);
     ck_assert_str_eq(name, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
+    rp_lora_tensor_name(2, -1, RP_LORA_ROUTER, 0, name, sizeof name);
+    ck_assert_str_eq(name, "base_model.model.model.layers.2.mlp.gate.lora_A.weight");
+    rp_lora_tensor_name(2, 3, RP_LORA_UP_PROJ, 1, name, sizeof name);
+    ck_assert_str_eq(name, "base_model.model.model.layers.2.mlp.experts.3.up_proj.lora_B.weight");
     rp_model_config cfg = {0};
     cfg.hidden_size = 64;
     cfg.intermediate_size = 96;
     cfg.num_attention_heads = 4;
     cfg.num_key_value_heads = 2;
     cfg.head_dim = 24; /* q width 96 != hidden */
+    cfg.num_hidden_layers = 2;
+    /* a dense block has no router: 0 x 0, no adapter */
     int64_t want[RP_LORA_NPROJ][2] = {{64, 96}, {64, 48}, {64, 48}, {96, 64},
-                                      {64, 96}, {64, 96}, {96, 64}};
+                                      {64, 96}, {64, 96}, {96, 64}, {0, 0}};
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         int64_t in, out;
-        rp_lora_features(&cfg, (rp_lora_proj)p, &in, &out);
+        rp_lora_features(&cfg, 1, (rp_lora_proj)p, &in, &out);
         ck_assert_msg(in == want[p][0] && out == want[p][1], "%s: %lld x %lld",
                       rp_lora_proj_name((rp_lora_proj)p), (long long)in, (long long)out);
         ck_assert_int_eq(rp_lora_proj_parse(rp_lora_proj_name((rp_lora_proj)p)), p);
+        ck_assert_int_eq(rp_lora_copies(&cfg, 1, (rp_lora_proj)p), p == RP_LORA_ROUTER ? 0 : 1);
     }
+    ck_assert_str_eq(rp_lora_proj_name(RP_LORA_ROUTER), "gate");
+    ck_assert_uint_eq(rp_lora_model_targets(&cfg, RP_LORA_ALL_LINEAR), DENSE_ALL);
+    /* a mixture of experts: block 1 routes to 5 experts of width 10 */
+    cfg.arch = RP_ARCH_QWEN3_MOE;
+    cfg.moe.num_experts = 5;
+    cfg.moe.num_experts_per_tok = 2;
+    cfg.moe.moe_intermediate_size = 10;
+    cfg.moe.decoder_sparse_step = 2;
+    int64_t want_moe[RP_LORA_NPROJ][2] = {{64, 96}, {64, 48}, {64, 48}, {96, 64},
+                                          {64, 10}, {64, 10}, {10, 64}, {64, 5}};
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        int64_t in, out;
+        rp_lora_features(&cfg, 1, (rp_lora_proj)p, &in, &out);
+        ck_assert_msg(in == want_moe[p][0] && out == want_moe[p][1], "%s: %lld x %lld",
+                      rp_lora_proj_name((rp_lora_proj)p), (long long)in, (long long)out);
+        const int per_expert = (RP_LORA_EXPERT_PROJS >> p) & 1u;
+        ck_assert_int_eq(rp_lora_per_expert(&cfg, 1, (rp_lora_proj)p), per_expert);
+        ck_assert_int_eq(rp_lora_copies(&cfg, 1, (rp_lora_proj)p), per_expert ? 5 : 1);
+        ck_assert_int_eq(rp_lora_per_expert(&cfg, 0, (rp_lora_proj)p), 0); /* block 0 dense */
+    }
+    ck_assert_uint_eq(rp_lora_model_targets(&cfg, RP_LORA_ALL_LINEAR), RP_LORA_ALL_LINEAR);
     unsigned t;
     rp_error err;
     ck_assert_int_eq(rp_lora_targets_parse("all-linear", "--lora-targets", &t, &err), RP_OK);
     ck_assert_uint_eq(t, RP_LORA_ALL_LINEAR);
+    ck_assert_int_eq(rp_lora_targets_parse("gate,q_proj", "--lora-targets", &t, &err), RP_OK);
+    ck_assert_uint_eq(t, (1u << RP_LORA_ROUTER) | (1u << RP_LORA_Q_PROJ));
     ck_assert_int_eq(rp_lora_targets_parse("up_proj,q_proj", "--lora-targets", &t, &err), RP_OK);
     ck_assert_uint_eq(t, (1u << RP_LORA_UP_PROJ) | (1u << RP_LORA_Q_PROJ));
     ck_assert_int_eq(rp_lora_targets_parse("q_proj,lm_head", "--lora-targets", &t, &err),
@@ -188,8 +230,9 @@ typedef struct held {
     float *data[2][RP_LORA_NPROJ][2];
 } held;
 
-static const float *held_tensor(void *arg, int block, rp_lora_proj p, int b)
+static const float *held_tensor(void *arg, int block, int expert, rp_lora_proj p, int b)
 {
+    ck_assert_int_eq(expert, -1); /* a dense model */
     return ((held *)arg)->data[block][p][b];
 }
 
@@ -209,10 +252,10 @@ START_TEST(written_adapters_read_back_the_same)
         for (int p = 0; p < RP_LORA_NPROJ; p++)
             for (int b = 0; b < 2 && ((c.targets >> p) & 1); b++) {
                 int64_t in, out;
-                rp_lora_features(&q, (rp_lora_proj)p, &in, &out);
+                rp_lora_features(&q, blk, (rp_lora_proj)p, &in, &out);
                 int64_t shape[2] = {b ? out : c.rank, b ? c.rank : in};
                 char name[160];
-                rp_lora_tensor_name(blk, (rp_lora_proj)p, b, name, sizeof name);
+                rp_lora_tensor_name(blk, -1, (rp_lora_proj)p, b, name, sizeof name);
                 h.data[blk][p][b] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1]));
                 ck_assert_msg(rp_safetensors_read_f32(h.st, name, 2, shape, h.data[blk][p][b],
                                                       &err) == RP_OK, "%s", err.msg);
@@ -266,6 +309,188 @@ START_TEST(written_adapters_read_back_the_same)
 }
 END_TEST
 
+/* ---- mixture of experts ---------------------------------------------------- */
+
+static rp_model_config moe_model(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/mpi-tests/fixtures/golden-moe/moe-lora/model/config.json",
+             rp_test_srcdir());
+    rp_model_config cfg;
+    rp_error err;
+    ck_assert_msg(rp_config_load(path, &cfg, &err) == RP_OK, "%s", err.msg);
+    return cfg;
+}
+
+/* rp_peft_read of the moe-lora adapter with `config` as its
+ * adapter_config.json, for the MoE model (want: its status). */
+static void moe_read(const char *config, rp_status want, const char *words)
+{
+    char dir[1024];
+    scratch_adapter("golden-moe/moe-lora/lora_init", config, dir, sizeof dir);
+    rp_model_config m = moe_model();
+    rp_lora_config c;
+    rp_error err = {0};
+    ck_assert_msg(rp_peft_read(dir, &m, &c, &err) == want, "%s", err.msg);
+    if (words)
+        ck_assert_msg(strstr(err.msg, words), "want '%s' in: %s", words, err.msg);
+    else
+        ck_assert_uint_eq(c.targets, RP_LORA_ALL_LINEAR);
+}
+
+/* target_modules as every module path of the moe-lora model (blocks 0 and
+ * 2 MoE with 4 experts, block 1 dense), but `skip`, plus `extra`. */
+static char *moe_paths(const char *skip, const char *extra)
+{
+    static const char *const attn[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    static const char *const mlp[3] = {"gate_proj", "up_proj", "down_proj"};
+    size_t cap = 1 << 16, n = 0;
+    char *t = malloc(cap), path[160];
+    n += (size_t)snprintf(t + n, cap - n, "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,"
+                                          "\"target_modules\":[\"%s\"", extra ? extra : "q_proj");
+#define ADD(...)                                                                                 \
+    do {                                                                                         \
+        snprintf(path, sizeof path, __VA_ARGS__);                                                \
+        if (!skip || strcmp(path, skip) != 0)                                                    \
+            n += (size_t)snprintf(t + n, cap - n, ",\"%s\"", path);                              \
+    } while (0)
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < 4; i++)
+            ADD("model.layers.%d.self_attn.%s", b, attn[i]);
+        if (b == 1) {
+            for (int i = 0; i < 3; i++)
+                ADD("model.layers.1.mlp.%s", mlp[i]);
+            continue;
+        }
+        ADD("model.layers.%d.mlp.gate", b);
+        for (int e = 0; e < 4; e++)
+            for (int i = 0; i < 3; i++)
+                ADD("model.layers.%d.mlp.experts.%d.%s", b, e, mlp[i]);
+    }
+#undef ADD
+    snprintf(t + n, cap - n, "]}");
+    return t;
+}
+
+START_TEST(moe_adapters_are_per_expert)
+{
+    char dir[1024];
+    rp_lora_config c;
+    rp_error err = {0};
+    rp_model_config m = moe_model();
+    ck_assert(rp_model_block_is_moe(&m, 0) && !rp_model_block_is_moe(&m, 1) &&
+              rp_model_block_is_moe(&m, 2) && m.moe.num_experts == 4);
+    fixture("golden-moe/moe-lora/lora_init", dir, sizeof dir); /* names, "gate" among them */
+    ck_assert_msg(rp_peft_read(dir, &m, &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert(c.rank == 2 && c.alpha == 4.0 && c.dropout == 0.0 && !c.use_rslora);
+    ck_assert_uint_eq(c.targets, RP_LORA_ALL_LINEAR);
+    /* module paths: every block and expert, or an error naming the gap */
+    char *t = moe_paths(NULL, NULL);
+    moe_read(t, RP_OK, NULL);
+    free(t);
+    t = moe_paths("model.layers.2.mlp.experts.3.down_proj", NULL);
+    moe_read(t, RP_ERR_UNSUPPORTED, "down_proj in some blocks or experts only");
+    free(t);
+    t = moe_paths(NULL, "model.layers.1.mlp.gate"); /* a dense block's router */
+    moe_read(t, RP_ERR_FORMAT, "entry 'model.layers.1.mlp.gate' is not a projection");
+    free(t);
+    t = moe_paths(NULL, "model.layers.0.mlp.experts.4.up_proj"); /* no expert 4 */
+    moe_read(t, RP_ERR_FORMAT, "entry 'model.layers.0.mlp.experts.4.up_proj' is not");
+    free(t);
+    t = moe_paths(NULL, "model.layers.0.mlp.gate_proj"); /* an MoE block's MLP is experts */
+    moe_read(t, RP_ERR_FORMAT, "entry 'model.layers.0.mlp.gate_proj' is not");
+    free(t);
+    /* PEFT's fused-expert adapters */
+    moe_read("{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,\"target_modules\":[\"q_proj\"],"
+             "\"target_parameters\":[\"gate_up_proj\",\"down_proj\"]}",
+             RP_ERR_UNSUPPORTED, "target_parameters");
+    /* the router's tensors are required, and only with "gate" */
+    moe_read("{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,\"target_modules\":[\"q_proj\","
+             "\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]}",
+             RP_ERR_MISMATCH, "layers.0.mlp.gate.lora_A.weight is not an adapter");
+    /* a dense model drops "gate" */
+    char qdir[1024];
+    scratch_adapter("golden-lora/qwen3-qv-rslora/lora_init",
+                    "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,\"use_rslora\":true,"
+                    "\"target_modules\":[\"q_proj\",\"v_proj\",\"gate\"]}", qdir, sizeof qdir);
+    rp_model_config q = model("qwen3");
+    ck_assert_msg(rp_peft_read(qdir, &q, &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert_uint_eq(c.targets, (1u << RP_LORA_Q_PROJ) | (1u << RP_LORA_V_PROJ));
+}
+END_TEST
+
+/* Every tensor of an adapter file, read in fp32 by name (for rp_peft_write). */
+typedef struct named_tensors {
+    rp_safetensors *st;
+    const rp_model_config *cfg;
+    int rank;
+    float *got[512];
+    int n;
+} named_tensors;
+
+static const float *named_tensor(void *arg, int block, int expert, rp_lora_proj p, int b)
+{
+    named_tensors *h = arg;
+    char name[160];
+    int64_t in, out;
+    rp_lora_features(h->cfg, block, p, &in, &out);
+    int64_t shape[2] = {b ? out : h->rank, b ? h->rank : in};
+    ck_assert_int_eq(expert >= 0, rp_lora_per_expert(h->cfg, block, p));
+    rp_lora_tensor_name(block, expert, p, b, name, sizeof name);
+    ck_assert_int_lt(h->n, 512);
+    float *d = h->got[h->n++] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1]));
+    rp_error err;
+    ck_assert_msg(rp_safetensors_read_f32(h->st, name, 2, shape, d, &err) == RP_OK, "%s",
+                  err.msg);
+    return d;
+}
+
+START_TEST(written_moe_adapters_read_back_the_same)
+{
+    char src[1024], file[1200], dir[1024], path[1200];
+    rp_error err = {0};
+    rp_model_config m = moe_model();
+    rp_lora_config c, back;
+    fixture("golden-moe/moe-lora/lora_init", src, sizeof src);
+    ck_assert_msg(rp_peft_read(src, &m, &c, &err) == RP_OK, "%s", err.msg);
+    named_tensors h = {NULL, &m, c.rank, {0}, 0};
+    snprintf(file, sizeof file, "%s/adapter_model.safetensors", src);
+    ck_assert_msg(rp_safetensors_open(file, &h.st, &err) == RP_OK, "%s", err.msg);
+    snprintf(dir, sizeof dir, "%s/peft-moe-%d", rp_test_tmpdir(), (int)getpid());
+    ck_assert_msg(rp_peft_write(dir, &m, &c, NULL, named_tensor, &h, &err) == RP_OK, "%s",
+                  err.msg);
+    ck_assert_int_eq(h.n, (int)rp_safetensors_count(h.st)); /* 2 x (3 x 4 + 2 x 13 ...) */
+    ck_assert_msg(rp_peft_read(dir, &m, &back, &err) == RP_OK, "%s", err.msg);
+    ck_assert(back.rank == c.rank && back.alpha == c.alpha && back.targets == c.targets);
+    rp_safetensors *st = NULL;
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    ck_assert_msg(rp_safetensors_open(path, &st, &err) == RP_OK, "%s", err.msg);
+    ck_assert_uint_eq(rp_safetensors_count(st), rp_safetensors_count(h.st));
+    for (size_t i = 0; i < rp_safetensors_count(st); i++) {
+        rp_safetensors_tensor a, b;
+        const char *n = rp_safetensors_name(st, i);
+        ck_assert_int_eq(rp_safetensors_find(st, n, &a, &err), RP_OK);
+        ck_assert_msg(rp_safetensors_find(h.st, n, &b, &err) == RP_OK, "%s", n);
+        ck_assert(a.nbytes == b.nbytes && memcmp(a.data, b.data, a.nbytes) == 0);
+    }
+    rp_safetensors_close(&st);
+    char *text = NULL;
+    size_t len = 0, k = 0;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    ck_assert_int_eq(rp_read_file(path, 1 << 20, &text, &len, &err), RP_OK);
+    for (size_t i = 0; i < len; i++)
+        if (text[i] != ' ' && text[i] != '\n')
+            text[k++] = text[i];
+    text[k] = '\0';
+    ck_assert_msg(strstr(text, "\"target_modules\":[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\","
+                               "\"gate_proj\",\"up_proj\",\"down_proj\",\"gate\"]"), "%s", text);
+    free(text);
+    for (int i = 0; i < h.n; i++)
+        free(h.got[i]);
+    rp_safetensors_close(&h.st);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_peft");
@@ -274,6 +499,8 @@ static Suite *suite(void)
     tcase_add_test(t, names_shapes_and_targets);
     tcase_add_test(t, bad_adapters_are_named);
     tcase_add_test(t, written_adapters_read_back_the_same);
+    tcase_add_test(t, moe_adapters_are_per_expert);
+    tcase_add_test(t, written_moe_adapters_read_back_the_same);
     tcase_add_checked_fixture(t, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, t);
     return s;

@@ -9,7 +9,9 @@
 #   on 2 ranks with --model and --recompute layer, a lagged optimizer's
 #   pending update, a random base (--init-config), and a run killed
 #   (SIGKILL, its whole process tree) twice at random moments and resumed
-#   with --resume auto on 2, then 1, then 2 ranks.
+#   with --resume auto on 2, then 1, then 2 ranks. A mixture-of-experts
+#   model's router and per-expert adapters (moe-lora, aux loss on) resume
+#   the same way, on 1 and 2 ranks, and its checkpoint holds them only.
 # - Refused, naming trainer_state.json and the field: other LoRA settings
 #   (r, alpha, dropout, targets, rslora, the dropout seed), no --lora-rank
 #   for a LoRA checkpoint, --lora-rank for a full one, another base
@@ -99,6 +101,30 @@ run 2 rref --init-config "$src/examples/tiny-config.json" $rnd --save "$tmp/rref
 run 1 rres $rnd --resume "$tmp/rcks/step-00000004" --save "$tmp/rres" --log "$tmp/rres.jsonl" ||
   { bad "random base resumed"; cat "$tmp/rres.txt"; }
 same rref rres "a random base resumed from the checkpoint's config and seed"
+
+# a mixture of experts (issue 15): router and per-expert adapters, aux loss on
+moe="$src/mpi-tests/fixtures/golden-moe/moe-lora"
+# shellcheck disable=SC2046
+moe_args="--model $moe/model --data $moe/data.npy --loss-mask $moe/mask.npy
+          --lora-init $moe/lora_init $(cat "$moe/args.txt")"
+# shellcheck disable=SC2086
+run 2 moeref $moe_args --save "$tmp/moeref" --log "$tmp/moeref.jsonl" \
+  --checkpoint-dir "$tmp/moecks" --checkpoint-every 2 --keep-checkpoints 0 ||
+  { bad "MoE LoRA checkpointed run"; cat "$tmp/moeref.txt"; }
+m2="$tmp/moecks/step-00000002"
+if grep -aq 'layers.2.mlp.experts.3.down_proj.lora_B.weight' "$m2/model.safetensors" &&
+   grep -aq 'layers.0.mlp.gate.lora_A.weight.exp_avg_sq' "$m2/optimizer.safetensors" &&
+   ! grep -aq 'experts.0.gate_proj.weight\|mlp.gate.weight' "$m2/model.safetensors" &&
+   tr -d ' \n' < "$m2/trainer_state.json" | grep -q '"target_modules":\["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj","gate"\]'
+then ok; else bad "the MoE checkpoint does not hold exactly the per-expert adapters"; fi
+# shellcheck disable=SC2086
+run 1 moer2 $moe_args --resume "$m2" --save "$tmp/moer2" --log "$tmp/moer2.jsonl" ||
+  { bad "MoE resume of step 2 on 1 rank"; cat "$tmp/moer2.txt"; }
+same moeref moer2 "MoE: step 2 resumed on 1 rank"
+# shellcheck disable=SC2086
+run 2 moer4 $moe_args --recompute layer --resume "$tmp/moecks/step-00000004" \
+  --save "$tmp/moer4" --log "$tmp/moer4.jsonl" || { bad "MoE resume of step 4"; cat "$tmp/moer4.txt"; }
+same moeref moer4 "MoE: step 4 resumed on 2 ranks, --recompute layer"
 
 # ---- killed at random moments, resumed with --resume auto --------------------
 kill_tree() { # PID: it and its descendants, by id

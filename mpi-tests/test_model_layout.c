@@ -10,7 +10,14 @@
  * order, at the offsets rp_block_offsets gives (expert e's gate, up, down
  * at experts + (3e + 0, 1, 2) x expert_stride), a dense block of the same
  * model its MLP; its cost counts k experts' FLOPs and every expert's
- * weights; LoRA on experts is refused. */
+ * weights. LoRA on it (issue 15): an expert block's adapters are q/k/v/o's,
+ * the router's (mlp.gate, [r, H] and [E, r]) and one per expert and
+ * projection under PEFT's per-expert names, at the offsets and expert
+ * stride rp_lora_offsets gives, without overlap; a dense block of the same
+ * model has its seven; the cost counts the router's adapter and k
+ * experts'; dropout is refused on the experts only; a dense model never
+ * gets a router adapter (all-linear is its seven projections, the router
+ * alone is no target). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,12 +316,92 @@ START_TEST(moe_layout_and_cost)
               < 1e-9);
     ck_assert_uint_eq(f.param_numel, L[1].numel); /* every expert's weights travel */
     free(L);
-    /* LoRA on experts: not yet */
+    /* LoRA on experts: q, k, v, o, the router and 5 x 3 experts' A and B */
     c.lora.rank = 4;
+    c.lora.alpha = 8;
     c.lora.targets = RP_LORA_ALL_LINEAR;
     rp_error err = {0};
+    ck_assert_msg(rp_model_layout(&c, &L, &n, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(L[1].nparams, 2 * (4 + 1 + 15));
+    ck_assert_int_eq(L[2].nparams, 2 * 7);
+    rp_lora_offsets lo, ld;
+    rp_lora_offsets_get(&c, 0, &lo);
+    rp_lora_offsets_get(&c, 1, &ld);
+    ck_assert_uint_eq(lo.numel, L[1].numel);
+    ck_assert_uint_eq(ld.numel, L[2].numel);
+    ck_assert(ld.a[RP_LORA_ROUTER] == SIZE_MAX && ld.b[RP_LORA_ROUTER] == SIZE_MAX);
+    for (int p = 0; p < RP_LORA_NPROJ; p++)
+        ck_assert_uint_eq(ld.expert_stride[p], 0);
+    static const char *const pn[RP_LORA_NPROJ] = {"self_attn.q_proj", "self_attn.k_proj",
+                                                  "self_attn.v_proj", "self_attn.o_proj",
+                                                  "gate_proj", "up_proj", "down_proj",
+                                                  "mlp.gate"};
+    const int64_t feat[RP_LORA_NPROJ][2] = {{24, 32}, {24, 8}, {24, 8}, {32, 24},
+                                            {24, 6},  {24, 6}, {6, 24}, {24, 5}};
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        const int per = (RP_LORA_EXPERT_PROJS >> p) & 1u;
+        ck_assert_uint_eq(lo.expert_stride[p] != 0, per);
+        for (int e = 0; e < (per ? 5 : 1); e++)
+            for (int b = 0; b < 2; b++) {
+                char name[128];
+                if (per)
+                    snprintf(name, sizeof name, "base_model.model.model.layers.0.mlp.experts.%d."
+                             "%s.lora_%c.weight", e, pn[p], b ? 'B' : 'A');
+                else
+                    snprintf(name, sizeof name, "base_model.model.model.layers.0.%s.lora_%c."
+                             "weight", pn[p], b ? 'B' : 'A');
+                const rp_param_desc *d = rp_layer_find_param(&L[1], name);
+                ck_assert_msg(d != NULL, "%s missing", name);
+                ck_assert_uint_eq(d->offset, (b ? lo.b[p] : lo.a[p]) +
+                                                 (size_t)e * lo.expert_stride[p]);
+                ck_assert_int_eq(d->shape[0], b ? feat[p][1] : 4);
+                ck_assert_int_eq(d->shape[1], b ? 4 : feat[p][0]);
+            }
+    }
+    for (int i = 1; i < L[1].nparams; i++) /* in order, without overlap */
+        ck_assert_uint_ge(L[1].params[i].offset,
+                          L[1].params[i - 1].offset + L[1].params[i - 1].numel);
+    ck_assert_ptr_nonnull(rp_layer_find_param(
+        &L[2], "base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight"));
+    /* cost: the router's adapter and k = 2 experts' per token */
+    const double rk = 4;
+    const double adapter_moe = 2 * rk * ((H + QD) + 2 * (H + KD) + (QD + H) + (H + E) +
+                                        k * (2 * (H + I) + (I + H)));
+    const double attn = 2 * QD * 11;
+    rp_layer_flops_get(&c, &L[1], 10, &f);
+    ck_assert(fabs(f.fwd_flops_per_token - (gemm + adapter_moe + attn)) < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token -
+                   (f.fwd_flops_per_token + gemm + 2 * adapter_moe + 2.5 * attn)) < 1e-9);
+    ck_assert_uint_eq(f.param_numel, L[1].numel);
+    const double Id = 40, gemm_dense = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * Id;
+    const double adapter_dense =
+        2 * rk * ((H + QD) + 2 * (H + KD) + (QD + H) + 2 * (H + Id) + (Id + H));
+    rp_layer_flops_get(&c, &L[2], 10, &f);
+    ck_assert(fabs(f.fwd_flops_per_token - (gemm_dense + adapter_dense + attn)) < 1e-9);
+    free(L);
+    /* dropout: refused on the experts, taken on the router and attention */
+    c.lora.dropout = 0.1;
     ck_assert_int_eq(rp_model_layout(&c, &L, &n, &err), RP_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(err.msg, "mixture-of-experts"));
+    ck_assert_msg(strstr(err.msg, "dropout 0.1 on a mixture of experts' experts"), "%s",
+                  err.msg);
+    c.lora.targets = 1u << RP_LORA_Q_PROJ | 1u << RP_LORA_ROUTER;
+    ck_assert_msg(rp_model_layout(&c, &L, &n, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(L[1].nparams, 4);
+    ck_assert_int_eq(L[2].nparams, 2); /* the dense block: q_proj's */
+    free(L);
+    /* a dense model: no router adapter, and the router alone adapts nothing */
+    rp_model_config d = cfg_qwen();
+    d.lora = c.lora;
+    d.lora.dropout = 0;
+    d.lora.targets = RP_LORA_ALL_LINEAR;
+    ck_assert_int_eq(rp_model_layout(&d, &L, &n, NULL), RP_OK);
+    ck_assert_int_eq(L[1].nparams, 14);
+    rp_lora_offsets_get(&d, 0, &ld);
+    ck_assert_uint_eq(ld.numel, L[1].numel);
+    free(L);
+    d.lora.targets = 1u << RP_LORA_ROUTER;
+    ck_assert_int_eq(rp_model_layout(&d, &L, &n, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "no projection to adapt"), "%s", err.msg);
 }
 END_TEST
 

@@ -7,7 +7,7 @@ EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
 # Qwen3-MoE against transformers (fixtures of tools/make_moe_golden.py):
 # routing, the aux loss, the fused layout on load, LoRA on experts (PEFT)
 TESTS += mpi-tests/test_golden_moe.sh
-EXTRA_DIST += mpi-tests/test_golden_moe.sh
+EXTRA_DIST += mpi-tests/test_golden_moe.sh mpi-tests/lora_moe_peft_check.py
 include mpi-tests/fixtures/golden-moe/files.mk
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh

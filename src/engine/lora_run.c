@@ -24,6 +24,12 @@ rp_status rp_lora_resolve(const rp_train_options *o, rp_model_config *cfg, rp_er
     c->targets = RP_LORA_ALL_LINEAR;
     if (o->lora_targets)
         RP_TRY(rp_lora_targets_parse(o->lora_targets, "--lora-targets", &c->targets, err));
+    /* a dense model has no router: its targets stay the seven projections */
+    c->targets = rp_lora_model_targets(cfg, c->targets);
+    if (c->targets == 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--lora-targets %s: the model has none of "
+                            "these (gate, the router, is a mixture of experts')",
+                            o->lora_targets ? o->lora_targets : "");
     if (!o->lora_init)
         return RP_OK;
     rp_model_config base = *cfg;
@@ -79,13 +85,16 @@ void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
     c->first_sample = first_sample;
 }
 
-/* The adapter's tensor (block, projection, A or B) in the masters. */
-static const float *adapter_tensor(void *arg, int block, rp_lora_proj proj, int b)
+/* The adapter's tensor (block, expert or -1, projection, A or B) in the
+ * masters. */
+static const float *adapter_tensor(void *arg, int block, int expert, rp_lora_proj proj, int b)
 {
     const rp_params *p = arg;
     rp_lora_offsets off;
-    rp_lora_offsets_get(&p->cfg, &off);
-    return p->st[1 + block].master + (b ? off.b[proj] : off.a[proj]);
+    rp_lora_offsets_get(&p->cfg, block, &off);
+    const size_t at = (b ? off.b[proj] : off.a[proj]) +
+                      (expert > 0 ? (size_t)expert * off.expert_stride[proj] : 0);
+    return p->st[1 + block].master + at;
 }
 
 rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp_error *err)
@@ -108,9 +117,12 @@ static void merge(float *W, const float *A, const float *B, int64_t in, int64_t 
         }
 }
 
-/* The projection a base tensor is the weight of (-1: none). */
-static int proj_of(const char *name)
+/* The projection a base tensor is the weight of (-1: none), and the
+ * expert whose it is (*expert, 0 when it is not an expert's). */
+static int proj_of(const char *name, int64_t *expert)
 {
+    const char *ex = strstr(name, ".mlp.experts.");
+    *expert = ex ? strtoll(ex + strlen(".mlp.experts."), NULL, 10) : 0;
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         char suffix[64];
         snprintf(suffix, sizeof suffix, ".%s.weight", rp_lora_proj_name((rp_lora_proj)p));
@@ -142,12 +154,13 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                          : rp_error_set(err, RP_ERR_NOMEM, "--save-merged: %zu MiB of weights",
                                         total * sizeof(float) >> 20);
     const double scaling = rp_lora_scaling(&p->cfg.lora);
-    rp_lora_offsets off;
-    rp_lora_offsets_get(&p->cfg, &off);
     const rp_dtype bd = rp_frozen_base_dtype(base); /* where it lies */
     size_t at = 0;
     int k = 0;
-    for (int l = 0; s == RP_OK && l < nl; l++, at += L[l - 1].numel)
+    rp_lora_offsets off;
+    for (int l = 0; s == RP_OK && l < nl; l++, at += L[l - 1].numel) {
+        if (L[l].kind == RP_LAYER_BLOCK)
+            rp_lora_offsets_get(&p->cfg, L[l].block, &off);
         for (int i = 0; i < L[l].nparams; i++, k++) {
             const rp_param_desc *d = &L[l].params[i];
             float *dst = w + at + d->offset;
@@ -156,14 +169,17 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                 memcpy(dst, src, d->numel * sizeof(float));
             else
                 rp_bf16_to_f32_array(src, dst, d->numel);
-            int proj = L[l].kind == RP_LAYER_BLOCK ? proj_of(d->name) : -1;
-            if (proj >= 0 && (p->cfg.lora.targets & (1u << proj))) {
+            int64_t expert = 0;
+            int proj = L[l].kind == RP_LAYER_BLOCK ? proj_of(d->name, &expert) : -1;
+            if (proj >= 0 && off.a[proj] != SIZE_MAX) { /* targeted, per expert or not */
                 const float *ad = p->st[l].master;
-                merge(dst, ad + off.a[proj], ad + off.b[proj], d->shape[1], d->shape[0],
+                const size_t e = (size_t)expert * off.expert_stride[proj];
+                merge(dst, ad + off.a[proj] + e, ad + off.b[proj] + e, d->shape[1], d->shape[0],
                       p->cfg.lora.rank, scaling);
             }
             t[k] = (rp_tensor_ref){d->name, d->ndim, {d->shape[0], d->shape[1]}, dst};
         }
+    }
     if (s == RP_OK)
         s = rp_model_dir_save(o->save_merged, t, count, dtype, &cfg, template_config,
                               o->model_dir, NULL, err);

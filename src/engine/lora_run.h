@@ -35,7 +35,8 @@ void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
 rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp_error *err);
 
 /* --save-merged DIR: the model with W + scaling B A in place of each
- * targeted W, in Hugging Face layout, stored in dtype. */
+ * targeted W (each expert's with its own adapter, the router's with its),
+ * in Hugging Face layout (experts per expert), stored in dtype. */
 rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                               const rp_train_options *o, rp_dtype dtype,
                               const char *template_config, rp_error *err);

@@ -29,7 +29,10 @@ typedef struct rp_rope_scaling {
 
 /* LoRA (issue 13): the projections of a decoder block that may carry an
  * adapter, and the adapters' settings (io/peft.h reads and writes them in
- * PEFT's layout). */
+ * PEFT's layout). In a mixture-of-experts block (issue 15) gate_proj,
+ * up_proj and down_proj are every expert's (one adapter per expert, as
+ * PEFT wraps each expert's Linear), and the router (mlp.gate, PEFT's name
+ * "gate") is a projection too; a dense block has no router. */
 typedef enum rp_lora_proj {
     RP_LORA_Q_PROJ = 0,
     RP_LORA_K_PROJ,
@@ -38,11 +41,17 @@ typedef enum rp_lora_proj {
     RP_LORA_GATE_PROJ,
     RP_LORA_UP_PROJ,
     RP_LORA_DOWN_PROJ,
+    RP_LORA_ROUTER, /* last: a dense model's bits and layouts are those before it */
     RP_LORA_NPROJ
 } rp_lora_proj;
 
-/* A set of projections: bit p for rp_lora_proj p. */
+/* A set of projections: bit p for rp_lora_proj p. "all-linear" names
+ * every one; a model keeps those it has (rp_lora_model_targets, io/peft.h:
+ * no router without experts). */
 #define RP_LORA_ALL_LINEAR ((1u << RP_LORA_NPROJ) - 1u)
+/* The projections of a mixture of experts' experts. */
+#define RP_LORA_EXPERT_PROJS                                                                     \
+    ((1u << RP_LORA_GATE_PROJ) | (1u << RP_LORA_UP_PROJ) | (1u << RP_LORA_DOWN_PROJ))
 
 typedef struct rp_lora_config {
     int rank;          /* r >= 1 */

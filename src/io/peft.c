@@ -16,7 +16,7 @@
 #define RP_STOP_VISIT ((rp_status)1)
 
 static const char *const proj_names[RP_LORA_NPROJ] = {
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "gate"};
 
 const char *rp_lora_proj_name(rp_lora_proj p)
 {
@@ -59,8 +59,9 @@ rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *ta
         int p = rp_lora_proj_parse(name);
         if (p < 0)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: unknown target '%s' (q_proj, k_proj, "
-                                "v_proj, o_proj, gate_proj, up_proj, down_proj or all-linear; "
-                                "never the embedding or the LM head)", what, name);
+                                "v_proj, o_proj, gate_proj, up_proj, down_proj, gate (a "
+                                "mixture of experts' router) or all-linear; never the "
+                                "embedding or the LM head)", what, name);
         *targets |= 1u << p;
         if (!end)
             return RP_OK;
@@ -73,9 +74,29 @@ double rp_lora_scaling(const rp_lora_config *c)
     return c->use_rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;
 }
 
-void rp_lora_features(const rp_model_config *cfg, rp_lora_proj p, int64_t *in, int64_t *out)
+unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets)
 {
-    int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
+    return rp_model_has_moe(cfg) ? targets : targets & ~(1u << RP_LORA_ROUTER);
+}
+
+int rp_lora_per_expert(const rp_model_config *cfg, int block, rp_lora_proj p)
+{
+    return p >= 0 && p < RP_LORA_NPROJ && ((RP_LORA_EXPERT_PROJS >> p) & 1u) &&
+           rp_model_block_is_moe(cfg, block);
+}
+
+int64_t rp_lora_copies(const rp_model_config *cfg, int block, rp_lora_proj p)
+{
+    if (p == RP_LORA_ROUTER)
+        return rp_model_block_is_moe(cfg, block) ? 1 : 0;
+    return rp_lora_per_expert(cfg, block, p) ? cfg->moe.num_experts : 1;
+}
+
+void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int64_t *in,
+                      int64_t *out)
+{
+    const int moe = rp_model_block_is_moe(cfg, block);
+    int64_t H = cfg->hidden_size, I = moe ? cfg->moe.moe_intermediate_size : cfg->intermediate_size;
     int64_t q = cfg->num_attention_heads * cfg->head_dim;
     int64_t kv = cfg->num_key_value_heads * cfg->head_dim;
     switch (p) {
@@ -85,14 +106,20 @@ void rp_lora_features(const rp_model_config *cfg, rp_lora_proj p, int64_t *in, i
     case RP_LORA_O_PROJ: *in = q, *out = H; break;
     case RP_LORA_GATE_PROJ:
     case RP_LORA_UP_PROJ: *in = H, *out = I; break;
-    default: *in = I, *out = H; break;
+    case RP_LORA_DOWN_PROJ: *in = I, *out = H; break;
+    case RP_LORA_ROUTER: *in = moe ? H : 0, *out = moe ? cfg->moe.num_experts : 0; break;
+    default: *in = *out = 0; break;
     }
 }
 
-void rp_lora_tensor_name(int block, rp_lora_proj p, int b, char *buf, size_t len)
+void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf, size_t len)
 {
-    snprintf(buf, len, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", block,
-             proj_parent(p), proj_names[p], b ? 'B' : 'A');
+    if (expert >= 0)
+        snprintf(buf, len, "base_model.model.model.layers.%d.mlp.experts.%d.%s.lora_%c.weight",
+                 block, expert, proj_names[p], b ? 'B' : 'A');
+    else
+        snprintf(buf, len, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", block,
+                 proj_parent(p), proj_names[p], b ? 'B' : 'A');
 }
 
 /* ---- adapter_config.json ------------------------------------------------ */
@@ -128,11 +155,50 @@ static json_object *field(const reader *r, const char *key, json_type type, int 
     return v;
 }
 
-/* One entry of target_modules: a projection name, or a module path
- * "[...]layers.N.<self_attn|mlp>.<proj>" (seen[p] gets block N's bit). */
-static rp_status add_target(const reader *r, const char *entry, int64_t blocks,
-                            unsigned *targets, uint64_t *seen, int *paths, rp_error *err)
+/* Which module paths of target_modules were seen: bit (p, block, expert)
+ * of a projection named by path, slot 0 for a block's own projection. */
+typedef struct seen_paths {
+    uint64_t *bits;
+    int64_t blocks, slots; /* slots per block: max(1, num_experts) */
+    int any;
+} seen_paths;
+
+static void mark(seen_paths *sp, int p, int64_t block, int64_t slot)
 {
+    size_t i = ((size_t)p * (size_t)sp->blocks + (size_t)block) * (size_t)sp->slots + (size_t)slot;
+    sp->bits[i / 64] |= 1ull << (i % 64);
+    sp->any = 1;
+}
+
+static int marked(const seen_paths *sp, int p, int64_t block, int64_t slot)
+{
+    size_t i = ((size_t)p * (size_t)sp->blocks + (size_t)block) * (size_t)sp->slots + (size_t)slot;
+    return (int)((sp->bits[i / 64] >> (i % 64)) & 1u);
+}
+
+/* The expert a module path's tail names ("mlp.experts.<e>.<proj>" after
+ * "layers.N."), or -1 when the tail is not that. */
+static int64_t expert_of(const char *tail, const char *proj, int64_t experts)
+{
+    const char *pre = ".mlp.experts.";
+    if (strncmp(tail, pre, strlen(pre)) != 0)
+        return -1;
+    char *end = NULL;
+    const char *num = tail + strlen(pre);
+    long e = strtol(num, &end, 10);
+    if (end == num || *num == '-' || *num == '+' || e < 0 || e >= experts || *end != '.' ||
+        strcmp(end + 1, proj) != 0)
+        return -1;
+    return (int64_t)e;
+}
+
+/* One entry of target_modules: a projection name, or a module path
+ * "[...]layers.N.<self_attn|mlp>.<proj>" or, in a mixture-of-experts
+ * block, "[...]layers.N.mlp.experts.E.<proj>" (marked in sp). */
+static rp_status add_target(const reader *r, const char *entry, const rp_model_config *cfg,
+                            unsigned *targets, seen_paths *sp, rp_error *err)
+{
+    const int64_t blocks = cfg->num_hidden_layers;
     int p = rp_lora_proj_parse(entry);
     if (p >= 0) {
         *targets |= 1u << p;
@@ -142,24 +208,33 @@ static rp_status add_target(const reader *r, const char *entry, int64_t blocks,
     p = last ? rp_lora_proj_parse(last + 1) : -1;
     char *after = NULL;
     long block = layers ? strtol(layers + 7, &after, 10) : -1;
-    char want[48];
-    if (p >= 0)
+    int ok = p >= 0 && after && after != layers + 7 && block >= 0 && block < blocks;
+    int64_t slot = 0;
+    if (ok) {
+        const int64_t copies = rp_lora_copies(cfg, (int)block, (rp_lora_proj)p);
+        char want[48];
         snprintf(want, sizeof want, ".%s.%s", proj_parent((rp_lora_proj)p), proj_names[p]);
-    if (p < 0 || !after || after == layers + 7 || block < 0 || block >= blocks ||
-        strcmp(after, want) != 0)
+        if (rp_lora_per_expert(cfg, (int)block, (rp_lora_proj)p))
+            ok = (slot = expert_of(after, proj_names[p], copies)) >= 0;
+        else
+            ok = copies == 1 && strcmp(after, want) == 0;
+    }
+    if (!ok)
         return rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules entry '%s' is not a "
                             "projection roundpipe adapts (q_proj, k_proj, v_proj, o_proj, "
-                            "gate_proj, up_proj, down_proj, or model.layers.N.self_attn.q_proj "
-                            "and the like with N < %lld)", r->path, entry, (long long)blocks);
+                            "gate_proj, up_proj, down_proj, gate, or model.layers.N.self_attn."
+                            "q_proj and the like with N < %lld; in a mixture-of-experts block "
+                            "model.layers.N.mlp.gate and model.layers.N.mlp.experts.E.gate_proj "
+                            "and the like)", r->path, entry, (long long)blocks);
     *targets |= 1u << p;
-    seen[(size_t)p * (size_t)((blocks + 63) / 64) + (size_t)block / 64] |= 1ull << (block % 64);
-    *paths = 1;
+    mark(sp, p, block, slot);
     return RP_OK;
 }
 
-static rp_status read_targets(const reader *r, json_object *v, int64_t blocks, unsigned *targets,
-                              rp_error *err)
+static rp_status read_targets(const reader *r, json_object *v, const rp_model_config *cfg,
+                              unsigned *targets, rp_error *err)
 {
+    const int64_t blocks = cfg->num_hidden_layers;
     *targets = 0;
     if (json_object_is_type(v, json_type_string)) {
         if (!strcmp(json_object_get_string(v), "all-linear")) {
@@ -174,11 +249,13 @@ static rp_status read_targets(const reader *r, json_object *v, int64_t blocks, u
         *targets = 1u << p;
         return RP_OK;
     }
-    size_t words = (size_t)((blocks + 63) / 64);
-    uint64_t *seen = calloc((size_t)RP_LORA_NPROJ * words, sizeof *seen);
-    if (!seen)
+    seen_paths sp = {NULL, blocks, 1, 0};
+    if (rp_model_has_moe(cfg))
+        sp.slots = cfg->moe.num_experts;
+    size_t nbits = (size_t)RP_LORA_NPROJ * (size_t)blocks * (size_t)sp.slots;
+    sp.bits = calloc(nbits / 64 + 1, sizeof *sp.bits);
+    if (!sp.bits)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: target_modules", r->path);
-    int paths = 0;
     rp_status s = RP_OK;
     size_t n = json_object_array_length(v);
     for (size_t i = 0; s == RP_OK && i < n; i++) {
@@ -187,28 +264,32 @@ static rp_status read_targets(const reader *r, json_object *v, int64_t blocks, u
             s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules[%zu] must be a string, not "
                              "%s", r->path, i, rp_json_type_name(e));
         else
-            s = add_target(r, json_object_get_string(e), blocks, targets, seen, &paths, err);
+            s = add_target(r, json_object_get_string(e), cfg, targets, &sp, err);
     }
     if (s == RP_OK && n == 0)
         s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules is empty", r->path);
-    /* module paths: roundpipe adapts a projection in every block or none */
-    for (int p = 0; s == RP_OK && paths && p < RP_LORA_NPROJ; p++) {
+    /* module paths: roundpipe adapts a projection in every block (and
+     * every expert) that has it, or in none */
+    for (int p = 0; s == RP_OK && sp.any && p < RP_LORA_NPROJ; p++) {
         int any = 0, all = 1;
-        for (int64_t b = 0; b < blocks; b++) {
-            int has = (seen[(size_t)p * words + (size_t)b / 64] >> (b % 64)) & 1;
-            any |= has;
-            all &= has;
-        }
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t e = 0; e < rp_lora_copies(cfg, (int)b, (rp_lora_proj)p); e++) {
+                int has = marked(&sp, p, b, e);
+                any |= has;
+                all &= has;
+            }
+        const int ex = rp_model_has_moe(cfg) && ((RP_LORA_EXPERT_PROJS >> p) & 1u);
         if (any && !all && ((*targets >> p) & 1))
-            s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules name %s in some blocks "
-                             "only: roundpipe adapts a projection in every block", r->path,
-                             proj_names[p]);
+            s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules name %s in some blocks"
+                             "%s only: roundpipe adapts a projection in every block%s", r->path,
+                             proj_names[p], ex ? " or experts" : "", ex ? " and expert" : "");
     }
-    free(seen);
+    free(sp.bits);
     return s;
 }
 
-static rp_status read_config(const char *path, int64_t blocks, rp_lora_config *c, rp_error *err)
+static rp_status read_config(const char *path, const rp_model_config *cfg, rp_lora_config *c,
+                              rp_error *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -249,6 +330,13 @@ static rp_status read_config(const char *path, int64_t blocks, rp_lora_config *c
     if (v && json_object_get_boolean(v))
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: fan_in_fan_out true (Conv1D layouts) is "
                          "not supported", path);
+    /* PEFT's adapters of fused experts (transformers 5's 3-D expert
+     * parameters) hold all experts in one tensor */
+    v = field(&r, "target_parameters", json_type_array, 0, &s, err);
+    if (v && json_object_array_length(v) > 0)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_parameters (PEFT's adapters of "
+                         "fused expert parameters) are not supported: roundpipe keeps one "
+                         "adapter per expert (mlp.experts.E.gate_proj and the like)", path);
     json_object *t = NULL;
     if (s == RP_OK && (!json_object_object_get_ex(r.root, "target_modules", &t) ||
                        !(json_object_is_type(t, json_type_array) ||
@@ -256,33 +344,42 @@ static rp_status read_config(const char *path, int64_t blocks, rp_lora_config *c
         s = rp_error_set(err, RP_ERR_FORMAT, "%s: field \"target_modules\" must be a list of "
                          "module names or \"all-linear\"", path);
     if (s == RP_OK)
-        s = read_targets(&r, t, blocks, &c->targets, err);
+        s = read_targets(&r, t, cfg, &c->targets, err);
+    c->targets = rp_lora_model_targets(cfg, c->targets);
+    if (s == RP_OK && c->targets == 0)
+        s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules names no projection this "
+                         "model has", path);
     json_object_put(r.root);
     return s;
 }
 
 /* ---- the adapter's tensors ------------------------------------------------ */
 
-typedef rp_status (*tensor_visit)(void *arg, int block, rp_lora_proj p, int b, const char *name,
-                                  const int64_t shape[2], rp_error *err);
+typedef rp_status (*tensor_visit)(void *arg, int block, int expert, rp_lora_proj p, int b,
+                                  const char *name, const int64_t shape[2], rp_error *err);
 
 /* fn on every tensor of an adapter of c for cfg, in file order: blocks,
- * then projections, then A and B; stops at the first failure. */
+ * then projections, then experts (expert -1: a block's own projection),
+ * then A and B; stops at the first failure. */
 static rp_status each_tensor(const rp_model_config *cfg, const rp_lora_config *c, tensor_visit fn,
                              void *arg, rp_error *err)
 {
     char name[160];
     for (int64_t blk = 0; blk < cfg->num_hidden_layers; blk++)
         for (int p = 0; p < RP_LORA_NPROJ; p++) {
-            if (!((c->targets >> p) & 1))
+            const int64_t copies = rp_lora_copies(cfg, (int)blk, (rp_lora_proj)p);
+            if (!((c->targets >> p) & 1) || copies == 0)
                 continue;
             int64_t in, out;
-            rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
-            for (int b = 0; b < 2; b++) {
-                int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
-                rp_lora_tensor_name((int)blk, (rp_lora_proj)p, b, name, sizeof name);
-                RP_TRY(fn(arg, (int)blk, (rp_lora_proj)p, b, name, shape, err));
-            }
+            rp_lora_features(cfg, (int)blk, (rp_lora_proj)p, &in, &out);
+            for (int64_t e = 0; e < copies; e++)
+                for (int b = 0; b < 2; b++) {
+                    const int expert =
+                        rp_lora_per_expert(cfg, (int)blk, (rp_lora_proj)p) ? (int)e : -1;
+                    int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
+                    rp_lora_tensor_name((int)blk, expert, (rp_lora_proj)p, b, name, sizeof name);
+                    RP_TRY(fn(arg, (int)blk, expert, (rp_lora_proj)p, b, name, shape, err));
+                }
         }
     return RP_OK;
 }
@@ -296,13 +393,13 @@ typedef struct checking {
     size_t expected;
 } checking;
 
-static rp_status check_one(void *arg, int block, rp_lora_proj p, int b, const char *name,
-                           const int64_t shape[2], rp_error *err)
+static rp_status check_one(void *arg, int block, int expert, rp_lora_proj p, int b,
+                           const char *name, const int64_t shape[2], rp_error *err)
 {
     checking *k = arg;
     char got[64], want[64];
     rp_safetensors_tensor t;
-    (void)block, (void)p, (void)b;
+    (void)block, (void)expert, (void)p, (void)b;
     k->expected++;
     if (!rp_safetensors_has(k->st, name))
         return rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor %s is missing (r %d, targets of "
@@ -320,10 +417,10 @@ static rp_status check_one(void *arg, int block, rp_lora_proj p, int b, const ch
 }
 
 /* Whether name is one of the adapter's tensors (a visitor that stops there). */
-static rp_status is_named(void *arg, int block, rp_lora_proj p, int b, const char *name,
-                          const int64_t shape[2], rp_error *err)
+static rp_status is_named(void *arg, int block, int expert, rp_lora_proj p, int b,
+                          const char *name, const int64_t shape[2], rp_error *err)
 {
-    (void)block, (void)p, (void)b, (void)shape, (void)err;
+    (void)block, (void)expert, (void)p, (void)b, (void)shape, (void)err;
     return strcmp(arg, name) == 0 ? RP_STOP_VISIT : RP_OK;
 }
 
@@ -352,15 +449,17 @@ rp_status rp_peft_read(const char *dir, const rp_model_config *cfg, rp_lora_conf
     char path[4200];
     memset(out, 0, sizeof *out);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    RP_TRY(read_config(path, cfg->num_hidden_layers, out, err));
+    RP_TRY(read_config(path, cfg, out, err));
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     return check_tensors(path, cfg, out, err);
 }
 
 /* ---- writing ------------------------------------------------------------- */
 
-static json_object *adapter_config(const rp_lora_config *c, const char *base_model)
+static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_config *c,
+                                   const char *base_model)
 {
+    const unsigned targets = rp_lora_model_targets(cfg, c->targets);
     json_object *o = json_object_new_object(), *t = json_object_new_array();
     if (!o || !t) {
         json_object_put(o);
@@ -368,7 +467,7 @@ static json_object *adapter_config(const rp_lora_config *c, const char *base_mod
         return NULL;
     }
     for (int p = 0; p < RP_LORA_NPROJ; p++)
-        if ((c->targets >> p) & 1)
+        if ((targets >> p) & 1)
             json_object_array_add(t, json_object_new_string(proj_names[p]));
     json_object_object_add(o, "peft_type", json_object_new_string("LORA"));
     json_object_object_add(o, "task_type", json_object_new_string("CAUSAL_LM"));
@@ -395,12 +494,12 @@ typedef struct adding {
     void *arg;
 } adding;
 
-static rp_status add_one(void *arg, int block, rp_lora_proj p, int b, const char *name,
-                         const int64_t shape[2], rp_error *err)
+static rp_status add_one(void *arg, int block, int expert, rp_lora_proj p, int b,
+                         const char *name, const int64_t shape[2], rp_error *err)
 {
     adding *a = arg;
     return rp_safetensors_writer_add(a->w, name, RP_F32, RP_F32, 2, shape,
-                                     a->tensor(a->arg, block, p, b), err);
+                                     a->tensor(a->arg, block, expert, p, b), err);
 }
 
 rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
@@ -410,7 +509,7 @@ rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lo
     rp_file_set *fs = NULL;
     RP_TRY(rp_file_set_begin(dir, &fs, err));
     rp_safetensors_writer *w = NULL;
-    json_object *conf = adapter_config(c, base_model);
+    json_object *conf = adapter_config(cfg, c, base_model);
     rp_status s = conf ? rp_safetensors_writer_create(&w, err)
                        : rp_error_set(err, RP_ERR_NOMEM, "%s: adapter_config.json", dir);
     adding add = {w, tensor, arg};

@@ -5,10 +5,17 @@
  *
  * PEFT's tensor names: base_model.model.model.layers.{i}.self_attn.
  * {q,k,v,o}_proj.lora_{A,B}.weight and ...layers.{i}.mlp.{gate,up,down}_proj.
- * lora_{A,B}.weight; A is [r, in], B is [out, r]. A config's
- * target_modules is a list of projection names ("q_proj"), a list of
- * module paths ("model.layers.0.self_attn.q_proj", what PEFT writes for
- * "all-linear"), or the string "all-linear". */
+ * lora_{A,B}.weight; A is [r, in], B is [out, r]. A mixture-of-experts
+ * block (issue 15) has, as PEFT's "all-linear" adapts a model whose experts
+ * are Linear modules, ...layers.{i}.mlp.gate.lora_{A,B}.weight (the
+ * router, [r, H] and [E, r]) and one adapter per expert and projection,
+ * ...layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.lora_{A,B}.weight.
+ * (PEFT on transformers 5's fused experts keeps other, fused tensors
+ * (target_parameters): not read.) A config's target_modules is a list of
+ * projection names ("q_proj", "gate" for the router), a list of module
+ * paths ("model.layers.0.self_attn.q_proj", "model.layers.0.mlp.experts.
+ * 3.up_proj": what PEFT writes for "all-linear" with few modules), or the
+ * string "all-linear". */
 #ifndef RP_IO_PEFT_H
 #define RP_IO_PEFT_H
 
@@ -18,7 +25,8 @@
 #include "core/error.h"
 #include "io/config.h"
 
-/* "q_proj", ..., "down_proj"; and back (-1 for another name). */
+/* "q_proj", ..., "down_proj", "gate" (the router); and back (-1 for
+ * another name). */
 const char *rp_lora_proj_name(rp_lora_proj p);
 int rp_lora_proj_parse(const char *name);
 
@@ -31,34 +39,55 @@ rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *ta
 /* alpha / r, or alpha / sqrt(r) with use_rslora. */
 double rp_lora_scaling(const rp_lora_config *c);
 
-/* in and out features of projection p of a block of cfg. */
-void rp_lora_features(const rp_model_config *cfg, rp_lora_proj p, int64_t *in, int64_t *out);
+/* The targets a model of cfg has: without mixture-of-experts blocks, no
+ * router (so a dense model's adapters, configs and checkpoints are those
+ * of the seven projections). */
+unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets);
+
+/* Whether projection p of block `block` has one adapter per expert:
+ * gate_proj, up_proj and down_proj of a mixture-of-experts block. */
+int rp_lora_per_expert(const rp_model_config *cfg, int block, rp_lora_proj p);
+
+/* How many adapters projection p of block `block` takes when targeted: 0
+ * when the block has no such projection (the router of a dense block),
+ * num_experts when they are per expert, else 1. */
+int64_t rp_lora_copies(const rp_model_config *cfg, int block, rp_lora_proj p);
+
+/* in and out features of projection p of block `block` of cfg (one
+ * expert's for an expert projection); 0 and 0 when the block has none. */
+void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int64_t *in,
+                      int64_t *out);
 
 /* PEFT's name of layer `block`'s projection p's lora_A (b = 0) or lora_B
- * (b = 1) weight. */
-void rp_lora_tensor_name(int block, rp_lora_proj p, int b, char *buf, size_t len);
+ * (b = 1) weight; expert >= 0 names that expert's (an expert projection
+ * of a mixture-of-experts block), -1 the block's own. */
+void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf, size_t len);
 
 /* Read and check the adapter directory dir for a model of cfg: its
- * config (peft_type "LORA", bias "none", fan_in_fan_out false, r, alpha,
- * dropout, rslora, the targets; module paths must name every block of a
- * projection they name) and that adapter_model.safetensors holds exactly
- * the A and B of every targeted projection of every block, 2-D, fp32, bf16
- * or fp16, of the shapes cfg and r give. Errors name the file and the field
- * or tensor. */
+ * config (peft_type "LORA", bias "none", fan_in_fan_out false, no
+ * target_parameters, r, alpha, dropout, rslora, the targets, kept to those
+ * the model has (rp_lora_model_targets); module paths must name every
+ * block and expert of a projection they name) and that
+ * adapter_model.safetensors holds exactly the A and B of every targeted
+ * projection of every block (and expert), 2-D, fp32, bf16 or fp16, of the
+ * shapes cfg and r give. Errors name the file and the field or tensor. */
 rp_status rp_peft_read(const char *dir, const rp_model_config *cfg, rp_lora_config *out,
                        rp_error *err);
 
 /* The fp32 data of block `block`'s projection p's lora_A (b = 0, [r, in])
- * or lora_B (b = 1, [out, r]) for rp_peft_write. */
-typedef const float *(*rp_lora_tensor_fn)(void *arg, int block, rp_lora_proj p, int b);
+ * or lora_B (b = 1, [out, r]) for rp_peft_write; expert as
+ * rp_lora_tensor_name's. */
+typedef const float *(*rp_lora_tensor_fn)(void *arg, int block, int expert, rp_lora_proj p,
+                                          int b);
 
 /* Write the adapter directory dir as PEFT does, all or nothing (io/
  * file_set.h): adapter_config.json (peft_type "LORA", task_type
- * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules as names,
+ * "CAUSAL_LM", r, lora_alpha, lora_dropout, target_modules as names
+ * (those of c->targets the model has),
  * bias "none", use_rslora, fan_in_fan_out false, base_model_name_or_path
  * base_model (may be NULL: null), inference_mode true) and
  * adapter_model.safetensors with every targeted projection's A and B of
- * every block in fp32. */
+ * every block (and expert) in fp32. */
 rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
                         const char *base_model, rp_lora_tensor_fn tensor, void *arg,
                         rp_error *err);

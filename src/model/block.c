@@ -63,7 +63,9 @@ typedef struct block_ws {
     float *q, *k, *v, *tmp, *dm, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
     void *dy_c, *dg, *du, *dout, *dq_c, *dk_c, *dv_c;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
-     * it), each projection's ts (saved) and the shared scratch */
+     * it), each projection's ts (saved; an expert projection's over the T*k
+     * grouped rows) and the shared scratch (T*k rows when the experts
+     * carry adapters) */
     void *adapters_c;
     void *lora_ts[RP_LORA_NPROJ];
     rp_lora_bufs lora;
@@ -150,14 +152,24 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
     w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
     const rp_lora_config *lc = &cfg->lora;
-    const size_t wide = max3(H, QD, I); /* the widest input or output of a projection */
+    /* the widest input or output of a projection, and the rows of the
+     * adapters' scratch */
+    size_t wide = max3(H, QD, I), lora_rows = T;
     if (lc->rank > 0) {
         rp_lora_offsets lo;
-        rp_lora_offsets_get(cfg, &lo);
+        rp_lora_offsets_get(cfg, block, &lo);
         w->adapters_c = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&sv, ops, lo.numel);
-        for (int p = 0; p < RP_LORA_NPROJ; p++)
-            if (lc->targets & (1u << p))
-                w->lora_ts[p] = rp_carve_compute(&sv, ops, T * (size_t)lc->rank);
+        for (int p = 0; p < RP_LORA_NPROJ; p++) {
+            if (lo.a[p] == SIZE_MAX)
+                continue;
+            int64_t in, out;
+            rp_lora_features(cfg, block, (rp_lora_proj)p, &in, &out);
+            wide = max3(wide, (size_t)in, (size_t)out);
+            size_t rows = T;
+            if (rp_lora_per_expert(cfg, block, (rp_lora_proj)p))
+                lora_rows = rows = T * (size_t)cfg->moe.num_experts_per_tok;
+            w->lora_ts[p] = rp_carve_compute(&sv, ops, rows * (size_t)lc->rank);
+        }
     }
     if (w->moe)
         rp_moe_carve(ops, cfg, T, &sv, &sc, &w->experts);
@@ -194,10 +206,10 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
-        w->lora.t = rp_carve_f32(&sc, T * (size_t)lc->rank);
-        w->lora.u = rp_carve_f32(&sc, T * wide);
-        w->lora.dt = rp_carve_compute(&sc, ops, T * (size_t)lc->rank);
-        if (lc->dropout > 0) {
+        w->lora.t = rp_carve_f32(&sc, lora_rows * (size_t)lc->rank);
+        w->lora.u = rp_carve_f32(&sc, lora_rows * wide);
+        w->lora.dt = rp_carve_compute(&sc, ops, lora_rows * (size_t)lc->rank);
+        if (lc->dropout > 0) { /* never on experts (model/layout.h): T rows */
             w->lora.xd = rp_carve_compute(&sc, ops, T * wide);
             w->lora.dxd = rp_carve_f32(&sc, T * wide);
         }
@@ -301,6 +313,7 @@ typedef struct block_params {
     int npieces;
     rp_dtype wdt;                 /* of the matrices */
     const float *f[SMALL_COUNT];
+    int block;            /* model.layers.{block} */
     const void *adapters; /* LoRA, in the compute dtype (NULL without LoRA) */
     rp_lora_offsets lora_off; /* their layout */
 } block_params;
@@ -325,7 +338,7 @@ static const void *matrix(const block_params *bp, size_t at)
     return tensor_at(bp->W, bp->piece, bp->npieces, at, bp->wdt);
 }
 
-static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
+static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, int block,
                              const rp_block_offsets *off, const void *P, rp_dtype pdt,
                              const rp_lora_call *lora, const block_ws *w, int convert,
                              block_params *v, rp_error *err)
@@ -346,11 +359,12 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg,
     v->piece = piece;
     v->npieces = npieces;
     v->wdt = w->wc ? k->ops->compute_dtype : fdt;
+    v->block = block;
     v->adapters = NULL;
     if (lora_on) {
         if (!lora || !lora->adapters)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA block: no adapters given");
-        rp_lora_offsets_get(cfg, &v->lora_off);
+        rp_lora_offsets_get(cfg, block, &v->lora_off);
         if (convert && w->adapters_c)
             OP(convert, lora->adapters, pdt, w->adapters_c, k->ops->compute_dtype,
                (int64_t)v->lora_off.numel);
@@ -434,16 +448,19 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
                             "mixture-of-experts ops", block, k->ops->name);
     carve(k->ops, pdt, cfg, block, nseq, seqlen, saved, ws, NULL, w);
     rp_block_offsets_get(cfg, block, off);
-    return params_view(k, cfg, off, params, pdt, call ? call->lora : NULL, w, forward, bp, err);
+    return params_view(k, cfg, block, off, params, pdt, call ? call->lora : NULL, w, forward, bp,
+                       err);
 }
 
-/* Projection p's adapter, or NULL when p has none (or there is no LoRA).
- * dparams: the adapters' gradient (backward), or NULL. */
+/* Projection p's adapter, or NULL when p has none (or there is no LoRA,
+ * or p's adapters are per expert: expert_adapters). dparams: the
+ * adapters' gradient (backward), or NULL. */
 static const rp_lora_adapter *adapter(const rp_kernels *k, const rp_model_config *cfg,
                                       const block_params *bp, float *dparams, rp_lora_proj p,
                                       rp_lora_adapter *a)
 {
-    if (cfg->lora.rank <= 0 || !(cfg->lora.targets & (1u << p)))
+    if (cfg->lora.rank <= 0 || bp->lora_off.a[p] == SIZE_MAX ||
+        rp_lora_per_expert(cfg, bp->block, p))
         return NULL;
     const rp_lora_offsets lo = bp->lora_off;
     const size_t cb = rp_kernel_compute_bytes(k->ops);
@@ -452,8 +469,30 @@ static const rp_lora_adapter *adapter(const rp_kernels *k, const rp_model_config
     a->dA = dparams ? dparams + lo.a[p] : NULL;
     a->dB = dparams ? dparams + lo.b[p] : NULL;
     a->proj = p;
-    rp_lora_features(cfg, p, &a->in, &a->out);
+    rp_lora_features(cfg, bp->block, p, &a->in, &a->out);
     return a;
+}
+
+/* A mixture-of-experts block's expert projection p's adapters, one per
+ * expert, or NULL when p is not targeted. */
+static const rp_expert_adapters *expert_adapters(const rp_kernels *k, const rp_model_config *cfg,
+                                                 const block_params *bp, float *dparams,
+                                                 rp_lora_proj p, rp_expert_adapters *ea)
+{
+    const rp_lora_offsets *lo = &bp->lora_off;
+    if (cfg->lora.rank <= 0 || lo->a[p] == SIZE_MAX || !rp_lora_per_expert(cfg, bp->block, p))
+        return NULL;
+    const size_t cb = rp_kernel_compute_bytes(k->ops);
+    for (int64_t e = 0; e < cfg->moe.num_experts; e++) {
+        const size_t a = lo->a[p] + (size_t)e * lo->expert_stride[p],
+                     b = lo->b[p] + (size_t)e * lo->expert_stride[p];
+        ea->A[e] = (const char *)bp->adapters + a * cb;
+        ea->B[e] = (const char *)bp->adapters + b * cb;
+        ea->dA[e] = dparams ? dparams + a : NULL;
+        ea->dB[e] = dparams ? dparams + b : NULL;
+    }
+    rp_lora_features(cfg, bp->block, p, &ea->in, &ea->out);
+    return ea;
 }
 
 /* The buffers of projection p's adapter. */
@@ -462,6 +501,30 @@ static rp_lora_bufs lora_bufs(const block_ws *w, rp_lora_proj p)
     rp_lora_bufs b = w->lora;
     b.ts = w->lora_ts[p];
     return b;
+}
+
+/* A mixture-of-experts block's adapters (NULL without LoRA), made in ml
+ * from the router's and the experts' views (router, ex: the caller's). */
+static const rp_moe_lora *moe_adapters(const rp_kernels *k, const rp_model_config *cfg,
+                                       const rp_lora_call *lc, const block_params *bp,
+                                       const block_ws *w, float *dparams, int64_t nseq,
+                                       int64_t seqlen, rp_lora_adapter *router,
+                                       rp_expert_adapters ex[3], rp_moe_lora *ml)
+{
+    static const rp_lora_proj proj[3] = {RP_LORA_GATE_PROJ, RP_LORA_UP_PROJ, RP_LORA_DOWN_PROJ};
+    if (!bp->adapters)
+        return NULL;
+    memset(ml, 0, sizeof *ml);
+    ml->call = lc;
+    ml->nseq = nseq;
+    ml->seqlen = seqlen;
+    ml->router = adapter(k, cfg, bp, dparams, RP_LORA_ROUTER, router);
+    ml->router_bufs = lora_bufs(w, RP_LORA_ROUTER);
+    for (int i = 0; i < 3; i++) {
+        ml->experts[i] = expert_adapters(k, cfg, bp, dparams, proj[i], &ex[i]);
+        ml->expert_bufs[i] = lora_bufs(w, proj[i]);
+    }
+    return ml;
 }
 
 /* y (+ its compute copy) += projection p's adapter on x, when it has one. */
@@ -575,8 +638,13 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(rmsnorm_forward, w.x2, F(POST_NORM), NULL, w.h2, w.rstd2, T, H, eps);
     if (w.moe) {
         rp_moe_weights mw;
+        rp_lora_adapter router;
+        rp_expert_adapters ex[3];
+        rp_moe_lora ml;
         RP_TRY(moe_view(cfg, &off, &bp, NULL, &mw, err));
-        return rp_moe_forward(k, cfg, &mw, w.h2, w.x2, y, T, &w.experts, call->router_stats,
+        const rp_moe_lora *lo =
+            moe_adapters(k, cfg, lora, &bp, &w, NULL, nseq, seqlen, &router, ex, &ml);
+        return rp_moe_forward(k, cfg, &mw, lo, w.h2, w.x2, y, T, &w.experts, call->router_stats,
                               err);
     }
     OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
@@ -632,8 +700,13 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     }
     if (w.moe) {
         rp_moe_weights mw;
+        rp_lora_adapter router;
+        rp_expert_adapters ex[3];
+        rp_moe_lora ml;
         RP_TRY(moe_view(cfg, &off, &bp, D, &mw, err));
-        RP_TRY(rp_moe_backward(k, cfg, &mw, w.h2, dy_c, call->router_aux_grad, w.tmp, T,
+        const rp_moe_lora *lo =
+            moe_adapters(k, cfg, lora, &bp, &w, dparams, nseq, seqlen, &router, ex, &ml);
+        RP_TRY(rp_moe_backward(k, cfg, &mw, lo, w.h2, dy_c, call->router_aux_grad, w.tmp, T,
                                &w.experts, err));
     } else {
         RP_TRY(mlp_backward(k, cfg, lora, &bp, &w, &off, D, dparams, dy_c, nseq, seqlen, err));

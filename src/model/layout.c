@@ -9,6 +9,7 @@
 #include "io/peft.h"
 #include "kernels/cpu/ops.h"
 #include "model/layers.h"
+#include "model/moe.h"
 
 static size_t align_up(size_t n) { return (n + RP_PARAM_ALIGN - 1) / RP_PARAM_ALIGN * RP_PARAM_ALIGN; }
 
@@ -28,13 +29,11 @@ static rp_status moe_check(const rp_model_config *cfg, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "model config: field 'moe_intermediate_size' (%lld) must be in [1, "
                             "2^31-1]", (long long)m->moe_intermediate_size);
-    if (m->num_experts > 4096)
+    /* the block calls hold a pointer per expert on the stack (model/moe.h) */
+    if (m->num_experts > RP_MOE_MAX_EXPERTS)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
-                            "model config: field 'num_experts' is %lld, at most 4096 are "
-                            "supported", (long long)m->num_experts);
-    if (cfg->lora.rank > 0)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "LoRA on a mixture-of-experts model is not supported yet");
+                            "model config: field 'num_experts' is %lld, at most %d are "
+                            "supported", (long long)m->num_experts, RP_MOE_MAX_EXPERTS);
     return RP_OK;
 }
 
@@ -202,45 +201,70 @@ void rp_block_offsets_get(const rp_model_config *cfg, int block, rp_block_offset
     block_layout(cfg, block, &tmp, off);
 }
 
-/* A LoRA block: the A [r, in] and B [out, r] of each targeted projection,
- * in projection order; off (may be NULL) receives their offsets. */
+/* A LoRA block: the A [r, in] and B [out, r] of each targeted projection
+ * the block has, in projection order, expert after expert for a mixture
+ * of experts' expert projections; off (may be NULL) receives their
+ * offsets. */
 static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L,
                               rp_lora_offsets *off)
 {
     const rp_lora_config *c = &cfg->lora;
     rp_lora_offsets o;
-    char n[96];
+    char n[128];
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         o.a[p] = o.b[p] = SIZE_MAX;
-        if (!(c->targets & (1u << p)))
+        o.expert_stride[p] = 0;
+        const int64_t copies = rp_lora_copies(cfg, i, (rp_lora_proj)p);
+        if (!(c->targets & (1u << p)) || copies == 0)
             continue;
         int64_t in, out;
-        rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
-        rp_lora_tensor_name(i, (rp_lora_proj)p, 0, n, sizeof n);
-        o.a[p] = add_param(L, n, 2, c->rank, in);
-        rp_lora_tensor_name(i, (rp_lora_proj)p, 1, n, sizeof n);
-        o.b[p] = add_param(L, n, 2, out, c->rank);
+        rp_lora_features(cfg, i, (rp_lora_proj)p, &in, &out);
+        const int per_expert = rp_lora_per_expert(cfg, i, (rp_lora_proj)p);
+        for (int64_t e = 0; e < copies; e++) {
+            const int expert = per_expert ? (int)e : -1;
+            rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 0, n, sizeof n);
+            size_t a = add_param(L, n, 2, c->rank, in);
+            rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 1, n, sizeof n);
+            size_t b = add_param(L, n, 2, out, c->rank);
+            if (e == 0) {
+                o.a[p] = a;
+                o.b[p] = b;
+            } else if (e == 1) {
+                o.expert_stride[p] = a - o.a[p];
+            }
+        }
     }
     o.numel = L->numel;
     if (off)
         *off = o;
 }
 
-void rp_lora_offsets_get(const rp_model_config *cfg, rp_lora_offsets *off)
+void rp_lora_offsets_get(const rp_model_config *cfg, int block, rp_lora_offsets *off)
 {
     rp_layer_desc tmp;
-    layer_begin(&tmp, RP_LAYER_BLOCK, 0, NULL);
-    lora_block_layout(cfg, 0, &tmp, off);
+    layer_begin(&tmp, RP_LAYER_BLOCK, block, NULL);
+    lora_block_layout(cfg, block, &tmp, off);
 }
 
-static rp_status lora_check(const rp_lora_config *c, rp_error *err)
+static rp_status lora_check(const rp_model_config *cfg, rp_error *err)
 {
+    const rp_lora_config *c = &cfg->lora;
     if (c->rank < 1)
         return RP_OK;
     if (c->targets == 0 || (c->targets & ~RP_LORA_ALL_LINEAR))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: no projection to adapt (targets)");
+    if (rp_lora_model_targets(cfg, c->targets) == 0)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: no projection to adapt (targets: "
+                            "gate, the router, is a mixture-of-experts block's only)");
     if (!(c->dropout >= 0 && c->dropout < 1))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: dropout %g is outside [0, 1)",
+                            c->dropout);
+    /* the dropout masks are keyed by (sample, row, ...) and an expert's
+     * rows are grouped by expert, out of the samples' order */
+    if (c->dropout > 0 && rp_model_has_moe(cfg) && (c->targets & RP_LORA_EXPERT_PROJS))
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "LoRA: dropout %g on a mixture of experts' "
+                            "experts is not supported: use --lora-dropout 0, or leave "
+                            "gate_proj, up_proj and down_proj out of --lora-targets",
                             c->dropout);
     if (!isfinite(c->alpha))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: alpha is not finite");
@@ -284,7 +308,7 @@ rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, in
                           rp_error *err)
 {
     RP_TRY(rp_model_config_check(cfg, err));
-    RP_TRY(lora_check(&cfg->lora, err));
+    RP_TRY(lora_check(cfg, err));
     const int L = (int)cfg->num_hidden_layers, n = L + 2;
     /* count the parameters, then lay out descriptors and slots together */
     size_t nparams = 0;
@@ -375,12 +399,18 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
             gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * IE;
         }
         double attn = 2 * QD * (double)(seqlen + 1), adapter = 0;
-        for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++)
-            if (cfg->lora.targets & (1u << p)) {
-                int64_t in, out;
-                rp_lora_features(cfg, (rp_lora_proj)p, &in, &out);
-                adapter += 2.0 * (double)cfg->lora.rank * (double)(in + out);
-            }
+        for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++) {
+            const int64_t copies = rp_lora_copies(cfg, layer->block, (rp_lora_proj)p);
+            if (!(cfg->lora.targets & (1u << p)) || copies == 0)
+                continue;
+            int64_t in, out;
+            rp_lora_features(cfg, layer->block, (rp_lora_proj)p, &in, &out);
+            /* an expert's adapter runs on the tokens routed to it: k per token */
+            const double runs = rp_lora_per_expert(cfg, layer->block, (rp_lora_proj)p)
+                                    ? (double)cfg->moe.num_experts_per_tok
+                                    : 1.0;
+            adapter += runs * 2.0 * (double)cfg->lora.rank * (double)(in + out);
+        }
         c->fwd_flops_per_token = gemm + adapter + attn;
         c->bwd_flops_per_token = cfg->lora.rank > 0
                                      ? c->fwd_flops_per_token + gemm + 2 * adapter + 2.5 * attn

@@ -57,9 +57,14 @@ typedef struct rp_block_offsets {
 
 /* Offsets of a LoRA block's adapters within its (trainable) layer block:
  * a[p] of projection p's A [r, in], b[p] of its B [out, r]; SIZE_MAX for a
- * projection the configuration does not target. */
+ * projection the configuration does not target or the block does not have
+ * (a dense block's router). A mixture-of-experts block's gate_proj, up_proj
+ * and down_proj have one adapter per expert (io/peft.h rp_lora_copies):
+ * expert e's A at a[p] + e expert_stride[p], its B at b[p] + e
+ * expert_stride[p]; expert_stride[p] is 0 for a single adapter. */
 typedef struct rp_lora_offsets {
     size_t a[RP_LORA_NPROJ], b[RP_LORA_NPROJ];
+    size_t expert_stride[RP_LORA_NPROJ];
     size_t numel;
 } rp_lora_offsets;
 
@@ -71,10 +76,14 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err);
  * The descriptors and their parameters are one allocation.
  * With LoRA (cfg->lora.rank > 0) those are the adapters only, under PEFT's
  * names (io/peft.h): a block holds the A and B of each targeted projection
- * (rp_lora_offsets), the embedding and the head hold nothing (numel 0); the
- * frozen weights are rp_model_base_layout's. *layers is malloc'ed; the
- * caller frees it with free(). A LoRA configuration with no target, a
- * dropout outside [0, 1) or a non-finite alpha is an error. */
+ * it has (rp_lora_offsets; per expert in a mixture-of-experts block), the
+ * embedding and the head hold nothing (numel 0); the frozen weights are
+ * rp_model_base_layout's. *layers is malloc'ed; the caller frees it with
+ * free(). A LoRA configuration with no target the model has, a dropout
+ * outside [0, 1) or a non-finite alpha is an error, and so is a dropout
+ * above 0 on a mixture of experts' experts (RP_ERR_UNSUPPORTED: their
+ * rows are grouped by expert, not in the samples' order that keys the
+ * masks). */
 rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
                           rp_error *err);
 
@@ -83,9 +92,10 @@ rp_status rp_model_layout(const rp_model_config *cfg, rp_layer_desc **layers, in
 rp_status rp_model_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *nlayers,
                                rp_error *err);
 
-/* The adapter offsets of a LoRA block (the same numbers rp_model_layout
- * puts in the descriptors). */
-void rp_lora_offsets_get(const rp_model_config *cfg, rp_lora_offsets *off);
+/* The adapter offsets of LoRA block `block` (model.layers.{block}; the
+ * same numbers rp_model_layout puts in the descriptors). Blocks of one kind
+ * (dense or mixture of experts) share their offsets. */
+void rp_lora_offsets_get(const rp_model_config *cfg, int block, rp_lora_offsets *off);
 
 /* The offsets of block `block` (model.layers.{block}; the same numbers
  * rp_model_layout puts in the descriptors). Blocks of one kind (dense or
@@ -111,13 +121,18 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
  *   embedding: 0 FLOPs (a row copy), backward 0 (a row add).
  *   block, per token, sequence length S:
  *     2*H*(QD + 2*KD) + 2*QD*H          q/k/v/o projections
- *     + 6*H*I                           gate, up, down
+ *     + 6*H*I                           gate, up, down (a mixture-of-experts
+ *                                       block: 2*H*E + k*6*H*IE, the router
+ *                                       and k experts of width IE)
  *     + 2*QD*(S+1)                      QK^T and PV, causal: on average
  *                                       (S+1)/2 keys per query, 2 products
  *     (QD = heads*head_dim, KD = kv_heads*head_dim)
- *   head: 2*H*V per token (logits); the loss is elementwise.
  *     with LoRA + 2*r*(in+out) per targeted projection (the adapter,
- *                                       counted apart as `adapter` below)
+ *                                       counted apart as `adapter` below;
+ *                                       an expert projection's k times,
+ *                                       the adapters of the k experts a
+ *                                       token is routed to)
+ *   head: 2*H*V per token (logits); the loss is elementwise.
  * Backward with recompute: bwd_flops = fwd + 2*gemm + 2.5*attn (the
  * forward again, then two products per GEMM, and five attention products
  * where the forward has two). The head runs forward and backward in one pass:

@@ -6,5 +6,5 @@ librp_la_SOURCES += \
 	src/model/embed.c \
 	src/model/block.c \
 	src/model/lora.c src/model/lora.h \
-	src/model/moe.c src/model/moe.h \
+	src/model/moe.c src/model/moe.h src/model/moe_lora.c \
 	src/model/head.c

@@ -14,11 +14,25 @@
  * (probs, the routing, the grouping, g, u and m); the gathered input is
  * gathered again rather than kept. The load-balancing loss enters the
  * backward as a gradient per expert probability (aux_grad), which the
- * engine forms from the statistics every MoE forward writes (moe_stats). */
+ * engine forms from the statistics every MoE forward writes (moe_stats).
+ *
+ * With LoRA (rp_moe_lora) the router and each expert's projections carry
+ * adapters (model/lora.h's, scaling s):
+ *   logits += s (h Ar^T) Br^T                    before the routing
+ *   g += s (xg Ag_e^T) Bg_e^T, u likewise        expert e's rows
+ *   yg += s (m Ad_e^T) Bd_e^T                    before the combine
+ * each expert's adapter over its rows by the grouped GEMMs (t = x A_e^T
+ * with out = r, then ts B_e^T with in = r). The backward mirrors it: for
+ * the down projection dyg = w dy, so dBd_e += dyg^T ts and dAd_e += (s dyg
+ * Bd_e)^T m, while the unweighted gradient z = dy Wd_e gets s (dy Bd_e) Ad_e
+ * (z gives the routing weights' gradient and dm = w z); gate and up add
+ * their adapters' input gradients before the scatter to tokens, the
+ * router's to dh after the router's own. */
 #ifndef RP_MODEL_MOE_H
 #define RP_MODEL_MOE_H
 
 #include "model/carve.h"
+#include "model/lora.h"
 
 /* Experts a block may have: the weights' pointer arrays live on the stack. */
 #define RP_MOE_MAX_EXPERTS 512
@@ -61,20 +75,65 @@ typedef struct rp_moe_weights {
     float *dgate[RP_MOE_MAX_EXPERTS], *dup[RP_MOE_MAX_EXPERTS], *ddown[RP_MOE_MAX_EXPERTS];
 } rp_moe_weights;
 
+/* One projection's adapters, one per expert (compute dtype): A[e] [r, in]
+ * and B[e] [out, r], and (backward) dA[e], dB[e] where their gradients
+ * accumulate (fp32). */
+typedef struct rp_expert_adapters {
+    const void *A[RP_MOE_MAX_EXPERTS], *B[RP_MOE_MAX_EXPERTS];
+    float *dA[RP_MOE_MAX_EXPERTS], *dB[RP_MOE_MAX_EXPERTS];
+    int64_t in, out;
+} rp_expert_adapters;
+
+/* A mixture-of-experts block's adapters (NULL members: not adapted): the
+ * router's, called as the block's other projections (with the call's
+ * dropout keys over nseq sequences of seqlen), and the experts' gate_proj,
+ * up_proj and down_proj (experts[0..2]); bufs[p] their buffers (model/
+ * lora.h): ts [T, r] for the router, [T*k, r] for the experts, the
+ * scratch t, u and dt of T*k rows. */
+typedef struct rp_moe_lora {
+    const rp_lora_call *call;
+    int64_t nseq, seqlen;
+    const rp_lora_adapter *router;
+    const rp_expert_adapters *experts[3];
+    rp_lora_bufs router_bufs, expert_bufs[3];
+} rp_moe_lora;
+
 /* y = x2 + moe(h) over T tokens (y fp32, must not alias h or x2). y NULL
  * skips the down projection and the combine (a forward run only for its
- * backward). stats (device memory, or NULL) receives moe_stats' [2E]. */
+ * backward). stats (device memory, or NULL) receives moe_stats' [2E].
+ * lora: the adapters, or NULL. */
 rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
-                         const rp_moe_weights *mw, const void *h, const float *x2, float *y,
-                         int64_t T, const rp_moe_bufs *b, float *stats, rp_error *err);
+                         const rp_moe_weights *mw, const rp_moe_lora *lora, const void *h,
+                         const float *x2, float *y, int64_t T, const rp_moe_bufs *b,
+                         float *stats, rp_error *err);
 
 /* dh = dL/dh (fp32 [T, H], overwritten) and the weights' gradients (+=)
  * from dy_c = dL/dy (compute dtype) and the forward's saved buffers;
  * aux_grad (device memory [E], or NULL) is the load-balancing loss's
  * gradient per probability, added to every token's. */
 rp_status rp_moe_backward(const rp_kernels *k, const rp_model_config *cfg,
-                          const rp_moe_weights *mw, const void *h, const void *dy_c,
-                          const float *aux_grad, float *dh, int64_t T, const rp_moe_bufs *b,
-                          rp_error *err);
+                          const rp_moe_weights *mw, const rp_moe_lora *lora, const void *h,
+                          const void *dy_c, const float *aux_grad, float *dh, int64_t T,
+                          const rp_moe_bufs *b, rp_error *err);
+
+/* One projection's expert adapters over n grouped rows (offsets as the
+ * grouped GEMMs'), model/lora.h's steps with each expert's A and B:
+ * forward: y (fp32, n x out) += s (x A_e^T) B_e^T, keeping ts = s (x
+ * A_e^T) in b->ts (y NULL: only ts); dt: b->dt = s (dy B_e) from dy
+ * (compute dtype, n x out); weights: dB_e += dy^T ts, then dt as above
+ * and dA_e += dt^T x; input: dx (fp32, n x in) += dt A_e from b->dt. */
+rp_status rp_moe_lora_forward(const rp_kernels *k, const rp_model_config *cfg,
+                              const rp_expert_adapters *a, const void *x, const int32_t *offsets,
+                              int64_t n, float *y, const rp_lora_bufs *b, rp_error *err);
+rp_status rp_moe_lora_dt(const rp_kernels *k, const rp_model_config *cfg,
+                         const rp_expert_adapters *a, const void *dy, const int32_t *offsets,
+                         int64_t n, const rp_lora_bufs *b, rp_error *err);
+rp_status rp_moe_lora_weights(const rp_kernels *k, const rp_model_config *cfg,
+                              const rp_expert_adapters *a, const void *x, const void *dy,
+                              const int32_t *offsets, int64_t n, const rp_lora_bufs *b,
+                              rp_error *err);
+rp_status rp_moe_lora_input(const rp_kernels *k, const rp_model_config *cfg,
+                            const rp_expert_adapters *a, const int32_t *offsets, int64_t n,
+                            float *dx, const rp_lora_bufs *b, rp_error *err);
 
 #endif
