@@ -141,12 +141,19 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     RP_TRY(rp_config_load(path, &cfg, err));
     cfg.lora = *lora;
     cfg.lora.targets = rp_lora_model_targets(&cfg, lora->targets); /* no router when dense */
-    *cfg_out = cfg;
     /* the closed form knows the seven projections of a dense block */
+    const unsigned shape_targets = cfg.lora.targets & ~(1u << RP_LORA_ROUTER);
+    if (lora->rank > 0 && !shape_targets)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: --lora-targets: %s", path,
+                            cfg.lora.targets ? "the router (gate) alone is not modelled by the "
+                                               "closed-form cost; name a projection too"
+                                             : "the model has none of these (gate, the "
+                                               "router, is a mixture of experts')");
+    *cfg_out = cfg;
     rp_model_shape sh = {cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
                          cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size,
                          cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias,
-                         lora->rank, cfg.lora.targets & ~(1u << RP_LORA_ROUTER)};
+                         lora->rank, shape_targets};
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)

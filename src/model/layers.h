@@ -139,7 +139,7 @@ typedef struct rp_block_call {
  * restarts there (rp_attn_shape). With LoRA, call->lora gives the
  * adapters: each targeted projection adds scaling * B A dropout(x) to its
  * frozen output (model/lora.h). A mixture-of-experts block's MLP is
- * model/moe.h's. */
+ * model/moe.h's, with its router's and per-expert adapters. */
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
                            rp_dtype params_dtype, const float *x, float *y, int64_t nseq,
                            int64_t seqlen, const int32_t *seg_start, float *saved, float *ws,

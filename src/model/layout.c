@@ -210,7 +210,7 @@ static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *
 {
     const rp_lora_config *c = &cfg->lora;
     rp_lora_offsets o;
-    char n[128];
+    char n[128] = "";
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         o.a[p] = o.b[p] = SIZE_MAX;
         o.expert_stride[p] = 0;
@@ -221,10 +221,14 @@ static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *
         rp_lora_features(cfg, i, (rp_lora_proj)p, &in, &out);
         const int per_expert = rp_lora_per_expert(cfg, i, (rp_lora_proj)p);
         for (int64_t e = 0; e < copies; e++) {
+            /* names only when stored: every block call lays the adapters
+             * out again for their offsets */
             const int expert = per_expert ? (int)e : -1;
-            rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 0, n, sizeof n);
+            if (L->params)
+                rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 0, n, sizeof n);
             size_t a = add_param(L, n, 2, c->rank, in);
-            rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 1, n, sizeof n);
+            if (L->params)
+                rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 1, n, sizeof n);
             size_t b = add_param(L, n, 2, out, c->rank);
             if (e == 0) {
                 o.a[p] = a;
