@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "engine/engine_impl.h"
+#include "io/expert_layout.h"
 #include "io/model_dir.h"
 #include "io/peft.h"
 
@@ -121,8 +122,10 @@ static void merge(float *W, const float *A, const float *B, int64_t in, int64_t 
  * expert whose it is (*expert, 0 when it is not an expert's). */
 static int proj_of(const char *name, int64_t *expert)
 {
-    const char *ex = strstr(name, ".mlp.experts.");
-    *expert = ex ? strtoll(ex + strlen(".mlp.experts."), NULL, 10) : 0;
+    char fused[256];
+    int part;
+    if (!rp_expert_fused_name(name, fused, sizeof fused, expert, &part)) /* io/expert_layout.h */
+        *expert = 0;
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         char suffix[64];
         snprintf(suffix, sizeof suffix, ".%s.weight", rp_lora_proj_name((rp_lora_proj)p));

@@ -71,6 +71,7 @@ typedef struct block_ws {
     rp_lora_bufs lora;
     /* a mixture-of-experts block's MLP (g, u, m, dm, dg, du are then NULL) */
     int moe;
+    rp_block_offsets off; /* the block's tensors (rp_block_offsets_get) */
     rp_moe_bufs experts;
     size_t saved_total, scratch_total;
 } block_ws;
@@ -104,10 +105,10 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     const size_t QD = nh * hd, KD = nkv * hd;
     const int qk = rp_model_has_qk_norm(cfg);
     const int one = ops->compute_dtype == RP_F32; /* a value and its compute copy are one */
-    rp_block_offsets off;
-    rp_block_offsets_get(cfg, block, &off);
     rp_carver sv = {saved, 0, 0, guards}, sc = {scratch, 0, 1, guards};
     memset(w, 0, sizeof *w);
+    rp_block_offsets_get(cfg, block, &w->off);
+    const rp_block_offsets off = w->off;
 
     /* weights the GEMMs cannot read as they come are converted whole */
     w->wc = rp_kernel_reads_weights(ops, pdt) ? NULL : rp_carve_compute(&sv, ops, off.numel);
@@ -447,7 +448,7 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "block %d: the %s kernels have no "
                             "mixture-of-experts ops", block, k->ops->name);
     carve(k->ops, pdt, cfg, block, nseq, seqlen, saved, ws, NULL, w);
-    rp_block_offsets_get(cfg, block, off);
+    *off = w->off;
     return params_view(k, cfg, block, off, params, pdt, call ? call->lora : NULL, w, forward, bp,
                        err);
 }
@@ -525,6 +526,29 @@ static const rp_moe_lora *moe_adapters(const rp_kernels *k, const rp_model_confi
         ml->expert_bufs[i] = lora_bufs(w, proj[i]);
     }
     return ml;
+}
+
+/* A mixture-of-experts block's weights and adapters as rp_moe_forward and
+ * rp_moe_backward take them. */
+typedef struct moe_parts {
+    rp_moe_weights mw;
+    rp_lora_adapter router;
+    rp_expert_adapters ex[3];
+    rp_moe_lora ml;
+    const rp_moe_lora *lora; /* &ml, or NULL without LoRA */
+} moe_parts;
+
+/* D and dparams: the weights' and the adapters' gradients (the backward),
+ * or NULL. */
+static rp_status moe_parts_of(const rp_kernels *k, const rp_model_config *cfg,
+                              const rp_lora_call *lc, const block_params *bp, const block_ws *w,
+                              float *D, float *dparams, int64_t nseq, int64_t seqlen,
+                              moe_parts *mp, rp_error *err)
+{
+    RP_TRY(moe_view(cfg, &w->off, bp, D, &mp->mw, err));
+    mp->lora = moe_adapters(k, cfg, lc, bp, w, dparams, nseq, seqlen, &mp->router, mp->ex,
+                            &mp->ml);
+    return RP_OK;
 }
 
 /* y (+ its compute copy) += projection p's adapter on x, when it has one. */
@@ -637,15 +661,10 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     LORA_ADD(O_PROJ, w.o, w.x2, NULL);
     OP(rmsnorm_forward, w.x2, F(POST_NORM), NULL, w.h2, w.rstd2, T, H, eps);
     if (w.moe) {
-        rp_moe_weights mw;
-        rp_lora_adapter router;
-        rp_expert_adapters ex[3];
-        rp_moe_lora ml;
-        RP_TRY(moe_view(cfg, &off, &bp, NULL, &mw, err));
-        const rp_moe_lora *lo =
-            moe_adapters(k, cfg, lora, &bp, &w, NULL, nseq, seqlen, &router, ex, &ml);
-        return rp_moe_forward(k, cfg, &mw, lo, w.h2, w.x2, y, T, &w.experts, call->router_stats,
-                              err);
+        moe_parts mp;
+        RP_TRY(moe_parts_of(k, cfg, lora, &bp, &w, NULL, NULL, nseq, seqlen, &mp, err));
+        return rp_moe_forward(k, cfg, &mp.mw, mp.lora, w.h2, w.x2, y, T, &w.experts,
+                              call->router_stats, err);
     }
     OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
     OP(linear_forward, w.h2, PC(w_up), NULL, NULL, w.u, NULL, T, H, I);
@@ -699,15 +718,10 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
         dy_c = w.dy_c;
     }
     if (w.moe) {
-        rp_moe_weights mw;
-        rp_lora_adapter router;
-        rp_expert_adapters ex[3];
-        rp_moe_lora ml;
-        RP_TRY(moe_view(cfg, &off, &bp, D, &mw, err));
-        const rp_moe_lora *lo =
-            moe_adapters(k, cfg, lora, &bp, &w, dparams, nseq, seqlen, &router, ex, &ml);
-        RP_TRY(rp_moe_backward(k, cfg, &mw, lo, w.h2, dy_c, call->router_aux_grad, w.tmp, T,
-                               &w.experts, err));
+        moe_parts mp;
+        RP_TRY(moe_parts_of(k, cfg, lora, &bp, &w, D, dparams, nseq, seqlen, &mp, err));
+        RP_TRY(rp_moe_backward(k, cfg, &mp.mw, mp.lora, w.h2, dy_c, call->router_aux_grad, w.tmp,
+                               T, &w.experts, err));
     } else {
         RP_TRY(mlp_backward(k, cfg, lora, &bp, &w, &off, D, dparams, dy_c, nseq, seqlen, err));
     }

@@ -155,7 +155,9 @@ static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp
     const int bias = cfg->attention_bias != 0, qk = rp_model_has_qk_norm(cfg);
     rp_block_offsets o;
     char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "model.layers.%d.%s", i, s), n)
+    /* names only for a descriptor that keeps them (offsets alone: every
+     * block call asks for them) */
+#define NAME(s) (L->params ? (snprintf(n, sizeof n, "model.layers.%d.%s", i, s), n) : NULL)
     o.in_norm = add_param(L, NAME("input_layernorm.weight"), 1, H, 1);
     o.wq = add_param(L, NAME("self_attn.q_proj.weight"), 2, QD, H);
     o.bq = bias ? add_param(L, NAME("self_attn.q_proj.bias"), 1, QD, 1) : SIZE_MAX;
@@ -177,8 +179,9 @@ static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp
         o.expert_stride = align_up((size_t)(IE * H));
         for (int64_t e = 0; e < E; e++)
             for (int p = 0; p < 3; p++) {
-                char t[64];
-                snprintf(t, sizeof t, "mlp.experts.%lld.%s.weight", (long long)e, proj[p]);
+                char t[64] = "";
+                if (L->params)
+                    snprintf(t, sizeof t, "mlp.experts.%lld.%s.weight", (long long)e, proj[p]);
                 size_t at = add_param(L, NAME(t), 2, p == 2 ? H : IE, p == 2 ? IE : H);
                 if (e == 0 && p == 0)
                     o.experts = at;
