@@ -33,6 +33,7 @@ EXTRA_DIST += mpi-tests/test_topology.sh tools/make_topology_fixtures.py \
 	bench/paper/simulate-topology.sh \
 	mpi-tests/fixtures/topology/8gpu-4switch.xml mpi-tests/fixtures/topology/8gpu-2switch.xml \
 	mpi-tests/fixtures/topology/4gpu-1switch.xml mpi-tests/fixtures/topology/4gpu-rootports.xml \
+	mpi-tests/fixtures/topology/4gpu-1switch-x8.xml \
 	mpi-tests/fixtures/topology/partial-nobridge.xml \
 	mpi-tests/fixtures/topology/partial-nobusid.xml mpi-tests/fixtures/topology/noGPU.xml \
 	mpi-tests/fixtures/topology/notxml.xml

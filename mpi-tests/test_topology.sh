@@ -12,6 +12,16 @@
 # groups) arbitrates transfers across ranks: the waits are in the trace, and
 # the model is bit-identical to the run without arbitration; a bad list is
 # refused naming it.
+# `roundpipe train --topology FILE.xml` (4 CPU executors as GPUs 0-3 of the
+# file): the node leader reads the topology once and every rank gets its
+# group (four 2-GPU switches: 0 0 1 1; two 4-GPU switches: 0 0 0 0) and
+# its group's shared link over a GPU's own (x8 GPUs behind an x16 switch
+# uplink: 2; `roundpipe topology` shows both speeds); with
+# --deal interleaved (or a forced plan and --deal interleaved) executor 1
+# runs on rank 2 (the trace shows F1 there) and run.json holds the deal
+# 0 2 1 3, with the model bit-identical to the run without; a partial
+# topology warns; a file that is not XML, one without GPUs, --topology
+# with --link-groups and a bad --deal are refused naming them.
 # Ranks: 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -27,6 +37,7 @@ has 8gpu-4switch "group 3: .* GPU 6 (0000:11:00.0, NUMA node 1.* GPU 7 (0000:12:
 topo 8gpu-2switch; has 8gpu-2switch "8 GPU(s) in 2 link group(s)" "8gpu-2switch: not 2 groups"
 has 8gpu-2switch "group 1: 4 GPUs share a link of 31.5 GB/s below root port" "8gpu-2switch: group 1"
 topo 4gpu-1switch; has 4gpu-1switch "4 GPU(s) in 1 link group(s)" "4gpu-1switch: not 1 group"
+topo 4gpu-1switch-x8; has 4gpu-1switch-x8 "group 0: 4 GPUs share a link of 31.5 GB/s .*own link 15.8 GB/s" "4gpu-1switch-x8: speeds"
 topo 4gpu-rootports; has 4gpu-rootports "4 GPU(s) in 4 link group(s)" "4gpu-rootports: not 4 groups"
 has 4gpu-rootports "group 3: 1 GPU on a link of its own of 31.5 GB/s below root port 0000:00:04.0" "4gpu-rootports: group 3"
 topo partial-nobridge && ok || bad "partial-nobridge: exit status"
@@ -66,4 +77,38 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups 0,0,1 > "$tmp/lg3.
   has lg3 "link-groups 0,0,1: 3 entries, but the node has 2 ranks" "--link-groups length: message"
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups 0,x > "$tmp/lgx.txt" 2>&1 && bad "a bad group accepted" ||
   has lgx "link-groups 0,x: entry 2 is not a group number" "--link-groups entry: message"
+# the node leader's topology and the deal, on CPU executors
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --topology "$fix/8gpu-4switch.xml" --deal interleaved --save "$tmp/dl" --trace "$tmp/dl.json" --log "$tmp/dl.log" > "$tmp/dl.txt" 2>&1 ||
+  { bad "run with --topology --deal interleaved"; cat "$tmp/dl.txt"; }
+has dl "PCIe link groups (--topology $fix/8gpu-4switch.xml): node rank -> group 0 0 1 1; shared links 1 1 x a GPU's own" "--topology: the ranks' groups"
+has dl "interleaved deal over 2 PCIe link groups: executor -> node rank 0 2 1 3" "--deal interleaved: the deal logged"
+cmp -s "$tmp/off/model.safetensors" "$tmp/dl/model.safetensors" && ok || bad "the interleaved deal changed the model"
+grep -q '"name":"F1 m0 (it 1)","pid":2,' "$tmp/dl.json" && ok || bad "F1 of step 1 did not run on rank 2"
+grep -q '"deal":\[0,2,1,3\]' "$tmp/dl.log.run.json" && ok || { bad "run.json: no deal 0 2 1 3"; cat "$tmp/dl.log.run.json"; }
+plan="fwd=0,1,2,3;bwd=4-5,3,2,1,0"
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --topology "$fix/8gpu-4switch.xml" --plan "$plan" --deal interleaved > "$tmp/dp.txt" 2>&1 ||
+  { bad "a forced plan with --deal interleaved"; cat "$tmp/dp.txt"; }
+has dp "interleaved deal over 2 PCIe link groups: executor -> node rank 0 2 1 3" "forced plan: --deal interleaved not taken"
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --topology "$fix/8gpu-4switch.xml" --plan "$plan" --trace "$tmp/dn.json" > "$tmp/dn.txt" 2>&1 ||
+  { bad "a forced plan with the default deal"; cat "$tmp/dn.txt"; }
+has dn "natural deal over 2 PCIe link groups: executor -> node rank 0 1 2 3" "forced plan: the default deal is not natural"
+grep -q '"name":"F1 m0 (it 1)","pid":1,' "$tmp/dn.json" && ok || bad "natural deal: F1 of step 1 not on rank 1"
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --steps 1 --topology "$fix/8gpu-2switch.xml" > "$tmp/d2.txt" 2>&1 ||
+  { bad "run with two 4-GPU switches"; cat "$tmp/d2.txt"; }
+has d2 "node rank -> group 0 0 0 0" "--topology 8gpu-2switch: not one group"
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --steps 1 --topology "$fix/partial-nobridge.xml" > "$tmp/dw.txt" 2>&1 ||
+  { bad "run with a partial topology"; cat "$tmp/dw.txt"; }
+has dw "node rank -> group 0 0 1 2" "partial topology: groups"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --steps 1 --topology "$fix/4gpu-1switch-x8.xml" > "$tmp/d8.txt" 2>&1 ||
+  { bad "run with x8 GPUs behind an x16 switch"; cat "$tmp/d8.txt"; }
+has d8 "node rank -> group 0 0; shared links 2 x a GPU's own" "x8 GPUs behind x16: the shared link is not 2x"
+has dw "warning: PCIe topology (--topology $fix/partial-nobridge.xml): GPU 2 (0000:00:05.0) has no PCIe root port" "partial topology: no warning"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --topology "$fix/notxml.xml" > "$tmp/dx.txt" 2>&1 && bad "train --topology: not XML accepted" ||
+  has dx "topology $fix/notxml.xml: hwloc cannot read it as XML" "train --topology not XML: message"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --topology "$fix/noGPU.xml" > "$tmp/dg.txt" 2>&1 && bad "train --topology without GPUs accepted" ||
+  has dg "topology $fix/noGPU.xml: no GPU in it" "train --topology without GPUs: message"
+"$bin" train $tr --topology "$fix/8gpu-4switch.xml" --link-groups 0 > "$tmp/db.txt" 2>&1 && bad "--topology with --link-groups accepted" ||
+  has db "link-groups and --topology both say" "--topology with --link-groups: message"
+"$bin" train $tr --deal sideways > "$tmp/ds.txt" 2>&1 && bad "train --deal sideways accepted" ||
+  has ds "deal: 'sideways' is not natural, interleaved or best" "train --deal: message"
 finish

@@ -93,9 +93,11 @@ def host_bridge(w, depth, lo, hi):
                  'bridge_pci="0000:[%02x-%02x]">' % (w.gpi(), lo, hi))
 
 
-def switches(nports, per_switch, speed=GEN4, nobusid=False):
+def switches(nports, per_switch, speed=GEN4, nobusid=False, gpu_speed=None):
     """A socket with nports root ports, each holding a switch of
-    per_switch GPUs (per_switch 0: a GPU straight on the root port)."""
+    per_switch GPUs (per_switch 0: a GPU straight on the root port); the
+    GPUs' own links at gpu_speed (default: the switch's, speed)."""
+    gpu_speed = gpu_speed or speed
     def io(w, d, s, bus):
         span = 1 + nports * (2 + per_switch)
         host_bridge(w, d, bus, bus + span)
@@ -115,8 +117,9 @@ def switches(nports, per_switch, speed=GEN4, nobusid=False):
                    root_bus + 1 + per_switch, speed)
             for k in range(per_switch):
                 down = root_bus + 2 + k
-                bridge(w, d + 3, 3, "0000:%02x:%02x.0" % (root_bus + 1, k), down, down, speed)
-                gpu(w, d + 4, "0000:%02x:00.0" % down, speed,
+                bridge(w, d + 3, 3, "0000:%02x:%02x.0" % (root_bus + 1, k), down, down,
+                       gpu_speed)
+                gpu(w, d + 4, "0000:%02x:00.0" % down, gpu_speed,
                     with_busid=not (nobusid and s == 0 and p == 0 and k == 1))
                 w.add(d + 3, '</object>')
             w.add(d + 2, '</object>')
@@ -155,6 +158,8 @@ def main():
         "8gpu-2switch.xml": machine(2, 4, switches(1, 4)),
         "4gpu-1switch.xml": machine(1, 8, switches(1, 4)),
         "4gpu-rootports.xml": machine(1, 8, switches(4, 0)),
+        # x8 GPUs behind an x16 switch uplink: the shared link is 2x a GPU's
+        "4gpu-1switch-x8.xml": machine(1, 8, switches(1, 4, gpu_speed=GEN4 / 2)),
         "partial-nobridge.xml": machine(1, 4, partial_nobridge()),
         "partial-nobusid.xml": machine(1, 4, switches(1, 2, nobusid=True)),
         "noGPU.xml": machine(1, 2, lambda w, d, s, bus: bus),

@@ -33,7 +33,8 @@ static const struct option train_options[] = {
     {"progress", required_argument, 0, 0}, {"plan", required_argument, 0, 0},
     {"recompute", required_argument, 0, 0}, {"timeout", required_argument, 0, 0},
     {"optimizer-lag", required_argument, 0, 0}, {"chunk-mib", required_argument, 0, 0},
-    {"link-groups", required_argument, 0, 0},
+    {"link-groups", required_argument, 0, 0}, {"topology", required_argument, 0, 0},
+    {"deal", required_argument, 0, 0},
     {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
     {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
     {"ranks-per-node", required_argument, 0, 0},
@@ -108,6 +109,12 @@ static const char train_usage[] =
     "  --link-groups LIST|none  each node rank's PCIe link group, e.g. 0,0,1,1: ranks of a\n"
     "                         group hold their lower-class transfers while a peer has an\n"
     "                         urgent one (default: from hwloc on GPUs, none on the CPU)\n"
+    "  --topology FILE.xml    the node's PCIe topology from an hwloc XML file (default:\n"
+    "                         this machine's, on GPUs); CPU executors take its GPUs in\n"
+    "                         bus order, so a server's groups and deal can be rehearsed\n"
+    "  --deal natural|interleaved|best  which node rank runs each executor of the\n"
+    "                         round-robin deal: in rank order, or link group by group\n"
+    "                         in turn (best: the faster in the planner's simulation)\n"
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
     "  --pipelines P          P round-robin pipelines of G/P executors, M/P microbatches\n"
     "                         each; gradients summed in pipeline order (default 1)\n"

@@ -190,15 +190,8 @@ static rp_status use_topology(rp_plan_cli *o, const char *path, int G, double bw
         rp_machine *mc = &o->mc;
         o->topology_gpus = t->ngpus;
         mc->link_groups = t->ngroups;
-        for (int k = 0; k < t->ngroups; k++) {
-            double own = 0;
-            for (int g = 0; g < t->ngpus; g++)
-                if (t->gpu[g].group == k && t->gpu[g].link_gbs > own)
-                    own = t->gpu[g].link_gbs;
-            double ratio = own > 0 && t->group[k].uplink_gbs > 0 ? t->group[k].uplink_gbs / own
-                                                                 : 1.0;
-            mc->uplink_gbs[k] = bw * ratio;
-        }
+        for (int k = 0; k < t->ngroups; k++)
+            mc->uplink_gbs[k] = bw * rp_topology_uplink_ratio(t, k);
         for (int g = 0; g < t->ngpus; g++)
             mc->link_group[g] = t->gpu[g].group;
         snprintf(o->topology_warnings, sizeof o->topology_warnings, "%s", t->warnings);
@@ -338,17 +331,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             break;
         case O_TOPOLOGY: topology = optarg; break;
         case O_DOCUMENTS: documents = 1; break;
-        case O_DEAL:
-            if (!strcmp(optarg, "natural"))
-                o->deal = RP_DEAL_NATURAL;
-            else if (!strcmp(optarg, "interleaved"))
-                o->deal = RP_DEAL_INTERLEAVED;
-            else if (!strcmp(optarg, "best"))
-                o->deal = RP_DEAL_BEST;
-            else
-                st = rp_error_set(err, RP_ERR_INVALID_ARG,
-                                  "--deal: '%s' is not natural, interleaved or best", optarg);
-            break;
+        case O_DEAL: st = rp_deal_parse(optarg, "--deal", &o->deal, err); break;
         case O_NODES: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_NODES, &nodes, err); break;
         case O_NETGBS: st = rp_arg_double(optname, optarg, &netgbs, err); break;
         case O_LORA_RANK: st = rp_arg_int(optname, optarg, 0, 65536, &lora_rank, err); break;
@@ -485,58 +468,16 @@ void rp_plan_cli_free(rp_plan_cli *o)
     o->forced = NULL;
 }
 
-static rp_status plan_for(const rp_plan_cli *o, const rp_machine *mc, rp_plan *out,
-                         rp_sim_result *res, rp_error *err)
-{
-    if (o->forced) {
-        *out = *o->forced;
-        RP_TRY(rp_simulate(o->model, out, mc, res, err));
-        if (mc->memory_limit > 0 && res->peak_bytes > mc->memory_limit)
-            return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
-                                "--plan: job %d needs %lld bytes of device memory, more than the "
-                                "limit of %lld",
-                                res->worst_job, (long long)res->peak_bytes,
-                                (long long)mc->memory_limit);
-        return RP_OK;
-    }
-    return rp_partition(o->model, mc, o->width, out, res, err);
-}
-
 rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
                            rp_error *err)
 {
-    if (!mc->link_groups || o->deal == RP_DEAL_NATURAL) {
-        mc->deal_set = 0;
-        return plan_for(o, mc, out, res, err);
-    }
-    rp_machine inter = *mc;
-    rp_machine_interleave_deal(&inter);
-    if (o->deal == RP_DEAL_INTERLEAVED) {
-        *mc = inter;
-        return plan_for(o, mc, out, res, err);
-    }
-    /* best: both deals, the faster kept (ties to the natural order) */
-    rp_plan *alt = malloc(sizeof *alt);
-    rp_sim_result *ares = malloc(sizeof *ares);
-    rp_status st = alt && ares ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "out of memory");
-    mc->deal_set = 0;
-    if (st == RP_OK)
-        st = plan_for(o, mc, out, res, err);
-    if (st == RP_OK && plan_for(o, &inter, alt, ares, NULL) == RP_OK &&
-        ares->iteration_ms < res->iteration_ms) {
-        *mc = inter;
-        *out = *alt;
-        *res = *ares;
-    }
-    free(alt);
-    free(ares);
-    return st;
+    return rp_plan_dealt(o->model, mc, o->width, o->forced, o->deal, out, res, err);
 }
 
 void rp_plan_cli_deal_text(const rp_machine *mc, char *buf, size_t len)
 {
     size_t at = (size_t)snprintf(buf, len, "%d link group(s), %s deal: executor -> GPU",
-                                 mc->link_groups, mc->deal_set ? "interleaved" : "natural");
+                                 mc->link_groups, rp_deal_name(mc));
     for (int e = 0; e < mc->gpus && at < len; e++)
         at += (size_t)snprintf(buf + at, len - at, " %d", rp_machine_gpu_of(mc, e));
 }

@@ -7,11 +7,10 @@
 #include "device/device.h"
 #include "io/config.h"
 #include "plan/cost.h"
+#include "plan/deal.h"
 #include "plan/plan.h"
 #include "plan/simulate.h"
 
-/* --deal: which GPU each executor of the round-robin deal drives. */
-typedef enum rp_deal_choice { RP_DEAL_BEST = 0, RP_DEAL_NATURAL, RP_DEAL_INTERLEAVED } rp_deal_choice;
 
 typedef struct rp_plan_cli {
     rp_cost_model *model; /* owned */
@@ -42,9 +41,8 @@ void rp_plan_cli_free(rp_plan_cli *o);
 /* Usage text of the shared options. */
 extern const char rp_plan_cli_options_usage[];
 
-/* The plan to use for this machine: the forced one, or the partitioner's.
- * With link groups, the deal as --deal says (best: the faster of the
- * natural and the interleaved deal), written into *mc. */
+/* The plan to use for this machine: the forced one, or the partitioner's,
+ * with the deal --deal chose written into *mc (plan/deal.h). */
 rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
                            rp_error *err);
 

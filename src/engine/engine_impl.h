@@ -27,6 +27,14 @@
 #include "plan/schedule.h"
 #include "store/store.h"
 
+/* A node rank's PCIe link (engine/link_groups.c): its group, numbered 0..
+ * in rank order (-1: a link of its own), the NUMA node of its GPU (-1:
+ * unknown) and its group's shared link over a GPU's own (1: unknown). */
+typedef struct rp_rank_link {
+    int group, numa;
+    double uplink;
+} rp_rank_link;
+
 typedef struct rp_engine {
     const rp_train_options *o;
     const rp_logger *lg;
@@ -107,8 +115,10 @@ typedef struct rp_engine {
      * this rank's group among the node's, its slot in the group's board
      * and the group's member count (< 2: no arbitration) */
     int link_group, link_member, link_members;
-    int *link_group_of;  /* [node ranks]: each rank's group, numbered 0.. in rank order, -1
-                            none (for the planner) */
+    rp_rank_link *link_of; /* [node ranks]: each rank's link, the node leader's model */
+    int *deal;             /* [node ranks]: the rank that runs round-robin executor x (the
+                              plan's deal, plan/deal.h); NULL: rank x */
+    int plan_shared;       /* the first plan has been shared (run_plan.c) */
     struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
     rp_lr_schedule sched;
     /* the shape of the run (fixed once set up) */
@@ -200,7 +210,8 @@ void rp_engine_segments(const rp_engine *e, int64_t t, int64_t m, int32_t *seg_s
 /* Executor of job j of pipeline g in iteration t (1-based). */
 static inline int rp_engine_executor(const rp_engine *e, int64_t t, int j, int g)
 {
-    return rp_schedule_executor(&e->plan, e->virtual_executors, t - 1, j, g) % e->size;
+    int x = rp_schedule_executor(&e->plan, e->virtual_executors, t - 1, j, g) % e->size;
+    return e->deal ? e->deal[x] : x;
 }
 
 /* Host gradient buffer of pipeline g for layer l > 0 (the embedding's

@@ -543,6 +543,8 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
                             .layers = e->num_layers,
                             .parameters = r->shared->total_numel,
                             .plan = plan_text,
+                            .deal = e->deal,
+                            .executors = e->size,
                             .start_time = rp_wall_clock()};
         s = rp_run_info_write(&info, o->log_path, err);
     }
@@ -787,7 +789,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(r->probe.layers);
     free(e->meas_ms);
     rp_router_aux_free(&e->raux);
-    free(e->link_group_of);
+    free(e->link_of);
+    free(e->deal);
     free(e->pins);
     free(e->model_config_text);
     free(e->goff);

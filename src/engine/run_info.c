@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "io/atomic_file.h"
+#include "plan/deal.h"
 
 static json_object *str_or_null(const char *s)
 {
@@ -70,6 +71,10 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "optimizer-lag", json_object_new_int(o->optimizer_lag));
     add(j, "chunk-mib", num(o->chunk_mib));
     add(j, "link-groups", str_or_null(o->link_groups));
+    add(j, "topology", str_or_null(o->topology));
+    add(j, "deal", json_object_new_string(o->deal == RP_DEAL_NATURAL       ? "natural"
+                                          : o->deal == RP_DEAL_INTERLEAVED ? "interleaved"
+                                                                           : "best"));
     add(j, "trace", str_or_null(o->trace));
     add(j, "memory-limit-mib", num(o->memory_limit_mib));
     add(j, "bind", json_object_new_string(o->bind ? "yes" : "no"));
@@ -117,6 +122,10 @@ rp_status rp_run_info_write(const rp_run_info *info, const char *log_path, rp_er
     add(j, "device", json_object_new_string(info->device));
     add(j, "threads_per_rank", json_object_new_int(info->threads_per_rank));
     add(j, "plan", json_object_new_string(info->plan));
+    json_object *deal = json_object_new_array();
+    for (int x = 0; x < info->executors; x++)
+        json_object_array_add(deal, json_object_new_int(info->deal ? info->deal[x] : x));
+    add(j, "deal", deal);
     add(j, "options", options_json(info->o));
     const char *text = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
     rp_atomic_file *af = NULL;

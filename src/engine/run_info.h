@@ -17,6 +17,9 @@ typedef struct rp_run_info {
     int layers;              /* embedding, blocks, head */
     size_t parameters;
     const char *plan;        /* rp_plan_format text */
+    const int *deal;         /* [executors]: the node rank of each round-robin executor
+                                (NULL: rank order) */
+    int executors;
     double start_time;       /* wall clock, seconds since the Unix epoch */
 } rp_run_info;
 

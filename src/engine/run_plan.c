@@ -11,6 +11,7 @@
 #include "engine/engine_impl.h"
 #include "engine/memory_model.h"
 #include "engine/run_impl.h"
+#include "plan/deal.h"
 #include "model/layout.h"
 
 /* Device memory an executor may allocate, the smallest over the ranks:
@@ -40,13 +41,50 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
     return RP_OK;
 }
 
+/* The machine the leader plans for: the node's executors at nominal CPU
+ * rates (only ratios matter), under the run's device memory limit, with
+ * the ranks' PCIe link groups. */
+static void machine_of(const rp_engine *e, rp_machine *mc)
+{
+    memset(mc, 0, sizeof *mc);
+    mc->gpus = e->virtual_executors;
+    mc->microbatches = (int)e->microbatches;
+    mc->link_gbs = 10.0;
+    mc->transfer_ms = 0.01;
+    mc->opt_gbs = 10.0;
+    mc->opt_bytes_per_param = 28.0;
+    mc->opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
+    mc->optimizer_lag = e->o->optimizer_lag;
+    mc->clip = e->o->grad_clip > 0;
+    mc->iterations = 6;
+    mc->memory_limit = e->memory_limit;
+    if (e->link_of && e->virtual_executors == e->size) {
+        /* ranks sharing a PCIe link: the planner prices their uploads on
+         * it (the group's uplink over a GPU's own link, as the topology
+         * says) and may deal consecutive jobs to different groups; a rank
+         * in none is alone */
+        int next = 0, shared = 0; /* groups are numbered densely from 0 */
+        for (int r = 0; r < e->size; r++)
+            next = e->link_of[r].group + 1 > next ? e->link_of[r].group + 1 : next;
+        for (int r = 0; r < e->size; r++) {
+            int k = e->link_of[r].group >= 0 ? e->link_of[r].group : next++;
+            mc->link_group[r] = k;
+            mc->uplink_gbs[k] = mc->link_gbs * e->link_of[r].uplink;
+            for (int q = 0; q < r; q++)
+                shared |= mc->link_group[q] == k;
+        }
+        if (shared)
+            mc->link_groups = next;
+    }
+}
+
 /* Cost model of this model for the partitioner: per-layer times measured
  * on the executors when given (ms per microbatch; < 0 where a layer was not
  * measured), otherwise FLOPs at a nominal CPU rate (only ratios matter);
  * bytes moved at memcpy speed; device memory as the executor allocates it
  * (memory_model.h), under the run's device memory limit. */
 static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
-                           rp_plan *plan, rp_error *err)
+                           rp_plan *plan, rp_machine *mc, rp_error *err)
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
     /* the model's layers as the planner's work items (plan/cost.h) */
@@ -75,49 +113,60 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
         rp_cost_model_destroy(&cm);
         return s;
     }
-    rp_machine mc;
-    memset(&mc, 0, sizeof mc);
-    mc.gpus = e->virtual_executors;
-    mc.microbatches = (int)e->microbatches;
-    mc.link_gbs = 10.0;
-    mc.transfer_ms = 0.01;
-    mc.opt_gbs = 10.0;
-    mc.opt_bytes_per_param = 28.0;
-    mc.opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
-    mc.optimizer_lag = e->o->optimizer_lag;
-    mc.clip = e->o->grad_clip > 0;
-    mc.iterations = 6;
-    mc.memory_limit = e->memory_limit;
-    mc.workspace_bytes = workspace;
-    if (e->link_group_of && e->virtual_executors == e->size) {
-        /* ranks sharing a PCIe link: the planner prices their uploads on it
-         * (an uplink like a GPU's own link); a rank in none is alone */
-        int next = 0, shared = 0; /* link_group_of is numbered densely from 0 */
-        for (int r = 0; r < e->size; r++)
-            next = e->link_group_of[r] + 1 > next ? e->link_group_of[r] + 1 : next;
-        for (int r = 0; r < e->size; r++) {
-            mc.link_group[r] = e->link_group_of[r] >= 0 ? e->link_group_of[r] : next++;
-            for (int q = 0; q < r; q++)
-                shared |= mc.link_group[q] == mc.link_group[r];
-        }
-        if (shared) {
-            mc.link_groups = next;
-            for (int k = 0; k < next; k++)
-                mc.uplink_gbs[k] = mc.link_gbs;
-        }
-    }
-    s = rp_partition(cm, &mc, e->virtual_executors / e->pipelines, plan, NULL, err);
+    machine_of(e, mc);
+    mc->workspace_bytes = workspace;
+    s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
+                      (rp_deal_choice)e->o->deal, plan, NULL, err);
     rp_cost_model_destroy(&cm);
     return s;
+}
+
+/* The leader's plan and deal are everyone's: e->deal[x] is the node rank
+ * that runs executor x (NULL when that is rank x), logged when the run
+ * has link groups. */
+static void share_plan(rp_engine *e, const rp_machine *mc, MPI_Comm comm)
+{
+    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    int *deal = malloc(sizeof(int) * (size_t)e->size), natural = 1;
+    if (!deal)
+        abort(); /* a few ints; nothing sensible is left to do */
+    for (int x = 0; x < e->size; x++)
+        deal[x] = mc && x < mc->gpus ? rp_machine_gpu_of(mc, x) : x;
+    MPI_Bcast(deal, e->size, MPI_INT, 0, comm);
+    for (int x = 0; x < e->size; x++)
+        natural &= deal[x] == x;
+    int changed = e->deal ? memcmp(e->deal, deal, sizeof(int) * (size_t)e->size) != 0 : !natural;
+    if (mc && mc->link_groups && (changed || !e->plan_shared)) {
+        char text[2048];
+        size_t at = (size_t)snprintf(text, sizeof text, "%s deal over %d PCIe link group%s: "
+                                     "executor -> node rank", rp_deal_name(mc), mc->link_groups,
+                                     mc->link_groups == 1 ? "" : "s");
+        for (int x = 0; x < e->size && at < sizeof text; x++)
+            at += (size_t)snprintf(text + at, sizeof text - at, " %d", deal[x]);
+        rp_log(e->lg, RP_LOG_INFO, "%s", text);
+    }
+    free(e->deal);
+    e->deal = natural ? NULL : deal;
+    if (natural)
+        free(deal);
+    e->plan_shared = 1;
 }
 
 rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
-    if (e->o->plan)
+    rp_machine *mc = e->nd.world_rank == 0 ? malloc(sizeof *mc) : NULL;
+    if (e->nd.world_rank == 0 && !mc)
+        s = rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
+    else if (e->o->plan) {
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
-    else if (e->nd.world_rank == 0)
-        s = plan_auto(e, NULL, NULL, &e->plan, err);
+        if (mc) { /* a forced plan is not simulated: its deal is as --deal names it */
+            machine_of(e, mc);
+            if (e->o->deal == RP_DEAL_INTERLEAVED)
+                rp_machine_interleave_deal(mc);
+        }
+    } else if (mc)
+        s = plan_auto(e, NULL, NULL, &e->plan, mc, err);
     /* --pipelines P fixes the width: G/P executors per pipeline (one when
      * there are fewer executors than pipelines: then several pipelines
      * share an executor, one after the other) */
@@ -129,9 +178,11 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
                          "--plan: width %d, but %d pipeline(s) on %d "
                          "executor(s) have width %d (set by --pipelines)",
                          e->plan.width, e->pipelines, e->size, width);
-    RP_TRY(rp_run_agree(e, s, comm, err));
-    /* the leader's plan is everyone's plan */
-    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    s = rp_run_agree(e, s, comm, err);
+    if (s == RP_OK)
+        share_plan(e, mc, comm);
+    free(mc);
+    RP_TRY(s);
     RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
     return RP_OK;
 }
@@ -145,7 +196,10 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
     MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
     rp_status s = RP_OK;
     rp_plan old = e->plan;
-    if (e->nd.world_rank == 0) {
+    rp_machine *mc = e->nd.world_rank == 0 ? malloc(sizeof *mc) : NULL;
+    if (e->nd.world_rank == 0 && !mc)
+        s = rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
+    else if (mc) {
         double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
         for (int l = 0; l < L; l++) {
             fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
@@ -157,7 +211,7 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
             fwd[L - 1] = bwd[L - 1] / 3;
             bwd[L - 1] -= fwd[L - 1];
         }
-        s = plan_auto(e, fwd, bwd, &e->plan, err);
+        s = plan_auto(e, fwd, bwd, &e->plan, mc, err);
         if (s == RP_OK) {
             char a[512], b[512];
             rp_plan_format(&old, a, sizeof a);
@@ -169,8 +223,10 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
         }
         free(fwd);
     }
-    RP_TRY(rp_run_agree(e, s, comm, err));
-    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    return RP_OK;
+    s = rp_run_agree(e, s, comm, err);
+    if (s == RP_OK)
+        share_plan(e, mc, comm);
+    free(mc);
+    return s;
 }
 

@@ -134,6 +134,9 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
     if (!(o->timeout_s > 0) || !(o->timeout_s <= RP_TIMEOUT_MAX_S))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--timeout must be > 0 and at most %.0f "
                             "seconds (a year)", RP_TIMEOUT_MAX_S);
+    if (o->link_groups && o->topology)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--link-groups and --topology both say "
+                            "which ranks share a PCIe link: give one of them");
     if (o->optimizer_lag != 0 && o->optimizer_lag != 1)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--optimizer-lag must be 0 or 1");
     /* converted to byte counts (size_t, int64_t): bounded far below overflow */

@@ -58,6 +58,9 @@ typedef struct rp_train_options {
     double chunk_mib;        /* --chunk-mib: transfer chunk size */
     const char *link_groups; /* --link-groups: each node rank's PCIe link group ("0,0,1,1"),
                                 "none"; NULL: from the topology on GPUs, none on the CPU */
+    const char *topology;    /* --topology FILE.xml: the node's PCIe topology (NULL: this
+                                machine's on GPUs) */
+    int deal;                /* --deal: rp_deal_choice (plan/deal.h), 0 = best */
     const char *trace;       /* --trace FILE (Chrome trace JSON) */
     double memory_limit_mib; /* --memory-limit-mib: device memory the planner may use, 0 = none */
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */

@@ -6,6 +6,7 @@
 
 #include "core/args.h"
 #include "engine/train_options.h"
+#include "plan/deal.h"
 
 /* fp16 only where allowed: a saved file may hold it, executors do not compute in it */
 static rp_status parse_dtype(const char *opt, const char *s, int allow_f16, rp_dtype *out,
@@ -95,6 +96,12 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("timeout")) return rp_arg_double(opt, a, &o->timeout_s, err);
     else if (IS("chunk-mib")) return rp_arg_double(opt, a, &o->chunk_mib, err);
     else if (IS("link-groups")) o->link_groups = a;
+    else if (IS("topology")) o->topology = a;
+    else if (IS("deal")) {
+        rp_deal_choice d;
+        RP_TRY(rp_deal_parse(a, opt, &d, err));
+        o->deal = (int)d;
+    }
     else if (IS("memory-limit-mib")) return rp_arg_double(opt, a, &o->memory_limit_mib, err);
     else if (IS("seed")) return rp_arg_u64(opt, a, &o->seed, err);
     else if (IS("lr-schedule")) return rp_lr_kind_parse(a, opt, &o->schedule, err);

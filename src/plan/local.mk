@@ -7,7 +7,8 @@ librp_la_SOURCES += \
 	src/plan/schedule.c src/plan/schedule.h \
 	src/plan/simulate.c src/plan/simulate.h \
 	src/plan/baseline.c src/plan/baseline.h \
-	src/plan/partition.c src/plan/partition.h
+	src/plan/partition.c src/plan/partition.h \
+	src/plan/deal.c src/plan/deal.h
 
 # `roundpipe plan` and `roundpipe simulate`; the roundpipe program lists these.
 # (Not named *_SOURCES: automake -Wall -Werror rejects a _SOURCES variable

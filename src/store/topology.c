@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* 3D controllers and VGA-compatible displays: what GPUs present as. */
 static int is_gpu(hwloc_obj_t o)
@@ -128,6 +129,27 @@ rp_status rp_topology_read(const char *xml_path, rp_topology *t, rp_error *err)
         group(t, ports, uplink);
     hwloc_topology_destroy(topo);
     return s;
+}
+
+double rp_topology_uplink_ratio(const rp_topology *t, int k)
+{
+    double own = 0;
+    for (int g = 0; g < t->ngpus; g++)
+        if (t->gpu[g].group == k && t->gpu[g].link_gbs > own)
+            own = t->gpu[g].link_gbs;
+    return own > 0 && t->group[k].uplink_gbs > 0 ? t->group[k].uplink_gbs / own : 1.0;
+}
+
+int rp_topology_find(const rp_topology *t, const char *busid)
+{
+    size_t n = strlen(busid);
+    for (int g = 0; g < t->ngpus; g++) {
+        size_t m = strlen(t->gpu[g].busid);
+        if (n > 0 && n <= m && strcasecmp(t->gpu[g].busid + (m - n), busid) == 0 &&
+            (n == m || t->gpu[g].busid[m - n - 1] == ':'))
+            return g;
+    }
+    return -1;
 }
 
 void rp_topology_format(const rp_topology *t, double link_gbs, char *buf, size_t len)

@@ -48,6 +48,14 @@ typedef struct rp_topology {
  * error (ngpus 0). */
 rp_status rp_topology_read(const char *xml_path, rp_topology *out, rp_error *err);
 
+/* Group k's shared link over its GPUs' own (the fastest of them): 2 for an
+ * x16 switch uplink over x8 GPUs; 1 when hwloc knows either speed not. */
+double rp_topology_uplink_ratio(const rp_topology *t, int k);
+
+/* The GPU whose bus id is busid ("0000:03:00.0", or without the domain, any
+ * case), -1 when none. */
+int rp_topology_find(const rp_topology *t, const char *busid);
+
 /* The groups for a person to read, one line per group after a summary
  * line; link_gbs > 0 overrides every speed (--link-gbs). */
 void rp_topology_format(const rp_topology *t, double link_gbs, char *buf, size_t len);
