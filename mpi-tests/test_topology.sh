@@ -22,7 +22,15 @@
 # 0 2 1 3, with the model bit-identical to the run without; a partial
 # topology warns; a file that is not XML, one without GPUs, --topology
 # with --link-groups and a bad --deal are refused naming them.
-# Ranks: 4
+# --activation-numa reader on 8 CPU executors as the two-socket server's
+# GPUs (ranks 0-3 on NUMA node 0, 4-7 on node 1), with 8 jobs on width 8 so
+# job j always runs on rank j: the buffers read by jobs 1-3 (fwd_out of
+# stages 0-2: 12 of 64 KiB, 0.75 MiB) are bound to node 0, those read by
+# jobs 4-7 (fwd_out of stage 3, two checkpoints, three backward outputs: 24,
+# 1.50 MiB) asked for node 1, which this machine lacks, and stay
+# interleaved; the model is bit-identical to 4 ranks without it; with 4
+# ranks and no topology nothing is bound; a bad value is refused.
+# Ranks: 1, 2, 4 and 8 (mpirun inside).
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/topology"
@@ -109,6 +117,15 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --topology "$fix/noGPU.xml" > "$
   has dg "topology $fix/noGPU.xml: no GPU in it" "train --topology without GPUs: message"
 "$bin" train $tr --topology "$fix/8gpu-4switch.xml" --link-groups 0 > "$tmp/db.txt" 2>&1 && bad "--topology with --link-groups accepted" ||
   has db "link-groups and --topology both say" "--topology with --link-groups: message"
+${MPIRUN:-mpirun} $flags -np 8 "$bin" train $tr --topology "$fix/8gpu-4switch.xml" --activation-numa reader --plan "fwd=0,1,2,3;bwd=4-5,3,2,0-1" --deal natural --save "$tmp/an" > "$tmp/an.txt" 2>&1 ||
+  { bad "run with --activation-numa reader"; cat "$tmp/an.txt"; }
+has an "activation buffers on their readers' NUMA node: 0.75 MiB bound of 2.25 MiB asked; 0.00 MiB read from several nodes stay interleaved; left interleaved: 1.50 MiB on nodes this machine lacks" "--activation-numa reader: the buffers' nodes"
+cmp -s "$tmp/off/model.safetensors" "$tmp/an/model.safetensors" && ok || bad "--activation-numa reader changed the model"
+${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --steps 1 --activation-numa reader > "$tmp/an0.txt" 2>&1 ||
+  { bad "--activation-numa reader without a topology"; cat "$tmp/an0.txt"; }
+has an0 "0.00 MiB bound of 0.00 MiB asked (no rank's GPU has a known NUMA node: give --topology)" "--activation-numa without a topology: message"
+"$bin" train $tr --activation-numa sideways > "$tmp/as.txt" 2>&1 && bad "--activation-numa sideways accepted" ||
+  has as "activation-numa: 'sideways' is not one of interleave, reader" "--activation-numa: message"
 "$bin" train $tr --deal sideways > "$tmp/ds.txt" 2>&1 && bad "train --deal sideways accepted" ||
   has ds "deal: 'sideways' is not natural, interleaved or best" "train --deal: message"
 finish

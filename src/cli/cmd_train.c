@@ -34,7 +34,7 @@ static const struct option train_options[] = {
     {"recompute", required_argument, 0, 0}, {"timeout", required_argument, 0, 0},
     {"optimizer-lag", required_argument, 0, 0}, {"chunk-mib", required_argument, 0, 0},
     {"link-groups", required_argument, 0, 0}, {"topology", required_argument, 0, 0},
-    {"deal", required_argument, 0, 0},
+    {"deal", required_argument, 0, 0}, {"activation-numa", required_argument, 0, 0},
     {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
     {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
     {"ranks-per-node", required_argument, 0, 0},
@@ -115,6 +115,9 @@ static const char train_usage[] =
     "  --deal natural|interleaved|best  which node rank runs each executor of the\n"
     "                         round-robin deal: in rank order, or link group by group\n"
     "                         in turn (best: the faster in the planner's simulation)\n"
+    "  --activation-numa interleave|reader  activation buffers interleaved over the NUMA\n"
+    "                         nodes like the rest of the store (default), or each on the\n"
+    "                         node of the GPUs that read it, when they share one\n"
     "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
     "  --pipelines P          P round-robin pipelines of G/P executors, M/P microbatches\n"
     "                         each; gradients summed in pipeline order (default 1)\n"

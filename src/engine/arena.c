@@ -12,6 +12,7 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->nbwd = plan->nbwd;
     int M = spec->microbatches, L = spec->nlayers;
     size_t A = (spec->act_floats + 15) & ~(size_t)15; /* 64-byte aligned buffers */
+    a->buffer_floats = A;
     a->fwd_out = malloc(sizeof(size_t) * (size_t)(plan->nfwd ? plan->nfwd : 1) * (size_t)M);
     a->ckpt = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
     a->bwd_out = malloc(sizeof(size_t) * (size_t)plan->nbwd * (size_t)M);
@@ -63,4 +64,32 @@ void rp_arena_free(rp_arena *a)
     free(a->bwd_out);
     free(a->is_ckpt);
     memset(a, 0, sizeof *a);
+}
+
+int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *out)
+{
+    int M = a->spec.microbatches, n = 0;
+    for (int s = 0; s < a->nfwd; s++)
+        for (int m = 0; m < M; m++, n++)
+            if (out)
+                out[n] = (rp_arena_buffer){a->fwd_out[s * M + m], s + 1, m};
+    for (int l = 0; l < a->spec.nlayers; l++) {
+        if (!a->is_ckpt[l])
+            continue;
+        int reader = -1; /* the job of the backward stage below the tail that holds l */
+        for (int i = 1; i < plan->nbwd && reader < 0; i++)
+            if (plan->bwd[i].first <= l && l <= plan->bwd[i].last)
+                reader = plan->nfwd + i;
+        for (int m = 0; m < M; m++, n++)
+            if (out)
+                out[n] = (rp_arena_buffer){a->ckpt[l * M + m], reader, m};
+    }
+    for (int i = 0; i < a->nbwd; i++) {
+        if (plan->bwd[i].first == 0)
+            continue;
+        for (int m = 0; m < M; m++, n++)
+            if (out)
+                out[n] = (rp_arena_buffer){a->bwd_out[i * M + m], plan->nfwd + i + 1, m};
+    }
+    return n;
 }

@@ -46,8 +46,23 @@ typedef struct rp_arena {
     size_t router;     /* float offset of float router[RING][M][router_floats] */
     size_t aux;        /* float offset of double aux[RING][M] */
     size_t floats;     /* total size in floats */
+    size_t buffer_floats; /* an activation buffer's stride: A rounded up to 16 floats */
     char *is_ckpt;     /* [nlayers] */
 } rp_arena;
+
+/* An activation buffer of the arena and the job (plan/schedule.h's index j)
+ * that reads it back to a device: fwd_out[s][m] by job s + 1 (the next
+ * forward stage, or the tail), ckpt[l][m] by the backward job of the stage
+ * holding l, bwd_out[i][m] by backward stage i + 1. */
+typedef struct rp_arena_buffer {
+    size_t offset;  /* floats, as the index arrays */
+    int reader_job;
+    int microbatch;
+} rp_arena_buffer;
+
+/* The arena's activation buffers in layout order (offsets ascending) into
+ * out (NULL: only counted); returns their count. */
+int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *out);
 
 /* Compute the offsets for a plan (allocates the index arrays). */
 int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec);

@@ -119,6 +119,7 @@ typedef struct rp_engine {
     int *deal;             /* [node ranks]: the rank that runs round-robin executor x (the
                               plan's deal, plan/deal.h); NULL: rank x */
     int plan_shared;       /* the first plan has been shared (run_plan.c) */
+    char numa_logged[512]; /* the last --activation-numa line (pipeline.c) */
     struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
     rp_lr_schedule sched;
     /* the shape of the run (fixed once set up) */

@@ -6,6 +6,7 @@ librp_la_SOURCES += \
 	src/engine/lora_checkpoint.c src/engine/lora_checkpoint.h \
 	src/engine/progress.c src/engine/progress.h \
 	src/engine/arena.c src/engine/arena.h \
+	src/engine/arena_numa.c src/engine/arena_numa.h \
 	src/engine/engine_impl.h \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "device/backend.h"
+#include "engine/arena_numa.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
 #include "engine/host_memory.h"
@@ -167,6 +168,28 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     return RP_OK;
 }
 
+/* --activation-numa reader: what the node leader bound, when it changes. */
+static void log_activation_numa(rp_engine *e, rp_numa_bound b, size_t shared)
+{
+    static const double mib = 1048576.0;
+    char text[512];
+    int known = 0;
+    for (int r = 0; r < e->size && e->link_of; r++)
+        known |= e->link_of[r].numa >= 0;
+    snprintf(text, sizeof text, "activation buffers on their readers' NUMA node: %.2f MiB bound "
+             "of %.2f MiB asked%s; %.2f MiB read from several nodes stay interleaved; left "
+             "interleaved: %.2f MiB on nodes this machine lacks or cannot bind, %.2f MiB over "
+             "half a node's memory, %.2f MiB the kernel refused",
+             (double)b.bound / mib, (double)b.asked / mib,
+             known ? "" : " (no rank's GPU has a known NUMA node: give --topology)",
+             (double)shared / mib, (double)b.absent / mib, (double)b.over_half / mib,
+             (double)b.refused / mib);
+    if (strcmp(text, e->numa_logged)) {
+        rp_log(e->lg, RP_LOG_INFO, "%s", text);
+        snprintf(e->numa_logged, sizeof e->numa_logged, "%s", text);
+    }
+}
+
 /* The store of one segment (iterations first..last under one plan): the
  * activation arena and the events, every counter starting at first - 1 as if
  * the earlier iterations had run under this plan. */
@@ -192,9 +215,17 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
                                 err);
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
+    rp_numa_range *near = NULL;
+    size_t shared = 0;
+    if (s == RP_OK && e->o->activation_numa)
+        s = rp_arena_numa_ranges(e, act, &near, &sp.nbind, &shared, err);
+    sp.bind = near;
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, &e->store, err);
     rp_store_layout_destroy(&lay);
+    free(near);
+    if (s == RP_OK && e->o->activation_numa && rp_store_is_leader(e->store))
+        log_activation_numa(e, rp_store_numa_bound(e->store), shared);
     RP_TRY(rp_run_agree(e, s, comm, err));
     char *base = rp_store_base(e->store);
     e->pins[e->npins_run] = (struct rp_pin){base + act, e->arena.floats * sizeof(float)};

@@ -72,6 +72,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "chunk-mib", num(o->chunk_mib));
     add(j, "link-groups", str_or_null(o->link_groups));
     add(j, "topology", str_or_null(o->topology));
+    add(j, "activation-numa", json_object_new_string(o->activation_numa ? "reader" : "interleave"));
     add(j, "deal", json_object_new_string(o->deal == RP_DEAL_NATURAL       ? "natural"
                                           : o->deal == RP_DEAL_INTERLEAVED ? "interleaved"
                                                                            : "best"));

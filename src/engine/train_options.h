@@ -61,6 +61,8 @@ typedef struct rp_train_options {
     const char *topology;    /* --topology FILE.xml: the node's PCIe topology (NULL: this
                                 machine's on GPUs) */
     int deal;                /* --deal: rp_deal_choice (plan/deal.h), 0 = best */
+    int activation_numa;     /* --activation-numa interleave (0, default) | reader (1):
+                                engine/arena_numa.c */
     const char *trace;       /* --trace FILE (Chrome trace JSON) */
     double memory_limit_mib; /* --memory-limit-mib: device memory the planner may use, 0 = none */
     int bind;                /* --bind yes (1, default) | no: pin each rank to its cores */

@@ -97,6 +97,10 @@ rp_status rp_train_options_set(rp_train_options *o, const char *name, const char
     else if (IS("chunk-mib")) return rp_arg_double(opt, a, &o->chunk_mib, err);
     else if (IS("link-groups")) o->link_groups = a;
     else if (IS("topology")) o->topology = a;
+    else if (IS("activation-numa")) {
+        static const char *const words[] = {"interleave", "reader", NULL};
+        return parse_word(opt, a, words, &o->activation_numa, err);
+    }
     else if (IS("deal")) {
         rp_deal_choice d;
         RP_TRY(rp_deal_parse(a, opt, &d, err));

@@ -28,6 +28,7 @@ struct rp_store {
     MPI_Comm node;
     int node_rank, node_size;
     int numa_nodes;
+    rp_numa_bound bound;
     rp_shm shm;
     size_t bytes; /* the layout's size; shm.bytes may be larger */
 };
@@ -61,6 +62,8 @@ static rp_status leader_create(rp_store *s, const rp_store_params *p, leader_msg
     rp_status st = RP_OK;
     if (topo)
         st = rp_numa_place(topo, s->shm.base, s->shm.bytes, p->numa, &s->numa_nodes, err);
+    if (topo && st == RP_OK && p->nbind > 0)
+        st = rp_numa_bind_ranges(topo, s->shm.base, p->bind, p->nbind, &s->bound, err);
     if (own_topo)
         hwloc_topology_destroy(topo);
     if (st == RP_OK && !p->lazy)
@@ -155,6 +158,7 @@ int rp_store_node_rank(const rp_store *s) { return s->node_rank; }
 int rp_store_node_size(const rp_store *s) { return s->node_size; }
 int rp_store_is_leader(const rp_store *s) { return s->node_rank == 0; }
 int rp_store_numa_nodes(const rp_store *s) { return s->numa_nodes; }
+rp_numa_bound rp_store_numa_bound(const rp_store *s) { return s->bound; }
 
 size_t rp_store_resident_bytes(const rp_store *s)
 {

@@ -24,6 +24,10 @@ typedef struct rp_store_params {
                               is then only caught by the free-space check) */
     int map_noreserve;     /* 1: map with MAP_NORESERVE */
     hwloc_topology_t topology; /* NULL: the store loads this machine's topology */
+    const rp_numa_range *bind; /* ranges (offsets into the store) bound to one NUMA node each
+                                  instead (rp_numa_bind_ranges: whole pages, at most half a
+                                  node), nbind of them */
+    int nbind;
 } rp_store_params;
 
 /* Collective over comm. Splits comm into nodes (MPI_COMM_TYPE_SHARED); on
@@ -46,6 +50,8 @@ int rp_store_node_size(const rp_store *store);
 int rp_store_is_leader(const rp_store *store);
 /* NUMA nodes the pages are interleaved over (0: placement left to the kernel). */
 int rp_store_numa_nodes(const rp_store *store);
+/* What the leader bound of params.bind (all zero on the other ranks). */
+rp_numa_bound rp_store_numa_bound(const rp_store *store);
 
 /* Bytes of memory the store's pages hold now (allocated ahead, or touched
  * since creation with `lazy`, less what was released). */
