@@ -30,7 +30,7 @@ mpi_tests_test_plan_cli_LDADD = $(RP_TEST_LDADD)
 # the PCIe topology as link groups, `roundpipe topology`, plan --topology (issue 18)
 TESTS += mpi-tests/test_topology.sh
 EXTRA_DIST += mpi-tests/test_topology.sh tools/make_topology_fixtures.py \
-	bench/paper/simulate-topology.sh \
+	bench/paper/simulate-topology.sh bench/numa/activation-placement.sh \
 	mpi-tests/fixtures/topology/8gpu-4switch.xml mpi-tests/fixtures/topology/8gpu-2switch.xml \
 	mpi-tests/fixtures/topology/4gpu-1switch.xml mpi-tests/fixtures/topology/4gpu-rootports.xml \
 	mpi-tests/fixtures/topology/4gpu-1switch-x8.xml \

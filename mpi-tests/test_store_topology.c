@@ -4,9 +4,11 @@
  * use no more threads than cores; a rank lands on the package its GPU hangs
  * from, ranks sharing a GPU split its package; with more ranks than cores
  * each rank gets one core; interleaving spans every NUMA node and placement
- * on a topology that is not this machine does nothing and does not fail. */
+ * on a topology that is not this machine does nothing and does not fail;
+ * binding ranges to a node binds their whole pages (the kernel says so). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "rp_check.h"
 #include "store/bind.h"
@@ -203,6 +205,62 @@ START_TEST(interleave_spans_all_numa_nodes)
 }
 END_TEST
 
+/* --activation-numa's binding on this machine: only the whole pages inside
+ * a range are bound, and the kernel then reports them bound to the node
+ * (get_mempolicy through hwloc, not our own bookkeeping); a node this
+ * machine lacks, and every range on a topology that is not this machine,
+ * are left alone and counted; more than half a node's memory is not bound. */
+START_TEST(bind_ranges_binds_whole_pages_to_a_node)
+{
+    hwloc_topology_t t;
+    ck_assert_int_eq(hwloc_topology_init(&t), 0);
+    ck_assert_int_eq(hwloc_topology_load(t), 0);
+    size_t len = 16 * 4096;
+    char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(base != MAP_FAILED);
+    hwloc_obj_t n0 = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, 0);
+    ck_assert(n0 != NULL);
+    int node = (int)n0->os_index;
+    uint64_t half = n0->attr->numanode.local_memory / 2;
+    rp_numa_range r[4] = {
+        {100, 3 * 4096, node},      /* whole pages 1 and 2 */
+        {8 * 4096, 100, node},      /* no whole page */
+        {10 * 4096, 4096, 100000},  /* no such node */
+        {12 * 4096, (size_t)half + 4096, node}, /* over half the node: not bound (never mbind) */
+    };
+    rp_numa_bound b;
+    rp_error err;
+    ck_assert_int_eq(rp_numa_bind_ranges(t, base, r, half > 0 ? 4 : 3, &b, &err), RP_OK);
+    ck_assert_uint_eq(b.absent, 4096);
+    ck_assert_uint_eq(b.bound + b.refused, 2 * 4096);
+    if (half > 0) {
+        ck_assert_uint_eq(b.over_half, (size_t)half + 4096);
+        ck_assert_uint_eq(b.asked, 3 * 4096 + (size_t)half + 4096);
+    }
+    if (b.bound) { /* the kernel's word: pages 1-2 bound to the node, page 0 not */
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+        hwloc_membind_policy_t policy;
+        ck_assert_int_eq(hwloc_get_area_membind(t, base + 4096, 2 * 4096, set, &policy,
+                                                HWLOC_MEMBIND_BYNODESET), 0);
+        ck_assert_int_eq(policy, HWLOC_MEMBIND_BIND);
+        ck_assert(hwloc_bitmap_isequal(set, n0->nodeset));
+        ck_assert_int_eq(hwloc_get_area_membind(t, base, 4096, set, &policy,
+                                                HWLOC_MEMBIND_BYNODESET), 0);
+        ck_assert_int_ne(policy, HWLOC_MEMBIND_BIND);
+        hwloc_bitmap_free(set);
+    }
+    /* not this machine: nothing bound, nothing refused */
+    hwloc_topology_t syn = synthetic("pack:2 numa:1 core:2 pu:1");
+    ck_assert_int_eq(rp_numa_bind_ranges(syn, base, r, 1, &b, &err), RP_OK);
+    ck_assert_uint_eq(b.bound, 0);
+    ck_assert_uint_eq(b.absent, 2 * 4096);
+    ck_assert_int_eq(rp_numa_bind_ranges(syn, base + 1, r, 1, &b, &err), RP_ERR_INVALID_ARG);
+    hwloc_topology_destroy(syn);
+    munmap(base, len);
+    hwloc_topology_destroy(t);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("store_topology");
@@ -214,6 +272,7 @@ static Suite *suite(void)
     tcase_add_test(t, ranks_bind_near_their_gpus);
     tcase_add_test(t, bad_rank_is_an_error);
     tcase_add_test(t, interleave_spans_all_numa_nodes);
+    tcase_add_test(t, bind_ranges_binds_whole_pages_to_a_node);
     suite_add_tcase(s, t);
     return s;
 }
