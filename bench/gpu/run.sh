@@ -7,6 +7,9 @@
 #           (Qwen3-1.7B heads, causal, seq 4096..32768)
 #   copy    host<->device GB/s per direction: pinned, registered, pageable,
 #           1 MiB..1 GiB; both directions at once; device-to-device
+#   topology `roundpipe topology` of this machine, and pinned H2D/D2H GB/s of
+#           two bench_copy processes at once (GPUs 0 and 1 when there are two,
+#           else both on GPU 0) against one alone (issue 18: a shared link)
 #   e2e     `roundpipe train --device cuda --dtype bf16` tokens/s and MFU
 #           (6 x params x tokens/s / measured bf16 peak) for a random
 #           Qwen3-1.7B-shaped model (bench/gpu/qwen3-1.7b-config.json) at
@@ -15,7 +18,8 @@
 #           runs bisecting on --seq-len)
 # and print one summary table of ratios (last in the output).
 #
-#   bash bench/gpu/run.sh [PHASE...]     phases: build check parity gemm attn copy e2e maxseq
+#   bash bench/gpu/run.sh [PHASE...]     phases: build check parity gemm attn copy topology
+#                                        e2e maxseq
 #                                        (default: all, in that order)
 #
 # The runtime: if .carry/env.sh exists (tools/gpu-runtime.sh makes it) it is
@@ -41,7 +45,7 @@ t_start=$(date +%s)
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
 
-phases=${*:-build check parity gemm attn copy e2e maxseq}
+phases=${*:-build check parity gemm attn copy topology e2e maxseq}
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
@@ -288,6 +292,33 @@ if want copy; then
       put "device to device (read + write)" "$d2d GB/s" "" "" ""
     else
       cat "$logs/copy.txt"; fail "host<->device copies" "bench_copy failed (copy.txt)"
+    fi
+  fi
+fi
+
+# --- topology: the link groups, and one link shared by two processes
+if want topology; then
+  if [ "$(left)" -lt 40 ]; then skip "two copies at once" "time budget"
+  elif [ ! -x "$build/bench/gpu/bench_copy" ]; then skip "two copies at once" "no bench_copy"
+  else
+    say "roundpipe topology; bench_copy alone, then two at once"
+    "$build/src/roundpipe" topology > "$logs/topology.txt" 2>&1
+    cat "$logs/topology.txt"
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    second=$(( ngpu > 1 ? 1 : 0 ))
+    best() { awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$1"; }
+    if CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
+       { CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
+         CUDA_VISIBLE_DEVICES=$second "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
+         rb=$?; wait $!; [ $? = 0 ] && [ $rb = 0 ]; }; then
+      read -r au ad < <(best "$logs/copy-alone.txt")
+      read -r xu xd < <(best "$logs/copy-two-a.txt")
+      read -r yu yd < <(best "$logs/copy-two-b.txt")
+      where="GPU 0 and GPU $second"; [ "$second" = 0 ] && where="both on GPU 0"
+      put "H2D pinned, two processes at once ($where)" "$xu + $yu GB/s" "one alone $au" "$(calc "$xu / $au") + $(calc "$yu / $au")" ""
+      put "D2H pinned, two processes at once ($where)" "$xd + $yd GB/s" "one alone $ad" "$(calc "$xd / $ad") + $(calc "$yd / $ad")" ""
+    else
+      cat "$logs"/copy-alone.txt "$logs"/copy-two-*.txt 2>/dev/null; fail "two copies at once" "bench_copy failed"
     fi
   fi
 fi
