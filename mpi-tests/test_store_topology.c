@@ -13,6 +13,7 @@
 #include "rp_check.h"
 #include "store/bind.h"
 #include "store/numa.h"
+#include "store/topology.h"
 
 static hwloc_topology_t synthetic(const char *desc)
 {
@@ -261,6 +262,38 @@ START_TEST(bind_ranges_binds_whole_pages_to_a_node)
 }
 END_TEST
 
+/* A GPU is found by its bus id however CUDA, nvidia-smi or lspci spell
+ * it (domain of 4 or 8 hex digits, or none; any case); a group's shared
+ * link over its GPUs' own is hwloc's speeds' ratio (x8 GPUs behind an x16
+ * switch: 2; a switch as wide as its GPUs: 1). */
+START_TEST(gpus_are_found_by_bus_id_and_uplinks_compared)
+{
+    char path[1024];
+    rp_topology *t = malloc(sizeof *t);
+    rp_error err;
+    snprintf(path, sizeof path, "%s/mpi-tests/fixtures/topology/8gpu-4switch.xml",
+             rp_test_srcdir());
+    ck_assert_int_eq(rp_topology_read(path, t, &err), RP_OK);
+    ck_assert_int_eq(t->ngpus, 8);
+    ck_assert_int_eq(rp_topology_find(t, "0000:04:00.0"), 1);
+    ck_assert_int_eq(rp_topology_find(t, "00000000:04:00.0"), 1);
+    ck_assert_int_eq(rp_topology_find(t, "04:00.0"), 1);
+    ck_assert_int_eq(rp_topology_find(t, "0000:11:00.0"), 6);
+    ck_assert_int_eq(rp_topology_find(t, "0000:11:00.1"), -1);
+    ck_assert_int_eq(rp_topology_find(t, "0001:04:00.0"), -1);
+    ck_assert_int_eq(rp_topology_find(t, "not a bus id"), -1);
+    ck_assert_int_eq(rp_topology_find(t, ""), -1);
+    ck_assert_double_eq_tol(rp_topology_uplink_ratio(t, 0), 1.0, 1e-12);
+    snprintf(path, sizeof path, "%s/mpi-tests/fixtures/topology/4gpu-1switch-x8.xml",
+             rp_test_srcdir());
+    ck_assert_int_eq(rp_topology_read(path, t, &err), RP_OK);
+    ck_assert_int_eq(t->ngroups, 1);
+    ck_assert_int_eq(rp_topology_find(t, "0000:05:00.0"), 2);
+    ck_assert_double_eq_tol(rp_topology_uplink_ratio(t, 0), 2.0, 1e-6);
+    free(t);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("store_topology");
@@ -273,6 +306,7 @@ static Suite *suite(void)
     tcase_add_test(t, bad_rank_is_an_error);
     tcase_add_test(t, interleave_spans_all_numa_nodes);
     tcase_add_test(t, bind_ranges_binds_whole_pages_to_a_node);
+    tcase_add_test(t, gpus_are_found_by_bus_id_and_uplinks_compared);
     suite_add_tcase(s, t);
     return s;
 }

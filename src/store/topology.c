@@ -6,7 +6,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 /* 3D controllers and VGA-compatible displays: what GPUs present as. */
 static int is_gpu(hwloc_obj_t o)
@@ -140,13 +139,28 @@ double rp_topology_uplink_ratio(const rp_topology *t, int k)
     return own > 0 && t->group[k].uplink_gbs > 0 ? t->group[k].uplink_gbs / own : 1.0;
 }
 
+/* "dddd:bb:dd.f" (any domain width, as CUDA and nvidia-smi write it) or
+ * "bb:dd.f" (domain -1: any); 0 when it is neither. */
+static int parse_busid(const char *s, long *domain, unsigned *bus, unsigned *dev, unsigned *fn)
+{
+    char tail;
+    if (sscanf(s, "%lx:%x:%x.%x%c", domain, bus, dev, fn, &tail) == 4)
+        return 1;
+    *domain = -1;
+    return sscanf(s, "%x:%x.%x%c", bus, dev, fn, &tail) == 3;
+}
+
 int rp_topology_find(const rp_topology *t, const char *busid)
 {
-    size_t n = strlen(busid);
+    long d;
+    unsigned b, v, f;
+    if (!parse_busid(busid, &d, &b, &v, &f))
+        return -1;
     for (int g = 0; g < t->ngpus; g++) {
-        size_t m = strlen(t->gpu[g].busid);
-        if (n > 0 && n <= m && strcasecmp(t->gpu[g].busid + (m - n), busid) == 0 &&
-            (n == m || t->gpu[g].busid[m - n - 1] == ':'))
+        long gd;
+        unsigned gb, gv, gf;
+        if (parse_busid(t->gpu[g].busid, &gd, &gb, &gv, &gf) && gb == b && gv == v &&
+            gf == f && (d < 0 || gd < 0 || gd == d))
             return g;
     }
     return -1;
