@@ -123,13 +123,11 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
 
 /* The leader's plan and deal are everyone's: e->deal[x] is the node rank
  * that runs executor x (NULL when that is rank x), logged when the run
- * has link groups. */
-static void share_plan(rp_engine *e, const rp_machine *mc, MPI_Comm comm)
+ * has link groups. deal: room for e->size ints, kept or freed. */
+static void share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm comm)
 {
     MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    int *deal = malloc(sizeof(int) * (size_t)e->size), natural = 1;
-    if (!deal)
-        abort(); /* a few ints; nothing sensible is left to do */
+    int natural = 1;
     for (int x = 0; x < e->size; x++)
         deal[x] = mc && x < mc->gpus ? rp_machine_gpu_of(mc, x) : x;
     MPI_Bcast(deal, e->size, MPI_INT, 0, comm);
@@ -156,7 +154,8 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
     rp_machine *mc = e->nd.world_rank == 0 ? malloc(sizeof *mc) : NULL;
-    if (e->nd.world_rank == 0 && !mc)
+    int *deal = malloc(sizeof(int) * (size_t)e->size);
+    if ((e->nd.world_rank == 0 && !mc) || !deal)
         s = rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
     else if (e->o->plan) {
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
@@ -180,7 +179,9 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
                          e->plan.width, e->pipelines, e->size, width);
     s = rp_run_agree(e, s, comm, err);
     if (s == RP_OK)
-        share_plan(e, mc, comm);
+        share_plan(e, mc, deal, comm);
+    else
+        free(deal);
     free(mc);
     RP_TRY(s);
     RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
@@ -197,7 +198,8 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = RP_OK;
     rp_plan old = e->plan;
     rp_machine *mc = e->nd.world_rank == 0 ? malloc(sizeof *mc) : NULL;
-    if (e->nd.world_rank == 0 && !mc)
+    int *deal = malloc(sizeof(int) * (size_t)e->size);
+    if ((e->nd.world_rank == 0 && !mc) || !deal)
         s = rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
     else if (mc) {
         double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
@@ -225,7 +227,9 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
     }
     s = rp_run_agree(e, s, comm, err);
     if (s == RP_OK)
-        share_plan(e, mc, comm);
+        share_plan(e, mc, deal, comm);
+    else
+        free(deal);
     free(mc);
     return s;
 }
