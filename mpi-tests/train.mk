@@ -22,6 +22,10 @@ EXTRA_DIST += mpi-tests/test_golden_cuda.sh
 TESTS += mpi-tests/test_cli.sh
 EXTRA_DIST += mpi-tests/test_cli.sh
 
+# every option of --help in man/roundpipe.1
+TESTS += mpi-tests/test_man_options.sh
+EXTRA_DIST += mpi-tests/test_man_options.sh
+
 check_PROGRAMS += mpi-tests/test_train
 TESTS += mpi-tests/test_train
 mpi_tests_test_train_SOURCES = mpi-tests/test_train.c
