@@ -9,7 +9,9 @@
 # (a microbatch with no counted target still has one): every logged loss,
 # router_aux_loss (which must be absent when the aux loss is off), lr and
 # grad_norm, and every final tensor within 1e-4 relative, on 1, 2 and 3 ranks
-# and with --pipelines 2 where there are 2 microbatches. The saved model is
+# and with --pipelines 2 where there are 2 microbatches, and on 2 nodes
+# (--ranks-per-node) with the aux loss, bit-identical to one node of 2
+# pipelines. The saved model is
 # written per expert (mlp.experts.E.{gate,up,down}_proj.weight), tensor for
 # tensor the reference's. A model stored in transformers 5's fused layout
 # (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I])
@@ -105,6 +107,30 @@ for run in "4 --recompute layer" "2 --plan fwd=0-2,3-4;bwd=5-7,3-4,0-2" \
   fi
   if same "$ref" "$out"; then ok; else
     bad "moe-mb on $np rank(s) with $opts: not bit-identical to 1 rank"; fi
+done
+
+# ---- several nodes: the aux of every node's microbatches reaches the log ------
+# 2 nodes of 1 rank and 2 nodes of 2 ranks (--ranks-per-node) run one
+# microbatch each: transformers' figures, and the bits of one node with 2
+# pipelines (the per-microbatch aux gathered with the losses)
+for run in "2 --ranks-per-node 1" "4 --ranks-per-node 2"; do
+  np=${run%% *}; opts=${run#* }
+  out="$tmp/moe-mb-nodes-$np"; d="$fix/moe-mb"
+  echo "== moe-mb on $np rank(s) with $opts"
+  # shellcheck disable=SC2046,SC2086
+  if ! ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device cpu --model "$d/model" \
+       --data "$d/data.npy" --loss-mask "$d/mask.npy" $(cat "$d/args.txt") $opts \
+       --progress none --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1; then
+    bad "moe-mb on $np rank(s) with $opts failed"; cat "$out.txt"; continue
+  fi
+  res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/model.safetensors" \
+        "$out/model.safetensors" $rtol)
+  echo "$res" | grep -v '^RP-CHECK'
+  p=$(echo "$res" | sed -n 's/^RP-CHECK: passed=\([0-9]*\).*/\1/p')
+  f=$(echo "$res" | sed -n 's/^RP-CHECK: .*failed=\([0-9]*\)/\1/p')
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1}))
+  if same "$tmp/moe-mb-2-2" "$out"; then ok; else
+    bad "moe-mb with $opts: not bit-identical to one node with 2 pipelines"; fi
 done
 
 # ---- the fused layout: the same bits as the per-expert files -----------------

@@ -35,8 +35,9 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
         const char *who = "logger";
         RP_TRY(rp_proto_wait_losses(e, t, who, err));
         const double *loss = rp_engine_loss(e, t);
+        const double *aux = e->raux.coef > 0 ? rp_router_aux_values(e, t) : NULL;
         if (e->nd.nodes > 1) { /* every node's, in the iteration's microbatch order */
-            rp_status got = rp_node_gather_losses(e, t, loss, losses, err);
+            rp_status got = rp_node_gather_losses(e, t, loss, aux, losses, err);
             if (e->nd.node > 0) { /* sent: this node's logger is done with the step */
                 rp_proto_losses_read(e, t);
                 RP_TRY(got);
@@ -44,6 +45,7 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
             }
             RP_TRY(got);
             loss = losses;
+            aux = aux ? losses + e->batch_micro : NULL;
         }
         double total = 0.0, norm = 0.0;
         RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
@@ -52,8 +54,7 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
         for (int64_t m = 0; m < e->batch_micro; m++)
             sum += loss[m];
         double aux_loss = NAN; /* the mean of the microbatches' aux, read before the slot goes */
-        if (e->raux.coef > 0) {
-            const double *aux = rp_router_aux_values(e, t);
+        if (aux) {
             aux_loss = 0.0;
             for (int64_t mb = 0; mb < e->batch_micro; mb++)
                 aux_loss += aux[mb];
@@ -101,7 +102,8 @@ void *rp_engine_logger_main(void *arg)
 {
     rp_engine *e = arg;
     rp_error err = {0};
-    double *losses = e->nd.nodes > 1 ? malloc(sizeof(double) * (size_t)e->batch_micro) : NULL;
+    /* node 0 of several: every node's losses, then their aux (node_sums.h) */
+    double *losses = e->nd.nodes > 1 ? malloc(sizeof(double) * (size_t)e->batch_micro * 2) : NULL;
     rp_status s = e->nd.nodes > 1 && !losses
                       ? rp_error_set(&err, RP_ERR_NOMEM, "logger: the iteration's losses")
                       : run(e, losses, &err);

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "engine/node_sums.h"
@@ -488,26 +489,48 @@ rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *
     return node_wait(e, &e->emb_base_req, e->nd.nodes - 1, 0, RP_NODE_BASE_FINAL, t, who, err);
 }
 
-rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *mine, double *all,
-                                rp_error *err)
+rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *loss, const double *aux,
+                                double *all, rp_error *err)
 {
-    int M = (int)e->microbatches;
+    int M = (int)e->microbatches, N = e->nd.nodes, k = aux ? 2 : 1;
     const char *who = "logger";
-    if (e->nd.node > 0)
-        return send(e, e->nd.cross_loss, mine, M, MPI_DOUBLE, 0, 0, RP_NODE_LOSSES, t, who, err);
-    for (int m = 0; m < M; m++)
-        all[m] = mine[m];
-    for (int n = 1; n < e->nd.nodes; n++)
-        RP_TRY(receive(e, e->nd.cross_loss, all + (size_t)n * (size_t)M, M, MPI_DOUBLE, n, 0,
-                       RP_NODE_LOSSES, t, who, err));
-    return RP_OK;
+    double *msg = malloc(sizeof(double) * (size_t)k * (size_t)M);
+    if (!msg)
+        return rp_error_set(err, RP_ERR_NOMEM, "logger: a node's microbatch losses");
+    rp_status s = RP_OK;
+    if (e->nd.node > 0) { /* one message: the losses, then the aux */
+        memcpy(msg, loss, sizeof(double) * (size_t)M);
+        if (aux)
+            memcpy(msg + M, aux, sizeof(double) * (size_t)M);
+        s = send(e, e->nd.cross_loss, msg, k * M, MPI_DOUBLE, 0, 0, RP_NODE_LOSSES, t, who, err);
+        free(msg);
+        return s;
+    }
+    for (int n = 0; n < N && s == RP_OK; n++) {
+        const double *from_loss = loss, *from_aux = aux;
+        if (n > 0) {
+            s = receive(e, e->nd.cross_loss, msg, k * M, MPI_DOUBLE, n, 0, RP_NODE_LOSSES, t, who,
+                        err);
+            from_loss = msg;
+            from_aux = msg + M;
+        }
+        if (s != RP_OK)
+            break;
+        memcpy(all + (size_t)n * (size_t)M, from_loss, sizeof(double) * (size_t)M);
+        if (aux)
+            memcpy(all + ((size_t)N + (size_t)n) * (size_t)M, from_aux,
+                   sizeof(double) * (size_t)M);
+    }
+    free(msg);
+    return s;
 }
 
 /* The bytes node n sends in one step by the rule of node_sums.h: the chain
  * (every node but the last: every share of every layer in fp32), the
  * scatter (the last node: each other node's slices in fp32 and the shares'
  * block norms), the all-gather (its slices in the compute dtype to N-1
- * nodes), the tied embedding's base (a share each) and the losses. */
+ * nodes), the tied embedding's base (a share each) and the losses (with
+ * the aux of a load-balancing loss). */
 static double formula_bytes(const rp_engine *e, int n)
 {
     int N = e->nd.nodes, last = N - 1;
@@ -533,7 +556,8 @@ static double formula_bytes(const rp_engine *e, int n)
                 }
         }
     }
-    return bytes + (n > 0 ? 8.0 * (double)e->microbatches : 0);
+    /* the microbatch losses, and their load-balancing aux when it is on */
+    return bytes + (n > 0 ? 8.0 * (double)e->microbatches * (e->raux.coef > 0 ? 2 : 1) : 0);
 }
 
 void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)

@@ -110,10 +110,13 @@ rp_status rp_node_base_pass_on(rp_engine *e, int64_t t, float *acc, size_t lo, s
                                const char *who, rp_error *err);
 rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *err);
 
-/* The logger: node 0 adds every node's microbatch losses of step t into
- * all (batch_micro doubles, its own at 0); other nodes' send theirs. */
-rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *mine, double *all,
-                                rp_error *err);
+/* The logger: node 0 gathers every node's microbatch losses of step t
+ * into all[0 .. batch_micro) (its own first) and, when aux is not NULL
+ * (a load-balancing loss), their aux into all[batch_micro .. 2 batch_micro)
+ * in the same order; other nodes send theirs, losses and aux in one
+ * message. */
+rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *loss, const double *aux,
+                                double *all, rp_error *err);
 
 /* This rank's share of the optimizer state outside this node's slices
  * (m and v, and the master weights unless they are the compute copy) given

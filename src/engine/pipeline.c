@@ -410,10 +410,6 @@ static rp_status set_shape(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
                          "nodes is not supported yet", e->nd.nodes);
     if (s == RP_OK)
         s = rp_router_aux_init(&e->raux, &r->cfg, o, e->num_layers, err);
-    if (s == RP_OK && e->raux.coef > 0 && e->nd.nodes > 1)
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "the load-balancing loss (--router-aux-coef, "
-                         "or output_router_logits in config.json) on %d nodes: not supported "
-                         "yet", e->nd.nodes);
     if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
                          "--optimizer-lag 1 with --pipelines %d needs at "
