@@ -131,6 +131,11 @@ for run in "2 --ranks-per-node 1" "4 --ranks-per-node 2"; do
   passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1}))
   if same "$tmp/moe-mb-2-2" "$out"; then ok; else
     bad "moe-mb with $opts: not bit-identical to one node with 2 pipelines"; fi
+  # node 1 sends its losses and aux: the bytes it sent are the rule's
+  sed -n 's/.*node 1 of 2: sent \([0-9]*\) bytes per step to other nodes (the rule.s \([0-9]*\);.*/\1 \2/p' \
+    "$out.txt" > "$out.sent"
+  read -r sent rule < "$out.sent" && [ "$sent" = "$rule" ] && ok ||
+    { bad "moe-mb with $opts: node 1 sent ${sent:-?} bytes a step, the rule says ${rule:-?}"; }
 done
 
 # ---- the fused layout: the same bits as the per-expert files -----------------
