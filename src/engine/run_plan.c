@@ -150,22 +150,46 @@ static void share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm c
     e->plan_shared = 1;
 }
 
+/* The leader's machine (NULL elsewhere) and every rank's deal buffer,
+ * allocated before the ranks agree on a plan. */
+static rp_status plan_buffers(const rp_engine *e, rp_machine **mc, int **deal, rp_error *err)
+{
+    *mc = e->nd.world_rank == 0 ? malloc(sizeof **mc) : NULL;
+    *deal = malloc(sizeof(int) * (size_t)e->size);
+    if ((e->nd.world_rank == 0 && !*mc) || !*deal)
+        return rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
+    return RP_OK;
+}
+
+/* Every rank learns whether the leader planned; if so the plan and deal
+ * are shared. The buffers of plan_buffers are given back. */
+static rp_status agree_and_share(rp_engine *e, rp_status s, rp_machine *mc, int *deal,
+                                 MPI_Comm comm, rp_error *err)
+{
+    s = rp_run_agree(e, s, comm, err);
+    if (s == RP_OK)
+        share_plan(e, mc, deal, comm);
+    else
+        free(deal);
+    free(mc);
+    return s;
+}
+
 rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
-    rp_status s = RP_OK;
-    rp_machine *mc = e->nd.world_rank == 0 ? malloc(sizeof *mc) : NULL;
-    int *deal = malloc(sizeof(int) * (size_t)e->size);
-    if ((e->nd.world_rank == 0 && !mc) || !deal)
-        s = rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
-    else if (e->o->plan) {
+    rp_machine *mc;
+    int *deal;
+    rp_status s = plan_buffers(e, &mc, &deal, err);
+    if (s == RP_OK && e->o->plan) {
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
         if (mc) { /* a forced plan is not simulated: its deal is as --deal names it */
             machine_of(e, mc);
             if (e->o->deal == RP_DEAL_INTERLEAVED)
                 rp_machine_interleave_deal(mc);
         }
-    } else if (mc)
+    } else if (s == RP_OK && mc) {
         s = plan_auto(e, NULL, NULL, &e->plan, mc, err);
+    }
     /* --pipelines P fixes the width: G/P executors per pipeline (one when
      * there are fewer executors than pipelines: then several pipelines
      * share an executor, one after the other) */
@@ -177,13 +201,7 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
                          "--plan: width %d, but %d pipeline(s) on %d "
                          "executor(s) have width %d (set by --pipelines)",
                          e->plan.width, e->pipelines, e->size, width);
-    s = rp_run_agree(e, s, comm, err);
-    if (s == RP_OK)
-        share_plan(e, mc, deal, comm);
-    else
-        free(deal);
-    free(mc);
-    RP_TRY(s);
+    RP_TRY(agree_and_share(e, s, mc, deal, comm, err));
     RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
     return RP_OK;
 }
@@ -195,13 +213,11 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
     int L = e->num_layers;
     MPI_Allreduce(MPI_IN_PLACE, e->meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
     MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
-    rp_status s = RP_OK;
     rp_plan old = e->plan;
-    rp_machine *mc = e->nd.world_rank == 0 ? malloc(sizeof *mc) : NULL;
-    int *deal = malloc(sizeof(int) * (size_t)e->size);
-    if ((e->nd.world_rank == 0 && !mc) || !deal)
-        s = rp_error_set(err, RP_ERR_NOMEM, "the plan's machine");
-    else if (mc) {
+    rp_machine *mc;
+    int *deal;
+    rp_status s = plan_buffers(e, &mc, &deal, err);
+    if (s == RP_OK && mc) {
         double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
         for (int l = 0; l < L; l++) {
             fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
@@ -225,12 +241,6 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
         }
         free(fwd);
     }
-    s = rp_run_agree(e, s, comm, err);
-    if (s == RP_OK)
-        share_plan(e, mc, deal, comm);
-    else
-        free(deal);
-    free(mc);
-    return s;
+    return agree_and_share(e, s, mc, deal, comm, err);
 }
 
