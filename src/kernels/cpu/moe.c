@@ -265,6 +265,16 @@ static int64_t tiles_per_expert(const int32_t *offsets, int64_t nexperts)
     return (most + ROW_TILE - 1) / ROW_TILE;
 }
 
+/* Tile q's rows: *r0 its first, the count returned (0 when expert q % E
+ * has fewer tiles than q / E + 1). */
+static int64_t tile_rows(const int32_t *offsets, int64_t nexperts, int64_t q, int64_t *r0)
+{
+    const int64_t e = q % nexperts;
+    *r0 = offsets[e] + q / nexperts * ROW_TILE;
+    const int64_t left = offsets[e + 1] - *r0;
+    return left < ROW_TILE ? left : ROW_TILE;
+}
+
 int rp_moe_grouped_forward(const float *x, const void *const *W, int W_bf16,
                            const int32_t *offsets, int64_t nexperts, int64_t in, int64_t out,
                            float *y)
@@ -273,8 +283,8 @@ int rp_moe_grouped_forward(const float *x, const void *const *W, int W_bf16,
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
     for (int64_t q = 0; q < nexperts * per; q++) {
-        const int64_t e = q % nexperts, r0 = offsets[e] + q / nexperts * ROW_TILE;
-        const int64_t left = offsets[e + 1] - r0, n = left < ROW_TILE ? left : ROW_TILE;
+        int64_t r0;
+        const int64_t n = tile_rows(offsets, nexperts, q, &r0), e = q % nexperts;
         if (n <= 0)
             continue;
         if (!W_bf16)
@@ -294,8 +304,8 @@ int rp_moe_grouped_backward_input(const float *dy, const void *const *W, int W_b
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
     for (int64_t q = 0; q < nexperts * per; q++) {
-        const int64_t e = q % nexperts, r0 = offsets[e] + q / nexperts * ROW_TILE;
-        const int64_t left = offsets[e + 1] - r0, n = left < ROW_TILE ? left : ROW_TILE;
+        int64_t r0;
+        const int64_t n = tile_rows(offsets, nexperts, q, &r0), e = q % nexperts;
         if (n <= 0)
             continue;
         if (!W_bf16)
