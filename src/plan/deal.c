@@ -25,6 +25,11 @@ const char *rp_deal_name(const rp_machine *mc)
     return mc->deal_set ? "interleaved" : "natural";
 }
 
+int rp_deal_interleaved_wins(double natural_ms, double interleaved_ms)
+{
+    return interleaved_ms < natural_ms * (1.0 - RP_DEAL_MIN_GAIN);
+}
+
 static rp_status plan_one(const rp_cost_model *m, const rp_machine *mc, int width,
                           const rp_plan *forced, rp_plan *out, rp_sim_result *res, rp_error *err)
 {
@@ -63,7 +68,7 @@ rp_status rp_plan_dealt(const rp_cost_model *m, rp_machine *mc, int width, const
         } else { /* best: both, the faster kept */
             st = plan_one(m, mc, width, forced, out, res, err);
             if (st == RP_OK && plan_one(m, inter, width, forced, alt, ares, NULL) == RP_OK &&
-                ares->iteration_ms < res->iteration_ms) {
+                rp_deal_interleaved_wins(res->iteration_ms, ares->iteration_ms)) {
                 *mc = *inter;
                 *out = *alt;
                 *res = *ares;
