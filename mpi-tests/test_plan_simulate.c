@@ -23,8 +23,7 @@
  * each are the machine without groups, to the bit; the interleaved deal
  * visits the groups in turn; `best` deals interleaved when consecutive
  * uploads collide on a switch in bus order and keeps bus order on a tie or
- * a gain within rounding; bad
- * groups and deals are refused. Gradient
+ * a gain within rounding; bad groups and deals are refused. Gradient
  * downloads move grad_download_bytes (bf16 gradients' rounded copy) when it
  * is set, the device memory still counts grad_bytes.
  * Several nodes: with no compute and no optimizer work the step is the
@@ -261,6 +260,18 @@ START_TEST(the_interleaved_deal_visits_the_groups_in_turn)
 }
 END_TEST
 
+/* The forced plan's simulated iteration time under deal `choice`; *mc
+ * becomes the machine as dealt. */
+static double dealt_ms(const rp_cost_model *m, rp_machine *mc, const rp_plan *forced,
+                       rp_deal_choice choice)
+{
+    rp_plan p;
+    rp_sim_result r;
+    rp_error err;
+    ck_assert_msg(rp_plan_dealt(m, mc, 0, forced, choice, &p, &r, &err) == RP_OK, "%s", err.msg);
+    return r.iteration_ms;
+}
+
 START_TEST(best_keeps_the_interleaved_deal_only_for_a_real_gain)
 {
     /* 4 GPUs behind two switches whose uplinks are one GPU link each, one
@@ -277,21 +288,15 @@ START_TEST(best_keeps_the_interleaved_deal_only_for_a_real_gain)
     rp_cost_model *m = uniform(7, 1.0, 2.0);
     for (int l = 0; l < 7; l++)
         m->layers[l].weight_bytes = 8000000;
-    rp_plan forced, p;
+    rp_plan forced;
     rp_plan_singletons(7, 4, &forced);
-    rp_sim_result r;
-    rp_error err;
     rp_machine nat = mc, inter = mc, best = mc;
-    ck_assert_int_eq(rp_plan_dealt(m, &nat, 0, &forced, RP_DEAL_NATURAL, &p, &r, &err), RP_OK);
-    double natural_ms = r.iteration_ms;
+    double natural_ms = dealt_ms(m, &nat, &forced, RP_DEAL_NATURAL);
     ck_assert(!nat.deal_set);
-    ck_assert_int_eq(rp_plan_dealt(m, &inter, 0, &forced, RP_DEAL_INTERLEAVED, &p, &r, &err),
-                     RP_OK);
-    double interleaved_ms = r.iteration_ms;
+    double interleaved_ms = dealt_ms(m, &inter, &forced, RP_DEAL_INTERLEAVED);
     ck_assert_msg(interleaved_ms < natural_ms * (1 - 10 * RP_DEAL_MIN_GAIN), "%g vs %g",
                   interleaved_ms, natural_ms);
-    ck_assert_int_eq(rp_plan_dealt(m, &best, 0, &forced, RP_DEAL_BEST, &p, &r, &err), RP_OK);
-    ck_assert(r.iteration_ms == interleaved_ms);
+    ck_assert(dealt_ms(m, &best, &forced, RP_DEAL_BEST) == interleaved_ms);
     ck_assert_str_eq(rp_deal_name(&best), "interleaved");
     static const int want[4] = {0, 2, 1, 3};
     ck_assert_mem_eq(best.deal, want, sizeof want);
@@ -302,12 +307,9 @@ START_TEST(best_keeps_the_interleaved_deal_only_for_a_real_gain)
         m->layers[l].weight_bytes = 1000000;
     rp_plan_singletons(3, 4, &forced);
     nat = inter = best = mc;
-    ck_assert_int_eq(rp_plan_dealt(m, &nat, 0, &forced, RP_DEAL_NATURAL, &p, &r, &err), RP_OK);
-    natural_ms = r.iteration_ms;
-    ck_assert_int_eq(rp_plan_dealt(m, &inter, 0, &forced, RP_DEAL_INTERLEAVED, &p, &r, &err),
-                     RP_OK);
-    ck_assert(r.iteration_ms == natural_ms);
-    ck_assert_int_eq(rp_plan_dealt(m, &best, 0, &forced, RP_DEAL_BEST, &p, &r, &err), RP_OK);
+    ck_assert(dealt_ms(m, &inter, &forced, RP_DEAL_INTERLEAVED) ==
+              dealt_ms(m, &nat, &forced, RP_DEAL_NATURAL));
+    dealt_ms(m, &best, &forced, RP_DEAL_BEST);
     ck_assert_str_eq(rp_deal_name(&best), "natural");
     rp_cost_model_destroy(&m);
 

@@ -65,7 +65,7 @@ rp_status rp_plan_dealt(const rp_cost_model *m, rp_machine *mc, int width, const
         } else if (choice == RP_DEAL_INTERLEAVED) {
             *mc = *inter;
             st = plan_one(m, mc, width, forced, out, res, err);
-        } else { /* best: both, the faster kept */
+        } else { /* best: both, interleaved kept only for a real gain */
             st = plan_one(m, mc, width, forced, out, res, err);
             if (st == RP_OK && plan_one(m, inter, width, forced, alt, ares, NULL) == RP_OK &&
                 rp_deal_interleaved_wins(res->iteration_ms, ares->iteration_ms)) {
