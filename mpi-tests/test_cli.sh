@@ -88,13 +88,13 @@ expect 1 "plan" -- train $base --plan "fwd=0;bwd=1-2,0"
 # the default device is auto and the dtype follows it; the start-up line
 # gathers every rank's executor (two ranks here)
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $base >"$tmp/out" 2>"$tmp/err"; rc=$?
-if cuda_usable; then want="executors: [12] x cuda:0 (.*GiB), bf16"; else want="executors: 2 x cpu (.*GiB), fp32"; fi
+if cuda_usable; then want="executors: [12] x cuda:0 (.*GiB), bf16"; else want="executors: 2 x cpu (.*GiB, OpenBLAS .* build), fp32"; fi
 [ "$rc" -eq 0 ] && grep -q "$want" "$tmp/err" && ok || { bad "default device: no '$want' (exit $rc)"; cat "$tmp/err"; }
-expect 0 "executors: 1 x cpu (.*GiB), bf16" -- train $base --device cpu --dtype bf16
+expect 0 "executors: 1 x cpu (.*GiB, OpenBLAS .* build), bf16" -- train $base --device cpu --dtype bf16
 if cuda_usable; then
   expect 1 "\-\-dtype fp32 with \-\-device auto" -- train $base --dtype fp32
 else
-  expect 0 "executors: 1 x cpu (.*GiB), fp32" -- train $base --device auto --dtype fp32
+  expect 0 "executors: 1 x cpu (.*GiB, OpenBLAS .* build), fp32" -- train $base --device auto --dtype fp32
 fi
 
 # happy paths: init from a config, bf16 compute and bf16 save, log lines

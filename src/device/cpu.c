@@ -4,12 +4,14 @@
 #include <string.h>
 
 #include "device/backend_impl.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/ops.h"
 
 static rp_status cpu_create(const rp_device_params *params, void **impl, rp_error *err)
 {
-    (void)params, (void)err;
+    (void)err;
     *impl = NULL; /* no state: the kernels use the OpenMP threads of the caller */
+    rp_cpu_blas_threads(params->threads); /* and so do its GEMMs, on any BLAS build */
     return RP_OK;
 }
 

@@ -21,6 +21,7 @@ typedef struct rp_device_info {
     uint64_t memory_bytes; /* its memory (host memory for the CPU) */
     uint64_t free_bytes;   /* CUDA: its memory free when probed (0 for the CPU) */
     int sm;                /* CUDA compute capability * 10 + minor, 0 for CPU */
+    char library[96];      /* CPU: its BLAS, build and kernels (part of the bits); else "" */
 } rp_device_info;
 
 /* PCI bus id of CUDA device `ordinal` into busid (hwloc places threads near

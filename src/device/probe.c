@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include "device/device.h"
+#include "kernels/cpu/blas.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +57,7 @@ static rp_status probe_cpu(rp_device_info *info)
     info->kind = RP_DEVICE_CPU;
     info->count = 1;
     cpu_model(info->name, sizeof info->name);
+    rp_cpu_blas_describe(info->library, sizeof info->library);
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     info->memory_bytes = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
     return RP_OK;

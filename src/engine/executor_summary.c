@@ -5,7 +5,7 @@
 #include <string.h>
 
 /* one rank's description, fixed size for MPI_Gather */
-#define ENTRY_BYTES 192
+#define ENTRY_BYTES 256
 
 static void describe(const rp_device_info *d, rp_dtype dtype, char *out)
 {
@@ -14,9 +14,10 @@ static void describe(const rp_device_info *d, rp_dtype dtype, char *out)
         snprintf(where, sizeof where, "cuda:%d", d->ordinal);
     else
         snprintf(where, sizeof where, "%s", rp_device_kind_name(d->kind));
-    snprintf(out, ENTRY_BYTES, "%s (%s, %.1f GiB), %s", where, d->name,
-             (double)d->memory_bytes / (1024.0 * 1024.0 * 1024.0),
-             dtype == RP_BF16 ? "bf16" : dtype == RP_F32 ? "fp32" : rp_dtype_name(dtype));
+    /* a CPU's BLAS is named: ranks whose builds or kernels differ give other bits */
+    snprintf(out, ENTRY_BYTES, "%s (%s, %.1f GiB%s%s), %s", where, d->name,
+             (double)d->memory_bytes / (1024.0 * 1024.0 * 1024.0), d->library[0] ? ", " : "",
+             d->library, dtype == RP_BF16 ? "bf16" : dtype == RP_F32 ? "fp32" : rp_dtype_name(dtype));
 }
 
 rp_status rp_executor_summary(const rp_device_info *mine, rp_dtype dtype, MPI_Comm comm,

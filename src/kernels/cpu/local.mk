@@ -1,6 +1,7 @@
 # sources of src/kernels/cpu: fp32 CPU kernels (CBLAS GEMMs, OpenMP loops)
 librp_la_SOURCES += \
 	src/kernels/cpu/linear.c src/kernels/cpu/linear.h \
+	src/kernels/cpu/blas.c src/kernels/cpu/blas.h \
 	src/kernels/cpu/rmsnorm.c src/kernels/cpu/rmsnorm.h \
 	src/kernels/cpu/rope.c src/kernels/cpu/rope.h \
 	src/kernels/cpu/attention.c src/kernels/cpu/attention.h \
