@@ -18,7 +18,8 @@
  * layer_replication, trainable_token_indices, activated LoRA, a variant's
  * config, PEFT 0.2's enable_lora, an init_lora_weights that changes the
  * base or trains A only, fan_in_fan_out true, a field of a later PEFT
- * unless null or false) refuses the adapter naming
+ * unless null or false, a target_modules string other than "all-linear",
+ * which PEFT matches as a regular expression) refuses the adapter naming
  * the file, the field and its value; their defaults, metadata and the
  * settings of what is off are read. An adapter written
  * by rp_peft_write reads back with the same config and the same tensor
@@ -304,6 +305,12 @@ START_TEST(fields_peft_applies_are_taken_or_refused)
         {"\"init_lora_weights\":\"mica\"", "\"init_lora_weights\" is \"mica\""},
         {"\"init_lora_weights\":\"lora_ga\"", "\"init_lora_weights\" is \"lora_ga\""},
         {"\"fan_in_fan_out\":true", "fan_in_fan_out true"},
+        /* a string is one regular expression over whole module paths in
+         * PEFT: "q_proj" matches no module there */
+        {"\"target_modules\":\"q_proj\"", "target_modules \"q_proj\" is a string other than "
+                                            "\"all-linear\""},
+        {"\"target_modules\":\".*\\\\.(q_proj|v_proj)\"", "which PEFT matches as a regular "
+                                                             "expression"},
     };
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
         qv_with(refusals[i].field, RP_ERR_UNSUPPORTED, refusals[i].words);

@@ -241,13 +241,13 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
             *targets = RP_LORA_ALL_LINEAR;
             return RP_OK;
         }
-        int p = rp_lora_proj_parse(json_object_get_string(v));
-        if (p < 0)
-            return rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules \"%s\" is neither "
-                                "\"all-linear\" nor a projection roundpipe adapts", r->path,
-                                json_object_get_string(v));
-        *targets = 1u << p;
-        return RP_OK;
+        /* PEFT matches any other string as one regular expression against
+         * whole module paths: "q_proj" names no module there */
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules \"%s\" is a string "
+                            "other than \"all-linear\", which PEFT matches as a regular "
+                            "expression against whole module paths (model.layers.0.self_attn."
+                            "q_proj): not supported; list the projections (\"q_proj\", ...) or "
+                            "the modules' paths", r->path, json_object_get_string(v));
     }
     seen_paths sp = {NULL, blocks, 1, 0};
     if (rp_model_has_moe(cfg))

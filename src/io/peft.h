@@ -15,7 +15,8 @@
  * projection names ("q_proj", "gate" for the router), a list of module
  * paths ("model.layers.0.self_attn.q_proj", "model.layers.0.mlp.experts.
  * 3.up_proj": what PEFT writes for "all-linear" with few modules), or the
- * string "all-linear". */
+ * string "all-linear" (PEFT matches any other string as a regular
+ * expression: refused). */
 #ifndef RP_IO_PEFT_H
 #define RP_IO_PEFT_H
 
