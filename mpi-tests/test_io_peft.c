@@ -11,7 +11,17 @@
  * blocks than the model has), r that does not match the tensors, a
  * targeted projection without tensors, an untargeted one with tensors, a
  * model whose widths the shapes do not fit, a bias other than "none", a
- * missing r, a dropout outside [0, 1), malformed JSON. An adapter written
+ * missing r, a dropout outside [0, 1), malformed JSON. Issue 30: a field
+ * PEFT would apply and roundpipe does not (alpha_pattern, as the issue
+ * found, rank_pattern, layers_to_transform, layers_pattern,
+ * exclude_modules, modules_to_save, use_dora, lora_bias, use_qalora,
+ * layer_replication, trainable_token_indices, activated LoRA, a variant's
+ * config, PEFT 0.2's enable_lora, an init_lora_weights that changes the
+ * base or trains A only, fan_in_fan_out true, a field of a later PEFT
+ * unless null or false, a target_modules string other than "all-linear",
+ * which PEFT matches as a regular expression) refuses the adapter naming
+ * the file, the field and its value; their defaults, metadata and the
+ * settings of what is off are read. An adapter written
  * by rp_peft_write reads back with the same config and the same tensor
  * bytes under PEFT's names, its adapter_config.json has the fields issue 13
  * names, and a directory that cannot be made is an error.
@@ -221,6 +231,117 @@ START_TEST(bad_adapters_are_named)
                 "\"target_modules\":[\"q_proj\",\"v_proj\"]}",
             RP_ERR_FORMAT, "lora_dropout 1.5 must be in [0, 1)");
     refused(qv, "[1, 2", RP_ERR_FORMAT, "adapter_config.json");
+}
+END_TEST
+
+/* The qv-rslora adapter (r 2, alpha 4, rslora, target_modules q_proj and
+ * v_proj unless `fields` has its own) with `fields` added to its config:
+ * read as it was (want RP_OK), or refused with `words` in the message. */
+static void qv_with(const char *fields, rp_status want, const char *words)
+{
+    char config[2048], dir[1024];
+    const char *targets =
+        strstr(fields, "\"target_modules\"") ? "" : "\"target_modules\":[\"q_proj\",\"v_proj\"],";
+    snprintf(config, sizeof config, "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,"
+             "\"use_rslora\":true,%s%s}", targets, fields);
+    scratch_adapter("golden-lora/qwen3-qv-rslora/lora_init", config, dir, sizeof dir);
+    rp_model_config q = model("qwen3");
+    rp_lora_config c;
+    rp_error err = {0};
+    rp_status s = rp_peft_read(dir, &q, &c, &err);
+    ck_assert_msg(s == want, "%s: got %d (%s)", fields, (int)s, err.msg);
+    if (want == RP_OK)
+        ck_assert_msg(c.rank == 2 && c.alpha == 4.0 && c.use_rslora &&
+                      c.targets == ((1u << RP_LORA_Q_PROJ) | (1u << RP_LORA_V_PROJ)), "%s",
+                      fields);
+    else
+        ck_assert_msg(strstr(err.msg, "adapter_config.json: ") && strstr(err.msg, words),
+                      "%s: want '%s' in: %s", fields, words, err.msg);
+}
+
+START_TEST(fields_peft_applies_are_taken_or_refused)
+{
+    /* issue 30: PEFT gives q_proj scaling 32/sqrt(2) here; roundpipe
+     * trained with 4/sqrt(2) and saved without the field */
+    qv_with("\"alpha_pattern\":{\"q_proj\":32}", RP_ERR_UNSUPPORTED,
+            "field \"alpha_pattern\" is {\"q_proj\":32}: PEFT then gives some modules "
+            "another lora_alpha; roundpipe does not, and takes only null or empty here");
+    const struct {
+        const char *field, *words;
+    } refusals[] = {
+        {"\"rank_pattern\":{\"v_proj\":4}", "field \"rank_pattern\" is {\"v_proj\":4}"},
+        {"\"layers_to_transform\":[0]", "field \"layers_to_transform\" is [0]"},
+        {"\"layers_to_transform\":0", "field \"layers_to_transform\" is 0"},
+        /* every block, but PEFT's adapters of these blocks only all the same */
+        {"\"layers_to_transform\":[0,1]", "field \"layers_to_transform\" is [0,1]"},
+        {"\"layers_pattern\":\"layers\"", "field \"layers_pattern\" is \"layers\""},
+        {"\"exclude_modules\":[\"k_proj\"]", "field \"exclude_modules\" is [\"k_proj\"]"},
+        {"\"exclude_modules\":\".*\\\\.0\\\\..*\"", "field \"exclude_modules\" is"},
+        {"\"modules_to_save\":[\"lm_head\"]", "field \"modules_to_save\" is [\"lm_head\"]"},
+        {"\"use_dora\":true", "field \"use_dora\" is true: PEFT then makes it DoRA"},
+        {"\"lora_bias\":true", "field \"lora_bias\" is true"},
+        {"\"use_qalora\":true", "field \"use_qalora\" is true"},
+        {"\"layer_replication\":[[0,2],[1,2]]", "field \"layer_replication\" is [[0,2],[1,2]]"},
+        {"\"trainable_token_indices\":[0,1]", "field \"trainable_token_indices\" is [0,1]"},
+        {"\"trainable_token_indices\":[]", "field \"trainable_token_indices\" is []"},
+        {"\"alora_invocation_tokens\":[7,8]", "field \"alora_invocation_tokens\" is [7,8]"},
+        /* a variant's config, even empty, turns the variant on */
+        {"\"velora_config\":{}", "field \"velora_config\" is {}"},
+        {"\"use_bdlora\":{}", "field \"use_bdlora\" is {}"},
+        {"\"monteclora_config\":{}", "field \"monteclora_config\" is {}"},
+        {"\"arrow_config\":{}", "field \"arrow_config\" is {}"},
+        {"\"kasa_config\":{}", "field \"kasa_config\" is {}"},
+        {"\"enable_lora\":[true,false,true]", "field \"enable_lora\" is [true,false,true]"},
+        /* a field of a later PEFT: only null or false */
+        {"\"use_newlora\":true", "field \"use_newlora\" is true: a field roundpipe does not "
+                                  "know"},
+        {"\"newlora_config\":{}", "field \"newlora_config\" is {}: a field roundpipe"},
+        /* initialisations that change the base or how the adapter trains */
+        {"\"init_lora_weights\":\"pissa\"", "field \"init_lora_weights\" is \"pissa\""},
+        {"\"init_lora_weights\":\"pissa_niter_4\"", "\"init_lora_weights\" is \"pissa_niter_4\""},
+        {"\"init_lora_weights\":\"olora\"", "\"init_lora_weights\" is \"olora\""},
+        {"\"init_lora_weights\":\"corda\"", "\"init_lora_weights\" is \"corda\""},
+        {"\"init_lora_weights\":\"loftq\"", "\"init_lora_weights\" is \"loftq\""},
+        {"\"init_lora_weights\":\"mica\"", "\"init_lora_weights\" is \"mica\""},
+        {"\"init_lora_weights\":\"lora_ga\"", "\"init_lora_weights\" is \"lora_ga\""},
+        {"\"fan_in_fan_out\":true", "fan_in_fan_out true"},
+        /* a string is one regular expression over whole module paths in
+         * PEFT: "q_proj" matches no module there */
+        {"\"target_modules\":\"q_proj\"", "target_modules \"q_proj\" is a string other than "
+                                            "\"all-linear\""},
+        {"\"target_modules\":\".*\\\\.(q_proj|v_proj)\"", "which PEFT matches as a regular "
+                                                             "expression"},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        qv_with(refusals[i].field, RP_ERR_UNSUPPORTED, refusals[i].words);
+    qv_with("\"init_lora_weights\":3", RP_ERR_FORMAT,
+            "field \"init_lora_weights\" must be a boolean or a string, not integer");
+    /* the values under which PEFT computes what roundpipe computes */
+    const char *taken[] = {
+        "\"alpha_pattern\":{},\"rank_pattern\":{}", "\"alpha_pattern\":null,\"rank_pattern\":null",
+        "\"layers_to_transform\":null,\"layers_pattern\":null", "\"layers_pattern\":[]",
+        "\"layers_pattern\":\"\"", "\"exclude_modules\":null", "\"exclude_modules\":[]",
+        "\"exclude_modules\":\"\"", "\"modules_to_save\":null", "\"modules_to_save\":[]",
+        "\"use_dora\":false,\"lora_bias\":false,\"use_qalora\":false", "\"use_dora\":null",
+        "\"layer_replication\":null", "\"layer_replication\":[]",
+        "\"trainable_token_indices\":null,\"alora_invocation_tokens\":null",
+        "\"use_bdlora\":null,\"velora_config\":null,\"monteclora_config\":null,"
+        "\"arrow_config\":null,\"kasa_config\":null,\"enable_lora\":null",
+        "\"init_lora_weights\":true", "\"init_lora_weights\":false",
+        "\"init_lora_weights\":\"gaussian\"", "\"init_lora_weights\":\"orthogonal\"",
+        "\"init_lora_weights\":\"eva\",\"eva_config\":{\"rho\":2.0}",
+        "\"init_lora_weights\":null",
+        /* metadata and settings of what is off */
+        "\"task_type\":\"CAUSAL_LM\",\"peft_version\":\"0.21.2\",\"revision\":null,"
+        "\"inference_mode\":false,\"auto_mapping\":{\"base_model_class\":\"Qwen3ForCausalLM\"}",
+        "\"megatron_core\":\"megatron.core\",\"megatron_config\":null,\"qalora_group_size\":16,"
+        "\"loftq_config\":{},\"corda_config\":null,\"lora_ga_config\":null,"
+        "\"ensure_weight_tying\":true,\"merge_weights\":false,"
+        "\"runtime_config\":{\"ephemeral_gpu_offload\":false}",
+        "\"newlora_config\":null,\"use_newlora\":false",
+    };
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++)
+        qv_with(taken[i], RP_OK, NULL);
 }
 END_TEST
 
@@ -498,6 +619,7 @@ static Suite *suite(void)
     tcase_add_test(t, peft_saved_adapters_read_back);
     tcase_add_test(t, names_shapes_and_targets);
     tcase_add_test(t, bad_adapters_are_named);
+    tcase_add_test(t, fields_peft_applies_are_taken_or_refused);
     tcase_add_test(t, written_adapters_read_back_the_same);
     tcase_add_test(t, moe_adapters_are_per_expert);
     tcase_add_test(t, written_moe_adapters_read_back_the_same);

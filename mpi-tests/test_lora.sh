@@ -11,7 +11,9 @@
 # changes them). A bf16 base read in place by CPU executors gives the bits of
 # its exact fp32 widening. The base converted into the store (--dtype bf16
 # over fp32 files) and random initialisation run too. Bad LoRA options fail with a
-# message naming them and write nothing. With Python, torch, transformers
+# message naming them and write nothing, as does --lora-init of an adapter whose
+# adapter_config.json sets a field PEFT applies and roundpipe does not
+# (alpha_pattern; the others in test_io_peft). With Python, torch, transformers
 # and peft: the saved adapter loads with PeftModel.from_pretrained and its
 # logits equal the --save-merged model's within 1e-5.
 # Ranks: 1 2 3 4
@@ -148,6 +150,15 @@ refuse "--save-merged" --save-merged "$tmp/never2"
 refuse '"r"' --lora-rank 8 --lora-init "$fix/qwen3-all/lora_init"
 refuse "target_modules" --lora-rank 4 --lora-targets q_proj --lora-init "$fix/qwen3-all/lora_init"
 refuse "lora_alpha" --lora-rank 4 --lora-alpha 2 --lora-init "$fix/qwen3-all/lora_init"
+# a field PEFT applies and roundpipe does not (issue 30: with this alpha_pattern
+# PEFT's q_proj has scaling 8, roundpipe trained with 2 and saved without it)
+ap="$tmp/alpha-pattern"; mkdir "$ap"; cp "$fix/qwen3-all/lora_init/"* "$ap/"
+sed 's/"alpha_pattern": {}/"alpha_pattern": {"q_proj": 32}/' \
+  "$fix/qwen3-all/lora_init/adapter_config.json" > "$ap/adapter_config.json"
+if grep -q '"alpha_pattern": {"q_proj": 32}' "$ap/adapter_config.json"; then
+  refuse "$ap/adapter_config.json: field \"alpha_pattern\" is {\"q_proj\":32}" \
+    --lora-rank 4 --lora-init "$ap"
+else bad "the alpha_pattern adapter was not made"; fi
 
 # ---- PEFT loads the adapter; its logits are the merged model's -----------------
 out="$tmp/peft"

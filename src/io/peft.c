@@ -241,13 +241,13 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
             *targets = RP_LORA_ALL_LINEAR;
             return RP_OK;
         }
-        int p = rp_lora_proj_parse(json_object_get_string(v));
-        if (p < 0)
-            return rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules \"%s\" is neither "
-                                "\"all-linear\" nor a projection roundpipe adapts", r->path,
-                                json_object_get_string(v));
-        *targets = 1u << p;
-        return RP_OK;
+        /* PEFT matches any other string as one regular expression against
+         * whole module paths: "q_proj" names no module there */
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules \"%s\" is a string "
+                            "other than \"all-linear\", which PEFT matches as a regular "
+                            "expression against whole module paths (model.layers.0.self_attn."
+                            "q_proj): not supported; list the projections (\"q_proj\", ...) or "
+                            "the modules' paths", r->path, json_object_get_string(v));
     }
     seen_paths sp = {NULL, blocks, 1, 0};
     if (rp_model_has_moe(cfg))
@@ -288,6 +288,161 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
     return s;
 }
 
+/* ---- the fields roundpipe does not read --------------------------------- */
+
+/* What value of a field of adapter_config.json that read_config does not
+ * read roundpipe takes: the values under which PEFT computes and trains
+ * the adapter as roundpipe does. A value PEFT would apply and roundpipe
+ * cannot is refused (issue 30), never ignored. */
+typedef enum field_rule {
+    ANY_VALUE,     /* read_config's own, metadata, settings of nothing taken */
+    NULL_ONLY,     /* null */
+    NULL_OR_EMPTY, /* null, {}, [] or "": what PEFT tests as false */
+    NULL_OR_FALSE, /* false (or null) */
+} field_rule;
+
+typedef struct known_field {
+    const char *name;
+    field_rule rule;
+    const char *does; /* what PEFT does with another value */
+} known_field;
+
+static const known_field known_fields[] = {
+    /* read_config's own */
+    {"peft_type", ANY_VALUE, NULL},
+    {"r", ANY_VALUE, NULL},
+    {"lora_alpha", ANY_VALUE, NULL},
+    {"lora_dropout", ANY_VALUE, NULL},
+    {"use_rslora", ANY_VALUE, NULL},
+    {"target_modules", ANY_VALUE, NULL},
+    {"bias", ANY_VALUE, NULL},
+    {"fan_in_fan_out", ANY_VALUE, NULL},
+    {"target_parameters", ANY_VALUE, NULL},
+    {"init_lora_weights", ANY_VALUE, NULL},
+    /* no effect on the adapter of a model's linear projections: metadata,
+     * PEFT's run-time settings, Megatron's parallel layers, the settings of
+     * initialisations (init_lora_weights says which applies), QALoRA's
+     * group (with use_qalora), tying the adapters of tied embeddings and
+     * LM head (never adapted) or of modules_to_save, PEFT 0.2's merging at
+     * evaluation */
+    {"task_type", ANY_VALUE, NULL},
+    {"base_model_name_or_path", ANY_VALUE, NULL},
+    {"revision", ANY_VALUE, NULL},
+    {"inference_mode", ANY_VALUE, NULL},
+    {"auto_mapping", ANY_VALUE, NULL},
+    {"peft_version", ANY_VALUE, NULL},
+    {"runtime_config", ANY_VALUE, NULL},
+    {"megatron_config", ANY_VALUE, NULL},
+    {"megatron_core", ANY_VALUE, NULL},
+    {"loftq_config", ANY_VALUE, NULL},
+    {"eva_config", ANY_VALUE, NULL},
+    {"corda_config", ANY_VALUE, NULL},
+    {"lora_ga_config", ANY_VALUE, NULL},
+    {"qalora_group_size", ANY_VALUE, NULL},
+    {"ensure_weight_tying", ANY_VALUE, NULL},
+    {"merge_weights", ANY_VALUE, NULL},
+    /* applied by PEFT, not reproduced by roundpipe */
+    {"alpha_pattern", NULL_OR_EMPTY, "gives some modules another lora_alpha"},
+    {"rank_pattern", NULL_OR_EMPTY, "gives some modules another r"},
+    {"layers_to_transform", NULL_ONLY, "adapts the blocks it names only"},
+    {"layers_pattern", NULL_OR_EMPTY, "names the blocks layers_to_transform counts"},
+    {"exclude_modules", NULL_OR_EMPTY, "leaves the modules it names without an adapter"},
+    {"modules_to_save", NULL_OR_EMPTY, "trains the modules it names in full and saves them "
+                                       "with the adapter"},
+    {"layer_replication", NULL_OR_EMPTY, "repeats blocks to make a deeper model"},
+    {"trainable_token_indices", NULL_ONLY, "trains the embedding rows of these tokens"},
+    {"use_dora", NULL_OR_FALSE, "makes it DoRA (a trained magnitude per output)"},
+    {"lora_bias", NULL_OR_FALSE, "gives lora_B a bias"},
+    {"use_qalora", NULL_OR_FALSE, "makes it QALoRA (GPTQ-quantized layers)"},
+    {"alora_invocation_tokens", NULL_ONLY, "makes it an activated LoRA (applied from these "
+                                           "tokens on)"},
+    {"use_bdlora", NULL_ONLY, "makes it BD-LoRA (block-diagonal A or B)"},
+    {"velora_config", NULL_ONLY, "makes it VeLoRA (another backward)"},
+    {"monteclora_config", NULL_ONLY, "makes it MonteCLoRA (sampled adapters)"},
+    {"arrow_config", NULL_ONLY, "makes it Arrow (adapters routed per token)"},
+    {"kasa_config", NULL_ONLY, "makes it KaSA (a trained diagonal, the base truncated)"},
+    {"enable_lora", NULL_ONLY, "adapts parts of fused projections (PEFT 0.2)"},
+};
+
+static int is_empty(json_object *v)
+{
+    switch (json_object_get_type(v)) {
+    case json_type_object: return json_object_object_length(v) == 0;
+    case json_type_array: return json_object_array_length(v) == 0;
+    case json_type_string: return json_object_get_string_len(v) == 0;
+    default: return 0;
+    }
+}
+
+/* Every field of the config that read_config does not read holds a value
+ * its rule takes; a field roundpipe does not know (a later PEFT's) only
+ * null or false, which switch nothing on. */
+static rp_status check_other_fields(const reader *r, rp_error *err)
+{
+    json_object_object_foreach(r->root, key, v)
+    {
+        const known_field *k = NULL;
+        for (size_t i = 0; !k && i < sizeof known_fields / sizeof known_fields[0]; i++)
+            if (!strcmp(key, known_fields[i].name))
+                k = &known_fields[i];
+        const int null = json_object_is_type(v, json_type_null);
+        const int is_false =
+            json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v);
+        int taken;
+        const char *want;
+        if (!k)
+            taken = null || is_false, want = "null or false";
+        else if (k->rule == ANY_VALUE)
+            continue;
+        else if (k->rule == NULL_ONLY)
+            taken = null, want = "null";
+        else if (k->rule == NULL_OR_EMPTY)
+            taken = null || is_empty(v), want = "null or empty";
+        else
+            taken = null || is_false, want = "false or null";
+        if (taken)
+            continue;
+        char value[64];
+        const char *text = json_object_to_json_string_ext(
+            v, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+        snprintf(value, sizeof value, "%s", text);
+        if (strlen(text) >= sizeof value)
+            memcpy(value + sizeof value - 4, "...", 4);
+        if (!k)
+            return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: field \"%s\" is %s: a field "
+                                "roundpipe does not know (a later PEFT's?), taken only when %s",
+                                r->path, key, value, want);
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: field \"%s\" is %s: PEFT then %s; "
+                            "roundpipe does not, and takes only %s here", r->path, key, value,
+                            k->does, want);
+    }
+    return RP_OK;
+}
+
+/* init_lora_weights: how PEFT initialises the adapter before it loads
+ * adapter_model.safetensors over it. true, false, "gaussian", "eva" and
+ * "orthogonal" only set A and B, which the file replaces; PiSSA, OLoRA,
+ * CorDA and LoftQ also change the base weights, MiCA trains A only, and
+ * LoRA-GA is made for a base it changed. */
+static rp_status check_init(const reader *r, rp_error *err)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(r->root, "init_lora_weights", &v) ||
+        json_object_is_type(v, json_type_null) || json_object_is_type(v, json_type_boolean))
+        return RP_OK;
+    if (!json_object_is_type(v, json_type_string))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: field \"init_lora_weights\" must be a "
+                            "boolean or a string, not %s", r->path, rp_json_type_name(v));
+    const char *init = json_object_get_string(v);
+    if (!strcmp(init, "gaussian") || !strcmp(init, "eva") || !strcmp(init, "orthogonal"))
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: field \"init_lora_weights\" is \"%s\", "
+                        "which roundpipe does not reproduce (with PiSSA, OLoRA, CorDA and LoftQ "
+                        "PEFT changes the base weights as it loads the adapter, MiCA trains A "
+                        "only); it takes true, false, \"gaussian\", \"eva\" and \"orthogonal\", "
+                        "whose initial A and B adapter_model.safetensors replaces", r->path, init);
+}
+
 static rp_status read_config(const char *path, const rp_model_config *cfg, rp_lora_config *c,
                               rp_error *err)
 {
@@ -304,6 +459,10 @@ static rp_status read_config(const char *path, const rp_model_config *cfg, rp_lo
     if (v && strcmp(json_object_get_string(v), "LORA") != 0)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: peft_type \"%s\": only LORA adapters",
                          path, json_object_get_string(v));
+    if (s == RP_OK)
+        s = check_other_fields(&r, err);
+    if (s == RP_OK)
+        s = check_init(&r, err);
     v = field(&r, "r", json_type_int, 1, &s, err);
     if (v) {
         int64_t rank = json_object_get_int64(v);

@@ -15,7 +15,8 @@
  * projection names ("q_proj", "gate" for the router), a list of module
  * paths ("model.layers.0.self_attn.q_proj", "model.layers.0.mlp.experts.
  * 3.up_proj": what PEFT writes for "all-linear" with few modules), or the
- * string "all-linear". */
+ * string "all-linear" (PEFT matches any other string as a regular
+ * expression: refused). */
 #ifndef RP_IO_PEFT_H
 #define RP_IO_PEFT_H
 
@@ -67,7 +68,11 @@ void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf
  * config (peft_type "LORA", bias "none", fan_in_fan_out false, no
  * target_parameters, r, alpha, dropout, rslora, the targets, kept to those
  * the model has (rp_lora_model_targets); module paths must name every
- * block and expert of a projection they name) and that
+ * block and expert of a projection they name; every other field PEFT
+ * would apply at its default: no alpha_pattern, rank_pattern,
+ * layers_to_transform, exclude_modules, modules_to_save, DoRA, ...,
+ * an init_lora_weights that only sets A and B, and a field peft.c does
+ * not know only null or false (roundpipe-formats(5))) and that
  * adapter_model.safetensors holds exactly the A and B of every targeted
  * projection of every block (and expert), 2-D, fp32, bf16 or fp16, of the
  * shapes cfg and r give. Errors name the file and the field or tensor. */
