@@ -101,12 +101,33 @@ static int is_complete(const char *dir)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* root's step-N entries, complete or not. */
+/* root's entries that roundpipe wrote, complete or not. */
 typedef struct step_entry {
     int64_t step;
     int complete;
+    int tmp; /* step-N.tmp: a write in progress or interrupted */
     char name[64];
 } step_entry;
+
+/* Is name one roundpipe writes, "step-" and 8 digits, or that and ".tmp"?
+ * Anything else under the root is the user's (a copy "step-00000003.keep",
+ * a folder "step-00000006-notes"): never listed, never removed. */
+static int written_here(const char *name, int64_t *step, int *tmp)
+{
+    if (strncmp(name, "step-", 5) != 0)
+        return 0;
+    int64_t k = 0;
+    for (int i = 5; i < 13; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
+        k = 10 * k + (name[i] - '0');
+    }
+    if (strcmp(name + 13, "") != 0 && strcmp(name + 13, ".tmp") != 0)
+        return 0;
+    *step = k;
+    *tmp = name[13] != '\0';
+    return 1;
+}
 
 /* The entries into *out (malloc'd, NULL when there are none); their count,
  * or -1 when memory ran out. A missing root has none. */
@@ -120,9 +141,9 @@ static int list_steps(const char *root, step_entry **out)
     struct dirent *de;
     char path[4200];
     while ((de = readdir(d))) {
-        long long k;
-        char tail[8] = "";
-        if (strlen(de->d_name) > 60 || sscanf(de->d_name, "step-%8lld%7s", &k, tail) < 1)
+        int64_t k;
+        int tmp;
+        if (!written_here(de->d_name, &k, &tmp))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -138,15 +159,18 @@ static int list_steps(const char *root, step_entry **out)
         step_entry *e = &(*out)[n++];
         snprintf(path, sizeof path, "%s/%s", root, de->d_name);
         e->step = k;
-        e->complete = tail[0] == '\0' && is_complete(path);
-        snprintf(e->name, sizeof e->name, "%s", de->d_name);
+        e->tmp = tmp;
+        e->complete = !tmp && is_complete(path);
+        snprintf(e->name, sizeof e->name, "%.20s", de->d_name); /* 17 at most */
     }
     closedir(d);
     return n;
 }
 
-/* Keep the newest `keep` complete checkpoints; remove the rest and every
- * incomplete one (but not `current`). */
+/* Keep the newest `keep` complete checkpoints (0: all); remove the rest and
+ * every step-N.tmp left by an interrupted write (but not `current`). A
+ * step-N without the marker was not written here (the rename comes after
+ * the marker): it is left alone. */
 static void prune(const char *root, int keep, const char *current)
 {
     step_entry *e = NULL;
@@ -158,7 +182,7 @@ static void prune(const char *root, int keep, const char *current)
         int newer = 0; /* complete checkpoints newer than this one */
         for (int j = 0; j < n; j++)
             newer += e[j].complete && e[j].step > e[i].step;
-        if (!e[i].complete || (keep > 0 && newer >= keep)) {
+        if (e[i].tmp || (e[i].complete && keep > 0 && newer >= keep)) {
             snprintf(path, sizeof path, "%s/%s", root, e[i].name);
             remove_dir(path);
         }

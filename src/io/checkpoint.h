@@ -10,8 +10,10 @@
  *                                   over its 64-bit words, file_hash)
  *   checkpoint.complete             the marker, written last
  * written as ROOT/step-00000100.tmp/, every file and the directory fsync'd,
- * then renamed. A directory without the marker is not a checkpoint: the
- * next write removes it, and rp_checkpoint_latest skips it.
+ * then renamed. A directory without the marker is not a checkpoint:
+ * rp_checkpoint_latest skips it, and the next write removes it if it is a
+ * step-N.tmp. Only "step-" + 8 digits (+ ".tmp") are roundpipe's: nothing
+ * else under ROOT is listed or removed.
  * Test hook: RP_FAULT_CHECKPOINT_HOLD=S in the environment holds the writer
  * S seconds with the weights written but no file in place yet. */
 #ifndef RP_IO_CHECKPOINT_H
@@ -54,8 +56,8 @@ typedef struct rp_checkpoint_content {
  *             trainer_state.json (`state` plus "files": each file's bytes and
  *             checksum), the marker, the directory fsync'd and renamed to
  *             ROOT/step-N; the newest `keep` complete checkpoints kept (0:
- *             all) and incomplete ones removed; *dir (len bytes) receives
- *             the path;
+ *             all) and step-N.tmp leftovers removed; *dir (len bytes)
+ *             receives the path;
  *   abort   - removes the temporary directory (no-op on NULL).
  * finish and abort free *w and set it to NULL. Nothing is left under a
  * complete name on failure. */
