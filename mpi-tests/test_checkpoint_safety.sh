@@ -1,6 +1,13 @@
 #!/bin/sh
 # Proves (CPU executors, tiny model, 2 ranks) that checkpoints never lose a
 # run nor a user's files (issue 30, part 6):
+# 1. --checkpoint-dir (a missing parent, a read-only directory when one can
+#    be mounted) and --save-merged are checked before any work: exit 1 at
+#    once naming the option and path, no log line, no --save;
+# 2. a checkpoint that cannot be written (a 5 MiB tmpfs when one can be
+#    mounted; RP_FAULT_SAVE_FILE=3, the checkpoint's optimizer.safetensors)
+#    is reported, training goes on, --save is written, and the run exits 1
+#    naming the checkpoint;
 # 3. pruning removes only what roundpipe wrote: step-NNNNNNNN directories
 #    beyond --keep-checkpoints and step-NNNNNNNN.tmp leftovers; a user's
 #    step-00000003.keep (with its marker), step-00000006-notes/ and a
@@ -12,6 +19,48 @@ export OMP_NUM_THREADS=1
 T="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 4 --microbatches 2"
 # has OUT PATTERN WHAT: $tmp/OUT.txt matches
 has() { if grep -q -- "$2" "$tmp/$1.txt"; then ok; else bad "$3: no '$2' in:"; cat "$tmp/$1.txt"; fi; }
+# try_mount DIR [OPTIONS]: a tmpfs there (root, where allowed), or fail
+trap 'umount "$tmp/ro" "$tmp/full" 2>/dev/null; rm -rf "$tmp"' EXIT
+try_mount() { mkdir -p "$1" && [ "$(id -u)" = 0 ] && mount -t tmpfs -o "$2" tmpfs "$1" 2>/dev/null; }
+
+# --- 1. checked before any work
+run 2 c1 $T --steps 20 --checkpoint-dir "$tmp/no/such/ck" --save "$tmp/o1" --log "$tmp/o1.jsonl"
+[ $? -eq 1 ] && [ ! -e "$tmp/o1" ] && [ ! -e "$tmp/o1.jsonl" ] && ok || bad "1: missing parent: training started"
+has c1 "checkpoint-dir $tmp/no/such/ck: directory $tmp/no/such: No such file or directory" "1: missing parent"
+run 2 c1m $T --steps 20 --lora-rank 2 --save-merged "$tmp/no/such/m" --save "$tmp/o1m" --log "$tmp/o1m.jsonl"
+[ $? -eq 1 ] && [ ! -e "$tmp/o1m" ] && [ ! -e "$tmp/o1m.jsonl" ] && ok || bad "1: --save-merged: training started"
+has c1m "save-merged $tmp/no/such/m: directory $tmp/no/such: No such file or directory" "1: --save-merged"
+if try_mount "$tmp/ro" ro,size=1m; then
+  run 2 c1r $T --steps 20 --checkpoint-dir "$tmp/ro/ck" --save "$tmp/o1r" --log "$tmp/o1r.jsonl"
+  [ $? -eq 1 ] && [ ! -e "$tmp/o1r" ] && [ ! -e "$tmp/o1r.jsonl" ] && ok || bad "1: read-only: training started"
+  has c1r "checkpoint-dir $tmp/ro/ck: cannot write in directory $tmp/ro: Read-only file system" "1: read-only"
+  umount "$tmp/ro"
+else
+  echo "SKIP part: no tmpfs can be mounted here: the read-only directory is not tried"
+fi
+
+# --- 2. a checkpoint that cannot be written: reported, the run goes on to --save
+if try_mount "$tmp/full" size=5m; then
+  run 2 c2 $T --steps 10 --checkpoint-dir "$tmp/full/ck" --checkpoint-every 5 --save "$tmp/o2" --log "$tmp/o2.jsonl"
+  rc=$?
+  [ $rc -eq 1 ] && [ -s "$tmp/o2/model.safetensors" ] && [ "$(wc -l < "$tmp/o2.jsonl")" -eq 10 ] && ok ||
+    { bad "2: full disk: exit $rc, or no save, or not 10 steps"; cat "$tmp/c2.txt"; }
+  has c2 "checkpoint of step 5 not written: .*No space left on device" "2: full disk"
+  has c2 "the checkpoint of step 5 was not written" "2: full disk, the run's error"
+  [ -z "$(ls "$tmp/full/ck" 2>/dev/null)" ] && ok || bad "2: full disk left $(ls "$tmp/full/ck")"
+  umount "$tmp/full"
+else
+  echo "SKIP part: no tmpfs can be mounted here: the full disk is not tried"
+fi
+${MPIRUN:-mpirun} $flags -x RP_FAULT_SAVE_FILE=3 -np 2 "$bin" train --progress none --threads 1 \
+  --device cpu --timeout 60 $T --steps 10 --checkpoint-dir "$tmp/ck2" --checkpoint-every 5 \
+  --save "$tmp/o2f" --log "$tmp/o2f.jsonl" > "$tmp/c2f.txt" 2>&1
+rc=$?
+[ $rc -eq 1 ] && [ -s "$tmp/o2f/model.safetensors" ] && [ "$(wc -l < "$tmp/o2f.jsonl")" -eq 10 ] && ok ||
+  { bad "2: failed checkpoint: exit $rc, or no save, or not 10 steps"; cat "$tmp/c2f.txt"; }
+has c2f "checkpoint of step 5 not written: .*optimizer.safetensors.*RP_FAULT_SAVE_FILE" "2: failed checkpoint"
+has c2f "checkpoint of step 10 not written" "2: failed checkpoint of the last step"
+[ -z "$(ls "$tmp/ck2" 2>/dev/null)" ] && ok || bad "2: failed checkpoints left $(ls "$tmp/ck2")"
 
 # --- 3. pruning removes only what roundpipe wrote
 ck="$tmp/ck3"

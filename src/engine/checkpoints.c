@@ -448,6 +448,29 @@ static int ck_pending(const rp_engine *e, int64_t c)
     return e->o->optimizer_lag && c < e->steps;
 }
 
+/* The checkpoint of step c could not be written (a full disk, a directory
+ * gone, a diverged update): said now, the run goes on to its other outputs
+ * and ends with an error (rp_checkpoint_failures). */
+static void ck_not_written(rp_engine *e, int64_t c, const rp_error *why)
+{
+    rp_log(e->lg, RP_LOG_ERROR, "checkpoint of step %lld not written: %s; the older checkpoints "
+           "are kept, training and the other outputs go on, and the run will end with an error",
+           (long long)c, why->msg);
+    if (!e->ck_failed) {
+        e->ck_failed = c;
+        e->ck_error = *why;
+    }
+}
+
+rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err)
+{
+    if (!e->ck_failed)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_IO, "--checkpoint-dir %s: the checkpoint of step %lld was "
+                        "not written: %.700s", e->o->checkpoint_dir, (long long)e->ck_failed,
+                        e->ck_error.msg);
+}
+
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
@@ -465,6 +488,10 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         if (s == RP_OK)
             s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, err);
         ck_free(&k);
+        if (s != RP_OK) {
+            ck_not_written(e, e->it_last, err);
+            s = RP_OK;
+        }
     }
     s = rp_run_agree(e, s, comm, err);
     if (nodes) /* written: node 0 keeps its own slices again */
@@ -531,7 +558,8 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     snprintf(who, sizeof who, "checkpoint writer, step %lld", (long long)c);
     int pending = ck_pending(e, c);
     ck k;
-    RP_TRY(ck_begin(e, c, pending, &k, err));
+    rp_error why = {0}; /* the checkpoint's failure, which is not the run's */
+    rp_status w = ck_begin(e, c, pending, &k, &why);
     k.async = 1;
     k.held0 = atomic_load(&e->ck_held_ns);
     rp_status s = RP_OK;
@@ -551,24 +579,27 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
         if (s == RP_OK && slow && atoi(slow) > 0)
             usleep((useconds_t)atoi(slow) * 1000);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-        if (s == RP_OK)
-            s = ck_layer(&k, l, err);
-        if (s == RP_OK && e->trace) {
+        if (s == RP_OK && w == RP_OK && (w = ck_layer(&k, l, &why)) != RP_OK)
+            ck_free(&k);
+        if (s == RP_OK && w == RP_OK && e->trace) {
             char span[64];
             snprintf(span, sizeof span, "write layer %d (step %lld)", l, (long long)c);
             rp_trace_span(e->trace, RP_TRACK_CHECKPOINT, span, t0, rp_trace_now_ns());
         }
-        if (s == RP_OK)
+        if (s == RP_OK) /* written or not: the held updates go on */
             rp_proto_publish_written(e, l, c);
     }
     if (s != RP_OK) {
         ck_free(&k);
         return s;
     }
-    s = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, err);
-    if (s == RP_OK)
+    if (w == RP_OK)
+        w = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, &why);
+    if (w == RP_OK)
         e->ck_written = c;
-    return s;
+    else
+        ck_not_written(e, c, &why);
+    return RP_OK;
 }
 
 void *rp_checkpoint_writer_main(void *arg)

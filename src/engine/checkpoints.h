@@ -72,8 +72,15 @@ int rp_checkpoint_due(const rp_engine *e, int64_t t);
 
 /* Write the checkpoint of step e->it_last after its segment ended, unless
  * the writer thread wrote it (a stop right after a checkpoint step). The
- * leader writes, every rank agrees. */
+ * leader writes, every rank agrees. A checkpoint that cannot be written
+ * (the disk, the directory, an update that is not finite) is not the run's
+ * failure: it is said at once and remembered, the older ones are kept, and
+ * training and the other outputs go on; the writer thread's the same. */
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err);
+
+/* Rank 0: the first checkpoint not written, as the run's error (naming the
+ * step and why), or RP_OK; other ranks: RP_OK. */
+rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err);
 
 /* Does the running segment have checkpoints to write while it runs? Then
  * rank 0 runs rp_checkpoint_writer_main (arg: the engine) beside its other

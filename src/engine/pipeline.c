@@ -732,6 +732,11 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
             rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
         keep_first(e, st, &one, &out, err);
     }
+    if (trained == RP_OK && o->checkpoint_dir) { /* one not written, said when it failed */
+        rp_error one = {0};
+        rp_status st = rp_run_agree(e, rp_checkpoint_failures(e, &one), comm, &one);
+        keep_first(e, st, &one, &out, err);
+    }
     if (e->log) {
         rp_error one = {0};
         keep_first(e, rp_engine_log_close(e, &one), &one, &out, err);
