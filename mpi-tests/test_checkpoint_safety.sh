@@ -12,6 +12,9 @@
 #    beyond --keep-checkpoints and step-NNNNNNNN.tmp leftovers; a user's
 #    step-00000003.keep (with its marker), step-00000006-notes/ and a
 #    step-00000001/ without a marker stay, with --keep-checkpoints 1 and 0;
+# 4. a step whose update is not finite (--lr 1e3 --grad-clip 0) is never
+#    checkpointed, the good checkpoint before it stays, and --resume auto
+#    takes that one;
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -78,5 +81,18 @@ mkdir "$ck/step-00000004.tmp"
 run 2 c3b $T --steps 4 --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 0 || { bad "3: run, keep 0"; cat "$tmp/c3b.txt"; }
 [ "$(ls "$ck" | tr '\n' ' ')" = "step-00000001 step-00000002 step-00000003.keep step-00000004 step-00000006-notes step-00000008 " ] && ok ||
   bad "3: --keep-checkpoints 0 left: $(ls "$ck" | tr '\n' ' ')"
+
+# --- 4. a diverged update is never a checkpoint, and prunes nothing
+ck="$tmp/ck4"
+run 2 c4 $T --steps 12 --lr 1e3 --grad-clip 0 --checkpoint-dir "$ck" --checkpoint-every 1 --keep-checkpoints 1
+[ $? -ne 0 ] && ok || bad "4: a diverged run exited 0"
+has c4 "not written: checkpoint of step [0-9]*: model.safetensors: tensor '.*': element [0-9]* is -*nan (the update is not finite" "4: diverged"
+good=$(ls "$ck" | grep '^step-' | tail -n 1)
+k=$(expr "${good#step-}" + 0)
+[ "$(ls "$ck" | grep -c '^step-')" -eq 1 ] && grep -q "checkpoint of step $k written" "$tmp/c4.txt" && grep -q "checkpoint of step $((k + 1)) not written" "$tmp/c4.txt" && ok ||
+  { bad "4: the kept checkpoint ($good) is not the last good one"; cat "$tmp/c4.txt"; }
+run 1 c4r --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 4 --microbatches 2 --steps 12 --lr 1e3 --grad-clip 0 \
+  --checkpoint-dir "$ck" --resume auto --keep-checkpoints 1
+has c4r "resuming from $ck/$good: step $k done" "4: resume auto"
 
 finish

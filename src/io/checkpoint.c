@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,7 @@ struct rp_checkpoint_writer {
     int64_t step;
     rp_file_set *fs;
     rp_tensor_file *file[MAX_FILES];
+    const rp_tensor_ref *tensors[MAX_FILES]; /* the caller's, read by put */
     char *file_name[MAX_FILES];
     int nfiles;
 };
@@ -248,6 +250,7 @@ rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoin
     rp_status s = rp_file_set_begin(w->tmp, &w->fs, err);
     for (int i = 0; s == RP_OK && i < c->nfiles; i++) {
         w->nfiles++;
+        w->tensors[i] = c->files[i].tensors;
         if (!(w->file_name[i] = strdup(c->files[i].name)))
             s = rp_error_set(err, RP_ERR_NOMEM, "checkpoint: out of memory");
         else
@@ -269,6 +272,18 @@ rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int co
 {
     if (file < 0 || file >= w->nfiles || !w->file[file])
         return rp_error_set(err, RP_ERR_INTERNAL, "checkpoint: no file %d", file);
+    /* a diverged update (NaN or Inf in the state) is never a checkpoint: a
+     * resume would take it over the good one before it */
+    for (int i = first; i < first + count; i++) {
+        const rp_tensor_ref *t = &w->tensors[file][i];
+        size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1));
+        for (size_t k = 0; k < n; k++)
+            if (!isfinite(t->data[k]))
+                return rp_error_set(err, RP_ERR_NUMERIC, "checkpoint of step %lld: %s: tensor "
+                                    "'%s': element %zu is %g (the update is not finite: no "
+                                    "checkpoint of it)", (long long)w->step,
+                                    w->file_name[file], t->name, k, (double)t->data[k]);
+    }
     return rp_tensor_file_put(w->file[file], first, count, err);
 }
 

@@ -51,7 +51,9 @@ typedef struct rp_checkpoint_content {
  * training goes on:
  *   begin   - ROOT/step-N.tmp/ (a stale one removed), config.json, and each
  *             file's header: every tensor's place is fixed;
- *   put     - tensors [first, first + count) of file `file`, read now;
+ *   put     - tensors [first, first + count) of file `file`, read now; a
+ *             value that is not finite is refused naming the file, tensor
+ *             and element (a diverged update is never a checkpoint);
  *   finish  - every tensor written? every file fsync'd and in place, then
  *             trainer_state.json (`state` plus "files": each file's bytes and
  *             checksum), the marker, the directory fsync'd and renamed to
