@@ -15,6 +15,8 @@
 # 4. a step whose update is not finite (--lr 1e3 --grad-clip 0) is never
 #    checkpointed, the good checkpoint before it stays, and --resume auto
 #    takes that one;
+# 5. a second run in a --checkpoint-dir in use is refused naming the first
+#    (pid and host), and the first ends as if alone;
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -94,5 +96,19 @@ k=$(expr "${good#step-}" + 0)
 run 1 c4r --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 4 --microbatches 2 --steps 12 --lr 1e3 --grad-clip 0 \
   --checkpoint-dir "$ck" --resume auto --keep-checkpoints 1
 has c4r "resuming from $ck/$good: step $k done" "4: resume auto"
+
+# --- 5. two runs in one checkpoint directory: the second is refused
+ck="$tmp/ck5"
+${MPIRUN:-mpirun} $flags -x RP_FAULT_CHECKPOINT_HOLD=4 -np 2 "$bin" train --progress none --threads 1 \
+  --device cpu --timeout 60 $T --steps 4 --checkpoint-dir "$ck" --save "$tmp/o5" > "$tmp/c5a.txt" 2>&1 &
+first=$!
+i=0; while [ ! -s "$ck/roundpipe.lock" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+holder=$(sed -n 's/^pid \([0-9]*\) .*/\1/p' "$ck/roundpipe.lock")
+run 2 c5b $T --steps 4 --checkpoint-dir "$ck" --save "$tmp/o5b"
+[ $? -eq 1 ] && [ ! -e "$tmp/o5b" ] && ok || bad "5: the second run was not refused"
+has c5b "checkpoint-dir $ck is in use by another run (pid $holder on host $(hostname)" "5: second run"
+wait $first
+[ $? -eq 0 ] && [ -f "$ck/step-00000004/checkpoint.complete" ] && [ -s "$tmp/o5/model.safetensors" ] &&
+  [ ! -e "$ck/roundpipe.lock" ] && ok || { bad "5: the first run did not end as if alone"; cat "$tmp/c5a.txt"; }
 
 finish

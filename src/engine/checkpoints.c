@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/checkpoint_lock.h"
+#include "io/output_path.h"
 #include "io/config.h"
 #include "optim/lr.h"
 #include "engine/run_impl.h"
@@ -200,6 +202,29 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
                          "and --steps is %lld: nothing left to run", dir, (long long)*step,
                          (long long)o->steps);
     return s;
+}
+
+rp_status rp_checkpoint_dir_lock(const rp_train_options *o, MPI_Comm comm,
+                                 rp_checkpoint_lock **lock, rp_error *err)
+{
+    *lock = NULL;
+    if (!o->checkpoint_dir)
+        return RP_OK;
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    rp_status s = RP_OK;
+    if (rank == 0) { /* the writer of every checkpoint */
+        s = rp_output_dir_check("--checkpoint-dir", o->checkpoint_dir, err);
+        if (s == RP_OK)
+            s = rp_checkpoint_lock_take(o->checkpoint_dir, lock, err);
+    }
+    int ok = s == RP_OK, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (all)
+        return RP_OK;
+    rp_checkpoint_lock_release(lock);
+    return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused "
+                                         "--checkpoint-dir %s", o->checkpoint_dir);
 }
 
 rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const rp_logger *lg,

@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "engine/engine_impl.h"
 #include "engine/train_options.h"
+#include "io/checkpoint_lock.h"
 
 /* What a resumed run starts from. */
 typedef struct rp_resume {
@@ -49,6 +50,14 @@ typedef struct rp_resume {
 
 /* The summed gradient of a pending update, in a checkpoint directory. */
 #define RP_PENDING_FILE "pending_gradient.safetensors"
+
+/* --checkpoint-dir: can be written (rp_output_dir_check), is created and
+ * locked by rank 0 for the run (io/checkpoint_lock.h: a second run on it is
+ * refused naming the first), before --resume reads it. Collective; *lock
+ * is NULL without --checkpoint-dir and on other ranks; release it with
+ * rp_checkpoint_lock_release when the run ends. */
+rp_status rp_checkpoint_dir_lock(const rp_train_options *o, MPI_Comm comm,
+                                 rp_checkpoint_lock **lock, rp_error *err);
 
 /* --resume: find the checkpoint (auto: the newest under --checkpoint-dir,
  * or none, which is said), check it (complete, checksums, the options that
