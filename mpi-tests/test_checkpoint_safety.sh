@@ -17,6 +17,9 @@
 #    takes that one;
 # 5. a second run in a --checkpoint-dir in use is refused naming the first
 #    (pid and host), and the first ends as if alone;
+# 6. trainer_state.json: an edited "adam_step" is caught by the checksum the
+#    marker holds; "adam_step":"three", "step":"3", "step":3.7 and an
+#    adam_step above step are refused naming the file and the field;
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -110,5 +113,29 @@ has c5b "checkpoint-dir $ck is in use by another run (pid $holder on host $(host
 wait $first
 [ $? -eq 0 ] && [ -f "$ck/step-00000004/checkpoint.complete" ] && [ -s "$tmp/o5/model.safetensors" ] &&
   [ ! -e "$ck/roundpipe.lock" ] && ok || { bad "5: the first run did not end as if alone"; cat "$tmp/c5a.txt"; }
+
+# --- 6. trainer_state.json: checksum and types
+ck="$tmp/ck6"
+run 2 c6 $T --steps 4 --checkpoint-dir "$ck" --checkpoint-every 3 --keep-checkpoints 0 || { bad "6: run"; cat "$tmp/c6.txt"; }
+c3="$ck/step-00000003"
+rargs="--data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 4 --microbatches 2 --steps 4"
+grep -q '"adam_step":3' "$c3/trainer_state.json" || grep -q '"adam_step": *3' "$c3/trainer_state.json" || bad "6: no adam_step 3 to edit"
+cp -r "$c3" "$tmp/e1"; sed -i 's/"adam_step":\( *\)3/"adam_step":\12/' "$tmp/e1/trainer_state.json"
+run 1 c6a $rargs --resume "$tmp/e1" && bad "6: an edited adam_step accepted" ||
+  has c6a "$tmp/e1/trainer_state.json: .* bytes, checksum .*, but checkpoint.complete says" "6: edited adam_step"
+# refused NAME SED FIELD VALUE: the checkpoint of step 3 with SED applied to its
+# state, as under a marker of a version before the checksum, is refused
+# naming the field and its value
+refused() {
+  rm -rf "$tmp/$1"; cp -r "$c3" "$tmp/$1"
+  echo "step 3" > "$tmp/$1/checkpoint.complete"
+  sed -i "$2" "$tmp/$1/trainer_state.json"
+  run 1 "$1" $rargs --resume "$tmp/$1" && bad "6: \"$3\": $4 accepted" ||
+    has "$1" "$tmp/$1/trainer_state.json: \"$3\" is $4, not" "6: \"$3\": $4"
+}
+refused e2 's/"adam_step":\( *\)3/"adam_step":\1"three"/' adam_step '"three"'
+refused e3 's/"step":\( *\)3,/"step":\1"3",/' step '"3"'
+refused e4 's/"step":\( *\)3,/"step":\13.7,/' step 3.7
+refused e5 's/"adam_step":\( *\)3/"adam_step":\19/' adam_step 9
 
 finish

@@ -2,6 +2,7 @@
 #include "engine/checkpoints.h"
 #include "engine/node_sums.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,28 @@ static int added_later_at_default(const char *key, json_object *want)
     return 0;
 }
 
+/* st's field `name` (in `where`, "" for the top level) as a whole number
+ * in [lo, hi] into *out: "3", 3.7 and a missing field are refused naming
+ * the file and the field. */
+static rp_status whole_field(json_object *st, const char *file, const char *where,
+                             const char *name, int64_t lo, int64_t hi, int64_t *out, rp_error *err)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(st, name, &v))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: no \"%s%s\"", file, where, name);
+    if (!json_object_is_type(v, json_type_int))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"%s%s\" is %s, not a whole number", file,
+                            where, name, json_object_to_json_string(v));
+    errno = 0;
+    int64_t x = json_object_get_int64(v);
+    if (errno == ERANGE || x < lo || x > hi)
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"%s%s\" is %s, not in [%lld, %lld]", file,
+                            where, name, json_object_to_json_string(v), (long long)lo,
+                            (long long)hi);
+    *out = x;
+    return RP_OK;
+}
+
 /* The checkpoint's trainer state against this run: the format, the options
  * that change the results; *step and *adam_step read. */
 static rp_status check_state(const char *dir, json_object *st, const rp_train_options *o,
@@ -147,23 +170,20 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
     char file[4200];
     snprintf(file, sizeof file, "%s/%s", dir, RP_CHECKPOINT_STATE);
     json_object *v = NULL, *opts = NULL;
-    if (!json_object_object_get_ex(st, "format", &v) ||
-        json_object_get_int(v) != RP_CHECKPOINT_FORMAT)
-        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"format\" is not %d", file,
-                            RP_CHECKPOINT_FORMAT);
-    if (!json_object_object_get_ex(st, "step", &v) || json_object_get_int64(v) < 1)
-        return rp_error_set(err, RP_ERR_FORMAT, "%s: no valid \"step\"", file);
-    *step = json_object_get_int64(v);
-    if (!json_object_object_get_ex(st, "adam_step", &v) || json_object_get_int64(v) < 0 ||
-        json_object_get_int64(v) > *step)
-        return rp_error_set(err, RP_ERR_FORMAT, "%s: no valid \"adam_step\"", file);
-    *adam_step = json_object_get_int64(v);
+    int64_t format = 0, pending_step = 0;
+    RP_TRY(whole_field(st, file, "", "format", RP_CHECKPOINT_FORMAT, RP_CHECKPOINT_FORMAT, &format,
+                       err));
+    RP_TRY(whole_field(st, file, "", "step", 1, INT64_MAX, step, err));
+    RP_TRY(whole_field(st, file, "", "adam_step", 0, *step, adam_step, err));
     *pending = 0;
     *coef = 1.0f;
     if (json_object_object_get_ex(st, "pending_update", &v)) { /* a lagged optimizer's */
-        json_object *ps = NULL, *pc = NULL;
-        if (!json_object_object_get_ex(v, "step", &ps) || json_object_get_int64(ps) != *step ||
-            !json_object_object_get_ex(v, "clip_coef", &pc) ||
+        json_object *pc = NULL;
+        if (!json_object_is_type(v, json_type_object))
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: \"pending_update\" is not an object",
+                                file);
+        RP_TRY(whole_field(v, file, "pending_update.", "step", *step, *step, &pending_step, err));
+        if (!json_object_object_get_ex(v, "clip_coef", &pc) ||
             !(json_object_is_type(pc, json_type_double) || json_object_is_type(pc, json_type_int)) ||
             !(json_object_get_double(pc) > 0 && json_object_get_double(pc) <= 1) ||
             *adam_step >= *step)

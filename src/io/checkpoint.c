@@ -326,10 +326,15 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, in
     if (s == RP_OK)
         s = write_small(w->tmp, RP_CHECKPOINT_STATE,
                         json_object_to_json_string_ext(state, JSON_C_TO_STRING_PRETTY), err);
-    if (s == RP_OK) {
-        char marker[64];
-        snprintf(marker, sizeof marker, "step %lld\n", (long long)w->step);
-        s = write_small(w->tmp, RP_CHECKPOINT_MARKER, marker, err);
+    if (s == RP_OK) { /* the marker covers the state as the state covers the files */
+        char state_path[4200], marker[128];
+        uint64_t h = 0, n = 0;
+        snprintf(state_path, sizeof state_path, "%s/%s", w->tmp, RP_CHECKPOINT_STATE);
+        s = file_hash(state_path, &h, &n, err);
+        snprintf(marker, sizeof marker, "step %lld\n" RP_CHECKPOINT_STATE " %" PRIu64
+                 " %016" PRIx64 "\n", (long long)w->step, n, h);
+        if (s == RP_OK)
+            s = write_small(w->tmp, RP_CHECKPOINT_MARKER, marker, err);
     }
     if (s == RP_OK)
         s = sync_dir(w->tmp, err);
@@ -398,6 +403,36 @@ static rp_status check_file(const char *dir, const char *state_path, const char 
     return RP_OK;
 }
 
+/* trainer_state.json against the size and checksum the marker lists (a
+ * marker of a version before it has none: such a state is taken as it is). */
+static rp_status check_state_file(const char *dir, const char *state_path, rp_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_MARKER);
+    char *text = NULL;
+    size_t len = 0;
+    RP_TRY(rp_read_file(path, 4096, &text, &len, err));
+    const char *line = strstr(text, "\n" RP_CHECKPOINT_STATE " ");
+    rp_status s = RP_OK;
+    if (line) {
+        unsigned long long want_bytes = 0;
+        char want[32] = "", hex[32];
+        uint64_t h = 0, n = 0;
+        if (sscanf(line + 1 + strlen(RP_CHECKPOINT_STATE), " %llu %16s", &want_bytes, want) != 2)
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: the line of %s is invalid", path,
+                             RP_CHECKPOINT_STATE);
+        else if ((s = file_hash(state_path, &h, &n, err)) == RP_OK) {
+            snprintf(hex, sizeof hex, "%016" PRIx64, h);
+            if (n != want_bytes || strcmp(hex, want) != 0)
+                s = rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, checksum %s, but %s "
+                                 "says %llu bytes, %s (the file changed since it was written)",
+                                 state_path, n, hex, RP_CHECKPOINT_MARKER, want_bytes, want);
+        }
+    }
+    free(text);
+    return s;
+}
+
 rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err)
 {
     *state = NULL;
@@ -409,6 +444,7 @@ rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err
                             "(its write did not finish)", dir, RP_CHECKPOINT_MARKER);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_STATE);
+    RP_TRY(check_state_file(dir, path, err));
     char *text = NULL;
     size_t tlen = 0;
     RP_TRY(rp_read_file(path, (size_t)1 << 24, &text, &tlen, err));

@@ -8,7 +8,8 @@
  *   trainer_state.json              the caller's state, plus "files": each
  *                                   file's bytes and checksum (FNV-1a 64
  *                                   over its 64-bit words, file_hash)
- *   checkpoint.complete             the marker, written last
+ *   checkpoint.complete             the marker, written last: "step N" and
+ *                                   trainer_state.json's bytes and checksum
  * written as ROOT/step-00000100.tmp/, every file and the directory fsync'd,
  * then renamed. A directory without the marker is not a checkpoint:
  * rp_checkpoint_latest skips it, and the next write removes it if it is a
@@ -76,7 +77,8 @@ void rp_checkpoint_abort(rp_checkpoint_writer **w);
  * none (root missing included). */
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err);
 
-/* Open checkpoint dir: the marker is there, trainer_state.json parses, it
+/* Open checkpoint dir: the marker is there, trainer_state.json has the
+ * size and checksum the marker lists (when it lists them), parses, it
  * lists model.safetensors, config.json and optimizer.safetensors, and every
  * file it lists has its size and checksum (errors name the file and
  * what differs). *state is the parsed state (json_object_put it). */
