@@ -20,6 +20,9 @@
 # 6. trainer_state.json: an edited "adam_step" is caught by the checksum the
 #    marker holds; "adam_step":"three", "step":"3", "step":3.7 and an
 #    adam_step above step are refused naming the file and the field;
+# 7. non-finite values are refused at load naming the file and the tensor:
+#    a NaN in optimizer.safetensors (with matching checksums; needs
+#    python3) and in a --lora-init adapter.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -138,4 +141,46 @@ refused e3 's/"step":\( *\)3,/"step":\1"3",/' step '"3"'
 refused e4 's/"step":\( *\)3,/"step":\13.7,/' step 3.7
 refused e5 's/"adam_step":\( *\)3/"adam_step":\19/' adam_step 9
 
+# --- 7. non-finite values at load
+if command -v python3 > /dev/null; then
+  rm -rf "$tmp/e6"; cp -r "$c3" "$tmp/e6"
+  # a NaN into the first tensor of optimizer.safetensors, the checksums made to match
+  python3 - "$tmp/e6" << 'PY' || bad "7: could not edit the checkpoint"
+import json, struct, sys
+d = sys.argv[1]
+def fnv(path):  # roundpipe-formats(5): FNV-1a 64 over little-endian 64-bit words
+    b = open(path, "rb").read(); h = 1469598103934665603; m = (1 << 64) - 1
+    n = len(b) // 8
+    for (w,) in struct.iter_unpack("<Q", b[:n * 8]):
+        h = ((h ^ w) * 1099511628211) & m
+    for c in b[n * 8:]:
+        h = ((h ^ c) * 1099511628211) & m
+    return "%016x" % h, len(b)
+p = d + "/optimizer.safetensors"
+b = bytearray(open(p, "rb").read())
+hl = struct.unpack("<Q", b[:8])[0]
+head = json.loads(b[8:8 + hl])
+name = sorted((v["data_offsets"][0], k) for k, v in head.items() if k != "__metadata__")[0][1]
+o = 8 + hl + head[name]["data_offsets"][0]
+b[o:o + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(b)
+st = json.load(open(d + "/trainer_state.json"))
+h, n = fnv(p)
+st["files"]["optimizer.safetensors"] = {"bytes": n, "fnv1a64": h}
+open(d + "/trainer_state.json", "w").write(json.dumps(st, indent=2))
+h, n = fnv(d + "/trainer_state.json")
+open(d + "/checkpoint.complete", "w").write("step 3\ntrainer_state.json %d %s\n" % (n, h))
+PY
+  run 1 c7 $rargs --resume "$tmp/e6" && bad "7: a NaN in optimizer.safetensors accepted" ||
+    has c7 "$tmp/e6/optimizer.safetensors: tensor '.*exp_avg.*': element 0 is nan" "7: optimizer NaN"
+else
+  echo "SKIP part: no python3 to rewrite the checksums: the optimizer's NaN is not tried"
+fi
+q="$src/mpi-tests/fixtures/golden/qwen3"
+run 1 c7l --model "$q/model" --data "$q/data.npy" --seq-len 16 --batch-size 4 --steps 1 --lora-rank 2 --save "$tmp/ad" ||
+  { bad "7: LoRA run"; cat "$tmp/c7l.txt"; }
+hlen=$(head -c 8 "$tmp/ad/adapter_model.safetensors" | od -An -tu8 | tr -d ' ')
+printf '\000\000\300\177' | dd of="$tmp/ad/adapter_model.safetensors" bs=1 seek=$((8 + hlen)) conv=notrunc 2>/dev/null
+run 1 c7n --model "$q/model" --data "$q/data.npy" --seq-len 16 --batch-size 4 --steps 1 --lora-rank 2 --lora-init "$tmp/ad" &&
+  bad "7: a NaN adapter accepted" || has c7n "$tmp/ad/adapter_model.safetensors: tensor '.*lora_.*': element 0 is nan" "7: NaN adapter"
 finish
