@@ -22,7 +22,7 @@
 #    adam_step above step are refused naming the file and the field;
 # 7. non-finite values are refused at load naming the file and the tensor:
 #    a NaN in optimizer.safetensors (with matching checksums; needs
-#    python3) and in a --lora-init adapter.
+#    python3) and in a --lora-init adapter; --resume '' is refused.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -141,7 +141,7 @@ refused e3 's/"step":\( *\)3,/"step":\1"3",/' step '"3"'
 refused e4 's/"step":\( *\)3,/"step":\13.7,/' step 3.7
 refused e5 's/"adam_step":\( *\)3/"adam_step":\19/' adam_step 9
 
-# --- 7. non-finite values at load
+# --- 7. non-finite values at load, --resume ''
 if command -v python3 > /dev/null; then
   rm -rf "$tmp/e6"; cp -r "$c3" "$tmp/e6"
   # a NaN into the first tensor of optimizer.safetensors, the checksums made to match
@@ -183,4 +183,5 @@ hlen=$(head -c 8 "$tmp/ad/adapter_model.safetensors" | od -An -tu8 | tr -d ' ')
 printf '\000\000\300\177' | dd of="$tmp/ad/adapter_model.safetensors" bs=1 seek=$((8 + hlen)) conv=notrunc 2>/dev/null
 run 1 c7n --model "$q/model" --data "$q/data.npy" --seq-len 16 --batch-size 4 --steps 1 --lora-rank 2 --lora-init "$tmp/ad" &&
   bad "7: a NaN adapter accepted" || has c7n "$tmp/ad/adapter_model.safetensors: tensor '.*lora_.*': element 0 is nan" "7: NaN adapter"
+run 2 c7r $T --steps 2 --resume '' && bad "7: --resume '' accepted" || has c7r "\-\-resume: an empty path" "7: --resume ''"
 finish
