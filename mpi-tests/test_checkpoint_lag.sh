@@ -116,6 +116,9 @@ run 1 b1 $data --steps 8 --grad-clip 1.0 --resume "$c4" && bad "a lagged checkpo
   { grep -q "trainer_state.json: options.optimizer_lag is 1, this run has 0" "$tmp/b1.txt" && ok || { bad "optimizer_lag message"; cat "$tmp/b1.txt"; }; }
 cp -r "$c4" "$tmp/badpending"
 sed 's/"clip_coef":[0-9.e-]*/"clip_coef":2.5/' "$c4/trainer_state.json" > "$tmp/badpending/trainer_state.json"
+# (the marker of a version before it held the state's checksum, which would
+# refuse the edit first: the field's own check is what is tried here)
+sed -n 1p "$c4/checkpoint.complete" > "$tmp/badpending/checkpoint.complete"
 run 1 b2 $args --resume "$tmp/badpending" && bad "a damaged pending_update accepted" ||
   { grep -q "trainer_state.json: \"pending_update\" is invalid" "$tmp/b2.txt" && ok || { bad "pending_update message"; cat "$tmp/b2.txt"; }; }
 cp -r "$c4" "$tmp/nograd"; rm "$tmp/nograd/pending_gradient.safetensors"

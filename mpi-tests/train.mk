@@ -78,6 +78,9 @@ TESTS += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
 TESTS += mpi-tests/test_checkpoint_lag.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_lag.sh
+# checkpoints that never lose a run nor a user's files (issue 30, part 6)
+TESTS += mpi-tests/test_checkpoint_safety.sh
+EXTRA_DIST += mpi-tests/test_checkpoint_safety.sh
 TESTS += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh mpi-tests/resume_lib.sh

@@ -2,6 +2,7 @@
 #include "engine/checkpoints.h"
 #include "engine/node_sums.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/checkpoint_lock.h"
+#include "io/output_path.h"
 #include "io/config.h"
 #include "optim/lr.h"
 #include "engine/run_impl.h"
@@ -136,6 +139,28 @@ static int added_later_at_default(const char *key, json_object *want)
     return 0;
 }
 
+/* st's field `name` (in `where`, "" for the top level) as a whole number
+ * in [lo, hi] into *out: "3", 3.7 and a missing field are refused naming
+ * the file and the field. */
+static rp_status whole_field(json_object *st, const char *file, const char *where,
+                             const char *name, int64_t lo, int64_t hi, int64_t *out, rp_error *err)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(st, name, &v))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: no \"%s%s\"", file, where, name);
+    if (!json_object_is_type(v, json_type_int))
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"%s%s\" is %s, not a whole number", file,
+                            where, name, json_object_to_json_string(v));
+    errno = 0;
+    int64_t x = json_object_get_int64(v);
+    if (errno == ERANGE || x < lo || x > hi)
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"%s%s\" is %s, not in [%lld, %lld]", file,
+                            where, name, json_object_to_json_string(v), (long long)lo,
+                            (long long)hi);
+    *out = x;
+    return RP_OK;
+}
+
 /* The checkpoint's trainer state against this run: the format, the options
  * that change the results; *step and *adam_step read. */
 static rp_status check_state(const char *dir, json_object *st, const rp_train_options *o,
@@ -145,23 +170,20 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
     char file[4200];
     snprintf(file, sizeof file, "%s/%s", dir, RP_CHECKPOINT_STATE);
     json_object *v = NULL, *opts = NULL;
-    if (!json_object_object_get_ex(st, "format", &v) ||
-        json_object_get_int(v) != RP_CHECKPOINT_FORMAT)
-        return rp_error_set(err, RP_ERR_FORMAT, "%s: \"format\" is not %d", file,
-                            RP_CHECKPOINT_FORMAT);
-    if (!json_object_object_get_ex(st, "step", &v) || json_object_get_int64(v) < 1)
-        return rp_error_set(err, RP_ERR_FORMAT, "%s: no valid \"step\"", file);
-    *step = json_object_get_int64(v);
-    if (!json_object_object_get_ex(st, "adam_step", &v) || json_object_get_int64(v) < 0 ||
-        json_object_get_int64(v) > *step)
-        return rp_error_set(err, RP_ERR_FORMAT, "%s: no valid \"adam_step\"", file);
-    *adam_step = json_object_get_int64(v);
+    int64_t format = 0, pending_step = 0;
+    RP_TRY(whole_field(st, file, "", "format", RP_CHECKPOINT_FORMAT, RP_CHECKPOINT_FORMAT, &format,
+                       err));
+    RP_TRY(whole_field(st, file, "", "step", 1, INT64_MAX, step, err));
+    RP_TRY(whole_field(st, file, "", "adam_step", 0, *step, adam_step, err));
     *pending = 0;
     *coef = 1.0f;
     if (json_object_object_get_ex(st, "pending_update", &v)) { /* a lagged optimizer's */
-        json_object *ps = NULL, *pc = NULL;
-        if (!json_object_object_get_ex(v, "step", &ps) || json_object_get_int64(ps) != *step ||
-            !json_object_object_get_ex(v, "clip_coef", &pc) ||
+        json_object *pc = NULL;
+        if (!json_object_is_type(v, json_type_object))
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: \"pending_update\" is not an object",
+                                file);
+        RP_TRY(whole_field(v, file, "pending_update.", "step", *step, *step, &pending_step, err));
+        if (!json_object_object_get_ex(v, "clip_coef", &pc) ||
             !(json_object_is_type(pc, json_type_double) || json_object_is_type(pc, json_type_int)) ||
             !(json_object_get_double(pc) > 0 && json_object_get_double(pc) <= 1) ||
             *adam_step >= *step)
@@ -200,6 +222,29 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
                          "and --steps is %lld: nothing left to run", dir, (long long)*step,
                          (long long)o->steps);
     return s;
+}
+
+rp_status rp_checkpoint_dir_lock(const rp_train_options *o, MPI_Comm comm,
+                                 rp_checkpoint_lock **lock, rp_error *err)
+{
+    *lock = NULL;
+    if (!o->checkpoint_dir)
+        return RP_OK;
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    rp_status s = RP_OK;
+    if (rank == 0) { /* the writer of every checkpoint */
+        s = rp_output_dir_check("--checkpoint-dir", o->checkpoint_dir, err);
+        if (s == RP_OK)
+            s = rp_checkpoint_lock_take(o->checkpoint_dir, lock, err);
+    }
+    int ok = s == RP_OK, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (all)
+        return RP_OK;
+    rp_checkpoint_lock_release(lock);
+    return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused "
+                                         "--checkpoint-dir %s", o->checkpoint_dir);
 }
 
 rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const rp_logger *lg,
@@ -448,6 +493,29 @@ static int ck_pending(const rp_engine *e, int64_t c)
     return e->o->optimizer_lag && c < e->steps;
 }
 
+/* The checkpoint of step c could not be written (a full disk, a directory
+ * gone, a diverged update): said now, the run goes on to its other outputs
+ * and ends with an error (rp_checkpoint_failures). */
+static void ck_not_written(rp_engine *e, int64_t c, const rp_error *why)
+{
+    rp_log(e->lg, RP_LOG_ERROR, "checkpoint of step %lld not written: %s; the older checkpoints "
+           "are kept, training and the other outputs go on, and the run will end with an error",
+           (long long)c, why->msg);
+    if (!e->ck_failed) {
+        e->ck_failed = c;
+        e->ck_error = *why;
+    }
+}
+
+rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err)
+{
+    if (!e->ck_failed)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_IO, "--checkpoint-dir %s: the checkpoint of step %lld was "
+                        "not written: %.700s", e->o->checkpoint_dir, (long long)e->ck_failed,
+                        e->ck_error.msg);
+}
+
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
@@ -465,6 +533,10 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         if (s == RP_OK)
             s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, err);
         ck_free(&k);
+        if (s != RP_OK) {
+            ck_not_written(e, e->it_last, err);
+            s = RP_OK;
+        }
     }
     s = rp_run_agree(e, s, comm, err);
     if (nodes) /* written: node 0 keeps its own slices again */
@@ -531,7 +603,8 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     snprintf(who, sizeof who, "checkpoint writer, step %lld", (long long)c);
     int pending = ck_pending(e, c);
     ck k;
-    RP_TRY(ck_begin(e, c, pending, &k, err));
+    rp_error why = {0}; /* the checkpoint's failure, which is not the run's */
+    rp_status w = ck_begin(e, c, pending, &k, &why);
     k.async = 1;
     k.held0 = atomic_load(&e->ck_held_ns);
     rp_status s = RP_OK;
@@ -551,24 +624,27 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
         if (s == RP_OK && slow && atoi(slow) > 0)
             usleep((useconds_t)atoi(slow) * 1000);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-        if (s == RP_OK)
-            s = ck_layer(&k, l, err);
-        if (s == RP_OK && e->trace) {
+        if (s == RP_OK && w == RP_OK && (w = ck_layer(&k, l, &why)) != RP_OK)
+            ck_free(&k);
+        if (s == RP_OK && w == RP_OK && e->trace) {
             char span[64];
             snprintf(span, sizeof span, "write layer %d (step %lld)", l, (long long)c);
             rp_trace_span(e->trace, RP_TRACK_CHECKPOINT, span, t0, rp_trace_now_ns());
         }
-        if (s == RP_OK)
+        if (s == RP_OK) /* written or not: the held updates go on */
             rp_proto_publish_written(e, l, c);
     }
     if (s != RP_OK) {
         ck_free(&k);
         return s;
     }
-    s = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, err);
-    if (s == RP_OK)
+    if (w == RP_OK)
+        w = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, &why);
+    if (w == RP_OK)
         e->ck_written = c;
-    return s;
+    else
+        ck_not_written(e, c, &why);
+    return RP_OK;
 }
 
 void *rp_checkpoint_writer_main(void *arg)

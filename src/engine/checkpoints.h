@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "engine/engine_impl.h"
 #include "engine/train_options.h"
+#include "io/checkpoint_lock.h"
 
 /* What a resumed run starts from. */
 typedef struct rp_resume {
@@ -49,6 +50,14 @@ typedef struct rp_resume {
 
 /* The summed gradient of a pending update, in a checkpoint directory. */
 #define RP_PENDING_FILE "pending_gradient.safetensors"
+
+/* --checkpoint-dir: can be written (rp_output_dir_check), is created and
+ * locked by rank 0 for the run (io/checkpoint_lock.h: a second run on it is
+ * refused naming the first), before --resume reads it. Collective; *lock
+ * is NULL without --checkpoint-dir and on other ranks; release it with
+ * rp_checkpoint_lock_release when the run ends. */
+rp_status rp_checkpoint_dir_lock(const rp_train_options *o, MPI_Comm comm,
+                                 rp_checkpoint_lock **lock, rp_error *err);
 
 /* --resume: find the checkpoint (auto: the newest under --checkpoint-dir,
  * or none, which is said), check it (complete, checksums, the options that
@@ -72,8 +81,15 @@ int rp_checkpoint_due(const rp_engine *e, int64_t t);
 
 /* Write the checkpoint of step e->it_last after its segment ended, unless
  * the writer thread wrote it (a stop right after a checkpoint step). The
- * leader writes, every rank agrees. */
+ * leader writes, every rank agrees. A checkpoint that cannot be written
+ * (the disk, the directory, an update that is not finite) is not the run's
+ * failure: it is said at once and remembered, the older ones are kept, and
+ * training and the other outputs go on; the writer thread's the same. */
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err);
+
+/* Rank 0: the first checkpoint not written, as the run's error (naming the
+ * step and why), or RP_OK; other ranks: RP_OK. */
+rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err);
 
 /* Does the running segment have checkpoints to write while it runs? Then
  * rank 0 runs rp_checkpoint_writer_main (arg: the engine) beside its other

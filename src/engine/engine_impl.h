@@ -104,6 +104,8 @@ typedef struct rp_engine {
     int64_t adam_first;       /* adam_step when the running segment started */
     int64_t ck_written;       /* rank 0: the newest checkpoint written during a segment */
     _Atomic uint64_t ck_held_ns; /* updates held for the checkpoint writer (this rank) */
+    int64_t ck_failed;        /* rank 0: the step of the first checkpoint not written (0: none) */
+    rp_error ck_error;        /* and why */
     char *model_config_text; /* the config.json the model came from, read at start (rank 0;
                                 NULL elsewhere): the template of every save and checkpoint,
                                 usable when its file is gone (a pruned checkpoint) */

@@ -15,6 +15,8 @@ rp_status rp_engine_outputs_check(const rp_train_options *o, rp_error *err)
         RP_TRY(rp_output_file_check("--log", o->log_path, err));
     if (o->trace)
         RP_TRY(rp_output_file_check("--trace", o->trace, err));
+    if (o->save_merged)
+        RP_TRY(rp_output_dir_check("--save-merged", o->save_merged, err));
     return RP_OK;
 }
 

@@ -732,6 +732,11 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
             rp_log(e->lg, RP_LOG_INFO, "trace written to %s", o->trace);
         keep_first(e, st, &one, &out, err);
     }
+    if (trained == RP_OK && o->checkpoint_dir) { /* one not written, said when it failed */
+        rp_error one = {0};
+        rp_status st = rp_run_agree(e, rp_checkpoint_failures(e, &one), comm, &one);
+        keep_first(e, st, &one, &out, err);
+    }
     if (e->log) {
         rp_error one = {0};
         keep_first(e, rp_engine_log_close(e, &one), &one, &out, err);
@@ -747,9 +752,13 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     rp_nodes nd;
     RP_TRY(rp_nodes_split(comm, resolved.ranks_per_node, &nd, err));
     resolved.nodes = nd.nodes;
+    rp_checkpoint_lock *lock = NULL; /* held for the run: before --resume auto reads it */
     rp_resume resume;
-    rp_status rs = rp_checkpoint_resolve(&resolved, comm, lg, &resume, err);
+    rp_status rs = rp_checkpoint_dir_lock(&resolved, comm, &lock, err);
+    if (rs == RP_OK)
+        rs = rp_checkpoint_resolve(&resolved, comm, lg, &resume, err);
     if (rs != RP_OK) {
+        rp_checkpoint_lock_release(&lock);
         rp_nodes_free(&nd);
         return rs;
     }
@@ -830,5 +839,6 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     rp_dataset_close(&e->ds);
     rp_dataset_close(&e->eval_ds);
     pthread_mutex_destroy(&e->lock);
+    rp_checkpoint_lock_release(&lock);
     return s;
 }

@@ -70,6 +70,13 @@ static rp_status lora_check(const rp_train_options *o, rp_error *err)
 
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
 {
+    /* an empty path (an unset shell variable) is a mistake, not "none":
+     * --resume '' would otherwise start fresh without a word */
+    if (o->resume && !o->resume[0])
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--resume: an empty path (give a "
+                            "checkpoint directory, or auto)");
+    if (o->checkpoint_dir && !o->checkpoint_dir[0])
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--checkpoint-dir: an empty path");
     if (!o->resume && !o->model_dir == !o->init_config)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "exactly one of --model DIR or --init-config FILE is required");

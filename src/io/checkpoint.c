@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,12 +102,33 @@ static int is_complete(const char *dir)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* root's step-N entries, complete or not. */
+/* root's entries that roundpipe wrote, complete or not. */
 typedef struct step_entry {
     int64_t step;
     int complete;
+    int tmp; /* step-N.tmp: a write in progress or interrupted */
     char name[64];
 } step_entry;
+
+/* Is name one roundpipe writes, "step-" and 8 digits, or that and ".tmp"?
+ * Anything else under the root is the user's (a copy "step-00000003.keep",
+ * a folder "step-00000006-notes"): never listed, never removed. */
+static int written_here(const char *name, int64_t *step, int *tmp)
+{
+    if (strncmp(name, "step-", 5) != 0)
+        return 0;
+    int64_t k = 0;
+    for (int i = 5; i < 13; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
+        k = 10 * k + (name[i] - '0');
+    }
+    if (strcmp(name + 13, "") != 0 && strcmp(name + 13, ".tmp") != 0)
+        return 0;
+    *step = k;
+    *tmp = name[13] != '\0';
+    return 1;
+}
 
 /* The entries into *out (malloc'd, NULL when there are none); their count,
  * or -1 when memory ran out. A missing root has none. */
@@ -120,9 +142,9 @@ static int list_steps(const char *root, step_entry **out)
     struct dirent *de;
     char path[4200];
     while ((de = readdir(d))) {
-        long long k;
-        char tail[8] = "";
-        if (strlen(de->d_name) > 60 || sscanf(de->d_name, "step-%8lld%7s", &k, tail) < 1)
+        int64_t k;
+        int tmp;
+        if (!written_here(de->d_name, &k, &tmp))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -138,15 +160,18 @@ static int list_steps(const char *root, step_entry **out)
         step_entry *e = &(*out)[n++];
         snprintf(path, sizeof path, "%s/%s", root, de->d_name);
         e->step = k;
-        e->complete = tail[0] == '\0' && is_complete(path);
-        snprintf(e->name, sizeof e->name, "%s", de->d_name);
+        e->tmp = tmp;
+        e->complete = !tmp && is_complete(path);
+        snprintf(e->name, sizeof e->name, "%.20s", de->d_name); /* 17 at most */
     }
     closedir(d);
     return n;
 }
 
-/* Keep the newest `keep` complete checkpoints; remove the rest and every
- * incomplete one (but not `current`). */
+/* Keep the newest `keep` complete checkpoints (0: all); remove the rest and
+ * every step-N.tmp left by an interrupted write (but not `current`). A
+ * step-N without the marker was not written here (the rename comes after
+ * the marker): it is left alone. */
 static void prune(const char *root, int keep, const char *current)
 {
     step_entry *e = NULL;
@@ -158,7 +183,7 @@ static void prune(const char *root, int keep, const char *current)
         int newer = 0; /* complete checkpoints newer than this one */
         for (int j = 0; j < n; j++)
             newer += e[j].complete && e[j].step > e[i].step;
-        if (!e[i].complete || (keep > 0 && newer >= keep)) {
+        if (e[i].tmp || (e[i].complete && keep > 0 && newer >= keep)) {
             snprintf(path, sizeof path, "%s/%s", root, e[i].name);
             remove_dir(path);
         }
@@ -183,6 +208,7 @@ struct rp_checkpoint_writer {
     int64_t step;
     rp_file_set *fs;
     rp_tensor_file *file[MAX_FILES];
+    const rp_tensor_ref *tensors[MAX_FILES]; /* the caller's, read by put */
     char *file_name[MAX_FILES];
     int nfiles;
 };
@@ -224,6 +250,7 @@ rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoin
     rp_status s = rp_file_set_begin(w->tmp, &w->fs, err);
     for (int i = 0; s == RP_OK && i < c->nfiles; i++) {
         w->nfiles++;
+        w->tensors[i] = c->files[i].tensors;
         if (!(w->file_name[i] = strdup(c->files[i].name)))
             s = rp_error_set(err, RP_ERR_NOMEM, "checkpoint: out of memory");
         else
@@ -245,6 +272,18 @@ rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int co
 {
     if (file < 0 || file >= w->nfiles || !w->file[file])
         return rp_error_set(err, RP_ERR_INTERNAL, "checkpoint: no file %d", file);
+    /* a diverged update (NaN or Inf in the state) is never a checkpoint: a
+     * resume would take it over the good one before it */
+    for (int i = first; i < first + count; i++) {
+        const rp_tensor_ref *t = &w->tensors[file][i];
+        size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1));
+        for (size_t k = 0; k < n; k++)
+            if (!isfinite(t->data[k]))
+                return rp_error_set(err, RP_ERR_NUMERIC, "checkpoint of step %lld: %s: tensor "
+                                    "'%s': element %zu is %g (the update is not finite: no "
+                                    "checkpoint of it)", (long long)w->step,
+                                    w->file_name[file], t->name, k, (double)t->data[k]);
+    }
     return rp_tensor_file_put(w->file[file], first, count, err);
 }
 
@@ -287,10 +326,15 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, in
     if (s == RP_OK)
         s = write_small(w->tmp, RP_CHECKPOINT_STATE,
                         json_object_to_json_string_ext(state, JSON_C_TO_STRING_PRETTY), err);
-    if (s == RP_OK) {
-        char marker[64];
-        snprintf(marker, sizeof marker, "step %lld\n", (long long)w->step);
-        s = write_small(w->tmp, RP_CHECKPOINT_MARKER, marker, err);
+    if (s == RP_OK) { /* the marker covers the state as the state covers the files */
+        char state_path[4200], marker[128];
+        uint64_t h = 0, n = 0;
+        snprintf(state_path, sizeof state_path, "%s/%s", w->tmp, RP_CHECKPOINT_STATE);
+        s = file_hash(state_path, &h, &n, err);
+        snprintf(marker, sizeof marker, "step %lld\n" RP_CHECKPOINT_STATE " %" PRIu64
+                 " %016" PRIx64 "\n", (long long)w->step, n, h);
+        if (s == RP_OK)
+            s = write_small(w->tmp, RP_CHECKPOINT_MARKER, marker, err);
     }
     if (s == RP_OK)
         s = sync_dir(w->tmp, err);
@@ -359,6 +403,36 @@ static rp_status check_file(const char *dir, const char *state_path, const char 
     return RP_OK;
 }
 
+/* trainer_state.json against the size and checksum the marker lists (a
+ * marker of a version before it has none: such a state is taken as it is). */
+static rp_status check_state_file(const char *dir, const char *state_path, rp_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_MARKER);
+    char *text = NULL;
+    size_t len = 0;
+    RP_TRY(rp_read_file(path, 4096, &text, &len, err));
+    const char *line = strstr(text, "\n" RP_CHECKPOINT_STATE " ");
+    rp_status s = RP_OK;
+    if (line) {
+        unsigned long long want_bytes = 0;
+        char want[32] = "", hex[32];
+        uint64_t h = 0, n = 0;
+        if (sscanf(line + 1 + strlen(RP_CHECKPOINT_STATE), " %llu %16s", &want_bytes, want) != 2)
+            s = rp_error_set(err, RP_ERR_FORMAT, "%s: the line of %s is invalid", path,
+                             RP_CHECKPOINT_STATE);
+        else if ((s = file_hash(state_path, &h, &n, err)) == RP_OK) {
+            snprintf(hex, sizeof hex, "%016" PRIx64, h);
+            if (n != want_bytes || strcmp(hex, want) != 0)
+                s = rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, checksum %s, but %s "
+                                 "says %llu bytes, %s (the file changed since it was written)",
+                                 state_path, n, hex, RP_CHECKPOINT_MARKER, want_bytes, want);
+        }
+    }
+    free(text);
+    return s;
+}
+
 rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err)
 {
     *state = NULL;
@@ -370,6 +444,7 @@ rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err
                             "(its write did not finish)", dir, RP_CHECKPOINT_MARKER);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_STATE);
+    RP_TRY(check_state_file(dir, path, err));
     char *text = NULL;
     size_t tlen = 0;
     RP_TRY(rp_read_file(path, (size_t)1 << 24, &text, &tlen, err));

@@ -8,10 +8,13 @@
  *   trainer_state.json              the caller's state, plus "files": each
  *                                   file's bytes and checksum (FNV-1a 64
  *                                   over its 64-bit words, file_hash)
- *   checkpoint.complete             the marker, written last
+ *   checkpoint.complete             the marker, written last: "step N" and
+ *                                   trainer_state.json's bytes and checksum
  * written as ROOT/step-00000100.tmp/, every file and the directory fsync'd,
- * then renamed. A directory without the marker is not a checkpoint: the
- * next write removes it, and rp_checkpoint_latest skips it.
+ * then renamed. A directory without the marker is not a checkpoint:
+ * rp_checkpoint_latest skips it, and the next write removes it if it is a
+ * step-N.tmp. Only "step-" + 8 digits (+ ".tmp") are roundpipe's: nothing
+ * else under ROOT is listed or removed.
  * Test hook: RP_FAULT_CHECKPOINT_HOLD=S in the environment holds the writer
  * S seconds with the weights written but no file in place yet. */
 #ifndef RP_IO_CHECKPOINT_H
@@ -49,13 +52,15 @@ typedef struct rp_checkpoint_content {
  * training goes on:
  *   begin   - ROOT/step-N.tmp/ (a stale one removed), config.json, and each
  *             file's header: every tensor's place is fixed;
- *   put     - tensors [first, first + count) of file `file`, read now;
+ *   put     - tensors [first, first + count) of file `file`, read now; a
+ *             value that is not finite is refused naming the file, tensor
+ *             and element (a diverged update is never a checkpoint);
  *   finish  - every tensor written? every file fsync'd and in place, then
  *             trainer_state.json (`state` plus "files": each file's bytes and
  *             checksum), the marker, the directory fsync'd and renamed to
  *             ROOT/step-N; the newest `keep` complete checkpoints kept (0:
- *             all) and incomplete ones removed; *dir (len bytes) receives
- *             the path;
+ *             all) and step-N.tmp leftovers removed; *dir (len bytes)
+ *             receives the path;
  *   abort   - removes the temporary directory (no-op on NULL).
  * finish and abort free *w and set it to NULL. Nothing is left under a
  * complete name on failure. */
@@ -72,7 +77,8 @@ void rp_checkpoint_abort(rp_checkpoint_writer **w);
  * none (root missing included). */
 rp_status rp_checkpoint_latest(const char *root, char *out, size_t len, rp_error *err);
 
-/* Open checkpoint dir: the marker is there, trainer_state.json parses, it
+/* Open checkpoint dir: the marker is there, trainer_state.json has the
+ * size and checksum the marker lists (when it lists them), parses, it
  * lists model.safetensors, config.json and optimizer.safetensors, and every
  * file it lists has its size and checksum (errors name the file and
  * what differs). *state is the parsed state (json_object_put it). */

@@ -71,6 +71,14 @@ rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors,
         int64_t shape[2] = {tensors[i].shape[0], tensors[i].shape[1]};
         s = rp_safetensors_read_f32(st, tensors[i].name, tensors[i].ndim, shape, tensors[i].data,
                                     err);
+        /* a NaN here (AdamW's state, adapters) would show only steps later,
+         * as a diverged loss: named now */
+        size_t count = (size_t)(shape[0] * (tensors[i].ndim > 1 ? shape[1] : 1));
+        for (size_t k = 0; s == RP_OK && k < count; k++)
+            if (!isfinite(tensors[i].data[k]))
+                s = rp_error_set(err, RP_ERR_NUMERIC, "%s: tensor '%s': element %zu is %g (a "
+                                 "non-finite value)", path, tensors[i].name, k,
+                                 (double)tensors[i].data[k]);
     }
     rp_safetensors_close(&st);
     return s;

@@ -33,7 +33,7 @@ rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n
 
 /* Read each of the n tensors from the one safetensors file at path
  * (converted to fp32; missing tensors and shape mismatches name the file
- * and the tensor). */
+ * and the tensor, as does a value that is not finite). */
 rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors, int n,
                                  rp_error *err);
 
