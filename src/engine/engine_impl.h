@@ -165,6 +165,8 @@ typedef struct rp_engine {
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
     _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
+    int node_failure_sent[2]; /* this node and its status, as the failure notice sent to the
+                                 other nodes holds them (node_sums.c) */
     _Atomic uint64_t adamw_ns;  /* CPU time of the threads that called AdamW on this rank (an
                                    OpenMP team's other threads not counted), in the steps from
                                    the run's RP_ADAMW_TIMED_FROM-th on */
