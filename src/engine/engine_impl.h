@@ -77,6 +77,7 @@ typedef struct rp_engine {
      * (protocol.c, rp_proto_stop_before) */
     _Atomic int64_t *stop_at;
     _Atomic int64_t *started;
+    _Atomic int stop_noticed; /* rank 0 said that a stop after the step was asked */
     int stopped_early;  /* the run stopped after e->it_last < e->steps, with a checkpoint */
     rp_store *store;   /* the running segment's store */
     rp_store *param_store; /* the run's store: parameters and optimizer state */
