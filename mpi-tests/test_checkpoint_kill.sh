@@ -6,6 +6,13 @@
 # model of a run that was never killed, bit for bit: only complete
 # checkpoints are resumed, and the half-written one is ignored and cleaned
 # up. 20 kill points; the delays come from a fixed seed.
+# Ctrl-C at a terminal under mpirun (SIGINT to mpirun's process group; the
+# ranks get SIGTERM, then SIGKILL a second later): mpirun exits 1, rank 0
+# says at once which checkpoint is kept, and the run stops after the step
+# in progress with its checkpoint; killed while writing it (held 5 s), the
+# half-written step-N.tmp is removed, and named, at the next start, the
+# kept checkpoint untouched; without --checkpoint-dir the line says that no
+# checkpoint is kept.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -58,4 +65,47 @@ cmp -s "$tmp/ref/model.safetensors" "$tmp/final/model.safetensors" && ok ||
 ls -d "$ck"/*.tmp > /dev/null 2>&1 && bad "a half-written checkpoint was left behind" || ok
 [ ! -e "$ck/step-00000002.tmp" ] && ok || bad "the half-written checkpoint was not cleaned up"
 grep -q "resuming from $ck/step-" "$tmp/runs.txt" && ok || bad "no run resumed"
+
+# Ctrl-C at a terminal under mpirun: the terminal signals mpirun's process
+# group (setsid here: the ranks have groups of their own), mpirun sends the
+# ranks SIGTERM, SIGKILLs them about a second later and exits 1 whatever
+# they do (Open MPI). Each time rank 0 says what is kept, and nothing
+# half-written outlives the next start.
+ctrl_c() { # ctrl_c OUT [env] -- train options: a run, Ctrl-C once 3 steps are logged; $rc
+  out=$1; shift
+  rm -f "$tmp/cc.jsonl"
+  env "$@" > "$out" 2>&1 &
+  pid=$!
+  i=0; while [ "$(cat "$tmp/cc.jsonl" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  kill -INT -- -$pid
+  wait $pid; rc=$?
+}
+cc="$tmp/cc-ck"
+long="$args --steps 100000 --log $tmp/cc.jsonl --checkpoint-dir $cc"
+# the step in progress and its checkpoint fit in mpirun's grace here
+# shellcheck disable=SC2086
+ctrl_c "$tmp/cc1.txt" RP_FAULT_CHECKPOINT_HOLD=0 setsid ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $long
+k=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\) of 100000: continue with the same command and --resume.*/\1/p' "$tmp/cc1.txt")
+[ $rc -eq 1 ] && [ -n "$k" ] && grep -q "SIGTERM: stopping after the step in progress with its checkpoint .*kept: no checkpoint" "$tmp/cc1.txt" &&
+  [ -f "$cc/step-$(printf %08d "$k")/checkpoint.complete" ] && ok ||
+  { bad "Ctrl-C under mpirun: exit $rc (mpirun's own: 1), stopped after step '$k'"; cat "$tmp/cc1.txt"; }
+ls -d "$cc"/*.tmp > /dev/null 2>&1 && bad "Ctrl-C under mpirun: a .tmp left" || ok
+# the checkpoint does not (held 5 s): killed while writing it, after saying
+# which checkpoint is kept; its temporary directory is left ...
+# shellcheck disable=SC2086
+ctrl_c "$tmp/cc2.txt" RP_FAULT_CHECKPOINT_HOLD=5 setsid ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $long --resume auto
+[ $rc -eq 1 ] && grep -q "SIGTERM: stopping after the step in progress with its checkpoint .*kept: $cc/step-$(printf %08d "$k")\$" "$tmp/cc2.txt" &&
+  ls -d "$cc"/step-*.tmp > /dev/null 2>&1 && ok ||
+  { bad "Ctrl-C under mpirun, killed while writing: exit $rc, or no line saying what is kept"; cat "$tmp/cc2.txt"; ls "$cc"; }
+left=$(cd "$cc" && ls -d step-*.tmp 2>/dev/null | head -n 1)
+# ... and removed, and named, at the next start
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --steps 2 --checkpoint-dir "$cc" > "$tmp/cc3.txt" 2>&1
+grep -q "removed $cc/$left, a checkpoint a killed run left half-written" "$tmp/cc3.txt" &&
+  ! ls -d "$cc"/*.tmp > /dev/null 2>&1 && [ -f "$cc/step-$(printf %08d "$k")/checkpoint.complete" ] && ok ||
+  { bad "the half-written $left was not removed at the next start"; cat "$tmp/cc3.txt"; ls "$cc"; }
+# without --checkpoint-dir the SIGTERM stops at once, saying nothing is kept
+# shellcheck disable=SC2086
+ctrl_c "$tmp/cc4.txt" RP_FAULT_CHECKPOINT_HOLD=0 setsid ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --steps 100000 --log "$tmp/cc.jsonl"
+[ $rc -eq 1 ] && grep -q "interrupted at step [0-9]* of 100000 (SIGTERM); kept: no checkpoint (no --checkpoint-dir)" "$tmp/cc4.txt" && ok ||
+  { bad "Ctrl-C under mpirun without checkpoints: exit $rc"; cat "$tmp/cc4.txt"; }
 finish

@@ -36,8 +36,10 @@
 #   the rank count, N x P pipelines that do not divide the microbatches;
 # - a stall planted on one node (its forward never signals) is reported by
 #   every node within the deadline, naming the node waited for, and the job
-#   exits non-zero; a rank killed on one node ends the whole job (mpirun
-#   naming the killed rank).
+#   exits non-zero; a node that fails (node 0 diverges at step 7) stops the
+#   other at once, which says so, in seconds where --timeout is 30, and so
+#   does an interrupt of one node's rank (exit 130); a rank
+#   killed on one node ends the whole job (mpirun naming the killed rank).
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -236,8 +238,48 @@ end=$(date +%s)
 [ $((end - start)) -le 20 ] && ok || bad "stall: took $((end - start)) s with --timeout 2"
 grep -q "^\[roundpipe 0\] error: node 0: rank 0, job .*waiting for event fwd_out\[stage 0" \
   "$tmp/stall.txt" && ok || { bad "stall: node 0 does not name its event"; cat "$tmp/stall.txt"; }
-grep -q "^\[roundpipe 1\] error: node 1: rank 1, .*waiting for .*: \(the deadline\|value\)" \
+grep -q "^\[roundpipe 1\] error: node 1: rank 1\(, .*waiting for .*: \(the deadline\|value\)\|: stopped because node 0 failed\)" \
   "$tmp/stall.txt" && ok || { bad "stall: node 1 does not report"; cat "$tmp/stall.txt"; }
+
+# a node that fails tells the others at once: node 0 diverges at step 7
+# (--lr 1e3 without clipping); node 1, whose waits are for node 0's
+# messages, stops with it within seconds (it used to wait for --timeout 30),
+# and only node 0 names the error
+tiny="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 4 --microbatches 2"
+start=$(date +%s)
+# shellcheck disable=SC2086
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tiny --steps 12 --lr 1e3 --grad-clip 0 \
+  --ranks-per-node 1 --timeout 30 --progress none --threads 1 --device cpu > "$tmp/diverge.txt" 2>&1
+rc=$?
+end=$(date +%s)
+[ $rc -ne 0 ] && [ $((end - start)) -le 12 ] && ok ||
+  bad "divergence on node 0: exit $rc after $((end - start)) s with --timeout 30"
+grep -q "^\[roundpipe 0\] error: node 0: step 7: .*training diverged" "$tmp/diverge.txt" && ok ||
+  { bad "divergence on node 0: not named"; cat "$tmp/diverge.txt"; }
+grep -q "^\[roundpipe 1\] error: node 1: rank 1: stopped because node 0 failed" "$tmp/diverge.txt" &&
+  ! grep -q "timed out\|did not answer\|deadline" "$tmp/diverge.txt" && ok ||
+  { bad "divergence on node 0: node 1 does not say why it stopped"; cat "$tmp/diverge.txt"; }
+# and so does an interrupt of node 0 alone (SIGINT to its rank)
+# shellcheck disable=SC2086
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tiny --steps 1000000 --ranks-per-node 1 \
+  --timeout 30 --progress none --threads 1 --device cpu --log "$tmp/int.jsonl" > "$tmp/int.txt" 2>&1 &
+job=$!
+# (past step 2, the re-plan between segments: a signal there is agreed on instead)
+i=0; while [ "$(cat "$tmp/int.jsonl" 2>/dev/null | wc -l)" -lt 5 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+r0=""
+for p in $(pgrep -P $job); do
+  [ "$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = 0 ] && r0=$p
+done
+start=$(date +%s)
+[ -n "$r0" ] && kill -INT "$r0"
+wait $job
+rc=$?
+end=$(date +%s)
+[ -n "$r0" ] && [ $rc -eq 130 ] && [ $((end - start)) -le 12 ] && ok ||
+  bad "SIGINT on node 0: exit $rc after $((end - start)) s with --timeout 30 (rank 0: '$r0')"
+grep -q "^\[roundpipe 0\] interrupted at step [0-9]* of 1000000 (SIGINT)" "$tmp/int.txt" &&
+  grep -q "^\[roundpipe 1\] error: node 1: rank 1: stopped because node 0 failed" "$tmp/int.txt" && ok ||
+  { bad "SIGINT on node 0: messages"; cat "$tmp/int.txt"; }
 
 # a rank killed on node 1 ends the whole job
 # shellcheck disable=SC2086

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "engine/trainer.h"
+#include "io/checkpoint.h"
 
 /* Every option but --shuffle and --use-rslora takes a value; rp_train_options_set interprets
  * them. */
@@ -183,6 +184,21 @@ static void catch_interrupts(int checkpoints)
     sigaction(SIGUSR1, &sa, NULL);
 }
 
+/* What a run stopped at once keeps, for the line that says so: the newest
+ * complete checkpoint. */
+static void kept(const rp_train_options *o, char *out, size_t cap)
+{
+    char newest[4096] = "";
+    rp_error err = {0};
+    if (!o->checkpoint_dir)
+        snprintf(out, cap, "no checkpoint (no --checkpoint-dir)");
+    else if (rp_checkpoint_latest(o->checkpoint_dir, newest, sizeof newest, &err) == RP_OK &&
+             newest[0])
+        snprintf(out, cap, "%s (continue with the same command and --resume auto)", newest);
+    else
+        snprintf(out, cap, "no checkpoint (none was written yet)");
+}
+
 int rp_cli_train(int argc, char **argv)
 {
     int rank = 0;
@@ -206,11 +222,14 @@ int rp_cli_train(int argc, char **argv)
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
     int sig = rp_interrupted();
     if (s != RP_OK && sig) {
-        if (rank == 0) /* the others' messages say the same, or that rank 0 stopped */
-            fprintf(stderr, "[roundpipe %d] %s (%s)\n", rank,
+        if (rank == 0) { /* the others' messages say the same, or that rank 0 stopped */
+            char what[4200];
+            kept(&o, what, sizeof what);
+            fprintf(stderr, "[roundpipe %d] %s (%s); kept: %s\n", rank,
                     s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
                     sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM"
-                                            : sig == SIGUSR1 ? "SIGUSR1" : "signal");
+                                            : sig == SIGUSR1 ? "SIGUSR1" : "signal", what);
+        }
         return 128 + sig; /* as a shell reports a process its signal ended */
     }
     if (s == RP_ERR_PEER_LOST) {

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,6 +359,33 @@ rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pendin
     s = rp_model_dir_load_file(path, t, n, err);
     free(t);
     return s;
+}
+
+void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logger *lg)
+{
+    char removed[8][32];
+    int n = rp_checkpoint_remove_stale(o->checkpoint_dir, removed, 8);
+    for (int i = 0; i < n && i < 8; i++)
+        rp_log(lg, RP_LOG_WARN, "removed %s/%s, a checkpoint a killed run left half-written",
+               o->checkpoint_dir, removed[i]);
+    if (n > 8)
+        rp_log(lg, RP_LOG_WARN, "removed %d more checkpoints killed runs left half-written",
+               n - 8);
+}
+
+void rp_checkpoint_stop_notice(rp_engine *e)
+{
+    int sig = rp_checkpoint_requested();
+    if (!sig || e->nd.world_rank != 0 || !e->o->checkpoint_dir ||
+        atomic_exchange(&e->stop_noticed, 1))
+        return;
+    char newest[4096];
+    rp_error err;
+    if (rp_checkpoint_latest(e->o->checkpoint_dir, newest, sizeof newest, &err) != RP_OK)
+        newest[0] = '\0';
+    rp_log(e->lg, RP_LOG_INFO, "%s: stopping after the step in progress with its checkpoint (a "
+           "second signal stops at once); until that is written, kept: %s",
+           sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", newest[0] ? newest : "no checkpoint");
 }
 
 int rp_checkpoint_due(const rp_engine *e, int64_t t)

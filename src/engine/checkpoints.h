@@ -76,6 +76,17 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
  * weights). */
 rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, rp_error *err);
 
+/* At the start of a run (rank 0, with --checkpoint-dir): the temporary
+ * directories of checkpoints that a killed run was writing are removed and
+ * named, as host stores left in /dev/shm are. */
+void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logger *lg);
+
+/* A stop after the step in progress was asked (SIGTERM, SIGUSR1): rank 0
+ * says so at once, once, with the newest complete checkpoint, which is what
+ * is kept should the run be killed before its own is written (mpirun kills
+ * its ranks a second after the SIGTERM it sends on Ctrl-C). Any thread. */
+void rp_checkpoint_stop_notice(rp_engine *e);
+
 /* Is there a checkpoint after step t? */
 int rp_checkpoint_due(const rp_engine *e, int64_t t);
 

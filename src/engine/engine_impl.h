@@ -77,6 +77,7 @@ typedef struct rp_engine {
      * (protocol.c, rp_proto_stop_before) */
     _Atomic int64_t *stop_at;
     _Atomic int64_t *started;
+    _Atomic int stop_noticed; /* rank 0 said that a stop after the step was asked */
     int stopped_early;  /* the run stopped after e->it_last < e->steps, with a checkpoint */
     rp_store *store;   /* the running segment's store */
     rp_store *param_store; /* the run's store: parameters and optimizer state */
@@ -167,6 +168,8 @@ typedef struct rp_engine {
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
     _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
+    int node_failure_sent[2]; /* this node and its status, as the failure notice sent to the
+                                 other nodes holds them (node_sums.c) */
     _Atomic uint64_t adamw_ns;  /* CPU time of the threads that called AdamW on this rank (an
                                    OpenMP team's other threads not counted), in the steps from
                                    the run's RP_ADAMW_TIMED_FROM-th on */

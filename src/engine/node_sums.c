@@ -62,6 +62,75 @@ static _Thread_local struct {
 /* Set on the node communication thread: its waits keep its exchanges going. */
 static _Thread_local rp_engine *comm_thread_of;
 
+/* A node that fails tells the others at once: without it their waits for
+ * its messages would last until --timeout. Each rank's communication
+ * thread listens, for the whole segment, for a notice from any other node
+ * (on nd.cross_failure: the failed node and its status) and makes its own
+ * node fail on one, naming that node; and when its own node failed (the
+ * abort flag: an error, a divergence, an interrupt on any of its threads)
+ * and no notice caused it, it sends the notice to the same node-local rank
+ * of every other node as it ends. */
+static _Thread_local struct {
+    MPI_Request req;
+    int msg[2];
+    int heard; /* a notice came: this node's failure is another's, not to be sent on */
+} failure_rx;
+
+static void listen_for_failures(rp_engine *e)
+{
+    failure_rx.heard = 0;
+    MPI_Irecv(failure_rx.msg, 2, MPI_INT, MPI_ANY_SOURCE, 0, e->nd.cross_failure,
+              &failure_rx.req);
+}
+
+static void heard_failure(rp_engine *e)
+{
+    failure_rx.heard = 1;
+    rp_error err;
+    rp_status s = (rp_status)failure_rx.msg[1];
+    rp_error_set(&err, s, "rank %d: stopped because node %d failed (see its message)",
+                 e->nd.world_rank, failure_rx.msg[0]);
+    rp_engine_fail(e, s, &err);
+}
+
+/* Has another node failed? Then this one fails too (communication thread). */
+static void check_failures(rp_engine *e)
+{
+    int done = 0;
+    if (failure_rx.req != MPI_REQUEST_NULL &&
+        MPI_Test(&failure_rx.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+        heard_failure(e);
+}
+
+/* At the end of the segment: stop listening (a notice that came meanwhile
+ * still counts), then tell the other nodes if this one failed. */
+static void end_failures(rp_engine *e)
+{
+    check_failures(e);
+    if (failure_rx.req != MPI_REQUEST_NULL) {
+        MPI_Status st;
+        int cancelled = 1;
+        MPI_Cancel(&failure_rx.req);
+        MPI_Wait(&failure_rx.req, &st);
+        MPI_Test_cancelled(&st, &cancelled);
+        if (!cancelled)
+            heard_failure(e);
+    }
+    if (!atomic_load(e->abort_flag) || failure_rx.heard)
+        return;
+    pthread_mutex_lock(&e->lock);
+    e->node_failure_sent[0] = e->nd.node;
+    e->node_failure_sent[1] = (int)(e->status != RP_OK ? e->status : RP_ERR_TIMEOUT);
+    pthread_mutex_unlock(&e->lock);
+    for (int n = 0; n < e->nd.nodes; n++) { /* small: sent at once, or on its own later */
+        MPI_Request req;
+        if (n == e->nd.node)
+            continue;
+        MPI_Isend(e->node_failure_sent, 2, MPI_INT, n, 0, e->nd.cross_failure, &req);
+        MPI_Request_free(&req);
+    }
+}
+
 static void start_gather(rp_engine *e, int l, int64_t t);
 
 /* Layer l's all-gather completed: every slice of its update is in. */
@@ -115,6 +184,7 @@ static void exchange_done(rp_engine *e, int l)
 static int service(rp_engine *e)
 {
     int done = 0, moved = 0;
+    check_failures(e);
     if (stop_rx.active && MPI_Test(&stop_rx.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
         stop_rx.active = 0;
         apply_stop(e, stop_rx.t, stop_rx.decision);
@@ -213,13 +283,34 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
     return s;
 }
 
+/* A receive given up on (its node stops): cancelled, so that the message,
+ * should it come after all, never lands in memory freed meanwhile. */
+static void cancel_receive(MPI_Request *req)
+{
+    if (*req == MPI_REQUEST_NULL)
+        return;
+    MPI_Cancel(req);
+    MPI_Wait(req, MPI_STATUS_IGNORE);
+}
+
+/* A send given up on: left to complete on its own (MPI cannot be relied on
+ * to cancel a send; the receiving node cancels its side). */
+static void drop_send(MPI_Request *req)
+{
+    if (*req != MPI_REQUEST_NULL)
+        MPI_Request_free(req);
+}
+
 static rp_status receive(rp_engine *e, MPI_Comm comm, void *into, int count, MPI_Datatype type,
                          int from, int l, rp_node_part part, int64_t t, const char *who,
                          rp_error *err)
 {
     MPI_Request req;
     MPI_Irecv(into, count, type, from, tag_of(e, l, part, t), comm, &req);
-    return node_wait(e, &req, from, l, part, t, who, err);
+    rp_status s = node_wait(e, &req, from, l, part, t, who, err);
+    if (s != RP_OK)
+        cancel_receive(&req);
+    return s;
 }
 
 /* Start sending part `part` of layer l, step t, to node `to` on comm,
@@ -248,7 +339,10 @@ static rp_status send(rp_engine *e, MPI_Comm comm, const void *what, int count,
 {
     MPI_Request req;
     post_send_on(e, comm, what, count, type, to, l, part, t, &req);
-    return node_wait(e, &req, to, l, part, t, who, err);
+    rp_status s = node_wait(e, &req, to, l, part, t, who, err);
+    if (s != RP_OK)
+        drop_send(&req);
+    return s;
 }
 
 rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_t t, float *into,
@@ -337,6 +431,37 @@ static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
     return RP_OK;
 }
 
+/* The exchanges still in flight when this node failed: the receives
+ * cancelled (the store they write into goes with the run), the sends left
+ * to complete on their own. Which requests are receives: a chain's (every
+ * node but the last; the last node's are its scatter's sends), a gather's
+ * first N-1, the stop decision's and the tied base's. */
+static void abandon_exchanges(rp_engine *e)
+{
+    if (stop_rx.active) {
+        cancel_receive(&stop_rx.req);
+        stop_rx.active = 0;
+    }
+    if (rp_node_first(e))
+        cancel_receive(&e->emb_base_req);
+    for (int l = 0; e->node_pending && l < e->num_layers; l++) {
+        struct rp_node_pending *p = &e->node_pending[l];
+        for (int i = 0; i < p->n; i++) {
+            if (rp_node_last(e))
+                drop_send(&p->req[i]);
+            else
+                cancel_receive(&p->req[i]);
+        }
+        for (int i = 0; i < p->gn; i++) {
+            if (i < e->nd.nodes - 1)
+                cancel_receive(&p->greq[i]);
+            else
+                drop_send(&p->greq[i]);
+        }
+        p->n = p->gn = 0;
+    }
+}
+
 void *rp_engine_node_comm_main(void *arg)
 {
     rp_engine *e = arg;
@@ -354,6 +479,7 @@ void *rp_engine_node_comm_main(void *arg)
         e->node_pending[l].req = reqs + 2 * (size_t)l * per;
         e->node_pending[l].greq = reqs + (2 * (size_t)l + 1) * per;
     }
+    listen_for_failures(e);
     char who[64];
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         snprintf(who, sizeof who, "node communication, iteration %lld", (long long)t);
@@ -379,12 +505,15 @@ void *rp_engine_node_comm_main(void *arg)
         if (s == RP_OK && p->gn > 0)
             gather_done(e, l);
     }
+    if (s != RP_OK && s != RP_STOP)
+        rp_engine_fail(e, s, &err);
+    if (atomic_load(e->abort_flag))
+        abandon_exchanges(e);
     free(reqs);
     free(e->node_pending);
     e->node_pending = NULL;
     comm_thread_of = NULL;
-    if (s != RP_OK && s != RP_STOP)
-        rp_engine_fail(e, s, &err);
+    end_failures(e);
     return NULL;
 }
 

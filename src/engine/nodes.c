@@ -38,7 +38,7 @@ int rp_nodes_describe_sizes(const int *node_of, const int *size_of, int world, c
 rp_status rp_nodes_split(MPI_Comm comm, int ranks_per_node, rp_nodes *n, rp_error *err)
 {
     memset(n, 0, sizeof *n);
-    n->node_comm = n->cross = n->cross_loss = MPI_COMM_NULL;
+    n->node_comm = n->cross = n->cross_loss = n->cross_failure = MPI_COMM_NULL;
     MPI_Comm_rank(comm, &n->world_rank);
     MPI_Comm_size(comm, &n->world_size);
     int K = ranks_per_node;
@@ -111,7 +111,8 @@ rp_status rp_nodes_split(MPI_Comm comm, int ranks_per_node, rp_nodes *n, rp_erro
                          "communication, optimizer and logger threads exchange messages); this "
                          "MPI library gave %s", n->nodes, thread_level_name(level));
     if (s == RP_OK && (MPI_Comm_split(comm, n->rank, n->node, &n->cross) != MPI_SUCCESS ||
-                       MPI_Comm_dup(n->cross, &n->cross_loss) != MPI_SUCCESS))
+                       MPI_Comm_dup(n->cross, &n->cross_loss) != MPI_SUCCESS ||
+                       MPI_Comm_dup(n->cross, &n->cross_failure) != MPI_SUCCESS))
         s = rp_error_set(err, RP_ERR_MPI, "the communicators between nodes failed");
     if (s != RP_OK)
         rp_nodes_free(n);
@@ -122,11 +123,11 @@ void rp_nodes_free(rp_nodes *n)
 {
     if (!n)
         return;
-    MPI_Comm *comms[] = {&n->node_comm, &n->cross, &n->cross_loss};
+    MPI_Comm *comms[] = {&n->node_comm, &n->cross, &n->cross_loss, &n->cross_failure};
     for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
         if (*comms[i] != MPI_COMM_NULL)
             MPI_Comm_free(comms[i]);
     free(n->world_of);
     memset(n, 0, sizeof *n);
-    n->node_comm = n->cross = n->cross_loss = MPI_COMM_NULL;
+    n->node_comm = n->cross = n->cross_loss = n->cross_failure = MPI_COMM_NULL;
 }

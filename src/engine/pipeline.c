@@ -788,6 +788,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
                                comm, err);
     if (s == RP_OK) {
         remove_stale_stores(e);
+        if (nd.world_rank == 0 && o->checkpoint_dir)
+            rp_checkpoint_remove_killed_writes(o, lg);
         s = read_model(e, r, comm, err);
         if (s == RP_OK) { /* the template of the saves, read once */
             rp_status rs = RP_OK;

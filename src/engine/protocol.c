@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/protocol.h"
 
@@ -158,6 +159,8 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
      * may never get to the slices below */
     if (rp_interrupted())
         return interrupted(e, value, err);
+    if (rp_checkpoint_requested()) /* said at once: a kill may follow soon */
+        rp_checkpoint_stop_notice(e);
     if (rp_event_value(e->ev, ev) >= value)
         return RP_OK;
     double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -205,6 +206,7 @@ static rp_status write_small(const char *dir, const char *name, const char *text
 
 struct rp_checkpoint_writer {
     char root[4096], name[64], tmp[4096];
+    int lock_fd; /* tmp, flock'ed while it is written (rp_checkpoint_remove_stale), or -1 */
     int64_t step;
     rp_file_set *fs;
     rp_tensor_file *file[MAX_FILES];
@@ -224,8 +226,24 @@ void rp_checkpoint_abort(rp_checkpoint_writer **wp)
     }
     rp_file_set_abort(&w->fs);
     remove_dir(w->tmp);
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
     free(w);
     *wp = NULL;
+}
+
+/* A checkpoint's temporary directory is flock'ed by its writer for as long
+ * as it writes: the lock goes with the process, however it ends, so a
+ * temporary directory that can be locked has no writer (SIGKILL, mpirun's
+ * kill after its grace, a crash). */
+static int lock_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoint_content *c,
@@ -246,8 +264,11 @@ rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoin
     snprintf(w->name, sizeof w->name, "step-%08lld", (long long)step);
     snprintf(w->tmp, sizeof w->tmp, "%s/%s.tmp", root, w->name);
     w->step = step;
+    w->lock_fd = -1;
     remove_dir(w->tmp); /* a stale one of an interrupted write */
     rp_status s = rp_file_set_begin(w->tmp, &w->fs, err);
+    if (s == RP_OK) /* held while it is written: the sign that its writer lives */
+        w->lock_fd = lock_dir(w->tmp);
     for (int i = 0; s == RP_OK && i < c->nfiles; i++) {
         w->nfiles++;
         w->tensors[i] = c->files[i].tensors;
@@ -356,6 +377,8 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, in
     prune(w->root, keep, w->name);
     for (int i = 0; i < w->nfiles; i++)
         free(w->file_name[i]);
+    if (w->lock_fd >= 0)
+        close(w->lock_fd);
     free(w);
     *wp = NULL;
     return RP_OK;
@@ -474,4 +497,44 @@ rp_status rp_checkpoint_open(const char *dir, json_object **state, rp_error *err
     }
     *state = j;
     return RP_OK;
+}
+
+int rp_checkpoint_remove_stale(const char *root, char (*names)[32], int max_names)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return 0;
+    /* the names first: the directory is not changed while it is read */
+    char (*found)[32] = NULL;
+    int n = 0, cap = 0, removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int64_t step;
+        int tmp;
+        if (!written_here(de->d_name, &step, &tmp) || !tmp)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            char (*grown)[32] = realloc(found, sizeof *found * (size_t)cap);
+            if (!grown)
+                break;
+            found = grown;
+        }
+        snprintf(found[n++], sizeof *found, "%s", de->d_name);
+    }
+    closedir(d);
+    char path[4200];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, found[i]);
+        int fd = lock_dir(path);
+        if (fd < 0) /* being written, or no locks here: left to the next checkpoint's pruning */
+            continue;
+        remove_dir(path);
+        close(fd);
+        if (removed < max_names)
+            snprintf(names[removed], sizeof *names, "%s", found[i]);
+        removed++;
+    }
+    free(found);
+    return removed;
 }

@@ -13,8 +13,9 @@
  * written as ROOT/step-00000100.tmp/, every file and the directory fsync'd,
  * then renamed. A directory without the marker is not a checkpoint:
  * rp_checkpoint_latest skips it, and the next write removes it if it is a
- * step-N.tmp. Only "step-" + 8 digits (+ ".tmp") are roundpipe's: nothing
- * else under ROOT is listed or removed.
+ * step-N.tmp; a temporary one left by a killed writer is removed at the next
+ * run's start (rp_checkpoint_remove_stale). Only "step-" + 8 digits (+ ".tmp")
+ * are roundpipe's: nothing else under ROOT is listed or removed.
  * Test hook: RP_FAULT_CHECKPOINT_HOLD=S in the environment holds the writer
  * S seconds with the weights written but no file in place yet. */
 #ifndef RP_IO_CHECKPOINT_H
@@ -72,6 +73,13 @@ rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int co
 rp_status rp_checkpoint_finish(rp_checkpoint_writer **w, json_object *state, int keep, char *dir,
                                size_t len, rp_error *err);
 void rp_checkpoint_abort(rp_checkpoint_writer **w);
+
+/* The temporary directories (step-N.tmp) under root that no writer holds
+ * any more (a run killed while it wrote a checkpoint: its writer's lock
+ * went with it) are removed; returns their count, the first max_names of
+ * their names in names. One being written is left alone, and so is every
+ * one on a file system without flock. */
+int rp_checkpoint_remove_stale(const char *root, char (*names)[32], int max_names);
 
 /* The newest complete checkpoint under root into out, or "" when there is
  * none (root missing included). */
