@@ -319,7 +319,16 @@ else
   build=$top/build/gpu
   if do_build; then put "build: here (CUDA sm_$arch)" "ok, $(( $(date +%s) - t0 )) s" "" "" "carried not used: $why"
     phase_done build rebuilt "$t0"
-  else fail "build: here (CUDA sm_$arch)" "see build.log (carried not used: $why)"; phase_done build FAILED "$t0"; fi
+  else
+    fail "build: here (CUDA sm_$arch)" "see build.log (carried not used: $why)"; phase_done build FAILED "$t0"
+    # a carried build of another tree still proves more than none: the table
+    # says which tree (its MANIFEST's digest) the results are of
+    if [ -f "$top/build/gpu-carried/MANIFEST" ] && progs_ok "$top/build/gpu-carried" > /dev/null; then
+      build=$top/build/gpu-carried
+      put "build: carried sm_$arch of ANOTHER tree, used" "digest $(sed -n 's/^digest //p' "$build/MANIFEST" | cut -c1-12)" "" "" \
+        "the rebuild failed; results are of the tree tools/gpu-runtime.sh saw"
+    fi
+  fi
 fi
 bin=$build/src/roundpipe
 export RP_BUILDDIR=$build RP_SRCDIR=$top srcdir=$top MPIRUN=${MPIRUN:-mpirun}
