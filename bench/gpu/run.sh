@@ -590,7 +590,7 @@ train() {  # $1 seq, $2 batch, $3 steps, $4 log, $5 timeout; rest: extra options
 median_tps() {  # steps 1-2 include warm-up and the re-plan from measured layer times
   python3 - "$1" <<'PY'
 import json, sys, statistics
-v = [json.loads(l)["tokens_per_s"] for l in open(sys.argv[1]) if l.strip() and "loss" in l]
+v = [d["tokens_per_s"] for d in (json.loads(l) for l in open(sys.argv[1]) if l.strip()) if "tokens_per_s" in d]
 print(statistics.median(v[2:] if len(v) > 2 else v))
 PY
 }
