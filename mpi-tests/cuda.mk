@@ -26,3 +26,8 @@ TESTS += mpi-tests/test_cuda_moe
 mpi_tests_test_cuda_moe_SOURCES = mpi-tests/test_cuda_moe.c mpi-tests/cuda_test_util.h
 mpi_tests_test_cuda_moe_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_cuda_moe_LDADD = $(RP_TEST_LDADD) -lm
+
+# the GPU window's script (bench/gpu/run.sh) ready without a GPU: it parses,
+# its fixtures are there, its summary writer and its log comparison work
+TESTS += mpi-tests/test_gpu_window.sh
+EXTRA_DIST += mpi-tests/test_gpu_window.sh

@@ -3,7 +3,9 @@
 # on the GPU machine, which has CUDA, gcc, cmake and Python but no package
 # registry and no MPI. Run it HERE (Debian 12, x86-64) before a GPU session:
 #
-#   tools/gpu-runtime.sh              download, unpack, prune, check, pack, autogen
+#   tools/gpu-runtime.sh              download, unpack, prune, check, pack, autogen,
+#                                     prebuild (CUDA, sm_90)
+#   tools/gpu-runtime.sh --no-prebuild  the runtime and autogen only (~10 s)
 #   tools/gpu-runtime.sh --selftest   also prove the relocation here (see below)
 #
 # It writes, under .carry/ (ignored by git):
@@ -14,9 +16,19 @@
 #   autogen/          configure, Makefile.in, aclocal.m4, config.h.in,
 #                     build-aux/ and m4/ generated from the current tree: the
 #                     GPU machine has no autotools, and these are git-ignored
+#   build-sm90/       a CUDA build of the tree for sm_90 (H100/H200), made
+#                     with this machine's nvcc and Open MPI (the carried
+#                     runtime's sonames); kept, so a re-run rebuilds only
+#                     what changed (RP_PREBUILD_ARCH: another SM version)
+#   build-sm90.tar.gz the programs of bench/gpu/carried-programs.txt from it,
+#                     debug info stripped, with MANIFEST (the tree's digest by
+#                     bench/gpu/tree-digest.sh, nvcc's version, the SM): what
+#                     travels. bench/gpu/run.sh uses it when the digest is its
+#                     tree's and the programs run there, else builds there.
 #
 # Carry to the device tool: .carry/debroot.tar.gz .carry/env.sh .carry/autogen
-# (bench/gpu/run.sh uses them; bench/README.md, "GPU machine", has the command).
+# .carry/build-sm90.tar.gz (bench/gpu/run.sh uses them; bench/README.md, "GPU
+# machine", has the command).
 #
 # Why not `apt-cache depends --recurse`: from libopenmpi-dev it drags in every
 # Fortran compiler (gfortran, flang-16/19/22 as alternatives), binutils, perl
@@ -35,12 +47,14 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 carry="${RP_CARRY:-$top/.carry}"
 debs="${RP_DEB_CACHE:-/tmp/rp-gpu-debs}"
 prepare=yes
+prebuild=yes
 selftest=no
 selftest_cmd=()
 while [ $# -gt 0 ]; do
   case $1 in
     --selftest) selftest=yes; shift; selftest_cmd=("$@"); break ;;
-    --no-prepare) prepare=no ;;
+    --no-prepare) prepare=no; prebuild=no ;;
+    --no-prebuild) prebuild=no ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "gpu-runtime.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -232,12 +246,69 @@ mkdir -p "$carry/autogen"
 
 du_k() { du -sk "$@" | awk '{s += $1} END {print s}'; }
 say "debroot: $(du -sh "$root" | cut -f1) unpacked, debroot.tar.gz $(du -sh "$carry/debroot.tar.gz" | cut -f1)"
-say "carried: $(( $(du_k "$carry/debroot.tar.gz" "$carry/env.sh" "$carry/autogen") / 1024 )) MiB" \
+say "runtime and autogen: $(( $(du_k "$carry/debroot.tar.gz" "$carry/env.sh" "$carry/autogen") / 1024 )) MiB" \
     "(+ working tree $(( $(cd "$top" && git ls-files -co --exclude-standard -z | du -ck --files0-from=- | tail -1 | cut -f1) / 1024 )) MiB; device limit 64 MiB)"
 
 }
 
-# --- 8. self-test: the carried runtime alone. In a private mount namespace
+# --- 8. prebuild: the CUDA build bench/gpu/run.sh carries (see the top).
+# Out of tree with a relative source path, configured once; make builds only
+# the carried programs (librp and what they link), so a re-run after an edit
+# recompiles only what changed.
+prebuild_carry() {
+  local arch=${RP_PREBUILD_ARCH:-90} b="$carry/build-sm${RP_PREBUILD_ARCH:-90}" progs p t0
+  local nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+  [ -x "$nvcc" ] || die "prebuild: no nvcc (PATH or /usr/local/cuda/bin); --no-prebuild skips the CUDA build"
+  local cudadir; cudadir=$(cd "$(dirname "$nvcc")/.." && pwd)
+  t0=$(date +%s)
+  if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ]; then
+    say "prebuild: autoreconf -fi in the tree (its generated files are git-ignored)"
+    (cd "$top" && autoreconf -fi) > "$carry/prebuild.log" 2>&1 || { tail "$carry/prebuild.log" >&2; die "autoreconf failed"; }
+  fi
+  mkdir -p "$b"
+  if [ ! -f "$b/Makefile" ]; then
+    say "prebuild: configure --with-cuda=$cudadir --with-cuda-arch=$arch in ${b#"$top"/}"
+    (cd "$b" && "$(realpath --relative-to="$b" "$top")/configure" -q --with-cuda="$cudadir" \
+      --with-cuda-arch="$arch") >> "$carry/prebuild.log" 2>&1 || { tail -20 "$carry/prebuild.log" >&2; die "prebuild: configure failed"; }
+  fi
+  grep -q 'define RP_HAVE_CUDA 1' "$b/config.h" || die "prebuild: configure did not enable CUDA (see $b/config.log)"
+  progs=$(grep -v '^#' "$top/bench/gpu/carried-programs.txt")
+  say "prebuild: make -j$(nproc) $(echo "$progs" | wc -l) programs (log: .carry/prebuild.log; minutes on 2 busy cores, once)"
+  # shellcheck disable=SC2086
+  make -C "$b" -j"$(nproc)" $progs >> "$carry/prebuild.log" 2>&1 || { tail -30 "$carry/prebuild.log" >&2; die "prebuild: make failed"; }
+  # the package: stripped copies, the manifest
+  local pk; pk=$(mktemp -d)
+  mkdir -p "$pk/build-sm$arch"
+  for p in $progs; do
+    mkdir -p "$pk/build-sm$arch/$(dirname "$p")"
+    if is_elf_file "$b/$p"; then strip -g -o "$pk/build-sm$arch/$p" "$b/$p"; else cp -p "$b/$p" "$pk/build-sm$arch/$p"; fi
+  done
+  cp "$b/config.h" "$pk/build-sm$arch/"
+  {
+    echo "digest $(sh "$top/bench/gpu/tree-digest.sh" "$top")"
+    echo "arch $arch"
+    echo "nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+    echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n)"
+    echo "configure --with-cuda=$cudadir --with-cuda-arch=$arch"
+  } > "$pk/build-sm$arch/MANIFEST"
+  tar -czf "$carry/build-sm$arch.tar.gz.new" -C "$pk" "build-sm$arch"
+  mv "$carry/build-sm$arch.tar.gz.new" "$carry/build-sm$arch.tar.gz"
+  rm -rf "$pk"
+  say "prebuild: $(( $(date +%s) - t0 )) s; .carry/build-sm$arch.tar.gz $(du -k "$carry/build-sm$arch.tar.gz" | cut -f1) KiB" \
+      "(digest $(sed -n 's/^digest //p' < <(tar -xzOf "$carry/build-sm$arch.tar.gz" "build-sm$arch/MANIFEST") | cut -c1-12))"
+}
+is_elf_file() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
+
+# what a call carries, against the device's 64 MiB
+carried_size() {
+  local k w
+  k=$(du -ck "$carry/debroot.tar.gz" "$carry/env.sh" "$carry/autogen" "$carry"/build-sm*.tar.gz 2>/dev/null | tail -1 | cut -f1)
+  w=$(cd "$top" && git ls-files -co --exclude-standard -z | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  say "carried: $(( k / 1024 )) MiB in .carry + working tree $(( w / 1024 )) MiB = $(( (k + w) / 1024 )) MiB (device limit 64 MiB)"
+  [ $(( k + w )) -lt $(( 64 * 1024 )) ] || die "over the device's 64 MiB: carry less"
+}
+
+# --- 9. self-test: the carried runtime alone. In a private mount namespace
 # (root only; nothing outside this process tree sees it) the system's Open MPI,
 # hwloc, json-c, OpenBLAS, Check, libevent, PMIx, libgfortran, libquadmath and
 # ssh are hidden behind /dev/null or an empty folder, the dynamic linker's
@@ -325,5 +396,7 @@ NS
 }
 
 [ $prepare = yes ] && prepare_carry
+[ $prebuild = yes ] && prebuild_carry
+[ $prepare = yes ] && carried_size
 [ $selftest = yes ] && selftest_run
 exit 0

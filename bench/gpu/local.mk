@@ -11,7 +11,9 @@ bench_gpu_bench_copy_LDADD = $(CUDA_LIBS)
 # the attention kernels of src/kernels/cuda, through librp
 bench_gpu_bench_attention_SOURCES = bench/gpu/bench_attention.c
 bench_gpu_bench_attention_LDADD = librp.la
-EXTRA_DIST += bench/gpu/bench_common.cuh bench/gpu/run.sh bench/gpu/qwen3-1.7b-config.json
+EXTRA_DIST += bench/gpu/bench_common.cuh bench/gpu/run.sh bench/gpu/qwen3-1.7b-config.json \
+	bench/gpu/parity.sh bench/gpu/compare.py bench/gpu/torch_peer.py bench/gpu/tree-digest.sh \
+	bench/gpu/carried-programs.txt
 
 # CUDA programs (the .cu.lo rule in Makefile.am makes library objects; a
 # program's object is a plain .o).

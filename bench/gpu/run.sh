@@ -1,98 +1,264 @@
 #!/bin/bash
-# bench/gpu/run.sh: on the GPU machine, in one go: build roundpipe with CUDA,
-# run the GPU tests, and time
-#   gemm    bf16 cuBLAS TFLOP/s at Qwen3-1.7B shapes vs the peak measured in
-#           the same run (best large square product)          bench_gemm
-#   attn    attention forward+backward TFLOP/s vs that peak    bench_attention
-#           (Qwen3-1.7B heads, causal, seq 4096..32768)
-#   copy    host<->device GB/s per direction: pinned, registered, pageable,
-#           1 MiB..1 GiB; both directions at once; device-to-device
-#   topology `roundpipe topology` of this machine, and pinned H2D/D2H GB/s of
-#           two bench_copy processes at once (GPUs 0 and 1 when there are two,
-#           else both on GPU 0) against one alone (issue 18: a shared link)
-#   e2e     `roundpipe train --device cuda --dtype bf16` tokens/s and MFU
-#           (6 x params x tokens/s / measured bf16 peak) for a random
-#           Qwen3-1.7B-shaped model (bench/gpu/qwen3-1.7b-config.json) at
-#           sequence 4096 on one GPU
-#   maxseq  the longest sequence that fits (planner bound, then real 1-step
-#           runs bisecting on --seq-len)
-# and print one summary table of ratios (last in the output).
+# bench/gpu/run.sh: everything a lent GPU window should prove and measure, in
+# one device call of under 9 minutes (bench/README.md, "GPU machine", has the
+# call). Phases, in this order (the most valuable evidence first), each with
+# the seconds it is expected to take on an H200 and the seconds it needs to
+# start (a phase that does not have them left is skipped, and says so; a
+# failed phase does not stop the later ones):
 #
-#   bash bench/gpu/run.sh [PHASE...]     phases: build check parity gemm attn copy topology
-#                                        e2e maxseq
-#                                        (default: all, in that order)
+#   phase     expect need  what
+#   build        10   -    the carried sm_90 build (.carry/build-sm90.tar.gz,
+#                          tools/gpu-runtime.sh) when its digest is this
+#                          tree's and it runs here; else configure + make of
+#                          its programs here (~90 s on 16 cores)
+#   env           5   -    driver, CUDA, cuDNN found or not, GPU, PCIe link,
+#                          free memory, glibc, compute-sanitizer
+#   parity      100  60    bench/gpu/parity.sh: every training path on --device
+#                          cuda against the CPU executors on the same fixture
+#                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
+#                          qwen3 llama lora moe moe-lora documents eval
+#                          checkpoint nodes (capped at 200 s)
+#   check        70  40    every CUDA test program (test_cuda_kernels,
+#                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
+#                          test_cuda_attention, test_cuda_xent,
+#                          test_device_probe) through mpi-tests/run-test.sh as
+#                          make check runs them, and test_golden_cuda.sh
+#   memcheck     90  40    compute-sanitizer memcheck on test_cuda_moe (MoE
+#                          ops, grouped GEMM), test_kernel_ops (segments) and
+#                          2-step MoE and --documents trainings (capped at 100 s)
+#   gemm         25  30    bf16 cuBLAS peak: the ceiling of every ratio
+#   attn         20  25    attention fwd+bwd vs the GEMM peak
+#   copy         25  30    host<->device GB/s vs the PCIe link
+#   e2e          60  70    roundpipe train, Qwen3-1.7B shape, seq 4096: tokens/s, MFU
+#   peer         50  60    bench/gpu/torch_peer.py: PyTorch on the same GPU, same
+#                          model, sequence and batch (bf16 autocast, SDPA, fused
+#                          AdamW, all resident); e2e as a ratio to it; then
+#                          pure bf16 when 60 s are left
+#   topology     15  20    roundpipe topology; two copy processes at once
+#   maxseq     rest  60    the longest sequence (planner bound, then real probes)
 #
-# The runtime: if .carry/env.sh exists (tools/gpu-runtime.sh makes it) it is
-# sourced, so Open MPI, hwloc, OpenBLAS, json-c and Check come from the
-# carried Debian packages. The GPU machine has no autotools: when ./configure
-# is missing it is restored from .carry/autogen (checked against a digest of
-# the tree's Makefile.am/*.mk/configure.ac so a stale copy is refused).
+# Expected: ~480 s with the carried build, leaving maxseq ~60 s of the 540 s
+# budget; a rebuild (+80 s) cuts maxseq, then topology.
 #
-# Environment: RP_GPU_BUILD (build dir, default build/gpu), RP_GPU_JOBS
-# (make -j, default nproc), RP_GPU_ARCH (SM version, default: the GPU's, else
-# 90), RP_GPU_TESTS_RE (which tests `check` runs, default cuda|gpu|device;
-# "all" = the whole make check), RP_GPU_BUDGET_S (seconds for the whole run,
-# default 540: later phases are skipped, and say so, when it runs out),
-# RP_GPU_E2E_BATCH (samples per step, default 8), RP_GPU_E2E_STEPS (default 6),
-# RP_GPU_MAXSEQ_PROBES (real runs in the search, default 4), RP_GPU_TRACE=1
-# (Chrome trace of the e2e run into the logs), RP_GPU_LOGS (log
-# folder; default $OUT/gpu-bench when $OUT is set, else BUILD/gpu-bench-logs).
+#   bash bench/gpu/run.sh [PHASE...]   a subset (build and env always run)
+#   bash bench/gpu/run.sh --selftest   the dry run of a machine without a GPU:
+#        the checks of --check-only, then, in a private mount namespace without
+#        the system's MPI, hwloc, OpenBLAS, json-c and Check (tools/
+#        gpu-runtime.sh --selftest), every phase on the carried runtime and
+#        build: the programs load (the CUDA tests and benchmarks exit 77),
+#        parity's harness runs qwen3 and moe-lora with the CPU standing in for
+#        the GPU, the summary table is written; exits 77 naming the missing GPU
+#   bash bench/gpu/run.sh --check-only the cheap part (mpi-tests/test_gpu_window.sh):
+#        the scripts parse (bash -n, shellcheck when present, py_compile), the
+#        fixtures and the programs' make rules exist, the summary writer writes
 #
-# Exit: 0 all phases ran (see the table for the figures), 77 built but no GPU
-# here (nothing measured), 1 a phase failed (named in the table).
+# Environment: RP_GPU_BUILD (use this build folder, skip the carried one),
+# RP_GPU_JOBS (make -j, default nproc), RP_GPU_ARCH (SM, default the GPU's,
+# else 90), RP_GPU_BUDGET_S (default 540), RP_GPU_E2E_BATCH (default 8),
+# RP_GPU_E2E_STEPS (default 6), RP_GPU_MAXSEQ_PROBES (default 4),
+# RP_GPU_TRACE=1 (Chrome trace of e2e), RP_GPU_LOGS (log folder; default
+# $OUT/gpu-bench when $OUT is set, else BUILD/gpu-bench-logs).
+#
+# Output: the summary table last, also in $OUT/summary.txt, and the logs in
+# $OUT/gpu-bench-logs.tar.gz (the device tool returns at most 8 files).
+# Exit: 0 every phase that ran passed, 77 no GPU here (nothing measured; the
+# dry run), 1 a phase failed (named in the table).
 set -uo pipefail
 t_start=$(date +%s)
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
+here=$top/bench/gpu
+say() { echo "run.sh: $*"; }
 
-phases=${*:-build check parity gemm attn copy topology e2e maxseq}
+mode=run
+case ${1:-} in
+  --selftest) mode=selftest; shift ;;
+  --check-only) mode=check; shift ;;
+  --dry-run-inner) mode=inner; shift ;;   # --selftest's second half, in the namespace
+  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
+esac
+all_phases="env parity check memcheck gemm attn copy e2e peer topology maxseq"
+phases=${*:-$all_phases}
+for p in $phases; do
+  case " build $all_phases " in *" $p "*) ;; *) echo "run.sh: unknown phase '$p' (phases: $all_phases)" >&2; exit 2 ;; esac
+done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-say() { echo "run.sh: $*"; }
+declare -A expect=([build]=10 [env]=5 [parity]=100 [check]=70 [memcheck]=90 [gemm]=25 [attn]=20
+  [copy]=25 [e2e]=60 [peer]=50 [topology]=15 [maxseq]=60)
+declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=30 [attn]=25 [copy]=30 [e2e]=70
+  [peer]=60 [topology]=20 [maxseq]=60)
 
-# --- runtime
+# --- the summary table
+declare -A row   # metric -> "value|ceiling|ratio|target"
+order=()
+status=0
+put() { row[$1]="$2|$3|$4|$5"; case " ${order[*]:-} " in *" $1 "*) ;; *) order+=("$1") ;; esac; }
+fail() { put "$1" "FAILED" "" "" "$2"; status=1; say "$1 FAILED: $2"; }
+skip() { put "$1" "skipped" "" "" "$2"; say "$1 skipped: $2"; }
+calc() { awk "BEGIN { printf \"%.3f\", $1 }" 2>/dev/null || printf -- -; }
+phase_rows=()
+phase_done() {  # PHASE STATUS T0: the phase's line of the table's second part
+  phase_rows+=("$(printf '%-10s %-8s %6s s %8s s' "$1" "$2" "$(( $(date +%s) - $3 ))" "${expect[$1]:-?}")")
+}
+print_summary() {  # the table, on stdout and in $summary
+  {
+    echo
+    echo "== roundpipe GPU window summary ($gpu_name, $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - t_start )) s of $budget)"
+    printf '%-50s %-24s %-22s %-9s %s\n' metric value ceiling ratio "target / note"
+    for k in "${order[@]}"; do
+      IFS='|' read -r v c r t <<< "${row[$k]}"
+      printf '%-50s %-24s %-22s %-9s %s\n' "$k" "$v" "$c" "$r" "$t"
+    done
+    echo
+    printf '%-10s %-8s %8s %10s\n' phase status took expected
+    for l in "${phase_rows[@]}"; do echo "$l"; done
+  } | tee -a "$summary"
+}
+finish_out() {  # the device tool returns at most 8 files from $OUT: one archive + the table
+  if [ -n "${OUT:-}" ] && [ "$logs" = "$OUT/gpu-bench" ]; then
+    tar -czf "$OUT/gpu-bench-logs.tar.gz" -C "$OUT" gpu-bench 2>/dev/null && cp "$summary" "$OUT/summary.txt" &&
+      rm -rf "$OUT/gpu-bench"
+  fi
+}
+
+# --- the fixtures and files the phases read (checked by --check-only)
+fixtures="mpi-tests/fixtures/golden/qwen3/model/model.safetensors mpi-tests/fixtures/golden/qwen3/data.npy
+  mpi-tests/fixtures/golden/qwen3/mask.npy mpi-tests/fixtures/golden/qwen3/args.txt
+  mpi-tests/fixtures/golden/qwen3/expected.jsonl
+  mpi-tests/fixtures/golden/llama/model/model.safetensors mpi-tests/fixtures/golden/llama/data.npy
+  mpi-tests/fixtures/golden/llama/args.txt mpi-tests/fixtures/golden/llama/expected.jsonl
+  mpi-tests/fixtures/golden/qwen3-packed/model/model.safetensors mpi-tests/fixtures/golden/qwen3-packed/data.npy
+  mpi-tests/fixtures/golden/qwen3-packed/documents.npy mpi-tests/fixtures/golden/qwen3-packed/args.txt
+  mpi-tests/fixtures/golden-lora/qwen3-all/lora_init/adapter_model.safetensors
+  mpi-tests/fixtures/golden-lora/qwen3-all/args.txt
+  mpi-tests/fixtures/golden-moe/moe-mb/model/model.safetensors mpi-tests/fixtures/golden-moe/moe-mb/data.npy
+  mpi-tests/fixtures/golden-moe/moe-mb/args.txt
+  mpi-tests/fixtures/golden-moe/moe-lora/model/model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/data.npy
+  mpi-tests/fixtures/golden-moe/moe-lora/lora_init/adapter_model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/args.txt
+  bench/gpu/qwen3-1.7b-config.json bench/gpu/carried-programs.txt mpi-tests/run-test.sh
+  mpi-tests/test_golden_cuda.sh examples/tiny-config.json"
+programs=$(grep -v '^#' "$here/carried-programs.txt")
+cuda_tests="test_cuda_kernels test_cuda_backend test_kernel_ops test_cuda_moe test_cuda_attention
+  test_cuda_xent test_device_probe"
+
+static_checks() {  # --check-only; prints one line per check, returns 1 on a failure
+  local bad=0 f p n t scripts="bench/gpu/run.sh bench/gpu/parity.sh"
+  # tools/ is the maintainer's, not in a release tarball
+  if [ -f tools/gpu-runtime.sh ]; then scripts="$scripts tools/gpu-runtime.sh"
+  else echo "skip: no tools/gpu-runtime.sh (a release tree)"; fi
+  for f in $scripts; do
+    if bash -n "$f"; then echo "ok: bash -n $f"; else echo "FAIL: bash -n $f"; bad=1; fi
+  done
+  sh -n bench/gpu/tree-digest.sh && echo "ok: sh -n bench/gpu/tree-digest.sh" || { echo "FAIL: sh -n tree-digest.sh"; bad=1; }
+  if command -v shellcheck > /dev/null; then
+    # shellcheck disable=SC2086
+    if shellcheck -S warning $scripts bench/gpu/tree-digest.sh; then
+      echo "ok: shellcheck -S warning ($(echo $scripts | wc -w) + 1 scripts)"
+    else echo "FAIL: shellcheck"; bad=1; fi
+  else echo "skip: shellcheck not installed"; fi
+  if command -v python3 > /dev/null; then
+    t=$(mktemp -d)
+    for f in bench/gpu/compare.py bench/gpu/torch_peer.py; do
+      if python3 -c 'import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' \
+           "$f" "$t/x.pyc"; then echo "ok: py_compile $f"; else echo "FAIL: py_compile $f"; bad=1; fi
+    done
+    rm -rf "$t"
+    n=$(python3 bench/gpu/torch_peer.py --config bench/gpu/qwen3-1.7b-config.json --check |
+        sed -n 's/.*"params": \([0-9]*\).*/\1/p')
+    if [ "$n" = 1720574976 ]; then echo "ok: torch_peer.py --check: $n parameters (Qwen3-1.7B)"
+    else echo "FAIL: torch_peer.py --check counts '$n' parameters, not 1720574976"; bad=1; fi
+  else echo "skip: no python3 (compare.py, torch_peer.py not compiled)"; fi
+  n=0
+  for f in $fixtures; do [ -f "$f" ] && n=$((n + 1)) || { echo "FAIL: missing $f"; bad=1; }; done
+  echo "ok: $n fixture and input files present"
+  n=0
+  for p in $programs; do
+    case $p in *.npy) continue ;; esac
+    # automake's canonical name: the program's path with / and - as _
+    if grep -q "^$(echo "$p" | tr '/.-' '___')_SOURCES" Makefile.am ./*/*.mk ./*/*/*.mk 2>/dev/null ||
+       grep -q "^$(echo "$p" | tr '/.-' '___')_SOURCES" ./*/*/*/*.mk 2>/dev/null; then n=$((n + 1))
+    else echo "FAIL: $p of carried-programs.txt has no _SOURCES rule"; bad=1; fi
+  done
+  echo "ok: $n carried programs have make rules"
+  for t in $cuda_tests; do
+    grep -q "^TESTS += mpi-tests/$t\$" mpi-tests/*.mk || { echo "FAIL: $t is not a make check test"; bad=1; }
+  done
+  # the summary writer: a table of three rows and two phases into a folder
+  t=$(mktemp -d); summary=$t/summary.txt; : > "$summary"; gpu_name="no GPU"
+  local st=$status
+  put "a metric" "1.0 X/s" "2.0 X/s" "0.500" ">= 0.4"; skip "a skipped phase" "why"; fail "a failed one" "why not"
+  phase_done env ok "$t_start"; phase_done maxseq skipped "$t_start"
+  print_summary > /dev/null
+  status=$st
+  if grep -q '^== roundpipe GPU window summary (no GPU' "$summary" && grep -q '^a metric  *1.0 X/s  *2.0 X/s  *0.500' "$summary" &&
+     grep -q '^a skipped phase  *skipped' "$summary" && grep -q '^a failed one  *FAILED' "$summary" &&
+     grep -q '^maxseq  *skipped' "$summary"; then echo "ok: the summary writer wrote $(wc -l < "$summary") lines"
+  else echo "FAIL: the summary table:"; cat "$summary"; bad=1; fi
+  rm -rf "$t"; order=(); row=(); phase_rows=()
+  return $bad
+}
+
+if [ $mode = check ]; then static_checks; exit $?; fi
+if [ $mode = selftest ]; then
+  say "--selftest: static checks"
+  static_checks || { say "--selftest: a static check failed"; exit 1; }
+  ls .carry/build-sm*.tar.gz > /dev/null 2>&1 || { say "--selftest: no .carry/build-sm*.tar.gz: run tools/gpu-runtime.sh first"; exit 1; }
+  [ "$(id -u)" = 0 ] || { say "--selftest: the namespace half needs root (tools/gpu-runtime.sh --selftest)"; exit 1; }
+  say "--selftest: every phase on the carried runtime and build, in a namespace without the system's libraries"
+  RP_GPU_LOGS=${RP_GPU_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/rp-gpu-selftest.XXXXXX")} \
+    bash tools/gpu-runtime.sh --no-prepare --selftest bash "$here/run.sh" --dry-run-inner "$@"
+  exit $?
+fi
+
+# ---------------------------------------------------------------- the run
 if [ -f .carry/env.sh ]; then
   # shellcheck disable=SC1091
   . .carry/env.sh
   say "runtime from .carry (OPAL_PREFIX=$OPAL_PREFIX)"
 fi
-build=${RP_GPU_BUILD:-build/gpu}
-case $build in /*) ;; *) build="$top/$build" ;; esac
-if [ -n "${RP_GPU_LOGS:-}" ]; then logs=$RP_GPU_LOGS
-elif [ -n "${OUT:-}" ]; then logs=$OUT/gpu-bench
-else logs=$build/gpu-bench-logs; fi
-mkdir -p "$logs"
-summary=$logs/summary.txt
-: > "$summary"
-status=0
-declare -A row   # metric -> "value|ceiling|ratio|target"
-order=()
-put() { row[$1]="$2|$3|$4|$5"; case " ${order[*]:-} " in *" $1 "*) ;; *) order+=("$1") ;; esac; }
-fail() { put "$1" "FAILED" "" "" "$2"; status=1; say "$1 FAILED: $2"; }
-skip() { put "$1" "skipped" "" "" "$2"; say "$1 skipped: $2"; }
-calc() { awk "BEGIN { printf \"%.3f\", $1 }" 2>/dev/null || printf -- -; }
-
-{
-  echo "== machine"
-  uname -srm; ldd --version 2>&1 | head -1
-  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,pcie.link.gen.max,pcie.link.width.max \
-    --format=csv 2>&1 | head -3
-  command -v nvcc && nvcc --version | tail -1
-  echo "mpicc: $(command -v mpicc || echo none); mpirun: $(command -v mpirun || echo none)"
-  nproc; free -g | head -2; df -h /dev/shm | tail -1
-} > "$logs/machine.txt" 2>&1
-cat "$logs/machine.txt"
-
-gpu=no
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu=yes; fi
+gpu=no; gpu_name="no GPU"
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  gpu=yes; gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+fi
 arch=${RP_GPU_ARCH:-}
 if [ -z "$arch" ]; then
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
   [ -n "$arch" ] || arch=90
 fi
 
-# --- build
+# logs: until the build is known, under $OUT or a temporary folder
+if [ -n "${RP_GPU_LOGS:-}" ]; then logs=$RP_GPU_LOGS
+elif [ -n "${OUT:-}" ]; then logs=$OUT/gpu-bench
+else logs=$top/build/gpu-bench-logs; fi
+mkdir -p "$logs"
+summary=$logs/summary.txt
+: > "$summary"
+
+# --- build: the carried one when it is this tree's and runs here
+progs_ok() {  # BUILD: every carried program present, every library found, roundpipe runs
+  local b=$1 p
+  for p in $programs; do [ -e "$b/$p" ] || { echo "no $p"; return 1; }; done
+  if ldd "$b/src/roundpipe" 2>&1 | grep -q 'not found'; then
+    echo "libraries not found: $(ldd "$b/src/roundpipe" | awk '/not found/ {print $1}' | tr '\n' ' ')"; return 1
+  fi
+  "$b/src/roundpipe" --version > /dev/null 2>&1 || { echo "src/roundpipe --version fails: $("$b/src/roundpipe" --version 2>&1 | head -2)"; return 1; }
+}
+use_carried() {  # sets build; prints why not and returns 1 when it cannot be used
+  local tb=.carry/build-sm$arch.tar.gz b=$top/build/gpu-carried why d
+  [ -f "$tb" ] || { echo "no $tb (tools/gpu-runtime.sh makes it)"; return 1; }
+  rm -rf "$b"; mkdir -p "$b"
+  tar -xzf "$tb" -C "$b" --strip-components=1 || { echo "$tb does not unpack"; return 1; }
+  d=$(sh "$here/tree-digest.sh" "$top")
+  [ "$(sed -n 's/^digest //p' "$b/MANIFEST")" = "$d" ] ||
+    { echo "built from another tree (digest $(sed -n 's/^digest //p' "$b/MANIFEST" | cut -c1-12), this tree's ${d:0:12}: sources changed since tools/gpu-runtime.sh)"; return 1; }
+  why=$(progs_ok "$b") || { echo "$why"; return 1; }
+  if [ $gpu = yes ] && ! "$b/mpi-tests/cuda_usable" > "$logs/cuda_usable.txt" 2>&1; then
+    echo "its CUDA does not run here: $(head -1 "$logs/cuda_usable.txt")"; return 1
+  fi
+  build=$b
+}
 # What automake read: must match the digest tools/gpu-runtime.sh stored.
 autogen_digest() {
   { cat configure.ac Makefile.am; sed -n 's/^include //p' Makefile.am | while read -r f; do cat "$f"; done; } |
@@ -117,7 +283,7 @@ restore_autogen() {
   find . -name Makefile.in -not -path './build/*' -exec touch -d '2001-01-04' {} +
   say "restored configure, Makefile.in, aclocal.m4, config.h.in, build-aux/, m4/ from .carry/autogen"
 }
-do_build() {
+do_build() {  # configure + make of the carried programs in $build
   restore_autogen || return 1
   mkdir -p "$build"
   if [ ! -f "$build/Makefile" ]; then
@@ -133,206 +299,272 @@ do_build() {
         "CHECK_CFLAGS=-I$I -pthread" "CHECK_LIBS=-L$L -lcheck_pic -lsubunit -lrt -lm -pthread"
         "BLAS_CFLAGS=-I$I/x86_64-linux-gnu/openblas-openmp" "BLAS_LIBS=-L$L/openblas-openmp -lopenblas")
     fi
-    say "configure --with-cuda=$cudadir --with-cuda-arch=$arch (log: $logs/build.log)"
+    say "configure --with-cuda=$cudadir --with-cuda-arch=$arch (log: build.log)"
     (cd "$build" && "$top/configure" -q --with-cuda="$cudadir" --with-cuda-arch="$arch" "${vars[@]}") \
       > "$logs/build.log" 2>&1 || { tail -20 "$logs/build.log"; return 1; }
   fi
-  say "make -j${RP_GPU_JOBS:-$(nproc)}"
-  make -C "$build" -j"${RP_GPU_JOBS:-$(nproc)}" >> "$logs/build.log" 2>&1 || { tail -30 "$logs/build.log"; return 1; }
-  make -C "$build" -j"${RP_GPU_JOBS:-$(nproc)}" check TESTS= >> "$logs/build.log" 2>&1 ||
-    { tail -30 "$logs/build.log"; return 1; }   # builds the test programs, runs none
+  say "make -j${RP_GPU_JOBS:-$(nproc)} of the $(echo "$programs" | wc -w) carried programs"
+  # shellcheck disable=SC2086
+  make -C "$build" -j"${RP_GPU_JOBS:-$(nproc)}" $programs >> "$logs/build.log" 2>&1 ||
+    { tail -30 "$logs/build.log"; return 1; }
   grep -q 'define RP_HAVE_CUDA 1' "$build/config.h" || { say "configure did not enable CUDA (see $build/config.log)"; return 1; }
-  for p in src/roundpipe bench/gpu/bench_gemm bench/gpu/bench_copy; do
-    [ -x "$build/$p" ] || { say "missing $build/$p after make"; return 1; }
-  done
+  progs_ok "$build"
 }
-if want build; then
-  t0=$(date +%s)
-  if do_build; then put "build (CUDA sm_$arch)" "ok, $(( $(date +%s) - t0 )) s" "" "" ""
-  else fail "build (CUDA sm_$arch)" "see $logs/build.log"; fi
-fi
-bin=$build/src/roundpipe
-
-print_summary() {
-  {
-    echo
-    echo "== roundpipe GPU bench summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo 'no GPU'), $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - t_start )) s)"
-    printf '%-44s %-22s %-24s %-8s %s\n' metric value ceiling ratio target
-    for k in "${order[@]}"; do
-      IFS='|' read -r v c r t <<< "${row[$k]}"
-      printf '%-44s %-22s %-24s %-8s %s\n' "$k" "$v" "$c" "$r" "$t"
-    done
-  } | tee -a "$summary"
-  if [ -n "${OUT:-}" ] && [ "$logs" = "$OUT/gpu-bench" ]; then
-    # the device tool returns at most 8 files from $OUT: one archive + the table
-    tar -czf "$OUT/gpu-bench-logs.tar.gz" -C "$OUT" gpu-bench 2>/dev/null && cp "$summary" "$OUT/summary.txt" &&
-      rm -rf "$OUT/gpu-bench"
-  fi
-}
-
-if [ "$gpu" = no ]; then
-  say "no GPU on this machine (nvidia-smi lists none): built what could be built; GPU tests, benchmarks and training not run"
-  for p in $phases; do [ "$p" = build ] || skip "$p" "no GPU"; done
-  print_summary
-  [ $status = 0 ] && exit 77 || exit 1
-fi
-[ -x "$bin" ] || { fail "binaries" "no $bin: run the build phase"; print_summary; exit 1; }
-
-# --- check: the GPU tests (make check subset)
-if want check; then
-  re=${RP_GPU_TESTS_RE:-cuda|gpu|device}
-  all=$(printf 'rp-gpu-print-tests:\n\t@echo $(TESTS)\n' | make -s -C "$build" -f Makefile -f - rp-gpu-print-tests)
-  if [ "$re" = all ]; then sel=$all; else sel=$(echo "$all" | tr ' ' '\n' | grep -E "$re" | tr '\n' ' '); fi
-  if [ -z "${sel// /}" ]; then skip "GPU tests" "no test matches /$re/"
+t0=$(date +%s)
+if [ -n "${RP_GPU_BUILD:-}" ]; then
+  build=$RP_GPU_BUILD; case $build in /*) ;; *) build="$top/$build" ;; esac
+  if why=$(progs_ok "$build"); then put "build" "RP_GPU_BUILD" "" "" "${build#"$top"/}"; phase_done build ok "$t0"
+  else fail "build" "RP_GPU_BUILD=$build: $why"; phase_done build FAILED "$t0"; fi
+elif why=$(use_carried) && build=$top/build/gpu-carried; then
+  put "build: carried sm_$arch" "ok, $(( $(date +%s) - t0 )) s" "" "" "$(sed -n 's/^nvcc /nvcc /p; s/^built /built /p' "$build/MANIFEST" | tr '\n' ' ')"
+  phase_done build carried "$t0"
+else
+  say "the carried build is not used: $why; building here"
+  build=$top/build/gpu
+  if do_build; then put "build: here (CUDA sm_$arch)" "ok, $(( $(date +%s) - t0 )) s" "" "" "carried not used: $why"
+    phase_done build rebuilt "$t0"
   else
-    say "make check TESTS=\"$sel\""
-    make -C "$build" -j"${RP_GPU_JOBS:-$(nproc)}" check TESTS="$sel" > "$logs/check.log" 2>&1
-    rc=$?
-    np=$(grep -c '^PASS:' "$logs/check.log"); nf=$(grep -cE '^(FAIL|ERROR|XPASS):' "$logs/check.log")
-    ns=$(grep -c '^SKIP:' "$logs/check.log")
-    grep -E '^(PASS|FAIL|ERROR|SKIP|XFAIL|XPASS):' "$logs/check.log"
-    if [ $rc = 0 ] && [ "$nf" = 0 ]; then put "GPU tests ($np pass, $ns skip)" "ok" "" "" "all pass"
-    else fail "GPU tests ($np pass, $nf fail)" "see check.log"; fi
-    for t in $sel; do [ -f "$build/$t.log" ] && cp "$build/$t.log" "$logs/" 2>/dev/null; done
-  fi
-fi
-
-peak=""
-# --- gemm
-# --device cuda against the PyTorch fixtures (losses within 2e-2 per step, the
-# issue's bf16 bound), and 1, 2, 4 ranks sharing the GPU giving identical models:
-# mpi-tests/test_golden_cuda.sh, the make check test, is the one copy of it.
-if want parity; then
-  say "mpi-tests/test_golden_cuda.sh (log: parity.txt)"
-  RP_BUILDDIR=$build RP_SRCDIR=$top MPIRUN=mpirun sh "$top/mpi-tests/test_golden_cuda.sh" \
-    > "$logs/parity.txt" 2>&1
-  rc=$?
-  for c in qwen3 llama; do
-    worst=$(sed -n "s/^$c: golden: worst loss rel error \([^,]*\),.*/\1/p" "$logs/parity.txt")
-    [ -n "$worst" ] && put "cuda vs PyTorch loss, $c (worst rel/step)" "$worst" "bound" \
-      "$(calc "$worst / 0.02")" "<= 1"
-  done
-  case $rc in
-    0) put "cuda parity: fixtures, G=1,2,4 and --pipelines 2 identical" "ok" "" "" "" ;;
-    77) skip "cuda parity" "test_golden_cuda.sh skipped: $(head -n 1 "$logs/parity.txt")" ;;
-    *) fail "cuda parity" "$(grep -m 3 '^FAIL' "$logs/parity.txt" | tr '\n' ' ')(parity.txt)" ;;
-  esac
-fi
-
-if want gemm; then
-  if [ "$(left)" -lt 60 ]; then skip "GEMM" "time budget"
-  else
-    say "bench_gemm"
-    if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
-      cat "$logs/gemm.txt"
-      peak=$(awk '$1=="RESULT" && $2=="gemm_peak" {print $3}' "$logs/gemm.txt")
-      put "bf16 GEMM peak (best square, cuBLAS)" "$peak TFLOP/s" "" "" "ceiling for all ratios"
-      read -r mix mixr < <(awk '$2=="gemm_mix" {print $3, $4}' "$logs/gemm.txt")
-      put "GEMM: Qwen3-1.7B step mix (seq 4096)" "$mix TFLOP/s" "GEMM peak" "$mixr" ""
-      read -r wn wt wr < <(awk '$2=="gemm" {print $3, $4, $5}' "$logs/gemm.txt" | sort -k3 -g | head -1)
-      put "GEMM: slowest shape ($wn)" "$wt TFLOP/s" "GEMM peak" "$wr" ""
-    else
-      cat "$logs/gemm.txt"; fail "GEMM" "bench_gemm exit $? (gemm.txt)"
+    fail "build: here (CUDA sm_$arch)" "see build.log (carried not used: $why)"; phase_done build FAILED "$t0"
+    # a carried build of another tree still proves more than none: the table
+    # says which tree (its MANIFEST's digest) the results are of
+    if [ -f "$top/build/gpu-carried/MANIFEST" ] && progs_ok "$top/build/gpu-carried" > /dev/null; then
+      build=$top/build/gpu-carried
+      put "build: carried sm_$arch of ANOTHER tree, used" "digest $(sed -n 's/^digest //p' "$build/MANIFEST" | cut -c1-12)" "" "" \
+        "the rebuild failed; results are of the tree tools/gpu-runtime.sh saw"
     fi
   fi
 fi
-if [ -z "$peak" ]; then
+bin=$build/src/roundpipe
+export RP_BUILDDIR=$build RP_SRCDIR=$top srcdir=$top MPIRUN=${MPIRUN:-mpirun}
+
+# start FLAG PHASE: whether PHASE runs (wanted, and time left); a skip says why
+start() {
+  want "$1" || return 1
+  local l; l=$(left)
+  if [ "$l" -lt "${need[$1]:-0}" ]; then
+    skip "phase $1" "time budget: $l s left, it needs ~${need[$1]} s"; phase_done "$1" skipped "$(date +%s)"; return 1
+  fi
+  pt0=$(date +%s); pstatus=ok; say "phase $1 (expected ~${expect[$1]} s, $l s left)"
+}
+pfail() { fail "$1" "$2"; pstatus=FAILED; }
+end() { phase_done "$1" "$pstatus" "$pt0"; }
+nogpu() { skip "phase $1" "no GPU here${2:+ ($2)}"; phase_done "$1" "no GPU" "$(date +%s)"; }
+
+# --- env
+t0=$(date +%s)
+{
+  echo "== machine"
+  uname -srm; ldd --version 2>&1 | head -1; nproc; free -g | head -2; df -h /dev/shm | tail -1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free,compute_cap,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max \
+    --format=csv 2>&1 | head -3
+  nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/CUDA (driver) \1/p'
+  command -v nvcc > /dev/null && nvcc --version | tail -1
+  echo "compute-sanitizer: $(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo none)"
+  # the loader's cache, the CUDA folders, then the pip wheel PyTorch brings
+  echo "cuDNN: $({ ldconfig -p 2>/dev/null | awk '/libcudnn\.so/ {print $NF; exit}'
+    ls /usr/local/cuda*/lib*/libcudnn.so* /usr/lib/x86_64-linux-gnu/libcudnn.so* 2>/dev/null
+    timeout 20 python3 -c 'import glob, nvidia.cudnn as c; print(*glob.glob(c.__path__[0] + "/lib/libcudnn.so*")[:1])' 2>/dev/null
+  } | grep -m1 .)"
+  echo "mpicc: $(command -v mpicc || echo none); mpirun: $(command -v mpirun || echo none)"
+  echo "build: $build"
+} > "$logs/machine.txt" 2>&1
+cat "$logs/machine.txt"
+q() { nvidia-smi --query-gpu="$1" --format=csv,noheader,nounits 2>/dev/null | head -1 | sed 's/^ *//'; }
+if [ $gpu = yes ]; then
+  put "GPU" "$gpu_name" "" "" "sm_$arch, driver $(q driver_version), CUDA $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p')"
+  put "GPU memory free / total" "$(q memory.free) / $(q memory.total) MiB" "" "" ""
+  put "PCIe link now / max" "gen$(q pcie.link.gen.current) x$(q pcie.link.width.current) / gen$(q pcie.link.gen.max) x$(q pcie.link.width.max)" "" "" ""
+else put "GPU" "none" "" "" "nvidia-smi lists none"; fi
+c=$(sed -n 's/^cuDNN: //p' "$logs/machine.txt"); put "cuDNN" "${c:-not found}" "" "" "roundpipe does not use it"
+put "host" "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, /dev/shm $(df -h --output=avail /dev/shm | tail -1 | tr -d ' ') free" "" "" "$(ldd --version 2>&1 | head -1 | awk '{print "glibc " $NF}')"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+phase_done env ok "$t0"
+
+if [ ! -x "$bin" ]; then
+  for p in $phases; do skip "phase $p" "no build"; done
+  print_summary; finish_out; exit 1
+fi
+# no GPU: the dry run's versions of the phases (every program loads; the CPU
+# stands in for the GPU in parity's harness)
+dry=no; [ $gpu = no ] && dry=yes
+
+# --- parity: the never-run CUDA paths against the CPU executors
+if start parity; then
+  cap=200; [ "$(left)" -lt $((cap + 60)) ] && cap=$(( $(left) - 60 ))
+  pc=""; pdev=cuda
+  if [ $dry = yes ]; then pc="qwen3 moe-lora"; pdev=cpu; fi
+  # shellcheck disable=SC2086
+  RP_PARITY_DEVICE=$pdev RP_PARITY_OUT="$logs/parity" RP_PARITY_DEADLINE=$(( $(date +%s) + cap )) \
+    bash "$here/parity.sh" $pc > "$logs/parity.txt" 2>&1
+  rc=$?
+  grep -v '^PARITY' "$logs/parity.txt" | tail -n 40
+  n=0
+  while IFS=$'\t' read -r _ c st w d; do
+    n=$((n + 1))
+    label="parity $c: $pdev vs cpu, 1 = 2 ranks"; [ $dry = yes ] && label="parity $c (dry run: cpu for the GPU)"
+    case $st in
+      ok) put "$label" "ok" "rel. 2e-2" "$( [ "$w" = - ] && echo - || calc "$w / 0.02")" "worst $w; $d" ;;
+      skipped) skip "$label" "$d" ;;
+      *) pfail "$label" "worst $w; $d" ;;
+    esac
+  done < <(grep '^PARITY' "$logs/parity.txt")
+  [ $n -gt 0 ] || pfail "parity" "parity.sh exit $rc, no result (parity.txt)"
+  [ $rc = 0 ] || [ $pstatus = FAILED ] || pfail "parity" "parity.sh exit $rc (parity.txt)"
+  end parity
+fi
+
+# --- check: the CUDA tests as make check runs them
+if start check; then
+  np=0; nf=0; ns=0
+  for t in $cuda_tests; do
+    tl=$(( $(left) - 30 )); [ $tl -gt 120 ] && tl=120
+    if [ $tl -lt 10 ]; then skip "test $t" "time budget"; continue; fi
+    t1=$(date +%s)
+    timeout "$tl" sh "$top/mpi-tests/run-test.sh" "$build/mpi-tests/$t" > "$logs/$t.log" 2>&1
+    rc=$?; dt=$(( $(date +%s) - t1 ))
+    case $rc in
+      0) np=$((np + 1)); put "test $t" "PASS" "" "" "$dt s" ;;
+      77) ns=$((ns + 1)); put "test $t" "SKIP" "" "" "$(grep -m1 -i -e skip -e 'no usable' -e 'no cuda' "$logs/$t.log" | cut -c1-60)" ;;
+      124) nf=$((nf + 1)); pfail "test $t" "timed out after $tl s ($t.log)" ;;
+      *) nf=$((nf + 1)); pfail "test $t" "exit $rc: $(grep -m2 -E 'FAIL|fail|error' "$logs/$t.log" | tr '\n' ' ' | cut -c1-100)" ;;
+    esac
+  done
+  tl=$(( $(left) - 30 )); [ $tl -gt 150 ] && tl=150
+  if [ $tl -ge 20 ]; then
+    t1=$(date +%s)
+    timeout "$tl" bash "$top/mpi-tests/test_golden_cuda.sh" > "$logs/test_golden_cuda.log" 2>&1
+    rc=$?; dt=$(( $(date +%s) - t1 ))
+    for c in qwen3 llama; do
+      worst=$(sed -n "s/^$c: golden: worst loss rel error \([^,]*\),.*/\1/p" "$logs/test_golden_cuda.log")
+      [ -n "$worst" ] && put "cuda vs PyTorch loss, $c (worst rel/step)" "$worst" "2e-2" "$(calc "$worst / 0.02")" "<= 1"
+    done
+    case $rc in
+      0) np=$((np + 1)); put "test test_golden_cuda.sh (1,2,4 ranks; --pipelines 2)" "PASS" "" "" "$dt s" ;;
+      77) ns=$((ns + 1)); put "test test_golden_cuda.sh" "SKIP" "" "" "$(head -n 1 "$logs/test_golden_cuda.log" | cut -c1-60)" ;;
+      *) nf=$((nf + 1)); pfail "test test_golden_cuda.sh" "exit $rc: $(grep -m 3 '^FAIL' "$logs/test_golden_cuda.log" | tr '\n' ' ' | cut -c1-100)" ;;
+    esac
+  else skip "test test_golden_cuda.sh" "time budget"; fi
+  # (without a GPU, test_cuda_backend and test_device_probe still pass their
+  # checks that need none; the rest skip)
+  say "CUDA tests: $np pass, $nf fail, $ns skip"
+  end check
+fi
+
+# --- memcheck: compute-sanitizer on the new kernels
+if want memcheck && [ $dry = yes ]; then nogpu memcheck "compute-sanitizer: ${sanitizer:-not found}"
+elif want memcheck && [ -z "$sanitizer" ]; then skip "phase memcheck" "no compute-sanitizer on this machine"
+elif start memcheck; then
+  mdead=$(( $(date +%s) + 100 ))
+  fx=$top/mpi-tests/fixtures
+  # NAME COMMAND...: one program under memcheck, within the phase's cap
+  mcheck() {
+    local name=$1 tl; shift
+    tl=$(( mdead - $(date +%s) )); [ $tl -gt $(( $(left) - 20 )) ] && tl=$(( $(left) - 20 ))
+    if [ $tl -lt 15 ]; then skip "memcheck $name" "time cap (100 s for the phase)"; return; fi
+    local t1; t1=$(date +%s)
+    CK_FORK=no timeout "$tl" "$MPIRUN" -np 1 "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 \
+      "$@" > "$logs/memcheck-$name.log" 2>&1
+    local rc=$? dt=$(( $(date +%s) - t1 )) errs
+    errs=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$logs/memcheck-$name.log" | tail -1)
+    case $rc in
+      0) put "memcheck $name" "${errs:-0} errors" "" "" "$dt s" ;;
+      77) skip "memcheck $name" "the program skipped" ;;
+      124) skip "memcheck $name" "not finished in $tl s (memcheck-$name.log)" ;;
+      *) pfail "memcheck $name" "${errs:-?} errors, exit $rc (memcheck-$name.log)" ;;
+    esac
+  }
+  mcheck test_cuda_moe "$build/mpi-tests/test_cuda_moe"
+  mcheck test_kernel_ops "$build/mpi-tests/test_kernel_ops"
+  d=$fx/golden-moe/moe-mb
+  # shellcheck disable=SC2046
+  mcheck "train moe 2 steps" "$bin" train --device cuda --model "$d/model" --data "$d/data.npy" \
+    --loss-mask "$d/mask.npy" $(sed 's/--dtype fp32//; s/--steps [0-9]*//' "$d/args.txt") --steps 2 --progress none
+  d=$fx/golden/qwen3-packed
+  # shellcheck disable=SC2046
+  RP_ALLOW_UNPROVEN_CUDA=1 mcheck "train --documents 2 steps" "$bin" train --device cuda --model "$d/model" \
+    --data "$d/data.npy" --documents "$d/documents.npy" \
+    $(sed 's/--dtype fp32//; s/--steps [0-9]*//' "$d/args.txt") --steps 2 --progress none
+  end memcheck
+fi
+
+# --- gemm: the ceiling of every ratio
+peak=""
+if want gemm && [ $dry = yes ]; then
+  "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; rc=$?
+  [ $rc = 77 ] && nogpu gemm "bench_gemm loads, exit 77" || { fail "phase gemm" "bench_gemm exit $rc without a GPU, not 77"; phase_done gemm FAILED "$(date +%s)"; }
+elif start gemm; then
+  if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
+    cat "$logs/gemm.txt"
+    peak=$(awk '$1=="RESULT" && $2=="gemm_peak" {print $3}' "$logs/gemm.txt")
+    put "bf16 GEMM peak (best square, cuBLAS)" "$peak TFLOP/s" "" "" "ceiling for all ratios"
+    read -r mix mixr < <(awk '$2=="gemm_mix" {print $3, $4}' "$logs/gemm.txt")
+    put "GEMM: Qwen3-1.7B step mix (seq 4096)" "$mix TFLOP/s" "GEMM peak" "$mixr" ""
+    read -r wn wt wr < <(awk '$2=="gemm" {print $3, $4, $5}' "$logs/gemm.txt" | sort -k3 -g | head -1)
+    put "GEMM: slowest shape ($wn)" "$wt TFLOP/s" "GEMM peak" "$wr" ""
+  else
+    cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
+  fi
+  end gemm
+fi
+if [ -z "$peak" ] && [ $gpu = yes ]; then
   # the ceiling is needed below: a quick measurement
   peak=$("$build/bench/gpu/bench_gemm" -q 2>/dev/null | awk '$2=="gemm_peak" {print $3}')
 fi
 
-# --- attention: bench/gpu/bench_attention (rp_cuda_attn_bench of
-# src/kernels/cuda/attention.h); prints
+# --- attention: rp_cuda_attn_bench of src/kernels/cuda/attention.h; prints
 #   RESULT attention SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
-# (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd). Skipped with a message
-# if the build has no such program.
-if want attn; then
-  if [ -x "$build/bench/gpu/bench_attention" ]; then
-    say "bench_attention"
-    if "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
-      cat "$logs/attention.txt"
-      while read -r _ _ s f b fb; do
-        put "attention fwd+bwd, causal, seq $s" "$fb TFLOP/s" "GEMM peak" "$(calc "$fb / $peak")" ">= 0.50"
-        put "attention fwd / bwd, seq $s" "$f / $b TFLOP/s" "GEMM peak" "$(calc "$f / $peak") / $(calc "$b / $peak")" ""
-      done < <(awk '$1=="RESULT" && $2=="attention"' "$logs/attention.txt")
-    else
-      cat "$logs/attention.txt"; fail "attention fwd+bwd" "bench_attention failed (attention.txt)"
-    fi
+# (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd)
+if want attn && [ $dry = yes ]; then
+  "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; rc=$?
+  [ $rc = 77 ] && nogpu attn "bench_attention loads, exit 77" || { fail "phase attn" "bench_attention exit $rc without a GPU, not 77"; phase_done attn FAILED "$(date +%s)"; }
+elif start attn; then
+  if "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
+    cat "$logs/attention.txt"
+    while read -r _ _ s f b fb; do
+      put "attention fwd+bwd, causal, seq $s" "$fb TFLOP/s" "GEMM peak" "$(calc "$fb / $peak")" ">= 0.50"
+      put "attention fwd / bwd, seq $s" "$f / $b TFLOP/s" "GEMM peak" "$(calc "$f / $peak") / $(calc "$b / $peak")" ""
+    done < <(awk '$1=="RESULT" && $2=="attention"' "$logs/attention.txt")
   else
-    skip "attention fwd+bwd" "no $build/bench/gpu/bench_attention"
+    cat "$logs/attention.txt"; pfail "attention fwd+bwd" "bench_attention failed (attention.txt)"
   fi
+  end attn
 fi
 
-# --- copy
-if want copy; then
-  if [ "$(left)" -lt 45 ]; then skip "host<->device copies" "time budget"
+# --- copies
+if want copy && [ $dry = yes ]; then
+  "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; rc=$?
+  [ $rc = 77 ] && nogpu copy "bench_copy loads, exit 77" || { fail "phase copy" "bench_copy exit $rc without a GPU, not 77"; phase_done copy FAILED "$(date +%s)"; }
+elif start copy; then
+  if "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
+    cat "$logs/copy.txt"
+    gen=$(q pcie.link.gen.max | tr -dc 0-9); wid=$(q pcie.link.width.max | tr -dc 0-9)
+    link=""; lname="-"
+    case $gen in 3) link=$(calc "0.985 * $wid") ;; 4) link=$(calc "1.969 * $wid") ;; 5) link=$(calc "3.938 * $wid") ;; esac
+    [ -n "$link" ] && lname="PCIe gen$gen x$wid $(printf %.0f "$link") GB/s"
+    # RESULT copy_best KIND H2D D2H / RESULT copy KIND MIB H2D D2H
+    read -r pu pd < <(awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$logs/copy.txt")
+    read -r ru rd < <(awk '$2=="copy_best" && $3=="registered" {print $4, $5}' "$logs/copy.txt")
+    read -r gu gd < <(awk '$2=="copy_best" && $3=="pageable" {print $4, $5}' "$logs/copy.txt")
+    read -r p1u p1d < <(awk '$2=="copy" && $3=="pinned" && $4==1 {print $5, $6}' "$logs/copy.txt")
+    bid=$(awk '$2=="copy_bidir" {print $3}' "$logs/copy.txt")
+    d2d=$(awk '$2=="copy_d2d" {print $3}' "$logs/copy.txt")
+    r() { [ -n "$link" ] && calc "$1 / $link" || echo "-"; }
+    put "H2D pinned (best size)" "$pu GB/s" "$lname" "$(r "$pu")" ""
+    put "D2H pinned (best size)" "$pd GB/s" "$lname" "$(r "$pd")" ""
+    put "H2D / D2H registered (host store path)" "$ru / $rd GB/s" "pinned" "$(calc "$ru / $pu") / $(calc "$rd / $pd")" "~1"
+    put "H2D / D2H pageable" "$gu / $gd GB/s" "pinned" "$(calc "$gu / $pu") / $(calc "$gd / $pd")" ""
+    put "H2D / D2H pinned at 1 MiB" "$p1u / $p1d GB/s" "pinned best" "$(calc "$p1u / $pu") / $(calc "$p1d / $pd")" ""
+    put "both directions at once (pinned)" "$bid GB/s" "H2D+D2H best" "$(calc "$bid / ($pu + $pd)")" ""
+    put "device to device (read + write)" "$d2d GB/s" "" "" ""
   else
-    say "bench_copy"
-    if "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
-      cat "$logs/copy.txt"
-      gen=$(nvidia-smi --query-gpu=pcie.link.gen.max --format=csv,noheader 2>/dev/null | head -1 | tr -dc 0-9)
-      wid=$(nvidia-smi --query-gpu=pcie.link.width.max --format=csv,noheader 2>/dev/null | head -1 | tr -dc 0-9)
-      link=""; lname="-"
-      case $gen in 3) link=$(calc "0.985 * $wid") ;; 4) link=$(calc "1.969 * $wid") ;; 5) link=$(calc "3.938 * $wid") ;; esac
-      [ -n "$link" ] && lname="PCIe gen$gen x$wid $(printf %.0f "$link") GB/s"
-      # RESULT copy_best KIND H2D D2H / RESULT copy KIND MIB H2D D2H
-      read -r pu pd < <(awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$logs/copy.txt")
-      read -r ru rd < <(awk '$2=="copy_best" && $3=="registered" {print $4, $5}' "$logs/copy.txt")
-      read -r gu gd < <(awk '$2=="copy_best" && $3=="pageable" {print $4, $5}' "$logs/copy.txt")
-      read -r p1u p1d < <(awk '$2=="copy" && $3=="pinned" && $4==1 {print $5, $6}' "$logs/copy.txt")
-      bid=$(awk '$2=="copy_bidir" {print $3}' "$logs/copy.txt")
-      d2d=$(awk '$2=="copy_d2d" {print $3}' "$logs/copy.txt")
-      r() { [ -n "$link" ] && calc "$1 / $link" || echo "-"; }
-      put "H2D pinned (best size)" "$pu GB/s" "$lname" "$(r "$pu")" ""
-      put "D2H pinned (best size)" "$pd GB/s" "$lname" "$(r "$pd")" ""
-      put "H2D / D2H registered (host store path)" "$ru / $rd GB/s" "pinned" "$(calc "$ru / $pu") / $(calc "$rd / $pd")" "~1"
-      put "H2D / D2H pageable" "$gu / $gd GB/s" "pinned" "$(calc "$gu / $pu") / $(calc "$gd / $pd")" ""
-      put "H2D / D2H pinned at 1 MiB" "$p1u / $p1d GB/s" "pinned best" "$(calc "$p1u / $pu") / $(calc "$p1d / $pd")" ""
-      put "both directions at once (pinned)" "$bid GB/s" "H2D+D2H best" "$(calc "$bid / ($pu + $pd)")" ""
-      put "device to device (read + write)" "$d2d GB/s" "" "" ""
-    else
-      cat "$logs/copy.txt"; fail "host<->device copies" "bench_copy failed (copy.txt)"
-    fi
+    cat "$logs/copy.txt"; pfail "host<->device copies" "bench_copy failed (copy.txt)"
   fi
-fi
-
-# --- topology: the link groups, and one link shared by two processes
-if want topology; then
-  if [ "$(left)" -lt 40 ]; then skip "two copies at once" "time budget"
-  elif [ ! -x "$build/bench/gpu/bench_copy" ]; then skip "two copies at once" "no bench_copy"
-  else
-    say "roundpipe topology; bench_copy alone, then two at once"
-    "$build/src/roundpipe" topology > "$logs/topology.txt" 2>&1
-    cat "$logs/topology.txt"
-    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-    second=$(( ngpu > 1 ? 1 : 0 ))
-    best() { awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$1"; }
-    if CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
-       { CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
-         CUDA_VISIBLE_DEVICES=$second "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
-         rb=$?; wait $!; [ $? = 0 ] && [ $rb = 0 ]; }; then
-      read -r au ad < <(best "$logs/copy-alone.txt")
-      read -r xu xd < <(best "$logs/copy-two-a.txt")
-      read -r yu yd < <(best "$logs/copy-two-b.txt")
-      where="GPU 0 and GPU $second"; [ "$second" = 0 ] && where="both on GPU 0"
-      put "H2D pinned, two processes at once ($where)" "$xu + $yu GB/s" "one alone $au" "$(calc "$xu / $au") + $(calc "$yu / $au")" ""
-      put "D2H pinned, two processes at once ($where)" "$xd + $yd GB/s" "one alone $ad" "$(calc "$xd / $ad") + $(calc "$yd / $ad")" ""
-    else
-      cat "$logs"/copy-alone.txt "$logs"/copy-two-*.txt 2>/dev/null; fail "two copies at once" "bench_copy failed"
-    fi
-  fi
+  end copy
 fi
 
 # --- end to end
-params=$(python3 - bench/gpu/qwen3-1.7b-config.json <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-h, i, v, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
-nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-block = h * nh * hd + 2 * h * nkv * hd + nh * hd * h + 3 * h * i + 2 * h + 2 * hd
-print(v * h * (1 if c.get("tie_word_embeddings") else 2) + L * block + h)
-PY
-)
+params=$(python3 "$here/torch_peer.py" --config "$here/qwen3-1.7b-config.json" --check 2>/dev/null |
+         sed -n 's/.*"params": \([0-9]*\).*/\1/p')
 mkdata() {  # random int32 tokens < vocab as .npy: $1 file, $2 count
   python3 - "$1" "$2" <<'PY'
 import random, struct, sys
@@ -347,61 +579,105 @@ PY
 train() {  # $1 seq, $2 batch, $3 steps, $4 log, $5 timeout; rest: extra options
   local s=$1 b=$2 n=$3 log=$4 to=$5; shift 5
   mkdata "$logs/tokens-$s-$b.npy" $(( s * b + 1 )) || return 1
-  timeout "$to" mpirun -np 1 "$bin" train --device cuda --dtype bf16 \
-    --init-config bench/gpu/qwen3-1.7b-config.json --data "$logs/tokens-$s-$b.npy" \
+  timeout "$to" "$MPIRUN" -np 1 "$bin" train --device cuda --dtype bf16 \
+    --init-config "$here/qwen3-1.7b-config.json" --data "$logs/tokens-$s-$b.npy" \
     --seq-len "$s" --batch-size "$b" --microbatches "$b" --steps "$n" --lr 1e-5 \
     --progress none --log "$log" "$@"
   local rc=$?
   rm -f "$logs/tokens-$s-$b.npy"
   return $rc
 }
-refused() { grep -qiE -- '--device cuda.*(not (yet )?(implemented|built|supported|available)|refused)' "$1"; }
-cuda_train=unknown
-if want e2e; then
-  b=${RP_GPU_E2E_BATCH:-8}; n=${RP_GPU_E2E_STEPS:-6}
+median_tps() {  # steps 1-2 include warm-up and the re-plan from measured layer times
+  python3 - "$1" <<'PY'
+import json, sys, statistics
+v = [d["tokens_per_s"] for d in (json.loads(l) for l in open(sys.argv[1]) if l.strip()) if "tokens_per_s" in d]
+print(statistics.median(v[2:] if len(v) > 2 else v))
+PY
+}
+b=${RP_GPU_E2E_BATCH:-8}; n=${RP_GPU_E2E_STEPS:-6}
+tps=""
+if want e2e && [ $dry = yes ]; then nogpu e2e
+elif start e2e; then
   # the host store (bf16 weights, fp32 master, gradients, AdamW m and v: ~18
   # bytes a parameter, plus activations) lives in /dev/shm
   shm=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)
-  need=$(( params * 18 / 1024 ))
-  if [ -n "$shm" ] && [ "$shm" -lt "$need" ]; then
-    say "warning: /dev/shm has $(( shm / 1048576 )) GiB free, the host store needs about $(( need / 1048576 )) GiB (as root: mount -o remount,size=100G /dev/shm)"
+  needk=$(( params * 18 / 1024 ))
+  if [ -n "$shm" ] && [ "$shm" -lt "$needk" ]; then
+    say "warning: /dev/shm has $(( shm / 1048576 )) GiB free, the host store needs about $(( needk / 1048576 )) GiB (as root: mount -o remount,size=100G /dev/shm)"
   fi
-  if [ "$(left)" -lt 90 ]; then skip "end-to-end Qwen3-1.7B seq 4096" "time budget"
-  else
-    say "roundpipe train --device cuda: Qwen3-1.7B shape ($params parameters), seq 4096, batch $b, $n steps"
-    trace=(); [ -n "${RP_GPU_TRACE:-}" ] && trace=(--trace "$logs/e2e-trace.json")
-    if train 4096 "$b" "$n" "$logs/e2e.jsonl" $(( $(left) - 30 )) "${trace[@]}" > "$logs/e2e.txt" 2>&1; then
-      cat "$logs/e2e.txt" | tail -5
-      # steps 1-2 include warm-up and the re-plan from measured layer times
-      tps=$(python3 - "$logs/e2e.jsonl" <<'PY'
-import json, sys, statistics
-v = [json.loads(l)["tokens_per_s"] for l in open(sys.argv[1]) if l.strip()]
-print(statistics.median(v[2:] if len(v) > 2 else v))
-PY
-)
-      put "e2e tokens/s (seq 4096, 1 GPU, steps 3+)" "$(printf %.0f "$tps")" "" "" ""
-      if [ -n "$peak" ]; then
-        put "e2e MFU = 6*N*tokens/s / GEMM peak" "$(calc "6 * $params * $tps / 1e12") TFLOP/s" "GEMM peak" \
-          "$(calc "6 * $params * $tps / 1e12 / $peak")" ">= 0.40"
-        # with causal attention's FLOPs (6*L*S*heads*hd per token, fwd+bwd)
-        put "e2e incl. attention FLOPs" "$(calc "(6 * $params + 6 * 28 * 4096 * 2048) * $tps / 1e12") TFLOP/s" \
-          "GEMM peak" "$(calc "(6 * $params + 6 * 28 * 4096 * 2048) * $tps / 1e12 / $peak")" ""
-      fi
-    else
-      tail -20 "$logs/e2e.txt"
-      if refused "$logs/e2e.txt"; then
-        skip "end-to-end Qwen3-1.7B seq 4096" "--device cuda not available yet"; cuda_train=no
-      else fail "end-to-end Qwen3-1.7B seq 4096" "see e2e.txt"; fi
+  say "roundpipe train --device cuda: Qwen3-1.7B shape ($params parameters), seq 4096, batch $b, $n steps"
+  trace=(); [ -n "${RP_GPU_TRACE:-}" ] && trace=(--trace "$logs/e2e-trace.json")
+  if train 4096 "$b" "$n" "$logs/e2e.jsonl" $(( $(left) - 30 )) "${trace[@]}" > "$logs/e2e.txt" 2>&1; then
+    tail -5 "$logs/e2e.txt"
+    tps=$(median_tps "$logs/e2e.jsonl")
+    put "e2e tokens/s (seq 4096, batch $b, 1 GPU, steps 3+)" "$(printf %.0f "$tps")" "" "" ""
+    if [ -n "$peak" ]; then
+      put "e2e MFU = 6*N*tokens/s / GEMM peak" "$(calc "6 * $params * $tps / 1e12") TFLOP/s" "GEMM peak" \
+        "$(calc "6 * $params * $tps / 1e12 / $peak")" ">= 0.40"
+      # with causal attention's FLOPs (6*L*S*heads*hd per token, fwd+bwd)
+      put "e2e incl. attention FLOPs" "$(calc "(6 * $params + 6 * 28 * 4096 * 2048) * $tps / 1e12") TFLOP/s" \
+        "GEMM peak" "$(calc "(6 * $params + 6 * 28 * 4096 * 2048) * $tps / 1e12 / $peak")" ""
     fi
+  else
+    tail -20 "$logs/e2e.txt"; pfail "end-to-end Qwen3-1.7B seq 4096" "see e2e.txt"
   fi
+  end e2e
+fi
+
+# --- the PyTorch peer on the same GPU
+if want peer && [ $dry = yes ]; then nogpu peer "torch_peer.py --check: $params parameters"
+elif start peer; then
+  for prec in autocast bf16; do
+    if [ $prec = bf16 ] && [ "$(left)" -lt 60 ]; then skip "PyTorch peer, pure bf16" "time budget"; break; fi
+    label="PyTorch peer tokens/s ($prec: SDPA, fused AdamW, all on GPU)"
+    [ $prec = autocast ] && label="PyTorch peer tokens/s (bf16 autocast, fp32 master; SDPA, fused AdamW)"
+    PYTHONUNBUFFERED=1 timeout $(( $(left) - 20 )) python3 "$here/torch_peer.py" --config "$here/qwen3-1.7b-config.json" \
+      --seq-len 4096 --batch-size "$b" --microbatches "$b" --steps "$n" --warmup 2 --precision $prec \
+      > "$logs/peer-$prec.json" 2> "$logs/peer-$prec.txt"
+    rc=$?
+    ptps=$(sed -n 's/.*"tokens_per_s": \([0-9.e+]*\).*/\1/p' "$logs/peer-$prec.json")
+    if [ $rc = 0 ] && [ -n "$ptps" ]; then
+      pk=$(sed -n 's/.*"peak_gib": \([0-9.]*\).*/\1/p' "$logs/peer-$prec.json")
+      put "$label" "$(printf %.0f "$ptps")" "" "" "$(printf %.1f "$pk") GiB on the GPU"
+      [ -n "$peak" ] && put "PyTorch peer MFU ($prec)" "$(calc "6 * $params * $ptps / 1e12") TFLOP/s" "GEMM peak" "$(calc "6 * $params * $ptps / 1e12 / $peak")" ""
+      [ -n "$tps" ] && put "roundpipe e2e / PyTorch peer ($prec)" "$(printf %.0f "$tps") / $(printf %.0f "$ptps")" "PyTorch peer" "$(calc "$tps / $ptps")" ""
+    else
+      tail -5 "$logs/peer-$prec.txt"; pfail "$label" "exit $rc (peer-$prec.txt)"
+    fi
+  done
+  end peer
+fi
+
+# --- topology: the link groups, and one link shared by two processes
+if want topology && [ $dry = yes ]; then nogpu topology
+elif start topology; then
+  "$bin" topology > "$logs/topology.txt" 2>&1
+  cat "$logs/topology.txt"
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  second=$(( ngpu > 1 ? 1 : 0 ))
+  best() { awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$1"; }
+  if CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
+     { CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
+       CUDA_VISIBLE_DEVICES=$second "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
+       rb=$?; wait $!; [ $? = 0 ] && [ $rb = 0 ]; }; then
+    read -r au ad < <(best "$logs/copy-alone.txt")
+    read -r xu xd < <(best "$logs/copy-two-a.txt")
+    read -r yu yd < <(best "$logs/copy-two-b.txt")
+    where="GPU 0 and GPU $second"; [ "$second" = 0 ] && where="both on GPU 0"
+    put "H2D pinned, two processes at once ($where)" "$xu + $yu GB/s" "one alone $au" "$(calc "$xu / $au") + $(calc "$yu / $au")" ""
+    put "D2H pinned, two processes at once ($where)" "$xd + $yd GB/s" "one alone $ad" "$(calc "$xd / $ad") + $(calc "$yd / $ad")" ""
+  else
+    cat "$logs"/copy-alone.txt "$logs"/copy-two-*.txt 2>/dev/null; pfail "two copies at once" "bench_copy failed"
+  fi
+  end topology
 fi
 
 # --- longest sequence that fits: the planner's bound for this GPU's memory
 # first (cheap, CPU only), then real one-step runs bisecting around it.
-if want maxseq && [ $cuda_train = no ]; then skip "longest sequence" "--device cuda not available yet"
-elif want maxseq; then
-  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
-  plan_fits() { "$bin" plan --init-config bench/gpu/qwen3-1.7b-config.json --gpus 1 --microbatches 1 \
+if want maxseq && [ $dry = yes ]; then nogpu maxseq
+elif start maxseq; then
+  mem=$(q memory.total | tr -dc 0-9)
+  plan_fits() { "$bin" plan --init-config "$here/qwen3-1.7b-config.json" --gpus 1 --microbatches 1 \
       --batch-size 1 --seq-len "$1" --memory-limit-mib "$(( mem * 95 / 100 ))" > /dev/null 2>&1; }
   lo=4096; hi=4096
   if plan_fits 4096; then
@@ -418,9 +694,9 @@ elif want maxseq; then
   # bound; a step's time grows up to S^2 (attention), so a probe whose time,
   # extrapolated from the last one, would not fit the time left is not
   # started. A failure (out of memory) is bisected with the probes left.
-  good=""; bad=""; probes=${RP_GPU_MAXSEQ_PROBES:-5}; s=16384; why=""; tprev=0; sprev=0
+  good=""; bad=""; probes=${RP_GPU_MAXSEQ_PROBES:-4}; s=16384; why=""; tprev=0; sprev=0
   while [ "$probes" -gt 0 ] && [ "$s" -le "$lo" ]; do
-    tl=$(( $(left) - 20 )); [ $tl -gt 240 ] && tl=240
+    tl=$(( $(left) - 15 )); [ $tl -gt 240 ] && tl=240
     if [ $tl -lt 30 ]; then why="time budget"; break; fi
     if [ "$sprev" -gt 0 ]; then
       pred=$(awk "BEGIN { printf \"%d\", $tprev * ($s / $sprev) ^ 2 }")
@@ -428,12 +704,11 @@ elif want maxseq; then
     fi
     probes=$(( probes - 1 ))
     say "probe: seq $s, 1 step (timeout $tl s)"
-    t0=$(date +%s)
+    t1=$(date +%s)
     train "$s" 1 1 "$logs/maxseq-$s.jsonl" "$tl" > "$logs/maxseq-$s.txt" 2>&1
     rc=$?
-    t1=$(( $(date +%s) - t0 ))
-    if refused "$logs/maxseq-$s.txt"; then why="--device cuda not available yet"; break; fi
-    if [ $rc = 0 ]; then good=$s; tprev=$t1; sprev=$s
+    dt=$(( $(date +%s) - t1 ))
+    if [ $rc = 0 ]; then good=$s; tprev=$dt; sprev=$s
     elif [ $rc = 124 ]; then why="a step at $s took over $tl s"; break
     else bad=$s; fi
     if [ -z "$bad" ]; then s=$(( s * 2 ))
@@ -445,9 +720,19 @@ elif want maxseq; then
     put "longest sequence that ran (1 step, batch 1)" "$good" "${bad:+fails at $bad}" "" "${why:-}"
   else
     put "longest sequence that ran (1 step, batch 1)" "none" "${bad:+fails at $bad}" "" "${why:-see maxseq-*.txt}"
-    grep -hi 'cuda' "$logs"/maxseq-*.txt 2>/dev/null | head -3
   fi
+  end maxseq
 fi
 
 print_summary
+say "summary: $summary"
+finish_out
+if [ $gpu = no ]; then
+  if [ $status = 0 ]; then
+    say "no GPU on this machine (nvidia-smi lists none): every check that needs none passed; nothing measured (exit 77)"
+    exit 77
+  fi
+  say "no GPU on this machine (nvidia-smi lists none), and a check that needs none FAILED (see the table)"
+  exit 1
+fi
 exit $status

@@ -426,7 +426,8 @@ static rp_status open_data(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
         rp_dataset_open(o->data, o->loss_mask, e->seq_len, r->cfg.vocab_size, &e->ds, err);
     if (s == RP_OK && o->shuffle)
         s = rp_dataset_shuffle(e->ds, o->seed, err);
-    if (s == RP_OK && (o->documents || o->eval_documents) && e->device == RP_DEVICE_CUDA)
+    if (s == RP_OK && (o->documents || o->eval_documents) && e->device == RP_DEVICE_CUDA &&
+        !rp_unproven_cuda_allowed())
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (s == RP_OK && o->documents)
         s = rp_dataset_set_documents(e->ds, o->documents, err);

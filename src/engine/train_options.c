@@ -1,11 +1,18 @@
 #include "engine/train_options.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RP_TIMEOUT_MAX_S 31536000.0         /* a year */
 #define RP_CHUNK_MAX_MIB 1048576.0          /* 1 TiB */
 #define RP_MEMORY_LIMIT_MAX_MIB 1073741824.0 /* 1 PiB */
+
+int rp_unproven_cuda_allowed(void)
+{
+    const char *v = getenv("RP_ALLOW_UNPROVEN_CUDA");
+    return v && strcmp(v, "1") == 0;
+}
 
 void rp_train_options_default(rp_train_options *o)
 {
@@ -133,7 +140,8 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
                             "evaluation needs every update of its step applied, which a lagged "
                             "optimizer does only at the end; evaluate after the last step "
                             "(without --eval-every)");
-    if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents))
+    if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents) &&
+        !rp_unproven_cuda_allowed())
         return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)

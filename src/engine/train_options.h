@@ -119,9 +119,17 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
                                         rp_error *err);
 
-/* --documents is refused on CUDA until its attention has segments. */
+/* --documents is refused on CUDA until its segmented attention and RoPE
+ * (written without a GPU) have run on one: bench/gpu/run.sh's parity phase
+ * runs them there with RP_ALLOW_UNPROVEN_CUDA=1. */
 #define RP_DOCUMENTS_NOT_ON_CUDA                                                                  \
-    "--documents and --eval-documents: attention over document segments is not implemented on " \
-    "CUDA yet (--device cpu has it)"
+    "--documents and --eval-documents: attention over document segments on CUDA has not run on " \
+    "a GPU yet (written, never proven against the CPU's; --device cpu has it; a maintainer "      \
+    "proving it sets RP_ALLOW_UNPROVEN_CUDA=1)"
+
+/* Non-zero when RP_ALLOW_UNPROVEN_CUDA=1 is set: the maintainer's switch that lets
+ * the CUDA paths refused until they have run on a GPU (--documents) run, so
+ * a GPU session can prove them. */
+int rp_unproven_cuda_allowed(void);
 
 #endif

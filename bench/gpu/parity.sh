@@ -1,0 +1,167 @@
+#!/bin/bash
+# bench/gpu/parity.sh: every training path on --device cuda against the CPU
+# executors' result on the same fixture (bench/gpu/run.sh's parity phase).
+#
+#   bash bench/gpu/parity.sh [CASE...]     (default: all, in this order)
+#
+# Each case trains one fixture of mpi-tests/fixtures three times:
+#   cpu   1 rank, --device cpu, the fixture's own arguments (fp32): the reference
+#   dut1  --device cuda (bf16, the dtype that follows the device), 1 rank
+#   dut2  --device cuda, 2 ranks sharing the GPU
+# and checks: every step's loss (and eval_loss, router_aux_loss where logged)
+# of dut1 within RP_PARITY_RTOL (default 2e-2, the bf16 bound of
+# test_golden_cuda.sh) of cpu's; dut2's saved model (or adapter) and its log
+# identical to dut1's, bit for bit.
+#
+#   qwen3       golden/qwen3 (loss mask, clipping, cosine schedule)
+#   llama       golden/llama (biases, untied head, 3 microbatches)
+#   lora        golden-lora/qwen3-all on golden/qwen3 (PEFT's adapter as --lora-init)
+#   moe         golden-moe/moe-mb: Qwen3-MoE, full fine-tuning, auxiliary loss
+#   moe-lora    golden-moe/moe-lora: LoRA on the experts, router and attention
+#   documents   golden/qwen3-packed with --documents and --eval-data/--eval-documents
+#               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=1 here)
+#   eval        golden/qwen3 with --eval-data/--eval-mask, --eval-every 2
+#   checkpoint  golden/qwen3: dut1 checkpoints every 3 steps; dut2 resumes
+#               the step-3 checkpoint on 2 ranks; both identical to qwen3's
+#               dut1 when that ran
+#   nodes       golden/qwen3: dut1 = 2 ranks --pipelines 2, dut2 = 2 ranks
+#               --ranks-per-node 1 (two nodes on one machine, one GPU)
+#
+# Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
+# RP_SRCDIR (default the tree holding this script), MPIRUN (default mpirun),
+# RP_PARITY_DEVICE (the device under test, default cuda; "cpu" proves the
+# harness itself on a machine without a GPU: every check must pass, with
+# relative error 0), RP_PARITY_OUT (work folder, default a new one under
+# TMPDIR), RP_PARITY_DEADLINE (epoch seconds: a case not started by then is
+# skipped, and says so), RP_PARITY_KEEP=1 (keep the saved models and
+# checkpoints; by default only the logs stay).
+#
+# Prints one line per case, also appended to $RP_PARITY_OUT/results.txt:
+#   PARITY<TAB>CASE<TAB>ok|FAILED|skipped<TAB>WORST<TAB>DETAIL
+# Exit: 0 every case ran and passed, 1 a case failed, 2 usage.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=${RP_SRCDIR:-$(cd "$here/../.." && pwd)}
+build=${RP_BUILDDIR:-$src/build}
+bin=$build/src/roundpipe
+dev=${RP_PARITY_DEVICE:-cuda}
+rtol=${RP_PARITY_RTOL:-2e-2}
+deadline=${RP_PARITY_DEADLINE:-0}
+work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
+mkdir -p "$work"
+cmpy="python3 $here/compare.py"
+all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes"
+cases=${*:-$all}
+for c in $cases; do
+  case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
+done
+[ -x "$bin" ] || { echo "parity.sh: no $bin (RP_BUILDDIR)" >&2; exit 2; }
+flags=""; [ "$(id -u)" = 0 ] && flags="--allow-run-as-root"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+g=$src/mpi-tests/fixtures/golden
+status=0
+
+result() {  # CASE STATUS WORST DETAIL
+  printf 'PARITY\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" | tee -a "$work/results.txt"
+  [ "$2" = FAILED ] && status=1
+  return 0
+}
+
+# args CASE: the fixture folder, its model and data options and its arguments
+# (args.txt), for the case
+fixture() {
+  local c=$1 d m extra
+  case $c in
+    lora) d=$src/mpi-tests/fixtures/golden-lora/qwen3-all; m=$g/qwen3 ;;
+    moe) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
+    moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
+    documents) d=$g/qwen3-packed; m=$d ;;
+    llama) d=$g/llama; m=$d ;;
+    *) d=$g/qwen3; m=$d ;;
+  esac
+  extra="--model $m/model --data $m/data.npy"
+  [ -f "$m/mask.npy" ] && extra="$extra --loss-mask $m/mask.npy"
+  [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
+  case $c in
+    documents) extra="$extra --documents $d/documents.npy --eval-data $d/data.npy --eval-documents $d/documents.npy"
+               [ -f "$d/mask.npy" ] && extra="$extra --eval-mask $d/mask.npy" ;;
+    eval) extra="$extra --eval-data $m/data.npy --eval-mask $m/mask.npy --eval-every 2" ;;
+  esac
+  echo "$extra $(cat "$d/args.txt")"
+}
+saved_file() { case $1 in lora|moe-lora) echo adapter_model.safetensors ;; *) echo model.safetensors ;; esac; }
+
+# run NAME DEVICE NP [options...]: one training run into $work/NAME{.jsonl,.txt,/}
+run() {
+  local name=$1 device=$2 np=$3; shift 3
+  local a; a=$(fixture "$case")
+  # CUDA computes in bf16: the fixture's --dtype fp32 is for the CPU
+  [ "$device" = cpu ] || a=$(echo "$a" | sed 's/--dtype fp32//')
+  rm -rf "${work:?}/$name" "$work/$name.jsonl"
+  # shellcheck disable=SC2086
+  RP_ALLOW_UNPROVEN_CUDA=1 timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
+    $a --progress none --timeout 90 --log "$work/$name.jsonl" --save "$work/$name" "$@" \
+    > "$work/$name.txt" 2>&1
+  local rc=$?
+  [ $rc = 0 ] || { echo "== $name failed (exit $rc):"; tail -n 15 "$work/$name.txt"; }
+  return $rc
+}
+# bits A B: the saved files and logs of runs A and B identical (B's log from step FIRST on)
+bits() {
+  local f; f=$(saved_file "$case")
+  cmp -s "$work/$1/$f" "$work/$2/$f" || { echo "$2/$f differs from $1/$f"; return 1; }
+  $cmpy same "$work/$1.jsonl" "$work/$2.jsonl" "${3:-1}" > "$work/$2.same" ||
+    { echo "$2's log: $(cat "$work/$2.same")"; return 1; }
+}
+
+for case in $cases; do
+  if [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
+    result "$case" skipped - "time budget: not started"; continue
+  fi
+  t0=$(date +%s)
+  echo "== parity: $case (device under test: $dev)"
+  c=$case
+  if ! run "$c-cpu" cpu 1; then result "$c" FAILED - "CPU reference run failed ($c-cpu.txt)"; continue; fi
+  case $c in
+    nodes)
+      run "$c-dut1" "$dev" 2 --pipelines 2 || { result "$c" FAILED - "$dev, 2 ranks, --pipelines 2 failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --ranks-per-node 1 || { result "$c" FAILED - "$dev, 2 nodes of 1 rank failed ($c-dut2.txt)"; continue; }
+      two="2 nodes x 1 rank = 1 node x 2 pipelines" ;;
+    checkpoint)
+      run "$c-dut1" "$dev" 1 --checkpoint-dir "$work/$c-ck" --checkpoint-every 3 --keep-checkpoints 0 ||
+        { result "$c" FAILED - "$dev, checkpointing run failed ($c-dut1.txt)"; continue; }
+      [ -f "$work/$c-ck/step-00000003/trainer_state.json" ] ||
+        { result "$c" FAILED - "no checkpoint $c-ck/step-00000003"; continue; }
+      run "$c-dut2" "$dev" 2 --resume "$work/$c-ck/step-00000003" ||
+        { result "$c" FAILED - "$dev, resume on 2 ranks failed ($c-dut2.txt)"; continue; }
+      two="resumed at 3 on 2 ranks = straight on 1" ;;
+    *)
+      run "$c-dut1" "$dev" 1 || { result "$c" FAILED - "$dev, 1 rank failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 || { result "$c" FAILED - "$dev, 2 ranks failed ($c-dut2.txt)"; continue; }
+      two="2 ranks = 1 rank" ;;
+  esac
+  close=$($cmpy close "$work/$c-cpu.jsonl" "$work/$c-dut1.jsonl" "$rtol" 2>&1); crc=$?
+  echo "$close"
+  worst=$(echo "$close" | sed -n 's/^worst \([^ ]*\) .*/\1/p' | tail -1)
+  first=1; [ "$c" = checkpoint ] && first=4
+  why=$(bits "$c-dut1" "$c-dut2" "$first"); brc=$?
+  extra=""
+  if [ "$c" = checkpoint ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
+    # checkpoints end segments: the model must still be the plain run's
+    cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
+      extra="; = qwen3's straight run" || { brc=1; why="$why checkpointing changed the model (vs qwen3-dut1)"; }
+  fi
+  dt=$(( $(date +%s) - t0 ))
+  if [ $crc = 0 ] && [ $brc = 0 ]; then
+    result "$c" ok "${worst:--}" "losses within $rtol of the CPU's; $two, bit for bit$extra (${dt} s)"
+  else
+    msg=""
+    [ $crc = 0 ] || msg="beyond $rtol of the CPU's: $(echo "$close" | grep -v '^worst' | head -n 2 | tr '\n' ' ')"
+    [ $brc = 0 ] || msg="$msg${msg:+; }not bit-identical: $why"
+    result "$c" FAILED "${worst:--}" "$msg (${dt} s)"
+  fi
+done
+# the saved models and checkpoints are no evidence once compared, and would
+# swell the logs the device call returns (16 MiB a file): logs stay
+[ -n "${RP_PARITY_KEEP:-}" ] || find "$work" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+exit $status

@@ -1,0 +1,39 @@
+#!/bin/sh
+# Proves, without a GPU, that the GPU window's one call is ready (issue 31):
+# `bench/gpu/run.sh --check-only` passes (run.sh, parity.sh and
+# tools/gpu-runtime.sh parse, and shellcheck -S warning finds nothing where it
+# is installed; compare.py and torch_peer.py compile and the peer counts
+# Qwen3-1.7B's 1,720,574,976 parameters, where python3 is; every fixture the
+# phases read is present; every carried program has a make rule and every
+# CUDA test of the check phase is a make check test; the summary writer
+# writes the table); and bench/gpu/compare.py, parity's judge, accepts a log
+# within the bound and identical lines, and refuses a loss beyond the bound,
+# a missing step and a changed line. SKIP without bash or python3.
+set -u
+. "$(dirname "$0")/testlib.sh"
+command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
+command -v python3 > /dev/null || { echo "SKIP: no python3 (run.sh and its helpers need it)"; exit 77; }
+out=$(bash "$src/bench/gpu/run.sh" --check-only 2>&1); rc=$?
+echo "$out"
+[ $rc = 0 ] && ok || bad "run.sh --check-only exit $rc"
+echo "$out" | grep -q '^ok: the summary writer wrote' && ok || bad "the summary writer was not checked"
+echo "$out" | grep -q '^ok: torch_peer.py --check: 1720574976 parameters' && ok || bad "the peer's parameter count"
+
+cmpy="python3 $src/bench/gpu/compare.py"
+line() { printf '{"step":%s,"loss":%s,"lr":0.001,"grad_norm":1.5,"tokens":64,"counted_tokens":50,"tokens_per_s":%s,"time":1.0}\n' "$@"; }
+{ line 1 4.0 10; line 2 3.0 10; printf '{"step":2,"eval_loss":3.5,"samples":4}\n'; } > "$tmp/ref.jsonl"
+{ line 1 4.04 99; line 2 2.97 99; printf '{"step":2,"eval_loss":3.52,"samples":4}\n'; } > "$tmp/close.jsonl"
+{ line 1 4.0 99; line 2 3.1 99; printf '{"step":2,"eval_loss":3.5,"samples":4}\n'; } > "$tmp/far.jsonl"
+{ line 1 4.0 99; printf '{"step":1,"eval_loss":3.5,"samples":4}\n'; } > "$tmp/short.jsonl"
+{ line 1 4.0 55; line 2 3.0 55; printf '{"step":2,"eval_loss":3.5,"samples":4}\n'; } > "$tmp/same.jsonl"
+$cmpy close "$tmp/ref.jsonl" "$tmp/close.jsonl" 2e-2 > "$tmp/c.txt" && grep -q '^worst 0.01 (loss at step 1' "$tmp/c.txt" &&
+  ok || { bad "compare.py close refused losses within 2e-2"; cat "$tmp/c.txt"; }
+$cmpy close "$tmp/ref.jsonl" "$tmp/far.jsonl" 2e-2 > "$tmp/c.txt" && { bad "compare.py close took a loss 3.3% off"; cat "$tmp/c.txt"; } ||
+  { grep -q '^step 2: loss 3.1 vs 3: relative error 0.0333 > 0.02' "$tmp/c.txt" && ok || { bad "compare.py close: message"; cat "$tmp/c.txt"; }; }
+$cmpy close "$tmp/ref.jsonl" "$tmp/short.jsonl" 2e-2 > "$tmp/c.txt" && bad "compare.py close took other steps" || ok
+$cmpy same "$tmp/ref.jsonl" "$tmp/same.jsonl" > "$tmp/c.txt" && ok || { bad "compare.py same refused lines differing in timings only"; cat "$tmp/c.txt"; }
+$cmpy same "$tmp/ref.jsonl" "$tmp/close.jsonl" > "$tmp/c.txt" && bad "compare.py same took other losses" ||
+  { grep -q '^differs at step 1' "$tmp/c.txt" && ok || { bad "compare.py same: message"; cat "$tmp/c.txt"; }; }
+tail -n 2 "$tmp/ref.jsonl" > "$tmp/tail.jsonl"
+$cmpy same "$tmp/ref.jsonl" "$tmp/tail.jsonl" 2 > "$tmp/c.txt" && ok || { bad "compare.py same from step 2"; cat "$tmp/c.txt"; }
+finish
