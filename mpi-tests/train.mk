@@ -74,6 +74,9 @@ TESTS += mpi-tests/test_checkpoint_kill.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_kill.sh
 TESTS += mpi-tests/test_checkpoint_lag.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_lag.sh
+# a resumed run saves what the uninterrupted run saves (tokenizer, dtype, rotation)
+TESTS += mpi-tests/test_checkpoint_save.sh
+EXTRA_DIST += mpi-tests/test_checkpoint_save.sh
 TESTS += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh mpi-tests/resume_lib.sh

@@ -370,7 +370,10 @@ static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error 
     rp_checkpoint_file files[3] = {{"model.safetensors", k->model, k->nmodel},
                                    {"optimizer.safetensors", k->optim, k->noptim},
                                    {RP_PENDING_FILE, k->grad, k->ngrad}};
-    rp_checkpoint_content content = {files, pending ? 3 : 2, &p->cfg, e->model_config_text};
+    /* a full model's checkpoint is the model a resumed run starts from: its
+     * tokenizer goes with it (a LoRA run's base keeps its own) */
+    rp_checkpoint_content content = {files, pending ? 3 : 2, &p->cfg, e->model_config_text,
+                                     e->lora ? NULL : e->companions};
     rp_status s = rp_checkpoint_begin(e->o->checkpoint_dir, c, &content, &k->w, err);
     if (s != RP_OK)
         ck_free(k);

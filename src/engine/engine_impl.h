@@ -107,6 +107,9 @@ typedef struct rp_engine {
     char *model_config_text; /* the config.json the model came from, read at start (rank 0;
                                 NULL elsewhere): the template of every save and checkpoint,
                                 usable when its file is gone (a pruned checkpoint) */
+    rp_companions *companions; /* the model's tokenizer and generation files, read at start
+                                  (rank 0; NULL elsewhere and with --init-config): they go
+                                  into every save and a full model's checkpoints */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;

@@ -696,7 +696,6 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
     if (trained == RP_OK && o->save_dir && !e->stopped_early) {
         rp_error one = {0};
         rp_status st = RP_OK;
-        int companions = 0;
         /* several nodes keep the masters by slices (unless they are the compute copy) */
         if (e->nd.nodes > 1 && r->shared->compute_dtype != RP_F32)
             st = rp_run_agree(e, rp_node_collect(e, 0, 0, &one), comm, &one);
@@ -705,12 +704,13 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         else if (root && st == RP_OK)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
-                                    e->model_config_text, o->model_dir, &companions, &one);
+                                    e->model_config_text, e->companions, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && root)
             rp_log(e->lg, RP_LOG_INFO, "saved %s/%s%s", o->save_dir,
                    e->lora ? "adapter_model.safetensors (PEFT)" : "model.safetensors",
-                   companions ? " with the model's tokenizer and generation files" : "");
+                   !e->lora && rp_companions_count(e->companions)
+                       ? " with the model's tokenizer and generation files" : "");
         keep_first(e, st, &one, &out, err);
     }
     if (trained == RP_OK && o->save_merged && !e->stopped_early) {
@@ -718,7 +718,8 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         rp_status st = RP_OK;
         rp_dtype dt = o->save_dtype_set ? o->save_dtype : rp_frozen_base_file_dtype(e->base);
         if (root)
-            st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text, &one);
+            st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text,
+                                     e->companions, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && root)
             rp_log(e->lg, RP_LOG_INFO, "saved the merged model to %s/model.safetensors",
@@ -780,12 +781,14 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     if (s == RP_OK) {
         remove_stale_stores(e);
         s = read_model(e, r, comm, err);
-        if (s == RP_OK) { /* the template of the saves, read once */
+        if (s == RP_OK) { /* the template of the saves and their companions, read once */
             rp_status rs = RP_OK;
             size_t len = 0;
             if (nd.world_rank == 0 && r->config_path)
                 rs = rp_read_file(r->config_path, (size_t)16 << 20, &e->model_config_text, &len,
                                   err);
+            if (rs == RP_OK && nd.world_rank == 0 && o->model_dir)
+                rs = rp_companions_read(o->model_dir, &e->companions, err);
             s = rp_run_agree(e, rs, comm, err);
         }
     }
@@ -820,6 +823,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(e->deal);
     free(e->pins);
     free(e->model_config_text);
+    rp_companions_destroy(&e->companions);
     free(e->goff);
     free(e->node_buf);
     free(e->gather_posted);

@@ -14,4 +14,5 @@ librp_la_SOURCES += \
 	src/io/peft.c src/io/peft.h \
 	src/io/dataset.c src/io/dataset.h src/io/trace.c src/io/trace.h \
 	src/io/metrics.c src/io/metrics.h src/io/model_dir.c src/io/model_dir.h \
-	src/io/checkpoint.c src/io/checkpoint.h
+	src/io/checkpoint.c src/io/checkpoint.h \
+	src/io/companions.c src/io/companions.h

@@ -1,0 +1,57 @@
+#!/bin/sh
+# Proves: a run interrupted after a checkpoint and resumed saves what the
+# run that never stopped saves (the same files, the tokenizer and
+# generation files byte for byte), for a --model with tokenizer and
+# generation files: the checkpoints carry those files (with checksums),
+# and a save still works when
+# --keep-checkpoints has removed the checkpoint the run resumed from (with
+# the default 2 and --checkpoint-every, and with 1); a resume with nothing
+# left to train saves the same.
+# Ranks: 2 and 1 (mpirun inside).
+set -u
+. "$(dirname "$0")/testlib.sh"
+export OMP_NUM_THREADS=1
+. "$(dirname "$0")/resume_lib.sh"
+args="--data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 4 --microbatches 2 --steps 6 --lr 3e-3 --seed 5"
+# the model: saved by roundpipe in bf16, with a tokenizer and generation files beside it
+run 1 init --init-config "$src/examples/tiny-config.json" $args --steps 1 --save-dtype bf16 --save "$tmp/model" ||
+  { bad "making the bf16 model"; cat "$tmp/init.txt"; }
+grep -q '"torch_dtype": "bfloat16"' "$tmp/model/config.json" && ok || bad "the model is not bf16"
+echo '{"version": "1.0", "model": {"type": "WordLevel"}}' > "$tmp/model/tokenizer.json"
+echo '{"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "w1"}' > "$tmp/model/tokenizer_config.json"
+echo '{"max_new_tokens": 5}' > "$tmp/model/generation_config.json"
+echo "not a companion" > "$tmp/model/notes.txt"
+
+same_save() { # A B what: the same files, the companions byte for byte
+  (cd "$tmp/$1" && ls) > "$tmp/ls.a"; (cd "$tmp/$2" 2> /dev/null && ls) > "$tmp/ls.b"
+  for f in tokenizer.json tokenizer_config.json generation_config.json; do
+    cmp -s "$tmp/$1/$f" "$tmp/$2/$f" || echo "$f differs" >> "$tmp/ls.b"
+  done
+  cmp -s "$tmp/ls.a" "$tmp/ls.b" && ok || { bad "$3 save differs"; diff "$tmp/ls.a" "$tmp/ls.b"; }
+}
+run 2 straight --model "$tmp/model" $args --save "$tmp/straight" || { bad "straight run"; cat "$tmp/straight.txt"; }
+[ -f "$tmp/straight/tokenizer.json" ] && ok || bad "the straight run saved no tokenizer"
+# interrupted after step 2: the checkpoints after it never written
+run 2 part --model "$tmp/model" $args --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --keep-checkpoints 0 ||
+  { bad "checkpointing run"; cat "$tmp/part.txt"; }
+for f in tokenizer.json tokenizer_config.json generation_config.json; do
+  cmp -s "$tmp/model/$f" "$tmp/ck/step-00000002/$f" && grep -q "\"$f\"" "$tmp/ck/step-00000002/trainer_state.json" &&
+    ok || bad "the checkpoint does not carry $f (with its checksum)"
+done
+rm -rf "$tmp/ck/step-00000004" "$tmp/ck/step-00000006"
+cp -r "$tmp/ck" "$tmp/ck1"
+# the default --keep-checkpoints 2: step 2, the source, goes when step 6 is written
+run 2 auto $args --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --resume auto --save "$tmp/auto" ||
+  { bad "resume auto with rotation failed"; cat "$tmp/auto.txt"; }
+[ ! -e "$tmp/ck/step-00000002" ] && ok || bad "step 2 was not rotated away (the test does not test)"
+same_save straight auto "resumed (auto, rotated)"
+# --keep-checkpoints 1, the path named, on 1 rank
+run 1 one $args --checkpoint-dir "$tmp/ck1" --keep-checkpoints 1 --resume "$tmp/ck1/step-00000002" --save "$tmp/one" ||
+  { bad "resume with --keep-checkpoints 1 failed"; cat "$tmp/one.txt"; }
+[ "$(ls "$tmp/ck1")" = step-00000006 ] && ok || bad "--keep-checkpoints 1 kept: $(ls "$tmp/ck1" | tr '\n' ' ')"
+same_save straight one "resumed (keep 1)"
+# nothing left to train: the save is written from the last checkpoint
+run 1 noop $args --checkpoint-dir "$tmp/ck1" --resume auto --save "$tmp/noop" ||
+  { bad "a resume with nothing left failed"; cat "$tmp/noop.txt"; }
+same_save straight noop "no-op resume"
+finish
