@@ -1,9 +1,10 @@
 #!/bin/sh
-# Proves: a run interrupted after a checkpoint and resumed saves what the
-# run that never stopped saves (the same files, the tokenizer and
-# generation files byte for byte), for a --model with tokenizer and
-# generation files: the checkpoints carry those files (with checksums),
-# and a save still works when
+# Proves: a run interrupted after a checkpoint and resumed saves exactly what
+# the run that never stopped saves (the --save directories byte for byte,
+# file list included), for a --model stored in bf16 with tokenizer and
+# generation files: the checkpoints carry those files (with checksums) and
+# record the model's dtype ("model_dtype", a bad one refused naming the
+# file and field), the save keeps that dtype, and a save still works when
 # --keep-checkpoints has removed the checkpoint the run resumed from (with
 # the default 2 and --checkpoint-every, and with 1); a resume with nothing
 # left to train saves the same.
@@ -22,12 +23,8 @@ echo '{"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "w1"}' > "$tmp
 echo '{"max_new_tokens": 5}' > "$tmp/model/generation_config.json"
 echo "not a companion" > "$tmp/model/notes.txt"
 
-same_save() { # A B what: the same files, the companions byte for byte
-  (cd "$tmp/$1" && ls) > "$tmp/ls.a"; (cd "$tmp/$2" 2> /dev/null && ls) > "$tmp/ls.b"
-  for f in tokenizer.json tokenizer_config.json generation_config.json; do
-    cmp -s "$tmp/$1/$f" "$tmp/$2/$f" || echo "$f differs" >> "$tmp/ls.b"
-  done
-  cmp -s "$tmp/ls.a" "$tmp/ls.b" && ok || { bad "$3 save differs"; diff "$tmp/ls.a" "$tmp/ls.b"; }
+same_save() { # A B what: the same files, byte for byte
+  diff -r "$tmp/$1" "$tmp/$2" > "$tmp/diff" 2>&1 && ok || { bad "$3 save differs"; cat "$tmp/diff"; }
 }
 run 2 straight --model "$tmp/model" $args --save "$tmp/straight" || { bad "straight run"; cat "$tmp/straight.txt"; }
 [ -f "$tmp/straight/tokenizer.json" ] && ok || bad "the straight run saved no tokenizer"
@@ -38,6 +35,13 @@ for f in tokenizer.json tokenizer_config.json generation_config.json; do
   cmp -s "$tmp/model/$f" "$tmp/ck/step-00000002/$f" && grep -q "\"$f\"" "$tmp/ck/step-00000002/trainer_state.json" &&
     ok || bad "the checkpoint does not carry $f (with its checksum)"
 done
+grep -q '"model_dtype": *"BF16"' "$tmp/ck/step-00000002/trainer_state.json" && ok || bad "the checkpoint does not record BF16"
+# a bad model_dtype is refused, naming the file and the field
+cp -r "$tmp/ck/step-00000002" "$tmp/baddt"
+sed -i 's/"model_dtype": *"BF16"/"model_dtype": "bfloat17"/' "$tmp/baddt/trainer_state.json"
+run 1 baddt $args --resume "$tmp/baddt" && bad "a bad model_dtype accepted" ||
+  { grep -q 'baddt/trainer_state.json: "model_dtype" is "bfloat17", not "F32", "BF16" or "F16"' "$tmp/baddt.txt" && ok ||
+    { bad "bad model_dtype message"; cat "$tmp/baddt.txt"; }; }
 rm -rf "$tmp/ck/step-00000004" "$tmp/ck/step-00000006"
 cp -r "$tmp/ck" "$tmp/ck1"
 # the default --keep-checkpoints 2: step 2, the source, goes when step 6 is written

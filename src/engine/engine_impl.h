@@ -99,6 +99,8 @@ typedef struct rp_engine {
     int resume_pending;       /* its update of resume_step is still to be applied (a lagged
                                  optimizer's checkpoint, engine/checkpoints.h), with: */
     float resume_coef;        /* that step's clipping coefficient */
+    rp_dtype resume_model_dtype; /* the dtype the run's --model was stored in (the
+                                    checkpoint's own weights are fp32): --save's default */
     float lag_coef;           /* rank 0's lagged optimizer: the clipping coefficient of the
                                  step it is updating (for a checkpoint after a stop) */
     int64_t adam_first;       /* adam_step when the running segment started */

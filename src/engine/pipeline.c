@@ -324,6 +324,8 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
         return rp_lora_load_adapters(shared, e->o, err);
     if (e->resume_dir) /* the checkpoint: its weights (LoRA: adapters), then AdamW's state */
         RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
+    if (e->resume_dir && !e->lora) /* saved as the model the run started from was stored */
+        shared->loaded_dtype = e->resume_model_dtype;
     if (e->resume_dir)
         return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
     if (e->o->model_dir)
@@ -767,6 +769,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     e->resume_dir = resume.step ? resume.dir : NULL;
     e->resume_pending = resume.pending;
     e->resume_coef = resume.coef;
+    e->resume_model_dtype = resume.model_dtype;
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
     rp_proto_read_fault(e);
