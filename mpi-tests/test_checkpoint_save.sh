@@ -7,7 +7,9 @@
 # file and field), the save keeps that dtype, and a save still works when
 # --keep-checkpoints has removed the checkpoint the run resumed from (with
 # the default 2 and --checkpoint-every, and with 1); a resume with nothing
-# left to train saves the same.
+# left to train saves the same. The closing progress line says what is
+# true: "done: steps 3-6 of 6" after a resume, "done: nothing left to train"
+# (no "nan" loss) when nothing was, "stopped at step K of N" after SIGUSR1.
 # Ranks: 2 and 1 (mpirun inside).
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -45,17 +47,32 @@ run 1 baddt $args --resume "$tmp/baddt" && bad "a bad model_dtype accepted" ||
 rm -rf "$tmp/ck/step-00000004" "$tmp/ck/step-00000006"
 cp -r "$tmp/ck" "$tmp/ck1"
 # the default --keep-checkpoints 2: step 2, the source, goes when step 6 is written
-run 2 auto $args --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --resume auto --save "$tmp/auto" ||
+run 2 auto $args --checkpoint-dir "$tmp/ck" --checkpoint-every 2 --resume auto --save "$tmp/auto" --progress line ||
   { bad "resume auto with rotation failed"; cat "$tmp/auto.txt"; }
 [ ! -e "$tmp/ck/step-00000002" ] && ok || bad "step 2 was not rotated away (the test does not test)"
 same_save straight auto "resumed (auto, rotated)"
+grep -q "^roundpipe: done: steps 3-6 of 6 in [0-9:]*, final loss [0-9.]*$" "$tmp/auto.txt" && ok ||
+  { bad "a resumed run's closing line"; cat "$tmp/auto.txt"; }
 # --keep-checkpoints 1, the path named, on 1 rank
 run 1 one $args --checkpoint-dir "$tmp/ck1" --keep-checkpoints 1 --resume "$tmp/ck1/step-00000002" --save "$tmp/one" ||
   { bad "resume with --keep-checkpoints 1 failed"; cat "$tmp/one.txt"; }
 [ "$(ls "$tmp/ck1")" = step-00000006 ] && ok || bad "--keep-checkpoints 1 kept: $(ls "$tmp/ck1" | tr '\n' ' ')"
 same_save straight one "resumed (keep 1)"
 # nothing left to train: the save is written from the last checkpoint
-run 1 noop $args --checkpoint-dir "$tmp/ck1" --resume auto --save "$tmp/noop" ||
+run 1 noop $args --checkpoint-dir "$tmp/ck1" --resume auto --save "$tmp/noop" --progress line ||
   { bad "a resume with nothing left failed"; cat "$tmp/noop.txt"; }
 same_save straight noop "no-op resume"
+grep -q "^roundpipe: done: nothing left to train (all 6 steps were done before this run)$" "$tmp/noop.txt" &&
+  ! grep -q nan "$tmp/noop.txt" && ok || { bad "a no-op resume's closing line"; cat "$tmp/noop.txt"; }
+
+# SIGUSR1 through mpirun: the closing line says where the run stopped
+long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 128 --batch-size 8 --microbatches 4 --steps 60 --seed 2"
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --threads 1 --device cpu --timeout 60 --progress line $long \
+  --checkpoint-dir "$tmp/cks" --log "$tmp/s.jsonl" > "$tmp/s.txt" 2>&1 &
+pid=$!
+i=0; while [ $i -lt 300 ] && [ "$(cat "$tmp/s.jsonl" 2>/dev/null | wc -l)" -lt 3 ]; do sleep 0.1; i=$((i + 1)); done
+kill -s USR1 $pid; wait $pid
+k=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of.*/\1/p' "$tmp/s.txt")
+[ -n "$k" ] && [ "$k" -lt 60 ] && grep -q "^roundpipe: stopped at step $k of 60 after [0-9:]*, last loss [0-9.]*$" "$tmp/s.txt" &&
+  ! grep -q "roundpipe: done" "$tmp/s.txt" && ok || { bad "a stopped run's closing line"; cat "$tmp/s.txt"; }
 finish

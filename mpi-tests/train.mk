@@ -49,6 +49,12 @@ EXTRA_DIST += mpi-tests/test_trace.sh
 
 TESTS += mpi-tests/test_progress.sh
 EXTRA_DIST += mpi-tests/test_progress.sh
+# the progress lines' ETA after a resume and their closing line (stopped, nothing left)
+check_PROGRAMS += mpi-tests/test_progress_lines
+TESTS += mpi-tests/test_progress_lines
+mpi_tests_test_progress_lines_SOURCES = mpi-tests/test_progress_lines.c
+mpi_tests_test_progress_lines_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_progress_lines_LDADD = $(RP_TEST_LDADD)
 
 # The Slurm examples: they parse, and the single-node one trains under mpirun.
 TESTS += mpi-tests/test_slurm.sh

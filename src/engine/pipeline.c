@@ -602,7 +602,7 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
      * live, rank 0's messages go through it so they never share a line. */
     int live = o->progress == RP_PROGRESS_AUTO && lg->stream && rp_progress_live_default();
     FILE *out = o->progress == RP_PROGRESS_NONE ? NULL : live ? stdout : stderr;
-    rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->steps);
+    rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->resume_step, e->steps);
     if (live) {
         r->live_lg = *lg;
         r->live_lg.sink = rp_progress_log_sink;
@@ -680,7 +680,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
                          (long long)(e->nd.world_rank == 0 ? e->steps_logged + 1 : e->it_first),
                          (long long)e->steps);
     if (s == RP_OK && e->nd.world_rank == 0)
-        rp_progress_finish(&e->progress, e->steps, e->last_loss);
+        rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps, e->last_loss);
     return s;
 }
 
