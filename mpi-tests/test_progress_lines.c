@@ -1,4 +1,7 @@
 /* Proves: the progress display's lines say what is true of the run:
+ * - a resumed run's ETA counts the time per step over its own steps (the
+ *   checkpoint's steps took no time of it): one step taking a second with
+ *   three to go shows at least 0:03, where counting from step 1 gave 0:00;
  * - the closing line: "done: N steps" after a whole run, "done: steps K-N of
  *   N" after a resumed one, "stopped at step K of N" when it stopped early
  *   (fresh or resumed), and "done: nothing left to train" without a loss
@@ -7,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/progress.h"
 #include "rp_check.h"
@@ -36,6 +40,25 @@ static const char *closing(int64_t first, int64_t steps, int64_t last, double lo
     return printed(f);
 }
 
+START_TEST(resumed_eta_counts_this_runs_steps)
+{
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    rp_progress pr;
+    rp_progress_start(&pr, f, 0, 1000.0, 36, 40);
+    usleep(1000000); /* step 37 takes (at least) a second */
+    rp_progress_update(&pr, 37, 1.5, 100.0);
+    rp_progress_stop(&pr);
+    const char *line = printed(f);
+    int minutes = -1, seconds = -1;
+    const char *eta = strstr(line, "ETA ");
+    ck_assert_msg(strstr(line, "step 37/40") && eta && sscanf(eta, "ETA %d:%d", &minutes,
+                                                               &seconds) == 2,
+                  "the first line of a resumed run: '%s'", line);
+    ck_assert_msg(minutes * 60 + seconds >= 3, "3 steps to go at a second each, but '%s'", line);
+}
+END_TEST
+
 START_TEST(closing_lines)
 {
     const char *s = closing(0, 8, 8, 1.25);
@@ -59,6 +82,7 @@ static Suite *progress_suite(void)
     Suite *s = suite_create("progress");
     TCase *tc = tcase_create("lines");
     tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, resumed_eta_counts_this_runs_steps);
     tcase_add_test(tc, closing_lines);
     suite_add_tcase(s, tc);
     return s;

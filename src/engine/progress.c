@@ -76,10 +76,12 @@ void rp_progress_update(rp_progress *pr, int64_t step, double loss, double token
     if (!pr->out)
         return;
     double now = rp_now();
-    if (!pr->live && now - pr->t_last < pr->interval && step != 1)
+    if (!pr->live && now - pr->t_last < pr->interval && step != pr->first + 1)
         return;
     pr->t_last = now;
-    double per_step = (now - pr->t_start) / (double)step;
+    /* this run's steps took the time since it started: a resumed run's
+     * earlier steps are not among them */
+    double per_step = (now - pr->t_start) / (double)(step - pr->first);
     char eta[32];
     format_eta(per_step * (double)(pr->steps - step), eta, sizeof eta);
     pthread_mutex_lock(&pr->lock);

@@ -25,7 +25,8 @@ typedef struct rp_progress {
 } rp_progress;
 
 /* A run of steps first+1 .. steps (first: the steps a resumed run's
- * checkpoint holds, 0 for a fresh one). */
+ * checkpoint holds, 0 for a fresh one): the ETA counts the time per step
+ * from this run's steps only. */
 void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t first,
                        int64_t steps);
 void rp_progress_update(rp_progress *pr, int64_t step, double loss, double tokens_per_s);
