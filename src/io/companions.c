@@ -9,11 +9,12 @@
 
 #include "io/read_file.h"
 
+/* in name order: the order they are held, written and listed in */
 static const char *const g_names[] = {
-    "added_tokens.json",  "chat_template.jinja",    "chat_template.json",
-    "generation_config.json", "merges.txt",         "special_tokens_map.json",
-    "tokenizer.json",     "tokenizer.model",        "tokenizer_config.json",
-    "vocab.json",         "vocab.txt"}; /* in name order: the order they are held in */
+    "added_tokens.json", "chat_template.jinja",   "chat_template.json",
+    "generation_config.json", "merges.txt",       "special_tokens_map.json",
+    "tokenizer.json",    "tokenizer.model",       "tokenizer_config.json",
+    "vocab.json",        "vocab.txt"};
 #define NNAMES (int)(sizeof g_names / sizeof *g_names)
 
 #define RP_COMPANION_MAX_BYTES ((size_t)1 << 30)
