@@ -53,6 +53,12 @@ EXTRA_DIST += mpi-tests/test_trace.sh
 
 TESTS += mpi-tests/test_progress.sh
 EXTRA_DIST += mpi-tests/test_progress.sh
+# the progress lines' ETA after a resume and their closing line (stopped, nothing left)
+check_PROGRAMS += mpi-tests/test_progress_lines
+TESTS += mpi-tests/test_progress_lines
+mpi_tests_test_progress_lines_SOURCES = mpi-tests/test_progress_lines.c
+mpi_tests_test_progress_lines_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_progress_lines_LDADD = $(RP_TEST_LDADD)
 
 # The Slurm examples: they parse, and the single-node one trains under mpirun.
 TESTS += mpi-tests/test_slurm.sh
@@ -81,6 +87,9 @@ EXTRA_DIST += mpi-tests/test_checkpoint_lag.sh
 # checkpoints that never lose a run nor a user's files (issue 30, part 6)
 TESTS += mpi-tests/test_checkpoint_safety.sh
 EXTRA_DIST += mpi-tests/test_checkpoint_safety.sh
+# a resumed run saves what the uninterrupted run saves (tokenizer, dtype, rotation)
+TESTS += mpi-tests/test_checkpoint_save.sh
+EXTRA_DIST += mpi-tests/test_checkpoint_save.sh
 TESTS += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_documents.sh mpi-tests/test_eval.sh
 EXTRA_DIST += mpi-tests/test_checkpoint.sh mpi-tests/resume_lib.sh

@@ -163,6 +163,28 @@ static rp_status whole_field(json_object *st, const char *file, const char *wher
     return RP_OK;
 }
 
+/* "model_dtype": the dtype the run's model was stored in before training
+ * (its --model's, F32 for --init-config), which --save writes by default;
+ * the checkpoint's own weights are fp32 whatever it was. Absent (a
+ * checkpoint written before it was recorded): F32. */
+static rp_status read_model_dtype(const char *dir, json_object *st, rp_dtype *out, rp_error *err)
+{
+    static const rp_dtype known[] = {RP_F32, RP_BF16, RP_F16};
+    *out = RP_F32;
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(st, "model_dtype", &v))
+        return RP_OK;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (json_object_is_type(v, json_type_string) &&
+            strcmp(json_object_get_string(v), rp_dtype_name(known[i])) == 0) {
+            *out = known[i];
+            return RP_OK;
+        }
+    return rp_error_set(err, RP_ERR_FORMAT, "%s/%s: \"model_dtype\" is %s, not \"F32\", "
+                        "\"BF16\" or \"F16\"", dir, RP_CHECKPOINT_STATE,
+                        json_object_to_json_string(v));
+}
+
 /* The checkpoint's trainer state against this run: the format, the options
  * that change the results; *step and *adam_step read. */
 static rp_status check_state(const char *dir, json_object *st, const rp_train_options *o,
@@ -258,7 +280,7 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     int rank;
     MPI_Comm_rank(comm, &rank);
     rp_status s = RP_OK;
-    int64_t v[5] = {0, 0, 0, 0, 0}; /* found, step, adam_step, pending, recorded base */
+    int64_t v[6] = {0}; /* found, step, adam_step, pending, recorded base, model dtype */
     float coef = 1.0f;
     if (rank == 0) {
         if (strcmp(resolved->resume, "auto") == 0) {
@@ -276,6 +298,10 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
         if (s == RP_OK && st)
             s = check_state(out->dir, st, resolved, &v[1], &v[2], &pending, &coef, err);
         v[3] = pending;
+        rp_dtype model_dtype = RP_F32;
+        if (s == RP_OK && st)
+            s = read_model_dtype(out->dir, st, &model_dtype, err);
+        v[5] = model_dtype;
         if (s == RP_OK && st) /* before the config: it may name the recorded base */
             s = rp_lora_checkpoint_check(out->dir, st, resolved, out->base, sizeof out->base,
                                          err);
@@ -290,7 +316,7 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
     if (!all)
         return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused --resume");
-    MPI_Bcast(v, 5, MPI_INT64_T, 0, comm);
+    MPI_Bcast(v, 6, MPI_INT64_T, 0, comm);
     MPI_Bcast(&coef, 1, MPI_FLOAT, 0, comm);
     MPI_Bcast(out->dir, (int)sizeof out->dir, MPI_CHAR, 0, comm);
     MPI_Bcast(out->base, (int)sizeof out->base, MPI_CHAR, 0, comm);
@@ -306,6 +332,7 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     out->adam_step = v[2];
     out->pending = (int)v[3];
     out->coef = coef;
+    out->model_dtype = (rp_dtype)v[5];
     if (resolved->lora_rank >= 1) { /* the adapters: the model is the base */
         if (v[4] == 1)
             resolved->model_dir = out->base;
@@ -444,7 +471,10 @@ static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error 
     rp_checkpoint_file files[3] = {{"model.safetensors", k->model, k->nmodel},
                                    {"optimizer.safetensors", k->optim, k->noptim},
                                    {RP_PENDING_FILE, k->grad, k->ngrad}};
-    rp_checkpoint_content content = {files, pending ? 3 : 2, &p->cfg, e->model_config_text};
+    /* a full model's checkpoint is the model a resumed run starts from: its
+     * tokenizer goes with it (a LoRA run's base keeps its own) */
+    rp_checkpoint_content content = {files, pending ? 3 : 2, &p->cfg, e->model_config_text,
+                                     e->lora ? NULL : e->companions};
     rp_status s = rp_checkpoint_begin(e->o->checkpoint_dir, c, &content, &k->w, err);
     if (s != RP_OK)
         ck_free(k);
@@ -481,6 +511,9 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
     json_object_object_add(st, "seed", json_object_new_uint64(o->seed));
     json_object_object_add(st, "data", json_object_new_string(o->data));
     json_object_object_add(st, "options", semantic_options(o));
+    if (!e->lora) /* what the run's --save writes, whichever run resumes from here */
+        json_object_object_add(st, "model_dtype",
+                               json_object_new_string(rp_dtype_name(e->p->loaded_dtype)));
     rp_status s = RP_OK;
     if (e->lora) /* the adapters' settings and the base they are trained on */
         s = rp_lora_checkpoint_state(st, &e->p->cfg, o, e->lora_base_hash, err);

@@ -43,6 +43,9 @@ typedef struct rp_resume {
     int64_t adam_step; /* AdamW's update count then */
     int pending;       /* a lagged optimizer's update of `step` is still to be applied */
     float coef;        /* with that step's clipping coefficient */
+    rp_dtype model_dtype; /* a full model's: the dtype the run's --model stored its weights
+                             in, what --save writes without --save-dtype (F32 when the
+                             checkpoint does not say) */
     char dir[4096];    /* the checkpoint directory */
     char base[4096];   /* LoRA: the recorded base a resume without --model or
                           --init-config takes (lora_checkpoint.h) */

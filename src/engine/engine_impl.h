@@ -100,6 +100,8 @@ typedef struct rp_engine {
     int resume_pending;       /* its update of resume_step is still to be applied (a lagged
                                  optimizer's checkpoint, engine/checkpoints.h), with: */
     float resume_coef;        /* that step's clipping coefficient */
+    rp_dtype resume_model_dtype; /* the dtype the run's --model was stored in (the
+                                    checkpoint's own weights are fp32): --save's default */
     float lag_coef;           /* rank 0's lagged optimizer: the clipping coefficient of the
                                  step it is updating (for a checkpoint after a stop) */
     int64_t adam_first;       /* adam_step when the running segment started */
@@ -110,6 +112,9 @@ typedef struct rp_engine {
     char *model_config_text; /* the config.json the model came from, read at start (rank 0;
                                 NULL elsewhere): the template of every save and checkpoint,
                                 usable when its file is gone (a pruned checkpoint) */
+    rp_companions *companions; /* the model's tokenizer and generation files, read at start
+                                  (rank 0; NULL elsewhere and with --init-config): they go
+                                  into every save and a full model's checkpoints */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     rp_events *ev;
     rp_dataset *ds;

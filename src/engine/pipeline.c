@@ -324,6 +324,8 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
         return rp_lora_load_adapters(shared, e->o, err);
     if (e->resume_dir) /* the checkpoint: its weights (LoRA: adapters), then AdamW's state */
         RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
+    if (e->resume_dir && !e->lora) /* saved as the model the run started from was stored */
+        shared->loaded_dtype = e->resume_model_dtype;
     if (e->resume_dir)
         return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
     if (e->o->model_dir)
@@ -601,7 +603,7 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
      * live, rank 0's messages go through it so they never share a line. */
     int live = o->progress == RP_PROGRESS_AUTO && lg->stream && rp_progress_live_default();
     FILE *out = o->progress == RP_PROGRESS_NONE ? NULL : live ? stdout : stderr;
-    rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->steps);
+    rp_progress_start(&e->progress, out, live, o->progress_interval_s, e->resume_step, e->steps);
     if (live) {
         r->live_lg = *lg;
         r->live_lg.sink = rp_progress_log_sink;
@@ -679,7 +681,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
                          (long long)(e->nd.world_rank == 0 ? e->steps_logged + 1 : e->it_first),
                          (long long)e->steps);
     if (s == RP_OK && e->nd.world_rank == 0)
-        rp_progress_finish(&e->progress, e->steps, e->last_loss);
+        rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps, e->last_loss);
     return s;
 }
 
@@ -697,7 +699,6 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
     if (trained == RP_OK && o->save_dir && !e->stopped_early) {
         rp_error one = {0};
         rp_status st = RP_OK;
-        int companions = 0;
         /* several nodes keep the masters by slices (unless they are the compute copy) */
         if (e->nd.nodes > 1 && r->shared->compute_dtype != RP_F32)
             st = rp_run_agree(e, rp_node_collect(e, 0, 0, &one), comm, &one);
@@ -706,12 +707,13 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         else if (root && st == RP_OK)
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
-                                    e->model_config_text, o->model_dir, &companions, &one);
+                                    e->model_config_text, e->companions, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && root)
             rp_log(e->lg, RP_LOG_INFO, "saved %s/%s%s", o->save_dir,
                    e->lora ? "adapter_model.safetensors (PEFT)" : "model.safetensors",
-                   companions ? " with the model's tokenizer and generation files" : "");
+                   !e->lora && rp_companions_count(e->companions)
+                       ? " with the model's tokenizer and generation files" : "");
         keep_first(e, st, &one, &out, err);
     }
     if (trained == RP_OK && o->save_merged && !e->stopped_early) {
@@ -719,7 +721,8 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         rp_status st = RP_OK;
         rp_dtype dt = o->save_dtype_set ? o->save_dtype : rp_frozen_base_file_dtype(e->base);
         if (root)
-            st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text, &one);
+            st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text,
+                                     e->companions, &one);
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && root)
             rp_log(e->lg, RP_LOG_INFO, "saved the merged model to %s/model.safetensors",
@@ -776,6 +779,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     e->resume_dir = resume.step ? resume.dir : NULL;
     e->resume_pending = resume.pending;
     e->resume_coef = resume.coef;
+    e->resume_model_dtype = resume.model_dtype;
     e->lg = lg;
     pthread_mutex_init(&e->lock, NULL);
     rp_proto_read_fault(e);
@@ -792,12 +796,14 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
         if (nd.world_rank == 0 && o->checkpoint_dir)
             rp_checkpoint_remove_killed_writes(o, lg);
         s = read_model(e, r, comm, err);
-        if (s == RP_OK) { /* the template of the saves, read once */
+        if (s == RP_OK) { /* the template of the saves and their companions, read once */
             rp_status rs = RP_OK;
             size_t len = 0;
             if (nd.world_rank == 0 && r->config_path)
                 rs = rp_read_file(r->config_path, (size_t)16 << 20, &e->model_config_text, &len,
                                   err);
+            if (rs == RP_OK && nd.world_rank == 0 && o->model_dir)
+                rs = rp_companions_read(o->model_dir, &e->companions, err);
             s = rp_run_agree(e, rs, comm, err);
         }
     }
@@ -832,6 +838,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(e->deal);
     free(e->pins);
     free(e->model_config_text);
+    rp_companions_destroy(&e->companions);
     free(e->goff);
     free(e->node_buf);
     free(e->gather_posted);

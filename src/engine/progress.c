@@ -45,13 +45,16 @@ int rp_progress_live_default(void)
     return 1;
 }
 
-void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t steps)
+void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t first,
+                       int64_t steps)
 {
     pr->out = out;
     pr->live = live;
     pr->interval = interval;
     pr->t_start = pr->t_last = rp_now();
+    pr->first = first;
     pr->steps = steps;
+    pr->eval_step = 0;
     pr->drawn = 0;
     pr->line[0] = '\0';
     pthread_mutex_init(&pr->lock, NULL);
@@ -73,10 +76,12 @@ void rp_progress_update(rp_progress *pr, int64_t step, double loss, double token
     if (!pr->out)
         return;
     double now = rp_now();
-    if (!pr->live && now - pr->t_last < pr->interval && step != 1)
+    if (!pr->live && now - pr->t_last < pr->interval && step != pr->first + 1)
         return;
     pr->t_last = now;
-    double per_step = (now - pr->t_start) / (double)step;
+    /* this run's steps took the time since it started: a resumed run's
+     * earlier steps are not among them */
+    double per_step = (now - pr->t_start) / (double)(step - pr->first);
     char eta[32];
     format_eta(per_step * (double)(pr->steps - step), eta, sizeof eta);
     pthread_mutex_lock(&pr->lock);
@@ -127,7 +132,7 @@ static void end_line(rp_progress *pr)
     pr->drawn = 0;
 }
 
-void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss)
+void rp_progress_finish(rp_progress *pr, int64_t last, double last_loss)
 {
     if (!pr->out)
         return;
@@ -139,8 +144,19 @@ void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss)
     if (pr->eval_step > 0)
         snprintf(ev, sizeof ev, ", eval loss %.4f after step %lld", pr->eval_loss,
                  (long long)pr->eval_step);
-    fprintf(pr->out, "roundpipe: done: %lld steps in %s, final loss %.4f%s\n", (long long)steps,
-            took, last_loss, ev);
+    if (last <= pr->first) /* a resume of a finished run: no step, no loss */
+        fprintf(pr->out, "roundpipe: done: nothing left to train (all %lld steps were done "
+                "before this run)%s\n", (long long)pr->steps, ev);
+    else if (last < pr->steps)
+        fprintf(pr->out, "roundpipe: stopped at step %lld of %lld after %s, last loss %.4f%s\n",
+                (long long)last, (long long)pr->steps, took, last_loss, ev);
+    else if (pr->first > 0)
+        fprintf(pr->out, "roundpipe: done: steps %lld-%lld of %lld in %s, final loss %.4f%s\n",
+                (long long)pr->first + 1, (long long)last, (long long)pr->steps, took,
+                last_loss, ev);
+    else
+        fprintf(pr->out, "roundpipe: done: %lld steps in %s, final loss %.4f%s\n",
+                (long long)last, took, last_loss, ev);
     fflush(pr->out);
     pthread_mutex_unlock(&pr->lock);
 }

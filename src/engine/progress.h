@@ -15,6 +15,7 @@ typedef struct rp_progress {
     int live;         /* redraw one line with \r */
     double interval;  /* seconds between lines when not live */
     double t_start, t_last;
+    int64_t first;    /* the steps done before this run (a resumed run's checkpoint step) */
     int64_t steps;
     int64_t eval_step; /* the latest evaluation's step (0: none yet) */
     double eval_loss;
@@ -23,13 +24,20 @@ typedef struct rp_progress {
     pthread_mutex_t lock;
 } rp_progress;
 
-void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t steps);
+/* A run of steps first+1 .. steps (first: the steps a resumed run's
+ * checkpoint holds, 0 for a fresh one): the ETA counts the time per step
+ * from this run's steps only. */
+void rp_progress_start(rp_progress *pr, FILE *out, int live, double interval, int64_t first,
+                       int64_t steps);
 void rp_progress_update(rp_progress *pr, int64_t step, double loss, double tokens_per_s);
 /* The latest validation loss (rp_eval_run), shown from the next line on
  * ("eval 1.2345"); loss < 0: nothing was counted, nothing shown. */
 void rp_progress_eval(rp_progress *pr, int64_t step, double loss);
-/* The closing line ("done: ..."); ends the live line first. */
-void rp_progress_finish(rp_progress *pr, int64_t steps, double last_loss);
+/* The closing line after step `last` (ends the live line first): "done: N
+ * steps in T, final loss X" (a resumed run: "done: steps K-N of N ..."),
+ * "stopped at step K of N after T, last loss X" when last < N, or "done:
+ * nothing left to train" when this run trained no step. */
+void rp_progress_finish(rp_progress *pr, int64_t last, double last_loss);
 /* Ends the live line (a newline after it) without a closing line, e.g. before
  * an error is printed; then frees the lock. Call once, after finish or not. */
 void rp_progress_stop(rp_progress *pr);

@@ -213,6 +213,7 @@ struct rp_checkpoint_writer {
     const rp_tensor_ref *tensors[MAX_FILES]; /* the caller's, read by put */
     char *file_name[MAX_FILES];
     int nfiles;
+    const rp_companions *companions; /* the caller's */
 };
 
 void rp_checkpoint_abort(rp_checkpoint_writer **wp)
@@ -280,6 +281,9 @@ rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoin
         if (s == RP_OK && i == 0)
             s = rp_model_dir_add_config(w->fs, c->cfg, RP_F32, c->template_config, err);
     }
+    w->companions = c->companions;
+    if (s == RP_OK)
+        s = rp_companions_add(c->companions, w->fs, err);
     if (s != RP_OK) {
         rp_checkpoint_abort(&w);
         return s;
@@ -308,11 +312,15 @@ rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int co
     return rp_tensor_file_put(w->file[file], first, count, err);
 }
 
-/* Each file's bytes and checksum, as trainer_state.json lists them. */
+/* Each file's bytes and checksum, as trainer_state.json lists them: the
+ * tensor files, config.json, the companions. */
 static rp_status list_files(rp_checkpoint_writer *w, json_object *files, rp_error *err)
 {
-    for (int i = 0; i <= w->nfiles; i++) {
-        const char *name = i < w->nfiles ? w->file_name[i] : "config.json";
+    int ncompanions = rp_companions_count(w->companions);
+    for (int i = 0; i <= w->nfiles + ncompanions; i++) {
+        const char *name = i < w->nfiles    ? w->file_name[i]
+                           : i == w->nfiles ? "config.json"
+                                            : rp_companions_name(w->companions, i - w->nfiles - 1);
         char path[4200], hex[32];
         uint64_t h = 0, n = 0;
         snprintf(path, sizeof path, "%s/%s", w->tmp, name);

@@ -5,6 +5,10 @@
  *   optimizer.safetensors           AdamW m and v: <name>.exp_avg, .exp_avg_sq
  *   (others)                        what the caller adds (a lagged optimizer's
  *                                   pending gradient)
+ *   tokenizer.json, ...             the model's tokenizer and generation files
+ *                                   (io/companions.h), when it has them: a
+ *                                   resumed run saves them as the run that
+ *                                   never stopped does
  *   trainer_state.json              the caller's state, plus "files": each
  *                                   file's bytes and checksum (FNV-1a 64
  *                                   over its 64-bit words, file_hash)
@@ -46,6 +50,7 @@ typedef struct rp_checkpoint_content {
     int nfiles;
     const rp_model_config *cfg;
     const char *template_config; /* the text of the config.json the model came from, or NULL */
+    const rp_companions *companions; /* copied in (NULL: none); must outlive the writer */
 } rp_checkpoint_content;
 
 /* Writing step `step`'s checkpoint under root (created if missing), in

@@ -15,4 +15,5 @@ librp_la_SOURCES += \
 	src/io/dataset.c src/io/dataset.h src/io/trace.c src/io/trace.h \
 	src/io/metrics.c src/io/metrics.h src/io/model_dir.c src/io/model_dir.h \
 	src/io/checkpoint.c src/io/checkpoint.h \
-	src/io/checkpoint_lock.c src/io/checkpoint_lock.h
+	src/io/checkpoint_lock.c src/io/checkpoint_lock.h \
+	src/io/companions.c src/io/companions.h

@@ -2,8 +2,6 @@
 #include "io/model_dir.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <fnmatch.h>
 #include <math.h>
@@ -11,7 +9,6 @@
 #include <string.h>
 
 #include "io/file_set.h"
-#include "io/read_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_set.h"
 #include "io/safetensors_writer.h"
@@ -186,63 +183,11 @@ rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, r
                                 err);
 }
 
-/* The tokenizer's and generation's files a model directory ships beside
- * its weights (transformers' AutoTokenizer and GenerationConfig read
- * them). */
-static int is_companion(const char *name)
-{
-    static const char *const patterns[] = {
-        "tokenizer.json",    "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-        "added_tokens.json", "generation_config.json", "vocab.json",     "vocab.txt",
-        "merges.txt",        "chat_template.jinja",    "chat_template.json"};
-    for (size_t i = 0; i < sizeof patterns / sizeof *patterns; i++)
-        if (strcmp(name, patterns[i]) == 0)
-            return 1;
-    return 0;
-}
-
-#define RP_COMPANION_MAX_BYTES ((size_t)1 << 30)
-
-static rp_status add_companions(rp_file_set *fs, const char *from, int *copied, rp_error *err)
-{
-    *copied = 0;
-    char a[PATH_MAX], b[PATH_MAX];
-    if (realpath(from, a) && realpath(rp_file_set_dir(fs), b) && strcmp(a, b) == 0)
-        return RP_OK; /* saving over the model's own directory: they are there */
-    DIR *d = opendir(from);
-    if (!d)
-        return rp_error_set(err, RP_ERR_IO, "%s: cannot list the model directory: %s", from,
-                            strerror(errno));
-    rp_status s = RP_OK;
-    struct dirent *de;
-    while (s == RP_OK && (de = readdir(d))) {
-        if (!is_companion(de->d_name))
-            continue;
-        char src[4096], dst[4096];
-        snprintf(src, sizeof src, "%s/%s", from, de->d_name);
-        snprintf(dst, sizeof dst, "%s/%s", rp_file_set_dir(fs), de->d_name);
-        char *buf = NULL;
-        size_t len = 0;
-        rp_atomic_file **af = NULL;
-        s = rp_read_file(src, RP_COMPANION_MAX_BYTES, &buf, &len, err);
-        if (s == RP_OK)
-            s = rp_file_set_add(fs, de->d_name, &af, err);
-        if (s == RP_OK)
-            s = rp_atomic_file_write(af, buf, len, err);
-        free(buf);
-        if (s == RP_OK)
-            (*copied)++;
-    }
-    closedir(d);
-    return s;
-}
-
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
-                            const char *companions_from, int *companions, rp_error *err)
+                            const rp_companions *companions, rp_error *err)
 {
     rp_file_set *fs = NULL;
-    int copied = 0;
     rp_status s = rp_file_set_begin(dir, &fs, err);
     if (s == RP_OK)
         s = mark_old_shards(fs, err);
@@ -250,10 +195,8 @@ rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n
         s = tensors_add(fs, "model.safetensors", tensors, n, dtype, err);
     if (s == RP_OK)
         s = rp_model_dir_add_config(fs, cfg, dtype, template_config, err);
-    if (s == RP_OK && companions_from)
-        s = add_companions(fs, companions_from, &copied, err);
-    if (companions)
-        *companions = s == RP_OK ? copied : 0;
+    if (s == RP_OK)
+        s = rp_companions_add(companions, fs, err);
     if (s == RP_OK)
         s = rp_file_set_commit(&fs, err);
     rp_file_set_abort(&fs); /* no-op after a commit */

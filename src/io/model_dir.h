@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/companions.h"
 #include "io/config.h"
 #include "io/file_set.h"
 
@@ -41,15 +42,12 @@ rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors,
  * dir/config.json (cfg; with a template, the text of the config.json the
  * model came from, the fields roundpipe does not model are kept), creating dir, as
  * one set: all files or none (io/file_set.h); the shards and index of an
- * older sharded save in dir go with it. With companions_from (the model
- * directory the weights came from, or NULL) its tokenizer and generation
- * files (tokenizer.json, tokenizer_config.json, tokenizer.model,
- * special_tokens_map.json, added_tokens.json, generation_config.json,
- * vocab.json, vocab.txt, merges.txt, chat_template.jinja/.json) are copied
- * into the same set, *companions (may be NULL) saying how many. */
+ * older sharded save in dir go with it. The tokenizer and generation
+ * files of the model the weights came from (companions, read when the run
+ * started; NULL: none) go into the same set. */
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
-                            const char *companions_from, int *companions, rp_error *err);
+                            const rp_companions *companions, rp_error *err);
 
 /* The members of a save, for a caller with a file set of its own (a
  * checkpoint): config.json as rp_model_dir_save writes it, and a
