@@ -1,7 +1,8 @@
 #!/bin/sh
 # Proves: `roundpipe train` turns bad usage and bad input into one clear
 # message and a non-zero exit (2 for usage, 1 for input), names the option,
-# file or field at fault, and writes nothing when it fails; and the
+# file or field at fault (an unknown option close to a known one with "did
+# you mean"), and writes nothing when it fails; and the
 # happy paths of --init-config, --dtype bf16, --save-dtype bf16, --log and the
 # non-terminal progress lines work. --device and --dtype: auto picks CUDA
 # when a GPU is usable (mpi-tests/cuda_usable says) and the CPU otherwise,
@@ -24,7 +25,11 @@ base="--model $fix/model --data $fix/data.npy --seq-len 16 --batch-size 4 --step
 
 expect 2 "usage: roundpipe" --
 expect 2 "unknown command 'trian'" -- trian
-expect 2 "unknown option '--bogus'" -- train $base --bogus 1
+expect 2 "unknown option '--bogus'\$" -- train $base --bogus 1
+# a typo of a known option is named: edit distance, with or without =value
+expect 2 "unknown option '--lr-shedule'; did you mean --lr-schedule?" -- train $base --lr-shedule cosine
+expect 2 "unknown option '--mirobatches=2'; did you mean --microbatches?" -- train $base --mirobatches=2
+expect 2 "unknown option '--microbatchs'; did you mean --microbatches?" -- plan --init-config $fix/model/config.json --gpus 2 --microbatchs 2
 expect 2 "exactly one of --model" -- train --data "$fix/data.npy"
 expect 2 "\-\-data FILE.npy is required" -- train --model "$fix/model"
 expect 2 "\-\-microbatches 3 must be >= 1 and divide --batch-size 4" -- train $base --microbatches 3

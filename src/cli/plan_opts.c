@@ -347,7 +347,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             st = rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", argv[optind - 1]);
             break;
         default:
-            st = rp_error_set(err, RP_ERR_INVALID_ARG, "unknown option '%s'", argv[optind - 1]);
+            st = rp_arg_unknown_option(argv[optind - 1], opts, err);
         }
         if (st != RP_OK)
             break;
