@@ -25,6 +25,14 @@ base="--model $fix/model --data $fix/data.npy --seq-len 16 --batch-size 4 --step
 
 expect 2 "usage: roundpipe" --
 expect 2 "unknown command 'trian'" -- trian
+# --seq-len beyond max_position_embeddings: one warning at start, and the run goes on
+sed 's/"max_position_embeddings": 1024/"max_position_embeddings": 16/' "$src/examples/tiny-config.json" > "$tmp/short.json"
+short="--init-config $tmp/short.json --data $build/examples/data/gnu-licenses.npy --batch-size 2 --steps 1 --progress none"
+expect 0 "warning: --seq-len 32 is beyond the config's max_position_embeddings 16: the model was not trained on positions past 16" -- train $short --seq-len 32
+[ "$(grep -c "max_position_embeddings" "$tmp/err")" = 1 ] && ok || { bad "the warning not once"; cat "$tmp/err"; }
+"$bin" train $short --seq-len 16 > "$tmp/out" 2>&1 && ! grep -q max_position_embeddings "$tmp/out" && ok ||
+  { bad "a warning at --seq-len 16"; cat "$tmp/out"; }
+expect 0 "plan: warning: --seq-len 32 is beyond the config's max_position_embeddings 16" -- plan --init-config "$tmp/short.json" --seq-len 32
 expect 2 "unknown option '--bogus'\$" -- train $base --bogus 1
 # a typo of a known option is named: edit distance, with or without =value
 expect 2 "unknown option '--lr-shedule'; did you mean --lr-schedule?" -- train $base --lr-shedule cosine

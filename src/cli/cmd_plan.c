@@ -181,6 +181,9 @@ int rp_cli_plan(int argc, char **argv)
         printf("%s%s", plan_usage, rp_plan_cli_options_usage);
         return 0;
     }
+    char warning[512];
+    if (o.have_config && rp_config_seq_len_warning(&o.cfg, o.seq_len, warning, sizeof warning))
+        fprintf(stderr, "roundpipe plan: warning: %s\n", warning);
     rp_plan *p = malloc(sizeof *p);
     rp_sim_result r;
     rp_plan_choice choice;

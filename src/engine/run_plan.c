@@ -178,6 +178,10 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_machine *mc;
     int *deal;
+    char warning[512];
+    if (e->nd.world_rank == 0 && rp_config_seq_len_warning(&e->p->cfg, e->seq_len, warning,
+                                                           sizeof warning))
+        rp_log(e->lg, RP_LOG_WARN, "%s", warning);
     rp_status s = plan_buffers(e, &mc, &deal, err);
     if (s == RP_OK && e->o->plan) {
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
