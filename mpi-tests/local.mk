@@ -19,3 +19,7 @@ AM_TESTS_ENVIRONMENT = \
 	RP_SRCDIR='$(abs_top_srcdir)'; export RP_SRCDIR; \
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; export OMP_NUM_THREADS;
 EXTRA_DIST += mpi-tests/run-test.sh
+
+# run-all.sh's last lines: the skipped tests named, "N passed, N failed, N skipped"
+TESTS += mpi-tests/test_suite_summary.sh
+EXTRA_DIST += mpi-tests/test_suite_summary.sh mpi-tests/suite-summary.sh mpi-tests/run-all.sh

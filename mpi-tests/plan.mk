@@ -37,3 +37,6 @@ EXTRA_DIST += mpi-tests/test_topology.sh tools/make_topology_fixtures.py \
 	mpi-tests/fixtures/topology/partial-nobridge.xml \
 	mpi-tests/fixtures/topology/partial-nobusid.xml mpi-tests/fixtures/topology/noGPU.xml \
 	mpi-tests/fixtures/topology/notxml.xml
+# plan's verdict (fits or not, with the reserve), its host-memory choice, --pipelines, --recompute
+TESTS += mpi-tests/test_plan_verdict.sh
+EXTRA_DIST += mpi-tests/test_plan_verdict.sh

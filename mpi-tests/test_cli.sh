@@ -1,7 +1,8 @@
 #!/bin/sh
 # Proves: `roundpipe train` turns bad usage and bad input into one clear
 # message and a non-zero exit (2 for usage, 1 for input), names the option,
-# file or field at fault, and writes nothing when it fails; and the
+# file or field at fault (an unknown option close to a known one with "did
+# you mean"), and writes nothing when it fails; and the
 # happy paths of --init-config, --dtype bf16, --save-dtype bf16, --log and the
 # non-terminal progress lines work. --device and --dtype: auto picks CUDA
 # when a GPU is usable (mpi-tests/cuda_usable says) and the CPU otherwise,
@@ -24,7 +25,19 @@ base="--model $fix/model --data $fix/data.npy --seq-len 16 --batch-size 4 --step
 
 expect 2 "usage: roundpipe" --
 expect 2 "unknown command 'trian'" -- trian
-expect 2 "unknown option '--bogus'" -- train $base --bogus 1
+# --seq-len beyond max_position_embeddings: one warning at start, and the run goes on
+sed 's/"max_position_embeddings": 1024/"max_position_embeddings": 16/' "$src/examples/tiny-config.json" > "$tmp/short.json"
+short="--init-config $tmp/short.json --data $build/examples/data/gnu-licenses.npy --batch-size 2 --steps 1 --progress none"
+expect 0 "warning: --seq-len 32 is beyond the config's max_position_embeddings 16: the model was not trained on positions past 16" -- train $short --seq-len 32
+[ "$(grep -c "max_position_embeddings" "$tmp/err")" = 1 ] && ok || { bad "the warning not once"; cat "$tmp/err"; }
+"$bin" train $short --seq-len 16 > "$tmp/out" 2>&1 && ! grep -q max_position_embeddings "$tmp/out" && ok ||
+  { bad "a warning at --seq-len 16"; cat "$tmp/out"; }
+expect 0 "plan: warning: --seq-len 32 is beyond the config's max_position_embeddings 16" -- plan --init-config "$tmp/short.json" --seq-len 32
+expect 2 "unknown option '--bogus'\$" -- train $base --bogus 1
+# a typo of a known option is named: edit distance, with or without =value
+expect 2 "unknown option '--lr-shedule'; did you mean --lr-schedule?" -- train $base --lr-shedule cosine
+expect 2 "unknown option '--mirobatches=2'; did you mean --microbatches?" -- train $base --mirobatches=2
+expect 2 "unknown option '--microbatchs'; did you mean --microbatches?" -- plan --init-config $fix/model/config.json --gpus 2 --microbatchs 2
 expect 2 "exactly one of --model" -- train --data "$fix/data.npy"
 expect 2 "\-\-data FILE.npy is required" -- train --model "$fix/model"
 expect 2 "\-\-microbatches 3 must be >= 1 and divide --batch-size 4" -- train $base --microbatches 3

@@ -11,14 +11,94 @@
 # count printed); --eval-fraction holds out the last documents; bad lines
 # (not JSON, neither text nor messages, a message without role) fail naming
 # the file, the line and the field, writing nothing; train accepts the
-# output. Skipped without python3, numpy and transformers.
+# output; the files get the umask's mode (0644 under umask 022, not 0600).
+# And no traceback, one message and exit 1, whatever the input: every
+# malformed line is named in one run (not UTF-8, not JSON, nested too
+# deeply, no field), nothing written, and --skip-bad leaves them out naming
+# their line numbers; --pack above train's longest --seq-len (and, with the
+# packages, longer than all the data); --out naming a file, under a file or
+# in a folder that cannot be written; a --tokenizer directory without
+# tokenizer files; a write that fails (a file-size limit standing in for a
+# full disk) leaves no temporary and names the file; {"text": ""} with a
+# tokenizer that adds no EOS is left out, so the mask is as long as the
+# tokens. The checks before tokenizing need only python3; the rest is
+# skipped without numpy, transformers and tokenizers.
 # Ranks: 1 (mpirun inside).
 set -u
 . "$(dirname "$0")/testlib.sh"
 prep="$src/scripts/roundpipe-prepare"
+command -v python3 > /dev/null || { echo "SKIP: roundpipe-prepare's test needs python3"; exit 77; }
+
+# fails CODE PATTERN -- args: exit CODE, PATTERN in its output, no traceback
+fails() {
+  want=$1; pat=$2; shift 3
+  python3 "$prep" "$@" > "$tmp/f.txt" 2>&1; rc=$?
+  if [ "$rc" -ne "$want" ]; then bad "exit $rc (want $want): $*"; cat "$tmp/f.txt"; return; fi
+  if grep -q "Traceback" "$tmp/f.txt"; then bad "a traceback: $*"; cat "$tmp/f.txt"; return; fi
+  grep -q -- "$pat" "$tmp/f.txt" && ok || { bad "no '$pat': $*"; cat "$tmp/f.txt"; }
+}
+mkdir "$tmp/notok" "$tmp/anytok"
+echo '{}' > "$tmp/anytok/tokenizer.json"   # enough for the checks before loading it
+printf '%s\n' '{"text": "a cat"}' > "$tmp/one.jsonl"
+fails 1 "pack 100000000000 is above 2147483647" -- --tokenizer "$tmp/anytok" \
+  --input "$tmp/one.jsonl" --out "$tmp/o" --pack 100000000000
+fails 1 "pack must be positive" -- --tokenizer "$tmp/anytok" --input "$tmp/one.jsonl" \
+  --out "$tmp/o" --pack -1
+fails 1 "tokenizer $tmp/notok: no tokenizer files" -- --tokenizer "$tmp/notok" \
+  --input "$tmp/one.jsonl" --out "$tmp/o"
+fails 1 "tokenizer $tmp/one.jsonl: not a directory" -- --tokenizer "$tmp/one.jsonl" \
+  --input "$tmp/one.jsonl" --out "$tmp/o"
+fails 1 "out $tmp/one.jsonl: exists and is not a directory" -- --tokenizer "$tmp/anytok" \
+  --input "$tmp/one.jsonl" --out "$tmp/one.jsonl"
+fails 1 "out $tmp/one.jsonl/x: $tmp/one.jsonl is not a directory" -- --tokenizer "$tmp/anytok" \
+  --input "$tmp/one.jsonl" --out "$tmp/one.jsonl/x"
+# a folder that cannot be written: mode 0555 stops a user, not root; /sys stops root
+if [ "$(id -u)" != 0 ]; then ro="$tmp/ro"; mkdir "$ro"; chmod 555 "$ro"
+elif [ -d /sys ] && ! touch /sys/roundpipe-prepare-probe 2> /dev/null; then ro=/sys
+else ro=; fi
+[ -n "$ro" ] && fails 1 "out $ro/out: cannot create files in $ro" -- --tokenizer "$tmp/anytok" \
+  --input "$tmp/one.jsonl" --out "$ro/out"
+[ "$(id -u)" != 0 ] && [ -d "$tmp/ro" ] && chmod 755 "$tmp/ro"
+fails 1 "nonexistent.jsonl: No such file" -- --tokenizer "$tmp/anytok" \
+  --input "$tmp/nonexistent.jsonl" --out "$tmp/o"
+# four malformed lines, all named in one run, nothing written
+{ echo '{"text": "a cat"}'; echo 'not json'; printf '\377\376{"text": "x"}\n'
+  python3 -c 'print("[" * 100000)'; echo '{"content": "x"}'; echo '{"text": "the cat"}'; } \
+  > "$tmp/four.jsonl"
+fails 1 "four.jsonl: 4 malformed lines (2, 3, 4, 5); nothing written; --skip-bad" -- \
+  --tokenizer "$tmp/anytok" --input "$tmp/four.jsonl" --out "$tmp/fo"
+for want in "four.jsonl:2: not JSON" "four.jsonl:3: not UTF-8 (byte 0xff at column 1)" \
+    "four.jsonl:4: JSON nested too deeply" "four.jsonl:5: the line has neither"; do
+  grep -qF "$want" "$tmp/f.txt" && ok || { bad "not named: $want"; cat "$tmp/f.txt"; }
+done
+[ ! -e "$tmp/fo" ] && ok || bad "a failed run wrote $tmp/fo"
+# --skip-bad: the same lines named as skipped (then, without the packages, it
+# stops at the import; with them it writes the two good documents, below)
+python3 "$prep" --tokenizer "$tmp/anytok" --input "$tmp/four.jsonl" --out "$tmp/fo" --skip-bad \
+  > "$tmp/sk.txt" 2>&1
+grep -qF "skipped 4 malformed lines of $tmp/four.jsonl: 2, 3, 4, 5" "$tmp/sk.txt" &&
+  grep -qF "four.jsonl:4: JSON nested too deeply, skipped" "$tmp/sk.txt" && ! grep -q Traceback "$tmp/sk.txt" &&
+  ok || { bad "--skip-bad's report"; cat "$tmp/sk.txt"; }
+# an empty text with a tokenizer that adds no special tokens: no document, and
+# the mask as long as the tokens (the script's functions, with a stand-in tokenizer)
+python3 - "$prep" << 'PY' && ok || bad "an empty text gives a mask longer than the tokens"
+import importlib.machinery, importlib.util, sys
+loader = importlib.machinery.SourceFileLoader("prepare", sys.argv[1])
+spec = importlib.util.spec_from_loader("prepare", loader)
+prepare = importlib.util.module_from_spec(spec)
+loader.exec_module(prepare)
+class NoEos:
+    eos_token_id = None
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [len(w) for w in text.split()]}
+docs = [prepare.encode_text(NoEos(), t) for t in ("a cat", "", "the mat")]
+tokens, mask, starts = prepare.layout(docs)
+assert len(tokens) == len(mask) == 4, (tokens, mask)
+assert starts == [0, 2] and mask == [0, 1, 0, 1], (starts, mask)
+PY
 if ! python3 -c 'import numpy, transformers, tokenizers' 2> /dev/null; then
-  echo "SKIP: roundpipe-prepare's test needs python3 with numpy, transformers and tokenizers"
-  exit 77
+  echo "SKIP part: python3 without numpy, transformers and tokenizers: only the checks before tokenizing ran"
+  finish; exit
 fi
 python3 - "$tmp/tok" << 'PY' || { bad "building the tokenizer"; finish; exit; }
 import sys
@@ -42,8 +122,11 @@ cat > "$tmp/data.jsonl" << 'J'
 {"messages": [{"role": "user", "content": "what is two plus two"}, {"role": "assistant", "content": "four"}, {"role": "user", "content": "thanks"}, {"role": "assistant", "content": "hello"}]}
 {"text": "a cat"}
 J
-"$prep" --tokenizer "$tmp/tok" --input "$tmp/data.jsonl" --out "$tmp/out" > "$tmp/p.txt" 2>&1 &&
+(umask 022; "$prep" --tokenizer "$tmp/tok" --input "$tmp/data.jsonl" --out "$tmp/out" > "$tmp/p.txt" 2>&1) &&
   ok || { bad "prepare failed"; cat "$tmp/p.txt"; }
+for f in tokens mask documents; do
+  [ "$(stat -c %a "$tmp/out/$f.npy")" = 644 ] && ok || bad "$f.npy has mode $(stat -c %a "$tmp/out/$f.npy") under umask 022"
+done
 grep -q "4 documents, .* tokens, .* counted targets, 0 padding" "$tmp/p.txt" && ok ||
   { bad "the report line"; cat "$tmp/p.txt"; }
 python3 - "$tmp/tok" "$tmp/out" << 'PY' && ok || bad "tokens, mask or documents of the unpacked set"
@@ -116,4 +199,42 @@ bad_line() { # text field
 bad_line 'not json' "not JSON"
 bad_line '{"content": "x"}' "neither 'text' nor 'messages'"
 bad_line '{"messages": [{"content": "x"}]}' "messages\[0\] has no field 'role'"
+# --skip-bad with the tokenizer: the two good lines written
+"$prep" --tokenizer "$tmp/tok" --input "$tmp/four.jsonl" --out "$tmp/sk" --skip-bad > "$tmp/sk.txt" 2>&1 &&
+  grep -q "2 documents" "$tmp/sk.txt" && [ -f "$tmp/sk/tokens.npy" ] && ok ||
+  { bad "--skip-bad did not write the good lines"; cat "$tmp/sk.txt"; }
+# a row longer than all the data: refused before it is built
+"$prep" --tokenizer "$tmp/tok" --input "$tmp/data.jsonl" --out "$tmp/big" --pack 1000000000 \
+  > "$tmp/bp.txt" 2>&1 && bad "--pack 1000000000 accepted" ||
+  { grep -q "pack 1000000000 is longer than all" "$tmp/bp.txt" && ok || { bad "--pack's message"; cat "$tmp/bp.txt"; }; }
+# a write that fails (a file-size limit as a stand-in for a full disk): the
+# file named, exit 1, no temporary left, no directory made
+i=0; while [ $i -lt 400 ]; do echo '{"text": "the cat sat on a mat the cat sat on a mat"}'; i=$((i + 1)); done > "$tmp/many.jsonl"
+(ulimit -f 2; "$prep" --tokenizer "$tmp/tok" --input "$tmp/many.jsonl" --out "$tmp/full" > "$tmp/full.txt" 2>&1) &&
+  bad "a write over the file-size limit succeeded" ||
+  { grep -q "full: writing tokens.npy failed: .*nothing written" "$tmp/full.txt" && ! grep -q Traceback "$tmp/full.txt" &&
+    ok || { bad "the failed write's message"; cat "$tmp/full.txt"; }; }
+[ ! -e "$tmp/full" ] && ok || { bad "the failed write left files"; ls -A "$tmp/full"; }
+mkdir "$tmp/full2"
+(ulimit -f 2; "$prep" --tokenizer "$tmp/tok" --input "$tmp/many.jsonl" --out "$tmp/full2" > /dev/null 2>&1)
+[ -z "$(ls -A "$tmp/full2")" ] && ok || { bad "temporaries left behind"; ls -A "$tmp/full2"; }
+# a directory with only tokenizer_config.json: refused, not an empty tokenizer
+mkdir "$tmp/cfgonly"; cp "$tmp/tok/tokenizer_config.json" "$tmp/cfgonly/"
+"$prep" --tokenizer "$tmp/cfgonly" --input "$tmp/data.jsonl" --out "$tmp/co" > "$tmp/co.txt" 2>&1 &&
+  bad "a tokenizer without files accepted" || { grep -q "no tokenizer files" "$tmp/co.txt" && ok ||
+  { bad "the missing tokenizer's message"; cat "$tmp/co.txt"; }; }
+# {"text": ""} with a tokenizer without EOS (the word-level one with its EOS unset)
+python3 - "$tmp/tok" "$tmp/noeos" << 'PY' || bad "building the tokenizer without EOS"
+import sys
+from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)
+t.eos_token = None
+t.save_pretrained(sys.argv[2])
+PY
+printf '%s\n' '{"text": "the cat"}' '{"text": ""}' '{"text": "a mat"}' > "$tmp/empty.jsonl"
+"$prep" --tokenizer "$tmp/noeos" --input "$tmp/empty.jsonl" --out "$tmp/em" > "$tmp/em.txt" 2>&1 &&
+  grep -q "1 line of .*empty.jsonl gave no tokens and is left out: 2" "$tmp/em.txt" && ok ||
+  { bad "the empty text"; cat "$tmp/em.txt"; }
+python3 -c "import sys, numpy as np; t = np.load(sys.argv[1] + '/tokens.npy'); m = np.load(sys.argv[1] + '/mask.npy'); assert len(t) == len(m) == 4, (len(t), len(m))" \
+  "$tmp/em" && ok || bad "mask and tokens differ in length"
 finish

@@ -41,6 +41,9 @@ EXTRA_DIST += mpi-tests/test_rank_bits.sh tools/blas-builds.sh
 
 TESTS += mpi-tests/test_api.sh
 EXTRA_DIST += mpi-tests/test_api.sh
+# make install into a prefix; the API example built from roundpipe.pc runs
+TESTS += mpi-tests/test_install.sh
+EXTRA_DIST += mpi-tests/test_install.sh
 
 # The Chrome trace (no overlapping slices per track, a marker per step) and
 # the metrics' time and run description.

@@ -6,6 +6,7 @@
 
 #include <sys/statvfs.h>
 
+#include "cli/plan_choice.h"
 #include "cli/plan_opts.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
@@ -16,46 +17,6 @@ static const char plan_usage[] =
     "usage: roundpipe plan (--layers FILE | --init-config FILE | --model DIR) [options]\n"
     "Prints the forward and backward stages (tail first) the planner chooses, each job's\n"
     "per-microbatch time, weights and peak device memory, and the modelled iteration.\n";
-
-/* LoRA's frozen base as train would open it: from --model DIR's safetensors
- * files (mapped when they hold the executors' dtype), else converted into
- * the store (--init-config, or files that cannot be read: *note says so). */
-static rp_frozen_base *open_base(const rp_plan_cli *o, char *note, size_t len)
-{
-    rp_frozen_base *base = NULL;
-    rp_error err = {0};
-    const rp_kernel_ops *ops = rp_device_kernel_ops(o->device);
-    const unsigned reads = ops ? ops->weight_dtypes : 0;
-    note[0] = '\0';
-    if (o->model_dir &&
-        rp_frozen_base_open(&o->cfg, o->model_dir, o->dtype, reads, &base, &err) == RP_OK)
-        return base;
-    if (o->model_dir)
-        snprintf(note, len, "%s; the base counted as converted into the store", err.msg);
-    else
-        snprintf(note, len, "no model files (--init-config): the frozen base is initialised "
-                 "in the store, as train does");
-    return rp_frozen_base_open(&o->cfg, NULL, o->dtype, reads, &base, &err) == RP_OK ? base : NULL;
-}
-
-/* A config's host memory for the chosen plan (pipelines from its width);
- * with LoRA, *note (may be empty) says where the base's figure comes from. */
-static int host_memory(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan *p,
-                       rp_host_memory *hm, char *note, size_t len)
-{
-    note[0] = '\0';
-    if (!o->have_config)
-        return 0;
-    rp_error err = {0};
-    int pipelines = o->mc.gpus / (r->width > 0 ? r->width : 1);
-    if (pipelines < 1 || o->mc.microbatches % pipelines)
-        pipelines = 1;
-    rp_frozen_base *base = o->cfg.lora.rank > 0 ? open_base(o, note, len) : NULL;
-    rp_status s = rp_host_memory_count(&o->cfg, o->dtype, pipelines, o->mc.microbatches,
-                                       o->model->tokens_per_microbatch, p, 0, base, hm, &err);
-    rp_frozen_base_close(&base);
-    return s == RP_OK;
-}
 
 /* Free bytes where the host store goes (/dev/shm), 0 when unknown. */
 static unsigned long long shm_free(void)
@@ -71,7 +32,8 @@ static const char *kind_name(rp_job_kind k)
     return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
 }
 
-static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r)
+static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r,
+                       const rp_plan_choice *c)
 {
     const rp_cost_model *m = o->model;
     char buf[16384];
@@ -84,9 +46,8 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
            o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
            r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
     rp_plan_cli_deal_json(&o->mc);
-    rp_host_memory hm;
-    char note[1200];
-    if (host_memory(o, r, p, &hm, note, sizeof note)) {
+    const rp_host_memory hm = c->host;
+    if (c->have_host) {
         printf("\"device\": \"%s\", \"dtype\": \"%s\", \"host_param_store_bytes\": %zu, "
                "\"host_activation_bytes\": %zu, \"host_pinned_bytes\": %zu, ",
                rp_device_kind_name(o->device), o->dtype == RP_BF16 ? "bf16" : "fp32",
@@ -96,6 +57,17 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
                    "\"host_base_store_bytes\": %zu, ", o->cfg.lora.rank, hm.base_mapped,
                    hm.base_store);
     }
+    if (c->fastest_width)
+        printf("\"fastest_width\": %d, \"fastest_iteration_ms\": %.6g, "
+               "\"fastest_host_bytes\": %zu, ", c->fastest_width, c->fastest_ms, c->fastest_host);
+    char verdict[1024];
+    int fits;
+    rp_plan_verdict(o, r, c, verdict, sizeof verdict, &fits);
+    printf("\"recompute\": \"%s\", \"device_memory_bytes\": %lld, \"fits\": %s, "
+           "\"host_bytes\": %zu, \"verdict\": \"%s\", ",
+           o->recompute_layer ? "layer" : "stage", (long long)o->device_memory,
+           fits < 0 ? "null" : fits ? "true" : "false",
+           c->have_host ? rp_plan_choice_host_total(&c->host) : 0, verdict);
     printf("\"jobs\": [");
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
         rp_job jb = rp_schedule_job(p, j);
@@ -110,7 +82,8 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     printf("]}\n");
 }
 
-static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r)
+static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r,
+                        const rp_plan_choice *c)
 {
     const rp_cost_model *m = o->model;
     char buf[16384];
@@ -120,6 +93,15 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
            o->mc.optimizer_lag ? "lagged (one step stale)" : "exact");
     printf("pipeline width %d: %d pipeline(s) of %d microbatches (roundpipe train "
            "--pipelines %d)\n", r->width, r->groups, r->group_microbatches, r->groups);
+    if (c->fastest_width) {
+        const double gib = 1073741824.0;
+        printf("chosen for host memory: %.1f%% slower than the fastest, %d pipeline(s) of width "
+               "%d (--pipelines %d: %.1f ms an iteration), but %.2f GiB of host memory instead "
+               "of %.2f GiB\n",
+               100 * (r->iteration_ms / c->fastest_ms - 1), o->mc.gpus / c->fastest_width,
+               c->fastest_width, o->mc.gpus / c->fastest_width, c->fastest_ms,
+               rp_plan_choice_host_total(&c->host) / gib, c->fastest_host / gib);
+    }
     printf("plan: %s\n", buf);
     if (o->mc.link_groups) {
         char deal[4096];
@@ -150,9 +132,10 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
     if (o->mc.memory_limit > 0)
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
     printf("\n");
-    rp_host_memory hm;
-    char note[1200], text[512];
-    if (host_memory(o, r, p, &hm, note, sizeof note)) {
+    const rp_host_memory hm = c->host;
+    const char *note = c->host_note;
+    char text[512];
+    if (c->have_host) {
         const double gib = 1073741824.0;
         size_t total = hm.param_store + hm.activations;
         unsigned long long fr = shm_free();
@@ -175,6 +158,10 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
                    "remount,size=%.0fG %s)\n",
                    RP_SHM_DEFAULT_DIR, fr / gib, total / gib + 1, RP_SHM_DEFAULT_DIR);
     }
+    char verdict[1024];
+    int fits;
+    rp_plan_verdict(o, r, c, verdict, sizeof verdict, &fits);
+    printf("%s\n", verdict);
 }
 
 int rp_cli_plan(int argc, char **argv)
@@ -194,18 +181,28 @@ int rp_cli_plan(int argc, char **argv)
         printf("%s%s", plan_usage, rp_plan_cli_options_usage);
         return 0;
     }
+    char warning[512];
+    if (o.have_config && rp_config_seq_len_warning(&o.cfg, o.seq_len, warning, sizeof warning))
+        fprintf(stderr, "roundpipe plan: warning: %s\n", warning);
     rp_plan *p = malloc(sizeof *p);
     rp_sim_result r;
+    rp_plan_choice choice;
     o.mc = rp_machine_node(&o.mc); /* with --nodes: the plan of one node, M/N microbatches */
     if (!p)
         st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
     else
-        st = rp_plan_cli_plan(&o, &o.mc, p, &r, &err);
+        st = rp_plan_cli_choose(&o, &o.mc, p, &r, &choice, &err);
     if (st == RP_OK) {
         if (o.json)
-            print_json(&o, p, &r);
+            print_json(&o, p, &r, &choice);
         else
-            print_table(&o, p, &r);
+            print_table(&o, p, &r, &choice);
+    } else if (o.mc.memory_limit > 0 && !o.memory_limit_given && o.device_memory > 0) {
+        /* the planner kept to the GPU's memory less the reserve: no plan fits it */
+        fprintf(stderr, "roundpipe plan: verdict: does NOT fit the GPU's %.1f MiB (%s; %.1f MiB "
+                "after the reserve for the CUDA context, cuBLAS and scratch): %s\n",
+                o.device_memory / 1048576.0, o.device_memory_from,
+                o.mc.memory_limit / 1048576.0, err.msg);
     } else {
         fprintf(stderr, "roundpipe plan: %s\n", err.msg);
     }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/args.h"
 #include "core/log.h"
 #include "engine/trainer.h"
 #include "io/checkpoint.h"
@@ -147,7 +148,7 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
         } else if (c == ':')
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", argv[optind - 1]);
         else
-            return rp_error_set(err, RP_ERR_INVALID_ARG, "unknown option '%s'", argv[optind - 1]);
+            return rp_arg_unknown_option(argv[optind - 1], train_options, err);
     }
     if (optind < argc)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "unexpected argument '%s'", argv[optind]);

@@ -21,7 +21,7 @@ enum {
     O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
     O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_DOCUMENTS,
     O_NODES, O_NETGBS, O_LORA_RANK, O_LORA_TARGETS, O_LORA_DROPOUT,
-    O_JSON, O_HELP
+    O_JSON, O_HELP, O_PIPELINES, O_RECOMPUTE, O_DEVMEM
 };
 
 static const struct option opts[] = {
@@ -62,6 +62,10 @@ static const struct option opts[] = {
     {"lora-dropout", required_argument, 0, O_LORA_DROPOUT},
     {"json", no_argument, 0, O_JSON},
     {"help", no_argument, 0, O_HELP},
+    /* in the enum's order: the option's name is opts[c - O_LAYERS] */
+    {"pipelines", required_argument, 0, O_PIPELINES},
+    {"recompute", required_argument, 0, O_RECOMPUTE},
+    {"device-memory-mib", required_argument, 0, O_DEVMEM},
     {0, 0, 0, 0},
 };
 
@@ -81,7 +85,12 @@ const char rp_plan_cli_options_usage[] =
     "                         GPUs, fp32 on the CPU)\n"
     "  --device cpu|cuda|auto executors whose memory a config's model counts (default\n"
     "                         auto: CUDA when a GPU is usable here, as train does)\n"
-    "  --memory-limit-mib N   device memory an executor may use (default: no limit)\n"
+    "  --memory-limit-mib N   device memory an executor may use (default: a GPU's\n"
+    "                         memory less the reserve, when known; else no limit)\n"
+    "  --device-memory-mib N  each GPU's memory, for CUDA executors: the planner keeps\n"
+    "                         to N less the reserve train keeps (5% + 512 MiB) and the\n"
+    "                         verdict says whether the plan fits (default: the free\n"
+    "                         memory of this machine's GPU, when CUDA is used here)\n"
     "  --workspace-mib N      workspace counted in it (default: a config's executors',\n"
     "                         else 256)\n"
     "  --bandwidth-gbs X      host<->device GB/s per GPU, each direction (default 25)\n"
@@ -93,7 +102,10 @@ const char rp_plan_cli_options_usage[] =
     "  --defer-wgrad 0|1      weight-gradient work after the input gradient is sent (default 1)\n"
     "  --optimizer-spread 0|1 split each layer's update over all ranks (default 1, as the\n"
     "                         engine does; 0: on the rank that produced the gradient)\n"
-    "  --width W              pipeline width (default: the planner chooses)\n"
+    "  --pipelines P          P pipelines of G/P executors, as train's --pipelines\n"
+    "                         (default: the planner chooses)\n"
+    "  --width W              pipeline width, executors per pipeline (--pipelines G/W)\n"
+    "  --recompute stage|layer  as train's: layer saves every layer's input (host memory)\n"
     "  --plan STRING          force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]\n"
     "  --iterations N         simulated iterations (default 12; second half measured)\n"
     "  --host-gbs X           host memory GB/s shared by all ranks, a bound on the\n"
@@ -238,7 +250,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     int64_t width = 0, iters = 12, cb = 2;
     double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
     double rows = 0, netgbs = RP_SIM_DEFAULT_NETWORK_GBS;
-    int64_t sparse = 1, nodes = 1;
+    int64_t sparse = 1, nodes = 1, pipelines = 0, devmem = 0;
     int have_seq = 0, have_batch = 0, have_ws = 0, have_dtype = 0;
     rp_dtype grad_dtype = RP_F32;
     rp_device_kind device = RP_DEVICE_AUTO;
@@ -257,7 +269,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         int idx = 0, c = getopt_long(argc, argv, ":h", opts, &idx);
         if (c == -1)
             break;
-        const char *name = c >= O_LAYERS && c <= O_HELP ? opts[c - O_LAYERS].name : "";
+        const char *name = c >= O_LAYERS && c <= O_DEVMEM ? opts[c - O_LAYERS].name : "";
         char optname[48];
         snprintf(optname, sizeof optname, "--%s", name);
         switch (c) {
@@ -320,6 +332,17 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         case O_DEFER: st = rp_arg_int(optname, optarg, 0, 1, &defer, err); break;
         case O_SPREAD: st = rp_arg_int(optname, optarg, 0, 1, &spread, err); break;
         case O_WIDTH: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &width, err); break;
+        case O_PIPELINES:
+            st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &pipelines, err);
+            break;
+        case O_RECOMPUTE:
+            if (strcmp(optarg, "stage") == 0 || strcmp(optarg, "layer") == 0)
+                o->recompute_layer = optarg[0] == 'l';
+            else
+                st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                                  "--recompute: '%s' is not one of stage, layer", optarg);
+            break;
+        case O_DEVMEM: st = rp_arg_int(optname, optarg, 1, (int64_t)1 << 30, &devmem, err); break;
         case O_PLAN: plan = optarg; break;
         case O_ITERS: st = rp_arg_int(optname, optarg, 4, 10000, &iters, err); break;
         case O_HOSTGBS: st = rp_arg_double(optname, optarg, &hostgbs, err); break;
@@ -347,7 +370,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             st = rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", argv[optind - 1]);
             break;
         default:
-            st = rp_error_set(err, RP_ERR_INVALID_ARG, "unknown option '%s'", argv[optind - 1]);
+            st = rp_arg_unknown_option(argv[optind - 1], opts, err);
         }
         if (st != RP_OK)
             break;
@@ -426,13 +449,51 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     mc->host_gbs = hostgbs;
     mc->sparse_embed = (int)sparse;
     mc->embed_rows_frac = rows;
-    mc->memory_limit = mem << 20;
+    o->seq_len = S;
+    /* the verdict's GPU: --device-memory-mib, else this machine's GPU when a
+     * config's executors are CUDA's here; the planner keeps to it less the
+     * reserve train keeps, unless --memory-limit-mib says otherwise */
+    o->memory_limit_given = mem << 20;
+    if (devmem) {
+        o->device_memory = devmem << 20;
+        o->device_memory_from = "--device-memory-mib";
+    } else if (o->have_config && o->device == RP_DEVICE_CUDA) {
+        rp_device_info info;
+        if (rp_device_probe(RP_DEVICE_CUDA, &info, NULL) == RP_OK && info.free_bytes > 0) {
+            o->device_memory = (int64_t)info.free_bytes;
+            o->device_memory_from = "free on this machine's GPU 0";
+        }
+    }
+    if (st == RP_OK && devmem && o->have_config && o->device != RP_DEVICE_CUDA)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "--device-memory-mib is a GPU's memory, but the plan is for %s "
+                          "executors (--device cuda plans for GPUs)",
+                          rp_device_kind_name(o->device));
+    mc->memory_limit = mem ? mem << 20
+                     : o->device_memory > 0
+                         ? o->device_memory - rp_device_cuda_reserve_bytes(o->device_memory)
+                         : 0;
+    if (mc->memory_limit < 0)
+        mc->memory_limit = 1; /* nothing fits: the planner says which layer */
     /* a config's workspace is the executors'; --workspace-mib overrides */
     mc->workspace_bytes = config && !have_ws ? config_ws : ws << 20;
     if (layers && have_seq && have_batch)
         o->model->tokens_per_microbatch = S * B / mc->microbatches;
     mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;
     o->width = (int)width;
+    if (st == RP_OK && pipelines) { /* train's --pipelines P: pipelines of G/P executors */
+        if (mc->gpus % pipelines)
+            st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                              "--pipelines %lld does not divide the %d executors (each pipeline "
+                              "has G/P of them)", (long long)pipelines, mc->gpus);
+        else if (width && width != mc->gpus / pipelines)
+            st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                              "--pipelines %lld (width %lld) contradicts --width %lld",
+                              (long long)pipelines, (long long)(mc->gpus / pipelines),
+                              (long long)width);
+        else
+            o->width = width = mc->gpus / pipelines;
+    }
     if (plan) {
         o->forced = malloc(sizeof *o->forced);
         if (!o->forced)

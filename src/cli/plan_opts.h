@@ -24,7 +24,16 @@ typedef struct rp_plan_cli {
     int device_chosen;    /* 1: --device auto resolved here, as train would */
     rp_dtype dtype;
     rp_machine mc;
-    int width;            /* 0: the planner searches the widths */
+    int width;            /* 0: the planner searches the widths (--width W, or
+                             --pipelines P as train's: W = G/P) */
+    int recompute_layer;  /* --recompute layer: host memory as train's arena */
+    int64_t seq_len;      /* --seq-len (default 1024) */
+    /* a GPU's memory for the verdict: --device-memory-mib, else the free
+     * memory of this machine's GPU when a config's executors are CUDA's
+     * here; 0 unknown. memory_limit_given: --memory-limit-mib (bytes). */
+    int64_t device_memory;
+    const char *device_memory_from;
+    int64_t memory_limit_given;
     rp_plan *forced;      /* --plan, owned, NULL when not given */
     int json;
     int help;

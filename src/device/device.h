@@ -24,6 +24,16 @@ typedef struct rp_device_info {
     char library[96];      /* CPU: its BLAS, build and kernels (part of the bits); else "" */
 } rp_device_info;
 
+/* What a CUDA executor leaves of a GPU's free memory for what no planner
+ * counts: the CUDA context (300-600 MiB with CUDA 12's lazy loading, more
+ * with eager loading or MPS), cuBLAS's workspaces (4 MiB per handle, 32 MiB
+ * on Hopper), the back end's own scratch and fragmentation: 5% of it plus
+ * RP_CUDA_RESERVE_MIB. `roundpipe train` plans under the rest by default,
+ * and `roundpipe plan` gives its verdict with it (roundpipe(1), "PLAN AND
+ * SIMULATE"). */
+#define RP_CUDA_RESERVE_MIB 512
+int64_t rp_device_cuda_reserve_bytes(int64_t free_bytes);
+
 /* PCI bus id of CUDA device `ordinal` into busid (hwloc places threads near
  * it); RP_ERR_UNSUPPORTED without CUDA. */
 rp_status rp_device_busid(rp_device_kind kind, int ordinal, char *busid, int len, rp_error *err);

@@ -136,3 +136,8 @@ rp_status rp_device_busid(rp_device_kind kind, int ordinal, char *busid, int len
     return rp_error_set(err, RP_ERR_UNSUPPORTED, "no PCI bus id for a %s device",
                         rp_device_kind_name(kind));
 }
+
+int64_t rp_device_cuda_reserve_bytes(int64_t free_bytes)
+{
+    return (free_bytes > 0 ? free_bytes / 20 : 0) + ((int64_t)RP_CUDA_RESERVE_MIB << 20);
+}

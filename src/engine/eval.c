@@ -259,6 +259,7 @@ static rp_status run_mine(evaluator *v, int64_t samples, double *loss, int64_t *
 rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
 {
     double t0 = rp_now();
+    uint64_t trace_t0 = e->trace ? rp_trace_now_ns() : 0;
     int64_t n = rp_dataset_samples(e->eval_ds);
     int64_t samples = e->o->eval_samples > 0 && e->o->eval_samples < n ? e->o->eval_samples : n;
     int64_t nmb = (samples + e->samples_per_micro - 1) / e->samples_per_micro;
@@ -273,6 +274,11 @@ rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
         s = run_mine(&v, samples, loss, counted, err);
     if (have)
         evaluator_free(&v);
+    if (e->trace) { /* on the compute track: the executors run nothing else meanwhile */
+        char span[48];
+        snprintf(span, sizeof span, "eval after step %lld", (long long)step);
+        rp_trace_span(e->trace, RP_TRACK_COMPUTE, span, trace_t0, rp_trace_now_ns());
+    }
     s = rp_run_agree(e, s, comm, err);
     if (s == RP_OK) { /* each microbatch's sums come from one rank: the others add zeros */
         MPI_Allreduce(MPI_IN_PLACE, loss, (int)nmb, MPI_DOUBLE, MPI_SUM, comm);

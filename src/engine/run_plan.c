@@ -16,10 +16,9 @@
 
 /* Device memory an executor may allocate, the smallest over the ranks:
  * --memory-limit-mib when given; else, on a CUDA device, its free memory
- * when probed shared by the node's ranks on it, less 5% and 512 MiB for
- * what the planner does not count (the other ranks' CUDA contexts, cuBLAS,
- * the back end's own scratch); else no limit. */
-#define RP_CUDA_RESERVE_BYTES ((int64_t)512 << 20)
+ * when probed shared by the node's ranks on it, less the reserve for what
+ * the planner does not count (rp_device_cuda_reserve_bytes: the CUDA
+ * contexts, cuBLAS, the back end's own scratch); else no limit. */
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
                               MPI_Comm comm)
 {
@@ -31,7 +30,7 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
         for (int r = 0; r < node_size; r++)
             sharers += r % info->count == info->ordinal;
         int64_t share = (int64_t)info->free_bytes / (sharers > 0 ? sharers : 1);
-        mine = share - share / 20 - RP_CUDA_RESERVE_BYTES;
+        mine = share - rp_device_cuda_reserve_bytes(share);
         if (mine < 1)
             mine = 1; /* nothing fits: the planner says which layer */
     }
@@ -179,6 +178,10 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_machine *mc;
     int *deal;
+    char warning[512];
+    if (e->nd.world_rank == 0 && rp_config_seq_len_warning(&e->p->cfg, e->seq_len, warning,
+                                                           sizeof warning))
+        rp_log(e->lg, RP_LOG_WARN, "%s", warning);
     rp_status s = plan_buffers(e, &mc, &deal, err);
     if (s == RP_OK && e->o->plan) {
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);

@@ -429,3 +429,14 @@ rp_status rp_config_load(const char *path, rp_model_config *cfg, rp_error *err)
     free(text);
     return s;
 }
+
+int rp_config_seq_len_warning(const rp_model_config *cfg, int64_t seq_len, char *buf, size_t len)
+{
+    if (cfg->max_position_embeddings <= 0 || seq_len <= cfg->max_position_embeddings)
+        return 0;
+    snprintf(buf, len, "--seq-len %lld is beyond the config's max_position_embeddings %lld: the "
+             "model was not trained on positions past %lld (RoPE extrapolates, quality may "
+             "suffer); going on", (long long)seq_len, (long long)cfg->max_position_embeddings,
+             (long long)cfg->max_position_embeddings);
+    return 1;
+}

@@ -129,6 +129,12 @@ int rp_model_has_moe(const rp_model_config *cfg);
  * errors that name the file and the field. */
 rp_status rp_config_load(const char *path, rp_model_config *cfg, rp_error *err);
 
+/* 1, with the warning train and plan print at start in buf (no "warning:"
+ * prefix, no newline), when seq_len is beyond the config's
+ * max_position_embeddings: the run works (RoPE has no table to overflow),
+ * but the model never saw those positions; 0 otherwise. */
+int rp_config_seq_len_warning(const rp_model_config *cfg, int64_t seq_len, char *buf, size_t len);
+
 /* Same, from a JSON text in memory (name is used in messages). */
 rp_status rp_config_parse(const char *json, size_t len, const char *name, rp_model_config *cfg,
                           rp_error *err);

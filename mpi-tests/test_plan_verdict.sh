@@ -1,0 +1,69 @@
+#!/bin/sh
+# Proves: `roundpipe plan` ends with a verdict line: on a GPU of
+# --device-memory-mib N it plans under N less train's reserve (5% + 512 MiB
+# for the CUDA context, cuBLAS workspace and scratch) and says "fits" with
+# buffers + reserve = total of N; a GPU too small for any plan is "does NOT
+# fit", naming the layer, exit 1; within --memory-limit-mib it says so and
+# the GPU it needs with the reserve; without either (and no GPU here) it
+# says it is not checked and the GPU needed; CPU executors are checked
+# against host memory; the host memory needed is on the line. When the
+# planner's width is free and fewer pipelines are within 3% of the fastest's
+# time with at most 90% of its host memory, they are proposed, with the
+# fastest named; --pipelines P is train's (width G/P, --width kept),
+# --recompute layer counts the per-layer activation checkpoints.
+set -u
+. "$(dirname "$0")/testlib.sh"
+cat > "$tmp/mid.json" << 'J'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+ "intermediate_size": 3072, "num_hidden_layers": 8, "num_attention_heads": 8,
+ "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32000,
+ "max_position_embeddings": 40960, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+ "tie_word_embeddings": false, "attention_bias": false}
+J
+base="--init-config $tmp/mid.json --gpus 4 --microbatches 16 --seq-len 4096"
+plan() { "$bin" plan $base "$@" > "$tmp/out" 2> "$tmp/err"; }
+last() { tail -n 1 "$tmp/out"; }
+plan --device cuda --device-memory-mib 1500 && ok || { bad "plan on a 1500 MiB GPU"; cat "$tmp/err"; }
+last | grep -q "^verdict: fits: an executor needs 589.1 MiB of buffers + 587.0 MiB reserved (CUDA context, cuBLAS workspace, scratch: 5% + 512 MiB) = 1176.1 MiB of the GPU's 1500.0 MiB (--device-memory-mib); host memory needed: 7.0 GiB per node$" \
+  && ok || { bad "the 1500 MiB verdict"; last; }
+# 900 MiB: the planner keeps under 900 - 45 - 512 MiB
+plan --device cuda --device-memory-mib 900 && last | grep -q "^verdict: fits: .*= 871.0 MiB of the GPU's 900.0 MiB" \
+  && ok || { bad "the 900 MiB verdict"; last; cat "$tmp/err"; }
+plan --device cuda --device-memory-mib 600 && bad "600 MiB accepted" || ok
+grep -q "verdict: does NOT fit the GPU's 600.0 MiB (--device-memory-mib; 58.0 MiB after the reserve .*layer 0 (embedding) alone needs" \
+  "$tmp/err" && ok || { bad "the 600 MiB verdict"; cat "$tmp/err"; }
+plan --device cuda --memory-limit-mib 100000 && last | grep -q "^verdict: fits within --memory-limit-mib 100000: an executor needs 589.1 MiB of buffers (.* a GPU of 1159 MiB or more holds them" \
+  && ok || { bad "the --memory-limit-mib verdict"; last; }
+if cuda_usable; then
+  plan --device cuda && last | grep -q "^verdict: .* (free on this machine's GPU 0)" && ok || { bad "this GPU's verdict"; last; }
+else
+  plan --device cuda && last | grep -q "^verdict: not checked against a GPU (--device-memory-mib N checks one of N MiB): an executor needs 589.1 MiB of buffers, a GPU of 1159 MiB or more" \
+    && ok || { bad "the unchecked verdict"; last; }
+fi
+plan --device cpu && last | grep -q "^verdict: fits: CPU executors: 4 x .* MiB of buffers and the host store's .* GiB, .* in all of this machine's" \
+  && ok || { bad "the CPU verdict"; last; }
+plan --device cpu --device-memory-mib 600 && bad "--device-memory-mib for CPU executors" ||
+  { grep -q "is a GPU's memory, but the plan is for cpu executors" "$tmp/err" && ok || { bad "its message"; cat "$tmp/err"; }; }
+# fewer pipelines for less host memory: 2 pipelines (1.7% slower) over the fastest 4
+plan --device cuda && grep -q "^pipeline width 2: 2 pipeline(s)" "$tmp/out" &&
+  grep -q "^chosen for host memory: 1.7% slower than the fastest, 4 pipeline(s) of width 1 (--pipelines 4: 253.6 ms an iteration), but 7.03 GiB of host memory instead of 8.28 GiB$" "$tmp/out" \
+  && ok || { bad "the host-memory choice"; cat "$tmp/out"; }
+# the JSON's members (no Python needed: one object on one line)
+field() { sed -n "s/.*\"$1\": \([^,]*\),.*/\1/p" "$tmp/out"; }
+plan --device cuda --json && [ "$(field width)" = 2 ] && [ "$(field fastest_width)" = 1 ] &&
+  awk -v c="$(field iteration_ms)" -v f="$(field fastest_iteration_ms)" -v h="$(field host_bytes)" \
+    -v fh="$(field fastest_host_bytes)" 'BEGIN { exit !(c <= 1.03 * f && h <= 0.9 * fh) }' &&
+  case $(field fits) in null | true | false) true ;; *) false ;; esac && ok || { bad "the JSON of the choice"; cat "$tmp/out"; }
+# --pipelines P is train's: width G/P; --width stays
+plan --device cuda --pipelines 4 && grep -q "^pipeline width 1: 4 pipeline(s)" "$tmp/out" &&
+  ! grep -q "^chosen" "$tmp/out" && last | grep -q "host memory needed: 8.3 GiB" && ok || { bad "--pipelines 4"; cat "$tmp/out"; }
+plan --device cuda --pipelines 2 && sed -n 3p "$tmp/out" > "$tmp/p2" &&
+  plan --device cuda --width 2 && sed -n 3p "$tmp/out" | cmp -s - "$tmp/p2" && ok || bad "--pipelines 2 and --width 2 differ"
+plan --pipelines 3 && bad "--pipelines 3 of 4" || { grep -q "pipelines 3 does not divide the 4 executors" "$tmp/err" && ok || bad "its message"; }
+plan --pipelines 4 --width 2 && bad "a contradiction" || { grep -q "contradicts --width 2" "$tmp/err" && ok || bad "its message"; }
+# --recompute layer: every layer's input saved
+plan --device cuda --pipelines 2 --json && s=$(field host_activation_bytes)
+plan --device cuda --pipelines 2 --recompute layer --json && l=$(field host_activation_bytes)
+[ "$s" = 3758179328 ] && [ "$l" = 4295050240 ] && ok || bad "--recompute: activations $s and $l"
+plan --recompute block && bad "--recompute block" || { grep -q "recompute: 'block' is not one of stage, layer" "$tmp/err" && ok || bad "its message"; }
+finish

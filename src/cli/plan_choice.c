@@ -1,0 +1,176 @@
+/* `roundpipe plan`'s advice: the pipeline count it proposes, the host
+ * memory of a plan, and the verdict line. */
+#include "cli/plan_choice.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/backend.h"
+#include "plan/deal.h"
+
+/* LoRA's frozen base as train would open it: from --model DIR's safetensors
+ * files (mapped when they hold the executors' dtype), else converted into
+ * the store (--init-config, or files that cannot be read: *note says so). */
+static rp_frozen_base *open_base(const rp_plan_cli *o, char *note, size_t len)
+{
+    rp_frozen_base *base = NULL;
+    rp_error err = {0};
+    const rp_kernel_ops *ops = rp_device_kernel_ops(o->device);
+    const unsigned reads = ops ? ops->weight_dtypes : 0;
+    note[0] = '\0';
+    if (o->model_dir &&
+        rp_frozen_base_open(&o->cfg, o->model_dir, o->dtype, reads, &base, &err) == RP_OK)
+        return base;
+    if (o->model_dir)
+        snprintf(note, len, "%s; the base counted as converted into the store", err.msg);
+    else
+        snprintf(note, len, "no model files (--init-config): the frozen base is initialised "
+                 "in the store, as train does");
+    return rp_frozen_base_open(&o->cfg, NULL, o->dtype, reads, &base, &err) == RP_OK ? base : NULL;
+}
+
+/* A config's host memory for plan p of `width` executors per pipeline on
+ * the node *mc, as train would allocate it (with --recompute). */
+static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp_machine *mc,
+                      int width, const rp_plan *p, rp_host_memory *hm)
+{
+    rp_error err = {0};
+    int pipelines = mc->gpus / (width > 0 ? width : 1);
+    if (pipelines < 1 || mc->microbatches % pipelines)
+        pipelines = 1;
+    return rp_host_memory_count(&o->cfg, o->dtype, pipelines, mc->microbatches,
+                                o->model->tokens_per_microbatch, p, o->recompute_layer, base, hm,
+                                &err) == RP_OK;
+}
+
+size_t rp_plan_choice_host_total(const rp_host_memory *hm)
+{
+    return hm->param_store + hm->activations;
+}
+
+rp_status rp_plan_cli_choose(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
+                             rp_plan_choice *c, rp_error *err)
+{
+    memset(c, 0, sizeof *c);
+    const rp_machine start = *mc;
+    RP_TRY(rp_plan_cli_plan(o, mc, out, res, err));
+    if (!o->have_config)
+        return RP_OK;
+    rp_frozen_base *base = o->cfg.lora.rank > 0 ? open_base(o, c->host_note, sizeof c->host_note)
+                                                 : NULL;
+    c->have_host = count_host(o, base, mc, res->width, out, &c->host);
+    rp_plan *trial = malloc(sizeof *trial);
+    if (!c->have_host || o->width || o->forced || !trial) {
+        free(trial);
+        rp_frozen_base_close(&base);
+        return RP_OK;
+    }
+    /* fewer pipelines (wider), nearly as fast, for much less host memory:
+     * the widest of the least host memory wins */
+    const size_t fastest_host = rp_plan_choice_host_total(&c->host);
+    size_t least = (size_t)(fastest_host * RP_PLAN_HOST_MAX);
+    int chosen = 0;
+    rp_sim_result chosen_res = *res;
+    rp_machine chosen_mc = *mc;
+    rp_host_memory chosen_host = c->host;
+    for (int w = start.gpus; w >= 1; w--) {
+        if (w == res->width || start.gpus % w || start.microbatches % (start.gpus / w))
+            continue;
+        rp_machine tm = start;
+        rp_sim_result tr;
+        rp_host_memory th;
+        rp_error ignored = {0};
+        if (rp_plan_dealt(o->model, &tm, w, NULL, o->deal, trial, &tr, &ignored) != RP_OK ||
+            tr.iteration_ms > res->iteration_ms * (1 + RP_PLAN_SLOWER_MAX) ||
+            !count_host(o, base, &tm, w, trial, &th) || rp_plan_choice_host_total(&th) > least)
+            continue;
+        if (!chosen || rp_plan_choice_host_total(&th) < rp_plan_choice_host_total(&chosen_host)) {
+            chosen = w;
+            chosen_res = tr;
+            chosen_mc = tm;
+            chosen_host = th;
+            *out = *trial;
+        }
+    }
+    if (chosen) {
+        c->fastest_width = res->width;
+        c->fastest_ms = res->iteration_ms;
+        c->fastest_tokens_per_s = res->tokens_per_s;
+        c->fastest_host = fastest_host;
+        *res = chosen_res;
+        *mc = chosen_mc;
+        c->host = chosen_host;
+    }
+    free(trial);
+    rp_frozen_base_close(&base);
+    return RP_OK;
+}
+
+/* "12.3 GiB", or "45.6 MiB" below one GiB */
+static const char *size_text(double bytes, char *buf, size_t len)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, len, "%.1f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+void rp_plan_verdict(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan_choice *c,
+                     char *buf, size_t len, int *fits)
+{
+    const double mib = 1048576.0;
+    char s1[32], s2[32], s3[32];
+    const double peak = (double)r->peak_bytes;
+    const double host = c->have_host ? (double)rp_plan_choice_host_total(&c->host) : 0;
+    char host_text[200];
+    if (c->have_host)
+        snprintf(host_text, sizeof host_text, "; host memory needed: %s per node",
+                 size_text(host, s1, sizeof s1));
+    else
+        snprintf(host_text, sizeof host_text, "; host memory: not known from a layer-times file "
+                 "(--init-config or --model counts it)");
+    *fits = -1;
+    if (o->have_config && o->device == RP_DEVICE_CPU) {
+        /* CPU executors: every rank's buffers and the store share host memory */
+        rp_device_info info;
+        double total = host + peak * o->mc.gpus;
+        double have = rp_device_probe(RP_DEVICE_CPU, &info, NULL) == RP_OK
+                          ? (double)info.memory_bytes : 0;
+        if (have > 0)
+            *fits = total <= have;
+        snprintf(buf, len, "verdict: %s: CPU executors: %d x %.1f MiB of buffers and the host "
+                 "store's %s, %s in all%s%s of memory",
+                 *fits < 0 ? "not checked" : *fits ? "fits" : "does NOT fit", o->mc.gpus,
+                 peak / mib, size_text(host, s1, sizeof s1), size_text(total, s2, sizeof s2),
+                 have > 0 ? " of this machine's " : "; this machine's is not known",
+                 have > 0 ? size_text(have, s3, sizeof s3) : "");
+        return;
+    }
+    /* the smallest GPU whose memory less the reserve holds the buffers */
+    const double reserve_mib = RP_CUDA_RESERVE_MIB;
+    const double smallest = (peak / mib + reserve_mib) * 20.0 / 19.0;
+    if (o->device_memory > 0 && !o->memory_limit_given) {
+        double reserve = (double)rp_device_cuda_reserve_bytes(o->device_memory);
+        *fits = peak + reserve <= (double)o->device_memory;
+        snprintf(buf, len, "verdict: %s: an executor needs %.1f MiB of buffers + %.1f MiB "
+                 "reserved (CUDA context, cuBLAS workspace, scratch: 5%% + %d MiB) = %.1f MiB of "
+                 "the GPU's %.1f MiB (%s)%s",
+                 *fits ? "fits" : "does NOT fit", peak / mib, reserve / mib, RP_CUDA_RESERVE_MIB,
+                 (peak + reserve) / mib, o->device_memory / mib, o->device_memory_from,
+                 host_text);
+    } else if (o->memory_limit_given > 0) {
+        *fits = peak <= (double)o->memory_limit_given;
+        snprintf(buf, len, "verdict: %s within --memory-limit-mib %.0f: an executor needs %.1f "
+                 "MiB of buffers (a limit given has no reserve added: a GPU of %.0f MiB or more "
+                 "holds them with the CUDA context and cuBLAS reserve)%s",
+                 *fits ? "fits" : "does NOT fit", o->memory_limit_given / mib, peak / mib,
+                 smallest, host_text);
+    } else {
+        snprintf(buf, len, "verdict: not checked against a GPU (--device-memory-mib N checks "
+                 "one of N MiB): an executor needs %.1f MiB of buffers, a GPU of %.0f MiB or "
+                 "more with the reserve (CUDA context, cuBLAS workspace, scratch: 5%% + %d MiB)%s",
+                 peak / mib, smallest, RP_CUDA_RESERVE_MIB, host_text);
+    }
+}
