@@ -349,6 +349,12 @@ start() {
 pfail() { fail "$1" "$2"; pstatus=FAILED; }
 end() { phase_done "$1" "$pstatus" "$pt0"; }
 nogpu() { skip "phase $1" "no GPU here${2:+ ($2)}"; phase_done "$1" "no GPU" "$(date +%s)"; }
+# dry run of a benchmark: PHASE PROGRAM LOG: it loads and says "no GPU" (exit 77)
+dry_bench() {
+  "$build/bench/gpu/$2" > "$logs/$3" 2>&1; local rc=$?
+  [ $rc = 77 ] && nogpu "$1" "$2 loads, exit 77" ||
+    { fail "phase $1" "$2 exit $rc without a GPU, not 77"; phase_done "$1" FAILED "$(date +%s)"; }
+}
 
 # --- env
 t0=$(date +%s)
@@ -490,8 +496,7 @@ fi
 # --- gemm: the ceiling of every ratio
 peak=""
 if want gemm && [ $dry = yes ]; then
-  "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; rc=$?
-  [ $rc = 77 ] && nogpu gemm "bench_gemm loads, exit 77" || { fail "phase gemm" "bench_gemm exit $rc without a GPU, not 77"; phase_done gemm FAILED "$(date +%s)"; }
+  dry_bench gemm bench_gemm gemm.txt
 elif start gemm; then
   if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
     cat "$logs/gemm.txt"
@@ -515,8 +520,7 @@ fi
 #   RESULT attention SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
 # (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd)
 if want attn && [ $dry = yes ]; then
-  "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; rc=$?
-  [ $rc = 77 ] && nogpu attn "bench_attention loads, exit 77" || { fail "phase attn" "bench_attention exit $rc without a GPU, not 77"; phase_done attn FAILED "$(date +%s)"; }
+  dry_bench attn bench_attention attention.txt
 elif start attn; then
   if "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
     cat "$logs/attention.txt"
@@ -532,8 +536,7 @@ fi
 
 # --- copies
 if want copy && [ $dry = yes ]; then
-  "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; rc=$?
-  [ $rc = 77 ] && nogpu copy "bench_copy loads, exit 77" || { fail "phase copy" "bench_copy exit $rc without a GPU, not 77"; phase_done copy FAILED "$(date +%s)"; }
+  dry_bench copy bench_copy copy.txt
 elif start copy; then
   if "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
     cat "$logs/copy.txt"
