@@ -122,4 +122,24 @@ grep -q '"dtype"\|"torch_dtype"' "$tmp/bf/config.json" && grep -q 'bfloat16' "$t
 head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"BF16"' && \
   ! head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"F32"' && ok || bad "saved tensors are not BF16"
 
+
+# one error line per failure, from the rank that found it (issue 37): a file
+# every rank fails to open is named once (by rank 0), and a divergence found
+# by rank 0 is not echoed by the ranks it stopped ("rank 0 failed")
+# one_error WHAT PATTERN -- args...: 3 ranks fail with one line, rank 0's
+one_error() {
+  what=$1; pat=$2; shift 3
+  # shellcheck disable=SC2086
+  ${MPIRUN:-mpirun} $flags -q -np 3 "$bin" train "$@" --device cpu --progress none \
+    > "$tmp/one.txt" 2>&1 && { bad "$what: exit 0"; return; }
+  if [ "$(grep -c 'error:' "$tmp/one.txt")" = 1 ] &&
+     grep -q "^\[roundpipe 0\] error: .*$pat" "$tmp/one.txt"; then ok
+  else bad "$what: not one error line, from rank 0"; cat "$tmp/one.txt"; fi
+}
+one_error "missing data" "no-such.npy: cannot open" -- --model "$fix/model" \
+  --data "$tmp/no-such.npy" --seq-len 16 --batch-size 4 --steps 1
+one_error "divergence" "training diverged" -- --init-config "$src/examples/tiny-config.json" \
+  --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 4 --microbatches 2 \
+  --steps 12 --lr 1e3 --grad-clip 0 --threads 1
+
 finish

@@ -238,13 +238,14 @@ end=$(date +%s)
 [ $((end - start)) -le 20 ] && ok || bad "stall: took $((end - start)) s with --timeout 2"
 grep -q "^\[roundpipe 0\] error: node 0: rank 0, job .*waiting for event fwd_out\[stage 0" \
   "$tmp/stall.txt" && ok || { bad "stall: node 0 does not name its event"; cat "$tmp/stall.txt"; }
-grep -q "^\[roundpipe 1\] error: node 1: rank 1\(, .*waiting for .*: \(the deadline\|value\)\|: stopped because node 0 failed\)" \
-  "$tmp/stall.txt" && ok || { bad "stall: node 1 does not report"; cat "$tmp/stall.txt"; }
+# node 1 names its own deadline, if it reached it first, and never echoes node 0's failure
+! grep -q "stopped because\|see its message" "$tmp/stall.txt" && ok ||
+  { bad "stall: a rank echoes another's failure"; cat "$tmp/stall.txt"; }
 
 # a node that fails tells the others at once: node 0 diverges at step 7
 # (--lr 1e3 without clipping); node 1, whose waits are for node 0's
 # messages, stops with it within seconds (it used to wait for --timeout 30),
-# and only node 0 names the error
+# and only node 0 names the error: one error line, node 1 does not echo it
 tiny="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 4 --microbatches 2"
 start=$(date +%s)
 # shellcheck disable=SC2086
@@ -256,9 +257,9 @@ end=$(date +%s)
   bad "divergence on node 0: exit $rc after $((end - start)) s with --timeout 30"
 grep -q "^\[roundpipe 0\] error: node 0: step 7: .*training diverged" "$tmp/diverge.txt" && ok ||
   { bad "divergence on node 0: not named"; cat "$tmp/diverge.txt"; }
-grep -q "^\[roundpipe 1\] error: node 1: rank 1: stopped because node 0 failed" "$tmp/diverge.txt" &&
+[ "$(grep -c "error:" "$tmp/diverge.txt")" = 1 ] &&
   ! grep -q "timed out\|did not answer\|deadline" "$tmp/diverge.txt" && ok ||
-  { bad "divergence on node 0: node 1 does not say why it stopped"; cat "$tmp/diverge.txt"; }
+  { bad "divergence on node 0: not one error line, from node 0"; cat "$tmp/diverge.txt"; }
 # and so does an interrupt of node 0 alone (SIGINT to its rank)
 # shellcheck disable=SC2086
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tiny --steps 1000000 --ranks-per-node 1 \
@@ -278,7 +279,7 @@ end=$(date +%s)
 [ -n "$r0" ] && [ $rc -eq 130 ] && [ $((end - start)) -le 12 ] && ok ||
   bad "SIGINT on node 0: exit $rc after $((end - start)) s with --timeout 30 (rank 0: '$r0')"
 grep -q "^\[roundpipe 0\] interrupted at step [0-9]* of 1000000 (SIGINT)" "$tmp/int.txt" &&
-  grep -q "^\[roundpipe 1\] error: node 1: rank 1: stopped because node 0 failed" "$tmp/int.txt" && ok ||
+  ! grep -q "error:" "$tmp/int.txt" && ok ||
   { bad "SIGINT on node 0: messages"; cat "$tmp/int.txt"; }
 
 # a rank killed on node 1 ends the whole job

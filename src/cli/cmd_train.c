@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/report.h"
 #include "core/args.h"
 #include "core/log.h"
 #include "engine/trainer.h"
@@ -200,6 +201,13 @@ static void kept(const rp_train_options *o, char *out, size_t cap)
         snprintf(out, cap, "no checkpoint (none was written yet)");
 }
 
+/* How long a failed rank waits for the others to compare errors (report.h):
+ * after a failure they agree within a step's time, and a job that ends must
+ * not sit for the run's --timeout; a rank a signal stopped has less, as
+ * mpirun kills its ranks about a second after it forwards SIGTERM. */
+#define REPORT_WAIT_S 10.0
+#define REPORT_WAIT_SIGNALLED_S 0.5
+
 int rp_cli_train(int argc, char **argv)
 {
     int rank = 0;
@@ -221,27 +229,29 @@ int rp_cli_train(int argc, char **argv)
     rp_logger lg = {.stream = stderr, .level = RP_LOG_INFO, .rank = rank};
     catch_interrupts(o.checkpoint_dir != NULL);
     rp_status s = rp_train_run(&o, MPI_COMM_WORLD, &lg, &err);
-    int sig = rp_interrupted();
-    if (s != RP_OK && sig) {
-        if (rank == 0) { /* the others' messages say the same, or that rank 0 stopped */
-            char what[4200];
-            kept(&o, what, sizeof what);
-            fprintf(stderr, "[roundpipe %d] %s (%s); kept: %s\n", rank,
-                    s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
-                    sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM"
-                                            : sig == SIGUSR1 ? "SIGUSR1" : "signal", what);
-        }
-        return 128 + sig; /* as a shell reports a process its signal ended */
-    }
+    if (s == RP_OK)
+        return 0;
     if (s == RP_ERR_PEER_LOST) {
         /* the communicator is unusable: no collective can end the job */
         fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (s != RP_OK) {
-        fprintf(stderr, "[roundpipe %d] error: %s (%s)\n", rank, err.msg, rp_status_string(s));
-        return 1;
+    /* one line per failure (report.h); the ranks a signal stopped say so
+     * in one line, the lowest's, with what the run keeps */
+    int sig = rp_interrupted();
+    char line[RP_ERROR_MSG_MAX + 4400];
+    if (sig) {
+        char what[4200];
+        kept(&o, what, sizeof what);
+        snprintf(line, sizeof line, "%s (%s); kept: %s",
+                 s == RP_ERR_INTERRUPTED ? err.msg : "interrupted",
+                 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM"
+                                          : sig == SIGUSR1 ? "SIGUSR1" : "signal", what);
+        rp_cli_report(MPI_COMM_WORLD, 0, "interrupted", line, REPORT_WAIT_SIGNALLED_S);
+        return 128 + sig; /* as a shell reports a process its signal ended */
     }
-    return 0;
+    snprintf(line, sizeof line, "error: %s (%s)", err.msg, rp_status_string(s));
+    rp_cli_report(MPI_COMM_WORLD, err.echo, line, line, REPORT_WAIT_S);
+    return 1;
 }

@@ -34,13 +34,30 @@ const char *rp_version_string(void)
     return PACKAGE_VERSION;
 }
 
+static void set(rp_error *err, rp_status code, int echo, const char *fmt, va_list ap)
+{
+    err->code = code;
+    err->echo = echo;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+}
+
 rp_status rp_error_set(rp_error *err, rp_status code, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
-        err->code = code;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        set(err, code, 0, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+rp_status rp_error_echo(rp_error *err, rp_status code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        set(err, code, 1, fmt, ap);
         va_end(ap);
     }
     return code;

@@ -267,7 +267,7 @@ rp_status rp_checkpoint_dir_lock(const rp_train_options *o, MPI_Comm comm,
     if (all)
         return RP_OK;
     rp_checkpoint_lock_release(lock);
-    return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused "
+    return s != RP_OK ? s : rp_error_echo(err, RP_ERR_INVALID_ARG, "rank 0 refused "
                                          "--checkpoint-dir %s", o->checkpoint_dir);
 }
 
@@ -315,7 +315,7 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     int ok = s == RP_OK, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
     if (!all)
-        return s != RP_OK ? s : rp_error_set(err, RP_ERR_INVALID_ARG, "rank 0 refused --resume");
+        return s != RP_OK ? s : rp_error_echo(err, RP_ERR_INVALID_ARG, "rank 0 refused --resume");
     MPI_Bcast(v, 6, MPI_INT64_T, 0, comm);
     MPI_Bcast(&coef, 1, MPI_FLOAT, 0, comm);
     MPI_Bcast(out->dir, (int)sizeof out->dir, MPI_CHAR, 0, comm);

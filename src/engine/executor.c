@@ -683,7 +683,9 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     }
     for (int m = g * (int)e->micro_per_pipeline; m < (g + 1) * (int)e->micro_per_pipeline; m++) {
         if (rp_engine_aborted(e))
-            return rp_error_set(err, RP_ERR_INTERNAL, "aborted");
+            return rp_error_echo(err, RP_ERR_INTERNAL, "rank %d, step %lld: stopped because "
+                                 "rank %d failed", e->nd.world_rank, (long long)t,
+                                 e->nd.world_of[atomic_load(e->abort_flag) - 1]);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         if (x->seg && job.last > 0 && job.first < e->num_layers - 1) { /* a block reads them */
             rp_engine_segments(e, t, m, x->hseg);

@@ -88,7 +88,7 @@ static void heard_failure(rp_engine *e)
     failure_rx.heard = 1;
     rp_error err;
     rp_status s = (rp_status)failure_rx.msg[1];
-    rp_error_set(&err, s, "rank %d: stopped because node %d failed (see its message)",
+    rp_error_echo(&err, s, "rank %d: stopped because node %d failed (see its message)",
                  e->nd.world_rank, failure_rx.msg[0]);
     rp_engine_fail(e, s, &err);
 }
@@ -225,8 +225,9 @@ static void idle(long *pause_ns)
     *pause_ns = *pause_ns * 2 > 1000000 ? 1000000 : *pause_ns * 2;
 }
 
-/* Why a wait of this rank gives up now, or NULL: its node aborted, the run
- * was interrupted, the deadline passed; then *s gets the status to return. */
+/* Why a wait of this rank gives up now, or NULL: its node aborted (another
+ * rank's failure, told here: the caller's error is an echo), the run was
+ * interrupted, the deadline passed; then *s gets the status to return. */
 static const char *why_stop(const rp_engine *e, double deadline, rp_status *s)
 {
     if (atomic_load(e->abort_flag)) {
@@ -269,6 +270,7 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
             rp_error_set(err, s, "rank %d, %s: stopped waiting for the %s of layer %d (it %lld) "
                          "with node %d: %s", e->nd.world_rank, who, part_name(part), l,
                          (long long)t, peer, why);
+            err->echo = rp_engine_aborted(e);
             break;
         }
         if (spins > 100)
@@ -560,9 +562,10 @@ rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp
                 if (why) {
                     char name[96];
                     rp_proto_describe_grad(e, layer, g, name, sizeof name);
-                    return rp_error_set(err, s, "rank %d, %s: stopped waiting for event %s (it "
-                                        "%lld): %s", e->nd.world_rank, who, name, (long long)t,
-                                        why);
+                    rp_error_set(err, s, "rank %d, %s: stopped waiting for event %s (it %lld): "
+                                 "%s", e->nd.world_rank, who, name, (long long)t, why);
+                    err->echo = rp_engine_aborted(e);
+                    return s;
                 }
                 if (service(e))
                     pause = 20000;

@@ -83,7 +83,7 @@ rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
     int code = (int)s;
     MPI_Bcast(&code, 1, MPI_INT, first, comm);
     if (s == RP_OK)
-        rp_error_set(err, (rp_status)code, "rank %d failed (see its message)", first);
+        rp_error_echo(err, (rp_status)code, "rank %d failed (see its message)", first);
     return (rp_status)code;
 }
 

@@ -184,11 +184,11 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
         if (who != 0) {
             char name[96];
             rp_event_describe(e->ev, ev, name, sizeof name);
-            s = rp_error_set(err, RP_ERR_TIMEOUT, "rank %d, job %s: stopped waiting for event "
-                             "%s: value %llu, awaited %llu, because rank %d failed",
-                             e->nd.world_rank, job ? job : "-", name,
-                             (unsigned long long)rp_event_value(e->ev, ev),
-                             (unsigned long long)value, e->nd.world_of[who - 1]);
+            s = rp_error_echo(err, RP_ERR_TIMEOUT, "rank %d, job %s: stopped waiting for event "
+                              "%s: value %llu, awaited %llu, because rank %d failed",
+                              e->nd.world_rank, job ? job : "-", name,
+                              (unsigned long long)rp_event_value(e->ev, ev),
+                              (unsigned long long)value, e->nd.world_of[who - 1]);
             break;
         }
     }

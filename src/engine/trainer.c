@@ -68,7 +68,7 @@ static rp_status agree_device(rp_status s, rp_device_kind kind, MPI_Comm comm, r
         int code = (int)s;
         MPI_Bcast(&code, 1, MPI_INT, all[0], comm);
         if (s == RP_OK)
-            rp_error_set(err, (rp_status)code, "rank %d failed (see its message)", all[0]);
+            rp_error_echo(err, (rp_status)code, "rank %d failed (see its message)", all[0]);
         return (rp_status)code;
     }
     if (all[1] != -all[2])
