@@ -41,6 +41,9 @@ grep -q '"model_dtype": *"BF16"' "$tmp/ck/step-00000002/trainer_state.json" && o
 # a bad model_dtype is refused, naming the file and the field
 cp -r "$tmp/ck/step-00000002" "$tmp/baddt"
 sed -i 's/"model_dtype": *"BF16"/"model_dtype": "bfloat17"/' "$tmp/baddt/trainer_state.json"
+# (the marker of a version before it held the state's checksum, which would
+# refuse the edited state before its fields are read)
+sed -n 1p "$tmp/ck/step-00000002/checkpoint.complete" > "$tmp/baddt/checkpoint.complete"
 run 1 baddt $args --resume "$tmp/baddt" && bad "a bad model_dtype accepted" ||
   { grep -q 'baddt/trainer_state.json: "model_dtype" is "bfloat17", not "F32", "BF16" or "F16"' "$tmp/baddt.txt" && ok ||
     { bad "bad model_dtype message"; cat "$tmp/baddt.txt"; }; }
