@@ -168,7 +168,8 @@ typedef struct rp_engine {
     struct rp_node_pending *node_pending; /* the node communication thread's exchanges in
                                              flight, per layer (node_sums.c) */
     _Atomic int64_t *gather_posted; /* [layer]: the newest step whose update of this rank's
-                                       slice the optimizer handed to the all-gather */
+                                       slice the optimizer handed to the all-gather
+                                       (rp_gate_update_done) */
     _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
     MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
                                  the last node (node_sums.c) */
@@ -265,21 +266,6 @@ void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, s
  * [*lo, *hi); with one node, the share. */
 void rp_engine_slice(const rp_engine *e, int l, int r, int node, size_t *b0, size_t *b1,
                      size_t *lo, size_t *hi);
-
-/* Squared global gradient norm of iteration t, once every share of every
- * layer has been summed (protocol.h): block sums in block order per layer,
- * layers in order, the same bits on every rank. */
-rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
-                                rp_error *err);
-
-/* Version of a layer's weights the jobs of iteration t use: t-1 (exact), or
- * t-2 with --optimizer-lag 1 (the update of iteration t-1 is applied only
- * after iteration t has uploaded the weights). */
-static inline uint64_t rp_engine_need(const rp_engine *e, int64_t t)
-{
-    int64_t v = t - 1 - e->o->optimizer_lag;
-    return v > 0 ? (uint64_t)v : 0;
-}
 
 static inline double *rp_engine_loss(const rp_engine *e, int64_t t)
 {

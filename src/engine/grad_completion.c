@@ -3,14 +3,15 @@
  * pipeline order (the embedding's in two parts: the dense base with the
  * tied LM head's parts, then each pipeline's rows), the share's block
  * norms for clipping, and, when nothing waits for a global norm, the AdamW
- * update fused in while the block is in cache. optimizer.c decides when. */
+ * update fused in while the block is in cache. optimizer.c runs it, the
+ * update gate (update_gate.h) decides when. */
 #include <string.h>
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
-#include "engine/checkpoints.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "optim/clip.h"
 
 /* The embedding's gradient is summed in two parts. As soon as the tails
@@ -138,10 +139,10 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
                            rp_error *err)
 {
     if (e->nd.nodes > 1) {
-        RP_TRY(rp_proto_wait_summed_share(e, l, e->rank, t, who, err));
+        RP_TRY(rp_gate_wait_slice_summed(e, l, t, who, err));
         if (!fuse)
             return RP_OK;
-        RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+        RP_TRY(rp_gate_wait_update(e, l, t, who, err));
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         update_slice(e, l, t);
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
@@ -149,7 +150,7 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
     }
     RP_TRY(wait_pipelines(e, l, t, who, err));
     if (fuse) /* the update changes the layer */
-        RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+        RP_TRY(rp_gate_wait_update(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);

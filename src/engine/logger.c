@@ -12,6 +12,7 @@
 #include "engine/engine_impl.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "io/metrics.h"
 #include "optim/clip.h"
 
@@ -48,7 +49,7 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
             aux = aux ? losses + e->batch_micro : NULL;
         }
         double total = 0.0, norm = 0.0;
-        RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
+        RP_TRY(rp_gate_wait_global_sumsq(e, t, who, &total, err));
         int64_t counted = rp_engine_counted(e, t);
         double sum = 0.0;
         for (int64_t m = 0; m < e->batch_micro; m++)

@@ -9,6 +9,7 @@
 #include "engine/node_sums.h"
 #include "engine/optimizer_impl.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 
 /* A message's tag: its part, layer and step (modulo 4: the threads of two
  * nodes are never more than one step apart, the versions see to that). */
@@ -162,7 +163,7 @@ static void apply_stop(rp_engine *e, int64_t t, int64_t decision)
         return;
     int64_t cur = atomic_load(e->stop_at);
     while ((cur == 0 || cur == RP_STOP_REQUESTED) &&
-           !atomic_compare_exchange_weak(e->stop_at, &cur, t + e->o->optimizer_lag))
+           !atomic_compare_exchange_weak(e->stop_at, &cur, rp_gate_stop_last_step(e, t)))
         ;
 }
 
@@ -517,11 +518,6 @@ void *rp_engine_node_comm_main(void *arg)
     comm_thread_of = NULL;
     end_failures(e);
     return NULL;
-}
-
-void rp_node_post_gather(rp_engine *e, int l, int64_t t)
-{
-    atomic_store(&e->gather_posted[l], t);
 }
 
 /* Post the all-gather of layer l's update of step t: every other node's

@@ -4,15 +4,15 @@
  * soon as every pipeline's gradient has landed, it sums them in pipeline
  * order (with a tied embedding, each pipeline's part is its embedding
  * gradient plus its LM-head gradient), writes the block norms, and runs
- * AdamW (with clipping: once every share of every layer is summed, since the
- * global norm scales them all). Then the share's version is raised; a job
- * uses a layer once all shares are at the version it needs.
- * Order: gradients are summed as they land (top down); updates follow at
- * once without clipping, by need (layer 0 first: the next forward starts
- * there) with clipping, and top down with --optimizer-lag 1 (see below).
+ * AdamW. Then the share's version is raised; a job uses a layer once all
+ * shares are at the version it needs.
+ * Order: gradients are summed as they land (top down); the updates follow
+ * in the order the update gate's waits allow (update_gate.h: at once
+ * without clipping, by need with clipping, top down with a lagged
+ * optimizer), and each waits at the gate before it changes the layer.
  * Every step is elementwise or per block, so the bits depend neither on the
- * number of ranks nor on which rank did what. This file schedules the
- * updates; grad_completion.c sums the gradients. */
+ * number of ranks nor on which rank did what. This file runs the updates;
+ * grad_completion.c sums the gradients; update_gate.c decides when. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +21,8 @@
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
-#include "engine/checkpoints.h"
-#include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 
@@ -64,38 +63,13 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
                                               (c1.tv_nsec - c0.tv_nsec)));
 }
 
-/* With --optimizer-lag 1 the update of iteration t may only change layer l
- * once every job of iteration t+1 that reads l has uploaded it. A run that
- * stops after step t leaves t's update pending (its checkpoint holds the
- * gradient): RP_STOP. That is read from the stop decision, not from
- * whether t+1's uploads happened: on several nodes a node's executors may
- * start a job of t+1 before the decision reaches them (it is made on the
- * last node), but never its optimizer the update of t (the decision comes
- * before t's summed gradients), so every node leaves the same update. */
-static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
-{
-    if (!e->o->optimizer_lag || t >= e->it_last)
-        return RP_OK;
-    if (rp_proto_stopped(e, t + 1))
-        return RP_STOP;
-    for (int g = 0; g < e->pipelines; g++) {
-        RP_TRY(rp_proto_wait_uploaded(e, 0, l, g, t + 1, who, err));
-        if (l < rp_plan_tail_first(&e->plan))
-            RP_TRY(rp_proto_wait_uploaded(e, 1, l, g, t + 1, who, err));
-        if (l == 0 && e->tied) /* the tail reads the embedding as its LM head */
-            RP_TRY(rp_proto_wait_uploaded(e, 0, e->num_layers - 1, g, t + 1, who, err));
-    }
-    return RP_OK;
-}
-
 /* Update the whole share of layer l (with several nodes: this node's slice
  * of it, then gather the other nodes' slices) and raise its version (for
  * the embedding: its rows' too). */
 static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int skip,
                               const char *who, rp_error *err)
 {
-    RP_TRY(wait_uploads(e, l, t, who, err));
-    RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+    RP_TRY(rp_gate_wait_update(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
@@ -103,13 +77,7 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
         rp_optimizer_update_share(e, l, t, coef, lo, hi);
     if (hi > lo)
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
-    if (e->nd.nodes > 1 && !skip) { /* the communication thread gathers, then publishes */
-        rp_node_post_gather(e, l, t);
-        return RP_OK;
-    }
-    if (l == 0)
-        rp_proto_publish_rows(e, t);
-    rp_proto_publish_version(e, l, t);
+    rp_gate_update_done(e, l, t, !skip);
     return RP_OK;
 }
 
@@ -177,7 +145,7 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
     if (e->nd.nodes > 1)
         return update_layer(e, 0, t, coef, skip, "optimizer, embedding", err);
     RP_TRY(next_rows(e, t, ids, n, err));
-    RP_TRY(rp_checkpoint_hold(e, 0, t, "optimizer, embedding rows", err));
+    RP_TRY(rp_gate_wait_update(e, 0, t, "optimizer, embedding rows", err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, *n, 1);
@@ -199,7 +167,7 @@ static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
 }
 
 /* Every layer's update of step t top down, with a lagged optimizer: each
- * after step t+1's jobs uploaded the layer. */
+ * after step t+1's jobs uploaded the layer (rp_gate_wait_update). */
 static rp_status update_lagged(rp_engine *e, int64_t t, float coef, int skip, const char *who,
                                rp_error *err)
 {
@@ -211,7 +179,8 @@ static rp_status update_lagged(rp_engine *e, int64_t t, float coef, int skip, co
 static rp_status run(rp_engine *e, rp_error *err)
 {
     char who[64];
-    int clip = e->o->grad_clip > 0, lag = e->o->optimizer_lag;
+    rp_gate_order order = rp_gate_order_of(e);
+    int clip = e->o->grad_clip > 0, lag = order == RP_GATE_LAGGED;
     /* rows first, except with a lagged optimizer, whose update of a step
      * follows the next step's uploads anyway */
     int by_rows = !lag;
@@ -241,15 +210,12 @@ static rp_status run(rp_engine *e, rp_error *err)
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
-            int fuse = !clip && !lag && !skip && l > 0;
+            int fuse = rp_gate_fused(e, l, skip);
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
-            if (s != RP_OK || clip || lag)
+            if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
-                if (e->nd.nodes > 1)
-                    rp_node_post_gather(e, l, t);
-                else
-                    rp_proto_publish_version(e, l, t);
+                rp_gate_update_done(e, l, t, 1);
             } else if (l == 0) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)
@@ -258,12 +224,12 @@ static rp_status run(rp_engine *e, rp_error *err)
                 s = update_layer(e, l, t, 1.0f, skip, who, err);
             }
         }
-        if (s != RP_OK || (!clip && !lag))
+        if (s != RP_OK || order == RP_GATE_AS_SUMMED)
             continue;
         double total, norm;
         float coef = 1.0f;
         if (clip) {
-            s = rp_engine_total_sumsq(e, t, who, &total, err);
+            s = rp_gate_wait_global_sumsq(e, t, who, &total, err);
             if (s == RP_OK && rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err) != RP_OK)
                 s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
             if (s != RP_OK)

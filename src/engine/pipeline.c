@@ -6,6 +6,7 @@
 #include "engine/trainer.h"
 #include "engine/run_impl.h"
 #include "engine/checkpoints.h"
+#include "engine/checkpoint_steps.h"
 #include "engine/eval.h"
 
 #include <errno.h>

@@ -135,24 +135,13 @@ int rp_proto_stop_before(rp_engine *e, int64_t t)
     return rp_proto_stopped(e, t);
 }
 
-/* The step an awaited value belongs to, for the stop check: the value
- * itself, but for a version (or the rows) v, made by step v's update,
- * which a lagged run that stops after step v leaves pending: then it
- * belongs to step v + 1. (On several nodes a node's executors may start a
- * job of the step after the last before the decision reaches them; such a
- * job waits for that version.) */
-static int64_t step_of(const rp_engine *e, rp_event_kind kind, uint64_t value)
-{
-    if (kind == RP_EV_VERSION || kind == RP_EV_ROWS)
-        return (int64_t)value + e->o->optimizer_lag;
-    return (int64_t)value;
-}
-
 /* rp_event_wait with the run's deadline that also gives up when another
  * rank aborted or the run was interrupted, and returns RP_STOP when the
- * awaited value belongs to a step after the one the run stops after. */
-static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
-                      const char *job, int background, rp_error *err)
+ * awaited value belongs to a step (`step`) after the one the run stops
+ * after. */
+static rp_status wait_for_step(rp_engine *e, rp_event_kind kind, int index, int micro,
+                               uint64_t value, int64_t step, const char *job, int background,
+                               rp_error *err)
 {
     rp_event_name ev = {kind, index, micro};
     /* checked before the fast path too: in a pipeline that keeps up, a wait
@@ -176,7 +165,7 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
             s = interrupted(e, value, err);
             break;
         }
-        if (rp_proto_stopped(e, step_of(e, kind, value))) {
+        if (rp_proto_stopped(e, step)) {
             s = RP_STOP;
             break;
         }
@@ -201,6 +190,13 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
     return s;
 }
 
+/* A wait whose value is its step. */
+static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
+                      const char *job, int background, rp_error *err)
+{
+    return wait_for_step(e, kind, index, micro, value, (int64_t)value, job, background, err);
+}
+
 static void publish(rp_engine *e, rp_event_kind kind, int index, int micro, int64_t t)
 {
     if ((int)kind == e->drop_kind && index == e->drop_index && micro == e->drop_micro)
@@ -217,10 +213,10 @@ static rp_status wait_slot(rp_engine *e, int slot, int m, int64_t t, const char 
 
 /* Counted per rank share: every rank's counter of (kind, index). */
 static rp_status wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
-                             const char *job, int background, rp_error *err)
+                             int64_t step, const char *job, int background, rp_error *err)
 {
     for (int r = 0; r < e->size; r++)
-        RP_TRY(wait(e, kind, index, r, need, job, background, err));
+        RP_TRY(wait_for_step(e, kind, index, r, need, step, job, background, err));
     return RP_OK;
 }
 
@@ -309,10 +305,10 @@ void rp_proto_losses_read(rp_engine *e, int64_t t)
 /* ---- weights ------------------------------------------------------------- */
 
 rp_status rp_proto_wait_layer(rp_engine *e, int l, int rows_only, uint64_t version,
-                              const char *job, int background, rp_error *err)
+                              int64_t step, const char *job, int background, rp_error *err)
 {
-    return wait_shares(e, rows_only ? RP_EV_ROWS : RP_EV_VERSION, l, version, job, background,
-                       err);
+    return wait_shares(e, rows_only ? RP_EV_ROWS : RP_EV_VERSION, l, version, step, job,
+                       background, err);
 }
 
 int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version)
@@ -383,7 +379,7 @@ rp_status rp_proto_wait_summed_share(rp_engine *e, int l, int r, int64_t t, cons
 rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
                                rp_error *err)
 {
-    return wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, job, background, err);
+    return wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, t, job, background, err);
 }
 
 /* ---- checkpoints written while training goes on -------------------------- */
