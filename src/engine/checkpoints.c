@@ -210,7 +210,8 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
                                 file);
         RP_TRY(whole_field(v, file, "pending_update.", "step", *step, *step, &pending_step, err));
         if (!json_object_object_get_ex(v, "clip_coef", &pc) ||
-            !(json_object_is_type(pc, json_type_double) || json_object_is_type(pc, json_type_int)) ||
+            !(json_object_is_type(pc, json_type_double) ||
+              json_object_is_type(pc, json_type_int)) ||
             !(json_object_get_double(pc) > 0 && json_object_get_double(pc) <= 1) ||
             *adam_step >= *step)
             return rp_error_set(err, RP_ERR_FORMAT, "%s: \"pending_update\" is invalid (its "
@@ -510,7 +511,8 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
                                json_object_new_string(rp_dtype_name(e->p->loaded_dtype)));
     rp_status s = RP_OK;
     if (e->lora) /* the adapters' settings and the base they are trained on */
-        s = rp_lora_checkpoint_state(st, &e->p->cfg, o, e->lora_base_hash, err);
+        s = rp_lora_checkpoint_state(st, &e->p->cfg, o, e->by_checkpoint_writer.lora_base_hash,
+                                     err);
     if (k->pending) { /* the weights are of step c - 1; c's update follows on resume */
         json_object *pu = json_object_new_object();
         json_object_object_add(pu, "step", json_object_new_int64(c));
@@ -532,7 +534,7 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
         if (k->async)
             snprintf(how, sizeof how, ", while training went on: %.2f s writing, updates held "
                      "%.3f s for it", k->writing,
-                     (double)(atomic_load(&e->ck_held_ns) - k->held0) / 1e9);
+                     (double)(atomic_load(&e->by_optimizer.ck_held_ns) - k->held0) / 1e9);
         rp_log(e->lg, RP_LOG_INFO, "checkpoint of step %lld written: %s (%.1f MiB in %.2f s%s)",
                (long long)c, dir, mib, rp_now() - k->t0, how);
     }
@@ -548,29 +550,33 @@ static void ck_not_written(rp_engine *e, int64_t c, const rp_error *why)
     rp_log(e->lg, RP_LOG_ERROR, "checkpoint of step %lld not written: %s; the older checkpoints "
            "are kept, training and the other outputs go on, and the run will end with an error",
            (long long)c, why->msg);
-    if (!e->ck_failed) {
-        e->ck_failed = c;
-        e->ck_error = *why;
+    if (!e->by_checkpoint_writer.ck_failed) {
+        e->by_checkpoint_writer.ck_failed = c;
+        e->by_checkpoint_writer.ck_error = *why;
     }
 }
 
 rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err)
 {
-    if (!e->ck_failed)
+    if (!e->by_checkpoint_writer.ck_failed)
         return RP_OK;
-    return rp_error_set(err, RP_ERR_IO, "--checkpoint-dir %s: the checkpoint of step %lld was "
-                        "not written: %.700s", e->o->checkpoint_dir, (long long)e->ck_failed,
-                        e->ck_error.msg);
+    return rp_error_set(err, RP_ERR_IO,
+                        "--checkpoint-dir %s: the checkpoint of step %lld was "
+                        "not written: %.700s",
+                        e->o->checkpoint_dir, (long long)e->by_checkpoint_writer.ck_failed,
+                        e->by_checkpoint_writer.ck_error.msg);
 }
 
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
-    if (e->nd.world_rank == 0 && e->ck_written == e->it_last) /* written while it ran */
+    if (e->nd.world_rank == 0 &&
+        e->by_checkpoint_writer.ck_written == e->it_last) /* written while it ran */
         return rp_run_agree(e, s, comm, err);
     int nodes = e->nd.nodes > 1;
     if (nodes) /* each node keeps its slices' state: all of it on node 0 */
-        RP_TRY(rp_run_agree(e, rp_node_collect(e, 1, rp_gate_checkpoint_pending(e, e->it_last), err), comm, err));
+        RP_TRY(rp_run_agree(
+            e, rp_node_collect(e, 1, rp_gate_checkpoint_pending(e, e->it_last), err), comm, err));
     if (e->nd.world_rank == 0) { /* every node holds the same state: node 0's */
         ck k;
         int pending = rp_gate_checkpoint_pending(e, e->it_last);
@@ -578,7 +584,8 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++)
             s = ck_layer(&k, l, err);
         if (s == RP_OK)
-            s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, err);
+            s = ck_finish(e, &k, e->it_last, e->by_optimizer.adam_step, e->by_optimizer.lag_coef,
+                          err);
         ck_free(&k);
         if (s != RP_OK) {
             ck_not_written(e, e->it_last, err);
@@ -631,7 +638,7 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     rp_error why = {0}; /* the checkpoint's failure, which is not the run's */
     rp_status w = ck_begin(e, c, pending, &k, &why);
     k.async = 1;
-    k.held0 = atomic_load(&e->ck_held_ns);
+    k.held0 = atomic_load(&e->by_optimizer.ck_held_ns);
     rp_status s = RP_OK;
     float coef = 1.0f;
     if (pending && e->o->grad_clip > 0) { /* before any update of c: its norms still there */
@@ -665,7 +672,7 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     if (w == RP_OK)
         w = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, &why);
     if (w == RP_OK)
-        e->ck_written = c;
+        e->by_checkpoint_writer.ck_written = c;
     else
         ck_not_written(e, c, &why);
     return RP_OK;

@@ -328,8 +328,8 @@ static void measure(executor *x, int l, int bwd, int64_t t, double t0)
 {
     rp_engine *e = x->e;
     if (t > e->it_first) {
-        e->meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
-        e->meas_n[bwd * e->num_layers + l] += 1;
+        e->by_executor.meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
+        e->by_executor.meas_n[bwd * e->num_layers + l] += 1;
     }
 }
 

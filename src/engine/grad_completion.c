@@ -93,7 +93,7 @@ static rp_status sum_base(rp_engine *e, int64_t t, const char *who, rp_error *er
     size_t b0, b1, lo, hi;
     rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
     int chain = e->nd.nodes > 1 && e->tied;
-    float *from = chain && !rp_node_first(e) ? e->node_buf : NULL;
+    float *from = chain && !rp_node_first(e) ? e->by_node_comm.node_buf : NULL;
     if (from)
         RP_TRY(rp_node_receive_partial(e, 0, RP_NODE_BASE, t, from, lo, hi, who, err));
     sum_embedding_base(e, lo, hi, from);
@@ -195,7 +195,7 @@ rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, r
     if (l == 0 && rp_node_first(e) && e->tied) /* the base, summed by the last node */
         RP_TRY(rp_node_base_wait(e, t, who, err));
     if (!rp_node_first(e)) { /* the embedding's onto its base in place, others' beside */
-        float *into = l == 0 ? acc + lo : e->node_buf;
+        float *into = l == 0 ? acc + lo : e->by_node_comm.node_buf;
         RP_TRY(rp_node_receive_partial(e, l, RP_NODE_PARTIAL, t, into, lo, hi, who, err));
         from = l == 0 ? NULL : into;
     }

@@ -48,10 +48,11 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
         if (copy) {
             rp_params_sync_compute_range(e->p, l, cur, a);
             rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                          e->adam_step, &hp, d->decay, coef, (uint16_t *)ls->compute + a);
+                          e->by_optimizer.adam_step, &hp, d->decay, coef,
+                          (uint16_t *)ls->compute + a);
         } else {
             rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                          e->adam_step, &hp, d->decay, coef, NULL);
+                          e->by_optimizer.adam_step, &hp, d->decay, coef, NULL);
         }
         cur = b;
     }
@@ -59,8 +60,9 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
         rp_params_sync_compute_range(e->p, l, cur, hi);
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     if (t >= e->resume_step + RP_ADAMW_TIMED_FROM) /* past the first touch of the state's pages */
-        atomic_fetch_add(&e->adamw_ns, (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000LL +
-                                              (c1.tv_nsec - c0.tv_nsec)));
+        atomic_fetch_add(
+            &e->by_optimizer.adamw_ns,
+            (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec)));
 }
 
 /* Update the whole share of layer l (with several nodes: this node's slice
@@ -189,7 +191,7 @@ static rp_status run(rp_engine *e, rp_error *err)
     if (by_rows && !ids)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
     rp_status s = RP_OK;
-    int64_t adam_before = e->adam_step;
+    int64_t adam_before = e->by_optimizer.adam_step;
     if (rp_engine_resumes_pending(e)) {
         /* a checkpoint's pending update: its gradient loaded, its
          * coefficient saved; applied as the run that wrote it would have */
@@ -197,15 +199,15 @@ static rp_status run(rp_engine *e, rp_error *err)
         snprintf(who, sizeof who, "optimizer, pending update of step %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0;
         if (!skip)
-            e->adam_step++;
+            e->by_optimizer.adam_step++;
         s = update_lagged(e, t, e->resume_coef, skip, who, err);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
-        adam_before = e->adam_step;
+        adam_before = e->by_optimizer.adam_step;
         if (!skip)
-            e->adam_step++;
+            e->by_optimizer.adam_step++;
         int64_t n = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
@@ -236,7 +238,7 @@ static rp_status run(rp_engine *e, rp_error *err)
                 break;
         }
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
-            e->lag_coef = coef;
+            e->by_optimizer.lag_coef = coef;
             s = update_lagged(e, t, coef, skip, who, err);
             continue;
         }
@@ -250,7 +252,7 @@ static rp_status run(rp_engine *e, rp_error *err)
     }
     free(ids);
     if (s == RP_STOP) /* stopped inside a step past the last: it never happened */
-        e->adam_step = adam_before;
+        e->by_optimizer.adam_step = adam_before;
     return s;
 }
 
@@ -267,6 +269,6 @@ void *rp_engine_optimizer_main(void *arg)
     rp_status s = run(e, &err);
     if (s != RP_OK && s != RP_STOP)
         rp_engine_fail(e, s, &err);
-    atomic_store(&e->optimizer_done, 1); /* the node communication thread may finish */
+    atomic_store(&e->by_optimizer.optimizer_done, 1); /* the node communication thread may finish */
     return NULL;
 }

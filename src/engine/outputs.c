@@ -22,30 +22,30 @@ rp_status rp_engine_outputs_check(const rp_train_options *o, rp_error *err)
 
 void rp_engine_log_written(rp_engine *e, int64_t step)
 {
-    if (!e->log || e->log_errno)
+    if (!e->by_logger.log || e->by_logger.log_errno)
         return;
     errno = 0;
-    if (fflush(e->log) == 0 && !ferror(e->log))
+    if (fflush(e->by_logger.log) == 0 && !ferror(e->by_logger.log))
         return;
-    e->log_errno = errno ? errno : EIO;
-    e->log_failed_step = step;
+    e->by_logger.log_errno = errno ? errno : EIO;
+    e->by_logger.log_failed_step = step;
     rp_log(e->lg, RP_LOG_ERROR, "--log %s: write failed at step %lld: %s; metrics from this step "
            "on are lost, training goes on (the model is still saved) and the run will end with "
-           "an error", e->o->log_path, (long long)step, strerror(e->log_errno));
+           "an error", e->o->log_path, (long long)step, strerror(e->by_logger.log_errno));
 }
 
 rp_status rp_engine_log_close(rp_engine *e, rp_error *err)
 {
-    if (!e->log)
+    if (!e->by_logger.log)
         return RP_OK;
     errno = 0;
-    int closed = fclose(e->log) == 0;
-    e->log = NULL;
-    if (!e->log_errno && !closed)
-        e->log_errno = errno ? errno : EIO, e->log_failed_step = e->steps;
-    if (!e->log_errno)
+    int closed = fclose(e->by_logger.log) == 0;
+    e->by_logger.log = NULL;
+    if (!e->by_logger.log_errno && !closed)
+        e->by_logger.log_errno = errno ? errno : EIO, e->by_logger.log_failed_step = e->steps;
+    if (!e->by_logger.log_errno)
         return RP_OK;
     return rp_error_set(err, RP_ERR_IO, "--log %s: write failed at step %lld: %s (the log is "
-                        "incomplete)", e->o->log_path, (long long)e->log_failed_step,
-                        strerror(e->log_errno));
+                        "incomplete)", e->o->log_path, (long long)e->by_logger.log_failed_step,
+                        strerror(e->by_logger.log_errno));
 }

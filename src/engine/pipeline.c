@@ -97,8 +97,9 @@ static rp_status bind_and_threads(rp_engine *e, rp_error *err)
     const rp_train_options *o = e->o;
     int ncores = 1, bound = 0;
     char busid[32];
-    int near_gpu = e->device == RP_DEVICE_CUDA &&
-                   rp_device_busid(e->device, e->device_ordinal, busid, sizeof busid, NULL) == RP_OK;
+    int near_gpu =
+        e->device == RP_DEVICE_CUDA &&
+        rp_device_busid(e->device, e->device_ordinal, busid, sizeof busid, NULL) == RP_OK;
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0)
         return rp_error_set(err, RP_ERR_INTERNAL, "hwloc: cannot initialise a topology");
@@ -237,7 +238,8 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
                           err);
     if (s == RP_OK && rp_store_is_leader(e->store)) {
         rp_events_fill(e->ev, (uint64_t)(e->it_first - 1));
-        if (rp_engine_resumes_pending(e)) { /* the weights are of the step before: its update follows */
+        if (rp_engine_resumes_pending(
+                e)) { /* the weights are of the step before: its update follows */
             rp_events_fill_kind(e->ev, RP_EV_VERSION, (uint64_t)(e->it_first - 2));
             rp_events_fill_kind(e->ev, RP_EV_ROWS, (uint64_t)(e->it_first - 2));
         }
@@ -263,9 +265,9 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     pthread_t opt, logt, ckt, nct;
     int need_ck = e->rank == 0 && rp_checkpoint_writer_needed(e), need_nc = e->nd.nodes > 1;
-    atomic_store(&e->optimizer_done, 0);
+    atomic_store(&e->by_optimizer.optimizer_done, 0);
     for (int l = 0; need_nc && l < e->num_layers; l++) /* nothing handed over yet */
-        atomic_store(&e->gather_posted[l], 0);
+        atomic_store(&e->by_optimizer.gather_posted[l], 0);
     int have_nc = need_nc && pthread_create(&nct, NULL, rp_engine_node_comm_main, e) == 0;
     int have_opt = pthread_create(&opt, NULL, rp_engine_optimizer_main, e) == 0;
     int have_log = e->rank == 0 && pthread_create(&logt, NULL, rp_engine_logger_main, e) == 0;
@@ -504,18 +506,20 @@ static rp_status set_up_node(rp_engine *e, run *r, MPI_Comm comm, rp_error *err)
             s = rp_device_host_register(e->dev, e->pins[e->pinned_run].base,
                                         e->pins[e->pinned_run].bytes, err);
     RP_TRY(rp_run_agree(e, s, comm, err));
-    e->meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
-    e->meas_n = e->meas_ms ? e->meas_ms + 2 * e->num_layers : NULL;
-    s = e->meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements");
+    e->by_executor.meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
+    e->by_executor.meas_n =
+        e->by_executor.meas_ms ? e->by_executor.meas_ms + 2 * e->num_layers : NULL;
+    s = e->by_executor.meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements");
     if (s == RP_OK && e->nd.nodes > 1) { /* a partial sum from the node before (node_sums.h) */
         size_t most = 0, b0, b1, lo, hi;
         for (int l = 0; l < e->num_layers; l++) {
             rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
             most = hi - lo > most ? hi - lo : most;
         }
-        e->node_buf = malloc((most ? most : 1) * sizeof(float));
-        e->gather_posted = calloc((size_t)e->num_layers, sizeof *e->gather_posted);
-        if (!e->node_buf || !e->gather_posted)
+        e->by_node_comm.node_buf = malloc((most ? most : 1) * sizeof(float));
+        e->by_optimizer.gather_posted =
+            calloc((size_t)e->num_layers, sizeof *e->by_optimizer.gather_posted);
+        if (!e->by_node_comm.node_buf || !e->by_optimizer.gather_posted)
             s = rp_error_set(err, RP_ERR_NOMEM, "a partial gradient sum from the node before "
                              "(%zu MiB)", most * sizeof(float) >> 20);
     }
@@ -556,16 +560,16 @@ static rp_status start_outputs(rp_engine *e, run *r, MPI_Comm comm, rp_error *er
     int64_t kept_steps = 0;
     if (root && o->log_path && e->resume_step > 0)
         s = rp_metrics_keep_steps(o->log_path, e->resume_step, &kept, &kept_steps, err);
-    if (s == RP_OK && root && o->log_path && !(e->log = fopen(o->log_path, "w")))
+    if (s == RP_OK && root && o->log_path && !(e->by_logger.log = fopen(o->log_path, "w")))
         s = rp_error_set(err, RP_ERR_IO, "--log %s: cannot open for writing: %s", o->log_path,
                          strerror(errno));
-    if (s == RP_OK && e->log && kept && kept[0]) {
-        fputs(kept, e->log);
+    if (s == RP_OK && e->by_logger.log && kept && kept[0]) {
+        fputs(kept, e->by_logger.log);
         rp_log(e->lg, RP_LOG_INFO, "--log %s: kept the lines of steps 1-%lld, the resumed steps "
                "follow", o->log_path, (long long)kept_steps);
     }
     free(kept);
-    if (s == RP_OK && e->log) { /* the run's description beside the metrics */
+    if (s == RP_OK && e->by_logger.log) { /* the run's description beside the metrics */
         rp_run_info info = {.o = o,
                             .device = rp_device_kind_name(e->device),
                             .ranks = e->nd.world_size,
@@ -622,11 +626,11 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     const rp_train_options *o = e->o;
     rp_status s = RP_OK;
-    e->t_logged = rp_now();
-    e->trace_step_ns = rp_trace_now_ns();
-    e->last_loss = NAN;
-    e->adam_step = e->resume_adam_step;
-    e->steps_logged = e->resume_step;
+    e->by_logger.t_logged = rp_now();
+    e->by_logger.trace_step_ns = rp_trace_now_ns();
+    e->by_logger.last_loss = NAN;
+    e->by_optimizer.adam_step = e->resume_adam_step;
+    e->by_logger.steps_logged = e->resume_step;
     for (e->it_first = e->resume_step + 1; s == RP_OK && e->it_first <= e->steps;
          e->it_first = e->it_last + 1) {
         int replan_after =
@@ -642,7 +646,7 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
             int64_t next = (e->it_first + every - 1) / every * every;
             e->it_last = next < e->it_last ? next : e->it_last;
         }
-        e->adam_first = e->adam_step;
+        e->adam_first = e->by_optimizer.adam_step;
         s = build_segment(e, comm, err);
         if (s == RP_OK)
             s = run_segment(e, comm, err);
@@ -678,11 +682,13 @@ static rp_status run_segments(rp_engine *e, MPI_Comm comm, rp_error *err)
     /* whichever thread or rank noticed it first, an interrupt is reported
      * as such, with the step it stopped (rank 0 knows the steps logged) */
     if (s != RP_OK && s != RP_ERR_PEER_LOST && rp_interrupted())
-        s = rp_error_set(err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
-                         (long long)(e->nd.world_rank == 0 ? e->steps_logged + 1 : e->it_first),
-                         (long long)e->steps);
+        s = rp_error_set(
+            err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
+            (long long)(e->nd.world_rank == 0 ? e->by_logger.steps_logged + 1 : e->it_first),
+            (long long)e->steps);
     if (s == RP_OK && e->nd.world_rank == 0)
-        rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps, e->last_loss);
+        rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps,
+                           e->by_logger.last_loss);
     return s;
 }
 
@@ -742,7 +748,7 @@ static rp_status write_outputs(rp_engine *e, run *r, rp_status trained, MPI_Comm
         rp_status st = rp_run_agree(e, rp_checkpoint_failures(e, &one), comm, &one);
         keep_first(e, st, &one, &out, err);
     }
-    if (e->log) {
+    if (e->by_logger.log) {
         rp_error one = {0};
         keep_first(e, rp_engine_log_close(e, &one), &one, &out, err);
     }
@@ -787,7 +793,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     e->nd = nd;
     e->rank = nd.rank; /* the engine's executors are the node's ranks */
     e->size = nd.size;
-    e->emb_base_req = MPI_REQUEST_NULL;
+    e->by_node_comm.emb_base_req = MPI_REQUEST_NULL;
 
     /* every output can be written, before any work */
     rp_status s = rp_run_agree(e, nd.world_rank == 0 ? rp_engine_outputs_check(o, err) : RP_OK,
@@ -823,8 +829,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
         s = write_outputs(e, r, s, comm, err);
     }
     rp_trace_destroy(&e->trace);
-    if (e->log) /* a start that failed after opening it */
-        fclose(e->log);
+    if (e->by_logger.log) /* a start that failed after opening it */
+        fclose(e->by_logger.log);
     rp_progress_stop(&e->progress); /* an error printed next starts on a line of its own */
     for (int i = 0; i < e->pinned_run; i++) /* before the store they are in goes */
         if (e->pins[i].bytes > 0)
@@ -833,7 +839,7 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     rp_params_destroy(&r->shared);
     rp_frozen_base_close(&e->base);
     free(r->probe.layers);
-    free(e->meas_ms);
+    free(e->by_executor.meas_ms);
     rp_router_aux_free(&e->raux);
     free(e->link_of);
     free(e->deal);
@@ -841,8 +847,8 @@ rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_lo
     free(e->model_config_text);
     rp_companions_destroy(&e->companions);
     free(e->goff);
-    free(e->node_buf);
-    free(e->gather_posted);
+    free(e->by_node_comm.node_buf);
+    free(e->by_optimizer.gather_posted);
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);
     if (!e->peer_lost)

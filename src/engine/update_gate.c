@@ -139,7 +139,7 @@ static rp_status wait_checkpoint(rp_engine *e, int l, int64_t t, const char *who
         return RP_OK;
     uint64_t t0 = rp_trace_now_ns();
     rp_status s = rp_proto_wait_written(e, l, c, who, err);
-    atomic_fetch_add(&e->ck_held_ns, rp_trace_now_ns() - t0);
+    atomic_fetch_add(&e->by_optimizer.ck_held_ns, rp_trace_now_ns() - t0);
     return s;
 }
 
@@ -157,7 +157,7 @@ int rp_gate_fused(const rp_engine *e, int l, int skip)
 void rp_gate_update_done(rp_engine *e, int l, int64_t t, int updated)
 {
     if (e->nd.nodes > 1 && updated) { /* the communication thread gathers, then publishes */
-        atomic_store(&e->gather_posted[l], t);
+        atomic_store(&e->by_optimizer.gather_posted[l], t);
         return;
     }
     if (l == 0)
