@@ -108,7 +108,7 @@ typedef struct rp_engine_checkpoint_part {
 } rp_engine_checkpoint_part;
 
 typedef struct rp_engine {
-    /* ---- the run: written by its set-up (pipeline.c) before the threads
+    /* ---- the run: written by its set-up (run.c) before the threads
      * start, and between segments (it_first, it_last, plan); read-only while
      * the threads run ---- */
     /* options, logging, the ranks */
@@ -193,14 +193,14 @@ typedef struct rp_engine {
     int *deal;             /* [node ranks]: the rank that runs round-robin executor x (the
                               plan's deal, plan/deal.h); NULL: rank x */
     int plan_shared;       /* the first plan has been shared (run_plan.c) */
-    char numa_logged[512]; /* the last --activation-numa line (pipeline.c) */
+    char numa_logged[512]; /* the last --activation-numa line (step_loop.c) */
     /* tracing and fault injection */
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */
     int drop_kind, drop_index, drop_micro; /* RP_FAULT_DROP_SIGNAL (tests); kind -1: none */
 
     /* ---- views into the host store: set up with the store (host_memory.c,
-     * pipeline.c); the data behind them is written by the producers the
+     * run.c); the data behind them is written by the producers the
      * event protocol names (protocol.h) ---- */
     rp_store *store;       /* the running segment's store */
     rp_store *param_store; /* the run's store: parameters and optimizer state */
