@@ -403,21 +403,6 @@ void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logg
                n - 8);
 }
 
-void rp_checkpoint_stop_notice(rp_engine *e)
-{
-    int sig = rp_checkpoint_requested();
-    if (!sig || e->nd.world_rank != 0 || !e->o->checkpoint_dir ||
-        atomic_exchange(&e->stop_noticed, 1))
-        return;
-    char newest[4096];
-    rp_error err;
-    if (rp_checkpoint_latest(e->o->checkpoint_dir, newest, sizeof newest, &err) != RP_OK)
-        newest[0] = '\0';
-    rp_log(e->lg, RP_LOG_INFO, "%s: stopping after the step in progress with its checkpoint (a "
-           "second signal stops at once); until that is written, kept: %s",
-           sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", newest[0] ? newest : "no checkpoint");
-}
-
 /* ---- the checkpoint of step c ------------------------------------------- */
 
 /* A checkpoint being written: its tensor lists and where each layer's

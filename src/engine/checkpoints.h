@@ -85,12 +85,6 @@ rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pendin
  * named, as host stores left in /dev/shm are. */
 void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logger *lg);
 
-/* A stop after the step in progress was asked (SIGTERM, SIGUSR1): rank 0
- * says so at once, once, with the newest complete checkpoint, which is what
- * is kept should the run be killed before its own is written (mpirun kills
- * its ranks a second after the SIGTERM it sends on Ctrl-C). Any thread. */
-void rp_checkpoint_stop_notice(rp_engine *e);
-
 /* Write the checkpoint of step e->it_last after its segment ended, unless
  * the writer thread wrote it (a stop right after a checkpoint step). The
  * leader writes, every rank agrees. A checkpoint that cannot be written

@@ -60,16 +60,6 @@ static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
     }
 }
 
-/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
-void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
-{
-    if (!e->trace)
-        return;
-    char span[64];
-    snprintf(span, sizeof span, "%s %d (it %lld)", what, l, (long long)t);
-    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-}
-
 /* Pipeline 1.. gradients of elements [a, z) of layer l > 0 added onto
  * pipeline 0's (acc), after the previous node's partial sum when `from`
  * (its element lo at from[0]): a left fold in pipeline order. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "engine/checkpoints.h"
 #include "engine/host_memory.h"
 #include "engine/lora_run.h"
 #include "engine/node_sums.h"

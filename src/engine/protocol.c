@@ -1,13 +1,14 @@
 /* The event protocol (see protocol.h for the table): counter indices and the
  * waits and signals of every kind. */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/protocol.h"
+#include "io/checkpoint.h"
 
 /* ---- indices: the one place they are computed ---------------------------- */
 
@@ -109,6 +110,25 @@ int rp_proto_stopped(const rp_engine *e, int64_t t)
     return v != 0 && t > v;
 }
 
+/* A stop after the step in progress was asked (SIGTERM, SIGUSR1): rank 0
+ * says so at once, once, with the newest complete checkpoint, which is what
+ * is kept should the run be killed before its own is written (mpirun kills
+ * its ranks a second after the SIGTERM it sends on Ctrl-C). Any thread. */
+static void stop_notice(rp_engine *e)
+{
+    int sig = rp_checkpoint_requested();
+    if (!sig || e->nd.world_rank != 0 || !e->o->checkpoint_dir ||
+        atomic_exchange(&e->stop_noticed, 1))
+        return;
+    char newest[4096];
+    rp_error err;
+    if (rp_checkpoint_latest(e->o->checkpoint_dir, newest, sizeof newest, &err) != RP_OK)
+        newest[0] = '\0';
+    rp_log(e->lg, RP_LOG_INFO, "%s: stopping after the step in progress with its checkpoint (a "
+           "second signal stops at once); until that is written, kept: %s",
+           sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", newest[0] ? newest : "no checkpoint");
+}
+
 /* Before an executor starts a job of step t: it records t as started, then
  * reads the stop step. The first executor to see a stop request decides it:
  * it marks the decision pending, reads the highest step started and makes
@@ -149,7 +169,7 @@ static rp_status wait_for_step(rp_engine *e, rp_event_kind kind, int index, int 
     if (rp_interrupted())
         return interrupted(e, value, err);
     if (rp_checkpoint_requested()) /* said at once: a kill may follow soon */
-        rp_checkpoint_stop_notice(e);
+        stop_notice(e);
     if (rp_event_value(e->ev, ev) >= value)
         return RP_OK;
     double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));

@@ -19,13 +19,14 @@
 #include <mpi.h>
 
 #include "device/device.h"
-#include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/host_memory.h"
 #include "io/config.h"
 
 /* What one call of rp_train_run holds beyond the engine: the model's
  * configuration and layout, the parameter store and the start-up facts. */
+typedef struct rp_resume rp_resume; /* engine/checkpoints.h */
+
 typedef struct rp_run_state {
     rp_model_config cfg;
     const char *config_path; /* the config.json read (named in messages and saved) */
@@ -63,7 +64,7 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
                                rp_error *err);
 
 /* Make a status collective: every rank learns whether any rank failed
- * (run.c says how a lost rank is bounded). */
+ * (agree.c says how a lost rank is bounded). */
 rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err);
 
 /* e->memory_limit: the device bytes an executor may allocate, the same on

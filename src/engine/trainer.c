@@ -2,6 +2,7 @@
 
 #include "engine/trainer.h"
 
+#include "engine/checkpoints.h"
 #include "engine/node_sums.h"
 #include "engine/run_impl.h"
 
