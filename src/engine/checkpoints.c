@@ -18,7 +18,9 @@
 #include "optim/lr.h"
 #include "engine/run_impl.h"
 #include "engine/lora_checkpoint.h"
+#include "engine/checkpoint_steps.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "optim/clip.h"
 
 #define RP_CHECKPOINT_FORMAT 1
@@ -208,7 +210,8 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
                                 file);
         RP_TRY(whole_field(v, file, "pending_update.", "step", *step, *step, &pending_step, err));
         if (!json_object_object_get_ex(v, "clip_coef", &pc) ||
-            !(json_object_is_type(pc, json_type_double) || json_object_is_type(pc, json_type_int)) ||
+            !(json_object_is_type(pc, json_type_double) ||
+              json_object_is_type(pc, json_type_int)) ||
             !(json_object_get_double(pc) > 0 && json_object_get_double(pc) <= 1) ||
             *adam_step >= *step)
             return rp_error_set(err, RP_ERR_FORMAT, "%s: \"pending_update\" is invalid (its "
@@ -400,29 +403,6 @@ void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logg
                n - 8);
 }
 
-void rp_checkpoint_stop_notice(rp_engine *e)
-{
-    int sig = rp_checkpoint_requested();
-    if (!sig || e->nd.world_rank != 0 || !e->o->checkpoint_dir ||
-        atomic_exchange(&e->stop_noticed, 1))
-        return;
-    char newest[4096];
-    rp_error err;
-    if (rp_checkpoint_latest(e->o->checkpoint_dir, newest, sizeof newest, &err) != RP_OK)
-        newest[0] = '\0';
-    rp_log(e->lg, RP_LOG_INFO, "%s: stopping after the step in progress with its checkpoint (a "
-           "second signal stops at once); until that is written, kept: %s",
-           sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", newest[0] ? newest : "no checkpoint");
-}
-
-int rp_checkpoint_due(const rp_engine *e, int64_t t)
-{
-    const rp_train_options *o = e->o;
-    if (!o->checkpoint_dir)
-        return 0;
-    return t == e->steps || (o->checkpoint_every > 0 && t % o->checkpoint_every == 0);
-}
-
 /* ---- the checkpoint of step c ------------------------------------------- */
 
 /* A checkpoint being written: its tensor lists and where each layer's
@@ -516,7 +496,8 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
                                json_object_new_string(rp_dtype_name(e->p->loaded_dtype)));
     rp_status s = RP_OK;
     if (e->lora) /* the adapters' settings and the base they are trained on */
-        s = rp_lora_checkpoint_state(st, &e->p->cfg, o, e->lora_base_hash, err);
+        s = rp_lora_checkpoint_state(st, &e->p->cfg, o, e->by_checkpoint_writer.lora_base_hash,
+                                     err);
     if (k->pending) { /* the weights are of step c - 1; c's update follows on resume */
         json_object *pu = json_object_new_object();
         json_object_object_add(pu, "step", json_object_new_int64(c));
@@ -538,21 +519,12 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
         if (k->async)
             snprintf(how, sizeof how, ", while training went on: %.2f s writing, updates held "
                      "%.3f s for it", k->writing,
-                     (double)(atomic_load(&e->ck_held_ns) - k->held0) / 1e9);
+                     (double)(atomic_load(&e->by_optimizer.ck_held_ns) - k->held0) / 1e9);
         rp_log(e->lg, RP_LOG_INFO, "checkpoint of step %lld written: %s (%.1f MiB in %.2f s%s)",
                (long long)c, dir, mib, rp_now() - k->t0, how);
     }
     ck_free(k);
     return s;
-}
-
-/* Does the checkpoint of step c hold a pending update? With a lagged
- * optimizer the update of step c is applied only after step c+1's jobs
- * have read the weights of step c-1, so a resumed run needs those weights
- * and c's gradient; after the last step there is nothing to resume. */
-static int ck_pending(const rp_engine *e, int64_t c)
-{
-    return e->o->optimizer_lag && c < e->steps;
 }
 
 /* The checkpoint of step c could not be written (a full disk, a directory
@@ -563,37 +535,42 @@ static void ck_not_written(rp_engine *e, int64_t c, const rp_error *why)
     rp_log(e->lg, RP_LOG_ERROR, "checkpoint of step %lld not written: %s; the older checkpoints "
            "are kept, training and the other outputs go on, and the run will end with an error",
            (long long)c, why->msg);
-    if (!e->ck_failed) {
-        e->ck_failed = c;
-        e->ck_error = *why;
+    if (!e->by_checkpoint_writer.ck_failed) {
+        e->by_checkpoint_writer.ck_failed = c;
+        e->by_checkpoint_writer.ck_error = *why;
     }
 }
 
 rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err)
 {
-    if (!e->ck_failed)
+    if (!e->by_checkpoint_writer.ck_failed)
         return RP_OK;
-    return rp_error_set(err, RP_ERR_IO, "--checkpoint-dir %s: the checkpoint of step %lld was "
-                        "not written: %.700s", e->o->checkpoint_dir, (long long)e->ck_failed,
-                        e->ck_error.msg);
+    return rp_error_set(err, RP_ERR_IO,
+                        "--checkpoint-dir %s: the checkpoint of step %lld was "
+                        "not written: %.700s",
+                        e->o->checkpoint_dir, (long long)e->by_checkpoint_writer.ck_failed,
+                        e->by_checkpoint_writer.ck_error.msg);
 }
 
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
-    if (e->nd.world_rank == 0 && e->ck_written == e->it_last) /* written while it ran */
+    if (e->nd.world_rank == 0 &&
+        e->by_checkpoint_writer.ck_written == e->it_last) /* written while it ran */
         return rp_run_agree(e, s, comm, err);
     int nodes = e->nd.nodes > 1;
     if (nodes) /* each node keeps its slices' state: all of it on node 0 */
-        RP_TRY(rp_run_agree(e, rp_node_collect(e, 1, ck_pending(e, e->it_last), err), comm, err));
+        RP_TRY(rp_run_agree(
+            e, rp_node_collect(e, 1, rp_gate_checkpoint_pending(e, e->it_last), err), comm, err));
     if (e->nd.world_rank == 0) { /* every node holds the same state: node 0's */
         ck k;
-        int pending = ck_pending(e, e->it_last);
+        int pending = rp_gate_checkpoint_pending(e, e->it_last);
         s = ck_begin(e, e->it_last, pending, &k, err);
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++)
             s = ck_layer(&k, l, err);
         if (s == RP_OK)
-            s = ck_finish(e, &k, e->it_last, e->adam_step, e->lag_coef, err);
+            s = ck_finish(e, &k, e->it_last, e->by_optimizer.adam_step, e->by_optimizer.lag_coef,
+                          err);
         ck_free(&k);
         if (s != RP_OK) {
             ck_not_written(e, e->it_last, err);
@@ -608,34 +585,12 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 
 /* ---- written while training goes on ------------------------------------- */
 
-/* Is step c's checkpoint written by the writer thread while the segment
- * runs (rather than after it, as the segment's last step's is)? */
-static int ck_in_segment(const rp_engine *e, int64_t c)
-{
-    return e->nd.node == 0 && c >= e->it_first && c < e->it_last && rp_checkpoint_due(e, c);
-}
-
 int rp_checkpoint_writer_needed(const rp_engine *e)
 {
     for (int64_t c = e->it_first; c < e->it_last; c++)
-        if (ck_in_segment(e, c))
+        if (rp_checkpoint_in_segment(e, c))
             return 1;
     return 0;
-}
-
-/* Hold the update of step t of layer l until the checkpoint that needs the
- * layer's state before it has it: the checkpoint of step t-1 (its state
- * after its update), or with a lagged optimizer of step t (its state
- * before, with the gradient). The one rule of the writer's back-pressure. */
-rp_status rp_checkpoint_hold(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
-{
-    int64_t c = e->o->optimizer_lag ? t : t - 1;
-    if (!ck_in_segment(e, c))
-        return RP_OK;
-    uint64_t t0 = rp_trace_now_ns();
-    rp_status s = rp_proto_wait_written(e, l, c, who, err);
-    atomic_fetch_add(&e->ck_held_ns, rp_trace_now_ns() - t0);
-    return s;
 }
 
 /* The updates applied once step `last` is done: the count at the segment's
@@ -655,7 +610,7 @@ static int64_t adam_after(const rp_engine *e, int64_t last)
  * global norm (by need), otherwise top down as the gradients land. */
 static int ck_layer_at(const rp_engine *e, int i)
 {
-    int bottom_up = e->o->grad_clip > 0 && !e->o->optimizer_lag;
+    int bottom_up = rp_gate_order_of(e) == RP_GATE_BY_NEED;
     return bottom_up ? i : e->num_layers - 1 - i;
 }
 
@@ -663,17 +618,17 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
 {
     char who[64];
     snprintf(who, sizeof who, "checkpoint writer, step %lld", (long long)c);
-    int pending = ck_pending(e, c);
+    int pending = rp_gate_checkpoint_pending(e, c);
     ck k;
     rp_error why = {0}; /* the checkpoint's failure, which is not the run's */
     rp_status w = ck_begin(e, c, pending, &k, &why);
     k.async = 1;
-    k.held0 = atomic_load(&e->ck_held_ns);
+    k.held0 = atomic_load(&e->by_optimizer.ck_held_ns);
     rp_status s = RP_OK;
     float coef = 1.0f;
     if (pending && e->o->grad_clip > 0) { /* before any update of c: its norms still there */
         double total, norm;
-        s = rp_engine_total_sumsq(e, c, who, &total, err);
+        s = rp_gate_wait_global_sumsq(e, c, who, &total, err);
         if (s == RP_OK)
             s = rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err);
     }
@@ -681,8 +636,7 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     const char *slow = getenv("RP_FAULT_CHECKPOINT_LAYER_MS");
     for (int i = 0; s == RP_OK && i < e->num_layers; i++) {
         int l = ck_layer_at(e, i);
-        s = pending ? rp_proto_wait_summed(e, l, c, who, 1, err)
-                    : rp_proto_wait_layer(e, l, 0, (uint64_t)c, who, 1, err);
+        s = rp_gate_wait_checkpoint_state(e, l, c, pending, who, err);
         if (s == RP_OK && slow && atoi(slow) > 0)
             usleep((useconds_t)atoi(slow) * 1000);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
@@ -703,7 +657,7 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
     if (w == RP_OK)
         w = ck_finish(e, &k, c, adam_after(e, pending ? c - 1 : c), coef, &why);
     if (w == RP_OK)
-        e->ck_written = c;
+        e->by_checkpoint_writer.ck_written = c;
     else
         ck_not_written(e, c, &why);
     return RP_OK;
@@ -715,7 +669,7 @@ void *rp_checkpoint_writer_main(void *arg)
     rp_error err = {0};
     rp_status s = RP_OK;
     for (int64_t c = e->it_first; s == RP_OK && c < e->it_last; c++)
-        if (ck_in_segment(e, c))
+        if (rp_checkpoint_in_segment(e, c))
             s = write_one(e, c, &err);
     if (s != RP_OK && s != RP_STOP) /* a stop before c: that checkpoint is not needed */
         rp_engine_fail(e, s, &err);

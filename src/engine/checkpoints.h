@@ -9,7 +9,8 @@
  * consistent snapshot without a copy of the state. A writer thread on rank 0
  * (the node leader) writes each layer's state as soon as it is final for c
  * and signals it (event `written`); the update that would change the layer
- * next waits for that signal on every rank (rp_checkpoint_hold). So each
+ * next waits for that signal on every rank (the update gate,
+ * update_gate.h). So each
  * layer has about one iteration to reach the file before training waits.
  * - Exact optimizer: the layer's master, m and v at version c; the update
  *   of step c+1 is held.
@@ -84,15 +85,6 @@ rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pendin
  * named, as host stores left in /dev/shm are. */
 void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logger *lg);
 
-/* A stop after the step in progress was asked (SIGTERM, SIGUSR1): rank 0
- * says so at once, once, with the newest complete checkpoint, which is what
- * is kept should the run be killed before its own is written (mpirun kills
- * its ranks a second after the SIGTERM it sends on Ctrl-C). Any thread. */
-void rp_checkpoint_stop_notice(rp_engine *e);
-
-/* Is there a checkpoint after step t? */
-int rp_checkpoint_due(const rp_engine *e, int64_t t);
-
 /* Write the checkpoint of step e->it_last after its segment ended, unless
  * the writer thread wrote it (a stop right after a checkpoint step). The
  * leader writes, every rank agrees. A checkpoint that cannot be written
@@ -110,10 +102,5 @@ rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err);
  * threads; a failure is the run's (rp_engine_fail). */
 int rp_checkpoint_writer_needed(const rp_engine *e);
 void *rp_checkpoint_writer_main(void *arg);
-
-/* Before the update of step t changes this rank's share of layer l (every
- * rank's optimizer): wait until the checkpoint writer has what it needs of
- * the layer. */
-rp_status rp_checkpoint_hold(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
 
 #endif

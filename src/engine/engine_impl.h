@@ -1,7 +1,14 @@
-/* Internal state of the pipeline engine shared by its threads: the
- * executor (the rank's main thread), the optimizer thread and, on rank 0,
- * the logger thread. Everything here is read-only once the threads start,
- * except the error slot (under its lock) and what lives in the store. */
+/* Internal state of the engine, shared by its threads: the executor (the
+ * rank's main thread, which also sets the run up and re-plans between
+ * segments), the optimizer thread, the node communication thread (several
+ * nodes), and on rank 0 the logger and the checkpoint writer. The state is
+ * grouped by who writes it: the run's shape and set-up (written before the
+ * threads start, read-only while they run), views into the host store (set
+ * up once; what they point to is written under the event protocol,
+ * protocol.h), the error and stop slots (any thread, atomically or under
+ * the lock), and one part per thread, written by that thread only while
+ * the threads run (the set-up may give them their starting values, and the
+ * run reads them once the threads have joined). */
 #ifndef RP_ENGINE_ENGINE_IMPL_H
 #define RP_ENGINE_ENGINE_IMPL_H
 
@@ -35,102 +42,107 @@ typedef struct rp_rank_link {
     double uplink;
 } rp_rank_link;
 
+/* The optimizer thread's part (optimizer.c, grad_completion.c, and the
+ * update gate it calls): written by it while a segment runs; the set-up
+ * gives adam_step its starting value, the run reads it between segments. */
+typedef struct rp_engine_optimizer_part {
+    int64_t adam_step;   /* AdamW's own step count, the updates applied so far (a step with no
+                            counted target applies none, while the lr schedule still advances
+                            with the step), kept across segments */
+    float lag_coef;      /* rank 0's lagged optimizer: the clipping coefficient of the step it
+                            is updating (for a checkpoint after a stop) */
+    _Atomic uint64_t adamw_ns;   /* CPU time of the threads that called AdamW on this rank (an
+                                    OpenMP team's other threads not counted), in the steps from
+                                    the run's RP_ADAMW_TIMED_FROM-th on */
+    _Atomic uint64_t ck_held_ns; /* updates held for the checkpoint writer (this rank) */
+    _Atomic int64_t *gather_posted; /* several nodes, [layer]: the newest step whose update of
+                                       this rank's slice the optimizer handed to the
+                                       all-gather (rp_gate_update_done; the communication
+                                       thread reads it) */
+    _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
+} rp_engine_optimizer_part;
+
+/* The executor's measurements (executor.c): ms summed over calls, and the
+ * calls, per layer, taken in a segment's iterations after its first; the
+ * run reads them between segments to re-plan (run_plan.c). */
+typedef struct rp_engine_executor_part {
+    double *meas_ms; /* [2 * num_layers]: forward, then backward */
+    double *meas_n;
+} rp_engine_executor_part;
+
+/* The logger thread's part (logger.c, outputs.c; rank 0): written by it
+ * while a segment runs; the set-up opens --log and starts the clocks, the
+ * run reads them after the threads joined. */
+typedef struct rp_engine_logger_part {
+    FILE *log;             /* --log, rank 0 */
+    int log_errno;         /* errno of the first failed write to --log (0: none) */
+    int64_t log_failed_step;
+    double t_logged;       /* when the previous iteration was logged */
+    uint64_t trace_step_ns; /* the same on the trace's clock (start of the step span) */
+    double last_loss;
+    int64_t steps_logged;  /* steps whose metrics are done */
+} rp_engine_logger_part;
+
+/* The node communication thread's part (node_sums.c; several nodes): its
+ * exchanges and what it sent; the set-up allocates the buffer. */
+typedef struct rp_engine_node_comm_part {
+    float *node_buf;   /* a partial sum from the node before (the largest share of a layer),
+                          or NULL */
+    struct rp_node_pending *node_pending; /* the exchanges in flight, per layer */
+    MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
+                                 the last node */
+    _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
+    int node_failure_sent[2]; /* this node and its status, as the failure notice sent to the
+                                 other nodes holds them */
+} rp_engine_node_comm_part;
+
+/* The checkpoint writer's part (checkpoints.c; rank 0): written by the
+ * writer thread while a segment runs, and by the run's checkpoint after a
+ * segment (rp_checkpoint_save), never both at once. */
+typedef struct rp_engine_checkpoint_part {
+    int64_t ck_written; /* the newest checkpoint written during a segment */
+    int64_t ck_failed;  /* the step of the first checkpoint not written (0: none) */
+    rp_error ck_error;  /* and why */
+    char lora_base_hash[17]; /* LoRA checkpoints: the base's fingerprint, once computed
+                                (engine/lora_checkpoint.h) */
+} rp_engine_checkpoint_part;
+
 typedef struct rp_engine {
+    /* ---- the run: written by its set-up (run.c) before the threads
+     * start, and between segments (it_first, it_last, plan); read-only while
+     * the threads run ---- */
+    /* options, logging, the ranks */
     const rp_train_options *o;
     const rp_logger *lg;
     rp_nodes nd;       /* the job's nodes (engine/nodes.h) */
     int rank, size;    /* within this rank's node: the executors the engine deals jobs to */
     int threads;
+    /* the device */
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
                               0 = none; the same on every rank (device_memory_limit) */
+    rp_device *dev;    /* this rank's executor device, for the whole run */
+    /* the model and its weights */
     rp_params *p;      /* attached to the store: with LoRA, the adapters */
     int lora;          /* LoRA: the model's other weights are frozen, in `base` */
     rp_frozen_base *base; /* LoRA's frozen weights (engine/frozen_base.h), or NULL */
     int base_in_place;    /* executors whose memory is the host's (CPU) read `base` where
                            * it lies: it is never copied into their stage buffers */
-    char lora_base_hash[17]; /* LoRA checkpoints: the base's fingerprint, once computed
-                                (engine/lora_checkpoint.h; rank 0) */
-    rp_plan plan;
+    int tied;          /* the LM head is the embedding */
     rp_router_aux raux; /* a mixture of experts' load-balancing loss (coef 0: none) */
-    rp_arena arena;
-    float *act;        /* arena base in the store */
-    float *tied_grad;  /* the head's part of a tied embedding's gradient, one per pipeline
-                          (vocab x hidden floats each), or NULL */
-    float *group_grad; /* gradients of pipelines 1..P-1 (pipeline 0's are the params'), laid
-                          out per layer at goff[l], gstride floats per pipeline; not the
-                          embedding's, which travels as rows (below) */
-    size_t *goff, gstride;
-    /* The embedding's gradient of pipeline g: the rows its tokens touched,
-     * sorted ids emb_ids[g][0..emb_n[g]) and their rows emb_rows[g]
-     * (emb_cap rows of hidden floats each). Jobs upload only these rows of
-     * the table too (executor.c). */
-    int32_t *emb_ids_base;
-    float *emb_rows_base;
-    int64_t *emb_n;
-    int64_t emb_cap;   /* min(vocab, tokens of a pipeline's microbatches) */
-    _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
-    /* a stop after the step in progress (rp_request_checkpoint), in the
-     * store: the last step to run (0: none; RP_STOP_PENDING while it is
-     * being decided) and the highest step any executor started a job of
-     * (protocol.c, rp_proto_stop_before) */
-    _Atomic int64_t *stop_at;
-    _Atomic int64_t *started;
-    _Atomic int stop_noticed; /* rank 0 said that a stop after the step was asked */
-    int stopped_early;  /* the run stopped after e->it_last < e->steps, with a checkpoint */
-    rp_store *store;   /* the running segment's store */
-    rp_store *param_store; /* the run's store: parameters and optimizer state */
-    /* host ranges the executor registers with its device (pins) so copies run
-     * at full speed: for the run, each layer's compute copy (uploaded) and
-     * gradient (downloaded into), and the areas of the tied head's, the other
-     * pipelines' and the embedding rows' gradients (pins[0, npins_run)); the
-     * segment's activations last. Master weights and AdamW moments, which no
-     * copy touches, stay pageable. */
-    struct rp_pin {
-        void *base;
-        size_t bytes;
-    } *pins;
-    int npins, npins_run;
-    int pinned_run;    /* pins[0, pinned_run) registered with dev, for the run */
-    size_t param_store_bytes; /* the run's store (host_memory.h) */
-    int64_t resume_step;      /* --resume: the checkpoint's step (0: a fresh start) */
-    int64_t resume_adam_step; /* and AdamW's update count then */
-    const char *resume_dir;   /* the checkpoint (the model is read from it) */
-    int resume_pending;       /* its update of resume_step is still to be applied (a lagged
-                                 optimizer's checkpoint, engine/checkpoints.h), with: */
-    float resume_coef;        /* that step's clipping coefficient */
-    rp_dtype resume_model_dtype; /* the dtype the run's --model was stored in (the
-                                    checkpoint's own weights are fp32): --save's default */
-    float lag_coef;           /* rank 0's lagged optimizer: the clipping coefficient of the
-                                 step it is updating (for a checkpoint after a stop) */
-    int64_t adam_first;       /* adam_step when the running segment started */
-    int64_t ck_written;       /* rank 0: the newest checkpoint written during a segment */
-    _Atomic uint64_t ck_held_ns; /* updates held for the checkpoint writer (this rank) */
-    int64_t ck_failed;        /* rank 0: the step of the first checkpoint not written (0: none) */
-    rp_error ck_error;        /* and why */
     char *model_config_text; /* the config.json the model came from, read at start (rank 0;
                                 NULL elsewhere): the template of every save and checkpoint,
                                 usable when its file is gone (a pruned checkpoint) */
     rp_companions *companions; /* the model's tokenizer and generation files, read at start
                                   (rank 0; NULL elsewhere and with --init-config): they go
                                   into every save and a full model's checkpoints */
-    rp_device *dev;    /* this rank's executor device, for the whole run */
-    rp_events *ev;
+    /* the plan, its schedule and the data */
+    rp_plan plan;
+    rp_lr_schedule sched;
     rp_dataset *ds;
     rp_dataset *eval_ds; /* --eval-data (NULL: none) */
-    /* transfer arbitration on a shared PCIe link (engine/link_groups.c):
-     * this rank's group among the node's, its slot in the group's board
-     * and the group's member count (< 2: no arbitration) */
-    int link_group, link_member, link_members;
-    rp_rank_link *link_of; /* [node ranks]: each rank's link, the node leader's model */
-    int *deal;             /* [node ranks]: the rank that runs round-robin executor x (the
-                              plan's deal, plan/deal.h); NULL: rank x */
-    int plan_shared;       /* the first plan has been shared (run_plan.c) */
-    char numa_logged[512]; /* the last --activation-numa line (pipeline.c) */
-    struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
-    rp_lr_schedule sched;
-    /* the shape of the run (fixed once set up) */
+    /* the shape of the run */
     int64_t steps;              /* iterations of the run */
     int64_t microbatches;       /* of this node per iteration (M / nodes) */
     int64_t batch_micro;        /* of the whole iteration, every node's (M) */
@@ -147,44 +159,91 @@ typedef struct rp_engine {
     size_t act_floats;          /* floats of one microbatch's activations */
     int jobs_per_it;            /* jobs of one pipeline in one iteration */
     int num_layers;             /* embedding, blocks, head */
+    /* the running segment and the resume */
     int64_t it_first, it_last;  /* iterations of the running segment (one plan each) */
-    int64_t adam_step;   /* optimizer thread: AdamW's own step count, the updates applied so
-                            far (a step with no counted target applies none, while the lr
-                            schedule still advances with the step), kept across segments */
-    double t_logged;     /* logger: when the previous iteration was logged */
-    uint64_t trace_step_ns; /* logger: the same on the trace's clock (start of the step span) */
-    double last_loss;
-    int64_t steps_logged; /* logger (rank 0): steps whose metrics are done */
-    /* measured layer times of the executor (ms summed over calls, and calls),
-     * taken in a segment's iterations after its first */
-    double *meas_ms; /* [2 * num_layers]: forward, then backward */
-    double *meas_n;
-    int tied;
-    FILE *log;         /* rank 0 */
-    int log_errno;     /* errno of the first failed write to --log (0: none) */
-    int64_t log_failed_step;
-    float *node_buf;   /* several nodes: a partial sum from the node before (the largest
-                          share of a layer), or NULL */
-    struct rp_node_pending *node_pending; /* the node communication thread's exchanges in
-                                             flight, per layer (node_sums.c) */
-    _Atomic int64_t *gather_posted; /* [layer]: the newest step whose update of this rank's
-                                       slice the optimizer handed to the all-gather */
-    _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
-    MPI_Request emb_base_req; /* node 0: the tied embedding's summed base, on its way from
-                                 the last node (node_sums.c) */
-    _Atomic uint64_t node_sent; /* bytes this rank sent to other nodes while training */
-    int node_failure_sent[2]; /* this node and its status, as the failure notice sent to the
-                                 other nodes holds them (node_sums.c) */
-    _Atomic uint64_t adamw_ns;  /* CPU time of the threads that called AdamW on this rank (an
-                                   OpenMP team's other threads not counted), in the steps from
-                                   the run's RP_ADAMW_TIMED_FROM-th on */
-    int peer_lost;     /* a bounded agreement expired: no more collectives on comm */
+    int64_t adam_first;         /* by_optimizer.adam_step when the running segment started */
+    int64_t resume_step;      /* --resume: the checkpoint's step (0: a fresh start) */
+    int64_t resume_adam_step; /* and AdamW's update count then */
+    const char *resume_dir;   /* the checkpoint (the model is read from it) */
+    int resume_pending;       /* its update of resume_step is still to be applied (a lagged
+                                 optimizer's checkpoint, engine/checkpoints.h), with: */
+    float resume_coef;        /* that step's clipping coefficient */
+    rp_dtype resume_model_dtype; /* the dtype the run's --model was stored in (the
+                                    checkpoint's own weights are fp32): --save's default */
+    int stopped_early;  /* the run stopped after e->it_last < e->steps, with a checkpoint */
+    int peer_lost;      /* a bounded agreement expired: no more collectives on comm */
+    /* transfers: pinned ranges and PCIe links */
+    /* host ranges the executor registers with its device (pins) so copies run
+     * at full speed: for the run, each layer's compute copy (uploaded) and
+     * gradient (downloaded into), and the areas of the tied head's, the other
+     * pipelines' and the embedding rows' gradients (pins[0, npins_run)); the
+     * segment's activations last. Master weights and AdamW moments, which no
+     * copy touches, stay pageable. */
+    struct rp_pin {
+        void *base;
+        size_t bytes;
+    } *pins;
+    int npins, npins_run;
+    int pinned_run;    /* pins[0, pinned_run) registered with dev, for the run */
+    /* transfer arbitration on a shared PCIe link (engine/link_groups.c):
+     * this rank's group among the node's, its slot in the group's board
+     * and the group's member count (< 2: no arbitration) */
+    int link_group, link_member, link_members;
+    rp_rank_link *link_of; /* [node ranks]: each rank's link, the node leader's model */
+    int *deal;             /* [node ranks]: the rank that runs round-robin executor x (the
+                              plan's deal, plan/deal.h); NULL: rank x */
+    int plan_shared;       /* the first plan has been shared (run_plan.c) */
+    char numa_logged[512]; /* the last --activation-numa line (step_loop.c) */
+    /* tracing and fault injection */
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */
     int drop_kind, drop_index, drop_micro; /* RP_FAULT_DROP_SIGNAL (tests); kind -1: none */
-    pthread_mutex_t lock;
-    rp_status status;  /* first failure of this rank */
+
+    /* ---- views into the host store: set up with the store (host_memory.c,
+     * run.c); the data behind them is written by the producers the
+     * event protocol names (protocol.h) ---- */
+    rp_store *store;       /* the running segment's store */
+    rp_store *param_store; /* the run's store: parameters and optimizer state */
+    size_t param_store_bytes; /* the run's store (host_memory.h) */
+    struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
+    rp_events *ev;
+    rp_arena arena;
+    float *act;        /* arena base in the store */
+    float *tied_grad;  /* the head's part of a tied embedding's gradient, one per pipeline
+                          (vocab x hidden floats each), or NULL */
+    float *group_grad; /* gradients of pipelines 1..P-1 (pipeline 0's are the params'), laid
+                          out per layer at goff[l], gstride floats per pipeline; not the
+                          embedding's, which travels as rows (below) */
+    size_t *goff, gstride;
+    /* The embedding's gradient of pipeline g: the rows its tokens touched,
+     * sorted ids emb_ids[g][0..emb_n[g]) and their rows emb_rows[g]
+     * (emb_cap rows of hidden floats each), written by the job that
+     * downloads them. Jobs upload only these rows of the table too
+     * (executor.c). */
+    int32_t *emb_ids_base;
+    float *emb_rows_base;
+    int64_t *emb_n;
+    int64_t emb_cap;   /* min(vocab, tokens of a pipeline's microbatches) */
+
+    /* ---- the error and stop slots: any thread ---- */
+    _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */
+    /* a stop after the step in progress (rp_request_checkpoint), in the
+     * store: the last step to run (0: none; RP_STOP_PENDING while it is
+     * being decided) and the highest step any executor started a job of
+     * (protocol.c, rp_proto_stop_before) */
+    _Atomic int64_t *stop_at;
+    _Atomic int64_t *started;
+    _Atomic int stop_noticed; /* rank 0 said that a stop after the step was asked */
+    pthread_mutex_t lock; /* over status and err */
+    rp_status status;  /* first failure of this rank (rp_engine_fail) */
     rp_error err;
+
+    /* ---- one part per thread, written by that thread only ---- */
+    rp_engine_executor_part by_executor;
+    rp_engine_optimizer_part by_optimizer;
+    rp_engine_logger_part by_logger;                 /* rank 0 */
+    rp_engine_node_comm_part by_node_comm;           /* several nodes */
+    rp_engine_checkpoint_part by_checkpoint_writer;  /* rank 0 */
 } rp_engine;
 
 /* After the logger wrote step's metrics line: flush it, and on the first
@@ -265,21 +324,6 @@ void rp_engine_share(const rp_engine *e, int l, int r, size_t *b0, size_t *b1, s
  * [*lo, *hi); with one node, the share. */
 void rp_engine_slice(const rp_engine *e, int l, int r, int node, size_t *b0, size_t *b1,
                      size_t *lo, size_t *hi);
-
-/* Squared global gradient norm of iteration t, once every share of every
- * layer has been summed (protocol.h): block sums in block order per layer,
- * layers in order, the same bits on every rank. */
-rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
-                                rp_error *err);
-
-/* Version of a layer's weights the jobs of iteration t use: t-1 (exact), or
- * t-2 with --optimizer-lag 1 (the update of iteration t-1 is applied only
- * after iteration t has uploaded the weights). */
-static inline uint64_t rp_engine_need(const rp_engine *e, int64_t t)
-{
-    int64_t v = t - 1 - e->o->optimizer_lag;
-    return v > 0 ? (uint64_t)v : 0;
-}
 
 static inline double *rp_engine_loss(const rp_engine *e, int64_t t)
 {

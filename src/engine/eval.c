@@ -292,13 +292,13 @@ rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
             tokens += counted[j];
         }
         double mean = tokens > 0 ? sum / (double)tokens : 0.0;
-        if (e->log) {
+        if (e->by_logger.log) {
             if (tokens > 0)
-                fprintf(e->log, "{\"step\":%lld,\"eval_loss\":%.17g,\"eval_tokens\":%lld,"
+                fprintf(e->by_logger.log, "{\"step\":%lld,\"eval_loss\":%.17g,\"eval_tokens\":%lld,"
                         "\"eval_samples\":%lld}\n", (long long)step, mean, (long long)tokens,
                         (long long)samples);
             else
-                fprintf(e->log, "{\"step\":%lld,\"eval_loss\":null,\"eval_tokens\":0,"
+                fprintf(e->by_logger.log, "{\"step\":%lld,\"eval_loss\":null,\"eval_tokens\":0,"
                         "\"eval_samples\":%lld}\n", (long long)step, (long long)samples);
             rp_engine_log_written(e, step);
         }

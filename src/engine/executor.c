@@ -12,6 +12,7 @@
 #include "engine/executor_impl.h"
 #include "engine/lora_run.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "model/layers.h"
 
 /* Device allocations keep the first failure's message (bytes asked and,
@@ -327,8 +328,8 @@ static void measure(executor *x, int l, int bwd, int64_t t, double t0)
 {
     rp_engine *e = x->e;
     if (t > e->it_first) {
-        e->meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
-        e->meas_n[bwd * e->num_layers + l] += 1;
+        e->by_executor.meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
+        e->by_executor.meas_n[bwd * e->num_layers + l] += 1;
     }
 }
 
@@ -595,16 +596,8 @@ static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, 
 {
     rp_engine *e = x->e;
     int n = 0;
-    /* the host buffers of iteration t-1 must have been consumed by its update
-     * (always true with exact semantics; with a lagged optimizer the update
-     * may trail); the tied part once the embedding's gradient was summed
-     * (waiting for its update would deadlock a lagged optimizer, whose
-     * update of the embedding waits for this iteration's later uploads) */
-    for (int l = job->first; l <= job->last; l++) /* the embedding's rows: read by the sum */
-        RP_TRY(l == 0 ? rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err)
-                      : rp_proto_wait_layer(e, l, 0, (uint64_t)(t - 1), x->name, 0, err));
-    if (rp_stage_needs_tied(e, job))
-        RP_TRY(rp_proto_wait_summed(e, 0, t - 1, x->name, 0, err));
+    RP_TRY(rp_gate_wait_grad_buffers(e, job->first, job->last, rp_stage_needs_tied(e, job), t,
+                                     x->name, err));
     for (int l = job->first; l <= job->last; l++) {
         if (e->lora && rp_layer_numel(e, l) == 0) { /* frozen: nothing travels */
             if (l == 0)

@@ -3,14 +3,15 @@
  * pipeline order (the embedding's in two parts: the dense base with the
  * tied LM head's parts, then each pipeline's rows), the share's block
  * norms for clipping, and, when nothing waits for a global norm, the AdamW
- * update fused in while the block is in cache. optimizer.c decides when. */
+ * update fused in while the block is in cache. optimizer.c runs it, the
+ * update gate (update_gate.h) decides when. */
 #include <string.h>
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
-#include "engine/checkpoints.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "optim/clip.h"
 
 /* The embedding's gradient is summed in two parts. As soon as the tails
@@ -59,16 +60,6 @@ static void sum_embedding_rows(rp_engine *e, size_t lo, size_t hi)
     }
 }
 
-/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
-void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
-{
-    if (!e->trace)
-        return;
-    char span[64];
-    snprintf(span, sizeof span, "%s %d (it %lld)", what, l, (long long)t);
-    rp_trace_span(e->trace, RP_TRACK_OPTIMIZER, span, t0, rp_trace_now_ns());
-}
-
 /* Pipeline 1.. gradients of elements [a, z) of layer l > 0 added onto
  * pipeline 0's (acc), after the previous node's partial sum when `from`
  * (its element lo at from[0]): a left fold in pipeline order. */
@@ -92,7 +83,7 @@ static rp_status sum_base(rp_engine *e, int64_t t, const char *who, rp_error *er
     size_t b0, b1, lo, hi;
     rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
     int chain = e->nd.nodes > 1 && e->tied;
-    float *from = chain && !rp_node_first(e) ? e->node_buf : NULL;
+    float *from = chain && !rp_node_first(e) ? e->by_node_comm.node_buf : NULL;
     if (from)
         RP_TRY(rp_node_receive_partial(e, 0, RP_NODE_BASE, t, from, lo, hi, who, err));
     sum_embedding_base(e, lo, hi, from);
@@ -138,10 +129,10 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
                            rp_error *err)
 {
     if (e->nd.nodes > 1) {
-        RP_TRY(rp_proto_wait_summed_share(e, l, e->rank, t, who, err));
+        RP_TRY(rp_gate_wait_slice_summed(e, l, t, who, err));
         if (!fuse)
             return RP_OK;
-        RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+        RP_TRY(rp_gate_wait_update(e, l, t, who, err));
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         update_slice(e, l, t);
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
@@ -149,7 +140,7 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
     }
     RP_TRY(wait_pipelines(e, l, t, who, err));
     if (fuse) /* the update changes the layer */
-        RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+        RP_TRY(rp_gate_wait_update(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
@@ -194,7 +185,7 @@ rp_status rp_grad_chain_layer(rp_engine *e, int l, int64_t t, const char *who, r
     if (l == 0 && rp_node_first(e) && e->tied) /* the base, summed by the last node */
         RP_TRY(rp_node_base_wait(e, t, who, err));
     if (!rp_node_first(e)) { /* the embedding's onto its base in place, others' beside */
-        float *into = l == 0 ? acc + lo : e->node_buf;
+        float *into = l == 0 ? acc + lo : e->by_node_comm.node_buf;
         RP_TRY(rp_node_receive_partial(e, l, RP_NODE_PARTIAL, t, into, lo, hi, who, err));
         from = l == 0 ? NULL : into;
     }

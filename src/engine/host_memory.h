@@ -1,5 +1,5 @@
 /* Host memory of a training run: the parameter store's layout (built here
- * for the engine, pipeline.c, and counted for `roundpipe plan`), which of
+ * for the engine, run.c, and counted for `roundpipe plan`), which of
  * its ranges the executors pin for copies, and the totals a user sizes a
  * node (or a Slurm --mem) by. */
 #ifndef RP_ENGINE_HOST_MEMORY_H

@@ -11,8 +11,11 @@ librp_la_SOURCES += \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
 	src/engine/optimizer.c src/engine/optimizer_impl.h src/engine/grad_completion.c \
+	src/engine/adamw_share.c \
+	src/engine/update_gate.c src/engine/update_gate.h src/engine/checkpoint_steps.h \
 	src/engine/logger.c \
-	src/engine/pipeline.c src/engine/pipeline.h src/engine/run_impl.h src/engine/run_plan.c \
+	src/engine/run.c src/engine/agree.c src/engine/step_loop.c src/engine/run_impl.h \
+	src/engine/run_plan.c \
 	src/engine/outputs.c \
 	src/engine/run_info.c src/engine/run_info.h \
 	src/engine/trainer.c src/engine/trainer.h \

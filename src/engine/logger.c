@@ -12,6 +12,7 @@
 #include "engine/engine_impl.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "io/metrics.h"
 #include "optim/clip.h"
 
@@ -23,15 +24,15 @@ static void trace_step(rp_engine *e, int64_t t)
     if (e->trace) {
         char name[32];
         snprintf(name, sizeof name, "step %lld", (long long)t);
-        rp_trace_span(e->trace, RP_TRACK_STEP, name, e->trace_step_ns, now);
+        rp_trace_span(e->trace, RP_TRACK_STEP, name, e->by_logger.trace_step_ns, now);
     }
-    e->trace_step_ns = now;
+    e->by_logger.trace_step_ns = now;
 }
 
 static rp_status run(rp_engine *e, double *losses, rp_error *err)
 {
     for (int64_t t = e->it_first; t <= e->it_last && !rp_proto_stopped(e, t); t++) {
-        e->steps_logged = t - 1;
+        e->by_logger.steps_logged = t - 1;
         const char *who = "logger";
         RP_TRY(rp_proto_wait_losses(e, t, who, err));
         const double *loss = rp_engine_loss(e, t);
@@ -48,7 +49,7 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
             aux = aux ? losses + e->batch_micro : NULL;
         }
         double total = 0.0, norm = 0.0;
-        RP_TRY(rp_engine_total_sumsq(e, t, who, &total, err));
+        RP_TRY(rp_gate_wait_global_sumsq(e, t, who, &total, err));
         int64_t counted = rp_engine_counted(e, t);
         double sum = 0.0;
         for (int64_t m = 0; m < e->batch_micro; m++)
@@ -63,8 +64,8 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
         float coef;
         rp_status s = rp_clip_coef(total, 0.0, &norm, &coef, err);
         rp_proto_losses_read(e, t); /* the losses' and the norms' slot (their ring) */
-        double now = rp_now(), dt = now - e->t_logged;
-        e->t_logged = now;
+        double now = rp_now(), dt = now - e->by_logger.t_logged;
+        e->by_logger.t_logged = now;
         rp_step_metrics m = {.step = t,
                              .loss = NAN,
                              .lr = rp_lr_at(&e->sched, t),
@@ -85,11 +86,11 @@ static rp_status run(rp_engine *e, double *losses, rp_error *err)
             if (s != RP_OK || !isfinite(m.loss))
                 return rp_error_set(err, RP_ERR_NUMERIC, "step %lld: loss %g, gradient norm %g: "
                                     "training diverged", (long long)t, m.loss, norm);
-            e->last_loss = m.loss;
+            e->by_logger.last_loss = m.loss;
             rp_progress_update(&e->progress, t, m.loss, m.tokens_per_s);
         }
-        if (e->log) {
-            rp_metrics_write_line(e->log, &m);
+        if (e->by_logger.log) {
+            rp_metrics_write_line(e->by_logger.log, &m);
             rp_engine_log_written(e, t);
         }
         if (e->o->on_step)

@@ -9,6 +9,7 @@
 #include "engine/node_sums.h"
 #include "engine/optimizer_impl.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 
 /* A message's tag: its part, layer and step (modulo 4: the threads of two
  * nodes are never more than one step apart, the versions see to that). */
@@ -119,14 +120,14 @@ static void end_failures(rp_engine *e)
     if (!atomic_load(e->abort_flag) || failure_rx.heard)
         return;
     pthread_mutex_lock(&e->lock);
-    e->node_failure_sent[0] = e->nd.node;
-    e->node_failure_sent[1] = (int)(e->status != RP_OK ? e->status : RP_ERR_TIMEOUT);
+    e->by_node_comm.node_failure_sent[0] = e->nd.node;
+    e->by_node_comm.node_failure_sent[1] = (int)(e->status != RP_OK ? e->status : RP_ERR_TIMEOUT);
     pthread_mutex_unlock(&e->lock);
     for (int n = 0; n < e->nd.nodes; n++) { /* small: sent at once, or on its own later */
         MPI_Request req;
         if (n == e->nd.node)
             continue;
-        MPI_Isend(e->node_failure_sent, 2, MPI_INT, n, 0, e->nd.cross_failure, &req);
+        MPI_Isend(e->by_node_comm.node_failure_sent, 2, MPI_INT, n, 0, e->nd.cross_failure, &req);
         MPI_Request_free(&req);
     }
 }
@@ -136,7 +137,7 @@ static void start_gather(rp_engine *e, int l, int64_t t);
 /* Layer l's all-gather completed: every slice of its update is in. */
 static void gather_done(rp_engine *e, int l)
 {
-    struct rp_node_pending *p = &e->node_pending[l];
+    struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
     p->gn = 0;
     if (l == 0)
         rp_proto_publish_rows(e, p->gt);
@@ -146,7 +147,7 @@ static void gather_done(rp_engine *e, int l)
 /* A summed event held for the stop decision, once that is in. */
 static void publish_deferred(rp_engine *e, int l)
 {
-    struct rp_node_pending *p = &e->node_pending[l];
+    struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
     if (p->deferred && !stop_rx.active) {
         p->deferred = 0;
         rp_proto_publish_summed(e, l, p->t);
@@ -162,7 +163,7 @@ static void apply_stop(rp_engine *e, int64_t t, int64_t decision)
         return;
     int64_t cur = atomic_load(e->stop_at);
     while ((cur == 0 || cur == RP_STOP_REQUESTED) &&
-           !atomic_compare_exchange_weak(e->stop_at, &cur, t + e->o->optimizer_lag))
+           !atomic_compare_exchange_weak(e->stop_at, &cur, rp_gate_stop_last_step(e, t)))
         ;
 }
 
@@ -171,7 +172,7 @@ static void apply_stop(rp_engine *e, int64_t t, int64_t decision)
  * could start on the event's consequences before the node knows it stops). */
 static void exchange_done(rp_engine *e, int l)
 {
-    struct rp_node_pending *p = &e->node_pending[l];
+    struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
     p->n = 0;
     p->deferred = stop_rx.active && stop_rx.t <= p->t;
     if (!p->deferred)
@@ -191,7 +192,7 @@ static int service(rp_engine *e)
         moved = 1;
     }
     for (int l = 0; l < e->num_layers; l++) {
-        struct rp_node_pending *p = &e->node_pending[l];
+        struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
         done = 0;
         if (p->n > 0 && MPI_Testall(p->n, p->req, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
             done) {
@@ -205,7 +206,7 @@ static int service(rp_engine *e)
             gather_done(e, l);
             moved = 1;
         }
-        int64_t posted = atomic_load(&e->gather_posted[l]);
+        int64_t posted = atomic_load(&e->by_optimizer.gather_posted[l]);
         if (p->gn == 0 && posted > p->gt) {
             start_gather(e, l, posted);
             moved = 1;
@@ -325,7 +326,7 @@ static void post_send_on(rp_engine *e, MPI_Comm comm, const void *what, int coun
     int size;
     MPI_Type_size(type, &size);
     if (part < RP_NODE_COLLECT)
-        atomic_fetch_add(&e->node_sent, (uint64_t)count * (uint64_t)size);
+        atomic_fetch_add(&e->by_node_comm.node_sent, (uint64_t)count * (uint64_t)size);
     MPI_Isend(what, count, type, to, tag_of(e, l, part, t), comm, req);
 }
 
@@ -361,7 +362,7 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
     size_t b0, b1, lo, hi, s0, s1, slo, shi;
     rp_engine_share(e, l, e->rank, &b0, &b1, &lo, &hi);
     int nb = (int)(b1 - b0);
-    struct rp_node_pending *p = &e->node_pending[l];
+    struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
     p->t = t;
     p->n = 0;
     /* node leaders, top layer: a stop asked on any node rides the chain */
@@ -423,7 +424,7 @@ static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
         }
     }
     for (int l = 0; l < e->num_layers; l++) {
-        struct rp_node_pending *p = &e->node_pending[l];
+        struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
         for (int i = 0; i < p->n; i++)
             RP_TRY(node_wait(e, &p->req[i], p->peer, l, RP_NODE_FINAL, p->t, who, err));
         if (p->n > 0)
@@ -445,9 +446,9 @@ static void abandon_exchanges(rp_engine *e)
         stop_rx.active = 0;
     }
     if (rp_node_first(e))
-        cancel_receive(&e->emb_base_req);
-    for (int l = 0; e->node_pending && l < e->num_layers; l++) {
-        struct rp_node_pending *p = &e->node_pending[l];
+        cancel_receive(&e->by_node_comm.emb_base_req);
+    for (int l = 0; e->by_node_comm.node_pending && l < e->num_layers; l++) {
+        struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
         for (int i = 0; i < p->n; i++) {
             if (rp_node_last(e))
                 drop_send(&p->req[i]);
@@ -473,13 +474,14 @@ void *rp_engine_node_comm_main(void *arg)
     rp_error err = {0};
     rp_status s = RP_OK;
     size_t per = 2 * (size_t)e->nd.nodes;
-    e->node_pending = calloc((size_t)e->num_layers, sizeof *e->node_pending);
+    e->by_node_comm.node_pending =
+        calloc((size_t)e->num_layers, sizeof *e->by_node_comm.node_pending);
     MPI_Request *reqs = calloc(2 * (size_t)e->num_layers * per, sizeof *reqs);
-    if (!e->node_pending || !reqs)
+    if (!e->by_node_comm.node_pending || !reqs)
         s = rp_error_set(&err, RP_ERR_NOMEM, "node communication: request lists");
     for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
-        e->node_pending[l].req = reqs + 2 * (size_t)l * per;
-        e->node_pending[l].greq = reqs + (2 * (size_t)l + 1) * per;
+        e->by_node_comm.node_pending[l].req = reqs + 2 * (size_t)l * per;
+        e->by_node_comm.node_pending[l].greq = reqs + (2 * (size_t)l + 1) * per;
     }
     listen_for_failures(e);
     char who[64];
@@ -493,14 +495,15 @@ void *rp_engine_node_comm_main(void *arg)
     /* the segment's last updates: their all-gathers, until the optimizer is done */
     snprintf(who, sizeof who, "node communication, the last all-gathers");
     long pause = 20000;
-    while (s == RP_OK && !atomic_load(&e->optimizer_done) && !atomic_load(e->abort_flag)) {
+    while (s == RP_OK && !atomic_load(&e->by_optimizer.optimizer_done) &&
+           !atomic_load(e->abort_flag)) {
         if (service(e))
             pause = 20000;
         idle(&pause);
     }
     for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
         service(e); /* starts a gather posted last */
-        struct rp_node_pending *p = &e->node_pending[l];
+        struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
         for (int i = 0; s == RP_OK && i < p->gn; i++)
             s = node_wait(e, &p->greq[i], (e->nd.node + 1) % e->nd.nodes, l, RP_NODE_WEIGHTS,
                           p->gt, who, &err);
@@ -512,23 +515,18 @@ void *rp_engine_node_comm_main(void *arg)
     if (atomic_load(e->abort_flag))
         abandon_exchanges(e);
     free(reqs);
-    free(e->node_pending);
-    e->node_pending = NULL;
+    free(e->by_node_comm.node_pending);
+    e->by_node_comm.node_pending = NULL;
     comm_thread_of = NULL;
     end_failures(e);
     return NULL;
-}
-
-void rp_node_post_gather(rp_engine *e, int l, int64_t t)
-{
-    atomic_store(&e->gather_posted[l], t);
 }
 
 /* Post the all-gather of layer l's update of step t: every other node's
  * slice of this rank's share into the compute copy, this node's to them. */
 static void start_gather(rp_engine *e, int l, int64_t t)
 {
-    struct rp_node_pending *p = &e->node_pending[l];
+    struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
     size_t es = rp_dtype_size(e->p->compute_dtype), b0, b1, lo, hi;
     char *w = e->p->st[l].compute;
     int tag = tag_of(e, l, RP_NODE_WEIGHTS, t), bytes;
@@ -612,13 +610,14 @@ rp_status rp_node_base_pass_on(rp_engine *e, int64_t t, float *acc, size_t lo, s
     RP_TRY(send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, me + 1, 0, RP_NODE_BASE, t, who, err));
     if (me == 0) /* sent: the buffer may take the final sum, at the rows' time */
         MPI_Irecv(acc + lo, count, MPI_FLOAT, last, tag_of(e, 0, RP_NODE_BASE_FINAL, t),
-                  e->nd.cross, &e->emb_base_req);
+                  e->nd.cross, &e->by_node_comm.emb_base_req);
     return RP_OK;
 }
 
 rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *err)
 {
-    return node_wait(e, &e->emb_base_req, e->nd.nodes - 1, 0, RP_NODE_BASE_FINAL, t, who, err);
+    return node_wait(e, &e->by_node_comm.emb_base_req, e->nd.nodes - 1, 0, RP_NODE_BASE_FINAL, t,
+                     who, err);
 }
 
 rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *loss, const double *aux,
@@ -696,8 +695,8 @@ void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
 {
     /* per rank: bytes sent, AdamW ns, its node, its store's pages (node leaders) */
     enum { SENT, NS, NODE, HELD, N_FIELDS };
-    uint64_t mine[N_FIELDS] = {atomic_load(&e->node_sent), atomic_load(&e->adamw_ns),
-                               (uint64_t)e->nd.node,
+    uint64_t mine[N_FIELDS] = {atomic_load(&e->by_node_comm.node_sent),
+                               atomic_load(&e->by_optimizer.adamw_ns), (uint64_t)e->nd.node,
                                e->rank == 0 ? rp_store_resident_bytes(e->param_store) : 0};
     int root = e->nd.world_rank == 0;
     uint64_t *all = root ? calloc(N_FIELDS * (size_t)e->nd.world_size, sizeof(uint64_t)) : NULL;

@@ -40,7 +40,8 @@
  * and, without waiting for a layer's slice to come back, goes on with the
  * next layer; each layer's summed event is raised when its slice and norms
  * are in; the rank's optimizer, which waits for it, updates the slice and
- * hands it back (rp_node_post_gather); the communication thread runs its
+ * hands it back (the update gate, rp_gate_update_done, through
+ * gather_posted); the communication thread runs its
  * all-gather and raises the layer's version when every slice is in. The
  * thread drives every exchange without blocking on one: while it waits for
  * anything it completes the others (service in node_sums.c). Messages: the
@@ -87,12 +88,6 @@ rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_
  * communication thread only). */
 rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *part,
                           const char *who, rp_error *err);
-
-/* The optimizer updated this rank's slice of layer l in step t: the node
- * communication thread sends its compute-dtype weights to every other node
- * and receives theirs into the store (all-gather), then raises the layer's
- * version (and the embedding's rows). */
-void rp_node_post_gather(rp_engine *e, int l, int64_t t);
 
 /* The node communication thread: this node's pipelines' gradients of layer
  * l in step t (and a tied head's part) are on the host, its exchanges kept

@@ -4,15 +4,15 @@
  * soon as every pipeline's gradient has landed, it sums them in pipeline
  * order (with a tied embedding, each pipeline's part is its embedding
  * gradient plus its LM-head gradient), writes the block norms, and runs
- * AdamW (with clipping: once every share of every layer is summed, since the
- * global norm scales them all). Then the share's version is raised; a job
- * uses a layer once all shares are at the version it needs.
- * Order: gradients are summed as they land (top down); updates follow at
- * once without clipping, by need (layer 0 first: the next forward starts
- * there) with clipping, and top down with --optimizer-lag 1 (see below).
+ * AdamW. Then the share's version is raised; a job uses a layer once all
+ * shares are at the version it needs.
+ * Order: gradients are summed as they land (top down); the updates follow
+ * in the order the update gate's waits allow (update_gate.h: at once
+ * without clipping, by need with clipping, top down with a lagged
+ * optimizer), and each waits at the gate before it changes the layer.
  * Every step is elementwise or per block, so the bits depend neither on the
- * number of ranks nor on which rank did what. This file schedules the
- * updates; grad_completion.c sums the gradients. */
+ * number of ranks nor on which rank did what. This file runs the updates;
+ * grad_completion.c sums the gradients; update_gate.c decides when. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,72 +21,10 @@
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
-#include "engine/checkpoints.h"
-#include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-
-/* AdamW on elements [lo, hi) of layer l: the parts of its tensors there,
- * writing the bf16 compute copy in the same pass; the padding between and
- * after tensors is copied as it is (zeros). */
-void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
-{
-    struct timespec c0, c1; /* the calling thread's CPU time: contention does not count */
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
-    /* the lr follows the step; bias correction counts the updates applied */
-    rp_layer_state *ls = &e->p->st[l];
-    rp_adamw_params hp = {rp_lr_at(&e->sched, t), e->o->beta1, e->o->beta2, e->o->eps,
-                          e->o->weight_decay};
-    int copy = ls->compute != ls->master;
-    size_t cur = lo;
-    for (int i = 0; i < ls->desc->nparams; i++) {
-        const rp_param_desc *d = &ls->desc->params[i];
-        size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel;
-        b = b < hi ? b : hi;
-        if (a >= b)
-            continue;
-        if (copy) {
-            rp_params_sync_compute_range(e->p, l, cur, a);
-            rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                          e->adam_step, &hp, d->decay, coef, (uint16_t *)ls->compute + a);
-        } else {
-            rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                          e->adam_step, &hp, d->decay, coef, NULL);
-        }
-        cur = b;
-    }
-    if (copy)
-        rp_params_sync_compute_range(e->p, l, cur, hi);
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    if (t >= e->resume_step + RP_ADAMW_TIMED_FROM) /* past the first touch of the state's pages */
-        atomic_fetch_add(&e->adamw_ns, (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000LL +
-                                              (c1.tv_nsec - c0.tv_nsec)));
-}
-
-/* With --optimizer-lag 1 the update of iteration t may only change layer l
- * once every job of iteration t+1 that reads l has uploaded it. A run that
- * stops after step t leaves t's update pending (its checkpoint holds the
- * gradient): RP_STOP. That is read from the stop decision, not from
- * whether t+1's uploads happened: on several nodes a node's executors may
- * start a job of t+1 before the decision reaches them (it is made on the
- * last node), but never its optimizer the update of t (the decision comes
- * before t's summed gradients), so every node leaves the same update. */
-static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
-{
-    if (!e->o->optimizer_lag || t >= e->it_last)
-        return RP_OK;
-    if (rp_proto_stopped(e, t + 1))
-        return RP_STOP;
-    for (int g = 0; g < e->pipelines; g++) {
-        RP_TRY(rp_proto_wait_uploaded(e, 0, l, g, t + 1, who, err));
-        if (l < rp_plan_tail_first(&e->plan))
-            RP_TRY(rp_proto_wait_uploaded(e, 1, l, g, t + 1, who, err));
-        if (l == 0 && e->tied) /* the tail reads the embedding as its LM head */
-            RP_TRY(rp_proto_wait_uploaded(e, 0, e->num_layers - 1, g, t + 1, who, err));
-    }
-    return RP_OK;
-}
 
 /* Update the whole share of layer l (with several nodes: this node's slice
  * of it, then gather the other nodes' slices) and raise its version (for
@@ -94,8 +32,7 @@ static rp_status wait_uploads(rp_engine *e, int l, int64_t t, const char *who, r
 static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int skip,
                               const char *who, rp_error *err)
 {
-    RP_TRY(wait_uploads(e, l, t, who, err));
-    RP_TRY(rp_checkpoint_hold(e, l, t, who, err));
+    RP_TRY(rp_gate_wait_update(e, l, t, who, err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     size_t b0, b1, lo, hi;
     rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
@@ -103,13 +40,7 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
         rp_optimizer_update_share(e, l, t, coef, lo, hi);
     if (hi > lo)
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
-    if (e->nd.nodes > 1 && !skip) { /* the communication thread gathers, then publishes */
-        rp_node_post_gather(e, l, t);
-        return RP_OK;
-    }
-    if (l == 0)
-        rp_proto_publish_rows(e, t);
-    rp_proto_publish_version(e, l, t);
+    rp_gate_update_done(e, l, t, !skip);
     return RP_OK;
 }
 
@@ -177,7 +108,7 @@ static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int 
     if (e->nd.nodes > 1)
         return update_layer(e, 0, t, coef, skip, "optimizer, embedding", err);
     RP_TRY(next_rows(e, t, ids, n, err));
-    RP_TRY(rp_checkpoint_hold(e, 0, t, "optimizer, embedding rows", err));
+    RP_TRY(rp_gate_wait_update(e, 0, t, "optimizer, embedding rows", err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
         update_rows(e, t, coef, ids, *n, 1);
@@ -199,7 +130,7 @@ static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
 }
 
 /* Every layer's update of step t top down, with a lagged optimizer: each
- * after step t+1's jobs uploaded the layer. */
+ * after step t+1's jobs uploaded the layer (rp_gate_wait_update). */
 static rp_status update_lagged(rp_engine *e, int64_t t, float coef, int skip, const char *who,
                                rp_error *err)
 {
@@ -211,7 +142,8 @@ static rp_status update_lagged(rp_engine *e, int64_t t, float coef, int skip, co
 static rp_status run(rp_engine *e, rp_error *err)
 {
     char who[64];
-    int clip = e->o->grad_clip > 0, lag = e->o->optimizer_lag;
+    rp_gate_order order = rp_gate_order_of(e);
+    int clip = e->o->grad_clip > 0, lag = order == RP_GATE_LAGGED;
     /* rows first, except with a lagged optimizer, whose update of a step
      * follows the next step's uploads anyway */
     int by_rows = !lag;
@@ -220,7 +152,7 @@ static rp_status run(rp_engine *e, rp_error *err)
     if (by_rows && !ids)
         return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
     rp_status s = RP_OK;
-    int64_t adam_before = e->adam_step;
+    int64_t adam_before = e->by_optimizer.adam_step;
     if (rp_engine_resumes_pending(e)) {
         /* a checkpoint's pending update: its gradient loaded, its
          * coefficient saved; applied as the run that wrote it would have */
@@ -228,28 +160,25 @@ static rp_status run(rp_engine *e, rp_error *err)
         snprintf(who, sizeof who, "optimizer, pending update of step %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0;
         if (!skip)
-            e->adam_step++;
+            e->by_optimizer.adam_step++;
         s = update_lagged(e, t, e->resume_coef, skip, who, err);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
         snprintf(who, sizeof who, "optimizer, iteration %lld", (long long)t);
         int skip = rp_engine_counted(e, t) == 0; /* nothing counted: no update */
-        adam_before = e->adam_step;
+        adam_before = e->by_optimizer.adam_step;
         if (!skip)
-            e->adam_step++;
+            e->by_optimizer.adam_step++;
         int64_t n = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
-            int fuse = !clip && !lag && !skip && l > 0;
+            int fuse = rp_gate_fused(e, l, skip);
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
-            if (s != RP_OK || clip || lag)
+            if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
-                if (e->nd.nodes > 1)
-                    rp_node_post_gather(e, l, t);
-                else
-                    rp_proto_publish_version(e, l, t);
+                rp_gate_update_done(e, l, t, 1);
             } else if (l == 0) {
                 s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
                 if (s == RP_OK)
@@ -258,19 +187,19 @@ static rp_status run(rp_engine *e, rp_error *err)
                 s = update_layer(e, l, t, 1.0f, skip, who, err);
             }
         }
-        if (s != RP_OK || (!clip && !lag))
+        if (s != RP_OK || order == RP_GATE_AS_SUMMED)
             continue;
         double total, norm;
         float coef = 1.0f;
         if (clip) {
-            s = rp_engine_total_sumsq(e, t, who, &total, err);
+            s = rp_gate_wait_global_sumsq(e, t, who, &total, err);
             if (s == RP_OK && rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err) != RP_OK)
                 s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
             if (s != RP_OK)
                 break;
         }
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
-            e->lag_coef = coef;
+            e->by_optimizer.lag_coef = coef;
             s = update_lagged(e, t, coef, skip, who, err);
             continue;
         }
@@ -284,7 +213,7 @@ static rp_status run(rp_engine *e, rp_error *err)
     }
     free(ids);
     if (s == RP_STOP) /* stopped inside a step past the last: it never happened */
-        e->adam_step = adam_before;
+        e->by_optimizer.adam_step = adam_before;
     return s;
 }
 
@@ -301,6 +230,6 @@ void *rp_engine_optimizer_main(void *arg)
     rp_status s = run(e, &err);
     if (s != RP_OK && s != RP_STOP)
         rp_engine_fail(e, s, &err);
-    atomic_store(&e->optimizer_done, 1); /* the node communication thread may finish */
+    atomic_store(&e->by_optimizer.optimizer_done, 1); /* the node communication thread may finish */
     return NULL;
 }

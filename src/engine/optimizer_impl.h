@@ -1,6 +1,7 @@
-/* Shared by the optimizer thread's two files: grad_completion.c (sums a
- * layer's gradients and takes its block norms) and optimizer.c (schedules
- * the AdamW updates). Internal to the engine. */
+/* Shared by the optimizer thread's files: grad_completion.c (sums a layer's
+ * gradients and takes its block norms), optimizer.c (runs the AdamW updates
+ * when the update gate lets them) and adamw_share.c (AdamW on a range).
+ * Internal to the engine. */
 #ifndef RP_ENGINE_OPTIMIZER_IMPL_H
 #define RP_ENGINE_OPTIMIZER_IMPL_H
 
@@ -18,11 +19,12 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
                             rp_error *err);
 
 /* AdamW with coefficient coef on elements [lo, hi) of layer l, writing its
- * compute copy (optimizer.c). */
+ * compute copy (adamw_share.c). */
 void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo,
                                size_t hi);
 
-/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
+/* An optimizer span "WHAT L (it T)" from t0 to now, with --trace
+ * (adamw_share.c). */
 void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0);
 
 #endif

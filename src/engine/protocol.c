@@ -1,13 +1,14 @@
 /* The event protocol (see protocol.h for the table): counter indices and the
  * waits and signals of every kind. */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/protocol.h"
+#include "io/checkpoint.h"
 
 /* ---- indices: the one place they are computed ---------------------------- */
 
@@ -109,6 +110,25 @@ int rp_proto_stopped(const rp_engine *e, int64_t t)
     return v != 0 && t > v;
 }
 
+/* A stop after the step in progress was asked (SIGTERM, SIGUSR1): rank 0
+ * says so at once, once, with the newest complete checkpoint, which is what
+ * is kept should the run be killed before its own is written (mpirun kills
+ * its ranks a second after the SIGTERM it sends on Ctrl-C). Any thread. */
+static void stop_notice(rp_engine *e)
+{
+    int sig = rp_checkpoint_requested();
+    if (!sig || e->nd.world_rank != 0 || !e->o->checkpoint_dir ||
+        atomic_exchange(&e->stop_noticed, 1))
+        return;
+    char newest[4096];
+    rp_error err;
+    if (rp_checkpoint_latest(e->o->checkpoint_dir, newest, sizeof newest, &err) != RP_OK)
+        newest[0] = '\0';
+    rp_log(e->lg, RP_LOG_INFO, "%s: stopping after the step in progress with its checkpoint (a "
+           "second signal stops at once); until that is written, kept: %s",
+           sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM", newest[0] ? newest : "no checkpoint");
+}
+
 /* Before an executor starts a job of step t: it records t as started, then
  * reads the stop step. The first executor to see a stop request decides it:
  * it marks the decision pending, reads the highest step started and makes
@@ -135,24 +155,13 @@ int rp_proto_stop_before(rp_engine *e, int64_t t)
     return rp_proto_stopped(e, t);
 }
 
-/* The step an awaited value belongs to, for the stop check: the value
- * itself, but for a version (or the rows) v, made by step v's update,
- * which a lagged run that stops after step v leaves pending: then it
- * belongs to step v + 1. (On several nodes a node's executors may start a
- * job of the step after the last before the decision reaches them; such a
- * job waits for that version.) */
-static int64_t step_of(const rp_engine *e, rp_event_kind kind, uint64_t value)
-{
-    if (kind == RP_EV_VERSION || kind == RP_EV_ROWS)
-        return (int64_t)value + e->o->optimizer_lag;
-    return (int64_t)value;
-}
-
 /* rp_event_wait with the run's deadline that also gives up when another
  * rank aborted or the run was interrupted, and returns RP_STOP when the
- * awaited value belongs to a step after the one the run stops after. */
-static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
-                      const char *job, int background, rp_error *err)
+ * awaited value belongs to a step (`step`) after the one the run stops
+ * after. */
+static rp_status wait_for_step(rp_engine *e, rp_event_kind kind, int index, int micro,
+                               uint64_t value, int64_t step, const char *job, int background,
+                               rp_error *err)
 {
     rp_event_name ev = {kind, index, micro};
     /* checked before the fast path too: in a pipeline that keeps up, a wait
@@ -160,7 +169,7 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
     if (rp_interrupted())
         return interrupted(e, value, err);
     if (rp_checkpoint_requested()) /* said at once: a kill may follow soon */
-        rp_checkpoint_stop_notice(e);
+        stop_notice(e);
     if (rp_event_value(e->ev, ev) >= value)
         return RP_OK;
     double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
@@ -176,7 +185,7 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
             s = interrupted(e, value, err);
             break;
         }
-        if (rp_proto_stopped(e, step_of(e, kind, value))) {
+        if (rp_proto_stopped(e, step)) {
             s = RP_STOP;
             break;
         }
@@ -201,6 +210,13 @@ static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, ui
     return s;
 }
 
+/* A wait whose value is its step. */
+static rp_status wait(rp_engine *e, rp_event_kind kind, int index, int micro, uint64_t value,
+                      const char *job, int background, rp_error *err)
+{
+    return wait_for_step(e, kind, index, micro, value, (int64_t)value, job, background, err);
+}
+
 static void publish(rp_engine *e, rp_event_kind kind, int index, int micro, int64_t t)
 {
     if ((int)kind == e->drop_kind && index == e->drop_index && micro == e->drop_micro)
@@ -217,10 +233,10 @@ static rp_status wait_slot(rp_engine *e, int slot, int m, int64_t t, const char 
 
 /* Counted per rank share: every rank's counter of (kind, index). */
 static rp_status wait_shares(rp_engine *e, rp_event_kind kind, int index, uint64_t need,
-                             const char *job, int background, rp_error *err)
+                             int64_t step, const char *job, int background, rp_error *err)
 {
     for (int r = 0; r < e->size; r++)
-        RP_TRY(wait(e, kind, index, r, need, job, background, err));
+        RP_TRY(wait_for_step(e, kind, index, r, need, step, job, background, err));
     return RP_OK;
 }
 
@@ -309,10 +325,10 @@ void rp_proto_losses_read(rp_engine *e, int64_t t)
 /* ---- weights ------------------------------------------------------------- */
 
 rp_status rp_proto_wait_layer(rp_engine *e, int l, int rows_only, uint64_t version,
-                              const char *job, int background, rp_error *err)
+                              int64_t step, const char *job, int background, rp_error *err)
 {
-    return wait_shares(e, rows_only ? RP_EV_ROWS : RP_EV_VERSION, l, version, job, background,
-                       err);
+    return wait_shares(e, rows_only ? RP_EV_ROWS : RP_EV_VERSION, l, version, step, job,
+                       background, err);
 }
 
 int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version)
@@ -383,7 +399,7 @@ rp_status rp_proto_wait_summed_share(rp_engine *e, int l, int r, int64_t t, cons
 rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
                                rp_error *err)
 {
-    return wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, job, background, err);
+    return wait_shares(e, RP_EV_SUMMED, l, (uint64_t)t, t, job, background, err);
 }
 
 /* ---- checkpoints written while training goes on -------------------------- */

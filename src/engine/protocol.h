@@ -2,7 +2,8 @@
  * counter index each piece of data maps to, and typed helpers to wait for
  * and publish them. The executor, the optimizer and the logger call these
  * helpers; nobody else computes an event index. (The counters themselves,
- * their memory order, deadlines and delay injection are event.h's.)
+ * their memory order, deadlines and delay injection are event.h's; when a
+ * version may be read and an update may run is update_gate.h's.)
  *
  * Values: t is the iteration (1-based); a counter at t means "done for
  * iteration t". A producer of iteration t that overwrites a host buffer
@@ -32,7 +33,7 @@
  * |           | kind, layer) /pipeline |                                     | changes the layer                |                            |
  * | written   | layer / -              | the checkpoint writer (rank 0): the | the update that would change the | the layer's state to write |
  * |           |                        | layer's state is in the checkpoint  | layer next (every rank's share), | (version, or summed with a |
- * |           |                        | of step `value`                     | rp_checkpoint_hold               | lagged optimizer)          |
+ * |           |                        | of step `value`                     | rp_gate_wait_update              | lagged optimizer)          |
  *
  * The activation checkpoint (the input of a backward stage's first layer,
  * saved by the forward stage that computes it) has no event of its own: it
@@ -94,9 +95,11 @@ void rp_proto_losses_read(rp_engine *e, int64_t t);
 
 /* ---- weights ------------------------------------------------------------- */
 /* Every share of layer l at `version` (rows_only: of the embedding, only
- * the rows the next iteration's tokens read, which are updated first). */
+ * the rows the next iteration's tokens read, which are updated first);
+ * `step`: the step the version belongs to (engine/update_gate.h), past a
+ * stop's the wait returns RP_STOP. Called by the update gate only. */
 rp_status rp_proto_wait_layer(rp_engine *e, int l, int rows_only, uint64_t version,
-                              const char *job, int background, rp_error *err);
+                              int64_t step, const char *job, int background, rp_error *err);
 int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version);
 void rp_proto_publish_version(rp_engine *e, int l, int64_t t); /* this rank's share */
 void rp_proto_publish_rows(rp_engine *e, int64_t t);            /* this rank's share */

@@ -1,5 +1,18 @@
-/* Shared by the files of a run: pipeline.c (set-up, segments, outputs,
- * teardown) and run_plan.c (the plan). Internal to the engine. */
+/* Shared by the files of a run: trainer.c (its entry, rp_train_run), run.c
+ * (set-up and teardown), step_loop.c (the steps in segments, the re-plan),
+ * outputs.c (the outputs started and written) and run_plan.c (the plan).
+ * Internal to the engine.
+ *
+ * The engine on one node (DESIGN.md sections 3-7): the ranks of a
+ * communicator share a host store (weights, master weights, gradients,
+ * AdamW state, activation arena, events); every iteration's jobs
+ *     F0 .. F(f-1) | T | B1 .. B(b-1)
+ * of each of the --pipelines round-robin pipelines are dealt to the
+ * executors by plan/schedule.c's rule. Each rank runs its jobs in order and
+ * synchronises only through events in the store (protocol.h); an optimizer
+ * thread per rank sums and updates its share of every layer as soon as the
+ * update gate lets it (update_gate.h), and a layer's version gates the next
+ * iteration's forward, so results equal a plain synchronous loop. */
 #ifndef RP_ENGINE_RUN_IMPL_H
 #define RP_ENGINE_RUN_IMPL_H
 
@@ -7,9 +20,51 @@
 
 #include "device/device.h"
 #include "engine/engine_impl.h"
+#include "engine/host_memory.h"
+#include "io/config.h"
+
+/* What one call of rp_train_run holds beyond the engine: the model's
+ * configuration and layout, the parameter store and the start-up facts. */
+typedef struct rp_resume rp_resume; /* engine/checkpoints.h */
+
+typedef struct rp_run_state {
+    rp_model_config cfg;
+    const char *config_path; /* the config.json read (named in messages and saved) */
+    char path[4096];
+    rp_params probe;         /* the layout alone (sizes, names) until the store exists */
+    rp_store *pstore;        /* parameters and optimizer state, for the whole run */
+    rp_param_store_map map;
+    rp_params *shared;       /* attached to pstore */
+    char executors[512];     /* the start-up line's executor summary */
+    rp_logger live_lg;       /* the logger, printing through the live progress line */
+} rp_run_state;
+
+/* The engine and the run's state before the set-up: the resolved options,
+ * the checkpoint resumed from (resume lives as long as the run), the nodes
+ * and the logger. run.c */
+void rp_run_init(rp_engine *e, rp_run_state *r, const rp_train_options *o,
+                 const rp_resume *resume, const rp_nodes *nd, const rp_logger *lg);
+/* Every output writable, the model read, the run's shape checked, the data
+ * opened, the node set up: its store, devices, plan, threads and parameters
+ * (collective). run.c */
+rp_status rp_run_set_up(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_error *err);
+/* Everything the set-up made, freed (whatever the run's outcome). run.c */
+void rp_run_tear_down(rp_engine *e, rp_run_state *r);
+
+/* The run's steps, segment by segment, with the checkpoints, evaluations
+ * and the re-plan between segments (collective). step_loop.c */
+rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err);
+
+/* The metrics log and its run description, the trace, the start-up line
+ * and the progress display; after the steps (`trained`: their status), the
+ * model, adapters, trace and the checkpoint failures, each written whatever
+ * became of the others. outputs.c */
+rp_status rp_run_outputs_start(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_error *err);
+rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained, MPI_Comm comm,
+                               rp_error *err);
 
 /* Make a status collective: every rank learns whether any rank failed
- * (pipeline.c says how a lost rank is bounded). */
+ * (agree.c says how a lost rank is bounded). */
 rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err);
 
 /* e->memory_limit: the device bytes an executor may allocate, the same on

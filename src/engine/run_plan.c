@@ -214,8 +214,8 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     int L = e->num_layers;
-    MPI_Allreduce(MPI_IN_PLACE, e->meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(MPI_IN_PLACE, e->meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
     rp_plan old = e->plan;
     rp_machine *mc;
     int *deal;
@@ -223,8 +223,12 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (s == RP_OK && mc) {
         double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
         for (int l = 0; l < L; l++) {
-            fwd[l] = e->meas_n[l] > 0 ? e->meas_ms[l] / e->meas_n[l] : -1;
-            bwd[l] = e->meas_n[L + l] > 0 ? e->meas_ms[L + l] / e->meas_n[L + l] : -1;
+            fwd[l] = e->by_executor.meas_n[l] > 0
+                         ? e->by_executor.meas_ms[l] / e->by_executor.meas_n[l]
+                         : -1;
+            bwd[l] = e->by_executor.meas_n[L + l] > 0
+                         ? e->by_executor.meas_ms[L + l] / e->by_executor.meas_n[L + l]
+                         : -1;
         }
         double head_ms = bwd[L - 1];
         /* the head runs forward and backward in one call: split it 1:2 */

@@ -1,10 +1,9 @@
 /* What the engine's threads (executor, optimizer, logger) share beyond the
- * event protocol: the first failure and the abort flag, each rank's share
- * of a layer's optimizer work, and the global gradient norm. */
+ * event protocol: the first failure and the abort flag, and each rank's
+ * share of a layer's optimizer work. */
 #include <stdatomic.h>
 
 #include "engine/engine_impl.h"
-#include "engine/protocol.h"
 #include "optim/clip.h"
 
 rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err)
@@ -48,22 +47,4 @@ void rp_engine_slice(const rp_engine *e, int l, int r, int node, size_t *b0, siz
     *b1 = s0 + (s1 - s0) * (size_t)(node + 1) / N;
     *lo = *b0 * block < n ? *b0 * block : n;
     *hi = *b1 * block < n ? *b1 * block : n;
-}
-
-rp_status rp_engine_total_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
-                                rp_error *err)
-{
-    for (int l = 0; l < e->num_layers; l++)
-        RP_TRY(rp_proto_wait_summed(e, l, t, who, 1, err));
-    double sum = 0.0;
-    for (int l = 0; l < e->num_layers; l++) {
-        size_t block, nblk = rp_clip_blocks(e->p->layers[l].numel, &block);
-        const double *part = rp_engine_sumsq(e, t, l);
-        double layer = 0.0; /* as rp_clip_sumsq adds its blocks */
-        for (size_t b = 0; b < nblk; b++)
-            layer += part[b];
-        sum += layer;
-    }
-    *total = sum;
-    return RP_OK;
 }

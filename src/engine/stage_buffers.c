@@ -6,6 +6,7 @@
 
 #include "engine/executor_impl.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 
 /* Move bytes between host and device now, through the transfer engine's
  * queue of the given class (so a transfer of a higher class goes first). */
@@ -118,27 +119,6 @@ static rp_status submit_base(executor *x, stage_buf *b, int l, int i, int64_t t,
     return RP_OK;
 }
 
-/* What the job waits for before it reads layer l: its version, except for
- * an embedding read only through the tokens, which needs only the rows the
- * tokens read (updated first). */
-static int rows_only(const rp_engine *e, const rp_job *job, int l)
-{
-    return l == 0 && !rp_stage_needs_tied(e, job);
-}
-
-/* Wait until every layer of the job (and a tied head's embedding) is at the
- * version this iteration needs. */
-static rp_status wait_versions(executor *x, const rp_job *job, int64_t t, rp_error *err)
-{
-    rp_engine *e = x->e;
-    uint64_t need = rp_engine_need(e, t);
-    for (int l = job->first; l <= job->last; l++)
-        RP_TRY(rp_proto_wait_layer(e, l, rows_only(e, job, l), need, x->name, 0, err));
-    if (rp_stage_needs_tied(e, job) && job->first > 0)
-        RP_TRY(rp_proto_wait_layer(e, 0, 0, need, x->name, 0, err));
-    return RP_OK;
-}
-
 static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int g,
                                int j, rp_xfer_class cls, rp_error *err)
 {
@@ -220,11 +200,7 @@ static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *
     if (!next_job(e, t, g, j, &nt, &ng, &nj))
         return RP_OK;
     rp_job job = rp_schedule_job(&e->plan, nj);
-    uint64_t need = rp_engine_need(e, nt);
-    for (int l = job.first; l <= job.last; l++)
-        if (!rp_proto_layer_at(e, l, rows_only(e, &job, l), need))
-            return RP_OK;
-    if (rp_stage_needs_tied(e, &job) && !rp_proto_layer_at(e, 0, 0, need))
+    if (!rp_gate_weights_ready(e, job.first, job.last, rp_stage_needs_tied(e, &job), nt))
         return RP_OK;
     return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
 }
@@ -253,7 +229,8 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
         x->cur = 1 - x->cur;
         RP_TRY(wait_upload(x, pre, err));
     } else {
-        RP_TRY(wait_versions(x, job, t, err));
+        RP_TRY(rp_gate_wait_weights(e, job->first, job->last, rp_stage_needs_tied(e, job), t,
+                                    x->name, err));
         RP_TRY(submit_upload(x, &x->buf[x->cur], job, t, g, j, RP_XFER_WEIGHTS, err));
         RP_TRY(wait_upload(x, &x->buf[x->cur], err));
     }

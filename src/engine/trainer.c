@@ -2,7 +2,9 @@
 
 #include "engine/trainer.h"
 
-#include "engine/pipeline.h"
+#include "engine/checkpoints.h"
+#include "engine/node_sums.h"
+#include "engine/run_impl.h"
 
 /* Resolve --device: cpu, or cuda when this build has the CUDA executor and
  * a device is usable (auto falls back to the CPU). */
@@ -94,4 +96,40 @@ rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_lo
     RP_TRY(agree_device(s, kind, comm, err));
     resolved->device = kind;
     return RP_OK;
+}
+
+rp_status rp_train_run(const rp_train_options *given, MPI_Comm comm, const rp_logger *lg,
+                       rp_error *err)
+{
+    rp_train_options resolved;
+    RP_TRY(rp_train_resolve(given, comm, lg, &resolved, err));
+    rp_nodes nd;
+    RP_TRY(rp_nodes_split(comm, resolved.ranks_per_node, &nd, err));
+    resolved.nodes = nd.nodes;
+    rp_checkpoint_lock *lock = NULL; /* held for the run: before --resume auto reads it */
+    rp_resume resume;
+    rp_status rs = rp_checkpoint_dir_lock(&resolved, comm, &lock, err);
+    if (rs == RP_OK)
+        rs = rp_checkpoint_resolve(&resolved, comm, lg, &resume, err);
+    if (rs != RP_OK) {
+        rp_checkpoint_lock_release(&lock);
+        rp_nodes_free(&nd);
+        return rs;
+    }
+    const rp_train_options *o = &resolved;
+    rp_engine E, *e = &E;
+    rp_run_state R, *r = &R;
+    rp_run_init(e, r, o, &resume, &nd, lg);
+    rp_status s = rp_run_set_up(e, r, comm, err);
+    if (s == RP_OK)
+        s = rp_run_outputs_start(e, r, comm, err);
+    if (s == RP_OK) {
+        s = rp_run_steps(e, comm, err);
+        if (s == RP_OK && (o->ranks_per_node > 0 || e->nd.nodes > 1))
+            rp_node_report(e, comm, (e->stopped_early ? e->it_last : e->steps) - e->resume_step);
+        s = rp_run_outputs_write(e, r, s, comm, err);
+    }
+    rp_run_tear_down(e, r);
+    rp_checkpoint_lock_release(&lock);
+    return s;
 }

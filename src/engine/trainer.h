@@ -1,7 +1,7 @@
 /* The one entry of a training job below the API and the CLI: rp_train_run
- * (pipeline.c) resolves the options (this file: the ranks agree on the
- * executor device and its compute dtype), then runs the pipeline engine
- * (pipeline.h) through its steps to the end. */
+ * resolves the options (the ranks agree on the executor device and its
+ * compute dtype), then sets the run up (run.c), runs its steps
+ * (step_loop.c), writes its outputs (outputs.c) and tears it down. */
 #ifndef RP_ENGINE_TRAINER_H
 #define RP_ENGINE_TRAINER_H
 

@@ -1,0 +1,111 @@
+/* The update gate, in one place: when a layer's update for a step may run,
+ * and when a job may read (or overwrite what feeds) a version of a layer.
+ * Everyone else asks here; nobody else decides. (The counters it waits on
+ * are protocol.h's; the order of the updates within a step follows from
+ * rp_gate_order below.)
+ *
+ * Versions: a layer's version is v once every rank's share of it holds the
+ * update of step v (version 0: as loaded). Exact optimizer: the jobs of step
+ * t read version t-1. Lagged (--optimizer-lag 1): version t-2; the update of
+ * step t-1 is applied only once step t's jobs have uploaded the layer.
+ *
+ * | who waits                     | on what                                   | why                              | here                         |
+ * |-------------------------------|-------------------------------------------|----------------------------------|------------------------------|
+ * | a job of step t, before it    | every share of each of its layers at      | the weights of step t: t-1, or   | rp_gate_wait_weights,        |
+ * | uploads its layers            | rp_gate_version_read(t) (the embedding    | t-2 lagged                       | rp_gate_weights_ready        |
+ * |                               | read through tokens: its rows event)      |                                  | (the prefetch)               |
+ * | a job of step t, before it    | its layers at version t-1 (the embedding: | the host gradient buffers of t-1 | rp_gate_wait_grad_buffers    |
+ * | downloads its gradients       | summed at t-1)                            | were consumed by their update    |                              |
+ * | the update of layer l, step t | several nodes: this rank's share summed   | node slices: the node            | rp_gate_wait_slice_summed    |
+ * | (this rank's share)           | over the nodes (the communication thread) | communication thread sums        |                              |
+ * | the updates of step t, with   | every share of every layer summed         | clipping: the global norm scales | rp_gate_wait_global_sumsq    |
+ * | clipping                      |                                           | every update                     |                              |
+ * | the update of layer l, step t | lagged: every pipeline's jobs of step t+1 | lag: t+1 reads the weights       | rp_gate_wait_update          |
+ * |                               | that read l have uploaded it              | before t's update                |                              |
+ * | the update of layer l, step t | the checkpoint writer has layer l of step | checkpoint hold: a consistent    | rp_gate_wait_update          |
+ * |                               | t-1 (lagged: of step t), when that        | snapshot without a copy          |                              |
+ * |                               | checkpoint is written while training runs |                                  |                              |
+ * | the checkpoint writer, step c | layer l at version c (lagged, with c's    | the state the checkpoint holds   | rp_gate_wait_checkpoint_state|
+ * |                               | update pending: l's gradient summed at c) |                                  |                              |
+ *
+ * After an update: one node raises the share's version (the embedding's rows
+ * too); several nodes hand it to the communication thread, which raises the
+ * version once the nodes' slices are gathered (rp_gate_update_done).
+ * A run that stops after step s (a signal): waits for a version made by a
+ * step after s return RP_STOP; a lagged run leaves the update of s pending
+ * (rp_gate_stop_last_step, rp_gate_checkpoint_pending). */
+#ifndef RP_ENGINE_UPDATE_GATE_H
+#define RP_ENGINE_UPDATE_GATE_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct rp_engine rp_engine;
+
+/* The order of a step's updates, which follows from what they wait for. */
+typedef enum rp_gate_order {
+    RP_GATE_AS_SUMMED, /* no clipping, exact: each layer as its gradient is summed (top down),
+                          fused into the sum; the embedding by rows */
+    RP_GATE_BY_NEED,   /* clipping, exact: after the global norm, the embedding rows the next
+                          step reads, the blocks bottom up, the rest of the embedding */
+    RP_GATE_LAGGED,    /* --optimizer-lag 1: after every gradient is summed (and the global
+                          norm), top down, each after step t+1's uploads of the layer */
+} rp_gate_order;
+
+rp_gate_order rp_gate_order_of(const rp_engine *e);
+
+/* The version of a layer the jobs of step t read. */
+uint64_t rp_gate_version_read(const rp_engine *e, int64_t t);
+
+/* A job's layers first..last, and with `tied_head` the embedding it reads
+ * as its LM head. Wait until they are at the version step t reads, or
+ * whether they are already (without waiting). */
+rp_status rp_gate_wait_weights(rp_engine *e, int first, int last, int tied_head, int64_t t,
+                               const char *who, rp_error *err);
+int rp_gate_weights_ready(const rp_engine *e, int first, int last, int tied_head, int64_t t);
+
+/* Before a job of step t overwrites its layers' host gradient buffers. */
+rp_status rp_gate_wait_grad_buffers(rp_engine *e, int first, int last, int tied_head, int64_t t,
+                                    const char *who, rp_error *err);
+
+/* Several nodes: before this rank's optimizer updates its slice of layer l
+ * for step t. */
+rp_status rp_gate_wait_slice_summed(rp_engine *e, int l, int64_t t, const char *who,
+                                    rp_error *err);
+
+/* Clipping: the squared global gradient norm of step t, once every share of
+ * every layer is summed: block sums in block order per layer, layers in
+ * order, the same bits on every rank (the logger reads it too). */
+rp_status rp_gate_wait_global_sumsq(rp_engine *e, int64_t t, const char *who, double *total,
+                                    rp_error *err);
+
+/* Before the update of step t changes this rank's share of layer l: the
+ * lag's uploads and the checkpoint hold. RP_STOP: a lagged run stops after
+ * step t, whose update stays pending. */
+rp_status rp_gate_wait_update(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
+
+/* Whether layer l's update of step t runs fused into its gradient's sum
+ * (nothing else to wait for); `skip`: the step applies no update. */
+int rp_gate_fused(const rp_engine *e, int l, int skip);
+
+/* This rank's share of layer l holds step t's update (`updated`: 0 when the
+ * step applied none): raise the version, or hand it to the all-gather. */
+void rp_gate_update_done(rp_engine *e, int l, int64_t t, int updated);
+
+/* The checkpoint writer of step c, before it writes layer l; `pending`:
+ * rp_gate_checkpoint_pending(c). */
+rp_status rp_gate_wait_checkpoint_state(rp_engine *e, int l, int64_t c, int pending,
+                                        const char *who, rp_error *err);
+
+/* Does the checkpoint of step c hold c's update pending? With a lagged
+ * optimizer the update of step c is applied only after step c+1's jobs have
+ * read the weights of step c-1, so a resumed run needs those weights and
+ * c's gradient; after the last step there is nothing to resume. */
+int rp_gate_checkpoint_pending(const rp_engine *e, int64_t c);
+
+/* A stop decided after step t: the run's last step (lagged: t+1, whose jobs
+ * may have started). */
+int64_t rp_gate_stop_last_step(const rp_engine *e, int64_t t);
+
+#endif
