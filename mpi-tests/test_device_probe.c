@@ -7,7 +7,10 @@
 
 #include <string.h>
 
+#include "device/backend.h"
 #include "device/device.h"
+#include "kernels/cuda/sizes.h"
+#include "model/layers.h"
 #include "rp_check.h"
 #ifdef RP_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
@@ -70,6 +73,35 @@ START_TEST(auto_falls_back_and_bad_names_rejected)
 }
 END_TEST
 
+/* A CUDA executor is sized alike from any build: without the CUDA back end
+ * the sizing table stands for it (a plan made on a laptop fits the GPU); with
+ * it, the sizing table gives the executor's own figures (no drift): Qwen3-1.7B
+ * shapes, the head's chunk of 832 rows (2^27 logits / 151936, in 64s). */
+START_TEST(cuda_executor_sized_alike_in_every_build)
+{
+    const rp_kernel_ops *k = rp_device_kernel_ops(RP_DEVICE_CUDA), *z = &rp_kernel_ops_cuda_sizes;
+    ck_assert_ptr_nonnull(k);
+    ck_assert_int_eq(k->compute_dtype, RP_BF16);
+    ck_assert_int_eq(k->host_addressable, 0);
+    ck_assert_uint_eq(k->weight_dtypes, z->weight_dtypes);
+    ck_assert_int_eq(z->logits_rows(151936), 832);
+    ck_assert_int_eq(k->logits_rows(151936), z->logits_rows(151936));
+    ck_assert_uint_eq(k->column_sum_scratch_floats(2048), z->column_sum_scratch_floats(2048));
+    ck_assert_uint_eq(k->rope_table_floats(4096, 64), z->rope_table_floats(4096, 64));
+    rp_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.hidden_size = 2048, cfg.intermediate_size = 6144, cfg.num_hidden_layers = 28;
+    cfg.num_attention_heads = 16, cfg.num_key_value_heads = 8, cfg.head_dim = 128;
+    cfg.vocab_size = 151936, cfg.rms_norm_eps = 1e-6, cfg.rope_theta = 1e6;
+    cfg.arch = RP_ARCH_QWEN3, cfg.tie_word_embeddings = 1, cfg.max_position_embeddings = 40960;
+    size_t wk = rp_model_workspace_floats(k, RP_BF16, &cfg, 1, 4096);
+    ck_assert_uint_gt(wk, 0);
+    ck_assert_uint_eq(wk, rp_model_workspace_floats(z, RP_BF16, &cfg, 1, 4096));
+    ck_assert_uint_eq(rp_block_saved_floats(k, RP_BF16, &cfg, 1, 4096),
+                      rp_block_saved_floats(z, RP_BF16, &cfg, 1, 4096));
+}
+END_TEST
+
 static Suite *device_suite(void)
 {
     Suite *s = suite_create("device_probe");
@@ -77,6 +109,7 @@ static Suite *device_suite(void)
     tcase_add_test(tc, cpu_always_present);
     tcase_add_test(tc, cuda_present_or_clean_error);
     tcase_add_test(tc, auto_falls_back_and_bad_names_rejected);
+    tcase_add_test(tc, cuda_executor_sized_alike_in_every_build);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "device/backend_impl.h"
+#include "kernels/cuda/sizes.h"
 
 struct rp_device {
     const rp_device_ops *ops;
@@ -93,6 +94,8 @@ void rp_device_host_unregister(rp_device *dev, void *p)
 const rp_kernel_ops *rp_device_kernel_ops(rp_device_kind kind)
 {
     const rp_device_ops *ops = ops_of(kind);
+    if (!ops && kind == RP_DEVICE_CUDA) /* no CUDA back end here: its sizes, for plans */
+        return &rp_kernel_ops_cuda_sizes;
     return ops ? ops->kernel_ops : NULL;
 }
 

@@ -50,7 +50,9 @@ void rp_device_host_unregister(rp_device *dev, void *p);
 /* ---- the kernel ops table handed to the model (src/model/layers.h) ---- */
 
 /* The table of a back end kind, for sizing (rp_block_saved_floats etc.)
- * without a device; NULL for a kind this build lacks. */
+ * without a device; for CUDA in a build without it, the CUDA back end's
+ * sizing members alone (kernels/cuda/sizes.h), so plans are the same from
+ * any build; NULL for another kind this build lacks. */
 const rp_kernel_ops *rp_device_kernel_ops(rp_device_kind kind);
 
 /* The device's table and its state, made current for the calling thread:

@@ -1,4 +1,7 @@
 # CUDA kernels: compiled with nvcc (see the .cu.lo rule in Makefile.am).
+# What the CUDA back end allocates is plain C, built with or without CUDA
+# (sizes.h), so plans for CUDA executors are the same from any build.
+librp_la_SOURCES += src/kernels/cuda/sizes.c src/kernels/cuda/sizes.h
 if HAVE_CUDA
 librp_la_SOURCES += src/kernels/cuda/cuda_probe.cu
 # cuda-core kernels and the CUDA back end of src/device (C, compiled by the C

@@ -25,11 +25,11 @@
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/sizes.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/xent.h"
 
 #define ROPE_MAX_HALF 1024                    /* head_dim up to 2048 */
-#define HEAD_LOGITS ((int64_t)1 << 27)        /* 512 MiB of fp32 logits per chunk */
 
 typedef struct cuda_state {
     int ordinal;
@@ -98,32 +98,6 @@ static rp_status sync(cuda_state *c, const char *what, rp_error *err)
     if (e == cudaSuccess)
         e = cudaGetLastError();
     return e == cudaSuccess ? RP_OK : rp_cuda_fail(c->ordinal, what, (int)e, err);
-}
-
-/* ---- sizes ----------------------------------------------------------- */
-
-static size_t attention_backward_scratch_floats(const rp_attn_shape *s)
-{
-    return (size_t)(s->nseq * s->seqlen * s->nheads); /* delta = rowsum(dout * o) */
-}
-
-static size_t column_sum_scratch_floats(int64_t cols)
-{
-    return rp_cuda_colsum_partial_floats(cols);
-}
-
-static size_t rope_table_floats(int64_t seqlen, int64_t half)
-{
-    (void)seqlen, (void)half;
-    return 0; /* the state keeps the table */
-}
-
-static int64_t logits_rows(int64_t vocab)
-{
-    int64_t rows = HEAD_LOGITS / (vocab > 0 ? vocab : 1);
-    if (rows > 64)
-        rows = rows / 64 * 64; /* GEMMs want rows */
-    return rows < 1 ? 1 : rows;
 }
 
 /* ---- GEMMs ------------------------------------------------------------ */
@@ -722,14 +696,7 @@ static rp_status copy(void *state, void *dst, const void *src, size_t bytes, rp_
 }
 
 const rp_kernel_ops rp_kernel_ops_cuda = {
-    .name = "cuda",
-    .compute_dtype = RP_BF16,
-    .host_addressable = 0,
-    .weight_dtypes = 1u << RP_BF16,
-    .attention_backward_scratch_floats = attention_backward_scratch_floats,
-    .column_sum_scratch_floats = column_sum_scratch_floats,
-    .rope_table_floats = rope_table_floats,
-    .logits_rows = logits_rows,
+    RP_CUDA_SIZING_MEMBERS,
     .linear_forward = linear_forward,
     .linear_backward_input = linear_backward_input,
     .linear_backward_weight = linear_backward_weight,

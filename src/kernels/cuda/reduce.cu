@@ -43,11 +43,6 @@ static __global__ void colsum_pass2(const float *partial, int64_t cols, float *d
     }
 }
 
-extern "C" size_t rp_cuda_colsum_partial_floats(int64_t cols)
-{
-    return (size_t)RP_CUDA_COLSUM_SLICES * (size_t)(cols > 0 ? cols : 0);
-}
-
 static int run(const float *a, const float *x, const float *rstd, int64_t rows, int64_t cols,
                float *dst, float *partial, void *stream)
 {

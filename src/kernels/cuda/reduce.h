@@ -16,7 +16,7 @@ extern "C" {
 
 #define RP_CUDA_COLSUM_SLICES 64
 
-/* Floats of `partial` a reduction over `cols` columns needs. */
+/* Floats of `partial` a reduction over `cols` columns needs (sizes.c, plain C). */
 size_t rp_cuda_colsum_partial_floats(int64_t cols);
 
 /* dst[j] += sum over r of src[r*cols + j]. */

@@ -1,0 +1,35 @@
+/* What the CUDA back end allocates, without CUDA: the sizing members of its
+ * kernel ops table, plain C and built in every configuration, so that
+ * `roundpipe plan --device cuda` on a machine without the CUDA Toolkit sizes
+ * an executor as the CUDA back end will (DESIGN 8: a plan that fits in the
+ * planner fits on the device). kernels/cuda/ops.c's table takes its sizing
+ * members from here; rp_kernel_ops_cuda_sizes has them alone (its compute
+ * members are NULL) and stands for the CUDA back end in builds without it. */
+#ifndef RP_KERNELS_CUDA_SIZES_H
+#define RP_KERNELS_CUDA_SIZES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+/* fp32 logits per chunk of the head (512 MiB) */
+#define RP_CUDA_HEAD_LOGITS ((int64_t)1 << 27)
+
+size_t rp_cuda_attention_backward_scratch_floats(const rp_attn_shape *s);
+size_t rp_cuda_column_sum_scratch_floats(int64_t cols);
+size_t rp_cuda_rope_table_floats(int64_t seqlen, int64_t half);
+int64_t rp_cuda_logits_rows(int64_t vocab);
+
+/* The members of a table that say what the CUDA back end computes in and
+ * how much it allocates: one list for both tables. */
+#define RP_CUDA_SIZING_MEMBERS                                                  \
+    .name = "cuda", .compute_dtype = RP_BF16, .host_addressable = 0,            \
+    .weight_dtypes = 1u << RP_BF16,                                             \
+    .attention_backward_scratch_floats = rp_cuda_attention_backward_scratch_floats, \
+    .column_sum_scratch_floats = rp_cuda_column_sum_scratch_floats,             \
+    .rope_table_floats = rp_cuda_rope_table_floats, .logits_rows = rp_cuda_logits_rows
+
+extern const rp_kernel_ops rp_kernel_ops_cuda_sizes;
+
+#endif
