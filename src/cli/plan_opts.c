@@ -157,7 +157,8 @@ static const rp_option plan_rows[] = {
     {DOUBLE("optimizer-gbs", "X", optimizer_gbs), .fallback = "10",
      .help = "memory GB/s of one rank's CPU optimizer (default 10)"},
     {TRAIN("optimizer-lag", "0|1"), .help = "0: exact (default); 1: one step stale"},
-    {TRAIN("grad-clip", "C"), .help = "C > 0: global-norm clipping (updates wait for all gradients)"},
+    {TRAIN("grad-clip", "C"),
+     .help = "C > 0: global-norm clipping (updates wait for all gradients)"},
     {INT64("defer-wgrad", "0|1", defer_wgrad, 0, 1), .fallback = "1",
      .help = "weight-gradient work after the input gradient is sent (default 1)"},
     {INT64("optimizer-spread", "0|1", optimizer_spread, 0, 1), .fallback = "1",
@@ -385,7 +386,6 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             break;
     }
     /* the options as the rest reads them */
-    const char *layers = a.layers, *plan = a.train.plan, *topology = a.train.topology;
     const char *config = a.source.init_config;
     char *config_buf = NULL;
     if (st == RP_OK && a.source.model_dir) {
@@ -398,23 +398,10 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             config = config_buf;
         o->model_dir = a.source.model_dir;
     }
-    int64_t G = a.gpus, M = a.microbatches, S = a.seq_len, B = a.batch_size;
-    int64_t mem = a.memory_limit_mib, ws = a.workspace_mib, lag = a.train.optimizer_lag;
-    int64_t defer = a.defer_wgrad, spread = a.optimizer_spread, width = a.width;
-    int64_t iters = a.iterations, cb = a.compute_bytes, sparse = a.sparse_embedding;
-    int64_t nodes = a.nodes, pipelines = a.pipelines, devmem = a.device_memory_mib;
-    double tflops = a.tflops, devgbs = a.device_gbs, bw = a.bandwidth_gbs;
-    double xfer = a.transfer_ms, optgbs = a.optimizer_gbs, clip = a.train.grad_clip;
-    double hostgbs = a.host_gbs, rows_frac = a.embed_rows_frac, netgbs = a.network_gbs;
     int have_seq = !!(a.given & GIVEN_SEQ_LEN), have_batch = !!(a.given & GIVEN_BATCH_SIZE);
     int have_ws = !!(a.given & GIVEN_WORKSPACE), have_dtype = !!(a.given & GIVEN_DTYPE);
-    rp_dtype grad_dtype = (rp_dtype)a.grad_dtype;
-    rp_device_kind device = a.device;
     int64_t config_ws = 0;
     int documents = a.train.documents != NULL;
-    int64_t lora_rank = a.train.lora_rank;
-    double lora_dropout = a.train.lora_dropout;
-    const char *lora_targets = a.train.lora_targets;
     /* a --lora-* option other than --lora-rank */
     int lora_given = !!(a.train.lora_given & (RP_LORA_GIVEN_TARGETS | RP_LORA_GIVEN_DROPOUT));
     o->recompute_layer = a.train.recompute_layer;
@@ -427,80 +414,84 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         return st;
     }
     /* positive rates; a zero bandwidth would make every transfer take forever */
-    if (!(tflops > 0) || !(devgbs > 0) || !(bw > 0) || !(optgbs > 0) || !(netgbs > 0))
+    if (!(a.tflops > 0) || !(a.device_gbs > 0) || !(a.bandwidth_gbs > 0) ||
+        !(a.optimizer_gbs > 0) || !(a.network_gbs > 0))
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--tflops, --device-gbs, --bandwidth-gbs, "
                           "--optimizer-gbs and --network-gbs must be > 0");
-    else if (xfer < 0 && xfer != -1)
+    else if (a.transfer_ms < 0 && a.transfer_ms != -1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--transfer-ms must be >= 0");
-    else if (hostgbs < 0)
+    else if (a.host_gbs < 0)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--host-gbs must be >= 0");
-    else if (clip < 0)
+    else if (a.train.grad_clip < 0)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0");
-    else if (rows_frac > 0 && !sparse)
+    else if (a.embed_rows_frac > 0 && !a.sparse_embedding)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "--embed-rows-frac applies only with --sparse-embedding 1");
-    else if (!!layers + !!config != 1)
+    else if (!!a.layers + !!config != 1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "give exactly one of --layers, --init-config or --model");
     if (st == RP_OK)
-        st = lora_options(lora_rank, lora_targets, lora_dropout, lora_given, layers != NULL,
+        st = lora_options(a.train.lora_rank, a.train.lora_targets, a.train.lora_dropout,
+                          lora_given, a.layers != NULL,
                           &o->lora, err);
-    if (st == RP_OK && layers) {
-        st = rp_cost_load(layers, &o->model, err);
+    if (st == RP_OK && a.layers) {
+        st = rp_cost_load(a.layers, &o->model, err);
     } else if (st == RP_OK) {
-        int64_t m = M ? M : 1, b = have_batch ? B : m;
+        int64_t m = a.microbatches ? a.microbatches : 1, b = have_batch ? a.batch_size : m;
         if (b % m)
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--batch-size %lld is not divisible by --microbatches %lld",
                               (long long)b, (long long)m);
-        else if (device == RP_DEVICE_AUTO) { /* what `roundpipe train` would use here */
+        else if (a.device == RP_DEVICE_AUTO) { /* what `roundpipe train` would use here */
             o->device_chosen = 1;
             rp_device_info info;
-            device = rp_device_probe(RP_DEVICE_AUTO, &info, NULL) == RP_OK ? info.kind
+            a.device = rp_device_probe(RP_DEVICE_AUTO, &info, NULL) == RP_OK ? info.kind
                                                                              : RP_DEVICE_CPU;
         }
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
-            cb = device == RP_DEVICE_CUDA ? 2 : 4;
+            a.compute_bytes = a.device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
-            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, grad_dtype, documents,
-                             device, &o->lora,
+            st = load_config(config, a.seq_len, a.seq_len * b / m, a.tflops, a.device_gbs,
+                             a.compute_bytes, (rp_dtype)a.grad_dtype, documents, a.device,
+                             &o->lora,
                              &o->model,
                              &config_ws, &o->cfg, err);
         o->have_config = st == RP_OK;
-        o->device = device;
-        o->dtype = cb == 2 ? RP_BF16 : RP_F32;
+        o->device = a.device;
+        o->dtype = a.compute_bytes == 2 ? RP_BF16 : RP_F32;
         if (st == RP_OK)
-            o->model->tokens_per_microbatch = S * b / m;
+            o->model->tokens_per_microbatch = a.seq_len * b / m;
     }
     free(config_buf);
-    if (st == RP_OK && topology)
-        st = use_topology(o, topology, (int)G, bw, err);
+    if (st == RP_OK && a.train.topology)
+        st = use_topology(o, a.train.topology, (int)a.gpus, a.bandwidth_gbs, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(&o->model);
         return st;
     }
     rp_machine *mc = &o->mc;
-    mc->gpus = (int)(G ? G : o->topology_gpus ? o->topology_gpus
+    mc->gpus = (int)(a.gpus ? a.gpus : o->topology_gpus ? o->topology_gpus
                            : o->model->default_gpus ? o->model->default_gpus : 1);
-    mc->microbatches = (int)(M ? M : o->model->default_microbatches ? o->model->default_microbatches : 1);
-    mc->link_gbs = bw;
-    mc->transfer_ms = xfer >= 0 ? xfer : o->model->default_transfer_ms;
-    mc->opt_gbs = optgbs;
-    mc->optimizer_lag = (int)lag;
-    mc->clip = clip > 0;
-    mc->defer_wgrad = (int)defer;
-    mc->opt_spread = (int)spread;
-    mc->iterations = (int)iters;
-    mc->host_gbs = hostgbs;
-    mc->sparse_embed = (int)sparse;
-    mc->embed_rows_frac = rows_frac;
-    o->seq_len = S;
+    mc->microbatches = (int)(a.microbatches ? a.microbatches
+                             : o->model->default_microbatches ? o->model->default_microbatches : 1);
+    mc->link_gbs = a.bandwidth_gbs;
+    mc->transfer_ms = a.transfer_ms >= 0 ? a.transfer_ms : o->model->default_transfer_ms;
+    mc->opt_gbs = a.optimizer_gbs;
+    mc->optimizer_lag = (int)a.train.optimizer_lag;
+    mc->clip = a.train.grad_clip > 0;
+    mc->defer_wgrad = (int)a.defer_wgrad;
+    mc->opt_spread = (int)a.optimizer_spread;
+    mc->iterations = (int)a.iterations;
+    mc->host_gbs = a.host_gbs;
+    mc->sparse_embed = (int)a.sparse_embedding;
+    mc->embed_rows_frac = a.embed_rows_frac;
+    o->seq_len = a.seq_len;
     /* the verdict's GPU: --device-memory-mib, else this machine's GPU when a
      * config's executors are CUDA's here; the planner keeps to it less the
      * reserve train keeps, unless --memory-limit-mib says otherwise */
-    o->memory_limit_given = mem << 20;
-    if (devmem) {
-        o->device_memory = devmem << 20;
+    o->memory_limit_given = a.memory_limit_mib << 20;
+    if (a.device_memory_mib) {
+        o->device_memory = a.device_memory_mib << 20;
         o->device_memory_from = "--device-memory-mib";
     } else if (o->have_config && o->device == RP_DEVICE_CUDA) {
         rp_device_info info;
@@ -509,52 +500,52 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             o->device_memory_from = "free on this machine's GPU 0";
         }
     }
-    if (st == RP_OK && devmem && o->have_config && o->device != RP_DEVICE_CUDA)
+    if (st == RP_OK && a.device_memory_mib && o->have_config && o->device != RP_DEVICE_CUDA)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "--device-memory-mib is a GPU's memory, but the plan is for %s "
                           "executors (--device cuda plans for GPUs)",
                           rp_device_kind_name(o->device));
-    mc->memory_limit = mem ? mem << 20
+    mc->memory_limit = a.memory_limit_mib ? a.memory_limit_mib << 20
                      : o->device_memory > 0
                          ? o->device_memory - rp_device_cuda_reserve_bytes(o->device_memory)
                          : 0;
     if (mc->memory_limit < 0)
         mc->memory_limit = 1; /* nothing fits: the planner says which layer */
     /* a config's workspace is the executors'; --workspace-mib overrides */
-    mc->workspace_bytes = config && !have_ws ? config_ws : ws << 20;
-    if (layers && have_seq && have_batch)
-        o->model->tokens_per_microbatch = S * B / mc->microbatches;
+    mc->workspace_bytes = config && !have_ws ? config_ws : a.workspace_mib << 20;
+    if (a.layers && have_seq && have_batch)
+        o->model->tokens_per_microbatch = a.seq_len * a.batch_size / mc->microbatches;
     mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;
-    o->width = (int)width;
-    if (st == RP_OK && pipelines) { /* train's --pipelines P: pipelines of G/P executors */
-        if (mc->gpus % pipelines)
+    o->width = (int)a.width;
+    if (st == RP_OK && a.pipelines) { /* train's --pipelines P: pipelines of G/P executors */
+        if (mc->gpus % a.pipelines)
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--pipelines %lld does not divide the %d executors (each pipeline "
-                              "has G/P of them)", (long long)pipelines, mc->gpus);
-        else if (width && width != mc->gpus / pipelines)
+                              "has G/P of them)", (long long)a.pipelines, mc->gpus);
+        else if (a.width && a.width != mc->gpus / a.pipelines)
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--pipelines %lld (width %lld) contradicts --width %lld",
-                              (long long)pipelines, (long long)(mc->gpus / pipelines),
-                              (long long)width);
+                              (long long)a.pipelines, (long long)(mc->gpus / a.pipelines),
+                              (long long)a.width);
         else
-            o->width = width = mc->gpus / pipelines;
+            o->width = a.width = mc->gpus / a.pipelines;
     }
-    if (plan) {
+    if (a.train.plan) {
         o->forced = malloc(sizeof *o->forced);
         if (!o->forced)
             st = rp_error_set(err, RP_ERR_NOMEM, "out of memory");
         else
-            st = rp_plan_parse(plan, o->model->num_layers, o->forced, err);
-        if (st == RP_OK && width && o->forced->width && o->forced->width != width)
+            st = rp_plan_parse(a.train.plan, o->model->num_layers, o->forced, err);
+        if (st == RP_OK && a.width && o->forced->width && o->forced->width != a.width)
             st = rp_error_set(err, RP_ERR_INVALID_ARG, "--width %lld contradicts the plan's width=%d",
-                              (long long)width, o->forced->width);
+                              (long long)a.width, o->forced->width);
         if (st == RP_OK && !o->forced->width)
-            o->forced->width = width ? (int)width : mc->gpus;
+            o->forced->width = a.width ? (int)a.width : mc->gpus;
     }
     /* several nodes: the all-gather moves compute copies, 4 bytes a
      * parameter for a config in fp32, else 2 */
-    mc->nodes = (int)nodes;
-    mc->network_gbs = netgbs;
+    mc->nodes = (int)a.nodes;
+    mc->network_gbs = a.network_gbs;
     mc->compute_bytes_per_param = o->have_config && o->dtype == RP_F32 ? 4.0 : 2.0;
     if (st == RP_OK && mc->microbatches % mc->nodes)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,

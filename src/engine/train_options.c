@@ -63,7 +63,7 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--resume auto needs --checkpoint-dir");
     if (!o->data)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--data FILE.npy is required");
-    /* each option's own range (its row's), then how options combine */
+    /* each option's own range (its row's); the checks after it are how options combine */
     size_t nrows;
     const rp_option *rows = rp_train_option_rows(&nrows);
     RP_TRY(rp_options_check(rows, nrows, o, err));
