@@ -4,7 +4,8 @@
 # does something else (examples/train_api.c), and gives bit-for-bit the
 # model `roundpipe train` gives with the same options; its step callback
 # reports every step with the losses of the CLI's --log; a bad option set
-# through the API fails with the CLI's message; two nodes asked of a program
+# through the API fails with the CLI's message, a misspelt one naming the
+# option meant (from train's option table, as the CLI does); two nodes asked of a program
 # that initialised MPI without thread support fail naming the level.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -32,6 +33,11 @@ grep -q "^train_api: 3 steps, final loss $last\$" "$tmp/api.out" && ok \
 ${MPIRUN:-mpirun} $flags -np 1 "$build/examples/train_api" 1 "$fix/model/config.json" \
   "$tmp/none.npy" "$tmp/x" > "$tmp/err" 2>&1 && bad "missing data accepted" || ok
 grep -q "none.npy: cannot open" "$tmp/err" && ok || { bad "no message naming the file"; cat "$tmp/err"; }
+# a misspelt option: refused with the nearest option's name, before any training
+${MPIRUN:-mpirun} $flags -np 1 "$build/examples/train_api" 1 "$fix/model/config.json" \
+  "$fix/data.npy" "$tmp/typo" pipelinse=2 > "$tmp/typo.err" 2>&1 && bad "--pipelinse accepted" || ok
+grep -q "unknown option '--pipelinse'; did you mean --pipelines?" "$tmp/typo.err" && ok \
+  || { bad "no suggestion for a misspelt API option"; cat "$tmp/typo.err"; }
 # several nodes need MPI_THREAD_MULTIPLE, which MPI_Init does not ask for
 ${MPIRUN:-mpirun} $flags -np 2 "$build/examples/train_api" 2 "$fix/model/config.json" \
   "$fix/data.npy" "$tmp/mn" ranks-per-node=1 > "$tmp/mn.err" 2>&1 && bad "2 nodes without threads ran" || ok

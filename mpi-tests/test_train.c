@@ -6,7 +6,12 @@
  *   (B = 4 as M = 1, 2, 4) beyond rounding (1e-5 relative);
  * - a run on all ranks of the test matches a run on a one-rank
  *   sub-communicator (the library never uses MPI_COMM_WORLD itself);
- * - bf16 executor compute stays within 2e-2 of fp32 and is not identical.
+ * - bf16 executor compute stays within 2e-2 of fp32 and is not identical;
+ * - the option table (engine/train_set.c): every row's default text parses and
+ *   the defaults are the documented ones (and the one field no option sets,
+ *   progress_interval_s); every row is named once and has its --help text;
+ *   an unknown name set through the API is refused with the nearest row's
+ *   name, never --help (the API has none).
  * Ranks: 1 2 */
 #include <json-c/json.h>
 #include <math.h>
@@ -185,6 +190,40 @@ START_TEST(bf16_compute_close_to_fp32)
 }
 END_TEST
 
+START_TEST(option_table_defaults_and_rows)
+{
+    size_t n;
+    const rp_option *rows = rp_train_option_rows(&n);
+    rp_train_options o;
+    rp_error err = {0};
+    memset(&o, 0, sizeof o);
+    ck_assert_msg(rp_options_default(rows, n, &o, &err) == RP_OK, "%s", err.msg);
+    rp_train_options_default(&o);
+    ck_assert_int_eq(o.seq_len, 1024);
+    ck_assert_int_eq(o.batch_size, 8);
+    ck_assert_int_eq(o.microbatches, 0);
+    ck_assert(o.lr == 3e-4 && o.min_lr == 0 && o.weight_decay == 0.01);
+    ck_assert(o.beta1 == 0.9 && o.beta2 == 0.999 && o.eps == 1e-8 && o.grad_clip == 1.0);
+    ck_assert_int_eq(o.schedule, RP_LR_COSINE);
+    ck_assert(o.dtype == RP_F32 && !o.dtype_set && o.grad_dtype == RP_F32 && !o.save_dtype_set);
+    ck_assert_uint_eq(o.seed, 1234);
+    ck_assert_int_eq(o.device, RP_DEVICE_AUTO);
+    ck_assert_int_eq(o.progress, RP_PROGRESS_AUTO);
+    ck_assert(o.progress_interval_s == 5.0 && o.timeout_s == 600.0 && o.chunk_mib == 16.0);
+    ck_assert(o.bind == 1 && o.pipelines == 1 && o.keep_checkpoints == 2 && o.deal == 0);
+    ck_assert(o.recompute_layer == 0 && o.activation_numa == 0 && o.lora_given == 0);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(rows[i].help && rows[i].help[0], "--%s has no help", rows[i].name);
+        for (size_t j = 0; j < i; j++)
+            ck_assert_str_ne(rows[i].name, rows[j].name);
+    }
+    ck_assert_int_eq(rp_train_options_set(&o, "pipelinse", "2", &err), RP_ERR_INVALID_ARG);
+    ck_assert_str_eq(err.msg, "unknown option '--pipelinse'; did you mean --pipelines?");
+    ck_assert_int_eq(rp_train_options_set(&o, "help", "1", &err), RP_ERR_INVALID_ARG);
+    ck_assert_str_eq(err.msg, "unknown option '--help'");
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     paths();
@@ -196,6 +235,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, microbatch_count_does_not_matter);
     tcase_add_test(tc, sub_communicator_matches_world);
     tcase_add_test(tc, bf16_compute_close_to_fp32);
+    tcase_add_test(tc, option_table_defaults_and_rows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -178,7 +178,8 @@ int rp_cli_plan(int argc, char **argv)
         return 2;
     }
     if (o.help) {
-        printf("%s%s", plan_usage, rp_plan_cli_options_usage);
+        fputs(plan_usage, stdout);
+        rp_plan_cli_usage(stdout);
         return 0;
     }
     char warning[512];

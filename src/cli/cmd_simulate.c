@@ -144,7 +144,8 @@ int rp_cli_simulate(int argc, char **argv)
         return 2;
     }
     if (o.help) {
-        printf("%s%s", sim_usage, rp_plan_cli_options_usage);
+        fputs(sim_usage, stdout);
+        rp_plan_cli_usage(stdout);
         return 0;
     }
     int topo = o.mc.link_groups > 0, nrows = topo ? 5 : 4;

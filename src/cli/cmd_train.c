@@ -13,128 +13,21 @@
 #include "engine/trainer.h"
 #include "io/checkpoint.h"
 
-/* Every option but --shuffle and --use-rslora takes a value; rp_train_options_set interprets
- * them. */
-static const struct option train_options[] = {
-    {"model", required_argument, 0, 0}, {"init-config", required_argument, 0, 0},
-    {"data", required_argument, 0, 0}, {"loss-mask", required_argument, 0, 0},
-    {"documents", required_argument, 0, 0},
-    {"eval-data", required_argument, 0, 0}, {"eval-mask", required_argument, 0, 0},
-    {"eval-documents", required_argument, 0, 0}, {"eval-every", required_argument, 0, 0},
-    {"eval-samples", required_argument, 0, 0},
-    {"seq-len", required_argument, 0, 0}, {"batch-size", required_argument, 0, 0},
-    {"microbatches", required_argument, 0, 0}, {"steps", required_argument, 0, 0},
-    {"lr", required_argument, 0, 0}, {"min-lr", required_argument, 0, 0},
-    {"warmup-steps", required_argument, 0, 0}, {"lr-schedule", required_argument, 0, 0},
-    {"weight-decay", required_argument, 0, 0}, {"beta1", required_argument, 0, 0},
-    {"beta2", required_argument, 0, 0}, {"eps", required_argument, 0, 0},
-    {"grad-clip", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-    {"grad-dtype", required_argument, 0, 0}, {"shuffle", no_argument, 0, 0},
-    {"seed", required_argument, 0, 0}, {"log", required_argument, 0, 0},
-    {"save", required_argument, 0, 0}, {"save-dtype", required_argument, 0, 0},
-    {"device", required_argument, 0, 0}, {"threads", required_argument, 0, 0},
-    {"progress", required_argument, 0, 0}, {"plan", required_argument, 0, 0},
-    {"recompute", required_argument, 0, 0}, {"timeout", required_argument, 0, 0},
-    {"optimizer-lag", required_argument, 0, 0}, {"chunk-mib", required_argument, 0, 0},
-    {"link-groups", required_argument, 0, 0}, {"topology", required_argument, 0, 0},
-    {"deal", required_argument, 0, 0}, {"activation-numa", required_argument, 0, 0},
-    {"trace", required_argument, 0, 0}, {"memory-limit-mib", required_argument, 0, 0},
-    {"bind", required_argument, 0, 0}, {"pipelines", required_argument, 0, 0},
-    {"ranks-per-node", required_argument, 0, 0},
-    {"checkpoint-dir", required_argument, 0, 0}, {"checkpoint-every", required_argument, 0, 0},
-    {"keep-checkpoints", required_argument, 0, 0}, {"resume", required_argument, 0, 0},
-    {"lora-rank", required_argument, 0, 0}, {"lora-alpha", required_argument, 0, 0},
-    {"lora-targets", required_argument, 0, 0}, {"lora-dropout", required_argument, 0, 0},
-    {"use-rslora", no_argument, 0, 0}, {"lora-init", required_argument, 0, 0},
-    {"save-merged", required_argument, 0, 0}, {"router-aux-coef", required_argument, 0, 0},
-    {"help", no_argument, 0, 'h'},
-    {0, 0, 0, 0},
-};
+static const char train_usage_head[] =
+    "usage: mpirun -np G roundpipe train (--model DIR | --init-config FILE) --data FILE.npy [options]\n";
 
-static const char train_usage[] =
-    "usage: mpirun -np G roundpipe train (--model DIR | --init-config FILE) --data FILE.npy [options]\n"
-    "  --model DIR            Hugging Face model directory (config.json + safetensors)\n"
-    "  --init-config FILE     random initialisation from a config.json (uses --seed)\n"
-    "  --data FILE.npy        token ids (1-D uint8/uint16/int32/uint32/int64)\n"
-    "  --loss-mask FILE.npy   1 = that target position counts (uint8/bool, same length)\n"
-    "  --documents FILE.npy   sorted int64 start offsets of documents in --data (first 0):\n"
-    "                         a token attends only to earlier tokens of its document\n"
-    "  --eval-data FILE.npy   a validation set: eval_loss after the last step (and every\n"
-    "                         --eval-every N steps), with --eval-mask and --eval-documents\n"
-    "                         as --loss-mask and --documents; --eval-samples K: its first K\n"
-    "  --seq-len S            tokens per sample (default 1024)\n"
-    "  --batch-size B         samples per step (default 8)\n"
-    "  --microbatches M       microbatches per step, divides B (default B)\n"
-    "  --steps N              optimizer steps (default: one pass over the samples)\n"
-    "  --lr X --min-lr X      peak and final learning rate (default 3e-4, 0)\n"
-    "  --warmup-steps W       linear warm-up steps (default 0)\n"
-    "  --lr-schedule S        constant | cosine | linear (default cosine)\n"
-    "  --weight-decay X       AdamW decoupled decay on >=2-D parameters (default 0.01)\n"
-    "  --beta1 X --beta2 X --eps X   AdamW (default 0.9, 0.999, 1e-8)\n"
-    "  --grad-clip C          global L2 norm clipping, 0 = off (default 1.0)\n"
-    "  --dtype fp32|bf16      executor compute dtype (default: bf16 on CUDA, which\n"
-    "                         computes in bf16 only, fp32 on the CPU)\n"
-    "  --shuffle              visit each epoch's samples in a random order (seeded by\n"
-    "                         --seed and the epoch; default: the file's order)\n"
-    "  --grad-dtype fp32|bf16 dtype gradients travel in from the executors (accumulated\n"
-    "                         in fp32 either way; default fp32)\n"
-    "  --seed N               initialisation seed (default 1234)\n"
-    "  --log FILE             JSON Lines metrics, one object per step\n"
-    "  --save DIR             write config.json + model.safetensors at the end\n"
-    "  --save-dtype fp32|bf16|fp16  dtype of saved weights (default: as loaded)\n"
-    "  --checkpoint-dir DIR   checkpoints in DIR/step-00000100/ (and one at the end)\n"
-    "  --checkpoint-every N   a checkpoint after every N-th step (default 0: the last only)\n"
-    "  --keep-checkpoints K   keep the newest K complete checkpoints (default 2; 0: all)\n"
-    "  --resume PATH|auto     continue from a checkpoint (auto: the newest under\n"
-    "                         --checkpoint-dir, or a fresh start when there is none)\n"
-    "LoRA (frozen base, trainable adapters saved for PEFT):\n"
-    "  --lora-rank R          train LoRA adapters of rank R (default 0: the full model)\n"
-    "  --lora-alpha A         scaling A/R (default R: scaling 1)\n"
-    "  --lora-targets LIST    q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj,\n"
-    "                         gate (a mixture of experts' router; its experts' projections\n"
-    "                         are gate_proj.. per expert) or all-linear (default)\n"
-    "  --lora-dropout P       dropout on the adapters' input, in [0, 1) (default 0; not\n"
-    "                         on a mixture of experts' experts)\n"
-    "  --use-rslora           scaling A/sqrt(R)\n"
-    "  --lora-init DIR        start from a PEFT adapter directory\n"
-    "  --save-merged DIR      also write the merged model (W + scaling B A)\n"
-    "  --router-aux-coef X    mixture of experts: add X times the load-balancing loss\n"
-    "                         (default: config.json's, if output_router_logits)\n"
-    "  --device cpu|cuda|auto executor device (default auto: CUDA when a GPU is usable)\n"
-    "  --threads N            compute threads per rank (default: the rank's share of cores)\n"
-    "  --progress auto|line|none   progress display on rank 0 (default auto)\n"
-    "engine:\n"
-    "  --recompute stage|layer     activation checkpoints per backward stage or per layer\n"
-    "  --timeout SECONDS      deadline of every wait between ranks; must exceed one\n"
-    "                         iteration (default 600)\n"
-    "  --optimizer-lag 0|1    1: apply gradients one step late, for comparison (default 0)\n"
-    "  --chunk-mib X          transfer chunk size (default 16)\n"
-    "  --link-groups LIST|none  each node rank's PCIe link group, e.g. 0,0,1,1: ranks of a\n"
-    "                         group hold their lower-class transfers while a peer has an\n"
-    "                         urgent one (default: from hwloc on GPUs, none on the CPU)\n"
-    "  --topology FILE.xml    the node's PCIe topology from an hwloc XML file (default:\n"
-    "                         this machine's, on GPUs); CPU executors take its GPUs in\n"
-    "                         bus order, so a server's groups and deal can be rehearsed\n"
-    "  --deal natural|interleaved|best  which node rank runs each executor of the\n"
-    "                         round-robin deal: in rank order, or link group by group\n"
-    "                         in turn (best: interleaved when the planner's\n"
-    "                         simulation finds it over 0.1% faster)\n"
-    "  --activation-numa interleave|reader  activation buffers interleaved over the NUMA\n"
-    "                         nodes like the rest of the store (default), or each on the\n"
-    "                         node of the GPUs that read it, when they share one\n"
-    "  --memory-limit-mib X   device memory the planner may use (default: no limit)\n"
-    "  --pipelines P          P round-robin pipelines of G/P executors, M/P microbatches\n"
-    "                         each; gradients summed in pipeline order (default 1)\n"
-    "  --ranks-per-node K     each K consecutive ranks are a node with its own host store;\n"
-    "                         nodes run M/N microbatches each and sum gradients in pipeline\n"
-    "                         order over MPI (default: the ranks that share memory)\n"
-    "  --plan TEXT            force a partition: 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2'\n"
-    "  --trace FILE           Chrome trace JSON of the run (opens in Perfetto)\n"
-    "  --bind yes|no          pin each rank to its share of the node's cores (default yes)\n"
-    "See roundpipe(1).\n";
+/* The option table's rows (engine/train_set.c) as getopt_long's array. */
+#define TRAIN_OPTIONS_MAX 96
 
 static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *help, rp_error *err)
 {
+    size_t n;
+    const rp_option *rows = rp_train_option_rows(&n);
+    struct option train_options[TRAIN_OPTIONS_MAX + 2];
+    if (n > TRAIN_OPTIONS_MAX)
+        return rp_error_set(err, RP_ERR_INTERNAL, "%zu train options, room for %d", n,
+                            TRAIN_OPTIONS_MAX);
+    rp_options_getopt(rows, n, 0, train_options);
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -142,14 +35,14 @@ static rp_status parse_train(int argc, char **argv, rp_train_options *o, int *he
         if (c == -1)
             break;
         if (c == 0)
-            RP_TRY(rp_train_options_set(o, train_options[idx].name, optarg, err));
+            RP_TRY(rp_option_set(&rows[idx], o, optarg, err));
         else if (c == 'h') {
             *help = 1;
             return RP_OK;
         } else if (c == ':')
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", argv[optind - 1]);
         else
-            return rp_arg_unknown_option(argv[optind - 1], train_options, err);
+            return rp_arg_unknown_option(argv[optind - 1], rows, n, err);
     }
     if (optind < argc)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "unexpected argument '%s'", argv[optind]);
@@ -222,8 +115,13 @@ int rp_cli_train(int argc, char **argv)
         return 2;
     }
     if (help) {
-        if (rank == 0)
-            fputs(train_usage, stdout);
+        if (rank == 0) {
+            size_t n;
+            const rp_option *rows = rp_train_option_rows(&n);
+            fputs(train_usage_head, stdout);
+            rp_options_usage(stdout, rows, n);
+            fputs("See roundpipe(1).\n", stdout);
+        }
         return 0;
     }
     rp_logger lg = {.stream = stderr, .level = RP_LOG_INFO, .rank = rank};

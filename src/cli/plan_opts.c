@@ -2,6 +2,7 @@
 #include "cli/plan_opts.h"
 
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "core/args.h"
 #include "device/device.h"
 #include "engine/memory_model.h"
+#include "engine/train_options.h"
 #include "io/config.h"
 #include "io/peft.h"
 #include "plan/layers_file.h"
@@ -16,130 +18,242 @@
 #include "plan/schedule.h"
 #include "store/topology.h"
 
-enum {
-    O_LAYERS = 256, O_INIT_CONFIG, O_MODEL, O_GPUS, O_MB, O_SEQ, O_BATCH, O_TFLOPS, O_DEVGBS,
-    O_DTYPE, O_GRAD_DTYPE, O_MEM, O_WS, O_BW, O_XFER, O_OPTGBS, O_LAG, O_CLIP, O_DEFER, O_SPREAD, O_WIDTH,
-    O_PLAN, O_ITERS, O_HOSTGBS, O_SPARSE, O_ROWS, O_DEVICE, O_TOPOLOGY, O_DEAL, O_DOCUMENTS,
-    O_NODES, O_NETGBS, O_LORA_RANK, O_LORA_TARGETS, O_LORA_DROPOUT,
-    O_JSON, O_HELP, O_PIPELINES, O_RECOMPUTE, O_DEVMEM
+/* The options as given. The rows shared with train write into `train` at
+ * train's offsets, so it comes first. */
+typedef struct plan_config_source {
+    const char *init_config; /* --init-config FILE */
+    const char *model_dir;   /* --model DIR */
+    int from_model;          /* the later of the two was --model */
+} plan_config_source;
+
+typedef struct plan_args {
+    rp_train_options train; /* --optimizer-lag, --grad-clip, --recompute, --deal, --plan,
+                               --topology, --documents, --lora-rank, --lora-targets,
+                               --lora-dropout */
+    plan_config_source source;
+    const char *layers;
+    int64_t gpus, microbatches, seq_len, batch_size, memory_limit_mib, workspace_mib;
+    int64_t defer_wgrad, optimizer_spread, width, pipelines, iterations, sparse_embedding, nodes;
+    int64_t device_memory_mib;
+    double tflops, device_gbs, bandwidth_gbs, transfer_ms, optimizer_gbs, host_gbs;
+    double embed_rows_frac, network_gbs;
+    int compute_bytes; /* --dtype: 2 (bf16) or 4 (fp32) */
+    int grad_dtype;    /* rp_dtype */
+    rp_device_kind device;
+    int json;
+    unsigned given;    /* GIVEN_* */
+} plan_args;
+
+#define GIVEN_SEQ_LEN 1u
+#define GIVEN_BATCH_SIZE 2u
+#define GIVEN_WORKSPACE 4u
+#define GIVEN_DTYPE 8u
+
+static rp_status parse_init_config(const char *opt, const char *s, void *field, rp_error *err)
+{
+    plan_config_source *c = field;
+    c->init_config = s;
+    c->from_model = 0;
+    return RP_OK;
+}
+
+static rp_status parse_model(const char *opt, const char *s, void *field, rp_error *err)
+{
+    plan_config_source *c = field;
+    c->model_dir = s;
+    c->from_model = 1;
+    return RP_OK;
+}
+
+static rp_status parse_dtype_bytes(const char *opt, const char *s, void *field, rp_error *err)
+{
+    if (!strcmp(s, "bf16"))
+        *(int *)field = 2;
+    else if (!strcmp(s, "fp32"))
+        *(int *)field = 4;
+    else
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype: '%s' is not bf16 or fp32", s);
+    return RP_OK;
+}
+
+static rp_status parse_device(const char *opt, const char *s, void *field, rp_error *err)
+{
+    rp_status st = rp_device_kind_parse(s, field, err);
+    return st == RP_OK ? RP_OK : rp_error_prefix(err, "--device: ");
+}
+
+static rp_status parse_rows_fraction(const char *opt, const char *s, void *field, rp_error *err)
+{
+    RP_TRY(rp_arg_double(opt, s, field, err));
+    double x = *(double *)field;
+    if (!(x > 0 && x <= 1))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--embed-rows-frac: %s is not in (0, 1]", s);
+    return RP_OK;
+}
+
+static const char *const grad_dtype_words[] = {"fp32", "bf16", NULL}; /* as rp_dtype */
+
+#define TEXT(x) #x
+#define NUMBER_TEXT(x) TEXT(x)
+#define FIELD(f) offsetof(plan_args, f)
+#define GIVEN(bit) .given_offset = FIELD(given), .given_bit = (bit)
+#define INT64(n, a, f, l, h) n, a, RP_OPTION_INT64, FIELD(f), .lo = (l), .hi = (h)
+#define DOUBLE(n, a, f) n, a, RP_OPTION_DOUBLE, FIELD(f)
+#define CUSTOM(n, a, f, p) n, a, RP_OPTION_CUSTOM, FIELD(f), .parse = (p)
+#define TRAIN(n, a) n, a, RP_OPTION_SHARED /* train's row, with plan's own help */
+
+/* `plan` and `simulate`'s options, in --help's order. An option train has
+ * too reads by train's row where it accepts the same values with the same
+ * messages (TRAIN); the others differ from train's in range or values
+ * (--seq-len, --batch-size and --microbatches up to 2^24, 2^24 and 2^20;
+ * --dtype and --grad-dtype without float32/bfloat16; --memory-limit-mib an
+ * integer; --pipelines up to RP_SIM_MAX_GPUS; --device's message) or in
+ * what they do (--model, --init-config: the config they name). */
+static const rp_option plan_rows[] = {
+    {"layers", "FILE", RP_OPTION_STRING, FIELD(layers),
+     .help = "layer-times file (format: bench/README.md)"},
+    {CUSTOM("init-config", "FILE", source, parse_init_config),
+     .help = "a config.json; times from FLOPs (--tflops, --device-gbs),\n"
+             "device memory as `roundpipe train`'s executors allocate it"},
+    {CUSTOM("model", "DIR", source, parse_model), .help = "a model directory (its config.json)"},
+    {INT64("gpus", "G", gpus, 1, RP_SIM_MAX_GPUS),
+     .help = "executors (default: the file's, else 1)"},
+    {INT64("microbatches", "M", microbatches, 1, 1 << 20),
+     .help = "per iteration (default: the file's, else 1)"},
+    {INT64("seq-len", "S", seq_len, 1, 1 << 24), .fallback = "1024", GIVEN(GIVEN_SEQ_LEN),
+     .help = "tokens per sample (default 1024)"},
+    {INT64("batch-size", "B", batch_size, 1, 1 << 24), GIVEN(GIVEN_BATCH_SIZE),
+     .help = "samples per iteration (default M)"},
+    {DOUBLE("tflops", "X", tflops), .fallback = "100",
+     .help = "achieved TFLOP/s per device for a config (default 100)"},
+    {DOUBLE("device-gbs", "X", device_gbs), .fallback = "1000",
+     .help = "device memory GB/s for a config (default 1000)"},
+    {"grad-dtype", "fp32|bf16", RP_OPTION_WORD, FIELD(grad_dtype), .words = grad_dtype_words,
+     .help = "dtype gradients travel in, as train's (default fp32)"},
+    {CUSTOM("dtype", "bf16|fp32", compute_bytes, parse_dtype_bytes), .fallback = "bf16",
+     GIVEN(GIVEN_DTYPE), /* not given: as the device computes */
+     .help = "compute dtype for a config (default: as train, bf16 on\n"
+             "GPUs, fp32 on the CPU)"},
+    {CUSTOM("device", "cpu|cuda|auto", device, parse_device), .fallback = "auto",
+     .help = "executors whose memory a config's model counts (default\n"
+             "auto: CUDA when a GPU is usable here, as train does)"},
+    {INT64("memory-limit-mib", "N", memory_limit_mib, 0, (int64_t)1 << 30),
+     .help = "device memory an executor may use (default: a GPU's\n"
+             "memory less the reserve, when known; else no limit)"},
+    {INT64("device-memory-mib", "N", device_memory_mib, 1, (int64_t)1 << 30),
+     .help = "each GPU's memory, for CUDA executors: the planner keeps\n"
+             "to N less the reserve train keeps (5% + 512 MiB) and the\n"
+             "verdict says whether the plan fits (default: the free\n"
+             "memory of this machine's GPU, when CUDA is used here)"},
+    {INT64("workspace-mib", "N", workspace_mib, 0, (int64_t)1 << 30), .fallback = "256",
+     GIVEN(GIVEN_WORKSPACE),
+     .help = "workspace counted in it (default: a config's executors',\n"
+             "else 256)"},
+    {DOUBLE("bandwidth-gbs", "X", bandwidth_gbs), .fallback = "25",
+     .help = "host<->device GB/s per GPU, each direction (default 25)"},
+    {DOUBLE("transfer-ms", "X", transfer_ms), .fallback = "-1", /* -1: the file's */
+     .help = "latency of an activation hand-over between executors\n"
+             "(default: the file's, else 0)"},
+    {DOUBLE("optimizer-gbs", "X", optimizer_gbs), .fallback = "10",
+     .help = "memory GB/s of one rank's CPU optimizer (default 10)"},
+    {TRAIN("optimizer-lag", "0|1"), .help = "0: exact (default); 1: one step stale"},
+    {TRAIN("grad-clip", "C"),
+     .help = "C > 0: global-norm clipping (updates wait for all gradients)"},
+    {INT64("defer-wgrad", "0|1", defer_wgrad, 0, 1), .fallback = "1",
+     .help = "weight-gradient work after the input gradient is sent (default 1)"},
+    {INT64("optimizer-spread", "0|1", optimizer_spread, 0, 1), .fallback = "1",
+     .help = "split each layer's update over all ranks (default 1, as the\n"
+             "engine does; 0: on the rank that produced the gradient)"},
+    {INT64("pipelines", "P", pipelines, 1, RP_SIM_MAX_GPUS),
+     .help = "P pipelines of G/P executors, as train's --pipelines\n"
+             "(default: the planner chooses)"},
+    {INT64("width", "W", width, 1, RP_SIM_MAX_GPUS),
+     .help = "accepted alias of --pipelines G/W: the pipeline width,\n"
+             "executors per pipeline"},
+    {TRAIN("recompute", "stage|layer"),
+     .help = "as train's: layer saves every layer's input (host memory)"},
+    {TRAIN("plan", "STRING"), .help = "force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]"},
+    {INT64("iterations", "N", iterations, 4, 10000), .fallback = "12",
+     .help = "simulated iterations (default 12; second half measured)"},
+    {DOUBLE("host-gbs", "X", host_gbs),
+     .help = "host memory GB/s shared by all ranks, a bound on the\n"
+             "traffic of an iteration (default 0: not modelled)"},
+    {INT64("sparse-embedding", "0|1", sparse_embedding, 0, 1), .fallback = "1",
+     .help = "1 (default, as the engine does): the embedding moves by\n"
+             "rows (upload of the rows a batch reads, download of their\n"
+             "gradient), a tied head's gradient is summed on landing, and\n"
+             "the rows the next forward reads are updated first;\n"
+             "0: a dense embedding"},
+    {CUSTOM("embed-rows-frac", "X", embed_rows_frac, parse_rows_fraction),
+     .help = "0 < X <= 1: share of the vocabulary an iteration reads,\n"
+             "for --sparse-embedding 1 (default: min(1, tokens per\n"
+             "iteration / vocabulary rows), every token distinct)"},
+    {TRAIN("topology", "FILE.xml"),
+     .help = "the GPUs' PCIe topology (hwloc XML, as lstopo writes it):\n"
+             "GPUs behind one switch share its uplink; --gpus defaults to\n"
+             "its GPU count and --bandwidth-gbs is each GPU's own link\n"
+             "(a group's shared link scaled by hwloc's speeds)"},
+    {INT64("nodes", "N", nodes, 1, RP_SIM_MAX_NODES), .fallback = "1",
+     .help = "N nodes of G GPUs, data parallel as train runs them: M is the\n"
+             "step's microbatch count, each node runs M/N (N must divide\n"
+             "M); plans are one node's (default 1)"},
+    {DOUBLE("network-gbs", "X", network_gbs), .fallback = NUMBER_TEXT(RP_SIM_DEFAULT_NETWORK_GBS),
+     .help = "each node's network link, gigaBITS/s per direction\n"
+             "(default 100: 12.5 GB/s)"},
+    {TRAIN("deal", "natural|interleaved|best"),
+     .help = "which GPU each executor of the round-robin\n"
+             "deal drives: in bus order, or group by group in turn so\n"
+             "consecutive jobs land on different switches; best (the\n"
+             "default) plans both and keeps interleaved only when\n"
+             "it is over 0.1% faster"},
+    {TRAIN("documents", "FILE.npy"),
+     .help = "a config's executors hold the segment starts train's\n"
+             "--documents adds (the file itself is not read)"},
+    {TRAIN("lora-rank", "R"),
+     .help = "a config's model trained as train --lora-rank R: LoRA\n"
+             "adapters of rank R, the rest frozen (default 0: full\n"
+             "fine-tuning)"},
+    {TRAIN("lora-targets", "LIST"),
+     .help = "the adapted projections, as train's (default all-linear)"},
+    {TRAIN("lora-dropout", "P"), .help = "as train's (the executors' dropout buffers)"},
+    {"json", NULL, RP_OPTION_FLAG, FIELD(json), .help = "print JSON instead of a table"},
 };
 
-static const struct option opts[] = {
-    {"layers", required_argument, 0, O_LAYERS},
-    {"init-config", required_argument, 0, O_INIT_CONFIG},
-    {"model", required_argument, 0, O_MODEL},
-    {"gpus", required_argument, 0, O_GPUS},
-    {"microbatches", required_argument, 0, O_MB},
-    {"seq-len", required_argument, 0, O_SEQ},
-    {"batch-size", required_argument, 0, O_BATCH},
-    {"tflops", required_argument, 0, O_TFLOPS},
-    {"device-gbs", required_argument, 0, O_DEVGBS},
-    {"dtype", required_argument, 0, O_DTYPE},
-    {"grad-dtype", required_argument, 0, O_GRAD_DTYPE},
-    {"memory-limit-mib", required_argument, 0, O_MEM},
-    {"workspace-mib", required_argument, 0, O_WS},
-    {"bandwidth-gbs", required_argument, 0, O_BW},
-    {"transfer-ms", required_argument, 0, O_XFER},
-    {"optimizer-gbs", required_argument, 0, O_OPTGBS},
-    {"optimizer-lag", required_argument, 0, O_LAG},
-    {"grad-clip", required_argument, 0, O_CLIP},
-    {"defer-wgrad", required_argument, 0, O_DEFER},
-    {"optimizer-spread", required_argument, 0, O_SPREAD},
-    {"width", required_argument, 0, O_WIDTH},
-    {"plan", required_argument, 0, O_PLAN},
-    {"iterations", required_argument, 0, O_ITERS},
-    {"host-gbs", required_argument, 0, O_HOSTGBS},
-    {"sparse-embedding", required_argument, 0, O_SPARSE},
-    {"embed-rows-frac", required_argument, 0, O_ROWS},
-    {"device", required_argument, 0, O_DEVICE},
-    {"topology", required_argument, 0, O_TOPOLOGY},
-    {"deal", required_argument, 0, O_DEAL},
-    {"documents", required_argument, 0, O_DOCUMENTS},
-    {"nodes", required_argument, 0, O_NODES},
-    {"network-gbs", required_argument, 0, O_NETGBS},
-    {"lora-rank", required_argument, 0, O_LORA_RANK},
-    {"lora-targets", required_argument, 0, O_LORA_TARGETS},
-    {"lora-dropout", required_argument, 0, O_LORA_DROPOUT},
-    {"json", no_argument, 0, O_JSON},
-    {"help", no_argument, 0, O_HELP},
-    /* in the enum's order: the option's name is opts[c - O_LAYERS] */
-    {"pipelines", required_argument, 0, O_PIPELINES},
-    {"recompute", required_argument, 0, O_RECOMPUTE},
-    {"device-memory-mib", required_argument, 0, O_DEVMEM},
-    {0, 0, 0, 0},
-};
+#define PLAN_ROWS (sizeof plan_rows / sizeof plan_rows[0])
+#define FIRST_VALUE 256 /* getopt_long's value of the first row: distinct values refuse an
+                           ambiguous abbreviation */
 
-const char rp_plan_cli_options_usage[] =
-    "  --layers FILE          layer-times file (format: bench/README.md)\n"
-    "  --init-config FILE     a config.json; times from FLOPs (--tflops, --device-gbs),\n"
-    "                         device memory as `roundpipe train`'s executors allocate it\n"
-    "  --model DIR            a model directory (its config.json)\n"
-    "  --gpus G               executors (default: the file's, else 1)\n"
-    "  --microbatches M       per iteration (default: the file's, else 1)\n"
-    "  --seq-len S            tokens per sample (default 1024)\n"
-    "  --batch-size B         samples per iteration (default M)\n"
-    "  --tflops X             achieved TFLOP/s per device for a config (default 100)\n"
-    "  --device-gbs X         device memory GB/s for a config (default 1000)\n"
-    "  --grad-dtype fp32|bf16 dtype gradients travel in, as train's (default fp32)\n"
-    "  --dtype bf16|fp32      compute dtype for a config (default: as train, bf16 on\n"
-    "                         GPUs, fp32 on the CPU)\n"
-    "  --device cpu|cuda|auto executors whose memory a config's model counts (default\n"
-    "                         auto: CUDA when a GPU is usable here, as train does)\n"
-    "  --memory-limit-mib N   device memory an executor may use (default: a GPU's\n"
-    "                         memory less the reserve, when known; else no limit)\n"
-    "  --device-memory-mib N  each GPU's memory, for CUDA executors: the planner keeps\n"
-    "                         to N less the reserve train keeps (5% + 512 MiB) and the\n"
-    "                         verdict says whether the plan fits (default: the free\n"
-    "                         memory of this machine's GPU, when CUDA is used here)\n"
-    "  --workspace-mib N      workspace counted in it (default: a config's executors',\n"
-    "                         else 256)\n"
-    "  --bandwidth-gbs X      host<->device GB/s per GPU, each direction (default 25)\n"
-    "  --transfer-ms X        latency of an activation hand-over between executors\n"
-    "                         (default: the file's, else 0)\n"
-    "  --optimizer-gbs X      memory GB/s of one rank's CPU optimizer (default 10)\n"
-    "  --optimizer-lag 0|1    0: exact (default); 1: one step stale\n"
-    "  --grad-clip C          C > 0: global-norm clipping (updates wait for all gradients)\n"
-    "  --defer-wgrad 0|1      weight-gradient work after the input gradient is sent (default 1)\n"
-    "  --optimizer-spread 0|1 split each layer's update over all ranks (default 1, as the\n"
-    "                         engine does; 0: on the rank that produced the gradient)\n"
-    "  --pipelines P          P pipelines of G/P executors, as train's --pipelines\n"
-    "                         (default: the planner chooses)\n"
-    "  --width W              pipeline width, executors per pipeline (--pipelines G/W)\n"
-    "  --recompute stage|layer  as train's: layer saves every layer's input (host memory)\n"
-    "  --plan STRING          force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]\n"
-    "  --iterations N         simulated iterations (default 12; second half measured)\n"
-    "  --host-gbs X           host memory GB/s shared by all ranks, a bound on the\n"
-    "                         traffic of an iteration (default 0: not modelled)\n"
-    "  --sparse-embedding 0|1 1 (default, as the engine does): the embedding moves by\n"
-    "                         rows (upload of the rows a batch reads, download of their\n"
-    "                         gradient), a tied head's gradient is summed on landing, and\n"
-    "                         the rows the next forward reads are updated first;\n"
-    "                         0: a dense embedding\n"
-    "  --embed-rows-frac X    0 < X <= 1: share of the vocabulary an iteration reads,\n"
-    "                         for --sparse-embedding 1 (default: min(1, tokens per\n"
-    "                         iteration / vocabulary rows), every token distinct)\n"
-    "  --topology FILE.xml    the GPUs' PCIe topology (hwloc XML, as lstopo writes it):\n"
-    "                         GPUs behind one switch share its uplink; --gpus defaults to\n"
-    "                         its GPU count and --bandwidth-gbs is each GPU's own link\n"
-    "                         (a group's shared link scaled by hwloc's speeds)\n"
-    "  --nodes N              N nodes of G GPUs, data parallel as train runs them: M is the\n"
-    "                         step's microbatch count, each node runs M/N (N must divide\n"
-    "                         M); plans are one node's (default 1)\n"
-    "  --network-gbs X        each node's network link, gigaBITS/s per direction\n"
-    "                         (default 100: 12.5 GB/s)\n"
-    "  --deal natural|interleaved|best  which GPU each executor of the round-robin\n"
-    "                         deal drives: in bus order, or group by group in turn so\n"
-    "                         consecutive jobs land on different switches; best (the\n"
-    "                         default) plans both and keeps interleaved only when\n"
-    "                         it is over 0.1% faster\n"
-    "  --documents FILE.npy   a config's executors hold the segment starts train's\n"
-    "                         --documents adds (the file itself is not read)\n"
-    "  --lora-rank R          a config's model trained as train --lora-rank R: LoRA\n"
-    "                         adapters of rank R, the rest frozen (default 0: full\n"
-    "                         fine-tuning)\n"
-    "  --lora-targets LIST    the adapted projections, as train's (default all-linear)\n"
-    "  --lora-dropout P       as train's (the executors' dropout buffers)\n"
-    "  --json                 print JSON instead of a table\n";
+/* plan_rows with each TRAIN row replaced by train's (its field in
+ * plan_args.train, its values and messages), keeping plan's help. */
+static rp_status resolve_rows(rp_option *out, rp_error *err)
+{
+    size_t ntrain;
+    const rp_option *train = rp_train_option_rows(&ntrain);
+    for (size_t i = 0; i < PLAN_ROWS; i++) {
+        out[i] = plan_rows[i];
+        if (plan_rows[i].type != RP_OPTION_SHARED)
+            continue;
+        const rp_option *t = rp_options_find(train, ntrain, plan_rows[i].name);
+        if (!t)
+            return rp_error_set(err, RP_ERR_INTERNAL, "--%s: no such train option",
+                                plan_rows[i].name);
+        out[i] = *t;
+        out[i].fallback = NULL; /* plan's defaults are its own (plan_args zeroed) */
+        out[i].range_error = NULL;
+        out[i].section = NULL;
+        out[i].arg = plan_rows[i].arg;
+        out[i].help = plan_rows[i].help;
+    }
+    return RP_OK;
+}
+
+void rp_plan_cli_usage(FILE *out)
+{
+    rp_option rows[PLAN_ROWS];
+    rp_error err;
+    if (resolve_rows(rows, &err) == RP_OK)
+        rp_options_usage(out, rows, PLAN_ROWS);
+}
 
 /* A config's cost model: times from its FLOPs on the given device rates,
  * device memory as the executors of `device` allocate it (the workspace
@@ -244,137 +358,55 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     memset(o, 0, sizeof *o);
     rp_machine_defaults(&o->mc);
     o->mc.defer_wgrad = 1;
-    const char *layers = NULL, *config = NULL, *plan = NULL;
-    char *config_buf = NULL;
-    int64_t G = 0, M = 0, S = 1024, B = 0, mem = 0, ws = 256, lag = 0, defer = 1, spread = 1;
-    int64_t width = 0, iters = 12, cb = 2;
-    double tflops = 100, devgbs = 1000, bw = 25, xfer = -1, optgbs = 10, clip = 0, hostgbs = 0;
-    double rows = 0, netgbs = RP_SIM_DEFAULT_NETWORK_GBS;
-    int64_t sparse = 1, nodes = 1, pipelines = 0, devmem = 0;
-    int have_seq = 0, have_batch = 0, have_ws = 0, have_dtype = 0;
-    rp_dtype grad_dtype = RP_F32;
-    rp_device_kind device = RP_DEVICE_AUTO;
-    int64_t config_ws = 0;
-    const char *topology = NULL;
-    int documents = 0;
-    int64_t lora_rank = 0;
-    double lora_dropout = 0;
-    const char *lora_targets = NULL;
-    int lora_given = 0; /* a --lora-* option other than --lora-rank */
-    o->deal = RP_DEAL_BEST;
+    rp_option rows[PLAN_ROWS];
+    struct option opts[PLAN_ROWS + 2];
+    plan_args a;
+    memset(&a, 0, sizeof a);
+    rp_status st = resolve_rows(rows, err);
+    if (st == RP_OK)
+        st = rp_options_default(rows, PLAN_ROWS, &a, err);
+    if (st != RP_OK)
+        return st;
+    rp_options_getopt(rows, PLAN_ROWS, FIRST_VALUE, opts);
     optind = 0;
     opterr = 0;
-    rp_status st = RP_OK;
     for (;;) {
         int idx = 0, c = getopt_long(argc, argv, ":h", opts, &idx);
         if (c == -1)
             break;
-        const char *name = c >= O_LAYERS && c <= O_DEVMEM ? opts[c - O_LAYERS].name : "";
-        char optname[48];
-        snprintf(optname, sizeof optname, "--%s", name);
-        switch (c) {
-        case O_LAYERS: layers = optarg; break;
-        case O_INIT_CONFIG: config = optarg; break;
-        case O_MODEL:
-            free(config_buf);
-            config_buf = malloc(strlen(optarg) + 16);
-            if (!config_buf) {
-                st = rp_error_set(err, RP_ERR_NOMEM, "out of memory");
-                break;
-            }
-            sprintf(config_buf, "%s/config.json", optarg);
-            config = config_buf;
-            o->model_dir = optarg;
-            break;
-        case O_GPUS: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &G, err); break;
-        case O_MB: st = rp_arg_int(optname, optarg, 1, 1 << 20, &M, err); break;
-        case O_SEQ: st = rp_arg_int(optname, optarg, 1, 1 << 24, &S, err); have_seq = 1; break;
-        case O_BATCH:
-            st = rp_arg_int(optname, optarg, 1, 1 << 24, &B, err);
-            have_batch = 1;
-            break;
-        case O_TFLOPS: st = rp_arg_double(optname, optarg, &tflops, err); break;
-        case O_DEVGBS: st = rp_arg_double(optname, optarg, &devgbs, err); break;
-        case O_DTYPE:
-            have_dtype = 1;
-            if (!strcmp(optarg, "bf16"))
-                cb = 2;
-            else if (!strcmp(optarg, "fp32"))
-                cb = 4;
-            else
-                st = rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype: '%s' is not bf16 or fp32",
-                                  optarg);
-            break;
-        case O_GRAD_DTYPE:
-            if (!strcmp(optarg, "bf16"))
-                grad_dtype = RP_BF16;
-            else if (!strcmp(optarg, "fp32"))
-                grad_dtype = RP_F32;
-            else
-                st = rp_error_set(err, RP_ERR_INVALID_ARG,
-                                  "--grad-dtype: '%s' is not one of fp32, bf16", optarg);
-            break;
-        case O_MEM: st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &mem, err); break;
-        case O_WS:
-            st = rp_arg_int(optname, optarg, 0, (int64_t)1 << 30, &ws, err);
-            have_ws = 1;
-            break;
-        case O_DEVICE:
-            st = rp_device_kind_parse(optarg, &device, err);
-            if (st != RP_OK)
-                st = rp_error_prefix(err, "--device: ");
-            break;
-        case O_BW: st = rp_arg_double(optname, optarg, &bw, err); break;
-        case O_XFER: st = rp_arg_double(optname, optarg, &xfer, err); break;
-        case O_OPTGBS: st = rp_arg_double(optname, optarg, &optgbs, err); break;
-        case O_LAG: st = rp_arg_int(optname, optarg, 0, 1, &lag, err); break;
-        case O_CLIP: st = rp_arg_double(optname, optarg, &clip, err); break;
-        case O_DEFER: st = rp_arg_int(optname, optarg, 0, 1, &defer, err); break;
-        case O_SPREAD: st = rp_arg_int(optname, optarg, 0, 1, &spread, err); break;
-        case O_WIDTH: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &width, err); break;
-        case O_PIPELINES:
-            st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_GPUS, &pipelines, err);
-            break;
-        case O_RECOMPUTE:
-            if (strcmp(optarg, "stage") == 0 || strcmp(optarg, "layer") == 0)
-                o->recompute_layer = optarg[0] == 'l';
-            else
-                st = rp_error_set(err, RP_ERR_INVALID_ARG,
-                                  "--recompute: '%s' is not one of stage, layer", optarg);
-            break;
-        case O_DEVMEM: st = rp_arg_int(optname, optarg, 1, (int64_t)1 << 30, &devmem, err); break;
-        case O_PLAN: plan = optarg; break;
-        case O_ITERS: st = rp_arg_int(optname, optarg, 4, 10000, &iters, err); break;
-        case O_HOSTGBS: st = rp_arg_double(optname, optarg, &hostgbs, err); break;
-        case O_SPARSE: st = rp_arg_int(optname, optarg, 0, 1, &sparse, err); break;
-        case O_ROWS:
-            st = rp_arg_double(optname, optarg, &rows, err);
-            if (st == RP_OK && !(rows > 0 && rows <= 1))
-                st = rp_error_set(err, RP_ERR_INVALID_ARG, "--embed-rows-frac: %s is not in (0, 1]",
-                                  optarg);
-            break;
-        case O_TOPOLOGY: topology = optarg; break;
-        case O_DOCUMENTS: documents = 1; break;
-        case O_DEAL: st = rp_deal_parse(optarg, "--deal", &o->deal, err); break;
-        case O_NODES: st = rp_arg_int(optname, optarg, 1, RP_SIM_MAX_NODES, &nodes, err); break;
-        case O_NETGBS: st = rp_arg_double(optname, optarg, &netgbs, err); break;
-        case O_LORA_RANK: st = rp_arg_int(optname, optarg, 0, 65536, &lora_rank, err); break;
-        case O_LORA_TARGETS: lora_targets = optarg; lora_given = 1; break;
-        case O_LORA_DROPOUT:
-            st = rp_arg_double(optname, optarg, &lora_dropout, err);
-            lora_given = 1;
-            break;
-        case O_JSON: o->json = 1; break;
-        case O_HELP: case 'h': o->help = 1; break;
-        case ':':
+        if (c >= FIRST_VALUE && c < FIRST_VALUE + (int)PLAN_ROWS)
+            st = rp_option_set(&rows[c - FIRST_VALUE], &a, optarg, err);
+        else if (c == 'h')
+            o->help = 1;
+        else if (c == ':')
             st = rp_error_set(err, RP_ERR_INVALID_ARG, "%s needs a value", argv[optind - 1]);
-            break;
-        default:
-            st = rp_arg_unknown_option(argv[optind - 1], opts, err);
-        }
+        else
+            st = rp_arg_unknown_option(argv[optind - 1], rows, PLAN_ROWS, err);
         if (st != RP_OK)
             break;
     }
+    /* the options as the rest reads them */
+    const char *config = a.source.init_config;
+    char *config_buf = NULL;
+    if (st == RP_OK && a.source.model_dir) {
+        config_buf = malloc(strlen(a.source.model_dir) + 16);
+        if (!config_buf)
+            st = rp_error_set(err, RP_ERR_NOMEM, "out of memory");
+        else
+            sprintf(config_buf, "%s/config.json", a.source.model_dir);
+        if (a.source.from_model || !config)
+            config = config_buf;
+        o->model_dir = a.source.model_dir;
+    }
+    int have_seq = !!(a.given & GIVEN_SEQ_LEN), have_batch = !!(a.given & GIVEN_BATCH_SIZE);
+    int have_ws = !!(a.given & GIVEN_WORKSPACE), have_dtype = !!(a.given & GIVEN_DTYPE);
+    int64_t config_ws = 0;
+    int documents = a.train.documents != NULL;
+    /* a --lora-* option other than --lora-rank */
+    int lora_given = !!(a.train.lora_given & (RP_LORA_GIVEN_TARGETS | RP_LORA_GIVEN_DROPOUT));
+    o->recompute_layer = a.train.recompute_layer;
+    o->deal = (rp_deal_choice)a.train.deal;
+    o->json = a.json;
     if (st == RP_OK && optind < argc)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "unexpected argument '%s'", argv[optind]);
     if (st != RP_OK || o->help) {
@@ -382,80 +414,84 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         return st;
     }
     /* positive rates; a zero bandwidth would make every transfer take forever */
-    if (!(tflops > 0) || !(devgbs > 0) || !(bw > 0) || !(optgbs > 0) || !(netgbs > 0))
+    if (!(a.tflops > 0) || !(a.device_gbs > 0) || !(a.bandwidth_gbs > 0) ||
+        !(a.optimizer_gbs > 0) || !(a.network_gbs > 0))
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--tflops, --device-gbs, --bandwidth-gbs, "
                           "--optimizer-gbs and --network-gbs must be > 0");
-    else if (xfer < 0 && xfer != -1)
+    else if (a.transfer_ms < 0 && a.transfer_ms != -1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--transfer-ms must be >= 0");
-    else if (hostgbs < 0)
+    else if (a.host_gbs < 0)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--host-gbs must be >= 0");
-    else if (clip < 0)
+    else if (a.train.grad_clip < 0)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0");
-    else if (rows > 0 && !sparse)
+    else if (a.embed_rows_frac > 0 && !a.sparse_embedding)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "--embed-rows-frac applies only with --sparse-embedding 1");
-    else if (!!layers + !!config != 1)
+    else if (!!a.layers + !!config != 1)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "give exactly one of --layers, --init-config or --model");
     if (st == RP_OK)
-        st = lora_options(lora_rank, lora_targets, lora_dropout, lora_given, layers != NULL,
+        st = lora_options(a.train.lora_rank, a.train.lora_targets, a.train.lora_dropout,
+                          lora_given, a.layers != NULL,
                           &o->lora, err);
-    if (st == RP_OK && layers) {
-        st = rp_cost_load(layers, &o->model, err);
+    if (st == RP_OK && a.layers) {
+        st = rp_cost_load(a.layers, &o->model, err);
     } else if (st == RP_OK) {
-        int64_t m = M ? M : 1, b = have_batch ? B : m;
+        int64_t m = a.microbatches ? a.microbatches : 1, b = have_batch ? a.batch_size : m;
         if (b % m)
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--batch-size %lld is not divisible by --microbatches %lld",
                               (long long)b, (long long)m);
-        else if (device == RP_DEVICE_AUTO) { /* what `roundpipe train` would use here */
+        else if (a.device == RP_DEVICE_AUTO) { /* what `roundpipe train` would use here */
             o->device_chosen = 1;
             rp_device_info info;
-            device = rp_device_probe(RP_DEVICE_AUTO, &info, NULL) == RP_OK ? info.kind
+            a.device = rp_device_probe(RP_DEVICE_AUTO, &info, NULL) == RP_OK ? info.kind
                                                                              : RP_DEVICE_CPU;
         }
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
-            cb = device == RP_DEVICE_CUDA ? 2 : 4;
+            a.compute_bytes = a.device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
-            st = load_config(config, S, S * b / m, tflops, devgbs, (int)cb, grad_dtype, documents,
-                             device, &o->lora,
+            st = load_config(config, a.seq_len, a.seq_len * b / m, a.tflops, a.device_gbs,
+                             a.compute_bytes, (rp_dtype)a.grad_dtype, documents, a.device,
+                             &o->lora,
                              &o->model,
                              &config_ws, &o->cfg, err);
         o->have_config = st == RP_OK;
-        o->device = device;
-        o->dtype = cb == 2 ? RP_BF16 : RP_F32;
+        o->device = a.device;
+        o->dtype = a.compute_bytes == 2 ? RP_BF16 : RP_F32;
         if (st == RP_OK)
-            o->model->tokens_per_microbatch = S * b / m;
+            o->model->tokens_per_microbatch = a.seq_len * b / m;
     }
     free(config_buf);
-    if (st == RP_OK && topology)
-        st = use_topology(o, topology, (int)G, bw, err);
+    if (st == RP_OK && a.train.topology)
+        st = use_topology(o, a.train.topology, (int)a.gpus, a.bandwidth_gbs, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(&o->model);
         return st;
     }
     rp_machine *mc = &o->mc;
-    mc->gpus = (int)(G ? G : o->topology_gpus ? o->topology_gpus
+    mc->gpus = (int)(a.gpus ? a.gpus : o->topology_gpus ? o->topology_gpus
                            : o->model->default_gpus ? o->model->default_gpus : 1);
-    mc->microbatches = (int)(M ? M : o->model->default_microbatches ? o->model->default_microbatches : 1);
-    mc->link_gbs = bw;
-    mc->transfer_ms = xfer >= 0 ? xfer : o->model->default_transfer_ms;
-    mc->opt_gbs = optgbs;
-    mc->optimizer_lag = (int)lag;
-    mc->clip = clip > 0;
-    mc->defer_wgrad = (int)defer;
-    mc->opt_spread = (int)spread;
-    mc->iterations = (int)iters;
-    mc->host_gbs = hostgbs;
-    mc->sparse_embed = (int)sparse;
-    mc->embed_rows_frac = rows;
-    o->seq_len = S;
+    mc->microbatches = (int)(a.microbatches ? a.microbatches
+                             : o->model->default_microbatches ? o->model->default_microbatches : 1);
+    mc->link_gbs = a.bandwidth_gbs;
+    mc->transfer_ms = a.transfer_ms >= 0 ? a.transfer_ms : o->model->default_transfer_ms;
+    mc->opt_gbs = a.optimizer_gbs;
+    mc->optimizer_lag = (int)a.train.optimizer_lag;
+    mc->clip = a.train.grad_clip > 0;
+    mc->defer_wgrad = (int)a.defer_wgrad;
+    mc->opt_spread = (int)a.optimizer_spread;
+    mc->iterations = (int)a.iterations;
+    mc->host_gbs = a.host_gbs;
+    mc->sparse_embed = (int)a.sparse_embedding;
+    mc->embed_rows_frac = a.embed_rows_frac;
+    o->seq_len = a.seq_len;
     /* the verdict's GPU: --device-memory-mib, else this machine's GPU when a
      * config's executors are CUDA's here; the planner keeps to it less the
      * reserve train keeps, unless --memory-limit-mib says otherwise */
-    o->memory_limit_given = mem << 20;
-    if (devmem) {
-        o->device_memory = devmem << 20;
+    o->memory_limit_given = a.memory_limit_mib << 20;
+    if (a.device_memory_mib) {
+        o->device_memory = a.device_memory_mib << 20;
         o->device_memory_from = "--device-memory-mib";
     } else if (o->have_config && o->device == RP_DEVICE_CUDA) {
         rp_device_info info;
@@ -464,52 +500,52 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             o->device_memory_from = "free on this machine's GPU 0";
         }
     }
-    if (st == RP_OK && devmem && o->have_config && o->device != RP_DEVICE_CUDA)
+    if (st == RP_OK && a.device_memory_mib && o->have_config && o->device != RP_DEVICE_CUDA)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           "--device-memory-mib is a GPU's memory, but the plan is for %s "
                           "executors (--device cuda plans for GPUs)",
                           rp_device_kind_name(o->device));
-    mc->memory_limit = mem ? mem << 20
+    mc->memory_limit = a.memory_limit_mib ? a.memory_limit_mib << 20
                      : o->device_memory > 0
                          ? o->device_memory - rp_device_cuda_reserve_bytes(o->device_memory)
                          : 0;
     if (mc->memory_limit < 0)
         mc->memory_limit = 1; /* nothing fits: the planner says which layer */
     /* a config's workspace is the executors'; --workspace-mib overrides */
-    mc->workspace_bytes = config && !have_ws ? config_ws : ws << 20;
-    if (layers && have_seq && have_batch)
-        o->model->tokens_per_microbatch = S * B / mc->microbatches;
+    mc->workspace_bytes = config && !have_ws ? config_ws : a.workspace_mib << 20;
+    if (a.layers && have_seq && have_batch)
+        o->model->tokens_per_microbatch = a.seq_len * a.batch_size / mc->microbatches;
     mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;
-    o->width = (int)width;
-    if (st == RP_OK && pipelines) { /* train's --pipelines P: pipelines of G/P executors */
-        if (mc->gpus % pipelines)
+    o->width = (int)a.width;
+    if (st == RP_OK && a.pipelines) { /* train's --pipelines P: pipelines of G/P executors */
+        if (mc->gpus % a.pipelines)
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--pipelines %lld does not divide the %d executors (each pipeline "
-                              "has G/P of them)", (long long)pipelines, mc->gpus);
-        else if (width && width != mc->gpus / pipelines)
+                              "has G/P of them)", (long long)a.pipelines, mc->gpus);
+        else if (a.width && a.width != mc->gpus / a.pipelines)
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
                               "--pipelines %lld (width %lld) contradicts --width %lld",
-                              (long long)pipelines, (long long)(mc->gpus / pipelines),
-                              (long long)width);
+                              (long long)a.pipelines, (long long)(mc->gpus / a.pipelines),
+                              (long long)a.width);
         else
-            o->width = width = mc->gpus / pipelines;
+            o->width = a.width = mc->gpus / a.pipelines;
     }
-    if (plan) {
+    if (a.train.plan) {
         o->forced = malloc(sizeof *o->forced);
         if (!o->forced)
             st = rp_error_set(err, RP_ERR_NOMEM, "out of memory");
         else
-            st = rp_plan_parse(plan, o->model->num_layers, o->forced, err);
-        if (st == RP_OK && width && o->forced->width && o->forced->width != width)
+            st = rp_plan_parse(a.train.plan, o->model->num_layers, o->forced, err);
+        if (st == RP_OK && a.width && o->forced->width && o->forced->width != a.width)
             st = rp_error_set(err, RP_ERR_INVALID_ARG, "--width %lld contradicts the plan's width=%d",
-                              (long long)width, o->forced->width);
+                              (long long)a.width, o->forced->width);
         if (st == RP_OK && !o->forced->width)
-            o->forced->width = width ? (int)width : mc->gpus;
+            o->forced->width = a.width ? (int)a.width : mc->gpus;
     }
     /* several nodes: the all-gather moves compute copies, 4 bytes a
      * parameter for a config in fp32, else 2 */
-    mc->nodes = (int)nodes;
-    mc->network_gbs = netgbs;
+    mc->nodes = (int)a.nodes;
+    mc->network_gbs = a.network_gbs;
     mc->compute_bytes_per_param = o->have_config && o->dtype == RP_F32 ? 4.0 : 2.0;
     if (st == RP_OK && mc->microbatches % mc->nodes)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,

@@ -3,6 +3,8 @@
 #ifndef RP_CLI_PLAN_OPTS_H
 #define RP_CLI_PLAN_OPTS_H
 
+#include <stdio.h>
+
 #include "core/error.h"
 #include "device/device.h"
 #include "io/config.h"
@@ -24,8 +26,8 @@ typedef struct rp_plan_cli {
     int device_chosen;    /* 1: --device auto resolved here, as train would */
     rp_dtype dtype;
     rp_machine mc;
-    int width;            /* 0: the planner searches the widths (--width W, or
-                             --pipelines P as train's: W = G/P) */
+    int width;            /* 0: the planner searches the widths (--pipelines P as
+                             train's: W = G/P; or its alias --width W) */
     int recompute_layer;  /* --recompute layer: host memory as train's arena */
     int64_t seq_len;      /* --seq-len (default 1024) */
     /* a GPU's memory for the verdict: --device-memory-mib, else the free
@@ -47,8 +49,8 @@ typedef struct rp_plan_cli {
 rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err);
 void rp_plan_cli_free(rp_plan_cli *o);
 
-/* Usage text of the shared options. */
-extern const char rp_plan_cli_options_usage[];
+/* The --help lines of the shared options (their table's). */
+void rp_plan_cli_usage(FILE *out);
 
 /* The plan to use for this machine: the forced one, or the partitioner's,
  * with the deal --deal chose written into *mc (plan/deal.h). */

@@ -4,43 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RP_TIMEOUT_MAX_S 31536000.0         /* a year */
-#define RP_CHUNK_MAX_MIB 1048576.0          /* 1 TiB */
-#define RP_MEMORY_LIMIT_MAX_MIB 1073741824.0 /* 1 PiB */
-
 int rp_unproven_cuda_allowed(void)
 {
     const char *v = getenv("RP_ALLOW_UNPROVEN_CUDA");
     return v && strcmp(v, "1") == 0;
-}
-
-void rp_train_options_default(rp_train_options *o)
-{
-    memset(o, 0, sizeof *o);
-    o->seq_len = 1024;
-    o->batch_size = 8;
-    o->microbatches = 0;
-    o->steps = 0;
-    o->lr = 3e-4;
-    o->min_lr = 0.0;
-    o->warmup_steps = 0;
-    o->schedule = RP_LR_COSINE;
-    o->weight_decay = 0.01; /* torch.optim.AdamW's default */
-    o->beta1 = 0.9;
-    o->beta2 = 0.999;
-    o->eps = 1e-8;
-    o->grad_clip = 1.0;
-    o->dtype = RP_F32;
-    o->grad_dtype = RP_F32;
-    o->seed = 1234;
-    o->device = RP_DEVICE_AUTO;
-    o->progress = RP_PROGRESS_AUTO;
-    o->progress_interval_s = 5.0;
-    o->timeout_s = 600.0;
-    o->chunk_mib = 16.0;
-    o->bind = 1;
-    o->pipelines = 1;
-    o->keep_checkpoints = 2;
 }
 
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
@@ -96,42 +63,21 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--resume auto needs --checkpoint-dir");
     if (!o->data)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--data FILE.npy is required");
-    if (o->seq_len < 1)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--seq-len must be >= 1 (got %lld)",
-                            (long long)o->seq_len);
-    if (o->batch_size < 1)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--batch-size must be >= 1 (got %lld)",
-                            (long long)o->batch_size);
+    /* each option's own range (its row's); the checks after it are how options combine */
+    size_t nrows;
+    const rp_option *rows = rp_train_option_rows(&nrows);
+    RP_TRY(rp_options_check(rows, nrows, o, err));
     int64_t m = o->microbatches ? o->microbatches : o->batch_size;
     if (m < 1 || o->batch_size % m != 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "--microbatches %lld must be >= 1 and divide --batch-size %lld",
                             (long long)m, (long long)o->batch_size);
-    if (o->steps < 0)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--steps must be >= 0");
-    if (!(o->lr >= 0) || !isfinite(o->lr))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--lr must be a finite number >= 0");
     if (!(o->min_lr >= 0) || !(o->min_lr <= o->lr))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--min-lr must be between 0 and --lr");
-    if (o->warmup_steps < 0)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--warmup-steps must be >= 0");
-    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--weight-decay must be >= 0");
-    if (!(o->beta1 >= 0 && o->beta1 < 1))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--beta1 must be in [0, 1)");
-    if (!(o->beta2 >= 0 && o->beta2 < 1))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--beta2 must be in [0, 1)");
-    if (!(o->eps > 0) || !isfinite(o->eps))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--eps must be > 0");
-    if (!(o->grad_clip >= 0) || !isfinite(o->grad_clip))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--grad-clip must be >= 0 (0 = off)");
     if (o->dtype != RP_F32 && o->dtype != RP_BF16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--dtype must be fp32 or bf16");
     if (o->device == RP_DEVICE_CUDA && o->dtype_set && o->dtype != RP_BF16)
         return rp_train_options_refuse_dtype(o, RP_ERR_INVALID_ARG, err);
-    if (!(o->router_aux_coef >= 0 && isfinite(o->router_aux_coef)))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--router-aux-coef must be a finite number "
-                            ">= 0 (got %g)", o->router_aux_coef);
     if ((o->eval_mask || o->eval_documents || o->eval_every || o->eval_samples) && !o->eval_data)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--eval-mask, --eval-documents, "
                             "--eval-every and --eval-samples need --eval-data");
@@ -146,26 +92,12 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");
-    if (!(o->timeout_s > 0) || !(o->timeout_s <= RP_TIMEOUT_MAX_S))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--timeout must be > 0 and at most %.0f "
-                            "seconds (a year)", RP_TIMEOUT_MAX_S);
     if (o->link_groups && o->topology)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--link-groups and --topology both say "
                             "which ranks share a PCIe link: give one of them");
-    if (o->optimizer_lag != 0 && o->optimizer_lag != 1)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--optimizer-lag must be 0 or 1");
-    /* converted to byte counts (size_t, int64_t): bounded far below overflow */
-    if (!(o->chunk_mib * 1048576.0 >= 1.0) || !(o->chunk_mib <= RP_CHUNK_MAX_MIB))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--chunk-mib must be between 1 byte "
-                            "(%.9g) and %.0f (1 TiB)", 1.0 / 1048576.0, RP_CHUNK_MAX_MIB);
-    if (!(o->memory_limit_mib >= 0) || !(o->memory_limit_mib <= RP_MEMORY_LIMIT_MAX_MIB))
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--memory-limit-mib must be between 0 (no "
-                            "limit) and %.0f (1 PiB)", RP_MEMORY_LIMIT_MAX_MIB);
     if (o->pipelines < 1 || m % o->pipelines != 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "--pipelines %d must be >= 1 and divide the %lld microbatches",
                             o->pipelines, (long long)m);
-    if (o->threads < 0)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "--threads must be >= 0");
     return lora_check(o, err);
 }

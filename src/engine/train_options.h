@@ -1,10 +1,13 @@
 /* Options of a training run (the `roundpipe train` contract, see
- * man/roundpipe.1). Strings are borrowed, not owned. */
+ * man/roundpipe.1). Strings are borrowed, not owned. Each option is a row of
+ * one table (engine/train_set.c): its name, field, default, accepted values,
+ * range check and --help text. */
 #ifndef RP_ENGINE_TRAIN_OPTIONS_H
 #define RP_ENGINE_TRAIN_OPTIONS_H
 
 #include <stdint.h>
 
+#include "core/args.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "device/device.h"
@@ -40,8 +43,8 @@ typedef struct rp_train_options {
     double weight_decay, beta1, beta2, eps;
     double grad_clip;        /* 0 = off */
     rp_dtype dtype;          /* executor compute dtype (resolved by rp_train_run) */
-    int dtype_set;           /* --dtype given; else bf16 on CUDA, fp32 on the CPU */
-    int save_dtype_set;
+    unsigned dtype_set;      /* --dtype given; else bf16 on CUDA, fp32 on the CPU */
+    unsigned save_dtype_set; /* --save-dtype given; else as loaded */
     rp_dtype grad_dtype;     /* --grad-dtype: gradients travel device -> host in it (fp32) */
     int shuffle;             /* --shuffle: each epoch in its own random order */
     rp_dtype save_dtype;
@@ -101,16 +104,21 @@ typedef struct rp_train_options {
 #define RP_LORA_GIVEN_INIT 16u
 #define RP_LORA_GIVEN_MERGED 32u
 
-/* Fill with the documented defaults. */
+/* The table of `roundpipe train`'s options, *n rows (engine/train_set.c). */
+const rp_option *rp_train_option_rows(size_t *n);
+
+/* Fill with the documented defaults (the rows'). */
 void rp_train_options_default(rp_train_options *o);
 
 /* Set the option `name` (a `roundpipe train` option without its "--") from
- * its text value, checked strictly. Strings are borrowed. */
+ * its text value, checked strictly by its row; an unknown name is refused
+ * with the nearest row's name. Strings are borrowed. */
 rp_status rp_train_options_set(rp_train_options *o, const char *name, const char *value,
                                rp_error *err);
 
-/* Check ranges and combinations that do not need any file (B % M, lr >= 0,
- * exactly one of --model/--init-config, ...). Messages name the option. */
+/* Check ranges (the rows') and combinations that do not need any file (B % M,
+ * lr >= 0, exactly one of --model/--init-config, ...). Messages name the
+ * option. */
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
 
 /* `status` with the one message refusing an explicit --dtype other than
