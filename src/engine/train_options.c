@@ -39,7 +39,7 @@ static rp_status lora_check(const rp_train_options *o, rp_error *err)
                             o->lora_dropout);
     if ((o->lora_given & RP_LORA_GIVEN_ALPHA) && !isfinite(o->lora_alpha))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--lora-alpha must be a finite number");
-    return RP_OK; /* several nodes: refused once their count is known (pipeline.c) */
+    return RP_OK; /* several nodes: refused once their count is known (run.c) */
 }
 
 rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
