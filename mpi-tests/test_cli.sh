@@ -47,6 +47,7 @@ expect 2 "\-\-lr: 'abc' is not a finite number" -- train $base --lr abc
 expect 2 "\-\-lr-schedule" -- train $base --lr-schedule wobbly
 expect 2 "\-\-dtype: 'fp8' is not one of fp32, bf16" -- train $base --dtype fp8
 expect 2 "\-\-device: 'gpu'" -- train $base --device gpu
+expect 2 "^roundpipe plan: --device: 'gpu' is not one of cpu, cuda, auto$" -- plan --init-config "$fix/model/config.json" --device gpu
 expect 0 "\-\-init-config FILE" -- train --help
 expect 2 "\-\-recompute: 'block'" -- train $base --recompute block
 expect 2 "\-\-optimizer-lag: 2 is outside" -- train $base --optimizer-lag 2

@@ -78,8 +78,8 @@ static rp_status parse_dtype_bytes(const char *opt, const char *s, void *field, 
 
 static rp_status parse_device(const char *opt, const char *s, void *field, rp_error *err)
 {
-    rp_status st = rp_device_kind_parse(s, field, err);
-    return st == RP_OK ? RP_OK : rp_error_prefix(err, "--device: ");
+    (void)opt; /* rp_device_kind_parse's message names --device */
+    return rp_device_kind_parse(s, field, err);
 }
 
 static rp_status parse_rows_fraction(const char *opt, const char *s, void *field, rp_error *err)
