@@ -12,6 +12,7 @@
 #include "engine/executor_impl.h"
 #include "engine/lora_run.h"
 #include "engine/protocol.h"
+#include "engine/stage_weights.h"
 #include "engine/update_gate.h"
 #include "model/layers.h"
 
@@ -229,34 +230,26 @@ static float *tied_grad(executor *x, const rp_job *job)
     return x->g + (rp_stage_floats(x->e, job, NULL) - vh);
 }
 
-/* Layer l's weights in the stage buffer (compute dtype), and at element
- * `at` of them. */
-static const void *W_at(executor *x, const rp_job *job, int l, size_t at)
-{
-    const stage_buf *b = &x->buf[x->cur];
-    return (const char *)b->w +
-           (b->off[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
-}
-
-static const void *W(executor *x, const rp_job *job, int l)
-{
-    return W_at(x, job, l, 0);
-}
-
-/* LoRA: layer l's frozen base in the stage buffer, and at element `at`. */
-static const void *Base_at(executor *x, const rp_job *job, int l, size_t at)
-{
-    const stage_buf *b = &x->buf[x->cur];
-    return (const char *)b->w +
-           (b->boff[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
-}
-
-/* The dtype of the frozen weights a call reads: the base's where it lies
- * when read in place, else the stage buffer's (the compute dtype). */
-static rp_dtype frozen_dtype(const executor *x)
+/* The running job's stage buffer as a weights view (stage_weights.h). */
+static rp_stage_weights stage_view(const executor *x, const rp_job *job)
 {
     const rp_engine *e = x->e;
-    return e->base_in_place ? rp_frozen_base_dtype(e->base) : e->p->compute_dtype;
+    const stage_buf *b = &x->buf[x->cur];
+    rp_stage_weights w = {.first = job->first, .buffer = b->w, .offsets = b->off,
+                          .base_offsets = b->boff};
+    if (e->lora && e->base_in_place) /* the embedding's rows gathered from where it lies */
+        w.embedding = b->gather;
+    if (rp_stage_needs_tied(e, job))
+        w.tied_matrix =
+            (const char *)b->w + b->off[e->num_layers] * rp_dtype_size(e->p->compute_dtype);
+    return w;
+}
+
+/* Layer l's trainable weights in the stage buffer (compute dtype). */
+static const void *W(executor *x, const rp_job *job, int l)
+{
+    rp_stage_weights w = stage_view(x, job);
+    return rp_stage_weights_trainable(x->e, &w, l, 0);
 }
 
 /* What a block call needs besides its weights: with LoRA, its adapters,
@@ -306,15 +299,11 @@ static rp_status aux_grad(executor *x, int64_t t, int m, double *aux, rp_error *
                         RP_XFER_INPUT, "aux-grad", err);
 }
 
-/* A layer's frozen weights: the stage's base with LoRA (NULL for a block
- * whose base is read in place: lora_call gives its tensors; the
- * embedding's gathered rows), else its weights. */
+/* The weights a call of layer l reads (stage_weights.h). */
 static const void *block_weights(executor *x, const rp_job *job, int l)
 {
-    rp_engine *e = x->e;
-    if (e->lora && e->base_in_place)
-        return l == 0 ? x->buf[x->cur].gather : NULL;
-    return e->lora ? Base_at(x, job, l, 0) : W(x, job, l);
+    rp_stage_weights w = stage_view(x, job);
+    return rp_stage_weights_layer(x->e, &w, l);
 }
 
 static float *G(executor *x, const rp_job *job, int l)
@@ -348,14 +337,15 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
             return RP_OK;
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), frozen_dtype(x), x->in,
-                             e->tokens_per_micro, out, err);
+        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), rp_stage_weights_dtype(e, 0),
+                             x->in, e->tokens_per_micro, out, err);
     } else {
         rp_lora_call lc;
         rp_block_call c;
-        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
-                             out, e->samples_per_micro, e->seq_len, x->seg, saved, x->ws,
-                             block_call(x, job, l, t, 1, &lc, &c), err);
+        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l),
+                             rp_stage_weights_dtype(e, l), in, out, e->samples_per_micro,
+                             e->seq_len, x->seg, saved, x->ws, block_call(x, job, l, t, 1, &lc, &c),
+                             err);
         if (s == RP_OK && c.router_stats && c.router_stats == x->rstats)
             s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->rstats,
                              sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe,
@@ -385,9 +375,10 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     } else {
         rp_lora_call lc;
         rp_block_call c;
-        s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
-                              saved, x->d, x->d, G(x, job, l), e->samples_per_micro, e->seq_len,
-                              x->seg, x->ws, block_call(x, job, l, t, 0, &lc, &c), err);
+        s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l),
+                              rp_stage_weights_dtype(e, l), in, saved, x->d, x->d, G(x, job, l),
+                              e->samples_per_micro, e->seq_len, x->seg, x->ws,
+                              block_call(x, job, l, t, 0, &lc, &c), err);
     }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
@@ -494,38 +485,19 @@ static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, floa
     /* the loss slot of this iteration must have been read by the logger */
     RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
     RP_TRY(aux_grad(x, t, m, e->raux.coef > 0 ? &rp_router_aux_values(e, t)[m] : NULL, err));
-    const void *norm_w, *lm_w;
-    float *norm_g, *lm_g;
-    if (e->lora && e->base_in_place) { /* frozen, where it lies */
-        norm_w = rp_frozen_base_tensor(e->base, head, "model.norm.weight");
-        lm_w = rp_frozen_base_tensor(e->base, head, "lm_head.weight");
-        norm_g = lm_g = NULL;
-    } else if (e->lora) { /* frozen: the head's base holds both (a tied matrix as its own) */
-        const rp_layer_desc *hd = rp_frozen_base_layer(e->base, head);
-        norm_w = Base_at(x, job, head, rp_layer_find_param(hd, "model.norm.weight")->offset);
-        lm_w = Base_at(x, job, head, rp_layer_find_param(hd, "lm_head.weight")->offset);
-        norm_g = lm_g = NULL;
-    } else if (e->tied) {
-        const rp_param_desc *nd = rp_layer_find_param(&e->p->layers[head], "model.norm.weight");
-        norm_w = W_at(x, job, head, nd->offset);
-        norm_g = G(x, job, head) + nd->offset;
-        const stage_buf *b = &x->buf[x->cur];
-        lm_w = (const char *)b->w + b->off[e->num_layers] * rp_dtype_size(e->p->compute_dtype);
-        lm_g = tied_grad(x, job);
-    } else {
-        const rp_layer_desc *hd = &e->p->layers[head];
-        const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
-        const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
-        norm_w = W_at(x, job, head, nd->offset);
-        norm_g = G(x, job, head) + nd->offset;
-        lm_w = W_at(x, job, head, ld->offset);
-        lm_g = G(x, job, head) + ld->offset;
+    rp_stage_weights w = stage_view(x, job);
+    rp_head_weights hw;
+    rp_stage_weights_head(e, &w, head, &hw);
+    float *norm_g = NULL, *lm_g = NULL; /* a frozen head has none */
+    if (hw.trainable) {
+        norm_g = G(x, job, head) + hw.norm_at;
+        lm_g = hw.lm_tied ? tied_grad(x, job) : G(x, job, head) + hw.lm_at;
     }
     double *loss = rp_engine_loss(e, t);
     double th = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w, frozen_dtype(x),
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
                                     x->acts[head - job->first], x->tgt, x->mask,
                                     e->tokens_per_micro, scale, x->d, norm_g, lm_g, 0, x->ws,
                                     &loss[m], err));
