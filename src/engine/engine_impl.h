@@ -62,7 +62,7 @@ typedef struct rp_engine_optimizer_part {
     _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
 } rp_engine_optimizer_part;
 
-/* The executor's measurements (executor.c): ms summed over calls, and the
+/* The executor's measurements (stage_compute.c): ms summed over calls, and the
  * calls, per layer, taken in a segment's iterations after its first; the
  * run reads them between segments to re-plan (run_plan.c). */
 typedef struct rp_engine_executor_part {
@@ -219,7 +219,7 @@ typedef struct rp_engine {
      * sorted ids emb_ids[g][0..emb_n[g]) and their rows emb_rows[g]
      * (emb_cap rows of hidden floats each), written by the job that
      * downloads them. Jobs upload only these rows of the table too
-     * (executor.c). */
+     * (stage_buffers.c). */
     int32_t *emb_ids_base;
     float *emb_rows_base;
     int64_t *emb_n;

@@ -25,7 +25,7 @@ int rp_eval_due(const rp_engine *e, int64_t step)
 
 /* The device buffers of one rank's evaluation. With LoRA the model is the
  * one --save writes (base + adapters), without dropout: a block's adapters
- * in `ad`, and the frozen base read as the executors read it (executor.c):
+ * in `ad`, and the frozen base read as the executors read it (stage_weights.h):
  * where it lies (engine_impl.h's base_in_place: then `embed` and `w` are
  * not used), or each layer's copied into `w`, laid out as the base's layer. */
 typedef struct evaluator {

@@ -1,5 +1,7 @@
-/* The executor's state, shared by its job loop (executor.c) and its stage
- * buffers (stage_buffers.c). Internal to the engine. */
+/* The executor's state, shared by its job runner (executor.c), the
+ * forward and backward of a stage (stage_compute.c), the gradients'
+ * download (gradient_download.c) and its stage buffers (stage_buffers.c).
+ * Internal to the engine. */
 #ifndef RP_ENGINE_EXECUTOR_IMPL_H
 #define RP_ENGINE_EXECUTOR_IMPL_H
 
@@ -104,5 +106,43 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
 /* Token ids to positions in the stage's embedding rows (all present: the
  * rows are this pipeline's tokens). */
 void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count);
+
+/* The stage's gradient buffer of layer l (fp32, the weights' offsets). */
+static inline float *rp_exec_layer_grad(executor *x, const rp_job *job, int l)
+{
+    return x->g + x->buf[x->cur].off[l - job->first];
+}
+
+/* The tied LM head's gradient [vocab, hidden]: in the gradient buffer past
+ * the stage's layers, where the weights buffer holds the tied matrix. */
+static inline float *rp_exec_tied_grad(executor *x, const rp_job *job)
+{
+    size_t vh = (size_t)(x->e->p->cfg.vocab_size * x->e->hidden);
+    return x->g + (rp_stage_floats(x->e, job, NULL) - vh);
+}
+
+/* ---- one microbatch m of a job's stage (stage_compute.c) ------------------ */
+
+/* A forward job: its input from the stage below (or the tokens), its
+ * layers, the activation checkpoints it saves, its output. */
+rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err);
+
+/* The tail: its blocks' forward, the head's loss (scaled by `scale`, one
+ * over the step's counted targets) and backward, its blocks' backward. */
+rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float scale,
+                        rp_error *err);
+
+/* A backward job: its layers recomputed from their checkpoint, then their
+ * backward from the gradient the stage above handed down. */
+rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err);
+
+/* ---- after a tail or backward job's microbatches (gradient_download.c) ---- */
+
+/* Download the job's gradients into pipeline g's host buffers (a tail with
+ * a tied LM head: also its part of the embedding's gradient) and say so.
+ * Summing over the pipelines, the tied part and the norms are the
+ * optimizer's (optimizer.c). */
+rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g,
+                                  rp_error *err);
 
 #endif
