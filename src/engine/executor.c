@@ -244,9 +244,9 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
                                      rp_layer_numel(e, job.last) * sizeof(float), err));
         if (rp_stage_needs_tied(e, &job))
-            RP_TRY(rp_device_memset0(
-                x->dev, rp_exec_tied_grad(x, &job), (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float),
-                err));
+            RP_TRY(rp_device_memset0(x->dev, rp_exec_tied_grad(x, &job),
+                                     (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float),
+                                     err));
     }
     for (int m = g * (int)e->micro_per_pipeline; m < (g + 1) * (int)e->micro_per_pipeline; m++) {
         if (rp_engine_aborted(e))

@@ -26,8 +26,7 @@ static rp_status round_request(executor *x, rp_xfer_req *r, size_t at, size_t n,
     return RP_OK;
 }
 
-rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g,
-                                  rp_error *err)
+rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g, rp_error *err)
 {
     rp_engine *e = x->e;
     int n = 0;

@@ -28,4 +28,6 @@ librp_la_SOURCES += \
 	src/engine/router_aux.c src/engine/router_aux.h \
 	src/engine/link_groups.c \
 	src/engine/nodes.c src/engine/nodes.h src/engine/node_sums.c src/engine/node_sums.h \
+	src/engine/node_comm.c src/engine/node_comm_impl.h src/engine/node_failure.c \
+	src/engine/node_collect.c src/engine/node_losses.c src/engine/node_report.c \
 	src/engine/host_memory.c src/engine/host_memory.h

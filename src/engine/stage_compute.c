@@ -151,14 +151,15 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     if (l == 0) {
         rp_model_config rows = e->p->cfg;
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, rp_exec_layer_grad(x, job, 0), err);
+        s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d,
+                              rp_exec_layer_grad(x, job, 0), err);
     } else {
         rp_lora_call lc;
         rp_block_call c;
         s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l),
-                              rp_stage_weights_dtype(e, l), in, saved, x->d, x->d, rp_exec_layer_grad(x, job, l),
-                              e->samples_per_micro, e->seq_len, x->seg, x->ws,
-                              block_call(x, job, l, t, 0, &lc, &c), err);
+                              rp_stage_weights_dtype(e, l), in, saved, x->d, x->d,
+                              rp_exec_layer_grad(x, job, l), e->samples_per_micro, e->seq_len,
+                              x->seg, x->ws, block_call(x, job, l, t, 0, &lc, &c), err);
     }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
@@ -199,8 +200,8 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
         cur = out;
     }
     RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
-    RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE, "output",
-                err));
+    RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE,
+                        "output", err));
     rp_proto_publish_fwd_out(e, s, m, t);
     return RP_OK;
 }
@@ -216,8 +217,8 @@ static rp_status recompute(executor *x, const rp_job *job, const float *host_in0
     rp_engine *e = x->e;
     const float *cur = NULL;
     if (host_in0) {
-        RP_TRY(rp_exec_move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input",
-                    err));
+        RP_TRY(rp_exec_move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT,
+                            "input", err));
         cur = x->acts[0];
     }
     for (int l = job->first; l <= last; l++) {
@@ -246,7 +247,7 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
 }
 
 rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float scale,
-                          rp_error *err)
+                        rp_error *err)
 {
     rp_engine *e = x->e;
     int M = (int)e->microbatches, head = job->last;
@@ -258,8 +259,8 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
     if (head > job->first)
         RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
     else if (in0) /* the head alone: its input */
-        RP_TRY(
-            rp_exec_move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input", err));
+        RP_TRY(rp_exec_move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT,
+                            "input", err));
     if (job->first > 0) /* the input was copied to the device */
         rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
@@ -295,8 +296,8 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
     rp_engine *e = x->e;
     int M = (int)e->microbatches, i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
-    RP_TRY(rp_exec_move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->act_floats * sizeof(float),
-                RP_XFER_INPUT, "output-grad", err));
+    RP_TRY(rp_exec_move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]),
+                        e->act_floats * sizeof(float), RP_XFER_INPUT, "output-grad", err));
     RP_TRY(aux_grad(x, t, m, NULL, err));
     rp_proto_bwd_out_read(e, i - 1, m, t);
     if (e->o->recompute_layer) {
