@@ -83,7 +83,7 @@ typedef struct rp_engine_logger_part {
     int64_t steps_logged;  /* steps whose metrics are done */
 } rp_engine_logger_part;
 
-/* The node communication thread's part (node_sums.c; several nodes): its
+/* The node communication thread's part (node_comm.c, node_sums.c; several nodes): its
  * exchanges and what it sent; the set-up allocates the buffer. */
 typedef struct rp_engine_node_comm_part {
     float *node_buf;   /* a partial sum from the node before (the largest share of a layer),
@@ -96,7 +96,7 @@ typedef struct rp_engine_node_comm_part {
                                  other nodes holds them */
 } rp_engine_node_comm_part;
 
-/* The checkpoint writer's part (checkpoints.c; rank 0): written by the
+/* The checkpoint writer's part (checkpoint_write.c; rank 0): written by the
  * writer thread while a segment runs, and by the run's checkpoint after a
  * segment (rp_checkpoint_save), never both at once. */
 typedef struct rp_engine_checkpoint_part {

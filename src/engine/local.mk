@@ -23,7 +23,8 @@ librp_la_SOURCES += \
 	src/engine/trainer.c src/engine/trainer.h \
 	src/engine/executor_summary.c src/engine/executor_summary.h \
 	src/engine/memory_model.c src/engine/memory_model.h \
-	src/engine/checkpoints.c src/engine/checkpoints.h \
+	src/engine/checkpoint_write.c src/engine/checkpoint_resume.c src/engine/checkpoints.h \
+	src/engine/checkpoint_contents.c src/engine/checkpoint_contents.h \
 	src/engine/eval.c src/engine/eval.h \
 	src/engine/router_aux.c src/engine/router_aux.h \
 	src/engine/link_groups.c \
