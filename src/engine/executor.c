@@ -56,29 +56,29 @@ static void executor_free(executor *x)
             rp_device_host_unregister(x->dev, x->buf[b].gather);
         free(x->buf[b].gather);
     }
-    rp_device_free(x->dev, x->g);
-    rp_device_free(x->dev, x->g16);
+    rp_device_free(x->dev, x->grads);
+    rp_device_free(x->dev, x->grads_bf16);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
     for (int i = 0; x->saved && i < x->nsaved; i++)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
-    rp_device_free(x->dev, x->d);
-    rp_device_free(x->dev, x->ws);
-    rp_device_free(x->dev, x->in);
-    rp_device_free(x->dev, x->tgt);
+    rp_device_free(x->dev, x->act_grad);
+    rp_device_free(x->dev, x->workspace);
+    rp_device_free(x->dev, x->tokens);
+    rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
-    rp_device_free(x->dev, x->seg);
-    free(x->hseg);
-    free(x->hin);
-    free(x->htgt);
-    free(x->hmask);
-    free(x->greq);
-    if (x->aux_grad != x->haux_grad)
+    rp_device_free(x->dev, x->segments);
+    free(x->host_segments);
+    free(x->host_tokens);
+    free(x->host_targets);
+    free(x->host_mask);
+    free(x->grad_requests);
+    if (x->aux_grad != x->host_aux_grad)
         rp_device_free(x->dev, x->aux_grad);
-    free(x->haux_grad);
-    rp_device_free(x->dev, x->rstats);
+    free(x->host_aux_grad);
+    rp_device_free(x->dev, x->router_stats);
     if (x->segment_pinned)
         rp_device_host_unregister(x->dev, x->e->pins[x->e->npins_run].base);
     x->dev = NULL; /* the engine's, for the whole run */
@@ -139,37 +139,38 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].boff && x->buf[b].req && x->buf[b].rows &&
               x->buf[b].gather;
     }
-    x->g = falloc(x, gmax, err);
-    if (e->o->grad_dtype == RP_BF16 && x->g)
-        x->g16 = dalloc(x, gmax * 2, err);
+    x->grads = falloc(x, gmax, err);
+    if (e->o->grad_dtype == RP_BF16 && x->grads)
+        x->grads_bf16 = dalloc(x, gmax * 2, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
-    x->d = falloc(x, e->act_floats, err);
+    x->act_grad = falloc(x, e->act_floats, err);
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
-    x->ws = falloc(x, rp_model_workspace_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len),
-                   err);
+    x->workspace =
+        falloc(x, rp_model_workspace_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len), err);
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
-    x->in = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
-    x->tgt = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+    x->tokens = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+    x->targets = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
     x->mask = dalloc(x, (size_t)e->tokens_per_micro, err);
-    x->hin = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
-    x->htgt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
-    x->hmask = malloc((size_t)e->tokens_per_micro);
+    x->host_tokens = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    x->host_targets = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    x->host_mask = malloc((size_t)e->tokens_per_micro);
     if (rp_dataset_has_documents(e->ds)) {
-        x->seg = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
-        x->hseg = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
-        ok &= x->seg && x->hseg;
+        x->segments = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+        x->host_segments = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+        ok &= x->segments && x->host_segments;
     }
-    x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+    x->grad_requests = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
     if (rp_model_has_moe(cfg)) { /* with or without the loss: the memory model counts them */
         const size_t E = (size_t)cfg->moe.num_experts;
-        x->haux_grad = malloc(E * sizeof(float));
-        x->aux_grad = kops->host_addressable ? x->haux_grad : falloc(x, E, err);
-        x->rstats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
-        ok &= x->haux_grad && x->aux_grad && (kops->host_addressable || x->rstats);
+        x->host_aux_grad = malloc(E * sizeof(float));
+        x->aux_grad = kops->host_addressable ? x->host_aux_grad : falloc(x, E, err);
+        x->router_stats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
+        ok &= x->host_aux_grad && x->aux_grad && (kops->host_addressable || x->router_stats);
     }
-    ok &= x->g && (x->g16 || e->o->grad_dtype != RP_BF16) && x->acts && x->d && x->ws && x->saved && x->in &&
-          x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
+    ok &= x->grads && (x->grads_bf16 || e->o->grad_dtype != RP_BF16) && x->acts && x->act_grad &&
+          x->workspace && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
+          x->host_targets && x->host_mask && x->grad_requests;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
     size_t saved_floats = rp_block_saved_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len);
@@ -240,9 +241,10 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
     float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
     if (job.kind != RP_JOB_FWD) {
-        RP_TRY(rp_device_memset0(x->dev, x->g,
+        RP_TRY(rp_device_memset0(x->dev, x->grads,
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
-                                     rp_layer_numel(e, job.last) * sizeof(float), err));
+                                     rp_layer_numel(e, job.last) * sizeof(float),
+                                 err));
         if (rp_stage_needs_tied(e, &job))
             RP_TRY(rp_device_memset0(x->dev, rp_exec_tied_grad(x, &job),
                                      (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float),
@@ -254,22 +256,25 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
                                  "rank %d failed", e->nd.world_rank, (long long)t,
                                  e->nd.world_of[atomic_load(e->abort_flag) - 1]);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-        if (x->seg && job.last > 0 && job.first < e->num_layers - 1) { /* a block reads them */
-            rp_engine_segments(e, t, m, x->hseg);
-            RP_TRY(rp_exec_move(x, x->seg, x->hseg, (size_t)e->tokens_per_micro * sizeof(int32_t),
-                                RP_XFER_INPUT, "segments", err));
+        if (x->segments && job.last > 0 && job.first < e->num_layers - 1) { /* a block reads them */
+            rp_engine_segments(e, t, m, x->host_segments);
+            RP_TRY(rp_exec_move(x, x->segments, x->host_segments,
+                                (size_t)e->tokens_per_micro * sizeof(int32_t), RP_XFER_INPUT,
+                                "segments", err));
         }
         if (job.first == 0 || job.kind == RP_JOB_TAIL) {
-            rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
+            rp_engine_tokens(e, t, m, x->host_tokens, x->host_targets, x->host_mask);
             if (job.first == 0)
-                rp_stage_renumber(&x->buf[x->cur], x->hin, e->tokens_per_micro);
-            RP_TRY(rp_exec_move(x, x->in, x->hin, (size_t)e->tokens_per_micro * sizeof(int32_t),
-                        RP_XFER_INPUT, "tokens", err));
+                rp_stage_renumber(&x->buf[x->cur], x->host_tokens, e->tokens_per_micro);
+            RP_TRY(rp_exec_move(x, x->tokens, x->host_tokens,
+                                (size_t)e->tokens_per_micro * sizeof(int32_t), RP_XFER_INPUT,
+                                "tokens", err));
             if (job.kind == RP_JOB_TAIL) {
-                RP_TRY(rp_exec_move(x, x->tgt, x->htgt, (size_t)e->tokens_per_micro * sizeof(int32_t),
-                            RP_XFER_INPUT, "targets", err));
-                RP_TRY(rp_exec_move(x, x->mask, x->hmask, (size_t)e->tokens_per_micro, RP_XFER_INPUT,
-                            "mask", err));
+                RP_TRY(rp_exec_move(x, x->targets, x->host_targets,
+                                    (size_t)e->tokens_per_micro * sizeof(int32_t), RP_XFER_INPUT,
+                                    "targets", err));
+                RP_TRY(rp_exec_move(x, x->mask, x->host_mask, (size_t)e->tokens_per_micro,
+                                    RP_XFER_INPUT, "mask", err));
             }
         }
         x->micro = m;

@@ -36,30 +36,30 @@ typedef struct executor {
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
     int64_t micro;       /* the microbatch the running job computes (node-local) */
-    float *g;            /* gradients of the stage, same offsets as the weights (a tied
+    float *grads;        /* gradients of the stage, same offsets as the weights (a tied
                             LM head's past the layers, as its matrix in the weights) */
-    void *g16;           /* --grad-dtype bf16: the gradients rounded for the download,
+    void *grads_bf16;    /* --grad-dtype bf16: the gradients rounded for the download,
                             same offsets (NULL with fp32) */
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
-    float *d;            /* gradient flowing down, A floats */
+    float *act_grad;     /* the gradient of the activations flowing down, A floats */
     float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
                             layer of the largest tail or backward stage (a backward stage
                             needs one with layer-grain recompute); forward jobs reuse the
                             first */
     int nsaved;
-    float *ws;           /* scratch of the layer calls */
-    int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
+    float *workspace;    /* scratch of the layer calls */
+    int32_t *tokens, *targets; /* device copies of the microbatch's token ids and targets */
     uint8_t *mask;
-    int32_t *seg;          /* --documents: its segment starts on the device (NULL: none) */
-    int32_t *hin, *htgt, *hseg; /* host staging */
-    uint8_t *hmask;
-    rp_xfer_req *greq;   /* [nlayers + 1] downloads */
+    int32_t *segments;   /* --documents: its segment starts on the device (NULL: none) */
+    int32_t *host_tokens, *host_targets, *host_segments; /* host staging */
+    uint8_t *host_mask;
+    rp_xfer_req *grad_requests; /* [nlayers + 1] downloads */
     /* the load-balancing loss of a mixture of experts (engine/router_aux.h):
      * its gradient per probability for the running microbatch, on the host
      * and the device (one buffer on host-addressable devices), and a
      * block's router statistics on the device before their download (NULL
      * there: written straight into the arena) */
-    float *haux_grad, *aux_grad, *rstats;
+    float *host_aux_grad, *aux_grad, *router_stats;
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
@@ -110,7 +110,7 @@ void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count);
 /* The stage's gradient buffer of layer l (fp32, the weights' offsets). */
 static inline float *rp_exec_layer_grad(executor *x, const rp_job *job, int l)
 {
-    return x->g + x->buf[x->cur].off[l - job->first];
+    return x->grads + x->buf[x->cur].off[l - job->first];
 }
 
 /* The tied LM head's gradient [vocab, hidden]: in the gradient buffer past
@@ -118,7 +118,7 @@ static inline float *rp_exec_layer_grad(executor *x, const rp_job *job, int l)
 static inline float *rp_exec_tied_grad(executor *x, const rp_job *job)
 {
     size_t vh = (size_t)(x->e->p->cfg.vocab_size * x->e->hidden);
-    return x->g + (rp_stage_floats(x->e, job, NULL) - vh);
+    return x->grads + (rp_stage_floats(x->e, job, NULL) - vh);
 }
 
 /* ---- one microbatch m of a job's stage (stage_compute.c) ------------------ */

@@ -15,12 +15,12 @@
  * half the bytes travel, and they are widened on the host. */
 static rp_status round_request(executor *x, rp_xfer_req *r, size_t at, size_t n, rp_error *err)
 {
-    if (!x->g16)
+    if (!x->grads_bf16)
         return RP_OK;
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
-    uint16_t *dst = (uint16_t *)x->g16 + at;
-    RP_TRY(k.ops->convert(k.state, x->g + at, RP_F32, dst, RP_BF16, (int64_t)n, err));
+    uint16_t *dst = (uint16_t *)x->grads_bf16 + at;
+    RP_TRY(k.ops->convert(k.state, x->grads + at, RP_F32, dst, RP_BF16, (int64_t)n, err));
     r->src = dst;
     r->bytes = n * 2;
     return RP_OK;
@@ -38,7 +38,7 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
                 e->emb_n[g] = 0;
             continue;
         }
-        rp_xfer_req *r = &x->greq[n++];
+        rp_xfer_req *r = &x->grad_requests[n++];
         memset(r, 0, sizeof *r);
         r->src = rp_exec_layer_grad(x, job, l);
         r->cls = RP_XFER_GRAD;
@@ -54,26 +54,26 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
             r->bytes = rp_layer_numel(e, l) * sizeof(float);
             r->tag = "grads";
         }
-        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->g), r->bytes / 4, err));
+        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->grads), r->bytes / 4, err));
     }
     if (rp_stage_needs_tied(e, job)) {
-        rp_xfer_req *r = &x->greq[n++];
+        rp_xfer_req *r = &x->grad_requests[n++];
         memset(r, 0, sizeof *r);
         r->dst = rp_engine_tied_grad(e, g);
         r->src = rp_exec_tied_grad(x, job);
         r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
         r->cls = RP_XFER_GRAD;
         r->tag = "tied-grads";
-        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->g), r->bytes / 4, err));
+        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->grads), r->bytes / 4, err));
     }
-    if (x->g16) /* the roundings are queued on the compute stream */
+    if (x->grads_bf16) /* the roundings are queued on the compute stream */
         RP_TRY(rp_device_sync(x->dev, err));
     for (int i = 0; i < n; i++)
-        RP_TRY(rp_xfer_submit(x->xfer, &x->greq[i], err));
+        RP_TRY(rp_xfer_submit(x->xfer, &x->grad_requests[i], err));
     for (int i = 0; i < n; i++) {
-        RP_TRY(rp_xfer_wait(x->xfer, &x->greq[i], err));
-        if (x->g16)
-            rp_bf16_widen_in_place(x->greq[i].dst, x->greq[i].bytes / 2);
+        RP_TRY(rp_xfer_wait(x->xfer, &x->grad_requests[i], err));
+        if (x->grads_bf16)
+            rp_bf16_widen_in_place(x->grad_requests[i].dst, x->grad_requests[i].bytes / 2);
     }
     for (int l = job->last; l >= job->first; l--)
         rp_proto_publish_grad(e, l, g, t);

@@ -31,7 +31,7 @@ static rp_stage_weights stage_view(const executor *x, const rp_job *job)
 }
 
 /* Layer l's trainable weights in the stage buffer (compute dtype). */
-static const void *W(executor *x, const rp_job *job, int l)
+static const void *trainable_weights(executor *x, const rp_job *job, int l)
 {
     rp_stage_weights w = stage_view(x, job);
     return rp_stage_weights_trainable(x->e, &w, l, 0);
@@ -46,7 +46,8 @@ static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int6
     rp_engine *e = x->e;
     if (!e->lora)
         return NULL;
-    rp_lora_call_of(e, l, t, (e->micro_base + x->micro) * e->samples_per_micro, W(x, job, l), c);
+    rp_lora_call_of(e, l, t, (e->micro_base + x->micro) * e->samples_per_micro,
+                    trainable_weights(x, job, l), c);
     return c;
 }
 
@@ -63,7 +64,7 @@ static const rp_block_call *block_call(executor *x, const rp_job *job, int l, in
     c->lora = lora_call(x, job, l, t, lc);
     float *slot = rp_router_stats_slot(e, t, x->micro, l);
     if (forward && slot && job->kind != RP_JOB_BWD)
-        c->router_stats = x->rstats ? x->rstats : slot;
+        c->router_stats = x->router_stats ? x->router_stats : slot;
     if (!forward && slot)
         c->router_aux_grad = x->aux_grad;
     return c;
@@ -77,10 +78,10 @@ static rp_status aux_grad(executor *x, int64_t t, int m, double *aux, rp_error *
     rp_engine *e = x->e;
     if (e->raux.coef <= 0)
         return RP_OK;
-    rp_router_aux_of(e, t, m, aux, x->haux_grad);
-    if (x->aux_grad == x->haux_grad)
+    rp_router_aux_of(e, t, m, aux, x->host_aux_grad);
+    if (x->aux_grad == x->host_aux_grad)
         return RP_OK;
-    return rp_exec_move(x, x->aux_grad, x->haux_grad, sizeof(float) * (size_t)e->raux.experts,
+    return rp_exec_move(x, x->aux_grad, x->host_aux_grad, sizeof(float) * (size_t)e->raux.experts,
                         RP_XFER_INPUT, "aux-grad", err);
 }
 
@@ -118,18 +119,17 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
         rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
         rows.vocab_size = x->buf[x->cur].nrows;
         s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), rp_stage_weights_dtype(e, 0),
-                             x->in, e->tokens_per_micro, out, err);
+                             x->tokens, e->tokens_per_micro, out, err);
     } else {
         rp_lora_call lc;
         rp_block_call c;
-        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l),
-                             rp_stage_weights_dtype(e, l), in, out, e->samples_per_micro,
-                             e->seq_len, x->seg, saved, x->ws, block_call(x, job, l, t, 1, &lc, &c),
-                             err);
-        if (s == RP_OK && c.router_stats && c.router_stats == x->rstats)
-            s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->rstats,
-                             sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe,
-                             RP_XFER_SAVE, "router-stats", err);
+        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), rp_stage_weights_dtype(e, l),
+                             in, out, e->samples_per_micro, e->seq_len, x->segments, saved,
+                             x->workspace, block_call(x, job, l, t, 1, &lc, &c), err);
+        if (s == RP_OK && c.router_stats && c.router_stats == x->router_stats)
+            s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->router_stats,
+                             sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe, RP_XFER_SAVE,
+                             "router-stats", err);
     }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
@@ -151,15 +151,15 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     if (l == 0) {
         rp_model_config rows = e->p->cfg;
         rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d,
+        s = rp_embed_backward(&k, &rows, x->tokens, e->tokens_per_micro, x->act_grad,
                               rp_exec_layer_grad(x, job, 0), err);
     } else {
         rp_lora_call lc;
         rp_block_call c;
         s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l),
-                              rp_stage_weights_dtype(e, l), in, saved, x->d, x->d,
+                              rp_stage_weights_dtype(e, l), in, saved, x->act_grad, x->act_grad,
                               rp_exec_layer_grad(x, job, l), e->samples_per_micro, e->seq_len,
-                              x->seg, x->ws, block_call(x, job, l, t, 0, &lc, &c), err);
+                              x->segments, x->workspace, block_call(x, job, l, t, 0, &lc, &c), err);
     }
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
@@ -240,8 +240,9 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
     int i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
     if (job->first > 0)
-        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]), x->d,
-                    e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad", err));
+        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]),
+                            x->act_grad, e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad",
+                            err));
     rp_proto_publish_bwd_out(e, i, m, t);
     return RP_OK;
 }
@@ -279,9 +280,9 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
-                                    x->acts[head - job->first], x->tgt, x->mask,
-                                    e->tokens_per_micro, scale, x->d, norm_g, lm_g, 0, x->ws,
-                                    &loss[m], err));
+                                    x->acts[head - job->first], x->targets, x->mask,
+                                    e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g, 0,
+                                    x->workspace, &loss[m], err));
     RP_TRY(rp_device_sync(x->dev, err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)
@@ -296,7 +297,7 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
     rp_engine *e = x->e;
     int M = (int)e->microbatches, i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
-    RP_TRY(rp_exec_move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]),
+    RP_TRY(rp_exec_move(x, x->act_grad, arena(e, e->arena.bwd_out[(i - 1) * M + m]),
                         e->act_floats * sizeof(float), RP_XFER_INPUT, "output-grad", err));
     RP_TRY(aux_grad(x, t, m, NULL, err));
     rp_proto_bwd_out_read(e, i - 1, m, t);
