@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/padding.h"
+
 int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
 {
     memset(a, 0, sizeof *a);
@@ -11,7 +13,7 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->nfwd = plan->nfwd;
     a->nbwd = plan->nbwd;
     int M = spec->microbatches, L = spec->nlayers;
-    size_t A = (spec->act_floats + 15) & ~(size_t)15; /* 64-byte aligned buffers */
+    size_t A = rp_padded_elements(spec->act_floats); /* 64-byte aligned buffers */
     a->buffer_floats = A;
     a->fwd_out = malloc(sizeof(size_t) * (size_t)(plan->nfwd ? plan->nfwd : 1) * (size_t)M);
     a->ckpt = malloc(sizeof(size_t) * (size_t)L * (size_t)M);

@@ -1,6 +1,6 @@
 /* Which steps have a checkpoint, and which of them the writer thread writes
  * while the segment runs (the others after it): read by the checkpoint
- * writer (checkpoints.c), the update gate (its hold, update_gate.c) and the
+ * writer (checkpoint_write.c), the update gate (its hold, update_gate.c) and the
  * step loop (step_loop.c). */
 #ifndef RP_ENGINE_CHECKPOINT_STEPS_H
 #define RP_ENGINE_CHECKPOINT_STEPS_H

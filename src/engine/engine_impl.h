@@ -62,7 +62,7 @@ typedef struct rp_engine_optimizer_part {
     _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
 } rp_engine_optimizer_part;
 
-/* The executor's measurements (executor.c): ms summed over calls, and the
+/* The executor's measurements (stage_compute.c): ms summed over calls, and the
  * calls, per layer, taken in a segment's iterations after its first; the
  * run reads them between segments to re-plan (run_plan.c). */
 typedef struct rp_engine_executor_part {
@@ -83,7 +83,7 @@ typedef struct rp_engine_logger_part {
     int64_t steps_logged;  /* steps whose metrics are done */
 } rp_engine_logger_part;
 
-/* The node communication thread's part (node_sums.c; several nodes): its
+/* The node communication thread's part (node_comm.c, node_sums.c; several nodes): its
  * exchanges and what it sent; the set-up allocates the buffer. */
 typedef struct rp_engine_node_comm_part {
     float *node_buf;   /* a partial sum from the node before (the largest share of a layer),
@@ -96,7 +96,7 @@ typedef struct rp_engine_node_comm_part {
                                  other nodes holds them */
 } rp_engine_node_comm_part;
 
-/* The checkpoint writer's part (checkpoints.c; rank 0): written by the
+/* The checkpoint writer's part (checkpoint_write.c; rank 0): written by the
  * writer thread while a segment runs, and by the run's checkpoint after a
  * segment (rp_checkpoint_save), never both at once. */
 typedef struct rp_engine_checkpoint_part {
@@ -219,7 +219,7 @@ typedef struct rp_engine {
      * sorted ids emb_ids[g][0..emb_n[g]) and their rows emb_rows[g]
      * (emb_cap rows of hidden floats each), written by the job that
      * downloads them. Jobs upload only these rows of the table too
-     * (executor.c). */
+     * (stage_buffers.c). */
     int32_t *emb_ids_base;
     float *emb_rows_base;
     int64_t *emb_n;

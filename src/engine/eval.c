@@ -8,6 +8,7 @@
 #include "device/backend.h"
 #include "engine/lora_run.h"
 #include "engine/run_impl.h"
+#include "engine/stage_weights.h"
 #include "model/layers.h"
 #include "model/layout.h"
 
@@ -24,14 +25,13 @@ int rp_eval_due(const rp_engine *e, int64_t step)
 
 /* The device buffers of one rank's evaluation. With LoRA the model is the
  * one --save writes (base + adapters), without dropout: a block's adapters
- * in `ad`, and the frozen base read as the executors read it (executor.c):
+ * in `ad`, and the frozen base read as the executors read it (stage_weights.h):
  * where it lies (engine_impl.h's base_in_place: then `embed` and `w` are
  * not used), or each layer's copied into `w`, laid out as the base's layer. */
 typedef struct evaluator {
     rp_engine *e;
     rp_kernels k;
     rp_model_config cfg;  /* the model as evaluated (LoRA: dropout 0) */
-    rp_dtype fdt;         /* the dtype of the weights other than adapters (LoRA: the base's) */
     int in_place;         /* LoRA: the base is read where it lies */
     void *embed, *w;      /* layer 0's weights (also a tied LM head); the current layer's */
     void *ad;             /* LoRA: the current block's adapters */
@@ -69,7 +69,7 @@ static size_t weight_bytes(const evaluator *v, int l)
     const rp_engine *e = v->e;
     if (!e->lora)
         return rp_params_compute_bytes(e->p, l);
-    return v->in_place ? 0 : rp_frozen_base_numel(e->base, l) * rp_dtype_size(v->fdt);
+    return v->in_place ? 0 : rp_frozen_base_numel(e->base, l) * rp_dtype_size(rp_frozen_base_dtype(e->base));
 }
 
 /* Layer l's weights onto the device at dst: its compute copy, or with LoRA
@@ -81,7 +81,7 @@ static rp_status upload_layer(evaluator *v, int l, void *dst, rp_error *err)
     if (!e->lora)
         return rp_device_copy(e->dev, dst, e->p->st[l].compute, rp_params_compute_bytes(e->p, l),
                               err);
-    const size_t es = rp_dtype_size(v->fdt);
+    const size_t es = rp_dtype_size(rp_frozen_base_dtype(e->base));
     const rp_weight_piece *pc;
     int n = v->in_place ? 0 : rp_frozen_base_pieces(e->base, l, &pc);
     for (int i = 0; i < n; i++)
@@ -102,11 +102,10 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
     const int64_t spm = e->samples_per_micro, S = e->seq_len, T = e->tokens_per_micro;
     v->cfg = p->cfg;
     v->cfg.lora.dropout = 0; /* evaluation is inference */
-    v->fdt = e->lora ? rp_frozen_base_dtype(e->base) : p->compute_dtype;
     v->in_place = e->lora && e->base_in_place;
-    if (e->lora && !v->in_place && v->fdt != p->compute_dtype) /* one block holds both */
+    if (e->lora && !v->in_place && rp_frozen_base_dtype(e->base) != p->compute_dtype)
         return rp_error_set(err, RP_ERR_INTERNAL, "evaluation: a frozen base in %s copied "
-                            "beside adapters in %s", rp_dtype_name(v->fdt),
+                            "beside adapters in %s", rp_dtype_name(rp_frozen_base_dtype(e->base)),
                             rp_dtype_name(p->compute_dtype));
     size_t wmax = 0, admax = 0;
     for (int l = 1; l < p->nlayers; l++) {
@@ -170,12 +169,6 @@ static rp_status load_tokens(evaluator *v, int l, int64_t first, int64_t n, int6
     return rp_device_copy(e->dev, v->mask, v->hmask, T, err);
 }
 
-/* LoRA: tensor `name` of layer l of the frozen base, where it lies. */
-static const void *frozen(const evaluator *v, int l, const char *name)
-{
-    return rp_frozen_base_tensor(v->e->base, l, name);
-}
-
 /* Layer l's forward for microbatch `mb` (samples [first, first + n)), its
  * activations in host memory `h` (in and out; the head's: *loss, *counted). */
 static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, float *h,
@@ -185,11 +178,18 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
     const rp_params *p = e->p;
     const int64_t S = e->seq_len, T = n * S;
     const size_t bytes = (size_t)T * (size_t)e->hidden * sizeof(float);
-    const rp_dtype dt = p->compute_dtype;
+    /* `w` holds layer l alone, laid out as the executors' stage buffers
+     * lay out a layer (the base's layer with LoRA: at 0, beside no adapters) */
+    const size_t at_start = 0;
+    rp_stage_weights w = {.first = l, .buffer = v->w, .offsets = &at_start,
+                          .base_offsets = &at_start, .tied_matrix = e->tied ? v->embed : NULL};
+    w.embedding = v->in_place ? rp_frozen_base_tensor(e->base, 0, "model.embed_tokens.weight")
+                              : v->embed;
+    const rp_dtype dt = rp_stage_weights_dtype(e, l);
     RP_TRY(load_tokens(v, l, first, n, counted, err));
     if (l == 0) {
-        const void *table = v->in_place ? frozen(v, 0, "model.embed_tokens.weight") : v->embed;
-        RP_TRY(rp_embed_forward(&v->k, &v->cfg, table, v->fdt, v->in, T, v->out, err));
+        RP_TRY(rp_embed_forward(&v->k, &v->cfg, rp_stage_weights_layer(e, &w, 0), dt, v->in, T,
+                                v->out, err));
     } else {
         RP_TRY(rp_device_copy(e->dev, v->act, h, bytes, err));
         if (l < p->nlayers - 1) {
@@ -197,22 +197,12 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
             if (e->lora)
                 rp_lora_call_of(e, l, 0, first, v->ad, &c);
             rp_block_call call = {.block = (int32_t)(l - 1), .lora = e->lora ? &c : NULL};
-            RP_TRY(rp_block_forward(&v->k, &v->cfg, v->in_place ? NULL : v->w, dt, v->act, v->out,
-                                    n, S, v->seg, v->saved, v->ws, &call, err));
-        } else if (v->in_place) {
-            return rp_head_forward_backward(&v->k, &v->cfg, frozen(v, l, "model.norm.weight"),
-                                            frozen(v, l, "lm_head.weight"), v->fdt, v->act,
-                                            v->tgt, v->mask, T, 1.0f, NULL, NULL, NULL, 0, v->ws,
-                                            loss, err);
-        } else { /* LoRA: the frozen head, a layer of its own (engine/frozen_base.h) */
-            const rp_layer_desc *hd = e->lora ? rp_frozen_base_layer(e->base, l) : &p->layers[l];
-            size_t es = rp_dtype_size(v->fdt);
-            const void *norm_w =
-                (const char *)v->w + rp_layer_find_param(hd, "model.norm.weight")->offset * es;
-            const void *lm_w = e->tied ? v->embed
-                                       : (const char *)v->w +
-                                             rp_layer_find_param(hd, "lm_head.weight")->offset * es;
-            return rp_head_forward_backward(&v->k, &v->cfg, norm_w, lm_w, v->fdt, v->act, v->tgt,
+            RP_TRY(rp_block_forward(&v->k, &v->cfg, rp_stage_weights_layer(e, &w, l), dt, v->act,
+                                    v->out, n, S, v->seg, v->saved, v->ws, &call, err));
+        } else {
+            rp_head_weights hw;
+            rp_stage_weights_head(e, &w, l, &hw);
+            return rp_head_forward_backward(&v->k, &v->cfg, hw.norm, hw.lm, dt, v->act, v->tgt,
                                             v->mask, T, 1.0f, NULL, NULL, NULL, 0, v->ws, loss,
                                             err);
         }

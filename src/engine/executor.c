@@ -1,8 +1,12 @@
-/* The executor: runs this rank's jobs in order on its device, through the
- * device interface (src/device/backend.h). Everything a job computes on
- * lives in device memory; weights, activations and gradients move between
- * the host store and the device through the transfer engine, by priority
- * class. */
+/* The executor's job runner: sets up the rank's device buffers for the
+ * plan (the largest stage, allocated once) and its transfer engine, then
+ * runs this rank's jobs in order on its device, through the device
+ * interface (src/device/backend.h): for each job its weights
+ * (stage_buffers.c), each microbatch's tokens and its stage's forward or
+ * backward (stage_compute.c), and the gradients' download at the end
+ * (gradient_download.c). Everything a job computes on lives in device
+ * memory; weights, activations and gradients move between the host store
+ * and the device through the transfer engine, by priority class. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +14,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
-#include "engine/lora_run.h"
 #include "engine/protocol.h"
-#include "engine/update_gate.h"
-#include "model/layers.h"
 
 /* Device allocations keep the first failure's message (bytes asked and,
  * from the CUDA back end, bytes free). */
@@ -55,29 +56,29 @@ static void executor_free(executor *x)
             rp_device_host_unregister(x->dev, x->buf[b].gather);
         free(x->buf[b].gather);
     }
-    rp_device_free(x->dev, x->g);
-    rp_device_free(x->dev, x->g16);
+    rp_device_free(x->dev, x->grads);
+    rp_device_free(x->dev, x->grads_bf16);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
     for (int i = 0; x->saved && i < x->nsaved; i++)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
-    rp_device_free(x->dev, x->d);
-    rp_device_free(x->dev, x->ws);
-    rp_device_free(x->dev, x->in);
-    rp_device_free(x->dev, x->tgt);
+    rp_device_free(x->dev, x->act_grad);
+    rp_device_free(x->dev, x->workspace);
+    rp_device_free(x->dev, x->tokens);
+    rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
-    rp_device_free(x->dev, x->seg);
-    free(x->hseg);
-    free(x->hin);
-    free(x->htgt);
-    free(x->hmask);
-    free(x->greq);
-    if (x->aux_grad != x->haux_grad)
+    rp_device_free(x->dev, x->segments);
+    free(x->host_segments);
+    free(x->host_tokens);
+    free(x->host_targets);
+    free(x->host_mask);
+    free(x->grad_requests);
+    if (x->aux_grad != x->host_aux_grad)
         rp_device_free(x->dev, x->aux_grad);
-    free(x->haux_grad);
-    rp_device_free(x->dev, x->rstats);
+    free(x->host_aux_grad);
+    rp_device_free(x->dev, x->router_stats);
     if (x->segment_pinned)
         rp_device_host_unregister(x->dev, x->e->pins[x->e->npins_run].base);
     x->dev = NULL; /* the engine's, for the whole run */
@@ -138,37 +139,38 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].boff && x->buf[b].req && x->buf[b].rows &&
               x->buf[b].gather;
     }
-    x->g = falloc(x, gmax, err);
-    if (e->o->grad_dtype == RP_BF16 && x->g)
-        x->g16 = dalloc(x, gmax * 2, err);
+    x->grads = falloc(x, gmax, err);
+    if (e->o->grad_dtype == RP_BF16 && x->grads)
+        x->grads_bf16 = dalloc(x, gmax * 2, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
-    x->d = falloc(x, e->act_floats, err);
+    x->act_grad = falloc(x, e->act_floats, err);
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
-    x->ws = falloc(x, rp_model_workspace_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len),
-                   err);
+    x->workspace =
+        falloc(x, rp_model_workspace_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len), err);
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
-    x->in = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
-    x->tgt = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+    x->tokens = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+    x->targets = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
     x->mask = dalloc(x, (size_t)e->tokens_per_micro, err);
-    x->hin = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
-    x->htgt = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
-    x->hmask = malloc((size_t)e->tokens_per_micro);
+    x->host_tokens = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    x->host_targets = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+    x->host_mask = malloc((size_t)e->tokens_per_micro);
     if (rp_dataset_has_documents(e->ds)) {
-        x->seg = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
-        x->hseg = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
-        ok &= x->seg && x->hseg;
+        x->segments = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
+        x->host_segments = malloc((size_t)e->tokens_per_micro * sizeof(int32_t));
+        ok &= x->segments && x->host_segments;
     }
-    x->greq = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+    x->grad_requests = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
     if (rp_model_has_moe(cfg)) { /* with or without the loss: the memory model counts them */
         const size_t E = (size_t)cfg->moe.num_experts;
-        x->haux_grad = malloc(E * sizeof(float));
-        x->aux_grad = kops->host_addressable ? x->haux_grad : falloc(x, E, err);
-        x->rstats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
-        ok &= x->haux_grad && x->aux_grad && (kops->host_addressable || x->rstats);
+        x->host_aux_grad = malloc(E * sizeof(float));
+        x->aux_grad = kops->host_addressable ? x->host_aux_grad : falloc(x, E, err);
+        x->router_stats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
+        ok &= x->host_aux_grad && x->aux_grad && (kops->host_addressable || x->router_stats);
     }
-    ok &= x->g && (x->g16 || e->o->grad_dtype != RP_BF16) && x->acts && x->d && x->ws && x->saved && x->in &&
-          x->tgt && x->mask && x->hin && x->htgt && x->hmask && x->greq;
+    ok &= x->grads && (x->grads_bf16 || e->o->grad_dtype != RP_BF16) && x->acts && x->act_grad &&
+          x->workspace && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
+          x->host_targets && x->host_mask && x->grad_requests;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
     size_t saved_floats = rp_block_saved_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len);
@@ -219,433 +221,6 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     return s;
 }
 
-/* ---- layer calls on the device buffers --------------------------------- */
-
-/* The tied LM head's gradient [vocab, hidden]: in the gradient buffer past
- * the stage's layers, where the weights buffer holds the tied matrix. */
-static float *tied_grad(executor *x, const rp_job *job)
-{
-    size_t vh = (size_t)(x->e->p->cfg.vocab_size * x->e->hidden);
-    return x->g + (rp_stage_floats(x->e, job, NULL) - vh);
-}
-
-/* Layer l's weights in the stage buffer (compute dtype), and at element
- * `at` of them. */
-static const void *W_at(executor *x, const rp_job *job, int l, size_t at)
-{
-    const stage_buf *b = &x->buf[x->cur];
-    return (const char *)b->w +
-           (b->off[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
-}
-
-static const void *W(executor *x, const rp_job *job, int l)
-{
-    return W_at(x, job, l, 0);
-}
-
-/* LoRA: layer l's frozen base in the stage buffer, and at element `at`. */
-static const void *Base_at(executor *x, const rp_job *job, int l, size_t at)
-{
-    const stage_buf *b = &x->buf[x->cur];
-    return (const char *)b->w +
-           (b->boff[l - job->first] + at) * rp_dtype_size(x->e->p->compute_dtype);
-}
-
-/* The dtype of the frozen weights a call reads: the base's where it lies
- * when read in place, else the stage buffer's (the compute dtype). */
-static rp_dtype frozen_dtype(const executor *x)
-{
-    const rp_engine *e = x->e;
-    return e->base_in_place ? rp_frozen_base_dtype(e->base) : e->p->compute_dtype;
-}
-
-/* What a block call needs besides its weights: with LoRA, its adapters,
- * the frozen base's tensors when they are read in place, and the dropout
- * keys of this microbatch (NULL without LoRA). */
-static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int64_t t,
-                                     rp_lora_call *c)
-{
-    rp_engine *e = x->e;
-    if (!e->lora)
-        return NULL;
-    rp_lora_call_of(e, l, t, (e->micro_base + x->micro) * e->samples_per_micro, W(x, job, l), c);
-    return c;
-}
-
-/* Block l's call (l >= 1): its index, LoRA's adapters, and a mixture of
- * experts' router statistics (a forward of a forward job or the tail: a
- * backward stage's recompute writes none) or the load-balancing loss's
- * gradient (a backward, rp_exec_aux_grad made it). */
-static const rp_block_call *block_call(executor *x, const rp_job *job, int l, int64_t t,
-                                       int forward, rp_lora_call *lc, rp_block_call *c)
-{
-    rp_engine *e = x->e;
-    memset(c, 0, sizeof *c);
-    c->block = (int32_t)(l - 1);
-    c->lora = lora_call(x, job, l, t, lc);
-    float *slot = rp_router_stats_slot(e, t, x->micro, l);
-    if (forward && slot && job->kind != RP_JOB_BWD)
-        c->router_stats = x->rstats ? x->rstats : slot;
-    if (!forward && slot)
-        c->router_aux_grad = x->aux_grad;
-    return c;
-}
-
-/* The load-balancing loss's gradient of microbatch m on the device, for
- * the backward of its blocks (every forward of m has run before: its
- * statistics are in the arena); with aux, the tail also records m's loss. */
-static rp_status aux_grad(executor *x, int64_t t, int m, double *aux, rp_error *err)
-{
-    rp_engine *e = x->e;
-    if (e->raux.coef <= 0)
-        return RP_OK;
-    rp_router_aux_of(e, t, m, aux, x->haux_grad);
-    if (x->aux_grad == x->haux_grad)
-        return RP_OK;
-    return rp_exec_move(x, x->aux_grad, x->haux_grad, sizeof(float) * (size_t)e->raux.experts,
-                        RP_XFER_INPUT, "aux-grad", err);
-}
-
-/* A layer's frozen weights: the stage's base with LoRA (NULL for a block
- * whose base is read in place: lora_call gives its tensors; the
- * embedding's gathered rows), else its weights. */
-static const void *block_weights(executor *x, const rp_job *job, int l)
-{
-    rp_engine *e = x->e;
-    if (e->lora && e->base_in_place)
-        return l == 0 ? x->buf[x->cur].gather : NULL;
-    return e->lora ? Base_at(x, job, l, 0) : W(x, job, l);
-}
-
-static float *G(executor *x, const rp_job *job, int l)
-{
-    return x->g + x->buf[x->cur].off[l - job->first];
-}
-
-/* Layer times for re-planning: every call in a segment's iterations after
- * its first (the first pays page faults and thread start-up). */
-static void measure(executor *x, int l, int bwd, int64_t t, double t0)
-{
-    rp_engine *e = x->e;
-    if (t > e->it_first) {
-        e->by_executor.meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
-        e->by_executor.meas_n[bwd * e->num_layers + l] += 1;
-    }
-}
-
-/* The forward of layer l from `in` into `out` (NULL: only what its
- * backward needs, kept in `saved`; the embedding keeps nothing). */
-static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
-                               float *saved, int64_t t, rp_error *err)
-{
-    rp_engine *e = x->e;
-    double t0 = rp_now();
-    rp_kernels k;
-    RP_TRY(rp_device_kernels(x->dev, &k, err));
-    rp_status s;
-    if (l == 0) {
-        if (!out)
-            return RP_OK;
-        rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
-        rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), frozen_dtype(x), x->in,
-                             e->tokens_per_micro, out, err);
-    } else {
-        rp_lora_call lc;
-        rp_block_call c;
-        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
-                             out, e->samples_per_micro, e->seq_len, x->seg, saved, x->ws,
-                             block_call(x, job, l, t, 1, &lc, &c), err);
-        if (s == RP_OK && c.router_stats && c.router_stats == x->rstats)
-            s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->rstats,
-                             sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe,
-                             RP_XFER_SAVE, "router-stats", err);
-    }
-    if (s == RP_OK)
-        s = rp_device_sync(x->dev, err);
-    measure(x, l, 0, t, t0);
-    return s;
-}
-
-/* The backward of layer l from what its forward on `in` kept in `saved`. */
-static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in,
-                                float *saved, int64_t t, rp_error *err)
-{
-    rp_engine *e = x->e;
-    if (l == 0 && e->lora) /* a frozen embedding: nothing to compute */
-        return RP_OK;
-    double t0 = rp_now();
-    rp_kernels k;
-    RP_TRY(rp_device_kernels(x->dev, &k, err));
-    rp_status s;
-    if (l == 0) {
-        rp_model_config rows = e->p->cfg;
-        rows.vocab_size = x->buf[x->cur].nrows;
-        s = rp_embed_backward(&k, &rows, x->in, e->tokens_per_micro, x->d, G(x, job, 0), err);
-    } else {
-        rp_lora_call lc;
-        rp_block_call c;
-        s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l), e->p->compute_dtype, in,
-                              saved, x->d, x->d, G(x, job, l), e->samples_per_micro, e->seq_len,
-                              x->seg, x->ws, block_call(x, job, l, t, 0, &lc, &c), err);
-    }
-    if (s == RP_OK)
-        s = rp_device_sync(x->dev, err);
-    measure(x, l, 1, t, t0);
-    return s;
-}
-
-static float *arena(const rp_engine *e, size_t off)
-{
-    return e->act + off;
-}
-
-/* ---- the three kinds of job, one microbatch ------------------------------ */
-
-static rp_status run_fwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
-{
-    rp_engine *e = x->e;
-    int M = (int)e->microbatches, s = job->stage, nb = 0;
-    size_t bytes = e->act_floats * sizeof(float);
-    const float *cur = NULL;
-    if (job->first > 0) {
-        RP_TRY(rp_proto_wait_fwd_out(e, s - 1, m, t, x->name, err));
-        RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
-                    RP_XFER_INPUT, "input", err));
-        rp_proto_fwd_out_read(e, s - 1, m, t);
-        cur = x->acts[0];
-        nb = 1;
-    }
-    for (int l = job->first; l <= job->last; l++) {
-        float *out = x->acts[nb];
-        nb ^= 1;
-        if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint */
-            RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
-            RP_TRY(rp_exec_move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
-                        "checkpoint", err));
-        }
-        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[0], t, err));
-        cur = out;
-    }
-    RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
-    RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE, "output",
-                err));
-    rp_proto_publish_fwd_out(e, s, m, t);
-    return RP_OK;
-}
-
-/* The forward of layers first..last of a backward-type job, once: acts[i]
- * holds the input of layer first+i (acts[0] is uploaded from host_in0, or
- * unused when first is the embedding) and saved[i] what its backward
- * needs. The output of `last` is kept only when `last_output` (the tail's
- * head reads it). */
-static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int last,
-                           int last_output, int64_t t, rp_error *err)
-{
-    rp_engine *e = x->e;
-    const float *cur = NULL;
-    if (host_in0) {
-        RP_TRY(rp_exec_move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input",
-                    err));
-        cur = x->acts[0];
-    }
-    for (int l = job->first; l <= last; l++) {
-        int i = l - job->first;
-        float *out = l < last || last_output ? x->acts[i + 1] : NULL;
-        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[i], t, err));
-        cur = out;
-    }
-    return RP_OK;
-}
-
-/* Hand the input gradient of a tail/backward stage to the stage below. A
- * stage that ends at the embedding has no one to hand it to but still
- * signals (the logger waits on the tail's); then, with a lagged optimizer
- * letting iterations overlap, it keeps its signals in iteration order. */
-static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
-{
-    rp_engine *e = x->e;
-    int i = job->stage;
-    RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
-    if (job->first > 0)
-        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]), x->d,
-                    e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad", err));
-    rp_proto_publish_bwd_out(e, i, m, t);
-    return RP_OK;
-}
-
-static rp_status run_tail(executor *x, const rp_job *job, int64_t t, int m, float scale,
-                          rp_error *err)
-{
-    rp_engine *e = x->e;
-    int M = (int)e->microbatches, head = job->last;
-    const float *in0 = NULL;
-    if (job->first > 0) {
-        RP_TRY(rp_proto_wait_fwd_out(e, e->plan.nfwd - 1, m, t, x->name, err));
-        in0 = arena(e, e->arena.fwd_out[(e->plan.nfwd - 1) * M + m]);
-    }
-    if (head > job->first)
-        RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
-    else if (in0) /* the head alone: its input */
-        RP_TRY(
-            rp_exec_move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT, "input", err));
-    if (job->first > 0) /* the input was copied to the device */
-        rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
-    /* the loss slot of this iteration must have been read by the logger */
-    RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
-    RP_TRY(aux_grad(x, t, m, e->raux.coef > 0 ? &rp_router_aux_values(e, t)[m] : NULL, err));
-    const void *norm_w, *lm_w;
-    float *norm_g, *lm_g;
-    if (e->lora && e->base_in_place) { /* frozen, where it lies */
-        norm_w = rp_frozen_base_tensor(e->base, head, "model.norm.weight");
-        lm_w = rp_frozen_base_tensor(e->base, head, "lm_head.weight");
-        norm_g = lm_g = NULL;
-    } else if (e->lora) { /* frozen: the head's base holds both (a tied matrix as its own) */
-        const rp_layer_desc *hd = rp_frozen_base_layer(e->base, head);
-        norm_w = Base_at(x, job, head, rp_layer_find_param(hd, "model.norm.weight")->offset);
-        lm_w = Base_at(x, job, head, rp_layer_find_param(hd, "lm_head.weight")->offset);
-        norm_g = lm_g = NULL;
-    } else if (e->tied) {
-        const rp_param_desc *nd = rp_layer_find_param(&e->p->layers[head], "model.norm.weight");
-        norm_w = W_at(x, job, head, nd->offset);
-        norm_g = G(x, job, head) + nd->offset;
-        const stage_buf *b = &x->buf[x->cur];
-        lm_w = (const char *)b->w + b->off[e->num_layers] * rp_dtype_size(e->p->compute_dtype);
-        lm_g = tied_grad(x, job);
-    } else {
-        const rp_layer_desc *hd = &e->p->layers[head];
-        const rp_param_desc *nd = rp_layer_find_param(hd, "model.norm.weight");
-        const rp_param_desc *ld = rp_layer_find_param(hd, "lm_head.weight");
-        norm_w = W_at(x, job, head, nd->offset);
-        norm_g = G(x, job, head) + nd->offset;
-        lm_w = W_at(x, job, head, ld->offset);
-        lm_g = G(x, job, head) + ld->offset;
-    }
-    double *loss = rp_engine_loss(e, t);
-    double th = rp_now();
-    rp_kernels k;
-    RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, norm_w, lm_w, frozen_dtype(x),
-                                    x->acts[head - job->first], x->tgt, x->mask,
-                                    e->tokens_per_micro, scale, x->d, norm_g, lm_g, 0, x->ws,
-                                    &loss[m], err));
-    RP_TRY(rp_device_sync(x->dev, err));
-    measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
-    for (int l = head - 1; l >= job->first; l--)
-        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
-                              err));
-    RP_TRY(publish_bwd(x, job, t, m, err));
-    return RP_OK;
-}
-
-static rp_status run_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
-{
-    rp_engine *e = x->e;
-    int M = (int)e->microbatches, i = job->stage;
-    RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
-    RP_TRY(rp_exec_move(x, x->d, arena(e, e->arena.bwd_out[(i - 1) * M + m]), e->act_floats * sizeof(float),
-                RP_XFER_INPUT, "output-grad", err));
-    RP_TRY(aux_grad(x, t, m, NULL, err));
-    rp_proto_bwd_out_read(e, i - 1, m, t);
-    if (e->o->recompute_layer) {
-        /* every layer's input was saved: no stage-wide recompute, one layer's
-         * activations on the device at a time */
-        for (int l = job->last; l >= job->first; l--) {
-            if (l > 0) {
-                RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
-                            e->act_floats * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
-                rp_proto_checkpoint_read(e, l, m, t);
-                RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
-            }
-            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, x->saved[0], t, err));
-        }
-    } else {
-        const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
-        RP_TRY(recompute(x, job, in0, job->last, 0, t, err));
-        if (job->first > 0)
-            rp_proto_checkpoint_read(e, job->first, m, t);
-        for (int l = job->last; l >= job->first; l--)
-            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
-                                  err));
-    }
-    RP_TRY(publish_bwd(x, job, t, m, err));
-    return RP_OK;
-}
-
-/* With --grad-dtype bf16, point request r (elements [at, at + n) of the
- * stage's gradients, fp32 on the device) at their bf16 rounding instead:
- * half the bytes travel, and finish_grads widens them on the host. */
-static rp_status round_request(executor *x, rp_xfer_req *r, size_t at, size_t n, rp_error *err)
-{
-    if (!x->g16)
-        return RP_OK;
-    rp_kernels k;
-    RP_TRY(rp_device_kernels(x->dev, &k, err));
-    uint16_t *dst = (uint16_t *)x->g16 + at;
-    RP_TRY(k.ops->convert(k.state, x->g + at, RP_F32, dst, RP_BF16, (int64_t)n, err));
-    r->src = dst;
-    r->bytes = n * 2;
-    return RP_OK;
-}
-
-/* Download the job's gradients into pipeline g's host buffers (a tail with
- * a tied LM head: also its part of the embedding's gradient) and say so.
- * Summing over the pipelines, the tied part and the norms are the
- * optimizer's (optimizer.c). */
-static rp_status finish_grads(executor *x, const rp_job *job, int64_t t, int g, rp_error *err)
-{
-    rp_engine *e = x->e;
-    int n = 0;
-    RP_TRY(rp_gate_wait_grad_buffers(e, job->first, job->last, rp_stage_needs_tied(e, job), t,
-                                     x->name, err));
-    for (int l = job->first; l <= job->last; l++) {
-        if (e->lora && rp_layer_numel(e, l) == 0) { /* frozen: nothing travels */
-            if (l == 0)
-                e->emb_n[g] = 0;
-            continue;
-        }
-        rp_xfer_req *r = &x->greq[n++];
-        memset(r, 0, sizeof *r);
-        r->src = G(x, job, l);
-        r->cls = RP_XFER_GRAD;
-        if (l == 0) { /* the rows the tokens touched, and which they are */
-            const stage_buf *b = &x->buf[x->cur];
-            r->dst = rp_engine_emb_rows(e, g);
-            r->bytes = (size_t)(b->nrows * e->hidden) * sizeof(float);
-            r->tag = "embedding grad rows";
-            memcpy(rp_engine_emb_ids(e, g), b->rows, (size_t)b->nrows * sizeof(int32_t));
-            e->emb_n[g] = b->nrows;
-        } else {
-            r->dst = rp_engine_grad(e, g, l);
-            r->bytes = rp_layer_numel(e, l) * sizeof(float);
-            r->tag = "grads";
-        }
-        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->g), r->bytes / 4, err));
-    }
-    if (rp_stage_needs_tied(e, job)) {
-        rp_xfer_req *r = &x->greq[n++];
-        memset(r, 0, sizeof *r);
-        r->dst = rp_engine_tied_grad(e, g);
-        r->src = tied_grad(x, job);
-        r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float);
-        r->cls = RP_XFER_GRAD;
-        r->tag = "tied-grads";
-        RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->g), r->bytes / 4, err));
-    }
-    if (x->g16) /* the roundings are queued on the compute stream */
-        RP_TRY(rp_device_sync(x->dev, err));
-    for (int i = 0; i < n; i++)
-        RP_TRY(rp_xfer_submit(x->xfer, &x->greq[i], err));
-    for (int i = 0; i < n; i++) {
-        RP_TRY(rp_xfer_wait(x->xfer, &x->greq[i], err));
-        if (x->g16)
-            rp_bf16_widen_in_place(x->greq[i].dst, x->greq[i].bytes / 2);
-    }
-    for (int l = job->last; l >= job->first; l--)
-        rp_proto_publish_grad(e, l, g, t);
-    return RP_OK;
-}
-
 static const char *kind_letter(rp_job_kind k)
 {
     return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
@@ -666,13 +241,14 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
     float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
     if (job.kind != RP_JOB_FWD) {
-        RP_TRY(rp_device_memset0(x->dev, x->g,
+        RP_TRY(rp_device_memset0(x->dev, x->grads,
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
-                                     rp_layer_numel(e, job.last) * sizeof(float), err));
+                                     rp_layer_numel(e, job.last) * sizeof(float),
+                                 err));
         if (rp_stage_needs_tied(e, &job))
-            RP_TRY(rp_device_memset0(
-                x->dev, tied_grad(x, &job), (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float),
-                err));
+            RP_TRY(rp_device_memset0(x->dev, rp_exec_tied_grad(x, &job),
+                                     (size_t)(e->p->cfg.vocab_size * e->hidden) * sizeof(float),
+                                     err));
     }
     for (int m = g * (int)e->micro_per_pipeline; m < (g + 1) * (int)e->micro_per_pipeline; m++) {
         if (rp_engine_aborted(e))
@@ -680,29 +256,32 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
                                  "rank %d failed", e->nd.world_rank, (long long)t,
                                  e->nd.world_of[atomic_load(e->abort_flag) - 1]);
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-        if (x->seg && job.last > 0 && job.first < e->num_layers - 1) { /* a block reads them */
-            rp_engine_segments(e, t, m, x->hseg);
-            RP_TRY(rp_exec_move(x, x->seg, x->hseg, (size_t)e->tokens_per_micro * sizeof(int32_t),
-                                RP_XFER_INPUT, "segments", err));
+        if (x->segments && job.last > 0 && job.first < e->num_layers - 1) { /* a block reads them */
+            rp_engine_segments(e, t, m, x->host_segments);
+            RP_TRY(rp_exec_move(x, x->segments, x->host_segments,
+                                (size_t)e->tokens_per_micro * sizeof(int32_t), RP_XFER_INPUT,
+                                "segments", err));
         }
         if (job.first == 0 || job.kind == RP_JOB_TAIL) {
-            rp_engine_tokens(e, t, m, x->hin, x->htgt, x->hmask);
+            rp_engine_tokens(e, t, m, x->host_tokens, x->host_targets, x->host_mask);
             if (job.first == 0)
-                rp_stage_renumber(&x->buf[x->cur], x->hin, e->tokens_per_micro);
-            RP_TRY(rp_exec_move(x, x->in, x->hin, (size_t)e->tokens_per_micro * sizeof(int32_t),
-                        RP_XFER_INPUT, "tokens", err));
+                rp_stage_renumber(&x->buf[x->cur], x->host_tokens, e->tokens_per_micro);
+            RP_TRY(rp_exec_move(x, x->tokens, x->host_tokens,
+                                (size_t)e->tokens_per_micro * sizeof(int32_t), RP_XFER_INPUT,
+                                "tokens", err));
             if (job.kind == RP_JOB_TAIL) {
-                RP_TRY(rp_exec_move(x, x->tgt, x->htgt, (size_t)e->tokens_per_micro * sizeof(int32_t),
-                            RP_XFER_INPUT, "targets", err));
-                RP_TRY(rp_exec_move(x, x->mask, x->hmask, (size_t)e->tokens_per_micro, RP_XFER_INPUT,
-                            "mask", err));
+                RP_TRY(rp_exec_move(x, x->targets, x->host_targets,
+                                    (size_t)e->tokens_per_micro * sizeof(int32_t), RP_XFER_INPUT,
+                                    "targets", err));
+                RP_TRY(rp_exec_move(x, x->mask, x->host_mask, (size_t)e->tokens_per_micro,
+                                    RP_XFER_INPUT, "mask", err));
             }
         }
         x->micro = m;
         switch (job.kind) {
-        case RP_JOB_FWD: RP_TRY(run_fwd(x, &job, t, m, err)); break;
-        case RP_JOB_TAIL: RP_TRY(run_tail(x, &job, t, m, scale, err)); break;
-        case RP_JOB_BWD: RP_TRY(run_bwd(x, &job, t, m, err)); break;
+        case RP_JOB_FWD: RP_TRY(rp_stage_forward(x, &job, t, m, err)); break;
+        case RP_JOB_TAIL: RP_TRY(rp_stage_tail(x, &job, t, m, scale, err)); break;
+        case RP_JOB_BWD: RP_TRY(rp_stage_backward(x, &job, t, m, err)); break;
         }
         if (e->trace) {
             char span[48];
@@ -712,7 +291,7 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         }
     }
     if (job.kind != RP_JOB_FWD)
-        RP_TRY(finish_grads(x, &job, t, g, err));
+        RP_TRY(rp_stage_download_grads(x, &job, t, g, err));
     return RP_OK;
 }
 

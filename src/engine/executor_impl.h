@@ -1,5 +1,7 @@
-/* The executor's state, shared by its job loop (executor.c) and its stage
- * buffers (stage_buffers.c). Internal to the engine. */
+/* The executor's state, shared by its job runner (executor.c), the
+ * forward and backward of a stage (stage_compute.c), the gradients'
+ * download (gradient_download.c) and its stage buffers (stage_buffers.c).
+ * Internal to the engine. */
 #ifndef RP_ENGINE_EXECUTOR_IMPL_H
 #define RP_ENGINE_EXECUTOR_IMPL_H
 
@@ -34,30 +36,30 @@ typedef struct executor {
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
     int64_t micro;       /* the microbatch the running job computes (node-local) */
-    float *g;            /* gradients of the stage, same offsets as the weights (a tied
+    float *grads;        /* gradients of the stage, same offsets as the weights (a tied
                             LM head's past the layers, as its matrix in the weights) */
-    void *g16;           /* --grad-dtype bf16: the gradients rounded for the download,
+    void *grads_bf16;    /* --grad-dtype bf16: the gradients rounded for the download,
                             same offsets (NULL with fp32) */
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
-    float *d;            /* gradient flowing down, A floats */
+    float *act_grad;     /* the gradient of the activations flowing down, A floats */
     float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
                             layer of the largest tail or backward stage (a backward stage
                             needs one with layer-grain recompute); forward jobs reuse the
                             first */
     int nsaved;
-    float *ws;           /* scratch of the layer calls */
-    int32_t *in, *tgt;     /* device copies of the microbatch's tokens */
+    float *workspace;    /* scratch of the layer calls */
+    int32_t *tokens, *targets; /* device copies of the microbatch's token ids and targets */
     uint8_t *mask;
-    int32_t *seg;          /* --documents: its segment starts on the device (NULL: none) */
-    int32_t *hin, *htgt, *hseg; /* host staging */
-    uint8_t *hmask;
-    rp_xfer_req *greq;   /* [nlayers + 1] downloads */
+    int32_t *segments;   /* --documents: its segment starts on the device (NULL: none) */
+    int32_t *host_tokens, *host_targets, *host_segments; /* host staging */
+    uint8_t *host_mask;
+    rp_xfer_req *grad_requests; /* [nlayers + 1] downloads */
     /* the load-balancing loss of a mixture of experts (engine/router_aux.h):
      * its gradient per probability for the running microbatch, on the host
      * and the device (one buffer on host-addressable devices), and a
      * block's router statistics on the device before their download (NULL
      * there: written straight into the arena) */
-    float *haux_grad, *aux_grad, *rstats;
+    float *host_aux_grad, *aux_grad, *router_stats;
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
@@ -104,5 +106,43 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
 /* Token ids to positions in the stage's embedding rows (all present: the
  * rows are this pipeline's tokens). */
 void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count);
+
+/* The stage's gradient buffer of layer l (fp32, the weights' offsets). */
+static inline float *rp_exec_layer_grad(executor *x, const rp_job *job, int l)
+{
+    return x->grads + x->buf[x->cur].off[l - job->first];
+}
+
+/* The tied LM head's gradient [vocab, hidden]: in the gradient buffer past
+ * the stage's layers, where the weights buffer holds the tied matrix. */
+static inline float *rp_exec_tied_grad(executor *x, const rp_job *job)
+{
+    size_t vh = (size_t)(x->e->p->cfg.vocab_size * x->e->hidden);
+    return x->grads + (rp_stage_floats(x->e, job, NULL) - vh);
+}
+
+/* ---- one microbatch m of a job's stage (stage_compute.c) ------------------ */
+
+/* A forward job: its input from the stage below (or the tokens), its
+ * layers, the activation checkpoints it saves, its output. */
+rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err);
+
+/* The tail: its blocks' forward, the head's loss (scaled by `scale`, one
+ * over the step's counted targets) and backward, its blocks' backward. */
+rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float scale,
+                        rp_error *err);
+
+/* A backward job: its layers recomputed from their checkpoint, then their
+ * backward from the gradient the stage above handed down. */
+rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err);
+
+/* ---- after a tail or backward job's microbatches (gradient_download.c) ---- */
+
+/* Download the job's gradients into pipeline g's host buffers (a tail with
+ * a tied LM head: also its part of the embedding's gradient) and say so.
+ * Summing over the pipelines, the tied part and the norms are the
+ * optimizer's (optimizer.c). */
+rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g,
+                                  rp_error *err);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/arena.h"
+#include "engine/padding.h"
 #include "engine/params.h"
 #include "model/layout.h"
 #include "optim/adamw.h"
@@ -35,7 +36,7 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
         if (goff)
             goff[l] = gs;
         if (l > 0) /* the embedding's travels as rows */
-            gs += (layers[l].numel + 15) & ~(size_t)15;
+            gs += rp_padded_elements(layers[l].numel);
     }
     free(layers);
     map->gstride = rp_adamw_array_bytes(gs) / sizeof(float);

@@ -10,6 +10,8 @@ librp_la_SOURCES += \
 	src/engine/engine_impl.h \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
+	src/engine/stage_weights.c src/engine/stage_weights.h src/engine/padding.h \
+	src/engine/stage_compute.c src/engine/gradient_download.c \
 	src/engine/optimizer.c src/engine/optimizer_impl.h src/engine/grad_completion.c \
 	src/engine/adamw_share.c \
 	src/engine/update_gate.c src/engine/update_gate.h src/engine/checkpoint_steps.h \
@@ -21,9 +23,12 @@ librp_la_SOURCES += \
 	src/engine/trainer.c src/engine/trainer.h \
 	src/engine/executor_summary.c src/engine/executor_summary.h \
 	src/engine/memory_model.c src/engine/memory_model.h \
-	src/engine/checkpoints.c src/engine/checkpoints.h \
+	src/engine/checkpoint_write.c src/engine/checkpoint_resume.c src/engine/checkpoints.h \
+	src/engine/checkpoint_contents.c src/engine/checkpoint_contents.h \
 	src/engine/eval.c src/engine/eval.h \
 	src/engine/router_aux.c src/engine/router_aux.h \
 	src/engine/link_groups.c \
 	src/engine/nodes.c src/engine/nodes.h src/engine/node_sums.c src/engine/node_sums.h \
+	src/engine/node_comm.c src/engine/node_comm_impl.h src/engine/node_failure.c \
+	src/engine/node_collect.c src/engine/node_losses.c src/engine/node_report.c \
 	src/engine/host_memory.c src/engine/host_memory.h

@@ -7,6 +7,7 @@
 
 #include "device/backend.h"
 #include "engine/frozen_base.h"
+#include "engine/padding.h"
 #include "model/layers.h"
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
@@ -39,11 +40,11 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;
     for (int l = 0; l < n; l++) {
         rp_layer_cost *L = &m->layers[l];
-        int64_t floats = (int64_t)((layers[l].numel + 15) & ~(size_t)15);
+        int64_t floats = (int64_t)rp_padded_elements(layers[l].numel);
         /* LoRA: the stage buffer also holds the layer's frozen weights,
          * unless the executors read them where they lie (host memory:
          * engine_impl.h's base_in_place) */
-        int64_t frozen = lora && !in_place ? (int64_t)((base[l].numel + 15) & ~(size_t)15) : 0;
+        int64_t frozen = lora && !in_place ? (int64_t)rp_padded_elements(base[l].numel) : 0;
         if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
         L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);

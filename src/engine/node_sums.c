@@ -1,11 +1,17 @@
-/* Sums across nodes in pipeline order (the rule is in node_sums.h). */
-#include <omp.h>
+/* Sums across nodes in pipeline order (the rule is in node_sums.h): the
+ * exchanges of one layer's chain, scatter and all-gather that
+ * grad_completion.c and the communication thread start, the waits that keep
+ * the other exchanges going meanwhile (rp_node_service), the stop decision
+ * riding the top layer's chain, and the exchanges still in flight at a
+ * segment's end, completed or abandoned. The thread's loop is node_comm.c;
+ * the failure notices node_failure.c. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "engine/node_comm_impl.h"
 #include "engine/node_sums.h"
 #include "engine/optimizer_impl.h"
 #include "engine/protocol.h"
@@ -34,23 +40,6 @@ static const char *part_name(rp_node_part part)
     }
 }
 
-/* The node communication thread's exchanges in flight, per layer: the
- * receives of its slice and norms (or the last node's scatter sends) of
- * iteration t, after which the layer's summed event is raised; and the
- * all-gather of its slice's update of iteration gt, after which its version
- * (and, for the embedding, its rows) event is raised. */
-struct rp_node_pending {
-    MPI_Request *req; /* 2 x nodes */
-    int n;
-    int peer;         /* named if a wait fails */
-    int64_t t;
-    MPI_Request *greq; /* 2 x nodes */
-    int gn;
-    int64_t gt;        /* the step of the gather in flight, or of the last one */
-    int deferred;      /* the exchange of t completed; its summed event waits for the stop
-                          decision of t (node leaders) */
-};
-
 /* A node leader's communication thread: the stop decision of step t on its
  * way from the last node (active), and where it lands; on the last node,
  * the decision it sends. */
@@ -63,79 +52,16 @@ static _Thread_local struct {
 /* Set on the node communication thread: its waits keep its exchanges going. */
 static _Thread_local rp_engine *comm_thread_of;
 
-/* A node that fails tells the others at once: without it their waits for
- * its messages would last until --timeout. Each rank's communication
- * thread listens, for the whole segment, for a notice from any other node
- * (on nd.cross_failure: the failed node and its status) and makes its own
- * node fail on one, naming that node; and when its own node failed (the
- * abort flag: an error, a divergence, an interrupt on any of its threads)
- * and no notice caused it, it sends the notice to the same node-local rank
- * of every other node as it ends. */
-static _Thread_local struct {
-    MPI_Request req;
-    int msg[2];
-    int heard; /* a notice came: this node's failure is another's, not to be sent on */
-} failure_rx;
-
-static void listen_for_failures(rp_engine *e)
+void rp_node_comm_thread_mark(rp_engine *e)
 {
-    failure_rx.heard = 0;
-    MPI_Irecv(failure_rx.msg, 2, MPI_INT, MPI_ANY_SOURCE, 0, e->nd.cross_failure,
-              &failure_rx.req);
+    comm_thread_of = e;
 }
 
-static void heard_failure(rp_engine *e)
-{
-    failure_rx.heard = 1;
-    rp_error err;
-    rp_status s = (rp_status)failure_rx.msg[1];
-    rp_error_echo(&err, s, "rank %d: stopped because node %d failed (see its message)",
-                 e->nd.world_rank, failure_rx.msg[0]);
-    rp_engine_fail(e, s, &err);
-}
-
-/* Has another node failed? Then this one fails too (communication thread). */
-static void check_failures(rp_engine *e)
-{
-    int done = 0;
-    if (failure_rx.req != MPI_REQUEST_NULL &&
-        MPI_Test(&failure_rx.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
-        heard_failure(e);
-}
-
-/* At the end of the segment: stop listening (a notice that came meanwhile
- * still counts), then tell the other nodes if this one failed. */
-static void end_failures(rp_engine *e)
-{
-    check_failures(e);
-    if (failure_rx.req != MPI_REQUEST_NULL) {
-        MPI_Status st;
-        int cancelled = 1;
-        MPI_Cancel(&failure_rx.req);
-        MPI_Wait(&failure_rx.req, &st);
-        MPI_Test_cancelled(&st, &cancelled);
-        if (!cancelled)
-            heard_failure(e);
-    }
-    if (!atomic_load(e->abort_flag) || failure_rx.heard)
-        return;
-    pthread_mutex_lock(&e->lock);
-    e->by_node_comm.node_failure_sent[0] = e->nd.node;
-    e->by_node_comm.node_failure_sent[1] = (int)(e->status != RP_OK ? e->status : RP_ERR_TIMEOUT);
-    pthread_mutex_unlock(&e->lock);
-    for (int n = 0; n < e->nd.nodes; n++) { /* small: sent at once, or on its own later */
-        MPI_Request req;
-        if (n == e->nd.node)
-            continue;
-        MPI_Isend(e->by_node_comm.node_failure_sent, 2, MPI_INT, n, 0, e->nd.cross_failure, &req);
-        MPI_Request_free(&req);
-    }
-}
 
 static void start_gather(rp_engine *e, int l, int64_t t);
 
 /* Layer l's all-gather completed: every slice of its update is in. */
-static void gather_done(rp_engine *e, int l)
+void rp_node_gather_done(rp_engine *e, int l)
 {
     struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
     p->gn = 0;
@@ -182,10 +108,10 @@ static void exchange_done(rp_engine *e, int l)
 /* What the communication thread does while it waits for anything: raise
  * the events of the exchanges that completed, start the all-gathers the
  * optimizer handed over. Returns whether anything happened. */
-static int service(rp_engine *e)
+int rp_node_service(rp_engine *e)
 {
     int done = 0, moved = 0;
-    check_failures(e);
+    rp_node_check_failures(e);
     if (stop_rx.active && MPI_Test(&stop_rx.req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
         stop_rx.active = 0;
         apply_stop(e, stop_rx.t, stop_rx.decision);
@@ -203,7 +129,7 @@ static int service(rp_engine *e)
         done = 0;
         if (p->gn > 0 && MPI_Testall(p->gn, p->greq, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
             done) {
-            gather_done(e, l);
+            rp_node_gather_done(e, l);
             moved = 1;
         }
         int64_t posted = atomic_load(&e->by_optimizer.gather_posted[l]);
@@ -219,7 +145,7 @@ static int service(rp_engine *e)
  * after each idle poll up to 1 ms, so that a thread that waits long (the
  * communication thread through a whole forward) leaves the cores to the
  * executors and the optimizer. */
-static void idle(long *pause_ns)
+void rp_node_idle(long *pause_ns)
 {
     struct timespec ts = {0, *pause_ns};
     nanosleep(&ts, NULL);
@@ -247,8 +173,8 @@ static const char *why_stop(const rp_engine *e, double deadline, rp_status *s)
 
 /* Poll req until it completes, the node aborts, the run is interrupted or
  * --timeout passes; a failure names this rank and the node waited for. */
-static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_node_part part,
-                           int64_t t, const char *who, rp_error *err)
+rp_status rp_node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_node_part part,
+                       int64_t t, const char *who, rp_error *err)
 {
     double deadline = rp_event_deadline(e->o->timeout_s);
     long pause = 20000;
@@ -264,7 +190,7 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
         }
         if (done)
             break;
-        if (comm_thread_of == e && service(e)) /* the other exchanges go on meanwhile */
+        if (comm_thread_of == e && rp_node_service(e)) /* the other exchanges go on meanwhile */
             pause = 20000;
         const char *why = why_stop(e, deadline, &s);
         if (why) {
@@ -275,7 +201,7 @@ static rp_status node_wait(rp_engine *e, MPI_Request *req, int peer, int l, rp_n
             break;
         }
         if (spins > 100)
-            idle(&pause);
+            rp_node_idle(&pause);
     }
     if (e->trace) {
         char span[96];
@@ -304,13 +230,13 @@ static void drop_send(MPI_Request *req)
         MPI_Request_free(req);
 }
 
-static rp_status receive(rp_engine *e, MPI_Comm comm, void *into, int count, MPI_Datatype type,
-                         int from, int l, rp_node_part part, int64_t t, const char *who,
-                         rp_error *err)
+rp_status rp_node_receive(rp_engine *e, MPI_Comm comm, void *into, int count, MPI_Datatype type,
+                          int from, int l, rp_node_part part, int64_t t, const char *who,
+                          rp_error *err)
 {
     MPI_Request req;
     MPI_Irecv(into, count, type, from, tag_of(e, l, part, t), comm, &req);
-    rp_status s = node_wait(e, &req, from, l, part, t, who, err);
+    rp_status s = rp_node_wait(e, &req, from, l, part, t, who, err);
     if (s != RP_OK)
         cancel_receive(&req);
     return s;
@@ -336,13 +262,12 @@ static void post_send(rp_engine *e, const void *what, int count, MPI_Datatype ty
     post_send_on(e, e->nd.cross, what, count, type, to, l, part, t, req);
 }
 
-static rp_status send(rp_engine *e, MPI_Comm comm, const void *what, int count,
-                      MPI_Datatype type, int to, int l, rp_node_part part, int64_t t,
-                      const char *who, rp_error *err)
+rp_status rp_node_send(rp_engine *e, MPI_Comm comm, const void *what, int count, MPI_Datatype type,
+                       int to, int l, rp_node_part part, int64_t t, const char *who, rp_error *err)
 {
     MPI_Request req;
     post_send_on(e, comm, what, count, type, to, l, part, t, &req);
-    rp_status s = node_wait(e, &req, to, l, part, t, who, err);
+    rp_status s = rp_node_wait(e, &req, to, l, part, t, who, err);
     if (s != RP_OK)
         drop_send(&req);
     return s;
@@ -351,8 +276,8 @@ static rp_status send(rp_engine *e, MPI_Comm comm, const void *what, int count,
 rp_status rp_node_receive_partial(rp_engine *e, int l, rp_node_part part, int64_t t, float *into,
                                   size_t lo, size_t hi, const char *who, rp_error *err)
 {
-    return receive(e, e->nd.cross, into, (int)(hi - lo), MPI_FLOAT, e->nd.node - 1, l, part, t,
-                   who, err);
+    return rp_node_receive(e, e->nd.cross, into, (int)(hi - lo), MPI_FLOAT, e->nd.node - 1, l, part,
+                           t, who, err);
 }
 
 rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *part,
@@ -370,17 +295,17 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
     int64_t flag = 0;
     if (carry) {
         if (me > 0)
-            RP_TRY(receive(e, e->nd.cross, &flag, 1, MPI_INT64_T, me - 1, l, RP_NODE_STOP, t, who,
-                           err));
+            RP_TRY(rp_node_receive(e, e->nd.cross, &flag, 1, MPI_INT64_T, me - 1, l, RP_NODE_STOP,
+                                   t, who, err));
         int64_t v = atomic_load(e->stop_at);
         flag |= rp_checkpoint_requested() != 0 || v == RP_STOP_REQUESTED;
     }
     if (me < last) { /* sent (the buffer is free), then the final slice may come into it */
-        RP_TRY(send(e, e->nd.cross, acc + lo, (int)(hi - lo), MPI_FLOAT, me + 1, l,
-                    RP_NODE_PARTIAL, t, who, err));
+        RP_TRY(rp_node_send(e, e->nd.cross, acc + lo, (int)(hi - lo), MPI_FLOAT, me + 1, l,
+                            RP_NODE_PARTIAL, t, who, err));
         if (carry) { /* the flag on, the decision back from the last node */
-            RP_TRY(send(e, e->nd.cross, &flag, 1, MPI_INT64_T, me + 1, l, RP_NODE_STOP, t, who,
-                        err));
+            RP_TRY(rp_node_send(e, e->nd.cross, &flag, 1, MPI_INT64_T, me + 1, l, RP_NODE_STOP, t,
+                                who, err));
             stop_rx.active = 1;
             stop_rx.t = t;
             MPI_Irecv(&stop_rx.decision, 1, MPI_INT64_T, last,
@@ -413,11 +338,11 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
 
 /* Every exchange of the comm thread in flight completed, each layer's
  * summed event raised. */
-static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
+rp_status rp_node_drain_pending(rp_engine *e, const char *who, rp_error *err)
 {
     if (stop_rx.active) {
-        RP_TRY(node_wait(e, &stop_rx.req, e->nd.nodes - 1, e->num_layers - 1,
-                         RP_NODE_STOP_DECISION, stop_rx.t, who, err));
+        RP_TRY(rp_node_wait(e, &stop_rx.req, e->nd.nodes - 1, e->num_layers - 1,
+                            RP_NODE_STOP_DECISION, stop_rx.t, who, err));
         if (stop_rx.active) { /* (service may have taken it meanwhile) */
             stop_rx.active = 0;
             apply_stop(e, stop_rx.t, stop_rx.decision);
@@ -426,7 +351,7 @@ static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
     for (int l = 0; l < e->num_layers; l++) {
         struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
         for (int i = 0; i < p->n; i++)
-            RP_TRY(node_wait(e, &p->req[i], p->peer, l, RP_NODE_FINAL, p->t, who, err));
+            RP_TRY(rp_node_wait(e, &p->req[i], p->peer, l, RP_NODE_FINAL, p->t, who, err));
         if (p->n > 0)
             exchange_done(e, l);
         publish_deferred(e, l); /* the decision is in */
@@ -439,7 +364,7 @@ static rp_status drain_pending(rp_engine *e, const char *who, rp_error *err)
  * to complete on their own. Which requests are receives: a chain's (every
  * node but the last; the last node's are its scatter's sends), a gather's
  * first N-1, the stop decision's and the tied base's. */
-static void abandon_exchanges(rp_engine *e)
+void rp_node_abandon_exchanges(rp_engine *e)
 {
     if (stop_rx.active) {
         cancel_receive(&stop_rx.req);
@@ -463,63 +388,6 @@ static void abandon_exchanges(rp_engine *e)
         }
         p->n = p->gn = 0;
     }
-}
-
-void *rp_engine_node_comm_main(void *arg)
-{
-    rp_engine *e = arg;
-    comm_thread_of = e;
-    /* the same cores as the optimizer beside it (optimizer.c) */
-    omp_set_num_threads(e->device == RP_DEVICE_CPU ? 1 : e->threads);
-    rp_error err = {0};
-    rp_status s = RP_OK;
-    size_t per = 2 * (size_t)e->nd.nodes;
-    e->by_node_comm.node_pending =
-        calloc((size_t)e->num_layers, sizeof *e->by_node_comm.node_pending);
-    MPI_Request *reqs = calloc(2 * (size_t)e->num_layers * per, sizeof *reqs);
-    if (!e->by_node_comm.node_pending || !reqs)
-        s = rp_error_set(&err, RP_ERR_NOMEM, "node communication: request lists");
-    for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
-        e->by_node_comm.node_pending[l].req = reqs + 2 * (size_t)l * per;
-        e->by_node_comm.node_pending[l].greq = reqs + (2 * (size_t)l + 1) * per;
-    }
-    listen_for_failures(e);
-    char who[64];
-    for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last && !rp_proto_stopped(e, t); t++) {
-        snprintf(who, sizeof who, "node communication, iteration %lld", (long long)t);
-        for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) /* as the gradients land */
-            s = rp_grad_chain_layer(e, l, t, who, &err);
-        if (s == RP_OK)
-            s = drain_pending(e, who, &err);
-    }
-    /* the segment's last updates: their all-gathers, until the optimizer is done */
-    snprintf(who, sizeof who, "node communication, the last all-gathers");
-    long pause = 20000;
-    while (s == RP_OK && !atomic_load(&e->by_optimizer.optimizer_done) &&
-           !atomic_load(e->abort_flag)) {
-        if (service(e))
-            pause = 20000;
-        idle(&pause);
-    }
-    for (int l = 0; s == RP_OK && l < e->num_layers; l++) {
-        service(e); /* starts a gather posted last */
-        struct rp_node_pending *p = &e->by_node_comm.node_pending[l];
-        for (int i = 0; s == RP_OK && i < p->gn; i++)
-            s = node_wait(e, &p->greq[i], (e->nd.node + 1) % e->nd.nodes, l, RP_NODE_WEIGHTS,
-                          p->gt, who, &err);
-        if (s == RP_OK && p->gn > 0)
-            gather_done(e, l);
-    }
-    if (s != RP_OK && s != RP_STOP)
-        rp_engine_fail(e, s, &err);
-    if (atomic_load(e->abort_flag))
-        abandon_exchanges(e);
-    free(reqs);
-    free(e->by_node_comm.node_pending);
-    e->by_node_comm.node_pending = NULL;
-    comm_thread_of = NULL;
-    end_failures(e);
-    return NULL;
 }
 
 /* Post the all-gather of layer l's update of step t: every other node's
@@ -565,35 +433,9 @@ rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp
                     err->echo = rp_engine_aborted(e);
                     return s;
                 }
-                if (service(e))
+                if (rp_node_service(e))
                     pause = 20000;
-                idle(&pause);
-            }
-        }
-    }
-    return RP_OK;
-}
-
-rp_status rp_node_collect(rp_engine *e, int optimizer, int gradient, rp_error *err)
-{
-    const char *who = "collecting the optimizer state on node 0";
-    for (int l = 0; l < e->num_layers; l++) {
-        rp_layer_state *ls = &e->p->st[l];
-        float *arrays[4] = {ls->master, optimizer ? ls->m : NULL, optimizer ? ls->v : NULL,
-                            gradient ? ls->grad : NULL};
-        for (int a = 0; a < 4; a++) {
-            if (!arrays[a])
-                continue;
-            size_t b0, b1, lo, hi;
-            for (int n = 1; n < e->nd.nodes; n++) {
-                rp_engine_slice(e, l, e->rank, n, &b0, &b1, &lo, &hi);
-                int tag_part = RP_NODE_COLLECT + a;
-                if (e->nd.node == n)
-                    RP_TRY(send(e, e->nd.cross, arrays[a] + lo, (int)(hi - lo), MPI_FLOAT, 0, l,
-                                (rp_node_part)tag_part, 0, who, err));
-                else if (e->nd.node == 0)
-                    RP_TRY(receive(e, e->nd.cross, arrays[a] + lo, (int)(hi - lo), MPI_FLOAT, n,
-                                   l, (rp_node_part)tag_part, 0, who, err));
+                rp_node_idle(&pause);
             }
         }
     }
@@ -605,9 +447,10 @@ rp_status rp_node_base_pass_on(rp_engine *e, int64_t t, float *acc, size_t lo, s
 {
     int count = (int)(hi - lo), me = e->nd.node, last = e->nd.nodes - 1;
     if (me == last)
-        return send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, 0, 0, RP_NODE_BASE_FINAL, t, who,
-                    err);
-    RP_TRY(send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, me + 1, 0, RP_NODE_BASE, t, who, err));
+        return rp_node_send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, 0, 0, RP_NODE_BASE_FINAL, t,
+                            who, err);
+    RP_TRY(rp_node_send(e, e->nd.cross, acc + lo, count, MPI_FLOAT, me + 1, 0, RP_NODE_BASE, t, who,
+                        err));
     if (me == 0) /* sent: the buffer may take the final sum, at the rows' time */
         MPI_Irecv(acc + lo, count, MPI_FLOAT, last, tag_of(e, 0, RP_NODE_BASE_FINAL, t),
                   e->nd.cross, &e->by_node_comm.emb_base_req);
@@ -616,134 +459,6 @@ rp_status rp_node_base_pass_on(rp_engine *e, int64_t t, float *acc, size_t lo, s
 
 rp_status rp_node_base_wait(rp_engine *e, int64_t t, const char *who, rp_error *err)
 {
-    return node_wait(e, &e->by_node_comm.emb_base_req, e->nd.nodes - 1, 0, RP_NODE_BASE_FINAL, t,
-                     who, err);
-}
-
-rp_status rp_node_gather_losses(rp_engine *e, int64_t t, const double *loss, const double *aux,
-                                double *all, rp_error *err)
-{
-    int M = (int)e->microbatches, N = e->nd.nodes, k = aux ? 2 : 1;
-    const char *who = "logger";
-    double *msg = malloc(sizeof(double) * (size_t)k * (size_t)M);
-    if (!msg)
-        return rp_error_set(err, RP_ERR_NOMEM, "logger: a node's microbatch losses");
-    rp_status s = RP_OK;
-    if (e->nd.node > 0) { /* one message: the losses, then the aux */
-        memcpy(msg, loss, sizeof(double) * (size_t)M);
-        if (aux)
-            memcpy(msg + M, aux, sizeof(double) * (size_t)M);
-        s = send(e, e->nd.cross_loss, msg, k * M, MPI_DOUBLE, 0, 0, RP_NODE_LOSSES, t, who, err);
-        free(msg);
-        return s;
-    }
-    for (int n = 0; n < N && s == RP_OK; n++) {
-        const double *from_loss = loss, *from_aux = aux;
-        if (n > 0) {
-            s = receive(e, e->nd.cross_loss, msg, k * M, MPI_DOUBLE, n, 0, RP_NODE_LOSSES, t, who,
-                        err);
-            from_loss = msg;
-            from_aux = msg + M;
-        }
-        if (s != RP_OK)
-            break;
-        memcpy(all + (size_t)n * (size_t)M, from_loss, sizeof(double) * (size_t)M);
-        if (aux)
-            memcpy(all + ((size_t)N + (size_t)n) * (size_t)M, from_aux,
-                   sizeof(double) * (size_t)M);
-    }
-    free(msg);
-    return s;
-}
-
-/* The bytes node n sends in one step by the rule of node_sums.h: the chain
- * (every node but the last: every share of every layer in fp32), the
- * scatter (the last node: each other node's slices in fp32 and the shares'
- * block norms), the all-gather (its slices in the compute dtype to N-1
- * nodes), the tied embedding's base (a share each) and the losses (with
- * the aux of a load-balancing loss). */
-static double formula_bytes(const rp_engine *e, int n)
-{
-    int N = e->nd.nodes, last = N - 1;
-    double es = (double)rp_dtype_size(e->p->compute_dtype), bytes = 0;
-    if (N == 1)
-        return 0;
-    for (int l = 0; l < e->num_layers; l++) {
-        double numel = (double)e->p->layers[l].numel;
-        if (n < last)
-            bytes += 4 * numel;
-        if (l == 0 && e->tied)
-            bytes += 4 * numel;
-        for (int r = 0; r < e->size; r++) {
-            size_t b0, b1, lo, hi;
-            rp_engine_slice(e, l, r, n, &b0, &b1, &lo, &hi);
-            bytes += (N - 1) * es * (double)(hi - lo);
-            if (n == last)
-                for (int j = 0; j < last; j++) {
-                    rp_engine_slice(e, l, r, j, &b0, &b1, &lo, &hi);
-                    bytes += 4.0 * (double)(hi - lo);
-                    rp_engine_share(e, l, r, &b0, &b1, &lo, &hi);
-                    bytes += 8.0 * (double)(b1 - b0);
-                }
-        }
-    }
-    /* the microbatch losses, and their load-balancing aux when it is on */
-    return bytes + (n > 0 ? 8.0 * (double)e->microbatches * (e->raux.coef > 0 ? 2 : 1) : 0);
-}
-
-void rp_node_report(rp_engine *e, MPI_Comm comm, int64_t steps)
-{
-    /* per rank: bytes sent, AdamW ns, its node, its store's pages (node leaders) */
-    enum { SENT, NS, NODE, HELD, N_FIELDS };
-    uint64_t mine[N_FIELDS] = {atomic_load(&e->by_node_comm.node_sent),
-                               atomic_load(&e->by_optimizer.adamw_ns), (uint64_t)e->nd.node,
-                               e->rank == 0 ? rp_store_resident_bytes(e->param_store) : 0};
-    int root = e->nd.world_rank == 0;
-    uint64_t *all = root ? calloc(N_FIELDS * (size_t)e->nd.world_size, sizeof(uint64_t)) : NULL;
-    MPI_Gather(mine, N_FIELDS, MPI_UINT64_T, all, N_FIELDS, MPI_UINT64_T, 0, comm);
-    if (!all || steps <= 0) {
-        free(all);
-        return;
-    }
-    double params = 0;
-    for (int l = 0; l < e->num_layers; l++)
-        params += (double)e->p->layers[l].numel;
-    int64_t timed = steps - (RP_ADAMW_TIMED_FROM - 1);
-    for (int n = 0; n < e->nd.nodes; n++) {
-        double sent = 0, ns = 0, held = 0;
-        for (int r = 0; r < e->nd.world_size; r++) {
-            const uint64_t *f = all + (size_t)r * N_FIELDS;
-            if (f[NODE] == (uint64_t)n) {
-                sent += (double)f[SENT];
-                ns += (double)f[NS];
-                held += (double)f[HELD];
-            }
-        }
-        sent /= (double)steps;
-        rp_log(e->lg, RP_LOG_INFO, "node %d of %d: sent %.0f bytes per step to other nodes "
-               "(the rule's %.0f; %.3f x the model's %.0f fp32 parameter bytes); AdamW %.3f ms "
-               "CPU per step on its ranks (steps 3-); parameter store %.1f of %.1f MiB in "
-               "memory",
-               n, e->nd.nodes, sent, formula_bytes(e, n), sent / (4 * params), 4 * params,
-               timed > 0 ? ns / 1e6 / (double)timed : 0.0, held / 1048576.0,
-               (double)rp_store_bytes(e->param_store) / 1048576.0);
-    }
-    free(all);
-}
-
-void rp_node_release_others(rp_engine *e)
-{
-    for (int l = 0; l < e->num_layers; l++) {
-        rp_layer_state *ls = &e->p->st[l];
-        float *arrays[3] = {ls->m, ls->v, ls->compute != ls->master ? ls->master : NULL};
-        for (int n = 0; n < e->nd.nodes; n++) {
-            if (n == e->nd.node)
-                continue;
-            size_t b0, b1, lo, hi;
-            rp_engine_slice(e, l, e->rank, n, &b0, &b1, &lo, &hi);
-            for (int a = 0; a < 3; a++)
-                if (arrays[a])
-                    rp_store_release(e->param_store, arrays[a] + lo, (hi - lo) * sizeof(float));
-        }
-    }
+    return rp_node_wait(e, &e->by_node_comm.emb_base_req, e->nd.nodes - 1, 0, RP_NODE_BASE_FINAL, t,
+                        who, err);
 }

@@ -50,7 +50,7 @@
  * match whatever order the threads of two nodes post them in. A wait gives up at
  * --timeout, on an abort of its node or an interrupt, naming the node it
  * waited for; a node that fails sends every other node a notice, on which
- * they fail at once (node_sums.c), cancelling their receives in flight. */
+ * they fail at once (node_failure.c), cancelling their receives in flight. */
 #ifndef RP_ENGINE_NODE_SUMS_H
 #define RP_ENGINE_NODE_SUMS_H
 

@@ -20,7 +20,7 @@ typedef struct rp_nodes {
     MPI_Comm cross;             /* this node-local rank on every node, ranked by node: the
                                    optimizer thread's gradient sums */
     MPI_Comm cross_loss;        /* the same ranks, for the logger thread's losses */
-    MPI_Comm cross_failure;     /* the same ranks, for a failed node's notice (node_sums.c) */
+    MPI_Comm cross_failure;     /* the same ranks, for a failed node's notice (node_failure.c) */
 } rp_nodes;
 
 /* Collective over comm. ranks_per_node K > 0: each K consecutive ranks are

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/executor_impl.h"
+#include "engine/padding.h"
 #include "engine/protocol.h"
 #include "engine/update_gate.h"
 
@@ -36,7 +37,7 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
     for (int l = job->first; l <= job->last; l++, i++) {
         if (off)
             off[i] = n;
-        n += (rp_layer_numel(e, l) + 15) & ~(size_t)15;
+        n += rp_padded_elements(rp_layer_numel(e, l));
     }
     if (off)
         off[e->num_layers] = n;
@@ -53,7 +54,7 @@ size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
     for (int l = job->first, i = 0; l <= job->last; l++, i++) {
         if (boff)
             boff[i] = n;
-        n += (rp_frozen_base_numel(e->base, l) + 15) & ~(size_t)15;
+        n += rp_padded_elements(rp_frozen_base_numel(e->base, l));
     }
     return n - start;
 }

@@ -1,0 +1,327 @@
+/* One microbatch through the running job's stage on the executor's device
+ * (DESIGN 4): a forward job's layers, the tail's forward, loss and
+ * backward, a backward job's recompute and backward; the layer calls they
+ * make (each layer's weights from the stage-weights view, stage_weights.h;
+ * LoRA's adapters and a mixture of experts' router statistics beside
+ * them), the activations' moves between the device and the host store's
+ * arena, and the events that order them (protocol.h). The job runner
+ * (executor.c) calls it for each microbatch of a job. */
+#include <string.h>
+
+#include "device/backend.h"
+#include "engine/executor_impl.h"
+#include "engine/lora_run.h"
+#include "engine/protocol.h"
+#include "engine/stage_weights.h"
+#include "model/layers.h"
+
+/* The running job's stage buffer as a weights view (stage_weights.h). */
+static rp_stage_weights stage_view(const executor *x, const rp_job *job)
+{
+    const rp_engine *e = x->e;
+    const stage_buf *b = &x->buf[x->cur];
+    rp_stage_weights w = {.first = job->first, .buffer = b->w, .offsets = b->off,
+                          .base_offsets = b->boff};
+    if (e->lora && e->base_in_place) /* the embedding's rows gathered from where it lies */
+        w.embedding = b->gather;
+    if (rp_stage_needs_tied(e, job))
+        w.tied_matrix =
+            (const char *)b->w + b->off[e->num_layers] * rp_dtype_size(e->p->compute_dtype);
+    return w;
+}
+
+/* Layer l's trainable weights in the stage buffer (compute dtype). */
+static const void *trainable_weights(executor *x, const rp_job *job, int l)
+{
+    rp_stage_weights w = stage_view(x, job);
+    return rp_stage_weights_trainable(x->e, &w, l, 0);
+}
+
+/* What a block call needs besides its weights: with LoRA, its adapters,
+ * the frozen base's tensors when they are read in place, and the dropout
+ * keys of this microbatch (NULL without LoRA). */
+static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int64_t t,
+                                     rp_lora_call *c)
+{
+    rp_engine *e = x->e;
+    if (!e->lora)
+        return NULL;
+    rp_lora_call_of(e, l, t, (e->micro_base + x->micro) * e->samples_per_micro,
+                    trainable_weights(x, job, l), c);
+    return c;
+}
+
+/* Block l's call (l >= 1): its index, LoRA's adapters, and a mixture of
+ * experts' router statistics (a forward of a forward job or the tail: a
+ * backward stage's recompute writes none) or the load-balancing loss's
+ * gradient (a backward, rp_exec_aux_grad made it). */
+static const rp_block_call *block_call(executor *x, const rp_job *job, int l, int64_t t,
+                                       int forward, rp_lora_call *lc, rp_block_call *c)
+{
+    rp_engine *e = x->e;
+    memset(c, 0, sizeof *c);
+    c->block = (int32_t)(l - 1);
+    c->lora = lora_call(x, job, l, t, lc);
+    float *slot = rp_router_stats_slot(e, t, x->micro, l);
+    if (forward && slot && job->kind != RP_JOB_BWD)
+        c->router_stats = x->router_stats ? x->router_stats : slot;
+    if (!forward && slot)
+        c->router_aux_grad = x->aux_grad;
+    return c;
+}
+
+/* The load-balancing loss's gradient of microbatch m on the device, for
+ * the backward of its blocks (every forward of m has run before: its
+ * statistics are in the arena); with aux, the tail also records m's loss. */
+static rp_status aux_grad(executor *x, int64_t t, int m, double *aux, rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (e->raux.coef <= 0)
+        return RP_OK;
+    rp_router_aux_of(e, t, m, aux, x->host_aux_grad);
+    if (x->aux_grad == x->host_aux_grad)
+        return RP_OK;
+    return rp_exec_move(x, x->aux_grad, x->host_aux_grad, sizeof(float) * (size_t)e->raux.experts,
+                        RP_XFER_INPUT, "aux-grad", err);
+}
+
+/* The weights a call of layer l reads (stage_weights.h). */
+static const void *block_weights(executor *x, const rp_job *job, int l)
+{
+    rp_stage_weights w = stage_view(x, job);
+    return rp_stage_weights_layer(x->e, &w, l);
+}
+
+/* Layer times for re-planning: every call in a segment's iterations after
+ * its first (the first pays page faults and thread start-up). */
+static void measure(executor *x, int l, int bwd, int64_t t, double t0)
+{
+    rp_engine *e = x->e;
+    if (t > e->it_first) {
+        e->by_executor.meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
+        e->by_executor.meas_n[bwd * e->num_layers + l] += 1;
+    }
+}
+
+/* The forward of layer l from `in` into `out` (NULL: only what its
+ * backward needs, kept in `saved`; the embedding keeps nothing). */
+static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
+                               float *saved, int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    double t0 = rp_now();
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    rp_status s;
+    if (l == 0) {
+        if (!out)
+            return RP_OK;
+        rp_model_config rows = e->p->cfg; /* the table holds the uploaded rows only */
+        rows.vocab_size = x->buf[x->cur].nrows;
+        s = rp_embed_forward(&k, &rows, block_weights(x, job, 0), rp_stage_weights_dtype(e, 0),
+                             x->tokens, e->tokens_per_micro, out, err);
+    } else {
+        rp_lora_call lc;
+        rp_block_call c;
+        s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), rp_stage_weights_dtype(e, l),
+                             in, out, e->samples_per_micro, e->seq_len, x->segments, saved,
+                             x->workspace, block_call(x, job, l, t, 1, &lc, &c), err);
+        if (s == RP_OK && c.router_stats && c.router_stats == x->router_stats)
+            s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->router_stats,
+                             sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe, RP_XFER_SAVE,
+                             "router-stats", err);
+    }
+    if (s == RP_OK)
+        s = rp_device_sync(x->dev, err);
+    measure(x, l, 0, t, t0);
+    return s;
+}
+
+/* The backward of layer l from what its forward on `in` kept in `saved`. */
+static rp_status layer_backward(executor *x, const rp_job *job, int l, const float *in,
+                                float *saved, int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (l == 0 && e->lora) /* a frozen embedding: nothing to compute */
+        return RP_OK;
+    double t0 = rp_now();
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    rp_status s;
+    if (l == 0) {
+        rp_model_config rows = e->p->cfg;
+        rows.vocab_size = x->buf[x->cur].nrows;
+        s = rp_embed_backward(&k, &rows, x->tokens, e->tokens_per_micro, x->act_grad,
+                              rp_exec_layer_grad(x, job, 0), err);
+    } else {
+        rp_lora_call lc;
+        rp_block_call c;
+        s = rp_block_backward(&k, &e->p->cfg, block_weights(x, job, l),
+                              rp_stage_weights_dtype(e, l), in, saved, x->act_grad, x->act_grad,
+                              rp_exec_layer_grad(x, job, l), e->samples_per_micro, e->seq_len,
+                              x->segments, x->workspace, block_call(x, job, l, t, 0, &lc, &c), err);
+    }
+    if (s == RP_OK)
+        s = rp_device_sync(x->dev, err);
+    measure(x, l, 1, t, t0);
+    return s;
+}
+
+static float *arena(const rp_engine *e, size_t off)
+{
+    return e->act + off;
+}
+
+/* ---- the three kinds of job, one microbatch ------------------------------ */
+
+rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->microbatches, s = job->stage, nb = 0;
+    size_t bytes = e->act_floats * sizeof(float);
+    const float *cur = NULL;
+    if (job->first > 0) {
+        RP_TRY(rp_proto_wait_fwd_out(e, s - 1, m, t, x->name, err));
+        RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
+                    RP_XFER_INPUT, "input", err));
+        rp_proto_fwd_out_read(e, s - 1, m, t);
+        cur = x->acts[0];
+        nb = 1;
+    }
+    for (int l = job->first; l <= job->last; l++) {
+        float *out = x->acts[nb];
+        nb ^= 1;
+        if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint */
+            RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
+            RP_TRY(rp_exec_move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
+                        "checkpoint", err));
+        }
+        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[0], t, err));
+        cur = out;
+    }
+    RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
+    RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE,
+                        "output", err));
+    rp_proto_publish_fwd_out(e, s, m, t);
+    return RP_OK;
+}
+
+/* The forward of layers first..last of a backward-type job, once: acts[i]
+ * holds the input of layer first+i (acts[0] is uploaded from host_in0, or
+ * unused when first is the embedding) and saved[i] what its backward
+ * needs. The output of `last` is kept only when `last_output` (the tail's
+ * head reads it). */
+static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int last,
+                           int last_output, int64_t t, rp_error *err)
+{
+    rp_engine *e = x->e;
+    const float *cur = NULL;
+    if (host_in0) {
+        RP_TRY(rp_exec_move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT,
+                            "input", err));
+        cur = x->acts[0];
+    }
+    for (int l = job->first; l <= last; l++) {
+        int i = l - job->first;
+        float *out = l < last || last_output ? x->acts[i + 1] : NULL;
+        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[i], t, err));
+        cur = out;
+    }
+    return RP_OK;
+}
+
+/* Hand the input gradient of a tail/backward stage to the stage below. A
+ * stage that ends at the embedding has no one to hand it to but still
+ * signals (the logger waits on the tail's); then, with a lagged optimizer
+ * letting iterations overlap, it keeps its signals in iteration order. */
+static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int i = job->stage;
+    RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
+    if (job->first > 0)
+        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]),
+                            x->act_grad, e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad",
+                            err));
+    rp_proto_publish_bwd_out(e, i, m, t);
+    return RP_OK;
+}
+
+rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float scale,
+                        rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->microbatches, head = job->last;
+    const float *in0 = NULL;
+    if (job->first > 0) {
+        RP_TRY(rp_proto_wait_fwd_out(e, e->plan.nfwd - 1, m, t, x->name, err));
+        in0 = arena(e, e->arena.fwd_out[(e->plan.nfwd - 1) * M + m]);
+    }
+    if (head > job->first)
+        RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
+    else if (in0) /* the head alone: its input */
+        RP_TRY(rp_exec_move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT,
+                            "input", err));
+    if (job->first > 0) /* the input was copied to the device */
+        rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
+    /* the loss slot of this iteration must have been read by the logger */
+    RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
+    RP_TRY(aux_grad(x, t, m, e->raux.coef > 0 ? &rp_router_aux_values(e, t)[m] : NULL, err));
+    rp_stage_weights w = stage_view(x, job);
+    rp_head_weights hw;
+    rp_stage_weights_head(e, &w, head, &hw);
+    float *norm_g = NULL, *lm_g = NULL; /* a frozen head has none */
+    if (hw.trainable) {
+        norm_g = rp_exec_layer_grad(x, job, head) + hw.norm_at;
+        lm_g = hw.lm_tied ? rp_exec_tied_grad(x, job) : rp_exec_layer_grad(x, job, head) + hw.lm_at;
+    }
+    double *loss = rp_engine_loss(e, t);
+    double th = rp_now();
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
+                                    x->acts[head - job->first], x->targets, x->mask,
+                                    e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g, 0,
+                                    x->workspace, &loss[m], err));
+    RP_TRY(rp_device_sync(x->dev, err));
+    measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
+    for (int l = head - 1; l >= job->first; l--)
+        RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
+                              err));
+    RP_TRY(publish_bwd(x, job, t, m, err));
+    return RP_OK;
+}
+
+rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->microbatches, i = job->stage;
+    RP_TRY(rp_proto_wait_bwd_out(e, i - 1, m, t, x->name, err));
+    RP_TRY(rp_exec_move(x, x->act_grad, arena(e, e->arena.bwd_out[(i - 1) * M + m]),
+                        e->act_floats * sizeof(float), RP_XFER_INPUT, "output-grad", err));
+    RP_TRY(aux_grad(x, t, m, NULL, err));
+    rp_proto_bwd_out_read(e, i - 1, m, t);
+    if (e->o->recompute_layer) {
+        /* every layer's input was saved: no stage-wide recompute, one layer's
+         * activations on the device at a time */
+        for (int l = job->last; l >= job->first; l--) {
+            if (l > 0) {
+                RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
+                            e->act_floats * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
+                rp_proto_checkpoint_read(e, l, m, t);
+                RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
+            }
+            RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, x->saved[0], t, err));
+        }
+    } else {
+        const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
+        RP_TRY(recompute(x, job, in0, job->last, 0, t, err));
+        if (job->first > 0)
+            rp_proto_checkpoint_read(e, job->first, m, t);
+        for (int l = job->last; l >= job->first; l--)
+            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
+                                  err));
+    }
+    RP_TRY(publish_bwd(x, job, t, m, err));
+    return RP_OK;
+}
