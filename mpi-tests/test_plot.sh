@@ -36,8 +36,10 @@ steps, gaps = plot.step_marks(spans, names)
 assert [s[2] for s in steps] == [str(i) for i in range(1, 61)], [s[2] for s in steps]
 assert all(a[1] <= b[0] + 1 for a, b in zip(steps, steps[1:])), "steps overlap"
 labels = [g[2] for g in gaps]
+# step 30's checkpoint is written while training goes on, step 60's (the last
+# step) between segments: both are named
 for want in ("eval after step 20", "eval after step 40", "eval after step 60",
-             "checkpoint of step 30"):
+             "checkpoint of step 30", "checkpoint of step 60"):
     assert want in labels, (want, labels)
 assert plot.label_every(60, 1056) == 2 and plot.label_every(10, 1056) == 1, "label spacing"
 PY

@@ -213,6 +213,17 @@ rp_status rp_checkpoint_failures(const rp_engine *e, rp_error *err)
                         e->by_checkpoint_writer.ck_error.msg);
 }
 
+/* The checkpoint writer's span of layer l of step c, written since t0: the
+ * trace plot names the gap a checkpoint makes between steps from these. */
+static void trace_layer_written(rp_engine *e, int l, int64_t c, uint64_t t0)
+{
+    if (!e->trace)
+        return;
+    char span[64];
+    snprintf(span, sizeof span, "write layer %d (step %lld)", l, (long long)c);
+    rp_trace_span(e->trace, RP_TRACK_CHECKPOINT, span, t0, rp_trace_now_ns());
+}
+
 rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_status s = RP_OK;
@@ -227,8 +238,11 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         ck k;
         int pending = rp_gate_checkpoint_pending(e, e->it_last);
         s = ck_begin(e, e->it_last, pending, &k, err);
-        for (int l = 0; s == RP_OK && l < e->p->nlayers; l++)
-            s = ck_layer(&k, l, err);
+        for (int l = 0; s == RP_OK && l < e->p->nlayers; l++) {
+            uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+            if ((s = ck_layer(&k, l, err)) == RP_OK)
+                trace_layer_written(e, l, e->it_last, t0);
+        }
         if (s == RP_OK)
             s = ck_finish(e, &k, e->it_last, e->by_optimizer.adam_step, e->by_optimizer.lag_coef,
                           err);
@@ -303,11 +317,8 @@ static rp_status write_one(rp_engine *e, int64_t c, rp_error *err)
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
         if (s == RP_OK && w == RP_OK && (w = ck_layer(&k, l, &why)) != RP_OK)
             ck_free(&k);
-        if (s == RP_OK && w == RP_OK && e->trace) {
-            char span[64];
-            snprintf(span, sizeof span, "write layer %d (step %lld)", l, (long long)c);
-            rp_trace_span(e->trace, RP_TRACK_CHECKPOINT, span, t0, rp_trace_now_ns());
-        }
+        if (s == RP_OK && w == RP_OK)
+            trace_layer_written(e, l, c, t0);
         if (s == RP_OK) /* written or not: the held updates go on */
             rp_proto_publish_written(e, l, c);
     }

@@ -75,7 +75,7 @@ typedef struct rp_train_options {
                                 its own host store (0, the default: the ranks that share
                                 memory) */
     int nodes;               /* resolved by rp_train_run: the node count (0 before) */
-    /* checkpoints (engine/checkpoints.c, io/checkpoint.h) */
+    /* checkpoints (engine/checkpoint_write.c, checkpoint_resume.c, io/checkpoint.h) */
     const char *checkpoint_dir; /* --checkpoint-dir DIR: DIR/step-00000100/ */
     int64_t checkpoint_every;   /* --checkpoint-every N: after every N-th step (0: only the last) */
     int64_t keep_checkpoints;   /* --keep-checkpoints K: the newest K complete ones (default 2) */
