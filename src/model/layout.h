@@ -141,16 +141,12 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
  * fwd + gemm + 2*adapter + 2.5*attn (the input gradients of the base, two
  * products per adapter GEMM), the head's 2 * 2*H*V, the embedding's none.
  * act_floats_per_token: the layer input the checkpoint saves (H; 1 int32 for
- * the embedding's token ids counted as one float).
- * work_floats_per_token / work_floats_fixed: the layer's CPU workspace
- * (rp_block_workspace_floats etc.) as a + b*tokens at this S. */
+ * the embedding's token ids counted as one float). */
 typedef struct rp_layer_flops {
     double fwd_flops_per_token;
     double bwd_flops_per_token; /* recompute included */
     size_t param_numel;         /* padding included */
     size_t act_floats_per_token;
-    size_t work_floats_per_token;
-    size_t work_floats_fixed;
 } rp_layer_flops;
 
 void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
