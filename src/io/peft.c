@@ -137,10 +137,11 @@ static rp_status add_target(const reader *r, const char *entry, const rp_model_c
     int64_t slot = 0;
     if (ok) {
         const int64_t copies = rp_lora_copies(cfg, (int)block, (rp_lora_proj)p);
+        const char *name = rp_lora_proj_name((rp_lora_proj)p);
         char want[48];
-        snprintf(want, sizeof want, ".%s.%s", rp_lora_proj_module((rp_lora_proj)p), rp_lora_proj_name((rp_lora_proj)p));
+        snprintf(want, sizeof want, ".%s.%s", rp_lora_proj_module((rp_lora_proj)p), name);
         if (rp_lora_per_expert(cfg, (int)block, (rp_lora_proj)p))
-            ok = (slot = expert_of(after, rp_lora_proj_name((rp_lora_proj)p), copies)) >= 0;
+            ok = (slot = expert_of(after, name, copies)) >= 0;
         else
             ok = copies == 1 && strcmp(after, want) == 0;
     }
@@ -207,7 +208,8 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
         if (any && !all && ((*targets >> p) & 1))
             s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules name %s in some blocks"
                              "%s only: roundpipe adapts a projection in every block%s", r->path,
-                             rp_lora_proj_name((rp_lora_proj)p), ex ? " or experts" : "", ex ? " and expert" : "");
+                             rp_lora_proj_name((rp_lora_proj)p), ex ? " or experts" : "",
+                             ex ? " and expert" : "");
     }
     free(sp.bits);
     return s;
@@ -552,7 +554,8 @@ static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_con
     }
     for (int p = 0; p < RP_LORA_NPROJ; p++)
         if ((targets >> p) & 1)
-            json_object_array_add(t, json_object_new_string(rp_lora_proj_name((rp_lora_proj)p)));
+            json_object_array_add(t,
+                                  json_object_new_string(rp_lora_proj_name((rp_lora_proj)p)));
     json_object_object_add(o, "peft_type", json_object_new_string("LORA"));
     json_object_object_add(o, "task_type", json_object_new_string("CAUSAL_LM"));
     json_object_object_add(o, "r", json_object_new_int(c->rank));

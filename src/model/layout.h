@@ -59,7 +59,7 @@ typedef struct rp_block_offsets {
  * a[p] of projection p's A [r, in], b[p] of its B [out, r]; SIZE_MAX for a
  * projection the configuration does not target or the block does not have
  * (a dense block's router). A mixture-of-experts block's gate_proj, up_proj
- * and down_proj have one adapter per expert (io/peft.h rp_lora_copies):
+ * and down_proj have one adapter per expert (io/config_lora.h rp_lora_copies):
  * expert e's A at a[p] + e expert_stride[p], its B at b[p] + e
  * expert_stride[p]; expert_stride[p] is 0 for a single adapter. */
 typedef struct rp_lora_offsets {
@@ -75,9 +75,10 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err);
 /* Describe all num_hidden_layers + 2 layers: their trainable parameters.
  * The descriptors and their parameters are one allocation.
  * With LoRA (cfg->lora.rank > 0) those are the adapters only, under PEFT's
- * names (io/peft.h): a block holds the A and B of each targeted projection
- * it has (rp_lora_offsets; per expert in a mixture-of-experts block), the
- * embedding and the head hold nothing (numel 0); the frozen weights are
+ * names (io/config_lora.h rp_lora_tensor_name): a block holds the A and B
+ * of each targeted projection it has (rp_lora_offsets; per expert in a
+ * mixture-of-experts block), the embedding and the head hold nothing
+ * (numel 0); the frozen weights are
  * rp_model_base_layout's. *layers is malloc'ed; the caller frees it with
  * free(). A LoRA configuration with no target the model has, a dropout
  * outside [0, 1) or a non-finite alpha is an error, and so is a dropout
