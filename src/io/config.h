@@ -46,7 +46,7 @@ typedef enum rp_lora_proj {
 } rp_lora_proj;
 
 /* A set of projections: bit p for rp_lora_proj p. "all-linear" names
- * every one; a model keeps those it has (rp_lora_model_targets, io/peft.h:
+ * every one; a model keeps those it has (rp_lora_model_targets, io/config_lora.h:
  * no router without experts). */
 #define RP_LORA_ALL_LINEAR ((1u << RP_LORA_NPROJ) - 1u)
 /* The projections of a mixture of experts' experts. */

@@ -11,7 +11,7 @@ librp_la_SOURCES += \
 	src/io/expert_layout.c src/io/expert_layout.h \
 	src/io/safetensors_writer.c src/io/safetensors_writer.h \
 	src/io/npy.c src/io/npy.h src/io/npy_check.c src/io/npy_write.c \
-	src/io/peft.c src/io/peft.h \
+	src/io/config_lora.c src/io/config_lora.h src/io/peft.c src/io/peft.h \
 	src/io/dataset.c src/io/dataset.h src/io/trace.c src/io/trace.h \
 	src/io/metrics.c src/io/metrics.h src/io/model_dir.c src/io/model_dir.h \
 	src/io/checkpoint.c src/io/checkpoint.h \

@@ -15,28 +15,6 @@
 /* A visitor's "found it, stop" (not an error: never returned to a caller). */
 #define RP_STOP_VISIT ((rp_status)1)
 
-static const char *const proj_names[RP_LORA_NPROJ] = {
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "gate"};
-
-const char *rp_lora_proj_name(rp_lora_proj p)
-{
-    return p >= 0 && p < RP_LORA_NPROJ ? proj_names[p] : "?";
-}
-
-int rp_lora_proj_parse(const char *name)
-{
-    for (int p = 0; p < RP_LORA_NPROJ; p++)
-        if (!strcmp(name, proj_names[p]))
-            return p;
-    return -1;
-}
-
-/* The module a projection lives in: self_attn or mlp. */
-static const char *proj_parent(rp_lora_proj p)
-{
-    return p <= RP_LORA_O_PROJ ? "self_attn" : "mlp";
-}
-
 rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *targets,
                                 rp_error *err)
 {
@@ -67,59 +45,6 @@ rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *ta
             return RP_OK;
         cur = end + 1;
     }
-}
-
-double rp_lora_scaling(const rp_lora_config *c)
-{
-    return c->use_rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;
-}
-
-unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets)
-{
-    return rp_model_has_moe(cfg) ? targets : targets & ~(1u << RP_LORA_ROUTER);
-}
-
-int rp_lora_per_expert(const rp_model_config *cfg, int block, rp_lora_proj p)
-{
-    return p >= 0 && p < RP_LORA_NPROJ && ((RP_LORA_EXPERT_PROJS >> p) & 1u) &&
-           rp_model_block_is_moe(cfg, block);
-}
-
-int64_t rp_lora_copies(const rp_model_config *cfg, int block, rp_lora_proj p)
-{
-    if (p == RP_LORA_ROUTER)
-        return rp_model_block_is_moe(cfg, block) ? 1 : 0;
-    return rp_lora_per_expert(cfg, block, p) ? cfg->moe.num_experts : 1;
-}
-
-void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int64_t *in,
-                      int64_t *out)
-{
-    const int moe = rp_model_block_is_moe(cfg, block);
-    int64_t H = cfg->hidden_size, I = moe ? cfg->moe.moe_intermediate_size : cfg->intermediate_size;
-    int64_t q = cfg->num_attention_heads * cfg->head_dim;
-    int64_t kv = cfg->num_key_value_heads * cfg->head_dim;
-    switch (p) {
-    case RP_LORA_Q_PROJ: *in = H, *out = q; break;
-    case RP_LORA_K_PROJ:
-    case RP_LORA_V_PROJ: *in = H, *out = kv; break;
-    case RP_LORA_O_PROJ: *in = q, *out = H; break;
-    case RP_LORA_GATE_PROJ:
-    case RP_LORA_UP_PROJ: *in = H, *out = I; break;
-    case RP_LORA_DOWN_PROJ: *in = I, *out = H; break;
-    case RP_LORA_ROUTER: *in = moe ? H : 0, *out = moe ? cfg->moe.num_experts : 0; break;
-    default: *in = *out = 0; break;
-    }
-}
-
-void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf, size_t len)
-{
-    if (expert >= 0)
-        snprintf(buf, len, "base_model.model.model.layers.%d.mlp.experts.%d.%s.lora_%c.weight",
-                 block, expert, proj_names[p], b ? 'B' : 'A');
-    else
-        snprintf(buf, len, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", block,
-                 proj_parent(p), proj_names[p], b ? 'B' : 'A');
 }
 
 /* ---- adapter_config.json ------------------------------------------------ */
@@ -212,10 +137,11 @@ static rp_status add_target(const reader *r, const char *entry, const rp_model_c
     int64_t slot = 0;
     if (ok) {
         const int64_t copies = rp_lora_copies(cfg, (int)block, (rp_lora_proj)p);
+        const char *name = rp_lora_proj_name((rp_lora_proj)p);
         char want[48];
-        snprintf(want, sizeof want, ".%s.%s", proj_parent((rp_lora_proj)p), proj_names[p]);
+        snprintf(want, sizeof want, ".%s.%s", rp_lora_proj_module((rp_lora_proj)p), name);
         if (rp_lora_per_expert(cfg, (int)block, (rp_lora_proj)p))
-            ok = (slot = expert_of(after, proj_names[p], copies)) >= 0;
+            ok = (slot = expert_of(after, name, copies)) >= 0;
         else
             ok = copies == 1 && strcmp(after, want) == 0;
     }
@@ -282,7 +208,8 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
         if (any && !all && ((*targets >> p) & 1))
             s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules name %s in some blocks"
                              "%s only: roundpipe adapts a projection in every block%s", r->path,
-                             proj_names[p], ex ? " or experts" : "", ex ? " and expert" : "");
+                             rp_lora_proj_name((rp_lora_proj)p), ex ? " or experts" : "",
+                             ex ? " and expert" : "");
     }
     free(sp.bits);
     return s;
@@ -627,7 +554,8 @@ static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_con
     }
     for (int p = 0; p < RP_LORA_NPROJ; p++)
         if ((targets >> p) & 1)
-            json_object_array_add(t, json_object_new_string(proj_names[p]));
+            json_object_array_add(t,
+                                  json_object_new_string(rp_lora_proj_name((rp_lora_proj)p)));
     json_object_object_add(o, "peft_type", json_object_new_string("LORA"));
     json_object_object_add(o, "task_type", json_object_new_string("CAUSAL_LM"));
     json_object_object_add(o, "r", json_object_new_int(c->rank));

@@ -20,8 +20,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "io/peft.h"
-#include "kernels/cpu/rope.h"
+#include "io/config_lora.h"
+#include "kernels/rope_freq.h"
 #include "model/carve.h"
 #include "model/lora.h"
 #include "model/moe.h"

@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "io/peft.h"
-#include "kernels/cpu/ops.h"
+#include "io/config_lora.h"
 #include "model/layers.h"
 #include "model/moe.h"
 
@@ -422,24 +421,12 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         c->bwd_flops_per_token = cfg->lora.rank > 0
                                      ? c->fwd_flops_per_token + gemm + 2 * adapter + 2.5 * attn
                                      : c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
-        size_t w1 = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 1, seqlen);
-        size_t w2 = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 2, seqlen);
-        /* ws = fixed + per_token * tokens + per_seqlen * seqlen: two nseq
-         * values separate the per-token part from the rest */
-        c->work_floats_per_token = (w2 - w1) / (size_t)(seqlen > 0 ? seqlen : 1);
-        c->work_floats_fixed = w1 - c->work_floats_per_token * (size_t)seqlen;
         break;
     }
     case RP_LAYER_HEAD:
         c->fwd_flops_per_token = 2 * H * V;
         /* logits + dW + dx, one pass (LoRA: no dW) */
         c->bwd_flops_per_token = (cfg->lora.rank > 0 ? 2 : 3) * (2 * H * V);
-        /* one chunk of logits, and the losses of every token (two token
-         * counts separate the two) */
-        size_t w1 = rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 1024, 0);
-        size_t w2 = rp_head_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, 2048, 0);
-        c->work_floats_per_token = (w2 - w1) / 1024;
-        c->work_floats_fixed = w1 - c->work_floats_per_token * 1024;
         break;
     }
 }

@@ -59,7 +59,7 @@ typedef struct rp_block_offsets {
  * a[p] of projection p's A [r, in], b[p] of its B [out, r]; SIZE_MAX for a
  * projection the configuration does not target or the block does not have
  * (a dense block's router). A mixture-of-experts block's gate_proj, up_proj
- * and down_proj have one adapter per expert (io/peft.h rp_lora_copies):
+ * and down_proj have one adapter per expert (io/config_lora.h rp_lora_copies):
  * expert e's A at a[p] + e expert_stride[p], its B at b[p] + e
  * expert_stride[p]; expert_stride[p] is 0 for a single adapter. */
 typedef struct rp_lora_offsets {
@@ -75,9 +75,10 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err);
 /* Describe all num_hidden_layers + 2 layers: their trainable parameters.
  * The descriptors and their parameters are one allocation.
  * With LoRA (cfg->lora.rank > 0) those are the adapters only, under PEFT's
- * names (io/peft.h): a block holds the A and B of each targeted projection
- * it has (rp_lora_offsets; per expert in a mixture-of-experts block), the
- * embedding and the head hold nothing (numel 0); the frozen weights are
+ * names (io/config_lora.h rp_lora_tensor_name): a block holds the A and B
+ * of each targeted projection it has (rp_lora_offsets; per expert in a
+ * mixture-of-experts block), the embedding and the head hold nothing
+ * (numel 0); the frozen weights are
  * rp_model_base_layout's. *layers is malloc'ed; the caller frees it with
  * free(). A LoRA configuration with no target the model has, a dropout
  * outside [0, 1) or a non-finite alpha is an error, and so is a dropout
@@ -141,16 +142,12 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
  * fwd + gemm + 2*adapter + 2.5*attn (the input gradients of the base, two
  * products per adapter GEMM), the head's 2 * 2*H*V, the embedding's none.
  * act_floats_per_token: the layer input the checkpoint saves (H; 1 int32 for
- * the embedding's token ids counted as one float).
- * work_floats_per_token / work_floats_fixed: the layer's CPU workspace
- * (rp_block_workspace_floats etc.) as a + b*tokens at this S. */
+ * the embedding's token ids counted as one float). */
 typedef struct rp_layer_flops {
     double fwd_flops_per_token;
     double bwd_flops_per_token; /* recompute included */
     size_t param_numel;         /* padding included */
     size_t act_floats_per_token;
-    size_t work_floats_per_token;
-    size_t work_floats_fixed;
 } rp_layer_flops;
 
 void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,

@@ -1,7 +1,7 @@
 /* LoRA-augmented projections over the kernel ops (model/lora.h). */
 #include "model/lora.h"
 
-#include "io/peft.h"
+#include "io/config_lora.h"
 #include "model/carve.h"
 
 #define OP RP_OP

@@ -1,7 +1,7 @@
 /* LoRA on a mixture of experts' experts (model/moe.h): model/lora.h's
  * adapter steps, each expert's A and B over its grouped rows by the
  * grouped GEMMs. */
-#include "io/peft.h"
+#include "io/config_lora.h"
 #include "model/moe.h"
 
 #define OP RP_OP

@@ -5,7 +5,9 @@ librp_la_SOURCES += \
 	src/plan/layers_file.c src/plan/layers_file.h \
 	src/plan/plan.c src/plan/plan.h \
 	src/plan/schedule.c src/plan/schedule.h \
+	src/plan/machine.c src/plan/machine.h \
 	src/plan/simulate.c src/plan/simulate.h \
+	src/plan/sim_nodes.c src/plan/sim_nodes.h src/plan/sim_state.h \
 	src/plan/baseline.c src/plan/baseline.h \
 	src/plan/partition.c src/plan/partition.h \
 	src/plan/deal.c src/plan/deal.h

@@ -9,4 +9,5 @@ librp_la_SOURCES += \
 	src/kernels/cpu/swiglu.c src/kernels/cpu/swiglu.h \
 	src/kernels/cpu/lora.c src/kernels/cpu/lora.h src/kernels/dropout.h \
 	src/kernels/cpu/moe.c src/kernels/cpu/moe.h \
-	src/kernels/cpu/ops.c src/kernels/cpu/ops.h src/kernels/ops.h src/kernels/attn_shape.h
+	src/kernels/cpu/ops.c src/kernels/cpu/ops.h src/kernels/ops.h src/kernels/attn_shape.h \
+	src/kernels/rope_freq.c src/kernels/rope_freq.h

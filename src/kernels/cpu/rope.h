@@ -6,18 +6,7 @@
 
 #include <stdint.h>
 
-/* Frequency scaling of Llama 3.1 ("rope_type": "llama3"); factor <= 0 or a
- * NULL pointer means plain RoPE. */
-typedef struct rp_rope_llama3 {
-    double factor;
-    double low_freq_factor;
-    double high_freq_factor;
-    double original_max_position_embeddings;
-} rp_rope_llama3;
-
-/* inv_freq[i] for i < head_dim/2, computed in fp32 the way transformers
- * does: 1 / theta^(2i/head_dim), then the llama3 rescaling when given. */
-void rp_rope_inv_freq(float *inv_freq, int64_t head_dim, double theta, const rp_rope_llama3 *l3);
+#include "kernels/rope_freq.h" /* the frequencies the table is built from */
 
 /* cos/sin table for positions 0..seqlen-1: cs[p*half + i] = cos(p*f_i),
  * cs[seqlen*half + p*half + i] = sin(p*f_i), angles in fp32 as in

@@ -1,0 +1,80 @@
+/* The LoRA part of a model's config (io/config_lora.h). */
+#include "io/config_lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const proj_names[RP_LORA_NPROJ] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "gate"};
+
+const char *rp_lora_proj_name(rp_lora_proj p)
+{
+    return p >= 0 && p < RP_LORA_NPROJ ? proj_names[p] : "?";
+}
+
+int rp_lora_proj_parse(const char *name)
+{
+    for (int p = 0; p < RP_LORA_NPROJ; p++)
+        if (!strcmp(name, proj_names[p]))
+            return p;
+    return -1;
+}
+
+const char *rp_lora_proj_module(rp_lora_proj p)
+{
+    return p <= RP_LORA_O_PROJ ? "self_attn" : "mlp";
+}
+
+double rp_lora_scaling(const rp_lora_config *c)
+{
+    return c->use_rslora ? c->alpha / sqrt((double)c->rank) : c->alpha / (double)c->rank;
+}
+
+unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets)
+{
+    return rp_model_has_moe(cfg) ? targets : targets & ~(1u << RP_LORA_ROUTER);
+}
+
+int rp_lora_per_expert(const rp_model_config *cfg, int block, rp_lora_proj p)
+{
+    return p >= 0 && p < RP_LORA_NPROJ && ((RP_LORA_EXPERT_PROJS >> p) & 1u) &&
+           rp_model_block_is_moe(cfg, block);
+}
+
+int64_t rp_lora_copies(const rp_model_config *cfg, int block, rp_lora_proj p)
+{
+    if (p == RP_LORA_ROUTER)
+        return rp_model_block_is_moe(cfg, block) ? 1 : 0;
+    return rp_lora_per_expert(cfg, block, p) ? cfg->moe.num_experts : 1;
+}
+
+void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int64_t *in,
+                      int64_t *out)
+{
+    const int moe = rp_model_block_is_moe(cfg, block);
+    int64_t H = cfg->hidden_size, I = moe ? cfg->moe.moe_intermediate_size : cfg->intermediate_size;
+    int64_t q = cfg->num_attention_heads * cfg->head_dim;
+    int64_t kv = cfg->num_key_value_heads * cfg->head_dim;
+    switch (p) {
+    case RP_LORA_Q_PROJ: *in = H, *out = q; break;
+    case RP_LORA_K_PROJ:
+    case RP_LORA_V_PROJ: *in = H, *out = kv; break;
+    case RP_LORA_O_PROJ: *in = q, *out = H; break;
+    case RP_LORA_GATE_PROJ:
+    case RP_LORA_UP_PROJ: *in = H, *out = I; break;
+    case RP_LORA_DOWN_PROJ: *in = I, *out = H; break;
+    case RP_LORA_ROUTER: *in = moe ? H : 0, *out = moe ? cfg->moe.num_experts : 0; break;
+    default: *in = *out = 0; break;
+    }
+}
+
+void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf, size_t len)
+{
+    if (expert >= 0)
+        snprintf(buf, len, "base_model.model.model.layers.%d.mlp.experts.%d.%s.lora_%c.weight",
+                 block, expert, proj_names[p], b ? 'B' : 'A');
+    else
+        snprintf(buf, len, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", block,
+                 rp_lora_proj_module(p), proj_names[p], b ? 'B' : 'A');
+}
