@@ -26,8 +26,6 @@
 #include "model/lora.h"
 #include "model/moe.h"
 
-size_t rp_model_guard_floats = 0;
-
 /* The block's one-dimensional tensors (norm weights, biases): the fp32 ops
  * read them, whatever dtype the parameters come in. */
 enum { SMALL_IN_NORM, SMALL_POST_NORM, SMALL_Q_NORM, SMALL_K_NORM, SMALL_BQ, SMALL_BK, SMALL_BV,
