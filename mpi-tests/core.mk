@@ -3,3 +3,7 @@ TESTS += mpi-tests/test_core
 mpi_tests_test_core_SOURCES = mpi-tests/test_core.c
 mpi_tests_test_core_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_core_LDADD = $(RP_TEST_LDADD)
+
+# no call circle between the library's source files (tools/call-circles.py)
+TESTS += mpi-tests/test_layering.sh
+EXTRA_DIST += mpi-tests/test_layering.sh tools/call-circles.py
