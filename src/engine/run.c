@@ -257,6 +257,11 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
     RP_TRY(rp_run_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
     RP_TRY(rp_run_choose_plan(e, comm, err));
     RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));
+    if (e->nd.world_rank == 0 && e->device == RP_DEVICE_CPU && strstr(r->executors, "pthread build"))
+        rp_log(e->lg, RP_LOG_WARN, "the CPU executors' OpenBLAS is its pthread build, whose idle "
+               "workers spin beside roundpipe's threads (1.25x slower than its openmp build in "
+               "bench/README's figures); Debian: update-alternatives --config "
+               "libopenblas.so.0-x86_64-linux-gnu chooses the openmp one");
     e->store = r->pstore; /* for the node communicator while binding */
     s = rp_run_agree(e, bind_and_threads(e, err), comm, err);
     e->store = NULL;
