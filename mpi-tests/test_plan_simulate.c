@@ -8,7 +8,10 @@
  * uploads faster than compute are hidden; GPipe and 1F1B with equal stages
  * show the (S-1)/(M+S-1) bubble; exact is never faster than lagged; the
  * device memory of a job is its weights + the next job's + gradients +
- * activations + buffers + workspace.
+ * activations + buffers + workspace. Jobs stream versions: a job uploads
+ * each layer as its version lands and its first microbatch computes each
+ * layer's forward as soon as that layer is on the device (two layers,
+ * hand-computed, the version or the link the gate).
  * The sparse-embedding lever (what the engine does, --sparse-embedding 1):
  * off, it is the dense model whatever rows fraction is set; on, jobs holding
  * the embedding move only the rows' share of its weights and gradient (all
@@ -125,6 +128,43 @@ START_TEST(one_executor_runs_the_iteration_back_to_back)
     /* lagged hides it */
     mc.optimizer_lag = 1;
     CLOSE(sim(m, &p, &mc, &r), 3 * work);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(jobs_stream_versions_layer_by_layer)
+{
+    /* two layers, the tail holds both (fwd=;bwd=0-1), one executor, M = 2,
+     * exact, no clipping: fwd 1 and bwd 2 ms each, so a microbatch is
+     * 1 + 1 + 2 + 2 = 6 ms; each layer uploads in 1 ms (1e6 bytes) and
+     * updates in 2 ms (2e6 parameters). The job of iteration t ends at X;
+     * both gradients are on the host then; layer 0 updates X..X+2, layer 1
+     * X+2..X+4. Streaming: layer 0 uploads X+2..X+3, microbatch 0 runs its
+     * forward X+3..X+4; layer 1 uploads X+4..X+5 (its version), forward
+     * X+5..X+6; the backward X+6..X+10; microbatch 1 X+10..X+16: period 16
+     * (waiting for every layer before the upload, as before: X+4, upload to
+     * X+6, then 12 ms: 18) */
+    rp_cost_model *m = uniform(2, 1.0, 2.0);
+    for (int l = 0; l < 2; l++) {
+        m->layers[l].weight_bytes = 1000000;
+        m->layers[l].opt_params = 2000000;
+    }
+    rp_plan p;
+    rp_error err;
+    ck_assert_int_eq(rp_plan_parse("fwd=;bwd=0-1", 2, &p, &err), RP_OK);
+    rp_machine mc = machine(1, 2, 0);
+    rp_sim_result r;
+    CLOSE(sim(m, &p, &mc, &r), 16.0);
+    CLOSE(r.bubble[0], 4.0 / 16.0);
+    CLOSE(r.upload_ms, 2.0);
+    /* layer 1's update 0.5 ms (X+2..X+2.5): its upload waits for the link
+     * instead, X+3..X+4; forward X+4..X+5 (layer 0's ends X+4), backward to
+     * X+9, microbatch 1 to X+15: period 15 (before: X+2.5 + 2 + 12 = 16.5) */
+    m->layers[1].opt_params = 500000;
+    CLOSE(sim(m, &p, &mc, &r), 15.0);
+    /* lagged: the versions are long in, nothing waits: 12 */
+    mc.optimizer_lag = 1;
+    CLOSE(sim(m, &p, &mc, &r), 12.0);
     rp_cost_model_destroy(&m);
 }
 END_TEST
@@ -874,6 +914,7 @@ static Suite *plan_simulate_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, one_executor_runs_the_iteration_back_to_back);
     tcase_add_test(tc, round_robin_exact_pays_fill_and_drain);
+    tcase_add_test(tc, jobs_stream_versions_layer_by_layer);
     tcase_add_test(tc, uploads_are_hidden_or_the_bottleneck);
     tcase_add_test(tc, bound_weights_show_the_classic_bubble);
     tcase_add_test(tc, gpus_behind_one_switch_share_its_uplink);

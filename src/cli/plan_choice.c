@@ -2,6 +2,7 @@
  * memory of a plan, and the verdict line. */
 #include "cli/plan_choice.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,9 +149,10 @@ void rp_plan_verdict(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan
                  have > 0 ? size_text(have, s3, sizeof s3) : "");
         return;
     }
-    /* the smallest GPU whose memory less the reserve holds the buffers */
+    /* the smallest GPU whose memory less the reserve holds the buffers, in
+     * whole MiB: rounded up (to the nearest, 2435.1 named a GPU 0.1 MiB short) */
     const double reserve_mib = RP_CUDA_RESERVE_MIB;
-    const double smallest = (peak / mib + reserve_mib) * 20.0 / 19.0;
+    const double smallest = ceil((peak / mib + reserve_mib) * 20.0 / 19.0 - 1e-9);
     if (o->device_memory > 0 && !o->memory_limit_given) {
         double reserve = (double)rp_device_cuda_reserve_bytes(o->device_memory);
         *fits = peak + reserve <= (double)o->device_memory;

@@ -58,38 +58,97 @@ static double weights_ready(const rp_sim *sim, int t, int l)
     return ready;
 }
 
-/* Group g's jobs of iteration t, in order, on the executors the deal gives. */
+/* Layer l's share of job j's upload: its weight bytes (with sparse_embed,
+ * layer 0's rows the group reads, as job_times counts them) out of the
+ * job's, so the shares add up to upload_ms[j] whatever job_times charges. */
+static double layer_upload_ms(const rp_sim *sim, int j, int l)
+{
+    const rp_cost_model *m = sim->cost;
+    const rp_job *job = &sim->jobs[j];
+    double total = 0.0, mine = 0.0;
+    for (int k = job->first; k <= job->last; k++) {
+        double bytes = (double)rp_cost_weight_bytes(m, k, k);
+        if (sim->sparse_embed && k == 0)
+            bytes *= sim->group_rows_frac;
+        total += bytes;
+        if (k == l)
+            mine = bytes;
+    }
+    if (total <= 0.0) /* nothing uploaded: all of it on the first layer */
+        return l == job->first ? sim->upload_ms[j] : 0.0;
+    return sim->upload_ms[j] * mine / total;
+}
+
+/* Record that `executor` computed over [start, end), merging it into the
+ * interval before when that one is the executor's and ends at start. */
+static void add_interval(rp_sim *sim, int executor, double start, double end)
+{
+    if (sim->num_intervals > 0) {
+        rp_sim_interval *last = &sim->intervals[sim->num_intervals - 1];
+        if (last->executor == executor && last->end == start) {
+            last->end = end;
+            return;
+        }
+    }
+    sim->intervals[sim->num_intervals++] = (rp_sim_interval){start, end, executor};
+}
+
+/* Group g's jobs of iteration t, in order, on the executors the deal gives.
+ *
+ * Jobs stream versions (DESIGN 5a, as the engine runs them): a job uploads
+ * its layers in order, each as soon as that layer is at the version the job
+ * needs (and the link and the job's buffer are free), not when all of them
+ * are; and its first microbatch runs the forward (the tail's, or a backward
+ * stage's recompute) of layer l as soon as layer l is on the device, then
+ * the rest of its work (loss, backward) once the last layer's forward is
+ * done. The later microbatches find every layer there. What a layer's
+ * forward is of a microbatch's job time is its fwd_ms (all of it when the
+ * job's time is less: kept layers that skip the recompute). */
 static void run_jobs(rp_sim *sim, int t, int g)
 {
     const rp_machine *mc = sim->machine;
+    const rp_cost_model *m = sim->cost;
     int previous_executor = -1;
     for (int j = 0; j < sim->num_jobs; j++) {
         const rp_job *job = &sim->jobs[j];
         int executor = rp_schedule_executor(sim->plan, mc->gpus, t, j, g);
         int gpu = rp_machine_gpu_of(mc, executor);
         rp_sim_executor *ex = &sim->executor[executor];
-        double weights_at = 0.0;
-        for (int l = job->first; l <= job->last; l++)
-            weights_at = rp_sim_max(weights_at, weights_ready(sim, t, l));
         const double *versions = source_versions(sim, t);
+        /* the job's buffer is free once the job two back on this executor is done */
+        double link_at = rp_sim_max(ex->upload_free, ex->previous_end);
         if (sim->gate_tail && job->kind == RP_JOB_TAIL && versions)
-            weights_at = rp_sim_max(weights_at, versions[sim->num_layers]);
-        double upload_start =
-            rp_sim_max(rp_sim_max(ex->upload_free, weights_at), ex->previous_end);
-        double upload_end = take_link(sim, gpu, 0, upload_start, sim->upload_ms[j]);
-        ex->upload_free = upload_end;
-        ex->upload_busy += upload_end - upload_start;
-        double clock = rp_sim_max(upload_end, ex->last_end);
+            link_at = rp_sim_max(link_at, versions[sim->num_layers]);
         double latency =
             (previous_executor >= 0 && previous_executor != executor) ? mc->transfer_ms : 0.0;
         double deferred =
             (mc->defer_wgrad && job->kind != RP_JOB_FWD) ? sim->job_wgrad_ms[j] : 0.0;
-        for (int mb = 0; mb < sim->group_microbatches; mb++) {
+        /* the first microbatch, layer by layer behind the uploads */
+        double streamed = rp_cost_fwd_ms(m, job->first, job->last);
+        double scale = streamed > sim->job_ms[j] && streamed > 0 ? sim->job_ms[j] / streamed : 1.0;
+        double clock = rp_sim_max(ex->last_end, j == 0 ? 0.0 : sim->previous_job_out[0] + latency);
+        for (int l = job->first; l <= job->last; l++) {
+            double upload_start = rp_sim_max(link_at, weights_ready(sim, t, l));
+            double upload_end = take_link(sim, gpu, 0, upload_start, layer_upload_ms(sim, j, l));
+            ex->upload_busy += upload_end - upload_start;
+            link_at = upload_end;
+            double start = rp_sim_max(clock, upload_end);
+            clock = start + m->layers[l].fwd_ms * scale;
+            add_interval(sim, executor, start, clock);
+        }
+        ex->upload_free = link_at;
+        double rest = sim->job_ms[j] - streamed * scale;
+        if (rest > 0) {
+            add_interval(sim, executor, clock, clock + rest);
+            clock += rest;
+        }
+        sim->this_job_out[0] = clock - deferred;
+        for (int mb = 1; mb < sim->group_microbatches; mb++) {
             double input_at = j == 0 ? 0.0 : sim->previous_job_out[mb] + latency;
             double start = rp_sim_max(clock, input_at);
             clock = start + sim->job_ms[j];
             sim->this_job_out[mb] = clock - deferred;
-            sim->intervals[sim->num_intervals++] = (rp_sim_interval){start, clock, executor};
+            add_interval(sim, executor, start, clock);
         }
         ex->previous_end = ex->last_end;
         ex->last_end = clock;
@@ -263,8 +322,9 @@ static rp_status sim_alloc(rp_sim *sim, rp_error *err)
 {
     const rp_machine *mc = sim->machine;
     int num_layers = sim->num_layers, num_jobs = sim->num_jobs;
-    size_t num_intervals =
-        (size_t)sim->iterations * sim->groups * num_jobs * sim->group_microbatches;
+    /* each job's microbatches, its first one's layers apart (run_jobs) */
+    size_t num_intervals = (size_t)sim->iterations * sim->groups *
+                           ((size_t)num_jobs * (sim->group_microbatches + 1) + 2 * num_layers);
     sim->jobs = malloc(sizeof *sim->jobs * num_jobs);
     sim->job_ms = malloc(sizeof(double) * num_jobs);
     sim->job_wgrad_ms = malloc(sizeof(double) * num_jobs);

@@ -7,9 +7,11 @@
  *   when that job ran on another executor (activations go through the host);
  * - weight upload: one host-to-device link per executor (link_gbs), weights
  *   uploaded once per job, prefetched into the second of two buffers as soon
- *   as the job two back on that executor has finished, and no earlier than
- *   the weights reach the version the job needs; the job starts when its
- *   upload is done and the previous job on the executor has finished;
+ *   as the job two back on that executor has finished; jobs stream versions:
+ *   the layers go up in order, each no earlier than it reaches the version
+ *   the job needs, and the first microbatch runs each layer's forward (or
+ *   recompute) as soon as that layer is up and the previous job on the
+ *   executor has finished, the rest of its work after the last layer's;
  * - gradient download: device-to-host on its own direction of the link,
  *   once per job after its last microbatch;
  * - optimizer: AdamW per layer on the CPU, opt_bytes_per_param bytes moved
