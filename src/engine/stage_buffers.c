@@ -2,6 +2,7 @@
  * job's weights upload (prefetch) while this job computes; a stage holding
  * the embedding uploads only the rows its pipeline's tokens read, gathered
  * on the host. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/executor_impl.h"
@@ -221,10 +222,32 @@ void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count)
     }
 }
 
+/* With --trace: the executor waited for weights from t0 to now, a span on
+ * the waits track naming what it waited for and the job ("weights of
+ * layers 0-3 (F0, pipeline 0, it 12)"), so a timeline shows how long a job
+ * stood still for its weights (tools/trace-weights-wait.py sums them). */
+static void trace_weights_wait(executor *x, const rp_job *job, int first, int last, int g,
+                               int64_t t, uint64_t t0)
+{
+    rp_engine *e = x->e;
+    if (!e->trace)
+        return;
+    char span[64], layers[24];
+    if (first == last)
+        snprintf(layers, sizeof layers, "layer %d", first);
+    else
+        snprintf(layers, sizeof layers, "layers %d-%d", first, last);
+    snprintf(span, sizeof span, "weights of %s (%s%d, pipeline %d, it %lld)", layers,
+             job->kind == RP_JOB_FWD ? "F" : job->kind == RP_JOB_TAIL ? "T" : "B", job->stage, g,
+             (long long)t);
+    rp_trace_span(e->trace, RP_TRACK_WAIT, span, t0, rp_trace_now_ns());
+}
+
 rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int j,
                            rp_error *err)
 {
     rp_engine *e = x->e;
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     stage_buf *pre = &x->buf[1 - x->cur];
     if (pre->t == t && pre->g == g && pre->j == j) {
         x->cur = 1 - x->cur;
@@ -235,6 +258,7 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
         RP_TRY(submit_upload(x, &x->buf[x->cur], job, t, g, j, RP_XFER_WEIGHTS, err));
         RP_TRY(wait_upload(x, &x->buf[x->cur], err));
     }
+    trace_weights_wait(x, job, job->first, job->last, g, t, t0);
     x->buf[1 - x->cur].t = 0;
     /* tell a lagged optimizer these weights may now change */
     for (int l = job->first; l <= job->last; l++)
