@@ -388,11 +388,6 @@ rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *e
     const int tied = rp_stage_needs_tied(e, job) && l == job->last; /* the head's matrix too */
     if (!b->ready[i]) {
         uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
-        int waits = b->pending[i] || (tied && b->pending[n]); /* for the trace: not at hand */
-        for (int k = 0; k < b->nreq && !waits; k++)
-            if (b->piece_of[k] == i || (tied && b->piece_of[k] == n))
-                waits = atomic_load_explicit(&b->req[k].state, memory_order_acquire) !=
-                        RP_XFER_DONE;
         RP_TRY(submit_landed(x, b, err));
         RP_TRY(wait_piece(x, b, i, err));
         if (tied)
@@ -402,8 +397,7 @@ rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *e
             if (b->piece_of[k] == i || (tied && b->piece_of[k] == n))
                 RP_TRY(rp_xfer_wait(x->xfer, &b->req[k], err));
         b->ready[i] = 1;
-        if (waits)
-            trace_weights_wait(x, job, l, l, b->g, b->t, t0);
+        trace_weights_wait(x, job, l, l, b->g, b->t, t0); /* once per layer and job */
     } else {
         RP_TRY(submit_landed(x, b, err));
     }
