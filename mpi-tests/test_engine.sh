@@ -18,6 +18,9 @@
 # - a job holding the embedding uploads only the table rows its tokens read
 #   and downloads only those rows' gradient (trace spans with their bytes:
 #   whole rows, fewer than the 96-row table of the qwen3 case);
+# - jobs stream their weights: a forward job computes its first layers
+#   while the update of its last layer (of the step before) still runs
+#   (trace spans);
 # - the embedding update goes by need: the rows the next step's tokens read
 #   first (RP_EV_ROWS), the rest later; with an untied embedding no job waits
 #   for the rest (a run whose rank 0 never raises its share's version of
@@ -128,6 +131,29 @@ for spec in "3:--pipelines 2:--pipelines 2" "1:--pipelines 2 --optimizer-lag 1:-
   [ ! -e "$tmp/badP/model.safetensors" ] && ok || bad "--pipelines: '$opts' wrote a model"
   rm -rf "$tmp/badP" "$tmp/badP.jsonl"
 done
+
+# jobs stream their weights: with clipping the updates after the global norm
+# go rows, block 1, block 2, ...; F0 (layers 0-2) of a step starts computing
+# before the update of its last layer of the step before has ended, in some
+# step (a job that waited for every layer's version before it began never
+# does: its compute starts after that update's span). The tiny model's blocks
+# take long enough to update for the overlap to show in every step.
+${MPIRUN:-mpirun} $flags -np 1 "$bin" train --init-config "$src/examples/tiny-config.json" \
+  --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 4 --microbatches 2 \
+  --steps 6 --grad-clip 1.0 --threads 1 --timeout 60 --progress none --device cpu \
+  --plan "fwd=0-2;bwd=3-5,0-2" --trace "$tmp/stream.json" > "$tmp/stream.out" 2>&1 \
+  || { bad "streaming: traced run failed"; cat "$tmp/stream.out"; }
+streamed=$(awk '
+  function field(s, key) { return match(s, "\"" key "\":[0-9.]+") ? substr(s, RSTART + length(key) + 3, RLENGTH - length(key) - 3) + 0 : -1 }
+  function step_of(s) { sub(/.*\(it /, "", s); sub(/\).*/, "", s); return s + 0 }
+  /"ph":"X"/ && /"pid":0,/ {
+    if (match($0, /"name":"F0 m0 \(it [0-9]+\)"/)) start[step_of(substr($0, RSTART, RLENGTH))] = field($0, "ts")
+    else if (match($0, /"name":"adamw layer 2 \(it [0-9]+\)"/))
+      done[step_of(substr($0, RSTART, RLENGTH)) + 1] = field($0, "ts") + field($0, "dur") }
+  END { n = 0; for (t in start) if ((t in done) && start[t] < done[t]) n++; print n }' "$tmp/stream.json")
+[ "${streamed:-0}" -ge 1 ] && ok \
+  || bad "streaming: in no step did F0 compute before the update of its layer 2 had ended"
+echo "streaming: F0 computed before its last layer's update ended in $streamed of 5 steps"
 
 # the embedding moves as rows: qwen3 has a 96 x 64 fp32 table (24576 B)
 run qwen3 2 "$tmp/rows" --trace "$tmp/rows.json" && same qwen3 "$tmp/qwen3-ref" "$tmp/rows" \

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Proves: the Chrome trace of a real run (2 ranks, 2 pipelines, so several
 # optimizer threads wait at once) has no partially overlapping slices on any
-# (pid, tid) track and one "step N" marker per step (trace_check); the
+# (pid, tid) track and one "step N" marker per step (trace_check), and a
+# span of the first forward job's wait for its weights in each step; the
 # checker itself rejects an overlapping pair and a missing step; the metrics
 # lines carry a wall-clock "time" and --log writes FILE.run.json describing
 # the run.
@@ -29,6 +30,11 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$src/examples/tiny-co
 after=$(date +%s)
 if "$check" "$tmp/trace.json" $steps > "$tmp/check" 2>&1; then ok; else bad "trace check"; fi
 cat "$tmp/check"
+# the executor's waits for weights are spans naming the layers and the job
+for it in 1 $steps; do
+  grep -q "\"name\":\"weights of layers\{0,1\} [0-9-]* (F0, pipeline 0, it $it)\"" "$tmp/trace.json" \
+    && ok || bad "trace: no span of F0's wait for its weights in step $it"
+done
 
 # every metrics line: the fields as before, then "time" within the run
 n=0

@@ -51,6 +51,10 @@ static void executor_free(executor *x)
         free(x->buf[b].off);
         free(x->buf[b].boff);
         free(x->buf[b].req);
+        free(x->buf[b].piece_of);
+        free(x->buf[b].pending);
+        free(x->buf[b].ready);
+        free((void *)x->buf[b].left);
         free(x->buf[b].rows);
         if (x->buf[b].gather_pinned)
             rp_device_host_unregister(x->dev, x->buf[b].gather);
@@ -132,12 +136,17 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].boff = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].req = calloc(rp_stage_max_reqs(e), sizeof(rp_xfer_req));
+        x->buf[b].piece_of = calloc(rp_stage_max_reqs(e), sizeof(int));
+        x->buf[b].pending = calloc((size_t)e->num_layers + 1, 1);
+        x->buf[b].ready = calloc((size_t)e->num_layers + 1, 1);
+        x->buf[b].left = calloc((size_t)e->num_layers + 1, sizeof(_Atomic int));
         x->buf[b].rows =
             malloc((size_t)(e->micro_per_pipeline * e->tokens_per_micro) * sizeof(int32_t));
         if (posix_memalign((void **)&x->buf[b].gather, 4096, gather_bytes) != 0)
             x->buf[b].gather = NULL;
         ok &= x->buf[b].w && x->buf[b].off && x->buf[b].boff && x->buf[b].req && x->buf[b].rows &&
-              x->buf[b].gather;
+              x->buf[b].gather && x->buf[b].piece_of && x->buf[b].pending && x->buf[b].ready &&
+              x->buf[b].left;
     }
     x->grads = falloc(x, gmax, err);
     if (e->o->grad_dtype == RP_BF16 && x->grads)

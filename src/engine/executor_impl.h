@@ -19,6 +19,19 @@ typedef struct stage_buf {
     int nreq;
     int64_t t;           /* iteration, pipeline and job the buffer holds (t = 0: nothing) */
     int g, j;
+    /* Uploads stream piece by piece: piece i < n is layer first+i, piece n
+     * (a tied head only) the embedding as the LM head; a piece's trainable
+     * weights are submitted once its version is in (the update gate), its
+     * frozen base at once, and compute of a layer waits for its pieces only */
+    rp_engine *e;
+    rp_job job;
+    rp_xfer_class cls;   /* the class of the pieces still to submit */
+    int *piece_of;       /* [rp_stage_max_reqs(e)] the piece each request uploads */
+    unsigned char *pending; /* [nlayers + 1] the piece waits for its version */
+    unsigned char *ready;   /* [nlayers] layer first+i's pieces are on the device */
+    _Atomic int *left;   /* [nlayers] layer first+i's uploads not done (a tied head's matrix
+                            counts with the head), plus one while a prefetched job has not
+                            started: at 0 the job says it uploaded the layer */
     /* a stage with the embedding holds only the rows its pipeline's tokens
      * read: their sorted ids, gathered on the host into `gather` (pinned)
      * and uploaded; tokens are renumbered to positions in `rows` */
@@ -95,13 +108,18 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off);
  * `gather` and reads them there). */
 size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff);
 
-/* The weights of job j of pipeline g in iteration t on the device, in
- * x->buf[x->cur]: the buffer the previous job prefetched them into, or
- * uploaded now once they are at the version the iteration needs; then the
- * next job's weights are prefetched into the other buffer when they are
- * ready already. A lagged optimizer is told the weights were read. */
+/* Job j of pipeline g in iteration t starts: its weights go to
+ * x->buf[x->cur] (the buffer the previous job began to prefetch them into,
+ * or this one), each layer as soon as its version is in, and the next job's
+ * prefetch begins in the other buffer. Waits for nothing, except with a
+ * lagged optimizer (rp_gate_weights_before_compute) for every version. */
 rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int j,
                            rp_error *err);
+
+/* Before the running job computes layer l: wait until l's weights (a
+ * tied head's matrix with the head) are on the device, submitting what has
+ * landed meanwhile, of this job and of the next one's prefetch. */
+rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *err);
 
 /* Token ids to positions in the stage's embedding rows (all present: the
  * rows are this pipeline's tokens). */

@@ -29,8 +29,10 @@
  * |           |                        | the iteration whose update it holds)| (weights), the grad producers    |                            |
  * | rows      | 0 / rank share         | optimizer: the embedding rows the   | jobs reading the embedding only  | -                          |
  * |           |                        | next iteration reads are updated    | through their tokens             |                            |
- * | uploaded  | weights (parity, job   | executor: a job uploaded a layer    | a lagged optimizer, before it    | -                          |
- * |           | kind, layer) /pipeline |                                     | changes the layer                |                            |
+ * | uploaded  | weights (parity, job   | executor (transfer worker): a       | a lagged optimizer, before it    | -                          |
+ * |           | kind, layer) /pipeline | started job's uploads of the layer  | changes the layer                |                            |
+ * |           |                        | ended (a tied head's matrix counts  |                                  |                            |
+ * |           |                        | with the head)                      |                                  |                            |
  * | written   | layer / -              | the checkpoint writer (rank 0): the | the update that would change the | the layer's state to write |
  * |           |                        | layer's state is in the checkpoint  | layer next (every rank's share), | (version, or summed with a |
  * |           |                        | of step `value`                     | rp_gate_wait_update              | lagged optimizer)          |
@@ -104,7 +106,9 @@ int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version
 void rp_proto_publish_version(rp_engine *e, int l, int64_t t); /* this rank's share */
 void rp_proto_publish_rows(rp_engine *e, int64_t t);            /* this rank's share */
 /* A job of pipeline g in iteration t (a forward job, or a tail/backward
- * one) uploaded layer l; a lagged optimizer waits for it. */
+ * one) uploaded layer l (said by the executor's transfer worker when the
+ * layer's last upload ends, once the job has started); a lagged optimizer
+ * waits for it. */
 void rp_proto_publish_uploaded(rp_engine *e, int forward_job, int l, int g, int64_t t);
 rp_status rp_proto_wait_uploaded(rp_engine *e, int forward_job, int l, int g, int64_t t,
                                  const char *job, rp_error *err);

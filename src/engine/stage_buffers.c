@@ -1,7 +1,19 @@
 /* The executor's stage buffers: two device buffers of weights, so the next
  * job's weights upload (prefetch) while this job computes; a stage holding
  * the embedding uploads only the rows its pipeline's tokens read, gathered
- * on the host. */
+ * on the host.
+ *
+ * Uploads stream (DESIGN 5a): a job's weights are pieces, one per layer and
+ * a tied head's matrix; a piece is submitted as soon as the update gate
+ * says its version is in (a LoRA base, frozen, at once), and the compute of
+ * a layer waits only for its own pieces (rp_stage_wait_layer). Nothing runs
+ * in the background: the executor thread looks for pieces that have landed
+ * whenever it is about to compute a layer (and when a job starts), for the
+ * running job and for the next job's prefetch, and blocks on the gate only
+ * for the layer it must compute next. The transfer engine's classes still
+ * order the bytes: the running job's pieces as weights, the next job's as
+ * prefetch (a prefetched piece keeps its class once that job runs). */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/executor_impl.h"
@@ -59,29 +71,6 @@ size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
     return n - start;
 }
 
-/* The rows of the embedding table (elements of wb bytes) this pipeline's
- * tokens read, gathered into the stage's pinned buffer; a request (r, when
- * not NULL) uploads them to its dst. */
-static rp_status gather_rows(rp_engine *e, stage_buf *b, rp_xfer_req *r, const void *table,
-                             size_t wb, int64_t t, int g, int j, rp_error *err)
-{
-    b->nrows = rp_engine_rows(e, t, g, b->rows);
-    if (b->nrows < 0)
-        return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
-                            e->nd.world_rank, j);
-    size_t row = (size_t)e->hidden * wb;
-    char *gather = b->gather;
-#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
-    for (int64_t i = 0; i < b->nrows; i++)
-        memcpy(gather + (size_t)i * row, (const char *)table + (size_t)b->rows[i] * row, row);
-    if (!r)
-        return RP_OK;
-    r->src = b->gather;
-    r->bytes = (size_t)b->nrows * row;
-    r->tag = "embedding rows";
-    return RP_OK;
-}
-
 size_t rp_stage_max_reqs(const rp_engine *e)
 {
     size_t n = 1; /* a tied head's matrix */
@@ -90,26 +79,96 @@ size_t rp_stage_max_reqs(const rp_engine *e)
     return n;
 }
 
+/* The rows of the embedding this pipeline's tokens read in iteration t,
+ * sorted (the tokens are renumbered to positions in them): known before
+ * the weights' version is. */
+static rp_status list_rows(rp_engine *e, stage_buf *b, rp_error *err)
+{
+    b->nrows = rp_engine_rows(e, b->t, b->g, b->rows);
+    if (b->nrows < 0)
+        return rp_error_set(err, RP_ERR_NOMEM, "rank %d: embedding rows of job %d",
+                            e->nd.world_rank, b->j);
+    return RP_OK;
+}
+
+/* Those rows of the embedding table (elements of wb bytes) gathered into
+ * the stage's pinned buffer; a request (r, when not NULL) uploads them to
+ * its dst. */
+static void gather_rows(rp_engine *e, stage_buf *b, rp_xfer_req *r, const void *table, size_t wb)
+{
+    size_t row = (size_t)e->hidden * wb;
+    char *gather = b->gather;
+#pragma omp parallel for schedule(static) if (b->nrows * e->hidden > 65536)
+    for (int64_t i = 0; i < b->nrows; i++)
+        memcpy(gather + (size_t)i * row, (const char *)table + (size_t)b->rows[i] * row, row);
+    if (!r)
+        return;
+    r->src = b->gather;
+    r->bytes = (size_t)b->nrows * row;
+    r->tag = "embedding rows";
+}
+
+/* Pieces of the buffer's job: its layers, and a tied head's matrix. */
+static int layer_pieces(const stage_buf *b)
+{
+    return b->job.last - b->job.first + 1;
+}
+
+/* The layer (index from first) a piece's uploads count for: a tied head's
+ * matrix counts with the head. */
+static int layer_of_piece(const stage_buf *b, int p)
+{
+    return p < layer_pieces(b) ? p : layer_pieces(b) - 1;
+}
+
+/* A lagged optimizer waits for a job's uploads of a layer (protocol.h's
+ * uploaded): said once its last upload is done and the job has started.
+ * (A prefetched job that a stop keeps from running never says it: the
+ * optimizer reads the stop first.) */
+static void layer_uploaded(stage_buf *b, int i)
+{
+    if (atomic_fetch_sub(&b->left[i], 1) == 1)
+        rp_proto_publish_uploaded(b->e, b->job.kind == RP_JOB_FWD, b->job.first + i, b->g, b->t);
+}
+
+/* The transfer engine's worker, when an upload ends. */
+static void upload_done(rp_xfer_req *r, void *arg, rp_xfer_state state)
+{
+    stage_buf *b = arg;
+    if (state == RP_XFER_DONE)
+        layer_uploaded(b, layer_of_piece(b, b->piece_of[r - b->req]));
+}
+
+static rp_xfer_req *new_request(stage_buf *b, int p, size_t dst)
+{
+    rp_xfer_req *r = &b->req[b->nreq];
+    b->piece_of[b->nreq++] = p;
+    memset(r, 0, sizeof *r);
+    r->dst = (char *)b->w + dst * rp_dtype_size(b->e->p->compute_dtype);
+    r->cls = b->cls;
+    r->done = upload_done;
+    r->done_arg = b;
+    return r;
+}
+
 /* LoRA: the frozen base of layer l, tensor by tensor (the embedding's
- * rows as the pipeline's tokens read them). */
-static rp_status submit_base(executor *x, stage_buf *b, int l, int i, int64_t t, int g, int j,
-                             rp_xfer_class cls, rp_error *err)
+ * rows as the pipeline's tokens read them); it has no version. */
+static rp_status submit_base(executor *x, stage_buf *b, int l, rp_error *err)
 {
     rp_engine *e = x->e;
     const size_t wb = rp_dtype_size(e->p->compute_dtype);
+    const int i = l - b->job.first;
     const rp_weight_piece *pc;
     int n = rp_frozen_base_pieces(e->base, l, &pc);
-    if (e->base_in_place) /* read where it lies; only the embedding's rows are gathered */
-        return l == 0 ? gather_rows(e, b, NULL, pc[0].src,
-                                    rp_dtype_size(rp_frozen_base_dtype(e->base)), t, g, j, err)
-                      : RP_OK;
+    if (e->base_in_place) { /* read where it lies; only the embedding's rows are gathered */
+        if (l == 0)
+            gather_rows(e, b, NULL, pc[0].src, rp_dtype_size(rp_frozen_base_dtype(e->base)));
+        return RP_OK;
+    }
     for (int k = 0; k < (l == 0 ? 1 : n); k++) {
-        rp_xfer_req *r = &b->req[b->nreq++];
-        memset(r, 0, sizeof *r);
-        r->dst = (char *)b->w + (b->boff[i] + pc[k].at) * wb;
-        r->cls = cls;
+        rp_xfer_req *r = new_request(b, i, b->boff[i] + pc[k].at);
         if (l == 0) {
-            RP_TRY(gather_rows(e, b, r, pc[0].src, wb, t, g, j, err));
+            gather_rows(e, b, r, pc[0].src, wb);
         } else {
             r->src = pc[k].src;
             r->bytes = pc[k].numel * wb;
@@ -120,53 +179,115 @@ static rp_status submit_base(executor *x, stage_buf *b, int l, int i, int64_t t,
     return RP_OK;
 }
 
-static rp_status submit_upload(executor *x, stage_buf *b, const rp_job *job, int64_t t, int g,
-                               int j, rp_xfer_class cls, rp_error *err)
+/* Requests of a frozen base (uploads that count for the layer). */
+static int base_requests(const rp_engine *e, int l)
+{
+    const rp_weight_piece *pc;
+    if (!e->lora || e->base_in_place)
+        return 0;
+    return l == 0 ? 1 : rp_frozen_base_pieces(e->base, l, &pc);
+}
+
+/* Piece p's trainable weights, its version being in. */
+static rp_status submit_piece(executor *x, stage_buf *b, int p, rp_error *err)
 {
     rp_engine *e = x->e;
-    rp_stage_floats(e, job, b->off);
-    rp_stage_base_floats(e, job, b->boff);
-    b->nreq = 0;
-    b->t = t;
-    b->g = g;
-    b->j = j;
-    const size_t wb = rp_dtype_size(e->p->compute_dtype); /* bytes of a weight element */
-    for (int l = job->first; l <= job->last; l++) {
-        if (e->lora) /* the frozen base; the trainable part, when there is one */
-            RP_TRY(submit_base(x, b, l, l - job->first, t, g, j, cls, err));
-        if (e->lora && rp_layer_numel(e, l) == 0)
-            continue;
-        rp_xfer_req *r = &b->req[b->nreq++];
-        memset(r, 0, sizeof *r);
-        r->dst = (char *)b->w + b->off[l - job->first] * wb;
-        r->cls = cls;
-        if (l == 0) { /* only the rows this pipeline's tokens read */
-            RP_TRY(gather_rows(e, b, r, e->p->st[0].compute, wb, t, g, j, err));
-        } else {
-            r->src = e->p->st[l].compute;
-            r->bytes = rp_layer_numel(e, l) * wb;
-            r->tag = "weights";
-        }
-        RP_TRY(rp_xfer_submit(x->xfer, r, err));
-    }
-    if (rp_stage_needs_tied(e, job)) {
-        rp_xfer_req *r = &b->req[b->nreq++];
-        memset(r, 0, sizeof *r);
-        r->dst = (char *)b->w + b->off[e->num_layers] * wb;
+    const size_t wb = rp_dtype_size(e->p->compute_dtype);
+    b->pending[p] = 0;
+    if (p == layer_pieces(b)) { /* the embedding as a tied LM head */
+        rp_xfer_req *r = new_request(b, p, b->off[e->num_layers]);
         r->src = e->p->st[0].compute;
         r->bytes = (size_t)(e->p->cfg.vocab_size * e->hidden) * wb;
-        r->cls = cls;
         r->tag = "tied-head";
-        RP_TRY(rp_xfer_submit(x->xfer, r, err));
+        return rp_xfer_submit(x->xfer, r, err);
     }
+    int l = b->job.first + p;
+    rp_xfer_req *r = new_request(b, p, b->off[p]);
+    if (l == 0) { /* only the rows this pipeline's tokens read */
+        gather_rows(e, b, r, e->p->st[0].compute, wb);
+    } else {
+        r->src = e->p->st[l].compute;
+        r->bytes = rp_layer_numel(e, l) * wb;
+        r->tag = "weights";
+    }
+    return rp_xfer_submit(x->xfer, r, err);
+}
+
+/* The layer the gate is asked about for piece p. */
+static int gate_layer(const stage_buf *b, int p)
+{
+    return p == layer_pieces(b) ? 0 : b->job.first + p;
+}
+
+/* Submit every piece of the buffer's job whose version is in (not
+ * waiting). */
+static rp_status submit_landed(executor *x, stage_buf *b, rp_error *err)
+{
+    if (b->t == 0)
+        return RP_OK;
+    int tied = rp_stage_needs_tied(x->e, &b->job);
+    for (int p = 0; p <= layer_pieces(b); p++)
+        if (b->pending[p] && rp_gate_layer_weights_ready(x->e, gate_layer(b, p), tied, b->t))
+            RP_TRY(submit_piece(x, b, p, err));
     return RP_OK;
 }
 
-static rp_status wait_upload(executor *x, stage_buf *b, rp_error *err)
+/* Wait (at the gate, naming the layer) for piece p's version, then
+ * submit it. */
+static rp_status wait_piece(executor *x, stage_buf *b, int p, rp_error *err)
 {
-    for (int i = 0; i < b->nreq; i++)
-        RP_TRY(rp_xfer_wait(x->xfer, &b->req[i], err));
-    return RP_OK;
+    if (!b->pending[p])
+        return RP_OK;
+    RP_TRY(rp_gate_wait_layer_weights(x->e, gate_layer(b, p), rp_stage_needs_tied(x->e, &b->job),
+                                      b->t, x->name, err));
+    return submit_piece(x, b, p, err);
+}
+
+/* Every upload submitted into the buffer has ended (before it is reused). */
+static rp_status finish(executor *x, stage_buf *b, rp_error *err)
+{
+    rp_status s = RP_OK;
+    for (int k = 0; k < b->nreq; k++) {
+        rp_status sk = rp_xfer_wait(x->xfer, &b->req[k], err);
+        s = s == RP_OK ? sk : s;
+    }
+    b->nreq = 0;
+    return s;
+}
+
+/* Begin job (t, g, j)'s weights in buffer b: its layout, its embedding
+ * rows, its frozen bases, and every piece already at its version; the rest
+ * waits (submit_landed, wait_piece). `started`: the job runs now (else a
+ * prefetch, whose uploads count once it starts: rp_stage_acquire). */
+static rp_status begin(executor *x, stage_buf *b, const rp_job *job, int64_t t, int g, int j,
+                       int started, rp_error *err)
+{
+    rp_engine *e = x->e;
+    RP_TRY(finish(x, b, err));
+    b->e = e;
+    b->job = *job;
+    b->t = t;
+    b->g = g;
+    b->j = j;
+    b->cls = started ? RP_XFER_WEIGHTS : RP_XFER_PREFETCH;
+    rp_stage_floats(e, job, b->off);
+    rp_stage_base_floats(e, job, b->boff);
+    if (job->first == 0)
+        RP_TRY(list_rows(e, b, err));
+    const int n = layer_pieces(b), tied = rp_stage_needs_tied(e, job);
+    for (int i = 0; i < n; i++) {
+        int l = job->first + i, trainable = !(e->lora && rp_layer_numel(e, l) == 0);
+        int uploads = base_requests(e, l) + trainable + (tied && i == n - 1);
+        b->pending[i] = (unsigned char)trainable;
+        b->ready[i] = 0;
+        atomic_store(&b->left[i], uploads + !started);
+        if (started && uploads == 0) /* nothing to upload (a base read in place) */
+            rp_proto_publish_uploaded(e, job->kind == RP_JOB_FWD, l, g, t);
+    }
+    b->pending[n] = (unsigned char)tied;
+    for (int l = job->first; e->lora && l <= job->last; l++)
+        RP_TRY(submit_base(x, b, l, err));
+    return submit_landed(x, b, err);
 }
 
 /* Next job of this rank after (t, g, j), if any within the run: a rank
@@ -191,21 +312,6 @@ static int next_job(const rp_engine *e, int64_t t, int g, int j, int64_t *nt, in
     }
 }
 
-/* Prefetch the next job's weights into the other buffer when they are
- * already at the version it needs (otherwise it uploads at its start). */
-static rp_status maybe_prefetch(executor *x, int64_t t, int g, int j, rp_error *err)
-{
-    rp_engine *e = x->e;
-    int64_t nt;
-    int ng, nj;
-    if (!next_job(e, t, g, j, &nt, &ng, &nj))
-        return RP_OK;
-    rp_job job = rp_schedule_job(&e->plan, nj);
-    if (!rp_gate_weights_ready(e, job.first, job.last, rp_stage_needs_tied(e, &job), nt))
-        return RP_OK;
-    return submit_upload(x, &x->buf[1 - x->cur], &job, nt, ng, nj, RP_XFER_PREFETCH, err);
-}
-
 void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count)
 {
     for (int64_t i = 0; i < count; i++) {
@@ -221,23 +327,79 @@ void rp_stage_renumber(const stage_buf *b, int32_t *ids, int64_t count)
     }
 }
 
+/* With --trace: the executor waited for weights from t0 to now, a span on
+ * the waits track naming what it waited for and the job ("weights of
+ * layers 0-3 (F0, pipeline 0, it 12)"), so a timeline shows how long a job
+ * stood still for its weights (tools/trace-weights-wait.py sums them). */
+static void trace_weights_wait(executor *x, const rp_job *job, int first, int last, int g,
+                               int64_t t, uint64_t t0)
+{
+    rp_engine *e = x->e;
+    if (!e->trace)
+        return;
+    char span[64], layers[24];
+    if (first == last)
+        snprintf(layers, sizeof layers, "layer %d", first);
+    else
+        snprintf(layers, sizeof layers, "layers %d-%d", first, last);
+    snprintf(span, sizeof span, "weights of %s (%s%d, pipeline %d, it %lld)", layers,
+             job->kind == RP_JOB_FWD ? "F" : job->kind == RP_JOB_TAIL ? "T" : "B", job->stage, g,
+             (long long)t);
+    rp_trace_span(e->trace, RP_TRACK_WAIT, span, t0, rp_trace_now_ns());
+}
+
 rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int j,
                            rp_error *err)
 {
     rp_engine *e = x->e;
     stage_buf *pre = &x->buf[1 - x->cur];
-    if (pre->t == t && pre->g == g && pre->j == j) {
+    if (pre->t == t && pre->g == g && pre->j == j) { /* prefetched: the job starts */
         x->cur = 1 - x->cur;
-        RP_TRY(wait_upload(x, pre, err));
+        pre->cls = RP_XFER_WEIGHTS;
+        for (int i = 0; i < layer_pieces(pre); i++)
+            layer_uploaded(pre, i);
     } else {
-        RP_TRY(rp_gate_wait_weights(e, job->first, job->last, rp_stage_needs_tied(e, job), t,
-                                    x->name, err));
-        RP_TRY(submit_upload(x, &x->buf[x->cur], job, t, g, j, RP_XFER_WEIGHTS, err));
-        RP_TRY(wait_upload(x, &x->buf[x->cur], err));
+        RP_TRY(begin(x, &x->buf[x->cur], job, t, g, j, 1, err));
     }
-    x->buf[1 - x->cur].t = 0;
-    /* tell a lagged optimizer these weights may now change */
-    for (int l = job->first; l <= job->last; l++)
-        rp_proto_publish_uploaded(e, job->kind == RP_JOB_FWD, l, g, t);
-    return maybe_prefetch(x, t, g, j, err);
+    stage_buf *b = &x->buf[x->cur];
+    RP_TRY(submit_landed(x, b, err));
+    if (rp_gate_weights_before_compute(e)) { /* every version, in layer order */
+        uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        for (int p = 0; p <= layer_pieces(b); p++)
+            RP_TRY(wait_piece(x, b, p, err));
+        trace_weights_wait(x, job, job->first, job->last, g, t, t0);
+    }
+    int64_t nt;
+    int ng, nj;
+    stage_buf *next = &x->buf[1 - x->cur];
+    if (!next_job(e, t, g, j, &nt, &ng, &nj)) {
+        next->t = 0;
+        return RP_OK;
+    }
+    rp_job njob = rp_schedule_job(&e->plan, nj);
+    return begin(x, next, &njob, nt, ng, nj, 0, err);
+}
+
+rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *err)
+{
+    rp_engine *e = x->e;
+    stage_buf *b = &x->buf[x->cur];
+    const int i = l - job->first, n = layer_pieces(b);
+    const int tied = rp_stage_needs_tied(e, job) && l == job->last; /* the head's matrix too */
+    if (!b->ready[i]) {
+        uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        RP_TRY(submit_landed(x, b, err));
+        RP_TRY(wait_piece(x, b, i, err));
+        if (tied)
+            RP_TRY(wait_piece(x, b, n, err));
+        RP_TRY(submit_landed(x, b, err)); /* what landed while it waited */
+        for (int k = 0; k < b->nreq; k++)
+            if (b->piece_of[k] == i || (tied && b->piece_of[k] == n))
+                RP_TRY(rp_xfer_wait(x->xfer, &b->req[k], err));
+        b->ready[i] = 1;
+        trace_weights_wait(x, job, l, l, b->g, b->t, t0); /* once per layer and job */
+    } else {
+        RP_TRY(submit_landed(x, b, err));
+    }
+    return submit_landed(x, &x->buf[1 - x->cur], err);
 }

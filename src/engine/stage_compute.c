@@ -109,6 +109,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
                                float *saved, int64_t t, rp_error *err)
 {
     rp_engine *e = x->e;
+    RP_TRY(rp_stage_wait_layer(x, job, l, err));
     double t0 = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
@@ -144,6 +145,7 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     rp_engine *e = x->e;
     if (l == 0 && e->lora) /* a frozen embedding: nothing to compute */
         return RP_OK;
+    RP_TRY(rp_stage_wait_layer(x, job, l, err));
     double t0 = rp_now();
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
@@ -267,6 +269,7 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
     /* the loss slot of this iteration must have been read by the logger */
     RP_TRY(rp_proto_wait_losses_free(e, t, x->name, err));
     RP_TRY(aux_grad(x, t, m, e->raux.coef > 0 ? &rp_router_aux_values(e, t)[m] : NULL, err));
+    RP_TRY(rp_stage_wait_layer(x, job, head, err));
     rp_stage_weights w = stage_view(x, job);
     rp_head_weights hw;
     rp_stage_weights_head(e, &w, head, &hw);

@@ -39,25 +39,22 @@ static int rows_only(int l, int tied_head)
     return l == 0 && !tied_head;
 }
 
-rp_status rp_gate_wait_weights(rp_engine *e, int first, int last, int tied_head, int64_t t,
-                               const char *who, rp_error *err)
+rp_status rp_gate_wait_layer_weights(rp_engine *e, int l, int tied_head, int64_t t,
+                                     const char *who, rp_error *err)
 {
     uint64_t need = rp_gate_version_read(e, t);
-    int64_t step = step_of_version(e, need);
-    for (int l = first; l <= last; l++)
-        RP_TRY(rp_proto_wait_layer(e, l, rows_only(l, tied_head), need, step, who, 0, err));
-    if (tied_head && first > 0)
-        RP_TRY(rp_proto_wait_layer(e, 0, 0, need, step, who, 0, err));
-    return RP_OK;
+    return rp_proto_wait_layer(e, l, rows_only(l, tied_head), need, step_of_version(e, need),
+                               who, 0, err);
 }
 
-int rp_gate_weights_ready(const rp_engine *e, int first, int last, int tied_head, int64_t t)
+int rp_gate_layer_weights_ready(const rp_engine *e, int l, int tied_head, int64_t t)
 {
-    uint64_t need = rp_gate_version_read(e, t);
-    for (int l = first; l <= last; l++)
-        if (!rp_proto_layer_at(e, l, rows_only(l, tied_head), need))
-            return 0;
-    return !(tied_head && !rp_proto_layer_at(e, 0, 0, need));
+    return rp_proto_layer_at(e, l, rows_only(l, tied_head), rp_gate_version_read(e, t));
+}
+
+int rp_gate_weights_before_compute(const rp_engine *e)
+{
+    return e->o->optimizer_lag != 0;
 }
 
 /* The host buffers of step t-1 must have been consumed by its update

@@ -11,9 +11,14 @@
  *
  * | who waits                     | on what                                   | why                              | here                         |
  * |-------------------------------|-------------------------------------------|----------------------------------|------------------------------|
- * | a job of step t, before it    | every share of each of its layers at      | the weights of step t: t-1, or   | rp_gate_wait_weights,        |
- * | uploads its layers            | rp_gate_version_read(t) (the embedding    | t-2 lagged                       | rp_gate_weights_ready        |
- * |                               | read through tokens: its rows event)      |                                  | (the prefetch)               |
+ * | a job of step t, before it    | every share of that layer at              | the weights of step t: t-1, or   | rp_gate_wait_layer_weights,  |
+ * | uploads a layer's trainable   | rp_gate_version_read(t) (the embedding    | t-2 lagged. Each layer on its    | rp_gate_layer_weights_ready  |
+ * | weights (LoRA's frozen base:  | read through tokens: its rows event; a    | own: a job uploads a layer as its| (polled: the next job's      |
+ * | nothing)                      | tied head: the embedding's version)       | version lands, computes a layer  | prefetch, the running job's  |
+ * |                               |                                           | once it is on the device         | later layers)                |
+ * | a job of step t, before it    | lagged: every layer of the job at its     | a lagged update waits for the    | rp_gate_weights_before_      |
+ * | computes                      | version, its upload submitted (in layer   | job's uploads: they must not     | compute                      |
+ * |                               | order)                                    | wait for the job's compute       |                              |
  * | a job of step t, before it    | its layers at version t-1 (the embedding: | the host gradient buffers of t-1 | rp_gate_wait_grad_buffers    |
  * | downloads its gradients       | summed at t-1)                            | were consumed by their update    |                              |
  * | the update of layer l, step t | several nodes: this rank's share summed   | node slices: the node            | rp_gate_wait_slice_summed    |
@@ -58,12 +63,22 @@ rp_gate_order rp_gate_order_of(const rp_engine *e);
 /* The version of a layer the jobs of step t read. */
 uint64_t rp_gate_version_read(const rp_engine *e, int64_t t);
 
-/* A job's layers first..last, and with `tied_head` the embedding it reads
- * as its LM head. Wait until they are at the version step t reads, or
- * whether they are already (without waiting). */
-rp_status rp_gate_wait_weights(rp_engine *e, int first, int last, int tied_head, int64_t t,
-                               const char *who, rp_error *err);
-int rp_gate_weights_ready(const rp_engine *e, int first, int last, int tied_head, int64_t t);
+/* Layer l of a job of step t (with `tied_head`: a job that reads the
+ * embedding as its LM head; l = 0 then stands for that matrix too, whose
+ * whole version it needs, where a job that reads the embedding only through
+ * its tokens needs only their rows). Wait until the layer is at the version
+ * step t reads, or whether it is already (without waiting: the polls of the
+ * stage buffers). Deadlines name the layer's event. */
+rp_status rp_gate_wait_layer_weights(rp_engine *e, int l, int tied_head, int64_t t,
+                                     const char *who, rp_error *err);
+int rp_gate_layer_weights_ready(const rp_engine *e, int l, int tied_head, int64_t t);
+
+/* Whether a job must have every layer's weights uploading before it
+ * computes (instead of each layer as its compute reaches it): with a lagged
+ * optimizer, whose update of step t waits for step t+1's uploads of the
+ * layer (rp_gate_wait_update), an upload that waited for the job's compute
+ * would wait on inputs that may follow that update on another executor. */
+int rp_gate_weights_before_compute(const rp_engine *e);
 
 /* Before a job of step t overwrites its layers' host gradient buffers. */
 rp_status rp_gate_wait_grad_buffers(rp_engine *e, int first, int last, int tied_head, int64_t t,
