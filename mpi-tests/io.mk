@@ -28,3 +28,5 @@ TESTS += mpi-tests/test_io_peft
 mpi_tests_test_io_peft_SOURCES = mpi-tests/test_io_peft.c
 mpi_tests_test_io_peft_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_peft_LDADD = $(RP_TEST_LDADD)
+# the Hub's gpt-oss-20b config.json (test_io_config, test_cli)
+EXTRA_DIST += mpi-tests/fixtures/gpt-oss/gpt-oss-20b-config.json
