@@ -88,7 +88,7 @@
 
 /* The function pointers of rp_kernel_ops, which check_complete names one by
  * one: a member added to the struct must be added there too. */
-#define RP_KERNEL_OPS_FUNCTIONS 36
+#define RP_KERNEL_OPS_FUNCTIONS 39
 _Static_assert(sizeof(rp_kernel_ops) ==
                    offsetof(rp_kernel_ops, attention_backward_scratch_floats) +
                        RP_KERNEL_OPS_FUNCTIONS * sizeof(void (*)(void)),
@@ -114,8 +114,11 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, rope_apply);
     EXPECT_FN(t, attention_forward);
     EXPECT_FN(t, attention_backward);
+    EXPECT_FN(t, attention_sink_backward);
     EXPECT_FN(t, swiglu_forward);
     EXPECT_FN(t, swiglu_backward);
+    EXPECT_FN(t, swiglu_clamped_forward);
+    EXPECT_FN(t, swiglu_clamped_backward);
     EXPECT_FN(t, scaled_add);
     EXPECT_FN(t, dropout);
     EXPECT_FN(t, moe_route);

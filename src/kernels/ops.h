@@ -125,6 +125,15 @@ typedef struct rp_kernel_ops {
                                     const void *dout, float *dq, float *dk, float *dv,
                                     float *scratch, rp_error *err);
 
+    /* The learned sinks' gradient (s->sinks != NULL; nothing otherwise):
+     * dsinks[h] += -sum over rows t in order of exp(sinks[h] - lse[t, h]) *
+     * (dout[t, h] . o[t, h]), from the forward's o and lse (o, dout in the
+     * compute dtype; dsinks fp32 [nheads]). The CUDA table refuses it (not
+     * built yet), as it refuses attention with a window or sinks. */
+    rp_status (*attention_sink_backward)(void *state, const rp_attn_shape *s, const void *o,
+                                         const float *lse, const void *dout, float *dsinks,
+                                         rp_error *err);
+
     /* ---- SwiGLU: m = silu(g) * u, elementwise over n -------------------- */
     rp_status (*swiglu_forward)(void *state, const float *g, const float *u, void *m, int64_t n,
                                 rp_error *err);
@@ -132,6 +141,17 @@ typedef struct rp_kernel_ops {
      * dtype is fp32. */
     rp_status (*swiglu_backward)(void *state, const float *g, const float *u, const float *dm,
                                  void *dg, void *du, int64_t n, rp_error *err);
+
+    /* gpt-oss's clamped SwiGLU (kernels/cpu/swiglu.h): gate = min(g, limit),
+     * up = clamp(u, -limit, limit), m = (up + 1) * gate * sigmoid(alpha *
+     * gate); the backward's clamp gradients are zero where a value was
+     * clamped (beyond the bound; at it they pass, as torch's). Aliasing as
+     * for swiglu. The CUDA table refuses both (not built yet). */
+    rp_status (*swiglu_clamped_forward)(void *state, const float *g, const float *u, float limit,
+                                        float alpha, void *m, int64_t n, rp_error *err);
+    rp_status (*swiglu_clamped_backward)(void *state, const float *g, const float *u,
+                                         float limit, float alpha, const float *dm, void *dg,
+                                         void *du, int64_t n, rp_error *err);
 
     /* ---- LoRA: the adapter's scaled add and its input dropout ---------- */
     /* y = alpha * x, or y = y + alpha * x with accumulate, elementwise over

@@ -174,6 +174,32 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
     return RP_OK;
 }
 
+static rp_status attention_sink_backward(void *state, const rp_attn_shape *s, const void *o,
+                                         const float *lse, const void *dout, float *dsinks,
+                                         rp_error *err)
+{
+    (void)state, (void)err;
+    rp_attn_sink_backward(s, o, lse, dout, dsinks);
+    return RP_OK;
+}
+
+static rp_status swiglu_clamped_forward(void *state, const float *g, const float *u, float limit,
+                                        float alpha, void *m, int64_t n, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_swiglu_clamped_forward(g, u, limit, alpha, m, n);
+    return RP_OK;
+}
+
+static rp_status swiglu_clamped_backward(void *state, const float *g, const float *u,
+                                         float limit, float alpha, const float *dm, void *dg,
+                                         void *du, int64_t n, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_swiglu_clamped_backward(g, u, limit, alpha, dm, dg, du, n);
+    return RP_OK;
+}
+
 static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
                                 rp_error *err)
 {
@@ -501,6 +527,9 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .rope_apply = rope_apply,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .attention_sink_backward = attention_sink_backward,
+    .swiglu_clamped_forward = swiglu_clamped_forward,
+    .swiglu_clamped_backward = swiglu_clamped_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .scaled_add = scaled_add,
