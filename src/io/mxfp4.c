@@ -74,7 +74,9 @@ rp_status rp_mxfp4_decode(const rp_safetensors_tensor *blocks,
         }
     float *f32 = dtype == RP_F32 ? dst : NULL;
     uint16_t *b16 = dtype == RP_BF16 ? dst : NULL;
-#pragma omp parallel for schedule(static)
+    /* rows are independent: any thread count gives the same bits; a small
+     * tensor is not worth waking threads for */
+#pragma omp parallel for schedule(static) if (rows * in >= 65536)
     for (int64_t r = 0; r < rows; r++) {
         const int64_t e = r / out, o = r % out;
         for (int64_t g = 0; g < groups; g++) {
