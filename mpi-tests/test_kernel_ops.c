@@ -88,7 +88,7 @@
 
 /* The function pointers of rp_kernel_ops, which check_complete names one by
  * one: a member added to the struct must be added there too. */
-#define RP_KERNEL_OPS_FUNCTIONS 39
+#define RP_KERNEL_OPS_FUNCTIONS 41
 _Static_assert(sizeof(rp_kernel_ops) ==
                    offsetof(rp_kernel_ops, attention_backward_scratch_floats) +
                        RP_KERNEL_OPS_FUNCTIONS * sizeof(void (*)(void)),
@@ -132,6 +132,8 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, grouped_linear_forward);
     EXPECT_FN(t, grouped_linear_backward_input);
     EXPECT_FN(t, grouped_linear_backward_weight);
+    EXPECT_FN(t, grouped_bias_forward);
+    EXPECT_FN(t, grouped_bias_backward);
     EXPECT_FN(t, cross_entropy);
     EXPECT_FN(t, sum_to_host);
     EXPECT_FN(t, check_ids);

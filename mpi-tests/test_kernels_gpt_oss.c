@@ -14,6 +14,13 @@
  *     formula in double forward and backward, its backward is the finite
  *     difference of the double formula off the clamps and zero past them
  *     (passing at the bound, as torch's clamp), in place too;
+ *   - the experts' biases: grouped_bias_forward adds expert e's bias to
+ *     exactly its rows (an expert with no rows never read, its pointer
+ *     NULL), y_compute the same values; grouped_bias_backward equals the
+ *     column sums in double within fp32 rounding, bit for bit the dense
+ *     bias gradient's order (rp_colsum_accumulate on the expert's rows),
+ *     accumulates, leaves an empty expert's gradient untouched, and bad
+ *     offsets are refused naming the op;
  *   - the ops table's entries call these kernels. */
 #include <math.h>
 #include <omp.h>
@@ -23,6 +30,7 @@
 
 #include "core/rng.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/ops.h"
@@ -413,6 +421,60 @@ START_TEST(table_entries)
 }
 END_TEST
 
+START_TEST(grouped_biases)
+{
+    const rp_kernel_ops *t = &rp_kernel_ops_cpu;
+    rp_error err = {0};
+    enum { E = 4, R = 13, OUT = 70 }; /* 70 columns: two of colsum's chunks */
+    const int32_t offsets[E + 1] = {0, 5, 5, 12, 13}; /* expert 1 has no rows */
+    float *b0 = rnd(OUT, 61, 1.0f), *b2 = rnd(OUT, 62, 1.0f), *b3 = rnd(OUT, 63, 1.0f);
+    const float *bias[E] = {b0, NULL, b2, b3};
+    float *y = rnd(R * OUT, 64, 1.0f), *y0 = malloc(sizeof(float) * R * OUT);
+    float *yc = malloc(sizeof(float) * R * OUT);
+    memcpy(y0, y, sizeof(float) * R * OUT);
+    ck_assert_int_eq(t->grouped_bias_forward(NULL, y, yc, bias, offsets, E, R, OUT, &err), RP_OK);
+    for (int e = 0; e < E; e++)
+        for (int r = offsets[e]; r < offsets[e + 1]; r++)
+            for (int c = 0; c < OUT; c++) {
+                const float want = y0[r * OUT + c] + bias[e][c];
+                ck_assert(y[r * OUT + c] == want && yc[r * OUT + c] == want);
+            }
+    /* backward: accumulates onto 0.25, in the dense bias's order */
+    float *dy = rnd(R * OUT, 65, 1.0f);
+    float g0[OUT], g2[OUT], g3[OUT], untouched[OUT], ref[OUT];
+    for (int c = 0; c < OUT; c++)
+        g0[c] = g2[c] = g3[c] = 0.25f, untouched[c] = 7.0f;
+    float *dbias[E] = {g0, untouched, g2, g3};
+    ck_assert_int_eq(t->grouped_bias_backward(NULL, dy, offsets, E, R, OUT, dbias, &err), RP_OK);
+    for (int e = 0; e < E; e++) {
+        if (e == 1) {
+            for (int c = 0; c < OUT; c++)
+                ck_assert(untouched[c] == 7.0f);
+            continue;
+        }
+        for (int c = 0; c < OUT; c++)
+            ref[c] = 0.25f;
+        rp_colsum_accumulate(dy + offsets[e] * OUT, offsets[e + 1] - offsets[e], OUT, ref);
+        ck_assert_mem_eq(dbias[e], ref, sizeof ref);
+        for (int c = 0; c < OUT; c++) {
+            double want = 0.25;
+            for (int r = offsets[e]; r < offsets[e + 1]; r++)
+                want += dy[r * OUT + c];
+            ck_assert_msg(fabs(dbias[e][c] - want) <= 1e-5 * (1 + fabs(want)),
+                          "dbias[%d][%d] = %.8g, sum %.8g", e, c, dbias[e][c], want);
+        }
+    }
+    const int32_t bad[E + 1] = {0, 6, 5, 12, 13};
+    ck_assert_int_eq(t->grouped_bias_forward(NULL, y, NULL, bias, bad, E, R, OUT, &err),
+                     RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "grouped_bias_forward"), "%s", err.msg);
+    ck_assert_int_eq(t->grouped_bias_backward(NULL, dy, offsets, E, R + 1, OUT, dbias, &err),
+                     RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "grouped_bias_backward"), "%s", err.msg);
+    free(b0), free(b2), free(b3), free(y), free(y0), free(yc), free(dy);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("kernels_gpt_oss");
@@ -421,6 +483,7 @@ static Suite *suite(void)
     tcase_add_test(tc, naive_gradient_is_finite_difference);
     tcase_add_test(tc, bits_and_neutral_settings);
     tcase_add_test(tc, clamped_swiglu_equals_formula);
+    tcase_add_test(tc, grouped_biases);
     tcase_add_test(tc, table_entries);
     suite_add_tcase(s, tc);
     return s;

@@ -277,6 +277,22 @@ typedef struct rp_kernel_ops {
                                                 int64_t rows, int64_t in, int64_t out,
                                                 float *const *dW, rp_error *err);
 
+    /* gpt-oss's expert biases (issue 35), beside the grouped GEMMs: y
+     * (fp32 [rows, out]) += bias[e] on each row of expert e, bias a host
+     * array of E pointers to fp32 [out] (an expert with no rows is never
+     * read), y_compute (optional) the result's rounded copy; and dbias[e]
+     * += the column sums of dy (fp32) over expert e's rows in row order
+     * (column_sum_accumulate's order; dbias a host array of E fp32
+     * pointers; an expert with no rows is not touched). The CUDA table
+     * refuses both (not built yet). */
+    rp_status (*grouped_bias_forward)(void *state, float *y, void *y_compute,
+                                      const float *const *bias, const int32_t *offsets,
+                                      int64_t nexperts, int64_t rows, int64_t out,
+                                      rp_error *err);
+    rp_status (*grouped_bias_backward)(void *state, const float *dy, const int32_t *offsets,
+                                       int64_t nexperts, int64_t rows, int64_t out,
+                                       float *const *dbias, rp_error *err);
+
     /* ---- cross-entropy over a chunk of rows ---------------------------- */
     /* Row r counts when counted == NULL or counted[r] != 0: loss[r] =
      * logsumexp(z_r) - z_r[target_r] in double, else 0. With grad the

@@ -240,16 +240,18 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 
 /* ---- attention -------------------------------------------------------- */
 
-/* gpt-oss's attention (issue 35) is built on the CPU table only so far:
- * refused here rather than computed without its window or sinks. */
+/* gpt-oss's ops (issue 35) are built on the CPU table only so far: refused
+ * here, and attention with a window or sinks with them, rather than
+ * computed without them. */
 static rp_status gpt_oss_refused(const cuda_state *c, const char *op, rp_error *err)
 {
     return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                        "cuda device %d: %s: gpt-oss's %s are not built on CUDA yet (issue 35); "
+                        "cuda device %d: %s: gpt-oss's %s: not built on CUDA yet (issue 35); "
                         "use --device cpu",
                         c->ordinal, op,
-                        !strncmp(op, "swiglu", 6) ? "clamped SwiGLU" : "attention sinks and "
-                                                                       "sliding windows");
+                        !strncmp(op, "swiglu", 6)    ? "clamped SwiGLU"
+                        : !strncmp(op, "grouped", 7) ? "expert biases"
+                                                     : "attention sinks and sliding windows");
 }
 
 static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
@@ -599,6 +601,23 @@ static rp_status grouped_linear_backward_weight(void *state, const void *dy, con
     return RP_OK;
 }
 
+static rp_status grouped_bias_forward(void *state, float *y, void *y_compute,
+                                      const float *const *bias, const int32_t *offsets,
+                                      int64_t nexperts, int64_t rows, int64_t out,
+                                      rp_error *err)
+{
+    (void)y, (void)y_compute, (void)bias, (void)offsets, (void)nexperts, (void)rows, (void)out;
+    return gpt_oss_refused(state, "grouped bias forward", err);
+}
+
+static rp_status grouped_bias_backward(void *state, const float *dy, const int32_t *offsets,
+                                       int64_t nexperts, int64_t rows, int64_t out,
+                                       float *const *dbias, rp_error *err)
+{
+    (void)dy, (void)offsets, (void)nexperts, (void)rows, (void)out, (void)dbias;
+    return gpt_oss_refused(state, "grouped bias backward", err);
+}
+
 /* ---- cross-entropy ---------------------------------------------------- */
 
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
@@ -766,6 +785,8 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .grouped_linear_forward = grouped_linear_forward,
     .grouped_linear_backward_input = grouped_linear_backward_input,
     .grouped_linear_backward_weight = grouped_linear_backward_weight,
+    .grouped_bias_forward = grouped_bias_forward,
+    .grouped_bias_backward = grouped_bias_backward,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,
