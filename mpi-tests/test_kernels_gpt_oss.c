@@ -21,6 +21,10 @@
  *     bias gradient's order (rp_colsum_accumulate on the expert's rows),
  *     accumulates, leaves an empty expert's gradient untouched, and bad
  *     offsets are refused naming the op;
+ *   - gpt-oss's router (top k of the biased logits, a softmax over those k
+ *     only) is the existing moe_route with norm_topk: the same experts in
+ *     the same order and weights within fp32 rounding of the double
+ *     formula, so the model needs no new routing op;
  *   - the ops table's entries call these kernels. */
 #include <math.h>
 #include <omp.h>
@@ -475,6 +479,40 @@ START_TEST(grouped_biases)
 }
 END_TEST
 
+START_TEST(router_is_moe_route_renormalised)
+{
+    const rp_kernel_ops *t = &rp_kernel_ops_cpu;
+    rp_error err = {0};
+    enum { ROWS = 40, E = 32, K = 4 };
+    float *logits = rnd(ROWS * E, 71, 3.0f), probs[ROWS * E], weights[ROWS * K];
+    int32_t experts[ROWS * K];
+    ck_assert_int_eq(t->moe_route(NULL, logits, ROWS, E, K, 1, probs, experts, weights, &err),
+                     RP_OK);
+    for (int r = 0; r < ROWS; r++) {
+        const float *z = logits + r * E;
+        /* GptOssTopKRouter: torch.topk of the logits, softmax over them */
+        int chosen[K], used[E] = {0};
+        for (int s = 0; s < K; s++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!used[e] && (best < 0 || z[e] > z[best]))
+                    best = e;
+            used[best] = 1, chosen[s] = best;
+        }
+        double mx = z[chosen[0]], sum = 0, w[K];
+        for (int s = 0; s < K; s++)
+            sum += w[s] = exp((double)z[chosen[s]] - mx);
+        for (int s = 0; s < K; s++) {
+            ck_assert_int_eq(experts[r * K + s], chosen[s]);
+            ck_assert_msg(fabs(weights[r * K + s] - w[s] / sum) <= 1e-6,
+                          "row %d slot %d: %.8g, softmax over the k %.8g", r, s,
+                          weights[r * K + s], w[s] / sum);
+        }
+    }
+    free(logits);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("kernels_gpt_oss");
@@ -484,6 +522,7 @@ static Suite *suite(void)
     tcase_add_test(tc, bits_and_neutral_settings);
     tcase_add_test(tc, clamped_swiglu_equals_formula);
     tcase_add_test(tc, grouped_biases);
+    tcase_add_test(tc, router_is_moe_route_renormalised);
     tcase_add_test(tc, table_entries);
     suite_add_tcase(s, tc);
     return s;
