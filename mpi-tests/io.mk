@@ -28,3 +28,12 @@ TESTS += mpi-tests/test_io_peft
 mpi_tests_test_io_peft_SOURCES = mpi-tests/test_io_peft.c
 mpi_tests_test_io_peft_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_peft_LDADD = $(RP_TEST_LDADD)
+# the Hub's gpt-oss-20b config.json (test_io_config, test_cli)
+EXTRA_DIST += mpi-tests/fixtures/gpt-oss/gpt-oss-20b-config.json
+# gpt-oss's MXFP4 experts decoded as transformers does (serial; fixture of tools/gen_mxfp4_fixture.py)
+check_PROGRAMS += mpi-tests/test_io_mxfp4
+TESTS += mpi-tests/test_io_mxfp4
+mpi_tests_test_io_mxfp4_SOURCES = mpi-tests/test_io_mxfp4.c
+mpi_tests_test_io_mxfp4_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_mxfp4_LDADD = $(RP_TEST_LDADD) -lm
+EXTRA_DIST += mpi-tests/fixtures/gpt-oss/mxfp4/model.safetensors tools/gen_mxfp4_fixture.py

@@ -16,12 +16,19 @@ TESTS += mpi-tests/test_kernels_attention
 mpi_tests_test_kernels_attention_SOURCES = mpi-tests/test_kernels_attention.c
 mpi_tests_test_kernels_attention_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernels_attention_LDADD = $(RP_TEST_LDADD)
+# gpt-oss's attention sinks, sliding windows and clamped SwiGLU (serial)
+check_PROGRAMS += mpi-tests/test_kernels_gpt_oss
+TESTS += mpi-tests/test_kernels_gpt_oss
+mpi_tests_test_kernels_gpt_oss_SOURCES = mpi-tests/test_kernels_gpt_oss.c
+mpi_tests_test_kernels_gpt_oss_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_kernels_gpt_oss_LDADD = $(RP_TEST_LDADD) -lm
 
 check_PROGRAMS += mpi-tests/test_kernels_norm_rope
 TESTS += mpi-tests/test_kernels_norm_rope
-mpi_tests_test_kernels_norm_rope_SOURCES = mpi-tests/test_kernels_norm_rope.c
+mpi_tests_test_kernels_norm_rope_SOURCES = mpi-tests/test_kernels_norm_rope.c mpi-tests/rope_yarn_fixture.h
 mpi_tests_test_kernels_norm_rope_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernels_norm_rope_LDADD = $(RP_TEST_LDADD) -lm
+EXTRA_DIST += tools/gen_yarn_fixture.py
 
 check_PROGRAMS += mpi-tests/test_kernels_linear
 TESTS += mpi-tests/test_kernels_linear

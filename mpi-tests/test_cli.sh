@@ -9,6 +9,8 @@
 # the dtype follows the device (bf16 on CUDA, fp32 on the CPU), the start-up
 # line names every rank's executor and dtype, --device cuda is refused with
 # the runtime's reason without a usable GPU and --dtype fp32 with it always.
+# gpt-oss (issue 35): its config is read, and train, plan and simulate refuse
+# it as not built yet, with exit 1 and nothing written.
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden/qwen3"
@@ -123,6 +125,14 @@ grep -q '"dtype"\|"torch_dtype"' "$tmp/bf/config.json" && grep -q 'bfloat16' "$t
 head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"BF16"' && \
   ! head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"F32"' && ok || bad "saved tensors are not BF16"
 
+# gpt-oss: the Hub's config reads, but the model is not built yet: refused
+# before any work (no --save directory made)
+oss="$src/mpi-tests/fixtures/gpt-oss/gpt-oss-20b-config.json"
+expect 1 "error: $oss: gpt-oss: the model is not built yet (issue 35)" -- train --init-config "$oss" \
+  --data "$fix/data.npy" --seq-len 16 --batch-size 4 --steps 1 --save "$tmp/oss-save"
+[ ! -e "$tmp/oss-save" ] && ok || bad "a refused gpt-oss run wrote $tmp/oss-save"
+expect 1 "^roundpipe plan: $oss: gpt-oss: the model is not built yet (issue 35)$" -- plan --init-config "$oss" --gpus 8
+expect 1 "^roundpipe simulate: $oss: gpt-oss: the model is not built yet (issue 35)$" -- simulate --init-config "$oss" --gpus 8
 
 # one error line per failure, from the rank that found it (issue 37): a file
 # every rank fails to open is named once (by rank 0), and a divergence found

@@ -10,13 +10,22 @@
  * (decoder_sparse_step, mlp_only_layers), a save that parses back to the
  * same configuration, and each bad MoE field (k above E or below 1, a
  * block index out of range or not an integer, mlp_only_layers not a list)
- * refused naming the file and the field. */
+ * refused naming the file and the field. gpt_oss (issue 35): the Hub's
+ * gpt-oss-20b config.json (mpi-tests/fixtures/gpt-oss) read field by field,
+ * GptOssConfig's defaults (kv heads 8, head_dim 64, YaRN, alternating
+ * windows, swiglu_alpha 1.702), both names of k, rope_parameters' YaRN,
+ * modules_to_not_convert deciding per block whether experts are MXFP4 (as
+ * transformers' should_convert_module matches), the issue's bad input
+ * (unknown layer_types entries, sliding_window < 1, kv heads not dividing)
+ * and the rest refused naming the file and the field, and no config.json
+ * written for a model that is not built. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/config.h"
+#include "io/quant_modules.h"
 #include <unistd.h>
 
 #include "rp_check.h"
@@ -310,6 +319,268 @@ START_TEST(qwen3_moe_fields)
 }
 END_TEST
 
+
+/* The Hub's openai/gpt-oss-20b config.json, read as transformers reads it
+ * (GptOssConfig.from_pretrained prints the same values). */
+START_TEST(gpt_oss_hub_config)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/mpi-tests/fixtures/gpt-oss/gpt-oss-20b-config.json",
+             rp_test_srcdir());
+    ck_assert_msg(rp_config_load(path, &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(c.arch, RP_ARCH_GPT_OSS);
+    ck_assert_str_eq(rp_arch_name(c.arch), "gpt_oss");
+    ck_assert_int_eq(c.hidden_size, 2880);
+    ck_assert_int_eq(c.intermediate_size, 2880);
+    ck_assert_int_eq(c.num_hidden_layers, 24);
+    ck_assert_int_eq(c.num_attention_heads, 64);
+    ck_assert_int_eq(c.num_key_value_heads, 8);
+    ck_assert_int_eq(c.head_dim, 64); /* q width 4096 != hidden 2880 */
+    ck_assert_int_eq(c.vocab_size, 201088);
+    ck_assert_int_eq(c.max_position_embeddings, 131072);
+    ck_assert_double_eq(c.rms_norm_eps, 1e-5);
+    ck_assert_double_eq(c.rope_theta, 150000.0);
+    ck_assert_int_eq(c.attention_bias, 1);
+    ck_assert_int_eq(c.tie_word_embeddings, 0);
+    ck_assert(!rp_model_has_qk_norm(&c));
+    ck_assert(!rp_model_has_moe(&c)); /* Qwen3-MoE's blocks: none */
+    ck_assert_int_eq(c.moe.num_experts, 32);
+    ck_assert_int_eq(c.moe.num_experts_per_tok, 4);
+    ck_assert_int_eq(c.moe.moe_intermediate_size, 2880);
+    ck_assert_int_eq(c.moe.norm_topk_prob, 1);
+    ck_assert_int_eq(c.moe.output_router_logits, 0);
+    ck_assert_double_eq(c.moe.router_aux_loss_coef, 0.9);
+    ck_assert_double_eq(c.oss.swiglu_limit, 7.0);
+    ck_assert_double_eq(c.oss.swiglu_alpha, 1.702);
+    ck_assert_int_eq(c.oss.sliding_window, 128);
+    for (int i = 0; i < 24; i++)
+        ck_assert_int_eq(rp_gpt_oss_block_is_sliding(&c.oss, i), i % 2 == 0);
+    ck_assert(!rp_gpt_oss_block_is_sliding(&c.oss, -1));
+    const rp_rope_scaling *y = &c.rope_scaling;
+    ck_assert_int_eq(y->type, RP_ROPE_YARN);
+    ck_assert_double_eq(y->factor, 32.0);
+    ck_assert_double_eq(y->beta_fast, 32.0);
+    ck_assert_double_eq(y->beta_slow, 1.0);
+    ck_assert_int_eq(y->truncate, 0);
+    ck_assert_int_eq(y->original_max_position_embeddings, 4096);
+    ck_assert_double_eq(y->attention_factor, 0);
+    ck_assert_int_eq(c.oss.mxfp4, 1);
+    for (int i = 0; i < 24; i++)
+        ck_assert(rp_gpt_oss_experts_are_mxfp4(&c.oss, i));
+    ck_assert(!rp_gpt_oss_experts_are_mxfp4(&c.oss, 24));
+    /* nothing claims to write it back yet */
+    char out[512];
+    snprintf(out, sizeof out, "%s/oss-config.json", rp_test_tmpdir());
+    ck_assert_int_eq(rp_config_save(out, &c, RP_BF16, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "gpt-oss: the model is not built yet (issue 35)"), "%s",
+                  err.msg);
+    ck_assert_int_eq(access(out, F_OK), -1);
+}
+END_TEST
+
+/* 8 heads, so that GptOssConfig's 8 kv heads divide them */
+#define OSS "{\"model_type\": \"gpt_oss\", \"hidden_size\": 64, \"intermediate_size\": 128, " \
+            "\"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"vocab_size\": 100, "
+
+START_TEST(gpt_oss_defaults)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    /* GptOssConfig's defaults for every absent field */
+    ck_assert_msg(parse(OSS "\"initializer_range\": 0.02}", &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(c.num_key_value_heads, 8); /* GptOssConfig's, not the heads' */
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert_int_eq(c.max_position_embeddings, 131072);
+    ck_assert_double_eq(c.rms_norm_eps, 1e-5);
+    ck_assert_double_eq(c.rope_theta, 150000.0);
+    ck_assert_int_eq(c.attention_bias, 1);
+    ck_assert_int_eq(c.moe.num_experts, 128);
+    ck_assert_int_eq(c.moe.num_experts_per_tok, 4);
+    ck_assert(fabs(c.moe.router_aux_loss_coef - 0.001) < 1e-15);
+    ck_assert_double_eq(c.oss.swiglu_limit, 7.0);
+    ck_assert_double_eq(c.oss.swiglu_alpha, 1.702);
+    ck_assert_int_eq(c.oss.sliding_window, 128);
+    ck_assert(rp_gpt_oss_block_is_sliding(&c.oss, 0) && !rp_gpt_oss_block_is_sliding(&c.oss, 1));
+    ck_assert_int_eq(c.rope_scaling.type, RP_ROPE_YARN);
+    ck_assert_double_eq(c.rope_scaling.factor, 32.0);
+    ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 4096);
+    ck_assert_int_eq(c.rope_scaling.truncate, 0);
+    ck_assert_int_eq(c.oss.mxfp4, 0);
+    ck_assert(!rp_gpt_oss_experts_are_mxfp4(&c.oss, 0));
+    ck_assert_int_eq(parse("{\"model_type\": \"gpt_oss\", \"hidden_size\": 64, "
+                           "\"num_hidden_layers\": 2, \"num_attention_heads\": 16, "
+                           "\"vocab_size\": 100, \"num_key_value_heads\": null}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.num_key_value_heads, 16); /* null: as many as the heads */
+    ck_assert_int_eq(parse(OSS "\"head_dim\": null}", &c, &err), RP_OK);
+    ck_assert_int_eq(c.head_dim, 8); /* null: hidden / heads */
+
+    /* every field given; transformers 5's rope_parameters with YaRN's
+     * optional keys; the Hub's second name of k; the experts' count under
+     * its attribute-map name */
+    ck_assert_msg(
+        parse(OSS "\"num_key_value_heads\": 2, \"head_dim\": 8, \"num_experts\": 6, "
+                  "\"experts_per_token\": 2, \"swiglu_limit\": 3.5, \"swiglu_alpha\": 2.0, "
+                  "\"attention_bias\": false, \"sliding_window\": 5, \"layer_types\": "
+                  "[\"full_attention\", \"sliding_attention\"], \"rms_norm_eps\": 1e-6, "
+                  "\"output_router_logits\": true, \"router_aux_loss_coef\": 0.5, "
+                  "\"tie_word_embeddings\": true, \"max_position_embeddings\": 256, "
+                  "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 1000.0, "
+                  "\"factor\": 4.0, \"beta_fast\": 8, \"beta_slow\": 0, \"attention_factor\": "
+                  "1.25, \"mscale\": 1.0, \"mscale_all_dim\": 0.5}}",
+              &c, &err) == RP_OK,
+        "%s", err.msg);
+    ck_assert_int_eq(c.head_dim, 8);
+    ck_assert_int_eq(c.moe.num_experts, 6);
+    ck_assert_int_eq(c.moe.num_experts_per_tok, 2);
+    ck_assert_double_eq(c.oss.swiglu_limit, 3.5);
+    ck_assert_double_eq(c.oss.swiglu_alpha, 2.0);
+    ck_assert_int_eq(c.attention_bias, 0);
+    ck_assert_int_eq(c.oss.sliding_window, 5);
+    ck_assert(!rp_gpt_oss_block_is_sliding(&c.oss, 0) && rp_gpt_oss_block_is_sliding(&c.oss, 1));
+    ck_assert_int_eq(c.moe.output_router_logits, 1);
+    ck_assert_double_eq(c.moe.router_aux_loss_coef, 0.5);
+    ck_assert_int_eq(c.tie_word_embeddings, 1);
+    ck_assert_double_eq(c.rope_theta, 1000.0);
+    ck_assert_double_eq(c.rope_scaling.factor, 4.0);
+    ck_assert_double_eq(c.rope_scaling.beta_fast, 8.0);
+    ck_assert_double_eq(c.rope_scaling.beta_slow, 1.0); /* Python's `or`: 0 means 1 */
+    ck_assert_int_eq(c.rope_scaling.truncate, 1);       /* absent: true */
+    ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 256);
+    ck_assert_double_eq(c.rope_scaling.attention_factor, 1.25);
+    ck_assert_double_eq(c.rope_scaling.mscale, 1.0);
+    ck_assert_double_eq(c.rope_scaling.mscale_all_dim, 0.5);
+    /* a top-level original_max_position_embeddings wins (standardize_rope_params) */
+    ck_assert_int_eq(parse(OSS "\"original_max_position_embeddings\": 64, \"rope_scaling\": "
+                               "{\"type\": \"yarn\", \"factor\": 2, "
+                               "\"original_max_position_embeddings\": 32}}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 64);
+    /* plain RoPE is allowed */
+    ck_assert_int_eq(parse(OSS "\"rope_scaling\": {\"rope_type\": \"default\"}}", &c, &err),
+                     RP_OK);
+    ck_assert_int_eq(c.rope_scaling.type, RP_ROPE_DEFAULT);
+    /* no sliding block: a null window is fine */
+    ck_assert_int_eq(parse(OSS "\"layer_types\": [\"full_attention\", \"full_attention\"], "
+                               "\"sliding_window\": null}",
+                           &c, &err),
+                     RP_OK);
+}
+END_TEST
+
+START_TEST(gpt_oss_quantization)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    /* no modules_to_not_convert: every block's experts are quantised */
+    ck_assert_int_eq(parse(OSS "\"quantization_config\": {\"quant_method\": \"mxfp4\"}}", &c, &err),
+                     RP_OK);
+    ck_assert(c.oss.mxfp4 && rp_gpt_oss_experts_are_mxfp4(&c.oss, 0) &&
+              rp_gpt_oss_experts_are_mxfp4(&c.oss, 1));
+    /* block 1's experts kept in full precision by name; "layers.1" must not
+     * match block 11's (a module boundary) */
+    ck_assert_int_eq(parse(OSS "\"num_hidden_layers\": 12, \"quantization_config\": "
+                               "{\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": "
+                               "[\"model.layers.1\", \"lm_head\"]}}",
+                           &c, &err),
+                     RP_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert_int_eq(rp_gpt_oss_experts_are_mxfp4(&c.oss, i), i != 1);
+    /* a suffix ("mlp.experts") or a pattern over all blocks */
+    ck_assert_int_eq(parse(OSS "\"quantization_config\": {\"quant_method\": \"mxfp4\", "
+                               "\"modules_to_not_convert\": [\"mlp.experts\"]}}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert(c.oss.mxfp4 && !rp_gpt_oss_experts_are_mxfp4(&c.oss, 0));
+    ck_assert_int_eq(parse(OSS "\"quantization_config\": {\"quant_method\": \"mxfp4\", "
+                               "\"modules_to_not_convert\": [\"model.layers.*.mlp\"]}}",
+                           &c, &err),
+                     RP_OK);
+    ck_assert(!rp_gpt_oss_experts_are_mxfp4(&c.oss, 0) && !rp_gpt_oss_experts_are_mxfp4(&c.oss, 1));
+
+    /* the matcher, case by case, as transformers' should_convert_module
+     * answers (checked in Python 3.11 with transformers 5.24) */
+    const char *hub[] = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                         "model.embed_tokens", "lm_head"};
+    ck_assert_int_eq(rp_quant_module_converted("model.layers.3.mlp.experts", hub, 4), 1);
+    ck_assert_int_eq(rp_quant_module_converted("model.layers.3.self_attn", hub, 4), 0);
+    ck_assert_int_eq(rp_quant_module_converted("model.layers.3.self_attn.q_proj", hub, 4), 0);
+    ck_assert_int_eq(rp_quant_module_converted("model.layers.3.mlp.router", hub, 4), 0);
+    ck_assert_int_eq(rp_quant_module_converted("lm_head", hub, 4), 0);
+    const char *gate[] = {"mlp.gate"};
+    ck_assert_int_eq(rp_quant_module_converted("model.layers.0.mlp.gate_proj", gate, 1), 1);
+    ck_assert_int_eq(rp_quant_module_converted("model.layers.0.mlp.gate", gate, 1), 0);
+    const char *l1[] = {"layer.1"};
+    ck_assert_int_eq(rp_quant_module_converted("layer.11.attn", l1, 1), 1);
+    ck_assert_int_eq(rp_quant_module_converted("layer.1.attn", l1, 1), 0);
+    const char *star[] = {"layer.*"};
+    ck_assert_int_eq(rp_quant_module_converted("layer.11.attn", star, 1), 0);
+    const char *dot[] = {"model.layers.1.mlp.experts"}; /* "." matches any character */
+    ck_assert_int_eq(rp_quant_module_converted("model_layers_1_mlp_experts", dot, 1), 0);
+    ck_assert(!rp_quant_pattern_supported("layers.[0-9]"));
+    ck_assert(!rp_quant_pattern_supported("*.experts"));
+    ck_assert(rp_quant_pattern_supported("model.layers.*.mlp"));
+}
+END_TEST
+
+START_TEST(gpt_oss_bad)
+{
+    /* the issue's bad input */
+    expect_bad(OSS "\"layer_types\": [\"sliding_attention\", \"chunked_attention\"]}",
+               RP_ERR_UNSUPPORTED, "field 'layer_types': entry 1 is \"chunked_attention\"");
+    expect_bad(OSS "\"layer_types\": [\"full_attention\", 3]}", RP_ERR_UNSUPPORTED,
+               "field 'layer_types': entry 1 is 3");
+    expect_bad(OSS "\"sliding_window\": 0}", RP_ERR_RANGE, "field 'sliding_window'");
+    expect_bad(OSS "\"sliding_window\": -4}", RP_ERR_RANGE, "field 'sliding_window'");
+    expect_bad(OSS "\"num_key_value_heads\": 3}", RP_ERR_RANGE,
+               "'num_key_value_heads': 3 does not divide");
+    /* and the rest */
+    expect_bad(OSS "\"sliding_window\": null}", RP_ERR_FORMAT, "field 'sliding_window': null");
+    expect_bad(OSS "\"layer_types\": [\"full_attention\"]}", RP_ERR_RANGE,
+               "field 'layer_types': 1 entries for num_hidden_layers 2");
+    expect_bad(OSS "\"layer_types\": \"full_attention\"}", RP_ERR_FORMAT, "'layer_types'");
+    expect_bad(OSS "\"num_local_experts\": 4, \"num_experts_per_tok\": 5}", RP_ERR_RANGE,
+               "field 'num_experts_per_tok': 5 exceeds num_local_experts 4");
+    expect_bad(OSS "\"num_local_experts\": 4, \"experts_per_token\": 5}", RP_ERR_RANGE,
+               "field 'experts_per_token': 5 exceeds");
+    expect_bad(OSS "\"num_experts_per_tok\": 2, \"experts_per_token\": 3}", RP_ERR_RANGE,
+               "field 'experts_per_token': 3 disagrees with num_experts_per_tok 2");
+    expect_bad(OSS "\"num_local_experts\": 0}", RP_ERR_RANGE, "'num_local_experts'");
+    expect_bad(OSS "\"swiglu_limit\": 0}", RP_ERR_RANGE, "'swiglu_limit'");
+    expect_bad(OSS "\"swiglu_alpha\": \"1.7\"}", RP_ERR_FORMAT, "'swiglu_alpha'");
+    expect_bad(OSS "\"router_aux_loss_coef\": -1}", RP_ERR_RANGE, "'router_aux_loss_coef'");
+    expect_bad(OSS "\"rope_scaling\": {\"rope_type\": \"yarn\"}}", RP_ERR_FORMAT,
+               "missing required field 'rope_scaling.factor'");
+    expect_bad(OSS "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4, "
+                   "\"truncate\": 0}}",
+               RP_ERR_FORMAT, "field 'rope_parameters.truncate': expected boolean");
+    expect_bad(OSS "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4, "
+                   "\"beta_fast\": -1}}",
+               RP_ERR_RANGE, "'rope_parameters.beta_fast'");
+    expect_bad(OSS "\"rope_parameters\": {\"rope_type\": \"longrope\", \"factor\": 4}}",
+               RP_ERR_UNSUPPORTED, "unsupported rope type 'longrope'");
+    expect_bad(OSS "\"quantization_config\": {\"quant_method\": \"fp8\"}}", RP_ERR_UNSUPPORTED,
+               "field 'quantization_config.quant_method': unsupported quantisation 'fp8'");
+    expect_bad(OSS "\"quantization_config\": {}}", RP_ERR_FORMAT,
+               "'quantization_config.quant_method'");
+    expect_bad(OSS "\"quantization_config\": {\"quant_method\": \"mxfp4\", "
+                   "\"modules_to_not_convert\": [\"model.layers.[0-9].mlp\"]}}",
+               RP_ERR_UNSUPPORTED, "field 'quantization_config.modules_to_not_convert': entry 0");
+    expect_bad(OSS "\"quantization_config\": {\"quant_method\": \"mxfp4\", "
+                   "\"modules_to_not_convert\": \"lm_head\"}}",
+               RP_ERR_FORMAT, "'quantization_config.modules_to_not_convert'");
+    expect_bad(OSS "\"quantization_config\": \"mxfp4\"}", RP_ERR_FORMAT, "'quantization_config'");
+    /* yarn stays refused where the model has no YaRN */
+    expect_bad("{\"model_type\": \"qwen3\", " BASE ", \"rope_scaling\": {\"rope_type\": "
+               "\"yarn\", \"factor\": 4.0}}",
+               RP_ERR_UNSUPPORTED, "unsupported rope type 'yarn'");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_config");
@@ -321,6 +592,10 @@ static Suite *suite(void)
     tcase_add_test(tc, load_names_path);
     tcase_add_test(tc, save_roundtrip);
     tcase_add_test(tc, qwen3_moe_fields);
+    tcase_add_test(tc, gpt_oss_hub_config);
+    tcase_add_test(tc, gpt_oss_defaults);
+    tcase_add_test(tc, gpt_oss_quantization);
+    tcase_add_test(tc, gpt_oss_bad);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

@@ -36,6 +36,10 @@
  *     head_dim 64 and 128, with and without document segments (a one-token
  *     document, one on a tile boundary, the last token alone);
  *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result;
+ *   - gpt-oss's ops (attention with a window or sinks, the sinks' gradient,
+ *     the clamped SwiGLU, the expert biases), not built on CUDA yet, refused
+ *     with RP_ERR_UNSUPPORTED naming issue 35 (the sinks' gradient without
+ *     sinks is nothing to do);
  *   - scaled_add (= and +=, y aliasing x, y NULL with y_compute) bit for
  *     bit, its y_compute exactly the rounded fp32 result; n == 0 writes
  *     nothing, and accumulate without y is refused;
@@ -88,7 +92,7 @@
 
 /* The function pointers of rp_kernel_ops, which check_complete names one by
  * one: a member added to the struct must be added there too. */
-#define RP_KERNEL_OPS_FUNCTIONS 36
+#define RP_KERNEL_OPS_FUNCTIONS 41
 _Static_assert(sizeof(rp_kernel_ops) ==
                    offsetof(rp_kernel_ops, attention_backward_scratch_floats) +
                        RP_KERNEL_OPS_FUNCTIONS * sizeof(void (*)(void)),
@@ -114,8 +118,11 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, rope_apply);
     EXPECT_FN(t, attention_forward);
     EXPECT_FN(t, attention_backward);
+    EXPECT_FN(t, attention_sink_backward);
     EXPECT_FN(t, swiglu_forward);
     EXPECT_FN(t, swiglu_backward);
+    EXPECT_FN(t, swiglu_clamped_forward);
+    EXPECT_FN(t, swiglu_clamped_backward);
     EXPECT_FN(t, scaled_add);
     EXPECT_FN(t, dropout);
     EXPECT_FN(t, moe_route);
@@ -129,6 +136,8 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, grouped_linear_forward);
     EXPECT_FN(t, grouped_linear_backward_input);
     EXPECT_FN(t, grouped_linear_backward_weight);
+    EXPECT_FN(t, grouped_bias_forward);
+    EXPECT_FN(t, grouped_bias_backward);
     EXPECT_FN(t, cross_entropy);
     EXPECT_FN(t, sum_to_host);
     EXPECT_FN(t, check_ids);
@@ -1416,6 +1425,44 @@ START_TEST(copy_is_exact)
 }
 END_TEST
 
+/* ---- gpt-oss's ops: refused on CUDA until built (issue 35) --------------------- */
+
+static void expect_refused(rp_status s, const char *what)
+{
+    ck_assert_msg(s == RP_ERR_UNSUPPORTED && strstr(g_err.msg, "not built on CUDA yet (issue 35)"),
+                  "%s: status %d: %s", what, (int)s, g_err.msg);
+}
+
+START_TEST(gpt_oss_ops_refused)
+{
+    const float sinks[2] = {0.5f, -0.5f}; /* never read: refused first */
+    rp_attn_shape s = {.nseq = 1, .seqlen = 8, .nheads = 2, .nkv = 1, .head_dim = 64,
+                       .block = 64, .scale = 0.125f, .window = 4};
+    expect_refused(g_k.ops->attention_forward(g_k.state, &s, NULL, NULL, NULL, NULL, NULL,
+                                              &g_err), "attention_forward with a window");
+    s.window = 0, s.sinks = sinks;
+    expect_refused(g_k.ops->attention_backward(g_k.state, &s, NULL, NULL, NULL, NULL, NULL, NULL,
+                                               NULL, NULL, NULL, NULL, &g_err),
+                   "attention_backward with sinks");
+    expect_refused(g_k.ops->attention_sink_backward(g_k.state, &s, NULL, NULL, NULL, NULL,
+                                                    &g_err), "attention_sink_backward");
+    expect_refused(g_k.ops->swiglu_clamped_forward(g_k.state, NULL, NULL, 7.0f, 1.702f, NULL, 8,
+                                                   &g_err), "swiglu_clamped_forward");
+    expect_refused(g_k.ops->swiglu_clamped_backward(g_k.state, NULL, NULL, 7.0f, 1.702f, NULL,
+                                                    NULL, NULL, 8, &g_err),
+                   "swiglu_clamped_backward");
+    expect_refused(g_k.ops->grouped_bias_forward(g_k.state, NULL, NULL, NULL, NULL, 2, 8, 8,
+                                                 &g_err), "grouped_bias_forward");
+    expect_refused(g_k.ops->grouped_bias_backward(g_k.state, NULL, NULL, 2, 8, 8, NULL, &g_err),
+                   "grouped_bias_backward");
+    /* without sinks the sinks' gradient is nothing to do */
+    s.sinks = NULL;
+    memset(&g_err, 0, sizeof g_err);
+    ck_assert_int_eq(g_k.ops->attention_sink_backward(g_k.state, &s, NULL, NULL, NULL, NULL,
+                                                      &g_err), RP_OK);
+}
+END_TEST
+
 #endif /* RP_HAVE_CUDA_EXECUTOR */
 
 #ifndef RP_HAVE_CUDA_EXECUTOR
@@ -1450,6 +1497,7 @@ static Suite *kernel_ops_suite(void)
         tcase_add_test(td, embed_bit_identical);
         tcase_add_test(td, convert_matches_host);
         tcase_add_test(td, copy_is_exact);
+        tcase_add_test(td, gpt_oss_ops_refused);
         suite_add_tcase(s, td);
     }
 #endif

@@ -4,7 +4,14 @@
  * theta^(-2i/d), and Llama 3.1 scaling: kept, divided, interpolated bands);
  * RoPE rotates pairs (i, i + d/2) by position * frequency, restarts
  * positions per sequence, makes q.k depend only on the position difference,
- * and its inverse is its transpose. */
+ * and its inverse is its transpose. YaRN (gpt-oss, issue 35): the inverse
+ * frequencies bit for bit and the attention factor exactly as transformers'
+ * _compute_yarn_parameters returns them (its one power correctly rounded:
+ * torch's own is SLEEF's, within 1 ulp, also checked), over cases that reach every
+ * branch (truncated or not, defaults, mscale ratio, a given factor, the
+ * range clamped at 0, low == high, factor 1; mpi-tests/rope_yarn_fixture.h
+ * from tools/gen_yarn_fixture.py), and the CPU cos/sin table times the
+ * factor equal to GptOssRotaryEmbedding's scaled tables for gpt-oss-20b. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +19,8 @@
 #include "core/rng.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/rope_freq.h"
+#include "rope_yarn_fixture.h"
 #include "rp_check.h"
 
 static float *rnd(size_t n, uint64_t seed, float mean, float sd)
@@ -243,6 +252,73 @@ START_TEST(rope_relative_positions)
 }
 END_TEST
 
+START_TEST(yarn_matches_transformers)
+{
+    const int ncases = (int)(sizeof yarn_cases / sizeof yarn_cases[0]);
+    for (int c = 0; c < ncases; c++) {
+        const yarn_case *k = &yarn_cases[c];
+        rp_rope_yarn y = {k->factor, k->beta_fast, k->beta_slow,
+                          k->original_max_position_embeddings, k->truncate,
+                          k->attention_factor, k->mscale, k->mscale_all_dim};
+        float f[64];
+        double a = rp_rope_yarn_inv_freq(f, k->head_dim, k->theta, &y);
+        ck_assert_msg(a == k->attention, "%s: attention factor %.17g, transformers %.17g",
+                      k->name, a, k->attention);
+        for (int i = 0; i < k->head_dim / 2; i++) {
+            /* bit for bit: every fp32 step as transformers takes it */
+            ck_assert_msg(f[i] == k->inv_freq_exact[i],
+                          "%s: inv_freq[%d] = %a, transformers (exact power) %a", k->name, i,
+                          f[i], k->inv_freq_exact[i]);
+            /* and within SLEEF's 1 ulp of transformers' own fp32 output */
+            ck_assert_msg(f[i] == k->inv_freq[i] || nextafterf(f[i], INFINITY) == k->inv_freq[i] ||
+                              nextafterf(f[i], -INFINITY) == k->inv_freq[i],
+                          "%s: inv_freq[%d] = %a, transformers %a", k->name, i, f[i],
+                          k->inv_freq[i]);
+        }
+    }
+    /* the cases reach the branches they are named for */
+    ck_assert(yarn_cases[0].attention > 1.34 && yarn_cases[0].attention < 1.35); /* 0.1 ln 32 + 1 */
+    ck_assert_double_eq(yarn_cases[4].attention, 1.5);
+    ck_assert_double_eq(yarn_cases[6].attention, 1.0);
+}
+END_TEST
+
+/* cos and sin as the model would form them: the CPU table of the YaRN
+ * frequencies, each entry times the attention factor in fp32. libm's and
+ * torch's cosf/sinf may differ in the last place; the products are
+ * compared to 2 ulp of their magnitude (4 ulp near 0, the angle's own
+ * rounding dominating there). */
+START_TEST(yarn_cos_sin_tables)
+{
+    const yarn_case *k = &yarn_cases[0];
+    rp_rope_yarn y = {k->factor, k->beta_fast, k->beta_slow, k->original_max_position_embeddings,
+                      k->truncate, k->attention_factor, k->mscale, k->mscale_all_dim};
+    float inv[32];
+    const float a = (float)rp_rope_yarn_inv_freq(inv, 64, k->theta, &y);
+    const int npos = (int)(sizeof yarn_positions / sizeof yarn_positions[0]);
+    const int64_t seqlen = yarn_positions[npos - 1] + 1;
+    float *cs = malloc(sizeof(float) * 2 * (size_t)seqlen * 32);
+    ck_assert_ptr_nonnull(cs);
+    rp_rope_table(cs, inv, seqlen, 32);
+    const float *sn = cs + seqlen * 32;
+    double worst = 0;
+    for (int p = 0; p < npos; p++)
+        for (int i = 0; i < 32; i++) {
+            const int64_t at = (int64_t)yarn_positions[p] * 32 + i;
+            const float c = cs[at] * a, s = sn[at] * a;
+            const double dc = fabs((double)c - yarn_cos[p][i]), ds = fabs((double)s - yarn_sin[p][i]);
+            const double uc = fmax(fabs(yarn_cos[p][i]), 0.5) * 0x1p-23 * 2;
+            const double us = fmax(fabs(yarn_sin[p][i]), 0.5) * 0x1p-23 * 2;
+            ck_assert_msg(dc <= uc && ds <= us, "position %d, i %d: cos %a vs %a, sin %a vs %a",
+                          yarn_positions[p], i, c, yarn_cos[p][i], s, yarn_sin[p][i]);
+            worst = fmax(worst, fmax(dc, ds));
+        }
+    /* the factor is there: at position 0 cos is a, not 1 */
+    ck_assert_float_eq(yarn_cos[0][0], a);
+    free(cs);
+}
+END_TEST
+
 Suite *norm_rope_suite(void)
 {
     Suite *s = suite_create("kernels_norm_rope");
@@ -251,6 +327,8 @@ Suite *norm_rope_suite(void)
     tcase_add_test(tc, rmsnorm_backward_finite_differences);
     tcase_add_test(tc, inv_freq_plain_closed_form);
     tcase_add_test(tc, inv_freq_llama3_bands);
+    tcase_add_test(tc, yarn_matches_transformers);
+    tcase_add_test(tc, yarn_cos_sin_tables);
     tcase_add_test(tc, rope_rotates_pairs);
     tcase_add_test(tc, rope_relative_positions);
     tcase_add_test(tc, rope_positions_restart_at_segments);

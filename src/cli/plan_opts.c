@@ -13,6 +13,7 @@
 #include "engine/train_options.h"
 #include "io/config.h"
 #include "io/peft.h"
+#include "model/layout.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
@@ -266,6 +267,9 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
 {
     rp_model_config cfg;
     RP_TRY(rp_config_load(path, &cfg, err));
+    /* a model the executors cannot build is refused before it is costed */
+    if (rp_model_config_check(&cfg, err) != RP_OK)
+        return rp_error_prefix(err, "%s", path);
     cfg.lora = *lora;
     cfg.lora.targets = rp_lora_model_targets(&cfg, lora->targets); /* no router when dense */
     /* the closed form knows the seven projections of a dense block */

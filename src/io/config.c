@@ -1,5 +1,5 @@
-/* config.json for Llama, Qwen3 and Qwen3-MoE, as transformers 4.x and 5.x
- * write it.
+/* config.json for Llama, Qwen3, Qwen3-MoE and gpt-oss, as transformers 4.x
+ * and 5.x write it (and, for gpt-oss, as the Hub ships it).
  *
  * Defaults follow the transformers config classes, per architecture
  * (max_position_embeddings 32768 for Qwen3, 2048 for Llama), except
@@ -12,7 +12,10 @@
  * RoPE settings come in two layouts: 4.x keeps rope_theta at the top level
  * and scaling in "rope_scaling" ({"rope_type" or "type": ..., ...}); 5.x
  * puts everything in "rope_parameters" (rope_type, rope_theta, ...). When
- * both are present, rope_parameters wins. */
+ * both are present, rope_parameters wins.
+ *
+ * gpt_oss (issue 35) takes GptOssConfig's defaults, head_dim included
+ * (64; null derives it), and its YaRN RoPE when no RoPE object is given. */
 #include "io/config.h"
 
 #include <json-c/json.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "io/json_util.h"
+#include "io/quant_modules.h"
 #include "io/read_file.h"
 
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
@@ -132,6 +136,56 @@ static rp_status get_str(ctx *c, json_object *obj, const char *key, const char *
     return RP_OK;
 }
 
+/* YaRN's settings as transformers reads them (modeling_rope_utils:
+ * standardize_rope_params and _compute_yarn_parameters): factor required;
+ * original_max_position_embeddings from the top level when given there,
+ * else from the object, else max_position_embeddings; beta_fast and
+ * beta_slow read with Python's `or` (absent, null or 0 mean 32 and 1);
+ * truncate true when absent; attention_factor, mscale and mscale_all_dim
+ * optional (0: absent). */
+static rp_status parse_yarn(ctx *c, json_object *r, const char *field, rp_model_config *cfg)
+{
+    char label[96];
+    rp_rope_scaling *s = &cfg->rope_scaling;
+    snprintf(label, sizeof label, "%s.factor", field);
+    RP_TRY(get_num(c, r, "factor", label, 1, 0, 0, 0, &s->factor));
+    int present;
+    get(c->root, "original_max_position_embeddings", &present);
+    if (present) {
+        RP_TRY(get_int(c, c->root, "original_max_position_embeddings",
+                       "original_max_position_embeddings", 1, 0, 1,
+                       &s->original_max_position_embeddings));
+    } else {
+        snprintf(label, sizeof label, "%s.original_max_position_embeddings", field);
+        RP_TRY(get_int(c, r, "original_max_position_embeddings", label, 0,
+                       cfg->max_position_embeddings, 1, &s->original_max_position_embeddings));
+    }
+    snprintf(label, sizeof label, "%s.beta_fast", field);
+    RP_TRY(get_num(c, r, "beta_fast", label, 0, 0, 0, 1, &s->beta_fast));
+    snprintf(label, sizeof label, "%s.beta_slow", field);
+    RP_TRY(get_num(c, r, "beta_slow", label, 0, 0, 0, 1, &s->beta_slow));
+    if (s->beta_fast == 0)
+        s->beta_fast = 32;
+    if (s->beta_slow == 0)
+        s->beta_slow = 1;
+    snprintf(label, sizeof label, "%s.truncate", field);
+    get(r, "truncate", &present);
+    s->truncate = 1;
+    if (present) {
+        json_object *v = get(r, "truncate", &present);
+        if (!json_object_is_type(v, json_type_boolean))
+            return type_error(c, label, "boolean", v);
+        s->truncate = json_object_get_boolean(v);
+    }
+    snprintf(label, sizeof label, "%s.attention_factor", field);
+    RP_TRY(get_num(c, r, "attention_factor", label, 0, 0, 0, 0, &s->attention_factor));
+    snprintf(label, sizeof label, "%s.mscale", field);
+    RP_TRY(get_num(c, r, "mscale", label, 0, 0, 0, 1, &s->mscale));
+    snprintf(label, sizeof label, "%s.mscale_all_dim", field);
+    RP_TRY(get_num(c, r, "mscale_all_dim", label, 0, 0, 0, 1, &s->mscale_all_dim));
+    return RP_OK;
+}
+
 /* rope settings from one object (rope_parameters or rope_scaling). */
 static rp_status parse_rope_obj(ctx *c, json_object *r, const char *field, rp_model_config *cfg)
 {
@@ -150,10 +204,12 @@ static rp_status parse_rope_obj(ctx *c, json_object *r, const char *field, rp_mo
         cfg->rope_scaling.type = RP_ROPE_DEFAULT;
     } else if (strcmp(type, "llama3") == 0) {
         cfg->rope_scaling.type = RP_ROPE_LLAMA3;
+    } else if (strcmp(type, "yarn") == 0 && cfg->arch == RP_ARCH_GPT_OSS) {
+        cfg->rope_scaling.type = RP_ROPE_YARN;
     } else {
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field '%s': unsupported rope type '%s' (supported: default, "
-                            "llama3)",
+                            "llama3; yarn for gpt_oss)",
                             c->file, label, type);
     }
     snprintf(label, sizeof label, "%s.rope_theta", field);
@@ -165,6 +221,8 @@ static rp_status parse_rope_obj(ctx *c, json_object *r, const char *field, rp_mo
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field '%s': partial rotary embeddings are not supported", c->file,
                             label);
+    if (cfg->rope_scaling.type == RP_ROPE_YARN)
+        return parse_yarn(c, r, field, cfg);
     if (cfg->rope_scaling.type != RP_ROPE_LLAMA3)
         return RP_OK;
     rp_rope_scaling *s = &cfg->rope_scaling;
@@ -187,7 +245,9 @@ static rp_status parse_rope_obj(ctx *c, json_object *r, const char *field, rp_mo
 
 static rp_status parse_rope(ctx *c, rp_model_config *cfg)
 {
-    RP_TRY(get_num(c, c->root, "rope_theta", "rope_theta", 0, 10000.0, 0, 0, &cfg->rope_theta));
+    const int oss = cfg->arch == RP_ARCH_GPT_OSS;
+    RP_TRY(get_num(c, c->root, "rope_theta", "rope_theta", 0, oss ? 150000.0 : 10000.0, 0, 0,
+                   &cfg->rope_theta));
     cfg->rope_scaling.type = RP_ROPE_DEFAULT;
     static const char *const fields[] = {"rope_parameters", "rope_scaling"};
     for (int i = 0; i < 2; i++) {
@@ -199,6 +259,11 @@ static rp_status parse_rope(ctx *c, rp_model_config *cfg)
             return type_error(c, fields[i], "object", r);
         return parse_rope_obj(c, r, fields[i], cfg);
     }
+    if (oss) /* GptOssConfig's default: YaRN for a 4096-token pretraining, 32x longer */
+        cfg->rope_scaling = (rp_rope_scaling){.type = RP_ROPE_YARN, .factor = 32.0,
+                                              .beta_fast = 32.0, .beta_slow = 1.0,
+                                              .truncate = 0,
+                                              .original_max_position_embeddings = 4096};
     return RP_OK;
 }
 
@@ -280,12 +345,164 @@ static rp_status parse_moe(ctx *c, rp_model_config *cfg)
     return RP_OK;
 }
 
+/* layer_types: one entry per block, "sliding_attention" or
+ * "full_attention"; absent or null, GptOssConfig's alternation (even
+ * blocks slide). */
+static rp_status parse_layer_types(ctx *c, rp_model_config *cfg)
+{
+    rp_gpt_oss_config *g = &cfg->oss;
+    int present;
+    json_object *v = get(c->root, "layer_types", &present);
+    if (!present) {
+        for (int64_t i = 0; i < cfg->num_hidden_layers; i += 2)
+            g->sliding[i / 64] |= (uint64_t)1 << (i % 64);
+        return RP_OK;
+    }
+    if (!json_object_is_type(v, json_type_array))
+        return type_error(c, "layer_types", "array of strings", v);
+    size_t n = json_object_array_length(v);
+    if ((int64_t)n != cfg->num_hidden_layers)
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field 'layer_types': %zu entries for num_hidden_layers %lld",
+                            c->file, n, (long long)cfg->num_hidden_layers);
+    for (size_t i = 0; i < n; i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        const char *t = json_object_is_type(e, json_type_string) ? json_object_get_string(e) : "";
+        if (strcmp(t, "sliding_attention") == 0)
+            g->sliding[i / 64] |= (uint64_t)1 << (i % 64);
+        else if (strcmp(t, "full_attention") != 0)
+            return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                                "%s: field 'layer_types': entry %zu is %s, not "
+                                "\"sliding_attention\" or \"full_attention\"",
+                                c->file, i, json_object_to_json_string(e));
+    }
+    return RP_OK;
+}
+
+/* quantization_config: only gpt-oss's MXFP4 experts are understood;
+ * modules_to_not_convert decides per block whether its experts ship
+ * quantised (io/quant_modules.h). */
+static rp_status parse_quantization(ctx *c, rp_model_config *cfg)
+{
+    rp_gpt_oss_config *g = &cfg->oss;
+    int present;
+    json_object *q = get(c->root, "quantization_config", &present);
+    if (!present)
+        return RP_OK;
+    if (!json_object_is_type(q, json_type_object))
+        return type_error(c, "quantization_config", "object", q);
+    const char *method;
+    RP_TRY(get_str(c, q, "quant_method", "quantization_config.quant_method", &method));
+    if (!method)
+        return rp_error_set(c->err, RP_ERR_FORMAT,
+                            "%s: missing required field 'quantization_config.quant_method'",
+                            c->file);
+    if (strcmp(method, "mxfp4") != 0)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'quantization_config.quant_method': unsupported "
+                            "quantisation '%s' (gpt_oss: mxfp4)",
+                            c->file, method);
+    g->mxfp4 = 1;
+    const char *patterns[64];
+    size_t npatterns = 0;
+    json_object *m = get(q, "modules_to_not_convert", &present);
+    if (present) {
+        if (!json_object_is_type(m, json_type_array))
+            return type_error(c, "quantization_config.modules_to_not_convert",
+                              "array of strings", m);
+        npatterns = json_object_array_length(m);
+        if (npatterns > sizeof patterns / sizeof patterns[0])
+            return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                                "%s: field 'quantization_config.modules_to_not_convert': %zu "
+                                "entries, at most %zu are supported",
+                                c->file, npatterns, sizeof patterns / sizeof patterns[0]);
+        for (size_t i = 0; i < npatterns; i++) {
+            json_object *e = json_object_array_get_idx(m, i);
+            if (!json_object_is_type(e, json_type_string) ||
+                !rp_quant_pattern_supported(json_object_get_string(e)))
+                return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                                    "%s: field 'quantization_config.modules_to_not_convert': "
+                                    "entry %zu is %s, not a module name or pattern of literal "
+                                    "characters, '.' and '*'",
+                                    c->file, i, json_object_to_json_string(e));
+            patterns[i] = json_object_get_string(e);
+        }
+    }
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.%lld.mlp.experts", (long long)i);
+        if (rp_quant_module_converted(name, patterns, npatterns))
+            g->mxfp4_experts[i / 64] |= (uint64_t)1 << (i % 64);
+    }
+    return RP_OK;
+}
+
+/* The gpt_oss fields, with GptOssConfig's defaults (transformers 5). The
+ * experts' sizes and the aux loss live in cfg->moe: every block is a
+ * mixture of experts. */
+static rp_status parse_gpt_oss(ctx *c, rp_model_config *cfg)
+{
+    json_object *r = c->root;
+    rp_moe_config *m = &cfg->moe;
+    rp_gpt_oss_config *g = &cfg->oss;
+    if (cfg->num_hidden_layers > RP_MOE_MAX_LAYERS)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'num_hidden_layers': %lld blocks; a gpt_oss model may "
+                            "have at most %d",
+                            c->file, (long long)cfg->num_hidden_layers, RP_MOE_MAX_LAYERS);
+    /* GptOssConfig maps num_experts to num_local_experts */
+    int present;
+    get(r, "num_local_experts", &present);
+    const char *count = present ? "num_local_experts" : "num_experts";
+    RP_TRY(get_int(c, r, count, count, 0, 128, 1, &m->num_experts));
+    /* the Hub's config.json writes both names; transformers reads
+     * num_experts_per_tok, so a file with only the other is read by it */
+    int64_t k_tok = 0, k_other = 0;
+    RP_TRY(get_int(c, r, "num_experts_per_tok", "num_experts_per_tok", 0, 0, 1, &k_tok));
+    RP_TRY(get_int(c, r, "experts_per_token", "experts_per_token", 0, 0, 1, &k_other));
+    if (k_tok && k_other && k_tok != k_other)
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field 'experts_per_token': %lld disagrees with "
+                            "num_experts_per_tok %lld",
+                            c->file, (long long)k_other, (long long)k_tok);
+    m->num_experts_per_tok = k_tok ? k_tok : k_other ? k_other : 4;
+    if (m->num_experts_per_tok > m->num_experts)
+        return rp_error_set(c->err, RP_ERR_RANGE,
+                            "%s: field '%s': %lld exceeds num_local_experts %lld", c->file,
+                            k_tok ? "num_experts_per_tok" : "experts_per_token",
+                            (long long)m->num_experts_per_tok, (long long)m->num_experts);
+    m->moe_intermediate_size = cfg->intermediate_size;
+    m->decoder_sparse_step = 1;
+    /* a softmax over the k largest logits is the k chosen probabilities of
+     * the softmax over all E renormalised: Qwen3-MoE's norm_topk_prob */
+    m->norm_topk_prob = 1;
+    RP_TRY(get_bool(c, r, "output_router_logits", 0, &m->output_router_logits));
+    RP_TRY(get_num(c, r, "router_aux_loss_coef", "router_aux_loss_coef", 0, 0.001, 0, 1,
+                   &m->router_aux_loss_coef));
+    RP_TRY(get_num(c, r, "swiglu_limit", "swiglu_limit", 0, 7.0, 0, 0, &g->swiglu_limit));
+    RP_TRY(get_num(c, r, "swiglu_alpha", "swiglu_alpha", 0, 1.702, 0, 0, &g->swiglu_alpha));
+    RP_TRY(parse_layer_types(c, cfg));
+    int any_sliding = 0;
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
+        any_sliding |= rp_gpt_oss_block_is_sliding(g, i);
+    /* json-c holds a JSON null as a NULL value of a present key */
+    json_object *w = NULL;
+    if (json_object_object_get_ex(r, "sliding_window", &w) && w == NULL && any_sliding)
+        return rp_error_set(c->err, RP_ERR_FORMAT,
+                            "%s: field 'sliding_window': null, but layer_types has "
+                            "sliding_attention blocks",
+                            c->file);
+    RP_TRY(get_int(c, r, "sliding_window", "sliding_window", 0, 128, 1, &g->sliding_window));
+    return parse_quantization(c, cfg);
+}
+
 const char *rp_arch_name(rp_arch arch)
 {
     switch (arch) {
     case RP_ARCH_LLAMA: return "llama";
     case RP_ARCH_QWEN3: return "qwen3";
     case RP_ARCH_QWEN3_MOE: return "qwen3_moe";
+    case RP_ARCH_GPT_OSS: return "gpt_oss";
     }
     return "unknown";
 }
@@ -321,7 +538,7 @@ static rp_status check_unsupported(ctx *c, const rp_model_config *cfg)
                             c->file);
     int present;
     json_object *lt = get(c->root, "layer_types", &present);
-    if (present) {
+    if (present && cfg->arch != RP_ARCH_GPT_OSS) {
         if (!json_object_is_type(lt, json_type_array))
             return type_error(c, "layer_types", "array", lt);
         size_t n = json_object_array_length(lt);
@@ -355,24 +572,32 @@ static rp_status parse_root(ctx *c, rp_model_config *cfg)
         cfg->arch = RP_ARCH_QWEN3;
     else if (strcmp(mt, "qwen3_moe") == 0)
         cfg->arch = RP_ARCH_QWEN3_MOE;
+    else if (strcmp(mt, "gpt_oss") == 0)
+        cfg->arch = RP_ARCH_GPT_OSS;
     else
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field 'model_type': unsupported model type '%s' (supported: "
-                            "llama, qwen3, qwen3_moe)",
+                            "llama, qwen3, qwen3_moe, gpt_oss)",
                             c->file, mt);
     int qwen = cfg->arch != RP_ARCH_LLAMA, moe = cfg->arch == RP_ARCH_QWEN3_MOE;
+    int oss = cfg->arch == RP_ARCH_GPT_OSS;
     json_object *r = c->root;
     RP_TRY(get_int(c, r, "hidden_size", "hidden_size", 1, 0, 1, &cfg->hidden_size));
     /* Qwen3MoeConfig defaults the dense blocks' width (often unused) */
-    RP_TRY(get_int(c, r, "intermediate_size", "intermediate_size", !moe, 6144, 1,
-                   &cfg->intermediate_size));
+    RP_TRY(get_int(c, r, "intermediate_size", "intermediate_size", !moe && !oss,
+                   oss ? 2880 : 6144, 1, &cfg->intermediate_size));
     RP_TRY(get_int(c, r, "num_hidden_layers", "num_hidden_layers", 1, 0, 1,
                    &cfg->num_hidden_layers));
     RP_TRY(get_int(c, r, "num_attention_heads", "num_attention_heads", 1, 0, 1,
                    &cfg->num_attention_heads));
     RP_TRY(get_int(c, r, "vocab_size", "vocab_size", 1, 0, 1, &cfg->vocab_size));
-    RP_TRY(get_int(c, r, "num_key_value_heads", "num_key_value_heads", 0,
-                   cfg->num_attention_heads, 1, &cfg->num_key_value_heads));
+    /* GptOssConfig defaults to 8 kv heads; an explicit null means "as many
+     * as the query heads" for every architecture */
+    int64_t kv_default = cfg->num_attention_heads;
+    if (oss && !json_object_object_get_ex(r, "num_key_value_heads", NULL))
+        kv_default = 8;
+    RP_TRY(get_int(c, r, "num_key_value_heads", "num_key_value_heads", 0, kv_default, 1,
+                   &cfg->num_key_value_heads));
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
         return rp_error_set(c->err, RP_ERR_RANGE,
                             "%s: field 'num_key_value_heads': %lld does not divide "
@@ -381,28 +606,35 @@ static rp_status parse_root(ctx *c, rp_model_config *cfg)
                             (long long)cfg->num_attention_heads);
     int present;
     get(r, "head_dim", &present);
+    int64_t head_dim_default = cfg->hidden_size / cfg->num_attention_heads;
+    if (oss && !json_object_object_get_ex(r, "head_dim", NULL)) {
+        head_dim_default = 64; /* GptOssConfig's; q width heads x 64 need not be hidden */
+        present = 1;
+    }
     if (!present && cfg->hidden_size % cfg->num_attention_heads != 0)
         return rp_error_set(c->err, RP_ERR_RANGE,
                             "%s: field 'hidden_size': %lld is not a multiple of "
                             "num_attention_heads %lld and head_dim is not given",
                             c->file, (long long)cfg->hidden_size,
                             (long long)cfg->num_attention_heads);
-    RP_TRY(get_int(c, r, "head_dim", "head_dim", 0, cfg->hidden_size / cfg->num_attention_heads,
-                   1, &cfg->head_dim));
+    RP_TRY(get_int(c, r, "head_dim", "head_dim", 0, head_dim_default, 1, &cfg->head_dim));
     if (cfg->head_dim % 2 != 0) /* RoPE rotates pairs */
         return rp_error_set(c->err, RP_ERR_RANGE, "%s: field 'head_dim': %lld must be even",
                             c->file, (long long)cfg->head_dim);
     RP_TRY(get_int(c, r, "max_position_embeddings", "max_position_embeddings", 0,
-                   qwen ? 32768 : 2048, 1, &cfg->max_position_embeddings));
-    RP_TRY(get_num(c, r, "rms_norm_eps", "rms_norm_eps", 0, 1e-6, 0, 0, &cfg->rms_norm_eps));
+                   oss ? 131072 : qwen ? 32768 : 2048, 1, &cfg->max_position_embeddings));
+    RP_TRY(get_num(c, r, "rms_norm_eps", "rms_norm_eps", 0, oss ? 1e-5 : 1e-6, 0, 0,
+                   &cfg->rms_norm_eps));
     RP_TRY(get_num(c, r, "initializer_range", "initializer_range", 0, 0.02, 0, 1,
                    &cfg->initializer_range));
     RP_TRY(get_bool(c, r, "tie_word_embeddings", 0, &cfg->tie_word_embeddings));
-    RP_TRY(get_bool(c, r, "attention_bias", 0, &cfg->attention_bias));
+    RP_TRY(get_bool(c, r, "attention_bias", oss, &cfg->attention_bias));
     RP_TRY(parse_rope(c, cfg));
     RP_TRY(parse_dtype(c, cfg));
     if (moe)
         RP_TRY(parse_moe(c, cfg));
+    if (oss)
+        RP_TRY(parse_gpt_oss(c, cfg));
     return check_unsupported(c, cfg);
 }
 

@@ -1,5 +1,6 @@
 /* Model configuration: the subset of a Hugging Face config.json that
- * roundpipe understands (model_type "llama", "qwen3" and "qwen3_moe"). */
+ * roundpipe understands (model_type "llama", "qwen3" and "qwen3_moe"; and
+ * "gpt_oss", read in full but not trainable yet: issue 35). */
 #ifndef RP_IO_CONFIG_H
 #define RP_IO_CONFIG_H
 
@@ -9,22 +10,35 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 
-typedef enum rp_arch { RP_ARCH_LLAMA = 0, RP_ARCH_QWEN3 = 1, RP_ARCH_QWEN3_MOE = 2 } rp_arch;
+typedef enum rp_arch {
+    RP_ARCH_LLAMA = 0,
+    RP_ARCH_QWEN3 = 1,
+    RP_ARCH_QWEN3_MOE = 2,
+    RP_ARCH_GPT_OSS = 3 /* read; model/layout.c refuses it until the model is built */
+} rp_arch;
 
 /* model_type as config.json spells it. */
 const char *rp_arch_name(rp_arch arch);
 
 typedef enum rp_rope_type {
     RP_ROPE_DEFAULT = 0, /* plain RoPE with rope_theta */
-    RP_ROPE_LLAMA3 = 1   /* Llama 3.1 frequency scaling */
+    RP_ROPE_LLAMA3 = 1,  /* Llama 3.1 frequency scaling */
+    RP_ROPE_YARN = 2     /* YaRN (gpt_oss only so far; kernels/rope_freq.h) */
 } rp_rope_type;
 
 typedef struct rp_rope_scaling {
     rp_rope_type type;
-    double factor;                            /* llama3: "factor" */
+    double factor;                            /* llama3, yarn: "factor" */
     double low_freq_factor;                   /* llama3: "low_freq_factor" */
     double high_freq_factor;                  /* llama3: "high_freq_factor" */
-    int64_t original_max_position_embeddings; /* llama3 */
+    int64_t original_max_position_embeddings; /* llama3, yarn (yarn: default
+                                                 max_position_embeddings) */
+    double beta_fast;        /* yarn: "beta_fast" (absent, null or 0: 32) */
+    double beta_slow;        /* yarn: "beta_slow" (absent, null or 0: 1) */
+    int truncate;            /* yarn: "truncate" (absent: true) */
+    double attention_factor; /* yarn: "attention_factor"; 0 when absent (derived) */
+    double mscale;           /* yarn: "mscale", 0 when absent */
+    double mscale_all_dim;   /* yarn: "mscale_all_dim", 0 when absent */
 } rp_rope_scaling;
 
 /* LoRA (issue 13): the projections of a decoder block that may carry an
@@ -77,6 +91,36 @@ typedef struct rp_moe_config {
     uint64_t mlp_only[RP_MOE_MAX_LAYERS / 64]; /* bit i: block i is dense */
 } rp_moe_config;
 
+/* gpt-oss (issue 35): what its blocks have beyond a mixture of experts
+ * (whose sizes and aux loss are in rp_moe_config: num_local_experts,
+ * num_experts_per_tok, intermediate_size as each expert's width,
+ * output_router_logits, router_aux_loss_coef). */
+typedef struct rp_gpt_oss_config {
+    double swiglu_limit;    /* "swiglu_limit" (7.0): gate clamped above, up to +-limit */
+    double swiglu_alpha;    /* "swiglu_alpha" (absent: 1.702): the sigmoid's gain */
+    int64_t sliding_window; /* "sliding_window" W >= 1 (128): in a sliding block query
+                               i attends to key j iff i - W < j <= i */
+    uint64_t sliding[RP_MOE_MAX_LAYERS / 64]; /* bit i: layer_types[i] is
+                                                 "sliding_attention" (else full) */
+    int mxfp4; /* "quantization_config" with quant_method "mxfp4" */
+    uint64_t mxfp4_experts[RP_MOE_MAX_LAYERS / 64]; /* bit i: block i's experts ship as
+                                                       MXFP4 (mxfp4 and
+                                                       model.layers.i.mlp.experts not
+                                                       in modules_to_not_convert) */
+} rp_gpt_oss_config;
+
+/* Whether block i of a gpt_oss model attends through a sliding window. */
+static inline int rp_gpt_oss_block_is_sliding(const rp_gpt_oss_config *g, int64_t i)
+{
+    return i >= 0 && i < RP_MOE_MAX_LAYERS && ((g->sliding[i / 64] >> (i % 64)) & 1u);
+}
+
+/* Whether block i of a gpt_oss model ships its experts MXFP4-quantised. */
+static inline int rp_gpt_oss_experts_are_mxfp4(const rp_gpt_oss_config *g, int64_t i)
+{
+    return i >= 0 && i < RP_MOE_MAX_LAYERS && ((g->mxfp4_experts[i / 64] >> (i % 64)) & 1u);
+}
+
 typedef struct rp_model_config {
     rp_arch arch;
     int64_t hidden_size;
@@ -94,7 +138,8 @@ typedef struct rp_model_config {
     int tie_word_embeddings; /* default: 0 for llama, 0 for qwen3 unless set */
     int attention_bias;      /* q/k/v/o projections carry a bias (check transformers for o_proj) */
     rp_dtype torch_dtype;    /* dtype named in the file (F32 if absent) */
-    rp_moe_config moe;       /* qwen3_moe only; zero otherwise */
+    rp_moe_config moe;       /* qwen3_moe and gpt_oss; zero otherwise */
+    rp_gpt_oss_config oss;   /* gpt_oss only; zero otherwise */
     rp_lora_config lora;     /* rank 0 (as parsed): full fine-tuning; else the blocks'
                                 targeted projections carry trainable adapters and every
                                 other parameter is frozen (model/layout.h) */

@@ -1,6 +1,8 @@
 # sources of src/io: safetensors, config.json, .npy, token datasets, traces, metrics, model directories
 librp_la_SOURCES += \
 	src/io/config.h src/io/config.c src/io/config_save.c \
+	src/io/quant_modules.c src/io/quant_modules.h \
+	src/io/mxfp4.c src/io/mxfp4.h \
 	src/io/atomic_file.c src/io/atomic_file.h src/io/file_set.c src/io/file_set.h \
 	src/io/output_path.c src/io/output_path.h \
 	src/io/read_file.c src/io/read_file.h \

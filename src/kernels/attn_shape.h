@@ -13,12 +13,22 @@
  * with segments keys seg_start[t]..t: documents packed into a sequence
  * (seg_start [nseq*seqlen], for each token the index within its sequence
  * of its segment's first token, in the back end's memory; NULL: one
- * segment per sequence). Work outside the segments is skipped. */
+ * segment per sequence). Work outside the segments is skipped. A
+ * sliding window and learned sinks (below) narrow the keys and widen the
+ * denominator. */
 typedef struct rp_attn_shape {
     int64_t nseq, seqlen, nheads, nkv, head_dim;
     int64_t block; /* keys/queries per block of the CPU kernel; ignored on CUDA */
     float scale;   /* usually 1/sqrt(head_dim) */
     const int32_t *seg_start;
+    /* gpt-oss (issue 35); both zero (NULL) in every other model, and then
+     * the results are bit for bit those without these fields: */
+    int64_t window;      /* W >= 1: query t sees only keys t-W < j <= t (and its
+                            segment's); 0: no window */
+    const float *sinks;  /* [nheads] fp32 in the back end's memory, or NULL: head h's
+                            softmax denominator gains exp(sinks[h]), a logit with no
+                            value that is never masked (not scaled by `scale`); lse
+                            includes it */
 } rp_attn_shape;
 
 #endif

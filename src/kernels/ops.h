@@ -125,6 +125,15 @@ typedef struct rp_kernel_ops {
                                     const void *dout, float *dq, float *dk, float *dv,
                                     float *scratch, rp_error *err);
 
+    /* The learned sinks' gradient (s->sinks != NULL; nothing otherwise):
+     * dsinks[h] += -sum over rows t in order of exp(sinks[h] - lse[t, h]) *
+     * (dout[t, h] . o[t, h]), from the forward's o and lse (o, dout in the
+     * compute dtype; dsinks fp32 [nheads]). The CUDA table refuses it (not
+     * built yet), as it refuses attention with a window or sinks. */
+    rp_status (*attention_sink_backward)(void *state, const rp_attn_shape *s, const void *o,
+                                         const float *lse, const void *dout, float *dsinks,
+                                         rp_error *err);
+
     /* ---- SwiGLU: m = silu(g) * u, elementwise over n -------------------- */
     rp_status (*swiglu_forward)(void *state, const float *g, const float *u, void *m, int64_t n,
                                 rp_error *err);
@@ -132,6 +141,17 @@ typedef struct rp_kernel_ops {
      * dtype is fp32. */
     rp_status (*swiglu_backward)(void *state, const float *g, const float *u, const float *dm,
                                  void *dg, void *du, int64_t n, rp_error *err);
+
+    /* gpt-oss's clamped SwiGLU (kernels/cpu/swiglu.h): gate = min(g, limit),
+     * up = clamp(u, -limit, limit), m = (up + 1) * gate * sigmoid(alpha *
+     * gate); the backward's clamp gradients are zero where a value was
+     * clamped (beyond the bound; at it they pass, as torch's). Aliasing as
+     * for swiglu. The CUDA table refuses both (not built yet). */
+    rp_status (*swiglu_clamped_forward)(void *state, const float *g, const float *u, float limit,
+                                        float alpha, void *m, int64_t n, rp_error *err);
+    rp_status (*swiglu_clamped_backward)(void *state, const float *g, const float *u,
+                                         float limit, float alpha, const float *dm, void *dg,
+                                         void *du, int64_t n, rp_error *err);
 
     /* ---- LoRA: the adapter's scaled add and its input dropout ---------- */
     /* y = alpha * x, or y = y + alpha * x with accumulate, elementwise over
@@ -256,6 +276,22 @@ typedef struct rp_kernel_ops {
                                                 const int32_t *offsets, int64_t nexperts,
                                                 int64_t rows, int64_t in, int64_t out,
                                                 float *const *dW, rp_error *err);
+
+    /* gpt-oss's expert biases (issue 35), beside the grouped GEMMs: y
+     * (fp32 [rows, out]) += bias[e] on each row of expert e, bias a host
+     * array of E pointers to fp32 [out] (an expert with no rows is never
+     * read), y_compute (optional) the result's rounded copy; and dbias[e]
+     * += the column sums of dy (fp32) over expert e's rows in row order
+     * (column_sum_accumulate's order; dbias a host array of E fp32
+     * pointers; an expert with no rows is not touched). The CUDA table
+     * refuses both (not built yet). */
+    rp_status (*grouped_bias_forward)(void *state, float *y, void *y_compute,
+                                      const float *const *bias, const int32_t *offsets,
+                                      int64_t nexperts, int64_t rows, int64_t out,
+                                      rp_error *err);
+    rp_status (*grouped_bias_backward)(void *state, const float *dy, const int32_t *offsets,
+                                       int64_t nexperts, int64_t rows, int64_t out,
+                                       float *const *dbias, rp_error *err);
 
     /* ---- cross-entropy over a chunk of rows ---------------------------- */
     /* Row r counts when counted == NULL or counted[r] != 0: loss[r] =

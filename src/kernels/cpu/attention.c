@@ -42,12 +42,24 @@ static inline void scal(float a, float *restrict y, int64_t n)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The earliest key query row r sees: its segment's first token, or with a
+ * window W the key W-1 before it when that is later. */
+static int64_t row_first_key(const int32_t *seg, int64_t window, int64_t r)
+{
+    int64_t lo = seg ? seg[r] : 0;
+    if (window > 0 && r - window + 1 > lo)
+        lo = r - window + 1;
+    return lo;
+}
+
 /* The earliest key any of query rows [r0, r1) sees. */
-static int64_t first_key(const int32_t *seg, int64_t r0, int64_t r1)
+static int64_t first_key(const int32_t *seg, int64_t window, int64_t r0, int64_t r1)
 {
     int64_t lo = r1;
-    for (int64_t r = r0; r < r1; r++)
-        lo = seg[r] < lo ? seg[r] : lo;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t f = row_first_key(seg, window, r);
+        lo = f < lo ? f : lo;
+    }
     return lo;
 }
 
@@ -70,17 +82,19 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
         float mx[RP_ATTN_MAX_BLOCK], l[RP_ATTN_MAX_BLOCK], sc[RP_ATTN_MAX_BLOCK];
         const int64_t r0 = i * B, r1 = min64(S, r0 + B);
         const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
+        const int64_t W = s->window;
         for (int64_t r = r0; r < r1; r++) {
-            mx[r - r0] = -INFINITY;
-            l[r - r0] = 0.0f;
+            /* a sink is a key of logit sinks[h] and value 0 seen first */
+            mx[r - r0] = s->sinks ? s->sinks[h] : -INFINITY;
+            l[r - r0] = s->sinks ? 1.0f : 0.0f;
             memset(o + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
         }
         /* key blocks from the one holding the block's earliest visible key */
-        for (int64_t j = seg ? first_key(seg, r0, r1) / B : 0; j <= i; j++) {
+        for (int64_t j = seg || W > 0 ? first_key(seg, W, r0, r1) / B : 0; j <= i; j++) {
             const int64_t c0 = j * B;
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t rr = r - r0, c1 = min64(min64(S, c0 + B), r + 1);
-                const int64_t cs = seg && seg[r] > c0 ? seg[r] : c0;
+                const int64_t lo = row_first_key(seg, W, r), cs = lo > c0 ? lo : c0;
                 if (cs >= c1)
                     continue; /* no key of this block is in the row's segment */
                 const float *qr = q + ((b * S + r) * nh + h) * hd;
@@ -124,6 +138,7 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
     for (int64_t task = 0; task < ntask; task++) {
         const int64_t g = task % nkv, b = task / nkv;
         const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
+        const int64_t W = s->window;
         for (int64_t c = 0; c < S; c++) {
             memset(dk + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
             memset(dv + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
@@ -134,11 +149,11 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
                 for (int64_t r = r0; r < r1; r++)
                     memset(dq + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
                 /* key blocks outer, query rows inner: a key block stays in cache */
-                for (int64_t j = seg ? first_key(seg, r0, r1) / B : 0; j <= i; j++) {
+                for (int64_t j = seg || W > 0 ? first_key(seg, W, r0, r1) / B : 0; j <= i; j++) {
                     const int64_t c0 = j * B;
                     for (int64_t r = r0; r < r1; r++) {
                         const int64_t row = (b * S + r) * nh + h, c1 = min64(min64(S, c0 + B), r + 1);
-                        const int64_t cs = seg && seg[r] > c0 ? seg[r] : c0;
+                        const int64_t lo = row_first_key(seg, W, r), cs = lo > c0 ? lo : c0;
                         if (cs >= c1)
                             continue;
                         const float *qr = q + row * hd, *dor = dout + row * hd;
@@ -159,5 +174,24 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
                 }
             }
         }
+    }
+}
+
+void rp_attn_sink_backward(const rp_attn_shape *s, const float *o, const float *lse,
+                           const float *dout, float *dsinks)
+{
+    const int64_t nh = s->nheads, hd = s->head_dim, T = s->nseq * s->seqlen;
+    if (!s->sinks)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < nh; h++) {
+        double acc = 0;
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t row = t * nh + h;
+            /* D = dout . o: the row's expected dP, the sink's dP being 0 */
+            const float D = dot(dout + row * hd, o + row * hd, hd);
+            acc += (double)expf(s->sinks[h] - lse[row]) * (double)D;
+        }
+        dsinks[h] += (float)-acc;
     }
 }

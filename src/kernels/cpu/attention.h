@@ -9,7 +9,9 @@
  *   k, v, dk, dv : [nseq*seqlen, nkv*head_dim]
  *   lse          : [nseq*seqlen, nheads]
  * Query head h reads kv head h / (nheads/nkv). Query t of a sequence sees
- * keys 0..t of the same sequence. Scores are scale * q.k.
+ * keys 0..t of the same sequence (with segments, of its segment; with a
+ * window W, only the last W of them). Scores are scale * q.k; a head's sink
+ * logit joins each row's softmax denominator as is.
  *
  * Determinism: forward tasks are (sequence, head, query block) and write
  * disjoint rows; backward tasks are (sequence, kv head), each owning dk/dv of
@@ -33,9 +35,17 @@
 void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
                      float *o, float *lse);
 
-/* dq, dk, dv (overwritten) from the forward's inputs, o, lse and do. */
+/* dq, dk, dv (overwritten) from the forward's inputs, o, lse and do. With
+ * sinks the formulas do not change (lse holds the sink's share). */
 void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
                       const float *o, const float *lse, const float *dout, float *dq, float *dk,
                       float *dv);
+
+/* The sinks' gradient: dsinks[h] += -sum over rows t, in order, of
+ * exp(sinks[h] - lse[t, h]) * (dout[t, h] . o[t, h]) (the sink's
+ * probability times minus D_t; the sum in double, added once in fp32).
+ * One task per head: the same bits for any thread count. */
+void rp_attn_sink_backward(const rp_attn_shape *s, const float *o, const float *lse,
+                           const float *dout, float *dsinks);
 
 #endif

@@ -328,3 +328,25 @@ void rp_moe_grouped_backward_weight(const float *dy, const float *x, const int32
             rp_linear_backward_weight(dy + r0 * out, x + r0 * in, dW[e], NULL, n, in, out);
     }
 }
+
+void rp_moe_grouped_bias_add(float *y, const float *const *bias, const int32_t *offsets,
+                             int64_t nexperts, int64_t out)
+{
+    for (int64_t e = 0; e < nexperts; e++) {
+        const int64_t r0 = offsets[e], r1 = offsets[e + 1];
+        const float *b = bias[e];
+#pragma omp parallel for schedule(static) if ((r1 - r0) * out >= 65536)
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c = 0; c < out; c++)
+                y[r * out + c] += b[c];
+    }
+}
+
+void rp_moe_grouped_bias_backward(const float *dy, const int32_t *offsets, int64_t nexperts,
+                                  int64_t out, float *const *dbias)
+{
+    for (int64_t e = 0; e < nexperts; e++)
+        if (offsets[e + 1] > offsets[e])
+            rp_colsum_accumulate(dy + (int64_t)offsets[e] * out, offsets[e + 1] - offsets[e], out,
+                                 dbias[e]);
+}

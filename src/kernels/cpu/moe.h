@@ -72,4 +72,14 @@ void rp_moe_grouped_backward_weight(const float *dy, const float *x, const int32
                                     int64_t nexperts, int64_t in, int64_t out,
                                     float *const *dW);
 
+/* gpt-oss's expert biases (issue 35): y[j] += bias[e] (fp32, one rounding
+ * per element) for each row j of expert e; and dbias[e] += the column sums
+ * of dy over expert e's rows, in row order as rp_colsum_accumulate sums a
+ * dense bias's gradient. An expert with no rows is skipped, its bias[e]
+ * and dbias[e] not read. */
+void rp_moe_grouped_bias_add(float *y, const float *const *bias, const int32_t *offsets,
+                             int64_t nexperts, int64_t out);
+void rp_moe_grouped_bias_backward(const float *dy, const int32_t *offsets, int64_t nexperts,
+                                  int64_t out, float *const *dbias);
+
 #endif

@@ -174,6 +174,32 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
     return RP_OK;
 }
 
+static rp_status attention_sink_backward(void *state, const rp_attn_shape *s, const void *o,
+                                         const float *lse, const void *dout, float *dsinks,
+                                         rp_error *err)
+{
+    (void)state, (void)err;
+    rp_attn_sink_backward(s, o, lse, dout, dsinks);
+    return RP_OK;
+}
+
+static rp_status swiglu_clamped_forward(void *state, const float *g, const float *u, float limit,
+                                        float alpha, void *m, int64_t n, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_swiglu_clamped_forward(g, u, limit, alpha, m, n);
+    return RP_OK;
+}
+
+static rp_status swiglu_clamped_backward(void *state, const float *g, const float *u,
+                                         float limit, float alpha, const float *dm, void *dg,
+                                         void *du, int64_t n, rp_error *err)
+{
+    (void)state, (void)err;
+    rp_swiglu_clamped_backward(g, u, limit, alpha, dm, dg, du, n);
+    return RP_OK;
+}
+
 static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
                                 rp_error *err)
 {
@@ -380,6 +406,28 @@ static rp_status grouped_linear_backward_weight(void *state, const void *dy, con
     return RP_OK;
 }
 
+static rp_status grouped_bias_forward(void *state, float *y, void *y_compute,
+                                      const float *const *bias, const int32_t *offsets,
+                                      int64_t nexperts, int64_t rows, int64_t out,
+                                      rp_error *err)
+{
+    (void)state;
+    RP_TRY(offsets_usable("grouped_bias_forward", offsets, nexperts, rows, err));
+    rp_moe_grouped_bias_add(y, bias, offsets, nexperts, out);
+    also(y_compute, y, rows * out);
+    return RP_OK;
+}
+
+static rp_status grouped_bias_backward(void *state, const float *dy, const int32_t *offsets,
+                                       int64_t nexperts, int64_t rows, int64_t out,
+                                       float *const *dbias, rp_error *err)
+{
+    (void)state;
+    RP_TRY(offsets_usable("grouped_bias_backward", offsets, nexperts, rows, err));
+    rp_moe_grouped_bias_backward(dy, offsets, nexperts, out, dbias);
+    return RP_OK;
+}
+
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
                                double *loss, int grad, rp_error *err)
@@ -501,6 +549,9 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .rope_apply = rope_apply,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .attention_sink_backward = attention_sink_backward,
+    .swiglu_clamped_forward = swiglu_clamped_forward,
+    .swiglu_clamped_backward = swiglu_clamped_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .scaled_add = scaled_add,
@@ -516,6 +567,8 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .grouped_linear_forward = grouped_linear_forward,
     .grouped_linear_backward_input = grouped_linear_backward_input,
     .grouped_linear_backward_weight = grouped_linear_backward_weight,
+    .grouped_bias_forward = grouped_bias_forward,
+    .grouped_bias_backward = grouped_bias_backward,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,

@@ -12,4 +12,19 @@ void rp_swiglu_forward(const float *g, const float *u, float *m, int64_t n);
 void rp_swiglu_backward(const float *g, const float *u, const float *dm, float *dg, float *du,
                         int64_t n);
 
+/* gpt-oss's clamped SwiGLU (issue 35), elementwise over n, as transformers'
+ * GptOssExperts._apply_gate computes it in fp32: gate = min(g, limit),
+ * up = clamp(u, -limit, limit), m = (up + 1) * (gate * sigmoid(gate *
+ * alpha)), sigmoid(x) = 1 / (1 + exp(-x)), each operation rounded to fp32
+ * in that order. */
+void rp_swiglu_clamped_forward(const float *g, const float *u, float limit, float alpha, float *m,
+                               int64_t n);
+
+/* Its backward, with torch's clamp gradient (passed where the input lies
+ * within the bounds, the bounds included; zero where it was clamped):
+ * dg = dm * (up + 1) * sig * (1 + alpha * gate * (1 - sig)) for g <= limit,
+ * du = dm * gate * sig for |u| <= limit. dg may alias g and du may alias u. */
+void rp_swiglu_clamped_backward(const float *g, const float *u, float limit, float alpha,
+                                const float *dm, float *dg, float *du, int64_t n);
+
 #endif

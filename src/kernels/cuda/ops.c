@@ -240,11 +240,27 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 
 /* ---- attention -------------------------------------------------------- */
 
+/* gpt-oss's ops (issue 35) are built on the CPU table only so far: refused
+ * here, and attention with a window or sinks with them, rather than
+ * computed without them. */
+static rp_status gpt_oss_refused(const cuda_state *c, const char *op, rp_error *err)
+{
+    return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                        "cuda device %d: %s: gpt-oss's %s: not built on CUDA yet (issue 35); "
+                        "use --device cpu",
+                        c->ordinal, op,
+                        !strncmp(op, "swiglu", 6)    ? "clamped SwiGLU"
+                        : !strncmp(op, "grouped", 7) ? "expert biases"
+                                                     : "attention sinks and sliding windows");
+}
+
 static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
                                    const void *k, const void *v, void *o, float *lse,
                                    rp_error *err)
 {
     cuda_state *c = state;
+    if (s->window || s->sinks)
+        return gpt_oss_refused(c, "attention forward", err);
     const char *why = NULL;
     int rc = rp_cuda_attn_forward_bf16(s, q, k, v, NULL, o, lse, c->stream, &why);
     return rc ? failed(c, "attention forward", rc, why, err) : RP_OK;
@@ -256,6 +272,8 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
                                     float *scratch, rp_error *err)
 {
     cuda_state *c = state;
+    if (s->window || s->sinks)
+        return gpt_oss_refused(c, "attention backward", err);
     const char *why = NULL;
     int rc = rp_cuda_attn_delta_bf16(s, o, dout, scratch, c->stream, &why);
     if (rc)
@@ -264,7 +282,32 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
     return rc ? failed(c, "attention backward", rc, why, err) : RP_OK;
 }
 
+static rp_status attention_sink_backward(void *state, const rp_attn_shape *s, const void *o,
+                                         const float *lse, const void *dout, float *dsinks,
+                                         rp_error *err)
+{
+    (void)o, (void)lse, (void)dout, (void)dsinks;
+    if (!s->sinks)
+        return RP_OK;
+    return gpt_oss_refused(state, "attention sink backward", err);
+}
+
 /* ---- SwiGLU ----------------------------------------------------------- */
+
+static rp_status swiglu_clamped_forward(void *state, const float *g, const float *u, float limit,
+                                        float alpha, void *m, int64_t n, rp_error *err)
+{
+    (void)g, (void)u, (void)limit, (void)alpha, (void)m, (void)n;
+    return gpt_oss_refused(state, "swiglu clamped forward", err);
+}
+
+static rp_status swiglu_clamped_backward(void *state, const float *g, const float *u,
+                                         float limit, float alpha, const float *dm, void *dg,
+                                         void *du, int64_t n, rp_error *err)
+{
+    (void)g, (void)u, (void)limit, (void)alpha, (void)dm, (void)dg, (void)du, (void)n;
+    return gpt_oss_refused(state, "swiglu clamped backward", err);
+}
 
 static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
                                 rp_error *err)
@@ -558,6 +601,23 @@ static rp_status grouped_linear_backward_weight(void *state, const void *dy, con
     return RP_OK;
 }
 
+static rp_status grouped_bias_forward(void *state, float *y, void *y_compute,
+                                      const float *const *bias, const int32_t *offsets,
+                                      int64_t nexperts, int64_t rows, int64_t out,
+                                      rp_error *err)
+{
+    (void)y, (void)y_compute, (void)bias, (void)offsets, (void)nexperts, (void)rows, (void)out;
+    return gpt_oss_refused(state, "grouped bias forward", err);
+}
+
+static rp_status grouped_bias_backward(void *state, const float *dy, const int32_t *offsets,
+                                       int64_t nexperts, int64_t rows, int64_t out,
+                                       float *const *dbias, rp_error *err)
+{
+    (void)dy, (void)offsets, (void)nexperts, (void)rows, (void)out, (void)dbias;
+    return gpt_oss_refused(state, "grouped bias backward", err);
+}
+
 /* ---- cross-entropy ---------------------------------------------------- */
 
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
@@ -707,6 +767,9 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .rope_apply = rope_apply,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .attention_sink_backward = attention_sink_backward,
+    .swiglu_clamped_forward = swiglu_clamped_forward,
+    .swiglu_clamped_backward = swiglu_clamped_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .scaled_add = scaled_add,
@@ -722,6 +785,8 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .grouped_linear_forward = grouped_linear_forward,
     .grouped_linear_backward_input = grouped_linear_backward_input,
     .grouped_linear_backward_weight = grouped_linear_backward_weight,
+    .grouped_bias_forward = grouped_bias_forward,
+    .grouped_bias_backward = grouped_bias_backward,
     .cross_entropy = cross_entropy,
     .sum_to_host = sum_to_host,
     .check_ids = check_ids,
