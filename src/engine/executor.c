@@ -115,7 +115,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         nst_max = layers > nst_max ? layers : nst_max;
         /* a tail runs its forward whole; a backward stage too unless every
          * layer's input was saved (layer-grain recompute) */
-        int keeps = job.kind == RP_JOB_TAIL || (job.kind == RP_JOB_BWD && !e->o->recompute_layer);
+        int keeps = job.kind == RP_JOB_TAIL ||
+                    (job.kind == RP_JOB_BWD && e->o->recompute != RP_RECOMPUTE_LAYER);
         if (keeps && layers > x->nsaved)
             x->nsaved = layers;
     }

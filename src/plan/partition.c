@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan/baseline.h"
+#include "plan/keep.h"
 #include "plan/schedule.h"
 
 #define SEED_DENSE 12 /* every count (and tail size) up to this is a seed */
@@ -36,9 +37,12 @@ typedef struct score {
     double time;   /* modelled iteration ms, INFINITY if it cannot run */
 } score;
 
-static score evaluate(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
+/* p's kept blocks are set here, from the machine's budget (plan/keep.h):
+ * the recompute a candidate saves is part of its score. */
+static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p)
 {
     score sc = {0, INFINITY};
+    p->kept = rp_plan_choose_kept(m, mc, p);
     if (mc->memory_limit > 0) {
         int64_t peak = rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL);
         if (peak > mc->memory_limit)

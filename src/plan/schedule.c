@@ -45,10 +45,16 @@ rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *p
     return RP_OK;
 }
 
-double rp_schedule_job_ms(const rp_cost_model *m, const rp_job *job)
+double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job *job)
 {
-    return job->kind == RP_JOB_FWD ? rp_cost_fwd_ms(m, job->first, job->last)
-                                   : rp_cost_bwd_ms(m, job->first, job->last);
+    if (job->kind == RP_JOB_FWD)
+        return rp_cost_fwd_ms(m, job->first, job->last);
+    double ms = rp_cost_bwd_ms(m, job->first, job->last);
+    if (job->kind == RP_JOB_BWD)
+        for (int l = job->first; l <= job->last; l++)
+            if (rp_plan_is_kept(p, l))
+                ms += m->layers[l].keep_ms - m->layers[l].fwd_ms;
+    return ms;
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
