@@ -64,6 +64,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
                             : 0;
         L->keep_ms = 0;
     }
+    m->keep_in_place = ops && ops->host_addressable;
     free(layers);
     free(base);
     *workspace_bytes =

@@ -51,6 +51,9 @@ typedef struct rp_cost_model {
     int default_gpus;
     int default_microbatches;
     double default_transfer_ms;
+    int keep_in_place;             /* executors read kept activations where the host store
+                                      holds them (plan.h's kept): a kept layer of a backward
+                                      job needs no device slot (act_bytes) */
 } rp_cost_model;
 
 /* A model shape, the fields of a config.json the FLOP count needs. */

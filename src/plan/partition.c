@@ -21,12 +21,22 @@ double rp_partition_objective(const rp_cost_model *m, const rp_machine *mc, cons
 {
     rp_error e;
     rp_sim_result r;
-    if (mc->memory_limit > 0 &&
-        rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL) > mc->memory_limit)
-        return INFINITY;
-    if (rp_simulate(m, p, mc, &r, &e) != RP_OK)
-        return INFINITY;
-    return r.iteration_ms;
+    rp_plan *q = NULL;
+    if (rp_plan_choose_kept(m, mc, p) != p->kept) { /* as the search scores it (evaluate) */
+        q = malloc(sizeof *q);
+        if (!q)
+            return INFINITY;
+        *q = *p;
+        q->kept = rp_plan_choose_kept(m, mc, p);
+        p = q;
+    }
+    double ms = INFINITY;
+    if (!(mc->memory_limit > 0 &&
+          rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL) > mc->memory_limit) &&
+        rp_simulate(m, p, mc, &r, &e) == RP_OK)
+        ms = r.iteration_ms;
+    free(q);
+    return ms;
 }
 
 /* Search score: plans over the memory limit rank below every plan within

@@ -59,6 +59,18 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* What a tail or backward job keeps on the device for its layers'
+ * backward: a slot per layer, but for the kept layers an executor reads
+ * where the host store holds them (engine/executor.c sizes it so). */
+static int64_t job_saved_bytes(const rp_cost_model *m, const rp_plan *p, const rp_job *job)
+{
+    int64_t bytes = 0;
+    for (int l = job->first; l <= job->last; l++)
+        if (!(m->keep_in_place && job->kind == RP_JOB_BWD && rp_plan_is_kept(p, l)))
+            bytes += m->layers[l].act_bytes;
+    return bytes;
+}
+
 int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
                               int64_t workspace)
 {
@@ -77,7 +89,7 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
         bytes += rp_cost_max_act_bytes(m, job.first, job.last) + 2 * io;
     } else {
         bytes += rp_cost_grad_bytes(m, job.first, job.last);
-        bytes += rp_cost_act_bytes(m, job.first, job.last) + 3 * io;
+        bytes += job_saved_bytes(m, p, &job) + 3 * io;
     }
     return bytes + workspace;
 }
@@ -102,7 +114,7 @@ int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpu
         w = max64(w, rp_cost_weight_bytes(m, job.first, job.last));
         if (job.kind != RP_JOB_FWD) {
             g = max64(g, rp_cost_grad_bytes(m, job.first, job.last));
-            keep = max64(keep, rp_cost_act_bytes(m, job.first, job.last));
+            keep = max64(keep, job_saved_bytes(m, p, &job));
         }
         if (job.last - job.first + 1 > layers)
             layers = job.last - job.first + 1;
