@@ -9,9 +9,10 @@
 # part of a backward stage (keep=N: its top blocks read, the rest
 # recomputed from the stage's checkpoint) and keep under layer-grain
 # recompute give the same bits too. none and auto really keep (train's
-# host-memory line names the kept blocks, stage none); auto keeps nothing
-# under a --host-memory-limit-mib that leaves no room, and none is refused
-# there with a message naming the limit.
+# host-memory line names the kept blocks, stage none; auto's line says how
+# many it keeps within MemAvailable); auto keeps nothing under a
+# --host-memory-limit-mib that leaves no room (and says so), and none is
+# refused there with a message naming the limit.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -65,6 +66,9 @@ same moe-stage moe-part-layer "moe: keep=3 under --recompute layer"
 # no room: auto keeps none, none is refused naming the limit
 run 2 tight $q --host-memory-limit-mib 1
 kept tight 0 && same qwen3-stage tight "auto without room" || bad "auto kept blocks over the limit"
+grep -q "recompute auto: 0 of the [1-9] blocks below the tail keep their activations, .* the limit: 1.0 MiB, --host-memory-limit-mib" "$tmp/tight.txt" &&
+  grep -q "recompute auto: [1-9] of the [1-9] blocks below the tail keep their activations, .* MiB, MemAvailable" "$tmp/qwen3-auto.txt" &&
+  ok || { bad "auto: its line does not say how many blocks it keeps within which limit"; cat "$tmp/tight.txt"; }
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --device cpu $q --recompute none \
   --host-memory-limit-mib 1 > "$tmp/refused.txt" 2>&1 && bad "none over the limit ran" ||
   { grep -q "recompute none: keeping the activations of all .* more than the 1.0 MiB of --host-memory-limit-mib" "$tmp/refused.txt" && ok || { bad "none over the limit: its message"; cat "$tmp/refused.txt"; }; }

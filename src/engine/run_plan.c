@@ -188,27 +188,31 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
         return RP_OK;
     }
     p->kept = rp_plan_choose_kept(cm, mc, p);
-    if (p->kept == 0 || (e->o->recompute != RP_RECOMPUTE_AUTO &&
-                         e->o->recompute != RP_RECOMPUTE_NONE))
+    const int auto_mode = e->o->recompute == RP_RECOMPUTE_AUTO;
+    if (!auto_mode && e->o->recompute != RP_RECOMPUTE_NONE)
         return RP_OK;
     const char *from;
-    int64_t limit = host_limit(e, &from), need = 0;
-    if (limit <= 0)
-        return e->o->recompute == RP_RECOMPUTE_NONE
-                   ? RP_OK
-                   : (p->kept = 0, RP_OK); /* auto without a known limit keeps none */
-    /* CPU executors' buffers are host memory too: the node's ranks' */
+    int64_t limit = host_limit(e, &from), need = 0, buffers = 0;
+    if (limit <= 0) {
+        if (auto_mode && p->kept > 0)
+            rp_log(e->lg, RP_LOG_INFO, "--recompute auto: the host's available memory is not "
+                   "known: every block below the tail is recomputed");
+        if (auto_mode)
+            p->kept = 0;
+        return RP_OK;
+    }
     const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-    int64_t buffers = ops && ops->host_addressable
-                          ? (int64_t)e->size * rp_schedule_peak_bytes(cm, p, mc->gpus,
-                                                                       mc->workspace_bytes, NULL)
-                          : 0;
     for (;;) {
+        /* CPU executors' buffers are host memory too: the node's ranks' */
+        buffers = ops && ops->host_addressable
+                      ? (int64_t)e->size * rp_schedule_peak_bytes(cm, p, mc->gpus,
+                                                                   mc->workspace_bytes, NULL)
+                      : 0;
         RP_TRY(host_need(e, p, &need, err));
         need += buffers;
         if (need <= limit || p->kept == 0)
             break;
-        if (e->o->recompute == RP_RECOMPUTE_NONE)
+        if (!auto_mode)
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "--recompute none: keeping the activations of all %d blocks "
                                 "below the tail needs %.1f MiB of host memory per node, more "
@@ -217,6 +221,15 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
                                 p->kept, need / 1048576.0, limit / 1048576.0, from);
         p->kept--;
     }
+    if (auto_mode)
+        rp_log(e->lg, RP_LOG_INFO, "--recompute auto: %d of the %d blocks below the tail keep "
+               "their activations, the run needing %.1f MiB of host memory per node (the store%s); "
+               "the limit: %.1f MiB, %s%s",
+               p->kept, rp_plan_max_kept(p), need / 1048576.0,
+               buffers ? " and the CPU executors' buffers" : "", limit / 1048576.0, from,
+               p->kept < rp_plan_max_kept(p) && ops && !ops->host_addressable
+                   ? "; on GPUs only those whose round trip beats their recompute"
+                   : "");
     return RP_OK;
 }
 
