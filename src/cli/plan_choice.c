@@ -1,14 +1,15 @@
 /* `roundpipe plan`'s advice: the pipeline count it proposes, the host
  * memory of a plan, and the verdict line. */
 #include "cli/plan_choice.h"
-#include "engine/train_options.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/backend.h"
+#include "engine/train_options.h"
 #include "plan/deal.h"
+#include "plan/schedule.h"
 
 /* LoRA's frozen base as train would open it: from --model DIR's safetensors
  * files (mapped when they hold the executors' dtype), else converted into
