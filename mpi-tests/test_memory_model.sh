@@ -8,7 +8,11 @@
 # store `roundpipe plan` reports (model state and gradients, activations)
 # is what train's node allocates, to the byte, for
 # bf16 and fp32, one and two pipelines, and train's start-up line on host
-# memory is plan's; the same with LoRA (device buffers, host store, the
+# memory is plan's; the same with kept activations (plan.h's kept: the
+# inputs and saved areas in the host store, and no device slot for a kept
+# layer of a backward stage, which CPU executors read where it lies), forced
+# by keep=N, by --recompute none and under --recompute layer, and none kept
+# with --recompute stage; the same with LoRA (device buffers, host store, the
 # base converted into the store or mapped from the model's files); a --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
@@ -61,6 +65,18 @@ host "--init-config $tied" bf16 1 "fwd=0-2;bwd=3-5,0-2"
 host "--init-config $tied" fp32 2 "fwd=0-2;bwd=3-5,0-2;width=1"
 host "--init-config $untied" bf16 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1"
 grep -q '"device": "cpu", "dtype": "bf16"' "$tmp/p.json" && ok || bad "plan's JSON names no device and dtype"
+# kept activations: a backward stage whose top blocks are kept (device
+# slots only for the others), every block kept, none kept, layer grain
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3"
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=1"
+check "$tied" "fwd=0-3;bwd=4-5,0-3" --recompute stage
+check "$tied" "fwd=0-3;bwd=4-5,0-3" --recompute none
+host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3;keep=3"
+grep -q "kept by 3 blocks" "$tmp/train.txt" && ok || bad "keep=3: train's line names no 3 kept blocks"
+host "--init-config $tied" bf16 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --recompute none
+host "--init-config $untied" fp32 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1;keep=2" --recompute layer
+host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3" --recompute stage
+grep -q "kept by" "$tmp/train.txt" && bad "--recompute stage keeps blocks" || ok
 
 # LoRA: the executors' buffers (adapters; CPU executors read the frozen base
 # where it lies) and the host store (the adapters' state, and the base when

@@ -255,10 +255,27 @@ START_TEST(config_and_forced_plan)
     json_object *j = json_tokener_parse(out_text), *v;
     ck_assert_msg(j != NULL, "%s", out_text);
     ck_assert(json_object_object_get_ex(j, "plan", &v));
-    ck_assert_str_eq(json_object_get_string(v), "fwd=0-2;bwd=3-5,1-2,0;width=2");
+    /* --recompute auto (the default) keeps blocks 1-2 below the tail (host
+     * memory allows: the tiny model's are KiBs), a keep= the plan says */
+    ck_assert_str_eq(json_object_get_string(v), "fwd=0-2;bwd=3-5,1-2,0;width=2;keep=2");
+    ck_assert(json_object_object_get_ex(j, "kept_blocks", &v) && json_object_get_int(v) == 2);
     ck_assert(json_object_object_get_ex(j, "layers", &v) && json_object_get_int(v) == 6);
     ck_assert(json_object_object_get_ex(j, "tokens_per_s", &v) && json_object_get_double(v) > 0);
     json_object_put(j);
+    /* stage keeps none: the forced plan as given; keep=1 stands under auto */
+    const char *variants[][2] = {{" --recompute stage", "fwd=0-2;bwd=3-5,1-2,0;width=2"},
+                                 {";keep=1", "fwd=0-2;bwd=3-5,1-2,0;width=2;keep=1"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "plan --init-config %s --gpus 2 --microbatches 2 --seq-len 64 --batch-size 4 "
+                 "--json --plan fwd=0-2;bwd=3-5,1-2,0%s",
+                 cfg, variants[i][0]);
+        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+        j = json_tokener_parse(out_text);
+        ck_assert_msg(j && json_object_object_get_ex(j, "plan", &v), "%s", out_text);
+        ck_assert_str_eq(json_object_get_string(v), variants[i][1]);
+        json_object_put(j);
+    }
     snprintf(cmd, sizeof cmd, "simulate --init-config %s --gpus 2 --microbatches 2 --tflops 1",
              cfg);
     ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);

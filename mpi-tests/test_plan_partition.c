@@ -217,6 +217,20 @@ START_TEST(forced_plans_parse)
     /* the whole model in the tail */
     ck_assert_int_eq(rp_plan_parse("fwd=;bwd=0-4", 5, q, &err), RP_OK);
     ck_assert_int_eq(q->nfwd, 0);
+    /* keep=N: the blocks below the tail that keep their activations; without
+     * it the caller chooses; 0 is not printed (old strings stay as they were) */
+    ck_assert_int_eq(p->kept, RP_PLAN_KEPT_CHOOSE);
+    ck_assert_int_eq(rp_plan_parse("fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2;keep=3", 10, q, &err), RP_OK);
+    ck_assert_int_eq(q->kept, 3);
+    ck_assert(!rp_plan_is_kept(q, 4) && rp_plan_is_kept(q, 5) && rp_plan_is_kept(q, 7) &&
+              !rp_plan_is_kept(q, 8));
+    rp_plan_format(q, buf, sizeof buf);
+    ck_assert_str_eq(buf, "fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2;keep=3");
+    ck_assert_int_eq(rp_plan_parse("fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2;keep=7", 10, q, &err), RP_OK);
+    ck_assert(rp_plan_is_kept(q, 1) && !rp_plan_is_kept(q, 0));
+    ck_assert_int_eq(rp_plan_parse("fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2;keep=0", 10, q, &err), RP_OK);
+    rp_plan_format(q, buf, sizeof buf);
+    ck_assert_str_eq(buf, "fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2");
     /* a short buffer: the length needed comes back, the text is cut */
     ck_assert_uint_eq(rp_plan_format(p, buf, 8), strlen("fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2"));
 
@@ -232,6 +246,10 @@ START_TEST(forced_plans_parse)
         {"fwd=0-8", "no 'bwd='"},
         {"fwd=0-8;bwd=9;width=0", "width"},
         {"fwd=0-9;bwd=", "backward stages"},
+        {"fwd=0-7;bwd=8-9,0-7;keep=8", "only the 7 blocks below the tail"}, /* the embedding */
+        {"fwd=0-7;bwd=8-9,0-7;keep=-1", "keep must be"},
+        {"fwd=0-7;bwd=8-9,0-7;keep=2x", "keep must be"},
+        {"fwd=0-7;bwd=8-9,0-7;keep=1;keep=2", "each once"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rp_error e2 = {0};

@@ -211,7 +211,7 @@ START_TEST(option_table_defaults_and_rows)
     ck_assert_int_eq(o.progress, RP_PROGRESS_AUTO);
     ck_assert(o.progress_interval_s == 5.0 && o.timeout_s == 600.0 && o.chunk_mib == 16.0);
     ck_assert(o.bind == 1 && o.pipelines == 1 && o.keep_checkpoints == 2 && o.deal == 0);
-    ck_assert(o.recompute_layer == 0 && o.activation_numa == 0 && o.lora_given == 0);
+    ck_assert(o.recompute == RP_RECOMPUTE_AUTO && o.activation_numa == 0 && o.lora_given == 0);
     for (size_t i = 0; i < n; i++) {
         ck_assert_msg(rows[i].help && rows[i].help[0], "--%s has no help", rows[i].name);
         for (size_t j = 0; j < i; j++)

@@ -35,6 +35,10 @@ mpi_tests_test_train_LDADD = $(RP_TEST_LDADD)
 TESTS += mpi-tests/test_engine.sh
 EXTRA_DIST += mpi-tests/test_engine.sh
 
+# --recompute none, auto, stage and layer: the same bits
+TESTS += mpi-tests/test_recompute_bits.sh
+EXTRA_DIST += mpi-tests/test_recompute_bits.sh
+
 # the same bits on 1-4 ranks over odd shapes, on every OpenBLAS build found
 TESTS += mpi-tests/test_rank_bits.sh
 EXTRA_DIST += mpi-tests/test_rank_bits.sh tools/blas-builds.sh

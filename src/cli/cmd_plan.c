@@ -10,6 +10,7 @@
 #include "cli/plan_opts.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
+#include "engine/train_options.h"
 #include "plan/schedule.h"
 #include "store/shm.h"
 
@@ -63,9 +64,10 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     char verdict[1024];
     int fits;
     rp_plan_verdict(o, r, c, verdict, sizeof verdict, &fits);
-    printf("\"recompute\": \"%s\", \"device_memory_bytes\": %lld, \"fits\": %s, "
-           "\"host_bytes\": %zu, \"verdict\": \"%s\", ",
-           o->recompute_layer ? "layer" : "stage", (long long)o->device_memory,
+    printf("\"recompute\": \"%s\", \"kept_blocks\": %d, \"device_memory_bytes\": %lld, "
+           "\"fits\": %s, \"host_bytes\": %zu, \"verdict\": \"%s\", ",
+           rp_recompute_name(o->recompute), p->kept > 0 ? p->kept : 0,
+           (long long)o->device_memory,
            fits < 0 ? "null" : fits ? "true" : "false",
            c->have_host ? rp_plan_choice_host_total(&c->host) : 0, verdict);
     printf("\"jobs\": [");
@@ -75,7 +77,7 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
                "\"ms_per_microbatch\": %.6g, \"weight_bytes\": %lld, \"grad_bytes\": %lld, "
                "\"peak_bytes\": %lld}",
                j ? ", " : "", j, kind_name(jb.kind), jb.first, jb.last,
-               rp_schedule_job_ms(m, &jb), (long long)rp_cost_weight_bytes(m, jb.first, jb.last),
+               rp_schedule_job_ms(m, p, &jb), (long long)rp_cost_weight_bytes(m, jb.first, jb.last),
                (long long)(jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)),
                (long long)rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes));
     }
@@ -116,7 +118,7 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
         rp_job jb = rp_schedule_job(p, j);
         char lay[32];
         snprintf(lay, sizeof lay, "%d-%d", jb.first, jb.last);
-        double ms = rp_schedule_job_ms(m, &jb);
+        double ms = rp_schedule_job_ms(m, p, &jb);
         printf("%4d %4s %9s %10.2f %10.1f %11.1f %10.1f %10.1f\n", j, kind_name(jb.kind), lay, ms,
                ms * r->group_microbatches,
                rp_cost_weight_bytes(m, jb.first, jb.last) / 1048576.0,

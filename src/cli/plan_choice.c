@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "device/backend.h"
+#include "engine/train_options.h"
 #include "plan/deal.h"
+#include "plan/schedule.h"
 
 /* LoRA's frozen base as train would open it: from --model DIR's safetensors
  * files (mapped when they hold the executors' dtype), else converted into
@@ -41,8 +43,33 @@ static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp
     if (pipelines < 1 || mc->microbatches % pipelines)
         pipelines = 1;
     return rp_host_memory_count(&o->cfg, o->dtype, pipelines, mc->microbatches,
-                                o->model->tokens_per_microbatch, p, o->recompute_layer, base, hm,
+                                o->model->tokens_per_microbatch, p,
+                                o->recompute == RP_RECOMPUTE_LAYER, o->kept_floats, base, hm,
                                 &err) == RP_OK;
+}
+
+/* --recompute auto: one kept block fewer while the host memory of plan p
+ * is over the limit (counted exactly, as train holds it), re-simulated
+ * when that changed it. */
+static void keep_within(const rp_plan_cli *o, const rp_frozen_base *base, const rp_machine *mc,
+                        int width, rp_plan *p, rp_sim_result *res, rp_host_memory *hm)
+{
+    if (o->recompute != RP_RECOMPUTE_AUTO || o->forced || o->host_limit <= 0)
+        return;
+    int before = p->kept;
+    /* CPU executors' buffers are host memory too */
+    size_t buffers = o->device == RP_DEVICE_CPU
+                         ? (size_t)mc->gpus * (size_t)rp_schedule_peak_bytes(
+                                                  o->model, p, mc->gpus, mc->workspace_bytes, NULL)
+                         : 0;
+    while (p->kept > 0 && rp_plan_choice_host_total(hm) + buffers > (size_t)o->host_limit) {
+        p->kept--;
+        if (!count_host(o, base, mc, width, p, hm))
+            break;
+    }
+    rp_error ignored = {0};
+    if (p->kept != before)
+        rp_simulate(o->model, p, mc, res, &ignored);
 }
 
 size_t rp_plan_choice_host_total(const rp_host_memory *hm)
@@ -61,6 +88,8 @@ rp_status rp_plan_cli_choose(const rp_plan_cli *o, rp_machine *mc, rp_plan *out,
     rp_frozen_base *base = o->cfg.lora.rank > 0 ? open_base(o, c->host_note, sizeof c->host_note)
                                                  : NULL;
     c->have_host = count_host(o, base, mc, res->width, out, &c->host);
+    if (c->have_host)
+        keep_within(o, base, mc, res->width, out, res, &c->host);
     rp_plan *trial = malloc(sizeof *trial);
     if (!c->have_host || o->width || o->forced || !trial) {
         free(trial);
@@ -84,7 +113,11 @@ rp_status rp_plan_cli_choose(const rp_plan_cli *o, rp_machine *mc, rp_plan *out,
         rp_error ignored = {0};
         if (rp_plan_dealt(o->model, &tm, w, NULL, o->deal, trial, &tr, &ignored) != RP_OK ||
             tr.iteration_ms > res->iteration_ms * (1 + RP_PLAN_SLOWER_MAX) ||
-            !count_host(o, base, &tm, w, trial, &th) || rp_plan_choice_host_total(&th) > least)
+            !count_host(o, base, &tm, w, trial, &th))
+            continue;
+        keep_within(o, base, &tm, w, trial, &tr, &th);
+        if (tr.iteration_ms > res->iteration_ms * (1 + RP_PLAN_SLOWER_MAX) ||
+            rp_plan_choice_host_total(&th) > least)
             continue;
         if (!chosen || rp_plan_choice_host_total(&th) < rp_plan_choice_host_total(&chosen_host)) {
             chosen = w;

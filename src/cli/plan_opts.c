@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "core/args.h"
+#include "device/backend.h"
 #include "device/device.h"
+#include "engine/host_memory.h"
 #include "engine/memory_model.h"
 #include "engine/train_options.h"
 #include "io/config.h"
@@ -171,8 +173,14 @@ static const rp_option plan_rows[] = {
     {INT64("width", "W", width, 1, RP_SIM_MAX_GPUS),
      .help = "accepted alias of --pipelines G/W: the pipeline width,\n"
              "executors per pipeline"},
-    {TRAIN("recompute", "stage|layer"),
-     .help = "as train's: layer saves every layer's input (host memory)"},
+    {TRAIN("recompute", "auto|stage|layer|none"),
+     .help = "as train's: auto keeps the activations of as many blocks\n"
+             "as host memory allows (on GPUs only where their round trip\n"
+             "beats the recompute), none keeps all, layer saves every\n"
+             "layer's input (host memory)"},
+    {TRAIN("host-memory-limit-mib", "X"),
+     .help = "the host memory --recompute auto keeps activations within\n"
+             "(default: this machine's MemAvailable)"},
     {TRAIN("plan", "STRING"), .help = "force a plan: fwd=0-3,4-7;bwd=8-9,4-7,0-3[;width=W]"},
     {INT64("iterations", "N", iterations, 4, 10000), .fallback = "12",
      .help = "simulated iterations (default 12; second half measured)"},
@@ -366,6 +374,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     struct option opts[PLAN_ROWS + 2];
     plan_args a;
     memset(&a, 0, sizeof a);
+    a.train.recompute = RP_RECOMPUTE_AUTO; /* train's default (shared rows take none here) */
     rp_status st = resolve_rows(rows, err);
     if (st == RP_OK)
         st = rp_options_default(rows, PLAN_ROWS, &a, err);
@@ -408,7 +417,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     int documents = a.train.documents != NULL;
     /* a --lora-* option other than --lora-rank */
     int lora_given = !!(a.train.lora_given & (RP_LORA_GIVEN_TARGETS | RP_LORA_GIVEN_DROPOUT));
-    o->recompute_layer = a.train.recompute_layer;
+    o->recompute = a.train.recompute;
     o->deal = (rp_deal_choice)a.train.deal;
     o->json = a.json;
     if (st == RP_OK && optind < argc)
@@ -534,6 +543,29 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         else
             o->width = a.width = mc->gpus / a.pipelines;
     }
+    /* which blocks may keep their activations (plan/keep.h): their round
+     * trip over the link on GPUs, nothing on CPU executors, which read
+     * them where they lie; auto within the host limit, which
+     * rp_plan_cli_choose then holds exactly */
+    o->host_limit = a.train.host_memory_limit_mib > 0
+                        ? (int64_t)(a.train.host_memory_limit_mib * 1048576.0)
+                        : (int64_t)rp_device_host_available_bytes();
+    o->host_limit_from =
+        a.train.host_memory_limit_mib > 0 ? "--host-memory-limit-mib" : "MemAvailable";
+    if (st == RP_OK && o->have_config) {
+        const rp_kernel_ops *kops = rp_device_kernel_ops(o->device);
+        for (int l = 0; l < o->model->num_layers; l++)
+            o->model->layers[l].keep_ms = kops && kops->host_addressable
+                                              ? 0.0
+                                              : 2.0 * (double)o->model->layers[l].keep_bytes /
+                                                    (mc->link_gbs * 1e6);
+        mc->keep_budget = o->recompute == RP_RECOMPUTE_NONE ? -1
+                          : o->recompute == RP_RECOMPUTE_AUTO ? o->host_limit
+                                                              : 0;
+        st = rp_host_kept_floats(o->device, o->dtype, &o->cfg,
+                                 o->model->tokens_per_microbatch / a.seq_len, a.seq_len,
+                                 &o->kept_floats, err);
+    }
     if (a.train.plan) {
         o->forced = malloc(sizeof *o->forced);
         if (!o->forced)
@@ -566,6 +598,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
 void rp_plan_cli_free(rp_plan_cli *o)
 {
     rp_cost_model_destroy(&o->model);
+    free(o->kept_floats);
+    o->kept_floats = NULL;
     free(o->forced);
     o->forced = NULL;
 }

@@ -28,7 +28,11 @@ typedef struct rp_plan_cli {
     rp_machine mc;
     int width;            /* 0: the planner searches the widths (--pipelines P as
                              train's: W = G/P; or its alias --width W) */
-    int recompute_layer;  /* --recompute layer: host memory as train's arena */
+    int recompute;        /* --recompute (rp_recompute_mode): host memory as train's arena,
+                             and which blocks keep their activations (plan/keep.h) */
+    size_t *kept_floats;  /* a config's: each layer's saved area when kept (owned) */
+    int64_t host_limit;   /* --host-memory-limit-mib, else MemAvailable (bytes; 0 unknown) */
+    const char *host_limit_from;
     int64_t seq_len;      /* --seq-len (default 1024) */
     /* a GPU's memory for the verdict: --device-memory-mib, else the free
      * memory of this machine's GPU when a config's executors are CUDA's

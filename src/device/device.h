@@ -38,6 +38,10 @@ int64_t rp_device_cuda_reserve_bytes(int64_t free_bytes);
  * it); RP_ERR_UNSUPPORTED without CUDA. */
 rp_status rp_device_busid(rp_device_kind kind, int ordinal, char *busid, int len, rp_error *err);
 
+/* The host's available memory (MemAvailable of /proc/meminfo), 0 when
+ * unknown. */
+uint64_t rp_device_host_available_bytes(void);
+
 /* Parse "cpu" | "cuda" | "auto". */
 rp_status rp_device_kind_parse(const char *s, rp_device_kind *out, rp_error *err);
 const char *rp_device_kind_name(rp_device_kind k);

@@ -51,6 +51,19 @@ static void cpu_model(char *name, size_t len)
     fclose(f);
 }
 
+uint64_t rp_device_host_available_bytes(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
 static rp_status probe_cpu(rp_device_info *info)
 {
     memset(info, 0, sizeof *info);

@@ -19,7 +19,9 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->ckpt = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
     a->bwd_out = malloc(sizeof(size_t) * (size_t)plan->nbwd * (size_t)M);
     a->is_ckpt = calloc((size_t)L, 1);
-    if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt) {
+    a->kept = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
+    if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt || !a->kept ||
+        (plan->kept > 0 && !spec->kept_floats)) {
         rp_arena_free(a);
         return -1;
     }
@@ -32,6 +34,9 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
             if (plan->bwd[i].first > 0)
                 a->is_ckpt[plan->bwd[i].first] = 1;
     }
+    for (int l = 1; l < tail_first; l++) /* a kept layer's input */
+        if (rp_plan_is_kept(plan, l))
+            a->is_ckpt[l] = 1;
     size_t off = 0;
     for (int s = 0; s < plan->nfwd; s++)
         for (int m = 0; m < M; m++, off += A)
@@ -47,6 +52,13 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
             a->bwd_out[i * M + m] = has ? off : SIZE_MAX;
             off += has ? A : 0;
         }
+    for (int l = 0; l < L; l++)
+        for (int m = 0; m < M; m++) {
+            int has = rp_plan_is_kept(plan, l);
+            a->kept[l * M + m] = has ? off : SIZE_MAX;
+            off += has ? rp_padded_elements(spec->kept_floats[l]) : 0;
+        }
+    a->spec.kept_floats = NULL; /* the caller's */
     a->loss = off;
     off += 2 * (size_t)RP_ARENA_RING * (size_t)M; /* doubles */
     a->sumsq = off;
@@ -65,6 +77,7 @@ void rp_arena_free(rp_arena *a)
     free(a->ckpt);
     free(a->bwd_out);
     free(a->is_ckpt);
+    free(a->kept);
     memset(a, 0, sizeof *a);
 }
 

@@ -4,7 +4,10 @@
  *   fwd_out[s][m]  output of forward stage s (input of stage s+1 or the tail)
  *   ckpt[l][m]     saved input of layer l (the activation checkpoint): for
  *                  stage-grain recompute the first layer of every backward
- *                  stage below the tail, for layer-grain every layer below it
+ *                  stage below the tail, for layer-grain every layer below it,
+ *                  and every layer the plan keeps (plan.h's kept)
+ *   kept[l][m]     a kept layer's `saved` area: what its backward needs, as
+ *                  its forward job wrote it (kept_floats[l] floats)
  *   bwd_out[i][m]  gradient of the input of backward stage i (i = 0 is the
  *                  tail), for stages that do not start at layer 0
  * plus, per iteration slot r (ring of RP_ARENA_RING iterations):
@@ -33,6 +36,9 @@ typedef struct rp_arena_spec {
     size_t act_floats; /* A */
     int layer_grain;   /* 1: checkpoint every layer below the tail */
     size_t router_floats; /* router statistics of one microbatch (0: none) */
+    const size_t *kept_floats; /* [nlayers] the saved area of each layer the plan keeps
+                                  (rp_block_saved_floats_of); read by rp_arena_init only,
+                                  NULL when the plan keeps none */
 } rp_arena_spec;
 
 typedef struct rp_arena {
@@ -41,6 +47,7 @@ typedef struct rp_arena {
     size_t *fwd_out;   /* [nfwd * M] float offsets, SIZE_MAX when absent */
     size_t *ckpt;      /* [nlayers * M] */
     size_t *bwd_out;   /* [nbwd * M] */
+    size_t *kept;      /* [nlayers * M] float offsets, SIZE_MAX where the plan keeps none */
     size_t loss;       /* float offset of double loss[RING][M] (8-byte aligned) */
     size_t sumsq;      /* float offset of double sumsq[RING][nlayers] */
     size_t router;     /* float offset of float router[RING][M][router_floats] */

@@ -157,6 +157,8 @@ typedef struct rp_engine {
                                    g*V/P.., folded onto the ranks mod G */
     int64_t micro_per_pipeline; /* pipeline g runs microbatches g*Mg .. (g+1)*Mg-1 */
     size_t act_floats;          /* floats of one microbatch's activations */
+    size_t *kept_floats;        /* [num_layers] a kept layer's saved area in the arena
+                                   (host_memory.h's rp_host_kept_floats) */
     int jobs_per_it;            /* jobs of one pipeline in one iteration */
     int num_layers;             /* embedding, blocks, head */
     /* the running segment and the resume */

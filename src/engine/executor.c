@@ -118,10 +118,17 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
             gmax = n;
         nst_max = layers > nst_max ? layers : nst_max;
         /* a tail runs its forward whole; a backward stage too unless every
-         * layer's input was saved (layer-grain recompute) */
-        int keeps = job.kind == RP_JOB_TAIL || (job.kind == RP_JOB_BWD && !e->o->recompute_layer);
-        if (keeps && layers > x->nsaved)
-            x->nsaved = layers;
+         * layer's input was saved (layer-grain recompute), and for its
+         * kept layers only on a device that does not read them where the
+         * host store holds them (plan/schedule.c counts the same) */
+        int keeps = job.kind == RP_JOB_TAIL ||
+                    (job.kind == RP_JOB_BWD && e->o->recompute != RP_RECOMPUTE_LAYER);
+        int slots = layers;
+        if (job.kind == RP_JOB_BWD && rp_device_kernel_ops(e->device)->host_addressable)
+            for (int l = job.first; l <= job.last; l++)
+                slots -= rp_plan_is_kept(&e->plan, l);
+        if (keeps && slots > x->nsaved)
+            x->nsaved = slots;
     }
     const rp_model_config *cfg = &e->p->cfg;
     x->dev = e->dev;

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/backend.h"
 #include "engine/arena.h"
 #include "engine/padding.h"
 #include "engine/params.h"
+#include "model/layers.h"
 #include "model/layout.h"
 #include "optim/adamw.h"
 #include "store/shm.h"
@@ -80,8 +82,8 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
 
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
-                               int recompute_layer, const rp_frozen_base *base,
-                               rp_host_memory *out, rp_error *err)
+                               int recompute_layer, const size_t *kept_floats,
+                               const rp_frozen_base *base, rp_host_memory *out, rp_error *err)
 {
     memset(out, 0, sizeof *out);
     out->lora = cfg->lora.rank > 0;
@@ -117,12 +119,38 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
         router_floats += rp_model_block_is_moe(cfg, b) ? 2 * (size_t)cfg->moe.num_experts : 0;
     rp_arena arena;
     rp_arena_spec as = {n, microbatches, (size_t)(tokens_per_micro * cfg->hidden_size),
-                        recompute_layer, router_floats};
+                        recompute_layer, router_floats, kept_floats};
+    if (plan->kept > 0 && !kept_floats)
+        return rp_error_set(err, RP_ERR_INTERNAL, "host memory: kept layers without their sizes");
     if (rp_arena_init(&arena, plan, &as) != 0)
         return rp_error_set(err, RP_ERR_NOMEM, "host memory: the activation arena's index");
     out->activations = arena.floats * sizeof(float);
+    out->kept_layers = plan->kept > 0 ? plan->kept : 0;
+    for (int l = 0; l < n; l++)
+        if (rp_plan_is_kept(plan, l))
+            out->kept += (size_t)microbatches * sizeof(float) *
+                         (rp_padded_elements(as.act_floats) + rp_padded_elements(kept_floats[l]));
     rp_arena_free(&arena);
     out->pinned += out->activations;
+    return RP_OK;
+}
+
+rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_model_config *cfg,
+                              int64_t samples_per_micro, int64_t seq_len, size_t **out,
+                              rp_error *err)
+{
+    const rp_kernel_ops *ops = rp_device_kernel_ops(device);
+    const int n = (int)cfg->num_hidden_layers + 2;
+    *out = NULL;
+    if (!ops)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "kept activations: no %s back end in this "
+                            "build", rp_device_kind_name(device));
+    size_t *f = calloc((size_t)n, sizeof *f);
+    if (!f)
+        return rp_error_set(err, RP_ERR_NOMEM, "kept activations' sizes");
+    for (int l = 1; l < n - 1; l++)
+        f[l] = rp_block_saved_floats_of(ops, dtype, cfg, l - 1, samples_per_micro, seq_len);
+    *out = f;
     return RP_OK;
 }
 
@@ -138,16 +166,21 @@ static const char *size_text(size_t bytes, char *buf, size_t len)
 
 void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
 {
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32], d[32], e[32];
     size_t store = hm->param_store + hm->activations;
     char converted[96] = "";
     if (hm->lora && !hm->base_mapped)
         snprintf(converted, sizeof converted, ", the frozen base converted into it %s",
                  size_text(hm->base_store, a, sizeof a));
+    char kept[96] = "";
+    if (hm->kept_layers > 0)
+        snprintf(kept, sizeof kept, " of which %s kept by %d block%s instead of recomputed",
+                 size_text(hm->kept, e, sizeof e), hm->kept_layers,
+                 hm->kept_layers == 1 ? "" : "s");
     int at = snprintf(buf, len, "host memory per node: %s in %s (model state and gradients %s%s, "
-                      "activations %s)", size_text(store, b, sizeof b), RP_SHM_DEFAULT_DIR,
+                      "activations %s%s)", size_text(store, b, sizeof b), RP_SHM_DEFAULT_DIR,
                       size_text(hm->param_store - hm->base_store, c, sizeof c), converted,
-                      size_text(hm->activations, d, sizeof d));
+                      size_text(hm->activations, d, sizeof d), kept);
     if (at >= 0 && (size_t)at < len && hm->base_mapped)
         snprintf(buf + at, len - (size_t)at, " + the frozen base %s mapped read-only from the "
                  "model's safetensors files (page cache, one copy per node) = %s",

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "device/device.h"
 #include "engine/frozen_base.h"
 #include "io/config.h"
 #include "plan/plan.h"
@@ -51,6 +52,8 @@ typedef struct rp_host_memory {
     size_t param_store; /* parameters, optimizer state, gradient areas (rp_param_store_layout)
                            and a LoRA base converted into the store */
     size_t activations; /* a segment's activation arena (depends on the plan) */
+    size_t kept;        /* of it, the kept layers' inputs and saved areas (plan.h's kept) */
+    int kept_layers;    /* the plan's kept */
     size_t pinned;      /* of both, registered with every GPU for copies */
     int lora;           /* the model is LoRA's: adapters trained, a frozen base */
     size_t base_store;  /* LoRA: of param_store, the frozen base converted into it */
@@ -58,21 +61,32 @@ typedef struct rp_host_memory {
                            files (the page cache's, one copy per node; not in the store) */
 } rp_host_memory;
 
+/* Each layer's saved area as a kept layer holds it in the host store
+ * (arena.h's kept_floats), for executors of `device` computing in dtype
+ * microbatches of samples_per_micro sequences of seq_len tokens: a block's
+ * rp_block_saved_floats_of, 0 for the embedding and the head; *out
+ * (num_layers entries, freed by the caller). */
+rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_model_config *cfg,
+                              int64_t samples_per_micro, int64_t seq_len, size_t **out,
+                              rp_error *err);
+
 /* The host memory of a run of `plan` (microbatches in all, over
  * `pipelines` pipelines, tokens_per_micro tokens each, recompute_layer as
- * --recompute layer), as the engine allocates and pins it; the events
+ * --recompute layer, kept_floats from rp_host_kept_floats: may be NULL when
+ * the plan keeps none), as the engine allocates and pins it; the events
  * region beside the activations (a few KiB) is left out. With LoRA
  * (cfg->lora.rank > 0) `base` is the run's frozen base, opened as train
  * opens it (rp_frozen_base_open): mapped, or converted into the store; it
  * is not used otherwise (may be NULL). */
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
-                               int recompute_layer, const rp_frozen_base *base,
-                               rp_host_memory *out, rp_error *err);
+                               int recompute_layer, const size_t *kept_floats,
+                               const rp_frozen_base *base, rp_host_memory *out, rp_error *err);
 
 /* The figures in words, as `roundpipe plan` and train's start-up print
  * them: "host memory per node: T in /dev/shm (model state and gradients
- * S[, the frozen base converted into it B], activations A)[ + the frozen
+ * S[, the frozen base converted into it B], activations A[ of which K
+ * kept by N blocks instead of recomputed])[ + the frozen
  * base B mapped read-only from the model's safetensors files (...) =
  * total]", sizes in GiB, or MiB below one GiB. */
 void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len);

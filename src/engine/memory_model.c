@@ -54,7 +54,17 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         L->grad_download_bytes = floats * (grad_dtype == RP_BF16 ? 2 : 4);
         L->act_bytes = slot;
         L->out_bytes = tokens * H * 4;
+        /* kept, a block holds its input and its own saved area in the
+         * arena (arena.h), read in place by executors of host memory */
+        L->keep_bytes = ops && l > 0 && l < n - 1
+                            ? 4 * (int64_t)(rp_padded_elements((size_t)(tokens * H)) +
+                                            rp_padded_elements(rp_block_saved_floats_of(
+                                                ops, dtype, cfg, l - 1, samples_per_micro,
+                                                seq_len)))
+                            : 0;
+        L->keep_ms = 0;
     }
+    m->keep_in_place = ops && ops->host_addressable;
     free(layers);
     free(base);
     *workspace_bytes =

@@ -29,6 +29,10 @@
  *       (rp_block_saved_floats with the back end's kernel table; the
  *       executor gives every layer of a tail/backward stage one);
  *   out_bytes: one microbatch's activations, tokens x hidden in fp32;
+ *   keep_bytes: a block's input and its own saved area as the arena holds
+ *       them when the plan keeps it (arena.h), keep_ms 0 (the caller prices
+ *       the round trip of a device that does not read host memory), and
+ *       m->keep_in_place for executors of host memory, which read them there;
  * and *workspace_bytes: the layer calls' scratch (rp_model_workspace_floats)
  * plus the microbatch's token ids, targets and mask (and with documents
  * its segment starts). */

@@ -395,6 +395,7 @@ void rp_run_tear_down(rp_engine *e, rp_run_state *r)
     free(e->model_config_text);
     rp_companions_destroy(&e->companions);
     free(e->goff);
+    free(e->kept_floats);
     free(e->by_node_comm.node_buf);
     free(e->by_optimizer.gather_posted);
     if (r->pstore && !e->peer_lost)

@@ -66,7 +66,7 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "device", json_object_new_string(rp_device_kind_name(o->device)));
     add(j, "threads", json_object_new_int(o->threads));
     add(j, "plan", str_or_null(o->plan));
-    add(j, "recompute", json_object_new_string(o->recompute_layer ? "layer" : "stage"));
+    add(j, "recompute", json_object_new_string(rp_recompute_name(o->recompute)));
     add(j, "timeout", num(o->timeout_s));
     add(j, "optimizer-lag", json_object_new_int(o->optimizer_lag));
     add(j, "chunk-mib", num(o->chunk_mib));
@@ -78,6 +78,7 @@ static json_object *options_json(const rp_train_options *o)
                                                                            : "best"));
     add(j, "trace", str_or_null(o->trace));
     add(j, "memory-limit-mib", num(o->memory_limit_mib));
+    add(j, "host-memory-limit-mib", num(o->host_memory_limit_mib));
     add(j, "bind", json_object_new_string(o->bind ? "yes" : "no"));
     add(j, "pipelines", json_object_new_int(o->pipelines));
     add(j, "ranks-per-node", o->ranks_per_node ? json_object_new_int(o->ranks_per_node) : NULL);

@@ -8,8 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "device/backend.h"
 #include "engine/engine_impl.h"
+#include "engine/host_memory.h"
 #include "engine/memory_model.h"
+#include "plan/keep.h"
 #include "engine/run_impl.h"
 #include "plan/deal.h"
 #include "model/layout.h"
@@ -82,8 +87,8 @@ static void machine_of(const rp_engine *e, rp_machine *mc)
  * measured), otherwise FLOPs at a nominal CPU rate (only ratios matter);
  * bytes moved at memcpy speed; device memory as the executor allocates it
  * (memory_model.h), under the run's device memory limit. */
-static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
-                           rp_plan *plan, rp_machine *mc, rp_error *err)
+static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
+                         rp_cost_model **cm, int64_t *workspace, rp_error *err)
 {
     const double flops_per_ms = 2e7; /* ~20 GFLOP/s per executor */
     /* the model's layers as the planner's work items (plan/cost.h) */
@@ -98,24 +103,166 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
             f.fwd_flops_per_token, f.bwd_flops_per_token, (int64_t)f.param_numel,
             (l == e->num_layers - 1 && e->tied) ? 0 : -1};
     }
-    rp_cost_model *cm = NULL;
-    int64_t workspace = 0;
+    *cm = NULL;
+    *workspace = 0;
     rp_status s = rp_cost_from_work(work, e->num_layers, flops_per_ms, e->tokens_per_micro, fwd_ms,
-                                    bwd_ms, &cm, err);
+                                    bwd_ms, cm, err);
     free(work);
     if (s == RP_OK) /* and the bytes: what the executors allocate */
         s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
                                  e->o->documents != NULL,
-                                 e->samples_per_micro, e->seq_len, cm,
-                                 &workspace, err);
-    if (s != RP_OK) {
-        rp_cost_model_destroy(&cm);
-        return s;
+                                 e->samples_per_micro, e->seq_len, *cm,
+                                 workspace, err);
+    if (s != RP_OK)
+        rp_cost_model_destroy(cm);
+    return s;
+}
+
+/* The host bytes a node's run may use: --host-memory-limit-mib, else the
+ * leader's MemAvailable now (what the run has written of its store already
+ * is no longer in it, and is counted again below: an error on the side of
+ * keeping less); 0 when unknown. */
+static int64_t host_limit(const rp_engine *e, const char **from)
+{
+    if (e->o->host_memory_limit_mib > 0) {
+        *from = "--host-memory-limit-mib";
+        return (int64_t)(e->o->host_memory_limit_mib * 1048576.0);
     }
+    *from = "MemAvailable";
+    return (int64_t)rp_device_host_available_bytes();
+}
+
+/* What a node's run needs of host memory under plan p (host_memory.h). */
+static rp_status host_need(const rp_engine *e, const rp_plan *p, int64_t *bytes, rp_error *err)
+{
+    rp_host_memory hm;
+    RP_TRY(rp_host_memory_count(&e->p->cfg, e->o->dtype, e->pipelines, (int)e->microbatches,
+                                e->tokens_per_micro, p, e->o->recompute == RP_RECOMPUTE_LAYER,
+                                e->kept_floats, e->base, &hm, err));
+    *bytes = (int64_t)(hm.param_store + hm.activations);
+    return RP_OK;
+}
+
+/* The partitioner's budget for kept activations (machine.h's keep_budget)
+ * under --recompute: stage and layer keep none, none keeps every block,
+ * auto what the host limit leaves beside the model state (the arena's
+ * other buffers are counted exactly when the kept are trimmed, keep_fit);
+ * and the round trip a kept block costs executors that do not read host
+ * memory, priced only from measured layer times (the nominal rates say
+ * nothing about a GPU's compute against its link: until measured, keep
+ * none there). */
+static void keep_budget(const rp_engine *e, rp_cost_model *cm, rp_machine *mc, int measured)
+{
+    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
+    const int in_place = ops && ops->host_addressable;
+    for (int l = 0; l < cm->num_layers; l++)
+        cm->layers[l].keep_ms = in_place ? 0.0
+                                : measured ? 2.0 * (double)cm->layers[l].keep_bytes /
+                                                 (mc->link_gbs * 1e6)
+                                           : INFINITY;
+    mc->keep_budget = 0;
+    if (e->o->recompute == RP_RECOMPUTE_NONE) {
+        mc->keep_budget = -1;
+    } else if (e->o->recompute == RP_RECOMPUTE_AUTO) {
+        const char *from;
+        int64_t limit = host_limit(e, &from), store = 0;
+        rp_plan none;
+        rp_plan_singletons(e->num_layers, 0, &none);
+        none.nfwd = 0, none.nbwd = 1, none.bwd[0].first = 0; /* no arena buffer at all */
+        rp_error ignored = {0};
+        if (host_need(e, &none, &store, &ignored) == RP_OK && limit > store)
+            mc->keep_budget = limit - store;
+    }
+}
+
+/* The plan's kept blocks, as --recompute says: a forced plan's keep=N
+ * stands; else the choice for the budget (plan/keep.h), then, under
+ * --recompute auto, one fewer while the run would not fit the host limit,
+ * counted exactly (host_memory.h, and on CPU executors their buffers);
+ * --recompute none is refused when it does not fit. */
+static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_machine *mc,
+                          int forced_keep, rp_plan *p, rp_error *err)
+{
+    if (forced_keep != RP_PLAN_KEPT_CHOOSE) {
+        p->kept = forced_keep;
+        return RP_OK;
+    }
+    p->kept = rp_plan_choose_kept(cm, mc, p);
+    const int auto_mode = e->o->recompute == RP_RECOMPUTE_AUTO;
+    if (!auto_mode && e->o->recompute != RP_RECOMPUTE_NONE)
+        return RP_OK;
+    const char *from;
+    int64_t limit = host_limit(e, &from), need = 0, buffers = 0;
+    if (limit <= 0) {
+        if (auto_mode && p->kept > 0)
+            rp_log(e->lg, RP_LOG_INFO, "--recompute auto: the host's available memory is not "
+                   "known: every block below the tail is recomputed");
+        if (auto_mode)
+            p->kept = 0;
+        return RP_OK;
+    }
+    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
+    for (;;) {
+        /* CPU executors' buffers are host memory too: the node's ranks' */
+        buffers = ops && ops->host_addressable
+                      ? (int64_t)e->size * rp_schedule_peak_bytes(cm, p, mc->gpus,
+                                                                   mc->workspace_bytes, NULL)
+                      : 0;
+        RP_TRY(host_need(e, p, &need, err));
+        need += buffers;
+        if (need <= limit || p->kept == 0)
+            break;
+        if (!auto_mode)
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "--recompute none: keeping the activations of all %d blocks "
+                                "below the tail needs %.1f MiB of host memory per node, more "
+                                "than the %.1f MiB of %s; use --recompute auto (keeps what "
+                                "fits) or stage",
+                                p->kept, need / 1048576.0, limit / 1048576.0, from);
+        p->kept--;
+    }
+    if (auto_mode)
+        rp_log(e->lg, RP_LOG_INFO, "--recompute auto: %d of the %d blocks below the tail keep "
+               "their activations, the run needing %.1f MiB of host memory per node (the store%s); "
+               "the limit: %.1f MiB, %s%s",
+               p->kept, rp_plan_max_kept(p), need / 1048576.0,
+               buffers ? " and the CPU executors' buffers" : "", limit / 1048576.0, from,
+               p->kept < rp_plan_max_kept(p) && ops && !ops->host_addressable
+                   ? "; on GPUs only those whose round trip beats their recompute"
+                   : "");
+    return RP_OK;
+}
+
+static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
+                           rp_plan *plan, rp_machine *mc, rp_error *err)
+{
+    rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
+    RP_TRY(cost_of(e, fwd_ms, bwd_ms, &cm, &workspace, err));
     machine_of(e, mc);
     mc->workspace_bytes = workspace;
-    s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
-                      (rp_deal_choice)e->o->deal, plan, NULL, err);
+    keep_budget(e, cm, mc, fwd_ms != NULL);
+    rp_status s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
+                                (rp_deal_choice)e->o->deal, plan, NULL, err);
+    if (s == RP_OK)
+        s = keep_fit(e, cm, mc, RP_PLAN_KEPT_CHOOSE, plan, err);
+    rp_cost_model_destroy(&cm);
+    return s;
+}
+
+/* A forced plan's kept blocks: its keep=N, else --recompute's choice. */
+static rp_status plan_forced_keep(const rp_engine *e, rp_plan *plan, rp_machine *mc,
+                                  rp_error *err)
+{
+    rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
+    RP_TRY(cost_of(e, NULL, NULL, &cm, &workspace, err));
+    rp_machine own;
+    machine_of(e, &own);
+    keep_budget(e, cm, &own, 0);
+    if (mc)
+        mc->keep_budget = own.keep_budget;
+    rp_status s = keep_fit(e, cm, &own, plan->kept, plan, err);
     rp_cost_model_destroy(&cm);
     return s;
 }
@@ -179,12 +326,21 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_machine *mc;
     int *deal;
     char warning[512];
+    if (!e->kept_floats)
+        /* in the store's compute dtype, which the executors' calls carve
+         * their saved areas by (the parameters are attached after the plan) */
+        RP_TRY(rp_run_agree(e, rp_host_kept_floats(e->device, e->o->dtype, &e->p->cfg,
+                                                   e->samples_per_micro, e->seq_len,
+                                                   &e->kept_floats, err),
+                            comm, err));
     if (e->nd.world_rank == 0 && rp_config_seq_len_warning(&e->p->cfg, e->seq_len, warning,
                                                            sizeof warning))
         rp_log(e->lg, RP_LOG_WARN, "%s", warning);
     rp_status s = plan_buffers(e, &mc, &deal, err);
     if (s == RP_OK && e->o->plan) {
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
+        if (s == RP_OK && mc)
+            s = plan_forced_keep(e, &e->plan, mc, err);
         if (mc) { /* a forced plan is not simulated: its deal is as --deal names it */
             machine_of(e, mc);
             if (e->o->deal == RP_DEAL_INTERLEAVED)

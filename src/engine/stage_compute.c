@@ -174,6 +174,54 @@ static float *arena(const rp_engine *e, size_t off)
     return e->act + off;
 }
 
+/* Executors of host memory compute a kept layer's saved area where the
+ * arena holds it and read it there (no copies); others move it. */
+static int kept_in_place(const rp_engine *e)
+{
+    return rp_device_kernel_ops(e->device)->host_addressable;
+}
+
+static size_t kept_bytes(const rp_engine *e, int l)
+{
+    return e->kept_floats[l] * sizeof(float);
+}
+
+/* The input and the saved area of kept layer l's forward of microbatch m
+ * (plan.h's kept), for its backward: where the arena holds them, or
+ * uploaded into the device buffers acts[i] and saved[i]. */
+static rp_status kept_for_backward(executor *x, int l, int i, int m, const float **in,
+                                   float **saved, rp_error *err)
+{
+    rp_engine *e = x->e;
+    int M = (int)e->microbatches;
+    float *host_in = arena(e, e->arena.ckpt[l * M + m]), *host_saved = arena(e, e->arena.kept[l * M + m]);
+    if (kept_in_place(e)) {
+        *in = host_in;
+        *saved = host_saved;
+        return RP_OK;
+    }
+    RP_TRY(rp_exec_move(x, x->acts[i], host_in, e->act_floats * sizeof(float), RP_XFER_INPUT,
+                        "kept input", err));
+    RP_TRY(rp_exec_move(x, x->saved[i], host_saved, kept_bytes(e, l), RP_XFER_INPUT, "kept",
+                        err));
+    *in = x->acts[i];
+    *saved = x->saved[i];
+    return RP_OK;
+}
+
+/* The backward of kept layer l (its forward job kept what it needs: no
+ * recompute), then its arena slots are free for the next iteration. */
+static rp_status kept_backward(executor *x, const rp_job *job, int l, int i, int64_t t, int m,
+                               rp_error *err)
+{
+    const float *in;
+    float *saved;
+    RP_TRY(kept_for_backward(x, l, i, m, &in, &saved, err));
+    RP_TRY(layer_backward(x, job, l, in, saved, t, err));
+    rp_proto_checkpoint_read(x->e, l, m, t);
+    return RP_OK;
+}
+
 /* ---- the three kinds of job, one microbatch ------------------------------ */
 
 rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_error *err)
@@ -191,14 +239,20 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
         nb = 1;
     }
     for (int l = job->first; l <= job->last; l++) {
-        float *out = x->acts[nb];
+        float *out = x->acts[nb], *saved = x->saved[0];
+        int kept = rp_plan_is_kept(&e->plan, l);
         nb ^= 1;
-        if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint */
+        if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint (a kept layer's input) */
             RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
             RP_TRY(rp_exec_move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
                         "checkpoint", err));
         }
-        RP_TRY(layer_forward(x, job, l, cur, out, x->saved[0], t, err));
+        if (kept && kept_in_place(e))
+            saved = arena(e, e->arena.kept[l * M + m]);
+        RP_TRY(layer_forward(x, job, l, cur, out, saved, t, err));
+        if (kept && saved == x->saved[0]) /* what its backward needs, kept on the host */
+            RP_TRY(rp_exec_move(x, arena(e, e->arena.kept[l * M + m]), saved, kept_bytes(e, l),
+                                RP_XFER_SAVE, "kept", err));
         cur = out;
     }
     RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
@@ -304,10 +358,14 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
                         e->act_floats * sizeof(float), RP_XFER_INPUT, "output-grad", err));
     RP_TRY(aux_grad(x, t, m, NULL, err));
     rp_proto_bwd_out_read(e, i - 1, m, t);
-    if (e->o->recompute_layer) {
+    if (e->o->recompute == RP_RECOMPUTE_LAYER) {
         /* every layer's input was saved: no stage-wide recompute, one layer's
          * activations on the device at a time */
         for (int l = job->last; l >= job->first; l--) {
+            if (rp_plan_is_kept(&e->plan, l)) {
+                RP_TRY(kept_backward(x, job, l, 0, t, m, err));
+                continue;
+            }
             if (l > 0) {
                 RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
                             e->act_floats * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
@@ -317,13 +375,25 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
             RP_TRY(layer_backward(x, job, l, l > 0 ? x->acts[0] : NULL, x->saved[0], t, err));
         }
     } else {
-        const float *in0 = job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
-        RP_TRY(recompute(x, job, in0, job->last, 0, t, err));
-        if (job->first > 0)
-            rp_proto_checkpoint_read(e, job->first, m, t);
-        for (int l = job->last; l >= job->first; l--)
-            RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
-                                  err));
+        /* the kept layers are the stage's top ones (plan.h): the others are
+         * recomputed from the stage's checkpoint, up to the first kept */
+        int top = job->last;
+        while (top >= job->first && rp_plan_is_kept(&e->plan, top))
+            top--;
+        if (top >= job->first) {
+            const float *in0 =
+                job->first > 0 ? arena(e, e->arena.ckpt[job->first * M + m]) : NULL;
+            RP_TRY(recompute(x, job, in0, top, 0, t, err));
+            if (job->first > 0)
+                rp_proto_checkpoint_read(e, job->first, m, t);
+        }
+        for (int l = job->last; l >= job->first; l--) {
+            if (l > top)
+                RP_TRY(kept_backward(x, job, l, l - job->first, t, m, err));
+            else
+                RP_TRY(layer_backward(x, job, l, x->acts[l - job->first],
+                                      x->saved[l - job->first], t, err));
+        }
     }
     RP_TRY(publish_bwd(x, job, t, m, err));
     return RP_OK;

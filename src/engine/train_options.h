@@ -20,6 +20,23 @@ typedef enum rp_progress_mode {
     RP_PROGRESS_NONE = 2
 } rp_progress_mode;
 
+/* --recompute: which activations a backward stage recomputes (DESIGN 4).
+ * The words' order is the values' (train_set.c). */
+typedef enum rp_recompute_mode {
+    RP_RECOMPUTE_STAGE = 0, /* from the checkpoint of each backward stage */
+    RP_RECOMPUTE_LAYER = 1, /* every layer's input saved, one layer recomputed at a time */
+    RP_RECOMPUTE_NONE = 2,  /* every block below the tail keeps its activations */
+    RP_RECOMPUTE_AUTO = 3   /* keep as many as the memory allows, recompute the rest */
+} rp_recompute_mode;
+
+static inline const char *rp_recompute_name(int mode)
+{
+    return mode == RP_RECOMPUTE_LAYER ? "layer"
+           : mode == RP_RECOMPUTE_NONE ? "none"
+           : mode == RP_RECOMPUTE_AUTO ? "auto"
+                                       : "stage";
+}
+
 typedef struct rp_train_options {
     const char *model_dir;   /* --model */
     const char *init_config; /* --init-config */
@@ -55,7 +72,9 @@ typedef struct rp_train_options {
     double progress_interval_s; /* seconds between lines when not on a terminal */
     /* engine (pipeline) options */
     const char *plan;        /* --plan: forced partition (rp_plan_parse syntax), NULL = planner */
-    int recompute_layer;     /* --recompute layer (1) | stage (0) */
+    int recompute;           /* --recompute: rp_recompute_mode */
+    double host_memory_limit_mib; /* --host-memory-limit-mib: what --recompute auto keeps
+                                activations within on CPU executors (0: MemAvailable) */
     double timeout_s;        /* --timeout: deadline of every wait */
     int optimizer_lag;       /* --optimizer-lag 0 | 1 */
     double chunk_mib;        /* --chunk-mib: transfer chunk size */

@@ -59,7 +59,7 @@ static rp_status parse_deal(const char *opt, const char *s, void *field, rp_erro
     return RP_OK;
 }
 
-static const char *const recompute_words[] = {"stage", "layer", NULL};
+static const char *const recompute_words[] = {"stage", "layer", "none", "auto", NULL};
 static const char *const bind_words[] = {"no", "yes", NULL};
 static const char *const progress_words[] = {"auto", "line", "none", NULL};
 static const char *const activation_numa_words[] = {"interleave", "reader", NULL};
@@ -162,8 +162,12 @@ static const rp_option rows[] = {
      .help = "progress display on rank 0 (default auto)"},
     {STRING("plan", "TEXT", plan), .section = "engine:",
      .help = "force a partition: 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2'"},
-    {WORD("recompute", "stage|layer", recompute_layer, recompute_words), .fallback = "stage",
-     .help = "activation checkpoints per backward stage or per layer"},
+    {WORD("recompute", "auto|stage|layer|none", recompute, recompute_words), .fallback = "auto",
+     .help = "auto (default): keep the activations of as many blocks\n"
+             "as memory allows, recompute the rest from checkpoints per\n"
+             "backward stage; stage, layer: recompute every block below\n"
+             "the tail from a checkpoint per stage or per layer; none:\n"
+             "keep every block's (refused when it does not fit)"},
     {DOUBLE("timeout", "SECONDS", timeout_s), .fallback = "600", .min = 0, .max = TIMEOUT_MAX_S,
      .bounds = RP_OPTION_MIN_OPEN,
      .range_error = "--timeout must be > 0 and at most " NUMBER_TEXT(TIMEOUT_MAX_S)
@@ -202,6 +206,13 @@ static const rp_option rows[] = {
      .range_error = "--memory-limit-mib must be between 0 (no limit) and "
                     NUMBER_TEXT(MEMORY_LIMIT_MAX_MIB) " (1 PiB)",
      .help = "device memory the planner may use (default: no limit)"},
+    {DOUBLE("host-memory-limit-mib", "X", host_memory_limit_mib), .min = 0,
+     .max = MEMORY_LIMIT_MAX_MIB,
+     .range_error = "--host-memory-limit-mib must be between 0 (MemAvailable) and "
+                    NUMBER_TEXT(MEMORY_LIMIT_MAX_MIB) " (1 PiB)",
+     .help = "host memory a node's run may use in all: --recompute\n"
+             "auto keeps activations of CPU executors within it, none is\n"
+             "refused over it (default: MemAvailable when planning)"},
     {WORD("bind", "yes|no", bind, bind_words), .fallback = "yes",
      .help = "pin each rank to its share of the node's cores (default yes)"},
     {INT("pipelines", "P", pipelines, 1, 4096), .fallback = "1",

@@ -256,6 +256,15 @@ size_t rp_block_saved_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
     return saved;
 }
 
+size_t rp_block_saved_floats_of(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                const rp_model_config *cfg, int block, int64_t nseq,
+                                int64_t seqlen)
+{
+    block_ws w;
+    carve(ops, params_dtype, cfg, block, nseq, seqlen, NULL, NULL, NULL, &w);
+    return w.saved_total;
+}
+
 size_t rp_block_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                                  const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
 {

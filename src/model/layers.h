@@ -66,6 +66,12 @@ size_t rp_block_saved_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                              const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
 size_t rp_block_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                                  const rp_model_config *cfg, int64_t nseq, int64_t seqlen);
+/* The saved area of block `block` alone (rp_block_saved_floats is the
+ * largest over the model's blocks: a dense and a mixture-of-experts
+ * block's differ), for a host store that keeps it per layer. */
+size_t rp_block_saved_floats_of(const rp_kernel_ops *ops, rp_dtype params_dtype,
+                                const rp_model_config *cfg, int block, int64_t nseq,
+                                int64_t seqlen);
 
 /* Guard bands, for tests: with rp_model_guard_floats > 0 (set before
  * anything is sized, never changed while buffers of that size exist), every

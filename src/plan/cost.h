@@ -31,6 +31,12 @@ typedef struct rp_layer_cost {
     int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
                               layer's forward and its backward */
     int64_t out_bytes;     /* bytes of this layer's output for one microbatch */
+    int64_t keep_bytes;    /* host bytes one microbatch's kept activations of this layer
+                              take (plan.h's kept: its input and what its backward needs,
+                              as the arena lays them out); 0: the layer keeps nothing */
+    double keep_ms;        /* a kept layer's backward reads them instead of recomputing
+                              fwd_ms: their round trip to the host (0 on executors that
+                              read host memory where it lies) */
     int tied_to;           /* -1, or the layer whose parameters this one shares (a tied
                               LM head names the embedding: its gradient is summed into
                               that layer's, whose update it then also waits for) */
@@ -45,6 +51,9 @@ typedef struct rp_cost_model {
     int default_gpus;
     int default_microbatches;
     double default_transfer_ms;
+    int keep_in_place;             /* executors read kept activations where the host store
+                                      holds them (plan.h's kept): a kept layer of a backward
+                                      job needs no device slot (act_bytes) */
 } rp_cost_model;
 
 /* A model shape, the fields of a config.json the FLOP count needs. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/keep.h"
 #include "plan/partition.h"
 
 rp_status rp_deal_parse(const char *text, const char *option, rp_deal_choice *out, rp_error *err)
@@ -36,6 +37,8 @@ static rp_status plan_one(const rp_cost_model *m, const rp_machine *mc, int widt
     if (!forced)
         return rp_partition(m, mc, width, out, res, err);
     *out = *forced;
+    if (out->kept == RP_PLAN_KEPT_CHOOSE)
+        out->kept = rp_plan_choose_kept(m, mc, out);
     RP_TRY(rp_simulate(m, out, mc, res, err));
     if (mc->memory_limit > 0 && res->peak_bytes > mc->memory_limit)
         return rp_error_set(err, RP_ERR_DEVICE_MEMORY,

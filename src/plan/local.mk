@@ -4,6 +4,7 @@ librp_la_SOURCES += \
 	src/plan/cost.c src/plan/cost.h \
 	src/plan/layers_file.c src/plan/layers_file.h \
 	src/plan/plan.c src/plan/plan.h \
+	src/plan/keep.c src/plan/keep.h \
 	src/plan/schedule.c src/plan/schedule.h \
 	src/plan/machine.c src/plan/machine.h \
 	src/plan/simulate.c src/plan/simulate.h \

@@ -34,6 +34,8 @@ typedef struct rp_machine {
     int opt_spread;            /* split each layer's update over all ranks */
     int iterations;            /* simulated iterations (>= 4); the first half is warm-up */
     int64_t memory_limit;      /* device bytes for a job, 0 = unlimited */
+    int64_t keep_budget;       /* host bytes the kept activations of the layers below the
+                                  tail may take (plan/keep.h): 0 keeps none, < 0 no limit */
     int64_t workspace_bytes;   /* added to every job's device memory */
     int64_t tokens_per_iteration; /* 0 = unknown */
     double host_gbs;           /* host memory GB/s shared by all ranks (0 = not modelled):

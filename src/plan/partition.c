@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan/baseline.h"
+#include "plan/keep.h"
 #include "plan/schedule.h"
 
 #define SEED_DENSE 12 /* every count (and tail size) up to this is a seed */
@@ -20,12 +21,22 @@ double rp_partition_objective(const rp_cost_model *m, const rp_machine *mc, cons
 {
     rp_error e;
     rp_sim_result r;
-    if (mc->memory_limit > 0 &&
-        rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL) > mc->memory_limit)
-        return INFINITY;
-    if (rp_simulate(m, p, mc, &r, &e) != RP_OK)
-        return INFINITY;
-    return r.iteration_ms;
+    rp_plan *q = NULL;
+    if (rp_plan_choose_kept(m, mc, p) != p->kept) { /* as the search scores it (evaluate) */
+        q = malloc(sizeof *q);
+        if (!q)
+            return INFINITY;
+        *q = *p;
+        q->kept = rp_plan_choose_kept(m, mc, p);
+        p = q;
+    }
+    double ms = INFINITY;
+    if (!(mc->memory_limit > 0 &&
+          rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL) > mc->memory_limit) &&
+        rp_simulate(m, p, mc, &r, &e) == RP_OK)
+        ms = r.iteration_ms;
+    free(q);
+    return ms;
 }
 
 /* Search score: plans over the memory limit rank below every plan within
@@ -36,9 +47,12 @@ typedef struct score {
     double time;   /* modelled iteration ms, INFINITY if it cannot run */
 } score;
 
-static score evaluate(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
+/* p's kept blocks are set here, from the machine's budget (plan/keep.h):
+ * the recompute a candidate saves is part of its score. */
+static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p)
 {
     score sc = {0, INFINITY};
+    p->kept = rp_plan_choose_kept(m, mc, p);
     if (mc->memory_limit > 0) {
         int64_t peak = rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL);
         if (peak > mc->memory_limit)

@@ -35,7 +35,9 @@ rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, 
 
 /* The objective the partitioner minimises: modelled iteration time in ms,
  * or INFINITY when the plan does not fit the memory limit or cannot run on
- * this machine. Exposed so tests can compare against brute force. */
+ * this machine, with the blocks the machine's budget keeps (plan/keep.h:
+ * the search sets every candidate's kept so). Exposed so tests can compare
+ * against brute force. */
 double rp_partition_objective(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p);
 
 #endif

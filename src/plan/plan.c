@@ -49,6 +49,11 @@ rp_status rp_plan_validate(const rp_plan *p, int L, rp_error *err)
     if (top != -1)
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "plan: backward stages leave layers 0-%d uncovered", top);
+    if (p->kept != RP_PLAN_KEPT_CHOOSE && (p->kept < 0 || p->kept > rp_plan_max_kept(p)))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "plan: keep=%d, but only the %d blocks below the tail (layers 1-%d) "
+                            "can keep their activations",
+                            p->kept, rp_plan_max_kept(p), k - 1);
     return RP_OK;
 }
 
@@ -108,8 +113,9 @@ rp_status rp_plan_parse(const char *text, int L, rp_plan *out, rp_error *err)
     if (!p)
         return rp_error_set(err, RP_ERR_NOMEM, "plan: out of memory");
     p->num_layers = L;
+    p->kept = RP_PLAN_KEPT_CHOOSE;
     const char *s = text;
-    int have_fwd = 0, have_bwd = 0;
+    int have_fwd = 0, have_bwd = 0, have_keep = 0;
     rp_status st = RP_OK;
     while (st == RP_OK && *s) {
         if (!strncmp(s, "fwd=", 4) && !have_fwd) {
@@ -129,10 +135,21 @@ rp_status rp_plan_parse(const char *text, int L, rp_plan *out, rp_error *err)
                                   text, (int)(s + 6 - text));
             p->width = (int)w;
             s = end;
+        } else if (!strncmp(s, "keep=", 5) && !have_keep) {
+            char *end;
+            long n = strtol(s + 5, &end, 10);
+            if (end == s + 5 || !isdigit((unsigned char)s[5]) || n > RP_PLAN_MAX_STAGES ||
+                (*end && *end != ';'))
+                st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                                  "plan '%s': at offset %d: keep must be a number of blocks >= 0",
+                                  text, (int)(s + 5 - text));
+            p->kept = (int)n;
+            have_keep = 1;
+            s = end;
         } else {
             st = rp_error_set(err, RP_ERR_INVALID_ARG,
-                              "plan '%s': at offset %d: expected 'fwd=', 'bwd=' or 'width=' "
-                              "(each once)",
+                              "plan '%s': at offset %d: expected 'fwd=', 'bwd=', 'width=' or "
+                              "'keep=' (each once)",
                               text, (int)(s - text));
         }
         if (st == RP_OK && *s == ';')
@@ -188,6 +205,11 @@ size_t rp_plan_format(const rp_plan *p, char *buf, size_t size)
     if (p->width > 0) {
         char tmp[32];
         snprintf(tmp, sizeof tmp, ";width=%d", p->width);
+        puts_(buf, size, &len, tmp);
+    }
+    if (p->kept > 0) {
+        char tmp[32];
+        snprintf(tmp, sizeof tmp, ";keep=%d", p->kept);
         puts_(buf, size, &len, tmp);
     }
     return len;

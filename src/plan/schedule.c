@@ -45,13 +45,31 @@ rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *p
     return RP_OK;
 }
 
-double rp_schedule_job_ms(const rp_cost_model *m, const rp_job *job)
+double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job *job)
 {
-    return job->kind == RP_JOB_FWD ? rp_cost_fwd_ms(m, job->first, job->last)
-                                   : rp_cost_bwd_ms(m, job->first, job->last);
+    if (job->kind == RP_JOB_FWD)
+        return rp_cost_fwd_ms(m, job->first, job->last);
+    double ms = rp_cost_bwd_ms(m, job->first, job->last);
+    if (job->kind == RP_JOB_BWD)
+        for (int l = job->first; l <= job->last; l++)
+            if (rp_plan_is_kept(p, l))
+                ms += m->layers[l].keep_ms - m->layers[l].fwd_ms;
+    return ms;
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* What a tail or backward job keeps on the device for its layers'
+ * backward: a slot per layer, but for the kept layers an executor reads
+ * where the host store holds them (engine/executor.c sizes it so). */
+static int64_t job_saved_bytes(const rp_cost_model *m, const rp_plan *p, const rp_job *job)
+{
+    int64_t bytes = 0;
+    for (int l = job->first; l <= job->last; l++)
+        if (!(m->keep_in_place && job->kind == RP_JOB_BWD && rp_plan_is_kept(p, l)))
+            bytes += m->layers[l].act_bytes;
+    return bytes;
+}
 
 int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
                               int64_t workspace)
@@ -71,7 +89,7 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
         bytes += rp_cost_max_act_bytes(m, job.first, job.last) + 2 * io;
     } else {
         bytes += rp_cost_grad_bytes(m, job.first, job.last);
-        bytes += rp_cost_act_bytes(m, job.first, job.last) + 3 * io;
+        bytes += job_saved_bytes(m, p, &job) + 3 * io;
     }
     return bytes + workspace;
 }
@@ -96,7 +114,7 @@ int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpu
         w = max64(w, rp_cost_weight_bytes(m, job.first, job.last));
         if (job.kind != RP_JOB_FWD) {
             g = max64(g, rp_cost_grad_bytes(m, job.first, job.last));
-            keep = max64(keep, rp_cost_act_bytes(m, job.first, job.last));
+            keep = max64(keep, job_saved_bytes(m, p, &job));
         }
         if (job.last - job.first + 1 > layers)
             layers = job.last - job.first + 1;

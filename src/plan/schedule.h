@@ -42,10 +42,11 @@ int rp_schedule_executor(const rp_plan *p, int gpus, int64_t iteration, int j, i
 rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *per_group,
                             rp_error *err);
 
-/* Per-microbatch compute time of a job: sum of fwd_ms (FWD) or of
+/* Per-microbatch compute time of a job of plan p: sum of fwd_ms (FWD) or of
  * fwd_ms + bwd_ms (TAIL: forward+backward without recompute; BWD: recompute
- * + backward, the same sum). */
-double rp_schedule_job_ms(const rp_cost_model *m, const rp_job *job);
+ * + backward, the same sum), where a BWD job's layers that p keeps
+ * (plan.h's kept) cost keep_ms instead of their recompute's fwd_ms. */
+double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job *job);
 
 /* Peak device bytes of job j: its weights and those of the next job on the
  * same executor (double buffering), its gradients (TAIL/BWD), the

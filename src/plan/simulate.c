@@ -366,7 +366,7 @@ static void job_times(rp_sim *sim, double link)
     for (int j = 0; j < sim->num_jobs; j++) {
         sim->jobs[j] = rp_schedule_job(sim->plan, j);
         const rp_job *job = &sim->jobs[j];
-        sim->job_ms[j] = rp_schedule_job_ms(m, job);
+        sim->job_ms[j] = rp_schedule_job_ms(m, sim->plan, job);
         sim->job_wgrad_ms[j] = rp_cost_wgrad_ms(m, job->first, job->last);
         sim->upload_ms[j] = (double)rp_cost_weight_bytes(m, job->first, job->last) / link;
         sim->download_ms[j] =

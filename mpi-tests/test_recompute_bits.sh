@@ -1,0 +1,75 @@
+#!/bin/sh
+# Proves (CPU executors; 1 and 2 ranks, and 2 nodes of 1 rank): recompute
+# never changes bits: --recompute none (every block below the tail keeps
+# its activations), auto (as many as fit), stage and layer give the same
+# per-step losses and gradient norms and the same saved model, byte for
+# byte, on the dense Qwen3 golden model with its loss mask, with
+# --documents (qwen3-packed), with LoRA adapters (dropout on), and on a
+# mixture of experts with its load-balancing loss; forced plans that keep
+# part of a backward stage (keep=N: its top blocks read, the rest
+# recomputed from the stage's checkpoint) and keep under layer-grain
+# recompute give the same bits too. none and auto really keep (train's
+# host-memory line names the kept blocks, stage none; auto's line says how
+# many it keeps within MemAvailable); auto keeps nothing under a
+# --host-memory-limit-mib that leaves no room (and says so), and none is
+# refused there with a message naming the limit.
+set -u
+. "$(dirname "$0")/testlib.sh"
+export OMP_NUM_THREADS=1
+g="$src/mpi-tests/fixtures/golden"
+run() { # NP OUT [options...]: a training run, its stderr in $tmp/OUT.txt
+  np=$1; out=$2; shift 2
+  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --progress none --threads 1 --device cpu \
+    --timeout 60 --log "$tmp/$out.jsonl" --save "$tmp/$out" "$@" > "$tmp/$out.txt" 2>&1 ||
+    { bad "$out: train failed"; cat "$tmp/$out.txt"; }
+}
+same() { # A B what: the saved safetensors (a model, or LoRA's adapters) and the metrics
+  # (step, loss, lr, grad norm, tokens) identical
+  cut -d, -f1-6 "$tmp/$1.jsonl" > "$tmp/a.cut"; cut -d, -f1-6 "$tmp/$2.jsonl" > "$tmp/b.cut"
+  files=0 differ=0
+  for f in "$tmp/$1"/*.safetensors; do
+    [ -f "$f" ] || continue
+    files=$((files + 1))
+    cmp -s "$f" "$tmp/$2/${f##*/}" || differ=1
+  done
+  [ -s "$tmp/a.cut" ] && cmp -s "$tmp/a.cut" "$tmp/b.cut" && [ "$files" -gt 0 ] && [ "$differ" = 0 ] &&
+    ok || bad "$3: $1 and $2 differ"
+}
+kept() { # OUT N: train's host-memory line says N blocks kept (0: none named)
+  if [ "$2" = 0 ]; then ! grep -q "kept by" "$tmp/$1.txt"; else grep -q "kept by $2 block" "$tmp/$1.txt"; fi
+}
+modes() { # NAME NP [options...]: the four modes, the same bits
+  name=$1; np=$2; shift 2
+  for r in stage layer none auto; do run "$np" "$name-$r" --recompute $r "$@"; done
+  for r in layer none auto; do same "$name-stage" "$name-$r" "$name: --recompute $r against stage"; done
+  kept "$name-stage" 0 && kept "$name-layer" 0 && grep -q "kept by [1-9]" "$tmp/$name-none.txt" &&
+    grep -q "kept by [1-9]" "$tmp/$name-auto.txt" && ok || bad "$name: none and auto do not keep, or stage/layer do"
+}
+q="--model $g/qwen3/model --data $g/qwen3/data.npy --loss-mask $g/qwen3/mask.npy $(cat "$g/qwen3/args.txt")"
+modes qwen3 2 $q
+run 1 qwen3-1 $q --recompute auto
+same qwen3-stage qwen3-1 "qwen3: auto on 1 rank against stage on 2"
+# 2 nodes of 1 rank (2 pipelines in all: their bits are 2 pipelines')
+modes nodes 2 $q --ranks-per-node 1
+p="--model $g/qwen3-packed/model --data $g/qwen3-packed/data.npy --loss-mask $g/qwen3-packed/mask.npy --documents $g/qwen3-packed/documents.npy $(cat "$g/qwen3-packed/args.txt")"
+modes packed 2 $p
+modes lora 2 $q --lora-rank 2 --lora-dropout 0.1
+m="$src/mpi-tests/fixtures/golden-moe/moe-mb"
+moe="--model $m/model --data $m/data.npy --loss-mask $m/mask.npy $(cat "$m/args.txt")"
+modes moe 2 $moe
+# part of a backward stage kept: blocks 3-4 read, 1-2 recomputed from layer 1's checkpoint
+run 2 moe-part $moe --plan "fwd=0,1-3,4;bwd=5-7,1-4,0;keep=2"
+kept moe-part 2 && ok || bad "keep=2: not 2 blocks kept"
+same moe-stage moe-part "moe: keep=2 of a backward stage"
+run 3 moe-part-layer $moe --plan "fwd=0-2,3-4;bwd=5-7,3-4,0-2;keep=3" --recompute layer
+same moe-stage moe-part-layer "moe: keep=3 under --recompute layer"
+# no room: auto keeps none, none is refused naming the limit
+run 2 tight $q --host-memory-limit-mib 1
+kept tight 0 && same qwen3-stage tight "auto without room" || bad "auto kept blocks over the limit"
+grep -q "recompute auto: 0 of the [1-9] blocks below the tail keep their activations, .* the limit: 1.0 MiB, --host-memory-limit-mib" "$tmp/tight.txt" &&
+  grep -q "recompute auto: [1-9] of the [1-9] blocks below the tail keep their activations, .* MiB, MemAvailable" "$tmp/qwen3-auto.txt" &&
+  ok || { bad "auto: its line does not say how many blocks it keeps within which limit"; cat "$tmp/tight.txt"; }
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --device cpu $q --recompute none \
+  --host-memory-limit-mib 1 > "$tmp/refused.txt" 2>&1 && bad "none over the limit ran" ||
+  { grep -q "recompute none: keeping the activations of all .* more than the 1.0 MiB of --host-memory-limit-mib" "$tmp/refused.txt" && ok || { bad "none over the limit: its message"; cat "$tmp/refused.txt"; }; }
+finish
