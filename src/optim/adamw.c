@@ -110,10 +110,18 @@ rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_
     return RP_OK;
 }
 
-/* Below this many elements a parallel region costs more than it saves. */
-#define RP_ADAMW_PARALLEL_MIN 32768
 /* Thread ranges start on 64-byte boundaries so no two threads write one line. */
 #define RP_ADAMW_ALIGN 16
+
+/* Part tid of nt of [0, n): contiguous, ceil(n / nt) rounded up to
+ * RP_ADAMW_ALIGN elements, the last part shorter (or empty). */
+static void thread_part(size_t n, size_t tid, size_t nt, size_t *lo, size_t *hi)
+{
+    size_t chunk = (n + nt - 1) / nt;
+    chunk = (chunk + RP_ADAMW_ALIGN - 1) / RP_ADAMW_ALIGN * RP_ADAMW_ALIGN;
+    *lo = tid * chunk < n ? tid * chunk : n;
+    *hi = *lo + chunk < n ? *lo + chunk : n;
+}
 
 static void adamw_step(float *restrict p, const float *restrict g, float *restrict m,
                        float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
@@ -141,11 +149,8 @@ static void adamw_step(float *restrict p, const float *restrict g, float *restri
 
 #pragma omp parallel if (n >= RP_ADAMW_PARALLEL_MIN)
     {
-        size_t nt = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        size_t chunk = (n + nt - 1) / nt;
-        chunk = (chunk + RP_ADAMW_ALIGN - 1) / RP_ADAMW_ALIGN * RP_ADAMW_ALIGN;
-        size_t lo = tid * chunk < n ? tid * chunk : n;
-        size_t hi = lo + chunk < n ? lo + chunk : n;
+        size_t lo, hi;
+        thread_part(n, (size_t)omp_get_thread_num(), (size_t)omp_get_num_threads(), &lo, &hi);
         if (hi > lo)
             adamw_range(p + lo, g + lo, m + lo, v + lo, out ? (char *)out + lo * out_size : NULL,
                         hi - lo, &k, copy);
@@ -160,3 +165,25 @@ void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m
                bf16_copy ? COPY_BF16 : COPY_NONE);
 }
 
+
+void rp_adamw_ranges_split(const rp_adamw_range *ranges, size_t count,
+                           void (*update)(void *ctx, size_t lo, size_t hi), void *ctx)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += ranges[i].hi - ranges[i].lo;
+    /* one region over the ranges together: each of them may be far below
+     * the threshold (an embedding's runs of rows are) while their sum is not */
+#pragma omp parallel if (total >= RP_ADAMW_PARALLEL_MIN)
+    {
+        size_t lo, hi, before = 0; /* elements of the ranges before ranges[i] */
+        thread_part(total, (size_t)omp_get_thread_num(), (size_t)omp_get_num_threads(), &lo, &hi);
+        for (size_t i = 0; i < count && before < hi; i++) {
+            size_t len = ranges[i].hi - ranges[i].lo;
+            size_t a = lo > before ? lo : before, b = hi < before + len ? hi : before + len;
+            if (a < b)
+                update(ctx, ranges[i].lo + (a - before), ranges[i].lo + (b - before));
+            before += len;
+        }
+    }
+}
