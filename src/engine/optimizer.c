@@ -104,30 +104,17 @@ typedef struct embedding_rows {
     rp_adamw_range *ranges; /* M*T + 1 entries */
 } embedding_rows;
 
-typedef struct rows_update {
-    rp_engine *e;
-    int64_t t;
-    float coef;
-} rows_update;
-
-static void update_rows_piece(void *ctx, size_t lo, size_t hi)
-{
-    rows_update *u = ctx;
-    rp_optimizer_update_share(u->e, 0, u->t, u->coef, lo, hi);
-}
-
 /* AdamW on the listed rows of this rank's share of the embedding (listed =
  * 1) or on the others (listed = 0). The runs of rows and the gaps are short
  * (a run of rows is rarely 32,768 elements), so one update per run would
  * keep to one thread; the ranges are collected first and their elements
- * split evenly over the optimizer's threads together (rp_adamw_ranges_split):
+ * split evenly over the optimizer's threads together (rp_optimizer_update_ranges):
  * the rows reach the parameters/s of a dense tensor of their size
  * (bench_adamw's rows case), with the same bits (AdamW is elementwise). */
 static void update_rows(rp_engine *e, int64_t t, float coef, embedding_rows *rows, int listed)
 {
     size_t k = row_ranges(e, rows->ids, rows->n, listed, rows->ranges);
-    rows_update u = {e, t, coef};
-    rp_adamw_ranges_split(rows->ranges, k, update_rows_piece, &u);
+    rp_optimizer_update_ranges(e, 0, t, coef, rows->ranges, k);
 }
 
 /* The embedding by need: update_embedding_rows first updates the rows the
