@@ -26,8 +26,9 @@ typedef struct rp_adamw_params {
 rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_error *err);
 
 /* One AdamW step over one tensor of n elements, in a single fused pass
- * (OpenMP static split; every element is computed independently, so the
- * result does not depend on the thread count).
+ * (OpenMP threads taking chunks as they come free; every element is
+ * computed independently, so the result depends neither on the thread
+ * count nor on which thread took which chunk).
  *
  *   step        1-based step count of this tensor after this update (t).
  *   grad_scale  multiplies g first, as torch's clip_grad_norm_ does with
@@ -62,9 +63,9 @@ typedef struct rp_adamw_range {
 
 /* Calls update(ctx, lo, hi) on pieces that together cover every element of
  * the `count` ranges exactly once, from one OpenMP parallel region whose
- * threads each take an equal, contiguous share of the ranges' elements
- * taken together (rp_adamw_step's split of their total): a thread may take
- * the end of one range and parts of the next ones, so many short ranges (an
+ * threads take chunks of the ranges' elements taken together as they come
+ * free (rp_adamw_step's split of their total): a chunk may take the end of
+ * one range and parts of the next ones, so many short ranges (an
  * embedding's runs of rows) use every thread as one long one would. On the
  * calling thread alone below RP_ADAMW_PARALLEL_MIN elements in all. For an
  * elementwise update such as AdamW the result does not depend on the split.
