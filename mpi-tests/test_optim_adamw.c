@@ -326,6 +326,10 @@ START_TEST(ranges_split_uses_every_thread)
     ck_assert_int_eq(rec.team, 1);
     ck_assert_uint_eq(rec.elements[0], 2024);
     ck_assert_uint_eq(rec.pieces[0], 2);
+    /* no elements at all (a rank whose share holds none of the rows) */
+    rp_adamw_ranges_split(few + 1, 1, record_piece, &rec);
+    rp_adamw_ranges_split(few, 0, record_piece, &rec);
+    ck_assert_uint_eq(rec.pieces[0], 2);
     free(rec.covered);
 }
 END_TEST

@@ -182,6 +182,8 @@ void rp_adamw_ranges_split(const rp_adamw_range *ranges, size_t count,
     size_t total = 0;
     for (size_t i = 0; i < count; i++)
         total += ranges[i].hi - ranges[i].lo;
+    if (total == 0) /* no ranges, or empty ones: nothing to call */
+        return;
     /* one region over the ranges together: each of them may be far below
      * the threshold (an embedding's runs of rows are) while their sum is not */
 #pragma omp parallel if (total >= RP_ADAMW_PARALLEL_MIN)
