@@ -154,7 +154,13 @@ static void adamw_step(float *restrict p, const float *restrict g, float *restri
         .eps = (float)hp->eps,
     };
 
-#pragma omp parallel if (n >= RP_ADAMW_PARALLEL_MIN)
+    if (n < RP_ADAMW_PARALLEL_MIN || omp_in_parallel()) {
+        /* a piece of rp_adamw_ranges_split's (or another caller's) region:
+         * no nested region, whose team of one costs microseconds a call */
+        adamw_range(p, g, m, v, out, n, &k, copy);
+        return;
+    }
+#pragma omp parallel
     {
         size_t chunk = chunk_of(n, (size_t)omp_get_num_threads());
         size_t chunks = (n + chunk - 1) / chunk;
