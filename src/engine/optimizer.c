@@ -252,10 +252,18 @@ void *rp_engine_optimizer_main(void *arg)
 {
     rp_engine *e = arg;
     /* The rank's cores: with a GPU the executor thread mostly waits on the
-     * device, so the optimizer takes them all; a CPU executor computes on
-     * all of them, and the optimizer beside it keeps to one thread, so a
+     * device, so the optimizer takes them all (its threads take chunks as
+     * they come free, so the executor's thread spinning on the device slows
+     * no update by more than its share of a core); a CPU executor computes
+     * on all of them, and the optimizer beside it keeps to one thread, so a
      * node never runs more busy threads than it has cores (plus one per
-     * rank). Its results do not depend on the thread count. */
+     * rank). Measured (issue 33, bench/README.md): on the 25M config, 1
+     * rank x 2 threads, with clipping, the optimizer on both threads gave
+     * a median 0.86x the tokens/s of one thread over 7 interleaved rounds
+     * (0.44-1.08): its updates overlap the next forward, whose GEMMs split
+     * their work statically over the executor's threads, while AdamW is
+     * under 1% of such a step. Its results do not depend on the thread
+     * count. */
     omp_set_num_threads(e->device == RP_DEVICE_CPU ? 1 : e->threads);
     rp_error err = {0};
     rp_status s = run(e, &err);
