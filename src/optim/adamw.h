@@ -26,9 +26,10 @@ typedef struct rp_adamw_params {
 rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_error *err);
 
 /* One AdamW step over one tensor of n elements, in a single fused pass
- * (OpenMP threads taking chunks as they come free; every element is
- * computed independently, so the result depends neither on the thread
- * count nor on which thread took which chunk).
+ * (OpenMP threads taking chunks as they come free; on the calling thread
+ * alone inside a parallel region or below RP_ADAMW_PARALLEL_MIN elements;
+ * every element is computed independently, so the result depends neither
+ * on the thread count nor on which thread took which chunk).
  *
  *   step        1-based step count of this tensor after this update (t).
  *   grad_scale  multiplies g first, as torch's clip_grad_norm_ does with
