@@ -11,22 +11,42 @@
  * the memcpy bandwidth and of the best kernel.
  *
  *   bench_adamw [-n PARAMS] [-r REPS] [-g RANKS]   (defaults: 64Mi parameters, 5)
+ *               [-e ROWSxHIDDEN|0] [-t TOKENS.npy] [-s SEQ] [-b BATCH] [-R ROUNDS]
+ *               [-T TORCH_HELPER|none]
  * Threads: OMP_NUM_THREADS. Each figure is the best of REPS runs. With -g,
  * also the `roundpipe simulate --optimizer-gbs` value for RANKS ranks that
- * share the threads' memory system (the AdamW + bf16 copy rate / RANKS). */
+ * share the threads' memory system (the AdamW + bf16 copy rate / RANKS).
+ *
+ * The rows case: a step's update of an embedding table of ROWSxHIDDEN
+ * (default 151936x1024) as the optimizer thread does it (optimizer.c,
+ * update_rows): the rows a batch of BATCH x SEQ tokens of TOKENS reads
+ * (sorted, distinct; runs of neighbouring rows coalesced), then the rows
+ * between them, each set through rp_adamw_ranges_split, against one dense
+ * rp_adamw_step over the same elements, both writing the bf16 copy; also
+ * the former way (one rp_adamw_step per run or gap) and torch's fused
+ * AdamW over as many parameters (the Python helper TORCH_HELPER, skipped
+ * with its message without torch). ROUNDS rounds, each running every case
+ * in an order rotated by one, report each round's figures, the ratios
+ * between them and the cores the rest of the machine kept busy. */
 #include <errno.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "io/dataset.h"
 #include "optim/adamw.h"
 #include "bench_args.h"
 
 static void usage(const char *prog)
 {
-    fprintf(stderr, "usage: %s [-n PARAMS] [-r REPS] [-g RANKS]\n", prog);
+    fprintf(stderr,
+            "usage: %s [-n PARAMS] [-r REPS] [-g RANKS] [-e ROWSxHIDDEN|0] [-t TOKENS.npy]\n"
+            "       [-s SEQ] [-b BATCH] [-R ROUNDS] [-T TORCH_HELPER|none]\n",
+            prog);
     exit(2);
 }
 
@@ -138,14 +158,16 @@ static double best_bw(bw_kernel k, float *const a[4], size_t n, int reps)
     return best;
 }
 
+/* AdamW's hyperparameters here (and in torch_adamw_peer.py) */
+static const rp_adamw_params bench_hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                         .weight_decay = 0.1};
+
 static double best_adamw(float *const a[4], uint16_t *bf, size_t n, int reps, int64_t *step)
 {
-    const rp_adamw_params hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                .weight_decay = 0.1};
     double best = 1e300;
     for (int r = 0; r <= reps; r++) { /* r == 0 is the warm-up */
         double t0 = omp_get_wtime();
-        rp_adamw_step(a[0], a[1], a[2], a[3], n, ++*step, &hp, 1, 0.75f, bf);
+        rp_adamw_step(a[0], a[1], a[2], a[3], n, ++*step, &bench_hp, 1, 0.75f, bf);
         double t = omp_get_wtime() - t0;
         if (r > 0 && t < best)
             best = t;
@@ -153,10 +175,285 @@ static double best_adamw(float *const a[4], uint16_t *bf, size_t n, int reps, in
     return best;
 }
 
+/* ---- the rows case ------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rows step 1's batch reads: sorted, distinct. With a byte-level file
+ * (every id below 256) and a table of more than 65536 rows, a stand-in for
+ * a large tokenizer's ids: each byte with the two before it in its sample
+ * (a BPE token is a few bytes), hashed over the table, so that the rows
+ * are about as many as a real batch's and spread as its ids are; ids at or
+ * above `rows` wrap. Returns the count, *how says which. */
+static int64_t batch_rows(const char *path, int64_t seq, int64_t batch, int64_t rows,
+                          int64_t **out, const char **how)
+{
+    rp_error err = {0};
+    rp_dataset *ds = NULL;
+    if (rp_dataset_open(path, NULL, seq, (int64_t)1 << 30, &ds, &err) != RP_OK) {
+        fprintf(stderr, "bench_adamw: %s\n", err.msg);
+        exit(1);
+    }
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)seq), *tg = malloc(sizeof(int32_t) * (size_t)seq);
+    uint8_t *mask = malloc((size_t)seq);
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(seq * batch));
+    if (!in || !tg || !mask || !ids) {
+        fprintf(stderr, "bench_adamw: out of memory for the batch's rows\n");
+        exit(1);
+    }
+    int32_t top = 0;
+    for (int64_t j = 0; j < batch; j++) {
+        rp_dataset_fill(ds, rp_dataset_sample_of(ds, 1, batch, j), in, tg, mask);
+        for (int64_t i = 0; i < seq; i++) {
+            ids[j * seq + i] = in[i];
+            top = in[i] > top ? in[i] : top;
+        }
+    }
+    int triples = top < 256 && rows > 65536;
+    *how = triples ? "byte triples hashed over the table, a large tokenizer's stand-in"
+                   : "token ids";
+    for (int64_t j = 0; j < batch && triples; j++)
+        for (int64_t i = seq - 1; i >= 0; i--) {
+            uint64_t key = (uint64_t)ids[j * seq + i] | (uint64_t)1 << 24;
+            if (i >= 1)
+                key |= (uint64_t)ids[j * seq + i - 1] << 8;
+            if (i >= 2)
+                key |= (uint64_t)ids[j * seq + i - 2] << 16;
+            ids[j * seq + i] = (int64_t)((key * 0x9E3779B97F4A7C15ull) >> 20);
+        }
+    int64_t n = seq * batch, k = 0;
+    for (int64_t i = 0; i < n; i++)
+        ids[i] %= rows;
+    qsort(ids, (size_t)n, sizeof *ids, cmp_i64);
+    for (int64_t i = 0; i < n; i++)
+        if (k == 0 || ids[i] != ids[k - 1])
+            ids[k++] = ids[i];
+    free(in), free(tg), free(mask);
+    rp_dataset_close(&ds);
+    *out = ids;
+    return k;
+}
+
+/* The listed rows as ranges of elements, neighbours coalesced (listed = 1),
+ * or the rows between them (listed = 0), as update_rows makes them. */
+static size_t row_ranges(const int64_t *ids, int64_t n, int64_t rows, size_t hidden, int listed,
+                         rp_adamw_range *r)
+{
+    size_t k = 0, cur = 0;
+    for (int64_t i = 0; i < n; i++) {
+        size_t a = (size_t)ids[i] * hidden, b = a + hidden;
+        while (i + 1 < n && (size_t)ids[i + 1] * hidden == b) /* a run of rows */
+            b = (size_t)ids[++i] * hidden + hidden;
+        if (listed)
+            r[k++] = (rp_adamw_range){a, b};
+        else if (a > cur)
+            r[k++] = (rp_adamw_range){cur, a};
+        cur = b;
+    }
+    if (!listed && cur < (size_t)rows * hidden)
+        r[k++] = (rp_adamw_range){cur, (size_t)rows * hidden};
+    return k;
+}
+
+typedef struct step_ctx {
+    float *const *a;
+    uint16_t *bf;
+    int64_t step;
+} step_ctx;
+
+static void step_piece(void *ctx, size_t lo, size_t hi)
+{
+    const step_ctx *c = ctx;
+    rp_adamw_step(c->a[0] + lo, c->a[1] + lo, c->a[2] + lo, c->a[3] + lo, hi - lo, c->step,
+                  &bench_hp, 1, 0.75f, c->bf ? c->bf + lo : NULL);
+}
+
+enum { C_DENSE, C_ROWS, C_PER_RUN, C_DENSE_NO_COPY, C_TORCH, C_CASES };
+static const char *const case_name[C_CASES] = {
+    "dense + bf16 copy", "rows + bf16 copy (split)", "rows + bf16 copy, one call per run",
+    "dense, no copy", "torch fused AdamW"};
+
+/* One update of the table's e elements by case c; returns seconds. */
+static double run_case(int c, float *const a[4], uint16_t *bf, size_t e, const rp_adamw_range *rl,
+                       size_t nl, const rp_adamw_range *rr, size_t nr, int64_t *step)
+{
+    step_ctx ctx = {a, c == C_DENSE_NO_COPY ? NULL : bf, ++*step};
+    double t0 = omp_get_wtime();
+    if (c == C_DENSE || c == C_DENSE_NO_COPY) {
+        step_piece(&ctx, 0, e);
+    } else if (c == C_ROWS) {
+        rp_adamw_ranges_split(rl, nl, step_piece, &ctx);
+        rp_adamw_ranges_split(rr, nr, step_piece, &ctx);
+    } else {
+        for (size_t i = 0; i < nl; i++)
+            step_piece(&ctx, rl[i].lo, rl[i].hi);
+        for (size_t i = 0; i < nr; i++)
+            step_piece(&ctx, rr[i].lo, rr[i].hi);
+    }
+    return omp_get_wtime() - t0;
+}
+
+/* torch's figure in Mparam/s from the helper, 0 when skipped or failed
+ * (then its first other line is in why, when given). */
+static double run_torch(const char *helper, size_t e, int reps, int threads, char *why,
+                        size_t why_len)
+{
+    char cmd[4096], line[512];
+    snprintf(cmd, sizeof cmd, "python3 '%s' -n %zu -r %d --threads %d 2>&1", helper, e, reps,
+             threads);
+    FILE *f = popen(cmd, "r");
+    double mps = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f)) {
+        double v;
+        if (sscanf(line, "torch fused AdamW: %lf Mparam/s", &v) == 1)
+            mps = v;
+        else if (why && !*why)
+            snprintf(why, why_len, "%s", line);
+    }
+    pclose(f);
+    return mps;
+}
+
+/* Busy seconds of the whole machine (/proc/stat) and this process's CPU
+ * seconds with its finished children: the rest of the machine's busy
+ * cores over an interval are their differences over its wall time. */
+static double machine_busy_s(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long u = 0, ni = 0, sy = 0, id = 0, io = 0, irq = 0, sirq = 0;
+    if (!f)
+        return 0;
+    int ok = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &u, &ni, &sy, &id, &io, &irq,
+                    &sirq) == 7;
+    fclose(f);
+    return ok ? (double)(u + ni + sy + irq + sirq) / (double)sysconf(_SC_CLK_TCK) : 0;
+}
+
+static double own_cpu_s(void)
+{
+    struct rusage self, kids;
+    getrusage(RUSAGE_SELF, &self);
+    getrusage(RUSAGE_CHILDREN, &kids);
+    return (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec + kids.ru_utime.tv_sec +
+                    kids.ru_stime.tv_sec) +
+           1e-6 * (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec + kids.ru_utime.tv_usec +
+                           kids.ru_stime.tv_usec);
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: a few rounds */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void ratio_line(const char *what, double *r, int n)
+{
+    double lo = 1e300, hi = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i] > 0) {
+            r[k++] = r[i];
+            lo = r[i] < lo ? r[i] : lo;
+            hi = r[i] > hi ? r[i] : hi;
+        }
+    if (k)
+        printf("  %-44s median %.3f, range %.3f-%.3f over %d round%s\n", what, median(r, k), lo,
+               hi, k, k == 1 ? "" : "s");
+}
+
+static void rows_case(float *const a[4], uint16_t *bf, int64_t rows, size_t hidden,
+                      const char *tokens, int64_t seq, int64_t batch, int rounds, int reps,
+                      const char *helper)
+{
+    const char *how;
+    int64_t *ids, n = batch_rows(tokens, seq, batch, rows, &ids, &how);
+    size_t e = (size_t)rows * hidden;
+    rp_adamw_range *rl = malloc(sizeof *rl * (size_t)(n + 1)),
+                   *rr = malloc(sizeof *rr * (size_t)(n + 1));
+    if (!rl || !rr) {
+        fprintf(stderr, "bench_adamw: out of memory for the row ranges\n");
+        exit(1);
+    }
+    size_t nl = row_ranges(ids, n, rows, hidden, 1, rl), nr = row_ranges(ids, n, rows, hidden, 0, rr);
+    size_t longest = 0;
+    for (size_t i = 0; i < nl; i++)
+        longest = rl[i].hi - rl[i].lo > longest ? rl[i].hi - rl[i].lo : longest;
+    for (size_t i = 0; i < nr; i++)
+        longest = rr[i].hi - rr[i].lo > longest ? rr[i].hi - rr[i].lo : longest;
+    int threads = omp_get_max_threads();
+    printf("rows: a %lldx%zu table (%zu parameters), the rows of %lld x %lld tokens of %s (%s):"
+           " %lld rows in %zu runs, %zu gaps; longest run or gap %zu elements\n",
+           (long long)rows, hidden, e, (long long)batch, (long long)seq, tokens, how,
+           (long long)n, nl, nr, longest);
+    int have_torch = 0;
+    if (helper) { /* a small run first: is torch there? */
+        char why[512] = "";
+        have_torch = run_torch(helper, 4096, 1, threads, why, sizeof why) > 0;
+        if (!have_torch)
+            printf("  torch fused AdamW: not run (%s): %s", helper, *why ? why : "no output\n");
+    }
+    double *mps = calloc((size_t)rounds * C_CASES, sizeof *mps);
+    if (!mps)
+        exit(1);
+    int64_t step = 0;
+    run_case(C_DENSE, a, bf, e, rl, nl, rr, nr, &step); /* first touch of the table's tail */
+    for (int r = 0; r < rounds; r++) {
+        double b0 = machine_busy_s(), c0 = own_cpu_s(), w0 = omp_get_wtime();
+        printf("  round %d:", r + 1);
+        for (int k = 0; k < C_CASES; k++) {
+            int c = (k + r) % C_CASES;
+            if (c == C_TORCH) {
+                if (have_torch)
+                    mps[r * C_CASES + c] = run_torch(helper, e, reps, threads, NULL, 0);
+                continue;
+            }
+            double best = 1e300;
+            for (int i = 0; i <= reps; i++) { /* i == 0 is the warm-up */
+                double t = run_case(c, a, bf, e, rl, nl, rr, nr, &step);
+                if (i > 0 && t < best)
+                    best = t;
+            }
+            mps[r * C_CASES + c] = (double)e / best / 1e6;
+        }
+        double others = (machine_busy_s() - b0 - (own_cpu_s() - c0)) / (omp_get_wtime() - w0);
+        for (int c = 0; c < C_CASES; c++)
+            if (mps[r * C_CASES + c] > 0)
+                printf(" %s %.1f;", case_name[c], mps[r * C_CASES + c]);
+        printf(" Mparam/s (others %.1f cores)\n", others < 0 ? 0 : others);
+        fflush(stdout);
+    }
+    double *q = malloc(sizeof *q * (size_t)rounds);
+    const struct { const char *what; int num, den; } ratios[] = {
+        {"rows (split) / dense:", C_ROWS, C_DENSE},
+        {"rows, one call per run / dense:", C_PER_RUN, C_DENSE},
+        {"dense, no copy / torch fused AdamW:", C_DENSE_NO_COPY, C_TORCH},
+    };
+    for (size_t k = 0; q && k < sizeof ratios / sizeof ratios[0]; k++) {
+        for (int r = 0; r < rounds; r++) {
+            double num = mps[r * C_CASES + ratios[k].num], den = mps[r * C_CASES + ratios[k].den];
+            q[r] = num > 0 && den > 0 ? num / den : 0;
+        }
+        ratio_line(ratios[k].what, q, rounds);
+    }
+    free(q), free(mps), free(rl), free(rr), free(ids);
+}
+
 int main(int argc, char **argv)
 {
     size_t n = (size_t)64 << 20;
-    int reps = 5, ranks = 0;
+    int reps = 5, ranks = 0, rounds = 3;
+    long long erows = 151936, ehidden = 1024, seq = 4096, batch = 8;
+    const char *tokens = "examples/data/gnu-licenses.npy", *helper = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-n") == 0 && i + 1 < argc)
             n = (size_t)parse_count(argv[++i], argv[0], 1024);
@@ -164,26 +461,59 @@ int main(int argc, char **argv)
             reps = (int)parse_count(argv[++i], argv[0], 1);
         else if (strcmp(argv[i], "-g") == 0 && i + 1 < argc)
             ranks = (int)parse_count(argv[++i], argv[0], 1);
+        else if (strcmp(argv[i], "-e") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            char tail;
+            if (strcmp(v, "0") == 0)
+                erows = 0;
+            else if (sscanf(v, "%lldx%lld%c", &erows, &ehidden, &tail) != 2 || erows < 1 ||
+                     ehidden < 1) {
+                fprintf(stderr, "%s: -e wants ROWSxHIDDEN (e.g. 151936x1024) or 0, got '%s'\n",
+                        argv[0], v);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
+            tokens = argv[++i];
+        else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc)
+            seq = parse_count(argv[++i], argv[0], 1);
+        else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc)
+            batch = parse_count(argv[++i], argv[0], 1);
+        else if (strcmp(argv[i], "-R") == 0 && i + 1 < argc)
+            rounds = (int)parse_count(argv[++i], argv[0], 1);
+        else if (strcmp(argv[i], "-T") == 0 && i + 1 < argc)
+            helper = argv[++i];
         else
             usage(argv[0]);
     }
     n = (n + 15) / 16 * 16;
+    if (helper && strcmp(helper, "none") == 0)
+        helper = NULL;
+    else if (!helper) /* run from the build tree of an out-of-tree build, or the source tree */
+        helper = access("../bench/torch_adamw_peer.py", R_OK) == 0 ? "../bench/torch_adamw_peer.py"
+                                                                    : "bench/torch_adamw_peer.py";
+    /* the rows case uses the first ROWS x HIDDEN elements of the arrays */
+    size_t table = (size_t)erows * (size_t)ehidden, alloc = table > n ? table : n;
+    if (erows > 0 && access(tokens, R_OK) != 0) {
+        fprintf(stderr, "%s: -t %s: cannot read it: %s (run from the build tree, or give -t, "
+                "or -e 0 for no rows case)\n", argv[0], tokens, strerror(errno));
+        return 1;
+    }
 
     /* the four arrays back to back at the stride the engine's host store
      * uses (rp_adamw_array_bytes), not at a bare n * 4 bytes: 64 Mi floats
      * are exactly 256 MiB, a stride some memory systems serve at a fraction
      * of their bandwidth */
-    size_t stride = rp_adamw_array_bytes(n);
+    size_t stride = rp_adamw_array_bytes(alloc);
     char *blk = NULL;
     uint16_t *bf = NULL;
     if (stride == SIZE_MAX || posix_memalign((void **)&blk, 4096, 4 * stride) ||
-        posix_memalign((void **)&bf, 64, n * sizeof(uint16_t))) {
-        fprintf(stderr, "bench_adamw: cannot allocate %.2f GB\n", 18.0 * (double)n / 1e9);
+        posix_memalign((void **)&bf, 64, alloc * sizeof(uint16_t))) {
+        fprintf(stderr, "bench_adamw: cannot allocate %.2f GB\n", 18.0 * (double)alloc / 1e9);
         return 1;
     }
     float *const a[4] = {(float *)blk, (float *)(blk + stride), (float *)(blk + 2 * stride),
                          (float *)(blk + 3 * stride)};
-    init_state(a, bf, n);
+    init_state(a, bf, alloc);
 
     int threads = omp_get_max_threads();
     printf("bench_adamw: %zu parameters (%.2f GB of fp32 state), %d thread%s, best of %d\n", n,
@@ -226,6 +556,8 @@ int main(int argc, char **argv)
          * of a node will use, and split what they achieve among the ranks */
         printf("  roundpipe simulate --optimizer-gbs %.1f   (%d ranks sharing these %d thread%s)\n",
                node_bw / 1e9 / ranks, ranks, threads, threads == 1 ? "" : "s");
+    if (erows > 0)
+        rows_case(a, bf, erows, (size_t)ehidden, tokens, seq, batch, rounds, reps, helper);
     free(blk);
     free(bf);
     return 0;

@@ -1,6 +1,7 @@
 # sources of bench
 # bench_adamw: AdamW parameters/s against measured host bandwidth (bench/README.md)
 noinst_PROGRAMS += bench/bench_adamw
+EXTRA_DIST += bench/torch_adamw_peer.py
 bench_bench_adamw_SOURCES = bench/bench_adamw.c bench/bench_args.h
 bench_bench_adamw_LDADD = librp.la
 # bench_attention_documents: packed documents' attention cost against one document's (bench/README.md)

@@ -5,7 +5,11 @@
  * 1e-6 relative (last-bit differences only where torch's sqrt is not
  * correctly rounded), the bf16 copy equal to torch's wherever p is; agrees
  * with a double-precision reimplementation to 1e-6; gives bit-identical
- * results for 1, 2 and 3 threads; writing the bf16 copy does not change the
+ * results for 1, 2 and 3 threads; rp_adamw_ranges_split updates many short
+ * ranges (an embedding's runs of rows, each below the parallel threshold)
+ * from one region of all the threads, every element once, with the same
+ * bits as one update per range on one thread, and a slowed thread takes
+ * less than its equal share (chunks as threads come free); writing the bf16 copy does not change the
  * fp32 state; bad hyperparameters are refused. */
 #include <math.h>
 #include <omp.h>
@@ -13,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/dtype.h"
 #include "optim/adamw.h"
@@ -204,6 +209,221 @@ START_TEST(thread_count_independent)
 }
 END_TEST
 
+/* rp_adamw_ranges_split over an embedding's pattern: runs of 1-3 rows of
+ * 1024 elements (each far below RP_ADAMW_PARALLEL_MIN) with gaps between
+ * them, and empty ranges among them. */
+enum { SPLIT_ROW = 1024, SPLIT_RUNS = 400, SPLIT_MAX_THREADS = 4 };
+
+typedef struct split_record {
+    unsigned char *covered;                 /* times each element was given */
+    size_t elements[SPLIT_MAX_THREADS];     /* per thread */
+    size_t pieces[SPLIT_MAX_THREADS];       /* per thread */
+    const rp_adamw_range *ranges;
+    size_t count;
+    int outside;                            /* a piece not inside one range */
+    int team;                               /* largest team a piece came from */
+} split_record;
+
+static void record_piece(void *ctx, size_t lo, size_t hi)
+{
+    split_record *r = ctx;
+    int tid = omp_get_thread_num(), team = omp_get_num_threads();
+    int inside = 0;
+    for (size_t i = 0; i < r->count; i++)
+        inside |= lo >= r->ranges[i].lo && hi <= r->ranges[i].hi && lo < hi;
+    if (!inside || tid >= SPLIT_MAX_THREADS) {
+#pragma omp atomic write
+        r->outside = 1;
+        return;
+    }
+#pragma omp critical
+    r->team = team > r->team ? team : r->team;
+    for (size_t i = lo; i < hi; i++)
+        r->covered[i]++; /* pieces are disjoint: no two threads write one element */
+    r->elements[tid] += hi - lo;
+    r->pieces[tid]++;
+}
+
+static size_t split_ranges(rp_adamw_range *r, size_t *extent)
+{
+    unsigned s = 5;
+    size_t k = 0, at = 0;
+    for (int i = 0; i < SPLIT_RUNS; i++) {
+        at += (size_t)(frand(&s) > 0 ? 1 : 4) * SPLIT_ROW; /* a gap */
+        size_t len = (size_t)(1 + (i % 3)) * SPLIT_ROW;
+        r[k++] = (rp_adamw_range){at, at + len};
+        if (i % 50 == 0)
+            r[k++] = (rp_adamw_range){at + len, at + len}; /* empty */
+        at += len;
+    }
+    *extent = at + SPLIT_ROW;
+    return k;
+}
+
+typedef struct split_adamw {
+    float *p, *g, *m, *v;
+    uint16_t *bf;
+    int64_t step;
+} split_adamw;
+
+static void adamw_piece(void *ctx, size_t lo, size_t hi)
+{
+    const split_adamw *a = ctx;
+    rp_adamw_params hp = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                          .weight_decay = 0.1};
+    rp_adamw_step(a->p + lo, a->g + lo, a->m + lo, a->v + lo, hi - lo, a->step, &hp, 1, 0.5f,
+                  a->bf + lo);
+}
+
+START_TEST(ranges_split_uses_every_thread)
+{
+    rp_adamw_range r[SPLIT_RUNS + SPLIT_RUNS / 50 + 1];
+    size_t extent, count = split_ranges(r, &extent), total = 0;
+    for (size_t i = 0; i < count; i++) {
+        ck_assert(r[i].hi - r[i].lo < RP_ADAMW_PARALLEL_MIN);
+        total += r[i].hi - r[i].lo;
+    }
+    ck_assert(total >= RP_ADAMW_PARALLEL_MIN);
+    for (int nt = 1; nt <= 3; nt++) {
+        split_record rec = {.covered = calloc(extent, 1), .ranges = r, .count = count};
+        ck_assert(rec.covered);
+        omp_set_num_threads(nt);
+        rp_adamw_ranges_split(r, count, record_piece, &rec);
+        ck_assert_msg(!rec.outside, "%d threads: a piece outside the ranges", nt);
+        /* every element of the ranges once, nothing else (counted, not
+         * asserted per element: each check's assertion is a write to its
+         * parent process) */
+        size_t next = 0, wrong = 0;
+        for (size_t i = 0; i < count; i++) {
+            for (size_t j = next; j < r[i].lo; j++)
+                wrong += rec.covered[j] != 0;
+            for (size_t j = r[i].lo; j < r[i].hi; j++)
+                wrong += rec.covered[j] != 1;
+            next = r[i].hi > next ? r[i].hi : next;
+        }
+        for (size_t j = next; j < extent; j++)
+            wrong += rec.covered[j] != 0;
+        ck_assert_msg(wrong == 0, "%d threads: %zu elements given other than once in a range, "
+                      "never outside", nt, wrong);
+        /* one region of nt threads over the ranges together, though each
+         * range alone is below the threshold (which threads took which
+         * chunks varies from run to run) */
+        ck_assert_msg(rec.team == nt, "%d threads: the pieces came from a team of %d", nt,
+                      rec.team);
+        size_t given = 0;
+        for (int tid = 0; tid < nt; tid++)
+            given += rec.elements[tid];
+        ck_assert_uint_eq(given, total);
+        free(rec.covered);
+    }
+    /* below the threshold in all: the calling thread, one piece per range */
+    rp_adamw_range few[3] = {{0, 1000}, {5000, 5000}, {8000, 9024}};
+    split_record rec = {.covered = calloc(10000, 1), .ranges = few, .count = 3};
+    ck_assert(rec.covered);
+    omp_set_num_threads(3);
+    rp_adamw_ranges_split(few, 3, record_piece, &rec);
+    ck_assert(!rec.outside);
+    ck_assert_int_eq(rec.team, 1);
+    ck_assert_uint_eq(rec.elements[0], 2024);
+    ck_assert_uint_eq(rec.pieces[0], 2);
+    /* no elements at all (a rank whose share holds none of the rows) */
+    rp_adamw_ranges_split(few + 1, 1, record_piece, &rec);
+    rp_adamw_ranges_split(few, 0, record_piece, &rec);
+    ck_assert_uint_eq(rec.pieces[0], 2);
+    free(rec.covered);
+}
+END_TEST
+
+/* A thread slowed by another on its core: thread 1 sleeping 50 ms at its
+ * first piece stands for it. */
+static void slow_second_thread(void *ctx, size_t lo, size_t hi)
+{
+    split_record *r = ctx;
+    if (omp_get_thread_num() == 1 && r->pieces[1] == 0) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    record_piece(ctx, lo, hi);
+}
+
+START_TEST(ranges_split_slow_thread_takes_less)
+{
+    /* With an equal share each, a region lasts as long as its slowest
+     * thread (one whose core another thread shares runs at half speed:
+     * bench/README.md, bench_adamw); with chunks taken as threads come
+     * free, the others take the slow thread's work. Thread 1
+     * sleeps 50 ms at its first piece: it gets less than a quarter (thread 0
+     * takes the rest within a few milliseconds). */
+    rp_adamw_range r[SPLIT_RUNS + SPLIT_RUNS / 50 + 1];
+    size_t extent, count = split_ranges(r, &extent), total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += r[i].hi - r[i].lo;
+    split_record rec = {.covered = calloc(extent, 1), .ranges = r, .count = count};
+    ck_assert(rec.covered);
+    omp_set_num_threads(2);
+    rp_adamw_ranges_split(r, count, slow_second_thread, &rec);
+    ck_assert(!rec.outside && rec.team == 2);
+    ck_assert_uint_eq(rec.elements[0] + rec.elements[1], total);
+    ck_assert_msg(rec.elements[1] < total / 4, "the slow thread updated %zu of %zu elements",
+                  rec.elements[1], total);
+    free(rec.covered);
+}
+END_TEST
+
+START_TEST(ranges_split_same_bits)
+{
+    /* AdamW through the split on 1-3 threads against one rp_adamw_step per
+     * range on one thread: the same bits, and the elements between the
+     * ranges untouched */
+    rp_adamw_range r[SPLIT_RUNS + SPLIT_RUNS / 50 + 1];
+    size_t extent, count = split_ranges(r, &extent);
+    float *g = malloc(extent * sizeof *g), *p0 = malloc(extent * sizeof *p0);
+    ck_assert(g && p0);
+    unsigned s = 17;
+    for (size_t i = 0; i < extent; i++) {
+        g[i] = frand(&s);
+        p0[i] = frand(&s);
+    }
+    float *want[3], *got[3];
+    uint16_t *want_bf = calloc(extent, sizeof *want_bf), *got_bf = calloc(extent, sizeof *got_bf);
+    ck_assert(want_bf && got_bf);
+    for (int j = 0; j < 3; j++) {
+        want[j] = calloc(extent, sizeof(float));
+        ck_assert(want[j]);
+    }
+    memcpy(want[0], p0, extent * sizeof(float));
+    omp_set_num_threads(1);
+    for (int64_t k = 1; k <= 2; k++) {
+        split_adamw a = {want[0], g, want[1], want[2], want_bf, k};
+        for (size_t i = 0; i < count; i++)
+            adamw_piece(&a, r[i].lo, r[i].hi);
+    }
+    for (int nt = 1; nt <= 3; nt++) {
+        for (int j = 0; j < 3; j++) {
+            got[j] = calloc(extent, sizeof(float));
+            ck_assert(got[j]);
+        }
+        memcpy(got[0], p0, extent * sizeof(float));
+        memset(got_bf, 0, extent * sizeof *got_bf);
+        omp_set_num_threads(nt);
+        for (int64_t k = 1; k <= 2; k++) {
+            split_adamw a = {got[0], g, got[1], got[2], got_bf, k};
+            rp_adamw_ranges_split(r, count, adamw_piece, &a);
+        }
+        for (int j = 0; j < 3; j++) {
+            ck_assert_msg(memcmp(got[j], want[j], extent * sizeof(float)) == 0,
+                          "array %d differs on %d threads", j, nt);
+            free(got[j]);
+        }
+        ck_assert(memcmp(got_bf, want_bf, extent * sizeof *got_bf) == 0);
+    }
+    ck_assert(memcmp(want[0], p0, r[0].lo * sizeof(float)) == 0); /* before the first range */
+    for (int j = 0; j < 3; j++)
+        free(want[j]);
+    free(want_bf), free(got_bf), free(g), free(p0);
+}
+END_TEST
+
 START_TEST(copy_does_not_change_state)
 {
     enum { N = ADAMW_FIX_N };
@@ -292,6 +512,9 @@ static Suite *optim_adamw_suite(void)
     tcase_add_test(tc, matches_torch_fixture);
     tcase_add_test(tc, agrees_with_double_reference);
     tcase_add_test(tc, thread_count_independent);
+    tcase_add_test(tc, ranges_split_uses_every_thread);
+    tcase_add_test(tc, ranges_split_slow_thread_takes_less);
+    tcase_add_test(tc, ranges_split_same_bits);
     tcase_add_test(tc, copy_does_not_change_state);
     tcase_add_test(tc, rejects_bad_hyperparameters);
     tcase_add_test(tc, array_stride_is_staggered);

@@ -12,10 +12,8 @@
 /* AdamW on elements [lo, hi) of layer l: the parts of its tensors there,
  * writing the bf16 compute copy in the same pass; the padding between and
  * after tensors is copied as it is (zeros). */
-void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
+static void update_range(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
-    struct timespec c0, c1; /* the calling thread's CPU time: contention does not count */
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     /* the lr follows the step; bias correction counts the updates applied */
     rp_layer_state *ls = &e->p->st[l];
     rp_adamw_params hp = {rp_lr_at(&e->sched, t), e->o->beta1, e->o->beta2, e->o->eps,
@@ -41,12 +39,52 @@ void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_
     }
     if (copy)
         rp_params_sync_compute_range(e->p, l, cur, hi);
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-    if (t >= e->resume_step + RP_ADAMW_TIMED_FROM) /* past the first touch of the state's pages */
-        atomic_fetch_add(
-            &e->by_optimizer.adamw_ns,
-            (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec)));
 }
+/* The calling thread's CPU time (contention does not count), ns. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec c;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+    return (uint64_t)c.tv_sec * 1000000000u + (uint64_t)c.tv_nsec;
+}
+
+/* Adds the calling thread's AdamW time since c0 to the rank's (its other
+ * OpenMP threads' not counted, as in a dense update) */
+static void count_adamw(rp_engine *e, int64_t t, uint64_t c0)
+{
+    if (t >= e->resume_step + RP_ADAMW_TIMED_FROM) /* past the first touch of the state's pages */
+        atomic_fetch_add(&e->by_optimizer.adamw_ns, thread_cpu_ns() - c0);
+}
+
+void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
+{
+    uint64_t c0 = thread_cpu_ns();
+    update_range(e, l, t, coef, lo, hi);
+    count_adamw(e, t, c0);
+}
+
+typedef struct ranges_update {
+    rp_engine *e;
+    int l;
+    int64_t t;
+    float coef;
+} ranges_update;
+
+static void update_piece(void *ctx, size_t lo, size_t hi)
+{
+    const ranges_update *u = ctx;
+    update_range(u->e, u->l, u->t, u->coef, lo, hi);
+}
+
+void rp_optimizer_update_ranges(rp_engine *e, int l, int64_t t, float coef,
+                                const rp_adamw_range *ranges, size_t count)
+{
+    uint64_t c0 = thread_cpu_ns();
+    ranges_update u = {e, l, t, coef};
+    rp_adamw_ranges_split(ranges, count, update_piece, &u);
+    count_adamw(e, t, c0);
+}
+
 
 /* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
 void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)

@@ -63,12 +63,14 @@ static rp_status next_rows(rp_engine *e, int64_t t, int32_t *ids, int64_t *n, rp
     return RP_OK;
 }
 
-/* AdamW on the listed rows of this rank's share of the embedding (listed =
- * 1) or on the others (listed = 0), coalescing neighbouring rows. */
-static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids, int64_t n,
-                        int listed)
+/* The element ranges of this rank's share of the embedding that
+ * update_rows updates: the listed rows (listed = 1), neighbouring rows
+ * coalesced into runs, or the rows between them (listed = 0). At most
+ * n + 1 ranges. */
+static size_t row_ranges(rp_engine *e, const int32_t *ids, int64_t n, int listed,
+                         rp_adamw_range *r)
 {
-    size_t b0, b1, lo, hi, H = (size_t)e->hidden;
+    size_t b0, b1, lo, hi, H = (size_t)e->hidden, k = 0;
     rp_engine_share(e, 0, e->rank, &b0, &b1, &lo, &hi);
     size_t cur = lo;
     for (int64_t i = 0; i < n && cur < hi; i++) {
@@ -84,14 +86,35 @@ static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids,
                 i++;
                 b = (size_t)ids[i] * H + H < hi ? (size_t)ids[i] * H + H : hi;
             }
-            rp_optimizer_update_share(e, 0, t, coef, a, b);
+            r[k++] = (rp_adamw_range){a, b};
         } else if (a > cur) {
-            rp_optimizer_update_share(e, 0, t, coef, cur, a);
+            r[k++] = (rp_adamw_range){cur, a};
         }
         cur = b;
     }
     if (!listed && cur < hi)
-        rp_optimizer_update_share(e, 0, t, coef, cur, hi);
+        r[k++] = (rp_adamw_range){cur, hi};
+    return k;
+}
+
+/* The rows step t+1 reads (next_rows) and room for update_rows' ranges. */
+typedef struct embedding_rows {
+    int32_t *ids;           /* M*T entries */
+    int64_t n;              /* ids in use */
+    rp_adamw_range *ranges; /* M*T + 1 entries */
+} embedding_rows;
+
+/* AdamW on the listed rows of this rank's share of the embedding (listed =
+ * 1) or on the others (listed = 0). The runs of rows and the gaps are short
+ * (a run of rows is rarely 32,768 elements), so one update per run would
+ * keep to one thread; the ranges are collected first and their elements
+ * split evenly over the optimizer's threads together (rp_optimizer_update_ranges):
+ * the rows reach the parameters/s of a dense tensor of their size
+ * (bench_adamw's rows case), with the same bits (AdamW is elementwise). */
+static void update_rows(rp_engine *e, int64_t t, float coef, embedding_rows *rows, int listed)
+{
+    size_t k = row_ranges(e, rows->ids, rows->n, listed, rows->ranges);
+    rp_optimizer_update_ranges(e, 0, t, coef, rows->ranges, k);
 }
 
 /* The embedding by need: update_embedding_rows first updates the rows the
@@ -103,28 +126,28 @@ static void update_rows(rp_engine *e, int64_t t, float coef, const int32_t *ids,
  * whole slice goes at once (update_layer: its all-gather raises both
  * events) and the rest is nothing. */
 static rp_status update_embedding_rows(rp_engine *e, int64_t t, float coef, int skip,
-                                       int32_t *ids, int64_t *n, rp_error *err)
+                                       embedding_rows *rows, rp_error *err)
 {
     if (e->nd.nodes > 1)
         return update_layer(e, 0, t, coef, skip, "optimizer, embedding", err);
-    RP_TRY(next_rows(e, t, ids, n, err));
+    RP_TRY(next_rows(e, t, rows->ids, &rows->n, err));
     RP_TRY(rp_gate_wait_update(e, 0, t, "optimizer, embedding rows", err));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
-        update_rows(e, t, coef, ids, *n, 1);
+        update_rows(e, t, coef, rows, 1);
     rp_optimizer_trace(e, "adamw rows of layer", 0, t, t0);
     rp_proto_publish_rows(e, t);
     return RP_OK;
 }
 
 static void update_embedding_rest(rp_engine *e, int64_t t, float coef, int skip,
-                                  const int32_t *ids, int64_t n)
+                                  embedding_rows *rows)
 {
     if (e->nd.nodes > 1)
         return;
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     if (!skip)
-        update_rows(e, t, coef, ids, n, 0);
+        update_rows(e, t, coef, rows, 0);
     rp_optimizer_trace(e, "adamw rest of layer", 0, t, t0);
     rp_proto_publish_version(e, 0, t);
 }
@@ -147,10 +170,17 @@ static rp_status run(rp_engine *e, rp_error *err)
     /* rows first, except with a lagged optimizer, whose update of a step
      * follows the next step's uploads anyway */
     int by_rows = !lag;
-    int32_t *ids =
-        by_rows ? malloc(sizeof(int32_t) * (size_t)(e->microbatches * e->tokens_per_micro)) : NULL;
-    if (by_rows && !ids)
-        return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
+    size_t tokens = (size_t)(e->microbatches * e->tokens_per_micro);
+    embedding_rows rows = {0};
+    if (by_rows) {
+        rows.ids = malloc(sizeof(int32_t) * tokens);
+        rows.ranges = malloc(sizeof(rp_adamw_range) * (tokens + 1));
+        if (!rows.ids || !rows.ranges) {
+            free(rows.ids);
+            free(rows.ranges);
+            return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
+        }
+    }
     rp_status s = RP_OK;
     int64_t adam_before = e->by_optimizer.adam_step;
     if (rp_engine_resumes_pending(e)) {
@@ -169,7 +199,7 @@ static rp_status run(rp_engine *e, rp_error *err)
         adam_before = e->by_optimizer.adam_step;
         if (!skip)
             e->by_optimizer.adam_step++;
-        int64_t n = 0;
+        rows.n = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
@@ -180,9 +210,9 @@ static rp_status run(rp_engine *e, rp_error *err)
             if (fuse) {
                 rp_gate_update_done(e, l, t, 1);
             } else if (l == 0) {
-                s = update_embedding_rows(e, t, 1.0f, skip, ids, &n, err);
+                s = update_embedding_rows(e, t, 1.0f, skip, &rows, err);
                 if (s == RP_OK)
-                    update_embedding_rest(e, t, 1.0f, skip, ids, n);
+                    update_embedding_rest(e, t, 1.0f, skip, &rows);
             } else {
                 s = update_layer(e, l, t, 1.0f, skip, who, err);
             }
@@ -205,13 +235,14 @@ static rp_status run(rp_engine *e, rp_error *err)
         }
         /* by need: the rows the next forward reads, the blocks from the
          * bottom, then the rest of the embedding */
-        s = update_embedding_rows(e, t, coef, skip, ids, &n, err);
+        s = update_embedding_rows(e, t, coef, skip, &rows, err);
         for (int l = 1; s == RP_OK && l < e->num_layers; l++)
             s = update_layer(e, l, t, coef, skip, who, err);
         if (s == RP_OK)
-            update_embedding_rest(e, t, coef, skip, ids, n);
+            update_embedding_rest(e, t, coef, skip, &rows);
     }
-    free(ids);
+    free(rows.ids);
+    free(rows.ranges);
     if (s == RP_STOP) /* stopped inside a step past the last: it never happened */
         e->by_optimizer.adam_step = adam_before;
     return s;
@@ -221,10 +252,18 @@ void *rp_engine_optimizer_main(void *arg)
 {
     rp_engine *e = arg;
     /* The rank's cores: with a GPU the executor thread mostly waits on the
-     * device, so the optimizer takes them all; a CPU executor computes on
-     * all of them, and the optimizer beside it keeps to one thread, so a
+     * device, so the optimizer takes them all (its threads take chunks as
+     * they come free, so the executor's thread spinning on the device slows
+     * no update by more than its share of a core); a CPU executor computes
+     * on all of them, and the optimizer beside it keeps to one thread, so a
      * node never runs more busy threads than it has cores (plus one per
-     * rank). Its results do not depend on the thread count. */
+     * rank). Measured (issue 33, bench/README.md): on the 25M config, 1
+     * rank x 2 threads, with clipping, the optimizer on both threads gave
+     * a median 0.86x the tokens/s of one thread over 7 interleaved rounds
+     * (0.44-1.08): its updates overlap the next forward, whose GEMMs split
+     * their work statically over the executor's threads, while AdamW is
+     * under 1% of such a step. Its results do not depend on the thread
+     * count. */
     omp_set_num_threads(e->device == RP_DEVICE_CPU ? 1 : e->threads);
     rp_error err = {0};
     rp_status s = run(e, &err);

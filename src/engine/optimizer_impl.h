@@ -6,6 +6,7 @@
 #define RP_ENGINE_OPTIMIZER_IMPL_H
 
 #include "engine/engine_impl.h"
+#include "optim/adamw.h"
 
 /* Sum the pipelines' gradients of this rank's share of layer l (waiting
  * for them) into the layer's buffer, write the share's block norms and
@@ -22,6 +23,11 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
  * compute copy (adamw_share.c). */
 void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo,
                                size_t hi);
+/* The same on the elements of `count` ranges of layer l, split over the
+ * optimizer's threads together (rp_adamw_ranges_split), however short each
+ * range is. */
+void rp_optimizer_update_ranges(rp_engine *e, int l, int64_t t, float coef,
+                                const rp_adamw_range *ranges, size_t count);
 
 /* An optimizer span "WHAT L (it T)" from t0 to now, with --trace
  * (adamw_share.c). */

@@ -110,10 +110,25 @@ rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_
     return RP_OK;
 }
 
-/* Below this many elements a parallel region costs more than it saves. */
-#define RP_ADAMW_PARALLEL_MIN 32768
-/* Thread ranges start on 64-byte boundaries so no two threads write one line. */
+/* Chunks start on 64-byte boundaries so no two threads write one line. */
 #define RP_ADAMW_ALIGN 16
+/* The threads take chunks of at most this many elements (256 KiB of each
+ * fp32 array) as they come free, not one equal share each: a static split
+ * lasts as long as its slowest thread, and a thread that shares its core
+ * (with an executor thread spinning on its GPU, a BLAS worker, another
+ * process) is slowed by half, and the others wait for it at the region's
+ * end (measured in bench/README.md, bench_adamw). */
+#define RP_ADAMW_CHUNK 65536
+
+/* The chunk for n elements on nt threads: at most RP_ADAMW_CHUNK and at
+ * most an equal share (so a tensor just above the parallel threshold is
+ * still split over every thread), a multiple of RP_ADAMW_ALIGN. */
+static size_t chunk_of(size_t n, size_t nt)
+{
+    size_t chunk = (n + nt - 1) / nt;
+    chunk = (chunk + RP_ADAMW_ALIGN - 1) / RP_ADAMW_ALIGN * RP_ADAMW_ALIGN;
+    return chunk < RP_ADAMW_CHUNK ? chunk : RP_ADAMW_CHUNK;
+}
 
 static void adamw_step(float *restrict p, const float *restrict g, float *restrict m,
                        float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
@@ -139,16 +154,22 @@ static void adamw_step(float *restrict p, const float *restrict g, float *restri
         .eps = (float)hp->eps,
     };
 
-#pragma omp parallel if (n >= RP_ADAMW_PARALLEL_MIN)
+    if (n < RP_ADAMW_PARALLEL_MIN || omp_in_parallel()) {
+        /* a piece of rp_adamw_ranges_split's (or another caller's) region:
+         * no nested region, whose team of one costs microseconds a call */
+        adamw_range(p, g, m, v, out, n, &k, copy);
+        return;
+    }
+#pragma omp parallel
     {
-        size_t nt = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        size_t chunk = (n + nt - 1) / nt;
-        chunk = (chunk + RP_ADAMW_ALIGN - 1) / RP_ADAMW_ALIGN * RP_ADAMW_ALIGN;
-        size_t lo = tid * chunk < n ? tid * chunk : n;
-        size_t hi = lo + chunk < n ? lo + chunk : n;
-        if (hi > lo)
+        size_t chunk = chunk_of(n, (size_t)omp_get_num_threads());
+        size_t chunks = (n + chunk - 1) / chunk;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t c = 0; c < chunks; c++) {
+            size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
             adamw_range(p + lo, g + lo, m + lo, v + lo, out ? (char *)out + lo * out_size : NULL,
                         hi - lo, &k, copy);
+        }
     }
 }
 
@@ -160,3 +181,37 @@ void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m
                bf16_copy ? COPY_BF16 : COPY_NONE);
 }
 
+
+void rp_adamw_ranges_split(const rp_adamw_range *ranges, size_t count,
+                           void (*update)(void *ctx, size_t lo, size_t hi), void *ctx)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += ranges[i].hi - ranges[i].lo;
+    if (total == 0) /* no ranges, or empty ones: nothing to call */
+        return;
+    /* one region over the ranges together: each of them may be far below
+     * the threshold (an embedding's runs of rows are) while their sum is not */
+#pragma omp parallel if (total >= RP_ADAMW_PARALLEL_MIN)
+    {
+        size_t chunk = chunk_of(total, (size_t)omp_get_num_threads());
+        size_t chunks = (total + chunk - 1) / chunk;
+        size_t first = 0, before = 0; /* this thread's cursor: ranges[first] starts at
+                                       * element `before` of the ranges taken together */
+#pragma omp for schedule(monotonic : dynamic, 1)
+        for (size_t c = 0; c < chunks; c++) {
+            size_t lo = c * chunk, hi = lo + chunk < total ? lo + chunk : total;
+            if (lo < before) /* a thread's chunks come in order (monotonic): never */
+                first = before = 0;
+            while (first < count && before + (ranges[first].hi - ranges[first].lo) <= lo)
+                before += ranges[first].hi - ranges[first].lo, first++;
+            for (size_t i = first, at = before; i < count && at < hi; i++) {
+                size_t len = ranges[i].hi - ranges[i].lo;
+                size_t a = lo > at ? lo : at, b = hi < at + len ? hi : at + len;
+                if (a < b)
+                    update(ctx, ranges[i].lo + (a - at), ranges[i].lo + (b - at));
+                at += len;
+            }
+        }
+    }
+}

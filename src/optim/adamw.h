@@ -26,8 +26,10 @@ typedef struct rp_adamw_params {
 rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_error *err);
 
 /* One AdamW step over one tensor of n elements, in a single fused pass
- * (OpenMP static split; every element is computed independently, so the
- * result does not depend on the thread count).
+ * (OpenMP threads taking chunks as they come free; on the calling thread
+ * alone inside a parallel region or below RP_ADAMW_PARALLEL_MIN elements;
+ * every element is computed independently, so the result depends neither
+ * on the thread count nor on which thread took which chunk).
  *
  *   step        1-based step count of this tensor after this update (t).
  *   grad_scale  multiplies g first, as torch's clip_grad_norm_ does with
@@ -50,6 +52,29 @@ rp_status rp_adamw_params_check(const rp_adamw_params *hp, const char *what, rp_
 void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m,
                    float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
                    int decay, float grad_scale, uint16_t *restrict bf16_copy);
+
+/* Below this many elements a parallel region costs more than it saves:
+ * rp_adamw_step and rp_adamw_ranges_split run on the calling thread alone. */
+#define RP_ADAMW_PARALLEL_MIN 32768
+
+/* Elements [lo, hi) of an array, lo <= hi. */
+typedef struct rp_adamw_range {
+    size_t lo, hi;
+} rp_adamw_range;
+
+/* Calls update(ctx, lo, hi) on pieces that together cover every element of
+ * the `count` ranges exactly once, from one OpenMP parallel region whose
+ * threads take chunks of the ranges' elements taken together as they come
+ * free (rp_adamw_step's split of their total): a chunk may take the end of
+ * one range and parts of the next ones, so many short ranges (an
+ * embedding's runs of rows) use every thread as one long one would. On the
+ * calling thread alone below RP_ADAMW_PARALLEL_MIN elements in all. For an
+ * elementwise update such as AdamW the result does not depend on the split.
+ * The ranges must not overlap; `update` must be safe to call from several
+ * threads on disjoint pieces (a parallel region inside it runs on one thread
+ * unless nested parallelism was enabled). */
+void rp_adamw_ranges_split(const rp_adamw_range *ranges, size_t count,
+                           void (*update)(void *ctx, size_t lo, size_t hi), void *ctx);
 
 /* Bytes to reserve for one fp32 array of n elements that AdamW streams side
  * by side with others of the same size (master, gradient, m, v, the
