@@ -314,6 +314,18 @@ double rp_model_rope_attention_factor(const rp_model_config *cfg)
     return rp_rope_yarn_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta, &y);
 }
 
+rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err)
+{
+    /* gpt-oss's ops are built on the CPU table only, and its bias
+     * gradients read the grouped gradients as fp32 (model/moe.c) */
+    if (cfg->arch == RP_ARCH_GPT_OSS && (ops->compute_dtype != RP_F32 || !ops->host_addressable))
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "gpt-oss on %s executors: its attention sinks and windows, clamped "
+                            "SwiGLU and expert biases are built on the CPU's kernels only so far "
+                            "(issue 35); use --device cpu", ops->name);
+    return RP_OK;
+}
+
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
 {
     if (cfg->rope_scaling.type == RP_ROPE_YARN) {
@@ -532,11 +544,7 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
     if (rp_model_block_is_moe(cfg, block) && !k->ops->moe_route)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "block %d: the %s kernels have no "
                             "mixture-of-experts ops", block, k->ops->name);
-    /* gpt-oss's bias gradients read the grouped gradients as fp32 */
-    if (cfg->arch == RP_ARCH_GPT_OSS && k->ops->compute_dtype != RP_F32)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED, "block %d: gpt-oss runs on kernels that "
-                            "compute in fp32 (the CPU's), not on %s (issue 35)", block,
-                            k->ops->name);
+    RP_TRY(rp_model_ops_check(cfg, k->ops, err));
     carve(k->ops, pdt, cfg, block, nseq, seqlen, saved, ws, NULL, w);
     *off = w->off;
     return params_view(k, cfg, block, off, params, pdt, call ? call->lora : NULL, w, forward, bp,
