@@ -17,8 +17,10 @@
 # --recompute layer. The same model shipped MXFP4-quantised as the Hub ships
 # gpt-oss (model-mxfp4/: *_blocks and *_scales, quantization_config mxfp4)
 # trains to the same bits as its plain copy, and is saved unquantised without
-# quantization_config. With Python, torch and transformers, what roundpipe
-# saves loads in GptOssForCausalLM to the saved tensors.
+# quantization_config. A checkpoint (its experts under roundpipe's own
+# per-expert names) resumes on another rank count to the uninterrupted run's
+# bits. With Python, torch and transformers, what roundpipe saves (--save)
+# loads in GptOssForCausalLM to the saved tensors.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -95,6 +97,15 @@ for np in 1 3; do
   if grep -q quantization_config "$out/config.json"; then
     bad "the unquantised save keeps quantization_config"; else ok; fi
 done
+
+# ---- a checkpoint resumes to the same bits (on another rank count) ------------
+ck="$tmp/oss-ck"; out="$tmp/oss-resumed"
+echo "== oss-m2 checkpointed on 2 ranks, resumed from step 2 on 3"
+if train oss-m2 2 1 "$tmp/oss-ck-run" "" "--checkpoint-dir $ck --checkpoint-every 2 --keep-checkpoints 0" &&
+   train oss-m2 3 1 "$out" "" "--resume $ck/step-00000002" &&
+   cmp -s "$tmp/oss-m2-1-1/model.safetensors" "$out/model.safetensors"; then ok; else
+  bad "oss-m2 resumed from its step-2 checkpoint differs from the uninterrupted run"
+  cat "$out.txt"; fi
 
 # ---- transformers loads what roundpipe saved ----------------------------------
 python3 "$src/mpi-tests/gpt_oss_load_check.py" "$tmp/oss-m2-2-2" 2>/dev/null

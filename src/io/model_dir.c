@@ -53,8 +53,10 @@ rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n
         char experts[512];
         int64_t e;
         int part, bias;
-        if (rp_gpt_oss_expert_name(t->name, experts, sizeof experts, &e, &part, &bias)) {
-            /* a gpt-oss block's experts, from transformers' fused tensors */
+        if (rp_gpt_oss_expert_name(t->name, experts, sizeof experts, &e, &part, &bias) &&
+            !rp_safetensors_set_has(set, t->name)) {
+            /* a gpt-oss block's experts, from transformers' fused tensors
+             * (roundpipe's checkpoints hold its own names: read as they are) */
             int j = i + 1;
             char x[512];
             while (j < n && rp_gpt_oss_expert_name(tensors[j].name, x, sizeof x, &e, &part,
