@@ -17,8 +17,9 @@
  * modules_to_not_convert deciding per block whether experts are MXFP4 (as
  * transformers' should_convert_module matches), the issue's bad input
  * (unknown layer_types entries, sliding_window < 1, kv heads not dividing)
- * and the rest refused naming the file and the field, and no config.json
- * written for a model that is not built. */
+ * and the rest refused naming the file and the field; every block a
+ * mixture of experts; its config.json written back reads as the same
+ * model, without quantization_config. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,7 +346,10 @@ START_TEST(gpt_oss_hub_config)
     ck_assert_int_eq(c.attention_bias, 1);
     ck_assert_int_eq(c.tie_word_embeddings, 0);
     ck_assert(!rp_model_has_qk_norm(&c));
-    ck_assert(!rp_model_has_moe(&c)); /* Qwen3-MoE's blocks: none */
+    ck_assert(rp_model_has_moe(&c)); /* every block routes to its experts */
+    for (int i = 0; i < 24; i++)
+        ck_assert(rp_model_block_is_moe(&c, i));
+    ck_assert(!rp_model_block_is_moe(&c, 24));
     ck_assert_int_eq(c.moe.num_experts, 32);
     ck_assert_int_eq(c.moe.num_experts_per_tok, 4);
     ck_assert_int_eq(c.moe.moe_intermediate_size, 2880);
@@ -370,13 +374,32 @@ START_TEST(gpt_oss_hub_config)
     for (int i = 0; i < 24; i++)
         ck_assert(rp_gpt_oss_experts_are_mxfp4(&c.oss, i));
     ck_assert(!rp_gpt_oss_experts_are_mxfp4(&c.oss, 24));
-    /* nothing claims to write it back yet */
+    /* written back, it reads as the same model, unquantised (a save holds
+     * the trained weights, never re-quantised) */
     char out[512];
     snprintf(out, sizeof out, "%s/oss-config.json", rp_test_tmpdir());
-    ck_assert_int_eq(rp_config_save(out, &c, RP_BF16, &err), RP_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "gpt-oss: the model is not built yet (issue 35)"), "%s",
-                  err.msg);
-    ck_assert_int_eq(access(out, F_OK), -1);
+    ck_assert_int_eq(rp_config_save(out, &c, RP_BF16, &err), RP_OK);
+    rp_model_config d;
+    ck_assert_msg(rp_config_load(out, &d, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(d.arch, RP_ARCH_GPT_OSS);
+    ck_assert_int_eq(d.head_dim, c.head_dim);
+    ck_assert_int_eq(d.moe.num_experts, c.moe.num_experts);
+    ck_assert_int_eq(d.moe.num_experts_per_tok, c.moe.num_experts_per_tok);
+    ck_assert_int_eq(d.moe.moe_intermediate_size, c.moe.moe_intermediate_size);
+    ck_assert_double_eq(d.oss.swiglu_limit, c.oss.swiglu_limit);
+    ck_assert_double_eq(d.oss.swiglu_alpha, c.oss.swiglu_alpha);
+    ck_assert_int_eq(d.oss.sliding_window, c.oss.sliding_window);
+    for (int i = 0; i < 24; i++)
+        ck_assert_int_eq(rp_gpt_oss_block_is_sliding(&d.oss, i),
+                         rp_gpt_oss_block_is_sliding(&c.oss, i));
+    ck_assert_int_eq(d.rope_scaling.type, RP_ROPE_YARN);
+    ck_assert_double_eq(d.rope_scaling.factor, y->factor);
+    ck_assert_int_eq(d.rope_scaling.truncate, y->truncate);
+    ck_assert_int_eq(d.rope_scaling.original_max_position_embeddings,
+                     y->original_max_position_embeddings);
+    ck_assert_int_eq(d.attention_bias, 1);
+    ck_assert_int_eq(d.oss.mxfp4, 0);
+    ck_assert(!rp_gpt_oss_experts_are_mxfp4(&d.oss, 0));
 }
 END_TEST
 

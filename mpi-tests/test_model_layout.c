@@ -17,13 +17,20 @@
  * model has its seven; the cost counts the router's adapter and k
  * experts'; dropout is refused on the experts only; a dense model never
  * gets a router adapter (all-linear is its seven projections, the router
- * alone is no target). */
+ * alone is no target). gpt-oss (issue 35): every block holds q/k/v/o with
+ * biases, its sinks (1-D, no decay, drawn like the matrices), the router's
+ * weight and bias and each expert's gate/up/down weights and biases under
+ * roundpipe's own names at the offsets rp_block_offsets gives; a sliding
+ * block's attention costs W keys a query at most; LoRA and a kernel table
+ * not computing in fp32 in host memory (CUDA's) are refused naming why; a
+ * sliding block with sliding_window 0 is refused naming the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/cpu/ops.h"
 #include "model/layers.h"
 #include "model/layout.h"
 #include "rp_check.h"
@@ -257,6 +264,88 @@ START_TEST(lora_cost_closed_forms)
 }
 END_TEST
 
+START_TEST(gpt_oss_layout_and_checks)
+{
+    rp_model_config c = cfg_qwen();
+    c.arch = RP_ARCH_GPT_OSS;
+    c.moe.num_experts = 3;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.moe_intermediate_size = 10; /* padded to 16 */
+    c.moe.decoder_sparse_step = 1;
+    c.moe.norm_topk_prob = 1;
+    c.oss.swiglu_limit = 7.0;
+    c.oss.swiglu_alpha = 1.702;
+    c.oss.sliding_window = 4;
+    c.oss.sliding[0] = 1u << 0; /* block 0 slides, 1 and 2 attend in full */
+    rp_layer_desc *L;
+    int n;
+    rp_error err = {0};
+    ck_assert_msg(rp_model_layout(&c, &L, &n, &err) == RP_OK, "%s", err.msg);
+    rp_block_offsets o;
+    rp_block_offsets_get(&c, 0, &o);
+    ck_assert_uint_eq(o.numel, L[1].numel);
+    ck_assert(o.w_gate == SIZE_MAX && o.q_norm == SIZE_MAX && o.bo != SIZE_MAX);
+    const rp_param_desc *d = rp_layer_find_param(&L[1], "model.layers.0.self_attn.sinks");
+    ck_assert_ptr_nonnull(d);
+    ck_assert(d->offset == o.sinks && d->ndim == 1 && d->shape[0] == 4 && !d->decay);
+    d = rp_layer_find_param(&L[1], "model.layers.0.mlp.router.bias");
+    ck_assert(d && d->offset == o.router_bias && d->shape[0] == 3 && !d->decay);
+    d = rp_layer_find_param(&L[1], "model.layers.0.mlp.router.weight");
+    ck_assert(d && d->offset == o.router && d->shape[0] == 3 && d->shape[1] == 24 && d->decay);
+    static const char *const part[3] = {"gate", "up", "down"};
+    for (int e = 0; e < 3; e++)
+        for (int p = 0; p < 3; p++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.%s.weight", e, part[p]);
+            d = rp_layer_find_param(&L[1], name);
+            ck_assert_msg(d != NULL, "%s missing", name);
+            ck_assert_uint_eq(d->offset, o.experts + (size_t)(3 * e + p) * o.expert_stride);
+            ck_assert_int_eq(d->shape[0], p == 2 ? 24 : 10);
+            snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.%s.bias", e, part[p]);
+            d = rp_layer_find_param(&L[1], name);
+            ck_assert_msg(d != NULL, "%s missing", name);
+            ck_assert_uint_eq(d->offset, o.expert_bias + (size_t)e * o.expert_bias_stride +
+                                             (size_t)p * 16);
+            ck_assert(d->ndim == 1 && d->shape[0] == (p == 2 ? 24 : 10) && !d->decay);
+        }
+    /* the sinks are drawn, not ones */
+    float *w = calloc(L[1].numel, sizeof *w);
+    rp_layer_init(&c, &L[1], 5, w);
+    ck_assert(w[o.sinks] != w[o.sinks + 1] && w[o.sinks] != 1.0f && w[o.router_bias] == 0.0f);
+    free(w);
+    /* a window of 4 over 16 tokens: (4*5/2 + 12*4) / 16 keys a query, not 17/2 */
+    rp_layer_flops slide, full;
+    rp_layer_flops_get(&c, &L[1], 16, &slide);
+    rp_layer_flops_get(&c, &L[2], 16, &full);
+    const double QD = 32;
+    ck_assert_double_eq_tol(full.fwd_flops_per_token - slide.fwd_flops_per_token,
+                            4 * QD * (17.0 / 2 - (10.0 + 48.0) / 16), 1e-9);
+    free(L);
+    /* the CPU table runs it; a bf16 device table does not */
+    ck_assert_int_eq(rp_model_ops_check(&c, &rp_kernel_ops_cpu, &err), RP_OK);
+    rp_kernel_ops dev = rp_kernel_ops_cpu;
+    dev.name = "cuda";
+    dev.compute_dtype = RP_BF16;
+    dev.host_addressable = 0;
+    ck_assert_int_eq(rp_model_ops_check(&c, &dev, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "gpt-oss on cuda executors") && strstr(err.msg, "--device cpu"),
+                  "%s", err.msg);
+    rp_model_config q = cfg_qwen();
+    ck_assert_int_eq(rp_model_ops_check(&q, &dev, &err), RP_OK);
+    /* LoRA and a window of 0 on a sliding block are refused */
+    rp_model_config l = c;
+    l.lora.rank = 2;
+    l.lora.alpha = 4;
+    l.lora.targets = RP_LORA_ALL_LINEAR;
+    ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "LoRA on gpt-oss is not supported yet"), "%s", err.msg);
+    rp_model_config z = c;
+    z.oss.sliding_window = 0;
+    ck_assert_int_eq(rp_model_layout(&z, &L, &n, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "'sliding_window'"), "%s", err.msg);
+}
+END_TEST
+
 START_TEST(moe_layout_and_cost)
 {
     rp_model_config c = cfg_qwen();
@@ -406,6 +495,7 @@ Suite *layout_suite(void)
     tcase_add_test(tc, cost_closed_forms);
     tcase_add_test(tc, lora_cost_closed_forms);
     tcase_add_test(tc, moe_layout_and_cost);
+    tcase_add_test(tc, gpt_oss_layout_and_checks);
     suite_add_tcase(s, tc);
     return s;
 }

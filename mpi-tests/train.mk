@@ -9,6 +9,11 @@ EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
 TESTS += mpi-tests/test_golden_moe.sh
 EXTRA_DIST += mpi-tests/test_golden_moe.sh mpi-tests/lora_moe_peft_check.py
 include mpi-tests/fixtures/golden-moe/files.mk
+# gpt-oss against transformers (fixtures of tools/make_gpt_oss_golden.py):
+# sinks, windows, YaRN, biased router and experts, the clamped SwiGLU, MXFP4
+TESTS += mpi-tests/test_golden_gpt_oss.sh
+EXTRA_DIST += mpi-tests/test_golden_gpt_oss.sh mpi-tests/gpt_oss_load_check.py
+include mpi-tests/fixtures/golden-gpt-oss/files.mk
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh
 EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py

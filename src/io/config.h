@@ -1,6 +1,6 @@
 /* Model configuration: the subset of a Hugging Face config.json that
  * roundpipe understands (model_type "llama", "qwen3" and "qwen3_moe"; and
- * "gpt_oss", read in full but not trainable yet: issue 35). */
+ * "gpt_oss", issue 35). */
 #ifndef RP_IO_CONFIG_H
 #define RP_IO_CONFIG_H
 
@@ -14,7 +14,7 @@ typedef enum rp_arch {
     RP_ARCH_LLAMA = 0,
     RP_ARCH_QWEN3 = 1,
     RP_ARCH_QWEN3_MOE = 2,
-    RP_ARCH_GPT_OSS = 3 /* read; model/layout.c refuses it until the model is built */
+    RP_ARCH_GPT_OSS = 3
 } rp_arch;
 
 /* model_type as config.json spells it. */
@@ -152,12 +152,14 @@ static inline int rp_model_has_qk_norm(const rp_model_config *cfg)
 }
 
 /* Whether decoder block i (model.layers.i) is a mixture of experts:
- * qwen3_moe, num_experts > 0, i not in mlp_only_layers and (i + 1) a
+ * every block of gpt_oss; qwen3_moe, num_experts > 0, i not in mlp_only_layers and (i + 1) a
  * multiple of decoder_sparse_step (transformers' Qwen3MoeDecoderLayer). An
  * index outside [0, num_hidden_layers) is no block: 0. */
 static inline int rp_model_block_is_moe(const rp_model_config *cfg, int64_t i)
 {
     const rp_moe_config *m = &cfg->moe;
+    if (cfg->arch == RP_ARCH_GPT_OSS) /* every gpt-oss block routes to its experts */
+        return m->num_experts > 0 && i >= 0 && i < cfg->num_hidden_layers;
     if (cfg->arch != RP_ARCH_QWEN3_MOE || m->num_experts <= 0 || i < 0 ||
         i >= cfg->num_hidden_layers || i >= RP_MOE_MAX_LAYERS || m->decoder_sparse_step < 1)
         return 0;

@@ -50,8 +50,10 @@ static json_object *rope_object(const rp_model_config *cfg, int with_theta)
     if (!r)
         return NULL;
     int bad = 0;
-    int llama3 = cfg->rope_scaling.type == RP_ROPE_LLAMA3;
-    bad |= set(r, "rope_type", json_object_new_string(llama3 ? "llama3" : "default"));
+    int llama3 = cfg->rope_scaling.type == RP_ROPE_LLAMA3,
+        yarn = cfg->rope_scaling.type == RP_ROPE_YARN;
+    bad |= set(r, "rope_type",
+               json_object_new_string(llama3 ? "llama3" : yarn ? "yarn" : "default"));
     if (with_theta)
         bad |= set(r, "rope_theta", new_double(cfg->rope_theta));
     if (llama3) {
@@ -61,6 +63,21 @@ static json_object *rope_object(const rp_model_config *cfg, int with_theta)
         bad |= set(r, "high_freq_factor", new_double(s->high_freq_factor));
         bad |= set(r, "original_max_position_embeddings",
                    json_object_new_int64(s->original_max_position_embeddings));
+    }
+    if (yarn) { /* what io/config.c reads back; absent optional fields stay absent */
+        const rp_rope_scaling *s = &cfg->rope_scaling;
+        bad |= set(r, "factor", new_double(s->factor));
+        bad |= set(r, "beta_fast", new_double(s->beta_fast));
+        bad |= set(r, "beta_slow", new_double(s->beta_slow));
+        bad |= set(r, "truncate", json_object_new_boolean(s->truncate));
+        bad |= set(r, "original_max_position_embeddings",
+                   json_object_new_int64(s->original_max_position_embeddings));
+        if (s->attention_factor > 0)
+            bad |= set(r, "attention_factor", new_double(s->attention_factor));
+        if (s->mscale > 0)
+            bad |= set(r, "mscale", new_double(s->mscale));
+        if (s->mscale_all_dim > 0)
+            bad |= set(r, "mscale_all_dim", new_double(s->mscale_all_dim));
     }
     if (bad) {
         json_object_put(r);
@@ -89,11 +106,38 @@ static int fill_moe(json_object *o, const rp_model_config *cfg)
     return bad;
 }
 
+/* gpt-oss's fields (GptOssConfig's names). The weights saved are
+ * unquantised (io/gpt_oss_experts.h), so a template's
+ * quantization_config goes. */
+static int fill_gpt_oss(json_object *o, const rp_model_config *cfg)
+{
+    const rp_moe_config *m = &cfg->moe;
+    const rp_gpt_oss_config *g = &cfg->oss;
+    int bad = 0;
+    bad |= set(o, "num_local_experts", json_object_new_int64(m->num_experts));
+    bad |= set(o, "num_experts_per_tok", json_object_new_int64(m->num_experts_per_tok));
+    json_object_object_del(o, "experts_per_token"); /* the Hub's other name of k */
+    bad |= set(o, "output_router_logits", json_object_new_boolean(m->output_router_logits));
+    bad |= set(o, "router_aux_loss_coef", new_double(m->router_aux_loss_coef));
+    bad |= set(o, "swiglu_limit", new_double(g->swiglu_limit));
+    bad |= set(o, "swiglu_alpha", new_double(g->swiglu_alpha));
+    bad |= set(o, "sliding_window", json_object_new_int64(g->sliding_window));
+    json_object *types = json_object_new_array();
+    for (int64_t i = 0; types && i < cfg->num_hidden_layers; i++)
+        bad |= json_object_array_add(
+                   types, json_object_new_string(rp_gpt_oss_block_is_sliding(g, i)
+                                                     ? "sliding_attention"
+                                                     : "full_attention")) != 0;
+    bad |= set(o, "layer_types", types);
+    json_object_object_del(o, "quantization_config");
+    return bad;
+}
+
 static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
 {
-    int qwen = cfg->arch != RP_ARCH_LLAMA;
+    int qwen = cfg->arch == RP_ARCH_QWEN3 || cfg->arch == RP_ARCH_QWEN3_MOE;
     static const char *const classes[] = {"LlamaForCausalLM", "Qwen3ForCausalLM",
-                                          "Qwen3MoeForCausalLM"};
+                                          "Qwen3MoeForCausalLM", "GptOssForCausalLM"};
     int bad = 0;
     json_object *arch = json_object_new_array();
     if (!arch || json_object_array_add(arch, json_object_new_string(classes[cfg->arch])))
@@ -102,6 +146,8 @@ static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
     bad |= set(o, "model_type", json_object_new_string(rp_arch_name(cfg->arch)));
     if (cfg->arch == RP_ARCH_QWEN3_MOE)
         bad |= fill_moe(o, cfg);
+    if (cfg->arch == RP_ARCH_GPT_OSS)
+        bad |= fill_gpt_oss(o, cfg);
     bad |= set(o, "hidden_size", json_object_new_int64(cfg->hidden_size));
     bad |= set(o, "intermediate_size", json_object_new_int64(cfg->intermediate_size));
     bad |= set(o, "num_hidden_layers", json_object_new_int64(cfg->num_hidden_layers));
@@ -114,7 +160,8 @@ static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
     bad |= set(o, "initializer_range", new_double(cfg->initializer_range));
     bad |= set(o, "tie_word_embeddings", json_object_new_boolean(cfg->tie_word_embeddings));
     bad |= set(o, "attention_bias", json_object_new_boolean(cfg->attention_bias));
-    bad |= set(o, "hidden_act", json_object_new_string("silu"));
+    if (cfg->arch != RP_ARCH_GPT_OSS) /* its experts' activation is fixed (swiglu_limit) */
+        bad |= set(o, "hidden_act", json_object_new_string("silu"));
     bad |= set(o, "rope_theta", new_double(cfg->rope_theta));
     if (cfg->rope_scaling.type == RP_ROPE_DEFAULT)
         bad |= json_object_object_add(o, "rope_scaling", NULL); /* JSON null */
@@ -127,7 +174,7 @@ static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
         bad |= set(o, "use_sliding_window", json_object_new_boolean(0));
         bad |= json_object_object_add(o, "sliding_window", NULL);
         json_object_object_del(o, "layer_types"); /* transformers rebuilds it from the layer count */
-    } else {
+    } else if (cfg->arch == RP_ARCH_LLAMA) {
         bad |= set(o, "mlp_bias", json_object_new_boolean(0));
     }
     return bad;
@@ -151,11 +198,6 @@ rp_status rp_config_write_text(rp_atomic_file **af, const char *path, const rp_m
                                const char *template_name, rp_error *err)
 {
     json_object *o = NULL;
-    if (cfg->arch == RP_ARCH_GPT_OSS) /* its fields are not written yet: no config that lies */
-        return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "%s: gpt-oss: the model is not built yet (issue 35); its config.json "
-                            "is not written",
-                            path);
     if (template_text) {
         const char *name = template_name ? template_name : "the template config.json";
         RP_TRY(rp_json_parse(template_text, strlen(template_text), name, &o, err));

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/file_set.h"
+#include "io/gpt_oss_experts.h"
 #include "io/safetensors.h"
 #include "io/safetensors_set.h"
 #include "io/safetensors_writer.h"
@@ -48,6 +49,25 @@ rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n
                     *file_dtype = st.dtype;
                 dtype_known = 1;
             }
+        }
+        char experts[512];
+        int64_t e;
+        int part, bias;
+        if (rp_gpt_oss_expert_name(t->name, experts, sizeof experts, &e, &part, &bias) &&
+            !rp_safetensors_set_has(set, t->name)) {
+            /* a gpt-oss block's experts, from transformers' fused tensors
+             * (roundpipe's checkpoints hold its own names: read as they are) */
+            int j = i + 1;
+            char x[512];
+            while (j < n && rp_gpt_oss_expert_name(tensors[j].name, x, sizeof x, &e, &part,
+                                                   &bias) &&
+                   strcmp(x, experts) == 0)
+                j++;
+            s = rp_gpt_oss_experts_read(set, experts, t, j - i, err);
+            for (int k = i; k < j && s == RP_OK; k++)
+                s = check_finite(set, &tensors[k], err);
+            i = j - 1;
+            continue;
         }
         int64_t shape[2] = {t->shape[0], t->shape[1]};
         s = rp_safetensors_set_read_f32(set, t->name, t->ndim, shape, t->data, err);
@@ -183,9 +203,11 @@ rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, r
                                 err);
 }
 
-rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
-                            const rp_model_config *cfg, const char *template_config,
-                            const rp_companions *companions, rp_error *err)
+/* The directory's set: the tensors as given, config.json, the companions. */
+static rp_status save_tensors(const char *dir, const rp_tensor_ref *tensors, int n,
+                              rp_dtype dtype, const rp_model_config *cfg,
+                              const char *template_config, const rp_companions *companions,
+                              rp_error *err)
 {
     rp_file_set *fs = NULL;
     rp_status s = rp_file_set_begin(dir, &fs, err);
@@ -201,4 +223,66 @@ rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n
         s = rp_file_set_commit(&fs, err);
     rp_file_set_abort(&fs); /* no-op after a commit */
     return s;
+}
+
+/* The tensors as transformers holds them: gpt-oss's experts fused
+ * (io/gpt_oss_experts.h), each block's four fused tensors in pieces[]
+ * (freed by the caller, *npieces of them); *out is malloc'ed. */
+static rp_status fused_tensors(const rp_tensor_ref *in, int n, rp_tensor_ref **out, int *nout,
+                               rp_tensor_ref **pieces, int *npieces, rp_error *err)
+{
+    rp_tensor_ref *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "the list of %d tensors", n);
+    int k = 0;
+    *npieces = 0;
+    for (int i = 0; i < n; i++) {
+        char experts[512], x[512];
+        int64_t e;
+        int part, bias;
+        if (!rp_gpt_oss_expert_name(in[i].name, experts, sizeof experts, &e, &part, &bias)) {
+            t[k++] = in[i];
+            continue;
+        }
+        int j = i + 1;
+        while (j < n && rp_gpt_oss_expert_name(in[j].name, x, sizeof x, &e, &part, &bias) &&
+               strcmp(x, experts) == 0)
+            j++;
+        rp_tensor_ref *f;
+        rp_status s = rp_gpt_oss_experts_fuse(experts, in + i, j - i, &f, err);
+        if (s != RP_OK) {
+            free(t);
+            return s;
+        }
+        pieces[(*npieces)++] = f;
+        for (int q = 0; q < 4; q++)
+            t[k++] = f[q];
+        i = j - 1;
+    }
+    *out = t;
+    *nout = k;
+    return RP_OK;
+}
+
+rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
+                            const rp_model_config *cfg, const char *template_config,
+                            const rp_companions *companions, rp_error *err)
+{
+    if (cfg->arch == RP_ARCH_GPT_OSS) {
+        /* gpt-oss's experts are saved as transformers holds them: fused,
+         * never quantised (io/gpt_oss_experts.h) */
+        rp_tensor_ref *t = NULL, **pieces = calloc((size_t)(n ? n : 1), sizeof *pieces);
+        int nt = 0, np = 0;
+        if (!pieces)
+            return rp_error_set(err, RP_ERR_NOMEM, "%s: the list of %d tensors", dir, n);
+        rp_status s = fused_tensors(tensors, n, &t, &nt, pieces, &np, err);
+        if (s == RP_OK)
+            s = save_tensors(dir, t, nt, dtype, cfg, template_config, companions, err);
+        for (int i = 0; i < np; i++)
+            free(pieces[i]);
+        free(pieces);
+        free(t);
+        return s;
+    }
+    return save_tensors(dir, tensors, n, dtype, cfg, template_config, companions, err);
 }

@@ -17,8 +17,8 @@
 /* A named tensor in memory, fp32, row-major. */
 typedef struct rp_tensor_ref {
     const char *name;
-    int ndim;         /* 1 or 2 */
-    int64_t shape[2]; /* shape[1] = 1 when ndim == 1 */
+    int ndim;         /* 1 or 2 (3: gpt-oss's fused experts, io/gpt_oss_experts.h) */
+    int64_t shape[3]; /* shape[1] = 1 when ndim == 1 */
     float *data;
 } rp_tensor_ref;
 

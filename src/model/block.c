@@ -29,7 +29,7 @@
 /* The block's one-dimensional tensors (norm weights, biases): the fp32 ops
  * read them, whatever dtype the parameters come in. */
 enum { SMALL_IN_NORM, SMALL_POST_NORM, SMALL_Q_NORM, SMALL_K_NORM, SMALL_BQ, SMALL_BK, SMALL_BV,
-       SMALL_BO, SMALL_COUNT };
+       SMALL_BO, SMALL_SINKS, SMALL_ROUTER_BIAS, SMALL_COUNT };
 
 /* Offset (SIZE_MAX: absent) and length of small tensor i. */
 static size_t small_tensor(const rp_model_config *cfg, const rp_block_offsets *off, int i,
@@ -39,8 +39,10 @@ static size_t small_tensor(const rp_model_config *cfg, const rp_block_offsets *o
     const size_t QD = (size_t)cfg->num_attention_heads * hd,
                  KD = (size_t)cfg->num_key_value_heads * hd;
     const size_t at[SMALL_COUNT] = {off->in_norm, off->post_norm, off->q_norm, off->k_norm,
-                                    off->bq,      off->bk,        off->bv,     off->bo};
-    const size_t n[SMALL_COUNT] = {H, H, hd, hd, QD, KD, KD, H};
+                                    off->bq,      off->bk,        off->bv,     off->bo,
+                                    off->sinks,   off->router_bias};
+    const size_t n[SMALL_COUNT] = {H,  H,  hd, hd, QD, KD, KD, H, (size_t)cfg->num_attention_heads,
+                                   (size_t)cfg->moe.num_experts};
     *numel = n[i];
     return at[i];
 }
@@ -55,6 +57,7 @@ typedef struct block_ws {
                * them as they come) */
     float *small[SMALL_COUNT]; /* fp32 copies of the 1-D tensors, when neither the
                                 * weights nor wc are fp32 */
+    float *expert_bias; /* gpt-oss: the experts' biases' fp32 copy, likewise */
     void *h1, *q_c, *k_c, *v_c, *o, *h2, *m;
     float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *lse, *x2, *rstd2, *g, *u;
     /* scratch (q, k, v: saved when they are their own compute copies) */
@@ -74,9 +77,16 @@ typedef struct block_ws {
     size_t saved_total, scratch_total;
 } block_ws;
 
-static rp_attn_shape attn_shape(const rp_model_config *cfg, int64_t nseq, int64_t seqlen)
+/* Block `block`'s attention: gpt-oss's sliding blocks see a window of
+ * keys (its sinks are set by the calls, from the weights). */
+static rp_attn_shape attn_shape(const rp_model_config *cfg, int block, int64_t nseq,
+                                int64_t seqlen)
 {
     rp_attn_shape s = {.nseq = nseq,
+                       .window = cfg->arch == RP_ARCH_GPT_OSS &&
+                                         rp_gpt_oss_block_is_sliding(&cfg->oss, block)
+                                     ? cfg->oss.sliding_window
+                                     : 0,
                        .seqlen = seqlen,
                        .nheads = cfg->num_attention_heads,
                        .nkv = cfg->num_key_value_heads,
@@ -118,6 +128,9 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
             if (small_tensor(cfg, &off, i, &n) != SIZE_MAX)
                 w->small[i] = rp_carve_f32(&sv, n);
         }
+    if (off.expert_bias != SIZE_MAX && pdt != RP_F32 && !(w->wc && one))
+        w->expert_bias =
+            rp_carve_f32(&sv, (size_t)cfg->moe.num_experts * off.expert_bias_stride);
     w->h1 = rp_carve_compute(&sv, ops, T * H);
     w->rstd1 = rp_carve_f32(&sv, T);
     if (qk) {
@@ -199,9 +212,13 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     } else {
         w->dq_c = w->dq, w->dk_c = w->dk, w->dv_c = w->dv;
     }
-    n = ops->column_sum_scratch_floats((int64_t)max3(H, QD, KD));
+    /* column sums of up to max(H, QD, KD) columns, and of the router's E
+     * (gpt-oss's router bias) */
+    n = ops->column_sum_scratch_floats(
+        (int64_t)max3(max3(H, QD, KD), off.router_bias != SIZE_MAX ? (size_t)cfg->moe.num_experts
+                                                                   : 0, 0));
     w->partial = n ? rp_carve_f32(&sc, n) : NULL;
-    rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
+    rp_attn_shape s = attn_shape(cfg, block, nseq, seqlen);
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
@@ -281,8 +298,50 @@ void rp_block_guards(const rp_kernel_ops *ops, rp_dtype params_dtype, const rp_m
     carve(ops, params_dtype, cfg, block, nseq, seqlen, NULL, NULL, out, &w);
 }
 
+/* YaRN's settings as kernels/rope_freq.h takes them. */
+static rp_rope_yarn yarn_of(const rp_model_config *cfg)
+{
+    const rp_rope_scaling *r = &cfg->rope_scaling;
+    rp_rope_yarn y = {.factor = r->factor,
+                      .beta_fast = r->beta_fast,
+                      .beta_slow = r->beta_slow,
+                      .original_max_position_embeddings =
+                          (double)r->original_max_position_embeddings,
+                      .truncate = r->truncate,
+                      .attention_factor = r->attention_factor,
+                      .mscale = r->mscale,
+                      .mscale_all_dim = r->mscale_all_dim};
+    return y;
+}
+
+double rp_model_rope_attention_factor(const rp_model_config *cfg)
+{
+    if (cfg->rope_scaling.type != RP_ROPE_YARN)
+        return 1.0;
+    float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
+    rp_rope_yarn y = yarn_of(cfg);
+    return rp_rope_yarn_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta, &y);
+}
+
+rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err)
+{
+    /* gpt-oss's ops are built on the CPU table only, and its bias
+     * gradients read the grouped gradients as fp32 (model/moe.c) */
+    if (cfg->arch == RP_ARCH_GPT_OSS && (ops->compute_dtype != RP_F32 || !ops->host_addressable))
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "gpt-oss on %s executors: its attention sinks and windows, clamped "
+                            "SwiGLU and expert biases are built on the CPU's kernels only so far "
+                            "(issue 35); use --device cpu", ops->name);
+    return RP_OK;
+}
+
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq)
 {
+    if (cfg->rope_scaling.type == RP_ROPE_YARN) {
+        rp_rope_yarn y = yarn_of(cfg);
+        (void)rp_rope_yarn_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta, &y);
+        return;
+    }
     rp_rope_llama3 l3 = {0};
     const rp_rope_llama3 *p = NULL;
     if (cfg->rope_scaling.type == RP_ROPE_LLAMA3) {
@@ -307,8 +366,21 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
     }
     float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
     rp_model_rope_inv_freq(cfg, inv_freq);
-    return k->ops->rope_table(k->state, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space,
-                              table, err);
+    RP_TRY(k->ops->rope_table(k->state, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space,
+                              table, err));
+    /* YaRN scales cos and sin by its attention factor (in fp32, as
+     * transformers' rotary embedding); the forward scales the table it
+     * made and keeps it for the backward (rotating by the scaled table's
+     * transpose is the scaled rotation's gradient) */
+    const double a = rp_model_rope_attention_factor(cfg);
+    if (a == 1.0)
+        return RP_OK;
+    if (!w->rope_space || *table != w->rope_space)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s kernels keep their own RoPE table: "
+                            "YaRN's attention factor cannot scale it", k->ops->name);
+    return k->ops->scaled_add(k->state, w->rope_space, (float)a, w->rope_space, NULL,
+                              (int64_t)k->ops->rope_table_floats(seqlen, cfg->head_dim / 2), 0,
+                              err);
 }
 
 /* The weights as the ops read them: the matrices where they lie (the
@@ -321,6 +393,7 @@ typedef struct block_params {
     int npieces;
     rp_dtype wdt;                 /* of the matrices */
     const float *f[SMALL_COUNT];
+    const float *expert_bias; /* gpt-oss: the experts' biases, fp32 (else NULL) */
     int block;            /* model.layers.{block} */
     const void *adapters; /* LoRA, in the compute dtype (NULL without LoRA) */
     rp_lora_offsets lora_off; /* their layout */
@@ -396,6 +469,18 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, in
             v->f[i] = w->small[i];
         }
     }
+    v->expert_bias = NULL;
+    if (off->expert_bias != SIZE_MAX) {
+        if (f32) {
+            v->expert_bias = (const float *)matrix(v, off->expert_bias);
+        } else {
+            if (convert)
+                OP(convert, tensor_at(P, piece, npieces, off->expert_bias, fdt), fdt,
+                   w->expert_bias, RP_F32,
+                   (int64_t)((size_t)cfg->moe.num_experts * off->expert_bias_stride));
+            v->expert_bias = w->expert_bias;
+        }
+    }
     /* every matrix is there (a mixture of experts' router and experts in
      * moe_view) */
     const size_t at[7] = {off->wq, off->wk, off->wv, off->wo, off->w_gate, off->w_up, off->w_down};
@@ -429,6 +514,20 @@ static rp_status moe_view(const rp_model_config *cfg, const rp_block_offsets *of
     if (!ok)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "block: a router or expert matrix is "
                             "missing");
+    /* gpt-oss: the router's and the experts' biases and the clamped SwiGLU */
+    mw->gpt_oss = cfg->arch == RP_ARCH_GPT_OSS;
+    mw->router_bias = bp->f[SMALL_ROUTER_BIAS];
+    mw->drouter_bias = D && off->router_bias != SIZE_MAX ? D + off->router_bias : NULL;
+    for (int64_t e = 0; e < E && off->expert_bias != SIZE_MAX; e++) {
+        /* gate, up and down of expert e, each padded to RP_PARAM_ALIGN */
+        const size_t aI = ((size_t)cfg->moe.moe_intermediate_size + RP_PARAM_ALIGN - 1) /
+                          RP_PARAM_ALIGN * RP_PARAM_ALIGN;
+        const size_t b = (size_t)e * off->expert_bias_stride, at[3] = {b, b + aI, b + 2 * aI};
+        for (int p = 0; p < 3; p++) {
+            mw->bias[p][e] = bp->expert_bias + at[p];
+            mw->dbias[p][e] = D ? D + off->expert_bias + at[p] : NULL;
+        }
+    }
     return RP_OK;
 }
 
@@ -454,6 +553,7 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
     if (rp_model_block_is_moe(cfg, block) && !k->ops->moe_route)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "block %d: the %s kernels have no "
                             "mixture-of-experts ops", block, k->ops->name);
+    RP_TRY(rp_model_ops_check(cfg, k->ops, err));
     carve(k->ops, pdt, cfg, block, nseq, seqlen, saved, ws, NULL, w);
     *off = w->off;
     return params_view(k, cfg, block, off, params, pdt, call ? call->lora : NULL, w, forward, bp,
@@ -660,8 +760,9 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(rope_apply, w.q, w.q_c, rope, nseq, seqlen, seg_start, nh, hd, 0);
     OP(rope_apply, w.k, w.k_c, rope, nseq, seqlen, seg_start, nkv, hd, 0);
 
-    rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
+    rp_attn_shape s = attn_shape(cfg, bp.block, nseq, seqlen);
     s.seg_start = seg_start;
+    s.sinks = F(SINKS);
     OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
 
     OP(linear_forward, w.o, PC(wo), F(BO), x, w.x2, NULL, T, QD, H);
@@ -670,6 +771,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     if (w.moe) {
         moe_parts mp;
         RP_TRY(moe_parts_of(k, cfg, lora, &bp, &w, NULL, NULL, nseq, seqlen, &mp, err));
+        w.experts.partial = w.partial;
         return rp_moe_forward(k, cfg, &mp.mw, mp.lora, w.h2, w.x2, y, T, &w.experts,
                               call->router_stats, err);
     }
@@ -727,6 +829,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     if (w.moe) {
         moe_parts mp;
         RP_TRY(moe_parts_of(k, cfg, lora, &bp, &w, D, dparams, nseq, seqlen, &mp, err));
+        w.experts.partial = w.partial;
         RP_TRY(rp_moe_backward(k, cfg, &mp.mw, mp.lora, w.h2, dy_c, call->router_aux_grad, w.tmp,
                                T, &w.experts, err));
     } else {
@@ -751,8 +854,12 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     } else {
         OP(linear_backward_input, dx2_c, PC(wo), NULL, w.dout, T, QD, H, 0);
     }
-    rp_attn_shape s = attn_shape(cfg, nseq, seqlen);
+    rp_attn_shape s = attn_shape(cfg, bp.block, nseq, seqlen);
     s.seg_start = seg_start;
+    s.sinks = F(SINKS);
+    /* the sinks' gradient, from the forward's o and lse and dout */
+    if (base && off.sinks != SIZE_MAX)
+        OP(attention_sink_backward, &s, w.o, w.lse, w.dout, PF(D, sinks));
     OP(attention_backward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse, w.dout, w.dq, w.dk, w.dv,
        w.attn_scratch);
     /* with Qwen3's norms the compute copies come from the norms' backward */

@@ -163,8 +163,16 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
                             const int32_t *seg_start, float *ws, const rp_block_call *call,
                             rp_error *err);
 
-/* inv_freq [head_dim/2] of the model's RoPE (default or llama3 scaling). */
+/* Whether the back end of `ops` runs every layer of the model: gpt-oss
+ * runs on the CPU's kernels only so far (issue 35; the CUDA table refuses
+ * its ops). RP_ERR_UNSUPPORTED naming the back end otherwise. */
+rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err);
+
+/* inv_freq [head_dim/2] of the model's RoPE (default, llama3 or YaRN
+ * scaling), and the factor YaRN scales its cos and sin tables by (1
+ * without YaRN): the blocks scale the table rope_table made by it. */
 void rp_model_rope_inv_freq(const rp_model_config *cfg, float *inv_freq);
+double rp_model_rope_attention_factor(const rp_model_config *cfg);
 
 /* ---- head (layer L+1): final norm + LM head + cross-entropy ------------- */
 

@@ -36,15 +36,37 @@ static rp_status moe_check(const rp_model_config *cfg, rp_error *err)
     return RP_OK;
 }
 
+/* gpt-oss's own fields (io/config.c read them; a configuration built in
+ * code is checked here). */
+static rp_status gpt_oss_check(const rp_model_config *cfg, rp_error *err)
+{
+    const rp_gpt_oss_config *g = &cfg->oss;
+    if (cfg->arch != RP_ARCH_GPT_OSS)
+        return RP_OK;
+    if (cfg->moe.num_experts < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: field 'num_local_experts' must be positive");
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
+        if (rp_gpt_oss_block_is_sliding(g, i) && g->sliding_window < 1)
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "model config: field 'sliding_window' (%lld) must be at least "
+                                "1 for the sliding layers", (long long)g->sliding_window);
+    if (!(g->swiglu_limit > 0) || !isfinite(g->swiglu_limit) || !isfinite(g->swiglu_alpha))
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "model config: fields 'swiglu_limit' (%g) and 'swiglu_alpha' (%g) "
+                            "must be finite and the limit positive", g->swiglu_limit,
+                            g->swiglu_alpha);
+    if (!cfg->attention_bias)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "model config: field 'attention_bias': gpt-oss's projections carry "
+                            "biases (false is not supported)");
+    return RP_OK;
+}
+
 rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
 {
     if (!cfg)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "model config: NULL");
-    /* io/config.c reads a gpt_oss config in full; its blocks (sinks,
-     * windows, biased experts, the clamped SwiGLU) are not composed yet */
-    if (cfg->arch == RP_ARCH_GPT_OSS)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "gpt-oss: the model is not built yet (issue 35)");
 #define POSITIVE(f)                                                                              \
     if (cfg->f <= 0)                                                                             \
         return rp_error_set(err, RP_ERR_INVALID_ARG, "model config: field '" #f                  \
@@ -108,15 +130,22 @@ rp_status rp_model_config_check(const rp_model_config *cfg, rp_error *err)
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "model config: field 'rope_scaling': high_freq_factor must "
                                 "exceed low_freq_factor");
+    } else if (cfg->rope_scaling.type == RP_ROPE_YARN && cfg->arch == RP_ARCH_GPT_OSS) {
+        const rp_rope_scaling *r = &cfg->rope_scaling;
+        if (!(r->factor > 0) || r->original_max_position_embeddings <= 0)
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "model config: field 'rope_scaling': yarn needs a positive "
+                                "factor and original_max_position_embeddings");
     } else if (cfg->rope_scaling.type != RP_ROPE_DEFAULT) {
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "model config: field 'rope_scaling': unsupported rope type %d",
                             (int)cfg->rope_scaling.type);
     }
     if (cfg->arch != RP_ARCH_LLAMA && cfg->arch != RP_ARCH_QWEN3 &&
-        cfg->arch != RP_ARCH_QWEN3_MOE)
+        cfg->arch != RP_ARCH_QWEN3_MOE && cfg->arch != RP_ARCH_GPT_OSS)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "model config: unsupported architecture %d",
                             (int)cfg->arch);
+    RP_TRY(gpt_oss_check(cfg, err));
     return moe_check(cfg, err);
 }
 
@@ -173,9 +202,43 @@ static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp
     o.bo = bias ? add_param(L, NAME("self_attn.o_proj.bias"), 1, H, 1) : SIZE_MAX;
     o.q_norm = qk ? add_param(L, NAME("self_attn.q_norm.weight"), 1, cfg->head_dim, 1) : SIZE_MAX;
     o.k_norm = qk ? add_param(L, NAME("self_attn.k_norm.weight"), 1, cfg->head_dim, 1) : SIZE_MAX;
+    const int oss = cfg->arch == RP_ARCH_GPT_OSS;
+    o.sinks = oss ? add_param(L, NAME("self_attn.sinks"), 1, cfg->num_attention_heads, 1)
+                  : SIZE_MAX;
     o.post_norm = add_param(L, NAME("post_attention_layernorm.weight"), 1, H, 1);
-    o.router = o.experts = o.expert_stride = SIZE_MAX;
-    if (rp_model_block_is_moe(cfg, i)) {
+    o.router = o.router_bias = o.experts = o.expert_stride = SIZE_MAX;
+    o.expert_bias = o.expert_bias_stride = SIZE_MAX;
+    if (oss) {
+        /* gpt-oss: its router has a bias and each expert's projections
+         * too; the experts are kept one Linear [out, in] per projection
+         * (gate and up apart), which io/gpt_oss_experts.h maps to and
+         * from the fused, interleaved tensors transformers saves */
+        const int64_t E = cfg->moe.num_experts, IE = cfg->moe.moe_intermediate_size;
+        static const char *const proj[3] = {"gate", "up", "down"};
+        o.w_gate = o.w_up = o.w_down = SIZE_MAX;
+        o.router = add_param(L, NAME("mlp.router.weight"), 2, E, H);
+        o.router_bias = add_param(L, NAME("mlp.router.bias"), 1, E, 1);
+        o.expert_stride = align_up((size_t)(IE * H));
+        for (int64_t e = 0; e < E; e++)
+            for (int p = 0; p < 3; p++) {
+                char t[64] = "";
+                if (L->params)
+                    snprintf(t, sizeof t, "mlp.experts.%lld.%s.weight", (long long)e, proj[p]);
+                size_t at = add_param(L, NAME(t), 2, p == 2 ? H : IE, p == 2 ? IE : H);
+                if (e == 0 && p == 0)
+                    o.experts = at;
+            }
+        o.expert_bias_stride = 2 * align_up((size_t)IE) + align_up((size_t)H);
+        for (int64_t e = 0; e < E; e++)
+            for (int p = 0; p < 3; p++) {
+                char t[64] = "";
+                if (L->params)
+                    snprintf(t, sizeof t, "mlp.experts.%lld.%s.bias", (long long)e, proj[p]);
+                size_t at = add_param(L, NAME(t), 1, p == 2 ? H : IE, 1);
+                if (e == 0 && p == 0)
+                    o.expert_bias = at;
+            }
+    } else if (rp_model_block_is_moe(cfg, i)) {
         const int64_t E = cfg->moe.num_experts, IE = cfg->moe.moe_intermediate_size;
         static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
         o.w_gate = o.w_up = o.w_down = SIZE_MAX;
@@ -262,6 +325,13 @@ static rp_status lora_check(const rp_model_config *cfg, rp_error *err)
     const rp_lora_config *c = &cfg->lora;
     if (c->rank < 1)
         return RP_OK;
+    /* PEFT's targets on gpt-oss (its experts are fused parameters, not
+     * Linear modules) are not mapped yet */
+    if (cfg->arch == RP_ARCH_GPT_OSS)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "LoRA on gpt-oss is not supported yet (issue 35): its adapters "
+                            "(attention, router, fused experts) are not built; train it in "
+                            "full (without --lora-rank)");
     if (c->targets == 0 || (c->targets & ~RP_LORA_ALL_LINEAR))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: no projection to adapt (targets)");
     if (rp_lora_model_targets(cfg, c->targets) == 0)
@@ -373,7 +443,9 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
                 w[j] = (float)((2.0 * rp_rng_uniform(seed, stream, j) - 1.0) * bound);
         } else if (ends_with(p->name, ".lora_B.weight")) {
             /* already zero: a fresh adapter starts as the identity */
-        } else if (p->ndim == 2) {
+        } else if (p->ndim == 2 || ends_with(p->name, ".sinks")) {
+            /* gpt-oss's sinks are drawn like its matrices (transformers'
+             * _init_weights) */
             rp_rng_fill_normal(w, p->numel, seed, rp_rng_stream_id(p->name), 0, 0.0f,
                                (float)cfg->initializer_range);
         } else if (ends_with(p->name, ".bias")) {
@@ -409,7 +481,15 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
                          IE = (double)cfg->moe.moe_intermediate_size;
             gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * IE;
         }
-        double attn = 2 * QD * (double)(seqlen + 1), adapter = 0;
+        /* causal: on average (S+1)/2 keys per query; gpt-oss's sliding
+         * blocks see at most W of them */
+        double keys = (double)(seqlen + 1) / 2;
+        const int64_t W = cfg->oss.sliding_window;
+        if (cfg->arch == RP_ARCH_GPT_OSS && rp_gpt_oss_block_is_sliding(&cfg->oss, layer->block) &&
+            W >= 1 && W < seqlen)
+            keys = ((double)W * (double)(W + 1) / 2 + (double)(seqlen - W) * (double)W) /
+                   (double)seqlen;
+        double attn = 4 * QD * keys, adapter = 0;
         for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++) {
             const int64_t copies = rp_lora_copies(cfg, layer->block, (rp_lora_proj)p);
             if (!(cfg->lora.targets & (1u << p)) || copies == 0)

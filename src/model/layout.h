@@ -47,11 +47,23 @@ typedef struct rp_layer_desc {
  * instead the router (mlp.gate [E, H]) and its experts: expert e's
  * gate_proj [I, H], up_proj [I, H] and down_proj [H, I] (I the experts'
  * width) at expert(e) + 0, 1 and 2 times expert_stride, expert(e) = experts
- * + 3 e expert_stride. */
+ * + 3 e expert_stride. A gpt-oss block (every one of its blocks is a
+ * mixture of experts) has biases on q/k/v/o, its sinks after o_proj,
+ * the router mlp.router.weight [E, H] and .bias [E], and each expert's
+ * projections as Linear weights under roundpipe's own names
+ * mlp.experts.{e}.{gate,up,down}.weight ([I, H], [I, H], [H, I]) and
+ * .bias ([I], [I], [H]), all weights first, then all biases; a model
+ * directory holds transformers' fused tensors instead
+ * (io/gpt_oss_experts.h maps them). */
 typedef struct rp_block_offsets {
     size_t in_norm, wq, bq, wk, bk, wv, bv, wo, bo, q_norm, k_norm, post_norm, w_gate, w_up,
         w_down;
     size_t router, experts, expert_stride;
+    /* gpt-oss (else SIZE_MAX): the sinks (self_attn.sinks [heads]), the
+     * router's bias (mlp.router.bias [E]) and the experts' biases: expert
+     * e's gate [I], up [I] and down [H] at expert_bias + e
+     * expert_bias_stride + 0, align(I) and 2 align(I) */
+    size_t sinks, router_bias, expert_bias, expert_bias_stride;
     size_t numel;
 } rp_block_offsets;
 

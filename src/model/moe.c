@@ -31,6 +31,8 @@ void rp_moe_carve(const rp_kernel_ops *ops, const rp_model_config *cfg, size_t T
     b->dweights = rp_carve_f32(sc, T * K);
     b->dlogits = rp_carve_f32(sc, T * E);
     b->dlogits_c = one ? (void *)b->dlogits : rp_carve_compute(sc, ops, T * E);
+    if (cfg->arch == RP_ARCH_GPT_OSS)
+        b->bias_dot = rp_carve_f32(sc, T * K);
 }
 
 /* Expert projection i's (0 gate, 1 up, 2 down) adapters, or NULL. */
@@ -47,7 +49,7 @@ rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
     const int64_t E = cfg->moe.num_experts, K = cfg->moe.num_experts_per_tok,
                   H = cfg->hidden_size, I = cfg->moe.moe_intermediate_size, n = T * K;
     const rp_dtype wdt = mw->dtype;
-    OP(linear_forward, h, mw->router, wdt, NULL, NULL, b->logits, NULL, T, H, E);
+    OP(linear_forward, h, mw->router, wdt, mw->router_bias, NULL, b->logits, NULL, T, H, E);
     if (lo && lo->router)
         RP_TRY(rp_lora_forward(k, cfg, lo->call, lo->router, h, lo->nseq, lo->seqlen, b->logits,
                                NULL, &lo->router_bufs, err));
@@ -58,6 +60,10 @@ rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
     OP(moe_gather, h, b->order, NULL, T, K, H, b->xg);
     OP(grouped_linear_forward, b->xg, mw->gate, wdt, b->offsets, E, n, H, I, b->g, NULL);
     OP(grouped_linear_forward, b->xg, mw->up, wdt, b->offsets, E, n, H, I, b->u, NULL);
+    if (mw->gpt_oss) {
+        OP(grouped_bias_forward, b->g, NULL, mw->bias[0], b->offsets, E, n, I);
+        OP(grouped_bias_forward, b->u, NULL, mw->bias[1], b->offsets, E, n, I);
+    }
     const rp_expert_adapters *gate = experts_of(lo, 0), *up = experts_of(lo, 1),
                              *down = experts_of(lo, 2);
     if (gate)
@@ -66,12 +72,18 @@ rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
     if (up)
         RP_TRY(rp_moe_lora_forward(k, cfg, up, b->xg, b->offsets, n, b->u, &lo->expert_bufs[1],
                                    err));
-    OP(swiglu_forward, b->g, b->u, b->m, n * I);
+    if (mw->gpt_oss)
+        OP(swiglu_clamped_forward, b->g, b->u, (float)cfg->oss.swiglu_limit,
+           (float)cfg->oss.swiglu_alpha, b->m, n * I);
+    else
+        OP(swiglu_forward, b->g, b->u, b->m, n * I);
     if (!y) /* what the down adapter's backward needs, without its output */
         return down ? rp_moe_lora_forward(k, cfg, down, b->m, b->offsets, n, NULL,
                                           &lo->expert_bufs[2], err)
                     : RP_OK;
     OP(grouped_linear_forward, b->m, mw->down, wdt, b->offsets, E, n, I, H, b->yg, NULL);
+    if (mw->gpt_oss)
+        OP(grouped_bias_forward, b->yg, NULL, mw->bias[2], b->offsets, E, n, H);
     if (down)
         RP_TRY(rp_moe_lora_forward(k, cfg, down, b->m, b->offsets, n, b->yg, &lo->expert_bufs[2],
                                    err));
@@ -100,21 +112,40 @@ rp_status rp_moe_backward(const rp_kernels *k, const rp_model_config *cfg,
         RP_TRY(rp_moe_lora_dt(k, cfg, down, b->xg, b->offsets, n, &lo->expert_bufs[2], err));
         RP_TRY(rp_moe_lora_input(k, cfg, down, b->offsets, n, b->z, &lo->expert_bufs[2], err));
     }
+    /* gpt-oss: each pair's dy . bd_e (bd_e as a [1, H] matrix), while xg
+     * holds the unweighted dy */
+    if (mw->gpt_oss)
+        OP(grouped_linear_forward, b->xg, (const void *const *)mw->bias[2], RP_F32, b->offsets,
+           E, n, H, 1, b->bias_dot, NULL);
     if (grads || down)
         OP(moe_gather, dy_c, b->order, b->weights, T, K, H, b->xg);
     if (grads)
         OP(grouped_linear_backward_weight, b->xg, b->m, b->offsets, E, n, I, H, mw->ddown);
+    /* the down bias's gradient: the weighted dy over the expert's rows
+     * (xg is fp32 on the tables gpt-oss runs on: model/block.c) */
+    if (grads && mw->gpt_oss)
+        OP(grouped_bias_backward, (const float *)b->xg, b->offsets, E, n, H, mw->dbias[2]);
     if (down)
         RP_TRY(rp_moe_lora_weights(k, cfg, down, b->m, b->xg, b->offsets, n,
                                    &lo->expert_bufs[2], err));
     OP(moe_down_backward, b->z, b->m, b->weights, b->order, T, K, I, b->z, NULL, b->dweights);
+    if (mw->gpt_oss) /* dweights[p] += bias_dot[where[p]] */
+        OP(moe_scatter_add, b->bias_dot, b->where, n, 1, 1, b->dweights, 1);
     /* SwiGLU, then gate and up (their input gathered again) */
-    OP(swiglu_backward, b->g, b->u, b->z, b->dg, b->du, n * I);
+    if (mw->gpt_oss)
+        OP(swiglu_clamped_backward, b->g, b->u, (float)cfg->oss.swiglu_limit,
+           (float)cfg->oss.swiglu_alpha, b->z, b->dg, b->du, n * I);
+    else
+        OP(swiglu_backward, b->g, b->u, b->z, b->dg, b->du, n * I);
     if (grads || gate || up)
         OP(moe_gather, h, b->order, NULL, T, K, H, b->xg);
     if (grads) {
         OP(grouped_linear_backward_weight, b->dg, b->xg, b->offsets, E, n, H, I, mw->dgate);
         OP(grouped_linear_backward_weight, b->du, b->xg, b->offsets, E, n, H, I, mw->dup);
+        if (mw->gpt_oss) {
+            OP(grouped_bias_backward, (const float *)b->dg, b->offsets, E, n, I, mw->dbias[0]);
+            OP(grouped_bias_backward, (const float *)b->du, b->offsets, E, n, I, mw->dbias[1]);
+        }
     }
     OP(grouped_linear_backward_input, b->dg, mw->gate, wdt, b->offsets, E, n, H, I, b->yg, NULL,
        0);
@@ -137,6 +168,8 @@ rp_status rp_moe_backward(const rp_kernels *k, const rp_model_config *cfg,
        cfg->moe.norm_topk_prob, b->dlogits, b->dlogits == b->dlogits_c ? NULL : b->dlogits_c);
     if (grads)
         OP(linear_backward_weight, b->dlogits_c, h, mw->drouter, T, H, E);
+    if (grads && mw->drouter_bias)
+        OP(column_sum_accumulate, b->dlogits, T, E, mw->drouter_bias, b->partial);
     OP(linear_backward_input, b->dlogits_c, mw->router, wdt, dh, NULL, T, H, E, 1);
     if (lo && lo->router) {
         RP_TRY(rp_lora_backward_weights(k, cfg, lo->call, lo->router, h, b->dlogits_c, lo->nseq,

@@ -27,7 +27,18 @@
  * Bd_e)^T m, while the unweighted gradient z = dy Wd_e gets s (dy Bd_e) Ad_e
  * (z gives the routing weights' gradient and dm = w z); gate and up add
  * their adapters' input gradients before the scatter to tokens, the
- * router's to dh after the router's own. */
+ * router's to dh after the router's own.
+ *
+ * gpt-oss (transformers' GptOssMLP) differs in four places: the router's
+ * logits carry a bias (top k of the biased logits, then a softmax over
+ * those k: moe_route with norm_topk, the same numbers); each expert's
+ * g, u and yg carry its bias (grouped_bias_forward); m is the clamped
+ * SwiGLU (swiglu_clamped_forward with swiglu_limit and swiglu_alpha); and
+ * since yg = m Wd_e^T + bd_e, a routing weight's gradient dy . yg gains
+ * dy . bd_e beside z . m (a grouped GEMM of dy with each bias as a
+ * [1, H] matrix, scattered back to the pairs). The down bias's gradient
+ * is the weighted dy summed over the expert's rows; gate's and up's are
+ * dg's and du's. */
 #ifndef RP_MODEL_MOE_H
 #define RP_MODEL_MOE_H
 
@@ -56,6 +67,8 @@ typedef struct rp_moe_bufs {
     float *dweights;  /* [T*k] */
     float *dlogits;   /* [T, E] */
     void *dlogits_c;  /* [T, E] compute (fp32 tables: dlogits itself) */
+    float *bias_dot;  /* gpt-oss: [T*k] each pair's dy . its expert's down bias */
+    float *partial;   /* the column sums' scratch (the caller's; gpt-oss's router bias) */
 } rp_moe_bufs;
 
 /* Carve the buffers of T tokens from the saved area `sv` and the scratch
@@ -73,6 +86,14 @@ typedef struct rp_moe_weights {
     const void *gate[RP_MOE_MAX_EXPERTS], *up[RP_MOE_MAX_EXPERTS], *down[RP_MOE_MAX_EXPERTS];
     float *drouter;
     float *dgate[RP_MOE_MAX_EXPERTS], *dup[RP_MOE_MAX_EXPERTS], *ddown[RP_MOE_MAX_EXPERTS];
+    /* gpt-oss (gpt_oss != 0): the router's bias [E] and each expert's
+     * biases bias[0..2][e] (gate [I], up [I], down [H]), fp32, their
+     * gradients likewise (NULL when frozen), and the clamped SwiGLU */
+    int gpt_oss;
+    const float *router_bias;
+    float *drouter_bias;
+    const float *bias[3][RP_MOE_MAX_EXPERTS];
+    float *dbias[3][RP_MOE_MAX_EXPERTS];
 } rp_moe_weights;
 
 /* One projection's adapters, one per expert (compute dtype): A[e] [r, in]

@@ -1,0 +1,50 @@
+/* gpt-oss's experts in a model directory and in roundpipe (issue 35).
+ * transformers holds each block's experts as four fused tensors,
+ *   <block>.mlp.experts.gate_up_proj       [E, H, 2I]  applied as x @ W; column
+ *                                           2j is gate j, 2j+1 is up j
+ *   <block>.mlp.experts.gate_up_proj_bias  [E, 2I]     interleaved likewise
+ *   <block>.mlp.experts.down_proj          [E, I, H]   applied as x @ W
+ *   <block>.mlp.experts.down_proj_bias     [E, H]
+ * (the Hub ships gate_up_proj and down_proj MXFP4-quantised instead, as
+ * <proj>_blocks and <proj>_scales: io/mxfp4.h). roundpipe keeps each
+ * expert's projections as Linear weights [out, in] with gate and up apart
+ * (model/layout.h), under its own names
+ *   <block>.mlp.experts.<e>.{gate,up,down}.{weight,bias}
+ * which no checkpoint of transformers uses (Qwen3-MoE's per-expert names
+ * end in gate_proj/up_proj/down_proj: io/expert_layout.h). A model
+ * directory is read and written in transformers' fused layout; these
+ * functions map the two. */
+#ifndef RP_IO_GPT_OSS_EXPERTS_H
+#define RP_IO_GPT_OSS_EXPERTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "io/safetensors_set.h"
+
+struct rp_tensor_ref; /* io/model_dir.h */
+
+/* Whether `name` is roundpipe's name of a gpt-oss expert tensor: then
+ * experts (size bytes) receives "<block>.mlp.experts", and *expert, *part
+ * (0 gate, 1 up, 2 down) and *bias (0 weight, 1 bias) say which. */
+int rp_gpt_oss_expert_name(const char *name, char *experts, size_t size, int64_t *expert,
+                           int *part, int *bias);
+
+/* Fill the n tensors `refs` (all of one block's experts, refs[i].name
+ * answering rp_gpt_oss_expert_name with the same `experts`, fp32 in
+ * roundpipe's layout) from set's fused tensors, plain or MXFP4
+ * (dequantised). Every expert 0..E-1 of the fused tensors must be asked
+ * for; missing tensors, both forms or neither, and shapes or dtypes that
+ * do not fit name the file and the tensor, before anything is written. */
+rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *experts,
+                                  const struct rp_tensor_ref *refs, int n, rp_error *err);
+
+/* The fused tensors of one block's experts from roundpipe's (the n refs
+ * as above): *out receives 4 tensor refs named <experts>.gate_up_proj,
+ * .gate_up_proj_bias, .down_proj and .down_proj_bias whose names and
+ * data live in one allocation, *out itself (free() it). */
+rp_status rp_gpt_oss_experts_fuse(const char *experts, const struct rp_tensor_ref *refs, int n,
+                                  struct rp_tensor_ref **out, rp_error *err);
+
+#endif
