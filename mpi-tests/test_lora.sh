@@ -70,10 +70,14 @@ if [ -n "$l_full" ] && [ "$l_full" = "$l_lora" ]; then ok; else
 # ---- bit-identical for any rank count, partition and recompute grain --------
 for p in 0 0.1; do
   ref=""
-  for run in 1 2 3 4 2:plan 3:layer; do
+  # 3:tail: one job a step, so steps start on three ranks at once; the frozen
+  # embedding and head, waiting for no version, once said their uploads out
+  # of step order (an "event went backwards" abort)
+  for run in 1 2 3 4 2:plan 3:layer 3:tail; do
     np=${run%%:*}; extra=""
     case $run in
       *:plan) extra="--plan fwd=0-1;bwd=2-3,0-1" ;;
+      *:tail) extra="--plan fwd=;bwd=0-3;width=3" ;;
       *:layer) extra="--recompute layer" ;;
     esac
     out="$tmp/bits-$p-$np-${run#*:}"
@@ -89,6 +93,16 @@ for p in 0 0.1; do
       bad "dropout $p: $run differs from 1 rank"; fi
   done
 done
+# the same with a lagged optimizer, whose updates wait for the uploads
+for np in 1 3; do
+  # shellcheck disable=SC2086
+  train "$np" $common --steps 4 --lora-rank 4 --optimizer-lag 1 --plan "fwd=;bwd=0-3;width=$np" \
+    --log "$tmp/lag-tail-$np.jsonl" > "$tmp/lag-tail-$np.txt" 2>&1 ||
+    { bad "lagged, tail only, $np ranks: train failed"; cat "$tmp/lag-tail-$np.txt"; }
+done
+if [ -s "$tmp/lag-tail-1.jsonl" ] &&
+   [ "$(metrics "$tmp/lag-tail-1.jsonl")" = "$(metrics "$tmp/lag-tail-3.jsonl")" ]; then ok; else
+  bad "lagged, tail only: 3 ranks differ from 1"; fi
 if cmp -s "$tmp/bits-0-1-1/adapter_model.safetensors" "$tmp/bits-0.1-1-1/adapter_model.safetensors"
 then bad "--lora-dropout 0.1 changed nothing"; else ok; fi
 

@@ -32,7 +32,8 @@
  * | uploaded  | weights (parity, job   | executor (transfer worker): a       | a lagged optimizer, before it    | -                          |
  * |           | kind, layer) /pipeline | started job's uploads of the layer  | changes the layer                |                            |
  * |           |                        | ended (a tied head's matrix counts  |                                  |                            |
- * |           |                        | with the head)                      |                                  |                            |
+ * |           |                        | with the head); a layer with nothing|                                  |                            |
+ * |           |                        | trained says none (update_gate.h)   |                                  |                            |
  * | written   | layer / -              | the checkpoint writer (rank 0): the | the update that would change the | the layer's state to write |
  * |           |                        | layer's state is in the checkpoint  | layer next (every rank's share), | (version, or summed with a |
  * |           |                        | of step `value`                     | rp_gate_wait_update              | lagged optimizer)          |

@@ -127,7 +127,7 @@ static int layer_of_piece(const stage_buf *b, int p)
  * optimizer reads the stop first.) */
 static void layer_uploaded(stage_buf *b, int i)
 {
-    if (atomic_fetch_sub(&b->left[i], 1) == 1)
+    if (atomic_fetch_sub(&b->left[i], 1) == 1 && rp_gate_layer_trained(b->e, b->job.first + i))
         rp_proto_publish_uploaded(b->e, b->job.kind == RP_JOB_FWD, b->job.first + i, b->g, b->t);
 }
 
@@ -281,7 +281,7 @@ static rp_status begin(executor *x, stage_buf *b, const rp_job *job, int64_t t, 
         b->pending[i] = (unsigned char)trainable;
         b->ready[i] = 0;
         atomic_store(&b->left[i], uploads + !started);
-        if (started && uploads == 0) /* nothing to upload (a base read in place) */
+        if (started && uploads == 0 && rp_gate_layer_trained(e, l)) /* nothing to upload */
             rp_proto_publish_uploaded(e, job->kind == RP_JOB_FWD, l, g, t);
     }
     b->pending[n] = (unsigned char)tied;

@@ -108,9 +108,14 @@ rp_status rp_gate_wait_global_sumsq(rp_engine *e, int64_t t, const char *who, do
  * job of t+1 before the decision reaches them (it is made on the last
  * node), but never its optimizer the update of t (the decision comes before
  * t's summed gradients), so every node leaves the same update. */
+int rp_gate_layer_trained(const rp_engine *e, int l)
+{
+    return e->p->layers[l].numel > 0;
+}
+
 static rp_status wait_lag(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
-    if (!e->o->optimizer_lag || t >= e->it_last)
+    if (!e->o->optimizer_lag || t >= e->it_last || !rp_gate_layer_trained(e, l))
         return RP_OK;
     if (rp_proto_stopped(e, t + 1))
         return RP_STOP;

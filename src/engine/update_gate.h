@@ -26,7 +26,8 @@
  * | the updates of step t, with   | every share of every layer summed         | clipping: the global norm scales | rp_gate_wait_global_sumsq    |
  * | clipping                      |                                           | every update                     |                              |
  * | the update of layer l, step t | lagged: every pipeline's jobs of step t+1 | lag: t+1 reads the weights       | rp_gate_wait_update          |
- * |                               | that read l have uploaded it              | before t's update                |                              |
+ * |                               | that read l have uploaded it (a layer     | before t's update                |                              |
+ * |                               | with nothing trained: no wait)            |                                  |                              |
  * | the update of layer l, step t | the checkpoint writer has layer l of step | checkpoint hold: a consistent    | rp_gate_wait_update          |
  * |                               | t-1 (lagged: of step t), when that        | snapshot without a copy          |                              |
  * |                               | checkpoint is written while training runs |                                  |                              |
@@ -59,6 +60,13 @@ typedef enum rp_gate_order {
 } rp_gate_order;
 
 rp_gate_order rp_gate_order_of(const rp_engine *e);
+
+/* Whether an update ever changes layer l's weights: not a layer with no
+ * trainable weights (LoRA's frozen embedding and head). Such a layer's
+ * uploads hold no update back: they are neither said (protocol.h's
+ * uploaded) nor waited for, so jobs of several steps that start at once
+ * (they wait for no version) cannot say them out of order. */
+int rp_gate_layer_trained(const rp_engine *e, int l);
 
 /* The version of a layer the jobs of step t read. */
 uint64_t rp_gate_version_read(const rp_engine *e, int64_t t);
