@@ -26,6 +26,9 @@
 #               dut1 when that ran
 #   nodes       golden/qwen3: dut1 = 2 ranks --pipelines 2, dut2 = 2 ranks
 #               --ranks-per-node 1 (two nodes on one machine, one GPU)
+#   kept        golden/qwen3, --plan fwd=0-1;bwd=2-3,0-1 (block 1 below the tail): dut1 = 1 rank
+#               --recompute none (kept activations down and up over PCIe),
+#               dut2 = 2 ranks --recompute stage (recomputed): the same bits
 #
 # Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
 # RP_SRCDIR (default the tree holding this script), MPIRUN (default mpirun),
@@ -50,7 +53,7 @@ deadline=${RP_PARITY_DEADLINE:-0}
 work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
-all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes"
+all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -127,6 +130,10 @@ for case in $cases; do
       run "$c-dut1" "$dev" 2 --pipelines 2 || { result "$c" FAILED - "$dev, 2 ranks, --pipelines 2 failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --ranks-per-node 1 || { result "$c" FAILED - "$dev, 2 nodes of 1 rank failed ($c-dut2.txt)"; continue; }
       two="2 nodes x 1 rank = 1 node x 2 pipelines" ;;
+    kept)
+      run "$c-dut1" "$dev" 1 --plan "fwd=0-1;bwd=2-3,0-1" --recompute none || { result "$c" FAILED - "$dev, --recompute none failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --plan "fwd=0-1;bwd=2-3,0-1" --recompute stage || { result "$c" FAILED - "$dev, 2 ranks --recompute stage failed ($c-dut2.txt)"; continue; }
+      two="kept activations (their PCIe round trip) = recomputed on 2 ranks" ;;
     checkpoint)
       run "$c-dut1" "$dev" 1 --checkpoint-dir "$work/$c-ck" --checkpoint-every 3 --keep-checkpoints 0 ||
         { result "$c" FAILED - "$dev, checkpointing run failed ($c-dut1.txt)"; continue; }
