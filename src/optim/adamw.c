@@ -14,6 +14,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "core/cpu_clones.h"
 #include "core/dtype.h"
 
 /* Per-step scalars, rounded to fp32 once, as torch rounds Python scalars
@@ -29,11 +30,6 @@ typedef struct adamw_consts {
     float eps;
 } adamw_consts;
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 11
-#define RP_ADAMW_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))
-#else
-#define RP_ADAMW_CLONES
-#endif
 
 /* What the update also writes beside p: nothing, or bf16(p). */
 enum { COPY_NONE, COPY_BF16 };
@@ -64,7 +60,7 @@ adamw_body(float *restrict p, const float *restrict g, float *restrict m, float 
     }
 }
 
-RP_ADAMW_CLONES
+RP_CPU_CLONES
 static void adamw_range(float *restrict p, const float *restrict g, float *restrict m,
                         float *restrict v, void *restrict out, size_t n, const adamw_consts *k,
                         int copy)

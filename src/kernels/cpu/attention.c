@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-/* Eight partial sums in a fixed pattern: vectorisable, and the same order on
- * every call. */
+#include "core/cpu_clones.h"
+
 /* Eight partial sums in a fixed pattern: vectorisable (fixed-width inner
  * loops, restrict) even under -O2's cheap cost model, and the same order on
  * every call. */
@@ -63,17 +63,21 @@ static int64_t first_key(const int32_t *seg, int64_t window, int64_t r0, int64_t
     return lo;
 }
 
-void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
-                     float *o, float *lse)
+static int64_t forward_block(const rp_attn_shape *s)
+{
+    return s->block < 1 ? 1 : s->block > RP_ATTN_MAX_BLOCK ? RP_ATTN_MAX_BLOCK : s->block;
+}
+
+/* One (sequence, head, query block) of the forward. */
+RP_CPU_CLONES
+static void forward_task(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                         float *o, float *lse, int64_t task)
 {
     const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim;
-    const int64_t B = s->block < 1 ? 1 : s->block > RP_ATTN_MAX_BLOCK ? RP_ATTN_MAX_BLOCK : s->block;
+    const int64_t B = forward_block(s);
     const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
-    const int64_t ntask = s->nseq * nh * nblk;
     const float scale = s->scale;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t task = 0; task < ntask; task++) {
+    {
         const int64_t i = task % nblk, h = (task / nblk) % nh, b = task / (nblk * nh);
         const int64_t g = h / group;
         /* per-row running max and sum, and one row of scores; the output
@@ -125,17 +129,26 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
     }
 }
 
-void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
-                      const float *o, const float *lse, const float *dout, float *dq, float *dk,
-                      float *dv)
+void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                     float *o, float *lse)
+{
+    const int64_t B = forward_block(s), nblk = (s->seqlen + B - 1) / B;
+    const int64_t ntask = s->nseq * s->nheads * nblk;
+#pragma omp parallel for schedule(static)
+    for (int64_t task = 0; task < ntask; task++)
+        forward_task(s, q, k, v, o, lse, task);
+}
+
+/* One (sequence, kv head) of the backward: its query heads, all blocks. */
+RP_CPU_CLONES
+static void backward_task(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                          const float *o, const float *lse, const float *dout, float *dq,
+                          float *dk, float *dv, int64_t task)
 {
     const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim, B = s->block;
     const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
-    const int64_t ntask = s->nseq * nkv;
     const float scale = s->scale;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t task = 0; task < ntask; task++) {
+    {
         const int64_t g = task % nkv, b = task / nkv;
         const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
         const int64_t W = s->window;
@@ -175,6 +188,16 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
             }
         }
     }
+}
+
+void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, const float *v,
+                      const float *o, const float *lse, const float *dout, float *dq, float *dk,
+                      float *dv)
+{
+    const int64_t ntask = s->nseq * s->nkv;
+#pragma omp parallel for schedule(static)
+    for (int64_t task = 0; task < ntask; task++)
+        backward_task(s, q, k, v, o, lse, dout, dq, dk, dv, task);
 }
 
 void rp_attn_sink_backward(const rp_attn_shape *s, const float *o, const float *lse,
