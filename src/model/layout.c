@@ -179,6 +179,30 @@ static void layer_begin(rp_layer_desc *L, rp_layer_kind kind, int block, rp_para
     L->params = slots;
 }
 
+/* A mixture of experts' tensors of one kind ("weight": [out, in] each;
+ * "bias": [out]) for every expert e, in the order e, then gate, up, down
+ * (named model.layers.{block}.mlp.experts.{e}.{proj[p]}.{kind}); the offset
+ * of expert 0's gate. */
+static size_t add_experts(rp_layer_desc *L, int block, int64_t E, int64_t IE, int64_t H,
+                          const char *const proj[3], const char *kind)
+{
+    size_t first = SIZE_MAX;
+    const int matrix = strcmp(kind, "weight") == 0;
+    for (int64_t e = 0; e < E; e++)
+        for (int p = 0; p < 3; p++) {
+            char t[96] = "";
+            if (L->params)
+                snprintf(t, sizeof t, "model.layers.%d.mlp.experts.%lld.%s.%s", block, (long long)e,
+                         proj[p], kind);
+            const int64_t out = p == 2 ? H : IE, in = p == 2 ? IE : H;
+            size_t at = matrix ? add_param(L, L->params ? t : NULL, 2, out, in)
+                               : add_param(L, L->params ? t : NULL, 1, out, 1);
+            if (first == SIZE_MAX)
+                first = at;
+        }
+    return first;
+}
+
 /* The block layout in one place; off may be NULL. */
 static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp_block_offsets *off)
 {
@@ -219,40 +243,16 @@ static void block_layout(const rp_model_config *cfg, int i, rp_layer_desc *L, rp
         o.router = add_param(L, NAME("mlp.router.weight"), 2, E, H);
         o.router_bias = add_param(L, NAME("mlp.router.bias"), 1, E, 1);
         o.expert_stride = align_up((size_t)(IE * H));
-        for (int64_t e = 0; e < E; e++)
-            for (int p = 0; p < 3; p++) {
-                char t[64] = "";
-                if (L->params)
-                    snprintf(t, sizeof t, "mlp.experts.%lld.%s.weight", (long long)e, proj[p]);
-                size_t at = add_param(L, NAME(t), 2, p == 2 ? H : IE, p == 2 ? IE : H);
-                if (e == 0 && p == 0)
-                    o.experts = at;
-            }
+        o.experts = add_experts(L, i, E, IE, H, proj, "weight");
         o.expert_bias_stride = 2 * align_up((size_t)IE) + align_up((size_t)H);
-        for (int64_t e = 0; e < E; e++)
-            for (int p = 0; p < 3; p++) {
-                char t[64] = "";
-                if (L->params)
-                    snprintf(t, sizeof t, "mlp.experts.%lld.%s.bias", (long long)e, proj[p]);
-                size_t at = add_param(L, NAME(t), 1, p == 2 ? H : IE, 1);
-                if (e == 0 && p == 0)
-                    o.expert_bias = at;
-            }
+        o.expert_bias = add_experts(L, i, E, IE, H, proj, "bias");
     } else if (rp_model_block_is_moe(cfg, i)) {
         const int64_t E = cfg->moe.num_experts, IE = cfg->moe.moe_intermediate_size;
         static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
         o.w_gate = o.w_up = o.w_down = SIZE_MAX;
         o.router = add_param(L, NAME("mlp.gate.weight"), 2, E, H);
         o.expert_stride = align_up((size_t)(IE * H));
-        for (int64_t e = 0; e < E; e++)
-            for (int p = 0; p < 3; p++) {
-                char t[64] = "";
-                if (L->params)
-                    snprintf(t, sizeof t, "mlp.experts.%lld.%s.weight", (long long)e, proj[p]);
-                size_t at = add_param(L, NAME(t), 2, p == 2 ? H : IE, p == 2 ? IE : H);
-                if (e == 0 && p == 0)
-                    o.experts = at;
-            }
+        o.experts = add_experts(L, i, E, IE, H, proj, "weight");
     } else {
         o.w_gate = add_param(L, NAME("mlp.gate_proj.weight"), 2, I, H);
         o.w_up = add_param(L, NAME("mlp.up_proj.weight"), 2, I, H);
