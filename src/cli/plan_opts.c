@@ -16,6 +16,7 @@
 #include "io/config.h"
 #include "io/peft.h"
 #include "model/layout.h"
+#include "plan/keep.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
@@ -547,18 +548,10 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
      * trip over the link on GPUs, nothing on CPU executors, which read
      * them where they lie; auto within the host limit, which
      * rp_plan_cli_choose then holds exactly */
-    o->host_limit = a.train.host_memory_limit_mib > 0
-                        ? (int64_t)(a.train.host_memory_limit_mib * 1048576.0)
-                        : (int64_t)rp_device_host_available_bytes();
-    o->host_limit_from =
-        a.train.host_memory_limit_mib > 0 ? "--host-memory-limit-mib" : "MemAvailable";
+    o->host_limit = rp_host_memory_limit(a.train.host_memory_limit_mib, &o->host_limit_from);
     if (st == RP_OK && o->have_config) {
         const rp_kernel_ops *kops = rp_device_kernel_ops(o->device);
-        for (int l = 0; l < o->model->num_layers; l++)
-            o->model->layers[l].keep_ms = kops && kops->host_addressable
-                                              ? 0.0
-                                              : 2.0 * (double)o->model->layers[l].keep_bytes /
-                                                    (mc->link_gbs * 1e6);
+        rp_plan_price_keep(o->model, kops && kops->host_addressable, mc->link_gbs);
         mc->keep_budget = o->recompute == RP_RECOMPUTE_NONE ? -1
                           : o->recompute == RP_RECOMPUTE_AUTO ? o->host_limit
                                                               : 0;

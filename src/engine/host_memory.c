@@ -187,3 +187,13 @@ void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
                  size_text(hm->base_mapped, a, sizeof a),
                  size_text(store + hm->base_mapped, b, sizeof b));
 }
+
+int64_t rp_host_memory_limit(double limit_mib, const char **from)
+{
+    if (limit_mib > 0) {
+        *from = "--host-memory-limit-mib";
+        return (int64_t)(limit_mib * 1048576.0);
+    }
+    *from = "MemAvailable";
+    return (int64_t)rp_device_host_available_bytes();
+}

@@ -66,6 +66,11 @@ typedef struct rp_host_memory {
  * microbatches of samples_per_micro sequences of seq_len tokens: a block's
  * rp_block_saved_floats_of, 0 for the embedding and the head; *out
  * (num_layers entries, freed by the caller). */
+/* The host bytes a node's run may use (--recompute auto keeps activations
+ * within them): limit_mib (--host-memory-limit-mib) when > 0, else this
+ * machine's MemAvailable now; 0 when unknown. *from names which. */
+int64_t rp_host_memory_limit(double limit_mib, const char **from);
+
 rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_model_config *cfg,
                               int64_t samples_per_micro, int64_t seq_len, size_t **out,
                               rp_error *err);

@@ -124,12 +124,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
  * keeping less); 0 when unknown. */
 static int64_t host_limit(const rp_engine *e, const char **from)
 {
-    if (e->o->host_memory_limit_mib > 0) {
-        *from = "--host-memory-limit-mib";
-        return (int64_t)(e->o->host_memory_limit_mib * 1048576.0);
-    }
-    *from = "MemAvailable";
-    return (int64_t)rp_device_host_available_bytes();
+    return rp_host_memory_limit(e->o->host_memory_limit_mib, from);
 }
 
 /* What a node's run needs of host memory under plan p (host_memory.h). */
@@ -154,12 +149,7 @@ static rp_status host_need(const rp_engine *e, const rp_plan *p, int64_t *bytes,
 static void keep_budget(const rp_engine *e, rp_cost_model *cm, rp_machine *mc, int measured)
 {
     const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-    const int in_place = ops && ops->host_addressable;
-    for (int l = 0; l < cm->num_layers; l++)
-        cm->layers[l].keep_ms = in_place ? 0.0
-                                : measured ? 2.0 * (double)cm->layers[l].keep_bytes /
-                                                 (mc->link_gbs * 1e6)
-                                           : INFINITY;
+    rp_plan_price_keep(cm, ops && ops->host_addressable, measured ? mc->link_gbs : 0.0);
     mc->keep_budget = 0;
     if (e->o->recompute == RP_RECOMPUTE_NONE) {
         mc->keep_budget = -1;

@@ -1,6 +1,8 @@
 /* Which layers keep their activations (see keep.h). */
 #include "plan/keep.h"
 
+#include <math.h>
+
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
 {
     if (mc->keep_budget == 0)
@@ -28,4 +30,13 @@ int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microba
         if (rp_plan_is_kept(p, l))
             bytes += m->layers[l].keep_bytes * (int64_t)microbatches;
     return bytes;
+}
+
+void rp_plan_price_keep(rp_cost_model *m, int in_place, double link_gbs)
+{
+    for (int l = 0; l < m->num_layers; l++)
+        m->layers[l].keep_ms = in_place       ? 0.0
+                               : link_gbs > 0 ? 2.0 * (double)m->layers[l].keep_bytes /
+                                                    (link_gbs * 1e6)
+                                              : INFINITY;
 }

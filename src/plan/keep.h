@@ -18,6 +18,12 @@
  * none) keeps every block, whatever it costs. */
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p);
 
+/* Price each layer's keeping (its keep_ms): nothing on executors that read
+ * host memory where it lies (in_place), else the round trip of its
+ * keep_bytes over a link of link_gbs; link_gbs <= 0 (not known) prices it
+ * out (INFINITY: kept only under --recompute none). */
+void rp_plan_price_keep(rp_cost_model *m, int in_place, double link_gbs);
+
 /* The host bytes the kept layers of p take, over M microbatches. */
 int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microbatches);
 
