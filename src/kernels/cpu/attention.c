@@ -77,55 +77,53 @@ static void forward_task(const rp_attn_shape *s, const float *q, const float *k,
     const int64_t B = forward_block(s);
     const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
     const float scale = s->scale;
-    {
-        const int64_t i = task % nblk, h = (task / nblk) % nh, b = task / (nblk * nh);
-        const int64_t g = h / group;
-        /* per-row running max and sum, and one row of scores; the output
-         * rows of this (sequence, head, block) serve as the accumulator, so
-         * no workspace depends on the thread count */
-        float mx[RP_ATTN_MAX_BLOCK], l[RP_ATTN_MAX_BLOCK], sc[RP_ATTN_MAX_BLOCK];
-        const int64_t r0 = i * B, r1 = min64(S, r0 + B);
-        const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
-        const int64_t W = s->window;
+    const int64_t i = task % nblk, h = (task / nblk) % nh, b = task / (nblk * nh);
+    const int64_t g = h / group;
+    /* per-row running max and sum, and one row of scores; the output
+     * rows of this (sequence, head, block) serve as the accumulator, so
+     * no workspace depends on the thread count */
+    float mx[RP_ATTN_MAX_BLOCK], l[RP_ATTN_MAX_BLOCK], sc[RP_ATTN_MAX_BLOCK];
+    const int64_t r0 = i * B, r1 = min64(S, r0 + B);
+    const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
+    const int64_t W = s->window;
+    for (int64_t r = r0; r < r1; r++) {
+        /* a sink is a key of logit sinks[h] and value 0 seen first */
+        mx[r - r0] = s->sinks ? s->sinks[h] : -INFINITY;
+        l[r - r0] = s->sinks ? 1.0f : 0.0f;
+        memset(o + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
+    }
+    /* key blocks from the one holding the block's earliest visible key */
+    for (int64_t j = seg || W > 0 ? first_key(seg, W, r0, r1) / B : 0; j <= i; j++) {
+        const int64_t c0 = j * B;
         for (int64_t r = r0; r < r1; r++) {
-            /* a sink is a key of logit sinks[h] and value 0 seen first */
-            mx[r - r0] = s->sinks ? s->sinks[h] : -INFINITY;
-            l[r - r0] = s->sinks ? 1.0f : 0.0f;
-            memset(o + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
-        }
-        /* key blocks from the one holding the block's earliest visible key */
-        for (int64_t j = seg || W > 0 ? first_key(seg, W, r0, r1) / B : 0; j <= i; j++) {
-            const int64_t c0 = j * B;
-            for (int64_t r = r0; r < r1; r++) {
-                const int64_t rr = r - r0, c1 = min64(min64(S, c0 + B), r + 1);
-                const int64_t lo = row_first_key(seg, W, r), cs = lo > c0 ? lo : c0;
-                if (cs >= c1)
-                    continue; /* no key of this block is in the row's segment */
-                const float *qr = q + ((b * S + r) * nh + h) * hd;
-                float m = mx[rr];
-                for (int64_t c = cs; c < c1; c++) {
-                    sc[c - c0] = scale * dot(qr, k + ((b * S + c) * nkv + g) * hd, hd);
-                    if (sc[c - c0] > m)
-                        m = sc[c - c0];
-                }
-                /* rescale what was accumulated under the previous maximum */
-                float alpha = expf(mx[rr] - m), sum = 0.0f;
-                float *ar = o + ((b * S + r) * nh + h) * hd;
-                scal(alpha, ar, hd);
-                for (int64_t c = cs; c < c1; c++) {
-                    float p = expf(sc[c - c0] - m);
-                    sum += p;
-                    axpy(p, v + ((b * S + c) * nkv + g) * hd, ar, hd);
-                }
-                l[rr] = l[rr] * alpha + sum;
-                mx[rr] = m;
+            const int64_t rr = r - r0, c1 = min64(min64(S, c0 + B), r + 1);
+            const int64_t lo = row_first_key(seg, W, r), cs = lo > c0 ? lo : c0;
+            if (cs >= c1)
+                continue; /* no key of this block is in the row's segment */
+            const float *qr = q + ((b * S + r) * nh + h) * hd;
+            float m = mx[rr];
+            for (int64_t c = cs; c < c1; c++) {
+                sc[c - c0] = scale * dot(qr, k + ((b * S + c) * nkv + g) * hd, hd);
+                if (sc[c - c0] > m)
+                    m = sc[c - c0];
             }
+            /* rescale what was accumulated under the previous maximum */
+            float alpha = expf(mx[rr] - m), sum = 0.0f;
+            float *ar = o + ((b * S + r) * nh + h) * hd;
+            scal(alpha, ar, hd);
+            for (int64_t c = cs; c < c1; c++) {
+                float p = expf(sc[c - c0] - m);
+                sum += p;
+                axpy(p, v + ((b * S + c) * nkv + g) * hd, ar, hd);
+            }
+            l[rr] = l[rr] * alpha + sum;
+            mx[rr] = m;
         }
-        for (int64_t r = r0; r < r1; r++) {
-            const int64_t rr = r - r0;
-            scal(1.0f / l[rr], o + ((b * S + r) * nh + h) * hd, hd);
-            lse[(b * S + r) * nh + h] = mx[rr] + logf(l[rr]);
-        }
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t rr = r - r0;
+        scal(1.0f / l[rr], o + ((b * S + r) * nh + h) * hd, hd);
+        lse[(b * S + r) * nh + h] = mx[rr] + logf(l[rr]);
     }
 }
 
@@ -148,41 +146,39 @@ static void backward_task(const rp_attn_shape *s, const float *q, const float *k
     const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim, B = s->block;
     const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
     const float scale = s->scale;
-    {
-        const int64_t g = task % nkv, b = task / nkv;
-        const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
-        const int64_t W = s->window;
-        for (int64_t c = 0; c < S; c++) {
-            memset(dk + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
-            memset(dv + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
-        }
-        for (int64_t h = g * group; h < (g + 1) * group; h++) {
-            for (int64_t i = 0; i < nblk; i++) {
-                const int64_t r0 = i * B, r1 = min64(S, r0 + B);
-                for (int64_t r = r0; r < r1; r++)
-                    memset(dq + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
-                /* key blocks outer, query rows inner: a key block stays in cache */
-                for (int64_t j = seg || W > 0 ? first_key(seg, W, r0, r1) / B : 0; j <= i; j++) {
-                    const int64_t c0 = j * B;
-                    for (int64_t r = r0; r < r1; r++) {
-                        const int64_t row = (b * S + r) * nh + h, c1 = min64(min64(S, c0 + B), r + 1);
-                        const int64_t lo = row_first_key(seg, W, r), cs = lo > c0 ? lo : c0;
-                        if (cs >= c1)
-                            continue;
-                        const float *qr = q + row * hd, *dor = dout + row * hd;
-                        float *dqr = dq + row * hd;
-                        const float L = lse[row];
-                        /* D = rowsum(dO * O) = sum_c P_c dP_c */
-                        const float D = dot(dor, o + row * hd, hd);
-                        for (int64_t c = cs; c < c1; c++) {
-                            const int64_t kv = ((b * S + c) * nkv + g) * hd;
-                            float p = expf(scale * dot(qr, k + kv, hd) - L);
-                            float dp = dot(dor, v + kv, hd);
-                            float ds = p * (dp - D) * scale;
-                            axpy(p, dor, dv + kv, hd);
-                            axpy(ds, k + kv, dqr, hd);
-                            axpy(ds, qr, dk + kv, hd);
-                        }
+    const int64_t g = task % nkv, b = task / nkv;
+    const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
+    const int64_t W = s->window;
+    for (int64_t c = 0; c < S; c++) {
+        memset(dk + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
+        memset(dv + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
+    }
+    for (int64_t h = g * group; h < (g + 1) * group; h++) {
+        for (int64_t i = 0; i < nblk; i++) {
+            const int64_t r0 = i * B, r1 = min64(S, r0 + B);
+            for (int64_t r = r0; r < r1; r++)
+                memset(dq + ((b * S + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
+            /* key blocks outer, query rows inner: a key block stays in cache */
+            for (int64_t j = seg || W > 0 ? first_key(seg, W, r0, r1) / B : 0; j <= i; j++) {
+                const int64_t c0 = j * B;
+                for (int64_t r = r0; r < r1; r++) {
+                    const int64_t row = (b * S + r) * nh + h, c1 = min64(min64(S, c0 + B), r + 1);
+                    const int64_t lo = row_first_key(seg, W, r), cs = lo > c0 ? lo : c0;
+                    if (cs >= c1)
+                        continue;
+                    const float *qr = q + row * hd, *dor = dout + row * hd;
+                    float *dqr = dq + row * hd;
+                    const float L = lse[row];
+                    /* D = rowsum(dO * O) = sum_c P_c dP_c */
+                    const float D = dot(dor, o + row * hd, hd);
+                    for (int64_t c = cs; c < c1; c++) {
+                        const int64_t kv = ((b * S + c) * nkv + g) * hd;
+                        float p = expf(scale * dot(qr, k + kv, hd) - L);
+                        float dp = dot(dor, v + kv, hd);
+                        float ds = p * (dp - D) * scale;
+                        axpy(p, dor, dv + kv, hd);
+                        axpy(ds, k + kv, dqr, hd);
+                        axpy(ds, qr, dk + kv, hd);
                     }
                 }
             }
