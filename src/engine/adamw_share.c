@@ -40,6 +40,7 @@ static void update_range(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
     if (copy)
         rp_params_sync_compute_range(e->p, l, cur, hi);
 }
+
 /* The calling thread's CPU time (contention does not count), ns. */
 static uint64_t thread_cpu_ns(void)
 {
@@ -84,7 +85,6 @@ void rp_optimizer_update_ranges(rp_engine *e, int l, int64_t t, float coef,
     rp_adamw_ranges_split(ranges, count, update_piece, &u);
     count_adamw(e, t, c0);
 }
-
 
 /* An optimizer span "WHAT L (it T)" from t0 to now, with --trace. */
 void rp_optimizer_trace(rp_engine *e, const char *what, int l, int64_t t, uint64_t t0)
