@@ -143,6 +143,9 @@ typedef struct rp_model_config {
     rp_lora_config lora;     /* rank 0 (as parsed): full fine-tuning; else the blocks'
                                 targeted projections carry trainable adapters and every
                                 other parameter is frozen (model/layout.h) */
+    /* set by the run, never by config.json (model/token_tiles.h): */
+    int64_t token_tile;  /* tokens per tile of the MLP's GEMMs; 0: RP_TOKEN_TILE_DEFAULT */
+    int64_t chunk_tiles; /* tiles of the MLP alive at once; 0: chosen from memory */
 } rp_model_config;
 
 /* Whether the model has Qwen3's per-head q/k norms (qwen3, qwen3_moe). */

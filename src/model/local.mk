@@ -3,6 +3,7 @@
 librp_la_SOURCES += \
 	src/model/layout.c src/model/layout.h \
 	src/model/layers.h src/model/carve.c src/model/carve.h \
+	src/model/token_tiles.h \
 	src/model/embed.c \
 	src/model/block.c \
 	src/model/lora.c src/model/lora.h \
