@@ -51,4 +51,15 @@ static inline int64_t rp_chunk_tokens(const rp_model_config *cfg, int64_t T)
     return tiles >= (T + tile - 1) / tile ? T : tiles * tile;
 }
 
+/* The run's settings into cfg: token_tile tokens per tile and chunk_tokens
+ * tokens a chunk (rounded down to whole tiles, at least one); 0: the
+ * defaults. */
+static inline void rp_token_tiles_set(rp_model_config *cfg, int64_t token_tile,
+                                      int64_t chunk_tokens)
+{
+    const int64_t tile = token_tile > 0 ? token_tile : RP_TOKEN_TILE_DEFAULT;
+    cfg->token_tile = token_tile > 0 ? token_tile : 0;
+    cfg->chunk_tiles = chunk_tokens <= 0 ? 0 : chunk_tokens < tile ? 1 : chunk_tokens / tile;
+}
+
 #endif
