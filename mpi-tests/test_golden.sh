@@ -14,8 +14,11 @@
 # with packed documents (--documents; qwen3 with a loss mask, llama), where
 # tools/make_golden.py runs every document of a sample as a sequence of its
 # own (positions from 0) and sums: packed equals separate, within 1e-5, on
-# 1-4 ranks. The saved model is also what the comparison reads, so --save
-# is checked on the way.
+# 1-4 ranks. Every case once more with the MLP's GEMMs over tiles of 12
+# tokens (cutting samples, a short last tile) in chunks of one tile
+# (--token-tile 12 --mlp-chunk-tokens 12), within the same tolerance. The
+# saved model is also what the comparison reads, so --save is checked on
+# the way.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -29,21 +32,22 @@ for case in qwen3 llama qwen3-lag tied-odd qwen3-skip qwen3-packed llama-packed;
   mask=""
   [ -f "$in/mask.npy" ] && mask="--loss-mask $in/mask.npy"
   [ -f "$in/documents.npy" ] && mask="$mask --documents $in/documents.npy"
-  # ranks:pipelines
+  # ranks:pipelines[:tiled]
   case $case in
-    llama) specs="1:1 3:1 3:3"; rtol=1e-4 ;;
-    tied-odd) specs="1:1 2:2 3:3 1:3 2:1"; rtol=1e-5 ;;
-    qwen3-packed) specs="1:1 3:1 4:2"; rtol=1e-5 ;;
-    llama-packed) specs="1:1 2:1 3:3"; rtol=1e-5 ;;
-    *) specs="1:1 3:1 2:2"; rtol=1e-4 ;;
+    llama) specs="1:1 3:1 3:3 2:1:tiled"; rtol=1e-4 ;;
+    tied-odd) specs="1:1 2:2 3:3 1:3 2:1 3:1:tiled"; rtol=1e-5 ;;
+    qwen3-packed) specs="1:1 3:1 4:2 4:1:tiled"; rtol=1e-5 ;;
+    llama-packed) specs="1:1 2:1 3:3 1:1:tiled"; rtol=1e-5 ;;
+    *) specs="1:1 3:1 2:2 2:1:tiled"; rtol=1e-4 ;;
   esac
   for spec in $specs; do
-    np=${spec%%:*}; P=${spec#*:}
-    out="$tmp/$case-$np-$P"
-    echo "== $case on $np rank(s), $P pipeline(s)"
+    np=${spec%%:*}; P=${spec#*:}; tiles=""
+    case $P in *:tiled) P=${P%:tiled}; tiles="--token-tile 12 --mlp-chunk-tokens 12" ;; esac
+    out="$tmp/$case-$np-$P${tiles:+-tiled}"
+    echo "== $case on $np rank(s), $P pipeline(s)${tiles:+, $tiles}"
     # shellcheck disable=SC2046
     if ! ${MPIRUN:-mpirun} $flags -np $np "$bin" train --device cpu --model "$in/model" \
-         --data "$in/data.npy" $mask $(cat "$d/args.txt") --pipelines $P --progress none --log "$out.jsonl" \
+         --data "$in/data.npy" $mask $(cat "$d/args.txt") --pipelines $P $tiles --progress none --log "$out.jsonl" \
          --save "$out"; then
       echo "roundpipe train failed"; failed=$((failed + 1)); rc=1; continue
     fi

@@ -43,11 +43,12 @@
  *   - scaled_add (= and +=, y aliasing x, y NULL with y_compute) bit for
  *     bit, its y_compute exactly the rounded fp32 result; n == 0 writes
  *     nothing, and accumulate without y is refused;
- *   - dropout (p 0.1 and 0.5, samples split across rows, the same mask as
- *     the CPU's): fp32 (= and +=, in place) bit for bit, bf16 exactly the
- *     CPU's fp32 result on the same rounded inputs rounded to bf16; p == 0
- *     a copy (or sum); a bf16 accumulate, an f16 dtype and p outside [0, 1)
- *     refused with the op named;
+ *   - dropout (p 0.1 and 0.5, samples split across rows, a call starting
+ *     inside a sample, the same mask as the CPU's): fp32 (= and +=, in
+ *     place) bit for bit, bf16 exactly the CPU's fp32 result on the same
+ *     rounded inputs rounded to bf16; p == 0 a copy (or sum); a bf16
+ *     accumulate, an f16 dtype and p outside [0, 1) refused with the op
+ *     named;
  *   - cross_entropy with a counted mask (uncounted rows with out-of-range
  *     targets) and without, grad 0 and 1: counted losses within 1e-5, the
  *     others exactly 0, the gradient within 1e-5 * scale, logits untouched
@@ -982,12 +983,14 @@ START_TEST(scaled_add_bit_identical)
 }
 END_TEST
 
-/* 300 rows of samples of 128 rows: a sample split across calls' ends */
+/* 300 rows of samples of 128 rows, starting 50 rows into a sample (a
+ * tile of the MLP's): a sample split across calls' ends */
 static void dropout_case(float p)
 {
     const int64_t rows = 300, cols = 257, n = rows * cols;
     const rp_dropout_site site = {.seed = 2024, .step = 17, .layer = 9, .proj = 4,
-                                  .first_sample = 3, .rows_per_sample = 128, .p = p};
+                                  .first_sample = 3, .rows_per_sample = 128, .first_row = 50,
+                                  .p = p};
     char what[64];
     /* fp32, = and += and in place */
     float *x = rand_f32((size_t)n, 0.0f, 1.0f), *y0 = rand_f32((size_t)n, 0.0f, 1.0f);

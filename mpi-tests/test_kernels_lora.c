@@ -162,8 +162,9 @@ static uint64_t key_stream(int64_t step, int64_t sample, int32_t layer, int32_t 
 
 static int reference_keep(const rp_dropout_site *site, int64_t r, int64_t cols, int64_t c)
 {
-    const int64_t sample = site->first_sample + r / site->rows_per_sample;
-    const uint64_t element = (uint64_t)((r % site->rows_per_sample) * cols + c);
+    const int64_t row = site->first_row + r;
+    const int64_t sample = site->first_sample + row / site->rows_per_sample;
+    const uint64_t element = (uint64_t)((row % site->rows_per_sample) * cols + c);
     const uint64_t stream = key_stream(site->step, sample, site->layer, site->proj);
     return rp_rng_uniform(site->seed, stream, element) >= site->p;
 }
@@ -286,6 +287,37 @@ START_TEST(dropout_mask_is_per_sample)
 }
 END_TEST
 
+/* Three samples of R rows cut at every row into two calls, the second
+ * starting inside its sample (first_row), as the MLP's tiles cut a
+ * microbatch: the same mask as one call, and as the key says. */
+START_TEST(dropout_calls_start_inside_a_sample)
+{
+    enum { R = 5, COLS = 23 };
+    const int64_t rows = 3 * R, n = rows * COLS;
+    float *x = uniform_floats((size_t)n, 12, 1.0f, 2.0f);
+    float *whole = malloc((size_t)n * 4), *split = malloc((size_t)n * 4);
+    const rp_dropout_site site = {.seed = 77, .step = 9, .layer = 4, .proj = 5,
+                                  .first_sample = 6, .rows_per_sample = R, .p = 0.5f};
+    run_dropout(&site, x, whole, rows, COLS, 0);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < COLS; c++)
+            ck_assert_msg((whole[r * COLS + c] != 0.0f) == reference_keep(&site, r, COLS, c),
+                          "(%lld, %lld): not the key's mask", (long long)r, (long long)c);
+    for (int64_t cut = 1; cut < rows; cut++) {
+        rp_dropout_site second = site;
+        second.first_sample = site.first_sample + cut / R;
+        second.first_row = cut % R;
+        memset(split, 0, (size_t)n * 4);
+        run_dropout(&site, x, split, cut, COLS, 0);
+        run_dropout(&second, x + cut * COLS, split + cut * COLS, rows - cut, COLS, 0);
+        char what[64];
+        snprintf(what, sizeof what, "calls cut at row %lld", (long long)cut);
+        expect_same_bits(split, whole, (size_t)n, what);
+    }
+    free(x), free(whole), free(split);
+}
+END_TEST
+
 START_TEST(dropout_p0_copies_or_adds)
 {
     const int64_t rows = 9, cols = 31, n = rows * cols;
@@ -329,6 +361,14 @@ START_TEST(dropout_refuses_bad_arguments)
                      RP_ERR_INVALID_ARG);
     ck_assert_msg(strstr(err.msg, "dropout") != NULL, "message: %s", err.msg);
     site.rows_per_sample = 2;
+    const int64_t bad_first_row[] = {-1, 2, 3};
+    for (size_t k = 0; k < sizeof bad_first_row / sizeof bad_first_row[0]; k++) {
+        site.first_row = bad_first_row[k];
+        ck_assert_int_eq(cpu->dropout(NULL, &site, x, y, RP_F32, rows, cols, 0, &err),
+                         RP_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(err.msg, "first_row") != NULL, "message: %s", err.msg);
+    }
+    site.first_row = 1;
     /* the CPU's compute dtype is fp32: bf16 and f16 are not its dtypes */
     const rp_dtype bad_dtype[] = {RP_BF16, RP_F16, (rp_dtype)7};
     for (size_t k = 0; k < sizeof bad_dtype / sizeof bad_dtype[0]; k++) {
@@ -351,6 +391,7 @@ static Suite *kernels_lora_suite(void)
     tcase_add_test(tc, dropout_keeps_one_minus_p);
     tcase_add_test(tc, dropout_scales_kept_and_zeroes_dropped);
     tcase_add_test(tc, dropout_mask_is_per_sample);
+    tcase_add_test(tc, dropout_calls_start_inside_a_sample);
     tcase_add_test(tc, dropout_p0_copies_or_adds);
     tcase_add_test(tc, dropout_refuses_bad_arguments);
     suite_add_tcase(s, tc);

@@ -13,7 +13,11 @@
 # layer of a backward stage, which CPU executors read where it lies), forced
 # by keep=N, by --recompute none and under --recompute layer, and none kept
 # with --recompute stage; the same with LoRA (device buffers, host store, the
-# base converted into the store or mapped from the model's files); a --memory-limit-mib under a plan's need refuses that forced plan
+# base converted into the store or mapped from the model's files); the
+# same with the dense MLP's chunk forced small (--token-tile 8
+# --mlp-chunk-tokens 8: one tile of the microbatch's two), with and without
+# LoRA, kept blocks included, and plan counts fewer bytes for it than for
+# the whole microbatch; a --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
 set -u
@@ -92,6 +96,23 @@ host "--init-config $untied" fp32 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1" --lora-r
 host "--model $model" fp32 1 "fwd=0;bwd=1-$((nl + 1)),0" --lora-rank 4
 grep -q 'mapped read-only' "$tmp/train.txt" && ok || bad "fp32 files for fp32 executors: the base not said to be mapped"
 grep -q '"host_base_mapped_bytes": [1-9]' "$tmp/p.json" && ok || bad "plan counts no mapped base"
+
+# the dense MLP in chunks of one tile of 8 tokens (microbatches of 16)
+small="--token-tile 8 --mlp-chunk-tokens 8"
+check "$tied" "fwd=0-2;bwd=3-5,0-2" $small
+check "$untied" "fwd=0;bwd=1-$((nl + 1)),0" $small
+check "$tied" "fwd=0-2;bwd=3-5,0-2" --lora-rank 4 --lora-dropout 0.1 $small
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3" $small
+host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3;keep=3" $small
+host "--init-config $untied" bf16 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1" --lora-rank 2 $small
+peak() { # [options]: plan's peak bytes for the tied config
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "fwd=0-2;bwd=3-5,0-2" --device cpu --json "$@" | grep -o '"peak_bytes": [0-9]*' |
+    head -n 1 | tr -dc 0-9
+}
+one=$(peak $small) whole=$(peak --token-tile 8 --mlp-chunk-tokens 16)
+[ -n "$one" ] && [ -n "$whole" ] && [ "$one" -lt "$whole" ] && ok ||
+  bad "plan: a chunk of one tile counts '$one' bytes, not fewer than the whole microbatch's '$whole'"
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \

@@ -6,7 +6,11 @@
  * the transformers math; sequences in a batch are independent (positions
  * restart, no attention across sequences); results are bit-identical run to
  * run; gradients of two microbatches accumulate in call order; the
- * workspace is linear in the sequence length (no S x S buffer). */
+ * workspace is linear in the sequence length (no S x S buffer); the MLP's
+ * chunks of tiles (model/token_tiles.h) never change a bit, tiles cut
+ * across samples compute the same function, and no buffer of tokens x
+ * intermediate width is kept or taken (the per-token memory does not grow
+ * with intermediate_size). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,25 +359,136 @@ START_TEST(bitwise_deterministic_and_accumulating)
 }
 END_TEST
 
+/* The workspace of sequences of S tokens minus that of S/2 (both past one
+ * MLP chunk, so the chunk's scratch cancels), and likewise the saved area. */
+static void per_token_growth(const rp_model_config *cfg, int64_t nseq, int64_t S, size_t *ws,
+                             size_t *saved)
+{
+    *ws = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S) -
+          rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S / 2);
+    *saved = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S) -
+             rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S / 2);
+}
+
 START_TEST(workspace_linear_in_seqlen)
 {
     rp_model_config cfgs[2] = {llama_cfg(), qwen_cfg()};
     for (int c = 0; c < 2; c++) {
         for (int64_t nseq = 1; nseq <= 3; nseq++) {
-            /* multiples of the 16-float alignment keep the rounding exact */
-            size_t a = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 1024);
-            size_t b = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
-            size_t d = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 3072);
+            /* multiples of the 16-float alignment keep the rounding exact;
+             * every length is at least one default MLP chunk */
+            size_t a = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
+            size_t b = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 4096);
+            size_t d = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 6144);
             ck_assert_uint_eq(b - a, d - b);
-            a = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 1024);
-            b = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
-            d = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 3072);
+            a = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
+            b = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 4096);
+            d = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 6144);
             ck_assert_uint_eq(b - a, d - b);
+            /* nothing of tokens x intermediate width: a 4x wider MLP takes
+             * the same memory per token, saved and scratch */
+            rp_model_config wide = cfgs[c];
+            wide.intermediate_size *= 4;
+            size_t ws_narrow, saved_narrow, ws_wide, saved_wide;
+            per_token_growth(&cfgs[c], nseq, 4096, &ws_narrow, &saved_narrow);
+            per_token_growth(&wide, nseq, 4096, &ws_wide, &saved_wide);
+            ck_assert_uint_eq(ws_wide, ws_narrow);
+            ck_assert_uint_eq(saved_wide, saved_narrow);
             /* a 4096-token sequence needs less than one 4096^2 score matrix */
             ck_assert_uint_lt(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], 1, 4096) +
                                   rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], 1, 4096),
                               (size_t)4096 * 4096);
         }
+    }
+}
+END_TEST
+
+/* One run's forward output, input gradient and parameter gradient. */
+typedef struct block_run {
+    float *y, *dx, *dP;
+} block_run;
+
+static block_run run_block(fixture *f, const rp_model_config *cfg)
+{
+    const size_t n = (size_t)(f->T * f->H);
+    block_run r = {malloc(n * sizeof(float)), malloc(n * sizeof(float)),
+                   calloc(f->np, sizeof(float))};
+    float *ws = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, f->nseq, f->S) *
+                       sizeof(float));
+    float *saved =
+        malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, f->nseq, f->S) *
+               sizeof(float));
+    ck_assert_int_eq(rp_block_forward(&cpu_k, cfg, f->P, RP_F32, f->x, r.y, f->nseq, f->S, NULL,
+                                      saved, ws, NULL, NULL),
+                     RP_OK);
+    ck_assert_int_eq(rp_block_backward(&cpu_k, cfg, f->P, RP_F32, f->x, saved, f->wy, r.dx, r.dP,
+                                       f->nseq, f->S, NULL, ws, NULL, NULL),
+                     RP_OK);
+    free(ws);
+    free(saved);
+    return r;
+}
+
+static void free_run(block_run *r)
+{
+    free(r->y), free(r->dx), free(r->dP);
+}
+
+/* Largest |a - b| over n values, relative to the largest |b|. */
+static double relative_difference(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+/* 3 sequences of 7 tokens, tiles of 4 (cut inside sequences, the last
+ * tile 1 token): chunks of 1, 2, 3 and all tiles give the same bits, with
+ * and without the forward's output (the backward of a layer whose forward
+ * ran only for it); the tiles compute what one tile does, within fp32
+ * rounding of sums in another order (1e-5 of the largest value; a wrong
+ * row, tile or missing term is O(1) off). */
+START_TEST(mlp_chunks_keep_bits)
+{
+    rp_model_config cfgs[2] = {llama_cfg(), qwen_cfg()};
+    for (int c = 0; c < 2; c++) {
+        fixture f;
+        fx_init(&f, cfgs[c], 3, 7);
+        const size_t n = (size_t)(f.T * f.H);
+        rp_model_config one_tile = cfgs[c];
+        block_run whole = run_block(&f, &one_tile);
+        rp_model_config tiled = cfgs[c];
+        tiled.token_tile = 4;
+        tiled.chunk_tiles = 6; /* all of them */
+        block_run all = run_block(&f, &tiled);
+        for (int tiles = 1; tiles <= 3; tiles++) {
+            tiled.chunk_tiles = tiles;
+            block_run r = run_block(&f, &tiled);
+            ck_assert_mem_eq(r.y, all.y, n * sizeof(float));
+            ck_assert_mem_eq(r.dx, all.dx, n * sizeof(float));
+            ck_assert_mem_eq(r.dP, all.dP, f.np * sizeof(float));
+            float *dx = malloc(n * sizeof(float)), *dP = calloc(f.np, sizeof(float));
+            float *saved = f.saved, *ws = f.ws;
+            f.saved = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &tiled, 3, 7) *
+                             sizeof(float));
+            f.ws = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &tiled, 3, 7) *
+                          sizeof(float));
+            block_backward(&f, &tiled, f.x, f.wy, dx, dP, 3, 7);
+            ck_assert_mem_eq(dx, all.dx, n * sizeof(float));
+            ck_assert_mem_eq(dP, all.dP, f.np * sizeof(float));
+            free(f.saved), free(f.ws);
+            f.saved = saved, f.ws = ws;
+            free(dx), free(dP);
+            free_run(&r);
+        }
+        ck_assert_double_le(relative_difference(all.y, whole.y, n), 1e-5);
+        ck_assert_double_le(relative_difference(all.dx, whole.dx, n), 1e-5);
+        ck_assert_double_le(relative_difference(all.dP, whole.dP, f.np), 1e-5);
+        free_run(&whole), free_run(&all);
+        fx_free(&f);
     }
 }
 END_TEST
@@ -389,6 +504,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, sequences_are_independent);
     tcase_add_test(tc, bitwise_deterministic_and_accumulating);
     tcase_add_test(tc, workspace_linear_in_seqlen);
+    tcase_add_test(tc, mlp_chunks_keep_bits);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -44,6 +44,10 @@ EXTRA_DIST += mpi-tests/test_engine.sh
 TESTS += mpi-tests/test_recompute_bits.sh
 EXTRA_DIST += mpi-tests/test_recompute_bits.sh
 
+# the MLP's chunks of token tiles (--mlp-chunk-tokens): the same bits on 1-4 ranks
+TESTS += mpi-tests/test_mlp_chunks.sh
+EXTRA_DIST += mpi-tests/test_mlp_chunks.sh
+
 # the same bits on 1-4 ranks over odd shapes, on every OpenBLAS build found
 TESTS += mpi-tests/test_rank_bits.sh
 EXTRA_DIST += mpi-tests/test_rank_bits.sh tools/blas-builds.sh

@@ -16,6 +16,7 @@
 #include "io/config.h"
 #include "io/peft.h"
 #include "model/layout.h"
+#include "model/token_tiles.h"
 #include "plan/keep.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"
@@ -226,6 +227,12 @@ static const rp_option plan_rows[] = {
     {TRAIN("lora-targets", "LIST"),
      .help = "the adapted projections, as train's (default all-linear)"},
     {TRAIN("lora-dropout", "P"), .help = "as train's (the executors' dropout buffers)"},
+    {TRAIN("token-tile", "N"),
+     .help = "a config's MLP GEMMs over tiles of N tokens, as train's\n"
+             "(default 0: 1024)"},
+    {TRAIN("mlp-chunk-tokens", "N"),
+     .help = "the MLP tokens alive at once in a config's executors, as\n"
+             "train's: whole tiles (default 0: up to 2048 tokens)"},
     {"json", NULL, RP_OPTION_FLAG, FIELD(json), .help = "print JSON instead of a table"},
 };
 
@@ -271,11 +278,12 @@ void rp_plan_cli_usage(FILE *out)
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
                              double devgbs, int cb, rp_dtype grad_dtype, int documents,
                              rp_device_kind device, const rp_lora_config *lora,
-                             rp_cost_model **out,
+                             int64_t token_tile, int64_t mlp_chunk_tokens, rp_cost_model **out,
                              int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
 {
     rp_model_config cfg;
     RP_TRY(rp_config_load(path, &cfg, err));
+    rp_token_tiles_set(&cfg, token_tile, mlp_chunk_tokens);
     /* a model the executors cannot build is refused before it is costed */
     if (rp_model_config_check(&cfg, err) != RP_OK)
         return rp_error_prefix(err, "%s", path);
@@ -448,6 +456,11 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         st = lora_options(a.train.lora_rank, a.train.lora_targets, a.train.lora_dropout,
                           lora_given, a.layers != NULL,
                           &o->lora, err);
+    if (st == RP_OK && a.layers && (a.train.token_tile || a.train.mlp_chunk_tokens))
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "--%s applies to a config (--init-config, --model); a layer-times "
+                          "file carries its own bytes",
+                          a.train.token_tile ? "token-tile" : "mlp-chunk-tokens");
     if (st == RP_OK && a.layers) {
         st = rp_cost_load(a.layers, &o->model, err);
     } else if (st == RP_OK) {
@@ -467,7 +480,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         if (st == RP_OK)
             st = load_config(config, a.seq_len, a.seq_len * b / m, a.tflops, a.device_gbs,
                              a.compute_bytes, (rp_dtype)a.grad_dtype, documents, a.device,
-                             &o->lora,
+                             &o->lora, a.train.token_tile, a.train.mlp_chunk_tokens,
                              &o->model,
                              &config_ws, &o->cfg, err);
         o->have_config = st == RP_OK;

@@ -26,6 +26,7 @@
 #include "io/read_file.h"
 #include "model/layers.h"
 #include "model/layout.h"
+#include "model/token_tiles.h"
 #include "optim/adamw.h"
 #include "store/bind.h"
 #include "store/shm.h"
@@ -154,6 +155,8 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
     RP_TRY(rp_run_agree(e, rp_config_load(r->config_path, &r->cfg, err), comm, err));
     RP_TRY(rp_run_agree(e, rp_lora_resolve(o, &r->cfg, err), comm, err));
     e->lora = r->cfg.lora.rank > 0;
+    /* before anything is sized from the config: the MLP's tiles and chunks */
+    rp_token_tiles_set(&r->cfg, o->token_tile, o->mlp_chunk_tokens);
     r->probe.cfg = r->cfg;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s == RP_OK) /* before any work: a model the executors' kernels cannot run */

@@ -82,6 +82,8 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "bind", json_object_new_string(o->bind ? "yes" : "no"));
     add(j, "pipelines", json_object_new_int(o->pipelines));
     add(j, "ranks-per-node", o->ranks_per_node ? json_object_new_int(o->ranks_per_node) : NULL);
+    add(j, "token-tile", json_object_new_int64(o->token_tile));
+    add(j, "mlp-chunk-tokens", json_object_new_int64(o->mlp_chunk_tokens));
     add(j, "checkpoint-dir", str_or_null(o->checkpoint_dir));
     add(j, "checkpoint-every", json_object_new_int64(o->checkpoint_every));
     add(j, "keep-checkpoints", json_object_new_int64(o->keep_checkpoints));

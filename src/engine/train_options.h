@@ -94,6 +94,10 @@ typedef struct rp_train_options {
                                 its own host store (0, the default: the ranks that share
                                 memory) */
     int nodes;               /* resolved by rp_train_run: the node count (0 before) */
+    int64_t token_tile;       /* --token-tile N: tokens per tile of the MLP's GEMMs (0: the
+                                 default; model/token_tiles.h) */
+    int64_t mlp_chunk_tokens; /* --mlp-chunk-tokens N: the MLP's tokens alive at once,
+                                 whole tiles (0: the default) */
     /* checkpoints (engine/checkpoint_write.c, checkpoint_resume.c, io/checkpoint.h) */
     const char *checkpoint_dir; /* --checkpoint-dir DIR: DIR/step-00000100/ */
     int64_t checkpoint_every;   /* --checkpoint-every N: after every N-th step (0: only the last) */

@@ -72,6 +72,8 @@ _Static_assert(sizeof(rp_progress_mode) == sizeof(int), "--progress is stored as
 #define TIMEOUT_MAX_S 31536000        /* a year */
 #define CHUNK_MAX_MIB 1048576         /* 1 TiB */
 #define MEMORY_LIMIT_MAX_MIB 1073741824 /* 1 PiB */
+#define TOKEN_TILE_MAX 16777216         /* 2^24, plan's longest --seq-len */
+#define CHUNK_TOKENS_MAX 1099511627776  /* 2^40: its products with widths stay far from overflow */
 
 #define FIELD(f) offsetof(rp_train_options, f)
 #define GIVEN(f, bit) .given_offset = FIELD(f), .given_bit = (bit)
@@ -222,6 +224,20 @@ static const rp_option rows[] = {
      .help = "each K consecutive ranks are a node with its own host store;\n"
              "nodes run M/N microbatches each and sum gradients in pipeline\n"
              "order over MPI (default: the ranks that share memory)"},
+    {INT64("token-tile", "N", token_tile, 0, TOKEN_TILE_MAX),
+     .range_error = "--token-tile must be between 0 (the default) and "
+                    NUMBER_TEXT(TOKEN_TILE_MAX) " tokens",
+     .help = "tokens per tile of the MLP's GEMMs: each GEMM reads whole\n"
+             "tiles and weight gradients add them in token order, so the\n"
+             "tile is part of the numerics: it changes the bits of a run\n"
+             "whose microbatch is longer (default 0: 1024)"},
+    {INT64("mlp-chunk-tokens", "N", mlp_chunk_tokens, 0, CHUNK_TOKENS_MAX),
+     .range_error = "--mlp-chunk-tokens must be between 0 (the default) and "
+                    NUMBER_TEXT(CHUNK_TOKENS_MAX) " tokens",
+     .help = "tokens whose MLP intermediates are alive at once, rounded\n"
+             "down to whole tiles (at least one); bounds the executors'\n"
+             "scratch and never changes the bits (default 0: the tiles\n"
+             "of up to 2048 tokens)"},
     {STRING("checkpoint-dir", "DIR", checkpoint_dir), .section = "checkpoints:",
      .help = "checkpoints in DIR/step-00000100/ (and one at the end)"},
     {INT64("checkpoint-every", "N", checkpoint_every, 0, INT64_MAX),

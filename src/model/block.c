@@ -16,7 +16,10 @@
  * compute dtype is fp32 the two names of a value are one buffer.
  * The forward keeps what the backward needs in the caller's `saved` area;
  * the backward goes back through the same steps from it, never running the
- * forward again. */
+ * forward again, except the dense MLP's: it walks the tokens in chunks of
+ * whole tiles (model/token_tiles.h) and keeps nothing of the intermediate
+ * width, so the backward makes a chunk's g, u and m again from the saved h2
+ * (the same tile GEMMs, so the same bits) before going back through it. */
 #include <math.h>
 #include <string.h>
 
@@ -25,6 +28,7 @@
 #include "model/carve.h"
 #include "model/lora.h"
 #include "model/moe.h"
+#include "model/token_tiles.h"
 
 /* The block's one-dimensional tensors (norm weights, biases): the fp32 ops
  * read them, whatever dtype the parameters come in. */
@@ -58,15 +62,19 @@ typedef struct block_ws {
     float *small[SMALL_COUNT]; /* fp32 copies of the 1-D tensors, when neither the
                                 * weights nor wc are fp32 */
     float *expert_bias; /* gpt-oss: the experts' biases' fp32 copy, likewise */
-    void *h1, *q_c, *k_c, *v_c, *o, *h2, *m;
-    float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *lse, *x2, *rstd2, *g, *u;
+    void *h1, *q_c, *k_c, *v_c, *o, *h2;
+    float *rstd1, *qraw, *rstdq, *kraw, *rstdk, *lse, *x2, *rstd2;
     /* scratch (q, k, v: saved when they are their own compute copies) */
-    float *q, *k, *v, *tmp, *dm, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
-    void *dy_c, *dg, *du, *dout, *dq_c, *dk_c, *dv_c;
+    float *q, *k, *v, *tmp, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
+    void *dy_c, *dout, *dq_c, *dk_c, *dv_c;
+    /* the dense MLP's scratch for one chunk of tokens (model/token_tiles.h) */
+    float *g, *u, *dm;
+    void *m, *dg, *du;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
      * it), each projection's ts (saved; an expert projection's over the T*k
-     * grouped rows) and the shared scratch (T*k rows when the experts
-     * carry adapters) */
+     * grouped rows; the dense MLP's in scratch, one chunk's rows) and the
+     * shared scratch (T*k rows when the experts carry adapters; one tile's
+     * rows for the dense MLP's) */
     void *adapters_c;
     void *lora_ts[RP_LORA_NPROJ];
     rp_lora_bufs lora;
@@ -100,6 +108,13 @@ static size_t max3(size_t a, size_t b, size_t c)
 {
     size_t m = a > b ? a : b;
     return m > c ? m : c;
+}
+
+/* Whether projection p is one of a dense block's MLP (gate, up, down):
+ * its adapter runs over the MLP's tiles, its ts kept for one chunk. */
+static int dense_mlp_adapter(const block_ws *w, rp_lora_proj p)
+{
+    return !w->moe && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ || p == RP_LORA_DOWN_PROJ);
 }
 
 /* The buffers of block `block` (its kind: dense or mixture of experts). */
@@ -154,19 +169,19 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->rstd2 = rp_carve_f32(&sv, T);
     w->h2 = rp_carve_compute(&sv, ops, T * H);
     w->moe = rp_model_block_is_moe(cfg, block);
-    if (!w->moe) {
-        w->g = rp_carve_f32(&sv, T * I);
-        w->u = rp_carve_f32(&sv, T * I);
-        w->m = rp_carve_compute(&sv, ops, T * I);
-    }
     /* a RoPE table the table does not keep is made by the forward and kept
      * for the backward */
     size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
     w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
     const rp_lora_config *lc = &cfg->lora;
-    /* the widest input or output of a projection, and the rows of the
-     * adapters' scratch */
-    size_t wide = max3(H, QD, I), lora_rows = T;
+    /* the dense MLP's tokens at once: a chunk of whole tiles */
+    const size_t tile = (size_t)rp_token_tile(cfg, (int64_t)T),
+                 chunk = (size_t)rp_chunk_tokens(cfg, (int64_t)T);
+    /* the widest input or output of a projection over T rows (T*k for
+     * experts'), and of the dense MLP's adapters (over a tile's rows), and
+     * the rows of the adapters' scratch */
+    size_t wide = max3(H, QD, KD), mlp_wide = 0, lora_rows = T;
+    int mlp_adapter[RP_LORA_NPROJ] = {0};
     if (lc->rank > 0) {
         rp_lora_offsets lo;
         rp_lora_offsets_get(cfg, block, &lo);
@@ -176,6 +191,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
                 continue;
             int64_t in, out;
             rp_lora_features(cfg, block, (rp_lora_proj)p, &in, &out);
+            if (dense_mlp_adapter(w, (rp_lora_proj)p)) { /* ts in scratch, below */
+                mlp_adapter[p] = 1;
+                mlp_wide = max3(mlp_wide, (size_t)in, (size_t)out);
+                continue;
+            }
             wide = max3(wide, (size_t)in, (size_t)out);
             size_t rows = T;
             if (rp_lora_per_expert(cfg, block, (rp_lora_proj)p))
@@ -193,12 +213,16 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
         w->v = rp_carve_f32(&sc, T * KD);
     }
     w->tmp = rp_carve_f32(&sc, T * H);
-    /* fp32 tables: dm overwrites m (dead once dWd += dy^T m has run), and
-     * dg, du overwrite g, u (the SwiGLU backward works in place) */
+    /* the dense MLP's chunk; fp32 tables: dm overwrites m (a tile's m is
+     * dead once its dWd += dy^T m has run), and dg, du overwrite g, u (the
+     * SwiGLU backward works in place) */
     if (!w->moe) {
-        w->dm = one ? (float *)w->m : rp_carve_f32(&sc, T * I);
-        w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, T * I);
-        w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, T * I);
+        w->g = rp_carve_f32(&sc, chunk * I);
+        w->u = rp_carve_f32(&sc, chunk * I);
+        w->m = rp_carve_compute(&sc, ops, chunk * I);
+        w->dm = one ? (float *)w->m : rp_carve_f32(&sc, chunk * I);
+        w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, chunk * I);
+        w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, chunk * I);
     }
     w->dy_c = one ? NULL : rp_carve_compute(&sc, ops, T * H); /* NULL: dy itself */
     w->dout = rp_carve_compute(&sc, ops, T * QD);
@@ -222,12 +246,18 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
+        for (int p = 0; p < RP_LORA_NPROJ; p++)
+            if (mlp_adapter[p])
+                w->lora_ts[p] = rp_carve_compute(&sc, ops, chunk * (size_t)lc->rank);
+        /* the dense MLP's adapters run over one tile (tile <= T rows) */
+        const size_t u = lora_rows * wide > tile * mlp_wide ? lora_rows * wide : tile * mlp_wide;
         w->lora.t = rp_carve_f32(&sc, lora_rows * (size_t)lc->rank);
-        w->lora.u = rp_carve_f32(&sc, lora_rows * wide);
+        w->lora.u = rp_carve_f32(&sc, u);
         w->lora.dt = rp_carve_compute(&sc, ops, lora_rows * (size_t)lc->rank);
         if (lc->dropout > 0) { /* never on experts (model/layout.h): T rows */
-            w->lora.xd = rp_carve_compute(&sc, ops, T * wide);
-            w->lora.dxd = rp_carve_f32(&sc, T * wide);
+            const size_t x = T * wide > tile * mlp_wide ? T * wide : tile * mlp_wide;
+            w->lora.xd = rp_carve_compute(&sc, ops, x);
+            w->lora.dxd = rp_carve_f32(&sc, x);
         }
     }
     w->scratch_total = sc.at;
@@ -658,66 +688,185 @@ static rp_status moe_parts_of(const rp_kernels *k, const rp_model_config *cfg,
     return RP_OK;
 }
 
-/* y (+ its compute copy) += projection p's adapter on x, when it has one. */
+/* Row `row` of a [rows, width] matrix of `bytes`-byte elements at p. */
+static void *row_at(const void *p, int64_t row, int64_t width, size_t bytes)
+{
+    return (char *)p + (size_t)row * (size_t)width * bytes;
+}
+
+/* y (+ its compute copy) += projection p's adapter on x, when it has one:
+ * rows [row0, row0 + rows) of the microbatch (x, y there), its ts at row
+ * `ts_row` of the projection's ts. */
 static rp_status lora_add(const rp_kernels *k, const rp_model_config *cfg, const rp_lora_call *lc,
                           const block_params *bp, const block_ws *w, rp_lora_proj p,
-                          const void *x, int64_t nseq, int64_t seqlen, float *y, void *y_compute,
-                          rp_error *err)
+                          const void *x, int64_t row0, int64_t rows, int64_t ts_row,
+                          int64_t seqlen, float *y, void *y_compute, rp_error *err)
 {
     rp_lora_adapter a;
     if (!adapter(k, cfg, bp, NULL, p, &a))
         return RP_OK;
     rp_lora_bufs b = lora_bufs(w, p);
-    return rp_lora_forward(k, cfg, lc, &a, x, nseq, seqlen, y, y_compute, &b, err);
+    b.ts = row_at(b.ts, ts_row, cfg->lora.rank, rp_kernel_compute_bytes(k->ops));
+    return rp_lora_forward_rows(k, cfg, lc, &a, x, row0, rows, seqlen, y, y_compute, &b, err);
 }
 
 /* Projection p's adapter gradients from dy, then dx += its input gradient
- * (dx NULL: only the weights, rp_lora_backward_input follows later). */
+ * (dx NULL: only the weights, rp_lora_backward_input_rows follows later);
+ * rows and ts_row as for lora_add. */
 static rp_status lora_grad(const rp_kernels *k, const rp_model_config *cfg, const rp_lora_call *lc,
                            const block_params *bp, const block_ws *w, float *dparams,
-                           rp_lora_proj p, const void *x, const void *dy, int64_t nseq,
-                           int64_t seqlen, float *dx, rp_error *err)
+                           rp_lora_proj p, const void *x, const void *dy, int64_t row0,
+                           int64_t rows, int64_t ts_row, int64_t seqlen, float *dx, rp_error *err)
 {
     rp_lora_adapter a;
     if (!adapter(k, cfg, bp, dparams, p, &a))
         return RP_OK;
     rp_lora_bufs b = lora_bufs(w, p);
-    RP_TRY(rp_lora_backward_weights(k, cfg, lc, &a, x, dy, nseq, seqlen, &b, err));
-    return dx ? rp_lora_backward_input(k, cfg, lc, &a, nseq, seqlen, dx, &b, err) : RP_OK;
+    b.ts = row_at(b.ts, ts_row, cfg->lora.rank, rp_kernel_compute_bytes(k->ops));
+    RP_TRY(rp_lora_backward_weights_rows(k, cfg, lc, &a, x, dy, row0, rows, seqlen, &b, err));
+    return dx ? rp_lora_backward_input_rows(k, cfg, lc, &a, row0, rows, seqlen, dx, &b, err)
+              : RP_OK;
 }
 
-/* The dense MLP's backward: w->tmp = dL/dh2 from dy_c, for y = x2 + m Wd^T,
- * m = silu(g) * u, and (D != NULL) the weights' gradients. On fp32 tables dm
- * overwrites m, so the weight gradients come first (the adapter's input
- * gradient after dm). */
-static rp_status mlp_backward(const rp_kernels *k, const rp_model_config *cfg,
-                              const rp_lora_call *lora, const block_params *bp,
-                              const block_ws *w, const rp_block_offsets *o, float *D,
-                              float *dparams, const void *dy_c, int64_t nseq, int64_t seqlen,
+/* The dense MLP, y = x2 + m Wd^T with m = silu(g) * u, g = h2 Wg^T,
+ * u = h2 Wu^T (each with its adapter), walks the microbatch's T tokens in
+ * chunks of whole tiles (model/token_tiles.h): every GEMM reads one tile,
+ * a weight gradient adds the tiles' in token order, and only a chunk's
+ * g, u, m (w->g, w->u, w->m from their first row) are alive at once. */
+typedef struct mlp_walk {
+    const rp_kernels *k;
+    const rp_model_config *cfg;
+    const rp_lora_call *lora;
+    const block_params *bp;
+    const block_ws *w;
+    const rp_block_offsets *o;
+    int64_t T, seqlen, tile, chunk, H, I;
+    size_t cb; /* bytes of the compute dtype */
+} mlp_walk;
+
+static mlp_walk mlp_walk_of(const rp_kernels *k, const rp_model_config *cfg,
+                            const rp_lora_call *lora, const block_params *bp, const block_ws *w,
+                            const rp_block_offsets *o, int64_t nseq, int64_t seqlen)
+{
+    const int64_t T = nseq * seqlen;
+    mlp_walk mw = {.k = k, .cfg = cfg, .lora = lora, .bp = bp, .w = w, .o = o, .T = T,
+                   .seqlen = seqlen, .tile = rp_token_tile(cfg, T),
+                   .chunk = rp_chunk_tokens(cfg, T), .H = cfg->hidden_size,
+                   .I = cfg->intermediate_size, .cb = rp_kernel_compute_bytes(k->ops)};
+    return mw;
+}
+
+static int64_t tile_rows(const mlp_walk *mw, int64_t n, int64_t j)
+{
+    return n - j < mw->tile ? n - j : mw->tile;
+}
+
+/* g, u and m of the chunk of n tokens from token c0, with the gate's and
+ * the up projection's adapters and (down_ts) the down projection's ts,
+ * which only its backward reads. */
+static rp_status mlp_chunk_forward(const mlp_walk *mw, int64_t c0, int64_t n, int down_ts,
+                                   rp_error *err)
+{
+    const rp_kernels *k = mw->k;
+    const block_ws *w = mw->w;
+    const block_params *bp = mw->bp;
+    const int64_t H = mw->H, I = mw->I;
+    for (int64_t j = 0; j < n; j += mw->tile) {
+        const int64_t rows = tile_rows(mw, n, j);
+        const void *h2 = row_at(w->h2, c0 + j, H, mw->cb);
+        OP(linear_forward, h2, matrix(bp, mw->o->w_gate), bp->wdt, NULL, NULL, w->g + j * I,
+           NULL, rows, H, I);
+        OP(linear_forward, h2, matrix(bp, mw->o->w_up), bp->wdt, NULL, NULL, w->u + j * I, NULL,
+           rows, H, I);
+        RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_GATE_PROJ, h2, c0 + j, rows, j,
+                        mw->seqlen, w->g + j * I, NULL, err));
+        RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_UP_PROJ, h2, c0 + j, rows, j,
+                        mw->seqlen, w->u + j * I, NULL, err));
+    }
+    OP(swiglu_forward, w->g, w->u, w->m, n * I);
+    for (int64_t j = 0; down_ts && j < n; j += mw->tile)
+        RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_DOWN_PROJ,
+                        row_at(w->m, j, I, mw->cb), c0 + j, tile_rows(mw, n, j), j, mw->seqlen,
+                        NULL, NULL, err));
+    return RP_OK;
+}
+
+/* y = x2 + the MLP of h2. Without y (a layer run only for its backward)
+ * nothing is left to do: the backward makes its chunks again from h2. */
+static rp_status mlp_forward(const mlp_walk *mw, const float *x2, float *y, rp_error *err)
+{
+    const rp_kernels *k = mw->k;
+    const block_ws *w = mw->w;
+    const int64_t H = mw->H, I = mw->I;
+    for (int64_t c0 = 0; y && c0 < mw->T; c0 += mw->chunk) {
+        const int64_t n = mw->T - c0 < mw->chunk ? mw->T - c0 : mw->chunk;
+        RP_TRY(mlp_chunk_forward(mw, c0, n, 0, err));
+        for (int64_t j = 0; j < n; j += mw->tile) {
+            const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
+            const void *m = row_at(w->m, j, I, mw->cb);
+            OP(linear_forward, m, matrix(mw->bp, mw->o->w_down), mw->bp->wdt, NULL, x2 + t * H,
+               y + t * H, NULL, rows, I, H);
+            RP_TRY(lora_add(k, mw->cfg, mw->lora, mw->bp, w, RP_LORA_DOWN_PROJ, m, t, rows, j,
+                            mw->seqlen, y + t * H, NULL, err));
+        }
+    }
+    return RP_OK;
+}
+
+/* The dense MLP's backward: w->tmp = dL/dh2 from dy_c, and (D != NULL)
+ * the weights' gradients, chunk by chunk. On fp32 tables a tile's dm
+ * overwrites its m, so its weight gradients come first (the adapter's
+ * input gradient after dm). */
+static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, const void *dy_c,
                               rp_error *err)
 {
-    const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
-    if (D)
-        OP(linear_backward_weight, dy_c, w->m, D + o->w_down, T, I, H);
-    RP_TRY(lora_grad(k, cfg, lora, bp, w, dparams, RP_LORA_DOWN_PROJ, w->m, dy_c, nseq, seqlen,
-                     NULL, err));
-    OP(linear_backward_input, dy_c, matrix(bp, o->w_down), bp->wdt, w->dm, NULL, T, I, H, 0);
+    const rp_kernels *k = mw->k;
+    const rp_model_config *cfg = mw->cfg;
+    const block_ws *w = mw->w;
+    const block_params *bp = mw->bp;
+    const rp_block_offsets *o = mw->o;
+    const int64_t H = mw->H, I = mw->I;
     rp_lora_adapter down;
-    if (adapter(k, cfg, bp, dparams, RP_LORA_DOWN_PROJ, &down)) {
-        rp_lora_bufs b = lora_bufs(w, RP_LORA_DOWN_PROJ);
-        RP_TRY(rp_lora_backward_input(k, cfg, lora, &down, nseq, seqlen, w->dm, &b, err));
+    const int down_adapted = adapter(k, cfg, bp, dparams, RP_LORA_DOWN_PROJ, &down) != NULL;
+    for (int64_t c0 = 0; c0 < mw->T; c0 += mw->chunk) {
+        const int64_t n = mw->T - c0 < mw->chunk ? mw->T - c0 : mw->chunk;
+        RP_TRY(mlp_chunk_forward(mw, c0, n, 1, err));
+        for (int64_t j = 0; j < n; j += mw->tile) {
+            const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
+            const void *dy = row_at(dy_c, t, H, mw->cb), *m = row_at(w->m, j, I, mw->cb);
+            if (D)
+                OP(linear_backward_weight, dy, m, D + o->w_down, rows, I, H);
+            RP_TRY(lora_grad(k, cfg, mw->lora, bp, w, dparams, RP_LORA_DOWN_PROJ, m, dy, t, rows,
+                             j, mw->seqlen, NULL, err));
+            OP(linear_backward_input, dy, matrix(bp, o->w_down), bp->wdt, w->dm + j * I, NULL,
+               rows, I, H, 0);
+            if (down_adapted) {
+                rp_lora_bufs b = lora_bufs(w, RP_LORA_DOWN_PROJ);
+                RP_TRY(rp_lora_backward_input_rows(k, cfg, mw->lora, &down, t, rows, mw->seqlen,
+                                                   w->dm + j * I, &b, err));
+            }
+        }
+        OP(swiglu_backward, w->g, w->u, w->dm, w->dg, w->du, n * I);
+        for (int64_t j = 0; j < n; j += mw->tile) {
+            const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
+            const void *h2 = row_at(w->h2, t, H, mw->cb), *dg = row_at(w->dg, j, I, mw->cb),
+                       *du = row_at(w->du, j, I, mw->cb);
+            float *tmp = w->tmp + t * H;
+            if (D) {
+                OP(linear_backward_weight, dg, h2, D + o->w_gate, rows, H, I);
+                OP(linear_backward_weight, du, h2, D + o->w_up, rows, H, I);
+            }
+            OP(linear_backward_input, dg, matrix(bp, o->w_gate), bp->wdt, tmp, NULL, rows, H, I,
+               0);
+            OP(linear_backward_input, du, matrix(bp, o->w_up), bp->wdt, tmp, NULL, rows, H, I,
+               1);
+            RP_TRY(lora_grad(k, cfg, mw->lora, bp, w, dparams, RP_LORA_GATE_PROJ, h2, dg, t, rows,
+                             j, mw->seqlen, tmp, err));
+            RP_TRY(lora_grad(k, cfg, mw->lora, bp, w, dparams, RP_LORA_UP_PROJ, h2, du, t, rows,
+                             j, mw->seqlen, tmp, err));
+        }
     }
-    OP(swiglu_backward, w->g, w->u, w->dm, w->dg, w->du, T * I);
-    if (D) {
-        OP(linear_backward_weight, w->dg, w->h2, D + o->w_gate, T, H, I);
-        OP(linear_backward_weight, w->du, w->h2, D + o->w_up, T, H, I);
-    }
-    OP(linear_backward_input, w->dg, matrix(bp, o->w_gate), bp->wdt, w->tmp, NULL, T, H, I, 0);
-    OP(linear_backward_input, w->du, matrix(bp, o->w_up), bp->wdt, w->tmp, NULL, T, H, I, 1);
-    RP_TRY(lora_grad(k, cfg, lora, bp, w, dparams, RP_LORA_GATE_PROJ, w->h2, w->dg, nseq, seqlen,
-                     w->tmp, err));
-    return lora_grad(k, cfg, lora, bp, w, dparams, RP_LORA_UP_PROJ, w->h2, w->du, nseq, seqlen,
-                     w->tmp, err);
+    return RP_OK;
 }
 
 rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
@@ -733,7 +882,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     RP_TRY(block_begin(k, cfg, params, params_dtype, call, nseq, seqlen, saved, ws, 1, &w, &off,
                        &bp, err));
     const rp_lora_call *lora = call ? call->lora : NULL;
-    const int64_t T = nseq * seqlen, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t T = nseq * seqlen, H = cfg->hidden_size;
     const int64_t hd = cfg->head_dim, nh = cfg->num_attention_heads,
                   nkv = cfg->num_key_value_heads;
     const int64_t QD = nh * hd, KD = nkv * hd;
@@ -747,7 +896,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(linear_forward, w.h1, PC(wv), F(BV), NULL, w.v, v_adapted ? NULL : w.v_c, T, H, KD);
     /* the adapters add to the frozen outputs (v's compute copy made then) */
 #define LORA_ADD(p, x, y, y_c)                                                                   \
-    RP_TRY(lora_add(k, cfg, lora, &bp, &w, RP_LORA_##p, x, nseq, seqlen, y, y_c, err))
+    RP_TRY(lora_add(k, cfg, lora, &bp, &w, RP_LORA_##p, x, 0, T, 0, seqlen, y, y_c, err))
     LORA_ADD(Q_PROJ, w.h1, qk ? w.qraw : w.q, NULL);
     LORA_ADD(K_PROJ, w.h1, qk ? w.kraw : w.k, NULL);
     LORA_ADD(V_PROJ, w.h1, w.v, w.v_c);
@@ -775,19 +924,9 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
         return rp_moe_forward(k, cfg, &mp.mw, mp.lora, w.h2, w.x2, y, T, &w.experts,
                               call->router_stats, err);
     }
-    OP(linear_forward, w.h2, PC(w_gate), NULL, NULL, w.g, NULL, T, H, I);
-    OP(linear_forward, w.h2, PC(w_up), NULL, NULL, w.u, NULL, T, H, I);
-    LORA_ADD(GATE_PROJ, w.h2, w.g, NULL);
-    LORA_ADD(UP_PROJ, w.h2, w.u, NULL);
-    OP(swiglu_forward, w.g, w.u, w.m, T * I);
-    if (y) { /* without y (a layer run only for its backward) the down projection is skipped */
-        OP(linear_forward, w.m, PC(w_down), NULL, w.x2, y, NULL, T, I, H);
-        LORA_ADD(DOWN_PROJ, w.m, y, NULL);
-    } else {
-        LORA_ADD(DOWN_PROJ, w.m, NULL, NULL); /* what its backward needs */
-    }
 #undef LORA_ADD
-    return RP_OK;
+    const mlp_walk mw = mlp_walk_of(k, cfg, lora, &bp, &w, &off, nseq, seqlen);
+    return mlp_forward(&mw, w.x2, y, err);
 }
 
 rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, const void *params,
@@ -818,7 +957,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
 #define DSUM(field, ...) if (base && off.field != SIZE_MAX) OP(column_sum_accumulate, __VA_ARGS__)
 #define DN(field) (base ? PF(D, field) : NULL)
 #define LORA_GRAD(p, x, dy, dx)                                                                  \
-    RP_TRY(lora_grad(k, cfg, lora, &bp, &w, dparams, RP_LORA_##p, x, dy, nseq, seqlen, dx, err))
+    RP_TRY(lora_grad(k, cfg, lora, &bp, &w, dparams, RP_LORA_##p, x, dy, 0, T, 0, seqlen, dx, err))
 
     /* the MLP's input gradient into w.tmp */
     const void *dy_c = dy;
@@ -833,7 +972,8 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
         RP_TRY(rp_moe_backward(k, cfg, &mp.mw, mp.lora, w.h2, dy_c, call->router_aux_grad, w.tmp,
                                T, &w.experts, err));
     } else {
-        RP_TRY(mlp_backward(k, cfg, lora, &bp, &w, &off, D, dparams, dy_c, nseq, seqlen, err));
+        const mlp_walk mw = mlp_walk_of(k, cfg, lora, &bp, &w, &off, nseq, seqlen);
+        RP_TRY(mlp_backward(&mw, D, dparams, dy_c, err));
     }
     /* dx2 = dy + rmsnorm backward, kept in dx (dy is not read after this,
      * so dx may alias dy); its compute copy reuses dy's, dead since dm */

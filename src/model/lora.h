@@ -56,4 +56,21 @@ rp_status rp_lora_backward_input(const rp_kernels *k, const rp_model_config *cfg
                                  const rp_lora_call *lc, const rp_lora_adapter *a, int64_t nseq,
                                  int64_t seqlen, float *dx, const rp_lora_bufs *b, rp_error *err);
 
+/* The same over T rows of a microbatch from its row row0 on (x, y, dy, dx
+ * and b's buffers point at those rows): the MLP's tiles of tokens
+ * (model/token_tiles.h). row0 places the rows in their samples of seqlen
+ * rows, which is where the dropout masks are drawn. */
+rp_status rp_lora_forward_rows(const rp_kernels *k, const rp_model_config *cfg,
+                               const rp_lora_call *lc, const rp_lora_adapter *a, const void *x,
+                               int64_t row0, int64_t T, int64_t seqlen, float *y,
+                               void *y_compute, const rp_lora_bufs *b, rp_error *err);
+rp_status rp_lora_backward_weights_rows(const rp_kernels *k, const rp_model_config *cfg,
+                                        const rp_lora_call *lc, const rp_lora_adapter *a,
+                                        const void *x, const void *dy, int64_t row0, int64_t T,
+                                        int64_t seqlen, const rp_lora_bufs *b, rp_error *err);
+rp_status rp_lora_backward_input_rows(const rp_kernels *k, const rp_model_config *cfg,
+                                      const rp_lora_call *lc, const rp_lora_adapter *a,
+                                      int64_t row0, int64_t T, int64_t seqlen, float *dx,
+                                      const rp_lora_bufs *b, rp_error *err);
+
 #endif

@@ -31,4 +31,35 @@ static inline int64_t rp_token_tile(const rp_model_config *cfg, int64_t T)
     return tile > 0 ? tile : 1;
 }
 
+/* Tokens of a chunk unless the run sets cfg->chunk_tiles: the whole tiles
+ * of up to this many tokens (at least one tile). A dense MLP's chunk of
+ * Qwen3-8B's width (14336) takes about 0.5 GiB of scratch on a bf16 table
+ * at this length, and a chunk longer than a few tiles saves nothing but
+ * the launches of elementwise ops (every GEMM is one tile's anyway). */
+#define RP_CHUNK_TOKENS_DEFAULT 2048
+
+/* Tokens of the chunk for a microbatch of T tokens: cfg->chunk_tiles
+ * tiles, else the default's whole tiles; never more than T (the whole
+ * microbatch when it is that short), and always whole tiles (a multiple of
+ * rp_token_tile's, or T). */
+static inline int64_t rp_chunk_tokens(const rp_model_config *cfg, int64_t T)
+{
+    const int64_t tile = rp_token_tile(cfg, T);
+    int64_t tiles = cfg->chunk_tiles > 0 ? cfg->chunk_tiles : RP_CHUNK_TOKENS_DEFAULT / tile;
+    if (tiles < 1)
+        tiles = 1;
+    return tiles >= (T + tile - 1) / tile ? T : tiles * tile;
+}
+
+/* The run's settings into cfg: token_tile tokens per tile and chunk_tokens
+ * tokens a chunk (rounded down to whole tiles, at least one); 0: the
+ * defaults. */
+static inline void rp_token_tiles_set(rp_model_config *cfg, int64_t token_tile,
+                                      int64_t chunk_tokens)
+{
+    const int64_t tile = token_tile > 0 ? token_tile : RP_TOKEN_TILE_DEFAULT;
+    cfg->token_tile = token_tile > 0 ? token_tile : 0;
+    cfg->chunk_tiles = chunk_tokens <= 0 ? 0 : chunk_tokens < tile ? 1 : chunk_tokens / tile;
+}
+
 #endif

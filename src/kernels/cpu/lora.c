@@ -28,9 +28,10 @@ void rp_dropout_f32(const rp_dropout_site *site, float scale, const float *x, fl
     const int64_t per_sample = site->rows_per_sample;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t sample = site->first_sample + r / per_sample;
+        const int64_t row = site->first_row + r; /* from the start of first_sample */
+        const int64_t sample = site->first_sample + row / per_sample;
         const uint64_t stream = rp_dropout_stream(site->step, sample, site->layer, site->proj);
-        const uint64_t first = (uint64_t)((r % per_sample) * cols);
+        const uint64_t first = (uint64_t)((row % per_sample) * cols);
         const float *xr = x + r * cols;
         float *yr = y + r * cols;
         for (int64_t c = 0; c < cols; c++) {

@@ -41,9 +41,10 @@ static __global__ void dropout_kernel(rp_dropout_site site, float scale, const T
                                       int64_t rows, int64_t cols, int accumulate)
 {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const int64_t sample = site.first_sample + r / site.rows_per_sample;
+        const int64_t row = site.first_row + r; /* from the start of first_sample */
+        const int64_t sample = site.first_sample + row / site.rows_per_sample;
         const uint64_t stream = rp_dropout_stream(site.step, sample, site.layer, site.proj);
-        const uint64_t first = (uint64_t)((r % site.rows_per_sample) * cols);
+        const uint64_t first = (uint64_t)((row % site.rows_per_sample) * cols);
         const T *xr = x + r * cols;
         T *yr = y + r * cols;
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {

@@ -357,9 +357,9 @@ static rp_status dropout(void *state, const rp_dropout_site *site, const void *x
     const char *why = rp_dropout_refusal(site, rows, cols);
     if (why)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: dropout: %s (p %g, rows "
-                            "%lld, cols %lld, rows_per_sample %lld)", c->ordinal, why,
-                            (double)site->p, (long long)rows, (long long)cols,
-                            (long long)site->rows_per_sample);
+                            "%lld, cols %lld, rows_per_sample %lld, first_row %lld)",
+                            c->ordinal, why, (double)site->p, (long long)rows, (long long)cols,
+                            (long long)site->rows_per_sample, (long long)site->first_row);
     const int64_t n = rows * cols;
     if (n == 0)
         return RP_OK;
