@@ -376,22 +376,23 @@ START_TEST(workspace_linear_in_seqlen)
     for (int c = 0; c < 2; c++) {
         for (int64_t nseq = 1; nseq <= 3; nseq++) {
             /* multiples of the 16-float alignment keep the rounding exact;
-             * every length is at least one default MLP chunk */
-            size_t a = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
-            size_t b = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 4096);
-            size_t d = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 6144);
+             * every length is longer than one default MLP chunk
+             * (RP_CHUNK_WHOLE_TOKENS: shorter ones keep g, u, m) */
+            size_t a = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 16384);
+            size_t b = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 32768);
+            size_t d = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 49152);
             ck_assert_uint_eq(b - a, d - b);
-            a = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 2048);
-            b = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 4096);
-            d = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 6144);
+            a = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 16384);
+            b = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 32768);
+            d = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], nseq, 49152);
             ck_assert_uint_eq(b - a, d - b);
             /* nothing of tokens x intermediate width: a 4x wider MLP takes
              * the same memory per token, saved and scratch */
             rp_model_config wide = cfgs[c];
             wide.intermediate_size *= 4;
             size_t ws_narrow, saved_narrow, ws_wide, saved_wide;
-            per_token_growth(&cfgs[c], nseq, 4096, &ws_narrow, &saved_narrow);
-            per_token_growth(&wide, nseq, 4096, &ws_wide, &saved_wide);
+            per_token_growth(&cfgs[c], nseq, 32768, &ws_narrow, &saved_narrow);
+            per_token_growth(&wide, nseq, 32768, &ws_wide, &saved_wide);
             ck_assert_uint_eq(ws_wide, ws_narrow);
             ck_assert_uint_eq(saved_wide, saved_narrow);
             /* a 4096-token sequence needs less than one 4096^2 score matrix */
@@ -399,6 +400,16 @@ START_TEST(workspace_linear_in_seqlen)
                                   rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], 1, 4096),
                               (size_t)4096 * 4096);
         }
+        /* a microbatch of one chunk keeps g, u and m for its backward:
+         * its saved area grows with the width, by 3 floats a token per
+         * column of I on the fp32 table (g, u, m) */
+        rp_model_config wide = cfgs[c];
+        wide.intermediate_size *= 4;
+        const size_t T = 4096, dI = (size_t)(wide.intermediate_size - cfgs[c].intermediate_size);
+        ck_assert_uint_ge(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &wide, 1, (int64_t)T) -
+                              rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfgs[c], 1,
+                                                    (int64_t)T),
+                          3 * T * dI);
     }
 }
 END_TEST

@@ -232,7 +232,8 @@ static const rp_option plan_rows[] = {
              "(default 0: 1024)"},
     {TRAIN("mlp-chunk-tokens", "N"),
      .help = "the MLP tokens alive at once in a config's executors, as\n"
-             "train's: whole tiles (default 0: up to 2048 tokens)"},
+             "train's: whole tiles (default 0: the whole microbatch up to\n"
+             "8192 tokens, else tiles of up to 2048)"},
     {"json", NULL, RP_OPTION_FLAG, FIELD(json), .help = "print JSON instead of a table"},
 };
 

@@ -236,8 +236,8 @@ static const rp_option rows[] = {
                     NUMBER_TEXT(CHUNK_TOKENS_MAX) " tokens",
      .help = "tokens whose MLP intermediates are alive at once, rounded\n"
              "down to whole tiles (at least one); bounds the executors'\n"
-             "scratch and never changes the bits (default 0: the tiles\n"
-             "of up to 2048 tokens)"},
+             "scratch and never changes the bits (default 0: the whole\n"
+             "microbatch up to 8192 tokens, else tiles of up to 2048)"},
     {STRING("checkpoint-dir", "DIR", checkpoint_dir), .section = "checkpoints:",
      .help = "checkpoints in DIR/step-00000100/ (and one at the end)"},
     {INT64("checkpoint-every", "N", checkpoint_every, 0, INT64_MAX),

@@ -16,10 +16,11 @@
  * compute dtype is fp32 the two names of a value are one buffer.
  * The forward keeps what the backward needs in the caller's `saved` area;
  * the backward goes back through the same steps from it, never running the
- * forward again, except the dense MLP's: it walks the tokens in chunks of
- * whole tiles (model/token_tiles.h) and keeps nothing of the intermediate
- * width, so the backward makes a chunk's g, u and m again from the saved h2
- * (the same tile GEMMs, so the same bits) before going back through it. */
+ * forward again, except the dense MLP's of a microbatch longer than one
+ * chunk: it walks the tokens in chunks of whole tiles (model/token_tiles.h)
+ * and keeps nothing of the intermediate width, so the backward makes a
+ * chunk's g, u and m again from the saved h2 (the same tile GEMMs, so the
+ * same bits) before going back through it. */
 #include <math.h>
 #include <string.h>
 
@@ -67,9 +68,12 @@ typedef struct block_ws {
     /* scratch (q, k, v: saved when they are their own compute copies) */
     float *q, *k, *v, *tmp, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
     void *dy_c, *dout, *dq_c, *dk_c, *dv_c;
-    /* the dense MLP's scratch for one chunk of tokens (model/token_tiles.h) */
+    /* the dense MLP's scratch for one chunk of tokens (model/token_tiles.h);
+     * g, u, m saved instead when the microbatch is one chunk (mlp_kept: the
+     * forward makes them, the backward reads them) */
     float *g, *u, *dm;
     void *m, *dg, *du;
+    int mlp_kept;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
      * it), each projection's ts (saved; an expert projection's over the T*k
      * grouped rows; the dense MLP's in scratch, one chunk's rows) and the
@@ -191,7 +195,7 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
                 continue;
             int64_t in, out;
             rp_lora_features(cfg, block, (rp_lora_proj)p, &in, &out);
-            if (dense_mlp_adapter(w, (rp_lora_proj)p)) { /* ts in scratch, below */
+            if (dense_mlp_adapter(w, (rp_lora_proj)p)) { /* ts with g, u, m below */
                 mlp_adapter[p] = 1;
                 mlp_wide = max3(mlp_wide, (size_t)in, (size_t)out);
                 continue;
@@ -205,6 +209,20 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     }
     if (w->moe)
         rp_moe_carve(ops, cfg, T, &sv, &sc, &w->experts);
+    /* the dense MLP's chunk: saved when it is the whole microbatch, else
+     * scratch (below); fp32 tables: dm overwrites m (a tile's m is dead
+     * once its dWd += dy^T m has run), and dg, du overwrite g, u (the
+     * SwiGLU backward works in place) */
+    w->mlp_kept = !w->moe && chunk >= T;
+    rp_carver *mlp = w->mlp_kept ? &sv : &sc;
+    if (!w->moe && w->mlp_kept) {
+        w->g = rp_carve_f32(mlp, chunk * I);
+        w->u = rp_carve_f32(mlp, chunk * I);
+        w->m = rp_carve_compute(mlp, ops, chunk * I);
+        for (int p = 0; p < RP_LORA_NPROJ; p++)
+            if (mlp_adapter[p])
+                w->lora_ts[p] = rp_carve_compute(mlp, ops, chunk * (size_t)lc->rank);
+    }
     w->saved_total = sv.at;
 
     if (!one) {
@@ -213,13 +231,15 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
         w->v = rp_carve_f32(&sc, T * KD);
     }
     w->tmp = rp_carve_f32(&sc, T * H);
-    /* the dense MLP's chunk; fp32 tables: dm overwrites m (a tile's m is
-     * dead once its dWd += dy^T m has run), and dg, du overwrite g, u (the
-     * SwiGLU backward works in place) */
+    if (!w->moe && !w->mlp_kept) {
+        w->g = rp_carve_f32(mlp, chunk * I);
+        w->u = rp_carve_f32(mlp, chunk * I);
+        w->m = rp_carve_compute(mlp, ops, chunk * I);
+        for (int p = 0; p < RP_LORA_NPROJ; p++)
+            if (mlp_adapter[p])
+                w->lora_ts[p] = rp_carve_compute(mlp, ops, chunk * (size_t)lc->rank);
+    }
     if (!w->moe) {
-        w->g = rp_carve_f32(&sc, chunk * I);
-        w->u = rp_carve_f32(&sc, chunk * I);
-        w->m = rp_carve_compute(&sc, ops, chunk * I);
         w->dm = one ? (float *)w->m : rp_carve_f32(&sc, chunk * I);
         w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, chunk * I);
         w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, chunk * I);
@@ -246,9 +266,6 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
-        for (int p = 0; p < RP_LORA_NPROJ; p++)
-            if (mlp_adapter[p])
-                w->lora_ts[p] = rp_carve_compute(&sc, ops, chunk * (size_t)lc->rank);
         /* the dense MLP's adapters run over one tile (tile <= T rows) */
         const size_t u = lora_rows * wide > tile * mlp_wide ? lora_rows * wide : tile * mlp_wide;
         w->lora.t = rp_carve_f32(&sc, lora_rows * (size_t)lc->rank);
@@ -792,12 +809,15 @@ static rp_status mlp_chunk_forward(const mlp_walk *mw, int64_t c0, int64_t n, in
 }
 
 /* y = x2 + the MLP of h2. Without y (a layer run only for its backward)
- * nothing is left to do: the backward makes its chunks again from h2. */
+ * only a kept MLP has work: its g, u, m for the backward; one of several
+ * chunks has none, the backward makes its chunks again from h2. */
 static rp_status mlp_forward(const mlp_walk *mw, const float *x2, float *y, rp_error *err)
 {
     const rp_kernels *k = mw->k;
     const block_ws *w = mw->w;
     const int64_t H = mw->H, I = mw->I;
+    if (!y && w->mlp_kept)
+        return mlp_chunk_forward(mw, 0, mw->T, 1, err);
     for (int64_t c0 = 0; y && c0 < mw->T; c0 += mw->chunk) {
         const int64_t n = mw->T - c0 < mw->chunk ? mw->T - c0 : mw->chunk;
         RP_TRY(mlp_chunk_forward(mw, c0, n, 0, err));
@@ -830,7 +850,8 @@ static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, cons
     const int down_adapted = adapter(k, cfg, bp, dparams, RP_LORA_DOWN_PROJ, &down) != NULL;
     for (int64_t c0 = 0; c0 < mw->T; c0 += mw->chunk) {
         const int64_t n = mw->T - c0 < mw->chunk ? mw->T - c0 : mw->chunk;
-        RP_TRY(mlp_chunk_forward(mw, c0, n, 1, err));
+        if (!w->mlp_kept) /* kept: the forward's are in the saved area */
+            RP_TRY(mlp_chunk_forward(mw, c0, n, 1, err));
         for (int64_t j = 0; j < n; j += mw->tile) {
             const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
             const void *dy = row_at(dy_c, t, H, mw->cb), *m = row_at(w->m, j, I, mw->cb);

@@ -31,20 +31,28 @@ static inline int64_t rp_token_tile(const rp_model_config *cfg, int64_t T)
     return tile > 0 ? tile : 1;
 }
 
-/* Tokens of a chunk unless the run sets cfg->chunk_tiles: the whole tiles
- * of up to this many tokens (at least one tile). A dense MLP's chunk of
- * Qwen3-8B's width (14336) takes about 0.5 GiB of scratch on a bf16 table
- * at this length, and a chunk longer than a few tiles saves nothing but
- * the launches of elementwise ops (every GEMM is one tile's anyway). */
+/* Tokens of a chunk unless the run sets cfg->chunk_tiles: a microbatch of
+ * up to RP_CHUNK_WHOLE_TOKENS is one chunk, and a longer one walks the
+ * whole tiles of up to RP_CHUNK_TOKENS_DEFAULT. A dense MLP that is one
+ * chunk keeps g, u and m for its backward (model/block.c), as before tiles
+ * existed; one of several chunks makes them again from h2 in the backward,
+ * which costs the gate and up GEMMs once more but keeps nothing of tokens
+ * x intermediate width. A chunk of Qwen3-8B's width (14336) of 2048 tokens
+ * takes about 0.5 GiB of scratch on a bf16 table, and a chunk longer than a
+ * few tiles saves nothing but the launches of elementwise ops (every GEMM
+ * is one tile's anyway). */
+#define RP_CHUNK_WHOLE_TOKENS 8192
 #define RP_CHUNK_TOKENS_DEFAULT 2048
 
 /* Tokens of the chunk for a microbatch of T tokens: cfg->chunk_tiles
- * tiles, else the default's whole tiles; never more than T (the whole
- * microbatch when it is that short), and always whole tiles (a multiple of
+ * tiles, else the default above; never more than T (the whole microbatch
+ * when it is that short), and always whole tiles (a multiple of
  * rp_token_tile's, or T). */
 static inline int64_t rp_chunk_tokens(const rp_model_config *cfg, int64_t T)
 {
     const int64_t tile = rp_token_tile(cfg, T);
+    if (cfg->chunk_tiles <= 0 && T <= RP_CHUNK_WHOLE_TOKENS)
+        return T;
     int64_t tiles = cfg->chunk_tiles > 0 ? cfg->chunk_tiles : RP_CHUNK_TOKENS_DEFAULT / tile;
     if (tiles < 1)
         tiles = 1;
