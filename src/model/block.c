@@ -64,9 +64,8 @@ typedef struct block_ws {
     float *q, *k, *v, *tmp, *dm, *dq, *dk, *dv, *rope_space, *partial, *attn_scratch;
     void *dy_c, *dg, *du, *dout, *dq_c, *dk_c, *dv_c;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
-     * it), each projection's ts (saved; an expert projection's over the T*k
-     * grouped rows) and the shared scratch (T*k rows when the experts
-     * carry adapters) */
+     * it), each projection's ts (saved) and the shared scratch, of T rows
+     * (an expert projection's are the experts' own: rp_moe_bufs) */
     void *adapters_c;
     void *lora_ts[RP_LORA_NPROJ];
     rp_lora_bufs lora;
@@ -164,27 +163,24 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
     w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
     const rp_lora_config *lc = &cfg->lora;
-    /* the widest input or output of a projection, and the rows of the
-     * adapters' scratch */
-    size_t wide = max3(H, QD, I), lora_rows = T;
+    /* the widest input or output of a projection (the experts' adapters
+     * have their own buffers: rp_moe_carve) */
+    size_t wide = max3(H, QD, I);
     if (lc->rank > 0) {
         rp_lora_offsets lo;
         rp_lora_offsets_get(cfg, block, &lo);
         w->adapters_c = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&sv, ops, lo.numel);
         for (int p = 0; p < RP_LORA_NPROJ; p++) {
-            if (lo.a[p] == SIZE_MAX)
+            if (lo.a[p] == SIZE_MAX || rp_lora_per_expert(cfg, block, (rp_lora_proj)p))
                 continue;
             int64_t in, out;
             rp_lora_features(cfg, block, (rp_lora_proj)p, &in, &out);
             wide = max3(wide, (size_t)in, (size_t)out);
-            size_t rows = T;
-            if (rp_lora_per_expert(cfg, block, (rp_lora_proj)p))
-                lora_rows = rows = T * (size_t)cfg->moe.num_experts_per_tok;
-            w->lora_ts[p] = rp_carve_compute(&sv, ops, rows * (size_t)lc->rank);
+            w->lora_ts[p] = rp_carve_compute(&sv, ops, T * (size_t)lc->rank);
         }
     }
     if (w->moe)
-        rp_moe_carve(ops, cfg, T, &sv, &sc, &w->experts);
+        rp_moe_carve(ops, cfg, block, T, &sv, &sc, &w->experts);
     w->saved_total = sv.at;
 
     if (!one) {
@@ -222,9 +218,9 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
-        w->lora.t = rp_carve_f32(&sc, lora_rows * (size_t)lc->rank);
-        w->lora.u = rp_carve_f32(&sc, lora_rows * wide);
-        w->lora.dt = rp_carve_compute(&sc, ops, lora_rows * (size_t)lc->rank);
+        w->lora.t = rp_carve_f32(&sc, T * (size_t)lc->rank);
+        w->lora.u = rp_carve_f32(&sc, T * wide);
+        w->lora.dt = rp_carve_compute(&sc, ops, T * (size_t)lc->rank);
         if (lc->dropout > 0) { /* never on experts (model/layout.h): T rows */
             w->lora.xd = rp_carve_compute(&sc, ops, T * wide);
             w->lora.dxd = rp_carve_f32(&sc, T * wide);
@@ -628,10 +624,8 @@ static const rp_moe_lora *moe_adapters(const rp_kernels *k, const rp_model_confi
     ml->seqlen = seqlen;
     ml->router = adapter(k, cfg, bp, dparams, RP_LORA_ROUTER, router);
     ml->router_bufs = lora_bufs(w, RP_LORA_ROUTER);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++)
         ml->experts[i] = expert_adapters(k, cfg, bp, dparams, proj[i], &ex[i]);
-        ml->expert_bufs[i] = lora_bufs(w, proj[i]);
-    }
     return ml;
 }
 
