@@ -11,8 +11,8 @@
  * and experts, gpt-oss) gives the same bits, outputs, router statistics,
  * input and parameter gradients, whether its MLP runs the microbatch's
  * token tiles one, two or all at a time (model/token_tiles.h), and its
- * memory per token does not grow with the experts' width when a chunk is
- * one tile. */
+ * memory per token grows neither with the experts' width when a chunk is
+ * one tile nor with the dense MLPs' width. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +595,13 @@ START_TEST(moe_memory_is_bounded_per_token_not_per_width)
                      I = (size_t)whole.moe.moe_intermediate_size;
         ck_assert_uint_ge(growth(&whole, 1024, 2048) - growth(&narrow, 1024, 2048),
                           1024 * K * (2 * H + 4 * I));
+        /* nor with the width of the model's dense MLPs, which an expert
+         * block has none of (LoRA's shared scratch is as wide as its
+         * block's projections) */
+        rp_model_config dense_wide = narrow;
+        dense_wide.intermediate_size *= 4;
+        if (dense_wide.arch != RP_ARCH_GPT_OSS) /* gpt-oss: one width, the experts' */
+            ck_assert_uint_eq(growth(&narrow, 1024, 2048), growth(&dense_wide, 1024, 2048));
     }
 }
 END_TEST

@@ -164,8 +164,9 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
     const rp_lora_config *lc = &cfg->lora;
     /* the widest input or output of a projection (the experts' adapters
-     * have their own buffers: rp_moe_carve) */
-    size_t wide = max3(H, QD, I);
+     * have their own buffers, rp_moe_carve: a mixture-of-experts block has
+     * no projection of the dense width I) */
+    size_t wide = max3(H, QD, w->moe ? 0 : I);
     if (lc->rank > 0) {
         rp_lora_offsets lo;
         rp_lora_offsets_get(cfg, block, &lo);
