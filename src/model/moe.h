@@ -21,9 +21,9 @@
  * before going back through the same steps (the gathered input is gathered
  * again rather than kept), and the experts' weight gradients take their
  * tiles in token order, so the bits depend on the tile, never on the chunk.
- * The load-balancing loss enters the
- * backward as a gradient per expert probability (aux_grad), which the
- * engine forms from the statistics every MoE forward writes (moe_stats).
+ * The load-balancing loss enters the backward as a gradient per expert
+ * probability (aux_grad), which the engine forms from the statistics every
+ * MoE forward writes (moe_stats, over all T tokens).
  *
  * With LoRA (rp_moe_lora) the router and each expert's projections carry
  * adapters (model/lora.h's, scaling s):
