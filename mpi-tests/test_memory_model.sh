@@ -13,7 +13,9 @@
 # layer of a backward stage, which CPU executors read where it lies), forced
 # by keep=N, by --recompute none and under --recompute layer, and none kept
 # with --recompute stage; the same with LoRA (device buffers, host store, the
-# base converted into the store or mapped from the model's files); a --memory-limit-mib under a plan's need refuses that forced plan
+# base converted into the store or mapped from the model's files); device
+# buffers for a mixture of experts, with and without LoRA; a
+# --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
 set -u
@@ -92,6 +94,15 @@ host "--init-config $untied" fp32 2 "fwd=0;bwd=1-$((nl + 1)),0;width=1" --lora-r
 host "--model $model" fp32 1 "fwd=0;bwd=1-$((nl + 1)),0" --lora-rank 4
 grep -q 'mapped read-only' "$tmp/train.txt" && ok || bad "fp32 files for fp32 executors: the base not said to be mapped"
 grep -q '"host_base_mapped_bytes": [1-9]' "$tmp/p.json" && ok || bad "plan counts no mapped base"
+
+# a mixture of experts (dense and expert blocks; the experts' chunked
+# buffers and their adapters', model/moe.h), on its own tokens (vocabulary 40)
+moe="$src/mpi-tests/fixtures/golden-moe/moe-mb/model/config.json"
+dense_data=$data
+data="$src/mpi-tests/fixtures/golden-moe/moe-mb/data.npy"
+check "$moe" "fwd=0-3;bwd=4-7,0-3"
+check "$moe" "fwd=0-3;bwd=4-7,0-3" --lora-rank 2
+data=$dense_data
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
