@@ -17,7 +17,9 @@
 # same with the dense MLP's chunk forced small (--token-tile 8
 # --mlp-chunk-tokens 8: one tile of the microbatch's two), with and without
 # LoRA, kept blocks included, and plan counts fewer bytes for it than for
-# the whole microbatch; a --memory-limit-mib under a plan's need refuses that forced plan
+# the whole microbatch; device buffers for a mixture of experts, with and
+# without LoRA, with its chunks whole and forced small; a
+# --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
 set -u
@@ -113,6 +115,17 @@ peak() { # [options]: plan's peak bytes for the tied config
 one=$(peak $small) whole=$(peak --token-tile 8 --mlp-chunk-tokens 16)
 [ -n "$one" ] && [ -n "$whole" ] && [ "$one" -lt "$whole" ] && ok ||
   bad "plan: a chunk of one tile counts '$one' bytes, not fewer than the whole microbatch's '$whole'"
+
+# a mixture of experts (dense and expert blocks; the experts' chunked
+# buffers and their adapters', model/moe.h), on its own tokens (vocabulary 40)
+moe="$src/mpi-tests/fixtures/golden-moe/moe-mb/model/config.json"
+dense_data=$data
+data="$src/mpi-tests/fixtures/golden-moe/moe-mb/data.npy"
+check "$moe" "fwd=0-3;bwd=4-7,0-3"
+check "$moe" "fwd=0-3;bwd=4-7,0-3" --lora-rank 2
+check "$moe" "fwd=0-3;bwd=4-7,0-3" $small
+check "$moe" "fwd=0-3;bwd=4-7,0-3" --lora-rank 2 $small
+data=$dense_data
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \

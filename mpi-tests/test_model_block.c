@@ -10,7 +10,12 @@
  * chunks of tiles (model/token_tiles.h) never change a bit, tiles cut
  * across samples compute the same function, and no buffer of tokens x
  * intermediate width is kept or taken (the per-token memory does not grow
- * with intermediate_size). */
+ * with intermediate_size). A mixture-of-experts block (Qwen3-MoE with and
+ * without LoRA on its router and experts, gpt-oss) gives the same bits,
+ * outputs, router statistics, input and parameter gradients, whether its
+ * MLP runs the microbatch's token tiles one, two or all at a time, and its
+ * memory per token grows neither with the experts' width when a chunk is
+ * one tile nor with the dense MLPs' width. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +509,228 @@ START_TEST(mlp_chunks_keep_bits)
 }
 END_TEST
 
+/* ---- the mixture-of-experts MLP over token tiles and chunks ------------ */
+
+/* A Qwen3-MoE block (4 experts, 2 per token, width 12) and a gpt-oss one
+ * (router and expert biases, sinks, a sliding window of 4, clamped SwiGLU),
+ * with tiles of 8 tokens (cfg.chunk_tiles set by each run). */
+static rp_model_config qwen_moe_cfg(void)
+{
+    rp_model_config c = qwen_cfg();
+    c.arch = RP_ARCH_QWEN3_MOE;
+    c.moe.num_experts = 4;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.moe_intermediate_size = 12;
+    c.moe.decoder_sparse_step = 1;
+    c.moe.norm_topk_prob = 1;
+    c.token_tile = 8;
+    return c;
+}
+
+static rp_model_config gpt_oss_cfg(void)
+{
+    rp_model_config c = qwen_moe_cfg();
+    c.arch = RP_ARCH_GPT_OSS;
+    c.moe.moe_intermediate_size = 16;
+    c.intermediate_size = 16;
+    c.attention_bias = 1;
+    c.oss.swiglu_limit = 7.0;
+    c.oss.swiglu_alpha = 1.702;
+    c.oss.sliding_window = 4;
+    c.oss.sliding[0] = 1u << 0; /* block 0 slides */
+    return c;
+}
+
+/* Block 0's tensors of a layout (the full model's or LoRA's adapters), far
+ * from the tiny init as random_params'. */
+static float *random_block(const rp_model_config *cfg, int base, uint64_t seed, size_t *numel)
+{
+    rp_layer_desc *L;
+    int n;
+    rp_error err = {0};
+    ck_assert_msg((base ? rp_model_base_layout : rp_model_layout)(cfg, &L, &n, &err) == RP_OK,
+                  "%s", err.msg);
+    const rp_layer_desc *b = &L[1];
+    float *p = calloc(b->numel, sizeof(float));
+    for (int i = 0; i < b->nparams; i++) {
+        const rp_param_desc *d = &b->params[i];
+        float sd = d->ndim == 2 ? 0.3f : 0.2f;
+        rp_rng_fill_normal(p + d->offset, d->numel, seed, (uint64_t)i, 0, 0.0f, sd);
+        if (d->ndim == 1 && strstr(d->name, "norm"))
+            for (size_t j = 0; j < d->numel; j++)
+                p[d->offset + j] += 1.0f;
+    }
+    *numel = b->numel;
+    free(L);
+    return p;
+}
+
+/* What one run of the block gives: the forward's y and router statistics,
+ * and the backward's dx and trainable gradient (the tail's order, forward
+ * then backward, and the recompute's, a forward without y then backward,
+ * must agree to the bit). */
+typedef struct moe_result {
+    float *y, *stats, *dx, *grad;
+} moe_result;
+
+static moe_result moe_block_run(const rp_model_config *cfg, const float *P, const float *A,
+                                size_t ntrain, const float *x, const float *dy,
+                                const float *aux, int64_t nseq, int64_t S)
+{
+    const size_t n = (size_t)(nseq * S * cfg->hidden_size), E = (size_t)cfg->moe.num_experts;
+    float *ws = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S) * sizeof(float));
+    float *saved = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S) * sizeof(float));
+    moe_result r = {malloc(n * sizeof(float)), calloc(2 * E, sizeof(float)),
+                    malloc(n * sizeof(float)), calloc(ntrain, sizeof(float))};
+    float *dx2 = malloc(n * sizeof(float)), *grad2 = calloc(ntrain, sizeof(float));
+    rp_lora_call lc = {.adapters = A, .base_dtype = RP_F32, .seed = 5, .layer = 0};
+    rp_block_call call = {.block = 0, .lora = A ? &lc : NULL, .router_stats = r.stats,
+                          .router_aux_grad = aux};
+    rp_error err = {0};
+    ck_assert_msg(rp_block_forward(&cpu_k, cfg, P, RP_F32, x, r.y, nseq, S, NULL, saved, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_backward(&cpu_k, cfg, P, RP_F32, x, saved, dy, r.dx, r.grad, nseq, S, NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
+    call.router_stats = NULL;
+    ck_assert_msg(rp_block_forward(&cpu_k, cfg, P, RP_F32, x, NULL, nseq, S, NULL, saved, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_backward(&cpu_k, cfg, P, RP_F32, x, saved, dy, dx2, grad2, nseq, S, NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_mem_eq(dx2, r.dx, n * sizeof(float));
+    ck_assert_mem_eq(grad2, r.grad, ntrain * sizeof(float));
+    free(dx2);
+    free(grad2);
+    free(ws);
+    free(saved);
+    return r;
+}
+
+static void moe_result_free(moe_result *r)
+{
+    free(r->y);
+    free(r->stats);
+    free(r->dx);
+    free(r->grad);
+}
+
+/* got equals want to fp32 rounding: within 1e-4 of each element plus 1e-6
+ * of the largest (a tile left out or added twice moves elements by O(1) of
+ * their size). */
+static void expect_close(const float *got, const float *want, size_t n, const char *what)
+{
+    float scale = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmaxf(scale, fabsf(want[i]));
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-4f * fabsf(want[i]) + 1e-6f * scale,
+                      "%s[%zu]: %g with one tile vs %g with tiles of 8", what, i, got[i], want[i]);
+}
+
+/* The outputs, router statistics, input gradients and every trainable
+ * gradient of the block with chunks of 1, 2 and all of its tiles are
+ * the same bits: 3 sequences of 7 tokens are tiles of 8, 8 and 5 tokens,
+ * so a chunk of 2 leaves a last chunk of one short tile. */
+static void moe_chunks_agree(rp_model_config cfg)
+{
+    const int64_t nseq = 3, S = 7;
+    const size_t n = (size_t)(nseq * S * cfg.hidden_size), E = (size_t)cfg.moe.num_experts;
+    size_t np, na = 0;
+    float *P = random_block(&cfg, 1, 7, &np), *A = NULL;
+    if (cfg.lora.rank > 0)
+        A = random_block(&cfg, 0, 8, &na);
+    float *x = random_vec(n, 11, 1.0f), *dy = random_vec(n, 13, 1.0f);
+    float *aux = random_vec(E, 17, 0.1f);
+    const size_t ntrain = A ? na : np;
+    cfg.chunk_tiles = 0; /* the whole microbatch */
+    moe_result whole = moe_block_run(&cfg, P, A, ntrain, x, dy, aux, nseq, S);
+    /* the routing spreads the tokens: every expert has pairs */
+    for (size_t e = 0; e < E; e++)
+        ck_assert_msg(whole.stats[e] > 0, "expert %zu has no tokens", e);
+    for (int64_t chunk = 1; chunk <= 2; chunk++) {
+        cfg.chunk_tiles = chunk;
+        moe_result r = moe_block_run(&cfg, P, A, ntrain, x, dy, aux, nseq, S);
+        ck_assert_mem_eq(r.y, whole.y, n * sizeof(float));
+        ck_assert_mem_eq(r.stats, whole.stats, 2 * E * sizeof(float));
+        ck_assert_mem_eq(r.dx, whole.dx, n * sizeof(float));
+        for (size_t i = 0; i < ntrain; i++)
+            ck_assert_msg(memcmp(&r.grad[i], &whole.grad[i], sizeof(float)) == 0,
+                          "chunk of %lld tiles: gradient element %zu: %a vs %a (whole)",
+                          (long long)chunk, i, r.grad[i], whole.grad[i]);
+        moe_result_free(&r);
+    }
+    /* and they are the numbers of one tile over all the tokens (the
+     * microbatch's GEMMs before tiles), to the rounding of a reordered sum */
+    cfg.token_tile = nseq * S;
+    cfg.chunk_tiles = 0;
+    moe_result one = moe_block_run(&cfg, P, A, ntrain, x, dy, aux, nseq, S);
+    expect_close(one.y, whole.y, n, "y");
+    expect_close(one.dx, whole.dx, n, "dx");
+    expect_close(one.grad, whole.grad, ntrain, "gradient");
+    moe_result_free(&one);
+    moe_result_free(&whole);
+    free(P);
+    free(A);
+    free(x);
+    free(dy);
+    free(aux);
+}
+
+START_TEST(qwen3_moe_bits_do_not_depend_on_the_chunk) { moe_chunks_agree(qwen_moe_cfg()); }
+END_TEST
+
+START_TEST(qwen3_moe_lora_bits_do_not_depend_on_the_chunk)
+{
+    /* adapters on the router and on every expert's gate, up and down */
+    rp_model_config c = qwen_moe_cfg();
+    c.lora.rank = 2;
+    c.lora.alpha = 4;
+    c.lora.targets = RP_LORA_ALL_LINEAR;
+    moe_chunks_agree(c);
+}
+END_TEST
+
+START_TEST(gpt_oss_bits_do_not_depend_on_the_chunk) { moe_chunks_agree(gpt_oss_cfg()); }
+END_TEST
+
+/* Saved + scratch floats of block 0 for T2 tokens minus those for T1. */
+static size_t growth(const rp_model_config *cfg, int64_t T1, int64_t T2)
+{
+    const rp_kernel_ops *o = &rp_kernel_ops_cpu;
+    return rp_block_saved_floats(o, RP_F32, cfg, 1, T2) + rp_block_workspace_floats(o, RP_F32, cfg, 1, T2) -
+           rp_block_saved_floats(o, RP_F32, cfg, 1, T1) - rp_block_workspace_floats(o, RP_F32, cfg, 1, T1);
+}
+
+START_TEST(moe_memory_is_bounded_per_token_not_per_width)
+{
+    /* with chunks of one tile, a token more costs the same whatever the
+     * experts' width (their rows live for a chunk only), LoRA on the
+     * experts included; with the whole microbatch as one chunk each token
+     * holds its k rows of gathered input, outputs (H each) and g, u, m, z
+     * (I each; dg and du are g and u on fp32 tables) */
+    rp_model_config cfgs[3] = {qwen_moe_cfg(), qwen_moe_cfg(), gpt_oss_cfg()};
+    cfgs[1].lora.rank = 2;
+    cfgs[1].lora.alpha = 4;
+    cfgs[1].lora.targets = RP_LORA_ALL_LINEAR;
+    for (int c = 0; c < 3; c++) {
+        rp_model_config narrow = cfgs[c], wide = cfgs[c];
+        wide.moe.moe_intermediate_size *= 4;
+        if (wide.arch == RP_ARCH_GPT_OSS)
+            wide.intermediate_size = wide.moe.moe_intermediate_size;
+        narrow.chunk_tiles = wide.chunk_tiles = 1;
+        ck_assert_uint_eq(growth(&narrow, 1024, 2048), growth(&wide, 1024, 2048));
+        rp_model_config whole = narrow;
+        whole.chunk_tiles = 0;
+        const size_t K = (size_t)whole.moe.num_experts_per_tok, H = (size_t)whole.hidden_size,
+                     I = (size_t)whole.moe.moe_intermediate_size;
+        ck_assert_uint_ge(growth(&whole, 1024, 2048) - growth(&narrow, 1024, 2048),
+                          1024 * K * (2 * H + 4 * I));
+        /* nor with the width of the model's dense MLPs, which an expert
+         * block has none of (LoRA's shared scratch is as wide as its
+         * block's projections) */
+        rp_model_config dense_wide = narrow;
+        dense_wide.intermediate_size *= 4;
+        if (dense_wide.arch != RP_ARCH_GPT_OSS) /* gpt-oss: one width, the experts' */
+            ck_assert_uint_eq(growth(&narrow, 1024, 2048), growth(&dense_wide, 1024, 2048));
+    }
+}
+END_TEST
+
 Suite *block_suite(void)
 {
     Suite *s = suite_create("model_block");
@@ -516,6 +743,10 @@ Suite *block_suite(void)
     tcase_add_test(tc, bitwise_deterministic_and_accumulating);
     tcase_add_test(tc, workspace_linear_in_seqlen);
     tcase_add_test(tc, mlp_chunks_keep_bits);
+    tcase_add_test(tc, qwen3_moe_bits_do_not_depend_on_the_chunk);
+    tcase_add_test(tc, qwen3_moe_lora_bits_do_not_depend_on_the_chunk);
+    tcase_add_test(tc, gpt_oss_bits_do_not_depend_on_the_chunk);
+    tcase_add_test(tc, moe_memory_is_bounded_per_token_not_per_width);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -75,10 +75,10 @@ typedef struct block_ws {
     void *m, *dg, *du;
     int mlp_kept;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
-     * it), each projection's ts (saved; an expert projection's over the T*k
-     * grouped rows; the dense MLP's in scratch, one chunk's rows) and the
-     * shared scratch (T*k rows when the experts carry adapters; one tile's
-     * rows for the dense MLP's) */
+     * it), each projection's ts (saved; the dense MLP's with g, u and m,
+     * a chunk's rows; an expert projection's are the experts' own:
+     * rp_moe_bufs) and the shared scratch (T rows; one tile's rows for the
+     * dense MLP's) */
     void *adapters_c;
     void *lora_ts[RP_LORA_NPROJ];
     rp_lora_bufs lora;
@@ -181,17 +181,17 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     /* the dense MLP's tokens at once: a chunk of whole tiles */
     const size_t tile = (size_t)rp_token_tile(cfg, (int64_t)T),
                  chunk = (size_t)rp_chunk_tokens(cfg, (int64_t)T);
-    /* the widest input or output of a projection over T rows (T*k for
-     * experts'), and of the dense MLP's adapters (over a tile's rows), and
-     * the rows of the adapters' scratch */
-    size_t wide = max3(H, QD, KD), mlp_wide = 0, lora_rows = T;
+    /* the widest input or output of a projection over T rows, and of the
+     * dense MLP's adapters (over a tile's rows); the experts' adapters have
+     * their own buffers (rp_moe_carve) */
+    size_t wide = max3(H, QD, KD), mlp_wide = 0;
     int mlp_adapter[RP_LORA_NPROJ] = {0};
     if (lc->rank > 0) {
         rp_lora_offsets lo;
         rp_lora_offsets_get(cfg, block, &lo);
         w->adapters_c = pdt == ops->compute_dtype ? NULL : rp_carve_compute(&sv, ops, lo.numel);
         for (int p = 0; p < RP_LORA_NPROJ; p++) {
-            if (lo.a[p] == SIZE_MAX)
+            if (lo.a[p] == SIZE_MAX || rp_lora_per_expert(cfg, block, (rp_lora_proj)p))
                 continue;
             int64_t in, out;
             rp_lora_features(cfg, block, (rp_lora_proj)p, &in, &out);
@@ -201,14 +201,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
                 continue;
             }
             wide = max3(wide, (size_t)in, (size_t)out);
-            size_t rows = T;
-            if (rp_lora_per_expert(cfg, block, (rp_lora_proj)p))
-                lora_rows = rows = T * (size_t)cfg->moe.num_experts_per_tok;
-            w->lora_ts[p] = rp_carve_compute(&sv, ops, rows * (size_t)lc->rank);
+            w->lora_ts[p] = rp_carve_compute(&sv, ops, T * (size_t)lc->rank);
         }
     }
     if (w->moe)
-        rp_moe_carve(ops, cfg, T, &sv, &sc, &w->experts);
+        rp_moe_carve(ops, cfg, block, T, &sv, &sc, &w->experts);
     /* the dense MLP's chunk: saved when it is the whole microbatch, else
      * scratch (below); fp32 tables: dm overwrites m (a tile's m is dead
      * once its dWd += dy^T m has run), and dg, du overwrite g, u (the
@@ -267,10 +264,10 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
         /* the dense MLP's adapters run over one tile (tile <= T rows) */
-        const size_t u = lora_rows * wide > tile * mlp_wide ? lora_rows * wide : tile * mlp_wide;
-        w->lora.t = rp_carve_f32(&sc, lora_rows * (size_t)lc->rank);
+        const size_t u = T * wide > tile * mlp_wide ? T * wide : tile * mlp_wide;
+        w->lora.t = rp_carve_f32(&sc, T * (size_t)lc->rank);
         w->lora.u = rp_carve_f32(&sc, u);
-        w->lora.dt = rp_carve_compute(&sc, ops, lora_rows * (size_t)lc->rank);
+        w->lora.dt = rp_carve_compute(&sc, ops, T * (size_t)lc->rank);
         if (lc->dropout > 0) { /* never on experts (model/layout.h): T rows */
             const size_t x = T * wide > tile * mlp_wide ? T * wide : tile * mlp_wide;
             w->lora.xd = rp_carve_compute(&sc, ops, x);
@@ -675,10 +672,8 @@ static const rp_moe_lora *moe_adapters(const rp_kernels *k, const rp_model_confi
     ml->seqlen = seqlen;
     ml->router = adapter(k, cfg, bp, dparams, RP_LORA_ROUTER, router);
     ml->router_bufs = lora_bufs(w, RP_LORA_ROUTER);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++)
         ml->experts[i] = expert_adapters(k, cfg, bp, dparams, proj[i], &ex[i]);
-        ml->expert_bufs[i] = lora_bufs(w, proj[i]);
-    }
     return ml;
 }
 

@@ -10,11 +10,20 @@
  *   m = silu(g) * u
  *   yg = m Wd_e^T                                [T*k, H]  fp32
  *   y = x2 + sum over slots s of weights[t, s] yg[where[t*k + s]]
- * The backward goes back through the same steps from what the forward kept
- * (probs, the routing, the grouping, g, u and m); the gathered input is
- * gathered again rather than kept. The load-balancing loss enters the
- * backward as a gradient per expert probability (aux_grad), which the
- * engine forms from the statistics every MoE forward writes (moe_stats).
+ * The experts walk the tokens by model/token_tiles.h's rule: the routing
+ * (logits, probs, the top k) is formed for all T tokens at once (E and k
+ * numbers per token), the rest per tile of tokens: each tile's pairs are
+ * grouped by expert on their own (moe_group over the tile's rows), so
+ * every grouped GEMM reads one tile (one grouped call per tile), and a
+ * chunk of tiles (xg .. m, their gradients, the experts' adapters'
+ * buffers) is alive at once. The forward keeps only the routing; the
+ * backward recomputes a chunk's xg, g, u and m from h and the routing
+ * before going back through the same steps (the gathered input is gathered
+ * again rather than kept), and the experts' weight gradients take their
+ * tiles in token order, so the bits depend on the tile, never on the chunk.
+ * The load-balancing loss enters the backward as a gradient per expert
+ * probability (aux_grad), which the engine forms from the statistics every
+ * MoE forward writes (moe_stats, over all T tokens).
  *
  * With LoRA (rp_moe_lora) the router and each expert's projections carry
  * adapters (model/lora.h's, scaling s):
@@ -49,32 +58,45 @@
 #define RP_MOE_MAX_EXPERTS 512
 
 /* The buffers of one MoE call, carved by rp_moe_carve. Saved for the
- * backward: probs .. m; scratch: the rest. */
+ * backward: the routing (probs, experts, weights); scratch: the rest,
+ * over all T tokens where it is a number or E per token, else over the
+ * chunk's C tokens (rows by pair in tile order; each tile's offsets, order
+ * and where count from its own first pair). */
 typedef struct rp_moe_bufs {
     float *probs;     /* [T, E] */
     int32_t *experts; /* [T, k] */
     float *weights;   /* [T, k] */
-    int32_t *offsets; /* [E + 1] */
-    int32_t *order;   /* [T*k] */
-    int32_t *where;   /* [T*k] */
-    float *g, *u;     /* [T*k, I] fp32 */
-    void *m;          /* [T*k, I] compute dtype */
+    int64_t tile;     /* tokens of a tile (model/token_tiles.h) */
+    int64_t chunk;    /* tokens of a chunk: a whole number of tiles, or T */
     float *logits;    /* [T, E] */
-    void *xg;         /* [T*k, H] compute: the gathered input, then dy gathered */
-    float *yg;        /* [T*k, H] fp32: the experts' outputs, then their input gradient */
-    float *z;         /* [T*k, I] fp32: dy Wd, then dm in place */
-    void *dg, *du;    /* [T*k, I] compute (fp32 tables: g and u themselves) */
+    int32_t *all_offsets, *all_order, *all_where; /* [E + 1], [T*k]: moe_stats' grouping */
     float *dweights;  /* [T*k] */
     float *dlogits;   /* [T, E] */
     void *dlogits_c;  /* [T, E] compute (fp32 tables: dlogits itself) */
-    float *bias_dot;  /* gpt-oss: [T*k] each pair's dy . its expert's down bias */
+    int32_t *offsets; /* [tiles of a chunk][E + 1] */
+    int32_t *order;   /* [C*k] */
+    int32_t *where;   /* [C*k] */
+    void *xg;         /* [C*k, H] compute: the gathered input, then dy gathered */
+    float *yg;        /* [C*k, H] fp32: the experts' outputs, then their input gradient */
+    float *g, *u;     /* [C*k, I] fp32 */
+    void *m;          /* [C*k, I] compute dtype */
+    float *z;         /* [C*k, I] fp32: dy Wd, then dm in place */
+    void *dg, *du;    /* [C*k, I] compute (fp32 tables: g and u themselves) */
+    float *bias_dot;  /* gpt-oss: [C*k] each pair's dy . its expert's down bias */
+    /* LoRA on the experts: each adapted projection's ts [C*k, r] (compute
+     * dtype; NULL: not adapted) and the scratch of one tile's rows: t
+     * [tile*k, r] fp32, u [tile*k, max(H, I)] fp32, dt [tile*k, r] compute */
+    void *expert_ts[3];
+    float *lora_t, *lora_u;
+    void *lora_dt;
     float *partial;   /* the column sums' scratch (the caller's; gpt-oss's router bias) */
 } rp_moe_bufs;
 
-/* Carve the buffers of T tokens from the saved area `sv` and the scratch
- * `sc` (counting only when their bases are NULL). */
-void rp_moe_carve(const rp_kernel_ops *ops, const rp_model_config *cfg, size_t T, rp_carver *sv,
-                  rp_carver *sc, rp_moe_bufs *b);
+/* Carve the buffers of T tokens of block `block` (its experts' adapters)
+ * from the saved area `sv` and the scratch `sc` (counting only when their
+ * bases are NULL). */
+void rp_moe_carve(const rp_kernel_ops *ops, const rp_model_config *cfg, int block, size_t T,
+                  rp_carver *sv, rp_carver *sc, rp_moe_bufs *b);
 
 /* A block's router and experts as the GEMMs read them (dtype `dtype`):
  * gate[e], up[e], down[e] expert e's matrices. With gradients (backward),
@@ -108,20 +130,19 @@ typedef struct rp_expert_adapters {
 /* A mixture-of-experts block's adapters (NULL members: not adapted): the
  * router's, called as the block's other projections (with the call's
  * dropout keys over nseq sequences of seqlen), and the experts' gate_proj,
- * up_proj and down_proj (experts[0..2]); bufs[p] their buffers (model/
- * lora.h): ts [T, r] for the router, [T*k, r] for the experts, the
- * scratch t, u and dt of T*k rows. */
+ * up_proj and down_proj (experts[0..2]); router_bufs the router's
+ * buffers (model/lora.h, of T rows; the experts' are rp_moe_bufs'). */
 typedef struct rp_moe_lora {
     const rp_lora_call *call;
     int64_t nseq, seqlen;
     const rp_lora_adapter *router;
     const rp_expert_adapters *experts[3];
-    rp_lora_bufs router_bufs, expert_bufs[3];
+    rp_lora_bufs router_bufs;
 } rp_moe_lora;
 
 /* y = x2 + moe(h) over T tokens (y fp32, must not alias h or x2). y NULL
- * skips the down projection and the combine (a forward run only for its
- * backward). stats (device memory, or NULL) receives moe_stats' [2E].
+ * (a forward run only for its backward) forms the routing only: the
+ * backward recomputes the rest. stats (device memory, or NULL) receives moe_stats' [2E].
  * lora: the adapters, or NULL. */
 rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
                          const rp_moe_weights *mw, const rp_moe_lora *lora, const void *h,
@@ -129,7 +150,7 @@ rp_status rp_moe_forward(const rp_kernels *k, const rp_model_config *cfg,
                          float *stats, rp_error *err);
 
 /* dh = dL/dh (fp32 [T, H], overwritten) and the weights' gradients (+=)
- * from dy_c = dL/dy (compute dtype) and the forward's saved buffers;
+ * from dy_c = dL/dy (compute dtype), h and the forward's saved routing;
  * aux_grad (device memory [E], or NULL) is the load-balancing loss's
  * gradient per probability, added to every token's. */
 rp_status rp_moe_backward(const rp_kernels *k, const rp_model_config *cfg,

@@ -37,7 +37,8 @@ static inline int64_t rp_token_tile(const rp_model_config *cfg, int64_t T)
  * chunk keeps g, u and m for its backward (model/block.c), as before tiles
  * existed; one of several chunks makes them again from h2 in the backward,
  * which costs the gate and up GEMMs once more but keeps nothing of tokens
- * x intermediate width. A chunk of Qwen3-8B's width (14336) of 2048 tokens
+ * x intermediate width. A mixture of experts keeps only its routing and
+ * always makes its chunks' expert rows again (model/moe.h). A chunk of Qwen3-8B's width (14336) of 2048 tokens
  * takes about 0.5 GiB of scratch on a bf16 table, and a chunk longer than a
  * few tiles saves nothing but the launches of elementwise ops (every GEMM
  * is one tile's anyway). */
