@@ -4,7 +4,9 @@
 # the byte what `roundpipe train`'s executors allocate ("executor buffers:
 # ... (N bytes"), for forced plans of a tied model (the tail holds the
 # embedding matrix and its gradient) and an untied one, and with
-# --documents (the segment starts), CPU executors, two ranks; the host
+# --documents (the segment starts), CPU executors, two ranks; a stage with
+# the embedding holds on the device only the rows the batch's tokens can
+# read (weights and gradient), never the whole table; the host
 # store `roundpipe plan` reports (model state and gradients, activations)
 # is what train's node allocates, to the byte, for
 # bf16 and fp32, one and two pipelines, and train's start-up line on host
@@ -38,6 +40,17 @@ done
 nl=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$untied")
 check "$untied" "fwd=0;bwd=1-$((nl + 1)),0"
 check "$untied" "fwd=0-$nl;bwd=$((nl + 1)),0-$nl"
+# the embedding on the device is the rows the batch can read (4 x 16 = 64
+# of its 96), in the weights and the gradient buffer, not the whole table:
+# a job of the embedding alone counts 64 x hidden fp32 of each, and train
+# allocates what plan counts (above, the same plan)
+hid=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$untied")
+"$bin" plan --init-config "$untied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "fwd=0;bwd=1-$((nl + 1)),0" --device cpu --json > "$tmp/p.json"
+emb=$(grep -o '"kind": "B", "first": 0, "last": 0, "ms_per_microbatch": [0-9.e+-]*, "weight_bytes": [0-9]*, "grad_bytes": [0-9]*' "$tmp/p.json" |
+  sed 's/.*"weight_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\)/\1 \2/')
+[ "$emb" = "$((64 * hid * 4)) $((64 * hid * 4))" ] && ok ||
+  bad "the embedding's job holds '$emb' bytes of weights and gradient, not 64 rows' $((64 * hid * 4))"
 # --documents: the executors also hold the microbatch's segment starts
 check "$tied" "fwd=0-2;bwd=3-5,0-2" --documents "$src/mpi-tests/fixtures/golden/llama-packed/documents.npy"
 

@@ -268,7 +268,8 @@ void rp_plan_cli_usage(FILE *out)
 /* A config's cost model: times from its FLOPs on the given device rates,
  * device memory as the executors of `device` allocate it (the workspace
  * into *workspace). */
-static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
+static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_t microbatches,
+                             double tflops,
                              double devgbs, int cb, rp_dtype grad_dtype, int documents,
                              rp_device_kind device, const rp_lora_config *lora,
                              rp_cost_model **out,
@@ -298,7 +299,7 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
         st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, documents,
-                                   tok_mb / S, S, *out,
+                                   microbatches, tok_mb / S, S, *out,
                                    workspace, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(out);
@@ -465,7 +466,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
             a.compute_bytes = a.device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
-            st = load_config(config, a.seq_len, a.seq_len * b / m, a.tflops, a.device_gbs,
+            st = load_config(config, a.seq_len, a.seq_len * b / m, m, a.tflops, a.device_gbs,
                              a.compute_bytes, (rp_dtype)a.grad_dtype, documents, a.device,
                              &o->lora,
                              &o->model,

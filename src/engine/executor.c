@@ -259,7 +259,7 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     if (job.kind != RP_JOB_FWD) {
         RP_TRY(rp_device_memset0(x->dev, x->grads,
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
-                                     rp_layer_numel(e, job.last) * sizeof(float),
+                                     rp_stage_layer_elements(e, job.last) * sizeof(float),
                                  err));
         if (rp_stage_needs_tied(e, &job))
             RP_TRY(rp_device_memset0(x->dev, rp_exec_tied_grad(x, &job),

@@ -93,6 +93,11 @@ rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp
  * (LoRA), and a tied head's matrix. */
 size_t rp_stage_max_reqs(const rp_engine *e);
 
+/* Elements of layer l a stage holds on the device (weights, and gradient
+ * when it trains): the embedding's rows a batch can read
+ * (e->emb_device_rows), never its whole table; a layer's numel otherwise. */
+size_t rp_stage_layer_elements(const rp_engine *e, int l);
+
 /* Does this job need the tied embedding matrix as its LM head? */
 int rp_stage_needs_tied(const rp_engine *e, const rp_job *job);
 

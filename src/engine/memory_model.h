@@ -17,7 +17,9 @@
  *   weight_bytes, grad_bytes: the layer's parameters in `dtype` and its
  *       gradient in fp32 (and its bf16 rounding for the download with
  *       grad_dtype bf16), each layer rounded up to 16 elements as the stage
- *       buffers lay them out; the head of a tied model also holds the
+ *       buffers lay them out; the embedding only as the rows `microbatches`
+ *       microbatches can read (rp_memory_embedding_rows), which is all a
+ *       stage holds of it; the head of a tied model also holds the whole
  *       embedding matrix (the tail uploads it and accumulates its gradient);
  *       with LoRA (cfg->lora.rank > 0) the parameters are the adapters and,
  *       on executors whose memory is not the host's, weight_bytes adds the
@@ -37,8 +39,21 @@
  * plus the microbatch's token ids, targets and mask (and with documents
  * its segment starts). */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents,
+                               rp_dtype grad_dtype, int documents, int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
+
+/* Rows of the embedding a stage holds on the device, in its weights and
+ * its gradient buffer: the rows an iteration's tokens can read
+ * (microbatches of tokens_per_micro tokens), at most the vocabulary. A
+ * job uploads only the rows its pipeline's tokens read and accumulates
+ * their gradient there (stage_buffers.c), never the whole table; a tied
+ * head still holds the whole matrix, which its logits read. */
+static inline int64_t rp_memory_embedding_rows(const rp_model_config *cfg, int64_t microbatches,
+                                               int64_t tokens_per_micro)
+{
+    int64_t tokens = microbatches * tokens_per_micro;
+    return tokens < cfg->vocab_size ? tokens : cfg->vocab_size;
+}
 
 #endif
