@@ -526,8 +526,11 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                          : 0;
     if (mc->memory_limit < 0)
         mc->memory_limit = 1; /* nothing fits: the planner says which layer */
-    /* a config's workspace is the executors'; --workspace-mib overrides */
+    /* a config's workspace is the executors' (shared, and each layer's
+     * own); --workspace-mib overrides both: the whole workspace of a job */
     mc->workspace_bytes = config && !have_ws ? config_ws : a.workspace_mib << 20;
+    for (int l = 0; st == RP_OK && config && have_ws && l < o->model->num_layers; l++)
+        o->model->layers[l].workspace_bytes = 0;
     if (a.layers && have_seq && have_batch)
         o->model->tokens_per_microbatch = a.seq_len * a.batch_size / mc->microbatches;
     mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;

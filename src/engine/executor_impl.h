@@ -49,6 +49,8 @@ typedef struct executor {
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
     int64_t micro;       /* the microbatch the running job computes (node-local) */
+    void *scratch;       /* the running job's alone: its workspace, then its gradients
+                            (executor.c's scratch_begin points the three below into it) */
     float *grads;        /* gradients of the stage, same offsets as the weights (a tied
                             LM head's past the layers, as its matrix in the weights) */
     void *grads_bf16;    /* --grad-dtype bf16: the gradients rounded for the download,
@@ -60,7 +62,7 @@ typedef struct executor {
                             needs one with layer-grain recompute); forward jobs reuse the
                             first */
     int nsaved;
-    float *workspace;    /* scratch of the layer calls */
+    float *workspace;    /* scratch of the job's layer calls (its layers' largest) */
     int32_t *tokens, *targets; /* device copies of the microbatch's token ids and targets */
     uint8_t *mask;
     int32_t *segments;   /* --documents: its segment starts on the device (NULL: none) */

@@ -8,6 +8,7 @@
 
 #include "device/device.h"
 #include "io/config.h"
+#include "model/layers.h"
 #include "plan/cost.h"
 
 /* Fill the memory fields of m (the layers [embedding, blocks..., head] of
@@ -35,9 +36,11 @@
  *       them when the plan keeps it (arena.h), keep_ms 0 (the caller prices
  *       the round trip of a device that does not read host memory), and
  *       m->keep_in_place for executors of host memory, which read them there;
- * and *workspace_bytes: the layer calls' scratch (rp_model_workspace_floats)
- * plus the microbatch's token ids, targets and mask (and with documents
- * its segment starts). */
+ *   workspace_bytes: the scratch of the layer's calls
+ *       (rp_layer_workspace_floats): a job's is its layers' largest, in the
+ *       executor's scratch after its gradients (engine/executor.c);
+ * and *workspace_bytes, what every job shares: the microbatch's token ids,
+ * targets and mask (and with documents its segment starts). */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                rp_dtype grad_dtype, int documents, int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
@@ -49,6 +52,22 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
  * job uploads only the rows its pipeline's tokens read and accumulates
  * their gradient there (stage_buffers.c), never the whole table; a tied
  * head still holds the whole matrix, which its logits read. */
+/* Floats of the workspace layer l of n (the embedding, blocks, the head)
+ * calls on executors of `ops`: none for the embedding, a block's
+ * (rp_block_workspace_floats, the largest over the model's blocks), the
+ * head's over the microbatch's tokens (rp_head_workspace_floats, its
+ * back end's chunk). */
+static inline size_t rp_layer_workspace_floats(const rp_kernel_ops *ops, rp_dtype dtype,
+                                               const rp_model_config *cfg, int l, int n,
+                                               int64_t samples_per_micro, int64_t seq_len)
+{
+    if (l == 0)
+        return 0;
+    if (l == n - 1)
+        return rp_head_workspace_floats(ops, dtype, cfg, samples_per_micro * seq_len, 0);
+    return rp_block_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len);
+}
+
 static inline int64_t rp_memory_embedding_rows(const rp_model_config *cfg, int64_t microbatches,
                                                int64_t tokens_per_micro)
 {
