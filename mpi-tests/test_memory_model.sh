@@ -4,7 +4,11 @@
 # the byte what `roundpipe train`'s executors allocate ("executor buffers:
 # ... (N bytes"), for forced plans of a tied model (the tail holds the
 # embedding matrix and its gradient) and an untied one, and with
-# --documents (the segment starts), CPU executors, two ranks; the host
+# --documents (the segment starts), CPU executors, two ranks; a stage with
+# the embedding holds on the device only the rows the batch's tokens can
+# read (weights and gradient), never the whole table; with one scratch
+# per executor for a job's workspace and gradients (a mixture of experts,
+# gpt-oss, a tied model of odd sizes, fp32 and bf16 gradients); the host
 # store `roundpipe plan` reports (model state and gradients, activations)
 # is what train's node allocates, to the byte, for
 # bf16 and fp32, one and two pipelines, and train's start-up line on host
@@ -28,11 +32,11 @@ data="$src/mpi-tests/fixtures/golden/llama/data.npy" # tokens < 96, both vocabul
 export OMP_NUM_THREADS=1
 check() { # config plan [options both take]: train's allocation equals plan's count
   cfg=$1; p=$2; shift 2
-  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "$data" --seq-len 16 \
-    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --plan "$p" "$@" \
-    > "$tmp/train.txt" 2>&1 || { bad "$cfg $p: train failed"; cat "$tmp/train.txt"; return; }
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "${cdata:-$data}" \
+    --seq-len "${seq:-16}" --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
+    --plan "$p" "$@" > "$tmp/train.txt" 2>&1 || { bad "$cfg $p: train failed"; cat "$tmp/train.txt"; return; }
   got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt")
-  want=$("$bin" plan --init-config "$cfg" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  want=$("$bin" plan --init-config "$cfg" --seq-len "${seq:-16}" --batch-size 4 --microbatches 4 --gpus 2 \
     --plan "$p" --device cpu --json "$@" | grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
   [ -n "$got" ] && [ "$got" = "$want" ] && ok || bad "$cfg $p $*: executors allocate '$got' bytes, plan counts '$want'"
 }
@@ -44,6 +48,27 @@ done
 nl=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$untied")
 check "$untied" "fwd=0;bwd=1-$((nl + 1)),0"
 check "$untied" "fwd=0-$nl;bwd=$((nl + 1)),0-$nl"
+# the embedding on the device is the rows the batch can read (4 x 16 = 64
+# of its 96), in the weights and the gradient buffer, not the whole table:
+# a job of the embedding alone counts 64 x hidden fp32 of each, and train
+# allocates what plan counts (above, the same plan)
+hid=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$untied")
+"$bin" plan --init-config "$untied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "fwd=0;bwd=1-$((nl + 1)),0" --device cpu --json > "$tmp/p.json"
+emb=$(grep -o '"kind": "B", "first": 0, "last": 0, "ms_per_microbatch": [0-9.e+-]*, "weight_bytes": [0-9]*, "grad_bytes": [0-9]*' "$tmp/p.json" |
+  sed 's/.*"weight_bytes": \([0-9]*\), "grad_bytes": \([0-9]*\)/\1 \2/')
+[ "$emb" = "$((64 * hid * 4)) $((64 * hid * 4))" ] && ok ||
+  bad "the embedding's job holds '$emb' bytes of weights and gradient, not 64 rows' $((64 * hid * 4))"
+# each job's workspace and gradients in one scratch, sized for the job that
+# needs the most of both: a tail of the head alone beside stages of blocks,
+# for a mixture of experts, gpt-oss, and a tied model of odd sizes (its
+# matrix not a whole number of 16-float pieces), fp32 and bf16 gradients;
+# 4 x 4 tokens, fewer than their vocabularies (the embedding's rows)
+fx="$src/mpi-tests/fixtures"
+seq=4 cdata="$fx/golden-moe/moe-m1/data.npy" check "$fx/golden-moe/moe-m1/model/config.json" "fwd=0-4;bwd=5,0-4"
+seq=4 cdata="$fx/golden-moe/moe-m1/data.npy" check "$fx/golden-moe/moe-m1/model/config.json" "fwd=0,1-4;bwd=5,3-4,0-2" --grad-dtype bf16
+seq=4 cdata="$fx/golden-gpt-oss/oss-m1/data.npy" check "$fx/golden-gpt-oss/oss-m1/model/config.json" "fwd=0-3;bwd=4,0-3"
+seq=4 cdata="$fx/golden/tied-odd/data.npy" check "$fx/golden/tied-odd/model/config.json" "fwd=0-1;bwd=2,0-1" --grad-dtype bf16
 # --documents: the executors also hold the microbatch's segment starts
 check "$tied" "fwd=0-2;bwd=3-5,0-2" --documents "$src/mpi-tests/fixtures/golden/llama-packed/documents.npy"
 

@@ -8,7 +8,10 @@
  * uploads faster than compute are hidden; GPipe and 1F1B with equal stages
  * show the (S-1)/(M+S-1) bubble; exact is never faster than lagged; the
  * device memory of a job is its weights + the next job's + gradients +
- * activations + buffers + workspace. Jobs stream versions: a job uploads
+ * activations + buffers + workspace (the shared one and its layers' own
+ * largest), and an executor's scratch is the largest job's gradients plus
+ * own workspace, never the largest gradients plus the largest workspace of
+ * two different jobs. Jobs stream versions: a job uploads
  * each layer as its version lands and its first microbatch computes each
  * layer's forward as soon as that layer is on the device (two layers,
  * hand-computed, the version or the link the gate).
@@ -439,6 +442,34 @@ START_TEST(job_memory_adds_up)
     ck_assert_int_eq(peak, 2 * 5000 + 50000 + 500000 + 4 * 7 + 5);
     for (int j = 0; j < 5; j++)
         ck_assert_int_ge(peak, rp_schedule_job_bytes(m, &p, 2, j, 5));
+    /* each layer's own workspace: a job's is its layers' largest, beside
+     * the shared 5, and the executor's scratch holds the largest job's
+     * gradients plus own workspace, not the largest gradients plus the
+     * largest workspace: layer 2's 900000 (in job 1, F, no gradients; and
+     * job 3, B 1-2: 50000) against layer 3's 1000 (job 2, T: 40000) */
+    m->layers[2].workspace_bytes = 900000;
+    m->layers[3].workspace_bytes = 1000;
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 0, 5), 3000 + 4000 + 200000 + 14 + 5);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 1, 5),
+                     3000 + 5000 + 300000 + 14 + 900000 + 5);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 2, 5),
+                     4000 + 1000 + 40000 + 400000 + 21 + 1000 + 5);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 3, 5),
+                     5000 + 3000 + 50000 + 500000 + 21 + 900000 + 5);
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 5, &worst),
+                     2 * 5000 + (50000 + 900000) + 500000 + 4 * 7 + 5);
+    ck_assert_int_eq(worst, 3);
+    /* the largest workspace in a job without gradients, the largest
+     * gradients with a small one: the sum of the two maxima is not charged */
+    m->layers[2].workspace_bytes = 0;
+    m->layers[1].workspace_bytes = 0;
+    m->layers[0].workspace_bytes = 0;
+    m->layers[3].workspace_bytes = 1000;
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 5, NULL),
+                     2 * 5000 + (50000 + 0) + 500000 + 4 * 7 + 5);
+    m->layers[1].workspace_bytes = 60000; /* job 0 (F 0-1) and job 3 (B 1-2) */
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 5, NULL),
+                     2 * 5000 + (50000 + 60000) + 500000 + 4 * 7 + 5);
     rp_cost_model_destroy(&m);
 }
 END_TEST

@@ -276,7 +276,8 @@ void rp_plan_cli_usage(FILE *out)
 /* A config's cost model: times from its FLOPs on the given device rates,
  * device memory as the executors of `device` allocate it (the workspace
  * into *workspace). */
-static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double tflops,
+static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_t microbatches,
+                             double tflops,
                              double devgbs, int cb, rp_dtype grad_dtype, int documents,
                              rp_device_kind device, const rp_lora_config *lora,
                              int64_t token_tile, int64_t mlp_chunk_tokens, rp_cost_model **out,
@@ -307,7 +308,7 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, double
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
         st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, documents,
-                                   tok_mb / S, S, *out,
+                                   microbatches, tok_mb / S, S, *out,
                                    workspace, err);
     if (st != RP_OK) {
         rp_cost_model_destroy(out);
@@ -479,7 +480,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
             a.compute_bytes = a.device == RP_DEVICE_CUDA ? 2 : 4;
         if (st == RP_OK)
-            st = load_config(config, a.seq_len, a.seq_len * b / m, a.tflops, a.device_gbs,
+            st = load_config(config, a.seq_len, a.seq_len * b / m, m, a.tflops, a.device_gbs,
                              a.compute_bytes, (rp_dtype)a.grad_dtype, documents, a.device,
                              &o->lora, a.train.token_tile, a.train.mlp_chunk_tokens,
                              &o->model,
@@ -539,8 +540,11 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                          : 0;
     if (mc->memory_limit < 0)
         mc->memory_limit = 1; /* nothing fits: the planner says which layer */
-    /* a config's workspace is the executors'; --workspace-mib overrides */
+    /* a config's workspace is the executors' (shared, and each layer's
+     * own); --workspace-mib overrides both: the whole workspace of a job */
     mc->workspace_bytes = config && !have_ws ? config_ws : a.workspace_mib << 20;
+    for (int l = 0; st == RP_OK && config && have_ws && l < o->model->num_layers; l++)
+        o->model->layers[l].workspace_bytes = 0;
     if (a.layers && have_seq && have_batch)
         o->model->tokens_per_microbatch = a.seq_len * a.batch_size / mc->microbatches;
     mc->tokens_per_iteration = o->model->tokens_per_microbatch * mc->microbatches;

@@ -226,6 +226,10 @@ typedef struct rp_engine {
     float *emb_rows_base;
     int64_t *emb_n;
     int64_t emb_cap;   /* min(vocab, tokens of a pipeline's microbatches) */
+    int64_t emb_device_rows; /* rows of it a stage holds on the device, weights and gradient:
+                                memory_model.h's rp_memory_embedding_rows (the iteration's
+                                tokens, so that the planner, which does not know the
+                                pipelines, counts the same) */
 
     /* ---- the error and stop slots: any thread ---- */
     _Atomic int64_t *abort_flag; /* in the store: 0, or 1 + the rank that failed */

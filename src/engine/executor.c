@@ -14,6 +14,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
+#include "engine/memory_model.h"
 #include "engine/protocol.h"
 
 /* Device allocations keep the first failure's message (bytes asked and,
@@ -60,8 +61,7 @@ static void executor_free(executor *x)
             rp_device_host_unregister(x->dev, x->buf[b].gather);
         free(x->buf[b].gather);
     }
-    rp_device_free(x->dev, x->grads);
-    rp_device_free(x->dev, x->grads_bf16);
+    rp_device_free(x->dev, x->scratch);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
@@ -69,7 +69,6 @@ static void executor_free(executor *x)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
     rp_device_free(x->dev, x->act_grad);
-    rp_device_free(x->dev, x->workspace);
     rp_device_free(x->dev, x->tokens);
     rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
@@ -101,21 +100,57 @@ static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t off
     rp_trace_span(e->trace, (rp_trace_track)(RP_TRACK_XFER_INPUT + (int)cls), name, t0_ns, t1_ns);
 }
 
+/* Bytes of the executor's scratch job `job` takes: its own workspace, the
+ * largest of its layers' (memory_model.h's rp_layer_workspace_floats), and
+ * its gradients (fp32, and their bf16 rounding with --grad-dtype bf16; a
+ * tied head's inside); *workspace_floats (may be NULL) the former. */
+static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *workspace_floats)
+{
+    const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
+    size_t grads = 0, ws = 0;
+    if (job->kind != RP_JOB_FWD)
+        grads = rp_stage_floats(e, job, NULL) * (e->o->grad_dtype == RP_BF16 ? 6 : 4);
+    for (int l = job->first; l <= job->last; l++) {
+        size_t f = rp_layer_workspace_floats(kops, e->p->compute_dtype, &e->p->cfg, l,
+                                             e->num_layers, e->samples_per_micro, e->seq_len);
+        ws = f > ws ? f : ws;
+    }
+    if (workspace_floats)
+        *workspace_floats = ws;
+    return ws * sizeof(float) + grads;
+}
+
+/* The running job's workspace and gradients in the scratch, which every
+ * job has to itself: the workspace first (the layer calls carve it from
+ * 64-byte boundaries on, model/carve.h, and take whole 16-float pieces, so
+ * the gradients after it start on one too), then the fp32 gradients, then
+ * their bf16 rounding. */
+static void scratch_begin(executor *x, const rp_job *job)
+{
+    size_t ws = 0;
+    job_scratch_bytes(x->e, job, &ws);
+    size_t floats = job->kind == RP_JOB_FWD ? 0 : rp_stage_floats(x->e, job, NULL);
+    x->workspace = x->scratch;
+    x->grads = (float *)x->scratch + ws;
+    x->grads_bf16 = x->e->o->grad_dtype == RP_BF16 ? x->grads + floats : NULL;
+}
+
 static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
 {
     memset(x, 0, sizeof *x);
     x->e = e;
-    /* Device memory sized from the plan: the largest stage, allocated once. */
-    size_t wmax = 0, gmax = 1;
+    /* Device memory sized from the plan: the largest stage, allocated once;
+     * one scratch for the largest job's gradients and workspace. */
+    size_t wmax = 0, scratch = sizeof(float);
     int nst_max = 1;
     x->nsaved = 1;
     for (int j = 0; j < e->jobs_per_it; j++) {
         rp_job job = rp_schedule_job(&e->plan, j);
         size_t n = rp_stage_floats(e, &job, NULL), nw = n + rp_stage_base_floats(e, &job, NULL);
+        size_t sj = job_scratch_bytes(e, &job, NULL);
         int layers = job.last - job.first + 1;
         wmax = nw > wmax ? nw : wmax;
-        if (job.kind != RP_JOB_FWD && n > gmax) /* gradients: the tied head's inside */
-            gmax = n;
+        scratch = sj > scratch ? sj : scratch;
         nst_max = layers > nst_max ? layers : nst_max;
         /* a tail runs its forward whole; a backward stage too unless every
          * layer's input was saved (layer-grain recompute), and for its
@@ -155,15 +190,11 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
               x->buf[b].gather && x->buf[b].piece_of && x->buf[b].pending && x->buf[b].ready &&
               x->buf[b].left;
     }
-    x->grads = falloc(x, gmax, err);
-    if (e->o->grad_dtype == RP_BF16 && x->grads)
-        x->grads_bf16 = dalloc(x, gmax * 2, err);
+    x->scratch = dalloc(x, scratch, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
-    x->workspace =
-        falloc(x, rp_model_workspace_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len), err);
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
     x->tokens = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
     x->targets = dalloc(x, (size_t)e->tokens_per_micro * sizeof(int32_t), err);
@@ -184,8 +215,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         x->router_stats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
         ok &= x->host_aux_grad && x->aux_grad && (kops->host_addressable || x->router_stats);
     }
-    ok &= x->grads && (x->grads_bf16 || e->o->grad_dtype != RP_BF16) && x->acts && x->act_grad &&
-          x->workspace && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
+    ok &= x->scratch && x->acts && x->act_grad && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
           x->host_targets && x->host_mask && x->grad_requests;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
@@ -253,13 +283,14 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
                  kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
     RP_TRY(rp_stage_acquire(x, &job, t, g, j, err));
+    scratch_begin(x, &job);
 
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
     float scale = counted > 0 ? (float)(1.0 / (double)counted) : 0.0f;
     if (job.kind != RP_JOB_FWD) {
         RP_TRY(rp_device_memset0(x->dev, x->grads,
                                  x->buf[x->cur].off[job.last - job.first] * sizeof(float) +
-                                     rp_layer_numel(e, job.last) * sizeof(float),
+                                     rp_stage_layer_elements(e, job.last) * sizeof(float),
                                  err));
         if (rp_stage_needs_tied(e, &job))
             RP_TRY(rp_device_memset0(x->dev, rp_exec_tied_grad(x, &job),

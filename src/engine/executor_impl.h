@@ -49,6 +49,8 @@ typedef struct executor {
     stage_buf buf[2];
     int cur;             /* buffer of the running job */
     int64_t micro;       /* the microbatch the running job computes (node-local) */
+    void *scratch;       /* the running job's alone: its workspace, then its gradients
+                            (executor.c's scratch_begin points the three below into it) */
     float *grads;        /* gradients of the stage, same offsets as the weights (a tied
                             LM head's past the layers, as its matrix in the weights) */
     void *grads_bf16;    /* --grad-dtype bf16: the gradients rounded for the download,
@@ -60,7 +62,7 @@ typedef struct executor {
                             needs one with layer-grain recompute); forward jobs reuse the
                             first */
     int nsaved;
-    float *workspace;    /* scratch of the layer calls */
+    float *workspace;    /* scratch of the job's layer calls (its layers' largest) */
     int32_t *tokens, *targets; /* device copies of the microbatch's token ids and targets */
     uint8_t *mask;
     int32_t *segments;   /* --documents: its segment starts on the device (NULL: none) */
@@ -92,6 +94,11 @@ rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp
 /* Uploads of one stage: a request per layer, one per frozen base tensor
  * (LoRA), and a tied head's matrix. */
 size_t rp_stage_max_reqs(const rp_engine *e);
+
+/* Elements of layer l a stage holds on the device (weights, and gradient
+ * when it trains): the embedding's rows a batch can read
+ * (e->emb_device_rows), never its whole table; a layer's numel otherwise. */
+size_t rp_stage_layer_elements(const rp_engine *e, int l);
 
 /* Does this job need the tied embedding matrix as its LM head? */
 int rp_stage_needs_tied(const rp_engine *e, const rp_job *job);

@@ -11,7 +11,7 @@
 #include "model/layers.h"
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents,
+                               rp_dtype grad_dtype, int documents, int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err)
 {
@@ -38,13 +38,20 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     const int in_place = rp_frozen_base_in_place(ops);
     const int64_t slot =
         ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;
+    /* the embedding's rows a stage holds (trainable, or a LoRA's frozen base) */
+    const size_t emb_rows = (size_t)(rp_memory_embedding_rows(cfg, microbatches, tokens) * H);
     for (int l = 0; l < n; l++) {
         rp_layer_cost *L = &m->layers[l];
-        int64_t floats = (int64_t)rp_padded_elements(layers[l].numel);
+        size_t numel = layers[l].numel, base_numel = lora ? base[l].numel : 0;
+        if (l == 0) {
+            numel = numel ? emb_rows : 0;
+            base_numel = base_numel ? emb_rows : 0;
+        }
+        int64_t floats = (int64_t)rp_padded_elements(numel);
         /* LoRA: the stage buffer also holds the layer's frozen weights,
          * unless the executors read them where they lie (host memory:
          * engine_impl.h's base_in_place) */
-        int64_t frozen = lora && !in_place ? (int64_t)rp_padded_elements(base[l].numel) : 0;
+        int64_t frozen = lora && !in_place ? (int64_t)rp_padded_elements(base_numel) : 0;
         if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
         L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);
@@ -63,14 +70,15 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
                                                 seq_len)))
                             : 0;
         L->keep_ms = 0;
+        L->workspace_bytes = ops ? 4 * (int64_t)rp_layer_workspace_floats(ops, dtype, cfg, l, n,
+                                                                          samples_per_micro,
+                                                                          seq_len)
+                                 : 0;
     }
     m->keep_in_place = ops && ops->host_addressable;
     free(layers);
     free(base);
-    *workspace_bytes =
-        (ops ? (int64_t)rp_model_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4
-             : 0) +
-        tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
+    *workspace_bytes = tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
     /* a mixture of experts' load-balancing gradient and router statistics,
      * [E] and [2E] fp32, on a device the host does not address */
     if (ops && !ops->host_addressable && rp_model_has_moe(cfg))

@@ -8,6 +8,7 @@
 
 #include "device/device.h"
 #include "io/config.h"
+#include "model/layers.h"
 #include "plan/cost.h"
 
 /* Fill the memory fields of m (the layers [embedding, blocks..., head] of
@@ -17,7 +18,9 @@
  *   weight_bytes, grad_bytes: the layer's parameters in `dtype` and its
  *       gradient in fp32 (and its bf16 rounding for the download with
  *       grad_dtype bf16), each layer rounded up to 16 elements as the stage
- *       buffers lay them out; the head of a tied model also holds the
+ *       buffers lay them out; the embedding only as the rows `microbatches`
+ *       microbatches can read (rp_memory_embedding_rows), which is all a
+ *       stage holds of it; the head of a tied model also holds the whole
  *       embedding matrix (the tail uploads it and accumulates its gradient);
  *       with LoRA (cfg->lora.rank > 0) the parameters are the adapters and,
  *       on executors whose memory is not the host's, weight_bytes adds the
@@ -33,12 +36,43 @@
  *       them when the plan keeps it (arena.h), keep_ms 0 (the caller prices
  *       the round trip of a device that does not read host memory), and
  *       m->keep_in_place for executors of host memory, which read them there;
- * and *workspace_bytes: the layer calls' scratch (rp_model_workspace_floats)
- * plus the microbatch's token ids, targets and mask (and with documents
- * its segment starts). */
+ *   workspace_bytes: the scratch of the layer's calls
+ *       (rp_layer_workspace_floats): a job's is its layers' largest, in the
+ *       executor's scratch after its gradients (engine/executor.c);
+ * and *workspace_bytes, what every job shares: the microbatch's token ids,
+ * targets and mask (and with documents its segment starts). */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents,
+                               rp_dtype grad_dtype, int documents, int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
+
+/* Rows of the embedding a stage holds on the device, in its weights and
+ * its gradient buffer: the rows an iteration's tokens can read
+ * (microbatches of tokens_per_micro tokens), at most the vocabulary. A
+ * job uploads only the rows its pipeline's tokens read and accumulates
+ * their gradient there (stage_buffers.c), never the whole table; a tied
+ * head still holds the whole matrix, which its logits read. */
+/* Floats of the workspace layer l of n (the embedding, blocks, the head)
+ * calls on executors of `ops`: none for the embedding, a block's
+ * (rp_block_workspace_floats, the largest over the model's blocks), the
+ * head's over the microbatch's tokens (rp_head_workspace_floats, its
+ * back end's chunk). */
+static inline size_t rp_layer_workspace_floats(const rp_kernel_ops *ops, rp_dtype dtype,
+                                               const rp_model_config *cfg, int l, int n,
+                                               int64_t samples_per_micro, int64_t seq_len)
+{
+    if (l == 0)
+        return 0;
+    if (l == n - 1)
+        return rp_head_workspace_floats(ops, dtype, cfg, samples_per_micro * seq_len, 0);
+    return rp_block_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len);
+}
+
+static inline int64_t rp_memory_embedding_rows(const rp_model_config *cfg, int64_t microbatches,
+                                               int64_t tokens_per_micro)
+{
+    int64_t tokens = microbatches * tokens_per_micro;
+    return tokens < cfg->vocab_size ? tokens : cfg->vocab_size;
+}
 
 #endif

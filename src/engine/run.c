@@ -20,6 +20,7 @@
 #include "engine/executor_summary.h"
 #include "engine/host_memory.h"
 #include "engine/lora_run.h"
+#include "engine/memory_model.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "io/config.h"
@@ -86,6 +87,7 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
                                   map, err);
     e->gstride = map->gstride;
     e->emb_cap = map->emb_cap;
+    e->emb_device_rows = rp_memory_embedding_rows(cfg, e->batch_micro, e->tokens_per_micro);
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
     sp.lazy = e->nd.nodes > 1; /* pages only where used: a node's own slices' state */

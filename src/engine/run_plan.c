@@ -110,7 +110,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
     free(work);
     if (s == RP_OK) /* and the bytes: what the executors allocate */
         s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
-                                 e->o->documents != NULL,
+                                 e->o->documents != NULL, e->batch_micro,
                                  e->samples_per_micro, e->seq_len, *cm,
                                  workspace, err);
     if (s != RP_OK)

@@ -42,6 +42,18 @@ int rp_stage_needs_tied(const rp_engine *e, const rp_job *job)
     return e->tied && job->kind == RP_JOB_TAIL;
 }
 
+/* The embedding's rows on the device, for a table of `numel` elements
+ * (0: nothing of it there). */
+static size_t embedding_elements(const rp_engine *e, size_t numel)
+{
+    return numel ? (size_t)(e->emb_device_rows * e->hidden) : 0;
+}
+
+size_t rp_stage_layer_elements(const rp_engine *e, int l)
+{
+    return l == 0 ? embedding_elements(e, rp_layer_numel(e, 0)) : rp_layer_numel(e, l);
+}
+
 size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
 {
     size_t n = 0;
@@ -49,7 +61,7 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
     for (int l = job->first; l <= job->last; l++, i++) {
         if (off)
             off[i] = n;
-        n += rp_padded_elements(rp_layer_numel(e, l));
+        n += rp_padded_elements(rp_stage_layer_elements(e, l));
     }
     if (off)
         off[e->num_layers] = n;
@@ -66,7 +78,8 @@ size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
     for (int l = job->first, i = 0; l <= job->last; l++, i++) {
         if (boff)
             boff[i] = n;
-        n += rp_padded_elements(rp_frozen_base_numel(e->base, l));
+        size_t numel = rp_frozen_base_numel(e->base, l);
+        n += rp_padded_elements(l == 0 ? embedding_elements(e, numel) : numel);
     }
     return n - start;
 }

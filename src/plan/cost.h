@@ -31,6 +31,9 @@ typedef struct rp_layer_cost {
     int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
                               layer's forward and its backward */
     int64_t out_bytes;     /* bytes of this layer's output for one microbatch */
+    int64_t workspace_bytes; /* scratch of this layer's calls on the device: a job's is the
+                              largest of its layers', beside the machine's workspace_bytes
+                              (plan/machine.h); 0: none of its own */
     int64_t keep_bytes;    /* host bytes one microbatch's kept activations of this layer
                               take (plan.h's kept: its input and what its backward needs,
                               as the arena lays them out); 0: the layer keeps nothing */

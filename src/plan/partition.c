@@ -326,7 +326,7 @@ static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *
 /* Smallest device memory a layer can need (rp_schedule_peak_bytes of a
  * plan where it is a backward stage of its own): two weight buffers at
  * least its size, its gradients, its activations, three activation buffers
- * and the workspace. */
+ * and the workspace (the shared one and its own). */
 static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, rp_error *err)
 {
     if (mc->memory_limit <= 0)
@@ -336,8 +336,8 @@ static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, 
         int64_t io = l > 0 ? m->layers[l - 1].out_bytes : 0;
         if (c->out_bytes > io)
             io = c->out_bytes;
-        int64_t need = 2 * c->weight_bytes + c->grad_bytes + c->act_bytes + 3 * io +
-                       mc->workspace_bytes;
+        const int64_t workspace = mc->workspace_bytes + c->workspace_bytes;
+        int64_t need = 2 * c->weight_bytes + c->grad_bytes + c->act_bytes + 3 * io + workspace;
         if (need > mc->memory_limit) {
             static const char *kinds[] = {"embedding", "decoder block", "head"};
             return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
@@ -347,7 +347,7 @@ static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, 
                                 " + workspace %" PRId64 "), more than the limit of %" PRId64
                                 " bytes",
                                 l, kinds[c->kind], need, c->weight_bytes, c->grad_bytes,
-                                c->act_bytes, 3 * io, mc->workspace_bytes, mc->memory_limit);
+                                c->act_bytes, 3 * io, workspace, mc->memory_limit);
         }
     }
     return RP_OK;

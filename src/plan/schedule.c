@@ -59,6 +59,25 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* A job's own workspace: the largest of its layers' (each call uses it
+ * alone). */
+static int64_t job_workspace_bytes(const rp_cost_model *m, const rp_job *job)
+{
+    int64_t bytes = 0;
+    for (int l = job->first; l <= job->last; l++)
+        bytes = max64(bytes, m->layers[l].workspace_bytes);
+    return bytes;
+}
+
+/* What a job takes of the executor's scratch, which it uses alone
+ * (engine/executor.c lays it out so, reused job after job): its own
+ * workspace and its gradients (TAIL/BWD). */
+static int64_t job_scratch_bytes(const rp_cost_model *m, const rp_job *job)
+{
+    int64_t grads = job->kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, job->first, job->last);
+    return grads + job_workspace_bytes(m, job);
+}
+
 /* What a tail or backward job keeps on the device for its layers'
  * backward: a slot per layer, but for the kept layers an executor reads
  * where the host store holds them (engine/executor.c sizes it so). */
@@ -85,25 +104,25 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
     int64_t io = job.first > 0 ? m->layers[job.first - 1].out_bytes : 0;
     for (int l = job.first; l <= job.last; l++)
         io = max64(io, m->layers[l].out_bytes);
-    if (job.kind == RP_JOB_FWD) {
+    if (job.kind == RP_JOB_FWD)
         bytes += rp_cost_max_act_bytes(m, job.first, job.last) + 2 * io;
-    } else {
-        bytes += rp_cost_grad_bytes(m, job.first, job.last);
+    else
         bytes += job_saved_bytes(m, p, &job) + 3 * io;
-    }
-    return bytes + workspace;
+    return bytes + job_scratch_bytes(m, &job) + workspace;
 }
 
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
                                int64_t workspace, int *worst)
 {
     /* the executor allocates once for all its jobs (engine/executor.c):
-     * two weight buffers of the largest stage, a gradient buffer of the
-     * largest backward stage, what the largest tail or backward stage keeps
-     * for its backward (at least one layer's), a buffer per layer of the
-     * longest stage plus two for its input and the gradient flowing down,
-     * and the workspace */
-    int64_t w = 0, g = 0, keep = 0, slot = 0, out = 0, job_peak = -1;
+     * two weight buffers of the largest stage, a scratch that holds any
+     * job's gradients and own workspace (the largest job's sum, not the
+     * largest gradients plus the largest workspace: a job uses it alone),
+     * what the largest tail or backward stage keeps for its backward (at
+     * least one layer's), a buffer per layer of the longest stage plus two
+     * for its input and the gradient flowing down, and the workspace every
+     * job shares */
+    int64_t w = 0, scratch = 0, keep = 0, slot = 0, out = 0, job_peak = -1;
     int layers = 1, wj = 0;
     for (int l = 0; l < m->num_layers; l++) {
         slot = max64(slot, m->layers[l].act_bytes);
@@ -112,10 +131,9 @@ int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpu
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
         rp_job job = rp_schedule_job(p, j);
         w = max64(w, rp_cost_weight_bytes(m, job.first, job.last));
-        if (job.kind != RP_JOB_FWD) {
-            g = max64(g, rp_cost_grad_bytes(m, job.first, job.last));
+        scratch = max64(scratch, job_scratch_bytes(m, &job));
+        if (job.kind != RP_JOB_FWD)
             keep = max64(keep, job_saved_bytes(m, p, &job));
-        }
         if (job.last - job.first + 1 > layers)
             layers = job.last - job.first + 1;
         int64_t b = rp_schedule_job_bytes(m, p, gpus, j, workspace);
@@ -128,5 +146,5 @@ int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpu
         *worst = wj;
     if (layers > m->num_layers - 1)
         layers = m->num_layers - 1 > 0 ? m->num_layers - 1 : 1;
-    return 2 * w + g + max64(keep, slot) + (int64_t)(layers + 2) * out + workspace;
+    return 2 * w + scratch + max64(keep, slot) + (int64_t)(layers + 2) * out + workspace;
 }

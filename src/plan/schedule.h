@@ -51,15 +51,17 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
 /* Peak device bytes of job j: its weights and those of the next job on the
  * same executor (double buffering), its gradients (TAIL/BWD), the
  * activations of one microbatch (the largest layer's for FWD, the sum over
- * the stage for TAIL/BWD), input/output buffers and the workspace. */
+ * the stage for TAIL/BWD), input/output buffers, its own workspace (the
+ * largest workspace_bytes of its layers) and the shared `workspace`. */
 int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
                               int64_t workspace);
 
 /* Device bytes an executor allocates for the plan, once, for all its jobs:
  * 2 x the largest stage's weights (the running and the prefetched stage),
- * the largest TAIL/BWD stage's gradients, the largest TAIL/BWD sum of
+ * the largest over the jobs of a job's gradients (TAIL/BWD) plus its own
+ * workspace (one scratch they take in turn), the largest TAIL/BWD sum of
  * act_bytes (at least the largest layer's), (longest stage's layers + 2) x
- * the largest out_bytes, and the workspace. At least the largest
+ * the largest out_bytes, and the shared workspace. At least the largest
  * rp_schedule_job_bytes; *worst gets the index of the job with the largest
  * rp_schedule_job_bytes. */
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
