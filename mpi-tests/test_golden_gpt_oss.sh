@@ -17,10 +17,12 @@
 # --recompute layer. The same model shipped MXFP4-quantised as the Hub ships
 # gpt-oss (model-mxfp4/: *_blocks and *_scales, quantization_config mxfp4)
 # trains to the same bits as its plain copy, and is saved unquantised without
-# quantization_config. A checkpoint (its experts under roundpipe's own
-# per-expert names) resumes on another rank count to the uninterrupted run's
-# bits. With Python, torch and transformers, what roundpipe saves (--save)
-# loads in GptOssForCausalLM to the saved tensors.
+# quantization_config. A checkpoint's model.safetensors holds the fused
+# experts (no per-expert name), the last one the bytes --save writes, and it
+# resumes on another rank count to the uninterrupted run's bits. With Python,
+# torch and transformers, what roundpipe saves (--save, a checkpoint) loads in
+# GptOssForCausalLM to the saved tensors, and the checkpoint's logits give
+# the cross-entropy roundpipe's eval_loss of the same weights has (1e-4).
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -41,6 +43,10 @@ train() {
   ${MPIRUN:-mpirun} $flags -np "$2" "$bin" train --device cpu --model "$model" \
     --data "$d/data.npy" $extra $(cat "$d/args.txt") --pipelines "$3" --progress none \
     --log "$4.jsonl" --save "$4" > "$4.txt" 2>&1
+}
+tensor_names() {
+  n=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
+  head -c $((8 + n)) "$1" | tail -c "$n" | grep -o '"[^"]*":{"dtype"'
 }
 same() {
   cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
@@ -98,20 +104,40 @@ for np in 1 3; do
     bad "the unquantised save keeps quantization_config"; else ok; fi
 done
 
-# ---- a checkpoint resumes to the same bits (on another rank count) ------------
-ck="$tmp/oss-ck"; out="$tmp/oss-resumed"
+# ---- a checkpoint: transformers' names, resumes to the same bits --------------
+ck="$tmp/oss-ck"; out="$tmp/oss-resumed"; run="$tmp/oss-ck-run"
 echo "== oss-m2 checkpointed on 2 ranks, resumed from step 2 on 3"
-if train oss-m2 2 1 "$tmp/oss-ck-run" "" "--checkpoint-dir $ck --checkpoint-every 2 --keep-checkpoints 0" &&
-   train oss-m2 3 1 "$out" "" "--resume $ck/step-00000002" &&
+if train oss-m2 2 1 "$run" "" "--checkpoint-dir $ck --checkpoint-every 2 --keep-checkpoints 0 --eval-data $fix/oss-m2/data.npy"; then
+  for step in 2 4; do
+    f="$ck/step-0000000$step/model.safetensors"
+    per=$(tensor_names "$f" | grep -c '\.experts\.[0-9]' || true)
+    fused=$(tensor_names "$f" | grep -c '\.experts\.gate_up_proj"' || true)
+    if [ "$per" -eq 0 ] && [ "$fused" -gt 0 ]; then ok; else
+      bad "the step-$step checkpoint holds $per per-expert and $fused fused gate_up_proj tensors"; fi
+  done
+  if cmp -s "$ck/step-00000004/model.safetensors" "$run/model.safetensors"; then ok; else
+    bad "the last checkpoint's model.safetensors is not the bytes --save wrote"; fi
+else
+  bad "oss-m2 with --checkpoint-dir failed"; cat "$run.txt"
+fi
+if train oss-m2 3 1 "$out" "" "--resume $ck/step-00000002" &&
    cmp -s "$tmp/oss-m2-1-1/model.safetensors" "$out/model.safetensors"; then ok; else
   bad "oss-m2 resumed from its step-2 checkpoint differs from the uninterrupted run"
   cat "$out.txt"; fi
 
 # ---- transformers loads what roundpipe saved ----------------------------------
-python3 "$src/mpi-tests/gpt_oss_load_check.py" "$tmp/oss-m2-2-2" 2>/dev/null
-case $? in
-  0) ok ;;
-  77) echo "skipped the transformers load check (Python, torch or transformers missing)" ;;
-  *) bad "transformers does not load roundpipe's saved gpt-oss to its tensors" ;;
-esac
+# --save's model, and the last checkpoint with its logits' cross-entropy against
+# roundpipe's eval_loss of the same weights
+eval_loss=$(sed -n 's/.*"eval_loss":\([^,}]*\).*/\1/p' "$run.jsonl" | tail -n 1)
+for check in "$tmp/oss-m2-2-2" \
+             "$ck/step-00000004 $fix/oss-m2/data.npy 16 ${eval_loss:-nan}"; do
+  # shellcheck disable=SC2086
+  python3 "$src/mpi-tests/gpt_oss_load_check.py" $check 2>"$tmp/load-check.err"
+  case $? in
+    0) ok ;;
+    77) echo "skipped the transformers load check (Python, torch or transformers missing)" ;;
+    *) bad "transformers does not load ${check%% *} to its tensors and roundpipe's loss"
+       tail -n 5 "$tmp/load-check.err" ;;
+  esac
+done
 finish
