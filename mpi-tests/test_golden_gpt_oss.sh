@@ -28,8 +28,9 @@
 # PEFT's all-linear finds in gpt-oss, whose router and experts are no Linear
 # modules) against PEFT on GptOssForCausalLM in float64: every logged
 # number and adapter tensor within 1e-4 on 1, 2 and 3 ranks and 2 pipelines,
-# the same bits on 1-3 ranks; with PEFT, the saved adapter on the base gives
-# the logits of roundpipe's --save-merged model.
+# the same bits on 1-3 ranks, and from a step-2 checkpoint on another rank
+# count; with PEFT, the saved adapter on the base gives the logits of
+# roundpipe's --save-merged model; an adapter naming the experts is refused.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -123,6 +124,15 @@ then
 else
   bad "oss-lora with --save-merged failed or differs"; cat "$out.txt"
 fi
+# a LoRA checkpoint of step 2 resumes on another rank count to the same bits
+ck="$tmp/oss-lora-ck"
+echo "== oss-lora checkpointed on 2 ranks, resumed from step 2 on 3"
+if train oss-lora 2 1 "$tmp/oss-lora-ck-run" "" "--checkpoint-dir $ck --checkpoint-every 2" &&
+   train oss-lora 3 1 "$tmp/oss-lora-resumed" "" "--resume $ck/step-00000002" &&
+   cmp -s "$tmp/oss-lora-1-1/adapter_model.safetensors" \
+     "$tmp/oss-lora-resumed/adapter_model.safetensors"; then ok; else
+  bad "oss-lora resumed from its step-2 checkpoint differs from the uninterrupted run"
+  cat "$tmp/oss-lora-resumed.txt"; fi
 # an adapter naming the experts (or the router) is refused naming why, before any work
 init="$tmp/oss-lora-experts"; cp -r "$d/lora_init" "$init"
 sed -i 's/"target_modules": \[/&"gate_proj", /' "$init/adapter_config.json"
