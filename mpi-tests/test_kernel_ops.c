@@ -42,9 +42,10 @@
  *     expert biases (4 experts, one empty, whose NaN bias and gradient are
  *     never read or touched): the forward's y and the backward's dbias bit
  *     for bit the CPU's, y_compute exactly the rounded y, with and without
- *     it; attention with a window or sinks and the sinks' gradient, not
- *     built on CUDA yet, refused with RP_ERR_UNSUPPORTED naming issue 35
- *     (the sinks' gradient without sinks is nothing to do);
+ *     it; attention with windows (5, 70 and 400 keys: within a tile, across
+ *     tiles, beyond the sequence) with and without sinks and segments, as
+ *     attention_forward/backward above, and the sinks' gradient added onto
+ *     a non-zero one within 1e-4 of the CPU's;
  *   - scaled_add (= and +=, y aliasing x, y NULL with y_compute) bit for
  *     bit, its y_compute exactly the rounded fp32 result; n == 0 writes
  *     nothing, and accumulate without y is refused;
@@ -823,10 +824,15 @@ END_TEST
 
 /* ---- attention ------------------------------------------------------------------- */
 
-static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmented)
+/* window > 0 and sinks: gpt-oss's (issue 35); 0 and 0 the others' */
+static void attention_case_oss(int64_t seqlen, int64_t nkv, int64_t hd, int segmented,
+                               int64_t window, int sinked)
 {
     int32_t *seg = segmented ? segments(seqlen) : NULL;
     int32_t *d_seg = seg ? dev_upload(seg, sizeof(int32_t) * (size_t)(2 * seqlen)) : NULL;
+    /* sinks of the order of the scores: some rows' weight mostly on them */
+    float *sinks = sinked ? rand_f32(4, 0.5f, 1.5f) : NULL;
+    float *d_sinks = sinks ? dev_upload(sinks, 4 * 4) : NULL;
     const rp_attn_shape s = {.nseq = 2,
                              .seqlen = seqlen,
                              .nheads = 4,
@@ -834,16 +840,19 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmente
                              .head_dim = hd,
                              .block = 64,
                              .scale = (float)(1.0 / sqrt((double)hd)),
-                             .seg_start = seg};
-    rp_attn_shape gs = s; /* the GPU's: the segments in device memory */
+                             .seg_start = seg,
+                             .window = window,
+                             .sinks = sinks};
+    rp_attn_shape gs = s; /* the GPU's: the segments and sinks in device memory */
     gs.seg_start = d_seg;
+    gs.sinks = d_sinks;
     const int64_t T = s.nseq * seqlen;
     const size_t nq = (size_t)(T * s.nheads * hd), nk = (size_t)(T * nkv * hd);
     const size_t nl = (size_t)(T * s.nheads);
     char what[200];
-    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld%s",
-             (long long)seqlen, (long long)nkv, (long long)hd,
-             segmented ? ", document segments" : "");
+    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld%s, "
+             "window %lld%s", (long long)seqlen, (long long)nkv, (long long)hd,
+             segmented ? ", document segments" : "", (long long)window, sinks ? ", sinks" : "");
     char w2[260];
     cin q = cin_rand(nq, 0.0f, 1.0f), k = cin_rand(nk, 0.0f, 1.0f), v = cin_rand(nk, 0.0f, 1.0f);
     cin dout = cin_rand(nq, 0.0f, 1.0f);
@@ -894,12 +903,34 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmente
     check_same_bits(dk2, dk, nk, w2);
     check_same_bits(dv2, dv, nk, w2);
 
+    /* the sinks' gradient, onto a non-zero one, from the same o and lse */
+    if (sinks) {
+        float *ds0 = rand_f32(4, 0.0f, 1.0f), *ds_ref = dup_f(ds0, 4);
+        CPU_OP(attention_sink_backward, &s, oc.f, lse_ref, dout.f, ds_ref);
+        float *d_ds = dev_upload(ds0, 4 * 4);
+        GPU_OP(attention_sink_backward, &gs, oc.d, d_lse_in, dout.d, d_ds);
+        float *ds = get_f(d_ds, 4);
+        snprintf(w2, sizeof w2, "%s: the sinks' gradient", what);
+        /* fp32 dot products of the same bf16 values in another order,
+         * summed in double: GEMM_TOL */
+        check_increment(ds, ds_ref, ds0, 4, GEMM_TOL, w2);
+        cudaFree(d_ds);
+        free(ds0), free(ds_ref), free(ds);
+    }
+    cudaFree(d_sinks);
+    free(sinks);
+
     cin_free(&q), cin_free(&k), cin_free(&v), cin_free(&dout), cin_free(&oc);
     cudaFree(d_o), cudaFree(d_lse), cudaFree(d_lse_in), cudaFree(d_scr), cudaFree(d_seg);
     free(seg);
     cudaFree(d_dq), cudaFree(d_dk), cudaFree(d_dv);
     free(o_ref), free(lse_ref), free(o), free(lse), free(dq_ref), free(dk_ref), free(dv_ref);
     free(cpu_scr), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2);
+}
+
+static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmented)
+{
+    attention_case_oss(seqlen, nkv, hd, segmented, 0, 0);
 }
 
 START_TEST(attention_matches_cpu)
@@ -1519,31 +1550,17 @@ START_TEST(grouped_bias_bit_identical)
 }
 END_TEST
 
-static void expect_refused(rp_status s, const char *what)
+/* gpt-oss's attention: windows shorter than a tile, across tiles and
+ * longer than the sequence, with and without sinks and segments */
+START_TEST(attention_gpt_oss_matches_cpu)
 {
-    ck_assert_msg(s == RP_ERR_UNSUPPORTED && strstr(g_err.msg, "not built on CUDA yet (issue 35)"),
-                  "%s: status %d: %s", what, (int)s, g_err.msg);
-}
-
-/* the attention's sinks and windows are not built on CUDA: refused */
-START_TEST(gpt_oss_attention_refused)
-{
-    const float sinks[2] = {0.5f, -0.5f}; /* never read: refused first */
-    rp_attn_shape s = {.nseq = 1, .seqlen = 8, .nheads = 2, .nkv = 1, .head_dim = 64,
-                       .block = 64, .scale = 0.125f, .window = 4};
-    expect_refused(g_k.ops->attention_forward(g_k.state, &s, NULL, NULL, NULL, NULL, NULL,
-                                              &g_err), "attention_forward with a window");
-    s.window = 0, s.sinks = sinks;
-    expect_refused(g_k.ops->attention_backward(g_k.state, &s, NULL, NULL, NULL, NULL, NULL, NULL,
-                                               NULL, NULL, NULL, NULL, &g_err),
-                   "attention_backward with sinks");
-    expect_refused(g_k.ops->attention_sink_backward(g_k.state, &s, NULL, NULL, NULL, NULL,
-                                                    &g_err), "attention_sink_backward");
-    /* without sinks the sinks' gradient is nothing to do */
-    s.sinks = NULL;
-    memset(&g_err, 0, sizeof g_err);
-    ck_assert_int_eq(g_k.ops->attention_sink_backward(g_k.state, &s, NULL, NULL, NULL, NULL,
-                                                      &g_err), RP_OK);
+    const int64_t windows[3] = {5, 70, 400};
+    for (int w = 0; w < 3; w++)
+        for (int sinked = 0; sinked < 2; sinked++) {
+            attention_case_oss(200, 2, 64, 0, windows[w], sinked);
+            attention_case_oss(17, 4, 128, 1, windows[w], sinked);
+        }
+    attention_case_oss(200, 4, 64, 1, 0, 1); /* sinks alone */
 }
 END_TEST
 
@@ -1583,7 +1600,7 @@ static Suite *kernel_ops_suite(void)
         tcase_add_test(td, copy_is_exact);
         tcase_add_test(td, swiglu_clamped_matches_cpu);
         tcase_add_test(td, grouped_bias_bit_identical);
-        tcase_add_test(td, gpt_oss_attention_refused);
+        tcase_add_test(td, attention_gpt_oss_matches_cpu);
         suite_add_tcase(s, td);
     }
 #endif

@@ -128,8 +128,8 @@ typedef struct rp_kernel_ops {
     /* The learned sinks' gradient (s->sinks != NULL; nothing otherwise):
      * dsinks[h] += -sum over rows t in order of exp(sinks[h] - lse[t, h]) *
      * (dout[t, h] . o[t, h]), from the forward's o and lse (o, dout in the
-     * compute dtype; dsinks fp32 [nheads]). The CUDA table refuses it (not
-     * built yet), as it refuses attention with a window or sinks. */
+     * compute dtype; dsinks fp32 [nheads]). The CUDA table's sums each
+     * row's term in double in a fixed tree (kernels/cuda/attention.h). */
     rp_status (*attention_sink_backward)(void *state, const rp_attn_shape *s, const void *o,
                                          const float *lse, const void *dout, float *dsinks,
                                          rp_error *err);

@@ -241,24 +241,13 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 
 /* ---- attention -------------------------------------------------------- */
 
-/* gpt-oss's attention ops (issue 35: sinks, sliding windows) are built on
- * the CPU table only so far: refused here rather than computed without
- * them. (Its clamped SwiGLU and expert biases are built below.) */
-static rp_status gpt_oss_refused(const cuda_state *c, const char *op, rp_error *err)
-{
-    return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                        "cuda device %d: %s: gpt-oss's attention sinks and sliding windows: not "
-                        "built on CUDA yet (issue 35); use --device cpu",
-                        c->ordinal, op);
-}
-
+/* gpt-oss's windows and sinks (issue 35) are the kernels' own
+ * (kernels/cuda/attention.h). */
 static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
                                    const void *k, const void *v, void *o, float *lse,
                                    rp_error *err)
 {
     cuda_state *c = state;
-    if (s->window || s->sinks)
-        return gpt_oss_refused(c, "attention forward", err);
     const char *why = NULL;
     int rc = rp_cuda_attn_forward_bf16(s, q, k, v, NULL, o, lse, c->stream, &why);
     return rc ? failed(c, "attention forward", rc, why, err) : RP_OK;
@@ -270,8 +259,6 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
                                     float *scratch, rp_error *err)
 {
     cuda_state *c = state;
-    if (s->window || s->sinks)
-        return gpt_oss_refused(c, "attention backward", err);
     const char *why = NULL;
     int rc = rp_cuda_attn_delta_bf16(s, o, dout, scratch, c->stream, &why);
     if (rc)
@@ -284,10 +271,10 @@ static rp_status attention_sink_backward(void *state, const rp_attn_shape *s, co
                                          const float *lse, const void *dout, float *dsinks,
                                          rp_error *err)
 {
-    (void)o, (void)lse, (void)dout, (void)dsinks;
-    if (!s->sinks)
-        return RP_OK;
-    return gpt_oss_refused(state, "attention sink backward", err);
+    cuda_state *c = state;
+    const char *why = NULL;
+    int rc = rp_cuda_attn_sink_backward_bf16(s, o, lse, dout, dsinks, c->stream, &why);
+    return rc ? failed(c, "attention sink backward", rc, why, err) : RP_OK;
 }
 
 /* ---- SwiGLU ----------------------------------------------------------- */
