@@ -30,7 +30,8 @@
 # number and adapter tensor within 1e-4 on 1, 2 and 3 ranks and 2 pipelines,
 # the same bits on 1-3 ranks, and from a step-2 checkpoint on another rank
 # count; with PEFT, the saved adapter on the base gives the logits of
-# roundpipe's --save-merged model; an adapter naming the experts is refused.
+# roundpipe's --save-merged model; an adapter naming the experts is refused;
+# on the MXFP4 shipment (its frozen base decoded) the plain copy's bits.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -156,6 +157,15 @@ for np in 1 3; do
   if grep -q quantization_config "$out/config.json"; then
     bad "the unquantised save keeps quantization_config"; else ok; fi
 done
+
+# LoRA on the MXFP4 shipment: its frozen base decoded from the blocks and
+# scales, the same adapter bits as on the plain copy
+for m in model model-mxfp4; do
+  train oss-mxfp4 2 1 "$tmp/lora-$m" "$fix/oss-mxfp4/$m" "--lora-rank 2 --lora-alpha 4" ||
+    { bad "oss-mxfp4 with LoRA from $m/ failed"; cat "$tmp/lora-$m.txt"; }
+done
+if same "$tmp/lora-model" "$tmp/lora-model-mxfp4"; then ok; else
+  bad "LoRA on oss-mxfp4: model-mxfp4/ and model/ differ"; fi
 
 # ---- a checkpoint: transformers' names, resumes to the same bits --------------
 ck="$tmp/oss-ck"; out="$tmp/oss-resumed"; run="$tmp/oss-ck-run"
