@@ -127,7 +127,8 @@ head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"BF16"' && \
   ! head -c 4096 "$tmp/bf/model.safetensors" | grep -q '"dtype":"F32"' && ok || bad "saved tensors are not BF16"
 
 # gpt-oss (issue 35): a tiny config trains on CPU executors and saves;
-# LoRA on it is refused before any work; plan and simulate take the Hub's
+# LoRA on its router or experts is refused before any work (LoRA on its
+# attention: test_golden_gpt_oss); plan and simulate take the Hub's
 # gpt-oss-20b config
 oss="$src/mpi-tests/fixtures/gpt-oss/gpt-oss-20b-config.json"
 tiny="$src/mpi-tests/fixtures/golden-gpt-oss/oss-m1/model/config.json"
@@ -136,10 +137,15 @@ expect 0 "done: 2 steps" -- train --init-config "$tiny" --device cpu \
   --data "$odata" --seq-len 16 --batch-size 2 --steps 2 --save "$tmp/oss-save"
 [ -f "$tmp/oss-save/model.safetensors" ] && grep -q '"model_type": "gpt_oss"' "$tmp/oss-save/config.json" \
   && ok || bad "a gpt-oss run saved no model"
-expect 1 "LoRA on gpt-oss is not supported yet (issue 35)" -- train --init-config "$tiny" \
-  --device cpu --data "$odata" --seq-len 16 --batch-size 2 --steps 1 --lora-rank 2 \
-  --save "$tmp/oss-lora"
-[ ! -e "$tmp/oss-lora" ] && ok || bad "a refused gpt-oss LoRA run wrote $tmp/oss-lora"
+for t in gate_proj q_proj,gate; do
+  expect 1 "--lora-targets $t: gpt-oss's router .* target_parameters" -- train \
+    --init-config "$tiny" --device cpu --data "$odata" --seq-len 16 --batch-size 2 --steps 1 \
+    --lora-rank 2 --lora-targets "$t" --save "$tmp/oss-lora"
+  [ ! -e "$tmp/oss-lora" ] && ok || bad "a refused gpt-oss LoRA run wrote $tmp/oss-lora"
+done
+expect 1 "--lora-targets: gpt-oss's router" -- plan --init-config "$oss" --gpus 8 \
+  --device cuda --device-memory-mib 81920 --seq-len 2048 --batch-size 128 --microbatches 16 \
+  --lora-rank 8 --lora-targets down_proj
 expect 0 "^verdict: fits" -- plan --init-config "$oss" --gpus 8 --device cuda \
   --device-memory-mib 81920 --seq-len 2048 --batch-size 128 --microbatches 16
 expect 0 "tokens/s" -- simulate --init-config "$oss" --gpus 8 --device cuda \

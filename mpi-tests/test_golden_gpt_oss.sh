@@ -17,10 +17,21 @@
 # --recompute layer. The same model shipped MXFP4-quantised as the Hub ships
 # gpt-oss (model-mxfp4/: *_blocks and *_scales, quantization_config mxfp4)
 # trains to the same bits as its plain copy, and is saved unquantised without
-# quantization_config. A checkpoint (its experts under roundpipe's own
-# per-expert names) resumes on another rank count to the uninterrupted run's
-# bits. With Python, torch and transformers, what roundpipe saves (--save)
-# loads in GptOssForCausalLM to the saved tensors.
+# quantization_config. A checkpoint's model.safetensors holds the fused
+# experts (no per-expert name), the last one the bytes --save writes, and it
+# resumes on another rank count to the uninterrupted run's bits. With Python,
+# torch and transformers, what roundpipe saves (--save, a checkpoint) loads in
+# GptOssForCausalLM to the saved tensors, and the checkpoint's logits give
+# the cross-entropy roundpipe's eval_loss of the same weights has (1e-4).
+# LoRA (oss-lora, tools/gpt_oss_golden_lora.py): from a non-zero adapter
+# (--lora-init), the default all-linear adapts q/k/v/o (biased Linears; all
+# PEFT's all-linear finds in gpt-oss, whose router and experts are no Linear
+# modules) against PEFT on GptOssForCausalLM in float64: every logged
+# number and adapter tensor within 1e-4 on 1, 2 and 3 ranks and 2 pipelines,
+# the same bits on 1-3 ranks, and from a step-2 checkpoint on another rank
+# count; with PEFT, the saved adapter on the base gives the logits of
+# roundpipe's --save-merged model; an adapter naming the experts is refused;
+# on the MXFP4 shipment (its frozen base decoded) the plain copy's bits.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -37,21 +48,30 @@ train() {
   d="$fix/$1"; model="${5:-$d/model}"
   extra="${6:-}"
   [ -f "$d/mask.npy" ] && extra="$extra --loss-mask $d/mask.npy"
+  [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
   # shellcheck disable=SC2046,SC2086
   ${MPIRUN:-mpirun} $flags -np "$2" "$bin" train --device cpu --model "$model" \
     --data "$d/data.npy" $extra $(cat "$d/args.txt") --pipelines "$3" --progress none \
     --log "$4.jsonl" --save "$4" > "$4.txt" 2>&1
 }
-same() {
-  cmp -s "$1/model.safetensors" "$2/model.safetensors" &&
+tensor_names() {
+  n=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
+  head -c $((8 + n)) "$1" | tail -c "$n" | grep -o '"[^"]*":{"dtype"'
+}
+same() { # same REF OUT: saved weights (or adapters) and metrics (timing fields aside) equal
+  f=model.safetensors; [ -f "$1/$f" ] || f=adapter_model.safetensors
+  [ -f "$1/$f" ] && cmp -s "$1/$f" "$2/$f" &&
     [ "$(metrics "$1.jsonl")" = "$(metrics "$2.jsonl")" ]
 }
 
-for case in oss-m1 oss-m2 oss-mxfp4; do
+for case in oss-m1 oss-m2 oss-mxfp4 oss-lora; do
   d="$fix/$case"
+  file=model.safetensors
+  [ -d "$d/lora_init" ] && file=adapter_model.safetensors
   specs="1:1 2:2 3:1"
   [ "$case" = oss-m1 ] && specs="1:1 2:1 3:1"
   [ "$case" = oss-mxfp4 ] && specs="2:1"
+  [ "$case" = oss-lora ] && specs="1:1 2:1 3:1 2:2"
   for spec in $specs; do
     np=${spec%%:*}; P=${spec#*:}
     out="$tmp/$case-$np-$P"
@@ -59,13 +79,12 @@ for case in oss-m1 oss-m2 oss-mxfp4; do
     if ! train "$case" "$np" "$P" "$out"; then
       bad "$case: roundpipe train failed"; cat "$out.txt"; continue
     fi
-    res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/model.safetensors" \
-          "$out/model.safetensors" $rtol)
+    res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/$file" "$out/$file" $rtol)
     echo "$res" | grep -v '^RP-CHECK'
     p=$(echo "$res" | sed -n 's/^RP-CHECK: passed=\([0-9]*\).*/\1/p')
     f=$(echo "$res" | sed -n 's/^RP-CHECK: .*failed=\([0-9]*\)/\1/p')
     passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1}))
-    want=$(tensors "$d/final/model.safetensors"); got=$(tensors "$out/model.safetensors")
+    want=$(tensors "$d/final/$file"); got=$(tensors "$out/$file")
     if [ "$want" -eq "$got" ]; then ok; else
       bad "$case: $got tensors saved, the reference has $want"; fi
   done
@@ -85,6 +104,47 @@ for run in "4 --recompute layer" "2 --plan fwd=0-1,2;bwd=3-4,2,0-1" \
     bad "oss-m2 on $np rank(s) with $opts: not bit-identical to 1 rank"; fi
 done
 
+# ---- LoRA: 1-3 ranks the same bits; PEFT loads the adapters -------------------
+for np in 2 3; do
+  if same "$tmp/oss-lora-1-1" "$tmp/oss-lora-$np-1"; then ok; else
+    bad "oss-lora on $np ranks: not bit-identical to 1 rank"; fi
+done
+out="$tmp/oss-lora-peft"; d="$fix/oss-lora"
+echo "== oss-lora with --save-merged on 2 ranks, loaded by PEFT"
+if train oss-lora 2 1 "$out" "" "--save-merged $out-merged" && same "$tmp/oss-lora-2-1" "$out"
+then
+  # PEFT's adapter on the base against roundpipe's merged model, in transformers
+  python3 "$src/mpi-tests/lora_peft_check.py" "$d/model" "$out" "$out-merged" \
+    "$d/data.npy" 16 > "$tmp/peft-check.txt" 2>&1
+  case $? in
+    0) ok; grep "logit diff" "$tmp/peft-check.txt" ;;
+    77) echo "skipped the PEFT load check (Python, torch, transformers or peft missing)" ;;
+    *) bad "PEFT's oss-lora adapter does not give roundpipe's merged model's logits"
+       tail -n 5 "$tmp/peft-check.txt" ;;
+  esac
+else
+  bad "oss-lora with --save-merged failed or differs"; cat "$out.txt"
+fi
+# a LoRA checkpoint of step 2 resumes on another rank count to the same bits
+ck="$tmp/oss-lora-ck"
+echo "== oss-lora checkpointed on 2 ranks, resumed from step 2 on 3"
+if train oss-lora 2 1 "$tmp/oss-lora-ck-run" "" "--checkpoint-dir $ck --checkpoint-every 2" &&
+   train oss-lora 3 1 "$tmp/oss-lora-resumed" "" "--resume $ck/step-00000002" &&
+   cmp -s "$tmp/oss-lora-1-1/adapter_model.safetensors" \
+     "$tmp/oss-lora-resumed/adapter_model.safetensors"; then ok; else
+  bad "oss-lora resumed from its step-2 checkpoint differs from the uninterrupted run"
+  cat "$tmp/oss-lora-resumed.txt"; fi
+# an adapter naming the experts (or the router) is refused naming why, before any work
+init="$tmp/oss-lora-experts"; cp -r "$d/lora_init" "$init"
+sed -i 's/"target_modules": \[/&"gate_proj", /' "$init/adapter_config.json"
+# shellcheck disable=SC2046
+if "$bin" train --device cpu --model "$d/model" --data "$d/data.npy" --lora-init "$init" \
+     $(cat "$d/args.txt") --progress none --save "$tmp/oss-lora-refused" > "$init.txt" 2>&1; then
+  bad "an adapter on gpt-oss's experts was taken"
+elif grep -q "adapter_config.json: target_modules: gpt-oss's router .*target_parameters" "$init.txt" &&
+     [ ! -e "$tmp/oss-lora-refused" ]; then ok; else
+  bad "the adapter on gpt-oss's experts: not refused with its reason"; cat "$init.txt"; fi
+
 # ---- MXFP4: the quantised shipment trains to the plain copy's bits -----------
 for np in 1 3; do
   out="$tmp/mxfp4-$np"
@@ -98,20 +158,49 @@ for np in 1 3; do
     bad "the unquantised save keeps quantization_config"; else ok; fi
 done
 
-# ---- a checkpoint resumes to the same bits (on another rank count) ------------
-ck="$tmp/oss-ck"; out="$tmp/oss-resumed"
+# LoRA on the MXFP4 shipment: its frozen base decoded from the blocks and
+# scales, the same adapter bits as on the plain copy
+for m in model model-mxfp4; do
+  train oss-mxfp4 2 1 "$tmp/lora-$m" "$fix/oss-mxfp4/$m" "--lora-rank 2 --lora-alpha 4" ||
+    { bad "oss-mxfp4 with LoRA from $m/ failed"; cat "$tmp/lora-$m.txt"; }
+done
+if same "$tmp/lora-model" "$tmp/lora-model-mxfp4"; then ok; else
+  bad "LoRA on oss-mxfp4: model-mxfp4/ and model/ differ"; fi
+
+# ---- a checkpoint: transformers' names, resumes to the same bits --------------
+ck="$tmp/oss-ck"; out="$tmp/oss-resumed"; run="$tmp/oss-ck-run"
 echo "== oss-m2 checkpointed on 2 ranks, resumed from step 2 on 3"
-if train oss-m2 2 1 "$tmp/oss-ck-run" "" "--checkpoint-dir $ck --checkpoint-every 2 --keep-checkpoints 0" &&
-   train oss-m2 3 1 "$out" "" "--resume $ck/step-00000002" &&
+if train oss-m2 2 1 "$run" "" "--checkpoint-dir $ck --checkpoint-every 2 --keep-checkpoints 0 --eval-data $fix/oss-m2/data.npy"; then
+  for step in 2 4; do
+    f="$ck/step-0000000$step/model.safetensors"
+    per=$(tensor_names "$f" | grep -c '\.experts\.[0-9]' || true)
+    fused=$(tensor_names "$f" | grep -c '\.experts\.gate_up_proj"' || true)
+    if [ "$per" -eq 0 ] && [ "$fused" -gt 0 ]; then ok; else
+      bad "the step-$step checkpoint holds $per per-expert and $fused fused gate_up_proj tensors"; fi
+  done
+  if cmp -s "$ck/step-00000004/model.safetensors" "$run/model.safetensors"; then ok; else
+    bad "the last checkpoint's model.safetensors is not the bytes --save wrote"; fi
+else
+  bad "oss-m2 with --checkpoint-dir failed"; cat "$run.txt"
+fi
+if train oss-m2 3 1 "$out" "" "--resume $ck/step-00000002" &&
    cmp -s "$tmp/oss-m2-1-1/model.safetensors" "$out/model.safetensors"; then ok; else
   bad "oss-m2 resumed from its step-2 checkpoint differs from the uninterrupted run"
   cat "$out.txt"; fi
 
 # ---- transformers loads what roundpipe saved ----------------------------------
-python3 "$src/mpi-tests/gpt_oss_load_check.py" "$tmp/oss-m2-2-2" 2>/dev/null
-case $? in
-  0) ok ;;
-  77) echo "skipped the transformers load check (Python, torch or transformers missing)" ;;
-  *) bad "transformers does not load roundpipe's saved gpt-oss to its tensors" ;;
-esac
+# --save's model, and the last checkpoint with its logits' cross-entropy against
+# roundpipe's eval_loss of the same weights
+eval_loss=$(sed -n 's/.*"eval_loss":\([^,}]*\).*/\1/p' "$run.jsonl" | tail -n 1)
+for check in "$tmp/oss-m2-2-2" \
+             "$ck/step-00000004 $fix/oss-m2/data.npy 16 ${eval_loss:-nan}"; do
+  # shellcheck disable=SC2086
+  python3 "$src/mpi-tests/gpt_oss_load_check.py" $check 2>"$tmp/load-check.err"
+  case $? in
+    0) ok ;;
+    77) echo "skipped the transformers load check (Python, torch or transformers missing)" ;;
+    *) bad "transformers does not load ${check%% *} to its tensors and roundpipe's loss"
+       tail -n 5 "$tmp/load-check.err" ;;
+  esac
+done
 finish

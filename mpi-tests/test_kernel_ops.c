@@ -36,10 +36,16 @@
  *     head_dim 64 and 128, with and without document segments (a one-token
  *     document, one on a tile boundary, the last token alone);
  *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result;
- *   - gpt-oss's ops (attention with a window or sinks, the sinks' gradient,
- *     the clamped SwiGLU, the expert biases), not built on CUDA yet, refused
- *     with RP_ERR_UNSUPPORTED naming issue 35 (the sinks' gradient without
- *     sinks is nothing to do);
+ *   - gpt-oss's clamped SwiGLU (limit 1.5, alpha 1.3, over a tenth of the
+ *     gates and ups past the clamps) forward and backward within the bf16
+ *     rounding of a 1e-5 result, the gradient exactly 0 past a clamp; its
+ *     expert biases (4 experts, one empty, whose NaN bias and gradient are
+ *     never read or touched): the forward's y and the backward's dbias bit
+ *     for bit the CPU's, y_compute exactly the rounded y, with and without
+ *     it; attention with windows (5, 70 and 400 keys: within a tile, across
+ *     tiles, beyond the sequence) with and without sinks and segments, as
+ *     attention_forward/backward above, and the sinks' gradient added onto
+ *     a non-zero one within 1e-4 of the CPU's;
  *   - scaled_add (= and +=, y aliasing x, y NULL with y_compute) bit for
  *     bit, its y_compute exactly the rounded fp32 result; n == 0 writes
  *     nothing, and accumulate without y is refused;
@@ -819,10 +825,15 @@ END_TEST
 
 /* ---- attention ------------------------------------------------------------------- */
 
-static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmented)
+/* window > 0 and sinks: gpt-oss's (issue 35); 0 and 0 the others' */
+static void attention_case_oss(int64_t seqlen, int64_t nkv, int64_t hd, int segmented,
+                               int64_t window, int sinked)
 {
     int32_t *seg = segmented ? segments(seqlen) : NULL;
     int32_t *d_seg = seg ? dev_upload(seg, sizeof(int32_t) * (size_t)(2 * seqlen)) : NULL;
+    /* sinks of the order of the scores: some rows' weight mostly on them */
+    float *sinks = sinked ? rand_f32(4, 0.5f, 1.5f) : NULL;
+    float *d_sinks = sinks ? dev_upload(sinks, 4 * 4) : NULL;
     const rp_attn_shape s = {.nseq = 2,
                              .seqlen = seqlen,
                              .nheads = 4,
@@ -830,16 +841,19 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmente
                              .head_dim = hd,
                              .block = 64,
                              .scale = (float)(1.0 / sqrt((double)hd)),
-                             .seg_start = seg};
-    rp_attn_shape gs = s; /* the GPU's: the segments in device memory */
+                             .seg_start = seg,
+                             .window = window,
+                             .sinks = sinks};
+    rp_attn_shape gs = s; /* the GPU's: the segments and sinks in device memory */
     gs.seg_start = d_seg;
+    gs.sinks = d_sinks;
     const int64_t T = s.nseq * seqlen;
     const size_t nq = (size_t)(T * s.nheads * hd), nk = (size_t)(T * nkv * hd);
     const size_t nl = (size_t)(T * s.nheads);
     char what[200];
-    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld%s",
-             (long long)seqlen, (long long)nkv, (long long)hd,
-             segmented ? ", document segments" : "");
+    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld%s, "
+             "window %lld%s", (long long)seqlen, (long long)nkv, (long long)hd,
+             segmented ? ", document segments" : "", (long long)window, sinks ? ", sinks" : "");
     char w2[260];
     cin q = cin_rand(nq, 0.0f, 1.0f), k = cin_rand(nk, 0.0f, 1.0f), v = cin_rand(nk, 0.0f, 1.0f);
     cin dout = cin_rand(nq, 0.0f, 1.0f);
@@ -890,12 +904,34 @@ static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmente
     check_same_bits(dk2, dk, nk, w2);
     check_same_bits(dv2, dv, nk, w2);
 
+    /* the sinks' gradient, onto a non-zero one, from the same o and lse */
+    if (sinks) {
+        float *ds0 = rand_f32(4, 0.0f, 1.0f), *ds_ref = dup_f(ds0, 4);
+        CPU_OP(attention_sink_backward, &s, oc.f, lse_ref, dout.f, ds_ref);
+        float *d_ds = dev_upload(ds0, 4 * 4);
+        GPU_OP(attention_sink_backward, &gs, oc.d, d_lse_in, dout.d, d_ds);
+        float *ds = get_f(d_ds, 4);
+        snprintf(w2, sizeof w2, "%s: the sinks' gradient", what);
+        /* fp32 dot products of the same bf16 values in another order,
+         * summed in double: GEMM_TOL */
+        check_increment(ds, ds_ref, ds0, 4, GEMM_TOL, w2);
+        cudaFree(d_ds);
+        free(ds0), free(ds_ref), free(ds);
+    }
+    cudaFree(d_sinks);
+    free(sinks);
+
     cin_free(&q), cin_free(&k), cin_free(&v), cin_free(&dout), cin_free(&oc);
     cudaFree(d_o), cudaFree(d_lse), cudaFree(d_lse_in), cudaFree(d_scr), cudaFree(d_seg);
     free(seg);
     cudaFree(d_dq), cudaFree(d_dk), cudaFree(d_dv);
     free(o_ref), free(lse_ref), free(o), free(lse), free(dq_ref), free(dk_ref), free(dv_ref);
     free(cpu_scr), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2);
+}
+
+static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmented)
+{
+    attention_case_oss(seqlen, nkv, hd, segmented, 0, 0);
 }
 
 START_TEST(attention_matches_cpu)
@@ -1428,41 +1464,106 @@ START_TEST(copy_is_exact)
 }
 END_TEST
 
-/* ---- gpt-oss's ops: refused on CUDA until built (issue 35) --------------------- */
+/* ---- gpt-oss's ops (issue 35) ----------------------------------------------------- */
 
-static void expect_refused(rp_status s, const char *what)
+START_TEST(swiglu_clamped_matches_cpu)
 {
-    ck_assert_msg(s == RP_ERR_UNSUPPORTED && strstr(g_err.msg, "not built on CUDA yet (issue 35)"),
-                  "%s: status %d: %s", what, (int)s, g_err.msg);
+    const int64_t n = 5003;
+    const float limit = 1.5f, alpha = 1.3f;
+    /* about a third of g above the limit, of u beyond +-limit */
+    float *g = rand_f32((size_t)n, 0.5f, 2.0f), *u = rand_f32((size_t)n, 0.0f, 2.0f);
+    float *dm = rand_f32((size_t)n, 0.0f, 1.0f);
+    int64_t gate_cut = 0, up_cut = 0;
+    for (int64_t i = 0; i < n; i++)
+        gate_cut += g[i] > limit, up_cut += u[i] > limit || u[i] < -limit;
+    ck_assert_msg(gate_cut > n / 10 && up_cut > n / 10, "clamped: gate %lld, up %lld of %lld",
+                  (long long)gate_cut, (long long)up_cut, (long long)n);
+    float *m_ref = host_nan((size_t)n), *dg_ref = host_nan((size_t)n), *du_ref = host_nan(n);
+    CPU_OP(swiglu_clamped_forward, g, u, limit, alpha, m_ref, n);
+    CPU_OP(swiglu_clamped_backward, g, u, limit, alpha, dm, dg_ref, du_ref, n);
+    float *d_g = dev_upload(g, (size_t)n * 4), *d_u = dev_upload(u, (size_t)n * 4);
+    float *d_dm = dev_upload(dm, (size_t)n * 4);
+    void *d_m = dev_nan_c((size_t)n), *d_dg = dev_nan_c((size_t)n), *d_du = dev_nan_c(n);
+    GPU_OP(swiglu_clamped_forward, d_g, d_u, limit, alpha, d_m, n);
+    GPU_OP(swiglu_clamped_backward, d_g, d_u, limit, alpha, d_dm, d_dg, d_du, n);
+    float *m = get_c(d_m, (size_t)n), *dg = get_c(d_dg, (size_t)n), *du = get_c(d_du, n);
+    CHECK_REL(m, m_ref, (size_t)n, bf16_tol(FP32_TOL), "swiglu_clamped_forward m");
+    CHECK_REL(dg, dg_ref, (size_t)n, bf16_tol(FP32_TOL), "swiglu_clamped_backward dg");
+    CHECK_REL(du, du_ref, (size_t)n, bf16_tol(FP32_TOL), "swiglu_clamped_backward du");
+    /* no gradient through a clamped value, exactly */
+    for (int64_t i = 0; i < n; i++) {
+        if (g[i] > limit)
+            ck_assert_msg(dg[i] == 0.0f, "dg[%lld] = %g past the clamp", (long long)i, dg[i]);
+        if (u[i] > limit || u[i] < -limit)
+            ck_assert_msg(du[i] == 0.0f, "du[%lld] = %g past the clamp", (long long)i, du[i]);
+    }
+    cudaFree(d_g), cudaFree(d_u), cudaFree(d_dm), cudaFree(d_m), cudaFree(d_dg), cudaFree(d_du);
+    free(g), free(u), free(dm), free(m_ref), free(dg_ref), free(du_ref), free(m), free(dg);
+    free(du);
 }
+END_TEST
 
-START_TEST(gpt_oss_ops_refused)
+START_TEST(grouped_bias_bit_identical)
 {
-    const float sinks[2] = {0.5f, -0.5f}; /* never read: refused first */
-    rp_attn_shape s = {.nseq = 1, .seqlen = 8, .nheads = 2, .nkv = 1, .head_dim = 64,
-                       .block = 64, .scale = 0.125f, .window = 4};
-    expect_refused(g_k.ops->attention_forward(g_k.state, &s, NULL, NULL, NULL, NULL, NULL,
-                                              &g_err), "attention_forward with a window");
-    s.window = 0, s.sinks = sinks;
-    expect_refused(g_k.ops->attention_backward(g_k.state, &s, NULL, NULL, NULL, NULL, NULL, NULL,
-                                               NULL, NULL, NULL, NULL, &g_err),
-                   "attention_backward with sinks");
-    expect_refused(g_k.ops->attention_sink_backward(g_k.state, &s, NULL, NULL, NULL, NULL,
-                                                    &g_err), "attention_sink_backward");
-    expect_refused(g_k.ops->swiglu_clamped_forward(g_k.state, NULL, NULL, 7.0f, 1.702f, NULL, 8,
-                                                   &g_err), "swiglu_clamped_forward");
-    expect_refused(g_k.ops->swiglu_clamped_backward(g_k.state, NULL, NULL, 7.0f, 1.702f, NULL,
-                                                    NULL, NULL, 8, &g_err),
-                   "swiglu_clamped_backward");
-    expect_refused(g_k.ops->grouped_bias_forward(g_k.state, NULL, NULL, NULL, NULL, 2, 8, 8,
-                                                 &g_err), "grouped_bias_forward");
-    expect_refused(g_k.ops->grouped_bias_backward(g_k.state, NULL, NULL, 2, 8, 8, NULL, &g_err),
-                   "grouped_bias_backward");
-    /* without sinks the sinks' gradient is nothing to do */
-    s.sinks = NULL;
-    memset(&g_err, 0, sizeof g_err);
-    ck_assert_int_eq(g_k.ops->attention_sink_backward(g_k.state, &s, NULL, NULL, NULL, NULL,
-                                                      &g_err), RP_OK);
+    /* 4 experts, one of them empty, over 53 rows of 70 columns */
+    enum { E = 4, ROWS = 53, OUT = 70 };
+    const int32_t offsets[E + 1] = {0, 17, 17, 44, ROWS};
+    const size_t ny = (size_t)ROWS * OUT;
+    int32_t *d_off = dev_upload(offsets, sizeof offsets);
+    float *bias[E], *d_bias[E], *db0[E], *db_ref[E], *d_db[E];
+    for (int e = 0; e < E; e++) {
+        bias[e] = rand_f32(OUT, 0.0f, 1.0f);
+        d_bias[e] = dev_upload(bias[e], OUT * 4);
+        db0[e] = rand_f32(OUT, 0.0f, 1.0f);
+        db_ref[e] = dup_f(db0[e], OUT);
+        d_db[e] = dev_upload(db0[e], OUT * 4);
+    }
+    /* the empty expert's bias and gradient are never read or touched: NaN */
+    memset(bias[1], 0xff, OUT * 4), memset(db0[1], 0xff, OUT * 4), memset(db_ref[1], 0xff, OUT * 4);
+    dev_set(d_bias[1], bias[1], OUT * 4), dev_set(d_db[1], db0[1], OUT * 4);
+    float *y0 = rand_f32(ny, 0.0f, 1.0f), *y_ref = dup_f(y0, ny);
+    float *dy = rand_f32(ny, 0.0f, 1.0f);
+    CPU_OP(grouped_bias_forward, y_ref, NULL, (const float *const *)bias, offsets, E, ROWS, OUT);
+    CPU_OP(grouped_bias_backward, dy, offsets, E, ROWS, OUT, db_ref);
+    float *d_y = dev_upload(y0, ny * 4), *d_dy = dev_upload(dy, ny * 4);
+    void *d_yc = dev_nan_c(ny);
+    GPU_OP(grouped_bias_forward, d_y, d_yc, (const float *const *)d_bias, d_off, E, ROWS, OUT);
+    GPU_OP(grouped_bias_backward, d_dy, d_off, E, ROWS, OUT, d_db);
+    float *y = get_f(d_y, ny);
+    check_same_bits(y, y_ref, ny, "grouped_bias_forward y");
+    check_rounded_copy(d_yc, y_ref, ny, "grouped_bias_forward y_compute");
+    for (int e = 0; e < E; e++) {
+        float *db = get_f(d_db[e], OUT);
+        check_same_bits(db, db_ref[e], OUT, e == 1 ? "grouped_bias_backward: the empty expert's "
+                                                     "dbias"
+                                                   : "grouped_bias_backward dbias");
+        free(db);
+    }
+    /* y alone, without its copy */
+    float *d_y2 = dev_upload(y0, ny * 4);
+    GPU_OP(grouped_bias_forward, d_y2, NULL, (const float *const *)d_bias, d_off, E, ROWS, OUT);
+    float *y2 = get_f(d_y2, ny);
+    check_same_bits(y2, y_ref, ny, "grouped_bias_forward y without y_compute");
+    for (int e = 0; e < E; e++) {
+        cudaFree(d_bias[e]), cudaFree(d_db[e]);
+        free(bias[e]), free(db0[e]), free(db_ref[e]);
+    }
+    cudaFree(d_off), cudaFree(d_y), cudaFree(d_dy), cudaFree(d_yc), cudaFree(d_y2);
+    free(y0), free(y_ref), free(dy), free(y), free(y2);
+}
+END_TEST
+
+/* gpt-oss's attention: windows shorter than a tile, across tiles and
+ * longer than the sequence, with and without sinks and segments */
+START_TEST(attention_gpt_oss_matches_cpu)
+{
+    const int64_t windows[3] = {5, 70, 400};
+    for (int w = 0; w < 3; w++)
+        for (int sinked = 0; sinked < 2; sinked++) {
+            attention_case_oss(200, 2, 64, 0, windows[w], sinked);
+            attention_case_oss(17, 4, 128, 1, windows[w], sinked);
+        }
+    attention_case_oss(200, 4, 64, 1, 0, 1); /* sinks alone */
 }
 END_TEST
 
@@ -1500,7 +1601,9 @@ static Suite *kernel_ops_suite(void)
         tcase_add_test(td, embed_bit_identical);
         tcase_add_test(td, convert_matches_host);
         tcase_add_test(td, copy_is_exact);
-        tcase_add_test(td, gpt_oss_ops_refused);
+        tcase_add_test(td, swiglu_clamped_matches_cpu);
+        tcase_add_test(td, grouped_bias_bit_identical);
+        tcase_add_test(td, attention_gpt_oss_matches_cpu);
         suite_add_tcase(s, td);
     }
 #endif

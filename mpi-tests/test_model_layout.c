@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "io/config_lora.h"
 #include "kernels/cpu/ops.h"
 #include "model/layers.h"
 #include "model/layout.h"
@@ -332,13 +333,32 @@ START_TEST(gpt_oss_layout_and_checks)
                   "%s", err.msg);
     rp_model_config q = cfg_qwen();
     ck_assert_int_eq(rp_model_ops_check(&q, &dev, &err), RP_OK);
-    /* LoRA and a window of 0 on a sliding block are refused */
+    /* LoRA: the attention's four projections are what gpt-oss has (PEFT's
+     * all-linear); its router and experts are refused naming why */
     rp_model_config l = c;
     l.lora.rank = 2;
     l.lora.alpha = 4;
-    l.lora.targets = RP_LORA_ALL_LINEAR;
-    ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), RP_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "LoRA on gpt-oss is not supported yet"), "%s", err.msg);
+    ck_assert_uint_eq(rp_lora_model_targets(&l, RP_LORA_ALL_LINEAR), RP_LORA_ATTENTION_PROJS);
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        l.lora.targets = 1u << p;
+        const int attention = (RP_LORA_ATTENTION_PROJS >> p) & 1u;
+        ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err),
+                         attention ? RP_OK : RP_ERR_UNSUPPORTED);
+        if (attention) {
+            for (int b = 1; b <= 3; b++) /* A and B of the one projection in each block */
+                ck_assert_int_eq(L[b].nparams, 2);
+            free(L);
+        } else {
+            ck_assert_msg(strstr(err.msg, "target_parameters") && strstr(err.msg, "q_proj"),
+                          "%s", err.msg);
+        }
+    }
+    l.lora.targets = RP_LORA_ATTENTION_PROJS;
+    ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), RP_OK);
+    ck_assert_str_eq(L[1].params[0].name,
+                     "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+    ck_assert_int_eq(L[1].nparams, 8);
+    free(L);
     rp_model_config z = c;
     z.oss.sliding_window = 0;
     ck_assert_int_eq(rp_model_layout(&z, &L, &n, &err), RP_ERR_INVALID_ARG);

@@ -133,6 +133,14 @@ CASES = {
         "train": train_opts(**{"lr-schedule": "linear"}),
     },
     # oss-m2's model with MXFP4-exact experts, also written quantised
+    # LoRA (tools/gpt_oss_golden_lora.py): PEFT's all-linear adapts q/k/v/o
+    # only; from a non-zero adapter, the base oss-m2's
+    "oss-lora": {
+        "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
+        "config": dict(COMMON_CONFIG, output_router_logits=True, router_aux_loss_coef=0.5),
+        "train": train_opts(**{"lr-schedule": "linear", "lr": "1e-2"}),
+        "lora": {"r": 2, "alpha": 4, "init_seed": 9037},
+    },
     "oss-mxfp4": {
         "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
         "mxfp4": True,
@@ -363,18 +371,21 @@ def topk_gap(logits, k):
     return gap
 
 
-def param_groups(model, wd):
+def param_groups(named, wd):
     decay, plain = [], []
-    for n, p in model.named_parameters():
+    for n, p in named:
         (decay if p.ndim >= 2 and not n.endswith("_bias") else plain).append(p)
     return [{"params": decay, "weight_decay": wd}, {"params": plain, "weight_decay": 0.0}]
 
 
-def train(model, tokens, mask, tr, coef, log, aux_grad=True, check_m1=False):
+def train(model, tokens, mask, tr, coef, log, aux_grad=True, check_m1=False, params=None):
+    """params: the (name, parameter) pairs trained (LoRA's adapters), by
+    default all of the model's."""
     cfg = model.config
-    plist = list(model.parameters())
+    named = list(model.named_parameters()) if params is None else params
+    plist = [p for _, p in named]
     opt = torch.optim.AdamW(
-        param_groups(model, float(tr["weight-decay"])), lr=float(tr["lr"]),
+        param_groups(named, float(tr["weight-decay"])), lr=float(tr["lr"]),
         betas=(float(tr["beta1"]), float(tr["beta2"])), eps=float(tr["eps"]), foreach=False)
     clip = float(tr["grad-clip"])
     rec = Recorder(model)
@@ -598,7 +609,12 @@ def generate(base, log, names=None):
             continue
         torch.set_default_dtype(torch.float64)  # step_batches' counted-target weights
         try:
-            make_case(name, case, os.path.join(base, name), log)
+            if "lora" in case:
+                import gpt_oss_golden_lora
+                gpt_oss_golden_lora.make_case(name, case, os.path.join(base, name), log,
+                                              sys.modules[__name__])
+            else:
+                make_case(name, case, os.path.join(base, name), log)
         finally:
             torch.set_default_dtype(torch.float32)
     mg.write_files_mk(base, OSS_REL, "tools/make_gpt_oss_golden.py: the gpt-oss fixtures")

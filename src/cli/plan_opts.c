@@ -290,6 +290,11 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
     if (rp_model_config_check(&cfg, err) != RP_OK)
         return rp_error_prefix(err, "%s", path);
     cfg.lora = *lora;
+    const char *refused = lora->rank > 0 && lora->targets != RP_LORA_ALL_LINEAR
+                              ? rp_lora_refused_targets(&cfg, lora->targets)
+                              : NULL;
+    if (refused)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: --lora-targets: %s", path, refused);
     cfg.lora.targets = rp_lora_model_targets(&cfg, lora->targets); /* no router when dense */
     /* the closed form knows the seven projections of a dense block */
     const unsigned shape_targets = cfg.lora.targets & ~(1u << RP_LORA_ROUTER);

@@ -19,6 +19,7 @@
 #include "io/checkpoint.h"
 #include "io/checkpoint_lock.h"
 #include "io/output_path.h"
+#include "io/saved_tensors.h"
 #include "io/config.h"
 #include "optim/lr.h"
 #include "engine/run_impl.h"
@@ -67,13 +68,16 @@ void rp_checkpoint_remove_killed_writes(const rp_train_options *o, const rp_logg
 /* ---- the checkpoint of step c ------------------------------------------- */
 
 /* A checkpoint being written: its tensor lists and where each layer's
- * tensors start in them. Pending (a lagged optimizer before its last step):
+ * tensors start in them; the model file's under transformers' names
+ * (saved: gpt-oss's experts fused, io/saved_tensors.h), so that it loads
+ * in transformers as --save's does. Pending (a lagged optimizer before its last step):
  * the state before the update of step c, and c's summed gradient, which a
  * resumed run applies as its first update. */
 typedef struct ck {
     rp_checkpoint_writer *w;
     rp_tensor_ref *model, *optim, *grad;
     int nmodel, noptim, ngrad;
+    rp_saved_tensors *saved; /* model.safetensors' list, from model */
     int *first; /* [nlayers + 1]: layer l's tensors are [first[l], first[l + 1]) of model */
     int pending;
     double t0;      /* begun */
@@ -85,6 +89,7 @@ typedef struct ck {
 static void ck_free(ck *k)
 {
     rp_checkpoint_abort(&k->w);
+    rp_saved_tensors_free(&k->saved);
     free(k->model);
     free(k->optim);
     free(k->grad);
@@ -109,14 +114,23 @@ static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error 
     }
     for (int l = 0; l < p->nlayers; l++)
         k->first[l + 1] = k->first[l] + p->layers[l].nparams;
-    rp_checkpoint_file files[3] = {{"model.safetensors", k->model, k->nmodel},
+    rp_status s = rp_saved_tensors_make(k->model, k->nmodel, &k->saved, err);
+    if (s != RP_OK) {
+        ck_free(k);
+        return s;
+    }
+    int nsaved;
+    const rp_tensor_ref *saved = rp_saved_tensors_list(k->saved, &nsaved);
+    /* AdamW's state and a pending gradient keep roundpipe's names: only
+     * roundpipe reads them */
+    rp_checkpoint_file files[3] = {{"model.safetensors", saved, nsaved},
                                    {"optimizer.safetensors", k->optim, k->noptim},
                                    {RP_PENDING_FILE, k->grad, k->ngrad}};
     /* a full model's checkpoint is the model a resumed run starts from: its
      * tokenizer goes with it (a LoRA run's base keeps its own) */
     rp_checkpoint_content content = {files, pending ? 3 : 2, &p->cfg, e->model_config_text,
                                      e->lora ? NULL : e->companions};
-    rp_status s = rp_checkpoint_begin(e->o->checkpoint_dir, c, &content, &k->w, err);
+    s = rp_checkpoint_begin(e->o->checkpoint_dir, c, &content, &k->w, err);
     if (s != RP_OK)
         ck_free(k);
     return s;
@@ -126,8 +140,10 @@ static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error 
 static rp_status ck_layer(ck *k, int l, rp_error *err)
 {
     double t0 = rp_now();
-    int a = k->first[l], n = k->first[l + 1] - a;
-    rp_status s = rp_checkpoint_put(k->w, 0, a, n, err);
+    int a = k->first[l], n = k->first[l + 1] - a, sa, sn;
+    rp_status s = rp_saved_tensors_fill(k->saved, a, n, &sa, &sn, err);
+    if (s == RP_OK)
+        s = rp_checkpoint_put(k->w, 0, sa, sn, err);
     if (s == RP_OK)
         s = rp_checkpoint_put(k->w, 1, a, n, err); /* m */
     if (s == RP_OK)

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/gpt_oss_experts.h"
+#include "io/model_dir.h"
 #include "io/safetensors_set.h"
 
 struct rp_frozen_base {
@@ -69,6 +71,42 @@ static size_t tensor_store_bytes(const rp_model_config *cfg, const rp_param_desc
     return (p->numel * rp_dtype_size(dtype) + 63) & ~(size_t)63;
 }
 
+/* Whether tensor p is one of gpt-oss's experts the set holds fused (as
+ * transformers does), not under p's own name: read only through
+ * rp_gpt_oss_experts_read, never in place; *experts (512 bytes) names the
+ * block's. */
+static int fused_expert(const rp_safetensors_set *set, const rp_param_desc *p, char *experts)
+{
+    int64_t e;
+    int part, bias;
+    return rp_gpt_oss_expert_name(p->name, experts, 512, &e, &part, &bias) &&
+           !rp_safetensors_set_has(set, p->name);
+}
+
+/* The run of layer L's tensors from i on that are the experts of block
+ * `experts`, read from the set's fused tensors into tmp; returns past it. */
+static int read_fused_experts(rp_frozen_base *b, const rp_layer_desc *L, int i,
+                              const char *experts, float *tmp, rp_status *s, rp_error *err)
+{
+    int j = i;
+    char x[512];
+    while (j < L->nparams && fused_expert(b->set, &L->params[j], x) && strcmp(x, experts) == 0)
+        j++;
+    rp_tensor_ref *refs = calloc((size_t)(j - i), sizeof *refs);
+    if (!refs) {
+        *s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %s", experts);
+        return j;
+    }
+    for (int k = i; k < j; k++) {
+        const rp_param_desc *p = &L->params[k];
+        refs[k - i] = (rp_tensor_ref){p->name, p->ndim, {p->shape[0], p->shape[1]},
+                                      tmp + p->offset};
+    }
+    *s = rp_gpt_oss_experts_read(b->set, experts, refs, j - i, err);
+    free(refs);
+    return j;
+}
+
 /* Fill the store's copy of every tensor: converted from the model
  * directory's set, or initialised randomly as the full model would be. */
 static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
@@ -84,11 +122,15 @@ static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
         }
         if (!b->set)
             rp_layer_init(&b->cfg, L, seed, tmp);
+        int fused_to = 0; /* the tensors before it were read with their block's experts */
         for (int i = 0; s == RP_OK && i < L->nparams; i++) {
             const rp_param_desc *p = &L->params[i];
             if (source_name(&b->cfg, p->name) != p->name)
                 continue; /* the embedding's bytes */
-            if (b->set)
+            char experts[512];
+            if (b->set && i >= fused_to && fused_expert(b->set, p, experts))
+                fused_to = read_fused_experts(b, L, i, experts, tmp, &s, err);
+            else if (b->set && i >= fused_to)
                 s = rp_safetensors_set_read_f32(b->set, p->name, p->ndim, p->shape,
                                                 tmp + p->offset, err);
             void *dst = (void *)b->pieces[b->first[l] + i].src;
@@ -141,7 +183,10 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
             b->store_at[k] = b->store_bytes;
             b->store_bytes += tensor_store_bytes(&b->cfg, p, compute);
             b->bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
-            if (b->set) {
+            char experts[512];
+            if (b->set && fused_expert(b->set, p, experts)) {
+                all = 0; /* transposed and interleaved from the fused tensors */
+            } else if (b->set) {
                 rp_safetensors_tensor t;
                 int usable = 0;
                 RP_TRY(find_tensor(b->set, model_dir, p, source_name(&b->cfg, p->name), b->dtype,

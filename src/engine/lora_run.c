@@ -23,8 +23,15 @@ rp_status rp_lora_resolve(const rp_train_options *o, rp_model_config *cfg, rp_er
     c->dropout = o->lora_dropout;
     c->use_rslora = o->use_rslora;
     c->targets = RP_LORA_ALL_LINEAR;
-    if (o->lora_targets)
+    if (o->lora_targets) {
         RP_TRY(rp_lora_targets_parse(o->lora_targets, "--lora-targets", &c->targets, err));
+        const char *why = c->targets == RP_LORA_ALL_LINEAR
+                              ? NULL
+                              : rp_lora_refused_targets(cfg, c->targets);
+        if (why)
+            return rp_error_set(err, RP_ERR_UNSUPPORTED, "--lora-targets %s: %s",
+                                o->lora_targets, why);
+    }
     /* a dense model has no router: its targets stay the seven projections */
     c->targets = rp_lora_model_targets(cfg, c->targets);
     if (c->targets == 0)

@@ -301,7 +301,8 @@ rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int co
      * resume would take it over the good one before it */
     for (int i = first; i < first + count; i++) {
         const rp_tensor_ref *t = &w->tensors[file][i];
-        size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1));
+        size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1) *
+                            (t->ndim > 2 ? t->shape[2] : 1));
         for (size_t k = 0; k < n; k++)
             if (!isfinite(t->data[k]))
                 return rp_error_set(err, RP_ERR_NUMERIC, "checkpoint of step %lld: %s: tensor "

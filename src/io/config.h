@@ -66,6 +66,10 @@ typedef enum rp_lora_proj {
 /* The projections of a mixture of experts' experts. */
 #define RP_LORA_EXPERT_PROJS                                                                     \
     ((1u << RP_LORA_GATE_PROJ) | (1u << RP_LORA_UP_PROJ) | (1u << RP_LORA_DOWN_PROJ))
+/* the attention's four: all gpt-oss has as PEFT's Linear modules */
+#define RP_LORA_ATTENTION_PROJS                                                                  \
+    ((1u << RP_LORA_Q_PROJ) | (1u << RP_LORA_K_PROJ) | (1u << RP_LORA_V_PROJ) |                  \
+     (1u << RP_LORA_O_PROJ))
 
 typedef struct rp_lora_config {
     int rank;          /* r >= 1 */

@@ -33,7 +33,19 @@ double rp_lora_scaling(const rp_lora_config *c)
 
 unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets)
 {
+    if (cfg->arch == RP_ARCH_GPT_OSS)
+        return targets & RP_LORA_ATTENTION_PROJS;
     return rp_model_has_moe(cfg) ? targets : targets & ~(1u << RP_LORA_ROUTER);
+}
+
+const char *rp_lora_refused_targets(const rp_model_config *cfg, unsigned targets)
+{
+    if (cfg->arch == RP_ARCH_GPT_OSS && (targets & ~RP_LORA_ATTENTION_PROJS))
+        return "gpt-oss's router (mlp.router, a GptOssTopKRouter) and experts (fused 3-D "
+               "parameters) are no Linear modules: PEFT adapts them only as target_parameters "
+               "(one adapter over all experts, gate and up sharing lora_A), which roundpipe does "
+               "not build; its LoRA adapts q_proj, k_proj, v_proj and o_proj (all-linear)";
+    return NULL;
 }
 
 int rp_lora_per_expert(const rp_model_config *cfg, int block, rp_lora_proj p)

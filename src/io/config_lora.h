@@ -25,8 +25,14 @@ double rp_lora_scaling(const rp_lora_config *c);
 
 /* The targets a model of cfg has: without mixture-of-experts blocks, no
  * router (so a dense model's adapters, configs and checkpoints are those
- * of the seven projections). */
+ * of the seven projections); gpt-oss, the attention's four (what PEFT's
+ * all-linear finds there: its router and experts are no Linear modules). */
 unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets);
+
+/* Why targets named one by one (not all-linear) cannot be adapted on a
+ * model of cfg, or NULL when they can: gpt-oss's router and experts,
+ * which PEFT adapts only as fused target_parameters (issue 35). */
+const char *rp_lora_refused_targets(const rp_model_config *cfg, unsigned targets);
 
 /* Whether projection p of block `block` has one adapter per expert:
  * gate_proj, up_proj and down_proj of a mixture-of-experts block. */

@@ -162,32 +162,35 @@ rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *exp
     return s;
 }
 
-rp_status rp_gpt_oss_experts_fuse(const char *experts, const rp_tensor_ref *refs, int n,
-                                  rp_tensor_ref **out, rp_error *err)
+static const char *const fused_names[4] = {"gate_up_proj", "gate_up_proj_bias", "down_proj",
+                                            "down_proj_bias"};
+
+rp_status rp_gpt_oss_experts_fused_shapes(const char *experts, const rp_tensor_ref *refs, int n,
+                                          rp_tensor_ref *fused, char names[4][600],
+                                          rp_error *err)
 {
     int64_t E, I, H;
     RP_TRY(sizes_of(experts, refs, n, &E, &I, &H, err));
-    enum { NAME = 600 };
-    const size_t gu_n = (size_t)(E * H * 2 * I), dn_n = (size_t)(E * I * H);
-    const size_t floats = gu_n + (size_t)(E * 2 * I) + dn_n + (size_t)(E * H);
-    rp_tensor_ref *t = calloc(1, 4 * (sizeof *t + NAME) + floats * sizeof(float));
-    if (!t)
-        return rp_error_set(err, RP_ERR_NOMEM, "%s: the fused experts' %zu floats", experts,
-                            floats);
-    char *names = (char *)(t + 4);
-    float *data = (float *)(names + 4 * NAME);
-    static const char *const fused[4] = {"gate_up_proj", "gate_up_proj_bias", "down_proj",
-                                         "down_proj_bias"};
     const int64_t shapes[4][3] = {{E, H, 2 * I}, {E, 2 * I, 1}, {E, I, H}, {E, H, 1}};
-    const size_t sizes[4] = {gu_n, (size_t)(E * 2 * I), dn_n, (size_t)(E * H)};
     for (int f = 0; f < 4; f++) {
-        snprintf(names + f * NAME, NAME, "%s.%s", experts, fused[f]);
-        t[f].name = names + f * NAME;
-        t[f].ndim = f % 2 ? 2 : 3;
-        memcpy(t[f].shape, shapes[f], sizeof t[f].shape);
-        t[f].data = data;
-        data += sizes[f];
+        snprintf(names[f], 600, "%s.%s", experts, fused_names[f]);
+        fused[f] = (rp_tensor_ref){names[f], f % 2 ? 2 : 3, {0}, NULL};
+        memcpy(fused[f].shape, shapes[f], sizeof fused[f].shape);
     }
+    return RP_OK;
+}
+
+rp_status rp_gpt_oss_experts_fuse_into(const char *experts, const rp_tensor_ref *refs, int n,
+                                       const rp_tensor_ref *fused, rp_error *err)
+{
+    int64_t E, I, H;
+    RP_TRY(sizes_of(experts, refs, n, &E, &I, &H, err));
+    const rp_tensor_ref *t = fused;
+    if (t[0].shape[0] != E || t[0].shape[1] != H || t[0].shape[2] != 2 * I ||
+        t[2].shape[1] != I || t[2].shape[2] != H)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: the fused tensors' shapes do not fit "
+                            "its %lld experts of %lld x %lld", experts, (long long)E,
+                            (long long)I, (long long)H);
     for (int i = 0; i < n; i++) {
         const rp_tensor_ref *r = &refs[i];
         char x[512];
@@ -210,6 +213,42 @@ rp_status rp_gpt_oss_experts_fuse(const char *experts, const rp_tensor_ref *refs
                 for (int64_t h = 0; h < H; h++)
                     d[h * 2 * I + 2 * j + part] = r->data[j * H + h];
         }
+    }
+    return RP_OK;
+}
+
+int64_t rp_gpt_oss_fused_numel(const rp_tensor_ref *t)
+{
+    return t->shape[0] * t->shape[1] * (t->ndim == 3 ? t->shape[2] : 1);
+}
+
+rp_status rp_gpt_oss_experts_fuse(const char *experts, const rp_tensor_ref *refs, int n,
+                                  rp_tensor_ref **out, rp_error *err)
+{
+    enum { NAME = 600 };
+    rp_tensor_ref shapes[4];
+    char names[4][NAME];
+    RP_TRY(rp_gpt_oss_experts_fused_shapes(experts, refs, n, shapes, names, err));
+    size_t floats = 0;
+    for (int f = 0; f < 4; f++)
+        floats += (size_t)rp_gpt_oss_fused_numel(&shapes[f]);
+    rp_tensor_ref *t = calloc(1, 4 * (sizeof *t + NAME) + floats * sizeof(float));
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the fused experts' %zu floats", experts,
+                            floats);
+    char *name = (char *)(t + 4);
+    float *data = (float *)(name + 4 * NAME);
+    for (int f = 0; f < 4; f++) {
+        t[f] = shapes[f];
+        memcpy(name + f * NAME, names[f], NAME);
+        t[f].name = name + f * NAME;
+        t[f].data = data;
+        data += rp_gpt_oss_fused_numel(&shapes[f]);
+    }
+    rp_status s = rp_gpt_oss_experts_fuse_into(experts, refs, n, t, err);
+    if (s != RP_OK) {
+        free(t);
+        return s;
     }
     *out = t;
     return RP_OK;

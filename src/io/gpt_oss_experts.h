@@ -47,4 +47,18 @@ rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *exp
 rp_status rp_gpt_oss_experts_fuse(const char *experts, const struct rp_tensor_ref *refs, int n,
                                   struct rp_tensor_ref **out, rp_error *err);
 
+/* The same in stages, for a writer that fixes every tensor's place before
+ * any data is ready (a checkpoint, written layer by layer while training
+ * goes on): fused_shapes gives the four fused tensors' names (kept in
+ * names) and shapes, data NULL; fuse_into fills four such tensors, the
+ * caller's memory in their data, from roundpipe's n refs. */
+rp_status rp_gpt_oss_experts_fused_shapes(const char *experts, const struct rp_tensor_ref *refs,
+                                          int n, struct rp_tensor_ref *fused,
+                                          char names[4][600], rp_error *err);
+rp_status rp_gpt_oss_experts_fuse_into(const char *experts, const struct rp_tensor_ref *refs,
+                                       int n, const struct rp_tensor_ref *fused, rp_error *err);
+
+/* The element count of one of those fused tensors. */
+int64_t rp_gpt_oss_fused_numel(const struct rp_tensor_ref *t);
+
 #endif

@@ -12,6 +12,7 @@ librp_la_SOURCES += \
 	src/io/safetensors_set.c src/io/safetensors_set.h \
 	src/io/expert_layout.c src/io/expert_layout.h \
 	src/io/gpt_oss_experts.c src/io/gpt_oss_experts.h \
+	src/io/saved_tensors.c src/io/saved_tensors.h \
 	src/io/safetensors_writer.c src/io/safetensors_writer.h \
 	src/io/npy.c src/io/npy.h src/io/npy_check.c src/io/npy_write.c \
 	src/io/config_lora.c src/io/config_lora.h src/io/peft.c src/io/peft.h \

@@ -431,6 +431,11 @@ static rp_status read_config(const char *path, const rp_model_config *cfg, rp_lo
                          "module names or \"all-linear\"", path);
     if (s == RP_OK)
         s = read_targets(&r, t, cfg, &c->targets, err);
+    const char *why = json_object_is_type(t, json_type_array)
+                          ? rp_lora_refused_targets(cfg, c->targets)
+                          : NULL; /* all-linear: what the model has */
+    if (s == RP_OK && why)
+        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules: %s", path, why);
     c->targets = rp_lora_model_targets(cfg, c->targets);
     if (s == RP_OK && c->targets == 0)
         s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules names no projection this "

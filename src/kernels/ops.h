@@ -128,8 +128,8 @@ typedef struct rp_kernel_ops {
     /* The learned sinks' gradient (s->sinks != NULL; nothing otherwise):
      * dsinks[h] += -sum over rows t in order of exp(sinks[h] - lse[t, h]) *
      * (dout[t, h] . o[t, h]), from the forward's o and lse (o, dout in the
-     * compute dtype; dsinks fp32 [nheads]). The CUDA table refuses it (not
-     * built yet), as it refuses attention with a window or sinks. */
+     * compute dtype; dsinks fp32 [nheads]). The CUDA table's sums each
+     * row's term in double in a fixed tree (kernels/cuda/attention.h). */
     rp_status (*attention_sink_backward)(void *state, const rp_attn_shape *s, const void *o,
                                          const float *lse, const void *dout, float *dsinks,
                                          rp_error *err);
@@ -146,7 +146,8 @@ typedef struct rp_kernel_ops {
      * up = clamp(u, -limit, limit), m = (up + 1) * gate * sigmoid(alpha *
      * gate); the backward's clamp gradients are zero where a value was
      * clamped (beyond the bound; at it they pass, as torch's). Aliasing as
-     * for swiglu. The CUDA table refuses both (not built yet). */
+     * for swiglu. The CUDA table's are its formulas in the same fp32
+     * operations (kernels/cuda/swiglu.h). */
     rp_status (*swiglu_clamped_forward)(void *state, const float *g, const float *u, float limit,
                                         float alpha, void *m, int64_t n, rp_error *err);
     rp_status (*swiglu_clamped_backward)(void *state, const float *g, const float *u,
@@ -283,8 +284,9 @@ typedef struct rp_kernel_ops {
      * read), y_compute (optional) the result's rounded copy; and dbias[e]
      * += the column sums of dy (fp32) over expert e's rows in row order
      * (column_sum_accumulate's order; dbias a host array of E fp32
-     * pointers; an expert with no rows is not touched). The CUDA table
-     * refuses both (not built yet). */
+     * pointers; an expert with no rows is not touched). The CUDA table's
+     * (kernels/cuda/grouped_bias.h) read the offsets on the device and sum
+     * in the CPU's order: the same bits. */
     rp_status (*grouped_bias_forward)(void *state, float *y, void *y_compute,
                                       const float *const *bias, const int32_t *offsets,
                                       int64_t nexperts, int64_t rows, int64_t out,

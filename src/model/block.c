@@ -369,12 +369,13 @@ double rp_model_rope_attention_factor(const rp_model_config *cfg)
 
 rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err)
 {
-    /* gpt-oss's ops are built on the CPU table only, and its bias
-     * gradients read the grouped gradients as fp32 (model/moe.c) */
+    /* the CUDA table's gpt-oss ops (sinks, windows, clamped SwiGLU, expert
+     * biases) were written without a GPU and have not run yet, and the
+     * bias gradients read the grouped gradients as fp32 (model/moe.c) */
     if (cfg->arch == RP_ARCH_GPT_OSS && (ops->compute_dtype != RP_F32 || !ops->host_addressable))
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "gpt-oss on %s executors: its attention sinks and windows, clamped "
-                            "SwiGLU and expert biases are built on the CPU's kernels only so far "
+                            "SwiGLU and expert biases have run on the CPU's kernels only so far "
                             "(issue 35); use --device cpu", ops->name);
     return RP_OK;
 }

@@ -164,8 +164,9 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
                             rp_error *err);
 
 /* Whether the back end of `ops` runs every layer of the model: gpt-oss
- * runs on the CPU's kernels only so far (issue 35; the CUDA table refuses
- * its ops). RP_ERR_UNSUPPORTED naming the back end otherwise. */
+ * runs on the CPU's kernels only so far (issue 35; the CUDA table's ops
+ * for it have not run on a GPU yet). RP_ERR_UNSUPPORTED naming the back end
+ * otherwise. */
 rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default, llama3 or YaRN

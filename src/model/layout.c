@@ -325,13 +325,9 @@ static rp_status lora_check(const rp_model_config *cfg, rp_error *err)
     const rp_lora_config *c = &cfg->lora;
     if (c->rank < 1)
         return RP_OK;
-    /* PEFT's targets on gpt-oss (its experts are fused parameters, not
-     * Linear modules) are not mapped yet */
-    if (cfg->arch == RP_ARCH_GPT_OSS)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "LoRA on gpt-oss is not supported yet (issue 35): its adapters "
-                            "(attention, router, fused experts) are not built; train it in "
-                            "full (without --lora-rank)");
+    const char *why = rp_lora_refused_targets(cfg, c->targets);
+    if (why)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "LoRA: %s", why);
     if (c->targets == 0 || (c->targets & ~RP_LORA_ALL_LINEAR))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "LoRA: no projection to adapt (targets)");
     if (rp_lora_model_targets(cfg, c->targets) == 0)

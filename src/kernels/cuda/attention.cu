@@ -143,7 +143,9 @@ struct attn_params {
     bf16 *o16;
     const float *lse_in, *delta;
     const int32_t *seg; /* each token's segment start in its sequence (nullptr: none) */
+    const float *sinks; /* gpt-oss: [nheads] sink logits (nullptr: none) */
     int seqlen, nheads, nkv, group, hd;
+    int window; /* gpt-oss: W >= 1, query t sees keys t-W < j <= t; 0: none */
     float scale, scale_log2;
 };
 
@@ -152,6 +154,15 @@ struct attn_params {
 __device__ __forceinline__ int seg_lo(const int32_t *sg, int row, int S)
 {
     return sg ? sg[min(row, S - 1)] : 0;
+}
+
+/* The earliest key row `row` sees: its segment's start, and with a window
+ * row - W + 1; non-decreasing in row as seg_lo is, so the earliest key any
+ * of rows r0.. sees is row_lo(r0). */
+__device__ __forceinline__ int row_lo(const int32_t *sg, int row, int S, int W)
+{
+    const int lo = seg_lo(sg, row, S);
+    return W > 0 ? max(lo, row - W + 1) : lo;
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -177,15 +188,17 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(att
     const bf16 *kb = p.k + tok0 * ks + (int64_t)g * p.hd;
     const bf16 *vb = p.v + tok0 * ks + (int64_t)g * p.hd;
     const int last = min(q0 + kRows - 1, S - 1), nkt = last / BC + 1;
-    /* document segments: key tiles before the block's earliest visible key
-     * are skipped; each row masks the keys before its segment */
+    /* document segments and windows: key tiles before the block's earliest
+     * visible key are skipped; each row masks the keys before its segment
+     * and its window */
     const int32_t *sg = p.seg ? p.seg + tok0 : nullptr;
-    const int j0 = seg_lo(sg, q0, S) / BC, wlo = seg_lo(sg, wrow0, S),
-              whi = seg_lo(sg, wrow0 + 15, S);
+    const int W = p.window;
+    const int j0 = row_lo(sg, q0, S, W) / BC, wlo = row_lo(sg, wrow0, S, W),
+              whi = row_lo(sg, wrow0 + 15, S, W);
     int lo[2];
 #pragma unroll
     for (int i = 0; i < 2; i++)
-        lo[i] = seg_lo(sg, wrow0 + gi + i * 8, S);
+        lo[i] = row_lo(sg, wrow0 + gi + i * 8, S, W);
 
     load_tile<kRows, D>(sQ, qb, qs, q0, S, p.hd, tid);
     load_tile<BC, D>(sK + (j0 & 1) * BC * LD, kb, ks, j0 * BC, S, p.hd, tid);
@@ -301,12 +314,25 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(att
         lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 1);
         lrow[i] += __shfl_xor_sync(0xffffffffu, lrow[i], 2);
     }
+    /* a sink: one more logit in the denominator (natural units, unscaled),
+     * with no value: the row's sums rescaled to the new maximum */
+    float keep[2] = {1.0f, 1.0f};
+    if (p.sinks) {
+        const float s2 = p.sinks[h] * kLog2e;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float m = fmaxf(mrow[i], s2);
+            keep[i] = exp2f(mrow[i] - m);
+            lrow[i] = lrow[i] * keep[i] + exp2f(s2 - m);
+            mrow[i] = m;
+        }
+    }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int row = wrow0 + gi + i * 8;
         if (row >= S)
             continue;
-        const float inv = 1.0f / lrow[i];
+        const float inv = keep[i] / lrow[i];
         const int64_t at = (tok0 + row) * qs + (int64_t)h * p.hd;
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
@@ -369,6 +395,39 @@ __global__ void attn_delta_bf16_kernel(const bf16 *o, const bf16 *dout, float *d
         delta[row] = acc;
 }
 
+/* ---- backward: the sinks' gradient ------------------------------------------ */
+
+/* One block per head: dsinks[h] += -sum over rows t of exp(sinks[h] -
+ * lse[t, h]) * (dout[t, h] . o[t, h]), each row's term in double, summed in
+ * a fixed tree (the same bits every run; the CPU sums in row order). */
+constexpr int kSinkThreads = 256;
+__global__ void __launch_bounds__(kSinkThreads)
+    attn_sink_grad_kernel(const bf16 *o, const bf16 *dout, const float *lse, const float *sinks,
+                          float *dsinks, int64_t T, int nheads, int hd)
+{
+    __shared__ double part[kSinkThreads];
+    const int h = blockIdx.x;
+    const float sink = sinks[h];
+    double acc = 0.0;
+    for (int64_t t = threadIdx.x; t < T; t += kSinkThreads) {
+        const int64_t row = t * nheads + h;
+        const bf16 *orow = o + row * hd, *drow = dout + row * hd;
+        float d = 0.0f;
+        for (int j = 0; j < hd; j++)
+            d = __fadd_rn(d, __fmul_rn(__bfloat162float(drow[j]), __bfloat162float(orow[j])));
+        acc += (double)expf(sink - lse[row]) * (double)d;
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = kSinkThreads / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        dsinks[h] += (float)-part[0];
+}
+
 /* ---- backward: dk, dv ----------------------------------------------------- */
 
 template <int D> __host__ __device__ constexpr int dkdv_bq() { return D > 64 ? 32 : 64; }
@@ -414,6 +473,9 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dkdv_kernel(at
         }
         qend = lo;
     }
+    const int W = p.window;
+    if (W > 0) /* the last row that sees the block's last key: c0 + kRows - 1 + W - 1 */
+        qend = min(qend, c0 + kRows - 1 + W);
     const int i0 = c0 / BQ, nper = max(1, (qend + BQ - 1) / BQ - i0), niter = p.group * nper;
 
     load_tile<kRows, D>(sK, p.k + tok0 * ks + (int64_t)g * p.hd, ks, c0, S, p.hd, tid);
@@ -480,7 +542,7 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dkdv_kernel(at
                     const int ql = n * 8 + 2 * ti + (e & 1), qq = qrow0 + ql;
                     const int key = kw0 + gi + (e >> 1) * 8;
                     float pr = 0.0f;
-                    if (qq >= key && qq < S && (!sg || sg[qq] <= key))
+                    if (qq >= key && qq < S && (!sg || sg[qq] <= key) && (W <= 0 || qq - key < W))
                         pr = exp2f(s[n][e] * p.scale_log2 - cL[ql] * kLog2e);
                     s[n][e] = pr;
                     dp[n][e] = pr * (dp[n][e] - cD[ql]);
@@ -557,11 +619,12 @@ template <int D> __global__ void __launch_bounds__(kThreads) attn_dq_kernel(attn
     const bf16 *vb = p.v + tok0 * ks + (int64_t)g * p.hd;
     const int last = min(q0 + kRows - 1, S - 1), nkt = last / BK + 1;
     const int32_t *sg = p.seg ? p.seg + tok0 : nullptr; /* as the forward */
-    const int j0 = seg_lo(sg, q0, S) / BK, wlo = seg_lo(sg, wrow0, S);
+    const int W = p.window;
+    const int j0 = row_lo(sg, q0, S, W) / BK, wlo = row_lo(sg, wrow0, S, W);
     int lo[2];
 #pragma unroll
     for (int i = 0; i < 2; i++)
-        lo[i] = seg_lo(sg, wrow0 + gi + i * 8, S);
+        lo[i] = row_lo(sg, wrow0 + gi + i * 8, S, W);
 
     load_tile<kRows, D>(sQ, p.q + tok0 * qs + (int64_t)h * p.hd, qs, q0, S, p.hd, tid);
     load_tile<kRows, D>(sO, p.dout + tok0 * qs + (int64_t)h * p.hd, qs, q0, S, p.hd, tid);
@@ -711,6 +774,8 @@ const char *shape_problem(const rp_attn_shape *s)
         return "attention: seqlen above 2^30, or nheads or nseq above 65535";
     if (!isfinite(s->scale))
         return "attention: scale is not finite";
+    if (s->window < 0 || s->window > (int64_t)1 << 30)
+        return "attention: window outside [0, 2^30]";
     return nullptr;
 }
 
@@ -725,6 +790,8 @@ attn_params make_params(const rp_attn_shape *s)
     p.scale = s->scale;
     p.scale_log2 = s->scale * kLog2e;
     p.seg = s->seg_start;
+    p.window = (int)s->window;
+    p.sinks = s->sinks;
     return p;
 }
 
@@ -926,6 +993,25 @@ extern "C" int rp_cuda_attn_backward_bf16(const rp_attn_shape *s, const uint16_t
     p.dk = dk;
     p.dv = dv;
     cudaError_t e = run_backward(s, p, stream);
+    return e == cudaSuccess ? 0 : cuda_fail(why, e);
+}
+
+extern "C" int rp_cuda_attn_sink_backward_bf16(const rp_attn_shape *s, const uint16_t *o,
+                                               const float *lse, const uint16_t *dout,
+                                               float *dsinks, cudaStream_t stream,
+                                               const char **why)
+{
+    const char *bad = shape_problem(s);
+    if (bad)
+        return fail(why, bad);
+    if (!s->sinks)
+        return 0;
+    if (!o || !lse || !dout || !dsinks)
+        return fail(why, "attention sink backward: NULL buffer");
+    attn_sink_grad_kernel<<<(unsigned)s->nheads, kSinkThreads, 0, stream>>>(
+        reinterpret_cast<const bf16 *>(o), reinterpret_cast<const bf16 *>(dout), lse, s->sinks,
+        dsinks, s->nseq * s->seqlen, (int)s->nheads, (int)s->head_dim);
+    cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : cuda_fail(why, e);
 }
 

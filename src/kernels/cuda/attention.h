@@ -13,6 +13,14 @@
  * outside a row's segment are masked. (Written without a GPU at hand:
  * test_kernel_ops.c compares it with the CPU op; until that has run on a
  * GPU, `roundpipe train` refuses --documents on CUDA.)
+ * gpt-oss (issue 35; rp_attn_shape's window and sinks): with a window W
+ * query t sees keys t-W < j <= t as well, a row's earliest key the later of
+ * its segment's start and t-W+1 (so key tiles before a tile's earliest are
+ * skipped, and a key tile's query tiles end W-1 rows past it); a sink adds
+ * exp(sinks[h]) to the forward's denominator after the online softmax (lse
+ * includes it, so the backward's P needs nothing more; the sink's own
+ * gradient is rp_cuda_attn_sink_backward_bf16). Written without a GPU too:
+ * not run, and `roundpipe train` refuses gpt-oss on CUDA until it has.
  *
  * Numerics: q, k, v and do enter the tensor cores as bf16 (mma.sync
  * m16n8k16), products and softmax accumulate in fp32; P and dS are rounded to
@@ -105,6 +113,14 @@ int rp_cuda_attn_backward_bf16(const rp_attn_shape *s, const uint16_t *q, const 
                                const uint16_t *v, const uint16_t *dout, const float *lse,
                                const float *delta, float *dq, float *dk, float *dv,
                                cudaStream_t stream, const char **why);
+
+/* gpt-oss's sinks (s->sinks, device memory; nothing without them):
+ * dsinks[h] += -sum over rows t of exp(sinks[h] - lse[t, h]) * (dout[t, h] .
+ * o[t, h]) from the forward's bf16 o and lse, each term in double, summed
+ * in a fixed tree (the same bits every run). */
+int rp_cuda_attn_sink_backward_bf16(const rp_attn_shape *s, const uint16_t *o, const float *lse,
+                                    const uint16_t *dout, float *dsinks, cudaStream_t stream,
+                                    const char **why);
 
 /* fp32 -> bf16 (round to nearest even), n elements. */
 int rp_cuda_f32_to_bf16(const float *src, uint16_t *dst, size_t n, cudaStream_t stream,

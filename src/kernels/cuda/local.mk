@@ -15,6 +15,8 @@ AM_CPPFLAGS += -DRP_HAVE_CUDA_EXECUTOR
 librp_la_SOURCES += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
 # cuda-moe: routing, grouping and the grouped expert GEMMs
 librp_la_SOURCES += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu
+# gpt-oss's expert biases beside the grouped GEMMs (issue 35)
+librp_la_SOURCES += src/kernels/cuda/grouped_bias.cu
 endif
 noinst_HEADERS = src/kernels/cuda/cuda_probe.h
 EXTRA_DIST += src/kernels/cuda/cuda_probe.cu
@@ -31,5 +33,7 @@ EXTRA_DIST += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu src/kernels/
 noinst_HEADERS += src/kernels/cuda/attention.h src/kernels/cuda/xent.h
 EXTRA_DIST += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
 # cuda-moe: headers and sources for tarballs built without CUDA
-noinst_HEADERS += src/kernels/cuda/moe.h src/kernels/cuda/grouped_gemm.h
-EXTRA_DIST += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu
+noinst_HEADERS += src/kernels/cuda/moe.h src/kernels/cuda/grouped_gemm.h \
+	src/kernels/cuda/grouped_bias.h
+EXTRA_DIST += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu \
+	src/kernels/cuda/grouped_bias.cu

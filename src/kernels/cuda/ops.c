@@ -18,6 +18,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embed.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_bias.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/lora.h"
 #include "kernels/cuda/moe.h"
@@ -240,27 +241,13 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 
 /* ---- attention -------------------------------------------------------- */
 
-/* gpt-oss's ops (issue 35) are built on the CPU table only so far: refused
- * here, and attention with a window or sinks with them, rather than
- * computed without them. */
-static rp_status gpt_oss_refused(const cuda_state *c, const char *op, rp_error *err)
-{
-    return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                        "cuda device %d: %s: gpt-oss's %s: not built on CUDA yet (issue 35); "
-                        "use --device cpu",
-                        c->ordinal, op,
-                        !strncmp(op, "swiglu", 6)    ? "clamped SwiGLU"
-                        : !strncmp(op, "grouped", 7) ? "expert biases"
-                                                     : "attention sinks and sliding windows");
-}
-
+/* gpt-oss's windows and sinks (issue 35) are the kernels' own
+ * (kernels/cuda/attention.h). */
 static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
                                    const void *k, const void *v, void *o, float *lse,
                                    rp_error *err)
 {
     cuda_state *c = state;
-    if (s->window || s->sinks)
-        return gpt_oss_refused(c, "attention forward", err);
     const char *why = NULL;
     int rc = rp_cuda_attn_forward_bf16(s, q, k, v, NULL, o, lse, c->stream, &why);
     return rc ? failed(c, "attention forward", rc, why, err) : RP_OK;
@@ -272,8 +259,6 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
                                     float *scratch, rp_error *err)
 {
     cuda_state *c = state;
-    if (s->window || s->sinks)
-        return gpt_oss_refused(c, "attention backward", err);
     const char *why = NULL;
     int rc = rp_cuda_attn_delta_bf16(s, o, dout, scratch, c->stream, &why);
     if (rc)
@@ -286,10 +271,10 @@ static rp_status attention_sink_backward(void *state, const rp_attn_shape *s, co
                                          const float *lse, const void *dout, float *dsinks,
                                          rp_error *err)
 {
-    (void)o, (void)lse, (void)dout, (void)dsinks;
-    if (!s->sinks)
-        return RP_OK;
-    return gpt_oss_refused(state, "attention sink backward", err);
+    cuda_state *c = state;
+    const char *why = NULL;
+    int rc = rp_cuda_attn_sink_backward_bf16(s, o, lse, dout, dsinks, c->stream, &why);
+    return rc ? failed(c, "attention sink backward", rc, why, err) : RP_OK;
 }
 
 /* ---- SwiGLU ----------------------------------------------------------- */
@@ -297,16 +282,19 @@ static rp_status attention_sink_backward(void *state, const rp_attn_shape *s, co
 static rp_status swiglu_clamped_forward(void *state, const float *g, const float *u, float limit,
                                         float alpha, void *m, int64_t n, rp_error *err)
 {
-    (void)g, (void)u, (void)limit, (void)alpha, (void)m, (void)n;
-    return gpt_oss_refused(state, "swiglu clamped forward", err);
+    cuda_state *c = state;
+    CK(rp_cuda_swiglu_clamped_forward(g, u, limit, alpha, NULL, m, n, c->stream));
+    return RP_OK;
 }
 
 static rp_status swiglu_clamped_backward(void *state, const float *g, const float *u,
                                          float limit, float alpha, const float *dm, void *dg,
                                          void *du, int64_t n, rp_error *err)
 {
-    (void)g, (void)u, (void)limit, (void)alpha, (void)dm, (void)dg, (void)du, (void)n;
-    return gpt_oss_refused(state, "swiglu clamped backward", err);
+    cuda_state *c = state;
+    CK(rp_cuda_swiglu_clamped_backward(g, u, limit, alpha, dm, NULL, dg, NULL, du, n,
+                                       c->stream));
+    return RP_OK;
 }
 
 static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
@@ -606,16 +594,24 @@ static rp_status grouped_bias_forward(void *state, float *y, void *y_compute,
                                       int64_t nexperts, int64_t rows, int64_t out,
                                       rp_error *err)
 {
-    (void)y, (void)y_compute, (void)bias, (void)offsets, (void)nexperts, (void)rows, (void)out;
-    return gpt_oss_refused(state, "grouped bias forward", err);
+    cuda_state *c = state;
+    RP_TRY(experts_usable(c, "grouped_bias_forward", nexperts, rows, out, out, err));
+    if (!y)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: grouped_bias_forward: no "
+                            "y (the fp32 result the bias adds to)", c->ordinal);
+    CK(rp_cuda_grouped_bias_forward(y, y_compute, bias, offsets, nexperts, rows, out,
+                                    c->stream));
+    return RP_OK;
 }
 
 static rp_status grouped_bias_backward(void *state, const float *dy, const int32_t *offsets,
                                        int64_t nexperts, int64_t rows, int64_t out,
                                        float *const *dbias, rp_error *err)
 {
-    (void)dy, (void)offsets, (void)nexperts, (void)rows, (void)out, (void)dbias;
-    return gpt_oss_refused(state, "grouped bias backward", err);
+    cuda_state *c = state;
+    RP_TRY(experts_usable(c, "grouped_bias_backward", nexperts, rows, out, out, err));
+    CK(rp_cuda_grouped_bias_backward(dy, offsets, nexperts, rows, out, dbias, c->stream));
+    return RP_OK;
 }
 
 /* ---- cross-entropy ---------------------------------------------------- */

@@ -56,3 +56,72 @@ extern "C" int rp_cuda_swiglu_backward(const float *g, const float *u, const flo
         reinterpret_cast<rp_bf16_t *>(du_bf16), n);
     return rp_launch_status();
 }
+
+/* gpt-oss's clamped SwiGLU: the CPU op's formulas (kernels/cpu/swiglu.c) in
+ * the same fp32 operations and order. */
+static __global__ void clamped_fwd_kernel(const float *g, const float *u, float limit, float alpha,
+                                          float *m, rp_bf16_t *mb, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float gate = g[i] > limit ? limit : g[i];
+        const float up = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        const float sig = 1.0f / (1.0f + expf(-__fmul_rn(gate, alpha)));
+        const float glu = __fmul_rn(gate, sig);
+        const float v = __fmul_rn(__fadd_rn(up, 1.0f), glu);
+        if (m)
+            m[i] = v;
+        if (mb)
+            mb[i] = __float2bfloat16_rn(v);
+    }
+}
+
+static __global__ void clamped_bwd_kernel(const float *g, const float *u, float limit, float alpha,
+                                          const float *dm, float *dg, rp_bf16_t *dgb, float *du,
+                                          rp_bf16_t *dub, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float gi = g[i], ui = u[i], d = dm[i];
+        const float gate = gi > limit ? limit : gi;
+        const float up = ui > limit ? limit : ui < -limit ? -limit : ui;
+        const float sig = 1.0f / (1.0f + expf(-__fmul_rn(gate, alpha)));
+        /* d(gate sig)/d gate = sig (1 + alpha gate (1 - sig)) */
+        const float dglu = __fmul_rn(
+            sig, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(alpha, gate), __fsub_rn(1.0f, sig))));
+        const float a = gi > limit ? 0.0f : __fmul_rn(__fmul_rn(d, __fadd_rn(up, 1.0f)), dglu);
+        const float b = ui > limit || ui < -limit ? 0.0f : __fmul_rn(d, __fmul_rn(gate, sig));
+        if (dg)
+            dg[i] = a;
+        if (dgb)
+            dgb[i] = __float2bfloat16_rn(a);
+        if (du)
+            du[i] = b;
+        if (dub)
+            dub[i] = __float2bfloat16_rn(b);
+    }
+}
+
+extern "C" int rp_cuda_swiglu_clamped_forward(const float *g, const float *u, float limit,
+                                              float alpha, float *m, uint16_t *m_bf16, int64_t n,
+                                              void *stream)
+{
+    if (n <= 0)
+        return 0;
+    clamped_fwd_kernel<<<rp_grid_for(n, 256), 256, 0, rp_stream(stream)>>>(
+        g, u, limit, alpha, m, reinterpret_cast<rp_bf16_t *>(m_bf16), n);
+    return rp_launch_status();
+}
+
+extern "C" int rp_cuda_swiglu_clamped_backward(const float *g, const float *u, float limit,
+                                               float alpha, const float *dm, float *dg,
+                                               uint16_t *dg_bf16, float *du, uint16_t *du_bf16,
+                                               int64_t n, void *stream)
+{
+    if (n <= 0)
+        return 0;
+    clamped_bwd_kernel<<<rp_grid_for(n, 256), 256, 0, rp_stream(stream)>>>(
+        g, u, limit, alpha, dm, dg, reinterpret_cast<rp_bf16_t *>(dg_bf16), du,
+        reinterpret_cast<rp_bf16_t *>(du_bf16), n);
+    return rp_launch_status();
+}

@@ -21,6 +21,17 @@ int rp_cuda_swiglu_backward(const float *g, const float *u, const float *dm, flo
                             uint16_t *dg_bf16, float *du, uint16_t *du_bf16, int64_t n,
                             void *stream);
 
+/* gpt-oss's clamped SwiGLU (kernels/ops.h swiglu_clamped_*, the CPU op's
+ * formulas in the same fp32 operations): gate = min(g, limit), up =
+ * clamp(u, -limit, limit), m = (up + 1) gate sigmoid(alpha gate); dg and du
+ * zero where g or u was beyond its bound. Outputs and aliasing as above. */
+int rp_cuda_swiglu_clamped_forward(const float *g, const float *u, float limit, float alpha,
+                                   float *m, uint16_t *m_bf16, int64_t n, void *stream);
+
+int rp_cuda_swiglu_clamped_backward(const float *g, const float *u, float limit, float alpha,
+                                    const float *dm, float *dg, uint16_t *dg_bf16, float *du,
+                                    uint16_t *du_bf16, int64_t n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

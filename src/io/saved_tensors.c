@@ -1,0 +1,130 @@
+/* A model's tensors under the names a model directory holds them by (see
+ * saved_tensors.h). */
+#include "io/saved_tensors.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/gpt_oss_experts.h"
+
+/* One block's experts: in[src, src + count) saved as list[at, at + 4). */
+typedef struct group {
+    int src, count, at;
+    char experts[512];
+    char names[4][600];
+} group;
+
+struct rp_saved_tensors {
+    const rp_tensor_ref *in;
+    int nin;
+    rp_tensor_ref *list;
+    int n;
+    int *saved_at; /* [nin + 1]: in[i]'s first saved tensor (the group's for an expert's) */
+    group *groups;
+    int ngroups;
+    float *scratch; /* the largest block's fused tensors */
+};
+
+void rp_saved_tensors_free(rp_saved_tensors **s)
+{
+    if (!*s)
+        return;
+    free((*s)->list);
+    free((*s)->saved_at);
+    free((*s)->groups);
+    free((*s)->scratch);
+    free(*s);
+    *s = NULL;
+}
+
+rp_status rp_saved_tensors_make(const rp_tensor_ref *in, int n, rp_saved_tensors **out,
+                                rp_error *err)
+{
+    *out = NULL;
+    rp_saved_tensors *s = calloc(1, sizeof *s);
+    size_t slots = (size_t)(n ? n : 1);
+    if (s) {
+        s->list = calloc(slots, sizeof *s->list);
+        s->saved_at = calloc(slots + 1, sizeof *s->saved_at);
+        s->groups = calloc(slots, sizeof *s->groups);
+    }
+    if (!s || !s->list || !s->saved_at || !s->groups) {
+        rp_saved_tensors_free(&s);
+        return rp_error_set(err, RP_ERR_NOMEM, "the saved list of %d tensors", n);
+    }
+    s->in = in;
+    s->nin = n;
+    size_t largest = 0;
+    rp_status st = RP_OK;
+    for (int i = 0; i < n && st == RP_OK; i++) {
+        group *g = &s->groups[s->ngroups];
+        char x[512];
+        int64_t e;
+        int part, bias;
+        s->saved_at[i] = s->n;
+        if (!rp_gpt_oss_expert_name(in[i].name, g->experts, sizeof g->experts, &e, &part,
+                                    &bias)) {
+            s->list[s->n++] = in[i];
+            continue;
+        }
+        int j = i + 1;
+        while (j < n && rp_gpt_oss_expert_name(in[j].name, x, sizeof x, &e, &part, &bias) &&
+               strcmp(x, g->experts) == 0)
+            j++;
+        g->src = i;
+        g->count = j - i;
+        g->at = s->n;
+        st = rp_gpt_oss_experts_fused_shapes(g->experts, in + i, j - i, s->list + s->n,
+                                             g->names, err);
+        size_t size = 0;
+        for (int f = 0; f < 4; f++)
+            size += (size_t)rp_gpt_oss_fused_numel(&s->list[s->n + f]);
+        largest = size > largest ? size : largest;
+        for (int k = i + 1; k < j; k++)
+            s->saved_at[k] = s->n;
+        s->n += 4;
+        s->ngroups++;
+        i = j - 1;
+    }
+    s->saved_at[n] = s->n;
+    if (st == RP_OK && largest && !(s->scratch = malloc(largest * sizeof *s->scratch)))
+        st = rp_error_set(err, RP_ERR_NOMEM, "the fused experts' %zu floats", largest);
+    if (st != RP_OK) {
+        rp_saved_tensors_free(&s);
+        return st;
+    }
+    for (int g = 0; g < s->ngroups; g++) {
+        float *data = s->scratch;
+        for (int f = 0; f < 4; f++) {
+            rp_tensor_ref *t = &s->list[s->groups[g].at + f];
+            t->data = data;
+            data += rp_gpt_oss_fused_numel(t);
+        }
+    }
+    *out = s;
+    return RP_OK;
+}
+
+const rp_tensor_ref *rp_saved_tensors_list(const rp_saved_tensors *s, int *n)
+{
+    *n = s->n;
+    return s->list;
+}
+
+rp_status rp_saved_tensors_fill(rp_saved_tensors *s, int first, int count, int *saved_first,
+                                int *saved_count, rp_error *err)
+{
+    *saved_first = s->saved_at[first];
+    *saved_count = s->saved_at[first + count] - *saved_first;
+    for (int g = 0; g < s->ngroups; g++) {
+        const group *gr = &s->groups[g];
+        if (gr->src + gr->count <= first || gr->src >= first + count)
+            continue;
+        if (gr->src < first || gr->src + gr->count > first + count)
+            return rp_error_set(err, RP_ERR_INTERNAL, "%s: tensors %d-%d asked for, a part of "
+                                "its experts", gr->experts, first, first + count - 1);
+        RP_TRY(rp_gpt_oss_experts_fuse_into(gr->experts, s->in + gr->src, gr->count,
+                                            s->list + gr->at, err));
+    }
+    return RP_OK;
+}

@@ -1,0 +1,34 @@
+/* A model's tensors under the names a model directory holds them by
+ * (transformers'), for a writer that writes them in stages: gpt-oss's
+ * experts, which roundpipe keeps per expert, become each block's four fused
+ * tensors (io/gpt_oss_experts.h); every other tensor is itself. A
+ * checkpoint's model.safetensors is written so, layer by layer while
+ * training goes on, and loads in transformers as --save's does. */
+#ifndef RP_IO_SAVED_TENSORS_H
+#define RP_IO_SAVED_TENSORS_H
+
+#include "core/error.h"
+#include "io/model_dir.h"
+
+typedef struct rp_saved_tensors rp_saved_tensors;
+
+/* The saved list of roundpipe's n tensors `in` (which must outlive it):
+ * names and shapes now; a fused tensor's data is memory of its own, which
+ * rp_saved_tensors_fill fills. */
+rp_status rp_saved_tensors_make(const rp_tensor_ref *in, int n, rp_saved_tensors **out,
+                                rp_error *err);
+
+/* The saved list (its *n tensors, in the order of `in`). */
+const rp_tensor_ref *rp_saved_tensors_list(const rp_saved_tensors *s, int *n);
+
+/* The saved tensors of in[first, first + count) (a range that holds a
+ * block's experts whole): [*saved_first, *saved_first + *saved_count) of the
+ * list, the fused ones filled now from in's data. The fused tensors of every
+ * block share one block's memory (not a second copy of every expert): write
+ * a range's tensors before filling the next. */
+rp_status rp_saved_tensors_fill(rp_saved_tensors *s, int first, int count, int *saved_first,
+                                int *saved_count, rp_error *err);
+
+void rp_saved_tensors_free(rp_saved_tensors **s); /* no-op on NULL */
+
+#endif

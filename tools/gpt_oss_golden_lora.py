@@ -1,0 +1,303 @@
+"""The LoRA case of tools/make_gpt_oss_golden.py (oss-lora): LoRA on gpt-oss
+against PEFT in float64.  Not run on its own: make_gpt_oss_golden.py calls
+make_case() with itself as `og`.
+
+What PEFT 0.21.2 does with transformers 5.24's GptOssForCausalLM, and so
+what roundpipe's LoRA on gpt-oss is:
+  * q_proj, k_proj, v_proj and o_proj are nn.Linear modules (with biases):
+    PEFT wraps them in lora.Linear, y = base(x) + s * B (A x), the bias in
+    the frozen base.  These are what roundpipe adapts.
+  * The router (mlp.router, GptOssTopKRouter) holds weight [E, H] and bias
+    [E] as parameters of its own and calls F.linear: no nn.Linear, so
+    "all-linear" passes it by and target_modules=["router"] is refused by
+    PEFT (the module type is not supported).
+  * The experts (mlp.experts, GptOssExperts) are fused 3-D parameters
+    (gate_up_proj [E, H, 2I], down_proj [E, I, H]); PEFT reaches them only
+    with target_parameters (a ParamWrapper: one lora_A [r*E, H] and lora_B
+    [2I, r*E] over all experts, gate and up sharing each expert's A, the
+    delta added to the fused weight; no dropout), and the router's weight
+    likewise.  Not roundpipe's per-expert adapters: roundpipe refuses those
+    targets on gpt-oss, naming why.
+  * So LoraConfig(target_modules="all-linear") on gpt-oss adapts exactly
+    q/k/v/o in every block (make_init asserts it), which adapter_config.json
+    lists as module paths (PEFT does for 20 modules or fewer); roundpipe's
+    default (all-linear) is the same set.
+
+Training, as make_moe_golden.py's LoRA case: lora_init/ holds non-zero A and
+B (fp32 normal * INIT_STD, seeded, in named_parameters order, saved by
+PeftModel.save_pretrained); PeftModel.from_pretrained(is_trainable=True) on
+the float64 base (transformers patched to float64 as the other cases); only
+A and B train (grad_norm, clipping and AdamW over them, decay on both); the
+aux loss and its gradient as oss-m2 (the frozen router's logits move with
+the adapted attention); final/ is the adapter saved after casting to fp32.
+An independent check replaces PEFT by hand-written adapters at step 1.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import peft
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file
+
+INIT_STD = 0.1
+KEY_PREFIX = "base_model.model."
+TARGET_NAMES = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def lora_config(case):
+    lo = case["lora"]
+    return LoraConfig(r=lo["r"], lora_alpha=lo["alpha"], target_modules="all-linear",
+                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+
+
+def lora_args(case):
+    # all-linear is the default of --lora-targets
+    return "--lora-rank %d --lora-alpha %d" % (case["lora"]["r"], case["lora"]["alpha"])
+
+
+def saved_key(param_name):
+    return param_name.replace(".default.weight", ".weight")
+
+
+def adapter_params(model):
+    out = [(saved_key(n), p) for n, p in model.named_parameters() if p.requires_grad]
+    for n, _ in out:
+        assert n.startswith(KEY_PREFIX) and (".lora_A." in n or ".lora_B." in n), n
+    return out
+
+
+def save_adapter(model, dst):
+    """PeftModel.save_pretrained, keeping adapter_config.json (its
+    target_modules, a set PEFT lists in hash order, sorted: two runs write
+    the same bytes) and adapter_model.safetensors."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, save_embedding_layers=False)
+        os.makedirs(dst, exist_ok=True)
+        shutil.copyfile(os.path.join(tmp, "adapter_model.safetensors"),
+                        os.path.join(dst, "adapter_model.safetensors"))
+        with open(os.path.join(tmp, "adapter_config.json")) as f:
+            ac = json.load(f)
+        if isinstance(ac.get("target_modules"), list):
+            ac["target_modules"] = sorted(ac["target_modules"])
+        with open(os.path.join(dst, "adapter_config.json"), "w") as f:
+            f.write(json.dumps(ac, indent=2, sort_keys=True) + "\n")
+
+
+def expected_keys(cfg, r):
+    H = cfg.hidden_size
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    keys = {}
+    for i in range(cfg.num_hidden_layers):
+        for proj, fan_in, fan_out in (("q_proj", H, q), ("k_proj", H, kv), ("v_proj", H, kv),
+                                      ("o_proj", q, H)):
+            path = KEY_PREFIX + "model.layers.%d.self_attn.%s" % (i, proj)
+            keys[path + ".lora_A.weight"] = (r, fan_in)
+            keys[path + ".lora_B.weight"] = (fan_out, r)
+    return keys
+
+
+def base(og, model_dir, dtype):
+    """transformers' model, with a path-independent name (PEFT writes it
+    into adapter_config.json as base_model_name_or_path)."""
+    model = og.load_tf(model_dir, dtype)
+    model.name_or_path = os.path.join(og.OSS_REL, "oss-lora", "model")
+    model.config._name_or_path = model.name_or_path
+    return model
+
+
+def make_init(og, case, model_dir, dst, log):
+    model = get_peft_model(base(og, model_dir, torch.float32), lora_config(case))
+    g = torch.Generator().manual_seed(case["lora"]["init_seed"])
+    params = adapter_params(model)
+    with torch.no_grad():
+        for _, p in params:
+            assert p.dtype == torch.float32
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * INIT_STD)
+    save_adapter(model, dst)
+    cfg = model.base_model.model.config
+    want = expected_keys(cfg, case["lora"]["r"])
+    got = load_file(os.path.join(dst, "adapter_model.safetensors"))
+    assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
+    assert all(tuple(got[k].shape) == want[k] for k in want)
+    with open(os.path.join(dst, "adapter_config.json")) as f:
+        ac = json.load(f)
+    # 20 modules or fewer: PEFT lists their paths (roundpipe reads both forms)
+    want_paths = ["model.layers.%d.self_attn.%s" % (i, t)
+                  for i in range(cfg.num_hidden_layers) for t in TARGET_NAMES]
+    assert sorted(ac["target_modules"]) in (sorted(TARGET_NAMES), sorted(want_paths)), \
+        ac["target_modules"]
+    assert ac.get("target_parameters") in (None, []), ac["target_parameters"]
+    log("  lora_init: %d tensors; all-linear on gpt-oss adapts %s in every block (the router "
+        "and the fused experts are no nn.Linear)" % (len(got), TARGET_NAMES))
+    return {n: p.detach().clone() for n, p in params}
+
+
+def router_refused(og, model_dir):
+    """PEFT's answer to target_modules=["router"] on gpt-oss."""
+    try:
+        get_peft_model(base(og, model_dir, torch.float32),
+                       LoraConfig(r=2, lora_alpha=4, target_modules=["router"]))
+    except (ValueError, TypeError) as e:
+        return str(e).split("\n")[0][:200]
+    raise AssertionError("PEFT took target_modules=['router'] on gpt-oss")
+
+
+class HandLoRA(torch.nn.Module):
+    """y = base(x) + s * B (A x), written out for the independent check."""
+
+    def __init__(self, base_linear, a, b, s):
+        super().__init__()
+        self.base, self.a, self.b, self.s = base_linear, a, b, s
+
+    def forward(self, x):
+        return self.base(x) + self.s * ((x @ self.a.t()) @ self.b.t())
+
+
+def step1_grads(og, model, case, tokens, mask):
+    """Step 1's loss (CE mean + coef * aux / M per microbatch) with its
+    gradients accumulated."""
+    tr = case["train"]
+    _, mbs = og.mg.step_batches(1, tokens, mask, tr)
+    count = sum(float(mb[2].sum()) for mb in mbs)
+    coef = og.aux_coef(case)
+    rec = og.Recorder(model)
+    total = 0.0
+    for mb in mbs:
+        rec.take()
+        part = og.mg.ce_sum(model, *mb[:3]) / count
+        lg = rec.take()
+        cfg = model.config
+        if coef:
+            part = part + coef * og.tf_oss.load_balancing_loss_func(
+                lg, cfg.num_local_experts, cfg.num_experts_per_tok) / len(mbs)
+        part.backward()
+        total += part.item()
+    rec.close()
+    return total
+
+
+def max_rel(ga, gb):
+    assert sorted(ga) == sorted(gb), sorted(set(ga) ^ set(gb))
+    return max(float((ga[n] - gb[n]).abs().max() / gb[n].abs().max().clamp_min(1e-300))
+               for n in gb)
+
+
+def independent_check(og, case, model_dir, init_dir, tokens, mask, log):
+    """Step 1 twice from lora_init/: PEFT, and transformers' model with
+    HandLoRA on every module named by the file's keys (no PEFT)."""
+    lo = case["lora"]
+    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
+                                           is_trainable=True)
+    l_peft = step1_grads(og, peft_model, case, tokens, mask)
+    g_peft = {n: p.grad for n, p in adapter_params(peft_model)}
+    hand = base(og, model_dir, torch.float64)
+    for p in hand.parameters():
+        p.requires_grad_(False)
+    tensors = load_file(os.path.join(init_dir, "adapter_model.safetensors"))
+    leaves = {}
+    for key in sorted(tensors):
+        if ".lora_A." not in key:
+            continue
+        path = key[len(KEY_PREFIX):].split(".lora_A.")[0]
+        a = tensors[key].to(torch.float64).requires_grad_(True)
+        b = tensors[key.replace(".lora_A.", ".lora_B.")].to(torch.float64).requires_grad_(True)
+        parent, name = path.rsplit(".", 1)
+        mod = hand.get_submodule(parent)
+        lin = getattr(mod, name)
+        assert isinstance(lin, torch.nn.Linear) and lin.bias is not None, path
+        setattr(mod, name, HandLoRA(lin, a, b, lo["alpha"] / lo["r"]))
+        leaves[key] = a
+        leaves[key.replace(".lora_A.", ".lora_B.")] = b
+    l_hand = step1_grads(og, hand, case, tokens, mask)
+    g_hand = {k: v.grad for k, v in leaves.items()}
+    loss_rel = abs(l_hand - l_peft) / abs(l_peft)
+    grad_rel = max_rel(g_hand, g_peft)
+    log("  independent check, step 1 (HandLoRA on transformers' model, no PEFT): loss rel "
+        "%.1e, adapter gradients max rel %.1e" % (loss_rel, grad_rel))
+    assert loss_rel < 1e-12 and grad_rel < 1e-10, (loss_rel, grad_rel)
+    return {"loss_rel": loss_rel, "grad_max_rel": grad_rel}
+
+
+def make_case(name, case, outdir, log, og):
+    mg = og.mg
+    log("case %s -> %s" % (name, outdir))
+    if os.path.isdir(outdir):
+        shutil.rmtree(outdir)
+    os.makedirs(outdir)
+    tr, lo = case["train"], case["lora"]
+    model = og.build_model(case)
+    model_dir = os.path.join(outdir, "model")
+    og.write_model_dir(model_dir, og.config_json(model), og.fp32_tensors(model))
+    tokens, mask = mg.make_data(case)
+    og.np.save(os.path.join(outdir, "data.npy"), tokens)
+    if mask is not None:
+        og.np.save(os.path.join(outdir, "mask.npy"), mask)
+    with open(os.path.join(outdir, "args.txt"), "w") as f:
+        f.write(mg.args_line(tr) + " " + lora_args(case) + "\n")
+    og.assert_same_params(og.load_tf(model_dir, torch.float32), model, "load")
+    checks = {"peft_router_target_modules": router_refused(og, model_dir)}
+    log("  PEFT on target_modules=['router']: %s" % checks["peft_router_target_modules"])
+    init_dir = os.path.join(outdir, "lora_init")
+    init = make_init(og, case, model_dir, init_dir, log)
+    checks["independent_step1"] = independent_check(og, case, model_dir, init_dir, tokens, mask,
+                                                    log)
+
+    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
+                                           is_trainable=True)
+    params = adapter_params(peft_model)
+    assert sorted(n for n, _ in params) == sorted(init)
+    for n, p in params:
+        assert p.dtype == torch.float64 and torch.equal(p.detach(), init[n].double()), n
+    frozen = [p for p in peft_model.parameters() if not p.requires_grad]
+    coef = og.aux_coef(case)
+    records, stats = og.train(peft_model, tokens, mask, tr, coef, log, params=params)
+    assert all(p.grad is None for p in frozen)
+    assert stats["min_topk_gap"] > og.MIN_TOPK_GAP, stats["min_topk_gap"]
+    with open(os.path.join(outdir, "expected.jsonl"), "w") as f:
+        for r in records:
+            f.write(mg.dumps(r))
+    trained = {n: p.detach().clone() for n, p in params}
+    peft_model.to(torch.float32)
+    final_dir = os.path.join(outdir, "final")
+    save_adapter(peft_model, final_dir)
+    loaded = PeftModel.from_pretrained(base(og, model_dir, torch.float32), final_dir)
+    got = {saved_key(n): p for n, p in loaded.named_parameters() if ".lora_" in n}
+    assert sorted(got) == sorted(trained)
+    moved = 0.0
+    for n, p in got.items():
+        assert p.dtype == torch.float32 and torch.equal(p, trained[n].to(torch.float32)), n
+        moved = max(moved, float((trained[n] - init[n].double()).abs().max()))
+    log("  final adapter reloaded by PEFT: the trained tensors rounded to fp32; largest change "
+        "from lora_init %.3g" % moved)
+    checks.update({"min_topk_gap": stats["min_topk_gap"], "clamped": stats["clamped"],
+                   "largest_change_from_init": moved})
+    with open(os.path.join(outdir, "provenance.json"), "w") as f:
+        f.write(mg.dumps({
+            "tokens": "numpy.random.default_rng(%d).integers(0, %d, size=%d) as int32"
+                      % (case["data_seed"], case["config"]["vocab_size"], case["data_len"]),
+            "mask": "tools/make_golden.py make_data()" if mask is not None else None,
+            "model": "GptOssForCausalLM, torch.manual_seed(%d), then build_model()'s draws "
+                     "from torch.Generator().manual_seed(%d)"
+                     % (case["model_seed"], case["model_seed"] + 1),
+            "aux_coef": coef,
+            "lora": {"r": lo["r"], "lora_alpha": lo["alpha"], "scaling": lo["alpha"] / lo["r"],
+                     "target_modules (LoraConfig)": "all-linear (q/k/v/o on gpt-oss)",
+                     "lora_dropout": 0.0, "bias": "none"},
+            "lora_init": "get_peft_model on the fp32 base, then every lora_A/lora_B weight "
+                         "(named_parameters order) set to torch.randn(shape, "
+                         "generator=torch.Generator().manual_seed(%d), dtype=float32) * %g; "
+                         "PeftModel.save_pretrained" % (lo["init_seed"], INIT_STD),
+            "training": "PeftModel.from_pretrained(lora_init, is_trainable=True) on the base in "
+                        "float64 (transformers patched as the other cases); adapter tensors "
+                        "only: grad_norm and clipping over them, torch.optim.AdamW(weight_decay "
+                        "on all, foreach=False); the aux loss as oss-m2",
+            "final": "model cast to float32, PeftModel.save_pretrained",
+            "clipped_steps": stats["clipped_steps"],
+            "checks": checks,
+        } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py "
+                                          "(tools/gpt_oss_golden_lora.py)",
+                             "peft": peft.__version__}))
