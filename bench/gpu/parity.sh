@@ -29,6 +29,10 @@
 #   kept        golden/qwen3, --plan fwd=0-1;bwd=2-3,0-1 (block 1 below the tail): dut1 = 1 rank
 #               --recompute none (kept activations down and up over PCIe),
 #               dut2 = 2 ranks --recompute stage (recomputed): the same bits
+#   chunks      golden/qwen3 with tiles of 8 tokens: dut1 = 1 rank, the MLP in chunks
+#               of one tile; dut2 = 2 ranks, the whole microbatch one chunk: the
+#               same bits (model/token_tiles.h: the chunk never changes them)
+#   moe-chunks  golden-moe/moe-mb likewise: the experts' rows a tile at a time
 #
 # Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
 # RP_SRCDIR (default the tree holding this script), MPIRUN (default mpirun),
@@ -53,7 +57,7 @@ deadline=${RP_PARITY_DEADLINE:-0}
 work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
-all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept chunks moe-chunks"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -76,7 +80,7 @@ fixture() {
   local c=$1 d m extra
   case $c in
     lora) d=$src/mpi-tests/fixtures/golden-lora/qwen3-all; m=$g/qwen3 ;;
-    moe) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
+    moe|moe-chunks) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
     moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
     documents) d=$g/qwen3-packed; m=$d ;;
     llama) d=$g/llama; m=$d ;;
@@ -134,6 +138,10 @@ for case in $cases; do
       run "$c-dut1" "$dev" 1 --plan "fwd=0-1;bwd=2-3,0-1" --recompute none || { result "$c" FAILED - "$dev, --recompute none failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --plan "fwd=0-1;bwd=2-3,0-1" --recompute stage || { result "$c" FAILED - "$dev, 2 ranks --recompute stage failed ($c-dut2.txt)"; continue; }
       two="kept activations (their PCIe round trip) = recomputed on 2 ranks" ;;
+    chunks|moe-chunks)
+      run "$c-dut1" "$dev" 1 --token-tile 8 --mlp-chunk-tokens 8 || { result "$c" FAILED - "$dev, MLP chunks of one tile failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks, one chunk failed ($c-dut2.txt)"; continue; }
+      two="MLP chunks of one 8-token tile on 1 rank = one chunk on 2 ranks" ;;
     checkpoint)
       run "$c-dut1" "$dev" 1 --checkpoint-dir "$work/$c-ck" --checkpoint-every 3 --keep-checkpoints 0 ||
         { result "$c" FAILED - "$dev, checkpointing run failed ($c-dut1.txt)"; continue; }
