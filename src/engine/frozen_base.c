@@ -2,9 +2,11 @@
 #include "engine/frozen_base.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/fp8.h"
 #include "io/safetensors_set.h"
 
 struct rp_frozen_base {
@@ -20,6 +22,8 @@ struct rp_frozen_base {
     size_t store_bytes;      /* 0 when mapped */
     size_t bytes;            /* of the tensors, where they lie */
     rp_dtype file_dtype;     /* of the model directory's first tensor (F32 without one) */
+    rp_fp8_matrix *fp8;      /* each piece's FP8 weight and scales (weight NULL: not FP8) */
+    int nfp8;                /* pieces that are FP8 */
 };
 
 rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *n,
@@ -88,7 +92,10 @@ static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
             const rp_param_desc *p = &L->params[i];
             if (source_name(&b->cfg, p->name) != p->name)
                 continue; /* the embedding's bytes */
-            if (b->set)
+            const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+            if (b->set && q->weight)
+                rp_fp8_dequantise_rows(q, 0, q->rows, tmp + p->offset, RP_F32);
+            else if (b->set)
                 s = rp_safetensors_set_read_f32(b->set, p->name, p->ndim, p->shape,
                                                 tmp + p->offset, err);
             void *dst = (void *)b->pieces[b->first[l] + i].src;
@@ -121,6 +128,36 @@ static rp_status mapped_dtype(rp_frozen_base *b, unsigned reads, rp_error *err)
                 b->dtype = t.dtype;
             break;
         }
+    /* an FP8 model's merge is never re-quantised: bf16, the dtype FP8
+     * releases ship their unquantised tensors in */
+    if (b->set && b->cfg.fp8.on)
+        b->file_dtype = RP_BF16;
+    return RP_OK;
+}
+
+/* Whether tensor p of layer l ships FP8 (io/fp8.h): *q describes it then
+ * (q->weight NULL otherwise). Only a decoder block's matrices may: the
+ * embedding's rows and the head's matrix are read by other paths, and FP8
+ * checkpoints ship them unquantised. */
+static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
+                          const rp_param_desc *p, rp_fp8_matrix *q, rp_error *err)
+{
+    char config[4200];
+    snprintf(config, sizeof config, "%s/config.json", model_dir);
+    int quantised = 0;
+    const char *name = source_name(&b->cfg, p->name);
+    RP_TRY(rp_fp8_find(b->set, config, &b->cfg.fp8, name, p->shape[0],
+                       p->ndim == 2 ? p->shape[1] : 0, &quantised, q, err));
+    if (quantised && (l == 0 || l == b->nlayers - 1)) {
+        const char *file = NULL;
+        rp_safetensors_tensor t;
+        RP_TRY(rp_safetensors_set_find(b->set, name, &t, &file, err));
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: tensor '%s' is F8_E4M3; only the "
+                            "decoder blocks' projections may be FP8", file, name);
+    }
+    if (!quantised)
+        memset(q, 0, sizeof *q);
+    b->nfp8 += quantised;
     return RP_OK;
 }
 
@@ -142,6 +179,11 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
             b->store_bytes += tensor_store_bytes(&b->cfg, p, compute);
             b->bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
             if (b->set) {
+                RP_TRY(find_fp8(b, model_dir, l, p, &b->fp8[k], err));
+                if (b->fp8[k].weight) { /* dequantised into the store */
+                    all = 0;
+                    continue;
+                }
                 rp_safetensors_tensor t;
                 int usable = 0;
                 RP_TRY(find_tensor(b->set, model_dir, p, source_name(&b->cfg, p->name), b->dtype,
@@ -183,7 +225,8 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
         b->pieces = calloc((size_t)(total ? total : 1), sizeof *b->pieces);
         b->store_at = calloc((size_t)(total ? total : 1), sizeof *b->store_at);
         b->first = calloc((size_t)b->nlayers + 1, sizeof *b->first);
-        if (!b->pieces || !b->store_at || !b->first)
+        b->fp8 = calloc((size_t)(total ? total : 1), sizeof *b->fp8);
+        if (!b->pieces || !b->store_at || !b->first || !b->fp8)
             s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %d tensors", total);
     }
     if (s == RP_OK && model_dir)
@@ -231,6 +274,7 @@ void rp_frozen_base_close(rp_frozen_base **bp)
     free(b->pieces);
     free(b->first);
     free(b->store_at);
+    free(b->fp8);
     free(b);
     *bp = NULL;
 }

@@ -154,6 +154,15 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
     RP_TRY(rp_run_agree(e, rp_config_load(r->config_path, &r->cfg, err), comm, err));
     RP_TRY(rp_run_agree(e, rp_lora_resolve(o, &r->cfg, err), comm, err));
     e->lora = r->cfg.lora.rank > 0;
+    /* An FP8 checkpoint is a frozen LoRA base: full fine-tuning would update
+     * weights whose only exact form is the e4m3 grid, and an fp32 master
+     * saved back as FP8 would be re-quantised (never done silently). */
+    if (!e->lora && r->cfg.fp8.on && o->model_dir)
+        return rp_run_agree(e, rp_error_set(err, RP_ERR_UNSUPPORTED,
+                                            "%s: field 'quantization_config': an FP8 checkpoint "
+                                            "is a frozen base for LoRA (--lora-rank) only; full "
+                                            "fine-tuning would re-quantise its weights",
+                                            r->config_path), comm, err);
     r->probe.cfg = r->cfg;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s == RP_OK) /* before any work: a model the executors' kernels cannot run */

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Generate the FP8-base LoRA parity fixtures in mpi-tests/fixtures/golden-fp8/.
+
+Issue 36: LoRA on an FP8 base (e4m3 weights, one scale per block, as the
+Qwen3-*-FP8 releases ship them) against PEFT in float64 on the exactly
+dequantised base.  Each case is:
+  * model/: an FP8 checkpoint made from a base case of tools/make_golden.py
+    (mpi-tests/fixtures/golden/<base>/model, fp32): config.json with
+    quantization_config {"quant_method": "fp8", "fmt": "e4m3",
+    "activation_scheme": "dynamic", "weight_block_size": [BR, BC]}; every
+    decoder block projection (q/k/v/o, gate/up/down) as `<name>.weight`
+    F8_E4M3 [out, in] with `<name>.weight_scale_inv` [ceil(out/BR),
+    ceil(in/BC)] in the case's scale dtype (BF16 or F32); the embedding and
+    the norms unquantised (fp32, as the base ships them).  The block sizes
+    leave partial edge blocks in both directions on every matrix.
+    Quantisation: per block s = amax / 448 rounded to the scale dtype, then
+    fp8 = e4m3(clamp(w / s, -448, 448)) (torch's float8_e4m3fn cast, round
+    to nearest even);
+  * the reference model: the base with each projection replaced by its
+    dequantisation from the definition, w[r, c] = fp8[r, c] * s[r // BR,
+    c // BC], exact in float64 (transformers' own FP8 path takes the block
+    size from the scale grid and gets partial edge blocks wrong, so it is
+    not used);
+  * training exactly as tools/make_lora_golden.py (its make_case is run
+    with its load_base replaced by the dequantised model): lora_init/ with
+    non-zero A and B, PEFT in float64, expected.jsonl (loss, lr, grad_norm
+    per step), final/ the trained adapter; its independent check (a
+    hand-written LoRA and finite differences on step 1) and the reload of
+    final/ by PeftModel.from_pretrained happen on the dequantised base.
+The cases cover BF16 and F32 scales and M = 2 and M = 1 microbatches.
+
+Run from anywhere:  python3 tools/make_fp8_lora_golden.py
+(--check-only recomputes into a temporary directory and compares sha256 sums).
+"""
+
+import os
+import sys
+
+if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
+    os.environ["PYTHONHASHSEED"] = "0"  # PEFT writes target_modules from a set
+    os.execv(sys.executable, [sys.executable] + sys.argv)
+
+import argparse
+import json
+import math
+
+import torch
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_golden as mg  # noqa: E402
+import make_lora_golden as mlg  # noqa: E402
+
+ROOT = mg.ROOT
+FP8_REL = os.path.join("mpi-tests", "fixtures", "golden-fp8")
+PROJS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+E4M3_MAX = 448.0
+
+# The base qwen3 case: hidden 64, q 64 x 64, k/v 32 x 64, o 64 x 64, gate/up
+# 96 x 64, down 64 x 96.  Blocks [24, 40]: 64 rows = 24 + 24 + 16, 32 = 24 +
+# 8, 96 = 24 x 4 (exact), columns 64 = 40 + 24, 96 = 40 + 40 + 16; [20, 24]:
+# 64 = 20 x 3 + 4, 32 = 20 + 12, 96 = 20 x 4 + 16, columns 64 = 24 x 2 + 16,
+# 96 = 24 x 4 (exact).  Partial edge blocks both ways in each case.
+CASES = {
+    "qwen3-bf16-scales": {
+        "base": "qwen3", "block": [24, 40], "scale_dtype": "BF16", "r": 4, "alpha": 8,
+        "rslora": False, "targets": "all-linear", "init_seed": 3601,
+        "train": {"grad-clip": "2.5"},
+    },
+    "qwen3-f32-scales-m1": {
+        "base": "qwen3", "block": [20, 24], "scale_dtype": "F32", "r": 2, "alpha": 4,
+        "rslora": False, "targets": "all-linear", "init_seed": 3602,
+        "train": {"grad-clip": "2.5", "microbatches": "1"},
+    },
+}
+
+TORCH_DTYPE = {"BF16": torch.bfloat16, "F32": torch.float32}
+
+
+def quantise(w, block, scale_dtype):
+    """(fp8 [out, in] float8_e4m3fn, scale [ceil(out/BR), ceil(in/BC)] in
+    scale_dtype) of the fp32 matrix w."""
+    br, bc = block
+    rows, cols = w.shape
+    gr, gc = math.ceil(rows / br), math.ceil(cols / bc)
+    w64 = w.to(torch.float64)
+    scale = torch.empty(gr, gc, dtype=torch.float64)
+    for i in range(gr):
+        for j in range(gc):
+            amax = float(w64[i * br:(i + 1) * br, j * bc:(j + 1) * bc].abs().max())
+            scale[i, j] = amax / E4M3_MAX if amax > 0 else 1.0
+    scale = scale.to(TORCH_DTYPE[scale_dtype])
+    full = scale.to(torch.float64).repeat_interleave(br, 0)[:rows].repeat_interleave(bc, 1)[:, :cols]
+    fp8 = (w64 / full).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return fp8, scale
+
+
+def dequantise(fp8, scale, block):
+    """w[r, c] = fp8[r, c] * s[r // BR, c // BC], from the definition, in
+    float64 (exact: a 4-bit significand times a scale of at most 24 bits)."""
+    br, bc = block
+    rows, cols = fp8.shape
+    out = torch.empty(rows, cols, dtype=torch.float64)
+    f = fp8.to(torch.float64)
+    s = scale.to(torch.float64)
+    for r in range(rows):
+        for c in range(cols):
+            out[r, c] = f[r, c] * s[r // br, c // bc]
+    return out
+
+
+def is_quantised(name):
+    return name.startswith("model.layers.") and any(
+        name.endswith(".%s.weight" % p) for p in PROJS)
+
+
+def make_fp8_model(case, golden, model_dir, log):
+    """model_dir (config.json, model.safetensors) and the dequantised
+    projections {name: float64 tensor}."""
+    src = os.path.join(golden, case["base"], "model")
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    out, deq = {}, {}
+    for name in sorted(tensors):
+        t = tensors[name]
+        if not is_quantised(name):
+            out[name] = t.contiguous()
+            continue
+        fp8, scale = quantise(t, case["block"], case["scale_dtype"])
+        out[name] = fp8.contiguous()
+        out[name + "_scale_inv"] = scale.contiguous()
+        deq[name] = dequantise(fp8, scale, case["block"])
+        # the blockwise product agrees with a vectorised one (no index slip)
+        full = scale.to(torch.float64).repeat_interleave(case["block"][0], 0)[:t.shape[0]]
+        full = full.repeat_interleave(case["block"][1], 1)[:, :t.shape[1]]
+        assert torch.equal(deq[name], fp8.to(torch.float64) * full), name
+    os.makedirs(model_dir, exist_ok=True)
+    save_file(out, os.path.join(model_dir, "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                  "activation_scheme": "dynamic",
+                                  "weight_block_size": list(case["block"])}
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    err = max(float((deq[n] - tensors[n].double()).abs().max() / tensors[n].abs().max())
+              for n in deq)
+    log("  %d projections FP8 in blocks %s, %s scales; largest quantisation error %.3g of "
+        "the matrix's largest entry" % (len(deq), case["block"], case["scale_dtype"], err))
+    return deq
+
+
+def generate(base, golden, log, names=None):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(base, exist_ok=True)
+    plain_load = mlg.load_base
+    saved = [cls.forward for cls in mlg.NORMS]
+    for cls in mlg.NORMS:
+        cls.forward = mlg.rms_norm_forward
+    try:
+        for name, case in CASES.items():
+            if names and name not in names:
+                continue
+            outdir = os.path.join(base, name)
+            model_dir = os.path.join(base, name + "-model")
+            log("case %s: FP8 base -> %s" % (name, model_dir))
+            deq = make_fp8_model(case, golden, model_dir, log)
+
+            def dequantised_base(golden_dir, base_name, dtype, deq=deq, name=name):
+                model = plain_load(golden_dir, base_name, torch.float64)
+                state = model.state_dict()
+                with torch.no_grad():
+                    for n, w in deq.items():
+                        state[n].copy_(w)
+                model.name_or_path = os.path.join(FP8_REL, name + "-model")
+                model.config._name_or_path = model.name_or_path
+                model.to(dtype)
+                return model
+
+            mlg.load_base = dequantised_base
+            torch.set_default_dtype(torch.float64)
+            try:
+                mlg.make_case(name, case, golden, outdir, log)
+            finally:
+                torch.set_default_dtype(torch.float32)
+                mlg.load_base = plain_load
+            with open(os.path.join(outdir, "provenance.json")) as f:
+                prov = json.load(f)
+            prov["generator"] = "tools/make_fp8_lora_golden.py (tools/make_lora_golden.py's " \
+                                "make_case on the dequantised base)"
+            prov["fp8_base"] = {
+                "model": "../%s-model (config.json, model.safetensors)" % name,
+                "weight_block_size": case["block"], "scale_dtype": case["scale_dtype"],
+                "quantised": "model.layers.*.{%s}.weight" % ",".join(PROJS),
+                "quantisation": "s = amax(block) / 448 rounded to the scale dtype; "
+                                "fp8 = float8_e4m3fn(clamp(w / s, -448, 448))",
+                "reference_base": "the fp32 base with each quantised weight replaced by "
+                                  "fp8[r, c] * s[r // BR, c // BC] in float64",
+            }
+            with open(os.path.join(outdir, "provenance.json"), "w") as f:
+                f.write(mg.dumps(prov))
+    finally:
+        for cls, fwd in zip(mlg.NORMS, saved):
+            cls.forward = fwd
+    mg.write_files_mk(base, FP8_REL, "tools/make_fp8_lora_golden.py: the FP8-base LoRA "
+                                     "fixtures")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, FP8_REL))
+    ap.add_argument("--golden", default=os.path.join(ROOT, mg.GOLDEN_REL),
+                    help="where the base cases (model, data, args) are read from")
+    ap.add_argument("--check-only", action="store_true",
+                    help="regenerate into a temporary directory and compare with --out")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--cases", help="comma-separated cases to (re)write; default: all")
+    a = ap.parse_args()
+    names = mg.parse_cases(ap, a, CASES)
+    log = (lambda s: None) if a.quiet else (lambda s: print(s, flush=True))
+    return mg.write_or_check(a, lambda out, n: generate(out, a.golden, log, n), names, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
