@@ -4,7 +4,8 @@
 # with block scales, partial edge blocks both ways; BF16 scales with M = 2,
 # F32 scales with M = 1): every logged loss, lr and grad_norm within 1e-4
 # relative and every adapter tensor within 1e-4 of its largest entry, and
-# the adapters and losses bit-identical on 1-4 ranks. Full fine-tuning from
+# the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
+# FP8 base in place (not converted into the store). Full fine-tuning from
 # an FP8 directory is refused with the reason; --save-merged writes bf16
 # without quantization_config. The bad
 # input is refused naming the file and the key, writing nothing: an unsupported
@@ -37,6 +38,10 @@ for case in qwen3-bf16-scales qwen3-f32-scales-m1; do
     fi
     if [ -z "$ref" ]; then
       ref=$out
+      # CPU executors read the FP8 base where it lies: mapped, not in the store
+      if grep -q "the frozen base .* mapped read-only" "$out.txt" &&
+         ! grep -q "converted" "$out.txt"; then ok; else
+        bad "$case: the FP8 base is not mapped in place"; cat "$out.txt"; fi
       res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/adapter_model.safetensors" \
             "$out/adapter_model.safetensors" 1e-4)
       echo "$res" | grep -v '^RP-CHECK'

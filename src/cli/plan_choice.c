@@ -20,7 +20,8 @@ static rp_frozen_base *open_base(const rp_plan_cli *o, char *note, size_t len)
     rp_frozen_base *base = NULL;
     rp_error err = {0};
     const rp_kernel_ops *ops = rp_device_kernel_ops(o->device);
-    const unsigned reads = ops ? ops->weight_dtypes : 0;
+    const unsigned reads =
+        ops ? ops->weight_dtypes | (ops->host_addressable ? RP_FROZEN_BASE_READS_FP8 : 0) : 0;
     note[0] = '\0';
     if (o->model_dir &&
         rp_frozen_base_open(&o->cfg, o->model_dir, o->dtype, reads, &base, &err) == RP_OK)

@@ -27,7 +27,8 @@ int rp_eval_due(const rp_engine *e, int64_t step)
  * one --save writes (base + adapters), without dropout: a block's adapters
  * in `ad`, and the frozen base read as the executors read it (stage_weights.h):
  * where it lies (engine_impl.h's base_in_place: then `embed` and `w` are
- * not used), or each layer's copied into `w`, laid out as the base's layer. */
+ * not used, but for an FP8 block's, dequantised into `w`), or each layer's
+ * copied into `w`, laid out as the base's layer. */
 typedef struct evaluator {
     rp_engine *e;
     rp_kernels k;
@@ -69,7 +70,9 @@ static size_t weight_bytes(const evaluator *v, int l)
     const rp_engine *e = v->e;
     if (!e->lora)
         return rp_params_compute_bytes(e->p, l);
-    return v->in_place ? 0 : rp_frozen_base_numel(e->base, l) * rp_dtype_size(rp_frozen_base_dtype(e->base));
+    return rp_stage_base_copied(e, l)
+               ? rp_frozen_base_numel(e->base, l) * rp_dtype_size(e->p->compute_dtype)
+               : 0;
 }
 
 /* Layer l's weights onto the device at dst: its compute copy, or with LoRA
@@ -84,6 +87,8 @@ static rp_status upload_layer(evaluator *v, int l, void *dst, rp_error *err)
     const size_t es = rp_dtype_size(rp_frozen_base_dtype(e->base));
     const rp_weight_piece *pc;
     int n = v->in_place ? 0 : rp_frozen_base_pieces(e->base, l, &pc);
+    if (v->in_place && rp_stage_base_copied(e, l)) /* an FP8 block, dequantised */
+        RP_TRY(rp_frozen_base_materialise(e->base, l, &v->k, dst, err));
     for (int i = 0; i < n; i++)
         RP_TRY(rp_device_copy(e->dev, (char *)dst + pc[i].at * es, pc[i].src, pc[i].numel * es,
                               err));

@@ -165,9 +165,10 @@ static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
  * place, else its offset in the store (set by rp_frozen_base_attach), the
  * store's copy in the compute dtype. */
 static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype compute,
-                              rp_error *err)
+                              int fp8_in_place, rp_error *err)
 {
     int all = b->set != NULL, k = 0;
+    size_t fp8_bytes = 0;
     for (int l = 0; l < b->nlayers; l++) {
         b->first[l] = k;
         for (int i = 0; i < b->layers[l].nparams; i++, k++) {
@@ -180,8 +181,14 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
             b->bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
             if (b->set) {
                 RP_TRY(find_fp8(b, model_dir, l, p, &b->fp8[k], err));
-                if (b->fp8[k].weight) { /* dequantised into the store */
-                    all = 0;
+                if (b->fp8[k].weight) { /* mapped as FP8, or dequantised into the store */
+                    const rp_fp8_matrix *q = &b->fp8[k];
+                    pc->src = q->weight;
+                    fp8_bytes += (size_t)(q->rows * q->cols) +
+                                 (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
+                                     rp_dtype_size(q->scale_dtype);
+                    b->bytes -= tensor_store_bytes(&b->cfg, p, b->dtype);
+                    all &= fp8_in_place;
                     continue;
                 }
                 rp_safetensors_tensor t;
@@ -195,8 +202,10 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
     }
     b->first[b->nlayers] = k;
     b->mapped = all;
-    if (all)
+    if (all) {
         b->store_bytes = 0;
+        b->bytes += fp8_bytes;
+    }
     else { /* converted into the store */
         b->dtype = compute;
         b->bytes = b->store_bytes;
@@ -232,9 +241,9 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
     if (s == RP_OK && model_dir)
         s = rp_safetensors_set_open_dir(model_dir, &b->set, err);
     if (s == RP_OK)
-        s = mapped_dtype(b, reads | 1u << dtype, err);
+        s = mapped_dtype(b, (reads & ~RP_FROZEN_BASE_READS_FP8) | 1u << dtype, err);
     if (s == RP_OK)
-        s = place_pieces(b, model_dir, dtype, err);
+        s = place_pieces(b, model_dir, dtype, (reads & RP_FROZEN_BASE_READS_FP8) != 0, err);
     if (s != RP_OK) {
         rp_frozen_base_close(&b);
         return s;
@@ -307,6 +316,52 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *b, int l, const char *na
         if (strcmp(L->params[i].name, name) == 0)
             return b->pieces[b->first[l] + i].src;
     return NULL;
+}
+
+int rp_frozen_base_fp8(const rp_frozen_base *b)
+{
+    return b->mapped && b->nfp8 > 0;
+}
+
+rp_status rp_frozen_base_materialise(const rp_frozen_base *b, int l, const rp_kernels *k,
+                                     void *dst, rp_error *err)
+{
+    const rp_dtype to = k->ops->compute_dtype;
+    const size_t es = rp_dtype_size(to);
+    const rp_weight_piece *pc;
+    const int n = rp_frozen_base_pieces(b, l, &pc);
+    for (int i = 0; i < n; i++) {
+        const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+        char *at = (char *)dst + pc[i].at * es;
+        if (b->mapped && q->weight)
+            RP_TRY(k->ops->fp8_dequantise(k->state, q->weight, q->scale, q->scale_dtype, q->rows,
+                                          q->cols, q->block_rows, q->block_cols, at, to, err));
+        else
+            RP_TRY(k->ops->convert(k->state, pc[i].src, b->dtype, at, to, (int64_t)pc[i].numel,
+                                   err));
+    }
+    return RP_OK;
+}
+
+rp_status rp_frozen_base_tensor_f32(const rp_frozen_base *b, int l, const char *name,
+                                    float *dst, rp_error *err)
+{
+    const rp_layer_desc *L = &b->layers[l];
+    for (int i = 0; i < L->nparams; i++) {
+        if (strcmp(L->params[i].name, name) != 0)
+            continue;
+        const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+        const rp_weight_piece *pc = &b->pieces[b->first[l] + i];
+        if (b->mapped && q->weight)
+            rp_fp8_dequantise_rows(q, 0, q->rows, dst, RP_F32);
+        else if (b->dtype == RP_F32)
+            memcpy(dst, pc->src, pc->numel * sizeof(float));
+        else
+            rp_bf16_to_f32_array(pc->src, dst, pc->numel);
+        return RP_OK;
+    }
+    return rp_error_set(err, RP_ERR_INTERNAL, "frozen base: layer %d has no tensor '%s'", l,
+                        name);
 }
 
 rp_dtype rp_frozen_base_file_dtype(const rp_frozen_base *b)

@@ -38,6 +38,11 @@ typedef struct rp_frozen_base rp_frozen_base;
  * rp_frozen_base_attach. */
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
                               unsigned reads, rp_frozen_base **out, rp_error *err);
+/* A bit of `reads`: the executors dequantise an FP8 base per layer
+ * (rp_frozen_base_materialise), so its FP8 tensors are mapped too, as
+ * F8_E4M3 with their scales (issue 36); without it they are dequantised
+ * into the store. */
+#define RP_FROZEN_BASE_READS_FP8 (1u << 31)
 
 /* The base's layout: the full model's (rp_model_base_layout), untied (the
  * caller frees *layers). Opened bases have it (rp_frozen_base_layer); the
@@ -51,6 +56,18 @@ rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **laye
 static inline int rp_frozen_base_in_place(const rp_kernel_ops *ops)
 {
     return ops && ops->host_addressable;
+}
+
+/* Whether the executors of `ops` take block l's base (of a model of n
+ * layers) into their stage buffers, in the compute dtype: always when they
+ * do not read host memory (uploaded with the stage), and on CPU executors
+ * an FP8 model's blocks (dequantised there once per job,
+ * rp_frozen_base_materialise). From the configuration alone, so the
+ * planner sizes stage buffers as the executors fill them. */
+static inline int rp_frozen_base_copied(const rp_model_config *cfg, const rp_kernel_ops *ops,
+                                        int l, int n)
+{
+    return !rp_frozen_base_in_place(ops) || (cfg->fp8.on && l > 0 && l < n - 1);
 }
 
 /* Host store bytes the base needs (0 when mapped). */
@@ -76,7 +93,19 @@ rp_dtype rp_frozen_base_dtype(const rp_frozen_base *base);
 rp_dtype rp_frozen_base_file_dtype(const rp_frozen_base *base);
 /* Bytes of the base's tensors (a tied matrix once), mapped or stored. */
 size_t rp_frozen_base_bytes(const rp_frozen_base *base);
-/* Host bytes of tensor `name` of layer l (NULL when absent). */
+/* Host bytes of tensor `name` of layer l (NULL when absent); an FP8
+ * tensor's are its e4m3 bytes (rp_frozen_base_tensor_f32 reads it). */
 const void *rp_frozen_base_tensor(const rp_frozen_base *base, int l, const char *name);
+/* Whether the base is mapped with FP8 tensors among its pieces (issue 36). */
+int rp_frozen_base_fp8(const rp_frozen_base *base);
+/* Tensor `name` of layer l as fp32 into dst: an FP8 one dequantised
+ * (core/fp8.h), a bf16 one widened. */
+rp_status rp_frozen_base_tensor_f32(const rp_frozen_base *base, int l, const char *name,
+                                    float *dst, rp_error *err);
+/* Layer l's base laid out as its block (rp_weight_piece.at) at dst, in the
+ * compute dtype of k, with k's ops on host memory the table reads: FP8
+ * tensors dequantised (fp8_dequantise), the others converted. */
+rp_status rp_frozen_base_materialise(const rp_frozen_base *base, int l, const rp_kernels *k,
+                                     void *dst, rp_error *err);
 
 #endif

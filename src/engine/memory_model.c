@@ -43,8 +43,11 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         int64_t floats = (int64_t)rp_padded_elements(layers[l].numel);
         /* LoRA: the stage buffer also holds the layer's frozen weights,
          * unless the executors read them where they lie (host memory:
-         * engine_impl.h's base_in_place) */
-        int64_t frozen = lora && !in_place ? (int64_t)rp_padded_elements(base[l].numel) : 0;
+         * engine_impl.h's base_in_place; an FP8 block is dequantised into
+         * it there too, frozen_base.h's rp_frozen_base_copied) */
+        int64_t frozen = lora && (!in_place || rp_frozen_base_copied(cfg, ops, l, n))
+                             ? (int64_t)rp_padded_elements(base[l].numel)
+                             : 0;
         if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
         L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);

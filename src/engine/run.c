@@ -75,7 +75,10 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_status s = RP_OK;
     if (e->lora) { /* the frozen base: mapped in place, or converted into the store */
         const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype, ops ? ops->weight_dtypes : 0,
+        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype,
+                                ops ? ops->weight_dtypes |
+                                          (ops->host_addressable ? RP_FROZEN_BASE_READS_FP8 : 0)
+                                    : 0,
                                 &e->base, err);
         e->base_in_place = rp_frozen_base_in_place(ops);
     }

@@ -19,6 +19,7 @@
 #include "engine/executor_impl.h"
 #include "engine/padding.h"
 #include "engine/protocol.h"
+#include "engine/stage_weights.h"
 #include "engine/update_gate.h"
 
 /* Move bytes between host and device now, through the transfer engine's
@@ -60,13 +61,14 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
 
 size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
 {
-    if (!e->lora || e->base_in_place)
+    if (!e->lora)
         return 0;
     size_t start = rp_stage_floats(e, job, NULL), n = start;
     for (int l = job->first, i = 0; l <= job->last; l++, i++) {
         if (boff)
             boff[i] = n;
-        n += rp_padded_elements(rp_frozen_base_numel(e->base, l));
+        if (rp_stage_base_copied(e, l))
+            n += rp_padded_elements(rp_frozen_base_numel(e->base, l));
     }
     return n - start;
 }
@@ -160,10 +162,16 @@ static rp_status submit_base(executor *x, stage_buf *b, int l, rp_error *err)
     const int i = l - b->job.first;
     const rp_weight_piece *pc;
     int n = rp_frozen_base_pieces(e->base, l, &pc);
-    if (e->base_in_place) { /* read where it lies; only the embedding's rows are gathered */
+    if (e->base_in_place && !rp_stage_base_copied(e, l)) {
+        /* read where it lies; only the embedding's rows are gathered */
         if (l == 0)
             gather_rows(e, b, NULL, pc[0].src, rp_dtype_size(rp_frozen_base_dtype(e->base)));
         return RP_OK;
+    }
+    if (e->base_in_place) { /* an FP8 block: dequantised into the buffer, once per job */
+        rp_kernels k;
+        RP_TRY(rp_device_kernels(x->dev, &k, err));
+        return rp_frozen_base_materialise(e->base, l, &k, (char *)b->w + b->boff[i] * wb, err);
     }
     for (int k = 0; k < (l == 0 ? 1 : n); k++) {
         rp_xfer_req *r = new_request(b, i, b->boff[i] + pc[k].at);
