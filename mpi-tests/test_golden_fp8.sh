@@ -2,7 +2,8 @@
 # Proves: LoRA on an FP8 base (issue 36). Parity with PEFT in float64 on the
 # exactly dequantised base (tools/make_fp8_lora_golden.py: e4m3 projections
 # with block scales, partial edge blocks both ways; BF16 scales with M = 2,
-# F32 scales with M = 1): every logged loss, lr and grad_norm within 1e-4
+# F32 scales with M = 1; Qwen3-MoE's experts, routers and aux loss on blocks
+# [5, 7], BF16 scales, M = 2): every logged loss, lr and grad_norm within 1e-4
 # relative and every adapter tensor within 1e-4 of its largest entry, and
 # the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
 # FP8 base in place (not converted into the store). Full fine-tuning from
@@ -24,14 +25,19 @@ train() { # np, then train options
 metrics() { sed -e 's/"tokens_per_s":[^,]*,//' -e 's/"time":[^,}]*//' "$1"; }
 
 # ---- parity with PEFT on the dequantised base; bits over 1-4 ranks ----------
-for case in qwen3-bf16-scales qwen3-f32-scales-m1; do
-  d="$fix/$case"; in="$gold/$(basename "$(cat "$d/inputs.txt")")"
+for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales; do
+  d="$fix/$case"
+  if [ -f "$d/inputs.txt" ]; then # a dense case: the base case's data, the model beside
+    in="$gold/$(basename "$(cat "$d/inputs.txt")")"; model="$d-model"
+  else # the MoE case holds its data and its model
+    in="$d"; model="$d/model-fp8"
+  fi
   ref=""
   for np in 1 2 3 4; do
     out="$tmp/$case-$np"
     echo "== $case on $np rank(s)"
     # shellcheck disable=SC2046
-    if ! train "$np" --model "$d-model" --data "$in/data.npy" --loss-mask "$in/mask.npy" \
+    if ! train "$np" --model "$model" --data "$in/data.npy" --loss-mask "$in/mask.npy" \
          $(cat "$d/args.txt") --lora-init "$d/lora_init" --log "$out.jsonl" --save "$out" \
          > "$out.txt" 2>&1; then
       bad "$case: roundpipe train on $np ranks failed"; cat "$out.txt"; continue

@@ -27,7 +27,19 @@ dequantised base.  Each case is:
     per step), final/ the trained adapter; its independent check (a
     hand-written LoRA and finite differences on step 1) and the reload of
     final/ by PeftModel.from_pretrained happen on the dequantised base.
-The cases cover BF16 and F32 scales and M = 2 and M = 1 microbatches.
+The dense cases cover BF16 and F32 scales and M = 2 and M = 1 microbatches.
+
+The Qwen3-MoE case (moe-bf16-scales) is tools/make_moe_golden.py's moe-lora
+(LoRA on the router and every expert's projections, the aux loss, a tied
+and a dense block; PEFT on its per-expert re-implementation) with the model
+its build_model makes replaced, before anything else sees it, by its FP8
+dequantisation: every attention projection, dense MLP projection and
+expert projection quantised in blocks [5, 7] (partial edge blocks both ways
+on every matrix) with BF16 scales, whose dequantisation is exact in fp32,
+so the case's fp32 model/ (the reference make_moe_golden.py loads, removed
+afterwards) is the dequantised base itself; model-fp8/ is the FP8
+checkpoint roundpipe trains from (routers, norms and the embedding
+unquantised).
 
 Run from anywhere:  python3 tools/make_fp8_lora_golden.py
 (--check-only recomputes into a temporary directory and compares sha256 sums).
@@ -43,6 +55,7 @@ if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
 import argparse
 import json
 import math
+import shutil
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -75,6 +88,13 @@ CASES = {
 }
 
 TORCH_DTYPE = {"BF16": torch.bfloat16, "F32": torch.float32}
+
+MOE_CASES = {
+    # model seed 4205, not moe-lora's 4005: with those weights quantised a
+    # routing came within 2e-4 of a tie (below make_moe_golden's MIN_TOPK_GAP)
+    "moe-bf16-scales": {"from": "moe-lora", "block": [5, 7], "scale_dtype": "BF16",
+                        "case": {"model_seed": 4205}},
+}
 
 
 def quantise(w, block, scale_dtype):
@@ -149,6 +169,107 @@ def make_fp8_model(case, golden, model_dir, log):
     return deq
 
 
+def is_quantised_moe(name):
+    """A Qwen3-MoE checkpoint's projections FP8 releases quantise: attention,
+    dense MLP and every expert's; not the routers (mlp.gate)."""
+    return name.startswith("model.layers.") and any(
+        name.endswith(".%s.weight" % p) for p in PROJS)
+
+
+def make_moe_case(name, spec, base, log):
+    import make_moe_golden as mm
+    import moe_golden_lora
+    case = dict(mm.CASES[spec["from"]], **spec.get("case", {}))
+    plain_build = mm.build_model
+    stored = {}
+
+    def dequantised_build(c):
+        """build_model's model with each quantised projection replaced by its
+        FP8 dequantisation (exact in fp32: BF16 scales); the FP8 tensors are
+        kept for model-fp8/."""
+        model = plain_build(c)
+        tensors = mm.per_expert_tensors(model)
+        deq = {}
+        for n, t in tensors.items():
+            if is_quantised_moe(n):
+                fp8, scale = quantise(t, spec["block"], spec["scale_dtype"])
+                d = dequantise(fp8, scale, spec["block"])
+                assert torch.equal(d.to(torch.float32).to(torch.float64), d), n  # exact in fp32
+                stored[n] = (fp8, scale)
+                deq[n] = d.to(torch.float32)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith(".mlp.experts.gate_up_proj"):
+                    pre, inter = n[:-len("gate_up_proj")], p.shape[1] // 2
+                    for e in range(p.shape[0]):
+                        p[e, :inter].copy_(deq[pre + "%d.gate_proj.weight" % e])
+                        p[e, inter:].copy_(deq[pre + "%d.up_proj.weight" % e])
+                elif n.endswith(".mlp.experts.down_proj"):
+                    pre = n[:-len("down_proj")]
+                    for e in range(p.shape[0]):
+                        p[e].copy_(deq[pre + "%d.down_proj.weight" % e])
+                elif n in deq:
+                    p.copy_(deq[n])
+        again = mm.per_expert_tensors(model)
+        assert all(torch.equal(again[n], deq[n]) for n in deq)
+        return model
+
+    outdir = os.path.join(base, name)
+    log("case %s: %s on its FP8 base (blocks %s, %s scales)" % (
+        name, spec["from"], spec["block"], spec["scale_dtype"]))
+    mm.build_model = dequantised_build
+    torch.set_default_dtype(torch.float64)
+    try:
+        moe_golden_lora.make_case(name, case, outdir, log, mm)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        mm.build_model = plain_build
+    # model-fp8/: the checkpoint roundpipe reads; model/ (fp32, the
+    # dequantised reference) goes
+    ref = os.path.join(outdir, "model")
+    tensors = load_file(os.path.join(ref, "model.safetensors"))
+    out = {}
+    for n, t in tensors.items():
+        if n in stored:
+            fp8, scale = stored[n]
+            assert torch.equal(dequantise(fp8, scale, spec["block"]).to(torch.float32), t), n
+            out[n] = fp8.contiguous()
+            out[n + "_scale_inv"] = scale.contiguous()
+        else:
+            out[n] = t
+    assert len(stored) > 0 and all(n in tensors for n in stored)
+    fp8_dir = os.path.join(outdir, "model-fp8")
+    os.makedirs(fp8_dir)
+    save_file(out, os.path.join(fp8_dir, "model.safetensors"))
+    with open(os.path.join(ref, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                  "activation_scheme": "dynamic",
+                                  "weight_block_size": list(spec["block"])}
+    with open(os.path.join(fp8_dir, "config.json"), "w") as f:
+        f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(ref)
+    log("  model-fp8/: %d of %d tensors FP8 (attention, dense MLP, experts)" % (
+        len(stored), len(tensors)))
+    with open(os.path.join(outdir, "provenance.json")) as f:
+        prov = json.load(f)
+    prov["generator"] = "tools/make_fp8_lora_golden.py (make_moe_golden.py's %s through " \
+                        "tools/moe_golden_lora.py on the dequantised base)" % spec["from"]
+    prov["fp8_base"] = {
+        "model": "model-fp8/ (config.json, model.safetensors)",
+        "weight_block_size": spec["block"], "scale_dtype": spec["scale_dtype"],
+        "quantised": "model.layers.*.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, "
+                     "mlp.experts.E.{gate,up,down}_proj}.weight (routers unquantised)",
+        "quantisation": "s = amax(block) / 448 rounded to bf16; "
+                        "fp8 = float8_e4m3fn(clamp(w / s, -448, 448))",
+        "reference_base": "build_model's model with each quantised weight replaced by "
+                          "fp8[r, c] * s[r // BR, c // BC] (exact in fp32 with bf16 scales); "
+                          "written as model/ for the reference and removed afterwards",
+    }
+    with open(os.path.join(outdir, "provenance.json"), "w") as f:
+        f.write(mg.dumps(prov))
+
+
 def generate(base, golden, log, names=None):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -202,6 +323,9 @@ def generate(base, golden, log, names=None):
     finally:
         for cls, fwd in zip(mlg.NORMS, saved):
             cls.forward = fwd
+    for name, spec in MOE_CASES.items():
+        if not names or name in names:
+            make_moe_case(name, spec, base, log)
     mg.write_files_mk(base, FP8_REL, "tools/make_fp8_lora_golden.py: the FP8-base LoRA "
                                      "fixtures")
 
@@ -216,7 +340,7 @@ def main():
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--cases", help="comma-separated cases to (re)write; default: all")
     a = ap.parse_args()
-    names = mg.parse_cases(ap, a, CASES)
+    names = mg.parse_cases(ap, a, dict(CASES, **MOE_CASES))
     log = (lambda s: None) if a.quiet else (lambda s: print(s, flush=True))
     return mg.write_or_check(a, lambda out, n: generate(out, a.golden, log, n), names, log)
 
