@@ -6,7 +6,15 @@
 # [5, 7], BF16 scales, M = 2): every logged loss, lr and grad_norm within 1e-4
 # relative and every adapter tensor within 1e-4 of its largest entry, and
 # the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
-# FP8 base in place (not converted into the store). Full fine-tuning from
+# FP8 base in place (not converted into the store); uploaded with the stages
+# as FP8 and scales and dequantised after landing (GPU executors' path, run
+# on CPU ones with RP_TEST_UPLOAD_BASE=1) it gives the same bits under
+# --dtype bf16, evaluation (--eval-data) included; its uploads per step (the closing line) are well below its
+# bf16 twin's, and the start-up line counts its bytes beside bf16's. `plan`
+# of the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
+# executors with RP_ALLOW_UNPROVEN_CUDA=1, whose FP8 uploads model no
+# slower than bf16's; without it the store's bf16). Full
+# fine-tuning from
 # an FP8 directory is refused with the reason; --save-merged writes bf16
 # without quantization_config. The issue's bad
 # input is refused naming the file and the key, writing nothing: an unsupported
@@ -58,7 +66,53 @@ for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales; do
          [ "$(metrics "$ref.jsonl")" = "$(metrics "$out.jsonl")" ]; then ok
     else bad "$case: $np ranks differ from 1"; fi
   done
+  # the GPU executors' path on CPU ones: the base uploaded with the stages as
+  # FP8 and its scales, dequantised there after landing; the bits of it read
+  # in place (in bf16: the other tensors then travel as they lie)
+  for up in 0 1; do
+    out="$tmp/$case-bf16-$up"
+    # shellcheck disable=SC2046
+    RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+      --device cpu --progress none --model "$model" --data "$in/data.npy" \
+      --loss-mask "$in/mask.npy" $(cat "$d/args.txt") --dtype bf16 --lora-init "$d/lora_init" \
+      --steps 3 --eval-data "$in/data.npy" --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1 ||
+      { bad "$case, bf16, upload $up: train failed"; cat "$out.txt"; }
+  done
+  out="$tmp/$case-bf16"
+  if grep -q "the frozen base as FP8 with its scales" "$out-1.txt" && grep -q eval "$out-1.jsonl" &&
+     cmp -s "$out-0/adapter_model.safetensors" "$out-1/adapter_model.safetensors" &&
+     [ -s "$out-0.jsonl" ] && [ "$(metrics "$out-0.jsonl")" = "$(metrics "$out-1.jsonl")" ]
+  then ok; else bad "$case: the FP8 base uploaded and dequantised differs from it in place"
+    tail -3 "$out-1.txt"; fi
 done
+
+# ---- host memory and bytes uploaded per step: FP8 against its bf16 twin -------
+d="$fix/qwen3-bf16-scales"; in="$gold/qwen3"
+short="--data $in/data.npy --seq-len 16 --batch-size 4 --microbatches 2 --lora-rank 4"
+# shellcheck disable=SC2086
+train 1 --model "$d-model" $short --steps 1 --lr 0 --save-merged "$tmp/twin" \
+  > "$tmp/twin.txt" 2>&1 || { bad "the bf16 twin was not saved"; cat "$tmp/twin.txt"; }
+for m in fp8 twin; do
+  src="$tmp/twin"; [ $m = fp8 ] && src="$d-model"
+  for up in 0 1; do
+    # shellcheck disable=SC2086
+    RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+      --device cpu --progress none --dtype bf16 --model "$src" $short --steps 4 \
+      > "$tmp/$m-$up.txt" 2>&1 || { bad "$m, upload $up: train failed"; cat "$tmp/$m-$up.txt"; }
+  done
+done
+uploaded() { sed -n 's/.*weights uploaded: .* (\([0-9]*\) bytes over 4 steps.*/\1/p' "$1"; }
+u8=$(uploaded "$tmp/fp8-1.txt"); u16=$(uploaded "$tmp/twin-1.txt")
+echo "bytes uploaded per 4 steps: FP8 base $u8, its bf16 twin $u16"
+if [ -n "$u8" ] && [ -n "$u16" ] && [ $((u8 * 4)) -lt $((u16 * 3)) ]; then ok
+else bad "the FP8 base's uploads ($u8 bytes) are not well below bf16's ($u16)"; fi
+# the start-up line: the mapped FP8 base beside its size in bf16
+line=$(grep "the frozen base .* (FP8 e4m3 with its block scales" "$tmp/fp8-0.txt")
+b8=$(echo "$line" | sed -n 's/.*block scales, \([0-9]*\) bytes;.*/\1/p')
+b16=$(echo "$line" | sed -n 's/.*, \([0-9]*\) bytes, in bf16.*/\1/p')
+echo "host bytes of the frozen base: FP8 $b8, bf16 $b16"
+if [ -n "$b8" ] && [ -n "$b16" ] && [ $((b8 * 10)) -lt $((b16 * 6)) ]; then ok
+else bad "the start-up line does not count the FP8 base: $line"; fi
 
 # ---- --save-merged writes bf16, never re-quantised ----------------------------
 d="$fix/qwen3-bf16-scales"; in="$gold/qwen3"
@@ -70,6 +124,29 @@ if train 2 --model "$d-model" --data "$in/data.npy" $(cat "$d/args.txt") --steps
   if [ "$got" = '"dtype":"BF16" ' ] && ! grep -q quantization_config "$tmp/merged/config.json"
   then ok; else bad "--save-merged of the FP8 base: dtypes $got, not BF16 only"; fi
 else bad "--save-merged on the FP8 base failed"; cat "$tmp/merged.txt"; fi
+
+# ---- plan: an FP8 config counted as its checkpoint maps it ---------------------
+plan() { # device, RP_ALLOW_UNPROVEN_CUDA
+  RP_ALLOW_UNPROVEN_CUDA=$2 "$bin" plan --init-config "$d-model/config.json" --device "$1" \
+    --gpus 2 --microbatches 2 --seq-len 16 --lora-rank 4 > "$tmp/plan-$1-$2.txt" 2>&1 ||
+    { bad "plan --device $1 failed"; cat "$tmp/plan-$1-$2.txt"; }
+}
+plan cpu 0; plan cuda 0; plan cuda 1
+for p in cpu-0 cuda-1; do
+  if grep -q "the frozen base counted as an FP8 checkpoint of this config" "$tmp/plan-$p.txt" &&
+     grep -q "(FP8 e4m3 with its block scales, [0-9]* bytes; .*, 135936 bytes, in bf16) mapped" \
+       "$tmp/plan-$p.txt"; then ok; else bad "plan $p: the FP8 base not counted"
+    cat "$tmp/plan-$p.txt"; fi
+done
+# GPU executors take FP8 as it lies only with the switch: else the store's bf16
+if grep -q "the frozen base converted into it" "$tmp/plan-cuda-0.txt"; then ok
+else bad "plan cuda without RP_ALLOW_UNPROVEN_CUDA counts FP8"; fi
+# and its uploads, half the bytes, make the modelled iteration no slower
+tps() { sed -n 's/.*max, \([0-9]*\) tokens\/s.*/\1/p' "$1"; }
+t0=$(tps "$tmp/plan-cuda-0.txt"); t1=$(tps "$tmp/plan-cuda-1.txt")
+echo "plan, cuda: $t0 tokens/s with a bf16 base, $t1 with FP8 uploads"
+if [ -n "$t0" ] && [ -n "$t1" ] && [ "$t1" -ge "$t0" ]; then ok
+else bad "plan: FP8 uploads modelled slower ($t1 < $t0 tokens/s)"; fi
 
 # ---- refusals: a message naming the file and the key, nothing written --------
 d="$fix/qwen3-bf16-scales"; q="$gold/qwen3"

@@ -11,14 +11,15 @@ dequantised base.  Each case is:
     decoder block projection (q/k/v/o, gate/up/down) as `<name>.weight`
     F8_E4M3 [out, in] with `<name>.weight_scale_inv` [ceil(out/BR),
     ceil(in/BC)] in the case's scale dtype (BF16 or F32); the embedding and
-    the norms unquantised (fp32, as the base ships them).  The block sizes
+    the norms unquantised, in bf16 as FP8 releases ship them (the base's
+    fp32 values rounded to nearest even).  The block sizes
     leave partial edge blocks in both directions on every matrix.
     Quantisation: per block s = amax / 448 rounded to the scale dtype, then
     fp8 = e4m3(clamp(w / s, -448, 448)) (torch's float8_e4m3fn cast, round
     to nearest even);
   * the reference model: the base with each projection replaced by its
     dequantisation from the definition, w[r, c] = fp8[r, c] * s[r // BR,
-    c // BC], exact in float64 (transformers' own FP8 path takes the block
+    c // BC], exact in float64, and every other tensor by its bf16 value (transformers' own FP8 path takes the block
     size from the scale grid and gets partial edge blocks wrong, so it is
     not used);
   * training exactly as tools/make_lora_golden.py (its make_case is run
@@ -90,10 +91,10 @@ CASES = {
 TORCH_DTYPE = {"BF16": torch.bfloat16, "F32": torch.float32}
 
 MOE_CASES = {
-    # model seed 4205, not moe-lora's 4005: with those weights quantised a
+    # model seed 4705, not moe-lora's 4005: with those weights quantised a
     # routing came within 2e-4 of a tie (below make_moe_golden's MIN_TOPK_GAP)
     "moe-bf16-scales": {"from": "moe-lora", "block": [5, 7], "scale_dtype": "BF16",
-                        "case": {"model_seed": 4205}},
+                        "case": {"model_seed": 4705}},
 }
 
 
@@ -143,12 +144,14 @@ def make_fp8_model(case, golden, model_dir, log):
     for name in sorted(tensors):
         t = tensors[name]
         if not is_quantised(name):
-            out[name] = t.contiguous()
+            out[name] = t.to(torch.bfloat16).contiguous()
+            deq[name] = out[name].to(torch.float64)
             continue
         fp8, scale = quantise(t, case["block"], case["scale_dtype"])
         out[name] = fp8.contiguous()
         out[name + "_scale_inv"] = scale.contiguous()
         deq[name] = dequantise(fp8, scale, case["block"])
+        assert is_quantised(name)
         # the blockwise product agrees with a vectorised one (no index slip)
         full = scale.to(torch.float64).repeat_interleave(case["block"][0], 0)[:t.shape[0]]
         full = full.repeat_interleave(case["block"][1], 1)[:, :t.shape[1]]
@@ -163,9 +166,11 @@ def make_fp8_model(case, golden, model_dir, log):
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     err = max(float((deq[n] - tensors[n].double()).abs().max() / tensors[n].abs().max())
-              for n in deq)
+              for n in deq if is_quantised(n))
     log("  %d projections FP8 in blocks %s, %s scales; largest quantisation error %.3g of "
-        "the matrix's largest entry" % (len(deq), case["block"], case["scale_dtype"], err))
+        "the matrix's largest entry; %d other tensors bf16" % (
+            sum(map(is_quantised, deq)), case["block"], case["scale_dtype"], err,
+            sum(not is_quantised(n) for n in deq)))
     return deq
 
 
@@ -191,7 +196,9 @@ def make_moe_case(name, spec, base, log):
         tensors = mm.per_expert_tensors(model)
         deq = {}
         for n, t in tensors.items():
-            if is_quantised_moe(n):
+            if not is_quantised_moe(n): # shipped in bf16
+                deq[n] = t.to(torch.bfloat16).to(torch.float32)
+            else:
                 fp8, scale = quantise(t, spec["block"], spec["scale_dtype"])
                 d = dequantise(fp8, scale, spec["block"])
                 assert torch.equal(d.to(torch.float32).to(torch.float64), d), n  # exact in fp32
@@ -236,7 +243,8 @@ def make_moe_case(name, spec, base, log):
             out[n] = fp8.contiguous()
             out[n + "_scale_inv"] = scale.contiguous()
         else:
-            out[n] = t
+            out[n] = t.to(torch.bfloat16)
+            assert torch.equal(out[n].to(torch.float32), t), n
     assert len(stored) > 0 and all(n in tensors for n in stored)
     fp8_dir = os.path.join(outdir, "model-fp8")
     os.makedirs(fp8_dir)
@@ -256,7 +264,7 @@ def make_moe_case(name, spec, base, log):
     prov["generator"] = "tools/make_fp8_lora_golden.py (make_moe_golden.py's %s through " \
                         "tools/moe_golden_lora.py on the dequantised base)" % spec["from"]
     prov["fp8_base"] = {
-        "model": "model-fp8/ (config.json, model.safetensors)",
+        "model": "model-fp8/ (config.json, model.safetensors; the unquantised tensors bf16)",
         "weight_block_size": spec["block"], "scale_dtype": spec["scale_dtype"],
         "quantised": "model.layers.*.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, "
                      "mlp.experts.E.{gate,up,down}_proj}.weight (routers unquantised)",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/train_options.h"
 #include "io/fp8.h"
 #include "io/safetensors_set.h"
 
@@ -25,6 +26,14 @@ struct rp_frozen_base {
     rp_fp8_matrix *fp8;      /* each piece's FP8 weight and scales (weight NULL: not FP8) */
     int nfp8;                /* pieces that are FP8 */
 };
+
+unsigned rp_frozen_base_reads(const rp_kernel_ops *ops)
+{
+    if (!ops)
+        return 0;
+    const int fp8 = rp_frozen_base_in_place(ops) || rp_unproven_cuda_allowed();
+    return ops->weight_dtypes | (fp8 ? RP_FROZEN_BASE_READS_FP8 : 0);
+}
 
 rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *n,
                                 rp_error *err)
@@ -323,10 +332,117 @@ int rp_frozen_base_fp8(const rp_frozen_base *b)
     return b->mapped && b->nfp8 > 0;
 }
 
-rp_status rp_frozen_base_materialise(const rp_frozen_base *b, int l, const rp_kernels *k,
-                                     void *dst, rp_error *err)
+static size_t pad16(size_t n)
 {
-    const rp_dtype to = k->ops->compute_dtype;
+    return (n + 15) & ~(size_t)15;
+}
+
+static size_t scale_bytes(const rp_fp8_matrix *q)
+{
+    return (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) * rp_dtype_size(q->scale_dtype);
+}
+
+size_t rp_frozen_base_fp8_bytes(const rp_frozen_base *b, int l)
+{
+    size_t n = 0;
+    for (int i = b->first[l]; b->mapped && i < b->first[l + 1]; i++)
+        if (b->fp8[i].weight)
+            n += pad16((size_t)(b->fp8[i].rows * b->fp8[i].cols)) + pad16(scale_bytes(&b->fp8[i]));
+    return n;
+}
+
+const rp_fp8_matrix *rp_frozen_base_piece_fp8(const rp_frozen_base *b, int l, int i,
+                                              size_t *weight_at, size_t *scale_at)
+{
+    size_t at = 0;
+    const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+    if (!b->mapped || !q->weight)
+        return NULL;
+    for (int k = b->first[l]; k < b->first[l] + i; k++)
+        if (b->fp8[k].weight)
+            at += pad16((size_t)(b->fp8[k].rows * b->fp8[k].cols)) + pad16(scale_bytes(&b->fp8[k]));
+    *weight_at = at;
+    *scale_at = at + pad16((size_t)(q->rows * q->cols));
+    return q;
+}
+
+rp_status rp_frozen_base_dequantise_staged(const rp_frozen_base *b, int l, const rp_kernels *k,
+                                           const void *staging, void *dst, rp_dtype to,
+                                           rp_error *err)
+{
+    const rp_weight_piece *pc;
+    const int n = rp_frozen_base_pieces(b, l, &pc);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+        if (!b->mapped || !q->weight)
+            continue;
+        const char *w = (const char *)staging + at;
+        at += pad16((size_t)(q->rows * q->cols));
+        RP_TRY(k->ops->fp8_dequantise(k->state, w, (const char *)staging + at, q->scale_dtype,
+                                      q->rows, q->cols, q->block_rows, q->block_cols,
+                                      (char *)dst + pc[i].at * rp_dtype_size(to), to, err));
+        at += pad16(scale_bytes(q));
+    }
+    return RP_OK;
+}
+
+size_t rp_frozen_base_bf16_bytes(const rp_frozen_base *b)
+{
+    size_t n = 0;
+    for (int l = 0; l < b->nlayers; l++)
+        for (int i = 0; i < b->layers[l].nparams; i++)
+            if (source_name(&b->cfg, b->layers[l].params[i].name) == b->layers[l].params[i].name)
+                n += 2 * b->layers[l].params[i].numel;
+    return n;
+}
+
+size_t rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *bf16,
+                                           rp_error *err, rp_status *status)
+{
+    rp_layer_desc *layers = NULL;
+    int n = 0;
+    size_t bytes = 0, plain = 0;
+    *status = rp_frozen_base_layout(cfg, &layers, &n, err);
+    for (int l = 0; *status == RP_OK && l < n; l++)
+        for (int i = 0; i < layers[l].nparams; i++) {
+            const rp_param_desc *p = &layers[l].params[i];
+            if (source_name(cfg, p->name) != p->name)
+                continue; /* a tied head's matrix is the embedding's */
+            plain += 2 * p->numel;
+            const size_t len = strlen(p->name);
+            const int router = len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0;
+            if (layers[l].kind != RP_LAYER_BLOCK || p->ndim != 2 || router) {
+                bytes += 2 * p->numel;
+                continue;
+            }
+            const rp_fp8_matrix q = {NULL, NULL, RP_F32, p->shape[0], p->shape[1],
+                                     cfg->fp8.block_rows, cfg->fp8.block_cols};
+            bytes += p->numel + scale_bytes(&q);
+        }
+    free(layers);
+    if (bf16)
+        *bf16 = plain;
+    return bytes;
+}
+
+size_t rp_frozen_base_fp8_bytes_bound(const rp_model_config *cfg, const rp_layer_desc *layer)
+{
+    size_t n = 0;
+    for (int i = 0; cfg->fp8.on && layer->kind == RP_LAYER_BLOCK && i < layer->nparams; i++) {
+        const rp_param_desc *p = &layer->params[i];
+        if (p->ndim != 2)
+            continue;
+        const rp_fp8_matrix q = {NULL, NULL, RP_F32, p->shape[0], p->shape[1],
+                                 cfg->fp8.block_rows, cfg->fp8.block_cols};
+        n += pad16((size_t)(q.rows * q.cols)) + pad16(scale_bytes(&q));
+    }
+    return n;
+}
+
+rp_status rp_frozen_base_materialise(const rp_frozen_base *b, int l, const rp_kernels *k,
+                                     void *dst, rp_dtype to, rp_error *err)
+{
     const size_t es = rp_dtype_size(to);
     const rp_weight_piece *pc;
     const int n = rp_frozen_base_pieces(b, l, &pc);

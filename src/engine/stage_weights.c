@@ -13,8 +13,7 @@ rp_dtype rp_stage_weights_dtype(const rp_engine *e, int l)
 
 int rp_stage_base_copied(const rp_engine *e, int l)
 {
-    return e->lora && rp_frozen_base_copied(&e->p->cfg, rp_device_kernel_ops(e->device), l,
-                                            e->num_layers);
+    return e->lora && rp_frozen_base_copied(&e->p->cfg, e->base_in_place, l, e->num_layers);
 }
 
 const void *rp_stage_weights_trainable(const rp_engine *e, const rp_stage_weights *w, int l,
