@@ -13,7 +13,9 @@
 # bf16 twin's, and the start-up line counts its bytes beside bf16's. `plan`
 # of the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
 # executors with RP_ALLOW_UNPROVEN_CUDA=1, whose FP8 uploads model no
-# slower than bf16's; without it the store's bf16). Full
+# slower than bf16's; without it the store's bf16). With Python, torch,
+# transformers and peft: the saved adapter loads with PeftModel on the
+# dequantised base and its logits equal the --save-merged model's. Full
 # fine-tuning from
 # an FP8 directory is refused with the reason; --save-merged writes bf16
 # without quantization_config. The issue's bad
@@ -93,11 +95,11 @@ short="--data $in/data.npy --seq-len 16 --batch-size 4 --microbatches 2 --lora-r
 train 1 --model "$d-model" $short --steps 1 --lr 0 --save-merged "$tmp/twin" \
   > "$tmp/twin.txt" 2>&1 || { bad "the bf16 twin was not saved"; cat "$tmp/twin.txt"; }
 for m in fp8 twin; do
-  src="$tmp/twin"; [ $m = fp8 ] && src="$d-model"
+  mdir="$tmp/twin"; [ $m = fp8 ] && mdir="$d-model"
   for up in 0 1; do
     # shellcheck disable=SC2086
     RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
-      --device cpu --progress none --dtype bf16 --model "$src" $short --steps 4 \
+      --device cpu --progress none --dtype bf16 --model "$mdir" $short --steps 4 \
       > "$tmp/$m-$up.txt" 2>&1 || { bad "$m, upload $up: train failed"; cat "$tmp/$m-$up.txt"; }
   done
 done
@@ -124,6 +126,24 @@ if train 2 --model "$d-model" --data "$in/data.npy" $(cat "$d/args.txt") --steps
   if [ "$got" = '"dtype":"BF16" ' ] && ! grep -q quantization_config "$tmp/merged/config.json"
   then ok; else bad "--save-merged of the FP8 base: dtypes $got, not BF16 only"; fi
 else bad "--save-merged on the FP8 base failed"; cat "$tmp/merged.txt"; fi
+
+# ---- PEFT loads the adapter on the dequantised base ---------------------------
+# the dequantised base itself: a fresh adapter (B = 0) merged, in fp32 (exact
+# with BF16 scales); PEFT's logits with roundpipe's trained adapter on it
+# equal roundpipe's --save-merged model's
+# shellcheck disable=SC2086
+if train 1 --model "$d-model" $short --steps 1 --lr 0 --save-merged "$tmp/deq" \
+     --save-dtype fp32 > "$tmp/deq.txt" 2>&1 &&
+   train 2 --model "$d-model" $short --steps 3 --lr 3e-3 --lora-alpha 16 --save "$tmp/ad" \
+     --save-merged "$tmp/ad-merged" --save-dtype fp32 > "$tmp/ad.txt" 2>&1; then
+  python3 "$src/mpi-tests/lora_peft_check.py" "$tmp/deq" "$tmp/ad" "$tmp/ad-merged" \
+    "$in/data.npy" 16
+  case $? in
+    0) ok ;;
+    77) echo "skipped the PEFT check (Python, torch, transformers or peft missing)" ;;
+    *) bad "PEFT's logits on the dequantised base differ from the merged model's" ;;
+  esac
+else bad "the dequantised base or the adapter was not saved"; cat "$tmp/deq.txt" "$tmp/ad.txt"; fi
 
 # ---- plan: an FP8 config counted as its checkpoint maps it ---------------------
 plan() { # device, RP_ALLOW_UNPROVEN_CUDA
