@@ -63,9 +63,8 @@ static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp
                              &err) != RP_OK)
         return 0;
     if (hm->lora && fp8_as_shipped(o)) { /* mapped, not in the store */
-        rp_status s;
-        hm->base_mapped = rp_frozen_base_fp8_checkpoint_bytes(&o->cfg, &hm->base_bf16, &err, &s);
-        if (s != RP_OK)
+        if (rp_frozen_base_fp8_checkpoint_bytes(&o->cfg, &hm->base_mapped, &hm->base_bf16, &err) !=
+            RP_OK)
             return 0;
         hm->param_store -= hm->base_store;
         hm->pinned -= hm->base_store;

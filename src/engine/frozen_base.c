@@ -24,6 +24,7 @@ struct rp_frozen_base {
     size_t bytes;            /* of the tensors, where they lie */
     rp_dtype file_dtype;     /* of the model directory's first tensor (F32 without one) */
     rp_fp8_matrix *fp8;      /* each piece's FP8 weight and scales (weight NULL: not FP8) */
+    size_t *fp8_at;          /* each FP8 piece's byte offset in its layer's staging area */
     int nfp8;                /* pieces that are FP8 */
 };
 
@@ -144,6 +145,23 @@ static rp_status mapped_dtype(rp_frozen_base *b, unsigned reads, rp_error *err)
     return RP_OK;
 }
 
+static size_t pad16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static size_t scale_bytes(const rp_fp8_matrix *q)
+{
+    return (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) * rp_dtype_size(q->scale_dtype);
+}
+
+/* An FP8 piece's bytes in a staging area: its e4m3 bytes, then its
+ * scales, each padded to 16 bytes. */
+static size_t staged_bytes(const rp_fp8_matrix *q)
+{
+    return pad16((size_t)(q->rows * q->cols)) + pad16(scale_bytes(q));
+}
+
 /* Whether tensor p of layer l ships FP8 (io/fp8.h): *q describes it then
  * (q->weight NULL otherwise). Only a decoder block's matrices may: the
  * embedding's rows and the head's matrix are read by other paths, and FP8
@@ -219,6 +237,14 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
         b->dtype = compute;
         b->bytes = b->store_bytes;
     }
+    for (int l = 0; l < b->nlayers; l++) { /* the staging areas' layouts */
+        size_t at = 0;
+        for (int i = b->first[l]; i < b->first[l + 1]; i++)
+            if (b->fp8[i].weight) {
+                b->fp8_at[i] = at;
+                at += staged_bytes(&b->fp8[i]);
+            }
+    }
     return RP_OK;
 }
 
@@ -244,7 +270,8 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
         b->store_at = calloc((size_t)(total ? total : 1), sizeof *b->store_at);
         b->first = calloc((size_t)b->nlayers + 1, sizeof *b->first);
         b->fp8 = calloc((size_t)(total ? total : 1), sizeof *b->fp8);
-        if (!b->pieces || !b->store_at || !b->first || !b->fp8)
+        b->fp8_at = calloc((size_t)(total ? total : 1), sizeof *b->fp8_at);
+        if (!b->pieces || !b->store_at || !b->first || !b->fp8 || !b->fp8_at)
             s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %d tensors", total);
     }
     if (s == RP_OK && model_dir)
@@ -293,6 +320,7 @@ void rp_frozen_base_close(rp_frozen_base **bp)
     free(b->first);
     free(b->store_at);
     free(b->fp8);
+    free(b->fp8_at);
     free(b);
     *bp = NULL;
 }
@@ -332,37 +360,24 @@ int rp_frozen_base_fp8(const rp_frozen_base *b)
     return b->mapped && b->nfp8 > 0;
 }
 
-static size_t pad16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
-static size_t scale_bytes(const rp_fp8_matrix *q)
-{
-    return (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) * rp_dtype_size(q->scale_dtype);
-}
-
 size_t rp_frozen_base_fp8_bytes(const rp_frozen_base *b, int l)
 {
     size_t n = 0;
     for (int i = b->first[l]; b->mapped && i < b->first[l + 1]; i++)
         if (b->fp8[i].weight)
-            n += pad16((size_t)(b->fp8[i].rows * b->fp8[i].cols)) + pad16(scale_bytes(&b->fp8[i]));
+            n += staged_bytes(&b->fp8[i]);
     return n;
 }
 
 const rp_fp8_matrix *rp_frozen_base_piece_fp8(const rp_frozen_base *b, int l, int i,
                                               size_t *weight_at, size_t *scale_at)
 {
-    size_t at = 0;
-    const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+    const int k = b->first[l] + i;
+    const rp_fp8_matrix *q = &b->fp8[k];
     if (!b->mapped || !q->weight)
         return NULL;
-    for (int k = b->first[l]; k < b->first[l] + i; k++)
-        if (b->fp8[k].weight)
-            at += pad16((size_t)(b->fp8[k].rows * b->fp8[k].cols)) + pad16(scale_bytes(&b->fp8[k]));
-    *weight_at = at;
-    *scale_at = at + pad16((size_t)(q->rows * q->cols));
+    *weight_at = b->fp8_at[k];
+    *scale_at = b->fp8_at[k] + pad16((size_t)(q->rows * q->cols));
     return q;
 }
 
@@ -372,17 +387,14 @@ rp_status rp_frozen_base_dequantise_staged(const rp_frozen_base *b, int l, const
 {
     const rp_weight_piece *pc;
     const int n = rp_frozen_base_pieces(b, l, &pc);
-    size_t at = 0;
     for (int i = 0; i < n; i++) {
-        const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
-        if (!b->mapped || !q->weight)
-            continue;
-        const char *w = (const char *)staging + at;
-        at += pad16((size_t)(q->rows * q->cols));
-        RP_TRY(k->ops->fp8_dequantise(k->state, w, (const char *)staging + at, q->scale_dtype,
-                                      q->rows, q->cols, q->block_rows, q->block_cols,
-                                      (char *)dst + pc[i].at * rp_dtype_size(to), to, err));
-        at += pad16(scale_bytes(q));
+        size_t weight_at, scale_at;
+        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(b, l, i, &weight_at, &scale_at);
+        if (q)
+            RP_TRY(k->ops->fp8_dequantise(k->state, (const char *)staging + weight_at,
+                                          (const char *)staging + scale_at, q->scale_dtype,
+                                          q->rows, q->cols, q->block_rows, q->block_cols,
+                                          (char *)dst + pc[i].at * rp_dtype_size(to), to, err));
     }
     return RP_OK;
 }
@@ -397,14 +409,14 @@ size_t rp_frozen_base_bf16_bytes(const rp_frozen_base *b)
     return n;
 }
 
-size_t rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *bf16,
-                                           rp_error *err, rp_status *status)
+rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *fp8,
+                                              size_t *bf16, rp_error *err)
 {
     rp_layer_desc *layers = NULL;
     int n = 0;
     size_t bytes = 0, plain = 0;
-    *status = rp_frozen_base_layout(cfg, &layers, &n, err);
-    for (int l = 0; *status == RP_OK && l < n; l++)
+    RP_TRY(rp_frozen_base_layout(cfg, &layers, &n, err));
+    for (int l = 0; l < n; l++)
         for (int i = 0; i < layers[l].nparams; i++) {
             const rp_param_desc *p = &layers[l].params[i];
             if (source_name(cfg, p->name) != p->name)
@@ -421,9 +433,9 @@ size_t rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *b
             bytes += p->numel + scale_bytes(&q);
         }
     free(layers);
-    if (bf16)
-        *bf16 = plain;
-    return bytes;
+    *fp8 = bytes;
+    *bf16 = plain;
+    return RP_OK;
 }
 
 size_t rp_frozen_base_fp8_bytes_bound(const rp_model_config *cfg, const rp_layer_desc *layer)
@@ -435,7 +447,7 @@ size_t rp_frozen_base_fp8_bytes_bound(const rp_model_config *cfg, const rp_layer
             continue;
         const rp_fp8_matrix q = {NULL, NULL, RP_F32, p->shape[0], p->shape[1],
                                  cfg->fp8.block_rows, cfg->fp8.block_cols};
-        n += pad16((size_t)(q.rows * q.cols)) + pad16(scale_bytes(&q));
+        n += staged_bytes(&q);
     }
     return n;
 }

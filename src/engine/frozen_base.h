@@ -107,12 +107,12 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *base, int l, const char 
 /* The base's tensors in bf16 (a tied matrix once): what an FP8 base's
  * bytes compare with. */
 size_t rp_frozen_base_bf16_bytes(const rp_frozen_base *base);
-/* The bytes an FP8 checkpoint of cfg maps (no files at hand: the planner's
- * figure): every decoder block matrix but the routers in e4m3 with F32
- * scales in cfg's blocks (BF16 ones take less), every other tensor in
- * bf16; *bf16 (may be NULL) the same tensors all in bf16. */
-size_t rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *bf16,
-                                           rp_error *err, rp_status *status);
+/* *fp8: the bytes an FP8 checkpoint of cfg maps (no files at hand: the
+ * planner's figure): every decoder block matrix but the routers in e4m3
+ * with F32 scales in cfg's blocks (BF16 ones take less), every other
+ * tensor in bf16; *bf16: the same tensors all in bf16. */
+rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *fp8,
+                                              size_t *bf16, rp_error *err);
 /* Whether the base is mapped with FP8 tensors among its pieces (issue 36). */
 int rp_frozen_base_fp8(const rp_frozen_base *base);
 /* Tensor `name` of layer l as fp32 into dst: an FP8 one dequantised
