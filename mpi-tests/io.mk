@@ -37,3 +37,9 @@ mpi_tests_test_io_mxfp4_SOURCES = mpi-tests/test_io_mxfp4.c
 mpi_tests_test_io_mxfp4_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_mxfp4_LDADD = $(RP_TEST_LDADD) -lm
 EXTRA_DIST += mpi-tests/fixtures/gpt-oss/mxfp4/model.safetensors tools/gen_mxfp4_fixture.py
+# FP8 e4m3 weights with block scales: decoding, dequantising, and the files' bad input (serial)
+check_PROGRAMS += mpi-tests/test_io_fp8
+TESTS += mpi-tests/test_io_fp8
+mpi_tests_test_io_fp8_SOURCES = mpi-tests/test_io_fp8.c
+mpi_tests_test_io_fp8_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_fp8_LDADD = $(RP_TEST_LDADD) -lm

@@ -19,7 +19,11 @@
  * (unknown layer_types entries, sliding_window < 1, kv heads not dividing)
  * and the rest refused naming the file and the field; every block a
  * mixture of experts; its config.json written back reads as the same
- * model, without quantization_config. */
+ * model, without quantization_config. FP8 (issue 36): llama, qwen3 and
+ * qwen3_moe read quantization_config fp8 with its block size (any, default
+ * [128, 128] as FineGrainedFP8Config), and refuse another quant_method, an
+ * fmt other than e4m3, a static activation scheme and a block size that is
+ * not two positive integers, naming the file and the key. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -604,6 +608,40 @@ START_TEST(gpt_oss_bad)
 }
 END_TEST
 
+START_TEST(fp8_quantization)
+{
+    rp_model_config c;
+    rp_error err = {0};
+    ck_assert_int_eq(parse("{\"model_type\": \"qwen3\", " BASE "}", &c, &err), RP_OK);
+    ck_assert_int_eq(c.fp8.on, 0);
+    ck_assert_msg(parse("{\"model_type\": \"qwen3_moe\", " BASE ", \"num_experts\": 4, "
+                        "\"num_experts_per_tok\": 2, \"quantization_config\": {\"quant_method\": "
+                        "\"fp8\", \"fmt\": \"e4m3\", \"activation_scheme\": \"dynamic\", "
+                        "\"weight_block_size\": [48, 20]}}", &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert(c.fp8.on && c.fp8.block_rows == 48 && c.fp8.block_cols == 20);
+    ck_assert_int_eq(parse("{\"model_type\": \"llama\", " BASE ", \"quantization_config\": "
+                           "{\"quant_method\": \"fp8\"}}", &c, &err), RP_OK);
+    ck_assert(c.fp8.on && c.fp8.block_rows == 128 && c.fp8.block_cols == 128);
+#define Q8 "{\"model_type\": \"qwen3\", " BASE ", \"quantization_config\": "
+    expect_bad(Q8 "{\"quant_method\": \"gptq\"}}", RP_ERR_UNSUPPORTED,
+               "field 'quantization_config.quant_method': unsupported quantisation 'gptq' "
+               "(qwen3: fp8)");
+    expect_bad(Q8 "{\"quant_method\": \"fp8\", \"fmt\": \"e5m2\"}}", RP_ERR_UNSUPPORTED,
+               "field 'quantization_config.fmt': unsupported FP8 format 'e5m2'");
+    expect_bad(Q8 "{\"quant_method\": \"fp8\", \"activation_scheme\": \"static\"}}",
+               RP_ERR_UNSUPPORTED, "field 'quantization_config.activation_scheme'");
+    expect_bad(Q8 "{\"quant_method\": \"fp8\", \"weight_block_size\": [128]}}", RP_ERR_FORMAT,
+               "field 'quantization_config.weight_block_size': [ 128 ] is not");
+    expect_bad(Q8 "{\"quant_method\": \"fp8\", \"weight_block_size\": [0, 128]}}",
+               RP_ERR_FORMAT, "field 'quantization_config.weight_block_size'");
+    expect_bad(Q8 "{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 1.5]}}",
+               RP_ERR_FORMAT, "field 'quantization_config.weight_block_size'");
+    expect_bad(Q8 "{\"fmt\": \"e4m3\"}}", RP_ERR_FORMAT, "'quantization_config.quant_method'");
+    expect_bad(Q8 "\"fp8\"}", RP_ERR_FORMAT, "'quantization_config'");
+#undef Q8
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_config");
@@ -619,6 +657,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gpt_oss_defaults);
     tcase_add_test(tc, gpt_oss_quantization);
     tcase_add_test(tc, gpt_oss_bad);
+    tcase_add_test(tc, fp8_quantization);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

@@ -70,7 +70,13 @@
  *     subnormals, ties, infinities, overflow; a NaN stays a NaN), bf16 ->
  *     fp32 exact for all 65536 patterns, same-dtype conversions copies, on
  *     both tables; copy exact, byte-offset and odd-sized, with nothing
- *     written outside.
+ *     written outside;
+ *   - fp8_dequantise (issue 36): the CPU op, everywhere, equals the brute
+ *     force w[r, c] = e4m3(fp8[r, c]) s[r / BR, c / BC] from the definition
+ *     (every e4m3 code, the NaNs NaN; partial edge blocks both ways, blocks
+ *     wider than the matrix; F32, BF16 and F16 scales at an odd address;
+ *     fp32 and bf16 outputs) and refuses bad sizes and dtypes naming the
+ *     op; on a device the CUDA op gives the CPU op's bits (NaN codes NaN).
  * Without a CUDA device, or in a build without the CUDA back end, only the
  * table checks run and the test then reports SKIP (exit 77). */
 #include "config.h"
@@ -99,7 +105,7 @@
 
 /* The function pointers of rp_kernel_ops, which check_complete names one by
  * one: a member added to the struct must be added there too. */
-#define RP_KERNEL_OPS_FUNCTIONS 41
+#define RP_KERNEL_OPS_FUNCTIONS 42
 _Static_assert(sizeof(rp_kernel_ops) ==
                    offsetof(rp_kernel_ops, attention_backward_scratch_floats) +
                        RP_KERNEL_OPS_FUNCTIONS * sizeof(void (*)(void)),
@@ -152,12 +158,131 @@ static void check_complete(const rp_kernel_ops *t)
     EXPECT_FN(t, embed_backward);
     EXPECT_FN(t, convert);
     EXPECT_FN(t, copy);
+    EXPECT_FN(t, fp8_dequantise);
     /* the head loops over chunks of logits_rows rows: at least one */
     const int64_t vocabs[] = {1, 97, 1000, 151936};
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
         ck_assert_msg(t->logits_rows(vocabs[i]) >= 1, "table \"%s\": logits_rows(%lld) = %lld",
                       t->name, (long long)vocabs[i], (long long)t->logits_rows(vocabs[i]));
 }
+
+/* ---- fp8_dequantise's inputs and its brute force ------------------------ */
+
+typedef struct fp8_case {
+    int64_t rows, cols, br, bc;
+    rp_dtype scale_dtype;
+    uint8_t *w;
+    unsigned char *scale_buf; /* the scales start at scale_buf + 1: unaligned */
+    size_t scale_bytes;
+} fp8_case;
+
+static const int64_t fp8_shapes[][4] = {{13, 22, 4, 8}, {64, 96, 24, 40}, {5, 7, 3, 128},
+                                        {300, 17, 128, 16}, {16, 16, 8, 8}};
+
+/* Case i of the shapes x scale dtypes: every e4m3 code among the weights,
+ * scales of several binades (F32 ones with low bits set). */
+static fp8_case fp8_make(int i)
+{
+    fp8_case c;
+    const int64_t *sh = fp8_shapes[i / 3];
+    c.rows = sh[0], c.cols = sh[1], c.br = sh[2], c.bc = sh[3];
+    c.scale_dtype = (rp_dtype)(i % 3);
+    c.w = malloc((size_t)(c.rows * c.cols));
+    for (int64_t k = 0; k < c.rows * c.cols; k++)
+        c.w[k] = (uint8_t)((k * 37 + i) & 0xff);
+    const int64_t g = ((c.rows + c.br - 1) / c.br) * ((c.cols + c.bc - 1) / c.bc);
+    const size_t es = rp_dtype_size(c.scale_dtype);
+    c.scale_bytes = (size_t)g * es;
+    c.scale_buf = malloc(c.scale_bytes + 1);
+    for (int64_t k = 0; k < g; k++) {
+        float v = ldexpf(1.0f + (float)(k % 7) / 8.0f, (int)(k % 9) - 14);
+        if (c.scale_dtype == RP_F32)
+            v *= 1.0f + 0x1p-21f * (float)(k + 1);
+        if (k % 5 == 4)
+            v = -v;
+        uint16_t h = c.scale_dtype == RP_BF16 ? rp_f32_to_bf16(v) : rp_f32_to_f16(v);
+        memcpy(c.scale_buf + 1 + (size_t)k * es, c.scale_dtype == RP_F32 ? (void *)&v : (void *)&h,
+               es);
+    }
+    return c;
+}
+
+static void fp8_free(fp8_case *c)
+{
+    free(c->w);
+    free(c->scale_buf);
+}
+
+/* Scale k of the case as fp32 (exact). */
+static double fp8_scale(const fp8_case *c, int64_t k)
+{
+    const unsigned char *p = c->scale_buf + 1 + (size_t)k * rp_dtype_size(c->scale_dtype);
+    if (c->scale_dtype == RP_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return c->scale_dtype == RP_BF16 ? rp_bf16_to_f32(h) : rp_f16_to_f32(h);
+}
+
+/* e4m3 code v from the definition: (-1)^s 2^(e-7) (1 + m/8), subnormals
+ * m/8 2^-6, S.1111.111 NaN. */
+static double e4m3_value(uint8_t v)
+{
+    const int e = (v >> 3) & 15, m = v & 7;
+    if (e == 15 && m == 7)
+        return NAN;
+    const double mag = e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7);
+    return (v & 0x80) ? -mag : mag;
+}
+
+START_TEST(fp8_dequantise_cpu_brute_force)
+{
+    const int ncases = (int)(sizeof fp8_shapes / sizeof fp8_shapes[0]) * 3;
+    rp_error err = {0};
+    for (int i = 0; i < ncases; i++) {
+        fp8_case c = fp8_make(i);
+        const int64_t n = c.rows * c.cols, scale_cols = (c.cols + c.bc - 1) / c.bc;
+        float *f = malloc((size_t)n * 4);
+        uint16_t *h = malloc((size_t)n * 2);
+        ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, c.w, c.scale_buf + 1,
+                                                          c.scale_dtype, c.rows, c.cols, c.br,
+                                                          c.bc, f, RP_F32, &err), RP_OK);
+        ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, c.w, c.scale_buf + 1,
+                                                          c.scale_dtype, c.rows, c.cols, c.br,
+                                                          c.bc, h, RP_BF16, &err), RP_OK);
+        for (int64_t r = 0; r < c.rows; r++)
+            for (int64_t k = 0; k < c.cols; k++) {
+                const int64_t at = r * c.cols + k;
+                /* exact in double: a 4-bit significand times a 24-bit one */
+                const double want = e4m3_value(c.w[at]) *
+                                    fp8_scale(&c, (r / c.br) * scale_cols + k / c.bc);
+                if (isnan(want)) {
+                    ck_assert(isnan(f[at]) && isnan(rp_bf16_to_f32(h[at])));
+                    continue;
+                }
+                ck_assert_msg(f[at] == (float)want, "case %d [%lld, %lld]: %a, the definition "
+                              "%a", i, (long long)r, (long long)k, (double)f[at], want);
+                ck_assert_uint_eq(h[at], rp_f32_to_bf16((float)want));
+            }
+        free(f), free(h);
+        fp8_free(&c);
+    }
+    uint8_t w = 0x38;
+    float one = 1.0f, out;
+    ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, &w, &one, RP_F32, 0, 1, 1, 1, &out,
+                                                      RP_F32, &err), RP_ERR_INVALID_ARG);
+    ck_assert(strstr(err.msg, "fp8_dequantise"));
+    ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, &w, &one, RP_F32, 1, 1, 1, 1, &out,
+                                                      RP_F16, &err), RP_ERR_UNSUPPORTED);
+    ck_assert(strstr(err.msg, "fp8_dequantise"));
+    ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, &w, &one, RP_F32, 1, 1, 1, 1, &out,
+                                                      RP_F32, &err), RP_OK);
+    ck_assert(out == 1.0f);
+}
+END_TEST
 
 START_TEST(tables_complete_and_typed)
 {
@@ -1464,6 +1589,51 @@ START_TEST(copy_is_exact)
 }
 END_TEST
 
+START_TEST(fp8_dequantise_bit_identical)
+{
+    const int ncases = (int)(sizeof fp8_shapes / sizeof fp8_shapes[0]) * 3;
+    for (int i = 0; i < ncases; i++) {
+        fp8_case c = fp8_make(i);
+        const int64_t n = c.rows * c.cols;
+        uint8_t *dw = dev_upload(c.w, (size_t)n);
+        unsigned char *ds = dev_upload(c.scale_buf, c.scale_bytes + 1);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            const rp_dtype dt = bf16 ? RP_BF16 : RP_F32;
+            const size_t bytes = (size_t)n * rp_dtype_size(dt);
+            unsigned char *want = xmalloc(bytes), *got = xmalloc(bytes);
+            void *dd = dev_alloc(bytes);
+            dev_poison(dd, bytes);
+            CPU_OP(fp8_dequantise, c.w, c.scale_buf + 1, c.scale_dtype, c.rows, c.cols, c.br,
+                   c.bc, want, dt);
+            GPU_OP(fp8_dequantise, dw, ds + 1, c.scale_dtype, c.rows, c.cols, c.br, c.bc, dd, dt);
+            sync_ops();
+            dev_download(got, dd, bytes);
+            for (int64_t k = 0; k < n; k++) {
+                const int nan = (c.w[k] & 0x7f) == 0x7f;
+                float a, b;
+                if (bf16) {
+                    uint16_t x, y;
+                    memcpy(&x, got + 2 * k, 2), memcpy(&y, want + 2 * k, 2);
+                    a = rp_bf16_to_f32(x), b = rp_bf16_to_f32(y);
+                    ck_assert_msg(nan ? isnan(a) && isnan(b) : x == y, "case %d %s element %lld: "
+                                  "0x%04x, the CPU's 0x%04x", i, rp_dtype_name(dt), (long long)k,
+                                  x, y);
+                } else {
+                    memcpy(&a, got + 4 * k, 4), memcpy(&b, want + 4 * k, 4);
+                    ck_assert_msg(nan ? isnan(a) && isnan(b) : memcmp(&a, &b, 4) == 0,
+                                  "case %d element %lld: %a, the CPU's %a", i, (long long)k,
+                                  (double)a, (double)b);
+                }
+            }
+            cudaFree(dd);
+            free(want), free(got);
+        }
+        cudaFree(dw), cudaFree(ds);
+        fp8_free(&c);
+    }
+}
+END_TEST
+
 /* ---- gpt-oss's ops (issue 35) ----------------------------------------------------- */
 
 START_TEST(swiglu_clamped_matches_cpu)
@@ -1578,6 +1748,7 @@ static Suite *kernel_ops_suite(void)
     Suite *s = suite_create("kernel_ops");
     TCase *tc = tcase_create("tables");
     tcase_add_test(tc, tables_complete_and_typed);
+    tcase_add_test(tc, fp8_dequantise_cpu_brute_force);
     suite_add_tcase(s, tc);
 #ifdef RP_HAVE_CUDA_EXECUTOR
     if (g_have_device) {
@@ -1604,6 +1775,7 @@ static Suite *kernel_ops_suite(void)
         tcase_add_test(td, swiglu_clamped_matches_cpu);
         tcase_add_test(td, grouped_bias_bit_identical);
         tcase_add_test(td, attention_gpt_oss_matches_cpu);
+        tcase_add_test(td, fp8_dequantise_bit_identical);
         suite_add_tcase(s, td);
     }
 #endif

@@ -14,6 +14,11 @@ include mpi-tests/fixtures/golden-moe/files.mk
 TESTS += mpi-tests/test_golden_gpt_oss.sh
 EXTRA_DIST += mpi-tests/test_golden_gpt_oss.sh mpi-tests/gpt_oss_load_check.py
 include mpi-tests/fixtures/golden-gpt-oss/files.mk
+# LoRA on an FP8 base against PEFT on its dequantisation (fixtures of
+# tools/make_fp8_lora_golden.py), bits over 1-4 ranks, refusals
+TESTS += mpi-tests/test_golden_fp8.sh
+EXTRA_DIST += mpi-tests/test_golden_fp8.sh tools/make_fp8_lora_golden.py
+include mpi-tests/fixtures/golden-fp8/files.mk
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh
 EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py

@@ -12,6 +12,15 @@
 #include "plan/deal.h"
 #include "plan/schedule.h"
 
+/* An FP8 config without model files: its base counted as the checkpoint
+ * would map it, on executors that take FP8 as it lies (frozen_base.h's
+ * rp_frozen_base_reads). */
+static int fp8_as_shipped(const rp_plan_cli *o)
+{
+    return !o->model_dir && o->cfg.fp8.on &&
+           (rp_frozen_base_reads(rp_device_kernel_ops(o->device)) & RP_FROZEN_BASE_READS_FP8);
+}
+
 /* LoRA's frozen base as train would open it: from --model DIR's safetensors
  * files (mapped when they hold the executors' dtype), else converted into
  * the store (--init-config, or files that cannot be read: *note says so). */
@@ -20,13 +29,19 @@ static rp_frozen_base *open_base(const rp_plan_cli *o, char *note, size_t len)
     rp_frozen_base *base = NULL;
     rp_error err = {0};
     const rp_kernel_ops *ops = rp_device_kernel_ops(o->device);
-    const unsigned reads = ops ? ops->weight_dtypes : 0;
+    const unsigned reads = rp_frozen_base_reads(ops);
     note[0] = '\0';
     if (o->model_dir &&
         rp_frozen_base_open(&o->cfg, o->model_dir, o->dtype, reads, &base, &err) == RP_OK)
         return base;
     if (o->model_dir)
         snprintf(note, len, "%s; the base counted as converted into the store", err.msg);
+    else if (fp8_as_shipped(o))
+        snprintf(note, len, "no model files (--init-config): the frozen base counted as an FP8 "
+                 "checkpoint of this config maps it (block projections e4m3 with F32 scales "
+                 "of [%lld, %lld] blocks, the rest bf16; train with --init-config would "
+                 "initialise it in the store)", (long long)o->cfg.fp8.block_rows,
+                 (long long)o->cfg.fp8.block_cols);
     else
         snprintf(note, len, "no model files (--init-config): the frozen base is initialised "
                  "in the store, as train does");
@@ -42,10 +57,20 @@ static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp
     int pipelines = mc->gpus / (width > 0 ? width : 1);
     if (pipelines < 1 || mc->microbatches % pipelines)
         pipelines = 1;
-    return rp_host_memory_count(&o->cfg, o->dtype, pipelines, mc->microbatches,
-                                o->model->tokens_per_microbatch, p,
-                                o->recompute == RP_RECOMPUTE_LAYER, o->kept_floats, base, hm,
-                                &err) == RP_OK;
+    if (rp_host_memory_count(&o->cfg, o->dtype, pipelines, mc->microbatches,
+                             o->model->tokens_per_microbatch, p,
+                             o->recompute == RP_RECOMPUTE_LAYER, o->kept_floats, base, hm,
+                             &err) != RP_OK)
+        return 0;
+    if (hm->lora && fp8_as_shipped(o)) { /* mapped, not in the store */
+        if (rp_frozen_base_fp8_checkpoint_bytes(&o->cfg, &hm->base_mapped, &hm->base_bf16, &err) !=
+            RP_OK)
+            return 0;
+        hm->param_store -= hm->base_store;
+        hm->pinned -= hm->base_store;
+        hm->base_store = 0;
+    }
+    return 1;
 }
 
 /* --recompute auto: one kept block fewer while the host memory of plan p

@@ -1,6 +1,6 @@
 librp_la_SOURCES += \
 	src/core/error.c src/core/error.h src/core/interrupt.c \
-	src/core/dtype.c src/core/dtype.h src/core/cpu_clones.h \
+	src/core/dtype.c src/core/dtype.h src/core/fp8.c src/core/fp8.h src/core/cpu_clones.h \
 	src/core/rng.c src/core/rng.h src/core/philox.h \
 	src/core/log.c src/core/log.h \
 	src/core/layer_kind.h \

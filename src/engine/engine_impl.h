@@ -128,7 +128,11 @@ typedef struct rp_engine {
     int lora;          /* LoRA: the model's other weights are frozen, in `base` */
     rp_frozen_base *base; /* LoRA's frozen weights (engine/frozen_base.h), or NULL */
     int base_in_place;    /* executors whose memory is the host's (CPU) read `base` where
-                           * it lies: it is never copied into their stage buffers */
+                           * it lies: it is not copied into their stage buffers (but for an
+                           * FP8 model's blocks, dequantised there: stage_weights.h) */
+    uint64_t uploaded_bytes; /* this rank's executor: the bytes its stages' uploads moved
+                                (the transfer engine's weights and prefetch classes), summed
+                                over the run's segments */
     int tied;          /* the LM head is the embedding */
     rp_router_aux raux; /* a mixture of experts' load-balancing loss (coef 0: none) */
     char *model_config_text; /* the config.json the model came from, read at start (rank 0;

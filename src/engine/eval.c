@@ -27,7 +27,8 @@ int rp_eval_due(const rp_engine *e, int64_t step)
  * one --save writes (base + adapters), without dropout: a block's adapters
  * in `ad`, and the frozen base read as the executors read it (stage_weights.h):
  * where it lies (engine_impl.h's base_in_place: then `embed` and `w` are
- * not used), or each layer's copied into `w`, laid out as the base's layer. */
+ * not used, but for an FP8 block's, dequantised into `w`), or each layer's
+ * copied into `w`, laid out as the base's layer. */
 typedef struct evaluator {
     rp_engine *e;
     rp_kernels k;
@@ -35,6 +36,7 @@ typedef struct evaluator {
     int in_place;         /* LoRA: the base is read where it lies */
     void *embed, *w;      /* layer 0's weights (also a tied LM head); the current layer's */
     void *ad;             /* LoRA: the current block's adapters */
+    void *staging;        /* LoRA on a GPU: an FP8 block's e4m3 bytes and scales */
     float *act, *out;     /* a microbatch's activations in and out */
     float *saved, *ws;
     int32_t *in, *tgt, *seg;
@@ -54,7 +56,7 @@ static void *dev_alloc(evaluator *v, size_t bytes, rp_status *s, rp_error *err)
 static void evaluator_free(evaluator *v)
 {
     rp_device *d = v->e->dev;
-    void *dev[] = {v->embed, v->w, v->ad, v->act, v->out, v->saved, v->ws, v->in, v->tgt, v->seg,
+    void *dev[] = {v->embed, v->w, v->ad, v->staging, v->act, v->out, v->saved, v->ws, v->in, v->tgt, v->seg,
                    v->mask};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i])
@@ -69,7 +71,9 @@ static size_t weight_bytes(const evaluator *v, int l)
     const rp_engine *e = v->e;
     if (!e->lora)
         return rp_params_compute_bytes(e->p, l);
-    return v->in_place ? 0 : rp_frozen_base_numel(e->base, l) * rp_dtype_size(rp_frozen_base_dtype(e->base));
+    return rp_stage_base_copied(e, l)
+               ? rp_frozen_base_numel(e->base, l) * rp_dtype_size(e->p->compute_dtype)
+               : 0;
 }
 
 /* Layer l's weights onto the device at dst: its compute copy, or with LoRA
@@ -84,9 +88,25 @@ static rp_status upload_layer(evaluator *v, int l, void *dst, rp_error *err)
     const size_t es = rp_dtype_size(rp_frozen_base_dtype(e->base));
     const rp_weight_piece *pc;
     int n = v->in_place ? 0 : rp_frozen_base_pieces(e->base, l, &pc);
-    for (int i = 0; i < n; i++)
-        RP_TRY(rp_device_copy(e->dev, (char *)dst + pc[i].at * es, pc[i].src, pc[i].numel * es,
-                              err));
+    if (v->in_place && rp_stage_base_copied(e, l)) /* an FP8 block, dequantised */
+        RP_TRY(rp_frozen_base_materialise(e->base, l, &v->k, dst, e->p->compute_dtype, err));
+    for (int i = 0; i < n; i++) {
+        size_t wat, sat;
+        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(e->base, l, i, &wat, &sat);
+        if (!q) {
+            RP_TRY(rp_device_copy(e->dev, (char *)dst + pc[i].at * es, pc[i].src,
+                                  pc[i].numel * es, err));
+            continue;
+        }
+        RP_TRY(rp_device_copy(e->dev, (char *)v->staging + wat, q->weight,
+                              (size_t)(q->rows * q->cols), err));
+        RP_TRY(rp_device_copy(e->dev, (char *)v->staging + sat, q->scale,
+                              (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
+                                  rp_dtype_size(q->scale_dtype), err));
+    }
+    if (n > 0 && rp_frozen_base_fp8_bytes(e->base, l) > 0) /* uploaded FP8: dequantised */
+        RP_TRY(rp_frozen_base_dequantise_staged(e->base, l, &v->k, v->staging, dst,
+                                                e->p->compute_dtype, err));
     if (rp_params_compute_bytes(e->p, l) == 0)
         return RP_OK;
     return rp_device_copy(e->dev, v->ad, e->p->st[l].compute, rp_params_compute_bytes(e->p, l),
@@ -107,7 +127,10 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
         return rp_error_set(err, RP_ERR_INTERNAL, "evaluation: a frozen base in %s copied "
                             "beside adapters in %s", rp_dtype_name(rp_frozen_base_dtype(e->base)),
                             rp_dtype_name(p->compute_dtype));
-    size_t wmax = 0, admax = 0;
+    size_t wmax = 0, admax = 0, stmax = 0;
+    for (int l = 1; e->lora && !v->in_place && l < p->nlayers; l++)
+        if (rp_frozen_base_fp8_bytes(e->base, l) > stmax)
+            stmax = rp_frozen_base_fp8_bytes(e->base, l);
     for (int l = 1; l < p->nlayers; l++) {
         wmax = weight_bytes(v, l) > wmax ? weight_bytes(v, l) : wmax;
         admax = rp_params_compute_bytes(p, l) > admax ? rp_params_compute_bytes(p, l) : admax;
@@ -117,6 +140,8 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
     v->w = dev_alloc(v, wmax, &s, err);
     if (e->lora)
         v->ad = dev_alloc(v, admax, &s, err);
+    if (stmax)
+        v->staging = dev_alloc(v, stmax, &s, err);
     v->act = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
     v->out = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
     v->saved = dev_alloc(v, rp_block_saved_floats(ops, p->compute_dtype, &v->cfg, spm, S) *

@@ -375,6 +375,9 @@ rp_status rp_engine_run_executor(rp_engine *e)
                         rp_engine_fail(e, s, &err);
                 }
     rp_xfer_drain(x.xfer);
+    rp_xfer_stats st;
+    rp_xfer_get_stats(x.xfer, &st);
+    e->uploaded_bytes += st.bytes[RP_XFER_WEIGHTS] + st.bytes[RP_XFER_PREFETCH];
     executor_free(&x);
     return s == RP_STOP ? RP_OK : s;
 }

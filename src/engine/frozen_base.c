@@ -2,9 +2,12 @@
 #include "engine/frozen_base.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/train_options.h"
+#include "io/fp8.h"
 #include "io/gpt_oss_experts.h"
 #include "io/model_dir.h"
 #include "io/safetensors_set.h"
@@ -22,7 +25,18 @@ struct rp_frozen_base {
     size_t store_bytes;      /* 0 when mapped */
     size_t bytes;            /* of the tensors, where they lie */
     rp_dtype file_dtype;     /* of the model directory's first tensor (F32 without one) */
+    rp_fp8_matrix *fp8;      /* each piece's FP8 weight and scales (weight NULL: not FP8) */
+    size_t *fp8_at;          /* each FP8 piece's byte offset in its layer's staging area */
+    int nfp8;                /* pieces that are FP8 */
 };
+
+unsigned rp_frozen_base_reads(const rp_kernel_ops *ops)
+{
+    if (!ops)
+        return 0;
+    const int fp8 = rp_frozen_base_in_place(ops) || rp_unproven_cuda_allowed();
+    return ops->weight_dtypes | (fp8 ? RP_FROZEN_BASE_READS_FP8 : 0);
+}
 
 rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **layers, int *n,
                                 rp_error *err)
@@ -128,7 +142,10 @@ static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
             if (source_name(&b->cfg, p->name) != p->name)
                 continue; /* the embedding's bytes */
             char experts[512];
-            if (b->set && i >= fused_to && fused_expert(b->set, p, experts))
+            const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+            if (b->set && q->weight)
+                rp_fp8_dequantise_rows(q, 0, q->rows, tmp + p->offset, RP_F32);
+            else if (b->set && i >= fused_to && fused_expert(b->set, p, experts))
                 fused_to = read_fused_experts(b, L, i, experts, tmp, &s, err);
             else if (b->set && i >= fused_to)
                 s = rp_safetensors_set_read_f32(b->set, p->name, p->ndim, p->shape,
@@ -163,6 +180,53 @@ static rp_status mapped_dtype(rp_frozen_base *b, unsigned reads, rp_error *err)
                 b->dtype = t.dtype;
             break;
         }
+    /* an FP8 model's merge is never re-quantised: bf16, the dtype FP8
+     * releases ship their unquantised tensors in */
+    if (b->set && b->cfg.fp8.on)
+        b->file_dtype = RP_BF16;
+    return RP_OK;
+}
+
+static size_t pad16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static size_t scale_bytes(const rp_fp8_matrix *q)
+{
+    return (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) * rp_dtype_size(q->scale_dtype);
+}
+
+/* An FP8 piece's bytes in a staging area: its e4m3 bytes, then its
+ * scales, each padded to 16 bytes. */
+static size_t staged_bytes(const rp_fp8_matrix *q)
+{
+    return pad16((size_t)(q->rows * q->cols)) + pad16(scale_bytes(q));
+}
+
+/* Whether tensor p of layer l ships FP8 (io/fp8.h): *q describes it then
+ * (q->weight NULL otherwise). Only a decoder block's matrices may: the
+ * embedding's rows and the head's matrix are read by other paths, and FP8
+ * checkpoints ship them unquantised. */
+static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
+                          const rp_param_desc *p, rp_fp8_matrix *q, rp_error *err)
+{
+    char config[4200];
+    snprintf(config, sizeof config, "%s/config.json", model_dir);
+    int quantised = 0;
+    const char *name = source_name(&b->cfg, p->name);
+    RP_TRY(rp_fp8_find(b->set, config, &b->cfg.fp8, name, p->shape[0],
+                       p->ndim == 2 ? p->shape[1] : 0, &quantised, q, err));
+    if (quantised && (l == 0 || l == b->nlayers - 1)) {
+        const char *file = NULL;
+        rp_safetensors_tensor t;
+        RP_TRY(rp_safetensors_set_find(b->set, name, &t, &file, err));
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: tensor '%s' is F8_E4M3; only the "
+                            "decoder blocks' projections may be FP8", file, name);
+    }
+    if (!quantised)
+        memset(q, 0, sizeof *q);
+    b->nfp8 += quantised;
     return RP_OK;
 }
 
@@ -170,9 +234,10 @@ static rp_status mapped_dtype(rp_frozen_base *b, unsigned reads, rp_error *err)
  * place, else its offset in the store (set by rp_frozen_base_attach), the
  * store's copy in the compute dtype. */
 static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype compute,
-                              rp_error *err)
+                              int fp8_in_place, rp_error *err)
 {
     int all = b->set != NULL, k = 0;
+    size_t fp8_bytes = 0;
     for (int l = 0; l < b->nlayers; l++) {
         b->first[l] = k;
         for (int i = 0; i < b->layers[l].nparams; i++, k++) {
@@ -187,6 +252,17 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
             if (b->set && fused_expert(b->set, p, experts)) {
                 all = 0; /* transposed and interleaved from the fused tensors */
             } else if (b->set) {
+                RP_TRY(find_fp8(b, model_dir, l, p, &b->fp8[k], err));
+                if (b->fp8[k].weight) { /* mapped as FP8, or dequantised into the store */
+                    const rp_fp8_matrix *q = &b->fp8[k];
+                    pc->src = q->weight;
+                    fp8_bytes += (size_t)(q->rows * q->cols) +
+                                 (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
+                                     rp_dtype_size(q->scale_dtype);
+                    b->bytes -= tensor_store_bytes(&b->cfg, p, b->dtype);
+                    all &= fp8_in_place;
+                    continue;
+                }
                 rp_safetensors_tensor t;
                 int usable = 0;
                 RP_TRY(find_tensor(b->set, model_dir, p, source_name(&b->cfg, p->name), b->dtype,
@@ -198,11 +274,21 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
     }
     b->first[b->nlayers] = k;
     b->mapped = all;
-    if (all)
+    if (all) {
         b->store_bytes = 0;
+        b->bytes += fp8_bytes;
+    }
     else { /* converted into the store */
         b->dtype = compute;
         b->bytes = b->store_bytes;
+    }
+    for (int l = 0; l < b->nlayers; l++) { /* the staging areas' layouts */
+        size_t at = 0;
+        for (int i = b->first[l]; i < b->first[l + 1]; i++)
+            if (b->fp8[i].weight) {
+                b->fp8_at[i] = at;
+                at += staged_bytes(&b->fp8[i]);
+            }
     }
     return RP_OK;
 }
@@ -228,15 +314,17 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
         b->pieces = calloc((size_t)(total ? total : 1), sizeof *b->pieces);
         b->store_at = calloc((size_t)(total ? total : 1), sizeof *b->store_at);
         b->first = calloc((size_t)b->nlayers + 1, sizeof *b->first);
-        if (!b->pieces || !b->store_at || !b->first)
+        b->fp8 = calloc((size_t)(total ? total : 1), sizeof *b->fp8);
+        b->fp8_at = calloc((size_t)(total ? total : 1), sizeof *b->fp8_at);
+        if (!b->pieces || !b->store_at || !b->first || !b->fp8 || !b->fp8_at)
             s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %d tensors", total);
     }
     if (s == RP_OK && model_dir)
         s = rp_safetensors_set_open_dir(model_dir, &b->set, err);
     if (s == RP_OK)
-        s = mapped_dtype(b, reads | 1u << dtype, err);
+        s = mapped_dtype(b, (reads & ~RP_FROZEN_BASE_READS_FP8) | 1u << dtype, err);
     if (s == RP_OK)
-        s = place_pieces(b, model_dir, dtype, err);
+        s = place_pieces(b, model_dir, dtype, (reads & RP_FROZEN_BASE_READS_FP8) != 0, err);
     if (s != RP_OK) {
         rp_frozen_base_close(&b);
         return s;
@@ -276,6 +364,8 @@ void rp_frozen_base_close(rp_frozen_base **bp)
     free(b->pieces);
     free(b->first);
     free(b->store_at);
+    free(b->fp8);
+    free(b->fp8_at);
     free(b);
     *bp = NULL;
 }
@@ -308,6 +398,143 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *b, int l, const char *na
         if (strcmp(L->params[i].name, name) == 0)
             return b->pieces[b->first[l] + i].src;
     return NULL;
+}
+
+int rp_frozen_base_fp8(const rp_frozen_base *b)
+{
+    return b->mapped && b->nfp8 > 0;
+}
+
+size_t rp_frozen_base_fp8_bytes(const rp_frozen_base *b, int l)
+{
+    size_t n = 0;
+    for (int i = b->first[l]; b->mapped && i < b->first[l + 1]; i++)
+        if (b->fp8[i].weight)
+            n += staged_bytes(&b->fp8[i]);
+    return n;
+}
+
+const rp_fp8_matrix *rp_frozen_base_piece_fp8(const rp_frozen_base *b, int l, int i,
+                                              size_t *weight_at, size_t *scale_at)
+{
+    const int k = b->first[l] + i;
+    const rp_fp8_matrix *q = &b->fp8[k];
+    if (!b->mapped || !q->weight)
+        return NULL;
+    *weight_at = b->fp8_at[k];
+    *scale_at = b->fp8_at[k] + pad16((size_t)(q->rows * q->cols));
+    return q;
+}
+
+rp_status rp_frozen_base_dequantise_staged(const rp_frozen_base *b, int l, const rp_kernels *k,
+                                           const void *staging, void *dst, rp_dtype to,
+                                           rp_error *err)
+{
+    const rp_weight_piece *pc;
+    const int n = rp_frozen_base_pieces(b, l, &pc);
+    for (int i = 0; i < n; i++) {
+        size_t weight_at, scale_at;
+        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(b, l, i, &weight_at, &scale_at);
+        if (q)
+            RP_TRY(k->ops->fp8_dequantise(k->state, (const char *)staging + weight_at,
+                                          (const char *)staging + scale_at, q->scale_dtype,
+                                          q->rows, q->cols, q->block_rows, q->block_cols,
+                                          (char *)dst + pc[i].at * rp_dtype_size(to), to, err));
+    }
+    return RP_OK;
+}
+
+size_t rp_frozen_base_bf16_bytes(const rp_frozen_base *b)
+{
+    size_t n = 0;
+    for (int l = 0; l < b->nlayers; l++)
+        for (int i = 0; i < b->layers[l].nparams; i++)
+            if (source_name(&b->cfg, b->layers[l].params[i].name) == b->layers[l].params[i].name)
+                n += 2 * b->layers[l].params[i].numel;
+    return n;
+}
+
+rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *fp8,
+                                              size_t *bf16, rp_error *err)
+{
+    rp_layer_desc *layers = NULL;
+    int n = 0;
+    size_t bytes = 0, plain = 0;
+    RP_TRY(rp_frozen_base_layout(cfg, &layers, &n, err));
+    for (int l = 0; l < n; l++)
+        for (int i = 0; i < layers[l].nparams; i++) {
+            const rp_param_desc *p = &layers[l].params[i];
+            if (source_name(cfg, p->name) != p->name)
+                continue; /* a tied head's matrix is the embedding's */
+            plain += 2 * p->numel;
+            const size_t len = strlen(p->name);
+            const int router = len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0;
+            if (layers[l].kind != RP_LAYER_BLOCK || p->ndim != 2 || router) {
+                bytes += 2 * p->numel;
+                continue;
+            }
+            const rp_fp8_matrix q = {NULL, NULL, RP_F32, p->shape[0], p->shape[1],
+                                     cfg->fp8.block_rows, cfg->fp8.block_cols};
+            bytes += p->numel + scale_bytes(&q);
+        }
+    free(layers);
+    *fp8 = bytes;
+    *bf16 = plain;
+    return RP_OK;
+}
+
+size_t rp_frozen_base_fp8_bytes_bound(const rp_model_config *cfg, const rp_layer_desc *layer)
+{
+    size_t n = 0;
+    for (int i = 0; cfg->fp8.on && layer->kind == RP_LAYER_BLOCK && i < layer->nparams; i++) {
+        const rp_param_desc *p = &layer->params[i];
+        if (p->ndim != 2)
+            continue;
+        const rp_fp8_matrix q = {NULL, NULL, RP_F32, p->shape[0], p->shape[1],
+                                 cfg->fp8.block_rows, cfg->fp8.block_cols};
+        n += staged_bytes(&q);
+    }
+    return n;
+}
+
+rp_status rp_frozen_base_materialise(const rp_frozen_base *b, int l, const rp_kernels *k,
+                                     void *dst, rp_dtype to, rp_error *err)
+{
+    const size_t es = rp_dtype_size(to);
+    const rp_weight_piece *pc;
+    const int n = rp_frozen_base_pieces(b, l, &pc);
+    for (int i = 0; i < n; i++) {
+        const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+        char *at = (char *)dst + pc[i].at * es;
+        if (b->mapped && q->weight)
+            RP_TRY(k->ops->fp8_dequantise(k->state, q->weight, q->scale, q->scale_dtype, q->rows,
+                                          q->cols, q->block_rows, q->block_cols, at, to, err));
+        else
+            RP_TRY(k->ops->convert(k->state, pc[i].src, b->dtype, at, to, (int64_t)pc[i].numel,
+                                   err));
+    }
+    return RP_OK;
+}
+
+rp_status rp_frozen_base_tensor_f32(const rp_frozen_base *b, int l, const char *name,
+                                    float *dst, rp_error *err)
+{
+    const rp_layer_desc *L = &b->layers[l];
+    for (int i = 0; i < L->nparams; i++) {
+        if (strcmp(L->params[i].name, name) != 0)
+            continue;
+        const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
+        const rp_weight_piece *pc = &b->pieces[b->first[l] + i];
+        if (b->mapped && q->weight)
+            rp_fp8_dequantise_rows(q, 0, q->rows, dst, RP_F32);
+        else if (b->dtype == RP_F32)
+            memcpy(dst, pc->src, pc->numel * sizeof(float));
+        else
+            rp_bf16_to_f32_array(pc->src, dst, pc->numel);
+        return RP_OK;
+    }
+    return rp_error_set(err, RP_ERR_INTERNAL, "frozen base: layer %d has no tensor '%s'", l,
+                        name);
 }
 
 rp_dtype rp_frozen_base_file_dtype(const rp_frozen_base *b)

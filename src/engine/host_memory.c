@@ -91,6 +91,8 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
         return rp_error_set(err, RP_ERR_INTERNAL, "host memory: a LoRA model without its base");
     if (out->lora && rp_frozen_base_mapped(base))
         out->base_mapped = rp_frozen_base_bytes(base);
+    if (out->lora && rp_frozen_base_fp8(base))
+        out->base_bf16 = rp_frozen_base_bf16_bytes(base);
     else if (out->lora)
         out->base_store = rp_frozen_base_store_bytes(base);
     rp_param_store_map map;
@@ -181,10 +183,15 @@ void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
                       "activations %s%s)", size_text(store, b, sizeof b), RP_SHM_DEFAULT_DIR,
                       size_text(hm->param_store - hm->base_store, c, sizeof c), converted,
                       size_text(hm->activations, d, sizeof d), kept);
+    char fp8[128] = "";
+    if (hm->base_bf16)
+        snprintf(fp8, sizeof fp8, " (FP8 e4m3 with its block scales, %zu bytes; %s, %zu bytes, "
+                 "in bf16)", hm->base_mapped, size_text(hm->base_bf16, c, sizeof c),
+                 hm->base_bf16);
     if (at >= 0 && (size_t)at < len && hm->base_mapped)
-        snprintf(buf + at, len - (size_t)at, " + the frozen base %s mapped read-only from the "
+        snprintf(buf + at, len - (size_t)at, " + the frozen base %s%s mapped read-only from the "
                  "model's safetensors files (page cache, one copy per node) = %s",
-                 size_text(hm->base_mapped, a, sizeof a),
+                 size_text(hm->base_mapped, a, sizeof a), fp8,
                  size_text(store + hm->base_mapped, b, sizeof b));
 }
 

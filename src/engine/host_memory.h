@@ -59,6 +59,8 @@ typedef struct rp_host_memory {
     size_t base_store;  /* LoRA: of param_store, the frozen base converted into it */
     size_t base_mapped; /* LoRA: the frozen base read in place from the model's safetensors
                            files (the page cache's, one copy per node; not in the store) */
+    size_t base_bf16;   /* LoRA, an FP8 base mapped (issue 36): the same tensors' bytes in
+                           bf16, for comparison (0 otherwise) */
 } rp_host_memory;
 
 /* Each layer's saved area as a kept layer holds it in the host store

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "engine/engine_impl.h"
+#include "engine/stage_weights.h"
 #include "io/expert_layout.h"
 #include "io/model_dir.h"
 #include "io/peft.h"
@@ -83,7 +84,7 @@ void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
 {
     memset(c, 0, sizeof *c);
     c->adapters = adapters;
-    if (e->base_in_place) {
+    if (!rp_stage_base_copied(e, l)) { /* read where it lies */
         c->nbase = rp_frozen_base_pieces(e->base, l, &c->base);
         c->base_dtype = rp_frozen_base_dtype(e->base);
     }
@@ -165,7 +166,6 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                          : rp_error_set(err, RP_ERR_NOMEM, "--save-merged: %zu MiB of weights",
                                         total * sizeof(float) >> 20);
     const double scaling = rp_lora_scaling(&p->cfg.lora);
-    const rp_dtype bd = rp_frozen_base_dtype(base); /* where it lies */
     size_t at = 0;
     int k = 0;
     rp_lora_offsets off;
@@ -175,11 +175,9 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
         for (int i = 0; i < L[l].nparams; i++, k++) {
             const rp_param_desc *d = &L[l].params[i];
             float *dst = w + at + d->offset;
-            const void *src = rp_frozen_base_tensor(base, l, d->name);
-            if (bd == RP_F32)
-                memcpy(dst, src, d->numel * sizeof(float));
-            else
-                rp_bf16_to_f32_array(src, dst, d->numel);
+            s = rp_frozen_base_tensor_f32(base, l, d->name, dst, err);
+            if (s != RP_OK)
+                break;
             int64_t expert = 0;
             int proj = L[l].kind == RP_LAYER_BLOCK ? proj_of(d->name, &expert) : -1;
             if (proj >= 0 && off.a[proj] != SIZE_MAX) { /* targeted, per expert or not */

@@ -4,11 +4,33 @@
 #include "engine/memory_model.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "device/backend.h"
 #include "engine/frozen_base.h"
 #include "engine/padding.h"
 #include "model/layers.h"
+
+/* Bytes block `layer`'s FP8 base moves when uploaded: its matrices but the
+ * router in e4m3 with F32 scales (an upper bound: BF16 scales take less),
+ * its other tensors in the compute dtype. */
+static size_t fp8_travel_bytes(const rp_model_config *cfg, const rp_layer_desc *layer,
+                               rp_dtype dtype)
+{
+    size_t n = 0;
+    for (int i = 0; i < layer->nparams; i++) {
+        const rp_param_desc *p = &layer->params[i];
+        const size_t len = strlen(p->name);
+        if (p->ndim != 2 || (len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0)) {
+            n += p->numel * rp_dtype_size(dtype);
+            continue;
+        }
+        const int64_t grid = ((p->shape[0] + cfg->fp8.block_rows - 1) / cfg->fp8.block_rows) *
+                             ((p->shape[1] + cfg->fp8.block_cols - 1) / cfg->fp8.block_cols);
+        n += p->numel + (size_t)grid * 4;
+    }
+    return n;
+}
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                rp_dtype grad_dtype, int documents, int64_t microbatches,
@@ -50,11 +72,27 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         int64_t floats = (int64_t)rp_padded_elements(numel);
         /* LoRA: the stage buffer also holds the layer's frozen weights,
          * unless the executors read them where they lie (host memory:
-         * engine_impl.h's base_in_place) */
-        int64_t frozen = lora && !in_place ? (int64_t)rp_padded_elements(base_numel) : 0;
+         * engine_impl.h's base_in_place; an FP8 block is dequantised into
+         * it there too, frozen_base.h's rp_frozen_base_copied) */
+        int64_t frozen = lora && rp_frozen_base_copied(cfg, in_place, l, n)
+                             ? (int64_t)rp_padded_elements(base_numel)
+                             : 0;
+        /* an uploaded FP8 block stages its e4m3 bytes and scales beside
+         * (stage_buffers.c), counted as if every matrix were FP8 */
+        const int fp8_upload = lora && !in_place && cfg->fp8.on && l > 0 && l < n - 1 &&
+                               (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+        if (fp8_upload)
+            frozen += (int64_t)rp_padded_elements(
+                (rp_frozen_base_fp8_bytes_bound(cfg, &base[l]) + rp_dtype_size(dtype) - 1) /
+                rp_dtype_size(dtype));
         if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
         L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);
+        /* what travels: the adapters, and the base as an FP8 checkpoint ships
+         * it (frozen_base.h's rp_frozen_base_fp8_checkpoint_bytes' rule) */
+        L->upload_bytes = fp8_upload ? floats * (int64_t)rp_dtype_size(dtype) +
+                                           (int64_t)fp8_travel_bytes(cfg, &base[l], dtype)
+                                     : 0;
         /* bf16 gradients: an fp32 accumulator and its rounded copy on the
          * device, the copy downloaded */
         L->grad_bytes = floats * (grad_dtype == RP_BF16 ? 6 : 4);

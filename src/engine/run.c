@@ -77,9 +77,16 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_status s = RP_OK;
     if (e->lora) { /* the frozen base: mapped in place, or converted into the store */
         const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype, ops ? ops->weight_dtypes : 0,
+        /* RP_TEST_UPLOAD_BASE=1: CPU executors take the base as GPU ones do,
+         * uploaded (copied) with their stages from where it lies in the
+         * compute dtype (or FP8), so that path runs here */
+        const char *upload = getenv("RP_TEST_UPLOAD_BASE");
+        const int test_upload = ops && upload && strcmp(upload, "1") == 0;
+        e->base_in_place = rp_frozen_base_in_place(ops) && !test_upload;
+        s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype,
+                                test_upload ? 1u << e->o->dtype | RP_FROZEN_BASE_READS_FP8
+                                            : rp_frozen_base_reads(ops),
                                 &e->base, err);
-        e->base_in_place = rp_frozen_base_in_place(ops);
     }
     size_t base_bytes = e->base ? rp_frozen_base_store_bytes(e->base) : 0;
     if (s == RP_OK)
@@ -159,6 +166,15 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
     e->lora = r->cfg.lora.rank > 0;
     /* before anything is sized from the config: the MLP's tiles and chunks */
     rp_token_tiles_set(&r->cfg, o->token_tile, o->mlp_chunk_tokens);
+    /* An FP8 checkpoint is a frozen LoRA base: full fine-tuning would update
+     * weights whose only exact form is the e4m3 grid, and an fp32 master
+     * saved back as FP8 would be re-quantised (never done silently). */
+    if (!e->lora && r->cfg.fp8.on && o->model_dir)
+        return rp_run_agree(e, rp_error_set(err, RP_ERR_UNSUPPORTED,
+                                            "%s: field 'quantization_config': an FP8 checkpoint "
+                                            "is a frozen base for LoRA (--lora-rank) only; full "
+                                            "fine-tuning would re-quantise its weights",
+                                            r->config_path), comm, err);
     r->probe.cfg = r->cfg;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s == RP_OK) /* before any work: a model the executors' kernels cannot run */

@@ -19,6 +19,7 @@
 #include "engine/executor_impl.h"
 #include "engine/padding.h"
 #include "engine/protocol.h"
+#include "engine/stage_weights.h"
 #include "engine/update_gate.h"
 
 /* Move bytes between host and device now, through the transfer engine's
@@ -70,16 +71,37 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
     return n;
 }
 
+/* An FP8 base uploaded (not read in place): layer l's staging area for
+ * its e4m3 bytes and scales, in compute-dtype elements, past its block. */
+static size_t staging_elements(const rp_engine *e, int l)
+{
+    if (e->base_in_place)
+        return 0;
+    const size_t wb = rp_dtype_size(e->p->compute_dtype);
+    return rp_padded_elements((rp_frozen_base_fp8_bytes(e->base, l) + wb - 1) / wb);
+}
+
+/* Where layer l (index i of buffer b's job) stages its FP8 tensors. */
+static char *staging_of(const stage_buf *b, int l, int i)
+{
+    const rp_engine *e = b->e;
+    return (char *)b->w + (b->boff[i] + rp_padded_elements(rp_frozen_base_numel(e->base, l))) *
+                              rp_dtype_size(e->p->compute_dtype);
+}
+
 size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
 {
-    if (!e->lora || e->base_in_place)
+    if (!e->lora)
         return 0;
     size_t start = rp_stage_floats(e, job, NULL), n = start;
     for (int l = job->first, i = 0; l <= job->last; l++, i++) {
         if (boff)
             boff[i] = n;
-        size_t numel = rp_frozen_base_numel(e->base, l);
-        n += rp_padded_elements(l == 0 ? embedding_elements(e, numel) : numel);
+        if (rp_stage_base_copied(e, l)) {
+            size_t numel = rp_frozen_base_numel(e->base, l);
+            n += rp_padded_elements(l == 0 ? embedding_elements(e, numel) : numel) +
+                 staging_elements(e, l);
+        }
     }
     return n - start;
 }
@@ -87,8 +109,10 @@ size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
 size_t rp_stage_max_reqs(const rp_engine *e)
 {
     size_t n = 1; /* a tied head's matrix */
-    for (int l = 0; l < e->num_layers; l++) /* a stage's layers, each with its base's tensors */
-        n += 1 + (e->lora ? (size_t)rp_frozen_base_layer(e->base, l)->nparams : 0);
+    /* a stage's layers, each with its base's tensors (an FP8 one's scales apart) */
+    const size_t per = e->lora && rp_frozen_base_fp8(e->base) ? 2 : 1;
+    for (int l = 0; l < e->num_layers; l++)
+        n += 1 + (e->lora ? per * (size_t)rp_frozen_base_layer(e->base, l)->nparams : 0);
     return n;
 }
 
@@ -173,12 +197,37 @@ static rp_status submit_base(executor *x, stage_buf *b, int l, rp_error *err)
     const int i = l - b->job.first;
     const rp_weight_piece *pc;
     int n = rp_frozen_base_pieces(e->base, l, &pc);
-    if (e->base_in_place) { /* read where it lies; only the embedding's rows are gathered */
+    if (e->base_in_place && !rp_stage_base_copied(e, l)) {
+        /* read where it lies; only the embedding's rows are gathered */
         if (l == 0)
             gather_rows(e, b, NULL, pc[0].src, rp_dtype_size(rp_frozen_base_dtype(e->base)));
         return RP_OK;
     }
+    if (e->base_in_place) { /* an FP8 block: dequantised into the buffer, once per job */
+        rp_kernels k;
+        RP_TRY(rp_device_kernels(x->dev, &k, err));
+        return rp_frozen_base_materialise(e->base, l, &k, (char *)b->w + b->boff[i] * wb,
+                                          e->p->compute_dtype, err);
+    }
     for (int k = 0; k < (l == 0 ? 1 : n); k++) {
+        size_t weight_at, scale_at;
+        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(e->base, l, k, &weight_at, &scale_at);
+        if (q) { /* FP8: its bytes and its scales into the staging area */
+            rp_xfer_req *r = new_request(b, i, 0);
+            r->dst = staging_of(b, l, i) + weight_at;
+            r->src = q->weight;
+            r->bytes = (size_t)(q->rows * q->cols);
+            r->tag = "frozen weights (FP8)";
+            RP_TRY(rp_xfer_submit(x->xfer, r, err));
+            r = new_request(b, i, 0);
+            r->dst = staging_of(b, l, i) + scale_at;
+            r->src = q->scale;
+            r->bytes = (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
+                       rp_dtype_size(q->scale_dtype);
+            r->tag = "frozen weights (FP8 scales)";
+            RP_TRY(rp_xfer_submit(x->xfer, r, err));
+            continue;
+        }
         rp_xfer_req *r = new_request(b, i, b->boff[i] + pc[k].at);
         if (l == 0) {
             gather_rows(e, b, r, pc[0].src, wb);
@@ -198,7 +247,13 @@ static int base_requests(const rp_engine *e, int l)
     const rp_weight_piece *pc;
     if (!e->lora || e->base_in_place)
         return 0;
-    return l == 0 ? 1 : rp_frozen_base_pieces(e->base, l, &pc);
+    if (l == 0)
+        return 1;
+    int n = rp_frozen_base_pieces(e->base, l, &pc), fp8 = 0;
+    size_t w, s;
+    for (int k = 0; k < n; k++)
+        fp8 += rp_frozen_base_piece_fp8(e->base, l, k, &w, &s) != NULL;
+    return n + fp8; /* an FP8 tensor's scales travel apart */
 }
 
 /* Piece p's trainable weights, its version being in. */
@@ -409,6 +464,16 @@ rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *e
         for (int k = 0; k < b->nreq; k++)
             if (b->piece_of[k] == i || (tied && b->piece_of[k] == n))
                 RP_TRY(rp_xfer_wait(x->xfer, &b->req[k], err));
+        if (e->lora && !e->base_in_place && rp_frozen_base_fp8_bytes(e->base, l) > 0) {
+            /* an FP8 base's tensors landed in the staging area: into the
+             * layer's block, in the compute dtype, once per job */
+            rp_kernels k;
+            RP_TRY(rp_device_kernels(x->dev, &k, err));
+            RP_TRY(rp_frozen_base_dequantise_staged(
+                e->base, l, &k, staging_of(b, l, i),
+                (char *)b->w + b->boff[i] * rp_dtype_size(e->p->compute_dtype),
+                e->p->compute_dtype, err));
+        }
         b->ready[i] = 1;
         trace_weights_wait(x, job, l, l, b->g, b->t, t0); /* once per layer and job */
     } else {

@@ -11,6 +11,11 @@ rp_dtype rp_stage_weights_dtype(const rp_engine *e, int l)
     return rp_frozen_base_dtype(e->base);
 }
 
+int rp_stage_base_copied(const rp_engine *e, int l)
+{
+    return e->lora && rp_frozen_base_copied(&e->p->cfg, e->base_in_place, l, e->num_layers);
+}
+
 const void *rp_stage_weights_trainable(const rp_engine *e, const rp_stage_weights *w, int l,
                                        size_t at)
 {
@@ -29,7 +34,7 @@ const void *rp_stage_weights_layer(const rp_engine *e, const rp_stage_weights *w
 {
     if (l == 0 && w->embedding)
         return w->embedding;
-    if (e->lora && e->base_in_place)
+    if (e->lora && !rp_stage_base_copied(e, l))
         return NULL;
     return e->lora ? base_at(e, w, l, 0) : rp_stage_weights_trainable(e, w, l, 0);
 }

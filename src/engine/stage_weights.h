@@ -42,6 +42,11 @@ typedef struct rp_head_weights {
  * and the head in the frozen base's where it lies, else the compute dtype. */
 rp_dtype rp_stage_weights_dtype(const rp_engine *e, int l);
 
+/* LoRA: whether layer l's frozen base lies in the stage buffer (at
+ * base_offsets), in the compute dtype: frozen_base.h's
+ * rp_frozen_base_copied for this run's executors. */
+int rp_stage_base_copied(const rp_engine *e, int l);
+
 /* Layer l's trainable weights (LoRA: its adapters), at element `at`. */
 const void *rp_stage_weights_trainable(const rp_engine *e, const rp_stage_weights *w, int l,
                                        size_t at);

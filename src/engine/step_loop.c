@@ -149,6 +149,26 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
  * RP_REPLAN_AFTER iterations run under the cost model's plan, then the
  * leader re-plans from the layer times measured meanwhile; the rest runs
  * under that plan. Results do not depend on the plan. */
+/* The bytes every executor's stage uploads moved, per step of the run
+ * (issue 36: an FP8 base travels as e4m3 bytes and scales, half of bf16's;
+ * a base read in place moves none). Collective. */
+static void log_uploads(rp_engine *e, MPI_Comm comm)
+{
+    unsigned long long mine = e->uploaded_bytes, all = 0;
+    MPI_Reduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, comm);
+    const int64_t steps = e->it_last - e->resume_step;
+    if (e->nd.world_rank != 0 || steps < 1)
+        return;
+    const char *base = !e->lora                 ? ""
+                       : rp_frozen_base_fp8(e->base) && !e->base_in_place
+                           ? "; the frozen base as FP8 with its scales"
+                       : e->base_in_place ? "; the frozen base read where it lies, not uploaded"
+                                          : "; the frozen base in the compute dtype";
+    rp_log(e->lg, RP_LOG_INFO, "weights uploaded: %.1f MiB per step (%llu bytes over %lld "
+           "steps, all executors%s)", (double)all / (double)steps / 1048576.0, all,
+           (long long)steps, base);
+}
+
 rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     const rp_train_options *o = e->o;
@@ -213,6 +233,8 @@ rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
             err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
             (long long)(e->nd.world_rank == 0 ? e->by_logger.steps_logged + 1 : e->it_first),
             (long long)e->steps);
+    if (s == RP_OK)
+        log_uploads(e, comm);
     if (s == RP_OK && e->nd.world_rank == 0)
         rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps,
                            e->by_logger.last_loss);

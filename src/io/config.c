@@ -437,6 +437,68 @@ static rp_status parse_quantization(ctx *c, rp_model_config *cfg)
     return RP_OK;
 }
 
+/* quantization_config of llama, qwen3 and qwen3_moe: FP8 (e4m3) weights
+ * with one scale per block, as transformers' FineGrainedFP8Config reads
+ * it (fmt "e4m3", activation_scheme "dynamic" and weight_block_size
+ * [128, 128] when absent). The activation scheme concerns FP8 inference
+ * only: a frozen base is dequantised and computed on in the compute
+ * dtype, so only the scheme that needs no stored activation scales is
+ * taken. */
+static rp_status parse_fp8(ctx *c, rp_model_config *cfg)
+{
+    rp_fp8_config *f = &cfg->fp8;
+    int present;
+    json_object *q = get(c->root, "quantization_config", &present);
+    if (!present)
+        return RP_OK;
+    if (!json_object_is_type(q, json_type_object))
+        return type_error(c, "quantization_config", "object", q);
+    const char *method, *fmt, *scheme;
+    RP_TRY(get_str(c, q, "quant_method", "quantization_config.quant_method", &method));
+    if (!method)
+        return rp_error_set(c->err, RP_ERR_FORMAT,
+                            "%s: missing required field 'quantization_config.quant_method'",
+                            c->file);
+    if (strcmp(method, "fp8") != 0)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'quantization_config.quant_method': unsupported "
+                            "quantisation '%s' (%s: fp8)",
+                            c->file, method, rp_arch_name(cfg->arch));
+    RP_TRY(get_str(c, q, "fmt", "quantization_config.fmt", &fmt));
+    if (fmt && strcmp(fmt, "e4m3") != 0)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'quantization_config.fmt': unsupported FP8 format '%s' "
+                            "(only e4m3)",
+                            c->file, fmt);
+    RP_TRY(get_str(c, q, "activation_scheme", "quantization_config.activation_scheme", &scheme));
+    if (scheme && strcmp(scheme, "dynamic") != 0)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'quantization_config.activation_scheme': unsupported "
+                            "scheme '%s' (only dynamic)",
+                            c->file, scheme);
+    f->block_rows = f->block_cols = 128;
+    json_object *b = get(q, "weight_block_size", &present);
+    if (present) {
+        json_object *r = NULL, *k = NULL;
+        if (json_object_is_type(b, json_type_array) && json_object_array_length(b) == 2) {
+            r = json_object_array_get_idx(b, 0);
+            k = json_object_array_get_idx(b, 1);
+        }
+        if (!r || !k || !json_object_is_type(r, json_type_int) ||
+            !json_object_is_type(k, json_type_int) || json_object_get_int64(r) < 1 ||
+            json_object_get_int64(k) < 1 || json_object_get_int64(r) > MAX_SIZE ||
+            json_object_get_int64(k) > MAX_SIZE)
+            return rp_error_set(c->err, RP_ERR_FORMAT,
+                                "%s: field 'quantization_config.weight_block_size': %s is not "
+                                "[rows, columns] of two positive integers",
+                                c->file, json_object_to_json_string(b));
+        f->block_rows = json_object_get_int64(r);
+        f->block_cols = json_object_get_int64(k);
+    }
+    f->on = 1;
+    return RP_OK;
+}
+
 /* The gpt_oss fields, with GptOssConfig's defaults (transformers 5). The
  * experts' sizes and the aux loss live in cfg->moe: every block is a
  * mixture of experts. */
@@ -635,6 +697,8 @@ static rp_status parse_root(ctx *c, rp_model_config *cfg)
         RP_TRY(parse_moe(c, cfg));
     if (oss)
         RP_TRY(parse_gpt_oss(c, cfg));
+    else
+        RP_TRY(parse_fp8(c, cfg));
     return check_unsupported(c, cfg);
 }
 

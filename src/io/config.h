@@ -125,6 +125,19 @@ static inline int rp_gpt_oss_experts_are_mxfp4(const rp_gpt_oss_config *g, int64
     return i >= 0 && i < RP_MOE_MAX_LAYERS && ((g->mxfp4_experts[i / 64] >> (i % 64)) & 1u);
 }
 
+/* An FP8 checkpoint (issue 36; llama, qwen3, qwen3_moe): quantization_config
+ * {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+ * "weight_block_size": [BR, BC]}. Its quantised projections ship as
+ * `<name>.weight` F8_E4M3 [out, in] with `<name>.weight_scale_inv`
+ * [ceil(out / BR), ceil(in / BC)], w[r, c] = fp8[r, c] x s[r / BR, c / BC]
+ * (io/fp8.h); which tensors are quantised is what the files ship. Such a
+ * model is a frozen LoRA base only. */
+typedef struct rp_fp8_config {
+    int on;             /* quantization_config with quant_method "fp8" */
+    int64_t block_rows; /* weight_block_size[0] (BR) */
+    int64_t block_cols; /* weight_block_size[1] (BC) */
+} rp_fp8_config;
+
 typedef struct rp_model_config {
     rp_arch arch;
     int64_t hidden_size;
@@ -144,6 +157,7 @@ typedef struct rp_model_config {
     rp_dtype torch_dtype;    /* dtype named in the file (F32 if absent) */
     rp_moe_config moe;       /* qwen3_moe and gpt_oss; zero otherwise */
     rp_gpt_oss_config oss;   /* gpt_oss only; zero otherwise */
+    rp_fp8_config fp8;       /* an FP8 checkpoint's quantisation; zero otherwise */
     rp_lora_config lora;     /* rank 0 (as parsed): full fine-tuning; else the blocks'
                                 targeted projections carry trainable adapters and every
                                 other parameter is frozen (model/layout.h) */

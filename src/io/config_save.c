@@ -148,6 +148,10 @@ static int fill(json_object *o, const rp_model_config *cfg, rp_dtype dtype)
         bad |= fill_moe(o, cfg);
     if (cfg->arch == RP_ARCH_GPT_OSS)
         bad |= fill_gpt_oss(o, cfg);
+    /* an FP8 base's merge is saved unquantised (issue 36): a template's
+     * quantization_config would make transformers read it as FP8 */
+    if (cfg->fp8.on)
+        json_object_object_del(o, "quantization_config");
     bad |= set(o, "hidden_size", json_object_new_int64(cfg->hidden_size));
     bad |= set(o, "intermediate_size", json_object_new_int64(cfg->intermediate_size));
     bad |= set(o, "num_hidden_layers", json_object_new_int64(cfg->num_hidden_layers));

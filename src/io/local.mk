@@ -2,7 +2,7 @@
 librp_la_SOURCES += \
 	src/io/config.h src/io/config.c src/io/config_save.c \
 	src/io/quant_modules.c src/io/quant_modules.h \
-	src/io/mxfp4.c src/io/mxfp4.h \
+	src/io/mxfp4.c src/io/mxfp4.h src/io/fp8.c src/io/fp8.h \
 	src/io/atomic_file.c src/io/atomic_file.h src/io/file_set.c src/io/file_set.h \
 	src/io/output_path.c src/io/output_path.h \
 	src/io/read_file.c src/io/read_file.h \

@@ -331,6 +331,18 @@ typedef struct rp_kernel_ops {
                          int64_t n, rp_error *err);
     /* bytes from src to dst, both on the device. */
     rp_status (*copy)(void *state, void *dst, const void *src, size_t bytes, rp_error *err);
+    /* An FP8 base's matrix dequantised (issue 36): dst [rows, cols] in
+     * dst_dtype (fp32 or bf16) = w[r, c] x s[r / block_rows, c /
+     * block_cols], weight e4m3 [rows, cols] (one byte each) and scale
+     * [ceil(rows / block_rows), ceil(cols / block_cols)] in scale_dtype
+     * (fp32, bf16 or f16), both on the device, any alignment; the bits of
+     * core/fp8.h's rp_fp8_dequantise_rows (the product in fp32, rounded
+     * once to bf16). Other dtypes, or sizes below 1: RP_ERR_UNSUPPORTED /
+     * RP_ERR_INVALID_ARG naming the op. */
+    rp_status (*fp8_dequantise)(void *state, const void *weight, const void *scale,
+                                rp_dtype scale_dtype, int64_t rows, int64_t cols,
+                                int64_t block_rows, int64_t block_cols, void *dst,
+                                rp_dtype dst_dtype, rp_error *err);
 } rp_kernel_ops;
 
 /* A table with its state: what a device hands the model. */

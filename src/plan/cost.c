@@ -301,6 +301,10 @@ int64_t rp_cost_weight_bytes(const rp_cost_model *m, int first, int last)
 {
     RANGE_SUM(int64_t, L->weight_bytes);
 }
+int64_t rp_cost_upload_bytes(const rp_cost_model *m, int first, int last)
+{
+    RANGE_SUM(int64_t, L->upload_bytes ? L->upload_bytes : L->weight_bytes);
+}
 int64_t rp_cost_grad_bytes(const rp_cost_model *m, int first, int last)
 {
     RANGE_SUM(int64_t, L->grad_bytes);

@@ -27,6 +27,9 @@ typedef struct rp_layer_cost {
     int64_t grad_download_bytes; /* of them, the bytes the download moves when it differs
                               (bf16 gradients: the fp32 accumulator stays on the device,
                               its rounded copy travels); 0: grad_bytes */
+    int64_t upload_bytes;  /* of weight_bytes' weights, the bytes their upload moves when it
+                              differs (an FP8 base: e4m3 bytes and scales, dequantised into
+                              weight_bytes on the device, issue 36); 0: weight_bytes */
     int64_t opt_params;    /* trainable parameters the CPU optimizer updates */
     int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
                               layer's forward and its backward */
@@ -144,6 +147,8 @@ double rp_cost_fwd_ms(const rp_cost_model *m, int first, int last);
 double rp_cost_bwd_ms(const rp_cost_model *m, int first, int last);
 double rp_cost_wgrad_ms(const rp_cost_model *m, int first, int last);
 int64_t rp_cost_weight_bytes(const rp_cost_model *m, int first, int last);
+/* The bytes the uploads of layers first..last move. */
+int64_t rp_cost_upload_bytes(const rp_cost_model *m, int first, int last);
 int64_t rp_cost_grad_bytes(const rp_cost_model *m, int first, int last);
 /* The bytes the gradient downloads of layers first..last move. */
 int64_t rp_cost_grad_download_bytes(const rp_cost_model *m, int first, int last);

@@ -395,7 +395,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     double link = mc->link_gbs * 1e6;
     for (int l = 0; l < L; l++) {
         const rp_layer_cost *c = &m->layers[l];
-        double up = (double)c->weight_bytes / link / Mg;
+        double up = (double)rp_cost_upload_bytes(m, l, l) / link / Mg;
         fc[l] = fmax(c->fwd_ms, up);
         bc[l] = fmax(c->fwd_ms + c->bwd_ms,
                      up + (double)rp_cost_grad_download_bytes(m, l, l) / link / Mg);

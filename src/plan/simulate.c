@@ -67,7 +67,7 @@ static double layer_upload_ms(const rp_sim *sim, int j, int l)
     const rp_job *job = &sim->jobs[j];
     double total = 0.0, mine = 0.0;
     for (int k = job->first; k <= job->last; k++) {
-        double bytes = (double)rp_cost_weight_bytes(m, k, k);
+        double bytes = (double)rp_cost_upload_bytes(m, k, k);
         if (sim->sparse_embed && k == 0)
             bytes *= sim->group_rows_frac;
         total += bytes;
@@ -368,7 +368,7 @@ static void job_times(rp_sim *sim, double link)
         const rp_job *job = &sim->jobs[j];
         sim->job_ms[j] = rp_schedule_job_ms(m, sim->plan, job);
         sim->job_wgrad_ms[j] = rp_cost_wgrad_ms(m, job->first, job->last);
-        sim->upload_ms[j] = (double)rp_cost_weight_bytes(m, job->first, job->last) / link;
+        sim->upload_ms[j] = (double)rp_cost_upload_bytes(m, job->first, job->last) / link;
         sim->download_ms[j] =
             job->kind == RP_JOB_FWD
                 ? 0.0
@@ -377,7 +377,7 @@ static void job_times(rp_sim *sim, double link)
             /* the rows this group's tokens read, and gradient rows for them */
             const rp_layer_cost *embed = &m->layers[0];
             double weight_bytes =
-                (double)rp_cost_weight_bytes(m, 0, job->last) - (double)embed->weight_bytes;
+                (double)rp_cost_upload_bytes(m, 0, job->last) - (double)embed->weight_bytes;
             double grad_bytes = (double)rp_cost_grad_download_bytes(m, 0, job->last) -
                                 (double)rp_cost_grad_download_bytes(m, 0, 0);
             sim->upload_ms[j] =

@@ -3,6 +3,7 @@
  * values: it is written only when the caller gave a separate buffer. */
 #include <string.h>
 
+#include "core/fp8.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/lora.h"
@@ -531,6 +532,30 @@ static rp_status copy(void *state, void *dst, const void *src, size_t bytes, rp_
     return RP_OK;
 }
 
+/* Rows in parallel, each row's bits those of rp_fp8_dequantise_rows. */
+static rp_status fp8_dequantise(void *state, const void *weight, const void *scale,
+                                rp_dtype scale_dtype, int64_t rows, int64_t cols,
+                                int64_t block_rows, int64_t block_cols, void *dst,
+                                rp_dtype dst_dtype, rp_error *err)
+{
+    (void)state;
+    if (rows < 1 || cols < 1 || block_rows < 1 || block_cols < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: fp8_dequantise of [%lld, "
+                            "%lld] in blocks of [%lld, %lld]", (long long)rows, (long long)cols,
+                            (long long)block_rows, (long long)block_cols);
+    if ((dst_dtype != RP_F32 && dst_dtype != RP_BF16) || scale_dtype < RP_F32 ||
+        scale_dtype > RP_F16)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cpu kernels: fp8_dequantise with %s "
+                            "scales into %s", rp_dtype_name(scale_dtype),
+                            rp_dtype_name(dst_dtype));
+    const rp_fp8_matrix m = {weight, scale, scale_dtype, rows, cols, block_rows, block_cols};
+    const size_t row_bytes = (size_t)cols * rp_dtype_size(dst_dtype);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        rp_fp8_dequantise_rows(&m, r, r + 1, (char *)dst + (size_t)r * row_bytes, dst_dtype);
+    return RP_OK;
+}
+
 const rp_kernel_ops rp_kernel_ops_cpu = {
     .name = "cpu",
     .compute_dtype = RP_F32,
@@ -577,4 +602,5 @@ const rp_kernel_ops rp_kernel_ops_cpu = {
     .embed_backward = embed_backward,
     .convert = convert,
     .copy = copy,
+    .fp8_dequantise = fp8_dequantise,
 };

@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/fp8.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embed.h"
 #include "kernels/cuda/gemm.h"
@@ -751,6 +752,26 @@ static rp_status copy(void *state, void *dst, const void *src, size_t bytes, rp_
     return RP_OK;
 }
 
+static rp_status fp8_dequantise(void *state, const void *weight, const void *scale,
+                                rp_dtype scale_dtype, int64_t rows, int64_t cols,
+                                int64_t block_rows, int64_t block_cols, void *dst,
+                                rp_dtype dst_dtype, rp_error *err)
+{
+    cuda_state *c = state;
+    if (rows < 1 || cols < 1 || block_rows < 1 || block_cols < 1)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: fp8_dequantise of [%lld, "
+                            "%lld] in blocks of [%lld, %lld]", c->ordinal, (long long)rows,
+                            (long long)cols, (long long)block_rows, (long long)block_cols);
+    if ((dst_dtype != RP_F32 && dst_dtype != RP_BF16) || scale_dtype < RP_F32 ||
+        scale_dtype > RP_F16)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: fp8_dequantise with %s "
+                            "scales into %s", c->ordinal, rp_dtype_name(scale_dtype),
+                            rp_dtype_name(dst_dtype));
+    CK(rp_cuda_fp8_dequantise(weight, scale, (int)scale_dtype, rows, cols, block_rows, block_cols,
+                              dst, dst_dtype == RP_BF16, c->stream));
+    return RP_OK;
+}
+
 const rp_kernel_ops rp_kernel_ops_cuda = {
     RP_CUDA_SIZING_MEMBERS,
     .linear_forward = linear_forward,
@@ -790,6 +811,7 @@ const rp_kernel_ops rp_kernel_ops_cuda = {
     .embed_backward = embed_backward,
     .convert = convert,
     .copy = copy,
+    .fp8_dequantise = fp8_dequantise,
 };
 
 /* ---- lifetime ---------------------------------------------------------- */

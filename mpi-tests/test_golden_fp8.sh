@@ -1,0 +1,201 @@
+#!/bin/sh
+# Proves: LoRA on an FP8 base (issue 36). Parity with PEFT in float64 on the
+# exactly dequantised base (tools/make_fp8_lora_golden.py: e4m3 projections
+# with block scales, partial edge blocks both ways; BF16 scales with M = 2,
+# F32 scales with M = 1; Qwen3-MoE's experts, routers and aux loss on blocks
+# [5, 7], BF16 scales, M = 2): every logged loss, lr and grad_norm within 1e-4
+# relative and every adapter tensor within 1e-4 of its largest entry, and
+# the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
+# FP8 base in place (not converted into the store); uploaded with the stages
+# as FP8 and scales and dequantised after landing (GPU executors' path, run
+# on CPU ones with RP_TEST_UPLOAD_BASE=1) it gives the same bits under
+# --dtype bf16, evaluation (--eval-data) included; its uploads per step (the closing line) are well below its
+# bf16 twin's, and the start-up line counts its bytes beside bf16's. `plan`
+# of the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
+# executors with RP_ALLOW_UNPROVEN_CUDA=1, whose FP8 uploads model no
+# slower than bf16's; without it the store's bf16). With Python, torch,
+# transformers and peft: the saved adapter loads with PeftModel on the
+# dequantised base and its logits equal the --save-merged model's. Full
+# fine-tuning from
+# an FP8 directory is refused with the reason; --save-merged writes bf16
+# without quantization_config. The issue's bad
+# input is refused naming the file and the key, writing nothing: an unsupported
+# quant_method or fmt, a block size the scales do not fit, F8_E4M3 weights
+# in a model whose config has no FP8 quantization_config.
+# Ranks: 1 2 3 4
+set -u
+. "$(dirname "$0")/testlib.sh"
+fix="$src/mpi-tests/fixtures/golden-fp8"
+gold="$src/mpi-tests/fixtures/golden"
+cmp="$build/mpi-tests/golden_compare"
+train() { # np, then train options
+  np=$1; shift
+  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device cpu --progress none "$@"
+}
+metrics() { sed -e 's/"tokens_per_s":[^,]*,//' -e 's/"time":[^,}]*//' "$1"; }
+
+# ---- parity with PEFT on the dequantised base; bits over 1-4 ranks ----------
+for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales; do
+  d="$fix/$case"
+  if [ -f "$d/inputs.txt" ]; then # a dense case: the base case's data, the model beside
+    in="$gold/$(basename "$(cat "$d/inputs.txt")")"; model="$d-model"
+  else # the MoE case holds its data and its model
+    in="$d"; model="$d/model-fp8"
+  fi
+  ref=""
+  for np in 1 2 3 4; do
+    out="$tmp/$case-$np"
+    echo "== $case on $np rank(s)"
+    # shellcheck disable=SC2046
+    if ! train "$np" --model "$model" --data "$in/data.npy" --loss-mask "$in/mask.npy" \
+         $(cat "$d/args.txt") --lora-init "$d/lora_init" --log "$out.jsonl" --save "$out" \
+         > "$out.txt" 2>&1; then
+      bad "$case: roundpipe train on $np ranks failed"; cat "$out.txt"; continue
+    fi
+    if [ -z "$ref" ]; then
+      ref=$out
+      # CPU executors read the FP8 base where it lies: mapped, not in the store
+      if grep -q "the frozen base .* mapped read-only" "$out.txt" &&
+         ! grep -q "converted" "$out.txt"; then ok; else
+        bad "$case: the FP8 base is not mapped in place"; cat "$out.txt"; fi
+      res=$("$cmp" "$d/expected.jsonl" "$out.jsonl" "$d/final/adapter_model.safetensors" \
+            "$out/adapter_model.safetensors" 1e-4)
+      echo "$res" | grep -v '^RP-CHECK'
+      p=$(echo "$res" | sed -n 's/^RP-CHECK: passed=\([0-9]*\).*/\1/p')
+      f=$(echo "$res" | sed -n 's/^RP-CHECK: .*failed=\([0-9]*\)/\1/p')
+      passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1}))
+    elif cmp -s "$ref/adapter_model.safetensors" "$out/adapter_model.safetensors" &&
+         [ "$(metrics "$ref.jsonl")" = "$(metrics "$out.jsonl")" ]; then ok
+    else bad "$case: $np ranks differ from 1"; fi
+  done
+  # the GPU executors' path on CPU ones: the base uploaded with the stages as
+  # FP8 and its scales, dequantised there after landing; the bits of it read
+  # in place (in bf16: the other tensors then travel as they lie)
+  for up in 0 1; do
+    out="$tmp/$case-bf16-$up"
+    # shellcheck disable=SC2046
+    RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+      --device cpu --progress none --model "$model" --data "$in/data.npy" \
+      --loss-mask "$in/mask.npy" $(cat "$d/args.txt") --dtype bf16 --lora-init "$d/lora_init" \
+      --steps 3 --eval-data "$in/data.npy" --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1 ||
+      { bad "$case, bf16, upload $up: train failed"; cat "$out.txt"; }
+  done
+  out="$tmp/$case-bf16"
+  if grep -q "the frozen base as FP8 with its scales" "$out-1.txt" && grep -q eval "$out-1.jsonl" &&
+     cmp -s "$out-0/adapter_model.safetensors" "$out-1/adapter_model.safetensors" &&
+     [ -s "$out-0.jsonl" ] && [ "$(metrics "$out-0.jsonl")" = "$(metrics "$out-1.jsonl")" ]
+  then ok; else bad "$case: the FP8 base uploaded and dequantised differs from it in place"
+    tail -3 "$out-1.txt"; fi
+done
+
+# ---- host memory and bytes uploaded per step: FP8 against its bf16 twin -------
+d="$fix/qwen3-bf16-scales"; in="$gold/qwen3"
+short="--data $in/data.npy --seq-len 16 --batch-size 4 --microbatches 2 --lora-rank 4"
+# shellcheck disable=SC2086
+train 1 --model "$d-model" $short --steps 1 --lr 0 --save-merged "$tmp/twin" \
+  > "$tmp/twin.txt" 2>&1 || { bad "the bf16 twin was not saved"; cat "$tmp/twin.txt"; }
+for m in fp8 twin; do
+  mdir="$tmp/twin"; [ $m = fp8 ] && mdir="$d-model"
+  for up in 0 1; do
+    # shellcheck disable=SC2086
+    RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+      --device cpu --progress none --dtype bf16 --model "$mdir" $short --steps 4 \
+      > "$tmp/$m-$up.txt" 2>&1 || { bad "$m, upload $up: train failed"; cat "$tmp/$m-$up.txt"; }
+  done
+done
+uploaded() { sed -n 's/.*weights uploaded: .* (\([0-9]*\) bytes over 4 steps.*/\1/p' "$1"; }
+u8=$(uploaded "$tmp/fp8-1.txt"); u16=$(uploaded "$tmp/twin-1.txt")
+echo "bytes uploaded per 4 steps: FP8 base $u8, its bf16 twin $u16"
+if [ -n "$u8" ] && [ -n "$u16" ] && [ $((u8 * 4)) -lt $((u16 * 3)) ]; then ok
+else bad "the FP8 base's uploads ($u8 bytes) are not well below bf16's ($u16)"; fi
+# the start-up line: the mapped FP8 base beside its size in bf16
+line=$(grep "the frozen base .* (FP8 e4m3 with its block scales" "$tmp/fp8-0.txt")
+b8=$(echo "$line" | sed -n 's/.*block scales, \([0-9]*\) bytes;.*/\1/p')
+b16=$(echo "$line" | sed -n 's/.*, \([0-9]*\) bytes, in bf16.*/\1/p')
+echo "host bytes of the frozen base: FP8 $b8, bf16 $b16"
+if [ -n "$b8" ] && [ -n "$b16" ] && [ $((b8 * 10)) -lt $((b16 * 6)) ]; then ok
+else bad "the start-up line does not count the FP8 base: $line"; fi
+
+# ---- --save-merged writes bf16, never re-quantised ----------------------------
+d="$fix/qwen3-bf16-scales"; in="$gold/qwen3"
+# shellcheck disable=SC2046
+if train 2 --model "$d-model" --data "$in/data.npy" $(cat "$d/args.txt") --steps 2 \
+     --save-merged "$tmp/merged" > "$tmp/merged.txt" 2>&1; then
+  got=$(head -c 8192 "$tmp/merged/model.safetensors" | tr -d '\0' |
+        grep -o '"dtype":"[A-Z0-9_]*"' | sort -u | tr '\n' ' ')
+  if [ "$got" = '"dtype":"BF16" ' ] && ! grep -q quantization_config "$tmp/merged/config.json"
+  then ok; else bad "--save-merged of the FP8 base: dtypes $got, not BF16 only"; fi
+else bad "--save-merged on the FP8 base failed"; cat "$tmp/merged.txt"; fi
+
+# ---- PEFT loads the adapter on the dequantised base ---------------------------
+# the dequantised base itself: a fresh adapter (B = 0) merged, in fp32 (exact
+# with BF16 scales); PEFT's logits with roundpipe's trained adapter on it
+# equal roundpipe's --save-merged model's
+# shellcheck disable=SC2086
+if train 1 --model "$d-model" $short --steps 1 --lr 0 --save-merged "$tmp/deq" \
+     --save-dtype fp32 > "$tmp/deq.txt" 2>&1 &&
+   train 2 --model "$d-model" $short --steps 3 --lr 3e-3 --lora-alpha 16 --save "$tmp/ad" \
+     --save-merged "$tmp/ad-merged" --save-dtype fp32 > "$tmp/ad.txt" 2>&1; then
+  python3 "$src/mpi-tests/lora_peft_check.py" "$tmp/deq" "$tmp/ad" "$tmp/ad-merged" \
+    "$in/data.npy" 16
+  case $? in
+    0) ok ;;
+    77) echo "skipped the PEFT check (Python, torch, transformers or peft missing)" ;;
+    *) bad "PEFT's logits on the dequantised base differ from the merged model's" ;;
+  esac
+else bad "the dequantised base or the adapter was not saved"; cat "$tmp/deq.txt" "$tmp/ad.txt"; fi
+
+# ---- plan: an FP8 config counted as its checkpoint maps it ---------------------
+plan() { # device, RP_ALLOW_UNPROVEN_CUDA
+  RP_ALLOW_UNPROVEN_CUDA=$2 "$bin" plan --init-config "$d-model/config.json" --device "$1" \
+    --gpus 2 --microbatches 2 --seq-len 16 --lora-rank 4 > "$tmp/plan-$1-$2.txt" 2>&1 ||
+    { bad "plan --device $1 failed"; cat "$tmp/plan-$1-$2.txt"; }
+}
+plan cpu 0; plan cuda 0; plan cuda 1
+for p in cpu-0 cuda-1; do
+  if grep -q "the frozen base counted as an FP8 checkpoint of this config" "$tmp/plan-$p.txt" &&
+     grep -q "(FP8 e4m3 with its block scales, [0-9]* bytes; .*, 135936 bytes, in bf16) mapped" \
+       "$tmp/plan-$p.txt"; then ok; else bad "plan $p: the FP8 base not counted"
+    cat "$tmp/plan-$p.txt"; fi
+done
+# GPU executors take FP8 as it lies only with the switch: else the store's bf16
+if grep -q "the frozen base converted into it" "$tmp/plan-cuda-0.txt"; then ok
+else bad "plan cuda without RP_ALLOW_UNPROVEN_CUDA counts FP8"; fi
+# and its uploads, half the bytes, make the modelled iteration no slower
+tps() { sed -n 's/.*max, \([0-9]*\) tokens\/s.*/\1/p' "$1"; }
+t0=$(tps "$tmp/plan-cuda-0.txt"); t1=$(tps "$tmp/plan-cuda-1.txt")
+echo "plan, cuda: $t0 tokens/s with a bf16 base, $t1 with FP8 uploads"
+if [ -n "$t0" ] && [ -n "$t1" ] && [ "$t1" -ge "$t0" ]; then ok
+else bad "plan: FP8 uploads modelled slower ($t1 < $t0 tokens/s)"; fi
+
+# ---- refusals: a message naming the file and the key, nothing written --------
+d="$fix/qwen3-bf16-scales"; q="$gold/qwen3"
+refuse() { # model dir, expected text, then options
+  m=$1; want=$2; shift 2
+  if train 1 --model "$m" --data "$q/data.npy" --seq-len 16 --batch-size 4 --steps 1 \
+       --save "$tmp/never" "$@" > "$tmp/err.txt" 2>&1; then
+    bad "accepted: $m $*"
+  elif ! grep -qF -- "$want" "$tmp/err.txt"; then
+    bad "$m $*: message does not say $want:"; cat "$tmp/err.txt"
+  elif [ -e "$tmp/never" ]; then
+    bad "$m $*: wrote $tmp/never"
+  else ok; fi
+}
+refuse "$d-model" "$d-model/config.json: field 'quantization_config': an FP8 checkpoint is a frozen base for LoRA (--lora-rank) only"
+# a config edited, the weights linked
+edited() { # name, sed expression: a model dir whose config.json is the fixture's edited
+  mkdir -p "$tmp/$1"
+  ln -sf "$(cd "$d-model" && pwd)/model.safetensors" "$tmp/$1/model.safetensors"
+  sed "$2" "$d-model/config.json" > "$tmp/$1/config.json"
+  echo "$tmp/$1"
+}
+m=$(edited gptq 's/"quant_method": "fp8"/"quant_method": "gptq"/')
+refuse "$m" "$m/config.json: field 'quantization_config.quant_method': unsupported quantisation 'gptq'" --lora-rank 4
+m=$(edited e5m2 's/"fmt": "e4m3"/"fmt": "e5m2"/')
+refuse "$m" "$m/config.json: field 'quantization_config.fmt': unsupported FP8 format 'e5m2'" --lora-rank 4
+# [128, 128]: one scale per matrix, but the files have the grid of [24, 40]
+m=$(edited blocks '/"weight_block_size"/,/]/c\    "weight_block_size": [128, 128]')
+refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv' has shape [3, 2]; weight [64, 64] in blocks of [128, 128] (quantization_config.weight_block_size) needs [1, 1]" --lora-rank 4
+m=$(edited plain '/"quantization_config"/,/}/d')
+refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3, but $m/config.json has no quantization_config" --lora-rank 4
+finish

@@ -1,0 +1,85 @@
+/* FP8 projections in a model's files (io/fp8.h). */
+#include "io/fp8.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int is_fp8(const rp_safetensors_tensor *t)
+{
+    return strncmp(t->dtype_name, "F8_", 3) == 0;
+}
+
+rp_status rp_fp8_check(const rp_safetensors_tensor *w, const char *wfile,
+                       const rp_safetensors_tensor *s, const char *sfile, int64_t rows,
+                       int64_t cols, const rp_fp8_config *fp8, rp_fp8_matrix *out,
+                       rp_error *err)
+{
+    char a[64], b[64], g[64];
+    if (strcmp(w->dtype_name, "F8_E4M3") != 0)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' has dtype %s; FP8 weights must be F8_E4M3",
+                            wfile, w->name, w->dtype_name);
+    const int64_t want[2] = {rows, cols};
+    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
+        return rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor '%s' has shape %s, the model "
+                            "needs %s", wfile, w->name,
+                            rp_safetensors_shape_str(w->ndim, w->shape, a, sizeof a),
+                            rp_safetensors_shape_str(2, want, b, sizeof b));
+    if (!s->dtype_supported)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' has dtype %s; FP8 scales must be F32, BF16 or F16",
+                            sfile, s->name, s->dtype_name);
+    *out = (rp_fp8_matrix){w->data, s->data, s->dtype, rows, cols, fp8->block_rows,
+                           fp8->block_cols};
+    const int64_t grid[2] = {rp_fp8_scale_rows(out), rp_fp8_scale_cols(out)};
+    if (s->ndim != 2 || s->shape[0] != grid[0] || s->shape[1] != grid[1])
+        return rp_error_set(err, RP_ERR_MISMATCH,
+                            "%s: tensor '%s' has shape %s; weight %s in blocks of [%lld, %lld] "
+                            "(quantization_config.weight_block_size) needs %s",
+                            sfile, s->name, rp_safetensors_shape_str(s->ndim, s->shape, a, sizeof a),
+                            rp_safetensors_shape_str(2, want, b, sizeof b),
+                            (long long)fp8->block_rows, (long long)fp8->block_cols,
+                            rp_safetensors_shape_str(2, grid, g, sizeof g));
+    for (int64_t i = 0; i < grid[0] * grid[1]; i++)
+        if (!isfinite(rp_fp8_scale_at(out, i)))
+            return rp_error_set(err, RP_ERR_FORMAT, "%s: tensor '%s': scale [%lld, %lld] is %g",
+                                sfile, s->name, (long long)(i / grid[1]),
+                                (long long)(i % grid[1]), (double)rp_fp8_scale_at(out, i));
+    return RP_OK;
+}
+
+rp_status rp_fp8_find(const rp_safetensors_set *set, const char *config_file,
+                      const rp_fp8_config *fp8, const char *name, int64_t rows, int64_t cols,
+                      int *quantised, rp_fp8_matrix *out, rp_error *err)
+{
+    rp_safetensors_tensor w, s;
+    const char *wfile = NULL, *sfile = NULL;
+    char scale[512];
+    *quantised = 0;
+    RP_TRY(rp_safetensors_set_find(set, name, &w, &wfile, err));
+    snprintf(scale, sizeof scale, "%s%s", name, RP_FP8_SCALE_SUFFIX);
+    const int has_scale = rp_safetensors_set_has(set, scale);
+    if (!is_fp8(&w)) {
+        if (has_scale) {
+            RP_TRY(rp_safetensors_set_find(set, scale, &s, &sfile, err));
+            return rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor '%s' scales '%s', which is "
+                                "%s, not F8_E4M3", sfile, scale, name, w.dtype_name);
+        }
+        return RP_OK;
+    }
+    if (!fp8->on)
+        return rp_error_set(err, RP_ERR_FORMAT, "%s: tensor '%s' is %s, but %s has no "
+                            "quantization_config with quant_method \"fp8\"",
+                            wfile, name, w.dtype_name, config_file ? config_file : "config.json");
+    if (cols == 0)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; only matrices "
+                            "(a projection's weight) may be FP8", wfile, name, w.dtype_name);
+    if (!has_scale)
+        return rp_error_set(err, RP_ERR_MISMATCH, "%s: tensor '%s' is %s and has no '%s'",
+                            wfile, name, w.dtype_name, scale);
+    RP_TRY(rp_safetensors_set_find(set, scale, &s, &sfile, err));
+    RP_TRY(rp_fp8_check(&w, wfile, &s, sfile, rows, cols, fp8, out, err));
+    *quantised = 1;
+    return RP_OK;
+}
