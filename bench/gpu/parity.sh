@@ -33,6 +33,11 @@
 #               of one tile; dut2 = 2 ranks, the whole microbatch one chunk: the
 #               same bits (model/token_tiles.h: the chunk never changes them)
 #   moe-chunks  golden-moe/moe-mb likewise: the experts' rows a tile at a time
+#   fp8         golden-fp8/qwen3-bf16-scales: LoRA on an FP8 base (e4m3 with BF16 block
+#               scales, partial edge blocks), uploaded as FP8 and dequantised on the
+#               device (RP_ALLOW_UNPROVEN_CUDA=1 here; without it the base is
+#               dequantised into the host store)
+#   fp8-moe     golden-fp8/moe-bf16-scales: the same with every expert FP8
 #
 # Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
 # RP_SRCDIR (default the tree holding this script), MPIRUN (default mpirun),
@@ -57,7 +62,7 @@ deadline=${RP_PARITY_DEADLINE:-0}
 work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
-all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept chunks moe-chunks"
+all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept chunks moe-chunks fp8 fp8-moe"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -77,8 +82,10 @@ result() {  # CASE STATUS WORST DETAIL
 # args CASE: the fixture folder, its model and data options and its arguments
 # (args.txt), for the case
 fixture() {
-  local c=$1 d m extra
+  local c=$1 d m model extra
   case $c in
+    fp8) d=$src/mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales; m=$g/qwen3 ;;
+    fp8-moe) d=$src/mpi-tests/fixtures/golden-fp8/moe-bf16-scales; m=$d ;;
     lora) d=$src/mpi-tests/fixtures/golden-lora/qwen3-all; m=$g/qwen3 ;;
     moe|moe-chunks) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
     moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
@@ -86,7 +93,12 @@ fixture() {
     llama) d=$g/llama; m=$d ;;
     *) d=$g/qwen3; m=$d ;;
   esac
-  extra="--model $m/model --data $m/data.npy"
+  case $c in
+    fp8) model=$d-model ;;
+    fp8-moe) model=$d/model-fp8 ;;
+    *) model=$m/model ;;
+  esac
+  extra="--model $model --data $m/data.npy"
   [ -f "$m/mask.npy" ] && extra="$extra --loss-mask $m/mask.npy"
   [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
   case $c in
@@ -96,7 +108,7 @@ fixture() {
   esac
   echo "$extra $(cat "$d/args.txt")"
 }
-saved_file() { case $1 in lora|moe-lora) echo adapter_model.safetensors ;; *) echo model.safetensors ;; esac; }
+saved_file() { case $1 in lora|moe-lora|fp8|fp8-moe) echo adapter_model.safetensors ;; *) echo model.safetensors ;; esac; }
 
 # run NAME DEVICE NP [options...]: one training run into $work/NAME{.jsonl,.txt,/}
 run() {
