@@ -379,24 +379,37 @@ static rp_status parse_layer_types(ctx *c, rp_model_config *cfg)
     return RP_OK;
 }
 
+/* quantization_config and its quant_method (*method NULL: no
+ * quantization_config), both checked for their types. */
+static rp_status quantization_method(ctx *c, json_object **q, const char **method)
+{
+    int present;
+    *method = NULL;
+    *q = get(c->root, "quantization_config", &present);
+    if (!present)
+        return RP_OK;
+    if (!json_object_is_type(*q, json_type_object))
+        return type_error(c, "quantization_config", "object", *q);
+    RP_TRY(get_str(c, *q, "quant_method", "quantization_config.quant_method", method));
+    if (!*method)
+        return rp_error_set(c->err, RP_ERR_FORMAT,
+                            "%s: missing required field 'quantization_config.quant_method'",
+                            c->file);
+    return RP_OK;
+}
+
 /* quantization_config: only gpt-oss's MXFP4 experts are understood;
  * modules_to_not_convert decides per block whether its experts ship
  * quantised (io/quant_modules.h). */
 static rp_status parse_quantization(ctx *c, rp_model_config *cfg)
 {
     rp_gpt_oss_config *g = &cfg->oss;
-    int present;
-    json_object *q = get(c->root, "quantization_config", &present);
-    if (!present)
-        return RP_OK;
-    if (!json_object_is_type(q, json_type_object))
-        return type_error(c, "quantization_config", "object", q);
+    json_object *q;
     const char *method;
-    RP_TRY(get_str(c, q, "quant_method", "quantization_config.quant_method", &method));
+    RP_TRY(quantization_method(c, &q, &method));
     if (!method)
-        return rp_error_set(c->err, RP_ERR_FORMAT,
-                            "%s: missing required field 'quantization_config.quant_method'",
-                            c->file);
+        return RP_OK;
+    int present;
     if (strcmp(method, "mxfp4") != 0)
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field 'quantization_config.quant_method': unsupported "
@@ -447,18 +460,12 @@ static rp_status parse_quantization(ctx *c, rp_model_config *cfg)
 static rp_status parse_fp8(ctx *c, rp_model_config *cfg)
 {
     rp_fp8_config *f = &cfg->fp8;
-    int present;
-    json_object *q = get(c->root, "quantization_config", &present);
-    if (!present)
-        return RP_OK;
-    if (!json_object_is_type(q, json_type_object))
-        return type_error(c, "quantization_config", "object", q);
+    json_object *q;
     const char *method, *fmt, *scheme;
-    RP_TRY(get_str(c, q, "quant_method", "quantization_config.quant_method", &method));
+    RP_TRY(quantization_method(c, &q, &method));
     if (!method)
-        return rp_error_set(c->err, RP_ERR_FORMAT,
-                            "%s: missing required field 'quantization_config.quant_method'",
-                            c->file);
+        return RP_OK;
+    int present;
     if (strcmp(method, "fp8") != 0)
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field 'quantization_config.quant_method': unsupported "
