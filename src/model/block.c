@@ -563,6 +563,10 @@ static rp_status moe_view(const rp_model_config *cfg, const rp_block_offsets *of
     mw->gpt_oss = cfg->arch == RP_ARCH_GPT_OSS;
     mw->router_bias = bp->f[SMALL_ROUTER_BIAS];
     mw->drouter_bias = D && off->router_bias != SIZE_MAX ? D + off->router_bias : NULL;
+    /* the biases in the GEMMs' dtype, where the matrices are read */
+    const char *wbias = off->expert_bias != SIZE_MAX ? matrix(bp, off->expert_bias) : NULL;
+    if (off->expert_bias != SIZE_MAX && !wbias)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: the experts' biases are missing");
     for (int64_t e = 0; e < E && off->expert_bias != SIZE_MAX; e++) {
         /* gate, up and down of expert e, each padded to RP_PARAM_ALIGN */
         const size_t aI = ((size_t)cfg->moe.moe_intermediate_size + RP_PARAM_ALIGN - 1) /
@@ -572,6 +576,7 @@ static rp_status moe_view(const rp_model_config *cfg, const rp_block_offsets *of
             mw->bias[p][e] = bp->expert_bias + at[p];
             mw->dbias[p][e] = D ? D + off->expert_bias + at[p] : NULL;
         }
+        mw->down_bias[e] = wbias + at[2] * rp_dtype_size(bp->wdt);
     }
     return RP_OK;
 }
