@@ -8,7 +8,10 @@
 # CUDA test of the check phase is a make check test; the summary writer
 # writes the table); and bench/gpu/compare.py, parity's judge, accepts a log
 # within the bound and identical lines, and refuses a loss beyond the bound,
-# a missing step and a changed line. SKIP without bash or python3.
+# a missing step and a changed line. Every parity case has its row in
+# bench/README.md's table, gpt-oss among them (issue 35: the next GPU session
+# proves gpt-oss on CUDA), and its dry run (the CPU for the GPU) passes with
+# worst 0. SKIP without bash or python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -36,4 +39,19 @@ $cmpy same "$tmp/ref.jsonl" "$tmp/close.jsonl" > "$tmp/c.txt" && bad "compare.py
   { grep -q '^differs at step 1' "$tmp/c.txt" && ok || { bad "compare.py same: message"; cat "$tmp/c.txt"; }; }
 tail -n 2 "$tmp/ref.jsonl" > "$tmp/tail.jsonl"
 $cmpy same "$tmp/ref.jsonl" "$tmp/tail.jsonl" 2 > "$tmp/c.txt" && ok || { bad "compare.py same from step 2"; cat "$tmp/c.txt"; }
+
+# every parity case in bench/README's table; gpt-oss's dry run
+cases=$(sed -n 's/^all="\(.*\)"$/\1/p' "$src/bench/gpu/parity.sh")
+case " $cases " in *" gpt-oss "*) ok ;; *) bad "parity.sh has no gpt-oss case (cases: $cases)" ;; esac
+for c in $cases; do
+  grep -q "^| $c | " "$src/bench/README.md" || bad "bench/README.md's parity table has no row for $c"
+done
+ok
+if [ -x "$build/src/roundpipe" ]; then
+  RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity" RP_SRCDIR="$src" RP_BUILDDIR="$build" \
+    MPIRUN="${MPIRUN:-mpirun --oversubscribe}" bash "$src/bench/gpu/parity.sh" gpt-oss > "$tmp/p.txt" 2>&1
+  prc=$?
+  grep -q "^PARITY	gpt-oss	ok	0	" "$tmp/p.txt" && [ $prc = 0 ] && ok ||
+    { bad "parity.sh gpt-oss, dry run: exit $prc"; cat "$tmp/p.txt"; }
+fi
 finish

@@ -40,8 +40,9 @@
  *     gates and ups past the clamps) forward and backward within the bf16
  *     rounding of a 1e-5 result, the gradient exactly 0 past a clamp; its
  *     expert biases (4 experts, one empty, whose NaN bias and gradient are
- *     never read or touched): the forward's y and the backward's dbias bit
- *     for bit the CPU's, y_compute exactly the rounded y, with and without
+ *     never read or touched): the forward's y and the backward's dbias
+ *     (from a bf16 dy, as the grouped GEMMs' gradients come) bit for bit
+ *     the CPU's, y_compute exactly the rounded y, with and without
  *     it; attention with windows (5, 70 and 400 keys: within a tile, across
  *     tiles, beyond the sequence) with and without sinks and segments, as
  *     attention_forward/backward above, and the sinks' gradient added onto
@@ -1692,13 +1693,14 @@ START_TEST(grouped_bias_bit_identical)
     memset(bias[1], 0xff, OUT * 4), memset(db0[1], 0xff, OUT * 4), memset(db_ref[1], 0xff, OUT * 4);
     dev_set(d_bias[1], bias[1], OUT * 4), dev_set(d_db[1], db0[1], OUT * 4);
     float *y0 = rand_f32(ny, 0.0f, 1.0f), *y_ref = dup_f(y0, ny);
-    float *dy = rand_f32(ny, 0.0f, 1.0f);
+    /* dy in the compute dtype, as the grouped GEMMs' gradients come */
+    cin dy = cin_rand(ny, 0.0f, 1.0f);
     CPU_OP(grouped_bias_forward, y_ref, NULL, (const float *const *)bias, offsets, E, ROWS, OUT);
-    CPU_OP(grouped_bias_backward, dy, offsets, E, ROWS, OUT, db_ref);
-    float *d_y = dev_upload(y0, ny * 4), *d_dy = dev_upload(dy, ny * 4);
+    CPU_OP(grouped_bias_backward, dy.f, offsets, E, ROWS, OUT, db_ref);
+    float *d_y = dev_upload(y0, ny * 4);
     void *d_yc = dev_nan_c(ny);
     GPU_OP(grouped_bias_forward, d_y, d_yc, (const float *const *)d_bias, d_off, E, ROWS, OUT);
-    GPU_OP(grouped_bias_backward, d_dy, d_off, E, ROWS, OUT, d_db);
+    GPU_OP(grouped_bias_backward, dy.d, d_off, E, ROWS, OUT, d_db);
     float *y = get_f(d_y, ny);
     check_same_bits(y, y_ref, ny, "grouped_bias_forward y");
     check_rounded_copy(d_yc, y_ref, ny, "grouped_bias_forward y_compute");
@@ -1718,8 +1720,9 @@ START_TEST(grouped_bias_bit_identical)
         cudaFree(d_bias[e]), cudaFree(d_db[e]);
         free(bias[e]), free(db0[e]), free(db_ref[e]);
     }
-    cudaFree(d_off), cudaFree(d_y), cudaFree(d_dy), cudaFree(d_yc), cudaFree(d_y2);
-    free(y0), free(y_ref), free(dy), free(y), free(y2);
+    cudaFree(d_off), cudaFree(d_y), cudaFree(d_yc), cudaFree(d_y2);
+    cin_free(&dy);
+    free(y0), free(y_ref), free(y), free(y2);
 }
 END_TEST
 

@@ -15,11 +15,14 @@
  * outputs, router statistics, input and parameter gradients, whether its
  * MLP runs the microbatch's token tiles one, two or all at a time, and its
  * memory per token grows neither with the experts' width when a chunk is
- * one tile nor with the dense MLPs' width. */
+ * one tile nor with the dense MLPs' width. gpt-oss's block with bf16
+ * weights runs on a table whose GEMMs read bf16 weights only (as CUDA's)
+ * and gives the fp32 run's numbers on the same weights. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "kernels/cpu/ops.h"
 #include "model/layers.h"
@@ -619,7 +622,7 @@ static void expect_close(const float *got, const float *want, size_t n, const ch
         scale = fmaxf(scale, fabsf(want[i]));
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-4f * fabsf(want[i]) + 1e-6f * scale,
-                      "%s[%zu]: %g with one tile vs %g with tiles of 8", what, i, got[i], want[i]);
+                      "%s[%zu]: %g vs %g", what, i, got[i], want[i]);
 }
 
 /* The outputs, router statistics, input gradients and every trainable
@@ -659,9 +662,9 @@ static void moe_chunks_agree(rp_model_config cfg)
     cfg.token_tile = nseq * S;
     cfg.chunk_tiles = 0;
     moe_result one = moe_block_run(&cfg, P, A, ntrain, x, dy, aux, nseq, S);
-    expect_close(one.y, whole.y, n, "y");
-    expect_close(one.dx, whole.dx, n, "dx");
-    expect_close(one.grad, whole.grad, ntrain, "gradient");
+    expect_close(one.y, whole.y, n, "one tile vs tiles of 8: y");
+    expect_close(one.dx, whole.dx, n, "one tile vs tiles of 8: dx");
+    expect_close(one.grad, whole.grad, ntrain, "one tile vs tiles of 8: gradient");
     moe_result_free(&one);
     moe_result_free(&whole);
     free(P);
@@ -686,6 +689,83 @@ START_TEST(qwen3_moe_lora_bits_do_not_depend_on_the_chunk)
 END_TEST
 
 START_TEST(gpt_oss_bits_do_not_depend_on_the_chunk) { moe_chunks_agree(gpt_oss_cfg()); }
+END_TEST
+
+/* The CPU table, but its GEMMs read bf16 weights only, as the CUDA
+ * table's (cuBLAS): a GEMM asked for weights in another dtype fails, as
+ * there. */
+static rp_kernel_ops bf16_weights_ops;
+
+static rp_status weights_read(rp_dtype W_dtype, const char *op, rp_error *err)
+{
+    if (rp_kernel_reads_weights(&bf16_weights_ops, W_dtype))
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "bf16-weights table: %s asked for %s weights",
+                        op, rp_dtype_name(W_dtype));
+}
+
+static rp_status strict_linear_forward(void *state, const void *x, const void *W, rp_dtype W_dtype,
+                                       const float *bias, const float *residual, float *y,
+                                       void *y_compute, int64_t rows, int64_t in, int64_t out,
+                                       rp_error *err)
+{
+    RP_TRY(weights_read(W_dtype, "linear_forward", err));
+    return rp_kernel_ops_cpu.linear_forward(state, x, W, W_dtype, bias, residual, y, y_compute,
+                                            rows, in, out, err);
+}
+
+static rp_status strict_grouped_forward(void *state, const void *x, const void *const *W,
+                                        rp_dtype W_dtype, const int32_t *offsets,
+                                        int64_t nexperts, int64_t rows, int64_t in, int64_t out,
+                                        float *y, void *y_compute, rp_error *err)
+{
+    RP_TRY(weights_read(W_dtype, "grouped_linear_forward", err));
+    return rp_kernel_ops_cpu.grouped_linear_forward(state, x, W, W_dtype, offsets, nexperts,
+                                                    rows, in, out, y, y_compute, err);
+}
+
+START_TEST(gpt_oss_block_reads_weights_as_the_cuda_table_does)
+{
+    /* gpt-oss's block with bf16 weights on a table whose GEMMs read bf16
+     * only (the routing weights' gradient's dy . bd_e reads the down
+     * biases as the experts' matrices are read, not as fp32): it runs, and
+     * gives the fp32 run's numbers on the same (bf16-exact) weights */
+    bf16_weights_ops = rp_kernel_ops_cpu;
+    bf16_weights_ops.weight_dtypes = 1u << RP_BF16;
+    bf16_weights_ops.linear_forward = strict_linear_forward;
+    bf16_weights_ops.grouped_linear_forward = strict_grouped_forward;
+    const rp_kernels strict = {&bf16_weights_ops, NULL};
+    rp_model_config cfg = gpt_oss_cfg();
+    const int64_t nseq = 3, S = 7;
+    const size_t n = (size_t)(nseq * S * cfg.hidden_size), E = (size_t)cfg.moe.num_experts;
+    size_t np;
+    float *P = random_block(&cfg, 1, 7, &np);
+    uint16_t *Pb = malloc(np * sizeof(uint16_t));
+    rp_f32_to_bf16_array(P, Pb, np);
+    for (size_t i = 0; i < np; i++) /* the fp32 run's weights: the same values */
+        P[i] = rp_bf16_to_f32(Pb[i]);
+    float *x = random_vec(n, 11, 1.0f), *dy = random_vec(n, 13, 1.0f);
+    float *aux = random_vec(E, 17, 0.1f);
+    moe_result want = moe_block_run(&cfg, P, NULL, np, x, dy, aux, nseq, S);
+    float *ws = malloc(rp_block_workspace_floats(&bf16_weights_ops, RP_BF16, &cfg, nseq, S) *
+                       sizeof(float));
+    float *saved = malloc(rp_block_saved_floats(&bf16_weights_ops, RP_BF16, &cfg, nseq, S) *
+                          sizeof(float));
+    float *y = malloc(n * sizeof(float)), *dx = malloc(n * sizeof(float));
+    float *grad = calloc(np, sizeof(float)), *stats = calloc(2 * E, sizeof(float));
+    rp_block_call call = {.block = 0, .router_stats = stats, .router_aux_grad = aux};
+    rp_error err = {0};
+    ck_assert_msg(rp_block_forward(&strict, &cfg, Pb, RP_BF16, x, y, nseq, S, NULL, saved, ws,
+                                   &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_backward(&strict, &cfg, Pb, RP_BF16, x, saved, dy, dx, grad, nseq, S,
+                                    NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
+    expect_close(y, want.y, n, "bf16 weights vs fp32: y");
+    expect_close(dx, want.dx, n, "bf16 weights vs fp32: dx");
+    expect_close(grad, want.grad, np, "bf16 weights vs fp32: gradient");
+    moe_result_free(&want);
+    free(P), free(Pb), free(x), free(dy), free(aux), free(ws), free(saved), free(y), free(dx);
+    free(grad), free(stats);
+}
 END_TEST
 
 /* Saved + scratch floats of block 0 for T2 tokens minus those for T1. */
@@ -746,6 +826,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, qwen3_moe_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, qwen3_moe_lora_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_bits_do_not_depend_on_the_chunk);
+    tcase_add_test(tc, gpt_oss_block_reads_weights_as_the_cuda_table_does);
     tcase_add_test(tc, moe_memory_is_bounded_per_token_not_per_width);
     suite_add_tcase(s, tc);
     return s;

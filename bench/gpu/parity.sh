@@ -38,6 +38,11 @@
 #               device (RP_ALLOW_UNPROVEN_CUDA=1 here; without it the base is
 #               dequantised into the host store)
 #   fp8-moe     golden-fp8/moe-bf16-scales: the same with every expert FP8
+#   gpt-oss     golden-gpt-oss/oss-m2: gpt-oss, full fine-tuning (sinks, a sliding
+#               window shorter than the sequence, YaRN, router and expert biases,
+#               the clamped SwiGLU past its clamps, 2 microbatches and a large
+#               auxiliary loss; refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=1
+#               here)
 #
 # Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
 # RP_SRCDIR (default the tree holding this script), MPIRUN (default mpirun),
@@ -62,7 +67,7 @@ deadline=${RP_PARITY_DEADLINE:-0}
 work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
-all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept chunks moe-chunks fp8 fp8-moe"
+all="qwen3 llama lora moe moe-lora documents eval checkpoint nodes kept chunks moe-chunks fp8 fp8-moe gpt-oss"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -89,6 +94,7 @@ fixture() {
     lora) d=$src/mpi-tests/fixtures/golden-lora/qwen3-all; m=$g/qwen3 ;;
     moe|moe-chunks) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
     moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
+    gpt-oss) d=$src/mpi-tests/fixtures/golden-gpt-oss/oss-m2; m=$d ;;
     documents) d=$g/qwen3-packed; m=$d ;;
     llama) d=$g/llama; m=$d ;;
     *) d=$g/qwen3; m=$d ;;

@@ -137,6 +137,8 @@ fixtures="mpi-tests/fixtures/golden/qwen3/model/model.safetensors mpi-tests/fixt
   mpi-tests/fixtures/golden-moe/moe-mb/args.txt
   mpi-tests/fixtures/golden-moe/moe-lora/model/model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/data.npy
   mpi-tests/fixtures/golden-moe/moe-lora/lora_init/adapter_model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/args.txt
+  mpi-tests/fixtures/golden-gpt-oss/oss-m2/model/model.safetensors mpi-tests/fixtures/golden-gpt-oss/oss-m2/data.npy
+  mpi-tests/fixtures/golden-gpt-oss/oss-m2/mask.npy mpi-tests/fixtures/golden-gpt-oss/oss-m2/args.txt
   bench/gpu/qwen3-1.7b-config.json bench/gpu/carried-programs.txt mpi-tests/run-test.sh
   mpi-tests/test_golden_cuda.sh examples/tiny-config.json"
 programs=$(grep -v '^#' "$here/carried-programs.txt")

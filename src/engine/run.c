@@ -178,7 +178,8 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
     r->probe.cfg = r->cfg;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s == RP_OK) /* before any work: a model the executors' kernels cannot run */
-        s = rp_model_ops_check(&r->cfg, rp_device_kernel_ops(e->device), err);
+        s = rp_model_ops_check(&r->cfg, rp_device_kernel_ops(e->device),
+                               rp_unproven_cuda_allowed(), err);
     if (s != RP_OK)
         rp_error_prefix(err, "%s", r->config_path);
     return rp_run_agree(e, s, comm, err);

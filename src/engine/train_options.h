@@ -159,8 +159,8 @@ rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status sta
     "proving it sets RP_ALLOW_UNPROVEN_CUDA=1)"
 
 /* Non-zero when RP_ALLOW_UNPROVEN_CUDA=1 is set: the maintainer's switch that lets
- * the CUDA paths refused until they have run on a GPU (--documents) run, so
- * a GPU session can prove them. */
+ * the CUDA paths refused until they have run on a GPU (--documents, the FP8
+ * upload, gpt-oss's ops) run, so a GPU session can prove them. */
 int rp_unproven_cuda_allowed(void);
 
 #endif

@@ -282,16 +282,18 @@ typedef struct rp_kernel_ops {
      * (fp32 [rows, out]) += bias[e] on each row of expert e, bias a host
      * array of E pointers to fp32 [out] (an expert with no rows is never
      * read), y_compute (optional) the result's rounded copy; and dbias[e]
-     * += the column sums of dy (fp32) over expert e's rows in row order
-     * (column_sum_accumulate's order; dbias a host array of E fp32
-     * pointers; an expert with no rows is not touched). The CUDA table's
-     * (kernels/cuda/grouped_bias.h) read the offsets on the device and sum
-     * in the CPU's order: the same bits. */
+     * += the column sums of dy over expert e's rows in row order
+     * (column_sum_accumulate's order, in fp32; dbias a host array of E fp32
+     * pointers; an expert with no rows is not touched). dy is in the
+     * compute dtype: the gradients the grouped GEMMs read (bf16 on CUDA),
+     * so the bias's gradient is summed from the values its weight's is.
+     * The CUDA table's (kernels/cuda/grouped_bias.h) read the offsets on
+     * the device and sum in the CPU's order: the same bits. */
     rp_status (*grouped_bias_forward)(void *state, float *y, void *y_compute,
                                       const float *const *bias, const int32_t *offsets,
                                       int64_t nexperts, int64_t rows, int64_t out,
                                       rp_error *err);
-    rp_status (*grouped_bias_backward)(void *state, const float *dy, const int32_t *offsets,
+    rp_status (*grouped_bias_backward)(void *state, const void *dy, const int32_t *offsets,
                                        int64_t nexperts, int64_t rows, int64_t out,
                                        float *const *dbias, rp_error *err);
 

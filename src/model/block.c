@@ -367,16 +367,20 @@ double rp_model_rope_attention_factor(const rp_model_config *cfg)
     return rp_rope_yarn_inv_freq(inv_freq, cfg->head_dim, cfg->rope_theta, &y);
 }
 
-rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err)
+rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops,
+                             int allow_unproven, rp_error *err)
 {
     /* the CUDA table's gpt-oss ops (sinks, windows, clamped SwiGLU, expert
-     * biases) were written without a GPU and have not run yet, and the
-     * bias gradients read the grouped gradients as fp32 (model/moe.c) */
-    if (cfg->arch == RP_ARCH_GPT_OSS && (ops->compute_dtype != RP_F32 || !ops->host_addressable))
+     * biases) were written without a GPU and have not run on one yet; the
+     * block reads only what a bf16 table gives (model/moe.c), so the
+     * maintainer's switch lets a GPU session prove them */
+    if (cfg->arch == RP_ARCH_GPT_OSS && !allow_unproven &&
+        (ops->compute_dtype != RP_F32 || !ops->host_addressable))
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "gpt-oss on %s executors: its attention sinks and windows, clamped "
                             "SwiGLU and expert biases have run on the CPU's kernels only so far "
-                            "(issue 35); use --device cpu", ops->name);
+                            "(issue 35); use --device cpu (a maintainer proving them on a GPU "
+                            "sets RP_ALLOW_UNPROVEN_CUDA=1)", ops->name);
     return RP_OK;
 }
 
@@ -563,6 +567,10 @@ static rp_status moe_view(const rp_model_config *cfg, const rp_block_offsets *of
     mw->gpt_oss = cfg->arch == RP_ARCH_GPT_OSS;
     mw->router_bias = bp->f[SMALL_ROUTER_BIAS];
     mw->drouter_bias = D && off->router_bias != SIZE_MAX ? D + off->router_bias : NULL;
+    /* the biases in the GEMMs' dtype, where the matrices are read */
+    const char *wbias = off->expert_bias != SIZE_MAX ? matrix(bp, off->expert_bias) : NULL;
+    if (off->expert_bias != SIZE_MAX && !wbias)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "block: the experts' biases are missing");
     for (int64_t e = 0; e < E && off->expert_bias != SIZE_MAX; e++) {
         /* gate, up and down of expert e, each padded to RP_PARAM_ALIGN */
         const size_t aI = ((size_t)cfg->moe.moe_intermediate_size + RP_PARAM_ALIGN - 1) /
@@ -572,6 +580,7 @@ static rp_status moe_view(const rp_model_config *cfg, const rp_block_offsets *of
             mw->bias[p][e] = bp->expert_bias + at[p];
             mw->dbias[p][e] = D ? D + off->expert_bias + at[p] : NULL;
         }
+        mw->down_bias[e] = wbias + at[2] * rp_dtype_size(bp->wdt);
     }
     return RP_OK;
 }
@@ -598,7 +607,7 @@ static rp_status block_begin(const rp_kernels *k, const rp_model_config *cfg, co
     if (rp_model_block_is_moe(cfg, block) && !k->ops->moe_route)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "block %d: the %s kernels have no "
                             "mixture-of-experts ops", block, k->ops->name);
-    RP_TRY(rp_model_ops_check(cfg, k->ops, err));
+    RP_TRY(rp_model_ops_check(cfg, k->ops, call && call->allow_unproven, err));
     carve(k->ops, pdt, cfg, block, nseq, seqlen, saved, ws, NULL, w);
     *off = w->off;
     return params_view(k, cfg, block, off, params, pdt, call ? call->lora : NULL, w, forward, bp,

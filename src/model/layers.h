@@ -134,6 +134,9 @@ typedef struct rp_block_call {
      * each expert's probability. */
     float *router_stats;
     const float *router_aux_grad;
+    /* non-zero: ops written for this back end but not yet run on it may
+     * run (rp_model_ops_check's allow_unproven) */
+    int allow_unproven;
 } rp_block_call;
 
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL
@@ -165,9 +168,11 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
 
 /* Whether the back end of `ops` runs every layer of the model: gpt-oss
  * runs on the CPU's kernels only so far (issue 35; the CUDA table's ops
- * for it have not run on a GPU yet). RP_ERR_UNSUPPORTED naming the back end
- * otherwise. */
-rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops, rp_error *err);
+ * for it have not run on a GPU yet), unless allow_unproven (the
+ * maintainer's RP_ALLOW_UNPROVEN_CUDA=1, engine/train_options.h) lets a
+ * GPU session run them. RP_ERR_UNSUPPORTED naming the back end otherwise. */
+rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops,
+                             int allow_unproven, rp_error *err);
 
 /* inv_freq [head_dim/2] of the model's RoPE (default, llama3 or YaRN
  * scaling), and the factor YaRN scales its cos and sin tables by (1

@@ -243,16 +243,16 @@ static rp_status down_backward(const rp_kernels *k, const rp_model_config *cfg,
      * holds the unweighted dy */
     float *bias_dot = mw->gpt_oss ? b->bias_dot + t->row : NULL;
     if (mw->gpt_oss)
-        OP(grouped_linear_forward, xg, (const void *const *)mw->bias[2], RP_F32, t->offsets, E,
-           t->n, H, 1, bias_dot, NULL);
+        OP(grouped_linear_forward, xg, mw->down_bias, mw->dtype, t->offsets, E, t->n, H, 1,
+           bias_dot, NULL);
     if (grads || down)
         OP(moe_gather, dy, t->order, weights, t->tokens, K, H, xg);
     if (grads)
         OP(grouped_linear_backward_weight, xg, m, t->offsets, E, t->n, I, H, mw->ddown);
-    /* the down bias's gradient: the weighted dy over the expert's rows
-     * (xg is fp32 on the tables gpt-oss runs on: model/block.c) */
+    /* the down bias's gradient: the weighted dy (compute dtype) over the
+     * expert's rows */
     if (grads && mw->gpt_oss)
-        OP(grouped_bias_backward, (const float *)xg, t->offsets, E, t->n, H, mw->dbias[2]);
+        OP(grouped_bias_backward, xg, t->offsets, E, t->n, H, mw->dbias[2]);
     if (down)
         RP_TRY(rp_moe_lora_weights(k, cfg, down, m, xg, t->offsets, t->n, &lb, err));
     OP(moe_down_backward, z, m, weights, t->order, t->tokens, K, I, z, NULL, dweights);
@@ -274,7 +274,7 @@ static rp_status gate_up_backward(const rp_kernels *k, const rp_model_config *cf
     const int grads = mw->drouter != NULL;
     const rp_expert_adapters *gate = experts_of(lo, 0), *up = experts_of(lo, 1);
     void *xg = row_of(b->xg, t->row, H, cb);
-    /* (on fp32 tables dg and du are g and u, and the compute dtype fp32) */
+    /* (dg and du in the compute dtype; on fp32 tables g and u themselves) */
     const void *dg = row_of(b->dg, t->row, I, cb), *du = row_of(b->du, t->row, I, cb);
     float *yg = b->yg + t->row * H;
     if (grads || gate || up)
@@ -283,8 +283,8 @@ static rp_status gate_up_backward(const rp_kernels *k, const rp_model_config *cf
         OP(grouped_linear_backward_weight, dg, xg, t->offsets, E, t->n, H, I, mw->dgate);
         OP(grouped_linear_backward_weight, du, xg, t->offsets, E, t->n, H, I, mw->dup);
         if (mw->gpt_oss) {
-            OP(grouped_bias_backward, (const float *)dg, t->offsets, E, t->n, I, mw->dbias[0]);
-            OP(grouped_bias_backward, (const float *)du, t->offsets, E, t->n, I, mw->dbias[1]);
+            OP(grouped_bias_backward, dg, t->offsets, E, t->n, I, mw->dbias[0]);
+            OP(grouped_bias_backward, du, t->offsets, E, t->n, I, mw->dbias[1]);
         }
     }
     OP(grouped_linear_backward_input, dg, mw->gate, mw->dtype, t->offsets, E, t->n, H, I, yg,

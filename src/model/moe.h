@@ -47,7 +47,8 @@
  * dy . bd_e beside z . m (a grouped GEMM of dy with each bias as a
  * [1, H] matrix, scattered back to the pairs). The down bias's gradient
  * is the weighted dy summed over the expert's rows; gate's and up's are
- * dg's and du's. */
+ * dg's and du's: all three summed from the compute-dtype gradients the
+ * weights' GEMMs read (bf16 on CUDA), as grouped_bias_backward takes them. */
 #ifndef RP_MODEL_MOE_H
 #define RP_MODEL_MOE_H
 
@@ -116,6 +117,11 @@ typedef struct rp_moe_weights {
     float *drouter_bias;
     const float *bias[3][RP_MOE_MAX_EXPERTS];
     float *dbias[3][RP_MOE_MAX_EXPERTS];
+    /* the down biases again as the GEMMs read them (dtype `dtype`, the
+     * same values: a bf16 bias widens exactly), for dy . bd_e: a GEMM
+     * reads its weights in a dtype of the table's weight_dtypes only, and
+     * the CUDA table's has no fp32 */
+    const void *down_bias[RP_MOE_MAX_EXPERTS];
 } rp_moe_weights;
 
 /* One projection's adapters, one per expert (compute dtype): A[e] [r, in]

@@ -420,13 +420,13 @@ static rp_status grouped_bias_forward(void *state, float *y, void *y_compute,
     return RP_OK;
 }
 
-static rp_status grouped_bias_backward(void *state, const float *dy, const int32_t *offsets,
+static rp_status grouped_bias_backward(void *state, const void *dy, const int32_t *offsets,
                                        int64_t nexperts, int64_t rows, int64_t out,
                                        float *const *dbias, rp_error *err)
 {
     (void)state;
     RP_TRY(offsets_usable("grouped_bias_backward", offsets, nexperts, rows, err));
-    rp_moe_grouped_bias_backward(dy, offsets, nexperts, out, dbias);
+    rp_moe_grouped_bias_backward((const float *)dy, offsets, nexperts, out, dbias);
     return RP_OK;
 }
 

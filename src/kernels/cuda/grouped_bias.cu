@@ -56,8 +56,9 @@ __global__ void forward_kernel(float *y, rp_bf16_t *yb, BiasPtrs b, const int32_
     }
 }
 
-/* One thread per (expert, column): the rows in order, as the CPU's sum. */
-__global__ void backward_kernel(const float *dy, const int32_t *offsets, int64_t rows,
+/* One thread per (expert, column): the rows in order, as the CPU's sum;
+ * each bf16 dy widened exactly. */
+__global__ void backward_kernel(const rp_bf16_t *dy, const int32_t *offsets, int64_t rows,
                                 int64_t out, GradPtrs g)
 {
     const int e = blockIdx.y;
@@ -67,7 +68,7 @@ __global__ void backward_kernel(const float *dy, const int32_t *offsets, int64_t
         return;
     float acc = g.p[e][c];
     for (int64_t r = r0; r < r1; r++)
-        acc = __fadd_rn(acc, dy[r * out + c]);
+        acc = __fadd_rn(acc, __bfloat162float(dy[r * out + c]));
     g.p[e][c] = acc;
 }
 
@@ -89,7 +90,7 @@ extern "C" int rp_cuda_grouped_bias_forward(float *y, uint16_t *y_bf16, const fl
     return rp_launch_status();
 }
 
-extern "C" int rp_cuda_grouped_bias_backward(const float *dy, const int32_t *offsets,
+extern "C" int rp_cuda_grouped_bias_backward(const uint16_t *dy, const int32_t *offsets,
                                              int64_t nexperts, int64_t rows, int64_t out,
                                              float *const *dbias, void *stream)
 {
@@ -104,6 +105,7 @@ extern "C" int rp_cuda_grouped_bias_backward(const float *dy, const int32_t *off
     for (int64_t e = 0; e < nexperts; e++)
         g.p[e] = dbias[e];
     dim3 grid((unsigned)gx, (unsigned)nexperts);
-    backward_kernel<<<grid, 128, 0, rp_stream(stream)>>>(dy, offsets, rows, out, g);
+    backward_kernel<<<grid, 128, 0, rp_stream(stream)>>>(reinterpret_cast<const rp_bf16_t *>(dy),
+                                                         offsets, rows, out, g);
     return rp_launch_status();
 }

@@ -4,9 +4,11 @@
  * in device memory (clamped to [0, rows], as there).
  *   forward:  y[r, c] += bias[e][c] for each row r of expert e (fp32 y,
  *             optionally its bf16 copy y_bf16; y_bf16 alone is refused);
- *   backward: dbias[e][c] += the sum of dy[r, c] over expert e's rows, one
- *             thread per (expert, column) adding the rows in row order onto
- *             dbias's value: the CPU op's sum (rp_colsum_accumulate) in the
+ *   backward: dbias[e][c] += the sum of dy[r, c] over expert e's rows, dy
+ *             bf16 (the compute dtype: the gradient the grouped GEMMs
+ *             read), widened exactly, one thread per (expert, column)
+ *             adding the rows in row order in fp32 onto dbias's value: the
+ *             CPU op's sum (rp_colsum_accumulate) of the same values in the
  *             same order, so the same bits; an expert without rows is not
  *             touched.
  * The E bias pointers (host arrays of device pointers) reach the kernels by
@@ -26,7 +28,7 @@ int rp_cuda_grouped_bias_forward(float *y, uint16_t *y_bf16, const float *const 
                                  const int32_t *offsets, int64_t nexperts, int64_t rows,
                                  int64_t out, void *stream);
 
-int rp_cuda_grouped_bias_backward(const float *dy, const int32_t *offsets, int64_t nexperts,
+int rp_cuda_grouped_bias_backward(const uint16_t *dy, const int32_t *offsets, int64_t nexperts,
                                   int64_t rows, int64_t out, float *const *dbias, void *stream);
 
 #ifdef __cplusplus
