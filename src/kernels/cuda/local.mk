@@ -2,6 +2,10 @@
 # What the CUDA back end allocates is plain C, built with or without CUDA
 # (sizes.h), so plans for CUDA executors are the same from any build.
 librp_la_SOURCES += src/kernels/cuda/sizes.c src/kernels/cuda/sizes.h
+# The attention choice (--attention) and cuDNN's run-time loader: plain C,
+# built with or without CUDA, so both are tested on any machine.
+librp_la_SOURCES += src/kernels/attention_choice.c src/kernels/attention_choice.h \
+	src/kernels/cudnn_loader.c src/kernels/cudnn_loader.h
 if HAVE_CUDA
 librp_la_SOURCES += src/kernels/cuda/cuda_probe.cu
 # cuda-core kernels and the CUDA back end of src/device (C, compiled by the C
