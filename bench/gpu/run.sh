@@ -20,8 +20,8 @@
 #                          checkpoint nodes (capped at 200 s)
 #   check        70  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
-#                          test_cuda_attention, test_cuda_xent,
-#                          test_device_probe) through mpi-tests/run-test.sh as
+#                          test_cuda_attention, test_cuda_cudnn_attention,
+#                          test_cuda_xent, test_device_probe) through mpi-tests/run-test.sh as
 #                          make check runs them, and test_golden_cuda.sh
 #   memcheck     90  40    compute-sanitizer memcheck on test_cuda_moe (MoE
 #                          ops, grouped GEMM), test_kernel_ops (segments) and
@@ -141,7 +141,7 @@ fixtures="mpi-tests/fixtures/golden/qwen3/model/model.safetensors mpi-tests/fixt
   mpi-tests/test_golden_cuda.sh examples/tiny-config.json"
 programs=$(grep -v '^#' "$here/carried-programs.txt")
 cuda_tests="test_cuda_kernels test_cuda_backend test_kernel_ops test_cuda_moe test_cuda_attention
-  test_cuda_xent test_device_probe"
+  test_cuda_cudnn_attention  test_cuda_xent test_device_probe"
 
 static_checks() {  # --check-only; prints one line per check, returns 1 on a failure
   local bad=0 f p n t scripts="bench/gpu/run.sh bench/gpu/parity.sh"
@@ -336,6 +336,15 @@ else
 fi
 bin=$build/src/roundpipe
 export RP_BUILDDIR=$build RP_SRCDIR=$top srcdir=$top MPIRUN=${MPIRUN:-mpirun}
+# cuDNN for --attention auto and test_cuda_cudnn_attention (issue 38): the
+# loader finds libcudnn.so.9 through ld.so.cache or the CUDA toolkit beside
+# which roundpipe was built; where cuDNN lives only in PyTorch's wheel, its
+# file is named by RP_CUDNN_LIBRARY
+if [ -z "${RP_CUDNN_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 ' &&
+   [ ! -f /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+  cudnn_wheel=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null)
+  if [ -n "$cudnn_wheel" ] && [ -f "$cudnn_wheel" ]; then export RP_CUDNN_LIBRARY=$cudnn_wheel; fi
+fi
 
 # start FLAG PHASE: whether PHASE runs (wanted, and time left); a skip says why
 start() {

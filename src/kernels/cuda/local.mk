@@ -21,6 +21,11 @@ librp_la_SOURCES += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
 librp_la_SOURCES += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu
 # gpt-oss's expert biases beside the grouped GEMMs (issue 35)
 librp_la_SOURCES += src/kernels/cuda/grouped_bias.cu
+# cuDNN's fused flash attention (issue 38): its headers at build time, the
+# library opened at run time
+if HAVE_CUDNN
+librp_la_SOURCES += src/kernels/cuda/cudnn_attention.c src/kernels/cuda/cudnn_layout.cu
+endif
 endif
 noinst_HEADERS = src/kernels/cuda/cuda_probe.h
 EXTRA_DIST += src/kernels/cuda/cuda_probe.cu
@@ -41,3 +46,6 @@ noinst_HEADERS += src/kernels/cuda/moe.h src/kernels/cuda/grouped_gemm.h \
 	src/kernels/cuda/grouped_bias.h
 EXTRA_DIST += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu \
 	src/kernels/cuda/grouped_bias.cu
+# cuDNN attention: header and sources for tarballs built without it
+noinst_HEADERS += src/kernels/cuda/cudnn_attention.h
+EXTRA_DIST += src/kernels/cuda/cudnn_attention.c src/kernels/cuda/cudnn_layout.cu
