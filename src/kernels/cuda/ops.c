@@ -1,6 +1,7 @@
 /* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
  * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation,
- * on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
+ * or (attention, where rp_cuda_kernels_choose_attention chose it) cuDNN's
+ * fused flash SDPA, on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
  * check_ids, which must know before any write whether an id is bad),
  * moe_group (which must return RP_ERR_RANGE for an expert out of range:
