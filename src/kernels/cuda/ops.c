@@ -936,8 +936,12 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, rp_error *er
         }
     }
 #endif
-    if (!use)
+    if (!use) { /* a second choice may take back a first one */
+#ifdef RP_HAVE_CUDNN
+        rp_cudnn_attention_destroy(&c->cudnn);
+#endif
         rp_cudnn_library_close(&c->cudnn_library);
+    }
     return RP_OK;
 }
 
