@@ -10,3 +10,11 @@ TESTS += mpi-tests/test_cuda_xent
 mpi_tests_test_cuda_xent_SOURCES = mpi-tests/test_cuda_xent.c
 mpi_tests_test_cuda_xent_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_cuda_xent_LDADD = $(RP_TEST_LDADD)
+
+# cuDNN's fused flash attention through the ops table (exit 77 without a
+# GPU or without a loadable cuDNN 9)
+check_PROGRAMS += mpi-tests/test_cuda_cudnn_attention
+TESTS += mpi-tests/test_cuda_cudnn_attention
+mpi_tests_test_cuda_cudnn_attention_SOURCES = mpi-tests/test_cuda_cudnn_attention.c
+mpi_tests_test_cuda_cudnn_attention_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cuda_cudnn_attention_LDADD = $(RP_TEST_LDADD)

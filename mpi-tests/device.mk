@@ -7,3 +7,9 @@ mpi_tests_test_device_probe_LDADD = $(RP_TEST_LDADD)
 check_PROGRAMS += mpi-tests/cuda_usable
 mpi_tests_cuda_usable_SOURCES = mpi-tests/cuda_usable.c
 mpi_tests_cuda_usable_LDADD = librp.la
+# the attention choice and cuDNN's run-time loader (no GPU needed)
+check_PROGRAMS += mpi-tests/test_attention_choice
+TESTS += mpi-tests/test_attention_choice
+mpi_tests_test_attention_choice_SOURCES = mpi-tests/test_attention_choice.c
+mpi_tests_test_attention_choice_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_attention_choice_LDADD = $(RP_TEST_LDADD)

@@ -11,7 +11,7 @@
 # the runtime's reason without a usable GPU and --dtype fp32 with it always.
 # gpt-oss (issue 35): a tiny config trains on CPU executors and is saved with
 # its config.json; LoRA on it is refused naming why, with nothing written;
-# plan and simulate take gpt-oss-20b's config.
+# plan and simulate take gpt-oss-20b's config. --attention's refusals (below).
 set -u
 . "$(dirname "$0")/testlib.sh"
 fix="$src/mpi-tests/fixtures/golden/qwen3"
@@ -53,6 +53,20 @@ expect 2 "\-\-device: 'gpu'" -- train $base --device gpu
 expect 2 "^roundpipe plan: --device: 'gpu' is not one of cpu, cuda, auto$" -- plan --init-config "$fix/model/config.json" --device gpu
 expect 0 "\-\-init-config FILE" -- train --help
 expect 2 "\-\-recompute: 'block'" -- train $base --recompute block
+# --attention (issue 38): its words; cudnn on CPU executors refused naming
+# why, with nothing saved; own runs. On a usable GPU: with RP_CUDNN_LIBRARY
+# naming a missing file, auto falls back to the own kernel and logs why once,
+# and cudnn is refused with the same reason.
+expect 2 "\-\-attention: 'flash' is not one of auto, cudnn, own" -- train $base --attention flash
+expect 1 "\-\-attention cudnn: CPU executors compute attention with the CPU kernel" -- train $base --device cpu --attention cudnn --save "$tmp/dnn-save"
+[ ! -e "$tmp/dnn-save" ] && ok || bad "a refused --attention cudnn run wrote $tmp/dnn-save"
+expect 0 "weights uploaded" -- train $base --device cpu --attention own
+if cuda_usable; then
+  RP_CUDNN_LIBRARY=/nonexistent/libcudnn.so.9 "$bin" train $base --device cuda > "$tmp/out" 2>&1 &&
+    [ "$(grep -c "attention: own kernel (RP_CUDNN_LIBRARY=/nonexistent/libcudnn.so.9 cannot be loaded" "$tmp/out")" = 1 ] &&
+    ok || { bad "auto without cuDNN: no fallback line, or not once"; cat "$tmp/out"; }
+  RP_CUDNN_LIBRARY=/nonexistent/libcudnn.so.9 expect 1 "\-\-attention cudnn: RP_CUDNN_LIBRARY=/nonexistent" -- train $base --device cuda --attention cudnn
+fi
 expect 2 "\-\-optimizer-lag: 2 is outside" -- train $base --optimizer-lag 2
 expect 2 "\-\-bind: 'maybe'" -- train $base --bind maybe
 expect 2 "\-\-timeout must be > 0" -- train $base --timeout 0

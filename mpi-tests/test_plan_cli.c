@@ -357,8 +357,11 @@ static int64_t top_field(json_object *j, const char *field)
  * (96 x 64): 31040 elements; rank 4 on all seven projections adds 4 (64 +
  * 64) for q and o, 4 (64 + 32) for k and v, 4 (64 + 96) for gate, up and
  * down: 3712 (every A and B a multiple of 16). CUDA executors upload both
- * in bf16 and download only the adapters' fp32 gradients; the embedding
- * (96 x 64) and the head (64 + 96 x 64) are uploaded, never downloaded.
+ * in bf16 and download only the adapters' fp32 gradients; the embedding's
+ * rows a step can read (min(96 rows, 2 microbatches x 16 tokens) x 64:
+ * engine/memory_model.h's rp_memory_embedding_rows) and the head (64 + 96
+ * x 64) are uploaded, never downloaded; the host store holds the whole
+ * embedding.
  * The base is converted into the store for bf16 (the files are fp32):
  * 2 bytes an element, each tensor a multiple of 64 bytes here; for fp32 CPU
  * executors it is mapped from the files, 4 bytes an element. Bad --lora-*
@@ -369,7 +372,7 @@ START_TEST(lora_plan_counts_frozen_and_adapter_bytes)
     snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden/llama/model", rp_test_srcdir());
     const int64_t block = 64 + 64 * 64 + 64 + 2 * (32 * 64 + 32) + 64 * 64 + 64 + 64 + 3 * 96 * 64;
     const int64_t adapters = 4 * (64 + 64) * 2 + 4 * (64 + 32) * 2 + 4 * (64 + 96) * 3;
-    const int64_t embed = 96 * 64, head = 64 + 96 * 64;
+    const int64_t embed = 96 * 64, embed_rows = 32 * 64, head = 64 + 96 * 64;
     ck_assert_int_eq(block, 31040);
     ck_assert_int_eq(adapters, 3712);
     snprintf(cmd, sizeof cmd,
@@ -378,7 +381,7 @@ START_TEST(lora_plan_counts_frozen_and_adapter_bytes)
     ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
     json_object *j = json_tokener_parse(out_text);
     ck_assert_msg(j != NULL, "%s", out_text);
-    ck_assert_int_eq(job_field(j, 0, "weight_bytes"), (embed + block + adapters) * 2);
+    ck_assert_int_eq(job_field(j, 0, "weight_bytes"), (embed_rows + block + adapters) * 2);
     ck_assert_int_eq(job_field(j, 1, "weight_bytes"), (block + adapters + head) * 2);
     ck_assert_int_eq(job_field(j, 1, "grad_bytes"), adapters * 4);
     ck_assert_int_eq(job_field(j, 2, "grad_bytes"), adapters * 4);

@@ -12,7 +12,16 @@
  * mpi-tests/test_cuda_attention (against the CPU kernel). fwd+bwd =
  * (F_fwd + F_bwd) / (t_fwd + t_bwd).
  * Output: a table, then "RESULT attention SEQ FWD BWD FWDBWD" lines.
+ * In a build with cuDNN's headers, where cuDNN loads (RP_CUDNN_LIBRARY, else
+ * libcudnn.so.9), the same shapes through cuDNN's fused flash SDPA
+ * (kernels/cuda/cudnn_attention.h, as --attention cudnn runs it: bf16 in,
+ * the statistics' transposes and the gradients' widening to fp32 timed
+ * too) follow as "RESULT attention-cudnn SEQ FWD BWD FWDBWD", or a line
+ * saying why not (a shape it refuses, cuDNN absent); correctness is
+ * mpi-tests/test_cuda_cudnn_attention's.
  * Exit 77 without a GPU, 1 when a call fails. */
+#include "config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +29,67 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_probe.h"
+#ifdef RP_HAVE_CUDNN
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cudnn_loader.h"
+
+/* TFLOP/s of cuDNN's forward and backward on one shape: one warm-up call of
+ * each (the plans are built then), then `it` calls of each between events.
+ * Constant inputs: the work of a dense causal attention does not depend on
+ * the values. 0; RP_CUDNN_REFUSED with why; -2 with why. */
+static int time_cudnn(rp_cudnn_attention *a, const rp_attn_shape *s, int it, double *f,
+                      double *b, char *why, size_t why_len)
+{
+    size_t rows = (size_t)(s->nseq * s->seqlen), nq = rows * (size_t)(s->nheads * s->head_dim),
+           nk = rows * (size_t)(s->nkv * s->head_dim), nl = rows * (size_t)s->nheads;
+    void *q = NULL, *k = NULL, *v = NULL, *o = NULL, *d = NULL, *lse = NULL, *dq = NULL,
+         *dk = NULL, *dv = NULL;
+    cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL}; /* forward from, to; backward from, to */
+    int rc = -2;
+    if (cudaMalloc(&q, nq * 2) || cudaMalloc(&k, nk * 2) || cudaMalloc(&v, nk * 2) ||
+        cudaMalloc(&o, nq * 2) || cudaMalloc(&d, nq * 2) || cudaMalloc(&lse, nl * 4) ||
+        cudaMalloc(&dq, nq * 4) || cudaMalloc(&dk, nk * 4) || cudaMalloc(&dv, nk * 4) ||
+        cudaEventCreate(&ev[0]) || cudaEventCreate(&ev[1]) || cudaEventCreate(&ev[2]) ||
+        cudaEventCreate(&ev[3])) {
+        snprintf(why, why_len, "allocating: %s", cudaGetErrorString(cudaGetLastError()));
+        goto out;
+    }
+    cudaMemset(q, 0x3c, nq * 2), cudaMemset(k, 0x3c, nk * 2), cudaMemset(v, 0x3c, nk * 2);
+    cudaMemset(d, 0x3c, nq * 2);
+    for (int pass = 0; pass < 2; pass++) { /* 0: forward, 1: backward */
+        for (int i = 0; i <= it; i++) {   /* call 0: the warm-up (the plan is built) */
+            if (i == 1)
+                cudaEventRecord(ev[2 * pass], 0);
+            rc = pass == 0 ? rp_cudnn_attention_forward(a, s, q, k, v, o, lse, why, why_len)
+                           : rp_cudnn_attention_backward(a, s, q, k, v, o, lse, d, dq, dk, dv,
+                                                         why, why_len);
+            if (rc)
+                goto out;
+        }
+        cudaEventRecord(ev[2 * pass + 1], 0);
+    }
+    if (cudaEventSynchronize(ev[3]) != cudaSuccess) {
+        snprintf(why, why_len, "%s", cudaGetErrorString(cudaGetLastError()));
+        rc = -2;
+        goto out;
+    }
+    float tf = 0, tb = 0;
+    cudaEventElapsedTime(&tf, ev[0], ev[1]);
+    cudaEventElapsedTime(&tb, ev[2], ev[3]);
+    *f = rp_cuda_attn_flops(s, 0) * it / (tf * 1e-3) / 1e12;
+    *b = rp_cuda_attn_flops(s, 1) * it / (tb * 1e-3) / 1e12;
+    rc = 0;
+out:
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(d), cudaFree(lse);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv);
+    for (int i = 0; i < 4; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    return rc;
+}
+#endif
 
 int main(int argc, char **argv)
 {
@@ -69,6 +139,45 @@ int main(int argc, char **argv)
             snprintf(results[nr++], sizeof results[0], "RESULT attention %ld %.2f %.2f %.2f", seq, f,
                      b, both);
     }
+#ifdef RP_HAVE_CUDNN
+    rp_cudnn_library lib;
+    rp_cudnn_attention *a = NULL;
+    char dwhy[640];
+    if (rp_cudnn_library_open(&lib, dwhy, sizeof dwhy) != 0 ||
+        rp_cudnn_attention_create(&lib, 0, &a, dwhy, sizeof dwhy) != 0) {
+        printf("cudnn: not timed: %s\n", dwhy);
+    } else {
+        printf("cudnn %zu.%zu.%zu (fused flash SDPA):\n", lib.version / 10000,
+               lib.version / 100 % 100, lib.version % 100);
+        snprintf(buf, sizeof buf, "%s", seqs);
+        for (char *tok = strtok(buf, " ,"); tok; tok = strtok(NULL, " ,")) {
+            long seq = atol(tok);
+            rp_attn_shape s = {.nseq = 1, .seqlen = seq, .nheads = 16, .nkv = 8, .head_dim = 128,
+                               .block = 64, .scale = (float)(1.0 / sqrt(128.0))};
+            int it = iters > 0 ? iters : (int)(1.6e13 / rp_cuda_attn_flops(&s, 0)) + 1;
+            if (it > 50) it = 50;
+            double f = 0, b = 0;
+            int r = time_cudnn(a, &s, it, &f, &b, dwhy, sizeof dwhy);
+            if (r == RP_CUDNN_REFUSED) {
+                printf("%-8ld cudnn refuses: %s\n", seq, dwhy);
+                continue;
+            }
+            if (r != 0) {
+                fprintf(stderr, "bench_attention: cudnn seq %ld: %s\n", seq, dwhy);
+                rc = 1;
+                continue;
+            }
+            double ff = rp_cuda_attn_flops(&s, 0), fb = rp_cuda_attn_flops(&s, 1);
+            double both = (ff + fb) / (ff / f + fb / b);
+            printf("%-8ld %10.1f %10.1f %14.1f\n", seq, f, b, both);
+            if (nr < 16)
+                snprintf(results[nr++], sizeof results[0], "RESULT attention-cudnn %ld %.2f %.2f %.2f",
+                         seq, f, b, both);
+        }
+        rp_cudnn_attention_destroy(&a);
+    }
+    rp_cudnn_library_close(&lib);
+#endif
     for (int i = 0; i < nr; i++) puts(results[i]);
     return rc;
 }

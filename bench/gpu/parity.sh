@@ -38,6 +38,9 @@
 #               device (RP_ALLOW_UNPROVEN_CUDA=1 here; without it the base is
 #               dequantised into the host store)
 #   fp8-moe     golden-fp8/moe-bf16-scales: the same with every expert FP8
+#   cudnn       golden/qwen3 with --attention cudnn (cuDNN's fused flash SDPA,
+#               issue 38); every other case runs --attention own on the device,
+#               so that a cuDNN fault fails this case alone
 #   gpt-oss     golden-gpt-oss/oss-m2: gpt-oss, full fine-tuning (sinks, a sliding
 #               window shorter than the sequence, YaRN, router and expert biases,
 #               the clamped SwiGLU past its clamps, 2 microbatches and a large
@@ -68,7 +71,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -121,8 +124,12 @@ saved_file() { case $1 in lora|moe-lora|fp8|fp8-moe) echo adapter_model.safetens
 run() {
   local name=$1 device=$2 np=$3; shift 3
   local a; a=$(fixture "$case")
-  # CUDA computes in bf16: the fixture's --dtype fp32 is for the CPU
-  [ "$device" = cpu ] || a=$(echo "$a" | sed 's/--dtype fp32//')
+  # CUDA computes in bf16: the fixture's --dtype fp32 is for the CPU; the
+  # device's attention is the own kernel except in the cudnn case
+  if [ "$device" != cpu ]; then
+    a="$(echo "$a" | sed 's/--dtype fp32//') --attention own"
+    [ "$case" = cudnn ] && a="${a% --attention own} --attention cudnn"
+  fi
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
   RP_ALLOW_UNPROVEN_CUDA=1 timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \

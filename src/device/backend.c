@@ -59,6 +59,11 @@ const char *rp_device_name(const rp_device *dev)
     return dev->name;
 }
 
+const char *rp_device_attention_note(const rp_device *dev)
+{
+    return dev->ops->attention_note ? dev->ops->attention_note(dev->impl) : NULL;
+}
+
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err)
 {
     return dev->ops->alloc(dev->impl, bytes, out, err);

@@ -27,11 +27,20 @@ typedef struct rp_device_params {
     rp_device_kind kind; /* CPU or CUDA (AUTO is resolved by the caller) */
     int ordinal;         /* which device of the kind (node-local rank mod count) */
     int threads;         /* host threads the back end may use */
+    int attention;       /* --attention: rp_attention_mode (kernels/attention_choice.h);
+                            0, auto, where not given. The CPU back end runs its own
+                            kernel and refuses cudnn. */
+    int unproven_ok;     /* RP_ALLOW_UNPROVEN_CUDA=1: auto may take paths not yet run on
+                            a GPU (cuDNN's attention) */
 } rp_device_params;
 
 rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_error *err);
 void rp_device_destroy(rp_device **dev);
 const char *rp_device_name(const rp_device *dev);
+/* The attention the device runs, for the run's log (once): "attention:
+ * cudnn 9.x.y (fused flash SDPA)" or "attention: own kernel (why)"; NULL
+ * on the CPU, whose attention has no choice. */
+const char *rp_device_attention_note(const rp_device *dev);
 
 /* Device memory. rp_device_alloc names the bytes asked on failure. */
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err);

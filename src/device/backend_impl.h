@@ -23,6 +23,8 @@ typedef struct rp_device_ops {
     rp_status (*kernels)(void *impl, rp_kernels *out, rp_error *err);
     /* may be NULL (every op has finished on return, as on the CPU) */
     rp_status (*sync)(void *impl, rp_error *err);
+    /* may be NULL (no attention choice, as on the CPU) */
+    const char *(*attention_note)(void *impl);
 } rp_device_ops;
 
 extern const rp_device_ops rp_device_ops_cpu;

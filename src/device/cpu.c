@@ -4,13 +4,17 @@
 #include <string.h>
 
 #include "device/backend_impl.h"
+#include "kernels/attention_choice.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/ops.h"
 
 static rp_status cpu_create(const rp_device_params *params, void **impl, rp_error *err)
 {
-    (void)err;
     *impl = NULL; /* no state: the kernels use the OpenMP threads of the caller */
+    if (params->attention == RP_ATTENTION_CUDNN)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "--attention cudnn: CPU executors compute attention with the CPU "
+                            "kernel (cuDNN runs on CUDA executors only)");
     rp_cpu_blas_threads(params->threads); /* and so do its GEMMs, on any BLAS build */
     return RP_OK;
 }

@@ -109,6 +109,9 @@ static rp_status cuda_create(const rp_device_params *params, void **impl, rp_err
     }
     if (s == RP_OK)
         s = rp_cuda_kernels_create(c->ordinal, c->compute, c->blas, &c->kernels, err);
+    if (s == RP_OK)
+        s = rp_cuda_kernels_choose_attention(&c->kernels, params->attention,
+                                              params->unproven_ok, err);
     if (s != RP_OK) {
         cuda_destroy(c);
         return s;
@@ -207,6 +210,12 @@ static rp_status cuda_sync(void *impl, rp_error *err)
     return sync_compute(impl, "the kernel ops", err);
 }
 
+static const char *cuda_attention_note(void *impl)
+{
+    cuda_impl *c = impl;
+    return rp_cuda_kernels_attention_note(&c->kernels);
+}
+
 const rp_device_ops rp_device_ops_cuda = {
     .name = "cuda",
     .create = cuda_create,
@@ -220,4 +229,5 @@ const rp_device_ops rp_device_ops_cuda = {
     .kernel_ops = &rp_kernel_ops_cuda,
     .kernels = cuda_kernels,
     .sync = cuda_sync,
+    .attention_note = cuda_attention_note,
 };

@@ -318,8 +318,11 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
     if (e->nd.nodes > 1) /* loaded whole: each node keeps its slices' optimizer state */
         rp_node_release_others(e);
     /* the executor's device, and the run's pins, once (not per segment) */
-    rp_device_params dp = {e->device, e->device_ordinal, e->threads};
+    rp_device_params dp = {e->device, e->device_ordinal, e->threads, e->o->attention,
+                           rp_unproven_cuda_allowed()};
     s = rp_device_create(&dp, &e->dev, err);
+    if (s == RP_OK && e->nd.world_rank == 0 && rp_device_attention_note(e->dev))
+        rp_log(e->lg, RP_LOG_INFO, "%s", rp_device_attention_note(e->dev)); /* once a run */
     for (; s == RP_OK && e->pinned_run < e->npins_run; e->pinned_run++)
         if (e->pins[e->pinned_run].bytes > 0)
             s = rp_device_host_register(e->dev, e->pins[e->pinned_run].base,

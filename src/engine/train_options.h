@@ -73,6 +73,8 @@ typedef struct rp_train_options {
     /* engine (pipeline) options */
     const char *plan;        /* --plan: forced partition (rp_plan_parse syntax), NULL = planner */
     int recompute;           /* --recompute: rp_recompute_mode */
+    int attention;           /* --attention: rp_attention_mode (kernels/attention_choice.h),
+                                0 = auto */
     double host_memory_limit_mib; /* --host-memory-limit-mib: what --recompute auto keeps
                                 activations within on CPU executors (0: MemAvailable) */
     double timeout_s;        /* --timeout: deadline of every wait */

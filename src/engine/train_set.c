@@ -13,6 +13,7 @@
 
 #include "core/args.h"
 #include "engine/train_options.h"
+#include "kernels/attention_choice.h"
 #include "plan/deal.h"
 
 /* executors do not compute in fp16; a saved file may hold it */
@@ -170,6 +171,13 @@ static const rp_option rows[] = {
              "backward stage; stage, layer: recompute every block below\n"
              "the tail from a checkpoint per stage or per layer; none:\n"
              "keep every block's (refused when it does not fit)"},
+    {WORD("attention", "auto|cudnn|own", attention, rp_attention_mode_words), .fallback = "auto",
+     .help = "CUDA executors' attention: cudnn, cuDNN 9's fused flash\n"
+             "SDPA (loaded at run time: RP_CUDNN_LIBRARY, else\n"
+             "libcudnn.so.9), refused where it cannot run; own, the own\n"
+             "flash kernel; auto (default): cudnn where it loads on an\n"
+             "sm_80+ GPU, else own. Segments, windows and sinks take\n"
+             "the own kernel. The choice is logged once"},
     {DOUBLE("timeout", "SECONDS", timeout_s), .fallback = "600", .min = 0, .max = TIMEOUT_MAX_S,
      .bounds = RP_OPTION_MIN_OPEN,
      .range_error = "--timeout must be > 0 and at most " NUMBER_TEXT(TIMEOUT_MAX_S)

@@ -2,6 +2,10 @@
 # What the CUDA back end allocates is plain C, built with or without CUDA
 # (sizes.h), so plans for CUDA executors are the same from any build.
 librp_la_SOURCES += src/kernels/cuda/sizes.c src/kernels/cuda/sizes.h
+# The attention choice (--attention) and cuDNN's run-time loader: plain C,
+# built with or without CUDA, so both are tested on any machine.
+librp_la_SOURCES += src/kernels/attention_choice.c src/kernels/attention_choice.h \
+	src/kernels/cudnn_loader.c src/kernels/cudnn_loader.h
 if HAVE_CUDA
 librp_la_SOURCES += src/kernels/cuda/cuda_probe.cu
 # cuda-core kernels and the CUDA back end of src/device (C, compiled by the C
@@ -17,6 +21,11 @@ librp_la_SOURCES += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
 librp_la_SOURCES += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu
 # gpt-oss's expert biases beside the grouped GEMMs (issue 35)
 librp_la_SOURCES += src/kernels/cuda/grouped_bias.cu
+# cuDNN's fused flash attention (issue 38): its headers at build time, the
+# library opened at run time
+if HAVE_CUDNN
+librp_la_SOURCES += src/kernels/cuda/cudnn_attention.c src/kernels/cuda/cudnn_layout.cu
+endif
 endif
 noinst_HEADERS = src/kernels/cuda/cuda_probe.h
 EXTRA_DIST += src/kernels/cuda/cuda_probe.cu
@@ -37,3 +46,6 @@ noinst_HEADERS += src/kernels/cuda/moe.h src/kernels/cuda/grouped_gemm.h \
 	src/kernels/cuda/grouped_bias.h
 EXTRA_DIST += src/kernels/cuda/moe.cu src/kernels/cuda/grouped_gemm.cu \
 	src/kernels/cuda/grouped_bias.cu
+# cuDNN attention: header and sources for tarballs built without it
+noinst_HEADERS += src/kernels/cuda/cudnn_attention.h
+EXTRA_DIST += src/kernels/cuda/cudnn_attention.c src/kernels/cuda/cudnn_layout.cu

@@ -1,6 +1,7 @@
 /* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
  * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation,
- * on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
+ * or (attention, where rp_cuda_kernels_choose_attention chose it) cuDNN's
+ * fused flash SDPA, on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
  * check_ids, which must know before any write whether an id is bad),
  * moe_group (which must return RP_ERR_RANGE for an expert out of range:
@@ -10,10 +11,16 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention_choice.h"
+#include "kernels/cudnn_loader.h"
 #include "kernels/cuda/attention.h"
+#ifdef RP_HAVE_CUDNN
+#include "kernels/cuda/cudnn_attention.h"
+#endif
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/fp8.h"
 #include "kernels/cuda/elementwise.h"
@@ -54,6 +61,13 @@ typedef struct cuda_state {
      * first use and when the pairs grow */
     void *moe_scratch;
     size_t moe_scratch_bytes;
+    /* the attention choice (rp_cuda_kernels_choose_attention) */
+    int attention_mode;
+    char attention_note[768];
+    rp_cudnn_library cudnn_library;
+#ifdef RP_HAVE_CUDNN
+    rp_cudnn_attention *cudnn; /* NULL: the own kernel for every call */
+#endif
 } cuda_state;
 
 rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *err)
@@ -244,11 +258,46 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 
 /* gpt-oss's windows and sinks (issue 35) are the kernels' own
  * (kernels/cuda/attention.h). */
+#ifdef RP_HAVE_CUDNN
+/* cuDNN's answer for a call: RP_OK and *done when it ran it; RP_OK and not
+ * *done when the own kernel is to run it (a shape cuDNN does not take,
+ * under auto, or a kind of shape no mode sends to cuDNN); an error when
+ * --attention cudnn meets a plain causal shape cuDNN refuses, or cuDNN
+ * fails. */
+static rp_status cudnn_answer(const cuda_state *c, const rp_attn_shape *s, const char *what,
+                              int rc, const char *why, int *done, rp_error *err)
+{
+    *done = rc == RP_CUDNN_DONE;
+    if (rc == RP_CUDNN_REFUSED && c->attention_mode == RP_ATTENTION_CUDNN)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "cuda device %d: --attention cudnn: %s of %lld x %lld tokens, "
+                            "%lld/%lld heads of %lld: %s", c->ordinal, what,
+                            (long long)s->nseq, (long long)s->seqlen, (long long)s->nheads,
+                            (long long)s->nkv, (long long)s->head_dim, why);
+    if (rc == RP_CUDNN_FAILED) {
+        cudaGetLastError();
+        return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: %s through cuDNN: %s", c->ordinal,
+                            what, why);
+    }
+    return RP_OK;
+}
+#endif
+
 static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
                                    const void *k, const void *v, void *o, float *lse,
                                    rp_error *err)
 {
     cuda_state *c = state;
+#ifdef RP_HAVE_CUDNN
+    if (c->cudnn && !rp_attention_cudnn_refusal(s)) {
+        char dwhy[256] = "";
+        int done = 0;
+        int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
+        RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
+        if (done)
+            return RP_OK;
+    }
+#endif
     const char *why = NULL;
     int rc = rp_cuda_attn_forward_bf16(s, q, k, v, NULL, o, lse, c->stream, &why);
     return rc ? failed(c, "attention forward", rc, why, err) : RP_OK;
@@ -260,6 +309,17 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
                                     float *scratch, rp_error *err)
 {
     cuda_state *c = state;
+#ifdef RP_HAVE_CUDNN
+    if (c->cudnn && !rp_attention_cudnn_refusal(s)) {
+        char dwhy[256] = "";
+        int done = 0;
+        int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
+                                             sizeof dwhy);
+        RP_TRY(cudnn_answer(c, s, "attention backward", rc, dwhy, &done, err));
+        if (done)
+            return RP_OK;
+    }
+#endif
     const char *why = NULL;
     int rc = rp_cuda_attn_delta_bf16(s, o, dout, scratch, c->stream, &why);
     if (rc)
@@ -836,6 +896,63 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
     return RP_OK;
 }
 
+rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, int unproven_ok,
+                                           rp_error *err)
+{
+    cuda_state *c = k->state;
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->ordinal);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, c->ordinal);
+    if (e != cudaSuccess)
+        return rp_cuda_fail(c->ordinal, "reading the compute capability", (int)e, err);
+    char problem[640];
+    const char *why = NULL;
+#ifdef RP_HAVE_CUDNN
+    if (mode != RP_ATTENTION_OWN && !c->cudnn_library.handle &&
+        rp_cudnn_library_open(&c->cudnn_library, problem, sizeof problem) != 0)
+        why = problem;
+#else
+    snprintf(problem, sizeof problem, "this build has no cuDNN (configure found no cudnn_graph.h)");
+    why = problem;
+#endif
+    int use = 0;
+    rp_status s = rp_attention_choose(mode, why, c->cudnn_library.version, major, minor,
+                                      unproven_ok, &use, c->attention_note,
+                                      sizeof c->attention_note, err);
+    if (s != RP_OK) {
+        rp_cudnn_library_close(&c->cudnn_library);
+        return rp_error_prefix(err, "cuda device %d", c->ordinal);
+    }
+    c->attention_mode = mode;
+#ifdef RP_HAVE_CUDNN
+    if (use && !c->cudnn) {
+        char cwhy[256] = "";
+        if (rp_cudnn_attention_create(&c->cudnn_library, c->stream, &c->cudnn, cwhy,
+                                      sizeof cwhy) != 0) {
+            if (mode == RP_ATTENTION_CUDNN)
+                return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: --attention "
+                                    "cudnn: %s", c->ordinal, cwhy);
+            snprintf(c->attention_note, sizeof c->attention_note, "attention: own kernel (%s)",
+                     cwhy);
+        }
+    }
+#endif
+    if (!use) { /* a second choice may take back a first one */
+#ifdef RP_HAVE_CUDNN
+        rp_cudnn_attention_destroy(&c->cudnn);
+#endif
+        rp_cudnn_library_close(&c->cudnn_library);
+    }
+    return RP_OK;
+}
+
+const char *rp_cuda_kernels_attention_note(const rp_kernels *k)
+{
+    const cuda_state *c = k ? k->state : NULL;
+    return c && c->attention_note[0] ? c->attention_note : NULL;
+}
+
 void rp_cuda_kernels_destroy(rp_kernels *k)
 {
     cuda_state *c = k ? k->state : NULL;
@@ -843,6 +960,10 @@ void rp_cuda_kernels_destroy(rp_kernels *k)
         return;
     cudaSetDevice(c->ordinal);
     cudaStreamSynchronize(c->stream);
+#ifdef RP_HAVE_CUDNN
+    rp_cudnn_attention_destroy(&c->cudnn);
+#endif
+    rp_cudnn_library_close(&c->cudnn_library);
     cudaFree(c->scratch);
     cudaFree(c->bad);
     cudaFree(c->rope);

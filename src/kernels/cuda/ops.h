@@ -18,6 +18,17 @@ extern const rp_kernel_ops rp_kernel_ops_cuda;
  * once, growing them only when a shape grows. */
 rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kernels *out,
                                  rp_error *err);
+/* Chooses the table's attention (--attention; kernels/attention_choice.h):
+ * opens cuDNN (kernels/cudnn_loader.h) unless `mode` is own, and with
+ * cudnn chosen routes attention_forward/backward through cuDNN's fused
+ * flash SDPA (kernels/cuda/cudnn_attention.h) for every shape it takes,
+ * the own kernel for the rest. Without this call the table runs the own
+ * kernel. RP_ERR_UNSUPPORTED when cudnn was asked for and cannot run. */
+rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, int unproven_ok,
+                                           rp_error *err);
+/* The choice's line for the run's log ("attention: ..."). */
+const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
+
 /* Waits for the stream and frees the state; out->state becomes NULL. */
 void rp_cuda_kernels_destroy(rp_kernels *k);
 

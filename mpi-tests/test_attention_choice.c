@@ -1,0 +1,193 @@
+/* Proves, on any machine (no GPU needed): cuDNN's run-time loader
+ * (kernels/cudnn_loader.h) reports a RP_CUDNN_LIBRARY that names a missing
+ * file, or a file that is not cuDNN, by its path and leaves nothing open;
+ * it opens the cuDNN 9 this machine's CUDA toolkit ships when pointed at it
+ * (skipped where that file is absent) and resolves every entry point; the
+ * attention choice (kernels/attention_choice.h) takes the own kernel under
+ * auto with the loader's reason in its log line, refuses --attention cudnn
+ * with that reason (and on a GPU older than sm_80), names cuDNN's version
+ * when it is chosen, and sends segments, windows, sinks and head dims
+ * cuDNN does not run to the own kernel. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/attention_choice.h"
+#include "kernels/cudnn_loader.h"
+#include "rp_check.h"
+
+/* what this machine's CUDA toolkit ships (the configure's default place) */
+#define TOOLKIT_CUDNN "/usr/local/cuda/lib64/libcudnn.so.9"
+
+START_TEST(missing_library_reported_by_its_path)
+{
+    setenv("RP_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
+    rp_cudnn_library lib;
+    char why[640] = "";
+    ck_assert_int_eq(rp_cudnn_library_open(&lib, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "RP_CUDNN_LIBRARY=/nonexistent/libcudnn.so.9 cannot be loaded"),
+                  "message: %s", why);
+    ck_assert_ptr_null(lib.handle);
+    rp_cudnn_library_close(&lib); /* nothing to close: harmless */
+
+    /* auto falls back and says why; cudnn is refused with the same reason */
+    int use = 1;
+    char note[768];
+    rp_error err = {0};
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, why, 0, 9, 0, 1, &use, note, sizeof note,
+                                         &err), RP_OK);
+    ck_assert_int_eq(use, 0);
+    ck_assert_msg(strncmp(note, "attention: own kernel (RP_CUDNN_LIBRARY=/nonexistent", 52) == 0,
+                  "note: %s", note);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, why, 0, 9, 0, 1, &use, note,
+                                         sizeof note, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(use, 0);
+    ck_assert_msg(strstr(err.msg, "--attention cudnn: RP_CUDNN_LIBRARY=/nonexistent"), "%s",
+                  err.msg);
+    unsetenv("RP_CUDNN_LIBRARY");
+}
+END_TEST
+
+START_TEST(a_file_that_is_not_cudnn_refused)
+{
+    /* a shared library without cuDNN's symbols: the C library itself */
+    setenv("RP_CUDNN_LIBRARY", "libc.so.6", 1);
+    rp_cudnn_library lib;
+    char why[640] = "";
+    ck_assert_int_eq(rp_cudnn_library_open(&lib, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "libc.so.6 has no symbol cudnnGetVersion"), "message: %s", why);
+    ck_assert_ptr_null(lib.handle);
+    /* a file that is no library at all */
+    char path[512];
+    snprintf(path, sizeof path, "%s/not-a-library.so", rp_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("not an ELF file\n", f);
+    fclose(f);
+    setenv("RP_CUDNN_LIBRARY", path, 1);
+    ck_assert_int_eq(rp_cudnn_library_open(&lib, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "cannot be loaded") && strstr(why, path), "message: %s", why);
+    unlink(path);
+    unsetenv("RP_CUDNN_LIBRARY");
+}
+END_TEST
+
+START_TEST(toolkit_cudnn_opens)
+{
+    if (access(TOOLKIT_CUDNN, R_OK) != 0) {
+        printf("SKIP part: %s absent\n", TOOLKIT_CUDNN);
+        return;
+    }
+    setenv("RP_CUDNN_LIBRARY", TOOLKIT_CUDNN, 1);
+    rp_cudnn_library lib;
+    char why[640] = "";
+    ck_assert_msg(rp_cudnn_library_open(&lib, why, sizeof why) == 0, "%s", why);
+    ck_assert_ptr_nonnull(lib.handle);
+    ck_assert_uint_eq(lib.version / 10000, 9);
+    for (int i = 0; i < RP_CUDNN_SYMBOLS; i++)
+        ck_assert_msg(lib.symbols[i] != NULL, "%s unresolved", rp_cudnn_symbol_names[i]);
+    ck_assert_str_eq(lib.path, TOOLKIT_CUDNN);
+    int use = 0;
+    char note[768], want[64];
+    rp_error err = {0};
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, lib.version, 9, 0, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 1);
+    snprintf(want, sizeof want, "attention: cudnn 9.%zu.%zu (fused flash SDPA)",
+             lib.version / 100 % 100, lib.version % 100);
+    ck_assert_str_eq(note, want);
+    rp_cudnn_library_close(&lib);
+    ck_assert_ptr_null(lib.handle);
+    unsetenv("RP_CUDNN_LIBRARY");
+}
+END_TEST
+
+START_TEST(choice_by_mode_and_gpu)
+{
+    int use = 1;
+    char note[768];
+    rp_error err = {0};
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_OWN, NULL, 91900, 9, 0, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 0);
+    ck_assert_str_eq(note, "attention: own kernel (--attention own)");
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 8, 6, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 1);
+    ck_assert_str_eq(note, "attention: cudnn 9.19.0 (fused flash SDPA)");
+    /* until a GPU has run cuDNN's graphs, auto takes them only when the run
+     * allows unproven paths; --attention cudnn asks for them outright */
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 9, 0, 0, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 0);
+    ck_assert_msg(strstr(note, "attention: own kernel (") &&
+                      strstr(note, "RP_ALLOW_UNPROVEN_CUDA=1"), "%s", note);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 9, 0, 0, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 1);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 9, 0, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 1);
+    /* an sm_75 GPU: auto takes the own kernel and says so; cudnn is refused */
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 7, 5, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 0);
+    ck_assert_msg(strstr(note, "attention: own kernel (") && strstr(note, "sm_75"), "%s", note);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 7, 5, 1, &use, note,
+                                         sizeof note, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "--attention cudnn") && strstr(err.msg, "sm_80"), "%s",
+                  err.msg);
+    ck_assert_int_eq(rp_attention_choose(7, NULL, 91900, 9, 0, 1, &use, note, sizeof note, &err),
+                     RP_ERR_INVALID_ARG);
+    ck_assert_str_eq(rp_attention_mode_words[RP_ATTENTION_AUTO], "auto");
+    ck_assert_str_eq(rp_attention_mode_words[RP_ATTENTION_CUDNN], "cudnn");
+    ck_assert_str_eq(rp_attention_mode_words[RP_ATTENTION_OWN], "own");
+}
+END_TEST
+
+START_TEST(shapes_cudnn_does_not_take)
+{
+    rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
+                       .scale = 0.125f};
+    ck_assert_ptr_null(rp_attention_cudnn_refusal(&s));
+    s.head_dim = 128;
+    ck_assert_ptr_null(rp_attention_cudnn_refusal(&s));
+    s.head_dim = 256;
+    ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
+    s.head_dim = 60;
+    ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
+    s.head_dim = 64;
+    int32_t starts[1];
+    s.seg_start = starts;
+    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "segments") != NULL, "segments");
+    s.seg_start = NULL;
+    s.window = 128;
+    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "window") != NULL, "window");
+    s.window = 0;
+    float sinks[4];
+    s.sinks = sinks;
+    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "sinks") != NULL, "sinks");
+    s.sinks = NULL;
+    s.nkv = 3; /* 4 heads do not group over 3 */
+    ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
+}
+END_TEST
+
+static Suite *choice_suite(void)
+{
+    Suite *s = suite_create("attention_choice");
+    TCase *tc = tcase_create("choice");
+    tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
+    tcase_add_test(tc, missing_library_reported_by_its_path);
+    tcase_add_test(tc, a_file_that_is_not_cudnn_refused);
+    tcase_add_test(tc, toolkit_cudnn_opens);
+    tcase_add_test(tc, choice_by_mode_and_gpu);
+    tcase_add_test(tc, shapes_cudnn_does_not_take);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(choice_suite, "serial")

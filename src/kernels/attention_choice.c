@@ -1,0 +1,59 @@
+/* The attention choice (attention_choice.h). */
+#include "kernels/attention_choice.h"
+
+#include <stdio.h>
+
+const char *const rp_attention_mode_words[] = {"auto", "cudnn", "own", NULL};
+
+rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_version,
+                              int sm_major, int sm_minor, int unproven_ok, int *use_cudnn,
+                              char *note, size_t note_len, rp_error *err)
+{
+    *use_cudnn = 0;
+    if (mode != RP_ATTENTION_AUTO && mode != RP_ATTENTION_CUDNN && mode != RP_ATTENTION_OWN)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "--attention: mode %d is not auto, cudnn "
+                            "or own", mode);
+    if (mode == RP_ATTENTION_OWN) {
+        snprintf(note, note_len, "attention: own kernel (--attention own)");
+        return RP_OK;
+    }
+    char why[640];
+    why[0] = '\0';
+    if (cudnn_problem)
+        snprintf(why, sizeof why, "%s", cudnn_problem);
+    else if (sm_major < 8)
+        snprintf(why, sizeof why, "cuDNN's fused flash SDPA needs sm_80 or newer; this GPU is "
+                 "sm_%d%d", sm_major, sm_minor);
+    if (why[0]) {
+        if (mode == RP_ATTENTION_CUDNN)
+            return rp_error_set(err, RP_ERR_UNSUPPORTED, "--attention cudnn: %s", why);
+        snprintf(note, note_len, "attention: own kernel (%s)", why);
+        return RP_OK;
+    }
+    if (mode == RP_ATTENTION_AUTO && !unproven_ok) {
+        snprintf(note, note_len, "attention: own kernel (cuDNN %zu.%zu.%zu's fused flash SDPA "
+                 "has not run on a GPU yet: --attention cudnn or RP_ALLOW_UNPROVEN_CUDA=1 takes "
+                 "it)", cudnn_version / 10000, cudnn_version / 100 % 100, cudnn_version % 100);
+        return RP_OK;
+    }
+    *use_cudnn = 1;
+    snprintf(note, note_len, "attention: cudnn %zu.%zu.%zu (fused flash SDPA)",
+             cudnn_version / 10000, cudnn_version / 100 % 100, cudnn_version % 100);
+    return RP_OK;
+}
+
+const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
+{
+    if (s->nseq < 1 || s->seqlen < 1 || s->nheads < 1 || s->nkv < 1 || s->head_dim < 1 ||
+        s->nheads % s->nkv != 0)
+        return "an empty or inconsistent shape";
+    if (s->seg_start)
+        return "document segments (cuDNN's ragged layout is not wired to seg_start)";
+    if (s->window > 0)
+        return "a sliding window (gpt-oss)";
+    if (s->sinks)
+        return "attention sinks (gpt-oss)";
+    if (s->head_dim % 8 != 0 || s->head_dim > 128)
+        return "a head_dim that is not a multiple of 8 up to 128";
+    return NULL;
+}

@@ -1,0 +1,59 @@
+/* Which attention a CUDA executor runs (--attention auto|cudnn|own), and
+ * which shapes cuDNN's fused flash SDPA takes. Plain C, built everywhere,
+ * so the choice and its messages are tested without a GPU.
+ *
+ *   own    the own flash kernel (kernels/cuda/attention.h), always.
+ *   cudnn  cuDNN 9's fused flash SDPA for every call whose shape it takes
+ *          (rp_attention_cudnn_refusal); refused at start-up when cuDNN
+ *          cannot be loaded or the GPU is older than sm_80, never silently
+ *          replaced by the own kernel.
+ *   auto   (the default) cudnn where it loads, the GPU is sm_80 or newer
+ *          and the run allows paths not yet run on a GPU
+ *          (RP_ALLOW_UNPROVEN_CUDA=1: cuDNN's graphs were written without
+ *          one, issue 38), else own, with the reason. A GPU window that
+ *          proves them (bench/gpu/run.sh) lifts that condition.
+ * Calls whose shape cuDNN does not take (document segments, gpt-oss's
+ * windows and sinks, head dims it does not run) take the own kernel under
+ * auto and cudnn alike: the same contract (kernels/ops.h), tested against
+ * the same CPU op. */
+#ifndef RP_KERNELS_ATTENTION_CHOICE_H
+#define RP_KERNELS_ATTENTION_CHOICE_H
+
+#include <stddef.h>
+
+#include "core/error.h"
+#include "kernels/attn_shape.h"
+
+typedef enum rp_attention_mode {
+    RP_ATTENTION_AUTO = 0,
+    RP_ATTENTION_CUDNN = 1,
+    RP_ATTENTION_OWN = 2
+} rp_attention_mode;
+
+/* "auto", "cudnn", "own" (NULL-terminated, in the enum's order: the
+ * option's words) */
+extern const char *const rp_attention_mode_words[];
+
+/* Decides between cuDNN and the own kernel for a run. cudnn_problem: NULL
+ * when cuDNN loaded (cudnn_version: its cudnnGetVersion), else why not
+ * (cudnn_loader.h's message, or that the build has no cuDNN headers);
+ * sm_major/sm_minor: the GPU's compute capability; unproven_ok: auto may
+ * take cuDNN, which has not run on a GPU yet. *use_cudnn gets the
+ * choice and `note` (note_len bytes) the line the run logs once:
+ * "attention: cudnn 9.19.0 (fused flash SDPA)" or "attention: own kernel
+ * (why)". RP_ERR_UNSUPPORTED naming --attention cudnn and the reason when
+ * cudnn was asked for and cannot run; RP_ERR_INVALID_ARG for a mode out of
+ * range. */
+rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_version,
+                              int sm_major, int sm_minor, int unproven_ok, int *use_cudnn,
+                              char *note, size_t note_len, rp_error *err);
+
+/* NULL when cuDNN's SDPA takes this call's shape, else why not (a static
+ * string): document segments (seg_start; cuDNN's ragged offsets would need
+ * per-document sequence lengths this contract does not carry), a sliding
+ * window or sinks (gpt-oss), a head_dim that is not a multiple of 8 or
+ * over 128 (what every sm_80+ GPU runs forward and backward), or a
+ * non-positive size. */
+const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
+
+#endif
