@@ -1,0 +1,340 @@
+/* `roundpipe plan --seq-len max` (see plan_longest.h). */
+#include "cli/plan_longest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/plan_choice.h"
+#include "cli/plan_opts.h"
+#include "engine/host_memory.h"
+#include "engine/memory_model.h"
+#include "plan/schedule.h"
+
+int rp_plan_longest_requested(int argc, char **argv, int *joined)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strcmp(argv[i], "--seq-len=max")) {
+            *joined = 1;
+            return i;
+        }
+        if (!strcmp(argv[i], "--seq-len") && i + 1 < argc && !strcmp(argv[i + 1], "max")) {
+            *joined = 0;
+            return i + 1;
+        }
+    }
+    return -1;
+}
+
+static void set_length(char **argv, int at, int joined, char *word, int64_t seq_len)
+{
+    snprintf(word, 32, "%s%lld", joined ? "--seq-len=" : "", (long long)seq_len);
+    argv[at] = word;
+}
+
+/* One length: parsed as `roundpipe plan --seq-len S` would be, and planned.
+ * Returns RP_OK with *fits 1 or 0 (and *bound), or an error that is not a
+ * memory bound. On return *o holds the parse (the caller frees it). */
+typedef struct trial {
+    rp_plan_cli o;
+    rp_plan plan;
+    rp_sim_result res;
+    rp_plan_choice choice;
+    int parsed;
+    int fits;
+    rp_longest_bound bound;
+    size_t host_total; /* store and activations, and CPU executors' buffers */
+    size_t buffers;
+    char msg[1100];    /* the planner's refusal */
+} trial;
+
+static int host_limit_given(const rp_plan_cli *o)
+{
+    return o->host_limit > 0 && o->host_limit_from &&
+           !strcmp(o->host_limit_from, "--host-memory-limit-mib");
+}
+
+static rp_status try_length(int argc, char **argv, int at, int joined, char *word,
+                            int64_t seq_len, trial *t, rp_error *err)
+{
+    if (t->parsed)
+        rp_plan_cli_free(&t->o);
+    t->parsed = 0;
+    t->fits = 0;
+    set_length(argv, at, joined, word, seq_len);
+    RP_TRY(rp_plan_cli_parse(argc, argv, &t->o, err));
+    t->parsed = 1;
+    if (!t->o.have_config) {
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--seq-len max needs a config (--init-config or --model): a "
+                            "layer-times file's memory does not depend on the length");
+    }
+    t->o.mc = rp_machine_node(&t->o.mc);
+    rp_error perr = {0};
+    rp_status st = rp_plan_cli_choose(&t->o, &t->o.mc, &t->plan, &t->res, &t->choice, &perr);
+    if (st == RP_ERR_DEVICE_MEMORY) {
+        t->bound = RP_BOUND_DEVICE;
+        snprintf(t->msg, sizeof t->msg, "%s", perr.msg);
+        return RP_OK;
+    }
+    if (st != RP_OK) {
+        *err = perr;
+        return st;
+    }
+    t->buffers = t->o.device == RP_DEVICE_CPU /* CPU executors' buffers are host memory too */
+                     ? (size_t)t->o.mc.gpus * (size_t)t->res.peak_bytes
+                     : 0;
+    t->host_total = rp_plan_choice_host_total(&t->choice.host) + t->buffers;
+    if (host_limit_given(&t->o) && t->host_total > (size_t)t->o.host_limit) {
+        t->bound = RP_BOUND_HOST;
+        return RP_OK;
+    }
+    t->fits = 1;
+    return RP_OK;
+}
+
+static const char *kind_word(rp_layer_kind k)
+{
+    return k == RP_LAYER_EMBED ? "embedding" : k == RP_LAYER_HEAD ? "head" : "decoder block";
+}
+
+/* "job 3 (layers 4-7), most in layer 5 (decoder block)": the layer of the
+ * job whose field is largest */
+static void job_words(const rp_cost_model *m, const rp_plan *p, int j, int grads, char *buf,
+                      size_t len)
+{
+    if (j < 0) {
+        snprintf(buf, len, "no job");
+        return;
+    }
+    rp_job jb = rp_schedule_job(p, j);
+    int most = jb.first;
+    for (int l = jb.first; l <= jb.last; l++) {
+        int64_t v = grads ? m->layers[l].grad_bytes : m->layers[l].weight_bytes;
+        int64_t w = grads ? m->layers[most].grad_bytes : m->layers[most].weight_bytes;
+        if (v > w)
+            most = l;
+    }
+    if (jb.first == jb.last)
+        snprintf(buf, len, "job %d: layer %d, the %s", j, most, kind_word(m->layers[most].kind));
+    else
+        snprintf(buf, len, "job %d: layers %d-%d, most in layer %d, the %s", j, jb.first,
+                 jb.last, most, kind_word(m->layers[most].kind));
+}
+
+typedef struct part {
+    const char *name;
+    int64_t bytes;
+    char detail[400];
+} part;
+
+static int by_size(const void *a, const void *b)
+{
+    const part *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+static void list_parts(part *ps, int n, rp_longest *out)
+{
+    char *buf = out->why;
+    const size_t len = sizeof out->why;
+    qsort(ps, (size_t)n, sizeof *ps, by_size);
+    out->part = ps[0].name;
+    out->nparts = n;
+    for (int i = 0; i < n; i++) {
+        out->parts[i].name = ps[i].name;
+        out->parts[i].bytes = ps[i].bytes;
+    }
+    size_t at = strlen(buf);
+    for (int i = 0; i < n && at < len; i++) {
+        if (ps[i].bytes <= 0)
+            continue;
+        at += (size_t)snprintf(buf + at, len - at, "%s%s %.1f MiB (%s)", i ? "; " : "",
+                               ps[i].name, ps[i].bytes / 1048576.0, ps[i].detail);
+    }
+}
+
+/* What needs the device memory at t's length: the plan the planner would
+ * have fallen back on (one layer per stage, or the forced --plan), its
+ * peak in parts, largest first. */
+static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
+{
+    const rp_plan_cli *o = &t->o;
+    const rp_cost_model *m = o->model;
+    rp_plan p;
+    if (o->forced) {
+        p = *o->forced;
+        if (p.kept == RP_PLAN_KEPT_CHOOSE)
+            p.kept = 0;
+    } else {
+        rp_plan_singletons(m->num_layers, o->width > 0 ? o->width : o->mc.gpus, &p);
+    }
+    rp_peak_parts q;
+    rp_schedule_peak_parts(m, &p, o->mc.gpus, o->mc.workspace_bytes, &q);
+    rp_workspace_parts w;
+    int64_t ws = rp_memory_model_workspace(&o->cfg, o->device, o->dtype, o->documents,
+                                           m->tokens_per_microbatch / seq_len, seq_len, &w);
+    part ps[5];
+    memset(ps, 0, sizeof ps);
+    ps[0].name = "workspace";
+    ps[0].bytes = q.workspace;
+    if (ws == q.workspace)
+        snprintf(ps[0].detail, sizeof ps[0].detail,
+                 "one scratch for every layer call, as large as %s: a decoder block's %.1f "
+                 "MiB, the head's %.1f MiB (a chunk's logits and their gradient); token ids, "
+                 "targets and mask %.1f MiB",
+                 w.block_scratch >= w.head_scratch ? "a decoder block's" : "the head's",
+                 w.block_scratch / 1048576.0, w.head_scratch / 1048576.0,
+                 (w.token_ids + w.router) / 1048576.0);
+    else
+        snprintf(ps[0].detail, sizeof ps[0].detail, "--workspace-mib's");
+    ps[1].name = "saved activations";
+    ps[1].bytes = q.saved;
+    /* the memory model gives every layer one slot of the largest block's
+     * saved area (engine/memory_model.h's act_bytes) */
+    const int64_t slot = q.saved_layer >= 0 ? m->layers[q.saved_layer].act_bytes : 0;
+    if (q.saved_job >= 0) {
+        rp_job jb = rp_schedule_job(&p, q.saved_job);
+        snprintf(ps[1].detail, sizeof ps[1].detail,
+                 "what job %d (layers %d-%d) keeps for its backward: %lld slot(s) of %.1f MiB, "
+                 "the largest decoder block's saved area, which every layer of a tail or "
+                 "backward stage gets",
+                 q.saved_job, jb.first, jb.last, (long long)(slot ? q.saved / slot : 0),
+                 slot / 1048576.0);
+    } else {
+        snprintf(ps[1].detail, sizeof ps[1].detail,
+                 "one slot, the largest decoder block's saved area");
+    }
+    char words[160];
+    ps[2].name = "weights";
+    ps[2].bytes = 2 * q.weights;
+    job_words(m, &p, q.weights_job, 0, words, sizeof words);
+    snprintf(ps[2].detail, sizeof ps[2].detail,
+             "two buffers of the largest stage's %.1f MiB, the running and the prefetched; %s",
+             q.weights / 1048576.0, words);
+    ps[3].name = "gradients";
+    ps[3].bytes = q.grads;
+    job_words(m, &p, q.grads_job, 1, words, sizeof words);
+    snprintf(ps[3].detail, sizeof ps[3].detail, "the largest backward stage's; %s", words);
+    ps[4].name = "stage buffers";
+    ps[4].bytes = (int64_t)(q.layers + 2) * q.out;
+    snprintf(ps[4].detail, sizeof ps[4].detail,
+             "%d x one microbatch's activations, %.1f MiB (layer %d's output)", q.layers + 2,
+             q.out / 1048576.0, q.io_layer);
+    snprintf(out->why, sizeof out->why,
+             "at %lld tokens no plan fits the device memory limit of %.1f MiB (%s); %s needs "
+             "%.1f MiB: ",
+             (long long)seq_len, o->mc.memory_limit / 1048576.0, t->msg,
+             o->forced ? "the --plan" : "one layer per stage", q.total / 1048576.0);
+    out->need = q.total;
+    out->limit = o->mc.memory_limit;
+    list_parts(ps, 5, out);
+}
+
+/* What needs the host memory at t's length: the store's parts, largest first. */
+static void host_bound(const trial *t, int64_t seq_len, rp_longest *out)
+{
+    const rp_host_memory *hm = &t->choice.host;
+    part ps[3];
+    memset(ps, 0, sizeof ps);
+    ps[0].name = "activations";
+    ps[0].bytes = (int64_t)hm->activations;
+    snprintf(ps[0].detail, sizeof ps[0].detail,
+             "the arena of the stages' outputs, saved inputs and gradients%s",
+             hm->kept_layers > 0 ? ", kept blocks' included" : "");
+    ps[1].name = "model state and gradients";
+    ps[1].bytes = (int64_t)hm->param_store;
+    snprintf(ps[1].detail, sizeof ps[1].detail, "the store's parameters, optimizer state and "
+             "gradient areas");
+    ps[2].name = "executor buffers";
+    ps[2].bytes = (int64_t)t->buffers;
+    snprintf(ps[2].detail, sizeof ps[2].detail, "%d CPU executors' device memory, which is "
+             "host memory", t->o.mc.gpus);
+    snprintf(out->why, sizeof out->why,
+             "at %lld tokens a plan fits the device, but the host memory per node, %.2f GiB, is "
+             "over --host-memory-limit-mib's %.2f GiB: ",
+             (long long)seq_len, t->host_total / 1073741824.0,
+             t->o.host_limit / 1073741824.0);
+    out->need = (int64_t)t->host_total;
+    out->limit = t->o.host_limit;
+    list_parts(ps, 3, out);
+}
+
+/* "store 1.2 GiB (model state and gradients 1.0 GiB, activations 0.2 GiB),
+ * pinned 0.3 GiB[, executor buffers ...]" */
+static void host_words(const trial *t, char *buf, size_t len)
+{
+    const rp_host_memory *hm = &t->choice.host;
+    const double gib = 1073741824.0;
+    int at = snprintf(buf, len, "host memory per node: %.2f GiB (store: model state and "
+                      "gradients %.2f GiB, activations %.2f GiB; ",
+                      t->host_total / gib, hm->param_store / gib, hm->activations / gib);
+    if (at > 0 && (size_t)at < len)
+        at += t->o.device == RP_DEVICE_CPU
+                  ? snprintf(buf + at, len - (size_t)at, "none of it pinned")
+                  : snprintf(buf + at, len - (size_t)at, "pinned %.2f GiB of it",
+                             hm->pinned / gib);
+    if (at > 0 && (size_t)at < len && t->buffers)
+        at += snprintf(buf + at, len - (size_t)at, "; CPU executors' buffers %.2f GiB",
+                       t->buffers / gib);
+    if (at > 0 && (size_t)at < len)
+        snprintf(buf + at, len - (size_t)at, ")%s",
+                 host_limit_given(&t->o) ? "" : "; --host-memory-limit-mib not given: host "
+                                                "memory did not bound the search");
+}
+
+rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char *word,
+                                 rp_longest *out, rp_error *err)
+{
+    memset(out, 0, sizeof *out);
+    trial *t = calloc(1, sizeof *t);
+    if (!t)
+        return rp_error_set(err, RP_ERR_NOMEM, "out of memory");
+    const int64_t g = RP_LONGEST_GRANULE;
+    int64_t lo = 0, hi = 0; /* lo fits (0: none known), hi does not (0: none known) */
+    rp_status st = RP_OK;
+    /* double from one granule until a length does not fit, then halve the gap */
+    for (int64_t s = g; st == RP_OK && !hi && lo < RP_LONGEST_CAP;
+         s = s * 2 < RP_LONGEST_CAP ? s * 2 : RP_LONGEST_CAP) {
+        st = try_length(argc, argv, at, joined, word, s, t, err);
+        if (st == RP_OK && t->fits)
+            lo = s;
+        else if (st == RP_OK)
+            hi = s;
+    }
+    while (st == RP_OK && hi && hi - lo > g) {
+        int64_t mid = lo + (hi - lo) / g / 2 * g;
+        st = try_length(argc, argv, at, joined, word, mid, t, err);
+        if (st == RP_OK && t->fits)
+            lo = mid;
+        else if (st == RP_OK)
+            hi = mid;
+    }
+    if (st == RP_OK && hi) { /* the bound, in the terms of the first length over it */
+        st = try_length(argc, argv, at, joined, word, hi, t, err);
+        if (st == RP_OK && t->bound == RP_BOUND_DEVICE)
+            device_bound(t, hi, out);
+        else if (st == RP_OK)
+            host_bound(t, hi, out);
+        out->bound = t->bound;
+        out->first_over = hi;
+    } else if (st == RP_OK) {
+        out->bound = RP_BOUND_CAP;
+        snprintf(out->why, sizeof out->why, "--seq-len's largest value, %lld, fits",
+                 (long long)RP_LONGEST_CAP);
+        out->part = "";
+    }
+    out->longest = lo;
+    if (st == RP_OK && lo) {
+        st = try_length(argc, argv, at, joined, word, lo, t, err);
+        if (st == RP_OK)
+            host_words(t, out->host, sizeof out->host);
+    }
+    if (t->parsed)
+        rp_plan_cli_free(&t->o);
+    set_length(argv, at, joined, word, lo ? lo : g);
+    free(t);
+    return st;
+}
