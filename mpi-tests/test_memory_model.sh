@@ -176,4 +176,43 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data"
   --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
   --memory-limit-mib 0.5 > "$tmp/t2.txt" 2>&1 && bad "train under 0.5 MiB ran" ||
   { grep -q "alone needs" "$tmp/t2.txt" && ok || { bad "no layer named"; cat "$tmp/t2.txt"; }; }
+# what the run maps: while train runs (held in its first checkpoint's
+# write), the kernel's record of the ranks' mappings of the host store in
+# /dev/shm (/proc/PID/maps), read independently of any formula: both ranks
+# map the same two segments, the model state's of exactly the bytes train
+# reports (and plan counts), the activations' of those bytes plus the
+# events and link boards beside them (a few KiB, not counted), page-rounded
+RP_FAULT_CHECKPOINT_HOLD=3 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" \
+  --data "$data" --seq-len 16 --batch-size 4 --microbatches 4 --steps 2 --progress none \
+  --device cpu --plan "fwd=0-2;bwd=3-5,0-2" --checkpoint-dir "$tmp/maps-ck" --checkpoint-every 1 \
+  > "$tmp/maps-train.txt" 2>&1 &
+run=$!
+: > "$tmp/maps"
+for i in $(seq 1 100); do # until both ranks map both segments
+  : > "$tmp/maps"
+  for pid in $(pgrep -f -- "--checkpoint-dir $tmp/maps-ck" || true); do
+    [ "$(cat /proc/$pid/comm 2>/dev/null)" = roundpipe ] || continue
+    sed -n "s|^\([0-9a-f]*\)-\([0-9a-f]*\) rw-s .*/dev/shm/\(roundpipe-[^ ]*\).*|$pid \3 \1 \2|p" \
+      /proc/$pid/maps >> "$tmp/maps" 2>/dev/null
+  done
+  [ "$(wc -l < "$tmp/maps")" -ge 4 ] && break
+  sleep 0.1
+done
+wait $run || { bad "train for the mappings failed"; cat "$tmp/maps-train.txt"; }
+# segment names roundpipe-PID-SEQ-...: SEQ 0 the model state, 1 the activations
+seg_bytes() {
+  while read -r pid name lo hi; do
+    case $name in roundpipe-*-"$1"-*) echo $((0x$hi - 0x$lo)) ;; esac
+  done < "$tmp/maps" | sort -u
+}
+ranks=$(awk '{ print $1 }' "$tmp/maps" | sort -u | wc -l)
+names=$(awk '{ print $2 }' "$tmp/maps" | sort -u | wc -l)
+reported=$(sed -n 's/.*host store: .*(\([0-9]*\), \([0-9]*\) bytes).*/\1 \2/p' "$tmp/maps-train.txt")
+state=${reported% *}; acts=${reported#* }
+mapped_state=$(seg_bytes 0); mapped_acts=$(seg_bytes 1)
+page=$(getconf PAGESIZE)
+[ "$ranks" = 2 ] && [ "$names" = 2 ] && [ -n "$state" ] &&
+  [ "$mapped_state" = $(( (state + page - 1) / page * page )) ] &&
+  [ "$mapped_acts" -ge "$acts" ] && [ "$mapped_acts" -lt $((acts + 65536)) ] && ok ||
+  { bad "train reports '$reported' bytes of host store; the ranks map: $(cat "$tmp/maps" | tr '\n' ';')"; }
 finish
