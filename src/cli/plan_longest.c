@@ -72,6 +72,21 @@ static rp_status try_length(int argc, char **argv, int at, int joined, char *wor
                             "layer-times file's memory does not depend on the length");
     }
     t->o.mc = rp_machine_node(&t->o.mc);
+    /* one layer per stage needs the least device memory of any plan (each
+     * part of rp_schedule_peak_bytes is a maximum over stages, or grows
+     * with a stage's layers): over the limit, no plan fits and the
+     * partitioner's search need not run */
+    if (!t->o.forced && t->o.mc.memory_limit > 0) {
+        rp_plan one;
+        rp_plan_singletons(t->o.model->num_layers, t->o.mc.gpus, &one);
+        int64_t least = rp_schedule_peak_bytes(t->o.model, &one, t->o.mc.gpus,
+                                               t->o.mc.workspace_bytes, NULL);
+        if (least > t->o.mc.memory_limit) {
+            t->bound = RP_BOUND_DEVICE;
+            t->msg[0] = '\0'; /* device_bound says it */
+            return RP_OK;
+        }
+    }
     rp_error perr = {0};
     rp_status st = rp_plan_cli_choose(&t->o, &t->o.mc, &t->plan, &t->res, &t->choice, &perr);
     if (st == RP_ERR_DEVICE_MEMORY) {
@@ -224,10 +239,12 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
              "%d x one microbatch's activations, %.1f MiB (layer %d's output)", q.layers + 2,
              q.out / 1048576.0, q.io_layer);
     snprintf(out->why, sizeof out->why,
-             "at %lld tokens no plan fits the device memory limit of %.1f MiB (%s); %s needs "
+             "at %lld tokens no plan fits the device memory limit of %.1f MiB%s%s%s; %s needs "
              "%.1f MiB: ",
-             (long long)seq_len, o->mc.memory_limit / 1048576.0, t->msg,
-             o->forced ? "the --plan" : "one layer per stage", q.total / 1048576.0);
+             (long long)seq_len, o->mc.memory_limit / 1048576.0, t->msg[0] ? " (" : "", t->msg,
+             t->msg[0] ? ")" : "",
+             o->forced ? "the --plan" : "even one layer per stage, the least of any plan,",
+             q.total / 1048576.0);
     out->need = q.total;
     out->limit = o->mc.memory_limit;
     list_parts(ps, 5, out);
