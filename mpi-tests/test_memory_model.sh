@@ -215,4 +215,31 @@ page=$(getconf PAGESIZE)
   [ "$mapped_state" = $(( (state + page - 1) / page * page )) ] &&
   [ "$mapped_acts" -ge "$acts" ] && [ "$mapped_acts" -lt $((acts + 65536)) ] && ok ||
   { bad "train reports '$reported' bytes of host store; the ranks map: $(cat "$tmp/maps" | tr '\n' ';')"; }
+# a checkpoint at a forward stage's first layer is that stage's input, the
+# previous stage's output: the arena holds it once. Two plans alike but for
+# where the backward stages start (at the forward stages' first layers 1
+# and 3, or at 2 and 4) differ by those two checkpoints, M buffers each;
+# train's allocation is plan's; and both train to the same bits, exact and
+# with the lagged optimizer (whose next forward may overwrite an output
+# before the backward read it as a checkpoint, unless it waits)
+at_fwd="fwd=0,1-2,3-4;bwd=5,3-4,1-2,0"; apart="fwd=0,1-2,3-4;bwd=5,4,2-3,0-1"
+acts_of() {
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$1" --device cpu --recompute stage --json | grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9
+}
+hidden=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$tied")
+[ $(( $(acts_of "$apart") - $(acts_of "$at_fwd") )) = $((2 * 4 * 16 * hidden * 4)) ] && ok ||
+  bad "activations: $(acts_of "$at_fwd") bytes with the checkpoints at forward stage starts, $(acts_of "$apart") apart"
+host "--init-config $tied" fp32 1 "$at_fwd" --recompute stage
+for lag in 0 1; do
+  for which in at_fwd apart; do
+    eval "p=\$$which"
+    ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+      --batch-size 4 --microbatches 4 --steps 4 --lr 1e-2 --progress none --device cpu --threads 1 \
+      --recompute stage --optimizer-lag $lag --plan "$p" --log "$tmp/lag$lag-$which.jsonl" \
+      > "$tmp/lag.txt" 2>&1 || { bad "lag $lag $p: train failed"; cat "$tmp/lag.txt"; }
+  done
+  a=$(cut -d, -f1-6 "$tmp/lag$lag-at_fwd.jsonl"); b=$(cut -d, -f1-6 "$tmp/lag$lag-apart.jsonl")
+  [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] && ok || bad "lag $lag: the two plans' steps differ: $a / $b"
+done
 finish

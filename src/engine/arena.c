@@ -20,11 +20,14 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->bwd_out = malloc(sizeof(size_t) * (size_t)plan->nbwd * (size_t)M);
     a->is_ckpt = calloc((size_t)L, 1);
     a->kept = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
-    if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt || !a->kept ||
+    a->ckpt_of_fwd_out = malloc(sizeof(int) * (size_t)L);
+    if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt || !a->kept || !a->ckpt_of_fwd_out ||
         (plan->kept > 0 && !spec->kept_floats)) {
         rp_arena_free(a);
         return -1;
     }
+    for (int l = 0; l < L; l++)
+        a->ckpt_of_fwd_out[l] = -1;
     int tail_first = rp_plan_tail_first(plan);
     if (spec->layer_grain) {
         for (int l = 1; l < tail_first; l++)
@@ -37,14 +40,20 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     for (int l = 1; l < tail_first; l++) /* a kept layer's input */
         if (rp_plan_is_kept(plan, l))
             a->is_ckpt[l] = 1;
+    /* the checkpoint of the first layer of forward stage s + 1 is forward
+     * stage s's output, the same bytes: one buffer holds both */
+    for (int s = 0; s + 1 < plan->nfwd; s++)
+        if (a->is_ckpt[plan->fwd[s + 1].first])
+            a->ckpt_of_fwd_out[plan->fwd[s + 1].first] = s;
     size_t off = 0;
     for (int s = 0; s < plan->nfwd; s++)
         for (int m = 0; m < M; m++, off += A)
             a->fwd_out[s * M + m] = off;
     for (int l = 0; l < L; l++)
         for (int m = 0; m < M; m++) {
-            a->ckpt[l * M + m] = a->is_ckpt[l] ? off : SIZE_MAX;
-            off += a->is_ckpt[l] ? A : 0;
+            const int s = a->ckpt_of_fwd_out[l];
+            a->ckpt[l * M + m] = !a->is_ckpt[l] ? SIZE_MAX : s >= 0 ? a->fwd_out[s * M + m] : off;
+            off += a->is_ckpt[l] && s < 0 ? A : 0;
         }
     for (int i = 0; i < plan->nbwd; i++)
         for (int m = 0; m < M; m++) {
@@ -78,6 +87,7 @@ void rp_arena_free(rp_arena *a)
     free(a->bwd_out);
     free(a->is_ckpt);
     free(a->kept);
+    free(a->ckpt_of_fwd_out);
     memset(a, 0, sizeof *a);
 }
 
@@ -89,7 +99,7 @@ int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *ou
             if (out)
                 out[n] = (rp_arena_buffer){a->fwd_out[s * M + m], s + 1, m};
     for (int l = 0; l < a->spec.nlayers; l++) {
-        if (!a->is_ckpt[l])
+        if (!a->is_ckpt[l] || a->ckpt_of_fwd_out[l] >= 0) /* listed as a forward output */
             continue;
         int reader = -1; /* the job of the backward stage below the tail that holds l */
         for (int i = 1; i < plan->nbwd && reader < 0; i++)

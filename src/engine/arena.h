@@ -5,7 +5,11 @@
  *   ckpt[l][m]     saved input of layer l (the activation checkpoint): for
  *                  stage-grain recompute the first layer of every backward
  *                  stage below the tail, for layer-grain every layer below it,
- *                  and every layer the plan keeps (plan.h's kept)
+ *                  and every layer the plan keeps (plan.h's kept); when l is
+ *                  the first layer of forward stage s+1 this is fwd_out[s][m]
+ *                  itself (the same bytes, held once: ckpt_of_fwd_out[l] = s),
+ *                  which its forward job then need not write and whose next
+ *                  writer waits for the checkpoint's reader too
  *   kept[l][m]     a kept layer's `saved` area: what its backward needs, as
  *                  its forward job wrote it (kept_floats[l] floats)
  *   bwd_out[i][m]  gradient of the input of backward stage i (i = 0 is the
@@ -55,6 +59,7 @@ typedef struct rp_arena {
     size_t floats;     /* total size in floats */
     size_t buffer_floats; /* an activation buffer's stride: A rounded up to 16 floats */
     char *is_ckpt;     /* [nlayers] */
+    int *ckpt_of_fwd_out; /* [nlayers] s when ckpt[l] is fwd_out[s]'s buffer, else -1 */
 } rp_arena;
 
 /* An activation buffer of the arena and the job (plan/schedule.h's index j)
