@@ -231,8 +231,21 @@ hidden=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$tied")
 [ $(( $(acts_of "$apart") - $(acts_of "$at_fwd") )) = $((2 * 4 * 16 * hidden * 4)) ] && ok ||
   bad "activations: $(acts_of "$at_fwd") bytes with the checkpoints at forward stage starts, $(acts_of "$apart") apart"
 host "--init-config $tied" fp32 1 "$at_fwd" --recompute stage
+# the backward stages' input gradients: each is read by the stage below
+# before that stage writes its own, so stages of one parity take turns in
+# one buffer: under --recompute layer (a checkpoint for every block either
+# way) 4 backward stages and 6 hold the same activations; the 6 train to
+# the same bits as the others, exact and lagged
+singles="fwd=0,1,2,3,4;bwd=5,4,3,2,1,0"
+acts_layer() {
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$1" --device cpu --recompute layer --json | grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9
+}
+[ "$(acts_layer "fwd=0-4;bwd=5,3-4,1-2,0")" = "$(acts_layer "fwd=0-4;bwd=5,4,3,2,1,0")" ] && ok ||
+  bad "input gradients: 4 backward stages hold $(acts_layer "fwd=0-4;bwd=5,3-4,1-2,0") bytes, 6 hold $(acts_layer "fwd=0-4;bwd=5,4,3,2,1,0")"
+host "--init-config $tied" bf16 2 "$singles;width=1" --recompute layer
 for lag in 0 1; do
-  for which in at_fwd apart; do
+  for which in at_fwd apart singles; do
     eval "p=\$$which"
     ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
       --batch-size 4 --microbatches 4 --steps 4 --lr 1e-2 --progress none --device cpu --threads 1 \
@@ -240,6 +253,8 @@ for lag in 0 1; do
       > "$tmp/lag.txt" 2>&1 || { bad "lag $lag $p: train failed"; cat "$tmp/lag.txt"; }
   done
   a=$(cut -d, -f1-6 "$tmp/lag$lag-at_fwd.jsonl"); b=$(cut -d, -f1-6 "$tmp/lag$lag-apart.jsonl")
-  [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] && ok || bad "lag $lag: the two plans' steps differ: $a / $b"
+  c=$(cut -d, -f1-6 "$tmp/lag$lag-singles.jsonl")
+  [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
+    bad "lag $lag: the plans' steps differ: $a / $b / $c"
 done
 finish

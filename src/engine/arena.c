@@ -21,7 +21,9 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->is_ckpt = calloc((size_t)L, 1);
     a->kept = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
     a->ckpt_of_fwd_out = malloc(sizeof(int) * (size_t)L);
+    a->bwd_out_last = malloc(sizeof(int) * (size_t)(plan->nbwd ? plan->nbwd : 1));
     if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt || !a->kept || !a->ckpt_of_fwd_out ||
+        !a->bwd_out_last ||
         (plan->kept > 0 && !spec->kept_floats)) {
         rp_arena_free(a);
         return -1;
@@ -55,12 +57,22 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
             a->ckpt[l * M + m] = !a->is_ckpt[l] ? SIZE_MAX : s >= 0 ? a->fwd_out[s * M + m] : off;
             off += a->is_ckpt[l] && s < 0 ? A : 0;
         }
-    for (int i = 0; i < plan->nbwd; i++)
-        for (int m = 0; m < M; m++) {
-            int has = plan->bwd[i].first > 0;
-            a->bwd_out[i * M + m] = has ? off : SIZE_MAX;
-            off += has ? A : 0;
+    /* an input gradient is read by the next backward stage before it
+     * writes its own: stages of one parity take turns in one buffer */
+    size_t bwd_at[2] = {SIZE_MAX, SIZE_MAX};
+    for (int i = 0; i < plan->nbwd; i++) {
+        const int has = plan->bwd[i].first > 0;
+        if (has && bwd_at[i % 2] == SIZE_MAX) {
+            bwd_at[i % 2] = off;
+            off += (size_t)M * A;
         }
+        for (int m = 0; m < M; m++)
+            a->bwd_out[i * M + m] = has ? bwd_at[i % 2] + (size_t)m * A : SIZE_MAX;
+        a->bwd_out_last[i] = -1;
+        for (int j = i; has && j < plan->nbwd; j += 2)
+            if (plan->bwd[j].first > 0)
+                a->bwd_out_last[i] = j;
+    }
     for (int l = 0; l < L; l++)
         for (int m = 0; m < M; m++) {
             int has = rp_plan_is_kept(plan, l);
@@ -88,6 +100,7 @@ void rp_arena_free(rp_arena *a)
     free(a->is_ckpt);
     free(a->kept);
     free(a->ckpt_of_fwd_out);
+    free(a->bwd_out_last);
     memset(a, 0, sizeof *a);
 }
 
@@ -109,12 +122,14 @@ int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *ou
             if (out)
                 out[n] = (rp_arena_buffer){a->ckpt[l * M + m], reader, m};
     }
-    for (int i = 0; i < a->nbwd; i++) {
+    for (int i = 0; i < a->nbwd && i < 2; i++) { /* the two buffers of the stages' turns */
         if (plan->bwd[i].first == 0)
             continue;
+        /* read by every other stage below: one reader only when it is alone */
+        int reader = a->bwd_out_last[i] == i ? plan->nfwd + i + 1 : -1;
         for (int m = 0; m < M; m++, n++)
             if (out)
-                out[n] = (rp_arena_buffer){a->bwd_out[i * M + m], plan->nfwd + i + 1, m};
+                out[n] = (rp_arena_buffer){a->bwd_out[i * M + m], reader, m};
     }
     return n;
 }
