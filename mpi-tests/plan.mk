@@ -44,4 +44,5 @@ TESTS += mpi-tests/test_plan_verdict.sh
 EXTRA_DIST += mpi-tests/test_plan_verdict.sh
 # plan --seq-len max: the longest length and what bounds it; train runs it
 TESTS += mpi-tests/test_plan_longest.sh
-EXTRA_DIST += mpi-tests/test_plan_longest.sh
+EXTRA_DIST += mpi-tests/test_plan_longest.sh bench/paper/max-seq.sh \
+	bench/paper/llama3.1-8b-config.json bench/paper/qwen3-32b-config.json

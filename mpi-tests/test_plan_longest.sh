@@ -8,7 +8,9 @@
 # --host-memory-limit-mib the bound is host memory (CPU executors: the store
 # and the executors' buffers), within the limit at L and over it one step
 # later; --seq-len=max is the same search; the table says the longest length,
-# the bound and the host memory; a layer-times file is refused. Then train
+# the bound and the host memory; a layer-times file is refused; the paper's
+# Llama-3.1-8B and Qwen3-32B configs parse with their public parameter
+# counts and bench/paper/max-seq.sh parses. Then train
 # runs one step at that length under the limit (CPU executors, two ranks),
 # its executors allocating the plan's count to the byte.
 set -u
@@ -70,6 +72,19 @@ host_at() { # length: the node's host bytes, store and executor buffers
 # a layer-times file: nothing to search
 "$bin" plan --layers "$src/bench/gpu/h100-qwen3-1.7b-layers.txt" --seq-len max > "$tmp/o" 2>&1 &&
   bad "--seq-len max with --layers ran" || { grep -q "needs a config" "$tmp/o" && ok || bad "its message"; }
+
+# the paper's configs bench/paper/max-seq.sh plans parse, with their public
+# parameter counts (a forced plan's backward jobs hold every layer once, bf16)
+params() { # config plan
+  "$bin" plan --init-config "$1" --seq-len 1024 --gpus 1 --device cuda --plan "$2" --json 2>/dev/null |
+    grep -o '"kind": "[TB]", "first": [0-9]*, "last": [0-9]*, "ms_per_microbatch": [0-9.e+-]*, "weight_bytes": [0-9]*' |
+    sed 's/.*: //' | awk '{ s += $1 } END { printf "%.0f\n", s / 2 }'
+}
+[ "$(params "$src/bench/paper/llama3.1-8b-config.json" "fwd=0-16;bwd=17-33,0-16")" = 8030261248 ] && ok ||
+  bad "Llama-3.1-8B's config: $(params "$src/bench/paper/llama3.1-8b-config.json" "fwd=0-16;bwd=17-33,0-16") parameters"
+[ "$(params "$src/bench/paper/qwen3-32b-config.json" "fwd=0-32;bwd=33-65,0-32")" = 32762123264 ] && ok ||
+  bad "Qwen3-32B's config: $(params "$src/bench/paper/qwen3-32b-config.json" "fwd=0-32;bwd=33-65,0-32") parameters"
+sh -n "$src/bench/paper/max-seq.sh" && ok || bad "bench/paper/max-seq.sh does not parse"
 
 # train at the longest length: the executors allocate what plan counts
 p=$(grep -o '"plan": "[^"]*"' "$tmp/max.json" | sed 's/"plan": "//; s/"$//')
