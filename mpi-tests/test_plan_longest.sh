@@ -7,7 +7,8 @@
 # in parts that add up to it, largest first, the largest named; under
 # --host-memory-limit-mib the bound is host memory (CPU executors: the store
 # and the executors' buffers), within the limit at L and over it one step
-# later; --seq-len=max is the same search; the table says the longest length,
+# later (CPU executors without it: this machine's memory); --seq-len=max is
+# the same search, and --help with it prints the help; the table says the longest length,
 # the bound and the host memory; a layer-times file is refused; the paper's
 # Llama-3.1-8B and Qwen3-32B configs parse with their public parameter
 # counts and bench/paper/max-seq.sh parses. Then train
@@ -68,6 +69,14 @@ host_at() { # length: the node's host bytes, store and executor buffers
 [ "$(host_at "$H")" -le $((200 << 20)) ] && [ "$(host_at $((H + 1024)))" -gt $((200 << 20)) ] &&
   [ "$(field bound_need_bytes "$tmp/host.json")" = "$(host_at $((H + 1024)))" ] && ok ||
   bad "host memory at $H and $((H + 1024)) against 200 MiB"
+
+# CPU executors without --host-memory-limit-mib: this machine's memory bounds them, as
+# the verdict checks it
+"$bin" plan $base --seq-len max --json > "$tmp/cpu.json" 2>/dev/null
+grep -q '"bound": "host"' "$tmp/cpu.json" && grep -q "within this machine's memory" "$tmp/cpu.json" &&
+  ok || bad "CPU executors without limits: $(grep -o '"bound": "[a-z]*"' "$tmp/cpu.json")"
+"$bin" plan --seq-len max --help > "$tmp/o" 2>&1 && grep -q "^usage: roundpipe plan" "$tmp/o" && ok ||
+  bad "--seq-len max --help"
 
 # a layer-times file: nothing to search
 "$bin" plan --layers "$src/bench/gpu/h100-qwen3-1.7b-layers.txt" --seq-len max > "$tmp/o" 2>&1 &&

@@ -215,16 +215,14 @@ static rp_status search_longest(int argc, char **argv, int at, int joined, char 
                                 rp_longest *lg, rp_error *err)
 {
     rp_plan_cli o;
-    char *const given = argv[at];
     snprintf(word, 32, "%s%d", joined ? "--seq-len=" : "", RP_LONGEST_GRANULE);
     argv[at] = word;
     rp_status st = rp_plan_cli_parse(argc, argv, &o, err); /* the options' errors first */
-    if (st == RP_OK && !o.help)
-        st = rp_plan_longest_search(argc, argv, at, joined, word, lg, err);
-    else if (st == RP_OK)
-        argv[at] = given;
+    int help = st == RP_OK && o.help; /* argv as it is then prints the help */
     if (st == RP_OK)
         rp_plan_cli_free(&o);
+    if (st == RP_OK && !help)
+        st = rp_plan_longest_search(argc, argv, at, joined, word, lg, err);
     return st;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cli/plan_choice.h"
 #include "cli/plan_opts.h"
+#include "device/backend.h"
 #include "engine/host_memory.h"
 #include "engine/memory_model.h"
 #include "plan/schedule.h"
@@ -56,6 +57,25 @@ static int host_limit_given(const rp_plan_cli *o)
            !strcmp(o->host_limit_from, "--host-memory-limit-mib");
 }
 
+/* The host memory a length must fit: --host-memory-limit-mib; else, for
+ * CPU executors, whose buffers are host memory too, this machine's memory
+ * (as the verdict checks them); else none (0). *what names it. */
+static int64_t host_bound_bytes(const rp_plan_cli *o, const char **what)
+{
+    if (host_limit_given(o)) {
+        *what = "--host-memory-limit-mib's";
+        return o->host_limit;
+    }
+    rp_device_info info;
+    if (o->device == RP_DEVICE_CPU && rp_device_probe(RP_DEVICE_CPU, &info, NULL) == RP_OK &&
+        info.memory_bytes > 0) {
+        *what = "this machine's memory (CPU executors)";
+        return (int64_t)info.memory_bytes;
+    }
+    *what = "";
+    return 0;
+}
+
 static rp_status try_length(int argc, char **argv, int at, int joined, char *word,
                             int64_t seq_len, trial *t, rp_error *err)
 {
@@ -102,7 +122,9 @@ static rp_status try_length(int argc, char **argv, int at, int joined, char *wor
                      ? (size_t)t->o.mc.gpus * (size_t)t->res.peak_bytes
                      : 0;
     t->host_total = rp_plan_choice_host_total(&t->choice.host) + t->buffers;
-    if (host_limit_given(&t->o) && t->host_total > (size_t)t->o.host_limit) {
+    const char *what;
+    const int64_t host_limit = host_bound_bytes(&t->o, &what);
+    if (host_limit > 0 && t->host_total > (size_t)host_limit) {
         t->bound = RP_BOUND_HOST;
         return RP_OK;
     }
@@ -269,18 +291,20 @@ static void host_bound(const trial *t, int64_t seq_len, rp_longest *out)
     ps[2].bytes = (int64_t)t->buffers;
     snprintf(ps[2].detail, sizeof ps[2].detail, "%d CPU executors' device memory, which is "
              "host memory", t->o.mc.gpus);
+    const char *what;
+    const int64_t limit = host_bound_bytes(&t->o, &what);
     snprintf(out->why, sizeof out->why,
              "at %lld tokens a plan fits the device, but the host memory per node, %.2f GiB, is "
-             "over --host-memory-limit-mib's %.2f GiB: ",
-             (long long)seq_len, t->host_total / 1073741824.0,
-             t->o.host_limit / 1073741824.0);
+             "over %s %.2f GiB: ",
+             (long long)seq_len, t->host_total / 1073741824.0, what, limit / 1073741824.0);
     out->need = (int64_t)t->host_total;
-    out->limit = t->o.host_limit;
+    out->limit = limit;
     list_parts(ps, 3, out);
 }
 
-/* "store 1.2 GiB (model state and gradients 1.0 GiB, activations 0.2 GiB),
- * pinned 0.3 GiB[, executor buffers ...]" */
+/* "host memory per node: T GiB (store: model state and gradients S GiB,
+ * activations A GiB; pinned P GiB of it[; CPU executors' buffers B GiB]),
+ * within L GiB" */
 static void host_words(const trial *t, char *buf, size_t len)
 {
     const rp_host_memory *hm = &t->choice.host;
@@ -296,10 +320,13 @@ static void host_words(const trial *t, char *buf, size_t len)
     if (at > 0 && (size_t)at < len && t->buffers)
         at += snprintf(buf + at, len - (size_t)at, "; CPU executors' buffers %.2f GiB",
                        t->buffers / gib);
-    if (at > 0 && (size_t)at < len)
-        snprintf(buf + at, len - (size_t)at, ")%s",
-                 host_limit_given(&t->o) ? "" : "; --host-memory-limit-mib not given: host "
-                                                "memory did not bound the search");
+    const char *what;
+    const int64_t limit = host_bound_bytes(&t->o, &what);
+    if (at > 0 && (size_t)at < len && limit > 0)
+        snprintf(buf + at, len - (size_t)at, "), within %s %.2f GiB", what, limit / gib);
+    else if (at > 0 && (size_t)at < len)
+        snprintf(buf + at, len - (size_t)at, "); --host-memory-limit-mib not given: host "
+                 "memory did not bound the search");
 }
 
 rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char *word,
