@@ -257,4 +257,21 @@ for lag in 0 1; do
   [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
     bad "lag $lag: the plans' steps differ: $a / $b / $c"
 done
+# the lagged optimizer lets a forward of the next iteration run while the
+# backward still reads: with random delays before every signal (three
+# ranks, 5 ms), a writer of a shared buffer that did not wait for its last
+# reader changed the losses (seeds 3 and 4, when tried without the waits)
+lagged() { # seed delay_us log
+  RP_INJECT_DELAY_US=$2 RP_INJECT_SEED=$1 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US \
+    -x RP_INJECT_SEED -np 3 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 6 --lr 1e-2 --progress none --device cpu --threads 1 \
+    --recompute stage --optimizer-lag 1 --plan "$singles" --log "$3" > "$tmp/lag.txt" 2>&1 ||
+    { bad "lagged, seed $1: train failed"; cat "$tmp/lag.txt"; }
+}
+lagged 0 0 "$tmp/calm.jsonl"
+for seed in 3 4; do
+  lagged $seed 5000 "$tmp/delayed.jsonl"
+  [ "$(cut -d, -f1-6 "$tmp/calm.jsonl")" = "$(cut -d, -f1-6 "$tmp/delayed.jsonl")" ] &&
+    [ "$(wc -l < "$tmp/calm.jsonl")" = 6 ] && ok || bad "lagged, delays of seed $seed: the steps differ"
+done
 finish
