@@ -83,16 +83,20 @@ grep -q '"bound": "host"' "$tmp/cpu.json" && grep -q "within this machine's memo
   bad "--seq-len max with --layers ran" || { grep -q "needs a config" "$tmp/o" && ok || bad "its message"; }
 
 # the paper's configs bench/paper/max-seq.sh plans parse, with their public
-# parameter counts (a forced plan's backward jobs hold every layer once, bf16)
-params() { # config plan
+# parameter counts: a forced plan's backward jobs hold every layer once (bf16),
+# the embedding alone in the last (its device buffer holds the rows a step
+# reads, so its vocab x hidden come from the config)
+params() { # config plan: the backward jobs' weights but the embedding's, and its table
   "$bin" plan --init-config "$1" --seq-len 1024 --gpus 1 --device cuda --plan "$2" --json 2>/dev/null |
-    grep -o '"kind": "[TB]", "first": [0-9]*, "last": [0-9]*, "ms_per_microbatch": [0-9.e+-]*, "weight_bytes": [0-9]*' |
-    sed 's/.*: //' | awk '{ s += $1 } END { printf "%.0f\n", s / 2 }'
+    grep -o '"kind": "[TB]", "first": [1-9][0-9]*, "last": [0-9]*, "ms_per_microbatch": [0-9.e+-]*, "weight_bytes": [0-9]*' |
+    sed 's/.*: //' | awk -v v="$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$1")" \
+      -v h="$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$1")" \
+      '{ s += $1 } END { printf "%.0f\n", s / 2 + v * h }'
 }
-[ "$(params "$src/bench/paper/llama3.1-8b-config.json" "fwd=0-16;bwd=17-33,0-16")" = 8030261248 ] && ok ||
-  bad "Llama-3.1-8B's config: $(params "$src/bench/paper/llama3.1-8b-config.json" "fwd=0-16;bwd=17-33,0-16") parameters"
-[ "$(params "$src/bench/paper/qwen3-32b-config.json" "fwd=0-32;bwd=33-65,0-32")" = 32762123264 ] && ok ||
-  bad "Qwen3-32B's config: $(params "$src/bench/paper/qwen3-32b-config.json" "fwd=0-32;bwd=33-65,0-32") parameters"
+[ "$(params "$src/bench/paper/llama3.1-8b-config.json" "fwd=0-16;bwd=17-33,1-16,0")" = 8030261248 ] && ok ||
+  bad "Llama-3.1-8B's config: $(params "$src/bench/paper/llama3.1-8b-config.json" "fwd=0-16;bwd=17-33,1-16,0") parameters"
+[ "$(params "$src/bench/paper/qwen3-32b-config.json" "fwd=0-32;bwd=33-65,1-32,0")" = 32762123264 ] && ok ||
+  bad "Qwen3-32B's config: $(params "$src/bench/paper/qwen3-32b-config.json" "fwd=0-32;bwd=33-65,1-32,0") parameters"
 sh -n "$src/bench/paper/max-seq.sh" && ok || bad "bench/paper/max-seq.sh does not parse"
 
 # train at the longest length: the executors allocate what plan counts

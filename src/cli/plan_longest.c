@@ -9,7 +9,6 @@
 #include "cli/plan_opts.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
-#include "engine/memory_model.h"
 #include "plan/schedule.h"
 
 int rp_plan_longest_requested(int argc, char **argv, int *joined)
@@ -210,23 +209,36 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
     }
     rp_peak_parts q;
     rp_schedule_peak_parts(m, &p, o->mc.gpus, o->mc.workspace_bytes, &q);
-    rp_workspace_parts w;
-    int64_t ws = rp_memory_model_workspace(&o->cfg, o->device, o->dtype, o->documents,
-                                           m->tokens_per_microbatch / seq_len, seq_len, &w);
-    part ps[5];
+    part ps[6];
     memset(ps, 0, sizeof ps);
+    /* one scratch serves a job's gradients and its own workspace, in turn
+     * with the other jobs': the job needing the most sets it */
+    int ws_layer = -1;
+    if (q.scratch_job >= 0) {
+        rp_job jb = rp_schedule_job(&p, q.scratch_job);
+        for (int l = jb.first; l <= jb.last; l++)
+            if (ws_layer < 0 || m->layers[l].workspace_bytes > m->layers[ws_layer].workspace_bytes)
+                ws_layer = l;
+    }
     ps[0].name = "workspace";
-    ps[0].bytes = q.workspace;
-    if (ws == q.workspace)
+    ps[0].bytes = q.scratch_workspace;
+    if (ws_layer >= 0)
         snprintf(ps[0].detail, sizeof ps[0].detail,
-                 "one scratch for every layer call, as large as %s: a decoder block's %.1f "
-                 "MiB, the head's %.1f MiB (a chunk's logits and their gradient); token ids, "
-                 "targets and mask %.1f MiB",
-                 w.block_scratch >= w.head_scratch ? "a decoder block's" : "the head's",
-                 w.block_scratch / 1048576.0, w.head_scratch / 1048576.0,
-                 (w.token_ids + w.router) / 1048576.0);
-    else
-        snprintf(ps[0].detail, sizeof ps[0].detail, "--workspace-mib's");
+                 "job %d's own, beside its gradients in the scratch the jobs take in turn: "
+                 "layer %d's, the %s's%s",
+                 q.scratch_job, ws_layer, kind_word(m->layers[ws_layer].kind),
+                 m->layers[ws_layer].kind == RP_LAYER_HEAD
+                     ? " (a chunk's logits and their gradient)"
+                     : m->layers[ws_layer].kind == RP_LAYER_BLOCK
+                           ? " (attention's and the MLP's scratch of a chunk of tokens)"
+                           : "");
+    ps[5].name = "gradients";
+    ps[5].bytes = q.scratch - q.scratch_workspace;
+    char grads[160];
+    job_words(m, &p, q.scratch_job, 1, grads, sizeof grads);
+    snprintf(ps[5].detail, sizeof ps[5].detail,
+             "the gradients of the job whose gradients and workspace need the most; %s",
+             grads);
     ps[1].name = "saved activations";
     ps[1].bytes = q.saved;
     /* the memory model gives every layer one slot of the largest block's
@@ -251,10 +263,11 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
     snprintf(ps[2].detail, sizeof ps[2].detail,
              "two buffers of the largest stage's %.1f MiB, the running and the prefetched; %s",
              q.weights / 1048576.0, words);
-    ps[3].name = "gradients";
-    ps[3].bytes = q.grads;
-    job_words(m, &p, q.grads_job, 1, words, sizeof words);
-    snprintf(ps[3].detail, sizeof ps[3].detail, "the largest backward stage's; %s", words);
+    ps[3].name = "shared workspace";
+    ps[3].bytes = q.workspace;
+    snprintf(ps[3].detail, sizeof ps[3].detail,
+             "the microbatch's token ids, targets and mask (and segment starts, router "
+             "statistics), or --workspace-mib");
     ps[4].name = "stage buffers";
     ps[4].bytes = (int64_t)(q.layers + 2) * q.out;
     snprintf(ps[4].detail, sizeof ps[4].detail,
@@ -269,7 +282,7 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
              q.total / 1048576.0);
     out->need = q.total;
     out->limit = o->mc.memory_limit;
-    list_parts(ps, 5, out);
+    list_parts(ps, 6, out);
 }
 
 /* What needs the host memory at t's length: the store's parts, largest first. */

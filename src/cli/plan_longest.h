@@ -23,16 +23,17 @@ typedef struct rp_longest {
     int64_t longest;     /* tokens a sample; 0: not even one granule fits */
     int64_t first_over;  /* the next granule's length, which does not fit (0: RP_BOUND_CAP) */
     rp_longest_bound bound;
-    const char *part;    /* the largest part at first_over: "workspace", "saved activations",
-                            "weights", "gradients", "stage buffers" (device), "activations",
-                            "model state and gradients", "executor buffers" (host) */
+    const char *part;    /* the largest part at first_over: "workspace", "gradients",
+                            "saved activations", "weights", "stage buffers", "shared
+                            workspace" (device), "activations", "model state and
+                            gradients", "executor buffers" (host) */
     int64_t need, limit; /* at first_over: the bytes needed (device: the fallback plan's
                             peak; host: the node's) and the limit they are over */
     int nparts;          /* the need in parts, largest first */
     struct {
         const char *name;
         int64_t bytes;
-    } parts[5];
+    } parts[6];
     char why[2048];      /* the bound in words: the limit, the parts largest first, with
                             their jobs and layers */
     char host[512];      /* the host memory the longest length needs, in words */

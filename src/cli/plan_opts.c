@@ -435,7 +435,6 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     /* a --lora-* option other than --lora-rank */
     int lora_given = !!(a.train.lora_given & (RP_LORA_GIVEN_TARGETS | RP_LORA_GIVEN_DROPOUT));
     o->recompute = a.train.recompute;
-    o->documents = documents;
     o->deal = (rp_deal_choice)a.train.deal;
     o->json = a.json;
     if (st == RP_OK && optind < argc)

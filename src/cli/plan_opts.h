@@ -28,7 +28,6 @@ typedef struct rp_plan_cli {
     rp_machine mc;
     int width;            /* 0: the planner searches the widths (--pipelines P as
                              train's: W = G/P; or its alias --width W) */
-    int documents;        /* --documents given: the executors hold segment starts */
     int recompute;        /* --recompute (rp_recompute_mode): host memory as train's arena,
                              and which blocks keep their activations (plan/keep.h) */
     size_t *kept_floats;  /* a config's: each layer's saved area when kept (owned) */
