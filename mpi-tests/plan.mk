@@ -42,3 +42,7 @@ EXTRA_DIST += mpi-tests/test_topology.sh tools/make_topology_fixtures.py \
 # plan's verdict (fits or not, with the reserve), its host-memory choice, --pipelines, --recompute
 TESTS += mpi-tests/test_plan_verdict.sh
 EXTRA_DIST += mpi-tests/test_plan_verdict.sh
+# plan --seq-len max: the longest length and what bounds it; train runs it
+TESTS += mpi-tests/test_plan_longest.sh
+EXTRA_DIST += mpi-tests/test_plan_longest.sh bench/paper/max-seq.sh \
+	bench/paper/llama3.1-8b-config.json bench/paper/qwen3-32b-config.json

@@ -176,4 +176,102 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data"
   --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
   --memory-limit-mib 0.5 > "$tmp/t2.txt" 2>&1 && bad "train under 0.5 MiB ran" ||
   { grep -q "alone needs" "$tmp/t2.txt" && ok || { bad "no layer named"; cat "$tmp/t2.txt"; }; }
+# what the run maps: while train runs (held in its first checkpoint's
+# write), the kernel's record of the ranks' mappings of the host store in
+# /dev/shm (/proc/PID/maps), read independently of any formula: both ranks
+# map the same two segments, the model state's of exactly the bytes train
+# reports (and plan counts), the activations' of those bytes plus the
+# events and link boards beside them (a few KiB, not counted), page-rounded
+RP_FAULT_CHECKPOINT_HOLD=3 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" \
+  --data "$data" --seq-len 16 --batch-size 4 --microbatches 4 --steps 2 --progress none \
+  --device cpu --plan "fwd=0-2;bwd=3-5,0-2" --checkpoint-dir "$tmp/maps-ck" --checkpoint-every 1 \
+  > "$tmp/maps-train.txt" 2>&1 &
+run=$!
+: > "$tmp/maps"
+for i in $(seq 1 100); do # until both ranks map both segments
+  : > "$tmp/maps"
+  for pid in $(pgrep -f -- "--checkpoint-dir $tmp/maps-ck" || true); do
+    [ "$(cat /proc/$pid/comm 2>/dev/null)" = roundpipe ] || continue
+    sed -n "s|^\([0-9a-f]*\)-\([0-9a-f]*\) rw-s .*/dev/shm/\(roundpipe-[^ ]*\).*|$pid \3 \1 \2|p" \
+      /proc/$pid/maps >> "$tmp/maps" 2>/dev/null
+  done
+  [ "$(wc -l < "$tmp/maps")" -ge 4 ] && break
+  sleep 0.1
+done
+wait $run || { bad "train for the mappings failed"; cat "$tmp/maps-train.txt"; }
+# segment names roundpipe-PID-SEQ-...: SEQ 0 the model state, 1 the activations
+seg_bytes() {
+  while read -r pid name lo hi; do
+    case $name in roundpipe-*-"$1"-*) echo $((0x$hi - 0x$lo)) ;; esac
+  done < "$tmp/maps" | sort -u
+}
+ranks=$(awk '{ print $1 }' "$tmp/maps" | sort -u | wc -l)
+names=$(awk '{ print $2 }' "$tmp/maps" | sort -u | wc -l)
+reported=$(sed -n 's/.*host store: .*(\([0-9]*\), \([0-9]*\) bytes).*/\1 \2/p' "$tmp/maps-train.txt")
+state=${reported% *}; acts=${reported#* }
+mapped_state=$(seg_bytes 0); mapped_acts=$(seg_bytes 1)
+page=$(getconf PAGESIZE)
+[ "$ranks" = 2 ] && [ "$names" = 2 ] && [ -n "$state" ] &&
+  [ "$mapped_state" = $(( (state + page - 1) / page * page )) ] &&
+  [ "$mapped_acts" -ge "$acts" ] && [ "$mapped_acts" -lt $((acts + 65536)) ] && ok ||
+  { bad "train reports '$reported' bytes of host store; the ranks map: $(cat "$tmp/maps" | tr '\n' ';')"; }
+# a checkpoint at a forward stage's first layer is that stage's input, the
+# previous stage's output: the arena holds it once. Two plans alike but for
+# where the backward stages start (at the forward stages' first layers 1
+# and 3, or at 2 and 4) differ by those two checkpoints, M buffers each;
+# train's allocation is plan's; and both train to the same bits, exact and
+# with the lagged optimizer (whose next forward may overwrite an output
+# before the backward read it as a checkpoint, unless it waits)
+at_fwd="fwd=0,1-2,3-4;bwd=5,3-4,1-2,0"; apart="fwd=0,1-2,3-4;bwd=5,4,2-3,0-1"
+acts_of() {
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$1" --device cpu --recompute stage --json | grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9
+}
+hidden=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$tied")
+[ $(( $(acts_of "$apart") - $(acts_of "$at_fwd") )) = $((2 * 4 * 16 * hidden * 4)) ] && ok ||
+  bad "activations: $(acts_of "$at_fwd") bytes with the checkpoints at forward stage starts, $(acts_of "$apart") apart"
+host "--init-config $tied" fp32 1 "$at_fwd" --recompute stage
+# the backward stages' input gradients: each is read by the stage below
+# before that stage writes its own, so stages of one parity take turns in
+# one buffer: under --recompute layer (a checkpoint for every block either
+# way) 4 backward stages and 6 hold the same activations; the 6 train to
+# the same bits as the others, exact and lagged
+singles="fwd=0,1,2,3,4;bwd=5,4,3,2,1,0"
+acts_layer() {
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --plan "$1" --device cpu --recompute layer --json | grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9
+}
+[ "$(acts_layer "fwd=0-4;bwd=5,3-4,1-2,0")" = "$(acts_layer "fwd=0-4;bwd=5,4,3,2,1,0")" ] && ok ||
+  bad "input gradients: 4 backward stages hold $(acts_layer "fwd=0-4;bwd=5,3-4,1-2,0") bytes, 6 hold $(acts_layer "fwd=0-4;bwd=5,4,3,2,1,0")"
+host "--init-config $tied" bf16 2 "$singles;width=1" --recompute layer
+for lag in 0 1; do
+  for which in at_fwd apart singles; do
+    eval "p=\$$which"
+    ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+      --batch-size 4 --microbatches 4 --steps 4 --lr 1e-2 --progress none --device cpu --threads 1 \
+      --recompute stage --optimizer-lag $lag --plan "$p" --log "$tmp/lag$lag-$which.jsonl" \
+      > "$tmp/lag.txt" 2>&1 || { bad "lag $lag $p: train failed"; cat "$tmp/lag.txt"; }
+  done
+  a=$(cut -d, -f1-6 "$tmp/lag$lag-at_fwd.jsonl"); b=$(cut -d, -f1-6 "$tmp/lag$lag-apart.jsonl")
+  c=$(cut -d, -f1-6 "$tmp/lag$lag-singles.jsonl")
+  [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && ok ||
+    bad "lag $lag: the plans' steps differ: $a / $b / $c"
+done
+# the lagged optimizer lets a forward of the next iteration run while the
+# backward still reads: with random delays before every signal (three
+# ranks, 5 ms), a writer of a shared buffer that did not wait for its last
+# reader changed the losses (seeds 3 and 4, when tried without the waits)
+lagged() { # seed delay_us log
+  RP_INJECT_DELAY_US=$2 RP_INJECT_SEED=$1 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US \
+    -x RP_INJECT_SEED -np 3 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 6 --lr 1e-2 --progress none --device cpu --threads 1 \
+    --recompute stage --optimizer-lag 1 --plan "$singles" --log "$3" > "$tmp/lag.txt" 2>&1 ||
+    { bad "lagged, seed $1: train failed"; cat "$tmp/lag.txt"; }
+}
+lagged 0 0 "$tmp/calm.jsonl"
+for seed in 3 4; do
+  lagged $seed 5000 "$tmp/delayed.jsonl"
+  [ "$(cut -d, -f1-6 "$tmp/calm.jsonl")" = "$(cut -d, -f1-6 "$tmp/delayed.jsonl")" ] &&
+    [ "$(wc -l < "$tmp/calm.jsonl")" = 6 ] && ok || bad "lagged, delays of seed $seed: the steps differ"
+done
 finish

@@ -3,10 +3,12 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <sys/statvfs.h>
 
 #include "cli/plan_choice.h"
+#include "cli/plan_longest.h"
 #include "cli/plan_opts.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
@@ -28,13 +30,36 @@ static unsigned long long shm_free(void)
     return (unsigned long long)v.f_bavail * v.f_frsize;
 }
 
+/* --seq-len max's answer, after the plan of the longest length */
+static void print_longest(const rp_plan_cli *o, const rp_longest *lg)
+{
+    static const char *bounds[] = {"device memory", "host memory", "--seq-len's range"};
+    printf("\nlongest sequence: %lld tokens a sample (lengths tried in steps of %d, %lld "
+           "tokens a microbatch)\n", (long long)lg->longest, RP_LONGEST_GRANULE,
+           (long long)o->model->tokens_per_microbatch);
+    printf("bounded by %s%s%s: %s\n", bounds[lg->bound], lg->part && lg->part[0] ? ", " : "",
+           lg->part ? lg->part : "", lg->why);
+    printf("at %lld tokens: %s\n", (long long)lg->longest, lg->host);
+}
+
 static const char *kind_name(rp_job_kind k)
 {
     return k == RP_JOB_FWD ? "F" : k == RP_JOB_TAIL ? "T" : "B";
 }
 
+/* s as a JSON string's contents */
+static void print_json_text(const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            putchar('\\');
+        if ((unsigned char)*s >= 0x20)
+            putchar(*s);
+    }
+}
+
 static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r,
-                       const rp_plan_choice *c)
+                       const rp_plan_choice *c, const rp_longest *lg)
 {
     const rp_cost_model *m = o->model;
     char buf[16384];
@@ -70,6 +95,22 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
            (long long)o->device_memory,
            fits < 0 ? "null" : fits ? "true" : "false",
            c->have_host ? rp_plan_choice_host_total(&c->host) : 0, verdict);
+    if (lg) {
+        static const char *bounds[] = {"device", "host", "none"};
+        printf("\"seq_len\": %lld, \"longest_seq_len\": %lld, \"first_over_seq_len\": %lld, "
+               "\"bound\": \"%s\", \"bound_part\": \"%s\", \"bound_text\": \"",
+               (long long)o->seq_len, (long long)lg->longest, (long long)lg->first_over,
+               bounds[lg->bound], lg->part ? lg->part : "");
+        print_json_text(lg->why);
+        printf("\", \"host_text\": \"");
+        print_json_text(lg->host);
+        printf("\", \"bound_need_bytes\": %lld, \"bound_limit_bytes\": %lld, \"bound_parts\": [",
+               (long long)lg->need, (long long)lg->limit);
+        for (int i = 0; i < lg->nparts; i++)
+            printf("%s{\"part\": \"%s\", \"bytes\": %lld}", i ? ", " : "", lg->parts[i].name,
+                   (long long)lg->parts[i].bytes);
+        printf("], ");
+    }
     printf("\"jobs\": [");
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
         rp_job jb = rp_schedule_job(p, j);
@@ -85,7 +126,7 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
 }
 
 static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r,
-                        const rp_plan_choice *c)
+                        const rp_plan_choice *c, const rp_longest *lg)
 {
     const rp_cost_model *m = o->model;
     char buf[16384];
@@ -164,13 +205,47 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
     int fits;
     rp_plan_verdict(o, r, c, verdict, sizeof verdict, &fits);
     printf("%s\n", verdict);
+    if (lg)
+        print_longest(o, lg);
+}
+
+/* --seq-len max: the search, then argv names the longest length (or, when
+ * none fits, the first tried, whose plan fails as a plain one would) */
+static rp_status search_longest(int argc, char **argv, int at, int joined, char *word,
+                                rp_longest *lg, rp_error *err)
+{
+    rp_plan_cli o;
+    snprintf(word, 32, "%s%d", joined ? "--seq-len=" : "", RP_LONGEST_GRANULE);
+    argv[at] = word;
+    rp_status st = rp_plan_cli_parse(argc, argv, &o, err); /* the options' errors first */
+    int help = st == RP_OK && o.help; /* argv as it is then prints the help */
+    if (st == RP_OK)
+        rp_plan_cli_free(&o);
+    if (st == RP_OK && !help)
+        st = rp_plan_longest_search(argc, argv, at, joined, word, lg, err);
+    return st;
 }
 
 int rp_cli_plan(int argc, char **argv)
 {
     rp_error err = {0};
     rp_plan_cli o;
-    rp_status st = rp_plan_cli_parse(argc, argv, &o, &err);
+    rp_longest longest;
+    const rp_longest *lg = NULL;
+    char word[32];
+    char **args = malloc(sizeof *args * (size_t)(argc + 1));
+    if (!args) {
+        fprintf(stderr, "roundpipe plan: out of memory\n");
+        return 1;
+    }
+    memcpy(args, argv, sizeof *args * (size_t)(argc + 1));
+    int joined = 0, at = rp_plan_longest_requested(argc, args, &joined);
+    rp_status st = at >= 0 ? search_longest(argc, args, at, joined, word, &longest, &err) : RP_OK;
+    if (st == RP_OK) {
+        lg = at >= 0 && args[at] == word ? &longest : NULL;
+        st = rp_plan_cli_parse(argc, args, &o, &err);
+    }
+    free(args);
     if (st != RP_OK) {
         if (st != RP_ERR_INVALID_ARG) { /* a bad file, not a bad command line */
             fprintf(stderr, "roundpipe plan: %s\n", err.msg);
@@ -182,7 +257,15 @@ int rp_cli_plan(int argc, char **argv)
     if (o.help) {
         fputs(plan_usage, stdout);
         rp_plan_cli_usage(stdout);
+        rp_plan_cli_free(&o);
         return 0;
+    }
+    if (lg && !lg->longest) {
+        fprintf(stderr, "roundpipe plan: --seq-len max: not even %d tokens fit; bounded by %s: "
+                "%s\n", RP_LONGEST_GRANULE,
+                lg->bound == RP_BOUND_DEVICE ? "device memory" : "host memory", lg->why);
+        rp_plan_cli_free(&o);
+        return 1;
     }
     char warning[512];
     if (o.have_config && rp_config_seq_len_warning(&o.cfg, o.seq_len, warning, sizeof warning))
@@ -197,9 +280,9 @@ int rp_cli_plan(int argc, char **argv)
         st = rp_plan_cli_choose(&o, &o.mc, p, &r, &choice, &err);
     if (st == RP_OK) {
         if (o.json)
-            print_json(&o, p, &r, &choice);
+            print_json(&o, p, &r, &choice, lg);
         else
-            print_table(&o, p, &r, &choice);
+            print_table(&o, p, &r, &choice, lg);
     } else if (o.mc.memory_limit > 0 && !o.memory_limit_given && o.device_memory > 0) {
         /* the planner kept to the GPU's memory less the reserve: no plan fits it */
         fprintf(stderr, "roundpipe plan: verdict: does NOT fit the GPU's %.1f MiB (%s; %.1f MiB "

@@ -126,7 +126,8 @@ static const rp_option plan_rows[] = {
     {INT64("microbatches", "M", microbatches, 1, 1 << 20),
      .help = "per iteration (default: the file's, else 1)"},
     {INT64("seq-len", "S", seq_len, 1, 1 << 24), .fallback = "1024", GIVEN(GIVEN_SEQ_LEN),
-     .help = "tokens per sample (default 1024)"},
+     .help = "tokens per sample (default 1024); plan's --seq-len max:\n"
+             "the longest that fits, in steps of 1024, and what bounds it"},
     {INT64("batch-size", "B", batch_size, 1, 1 << 24), GIVEN(GIVEN_BATCH_SIZE),
      .help = "samples per iteration (default M)"},
     {DOUBLE("tflops", "X", tflops), .fallback = "100",

@@ -5,11 +5,19 @@
  *   ckpt[l][m]     saved input of layer l (the activation checkpoint): for
  *                  stage-grain recompute the first layer of every backward
  *                  stage below the tail, for layer-grain every layer below it,
- *                  and every layer the plan keeps (plan.h's kept)
+ *                  and every layer the plan keeps (plan.h's kept); when l is
+ *                  the first layer of forward stage s+1 this is fwd_out[s][m]
+ *                  itself (the same bytes, held once: ckpt_of_fwd_out[l] = s),
+ *                  which its forward job then need not write and whose next
+ *                  writer waits for the checkpoint's reader too
  *   kept[l][m]     a kept layer's `saved` area: what its backward needs, as
  *                  its forward job wrote it (kept_floats[l] floats)
  *   bwd_out[i][m]  gradient of the input of backward stage i (i = 0 is the
- *                  tail), for stages that do not start at layer 0
+ *                  tail), for stages that do not start at layer 0; stage i+1
+ *                  reads it before it writes its own, so the stages of one
+ *                  parity take turns in one buffer of M (bwd_out_last[i]:
+ *                  the last of them, whose reader the next iteration's
+ *                  writer of i waits for)
  * plus, per iteration slot r (ring of RP_ARENA_RING iterations):
  *   loss[r][m]     sum of the token cross-entropies of microbatch m
  *   sumsq[r][l][b] squared L2 norm of block b of layer l's gradient (the
@@ -55,12 +63,16 @@ typedef struct rp_arena {
     size_t floats;     /* total size in floats */
     size_t buffer_floats; /* an activation buffer's stride: A rounded up to 16 floats */
     char *is_ckpt;     /* [nlayers] */
+    int *ckpt_of_fwd_out; /* [nlayers] s when ckpt[l] is fwd_out[s]'s buffer, else -1 */
+    int *bwd_out_last;    /* [nbwd] the last stage j >= i of i's parity with a bwd_out, or -1 */
 } rp_arena;
 
 /* An activation buffer of the arena and the job (plan/schedule.h's index j)
  * that reads it back to a device: fwd_out[s][m] by job s + 1 (the next
  * forward stage, or the tail), ckpt[l][m] by the backward job of the stage
- * holding l, bwd_out[i][m] by backward stage i + 1. */
+ * holding l, bwd_out[i][m] by backward stage i + 1 (-1: read by several, the
+ * stages that take turns in it). A checkpoint held by a forward output is
+ * listed as that output; bwd_out's two buffers once each. */
 typedef struct rp_arena_buffer {
     size_t offset;  /* floats, as the index arrays */
     int reader_job;

@@ -128,10 +128,11 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
         return rp_error_set(err, RP_ERR_NOMEM, "host memory: the activation arena's index");
     out->activations = arena.floats * sizeof(float);
     out->kept_layers = plan->kept > 0 ? plan->kept : 0;
-    for (int l = 0; l < n; l++)
+    for (int l = 0; l < n; l++) /* its input, unless a forward output holds it (arena.h) */
         if (rp_plan_is_kept(plan, l))
             out->kept += (size_t)microbatches * sizeof(float) *
-                         (rp_padded_elements(as.act_floats) + rp_padded_elements(kept_floats[l]));
+                         ((arena.ckpt_of_fwd_out[l] < 0 ? rp_padded_elements(as.act_floats) : 0) +
+                          rp_padded_elements(kept_floats[l]));
     rp_arena_free(&arena);
     out->pinned += out->activations;
     return RP_OK;

@@ -289,8 +289,8 @@ void rp_proto_bwd_out_read(rp_engine *e, int stage, int m, int64_t t)
 rp_status rp_proto_wait_bwd_out_free(rp_engine *e, int stage, int ends_at_embedding, int m,
                                      int64_t t, const char *job, rp_error *err)
 {
-    if (!ends_at_embedding)
-        return wait_slot(e, slot_bwd(e, stage), m, t, job, err);
+    if (!ends_at_embedding) /* its buffer's last reader (arena.h) */
+        return wait_slot(e, slot_bwd(e, e->arena.bwd_out_last[stage]), m, t, job, err);
     return t <= 1 ? RP_OK : wait(e, RP_EV_BWD_OUT, stage, m, (uint64_t)(t - 1), job, 0, err);
 }
 

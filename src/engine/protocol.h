@@ -12,10 +12,14 @@
  *
  * | kind      | index / micro          | producer, after                     | consumers                        | back-pressure partner      |
  * |-----------|------------------------|-------------------------------------|----------------------------------|----------------------------|
- * | fwd_out   | fwd stage / microbatch | executor of F s: output on the host | F s+1 or the tail (its input)    | slot_free[fwd s]           |
- * | bwd_out   | bwd stage / microbatch | executor of T or B i: input grad on | B i+1 (its output grad); the     | slot_free[bwd i]; a stage  |
- * |           |                        | the host (a stage ending at the     | logger (the tails' losses are in)| ending at the embedding:   |
- * |           |                        | embedding: its microbatch is done)  |                                  | its own previous iteration |
+ * | fwd_out   | fwd stage / microbatch | executor of F s: output on the host | F s+1 or the tail (its input)    | slot_free[fwd s]; and      |
+ * |           |                        |                                     |                                  | slot_free[ckpt l] when it  |
+ * |           |                        |                                     |                                  | is layer l's checkpoint    |
+ * | bwd_out   | bwd stage / microbatch | executor of T or B i: input grad on | B i+1 (its output grad); the     | slot_free[bwd j], j the    |
+ * |           |                        | the host (a stage ending at the     | logger (the tails' losses are in)| last stage sharing i's     |
+ * |           |                        | embedding: its microbatch is done)  |                                  | buffer (arena.h); a stage  |
+ * |           |                        |                                     |                                  | ending at the embedding:   |
+ * |           |                        |                                     |                                  | its own previous iteration |
  * | slot_free | slot / microbatch      | the consumer that read the slot     | the next producer of the slot    | -                          |
  * |           | (fwd s, ckpt l, bwd i; | (slot 0: the logger read the losses | (slot 0: the tail writing losses |                            |
  * |           |  0 = losses)           |  of t)                              |  RP_ARENA_RING iterations later) |                            |
@@ -41,7 +45,9 @@
  * The activation checkpoint (the input of a backward stage's first layer,
  * saved by the forward stage that computes it) has no event of its own: it
  * is written before that forward stage publishes fwd_out, which every
- * later job follows; its slot (ckpt l) carries its back-pressure. */
+ * later job follows; its slot (ckpt l) carries its back-pressure. At a
+ * forward stage's first layer it is the previous stage's output itself
+ * (arena.h): that output's writer waits for both slots. */
 #ifndef RP_ENGINE_PROTOCOL_H
 #define RP_ENGINE_PROTOCOL_H
 

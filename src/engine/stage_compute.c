@@ -244,7 +244,9 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
         float *out = x->acts[nb], *saved = x->saved[0];
         int kept = rp_plan_is_kept(&e->plan, l);
         nb ^= 1;
-        if (l > 0 && e->arena.is_ckpt[l]) { /* the activation checkpoint (a kept layer's input) */
+        /* the activation checkpoint (a kept layer's input), unless it is
+         * the buffer this job's input came from (arena.h) */
+        if (l > 0 && e->arena.is_ckpt[l] && e->arena.ckpt_of_fwd_out[l] < 0) {
             RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
             RP_TRY(rp_exec_move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
                         "checkpoint", err));
@@ -258,6 +260,10 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
         cur = out;
     }
     RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));
+    /* the output that is also the next stage's checkpoint (arena.h): free
+     * once the backward of the iteration before has read it too */
+    if (s + 1 < e->plan.nfwd && e->arena.ckpt_of_fwd_out[e->plan.fwd[s + 1].first] == s)
+        RP_TRY(rp_proto_wait_checkpoint_free(e, e->plan.fwd[s + 1].first, m, t, x->name, err));
     RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE,
                         "output", err));
     rp_proto_publish_fwd_out(e, s, m, t);

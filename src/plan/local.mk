@@ -17,4 +17,4 @@ librp_la_SOURCES += \
 # (Not named *_SOURCES: automake -Wall -Werror rejects a _SOURCES variable
 # that belongs to no program.)
 RP_CLI_PLAN_SRC = src/cli/cmd_plan.c src/cli/cmd_plan.h src/cli/plan_choice.c src/cli/plan_choice.h src/cli/cmd_simulate.c \
-	src/cli/plan_opts.c src/cli/plan_opts.h
+	src/cli/plan_opts.c src/cli/plan_opts.h src/cli/plan_longest.c src/cli/plan_longest.h

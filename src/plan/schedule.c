@@ -111,8 +111,8 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
     return bytes + job_scratch_bytes(m, &job) + workspace;
 }
 
-int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
-                               int64_t workspace, int *worst)
+int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpus,
+                               int64_t workspace, rp_peak_parts *parts)
 {
     /* the executor allocates once for all its jobs (engine/executor.c):
      * two weight buffers of the largest stage, a scratch that holds any
@@ -122,29 +122,68 @@ int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpu
      * least one layer's), a buffer per layer of the longest stage plus two
      * for its input and the gradient flowing down, and the workspace every
      * job shares */
-    int64_t w = 0, scratch = 0, keep = 0, slot = 0, out = 0, job_peak = -1;
-    int layers = 1, wj = 0;
+    rp_peak_parts q = {0};
+    int64_t keep = 0, slot = 0, job_peak = -1;
+    int keep_job = -1;
+    q.layers = 1;
+    q.weights_job = q.scratch_job = q.saved_job = q.saved_layer = q.io_layer = -1;
     for (int l = 0; l < m->num_layers; l++) {
-        slot = max64(slot, m->layers[l].act_bytes);
-        out = max64(out, m->layers[l].out_bytes);
+        if (m->layers[l].act_bytes > slot) {
+            slot = m->layers[l].act_bytes;
+            q.saved_layer = l;
+        }
+        if (m->layers[l].out_bytes > q.out) {
+            q.out = m->layers[l].out_bytes;
+            q.io_layer = l;
+        }
     }
     for (int j = 0; j < rp_schedule_num_jobs(p); j++) {
         rp_job job = rp_schedule_job(p, j);
-        w = max64(w, rp_cost_weight_bytes(m, job.first, job.last));
-        scratch = max64(scratch, job_scratch_bytes(m, &job));
-        if (job.kind != RP_JOB_FWD)
-            keep = max64(keep, job_saved_bytes(m, p, &job));
-        if (job.last - job.first + 1 > layers)
-            layers = job.last - job.first + 1;
+        int64_t w = rp_cost_weight_bytes(m, job.first, job.last);
+        if (w > q.weights) {
+            q.weights = w;
+            q.weights_job = j;
+        }
+        int64_t sc = job_scratch_bytes(m, &job);
+        if (sc > q.scratch) {
+            q.scratch = sc;
+            q.scratch_job = j;
+            q.scratch_workspace = job_workspace_bytes(m, &job);
+        }
+        if (job.kind != RP_JOB_FWD) {
+            int64_t k = job_saved_bytes(m, p, &job);
+            if (k > keep) {
+                keep = k;
+                keep_job = j;
+            }
+        }
+        if (job.last - job.first + 1 > q.layers)
+            q.layers = job.last - job.first + 1;
         int64_t b = rp_schedule_job_bytes(m, p, gpus, j, workspace);
         if (b > job_peak) {
             job_peak = b;
-            wj = j;
+            q.worst_job = j;
         }
     }
+    if (q.layers > m->num_layers - 1)
+        q.layers = m->num_layers - 1 > 0 ? m->num_layers - 1 : 1;
+    /* a backward stage's sum, or one layer's slot when that is larger */
+    q.saved = max64(keep, slot);
+    if (keep >= slot)
+        q.saved_job = keep_job;
+    q.workspace = workspace;
+    q.total = 2 * q.weights + q.scratch + q.saved + (int64_t)(q.layers + 2) * q.out + workspace;
+    if (parts)
+        *parts = q;
+    return q.total;
+}
+
+int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                               int64_t workspace, int *worst)
+{
+    rp_peak_parts q;
+    int64_t total = rp_schedule_peak_parts(m, p, gpus, workspace, &q);
     if (worst)
-        *worst = wj;
-    if (layers > m->num_layers - 1)
-        layers = m->num_layers - 1 > 0 ? m->num_layers - 1 : 1;
-    return 2 * w + scratch + max64(keep, slot) + (int64_t)(layers + 2) * out + workspace;
+        *worst = q.worst_job;
+    return total;
 }

@@ -67,4 +67,27 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
                                int64_t workspace, int *worst);
 
+/* The parts of rp_schedule_peak_bytes, each with the job (index j) or layer
+ * that sets it (-1: none does, the part is 0), for saying what bounds a
+ * plan: total = 2 weights + scratch + saved + (layers + 2) out + workspace. */
+typedef struct rp_peak_parts {
+    int64_t weights;  /* the largest stage's weights (two buffers of it) */
+    int weights_job;
+    int64_t scratch;  /* the largest job's gradients (TAIL/BWD) and own workspace */
+    int scratch_job;
+    int64_t scratch_workspace; /* of it, that job's own workspace */
+    int64_t saved;    /* saved activations: the largest TAIL/BWD stage's sum of act_bytes,
+                         or the largest layer's when that is more */
+    int saved_job;    /* the stage's job, -1 when one layer's slot set it */
+    int saved_layer;  /* the layer of the largest act_bytes */
+    int64_t out;      /* the largest out_bytes: one microbatch's activations */
+    int io_layer;     /* its layer */
+    int layers;       /* the longest stage's layers (at most all but one) */
+    int64_t workspace; /* the one every job shares */
+    int worst_job;    /* the job of the largest rp_schedule_job_bytes */
+    int64_t total;
+} rp_peak_parts;
+int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpus,
+                               int64_t workspace, rp_peak_parts *parts);
+
 #endif
