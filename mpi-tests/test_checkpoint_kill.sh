@@ -42,7 +42,10 @@ while [ $kills -lt 20 ]; do
   start
   sleep "$(printf '%d.%d' $((d / 10)) $((d % 10)))"
   if [ $((kills % 2)) -eq 0 ]; then
-    p=$(pgrep -f "^$bin train .*$ck" | head -n 1); [ -n "$p" ] && kill -9 "$p"
+    # one rank; on a loaded machine mpirun may not have started them yet:
+    # then mpirun (else nothing would stop this run and it would finish)
+    p=$(pgrep -f "^$bin train .*$ck" | head -n 1)
+    if [ -n "$p" ]; then kill -9 "$p"; else kill -9 $pid 2>/dev/null; fi
   else
     kill -9 $pid 2>/dev/null
   fi
