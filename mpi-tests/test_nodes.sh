@@ -9,7 +9,8 @@
 #   --pipelines 3 (llama: untied, biases, no clipping: the fused update),
 #   2 nodes x 2 with --pipelines 2 against one node with --pipelines 4;
 #   with bf16 compute; with random delays before every signal (three seeds);
-#   with the lagged optimizer (--optimizer-lag 1);
+#   with the lagged optimizer (--optimizer-lag 1), also with one stage per
+#   layer on 2 nodes x 1 (the embedding's update trails the next tail);
 # - checkpoints: written from 2 nodes (qwen3, M = 6, 6 pipelines in all,
 #   bf16 compute so the master weights are collected from the nodes' slices)
 #   and resumed on 1 node and on 3 nodes, the bits of a run that never
@@ -104,6 +105,13 @@ run qwen3 2 "$tmp/q-bf2" --ranks-per-node 1 --dtype bf16 --grad-clip 0 && \
 run qwen3 2 "$tmp/q-lag" --pipelines 2 --optimizer-lag 1 || bad "lagged reference failed"
 RP_INJECT_DELAY_US=1000 RP_INJECT_SEED=4 run qwen3 4 "$tmp/q-lag2" --ranks-per-node 2 --optimizer-lag 1 && \
   same "lagged 2 nodes x 2" "$tmp/q-lag" "$tmp/q-lag2" || bad "lagged 2 nodes failed"
+# one stage per layer: the embedding's lagged update of step t waits for
+# the last backward job of t+1, which follows t+1's tail (a node's
+# communication thread summed t+1's embedding gradient, from the tail's
+# tied head on, over t's before that update read it: every run differed)
+run qwen3 2 "$tmp/q-lag1" --ranks-per-node 1 --optimizer-lag 1 --plan "fwd=0,1,2;bwd=3,2,1,0" && \
+  same "lagged 2 nodes x 1, one stage per layer" "$tmp/q-lag" "$tmp/q-lag1" || \
+  bad "lagged 2 nodes x 1, one stage per layer, failed"
 # 2 nodes x 2 pipelines = 1 node x 4 pipelines (M = 4)
 run qwen3 2 "$tmp/q4-ref" --batch-size 4 --microbatches 4 --pipelines 4 || bad "P=4 reference failed"
 run qwen3 4 "$tmp/q4-2x2" --batch-size 4 --microbatches 4 --ranks-per-node 2 --pipelines 2 && \
