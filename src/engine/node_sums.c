@@ -415,31 +415,51 @@ static void start_gather(rp_engine *e, int l, int64_t t)
                       &p->greq[p->gn++]);
 }
 
+/* Poll until at(e, l, i, t) (an event of this node's store: layer l, index
+ * i, at t), keeping this thread's exchanges going; at the deadline or an
+ * abort, fail naming the event (describe). */
+static rp_status wait_serviced(rp_engine *e, int (*at)(const rp_engine *, int, int, int64_t),
+                               void (*describe)(const rp_engine *, int, int, char *, size_t),
+                               int l, int i, int64_t t, double deadline, long *pause,
+                               const char *who, rp_error *err)
+{
+    while (!at(e, l, i, t)) {
+        rp_status s;
+        const char *why = why_stop(e, deadline, &s);
+        if (why) {
+            char name[96];
+            describe(e, l, i, name, sizeof name);
+            rp_error_set(err, s, "rank %d, %s: stopped waiting for event %s (it %lld): %s",
+                         e->nd.world_rank, who, name, (long long)t, why);
+            err->echo = rp_engine_aborted(e);
+            return s;
+        }
+        if (rp_node_service(e))
+            *pause = 20000;
+        rp_node_idle(pause);
+    }
+    return RP_OK;
+}
+
 rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
     double deadline = rp_event_deadline(e->o->timeout_s * 1.25);
     long pause = 20000;
-    for (int g = 0; g < e->pipelines; g++) {
+    for (int g = 0; g < e->pipelines; g++)
         for (int head = 0; head < 1 + (l == 0 && e->tied); head++) {
             int layer = head ? e->num_layers - 1 : l; /* a tied head's part came with the tail */
-            while (!rp_proto_grad_at(e, layer, g, t)) {
-                rp_status s;
-                const char *why = why_stop(e, deadline, &s);
-                if (why) {
-                    char name[96];
-                    rp_proto_describe_grad(e, layer, g, name, sizeof name);
-                    rp_error_set(err, s, "rank %d, %s: stopped waiting for event %s (it %lld): "
-                                 "%s", e->nd.world_rank, who, name, (long long)t, why);
-                    err->echo = rp_engine_aborted(e);
-                    return s;
-                }
-                if (rp_node_service(e))
-                    pause = 20000;
-                rp_node_idle(&pause);
-            }
+            RP_TRY(wait_serviced(e, rp_proto_grad_at, rp_proto_describe_grad, layer, g, t,
+                                 deadline, &pause, who, err));
         }
-    }
     return RP_OK;
+}
+
+rp_status rp_node_wait_share_version(rp_engine *e, int l, int64_t t, const char *who,
+                                     rp_error *err)
+{
+    long pause = 20000;
+    return wait_serviced(e, rp_proto_version_at, rp_proto_describe_version, l, e->rank, t,
+                         rp_event_deadline(e->o->timeout_s * 1.25), &pause, who, err);
 }
 
 rp_status rp_node_base_pass_on(rp_engine *e, int64_t t, float *acc, size_t lo, size_t hi,

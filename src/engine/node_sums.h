@@ -94,6 +94,12 @@ rp_status rp_node_pass_on(rp_engine *e, int l, int64_t t, float *acc, double *pa
  * going meanwhile; fails at the deadline or an abort, naming the event. */
 rp_status rp_node_wait_grads(rp_engine *e, int l, int64_t t, const char *who, rp_error *err);
 
+/* The node communication thread: this rank's share of layer l at version t
+ * (its all-gather completed), its exchanges kept going meanwhile; fails at
+ * the deadline or an abort, naming the event. */
+rp_status rp_node_wait_share_version(rp_engine *e, int l, int64_t t, const char *who,
+                                     rp_error *err);
+
 /* Between segments (the main thread; the engine's threads are joined):
  * every node's slices of the master weights, and with `optimizer` of m and
  * v, and with `gradient` of the summed gradient, onto node 0's store. */

@@ -345,6 +345,16 @@ void rp_proto_publish_version(rp_engine *e, int l, int64_t t)
     publish(e, RP_EV_VERSION, l, e->rank, t);
 }
 
+int rp_proto_version_at(const rp_engine *e, int l, int r, int64_t t)
+{
+    return rp_event_value(e->ev, (rp_event_name){RP_EV_VERSION, l, r}) >= (uint64_t)t;
+}
+
+void rp_proto_describe_version(const rp_engine *e, int l, int r, char *buf, size_t len)
+{
+    rp_event_describe(e->ev, (rp_event_name){RP_EV_VERSION, l, r}, buf, len);
+}
+
 void rp_proto_publish_rows(rp_engine *e, int64_t t)
 {
     publish(e, RP_EV_ROWS, 0, e->rank, t);

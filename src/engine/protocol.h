@@ -111,6 +111,10 @@ rp_status rp_proto_wait_layer(rp_engine *e, int l, int rows_only, uint64_t versi
                               int64_t step, const char *job, int background, rp_error *err);
 int rp_proto_layer_at(const rp_engine *e, int l, int rows_only, uint64_t version);
 void rp_proto_publish_version(rp_engine *e, int l, int64_t t); /* this rank's share */
+/* Without waiting (the node communication thread polls): rank r's share of
+ * layer l at version t; the event's name. */
+int rp_proto_version_at(const rp_engine *e, int l, int r, int64_t t);
+void rp_proto_describe_version(const rp_engine *e, int l, int r, char *buf, size_t len);
 void rp_proto_publish_rows(rp_engine *e, int64_t t);            /* this rank's share */
 /* A job of pipeline g in iteration t (a forward job, or a tail/backward
  * one) uploaded layer l (said by the executor's transfer worker when the

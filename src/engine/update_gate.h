@@ -21,6 +21,9 @@
  * |                               | order)                                    | wait for the job's compute       |                              |
  * | a job of step t, before it    | its layers at version t-1 (the embedding: | the host gradient buffers of t-1 | rp_gate_wait_grad_buffers    |
  * | downloads its gradients       | summed at t-1)                            | were consumed by their update    |                              |
+ * | the sum of step t's embedding | several nodes, lagged: this rank's share  | the layer's buffer holds t-1's   | rp_gate_wait_embedding_sum   |
+ * | gradient into the layer's     | of the embedding at version t-1           | sum until its update (which waits|                              |
+ * | buffer (its share)            |                                           | for step t's uploads) read it    |                              |
  * | the update of layer l, step t | several nodes: this rank's share summed   | node slices: the node            | rp_gate_wait_slice_summed    |
  * | (this rank's share)           | over the nodes (the communication thread) | communication thread sums        |                              |
  * | the updates of step t, with   | every share of every layer summed         | clipping: the global norm scales | rp_gate_wait_global_sumsq    |
@@ -91,6 +94,16 @@ int rp_gate_weights_before_compute(const rp_engine *e);
 /* Before a job of step t overwrites its layers' host gradient buffers. */
 rp_status rp_gate_wait_grad_buffers(rp_engine *e, int first, int last, int tied_head, int64_t t,
                                     const char *who, rp_error *err);
+
+/* Before step t's embedding gradient is summed into the layer's buffer,
+ * this rank's share (the node communication thread's, or with one node the
+ * optimizer's: sum_base in grad_completion.c): the buffer holds step t-1's
+ * sum until t-1's update has read it. The jobs of step t may download the
+ * embedding's gradient once t-1's was summed (rp_gate_wait_grad_buffers),
+ * before that update, which with a lagged optimizer waits for their
+ * uploads; one node's optimizer runs t-1's updates before t's sums, but
+ * several nodes' communication threads sum on without it. */
+rp_status rp_gate_wait_embedding_sum(rp_engine *e, int64_t t, const char *who, rp_error *err);
 
 /* Several nodes: before this rank's optimizer updates its slice of layer l
  * for step t. */
