@@ -69,6 +69,7 @@ static void executor_free(executor *x)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
     rp_device_free(x->dev, x->act_grad);
+    rp_device_free(x->dev, x->act_narrow);
     rp_device_free(x->dev, x->tokens);
     rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
@@ -193,6 +194,9 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->scratch = dalloc(x, scratch, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);
+    if (e->o->activation_dtype != RP_F32) /* memory_model.c counts it in the shared bytes */
+        ok &= (x->act_narrow = dalloc(x, e->act_floats * rp_dtype_size(e->o->activation_dtype),
+                                      err)) != NULL;
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));

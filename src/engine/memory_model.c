@@ -33,7 +33,8 @@ static size_t fp8_travel_bytes(const rp_model_config *cfg, const rp_layer_desc *
 }
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents, int64_t microbatches,
+                               rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
+                               int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err)
 {
@@ -102,7 +103,9 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         /* kept, a block holds its input and its own saved area in the
          * arena (arena.h), read in place by executors of host memory */
         L->keep_bytes = ops && l > 0 && l < n - 1
-                            ? 4 * (int64_t)(rp_padded_elements((size_t)(tokens * H)) +
+                            ? 4 * (int64_t)(rp_padded_elements(
+                                                ((size_t)(tokens * H) * rp_dtype_size(act_dtype) +
+                                                 sizeof(float) - 1) / sizeof(float)) +
                                             rp_padded_elements(rp_block_saved_floats_of(
                                                 ops, dtype, cfg, l - 1, samples_per_micro,
                                                 seq_len)))
@@ -117,6 +120,8 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     free(layers);
     free(base);
     *workspace_bytes = tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
+    if (act_dtype != RP_F32) /* executor.c's act_narrow */
+        *workspace_bytes += tokens * H * (int64_t)rp_dtype_size(act_dtype);
     /* a mixture of experts' load-balancing gradient and router statistics,
      * [E] and [2E] fp32, on a device the host does not address */
     if (ops && !ops->host_addressable && rp_model_has_moe(cfg))

@@ -40,9 +40,13 @@
  *       (rp_layer_workspace_floats): a job's is its layers' largest, in the
  *       executor's scratch after its gradients (engine/executor.c);
  * and *workspace_bytes, what every job shares: the microbatch's token ids,
- * targets and mask (and with documents its segment starts). */
+ * targets and mask (and with documents its segment starts), and with
+ * act_dtype bf16 (--activation-dtype) the buffer an activation is narrowed
+ * in on its way to the host and widened from on its way back (tokens x
+ * hidden bf16). A kept block's input in keep_bytes is in act_dtype too. */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents, int64_t microbatches,
+                               rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
+                               int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
 
