@@ -5,7 +5,8 @@
 # ... (N bytes"), for forced plans of a tied model (the tail holds the
 # embedding matrix and its gradient) and an untied one, and with
 # --documents (the segment starts), CPU executors, two ranks, and with
-# --activation-dtype bf16 (device buffers and host store); a stage with
+# --activation-dtype bf16 (device buffers and host store; no device byte
+# more where the jobs' workspaces hold its narrowing buffer); a stage with
 # the embedding holds on the device only the rows the batch's tokens can
 # read (weights and gradient), never the whole table; with one scratch
 # per executor for a job's workspace and gradients (a mixture of experts,
@@ -110,8 +111,9 @@ host "--init-config $untied" fp32 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1;keep=2" -
 host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3" --recompute stage
 grep -q "kept by" "$tmp/train.txt" && bad "--recompute stage keeps blocks" || ok
 
-# --activation-dtype bf16 (the block boundaries in bf16 in the arena, and a
-# bf16 buffer on the executors they are narrowed in and widened from): the
+# --activation-dtype bf16 (the block boundaries in bf16 in the arena, and
+# every job's workspace at least the buffer they are narrowed in and
+# widened from, an embedding job's included): the
 # device buffers and the host store as plan counts them, stage and layer
 # grain, kept blocks (their inputs in bf16, widened into a device slot);
 # the arena holds fewer bytes than fp32's
@@ -124,6 +126,14 @@ host "--init-config $untied" bf16 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1" --recomp
 arena() { "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
   --plan "fwd=0,1-3;bwd=4-5,2-3,0-1" --device cpu --recompute layer --json "$@" |
   grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9; }
+# the narrowing buffer lies in a job's workspace, free between layer calls:
+# where every job's workspace is larger, bf16 activations cost the device nothing
+dpeak() { "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "fwd=0-2;bwd=3-5,0-2" --device cpu --json "$@" | grep -o '"peak_bytes": [0-9]*' |
+  head -n 1 | tr -dc 0-9; }
+d32=$(dpeak --activation-dtype fp32) d16=$(dpeak --activation-dtype bf16)
+[ -n "$d16" ] && [ "$d16" = "$d32" ] && ok ||
+  bad "plan: bf16 activations need '$d16' device bytes, fp32 '$d32'"
 a32=$(arena --activation-dtype fp32) a16=$(arena --activation-dtype bf16)
 [ -n "$a16" ] && [ -n "$a32" ] && [ "$a16" -lt "$a32" ] && ok ||
   bad "plan: the arena of bf16 activations '$a16' bytes, of fp32 '$a32'"

@@ -69,7 +69,6 @@ static void executor_free(executor *x)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
     rp_device_free(x->dev, x->act_grad);
-    rp_device_free(x->dev, x->act_narrow);
     rp_device_free(x->dev, x->tokens);
     rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
@@ -102,7 +101,8 @@ static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t off
 }
 
 /* Bytes of the executor's scratch job `job` takes: its own workspace, the
- * largest of its layers' (memory_model.h's rp_layer_workspace_floats), and
+ * largest of its layers' (memory_model.h's rp_layer_workspace_floats) and
+ * at least the activations' narrowing buffer (rp_activation_narrow_floats), and
  * its gradients (fp32, and their bf16 rounding with --grad-dtype bf16; a
  * tied head's inside); *workspace_floats (may be NULL) the former. */
 static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *workspace_floats)
@@ -116,6 +116,9 @@ static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *w
                                              e->num_layers, e->samples_per_micro, e->seq_len);
         ws = f > ws ? f : ws;
     }
+    const size_t narrow = rp_activation_narrow_floats(e->o->activation_dtype, e->tokens_per_micro,
+                                                      e->hidden);
+    ws = narrow > ws ? narrow : ws;
     if (workspace_floats)
         *workspace_floats = ws;
     return ws * sizeof(float) + grads;
@@ -132,6 +135,9 @@ static void scratch_begin(executor *x, const rp_job *job)
     job_scratch_bytes(x->e, job, &ws);
     size_t floats = job->kind == RP_JOB_FWD ? 0 : rp_stage_floats(x->e, job, NULL);
     x->workspace = x->scratch;
+    /* between layer calls the workspace is free: activations are narrowed
+     * and widened at its start (stage_compute.c) */
+    x->act_narrow = x->e->o->activation_dtype != RP_F32 ? x->scratch : NULL;
     x->grads = (float *)x->scratch + ws;
     x->grads_bf16 = x->e->o->grad_dtype == RP_BF16 ? x->grads + floats : NULL;
 }
@@ -194,9 +200,6 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->scratch = dalloc(x, scratch, err);
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);
-    if (e->o->activation_dtype != RP_F32) /* memory_model.c counts it in the shared bytes */
-        ok &= (x->act_narrow = dalloc(x, e->act_floats * rp_dtype_size(e->o->activation_dtype),
-                                      err)) != NULL;
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));

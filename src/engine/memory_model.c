@@ -111,17 +111,16 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
                                                 seq_len)))
                             : 0;
         L->keep_ms = 0;
-        L->workspace_bytes = ops ? 4 * (int64_t)rp_layer_workspace_floats(ops, dtype, cfg, l, n,
-                                                                          samples_per_micro,
-                                                                          seq_len)
-                                 : 0;
+        size_t ws = ops ? rp_layer_workspace_floats(ops, dtype, cfg, l, n, samples_per_micro,
+                                                    seq_len)
+                        : 0;
+        const size_t narrow = rp_activation_narrow_floats(act_dtype, tokens, H);
+        L->workspace_bytes = ops ? 4 * (int64_t)(ws > narrow ? ws : narrow) : 0;
     }
     m->keep_in_place = ops && ops->host_addressable;
     free(layers);
     free(base);
     *workspace_bytes = tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
-    if (act_dtype != RP_F32) /* executor.c's act_narrow */
-        *workspace_bytes += tokens * H * (int64_t)rp_dtype_size(act_dtype);
     /* a mixture of experts' load-balancing gradient and router statistics,
      * [E] and [2E] fp32, on a device the host does not address */
     if (ops && !ops->host_addressable && rp_model_has_moe(cfg))

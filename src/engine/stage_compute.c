@@ -337,7 +337,6 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
 static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int last,
                            int last_output, int64_t t, rp_error *err)
 {
-    rp_engine *e = x->e;
     const float *cur = NULL;
     if (host_in0) {
         RP_TRY(load_activation(x, x->acts[0], host_in0, "input", err));
