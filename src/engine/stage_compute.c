@@ -245,7 +245,8 @@ static size_t kept_bytes(const rp_engine *e, int l)
 
 /* The input and the saved area of kept layer l's forward of microbatch m
  * (plan.h's kept), for its backward: where the arena holds them, or
- * uploaded into the device buffers acts[i] and saved[i]. */
+ * uploaded into the device buffers acts[i] and saved[i] (a bf16 input
+ * always: the layer reads fp32). */
 static rp_status kept_for_backward(executor *x, int l, int i, int m, const float **in,
                                    float **saved, rp_error *err)
 {
@@ -267,7 +268,6 @@ static rp_status kept_for_backward(executor *x, int l, int i, int m, const float
     }
     RP_TRY(rp_exec_move(x, x->saved[i], host_saved, kept_bytes(e, l), RP_XFER_INPUT, "kept",
                         err));
-    *in = x->acts[i];
     *saved = x->saved[i];
     return RP_OK;
 }
