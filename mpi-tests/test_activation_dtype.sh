@@ -3,8 +3,9 @@
 # where it is made, the host store holding the block boundaries in bf16)
 # trains bit-identically on 1, 2, 3 and 4 ranks, under forced plans that cut
 # the model at different layers, with stage-grain and layer-grain recompute
-# and with every block kept (--recompute none): the same losses, gradient
-# norms and saved model; it really rounds: the model differs from the fp32
+# and with every block kept (--recompute none), for a mixture of experts
+# and for LoRA too: the same losses, gradient norms and saved model; it
+# really rounds: the model differs from the fp32
 # run's, and step 1's loss is within 2^-7 (relative) of fp32's but not
 # equal; every activation the forward saves or reads back travels in half
 # the bytes of the fp32 run's (trace), input gradients in fp32 as before;
@@ -42,6 +43,23 @@ run b3n 3 bf16 --plan "fwd=0-1,2-4;bwd=5,3-4,1-2,0" --recompute none
 for r in b2 b3 b4 b2l b3n; do
   same b1 $r && ok || bad "bf16 activations: run $r differs from the 1-rank run"
 done
+
+# a mixture of experts (its load-balancing loss on), and LoRA adapters with
+# dropout over a bf16-computed base: the same bits on 1 and 3 ranks
+moe="$src/mpi-tests/fixtures/golden-moe/moe-mb"
+for np_ in 1 3; do
+  ${MPIRUN:-mpirun} $flags -np $np_ "$bin" train --init-config "$moe/model/config.json" \
+    --data "$moe/data.npy" --seq-len 8 --batch-size 4 --microbatches 2 --steps 3 --device cpu \
+    --threads 1 --progress none --activation-dtype bf16 --router-aux-coef 0.01 \
+    --log "$tmp/moe-$np_.jsonl" --save "$tmp/moe-$np_" > "$tmp/moe-$np_.txt" 2>&1 ||
+    { bad "moe on $np_ ranks failed"; tail -n 5 "$tmp/moe-$np_.txt"; }
+  run lora-$np_ $np_ bf16 --lora-rank 4 --lora-dropout 0.1 --dtype bf16
+done
+same moe-1 moe-3 && ok || bad "bf16 activations, a mixture of experts: 1 and 3 ranks differ"
+cmp -s "$tmp/lora-1/adapter_model.safetensors" "$tmp/lora-3/adapter_model.safetensors" &&
+  [ "$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$tmp/lora-1.jsonl")" = \
+    "$(grep -o '"loss":[^,]*,"lr":[^,]*,"grad_norm":[^,]*' "$tmp/lora-3.jsonl")" ] && ok ||
+  bad "bf16 activations, LoRA: 1 and 3 ranks differ"
 
 # fp32 is the CPU default; bf16 rounds
 run f2 2 fp32 --trace "$tmp/f2.trace.json" --plan "fwd=0-2;bwd=3-5,0-2" --recompute stage
