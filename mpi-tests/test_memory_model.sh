@@ -115,11 +115,13 @@ grep -q "kept by" "$tmp/train.txt" && bad "--recompute stage keeps blocks" || ok
 # every job's workspace at least the buffer they are narrowed in and
 # widened from, an embedding job's included): the
 # device buffers and the host store as plan counts them, stage and layer
-# grain, kept blocks (their inputs in bf16, widened into a device slot);
+# grain, kept blocks (their inputs in bf16, widened into a device slot),
+# a mixture of experts;
 # the arena holds fewer bytes than fp32's
 check "$tied" "fwd=0-2;bwd=3-5,0-2" --activation-dtype bf16
 check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
 check "$untied" "fwd=0;bwd=1-$((nl + 1)),0" --activation-dtype bf16 --recompute layer
+seq=4 cdata="$src/mpi-tests/fixtures/golden-moe/moe-m1/data.npy" check "$src/mpi-tests/fixtures/golden-moe/moe-m1/model/config.json" "fwd=0,1-4;bwd=5,3-4,0-2" --activation-dtype bf16
 host "--init-config $tied" fp32 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --activation-dtype bf16
 host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
 host "--init-config $untied" bf16 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1" --recompute layer --activation-dtype bf16
