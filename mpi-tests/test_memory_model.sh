@@ -4,7 +4,9 @@
 # the byte what `roundpipe train`'s executors allocate ("executor buffers:
 # ... (N bytes"), for forced plans of a tied model (the tail holds the
 # embedding matrix and its gradient) and an untied one, and with
-# --documents (the segment starts), CPU executors, two ranks; a stage with
+# --documents (the segment starts), CPU executors, two ranks, and with
+# --activation-dtype bf16 (device buffers and host store; no device byte
+# more where the jobs' workspaces hold its narrowing buffer); a stage with
 # the embedding holds on the device only the rows the batch's tokens can
 # read (weights and gradient), never the whole table; with one scratch
 # per executor for a job's workspace and gradients (a mixture of experts,
@@ -108,6 +110,35 @@ host "--init-config $tied" bf16 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --recomput
 host "--init-config $untied" fp32 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1;keep=2" --recompute layer
 host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3" --recompute stage
 grep -q "kept by" "$tmp/train.txt" && bad "--recompute stage keeps blocks" || ok
+
+# --activation-dtype bf16 (the block boundaries in bf16 in the arena, and
+# every job's workspace at least the buffer they are narrowed in and
+# widened from, an embedding job's included): the
+# device buffers and the host store as plan counts them, stage and layer
+# grain, kept blocks (their inputs in bf16, widened into a device slot),
+# a mixture of experts;
+# the arena holds fewer bytes than fp32's
+check "$tied" "fwd=0-2;bwd=3-5,0-2" --activation-dtype bf16
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
+check "$untied" "fwd=0;bwd=1-$((nl + 1)),0" --activation-dtype bf16 --recompute layer
+seq=4 cdata="$src/mpi-tests/fixtures/golden-moe/moe-m1/data.npy" check "$src/mpi-tests/fixtures/golden-moe/moe-m1/model/config.json" "fwd=0,1-4;bwd=5,3-4,0-2" --activation-dtype bf16
+host "--init-config $tied" fp32 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --activation-dtype bf16
+host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
+host "--init-config $untied" bf16 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1" --recompute layer --activation-dtype bf16
+arena() { "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "fwd=0,1-3;bwd=4-5,2-3,0-1" --device cpu --recompute layer --json "$@" |
+  grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9; }
+# the narrowing buffer lies in a job's workspace, free between layer calls:
+# where every job's workspace is larger, bf16 activations cost the device nothing
+dpeak() { "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "fwd=0-2;bwd=3-5,0-2" --device cpu --json "$@" | grep -o '"peak_bytes": [0-9]*' |
+  head -n 1 | tr -dc 0-9; }
+d32=$(dpeak --activation-dtype fp32) d16=$(dpeak --activation-dtype bf16)
+[ -n "$d16" ] && [ "$d16" = "$d32" ] && ok ||
+  bad "plan: bf16 activations need '$d16' device bytes, fp32 '$d32'"
+a32=$(arena --activation-dtype fp32) a16=$(arena --activation-dtype bf16)
+[ -n "$a16" ] && [ -n "$a32" ] && [ "$a16" -lt "$a32" ] && ok ||
+  bad "plan: the arena of bf16 activations '$a16' bytes, of fp32 '$a32'"
 
 # LoRA: the executors' buffers (adapters; CPU executors read the frozen base
 # where it lies) and the host store (the adapters' state, and the base when

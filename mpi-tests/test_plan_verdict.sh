@@ -10,7 +10,9 @@
 # planner's width is free and fewer pipelines are within 3% of the fastest's
 # time with at most 90% of its host memory, they are proposed, with the
 # fastest named; --pipelines P is train's (width G/P, --width kept),
-# --recompute layer counts the per-layer activation checkpoints.
+# --recompute layer counts the per-layer activation checkpoints, with fp32
+# activations and with CUDA's default bf16 (half the bytes but the input
+# gradients').
 set -u
 . "$(dirname "$0")/testlib.sh"
 cat > "$tmp/mid.json" << 'J'
@@ -56,7 +58,7 @@ plan --device cpu --device-memory-mib 600 && bad "--device-memory-mib for CPU ex
   { grep -q "is a GPU's memory, but the plan is for cpu executors" "$tmp/err" && ok || { bad "its message"; cat "$tmp/err"; }; }
 # fewer pipelines for less host memory: 2 pipelines (0.9% slower) over the fastest 4
 plan --device cuda && grep -q "^pipeline width 2: 2 pipeline(s)" "$tmp/out" &&
-  grep -q "^chosen for host memory: 0.9% slower than the fastest, 4 pipeline(s) of width 1 (--pipelines 4: 251.2 ms an iteration), but 5.53 GiB of host memory instead of 6.78 GiB$" "$tmp/out" \
+  grep -q "^chosen for host memory: 0.9% slower than the fastest, 4 pipeline(s) of width 1 (--pipelines 4: 251.2 ms an iteration), but 4.78 GiB of host memory instead of 5.90 GiB$" "$tmp/out" \
   && ok || { bad "the host-memory choice"; cat "$tmp/out"; }
 # the JSON's members (no Python needed: one object on one line)
 field() { sed -n "s/.*\"$1\": \([^,]*\),.*/\1/p" "$tmp/out"; }
@@ -66,7 +68,7 @@ plan --device cuda --json && [ "$(field width)" = 2 ] && [ "$(field fastest_widt
   case $(field fits) in null | true | false) true ;; *) false ;; esac && ok || { bad "the JSON of the choice"; cat "$tmp/out"; }
 # --pipelines P is train's: width G/P; --width stays
 plan --device cuda --pipelines 4 && grep -q "^pipeline width 1: 4 pipeline(s)" "$tmp/out" &&
-  ! grep -q "^chosen" "$tmp/out" && last | grep -q "host memory needed: 6.8 GiB" && ok || { bad "--pipelines 4"; cat "$tmp/out"; }
+  ! grep -q "^chosen" "$tmp/out" && last | grep -q "host memory needed: 5.9 GiB" && ok || { bad "--pipelines 4"; cat "$tmp/out"; }
 plan --device cuda --pipelines 2 && sed -n 3p "$tmp/out" > "$tmp/p2" &&
   plan --device cuda --width 2 && sed -n 3p "$tmp/out" | cmp -s - "$tmp/p2" && ok || bad "--pipelines 2 and --width 2 differ"
 plan --pipelines 3 && bad "--pipelines 3 of 4" || { grep -q "pipelines 3 does not divide the 4 executors" "$tmp/err" && ok || bad "its message"; }
@@ -74,9 +76,17 @@ plan --pipelines 4 --width 2 && bad "a contradiction" || { grep -q "contradicts 
 # --recompute layer: every layer's input saved. Of T x H fp32 a microbatch
 # (16 MiB): 3 forward outputs, 3 checkpoints of backward stages (2 more are
 # forward outputs: arena.h) and 2 input-gradient buffers = 8; layer grain 5
-# more checkpoints (7 less the 2) = 10
+# more checkpoints (7 less the 2) = 10; beside them the loss, norm and
+# router slots (82944 bytes)
+plan --device cuda --pipelines 2 --activation-dtype fp32 --json && s=$(field host_activation_bytes)
+plan --device cuda --pipelines 2 --recompute layer --activation-dtype fp32 --json && l=$(field host_activation_bytes)
+[ "$s" = 2147566592 ] && [ "$l" = 2684437504 ] && ok || bad "--recompute: activations $s and $l"
+# CUDA's default, bf16 activations: the outputs and checkpoints in 8 MiB,
+# the 2 input-gradient buffers still fp32: 6 x 8 + 2 x 16 = 80 MiB a
+# microbatch, at layer grain 8 x 8 + 2 x 16 = 96
 plan --device cuda --pipelines 2 --json && s=$(field host_activation_bytes)
 plan --device cuda --pipelines 2 --recompute layer --json && l=$(field host_activation_bytes)
-[ "$s" = 2147566592 ] && [ "$l" = 2684437504 ] && ok || bad "--recompute: activations $s and $l"
+[ "$s" = $((80 * 16 * 1048576 + 82944)) ] && [ "$l" = $((96 * 16 * 1048576 + 82944)) ] && ok ||
+  bad "--recompute, bf16 activations: $s and $l"
 plan --recompute block && bad "--recompute block" || { grep -q "recompute: 'block' is not one of stage, layer" "$tmp/err" && ok || bad "its message"; }
 finish

@@ -94,6 +94,9 @@ TESTS += mpi-tests/test_outputs.sh
 EXTRA_DIST += mpi-tests/test_outputs.sh
 TESTS += mpi-tests/test_memory_model.sh
 TESTS += mpi-tests/test_grad_dtype.sh mpi-tests/test_shuffle.sh mpi-tests/test_save_companions.sh
+# the residual stream in bf16 (--activation-dtype): bits on any plan and rank count (issue 34)
+TESTS += mpi-tests/test_activation_dtype.sh
+EXTRA_DIST += mpi-tests/test_activation_dtype.sh
 # roundpipe-prepare and roundpipe-plot (Python; skipped without numpy and
 # transformers, or matplotlib)
 TESTS += mpi-tests/test_prepare.sh mpi-tests/test_plot.sh

@@ -59,7 +59,7 @@ static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp
         pipelines = 1;
     if (rp_host_memory_count(&o->cfg, o->dtype, pipelines, mc->microbatches,
                              o->model->tokens_per_microbatch, p,
-                             o->recompute == RP_RECOMPUTE_LAYER, o->kept_floats, base, hm,
+                             o->recompute == RP_RECOMPUTE_LAYER, o->activation_dtype, o->kept_floats, base, hm,
                              &err) != RP_OK)
         return 0;
     if (hm->lora && fp8_as_shipped(o)) { /* mapped, not in the store */

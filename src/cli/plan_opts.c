@@ -136,6 +136,10 @@ static const rp_option plan_rows[] = {
      .help = "device memory GB/s for a config (default 1000)"},
     {"grad-dtype", "fp32|bf16", RP_OPTION_WORD, FIELD(grad_dtype), .words = grad_dtype_words,
      .help = "dtype gradients travel in, as train's (default fp32)"},
+    {TRAIN("activation-dtype", "fp32|bf16"),
+     .help = "as train's: the residual stream between layers, and the\n"
+             "host store's saved block inputs, in it (default: bf16 on\n"
+             "CUDA, fp32 on the CPU)"},
     {CUSTOM("dtype", "bf16|fp32", compute_bytes, parse_dtype_bytes), .fallback = "bf16",
      GIVEN(GIVEN_DTYPE), /* not given: as the device computes */
      .help = "compute dtype for a config (default: as train, bf16 on\n"
@@ -279,7 +283,8 @@ void rp_plan_cli_usage(FILE *out)
  * into *workspace). */
 static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_t microbatches,
                              double tflops,
-                             double devgbs, int cb, rp_dtype grad_dtype, int documents,
+                             double devgbs, int cb, rp_dtype grad_dtype, rp_dtype act_dtype,
+                             int documents,
                              rp_device_kind device, const rp_lora_config *lora,
                              int64_t token_tile, int64_t mlp_chunk_tokens, rp_cost_model **out,
                              int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
@@ -313,7 +318,8 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     if (st == RP_OK)
-        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, documents,
+        st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, act_dtype,
+                                   documents,
                                    microbatches, tok_mb / S, S, *out,
                                    workspace, err);
     if (st != RP_OK) {
@@ -485,9 +491,12 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         }
         if (!have_dtype) /* as train: bf16 on GPUs, fp32 on the CPU */
             a.compute_bytes = a.device == RP_DEVICE_CUDA ? 2 : 4;
+        o->activation_dtype = a.train.activation_dtype_set ? a.train.activation_dtype
+                              : a.device == RP_DEVICE_CUDA ? RP_BF16 : RP_F32;
         if (st == RP_OK)
             st = load_config(config, a.seq_len, a.seq_len * b / m, m, a.tflops, a.device_gbs,
-                             a.compute_bytes, (rp_dtype)a.grad_dtype, documents, a.device,
+                             a.compute_bytes, (rp_dtype)a.grad_dtype, o->activation_dtype,
+                             documents, a.device,
                              &o->lora, a.train.token_tile, a.train.mlp_chunk_tokens,
                              &o->model,
                              &config_ws, &o->cfg, err);

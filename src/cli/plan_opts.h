@@ -25,6 +25,8 @@ typedef struct rp_plan_cli {
     rp_device_kind device;
     int device_chosen;    /* 1: --device auto resolved here, as train would */
     rp_dtype dtype;
+    rp_dtype activation_dtype; /* --activation-dtype, else as train: bf16 on CUDA,
+                                  fp32 on the CPU */
     rp_machine mc;
     int width;            /* 0: the planner searches the widths (--pipelines P as
                              train's: W = G/P; or its alias --width W) */

@@ -13,8 +13,12 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->nfwd = plan->nfwd;
     a->nbwd = plan->nbwd;
     int M = spec->microbatches, L = spec->nlayers;
-    size_t A = rp_padded_elements(spec->act_floats); /* 64-byte aligned buffers */
+    /* 64-byte aligned buffers; a bf16 one takes half the floats */
+    size_t A = rp_padded_elements((spec->act_floats * rp_dtype_size(spec->act_dtype) +
+                                   sizeof(float) - 1) / sizeof(float));
+    size_t G = rp_padded_elements(spec->act_floats);
     a->buffer_floats = A;
+    a->grad_floats = G;
     a->fwd_out = malloc(sizeof(size_t) * (size_t)(plan->nfwd ? plan->nfwd : 1) * (size_t)M);
     a->ckpt = malloc(sizeof(size_t) * (size_t)L * (size_t)M);
     a->bwd_out = malloc(sizeof(size_t) * (size_t)plan->nbwd * (size_t)M);
@@ -64,10 +68,10 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
         const int has = plan->bwd[i].first > 0;
         if (has && bwd_at[i % 2] == SIZE_MAX) {
             bwd_at[i % 2] = off;
-            off += (size_t)M * A;
+            off += (size_t)M * G;
         }
         for (int m = 0; m < M; m++)
-            a->bwd_out[i * M + m] = has ? bwd_at[i % 2] + (size_t)m * A : SIZE_MAX;
+            a->bwd_out[i * M + m] = has ? bwd_at[i % 2] + (size_t)m * G : SIZE_MAX;
         a->bwd_out_last[i] = -1;
         for (int j = i; has && j < plan->nbwd; j += 2)
             if (plan->bwd[j].first > 0)
@@ -110,7 +114,7 @@ int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *ou
     for (int s = 0; s < a->nfwd; s++)
         for (int m = 0; m < M; m++, n++)
             if (out)
-                out[n] = (rp_arena_buffer){a->fwd_out[s * M + m], s + 1, m};
+                out[n] = (rp_arena_buffer){a->fwd_out[s * M + m], a->buffer_floats, s + 1, m};
     for (int l = 0; l < a->spec.nlayers; l++) {
         if (!a->is_ckpt[l] || a->ckpt_of_fwd_out[l] >= 0) /* listed as a forward output */
             continue;
@@ -120,7 +124,7 @@ int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *ou
                 reader = plan->nfwd + i;
         for (int m = 0; m < M; m++, n++)
             if (out)
-                out[n] = (rp_arena_buffer){a->ckpt[l * M + m], reader, m};
+                out[n] = (rp_arena_buffer){a->ckpt[l * M + m], a->buffer_floats, reader, m};
     }
     for (int i = 0; i < a->nbwd && i < 2; i++) { /* the two buffers of the stages' turns */
         if (plan->bwd[i].first == 0)
@@ -129,7 +133,7 @@ int rp_arena_buffers(const rp_arena *a, const rp_plan *plan, rp_arena_buffer *ou
         int reader = a->bwd_out_last[i] == i ? plan->nfwd + i + 1 : -1;
         for (int m = 0; m < M; m++, n++)
             if (out)
-                out[n] = (rp_arena_buffer){a->bwd_out[i * M + m], reader, m};
+                out[n] = (rp_arena_buffer){a->bwd_out[i * M + m], a->grad_floats, reader, m};
     }
     return n;
 }

@@ -1,6 +1,8 @@
 /* Activation arena of the host store: where activations travel between
- * stages. For microbatch m (of M) of A floats each (A = tokens of a
- * microbatch x hidden):
+ * stages. For microbatch m (of M) of A elements each (A = tokens of a
+ * microbatch x hidden), fwd_out and ckpt in the activation dtype (fp32, or
+ * bf16 with --activation-dtype bf16: half the bytes; every layer's output is
+ * rounded to it, so the bf16 copy loses nothing), bwd_out in fp32:
  *   fwd_out[s][m]  output of forward stage s (input of stage s+1 or the tail)
  *   ckpt[l][m]     saved input of layer l (the activation checkpoint): for
  *                  stage-grain recompute the first layer of every backward
@@ -32,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "optim/clip.h"
 #include "plan/plan.h"
 
@@ -47,6 +50,7 @@ typedef struct rp_arena_spec {
     const size_t *kept_floats; /* [nlayers] the saved area of each layer the plan keeps
                                   (rp_block_saved_floats_of); read by rp_arena_init only,
                                   NULL when the plan keeps none */
+    rp_dtype act_dtype;        /* fwd_out's and ckpt's elements: RP_F32 or RP_BF16 */
 } rp_arena_spec;
 
 typedef struct rp_arena {
@@ -61,7 +65,9 @@ typedef struct rp_arena {
     size_t router;     /* float offset of float router[RING][M][router_floats] */
     size_t aux;        /* float offset of double aux[RING][M] */
     size_t floats;     /* total size in floats */
-    size_t buffer_floats; /* an activation buffer's stride: A rounded up to 16 floats */
+    size_t buffer_floats; /* fwd_out's and ckpt's stride: A elements of act_dtype, rounded
+                             up to 16 floats */
+    size_t grad_floats;   /* bwd_out's stride: A floats rounded up to 16 */
     char *is_ckpt;     /* [nlayers] */
     int *ckpt_of_fwd_out; /* [nlayers] s when ckpt[l] is fwd_out[s]'s buffer, else -1 */
     int *bwd_out_last;    /* [nbwd] the last stage j >= i of i's parity with a bwd_out, or -1 */
@@ -75,6 +81,7 @@ typedef struct rp_arena {
  * listed as that output; bwd_out's two buffers once each. */
 typedef struct rp_arena_buffer {
     size_t offset;  /* floats, as the index arrays */
+    size_t floats;  /* its size: buffer_floats, or grad_floats for bwd_out's */
     int reader_job;
     int microbatch;
 } rp_arena_buffer;

@@ -46,11 +46,11 @@ rp_status rp_arena_numa_ranges(const rp_engine *e, size_t act_offset, rp_numa_ra
         return rp_error_set(err, RP_ERR_NOMEM, "--activation-numa: out of memory");
     }
     rp_arena_buffers(&e->arena, &e->plan, b);
-    size_t stride = e->arena.buffer_floats * sizeof(float);
     int k = 0;
     for (int i = 0; i < nb; i++) {
         int node = reader_node(e, &b[i]);
         size_t at = act_offset + b[i].offset * sizeof(float);
+        size_t stride = b[i].floats * sizeof(float);
         if (node < 0)
             *shared_bytes += stride;
         else if (k > 0 && r[k - 1].node == node && r[k - 1].offset + r[k - 1].bytes == at)

@@ -33,6 +33,9 @@ json_object *rp_checkpoint_semantic_options(const rp_train_options *o)
         json_object_object_add(j, "shuffle_seed", json_object_new_uint64(o->seed));
     json_object_object_add(j, "grad_dtype", json_object_new_string(o->grad_dtype == RP_BF16 ? "bf16"
                                                                                          : "fp32"));
+    json_object_object_add(j, "activation_dtype",
+                           json_object_new_string(o->activation_dtype == RP_BF16 ? "bf16"
+                                                                                 : "fp32"));
     json_object_object_add(j, "loss_mask", json_object_new_boolean(o->loss_mask != NULL));
     json_object_object_add(j, "documents", json_object_new_boolean(o->documents != NULL));
     json_object_object_add(j, "optimizer_lag", json_object_new_int(o->optimizer_lag));

@@ -235,7 +235,11 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
         }
     }
     RP_TRY(rp_device_sync(e->dev, err));
-    return rp_device_copy(e->dev, h, v->out, bytes, err);
+    RP_TRY(rp_device_copy(e->dev, h, v->out, bytes, err));
+    /* the residual stream as training's forward rounds it (--activation-dtype) */
+    if (e->o->activation_dtype == RP_BF16)
+        rp_f32_round_bf16(h, (size_t)T * (size_t)e->hidden);
+    return RP_OK;
 }
 
 /* This rank's microbatches (j with j mod ranks == rank) through the model,

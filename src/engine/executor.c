@@ -101,7 +101,8 @@ static void xfer_trace(void *ctx, rp_xfer_class cls, const char *tag, size_t off
 }
 
 /* Bytes of the executor's scratch job `job` takes: its own workspace, the
- * largest of its layers' (memory_model.h's rp_layer_workspace_floats), and
+ * largest of its layers' (memory_model.h's rp_layer_workspace_floats) and
+ * at least the activations' narrowing buffer (rp_activation_narrow_floats), and
  * its gradients (fp32, and their bf16 rounding with --grad-dtype bf16; a
  * tied head's inside); *workspace_floats (may be NULL) the former. */
 static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *workspace_floats)
@@ -115,6 +116,9 @@ static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *w
                                              e->num_layers, e->samples_per_micro, e->seq_len);
         ws = f > ws ? f : ws;
     }
+    const size_t narrow = rp_activation_narrow_floats(e->o->activation_dtype, e->tokens_per_micro,
+                                                      e->hidden);
+    ws = narrow > ws ? narrow : ws;
     if (workspace_floats)
         *workspace_floats = ws;
     return ws * sizeof(float) + grads;
@@ -131,6 +135,9 @@ static void scratch_begin(executor *x, const rp_job *job)
     job_scratch_bytes(x->e, job, &ws);
     size_t floats = job->kind == RP_JOB_FWD ? 0 : rp_stage_floats(x->e, job, NULL);
     x->workspace = x->scratch;
+    /* between layer calls the workspace is free: activations are narrowed
+     * and widened at its start (stage_compute.c) */
+    x->act_narrow = x->e->o->activation_dtype != RP_F32 ? x->scratch : NULL;
     x->grads = (float *)x->scratch + ws;
     x->grads_bf16 = x->e->o->grad_dtype == RP_BF16 ? x->grads + floats : NULL;
 }

@@ -57,6 +57,10 @@ typedef struct executor {
                             same offsets (NULL with fp32) */
     float **acts;        /* [nlayers + 1] activation buffers of A floats */
     float *act_grad;     /* the gradient of the activations flowing down, A floats */
+    void *act_narrow;    /* --activation-dtype bf16: A bf16 at the start of the running
+                            job's workspace (free between layer calls), where an activation
+                            is rounded and narrowed on its way to the host store and widened
+                            on its way back (NULL with fp32) */
     float **saved;       /* [nsaved] what a block's forward keeps for its backward: one per
                             layer of the largest tail or backward stage (a backward stage
                             needs one with layer-grain recompute); forward jobs reuse the

@@ -82,8 +82,9 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
 
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
-                               int recompute_layer, const size_t *kept_floats,
-                               const rp_frozen_base *base, rp_host_memory *out, rp_error *err)
+                               int recompute_layer, rp_dtype act_dtype,
+                               const size_t *kept_floats, const rp_frozen_base *base,
+                               rp_host_memory *out, rp_error *err)
 {
     memset(out, 0, sizeof *out);
     out->lora = cfg->lora.rank > 0;
@@ -121,7 +122,7 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
         router_floats += rp_model_block_is_moe(cfg, b) ? 2 * (size_t)cfg->moe.num_experts : 0;
     rp_arena arena;
     rp_arena_spec as = {n, microbatches, (size_t)(tokens_per_micro * cfg->hidden_size),
-                        recompute_layer, router_floats, kept_floats};
+                        recompute_layer, router_floats, kept_floats, act_dtype};
     if (plan->kept > 0 && !kept_floats)
         return rp_error_set(err, RP_ERR_INTERNAL, "host memory: kept layers without their sizes");
     if (rp_arena_init(&arena, plan, &as) != 0)
@@ -131,7 +132,7 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
     for (int l = 0; l < n; l++) /* its input, unless a forward output holds it (arena.h) */
         if (rp_plan_is_kept(plan, l))
             out->kept += (size_t)microbatches * sizeof(float) *
-                         ((arena.ckpt_of_fwd_out[l] < 0 ? rp_padded_elements(as.act_floats) : 0) +
+                         ((arena.ckpt_of_fwd_out[l] < 0 ? arena.buffer_floats : 0) +
                           rp_padded_elements(kept_floats[l]));
     rp_arena_free(&arena);
     out->pinned += out->activations;

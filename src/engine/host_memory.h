@@ -79,7 +79,7 @@ rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_mo
 
 /* The host memory of a run of `plan` (microbatches in all, over
  * `pipelines` pipelines, tokens_per_micro tokens each, recompute_layer as
- * --recompute layer, kept_floats from rp_host_kept_floats: may be NULL when
+ * --recompute layer, act_dtype as --activation-dtype, kept_floats from rp_host_kept_floats: may be NULL when
  * the plan keeps none), as the engine allocates and pins it; the events
  * region beside the activations (a few KiB) is left out. With LoRA
  * (cfg->lora.rank > 0) `base` is the run's frozen base, opened as train
@@ -87,8 +87,9 @@ rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_mo
  * is not used otherwise (may be NULL). */
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
-                               int recompute_layer, const size_t *kept_floats,
-                               const rp_frozen_base *base, rp_host_memory *out, rp_error *err);
+                               int recompute_layer, rp_dtype act_dtype,
+                               const size_t *kept_floats, const rp_frozen_base *base,
+                               rp_host_memory *out, rp_error *err);
 
 /* The figures in words, as `roundpipe plan` and train's start-up print
  * them: "host memory per node: T in /dev/shm (model state and gradients

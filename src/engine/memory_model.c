@@ -33,7 +33,8 @@ static size_t fp8_travel_bytes(const rp_model_config *cfg, const rp_layer_desc *
 }
 
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents, int64_t microbatches,
+                               rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
+                               int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err)
 {
@@ -102,16 +103,19 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         /* kept, a block holds its input and its own saved area in the
          * arena (arena.h), read in place by executors of host memory */
         L->keep_bytes = ops && l > 0 && l < n - 1
-                            ? 4 * (int64_t)(rp_padded_elements((size_t)(tokens * H)) +
+                            ? 4 * (int64_t)(rp_padded_elements(
+                                                ((size_t)(tokens * H) * rp_dtype_size(act_dtype) +
+                                                 sizeof(float) - 1) / sizeof(float)) +
                                             rp_padded_elements(rp_block_saved_floats_of(
                                                 ops, dtype, cfg, l - 1, samples_per_micro,
                                                 seq_len)))
                             : 0;
         L->keep_ms = 0;
-        L->workspace_bytes = ops ? 4 * (int64_t)rp_layer_workspace_floats(ops, dtype, cfg, l, n,
-                                                                          samples_per_micro,
-                                                                          seq_len)
-                                 : 0;
+        size_t ws = ops ? rp_layer_workspace_floats(ops, dtype, cfg, l, n, samples_per_micro,
+                                                    seq_len)
+                        : 0;
+        const size_t narrow = rp_activation_narrow_floats(act_dtype, tokens, H);
+        L->workspace_bytes = ops ? 4 * (int64_t)(ws > narrow ? ws : narrow) : 0;
     }
     m->keep_in_place = ops && ops->host_addressable;
     free(layers);

@@ -39,10 +39,15 @@
  *   workspace_bytes: the scratch of the layer's calls
  *       (rp_layer_workspace_floats): a job's is its layers' largest, in the
  *       executor's scratch after its gradients (engine/executor.c);
+ *       with act_dtype bf16 (--activation-dtype) at least the buffer an
+ *       activation is narrowed in on its way to the host and widened from
+ *       on its way back (rp_activation_narrow_floats), which every job's
+ *       workspace holds; a kept block's input in keep_bytes is in act_dtype;
  * and *workspace_bytes, what every job shares: the microbatch's token ids,
  * targets and mask (and with documents its segment starts). */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
-                               rp_dtype grad_dtype, int documents, int64_t microbatches,
+                               rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
+                               int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
 
@@ -66,6 +71,20 @@ static inline size_t rp_layer_workspace_floats(const rp_kernel_ops *ops, rp_dtyp
     if (l == n - 1)
         return rp_head_workspace_floats(ops, dtype, cfg, samples_per_micro * seq_len, 0);
     return rp_block_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len);
+}
+
+/* Floats of the buffer a microbatch's activations are narrowed in on the
+ * way to the host store and widened from on the way back, with act_dtype
+ * bf16 (--activation-dtype; 0 with fp32): tokens x hidden bf16, rounded up
+ * to 16 floats. It lies at the start of the running job's workspace, which
+ * no layer call holds between calls: a job's workspace is at least it. */
+static inline size_t rp_activation_narrow_floats(rp_dtype act_dtype, int64_t tokens,
+                                                 int64_t hidden)
+{
+    if (act_dtype == RP_F32)
+        return 0;
+    size_t bytes = (size_t)(tokens * hidden) * rp_dtype_size(act_dtype);
+    return (((bytes + sizeof(float) - 1) / sizeof(float)) + 15) & ~(size_t)15;
 }
 
 static inline int64_t rp_memory_embedding_rows(const rp_model_config *cfg, int64_t microbatches,

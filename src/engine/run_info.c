@@ -60,6 +60,8 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "dtype", json_object_new_string(o->dtype == RP_BF16 ? "bf16" : "fp32"));
     add(j, "shuffle", json_object_new_boolean(o->shuffle));
     add(j, "grad-dtype", json_object_new_string(o->grad_dtype == RP_BF16 ? "bf16" : "fp32"));
+    add(j, "activation-dtype",
+        json_object_new_string(o->activation_dtype == RP_BF16 ? "bf16" : "fp32"));
     add(j, "save-dtype", o->save_dtype_set ? json_object_new_string(
                              o->save_dtype == RP_BF16 ? "bf16" : "fp32") : NULL);
     add(j, "seed", json_object_new_int64((int64_t)o->seed));

@@ -110,7 +110,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
     free(work);
     if (s == RP_OK) /* and the bytes: what the executors allocate */
         s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
-                                 e->o->documents != NULL, e->batch_micro,
+                                 e->o->activation_dtype, e->o->documents != NULL, e->batch_micro,
                                  e->samples_per_micro, e->seq_len, *cm,
                                  workspace, err);
     if (s != RP_OK)
@@ -133,7 +133,7 @@ static rp_status host_need(const rp_engine *e, const rp_plan *p, int64_t *bytes,
     rp_host_memory hm;
     RP_TRY(rp_host_memory_count(&e->p->cfg, e->o->dtype, e->pipelines, (int)e->microbatches,
                                 e->tokens_per_micro, p, e->o->recompute == RP_RECOMPUTE_LAYER,
-                                e->kept_floats, e->base, &hm, err));
+                                e->o->activation_dtype, e->kept_floats, e->base, &hm, err));
     *bytes = (int64_t)(hm.param_store + hm.activations);
     return RP_OK;
 }

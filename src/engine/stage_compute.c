@@ -105,8 +105,61 @@ static void measure(executor *x, int l, int bwd, int64_t t, double t0)
     }
 }
 
+/* --activation-dtype bf16 (arena.h): a layer's output rounded to it where
+ * it is made, in every job that makes it (forward, the tail's forward, a
+ * backward's recompute), so that the residual stream is the same bits
+ * whichever plan cuts it and the host store's bf16 copy of a boundary
+ * loses nothing; the next layer reads it widened. */
+static rp_status round_output(executor *x, float *out, rp_error *err)
+{
+    if (!x->act_narrow)
+        return RP_OK;
+    const rp_dtype dt = x->e->o->activation_dtype;
+    const int64_t n = (int64_t)x->e->act_floats;
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    RP_TRY(k.ops->convert(k.state, out, RP_F32, x->act_narrow, dt, n, err));
+    return k.ops->convert(k.state, x->act_narrow, dt, out, RP_F32, n, err);
+}
+
+/* An activation (a layer's input or output, already rounded) from the
+ * device into its arena buffer, in the activation dtype. */
+static rp_status save_activation(executor *x, float *host, const float *dev, const char *tag,
+                                 rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (!x->act_narrow)
+        return rp_exec_move(x, host, dev, e->act_floats * sizeof(float), RP_XFER_SAVE, tag, err);
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
+                          (int64_t)e->act_floats, err));
+    RP_TRY(rp_device_sync(x->dev, err)); /* the copy engine reads what the convert wrote */
+    return rp_exec_move(x, host, x->act_narrow,
+                        e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_SAVE, tag,
+                        err);
+}
+
+/* An arena buffer of activations onto the device, widened to fp32. */
+static rp_status load_activation(executor *x, float *dev, const float *host, const char *tag,
+                                 rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (!x->act_narrow)
+        return rp_exec_move(x, dev, host, e->act_floats * sizeof(float), RP_XFER_INPUT, tag, err);
+    RP_TRY(rp_exec_move(x, x->act_narrow, host,
+                        e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_INPUT, tag,
+                        err));
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    RP_TRY(k.ops->convert(k.state, x->act_narrow, e->o->activation_dtype, dev, RP_F32,
+                          (int64_t)e->act_floats, err));
+    return rp_device_sync(x->dev, err);
+}
+
 /* The forward of layer l from `in` into `out` (NULL: only what its
- * backward needs, kept in `saved`; the embedding keeps nothing). */
+ * backward needs, kept in `saved`; the embedding keeps nothing); `out`
+ * rounded to the activation dtype (round_output). */
 static rp_status layer_forward(executor *x, const rp_job *job, int l, const float *in, float *out,
                                float *saved, int64_t t, rp_error *err)
 {
@@ -134,6 +187,8 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
                              sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe, RP_XFER_SAVE,
                              "router-stats", err);
     }
+    if (s == RP_OK && out)
+        s = round_output(x, out, err);
     if (s == RP_OK)
         s = rp_device_sync(x->dev, err);
     measure(x, l, 0, t, t0);
@@ -190,23 +245,29 @@ static size_t kept_bytes(const rp_engine *e, int l)
 
 /* The input and the saved area of kept layer l's forward of microbatch m
  * (plan.h's kept), for its backward: where the arena holds them, or
- * uploaded into the device buffers acts[i] and saved[i]. */
+ * uploaded into the device buffers acts[i] and saved[i] (a bf16 input
+ * always: the layer reads fp32). */
 static rp_status kept_for_backward(executor *x, int l, int i, int m, const float **in,
                                    float **saved, rp_error *err)
 {
     rp_engine *e = x->e;
     int M = (int)e->microbatches;
     float *host_in = arena(e, e->arena.ckpt[l * M + m]), *host_saved = arena(e, e->arena.kept[l * M + m]);
-    if (kept_in_place(e)) {
+    if (kept_in_place(e) && !x->act_narrow) {
         *in = host_in;
         *saved = host_saved;
         return RP_OK;
     }
-    RP_TRY(rp_exec_move(x, x->acts[i], host_in, e->act_floats * sizeof(float), RP_XFER_INPUT,
-                        "kept input", err));
+    /* a bf16 input is widened into the stage's slot of l, which nothing
+     * else of this microbatch uses (the recompute stops below the kept) */
+    RP_TRY(load_activation(x, x->acts[i], host_in, "kept input", err));
+    *in = x->acts[i];
+    if (kept_in_place(e)) {
+        *saved = host_saved;
+        return RP_OK;
+    }
     RP_TRY(rp_exec_move(x, x->saved[i], host_saved, kept_bytes(e, l), RP_XFER_INPUT, "kept",
                         err));
-    *in = x->acts[i];
     *saved = x->saved[i];
     return RP_OK;
 }
@@ -230,12 +291,11 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
 {
     rp_engine *e = x->e;
     int M = (int)e->microbatches, s = job->stage, nb = 0;
-    size_t bytes = e->act_floats * sizeof(float);
     const float *cur = NULL;
     if (job->first > 0) {
         RP_TRY(rp_proto_wait_fwd_out(e, s - 1, m, t, x->name, err));
-        RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]), bytes,
-                    RP_XFER_INPUT, "input", err));
+        RP_TRY(load_activation(x, x->acts[0], arena(e, e->arena.fwd_out[(s - 1) * M + m]),
+                               "input", err));
         rp_proto_fwd_out_read(e, s - 1, m, t);
         cur = x->acts[0];
         nb = 1;
@@ -248,8 +308,8 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
          * the buffer this job's input came from (arena.h) */
         if (l > 0 && e->arena.is_ckpt[l] && e->arena.ckpt_of_fwd_out[l] < 0) {
             RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
-            RP_TRY(rp_exec_move(x, arena(e, e->arena.ckpt[l * M + m]), cur, bytes, RP_XFER_SAVE,
-                        "checkpoint", err));
+            RP_TRY(save_activation(x, arena(e, e->arena.ckpt[l * M + m]), cur, "checkpoint",
+                                   err));
         }
         if (kept && kept_in_place(e))
             saved = arena(e, e->arena.kept[l * M + m]);
@@ -264,8 +324,7 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
      * once the backward of the iteration before has read it too */
     if (s + 1 < e->plan.nfwd && e->arena.ckpt_of_fwd_out[e->plan.fwd[s + 1].first] == s)
         RP_TRY(rp_proto_wait_checkpoint_free(e, e->plan.fwd[s + 1].first, m, t, x->name, err));
-    RP_TRY(rp_exec_move(x, arena(e, e->arena.fwd_out[s * M + m]), cur, bytes, RP_XFER_SAVE,
-                        "output", err));
+    RP_TRY(save_activation(x, arena(e, e->arena.fwd_out[s * M + m]), cur, "output", err));
     rp_proto_publish_fwd_out(e, s, m, t);
     return RP_OK;
 }
@@ -278,11 +337,9 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
 static rp_status recompute(executor *x, const rp_job *job, const float *host_in0, int last,
                            int last_output, int64_t t, rp_error *err)
 {
-    rp_engine *e = x->e;
     const float *cur = NULL;
     if (host_in0) {
-        RP_TRY(rp_exec_move(x, x->acts[0], host_in0, e->act_floats * sizeof(float), RP_XFER_INPUT,
-                            "input", err));
+        RP_TRY(load_activation(x, x->acts[0], host_in0, "input", err));
         cur = x->acts[0];
     }
     for (int l = job->first; l <= last; l++) {
@@ -324,8 +381,7 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
     if (head > job->first)
         RP_TRY(recompute(x, job, in0, head - 1, 1, t, err));
     else if (in0) /* the head alone: its input */
-        RP_TRY(rp_exec_move(x, x->acts[0], in0, e->act_floats * sizeof(float), RP_XFER_INPUT,
-                            "input", err));
+        RP_TRY(load_activation(x, x->acts[0], in0, "input", err));
     if (job->first > 0) /* the input was copied to the device */
         rp_proto_fwd_out_read(e, e->plan.nfwd - 1, m, t);
     /* the loss slot of this iteration must have been read by the logger */
@@ -375,8 +431,8 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
                 continue;
             }
             if (l > 0) {
-                RP_TRY(rp_exec_move(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
-                            e->act_floats * sizeof(float), RP_XFER_INPUT, "checkpoint", err));
+                RP_TRY(load_activation(x, x->acts[0], arena(e, e->arena.ckpt[l * M + m]),
+                                       "checkpoint", err));
                 rp_proto_checkpoint_read(e, l, m, t);
                 RP_TRY(layer_forward(x, job, l, x->acts[0], NULL, x->saved[0], t, err));
             }

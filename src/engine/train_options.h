@@ -63,6 +63,10 @@ typedef struct rp_train_options {
     unsigned dtype_set;      /* --dtype given; else bf16 on CUDA, fp32 on the CPU */
     unsigned save_dtype_set; /* --save-dtype given; else as loaded */
     rp_dtype grad_dtype;     /* --grad-dtype: gradients travel device -> host in it (fp32) */
+    rp_dtype activation_dtype; /* --activation-dtype: every layer's output is rounded to it and
+                                  the host store holds the block boundaries in it (resolved by
+                                  rp_train_run) */
+    unsigned activation_dtype_set; /* given; else bf16 on CUDA, fp32 on the CPU */
     int shuffle;             /* --shuffle: each epoch in its own random order */
     rp_dtype save_dtype;
     uint64_t seed;

@@ -148,6 +148,12 @@ static const rp_option rows[] = {
     {CUSTOM("grad-dtype", "fp32|bf16", grad_dtype, parse_compute_dtype), .fallback = "fp32",
      .help = "dtype gradients travel in from the executors (accumulated\n"
              "in fp32 either way; default fp32)"},
+    {CUSTOM("activation-dtype", "fp32|bf16", activation_dtype, parse_compute_dtype),
+     .fallback = "fp32", GIVEN(activation_dtype_set, 1),
+     .help = "dtype of the residual stream between layers: every\n"
+             "layer's output is rounded to it, and the host store holds\n"
+             "the saved block inputs in it (default: bf16 on CUDA, fp32\n"
+             "on the CPU)"},
     {"shuffle", NULL, RP_OPTION_FLAG, FIELD(shuffle),
      .help = "visit each epoch's samples in a random order (seeded by\n"
              "--seed and the epoch; default: the file's order)"},

@@ -95,6 +95,10 @@ rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_lo
         s = check_dtype(o, kind, &resolved->dtype, err);
     RP_TRY(agree_device(s, kind, comm, err));
     resolved->device = kind;
+    /* the residual stream in the dtype the device computes in by default
+     * (CUDA: bf16), fp32 on the CPU (its golden contract) */
+    if (!o->activation_dtype_set)
+        resolved->activation_dtype = kind == RP_DEVICE_CUDA ? RP_BF16 : RP_F32;
     return RP_OK;
 }
 
