@@ -86,7 +86,9 @@ static rp_status sum_base(rp_engine *e, int64_t t, const char *who, rp_error *er
     float *from = chain && !rp_node_first(e) ? e->by_node_comm.node_buf : NULL;
     if (from)
         RP_TRY(rp_node_receive_partial(e, 0, RP_NODE_BASE, t, from, lo, hi, who, err));
-    RP_TRY(rp_gate_wait_embedding_sum(e, t, who, err)); /* the first write of t's sum */
+    const int64_t after = rp_gate_embedding_sum_after(e, t); /* the first write of t's sum */
+    if (after >= 0)
+        RP_TRY(rp_node_wait_share_version(e, 0, after, who, err));
     sum_embedding_base(e, lo, hi, from);
     if (chain)
         RP_TRY(rp_node_base_pass_on(e, t, e->p->st[0].grad, lo, hi, who, err));

@@ -4,7 +4,6 @@
 
 #include "engine/checkpoint_steps.h"
 #include "engine/engine_impl.h"
-#include "engine/node_sums.h"
 #include "engine/protocol.h"
 #include "engine/update_gate.h"
 #include "io/trace.h"
@@ -77,11 +76,11 @@ rp_status rp_gate_wait_grad_buffers(rp_engine *e, int first, int last, int tied_
     return RP_OK;
 }
 
-rp_status rp_gate_wait_embedding_sum(rp_engine *e, int64_t t, const char *who, rp_error *err)
+int64_t rp_gate_embedding_sum_after(const rp_engine *e, int64_t t)
 {
     if (e->nd.nodes == 1 || !e->o->optimizer_lag) /* t-1's update came first */
-        return RP_OK;
-    return rp_node_wait_share_version(e, 0, t - 1, who, err);
+        return -1;
+    return t - 1;
 }
 
 rp_status rp_gate_wait_slice_summed(rp_engine *e, int l, int64_t t, const char *who,

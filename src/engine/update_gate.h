@@ -21,7 +21,7 @@
  * |                               | order)                                    | wait for the job's compute       |                              |
  * | a job of step t, before it    | its layers at version t-1 (the embedding: | the host gradient buffers of t-1 | rp_gate_wait_grad_buffers    |
  * | downloads its gradients       | summed at t-1)                            | were consumed by their update    |                              |
- * | the sum of step t's embedding | several nodes, lagged: this rank's share  | the layer's buffer holds t-1's   | rp_gate_wait_embedding_sum   |
+ * | the sum of step t's embedding | several nodes, lagged: this rank's share  | the layer's buffer holds t-1's   | rp_gate_embedding_sum_after  |
  * | gradient into the layer's     | of the embedding at version t-1           | sum until its update (which waits|                              |
  * | buffer (its share)            |                                           | for step t's uploads) read it    |                              |
  * | the update of layer l, step t | several nodes: this rank's share summed   | node slices: the node            | rp_gate_wait_slice_summed    |
@@ -102,8 +102,12 @@ rp_status rp_gate_wait_grad_buffers(rp_engine *e, int first, int last, int tied_
  * embedding's gradient once t-1's was summed (rp_gate_wait_grad_buffers),
  * before that update, which with a lagged optimizer waits for their
  * uploads; one node's optimizer runs t-1's updates before t's sums, but
- * several nodes' communication threads sum on without it. */
-rp_status rp_gate_wait_embedding_sum(rp_engine *e, int64_t t, const char *who, rp_error *err);
+ * several nodes' communication threads sum on without it. The version this
+ * rank's share of the embedding must reach first, or -1 when nothing is to
+ * wait for; the caller waits (rp_node_wait_share_version, which keeps the
+ * communication thread's other exchanges going: node_sums.c calls the gate,
+ * so the gate does not call it). */
+int64_t rp_gate_embedding_sum_after(const rp_engine *e, int64_t t);
 
 /* Several nodes: before this rank's optimizer updates its slice of layer l
  * for step t. */
