@@ -17,24 +17,7 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
 g="$src/mpi-tests/fixtures/golden"
-run() { # NP OUT [options...]: a training run, its stderr in $tmp/OUT.txt
-  np=$1; out=$2; shift 2
-  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --progress none --threads 1 --device cpu \
-    --timeout 60 --log "$tmp/$out.jsonl" --save "$tmp/$out" "$@" > "$tmp/$out.txt" 2>&1 ||
-    { bad "$out: train failed"; cat "$tmp/$out.txt"; }
-}
-same() { # A B what: the saved safetensors (a model, or LoRA's adapters) and the metrics
-  # (step, loss, lr, grad norm, tokens) identical
-  cut -d, -f1-6 "$tmp/$1.jsonl" > "$tmp/a.cut"; cut -d, -f1-6 "$tmp/$2.jsonl" > "$tmp/b.cut"
-  files=0 differ=0
-  for f in "$tmp/$1"/*.safetensors; do
-    [ -f "$f" ] || continue
-    files=$((files + 1))
-    cmp -s "$f" "$tmp/$2/${f##*/}" || differ=1
-  done
-  [ -s "$tmp/a.cut" ] && cmp -s "$tmp/a.cut" "$tmp/b.cut" && [ "$files" -gt 0 ] && [ "$differ" = 0 ] &&
-    ok || bad "$3: $1 and $2 differ"
-}
+. "$(dirname "$0")/bits_lib.sh"
 kept() { # OUT N: train's host-memory line says N blocks kept (0: none named)
   if [ "$2" = 0 ]; then ! grep -q "kept by" "$tmp/$1.txt"; else grep -q "kept by $2 block" "$tmp/$1.txt"; fi
 }

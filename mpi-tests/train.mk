@@ -3,7 +3,7 @@ check_PROGRAMS += mpi-tests/golden_compare
 mpi_tests_golden_compare_SOURCES = mpi-tests/golden_compare.c
 mpi_tests_golden_compare_LDADD = librp.la
 TESTS += mpi-tests/test_golden.sh
-EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh
+EXTRA_DIST += mpi-tests/test_golden.sh mpi-tests/testlib.sh mpi-tests/bits_lib.sh
 # Qwen3-MoE against transformers (fixtures of tools/make_moe_golden.py):
 # routing, the aux loss, the fused layout on load, LoRA on experts (PEFT)
 TESTS += mpi-tests/test_golden_moe.sh
