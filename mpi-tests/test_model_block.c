@@ -74,15 +74,16 @@ static rp_model_config qwen_cfg(void)
     return c;
 }
 
-/* Parameters far from the tiny init so every path carries signal: matrices
- * N(0, 0.3), norm weights 1 + N(0, 0.2), biases N(0, 0.2). */
-static float *random_params(const rp_model_config *cfg, uint64_t seed)
+/* Block 0's tensors of a layout (the full model's or LoRA's adapters), far
+ * from the tiny init so every path carries signal: matrices N(0, 0.3),
+ * norm weights 1 + N(0, 0.2), biases N(0, 0.2). */
+static float *random_block(const rp_model_config *cfg, int base, uint64_t seed, size_t *numel)
 {
-    rp_block_offsets off;
-    rp_block_offsets_get(cfg, 0, &off);
     rp_layer_desc *L;
     int n;
-    ck_assert_int_eq(rp_model_layout(cfg, &L, &n, NULL), RP_OK);
+    rp_error err = {0};
+    ck_assert_msg((base ? rp_model_base_layout : rp_model_layout)(cfg, &L, &n, &err) == RP_OK,
+                  "%s", err.msg);
     const rp_layer_desc *b = &L[1];
     float *p = calloc(b->numel, sizeof(float));
     for (int i = 0; i < b->nparams; i++) {
@@ -93,8 +94,16 @@ static float *random_params(const rp_model_config *cfg, uint64_t seed)
             for (size_t j = 0; j < d->numel; j++)
                 p[d->offset + j] += 1.0f;
     }
+    *numel = b->numel;
     free(L);
     return p;
+}
+
+/* Block 0's parameters of the full model, as random_block gives them. */
+static float *random_params(const rp_model_config *cfg, uint64_t seed)
+{
+    size_t numel;
+    return random_block(cfg, 0, seed, &numel);
 }
 
 static float *random_vec(size_t n, uint64_t seed, float sd)
@@ -542,30 +551,6 @@ static rp_model_config gpt_oss_cfg(void)
     c.oss.sliding_window = 4;
     c.oss.sliding[0] = 1u << 0; /* block 0 slides */
     return c;
-}
-
-/* Block 0's tensors of a layout (the full model's or LoRA's adapters), far
- * from the tiny init as random_params'. */
-static float *random_block(const rp_model_config *cfg, int base, uint64_t seed, size_t *numel)
-{
-    rp_layer_desc *L;
-    int n;
-    rp_error err = {0};
-    ck_assert_msg((base ? rp_model_base_layout : rp_model_layout)(cfg, &L, &n, &err) == RP_OK,
-                  "%s", err.msg);
-    const rp_layer_desc *b = &L[1];
-    float *p = calloc(b->numel, sizeof(float));
-    for (int i = 0; i < b->nparams; i++) {
-        const rp_param_desc *d = &b->params[i];
-        float sd = d->ndim == 2 ? 0.3f : 0.2f;
-        rp_rng_fill_normal(p + d->offset, d->numel, seed, (uint64_t)i, 0, 0.0f, sd);
-        if (d->ndim == 1 && strstr(d->name, "norm"))
-            for (size_t j = 0; j < d->numel; j++)
-                p[d->offset + j] += 1.0f;
-    }
-    *numel = b->numel;
-    free(L);
-    return p;
 }
 
 /* What one run of the block gives: the forward's y and router statistics,
