@@ -43,31 +43,13 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 
+# PEFT's all-linear config, the --lora-* arguments and the saved adapter's
+# keys are Qwen3-MoE's (moe_golden_lora.py); save_adapter below differs
+from moe_golden_lora import adapter_params, lora_args, lora_config, saved_key
+
 INIT_STD = 0.1
 KEY_PREFIX = "base_model.model."
 TARGET_NAMES = ["q_proj", "k_proj", "v_proj", "o_proj"]
-
-
-def lora_config(case):
-    lo = case["lora"]
-    return LoraConfig(r=lo["r"], lora_alpha=lo["alpha"], target_modules="all-linear",
-                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
-
-
-def lora_args(case):
-    # all-linear is the default of --lora-targets
-    return "--lora-rank %d --lora-alpha %d" % (case["lora"]["r"], case["lora"]["alpha"])
-
-
-def saved_key(param_name):
-    return param_name.replace(".default.weight", ".weight")
-
-
-def adapter_params(model):
-    out = [(saved_key(n), p) for n, p in model.named_parameters() if p.requires_grad]
-    for n, _ in out:
-        assert n.startswith(KEY_PREFIX) and (".lora_A." in n or ".lora_B." in n), n
-    return out
 
 
 def save_adapter(model, dst):
