@@ -120,6 +120,7 @@ typedef struct rp_engine {
     /* the device */
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
+    int unproven_ok;       /* RP_ALLOW_UNPROVEN_CUDA=1 (rp_unproven_cuda_allowed), read once */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
                               0 = none; the same on every rank (device_memory_limit) */
     rp_device *dev;    /* this rank's executor device, for the whole run */

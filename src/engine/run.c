@@ -319,7 +319,7 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
         rp_node_release_others(e);
     /* the executor's device, and the run's pins, once (not per segment) */
     rp_device_params dp = {e->device, e->device_ordinal, e->threads, e->o->attention,
-                           rp_unproven_cuda_allowed()};
+                           e->unproven_ok};
     s = rp_device_create(&dp, &e->dev, err);
     if (s == RP_OK && e->nd.world_rank == 0 && rp_device_attention_note(e->dev))
         rp_log(e->lg, RP_LOG_INFO, "%s", rp_device_attention_note(e->dev)); /* once a run */
@@ -355,6 +355,7 @@ void rp_run_init(rp_engine *e, rp_run_state *r, const rp_train_options *o,
     memset(r, 0, sizeof *r);
     e->o = o;
     e->device = o->device;
+    e->unproven_ok = rp_unproven_cuda_allowed();
     e->resume_step = resume->step;
     e->resume_adam_step = resume->adam_step;
     e->resume_dir = resume->step ? resume->dir : NULL;
