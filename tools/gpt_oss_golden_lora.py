@@ -1,6 +1,6 @@
-"""The LoRA case of tools/make_gpt_oss_golden.py (oss-lora): LoRA on gpt-oss
-against PEFT in float64.  Not run on its own: make_gpt_oss_golden.py calls
-make_case() with itself as `og`.
+"""The LoRA cases of tools/make_gpt_oss_golden.py (oss-lora, oss-lora-params,
+oss-lora-params-m1): LoRA on gpt-oss against PEFT in float64.  Not run on
+its own: make_gpt_oss_golden.py calls make_case() with itself as `og`.
 
 What PEFT 0.21.2 does with transformers 5.24's GptOssForCausalLM, and so
 what roundpipe's LoRA on gpt-oss is:
@@ -16,8 +16,9 @@ what roundpipe's LoRA on gpt-oss is:
     with target_parameters (a ParamWrapper: one lora_A [r*E, H] and lora_B
     [2I, r*E] over all experts, gate and up sharing each expert's A, the
     delta added to the fused weight; no dropout), and the router's weight
-    likewise.  Not roundpipe's per-expert adapters: roundpipe refuses those
-    targets on gpt-oss, naming why.
+    likewise: the oss-lora-params cases below, which --lora-targets names by
+    those parameter names (roundpipe refuses the Linear names gate_proj,
+    up_proj, down_proj and gate on gpt-oss, naming why).
   * So LoraConfig(target_modules="all-linear") on gpt-oss adapts exactly
     q/k/v/o in every block (make_init asserts it), which adapter_config.json
     lists as module paths (PEFT does for 20 modules or fewer); roundpipe's
