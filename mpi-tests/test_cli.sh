@@ -157,6 +157,19 @@ for t in gate_proj q_proj,gate; do
     --lora-rank 2 --lora-targets "$t" --save "$tmp/oss-lora"
   [ ! -e "$tmp/oss-lora" ] && ok || bad "a refused gpt-oss LoRA run wrote $tmp/oss-lora"
 done
+# gpt-oss's router and experts by PEFT's target_parameters names: taken on
+# gpt-oss (saved under target_parameters), refused on another model
+pt=q_proj,mlp.experts.gate_up_proj,mlp.experts.down_proj,mlp.router.weight
+expect 0 "done: 1 steps" -- train --init-config "$tiny" --device cpu --data "$odata" \
+  --seq-len 16 --batch-size 2 --steps 1 --lora-rank 2 --lora-targets "$pt" \
+  --save "$tmp/oss-params"
+grep -q '"mlp.experts.gate_up_proj"' "$tmp/oss-params/adapter_config.json" 2>/dev/null \
+  && ok || bad "a gpt-oss run with $pt saved no target_parameters"
+expect 1 "--lora-targets q_proj,mlp.router.weight: .* are gpt-oss's parameters" -- train \
+  --init-config "$src/mpi-tests/fixtures/golden/qwen3/model/config.json" --device cpu \
+  --data "$odata" --seq-len 16 --batch-size 2 --steps 1 --lora-rank 2 \
+  --lora-targets q_proj,mlp.router.weight --save "$tmp/qwen-params"
+[ ! -e "$tmp/qwen-params" ] && ok || bad "a refused LoRA run wrote $tmp/qwen-params"
 expect 1 "--lora-targets: gpt-oss's router" -- plan --init-config "$oss" --gpus 8 \
   --device cuda --device-memory-mib 81920 --seq-len 2048 --batch-size 128 --microbatches 16 \
   --lora-rank 8 --lora-targets down_proj

@@ -32,6 +32,20 @@
 # count; with PEFT, the saved adapter on the base gives the logits of
 # roundpipe's --save-merged model; an adapter naming the experts is refused;
 # on the MXFP4 shipment (its frozen base decoded) the plain copy's bits.
+# LoRA on the router and the experts (oss-lora-params with M = 2,
+# oss-lora-params-m1 with M = 1; oss-lora's model): --lora-targets names
+# PEFT's target_parameters mlp.experts.gate_up_proj, mlp.experts.down_proj
+# and mlp.router.weight beside q/k/v/o; from PEFT's non-zero adapter
+# (--lora-init: fused lora_A [r*E, in] and lora_B [out, r*E], gate and up
+# sharing A) against PEFT's ParamWrapper in float64 with values past the
+# clamps: every logged number and adapter tensor within 1e-4 on 1, 2 and 3
+# ranks (and 2 pipelines for M = 2), the same bits on 1-3 ranks, for 2
+# pipelines on 2 and 4 ranks and from a step-2 checkpoint on another rank
+# count; PEFT loads the saved adapter (fused tensors,
+# target_parameters) on the base to the logits of roundpipe's --save-merged
+# model (the fused experts merged); dropout on those targets and a
+# target_parameters list PEFT would nest the other way are refused naming
+# why, nothing written.
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -46,6 +60,8 @@ tensors() {
 # train CASE NP P OUT [MODEL [OPTIONS]]
 train() {
   d="$fix/$1"; model="${5:-$d/model}"
+  # the oss-lora-params cases train oss-lora's model (not stored twice)
+  [ -z "${5:-}" ] && [ ! -d "$d/model" ] && model="$fix/oss-lora/model"
   extra="${6:-}"
   [ -f "$d/mask.npy" ] && extra="$extra --loss-mask $d/mask.npy"
   [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
@@ -64,7 +80,7 @@ same() { # same REF OUT: saved weights (or adapters) and metrics (timing fields 
     [ "$(metrics "$1.jsonl")" = "$(metrics "$2.jsonl")" ]
 }
 
-for case in oss-m1 oss-m2 oss-mxfp4 oss-lora; do
+for case in oss-m1 oss-m2 oss-mxfp4 oss-lora oss-lora-params oss-lora-params-m1; do
   d="$fix/$case"
   file=model.safetensors
   [ -d "$d/lora_init" ] && file=adapter_model.safetensors
@@ -72,6 +88,8 @@ for case in oss-m1 oss-m2 oss-mxfp4 oss-lora; do
   [ "$case" = oss-m1 ] && specs="1:1 2:1 3:1"
   [ "$case" = oss-mxfp4 ] && specs="2:1"
   [ "$case" = oss-lora ] && specs="1:1 2:1 3:1 2:2"
+  [ "$case" = oss-lora-params ] && specs="1:1 2:1 3:1 2:2 4:2"
+  [ "$case" = oss-lora-params-m1 ] && specs="1:1 2:1 3:1"
   for spec in $specs; do
     np=${spec%%:*}; P=${spec#*:}
     out="$tmp/$case-$np-$P"
@@ -144,6 +162,63 @@ if "$bin" train --device cpu --model "$d/model" --data "$d/data.npy" --lora-init
 elif grep -q "adapter_config.json: target_modules: gpt-oss's router .*target_parameters" "$init.txt" &&
      [ ! -e "$tmp/oss-lora-refused" ]; then ok; else
   bad "the adapter on gpt-oss's experts: not refused with its reason"; cat "$init.txt"; fi
+
+# ---- LoRA on the router and experts (PEFT's target_parameters) ---------------
+for case in oss-lora-params oss-lora-params-m1; do
+  for np in 2 3; do
+    if same "$tmp/$case-1-1" "$tmp/$case-$np-1"; then ok; else
+      bad "$case on $np ranks: not bit-identical to 1 rank"; fi
+  done
+done
+if same "$tmp/oss-lora-params-2-2" "$tmp/oss-lora-params-4-2"; then ok; else
+  bad "oss-lora-params with 2 pipelines: 4 ranks differ from 2"; fi
+out="$tmp/oss-lora-params-peft"; d="$fix/oss-lora-params"
+echo "== oss-lora-params with --save-merged on 2 ranks, loaded by PEFT"
+if train oss-lora-params 2 1 "$out" "" "--save-merged $out-merged" &&
+   same "$tmp/oss-lora-params-2-1" "$out"; then
+  if grep -q '"mlp.experts.gate_up_proj"' "$out/adapter_config.json" &&
+     tensor_names "$out/adapter_model.safetensors" | grep -q 'experts\.base_layer\.lora_A'; then
+    ok; else bad "the saved adapter has no target_parameters or fused experts tensors"; fi
+  python3 "$src/mpi-tests/lora_peft_check.py" "$fix/oss-lora/model" "$out" "$out-merged" \
+    "$d/data.npy" 16 > "$tmp/peft-params-check.txt" 2>&1
+  case $? in
+    0) ok; grep "logit diff" "$tmp/peft-params-check.txt" ;;
+    77) echo "skipped the PEFT load check (Python, torch, transformers or peft missing)" ;;
+    *) bad "PEFT's oss-lora-params adapter does not give roundpipe's merged model's logits"
+       tail -n 5 "$tmp/peft-params-check.txt" ;;
+  esac
+else
+  bad "oss-lora-params with --save-merged failed or differs"; cat "$out.txt"
+fi
+# a checkpoint of step 2 (the experts' adapters per expert) resumes on another
+# rank count to the same bits
+ck="$tmp/oss-params-ck"
+echo "== oss-lora-params checkpointed on 2 ranks, resumed from step 2 on 3"
+if train oss-lora-params 2 1 "$tmp/oss-params-ck-run" "" "--checkpoint-dir $ck --checkpoint-every 2" &&
+   train oss-lora-params 3 1 "$tmp/oss-params-resumed" "" "--resume $ck/step-00000002" &&
+   cmp -s "$tmp/oss-lora-params-1-1/adapter_model.safetensors" \
+     "$tmp/oss-params-resumed/adapter_model.safetensors"; then ok; else
+  bad "oss-lora-params resumed from its step-2 checkpoint differs from the uninterrupted run"
+  cat "$tmp/oss-params-resumed.txt"; fi
+# dropout on the parameters: PEFT's ParamWrapper refuses it, so does roundpipe
+if train oss-lora-params 1 1 "$tmp/oss-params-dropout" "" "--lora-dropout 0.1"; then
+  bad "dropout on gpt-oss's target_parameters was taken"
+elif grep -q "dropout 0.1 on gpt-oss's target_parameters .*ParamWrapper" \
+       "$tmp/oss-params-dropout.txt" && [ ! -e "$tmp/oss-params-dropout" ]; then ok; else
+  bad "dropout on gpt-oss's target_parameters: not refused with its reason"
+  cat "$tmp/oss-params-dropout.txt"; fi
+# down_proj listed first: PEFT nests the wrappers the other way (other names)
+init="$tmp/oss-params-order"; cp -r "$d/lora_init" "$init"
+sed -i -e 's/"mlp.experts.gate_up_proj"/"X_GATE_UP"/' -e 's/"mlp.experts.down_proj"/"mlp.experts.gate_up_proj"/' \
+  -e 's/"X_GATE_UP"/"mlp.experts.down_proj"/' "$init/adapter_config.json"
+# shellcheck disable=SC2046
+if "$bin" train --device cpu --model "$fix/oss-lora/model" --data "$d/data.npy" \
+     --lora-init "$init" --lora-rank 2 --seq-len 16 --batch-size 4 --steps 1 --progress none \
+     --save "$tmp/oss-params-order-out" > "$init.txt" 2>&1; then
+  bad "target_parameters with down_proj first was taken"
+elif grep -q "adapter_config.json: target_parameters lists mlp.experts.down_proj before" \
+       "$init.txt" && [ ! -e "$tmp/oss-params-order-out" ]; then ok; else
+  bad "target_parameters with down_proj first: not refused naming why"; cat "$init.txt"; fi
 
 # ---- MXFP4: the quantised shipment trains to the plain copy's bits -----------
 for np in 1 3; do

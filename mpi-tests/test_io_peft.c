@@ -106,13 +106,14 @@ END_TEST
 START_TEST(names_shapes_and_targets)
 {
     char name[160];
-    rp_lora_tensor_name(1, -1, RP_LORA_V_PROJ, 0, name, sizeof name);
+    const rp_model_config plain = {0}; /* not gpt-oss: PEFT's names throughout */
+    rp_lora_tensor_name(&plain, 1, -1, RP_LORA_V_PROJ, 0, name, sizeof name);
     ck_assert_str_eq(name, "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight");
-    rp_lora_tensor_name(0, -1, RP_LORA_DOWN_PROJ, 1, name, sizeof name);
+    rp_lora_tensor_name(&plain, 0, -1, RP_LORA_DOWN_PROJ, 1, name, sizeof name);
     ck_assert_str_eq(name, "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight");
-    rp_lora_tensor_name(2, -1, RP_LORA_ROUTER, 0, name, sizeof name);
+    rp_lora_tensor_name(&plain, 2, -1, RP_LORA_ROUTER, 0, name, sizeof name);
     ck_assert_str_eq(name, "base_model.model.model.layers.2.mlp.gate.lora_A.weight");
-    rp_lora_tensor_name(2, 3, RP_LORA_UP_PROJ, 1, name, sizeof name);
+    rp_lora_tensor_name(&plain, 2, 3, RP_LORA_UP_PROJ, 1, name, sizeof name);
     ck_assert_str_eq(name, "base_model.model.model.layers.2.mlp.experts.3.up_proj.lora_B.weight");
     rp_model_config cfg = {0};
     cfg.hidden_size = 64;
@@ -376,7 +377,7 @@ START_TEST(written_adapters_read_back_the_same)
                 rp_lora_features(&q, blk, (rp_lora_proj)p, &in, &out);
                 int64_t shape[2] = {b ? out : c.rank, b ? c.rank : in};
                 char name[160];
-                rp_lora_tensor_name(blk, -1, (rp_lora_proj)p, b, name, sizeof name);
+                rp_lora_tensor_name(&q, blk, -1, (rp_lora_proj)p, b, name, sizeof name);
                 h.data[blk][p][b] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1]));
                 ck_assert_msg(rp_safetensors_read_f32(h.st, name, 2, shape, h.data[blk][p][b],
                                                       &err) == RP_OK, "%s", err.msg);
@@ -557,7 +558,7 @@ static const float *named_tensor(void *arg, int block, int expert, rp_lora_proj 
     rp_lora_features(h->cfg, block, p, &in, &out);
     int64_t shape[2] = {b ? out : h->rank, b ? h->rank : in};
     ck_assert_int_eq(expert >= 0, rp_lora_per_expert(h->cfg, block, p));
-    rp_lora_tensor_name(block, expert, p, b, name, sizeof name);
+    rp_lora_tensor_name(h->cfg, block, expert, p, b, name, sizeof name);
     ck_assert_int_lt(h->n, 512);
     float *d = h->got[h->n++] = malloc(sizeof(float) * (size_t)(shape[0] * shape[1]));
     rp_error err;

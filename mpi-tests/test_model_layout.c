@@ -335,26 +335,55 @@ START_TEST(gpt_oss_layout_and_checks)
     ck_assert_int_eq(rp_model_ops_check(&c, &dev, 1, &err), RP_OK);
     rp_model_config q = cfg_qwen();
     ck_assert_int_eq(rp_model_ops_check(&q, &dev, 0, &err), RP_OK);
-    /* LoRA: the attention's four projections are what gpt-oss has (PEFT's
-     * all-linear); its router and experts are refused naming why */
+    /* LoRA: all-linear is the attention's four projections (PEFT's
+     * all-linear: the Linear modules); the router and the experts are
+     * PEFT's target_parameters, which map to gate_proj's (gate_up_proj:
+     * per expert A [r, H], B [2I, r]), down_proj's and the router's
+     * adapters; up_proj (gate_up_proj's) and the Linear names of the router
+     * and experts are refused naming why */
     rp_model_config l = c;
     l.lora.rank = 2;
     l.lora.alpha = 4;
     ck_assert_uint_eq(rp_lora_model_targets(&l, RP_LORA_ALL_LINEAR), RP_LORA_ATTENTION_PROJS);
+    ck_assert_uint_eq(rp_lora_model_targets(&l, RP_LORA_ATTENTION_PROJS | RP_LORA_PARAMS),
+                      RP_LORA_GPT_OSS_PROJS);
+    ck_assert_uint_eq(rp_lora_model_targets(&l, RP_LORA_GPT_OSS_PROJS), RP_LORA_GPT_OSS_PROJS);
+    ck_assert_ptr_nonnull(rp_lora_refused_targets(&l, 1u << RP_LORA_GATE_PROJ));
+    ck_assert_ptr_null(rp_lora_refused_targets(&l, RP_LORA_PARAMS));
+    const int64_t E = c.moe.num_experts, I = c.moe.moe_intermediate_size, H = c.hidden_size;
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
         l.lora.targets = 1u << p;
-        const int attention = (RP_LORA_ATTENTION_PROJS >> p) & 1u;
-        ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err),
-                         attention ? RP_OK : RP_ERR_UNSUPPORTED);
-        if (attention) {
-            for (int b = 1; b <= 3; b++) /* A and B of the one projection in each block */
-                ck_assert_int_eq(L[b].nparams, 2);
-            free(L);
-        } else {
-            ck_assert_msg(strstr(err.msg, "target_parameters") && strstr(err.msg, "q_proj"),
-                          "%s", err.msg);
+        const int taken = (RP_LORA_GPT_OSS_PROJS >> p) & 1u;
+        ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), taken ? RP_OK : RP_ERR_UNSUPPORTED);
+        if (!taken) {
+            ck_assert_msg(strstr(err.msg, "target_parameters") &&
+                              strstr(err.msg, "mlp.experts.gate_up_proj"), "%s", err.msg);
+            continue;
         }
+        const int per_expert = p == RP_LORA_GATE_PROJ || p == RP_LORA_DOWN_PROJ;
+        for (int b = 1; b <= 3; b++) /* A and B of the projection (each expert's) per block */
+            ck_assert_int_eq(L[b].nparams, per_expert ? 2 * (int)E : 2);
+        if (p == RP_LORA_GATE_PROJ) {
+            ck_assert_str_eq(L[1].params[1].name, "base_model.model.model.layers.0.mlp.experts.0."
+                                                  "gate_up_proj.lora_B.weight");
+            ck_assert_int_eq(L[1].params[0].shape[1], H);
+            ck_assert_int_eq(L[1].params[1].shape[0], 2 * I);
+        }
+        if (p == RP_LORA_ROUTER)
+            ck_assert_str_eq(L[1].params[0].name,
+                             "base_model.model.model.layers.0.mlp.router.lora_A.weight");
+        free(L);
     }
+    /* PEFT's ParamWrapper takes no dropout: refused on those, not on q/k/v/o */
+    l.lora.dropout = 0.1;
+    l.lora.targets = RP_LORA_ATTENTION_PROJS | (1u << RP_LORA_ROUTER);
+    ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "dropout 0.1 on gpt-oss's target_parameters") &&
+                  strstr(err.msg, "ParamWrapper"), "%s", err.msg);
+    l.lora.targets = RP_LORA_ATTENTION_PROJS;
+    ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), RP_OK);
+    free(L);
+    l.lora.dropout = 0;
     l.lora.targets = RP_LORA_ATTENTION_PROJS;
     ck_assert_int_eq(rp_model_layout(&l, &L, &n, &err), RP_OK);
     ck_assert_str_eq(L[1].params[0].name,

@@ -1,6 +1,6 @@
-"""The LoRA case of tools/make_gpt_oss_golden.py (oss-lora): LoRA on gpt-oss
-against PEFT in float64.  Not run on its own: make_gpt_oss_golden.py calls
-make_case() with itself as `og`.
+"""The LoRA cases of tools/make_gpt_oss_golden.py (oss-lora, oss-lora-params,
+oss-lora-params-m1): LoRA on gpt-oss against PEFT in float64.  Not run on
+its own: make_gpt_oss_golden.py calls make_case() with itself as `og`.
 
 What PEFT 0.21.2 does with transformers 5.24's GptOssForCausalLM, and so
 what roundpipe's LoRA on gpt-oss is:
@@ -16,8 +16,9 @@ what roundpipe's LoRA on gpt-oss is:
     with target_parameters (a ParamWrapper: one lora_A [r*E, H] and lora_B
     [2I, r*E] over all experts, gate and up sharing each expert's A, the
     delta added to the fused weight; no dropout), and the router's weight
-    likewise.  Not roundpipe's per-expert adapters: roundpipe refuses those
-    targets on gpt-oss, naming why.
+    likewise: the oss-lora-params cases below, which --lora-targets names by
+    those parameter names (roundpipe refuses the Linear names gate_proj,
+    up_proj, down_proj and gate on gpt-oss, naming why).
   * So LoraConfig(target_modules="all-linear") on gpt-oss adapts exactly
     q/k/v/o in every block (make_init asserts it), which adapter_config.json
     lists as module paths (PEFT does for 20 modules or fewer); roundpipe's
@@ -205,6 +206,8 @@ def independent_check(og, case, model_dir, init_dir, tokens, mask, log):
 
 
 def make_case(name, case, outdir, log, og):
+    if case["lora"].get("parameters"):
+        return make_params_case(name, case, outdir, log, og)
     mg = og.mg
     log("case %s -> %s" % (name, outdir))
     if os.path.isdir(outdir):
@@ -268,6 +271,237 @@ def make_case(name, case, outdir, log, og):
             "aux_coef": coef,
             "lora": {"r": lo["r"], "lora_alpha": lo["alpha"], "scaling": lo["alpha"] / lo["r"],
                      "target_modules (LoraConfig)": "all-linear (q/k/v/o on gpt-oss)",
+                     "lora_dropout": 0.0, "bias": "none"},
+            "lora_init": "get_peft_model on the fp32 base, then every lora_A/lora_B weight "
+                         "(named_parameters order) set to torch.randn(shape, "
+                         "generator=torch.Generator().manual_seed(%d), dtype=float32) * %g; "
+                         "PeftModel.save_pretrained" % (lo["init_seed"], INIT_STD),
+            "training": "PeftModel.from_pretrained(lora_init, is_trainable=True) on the base in "
+                        "float64 (transformers patched as the other cases); adapter tensors "
+                        "only: grad_norm and clipping over them, torch.optim.AdamW(weight_decay "
+                        "on all, foreach=False); the aux loss as oss-m2",
+            "final": "model cast to float32, PeftModel.save_pretrained",
+            "clipped_steps": stats["clipped_steps"],
+            "checks": checks,
+        } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py "
+                                          "(tools/gpt_oss_golden_lora.py)",
+                             "peft": peft.__version__}))
+
+
+# ---------------------------------------------------------------------------
+# oss-lora-params, oss-lora-params-m1: the router and the experts as PEFT's
+# target_parameters
+# ---------------------------------------------------------------------------
+# PEFT 0.21.2's ParamWrapper (tuners/lora/layer.py) on each parameter, in
+# this order (each wraps the last: gate_up_proj's is the inner one when
+# down_proj's is there too, saved as mlp.experts.base_layer.lora_*):
+#   * mlp.experts.gate_up_proj [E, H, 2I]: 3-D and GptOssExperts.is_transposed
+#     (x @ W), so in = H, out = 2I: lora_A [r*E, H] (expert e's A_e its rows
+#     e*r ..), lora_B [2I, r*E] (B_e[o, k] at column k*E + e), the delta
+#     s * einsum("o r e, e r i -> e i o") added to the fused weight for each
+#     forward; gate (even columns) and up (odd) share A_e
+#   * mlp.experts.down_proj [E, I, H]: the same with in = I, out = H
+#   * mlp.router.weight [E, H]: 2-D, as a Linear: lora_A [r, H], lora_B [E, r]
+# the biases untouched; no dropout, DoRA or lora_bias (PEFT refuses them).
+PARAMS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.router.weight"]
+PARAMS_TARGETS = ",".join(TARGET_NAMES + PARAMS)
+
+
+def params_config(case):
+    lo = case["lora"]
+    return LoraConfig(r=lo["r"], lora_alpha=lo["alpha"], target_modules=list(TARGET_NAMES),
+                      target_parameters=list(PARAMS), lora_dropout=0.0, bias="none",
+                      task_type="CAUSAL_LM")
+
+
+def params_keys(cfg, r):
+    """expected_keys' q/k/v/o and the target_parameters' fused tensors."""
+    keys = expected_keys(cfg, r)
+    H, I, E = cfg.hidden_size, cfg.intermediate_size, cfg.num_local_experts
+    for i in range(cfg.num_hidden_layers):
+        mlp = KEY_PREFIX + "model.layers.%d.mlp." % i
+        keys[mlp + "router.lora_A.weight"] = (r, H)
+        keys[mlp + "router.lora_B.weight"] = (E, r)
+        keys[mlp + "experts.base_layer.lora_A.weight"] = (r * E, H)  # gate_up_proj
+        keys[mlp + "experts.base_layer.lora_B.weight"] = (2 * I, r * E)
+        keys[mlp + "experts.lora_A.weight"] = (r * E, I)  # down_proj
+        keys[mlp + "experts.lora_B.weight"] = (H, r * E)
+    return keys
+
+
+def make_params_init(og, case, model_dir, dst, log):
+    model = get_peft_model(base(og, model_dir, torch.float32), params_config(case))
+    g = torch.Generator().manual_seed(case["lora"]["init_seed"])
+    params = adapter_params(model)
+    with torch.no_grad():
+        for _, p in params:
+            assert p.dtype == torch.float32
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * INIT_STD)
+    save_adapter(model, dst)
+    cfg = model.base_model.model.config
+    want = params_keys(cfg, case["lora"]["r"])
+    got = load_file(os.path.join(dst, "adapter_model.safetensors"))
+    assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
+    assert all(tuple(got[k].shape) == want[k] for k in want)
+    with open(os.path.join(dst, "adapter_config.json")) as f:
+        ac = json.load(f)
+    assert ac["target_parameters"] == PARAMS, ac["target_parameters"]
+    log("  lora_init: %d tensors; q/k/v/o and target_parameters %s" % (len(got), PARAMS))
+    return {n: p.detach().clone() for n, p in params}
+
+
+class HandDelta(torch.nn.Module):
+    """W + s * delta, written out from the file's lora_A and lora_B for the
+    independent check (a parametrization: recomputed at each use)."""
+
+    def __init__(self, a, b, s, experts):
+        super().__init__()
+        self.a, self.b, self.s, self.experts = a, b, s, experts
+
+    def forward(self, w):
+        if w.dim() == 2:  # the router: a Linear's [out, in]
+            return w + self.s * (self.b @ self.a)
+        E, r = self.experts, self.a.shape[0] // self.experts
+        d = torch.zeros_like(w)
+        for e in range(E):  # w[e] is [in, out], applied as x @ w[e]
+            a_e = self.a[e * r:(e + 1) * r]          # [r, in]
+            b_e = self.b[:, [k * E + e for k in range(r)]]  # [out, r]
+            d[e] = (b_e @ a_e).t()
+        return w + self.s * d
+
+
+def params_independent_check(og, case, model_dir, init_dir, tokens, mask, log):
+    """Step 1 twice from lora_init/: PEFT, and transformers' model with
+    HandLoRA on q/k/v/o and HandDelta on the three parameters (no PEFT)."""
+    from torch.nn.utils import parametrize
+    lo = case["lora"]
+    s = lo["alpha"] / lo["r"]
+    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
+                                           is_trainable=True)
+    l_peft = step1_grads(og, peft_model, case, tokens, mask)
+    g_peft = {n: p.grad for n, p in adapter_params(peft_model)}
+    hand = base(og, model_dir, torch.float64)
+    for p in hand.parameters():
+        p.requires_grad_(False)
+    tensors = load_file(os.path.join(init_dir, "adapter_model.safetensors"))
+    E = hand.config.num_local_experts
+    leaves = {}
+    for key in sorted(tensors):
+        if ".lora_A." not in key:
+            continue
+        kb = key.replace(".lora_A.", ".lora_B.")
+        a = tensors[key].to(torch.float64).requires_grad_(True)
+        b = tensors[kb].to(torch.float64).requires_grad_(True)
+        leaves[key], leaves[kb] = a, b
+        path = key[len(KEY_PREFIX):].split(".lora_A.")[0]
+        if path.endswith(".mlp.router"):
+            parametrize.register_parametrization(hand.get_submodule(path), "weight",
+                                                 HandDelta(a, b, s, 1), unsafe=True)
+        elif path.endswith(".mlp.experts.base_layer") or path.endswith(".mlp.experts"):
+            inner = path.endswith(".base_layer")
+            mod = hand.get_submodule(path[:-len(".base_layer")] if inner else path)
+            parametrize.register_parametrization(mod, "gate_up_proj" if inner else "down_proj",
+                                                 HandDelta(a, b, s, E), unsafe=True)
+        else:
+            parent, name = path.rsplit(".", 1)
+            mod = hand.get_submodule(parent)
+            lin = getattr(mod, name)
+            assert isinstance(lin, torch.nn.Linear) and lin.bias is not None, path
+            setattr(mod, name, HandLoRA(lin, a, b, s))
+    l_hand = step1_grads(og, hand, case, tokens, mask)
+    g_hand = {k: v.grad for k, v in leaves.items()}
+    loss_rel = abs(l_hand - l_peft) / abs(l_peft)
+    grad_rel = max_rel(g_hand, g_peft)
+    log("  independent check, step 1 (HandLoRA and HandDelta on transformers' model, no PEFT): "
+        "loss rel %.1e, adapter gradients max rel %.1e" % (loss_rel, grad_rel))
+    assert loss_rel < 1e-12 and grad_rel < 1e-10, (loss_rel, grad_rel)
+    return {"loss_rel": loss_rel, "grad_max_rel": grad_rel}
+
+
+def params_dropout_refused(og, model_dir):
+    """PEFT's answer to lora_dropout > 0 with target_parameters."""
+    try:
+        get_peft_model(base(og, model_dir, torch.float32),
+                       LoraConfig(r=2, lora_alpha=4, lora_dropout=0.1,
+                                  target_modules=list(TARGET_NAMES),
+                                  target_parameters=list(PARAMS)))
+    except ValueError as e:
+        return str(e).split("\n")[0][:200]
+    raise AssertionError("PEFT took lora_dropout 0.1 with target_parameters")
+
+
+def make_params_case(name, case, outdir, log, og):
+    mg = og.mg
+    log("case %s -> %s" % (name, outdir))
+    if os.path.isdir(outdir):
+        shutil.rmtree(outdir)
+    os.makedirs(outdir)
+    tr, lo = case["train"], case["lora"]
+    src = og.CASES[case["model_from"]]
+    assert all(src[k] == case[k] for k in ("model_seed", "config")), case["model_from"]
+    tmp = tempfile.TemporaryDirectory()
+    model_dir = os.path.join(tmp.name, "model")
+    model = og.build_model(case)
+    og.write_model_dir(model_dir, og.config_json(model), og.fp32_tensors(model))
+    shared = os.path.join(os.path.dirname(outdir), case["model_from"], "model")
+    for f in ("config.json", "model.safetensors"):
+        if os.path.exists(os.path.join(shared, f)):
+            assert mg.sha256(os.path.join(shared, f)) == mg.sha256(os.path.join(model_dir, f)), f
+    tokens, mask = mg.make_data(case)
+    og.np.save(os.path.join(outdir, "data.npy"), tokens)
+    if mask is not None:
+        og.np.save(os.path.join(outdir, "mask.npy"), mask)
+    with open(os.path.join(outdir, "args.txt"), "w") as f:
+        f.write(mg.args_line(tr) + " " + lora_args(case) + " --lora-targets " + PARAMS_TARGETS
+                + "\n")
+    checks = {"peft_dropout": params_dropout_refused(og, model_dir)}
+    log("  PEFT on lora_dropout 0.1 with target_parameters: %s" % checks["peft_dropout"])
+    init_dir = os.path.join(outdir, "lora_init")
+    init = make_params_init(og, case, model_dir, init_dir, log)
+    checks["independent_step1"] = params_independent_check(og, case, model_dir, init_dir, tokens,
+                                                           mask, log)
+    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
+                                           is_trainable=True)
+    params = adapter_params(peft_model)
+    assert sorted(n for n, _ in params) == sorted(init)
+    for n, p in params:
+        assert p.dtype == torch.float64 and torch.equal(p.detach(), init[n].double()), n
+    frozen = [p for p in peft_model.parameters() if not p.requires_grad]
+    coef = og.aux_coef(case)
+    records, stats = og.train(peft_model, tokens, mask, tr, coef, log, params=params)
+    assert all(p.grad is None for p in frozen)
+    assert stats["min_topk_gap"] > og.MIN_TOPK_GAP, stats["min_topk_gap"]
+    assert 0.02 < stats["clamped"]["gate"] < 0.9 and 0.02 < stats["clamped"]["up"] < 0.9, stats
+    with open(os.path.join(outdir, "expected.jsonl"), "w") as f:
+        for r in records:
+            f.write(mg.dumps(r))
+    trained = {n: p.detach().clone() for n, p in params}
+    peft_model.to(torch.float32)
+    final_dir = os.path.join(outdir, "final")
+    save_adapter(peft_model, final_dir)
+    loaded = PeftModel.from_pretrained(base(og, model_dir, torch.float32), final_dir)
+    got = {saved_key(n): p for n, p in loaded.named_parameters() if ".lora_" in n}
+    assert sorted(got) == sorted(trained)
+    moved = 0.0
+    for n, p in got.items():
+        assert p.dtype == torch.float32 and torch.equal(p, trained[n].to(torch.float32)), n
+        moved = max(moved, float((trained[n] - init[n].double()).abs().max()))
+    log("  final adapter reloaded by PEFT: the trained tensors rounded to fp32; largest change "
+        "from lora_init %.3g; values past the clamp: gate %.0f%%, up %.0f%%"
+        % (moved, 100 * stats["clamped"]["gate"], 100 * stats["clamped"]["up"]))
+    tmp.cleanup()
+    checks.update({"min_topk_gap": stats["min_topk_gap"], "clamped": stats["clamped"],
+                   "largest_change_from_init": moved})
+    with open(os.path.join(outdir, "provenance.json"), "w") as f:
+        f.write(mg.dumps({
+            "tokens": "numpy.random.default_rng(%d).integers(0, %d, size=%d) as int32"
+                      % (case["data_seed"], case["config"]["vocab_size"], case["data_len"]),
+            "mask": "tools/make_golden.py make_data()" if mask is not None else None,
+            "model": "%s/model (the same seeds and config)" % case["model_from"],
+            "aux_coef": coef,
+            "lora": {"r": lo["r"], "lora_alpha": lo["alpha"], "scaling": lo["alpha"] / lo["r"],
+                     "target_modules (LoraConfig)": TARGET_NAMES,
+                     "target_parameters (LoraConfig)": PARAMS,
                      "lora_dropout": 0.0, "bias": "none"},
             "lora_init": "get_peft_model on the fp32 base, then every lora_A/lora_B weight "
                          "(named_parameters order) set to torch.randn(shape, "

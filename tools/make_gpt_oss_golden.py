@@ -141,6 +141,24 @@ CASES = {
         "train": train_opts(**{"lr-schedule": "linear", "lr": "1e-2"}),
         "lora": {"r": 2, "alpha": 4, "init_seed": 9037},
     },
+    # LoRA on the router and the experts as PEFT adapts them
+    # (target_parameters: mlp.experts.gate_up_proj, mlp.experts.down_proj,
+    # mlp.router.weight) and on q/k/v/o, M = 2 and M = 1; oss-lora's base
+    # (model_from: its model/ is this case's, not stored twice)
+    "oss-lora-params": {
+        "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
+        "config": dict(COMMON_CONFIG, output_router_logits=True, router_aux_loss_coef=0.5),
+        "train": train_opts(**{"lr-schedule": "linear", "lr": "1e-2"}),
+        "lora": {"r": 2, "alpha": 4, "init_seed": 9047, "parameters": True},
+        "model_from": "oss-lora",
+    },
+    "oss-lora-params-m1": {
+        "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
+        "config": dict(COMMON_CONFIG, output_router_logits=True, router_aux_loss_coef=0.5),
+        "train": train_opts(**{"microbatches": 1, "lr": "1e-2", "grad-clip": "2.0"}),
+        "lora": {"r": 2, "alpha": 4, "init_seed": 9051, "parameters": True},
+        "model_from": "oss-lora",
+    },
     "oss-mxfp4": {
         "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
         "mxfp4": True,
@@ -333,10 +351,12 @@ class Recorder:
     def __init__(self, model):
         self.logits, self.handles = [], []
         self.gate_clamped = self.up_clamped = self.values = 0
-        for name, mod in model.named_modules():
-            if name.endswith(".mlp.router"):
+        # by class: PEFT's target_parameters wrap these modules (the
+        # wrapped one computes with the adapted weight)
+        for mod in model.modules():
+            if isinstance(mod, tf_oss.GptOssTopKRouter):
                 self.handles.append(mod.register_forward_hook(self._router))
-            if name.endswith(".mlp.experts"):
+            if isinstance(mod, tf_oss.GptOssExperts):
                 self.handles.append(mod.register_forward_hook(self._experts))
         self.limit = model.config.swiglu_limit
         self.model = model

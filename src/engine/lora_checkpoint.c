@@ -78,15 +78,19 @@ rp_status rp_lora_base_hash(const char *model_dir, char hex[17], rp_error *err)
 
 /* The settings that change the adapters' training, as recorded and as
  * compared: one definition for both. */
-static json_object *settings(const rp_lora_config *c, uint64_t seed)
+static json_object *settings(const rp_model_config *cfg, uint64_t seed)
 {
+    const rp_lora_config *c = &cfg->lora;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "r", json_object_new_int(c->rank));
     json_object_object_add(j, "lora_alpha", json_object_new_double(c->alpha));
     json_object *t = json_object_new_array();
     for (int p = 0; p < RP_LORA_NPROJ; p++)
-        if (c->targets & (1u << p))
-            json_object_array_add(t, json_object_new_string(rp_lora_proj_name((rp_lora_proj)p)));
+        if (c->targets & (1u << p)) { /* gpt-oss's router and experts by PEFT's names */
+            const char *param = rp_lora_param_name(cfg, (rp_lora_proj)p);
+            json_object_array_add(t, json_object_new_string(
+                                         param ? param : rp_lora_proj_name((rp_lora_proj)p)));
+        }
     json_object_object_add(j, "target_modules", t);
     json_object_object_add(j, "lora_dropout", json_object_new_double(c->dropout));
     json_object_object_add(j, "use_rslora", json_object_new_boolean(c->use_rslora));
@@ -125,7 +129,7 @@ rp_status rp_lora_checkpoint_state(json_object *st, const rp_model_config *cfg,
         json_object_object_add(base, "model", NULL);
         json_object_object_add(base, "seed", json_object_new_uint64(o->seed));
     }
-    json_object_object_add(st, "lora", settings(&cfg->lora, o->seed));
+    json_object_object_add(st, "lora", settings(cfg, o->seed));
     json_object_object_add(st, "base", base);
     return RP_OK;
 }
@@ -134,24 +138,21 @@ rp_status rp_lora_checkpoint_state(json_object *st, const rp_model_config *cfg,
 
 /* This run's LoRA settings, resolved from its options over the
  * checkpoint's config (the base's), as the run will resolve them. */
-static rp_status settings_of_run(const char *dir, const rp_train_options *o, rp_lora_config *c,
-                                 rp_error *err)
+static rp_status settings_of_run(const char *dir, const rp_train_options *o,
+                                 rp_model_config *cfg, rp_error *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    rp_model_config cfg;
-    RP_TRY(rp_config_load(path, &cfg, err));
-    RP_TRY(rp_lora_resolve(o, &cfg, err));
-    *c = cfg.lora;
-    return RP_OK;
+    RP_TRY(rp_config_load(path, cfg, err));
+    return rp_lora_resolve(o, cfg, err);
 }
 
 static rp_status check_settings(const char *file, json_object *have_all,
-                                const rp_lora_config *mine_c, uint64_t seed, rp_error *err)
+                                const rp_model_config *mine_cfg, uint64_t seed, rp_error *err)
 {
     if (!json_object_is_type(have_all, json_type_object))
         return rp_error_set(err, RP_ERR_FORMAT, "%s: \"lora\" is not an object", file);
-    json_object *mine = settings(mine_c, seed);
+    json_object *mine = settings(mine_cfg, seed);
     rp_status s = RP_OK;
     json_object_object_foreach(mine, key, want)
     {
@@ -268,7 +269,7 @@ rp_status rp_lora_checkpoint_check(const char *dir, json_object *st, rp_train_op
         RP_TRY(check_model_base(file, b, o, base, len, err));
     else
         RP_TRY(check_random_base(dir, file, b, o, base, len, err));
-    rp_lora_config c;
+    rp_model_config c;
     RP_TRY(settings_of_run(dir, o, &c, err));
     return check_settings(file, lora, &c, o->seed, err);
 }

@@ -10,6 +10,7 @@
 #include "engine/engine_impl.h"
 #include "engine/stage_weights.h"
 #include "io/expert_layout.h"
+#include "io/gpt_oss_experts.h"
 #include "io/model_dir.h"
 #include "io/peft.h"
 
@@ -68,10 +69,18 @@ rp_status rp_lora_resolve(const rp_train_options *o, rp_model_config *cfg, rp_er
     return RP_OK;
 }
 
+static float *adapter_place(void *arg, int block, int expert, rp_lora_proj proj, int b);
+
 rp_status rp_lora_load_adapters(rp_params *p, const rp_train_options *o, rp_error *err)
 {
     if (!o->lora_init) {
         rp_params_init_random(p, o->seed);
+        return RP_OK;
+    }
+    if (p->cfg.arch == RP_ARCH_GPT_OSS) { /* its experts' adapters: fused tensors */
+        RP_TRY(rp_peft_load(o->lora_init, &p->cfg, &p->cfg.lora, adapter_place, p, err));
+        for (int l = 0; l < p->nlayers; l++)
+            rp_params_sync_compute(p, l);
         return RP_OK;
     }
     char path[4200];
@@ -96,7 +105,7 @@ void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
 
 /* The adapter's tensor (block, expert or -1, projection, A or B) in the
  * masters. */
-static const float *adapter_tensor(void *arg, int block, int expert, rp_lora_proj proj, int b)
+static float *adapter_place(void *arg, int block, int expert, rp_lora_proj proj, int b)
 {
     const rp_params *p = arg;
     rp_lora_offsets off;
@@ -104,6 +113,11 @@ static const float *adapter_tensor(void *arg, int block, int expert, rp_lora_pro
     const size_t at = (b ? off.b[proj] : off.a[proj]) +
                       (expert > 0 ? (size_t)expert * off.expert_stride[proj] : 0);
     return p->st[1 + block].master + at;
+}
+
+static const float *adapter_tensor(void *arg, int block, int expert, rp_lora_proj proj, int b)
+{
+    return adapter_place(arg, block, expert, proj, b);
 }
 
 rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp_error *err)
@@ -127,11 +141,35 @@ static void merge(float *W, const float *A, const float *B, int64_t in, int64_t 
 }
 
 /* The projection a base tensor is the weight of (-1: none), and the
- * expert whose it is (*expert, 0 when it is not an expert's). */
-static int proj_of(const char *name, int64_t *expert)
+ * expert whose it is (*expert, 0 when it is not an expert's); *row: the
+ * first row of the adapter's B that is this weight's (gpt-oss's up, whose
+ * adapter is gate_up_proj's: B_e's rows I .. 2I - 1; else 0). */
+static int proj_of(const rp_model_config *cfg, const char *name, int64_t *expert, int64_t *row)
 {
     char fused[256];
-    int part;
+    int part, bias;
+    *row = 0;
+    if (cfg->arch == RP_ARCH_GPT_OSS) { /* io/gpt_oss_experts.h's names, mlp.router */
+        static const char router[] = ".mlp.router.weight";
+        const size_t n = strlen(name), m = sizeof router - 1;
+        if (rp_gpt_oss_expert_name(name, fused, sizeof fused, expert, &part, &bias)) {
+            if (bias)
+                return -1;
+            *row = part == 1 ? cfg->moe.moe_intermediate_size : 0;
+            return part == 2 ? RP_LORA_DOWN_PROJ : RP_LORA_GATE_PROJ;
+        }
+        *expert = 0;
+        if (n >= m && strcmp(name + n - m, router) == 0)
+            return RP_LORA_ROUTER;
+        for (int p = 0; p <= RP_LORA_O_PROJ; p++) {
+            char suffix[64];
+            snprintf(suffix, sizeof suffix, ".%s.weight", rp_lora_proj_name((rp_lora_proj)p));
+            const size_t b = strlen(suffix);
+            if (n >= b && strcmp(name + n - b, suffix) == 0)
+                return p;
+        }
+        return -1;
+    }
     if (!rp_expert_fused_name(name, fused, sizeof fused, expert, &part)) /* io/expert_layout.h */
         *expert = 0;
     for (int p = 0; p < RP_LORA_NPROJ; p++) {
@@ -178,13 +216,14 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
             s = rp_frozen_base_tensor_f32(base, l, d->name, dst, err);
             if (s != RP_OK)
                 break;
-            int64_t expert = 0;
-            int proj = L[l].kind == RP_LAYER_BLOCK ? proj_of(d->name, &expert) : -1;
+            int64_t expert = 0, row = 0;
+            int proj = L[l].kind == RP_LAYER_BLOCK ? proj_of(&cfg, d->name, &expert, &row) : -1;
             if (proj >= 0 && off.a[proj] != SIZE_MAX) { /* targeted, per expert or not */
                 const float *ad = p->st[l].master;
                 const size_t e = (size_t)expert * off.expert_stride[proj];
-                merge(dst, ad + off.a[proj] + e, ad + off.b[proj] + e, d->shape[1], d->shape[0],
-                      p->cfg.lora.rank, scaling);
+                merge(dst, ad + off.a[proj] + e,
+                      ad + off.b[proj] + e + (size_t)(row * p->cfg.lora.rank), d->shape[1],
+                      d->shape[0], p->cfg.lora.rank, scaling);
             }
             t[k] = (rp_tensor_ref){d->name, d->ndim, {d->shape[0], d->shape[1]}, dst};
         }

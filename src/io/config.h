@@ -70,6 +70,24 @@ typedef enum rp_lora_proj {
 #define RP_LORA_ATTENTION_PROJS                                                                  \
     ((1u << RP_LORA_Q_PROJ) | (1u << RP_LORA_K_PROJ) | (1u << RP_LORA_V_PROJ) |                  \
      (1u << RP_LORA_O_PROJ))
+/* gpt-oss's router and fused experts are no Linear modules: PEFT adapts
+ * them as target_parameters (a ParamWrapper over the parameter), named
+ * mlp.experts.gate_up_proj, mlp.experts.down_proj and mlp.router.weight
+ * in --lora-targets and adapter_config.json. Those names are these bits of
+ * a list's names (rp_lora_targets_parse, past the projections'), which
+ * rp_lora_model_targets turns into the projections that carry them in
+ * roundpipe: gate_up_proj's adapter (one A [r, H] and B [2I, r] per
+ * expert, gate and up sharing A) is RP_LORA_GATE_PROJ's, down_proj's
+ * RP_LORA_DOWN_PROJ's, the router's RP_LORA_ROUTER's. */
+#define RP_LORA_PARAM_GATE_UP (1u << RP_LORA_NPROJ)
+#define RP_LORA_PARAM_DOWN (1u << (RP_LORA_NPROJ + 1))
+#define RP_LORA_PARAM_ROUTER (1u << (RP_LORA_NPROJ + 2))
+#define RP_LORA_PARAMS (RP_LORA_PARAM_GATE_UP | RP_LORA_PARAM_DOWN | RP_LORA_PARAM_ROUTER)
+/* the projections gpt-oss adapts: the attention's and those the
+ * parameters map to */
+#define RP_LORA_GPT_OSS_PROJS                                                                    \
+    (RP_LORA_ATTENTION_PROJS | (1u << RP_LORA_GATE_PROJ) | (1u << RP_LORA_DOWN_PROJ) |          \
+     (1u << RP_LORA_ROUTER))
 
 typedef struct rp_lora_config {
     int rank;          /* r >= 1 */

@@ -21,6 +21,28 @@ int rp_lora_proj_parse(const char *name)
     return -1;
 }
 
+/* gpt-oss's target_parameters, in the order of their bits past the
+ * projections' (io/config.h) and of adapter_config.json's list */
+static const char *const param_names[3] = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj",
+                                           "mlp.router.weight"};
+static const rp_lora_proj param_projs[3] = {RP_LORA_GATE_PROJ, RP_LORA_DOWN_PROJ, RP_LORA_ROUTER};
+
+unsigned rp_lora_param_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, param_names[i]))
+            return RP_LORA_PARAM_GATE_UP << i;
+    return 0;
+}
+
+const char *rp_lora_param_name(const rp_model_config *cfg, rp_lora_proj p)
+{
+    for (int i = 0; cfg->arch == RP_ARCH_GPT_OSS && i < 3; i++)
+        if (param_projs[i] == p)
+            return param_names[i];
+    return NULL;
+}
+
 const char *rp_lora_proj_module(rp_lora_proj p)
 {
     return p <= RP_LORA_O_PROJ ? "self_attn" : "mlp";
@@ -33,18 +55,32 @@ double rp_lora_scaling(const rp_lora_config *c)
 
 unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets)
 {
-    if (cfg->arch == RP_ARCH_GPT_OSS)
-        return targets & RP_LORA_ATTENTION_PROJS;
+    if (cfg->arch == RP_ARCH_GPT_OSS) {
+        if (targets == RP_LORA_ALL_LINEAR) /* PEFT's all-linear: the Linear modules */
+            return RP_LORA_ATTENTION_PROJS;
+        unsigned t = targets & RP_LORA_GPT_OSS_PROJS;
+        for (int i = 0; i < 3; i++)
+            if (targets & (RP_LORA_PARAM_GATE_UP << i))
+                t |= 1u << param_projs[i];
+        return t;
+    }
+    targets &= RP_LORA_ALL_LINEAR;
     return rp_model_has_moe(cfg) ? targets : targets & ~(1u << RP_LORA_ROUTER);
 }
 
 const char *rp_lora_refused_targets(const rp_model_config *cfg, unsigned targets)
 {
-    if (cfg->arch == RP_ARCH_GPT_OSS && (targets & ~RP_LORA_ATTENTION_PROJS))
+    if (cfg->arch == RP_ARCH_GPT_OSS && (targets & (RP_LORA_EXPERT_PROJS | (1u << RP_LORA_ROUTER))))
         return "gpt-oss's router (mlp.router, a GptOssTopKRouter) and experts (fused 3-D "
                "parameters) are no Linear modules: PEFT adapts them only as target_parameters "
-               "(one adapter over all experts, gate and up sharing lora_A), which roundpipe does "
-               "not build; its LoRA adapts q_proj, k_proj, v_proj and o_proj (all-linear)";
+               "(one adapter over all experts, gate and up sharing lora_A), named "
+               "mlp.experts.gate_up_proj, mlp.experts.down_proj and mlp.router.weight (gate_proj, "
+               "up_proj, down_proj and gate are Qwen3-MoE's Linear modules)";
+    if (cfg->arch != RP_ARCH_GPT_OSS && (targets & RP_LORA_PARAMS))
+        return "mlp.experts.gate_up_proj, mlp.experts.down_proj and mlp.router.weight are "
+               "gpt-oss's parameters (PEFT's target_parameters); this model's projections are "
+               "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj and, in a mixture "
+               "of experts, gate";
     return NULL;
 }
 
@@ -73,7 +109,9 @@ void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int
     case RP_LORA_K_PROJ:
     case RP_LORA_V_PROJ: *in = H, *out = kv; break;
     case RP_LORA_O_PROJ: *in = q, *out = H; break;
-    case RP_LORA_GATE_PROJ:
+    case RP_LORA_GATE_PROJ: /* gpt-oss: gate_up_proj's, [2I] out (gate rows, then up's) */
+        *in = H, *out = cfg->arch == RP_ARCH_GPT_OSS && moe ? 2 * I : I;
+        break;
     case RP_LORA_UP_PROJ: *in = H, *out = I; break;
     case RP_LORA_DOWN_PROJ: *in = I, *out = H; break;
     case RP_LORA_ROUTER: *in = moe ? H : 0, *out = moe ? cfg->moe.num_experts : 0; break;
@@ -81,12 +119,26 @@ void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int
     }
 }
 
-void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf, size_t len)
+void rp_lora_tensor_name(const rp_model_config *cfg, int block, int expert, rp_lora_proj p,
+                         int b, char *buf, size_t len)
 {
+    const int oss = cfg->arch == RP_ARCH_GPT_OSS;
+    const char *name = oss && p == RP_LORA_GATE_PROJ   ? "gate_up_proj"
+                       : oss && p == RP_LORA_ROUTER    ? "router"
+                                                       : proj_names[p];
     if (expert >= 0)
         snprintf(buf, len, "base_model.model.model.layers.%d.mlp.experts.%d.%s.lora_%c.weight",
-                 block, expert, proj_names[p], b ? 'B' : 'A');
+                 block, expert, name, b ? 'B' : 'A');
     else
         snprintf(buf, len, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", block,
-                 rp_lora_proj_module(p), proj_names[p], b ? 'B' : 'A');
+                 rp_lora_proj_module(p), name, b ? 'B' : 'A');
+}
+
+void rp_lora_fused_name(int block, rp_lora_proj p, unsigned targets, int b, char *buf,
+                        size_t len)
+{
+    const unsigned both = (1u << RP_LORA_GATE_PROJ) | (1u << RP_LORA_DOWN_PROJ);
+    const int inner = p == RP_LORA_GATE_PROJ && (targets & both) == both;
+    snprintf(buf, len, "base_model.model.model.layers.%d.mlp.experts.%slora_%c.weight", block,
+             inner ? "base_layer." : "", b ? 'B' : 'A');
 }

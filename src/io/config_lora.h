@@ -17,21 +17,33 @@
 const char *rp_lora_proj_name(rp_lora_proj p);
 int rp_lora_proj_parse(const char *name);
 
+/* gpt-oss's target_parameters (io/config.h): the bit of name
+ * ("mlp.experts.gate_up_proj", "mlp.experts.down_proj" or
+ * "mlp.router.weight"), 0 for another; and the name of the parameter
+ * projection p adapts on a model of cfg (NULL: p is no parameter's, or
+ * cfg is not gpt-oss). */
+unsigned rp_lora_param_parse(const char *name);
+const char *rp_lora_param_name(const rp_model_config *cfg, rp_lora_proj p);
+
 /* The module a projection lives in: "self_attn" or "mlp". */
 const char *rp_lora_proj_module(rp_lora_proj p);
 
 /* alpha / r, or alpha / sqrt(r) with use_rslora. */
 double rp_lora_scaling(const rp_lora_config *c);
 
-/* The targets a model of cfg has: without mixture-of-experts blocks, no
- * router (so a dense model's adapters, configs and checkpoints are those
- * of the seven projections); gpt-oss, the attention's four (what PEFT's
- * all-linear finds there: its router and experts are no Linear modules). */
+/* The projections a model of cfg adapts for targets named by a list
+ * (rp_lora_targets_parse's bits, or those projections again): without
+ * mixture-of-experts blocks, no router (so a dense model's adapters,
+ * configs and checkpoints are those of the seven projections); on
+ * gpt-oss, all-linear is the attention's four (what PEFT's all-linear
+ * finds there: its router and experts are no Linear modules), and its
+ * target_parameters are the projections io/config.h maps them to. */
 unsigned rp_lora_model_targets(const rp_model_config *cfg, unsigned targets);
 
 /* Why targets named one by one (not all-linear) cannot be adapted on a
- * model of cfg, or NULL when they can: gpt-oss's router and experts,
- * which PEFT adapts only as fused target_parameters (issue 35). */
+ * model of cfg, or NULL when they can: gpt-oss's router and experts named
+ * as Linear modules (PEFT adapts them only as target_parameters, issue
+ * 35), and target_parameters on a model other than gpt-oss. */
 const char *rp_lora_refused_targets(const rp_model_config *cfg, unsigned targets);
 
 /* Whether projection p of block `block` has one adapter per expert:
@@ -48,9 +60,25 @@ int64_t rp_lora_copies(const rp_model_config *cfg, int block, rp_lora_proj p);
 void rp_lora_features(const rp_model_config *cfg, int block, rp_lora_proj p, int64_t *in,
                       int64_t *out);
 
-/* PEFT's name of layer `block`'s projection p's lora_A (b = 0) or lora_B
+/* The name of layer `block`'s projection p's lora_A (b = 0) or lora_B
  * (b = 1) weight; expert >= 0 names that expert's (an expert projection
- * of a mixture-of-experts block), -1 the block's own. */
-void rp_lora_tensor_name(int block, int expert, rp_lora_proj p, int b, char *buf, size_t len);
+ * of a mixture-of-experts block), -1 the block's own. PEFT's names, but
+ * for gpt-oss's experts, whose per-expert names are roundpipe's own
+ * (<block>.mlp.experts.<e>.gate_up_proj.lora_A.weight: PEFT holds all
+ * experts in one tensor, rp_lora_fused_name); gpt-oss's router is
+ * mlp.router. */
+void rp_lora_tensor_name(const rp_model_config *cfg, int block, int expert, rp_lora_proj p,
+                         int b, char *buf, size_t len);
+
+/* PEFT's name of gpt-oss block `block`'s fused experts adapter of p
+ * (RP_LORA_GATE_PROJ: gate_up_proj, RP_LORA_DOWN_PROJ: down_proj) when
+ * `targets` are adapted: a ParamWrapper wraps the experts module per
+ * parameter, in target_parameters' order, so with both gate_up_proj's
+ * (listed first) is the inner one, mlp.experts.base_layer.lora_A.weight,
+ * and down_proj's mlp.experts.lora_A.weight. lora_A is [r*E, in], expert
+ * e's A its rows e*r ..; lora_B [out, r*E], B_e[o][k] at column k*E + e,
+ * gate_up_proj's rows interleaved (row 2j gate j, 2j+1 up j). */
+void rp_lora_fused_name(int block, rp_lora_proj p, unsigned targets, int b, char *buf,
+                        size_t len);
 
 #endif

@@ -27,7 +27,7 @@ rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *ta
     for (;;) {
         const char *end = strchr(cur, ',');
         size_t len = end ? (size_t)(end - cur) : strlen(cur);
-        char name[32];
+        char name[48];
         if (len == 0 || len >= sizeof name)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s '%s': %s", what, list,
                                 len == 0 ? "an empty entry"
@@ -35,12 +35,15 @@ rp_status rp_lora_targets_parse(const char *list, const char *what, unsigned *ta
         memcpy(name, cur, len);
         name[len] = '\0';
         int p = rp_lora_proj_parse(name);
-        if (p < 0)
+        const unsigned param = rp_lora_param_parse(name);
+        if (p < 0 && !param)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: unknown target '%s' (q_proj, k_proj, "
                                 "v_proj, o_proj, gate_proj, up_proj, down_proj, gate (a "
-                                "mixture of experts' router) or all-linear; never the "
-                                "embedding or the LM head)", what, name);
-        *targets |= 1u << p;
+                                "mixture of experts' router), gpt-oss's parameters "
+                                "mlp.experts.gate_up_proj, mlp.experts.down_proj and "
+                                "mlp.router.weight, or all-linear; never the embedding or the "
+                                "LM head)", what, name);
+        *targets |= p >= 0 ? 1u << p : param;
         if (!end)
             return RP_OK;
         cur = end + 1;
@@ -213,6 +216,39 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
     }
     free(sp.bits);
     return s;
+}
+
+/* target_parameters: gpt-oss's mlp.experts.gate_up_proj, mlp.experts.
+ * down_proj and mlp.router.weight (their bits into *params), gate_up_proj
+ * before down_proj (PEFT nests the wrappers in the list's order, which
+ * gives the fused tensors' names: rp_lora_fused_name). */
+static rp_status read_parameters(const reader *r, json_object *v, const rp_model_config *cfg,
+                                 unsigned *params, rp_error *err)
+{
+    if (cfg->arch != RP_ARCH_GPT_OSS)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_parameters (PEFT's adapters of "
+                            "fused expert parameters) are not supported on this model: roundpipe "
+                            "keeps one adapter per expert (mlp.experts.E.gate_proj and the "
+                            "like); it takes target_parameters on gpt-oss", r->path);
+    for (size_t i = 0; i < json_object_array_length(v); i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        const unsigned bit = json_object_is_type(e, json_type_string)
+                                 ? rp_lora_param_parse(json_object_get_string(e))
+                                 : 0;
+        if (!bit)
+            return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_parameters[%zu] %s is not "
+                                "one roundpipe adapts on gpt-oss (mlp.experts.gate_up_proj, "
+                                "mlp.experts.down_proj, mlp.router.weight)", r->path, i,
+                                json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN));
+        if (bit == RP_LORA_PARAM_GATE_UP && (*params & RP_LORA_PARAM_DOWN))
+            return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_parameters lists "
+                                "mlp.experts.down_proj before mlp.experts.gate_up_proj: PEFT then "
+                                "nests down_proj's adapter inside gate_up_proj's (other tensor "
+                                "names); roundpipe reads the order it writes, gate_up_proj first",
+                                r->path);
+        *params |= bit;
+    }
+    return RP_OK;
 }
 
 /* ---- the fields roundpipe does not read --------------------------------- */
@@ -416,27 +452,31 @@ static rp_status read_config(const char *path, const rp_model_config *cfg, rp_lo
     if (v && json_object_get_boolean(v))
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: fan_in_fan_out true (Conv1D layouts) is "
                          "not supported", path);
-    /* PEFT's adapters of fused experts (transformers 5's 3-D expert
-     * parameters) hold all experts in one tensor */
+    /* gpt-oss's router and fused experts as PEFT adapts them (io/config.h);
+     * on another model, PEFT's adapters of transformers 5's fused experts
+     * hold all experts in one tensor, where roundpipe reads one per expert */
+    unsigned params = 0;
     v = field(&r, "target_parameters", json_type_array, 0, &s, err);
     if (v && json_object_array_length(v) > 0)
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_parameters (PEFT's adapters of "
-                         "fused expert parameters) are not supported: roundpipe keeps one "
-                         "adapter per expert (mlp.experts.E.gate_proj and the like)", path);
+        s = read_parameters(&r, v, cfg, &params, err);
     json_object *t = NULL;
-    if (s == RP_OK && (!json_object_object_get_ex(r.root, "target_modules", &t) ||
-                       !(json_object_is_type(t, json_type_array) ||
-                         json_object_is_type(t, json_type_string))))
+    const int has_modules = json_object_object_get_ex(r.root, "target_modules", &t) &&
+                            !json_object_is_type(t, json_type_null);
+    if (s == RP_OK && (!has_modules || (json_object_is_type(t, json_type_array) &&
+                                        json_object_array_length(t) == 0)) && params)
+        t = NULL; /* the parameters alone, as PEFT takes them */
+    else if (s == RP_OK && (!has_modules || !(json_object_is_type(t, json_type_array) ||
+                                              json_object_is_type(t, json_type_string))))
         s = rp_error_set(err, RP_ERR_FORMAT, "%s: field \"target_modules\" must be a list of "
                          "module names or \"all-linear\"", path);
-    if (s == RP_OK)
+    if (s == RP_OK && t)
         s = read_targets(&r, t, cfg, &c->targets, err);
-    const char *why = json_object_is_type(t, json_type_array)
+    const char *why = t && json_object_is_type(t, json_type_array)
                           ? rp_lora_refused_targets(cfg, c->targets)
                           : NULL; /* all-linear: what the model has */
     if (s == RP_OK && why)
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_modules: %s", path, why);
-    c->targets = rp_lora_model_targets(cfg, c->targets);
+    c->targets = rp_lora_model_targets(cfg, c->targets | params);
     if (s == RP_OK && c->targets == 0)
         s = rp_error_set(err, RP_ERR_FORMAT, "%s: target_modules names no projection this "
                          "model has", path);
@@ -450,8 +490,9 @@ typedef rp_status (*tensor_visit)(void *arg, int block, int expert, rp_lora_proj
                                   const char *name, const int64_t shape[2], rp_error *err);
 
 /* fn on every tensor of an adapter of c for cfg, in file order: blocks,
- * then projections, then experts (expert -1: a block's own projection),
- * then A and B; stops at the first failure. */
+ * then projections, then experts (expert -1: a block's own projection;
+ * RP_LORA_ALL_EXPERTS: gpt-oss's fused tensor of all experts), then A and
+ * B; stops at the first failure. */
 static rp_status each_tensor(const rp_model_config *cfg, const rp_lora_config *c, tensor_visit fn,
                              void *arg, rp_error *err)
 {
@@ -463,12 +504,23 @@ static rp_status each_tensor(const rp_model_config *cfg, const rp_lora_config *c
                 continue;
             int64_t in, out;
             rp_lora_features(cfg, (int)blk, (rp_lora_proj)p, &in, &out);
+            const int per_expert = rp_lora_per_expert(cfg, (int)blk, (rp_lora_proj)p);
+            if (per_expert && cfg->arch == RP_ARCH_GPT_OSS) { /* all experts in one tensor */
+                for (int b = 0; b < 2; b++) {
+                    int64_t shape[2] = {b ? out : c->rank * copies, b ? c->rank * copies : in};
+                    rp_lora_fused_name((int)blk, (rp_lora_proj)p, c->targets, b, name,
+                                       sizeof name);
+                    RP_TRY(fn(arg, (int)blk, RP_LORA_ALL_EXPERTS, (rp_lora_proj)p, b, name,
+                              shape, err));
+                }
+                continue;
+            }
             for (int64_t e = 0; e < copies; e++)
                 for (int b = 0; b < 2; b++) {
-                    const int expert =
-                        rp_lora_per_expert(cfg, (int)blk, (rp_lora_proj)p) ? (int)e : -1;
+                    const int expert = per_expert ? (int)e : -1;
                     int64_t shape[2] = {b ? out : c->rank, b ? c->rank : in};
-                    rp_lora_tensor_name((int)blk, expert, (rp_lora_proj)p, b, name, sizeof name);
+                    rp_lora_tensor_name(cfg, (int)blk, expert, (rp_lora_proj)p, b, name,
+                                        sizeof name);
                     RP_TRY(fn(arg, (int)blk, expert, (rp_lora_proj)p, b, name, shape, err));
                 }
         }
@@ -557,8 +609,21 @@ static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_con
         json_object_put(t);
         return NULL;
     }
+    /* gpt-oss's router and experts as target_parameters, gate_up_proj
+     * first (rp_lora_fused_name) */
+    json_object *params = NULL;
+    static const rp_lora_proj param_order[3] = {RP_LORA_GATE_PROJ, RP_LORA_DOWN_PROJ,
+                                                RP_LORA_ROUTER};
+    for (int i = 0; i < 3; i++) {
+        const char *name = rp_lora_param_name(cfg, param_order[i]);
+        if (name && ((targets >> param_order[i]) & 1)) {
+            if (!params)
+                params = json_object_new_array();
+            json_object_array_add(params, json_object_new_string(name));
+        }
+    }
     for (int p = 0; p < RP_LORA_NPROJ; p++)
-        if ((targets >> p) & 1)
+        if (((targets >> p) & 1) && !rp_lora_param_name(cfg, (rp_lora_proj)p))
             json_object_array_add(t,
                                   json_object_new_string(rp_lora_proj_name((rp_lora_proj)p)));
     json_object_object_add(o, "peft_type", json_object_new_string("LORA"));
@@ -570,7 +635,13 @@ static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_con
                                ? json_object_new_int64((int64_t)c->alpha)
                                : json_object_new_double(c->alpha));
     json_object_object_add(o, "lora_dropout", json_object_new_double(c->dropout));
-    json_object_object_add(o, "target_modules", t);
+    /* none but parameters: null, as PEFT's LoraConfig takes them alone */
+    const int none = params && json_object_array_length(t) == 0;
+    if (none)
+        json_object_put(t);
+    json_object_object_add(o, "target_modules", none ? NULL : t);
+    if (params)
+        json_object_object_add(o, "target_parameters", params);
     json_object_object_add(o, "bias", json_object_new_string("none"));
     json_object_object_add(o, "use_rslora", json_object_new_boolean(c->use_rslora));
     json_object_object_add(o, "fan_in_fan_out", json_object_new_boolean(0));
@@ -580,18 +651,83 @@ static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_con
     return o;
 }
 
+/* Row o of gpt-oss's fused lora_B of p ([out, r*E]) is row expert_row(o)
+ * of each expert's B_e in roundpipe: gate_up_proj's rows interleave gate
+ * (2j) and up (2j + 1), which roundpipe keeps apart (gate's I rows, then
+ * up's: model/block.c's expert_adapters). */
+static int64_t expert_row(rp_lora_proj p, int64_t o, int64_t out)
+{
+    return p == RP_LORA_GATE_PROJ ? (o % 2 ? out / 2 + o / 2 : o / 2) : o;
+}
+
+/* Between a fused tensor (lora_A [r*E, in] or lora_B [out, r*E], shape)
+ * and the E experts' own (A_e [r, in], B_e [out, r]: experts[e]);
+ * to_fused 1 gathers into fused, 0 scatters from it. */
+static void fused_copy(float *fused, float *const *experts, rp_lora_proj p, int b,
+                       const int64_t shape[2], int rank, int64_t E, int to_fused)
+{
+    for (int64_t e = 0; e < E; e++) {
+        float *x = experts[e];
+        if (!b) { /* rows e*r .. e*r + r - 1 */
+            for (int64_t i = 0; i < rank * shape[1]; i++) {
+                float *f = fused + e * rank * shape[1] + i;
+                if (to_fused)
+                    *f = x[i];
+                else
+                    x[i] = *f;
+            }
+            continue;
+        }
+        for (int64_t o = 0; o < shape[0]; o++)
+            for (int k = 0; k < rank; k++) {
+                float *f = fused + o * shape[1] + k * E + e;
+                float *y = x + expert_row(p, o, shape[0]) * rank + k;
+                if (to_fused)
+                    *f = *y;
+                else
+                    *y = *f;
+            }
+    }
+}
+
 typedef struct adding {
     rp_safetensors_writer *w;
     rp_lora_tensor_fn tensor;
     void *arg;
+    int rank;
+    int64_t experts;
+    float **fused; /* the fused tensors made, alive until the file is written */
+    int nfused, cap;
 } adding;
 
 static rp_status add_one(void *arg, int block, int expert, rp_lora_proj p, int b,
                          const char *name, const int64_t shape[2], rp_error *err)
 {
     adding *a = arg;
-    return rp_safetensors_writer_add(a->w, name, RP_F32, RP_F32, 2, shape,
-                                     a->tensor(a->arg, block, expert, p, b), err);
+    if (expert != RP_LORA_ALL_EXPERTS)
+        return rp_safetensors_writer_add(a->w, name, RP_F32, RP_F32, 2, shape,
+                                         a->tensor(a->arg, block, expert, p, b), err);
+    if (a->nfused == a->cap) {
+        float **grown = realloc(a->fused, (size_t)(2 * a->cap + 8) * sizeof *grown);
+        if (!grown)
+            return rp_error_set(err, RP_ERR_NOMEM, "%s: the fused tensors' list", name);
+        a->fused = grown;
+        a->cap = 2 * a->cap + 8;
+    }
+    float *f = malloc((size_t)(shape[0] * shape[1]) * sizeof *f);
+    float **x = calloc((size_t)a->experts, sizeof *x);
+    if (!f || !x) {
+        free(f);
+        free(x);
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: %lld x %lld floats", name,
+                            (long long)shape[0], (long long)shape[1]);
+    }
+    a->fused[a->nfused++] = f;
+    for (int64_t e = 0; e < a->experts; e++)
+        x[e] = (float *)a->tensor(a->arg, block, (int)e, p, b); /* only read: to_fused */
+    fused_copy(f, x, p, b, shape, a->rank, a->experts, 1);
+    free(x);
+    return rp_safetensors_writer_add(a->w, name, RP_F32, RP_F32, 2, shape, f, err);
 }
 
 rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
@@ -604,7 +740,7 @@ rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lo
     json_object *conf = adapter_config(cfg, c, base_model);
     rp_status s = conf ? rp_safetensors_writer_create(&w, err)
                        : rp_error_set(err, RP_ERR_NOMEM, "%s: adapter_config.json", dir);
-    adding add = {w, tensor, arg};
+    adding add = {w, tensor, arg, c->rank, cfg->moe.num_experts, NULL, 0, 0};
     if (s == RP_OK)
         s = each_tensor(cfg, c, add_one, &add, err);
     rp_atomic_file **af = NULL;
@@ -627,8 +763,55 @@ rp_status rp_peft_write(const char *dir, const rp_model_config *cfg, const rp_lo
     }
     json_object_put(conf);
     rp_safetensors_writer_destroy(&w);
+    for (int i = 0; i < add.nfused; i++)
+        free(add.fused[i]);
+    free(add.fused);
     if (s == RP_OK)
         return rp_file_set_commit(&fs, err);
     rp_file_set_abort(&fs);
+    return s;
+}
+
+/* ---- loading the tensors ---------------------------------------------------- */
+
+typedef struct loading {
+    rp_safetensors *st;
+    const char *path;
+    rp_lora_dst_fn dst;
+    void *arg;
+    int rank;
+    int64_t experts;
+} loading;
+
+static rp_status load_one(void *arg, int block, int expert, rp_lora_proj p, int b,
+                          const char *name, const int64_t shape[2], rp_error *err)
+{
+    loading *l = arg;
+    if (expert != RP_LORA_ALL_EXPERTS)
+        return rp_safetensors_read_f32(l->st, name, 2, shape, l->dst(l->arg, block, expert, p, b),
+                                       err);
+    float *f = malloc((size_t)(shape[0] * shape[1]) * sizeof *f);
+    float **x = calloc((size_t)l->experts, sizeof *x);
+    rp_status s = f && x ? rp_safetensors_read_f32(l->st, name, 2, shape, f, err)
+                         : rp_error_set(err, RP_ERR_NOMEM, "%s: tensor %s", l->path, name);
+    if (s == RP_OK) {
+        for (int64_t e = 0; e < l->experts; e++)
+            x[e] = l->dst(l->arg, block, (int)e, p, b);
+        fused_copy(f, x, p, b, shape, l->rank, l->experts, 0);
+    }
+    free(f);
+    free(x);
+    return s;
+}
+
+rp_status rp_peft_load(const char *dir, const rp_model_config *cfg, const rp_lora_config *c,
+                       rp_lora_dst_fn dst, void *arg, rp_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    loading l = {NULL, path, dst, arg, c->rank, cfg->moe.num_experts};
+    RP_TRY(rp_safetensors_open(path, &l.st, err));
+    rp_status s = each_tensor(cfg, c, load_one, &l, err);
+    rp_safetensors_close(&l.st);
     return s;
 }

@@ -636,24 +636,38 @@ static const rp_lora_adapter *adapter(const rp_kernels *k, const rp_model_config
 }
 
 /* A mixture-of-experts block's expert projection p's adapters, one per
- * expert, or NULL when p is not targeted. */
+ * expert, or NULL when p is not targeted. gpt-oss's gate_up_proj adapter
+ * (gate_proj's offsets: A_e [r, H], B_e [2I, r], gate's rows then up's)
+ * is two adapters that share A_e and its gradient: gate's, B_e's first I
+ * rows, and up's, the other I. Each forms x A_e^T on its own (r columns:
+ * small beside the experts' own GEMMs) and adds its part of dA_e, so the
+ * grouped GEMM steps of moe_lora.c apply unchanged; dA_e is the sum PEFT's
+ * one A gets. */
 static const rp_expert_adapters *expert_adapters(const rp_kernels *k, const rp_model_config *cfg,
                                                  const block_params *bp, float *dparams,
                                                  rp_lora_proj p, rp_expert_adapters *ea)
 {
     const rp_lora_offsets *lo = &bp->lora_off;
-    if (cfg->lora.rank <= 0 || lo->a[p] == SIZE_MAX || !rp_lora_per_expert(cfg, bp->block, p))
+    const int oss = cfg->arch == RP_ARCH_GPT_OSS;
+    const rp_lora_proj held = oss && p == RP_LORA_UP_PROJ ? RP_LORA_GATE_PROJ : p;
+    if (cfg->lora.rank <= 0 || lo->a[held] == SIZE_MAX ||
+        !rp_lora_per_expert(cfg, bp->block, held))
         return NULL;
     const size_t cb = rp_kernel_compute_bytes(k->ops);
+    const int64_t I = cfg->moe.moe_intermediate_size;
+    /* up's rows of gate_up_proj's B_e */
+    const size_t rows = oss && p == RP_LORA_UP_PROJ ? (size_t)(I * cfg->lora.rank) : 0;
     for (int64_t e = 0; e < cfg->moe.num_experts; e++) {
-        const size_t a = lo->a[p] + (size_t)e * lo->expert_stride[p],
-                     b = lo->b[p] + (size_t)e * lo->expert_stride[p];
+        const size_t a = lo->a[held] + (size_t)e * lo->expert_stride[held],
+                     b = lo->b[held] + (size_t)e * lo->expert_stride[held] + rows;
         ea->A[e] = (const char *)bp->adapters + a * cb;
         ea->B[e] = (const char *)bp->adapters + b * cb;
         ea->dA[e] = dparams ? dparams + a : NULL;
         ea->dB[e] = dparams ? dparams + b : NULL;
     }
-    rp_lora_features(cfg, bp->block, p, &ea->in, &ea->out);
+    rp_lora_features(cfg, bp->block, held, &ea->in, &ea->out);
+    if (oss && held == RP_LORA_GATE_PROJ)
+        ea->out = I;
     return ea;
 }
 

@@ -295,10 +295,10 @@ static void lora_block_layout(const rp_model_config *cfg, int i, rp_layer_desc *
              * out again for their offsets */
             const int expert = per_expert ? (int)e : -1;
             if (L->params)
-                rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 0, n, sizeof n);
+                rp_lora_tensor_name(cfg, i, expert, (rp_lora_proj)p, 0, n, sizeof n);
             size_t a = add_param(L, n, 2, c->rank, in);
             if (L->params)
-                rp_lora_tensor_name(i, expert, (rp_lora_proj)p, 1, n, sizeof n);
+                rp_lora_tensor_name(cfg, i, expert, (rp_lora_proj)p, 1, n, sizeof n);
             size_t b = add_param(L, n, 2, out, c->rank);
             if (e == 0) {
                 o.a[p] = a;
@@ -325,7 +325,12 @@ static rp_status lora_check(const rp_model_config *cfg, rp_error *err)
     const rp_lora_config *c = &cfg->lora;
     if (c->rank < 1)
         return RP_OK;
-    const char *why = rp_lora_refused_targets(cfg, c->targets);
+    /* the projections, as rp_lora_model_targets gives them: gpt-oss's
+     * target_parameters are projections here */
+    const int oss = cfg->arch == RP_ARCH_GPT_OSS;
+    const char *why = oss ? NULL : rp_lora_refused_targets(cfg, c->targets);
+    if (oss && (c->targets & ~RP_LORA_GPT_OSS_PROJS))
+        why = rp_lora_refused_targets(cfg, c->targets & ~RP_LORA_GPT_OSS_PROJS);
     if (why)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "LoRA: %s", why);
     if (c->targets == 0 || (c->targets & ~RP_LORA_ALL_LINEAR))
@@ -338,6 +343,16 @@ static rp_status lora_check(const rp_model_config *cfg, rp_error *err)
                             c->dropout);
     /* the dropout masks are keyed by (sample, row, ...) and an expert's
      * rows are grouped by expert, out of the samples' order */
+    /* gpt-oss's router and experts: PEFT's ParamWrapper refuses dropout,
+     * since lora_B(lora_A(dropout(x))) cannot be factored out of the
+     * merged weight it applies */
+    if (c->dropout > 0 && oss && (c->targets & ~RP_LORA_ATTENTION_PROJS))
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, "LoRA: dropout %g on gpt-oss's "
+                            "target_parameters (mlp.experts.gate_up_proj, mlp.experts.down_proj, "
+                            "mlp.router.weight) is not supported, as PEFT's ParamWrapper refuses "
+                            "it (dropout(x) cannot be factored out of the merged weight W + s B A "
+                            "it applies): use --lora-dropout 0, or adapt q_proj, k_proj, v_proj "
+                            "and o_proj only", c->dropout);
     if (c->dropout > 0 && rp_model_has_moe(cfg) && (c->targets & RP_LORA_EXPERT_PROJS))
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "LoRA: dropout %g on a mixture of experts' "
                             "experts is not supported: use --lora-dropout 0, or leave "

@@ -22,6 +22,9 @@ static unsigned adapted_experts(const rp_model_config *cfg, int block)
     for (int i = 0; i < 3; i++)
         if (lo.a[proj[i]] != SIZE_MAX && rp_lora_per_expert(cfg, block, proj[i]))
             bits |= 1u << i;
+    /* gpt-oss's gate_up_proj adapter (gate_proj's) adapts up too */
+    if (cfg->arch == RP_ARCH_GPT_OSS && (bits & 1u))
+        bits |= 2u;
     return bits;
 }
 

@@ -48,7 +48,10 @@
  * [1, H] matrix, scattered back to the pairs). The down bias's gradient
  * is the weighted dy summed over the expert's rows; gate's and up's are
  * dg's and du's: all three summed from the compute-dtype gradients the
- * weights' GEMMs read (bf16 on CUDA), as grouped_bias_backward takes them. */
+ * weights' GEMMs read (bf16 on CUDA), as grouped_bias_backward takes them.
+ * Its LoRA (PEFT's target_parameters) adapts the router as above and each
+ * expert's fused gate_up_proj with one A_e for gate and up: the caller
+ * (block.c) hands gate and up two adapters over the same A_e and dA_e. */
 #ifndef RP_MODEL_MOE_H
 #define RP_MODEL_MOE_H
 
