@@ -6,7 +6,8 @@
 # gradient norms and the same saved model, byte for byte, as off, on the
 # dense Qwen3 golden model: with a clip that never clips (every step a
 # hit), one that always clips (every step a miss) and its own 4.0, where
-# some steps clip and some do not (the run's summary counts both); on 1
+# some steps clip and some do not (the run's summary counts both); with a
+# step that counts no target (no update: not speculated either); on 1
 # and 3 ranks, on 2 nodes, with LoRA adapters, on the mixture of experts,
 # resumed from a checkpoint in the middle, and under the race injector.
 # It is on only when asked on CPU executors (auto: off, said on the
@@ -49,6 +50,11 @@ grep -q '"adamw speculative layer 1 (it 1)"' "$tmp/mixed.trace.json" &&
 grep -q "host memory per node: .* + the speculative update's backup [0-9.]* MiB in the ranks' own memory = " "$tmp/mixed-on.txt" &&
   ! grep -q "speculative update's backup" "$tmp/mixed-off.txt" &&
   ok || bad "the host-memory line does not count the backup when on, or counts it when off"
+# a step with no counted target applies no update: nothing speculated in it
+k="$g/qwen3-skip"
+pair skip 2 --model $k/model --data $k/data.npy --loss-mask $k/mask.npy $(cat "$k/args.txt")
+grep -q "speculative update: [0-4] hits, [0-4] misses (of 4 steps" "$tmp/skip-on.txt" &&
+  ok || bad "skip: the step with nothing counted was speculated, or another was not"
 # any rank count: the same bits as 2 ranks' off
 run 1 mixed-on1 $q --speculative-update on
 same mixed-off mixed-on1 "1 rank on against 2 ranks off"
@@ -76,7 +82,7 @@ RP_INJECT_DELAY_US=2000 RP_INJECT_SEED=7 run 3 race $q --speculative-update on
 same mixed-off race "under RP_INJECT_DELAY_US"
 # auto: off on CPU executors, said why
 run 2 auto $q
-grep -q "speculative update: off (auto: not on CPU executors" "$tmp/auto.txt" &&
+grep -q "speculative update: off (auto: CPU executors, whose optimizer keeps to one thread" "$tmp/auto.txt" &&
   ! grep -q "speculative update: [0-9]* hits" "$tmp/auto.txt" &&
   ok || bad "auto on CPU executors: not off, or not said"
 # on without room for the backup: refused, naming the limit

@@ -45,8 +45,8 @@ static const char *not_applicable(const rp_engine *e)
     if (e->o->optimizer_lag)
         return "--optimizer-lag 1: the updates overlap the next step already";
     if (e->o->speculative_update == RP_SPECULATIVE_AUTO && e->device != RP_DEVICE_CUDA)
-        return "auto: not on CPU executors, whose optimizer keeps to one thread beside the "
-               "compute (on: use it there too)";
+        return "auto: CPU executors, whose optimizer keeps to one thread beside the compute; "
+               "--speculative-update on speculates there too";
     return NULL;
 }
 
