@@ -9,7 +9,8 @@
 # some steps clip and some do not (the run's summary counts both); with a
 # step that counts no target (no update: not speculated either); on 1
 # and 3 ranks, on 2 nodes, with LoRA adapters, on the mixture of experts,
-# resumed from a checkpoint in the middle, and under the race injector.
+# resumed from a checkpoint in the middle, stopped by SIGUSR1 and resumed,
+# and under the race injector.
 # It is on only when asked on CPU executors (auto: off, said on the
 # start-up line), says its backup's size there and in the host-memory
 # line, traces its spans, and `on` is refused when the backup does not fit
@@ -77,6 +78,21 @@ same mixed-off ck "checkpoints written while speculating"
 head -n 3 "$tmp/mixed-off.jsonl" > "$tmp/resumed.jsonl"
 run 2 resumed $q --speculative-update on --resume "$tmp/ck/step-00000003"
 same mixed-off resumed "resumed from step 3 while speculating"
+# SIGUSR1 through mpirun: the step in progress ends (a next step's speculated
+# layers restored unpublished), its checkpoint resumes to the bits of a run
+# that never stopped
+long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 30 --lr 3e-3 --seed 2 --grad-clip 2"
+run 2 long $long --speculative-update off
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --threads 1 --device cpu --timeout 60 \
+  $long --speculative-update on --checkpoint-dir "$tmp/cks" --log "$tmp/stop.jsonl" --save "$tmp/unused" > "$tmp/stop.txt" 2>&1 &
+pid=$!
+i=0; while [ $i -lt 300 ] && [ "$(cat "$tmp/stop.jsonl" 2>/dev/null | wc -l)" -lt 3 ]; do sleep 0.1; i=$((i + 1)); done
+kill -s USR1 $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "stopped by SIGUSR1 after step [0-9]* of 30" "$tmp/stop.txt" && ok ||
+  { bad "SIGUSR1: exit $rc"; cat "$tmp/stop.txt"; }
+cp "$tmp/stop.jsonl" "$tmp/stopped.jsonl"
+run 2 stopped $long --speculative-update on --checkpoint-dir "$tmp/cks" --resume auto
+same long stopped "stopped by SIGUSR1 while speculating, resumed"
 # the race injector: random delays in every producer, 3 ranks
 RP_INJECT_DELAY_US=2000 RP_INJECT_SEED=7 run 3 race $q --speculative-update on
 same mixed-off race "under RP_INJECT_DELAY_US"
