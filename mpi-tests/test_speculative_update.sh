@@ -13,7 +13,7 @@
 # and under the race injector.
 # It is on only when asked on CPU executors (auto: off, said on the
 # start-up line), says its backup's size there and in the host-memory
-# line, traces its spans, and `on` is refused when the backup does not fit
+# line (roundpipe plan counts the same), traces its spans, and `on` is refused when the backup does not fit
 # --host-memory-limit-mib, with a message naming the limit.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -57,6 +57,12 @@ k="$g/qwen3-skip"
 pair skip 2 --model $k/model --data $k/data.npy --loss-mask $k/mask.npy $(cat "$k/args.txt")
 grep -q "speculative update: [0-4] hits, [0-4] misses (of 4 steps" "$tmp/skip-on.txt" &&
   ok || bad "skip: the step with nothing counted was speculated, or another was not"
+# roundpipe plan counts the same backup as train allocates
+"$bin" plan --model $g/qwen3/model --seq-len 16 --batch-size 4 --microbatches 2 --gpus 2 --grad-clip 4 \
+  --device cpu --speculative-update on > "$tmp/plan.txt" 2>&1
+b=$(grep -o "speculative update's backup [0-9.]* [MG]iB" "$tmp/mixed-on.txt")
+[ -n "$b" ] && grep -q "$b in the ranks' own memory" "$tmp/plan.txt" && ok ||
+  { bad "plan does not count train's backup (${b:-none in train})"; cat "$tmp/plan.txt"; }
 # any rank count: the same bits as 2 ranks' off
 run 1 mixed-on1 $q --speculative-update on
 same mixed-off mixed-on1 "1 rank on against 2 ranks off"

@@ -60,6 +60,7 @@ static void machine_of(const rp_engine *e, rp_machine *mc)
     mc->opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
     mc->optimizer_lag = e->o->optimizer_lag;
     mc->clip = e->o->grad_clip > 0;
+    mc->speculative = e->speculative; /* chosen before the first plan (speculative.c) */
     mc->iterations = 6;
     mc->memory_limit = e->memory_limit;
     if (e->link_of && e->virtual_executors == e->size) {
