@@ -57,6 +57,9 @@ k="$g/qwen3-skip"
 pair skip 2 --model $k/model --data $k/data.npy --loss-mask $k/mask.npy $(cat "$k/args.txt")
 grep -q "speculative update: [0-4] hits, [0-4] misses (of 4 steps" "$tmp/skip-on.txt" &&
   ok || bad "skip: the step with nothing counted was speculated, or another was not"
+grep -q '"speculative-update": *"on"' "$tmp/mixed-on.jsonl.run.json" &&
+  grep -q '"speculative-update": *"off"' "$tmp/mixed-off.jsonl.run.json" &&
+  ok || bad "run.json does not record --speculative-update"
 # roundpipe plan counts the same backup as train allocates
 "$bin" plan --model $g/qwen3/model --seq-len 16 --batch-size 4 --microbatches 2 --gpus 2 --grad-clip 4 \
   --device cpu --speculative-update on > "$tmp/plan.txt" 2>&1
