@@ -14,7 +14,11 @@
  * two different jobs. Jobs stream versions: a job uploads
  * each layer as its version lands and its first microbatch computes each
  * layer's forward as soon as that layer is on the device (two layers,
- * hand-computed, the version or the link the gate).
+ * hand-computed, the version or the link the gate). The speculative update
+ * (a step whose norm does not clip): a block's AdamW and its backup run as
+ * its gradient lands, so with clipping the step takes what it takes without
+ * clipping, unless the backup outlasts the backward and delays the
+ * embedding's update (hand-computed, two layers).
  * The sparse-embedding lever (what the engine does, --sparse-embedding 1):
  * off, it is the dense model whatever rows fraction is set; on, jobs holding
  * the embedding move only the rows' share of its weights and gradient (all
@@ -168,6 +172,53 @@ START_TEST(jobs_stream_versions_layer_by_layer)
     /* lagged: the versions are long in, nothing waits: 12 */
     mc.optimizer_lag = 1;
     CLOSE(sim(m, &p, &mc, &r), 12.0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+START_TEST(speculative_update_overlaps_the_backward)
+{
+    /* two layers: 0 (fwd 0.5, bwd 1 ms) and the tail 1 (fwd 1, bwd 2);
+     * fwd=0;bwd=1,0, one executor, M = 1, no transfers: F0 0.5, T 3, B0
+     * (recompute and backward) 1.5: 5 ms; layer 1's gradient lands 1.5 ms
+     * before layer 0's, at the end of B0 (X). AdamW moves 30 bytes a
+     * parameter at 1e6 bytes/ms: layer 0 (20000) 0.6 ms, layer 1 (25000)
+     * 0.75 ms, and its speculative backup 24 bytes a parameter more, 0.6 ms. */
+    rp_cost_model *m = uniform(2, 1.0, 2.0);
+    m->layers[0].fwd_ms = 0.5, m->layers[0].bwd_ms = 1.0;
+    m->layers[0].opt_params = 20000;
+    m->layers[1].opt_params = 25000;
+    rp_plan p;
+    rp_error err;
+    ck_assert_int_eq(rp_plan_parse("fwd=0;bwd=1,0", 2, &p, &err), RP_OK);
+    rp_machine mc = machine(1, 1, 0);
+    mc.opt_bytes_per_param = 30.0;
+    rp_sim_result r;
+    /* lagged: nothing waits, 5 */
+    mc.optimizer_lag = 1, mc.clip = 1;
+    CLOSE(sim(m, &p, &mc, &r), 5.0);
+    /* exact, no clipping: layer 1 updates X-1.5..X-0.75, layer 0 X..X+0.6;
+     * the next F0 starts at X+0.6: 5.6 */
+    mc.optimizer_lag = 0, mc.clip = 0;
+    CLOSE(sim(m, &p, &mc, &r), 5.6);
+    /* clipping: both after X, layer 0 first (X+0.6), layer 1 to X+1.35;
+     * F0 X+0.6..X+1.1, then T waits for layer 1: 5 + 0.6 + 0.75 - 0.5 */
+    mc.clip = 1;
+    CLOSE(sim(m, &p, &mc, &r), 5.85);
+    /* speculative: layer 1's AdamW and backup X-1.5..X-0.15, published at
+     * X (the norm); layer 0 X..X+0.6: as without clipping, 5.6 */
+    mc.speculative = 1;
+    CLOSE(sim(m, &p, &mc, &r), 5.6);
+    /* a backup that outlasts the backward (layer 1: 50000 parameters, 2.7 ms,
+     * X-1.5..X+1.2) holds layer 0's update behind it on the one rank:
+     * F0 X+1.8..X+2.3, so 5 + 1.8 (off: X+0.6, X+2.1; T at X+2.1: 6.6) */
+    m->layers[1].opt_params = 50000;
+    CLOSE(sim(m, &p, &mc, &r), 6.8);
+    mc.speculative = 0;
+    CLOSE(sim(m, &p, &mc, &r), 6.6);
+    /* without clipping or with the lag the flag changes nothing */
+    mc.speculative = 1, mc.clip = 0;
+    CLOSE(sim(m, &p, &mc, &r), 5.6); /* layer 1 ..X, layer 0 X..X+0.6 */
     rp_cost_model_destroy(&m);
 }
 END_TEST
@@ -946,6 +997,7 @@ static Suite *plan_simulate_suite(void)
     tcase_add_test(tc, one_executor_runs_the_iteration_back_to_back);
     tcase_add_test(tc, round_robin_exact_pays_fill_and_drain);
     tcase_add_test(tc, jobs_stream_versions_layer_by_layer);
+    tcase_add_test(tc, speculative_update_overlaps_the_backward);
     tcase_add_test(tc, uploads_are_hidden_or_the_bottleneck);
     tcase_add_test(tc, bound_weights_show_the_classic_bubble);
     tcase_add_test(tc, gpus_behind_one_switch_share_its_uplink);

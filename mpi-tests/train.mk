@@ -49,6 +49,10 @@ EXTRA_DIST += mpi-tests/test_engine.sh
 TESTS += mpi-tests/test_recompute_bits.sh
 EXTRA_DIST += mpi-tests/test_recompute_bits.sh
 
+# --speculative-update on and off: the same bits, hits, misses and both
+TESTS += mpi-tests/test_speculative_update.sh
+EXTRA_DIST += mpi-tests/test_speculative_update.sh
+
 # the MLP's chunks of token tiles (--mlp-chunk-tokens): the same bits on 1-4 ranks
 TESTS += mpi-tests/test_mlp_chunks.sh
 EXTRA_DIST += mpi-tests/test_mlp_chunks.sh

@@ -175,7 +175,15 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
     if (o->mc.memory_limit > 0)
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
     printf("\n");
-    const rp_host_memory hm = c->host;
+    rp_host_memory hm = c->host;
+    if (o->mc.speculative && o->mc.clip && !o->mc.optimizer_lag) {
+        /* train's backup (engine/speculative.c): master, m and v of every
+         * trained layer but the embedding, each node its slices */
+        double params = 0;
+        for (int l = 1; l < o->model->num_layers; l++)
+            params += (double)o->model->layers[l].opt_params;
+        hm.speculative_backup = (size_t)(12.0 * params / rp_machine_nodes(&o->mc));
+    }
     const char *note = c->host_note;
     char text[512];
     if (c->have_host) {

@@ -169,6 +169,11 @@ static const rp_option plan_rows[] = {
     {TRAIN("optimizer-lag", "0|1"), .help = "0: exact (default); 1: one step stale"},
     {TRAIN("grad-clip", "C"),
      .help = "C > 0: global-norm clipping (updates wait for all gradients)"},
+    {TRAIN("speculative-update", "auto|on|off"),
+     .help = "as train's: with --grad-clip, each layer's AdamW but the\n"
+             "embedding's as its gradient lands (a step whose norm does\n"
+             "not clip), plus its backup's 24 bytes a parameter; auto\n"
+             "(default): on, as train on GPUs, but for CPU executors"},
     {INT64("defer-wgrad", "0|1", defer_wgrad, 0, 1), .fallback = "1",
      .help = "weight-gradient work after the input gradient is sent (default 1)"},
     {INT64("optimizer-spread", "0|1", optimizer_spread, 0, 1), .fallback = "1",
@@ -523,6 +528,11 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     mc->opt_gbs = a.optimizer_gbs;
     mc->optimizer_lag = (int)a.train.optimizer_lag;
     mc->clip = a.train.grad_clip > 0;
+    /* auto: what train's auto does on GPUs (a layer-times file's or a
+     * config's CUDA executors), off for a config's CPU executors */
+    mc->speculative = a.train.speculative_update == RP_SPECULATIVE_ON ||
+                      (a.train.speculative_update == RP_SPECULATIVE_AUTO &&
+                       !(o->have_config && o->device == RP_DEVICE_CPU));
     mc->defer_wgrad = (int)a.defer_wgrad;
     mc->opt_spread = (int)a.optimizer_spread;
     mc->iterations = (int)a.iterations;

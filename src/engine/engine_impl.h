@@ -60,6 +60,11 @@ typedef struct rp_engine_optimizer_part {
                                        all-gather (rp_gate_update_done; the communication
                                        thread reads it) */
     _Atomic int optimizer_done;     /* the optimizer thread's segment is over */
+    float *spec_backup;  /* the speculative update (speculative.c): master, m and v of this
+                            rank's slices of layers 1.. before their speculative AdamW
+                            (spec_backup_floats, allocated once for the run), or NULL */
+    int64_t spec_hits;   /* steps whose speculative updates were kept (the norm did not clip) */
+    int64_t spec_misses; /* and those restored and redone (it clipped) */
 } rp_engine_optimizer_part;
 
 /* The executor's measurements (stage_compute.c): ms summed over calls, and the
@@ -121,6 +126,9 @@ typedef struct rp_engine {
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
     int unproven_ok;       /* RP_ALLOW_UNPROVEN_CUDA=1 (rp_unproven_cuda_allowed), read once */
+    int speculative;       /* --speculative-update resolved: on (speculative.c) */
+    size_t spec_backup_floats; /* this rank's backup: 3 x its slices of layers 1.. */
+    size_t spec_backup_node_bytes; /* the node's ranks' backups together (host memory) */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
                               0 = none; the same on every rank (device_memory_limit) */
     rp_device *dev;    /* this rank's executor device, for the whole run */

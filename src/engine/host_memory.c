@@ -190,11 +190,17 @@ void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
         snprintf(fp8, sizeof fp8, " (FP8 e4m3 with its block scales, %zu bytes; %s, %zu bytes, "
                  "in bf16)", hm->base_mapped, size_text(hm->base_bf16, c, sizeof c),
                  hm->base_bf16);
-    if (at >= 0 && (size_t)at < len && hm->base_mapped)
-        snprintf(buf + at, len - (size_t)at, " + the frozen base %s%s mapped read-only from the "
-                 "model's safetensors files (page cache, one copy per node) = %s",
-                 size_text(hm->base_mapped, a, sizeof a), fp8,
-                 size_text(store + hm->base_mapped, b, sizeof b));
+    if (at >= 0 && (size_t)at < len && hm->base_mapped) {
+        store += hm->base_mapped;
+        at += snprintf(buf + at, len - (size_t)at, " + the frozen base %s%s mapped read-only "
+                       "from the model's safetensors files (page cache, one copy per node) = %s",
+                       size_text(hm->base_mapped, a, sizeof a), fp8,
+                       size_text(store, b, sizeof b));
+    }
+    if (at >= 0 && (size_t)at < len && hm->speculative_backup)
+        snprintf(buf + at, len - (size_t)at, " + the speculative update's backup %s in the "
+                 "ranks' own memory = %s", size_text(hm->speculative_backup, a, sizeof a),
+                 size_text(store + hm->speculative_backup, b, sizeof b));
 }
 
 int64_t rp_host_memory_limit(double limit_mib, const char **from)

@@ -61,6 +61,9 @@ typedef struct rp_host_memory {
                            files (the page cache's, one copy per node; not in the store) */
     size_t base_bf16;   /* LoRA, an FP8 base mapped (issue 36): the same tensors' bytes in
                            bf16, for comparison (0 otherwise) */
+    size_t speculative_backup; /* --speculative-update on: the node's ranks' backups of the
+                                  blocks' master, m and v (private memory, not the store; set
+                                  by the engine, engine/speculative.c; 0 otherwise) */
 } rp_host_memory;
 
 /* Each layer's saved area as a kept layer holds it in the host store
@@ -96,6 +99,7 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
  * S[, the frozen base converted into it B], activations A[ of which K
  * kept by N blocks instead of recomputed])[ + the frozen
  * base B mapped read-only from the model's safetensors files (...) =
+ * total][ + the speculative update's backup U in the ranks' own memory =
  * total]", sizes in GiB, or MiB below one GiB. */
 void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len);
 

@@ -10,6 +10,10 @@
  * in the order the update gate's waits allow (update_gate.h: at once
  * without clipping, by need with clipping, top down with a lagged
  * optimizer), and each waits at the gate before it changes the layer.
+ * With clipping and --speculative-update, a block's AdamW runs as soon as
+ * it is summed, its state backed up and its version held; after the norm
+ * it is published, or restored and redone when clipping clips
+ * (speculative.c).
  * Every step is elementwise or per block, so the bits depend neither on the
  * number of ranks nor on which rank did what. This file runs the updates;
  * grad_completion.c sums the gradients; update_gate.c decides when. */
@@ -22,6 +26,7 @@
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
 #include "engine/protocol.h"
+#include "engine/speculative.h"
 #include "engine/update_gate.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -42,6 +47,59 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
         rp_optimizer_trace(e, "adamw layer", l, t, t0);
     rp_gate_update_done(e, l, t, !skip);
     return RP_OK;
+}
+
+/* The speculative update of this rank's share of layer l (update_gate.h's
+ * rp_gate_speculates), as soon as its gradient is summed: its master, m and
+ * v backed up, then AdamW with coefficient 1.0f, writing the compute copy;
+ * its version waits for the global norm (settle_layer). */
+static rp_status speculate_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
+{
+    RP_TRY(rp_gate_wait_update(e, l, t, who, err));
+    uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+    size_t b0, b1, lo, hi;
+    rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
+    if (hi == lo)
+        return RP_OK;
+    rp_speculative_save(e, l, lo, hi);
+    rp_optimizer_update_share(e, l, t, 1.0f, lo, hi);
+    rp_optimizer_trace(e, "adamw speculative layer", l, t, t0);
+    return RP_OK;
+}
+
+/* A speculated layer once the norm is known: with coefficient 1.0f (the
+ * norm did not clip) the update made is the step's, bit for bit; else its
+ * state is restored from the backup and the update redone with coef (the
+ * same adam_step: bias correction counts the step once). Then the version
+ * is raised (several nodes: the slice goes to the all-gather only now). */
+static void settle_layer(rp_engine *e, int l, int64_t t, float coef)
+{
+    if (coef != 1.0f) {
+        uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
+        size_t b0, b1, lo, hi;
+        rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
+        if (hi > lo) {
+            rp_speculative_restore(e, l, lo, hi);
+            rp_optimizer_update_share(e, l, t, coef, lo, hi);
+            rp_optimizer_trace(e, "adamw redo layer", l, t, t0);
+        }
+    }
+    rp_gate_update_done(e, l, t, 1);
+}
+
+/* A step that ends before its norm is known (a stop, a failure): the
+ * speculated layers' state as it was, their compute copy too, no version
+ * raised (the step never happened, and a stop's checkpoint reads them). */
+static void abandon_speculation(rp_engine *e, const unsigned char *speculated)
+{
+    for (int l = 1; l < e->num_layers; l++) {
+        if (!speculated[l])
+            continue;
+        size_t b0, b1, lo, hi;
+        rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
+        rp_speculative_restore(e, l, lo, hi);
+        rp_params_sync_compute_range(e->p, l, lo, hi);
+    }
 }
 
 /* The embedding rows iteration t+1 reads (every pipeline's), sorted and
@@ -181,6 +239,12 @@ static rp_status run(rp_engine *e, rp_error *err)
             return rp_error_set(err, RP_ERR_NOMEM, "optimizer: embedding row list");
         }
     }
+    unsigned char *speculated = calloc((size_t)e->num_layers, 1); /* this step's */
+    if (!speculated) {
+        free(rows.ids);
+        free(rows.ranges);
+        return rp_error_set(err, RP_ERR_NOMEM, "optimizer: speculated layers");
+    }
     rp_status s = RP_OK;
     int64_t adam_before = e->by_optimizer.adam_step;
     if (rp_engine_resumes_pending(e)) {
@@ -200,11 +264,18 @@ static rp_status run(rp_engine *e, rp_error *err)
         if (!skip)
             e->by_optimizer.adam_step++;
         rows.n = 0;
+        memset(speculated, 0, (size_t)e->num_layers);
+        int speculating = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* without clipping a block's update needs nothing else: fused */
             int fuse = rp_gate_fused(e, l, skip);
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
+            if (s == RP_OK && rp_gate_speculates(e, l, skip)) {
+                s = speculate_layer(e, l, t, who, err);
+                if (s == RP_OK) /* changed: restored if the step ends before its norm */
+                    speculated[l] = speculating = 1;
+            }
             if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
@@ -217,17 +288,21 @@ static rp_status run(rp_engine *e, rp_error *err)
                 s = update_layer(e, l, t, 1.0f, skip, who, err);
             }
         }
-        if (s != RP_OK || order == RP_GATE_AS_SUMMED)
-            continue;
         double total, norm;
         float coef = 1.0f;
-        if (clip) {
+        if (s == RP_OK && clip && order != RP_GATE_AS_SUMMED) {
             s = rp_gate_wait_global_sumsq(e, t, who, &total, err);
             if (s == RP_OK && rp_clip_coef(total, e->o->grad_clip, &norm, &coef, err) != RP_OK)
                 s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
-            if (s != RP_OK)
-                break;
         }
+        if (s != RP_OK && speculating)
+            abandon_speculation(e, speculated);
+        if (s != RP_OK)
+            break;
+        if (order == RP_GATE_AS_SUMMED)
+            continue;
+        if (speculating) /* hit: every speculative update stands; miss: redone */
+            coef == 1.0f ? e->by_optimizer.spec_hits++ : e->by_optimizer.spec_misses++;
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
             e->by_optimizer.lag_coef = coef;
             s = update_lagged(e, t, coef, skip, who, err);
@@ -237,12 +312,16 @@ static rp_status run(rp_engine *e, rp_error *err)
          * bottom, then the rest of the embedding */
         s = update_embedding_rows(e, t, coef, skip, &rows, err);
         for (int l = 1; s == RP_OK && l < e->num_layers; l++)
-            s = update_layer(e, l, t, coef, skip, who, err);
+            if (speculated[l])
+                settle_layer(e, l, t, coef);
+            else
+                s = update_layer(e, l, t, coef, skip, who, err);
         if (s == RP_OK)
             update_embedding_rest(e, t, coef, skip, &rows);
     }
     free(rows.ids);
     free(rows.ranges);
+    free(speculated);
     if (s == RP_STOP) /* stopped inside a step past the last: it never happened */
         e->by_optimizer.adam_step = adam_before;
     return s;

@@ -89,6 +89,7 @@ static void log_host_memory(rp_engine *e, const rp_model_config *cfg)
         rp_log(e->lg, RP_LOG_WARN, "host memory not counted: %s", err.msg);
         return;
     }
+    hm.speculative_backup = e->speculative ? e->spec_backup_node_bytes : 0;
     rp_host_memory_format(&hm, text, sizeof text);
     rp_log(e->lg, RP_LOG_INFO, "%s", text);
 }

@@ -18,6 +18,7 @@
 #include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_summary.h"
+#include "engine/speculative.h"
 #include "engine/host_memory.h"
 #include "engine/lora_run.h"
 #include "engine/memory_model.h"
@@ -279,6 +280,7 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
     RP_TRY(rp_run_agree(e, s, comm, err));
     RP_TRY(rp_run_agree(e, rp_run_link_groups(e, rp_store_node_comm(r->pstore), err), comm, err));
     RP_TRY(rp_run_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
+    RP_TRY(rp_speculative_choose(e, comm, err)); /* its backup counts in the plan's memory */
     RP_TRY(rp_run_choose_plan(e, comm, err));
     RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));
     if (e->nd.world_rank == 0 && e->device == RP_DEVICE_CPU && strstr(r->executors, "pthread build"))
@@ -426,6 +428,7 @@ void rp_run_tear_down(rp_engine *e, rp_run_state *r)
     free(e->kept_floats);
     free(e->by_node_comm.node_buf);
     free(e->by_optimizer.gather_posted);
+    rp_speculative_free(e);
     if (r->pstore && !e->peer_lost)
         rp_store_destroy(&r->pstore);
     if (!e->peer_lost)

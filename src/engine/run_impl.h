@@ -72,6 +72,12 @@ rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err);
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
                               MPI_Comm comm);
 
+/* The host bytes a node's run needs without activations: the parameter
+ * store without its arena (and the speculative update's backups once it is
+ * on), which --recompute auto and --speculative-update auto fit beside.
+ * run_plan.c */
+rp_status rp_run_host_model_state(const rp_engine *e, int64_t *bytes, rp_error *err);
+
 /* e->plan: --plan, or the leader's partition of the model's cost model
  * under e->memory_limit, shared and validated (collective). */
 rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err);

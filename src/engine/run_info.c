@@ -71,6 +71,10 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "recompute", json_object_new_string(rp_recompute_name(o->recompute)));
     add(j, "timeout", num(o->timeout_s));
     add(j, "optimizer-lag", json_object_new_int(o->optimizer_lag));
+    add(j, "speculative-update",
+        json_object_new_string(o->speculative_update == RP_SPECULATIVE_ON    ? "on"
+                               : o->speculative_update == RP_SPECULATIVE_OFF ? "off"
+                                                                             : "auto"));
     add(j, "chunk-mib", num(o->chunk_mib));
     add(j, "link-groups", str_or_null(o->link_groups));
     add(j, "topology", str_or_null(o->topology));

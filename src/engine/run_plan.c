@@ -60,6 +60,7 @@ static void machine_of(const rp_engine *e, rp_machine *mc)
     mc->opt_spread = 1; /* every rank updates a share of every layer (optimizer.c) */
     mc->optimizer_lag = e->o->optimizer_lag;
     mc->clip = e->o->grad_clip > 0;
+    mc->speculative = e->speculative; /* chosen before the first plan (speculative.c) */
     mc->iterations = 6;
     mc->memory_limit = e->memory_limit;
     if (e->link_of && e->virtual_executors == e->size) {
@@ -127,15 +128,25 @@ static int64_t host_limit(const rp_engine *e, const char **from)
     return rp_host_memory_limit(e->o->host_memory_limit_mib, from);
 }
 
-/* What a node's run needs of host memory under plan p (host_memory.h). */
+/* What a node's run needs of host memory under plan p (host_memory.h),
+ * with the speculative update's backups when it is on (speculative.c). */
 static rp_status host_need(const rp_engine *e, const rp_plan *p, int64_t *bytes, rp_error *err)
 {
     rp_host_memory hm;
     RP_TRY(rp_host_memory_count(&e->p->cfg, e->o->dtype, e->pipelines, (int)e->microbatches,
                                 e->tokens_per_micro, p, e->o->recompute == RP_RECOMPUTE_LAYER,
                                 e->o->activation_dtype, e->kept_floats, e->base, &hm, err));
-    *bytes = (int64_t)(hm.param_store + hm.activations);
+    *bytes = (int64_t)(hm.param_store + hm.activations) +
+             (e->speculative ? (int64_t)e->spec_backup_node_bytes : 0);
     return RP_OK;
+}
+
+rp_status rp_run_host_model_state(const rp_engine *e, int64_t *bytes, rp_error *err)
+{
+    rp_plan none;
+    rp_plan_singletons(e->num_layers, 0, &none);
+    none.nfwd = 0, none.nbwd = 1, none.bwd[0].first = 0; /* no arena buffer at all */
+    return host_need(e, &none, bytes, err);
 }
 
 /* The partitioner's budget for kept activations (machine.h's keep_budget)
@@ -156,11 +167,8 @@ static void keep_budget(const rp_engine *e, rp_cost_model *cm, rp_machine *mc, i
     } else if (e->o->recompute == RP_RECOMPUTE_AUTO) {
         const char *from;
         int64_t limit = host_limit(e, &from), store = 0;
-        rp_plan none;
-        rp_plan_singletons(e->num_layers, 0, &none);
-        none.nfwd = 0, none.nbwd = 1, none.bwd[0].first = 0; /* no arena buffer at all */
         rp_error ignored = {0};
-        if (host_need(e, &none, &store, &ignored) == RP_OK && limit > store)
+        if (rp_run_host_model_state(e, &store, &ignored) == RP_OK && limit > store)
             mc->keep_budget = limit - store;
     }
 }

@@ -170,6 +170,19 @@ static void log_uploads(rp_engine *e, MPI_Comm comm)
            (long long)steps, base);
 }
 
+/* The speculative update's steps (speculative.c): kept when the norm did
+ * not clip, redone when it did; every rank decides the same from the same
+ * norm, so rank 0's counts are the run's. */
+static void log_speculation(const rp_engine *e)
+{
+    if (!e->speculative || e->nd.world_rank != 0)
+        return;
+    int64_t hits = e->by_optimizer.spec_hits, misses = e->by_optimizer.spec_misses;
+    rp_log(e->lg, RP_LOG_INFO, "speculative update: %lld hits, %lld misses (of %lld steps "
+           "speculated: kept as the norm did not clip, or restored and redone as it clipped)",
+           (long long)hits, (long long)misses, (long long)(hits + misses));
+}
+
 rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     const rp_train_options *o = e->o;
@@ -234,8 +247,10 @@ rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
             err, RP_ERR_INTERRUPTED, "interrupted at step %lld of %lld",
             (long long)(e->nd.world_rank == 0 ? e->by_logger.steps_logged + 1 : e->it_first),
             (long long)e->steps);
-    if (s == RP_OK)
+    if (s == RP_OK) {
         log_uploads(e, comm);
+        log_speculation(e);
+    }
     if (s == RP_OK && e->nd.world_rank == 0)
         rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps,
                            e->by_logger.last_loss);

@@ -37,6 +37,16 @@ static inline const char *rp_recompute_name(int mode)
                                        : "stage";
 }
 
+/* --speculative-update: AdamW on a block's share as soon as its gradient is
+ * summed, before the global norm is known, kept when clipping does not clip
+ * (update_gate.h, engine/speculative.c). The words' order is the values'
+ * (train_set.c). */
+typedef enum rp_speculative_mode {
+    RP_SPECULATIVE_AUTO = 0, /* on with CUDA executors when clipping and the backup fits */
+    RP_SPECULATIVE_ON = 1,   /* on wherever clipping is exact; refused when it does not fit */
+    RP_SPECULATIVE_OFF = 2
+} rp_speculative_mode;
+
 typedef struct rp_train_options {
     const char *model_dir;   /* --model */
     const char *init_config; /* --init-config */
@@ -83,6 +93,7 @@ typedef struct rp_train_options {
                                 activations within on CPU executors (0: MemAvailable) */
     double timeout_s;        /* --timeout: deadline of every wait */
     int optimizer_lag;       /* --optimizer-lag 0 | 1 */
+    int speculative_update;  /* --speculative-update: rp_speculative_mode */
     double chunk_mib;        /* --chunk-mib: transfer chunk size */
     const char *link_groups; /* --link-groups: each node rank's PCIe link group ("0,0,1,1"),
                                 "none"; NULL: from the topology on GPUs, none on the CPU */

@@ -61,6 +61,7 @@ static rp_status parse_deal(const char *opt, const char *s, void *field, rp_erro
 }
 
 static const char *const recompute_words[] = {"stage", "layer", "none", "auto", NULL};
+static const char *const speculative_words[] = {"auto", "on", "off", NULL};
 static const char *const bind_words[] = {"no", "yes", NULL};
 static const char *const progress_words[] = {"auto", "line", "none", NULL};
 static const char *const activation_numa_words[] = {"interleave", "reader", NULL};
@@ -193,6 +194,15 @@ static const rp_option rows[] = {
     {INT("optimizer-lag", "0|1", optimizer_lag, 0, 1),
      .range_error = "--optimizer-lag must be 0 or 1",
      .help = "1: apply gradients one step late, for comparison (default 0)"},
+    {WORD("speculative-update", "auto|on|off", speculative_update, speculative_words),
+     .fallback = "auto",
+     .help = "with --grad-clip, run each block's AdamW as soon as its\n"
+             "gradient is summed, from a backup of its master, m and v\n"
+             "(12 bytes a parameter), kept when the global norm does not\n"
+             "clip, else restored and redone: the same bits either way.\n"
+             "auto (default): on with CUDA executors when the backup fits\n"
+             "the host memory limit; on: also CPU executors, refused when\n"
+             "it does not fit"},
     /* converted to byte counts (size_t, int64_t): bounded far below overflow */
     {DOUBLE("chunk-mib", "X", chunk_mib), .fallback = "16", .min = 1.0 / 1048576.0,
      .max = CHUNK_MAX_MIB,

@@ -163,6 +163,11 @@ int rp_gate_fused(const rp_engine *e, int l, int skip)
     return rp_gate_order_of(e) == RP_GATE_AS_SUMMED && !skip && l > 0;
 }
 
+int rp_gate_speculates(const rp_engine *e, int l, int skip)
+{
+    return e->speculative && rp_gate_order_of(e) == RP_GATE_BY_NEED && !skip && l > 0;
+}
+
 void rp_gate_update_done(rp_engine *e, int l, int64_t t, int updated)
 {
     if (e->nd.nodes > 1 && updated) { /* the communication thread gathers, then publishes */

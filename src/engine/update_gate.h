@@ -34,6 +34,11 @@
  * | the update of layer l, step t | the checkpoint writer has layer l of step | checkpoint hold: a consistent    | rp_gate_wait_update          |
  * |                               | t-1 (lagged: of step t), when that        | snapshot without a copy          |                              |
  * |                               | checkpoint is written while training runs |                                  |                              |
+ * | the speculative update of     | its share summed, and as every update:    | with clipping, a block's AdamW   | rp_gate_speculates,          |
+ * | layer l >= 1, step t (clipping| the checkpoint hold (rp_gate_wait_update);| overlaps the backward; its       | rp_gate_wait_update          |
+ * | exact, --speculative-update)  | no global norm. Its version waits for the | coefficient is 1.0f unless the   |                              |
+ * |                               | norm: published as is when the norm does  | norm clips (optim/clip.c), so a  |                              |
+ * |                               | not clip, else redone from the backup     | kept update has the same bits    |                              |
  * | the checkpoint writer, step c | layer l at version c (lagged, with c's    | the state the checkpoint holds   | rp_gate_wait_checkpoint_state|
  * |                               | update pending: l's gradient summed at c) |                                  |                              |
  *
@@ -128,6 +133,15 @@ rp_status rp_gate_wait_update(rp_engine *e, int l, int64_t t, const char *who, r
 /* Whether layer l's update of step t runs fused into its gradient's sum
  * (nothing else to wait for); `skip`: the step applies no update. */
 int rp_gate_fused(const rp_engine *e, int l, int skip);
+
+/* Whether this rank's share of layer l runs step t's update speculatively,
+ * as soon as its gradient is summed, with coefficient 1.0f and its state
+ * backed up (speculative.c), its version held until the global norm says
+ * whether clipping clips: with clipping, exact, --speculative-update on, a
+ * step that applies an update, and not the embedding (summed last, the
+ * largest). It waits at rp_gate_wait_update before it changes the layer,
+ * as every update does; rp_gate_update_done follows the norm. */
+int rp_gate_speculates(const rp_engine *e, int l, int skip);
 
 /* This rank's share of layer l holds step t's update (`updated`: 0 when the
  * step applied none): raise the version, or hand it to the all-gather. */

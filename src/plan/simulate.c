@@ -251,8 +251,16 @@ static void add_sparse_embed_tasks(rp_sim *sim, int *num_tasks, double ready, do
         add_task(sim, num_tasks, ready, part_b / rate, sim->num_layers, sim->num_layers, rank);
 }
 
+/* Whether layer l's update is speculative (machine.h): every layer but the
+ * embedding, with clipping, exact. */
+static int speculates(const rp_machine *mc, int l)
+{
+    return mc->speculative && mc->clip && !mc->optimizer_lag && l > 0;
+}
+
 /* Iteration t's updates on one node, each on the rank that produced the
- * layer's gradient (or spread over all). */
+ * layer's gradient (or spread over all); with clipping after the norm (the
+ * last gradient), but a speculative update's work as its gradient lands. */
 static void run_optimizer(rp_sim *sim, int t)
 {
     const rp_machine *mc = sim->machine;
@@ -270,13 +278,15 @@ static void run_optimizer(rp_sim *sim, int t)
         done[l] = 0.0;
         if (c->opt_params <= 0)
             continue;
-        double ready = mc->clip ? last : sim->grad_done[l];
+        double ready = mc->clip && !speculates(mc, l) ? last : sim->grad_done[l];
         if (l == 0 && sim->sparse_embed) {
             add_sparse_embed_tasks(sim, &num_tasks, ready, rate);
             continue;
         }
         double bytes = (double)c->opt_params * mc->opt_bytes_per_param +
                        (double)(sim->groups - 1) * (double)c->grad_bytes;
+        if (speculates(mc, l))
+            bytes += (double)c->opt_params * RP_SIM_SPEC_BACKUP_BYTES;
         /* a tied layer's gradient arrives in two parts that are summed here */
         for (int i = 0; i < sim->num_tied; i++)
             if (m->layers[sim->tied_layers[i]].tied_to == l) {
@@ -294,6 +304,10 @@ static void run_optimizer(rp_sim *sim, int t)
         if (mine)
             run_pool(sim, r, sim->rank_tasks, mine, done);
     }
+    /* a speculated update is published once the norm is known */
+    for (int l = 0; l < num_layers; l++)
+        if (mc->clip && speculates(mc, l) && m->layers[l].opt_params > 0)
+            done[l] = rp_sim_max(done[l], last);
 }
 
 static void sim_free(rp_sim *sim)

@@ -19,7 +19,10 @@
  *   gradient copies when several pipelines are summed), on the rank that
  *   produced the gradient (or split over all ranks with opt_spread), lowest
  *   layer first among those ready; with clip, no update starts before the
- *   last gradient of the iteration is on the host;
+ *   last gradient of the iteration is on the host, but with speculative
+ *   (a step whose norm does not clip) every layer's but the embedding's
+ *   starts as its gradient lands, moving RP_SIM_SPEC_BACKUP_BYTES more per
+ *   parameter, and its version is raised once the last gradient is in;
  * - versions: a job of iteration t needs the updates from iteration t-1
  *   (exact) or t-2 (optimizer_lag 1) of its layers (and of a tied layer);
  * - sparse_embed (what the engine does; 0 in rp_machine_defaults, 1 by
