@@ -24,7 +24,11 @@
 # --mlp-chunk-tokens 8: one tile of the microbatch's two), with and without
 # LoRA, kept blocks included, and plan counts fewer bytes for it than for
 # the whole microbatch; device buffers for a mixture of experts, with and
-# without LoRA, with its chunks whole and forced small; a
+# without LoRA, with its chunks whole and forced small; LoRA on an FP8
+# base (dense and a mixture of experts), read in place and uploaded
+# (RP_TEST_UPLOAD_BASE=1): its blocks stay FP8 in the stage buffers and are
+# dequantised into one scratch per executor, and an uploaded stage of two
+# FP8 blocks holds well under its bf16 twin's bytes; a
 # --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
