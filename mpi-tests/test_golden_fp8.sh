@@ -7,9 +7,10 @@
 # relative and every adapter tensor within 1e-4 of its largest entry, and
 # the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
 # FP8 base in place (not converted into the store); uploaded with the stages
-# as FP8 and scales and dequantised after landing (GPU executors' path, run
-# on CPU ones with RP_TEST_UPLOAD_BASE=1) it gives the same bits under
-# --dtype bf16, evaluation (--eval-data) included; its uploads per step (the closing line) are well below its
+# as FP8 and scales, kept so and each block dequantised for each use (GPU
+# executors' path, run on CPU ones with RP_TEST_UPLOAD_BASE=1) it gives the
+# same bits under --dtype bf16 on 1-4 ranks, evaluation (--eval-data)
+# included; its uploads per step (the closing line) are well below its
 # bf16 twin's, and the start-up line counts its bytes beside bf16's. `plan`
 # of the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
 # executors with RP_ALLOW_UNPROVEN_CUDA=1, whose FP8 uploads model no
@@ -69,23 +70,28 @@ for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales; do
     else bad "$case: $np ranks differ from 1"; fi
   done
   # the GPU executors' path on CPU ones: the base uploaded with the stages as
-  # FP8 and its scales, dequantised there after landing; the bits of it read
-  # in place (in bf16: the other tensors then travel as they lie)
-  for up in 0 1; do
-    out="$tmp/$case-bf16-$up"
+  # FP8 and its scales and kept so, each block dequantised into the
+  # executor's scratch for each use; the bits of it read in place (in bf16:
+  # the other tensors then travel as they lie), on 1-4 ranks (stages of one
+  # block and of several)
+  for up in 0 1 1-1 1-3 1-4; do
+    out="$tmp/$case-bf16-$up"; np=2
+    case $up in 1-*) np=${up#1-} ;; esac
     # shellcheck disable=SC2046
-    RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+    RP_TEST_UPLOAD_BASE=${up%-*} ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np "$np" "$bin" train \
       --device cpu --progress none --model "$model" --data "$in/data.npy" \
       --loss-mask "$in/mask.npy" $(cat "$d/args.txt") --dtype bf16 --lora-init "$d/lora_init" \
       --steps 3 --eval-data "$in/data.npy" --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1 ||
       { bad "$case, bf16, upload $up: train failed"; cat "$out.txt"; }
   done
   out="$tmp/$case-bf16"
-  if grep -q "the frozen base as FP8 with its scales" "$out-1.txt" && grep -q eval "$out-1.jsonl" &&
-     cmp -s "$out-0/adapter_model.safetensors" "$out-1/adapter_model.safetensors" &&
-     [ -s "$out-0.jsonl" ] && [ "$(metrics "$out-0.jsonl")" = "$(metrics "$out-1.jsonl")" ]
-  then ok; else bad "$case: the FP8 base uploaded and dequantised differs from it in place"
-    tail -3 "$out-1.txt"; fi
+  for up in 1 1-1 1-3 1-4; do
+    if grep -q "the frozen base as FP8 with its scales" "$out-$up.txt" && grep -q eval "$out-$up.jsonl" &&
+       cmp -s "$out-0/adapter_model.safetensors" "$out-$up/adapter_model.safetensors" &&
+       [ -s "$out-0.jsonl" ] && [ "$(metrics "$out-0.jsonl")" = "$(metrics "$out-$up.jsonl")" ]
+    then ok; else bad "$case: the FP8 base uploaded and dequantised ($up) differs from it in place"
+      tail -3 "$out-$up.txt"; fi
+  done
 done
 
 # ---- host memory and bytes uploaded per step: FP8 against its bf16 twin -------

@@ -24,7 +24,11 @@
 # --mlp-chunk-tokens 8: one tile of the microbatch's two), with and without
 # LoRA, kept blocks included, and plan counts fewer bytes for it than for
 # the whole microbatch; device buffers for a mixture of experts, with and
-# without LoRA, with its chunks whole and forced small; a
+# without LoRA, with its chunks whole and forced small; LoRA on an FP8
+# base (dense and a mixture of experts), read in place and uploaded
+# (RP_TEST_UPLOAD_BASE=1): its blocks stay FP8 in the stage buffers and are
+# dequantised into one scratch per executor, and an uploaded stage of two
+# FP8 blocks holds well under its bf16 twin's bytes; a
 # --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
@@ -182,6 +186,47 @@ check "$moe" "fwd=0-3;bwd=4-7,0-3" --lora-rank 2
 check "$moe" "fwd=0-3;bwd=4-7,0-3" $small
 check "$moe" "fwd=0-3;bwd=4-7,0-3" --lora-rank 2 $small
 data=$dense_data
+
+# LoRA on an FP8 base (issue 36), mapped from its files: each block's base is
+# dequantised for each use into one scratch per executor in the compute
+# dtype, from where it lies (CPU executors) or, uploaded as GPU executors
+# take it (RP_TEST_UPLOAD_BASE=1, which plan counts too), from the stage
+# buffer, which holds it as FP8 and scales; plan counts what train
+# allocates, dense and a mixture of experts, stages of one block and of
+# several, and with the upload the jobs' stage buffers hold fewer bytes than
+# the same plan's of its bf16 twin (the base saved merged with an adapter of
+# zeros: the same tensors, dequantised)
+fp8="$src/mpi-tests/fixtures/golden-fp8"
+fp8_check() { # upload model data plan: train's allocation equals plan's count
+  up=$1; m=$2; d=$3; p=$4
+  RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+    --model "$m" --data "$d" --seq-len 16 --batch-size 4 --microbatches 4 --steps 1 \
+    --progress none --device cpu --dtype bf16 --lora-rank 2 --plan "$p" > "$tmp/train.txt" 2>&1 ||
+    { bad "FP8 $m upload $up $p: train failed"; cat "$tmp/train.txt"; return; }
+  got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt")
+  want=$(RP_TEST_UPLOAD_BASE=$up "$bin" plan --model "$m" --seq-len 16 --batch-size 4 \
+    --microbatches 4 --gpus 2 --plan "$p" --device cpu --dtype bf16 --lora-rank 2 --json |
+    grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
+  [ -n "$got" ] && [ "$got" = "$want" ] && ok ||
+    bad "FP8 $m upload $up $p: executors allocate '$got' bytes, plan counts '$want'"
+}
+for up in 0 1; do
+  fp8_check $up "$fp8/qwen3-bf16-scales-model" "$dense_data" "fwd=0-1;bwd=2-3,0-1"
+  fp8_check $up "$fp8/qwen3-bf16-scales-model" "$dense_data" "fwd=0,1;bwd=2-3,1,0"
+  fp8_check $up "$fp8/moe-bf16-scales/model-fp8" "$fp8/moe-bf16-scales/data.npy" "fwd=0,1-3;bwd=4,2-3,0-1"
+done
+${MPIRUN:-mpirun} $flags -np 1 "$bin" train --model "$fp8/qwen3-bf16-scales-model" --data "$dense_data" \
+  --seq-len 16 --batch-size 4 --steps 1 --lr 0 --lora-rank 2 --progress none --device cpu \
+  --save-merged "$tmp/fp8-twin" > "$tmp/twin.txt" 2>&1 || { bad "the bf16 twin was not saved"; cat "$tmp/twin.txt"; }
+weights() { # model: the largest stage's weights, two buffers of them (plan's parts)
+  RP_TEST_UPLOAD_BASE=1 "$bin" plan --model "$1" --seq-len 16 --batch-size 4 --microbatches 4 \
+    --gpus 2 --plan "fwd=0-2;bwd=3,1-2,0" --device cpu --dtype bf16 --lora-rank 2 --json |
+    grep -o '"weight_bytes": [0-9]*' | tr -dc '0-9\n' | sort -n | tail -n 1
+}
+w8=$(weights "$fp8/qwen3-bf16-scales-model") w16=$(weights "$tmp/fp8-twin")
+echo "uploaded base, a stage of two blocks: $w8 bytes of weights with FP8, $w16 with its bf16 twin"
+[ -n "$w8" ] && [ -n "$w16" ] && [ $((w8 * 10)) -lt $((w16 * 6)) ] && ok ||
+  bad "the uploaded FP8 base's stage holds '$w8' bytes, not well below its bf16 twin's '$w16'"
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \

@@ -267,7 +267,8 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
     ps[3].bytes = q.workspace;
     snprintf(ps[3].detail, sizeof ps[3].detail,
              "the microbatch's token ids, targets and mask (and segment starts, router "
-             "statistics), or --workspace-mib");
+             "statistics; with an FP8 base, the largest block's base in the compute dtype, "
+             "dequantised there for each use), or --workspace-mib");
     ps[4].name = "stage buffers";
     ps[4].bytes = (int64_t)(q.layers + 2) * q.out;
     snprintf(ps[4].detail, sizeof ps[4].detail,

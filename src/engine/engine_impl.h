@@ -137,8 +137,9 @@ typedef struct rp_engine {
     int lora;          /* LoRA: the model's other weights are frozen, in `base` */
     rp_frozen_base *base; /* LoRA's frozen weights (engine/frozen_base.h), or NULL */
     int base_in_place;    /* executors whose memory is the host's (CPU) read `base` where
-                           * it lies: it is not copied into their stage buffers (but for an
-                           * FP8 model's blocks, dequantised there: stage_weights.h) */
+                           * it lies: it is not copied into their stage buffers (an FP8
+                           * model's blocks are dequantised from there into the executor's
+                           * scratch for each use: stage_weights.h) */
     uint64_t uploaded_bytes; /* this rank's executor: the bytes its stages' uploads moved
                                 (the transfer engine's weights and prefetch classes), summed
                                 over the run's segments */

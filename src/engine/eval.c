@@ -29,7 +29,8 @@ int rp_eval_due(const rp_engine *e, int64_t step)
  * in `ad`, and the frozen base read as the executors read it (stage_weights.h):
  * where it lies (engine_impl.h's base_in_place: then `embed` and `w` are
  * not used, but for an FP8 block's, dequantised into `w`), or each layer's
- * copied into `w`, laid out as the base's layer. */
+ * copied into `w`, laid out as the base's layer (an FP8 block's through
+ * `staging`, as the executors' stage buffers hold it, then dequantised). */
 typedef struct evaluator {
     rp_engine *e;
     rp_kernels k;
@@ -37,7 +38,8 @@ typedef struct evaluator {
     int in_place;         /* LoRA: the base is read where it lies */
     void *embed, *w;      /* layer 0's weights (also a tied LM head); the current layer's */
     void *ad;             /* LoRA: the current block's adapters */
-    void *staging;        /* LoRA on a GPU: an FP8 block's e4m3 bytes and scales */
+    void *staging;        /* LoRA on a GPU: an FP8 block's base as it travels (frozen_base.h's
+                             rp_frozen_base_staged_bytes) */
     float *act, *out;     /* a microbatch's activations in and out */
     float *saved, *ws;
     int32_t *in, *tgt, *seg;
@@ -72,7 +74,7 @@ static size_t weight_bytes(const evaluator *v, int l)
     const rp_engine *e = v->e;
     if (!e->lora)
         return rp_params_compute_bytes(e->p, l);
-    return rp_stage_base_copied(e, l)
+    return rp_stage_base_copied(e, l) || rp_stage_base_per_use(e, l)
                ? rp_frozen_base_numel(e->base, l) * rp_dtype_size(e->p->compute_dtype)
                : 0;
 }
@@ -88,24 +90,27 @@ static rp_status upload_layer(evaluator *v, int l, void *dst, rp_error *err)
                               err);
     const size_t es = rp_dtype_size(rp_frozen_base_dtype(e->base));
     const rp_weight_piece *pc;
+    const int per_use = rp_stage_base_per_use(e, l);
     int n = v->in_place ? 0 : rp_frozen_base_pieces(e->base, l, &pc);
-    if (v->in_place && rp_stage_base_copied(e, l)) /* an FP8 block, dequantised */
+    if (v->in_place && per_use) /* an FP8 block, dequantised */
         RP_TRY(rp_frozen_base_materialise(e->base, l, &v->k, dst, e->p->compute_dtype, err));
     for (int i = 0; i < n; i++) {
-        size_t wat, sat;
-        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(e->base, l, i, &wat, &sat);
-        if (!q) {
-            RP_TRY(rp_device_copy(e->dev, (char *)dst + pc[i].at * es, pc[i].src,
-                                  pc[i].numel * es, err));
+        size_t at, sat;
+        const rp_fp8_matrix *q =
+            per_use ? rp_frozen_base_piece_staged(e->base, l, i, &at, &sat) : NULL;
+        if (!q) { /* as it lies: into its block, or an FP8 block's staging */
+            RP_TRY(rp_device_copy(e->dev, per_use ? (char *)v->staging + at
+                                                  : (char *)dst + pc[i].at * es,
+                                  pc[i].src, pc[i].numel * es, err));
             continue;
         }
-        RP_TRY(rp_device_copy(e->dev, (char *)v->staging + wat, q->weight,
+        RP_TRY(rp_device_copy(e->dev, (char *)v->staging + at, q->weight,
                               (size_t)(q->rows * q->cols), err));
         RP_TRY(rp_device_copy(e->dev, (char *)v->staging + sat, q->scale,
                               (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
                                   rp_dtype_size(q->scale_dtype), err));
     }
-    if (n > 0 && rp_frozen_base_fp8_bytes(e->base, l) > 0) /* uploaded FP8: dequantised */
+    if (n > 0 && per_use) /* uploaded FP8: dequantised */
         RP_TRY(rp_frozen_base_dequantise_staged(e->base, l, &v->k, v->staging, dst,
                                                 e->p->compute_dtype, err));
     if (rp_params_compute_bytes(e->p, l) == 0)
@@ -130,8 +135,8 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
                             rp_dtype_name(p->compute_dtype));
     size_t wmax = 0, admax = 0, stmax = 0;
     for (int l = 1; e->lora && !v->in_place && l < p->nlayers; l++)
-        if (rp_frozen_base_fp8_bytes(e->base, l) > stmax)
-            stmax = rp_frozen_base_fp8_bytes(e->base, l);
+        if (rp_frozen_base_staged_bytes(e->base, l) > stmax)
+            stmax = rp_frozen_base_staged_bytes(e->base, l);
     for (int l = 1; l < p->nlayers; l++) {
         wmax = weight_bytes(v, l) > wmax ? weight_bytes(v, l) : wmax;
         admax = rp_params_compute_bytes(p, l) > admax ? rp_params_compute_bytes(p, l) : admax;
@@ -208,7 +213,8 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
      * lay out a layer (the base's layer with LoRA: at 0, beside no adapters) */
     const size_t at_start = 0;
     rp_stage_weights w = {.first = l, .buffer = v->w, .offsets = &at_start,
-                          .base_offsets = &at_start, .tied_matrix = e->tied ? v->embed : NULL};
+                          .base_offsets = &at_start, .tied_matrix = e->tied ? v->embed : NULL,
+                          .base_scratch = v->w};
     w.embedding = v->in_place ? rp_frozen_base_tensor(e->base, 0, "model.embed_tokens.weight")
                               : v->embed;
     const rp_dtype dt = rp_stage_weights_dtype(e, l);

@@ -15,7 +15,9 @@
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
 #include "engine/memory_model.h"
+#include "engine/padding.h"
 #include "engine/protocol.h"
+#include "engine/stage_weights.h"
 
 /* Device allocations keep the first failure's message (bytes asked and,
  * from the CUDA back end, bytes free). */
@@ -62,6 +64,7 @@ static void executor_free(executor *x)
         free(x->buf[b].gather);
     }
     rp_device_free(x->dev, x->scratch);
+    rp_device_free(x->dev, x->base_scratch);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
@@ -198,6 +201,18 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
               x->buf[b].left;
     }
     x->scratch = dalloc(x, scratch, err);
+    /* an FP8 base's blocks, each dequantised for its use (stage_buffers.c):
+     * one block's base, the largest (memory_model.c counts it the same) */
+    size_t base_scratch = 0;
+    for (int l = 0; l < e->num_layers; l++)
+        if (rp_stage_base_per_use(e, l) &&
+            rp_padded_elements(rp_frozen_base_numel(e->base, l)) * wb > base_scratch)
+            base_scratch = rp_padded_elements(rp_frozen_base_numel(e->base, l)) * wb;
+    x->base_layer = -1;
+    if (base_scratch) {
+        x->base_scratch = dalloc(x, base_scratch, err);
+        ok &= x->base_scratch != NULL;
+    }
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);

@@ -67,6 +67,10 @@ typedef struct executor {
                             first */
     int nsaved;
     float *workspace;    /* scratch of the job's layer calls (its layers' largest) */
+    void *base_scratch;  /* LoRA on an FP8 base: one block's base dequantised in the compute
+                            dtype for its use (stage_buffers.c), the largest block's size,
+                            shared by every job (NULL: no block is dequantised per use) */
+    int base_layer;      /* the block whose base base_scratch holds (-1: none) */
     int32_t *tokens, *targets; /* device copies of the microbatch's token ids and targets */
     uint8_t *mask;
     int32_t *segments;   /* --documents: its segment starts on the device (NULL: none) */

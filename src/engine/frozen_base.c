@@ -26,15 +26,23 @@ struct rp_frozen_base {
     size_t bytes;            /* of the tensors, where they lie */
     rp_dtype file_dtype;     /* of the model directory's first tensor (F32 without one) */
     rp_fp8_matrix *fp8;      /* each piece's FP8 weight and scales (weight NULL: not FP8) */
-    size_t *fp8_at;          /* each FP8 piece's byte offset in its layer's staging area */
+    size_t *fp8_at;          /* each piece's byte offset in its block's staging area (FP8
+                                bases: frozen_base.h's rp_frozen_base_staged_bytes) */
+    size_t *staged;          /* [nlayers] the bytes of each layer's staging area (0: none) */
     int nfp8;                /* pieces that are FP8 */
 };
+
+int rp_frozen_base_in_place(const rp_kernel_ops *ops)
+{
+    const char *upload = getenv("RP_TEST_UPLOAD_BASE");
+    return ops && ops->host_addressable && !(upload && strcmp(upload, "1") == 0);
+}
 
 unsigned rp_frozen_base_reads(const rp_kernel_ops *ops)
 {
     if (!ops)
         return 0;
-    const int fp8 = rp_frozen_base_in_place(ops) || rp_unproven_cuda_allowed();
+    const int fp8 = ops->host_addressable || rp_unproven_cuda_allowed();
     return ops->weight_dtypes | (fp8 ? RP_FROZEN_BASE_READS_FP8 : 0);
 }
 
@@ -204,6 +212,14 @@ static size_t staged_bytes(const rp_fp8_matrix *q)
     return pad16((size_t)(q->rows * q->cols)) + pad16(scale_bytes(q));
 }
 
+/* Whether tensor p of a decoder block is an FP8 checkpoint's quantised
+ * matrix by the rule FP8 releases follow: every matrix but the router. */
+static int quantised_by_rule(const rp_param_desc *p)
+{
+    const size_t len = strlen(p->name);
+    return p->ndim == 2 && !(len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0);
+}
+
 /* Whether tensor p of layer l ships FP8 (io/fp8.h): *q describes it then
  * (q->weight NULL otherwise). Only a decoder block's matrices may: the
  * embedding's rows and the head's matrix are read by other paths, and FP8
@@ -282,13 +298,15 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
         b->dtype = compute;
         b->bytes = b->store_bytes;
     }
-    for (int l = 0; l < b->nlayers; l++) { /* the staging areas' layouts */
+    /* the staging areas' layouts: every block of a base mapped with FP8 */
+    for (int l = 1; all && b->nfp8 > 0 && l < b->nlayers - 1; l++) {
         size_t at = 0;
-        for (int i = b->first[l]; i < b->first[l + 1]; i++)
-            if (b->fp8[i].weight) {
-                b->fp8_at[i] = at;
-                at += staged_bytes(&b->fp8[i]);
-            }
+        for (int i = b->first[l]; i < b->first[l + 1]; i++) {
+            b->fp8_at[i] = at;
+            at += b->fp8[i].weight ? staged_bytes(&b->fp8[i])
+                                   : pad16(b->pieces[i].numel * rp_dtype_size(b->dtype));
+        }
+        b->staged[l] = at;
     }
     return RP_OK;
 }
@@ -316,7 +334,8 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
         b->first = calloc((size_t)b->nlayers + 1, sizeof *b->first);
         b->fp8 = calloc((size_t)(total ? total : 1), sizeof *b->fp8);
         b->fp8_at = calloc((size_t)(total ? total : 1), sizeof *b->fp8_at);
-        if (!b->pieces || !b->store_at || !b->first || !b->fp8 || !b->fp8_at)
+        b->staged = calloc((size_t)b->nlayers + 1, sizeof *b->staged);
+        if (!b->pieces || !b->store_at || !b->first || !b->fp8 || !b->fp8_at || !b->staged)
             s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %d tensors", total);
     }
     if (s == RP_OK && model_dir)
@@ -366,6 +385,7 @@ void rp_frozen_base_close(rp_frozen_base **bp)
     free(b->store_at);
     free(b->fp8);
     free(b->fp8_at);
+    free(b->staged);
     free(b);
     *bp = NULL;
 }
@@ -405,23 +425,19 @@ int rp_frozen_base_fp8(const rp_frozen_base *b)
     return b->mapped && b->nfp8 > 0;
 }
 
-size_t rp_frozen_base_fp8_bytes(const rp_frozen_base *b, int l)
+size_t rp_frozen_base_staged_bytes(const rp_frozen_base *b, int l)
 {
-    size_t n = 0;
-    for (int i = b->first[l]; b->mapped && i < b->first[l + 1]; i++)
-        if (b->fp8[i].weight)
-            n += staged_bytes(&b->fp8[i]);
-    return n;
+    return b->staged[l];
 }
 
-const rp_fp8_matrix *rp_frozen_base_piece_fp8(const rp_frozen_base *b, int l, int i,
-                                              size_t *weight_at, size_t *scale_at)
+const rp_fp8_matrix *rp_frozen_base_piece_staged(const rp_frozen_base *b, int l, int i,
+                                                 size_t *at, size_t *scale_at)
 {
     const int k = b->first[l] + i;
     const rp_fp8_matrix *q = &b->fp8[k];
-    if (!b->mapped || !q->weight)
+    *at = b->fp8_at[k];
+    if (!q->weight)
         return NULL;
-    *weight_at = b->fp8_at[k];
     *scale_at = b->fp8_at[k] + pad16((size_t)(q->rows * q->cols));
     return q;
 }
@@ -433,13 +449,17 @@ rp_status rp_frozen_base_dequantise_staged(const rp_frozen_base *b, int l, const
     const rp_weight_piece *pc;
     const int n = rp_frozen_base_pieces(b, l, &pc);
     for (int i = 0; i < n; i++) {
-        size_t weight_at, scale_at;
-        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(b, l, i, &weight_at, &scale_at);
+        size_t at, scale_at;
+        const rp_fp8_matrix *q = rp_frozen_base_piece_staged(b, l, i, &at, &scale_at);
+        char *out = (char *)dst + pc[i].at * rp_dtype_size(to);
         if (q)
-            RP_TRY(k->ops->fp8_dequantise(k->state, (const char *)staging + weight_at,
+            RP_TRY(k->ops->fp8_dequantise(k->state, (const char *)staging + at,
                                           (const char *)staging + scale_at, q->scale_dtype,
-                                          q->rows, q->cols, q->block_rows, q->block_cols,
-                                          (char *)dst + pc[i].at * rp_dtype_size(to), to, err));
+                                          q->rows, q->cols, q->block_rows, q->block_cols, out,
+                                          to, err));
+        else /* as rp_frozen_base_materialise converts it from where it lies */
+            RP_TRY(k->ops->convert(k->state, (const char *)staging + at, b->dtype, out, to,
+                                   (int64_t)pc[i].numel, err));
     }
     return RP_OK;
 }
@@ -467,9 +487,7 @@ rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t
             if (source_name(cfg, p->name) != p->name)
                 continue; /* a tied head's matrix is the embedding's */
             plain += 2 * p->numel;
-            const size_t len = strlen(p->name);
-            const int router = len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0;
-            if (layers[l].kind != RP_LAYER_BLOCK || p->ndim != 2 || router) {
+            if (layers[l].kind != RP_LAYER_BLOCK || !quantised_by_rule(p)) {
                 bytes += 2 * p->numel;
                 continue;
             }
@@ -483,13 +501,16 @@ rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t
     return RP_OK;
 }
 
-size_t rp_frozen_base_fp8_bytes_bound(const rp_model_config *cfg, const rp_layer_desc *layer)
+size_t rp_frozen_base_staged_bound(const rp_model_config *cfg, const rp_layer_desc *layer,
+                                   rp_dtype dtype)
 {
     size_t n = 0;
     for (int i = 0; cfg->fp8.on && layer->kind == RP_LAYER_BLOCK && i < layer->nparams; i++) {
         const rp_param_desc *p = &layer->params[i];
-        if (p->ndim != 2)
+        if (!quantised_by_rule(p)) {
+            n += pad16(p->numel * rp_dtype_size(dtype));
             continue;
+        }
         const rp_fp8_matrix q = {NULL, NULL, RP_F32, p->shape[0], p->shape[1],
                                  cfg->fp8.block_rows, cfg->fp8.block_cols};
         n += staged_bytes(&q);

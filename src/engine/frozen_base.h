@@ -40,7 +40,7 @@ typedef struct rp_frozen_base rp_frozen_base;
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
                               unsigned reads, rp_frozen_base **out, rp_error *err);
 /* A bit of `reads`: the executors dequantise an FP8 base per layer
- * (rp_frozen_base_materialise), so its FP8 tensors are mapped too, as
+ * (rp_frozen_base_per_use), so its FP8 tensors are mapped too, as
  * F8_E4M3 with their scales (issue 36); without it they are dequantised
  * into the store. */
 #define RP_FROZEN_BASE_READS_FP8 (1u << 31)
@@ -53,26 +53,36 @@ rp_status rp_frozen_base_layout(const rp_model_config *cfg, rp_layer_desc **laye
 
 /* Whether executors driving a table of `ops` read the base where it lies
  * (their memory is the host's: CPU) rather than uploading it with their
- * stages. The one rule the engine and the planner both use. */
-static inline int rp_frozen_base_in_place(const rp_kernel_ops *ops)
+ * stages. The one rule the engine and the planner both use; the test mode
+ * RP_TEST_UPLOAD_BASE=1 makes CPU executors upload it as GPU ones do, so
+ * that path runs without a GPU (and `plan` counts it so). */
+int rp_frozen_base_in_place(const rp_kernel_ops *ops);
+
+/* Whether executors dequantise block l's base (of a model of n layers)
+ * each time they compute it, into one scratch of theirs that holds one
+ * layer's base in the compute dtype (issue 36): with `fp8`, a base they
+ * take as FP8 (mapped with its e4m3 tensors and scales, the planner's
+ * cfg->fp8.on with RP_FROZEN_BASE_READS_FP8). Its stage buffer keeps the
+ * block as FP8 and scales (uploaded: rp_frozen_base_staged_bytes) or
+ * nothing (in place: dequantised from where it lies). */
+static inline int rp_frozen_base_per_use(int fp8, int l, int n)
 {
-    return ops && ops->host_addressable;
+    return fp8 && l > 0 && l < n - 1;
 }
 
-/* Whether executors take block l's base (of a model of n layers) into
- * their stage buffers, in the compute dtype: always when they do not read
- * it in place (`in_place`: rp_frozen_base_in_place; uploaded with the
- * stage), and in place an FP8 model's blocks (dequantised there once per
- * job, rp_frozen_base_materialise). From the configuration alone, so the
- * planner sizes stage buffers as the executors fill them. */
-static inline int rp_frozen_base_copied(const rp_model_config *cfg, int in_place, int l, int n)
+/* Whether executors take layer l's base into their stage buffers, in the
+ * compute dtype: when they do not read it in place (`in_place`:
+ * rp_frozen_base_in_place; uploaded with the stage), but for a block
+ * dequantised per use. From the configuration alone, so the planner sizes
+ * stage buffers as the executors fill them. */
+static inline int rp_frozen_base_copied(int in_place, int fp8, int l, int n)
 {
-    return !in_place || (cfg->fp8.on && l > 0 && l < n - 1);
+    return !in_place && !rp_frozen_base_per_use(fp8, l, n);
 }
 
 /* The `reads` of rp_frozen_base_open for executors of `ops`: the dtypes
  * their GEMMs read, and RP_FROZEN_BASE_READS_FP8 where they take an FP8
- * base as it lies: CPU executors (dequantised per job in place), and GPU
+ * base as it lies: CPU executors (dequantised per use in place), and GPU
  * executors (uploaded as FP8 and dequantised on the device, a path not yet
  * run on a GPU: only with RP_ALLOW_UNPROVEN_CUDA=1, else the base is
  * dequantised into the store and uploaded in the compute dtype). */
@@ -119,23 +129,31 @@ int rp_frozen_base_fp8(const rp_frozen_base *base);
  * (core/fp8.h), a bf16 one widened. */
 rp_status rp_frozen_base_tensor_f32(const rp_frozen_base *base, int l, const char *name,
                                     float *dst, rp_error *err);
-/* FP8 bases on executors that upload them (issue 36): each FP8 piece of a
- * layer travels as its e4m3 bytes and its scales into a staging area of
- * the stage buffer, laid out piece by piece (weights, then scales, each
- * padded to 16 bytes), and is dequantised there into the layer's block
- * (rp_frozen_base_dequantise_staged); the other pieces travel as they lie.
- * rp_frozen_base_fp8_bytes: the staging bytes of layer l (0 without FP8
- * pieces). rp_frozen_base_piece_fp8: piece i's FP8 matrix (NULL when it is
- * not one), *weight_at and *scale_at its byte offsets in the staging area. */
-size_t rp_frozen_base_fp8_bytes(const rp_frozen_base *base, int l);
-const rp_fp8_matrix *rp_frozen_base_piece_fp8(const rp_frozen_base *base, int l, int i,
-                                              size_t *weight_at, size_t *scale_at);
+/* FP8 bases on executors that upload them (issue 36): a block's base
+ * (rp_frozen_base_per_use) travels piece by piece into a staging area of
+ * the stage buffer, where it stays as it lies: an FP8 piece as its e4m3
+ * bytes then its scales, another in the base's dtype (the compute dtype),
+ * each padded to 16 bytes, in the layer's order. Before each use the
+ * executor dequantises the area into its scratch, laid out as the block
+ * (rp_frozen_base_dequantise_staged: the bits of rp_frozen_base_materialise).
+ * rp_frozen_base_staged_bytes: the area's bytes for block l (0 for a
+ * layer that is not dequantised per use). rp_frozen_base_piece_staged:
+ * piece i's byte offset in it (*at; an FP8 piece's scales at *scale_at),
+ * and its FP8 matrix (NULL when it travels as it lies). */
+size_t rp_frozen_base_staged_bytes(const rp_frozen_base *base, int l);
+const rp_fp8_matrix *rp_frozen_base_piece_staged(const rp_frozen_base *base, int l, int i,
+                                                 size_t *at, size_t *scale_at);
 rp_status rp_frozen_base_dequantise_staged(const rp_frozen_base *base, int l,
                                            const rp_kernels *k, const void *staging, void *dst,
                                            rp_dtype dtype, rp_error *err);
-/* The most staging bytes block `layer` of an FP8 model can need (every
- * matrix FP8, F32 scales in cfg's blocks): what the planner sizes by. */
-size_t rp_frozen_base_fp8_bytes_bound(const rp_model_config *cfg, const rp_layer_desc *layer);
+/* The staging bytes of block `layer` of an FP8 checkpoint of cfg by the
+ * rule of rp_frozen_base_fp8_checkpoint_bytes (every matrix but the router
+ * in e4m3 with F32 scales in cfg's blocks, the other tensors in `dtype`),
+ * laid out as above: what the planner sizes a stage buffer by, and what
+ * the executors reserve (their files' own area when that is larger: an
+ * FP8 checkpoint that ships a block's matrix unquantised). */
+size_t rp_frozen_base_staged_bound(const rp_model_config *cfg, const rp_layer_desc *layer,
+                                   rp_dtype dtype);
 
 /* Layer l's base laid out as its block (rp_weight_piece.at) at dst, in
  * dtype (the run's compute dtype: its stage buffers', which a CPU table

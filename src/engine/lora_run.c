@@ -93,7 +93,7 @@ void rp_lora_call_of(const rp_engine *e, int l, int64_t t, int64_t first_sample,
 {
     memset(c, 0, sizeof *c);
     c->adapters = adapters;
-    if (!rp_stage_base_copied(e, l)) { /* read where it lies */
+    if (!rp_stage_base_copied(e, l) && !rp_stage_base_per_use(e, l)) { /* read where it lies */
         c->nbase = rp_frozen_base_pieces(e->base, l, &c->base);
         c->base_dtype = rp_frozen_base_dtype(e->base);
     }

@@ -59,6 +59,10 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
      * (0 for a kind this build lacks) */
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int in_place = rp_frozen_base_in_place(ops);
+    /* an FP8 checkpoint's base taken as FP8: each block dequantised for its
+     * use into one scratch per executor (frozen_base.h's rp_frozen_base_per_use) */
+    const int fp8 = lora && cfg->fp8.on && (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+    int64_t base_scratch = 0;
     const int64_t slot =
         ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;
     /* the embedding's rows a stage holds (trainable, or a LoRA's frozen base) */
@@ -73,19 +77,24 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         int64_t floats = (int64_t)rp_padded_elements(numel);
         /* LoRA: the stage buffer also holds the layer's frozen weights,
          * unless the executors read them where they lie (host memory:
-         * engine_impl.h's base_in_place; an FP8 block is dequantised into
-         * it there too, frozen_base.h's rp_frozen_base_copied) */
-        int64_t frozen = lora && rp_frozen_base_copied(cfg, in_place, l, n)
+         * engine_impl.h's base_in_place), frozen_base.h's rp_frozen_base_copied */
+        const int per_use = lora && rp_frozen_base_per_use(fp8, l, n);
+        int64_t frozen = lora && rp_frozen_base_copied(in_place, fp8, l, n)
                              ? (int64_t)rp_padded_elements(base_numel)
                              : 0;
-        /* an uploaded FP8 block stages its e4m3 bytes and scales beside
-         * (stage_buffers.c), counted as if every matrix were FP8 */
-        const int fp8_upload = lora && !in_place && cfg->fp8.on && l > 0 && l < n - 1 &&
-                               (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+        /* an uploaded FP8 block stays FP8 in the stage buffer: its e4m3
+         * bytes and scales and its other tensors as they lie
+         * (stage_buffers.c), by the rule of an FP8 checkpoint of cfg */
+        const int fp8_upload = per_use && !in_place;
         if (fp8_upload)
-            frozen += (int64_t)rp_padded_elements(
-                (rp_frozen_base_fp8_bytes_bound(cfg, &base[l]) + rp_dtype_size(dtype) - 1) /
+            frozen = (int64_t)rp_padded_elements(
+                (rp_frozen_base_staged_bound(cfg, &base[l], dtype) + rp_dtype_size(dtype) - 1) /
                 rp_dtype_size(dtype));
+        /* and is dequantised for each use into the executor's one scratch
+         * of the largest block's base (executor.c), uploaded or in place */
+        if (per_use && (int64_t)rp_padded_elements(base[l].numel) * (int64_t)rp_dtype_size(dtype) >
+                           base_scratch)
+            base_scratch = (int64_t)rp_padded_elements(base[l].numel) * (int64_t)rp_dtype_size(dtype);
         if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
         L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);
@@ -125,5 +134,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
      * [E] and [2E] fp32, on a device the host does not address */
     if (ops && !ops->host_addressable && rp_model_has_moe(cfg))
         *workspace_bytes += 3 * 4 * cfg->moe.num_experts;
+    /* and the scratch an FP8 base's blocks are dequantised in, every job's */
+    *workspace_bytes += base_scratch;
     return RP_OK;
 }

@@ -27,7 +27,10 @@
  *       layer's frozen weights in `dtype` (the untied base layout, rounded
  *       likewise: a tied head holds its own copy of the matrix), which
  *       have no gradient (executors of host memory read the base where it
- *       lies: nothing of it is uploaded);
+ *       lies: nothing of it is uploaded); an FP8 checkpoint's blocks taken
+ *       as FP8 (frozen_base.h's rp_frozen_base_per_use) hold, uploaded, their
+ *       e4m3 bytes and scales and their other tensors instead
+ *       (rp_frozen_base_staged_bound), and nothing in place;
  *   act_bytes: one slot of what a layer's forward keeps for its backward
  *       (rp_block_saved_floats with the back end's kernel table; the
  *       executor gives every layer of a tail/backward stage one);
@@ -44,7 +47,9 @@
  *       on its way back (rp_activation_narrow_floats), which every job's
  *       workspace holds; a kept block's input in keep_bytes is in act_dtype;
  * and *workspace_bytes, what every job shares: the microbatch's token ids,
- * targets and mask (and with documents its segment starts). */
+ * targets and mask (and with documents its segment starts), and with an
+ * FP8 base taken as FP8 the scratch its blocks are dequantised in for each
+ * use, the largest block's base in `dtype`. */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
                                int64_t microbatches,

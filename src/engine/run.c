@@ -78,12 +78,11 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_status s = RP_OK;
     if (e->lora) { /* the frozen base: mapped in place, or converted into the store */
         const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-        /* RP_TEST_UPLOAD_BASE=1: CPU executors take the base as GPU ones do,
-         * uploaded (copied) with their stages from where it lies in the
-         * compute dtype (or FP8), so that path runs here */
-        const char *upload = getenv("RP_TEST_UPLOAD_BASE");
-        const int test_upload = ops && upload && strcmp(upload, "1") == 0;
-        e->base_in_place = rp_frozen_base_in_place(ops) && !test_upload;
+        /* RP_TEST_UPLOAD_BASE=1 (frozen_base.h): CPU executors take the
+         * base as GPU ones do, uploaded (copied) with their stages from
+         * where it lies in the compute dtype (or FP8), so that path runs here */
+        e->base_in_place = rp_frozen_base_in_place(ops);
+        const int test_upload = ops && ops->host_addressable && !e->base_in_place;
         s = rp_frozen_base_open(cfg, e->o->model_dir, e->o->dtype,
                                 test_upload ? 1u << e->o->dtype | RP_FROZEN_BASE_READS_FP8
                                             : rp_frozen_base_reads(ops),

@@ -71,22 +71,28 @@ size_t rp_stage_floats(const rp_engine *e, const rp_job *job, size_t *off)
     return n;
 }
 
-/* An FP8 base uploaded (not read in place): layer l's staging area for
- * its e4m3 bytes and scales, in compute-dtype elements, past its block. */
+/* An FP8 base uploaded (not read in place): block l's staging area, its
+ * FP8 tensors with their scales and its others as they lie, in
+ * compute-dtype elements: what the config's rule reserves
+ * (rp_frozen_base_staged_bound, which the planner counts), or the files'
+ * own area when that is larger. Nothing of the block in the compute dtype:
+ * that is dequantised into the executor's scratch for each use. */
 static size_t staging_elements(const rp_engine *e, int l)
 {
-    if (e->base_in_place)
+    if (e->base_in_place || !rp_stage_base_per_use(e, l))
         return 0;
     const size_t wb = rp_dtype_size(e->p->compute_dtype);
-    return rp_padded_elements((rp_frozen_base_fp8_bytes(e->base, l) + wb - 1) / wb);
+    size_t bytes = rp_frozen_base_staged_bound(&e->p->cfg, rp_frozen_base_layer(e->base, l),
+                                               e->p->compute_dtype);
+    if (rp_frozen_base_staged_bytes(e->base, l) > bytes)
+        bytes = rp_frozen_base_staged_bytes(e->base, l);
+    return rp_padded_elements((bytes + wb - 1) / wb);
 }
 
-/* Where layer l (index i of buffer b's job) stages its FP8 tensors. */
-static char *staging_of(const stage_buf *b, int l, int i)
+/* Where block l (index i of buffer b's job) stages its base. */
+static char *staging_of(const stage_buf *b, int i)
 {
-    const rp_engine *e = b->e;
-    return (char *)b->w + (b->boff[i] + rp_padded_elements(rp_frozen_base_numel(e->base, l))) *
-                              rp_dtype_size(e->p->compute_dtype);
+    return (char *)b->w + b->boff[i] * rp_dtype_size(b->e->p->compute_dtype);
 }
 
 size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
@@ -99,9 +105,9 @@ size_t rp_stage_base_floats(const rp_engine *e, const rp_job *job, size_t *boff)
             boff[i] = n;
         if (rp_stage_base_copied(e, l)) {
             size_t numel = rp_frozen_base_numel(e->base, l);
-            n += rp_padded_elements(l == 0 ? embedding_elements(e, numel) : numel) +
-                 staging_elements(e, l);
+            n += rp_padded_elements(l == 0 ? embedding_elements(e, numel) : numel);
         }
+        n += staging_elements(e, l);
     }
     return n - start;
 }
@@ -197,37 +203,39 @@ static rp_status submit_base(executor *x, stage_buf *b, int l, rp_error *err)
     const int i = l - b->job.first;
     const rp_weight_piece *pc;
     int n = rp_frozen_base_pieces(e->base, l, &pc);
-    if (e->base_in_place && !rp_stage_base_copied(e, l)) {
-        /* read where it lies; only the embedding's rows are gathered */
+    if (e->base_in_place) {
+        /* read where it lies (an FP8 block dequantised from there for each
+         * use); only the embedding's rows are gathered */
         if (l == 0)
             gather_rows(e, b, NULL, pc[0].src, rp_dtype_size(rp_frozen_base_dtype(e->base)));
         return RP_OK;
     }
-    if (e->base_in_place) { /* an FP8 block: dequantised into the buffer, once per job */
-        rp_kernels k;
-        RP_TRY(rp_device_kernels(x->dev, &k, err));
-        return rp_frozen_base_materialise(e->base, l, &k, (char *)b->w + b->boff[i] * wb,
-                                          e->p->compute_dtype, err);
+    if (rp_stage_base_per_use(e, l)) { /* FP8: the block as it lies into its staging area */
+        for (int k = 0; k < n; k++) {
+            size_t at, scale_at;
+            const rp_fp8_matrix *q = rp_frozen_base_piece_staged(e->base, l, k, &at, &scale_at);
+            rp_xfer_req *r = new_request(b, i, 0);
+            r->dst = staging_of(b, i) + at;
+            r->src = pc[k].src;
+            r->bytes = pc[k].numel * rp_dtype_size(rp_frozen_base_dtype(e->base));
+            r->tag = "frozen weights";
+            if (q) {
+                r->src = q->weight;
+                r->bytes = (size_t)(q->rows * q->cols);
+                r->tag = "frozen weights (FP8)";
+                RP_TRY(rp_xfer_submit(x->xfer, r, err));
+                r = new_request(b, i, 0);
+                r->dst = staging_of(b, i) + scale_at;
+                r->src = q->scale;
+                r->bytes = (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
+                           rp_dtype_size(q->scale_dtype);
+                r->tag = "frozen weights (FP8 scales)";
+            }
+            RP_TRY(rp_xfer_submit(x->xfer, r, err));
+        }
+        return RP_OK;
     }
     for (int k = 0; k < (l == 0 ? 1 : n); k++) {
-        size_t weight_at, scale_at;
-        const rp_fp8_matrix *q = rp_frozen_base_piece_fp8(e->base, l, k, &weight_at, &scale_at);
-        if (q) { /* FP8: its bytes and its scales into the staging area */
-            rp_xfer_req *r = new_request(b, i, 0);
-            r->dst = staging_of(b, l, i) + weight_at;
-            r->src = q->weight;
-            r->bytes = (size_t)(q->rows * q->cols);
-            r->tag = "frozen weights (FP8)";
-            RP_TRY(rp_xfer_submit(x->xfer, r, err));
-            r = new_request(b, i, 0);
-            r->dst = staging_of(b, l, i) + scale_at;
-            r->src = q->scale;
-            r->bytes = (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
-                       rp_dtype_size(q->scale_dtype);
-            r->tag = "frozen weights (FP8 scales)";
-            RP_TRY(rp_xfer_submit(x->xfer, r, err));
-            continue;
-        }
         rp_xfer_req *r = new_request(b, i, b->boff[i] + pc[k].at);
         if (l == 0) {
             gather_rows(e, b, r, pc[0].src, wb);
@@ -250,9 +258,9 @@ static int base_requests(const rp_engine *e, int l)
     if (l == 0)
         return 1;
     int n = rp_frozen_base_pieces(e->base, l, &pc), fp8 = 0;
-    size_t w, s;
-    for (int k = 0; k < n; k++)
-        fp8 += rp_frozen_base_piece_fp8(e->base, l, k, &w, &s) != NULL;
+    size_t at, scale_at;
+    for (int k = 0; rp_stage_base_per_use(e, l) && k < n; k++)
+        fp8 += rp_frozen_base_piece_staged(e->base, l, k, &at, &scale_at) != NULL;
     return n + fp8; /* an FP8 tensor's scales travel apart */
 }
 
@@ -448,6 +456,34 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
     return begin(x, next, &njob, nt, ng, nj, 0, err);
 }
 
+/* An FP8 block's base into the executor's scratch in the compute dtype,
+ * from the stage's staging area (uploaded) or from where it lies (in
+ * place), just before the block computes: every use (a forward, a
+ * backward's recompute, a backward) finds its own layer there. The base is
+ * frozen, so a scratch that holds block l already (the same layer's next
+ * microbatch in a stage of one block; a recompute's last block and its
+ * backward) is not dequantised again. One scratch: the dequantisation runs
+ * on the compute stream, so it cannot overlap the previous layer's compute
+ * anyway, and a second layer's worth of device memory is what this path
+ * saves. */
+static rp_status dequantise_base(executor *x, const stage_buf *b, int l, int i, rp_error *err)
+{
+    rp_engine *e = x->e;
+    if (!rp_stage_base_per_use(e, l) || x->base_layer == l)
+        return RP_OK;
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    x->base_layer = -1; /* until it is whole */
+    if (e->base_in_place)
+        RP_TRY(rp_frozen_base_materialise(e->base, l, &k, x->base_scratch, e->p->compute_dtype,
+                                          err));
+    else
+        RP_TRY(rp_frozen_base_dequantise_staged(e->base, l, &k, staging_of(b, i),
+                                                x->base_scratch, e->p->compute_dtype, err));
+    x->base_layer = l;
+    return RP_OK;
+}
+
 rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *err)
 {
     rp_engine *e = x->e;
@@ -464,20 +500,11 @@ rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *e
         for (int k = 0; k < b->nreq; k++)
             if (b->piece_of[k] == i || (tied && b->piece_of[k] == n))
                 RP_TRY(rp_xfer_wait(x->xfer, &b->req[k], err));
-        if (e->lora && !e->base_in_place && rp_frozen_base_fp8_bytes(e->base, l) > 0) {
-            /* an FP8 base's tensors landed in the staging area: into the
-             * layer's block, in the compute dtype, once per job */
-            rp_kernels k;
-            RP_TRY(rp_device_kernels(x->dev, &k, err));
-            RP_TRY(rp_frozen_base_dequantise_staged(
-                e->base, l, &k, staging_of(b, l, i),
-                (char *)b->w + b->boff[i] * rp_dtype_size(e->p->compute_dtype),
-                e->p->compute_dtype, err));
-        }
         b->ready[i] = 1;
         trace_weights_wait(x, job, l, l, b->g, b->t, t0); /* once per layer and job */
     } else {
         RP_TRY(submit_landed(x, b, err));
     }
+    RP_TRY(dequantise_base(x, b, l, i, err));
     return submit_landed(x, &x->buf[1 - x->cur], err);
 }

@@ -22,7 +22,7 @@ static rp_stage_weights stage_view(const executor *x, const rp_job *job)
     const rp_engine *e = x->e;
     const stage_buf *b = &x->buf[x->cur];
     rp_stage_weights w = {.first = job->first, .buffer = b->w, .offsets = b->off,
-                          .base_offsets = b->boff};
+                          .base_offsets = b->boff, .base_scratch = x->base_scratch};
     if (e->lora && e->base_in_place) /* the embedding's rows gathered from where it lies */
         w.embedding = b->gather;
     if (rp_stage_needs_tied(e, job))

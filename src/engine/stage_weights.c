@@ -13,7 +13,13 @@ rp_dtype rp_stage_weights_dtype(const rp_engine *e, int l)
 
 int rp_stage_base_copied(const rp_engine *e, int l)
 {
-    return e->lora && rp_frozen_base_copied(&e->p->cfg, e->base_in_place, l, e->num_layers);
+    return e->lora && rp_frozen_base_copied(e->base_in_place, rp_frozen_base_fp8(e->base), l,
+                                            e->num_layers);
+}
+
+int rp_stage_base_per_use(const rp_engine *e, int l)
+{
+    return e->lora && rp_frozen_base_per_use(rp_frozen_base_fp8(e->base), l, e->num_layers);
 }
 
 const void *rp_stage_weights_trainable(const rp_engine *e, const rp_stage_weights *w, int l,
@@ -34,6 +40,8 @@ const void *rp_stage_weights_layer(const rp_engine *e, const rp_stage_weights *w
 {
     if (l == 0 && w->embedding)
         return w->embedding;
+    if (rp_stage_base_per_use(e, l))
+        return w->base_scratch;
     if (e->lora && !rp_stage_base_copied(e, l))
         return NULL;
     return e->lora ? base_at(e, w, l, 0) : rp_stage_weights_trainable(e, w, l, 0);

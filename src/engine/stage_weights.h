@@ -3,8 +3,9 @@
  * engine/executor_impl.h) and the evaluator (one layer at a time, the
  * embedding kept apart, engine/eval.c). Each describes its buffers with a
  * view; the functions below say where layer l's weights are (with LoRA, its
- * frozen base: copied beside the adapters, or read where it lies when the
- * device's memory is the host's, engine_impl.h's base_in_place), which
+ * frozen base: copied beside the adapters, read where it lies when the
+ * device's memory is the host's, engine_impl.h's base_in_place, or an FP8
+ * block's dequantised into the executor's scratch for each use), which
  * dtype the call reads them in, and where the head's final norm and LM
  * matrix are (its own, a tied model's embedding, or the frozen base's). */
 #ifndef RP_ENGINE_STAGE_WEIGHTS_H
@@ -25,6 +26,8 @@ typedef struct rp_stage_weights {
                                    buffer (the evaluator's kept table; the gathered rows of a
                                    base read in place) */
     const void *tied_matrix;    /* a tied LM head's matrix, full model (NULL: not tied) */
+    const void *base_scratch;   /* LoRA on an FP8 base: the block being computed, its base
+                                   dequantised there in the compute dtype (rp_stage_base_per_use) */
 } rp_stage_weights;
 
 /* The head's weights for its call, and where its gradients go: without
@@ -46,14 +49,17 @@ rp_dtype rp_stage_weights_dtype(const rp_engine *e, int l);
  * base_offsets), in the compute dtype: frozen_base.h's
  * rp_frozen_base_copied for this run's executors. */
 int rp_stage_base_copied(const rp_engine *e, int l);
+/* LoRA: whether block l's frozen base is dequantised for each use into
+ * base_scratch (frozen_base.h's rp_frozen_base_per_use: an FP8 base). */
+int rp_stage_base_per_use(const rp_engine *e, int l);
 
 /* Layer l's trainable weights (LoRA: its adapters), at element `at`. */
 const void *rp_stage_weights_trainable(const rp_engine *e, const rp_stage_weights *w, int l,
                                        size_t at);
 
 /* The weights a layer call reads for layer l: its own, or with LoRA its
- * frozen base (NULL for a block whose base is read in place: the LoRA call
- * carries its tensors). */
+ * frozen base (base_scratch for a block dequantised per use; NULL for a
+ * block whose base is read in place: the LoRA call carries its tensors). */
 const void *rp_stage_weights_layer(const rp_engine *e, const rp_stage_weights *w, int l);
 
 /* The head's (layer `head`) final norm and LM matrix. */

@@ -28,8 +28,9 @@ typedef struct rp_layer_cost {
                               (bf16 gradients: the fp32 accumulator stays on the device,
                               its rounded copy travels); 0: grad_bytes */
     int64_t upload_bytes;  /* of weight_bytes' weights, the bytes their upload moves when it
-                              differs (an FP8 base: e4m3 bytes and scales, dequantised into
-                              weight_bytes on the device, issue 36); 0: weight_bytes */
+                              differs (an FP8 base: e4m3 bytes and scales at most, kept so in
+                              weight_bytes and dequantised for each use, issue 36); 0:
+                              weight_bytes */
     int64_t opt_params;    /* trainable parameters the CPU optimizer updates */
     int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
                               layer's forward and its backward */
