@@ -17,3 +17,8 @@ EXTRA_DIST += bench/README.md
 EXTRA_DIST += bench/bench_train_peer.sh bench/torch_train_peer.py bench/qwen3-25m-config.json
 # bench_nodes.sh: bytes per node per step against the rule, AdamW per node on 1, 2, 4 pseudo-nodes
 EXTRA_DIST += bench/bench_nodes.sh bench/bench_checkpoint.sh
+# configs and scripts bench/README.md's figures come from (plan, simulate, LoRA memory)
+EXTRA_DIST += bench/moe/qwen3-235b-a22b-config.json bench/moe/qwen3-235b-a22b-fp8-config.json \
+	bench/moe/qwen3-30b-a3b-config.json bench/paper/plan-gpt-oss-20b.sh \
+	bench/paper/simulate-all.sh bench/paper/simulate-nodes.sh bench/lora/make_model.py \
+	bench/lora/memory.sh bench/paper/gpt-oss-20b-config.json
