@@ -37,6 +37,12 @@ mpi_tests_test_io_mxfp4_SOURCES = mpi-tests/test_io_mxfp4.c
 mpi_tests_test_io_mxfp4_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_mxfp4_LDADD = $(RP_TEST_LDADD) -lm
 EXTRA_DIST += mpi-tests/fixtures/gpt-oss/mxfp4/model.safetensors tools/gen_mxfp4_fixture.py
+# gpt-oss's save: the fused experts written a piece at a time, its peak memory bounded (serial)
+check_PROGRAMS += mpi-tests/test_io_gpt_oss_save
+TESTS += mpi-tests/test_io_gpt_oss_save
+mpi_tests_test_io_gpt_oss_save_SOURCES = mpi-tests/test_io_gpt_oss_save.c
+mpi_tests_test_io_gpt_oss_save_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_io_gpt_oss_save_LDADD = $(RP_TEST_LDADD) -lm
 # FP8 e4m3 weights with block scales: decoding, dequantising, and the files' bad input (serial)
 check_PROGRAMS += mpi-tests/test_io_fp8
 TESTS += mpi-tests/test_io_fp8

@@ -11,6 +11,9 @@
  * --nodes N prints one node's plan (that of M/N microbatches); plan
  * --lora-rank counts a LoRA run's bytes (frozen weights up, adapter
  * gradients down, the base mapped or in the store) as computed by hand;
+ * a mixture of experts' blocks are costed as the engine runs them (the
+ * router and k of the experts, gpt-oss's windows, the router's and the
+ * experts' adapters, each expert's on its k tokens), as computed by hand;
  * from the H100's measured layer times, the lagged step is the file's
  * compute and exact with clipping is within 5% of it at batch 8 and 32
  * where the optimizer's bandwidth allows (bench/README.md, 2026-11-29), and
@@ -451,6 +454,80 @@ START_TEST(lora_plan_counts_frozen_and_adapter_bytes)
 }
 END_TEST
 
+static double job_ms(json_object *j, int job)
+{
+    json_object *jobs, *v;
+    ck_assert(json_object_object_get_ex(j, "jobs", &jobs));
+    ck_assert(json_object_object_get_ex(json_object_array_get_idx(jobs, (size_t)job),
+                                        "ms_per_microbatch", &v));
+    return json_object_get_double(v);
+}
+
+/* plan on the gpt-oss fixture (H 32, 4 q heads and 2 kv heads of 12: q
+ * width 48, kv 24; 4 experts of width 32, top 2; 3 blocks, the first and
+ * last sliding with a window of 6), 16 tokens, 1e6 FLOP/s (--tflops 1e-6)
+ * and a device too fast to be the bound (--device-gbs 1e9), kept blocks (no
+ * recompute). The closed form costs a mixture of experts' block as the
+ * engine runs it (rp_layer_flops_get), counted here by hand, per token:
+ *   GEMM weights a token passes through: q, k, v, o 32 x 96 + 48 x 32, the
+ *     router 32 x 4, 2 experts of 3 x 32 x 32: 10880 (2 FLOPs each);
+ *   attention 4 x 48 x keys: a sliding block's query sees (6 x 7 / 2 + 10 x
+ *     6) / 16 = 5.0625 keys on average, the full block's 17 / 2: 972 and
+ *     1632 FLOPs;
+ *   rank 2 adapters: q 2 (32 + 48), the router 2 (32 + 4), gate_up's (2I =
+ *     64 outputs, gate and up sharing A) 2 (32 + 64) and down's 2 (32 + 32)
+ *     on each of the 2 experts a token is routed to: 160 + 72 + 384 + 256
+ *     = 872 weights, 1744 FLOPs.
+ * Full fine-tuning: forward 3 x 21760 + 2 x 972 + 1632 = 68856 FLOPs a
+ * token, backward twice that. LoRA on q, the router and the experts:
+ * forward 68856 + 3 x 1744 = 74088; backward the base's input gradients
+ * (3 x 21760), the attention's twice and the adapters' twice their forward
+ * (82896). The router alone: forward 68856 + 3 x 144. The adapters' bytes
+ * as the layout holds them (each A and B padded to 16 floats: the router's
+ * B [4, 2] to 16): 160 + 64 + 16 + 4 x 192 + 4 x 128 = 1520 floats a block,
+ * downloaded as fp32. The old closed form took a dense MLP of one expert,
+ * no router, gate_up's adapter with I outputs and every expert adapter
+ * once: 850.944 ms for this forward with LoRA, and refused the router
+ * alone. */
+START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
+{
+    char dir[512], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden-gpt-oss/oss-lora/model",
+             rp_test_srcdir());
+    static const struct {
+        const char *lora;
+        double fwd_ms, bwd_ms;
+        int64_t grad_bytes;
+    } cases[] = {
+        {"", 68856 * 16 / 1e3, 2 * 68856 * 16 / 1e3, 0},
+        {"--lora-rank 2 --lora-targets "
+         "q_proj,mlp.router.weight,mlp.experts.gate_up_proj,mlp.experts.down_proj",
+         74088 * 16 / 1e3, 82896 * 16 / 1e3, 3 * 1520 * 4},
+        {"--lora-rank 2 --lora-targets mlp.router.weight", (68856 + 3 * 144) * 16 / 1e3,
+         (3 * 21760 + 2 * 3576 + 2 * 3 * 144) * 16 / 1e3, 3 * (64 + 16) * 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(cmd, sizeof cmd,
+                 "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
+                 "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
+                 "--plan fwd=0-3;bwd=4,0-3", dir, cases[c].lora);
+        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].lora, err_text);
+        json_object *j = json_tokener_parse(out_text);
+        ck_assert_msg(j != NULL, "%s", out_text);
+        /* the embedding's forward is a gather: bytes at 1e9 GB/s, nothing */
+        ck_assert_msg(fabs(job_ms(j, 0) - cases[c].fwd_ms) < 1e-5 * cases[c].fwd_ms,
+                      "'%s': forward %g ms, by hand %g", cases[c].lora, job_ms(j, 0),
+                      cases[c].fwd_ms);
+        ck_assert_msg(fabs(job_ms(j, 2) - cases[c].bwd_ms) < 1e-5 * cases[c].bwd_ms,
+                      "'%s': backward %g ms, by hand %g", cases[c].lora, job_ms(j, 2),
+                      cases[c].bwd_ms);
+        if (cases[c].grad_bytes)
+            ck_assert_int_eq(job_field(j, 2, "grad_bytes"), cases[c].grad_bytes);
+        json_object_put(j);
+    }
+}
+END_TEST
+
 static Suite *plan_cli_suite(void)
 {
     Suite *s = suite_create("plan_cli");
@@ -462,6 +539,7 @@ static Suite *plan_cli_suite(void)
     tcase_add_test(tc, config_and_forced_plan);
     tcase_add_test(tc, bad_command_lines_and_files);
     tcase_add_test(tc, lora_plan_counts_frozen_and_adapter_bytes);
+    tcase_add_test(tc, moe_plan_counts_the_router_and_experts_as_they_run);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -206,6 +206,8 @@ def independent_check(og, case, model_dir, init_dir, tokens, mask, log):
 
 
 def make_case(name, case, outdir, log, og):
+    if case["lora"].get("reversed"):
+        return make_reversed_case(name, case, outdir, log, og)
     if case["lora"].get("parameters"):
         return make_params_case(name, case, outdir, log, og)
     mg = og.mg
@@ -307,10 +309,10 @@ PARAMS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.router.weigh
 PARAMS_TARGETS = ",".join(TARGET_NAMES + PARAMS)
 
 
-def params_config(case):
+def params_config(case, params=PARAMS):
     lo = case["lora"]
     return LoraConfig(r=lo["r"], lora_alpha=lo["alpha"], target_modules=list(TARGET_NAMES),
-                      target_parameters=list(PARAMS), lora_dropout=0.0, bias="none",
+                      target_parameters=list(params), lora_dropout=0.0, bias="none",
                       task_type="CAUSAL_LM")
 
 
@@ -329,8 +331,8 @@ def params_keys(cfg, r):
     return keys
 
 
-def make_params_init(og, case, model_dir, dst, log):
-    model = get_peft_model(base(og, model_dir, torch.float32), params_config(case))
+def make_params_init(og, case, model_dir, dst, log, params_list=PARAMS):
+    model = get_peft_model(base(og, model_dir, torch.float32), params_config(case, params_list))
     g = torch.Generator().manual_seed(case["lora"]["init_seed"])
     params = adapter_params(model)
     with torch.no_grad():
@@ -345,8 +347,8 @@ def make_params_init(og, case, model_dir, dst, log):
     assert all(tuple(got[k].shape) == want[k] for k in want)
     with open(os.path.join(dst, "adapter_config.json")) as f:
         ac = json.load(f)
-    assert ac["target_parameters"] == PARAMS, ac["target_parameters"]
-    log("  lora_init: %d tensors; q/k/v/o and target_parameters %s" % (len(got), PARAMS))
+    assert ac["target_parameters"] == params_list, ac["target_parameters"]
+    log("  lora_init: %d tensors; q/k/v/o and target_parameters %s" % (len(got), params_list))
     return {n: p.detach().clone() for n, p in params}
 
 
@@ -514,6 +516,84 @@ def make_params_case(name, case, outdir, log, og):
             "final": "model cast to float32, PeftModel.save_pretrained",
             "clipped_steps": stats["clipped_steps"],
             "checks": checks,
+        } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py "
+                                          "(tools/gpt_oss_golden_lora.py)",
+                             "peft": peft.__version__}))
+
+
+# ---------------------------------------------------------------------------
+# oss-lora-params-reversed: the target_parameters listed down_proj first
+# ---------------------------------------------------------------------------
+# PEFT 0.21.2 (BaseTuner._inject_parameters) wraps a module's parameters in
+# the module's own order (module.named_parameters(recurse=False):
+# GptOssExperts registers gate_up_proj before down_proj), the list only
+# deciding which: gate_up_proj's ParamWrapper is the inner one whichever
+# order adapter_config.json lists, so the saved names are the same.  This
+# case makes oss-lora-params' adapter with the list reversed and checks
+# that: the same tensor names and values, the list kept reversed in
+# adapter_config.json, and PEFT loading each and training it in float64 to
+# the same numbers bit for bit.  Only lora_init/ is stored: roundpipe's
+# test trains it against oss-lora-params' expected.jsonl and final/.
+PARAMS_REVERSED = ["mlp.experts.down_proj", "mlp.experts.gate_up_proj", "mlp.router.weight"]
+
+
+def make_reversed_case(name, case, outdir, log, og):
+    mg = og.mg
+    log("case %s -> %s" % (name, outdir))
+    if os.path.isdir(outdir):
+        shutil.rmtree(outdir)
+    os.makedirs(outdir)
+    usual_case = og.CASES[case["lora"]["reversed"]]
+    assert all(usual_case[k] == case[k] for k in ("model_seed", "data_seed", "data_len",
+                                                    "config", "train")), case["lora"]["reversed"]
+    assert {k: v for k, v in usual_case["lora"].items()} == \
+        {k: v for k, v in case["lora"].items() if k != "reversed"}
+    tmp = tempfile.TemporaryDirectory()
+    model_dir = os.path.join(tmp.name, "model")
+    model = og.build_model(case)
+    og.write_model_dir(model_dir, og.config_json(model), og.fp32_tensors(model))
+    tokens, mask = mg.make_data(case)
+    usual_dir = os.path.join(tmp.name, "usual")
+    make_params_init(og, case, model_dir, usual_dir, log)
+    init_dir = os.path.join(outdir, "lora_init")
+    make_params_init(og, case, model_dir, init_dir, log, PARAMS_REVERSED)
+    usual = load_file(os.path.join(usual_dir, "adapter_model.safetensors"))
+    rev = load_file(os.path.join(init_dir, "adapter_model.safetensors"))
+    assert sorted(usual) == sorted(rev), sorted(set(usual) ^ set(rev))
+    assert all(torch.equal(usual[k], rev[k]) for k in usual)
+    log("  the reversed list's adapter: the usual order's %d tensor names and values"
+        % len(rev))
+    coef = og.aux_coef(case)
+    runs = {}
+    for which, d in (("usual", usual_dir), ("reversed", init_dir)):
+        peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), d,
+                                               is_trainable=True)
+        experts = peft_model.base_model.model.model.layers[0].mlp.experts
+        nesting = (experts.parameter_name, experts.base_layer.parameter_name)
+        assert nesting == ("down_proj", "gate_up_proj"), (which, nesting)
+        params = adapter_params(peft_model)
+        records, _ = og.train(peft_model, tokens, mask, case["train"], coef, log, params=params)
+        runs[which] = ([mg.dumps(r) for r in records],
+                       {n: p.detach().clone() for n, p in params})
+    assert runs["usual"][0] == runs["reversed"][0], "the logged numbers differ"
+    assert sorted(runs["usual"][1]) == sorted(runs["reversed"][1])
+    assert all(torch.equal(runs["usual"][1][n], runs["reversed"][1][n]) for n in runs["usual"][1])
+    log("  PEFT loads both and trains them in float64 to the same numbers and adapters, bit for "
+        "bit (%d steps)" % len(runs["usual"][0]))
+    tmp.cleanup()
+    with open(os.path.join(outdir, "provenance.json"), "w") as f:
+        f.write(mg.dumps({
+            "model": "%s/model (the same seeds and config)" % usual_case["model_from"],
+            "lora_init": "%s's lora_init (the same seed and draws) made with "
+                         "target_parameters %s" % (case["lora"]["reversed"], PARAMS_REVERSED),
+            "checks": {
+                "same_names_and_values_as_usual_order": True,
+                "peft_nesting_either_order": "experts: down_proj's ParamWrapper around "
+                                             "gate_up_proj's (base_layer)",
+                "peft_float64_training_identical_either_order": True,
+            },
+            "test": "roundpipe trains lora_init/ with %s's data and arguments to its "
+                    "expected.jsonl and final/" % case["lora"]["reversed"],
         } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py "
                                           "(tools/gpt_oss_golden_lora.py)",
                              "peft": peft.__version__}))

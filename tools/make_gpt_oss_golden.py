@@ -159,6 +159,17 @@ CASES = {
         "lora": {"r": 2, "alpha": 4, "init_seed": 9051, "parameters": True},
         "model_from": "oss-lora",
     },
+    # oss-lora-params' adapter made by PEFT with target_parameters listed
+    # down_proj first (lora_init/ only: PEFT saves it under the same names;
+    # trained against oss-lora-params' expected.jsonl and final/)
+    "oss-lora-params-reversed": {
+        "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
+        "config": dict(COMMON_CONFIG, output_router_logits=True, router_aux_loss_coef=0.5),
+        "train": train_opts(**{"lr-schedule": "linear", "lr": "1e-2"}),
+        "lora": {"r": 2, "alpha": 4, "init_seed": 9047, "parameters": True,
+                 "reversed": "oss-lora-params"},
+        "model_from": "oss-lora",
+    },
     "oss-mxfp4": {
         "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
         "mxfp4": True,

@@ -283,6 +283,45 @@ void rp_plan_cli_usage(FILE *out)
         rp_options_usage(out, rows, PLAN_ROWS);
 }
 
+/* The closed form's figures of a mixture of experts' blocks (the others
+ * left 0: the dense block of the shape's fields), from the layout, as the
+ * engine counts them (model/layout.h rp_block_work_get): every expert's
+ * weights held, the router and k experts run a token, gpt-oss's gate_up
+ * adapter with 2I outputs, an expert's adapter on its k tokens. *out NULL
+ * for a model without experts. */
+static rp_status moe_blocks(const rp_model_config *cfg, int64_t S, rp_block_shape **out,
+                            rp_error *err)
+{
+    *out = NULL;
+    if (!rp_model_has_moe(cfg))
+        return RP_OK;
+    rp_layer_desc *base = NULL, *adapters = NULL;
+    int nbase = 0, nadapters = 0;
+    const int64_t nblocks = cfg->num_hidden_layers;
+    rp_status st = rp_model_base_layout(cfg, &base, &nbase, err);
+    if (st == RP_OK && cfg->lora.rank > 0)
+        st = rp_model_layout(cfg, &adapters, &nadapters, err);
+    rp_block_shape *b = st == RP_OK ? calloc((size_t)nblocks, sizeof *b) : NULL;
+    if (st == RP_OK && !b)
+        st = rp_error_set(err, RP_ERR_NOMEM, "the cost of %lld blocks", (long long)nblocks);
+    for (int64_t i = 0; st == RP_OK && i < nblocks; i++) {
+        if (!rp_model_block_is_moe(cfg, (int)i))
+            continue;
+        rp_block_work w;
+        rp_block_work_get(cfg, (int)i, S, &w);
+        b[i] = (rp_block_shape){(int64_t)base[i + 1].numel, w.gemm, w.keys,
+                                adapters ? (int64_t)adapters[i + 1].numel : 0, w.adapter};
+    }
+    free(base);
+    free(adapters);
+    if (st != RP_OK) {
+        free(b);
+        return st;
+    }
+    *out = b;
+    return RP_OK;
+}
+
 /* A config's cost model: times from its FLOPs on the given device rates,
  * device memory as the executors of `device` allocate it (the workspace
  * into *workspace). */
@@ -307,21 +346,22 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
     if (refused)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: --lora-targets: %s", path, refused);
     cfg.lora.targets = rp_lora_model_targets(&cfg, lora->targets); /* no router when dense */
-    /* the closed form knows the seven projections of a dense block */
-    const unsigned shape_targets = cfg.lora.targets & ~(1u << RP_LORA_ROUTER);
-    if (lora->rank > 0 && !shape_targets)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: --lora-targets: %s", path,
-                            cfg.lora.targets ? "the router (gate) alone is not modelled by the "
-                                               "closed-form cost; name a projection too"
-                                             : "the model has none of these (gate, the "
-                                               "router, is a mixture of experts')");
+    if (lora->rank > 0 && !cfg.lora.targets)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: --lora-targets: the model has none "
+                            "of these (gate, the router, is a mixture of experts')", path);
     *cfg_out = cfg;
+    /* the closed form knows the seven projections of a dense block; a
+     * mixture of experts' blocks are costed from the layout and the work
+     * the block does (the router's and the experts' adapters among it) */
+    rp_block_shape *blocks = NULL;
+    RP_TRY(moe_blocks(&cfg, S, &blocks, err));
     rp_model_shape sh = {cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
                          cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size,
                          cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias,
-                         lora->rank, shape_targets};
+                         lora->rank, cfg.lora.targets & ~(1u << RP_LORA_ROUTER), blocks};
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
+    free(blocks);
     if (st == RP_OK)
         st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, act_dtype,
                                    documents,

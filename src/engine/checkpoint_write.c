@@ -141,7 +141,7 @@ static rp_status ck_layer(ck *k, int l, rp_error *err)
 {
     double t0 = rp_now();
     int a = k->first[l], n = k->first[l + 1] - a, sa, sn;
-    rp_status s = rp_saved_tensors_fill(k->saved, a, n, &sa, &sn, err);
+    rp_status s = rp_saved_tensors_range(k->saved, a, n, &sa, &sn, err);
     if (s == RP_OK)
         s = rp_checkpoint_put(k->w, 0, sa, sn, err);
     if (s == RP_OK)

@@ -122,7 +122,7 @@ static int read_fused_experts(rp_frozen_base *b, const rp_layer_desc *L, int i,
     for (int k = i; k < j; k++) {
         const rp_param_desc *p = &L->params[k];
         refs[k - i] = (rp_tensor_ref){p->name, p->ndim, {p->shape[0], p->shape[1]},
-                                      tmp + p->offset};
+                                      tmp + p->offset, NULL};
     }
     *s = rp_gpt_oss_experts_read(b->set, experts, refs, j - i, err);
     free(refs);

@@ -225,7 +225,7 @@ rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                       ad + off.b[proj] + e + (size_t)(row * p->cfg.lora.rank), d->shape[1],
                       d->shape[0], p->cfg.lora.rank, scaling);
             }
-            t[k] = (rp_tensor_ref){d->name, d->ndim, {d->shape[0], d->shape[1]}, dst};
+            t[k] = (rp_tensor_ref){d->name, d->ndim, {d->shape[0], d->shape[1]}, dst, NULL};
         }
     }
     if (s == RP_OK)

@@ -181,7 +181,7 @@ rp_tensor_ref *rp_params_tensors(const rp_params *p, int sets, const rp_params_a
                 char *name = names + (size_t)k * NAME_MAX_LEN;
                 snprintf(name, NAME_MAX_LEN, "%s%s", pd->name, suffix[set]);
                 t[k] = (rp_tensor_ref){name, pd->ndim, {pd->shape[0], pd->shape[1]},
-                                       base + pd->offset};
+                                       base + pd->offset, NULL};
             }
     *n = k;
     return t;

@@ -292,6 +292,36 @@ rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoin
     return RP_OK;
 }
 
+/* RP_ERR_NUMERIC with the index and value of t's first element that is not
+ * finite; RP_OK when all are. A made tensor (gpt-oss's fused experts,
+ * data NULL) is made a piece at a time for the look, as its write will. */
+static rp_status first_non_finite(const rp_tensor_ref *t, size_t *at, float *value,
+                                  rp_error *err)
+{
+    const size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1) *
+                              (t->ndim > 2 ? t->shape[2] : 1));
+    const size_t chunk = RP_SAFETENSORS_FILL_CHUNK;
+    float *made = t->data ? NULL : malloc(chunk * sizeof *made);
+    if (!t->data && !made)
+        return rp_error_set(err, RP_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    rp_status s = RP_OK;
+    for (size_t k0 = 0; s == RP_OK && k0 < n; k0 += chunk) {
+        const size_t len = n - k0 < chunk ? n - k0 : chunk;
+        const float *x = t->data ? t->data + k0 : made;
+        if (!t->data)
+            t->source->fill(t->source->ctx, (int64_t)k0, len, made);
+        for (size_t k = 0; k < len; k++)
+            if (!isfinite(x[k])) {
+                *at = k0 + k;
+                *value = x[k];
+                s = RP_ERR_NUMERIC;
+                break;
+            }
+    }
+    free(made);
+    return s;
+}
+
 rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int count,
                             rp_error *err)
 {
@@ -301,14 +331,15 @@ rp_status rp_checkpoint_put(rp_checkpoint_writer *w, int file, int first, int co
      * resume would take it over the good one before it */
     for (int i = first; i < first + count; i++) {
         const rp_tensor_ref *t = &w->tensors[file][i];
-        size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1) *
-                            (t->ndim > 2 ? t->shape[2] : 1));
-        for (size_t k = 0; k < n; k++)
-            if (!isfinite(t->data[k]))
-                return rp_error_set(err, RP_ERR_NUMERIC, "checkpoint of step %lld: %s: tensor "
-                                    "'%s': element %zu is %g (the update is not finite: no "
-                                    "checkpoint of it)", (long long)w->step,
-                                    w->file_name[file], t->name, k, (double)t->data[k]);
+        size_t at = 0;
+        float value = 0;
+        rp_status s = first_non_finite(t, &at, &value, err);
+        if (s == RP_ERR_NUMERIC)
+            return rp_error_set(err, RP_ERR_NUMERIC, "checkpoint of step %lld: %s: tensor "
+                                "'%s': element %zu is %g (the update is not finite: no "
+                                "checkpoint of it)", (long long)w->step, w->file_name[file],
+                                t->name, at, (double)value);
+        RP_TRY(s);
     }
     return rp_tensor_file_put(w->file[file], first, count, err);
 }

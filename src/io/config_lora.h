@@ -73,9 +73,10 @@ void rp_lora_tensor_name(const rp_model_config *cfg, int block, int expert, rp_l
 /* PEFT's name of gpt-oss block `block`'s fused experts adapter of p
  * (RP_LORA_GATE_PROJ: gate_up_proj, RP_LORA_DOWN_PROJ: down_proj) when
  * `targets` are adapted: a ParamWrapper wraps the experts module per
- * parameter, in target_parameters' order, so with both gate_up_proj's
- * (listed first) is the inner one, mlp.experts.base_layer.lora_A.weight,
- * and down_proj's mlp.experts.lora_A.weight. lora_A is [r*E, in], expert
+ * parameter, in the module's order of its parameters (PEFT 0.21's
+ * _inject_parameters; target_parameters' order only says which), so with
+ * both gate_up_proj's is the inner one, mlp.experts.base_layer.lora_A.weight,
+ * and down_proj's mlp.experts.lora_A.weight, whichever the list names first. lora_A is [r*E, in], expert
  * e's A its rows e*r ..; lora_B [out, r*E], B_e[o][k] at column k*E + e,
  * gate_up_proj's rows interleaved (row 2j gate j, 2j+1 up j). */
 void rp_lora_fused_name(int block, rp_lora_proj p, unsigned targets, int b, char *buf,

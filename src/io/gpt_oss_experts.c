@@ -165,91 +165,95 @@ rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *exp
 static const char *const fused_names[4] = {"gate_up_proj", "gate_up_proj_bias", "down_proj",
                                             "down_proj_bias"};
 
-rp_status rp_gpt_oss_experts_fused_shapes(const char *experts, const rp_tensor_ref *refs, int n,
-                                          rp_tensor_ref *fused, char names[4][600],
-                                          rp_error *err)
+/* Elements [first, first + count) of one fused tensor, from each expert's
+ * own: the row-major index walked as (e, row, column) without a division
+ * per element. */
+static void fill_fused(const void *ctx, int64_t first, size_t count, float *dst)
 {
-    int64_t E, I, H;
-    RP_TRY(sizes_of(experts, refs, n, &E, &I, &H, err));
-    const int64_t shapes[4][3] = {{E, H, 2 * I}, {E, 2 * I, 1}, {E, I, H}, {E, H, 1}};
-    for (int f = 0; f < 4; f++) {
-        snprintf(names[f], 600, "%s.%s", experts, fused_names[f]);
-        fused[f] = (rp_tensor_ref){names[f], f % 2 ? 2 : 3, {0}, NULL};
-        memcpy(fused[f].shape, shapes[f], sizeof fused[f].shape);
+    const rp_gpt_oss_fused_part *part = ctx;
+    const rp_gpt_oss_fused *b = part->block;
+    const int64_t E = b->experts, I = b->intermediate, H = b->hidden;
+    const float *const *from = b->from;
+    switch (part->which) {
+    case 0: { /* gate_up_proj[e][h][2j + p] = gate/up[j][h] */
+        int64_t c = first % (2 * I), h = first / (2 * I) % H, e = first / (2 * I * H);
+        for (size_t k = 0; k < count; k++) {
+            dst[k] = from[2 * (c & 1) * E + e][(c >> 1) * H + h];
+            if (++c == 2 * I && (c = 0, ++h == H))
+                h = 0, e++;
+        }
+        break;
     }
-    return RP_OK;
+    case 1: { /* gate_up_proj_bias[e][2j + p] = gate/up bias[j] */
+        int64_t c = first % (2 * I), e = first / (2 * I);
+        for (size_t k = 0; k < count; k++) {
+            dst[k] = from[(2 * (c & 1) + 1) * E + e][c >> 1];
+            if (++c == 2 * I)
+                c = 0, e++;
+        }
+        break;
+    }
+    case 2: { /* down_proj[e][j][o] = down[o][j] */
+        int64_t o = first % H, j = first / H % I, e = first / (H * I);
+        for (size_t k = 0; k < count; k++) {
+            dst[k] = from[4 * E + e][o * I + j];
+            if (++o == H && (o = 0, ++j == I))
+                j = 0, e++;
+        }
+        break;
+    }
+    default: { /* down_proj_bias[e][o] = down bias[o] */
+        int64_t o = first % H, e = first / H;
+        for (size_t k = 0; k < count; k++) {
+            dst[k] = from[5 * E + e][o];
+            if (++o == H)
+                o = 0, e++;
+        }
+    }
+    }
 }
 
-rp_status rp_gpt_oss_experts_fuse_into(const char *experts, const rp_tensor_ref *refs, int n,
-                                       const rp_tensor_ref *fused, rp_error *err)
+rp_status rp_gpt_oss_fused_make(const char *experts, const rp_tensor_ref *refs, int n,
+                                rp_gpt_oss_fused *fused, rp_tensor_ref out[4], rp_error *err)
 {
     int64_t E, I, H;
+    memset(fused, 0, sizeof *fused);
     RP_TRY(sizes_of(experts, refs, n, &E, &I, &H, err));
-    const rp_tensor_ref *t = fused;
-    if (t[0].shape[0] != E || t[0].shape[1] != H || t[0].shape[2] != 2 * I ||
-        t[2].shape[1] != I || t[2].shape[2] != H)
-        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: the fused tensors' shapes do not fit "
-                            "its %lld experts of %lld x %lld", experts, (long long)E,
-                            (long long)I, (long long)H);
+    const float **from = calloc((size_t)(6 * E), sizeof *from);
+    if (!from)
+        return rp_error_set(err, RP_ERR_NOMEM, "%s: the table of %lld experts", experts,
+                            (long long)E);
     for (int i = 0; i < n; i++) {
         const rp_tensor_ref *r = &refs[i];
         char x[512];
         int64_t e;
         int part, bias;
         rp_gpt_oss_expert_name(r->name, x, sizeof x, &e, &part, &bias);
-        if (part == 2 && bias) {
-            memcpy(t[3].data + e * H, r->data, (size_t)H * sizeof(float));
-        } else if (part == 2) { /* down_proj[e][i][o] = down[o][i] */
-            float *d = t[2].data + (size_t)e * (size_t)(I * H);
-            for (int64_t o = 0; o < H; o++)
-                for (int64_t j = 0; j < I; j++)
-                    d[j * H + o] = r->data[o * I + j];
-        } else if (bias) {
-            for (int64_t j = 0; j < I; j++)
-                t[1].data[e * 2 * I + 2 * j + part] = r->data[j];
-        } else { /* gate_up_proj[e][h][2j + part] = gate/up[j][h] */
-            float *d = t[0].data + (size_t)e * (size_t)(H * 2 * I);
-            for (int64_t j = 0; j < I; j++)
-                for (int64_t h = 0; h < H; h++)
-                    d[h * 2 * I + 2 * j + part] = r->data[j * H + h];
+        const int64_t want0 = part == 2 ? H : I, want1 = bias ? 1 : part == 2 ? I : H;
+        if (r->ndim != (bias ? 1 : 2) || r->shape[0] != want0 ||
+            (!bias && r->shape[1] != want1) || !r->data || from[(2 * part + bias) * E + e]) {
+            free(from);
+            return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' has a shape the other "
+                                "experts' tensors do not fit, no data, or comes twice", experts,
+                                r->name);
         }
+        from[(2 * part + bias) * E + e] = r->data;
     }
-    return RP_OK;
-}
-
-int64_t rp_gpt_oss_fused_numel(const rp_tensor_ref *t)
-{
-    return t->shape[0] * t->shape[1] * (t->ndim == 3 ? t->shape[2] : 1);
-}
-
-rp_status rp_gpt_oss_experts_fuse(const char *experts, const rp_tensor_ref *refs, int n,
-                                  rp_tensor_ref **out, rp_error *err)
-{
-    enum { NAME = 600 };
-    rp_tensor_ref shapes[4];
-    char names[4][NAME];
-    RP_TRY(rp_gpt_oss_experts_fused_shapes(experts, refs, n, shapes, names, err));
-    size_t floats = 0;
-    for (int f = 0; f < 4; f++)
-        floats += (size_t)rp_gpt_oss_fused_numel(&shapes[f]);
-    rp_tensor_ref *t = calloc(1, 4 * (sizeof *t + NAME) + floats * sizeof(float));
-    if (!t)
-        return rp_error_set(err, RP_ERR_NOMEM, "%s: the fused experts' %zu floats", experts,
-                            floats);
-    char *name = (char *)(t + 4);
-    float *data = (float *)(name + 4 * NAME);
+    fused->experts = E, fused->intermediate = I, fused->hidden = H;
+    fused->from = from;
+    const int64_t shapes[4][3] = {{E, H, 2 * I}, {E, 2 * I, 1}, {E, I, H}, {E, H, 1}};
     for (int f = 0; f < 4; f++) {
-        t[f] = shapes[f];
-        memcpy(name + f * NAME, names[f], NAME);
-        t[f].name = name + f * NAME;
-        t[f].data = data;
-        data += rp_gpt_oss_fused_numel(&shapes[f]);
+        snprintf(fused->names[f], sizeof fused->names[f], "%s.%s", experts, fused_names[f]);
+        fused->parts[f] = (rp_gpt_oss_fused_part){fused, f};
+        fused->sources[f] = (rp_tensor_source){fill_fused, &fused->parts[f]};
+        out[f] = (rp_tensor_ref){fused->names[f], f % 2 ? 2 : 3, {0}, NULL, &fused->sources[f]};
+        memcpy(out[f].shape, shapes[f], sizeof out[f].shape);
     }
-    rp_status s = rp_gpt_oss_experts_fuse_into(experts, refs, n, t, err);
-    if (s != RP_OK) {
-        free(t);
-        return s;
-    }
-    *out = t;
     return RP_OK;
+}
+
+void rp_gpt_oss_fused_free(rp_gpt_oss_fused *fused)
+{
+    free(fused->from);
+    fused->from = NULL;
 }

@@ -21,9 +21,8 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "io/model_dir.h"
 #include "io/safetensors_set.h"
-
-struct rp_tensor_ref; /* io/model_dir.h */
 
 /* Whether `name` is roundpipe's name of a gpt-oss expert tensor: then
  * experts (size bytes) receives "<block>.mlp.experts", and *expert, *part
@@ -40,25 +39,28 @@ int rp_gpt_oss_expert_name(const char *name, char *experts, size_t size, int64_t
 rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *experts,
                                   const struct rp_tensor_ref *refs, int n, rp_error *err);
 
-/* The fused tensors of one block's experts from roundpipe's (the n refs
- * as above): *out receives 4 tensor refs named <experts>.gate_up_proj,
- * .gate_up_proj_bias, .down_proj and .down_proj_bias whose names and
- * data live in one allocation, *out itself (free() it). */
-rp_status rp_gpt_oss_experts_fuse(const char *experts, const struct rp_tensor_ref *refs, int n,
-                                  struct rp_tensor_ref **out, rp_error *err);
-
-/* The same in stages, for a writer that fixes every tensor's place before
- * any data is ready (a checkpoint, written layer by layer while training
- * goes on): fused_shapes gives the four fused tensors' names (kept in
- * names) and shapes, data NULL; fuse_into fills four such tensors, the
- * caller's memory in their data, from roundpipe's n refs. */
-rp_status rp_gpt_oss_experts_fused_shapes(const char *experts, const struct rp_tensor_ref *refs,
-                                          int n, struct rp_tensor_ref *fused,
-                                          char names[4][600], rp_error *err);
-rp_status rp_gpt_oss_experts_fuse_into(const char *experts, const struct rp_tensor_ref *refs,
-                                       int n, const struct rp_tensor_ref *fused, rp_error *err);
-
-/* The element count of one of those fused tensors. */
-int64_t rp_gpt_oss_fused_numel(const struct rp_tensor_ref *t);
+/* The fused tensors of one block's experts made from roundpipe's (the n
+ * refs as above) piece by piece as a file is written, never held whole
+ * (gpt-oss-20b's are 3.2 GB a block in fp32, the whole model's experts 76
+ * GB): rp_gpt_oss_fused_make gives the four fused tensors' names (kept in
+ * fused->names) and shapes, each with its source (io/model_dir.h), data
+ * NULL; the sources read the refs' data when the file is written, so the
+ * refs' memory must outlive them, and *fused must not move. */
+typedef struct rp_gpt_oss_fused_part {
+    const struct rp_gpt_oss_fused *block;
+    int which; /* 0 gate_up_proj, 1 gate_up_proj_bias, 2 down_proj, 3 down_proj_bias */
+} rp_gpt_oss_fused_part;
+typedef struct rp_gpt_oss_fused {
+    int64_t experts, intermediate, hidden;
+    const float **from; /* [6 E]: expert e's part p (0 gate, 1 up, 2 down), weight (bias 0)
+                           or bias (1): from[(2 p + bias) E + e] */
+    char names[4][600];
+    rp_gpt_oss_fused_part parts[4];
+    rp_tensor_source sources[4];
+} rp_gpt_oss_fused;
+rp_status rp_gpt_oss_fused_make(const char *experts, const struct rp_tensor_ref *refs, int n,
+                                rp_gpt_oss_fused *fused, struct rp_tensor_ref out[4],
+                                rp_error *err);
+void rp_gpt_oss_fused_free(rp_gpt_oss_fused *fused); /* its table; no-op when empty */
 
 #endif

@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_set.h"
 #include "io/safetensors_writer.h"
+#include "io/saved_tensors.h"
 
 static rp_status check_finite(rp_safetensors_set *set, const rp_tensor_ref *t, rp_error *err)
 {
@@ -141,8 +142,13 @@ rp_status rp_tensor_file_begin(rp_file_set *fs, const char *name, const rp_tenso
     snprintf(f->path, sizeof f->path, "%s/%s", rp_file_set_dir(fs), name);
     rp_status s = rp_safetensors_writer_create(&f->w, err);
     for (int i = 0; i < n && s == RP_OK; i++)
-        s = rp_safetensors_writer_add(f->w, tensors[i].name, dtype, RP_F32, tensors[i].ndim,
-                                      tensors[i].shape, tensors[i].data, err);
+        s = tensors[i].data || !tensors[i].source
+                ? rp_safetensors_writer_add(f->w, tensors[i].name, dtype, RP_F32,
+                                            tensors[i].ndim, tensors[i].shape, tensors[i].data,
+                                            err)
+                : rp_safetensors_writer_add_filled(f->w, tensors[i].name, dtype, tensors[i].ndim,
+                                                   tensors[i].shape, tensors[i].source->fill,
+                                                   tensors[i].source->ctx, err);
     if (s == RP_OK)
         s = rp_file_set_add(fs, name, &f->af, err);
     if (s == RP_OK)
@@ -225,63 +231,22 @@ static rp_status save_tensors(const char *dir, const rp_tensor_ref *tensors, int
     return s;
 }
 
-/* The tensors as transformers holds them: gpt-oss's experts fused
- * (io/gpt_oss_experts.h), each block's four fused tensors in pieces[]
- * (freed by the caller, *npieces of them); *out is malloc'ed. */
-static rp_status fused_tensors(const rp_tensor_ref *in, int n, rp_tensor_ref **out, int *nout,
-                               rp_tensor_ref **pieces, int *npieces, rp_error *err)
-{
-    rp_tensor_ref *t = malloc((size_t)(n ? n : 1) * sizeof *t);
-    if (!t)
-        return rp_error_set(err, RP_ERR_NOMEM, "the list of %d tensors", n);
-    int k = 0;
-    *npieces = 0;
-    for (int i = 0; i < n; i++) {
-        char experts[512], x[512];
-        int64_t e;
-        int part, bias;
-        if (!rp_gpt_oss_expert_name(in[i].name, experts, sizeof experts, &e, &part, &bias)) {
-            t[k++] = in[i];
-            continue;
-        }
-        int j = i + 1;
-        while (j < n && rp_gpt_oss_expert_name(in[j].name, x, sizeof x, &e, &part, &bias) &&
-               strcmp(x, experts) == 0)
-            j++;
-        rp_tensor_ref *f;
-        rp_status s = rp_gpt_oss_experts_fuse(experts, in + i, j - i, &f, err);
-        if (s != RP_OK) {
-            free(t);
-            return s;
-        }
-        pieces[(*npieces)++] = f;
-        for (int q = 0; q < 4; q++)
-            t[k++] = f[q];
-        i = j - 1;
-    }
-    *out = t;
-    *nout = k;
-    return RP_OK;
-}
-
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
                             const rp_companions *companions, rp_error *err)
 {
     if (cfg->arch == RP_ARCH_GPT_OSS) {
         /* gpt-oss's experts are saved as transformers holds them: fused,
-         * never quantised (io/gpt_oss_experts.h) */
-        rp_tensor_ref *t = NULL, **pieces = calloc((size_t)(n ? n : 1), sizeof *pieces);
-        int nt = 0, np = 0;
-        if (!pieces)
-            return rp_error_set(err, RP_ERR_NOMEM, "%s: the list of %d tensors", dir, n);
-        rp_status s = fused_tensors(tensors, n, &t, &nt, pieces, &np, err);
-        if (s == RP_OK)
-            s = save_tensors(dir, t, nt, dtype, cfg, template_config, companions, err);
-        for (int i = 0; i < np; i++)
-            free(pieces[i]);
-        free(pieces);
-        free(t);
+         * never quantised, each fused tensor made a piece at a time as the
+         * file is written (io/saved_tensors.h), never a second copy of the
+         * experts in memory */
+        rp_saved_tensors *saved = NULL;
+        int nsaved = 0;
+        RP_TRY(rp_saved_tensors_make(tensors, n, &saved, err));
+        const rp_tensor_ref *list = rp_saved_tensors_list(saved, &nsaved);
+        rp_status s = save_tensors(dir, list, nsaved, dtype, cfg, template_config, companions,
+                                   err);
+        rp_saved_tensors_free(&saved);
         return s;
     }
     return save_tensors(dir, tensors, n, dtype, cfg, template_config, companions, err);

@@ -13,13 +13,24 @@
 #include "io/companions.h"
 #include "io/config.h"
 #include "io/file_set.h"
+#include "io/safetensors_writer.h"
 
-/* A named tensor in memory, fp32, row-major. */
+/* A tensor that is written but never held whole (gpt-oss's fused experts,
+ * io/gpt_oss_experts.h): fill puts its elements [first, first + count),
+ * fp32 in row-major order, into dst, as the file is written. */
+typedef struct rp_tensor_source {
+    rp_safetensors_fill fill;
+    const void *ctx;
+} rp_tensor_source;
+
+/* A named tensor in memory, fp32, row-major; or, to be written, made by
+ * its source (data NULL). */
 typedef struct rp_tensor_ref {
     const char *name;
     int ndim;         /* 1 or 2 (3: gpt-oss's fused experts, io/gpt_oss_experts.h) */
     int64_t shape[3]; /* shape[1] = 1 when ndim == 1 */
     float *data;
+    const rp_tensor_source *source; /* when data is NULL */
 } rp_tensor_ref;
 
 /* Read each of the n tensors from dir's safetensors files into its data,

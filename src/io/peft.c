@@ -219,9 +219,10 @@ static rp_status read_targets(const reader *r, json_object *v, const rp_model_co
 }
 
 /* target_parameters: gpt-oss's mlp.experts.gate_up_proj, mlp.experts.
- * down_proj and mlp.router.weight (their bits into *params), gate_up_proj
- * before down_proj (PEFT nests the wrappers in the list's order, which
- * gives the fused tensors' names: rp_lora_fused_name). */
+ * down_proj and mlp.router.weight (their bits into *params), in any order:
+ * PEFT nests the experts' wrappers in the module's order of its parameters,
+ * not the list's, so either order saves the same tensor names
+ * (rp_lora_fused_name). */
 static rp_status read_parameters(const reader *r, json_object *v, const rp_model_config *cfg,
                                  unsigned *params, rp_error *err)
 {
@@ -240,12 +241,6 @@ static rp_status read_parameters(const reader *r, json_object *v, const rp_model
                                 "one roundpipe adapts on gpt-oss (mlp.experts.gate_up_proj, "
                                 "mlp.experts.down_proj, mlp.router.weight)", r->path, i,
                                 json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN));
-        if (bit == RP_LORA_PARAM_GATE_UP && (*params & RP_LORA_PARAM_DOWN))
-            return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s: target_parameters lists "
-                                "mlp.experts.down_proj before mlp.experts.gate_up_proj: PEFT then "
-                                "nests down_proj's adapter inside gate_up_proj's (other tensor "
-                                "names); roundpipe reads the order it writes, gate_up_proj first",
-                                r->path);
         *params |= bit;
     }
     return RP_OK;
@@ -610,7 +605,8 @@ static json_object *adapter_config(const rp_model_config *cfg, const rp_lora_con
         return NULL;
     }
     /* gpt-oss's router and experts as target_parameters, gate_up_proj
-     * first (rp_lora_fused_name) */
+     * first as the experts module holds them (either order names the same
+     * tensors: rp_lora_fused_name) */
     json_object *params = NULL;
     static const rp_lora_proj param_order[3] = {RP_LORA_GATE_PROJ, RP_LORA_DOWN_PROJ,
                                                 RP_LORA_ROUTER};

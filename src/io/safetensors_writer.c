@@ -16,6 +16,8 @@ typedef struct wentry {
     int64_t shape[RP_SAFETENSORS_MAX_DIMS];
     int64_t numel;
     const void *data;
+    rp_safetensors_fill fill; /* instead of data: made as it is written */
+    const void *fill_ctx;
     size_t order;    /* insertion index, for a stable sort */
     uint64_t offset; /* of its bytes in the file, once the header is written */
     int written;
@@ -142,9 +144,9 @@ rp_status rp_safetensors_writer_set_metadata(rp_safetensors_writer *w, const cha
     return RP_OK;
 }
 
-rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
-                                    rp_dtype file_dtype, rp_dtype src_dtype, int ndim,
-                                    const int64_t *shape, const void *data, rp_error *err)
+static rp_status add_entry(rp_safetensors_writer *w, const char *name, rp_dtype file_dtype,
+                           rp_dtype src_dtype, int ndim, const int64_t *shape, const void *data,
+                           rp_safetensors_fill fill, const void *fill_ctx, rp_error *err)
 {
     if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "safetensors writer: invalid tensor name '%s'",
@@ -171,7 +173,7 @@ rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "safetensors writer: tensor '%s': invalid shape dimension %d", name,
                                 i);
-    if (numel > 0 && !data)
+    if (numel > 0 && !data && !fill)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "safetensors writer: tensor '%s': no data",
                             name);
     for (size_t i = 0; i < w->n; i++)
@@ -196,8 +198,28 @@ rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
     memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
     e->numel = numel;
     e->data = data;
+    e->fill = fill;
+    e->fill_ctx = fill_ctx;
     e->order = w->n++;
     return RP_OK;
+}
+
+rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
+                                    rp_dtype file_dtype, rp_dtype src_dtype, int ndim,
+                                    const int64_t *shape, const void *data, rp_error *err)
+{
+    return add_entry(w, name, file_dtype, src_dtype, ndim, shape, data, NULL, NULL, err);
+}
+
+rp_status rp_safetensors_writer_add_filled(rp_safetensors_writer *w, const char *name,
+                                           rp_dtype file_dtype, int ndim, const int64_t *shape,
+                                           rp_safetensors_fill fill, const void *ctx,
+                                           rp_error *err)
+{
+    if (!fill)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "safetensors writer: tensor '%s': no fill",
+                            name ? name : "(null)");
+    return add_entry(w, name, file_dtype, RP_F32, ndim, shape, NULL, fill, ctx, err);
 }
 
 /* Wider dtypes first keeps every tensor aligned to its element size, since
@@ -212,10 +234,11 @@ static int layout_cmp(const void *a, const void *b)
 }
 
 /* fp32 to fp16, nearest even; a finite value beyond the fp16 range is an
- * error naming the tensor (it would be saved as infinity). */
-static rp_status to_f16(const wentry *e, int64_t first, size_t n, uint16_t *dst, rp_error *err)
+ * error naming the tensor (it would be saved as infinity). src holds the
+ * tensor's elements from `first`. */
+static rp_status to_f16(const wentry *e, const float *src, int64_t first, size_t n,
+                        uint16_t *dst, rp_error *err)
 {
-    const float *src = (const float *)e->data + first;
     for (size_t i = 0; i < n; i++) {
         dst[i] = rp_f32_to_f16(src[i]);
         if ((dst[i] & 0x7fffu) == 0x7c00u && isfinite(src[i]))
@@ -226,29 +249,44 @@ static rp_status to_f16(const wentry *e, int64_t first, size_t n, uint16_t *dst,
     return RP_OK;
 }
 
-/* The tensor's bytes at its offset, converted to its file dtype. */
+/* The tensor's bytes at its offset, converted to its file dtype; a made
+ * tensor (fill) a piece at a time, so a write holds two pieces' memory,
+ * whatever the tensor's size. */
 static rp_status write_data(rp_atomic_file **af, wentry *e, rp_error *err)
 {
     size_t esz = rp_dtype_size(e->file_dtype);
-    if (e->file_dtype == e->src_dtype)
+    if (!e->fill && e->file_dtype == e->src_dtype)
         return rp_atomic_file_write_at(af, e->data, (size_t)e->numel * esz, e->offset, err);
-    enum { CHUNK = 1 << 16 };
-    void *buf = malloc(CHUNK * 4);
-    if (!buf)
+    const size_t chunk = RP_SAFETENSORS_FILL_CHUNK;
+    void *buf = malloc(chunk * 4);
+    float *made = e->fill ? malloc(chunk * sizeof *made) : NULL;
+    if (!buf || (e->fill && !made)) {
+        free(buf);
+        free(made);
         return rp_error_set(err, RP_ERR_NOMEM, "out of memory converting tensor '%s'", e->name);
+    }
     rp_status s = RP_OK;
-    for (int64_t i = 0; s == RP_OK && i < e->numel; i += CHUNK) {
-        size_t n = (size_t)(e->numel - i < CHUNK ? e->numel - i : CHUNK);
+    for (int64_t i = 0; s == RP_OK && i < e->numel; i += (int64_t)chunk) {
+        size_t n = (size_t)(e->numel - i < (int64_t)chunk ? e->numel - i : (int64_t)chunk);
+        if (e->fill)
+            e->fill(e->fill_ctx, i, n, made);
+        const float *src = e->fill ? made
+                           : e->src_dtype == RP_F32 ? (const float *)e->data + i
+                                                    : NULL;
+        const void *out = buf;
         if (e->file_dtype == RP_BF16)
-            rp_f32_to_bf16_array((const float *)e->data + i, buf, n);
+            rp_f32_to_bf16_array(src, buf, n);
         else if (e->file_dtype == RP_F16)
-            s = to_f16(e, i, n, buf, err);
+            s = to_f16(e, src, i, n, buf, err);
+        else if (e->fill)
+            out = made; /* F32 */
         else
             rp_bf16_to_f32_array((const uint16_t *)e->data + i, buf, n);
         if (s == RP_OK)
-            s = rp_atomic_file_write_at(af, buf, n * esz, e->offset + (uint64_t)i * esz, err);
+            s = rp_atomic_file_write_at(af, out, n * esz, e->offset + (uint64_t)i * esz, err);
     }
     free(buf);
+    free(made);
     return s;
 }
 

@@ -7,6 +7,7 @@
 #ifndef RP_IO_SAFETENSORS_WRITER_H
 #define RP_IO_SAFETENSORS_WRITER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/dtype.h"
@@ -26,6 +27,20 @@ void rp_safetensors_writer_destroy(rp_safetensors_writer **w);
 rp_status rp_safetensors_writer_add(rp_safetensors_writer *w, const char *name,
                                     rp_dtype file_dtype, rp_dtype src_dtype, int ndim,
                                     const int64_t *shape, const void *data, rp_error *err);
+
+/* A tensor whose fp32 data is made piece by piece as it is written, in
+ * row-major order (one the caller never holds whole): fill puts elements
+ * [first, first + count) into dst; the writer asks for pieces of a bounded
+ * size, so the file's bytes are those of the whole tensor added with
+ * rp_safetensors_writer_add. */
+typedef void (*rp_safetensors_fill)(const void *ctx, int64_t first, size_t count, float *dst);
+rp_status rp_safetensors_writer_add_filled(rp_safetensors_writer *w, const char *name,
+                                           rp_dtype file_dtype, int ndim, const int64_t *shape,
+                                           rp_safetensors_fill fill, const void *ctx,
+                                           rp_error *err);
+
+/* The most elements a fill is asked for at once. */
+#define RP_SAFETENSORS_FILL_CHUNK ((size_t)1 << 16)
 
 /* Set a "__metadata__" string entry (replaces {"format": "pt"} for "format"). */
 rp_status rp_safetensors_writer_set_metadata(rp_safetensors_writer *w, const char *key,

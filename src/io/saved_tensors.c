@@ -11,28 +11,26 @@
 typedef struct group {
     int src, count, at;
     char experts[512];
-    char names[4][600];
+    rp_gpt_oss_fused fused;
 } group;
 
 struct rp_saved_tensors {
-    const rp_tensor_ref *in;
-    int nin;
     rp_tensor_ref *list;
     int n;
     int *saved_at; /* [nin + 1]: in[i]'s first saved tensor (the group's for an expert's) */
     group *groups;
     int ngroups;
-    float *scratch; /* the largest block's fused tensors */
 };
 
 void rp_saved_tensors_free(rp_saved_tensors **s)
 {
     if (!*s)
         return;
+    for (int g = 0; g < (*s)->ngroups; g++)
+        rp_gpt_oss_fused_free(&(*s)->groups[g].fused);
     free((*s)->list);
     free((*s)->saved_at);
     free((*s)->groups);
-    free((*s)->scratch);
     free(*s);
     *s = NULL;
 }
@@ -52,9 +50,6 @@ rp_status rp_saved_tensors_make(const rp_tensor_ref *in, int n, rp_saved_tensors
         rp_saved_tensors_free(&s);
         return rp_error_set(err, RP_ERR_NOMEM, "the saved list of %d tensors", n);
     }
-    s->in = in;
-    s->nin = n;
-    size_t largest = 0;
     rp_status st = RP_OK;
     for (int i = 0; i < n && st == RP_OK; i++) {
         group *g = &s->groups[s->ngroups];
@@ -74,12 +69,9 @@ rp_status rp_saved_tensors_make(const rp_tensor_ref *in, int n, rp_saved_tensors
         g->src = i;
         g->count = j - i;
         g->at = s->n;
-        st = rp_gpt_oss_experts_fused_shapes(g->experts, in + i, j - i, s->list + s->n,
-                                             g->names, err);
-        size_t size = 0;
-        for (int f = 0; f < 4; f++)
-            size += (size_t)rp_gpt_oss_fused_numel(&s->list[s->n + f]);
-        largest = size > largest ? size : largest;
+        st = rp_gpt_oss_fused_make(g->experts, in + i, j - i, &g->fused, s->list + s->n, err);
+        if (st != RP_OK)
+            break;
         for (int k = i + 1; k < j; k++)
             s->saved_at[k] = s->n;
         s->n += 4;
@@ -87,19 +79,9 @@ rp_status rp_saved_tensors_make(const rp_tensor_ref *in, int n, rp_saved_tensors
         i = j - 1;
     }
     s->saved_at[n] = s->n;
-    if (st == RP_OK && largest && !(s->scratch = malloc(largest * sizeof *s->scratch)))
-        st = rp_error_set(err, RP_ERR_NOMEM, "the fused experts' %zu floats", largest);
     if (st != RP_OK) {
         rp_saved_tensors_free(&s);
         return st;
-    }
-    for (int g = 0; g < s->ngroups; g++) {
-        float *data = s->scratch;
-        for (int f = 0; f < 4; f++) {
-            rp_tensor_ref *t = &s->list[s->groups[g].at + f];
-            t->data = data;
-            data += rp_gpt_oss_fused_numel(t);
-        }
     }
     *out = s;
     return RP_OK;
@@ -111,8 +93,8 @@ const rp_tensor_ref *rp_saved_tensors_list(const rp_saved_tensors *s, int *n)
     return s->list;
 }
 
-rp_status rp_saved_tensors_fill(rp_saved_tensors *s, int first, int count, int *saved_first,
-                                int *saved_count, rp_error *err)
+rp_status rp_saved_tensors_range(const rp_saved_tensors *s, int first, int count,
+                                 int *saved_first, int *saved_count, rp_error *err)
 {
     *saved_first = s->saved_at[first];
     *saved_count = s->saved_at[first + count] - *saved_first;
@@ -123,8 +105,6 @@ rp_status rp_saved_tensors_fill(rp_saved_tensors *s, int first, int count, int *
         if (gr->src < first || gr->src + gr->count > first + count)
             return rp_error_set(err, RP_ERR_INTERNAL, "%s: tensors %d-%d asked for, a part of "
                                 "its experts", gr->experts, first, first + count - 1);
-        RP_TRY(rp_gpt_oss_experts_fuse_into(gr->experts, s->in + gr->src, gr->count,
-                                            s->list + gr->at, err));
     }
     return RP_OK;
 }

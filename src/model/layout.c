@@ -468,13 +468,47 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
     }
 }
 
+void rp_block_work_get(const rp_model_config *cfg, int block, int64_t seqlen, rp_block_work *w)
+{
+    const double H = (double)cfg->hidden_size, I = (double)cfg->intermediate_size;
+    const double QD = (double)(cfg->num_attention_heads * cfg->head_dim);
+    const double KD = (double)(cfg->num_key_value_heads * cfg->head_dim);
+    memset(w, 0, sizeof *w);
+    w->gemm = H * (QD + 2 * KD) + QD * H + 3 * H * I;
+    if (rp_model_block_is_moe(cfg, block)) {
+        /* the router, and k of the experts per token (every expert's
+         * weights are uploaded: the layout counts them all) */
+        const double E = (double)cfg->moe.num_experts, k = (double)cfg->moe.num_experts_per_tok,
+                     IE = (double)cfg->moe.moe_intermediate_size;
+        w->gemm = H * (QD + 2 * KD) + QD * H + H * E + k * 3 * H * IE;
+    }
+    /* causal: on average (S+1)/2 keys per query; gpt-oss's sliding blocks
+     * see at most W of them */
+    w->keys = (double)(seqlen + 1) / 2;
+    const int64_t W = cfg->oss.sliding_window;
+    if (cfg->arch == RP_ARCH_GPT_OSS && rp_gpt_oss_block_is_sliding(&cfg->oss, block) && W >= 1 &&
+        W < seqlen)
+        w->keys = ((double)W * (double)(W + 1) / 2 + (double)(seqlen - W) * (double)W) /
+                  (double)seqlen;
+    for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++) {
+        const int64_t copies = rp_lora_copies(cfg, block, (rp_lora_proj)p);
+        if (!(cfg->lora.targets & (1u << p)) || copies == 0)
+            continue;
+        int64_t in, out; /* gpt-oss's gate_up adapter: 2I outputs */
+        rp_lora_features(cfg, block, (rp_lora_proj)p, &in, &out);
+        /* an expert's adapter runs on the tokens routed to it: k per token */
+        const double runs = rp_lora_per_expert(cfg, block, (rp_lora_proj)p)
+                                ? (double)cfg->moe.num_experts_per_tok
+                                : 1.0;
+        w->adapter += runs * (double)cfg->lora.rank * (double)(in + out);
+    }
+}
+
 void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
                        rp_layer_flops *c)
 {
-    const double H = (double)cfg->hidden_size, I = (double)cfg->intermediate_size,
-                 V = (double)cfg->vocab_size;
+    const double H = (double)cfg->hidden_size, V = (double)cfg->vocab_size;
     const double QD = (double)(cfg->num_attention_heads * cfg->head_dim);
-    const double KD = (double)(cfg->num_key_value_heads * cfg->head_dim);
     memset(c, 0, sizeof *c);
     c->param_numel = layer->numel;
     c->act_floats_per_token = (size_t)cfg->hidden_size;
@@ -483,36 +517,9 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         c->act_floats_per_token = 1; /* the token id */
         break;
     case RP_LAYER_BLOCK: {
-        double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * I;
-        if (rp_model_block_is_moe(cfg, layer->block)) {
-            /* the router, and k of the experts per token (every expert's
-             * weights are uploaded: param_numel counts them all) */
-            const double E = (double)cfg->moe.num_experts,
-                         k = (double)cfg->moe.num_experts_per_tok,
-                         IE = (double)cfg->moe.moe_intermediate_size;
-            gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * IE;
-        }
-        /* causal: on average (S+1)/2 keys per query; gpt-oss's sliding
-         * blocks see at most W of them */
-        double keys = (double)(seqlen + 1) / 2;
-        const int64_t W = cfg->oss.sliding_window;
-        if (cfg->arch == RP_ARCH_GPT_OSS && rp_gpt_oss_block_is_sliding(&cfg->oss, layer->block) &&
-            W >= 1 && W < seqlen)
-            keys = ((double)W * (double)(W + 1) / 2 + (double)(seqlen - W) * (double)W) /
-                   (double)seqlen;
-        double attn = 4 * QD * keys, adapter = 0;
-        for (int p = 0; cfg->lora.rank > 0 && p < RP_LORA_NPROJ; p++) {
-            const int64_t copies = rp_lora_copies(cfg, layer->block, (rp_lora_proj)p);
-            if (!(cfg->lora.targets & (1u << p)) || copies == 0)
-                continue;
-            int64_t in, out;
-            rp_lora_features(cfg, layer->block, (rp_lora_proj)p, &in, &out);
-            /* an expert's adapter runs on the tokens routed to it: k per token */
-            const double runs = rp_lora_per_expert(cfg, layer->block, (rp_lora_proj)p)
-                                    ? (double)cfg->moe.num_experts_per_tok
-                                    : 1.0;
-            adapter += runs * 2.0 * (double)cfg->lora.rank * (double)(in + out);
-        }
+        rp_block_work w;
+        rp_block_work_get(cfg, layer->block, seqlen, &w);
+        const double gemm = 2 * w.gemm, adapter = 2 * w.adapter, attn = 4 * QD * w.keys;
         c->fwd_flops_per_token = gemm + adapter + attn;
         c->bwd_flops_per_token = cfg->lora.rank > 0
                                      ? c->fwd_flops_per_token + gemm + 2 * adapter + 2.5 * attn

@@ -165,4 +165,19 @@ typedef struct rp_layer_flops {
 void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
                        rp_layer_flops *cost);
 
+/* The work of block `block` a token does at sequence length S, as the
+ * block runs it (the terms of rp_layer_flops_get above, and what `roundpipe
+ * plan`'s closed form takes for a block it cannot derive from a dense
+ * shape): gemm, the GEMM weights a token passes through (q/k/v/o, a dense
+ * MLP or the router and k experts); adapter, the LoRA adapters' (an expert
+ * projection's k times; gpt-oss's gate_up adapter with 2I outputs, gate and
+ * up sharing A); keys, those a query sees on average. */
+typedef struct rp_block_work {
+    double gemm;
+    double adapter;
+    double keys;
+} rp_block_work;
+
+void rp_block_work_get(const rp_model_config *cfg, int block, int64_t seqlen, rp_block_work *w);
+
 #endif

@@ -124,6 +124,12 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  *     weight gradients), half of it weight gradient; the device holds the
  *     norm and the V x h matrix (the embedding's when tied).
  *   weights, gradients and optimizer work: every parameter of the layer.
+ * A block given by the caller (rp_block_shape: a mixture of experts, an
+ *   adapter on its router or experts) has its own P, Pa, the GEMM weights a
+ *   token passes through in place of G (the router and k experts of all E
+ *   held), the adapter weights a token passes through in place of Pa in
+ *   Fa (an expert's adapter k times) and its keys a query sees in place of
+ *   S/2 (4 q keys per token for the attention).
  * LoRA of rank r (lora_rank > 0) on targeted projections with in and out
  * features: Pa = sum of r (in + out) adapter parameters per block.
  *   An adapter's forward is x -> A x -> B (A x): Fa = 2 T Pa; its backward
@@ -156,17 +162,25 @@ static void embed_layer(const rp_model_shape *s, const rp_device_spec *d, int lo
     e->out_bytes = (int64_t)(tok * (double)h * cb);
 }
 
-static void block_layer(const rp_model_shape *s, const rp_device_spec *d, rp_layer_cost *b)
+static void block_layer(const rp_model_shape *s, const rp_device_spec *d, int64_t block,
+                        rp_layer_cost *b)
 {
     double tok = (double)d->tokens_per_mb;
     int cb = d->compute_bytes, gb = d->grad_bytes;
     int64_t h = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim;
-    int64_t bp = rp_cost_block_params(s);
-    double ff = rp_cost_block_fwd_flops_per_token(s, d->seq_len) * tok;
-    double gemm = 2.0 * (double)(bp - 2 * h - 2 * s->head_dim) * tok;
+    const rp_block_shape *own = s->blocks && s->blocks[block].params ? &s->blocks[block] : NULL;
+    int64_t bp = own ? own->params : rp_cost_block_params(s);
+    double attn = (own ? 4.0 * (double)q * own->attention_keys
+                       : attn_flops_per_token(s, d->seq_len)) * tok;
+    double ff = own ? 2.0 * own->gemm_params * tok + attn
+                    : rp_cost_block_fwd_flops_per_token(s, d->seq_len) * tok;
+    double gemm = own ? 2.0 * own->gemm_params * tok
+                      : 2.0 * (double)(bp - 2 * h - 2 * s->head_dim) * tok;
     /* activations kept for backward, per token (bf16 unless compute is fp32):
      * two norm inputs, q/k/v, attention output, o-proj input, MLP input,
-     * gate/up and the activation product; softmax statistics in fp32 */
+     * gate/up and the activation product; softmax statistics in fp32 (a
+     * dense block's; plan replaces every layer's with what the executors
+     * allocate, engine/memory_model.h) */
     double act_tok = (double)cb * (double)(5 * h + 2 * q + 2 * kv + 3 * s->intermediate) +
                      4.0 * (double)s->heads;
     b->kind = RP_LAYER_BLOCK;
@@ -181,8 +195,8 @@ static void block_layer(const rp_model_shape *s, const rp_device_spec *d, rp_lay
         b->act_bytes = (int64_t)(act_tok * tok);
         return;
     }
-    int64_t ap = rp_cost_adapter_params(s);
-    double attn = attn_flops_per_token(s, d->seq_len) * tok, adapter = 2.0 * (double)ap * tok;
+    int64_t ap = own ? own->adapter_params : rp_cost_adapter_params(s);
+    double adapter = 2.0 * (own ? own->adapter_gemm_params : (double)ap) * tok;
     double fwd = ff + adapter, bwd = (ff - attn) + 2.0 * attn + 2.0 * adapter;
     b->fwd_ms = roof_ms(fwd, (double)(bp + ap) * cb, d);
     b->bwd_ms = roof_ms(bwd, (double)(bp + ap) * cb + (double)ap * gb, d);
@@ -227,7 +241,8 @@ rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, r
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "cost model: model shape has a non-positive or absurd field");
     if (s->lora_rank < 0 || s->lora_rank > 65536 ||
-        (s->lora_rank > 0 && (s->lora_targets == 0 || s->lora_targets >> LORA_NPROJ)))
+        (s->lora_rank > 0 &&
+         ((s->lora_targets == 0 && !s->blocks) || s->lora_targets >> LORA_NPROJ)))
         return rp_error_set(err, RP_ERR_INVALID_ARG,
                             "cost model: LoRA rank %lld outside [0, 65536] or targets 0x%x not a "
                             "non-empty set of the 7 projections",
@@ -242,7 +257,7 @@ rp_status rp_cost_from_shape(const rp_model_shape *s, const rp_device_spec *d, r
     const int lora = s->lora_rank > 0;
     embed_layer(s, d, lora, &m->layers[0]);
     for (int64_t i = 1; i <= s->layers; i++)
-        block_layer(s, d, &m->layers[i]);
+        block_layer(s, d, i - 1, &m->layers[i]);
     head_layer(s, d, lora, &m->layers[s->layers + 1]);
     m->tokens_per_microbatch = d->tokens_per_mb;
     *out = m;

@@ -63,6 +63,20 @@ typedef struct rp_cost_model {
                                       job needs no device slot (act_bytes) */
 } rp_cost_model;
 
+/* A decoder block the fields of rp_model_shape cannot describe (a mixture
+ * of experts: every expert's weights held, k of them run a token, the
+ * router beside; gpt-oss's biases; adapters on the router and on the
+ * experts, each expert's on its k tokens), as its owner counts it (the
+ * caller, from the model's layout: the planner knows no model). */
+typedef struct rp_block_shape {
+    int64_t params;             /* every weight the block holds (0: the dense block of the
+                                   shape's fields) */
+    double gemm_params;         /* the GEMM weights a token passes through */
+    double attention_keys;      /* the keys a query sees on average */
+    int64_t adapter_params;     /* LoRA: the adapters the block holds */
+    double adapter_gemm_params; /* LoRA: the adapters' weights a token passes through */
+} rp_block_shape;
+
 /* A model shape, the fields of a config.json the FLOP count needs. */
 typedef struct rp_model_shape {
     int64_t hidden;
@@ -80,6 +94,10 @@ typedef struct rp_model_shape {
      * rp_lora_proj); every other weight is frozen */
     int64_t lora_rank;
     unsigned lora_targets;
+    /* NULL, or one per block (blocks[i] for model.layers.i): a block whose
+     * params are not 0 is costed from its own figures, not the fields
+     * above (with LoRA, lora_targets may then be empty) */
+    const rp_block_shape *blocks;
 } rp_model_shape;
 
 /* What the closed-form model assumes about a device and the run. */
