@@ -49,6 +49,14 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     return RP_OK;
 }
 
+/* Elements of this rank's share (its node's slice) of layer l. */
+static size_t share_size(const rp_engine *e, int l)
+{
+    size_t b0, b1, lo, hi;
+    rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
+    return hi - lo;
+}
+
 /* The speculative update of this rank's share of layer l (update_gate.h's
  * rp_gate_speculates), as soon as its gradient is summed: AdamW with
  * coefficient 1.0f, writing the compute copy and, in the same pass, the
@@ -271,11 +279,13 @@ static rp_status run(rp_engine *e, rp_error *err)
             /* without clipping a block's update needs nothing else: fused */
             int fuse = rp_gate_fused(e, l, skip);
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
-            if (s == RP_OK && rp_gate_speculates(e, l, skip)) {
+            if (s == RP_OK && rp_gate_speculates(e, l, t, skip)) {
                 s = speculate_layer(e, l, t, who, err);
                 if (s == RP_OK) /* changed: restored if the step ends before its norm */
                     speculated[l] = speculating = 1;
             }
+            if (s == RP_OK && l > 0 && rp_gate_may_speculate(e, skip) && share_size(e, l) > 0)
+                speculated[l] ? e->by_optimizer.spec_layers++ : e->by_optimizer.spec_after++;
             if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
@@ -301,7 +311,9 @@ static rp_status run(rp_engine *e, rp_error *err)
             break;
         if (order == RP_GATE_AS_SUMMED)
             continue;
-        if (speculating) /* hit: every speculative update stands; miss: redone */
+        /* hit: every speculative update stands; miss: redone (counted on
+         * every rank alike, whatever each speculated) */
+        if (rp_gate_may_speculate(e, skip))
             coef == 1.0f ? e->by_optimizer.spec_hits++ : e->by_optimizer.spec_misses++;
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
             e->by_optimizer.lag_coef = coef;
