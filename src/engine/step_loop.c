@@ -183,8 +183,9 @@ static void log_speculation(const rp_engine *e)
     rp_log(e->lg, RP_LOG_INFO, "speculative update: %lld hits, %lld misses (of %lld steps "
            "speculated: kept as the norm did not clip, or redone as it clipped); rank 0 "
            "speculated %lld of its %lld updates of the blocks and the head in them, %lld after "
-           "the norm as the backward was over", (long long)hits, (long long)misses, (long long)(hits + misses),
-           (long long)layers, (long long)(layers + after), (long long)after);
+           "the norm as the backward was over", (long long)hits, (long long)misses,
+           (long long)(hits + misses), (long long)layers, (long long)(layers + after),
+           (long long)after);
 }
 
 rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
