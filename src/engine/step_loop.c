@@ -181,7 +181,7 @@ static void log_speculation(const rp_engine *e)
     int64_t hits = e->by_optimizer.spec_hits, misses = e->by_optimizer.spec_misses;
     int64_t layers = e->by_optimizer.spec_layers, after = e->by_optimizer.spec_after;
     rp_log(e->lg, RP_LOG_INFO, "speculative update: %lld hits, %lld misses (of %lld steps "
-           "speculated: kept as the norm did not clip, or redone as it clipped); rank 0 "
+           "that may speculate: kept as the norm did not clip, or redone as it clipped); rank 0 "
            "speculated %lld of its %lld updates of the blocks and the head in them, %lld after "
            "the norm as the backward was over", (long long)hits, (long long)misses,
            (long long)(hits + misses), (long long)layers, (long long)(layers + after),
