@@ -10,6 +10,14 @@
  * write-allocate traffic. The report gives parameters/s and the fraction of
  * the memcpy bandwidth and of the best kernel.
  *
+ * The speculative update's kernels (--speculative-update): AdamW that also
+ * writes the old p, m, v into a backup in the same pass
+ * (rp_adamw_step_backup, 42 B/param with the bf16 copy), the former way (a
+ * copy of p, m, v into the backup, then AdamW: 24 + 30 B/param), and the
+ * redo from the backup (rp_adamw_step_from_backup, 30 B/param); each as
+ * its bandwidth and its time against the plain AdamW + bf16 copy's of the
+ * same run.
+ *
  *   bench_adamw [-n PARAMS] [-r REPS] [-g RANKS]   (defaults: 64Mi parameters, 5)
  *               [-e ROWSxHIDDEN|0] [-t TOKENS.npy] [-s SEQ] [-b BATCH] [-R ROUNDS]
  *               [-T TORCH_HELPER|none]
@@ -162,12 +170,44 @@ static double best_bw(bw_kernel k, float *const a[4], size_t n, int reps)
 static const rp_adamw_params bench_hp = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                                          .weight_decay = 0.1};
 
-static double best_adamw(float *const a[4], uint16_t *bf, size_t n, int reps, int64_t *step)
+/* The dense kernels: plain AdamW; with the backup written in the same
+ * pass; a copy into the backup, then AdamW; the redo from the backup. */
+enum { A_PLAIN, A_BACKUP, A_COPY_THEN, A_FROM_BACKUP };
+
+/* A copy of n floats, split over the threads as rp_adamw_step splits (the
+ * engine's former backup, speculative.c's copy). */
+static void copy_floats(float *to, const float *from, size_t n)
+{
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        my_range(n, &lo, &hi);
+        if (hi > lo)
+            memcpy(to + lo, from + lo, (hi - lo) * sizeof(float));
+    }
+}
+
+static double best_adamw(float *const a[4], uint16_t *bf, float *const old[3], int kind,
+                         size_t n, int reps, int64_t *step)
 {
     double best = 1e300;
     for (int r = 0; r <= reps; r++) { /* r == 0 is the warm-up */
         double t0 = omp_get_wtime();
-        rp_adamw_step(a[0], a[1], a[2], a[3], n, ++*step, &bench_hp, 1, 0.75f, bf);
+        ++*step;
+        if (kind == A_BACKUP) {
+            rp_adamw_step_backup(a[0], a[1], a[2], a[3], n, *step, &bench_hp, 1, 0.75f, bf,
+                                 old[0], old[1], old[2]);
+        } else if (kind == A_FROM_BACKUP) {
+            rp_adamw_step_from_backup(a[0], a[1], a[2], a[3], n, *step, &bench_hp, 1, 0.75f, bf,
+                                      old[0], old[1], old[2]);
+        } else {
+            if (kind == A_COPY_THEN) {
+                copy_floats(old[0], a[0], n);
+                copy_floats(old[1], a[2], n);
+                copy_floats(old[2], a[3], n);
+            }
+            rp_adamw_step(a[0], a[1], a[2], a[3], n, *step, &bench_hp, 1, 0.75f, bf);
+        }
         double t = omp_get_wtime() - t0;
         if (r > 0 && t < best)
             best = t;
@@ -514,6 +554,22 @@ int main(int argc, char **argv)
     float *const a[4] = {(float *)blk, (float *)(blk + stride), (float *)(blk + 2 * stride),
                          (float *)(blk + 3 * stride)};
     init_state(a, bf, alloc);
+    /* the speculative update's backup of p, m, v: n floats each, at the
+     * same stride (without room for it, those cases are left out) */
+    size_t old_stride = rp_adamw_array_bytes(n);
+    char *old_blk = NULL;
+    if (posix_memalign((void **)&old_blk, 4096, 3 * old_stride))
+        old_blk = NULL;
+    float *const old[3] = {old_blk ? (float *)old_blk : NULL,
+                           old_blk ? (float *)(old_blk + old_stride) : NULL,
+                           old_blk ? (float *)(old_blk + 2 * old_stride) : NULL};
+    if (old_blk) {
+        float *const first_touch[4] = {old[0], old[1], old[2], old[0]};
+        init_state(first_touch, bf, n);
+    } else {
+        printf("bench_adamw: no memory for the backup (%.2f GB): its cases are left out\n",
+               12.0 * (double)n / 1e9);
+    }
 
     int threads = omp_get_max_threads();
     printf("bench_adamw: %zu parameters (%.2f GB of fp32 state), %d thread%s, best of %d\n", n,
@@ -536,19 +592,29 @@ int main(int argc, char **argv)
 
     init_state(a, bf, n); /* the kernels above overwrote m and v */
     int64_t step = 0;
-    const struct { const char *name; uint16_t *copy; double bytes; } runs[] = {
-        {"adamw          ", NULL, 28.0},
-        {"adamw + bf16 cp", bf, 30.0},
+    const struct { const char *name; uint16_t *copy; int kind; double bytes; } runs[] = {
+        {"adamw          ", NULL, A_PLAIN, 28.0},
+        {"adamw + bf16 cp", bf, A_PLAIN, 30.0},
+        {"  + backup in the same pass", bf, A_BACKUP, 42.0},
+        {"  copy to backup, then adamw", bf, A_COPY_THEN, 54.0},
+        {"  redo from the backup", bf, A_FROM_BACKUP, 30.0},
     };
-    double node_bw = 0.0;
-    for (int k = 0; k < 2; k++) {
-        double t = best_adamw(a, runs[k].copy, n, reps, &step);
+    double node_bw = 0.0, plain_bw = 0.0, plain_t = 0.0;
+    for (int k = 0; k < 5; k++) {
+        if (runs[k].kind != A_PLAIN && !old[0])
+            break;
+        double t = best_adamw(a, runs[k].copy, old, runs[k].kind, n, reps, &step);
         double pps = (double)n / t, bw = runs[k].bytes * pps;
-        node_bw = bw; /* the last run is what the engine does: 30 B/param */
-        printf("  %s %8.1f Mparam/s  %7.2f GB/s (%2.0f B/param)  %5.1f%% of memcpy  %5.1f%% of "
-               "best\n",
+        if (runs[k].kind == A_PLAIN)
+            node_bw = plain_bw = bw, plain_t = t; /* what the engine does: 30 B/param */
+        printf("  %-28s %8.1f Mparam/s  %7.2f GB/s (%2.0f B/param)  %5.1f%% of memcpy  %5.1f%% "
+               "of best",
                runs[k].name, pps / 1e6, bw / 1e9, runs[k].bytes, 100.0 * bw / bw_copy,
                100.0 * bw / bw_best);
+        if (runs[k].kind != A_PLAIN)
+            printf("; bandwidth %.3fx, time %.3fx adamw + bf16 cp's", bw / plain_bw,
+                   t / plain_t);
+        printf("\n");
     }
     if (ranks > 0)
         /* `roundpipe simulate --optimizer-gbs` is one rank's share of the
@@ -559,6 +625,7 @@ int main(int argc, char **argv)
     if (erows > 0)
         rows_case(a, bf, erows, (size_t)ehidden, tokens, seq, batch, rounds, reps, helper);
     free(blk);
+    free(old_blk);
     free(bf);
     return 0;
 }

@@ -10,7 +10,11 @@
  * from one region of all the threads, every element once, with the same
  * bits as one update per range on one thread, and a slowed thread takes
  * less than its equal share (chunks as threads come free); writing the bf16 copy does not change the
- * fp32 state; bad hyperparameters are refused. */
+ * fp32 state; rp_adamw_step_backup gives p, m, v and the bf16 copy the bits
+ * of rp_adamw_step and stores exactly the old p, m, v in its backup, and
+ * rp_adamw_step_from_backup, reading that backup, gives the same bits again
+ * (1, 2 and 3 threads, with and without the copy, from a late step with
+ * non-zero moments); bad hyperparameters are refused. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -424,6 +428,74 @@ START_TEST(ranges_split_same_bits)
 }
 END_TEST
 
+START_TEST(backup_kernels_same_bits)
+{
+    /* large enough for the parallel path, not a multiple of any split; a
+     * late step (non-zero m and v), weight decay, a clip coefficient */
+    const size_t n = 200003;
+    float *g = malloc(n * sizeof *g), *st0[3], *want[3], *got[3], *old[3], *redo[3];
+    uint16_t *want_bf = malloc(n * sizeof *want_bf), *got_bf = malloc(n * sizeof *got_bf),
+             *redo_bf = malloc(n * sizeof *redo_bf);
+    ck_assert(g && want_bf && got_bf && redo_bf);
+    unsigned s = 5;
+    for (int j = 0; j < 3; j++) {
+        st0[j] = malloc(n * sizeof(float)), want[j] = malloc(n * sizeof(float));
+        got[j] = malloc(n * sizeof(float)), old[j] = malloc(n * sizeof(float));
+        redo[j] = malloc(n * sizeof(float));
+        ck_assert(st0[j] && want[j] && got[j] && old[j] && redo[j]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        g[i] = frand(&s);
+        st0[0][i] = frand(&s);
+        st0[1][i] = 0.1f * frand(&s);
+        st0[2][i] = 0.01f * fabsf(frand(&s));
+    }
+    rp_adamw_params hp = {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                          .weight_decay = 0.1};
+    for (int copy = 0; copy <= 1; copy++) {
+        for (int j = 0; j < 3; j++)
+            memcpy(want[j], st0[j], n * sizeof(float));
+        omp_set_num_threads(1);
+        rp_adamw_step(want[0], g, want[1], want[2], n, 1000, &hp, 1, 0.5f,
+                      copy ? want_bf : NULL);
+        for (int nt = 1; nt <= 3; nt++) {
+            omp_set_num_threads(nt);
+            for (int j = 0; j < 3; j++) {
+                memcpy(got[j], st0[j], n * sizeof(float));
+                memset(old[j], 0xff, n * sizeof(float));
+                memset(redo[j], 0xff, n * sizeof(float)); /* not read: NaNs */
+            }
+            rp_adamw_step_backup(got[0], g, got[1], got[2], n, 1000, &hp, 1, 0.5f,
+                                 copy ? got_bf : NULL, old[0], old[1], old[2]);
+            rp_adamw_step_from_backup(redo[0], g, redo[1], redo[2], n, 1000, &hp, 1, 0.5f,
+                                      copy ? redo_bf : NULL, old[0], old[1], old[2]);
+            for (int j = 0; j < 3; j++) {
+                ck_assert_msg(memcmp(got[j], want[j], n * sizeof(float)) == 0,
+                              "backup kernel: array %d differs from rp_adamw_step (%d threads, "
+                              "copy %d)", j, nt, copy);
+                ck_assert_msg(memcmp(old[j], st0[j], n * sizeof(float)) == 0,
+                              "backup kernel: backup %d is not the old values (%d threads)", j,
+                              nt);
+                ck_assert_msg(memcmp(redo[j], want[j], n * sizeof(float)) == 0,
+                              "redo from the backup: array %d differs (%d threads, copy %d)", j,
+                              nt, copy);
+            }
+            if (copy) {
+                ck_assert(memcmp(got_bf, want_bf, n * sizeof *got_bf) == 0);
+                ck_assert(memcmp(redo_bf, want_bf, n * sizeof *redo_bf) == 0);
+            }
+        }
+    }
+    /* n == 0 touches nothing */
+    rp_adamw_step_backup(NULL, NULL, NULL, NULL, 0, 1, &hp, 1, 1.0f, NULL, NULL, NULL, NULL);
+    rp_adamw_step_from_backup(NULL, NULL, NULL, NULL, 0, 1, &hp, 1, 1.0f, NULL, NULL, NULL,
+                              NULL);
+    for (int j = 0; j < 3; j++)
+        free(st0[j]), free(want[j]), free(got[j]), free(old[j]), free(redo[j]);
+    free(g), free(want_bf), free(got_bf), free(redo_bf);
+}
+END_TEST
+
 START_TEST(copy_does_not_change_state)
 {
     enum { N = ADAMW_FIX_N };
@@ -516,6 +588,7 @@ static Suite *optim_adamw_suite(void)
     tcase_add_test(tc, ranges_split_slow_thread_takes_less);
     tcase_add_test(tc, ranges_split_same_bits);
     tcase_add_test(tc, copy_does_not_change_state);
+    tcase_add_test(tc, backup_kernels_same_bits);
     tcase_add_test(tc, rejects_bad_hyperparameters);
     tcase_add_test(tc, array_stride_is_staggered);
     suite_add_tcase(s, tc);

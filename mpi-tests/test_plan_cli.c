@@ -17,8 +17,8 @@
  * from the H100's measured layer times, the lagged step is the file's
  * compute and exact with clipping is within 5% of it at batch 8 and 32
  * where the optimizer's bandwidth allows (bench/README.md, 2026-11-29), and
- * with the speculative update where the model says it reaches that (batch
- * 32 from a lower bandwidth than without it, batch 8 from a higher one). */
+ * with the speculative update from a lower bandwidth than without it at
+ * batch 8 and 32. */
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -173,18 +173,23 @@ START_TEST(h100_exact_keeps_up_where_the_optimizer_allows)
     ratio = h100_ratio(32, 200, "off", &lagged);
     ck_assert_msg(ratio >= 0.95, "batch 32, 200 GB/s: exact / lagged %.4f", ratio);
     /* the speculative update (a step that does not clip): the blocks'
-     * AdamW overlaps the backward, so where the host's AdamW is slow it
-     * gains (100 GB/s: 0.731 -> 0.825 at batch 8, 0.914 -> 0.939 at 32) and
-     * batch 32 reaches 0.95 from 123 GB/s; where it is fast, its backup's
-     * bytes and the embedding's update queued behind the last block's cost
-     * more than the overlap gives: batch 8 reaches 0.95 from 761 GB/s */
+     * AdamW overlaps the backward while some of it is left, its backup
+     * written in AdamW's own pass (12 bytes a parameter); a block its rank
+     * reaches once the backward is over follows the norm. So where the
+     * host's AdamW is slow it gains (100 GB/s: 0.731 -> 0.866 at batch 8,
+     * 0.914 -> 0.948 at 32), and 0.95 is reached from 491 GB/s at batch 8
+     * (559 without) and from 111 at batch 32 (176 without; bench/README.md,
+     * 2026-11-29) */
     double off = h100_ratio(8, 100, "off", &lagged), on = h100_ratio(8, 100, "on", &lagged);
-    ck_assert_msg(on > off + 0.05, "batch 8, 100 GB/s: speculative %.4f, off %.4f", on, off);
-    off = h100_ratio(32, 150, "off", &lagged), on = h100_ratio(32, 150, "on", &lagged);
-    ck_assert_msg(on >= 0.95 && off < 0.95, "batch 32, 150 GB/s: speculative %.4f, off %.4f",
+    ck_assert_msg(on > off + 0.13, "batch 8, 100 GB/s: speculative %.4f, off %.4f", on, off);
+    on = h100_ratio(32, 100, "on", &lagged);
+    ck_assert_msg(on > 0.945 && on < 0.95, "batch 32, 100 GB/s, speculative: %.4f", on);
+    off = h100_ratio(32, 115, "off", &lagged), on = h100_ratio(32, 115, "on", &lagged);
+    ck_assert_msg(on >= 0.95 && off < 0.95, "batch 32, 115 GB/s: speculative %.4f, off %.4f",
                   on, off);
-    ratio = h100_ratio(8, 800, "on", &lagged);
-    ck_assert_msg(ratio >= 0.95, "batch 8, 800 GB/s, speculative: exact / lagged %.4f", ratio);
+    off = h100_ratio(8, 500, "off", &lagged), on = h100_ratio(8, 500, "on", &lagged);
+    ck_assert_msg(on >= 0.95 && off < 0.95, "batch 8, 500 GB/s: speculative %.4f, off %.4f",
+                  on, off);
 }
 END_TEST
 

@@ -15,10 +15,13 @@
  * each layer as its version lands and its first microbatch computes each
  * layer's forward as soon as that layer is on the device (two layers,
  * hand-computed, the version or the link the gate). The speculative update
- * (a step whose norm does not clip): a block's AdamW and its backup run as
- * its gradient lands, so with clipping the step takes what it takes without
- * clipping, unless the backup outlasts the backward and delays the
- * embedding's update (hand-computed, two layers).
+ * (a step whose norm does not clip): a block's AdamW and its backup (12
+ * bytes a parameter, written in the same pass) run as its gradient lands,
+ * so with clipping the step takes what it takes without clipping, unless
+ * the update outlasts the backward and delays the embedding's; a layer its
+ * rank would start only once the backward is over (every gradient below it
+ * in) is not speculated and follows the norm without its backup
+ * (hand-computed, two and three layers).
  * The sparse-embedding lever (what the engine does, --sparse-embedding 1):
  * off, it is the dense model whatever rows fraction is set; on, jobs holding
  * the embedding move only the rows' share of its weights and gradient (all
@@ -183,7 +186,8 @@ START_TEST(speculative_update_overlaps_the_backward)
      * (recompute and backward) 1.5: 5 ms; layer 1's gradient lands 1.5 ms
      * before layer 0's, at the end of B0 (X). AdamW moves 30 bytes a
      * parameter at 1e6 bytes/ms: layer 0 (20000) 0.6 ms, layer 1 (25000)
-     * 0.75 ms, and its speculative backup 24 bytes a parameter more, 0.6 ms. */
+     * 0.75 ms, and its speculative backup, written in the same pass, 12
+     * bytes a parameter more, 0.3 ms. */
     rp_cost_model *m = uniform(2, 1.0, 2.0);
     m->layers[0].fwd_ms = 0.5, m->layers[0].bwd_ms = 1.0;
     m->layers[0].opt_params = 20000;
@@ -205,20 +209,57 @@ START_TEST(speculative_update_overlaps_the_backward)
      * F0 X+0.6..X+1.1, then T waits for layer 1: 5 + 0.6 + 0.75 - 0.5 */
     mc.clip = 1;
     CLOSE(sim(m, &p, &mc, &r), 5.85);
-    /* speculative: layer 1's AdamW and backup X-1.5..X-0.15, published at
-     * X (the norm); layer 0 X..X+0.6: as without clipping, 5.6 */
+    /* speculative: layer 1's AdamW with its backup X-1.5..X-0.45 (started
+     * while layer 0's backward runs), published at X (the norm); layer 0
+     * X..X+0.6: as without clipping, 5.6 */
     mc.speculative = 1;
     CLOSE(sim(m, &p, &mc, &r), 5.6);
-    /* a backup that outlasts the backward (layer 1: 50000 parameters, 2.7 ms,
-     * X-1.5..X+1.2) holds layer 0's update behind it on the one rank:
-     * F0 X+1.8..X+2.3, so 5 + 1.8 (off: X+0.6, X+2.1; T at X+2.1: 6.6) */
+    /* a speculative update that outlasts the backward (layer 1: 50000
+     * parameters, 1.5 + 0.6 ms, X-1.5..X+0.6) holds layer 0's update behind
+     * it on the one rank: X+0.6..X+1.2, F0 X+1.2..X+1.7, so 5 + 1.2 (off:
+     * X+0.6, X+2.1; T at X+2.1: 6.6) */
     m->layers[1].opt_params = 50000;
-    CLOSE(sim(m, &p, &mc, &r), 6.8);
+    CLOSE(sim(m, &p, &mc, &r), 6.2);
     mc.speculative = 0;
     CLOSE(sim(m, &p, &mc, &r), 6.6);
     /* without clipping or with the lag the flag changes nothing */
     mc.speculative = 1, mc.clip = 0;
     CLOSE(sim(m, &p, &mc, &r), 5.6); /* layer 1 ..X, layer 0 X..X+0.6 */
+    /* speculated only while it overlaps the backward: one backward stage
+     * over both layers (T: 1.5 forward, 3 backward, 4.5 ms) lands both
+     * gradients at once (X), so layer 1 (25000 parameters) would start only
+     * once the backward is over: it waits for the norm and runs without
+     * its backup, after layer 0 (X..X+0.6, X+0.6..X+1.35), as off; the next
+     * T computes layer 0's forward X+0.6..X+1.1, layer 1's from X+1.35:
+     * 4.5 + 1.35 - 0.5 = 5.35 (a speculation of it would have taken
+     * X+0.6..X+1.65: 5.65) */
+    m->layers[1].opt_params = 25000;
+    ck_assert_int_eq(rp_plan_parse("fwd=;bwd=0-1", 2, &p, &err), RP_OK);
+    mc.clip = 1, mc.speculative = 0;
+    CLOSE(sim(m, &p, &mc, &r), 5.35);
+    mc.speculative = 1;
+    CLOSE(sim(m, &p, &mc, &r), 5.35);
+    rp_cost_model_destroy(&m);
+    /* three layers, fwd=0,1;bwd=2,1,0: layer 0 as above, layers 1 and 2
+     * (the tail) fwd 1, bwd 2: F0 0.5, F1 1, T 3, B1 3, B0 1.5: layer 2's
+     * gradient lands at 4.5, layer 1's at 7.5, layer 0's at 9 (X). Layer 2
+     * (125000 parameters) speculates 4.5..9.75 (3.75 + 1.5 ms), past X:
+     * layer 1 (25000), whose gradient landed at 7.5, would start only after
+     * the backward is over, so it follows the norm without its backup:
+     * layer 0 9.75..10.35, layer 1 10.35..11.1 (speculated, with its
+     * backup, to 11.4); F0 10.35..10.85, F1 11.1..12.1, T (layer 2
+     * published at 9.75) to 15.1, B1 18.1, B0 19.6: 10.6 (11.4: 10.9; off:
+     * layers 0, 1, 2 from X to 9.6, 10.35, 14.1, T from 14.1: 12.6) */
+    m = uniform(3, 1.0, 2.0);
+    m->layers[0].fwd_ms = 0.5, m->layers[0].bwd_ms = 1.0;
+    m->layers[0].opt_params = 20000;
+    m->layers[1].opt_params = 25000;
+    m->layers[2].opt_params = 125000;
+    ck_assert_int_eq(rp_plan_parse("fwd=0,1;bwd=2,1,0", 3, &p, &err), RP_OK);
+    mc.speculative = 1;
+    CLOSE(sim(m, &p, &mc, &r), 10.6);
+    mc.speculative = 0;
+    CLOSE(sim(m, &p, &mc, &r), 12.6);
     rp_cost_model_destroy(&m);
 }
 END_TEST

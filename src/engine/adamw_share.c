@@ -3,16 +3,43 @@
  * updates) and grad_completion.c (an update fused into the sum). */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "engine/engine_impl.h"
 #include "engine/optimizer_impl.h"
 #include "optim/adamw.h"
 
+/* The speculative update's backup of a range [lo, hi) of a layer: master,
+ * m and v of its n = hi - lo elements at old, old + n and old + 2n
+ * (speculative.c's layout); `from`: the update reads its old state there
+ * (a redo) instead of writing it there. */
+typedef struct range_backup {
+    float *old;
+    size_t lo, n;
+    int from;
+} range_backup;
+
+/* Elements [a, b) of the layer's master, m and v into the backup, as they
+ * are: the padding between and after tensors, which no update changes, so
+ * that the backup is an image of the whole range (a restore writes all of
+ * it back). */
+static void save_padding(const rp_layer_state *ls, const range_backup *bk, size_t a, size_t b)
+{
+    if (b <= a || bk->from)
+        return;
+    size_t at = a - bk->lo, bytes = (b - a) * sizeof(float);
+    memcpy(bk->old + at, ls->master + a, bytes);
+    memcpy(bk->old + bk->n + at, ls->m + a, bytes);
+    memcpy(bk->old + 2 * bk->n + at, ls->v + a, bytes);
+}
+
 /* AdamW on elements [lo, hi) of layer l: the parts of its tensors there,
  * writing the bf16 compute copy in the same pass; the padding between and
- * after tensors is copied as it is (zeros). */
-static void update_range(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
+ * after tensors is copied as it is (zeros). With `bk`, the speculative
+ * update's backup written in that same pass (or read, for a redo). */
+static void update_range(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi,
+                         const range_backup *bk)
 {
     /* the lr follows the step; bias correction counts the updates applied */
     rp_layer_state *ls = &e->p->st[l];
@@ -26,19 +53,30 @@ static void update_range(rp_engine *e, int l, int64_t t, float coef, size_t lo, 
         b = b < hi ? b : hi;
         if (a >= b)
             continue;
-        if (copy) {
+        if (copy)
             rp_params_sync_compute_range(e->p, l, cur, a);
+        uint16_t *bf = copy ? (uint16_t *)ls->compute + a : NULL;
+        if (!bk) {
             rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                          e->by_optimizer.adam_step, &hp, d->decay, coef,
-                          (uint16_t *)ls->compute + a);
+                          e->by_optimizer.adam_step, &hp, d->decay, coef, bf);
         } else {
-            rp_adamw_step(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
-                          e->by_optimizer.adam_step, &hp, d->decay, coef, NULL);
+            save_padding(ls, bk, cur, a);
+            float *old = bk->old + (a - bk->lo);
+            if (bk->from)
+                rp_adamw_step_from_backup(ls->master + a, ls->grad + a, ls->m + a, ls->v + a,
+                                          b - a, e->by_optimizer.adam_step, &hp, d->decay, coef,
+                                          bf, old, old + bk->n, old + 2 * bk->n);
+            else
+                rp_adamw_step_backup(ls->master + a, ls->grad + a, ls->m + a, ls->v + a, b - a,
+                                     e->by_optimizer.adam_step, &hp, d->decay, coef, bf, old,
+                                     old + bk->n, old + 2 * bk->n);
         }
         cur = b;
     }
     if (copy)
         rp_params_sync_compute_range(e->p, l, cur, hi);
+    if (bk)
+        save_padding(ls, bk, cur, hi);
 }
 
 /* The calling thread's CPU time (contention does not count), ns. */
@@ -60,7 +98,16 @@ static void count_adamw(rp_engine *e, int64_t t, uint64_t c0)
 void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo, size_t hi)
 {
     uint64_t c0 = thread_cpu_ns();
-    update_range(e, l, t, coef, lo, hi);
+    update_range(e, l, t, coef, lo, hi, NULL);
+    count_adamw(e, t, c0);
+}
+
+void rp_optimizer_update_share_backup(rp_engine *e, int l, int64_t t, float coef, size_t lo,
+                                      size_t hi, float *backup, int from)
+{
+    uint64_t c0 = thread_cpu_ns();
+    range_backup bk = {backup, lo, hi - lo, from};
+    update_range(e, l, t, coef, lo, hi, &bk);
     count_adamw(e, t, c0);
 }
 
@@ -74,7 +121,7 @@ typedef struct ranges_update {
 static void update_piece(void *ctx, size_t lo, size_t hi)
 {
     const ranges_update *u = ctx;
-    update_range(u->e, u->l, u->t, u->coef, lo, hi);
+    update_range(u->e, u->l, u->t, u->coef, lo, hi, NULL);
 }
 
 void rp_optimizer_update_ranges(rp_engine *e, int l, int64_t t, float coef,

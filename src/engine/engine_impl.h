@@ -64,7 +64,10 @@ typedef struct rp_engine_optimizer_part {
                             rank's slices of layers 1.. before their speculative AdamW
                             (spec_backup_floats, allocated once for the run), or NULL */
     int64_t spec_hits;   /* steps whose speculative updates were kept (the norm did not clip) */
-    int64_t spec_misses; /* and those restored and redone (it clipped) */
+    int64_t spec_misses; /* and those redone (it clipped) */
+    int64_t spec_layers; /* this rank's layer shares speculated, in steps that may speculate */
+    int64_t spec_after;  /* and those updated after the norm instead, the backward being over
+                            (rp_gate_speculates) */
 } rp_engine_optimizer_part;
 
 /* The executor's measurements (stage_compute.c): ms summed over calls, and the

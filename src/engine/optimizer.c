@@ -12,7 +12,7 @@
  * optimizer), and each waits at the gate before it changes the layer.
  * With clipping and --speculative-update, a block's AdamW runs as soon as
  * it is summed, its state backed up and its version held; after the norm
- * it is published, or restored and redone when clipping clips
+ * it is published, or redone from its backup when clipping clips
  * (speculative.c).
  * Every step is elementwise or per block, so the bits depend neither on the
  * number of ranks nor on which rank did what. This file runs the updates;
@@ -49,10 +49,19 @@ static rp_status update_layer(rp_engine *e, int l, int64_t t, float coef, int sk
     return RP_OK;
 }
 
+/* Elements of this rank's share (its node's slice) of layer l. */
+static size_t share_size(const rp_engine *e, int l)
+{
+    size_t b0, b1, lo, hi;
+    rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
+    return hi - lo;
+}
+
 /* The speculative update of this rank's share of layer l (update_gate.h's
- * rp_gate_speculates), as soon as its gradient is summed: its master, m and
- * v backed up, then AdamW with coefficient 1.0f, writing the compute copy;
- * its version waits for the global norm (settle_layer). */
+ * rp_gate_speculates), as soon as its gradient is summed: AdamW with
+ * coefficient 1.0f, writing the compute copy and, in the same pass, the
+ * backup of the master, m and v it read; its version waits for the global
+ * norm (settle_layer). */
 static rp_status speculate_layer(rp_engine *e, int l, int64_t t, const char *who, rp_error *err)
 {
     RP_TRY(rp_gate_wait_update(e, l, t, who, err));
@@ -61,16 +70,16 @@ static rp_status speculate_layer(rp_engine *e, int l, int64_t t, const char *who
     rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
     if (hi == lo)
         return RP_OK;
-    rp_speculative_save(e, l, lo, hi);
-    rp_optimizer_update_share(e, l, t, 1.0f, lo, hi);
+    rp_optimizer_update_share_backup(e, l, t, 1.0f, lo, hi, rp_speculative_part(e, l), 0);
     rp_optimizer_trace(e, "adamw speculative layer", l, t, t0);
     return RP_OK;
 }
 
 /* A speculated layer once the norm is known: with coefficient 1.0f (the
- * norm did not clip) the update made is the step's, bit for bit; else its
- * state is restored from the backup and the update redone with coef (the
- * same adam_step: bias correction counts the step once). Then the version
+ * norm did not clip) the update made is the step's, bit for bit; else the
+ * update is redone with coef from the state in the backup, read in place
+ * (the bits of a restore and a redo; the same adam_step: bias correction
+ * counts the step once). Then the version
  * is raised (several nodes: the slice goes to the all-gather only now). */
 static void settle_layer(rp_engine *e, int l, int64_t t, float coef)
 {
@@ -79,8 +88,7 @@ static void settle_layer(rp_engine *e, int l, int64_t t, float coef)
         size_t b0, b1, lo, hi;
         rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
         if (hi > lo) {
-            rp_speculative_restore(e, l, lo, hi);
-            rp_optimizer_update_share(e, l, t, coef, lo, hi);
+            rp_optimizer_update_share_backup(e, l, t, coef, lo, hi, rp_speculative_part(e, l), 1);
             rp_optimizer_trace(e, "adamw redo layer", l, t, t0);
         }
     }
@@ -271,11 +279,13 @@ static rp_status run(rp_engine *e, rp_error *err)
             /* without clipping a block's update needs nothing else: fused */
             int fuse = rp_gate_fused(e, l, skip);
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
-            if (s == RP_OK && rp_gate_speculates(e, l, skip)) {
+            if (s == RP_OK && rp_gate_speculates(e, l, t, skip)) {
                 s = speculate_layer(e, l, t, who, err);
                 if (s == RP_OK) /* changed: restored if the step ends before its norm */
                     speculated[l] = speculating = 1;
             }
+            if (s == RP_OK && l > 0 && rp_gate_may_speculate(e, skip) && share_size(e, l) > 0)
+                speculated[l] ? e->by_optimizer.spec_layers++ : e->by_optimizer.spec_after++;
             if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
@@ -301,7 +311,9 @@ static rp_status run(rp_engine *e, rp_error *err)
             break;
         if (order == RP_GATE_AS_SUMMED)
             continue;
-        if (speculating) /* hit: every speculative update stands; miss: redone */
+        /* hit: every speculative update stands; miss: redone (counted on
+         * every rank alike, whatever each speculated) */
+        if (rp_gate_may_speculate(e, skip))
             coef == 1.0f ? e->by_optimizer.spec_hits++ : e->by_optimizer.spec_misses++;
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
             e->by_optimizer.lag_coef = coef;

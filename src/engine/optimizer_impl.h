@@ -23,6 +23,15 @@ rp_status rp_grad_sum_share(rp_engine *e, int l, int64_t t, int fuse, const char
  * compute copy (adamw_share.c). */
 void rp_optimizer_update_share(rp_engine *e, int l, int64_t t, float coef, size_t lo,
                                size_t hi);
+/* The speculative update's (speculative.c, optimizer.c): the same, with
+ * the backup of [lo, hi) at `backup` (master, m, v of its hi - lo elements
+ * one after another). from = 0: the update also writes the old master, m
+ * and v there in the same pass (the padding between tensors too: an image
+ * of the range); from = 1: it reads them from there instead of from the
+ * layer's state (a redo when clipping clips; the same bits as restoring
+ * the backup first). */
+void rp_optimizer_update_share_backup(rp_engine *e, int l, int64_t t, float coef, size_t lo,
+                                      size_t hi, float *backup, int from);
 /* The same on the elements of `count` ranges of layer l, split over the
  * optimizer's threads together (rp_adamw_ranges_split), however short each
  * range is. */

@@ -400,6 +400,11 @@ void rp_proto_publish_summed(rp_engine *e, int l, int64_t t)
     publish(e, RP_EV_SUMMED, l, e->rank, t);
 }
 
+int rp_proto_summed_share_at(const rp_engine *e, int l, int r, int64_t t)
+{
+    return rp_event_value(e->ev, (rp_event_name){RP_EV_SUMMED, l, r}) >= (uint64_t)t;
+}
+
 rp_status rp_proto_wait_summed_share(rp_engine *e, int l, int r, int64_t t, const char *job,
                                      rp_error *err)
 {

@@ -23,12 +23,13 @@
  * | slot_free | slot / microbatch      | the consumer that read the slot     | the next producer of the slot    | -                          |
  * |           | (fwd s, ckpt l, bwd i; | (slot 0: the logger read the losses | (slot 0: the tail writing losses |                            |
  * |           |  0 = losses)           |  of t)                              |  RP_ARENA_RING iterations later) |                            |
- * | grad      | layer / pipeline       | executor of T or B: gradient of the | optimizer (sums the pipelines)   | version (summed for the    |
- * |           |                        | job's layers on the host            |                                  | embedding's rows)          |
+ * | grad      | layer / pipeline       | executor of T or B: gradient of the | optimizer (sums the pipelines;   | version (summed for the    |
+ * |           |                        | job's layers on the host            | polled: rp_gate_speculates)      | embedding's rows)          |
  * | summed    | layer / rank share     | optimizer: share summed, block norms| logger and clipping (global norm)| -                          |
  * |           |                        | written (several nodes: the node    | the tail's tied-head download;   |                            |
  * |           |                        | communication thread, once the      | several nodes: the rank's        |                            |
- * |           |                        | node's slice and the norms are in)  | optimizer (its slice's update)   |                            |
+ * |           |                        | node's slice and the norms are in)  | optimizer (its slice's update;   |                            |
+ * |           |                        |                                     | polled: rp_gate_speculates)      |                            |
  * | version   | layer / rank share     | optimizer: share updated (value =   | jobs of the next iterations      | uploaded (lagged mode)     |
  * |           |                        | the iteration whose update it holds)| (weights), the grad producers    |                            |
  * | rows      | 0 / rank share         | optimizer: the embedding rows the   | jobs reading the embedding only  | -                          |
@@ -137,6 +138,8 @@ void rp_proto_publish_summed(rp_engine *e, int l, int64_t t); /* this rank's sha
  * thread's, for its rank's optimizer). */
 rp_status rp_proto_wait_summed_share(rp_engine *e, int l, int r, int64_t t, const char *job,
                                      rp_error *err);
+/* The same without waiting (the update gate's rp_gate_speculates). */
+int rp_proto_summed_share_at(const rp_engine *e, int l, int r, int64_t t);
 rp_status rp_proto_wait_summed(rp_engine *e, int l, int64_t t, const char *job, int background,
                                rp_error *err);
 

@@ -7,9 +7,13 @@
  * (a hit) the update already made is the one the norm asks for, bit for
  * bit, and is published as is; when the norm clips (a miss), master, m and
  * v are restored from the backup taken just before and the update is
- * redone with the real coefficient (optimizer.c). This file holds the
- * choice (auto, on, off, under the same host-memory rule as --recompute
- * auto), the backup's size and the copies in and out of it.
+ * redone with the real coefficient (optimizer.c). The backup is written by
+ * the speculative AdamW itself, in the same pass over master, m and v
+ * (rp_adamw_step_backup: 12 bytes a parameter written, nothing more read),
+ * and a redo reads its old state from there (rp_adamw_step_from_backup: no
+ * restore first). This file holds the choice (auto, on, off, under the
+ * same host-memory rule as --recompute auto), the backup's size and
+ * layout, and the restore of a step that ends before its norm.
  *
  * Not the embedding: its gradient is summed last (nothing would overlap)
  * and it is the largest layer (its backup the largest). The backup is one
@@ -138,26 +142,15 @@ static void copy_floats(float *to, const float *from, size_t n)
     }
 }
 
-/* The backup's part for this rank's slice [lo, hi) of layer l. */
-static float *part_of(const rp_engine *e, int l)
+float *rp_speculative_part(rp_engine *e, int l)
 {
     return e->by_optimizer.spec_backup + backup_floats(e, e->rank, e->nd.node, l);
-}
-
-void rp_speculative_save(rp_engine *e, int l, size_t lo, size_t hi)
-{
-    const rp_layer_state *ls = &e->p->st[l];
-    float *at = part_of(e, l);
-    size_t n = hi - lo;
-    copy_floats(at, ls->master + lo, n);
-    copy_floats(at + n, ls->m + lo, n);
-    copy_floats(at + 2 * n, ls->v + lo, n);
 }
 
 void rp_speculative_restore(rp_engine *e, int l, size_t lo, size_t hi)
 {
     rp_layer_state *ls = &e->p->st[l];
-    const float *at = part_of(e, l);
+    const float *at = rp_speculative_part(e, l);
     size_t n = hi - lo;
     copy_floats(ls->master + lo, at, n);
     copy_floats(ls->m + lo, at + n, n);

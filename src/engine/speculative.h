@@ -1,7 +1,7 @@
 /* The speculative update (--speculative-update, speculative.c): the choice,
  * and the backup of master, m and v that a miss restores. The update gate
  * (rp_gate_speculates) says which updates speculate; optimizer.c runs
- * them. Internal to the engine. */
+ * them, writing the backup in AdamW's own pass. Internal to the engine. */
 #ifndef RP_ENGINE_SPECULATIVE_H
 #define RP_ENGINE_SPECULATIVE_H
 
@@ -17,9 +17,12 @@
 rp_status rp_speculative_choose(rp_engine *e, MPI_Comm comm, rp_error *err);
 void rp_speculative_free(rp_engine *e);
 
+/* The backup of this rank's slice [lo, hi) of layer l: master, m and v of
+ * its hi - lo elements one after another, as
+ * rp_optimizer_update_share_backup writes and reads it. */
+float *rp_speculative_part(rp_engine *e, int l);
 /* Copy master, m and v of elements [lo, hi) of layer l (this rank's slice)
- * into the backup, or back from it. */
-void rp_speculative_save(rp_engine *e, int l, size_t lo, size_t hi);
+ * back from the backup (a step that ends before its norm). */
 void rp_speculative_restore(rp_engine *e, int l, size_t lo, size_t hi);
 
 #endif

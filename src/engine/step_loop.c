@@ -171,16 +171,21 @@ static void log_uploads(rp_engine *e, MPI_Comm comm)
 }
 
 /* The speculative update's steps (speculative.c): kept when the norm did
- * not clip, redone when it did; every rank decides the same from the same
- * norm, so rank 0's counts are the run's. */
+ * not clip, redone when it did; every rank decides that the same from the
+ * same norm, so rank 0's counts are the run's. Which layers speculate is
+ * each rank's own (rp_gate_speculates): rank 0's are said as its. */
 static void log_speculation(const rp_engine *e)
 {
     if (!e->speculative || e->nd.world_rank != 0)
         return;
     int64_t hits = e->by_optimizer.spec_hits, misses = e->by_optimizer.spec_misses;
+    int64_t layers = e->by_optimizer.spec_layers, after = e->by_optimizer.spec_after;
     rp_log(e->lg, RP_LOG_INFO, "speculative update: %lld hits, %lld misses (of %lld steps "
-           "speculated: kept as the norm did not clip, or restored and redone as it clipped)",
-           (long long)hits, (long long)misses, (long long)(hits + misses));
+           "that may speculate: kept as the norm did not clip, or redone as it clipped); rank 0 "
+           "speculated %lld of its %lld updates of the blocks and the head in them, %lld after "
+           "the norm as the backward was over", (long long)hits, (long long)misses,
+           (long long)(hits + misses), (long long)layers, (long long)(layers + after),
+           (long long)after);
 }
 
 rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)

@@ -163,9 +163,33 @@ int rp_gate_fused(const rp_engine *e, int l, int skip)
     return rp_gate_order_of(e) == RP_GATE_AS_SUMMED && !skip && l > 0;
 }
 
-int rp_gate_speculates(const rp_engine *e, int l, int skip)
+int rp_gate_may_speculate(const rp_engine *e, int skip)
 {
-    return e->speculative && rp_gate_order_of(e) == RP_GATE_BY_NEED && !skip && l > 0;
+    return e->speculative && rp_gate_order_of(e) == RP_GATE_BY_NEED && !skip;
+}
+
+/* Whether everything this rank's sums of the layers below l wait for is in
+ * (the backward is over for this rank: one node, every pipeline's gradient
+ * of each of them; several nodes, the communication thread's sum of this
+ * rank's slice of each). Polled, no wait. */
+static int below_all_in(const rp_engine *e, int l, int64_t t)
+{
+    for (int k = 0; k < l; k++) {
+        if (e->nd.nodes > 1) {
+            if (!rp_proto_summed_share_at(e, k, e->rank, t))
+                return 0;
+            continue;
+        }
+        for (int g = 0; g < e->pipelines; g++)
+            if (!rp_proto_grad_at(e, k, g, t))
+                return 0;
+    }
+    return 1;
+}
+
+int rp_gate_speculates(const rp_engine *e, int l, int64_t t, int skip)
+{
+    return rp_gate_may_speculate(e, skip) && l > 0 && !below_all_in(e, l, t);
 }
 
 void rp_gate_update_done(rp_engine *e, int l, int64_t t, int updated)

@@ -38,7 +38,11 @@
  * | layer l >= 1, step t (clipping| the checkpoint hold (rp_gate_wait_update);| overlaps the backward; its       | rp_gate_wait_update          |
  * | exact, --speculative-update)  | no global norm. Its version waits for the | coefficient is 1.0f unless the   |                              |
  * |                               | norm: published as is when the norm does  | norm clips (optim/clip.c), so a  |                              |
- * |                               | not clip, else redone from the backup     | kept update has the same bits    |                              |
+ * |                               | not clip, else redone from the backup.    | kept update has the same bits    |                              |
+ * |                               | Only while what this rank's sums of the   | once the backward is over it     |                              |
+ * |                               | layers below l wait for is not all in:    | overlaps nothing and only delays |                              |
+ * |                               | after that, l and the layers below update | the norm and the embedding's     |                              |
+ * |                               | the normal way, after the norm            | rows (the next forward's first)  |                              |
  * | the checkpoint writer, step c | layer l at version c (lagged, with c's    | the state the checkpoint holds   | rp_gate_wait_checkpoint_state|
  * |                               | update pending: l's gradient summed at c) |                                  |                              |
  *
@@ -134,14 +138,31 @@ rp_status rp_gate_wait_update(rp_engine *e, int l, int64_t t, const char *who, r
  * (nothing else to wait for); `skip`: the step applies no update. */
 int rp_gate_fused(const rp_engine *e, int l, int skip);
 
+/* Whether step t may speculate at all (the rule below but the layer and
+ * the timing): with clipping, exact, --speculative-update on, a step that
+ * applies an update. The same on every rank (its hits and misses). */
+int rp_gate_may_speculate(const rp_engine *e, int skip);
+
 /* Whether this rank's share of layer l runs step t's update speculatively,
- * as soon as its gradient is summed, with coefficient 1.0f and its state
+ * just after its gradient is summed, with coefficient 1.0f and its state
  * backed up (speculative.c), its version held until the global norm says
- * whether clipping clips: with clipping, exact, --speculative-update on, a
- * step that applies an update, and not the embedding (summed last, the
- * largest). It waits at rp_gate_wait_update before it changes the layer,
- * as every update does; rp_gate_update_done follows the norm. */
-int rp_gate_speculates(const rp_engine *e, int l, int skip);
+ * whether clipping clips: a step that may speculate, not the embedding
+ * (summed last, the largest), and only while it overlaps something: not
+ * once everything this rank's sums of the layers below l wait for is in
+ * (one node: every pipeline's gradient of each; several nodes: the node
+ * sums of this rank's slices). After that the backward is over: a
+ * speculative update would only hold back this rank's last sums, so the
+ * norm, and the embedding's rows the next forward reads first, behind
+ * layers the next step reads last; l and the layers below (the condition
+ * only grows true as l falls and time passes) update after the norm, in
+ * need order, without a backup. The rule is this rank's, not "every share
+ * summed": this rank sums its shares of the layers below only after it
+ * decides, and each rank settles its own shares, so ranks may decide
+ * differently in one step. It never changes bits (a speculated update is
+ * kept or redone to the same bits). It waits at rp_gate_wait_update before
+ * it changes the layer, as every update does; rp_gate_update_done follows
+ * the norm. */
+int rp_gate_speculates(const rp_engine *e, int l, int64_t t, int skip);
 
 /* This rank's share of layer l holds step t's update (`updated`: 0 when the
  * step applied none): raise the version, or hand it to the all-gather. */

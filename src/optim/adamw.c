@@ -8,7 +8,10 @@
  * rounded (sqrtf is). Since fmaf and sqrtf are exactly rounded everywhere,
  * the result is the same on every machine. On x86-64 the kernel is compiled twice
  * (target_clones): an x86-64-v3 clone where fmaf is one vector instruction,
- * and a baseline clone where it is a libm call (slower, same bits). */
+ * and a baseline clone where it is a libm call (slower, same bits). The
+ * speculative update's kinds (a backup written in the same pass, a redo
+ * from it) are the same body with other loads and stores, through the same
+ * cloned function. */
 #include "optim/adamw.h"
 
 #include <math.h>
@@ -31,14 +34,28 @@ typedef struct adamw_consts {
 } adamw_consts;
 
 
-/* What the update also writes beside p: nothing, or bf16(p). */
-enum { COPY_NONE, COPY_BF16 };
+/* What the update does beside updating p, m and v in place: flags, each a
+ * constant at every call site, so the compiler emits one loop per kind
+ * without a per-element branch.
+ *   KIND_BF16  also writes bf16(p_new), the compute copy;
+ *   KIND_SAVE  also writes the old p, m, v it read into the side arrays
+ *              (the speculative update's backup, in the same pass);
+ *   KIND_FROM  reads the old p, m, v from the side arrays instead (a redo
+ *              from that backup) and writes the new ones to p, m, v. */
+enum { KIND_BF16 = 1, KIND_SAVE = 2, KIND_FROM = 4 };
 
-/* The element update; `copy` is a constant at each call site so the
- * compiler emits one loop per kind without a per-element branch. */
+/* The side arrays of KIND_SAVE and KIND_FROM: old p, m, v. */
+typedef struct adamw_side {
+    float *p, *m, *v;
+} adamw_side;
+
+/* The element update. The old p, m, v are read once into registers, so
+ * the backup holds exactly what the update read, and the arithmetic is the
+ * same expression in every kind (the same bits). */
 static inline __attribute__((always_inline)) void
 adamw_body(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
-           void *restrict out, size_t n, const adamw_consts *k, int copy)
+           void *restrict out, float *restrict side_p, float *restrict side_m,
+           float *restrict side_v, size_t n, const adamw_consts *k, int kind)
 {
     uint16_t *restrict bf = out;
     const float gs = k->grad_scale, df = k->decay_factor, w1 = k->one_minus_b1;
@@ -46,29 +63,63 @@ adamw_body(float *restrict p, const float *restrict g, float *restrict m, float 
     const float bc2s = k->bc2_sqrt, eps = k->eps;
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
+        float p0 = (kind & KIND_FROM) ? side_p[i] : p[i];
+        float m0 = (kind & KIND_FROM) ? side_m[i] : m[i];
+        float v0 = (kind & KIND_FROM) ? side_v[i] : v[i];
+        if (kind & KIND_SAVE) {
+            side_p[i] = p0;
+            side_m[i] = m0;
+            side_v[i] = v0;
+        }
         float gi = g[i] * gs;
-        float pi = p[i] * df;
-        float mi = fmaf(w1, gi - m[i], m[i]);
-        float vi = fmaf(w2 * gi, gi, v[i] * b2);
+        float pi = p0 * df;
+        float mi = fmaf(w1, gi - m0, m0);
+        float vi = fmaf(w2 * gi, gi, v0 * b2);
         float denom = sqrtf(vi) / bc2s + eps;
         pi = pi + (ns * mi) / denom;
         m[i] = mi;
         v[i] = vi;
         p[i] = pi;
-        if (copy == COPY_BF16)
+        if (kind & KIND_BF16)
             bf[i] = rp_f32_to_bf16(pi);
     }
 }
 
-RP_CPU_CLONES
+/* GCC's loop distribution would split a backup's stores (side_p[i] = p[i])
+ * out of the loop into a memmove before it: a second pass over p, m, v,
+ * the separate copy the backup kind is there to avoid. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ONE_PASS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define ONE_PASS
+#endif
+
+RP_CPU_CLONES ONE_PASS
 static void adamw_range(float *restrict p, const float *restrict g, float *restrict m,
-                        float *restrict v, void *restrict out, size_t n, const adamw_consts *k,
-                        int copy)
+                        float *restrict v, void *restrict out, const adamw_side *side, size_t n,
+                        const adamw_consts *k, int kind)
 {
-    if (copy == COPY_BF16)
-        adamw_body(p, g, m, v, out, n, k, COPY_BF16);
-    else
-        adamw_body(p, g, m, v, out, n, k, COPY_NONE);
+    float *sp = side ? side->p : NULL, *sm = side ? side->m : NULL, *sv = side ? side->v : NULL;
+    switch (kind) {
+    case KIND_BF16:
+        adamw_body(p, g, m, v, out, sp, sm, sv, n, k, KIND_BF16);
+        break;
+    case KIND_SAVE:
+        adamw_body(p, g, m, v, out, sp, sm, sv, n, k, KIND_SAVE);
+        break;
+    case KIND_SAVE | KIND_BF16:
+        adamw_body(p, g, m, v, out, sp, sm, sv, n, k, KIND_SAVE | KIND_BF16);
+        break;
+    case KIND_FROM:
+        adamw_body(p, g, m, v, out, sp, sm, sv, n, k, KIND_FROM);
+        break;
+    case KIND_FROM | KIND_BF16:
+        adamw_body(p, g, m, v, out, sp, sm, sv, n, k, KIND_FROM | KIND_BF16);
+        break;
+    default:
+        adamw_body(p, g, m, v, out, sp, sm, sv, n, k, 0);
+        break;
+    }
 }
 
 size_t rp_adamw_array_bytes(size_t n)
@@ -129,7 +180,7 @@ static size_t chunk_of(size_t n, size_t nt)
 static void adamw_step(float *restrict p, const float *restrict g, float *restrict m,
                        float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
                        int decay, float grad_scale, void *restrict out, size_t out_size,
-                       int copy)
+                       const adamw_side *side, int kind)
 {
     if (n == 0)
         return;
@@ -153,7 +204,7 @@ static void adamw_step(float *restrict p, const float *restrict g, float *restri
     if (n < RP_ADAMW_PARALLEL_MIN || omp_in_parallel()) {
         /* a piece of rp_adamw_ranges_split's (or another caller's) region:
          * no nested region, whose team of one costs microseconds a call */
-        adamw_range(p, g, m, v, out, n, &k, copy);
+        adamw_range(p, g, m, v, out, side, n, &k, kind);
         return;
     }
 #pragma omp parallel
@@ -163,8 +214,10 @@ static void adamw_step(float *restrict p, const float *restrict g, float *restri
 #pragma omp for schedule(dynamic, 1)
         for (size_t c = 0; c < chunks; c++) {
             size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+            adamw_side at = side ? (adamw_side){side->p + lo, side->m + lo, side->v + lo}
+                                 : (adamw_side){NULL, NULL, NULL};
             adamw_range(p + lo, g + lo, m + lo, v + lo, out ? (char *)out + lo * out_size : NULL,
-                        hi - lo, &k, copy);
+                        side ? &at : NULL, hi - lo, &k, kind);
         }
     }
 }
@@ -173,8 +226,30 @@ void rp_adamw_step(float *restrict p, const float *restrict g, float *restrict m
                    float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
                    int decay, float grad_scale, uint16_t *restrict bf16_copy)
 {
-    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, bf16_copy, sizeof *bf16_copy,
-               bf16_copy ? COPY_BF16 : COPY_NONE);
+    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, bf16_copy, sizeof *bf16_copy, NULL,
+               bf16_copy ? KIND_BF16 : 0);
+}
+
+void rp_adamw_step_backup(float *restrict p, const float *restrict g, float *restrict m,
+                          float *restrict v, size_t n, int64_t step, const rp_adamw_params *hp,
+                          int decay, float grad_scale, uint16_t *restrict bf16_copy,
+                          float *restrict old_p, float *restrict old_m, float *restrict old_v)
+{
+    adamw_side side = {old_p, old_m, old_v};
+    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, bf16_copy, sizeof *bf16_copy, &side,
+               KIND_SAVE | (bf16_copy ? KIND_BF16 : 0));
+}
+
+void rp_adamw_step_from_backup(float *restrict p, const float *restrict g, float *restrict m,
+                               float *restrict v, size_t n, int64_t step,
+                               const rp_adamw_params *hp, int decay, float grad_scale,
+                               uint16_t *restrict bf16_copy, const float *restrict old_p,
+                               const float *restrict old_m, const float *restrict old_v)
+{
+    /* read only (KIND_FROM): the casts drop a const the kernel keeps */
+    adamw_side side = {(float *)old_p, (float *)old_m, (float *)old_v};
+    adamw_step(p, g, m, v, n, step, hp, decay, grad_scale, bf16_copy, sizeof *bf16_copy, &side,
+               KIND_FROM | (bf16_copy ? KIND_BF16 : 0));
 }
 
 

@@ -18,8 +18,9 @@
 #define RP_SIM_NET_GRAD_BYTES 4     /* bytes per parameter the chains and the scatter move
                                        (the nodes sum fp32 gradients) */
 #define RP_SIM_DEFAULT_NETWORK_GBS 100.0 /* gigabits/s per NIC direction */
-#define RP_SIM_SPEC_BACKUP_BYTES 24.0 /* the speculative update's backup copy per parameter:
-                                         fp32 master, m and v read and written */
+#define RP_SIM_SPEC_BACKUP_BYTES 12.0 /* the speculative update's backup per parameter:
+                                         fp32 master, m and v written in AdamW's own pass
+                                         (rp_adamw_step_backup: nothing more read) */
 
 typedef struct rp_machine {
     int gpus;                  /* G executors */
@@ -35,9 +36,11 @@ typedef struct rp_machine {
     int speculative;           /* with clip and the exact optimizer, --speculative-update: a
                                   hit step (the norm does not clip) runs each layer's AdamW
                                   but the embedding's as its gradient lands, plus the backup
-                                  of master, m and v (RP_SIM_SPEC_BACKUP_BYTES per parameter);
-                                  its version still waits for the norm. One node's optimizer:
-                                  several nodes are simulated without it */
+                                  of master, m and v (RP_SIM_SPEC_BACKUP_BYTES per parameter),
+                                  while a gradient below it is still to land (else after the
+                                  norm, without the backup); its version still waits for the
+                                  norm. One node's optimizer: several nodes are simulated
+                                  without it */
     int defer_wgrad;           /* weight-gradient work runs after the input gradient is sent */
     int opt_spread;            /* split each layer's update over all ranks */
     int iterations;            /* simulated iterations (>= 4); the first half is warm-up */

@@ -27,6 +27,13 @@ typedef struct rp_sim_task {
     int priority; /* lower runs first among the ready tasks (the layer, by default) */
     int slot;     /* what it completes: a layer, or num_layers for part (b) of layer 0's update */
     int rank;
+    /* A speculative update (machine.h's speculative): it runs as one only if
+     * its rank starts it before overlap_end, when the last gradient of a
+     * layer below it lands (as the engine's rp_gate_speculates: after that
+     * the backward is over and it would overlap nothing); else it waits for
+     * the norm (the pool's `norm`) and takes after_ms, without the backup. */
+    int speculative;
+    double overlap_end, after_ms;
 } rp_sim_task;
 
 typedef struct rp_sim_nodes rp_sim_nodes;
@@ -52,6 +59,7 @@ typedef struct rp_sim {
     double *iteration_end; /* [iterations]: last compute of the iteration ends */
     rp_sim_task *tasks, *rank_tasks;
     int *task_heap;
+    int *held_tasks;      /* a pool's speculative tasks put back until the norm */
     int *tied_layers, num_tied; /* layers with tied_to >= 0 */
     int sparse_embed;          /* sparse_embed applies: layer 0 is an embedding */
     double rows_frac, group_rows_frac; /* rows fraction of the iteration, of one group */

@@ -188,21 +188,40 @@ static int by_priority(const void *ctx, int a, int b)
 }
 
 /* Non-preemptive, highest priority (lowest layer) first among the ready
- * tasks of one rank. */
-static void run_pool(rp_sim *sim, int rank, rp_sim_task *tasks, int num_tasks, double *done)
+ * tasks of one rank. A speculative task the rank would start once the
+ * backward is over for it (at or after its overlap_end) is not speculated:
+ * it is put back until the norm, without its backup. */
+static void run_pool(rp_sim *sim, int rank, rp_sim_task *tasks, int num_tasks, double norm,
+                     double *done)
 {
     qsort(tasks, (size_t)num_tasks, sizeof *tasks, by_ready);
     double now = sim->pool_free[rank];
-    int next = 0, heap_size = 0;
-    while (next < num_tasks || heap_size > 0) {
-        if (heap_size == 0 && tasks[next].ready > now)
-            now = tasks[next].ready;
+    int next = 0, heap_size = 0, held = 0;
+    while (next < num_tasks || heap_size > 0 || held > 0) {
+        if (heap_size == 0) { /* idle until the next task is ready */
+            double at = next < num_tasks ? tasks[next].ready : norm;
+            at = held > 0 && norm < at ? norm : at;
+            now = rp_sim_max(now, at);
+        }
         while (next < num_tasks && tasks[next].ready <= now)
             rp_sim_heap_push(sim->task_heap, &heap_size, by_priority, tasks, next++);
+        while (held > 0 && norm <= now)
+            rp_sim_heap_push(sim->task_heap, &heap_size, by_priority, tasks,
+                             sim->held_tasks[--held]);
+        if (heap_size == 0)
+            continue;
         int i = rp_sim_heap_pop(sim->task_heap, &heap_size, by_priority, tasks);
-        now += tasks[i].duration;
-        sim->pool_busy[rank] += tasks[i].duration;
-        done[tasks[i].slot] = rp_sim_max(done[tasks[i].slot], now);
+        rp_sim_task *task = &tasks[i];
+        if (task->speculative && now >= task->overlap_end) {
+            task->speculative = 0;
+            task->ready = norm;
+            task->duration = task->after_ms;
+            sim->held_tasks[held++] = i;
+            continue;
+        }
+        now += task->duration;
+        sim->pool_busy[rank] += task->duration;
+        done[task->slot] = rp_sim_max(done[task->slot], now);
     }
     sim->pool_free[rank] = now;
 }
@@ -215,10 +234,14 @@ static void add_task(rp_sim *sim, int *num_tasks, double ready, double duration,
     const rp_machine *mc = sim->machine;
     if (mc->opt_spread) {
         for (int r = 0; r < mc->gpus; r++)
-            sim->tasks[(*num_tasks)++] =
-                (rp_sim_task){ready, duration / mc->gpus, priority, slot, r};
+            sim->tasks[(*num_tasks)++] = (rp_sim_task){.ready = ready,
+                                                        .duration = duration / mc->gpus,
+                                                        .priority = priority,
+                                                        .slot = slot,
+                                                        .rank = r};
     } else {
-        sim->tasks[(*num_tasks)++] = (rp_sim_task){ready, duration, priority, slot, rank};
+        sim->tasks[(*num_tasks)++] = (rp_sim_task){
+            .ready = ready, .duration = duration, .priority = priority, .slot = slot, .rank = rank};
     }
 }
 
@@ -260,7 +283,8 @@ static int speculates(const rp_machine *mc, int l)
 
 /* Iteration t's updates on one node, each on the rank that produced the
  * layer's gradient (or spread over all); with clipping after the norm (the
- * last gradient), but a speculative update's work as its gradient lands. */
+ * last gradient), but a speculative update's work as its gradient lands,
+ * while the backward is not over for it (run_pool). */
 static void run_optimizer(rp_sim *sim, int t)
 {
     const rp_machine *mc = sim->machine;
@@ -285,15 +309,26 @@ static void run_optimizer(rp_sim *sim, int t)
         }
         double bytes = (double)c->opt_params * mc->opt_bytes_per_param +
                        (double)(sim->groups - 1) * (double)c->grad_bytes;
-        if (speculates(mc, l))
-            bytes += (double)c->opt_params * RP_SIM_SPEC_BACKUP_BYTES;
         /* a tied layer's gradient arrives in two parts that are summed here */
         for (int i = 0; i < sim->num_tied; i++)
             if (m->layers[sim->tied_layers[i]].tied_to == l) {
                 ready = rp_sim_max(ready, sim->grad_done[sim->tied_layers[i]]);
                 bytes += (double)sim->groups * (double)m->layers[sim->tied_layers[i]].grad_bytes;
             }
-        add_task(sim, &num_tasks, ready, bytes / rate, l, l, sim->producer[l]);
+        double backup = speculates(mc, l) ? (double)c->opt_params * RP_SIM_SPEC_BACKUP_BYTES : 0;
+        int first = num_tasks;
+        add_task(sim, &num_tasks, ready, (bytes + backup) / rate, l, l, sim->producer[l]);
+        if (!speculates(mc, l))
+            continue;
+        /* speculated only while a gradient below it is still to land */
+        double below = 0.0;
+        for (int k = 0; k < l; k++)
+            below = rp_sim_max(below, sim->grad_done[k]);
+        for (int i = first; i < num_tasks; i++) {
+            sim->tasks[i].speculative = 1;
+            sim->tasks[i].overlap_end = below;
+            sim->tasks[i].after_ms = sim->tasks[i].duration * bytes / (bytes + backup);
+        }
     }
     /* group the tasks by rank; each rank's pool runs its own */
     for (int r = 0; r < mc->gpus; r++) {
@@ -302,7 +337,7 @@ static void run_optimizer(rp_sim *sim, int t)
             if (sim->tasks[i].rank == r)
                 sim->rank_tasks[mine++] = sim->tasks[i];
         if (mine)
-            run_pool(sim, r, sim->rank_tasks, mine, done);
+            run_pool(sim, r, sim->rank_tasks, mine, last, done);
     }
     /* a speculated update is published once the norm is known */
     for (int l = 0; l < num_layers; l++)
@@ -327,6 +362,7 @@ static void sim_free(rp_sim *sim)
     free(sim->tasks);
     free(sim->rank_tasks);
     free(sim->task_heap);
+    free(sim->held_tasks);
     free(sim->tied_layers);
     rp_sim_nodes_destroy(&sim->nodes);
 }
@@ -357,12 +393,13 @@ static rp_status sim_alloc(rp_sim *sim, rp_error *err)
     sim->tasks = malloc(sizeof *sim->tasks * num_tasks);
     sim->rank_tasks = malloc(sizeof *sim->rank_tasks * num_tasks);
     sim->task_heap = malloc(sizeof(int) * num_tasks);
+    sim->held_tasks = malloc(sizeof(int) * num_tasks);
     sim->tied_layers = malloc(sizeof(int) * (size_t)num_layers);
     if (!sim->jobs || !sim->job_ms || !sim->job_wgrad_ms || !sim->upload_ms ||
         !sim->download_ms || !sim->version_ready || !sim->grad_done || !sim->producer ||
         !sim->previous_job_out || !sim->this_job_out || !sim->intervals ||
         !sim->iteration_end || !sim->tasks || !sim->rank_tasks || !sim->task_heap ||
-        !sim->tied_layers)
+        !sim->held_tasks || !sim->tied_layers)
         return rp_error_set(err, RP_ERR_NOMEM, "simulate: out of memory");
     for (int l = 0; l < num_layers; l++)
         if (sim->cost->layers[l].tied_to >= 0)

@@ -23,6 +23,9 @@
  *   (a step whose norm does not clip) every layer's but the embedding's
  *   starts as its gradient lands, moving RP_SIM_SPEC_BACKUP_BYTES more per
  *   parameter, and its version is raised once the last gradient is in;
+ *   one its rank would start only once every layer below it has its
+ *   gradient (the backward over) runs after the norm instead, without
+ *   the backup, as the engine's rule;
  * - versions: a job of iteration t needs the updates from iteration t-1
  *   (exact) or t-2 (optimizer_lag 1) of its layers (and of a tied layer);
  * - sparse_embed (what the engine does; 0 in rp_machine_defaults, 1 by
