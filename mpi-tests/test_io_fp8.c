@@ -195,7 +195,7 @@ static void expect(rp_status got, rp_status want, const rp_error *err, const cha
 
 START_TEST(files)
 {
-    const rp_fp8_config on = {1, 4, 8}, off = {0, 0, 0};
+    const rp_fp8_config on = {.on = 1, .block_rows = 4, .block_cols = 8}, off = {.on = 0};
     rp_error err = {0};
     rp_fp8_matrix m;
     int q = -1;
@@ -229,7 +229,7 @@ START_TEST(files)
            "model.safetensors: tensor '" S "' has shape [2, 3]; weight [10, 20] in blocks of "
            "[4, 8] (quantization_config.weight_block_size) needs [3, 3]", NULL);
     /* a block size that does not fit the grid the file has */
-    const rp_fp8_config big = {1, 128, 128};
+    const rp_fp8_config big = {.on = 1, .block_rows = 128, .block_cols = 128};
     write_file(names, f8, shapes, bytes, 2, 1);
     expect(find(&big, W, 10, 20, &q, &m, &err), RP_ERR_MISMATCH, &err, "'" S "' has shape [3, 3]",
            "in blocks of [128, 128] (quantization_config.weight_block_size) needs [1, 1]");
