@@ -3,7 +3,10 @@
 # exactly dequantised base (tools/make_fp8_lora_golden.py: e4m3 projections
 # with block scales, partial edge blocks both ways; BF16 scales with M = 2,
 # F32 scales with M = 1; Qwen3-MoE's experts, routers and aux loss on blocks
-# [5, 7], BF16 scales, M = 2): every logged loss, lr and grad_norm within 1e-4
+# [5, 7], BF16 scales, M = 2; a dense and a MoE case whose config's
+# modules_to_not_convert keeps some projections unquantised, bf16 in the
+# files: a block's attention, one MLP projection, a MoE block's experts,
+# a dense block's down_proj): every logged loss, lr and grad_norm within 1e-4
 # relative and every adapter tensor within 1e-4 of its largest entry, and
 # the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
 # FP8 base in place (not converted into the store); uploaded with the stages
@@ -36,7 +39,7 @@ train() { # np, then train options
 metrics() { sed -e 's/"tokens_per_s":[^,]*,//' -e 's/"time":[^,}]*//' "$1"; }
 
 # ---- parity with PEFT on the dequantised base; bits over 1-4 ranks ----------
-for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales; do
+for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales qwen3-kept moe-kept; do
   d="$fix/$case"
   if [ -f "$d/inputs.txt" ]; then # a dense case: the base case's data, the model beside
     in="$gold/$(basename "$(cat "$d/inputs.txt")")"; model="$d-model"

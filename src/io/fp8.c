@@ -83,3 +83,30 @@ rp_status rp_fp8_find(const rp_safetensors_set *set, const char *config_file,
     *quantised = 1;
     return RP_OK;
 }
+
+/* The projection tensor `name` of a decoder block is (rp_lora_proj, the
+ * router's included) and its block, or -1 for another tensor. */
+static int projection_of(const char *name, long long *block)
+{
+    static const char *const suffixes[RP_LORA_NPROJ] = {
+        ".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
+        ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight", ".mlp.gate.weight"};
+    int at = 0;
+    if (sscanf(name, "model.layers.%lld.%n", block, &at) != 1 || at == 0)
+        return -1;
+    const size_t len = strlen(name);
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        const size_t n = strlen(suffixes[p]);
+        if (len >= n && strcmp(name + len - n, suffixes[p]) == 0)
+            return p;
+    }
+    return -1;
+}
+
+int rp_fp8_tensor_converted(const rp_model_config *cfg, const char *name)
+{
+    long long block = -1;
+    const int p = projection_of(name, &block);
+    return p >= 0 && rp_fp8_converted(&cfg->fp8, block, (rp_lora_proj)p);
+}
+
