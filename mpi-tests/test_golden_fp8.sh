@@ -25,7 +25,10 @@
 # without quantization_config. The issue's bad
 # input is refused naming the file and the key, writing nothing: an unsupported
 # quant_method or fmt, a block size the scales do not fit, F8_E4M3 weights
-# in a model whose config has no FP8 quantization_config.
+# in a model whose config has no FP8 quantization_config; a
+# modules_to_not_convert pattern of unsupported syntax, a projection it keeps
+# unquantised that the files ship as F8_E4M3 (naming the pattern), and one
+# it does not keep that they ship in bf16 (saying no pattern matches it).
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -207,4 +210,14 @@ m=$(edited blocks '/"weight_block_size"/,/]/c\    "weight_block_size": [128, 128
 refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv' has shape [3, 2]; weight [64, 64] in blocks of [128, 128] (quantization_config.weight_block_size) needs [1, 1]" --lora-rank 4
 m=$(edited plain '/"quantization_config"/,/}/d')
 refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3, but $m/config.json has no quantization_config" --lora-rank 4
+# modules_to_not_convert: a pattern beyond literal text, '.' and '*'
+m=$(edited classes 's/"quant_method": "fp8",/"modules_to_not_convert": ["model.layers.[01].self_attn"], "quant_method": "fp8",/')
+refuse "$m" "$m/config.json: field 'quantization_config.modules_to_not_convert': entry 0 is \"model.layers.[01].self_attn\", not a module name or pattern" --lora-rank 4
+# a projection it keeps unquantised shipped as FP8: the pattern named
+m=$(edited keeps 's/"quant_method": "fp8",/"modules_to_not_convert": ["lm_head", "model.layers.*.self_attn.k_proj"], "quant_method": "fp8",/')
+refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' is F8_E4M3, but $m/config.json's quantization_config.modules_to_not_convert entry 1 \"model.layers.*.self_attn.k_proj\" keeps module 'model.layers.0.self_attn.k_proj' unquantised" --lora-rank 4
+# one it does not keep shipped in bf16 (qwen3-kept's files, its list gone)
+d="$fix/qwen3-kept"
+m=$(edited unkept '/"modules_to_not_convert"/,/]/d')
+refuse "$m" "model.safetensors: tensor 'model.layers.0.mlp.up_proj.weight' is BF16, but no entry of $m/config.json's quantization_config.modules_to_not_convert matches module 'model.layers.0.mlp.up_proj': the config says it ships F8_E4M3 with 'model.layers.0.mlp.up_proj.weight_scale_inv'" --lora-rank 4
 finish

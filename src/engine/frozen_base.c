@@ -213,9 +213,10 @@ static size_t staged_bytes(const rp_fp8_matrix *q)
 }
 
 /* Whether tensor p of layer l ships FP8 (io/fp8.h): *q describes it then
- * (q->weight NULL otherwise). Only a decoder block's matrices may: the
- * embedding's rows and the head's matrix are read by other paths, and FP8
- * checkpoints ship them unquantised. */
+ * (q->weight NULL otherwise). Only a decoder block's projections may, and
+ * exactly those the config says (rp_fp8_expect): the embedding's rows and
+ * the head's matrix are read by other paths, and FP8 checkpoints ship them
+ * unquantised. */
 static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
                           const rp_param_desc *p, rp_fp8_matrix *q, rp_error *err)
 {
@@ -223,6 +224,7 @@ static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
     snprintf(config, sizeof config, "%s/config.json", model_dir);
     int quantised = 0;
     const char *name = source_name(&b->cfg, p->name);
+    RP_TRY(rp_fp8_expect(b->set, config, &b->cfg, name, err));
     RP_TRY(rp_fp8_find(b->set, config, &b->cfg.fp8, name, p->shape[0],
                        p->ndim == 2 ? p->shape[1] : 0, &quantised, q, err));
     if (quantised && (l == 0 || l == b->nlayers - 1)) {

@@ -110,3 +110,52 @@ int rp_fp8_tensor_converted(const rp_model_config *cfg, const char *name)
     return p >= 0 && rp_fp8_converted(&cfg->fp8, block, (rp_lora_proj)p);
 }
 
+rp_status rp_fp8_expect(const rp_safetensors_set *set, const char *config_file,
+                        const rp_model_config *cfg, const char *name, rp_error *err)
+{
+    long long block = -1;
+    const int proj = projection_of(name, &block);
+    if (!cfg->fp8.on || proj < 0)
+        return RP_OK;
+    rp_safetensors_tensor t;
+    const char *file = NULL;
+    char module[512], pattern[512], experts[512], scale[512];
+    RP_TRY(rp_safetensors_set_find(set, name, &t, &file, err));
+    snprintf(scale, sizeof scale, "%s%s", name, RP_FP8_SCALE_SUFFIX);
+    const int shipped = is_fp8(&t) || rp_safetensors_set_has(set, scale);
+    const int want = rp_fp8_converted(&cfg->fp8, block, (rp_lora_proj)proj);
+    if (want == shipped)
+        return RP_OK;
+    const char *config = config_file ? config_file : "config.json";
+    char what[600];
+    if (is_fp8(&t))
+        snprintf(what, sizeof what, "%s", t.dtype_name);
+    else
+        snprintf(what, sizeof what, "%s with a '%s'", t.dtype_name, scale);
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+    if (want)
+        return rp_error_set(err, RP_ERR_MISMATCH,
+                            "%s: tensor '%s' is %s, but no entry of %s's "
+                            "quantization_config.modules_to_not_convert matches module '%s': "
+                            "the config says it ships F8_E4M3 with '%s'",
+                            file, name, t.dtype_name, config, module, scale);
+    if (proj == RP_LORA_ROUTER)
+        return rp_error_set(err, RP_ERR_MISMATCH,
+                            "%s: tensor '%s' is %s; a router (mlp.gate) is never FP8 for "
+                            "roundpipe (FP8 releases ship it unquantised)",
+                            file, name, what);
+    int index = -1;
+    RP_TRY(rp_config_not_convert_entry(config, module, &index, pattern, sizeof pattern, err));
+    /* an expert's projection is kept also by a pattern of the block's experts */
+    const char *x = strstr(module, ".mlp.experts.");
+    if (index < 0 && x) {
+        snprintf(experts, sizeof experts, "%.*s", (int)(x - module) + 12, module);
+        RP_TRY(rp_config_not_convert_entry(config, experts, &index, pattern, sizeof pattern,
+                                           err));
+    }
+    return rp_error_set(err, RP_ERR_MISMATCH,
+                        "%s: tensor '%s' is %s, but %s's "
+                        "quantization_config.modules_to_not_convert entry %d \"%s\" keeps "
+                        "module '%s' unquantised",
+                        file, name, what, config, index, pattern, module);
+}
