@@ -3,7 +3,10 @@
 # exactly dequantised base (tools/make_fp8_lora_golden.py: e4m3 projections
 # with block scales, partial edge blocks both ways; BF16 scales with M = 2,
 # F32 scales with M = 1; Qwen3-MoE's experts, routers and aux loss on blocks
-# [5, 7], BF16 scales, M = 2): every logged loss, lr and grad_norm within 1e-4
+# [5, 7], BF16 scales, M = 2; a dense and a MoE case whose config's
+# modules_to_not_convert keeps some projections unquantised, bf16 in the
+# files: a block's attention, one MLP projection, a MoE block's experts,
+# a dense block's down_proj): every logged loss, lr and grad_norm within 1e-4
 # relative and every adapter tensor within 1e-4 of its largest entry, and
 # the adapters and losses bit-identical on 1-4 ranks. CPU executors map the
 # FP8 base in place (not converted into the store); uploaded with the stages
@@ -22,7 +25,10 @@
 # without quantization_config. The issue's bad
 # input is refused naming the file and the key, writing nothing: an unsupported
 # quant_method or fmt, a block size the scales do not fit, F8_E4M3 weights
-# in a model whose config has no FP8 quantization_config.
+# in a model whose config has no FP8 quantization_config; a
+# modules_to_not_convert pattern of unsupported syntax, a projection it keeps
+# unquantised that the files ship as F8_E4M3 (naming the pattern), and one
+# it does not keep that they ship in bf16 (saying no pattern matches it).
 # Ranks: 1 2 3 4
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -36,7 +42,7 @@ train() { # np, then train options
 metrics() { sed -e 's/"tokens_per_s":[^,]*,//' -e 's/"time":[^,}]*//' "$1"; }
 
 # ---- parity with PEFT on the dequantised base; bits over 1-4 ranks ----------
-for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales; do
+for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales qwen3-kept moe-kept; do
   d="$fix/$case"
   if [ -f "$d/inputs.txt" ]; then # a dense case: the base case's data, the model beside
     in="$gold/$(basename "$(cat "$d/inputs.txt")")"; model="$d-model"
@@ -204,4 +210,14 @@ m=$(edited blocks '/"weight_block_size"/,/]/c\    "weight_block_size": [128, 128
 refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv' has shape [3, 2]; weight [64, 64] in blocks of [128, 128] (quantization_config.weight_block_size) needs [1, 1]" --lora-rank 4
 m=$(edited plain '/"quantization_config"/,/}/d')
 refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3, but $m/config.json has no quantization_config" --lora-rank 4
+# modules_to_not_convert: a pattern beyond literal text, '.' and '*'
+m=$(edited classes 's/"quant_method": "fp8",/"modules_to_not_convert": ["model.layers.[01].self_attn"], "quant_method": "fp8",/')
+refuse "$m" "$m/config.json: field 'quantization_config.modules_to_not_convert': entry 0 is \"model.layers.[01].self_attn\", not a module name or pattern" --lora-rank 4
+# a projection it keeps unquantised shipped as FP8: the pattern named
+m=$(edited keeps 's/"quant_method": "fp8",/"modules_to_not_convert": ["lm_head", "model.layers.*.self_attn.k_proj"], "quant_method": "fp8",/')
+refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' is F8_E4M3, but $m/config.json's quantization_config.modules_to_not_convert entry 1 \"model.layers.*.self_attn.k_proj\" keeps module 'model.layers.0.self_attn.k_proj' unquantised" --lora-rank 4
+# one it does not keep shipped in bf16 (qwen3-kept's files, its list gone)
+d="$fix/qwen3-kept"
+m=$(edited unkept '/"modules_to_not_convert"/,/]/d')
+refuse "$m" "model.safetensors: tensor 'model.layers.0.mlp.up_proj.weight' is BF16, but no entry of $m/config.json's quantization_config.modules_to_not_convert matches module 'model.layers.0.mlp.up_proj': the config says it ships F8_E4M3 with 'model.layers.0.mlp.up_proj.weight_scale_inv'" --lora-rank 4
 finish

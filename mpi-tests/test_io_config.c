@@ -642,6 +642,116 @@ START_TEST(fp8_quantization)
 }
 END_TEST
 
+/* Bits of rp_fp8_config.converted: projections q, k, v, o, gate, up, down. */
+#define FP8_ATTN 0x0fu
+#define FP8_MLP 0x70u
+#define FP8_UP (1u << RP_LORA_UP_PROJ)
+
+/* modules_to_not_convert of an FP8 config, read as transformers'
+ * should_convert_module reads it, per block and projection (issue 36) */
+START_TEST(fp8_modules_to_not_convert)
+{
+    rp_model_config c;
+    rp_error err = {0};
+#define Q8 "{\"model_type\": \"qwen3\", " BASE ", \"quantization_config\": {\"quant_method\": " \
+           "\"fp8\", \"modules_to_not_convert\": "
+    /* none: every block projection */
+    ck_assert_int_eq(parse(Q8 "null}}", &c, &err), RP_OK);
+    ck_assert(c.fp8.any && c.fp8.converted[0] == (FP8_ATTN | FP8_MLP) &&
+              c.fp8.converted[1] == (FP8_ATTN | FP8_MLP));
+    /* a block's module, a projection's suffix, lm_head (no block's) and a
+     * router's name, which keeps no gate_proj */
+    ck_assert_msg(parse(Q8 "[\"lm_head\", \"model.layers.1.self_attn\", \"mlp.up_proj\", "
+                        "\"model.layers.0.mlp.gate\"]}}", &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(c.fp8.converted[0], (FP8_ATTN | FP8_MLP) & ~FP8_UP);
+    ck_assert_int_eq(c.fp8.converted[1], FP8_MLP & ~FP8_UP);
+    ck_assert(rp_fp8_converted(&c.fp8, 0, RP_LORA_GATE_PROJ) &&
+              !rp_fp8_converted(&c.fp8, 1, RP_LORA_Q_PROJ) &&
+              !rp_fp8_converted(&c.fp8, 0, RP_LORA_ROUTER) && c.fp8.any);
+    /* "model.layers.1" is not "model.layers.11"'s prefix to a boundary, and
+     * "x*" runs: every block's attention */
+    ck_assert_msg(parse(Q8 "[\"model.layers.*.self_attn\"]}}", &c, &err) == RP_OK, "%s",
+                  err.msg);
+    ck_assert(c.fp8.converted[0] == FP8_MLP && c.fp8.converted[1] == FP8_MLP);
+    /* all of them: an FP8 config that quantises nothing */
+    ck_assert_int_eq(parse(Q8 "[\"model.layers\"]}}", &c, &err), RP_OK);
+    ck_assert(c.fp8.on && !c.fp8.any && c.fp8.converted[0] == 0 && c.fp8.converted[1] == 0);
+    /* a list of hundreds (FP8 releases name every block's norms and router) */
+    char big[16384];
+    size_t at = (size_t)snprintf(big, sizeof big, Q8 "[");
+    for (int i = 0; i < 300; i++)
+        at += (size_t)snprintf(big + at, sizeof big - at, "%s\"model.layers.%d.input_layernorm\"",
+                               i ? ", " : "", i);
+    snprintf(big + at, sizeof big - at, ", \"model.layers.1.mlp.down_proj\"]}}");
+    ck_assert_msg(parse(big, &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert(c.fp8.converted[0] == (FP8_ATTN | FP8_MLP) &&
+              c.fp8.converted[1] == (FP8_ATTN | (FP8_MLP & ~(1u << RP_LORA_DOWN_PROJ))));
+    expect_bad(Q8 "[\"model.layers.[0-9].self_attn\"]}}", RP_ERR_UNSUPPORTED,
+               "field 'quantization_config.modules_to_not_convert': entry 0 is "
+               "\"model.layers.[0-9].self_attn\", not a module name or pattern");
+    expect_bad(Q8 "[\"lm_head\", 3]}}", RP_ERR_UNSUPPORTED,
+               "field 'quantization_config.modules_to_not_convert': entry 1 is 3");
+    expect_bad(Q8 "\"lm_head\"}}", RP_ERR_FORMAT,
+               "field 'quantization_config.modules_to_not_convert': expected array of strings");
+#undef Q8
+    /* a mixture of experts: the experts' projections as the files name
+     * them (model.layers.N.mlp.experts.E.gate_proj) or the block's experts
+     * as one module; never the router */
+#define M8 "{\"model_type\": \"qwen3_moe\", " BASE ", \"num_experts\": 4, " \
+           "\"num_experts_per_tok\": 2, \"quantization_config\": {\"quant_method\": \"fp8\", " \
+           "\"modules_to_not_convert\": "
+    /* (re.match anchors a pattern at the name's start: "experts.*.down_proj"
+     * matches no module) */
+    ck_assert_msg(parse(M8 "[\"model.layers.0.mlp.experts\", \"model.layers.1.self_attn.k_proj\", "
+                        "\"experts.*.down_proj\", \"model.layers.1.mlp.experts.*.down_proj\"]}}",
+                        &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert_int_eq(c.fp8.converted[0], FP8_ATTN);
+    ck_assert_int_eq(c.fp8.converted[1], (FP8_ATTN & ~(1u << RP_LORA_K_PROJ)) |
+                                             (FP8_MLP & ~(1u << RP_LORA_DOWN_PROJ)));
+    ck_assert_msg(parse(M8 "[\"model.layers.1.mlp.gate\", \"experts\"]}}", &c, &err) == RP_OK,
+                  "%s", err.msg);
+    ck_assert(c.fp8.converted[0] == FP8_ATTN && c.fp8.converted[1] == FP8_ATTN);
+    ck_assert_msg(parse(M8 "[\"model.layers.1.mlp.experts.0\", \"model.layers.1.mlp.experts.1\", "
+                        "\"model.layers.1.mlp.experts.2\", \"model.layers.1.mlp.experts.3\"]}}",
+                        &c, &err) == RP_OK, "%s", err.msg);
+    ck_assert(c.fp8.converted[0] == (FP8_ATTN | FP8_MLP) && c.fp8.converted[1] == FP8_ATTN);
+    /* one expert apart from the others: one word per block and projection */
+    expect_bad(M8 "[\"model.layers.1.mlp.experts.2.up_proj\"]}}", RP_ERR_UNSUPPORTED,
+               "field 'quantization_config.modules_to_not_convert': keeps "
+               "model.layers.1.mlp.experts.2.up_proj in full precision but not "
+               "model.layers.1.mlp.experts.0.up_proj");
+    expect_bad(M8 "[\"model.layers.1.mlp.experts.0\"]}}", RP_ERR_UNSUPPORTED,
+               "keeps model.layers.1.mlp.experts.0.gate_proj in full precision but not "
+               "model.layers.1.mlp.experts.1.gate_proj");
+#undef M8
+    /* the experts' patterns are first filtered (rp_quant_pattern_may_match):
+     * every pattern that keeps some expert's module passes the filter */
+    static const char *const pats[] = {
+        "model.layers.1.mlp.experts", "model.layers.1.mlp.experts.", "model.layers.1.mlp.experts.1",
+        "model.layers.1.mlp.experts.12", "model.layers.1.mlp.experts.1.gate_proj",
+        "model.layers.1.mlp.exp", "model.layers.1", "model.layers.12", "model.layers.1.mlp.gate",
+        "gate_proj", "1.gate_proj", "12.gate_proj", "s.12.gate_proj", "experts.3.gate_proj",
+        "model.layers.1.mlp.experts.3.gate_pro", "model.layers.1.mlp.experts..", "proj",
+        "model.layers...mlp.experts.2", "model.layers.1.mlp.experts.1.gate_proj.x",
+        "mlp.experts.1.gate_proj", "model.layers.1.mlp.gate_proj", "lm_head"};
+    for (size_t k = 0; k < sizeof pats / sizeof pats[0]; k++) {
+        int kept = 0;
+        for (int e = 0; e < 130; e++) {
+            char n[96];
+            snprintf(n, sizeof n, "model.layers.1.mlp.experts.%d.gate_proj", e);
+            kept |= !rp_quant_module_converted(n, &pats[k], 1);
+        }
+        ck_assert_msg(!kept || rp_quant_pattern_may_match(pats[k], "model.layers.1.mlp.experts.",
+                                                          ".gate_proj"),
+                      "'%s' keeps an expert but was filtered out", pats[k]);
+    }
+    ck_assert(!rp_quant_pattern_may_match("model.layers.12.input_layernorm",
+                                          "model.layers.1.mlp.experts.", ".gate_proj"));
+    ck_assert(!rp_quant_pattern_may_match("model.layers.1.mlp.gate", "model.layers.1.mlp.experts.",
+                                          ".gate_proj"));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_config");
@@ -658,6 +768,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gpt_oss_quantization);
     tcase_add_test(tc, gpt_oss_bad);
     tcase_add_test(tc, fp8_quantization);
+    tcase_add_test(tc, fp8_modules_to_not_convert);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

@@ -195,7 +195,7 @@ static void expect(rp_status got, rp_status want, const rp_error *err, const cha
 
 START_TEST(files)
 {
-    const rp_fp8_config on = {1, 4, 8}, off = {0, 0, 0};
+    const rp_fp8_config on = {.on = 1, .block_rows = 4, .block_cols = 8}, off = {.on = 0};
     rp_error err = {0};
     rp_fp8_matrix m;
     int q = -1;
@@ -229,7 +229,7 @@ START_TEST(files)
            "model.safetensors: tensor '" S "' has shape [2, 3]; weight [10, 20] in blocks of "
            "[4, 8] (quantization_config.weight_block_size) needs [3, 3]", NULL);
     /* a block size that does not fit the grid the file has */
-    const rp_fp8_config big = {1, 128, 128};
+    const rp_fp8_config big = {.on = 1, .block_rows = 128, .block_cols = 128};
     write_file(names, f8, shapes, bytes, 2, 1);
     expect(find(&big, W, 10, 20, &q, &m, &err), RP_ERR_MISMATCH, &err, "'" S "' has shape [3, 3]",
            "in blocks of [128, 128] (quantization_config.weight_block_size) needs [1, 1]");
@@ -265,6 +265,87 @@ START_TEST(files)
 }
 END_TEST
 
+/* The files agree with the config's modules_to_not_convert, else the
+ * tensor, the file and the entry (or its absence) are named (issue 36). */
+static rp_status agree(const rp_model_config *cfg, const char *config, const char *name,
+                       rp_error *err)
+{
+    rp_safetensors_set *set = NULL;
+    rp_status s = rp_safetensors_set_open_dir(rp_test_tmpdir(), &set, err);
+    ck_assert_msg(s == RP_OK, "%s", err->msg);
+    s = rp_fp8_expect(set, config, cfg, name, err);
+    rp_safetensors_set_close(&set);
+    return s;
+}
+
+START_TEST(config_agrees)
+{
+    char config[512];
+    snprintf(config, sizeof config, "%s/config.json", rp_test_tmpdir());
+    FILE *f = fopen(config, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"model_type\": \"qwen3_moe\", \"hidden_size\": 20, \"num_hidden_layers\": 1, "
+          "\"num_attention_heads\": 2, \"vocab_size\": 30, \"num_experts\": 2, "
+          "\"num_experts_per_tok\": 1, \"moe_intermediate_size\": 10, "
+          "\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [4, 8], "
+          "\"modules_to_not_convert\": [\"lm_head\", \"model.layers.0.mlp.experts\", "
+          "\"model.layers.0.self_attn.q_proj\"]}}", f);
+    fclose(f);
+    rp_model_config cfg;
+    rp_error err = {0};
+    ck_assert_msg(rp_config_load(config, &cfg, &err) == RP_OK, "%s", err.msg);
+    /* the one rule: q_proj and the experts kept, k_proj quantised, never
+     * the router, the norms or what is no block's */
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.0.self_attn.q_proj.weight"));
+    ck_assert(rp_fp8_tensor_converted(&cfg, "model.layers.0.self_attn.k_proj.weight"));
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.0.mlp.experts.1.up_proj.weight"));
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.0.mlp.gate.weight"));
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.0.input_layernorm.weight"));
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "lm_head.weight"));
+#define K "model.layers.0.self_attn.k_proj.weight"
+#define Q "model.layers.0.self_attn.q_proj.weight"
+#define U "model.layers.0.mlp.experts.1.up_proj.weight"
+#define R "model.layers.0.mlp.gate.weight"
+    const char *names[] = {K, K "_scale_inv", Q, Q "_scale_inv", U, U "_scale_inv", R,
+                           R "_scale_inv"};
+    const char *dtypes[] = {"F8_E4M3", "BF16", "F8_E4M3", "BF16", "F8_E4M3", "BF16",
+                            "F8_E4M3", "BF16"};
+    const char *shapes[] = {"[20,20]", "[5,3]", "[20,20]", "[5,3]", "[10,20]", "[3,3]",
+                            "[2,20]", "[1,3]"};
+    const int bytes[] = {400, 30, 400, 30, 200, 18, 40, 6};
+    write_file(names, dtypes, shapes, bytes, 8, 1);
+    ck_assert_msg(agree(&cfg, config, K, &err) == RP_OK, "%s", err.msg);
+    expect(agree(&cfg, config, Q, &err), RP_ERR_MISMATCH, &err,
+           "model.safetensors: tensor '" Q "' is F8_E4M3, but ",
+           "config.json's quantization_config.modules_to_not_convert entry 2 "
+           "\"model.layers.0.self_attn.q_proj\" keeps module 'model.layers.0.self_attn.q_proj' "
+           "unquantised");
+    /* an expert kept by the pattern of the block's experts */
+    expect(agree(&cfg, config, U, &err), RP_ERR_MISMATCH, &err, "tensor '" U "' is F8_E4M3",
+           "entry 1 \"model.layers.0.mlp.experts\" keeps module "
+           "'model.layers.0.mlp.experts.1.up_proj' unquantised");
+    expect(agree(&cfg, config, R, &err), RP_ERR_MISMATCH, &err,
+           "model.safetensors: tensor '" R "' is F8_E4M3; a router (mlp.gate) is never FP8", NULL);
+    /* the other way: a quantised projection shipped plain; a kept one with
+     * a scale beside it */
+    const char *pnames[] = {K, Q, Q "_scale_inv"}, *plain[] = {"BF16", "BF16", "BF16"};
+    const char *pshapes[] = {"[20,20]", "[20,20]", "[5,3]"};
+    const int pbytes[] = {800, 800, 30};
+    write_file(pnames, plain, pshapes, pbytes, 3, 1);
+    expect(agree(&cfg, config, K, &err), RP_ERR_MISMATCH, &err,
+           "model.safetensors: tensor '" K "' is BF16, but no entry of ",
+           "config.json's quantization_config.modules_to_not_convert matches module "
+           "'model.layers.0.self_attn.k_proj': the config says it ships F8_E4M3 with '" K
+           "_scale_inv'");
+    expect(agree(&cfg, config, Q, &err), RP_ERR_MISMATCH, &err,
+           "tensor '" Q "' is BF16 with a '" Q "_scale_inv', but ", "entry 2");
+#undef K
+#undef Q
+#undef U
+#undef R
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_fp8");
@@ -272,6 +353,7 @@ static Suite *suite(void)
     tcase_add_test(tc, e4m3_all_codes);
     tcase_add_test(tc, dequantise_brute_force);
     tcase_add_test(tc, files);
+    tcase_add_test(tc, config_agrees);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

@@ -28,7 +28,9 @@
 # base (dense and a mixture of experts), read in place and uploaded
 # (RP_TEST_UPLOAD_BASE=1): its blocks stay FP8 in the stage buffers and are
 # dequantised into one scratch per executor, and an uploaded stage of two
-# FP8 blocks holds well under its bf16 twin's bytes; a
+# FP8 blocks holds well under its bf16 twin's bytes; the same where the
+# config's modules_to_not_convert keeps projections unquantised (plan counts
+# them in the compute dtype, as the files ship them); a
 # --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer.
@@ -214,6 +216,12 @@ for up in 0 1; do
   fp8_check $up "$fp8/qwen3-bf16-scales-model" "$dense_data" "fwd=0-1;bwd=2-3,0-1"
   fp8_check $up "$fp8/qwen3-bf16-scales-model" "$dense_data" "fwd=0,1;bwd=2-3,1,0"
   fp8_check $up "$fp8/moe-bf16-scales/model-fp8" "$fp8/moe-bf16-scales/data.npy" "fwd=0,1-3;bwd=4,2-3,0-1"
+  # projections its modules_to_not_convert keeps unquantised (bf16 in the
+  # files): counted so, not as FP8 (block 1's attention, block 0's up_proj;
+  # a MoE block's experts, a dense block's down_proj, another's attention)
+  fp8_check $up "$fp8/qwen3-kept-model" "$dense_data" "fwd=0,1;bwd=2-3,1,0"
+  fp8_check $up "$fp8/moe-kept/model-fp8" "$fp8/moe-kept/data.npy" "fwd=0,1-3;bwd=4,2-3,0-1"
+  fp8_check $up "$fp8/moe-kept/model-fp8" "$fp8/moe-kept/data.npy" "fwd=0-3;bwd=4,3,2,1,0"
 done
 ${MPIRUN:-mpirun} $flags -np 1 "$bin" train --model "$fp8/qwen3-bf16-scales-model" --data "$dense_data" \
   --seq-len 16 --batch-size 4 --steps 1 --lr 0 --lora-rank 2 --progress none --device cpu \

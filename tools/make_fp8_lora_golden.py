@@ -29,6 +29,13 @@ dequantised base.  Each case is:
     hand-written LoRA and finite differences on step 1) and the reload of
     final/ by PeftModel.from_pretrained happen on the dequantised base.
 The dense cases cover BF16 and F32 scales and M = 2 and M = 1 microbatches.
+A case with "keep" (qwen3-kept, moe-kept) writes those patterns as
+quantization_config.modules_to_not_convert and ships every projection whose
+module one matches unquantised (bf16, as FP8 releases do), decided by
+transformers' own should_convert_module (an expert's projection is kept
+also when a pattern matches the block's experts, model.layers.N.mlp.experts,
+the module transformers 5 converts whole); its reference base holds those
+projections' bf16 values.
 
 The Qwen3-MoE case (moe-bf16-scales) is tools/make_moe_golden.py's moe-lora
 (LoRA on the router and every expert's projections, the aux loss, a tied
@@ -86,6 +93,13 @@ CASES = {
         "rslora": False, "targets": "all-linear", "init_seed": 3602,
         "train": {"grad-clip": "2.5", "microbatches": "1"},
     },
+    # block 1's attention and block 0's up_proj unquantised
+    "qwen3-kept": {
+        "base": "qwen3", "block": [24, 40], "scale_dtype": "BF16", "r": 4, "alpha": 8,
+        "rslora": False, "targets": "all-linear", "init_seed": 3603,
+        "train": {"grad-clip": "2.5"},
+        "keep": ["lm_head", "model.layers.1.self_attn", "model.layers.0.mlp.up_proj"],
+    },
 }
 
 TORCH_DTYPE = {"BF16": torch.bfloat16, "F32": torch.float32}
@@ -95,6 +109,12 @@ MOE_CASES = {
     # routing came within 2e-4 of a tie (below make_moe_golden's MIN_TOPK_GAP)
     "moe-bf16-scales": {"from": "moe-lora", "block": [5, 7], "scale_dtype": "BF16",
                         "case": {"model_seed": 4705}},
+    # block 0's experts, the dense block 1's down_proj and block 2's
+    # attention unquantised (the routers never are quantised)
+    "moe-kept": {"from": "moe-lora", "block": [5, 7], "scale_dtype": "BF16",
+                 "case": {"model_seed": 4705},
+                 "keep": ["lm_head", "model.layers.0.mlp.experts", "model.layers.1.mlp.down_proj",
+                          "model.layers.2.self_attn", "mlp.gate"]},
 }
 
 
@@ -130,9 +150,21 @@ def dequantise(fp8, scale, block):
     return out
 
 
-def is_quantised(name):
-    return name.startswith("model.layers.") and any(
-        name.endswith(".%s.weight" % p) for p in PROJS)
+def is_quantised(name, keep=None):
+    """Whether tensor `name` ships FP8: a block projection whose module no
+    pattern of keep (modules_to_not_convert) matches, as transformers reads
+    them."""
+    if not (name.startswith("model.layers.") and any(
+            name.endswith(".%s.weight" % p) for p in PROJS)):
+        return False
+    if keep is None:
+        return True
+    from transformers.quantizers.quantizers_utils import should_convert_module
+    module = name[:-len(".weight")]
+    if ".mlp.experts." in module and not should_convert_module(
+            module[:module.index(".mlp.experts.") + len(".mlp.experts")], keep):
+        return False
+    return should_convert_module(module, keep)
 
 
 def make_fp8_model(case, golden, model_dir, log):
@@ -141,9 +173,10 @@ def make_fp8_model(case, golden, model_dir, log):
     src = os.path.join(golden, case["base"], "model")
     tensors = load_file(os.path.join(src, "model.safetensors"))
     out, deq = {}, {}
+    keep = case.get("keep")
     for name in sorted(tensors):
         t = tensors[name]
-        if not is_quantised(name):
+        if not is_quantised(name, keep):
             out[name] = t.to(torch.bfloat16).contiguous()
             deq[name] = out[name].to(torch.float64)
             continue
@@ -151,7 +184,6 @@ def make_fp8_model(case, golden, model_dir, log):
         out[name] = fp8.contiguous()
         out[name + "_scale_inv"] = scale.contiguous()
         deq[name] = dequantise(fp8, scale, case["block"])
-        assert is_quantised(name)
         # the blockwise product agrees with a vectorised one (no index slip)
         full = scale.to(torch.float64).repeat_interleave(case["block"][0], 0)[:t.shape[0]]
         full = full.repeat_interleave(case["block"][1], 1)[:, :t.shape[1]]
@@ -163,22 +195,29 @@ def make_fp8_model(case, golden, model_dir, log):
     cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
                                   "activation_scheme": "dynamic",
                                   "weight_block_size": list(case["block"])}
+    if keep is not None:
+        cfg["quantization_config"]["modules_to_not_convert"] = list(keep)
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    quantised = [n for n in deq if is_quantised(n, keep)]
     err = max(float((deq[n] - tensors[n].double()).abs().max() / tensors[n].abs().max())
-              for n in deq if is_quantised(n))
+              for n in quantised)
     log("  %d projections FP8 in blocks %s, %s scales; largest quantisation error %.3g of "
         "the matrix's largest entry; %d other tensors bf16" % (
-            sum(map(is_quantised, deq)), case["block"], case["scale_dtype"], err,
-            sum(not is_quantised(n) for n in deq)))
+            len(quantised), case["block"], case["scale_dtype"], err,
+            len(deq) - len(quantised)))
+    if keep is not None:
+        kept = sorted(n for n in deq if is_quantised(n) and n not in quantised)
+        assert kept, "keep %s keeps no projection" % keep
+        log("  unquantised by modules_to_not_convert %s: %s" % (keep, ", ".join(kept)))
     return deq
 
 
-def is_quantised_moe(name):
+def is_quantised_moe(name, keep=None):
     """A Qwen3-MoE checkpoint's projections FP8 releases quantise: attention,
-    dense MLP and every expert's; not the routers (mlp.gate)."""
-    return name.startswith("model.layers.") and any(
-        name.endswith(".%s.weight" % p) for p in PROJS)
+    dense MLP and every expert's (but those keep's patterns match); not the
+    routers (mlp.gate)."""
+    return is_quantised(name, keep)
 
 
 def make_moe_case(name, spec, base, log):
@@ -196,7 +235,7 @@ def make_moe_case(name, spec, base, log):
         tensors = mm.per_expert_tensors(model)
         deq = {}
         for n, t in tensors.items():
-            if not is_quantised_moe(n): # shipped in bf16
+            if not is_quantised_moe(n, spec.get("keep")): # shipped in bf16
                 deq[n] = t.to(torch.bfloat16).to(torch.float32)
             else:
                 fp8, scale = quantise(t, spec["block"], spec["scale_dtype"])
@@ -254,6 +293,11 @@ def make_moe_case(name, spec, base, log):
     cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
                                   "activation_scheme": "dynamic",
                                   "weight_block_size": list(spec["block"])}
+    if "keep" in spec:
+        cfg["quantization_config"]["modules_to_not_convert"] = list(spec["keep"])
+        kept = sorted(n for n in tensors if is_quantised_moe(n) and n not in stored)
+        assert kept, "keep %s keeps no projection" % spec["keep"]
+        log("  unquantised by modules_to_not_convert: %s" % ", ".join(kept))
     with open(os.path.join(fp8_dir, "config.json"), "w") as f:
         f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(ref)
@@ -263,7 +307,7 @@ def make_moe_case(name, spec, base, log):
         prov = json.load(f)
     prov["generator"] = "tools/make_fp8_lora_golden.py (make_moe_golden.py's %s through " \
                         "tools/moe_golden_lora.py on the dequantised base)" % spec["from"]
-    prov["fp8_base"] = {
+    fp8_base = {
         "model": "model-fp8/ (config.json, model.safetensors; the unquantised tensors bf16)",
         "weight_block_size": spec["block"], "scale_dtype": spec["scale_dtype"],
         "quantised": "model.layers.*.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, "
@@ -274,6 +318,10 @@ def make_moe_case(name, spec, base, log):
                           "fp8[r, c] * s[r // BR, c // BC] (exact in fp32 with bf16 scales); "
                           "written as model/ for the reference and removed afterwards",
     }
+    if "keep" in spec:
+        fp8_base["modules_to_not_convert"] = list(spec["keep"])
+        fp8_base["quantised"] += "; not those modules_to_not_convert keeps (bf16)"
+    prov["fp8_base"] = fp8_base
     with open(os.path.join(outdir, "provenance.json"), "w") as f:
         f.write(mg.dumps(prov))
 
@@ -326,6 +374,10 @@ def generate(base, golden, log, names=None):
                 "reference_base": "the fp32 base with each quantised weight replaced by "
                                   "fp8[r, c] * s[r // BR, c // BC] in float64",
             }
+            if "keep" in case:
+                prov["fp8_base"]["modules_to_not_convert"] = list(case["keep"])
+                prov["fp8_base"]["quantised"] += "; not those modules_to_not_convert " \
+                                                 "keeps (bf16)"
             with open(os.path.join(outdir, "provenance.json"), "w") as f:
                 f.write(mg.dumps(prov))
     finally:

@@ -12,12 +12,12 @@
 #include "plan/deal.h"
 #include "plan/schedule.h"
 
-/* An FP8 config without model files: its base counted as the checkpoint
- * would map it, on executors that take FP8 as it lies (frozen_base.h's
- * rp_frozen_base_reads). */
+/* An FP8 config without model files (one that quantises some projection):
+ * its base counted as the checkpoint would map it, on executors that take
+ * FP8 as it lies (frozen_base.h's rp_frozen_base_reads). */
 static int fp8_as_shipped(const rp_plan_cli *o)
 {
-    return !o->model_dir && o->cfg.fp8.on &&
+    return !o->model_dir && o->cfg.fp8.any &&
            (rp_frozen_base_reads(rp_device_kernel_ops(o->device)) & RP_FROZEN_BASE_READS_FP8);
 }
 
@@ -38,8 +38,8 @@ static rp_frozen_base *open_base(const rp_plan_cli *o, char *note, size_t len)
         snprintf(note, len, "%s; the base counted as converted into the store", err.msg);
     else if (fp8_as_shipped(o))
         snprintf(note, len, "no model files (--init-config): the frozen base counted as an FP8 "
-                 "checkpoint of this config maps it (block projections e4m3 with F32 scales "
-                 "of [%lld, %lld] blocks, the rest bf16; train with --init-config would "
+                 "checkpoint of this config maps it (the block projections it quantises e4m3 "
+                 "with F32 scales of [%lld, %lld] blocks, the rest bf16; train with --init-config would "
                  "initialise it in the store)", (long long)o->cfg.fp8.block_rows,
                  (long long)o->cfg.fp8.block_cols);
     else

@@ -212,18 +212,11 @@ static size_t staged_bytes(const rp_fp8_matrix *q)
     return pad16((size_t)(q->rows * q->cols)) + pad16(scale_bytes(q));
 }
 
-/* Whether tensor p of a decoder block is an FP8 checkpoint's quantised
- * matrix by the rule FP8 releases follow: every matrix but the router. */
-static int quantised_by_rule(const rp_param_desc *p)
-{
-    const size_t len = strlen(p->name);
-    return p->ndim == 2 && !(len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0);
-}
-
 /* Whether tensor p of layer l ships FP8 (io/fp8.h): *q describes it then
- * (q->weight NULL otherwise). Only a decoder block's matrices may: the
- * embedding's rows and the head's matrix are read by other paths, and FP8
- * checkpoints ship them unquantised. */
+ * (q->weight NULL otherwise). Only a decoder block's projections may, and
+ * exactly those the config says (rp_fp8_expect): the embedding's rows and
+ * the head's matrix are read by other paths, and FP8 checkpoints ship them
+ * unquantised. */
 static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
                           const rp_param_desc *p, rp_fp8_matrix *q, rp_error *err)
 {
@@ -231,6 +224,7 @@ static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
     snprintf(config, sizeof config, "%s/config.json", model_dir);
     int quantised = 0;
     const char *name = source_name(&b->cfg, p->name);
+    RP_TRY(rp_fp8_expect(b->set, config, &b->cfg, name, err));
     RP_TRY(rp_fp8_find(b->set, config, &b->cfg.fp8, name, p->shape[0],
                        p->ndim == 2 ? p->shape[1] : 0, &quantised, q, err));
     if (quantised && (l == 0 || l == b->nlayers - 1)) {
@@ -487,7 +481,7 @@ rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t
             if (source_name(cfg, p->name) != p->name)
                 continue; /* a tied head's matrix is the embedding's */
             plain += 2 * p->numel;
-            if (layers[l].kind != RP_LAYER_BLOCK || !quantised_by_rule(p)) {
+            if (layers[l].kind != RP_LAYER_BLOCK || !rp_fp8_tensor_converted(cfg, p->name)) {
                 bytes += 2 * p->numel;
                 continue;
             }
@@ -507,7 +501,7 @@ size_t rp_frozen_base_staged_bound(const rp_model_config *cfg, const rp_layer_de
     size_t n = 0;
     for (int i = 0; cfg->fp8.on && layer->kind == RP_LAYER_BLOCK && i < layer->nparams; i++) {
         const rp_param_desc *p = &layer->params[i];
-        if (!quantised_by_rule(p)) {
+        if (!rp_fp8_tensor_converted(cfg, p->name)) {
             n += pad16(p->numel * rp_dtype_size(dtype));
             continue;
         }

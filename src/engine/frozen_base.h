@@ -118,9 +118,10 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *base, int l, const char 
  * bytes compare with. */
 size_t rp_frozen_base_bf16_bytes(const rp_frozen_base *base);
 /* *fp8: the bytes an FP8 checkpoint of cfg maps (no files at hand: the
- * planner's figure): every decoder block matrix but the routers in e4m3
- * with F32 scales in cfg's blocks (BF16 ones take less), every other
- * tensor in bf16; *bf16: the same tensors all in bf16. */
+ * planner's figure): the block projections its config quantises
+ * (io/fp8.h rp_fp8_tensor_converted: modules_to_not_convert) in e4m3 with
+ * F32 scales in cfg's blocks (BF16 ones take less), every other tensor in
+ * bf16; *bf16: the same tensors all in bf16. */
 rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *fp8,
                                               size_t *bf16, rp_error *err);
 /* Whether the base is mapped with FP8 tensors among its pieces (issue 36). */
@@ -147,11 +148,12 @@ rp_status rp_frozen_base_dequantise_staged(const rp_frozen_base *base, int l,
                                            const rp_kernels *k, const void *staging, void *dst,
                                            rp_dtype dtype, rp_error *err);
 /* The staging bytes of block `layer` of an FP8 checkpoint of cfg by the
- * rule of rp_frozen_base_fp8_checkpoint_bytes (every matrix but the router
- * in e4m3 with F32 scales in cfg's blocks, the other tensors in `dtype`),
- * laid out as above: what the planner sizes a stage buffer by, and what
- * the executors reserve (their files' own area when that is larger: an
- * FP8 checkpoint that ships a block's matrix unquantised). */
+ * rule of rp_frozen_base_fp8_checkpoint_bytes (the projections its config
+ * quantises in e4m3 with F32 scales in cfg's blocks, the other tensors in
+ * `dtype`), laid out as above: what the planner sizes a stage buffer by,
+ * and what the executors reserve (their files' own area is never larger:
+ * the files ship what the config says, rp_frozen_base_open checks it, and
+ * their scales and other tensors are no wider than F32 and `dtype`). */
 size_t rp_frozen_base_staged_bound(const rp_model_config *cfg, const rp_layer_desc *layer,
                                    rp_dtype dtype);
 

@@ -9,19 +9,20 @@
 #include "device/backend.h"
 #include "engine/frozen_base.h"
 #include "engine/padding.h"
+#include "io/fp8.h"
 #include "model/layers.h"
 
-/* Bytes block `layer`'s FP8 base moves when uploaded: its matrices but the
- * router in e4m3 with F32 scales (an upper bound: BF16 scales take less),
- * its other tensors in the compute dtype. */
+/* Bytes block `layer`'s FP8 base moves when uploaded: the projections
+ * cfg's config quantises (io/fp8.h rp_fp8_tensor_converted) in e4m3 with F32
+ * scales (an upper bound: BF16 scales take less), its other tensors in the
+ * compute dtype. */
 static size_t fp8_travel_bytes(const rp_model_config *cfg, const rp_layer_desc *layer,
                                rp_dtype dtype)
 {
     size_t n = 0;
     for (int i = 0; i < layer->nparams; i++) {
         const rp_param_desc *p = &layer->params[i];
-        const size_t len = strlen(p->name);
-        if (p->ndim != 2 || (len >= 16 && strcmp(p->name + len - 16, ".mlp.gate.weight") == 0)) {
+        if (!rp_fp8_tensor_converted(cfg, p->name)) {
             n += p->numel * rp_dtype_size(dtype);
             continue;
         }
@@ -60,8 +61,10 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int in_place = rp_frozen_base_in_place(ops);
     /* an FP8 checkpoint's base taken as FP8: each block dequantised for its
-     * use into one scratch per executor (frozen_base.h's rp_frozen_base_per_use) */
-    const int fp8 = lora && cfg->fp8.on && (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+     * use into one scratch per executor (frozen_base.h's rp_frozen_base_per_use);
+     * one whose config quantises nothing is a plain base (files that agree
+     * with it hold no FP8 tensor) */
+    const int fp8 = lora && cfg->fp8.any && (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
     int64_t base_scratch = 0;
     const int64_t slot =
         ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;

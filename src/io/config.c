@@ -398,6 +398,48 @@ static rp_status quantization_method(ctx *c, json_object **q, const char **metho
     return RP_OK;
 }
 
+/* quantization_config.modules_to_not_convert (absent or null: none) as
+ * its patterns, each one io/quant_modules.h understands (else an error
+ * naming the entry): *patterns (the caller frees it) points into q's
+ * strings. The MXFP4 and FP8 parsers both read it. */
+#define MAX_NOT_CONVERT 65536
+static rp_status not_convert_patterns(ctx *c, json_object *q, const char ***patterns, size_t *n)
+{
+    int present;
+    *patterns = NULL;
+    *n = 0;
+    json_object *m = get(q, "modules_to_not_convert", &present);
+    if (!present)
+        return RP_OK;
+    if (!json_object_is_type(m, json_type_array))
+        return type_error(c, "quantization_config.modules_to_not_convert", "array of strings", m);
+    const size_t len = json_object_array_length(m);
+    if (len > MAX_NOT_CONVERT)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'quantization_config.modules_to_not_convert': %zu "
+                            "entries, at most %d are supported",
+                            c->file, len, MAX_NOT_CONVERT);
+    const char **list = calloc(len ? len : 1, sizeof *list);
+    if (!list)
+        return rp_error_set(c->err, RP_ERR_NOMEM, "%s: %zu modules_to_not_convert", c->file, len);
+    for (size_t i = 0; i < len; i++) {
+        json_object *e = json_object_array_get_idx(m, i);
+        if (!json_object_is_type(e, json_type_string) ||
+            !rp_quant_pattern_supported(json_object_get_string(e))) {
+            free(list);
+            return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                                "%s: field 'quantization_config.modules_to_not_convert': "
+                                "entry %zu is %s, not a module name or pattern of literal "
+                                "characters, '.' and '*'",
+                                c->file, i, json_object_to_json_string(e));
+        }
+        list[i] = json_object_get_string(e);
+    }
+    *patterns = list;
+    *n = len;
+    return RP_OK;
+}
+
 /* quantization_config: only gpt-oss's MXFP4 experts are understood;
  * modules_to_not_convert decides per block whether its experts ship
  * quantised (io/quant_modules.h). */
@@ -409,45 +451,93 @@ static rp_status parse_quantization(ctx *c, rp_model_config *cfg)
     RP_TRY(quantization_method(c, &q, &method));
     if (!method)
         return RP_OK;
-    int present;
     if (strcmp(method, "mxfp4") != 0)
         return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
                             "%s: field 'quantization_config.quant_method': unsupported "
                             "quantisation '%s' (gpt_oss: mxfp4)",
                             c->file, method);
     g->mxfp4 = 1;
-    const char *patterns[64];
-    size_t npatterns = 0;
-    json_object *m = get(q, "modules_to_not_convert", &present);
-    if (present) {
-        if (!json_object_is_type(m, json_type_array))
-            return type_error(c, "quantization_config.modules_to_not_convert",
-                              "array of strings", m);
-        npatterns = json_object_array_length(m);
-        if (npatterns > sizeof patterns / sizeof patterns[0])
-            return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
-                                "%s: field 'quantization_config.modules_to_not_convert': %zu "
-                                "entries, at most %zu are supported",
-                                c->file, npatterns, sizeof patterns / sizeof patterns[0]);
-        for (size_t i = 0; i < npatterns; i++) {
-            json_object *e = json_object_array_get_idx(m, i);
-            if (!json_object_is_type(e, json_type_string) ||
-                !rp_quant_pattern_supported(json_object_get_string(e)))
-                return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
-                                    "%s: field 'quantization_config.modules_to_not_convert': "
-                                    "entry %zu is %s, not a module name or pattern of literal "
-                                    "characters, '.' and '*'",
-                                    c->file, i, json_object_to_json_string(e));
-            patterns[i] = json_object_get_string(e);
-        }
-    }
+    const char **patterns;
+    size_t npatterns;
+    RP_TRY(not_convert_patterns(c, q, &patterns, &npatterns));
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {
         char name[64];
         snprintf(name, sizeof name, "model.layers.%lld.mlp.experts", (long long)i);
         if (rp_quant_module_converted(name, patterns, npatterns))
             g->mxfp4_experts[i / 64] |= (uint64_t)1 << (i % 64);
     }
+    free(patterns);
     return RP_OK;
+}
+
+/* Which projections of an FP8 checkpoint are quantised (rp_fp8_config's
+ * converted): each block's modules as the files name them
+ * (model.layers.N.self_attn.q_proj, model.layers.N.mlp.gate_proj or, in a
+ * mixture of experts, model.layers.N.mlp.experts.E.gate_proj) matched
+ * against the patterns. An expert's projection stays unquantised also when
+ * a pattern matches the block's experts as one module
+ * (model.layers.N.mlp.experts, the module transformers 5 converts whole).
+ * A block's experts must agree per projection: roundpipe keeps one word
+ * for them. */
+static rp_status fp8_converted(ctx *c, rp_model_config *cfg, const char *const *patterns,
+                               size_t npatterns)
+{
+    rp_fp8_config *f = &cfg->fp8;
+    if (cfg->num_hidden_layers > RP_FP8_MAX_BLOCKS)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'num_hidden_layers': %lld blocks; an FP8 model may have "
+                            "at most %d",
+                            c->file, (long long)cfg->num_hidden_layers, RP_FP8_MAX_BLOCKS);
+    static const char *const names[RP_LORA_ROUTER] = {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "gate_proj", "up_proj", "down_proj"};
+    /* the patterns that may match a block's experts' projection (most of
+     * an FP8 release's hundreds name other modules): tried on each expert */
+    const char **some = calloc(npatterns ? npatterns : 1, sizeof *some);
+    if (!some)
+        return rp_error_set(c->err, RP_ERR_NOMEM, "%s: %zu modules_to_not_convert", c->file,
+                            npatterns);
+    rp_status s = RP_OK;
+    for (int64_t i = 0; s == RP_OK && i < cfg->num_hidden_layers; i++) {
+        const int moe = rp_model_block_is_moe(cfg, i);
+        char name[160], first[160], head[160], tail[64];
+        snprintf(name, sizeof name, "model.layers.%lld.mlp.experts", (long long)i);
+        const int experts_whole = moe && rp_quant_module_converted(name, patterns, npatterns);
+        for (int p = 0; s == RP_OK && p < RP_LORA_ROUTER; p++) {
+            int converted;
+            if (p <= RP_LORA_O_PROJ || !moe) {
+                snprintf(name, sizeof name, "model.layers.%lld.%s%s", (long long)i,
+                         p <= RP_LORA_O_PROJ ? "" : "mlp.", names[p]);
+                converted = rp_quant_module_converted(name, patterns, npatterns);
+            } else {
+                snprintf(head, sizeof head, "model.layers.%lld.mlp.experts.", (long long)i);
+                snprintf(tail, sizeof tail, ".%s", names[p]);
+                size_t nsome = 0;
+                for (size_t k = 0; k < npatterns; k++)
+                    if (rp_quant_pattern_may_match(patterns[k], head, tail))
+                        some[nsome++] = patterns[k];
+                snprintf(first, sizeof first, "%s0%s", head, tail);
+                converted = experts_whole && rp_quant_module_converted(first, some, nsome);
+                for (int64_t e = 1; experts_whole && e < cfg->moe.num_experts; e++) {
+                    snprintf(name, sizeof name, "%s%lld%s", head, (long long)e, tail);
+                    if (rp_quant_module_converted(name, some, nsome) != converted) {
+                        s = rp_error_set(
+                            c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field 'quantization_config.modules_to_not_convert': keeps "
+                            "%s in full precision but not %s; roundpipe takes one word for a "
+                            "block's experts per projection",
+                            c->file, converted ? name : first, converted ? first : name);
+                        break;
+                    }
+                }
+            }
+            if (converted)
+                f->converted[i] |= (uint8_t)(1u << p);
+            f->any |= converted;
+        }
+    }
+    free(some);
+    return s;
 }
 
 /* quantization_config of llama, qwen3 and qwen3_moe: FP8 (e4m3) weights
@@ -503,7 +593,12 @@ static rp_status parse_fp8(ctx *c, rp_model_config *cfg)
         f->block_cols = json_object_get_int64(k);
     }
     f->on = 1;
-    return RP_OK;
+    const char **patterns;
+    size_t npatterns;
+    RP_TRY(not_convert_patterns(c, q, &patterns, &npatterns));
+    rp_status s = fp8_converted(c, cfg, patterns, npatterns);
+    free(patterns);
+    return s;
 }
 
 /* The gpt_oss fields, with GptOssConfig's defaults (transformers 5). The
@@ -730,6 +825,37 @@ rp_status rp_config_load(const char *path, rp_model_config *cfg, rp_error *err)
     RP_TRY(rp_read_file(path, MAX_CONFIG_BYTES, &text, &len, err));
     rp_status s = rp_config_parse(text, len, path, cfg, err);
     free(text);
+    return s;
+}
+
+rp_status rp_config_not_convert_entry(const char *path, const char *name, int *index,
+                                      char *pattern, size_t len, rp_error *err)
+{
+    char *text;
+    size_t bytes;
+    *index = -1;
+    if (len)
+        pattern[0] = '\0';
+    RP_TRY(rp_read_file(path, MAX_CONFIG_BYTES, &text, &bytes, err));
+    ctx c = {path, NULL, err};
+    rp_status s = rp_json_parse(text, bytes, path, &c.root, err);
+    free(text);
+    if (s != RP_OK)
+        return s;
+    json_object *q;
+    const char *method, **patterns = NULL;
+    size_t n = 0;
+    s = quantization_method(&c, &q, &method);
+    if (s == RP_OK && method)
+        s = not_convert_patterns(&c, q, &patterns, &n);
+    for (size_t i = 0; s == RP_OK && i < n; i++)
+        if (!rp_quant_module_converted(name, &patterns[i], 1)) {
+            *index = (int)i;
+            snprintf(pattern, len, "%s", patterns[i]);
+            break;
+        }
+    free(patterns);
+    json_object_put(c.root);
     return s;
 }
 

@@ -145,16 +145,34 @@ static inline int rp_gpt_oss_experts_are_mxfp4(const rp_gpt_oss_config *g, int64
 
 /* An FP8 checkpoint (issue 36; llama, qwen3, qwen3_moe): quantization_config
  * {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
- * "weight_block_size": [BR, BC]}. Its quantised projections ship as
- * `<name>.weight` F8_E4M3 [out, in] with `<name>.weight_scale_inv`
- * [ceil(out / BR), ceil(in / BC)], w[r, c] = fp8[r, c] x s[r / BR, c / BC]
- * (io/fp8.h); which tensors are quantised is what the files ship. Such a
- * model is a frozen LoRA base only. */
+ * "weight_block_size": [BR, BC], "modules_to_not_convert": [...]}. Its
+ * quantised projections ship as `<name>.weight` F8_E4M3 [out, in] with
+ * `<name>.weight_scale_inv` [ceil(out / BR), ceil(in / BC)], w[r, c] =
+ * fp8[r, c] x s[r / BR, c / BC] (io/fp8.h). Which projections are quantised
+ * is what the config says, as transformers reads it: every decoder block's
+ * q/k/v/o, gate/up/down (in a mixture of experts every expert's) whose
+ * module no pattern of modules_to_not_convert matches (io/quant_modules.h);
+ * never the routers, the embedding or lm_head (transformers' Qwen3-MoE
+ * router is no Linear, and FP8 releases ship those unquantised). The files
+ * must agree (engine/frozen_base.c checks each tensor). Such a model is a
+ * frozen LoRA base only. */
+#define RP_FP8_MAX_BLOCKS RP_MOE_MAX_LAYERS
+
 typedef struct rp_fp8_config {
     int on;             /* quantization_config with quant_method "fp8" */
     int64_t block_rows; /* weight_block_size[0] (BR) */
     int64_t block_cols; /* weight_block_size[1] (BC) */
+    int any;            /* some block projection is quantised (converted[] not all 0) */
+    uint8_t converted[RP_FP8_MAX_BLOCKS]; /* block i: bit p (rp_lora_proj, never
+                                             the router) when projection p ships FP8 */
 } rp_fp8_config;
+
+/* Whether an FP8 config quantises projection p of decoder block `block`. */
+static inline int rp_fp8_converted(const rp_fp8_config *f, int64_t block, rp_lora_proj p)
+{
+    return f->on && block >= 0 && block < RP_FP8_MAX_BLOCKS && p >= 0 && p < RP_LORA_NPROJ &&
+           ((f->converted[block] >> p) & 1u);
+}
 
 typedef struct rp_model_config {
     rp_arch arch;
@@ -214,6 +232,14 @@ int rp_model_has_moe(const rp_model_config *cfg);
  * wrong JSON types and inconsistent values (heads not dividing, etc.) are
  * errors that name the file and the field. */
 rp_status rp_config_load(const char *path, rp_model_config *cfg, rp_error *err);
+
+/* The entry of quantization_config.modules_to_not_convert in the
+ * config.json at path that keeps module `name` (e.g.
+ * "model.layers.1.self_attn.q_proj") unquantised, as rp_fp8_config reads
+ * it: *index (-1: no entry does) and its text into pattern[len]. For
+ * messages naming why a tensor should ship as it does. */
+rp_status rp_config_not_convert_entry(const char *path, const char *name, int *index,
+                                      char *pattern, size_t len, rp_error *err);
 
 /* 1, with the warning train and plan print at start in buf (no "warning:"
  * prefix, no newline), when seq_len is beyond the config's

@@ -83,3 +83,79 @@ rp_status rp_fp8_find(const rp_safetensors_set *set, const char *config_file,
     *quantised = 1;
     return RP_OK;
 }
+
+/* The projection tensor `name` of a decoder block is (rp_lora_proj, the
+ * router's included) and its block, or -1 for another tensor. */
+static int projection_of(const char *name, long long *block)
+{
+    static const char *const suffixes[RP_LORA_NPROJ] = {
+        ".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
+        ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight", ".mlp.gate.weight"};
+    int at = 0;
+    if (sscanf(name, "model.layers.%lld.%n", block, &at) != 1 || at == 0)
+        return -1;
+    const size_t len = strlen(name);
+    for (int p = 0; p < RP_LORA_NPROJ; p++) {
+        const size_t n = strlen(suffixes[p]);
+        if (len >= n && strcmp(name + len - n, suffixes[p]) == 0)
+            return p;
+    }
+    return -1;
+}
+
+int rp_fp8_tensor_converted(const rp_model_config *cfg, const char *name)
+{
+    long long block = -1;
+    const int p = projection_of(name, &block);
+    return p >= 0 && rp_fp8_converted(&cfg->fp8, block, (rp_lora_proj)p);
+}
+
+rp_status rp_fp8_expect(const rp_safetensors_set *set, const char *config_file,
+                        const rp_model_config *cfg, const char *name, rp_error *err)
+{
+    long long block = -1;
+    const int proj = projection_of(name, &block);
+    if (!cfg->fp8.on || proj < 0)
+        return RP_OK;
+    rp_safetensors_tensor t;
+    const char *file = NULL;
+    char module[512], pattern[512], experts[512], scale[512];
+    RP_TRY(rp_safetensors_set_find(set, name, &t, &file, err));
+    snprintf(scale, sizeof scale, "%s%s", name, RP_FP8_SCALE_SUFFIX);
+    const int shipped = is_fp8(&t) || rp_safetensors_set_has(set, scale);
+    const int want = rp_fp8_converted(&cfg->fp8, block, (rp_lora_proj)proj);
+    if (want == shipped)
+        return RP_OK;
+    const char *config = config_file ? config_file : "config.json";
+    char what[600];
+    if (is_fp8(&t))
+        snprintf(what, sizeof what, "%s", t.dtype_name);
+    else
+        snprintf(what, sizeof what, "%s with a '%s'", t.dtype_name, scale);
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+    if (want)
+        return rp_error_set(err, RP_ERR_MISMATCH,
+                            "%s: tensor '%s' is %s, but no entry of %s's "
+                            "quantization_config.modules_to_not_convert matches module '%s': "
+                            "the config says it ships F8_E4M3 with '%s'",
+                            file, name, t.dtype_name, config, module, scale);
+    if (proj == RP_LORA_ROUTER)
+        return rp_error_set(err, RP_ERR_MISMATCH,
+                            "%s: tensor '%s' is %s; a router (mlp.gate) is never FP8 for "
+                            "roundpipe (FP8 releases ship it unquantised)",
+                            file, name, what);
+    int index = -1;
+    RP_TRY(rp_config_not_convert_entry(config, module, &index, pattern, sizeof pattern, err));
+    /* an expert's projection is kept also by a pattern of the block's experts */
+    const char *x = strstr(module, ".mlp.experts.");
+    if (index < 0 && x) {
+        snprintf(experts, sizeof experts, "%.*s", (int)(x - module) + 12, module);
+        RP_TRY(rp_config_not_convert_entry(config, experts, &index, pattern, sizeof pattern,
+                                           err));
+    }
+    return rp_error_set(err, RP_ERR_MISMATCH,
+                        "%s: tensor '%s' is %s, but %s's "
+                        "quantization_config.modules_to_not_convert entry %d \"%s\" keeps "
+                        "module '%s' unquantised",
+                        file, name, what, config, index, pattern, module);
+}

@@ -3,7 +3,8 @@
  * `<name>_scale_inv` [ceil(out / BR), ceil(in / BC)] in F32, BF16 or F16
  * (for `x.weight`, `x.weight_scale_inv`), read where they lie
  * (core/fp8.h's rp_fp8_matrix). Which tensors are quantised is what the
- * files say: a tensor in F8_E4M3 is, any other is not. */
+ * config says (rp_fp8_tensor_converted), and the files must agree
+ * (rp_fp8_expect): a tensor in F8_E4M3 is, any other is not. */
 #ifndef RP_IO_FP8_H
 #define RP_IO_FP8_H
 
@@ -39,5 +40,23 @@ rp_status rp_fp8_check(const rp_safetensors_tensor *weight, const char *wfile,
 rp_status rp_fp8_find(const rp_safetensors_set *set, const char *config_file,
                       const rp_fp8_config *fp8, const char *name, int64_t rows, int64_t cols,
                       int *quantised, rp_fp8_matrix *out, rp_error *err);
+
+/* Whether tensor `name` (model.layers.N.self_attn.q_proj.weight,
+ * model.layers.N.mlp.gate_proj.weight, model.layers.N.mlp.experts.E.
+ * gate_proj.weight, ...) is a projection cfg's FP8 quantization_config
+ * says ships FP8 (io/config.h rp_fp8_converted); 0 for any other tensor
+ * (norms, routers, the embedding, lm_head) and without FP8. The one rule
+ * the loader checks the files by and the planner counts by. */
+int rp_fp8_tensor_converted(const rp_model_config *cfg, const char *name);
+
+/* That tensor `name` of set, when it is a decoder block's projection,
+ * ships as cfg's FP8 config says: F8_E4M3 or with a `<name>_scale_inv`
+ * when quantised (rp_fp8_find then checks the pair), neither otherwise;
+ * else an error (RP_ERR_MISMATCH) naming the file, the tensor and the
+ * entry of config_file's modules_to_not_convert that keeps its module
+ * unquantised, or that no entry matches it (or that routers never are
+ * FP8). Without FP8 (cfg->fp8.on 0) rp_fp8_find refuses FP8 tensors. */
+rp_status rp_fp8_expect(const rp_safetensors_set *set, const char *config_file,
+                        const rp_model_config *cfg, const char *name, rp_error *err);
 
 #endif

@@ -63,3 +63,20 @@ int rp_quant_module_converted(const char *name, const char *const *patterns, siz
     }
     return 1;
 }
+
+int rp_quant_pattern_may_match(const char *p, const char *head, const char *tail)
+{
+    if (strchr(p, '*'))
+        return 1;
+    const size_t plen = strlen(p), hlen = strlen(head), tlen = strlen(tail);
+    /* from the start: a pattern without '*' reads exactly its length */
+    int from_start = 1;
+    for (size_t i = 0; i < plen && i < hlen && from_start; i++)
+        from_start = char_matches(p[i], head[i]);
+    if (from_start && plen < hlen) /* decided within head: a boundary there or not */
+        from_start = boundary(head, plen);
+    /* as the name's end: p's text ends tail, or tail ends p's text */
+    const int as_end = plen <= tlen ? strcmp(tail + tlen - plen, p) == 0
+                                    : strcmp(p + plen - tlen, tail) == 0;
+    return from_start || as_end;
+}

@@ -21,4 +21,12 @@ int rp_quant_pattern_supported(const char *pattern);
  * one matches nothing. */
 int rp_quant_module_converted(const char *name, const char *const *patterns, size_t n);
 
+/* Whether supported pattern p may keep (match) some module named `head`,
+ * then any characters, then `tail` (e.g. "model.layers.3.mlp.experts.",
+ * an expert's number, ".gate_proj"): 0 only when it certainly matches
+ * none, so that a caller matching many such names tries only the patterns
+ * that may (a pattern without '*' is compared with head and tail as
+ * literal text; one with '*' may always match). */
+int rp_quant_pattern_may_match(const char *p, const char *head, const char *tail);
+
 #endif
