@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/cpu_clones.h"
+#include "kernels/cpu/expf_vector.h"
 
 /* Eight partial sums in a fixed pattern: vectorisable (fixed-width inner
  * loops, restrict) even under -O2's cheap cost model, and the same order on
@@ -68,10 +69,11 @@ static int64_t forward_block(const rp_attn_shape *s)
     return s->block < 1 ? 1 : s->block > RP_ATTN_MAX_BLOCK ? RP_ATTN_MAX_BLOCK : s->block;
 }
 
-/* One (sequence, head, query block) of the forward. */
+/* One (sequence, head, query block) of the forward. vector: the answer of
+ * rp_expf_vector_usable(), yes only where the x86-64-v3 clone runs. */
 RP_CPU_CLONES
 static void forward_task(const rp_attn_shape *s, const float *q, const float *k, const float *v,
-                         float *o, float *lse, int64_t task)
+                         float *o, float *lse, int64_t task, int vector)
 {
     const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim;
     const int64_t B = forward_block(s);
@@ -107,12 +109,18 @@ static void forward_task(const rp_attn_shape *s, const float *q, const float *k,
                 if (sc[c - c0] > m)
                     m = sc[c - c0];
             }
+            /* the row's probabilities (before the division by the sum),
+             * all exps at once: a vector exp pays; the sums below keep
+             * their order */
+            for (int64_t c = cs; c < c1; c++)
+                sc[c - c0] -= m;
+            rp_expf_array(sc + (cs - c0), sc + (cs - c0), c1 - cs, vector);
             /* rescale what was accumulated under the previous maximum */
             float alpha = expf(mx[rr] - m), sum = 0.0f;
             float *ar = o + ((b * S + r) * nh + h) * hd;
             scal(alpha, ar, hd);
             for (int64_t c = cs; c < c1; c++) {
-                float p = expf(sc[c - c0] - m);
+                const float p = sc[c - c0];
                 sum += p;
                 axpy(p, v + ((b * S + c) * nkv + g) * hd, ar, hd);
             }
@@ -132,16 +140,18 @@ void rp_attn_forward(const rp_attn_shape *s, const float *q, const float *k, con
 {
     const int64_t B = forward_block(s), nblk = (s->seqlen + B - 1) / B;
     const int64_t ntask = s->nseq * s->nheads * nblk;
+    const int vector = rp_expf_vector_usable();
 #pragma omp parallel for schedule(static)
     for (int64_t task = 0; task < ntask; task++)
-        forward_task(s, q, k, v, o, lse, task);
+        forward_task(s, q, k, v, o, lse, task, vector);
 }
 
-/* One (sequence, kv head) of the backward: its query heads, all blocks. */
+/* One (sequence, kv head) of the backward: its query heads, all blocks.
+ * vector as in forward_task. */
 RP_CPU_CLONES
 static void backward_task(const rp_attn_shape *s, const float *q, const float *k, const float *v,
                           const float *o, const float *lse, const float *dout, float *dq,
-                          float *dk, float *dv, int64_t task)
+                          float *dk, float *dv, int64_t task, int vector)
 {
     const int64_t S = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim, B = s->block;
     const int64_t group = nh / nkv, nblk = (S + B - 1) / B;
@@ -149,6 +159,7 @@ static void backward_task(const rp_attn_shape *s, const float *q, const float *k
     const int64_t g = task % nkv, b = task / nkv;
     const int32_t *seg = s->seg_start ? s->seg_start + b * S : NULL;
     const int64_t W = s->window;
+    float pr[RP_ATTN_MAX_BLOCK]; /* probabilities of up to that many keys of a row */
     for (int64_t c = 0; c < S; c++) {
         memset(dk + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
         memset(dv + ((b * S + c) * nkv + g) * hd, 0, sizeof(float) * (size_t)hd);
@@ -171,14 +182,22 @@ static void backward_task(const rp_attn_shape *s, const float *q, const float *k
                     const float L = lse[row];
                     /* D = rowsum(dO * O) = sum_c P_c dP_c */
                     const float D = dot(dor, o + row * hd, hd);
-                    for (int64_t c = cs; c < c1; c++) {
-                        const int64_t kv = ((b * S + c) * nkv + g) * hd;
-                        float p = expf(scale * dot(qr, k + kv, hd) - L);
-                        float dp = dot(dor, v + kv, hd);
-                        float ds = p * (dp - D) * scale;
-                        axpy(p, dor, dv + kv, hd);
-                        axpy(ds, k + kv, dqr, hd);
-                        axpy(ds, qr, dk + kv, hd);
+                    /* the exps of a run of keys at once (a vector exp
+                     * pays), then the sums in their order */
+                    for (int64_t ca = cs; ca < c1; ca += RP_ATTN_MAX_BLOCK) {
+                        const int64_t cz = min64(c1, ca + RP_ATTN_MAX_BLOCK);
+                        for (int64_t c = ca; c < cz; c++)
+                            pr[c - ca] = scale * dot(qr, k + ((b * S + c) * nkv + g) * hd, hd) - L;
+                        rp_expf_array(pr, pr, cz - ca, vector);
+                        for (int64_t c = ca; c < cz; c++) {
+                            const int64_t kv = ((b * S + c) * nkv + g) * hd;
+                            const float p = pr[c - ca];
+                            float dp = dot(dor, v + kv, hd);
+                            float ds = p * (dp - D) * scale;
+                            axpy(p, dor, dv + kv, hd);
+                            axpy(ds, k + kv, dqr, hd);
+                            axpy(ds, qr, dk + kv, hd);
+                        }
                     }
                 }
             }
@@ -191,9 +210,10 @@ void rp_attn_backward(const rp_attn_shape *s, const float *q, const float *k, co
                       float *dv)
 {
     const int64_t ntask = s->nseq * s->nkv;
+    const int vector = rp_expf_vector_usable();
 #pragma omp parallel for schedule(static)
     for (int64_t task = 0; task < ntask; task++)
-        backward_task(s, q, k, v, o, lse, dout, dq, dk, dv, task);
+        backward_task(s, q, k, v, o, lse, dout, dq, dk, dv, task, vector);
 }
 
 void rp_attn_sink_backward(const rp_attn_shape *s, const float *o, const float *lse,
