@@ -8,8 +8,9 @@
  * for blocks that cut the segments anywhere and a one-token segment; its
  * bits equal those of the same blocked algorithm written here with one
  * expf per score in the order the kernel had before its exps were batched
- * (a vector exp on x86-64-v3: the batching changes no bit), for rows longer
- * than RP_ATTN_MAX_BLOCK keys too. */
+ * (a vector exp on x86-64-v3: the batching changes no bit) and its dot
+ * products' partial sums in an array (now in a vector), for rows longer
+ * than RP_ATTN_MAX_BLOCK keys too and a head_dim not a multiple of 8. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -240,8 +241,8 @@ START_TEST(blocks_above_the_cap_are_clamped)
 END_TEST
 
 /* The kernel before its exps were batched, reduced to causal attention
- * without segments, window or sinks: its dot, axpy and scal (eight
- * partial sums in the kernel's pattern) and one expf per score, summed and
+ * without segments, window or sinks: its dot (eight partial sums in an
+ * array, added pairwise), axpy and scal and one expf per score, summed and
  * accumulated in the kernel's order. Compiled here without clones or
  * contraction (ISO C), so its roundings are the kernel's. */
 static float sdot(const float *a, const float *b, int64_t n)
@@ -358,17 +359,19 @@ START_TEST(bits_equal_one_expf_per_score)
     float *dq1 = malloc(sizeof(float) * N * H * D), *dq2 = malloc(sizeof(float) * N * H * D);
     float *dk1 = malloc(sizeof(float) * N * G * D), *dk2 = malloc(sizeof(float) * N * G * D);
     float *dv1 = malloc(sizeof(float) * N * G * D), *dv2 = malloc(sizeof(float) * N * G * D);
-    for (int bi = 0; bi < 3; bi++) {
-        rp_attn_shape a = {2, L, H, G, D, blocks[bi], 0.1767767f, NULL, 0, NULL};
+    /* head_dim 32, and 20: not a multiple of the dot's eight lanes */
+    for (int bi = 0; bi < 6; bi++) {
+        rp_attn_shape a = {2, L, H, G, bi < 3 ? D : 20, blocks[bi % 3], 0.1767767f, NULL, 0, NULL};
         rp_attn_forward(&a, q, k, v, o1, l1);
         scalar_exp_forward(&a, q, k, v, o2, l2);
-        ck_assert_mem_eq(o1, o2, sizeof(float) * N * H * D);
+        const size_t hd = (size_t)a.head_dim;
+        ck_assert_mem_eq(o1, o2, sizeof(float) * N * H * hd);
         ck_assert_mem_eq(l1, l2, sizeof(float) * N * H);
         rp_attn_backward(&a, q, k, v, o1, l1, dout, dq1, dk1, dv1);
         scalar_exp_backward(&a, q, k, v, o2, l2, dout, dq2, dk2, dv2);
-        ck_assert_mem_eq(dq1, dq2, sizeof(float) * N * H * D);
-        ck_assert_mem_eq(dk1, dk2, sizeof(float) * N * G * D);
-        ck_assert_mem_eq(dv1, dv2, sizeof(float) * N * G * D);
+        ck_assert_mem_eq(dq1, dq2, sizeof(float) * N * H * hd);
+        ck_assert_mem_eq(dk1, dk2, sizeof(float) * N * G * hd);
+        ck_assert_mem_eq(dv1, dv2, sizeof(float) * N * G * hd);
     }
     free(q), free(k), free(v), free(dout), free(o1), free(o2), free(l1), free(l2);
     free(dq1), free(dq2), free(dk1), free(dk2), free(dv1), free(dv2);
