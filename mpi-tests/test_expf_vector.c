@@ -3,8 +3,10 @@
  * one of the 2^32 float bit patterns (split over the OpenMP threads; on a
  * 2-core machine about 20 s); the self-check at first use agrees with that
  * verdict, and refuses a reference that differs from expf in one output;
- * rp_expf_array gives expf's bits on either path, for lengths that are
- * and are not multiples of eight, in place too.
+ * rp_expf_array gives expf's bits on either path (and the vector exp out
+ * of place), for lengths that are and are not multiples of eight; the
+ * SwiGLU kernels, which now compute their exps a task at a time, give the
+ * bits of their formulas with one expf per element, in place too.
  *
  * Where the vector exp is expected to match: glibc's FMA expf, whose
  * algorithm it repeats (glibc on an x86-64-v3 processor). Elsewhere the C
@@ -16,7 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "kernels/cpu/expf_vector.h"
+#include "kernels/cpu/swiglu.h"
 #include "rp_check.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -141,14 +145,47 @@ START_TEST(array_gives_expf_bits_on_both_paths)
         ck_assert_int_eq(vector, 1);
     for (int path = 0; path <= vector; path++)
         for (int n = 0; n <= N; n += n < 20 ? 1 : 61) {
-            rp_expf_array(y, x, n, path);
-            memcpy(z, x, sizeof(float) * (size_t)n);
-            rp_expf_array(z, z, n, path); /* in place */
+            memcpy(y, x, sizeof(float) * (size_t)n);
+            rp_expf_array(y, n, path);
+            if (path)
+                rp_expf_vector(z, x, n); /* out of place */
             for (int i = 0; i < n; i++) {
                 ck_assert_uint_eq(bits(y[i]), bits(expf(x[i])));
-                ck_assert_uint_eq(bits(z[i]), bits(expf(x[i])));
+                if (path)
+                    ck_assert_uint_eq(bits(z[i]), bits(expf(x[i])));
             }
         }
+}
+END_TEST
+
+START_TEST(swiglu_gives_the_bits_of_one_expf_per_element)
+{
+    /* lengths around the kernel's tasks of 512 and the vector's 8 */
+    const int64_t lengths[] = {1, 7, 8, 9, 511, 512, 513, 3 * 512 + 5};
+    enum { N = 3 * 512 + 5 };
+    static float g[N], u[N], dm[N], m[N], dg[N], du[N], g2[N], u2[N];
+    rp_rng_fill_normal(g, N, 7, 1, 0, 0.0f, 4.0f);
+    rp_rng_fill_normal(u, N, 7, 2, 0, 0.0f, 1.0f);
+    rp_rng_fill_normal(dm, N, 7, 3, 0, 0.0f, 1.0f);
+    g[3] = -100.0f, g[4] = 95.0f, g[5] = -0.0f, g[6] = 88.5f; /* expf's slow path */
+    for (int li = 0; li < 8; li++) {
+        const int64_t n = lengths[li];
+        rp_swiglu_forward(g, u, m, n);
+        rp_swiglu_backward(g, u, dm, dg, du, n);
+        memcpy(g2, g, sizeof g), memcpy(u2, u, sizeof u);
+        rp_swiglu_backward(g2, u2, dm, g2, u2, n); /* dg over g, du over u */
+        for (int64_t i = 0; i < n; i++) {
+            const float gi = g[i], ui = u[i], sg = 1.0f / (1.0f + expf(-gi));
+            const float silu = gi / (1.0f + expf(-gi));
+            const float want_dg = dm[i] * ui * (sg * (1.0f + gi * (1.0f - sg)));
+            const float want_du = dm[i] * silu;
+            ck_assert_uint_eq(bits(m[i]), bits(g[i] / (1.0f + expf(-g[i])) * u[i]));
+            ck_assert_uint_eq(bits(dg[i]), bits(want_dg));
+            ck_assert_uint_eq(bits(du[i]), bits(want_du));
+            ck_assert_uint_eq(bits(g2[i]), bits(want_dg));
+            ck_assert_uint_eq(bits(u2[i]), bits(want_du));
+        }
+    }
 }
 END_TEST
 
@@ -160,6 +197,7 @@ Suite *expf_vector_suite(void)
     tcase_add_test(tc, every_float_gives_expf_bits);
     tcase_add_test(tc, self_check_refuses_a_differing_reference);
     tcase_add_test(tc, array_gives_expf_bits_on_both_paths);
+    tcase_add_test(tc, swiglu_gives_the_bits_of_one_expf_per_element);
     suite_add_tcase(s, tc);
     return s;
 }

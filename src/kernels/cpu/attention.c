@@ -123,7 +123,7 @@ static void forward_task(const rp_attn_shape *s, const float *q, const float *k,
              * their order */
             for (int64_t c = cs; c < c1; c++)
                 sc[c - c0] -= m;
-            rp_expf_array(sc + (cs - c0), sc + (cs - c0), c1 - cs, vector);
+            rp_expf_array(sc + (cs - c0), c1 - cs, vector);
             /* rescale what was accumulated under the previous maximum */
             float alpha = expf(mx[rr] - m), sum = 0.0f;
             float *ar = o + ((b * S + r) * nh + h) * hd;
@@ -197,7 +197,7 @@ static void backward_task(const rp_attn_shape *s, const float *q, const float *k
                         const int64_t cz = min64(c1, ca + RP_ATTN_MAX_BLOCK);
                         for (int64_t c = ca; c < cz; c++)
                             pr[c - ca] = scale * dot(qr, k + ((b * S + c) * nkv + g) * hd, hd) - L;
-                        rp_expf_array(pr, pr, cz - ca, vector);
+                        rp_expf_array(pr, cz - ca, vector);
                         for (int64_t c = ca; c < cz; c++) {
                             const int64_t kv = ((b * S + c) * nkv + g) * hd;
                             const float p = pr[c - ca];

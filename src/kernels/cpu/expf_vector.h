@@ -31,9 +31,10 @@ const char *rp_expf_vector_note(void);
  * after rp_expf_vector_usable() said 1. */
 void rp_expf_vector(float *out, const float *in, int64_t n);
 
-/* out[i] = expf(in[i]), through the vector exp when vector is nonzero (the
- * caller's answer of rp_expf_vector_usable()), else through expf. */
-void rp_expf_array(float *out, const float *in, int64_t n, int vector);
+/* x[i] = expf(x[i]) for i < n, through the vector exp when vector is
+ * nonzero (the caller's answer of rp_expf_vector_usable()), else through
+ * expf. */
+void rp_expf_array(float *x, int64_t n, int vector);
 
 /* The self-check against reference (expf in the library; a test passes a
  * function that differs to see the check refuse): returns the number of
