@@ -183,7 +183,7 @@ int64_t rp_expf_vector_check(float (*reference)(float), float *mismatch)
 }
 
 static int vector_usable;
-static char vector_note[160];
+static char vector_note[192];
 static pthread_once_t vector_once = PTHREAD_ONCE_INIT;
 
 static void vector_decide(void)
@@ -192,20 +192,22 @@ static void vector_decide(void)
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("x86-64-v3")) {
         snprintf(vector_note, sizeof vector_note,
-                 "CPU kernels call expf: the processor is not x86-64-v3 (AVX2, FMA)");
+                 "CPU kernels (attention, SwiGLU): exps through expf (the processor is not "
+                 "x86-64-v3: no vector exp)");
         return;
     }
     const int64_t checked = rp_expf_vector_check(expf, &mismatch);
     if (!checked) {
         snprintf(vector_note, sizeof vector_note,
-                 "CPU kernels call expf: the vector exp differs from this C library's expf "
-                 "at x = %a",
+                 "CPU kernels (attention, SwiGLU): exps through expf (the vector exp differs "
+                 "from this C library's expf at x = %a)",
                  (double)mismatch);
         return;
     }
     vector_usable = 1;
     snprintf(vector_note, sizeof vector_note,
-             "CPU kernels use the vector exp (AVX2, FMA): bit for bit expf on %lld checked inputs",
+             "CPU kernels (attention, SwiGLU): exps through the vector exp (AVX2, FMA), bit for "
+             "bit expf on %lld checked inputs",
              (long long)checked);
 }
 
@@ -241,7 +243,8 @@ int rp_expf_vector_usable(void) { return 0; }
 
 const char *rp_expf_vector_note(void)
 {
-    return "CPU kernels call expf: no vector exp for this processor or compiler";
+    return "CPU kernels (attention, SwiGLU): exps through expf (no vector exp for this "
+           "processor or compiler)";
 }
 
 #endif
