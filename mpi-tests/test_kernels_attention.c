@@ -9,8 +9,9 @@
  * bits equal those of the same blocked algorithm written here with one
  * expf per score in the order the kernel had before its exps were batched
  * (a vector exp on x86-64-v3: the batching changes no bit) and its dot
- * products' partial sums in an array (now in a vector), for rows longer
- * than RP_ATTN_MAX_BLOCK keys too and a head_dim not a multiple of 8. */
+ * products' partial sums in an array, one key at a time (now in vectors,
+ * four keys at a time), for rows longer than RP_ATTN_MAX_BLOCK keys too
+ * and a head_dim not a multiple of 8. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
