@@ -93,6 +93,28 @@ static inline void axpy(float a, const float *restrict x, float *restrict y, int
         y[i] += a * x[i];
 }
 
+/* y += coef[c] * x_c for c < count in that order, x_c = x + c * stride: the
+ * additions of count axpy calls, per element in their order, with y in
+ * registers over them where n is a multiple of 8 (else those calls). */
+static inline void axpy_rows(const float *coef, const float *x, int64_t stride, int64_t count,
+                             float *restrict y, int64_t n)
+{
+    if (n % 8) {
+        for (int64_t c = 0; c < count; c++)
+            axpy(coef[c], x + c * stride, y, n);
+        return;
+    }
+    for (int64_t d = 0; d < n; d += 8) {
+        rp_float8 acc, xc;
+        memcpy(&acc, y + d, sizeof acc);
+        for (int64_t c = 0; c < count; c++) {
+            memcpy(&xc, x + c * stride + d, sizeof xc);
+            acc += coef[c] * xc;
+        }
+        memcpy(y + d, &acc, sizeof acc);
+    }
+}
+
 static inline void scal(float a, float *restrict y, int64_t n)
 {
     int64_t i = 0;
@@ -191,11 +213,9 @@ static void forward_task(const rp_attn_shape *s, const float *q, const float *k,
             float alpha = expf(mx[rr] - m), sum = 0.0f;
             float *ar = o + ((b * S + r) * nh + h) * hd;
             scal(alpha, ar, hd);
-            for (c = cs; c < c1; c++) {
-                const float p = sc[c - c0];
-                sum += p;
-                axpy(p, v + ((b * S + c) * nkv + g) * hd, ar, hd);
-            }
+            for (c = cs; c < c1; c++)
+                sum += sc[c - c0];
+            axpy_rows(sc + (cs - c0), v + ((b * S + cs) * nkv + g) * hd, nkv * hd, c1 - cs, ar, hd);
             l[rr] = l[rr] * alpha + sum;
             mx[rr] = m;
         }
@@ -284,10 +304,14 @@ static void backward_task(const rp_attn_shape *s, const float *q, const float *k
                             const float p = pr[c - ca];
                             float dp = dpr[c - ca];
                             float ds = p * (dp - D) * scale;
+                            dpr[c - ca] = ds;
                             axpy(p, dor, dv + kv, hd);
-                            axpy(ds, k + kv, dqr, hd);
                             axpy(ds, qr, dk + kv, hd);
                         }
+                        /* dq's additions, key by key as before, after dk's
+                         * and dv's: other rows */
+                        axpy_rows(dpr, k + ((b * S + ca) * nkv + g) * hd, nkv * hd, cz - ca, dqr,
+                                  hd);
                     }
                 }
             }
