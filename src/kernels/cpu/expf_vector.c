@@ -66,38 +66,43 @@ __attribute__((target("avx2,fma"))) static inline __m256d exp4(__m128 x)
     return _mm256_mul_pd(y, s);
 }
 
-/* expf of eight floats; lanes on expf's slow path go to expf. */
-__attribute__((target("avx2,fma"))) static inline void exp8(float *out, const float *in)
+/* expf of eight floats of in into out, or with partial of the first few,
+ * those where lanes has its sign bit set (masked loads read nothing past
+ * them and masked stores write nothing: slower than plain ones, so only
+ * for a tail); lanes on expf's slow path go to expf. */
+__attribute__((target("avx2,fma"))) static inline void exp8(float *out, const float *in,
+                                                            int partial, __m256i lanes)
 {
-    const __m256 x = _mm256_loadu_ps(in);
+    /* 0 in the lanes left out */
+    const __m256 x = partial ? _mm256_maskload_ps(in, lanes) : _mm256_loadu_ps(in);
     const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20),
                                          _mm256_set1_epi32(0x7ff));
-    const int slow = _mm256_movemask_ps(
-        _mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(EXP_SLOW_TOP12 - 1))));
+    const int slow = _mm256_movemask_ps(_mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(top, _mm256_set1_epi32(EXP_SLOW_TOP12 - 1))));
     const __m128 lo = _mm256_cvtpd_ps(exp4(_mm256_castps256_ps128(x)));
     const __m128 hi = _mm256_cvtpd_ps(exp4(_mm256_extractf128_ps(x, 1)));
-    if (!slow) {
+    if (partial)
+        _mm256_maskstore_ps(out, lanes, _mm256_set_m128(hi, lo));
+    else
         _mm256_storeu_ps(out, _mm256_set_m128(hi, lo));
+    if (!slow)
         return;
-    }
-    float x8[8], y8[8];
+    float x8[8];
     _mm256_storeu_ps(x8, x);
-    _mm256_storeu_ps(y8, _mm256_set_m128(hi, lo));
     for (int i = 0; i < 8; i++)
-        out[i] = slow >> i & 1 ? expf(x8[i]) : y8[i];
+        if (slow >> i & 1)
+            out[i] = expf(x8[i]); /* a lane past the first few holds 0: never slow */
 }
 
 __attribute__((target("avx2,fma"))) void rp_expf_vector(float *out, const float *in, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        exp8(out + i, in + i);
-    if (i < n) {
-        float x8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, y8[8];
-        memcpy(x8, in + i, sizeof(float) * (size_t)(n - i));
-        exp8(y8, x8);
-        memcpy(out + i, y8, sizeof(float) * (size_t)(n - i));
-    }
+        exp8(out + i, in + i, 0, _mm256_setzero_si256());
+    if (i < n) /* lanes below n - i */
+        exp8(out + i, in + i, 1,
+             _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)),
+                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
 }
 
 static float bits_float(uint32_t u)
