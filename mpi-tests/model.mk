@@ -16,6 +16,12 @@ TESTS += mpi-tests/test_kernels_attention
 mpi_tests_test_kernels_attention_SOURCES = mpi-tests/test_kernels_attention.c
 mpi_tests_test_kernels_attention_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernels_attention_LDADD = $(RP_TEST_LDADD)
+# the vector exp against expf over all 2^32 floats (serial, OpenMP threads)
+check_PROGRAMS += mpi-tests/test_expf_vector
+TESTS += mpi-tests/test_expf_vector
+mpi_tests_test_expf_vector_SOURCES = mpi-tests/test_expf_vector.c
+mpi_tests_test_expf_vector_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_expf_vector_LDADD = $(RP_TEST_LDADD) -lm
 # gpt-oss's attention sinks, sliding windows and clamped SwiGLU (serial)
 check_PROGRAMS += mpi-tests/test_kernels_gpt_oss
 TESTS += mpi-tests/test_kernels_gpt_oss

@@ -5,7 +5,13 @@
  * not depend on the thread count; the backward does not depend on the
  * block size; blocks above the cap are clamped; with document segments
  * (packed sequences) it equals the naive attention under a document mask,
- * for blocks that cut the segments anywhere and a one-token segment. */
+ * for blocks that cut the segments anywhere and a one-token segment; its
+ * bits equal those of the same blocked algorithm written here with one
+ * expf per score in the order the kernel had before its exps were batched
+ * (a vector exp on x86-64-v3: the batching changes no bit) and its dot
+ * products' partial sums in an array, one key at a time (now in vectors,
+ * four keys at a time), for rows longer than RP_ATTN_MAX_BLOCK keys too
+ * and a head_dim not a multiple of 8. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -235,6 +241,144 @@ START_TEST(blocks_above_the_cap_are_clamped)
 }
 END_TEST
 
+/* The kernel before its exps were batched, reduced to causal attention
+ * without segments, window or sinks: its dot (eight partial sums in an
+ * array, added pairwise), axpy and scal and one expf per score, summed and
+ * accumulated in the kernel's order. Compiled here without clones or
+ * contraction (ISO C), so its roundings are the kernel's. */
+static float sdot(const float *a, const float *b, int64_t n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++)
+            acc[u] += a[i + u] * b[i + u];
+    for (; i < n; i++)
+        acc[i & 7] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void saxpy(float a, const float *x, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void sscal(float a, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= a;
+}
+
+static void scalar_exp_forward(const rp_attn_shape *s, const float *q, const float *k,
+                               const float *v, float *o, float *lse)
+{
+    const int64_t S_ = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim;
+    const int64_t B = s->block > RP_ATTN_MAX_BLOCK ? RP_ATTN_MAX_BLOCK : s->block;
+    const int64_t nblk = (S_ + B - 1) / B;
+    static float mx[RP_ATTN_MAX_BLOCK], l[RP_ATTN_MAX_BLOCK], sc[RP_ATTN_MAX_BLOCK];
+    for (int64_t b = 0; b < s->nseq; b++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < nblk; i++) {
+                const int64_t g = h / (nh / nkv), r0 = i * B, r1 = r0 + B < S_ ? r0 + B : S_;
+                for (int64_t r = r0; r < r1; r++) {
+                    mx[r - r0] = -INFINITY, l[r - r0] = 0.0f;
+                    memset(o + ((b * S_ + r) * nh + h) * hd, 0, sizeof(float) * (size_t)hd);
+                }
+                for (int64_t j = 0; j <= i; j++)
+                    for (int64_t r = r0; r < r1; r++) {
+                        const int64_t rr = r - r0, c0 = j * B;
+                        const int64_t c1 = c0 + B < r + 1 ? c0 + B : r + 1;
+                        if (c0 >= c1)
+                            continue;
+                        const float *qr = q + ((b * S_ + r) * nh + h) * hd;
+                        float m = mx[rr];
+                        for (int64_t c = c0; c < c1; c++) {
+                            sc[c - c0] = s->scale * sdot(qr, k + ((b * S_ + c) * nkv + g) * hd, hd);
+                            if (sc[c - c0] > m)
+                                m = sc[c - c0];
+                        }
+                        float alpha = expf(mx[rr] - m), sum = 0.0f;
+                        float *ar = o + ((b * S_ + r) * nh + h) * hd;
+                        sscal(alpha, ar, hd);
+                        for (int64_t c = c0; c < c1; c++) {
+                            float p = expf(sc[c - c0] - m);
+                            sum += p;
+                            saxpy(p, v + ((b * S_ + c) * nkv + g) * hd, ar, hd);
+                        }
+                        l[rr] = l[rr] * alpha + sum;
+                        mx[rr] = m;
+                    }
+                for (int64_t r = r0; r < r1; r++) {
+                    sscal(1.0f / l[r - r0], o + ((b * S_ + r) * nh + h) * hd, hd);
+                    lse[(b * S_ + r) * nh + h] = mx[r - r0] + logf(l[r - r0]);
+                }
+            }
+}
+
+static void scalar_exp_backward(const rp_attn_shape *s, const float *q, const float *k,
+                                const float *v, const float *o, const float *lse,
+                                const float *dout, float *dq, float *dk, float *dv)
+{
+    const int64_t S_ = s->seqlen, nh = s->nheads, nkv = s->nkv, hd = s->head_dim;
+    const int64_t B = s->block, nblk = (S_ + B - 1) / B, group = nh / nkv;
+    memset(dk, 0, sizeof(float) * (size_t)(s->nseq * S_ * nkv * hd));
+    memset(dv, 0, sizeof(float) * (size_t)(s->nseq * S_ * nkv * hd));
+    memset(dq, 0, sizeof(float) * (size_t)(s->nseq * S_ * nh * hd));
+    for (int64_t b = 0; b < s->nseq; b++)
+        for (int64_t g = 0; g < nkv; g++)
+            for (int64_t h = g * group; h < (g + 1) * group; h++)
+                for (int64_t i = 0; i < nblk; i++)
+                    for (int64_t j = 0; j <= i; j++)
+                        for (int64_t r = i * B; r < (i + 1) * B && r < S_; r++) {
+                            const int64_t row = (b * S_ + r) * nh + h, c0 = j * B;
+                            const int64_t c1 = c0 + B < r + 1 ? c0 + B : r + 1;
+                            const float *qr = q + row * hd, *dor = dout + row * hd;
+                            const float D = sdot(dor, o + row * hd, hd);
+                            for (int64_t c = c0; c < c1; c++) {
+                                const int64_t kv = ((b * S_ + c) * nkv + g) * hd;
+                                float p = expf(s->scale * sdot(qr, k + kv, hd) - lse[row]);
+                                float dp = sdot(dor, v + kv, hd);
+                                float ds = p * (dp - D) * s->scale;
+                                saxpy(p, dor, dv + kv, hd);
+                                saxpy(ds, k + kv, dq + row * hd, hd);
+                                saxpy(ds, qr, dk + kv, hd);
+                            }
+                        }
+}
+
+START_TEST(bits_equal_one_expf_per_score)
+{
+    /* rows of up to 300 keys: the backward exponentiates a row's keys
+     * RP_ATTN_MAX_BLOCK at a time (block 300), the forward a block's */
+    enum { L = RP_ATTN_MAX_BLOCK + 44, H = 4, G = 2, D = 32, N = 2 * L };
+    const int64_t blocks[] = {5, 16, 300};
+    float *q = rnd(N * H * D, 11, 1.5f), *k = rnd(N * G * D, 12, 1.5f);
+    float *v = rnd(N * G * D, 13, 1.0f), *dout = rnd(N * H * D, 14, 1.0f);
+    float *o1 = malloc(sizeof(float) * N * H * D), *o2 = malloc(sizeof(float) * N * H * D);
+    float *l1 = malloc(sizeof(float) * N * H), *l2 = malloc(sizeof(float) * N * H);
+    float *dq1 = malloc(sizeof(float) * N * H * D), *dq2 = malloc(sizeof(float) * N * H * D);
+    float *dk1 = malloc(sizeof(float) * N * G * D), *dk2 = malloc(sizeof(float) * N * G * D);
+    float *dv1 = malloc(sizeof(float) * N * G * D), *dv2 = malloc(sizeof(float) * N * G * D);
+    /* head_dim 32, and 20: not a multiple of the dot's eight lanes */
+    for (int bi = 0; bi < 6; bi++) {
+        rp_attn_shape a = {2, L, H, G, bi < 3 ? D : 20, blocks[bi % 3], 0.1767767f, NULL, 0, NULL};
+        rp_attn_forward(&a, q, k, v, o1, l1);
+        scalar_exp_forward(&a, q, k, v, o2, l2);
+        const size_t hd = (size_t)a.head_dim;
+        ck_assert_mem_eq(o1, o2, sizeof(float) * N * H * hd);
+        ck_assert_mem_eq(l1, l2, sizeof(float) * N * H);
+        rp_attn_backward(&a, q, k, v, o1, l1, dout, dq1, dk1, dv1);
+        scalar_exp_backward(&a, q, k, v, o2, l2, dout, dq2, dk2, dv2);
+        ck_assert_mem_eq(dq1, dq2, sizeof(float) * N * H * hd);
+        ck_assert_mem_eq(dk1, dk2, sizeof(float) * N * G * hd);
+        ck_assert_mem_eq(dv1, dv2, sizeof(float) * N * G * hd);
+    }
+    free(q), free(k), free(v), free(dout), free(o1), free(o2), free(l1), free(l2);
+    free(dq1), free(dq2), free(dk1), free(dk2), free(dv1), free(dv2);
+}
+END_TEST
+
 Suite *attention_suite(void)
 {
     Suite *s = suite_create("kernels_attention");
@@ -243,6 +387,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, independent_of_thread_count);
     tcase_add_test(tc, segments_equal_naive_with_a_document_mask);
     tcase_add_test(tc, blocks_above_the_cap_are_clamped);
+    tcase_add_test(tc, bits_equal_one_expf_per_score);
     suite_add_tcase(s, tc);
     return s;
 }

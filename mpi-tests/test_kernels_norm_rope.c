@@ -1,6 +1,8 @@
 /* Proves: RMSNorm equals the direct formula w * x / sqrt(mean(x^2) + eps)
  * and its backward the finite-difference derivative (dx, dw; accumulate and
- * in-place modes); RoPE inverse frequencies equal the closed forms (plain
+ * in-place modes); its bits are those of one row at a time (the kernel
+ * takes rows four together), for row counts around four and a dim that is
+ * not a multiple of eight, in place and accumulating; RoPE inverse frequencies equal the closed forms (plain
  * theta^(-2i/d), and Llama 3.1 scaling: kept, divided, interpolated bands);
  * RoPE rotates pairs (i, i + d/2) by position * frequency, restarts
  * positions per sequence, makes q.k depend only on the position difference,
@@ -112,6 +114,65 @@ START_TEST(rmsnorm_backward_finite_differences)
     free(x);
     free(w);
     free(c);
+}
+END_TEST
+
+/* RMSNorm one row at a time, as the kernel had it before rows went in groups */
+static void rmsnorm_row_by_row(const float *x, const float *w, float *y, float *rstd,
+                               const float *dy, float *dx, int64_t rows, int64_t dim, float eps)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim, *dyr = dy + r * dim;
+        double ss = 0.0;
+        for (int64_t j = 0; j < dim; j++)
+            ss += (double)xr[j] * (double)xr[j];
+        float var = (float)(ss / (double)dim);
+        const float s = 1.0f / sqrtf(var + eps);
+        rstd[r] = s;
+        for (int64_t j = 0; j < dim; j++)
+            y[r * dim + j] = w[j] * (xr[j] * s);
+        double dot = 0.0;
+        for (int64_t j = 0; j < dim; j++)
+            dot += (double)(w[j] * dyr[j]) * (double)xr[j];
+        float c = (float)(dot / (double)dim) * s * s * s;
+        for (int64_t j = 0; j < dim; j++)
+            dx[r * dim + j] = s * (w[j] * dyr[j]) - c * xr[j];
+    }
+}
+
+START_TEST(rmsnorm_bits_of_one_row_at_a_time)
+{
+    enum { MAXR = 9, MAXD = 37 };
+    const int64_t dims[] = {32, 37};
+    float x[MAXR * MAXD], w[MAXD], dy[MAXR * MAXD], y[MAXR * MAXD], dx[MAXR * MAXD];
+    float ry[MAXR * MAXD], rdx[MAXR * MAXD], rstd[MAXR], rrstd[MAXR], z[MAXR * MAXD];
+    rp_rng_fill_normal(x, MAXR * MAXD, 21, 1, 0, 0.0f, 2.0f);
+    rp_rng_fill_normal(w, MAXD, 21, 2, 0, 1.0f, 0.3f);
+    rp_rng_fill_normal(dy, MAXR * MAXD, 21, 3, 0, 0.0f, 1.0f);
+    for (int di = 0; di < 2; di++)
+        for (int64_t rows = 1; rows <= MAXR; rows++) {
+            const int64_t d = dims[di];
+            const size_t bytes = sizeof(float) * (size_t)(rows * d);
+            rmsnorm_row_by_row(x, w, ry, rrstd, dy, rdx, rows, d, 1e-6f);
+            rp_rmsnorm_forward(x, w, y, rstd, rows, d, 1e-6f);
+            ck_assert_mem_eq(y, ry, bytes);
+            ck_assert_mem_eq(rstd, rrstd, sizeof(float) * (size_t)rows);
+            memcpy(z, x, bytes);
+            rp_rmsnorm_forward(z, w, z, NULL, rows, d, 1e-6f); /* y over x */
+            ck_assert_mem_eq(z, ry, bytes);
+            rp_rmsnorm_backward(x, w, rstd, dy, dx, NULL, rows, d, 0);
+            ck_assert_mem_eq(dx, rdx, bytes);
+            memcpy(z, dy, bytes);
+            rp_rmsnorm_backward(x, w, rstd, z, z, NULL, rows, d, 0); /* dx over dy */
+            ck_assert_mem_eq(z, rdx, bytes);
+            for (int64_t i = 0; i < rows * d; i++)
+                z[i] = 0.25f;
+            rp_rmsnorm_backward(x, w, rstd, dy, z, NULL, rows, d, 1); /* dx += */
+            for (int64_t i = 0; i < rows * d; i++) {
+                const float want = 0.25f + rdx[i];
+                ck_assert_mem_eq(&z[i], &want, sizeof want);
+            }
+        }
 }
 END_TEST
 
@@ -325,6 +386,7 @@ Suite *norm_rope_suite(void)
     TCase *tc = tcase_create("norm_rope");
     tcase_add_test(tc, rmsnorm_direct_formula);
     tcase_add_test(tc, rmsnorm_backward_finite_differences);
+    tcase_add_test(tc, rmsnorm_bits_of_one_row_at_a_time);
     tcase_add_test(tc, inv_freq_plain_closed_form);
     tcase_add_test(tc, inv_freq_llama3_bands);
     tcase_add_test(tc, yarn_matches_transformers);

@@ -38,8 +38,9 @@ rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_e
 void rp_device_destroy(rp_device **dev);
 const char *rp_device_name(const rp_device *dev);
 /* The attention the device runs, for the run's log (once): "attention:
- * cudnn 9.x.y (fused flash SDPA)" or "attention: own kernel (why)"; NULL
- * on the CPU, whose attention has no choice. */
+ * cudnn 9.x.y (fused flash SDPA)" or "attention: own kernel (why)"; on the
+ * CPU, whose attention has no choice, the exp its kernels call (the vector
+ * exp or expf, kernels/cpu/expf_vector.h). */
 const char *rp_device_attention_note(const rp_device *dev);
 
 /* Device memory. rp_device_alloc names the bytes asked on failure. */

@@ -6,6 +6,7 @@
 #include "device/backend_impl.h"
 #include "kernels/attention_choice.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/expf_vector.h"
 #include "kernels/cpu/ops.h"
 
 static rp_status cpu_create(const rp_device_params *params, void **impl, rp_error *err)
@@ -64,6 +65,14 @@ static rp_status cpu_kernels(void *impl, rp_kernels *out, rp_error *err)
     return RP_OK;
 }
 
+/* Which exp the kernels call (the vector exp or expf; the same bits either
+ * way, so only the speed differs): the self-check runs here, at the start. */
+static const char *cpu_attention_note(void *impl)
+{
+    (void)impl;
+    return rp_expf_vector_note();
+}
+
 const rp_device_ops rp_device_ops_cpu = {
     .name = "cpu",
     .create = cpu_create,
@@ -74,4 +83,5 @@ const rp_device_ops rp_device_ops_cpu = {
     .copy = cpu_copy,
     .kernel_ops = &rp_kernel_ops_cpu,
     .kernels = cpu_kernels,
+    .attention_note = cpu_attention_note,
 };

@@ -1,7 +1,8 @@
 /* Causal grouped-query attention on CPU, flash-attention style: keys are
  * visited in blocks with an online softmax. Beyond its inputs and outputs
  * the forward keeps O(block) floats per task on the stack and the backward
- * none, so no seq x seq score matrix ever exists. The forward saves only
+ * RP_ATTN_MAX_BLOCK (a run of keys' probabilities, exponentiated together),
+ * so no seq x seq score matrix ever exists. The forward saves only
  * the output and the per-row log-sum-exp; the backward recomputes scores.
  *
  * Layouts (row-major, tokens of nseq sequences of seqlen back to back):

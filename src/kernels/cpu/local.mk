@@ -5,6 +5,7 @@ librp_la_SOURCES += \
 	src/kernels/cpu/rmsnorm.c src/kernels/cpu/rmsnorm.h \
 	src/kernels/cpu/rope.c src/kernels/cpu/rope.h \
 	src/kernels/cpu/attention.c src/kernels/cpu/attention.h \
+	src/kernels/cpu/expf_vector.c src/kernels/cpu/expf_vector.h \
 	src/kernels/cpu/xent.c src/kernels/cpu/xent.h \
 	src/kernels/cpu/swiglu.c src/kernels/cpu/swiglu.h \
 	src/kernels/cpu/lora.c src/kernels/cpu/lora.h src/kernels/dropout.h \
