@@ -205,6 +205,64 @@ def independent_check(og, case, model_dir, init_dir, tokens, mask, log):
     return {"loss_rel": loss_rel, "grad_max_rel": grad_rel}
 
 
+def train_and_save(og, case, model_dir, init_dir, init, tokens, mask, outdir, log,
+                   past_clamp=False):
+    """PEFT trains the adapter of init_dir in float64 on the base (only the
+    adapter's tensors move), writes expected.jsonl and final/ (the adapter
+    cast to fp32), and checks PEFT reads final/ back as the trained tensors
+    rounded to fp32. past_clamp: the case must drive some of gate's and up's
+    values past the SwiGLU clamps. Returns the aux coefficient, train()'s
+    stats and the largest change of a tensor from init."""
+    tr = case["train"]
+    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
+                                           is_trainable=True)
+    params = adapter_params(peft_model)
+    assert sorted(n for n, _ in params) == sorted(init)
+    for n, p in params:
+        assert p.dtype == torch.float64 and torch.equal(p.detach(), init[n].double()), n
+    frozen = [p for p in peft_model.parameters() if not p.requires_grad]
+    coef = og.aux_coef(case)
+    records, stats = og.train(peft_model, tokens, mask, tr, coef, log, params=params)
+    assert all(p.grad is None for p in frozen)
+    assert stats["min_topk_gap"] > og.MIN_TOPK_GAP, stats["min_topk_gap"]
+    if past_clamp:
+        assert 0.02 < stats["clamped"]["gate"] < 0.9 and 0.02 < stats["clamped"]["up"] < 0.9, \
+            stats
+    with open(os.path.join(outdir, "expected.jsonl"), "w") as f:
+        for r in records:
+            f.write(og.mg.dumps(r))
+    trained = {n: p.detach().clone() for n, p in params}
+    peft_model.to(torch.float32)
+    final_dir = os.path.join(outdir, "final")
+    save_adapter(peft_model, final_dir)
+    loaded = PeftModel.from_pretrained(base(og, model_dir, torch.float32), final_dir)
+    got = {saved_key(n): p for n, p in loaded.named_parameters() if ".lora_" in n}
+    assert sorted(got) == sorted(trained)
+    moved = 0.0
+    for n, p in got.items():
+        assert p.dtype == torch.float32 and torch.equal(p, trained[n].to(torch.float32)), n
+        moved = max(moved, float((trained[n] - init[n].double()).abs().max()))
+    return coef, stats, moved
+
+
+def training_provenance(og, lo, stats, checks):
+    """provenance.json's entries on how the adapter was made and trained,
+    the same for every LoRA case of gpt-oss."""
+    return {
+        "lora_init": "get_peft_model on the fp32 base, then every lora_A/lora_B weight "
+                     "(named_parameters order) set to torch.randn(shape, "
+                     "generator=torch.Generator().manual_seed(%d), dtype=float32) * %g; "
+                     "PeftModel.save_pretrained" % (lo["init_seed"], INIT_STD),
+        "training": "PeftModel.from_pretrained(lora_init, is_trainable=True) on the base in "
+                    "float64 (transformers patched as the other cases); adapter tensors "
+                    "only: grad_norm and clipping over them, torch.optim.AdamW(weight_decay "
+                    "on all, foreach=False); the aux loss as oss-m2",
+        "final": "model cast to float32, PeftModel.save_pretrained",
+        "clipped_steps": stats["clipped_steps"],
+        "checks": checks,
+    } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py (tools/gpt_oss_golden_lora.py)",
+                         "peft": peft.__version__}
+
 def make_case(name, case, outdir, log, og):
     if case["lora"].get("reversed"):
         return make_reversed_case(name, case, outdir, log, og)
@@ -233,31 +291,8 @@ def make_case(name, case, outdir, log, og):
     checks["independent_step1"] = independent_check(og, case, model_dir, init_dir, tokens, mask,
                                                     log)
 
-    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
-                                           is_trainable=True)
-    params = adapter_params(peft_model)
-    assert sorted(n for n, _ in params) == sorted(init)
-    for n, p in params:
-        assert p.dtype == torch.float64 and torch.equal(p.detach(), init[n].double()), n
-    frozen = [p for p in peft_model.parameters() if not p.requires_grad]
-    coef = og.aux_coef(case)
-    records, stats = og.train(peft_model, tokens, mask, tr, coef, log, params=params)
-    assert all(p.grad is None for p in frozen)
-    assert stats["min_topk_gap"] > og.MIN_TOPK_GAP, stats["min_topk_gap"]
-    with open(os.path.join(outdir, "expected.jsonl"), "w") as f:
-        for r in records:
-            f.write(mg.dumps(r))
-    trained = {n: p.detach().clone() for n, p in params}
-    peft_model.to(torch.float32)
-    final_dir = os.path.join(outdir, "final")
-    save_adapter(peft_model, final_dir)
-    loaded = PeftModel.from_pretrained(base(og, model_dir, torch.float32), final_dir)
-    got = {saved_key(n): p for n, p in loaded.named_parameters() if ".lora_" in n}
-    assert sorted(got) == sorted(trained)
-    moved = 0.0
-    for n, p in got.items():
-        assert p.dtype == torch.float32 and torch.equal(p, trained[n].to(torch.float32)), n
-        moved = max(moved, float((trained[n] - init[n].double()).abs().max()))
+    coef, stats, moved = train_and_save(og, case, model_dir, init_dir, init, tokens, mask,
+                                        outdir, log)
     log("  final adapter reloaded by PEFT: the trained tensors rounded to fp32; largest change "
         "from lora_init %.3g" % moved)
     checks.update({"min_topk_gap": stats["min_topk_gap"], "clamped": stats["clamped"],
@@ -274,20 +309,7 @@ def make_case(name, case, outdir, log, og):
             "lora": {"r": lo["r"], "lora_alpha": lo["alpha"], "scaling": lo["alpha"] / lo["r"],
                      "target_modules (LoraConfig)": "all-linear (q/k/v/o on gpt-oss)",
                      "lora_dropout": 0.0, "bias": "none"},
-            "lora_init": "get_peft_model on the fp32 base, then every lora_A/lora_B weight "
-                         "(named_parameters order) set to torch.randn(shape, "
-                         "generator=torch.Generator().manual_seed(%d), dtype=float32) * %g; "
-                         "PeftModel.save_pretrained" % (lo["init_seed"], INIT_STD),
-            "training": "PeftModel.from_pretrained(lora_init, is_trainable=True) on the base in "
-                        "float64 (transformers patched as the other cases); adapter tensors "
-                        "only: grad_norm and clipping over them, torch.optim.AdamW(weight_decay "
-                        "on all, foreach=False); the aux loss as oss-m2",
-            "final": "model cast to float32, PeftModel.save_pretrained",
-            "clipped_steps": stats["clipped_steps"],
-            "checks": checks,
-        } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py "
-                                          "(tools/gpt_oss_golden_lora.py)",
-                             "peft": peft.__version__}))
+        } | training_provenance(og, lo, stats, checks)))
 
 
 # ---------------------------------------------------------------------------
@@ -462,32 +484,8 @@ def make_params_case(name, case, outdir, log, og):
     init = make_params_init(og, case, model_dir, init_dir, log)
     checks["independent_step1"] = params_independent_check(og, case, model_dir, init_dir, tokens,
                                                            mask, log)
-    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
-                                           is_trainable=True)
-    params = adapter_params(peft_model)
-    assert sorted(n for n, _ in params) == sorted(init)
-    for n, p in params:
-        assert p.dtype == torch.float64 and torch.equal(p.detach(), init[n].double()), n
-    frozen = [p for p in peft_model.parameters() if not p.requires_grad]
-    coef = og.aux_coef(case)
-    records, stats = og.train(peft_model, tokens, mask, tr, coef, log, params=params)
-    assert all(p.grad is None for p in frozen)
-    assert stats["min_topk_gap"] > og.MIN_TOPK_GAP, stats["min_topk_gap"]
-    assert 0.02 < stats["clamped"]["gate"] < 0.9 and 0.02 < stats["clamped"]["up"] < 0.9, stats
-    with open(os.path.join(outdir, "expected.jsonl"), "w") as f:
-        for r in records:
-            f.write(mg.dumps(r))
-    trained = {n: p.detach().clone() for n, p in params}
-    peft_model.to(torch.float32)
-    final_dir = os.path.join(outdir, "final")
-    save_adapter(peft_model, final_dir)
-    loaded = PeftModel.from_pretrained(base(og, model_dir, torch.float32), final_dir)
-    got = {saved_key(n): p for n, p in loaded.named_parameters() if ".lora_" in n}
-    assert sorted(got) == sorted(trained)
-    moved = 0.0
-    for n, p in got.items():
-        assert p.dtype == torch.float32 and torch.equal(p, trained[n].to(torch.float32)), n
-        moved = max(moved, float((trained[n] - init[n].double()).abs().max()))
+    coef, stats, moved = train_and_save(og, case, model_dir, init_dir, init, tokens, mask,
+                                        outdir, log, past_clamp=True)
     log("  final adapter reloaded by PEFT: the trained tensors rounded to fp32; largest change "
         "from lora_init %.3g; values past the clamp: gate %.0f%%, up %.0f%%"
         % (moved, 100 * stats["clamped"]["gate"], 100 * stats["clamped"]["up"]))
@@ -505,20 +503,7 @@ def make_params_case(name, case, outdir, log, og):
                      "target_modules (LoraConfig)": TARGET_NAMES,
                      "target_parameters (LoraConfig)": PARAMS,
                      "lora_dropout": 0.0, "bias": "none"},
-            "lora_init": "get_peft_model on the fp32 base, then every lora_A/lora_B weight "
-                         "(named_parameters order) set to torch.randn(shape, "
-                         "generator=torch.Generator().manual_seed(%d), dtype=float32) * %g; "
-                         "PeftModel.save_pretrained" % (lo["init_seed"], INIT_STD),
-            "training": "PeftModel.from_pretrained(lora_init, is_trainable=True) on the base in "
-                        "float64 (transformers patched as the other cases); adapter tensors "
-                        "only: grad_norm and clipping over them, torch.optim.AdamW(weight_decay "
-                        "on all, foreach=False); the aux loss as oss-m2",
-            "final": "model cast to float32, PeftModel.save_pretrained",
-            "clipped_steps": stats["clipped_steps"],
-            "checks": checks,
-        } | og.versions() | {"generator": "tools/make_gpt_oss_golden.py "
-                                          "(tools/gpt_oss_golden_lora.py)",
-                             "peft": peft.__version__}))
+        } | training_provenance(og, lo, stats, checks)))
 
 
 # ---------------------------------------------------------------------------
