@@ -22,3 +22,4 @@ EXTRA_DIST += bench/moe/qwen3-235b-a22b-config.json bench/moe/qwen3-235b-a22b-fp
 	bench/moe/qwen3-30b-a3b-config.json bench/paper/plan-gpt-oss-20b.sh \
 	bench/paper/simulate-all.sh bench/paper/simulate-nodes.sh bench/lora/make_model.py \
 	bench/lora/memory.sh bench/paper/gpt-oss-20b-config.json
+EXTRA_DIST += bench/figures/issue33-trace-25m-1x2.png bench/figures/issue33-trace-25m-1x2-speculative.png
