@@ -122,8 +122,14 @@ START_TEST(save_streams_the_fused_experts)
     const long block_kb = (long)(EXPERTS * (3 * INTER * HIDDEN + 2 * INTER + HIDDEN) * 4 / 1024);
     printf("the save's peak grew by %ld kB; one block's fused experts are %ld kB, all %d "
            "blocks' %ld kB\n", grown, block_kb, BLOCKS, BLOCKS * block_kb);
+#ifdef __SANITIZE_ADDRESS__
+    /* AddressSanitizer's quarantine keeps every freed buffer resident (a
+     * save's 64 Ki-value pieces: 4.4 MB here), so the bound says nothing */
+    printf("the peak's bound is not checked under AddressSanitizer\n");
+#else
     ck_assert_msg(grown < block_kb / 2, "the save's peak grew by %ld kB, one block's fused "
                   "experts are %ld kB", grown, block_kb);
+#endif
 
     /* the fused layout by hand, element for element */
     char path[1100];
