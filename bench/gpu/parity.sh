@@ -41,6 +41,11 @@
 #   cudnn       golden/qwen3 with --attention cudnn (cuDNN's fused flash SDPA,
 #               issue 38); every other case runs --attention own on the device,
 #               so that a cuDNN fault fails this case alone
+#   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
+#               steps keep the update made before the norm, three redo it from
+#               the backup; issue 33); every other case runs
+#               --speculative-update off on the device (auto turns it on with
+#               CUDA executors), so that a fault of it fails this case alone
 #   gpt-oss     golden-gpt-oss/oss-m2: gpt-oss, full fine-tuning (sinks, a sliding
 #               window shorter than the sequence, YaRN, router and expert biases,
 #               the clamped SwiGLU past its clamps, 2 microbatches and a large
@@ -71,7 +76,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -125,10 +130,12 @@ run() {
   local name=$1 device=$2 np=$3; shift 3
   local a; a=$(fixture "$case")
   # CUDA computes in bf16: the fixture's --dtype fp32 is for the CPU; the
-  # device's attention is the own kernel except in the cudnn case
+  # device's attention is the own kernel except in the cudnn case, and its
+  # update is not speculative except in the speculative case (which says so)
   if [ "$device" != cpu ]; then
     a="$(echo "$a" | sed 's/--dtype fp32//') --attention own"
     [ "$case" = cudnn ] && a="${a% --attention own} --attention cudnn"
+    [ "$case" = speculative ] || a="$a --speculative-update off"
   fi
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
@@ -168,6 +175,15 @@ for case in $cases; do
       run "$c-dut1" "$dev" 1 --token-tile 8 --mlp-chunk-tokens 8 || { result "$c" FAILED - "$dev, MLP chunks of one tile failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks, one chunk failed ($c-dut2.txt)"; continue; }
       two="MLP chunks of one 8-token tile on 1 rank = one chunk on 2 ranks" ;;
+    speculative)
+      run "$c-dut1" "$dev" 1 --speculative-update on || { result "$c" FAILED - "$dev, 1 rank, --speculative-update on failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --speculative-update on || { result "$c" FAILED - "$dev, 2 ranks, --speculative-update on failed ($c-dut2.txt)"; continue; }
+      # both outcomes of the norm, or the case proved only one of them
+      hm=$(sed -n 's/.*speculative update: \([0-9]*\) hits, \([0-9]*\) misses.*/\1 \2/p' "$work/$c-dut1.txt" | head -n 1)
+      case "$hm" in
+        0\ *|*\ 0|"") result "$c" FAILED - "the run did not both keep and redo speculative updates (hits, misses: ${hm:-none said}; $c-dut1.txt)"; continue ;;
+      esac
+      two="speculative (${hm% *} hits, ${hm#* } misses) on 2 ranks = on 1" ;;
     checkpoint)
       run "$c-dut1" "$dev" 1 --checkpoint-dir "$work/$c-ck" --checkpoint-every 3 --keep-checkpoints 0 ||
         { result "$c" FAILED - "$dev, checkpointing run failed ($c-dut1.txt)"; continue; }
@@ -191,6 +207,11 @@ for case in $cases; do
     # checkpoints end segments: the model must still be the plain run's
     cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
       extra="; = qwen3's straight run" || { brc=1; why="$why checkpointing changed the model (vs qwen3-dut1)"; }
+  fi
+  if [ "$c" = speculative ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
+    # the update kept or redone is the plain update, bit for bit
+    cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
+      extra="; = qwen3's run without it" || { brc=1; why="$why the speculative update changed the model (vs qwen3-dut1)"; }
   fi
   dt=$(( $(date +%s) - t0 ))
   if [ $crc = 0 ] && [ $brc = 0 ]; then
