@@ -7,7 +7,9 @@
  * block first, grew by all of them, 18 MiB here); the file holds the fused
  * layout element for element (by hand) and reads back to the same bits;
  * a non-finite value in an expert is refused in a checkpoint naming the
- * fused tensor and element, nothing complete left. */
+ * fused tensor and element, nothing complete left; experts given as sources
+ * (--save-merged's, made as they are read) save the same bytes as experts
+ * in memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +193,73 @@ START_TEST(save_streams_the_fused_experts)
 }
 END_TEST
 
+/* A source that gives a tensor's data back a run at a time (what
+ * --save-merged's experts are: io/gpt_oss_experts.h), noting the longest
+ * run asked for. */
+static size_t longest_run;
+static void fill_from_data(const void *ctx, int64_t first, size_t count, float *dst)
+{
+    memcpy(dst, (const float *)ctx + first, count * sizeof *dst);
+    longest_run = count > longest_run ? count : longest_run;
+}
+
+static char *slurp(const char *path, long *size)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *size = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)*size);
+    ck_assert(buf && fread(buf, 1, (size_t)*size, f) == (size_t)*size);
+    fclose(f);
+    return buf;
+}
+
+/* Experts that are sources (every other one: a block mixes both) make the
+ * same file, byte for byte, as experts in memory: each fused tensor's
+ * pieces (gate_up_proj's cross experts: 98304 values each, pieces of
+ * 65536) are gathered from strips of their runs, and no run asked for is
+ * longer than a piece. */
+START_TEST(experts_as_sources_save_the_same_bytes)
+{
+    model m;
+    model_make(&m);
+    rp_model_config cfg;
+    config(&cfg);
+    rp_error err = {0};
+    char plain[1024], sourced[1024], path[1100];
+    snprintf(plain, sizeof plain, "%s/plain", rp_test_tmpdir());
+    snprintf(sourced, sizeof sourced, "%s/sourced", rp_test_tmpdir());
+    ck_assert_msg(rp_model_dir_save(plain, m.t, m.n, RP_BF16, &cfg, NULL, NULL, &err) == RP_OK,
+                  "%s", err.msg);
+    static rp_tensor_source sources[BLOCKS * EXPERTS * 6 + 1];
+    rp_tensor_ref refs[BLOCKS * EXPERTS * 6 + 1];
+    for (int i = 0; i < m.n; i++) {
+        refs[i] = m.t[i];
+        if ((i / 6) % 2) { /* odd experts */
+            sources[i] = (rp_tensor_source){fill_from_data, m.t[i].data};
+            refs[i].data = NULL;
+            refs[i].source = &sources[i];
+        }
+    }
+    longest_run = 0;
+    ck_assert_msg(rp_model_dir_save(sourced, refs, m.n, RP_BF16, &cfg, NULL, NULL, &err) ==
+                  RP_OK, "%s", err.msg);
+    ck_assert(longest_run > 0 && longest_run <= RP_SAFETENSORS_FILL_CHUNK);
+    long n_plain, n_sourced;
+    snprintf(path, sizeof path, "%s/model.safetensors", plain);
+    char *a = slurp(path, &n_plain);
+    snprintf(path, sizeof path, "%s/model.safetensors", sourced);
+    char *b = slurp(path, &n_sourced);
+    ck_assert_int_eq(n_plain, n_sourced);
+    ck_assert(memcmp(a, b, (size_t)n_plain) == 0);
+    free(a);
+    free(b);
+    free(m.data);
+}
+END_TEST
+
 START_TEST(checkpoint_refuses_a_non_finite_expert)
 {
     model m;
@@ -243,6 +312,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("all");
     tcase_add_test(tc, save_streams_the_fused_experts);
     tcase_add_test(tc, checkpoint_refuses_a_non_finite_expert);
+    tcase_add_test(tc, experts_as_sources_save_the_same_bytes);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);

@@ -22,6 +22,12 @@ include mpi-tests/fixtures/golden-fp8/files.mk
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh
 EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py
+# --save-merged: each tensor made a piece at a time (peak memory bounded), every element exact
+check_PROGRAMS += mpi-tests/test_lora_merged_save
+TESTS += mpi-tests/test_lora_merged_save
+mpi_tests_test_lora_merged_save_SOURCES = mpi-tests/test_lora_merged_save.c
+mpi_tests_test_lora_merged_save_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_lora_merged_save_LDADD = $(RP_TEST_LDADD)
 # LoRA checkpoints (adapters only, exact resumes, refusals) and --eval-data
 # with adapters (against the merged model and PEFT)
 TESTS += mpi-tests/test_lora_checkpoint.sh

@@ -562,6 +562,47 @@ rp_dtype rp_frozen_base_dtype(const rp_frozen_base *b)
     return b->dtype;
 }
 
+int rp_frozen_base_piece_of(const rp_frozen_base *b, int l, const char *name)
+{
+    const rp_layer_desc *L = &b->layers[l];
+    for (int i = 0; i < L->nparams; i++)
+        if (strcmp(L->params[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Elements [first, first + count) of an FP8 matrix: each e4m3 value times
+ * its block's scale, in fp32, as rp_fp8_dequantise_rows does, a run of one
+ * row and one scale block at a time. */
+static void fp8_range_f32(const rp_fp8_matrix *q, int64_t first, size_t count, float *dst)
+{
+    const uint8_t *w = q->weight;
+    const int64_t scale_cols = rp_fp8_scale_cols(q), end = first + (int64_t)count;
+    for (int64_t at = first; at < end;) {
+        const int64_t r = at / q->cols, c = at % q->cols;
+        const int64_t block_end = (c / q->block_cols + 1) * q->block_cols;
+        const int64_t c1 = block_end < q->cols ? block_end : q->cols;
+        const int64_t run = c1 - c < end - at ? c1 - c : end - at;
+        const float s = rp_fp8_scale_at(q, (r / q->block_rows) * scale_cols + c / q->block_cols);
+        for (int64_t k = 0; k < run; k++)
+            dst[at - first + k] = rp_e4m3_to_f32(w[at + k]) * s;
+        at += run;
+    }
+}
+
+void rp_frozen_base_piece_f32(const rp_frozen_base *b, int l, int piece, int64_t first,
+                              size_t count, float *dst)
+{
+    const rp_fp8_matrix *q = &b->fp8[b->first[l] + piece];
+    const rp_weight_piece *pc = &b->pieces[b->first[l] + piece];
+    if (b->mapped && q->weight)
+        fp8_range_f32(q, first, count, dst);
+    else if (b->dtype == RP_F32)
+        memcpy(dst, (const float *)pc->src + first, count * sizeof(float));
+    else
+        rp_bf16_to_f32_array((const uint16_t *)pc->src + first, dst, count);
+}
+
 size_t rp_frozen_base_bytes(const rp_frozen_base *b)
 {
     return b->bytes;

@@ -130,6 +130,16 @@ int rp_frozen_base_fp8(const rp_frozen_base *base);
  * (core/fp8.h), a bf16 one widened. */
 rp_status rp_frozen_base_tensor_f32(const rp_frozen_base *base, int l, const char *name,
                                     float *dst, rp_error *err);
+/* The same a piece at a time, for a reader that never holds a tensor
+ * whole (--save-merged, engine/lora_merged.c): rp_frozen_base_piece_of,
+ * the index among layer l's pieces of tensor `name` (-1: none); then
+ * rp_frozen_base_piece_f32 puts elements [first, first + count) of that
+ * piece, row-major, into dst as fp32, each with the bits
+ * rp_frozen_base_tensor_f32 gives it (an FP8 one dequantised by the
+ * product rp_fp8_dequantise_rows takes). */
+int rp_frozen_base_piece_of(const rp_frozen_base *base, int l, const char *name);
+void rp_frozen_base_piece_f32(const rp_frozen_base *base, int l, int piece, int64_t first,
+                              size_t count, float *dst);
 /* FP8 bases on executors that upload them (issue 36): a block's base
  * (rp_frozen_base_per_use) travels piece by piece into a staging area of
  * the stage buffer, where it stays as it lies: an FP8 piece as its e4m3

@@ -2,7 +2,7 @@ librp_la_SOURCES += \
 	src/engine/train_options.c src/engine/train_options.h src/engine/train_set.c \
 	src/engine/params.c src/engine/params.h \
 	src/engine/frozen_base.c src/engine/frozen_base.h \
-	src/engine/lora_run.c src/engine/lora_run.h \
+	src/engine/lora_run.c src/engine/lora_run.h src/engine/lora_merged.c \
 	src/engine/lora_checkpoint.c src/engine/lora_checkpoint.h \
 	src/engine/progress.c src/engine/progress.h \
 	src/engine/arena.c src/engine/arena.h \

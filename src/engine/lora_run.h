@@ -37,7 +37,9 @@ rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp
 /* --save-merged DIR: the model with W + scaling B A in place of each
  * targeted W (each expert's with its own adapter, the router's with its),
  * in Hugging Face layout (experts per expert), stored in dtype, with the
- * base's tokenizer and generation files (companions, may be NULL). */
+ * base's tokenizer and generation files (companions, may be NULL). Each
+ * tensor is made a piece at a time as the file is written, never the
+ * whole merged model in memory (engine/lora_merged.c). */
 rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                               const rp_train_options *o, rp_dtype dtype,
                               const char *template_config, const rp_companions *companions,

@@ -165,6 +165,65 @@ rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *exp
 static const char *const fused_names[4] = {"gate_up_proj", "gate_up_proj_bias", "down_proj",
                                             "down_proj_bias"};
 
+/* Elements [first, first + count) of slot `slot`'s tensor (from's layout):
+ * its data, or what its source makes. */
+static void read_run(const rp_gpt_oss_fused *b, int64_t slot, int64_t first, size_t count,
+                     float *dst)
+{
+    if (b->from[slot])
+        memcpy(dst, b->from[slot] + first, count * sizeof *dst);
+    else
+        b->by[slot]->fill(b->by[slot]->ctx, first, count, dst);
+}
+
+/* The elements of one fused tensor when some expert's tensor is a source:
+ * each stretch of the piece that lies in one expert e is made from strips
+ * of e's tensors read into the scratch (a source gives runs of its
+ * row-major order, and a fused weight is its expert's transposed):
+ * gate_up_proj's rows h0..h1 are columns h0..h1 of every row of gate_e and
+ * up_e; down_proj's rows j0..j1 are columns j0..j1 of every row of down_e;
+ * a bias's stretch is a run of each. At most 2 I (count / 2I + 2) or
+ * H (count / H + 2) floats: the scratch's size (fused_make). */
+static void fill_fused_sources(const rp_gpt_oss_fused *b, int which, int64_t first,
+                               size_t count, float *dst)
+{
+    const int64_t E = b->experts, I = b->intermediate, H = b->hidden;
+    const int64_t per = which == 0 || which == 2 ? I * H * (which == 0 ? 2 : 1)
+                                                  : (which == 1 ? 2 * I : H);
+    float *strip = b->scratch;
+    for (int64_t at = first, end = first + (int64_t)count; at < end;) {
+        const int64_t e = at / per, lo = at - e * per;
+        const int64_t hi = (e + 1) * per < end ? per : end - e * per; /* [lo, hi) of e's */
+        float *out = dst + (at - first);
+        if (which == 0) { /* [h][2j + p] = gate/up_e[j][h] */
+            const int64_t h0 = lo / (2 * I), nh = (hi - 1) / (2 * I) - h0 + 1;
+            for (int p = 0; p < 2; p++)
+                for (int64_t j = 0; j < I; j++)
+                    read_run(b, 2 * p * E + e, j * H + h0, (size_t)nh,
+                             strip + (p * I + j) * nh);
+            for (int64_t k = lo; k < hi; k++) {
+                const int64_t h = k / (2 * I), c = k % (2 * I);
+                out[k - lo] = strip[((c & 1) * I + (c >> 1)) * nh + (h - h0)];
+            }
+        } else if (which == 1) { /* [2j + p] = gate/up bias_e[j] */
+            const int64_t j0 = lo >> 1, nj = ((hi - 1) >> 1) - j0 + 1;
+            for (int p = 0; p < 2; p++)
+                read_run(b, (2 * p + 1) * E + e, j0, (size_t)nj, strip + p * nj);
+            for (int64_t k = lo; k < hi; k++)
+                out[k - lo] = strip[(k & 1) * nj + (k >> 1) - j0];
+        } else if (which == 2) { /* [j][o] = down_e[o][j] */
+            const int64_t j0 = lo / H, nj = (hi - 1) / H - j0 + 1;
+            for (int64_t o = 0; o < H; o++)
+                read_run(b, 4 * E + e, o * I + j0, (size_t)nj, strip + o * nj);
+            for (int64_t k = lo; k < hi; k++)
+                out[k - lo] = strip[(k % H) * nj + k / H - j0];
+        } else { /* [o] = down bias_e[o] */
+            read_run(b, 5 * E + e, lo, (size_t)(hi - lo), out);
+        }
+        at = e * per + hi;
+    }
+}
+
 /* Elements [first, first + count) of one fused tensor, from each expert's
  * own: the row-major index walked as (e, row, column) without a division
  * per element. */
@@ -172,6 +231,14 @@ static void fill_fused(const void *ctx, int64_t first, size_t count, float *dst)
 {
     const rp_gpt_oss_fused_part *part = ctx;
     const rp_gpt_oss_fused *b = part->block;
+    if (b->by) { /* in pieces the scratch holds the strips of */
+        for (size_t done = 0; done < count; done += RP_SAFETENSORS_FILL_CHUNK) {
+            const size_t n = count - done < RP_SAFETENSORS_FILL_CHUNK
+                                 ? count - done : RP_SAFETENSORS_FILL_CHUNK;
+            fill_fused_sources(b, part->which, first + (int64_t)done, n, dst + done);
+        }
+        return;
+    }
     const int64_t E = b->experts, I = b->intermediate, H = b->hidden;
     const float *const *from = b->from;
     switch (part->which) {
@@ -219,10 +286,21 @@ rp_status rp_gpt_oss_fused_make(const char *experts, const rp_tensor_ref *refs, 
     int64_t E, I, H;
     memset(fused, 0, sizeof *fused);
     RP_TRY(sizes_of(experts, refs, n, &E, &I, &H, err));
+    int sourced = 0;
+    for (int i = 0; i < n; i++)
+        sourced |= !refs[i].data && refs[i].source;
     const float **from = calloc((size_t)(6 * E), sizeof *from);
-    if (!from)
+    const rp_tensor_source **by = sourced ? calloc((size_t)(6 * E), sizeof *by) : NULL;
+    /* fill_fused_sources' strips: 2 I (C / 2I + 2) or H (C / H + 2) floats */
+    const size_t strips = RP_SAFETENSORS_FILL_CHUNK + 4 * (size_t)(I > H ? I : H);
+    float *scratch = sourced ? malloc(strips * sizeof *scratch) : NULL;
+    if (!from || (sourced && (!by || !scratch))) {
+        free(from);
+        free(by);
+        free(scratch);
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the table of %lld experts", experts,
                             (long long)E);
+    }
     for (int i = 0; i < n; i++) {
         const rp_tensor_ref *r = &refs[i];
         char x[512];
@@ -230,17 +308,26 @@ rp_status rp_gpt_oss_fused_make(const char *experts, const rp_tensor_ref *refs, 
         int part, bias;
         rp_gpt_oss_expert_name(r->name, x, sizeof x, &e, &part, &bias);
         const int64_t want0 = part == 2 ? H : I, want1 = bias ? 1 : part == 2 ? I : H;
+        const int64_t slot = (2 * part + bias) * E + e;
         if (r->ndim != (bias ? 1 : 2) || r->shape[0] != want0 ||
-            (!bias && r->shape[1] != want1) || !r->data || from[(2 * part + bias) * E + e]) {
+            (!bias && r->shape[1] != want1) || (!r->data && !r->source) || from[slot] ||
+            (by && by[slot])) {
             free(from);
+            free(by);
+            free(scratch);
             return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' has a shape the other "
                                 "experts' tensors do not fit, no data, or comes twice", experts,
                                 r->name);
         }
-        from[(2 * part + bias) * E + e] = r->data;
+        if (r->data)
+            from[slot] = r->data;
+        else
+            by[slot] = r->source;
     }
     fused->experts = E, fused->intermediate = I, fused->hidden = H;
     fused->from = from;
+    fused->by = by;
+    fused->scratch = scratch;
     const int64_t shapes[4][3] = {{E, H, 2 * I}, {E, 2 * I, 1}, {E, I, H}, {E, H, 1}};
     for (int f = 0; f < 4; f++) {
         snprintf(fused->names[f], sizeof fused->names[f], "%s.%s", experts, fused_names[f]);
@@ -255,5 +342,9 @@ rp_status rp_gpt_oss_fused_make(const char *experts, const rp_tensor_ref *refs, 
 void rp_gpt_oss_fused_free(rp_gpt_oss_fused *fused)
 {
     free(fused->from);
+    free(fused->by);
+    free(fused->scratch);
     fused->from = NULL;
+    fused->by = NULL;
+    fused->scratch = NULL;
 }

@@ -45,7 +45,12 @@ rp_status rp_gpt_oss_experts_read(const rp_safetensors_set *set, const char *exp
  * GB): rp_gpt_oss_fused_make gives the four fused tensors' names (kept in
  * fused->names) and shapes, each with its source (io/model_dir.h), data
  * NULL; the sources read the refs' data when the file is written, so the
- * refs' memory must outlive them, and *fused must not move. */
+ * refs' memory must outlive them, and *fused must not move. A ref may
+ * itself be a source (data NULL: --save-merged's experts, each made from
+ * the frozen base and its adapter as it is read): the fused tensor then
+ * asks it for the strips a piece needs (a piece of gate_up_proj is a few
+ * columns of every expert row), through a scratch of the block's, so the
+ * four tensors of a block are filled one at a time, as a file is written. */
 typedef struct rp_gpt_oss_fused_part {
     const struct rp_gpt_oss_fused *block;
     int which; /* 0 gate_up_proj, 1 gate_up_proj_bias, 2 down_proj, 3 down_proj_bias */
@@ -54,6 +59,9 @@ typedef struct rp_gpt_oss_fused {
     int64_t experts, intermediate, hidden;
     const float **from; /* [6 E]: expert e's part p (0 gate, 1 up, 2 down), weight (bias 0)
                            or bias (1): from[(2 p + bias) E + e] */
+    const struct rp_tensor_source **by; /* [6 E] the same slots' sources (data NULL), or NULL
+                                           when every ref has data */
+    float *scratch; /* the strips of one piece (with `by`) */
     char names[4][600];
     rp_gpt_oss_fused_part parts[4];
     rp_tensor_source sources[4];
@@ -61,6 +69,6 @@ typedef struct rp_gpt_oss_fused {
 rp_status rp_gpt_oss_fused_make(const char *experts, const struct rp_tensor_ref *refs, int n,
                                 rp_gpt_oss_fused *fused, struct rp_tensor_ref out[4],
                                 rp_error *err);
-void rp_gpt_oss_fused_free(rp_gpt_oss_fused *fused); /* its table; no-op when empty */
+void rp_gpt_oss_fused_free(rp_gpt_oss_fused *fused); /* its tables; no-op when empty */
 
 #endif

@@ -13,10 +13,11 @@
 
 typedef struct rp_saved_tensors rp_saved_tensors;
 
-/* The saved list of roundpipe's n tensors `in` (which, and whose data,
- * must outlive it): names and shapes; a fused tensor has no data of its own
- * but a source that reads in's data when the file is written, a piece at a
- * time (io/gpt_oss_experts.h), so no fused tensor is ever held whole. */
+/* The saved list of roundpipe's n tensors `in` (which, and whose data or
+ * sources, must outlive it): names and shapes; a fused tensor has no data
+ * of its own but a source that reads in's data (or asks in's sources:
+ * --save-merged's) when the file is written, a piece at a time
+ * (io/gpt_oss_experts.h), so no fused tensor is ever held whole. */
 rp_status rp_saved_tensors_make(const rp_tensor_ref *in, int n, rp_saved_tensors **out,
                                 rp_error *err);
 
