@@ -149,9 +149,15 @@ START_TEST(merged_save_is_streamed_and_exact)
     }
     printf("a LoRA run's peak grew by %ld kB, with --save-merged by %ld kB; the model is %ld kB "
            "in fp32\n", without, with, model_kb);
+#ifdef __SANITIZE_ADDRESS__
+    /* AddressSanitizer's quarantine keeps freed buffers resident: the
+     * peaks say nothing about what the save holds at once */
+    printf("the peak's bound is not checked under AddressSanitizer\n");
+#else
     ck_assert_msg(with - without < model_kb / 4, "--save-merged raised the run's peak by %ld kB "
                   "(%ld kB without it, %ld with); the model is %ld kB in fp32", with - without,
                   without, with, model_kb);
+#endif
 
     /* every element: W + (alpha / r) B A, in double over the rank */
     char apath[700], mpath[700];
