@@ -533,6 +533,90 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
 }
 END_TEST
 
+static double job_double(json_object *j, int job, const char *field)
+{
+    json_object *jobs, *v;
+    ck_assert(json_object_object_get_ex(j, "jobs", &jobs));
+    ck_assert_msg(json_object_object_get_ex(json_object_array_get_idx(jobs, (size_t)job), field,
+                                            &v), "job %d has no %s", job, field);
+    return json_object_get_double(v);
+}
+
+/* plan --lora-rank on the FP8 fixture (qwen3, H 64, I 96, 4 heads and 2 kv
+ * heads of 16, 2 blocks, [24, 40] blocks of BF16 scales): each block is
+ * dequantised before each use (engine/stage_buffers.c) unless the
+ * executor's scratch holds it already. One dequantisation, counted here by
+ * hand for fp32 CPU executors: it reads the e4m3 bytes of q, k, v, o, gate,
+ * up, down (4096 + 2048 + 2048 + 4096 + 3 x 6144 = 30720), their scales
+ * bounded as F32 (grids 3x2, 2x2, 2x2, 3x2, 4x2, 4x2, 3x3: 45 x 4 = 180)
+ * and the norms in the compute dtype ((64 + 64 + 16 + 16) x 4 = 640), and
+ * writes the block's 30880 elements in fp32 (123520): 155060 bytes, 0.15506
+ * ms at --device-gbs 1. With 4 microbatches in one pipeline, a job of one
+ * block dequantises once; a forward stage of 2 blocks twice a microbatch
+ * (8); a backward one that recomputes both (keep=0), or only the lower
+ * (keep=1: the upper's activations kept), uses 1 2 | 2 1 a microbatch and
+ * the next starts with the block the last ended with: 3 + 3 x 2 = 9; with
+ * both kept 2 1 a microbatch: 8; the tail of two blocks and the head
+ * likewise 9. A plan's modelled iteration on one executor is at least its
+ * compute, dequantisations included. The same fixture's model without an
+ * FP8 base (golden/qwen3) dequantises nothing: its figures are those of
+ * the other tests. */
+START_TEST(fp8_plan_counts_the_dequantisations_as_the_engine_runs_them)
+{
+    char dir[512], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales-model",
+             rp_test_srcdir());
+    const double d = (30720 + 45 * 4 + 160 * 4 + 30880 * 4) / 1e6;
+    static const struct {
+        const char *plan;
+        double count[3]; /* the jobs' dequantisations, in job order */
+    } cases[] = {
+        {"fwd=0-2;bwd=3,0-2;keep=0", {8, 0, 9}},
+        {"fwd=0-2;bwd=3,0-2;keep=1", {8, 0, 9}},
+        {"fwd=0-2;bwd=3,0-2;keep=2", {8, 0, 8}},
+        {"fwd=0-1;bwd=2-3,0-1;keep=0", {1, 1, 1}},
+        {"fwd=0;bwd=1-3,0;keep=0", {0, 9, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int gpus = 1; gpus <= 2; gpus++) {
+            snprintf(cmd, sizeof cmd,
+                     "plan --model %s --gpus %d --microbatches 4 --seq-len 16 --batch-size 4 "
+                     "--json --device cpu --dtype fp32 --lora-rank 4 --device-gbs 1 "
+                     "--pipelines 1 --plan %s",
+                     dir, gpus, cases[c].plan);
+            ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].plan, err_text);
+            json_object *j = json_tokener_parse(out_text);
+            ck_assert_msg(j != NULL, "%s", out_text);
+            double compute = 0;
+            for (int job = 0; job < 3; job++) {
+                double got = job_double(j, job, "dequant_ms");
+                ck_assert_msg(fabs(got - cases[c].count[job] * d) < 1e-9,
+                              "%s: job %d dequantises for %g ms, by hand %g x %g ms",
+                              cases[c].plan, job, got, cases[c].count[job], d);
+                compute += 4 * job_ms(j, job) + got;
+            }
+            json_object *v;
+            ck_assert(json_object_object_get_ex(j, "iteration_ms", &v));
+            if (gpus == 1)
+                ck_assert_msg(json_object_get_double(v) >= compute * (1 - 1e-9),
+                              "%s: one executor's iteration %g ms, its compute %g ms",
+                              cases[c].plan, json_object_get_double(v), compute);
+            json_object_put(j);
+        }
+    snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden/qwen3/model", rp_test_srcdir());
+    snprintf(cmd, sizeof cmd,
+             "plan --model %s --gpus 2 --microbatches 4 --seq-len 16 --batch-size 4 --json "
+             "--device cpu --dtype fp32 --lora-rank 4 --device-gbs 1 --plan fwd=0-2;bwd=3,0-2",
+             dir);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
+    json_object *j = json_tokener_parse(out_text);
+    ck_assert_msg(j != NULL, "%s", out_text);
+    for (int job = 0; job < 3; job++)
+        ck_assert(job_double(j, job, "dequant_ms") == 0);
+    json_object_put(j);
+}
+END_TEST
+
 static Suite *plan_cli_suite(void)
 {
     Suite *s = suite_create("plan_cli");
@@ -545,6 +629,7 @@ static Suite *plan_cli_suite(void)
     tcase_add_test(tc, bad_command_lines_and_files);
     tcase_add_test(tc, lora_plan_counts_frozen_and_adapter_bytes);
     tcase_add_test(tc, moe_plan_counts_the_router_and_experts_as_they_run);
+    tcase_add_test(tc, fp8_plan_counts_the_dequantisations_as_the_engine_runs_them);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -58,6 +58,16 @@ static void print_json_text(const char *s)
     }
 }
 
+/* A job's FP8 dequantisations over its microbatches (0 without an FP8
+ * base: plan/schedule.h's rp_schedule_job_dequant). */
+static double job_dequant_ms(const rp_cost_model *m, const rp_plan *p, const rp_job *job,
+                             int microbatches)
+{
+    double first, later;
+    rp_schedule_job_dequant(m, p, job, &first, &later);
+    return first + (microbatches - 1) * later;
+}
+
 static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_result *r,
                        const rp_plan_choice *c, const rp_longest *lg)
 {
@@ -116,11 +126,12 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
         rp_job jb = rp_schedule_job(p, j);
         printf("%s{\"job\": %d, \"kind\": \"%s\", \"first\": %d, \"last\": %d, "
                "\"ms_per_microbatch\": %.6g, \"weight_bytes\": %lld, \"grad_bytes\": %lld, "
-               "\"peak_bytes\": %lld}",
+               "\"peak_bytes\": %lld, \"dequant_ms\": %.6g}",
                j ? ", " : "", j, kind_name(jb.kind), jb.first, jb.last,
                rp_schedule_job_ms(m, p, &jb), (long long)rp_cost_weight_bytes(m, jb.first, jb.last),
                (long long)(jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)),
-               (long long)rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes));
+               (long long)rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes),
+               job_dequant_ms(m, p, &jb, r->group_microbatches));
     }
     printf("]}\n");
 }
@@ -161,7 +172,7 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
         snprintf(lay, sizeof lay, "%d-%d", jb.first, jb.last);
         double ms = rp_schedule_job_ms(m, p, &jb);
         printf("%4d %4s %9s %10.2f %10.1f %11.1f %10.1f %10.1f\n", j, kind_name(jb.kind), lay, ms,
-               ms * r->group_microbatches,
+               ms * r->group_microbatches + job_dequant_ms(m, p, &jb, r->group_microbatches),
                rp_cost_weight_bytes(m, jb.first, jb.last) / 1048576.0,
                (jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)) / 1048576.0,
                rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes) / 1048576.0);

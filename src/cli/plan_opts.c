@@ -367,6 +367,8 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
                                    documents,
                                    microbatches, tok_mb / S, S, *out,
                                    workspace, err);
+    if (st == RP_OK) /* an FP8 base's dequantisations, at the device's GB/s */
+        rp_cost_price_dequant(*out, devgbs);
     if (st != RP_OK) {
         rp_cost_model_destroy(out);
         return rp_error_prefix(err, "%s: ", path);

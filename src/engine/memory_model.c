@@ -98,6 +98,12 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         if (per_use && (int64_t)rp_padded_elements(base[l].numel) * (int64_t)rp_dtype_size(dtype) >
                            base_scratch)
             base_scratch = (int64_t)rp_padded_elements(base[l].numel) * (int64_t)rp_dtype_size(dtype);
+        /* each dequantisation reads what lies in the stage buffer or the
+         * mapping (bounded like the upload) and writes the block's base */
+        L->dequant_bytes =
+            per_use ? (int64_t)fp8_travel_bytes(cfg, &base[l], dtype) +
+                          (int64_t)base[l].numel * (int64_t)rp_dtype_size(dtype)
+                    : 0;
         if (l == n - 1 && cfg->tie_word_embeddings && !lora)
             floats += cfg->vocab_size * H;
         L->weight_bytes = (floats + frozen) * (int64_t)rp_dtype_size(dtype);

@@ -31,6 +31,10 @@
  *       as FP8 (frozen_base.h's rp_frozen_base_per_use) hold, uploaded, their
  *       e4m3 bytes and scales and their other tensors instead
  *       (rp_frozen_base_staged_bound), and nothing in place;
+ *   dequant_bytes: such a block's, what each dequantisation into the
+ *       scratch moves: those bytes as the upload counts them, read, and the
+ *       block's base in `dtype`, written (dequant_ms 0: the caller prices
+ *       it, plan/cost.h's rp_cost_price_dequant);
  *   act_bytes: one slot of what a layer's forward keeps for its backward
  *       (rp_block_saved_floats with the back end's kernel table; the
  *       executor gives every layer of a tail/backward stage one);

@@ -295,6 +295,12 @@ rp_status rp_cost_from_work(const rp_layer_work *work, int n, double flops_per_m
     return RP_OK;
 }
 
+void rp_cost_price_dequant(rp_cost_model *m, double mem_gbs)
+{
+    for (int l = 0; l < m->num_layers; l++)
+        m->layers[l].dequant_ms = 1e3 * (double)m->layers[l].dequant_bytes / (mem_gbs * 1e9);
+}
+
 #define RANGE_SUM(T, expr)                                   \
     T sum = 0;                                               \
     for (int i = first; i <= last; i++) {                    \

@@ -31,6 +31,14 @@ typedef struct rp_layer_cost {
                               differs (an FP8 base: e4m3 bytes and scales at most, kept so in
                               weight_bytes and dequantised for each use, issue 36); 0:
                               weight_bytes */
+    int64_t dequant_bytes; /* LoRA on an FP8 base: the device bytes one dequantisation of
+                              this block's base moves (its e4m3 bytes, scales and other
+                              tensors read, the block written in the compute dtype); 0: its
+                              base, if any, is used as it lies */
+    double dequant_ms;     /* the time of one such dequantisation, which the executor runs
+                              before a use of the block unless its scratch holds the block
+                              already (plan/schedule.h counts them per job); 0: none, or
+                              included in measured times */
     int64_t opt_params;    /* trainable parameters the CPU optimizer updates */
     int64_t act_bytes;     /* device activation bytes of one microbatch kept between this
                               layer's forward and its backward */
@@ -158,6 +166,10 @@ int64_t rp_cost_head_params(const rp_model_shape *shape); /* norm (+ LM head if 
 /* LoRA: the adapter parameters of one block, sum over the targeted
  * projections of rank x (in + out); 0 without LoRA. */
 int64_t rp_cost_adapter_params(const rp_model_shape *shape);
+
+/* The closed form's dequant_ms of each layer of m: its dequant_bytes at the
+ * device's memory bandwidth (GB/s), a memory-bound pass like roof_ms's. */
+void rp_cost_price_dequant(rp_cost_model *m, double mem_gbs);
 
 /* Sums over the layers [first, last] (inclusive). */
 double rp_cost_fwd_ms(const rp_cost_model *m, int first, int last);

@@ -57,6 +57,43 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
     return ms;
 }
 
+/* One use of layer l: its dequantisation unless the scratch holds it. */
+static double use(const rp_cost_model *m, int l, int *held)
+{
+    double ms = m->layers[l].dequant_ms;
+    if (!(ms > 0) || *held == l)
+        return 0.0;
+    *held = l;
+    return ms;
+}
+
+/* One microbatch of the job, in the order stage_compute.c uses its layers. */
+static double microbatch_dequant(const rp_cost_model *m, const rp_plan *p, const rp_job *job,
+                                 int *held)
+{
+    double ms = 0.0;
+    int top = job->last; /* the last layer run forward */
+    if (job->kind == RP_JOB_TAIL)
+        top = job->last - 1; /* the head: never FP8, run with its backward */
+    else if (job->kind == RP_JOB_BWD)
+        while (top >= job->first && rp_plan_is_kept(p, top))
+            top--;
+    for (int l = job->first; l <= top; l++)
+        ms += use(m, l, held);
+    if (job->kind != RP_JOB_FWD)
+        for (int l = job->last; l >= job->first; l--)
+            ms += use(m, l, held);
+    return ms;
+}
+
+void rp_schedule_job_dequant(const rp_cost_model *m, const rp_plan *p, const rp_job *job,
+                             double *first_ms, double *later_ms)
+{
+    int held = -1;
+    *first_ms = microbatch_dequant(m, p, job, &held);
+    *later_ms = microbatch_dequant(m, p, job, &held);
+}
+
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* A job's own workspace: the largest of its layers' (each call uses it

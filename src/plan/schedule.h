@@ -48,6 +48,23 @@ rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *p
  * (plan.h's kept) cost keep_ms instead of their recompute's fwd_ms. */
 double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job *job);
 
+/* The dequantisations of an FP8 base's blocks in a job (layers whose
+ * dequant_ms is not 0), counted as the executor runs them
+ * (engine/stage_buffers.c): each use of such a block (a forward, a
+ * recompute, a backward) dequantises it into the executor's one scratch
+ * unless the scratch holds it already. Per microbatch a job uses its blocks
+ * in this order: FWD first..last; TAIL first..last-1, then back down; BWD
+ * its recomputed blocks (up to the first kept one from the top) upwards,
+ * then every block downwards. So a stage of one block dequantises once per
+ * job, a forward stage of k blocks k times a microbatch, a backward or tail
+ * stage recomputing all its k blocks 1 + (2k - 2) a microbatch (the next
+ * microbatch starts with the block the last ended with). *first_ms: the
+ * time of those of the job's first microbatch (the scratch empty: the
+ * previous job on the executor ends with other blocks), *later_ms: of each
+ * later one. */
+void rp_schedule_job_dequant(const rp_cost_model *m, const rp_plan *p, const rp_job *job,
+                             double *first_ms, double *later_ms);
+
 /* Peak device bytes of job j: its weights and those of the next job on the
  * same executor (double buffering), its gradients (TAIL/BWD), the
  * activations of one microbatch (the largest layer's for FWD, the sum over

@@ -45,6 +45,9 @@ typedef struct rp_sim {
     int num_layers, num_jobs, width, groups, group_microbatches, iterations;
     rp_job *jobs;
     double *job_ms, *job_wgrad_ms, *upload_ms, *download_ms; /* [num_jobs] */
+    double *dequant_first_ms, *dequant_later_ms; /* [num_jobs]: an FP8 base's dequantisations
+                                                    in its first and each later microbatch
+                                                    (rp_schedule_job_dequant) */
     rp_sim_executor executor[RP_SIM_MAX_GPUS];
     double pool_free[RP_SIM_MAX_GPUS], pool_busy[RP_SIM_MAX_GPUS]; /* each rank's optimizer */
     double *version_ready; /* [iterations][num_layers + 1]: update of iteration t's

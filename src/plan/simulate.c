@@ -104,6 +104,12 @@ static void add_interval(rp_sim *sim, int executor, double start, double end)
  * done. The later microbatches find every layer there. What a layer's
  * forward is of a microbatch's job time is its fwd_ms (all of it when the
  * job's time is less: kept layers that skip the recompute). */
+/* Job j's dequantisations over its microbatches. */
+static double job_dequant_ms(const rp_sim *sim, int j)
+{
+    return sim->dequant_first_ms[j] + (sim->group_microbatches - 1) * sim->dequant_later_ms[j];
+}
+
 static void run_jobs(rp_sim *sim, int t, int g)
 {
     const rp_machine *mc = sim->machine;
@@ -137,7 +143,9 @@ static void run_jobs(rp_sim *sim, int t, int g)
             add_interval(sim, executor, start, clock);
         }
         ex->upload_free = link_at;
-        double rest = sim->job_ms[j] - streamed * scale;
+        /* an FP8 base's dequantisations of the first microbatch with the
+         * rest of its work (on the compute stream, as the engine runs them) */
+        double rest = sim->job_ms[j] - streamed * scale + sim->dequant_first_ms[j];
         if (rest > 0) {
             add_interval(sim, executor, clock, clock + rest);
             clock += rest;
@@ -146,13 +154,13 @@ static void run_jobs(rp_sim *sim, int t, int g)
         for (int mb = 1; mb < sim->group_microbatches; mb++) {
             double input_at = j == 0 ? 0.0 : sim->previous_job_out[mb] + latency;
             double start = rp_sim_max(clock, input_at);
-            clock = start + sim->job_ms[j];
+            clock = start + sim->job_ms[j] + sim->dequant_later_ms[j];
             sim->this_job_out[mb] = clock - deferred;
             add_interval(sim, executor, start, clock);
         }
         ex->previous_end = ex->last_end;
         ex->last_end = clock;
-        ex->compute_busy += sim->job_ms[j] * sim->group_microbatches;
+        ex->compute_busy += sim->job_ms[j] * sim->group_microbatches + job_dequant_ms(sim, j);
         if (clock > sim->iteration_end[t])
             sim->iteration_end[t] = clock;
         if (job->kind != RP_JOB_FWD) {
@@ -349,6 +357,8 @@ static void sim_free(rp_sim *sim)
 {
     free(sim->jobs);
     free(sim->job_ms);
+    free(sim->dequant_first_ms);
+    free(sim->dequant_later_ms);
     free(sim->job_wgrad_ms);
     free(sim->upload_ms);
     free(sim->download_ms);
@@ -380,6 +390,8 @@ static rp_status sim_alloc(rp_sim *sim, rp_error *err)
     sim->job_wgrad_ms = malloc(sizeof(double) * num_jobs);
     sim->upload_ms = malloc(sizeof(double) * num_jobs);
     sim->download_ms = malloc(sizeof(double) * num_jobs);
+    sim->dequant_first_ms = malloc(sizeof(double) * num_jobs);
+    sim->dequant_later_ms = malloc(sizeof(double) * num_jobs);
     sim->version_ready = calloc((size_t)sim->iterations * (num_layers + 1), sizeof(double));
     sim->grad_done = calloc((size_t)num_layers, sizeof(double));
     sim->producer = calloc((size_t)num_layers, sizeof(int));
@@ -396,7 +408,7 @@ static rp_status sim_alloc(rp_sim *sim, rp_error *err)
     sim->held_tasks = malloc(sizeof(int) * num_tasks);
     sim->tied_layers = malloc(sizeof(int) * (size_t)num_layers);
     if (!sim->jobs || !sim->job_ms || !sim->job_wgrad_ms || !sim->upload_ms ||
-        !sim->download_ms || !sim->version_ready || !sim->grad_done || !sim->producer ||
+        !sim->download_ms || !sim->dequant_first_ms || !sim->dequant_later_ms || !sim->version_ready || !sim->grad_done || !sim->producer ||
         !sim->previous_job_out || !sim->this_job_out || !sim->intervals ||
         !sim->iteration_end || !sim->tasks || !sim->rank_tasks || !sim->task_heap ||
         !sim->held_tasks || !sim->tied_layers)
@@ -418,6 +430,8 @@ static void job_times(rp_sim *sim, double link)
         sim->jobs[j] = rp_schedule_job(sim->plan, j);
         const rp_job *job = &sim->jobs[j];
         sim->job_ms[j] = rp_schedule_job_ms(m, sim->plan, job);
+        rp_schedule_job_dequant(m, sim->plan, job, &sim->dequant_first_ms[j],
+                                &sim->dequant_later_ms[j]);
         sim->job_wgrad_ms[j] = rp_cost_wgrad_ms(m, job->first, job->last);
         sim->upload_ms[j] = (double)rp_cost_upload_bytes(m, job->first, job->last) / link;
         sim->download_ms[j] =
@@ -538,7 +552,7 @@ static void results(const rp_sim *sim, double link, rp_sim_result *r)
     r->bubble_max = bubble_max;
     double work = 0;
     for (int j = 0; j < sim->num_jobs; j++)
-        work += sim->job_ms[j] * sim->group_microbatches * sim->groups;
+        work += (sim->job_ms[j] * sim->group_microbatches + job_dequant_ms(sim, j)) * sim->groups;
     r->compute_ms = work / mc->gpus;
     r->upload_ms = upload_total / mc->gpus / iterations;
     r->opt_ms = busiest_optimizer;

@@ -2,7 +2,9 @@
  *
  * What is modelled (all per executor unless said otherwise):
  * - compute: job j's microbatches run in order, each taking
- *   rp_schedule_job_ms; microbatch m of a job waits for microbatch m of the
+ *   rp_schedule_job_ms, plus an FP8 base's dequantisations
+ *   (rp_schedule_job_dequant: the first microbatch's with the rest of its
+ *   work); microbatch m of a job waits for microbatch m of the
  *   job before it in the chain (F0 -> .. -> T -> B1 -> ..), plus transfer_ms
  *   when that job ran on another executor (activations go through the host);
  * - weight upload: one host-to-device link per executor (link_gbs), weights
