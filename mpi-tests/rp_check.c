@@ -8,6 +8,34 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+long rp_test_status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t len = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, len) == 0 && line[len] == ':')
+            v = strtol(line + len + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+long rp_test_peak_reset(void)
+{
+    FILE *clear = fopen("/proc/self/clear_refs", "w");
+    if (clear) {
+        fputs("5", clear);
+        fclose(clear);
+    }
+    const long rss = rp_test_status_kb("VmRSS"), peak = rp_test_status_kb("VmHWM");
+    ck_assert_msg(rss > 0 && peak > 0, "no VmRSS or VmHWM in /proc/self/status");
+    ck_assert_msg(peak - rss < 1024, "the peak so far (%ld kB) is not what is resident (%ld kB): "
+                  "a later growth cannot be told", peak, rss);
+    return rss;
+}
+
 const char *rp_test_srcdir(void)
 {
     const char *s = getenv("srcdir");

@@ -31,4 +31,13 @@ const char *rp_test_tmpdir(void);
  * same process reuses it). */
 void rp_test_tmpdir_clean(void);
 
+/* kB of a line of /proc/self/status ("VmRSS", "VmHWM"), -1 when absent. */
+long rp_test_status_kb(const char *key);
+
+/* The process's peak resident size from here: reset to what is resident
+ * now (Linux 4.0's clear_refs 5); where that is refused the peak so far
+ * must be what is resident, or a later growth cannot be told (a failed
+ * check). Returns what is resident, kB; VmHWM minus it is the growth. */
+long rp_test_peak_reset(void);
+
 #endif

@@ -71,21 +71,6 @@ static const rp_tensor_ref *find(const model *m, int b, int e, int p, int bias)
     return &m->t[((b * EXPERTS + e) * 3 + p) * 2 + bias];
 }
 
-/* kB of a /proc/self/status line */
-static long status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t len = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, len) == 0 && line[len] == ':')
-            v = strtol(line + len + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
-
 static void config(rp_model_config *cfg)
 {
     char path[1024];
@@ -106,21 +91,10 @@ START_TEST(save_streams_the_fused_experts)
     snprintf(dir, sizeof dir, "%s/saved", rp_test_tmpdir());
     rp_error err = {0};
 
-    /* the peak from here: reset to what is resident now (Linux 4.0's
-     * clear_refs 5), or, where that is refused, the peak so far, which
-     * must then be what is resident (nothing larger came before) */
-    FILE *clear = fopen("/proc/self/clear_refs", "w");
-    if (clear) {
-        fputs("5", clear);
-        fclose(clear);
-    }
-    const long rss = status_kb("VmRSS"), peak_before = status_kb("VmHWM");
-    ck_assert_msg(rss > 0 && peak_before > 0, "no VmRSS or VmHWM in /proc/self/status");
-    ck_assert_msg(peak_before - rss < 1024, "the peak so far (%ld kB) is not what is resident "
-                  "(%ld kB): the save's growth cannot be told", peak_before, rss);
+    const long rss = rp_test_peak_reset(); /* the save's growth from here */
     ck_assert_msg(rp_model_dir_save(dir, m.t, m.n, RP_F32, &cfg, NULL, NULL, &err) == RP_OK,
                   "%s", err.msg);
-    const long grown = status_kb("VmHWM") - rss;
+    const long grown = rp_test_status_kb("VmHWM") - rss;
     const long block_kb = (long)(EXPERTS * (3 * INTER * HIDDEN + 2 * INTER + HIDDEN) * 4 / 1024);
     printf("the save's peak grew by %ld kB; one block's fused experts are %ld kB, all %d "
            "blocks' %ld kB\n", grown, block_kb, BLOCKS, BLOCKS * block_kb);

@@ -19,38 +19,6 @@
 #include "io/safetensors.h"
 #include "rp_check.h"
 
-/* kB of a /proc/self/status line */
-static long status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t len = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, len) == 0 && line[len] == ':')
-            v = strtol(line + len + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
-
-/* The peak from here: reset to what is resident now (Linux 4.0's
- * clear_refs 5); where that is refused the peak so far must be what is
- * resident, or a run's growth cannot be told. Returns what is resident. */
-static long peak_reset(void)
-{
-    FILE *clear = fopen("/proc/self/clear_refs", "w");
-    if (clear) {
-        fputs("5", clear);
-        fclose(clear);
-    }
-    const long rss = status_kb("VmRSS"), peak = status_kb("VmHWM");
-    ck_assert_msg(rss > 0 && peak > 0, "no VmRSS or VmHWM in /proc/self/status");
-    ck_assert_msg(peak - rss < 1024, "the peak so far (%ld kB) is not what is resident (%ld kB): "
-                  "a run's growth cannot be told", peak, rss);
-    return rss;
-}
-
 static void set(rp_train_options *o, const char *name, const char *value)
 {
     rp_error err = {0};
@@ -131,12 +99,12 @@ START_TEST(merged_save_is_streamed_and_exact)
     const char *lora_merged[] = {"model", base, "lora-rank", "2", "lora-alpha", "8", "lr",
                                  "1e-2", "lr-schedule", "constant", "save", adapter,
                                  "save-merged", merged, ""};
-    long rss = peak_reset();
+    long rss = rp_test_peak_reset();
     train(lora);
-    const long without = status_kb("VmHWM") - rss;
-    rss = peak_reset();
+    const long without = rp_test_status_kb("VmHWM") - rss;
+    rss = rp_test_peak_reset();
     train(lora_merged);
-    const long with = status_kb("VmHWM") - rss;
+    const long with = rp_test_status_kb("VmHWM") - rss;
 
     char path[700];
     rp_safetensors *b = open_file(base, "model.safetensors", path, sizeof path);
