@@ -1,6 +1,6 @@
 /* Proves: PEFT LoRA adapter directories are read as --lora-init will take
  * them (io/peft.h). The three adapters PEFT itself saved for the parity
- * fixtures (mpi-tests/fixtures/golden-lora/*\/lora_init, tools/
+ * fixtures (mpi-tests/fixtures/golden-lora/<case>/lora_init, tools/
  * make_lora_golden.py) read back with their r, alpha, rslora and targets,
  * whether target_modules holds module paths (PEFT's "all-linear") or
  * names; the tensor names and shapes are those of PEFT's files (A [r, in],

@@ -23,6 +23,7 @@
  *     naming the op and writing nothing. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

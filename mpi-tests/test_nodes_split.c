@@ -10,6 +10,7 @@
  * (a real cluster's case, which one machine cannot make) names each node's
  * first rank and count, and says when the counts differ. */
 #include <mpi.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/nodes.h"
