@@ -92,8 +92,13 @@ def base(og, model_dir, dtype):
     return model
 
 
-def make_init(og, case, model_dir, dst, log):
-    model = get_peft_model(base(og, model_dir, torch.float32), lora_config(case))
+def init_adapter(og, case, model_dir, config, keys, dst):
+    """PEFT's adapter for `config` on the fp32 base, every lora_A/lora_B
+    weight drawn (named_parameters order) from the case's init_seed times
+    INIT_STD, saved to dst; checks the saved tensors are keys(cfg, r) with
+    their shapes. Returns the model's config, the adapter's tensors (a
+    copy), how many the file holds and its adapter_config.json."""
+    model = get_peft_model(base(og, model_dir, torch.float32), config)
     g = torch.Generator().manual_seed(case["lora"]["init_seed"])
     params = adapter_params(model)
     with torch.no_grad():
@@ -102,12 +107,18 @@ def make_init(og, case, model_dir, dst, log):
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * INIT_STD)
     save_adapter(model, dst)
     cfg = model.base_model.model.config
-    want = expected_keys(cfg, case["lora"]["r"])
+    want = keys(cfg, case["lora"]["r"])
     got = load_file(os.path.join(dst, "adapter_model.safetensors"))
     assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
     assert all(tuple(got[k].shape) == want[k] for k in want)
     with open(os.path.join(dst, "adapter_config.json")) as f:
         ac = json.load(f)
+    return cfg, {n: p.detach().clone() for n, p in params}, len(got), ac
+
+
+def make_init(og, case, model_dir, dst, log):
+    cfg, init, saved, ac = init_adapter(og, case, model_dir, lora_config(case), expected_keys,
+                                        dst)
     # 20 modules or fewer: PEFT lists their paths (roundpipe reads both forms)
     want_paths = ["model.layers.%d.self_attn.%s" % (i, t)
                   for i in range(cfg.num_hidden_layers) for t in TARGET_NAMES]
@@ -115,8 +126,8 @@ def make_init(og, case, model_dir, dst, log):
         ac["target_modules"]
     assert ac.get("target_parameters") in (None, []), ac["target_parameters"]
     log("  lora_init: %d tensors; all-linear on gpt-oss adapts %s in every block (the router "
-        "and the fused experts are no nn.Linear)" % (len(got), TARGET_NAMES))
-    return {n: p.detach().clone() for n, p in params}
+        "and the fused experts are no nn.Linear)" % (saved, TARGET_NAMES))
+    return init
 
 
 def router_refused(og, model_dir):
@@ -354,24 +365,11 @@ def params_keys(cfg, r):
 
 
 def make_params_init(og, case, model_dir, dst, log, params_list=PARAMS):
-    model = get_peft_model(base(og, model_dir, torch.float32), params_config(case, params_list))
-    g = torch.Generator().manual_seed(case["lora"]["init_seed"])
-    params = adapter_params(model)
-    with torch.no_grad():
-        for _, p in params:
-            assert p.dtype == torch.float32
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * INIT_STD)
-    save_adapter(model, dst)
-    cfg = model.base_model.model.config
-    want = params_keys(cfg, case["lora"]["r"])
-    got = load_file(os.path.join(dst, "adapter_model.safetensors"))
-    assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
-    assert all(tuple(got[k].shape) == want[k] for k in want)
-    with open(os.path.join(dst, "adapter_config.json")) as f:
-        ac = json.load(f)
+    _, init, saved, ac = init_adapter(og, case, model_dir, params_config(case, params_list),
+                                      params_keys, dst)
     assert ac["target_parameters"] == params_list, ac["target_parameters"]
-    log("  lora_init: %d tensors; q/k/v/o and target_parameters %s" % (len(got), params_list))
-    return {n: p.detach().clone() for n, p in params}
+    log("  lora_init: %d tensors; q/k/v/o and target_parameters %s" % (saved, params_list))
+    return init
 
 
 class HandDelta(torch.nn.Module):
