@@ -177,7 +177,9 @@ START_TEST(four_members_hold_for_any_peer)
 }
 END_TEST
 
-START_TEST(a_steady_urgent_stream_does_not_starve_a_prefetch)
+/* One try of the test below: A's prefetch of 40 chunks against B's urgent
+ * uploads, B resubmitting as soon as one ends; A's transfer statistics. */
+static void steady_stream_try(rp_xfer_stats *st)
 {
     static char srcA[40 * CHUNK], dstA[40 * CHUNK], srcB[CHUNK], dstB[CHUNK];
     link_model l = {PTHREAD_MUTEX_INITIALIZER, 0, 500000, 0, {0}};
@@ -202,15 +204,33 @@ START_TEST(a_steady_urgent_stream_does_not_starve_a_prefetch)
     }
     ck_assert_msg(done, "A's prefetch did not end within 10 s of B's steady urgent stream");
     ck_assert_mem_eq(dstA, srcA, sizeof srcA);
-    rp_xfer_stats st;
-    rp_xfer_get_stats(A, &st);
-    ck_assert_msg(st.link_waits > 0 && st.link_timeouts > 0,
-                  "A held %llu chunks, %llu released by the bound",
-                  (unsigned long long)st.link_waits, (unsigned long long)st.link_timeouts);
-    ck_assert_int_gt(atomic_load(&w.spans), 0); /* the waits are in the trace */
+    rp_xfer_get_stats(A, st);
+    if (st->link_waits > 0)
+        ck_assert_int_gt(atomic_load(&w.spans), 0); /* the waits are in the trace */
     rp_xfer_destroy(&A);
     rp_xfer_destroy(&B);
     free(board);
+}
+
+/* A's prefetch ends whatever B's stream does; and when A is held, the
+ * bound is what releases it. On a loaded machine B's thread may be
+ * descheduled between two uploads, so that the link falls free before the
+ * bound and A passes without a timeout: up to three tries, one of which
+ * must see the bound fire (it does in the first on an idle machine). */
+START_TEST(a_steady_urgent_stream_does_not_starve_a_prefetch)
+{
+    rp_xfer_stats st = {0};
+    unsigned long long waits = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        steady_stream_try(&st);
+        waits += (unsigned long long)st.link_waits;
+        if (st.link_waits > 0 && st.link_timeouts > 0)
+            break;
+    }
+    ck_assert_msg(st.link_waits > 0 && st.link_timeouts > 0,
+                  "in 3 tries A held %llu chunks, and the last try %llu, of which %llu released "
+                  "by the bound", waits, (unsigned long long)st.link_waits,
+                  (unsigned long long)st.link_timeouts);
 }
 END_TEST
 
