@@ -180,42 +180,6 @@ def max_rel(ga, gb):
                for n in gb)
 
 
-def independent_check(og, case, model_dir, init_dir, tokens, mask, log):
-    """Step 1 twice from lora_init/: PEFT, and transformers' model with
-    HandLoRA on every module named by the file's keys (no PEFT)."""
-    lo = case["lora"]
-    peft_model = PeftModel.from_pretrained(base(og, model_dir, torch.float64), init_dir,
-                                           is_trainable=True)
-    l_peft = step1_grads(og, peft_model, case, tokens, mask)
-    g_peft = {n: p.grad for n, p in adapter_params(peft_model)}
-    hand = base(og, model_dir, torch.float64)
-    for p in hand.parameters():
-        p.requires_grad_(False)
-    tensors = load_file(os.path.join(init_dir, "adapter_model.safetensors"))
-    leaves = {}
-    for key in sorted(tensors):
-        if ".lora_A." not in key:
-            continue
-        path = key[len(KEY_PREFIX):].split(".lora_A.")[0]
-        a = tensors[key].to(torch.float64).requires_grad_(True)
-        b = tensors[key.replace(".lora_A.", ".lora_B.")].to(torch.float64).requires_grad_(True)
-        parent, name = path.rsplit(".", 1)
-        mod = hand.get_submodule(parent)
-        lin = getattr(mod, name)
-        assert isinstance(lin, torch.nn.Linear) and lin.bias is not None, path
-        setattr(mod, name, HandLoRA(lin, a, b, lo["alpha"] / lo["r"]))
-        leaves[key] = a
-        leaves[key.replace(".lora_A.", ".lora_B.")] = b
-    l_hand = step1_grads(og, hand, case, tokens, mask)
-    g_hand = {k: v.grad for k, v in leaves.items()}
-    loss_rel = abs(l_hand - l_peft) / abs(l_peft)
-    grad_rel = max_rel(g_hand, g_peft)
-    log("  independent check, step 1 (HandLoRA on transformers' model, no PEFT): loss rel "
-        "%.1e, adapter gradients max rel %.1e" % (loss_rel, grad_rel))
-    assert loss_rel < 1e-12 and grad_rel < 1e-10, (loss_rel, grad_rel)
-    return {"loss_rel": loss_rel, "grad_max_rel": grad_rel}
-
-
 def train_and_save(og, case, model_dir, init_dir, init, tokens, mask, outdir, log,
                    past_clamp=False):
     """PEFT trains the adapter of init_dir in float64 on the base (only the
@@ -392,9 +356,10 @@ class HandDelta(torch.nn.Module):
         return w + self.s * d
 
 
-def params_independent_check(og, case, model_dir, init_dir, tokens, mask, log):
-    """Step 1 twice from lora_init/: PEFT, and transformers' model with
-    HandLoRA on q/k/v/o and HandDelta on the three parameters (no PEFT)."""
+def independent_check(og, case, model_dir, init_dir, tokens, mask, log):
+    """Step 1 twice from lora_init/: PEFT, and transformers' model (no PEFT)
+    with HandLoRA on every Linear the file's keys name (q/k/v/o) and
+    HandDelta on the router's and the experts' parameters they name."""
     from torch.nn.utils import parametrize
     lo = case["lora"]
     s = lo["alpha"] / lo["r"]
@@ -434,8 +399,10 @@ def params_independent_check(og, case, model_dir, init_dir, tokens, mask, log):
     g_hand = {k: v.grad for k, v in leaves.items()}
     loss_rel = abs(l_hand - l_peft) / abs(l_peft)
     grad_rel = max_rel(g_hand, g_peft)
-    log("  independent check, step 1 (HandLoRA and HandDelta on transformers' model, no PEFT): "
-        "loss rel %.1e, adapter gradients max rel %.1e" % (loss_rel, grad_rel))
+    delta = any(parametrize.is_parametrized(m) for m in hand.modules())
+    hands = "HandLoRA and HandDelta" if delta else "HandLoRA"
+    log("  independent check, step 1 (%s on transformers' model, no PEFT): loss rel %.1e, "
+        "adapter gradients max rel %.1e" % (hands, loss_rel, grad_rel))
     assert loss_rel < 1e-12 and grad_rel < 1e-10, (loss_rel, grad_rel)
     return {"loss_rel": loss_rel, "grad_max_rel": grad_rel}
 
@@ -480,8 +447,8 @@ def make_params_case(name, case, outdir, log, og):
     log("  PEFT on lora_dropout 0.1 with target_parameters: %s" % checks["peft_dropout"])
     init_dir = os.path.join(outdir, "lora_init")
     init = make_params_init(og, case, model_dir, init_dir, log)
-    checks["independent_step1"] = params_independent_check(og, case, model_dir, init_dir, tokens,
-                                                           mask, log)
+    checks["independent_step1"] = independent_check(og, case, model_dir, init_dir, tokens,
+                                                    mask, log)
     coef, stats, moved = train_and_save(og, case, model_dir, init_dir, init, tokens, mask,
                                         outdir, log, past_clamp=True)
     log("  final adapter reloaded by PEFT: the trained tensors rounded to fp32; largest change "
