@@ -146,7 +146,7 @@ START_TEST(partitioner_matches_brute_force)
                       "brute force %.4f", it, L, mc.gpus, mc.microbatches, mc.optimizer_lag, o, bf);
         ck_assert_msg(o >= bf * (1 - 1e-9), "partitioner beat brute force: enumeration is wrong");
         if (mc.memory_limit > 0)
-            ck_assert(rp_schedule_peak_bytes(m, p, mc.gpus, mc.workspace_bytes, NULL) <=
+            ck_assert(rp_schedule_peak_bytes(m, p, mc.gpus, mc.microbatches, mc.workspace_bytes, NULL) <=
                       mc.memory_limit);
         if (o / bf - 1 > worst)
             worst = o / bf - 1;

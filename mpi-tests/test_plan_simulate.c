@@ -55,6 +55,7 @@
 
 #include "plan/baseline.h"
 #include "plan/deal.h"
+#include "plan/keep.h"
 #include "plan/partition.h"
 #include "plan/schedule.h"
 #include "plan/simulate.h"
@@ -517,23 +518,23 @@ START_TEST(job_memory_adds_up)
      * job on an executor is two jobs later (mod 5) */
     /* job 0: weights 1000+2000, next is job 2 (layer 3): 4000; the largest
      * layer activation 200000; 2 buffers of 7; workspace 5 */
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 0, 5), 3000 + 4000 + 200000 + 14 + 5);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 0, 5), 3000 + 4000 + 200000 + 14 + 5);
     /* job 3: weights 5000, next is job 0: 3000; gradients 50000,
      * activations 500000, 3 buffers */
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 3, 5),
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 3, 5),
                      5000 + 3000 + 50000 + 500000 + 21 + 5);
     /* G = 1: the next job is the following one (job 4 -> job 0) */
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 1, 4, 0), 1000 + 3000 + 10000 + 100000 + 21);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 1, 4, 4, 0), 1000 + 3000 + 10000 + 100000 + 21);
     /* the executor's allocation: two buffers of the largest stage (job 3:
      * 5000), the largest backward gradients (job 3: 50000), the largest
      * backward activations (job 3: 500000), (2 layers + 2) buffers of 7,
      * workspace 5; at least every job's own bytes; worst names job 3 */
     int worst;
-    int64_t peak = rp_schedule_peak_bytes(m, &p, 2, 5, &worst);
+    int64_t peak = rp_schedule_peak_bytes(m, &p, 2, 4, 5, &worst);
     ck_assert_int_eq(worst, 3);
     ck_assert_int_eq(peak, 2 * 5000 + 50000 + 500000 + 4 * 7 + 5);
     for (int j = 0; j < 5; j++)
-        ck_assert_int_ge(peak, rp_schedule_job_bytes(m, &p, 2, j, 5));
+        ck_assert_int_ge(peak, rp_schedule_job_bytes(m, &p, 2, 4, j, 5));
     /* each layer's own workspace: a job's is its layers' largest, beside
      * the shared 5, and the executor's scratch holds the largest job's
      * gradients plus own workspace, not the largest gradients plus the
@@ -541,14 +542,14 @@ START_TEST(job_memory_adds_up)
      * job 3, B 1-2: 50000) against layer 3's 1000 (job 2, T: 40000) */
     m->layers[2].workspace_bytes = 900000;
     m->layers[3].workspace_bytes = 1000;
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 0, 5), 3000 + 4000 + 200000 + 14 + 5);
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 1, 5),
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 0, 5), 3000 + 4000 + 200000 + 14 + 5);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 1, 5),
                      3000 + 5000 + 300000 + 14 + 900000 + 5);
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 2, 5),
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 2, 5),
                      4000 + 1000 + 40000 + 400000 + 21 + 1000 + 5);
-    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 3, 5),
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 3, 5),
                      5000 + 3000 + 50000 + 500000 + 21 + 900000 + 5);
-    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 5, &worst),
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 4, 5, &worst),
                      2 * 5000 + (50000 + 900000) + 500000 + 4 * 7 + 5);
     ck_assert_int_eq(worst, 3);
     /* the largest workspace in a job without gradients, the largest
@@ -557,11 +558,82 @@ START_TEST(job_memory_adds_up)
     m->layers[1].workspace_bytes = 0;
     m->layers[0].workspace_bytes = 0;
     m->layers[3].workspace_bytes = 1000;
-    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 5, NULL),
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 4, 5, NULL),
                      2 * 5000 + (50000 + 0) + 500000 + 4 * 7 + 5);
     m->layers[1].workspace_bytes = 60000; /* job 0 (F 0-1) and job 3 (B 1-2) */
-    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 5, NULL),
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 2, 4, 5, NULL),
                      2 * 5000 + (50000 + 60000) + 500000 + 4 * 7 + 5);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+/* Kept activations in the executor's own memory (cost.h's keep_on_executor,
+ * plan/keep.h): only blocks whose forward and backward jobs run on one
+ * executor, their pool resident in every job's bytes and the executor's
+ * peak (each microbatch of the pipeline), no device slot for them in their
+ * backward job, no recompute time, and as many as the memory limit leaves
+ * beside the rest of the plan. */
+START_TEST(kept_pool_on_one_executor)
+{
+    rp_cost_model *m = uniform(4, 1, 1);
+    for (int l = 0; l < 4; l++) {
+        m->layers[l].weight_bytes = 1000 * (l + 1);
+        m->layers[l].grad_bytes = 10000 * (l + 1);
+        m->layers[l].act_bytes = 100000 * (l + 1);
+        m->layers[l].out_bytes = 7;
+        m->layers[l].keep_device_bytes = l > 0 && l < 3 ? 1000000 * l : 0;
+    }
+    m->keep_on_executor = 1;
+    rp_plan p;
+    rp_error err;
+    /* jobs: 0 F(0-1), 1 F(2), 2 T(3), 3 B(1-2), 4 B(0) */
+    ck_assert_int_eq(rp_plan_parse("fwd=0-1,2;bwd=3,1-2,0", 4, &p, &err), RP_OK);
+    /* with width 2 (G = 2, the plan's width 0 meaning G), layer 2 (jobs 1
+     * and 3) shares an executor, layer 1 (jobs 0 and 3) does not; with
+     * width 1 both do */
+    ck_assert(rp_plan_kept_on_one_executor(&p, 2, 2));
+    ck_assert(!rp_plan_kept_on_one_executor(&p, 2, 1));
+    ck_assert(rp_plan_kept_on_one_executor(&p, 1, 1));
+    p.width = 2;
+    p.kept = 1; /* layer 2: 2000000 bytes a microbatch, M x W / G = 8 x 2 / 4 = 4 of them */
+    ck_assert_int_eq(rp_plan_kept_pool_bytes(m, &p, 4, 8), 4 * 2000000);
+    /* job 3 (B 1-2) holds layer 1's slot only, and the pool */
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 3, 5),
+                     5000 + 3000 + 50000 + 200000 + 21 + 5 + 4 * 2000000);
+    ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 0, 5),
+                     3000 + 4000 + 200000 + 14 + 5 + 4 * 2000000);
+    rp_peak_parts q;
+    rp_schedule_peak_parts(m, &p, 2, 4, 5, &q);
+    ck_assert_int_eq(q.kept_pool, 4 * 2000000);
+    ck_assert_int_eq(q.total, 2 * 5000 + 50000 + 400000 + 4 * 7 + 5 + 4 * 2000000);
+    /* its backward skips the recompute: B(1-2) costs layer 2's bwd only */
+    rp_job b = rp_schedule_job(&p, 3);
+    ck_assert(fabs(rp_schedule_job_ms(m, &p, &b) - (m->layers[1].fwd_ms + m->layers[1].bwd_ms +
+                                                    m->layers[2].bwd_ms)) < 1e-12);
+    /* the choice: width 2 keeps layer 2 only (layer 1 is on another
+     * executor); width 1 both, while the memory limit leaves room */
+    rp_machine mc;
+    rp_machine_defaults(&mc);
+    mc.gpus = 2;
+    mc.microbatches = 4;
+    mc.keep_budget = 1 << 30;
+    mc.workspace_bytes = 5;
+    p.width = 2;
+    ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 1);
+    p.width = 1; /* 2 pipelines of 2 microbatches each */
+    ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 2);
+    rp_plan none = p;
+    none.kept = 0;
+    const int64_t base = rp_schedule_peak_bytes(m, &none, 2, 4, 5, NULL);
+    mc.memory_limit = base + 2 * 2000000 + 2 * 1000000; /* both, to the byte */
+    ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 2);
+    mc.memory_limit -= 1;
+    ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 1);
+    mc.memory_limit = base + 2 * 2000000 - 1; /* not even layer 2 */
+    ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 0);
+    mc.keep_budget = 0; /* --recompute stage */
+    mc.memory_limit = 0;
+    ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 0);
     rp_cost_model_destroy(&m);
 }
 END_TEST
@@ -1036,6 +1108,7 @@ static Suite *plan_simulate_suite(void)
     Suite *s = suite_create("plan_simulate");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, one_executor_runs_the_iteration_back_to_back);
+    tcase_add_test(tc, kept_pool_on_one_executor);
     tcase_add_test(tc, round_robin_exact_pays_fill_and_drain);
     tcase_add_test(tc, jobs_stream_versions_layer_by_layer);
     tcase_add_test(tc, speculative_update_overlaps_the_backward);

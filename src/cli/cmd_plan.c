@@ -130,7 +130,7 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
                j ? ", " : "", j, kind_name(jb.kind), jb.first, jb.last,
                rp_schedule_job_ms(m, p, &jb), (long long)rp_cost_weight_bytes(m, jb.first, jb.last),
                (long long)(jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)),
-               (long long)rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes),
+               (long long)rp_schedule_job_bytes(m, p, o->mc.gpus, o->mc.microbatches, j, o->mc.workspace_bytes),
                job_dequant_ms(m, p, &jb, r->group_microbatches));
     }
     printf("]}\n");
@@ -175,7 +175,7 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
                ms * r->group_microbatches + job_dequant_ms(m, p, &jb, r->group_microbatches),
                rp_cost_weight_bytes(m, jb.first, jb.last) / 1048576.0,
                (jb.kind == RP_JOB_FWD ? 0 : rp_cost_grad_bytes(m, jb.first, jb.last)) / 1048576.0,
-               rp_schedule_job_bytes(m, p, o->mc.gpus, j, o->mc.workspace_bytes) / 1048576.0);
+               rp_schedule_job_bytes(m, p, o->mc.gpus, o->mc.microbatches, j, o->mc.workspace_bytes) / 1048576.0);
     }
     printf("\nmodelled iteration %.1f ms, bubble %.2f%% mean, %.2f%% max", r->iteration_ms,
            100 * r->bubble_mean, 100 * r->bubble_max);

@@ -59,7 +59,8 @@ static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp
         pipelines = 1;
     if (rp_host_memory_count(&o->cfg, o->dtype, pipelines, mc->microbatches,
                              o->model->tokens_per_microbatch, p,
-                             o->recompute == RP_RECOMPUTE_LAYER, o->activation_dtype, o->kept_floats, base, hm,
+                             o->recompute == RP_RECOMPUTE_LAYER, o->activation_dtype, o->kept_floats,
+                             o->model->keep_on_executor, base, hm,
                              &err) != RP_OK)
         return 0;
     if (hm->lora && fp8_as_shipped(o)) { /* mapped, not in the store */
@@ -73,6 +74,17 @@ static int count_host(const rp_plan_cli *o, const rp_frozen_base *base, const rp
     return 1;
 }
 
+/* CPU executors' buffers, host memory too (their pool of kept activations
+ * included, where they keep one) */
+static size_t cpu_buffers(const rp_plan_cli *o, const rp_machine *mc, const rp_plan *p)
+{
+    return o->device == RP_DEVICE_CPU
+               ? (size_t)mc->gpus * (size_t)rp_schedule_peak_bytes(o->model, p, mc->gpus,
+                                                                   mc->microbatches,
+                                                                   mc->workspace_bytes, NULL)
+               : 0;
+}
+
 /* --recompute auto: one kept block fewer while the host memory of plan p
  * is over the limit (counted exactly, as train holds it), re-simulated
  * when that changed it. */
@@ -82,12 +94,8 @@ static void keep_within(const rp_plan_cli *o, const rp_frozen_base *base, const 
     if (o->recompute != RP_RECOMPUTE_AUTO || o->forced || o->host_limit <= 0)
         return;
     int before = p->kept;
-    /* CPU executors' buffers are host memory too */
-    size_t buffers = o->device == RP_DEVICE_CPU
-                         ? (size_t)mc->gpus * (size_t)rp_schedule_peak_bytes(
-                                                  o->model, p, mc->gpus, mc->workspace_bytes, NULL)
-                         : 0;
-    while (p->kept > 0 && rp_plan_choice_host_total(hm) + buffers > (size_t)o->host_limit) {
+    while (p->kept > 0 &&
+           rp_plan_choice_host_total(hm) + cpu_buffers(o, mc, p) > (size_t)o->host_limit) {
         p->kept--;
         if (!count_host(o, base, mc, width, p, hm))
             break;

@@ -99,7 +99,8 @@ static rp_status try_length(int argc, char **argv, int at, int joined, char *wor
         rp_plan one;
         rp_plan_singletons(t->o.model->num_layers, t->o.mc.gpus, &one);
         int64_t least = rp_schedule_peak_bytes(t->o.model, &one, t->o.mc.gpus,
-                                               t->o.mc.workspace_bytes, NULL);
+                                               t->o.mc.microbatches, t->o.mc.workspace_bytes,
+                                               NULL);
         if (least > t->o.mc.memory_limit) {
             t->bound = RP_BOUND_DEVICE;
             t->msg[0] = '\0'; /* device_bound says it */
@@ -208,7 +209,7 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
         rp_plan_singletons(m->num_layers, o->width > 0 ? o->width : o->mc.gpus, &p);
     }
     rp_peak_parts q;
-    rp_schedule_peak_parts(m, &p, o->mc.gpus, o->mc.workspace_bytes, &q);
+    rp_schedule_peak_parts(m, &p, o->mc.gpus, o->mc.microbatches, o->mc.workspace_bytes, &q);
     part ps[6];
     memset(ps, 0, sizeof ps);
     /* one scratch serves a job's gradients and its own workspace, in turn

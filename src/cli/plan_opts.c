@@ -629,20 +629,24 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         else
             o->width = a.width = mc->gpus / a.pipelines;
     }
-    /* which blocks may keep their activations (plan/keep.h): their round
-     * trip over the link on GPUs, nothing on CPU executors, which read
-     * them where they lie; auto within the host limit, which
-     * rp_plan_cli_choose then holds exactly */
+    /* which blocks may keep their activations (plan/keep.h): CPU executors
+     * read them where the host store holds them, GPUs keep them in their
+     * own memory; auto within the host limit, which rp_plan_cli_choose
+     * then holds exactly */
     o->host_limit = rp_host_memory_limit(a.train.host_memory_limit_mib, &o->host_limit_from);
     if (st == RP_OK && o->have_config) {
-        const rp_kernel_ops *kops = rp_device_kernel_ops(o->device);
-        rp_plan_price_keep(o->model, kops && kops->host_addressable, mc->link_gbs);
         mc->keep_budget = o->recompute == RP_RECOMPUTE_NONE ? -1
                           : o->recompute == RP_RECOMPUTE_AUTO ? o->host_limit
                                                               : 0;
         st = rp_host_kept_floats(o->device, o->dtype, &o->cfg,
                                  o->model->tokens_per_microbatch / a.seq_len, a.seq_len,
                                  &o->kept_floats, err);
+    } else if (st == RP_OK && o->model->keep_on_executor) {
+        /* a layer-times file of GPUs that keep them in their own memory
+         * (keep_device_bytes): that memory bounds them, not the host's */
+        mc->keep_budget = o->recompute == RP_RECOMPUTE_NONE   ? -1
+                          : o->recompute == RP_RECOMPUTE_AUTO ? INT64_MAX
+                                                              : 0;
     }
     if (a.train.plan) {
         o->forced = malloc(sizeof *o->forced);

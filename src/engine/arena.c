@@ -28,22 +28,25 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     a->bwd_out_last = malloc(sizeof(int) * (size_t)(plan->nbwd ? plan->nbwd : 1));
     if (!a->fwd_out || !a->ckpt || !a->bwd_out || !a->is_ckpt || !a->kept || !a->ckpt_of_fwd_out ||
         !a->bwd_out_last ||
-        (plan->kept > 0 && !spec->kept_floats)) {
+        (plan->kept > 0 && !spec->kept_floats && !spec->kept_on_executor)) {
         rp_arena_free(a);
         return -1;
     }
     for (int l = 0; l < L; l++)
         a->ckpt_of_fwd_out[l] = -1;
     int tail_first = rp_plan_tail_first(plan);
+    /* a kept layer's input: here, or in its executor's pool, which reads
+     * nothing of the arena for it */
+    const int here = !spec->kept_on_executor;
     if (spec->layer_grain) {
         for (int l = 1; l < tail_first; l++)
-            a->is_ckpt[l] = 1;
+            a->is_ckpt[l] = here || !rp_plan_is_kept(plan, l);
     } else {
         for (int i = 1; i < plan->nbwd; i++)
             if (plan->bwd[i].first > 0)
-                a->is_ckpt[plan->bwd[i].first] = 1;
+                a->is_ckpt[plan->bwd[i].first] = here || !rp_plan_is_kept(plan, plan->bwd[i].first);
     }
-    for (int l = 1; l < tail_first; l++) /* a kept layer's input */
+    for (int l = 1; here && l < tail_first; l++)
         if (rp_plan_is_kept(plan, l))
             a->is_ckpt[l] = 1;
     /* the checkpoint of the first layer of forward stage s + 1 is forward
@@ -79,7 +82,7 @@ int rp_arena_init(rp_arena *a, const rp_plan *plan, const rp_arena_spec *spec)
     }
     for (int l = 0; l < L; l++)
         for (int m = 0; m < M; m++) {
-            int has = rp_plan_is_kept(plan, l);
+            int has = here && rp_plan_is_kept(plan, l);
             a->kept[l * M + m] = has ? off : SIZE_MAX;
             off += has ? rp_padded_elements(spec->kept_floats[l]) : 0;
         }

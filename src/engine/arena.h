@@ -7,13 +7,16 @@
  *   ckpt[l][m]     saved input of layer l (the activation checkpoint): for
  *                  stage-grain recompute the first layer of every backward
  *                  stage below the tail, for layer-grain every layer below it,
- *                  and every layer the plan keeps (plan.h's kept); when l is
+ *                  and every layer the plan keeps (plan.h's kept), but for
+ *                  executors that keep those in their own pool
+ *                  (kept_on_executor: never a kept layer); when l is
  *                  the first layer of forward stage s+1 this is fwd_out[s][m]
  *                  itself (the same bytes, held once: ckpt_of_fwd_out[l] = s),
  *                  which its forward job then need not write and whose next
  *                  writer waits for the checkpoint's reader too
  *   kept[l][m]     a kept layer's `saved` area: what its backward needs, as
- *                  its forward job wrote it (kept_floats[l] floats)
+ *                  its forward job wrote it (kept_floats[l] floats; none where
+ *                  the executors keep it)
  *   bwd_out[i][m]  gradient of the input of backward stage i (i = 0 is the
  *                  tail), for stages that do not start at layer 0; stage i+1
  *                  reads it before it writes its own, so the stages of one
@@ -51,6 +54,9 @@ typedef struct rp_arena_spec {
                                   (rp_block_saved_floats_of); read by rp_arena_init only,
                                   NULL when the plan keeps none */
     rp_dtype act_dtype;        /* fwd_out's and ckpt's elements: RP_F32 or RP_BF16 */
+    int kept_on_executor;      /* the executors keep the kept layers' inputs and saved
+                                  areas in their own pool (host_memory.h's
+                                  rp_kept_on_executor): no ckpt or kept slot for them here */
 } rp_arena_spec;
 
 typedef struct rp_arena {

@@ -14,6 +14,7 @@
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
+#include "engine/host_memory.h"
 #include "engine/memory_model.h"
 #include "engine/padding.h"
 #include "engine/protocol.h"
@@ -65,6 +66,8 @@ static void executor_free(executor *x)
     }
     rp_device_free(x->dev, x->scratch);
     rp_device_free(x->dev, x->base_scratch);
+    rp_device_free(x->dev, x->kept_pool);
+    free(x->kept_at);
     for (int i = 0; x->acts && i <= x->e->num_layers; i++)
         rp_device_free(x->dev, x->acts[i]);
     free(x->acts);
@@ -164,12 +167,13 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         nst_max = layers > nst_max ? layers : nst_max;
         /* a tail runs its forward whole; a backward stage too unless every
          * layer's input was saved (layer-grain recompute), and for its
-         * kept layers only on a device that does not read them where the
-         * host store holds them (plan/schedule.c counts the same) */
+         * kept layers, read where they lie, the arena or the executor's
+         * pool (plan/schedule.c counts the same) */
         int keeps = job.kind == RP_JOB_TAIL ||
                     (job.kind == RP_JOB_BWD && e->o->recompute != RP_RECOMPUTE_LAYER);
         int slots = layers;
-        if (job.kind == RP_JOB_BWD && rp_device_kernel_ops(e->device)->host_addressable)
+        if (job.kind == RP_JOB_BWD && (rp_device_kernel_ops(e->device)->host_addressable ||
+                                       rp_kept_on_executor(e->device)))
             for (int l = job.first; l <= job.last; l++)
                 slots -= rp_plan_is_kept(&e->plan, l);
         if (keeps && slots > x->nsaved)
@@ -212,6 +216,21 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     if (base_scratch) {
         x->base_scratch = dalloc(x, base_scratch, err);
         ok &= x->base_scratch != NULL;
+    }
+    /* the kept layers' pool, laid out as stage_compute.c's pool_slot reads
+     * it (plan/keep.h's rp_plan_kept_pool_bytes counts it the same) */
+    if (e->plan.kept > 0 && rp_kept_on_executor(e->device)) {
+        size_t floats = 0;
+        x->kept_at = calloc((size_t)e->num_layers, sizeof(size_t));
+        for (int l = 0; x->kept_at && l < e->num_layers; l++)
+            if (rp_plan_is_kept(&e->plan, l)) {
+                x->kept_at[l] = floats;
+                floats += (size_t)e->micro_per_pipeline *
+                          (rp_padded_elements(e->act_floats) +
+                           rp_padded_elements(e->kept_floats[l]));
+            }
+        x->kept_pool = x->kept_at ? falloc(x, floats, err) : NULL;
+        ok &= x->kept_pool != NULL;
     }
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);

@@ -66,6 +66,11 @@ typedef struct executor {
                             needs one with layer-grain recompute); forward jobs reuse the
                             first */
     int nsaved;
+    float *kept_pool;    /* the kept layers' inputs and saved areas (plan.h's kept) for every
+                            microbatch of the pipeline, on executors that keep them
+                            (host_memory.h's rp_kept_on_executor; NULL: none, or read where
+                            the arena holds them): stage_compute.c's pool_slot */
+    size_t *kept_at;     /* [nlayers] where each kept layer's slots start in it, in floats */
     float *workspace;    /* scratch of the job's layer calls (its layers' largest) */
     void *base_scratch;  /* LoRA on an FP8 base: one block's base dequantised in the compute
                             dtype for its use (stage_buffers.c), the largest block's size,

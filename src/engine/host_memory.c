@@ -83,7 +83,8 @@ rp_status rp_param_store_layout(const rp_model_config *cfg, rp_dtype dtype, int 
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
                                int recompute_layer, rp_dtype act_dtype,
-                               const size_t *kept_floats, const rp_frozen_base *base,
+                               const size_t *kept_floats, int kept_on_executor,
+                               const rp_frozen_base *base,
                                rp_host_memory *out, rp_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -122,14 +123,16 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
         router_floats += rp_model_block_is_moe(cfg, b) ? 2 * (size_t)cfg->moe.num_experts : 0;
     rp_arena arena;
     rp_arena_spec as = {n, microbatches, (size_t)(tokens_per_micro * cfg->hidden_size),
-                        recompute_layer, router_floats, kept_floats, act_dtype};
-    if (plan->kept > 0 && !kept_floats)
+                        recompute_layer, router_floats, kept_floats, act_dtype, kept_on_executor};
+    if (plan->kept > 0 && !kept_floats && !kept_on_executor)
         return rp_error_set(err, RP_ERR_INTERNAL, "host memory: kept layers without their sizes");
     if (rp_arena_init(&arena, plan, &as) != 0)
         return rp_error_set(err, RP_ERR_NOMEM, "host memory: the activation arena's index");
     out->activations = arena.floats * sizeof(float);
     out->kept_layers = plan->kept > 0 ? plan->kept : 0;
-    for (int l = 0; l < n; l++) /* its input, unless a forward output holds it (arena.h) */
+    out->kept_on_executor = kept_on_executor;
+    for (int l = 0; kept_floats && !kept_on_executor && l < n; l++) /* its input, unless a
+                                                  forward output holds it (arena.h) */
         if (rp_plan_is_kept(plan, l))
             out->kept += (size_t)microbatches * sizeof(float) *
                          ((arena.ckpt_of_fwd_out[l] < 0 ? arena.buffer_floats : 0) +
@@ -137,6 +140,15 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
     rp_arena_free(&arena);
     out->pinned += out->activations;
     return RP_OK;
+}
+
+int rp_kept_on_executor(rp_device_kind device)
+{
+    const rp_kernel_ops *ops = rp_device_kernel_ops(device);
+    if (ops && !ops->host_addressable)
+        return 1;
+    const char *test = getenv("RP_TEST_KEEP_ON_EXECUTOR");
+    return device == RP_DEVICE_CPU && test && !strcmp(test, "1");
 }
 
 rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_model_config *cfg,
@@ -176,8 +188,11 @@ void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
     if (hm->lora && !hm->base_mapped)
         snprintf(converted, sizeof converted, ", the frozen base converted into it %s",
                  size_text(hm->base_store, a, sizeof a));
-    char kept[96] = "";
-    if (hm->kept_layers > 0)
+    char kept[128] = "";
+    if (hm->kept_layers > 0 && hm->kept_on_executor)
+        snprintf(kept, sizeof kept, "; kept by %d block%s instead of recomputed, in the "
+                 "executors' own memory", hm->kept_layers, hm->kept_layers == 1 ? "" : "s");
+    else if (hm->kept_layers > 0)
         snprintf(kept, sizeof kept, " of which %s kept by %d block%s instead of recomputed",
                  size_text(hm->kept, e, sizeof e), hm->kept_layers,
                  hm->kept_layers == 1 ? "" : "s");

@@ -54,6 +54,8 @@ typedef struct rp_host_memory {
     size_t activations; /* a segment's activation arena (depends on the plan) */
     size_t kept;        /* of it, the kept layers' inputs and saved areas (plan.h's kept) */
     int kept_layers;    /* the plan's kept */
+    int kept_on_executor; /* they lie in the executors' own memory (rp_kept_on_executor):
+                             nothing of them here (kept is 0) */
     size_t pinned;      /* of both, registered with every GPU for copies */
     int lora;           /* the model is LoRA's: adapters trained, a frozen base */
     size_t base_store;  /* LoRA: of param_store, the frozen base converted into it */
@@ -76,6 +78,14 @@ typedef struct rp_host_memory {
  * machine's MemAvailable now; 0 when unknown. *from names which. */
 int64_t rp_host_memory_limit(double limit_mib, const char **from);
 
+/* 1 when executors of `device` keep a kept layer's activations in a pool
+ * of their own memory (plan/cost.h's keep_on_executor, engine/executor.c):
+ * devices the host does not address (GPUs), and CPU executors when the
+ * environment sets RP_TEST_KEEP_ON_EXECUTOR=1 (that path tested on a
+ * machine without a GPU); 0 when they read them where the host store holds
+ * them (arena.h's kept). */
+int rp_kept_on_executor(rp_device_kind device);
+
 rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_model_config *cfg,
                               int64_t samples_per_micro, int64_t seq_len, size_t **out,
                               rp_error *err);
@@ -83,7 +93,8 @@ rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_mo
 /* The host memory of a run of `plan` (microbatches in all, over
  * `pipelines` pipelines, tokens_per_micro tokens each, recompute_layer as
  * --recompute layer, act_dtype as --activation-dtype, kept_floats from rp_host_kept_floats: may be NULL when
- * the plan keeps none), as the engine allocates and pins it; the events
+ * the plan keeps none; kept_on_executor from rp_kept_on_executor: then the
+ * host store holds nothing of the kept layers), as the engine allocates and pins it; the events
  * region beside the activations (a few KiB) is left out. With LoRA
  * (cfg->lora.rank > 0) `base` is the run's frozen base, opened as train
  * opens it (rp_frozen_base_open): mapped, or converted into the store; it
@@ -91,13 +102,15 @@ rp_status rp_host_kept_floats(rp_device_kind device, rp_dtype dtype, const rp_mo
 rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int pipelines,
                                int microbatches, int64_t tokens_per_micro, const rp_plan *plan,
                                int recompute_layer, rp_dtype act_dtype,
-                               const size_t *kept_floats, const rp_frozen_base *base,
+                               const size_t *kept_floats, int kept_on_executor,
+                               const rp_frozen_base *base,
                                rp_host_memory *out, rp_error *err);
 
 /* The figures in words, as `roundpipe plan` and train's start-up print
  * them: "host memory per node: T in /dev/shm (model state and gradients
  * S[, the frozen base converted into it B], activations A[ of which K
- * kept by N blocks instead of recomputed])[ + the frozen
+ * kept by N blocks instead of recomputed][; kept by N blocks instead of
+ * recomputed, in the executors' own memory])[ + the frozen
  * base B mapped read-only from the model's safetensors files (...) =
  * total][ + the speculative update's backup U in the ranks' own memory =
  * total]", sizes in GiB, or MiB below one GiB. */

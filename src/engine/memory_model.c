@@ -8,6 +8,7 @@
 
 #include "device/backend.h"
 #include "engine/frozen_base.h"
+#include "engine/host_memory.h"
 #include "engine/padding.h"
 #include "io/fp8.h"
 #include "model/layers.h"
@@ -60,6 +61,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
      * (0 for a kind this build lacks) */
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int in_place = rp_frozen_base_in_place(ops);
+    const int on_executor = rp_kept_on_executor(device);
     /* an FP8 checkpoint's base taken as FP8: each block dequantised for its
      * use into one scratch per executor (frozen_base.h's rp_frozen_base_per_use);
      * one whose config quantises nothing is a plain base (files that agree
@@ -119,23 +121,30 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         L->act_bytes = slot;
         L->out_bytes = tokens * H * 4;
         /* kept, a block holds its input and its own saved area in the
-         * arena (arena.h), read in place by executors of host memory */
-        L->keep_bytes = ops && l > 0 && l < n - 1
+         * arena (arena.h), read in place by executors of host memory, or
+         * in the executor's pool (fp32 input: executor.c), for each
+         * microbatch of its pipeline */
+        const size_t saved = ops && l > 0 && l < n - 1
+                                 ? rp_padded_elements(rp_block_saved_floats_of(
+                                       ops, dtype, cfg, l - 1, samples_per_micro, seq_len))
+                                 : 0;
+        L->keep_bytes = saved && !on_executor
                             ? 4 * (int64_t)(rp_padded_elements(
                                                 ((size_t)(tokens * H) * rp_dtype_size(act_dtype) +
                                                  sizeof(float) - 1) / sizeof(float)) +
-                                            rp_padded_elements(rp_block_saved_floats_of(
-                                                ops, dtype, cfg, l - 1, samples_per_micro,
-                                                seq_len)))
+                                            saved)
                             : 0;
-        L->keep_ms = 0;
+        L->keep_device_bytes =
+            saved && on_executor ? 4 * (int64_t)(rp_padded_elements((size_t)(tokens * H)) + saved)
+                                 : 0;
         size_t ws = ops ? rp_layer_workspace_floats(ops, dtype, cfg, l, n, samples_per_micro,
                                                     seq_len)
                         : 0;
         const size_t narrow = rp_activation_narrow_floats(act_dtype, tokens, H);
         L->workspace_bytes = ops ? 4 * (int64_t)(ws > narrow ? ws : narrow) : 0;
     }
-    m->keep_in_place = ops && ops->host_addressable;
+    m->keep_in_place = ops && ops->host_addressable && !on_executor;
+    m->keep_on_executor = ops && on_executor;
     free(layers);
     free(base);
     *workspace_bytes = tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);

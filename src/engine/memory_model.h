@@ -40,9 +40,11 @@
  *       executor gives every layer of a tail/backward stage one);
  *   out_bytes: one microbatch's activations, tokens x hidden in fp32;
  *   keep_bytes: a block's input and its own saved area as the arena holds
- *       them when the plan keeps it (arena.h), keep_ms 0 (the caller prices
- *       the round trip of a device that does not read host memory), and
- *       m->keep_in_place for executors of host memory, which read them there;
+ *       them when the plan keeps it (arena.h), and m->keep_in_place, for
+ *       executors of host memory, which read them there; or, for executors
+ *       that keep them in their own pool (host_memory.h's
+ *       rp_kept_on_executor: GPUs), keep_device_bytes, the fp32 input and the
+ *       saved area there (executor.c), and m->keep_on_executor;
  *   workspace_bytes: the scratch of the layer's calls
  *       (rp_layer_workspace_floats): a job's is its layers' largest, in the
  *       executor's scratch after its gradients (engine/executor.c);

@@ -84,7 +84,8 @@ static void log_host_memory(rp_engine *e, const rp_model_config *cfg)
     char text[512];
     if (rp_host_memory_count(cfg, e->o->dtype, e->pipelines, (int)e->microbatches,
                              e->tokens_per_micro, &e->plan, e->o->recompute == RP_RECOMPUTE_LAYER,
-                             e->o->activation_dtype, e->kept_floats, e->base, &hm,
+                             e->o->activation_dtype, e->kept_floats,
+                             rp_kept_on_executor(e->device), e->base, &hm,
                              &err) != RP_OK) {
         rp_log(e->lg, RP_LOG_WARN, "host memory not counted: %s", err.msg);
         return;

@@ -135,7 +135,8 @@ static rp_status host_need(const rp_engine *e, const rp_plan *p, int64_t *bytes,
     rp_host_memory hm;
     RP_TRY(rp_host_memory_count(&e->p->cfg, e->o->dtype, e->pipelines, (int)e->microbatches,
                                 e->tokens_per_micro, p, e->o->recompute == RP_RECOMPUTE_LAYER,
-                                e->o->activation_dtype, e->kept_floats, e->base, &hm, err));
+                                e->o->activation_dtype, e->kept_floats,
+                                rp_kept_on_executor(e->device), e->base, &hm, err));
     *bytes = (int64_t)(hm.param_store + hm.activations) +
              (e->speculative ? (int64_t)e->spec_backup_node_bytes : 0);
     return RP_OK;
@@ -152,15 +153,11 @@ rp_status rp_run_host_model_state(const rp_engine *e, int64_t *bytes, rp_error *
 /* The partitioner's budget for kept activations (machine.h's keep_budget)
  * under --recompute: stage and layer keep none, none keeps every block,
  * auto what the host limit leaves beside the model state (the arena's
- * other buffers are counted exactly when the kept are trimmed, keep_fit);
- * and the round trip a kept block costs executors that do not read host
- * memory, priced only from measured layer times (the nominal rates say
- * nothing about a GPU's compute against its link: until measured, keep
- * none there). */
-static void keep_budget(const rp_engine *e, rp_cost_model *cm, rp_machine *mc, int measured)
+ * other buffers are counted exactly when the kept are trimmed, keep_fit).
+ * Executors that keep them in their own pool (GPUs) keep what their
+ * memory limit leaves beside the plan (plan/keep.h). */
+static void keep_budget(const rp_engine *e, rp_machine *mc)
 {
-    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-    rp_plan_price_keep(cm, ops && ops->host_addressable, measured ? mc->link_gbs : 0.0);
     mc->keep_budget = 0;
     if (e->o->recompute == RP_RECOMPUTE_NONE) {
         mc->keep_budget = -1;
@@ -203,7 +200,7 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
     for (;;) {
         /* CPU executors' buffers are host memory too: the node's ranks' */
         buffers = ops && ops->host_addressable
-                      ? (int64_t)e->size * rp_schedule_peak_bytes(cm, p, mc->gpus,
+                      ? (int64_t)e->size * rp_schedule_peak_bytes(cm, p, mc->gpus, mc->microbatches,
                                                                    mc->workspace_bytes, NULL)
                       : 0;
         RP_TRY(host_need(e, p, &need, err));
@@ -225,8 +222,9 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
                "the limit: %.1f MiB, %s%s",
                p->kept, rp_plan_max_kept(p), need / 1048576.0,
                buffers ? " and the CPU executors' buffers" : "", limit / 1048576.0, from,
-               p->kept < rp_plan_max_kept(p) && ops && !ops->host_addressable
-                   ? "; on GPUs only those whose round trip beats their recompute"
+               p->kept < rp_plan_max_kept(p) && rp_kept_on_executor(e->device)
+                   ? "; executors keep them in their own memory: only blocks whose forward "
+                     "and backward jobs share an executor, as many as its memory limit allows"
                    : "");
     return RP_OK;
 }
@@ -239,7 +237,7 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     RP_TRY(cost_of(e, fwd_ms, bwd_ms, &cm, &workspace, err));
     machine_of(e, mc);
     mc->workspace_bytes = workspace;
-    keep_budget(e, cm, mc, fwd_ms != NULL);
+    keep_budget(e, mc);
     rp_status s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
                                 (rp_deal_choice)e->o->deal, plan, NULL, err);
     if (s == RP_OK)
@@ -257,7 +255,7 @@ static rp_status plan_forced_keep(const rp_engine *e, rp_plan *plan, rp_machine 
     RP_TRY(cost_of(e, NULL, NULL, &cm, &workspace, err));
     rp_machine own;
     machine_of(e, &own);
-    keep_budget(e, cm, &own, 0);
+    keep_budget(e, &own);
     if (mc)
         mc->keep_budget = own.keep_budget;
     rp_status s = keep_fit(e, cm, &own, plan->kept, plan, err);

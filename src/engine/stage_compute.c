@@ -11,6 +11,7 @@
 #include "device/backend.h"
 #include "engine/executor_impl.h"
 #include "engine/lora_run.h"
+#include "engine/padding.h"
 #include "engine/protocol.h"
 #include "engine/stage_weights.h"
 #include "engine/train_options.h"
@@ -231,44 +232,52 @@ static float *arena(const rp_engine *e, size_t off)
     return e->act + off;
 }
 
-/* Executors of host memory compute a kept layer's saved area where the
- * arena holds it and read it there (no copies); others move it. */
-static int kept_in_place(const rp_engine *e)
+/* Where a kept layer's activations lie (plan.h's kept): in the executor's
+ * own pool (GPUs: host_memory.h's rp_kept_on_executor), else in the
+ * arena, which executors of host memory compute into and read in place. */
+static int kept_in_pool(const executor *x)
 {
-    return rp_device_kernel_ops(e->device)->host_addressable;
+    return x->kept_pool != NULL;
 }
 
-static size_t kept_bytes(const rp_engine *e, int l)
+/* Kept layer l's input (saved 0) or saved area (saved 1) of microbatch m
+ * in the executor's pool: per layer, for each microbatch of the pipeline,
+ * the input (act_floats) then the saved area (kept_floats[l]), each
+ * rounded up to 16 floats (executor.c lays it out, memory_model.c counts
+ * it). */
+static float *pool_slot(const executor *x, int l, int m, int saved)
 {
-    return e->kept_floats[l] * sizeof(float);
+    const rp_engine *e = x->e;
+    const size_t in = rp_padded_elements(e->act_floats);
+    const size_t local = (size_t)m % (size_t)e->micro_per_pipeline;
+    return x->kept_pool + x->kept_at[l] + local * (in + rp_padded_elements(e->kept_floats[l])) +
+           (saved ? in : 0);
 }
 
-/* The input and the saved area of kept layer l's forward of microbatch m
- * (plan.h's kept), for its backward: where the arena holds them, or
- * uploaded into the device buffers acts[i] and saved[i] (a bf16 input
- * always: the layer reads fp32). */
+/* The input and the saved area of kept layer l's forward of microbatch m,
+ * for its backward: in the pool, or where the arena holds them (a bf16
+ * input widened into the device buffer acts[i] first: the layer reads
+ * fp32). */
 static rp_status kept_for_backward(executor *x, int l, int i, int m, const float **in,
                                    float **saved, rp_error *err)
 {
     rp_engine *e = x->e;
     int M = (int)e->microbatches;
-    float *host_in = arena(e, e->arena.ckpt[l * M + m]), *host_saved = arena(e, e->arena.kept[l * M + m]);
-    if (kept_in_place(e) && !x->act_narrow) {
+    if (kept_in_pool(x)) {
+        *in = pool_slot(x, l, m, 0);
+        *saved = pool_slot(x, l, m, 1);
+        return RP_OK;
+    }
+    float *host_in = arena(e, e->arena.ckpt[l * M + m]);
+    *saved = arena(e, e->arena.kept[l * M + m]);
+    if (!x->act_narrow) {
         *in = host_in;
-        *saved = host_saved;
         return RP_OK;
     }
     /* a bf16 input is widened into the stage's slot of l, which nothing
      * else of this microbatch uses (the recompute stops below the kept) */
     RP_TRY(load_activation(x, x->acts[i], host_in, "kept input", err));
     *in = x->acts[i];
-    if (kept_in_place(e)) {
-        *saved = host_saved;
-        return RP_OK;
-    }
-    RP_TRY(rp_exec_move(x, x->saved[i], host_saved, kept_bytes(e, l), RP_XFER_INPUT, "kept",
-                        err));
-    *saved = x->saved[i];
     return RP_OK;
 }
 
@@ -281,7 +290,8 @@ static rp_status kept_backward(executor *x, const rp_job *job, int l, int i, int
     float *saved;
     RP_TRY(kept_for_backward(x, l, i, m, &in, &saved, err));
     RP_TRY(layer_backward(x, job, l, in, saved, t, err));
-    rp_proto_checkpoint_read(x->e, l, m, t);
+    if (x->e->arena.is_ckpt[l]) /* its input was read from the arena */
+        rp_proto_checkpoint_read(x->e, l, m, t);
     return RP_OK;
 }
 
@@ -311,12 +321,14 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
             RP_TRY(save_activation(x, arena(e, e->arena.ckpt[l * M + m]), cur, "checkpoint",
                                    err));
         }
-        if (kept && kept_in_place(e))
+        if (kept && kept_in_pool(x)) { /* its input and saved area stay here */
+            RP_TRY(rp_device_copy(x->dev, pool_slot(x, l, m, 0), cur,
+                                  e->act_floats * sizeof(float), err));
+            saved = pool_slot(x, l, m, 1);
+        } else if (kept) {
             saved = arena(e, e->arena.kept[l * M + m]);
+        }
         RP_TRY(layer_forward(x, job, l, cur, out, saved, t, err));
-        if (kept && saved == x->saved[0]) /* what its backward needs, kept on the host */
-            RP_TRY(rp_exec_move(x, arena(e, e->arena.kept[l * M + m]), saved, kept_bytes(e, l),
-                                RP_XFER_SAVE, "kept", err));
         cur = out;
     }
     RP_TRY(rp_proto_wait_fwd_out_free(e, s, m, t, x->name, err));

@@ -14,6 +14,7 @@
 #include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/eval.h"
+#include "engine/host_memory.h"
 #include "engine/protocol.h"
 #include "engine/run_impl.h"
 #include "store/shm.h"
@@ -51,7 +52,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_arena_spec as = {e->num_layers, (int)e->microbatches, e->act_floats,
                         e->o->recompute == RP_RECOMPUTE_LAYER, e->raux.floats, e->kept_floats,
-                        e->o->activation_dtype};
+                        e->o->activation_dtype, rp_kept_on_executor(e->device)};
     e->jobs_per_it = rp_schedule_num_jobs(&e->plan);
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
         return rp_run_agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);

@@ -48,10 +48,11 @@ typedef struct rp_layer_cost {
                               (plan/machine.h); 0: none of its own */
     int64_t keep_bytes;    /* host bytes one microbatch's kept activations of this layer
                               take (plan.h's kept: its input and what its backward needs,
-                              as the arena lays them out); 0: the layer keeps nothing */
-    double keep_ms;        /* a kept layer's backward reads them instead of recomputing
-                              fwd_ms: their round trip to the host (0 on executors that
-                              read host memory where it lies) */
+                              as the arena lays them out); 0: none in the host store */
+    int64_t keep_device_bytes; /* device bytes they take instead on executors that keep
+                              them (keep_on_executor: the input and the saved area in the
+                              executor's pool, for every microbatch of its pipeline); 0:
+                              none there. A layer with neither keeps nothing */
     int tied_to;           /* -1, or the layer whose parameters this one shares (a tied
                               LM head names the embedding: its gradient is summed into
                               that layer's, whose update it then also waits for) */
@@ -69,6 +70,12 @@ typedef struct rp_cost_model {
     int keep_in_place;             /* executors read kept activations where the host store
                                       holds them (plan.h's kept): a kept layer of a backward
                                       job needs no device slot (act_bytes) */
+    int keep_on_executor;          /* executors keep them in a pool of their own memory
+                                      (keep_device_bytes; GPUs, whose link a round trip of
+                                      them would cost more than the recompute): a kept
+                                      layer's forward and backward jobs must then run on one
+                                      executor (plan/keep.h), and its backward job needs no
+                                      device slot for it either */
 } rp_cost_model;
 
 /* A decoder block the fields of rp_model_shape cannot describe (a mixture

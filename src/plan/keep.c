@@ -1,22 +1,56 @@
 /* Which layers keep their activations (see keep.h). */
 #include "plan/keep.h"
 
-#include <math.h>
+#include "plan/schedule.h"
+
+int rp_plan_kept_on_one_executor(const rp_plan *p, int gpus, int l)
+{
+    int jf = -1, jb = -1;
+    for (int s = 0; s < p->nfwd; s++)
+        if (l >= p->fwd[s].first && l <= p->fwd[s].last)
+            jf = s;
+    for (int s = 0; s < p->nbwd; s++)
+        if (l >= p->bwd[s].first && l <= p->bwd[s].last)
+            jb = p->nfwd + s;
+    return jf >= 0 && jb >= 0 && (jb - jf) % rp_schedule_width(p, gpus) == 0;
+}
+
+static int64_t pool_microbatches(const rp_plan *p, int gpus, int microbatches)
+{
+    return gpus > 0 ? (int64_t)microbatches * rp_schedule_width(p, gpus) / gpus : microbatches;
+}
 
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
 {
     if (mc->keep_budget == 0)
         return 0;
-    int64_t left = mc->keep_budget, kept = 0;
+    int64_t left = mc->keep_budget, kept = 0, device_left = -1;
+    const int64_t per_executor = pool_microbatches(p, mc->gpus, mc->microbatches);
+    if (m->keep_on_executor && mc->memory_limit > 0 && mc->keep_budget > 0) {
+        rp_plan none = *p; /* the plan's peak without the pool */
+        none.kept = 0;
+        device_left = mc->memory_limit - rp_schedule_peak_bytes(m, &none, mc->gpus,
+                                                                mc->microbatches,
+                                                                mc->workspace_bytes, NULL);
+    }
     for (int l = rp_plan_tail_first(p) - 1; l >= 1; l--) {
         const rp_layer_cost *c = &m->layers[l];
         int64_t bytes = c->keep_bytes * (int64_t)mc->microbatches;
         /* the nearest layers first: a kept layer that does not pay stops the
          * walk, so the kept ones stay the run just below the tail */
-        if (c->keep_bytes <= 0 || (mc->keep_budget > 0 && c->keep_ms >= c->fwd_ms))
+        if ((c->keep_bytes <= 0 && c->keep_device_bytes <= 0) ||
+            (mc->keep_budget > 0 && c->fwd_ms <= 0))
             break;
         if (mc->keep_budget > 0 && bytes > left)
             break;
+        if (m->keep_on_executor) {
+            if (!rp_plan_kept_on_one_executor(p, mc->gpus, l))
+                break;
+            int64_t pool = c->keep_device_bytes * per_executor;
+            if (device_left >= 0 && pool > device_left)
+                break;
+            device_left -= device_left >= 0 ? pool : 0;
+        }
         left -= bytes;
         kept++;
     }
@@ -32,11 +66,14 @@ int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microba
     return bytes;
 }
 
-void rp_plan_price_keep(rp_cost_model *m, int in_place, double link_gbs)
+int64_t rp_plan_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                                int microbatches)
 {
-    for (int l = 0; l < m->num_layers; l++)
-        m->layers[l].keep_ms = in_place       ? 0.0
-                               : link_gbs > 0 ? 2.0 * (double)m->layers[l].keep_bytes /
-                                                    (link_gbs * 1e6)
-                                              : INFINITY;
+    if (!m->keep_on_executor)
+        return 0;
+    int64_t bytes = 0;
+    for (int l = 1; l < rp_plan_tail_first(p); l++)
+        if (rp_plan_is_kept(p, l))
+            bytes += m->layers[l].keep_device_bytes;
+    return bytes * pool_microbatches(p, gpus, microbatches);
 }

@@ -1,7 +1,12 @@
 /* Which layers keep their activations instead of recomputing them
  * (plan.h's kept, DESIGN 4 and 5a): the blocks nearest the tail first, as
- * many as the host bytes allow, and on executors that move them over a
- * link only where the round trip is cheaper than the recompute. */
+ * many as the memory that holds them allows: the host store's, read where
+ * it lies by executors of host memory, or, on executors that keep them in
+ * a pool of their own memory (cost.h's keep_on_executor: GPUs, whose link
+ * a round trip of them would cost more than the recompute), that memory,
+ * for blocks whose forward and backward jobs run on one executor. Either
+ * way a kept block's backward reads them where they lie: it costs no
+ * time, only memory. */
 #ifndef RP_PLAN_KEEP_H
 #define RP_PLAN_KEEP_H
 
@@ -12,19 +17,28 @@
 #include "plan/plan.h"
 
 /* The number of blocks below p's tail that keep their activations under
- * mc->keep_budget for mc->microbatches microbatches: walking down from the
- * layer below the tail, each while its keep_bytes x M still fit and its
- * keep_ms is below its fwd_ms. A budget of 0 keeps none; < 0 (--recompute
- * none) keeps every block, whatever it costs. */
+ * mc->keep_budget (host bytes) for mc->microbatches microbatches: walking
+ * down from the layer below the tail, each while its keep_bytes x M still
+ * fit and it has a recompute to save (fwd_ms > 0); on executors that keep them
+ * (m->keep_on_executor), also while its forward and backward jobs run on
+ * one executor (rp_plan_kept_on_one_executor) and, under a
+ * mc->memory_limit, while the pool (rp_plan_kept_pool_bytes) still fits
+ * beside the rest of the plan's peak. A budget of 0 keeps none; < 0
+ * (--recompute none) keeps every block it can, whatever it costs. */
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p);
 
-/* Price each layer's keeping (its keep_ms): nothing on executors that read
- * host memory where it lies (in_place), else the round trip of its
- * keep_bytes over a link of link_gbs; link_gbs <= 0 (not known) prices it
- * out (INFINITY: kept only under --recompute none). */
-void rp_plan_price_keep(rp_cost_model *m, int in_place, double link_gbs);
+/* 1 when layer l's forward job and the backward (or tail) job holding it
+ * run on the same executor in every iteration: their job indices differ by
+ * a multiple of the width (plan/schedule.h's deal). */
+int rp_plan_kept_on_one_executor(const rp_plan *p, int gpus, int l);
 
 /* The host bytes the kept layers of p take, over M microbatches. */
 int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microbatches);
+
+/* The device bytes of an executor's pool for the kept layers of p (0 unless
+ * m->keep_on_executor): their keep_device_bytes for each of the M x W / G
+ * microbatches of its pipeline (engine/executor.c allocates it so). */
+int64_t rp_plan_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                                int microbatches);
 
 #endif

@@ -109,6 +109,8 @@ static rp_status parse_layer(lf_ctx *c, char **tok, int ntok, int index, rp_laye
             RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->act_bytes));
         } else if (!strcmp(k, "out_bytes")) {
             RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->out_bytes));
+        } else if (!strcmp(k, "keep_device_bytes")) {
+            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->keep_device_bytes));
         } else if (!strcmp(k, "tied_to")) {
             RP_TRY(parse_i64(c, k, v, -1, MAX_LAYERS, &tied));
             if (tied >= index)
@@ -183,6 +185,9 @@ static rp_status pass(const char *text, size_t len, lf_ctx *c, rp_cost_model *m,
             for (int64_t i = 0; i < count; i++, n++)
                 if (m)
                     m->layers[n] = proto;
+            /* GPUs' keeping, in their own memory (cost.h) */
+            if (m && proto.keep_device_bytes > 0)
+                m->keep_on_executor = 1;
             continue;
         }
         if (ntok != 2)

@@ -32,7 +32,7 @@ double rp_partition_objective(const rp_cost_model *m, const rp_machine *mc, cons
     }
     double ms = INFINITY;
     if (!(mc->memory_limit > 0 &&
-          rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL) > mc->memory_limit) &&
+          rp_schedule_peak_bytes(m, p, mc->gpus, mc->microbatches, mc->workspace_bytes, NULL) > mc->memory_limit) &&
         rp_simulate(m, p, mc, &r, &e) == RP_OK)
         ms = r.iteration_ms;
     free(q);
@@ -54,7 +54,7 @@ static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p)
     score sc = {0, INFINITY};
     p->kept = rp_plan_choose_kept(m, mc, p);
     if (mc->memory_limit > 0) {
-        int64_t peak = rp_schedule_peak_bytes(m, p, mc->gpus, mc->workspace_bytes, NULL);
+        int64_t peak = rp_schedule_peak_bytes(m, p, mc->gpus, mc->microbatches, mc->workspace_bytes, NULL);
         if (peak > mc->memory_limit)
             sc.excess = (double)(peak - mc->memory_limit);
     }
@@ -477,7 +477,7 @@ rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, 
     if (st == RP_OK && !feasible(best_sc)) {
         rp_plan_singletons(m->num_layers, width > 0 ? width : mc->gpus, best);
         int worst = 0;
-        int64_t peak = rp_schedule_peak_bytes(m, best, mc->gpus, mc->workspace_bytes, &worst);
+        int64_t peak = rp_schedule_peak_bytes(m, best, mc->gpus, mc->microbatches, mc->workspace_bytes, &worst);
         rp_job j = rp_schedule_job(best, worst);
         st = rp_error_set(err, RP_ERR_DEVICE_MEMORY,
                           "partition: no plan fits the memory limit of %" PRId64

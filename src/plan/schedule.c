@@ -1,6 +1,8 @@
 /* Job order and per-job device memory. */
 #include "plan/schedule.h"
 
+#include "plan/keep.h"
+
 rp_job rp_schedule_job(const rp_plan *p, int j)
 {
     rp_job job;
@@ -53,7 +55,7 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
     if (job->kind == RP_JOB_BWD)
         for (int l = job->first; l <= job->last; l++)
             if (rp_plan_is_kept(p, l))
-                ms += m->layers[l].keep_ms - m->layers[l].fwd_ms;
+                ms -= m->layers[l].fwd_ms; /* read where they lie: no recompute */
     return ms;
 }
 
@@ -122,13 +124,14 @@ static int64_t job_saved_bytes(const rp_cost_model *m, const rp_plan *p, const r
 {
     int64_t bytes = 0;
     for (int l = job->first; l <= job->last; l++)
-        if (!(m->keep_in_place && job->kind == RP_JOB_BWD && rp_plan_is_kept(p, l)))
+        if (!((m->keep_in_place || m->keep_on_executor) && job->kind == RP_JOB_BWD &&
+              rp_plan_is_kept(p, l)))
             bytes += m->layers[l].act_bytes;
     return bytes;
 }
 
-int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
-                              int64_t workspace)
+int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                              int microbatches, int j, int64_t workspace)
 {
     int n = rp_schedule_num_jobs(p), w = rp_schedule_width(p, gpus);
     rp_job job = rp_schedule_job(p, j), next = rp_schedule_job(p, (j + w) % n);
@@ -145,11 +148,12 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
         bytes += rp_cost_max_act_bytes(m, job.first, job.last) + 2 * io;
     else
         bytes += job_saved_bytes(m, p, &job) + 3 * io;
-    return bytes + job_scratch_bytes(m, &job) + workspace;
+    return bytes + job_scratch_bytes(m, &job) + workspace +
+           rp_plan_kept_pool_bytes(m, p, gpus, microbatches);
 }
 
 int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpus,
-                               int64_t workspace, rp_peak_parts *parts)
+                               int microbatches, int64_t workspace, rp_peak_parts *parts)
 {
     /* the executor allocates once for all its jobs (engine/executor.c):
      * two weight buffers of the largest stage, a scratch that holds any
@@ -157,8 +161,9 @@ int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpu
      * largest gradients plus the largest workspace: a job uses it alone),
      * what the largest tail or backward stage keeps for its backward (at
      * least one layer's), a buffer per layer of the longest stage plus two
-     * for its input and the gradient flowing down, and the workspace every
-     * job shares */
+     * for its input and the gradient flowing down, the workspace every
+     * job shares, and the pool of kept activations on executors that keep
+     * them */
     rp_peak_parts q = {0};
     int64_t keep = 0, slot = 0, job_peak = -1;
     int keep_job = -1;
@@ -196,7 +201,7 @@ int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpu
         }
         if (job.last - job.first + 1 > q.layers)
             q.layers = job.last - job.first + 1;
-        int64_t b = rp_schedule_job_bytes(m, p, gpus, j, workspace);
+        int64_t b = rp_schedule_job_bytes(m, p, gpus, microbatches, j, workspace);
         if (b > job_peak) {
             job_peak = b;
             q.worst_job = j;
@@ -209,17 +214,19 @@ int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpu
     if (keep >= slot)
         q.saved_job = keep_job;
     q.workspace = workspace;
-    q.total = 2 * q.weights + q.scratch + q.saved + (int64_t)(q.layers + 2) * q.out + workspace;
+    q.kept_pool = rp_plan_kept_pool_bytes(m, p, gpus, microbatches);
+    q.total = 2 * q.weights + q.scratch + q.saved + (int64_t)(q.layers + 2) * q.out + workspace +
+              q.kept_pool;
     if (parts)
         *parts = q;
     return q.total;
 }
 
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
-                               int64_t workspace, int *worst)
+                               int microbatches, int64_t workspace, int *worst)
 {
     rp_peak_parts q;
-    int64_t total = rp_schedule_peak_parts(m, p, gpus, workspace, &q);
+    int64_t total = rp_schedule_peak_parts(m, p, gpus, microbatches, workspace, &q);
     if (worst)
         *worst = q.worst_job;
     return total;

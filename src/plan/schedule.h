@@ -45,7 +45,7 @@ rp_status rp_schedule_check(const rp_plan *p, int gpus, int microbatches, int *p
 /* Per-microbatch compute time of a job of plan p: sum of fwd_ms (FWD) or of
  * fwd_ms + bwd_ms (TAIL: forward+backward without recompute; BWD: recompute
  * + backward, the same sum), where a BWD job's layers that p keeps
- * (plan.h's kept) cost keep_ms instead of their recompute's fwd_ms. */
+ * (plan.h's kept) skip their recompute's fwd_ms (read where they lie). */
 double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job *job);
 
 /* The dequantisations of an FP8 base's blocks in a job (layers whose
@@ -69,24 +69,28 @@ void rp_schedule_job_dequant(const rp_cost_model *m, const rp_plan *p, const rp_
  * same executor (double buffering), its gradients (TAIL/BWD), the
  * activations of one microbatch (the largest layer's for FWD, the sum over
  * the stage for TAIL/BWD), input/output buffers, its own workspace (the
- * largest workspace_bytes of its layers) and the shared `workspace`. */
-int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus, int j,
-                              int64_t workspace);
+ * largest workspace_bytes of its layers), the shared `workspace` and the
+ * executor's pool of kept activations, resident through every job
+ * (plan/keep.h's rp_plan_kept_pool_bytes for `microbatches` M). */
+int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                              int microbatches, int j, int64_t workspace);
 
 /* Device bytes an executor allocates for the plan, once, for all its jobs:
  * 2 x the largest stage's weights (the running and the prefetched stage),
  * the largest over the jobs of a job's gradients (TAIL/BWD) plus its own
  * workspace (one scratch they take in turn), the largest TAIL/BWD sum of
  * act_bytes (at least the largest layer's), (longest stage's layers + 2) x
- * the largest out_bytes, and the shared workspace. At least the largest
+ * the largest out_bytes, the shared workspace, and the pool of kept
+ * activations (rp_plan_kept_pool_bytes for `microbatches` M). At least the largest
  * rp_schedule_job_bytes; *worst gets the index of the job with the largest
  * rp_schedule_job_bytes. */
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
-                               int64_t workspace, int *worst);
+                               int microbatches, int64_t workspace, int *worst);
 
 /* The parts of rp_schedule_peak_bytes, each with the job (index j) or layer
  * that sets it (-1: none does, the part is 0), for saying what bounds a
- * plan: total = 2 weights + scratch + saved + (layers + 2) out + workspace. */
+ * plan: total = 2 weights + scratch + saved + (layers + 2) out + workspace
+ * + kept_pool. */
 typedef struct rp_peak_parts {
     int64_t weights;  /* the largest stage's weights (two buffers of it) */
     int weights_job;
@@ -101,10 +105,12 @@ typedef struct rp_peak_parts {
     int io_layer;     /* its layer */
     int layers;       /* the longest stage's layers (at most all but one) */
     int64_t workspace; /* the one every job shares */
+    int64_t kept_pool; /* kept activations in the executor's own memory (plan/keep.h's
+                          rp_plan_kept_pool_bytes; 0 unless the cost model keeps them there) */
     int worst_job;    /* the job of the largest rp_schedule_job_bytes */
     int64_t total;
 } rp_peak_parts;
 int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpus,
-                               int64_t workspace, rp_peak_parts *parts);
+                               int microbatches, int64_t workspace, rp_peak_parts *parts);
 
 #endif

@@ -558,7 +558,7 @@ static void results(const rp_sim *sim, double link, rp_sim_result *r)
     r->opt_ms = busiest_optimizer;
     if (mc->tokens_per_iteration > 0 && r->iteration_ms > 0)
         r->tokens_per_s = (double)mc->tokens_per_iteration / (r->iteration_ms / 1e3);
-    r->peak_bytes = rp_schedule_peak_bytes(m, sim->plan, mc->gpus, mc->workspace_bytes,
+    r->peak_bytes = rp_schedule_peak_bytes(m, sim->plan, mc->gpus, mc->microbatches, mc->workspace_bytes,
                                            &r->worst_job);
     r->width = sim->width;
     r->groups = sim->groups;
