@@ -33,7 +33,9 @@
 # them in the compute dtype, as the files ship them); a
 # --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
-# stops with a message naming the layer.
+# stops with a message naming the layer; kept activations in the
+# executors' own memory (GPUs' way): the pool in plan's count, nothing of
+# it in the host store.
 set -u
 . "$(dirname "$0")/testlib.sh"
 data="$src/mpi-tests/fixtures/golden/llama/data.npy" # tokens < 96, both vocabularies
@@ -116,6 +118,27 @@ host "--init-config $tied" bf16 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --recomput
 host "--init-config $untied" fp32 1 "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1;keep=2" --recompute layer
 host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3" --recompute stage
 grep -q "kept by" "$tmp/train.txt" && bad "--recompute stage keeps blocks" || ok
+# kept in the executors' own memory, as GPUs keep them (a pool per
+# executor; RP_TEST_KEEP_ON_EXECUTOR=1 runs that path on CPU executors):
+# the pool, each kept block's fp32 input and saved area for every
+# microbatch of the executor's pipeline, is in plan's count to the byte;
+# the host store holds nothing of them (its activations are stage's), and
+# train's line says where they are
+export RP_TEST_KEEP_ON_EXECUTOR=1
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3"
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=1"
+check "$tied" "fwd=0-3;bwd=4-5,0-3" --recompute none
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
+check "$untied" "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1;keep=1" --recompute layer
+host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3;keep=3"
+grep -q "kept by 3 blocks instead of recomputed, in the executors' own memory" "$tmp/train.txt" &&
+  ok || bad "keep=3 in the pool: train's line does not say the executors keep 3 blocks"
+host "--init-config $tied" bf16 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --recompute none
+hostact() { "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --plan "$1" --device cpu --json | grep -o '"host_activation_bytes": [0-9]*' | tr -dc 0-9; }
+a=$(hostact "fwd=0-3;bwd=4-5,0-3;keep=3"); b=$(hostact "fwd=0-3;bwd=4-5,0-3;keep=0")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the pool's blocks in the host store too: $a against stage's $b bytes"
+unset RP_TEST_KEEP_ON_EXECUTOR
 
 # --activation-dtype bf16 (the block boundaries in bf16 in the arena, and
 # every job's workspace at least the buffer they are narrowed in and
@@ -127,6 +150,11 @@ grep -q "kept by" "$tmp/train.txt" && bad "--recompute stage keeps blocks" || ok
 check "$tied" "fwd=0-2;bwd=3-5,0-2" --activation-dtype bf16
 check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
 check "$untied" "fwd=0;bwd=1-$((nl + 1)),0" --activation-dtype bf16 --recompute layer
+# under --recompute layer a backward job holds one layer's saved area at a
+# time, not its stage's (plan counted the stage's sum: 758928 against
+# the 714512 bytes allocated)
+check "$untied" "fwd=0,1-2;bwd=3-$((nl + 1)),2,0-1" --recompute layer
+check "$untied" "fwd=0-2;bwd=3-$((nl + 1)),0-2" --recompute layer
 seq=4 cdata="$src/mpi-tests/fixtures/golden-moe/moe-m1/data.npy" check "$src/mpi-tests/fixtures/golden-moe/moe-m1/model/config.json" "fwd=0,1-4;bwd=5,3-4,0-2" --activation-dtype bf16
 host "--init-config $tied" fp32 2 "fwd=0,1-3;bwd=4-5,2-3,0-1;width=1" --activation-dtype bf16
 host "--init-config $tied" fp32 1 "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16

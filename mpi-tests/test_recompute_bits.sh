@@ -8,7 +8,10 @@
 # mixture of experts with its load-balancing loss; forced plans that keep
 # part of a backward stage (keep=N: its top blocks read, the rest
 # recomputed from the stage's checkpoint) and keep under layer-grain
-# recompute give the same bits too. none and auto really keep (train's
+# recompute give the same bits too; all of it again with the kept
+# activations in the executors' own memory (GPUs' way), where a forced
+# keep of a block whose two jobs run on different executors is refused.
+# none and auto really keep (train's
 # host-memory line names the kept blocks, stage none; auto's line says how
 # many it keeps within MemAvailable); auto keeps nothing under a
 # --host-memory-limit-mib that leaves no room (and says so), and none is
@@ -46,6 +49,45 @@ kept moe-part 2 && ok || bad "keep=2: not 2 blocks kept"
 same moe-stage moe-part "moe: keep=2 of a backward stage"
 run 3 moe-part-layer $moe --plan "fwd=0-2,3-4;bwd=5-7,3-4,0-2;keep=3" --recompute layer
 same moe-stage moe-part-layer "moe: keep=3 under --recompute layer"
+# kept in the executors' own memory, as GPUs keep them (a pool per
+# executor, host_memory.h's rp_kept_on_executor; RP_TEST_KEEP_ON_EXECUTOR=1
+# runs that path on CPU executors): the same bits as stage for none, auto,
+# a forced part of a backward stage, layer grain, bf16 activations,
+# documents, LoRA, a mixture of experts, 1 rank and 2 nodes; train's
+# host-memory line says where they lie; a forced keep whose block's
+# forward and backward jobs run on different executors is refused
+exe() { # NP NAME [options...]: a run keeping in the executors' pool
+  export RP_TEST_KEEP_ON_EXECUTOR=1
+  run "$@"
+  unset RP_TEST_KEEP_ON_EXECUTOR
+}
+for r in none auto; do
+  exe 2 pool-$r $q --recompute $r
+  same qwen3-stage pool-$r "pool: --recompute $r against stage"
+  grep -q "kept by [1-9] blocks\? instead of recomputed, in the executors' own memory" "$tmp/pool-$r.txt" &&
+    ok || { bad "pool $r: its host-memory line does not say the executors keep them"; cat "$tmp/pool-$r.txt"; }
+done
+exe 1 pool-1 $q --recompute none
+same qwen3-stage pool-1 "pool: none on 1 rank against stage on 2"
+exe 2 pool-bf16 $q --recompute none --activation-dtype bf16
+run 2 stage-bf16 $q --recompute stage --activation-dtype bf16
+same stage-bf16 pool-bf16 "pool: bf16 activations"
+exe 2 pool-nodes $q --recompute none --ranks-per-node 1
+same nodes-stage pool-nodes "pool: 2 nodes"
+exe 2 pool-packed $p --recompute none
+same packed-stage pool-packed "pool: --documents"
+exe 2 pool-lora $q --lora-rank 2 --lora-dropout 0.1 --recompute none
+same lora-stage pool-lora "pool: LoRA"
+exe 2 pool-moe $moe --recompute none
+same moe-stage pool-moe "pool: moe"
+exe 2 pool-moe-part $moe --plan "fwd=0,1-2,3-4;bwd=5-7,1-4,0;keep=2"
+same moe-stage pool-moe-part "pool: moe keep=2 of a backward stage"
+exe 2 pool-moe-layer $moe --plan "fwd=0-2,3-4;bwd=5-7,3-4,0-2;keep=3" --recompute layer
+same moe-stage pool-moe-layer "pool: moe keep=3 under --recompute layer"
+RP_TEST_KEEP_ON_EXECUTOR=1 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --device cpu $moe \
+  --plan "fwd=0-4;bwd=5-7,3-4,0-2;keep=4" > "$tmp/misplaced.txt" 2>&1 && bad "a kept block on two executors ran" ||
+  { grep -q "keep=4, but block 2's forward (job 0) and backward (job 3) run on different executors of a pipeline of width 2.* at most 2 blocks" "$tmp/misplaced.txt" &&
+      ok || { bad "a kept block on two executors: its message"; cat "$tmp/misplaced.txt"; }; }
 # no room: auto keeps none, none is refused naming the limit
 run 2 tight $q --host-memory-limit-mib 1
 kept tight 0 && same qwen3-stage tight "auto without room" || bad "auto kept blocks over the limit"

@@ -634,6 +634,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
      * own memory; auto within the host limit, which rp_plan_cli_choose
      * then holds exactly */
     o->host_limit = rp_host_memory_limit(a.train.host_memory_limit_mib, &o->host_limit_from);
+    if (st == RP_OK)
+        o->model->saved_by_layer = o->recompute == RP_RECOMPUTE_LAYER;
     if (st == RP_OK && o->have_config) {
         mc->keep_budget = o->recompute == RP_RECOMPUTE_NONE ? -1
                           : o->recompute == RP_RECOMPUTE_AUTO ? o->host_limit

@@ -114,6 +114,8 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
                                  e->o->activation_dtype, e->o->documents != NULL, e->batch_micro,
                                  e->samples_per_micro, e->seq_len, *cm,
                                  workspace, err);
+    if (s == RP_OK)
+        (*cm)->saved_by_layer = e->o->recompute == RP_RECOMPUTE_LAYER;
     if (s != RP_OK)
         rp_cost_model_destroy(cm);
     return s;
@@ -180,7 +182,7 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
 {
     if (forced_keep != RP_PLAN_KEPT_CHOOSE) {
         p->kept = forced_keep;
-        return RP_OK;
+        return rp_plan_check_kept(cm, p, mc->gpus, err);
     }
     p->kept = rp_plan_choose_kept(cm, mc, p);
     const int auto_mode = e->o->recompute == RP_RECOMPUTE_AUTO;

@@ -70,6 +70,10 @@ typedef struct rp_cost_model {
     int keep_in_place;             /* executors read kept activations where the host store
                                       holds them (plan.h's kept): a kept layer of a backward
                                       job needs no device slot (act_bytes) */
+    int saved_by_layer;            /* --recompute layer: every layer's input is a checkpoint,
+                                      and a backward job holds one layer's saved area at a
+                                      time (its act_bytes), not its stage's sum; the tail
+                                      still holds its stage's (engine/executor.c) */
     int keep_on_executor;          /* executors keep them in a pool of their own memory
                                       (keep_device_bytes; GPUs, whose link a round trip of
                                       them would cost more than the recompute): a kept

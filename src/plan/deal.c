@@ -39,6 +39,7 @@ static rp_status plan_one(const rp_cost_model *m, const rp_machine *mc, int widt
     *out = *forced;
     if (out->kept == RP_PLAN_KEPT_CHOOSE)
         out->kept = rp_plan_choose_kept(m, mc, out);
+    RP_TRY(rp_plan_check_kept(m, out, mc->gpus, err));
     RP_TRY(rp_simulate(m, out, mc, res, err));
     if (mc->memory_limit > 0 && res->peak_bytes > mc->memory_limit)
         return rp_error_set(err, RP_ERR_DEVICE_MEMORY,

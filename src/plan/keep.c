@@ -3,15 +3,11 @@
 
 #include "plan/schedule.h"
 
+static int job_of(const rp_plan *p, int l, int backward);
+
 int rp_plan_kept_on_one_executor(const rp_plan *p, int gpus, int l)
 {
-    int jf = -1, jb = -1;
-    for (int s = 0; s < p->nfwd; s++)
-        if (l >= p->fwd[s].first && l <= p->fwd[s].last)
-            jf = s;
-    for (int s = 0; s < p->nbwd; s++)
-        if (l >= p->bwd[s].first && l <= p->bwd[s].last)
-            jb = p->nfwd + s;
+    const int jf = job_of(p, l, 0), jb = job_of(p, l, 1);
     return jf >= 0 && jb >= 0 && (jb - jf) % rp_schedule_width(p, gpus) == 0;
 }
 
@@ -55,6 +51,41 @@ int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_p
         kept++;
     }
     return (int)kept;
+}
+
+/* The job (plan/schedule.h's index) of layer l's forward, or of its
+ * backward (the tail's or a backward stage's). */
+static int job_of(const rp_plan *p, int l, int backward)
+{
+    if (!backward) {
+        for (int s = 0; s < p->nfwd; s++)
+            if (l >= p->fwd[s].first && l <= p->fwd[s].last)
+                return s;
+        return -1;
+    }
+    for (int s = 0; s < p->nbwd; s++)
+        if (l >= p->bwd[s].first && l <= p->bwd[s].last)
+            return p->nfwd + s;
+    return -1;
+}
+
+rp_status rp_plan_check_kept(const rp_cost_model *m, const rp_plan *p, int gpus, rp_error *err)
+{
+    if (!m->keep_on_executor || p->kept <= 0)
+        return RP_OK;
+    int can = 0;
+    for (int l = rp_plan_tail_first(p) - 1; l >= 1 && rp_plan_kept_on_one_executor(p, gpus, l); l--)
+        can++;
+    for (int l = rp_plan_tail_first(p) - 1; l >= 1; l--)
+        if (rp_plan_is_kept(p, l) && !rp_plan_kept_on_one_executor(p, gpus, l))
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "plan: keep=%d, but block %d's forward (job %d) and backward "
+                                "(job %d) run on different executors of a pipeline of width %d, "
+                                "and the executors keep kept activations in their own memory: "
+                                "this plan can keep at most %d block%s",
+                                p->kept, l, job_of(p, l, 0), job_of(p, l, 1),
+                                rp_schedule_width(p, gpus), can, can == 1 ? "" : "s");
+    return RP_OK;
 }
 
 int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microbatches)

@@ -32,6 +32,13 @@ int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_p
  * a multiple of the width (plan/schedule.h's deal). */
 int rp_plan_kept_on_one_executor(const rp_plan *p, int gpus, int l);
 
+/* A forced plan's kept blocks (keep=N) where executors keep them in their
+ * own memory: each must have its forward and backward jobs on one
+ * executor, else RP_ERR_INVALID_ARG naming the block, its two jobs and how
+ * many blocks the plan could keep. RP_OK otherwise (and always for
+ * executors that read them in the host store). */
+rp_status rp_plan_check_kept(const rp_cost_model *m, const rp_plan *p, int gpus, rp_error *err);
+
 /* The host bytes the kept layers of p take, over M microbatches. */
 int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microbatches);
 

@@ -118,15 +118,17 @@ static int64_t job_scratch_bytes(const rp_cost_model *m, const rp_job *job)
 }
 
 /* What a tail or backward job keeps on the device for its layers'
- * backward: a slot per layer, but for the kept layers an executor reads
- * where the host store holds them (engine/executor.c sizes it so). */
+ * backward: a slot per layer (one at a time in a backward job under
+ * --recompute layer), but for the kept layers an executor reads where
+ * they lie, the host store or its pool (engine/executor.c sizes it so). */
 static int64_t job_saved_bytes(const rp_cost_model *m, const rp_plan *p, const rp_job *job)
 {
     int64_t bytes = 0;
+    const int one = job->kind == RP_JOB_BWD && m->saved_by_layer; /* one at a time */
     for (int l = job->first; l <= job->last; l++)
         if (!((m->keep_in_place || m->keep_on_executor) && job->kind == RP_JOB_BWD &&
               rp_plan_is_kept(p, l)))
-            bytes += m->layers[l].act_bytes;
+            bytes = one ? max64(bytes, m->layers[l].act_bytes) : bytes + m->layers[l].act_bytes;
     return bytes;
 }
 
