@@ -285,6 +285,9 @@ static rp_status run(rp_engine *e, rp_error *err)
         rows.n = 0;
         memset(speculated, 0, (size_t)e->num_layers);
         int speculating = 0;
+        /* this step's speculated and normal updates of the blocks and the
+         * head, counted for the summary once the step is not abandoned */
+        int64_t spec_layers = 0, spec_after = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
             /* the test hook's stop: the blocks and the head summed, not the
@@ -300,7 +303,7 @@ static rp_status run(rp_engine *e, rp_error *err)
                     speculated[l] = speculating = 1;
             }
             if (s == RP_OK && l > 0 && rp_gate_may_speculate(e, skip) && share_size(e, l) > 0)
-                speculated[l] ? e->by_optimizer.spec_layers++ : e->by_optimizer.spec_after++;
+                speculated[l] ? spec_layers++ : spec_after++;
             if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
@@ -328,8 +331,11 @@ static rp_status run(rp_engine *e, rp_error *err)
             continue;
         /* hit: every speculative update stands; miss: redone (counted on
          * every rank alike, whatever each speculated) */
-        if (rp_gate_may_speculate(e, skip))
+        if (rp_gate_may_speculate(e, skip)) {
             coef == 1.0f ? e->by_optimizer.spec_hits++ : e->by_optimizer.spec_misses++;
+            e->by_optimizer.spec_layers += spec_layers;
+            e->by_optimizer.spec_after += spec_after;
+        }
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
             e->by_optimizer.lag_coef = coef;
             s = update_lagged(e, t, coef, skip, who, err);
