@@ -116,9 +116,10 @@ static void abandon_speculation(rp_engine *e, int64_t t, const unsigned char *sp
     }
     if (restored)
         rp_log(e->lg, RP_LOG_INFO, "speculative update: step %lld ended before its gradient "
-               "norm was known (%s): this rank's speculative updates of %d layers restored "
+               "norm was known (%s): this rank's speculative updates of %d layer%s restored "
                "from their backup, no version raised", (long long)t,
-               why == RP_STOP ? "the run stops after an earlier step" : "a failure", restored);
+               why == RP_STOP ? "the run stops after an earlier step" : "a failure", restored,
+               restored == 1 ? "" : "s");
 }
 
 /* The embedding rows iteration t+1 reads (every pipeline's), sorted and
