@@ -10,7 +10,9 @@
 # step that counts no target (no update: not speculated either); on 1
 # and 3 ranks, on 2 nodes, with LoRA adapters, on the mixture of experts,
 # resumed from a checkpoint in the middle, stopped by SIGUSR1 and resumed,
-# and under the race injector. A layer summed once everything below it has
+# stopped in a step whose speculated updates are abandoned before its norm
+# (RP_FAULT_STOP_BEFORE_NORM: restored, the stop's checkpoint that of a run
+# that never speculated), and under the race injector. A layer summed once everything below it has
 # landed (the backward over) is not speculated: it updates after the norm
 # (the trace and the summary show it; the same bits).
 # It is on only when asked on CPU executors (auto: off, said on the
@@ -107,9 +109,10 @@ same mixed-off ck "checkpoints written while speculating"
 head -n 3 "$tmp/mixed-off.jsonl" > "$tmp/resumed.jsonl"
 run 2 resumed $q --speculative-update on --resume "$tmp/ck/step-00000003"
 same mixed-off resumed "resumed from step 3 while speculating"
-# SIGUSR1 through mpirun: the step in progress ends (a next step's speculated
-# layers restored unpublished), its checkpoint resumes to the bits of a run
-# that never stopped
+# SIGUSR1 through mpirun: the step in progress ends, its checkpoint resumes
+# to the bits of a run that never stopped (the stop is decided before any
+# later step's gradient is summed: no speculated update is abandoned; the
+# test hook below plants a stop that abandons some)
 long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 30 --lr 3e-3 --seed 2 --grad-clip 2"
 run 2 long $long --speculative-update off
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --threads 1 --device cpu --timeout 60 \
@@ -122,6 +125,48 @@ kill -s USR1 $pid; wait $pid; rc=$?
 cp "$tmp/stop.jsonl" "$tmp/stopped.jsonl"
 run 2 stopped $long --speculative-update on --checkpoint-dir "$tmp/cks" --resume auto
 same long stopped "stopped by SIGUSR1 while speculating, resumed"
+# a step abandoned before its norm (RP_FAULT_STOP_BEFORE_NORM=K: a stop
+# decided after step K-1 once step K's blocks and head are summed, every
+# share of them speculated, and before the embedding's sum, which the norm
+# waits for): each rank's speculated updates restored from their backup, no
+# version raised, so the stop's checkpoint of step K-1 holds the tensors of
+# an uninterrupted run's checkpoint of K-1 and, resumed to the end, gives
+# the log and the model of a run with --speculative-update off. A clip that
+# never clips (hit) and one that always clips (miss); 1, 2 and 3 ranks;
+# K = 2 (in the first segment, before the re-plan), 3 (its first step
+# after) and 4.
+for clip in hit:100 miss:1e-3; do
+  cn=${clip%%:*}; c=${clip#*:}
+  run 2 ab-$cn $q --grad-clip $c --speculative-update off --checkpoint-dir "$tmp/ab-$cn.ck" \
+    --checkpoint-every 1 --keep-checkpoints 0
+  for case in 1:2 2:4 3:3; do
+    np=${case%:*}; k=${case#*:}; out=ab-$cn-$np
+    ${MPIRUN:-mpirun} $flags -x RP_FAULT_STOP_BEFORE_NORM=$k -np $np "$bin" train --progress none \
+      --threads 1 --device cpu --timeout 60 $q --grad-clip $c --speculative-update on \
+      --checkpoint-dir "$tmp/$out.ck" --log "$tmp/$out.jsonl" > "$tmp/$out.stop.txt" 2>&1 &&
+      grep -q "stopped by SIGUSR1 after step $((k - 1)) of 6" "$tmp/$out.stop.txt" &&
+      grep -Eq "info: speculative update: step $k ended before its gradient norm was known \(the run stops after an earlier step\): this rank's speculative updates of [1-9][0-9]* layers? restored from their backup, no version raised" "$tmp/$out.stop.txt" &&
+      ok || { bad "$out: not stopped after step $((k - 1)) with step $k's speculation abandoned"; cat "$tmp/$out.stop.txt"; }
+    # the summary counts the steps done, not the abandoned one's updates
+    # (1 rank: its shares are the 3 layers above the embedding, 1 step)
+    [ $np != 1 ] || { grep -Eq "speculative update: [01] hits, [01] misses \(of 1 steps that may speculate[^)]*\); rank 0 speculated [0-3] of its 3 updates" "$tmp/$out.stop.txt" &&
+      ok || { bad "$out: the summary counts the abandoned step"; grep "speculative update: [0-9]* hits" "$tmp/$out.stop.txt"; }; }
+    ck=$(printf 'step-%08d' $((k - 1))) differ=
+    for f in model optimizer; do
+      cmp -s "$tmp/$out.ck/$ck/$f.safetensors" "$tmp/ab-$cn.ck/$ck/$f.safetensors" || differ="$differ $f"
+    done
+    [ -z "$differ" ] && ok || bad "$out: the stop's checkpoint of step $((k - 1)) is not the uninterrupted run's:$differ.safetensors"
+    run $np $out $q --grad-clip $c --speculative-update on --checkpoint-dir "$tmp/$out.ck" --resume auto
+    same ab-$cn $out "$out: abandoned at step $k, stopped, resumed, against off"
+  done
+done
+# the hook where its stop would not be the step before (no clipping: each
+# update made as its gradient is summed): refused, naming it
+${MPIRUN:-mpirun} $flags -x RP_FAULT_STOP_BEFORE_NORM=2 -np 2 "$bin" train --progress none --device cpu \
+  $q --grad-clip 0 --checkpoint-dir "$tmp/ab-noclip.ck" > "$tmp/ab-noclip.txt" 2>&1 &&
+  bad "RP_FAULT_STOP_BEFORE_NORM without clipping ran" ||
+  { grep -q "RP_FAULT_STOP_BEFORE_NORM=2: no --grad-clip" "$tmp/ab-noclip.txt" && ok ||
+    { bad "RP_FAULT_STOP_BEFORE_NORM without clipping: its message"; cat "$tmp/ab-noclip.txt"; }; }
 # the race injector: random delays in every producer, 3 ranks
 RP_INJECT_DELAY_US=2000 RP_INJECT_SEED=7 run 3 race $q --speculative-update on
 same mixed-off race "under RP_INJECT_DELAY_US"

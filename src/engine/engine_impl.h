@@ -217,6 +217,7 @@ typedef struct rp_engine {
     rp_progress progress;
     rp_trace *trace;   /* NULL unless --trace */
     int drop_kind, drop_index, drop_micro; /* RP_FAULT_DROP_SIGNAL (tests); kind -1: none */
+    int64_t fault_stop_step; /* RP_FAULT_STOP_BEFORE_NORM (tests); 0: none, -1: malformed */
 
     /* ---- views into the host store: set up with the store (host_memory.c,
      * run.c); the data behind them is written by the producers the

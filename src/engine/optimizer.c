@@ -95,11 +95,16 @@ static void settle_layer(rp_engine *e, int l, int64_t t, float coef)
     rp_gate_update_done(e, l, t, 1);
 }
 
-/* A step that ends before its norm is known (a stop, a failure): the
- * speculated layers' state as it was, their compute copy too, no version
- * raised (the step never happened, and a stop's checkpoint reads them). */
-static void abandon_speculation(rp_engine *e, const unsigned char *speculated)
+/* A step that ends before its norm is known (`why`: RP_STOP, the run stops
+ * after an earlier step; else a failure): the speculated layers' state as
+ * it was, their compute copy too, no version raised (the step never
+ * happened, and a stop's checkpoint reads them). Said, with the count of
+ * this rank's layers restored: a stop reaches it only through the test hook
+ * RP_FAULT_STOP_BEFORE_NORM (protocol.h), whose tests look for the line. */
+static void abandon_speculation(rp_engine *e, int64_t t, const unsigned char *speculated,
+                                rp_status why)
 {
+    int restored = 0;
     for (int l = 1; l < e->num_layers; l++) {
         if (!speculated[l])
             continue;
@@ -107,7 +112,14 @@ static void abandon_speculation(rp_engine *e, const unsigned char *speculated)
         rp_engine_slice(e, l, e->rank, e->nd.node, &b0, &b1, &lo, &hi);
         rp_speculative_restore(e, l, lo, hi);
         rp_params_sync_compute_range(e->p, l, lo, hi);
+        restored += hi > lo;
     }
+    if (restored)
+        rp_log(e->lg, RP_LOG_INFO, "speculative update: step %lld ended before its gradient "
+               "norm was known (%s): this rank's speculative updates of %d layer%s restored "
+               "from their backup, no version raised", (long long)t,
+               why == RP_STOP ? "the run stops after an earlier step" : "a failure", restored,
+               restored == 1 ? "" : "s");
 }
 
 /* The embedding rows iteration t+1 reads (every pipeline's), sorted and
@@ -274,8 +286,15 @@ static rp_status run(rp_engine *e, rp_error *err)
         rows.n = 0;
         memset(speculated, 0, (size_t)e->num_layers);
         int speculating = 0;
+        /* this step's speculated and normal updates of the blocks and the
+         * head, counted for the summary once the step is not abandoned */
+        int64_t spec_layers = 0, spec_after = 0;
         /* gradients land top down (the tail first) */
         for (int l = e->num_layers - 1; s == RP_OK && l >= 0; l--) {
+            /* the test hook's stop: the blocks and the head summed, not the
+             * embedding, which the global norm waits for */
+            if (l == 0 && (s = rp_proto_fault_stop(e, t, err)) != RP_OK)
+                break;
             /* without clipping a block's update needs nothing else: fused */
             int fuse = rp_gate_fused(e, l, skip);
             s = rp_grad_sum_share(e, l, t, fuse, who, err);
@@ -285,7 +304,7 @@ static rp_status run(rp_engine *e, rp_error *err)
                     speculated[l] = speculating = 1;
             }
             if (s == RP_OK && l > 0 && rp_gate_may_speculate(e, skip) && share_size(e, l) > 0)
-                speculated[l] ? e->by_optimizer.spec_layers++ : e->by_optimizer.spec_after++;
+                speculated[l] ? spec_layers++ : spec_after++;
             if (s != RP_OK || order != RP_GATE_AS_SUMMED)
                 continue;
             if (fuse) {
@@ -306,15 +325,18 @@ static rp_status run(rp_engine *e, rp_error *err)
                 s = rp_error_prefix(err, "step %lld: gradient norm", (long long)t);
         }
         if (s != RP_OK && speculating)
-            abandon_speculation(e, speculated);
+            abandon_speculation(e, t, speculated, s);
         if (s != RP_OK)
             break;
         if (order == RP_GATE_AS_SUMMED)
             continue;
         /* hit: every speculative update stands; miss: redone (counted on
          * every rank alike, whatever each speculated) */
-        if (rp_gate_may_speculate(e, skip))
+        if (rp_gate_may_speculate(e, skip)) {
             coef == 1.0f ? e->by_optimizer.spec_hits++ : e->by_optimizer.spec_misses++;
+            e->by_optimizer.spec_layers += spec_layers;
+            e->by_optimizer.spec_after += spec_after;
+        }
         if (lag) { /* every gradient summed first: a stop leaves them for its checkpoint */
             e->by_optimizer.lag_coef = coef;
             s = update_lagged(e, t, coef, skip, who, err);

@@ -66,6 +66,10 @@ void rp_proto_dims(const rp_engine *e, rp_event_dims *dims)
 void rp_proto_read_fault(rp_engine *e)
 {
     e->drop_kind = -1;
+    const char *stop = getenv("RP_FAULT_STOP_BEFORE_NORM");
+    char *end = NULL;
+    long long k = stop && *stop ? strtoll(stop, &end, 10) : 0;
+    e->fault_stop_step = !stop || !*stop ? 0 : *end == '\0' && k >= 2 ? (int64_t)k : -1;
     const char *f = getenv("RP_FAULT_DROP_SIGNAL");
     char name[16];
     int index, micro;
@@ -153,6 +157,33 @@ int rp_proto_stop_before(rp_engine *e, int64_t t)
         atomic_compare_exchange_strong(e->stop_at, &none, RP_STOP_PENDING))
         atomic_store(e->stop_at, atomic_load(e->started));
     return rp_proto_stopped(e, t);
+}
+
+/* RP_FAULT_STOP_BEFORE_NORM=STEP: the stop no request can decide (a
+ * request makes the highest step started the last, and a step's gradients
+ * come from its jobs), so that a step's speculative updates are abandoned
+ * (optimizer.c) and the stop's checkpoint reads what they restored. */
+rp_status rp_proto_fault_stop(rp_engine *e, int64_t t, rp_error *err)
+{
+    if (e->fault_stop_step == 0 || (e->fault_stop_step > 0 && t != e->fault_stop_step))
+        return RP_OK;
+    const char *why = e->fault_stop_step < 0      ? "not a step number of 2 or more"
+                      : e->nd.nodes > 1           ? "one node only (several decide a stop "
+                                                    "together, node_sums.h)"
+                      : !e->o->checkpoint_dir     ? "no --checkpoint-dir (a stop writes one)"
+                      : e->o->grad_clip <= 0      ? "no --grad-clip (without clipping every "
+                                                    "update is made as its gradient is summed)"
+                      : e->o->optimizer_lag       ? "--optimizer-lag 1 (a stop leaves its "
+                                                    "update pending)"
+                                                  : NULL;
+    if (why)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "RP_FAULT_STOP_BEFORE_NORM=%s: %s",
+                            getenv("RP_FAULT_STOP_BEFORE_NORM"), why);
+    int64_t none = 0;
+    if (e->nd.world_rank != 0 || !atomic_compare_exchange_strong(e->stop_at, &none, t - 1))
+        return RP_OK;
+    rp_request_checkpoint(SIGUSR1); /* after the decision: an executor that sees it decides none */
+    return RP_STOP;
 }
 
 /* rp_event_wait with the run's deadline that also gives up when another

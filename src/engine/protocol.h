@@ -71,6 +71,19 @@ void rp_proto_read_fault(rp_engine *e);
 int rp_proto_stop_before(rp_engine *e, int64_t t);
 int rp_proto_stopped(const rp_engine *e, int64_t t);
 
+/* Test hook RP_FAULT_STOP_BEFORE_NORM=STEP (one node, --grad-clip with the
+ * exact optimizer, --checkpoint-dir): called by every rank's optimizer in
+ * step t once it has summed its shares of the blocks and the head (in step
+ * STEP every one of them speculated, rp_gate_speculates) and before it sums its share
+ * of the embedding, which the global norm waits for on every rank. In step
+ * STEP, world rank 0 decides a stop after step STEP-1 as a SIGUSR1 would
+ * have, had it come before step STEP's jobs, and returns RP_STOP: its
+ * optimizer ends the step as a wait past a decided stop does, and the other
+ * ranks' waits end so; the stop's checkpoint of step STEP-1 follows. RP_OK
+ * in other steps and ranks; an error naming the variable where the hook
+ * cannot be honoured. */
+rp_status rp_proto_fault_stop(rp_engine *e, int64_t t, rp_error *err);
+
 /* Waits name the waiting job (`job`) in a deadline's message; `background`
  * waits (optimizer, logger) get a quarter more time, so a stall is reported
  * by the executor wait nearest to its cause. */

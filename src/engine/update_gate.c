@@ -189,7 +189,10 @@ static int below_all_in(const rp_engine *e, int l, int64_t t)
 
 int rp_gate_speculates(const rp_engine *e, int l, int64_t t, int skip)
 {
-    return rp_gate_may_speculate(e, skip) && l > 0 && !below_all_in(e, l, t);
+    /* RP_FAULT_STOP_BEFORE_NORM's step: every share, whatever the timing,
+     * so that its stop always has speculated updates to abandon */
+    int planted = e->fault_stop_step > 0 && t == e->fault_stop_step;
+    return rp_gate_may_speculate(e, skip) && l > 0 && (planted || !below_all_in(e, l, t));
 }
 
 void rp_gate_update_done(rp_engine *e, int l, int64_t t, int updated)

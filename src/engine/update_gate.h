@@ -159,7 +159,9 @@ int rp_gate_may_speculate(const rp_engine *e, int skip);
  * summed": this rank sums its shares of the layers below only after it
  * decides, and each rank settles its own shares, so ranks may decide
  * differently in one step. It never changes bits (a speculated update is
- * kept or redone to the same bits). It waits at rp_gate_wait_update before
+ * kept or redone to the same bits). In the step of the test hook
+ * RP_FAULT_STOP_BEFORE_NORM (protocol.h) every share speculates, whatever
+ * the timing. It waits at rp_gate_wait_update before
  * it changes the layer, as every update does; rp_gate_update_done follows
  * the norm. */
 int rp_gate_speculates(const rp_engine *e, int l, int64_t t, int skip);
