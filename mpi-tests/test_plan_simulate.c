@@ -618,10 +618,12 @@ START_TEST(kept_pool_on_one_executor)
     mc.microbatches = 4;
     mc.keep_budget = 1 << 30;
     mc.workspace_bytes = 5;
+    mc.memory_limit = (int64_t)1 << 40;
     p.width = 2;
     ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 1);
     p.width = 1; /* 2 pipelines of 2 microbatches each */
     ck_assert_int_eq(rp_plan_choose_kept(m, &mc, &p), 2);
+
     rp_plan none = p;
     none.kept = 0;
     const int64_t base = rp_schedule_peak_bytes(m, &none, 2, 4, 5, NULL);

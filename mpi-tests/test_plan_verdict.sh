@@ -28,7 +28,9 @@ last() { tail -n 1 "$tmp/out"; }
 # the executor's buffers come from the CUDA back end's own sizes where the
 # build has it, else from the model: the figures are read, then checked
 # against each other, so the test holds for both builds
-plan --device cuda --memory-limit-mib 100000 && last | grep -q "^verdict: fits within --memory-limit-mib 100000: an executor needs [0-9.]* MiB of buffers (a limit given has no reserve added: a GPU of [0-9]* MiB or more holds them" \
+# (--recompute stage: within a limit auto keeps blocks in the GPU's memory,
+# without one none, and the verdicts compare one plan's buffers)
+plan --device cuda --memory-limit-mib 100000 --recompute stage && last | grep -q "^verdict: fits within --memory-limit-mib 100000: an executor needs [0-9.]* MiB of buffers (a limit given has no reserve added: a GPU of [0-9]* MiB or more holds them" \
   && ok || { bad "the --memory-limit-mib verdict"; last; }
 buf=$(last | sed -n 's/.*an executor needs \([0-9.]*\) MiB of buffers.*/\1/p')
 gpu=$(last | sed -n 's/.*a GPU of \([0-9]*\) MiB or more.*/\1/p')
@@ -39,9 +41,16 @@ awk -v b="$buf" -v g="$gpu" 'BEGIN { exit !(g - 0.05 * g - 512 >= b - 0.050001 &
 if cuda_usable; then
   plan --device cuda && last | grep -q "^verdict: .* (free on this machine's GPU 0)" && ok || { bad "this GPU's verdict"; last; }
 else
-  plan --device cuda && last | grep -q "^verdict: not checked against a GPU (--device-memory-mib N checks one of N MiB): an executor needs $buf MiB of buffers, a GPU of $gpu MiB or more" \
+  plan --device cuda --recompute stage && last | grep -q "^verdict: not checked against a GPU (--device-memory-mib N checks one of N MiB): an executor needs $buf MiB of buffers, a GPU of $gpu MiB or more" \
     && ok || { bad "the unchecked verdict"; last; }
 fi
+# auto within the limit keeps blocks below the tail in the GPU's own
+# memory (keep=N; their pool in the buffers), without a limit none
+plan --device cuda --memory-limit-mib 100000 && grep -q "^plan: .*;keep=[1-9]" "$tmp/out" &&
+  grep -q "kept by [1-9] blocks\? instead of recomputed, in the executors' own memory" "$tmp/out" &&
+  kbuf=$(last | sed -n 's/.*an executor needs \([0-9.]*\) MiB of buffers.*/\1/p') &&
+  awk -v k="$kbuf" -v b="$buf" 'BEGIN { exit !(k > b) }' && ok || { bad "auto within a limit keeps no block on the GPU"; cat "$tmp/out"; }
+plan --device cuda && ! grep -q "^plan: .*;keep=" "$tmp/out" && ok || { bad "auto without a limit keeps blocks on the GPU"; cat "$tmp/out"; }
 # on a GPU of that size plus 300 MiB: fits, buffers + reserve = total within it
 n=$((gpu + 300))
 plan --device cuda --device-memory-mib $n && ok || { bad "plan on a $n MiB GPU"; cat "$tmp/err"; }

@@ -93,6 +93,8 @@ static void keep_within(const rp_plan_cli *o, const rp_frozen_base *base, const 
 {
     if (o->recompute != RP_RECOMPUTE_AUTO || o->forced || o->host_limit <= 0)
         return;
+    if (o->model->keep_on_executor && o->device != RP_DEVICE_CPU)
+        return; /* GPUs keep them in their own memory: no host byte to save */
     int before = p->kept;
     while (p->kept > 0 &&
            rp_plan_choice_host_total(hm) + cpu_buffers(o, mc, p) > (size_t)o->host_limit) {

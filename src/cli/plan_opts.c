@@ -187,8 +187,8 @@ static const rp_option plan_rows[] = {
              "executors per pipeline"},
     {TRAIN("recompute", "auto|stage|layer|none"),
      .help = "as train's: auto keeps the activations of as many blocks\n"
-             "as host memory allows (on GPUs only where their round trip\n"
-             "beats the recompute), none keeps all, layer saves every\n"
+             "as host memory allows (GPUs: in their own memory, as much\n"
+             "as it allows), none keeps all, layer saves every\n"
              "layer's input (host memory)"},
     {TRAIN("host-memory-limit-mib", "X"),
      .help = "the host memory --recompute auto keeps activations within\n"
@@ -650,6 +650,12 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                           : o->recompute == RP_RECOMPUTE_AUTO ? INT64_MAX
                                                               : 0;
     }
+    /* GPUs keep them in their own memory: of a size not known (no
+     * --memory-limit-mib, --device-memory-mib or GPU here), auto keeps none
+     * (the fastest plan would keep every block, whatever memory it takes) */
+    if (st == RP_OK && o->model->keep_on_executor && (!o->have_config || o->device != RP_DEVICE_CPU) &&
+        mc->memory_limit <= 0 && mc->keep_budget > 0)
+        mc->keep_budget = 0;
     if (a.train.plan) {
         o->forced = malloc(sizeof *o->forced);
         if (!o->forced)

@@ -170,6 +170,11 @@ static void keep_budget(const rp_engine *e, rp_machine *mc)
         if (rp_run_host_model_state(e, &store, &ignored) == RP_OK && limit > store)
             mc->keep_budget = limit - store;
     }
+    /* GPUs keep them in their own memory: without a known size of it, none */
+    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
+    if (rp_kept_on_executor(e->device) && !(ops && ops->host_addressable) &&
+        e->memory_limit <= 0 && mc->keep_budget > 0)
+        mc->keep_budget = 0;
 }
 
 /* The plan's kept blocks, as --recompute says: a forced plan's keep=N
@@ -188,6 +193,16 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
     const int auto_mode = e->o->recompute == RP_RECOMPUTE_AUTO;
     if (!auto_mode && e->o->recompute != RP_RECOMPUTE_NONE)
         return RP_OK;
+    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
+    if (rp_kept_on_executor(e->device) && !(ops && ops->host_addressable)) {
+        /* no host byte for them: chosen within the device's memory */
+        if (auto_mode)
+            rp_log(e->lg, RP_LOG_INFO, "--recompute auto: %d of the %d blocks below the tail keep "
+                   "their activations in the executors' own memory (only blocks whose forward "
+                   "and backward jobs share an executor, as many as its memory limit allows)",
+                   p->kept, rp_plan_max_kept(p));
+        return RP_OK;
+    }
     const char *from;
     int64_t limit = host_limit(e, &from), need = 0, buffers = 0;
     if (limit <= 0) {
@@ -198,7 +213,6 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
             p->kept = 0;
         return RP_OK;
     }
-    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
     for (;;) {
         /* CPU executors' buffers are host memory too: the node's ranks' */
         buffers = ops && ops->host_addressable
@@ -221,13 +235,9 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
     if (auto_mode)
         rp_log(e->lg, RP_LOG_INFO, "--recompute auto: %d of the %d blocks below the tail keep "
                "their activations, the run needing %.1f MiB of host memory per node (the store%s); "
-               "the limit: %.1f MiB, %s%s",
+               "the limit: %.1f MiB, %s",
                p->kept, rp_plan_max_kept(p), need / 1048576.0,
-               buffers ? " and the CPU executors' buffers" : "", limit / 1048576.0, from,
-               p->kept < rp_plan_max_kept(p) && rp_kept_on_executor(e->device)
-                   ? "; executors keep them in their own memory: only blocks whose forward "
-                     "and backward jobs share an executor, as many as its memory limit allows"
-                   : "");
+               buffers ? " and the CPU executors' buffers" : "", limit / 1048576.0, from);
     return RP_OK;
 }
 

@@ -21,10 +21,10 @@
  * down from the layer below the tail, each while its keep_bytes x M still
  * fit and it has a recompute to save (fwd_ms > 0); on executors that keep them
  * (m->keep_on_executor), also while its forward and backward jobs run on
- * one executor (rp_plan_kept_on_one_executor) and, under a
- * mc->memory_limit, while the pool (rp_plan_kept_pool_bytes) still fits
- * beside the rest of the plan's peak. A budget of 0 keeps none; < 0
- * (--recompute none) keeps every block it can, whatever it costs. */
+ * one executor (rp_plan_kept_on_one_executor) and while the pool
+ * (rp_plan_kept_pool_bytes) still fits beside the rest of the plan's peak
+ * under mc->memory_limit (if any). A budget of 0 keeps none;
+ * < 0 (--recompute none) keeps every block it can, whatever it costs. */
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p);
 
 /* 1 when layer l's forward job and the backward (or tail) job holding it
