@@ -502,7 +502,10 @@ START_TEST(exact_is_never_faster_than_lagged)
 }
 END_TEST
 
-START_TEST(job_memory_adds_up)
+/* Four uniform layers whose bytes tell them apart: layer l (0-based)
+ * weighs 1000 (l + 1), its gradient 10000 (l + 1), its saved activations
+ * 100000 (l + 1), its output 7. */
+static rp_cost_model *sized_model(void)
 {
     rp_cost_model *m = uniform(4, 1, 1);
     for (int l = 0; l < 4; l++) {
@@ -511,6 +514,12 @@ START_TEST(job_memory_adds_up)
         m->layers[l].act_bytes = 100000 * (l + 1);
         m->layers[l].out_bytes = 7;
     }
+    return m;
+}
+
+START_TEST(job_memory_adds_up)
+{
+    rp_cost_model *m = sized_model();
     rp_plan p;
     rp_error err;
     ck_assert_int_eq(rp_plan_parse("fwd=0-1,2;bwd=3,1-2,0", 4, &p, &err), RP_OK);
@@ -575,14 +584,9 @@ END_TEST
  * beside the rest of the plan. */
 START_TEST(kept_pool_on_one_executor)
 {
-    rp_cost_model *m = uniform(4, 1, 1);
-    for (int l = 0; l < 4; l++) {
-        m->layers[l].weight_bytes = 1000 * (l + 1);
-        m->layers[l].grad_bytes = 10000 * (l + 1);
-        m->layers[l].act_bytes = 100000 * (l + 1);
-        m->layers[l].out_bytes = 7;
-        m->layers[l].keep_device_bytes = l > 0 && l < 3 ? 1000000 * l : 0;
-    }
+    rp_cost_model *m = sized_model();
+    m->layers[1].keep_device_bytes = 1000000; /* the two blocks */
+    m->layers[2].keep_device_bytes = 2000000;
     m->keep_on_executor = 1;
     rp_plan p;
     rp_error err;
