@@ -99,6 +99,13 @@ for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales qwen3-kept moe
       tail -3 "$out-$up.txt"; fi
   done
 done
+# the re-plan prices each block's dequantisation as measured (the planner's
+# dequant_ms): train's re-plan line says it for the FP8 base, not for a bf16 one
+grep -q "re-planned from measured layer times (.*; block 1's base dequantised in [0-9.e+-]* ms a use)" \
+  "$tmp/qwen3-bf16-scales-2.txt" && ok || { bad "the re-plan does not say the dequantisation it measured"; grep re-planned "$tmp/qwen3-bf16-scales-2.txt"; }
+train 2 --model "$gold/qwen3/model" --data "$gold/qwen3/data.npy" $(cat "$fix/qwen3-bf16-scales/args.txt") \
+  > "$tmp/bf16-base.txt" 2>&1 && grep -q "re-planned from measured" "$tmp/bf16-base.txt" &&
+  ! grep -q "dequantised in" "$tmp/bf16-base.txt" && ok || { bad "a bf16 base's re-plan"; cat "$tmp/bf16-base.txt"; }
 
 # ---- host memory and bytes uploaded per step: FP8 against its bf16 twin -------
 d="$fix/qwen3-bf16-scales"; in="$gold/qwen3"

@@ -70,11 +70,13 @@ typedef struct rp_engine_optimizer_part {
                             (rp_gate_speculates) */
 } rp_engine_optimizer_part;
 
-/* The executor's measurements (stage_compute.c): ms summed over calls, and the
- * calls, per layer, taken in a segment's iterations after its first; the
- * run reads them between segments to re-plan (run_plan.c). */
+/* The executor's measurements (stage_compute.c, stage_buffers.c): ms summed
+ * over calls, and the calls, per layer, taken in a segment's iterations
+ * after its first; the run reads them between segments to re-plan
+ * (run_plan.c). */
 typedef struct rp_engine_executor_part {
-    double *meas_ms; /* [2 * num_layers]: forward, then backward */
+    double *meas_ms; /* [3 * num_layers]: forward, backward, then an FP8 base's
+                        dequantisation (each use that dequantised the block) */
     double *meas_n;
 } rp_engine_executor_part;
 

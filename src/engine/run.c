@@ -329,9 +329,9 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
             s = rp_device_host_register(e->dev, e->pins[e->pinned_run].base,
                                         e->pins[e->pinned_run].bytes, err);
     RP_TRY(rp_run_agree(e, s, comm, err));
-    e->by_executor.meas_ms = calloc(4 * (size_t)e->num_layers, sizeof(double));
+    e->by_executor.meas_ms = calloc(6 * (size_t)e->num_layers, sizeof(double));
     e->by_executor.meas_n =
-        e->by_executor.meas_ms ? e->by_executor.meas_ms + 2 * e->num_layers : NULL;
+        e->by_executor.meas_ms ? e->by_executor.meas_ms + 3 * e->num_layers : NULL;
     s = e->by_executor.meas_ms ? RP_OK : rp_error_set(err, RP_ERR_NOMEM, "measurements");
     if (s == RP_OK && e->nd.nodes > 1) { /* a partial sum from the node before (node_sums.h) */
         size_t most = 0, b0, b1, lo, hi;

@@ -241,12 +241,21 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
     return RP_OK;
 }
 
+/* The planner's choice from the nominal rates (fwd_ms NULL) or from the
+ * measured layer times, an FP8 base's dequantisations included where they
+ * were measured (dequant_ms[l] >= 0: a use of block l that dequantised it;
+ * at the nominal rates they are not priced: nothing says how a device's
+ * memory compares with its compute). */
 static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
-                           rp_plan *plan, rp_machine *mc, rp_error *err)
+                           const double *dequant_ms, rp_plan *plan, rp_machine *mc,
+                           rp_error *err)
 {
     rp_cost_model *cm = NULL;
     int64_t workspace = 0;
     RP_TRY(cost_of(e, fwd_ms, bwd_ms, &cm, &workspace, err));
+    for (int l = 0; dequant_ms && l < cm->num_layers; l++)
+        if (dequant_ms[l] >= 0 && cm->layers[l].dequant_bytes > 0)
+            cm->layers[l].dequant_ms = dequant_ms[l];
     machine_of(e, mc);
     mc->workspace_bytes = workspace;
     keep_budget(e, mc);
@@ -355,7 +364,7 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
                 rp_machine_interleave_deal(mc);
         }
     } else if (s == RP_OK && mc) {
-        s = plan_auto(e, NULL, NULL, &e->plan, mc, err);
+        s = plan_auto(e, NULL, NULL, NULL, &e->plan, mc, err);
     }
     /* --pipelines P fixes the width: G/P executors per pipeline (one when
      * there are fewer executors than pipelines: then several pipelines
@@ -378,36 +387,34 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     int L = e->num_layers;
-    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_ms, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_n, 2 * L, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_ms, 3 * L, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_n, 3 * L, MPI_DOUBLE, MPI_SUM, comm);
     rp_plan old = e->plan;
     rp_machine *mc;
     int *deal;
     rp_status s = plan_buffers(e, &mc, &deal, err);
     if (s == RP_OK && mc) {
-        double *fwd = malloc(sizeof(double) * 2 * (size_t)L), *bwd = fwd + L;
-        for (int l = 0; l < L; l++) {
-            fwd[l] = e->by_executor.meas_n[l] > 0
-                         ? e->by_executor.meas_ms[l] / e->by_executor.meas_n[l]
-                         : -1;
-            bwd[l] = e->by_executor.meas_n[L + l] > 0
-                         ? e->by_executor.meas_ms[L + l] / e->by_executor.meas_n[L + l]
-                         : -1;
-        }
+        double *fwd = malloc(sizeof(double) * 3 * (size_t)L), *bwd = fwd + L, *deq = bwd + L;
+        for (int l = 0; l < 3 * L; l++) /* forward, backward, dequantisation */
+            fwd[l] = e->by_executor.meas_n[l] > 0 ? e->by_executor.meas_ms[l] /
+                                                        e->by_executor.meas_n[l]
+                                                  : -1;
         double head_ms = bwd[L - 1];
         /* the head runs forward and backward in one call: split it 1:2 */
         if (bwd[L - 1] >= 0) {
             fwd[L - 1] = bwd[L - 1] / 3;
             bwd[L - 1] -= fwd[L - 1];
         }
-        s = plan_auto(e, fwd, bwd, &e->plan, mc, err);
+        s = plan_auto(e, fwd, bwd, deq, &e->plan, mc, err);
         if (s == RP_OK) {
-            char a[512], b[512];
+            char a[512], b[512], d[96] = "";
             rp_plan_format(&old, a, sizeof a);
             rp_plan_format(&e->plan, b, sizeof b);
+            if (L > 2 && deq[1] >= 0) /* an FP8 base's */
+                snprintf(d, sizeof d, "; block 1's base dequantised in %.3g ms a use", deq[1]);
             rp_log(e->lg, RP_LOG_INFO, "re-planned from measured layer times (block: %.3g ms "
                    "forward, %.3g ms backward; head: %.3g ms forward and backward; per "
-                   "microbatch): %s", L > 2 ? fwd[1] : 0.0, L > 2 ? bwd[1] : 0.0, head_ms,
+                   "microbatch%s): %s", L > 2 ? fwd[1] : 0.0, L > 2 ? bwd[1] : 0.0, head_ms, d,
                    strcmp(a, b) ? b : "plan unchanged");
         }
         free(fwd);
