@@ -210,7 +210,7 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
     }
     rp_peak_parts q;
     rp_schedule_peak_parts(m, &p, o->mc.gpus, o->mc.microbatches, o->mc.workspace_bytes, &q);
-    part ps[6];
+    part ps[7];
     memset(ps, 0, sizeof ps);
     /* one scratch serves a job's gradients and its own workspace, in turn
      * with the other jobs': the job needing the most sets it */
@@ -275,6 +275,11 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
     snprintf(ps[4].detail, sizeof ps[4].detail,
              "%d x one microbatch's activations, %.1f MiB (layer %d's output)", q.layers + 2,
              q.out / 1048576.0, q.io_layer);
+    ps[6].name = "kept blocks";
+    ps[6].bytes = q.kept_pool;
+    snprintf(ps[6].detail, sizeof ps[6].detail,
+             "the executor's pool of the --plan's %d kept blocks (their inputs and saved areas, "
+             "for each microbatch of its pipeline)", p.kept > 0 ? p.kept : 0);
     snprintf(out->why, sizeof out->why,
              "at %lld tokens no plan fits the device memory limit of %.1f MiB%s%s%s; %s needs "
              "%.1f MiB: ",
@@ -284,7 +289,7 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
              q.total / 1048576.0);
     out->need = q.total;
     out->limit = o->mc.memory_limit;
-    list_parts(ps, 6, out);
+    list_parts(ps, q.kept_pool > 0 ? 7 : 6, out);
 }
 
 /* What needs the host memory at t's length: the store's parts, largest first. */

@@ -33,7 +33,7 @@ typedef struct rp_longest {
     struct {
         const char *name;
         int64_t bytes;
-    } parts[6];
+    } parts[7];
     char why[2048];      /* the bound in words: the limit, the parts largest first, with
                             their jobs and layers */
     char host[512];      /* the host memory the longest length needs, in words */
