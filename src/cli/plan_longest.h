@@ -25,7 +25,7 @@ typedef struct rp_longest {
     rp_longest_bound bound;
     const char *part;    /* the largest part at first_over: "workspace", "gradients",
                             "saved activations", "weights", "stage buffers", "shared
-                            workspace" (device), "activations", "model state and
+                            workspace", "kept blocks" (device), "activations", "model state and
                             gradients", "executor buffers" (host) */
     int64_t need, limit; /* at first_over: the bytes needed (device: the fallback plan's
                             peak; host: the node's) and the limit they are over */
