@@ -600,7 +600,7 @@ START_TEST(kept_pool_on_one_executor)
     ck_assert(rp_plan_kept_on_one_executor(&p, 1, 1));
     p.width = 2;
     p.kept = 1; /* layer 2: 2000000 bytes a microbatch, M x W / G = 8 x 2 / 4 = 4 of them */
-    ck_assert_int_eq(rp_plan_kept_pool_bytes(m, &p, 4, 8), 4 * 2000000);
+    ck_assert_int_eq(rp_schedule_kept_pool_bytes(m, &p, 4, 8), 4 * 2000000);
     /* job 3 (B 1-2) holds layer 1's slot only, and the pool */
     ck_assert_int_eq(rp_schedule_job_bytes(m, &p, 2, 4, 3, 5),
                      5000 + 3000 + 50000 + 200000 + 21 + 5 + 4 * 2000000);

@@ -218,7 +218,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->base_scratch != NULL;
     }
     /* the kept layers' pool, laid out as stage_compute.c's pool_slot reads
-     * it (plan/keep.h's rp_plan_kept_pool_bytes counts it the same) */
+     * it (plan/schedule.h's rp_schedule_kept_pool_bytes counts it the same) */
     if (e->plan.kept > 0 && rp_kept_on_executor(e->device)) {
         size_t floats = 0;
         x->kept_at = calloc((size_t)e->num_layers, sizeof(size_t));

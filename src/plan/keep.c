@@ -11,17 +11,13 @@ int rp_plan_kept_on_one_executor(const rp_plan *p, int gpus, int l)
     return jf >= 0 && jb >= 0 && (jb - jf) % rp_schedule_width(p, gpus) == 0;
 }
 
-static int64_t pool_microbatches(const rp_plan *p, int gpus, int microbatches)
-{
-    return gpus > 0 ? (int64_t)microbatches * rp_schedule_width(p, gpus) / gpus : microbatches;
-}
 
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
 {
     if (mc->keep_budget == 0)
         return 0;
     int64_t left = mc->keep_budget, kept = 0, device_left = -1;
-    const int64_t per_executor = pool_microbatches(p, mc->gpus, mc->microbatches);
+    const int64_t per_executor = rp_schedule_pool_microbatches(p, mc->gpus, mc->microbatches);
     if (m->keep_on_executor && mc->memory_limit > 0 && mc->keep_budget > 0) {
         rp_plan none = *p; /* the plan's peak without the pool */
         none.kept = 0;
@@ -97,14 +93,3 @@ int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microba
     return bytes;
 }
 
-int64_t rp_plan_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
-                                int microbatches)
-{
-    if (!m->keep_on_executor)
-        return 0;
-    int64_t bytes = 0;
-    for (int l = 1; l < rp_plan_tail_first(p); l++)
-        if (rp_plan_is_kept(p, l))
-            bytes += m->layers[l].keep_device_bytes;
-    return bytes * pool_microbatches(p, gpus, microbatches);
-}

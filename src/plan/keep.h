@@ -22,7 +22,7 @@
  * fit and it has a recompute to save (fwd_ms > 0); on executors that keep them
  * (m->keep_on_executor), also while its forward and backward jobs run on
  * one executor (rp_plan_kept_on_one_executor) and while the pool
- * (rp_plan_kept_pool_bytes) still fits beside the rest of the plan's peak
+ * (plan/schedule.h's rp_schedule_kept_pool_bytes) still fits beside the rest of the plan's peak
  * under mc->memory_limit (if any). A budget of 0 keeps none;
  * < 0 (--recompute none) keeps every block it can, whatever it costs. */
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p);
@@ -41,11 +41,5 @@ rp_status rp_plan_check_kept(const rp_cost_model *m, const rp_plan *p, int gpus,
 
 /* The host bytes the kept layers of p take, over M microbatches. */
 int64_t rp_plan_kept_bytes(const rp_cost_model *m, const rp_plan *p, int microbatches);
-
-/* The device bytes of an executor's pool for the kept layers of p (0 unless
- * m->keep_on_executor): their keep_device_bytes for each of the M x W / G
- * microbatches of its pipeline (engine/executor.c allocates it so). */
-int64_t rp_plan_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
-                                int microbatches);
 
 #endif

@@ -1,8 +1,6 @@
 /* Job order and per-job device memory. */
 #include "plan/schedule.h"
 
-#include "plan/keep.h"
-
 rp_job rp_schedule_job(const rp_plan *p, int j)
 {
     rp_job job;
@@ -57,6 +55,23 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
             if (rp_plan_is_kept(p, l))
                 ms -= m->layers[l].fwd_ms; /* read where they lie: no recompute */
     return ms;
+}
+
+int64_t rp_schedule_pool_microbatches(const rp_plan *p, int gpus, int microbatches)
+{
+    return gpus > 0 ? (int64_t)microbatches * rp_schedule_width(p, gpus) / gpus : microbatches;
+}
+
+int64_t rp_schedule_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                                    int microbatches)
+{
+    if (!m->keep_on_executor)
+        return 0;
+    int64_t bytes = 0;
+    for (int l = 1; l < rp_plan_tail_first(p); l++)
+        if (rp_plan_is_kept(p, l))
+            bytes += m->layers[l].keep_device_bytes;
+    return bytes * rp_schedule_pool_microbatches(p, gpus, microbatches);
 }
 
 /* One use of layer l: its dequantisation unless the scratch holds it. */
@@ -151,7 +166,7 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
     else
         bytes += job_saved_bytes(m, p, &job) + 3 * io;
     return bytes + job_scratch_bytes(m, &job) + workspace +
-           rp_plan_kept_pool_bytes(m, p, gpus, microbatches);
+           rp_schedule_kept_pool_bytes(m, p, gpus, microbatches);
 }
 
 int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpus,
@@ -216,7 +231,7 @@ int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpu
     if (keep >= slot)
         q.saved_job = keep_job;
     q.workspace = workspace;
-    q.kept_pool = rp_plan_kept_pool_bytes(m, p, gpus, microbatches);
+    q.kept_pool = rp_schedule_kept_pool_bytes(m, p, gpus, microbatches);
     q.total = 2 * q.weights + q.scratch + q.saved + (int64_t)(q.layers + 2) * q.out + workspace +
               q.kept_pool;
     if (parts)

@@ -65,13 +65,22 @@ double rp_schedule_job_ms(const rp_cost_model *m, const rp_plan *p, const rp_job
 void rp_schedule_job_dequant(const rp_cost_model *m, const rp_plan *p, const rp_job *job,
                              double *first_ms, double *later_ms);
 
+/* The microbatches of an executor's pipeline: M x W / G. */
+int64_t rp_schedule_pool_microbatches(const rp_plan *p, int gpus, int microbatches);
+
+/* The device bytes of an executor's pool for the kept layers of p (0 unless
+ * m->keep_on_executor, plan/keep.h): their keep_device_bytes for each
+ * microbatch of its pipeline (engine/executor.c allocates it so). */
+int64_t rp_schedule_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
+                                    int microbatches);
+
 /* Peak device bytes of job j: its weights and those of the next job on the
  * same executor (double buffering), its gradients (TAIL/BWD), the
  * activations of one microbatch (the largest layer's for FWD, the sum over
  * the stage for TAIL/BWD), input/output buffers, its own workspace (the
  * largest workspace_bytes of its layers), the shared `workspace` and the
  * executor's pool of kept activations, resident through every job
- * (plan/keep.h's rp_plan_kept_pool_bytes for `microbatches` M). */
+ * (rp_schedule_kept_pool_bytes for `microbatches` M). */
 int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
                               int microbatches, int j, int64_t workspace);
 
@@ -81,7 +90,7 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
  * workspace (one scratch they take in turn), the largest TAIL/BWD sum of
  * act_bytes (at least the largest layer's), (longest stage's layers + 2) x
  * the largest out_bytes, the shared workspace, and the pool of kept
- * activations (rp_plan_kept_pool_bytes for `microbatches` M). At least the largest
+ * activations (rp_schedule_kept_pool_bytes for `microbatches` M). At least the largest
  * rp_schedule_job_bytes; *worst gets the index of the job with the largest
  * rp_schedule_job_bytes. */
 int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpus,
@@ -105,8 +114,8 @@ typedef struct rp_peak_parts {
     int io_layer;     /* its layer */
     int layers;       /* the longest stage's layers (at most all but one) */
     int64_t workspace; /* the one every job shares */
-    int64_t kept_pool; /* kept activations in the executor's own memory (plan/keep.h's
-                          rp_plan_kept_pool_bytes; 0 unless the cost model keeps them there) */
+    int64_t kept_pool; /* kept activations in the executor's own memory (rp_schedule_kept_pool_bytes;
+                          0 unless the cost model keeps them there) */
     int worst_job;    /* the job of the largest rp_schedule_job_bytes */
     int64_t total;
 } rp_peak_parts;
