@@ -36,10 +36,11 @@
 # stops with a message naming the layer; kept activations in the
 # executors' own memory (GPUs' way): the pool in plan's count, nothing of
 # it in the host store; the evaluation's device buffers (--eval-data) are
-# to the byte the count train holds against the device memory limit (dense
-# tied and untied, bf16, LoRA in place and uploaded, FP8 bases, a mixture
-# of experts, documents), and a limit under that count is refused before
-# any step, naming --eval-data and both figures.
+# to the byte the count train holds against the device memory limit and
+# `plan --eval-data` prints (dense tied and untied, bf16, LoRA in place and
+# uploaded, FP8 bases, a mixture of experts, documents), plan's verdict
+# counts the larger of them and its plan's buffers, and a limit under that
+# count is refused before any step, naming --eval-data and both figures.
 set -u
 . "$(dirname "$0")/testlib.sh"
 data="$src/mpi-tests/fixtures/golden/llama/data.npy" # tokens < 96, both vocabularies
@@ -272,7 +273,7 @@ echo "uploaded base, a stage of two blocks: $w8 bytes of weights with FP8, $w16 
 # the executor buffers): what its first evaluation allocates ("evaluation
 # buffers: ... (N bytes), allocated") is, to the byte, the count train's
 # start-up line says and holds against the device memory limit
-# (memory_model.h's rp_memory_model_eval): a tied and an untied model, fp32
+# (memory_model.h's rp_memory_model_eval) and `plan --eval-data` says: a tied and an untied model, fp32
 # and bf16; LoRA read in place (its dropout off: inference) and uploaded
 # (RP_TEST_UPLOAD_BASE=1); an FP8 base in place and uploaded (its blocks'
 # staging as the bound the executors reserve, BF16 and F32 scales, and a
@@ -287,8 +288,11 @@ eval_check() { # upload data "model options" [train's options]
     { bad "evaluation of $m $* (upload $up): train failed"; cat "$tmp/ev.txt"; return; }
   got=$(sed -n 's/.*evaluation buffers: .*(\([0-9]*\) bytes), allocated.*/\1/p' "$tmp/ev.txt")
   said=$(sed -n 's/.*evaluation (--eval-data): .*(\([0-9]*\) bytes; .*/\1/p' "$tmp/ev.txt")
-  [ -n "$got" ] && [ "$got" = "$said" ] && ok ||
-    bad "evaluation of $m $* (upload $up): allocated '$got' bytes, counted '$said'"
+  # shellcheck disable=SC2086
+  want=$(RP_TEST_UPLOAD_BASE=$up "$bin" plan $m --seq-len 16 --batch-size 4 --microbatches 2 \
+    --gpus 1 --device cpu --eval-data "$d" "$@" --json | grep -o '"eval_bytes": [0-9]*' | tr -dc 0-9)
+  [ -n "$got" ] && [ "$got" = "$said" ] && [ "$got" = "$want" ] && ok ||
+    bad "evaluation of $m $* (upload $up): allocated '$got' bytes, counted '$said', plan '$want'"
 }
 eval_check 0 "$data" "--init-config $tied"
 eval_check 0 "$data" "--init-config $untied"
@@ -333,6 +337,20 @@ else
 fi
 ev_run "$over" evover && grep -q "evaluation buffers: .*($evb bytes), allocated" "$tmp/evover.txt" && ok ||
   { bad "an evaluation within --memory-limit-mib $over"; cat "$tmp/evover.txt"; }
+# plan --eval-data: its line says the evaluation's bytes, its verdict
+# counts the larger of them and the plan's buffers; refused without a
+# config, and --eval-documents without --eval-data
+"$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --device cpu --plan "$singles_plan" --eval-data "$data" > "$tmp/evp.txt" 2>&1
+grep -q "^evaluation (--eval-data): [0-9.]* MiB of device memory per executor ($evb bytes), in place of those buffers between segments" "$tmp/evp.txt" &&
+  grep -q "^verdict: .*the buffers are the larger of the plan's [0-9.]* MiB and the evaluation's [0-9.]* MiB (--eval-data)" "$tmp/evp.txt" && ok ||
+  { bad "plan --eval-data: the evaluation's line or verdict"; cat "$tmp/evp.txt"; }
+"$bin" plan --layers "$src/bench/paper/qwen3-1.7b.txt" --eval-data "$data" > "$tmp/evl.txt" 2>&1 &&
+  bad "plan --eval-data with a layer-times file accepted" ||
+  { grep -q -- "--eval-data applies to a config" "$tmp/evl.txt" && ok || { bad "plan --layers --eval-data: message"; cat "$tmp/evl.txt"; }; }
+"$bin" plan --init-config "$tied" --eval-documents "$data" > "$tmp/evd.txt" 2>&1 &&
+  bad "plan --eval-documents without --eval-data accepted" ||
+  { grep -q -- "--eval-documents needs --eval-data" "$tmp/evd.txt" && ok || { bad "plan --eval-documents alone: message"; cat "$tmp/evd.txt"; }; }
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
