@@ -35,7 +35,12 @@
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer; kept activations in the
 # executors' own memory (GPUs' way): the pool in plan's count, nothing of
-# it in the host store.
+# it in the host store; the evaluation's device buffers (--eval-data) are
+# to the byte the count train holds against the device memory limit and
+# `plan --eval-data` prints (dense tied and untied, bf16, LoRA in place and
+# uploaded, FP8 bases, a mixture of experts, documents), plan's verdict
+# counts the larger of them and its plan's buffers, and a limit under that
+# count is refused before any step, naming --eval-data and both figures.
 set -u
 . "$(dirname "$0")/testlib.sh"
 data="$src/mpi-tests/fixtures/golden/llama/data.npy" # tokens < 96, both vocabularies
@@ -263,6 +268,89 @@ w8=$(weights "$fp8/qwen3-bf16-scales-model") w16=$(weights "$tmp/fp8-twin")
 echo "uploaded base, a stage of two blocks: $w8 bytes of weights with FP8, $w16 with its bf16 twin"
 [ -n "$w8" ] && [ -n "$w16" ] && [ $((w8 * 10)) -lt $((w16 * 6)) ] && ok ||
   bad "the uploaded FP8 base's stage holds '$w8' bytes, not well below its bf16 twin's '$w16'"
+
+# the evaluation (--eval-data, engine/eval.c: between segments, in place of
+# the executor buffers): what its first evaluation allocates ("evaluation
+# buffers: ... (N bytes), allocated") is, to the byte, the count train's
+# start-up line says and holds against the device memory limit
+# (memory_model.h's rp_memory_model_eval) and `plan --eval-data` says: a tied and an untied model, fp32
+# and bf16; LoRA read in place (its dropout off: inference) and uploaded
+# (RP_TEST_UPLOAD_BASE=1); an FP8 base in place and uploaded (its blocks'
+# staging as the bound the executors reserve, BF16 and F32 scales, and a
+# mixture of experts); a mixture of experts with and without LoRA;
+# documents (--eval-documents: the segment starts)
+eval_check() { # upload data "model options" [train's options]
+  up=$1; d=$2; m=$3; shift 3
+  # shellcheck disable=SC2086
+  RP_TEST_UPLOAD_BASE=$up ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 1 "$bin" train $m \
+    --data "$d" --eval-data "$d" --eval-samples 4 --seq-len 16 --batch-size 4 --microbatches 2 \
+    --steps 1 --progress none --device cpu "$@" > "$tmp/ev.txt" 2>&1 ||
+    { bad "evaluation of $m $* (upload $up): train failed"; cat "$tmp/ev.txt"; return; }
+  got=$(sed -n 's/.*evaluation buffers: .*(\([0-9]*\) bytes), allocated.*/\1/p' "$tmp/ev.txt")
+  said=$(sed -n 's/.*evaluation (--eval-data): .*(\([0-9]*\) bytes; .*/\1/p' "$tmp/ev.txt")
+  # shellcheck disable=SC2086
+  want=$(RP_TEST_UPLOAD_BASE=$up "$bin" plan $m --seq-len 16 --batch-size 4 --microbatches 2 \
+    --gpus 1 --device cpu --eval-data "$d" "$@" --json | grep -o '"eval_bytes": [0-9]*' | tr -dc 0-9)
+  [ -n "$got" ] && [ "$got" = "$said" ] && [ "$got" = "$want" ] && ok ||
+    bad "evaluation of $m $* (upload $up): allocated '$got' bytes, counted '$said', plan '$want'"
+}
+eval_check 0 "$data" "--init-config $tied"
+eval_check 0 "$data" "--init-config $untied"
+eval_check 0 "$data" "--init-config $tied" --dtype bf16
+eval_check 0 "$data" "--init-config $untied --lora-rank 4 --lora-dropout 0.1"
+eval_check 1 "$data" "--init-config $untied --lora-rank 4" --dtype bf16
+eval_check 1 "$data" "--init-config $tied --lora-rank 2"
+for up in 0 1; do
+  eval_check $up "$data" "--model $fp8/qwen3-bf16-scales-model --lora-rank 2" --dtype bf16
+  eval_check $up "$data" "--model $fp8/qwen3-f32-scales-m1-model --lora-rank 2" --dtype bf16
+  eval_check $up "$fp8/moe-bf16-scales/data.npy" "--model $fp8/moe-bf16-scales/model-fp8 --lora-rank 2" --dtype bf16
+done
+eval_check 0 "$fx/golden-moe/moe-mb/data.npy" "--init-config $fx/golden-moe/moe-mb/model/config.json"
+eval_check 0 "$fx/golden-moe/moe-mb/data.npy" "--init-config $fx/golden-moe/moe-mb/model/config.json --lora-rank 2"
+packed="$fx/golden/llama-packed"
+eval_check 0 "$packed/data.npy" "--model $packed/model" --eval-documents "$packed/documents.npy"
+eval_check 0 "$packed/data.npy" "--model $packed/model" --documents "$packed/documents.npy" --eval-documents "$packed/documents.npy" --dtype bf16
+# a device memory limit the evaluation does not fit is refused before any
+# step, naming --eval-data and both figures; one it fits runs. (Today's
+# executor buffers are always larger than the evaluation's: two stage
+# buffers of the largest layer; a forced plan is not held to the limit by
+# train, so it lets a limit lie between the two: with one-layer stages the
+# training allocates 2405008 bytes here, the evaluation under half of that.)
+singles_plan="fwd=0,1,2,3,4;bwd=5,4,3,2,1,0"
+ev_run() { # limit-MiB out
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --eval-data "$data" \
+    --seq-len 16 --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
+    --plan "$singles_plan" --memory-limit-mib "$1" --log "$tmp/$2.jsonl" --save "$tmp/$2-model" > "$tmp/$2.txt" 2>&1
+}
+ev_run 64 evfree || { bad "evaluation under 64 MiB: train failed"; cat "$tmp/evfree.txt"; }
+evb=$(sed -n 's/.*evaluation (--eval-data): .*(\([0-9]*\) bytes; limit 64.0 MiB).*/\1/p' "$tmp/evfree.txt")
+trb=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/evfree.txt")
+[ -n "$evb" ] && [ -n "$trb" ] && [ "$evb" -lt "$trb" ] && ok ||
+  bad "the evaluation's '$evb' bytes, the executor buffers' '$trb'"
+under=$(awk -v b="$evb" 'BEGIN { printf "%.6f", (b - 64) / 1048576 }')
+over=$(awk -v b="$evb" 'BEGIN { printf "%.6f", (b + 64) / 1048576 }')
+if ev_run "$under" evunder; then bad "an evaluation over --memory-limit-mib $under ran"
+else
+  grep -q -- "--eval-data: an evaluation needs [0-9.]* MiB of device memory per executor ($evb bytes: .*more than the limit of [0-9.]* MiB ([0-9]* bytes, --memory-limit-mib)" "$tmp/evunder.txt" &&
+    ! grep -q '"step"' "$tmp/evunder.jsonl" 2>/dev/null && [ ! -e "$tmp/evunder-model" ] && ok ||
+    { bad "the evaluation over the limit: message, or a step ran"; cat "$tmp/evunder.txt"; }
+fi
+ev_run "$over" evover && grep -q "evaluation buffers: .*($evb bytes), allocated" "$tmp/evover.txt" && ok ||
+  { bad "an evaluation within --memory-limit-mib $over"; cat "$tmp/evover.txt"; }
+# plan --eval-data: its line says the evaluation's bytes, its verdict
+# counts the larger of them and the plan's buffers; refused without a
+# config, and --eval-documents without --eval-data
+"$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+  --device cpu --plan "$singles_plan" --eval-data "$data" > "$tmp/evp.txt" 2>&1
+grep -q "^evaluation (--eval-data): [0-9.]* MiB of device memory per executor ($evb bytes), in place of those buffers between segments" "$tmp/evp.txt" &&
+  grep -q "^verdict: .*the buffers are the larger of the plan's [0-9.]* MiB and the evaluation's [0-9.]* MiB (--eval-data)" "$tmp/evp.txt" && ok ||
+  { bad "plan --eval-data: the evaluation's line or verdict"; cat "$tmp/evp.txt"; }
+"$bin" plan --layers "$src/bench/paper/qwen3-1.7b.txt" --eval-data "$data" > "$tmp/evl.txt" 2>&1 &&
+  bad "plan --eval-data with a layer-times file accepted" ||
+  { grep -q -- "--eval-data applies to a config" "$tmp/evl.txt" && ok || { bad "plan --layers --eval-data: message"; cat "$tmp/evl.txt"; }; }
+"$bin" plan --init-config "$tied" --eval-documents "$data" > "$tmp/evd.txt" 2>&1 &&
+  bad "plan --eval-documents without --eval-data accepted" ||
+  { grep -q -- "--eval-documents needs --eval-data" "$tmp/evd.txt" && ok || { bad "plan --eval-documents alone: message"; cat "$tmp/evd.txt"; }; }
 
 # a limit below the forced plan's need: refused, naming the limit
 need=$("$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \

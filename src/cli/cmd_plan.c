@@ -77,10 +77,11 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
            "\"width\": %d, \"optimizer_lag\": %d, \"plan\": \"%s\", \"iteration_ms\": %.6g, "
            "\"bubble_mean\": %.6g, \"bubble_max\": %.6g, \"tokens_per_s\": %.6g, "
-           "\"peak_bytes\": %lld, \"memory_limit_bytes\": %lld, ",
+           "\"peak_bytes\": %lld, \"eval_bytes\": %lld, \"memory_limit_bytes\": %lld, ",
            m->name, m->num_layers, o->mc.gpus, o->mc.microbatches, r->width,
            o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
-           r->tokens_per_s, (long long)r->peak_bytes, (long long)o->mc.memory_limit);
+           r->tokens_per_s, (long long)r->peak_bytes, (long long)o->eval_bytes,
+           (long long)o->mc.memory_limit);
     rp_plan_cli_deal_json(&o->mc);
     const rp_host_memory hm = c->host;
     if (c->have_host) {
@@ -186,6 +187,10 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
     if (o->mc.memory_limit > 0)
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
     printf("\n");
+    if (o->eval_bytes > 0)
+        printf("evaluation (--eval-data): %.1f MiB of device memory per executor (%lld bytes), "
+               "in place of those buffers between segments\n", o->eval_bytes / 1048576.0,
+               (long long)o->eval_bytes);
     rp_host_memory hm = c->host;
     if (o->mc.speculative && o->mc.clip && !o->mc.optimizer_lag) {
         /* train's backup (engine/speculative.c): master, m and v of every

@@ -191,15 +191,23 @@ void rp_plan_verdict(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan
 {
     const double mib = 1048576.0;
     char s1[32], s2[32], s3[32];
-    const double peak = (double)r->peak_bytes;
+    /* --eval-data: the evaluation's buffers replace the plan's between
+     * segments; an executor needs the larger */
+    const double peak = (double)(o->eval_bytes > r->peak_bytes ? o->eval_bytes : r->peak_bytes);
     const double host = c->have_host ? (double)rp_plan_choice_host_total(&c->host) : 0;
-    char host_text[200];
+    char host_text[400];
     if (c->have_host)
         snprintf(host_text, sizeof host_text, "; host memory needed: %s per node",
                  size_text(host, s1, sizeof s1));
     else
         snprintf(host_text, sizeof host_text, "; host memory: not known from a layer-times file "
                  "(--init-config or --model counts it)");
+    char eval_text[160] = "";
+    if (o->eval_bytes > 0)
+        snprintf(eval_text, sizeof eval_text, "; the buffers are the larger of the plan's %.1f "
+                 "MiB and the evaluation's %.1f MiB (--eval-data)", r->peak_bytes / mib,
+                 o->eval_bytes / mib);
+    strncat(host_text, eval_text, sizeof host_text - strlen(host_text) - 1);
     *fits = -1;
     if (o->have_config && o->device == RP_DEVICE_CPU) {
         /* CPU executors: every rank's buffers and the store share host memory */
@@ -210,11 +218,11 @@ void rp_plan_verdict(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan
         if (have > 0)
             *fits = total <= have;
         snprintf(buf, len, "verdict: %s: CPU executors: %d x %.1f MiB of buffers and the host "
-                 "store's %s, %s in all%s%s of memory",
+                 "store's %s, %s in all%s%s of memory%s",
                  *fits < 0 ? "not checked" : *fits ? "fits" : "does NOT fit", o->mc.gpus,
                  peak / mib, size_text(host, s1, sizeof s1), size_text(total, s2, sizeof s2),
                  have > 0 ? " of this machine's " : "; this machine's is not known",
-                 have > 0 ? size_text(have, s3, sizeof s3) : "");
+                 have > 0 ? size_text(have, s3, sizeof s3) : "", eval_text);
         return;
     }
     /* the smallest GPU whose memory less the reserve holds the buffers, in

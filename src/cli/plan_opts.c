@@ -33,7 +33,8 @@ typedef struct plan_config_source {
 
 typedef struct plan_args {
     rp_train_options train; /* --optimizer-lag, --grad-clip, --recompute, --deal, --plan,
-                               --topology, --documents, --lora-rank, --lora-targets,
+                               --topology, --documents, --eval-data, --eval-documents,
+                               --lora-rank, --lora-targets,
                                --lora-dropout */
     plan_config_source source;
     const char *layers;
@@ -230,6 +231,13 @@ static const rp_option plan_rows[] = {
     {TRAIN("documents", "FILE.npy"),
      .help = "a config's executors hold the segment starts train's\n"
              "--documents adds (the file itself is not read)"},
+    {TRAIN("eval-data", "FILE.npy"),
+     .help = "a config's executors also evaluate, as train --eval-data\n"
+             "does: between segments, in place of the plan's buffers;\n"
+             "the verdict counts the larger (the file itself is not read)"},
+    {TRAIN("eval-documents", "FILE.npy"),
+     .help = "with --eval-data: the evaluation holds the segment starts\n"
+             "too (the file itself is not read)"},
     {TRAIN("lora-rank", "R"),
      .help = "a config's model trained as train --lora-rank R: LoRA\n"
              "adapters of rank R, the rest frozen (default 0: full\n"
@@ -522,6 +530,12 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                           "--%s applies to a config (--init-config, --model); a layer-times "
                           "file carries its own bytes",
                           a.train.token_tile ? "token-tile" : "mlp-chunk-tokens");
+    if (st == RP_OK && a.train.eval_documents && !a.train.eval_data)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG, "--eval-documents needs --eval-data");
+    if (st == RP_OK && a.layers && a.train.eval_data)
+        st = rp_error_set(err, RP_ERR_INVALID_ARG,
+                          "--eval-data applies to a config (--init-config, --model): the "
+                          "evaluation's buffers are counted from the model");
     if (st == RP_OK && a.layers) {
         st = rp_cost_load(a.layers, &o->model, err);
     } else if (st == RP_OK) {
@@ -547,6 +561,12 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                              &o->lora, a.train.token_tile, a.train.mlp_chunk_tokens,
                              &o->model,
                              &config_ws, &o->cfg, err);
+        rp_eval_memory em; /* train --eval-data's evaluation, on these executors */
+        if (st == RP_OK && a.train.eval_data)
+            st = rp_memory_model_eval(&o->cfg, a.device, a.compute_bytes == 2 ? RP_BF16 : RP_F32,
+                                      a.train.eval_documents != NULL, b / m, a.seq_len, &em, err);
+        if (st == RP_OK && a.train.eval_data)
+            o->eval_bytes = (int64_t)em.total;
         o->have_config = st == RP_OK;
         o->device = a.device;
         o->dtype = a.compute_bytes == 2 ? RP_BF16 : RP_F32;

@@ -42,6 +42,9 @@ typedef struct rp_plan_cli {
     int64_t device_memory;
     const char *device_memory_from;
     int64_t memory_limit_given;
+    /* --eval-data: the device bytes each of train's evaluations allocates
+     * (engine/memory_model.h's rp_memory_model_eval), 0 without */
+    int64_t eval_bytes;
     rp_plan *forced;      /* --plan, owned, NULL when not given */
     int json;
     int help;

@@ -161,6 +161,7 @@ typedef struct rp_engine {
     rp_lr_schedule sched;
     rp_dataset *ds;
     rp_dataset *eval_ds; /* --eval-data (NULL: none) */
+    int eval_allocation_logged; /* rank 0 said what its first evaluation allocated */
     /* the shape of the run */
     int64_t steps;              /* iterations of the run */
     int64_t microbatches;       /* of this node per iteration (M / nodes) */

@@ -7,6 +7,7 @@
 
 #include "device/backend.h"
 #include "engine/lora_run.h"
+#include "engine/memory_model.h"
 #include "engine/run_impl.h"
 #include "engine/stage_weights.h"
 #include "engine/train_options.h"
@@ -46,13 +47,17 @@ typedef struct evaluator {
     uint8_t *mask;
     int32_t *hin, *htgt, *hseg; /* host staging */
     uint8_t *hmask;
+    size_t device_bytes; /* what rp_device_alloc gave */
 } evaluator;
 
+/* A buffer of `bytes` (memory_model.h's rp_eval_memory: never 0). */
 static void *dev_alloc(evaluator *v, size_t bytes, rp_status *s, rp_error *err)
 {
     void *p = NULL;
     if (*s == RP_OK)
-        *s = rp_device_alloc(v->e->dev, bytes ? bytes : 1, &p, err);
+        *s = rp_device_alloc(v->e->dev, bytes, &p, err);
+    if (p)
+        v->device_bytes += bytes;
     return p;
 }
 
@@ -119,13 +124,40 @@ static rp_status upload_layer(evaluator *v, int l, void *dst, rp_error *err)
                           err);
 }
 
+/* The buffers' sizes: the memory model's count (memory_model.h), which
+ * the start-up check held against the device memory limit; that each
+ * layer fits them is checked here, so a count that fell short of what the
+ * run holds is an error, never an overrun. */
+static rp_status evaluator_sizes(const evaluator *v, rp_eval_memory *m, rp_error *err)
+{
+    const rp_engine *e = v->e;
+    const rp_params *p = e->p;
+    RP_TRY(rp_memory_model_eval(&p->cfg, e->device, p->compute_dtype,
+                                rp_dataset_has_documents(e->eval_ds), e->samples_per_micro,
+                                e->seq_len, m, err));
+    for (int l = 0; l < p->nlayers; l++) {
+        const size_t adapters = e->lora && l > 0 ? rp_params_compute_bytes(p, l) : 0;
+        const size_t staged = e->lora && !v->in_place ? rp_frozen_base_staged_bytes(e->base, l) : 0;
+        const size_t room = l == 0 ? m->embedding : m->weights;
+        if (weight_bytes(v, l) > room || adapters > m->adapters || staged > m->staging)
+            return rp_error_set(err, RP_ERR_INTERNAL, "evaluation: layer %d takes %zu bytes of "
+                                "weights, %zu of adapters and %zu of FP8 staging; the memory "
+                                "model counts %zu, %zu and %zu", l, weight_bytes(v, l), adapters,
+                                staged, room, m->adapters, m->staging);
+    }
+    if (e->act_floats * sizeof(float) > m->activations ||
+        (size_t)e->tokens_per_micro * sizeof(int32_t) > m->token_ids)
+        return rp_error_set(err, RP_ERR_INTERNAL, "evaluation: a microbatch of %lld tokens over "
+                            "the memory model's buffers", (long long)e->tokens_per_micro);
+    return RP_OK;
+}
+
 static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
 {
     memset(v, 0, sizeof *v);
     v->e = e;
     const rp_params *p = e->p;
-    const rp_kernel_ops *ops = rp_device_kernel_ops(e->device);
-    const int64_t spm = e->samples_per_micro, S = e->seq_len, T = e->tokens_per_micro;
+    const int64_t T = e->tokens_per_micro;
     v->cfg = p->cfg;
     v->cfg.lora.dropout = 0; /* evaluation is inference */
     v->in_place = e->lora && e->base_in_place;
@@ -133,32 +165,24 @@ static rp_status evaluator_init(evaluator *v, rp_engine *e, rp_error *err)
         return rp_error_set(err, RP_ERR_INTERNAL, "evaluation: a frozen base in %s copied "
                             "beside adapters in %s", rp_dtype_name(rp_frozen_base_dtype(e->base)),
                             rp_dtype_name(p->compute_dtype));
-    size_t wmax = 0, admax = 0, stmax = 0;
-    for (int l = 1; e->lora && !v->in_place && l < p->nlayers; l++)
-        if (rp_frozen_base_staged_bytes(e->base, l) > stmax)
-            stmax = rp_frozen_base_staged_bytes(e->base, l);
-    for (int l = 1; l < p->nlayers; l++) {
-        wmax = weight_bytes(v, l) > wmax ? weight_bytes(v, l) : wmax;
-        admax = rp_params_compute_bytes(p, l) > admax ? rp_params_compute_bytes(p, l) : admax;
-    }
+    rp_eval_memory m;
+    RP_TRY(evaluator_sizes(v, &m, err));
     rp_status s = rp_device_kernels(e->dev, &v->k, err);
-    v->embed = dev_alloc(v, weight_bytes(v, 0), &s, err);
-    v->w = dev_alloc(v, wmax, &s, err);
-    if (e->lora)
-        v->ad = dev_alloc(v, admax, &s, err);
-    if (stmax)
-        v->staging = dev_alloc(v, stmax, &s, err);
-    v->act = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
-    v->out = dev_alloc(v, e->act_floats * sizeof(float), &s, err);
-    v->saved = dev_alloc(v, rp_block_saved_floats(ops, p->compute_dtype, &v->cfg, spm, S) *
-                                sizeof(float), &s, err);
-    v->ws = dev_alloc(v, rp_model_workspace_floats(ops, p->compute_dtype, &v->cfg, spm, S) *
-                             sizeof(float), &s, err);
-    v->in = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
-    v->tgt = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
-    v->mask = dev_alloc(v, (size_t)T, &s, err);
-    if (rp_dataset_has_documents(e->eval_ds))
-        v->seg = dev_alloc(v, (size_t)T * sizeof(int32_t), &s, err);
+    v->embed = dev_alloc(v, m.embedding, &s, err);
+    v->w = dev_alloc(v, m.weights, &s, err);
+    if (m.adapters)
+        v->ad = dev_alloc(v, m.adapters, &s, err);
+    if (m.staging)
+        v->staging = dev_alloc(v, m.staging, &s, err);
+    v->act = dev_alloc(v, m.activations, &s, err);
+    v->out = dev_alloc(v, m.activations, &s, err);
+    v->saved = dev_alloc(v, m.saved, &s, err);
+    v->ws = dev_alloc(v, m.workspace, &s, err);
+    v->in = dev_alloc(v, m.token_ids, &s, err);
+    v->tgt = dev_alloc(v, m.token_ids, &s, err);
+    v->mask = dev_alloc(v, m.mask, &s, err);
+    if (m.segments)
+        v->seg = dev_alloc(v, m.segments, &s, err);
     v->hin = malloc((size_t)T * sizeof(int32_t));
     v->htgt = malloc((size_t)T * sizeof(int32_t));
     v->hseg = malloc((size_t)T * sizeof(int32_t));
@@ -297,6 +321,12 @@ rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
     int have = 0;
     if (s == RP_OK)
         have = (s = evaluator_init(&v, e, err)) == RP_OK;
+    if (have && e->nd.world_rank == 0 && !e->eval_allocation_logged) {
+        /* what it allocated, against the start-up line's count (eval_check) */
+        rp_log(e->lg, RP_LOG_INFO, "evaluation buffers: %.1f MiB of device memory per executor "
+               "(%zu bytes), allocated", v.device_bytes / 1048576.0, v.device_bytes);
+        e->eval_allocation_logged = 1;
+    }
     if (s == RP_OK)
         s = run_mine(&v, samples, loss, counted, err);
     if (have)

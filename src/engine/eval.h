@@ -10,7 +10,11 @@
  * the training loss's definition, with the evaluation set's mask and
  * documents) has the same bits on any number of ranks. Rank 0 writes
  * {"step":K,"eval_loss":X,"eval_tokens":N,"eval_samples":K} to the
- * metrics log, a line to the log and the value to the progress display. */
+ * metrics log, a line to the log and the value to the progress display.
+ * Each evaluation allocates device buffers of its own, sized by the memory
+ * model (memory_model.h's rp_memory_model_eval), whose count the run holds
+ * against the device memory limit before its first step (run_impl.h's
+ * rp_run_eval_memory); rank 0 logs what the first one allocated. */
 #ifndef RP_ENGINE_EVAL_H
 #define RP_ENGINE_EVAL_H
 

@@ -10,6 +10,7 @@
 #include "engine/frozen_base.h"
 #include "engine/host_memory.h"
 #include "engine/padding.h"
+#include "engine/params.h"
 #include "io/fp8.h"
 #include "model/layers.h"
 
@@ -154,5 +155,79 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         *workspace_bytes += 3 * 4 * cfg->moe.num_experts;
     /* and the scratch an FP8 base's blocks are dequantised in, every job's */
     *workspace_bytes += base_scratch;
+    return RP_OK;
+}
+
+/* A buffer of `bytes` as the evaluator asks the device for it: never empty. */
+static size_t eval_buffer(size_t bytes)
+{
+    return bytes ? bytes : 1;
+}
+
+rp_status rp_memory_model_eval(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
+                               int documents, int64_t samples_per_micro, int64_t seq_len,
+                               rp_eval_memory *m, rp_error *err)
+{
+    memset(m, 0, sizeof *m);
+    rp_model_config c = *cfg;
+    c.lora.dropout = 0; /* evaluation is inference: no dropout buffers */
+    rp_layer_desc *layers = NULL, *base = NULL;
+    int n = 0, nb = 0;
+    const int lora = cfg->lora.rank > 0;
+    RP_TRY(rp_model_layout(&c, &layers, &n, err));
+    rp_status s = RP_OK;
+    if (lora)
+        s = rp_frozen_base_layout(cfg, &base, &nb, err);
+    if (s == RP_OK && lora && nb != n)
+        s = rp_error_set(err, RP_ERR_INTERNAL, "memory model: a base of %d layers for a model "
+                         "of %d", nb, n);
+    if (s != RP_OK) {
+        free(layers);
+        free(base);
+        return s;
+    }
+    /* the frozen base as the executors take it (the rules of rp_memory_model_fill) */
+    const rp_kernel_ops *ops = rp_device_kernel_ops(device);
+    const int in_place = lora && rp_frozen_base_in_place(ops);
+    const int fp8 = lora && cfg->fp8.any && (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+    const size_t es = rp_dtype_size(dtype);
+    const int64_t tokens = samples_per_micro * seq_len;
+    size_t weights = 0, adapters = 0;
+    for (int l = 0; l < n; l++) {
+        size_t w = rp_params_compute_array_bytes(layers[l].numel, dtype);
+        if (lora) /* the base's block (padding included) where the evaluator holds it */
+            w = rp_frozen_base_copied(in_place, fp8, l, n) || rp_frozen_base_per_use(fp8, l, n)
+                    ? base[l].numel * es
+                    : 0;
+        if (l == 0) {
+            m->embedding = eval_buffer(w);
+            continue;
+        }
+        weights = w > weights ? w : weights;
+        if (lora) {
+            size_t a = rp_params_compute_array_bytes(layers[l].numel, dtype);
+            adapters = a > adapters ? a : adapters;
+        }
+        if (lora && !in_place && rp_frozen_base_per_use(fp8, l, n)) {
+            size_t st = rp_frozen_base_staged_bound(cfg, &base[l], dtype);
+            m->staging = st > m->staging ? st : m->staging;
+        }
+    }
+    free(layers);
+    free(base);
+    m->weights = eval_buffer(weights);
+    m->adapters = lora ? eval_buffer(adapters) : 0;
+    m->activations = eval_buffer((size_t)(tokens * cfg->hidden_size) * sizeof(float));
+    m->saved = eval_buffer(ops ? rp_block_saved_floats(ops, dtype, &c, samples_per_micro, seq_len) *
+                                     sizeof(float)
+                               : 0);
+    m->workspace = eval_buffer(
+        ops ? rp_model_workspace_floats(ops, dtype, &c, samples_per_micro, seq_len) * sizeof(float)
+            : 0);
+    m->token_ids = eval_buffer((size_t)tokens * sizeof(int32_t));
+    m->mask = eval_buffer((size_t)tokens);
+    m->segments = documents ? eval_buffer((size_t)tokens * sizeof(int32_t)) : 0;
+    m->total = m->embedding + m->weights + m->adapters + m->staging + 2 * m->activations +
+               m->saved + m->workspace + 2 * m->token_ids + m->mask + m->segments;
     return RP_OK;
 }

@@ -1,8 +1,9 @@
 /* Device memory of a training run's executors, in the terms of the
  * planner's cost model (plan/cost.h): the sizes engine/executor.c
  * allocates, so that a plan the partitioner keeps under a memory limit
- * (rp_schedule_peak_bytes) fits on the device. Used by `roundpipe train`'s
- * planner and by `roundpipe plan` for a config. */
+ * (rp_schedule_peak_bytes) fits on the device; and of its evaluation
+ * (--eval-data, rp_memory_model_eval), the sizes engine/eval.c allocates.
+ * Used by `roundpipe train`'s planner and by `roundpipe plan` for a config. */
 #ifndef RP_ENGINE_MEMORY_MODEL_H
 #define RP_ENGINE_MEMORY_MODEL_H
 
@@ -61,6 +62,37 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
                                int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
                                int64_t *workspace_bytes, rp_error *err);
+
+/* Device memory of one rank's evaluation (--eval-data, engine/eval.c),
+ * which runs between segments, the executor buffers freed, on the
+ * device of `device` for microbatches of samples_per_micro samples of
+ * seq_len tokens, with the compute copy in `dtype`; each field is one
+ * buffer's bytes as rp_device_alloc is asked for them (at least one byte:
+ * no buffer is empty), 0 where there is no buffer. eval.c allocates
+ * exactly these and checks that each layer fits them, so this count is
+ * what a run allocates, from the configuration alone (`roundpipe plan`
+ * counts it too). */
+typedef struct rp_eval_memory {
+    size_t embedding;   /* layer 0's weights, the whole table (a tied LM head reads it
+                           there); with LoRA its frozen base, unless read in place (1) */
+    size_t weights;     /* one other layer's, the largest: its compute copy, or with
+                           LoRA its frozen base copied or an FP8 block's dequantised */
+    size_t adapters;    /* LoRA: one layer's adapters, the largest */
+    size_t staging;     /* LoRA, an FP8 base uploaded: a block's as it travels, the
+                           largest (frozen_base.h's rp_frozen_base_staged_bound) */
+    size_t activations; /* a microbatch's activations, tokens x hidden fp32: two
+                           buffers, in and out */
+    size_t saved;       /* a block forward's saved area (no dropout: inference) */
+    size_t workspace;   /* the scratch of any block or head call */
+    size_t token_ids;   /* the microbatch's token ids, int32: two buffers, ids and targets */
+    size_t mask;        /* the targets' counted mask, a byte each */
+    size_t segments;    /* with documents (--eval-documents): their starts, int32 */
+    size_t total;       /* every buffer, two of activations and of token_ids */
+} rp_eval_memory;
+
+rp_status rp_memory_model_eval(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
+                               int documents, int64_t samples_per_micro, int64_t seq_len,
+                               rp_eval_memory *m, rp_error *err);
 
 /* Rows of the embedding a stage holds on the device, in its weights and
  * its gradient buffer: the rows an iteration's tokens can read

@@ -281,6 +281,7 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
     RP_TRY(rp_run_memory_limit(e, &info, rp_store_node_size(r->pstore), comm));
     RP_TRY(rp_speculative_choose(e, comm, err)); /* its backup counts in the plan's memory */
     RP_TRY(rp_run_choose_plan(e, comm, err));
+    RP_TRY(rp_run_eval_memory(e, comm, err)); /* the training's buffers fit: the evaluation's? */
     RP_TRY(rp_executor_summary(&info, o->dtype, comm, r->executors, sizeof r->executors, err));
     if (e->nd.world_rank == 0 && e->device == RP_DEVICE_CPU && strstr(r->executors, "pthread build"))
         rp_log(e->lg, RP_LOG_WARN, "the CPU executors' OpenBLAS is its pthread build, whose idle "

@@ -72,6 +72,11 @@ rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err);
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
                               MPI_Comm comm);
 
+/* With --eval-data: the device memory each evaluation allocates
+ * (memory_model.h's rp_memory_model_eval), said by rank 0, and refused
+ * before any step when it is over e->memory_limit (collective). */
+rp_status rp_run_eval_memory(rp_engine *e, MPI_Comm comm, rp_error *err);
+
 /* The host bytes a node's run needs without activations: the parameter
  * store without its arena (and the speculative update's backups once it is
  * on), which --recompute auto and --speculative-update auto fit beside.

@@ -45,6 +45,38 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
     return RP_OK;
 }
 
+rp_status rp_run_eval_memory(rp_engine *e, MPI_Comm comm, rp_error *err)
+{
+    if (!e->o->eval_data)
+        return RP_OK;
+    /* between segments, in place of the executor buffers (which the
+     * planner keeps under the limit): the whole embedding and the largest
+     * layer beside one microbatch's activations, saved area and workspace */
+    rp_eval_memory m;
+    rp_status s = rp_memory_model_eval(&e->p->cfg, e->device, e->o->dtype,
+                                       rp_dataset_has_documents(e->eval_ds), e->samples_per_micro,
+                                       e->seq_len, &m, err);
+    if (s == RP_OK && e->memory_limit > 0 && (int64_t)m.total > e->memory_limit)
+        s = rp_error_set(err, RP_ERR_INVALID_ARG, "--eval-data: an evaluation needs %.1f MiB of "
+                         "device memory per executor (%zu bytes: the whole embedding, the largest "
+                         "layer, a microbatch's activations, saved area and workspace), more than "
+                         "the limit of %.1f MiB (%lld bytes, %s); fewer samples per "
+                         "microbatch (more --microbatches) need less",
+                         m.total / 1048576.0, m.total, e->memory_limit / 1048576.0,
+                         (long long)e->memory_limit,
+                         e->o->memory_limit_mib > 0 ? "--memory-limit-mib"
+                                                    : "the GPU's free memory less the reserve");
+    if (s == RP_OK && e->nd.world_rank == 0) {
+        char lim[64] = "no limit";
+        if (e->memory_limit > 0)
+            snprintf(lim, sizeof lim, "limit %.1f MiB", e->memory_limit / 1048576.0);
+        rp_log(e->lg, RP_LOG_INFO, "evaluation (--eval-data): %.1f MiB of device memory per "
+               "executor (%zu bytes; %s), allocated for each evaluation in place of the executor "
+               "buffers", m.total / 1048576.0, m.total, lim);
+    }
+    return rp_run_agree(e, s, comm, err);
+}
+
 /* The machine the leader plans for: the node's executors at nominal CPU
  * rates (only ratios matter), under the run's device memory limit, with
  * the ranks' PCIe link groups. */
