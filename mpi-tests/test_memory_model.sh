@@ -376,6 +376,19 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data"
   --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
   --memory-limit-mib 0.5 > "$tmp/t2.txt" 2>&1 && bad "train under 0.5 MiB ran" ||
   { grep -q "alone needs" "$tmp/t2.txt" && ok || { bad "no layer named"; cat "$tmp/t2.txt"; }; }
+# train's planner counts what its executors allocate in the run's dtype:
+# under --dtype bf16 its need is plan's to the byte (it counted fp32
+# weights, the zeroed probe's dtype, before the parameters were attached)
+for dt in bf16 fp32; do
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --dtype $dt \
+    --memory-limit-mib 1 > "$tmp/t3.txt" 2>&1
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
+    --device cpu --dtype $dt --memory-limit-mib 1 > "$tmp/p3.txt" 2>&1
+  a=$(sed -n 's/.*alone needs \([0-9]*\) bytes.*/\1/p' "$tmp/t3.txt")
+  b=$(sed -n 's/.*alone needs \([0-9]*\) bytes.*/\1/p' "$tmp/p3.txt")
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "--dtype $dt: train's planner needs '$a' bytes for a layer, plan '$b'"
+done
 # what the run maps: while train runs (held in its first checkpoint's
 # write), the kernel's record of the ranks' mappings of the host store in
 # /dev/shm (/proc/PID/maps), read independently of any formula: both ranks

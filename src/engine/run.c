@@ -176,6 +176,9 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
                                             "fine-tuning would re-quantise its weights",
                                             r->config_path), comm, err);
     r->probe.cfg = r->cfg;
+    /* the planner sizes weights and saved areas by it before the parameters
+     * are attached: the run's, not the zeroed probe's fp32 */
+    r->probe.compute_dtype = e->o->dtype;
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s == RP_OK) /* before any work: a model the executors' kernels cannot run */
         s = rp_model_ops_check(&r->cfg, rp_device_kernel_ops(e->device),
