@@ -1,7 +1,7 @@
 /* Proves: the closed-form parameter counts match the published sizes of
  * Llama-3.1-8B (8,030,261,248 parameters) and Qwen3-1.7B (1.41B without
  * embedding); block FLOPs are 2 x GEMM parameters + causal attention per
- * token; the roofline picks compute or weight reading; the paper layer
+ * token, (S + 1) / 2 keys a query as the engine visits them; the roofline picks compute or weight reading; the paper layer
  * files load with the stated times and layer counts; bad layer-times files
  * give an error naming file, line and field, and nothing is returned; the
  * LoRA closed form (frozen weights up, adapter gradients down, adapter-only
@@ -37,8 +37,10 @@ START_TEST(flops_and_roofline)
 {
     /* tiny shape: h=8, I=16, 2 heads of 4, 1 kv head */
     rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 0, 0};
-    /* GEMM params: q 8x8, k/v 8x4 each, o 8x8, MLP 3x8x16 = 64+64+64+384 */
-    double per_tok = 2.0 * 576 + 4.0 * 10 * 8 / 2;
+    /* GEMM params: q 8x8, k/v 8x4 each, o 8x8, MLP 3x8x16 = 64+64+64+384;
+     * attention 4 x 8 FLOPs a key, a query of 10 seeing 11 / 2 keys on
+     * average (query i sees keys 0..i, as the engine runs it; S / 2 before) */
+    double per_tok = 2.0 * 576 + 4.0 * 8 * 11 / 2;
     ck_assert(fabs(rp_cost_block_fwd_flops_per_token(&s, 10) - per_tok) < 1e-9);
     rp_device_spec d = {1e-6 /* 1 MFLOP/s */, 1e-6 /* 1 byte/ms */, 2, 4, 10, 20};
     rp_cost_model *m;
@@ -213,8 +215,9 @@ END_TEST
 /* LoRA in the closed form, against arithmetic done here from the shape:
  * the tiny shape (h 8, I 16, q 8, kv 4, V 32, S 10, 20 tokens) with rank 2
  * on q_proj and v_proj: adapters 2 (8 + 8) + 2 (8 + 4) = 56 parameters;
- * forward 2 x 576 GEMM + 160 attention + 2 x 56 adapter FLOPs a token;
- * backward 1152 (input gradients of the frozen GEMMs) + 2 x 160 + 4 x 56;
+ * forward 2 x 576 GEMM + 176 attention (4 x 8 x 11 / 2: 11 / 2 keys a
+ * query) + 2 x 56 adapter FLOPs a token; backward 1152 (input gradients of
+ * the frozen GEMMs) + 2 x 176 + 4 x 56;
  * only the adapters' bytes travel back and are updated; the embedding and
  * the head train nothing and are tied to nothing. */
 START_TEST(lora_closed_form)
@@ -226,7 +229,7 @@ START_TEST(lora_closed_form)
     rp_cost_model *m;
     rp_error err;
     ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
-    const double fwd_tok = 1152 + 160 + 112, bwd_tok = 1152 + 320 + 224;
+    const double fwd_tok = 1152 + 176 + 112, bwd_tok = 1152 + 352 + 224;
     for (int l = 1; l <= 3; l++) {
         const rp_layer_cost *b = &m->layers[l];
         ck_assert_double_eq_tol(b->fwd_ms, fwd_tok * 20 / 1e3, 1e-9);

@@ -87,10 +87,13 @@ static int lora_targets_count(const rp_model_shape *s)
     return n;
 }
 
-/* QK^T and AV: 2 * S * d FLOPs each per token; the causal mask halves them */
+/* QK^T and AV: 2 * d FLOPs each per key a query sees; causal, query i of a
+ * sequence sees keys 0..i, (S + 1) / 2 on average, and the engine's
+ * attention visits exactly those (kernels/cpu/attention.c; model/layout.c's
+ * rp_block_work_get counts them alike) */
 static double attn_flops_per_token(const rp_model_shape *s, int64_t seq_len)
 {
-    return 4.0 * (double)seq_len * (double)(s->heads * s->head_dim) / 2.0;
+    return 4.0 * (double)(seq_len + 1) / 2.0 * (double)(s->heads * s->head_dim);
 }
 
 double rp_cost_block_fwd_flops_per_token(const rp_model_shape *s, int64_t seq_len)
@@ -116,8 +119,9 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  * larger of FLOPs at --tflops and bytes at --device-gbs):
  *   embedding: a gather forward (T h cb bytes), a scatter-add backward
  *     (2 T h gb bytes), which is all weight gradient; V h parameters.
- *   block: forward F = T (2 G + 2 S q) with G the GEMM weights (P less the
- *     norms and biases), 2 S q the causal attention; reads P cb bytes.
+ *   block: forward F = T (2 G + 2 (S + 1) q) with G the GEMM weights (P
+ *     less the norms and biases), 2 (S + 1) q the causal attention ((S +
+ *     1) / 2 keys a query on average); reads P cb bytes.
  *     Backward 2F reading 2 P cb bytes, of which the weight-gradient part
  *     is 2 T G (biases included).
  *   head: forward 2 T V h (the logits), backward twice that (input and
@@ -129,13 +133,13 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  *   token passes through in place of G (the router and k experts of all E
  *   held), the adapter weights a token passes through in place of Pa in
  *   Fa (an expert's adapter k times) and its keys a query sees in place of
- *   S/2 (4 q keys per token for the attention).
+ *   (S + 1)/2 (4 q keys per token for the attention).
  * LoRA of rank r (lora_rank > 0) on targeted projections with in and out
  * features: Pa = sum of r (in + out) adapter parameters per block.
  *   An adapter's forward is x -> A x -> B (A x): Fa = 2 T Pa; its backward
  *   dB, d(A x), dA and dx: 2 Fa, of which Fa (dA, dB) is weight gradient.
  *   block: forward F + Fa; backward 2 T G (input gradients of the frozen
- *     GEMMs, none of their weights') + 2 x 2 T S q (attention) + 2 Fa,
+ *     GEMMs, none of their weights') + 2 x 2 T (S + 1) q (attention) + 2 Fa,
  *     whose weight-gradient part is Fa; it reads (P + Pa) cb bytes forward
  *     and (P + Pa) cb + Pa gb backward (the adapters' gradients written).
  *     Uploads (P + Pa) cb bytes, downloads Pa gb, AdamW updates Pa; keeps

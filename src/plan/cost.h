@@ -126,8 +126,8 @@ void rp_cost_model_destroy(rp_cost_model **m);
  * with shape->lora_rank > 0 of a LoRA run, from a shape and a device. FLOP
  * counts (documented in cost.c):
  *   GEMMs: 2 * params * tokens forward;
- *   attention scores + values: 4 * S * (heads*head_dim) per token, halved for
- *   the causal mask;
+ *   attention scores + values: 4 * (heads*head_dim) per key a query sees,
+ *   (S + 1) / 2 keys on average under the causal mask;
  *   backward = 2 x forward (the recompute is charged separately, fwd_ms);
  *   weight-gradient part = the GEMM forward FLOPs (one of the two backward GEMMs).
  * With LoRA the frozen weights are uploaded but get no gradient: a block's
