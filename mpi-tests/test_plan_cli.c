@@ -14,6 +14,9 @@
  * a mixture of experts' blocks are costed as the engine runs them (the
  * router and k of the experts, gpt-oss's windows, the router's and the
  * experts' adapters, each expert's on its k tokens), as computed by hand;
+ * a dense block's attention at (S + 1) / 2 keys a query and, over several
+ * MLP chunks, the gate and up GEMMs (and adapters) its backward makes
+ * again, as computed by hand;
  * from the H100's measured layer times, the lagged step is the file's
  * compute and exact with clipping is within 5% of it at batch 8 and 32
  * where the optimizer's bandwidth allows (bench/README.md, 2026-11-29), and
@@ -533,6 +536,53 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
 }
 END_TEST
 
+/* plan on the dense qwen3 fixture (H 64, I 96, 4 q heads and 2 kv heads of
+ * 16: q width 64, kv 32; 2 blocks), 16 tokens, 1e6 FLOP/s, a device too
+ * fast to be the bound, kept blocks (no recompute), counted here by hand
+ * per token: GEMM weights q, k, v, o 64 x 192 and the MLP 3 x 64 x 96:
+ * 30720 (2 FLOPs each); attention 4 x 64 x 17 / 2 = 2176 (17 / 2 keys a
+ * query); forward 63616 a block, backward twice that. An MLP walking
+ * chunks of 8 tokens (--token-tile 8 --mlp-chunk-tokens 8) keeps none of
+ * g, u, m: its backward makes them again, the gate and up GEMMs (2 x 2 x
+ * 64 x 96 = 24576) more; with rank 2 on all seven projections (adapters q
+ * 2 (64 + 64), k and v 2 (64 + 32), o 2 (64 + 64), gate, up and down 2 (64
+ * + 96): 1856 weights, 3712 FLOPs) the forward is 67328, the backward the
+ * frozen GEMMs' input gradients 61440, the attention's 2 x 2176 and the
+ * adapters' 2 x 3712, plus over chunks 24576 and the gate and up adapters
+ * and the down adapter's A again, 2 (320 + 320 + 192). */
+START_TEST(dense_plan_counts_the_remade_mlp)
+{
+    char dir[512], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden/qwen3/model", rp_test_srcdir());
+    static const struct {
+        const char *args;
+        double fwd, bwd; /* FLOPs a token of both blocks */
+    } cases[] = {
+        {"", 2 * 63616, 2 * 127232},
+        {"--token-tile 8 --mlp-chunk-tokens 8", 2 * 63616, 2 * (127232 + 24576)},
+        {"--token-tile 8 --mlp-chunk-tokens 16", 2 * 63616, 2 * 127232}, /* one chunk */
+        {"--lora-rank 2", 2 * 67328, 2 * (61440 + 4352 + 7424)},
+        {"--lora-rank 2 --token-tile 8 --mlp-chunk-tokens 8", 2 * 67328,
+         2 * (61440 + 4352 + 7424 + 24576 + 1664)},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(cmd, sizeof cmd,
+                 "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
+                 "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
+                 "--plan fwd=0-2;bwd=3,0-2;keep=2", dir, cases[c].args);
+        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].args, err_text);
+        json_object *j = json_tokener_parse(out_text);
+        ck_assert_msg(j != NULL, "%s", out_text);
+        const double fwd = cases[c].fwd * 16 / 1e3, bwd = cases[c].bwd * 16 / 1e3;
+        ck_assert_msg(fabs(job_ms(j, 0) - fwd) < 1e-5 * fwd, "'%s': forward %g ms, by hand %g",
+                      cases[c].args, job_ms(j, 0), fwd);
+        ck_assert_msg(fabs(job_ms(j, 2) - bwd) < 1e-5 * bwd, "'%s': backward %g ms, by hand %g",
+                      cases[c].args, job_ms(j, 2), bwd);
+        json_object_put(j);
+    }
+}
+END_TEST
+
 static double job_double(json_object *j, int job, const char *field)
 {
     json_object *jobs, *v;
@@ -629,6 +679,7 @@ static Suite *plan_cli_suite(void)
     tcase_add_test(tc, bad_command_lines_and_files);
     tcase_add_test(tc, lora_plan_counts_frozen_and_adapter_bytes);
     tcase_add_test(tc, moe_plan_counts_the_router_and_experts_as_they_run);
+    tcase_add_test(tc, dense_plan_counts_the_remade_mlp);
     tcase_add_test(tc, fp8_plan_counts_the_dequantisations_as_the_engine_runs_them);
     suite_add_tcase(s, tc);
     return s;

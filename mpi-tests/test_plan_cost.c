@@ -6,7 +6,9 @@
  * give an error naming file, line and field, and nothing is returned; the
  * LoRA closed form (frozen weights up, adapter gradients down, adapter-only
  * updates, no weight-gradient GEMMs of the base) and the paper's LoRA file
- * agree with arithmetic from the shapes. */
+ * agree with arithmetic from the shapes; a dense MLP over several chunks
+ * costs the gate and up GEMMs (and their adapters, the down adapter's A)
+ * its backward makes again. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -269,6 +271,40 @@ START_TEST(lora_closed_form)
 }
 END_TEST
 
+/* A dense MLP over several chunks (mlp_remade) keeps none of g, u, m and
+ * its backward makes them again, against arithmetic from the tiny shape (h
+ * 8, I 16, S 10, 20 tokens, 1 MFLOP/s): the gate and up GEMMs, 2 x 2 x 8 x
+ * 16 = 512 FLOPs a token more in the backward, none in the forward, no
+ * weight gradient; with rank 2 on gate, up and down their adapters' 2 x 2
+ * (8 + 16) each and the down adapter's A x, 2 x 2 x 16: 256 more. */
+START_TEST(remade_mlp_closed_form)
+{
+    rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 0, 0, 0, 0, NULL, 1};
+    rp_device_spec d = {1e-6, 1.0, 2, 4, 10, 20};
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    const double ff = 1152 + 176;
+    ck_assert_double_eq_tol(m->layers[1].fwd_ms, ff * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (2 * ff + 512) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].wgrad_ms, 1152 * 20 / 1e3, 1e-9);
+    rp_cost_model_destroy(&m);
+    s.lora_rank = 2;
+    s.lora_targets = 0x70; /* gate, up, down: 48 adapter weights each */
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    const double fa = 2 * 144.0;
+    ck_assert_double_eq_tol(m->layers[1].fwd_ms, (ff + fa) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms,
+                            (1152 + 2 * 176 + 2 * fa + 512 + 2 * (48 + 48 + 32)) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].wgrad_ms, fa * 20 / 1e3, 1e-9);
+    rp_cost_model_destroy(&m);
+    s.mlp_remade = 0; /* kept: the backward of lora_closed_form */
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (1152 + 2 * 176 + 2 * fa) * 20 / 1e3, 1e-9);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
 /* The paper's LoRA timing file states rank 16 on q/k/v/o of Qwen3-235B-A22B
  * (h 4096, 64 heads, 4 kv heads of 128): 16 (4096 + 8192) twice and
  * 16 (4096 + 512) twice = 540672 adapter parameters a block, which its
@@ -306,6 +342,7 @@ static Suite *plan_cost_suite(void)
     tcase_add_test(tc, bad_layer_files_are_named);
     tcase_add_test(tc, lora_closed_form);
     tcase_add_test(tc, lora_paper_file_agrees);
+    tcase_add_test(tc, remade_mlp_closed_form);
     suite_add_tcase(s, tc);
     return s;
 }
