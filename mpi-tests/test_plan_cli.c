@@ -483,14 +483,15 @@ static double job_ms(json_object *j, int job)
  *     6) / 16 = 5.0625 keys on average, the full block's 17 / 2: 972 and
  *     1632 FLOPs;
  *   rank 2 adapters: q 2 (32 + 48), the router 2 (32 + 4), gate_up's (2I =
- *     64 outputs, gate and up sharing A) 2 (32 + 64) and down's 2 (32 + 32)
- *     on each of the 2 experts a token is routed to: 160 + 72 + 384 + 256
- *     = 872 weights, 1744 FLOPs.
+ *     64 outputs, gate and up sharing A but each forming x A: A's 32 inputs
+ *     twice) 2 (2 x 32 + 64) and down's 2 (32 + 32) on each of the 2
+ *     experts a token is routed to: 160 + 72 + 512 + 256 = 1000 weights,
+ *     2000 FLOPs (A once: 872 and 1744).
  * Full fine-tuning: forward 3 x 21760 + 2 x 972 + 1632 = 68856 FLOPs a
  * token, backward twice that. LoRA on q, the router and the experts:
- * forward 68856 + 3 x 1744 = 74088; backward the base's input gradients
+ * forward 68856 + 3 x 2000 = 74856; backward the base's input gradients
  * (3 x 21760), the attention's twice and the adapters' twice their forward
- * (82896). The router alone: forward 68856 + 3 x 144. The adapters' bytes
+ * (84432). The router alone: forward 68856 + 3 x 144. The adapters' bytes
  * as the layout holds them (each A and B padded to 16 floats: the router's
  * B [4, 2] to 16): 160 + 64 + 16 + 4 x 192 + 4 x 128 = 1520 floats a block,
  * downloaded as fp32. The old closed form took a dense MLP of one expert,
@@ -510,7 +511,7 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
         {"", 68856 * 16 / 1e3, 2 * 68856 * 16 / 1e3, 0},
         {"--lora-rank 2 --lora-targets "
          "q_proj,mlp.router.weight,mlp.experts.gate_up_proj,mlp.experts.down_proj",
-         74088 * 16 / 1e3, 82896 * 16 / 1e3, 3 * 1520 * 4},
+         74856 * 16 / 1e3, 84432 * 16 / 1e3, 3 * 1520 * 4},
         {"--lora-rank 2 --lora-targets mlp.router.weight", (68856 + 3 * 144) * 16 / 1e3,
          (3 * 21760 + 2 * 3576 + 2 * 3 * 144) * 16 / 1e3, 3 * (64 + 16) * 4},
     };

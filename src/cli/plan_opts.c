@@ -287,8 +287,9 @@ void rp_plan_cli_usage(FILE *out)
  * left 0: the dense block of the shape's fields), from the layout, as the
  * engine counts them (model/layout.h rp_block_work_get) for microbatches
  * of nseq sequences of S tokens: every expert's weights held, the router
- * and k experts run a token, gpt-oss's gate_up adapter with 2I outputs, an
- * expert's adapter on its k tokens, what the backward makes again. *out
+ * and k experts run a token, gpt-oss's gate_up adapter with 2I outputs and
+ * A run twice (gate's and up's), an expert's adapter on its k tokens, what
+ * the backward makes again. *out
  * NULL for a model without experts. */
 static rp_status moe_blocks(const rp_model_config *cfg, int64_t nseq, int64_t S,
                             rp_block_shape **out, rp_error *err)

@@ -511,7 +511,12 @@ void rp_block_work_get(const rp_model_config *cfg, int block, int64_t nseq, int6
                                 ? (double)cfg->moe.num_experts_per_tok
                                 : 1.0;
         const double r = (double)cfg->lora.rank;
-        w->adapter += runs * r * (double)(in + out);
+        /* gpt-oss's gate_up adapter is gate's and up's, which share A but
+         * each form x A on their own (model/block.c's expert_adapters):
+         * A's in x r twice, its gradient's products twice */
+        const int shared_a = cfg->arch == RP_ARCH_GPT_OSS && rp_model_block_is_moe(cfg, block) &&
+                             p == RP_LORA_GATE_PROJ;
+        w->adapter += runs * r * (double)((shared_a ? 2 * in : in) + out);
         /* made again with g and u: the gate's and the up projection's
          * adapters whole, the down projection's A x (its ts) */
         if (remade && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ))

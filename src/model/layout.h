@@ -174,8 +174,9 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
  * shape): gemm, the GEMM weights a token passes through (q/k/v/o, a dense
  * MLP or the router and k experts); adapter, the LoRA adapters' (an expert
  * projection's k times; gpt-oss's gate_up adapter with 2I outputs, gate and
- * up sharing A); keys, those a query sees on average; remade and
- * remade_adapter, the GEMM and adapter weights a token passes through
+ * up sharing A but each forming x A, so A counted twice); keys, those a
+ * query sees on average; remade and remade_adapter, the GEMM and adapter
+ * weights a token passes through
  * again in the backward, which makes the MLP's g and u again where the
  * forward kept none (a dense MLP over several chunks of its microbatch of
  * nseq x S tokens, model/token_tiles.h: its gate and up, their adapters
