@@ -17,7 +17,8 @@
  * projection under PEFT's per-expert names, at the offsets and expert
  * stride rp_lora_offsets gives, without overlap; a dense block of the same
  * model has its seven; the cost counts the router's adapter and k
- * experts'; dropout is refused on the experts only; a dense model never
+ * experts', and the experts' rows (gate, up, their adapters, the down
+ * adapters' A) the backward always makes again; dropout is refused on the experts only; a dense model never
  * gets a router adapter (all-linear is its seven projections, the router
  * alone is no target). gpt-oss (issue 35): every block holds q/k/v/o with
  * biases, its sinks (1-D, no decay, drawn like the matrices), the router's
@@ -475,14 +476,17 @@ START_TEST(moe_layout_and_cost)
             ck_assert_uint_ge(d->offset, end);
             end = d->offset + d->numel;
         }
-    /* cost: attention projections, the router and k = 2 experts per token */
+    /* cost: attention projections, the router and k = 2 experts per token;
+     * the backward makes the experts' rows again from the routing (their
+     * gate and up GEMMs, 2 x k x 2 x H x I) at any length */
     rp_layer_flops f;
     rp_layer_flops_get(&c, &L[1], 1, 10, &f);
     const double H = 24, QD = 32, KD = 8, E = 5, k = 2, I = 6;
     const double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * I;
+    const double remade = 2 * k * 2 * H * I;
     ck_assert(fabs(f.fwd_flops_per_token - (gemm + 2 * QD * 11)) < 1e-9);
-    ck_assert(fabs(f.bwd_flops_per_token - (f.fwd_flops_per_token + 2 * gemm + 2.5 * 2 * QD * 11))
-              < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token -
+                   (f.fwd_flops_per_token + 2 * gemm + 2.5 * 2 * QD * 11 + remade)) < 1e-9);
     ck_assert_uint_eq(f.param_numel, L[1].numel); /* every expert's weights travel */
     free(L);
     /* LoRA on experts: q, k, v, o, the router and 5 x 3 experts' A and B */
@@ -532,21 +536,27 @@ START_TEST(moe_layout_and_cost)
                           L[1].params[i - 1].offset + L[1].params[i - 1].numel);
     ck_assert_ptr_nonnull(rp_layer_find_param(
         &L[2], "base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight"));
-    /* cost: the router's adapter and k = 2 experts' per token */
+    /* cost: the router's adapter and k = 2 experts' per token; the
+     * backward makes the experts' gate and up adapters again and the down
+     * adapters' A x (not the router's: the routing is kept) */
     const double rk = 4;
     const double adapter_moe = 2 * rk * ((H + QD) + 2 * (H + KD) + (QD + H) + (H + E) +
                                         k * (2 * (H + I) + (I + H)));
+    const double remade_adapter = 2 * rk * k * (2 * (H + I) + I);
     const double attn = 2 * QD * 11;
     rp_layer_flops_get(&c, &L[1], 1, 10, &f);
     ck_assert(fabs(f.fwd_flops_per_token - (gemm + adapter_moe + attn)) < 1e-9);
-    ck_assert(fabs(f.bwd_flops_per_token -
-                   (f.fwd_flops_per_token + gemm + 2 * adapter_moe + 2.5 * attn)) < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token - (f.fwd_flops_per_token + gemm + 2 * adapter_moe +
+                                            2.5 * attn + remade + remade_adapter)) < 1e-9);
     ck_assert_uint_eq(f.param_numel, L[1].numel);
+    /* the dense block of the same model keeps its MLP at 10 tokens */
     const double Id = 40, gemm_dense = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * Id;
     const double adapter_dense =
         2 * rk * ((H + QD) + 2 * (H + KD) + (QD + H) + 2 * (H + Id) + (Id + H));
     rp_layer_flops_get(&c, &L[2], 1, 10, &f);
     ck_assert(fabs(f.fwd_flops_per_token - (gemm_dense + adapter_dense + attn)) < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token -
+                   (f.fwd_flops_per_token + gemm_dense + 2 * adapter_dense + 2.5 * attn)) < 1e-9);
     free(L);
     /* dropout: refused on the experts, taken on the router and attention */
     c.lora.dropout = 0.1;

@@ -487,11 +487,17 @@ static double job_ms(json_object *j, int job)
  *     twice) 2 (2 x 32 + 64) and down's 2 (32 + 32) on each of the 2
  *     experts a token is routed to: 160 + 72 + 512 + 256 = 1000 weights,
  *     2000 FLOPs (A once: 872 and 1744).
+ *   the backward makes the experts' rows again from the routing (the
+ *     forward keeps only it): their gate and up GEMMs, 2 x 2 x 32 x 32
+ *     = 4096 weights (8192 FLOPs), and with LoRA the gate_up adapter
+ *     again and down's A x, 2 (2 (2 x 32 + 64) + 2 x 32) = 640 weights
+ *     (1280 FLOPs), a block.
  * Full fine-tuning: forward 3 x 21760 + 2 x 972 + 1632 = 68856 FLOPs a
- * token, backward twice that. LoRA on q, the router and the experts:
- * forward 68856 + 3 x 2000 = 74856; backward the base's input gradients
- * (3 x 21760), the attention's twice and the adapters' twice their forward
- * (84432). The router alone: forward 68856 + 3 x 144. The adapters' bytes
+ * token, backward twice that and 3 x 8192 (the old count: twice that).
+ * LoRA on q, the router and the experts: forward 68856 + 3 x 2000 = 74856;
+ * backward the base's input gradients (3 x 21760), the attention's twice
+ * and the adapters' twice their forward (84432), and 3 x (8192 + 1280).
+ * The router alone: forward 68856 + 3 x 144. The adapters' bytes
  * as the layout holds them (each A and B padded to 16 floats: the router's
  * B [4, 2] to 16): 160 + 64 + 16 + 4 x 192 + 4 x 128 = 1520 floats a block,
  * downloaded as fp32. The old closed form took a dense MLP of one expert,
@@ -508,12 +514,12 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
         double fwd_ms, bwd_ms;
         int64_t grad_bytes;
     } cases[] = {
-        {"", 68856 * 16 / 1e3, 2 * 68856 * 16 / 1e3, 0},
+        {"", 68856 * 16 / 1e3, (2 * 68856 + 3 * 8192) * 16 / 1e3, 0},
         {"--lora-rank 2 --lora-targets "
          "q_proj,mlp.router.weight,mlp.experts.gate_up_proj,mlp.experts.down_proj",
-         74856 * 16 / 1e3, 84432 * 16 / 1e3, 3 * 1520 * 4},
+         74856 * 16 / 1e3, (84432 + 3 * (8192 + 1280)) * 16 / 1e3, 3 * 1520 * 4},
         {"--lora-rank 2 --lora-targets mlp.router.weight", (68856 + 3 * 144) * 16 / 1e3,
-         (3 * 21760 + 2 * 3576 + 2 * 3 * 144) * 16 / 1e3, 3 * (64 + 16) * 4},
+         (3 * 21760 + 2 * 3576 + 2 * 3 * 144 + 3 * 8192) * 16 / 1e3, 3 * (64 + 16) * 4},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         snprintf(cmd, sizeof cmd,

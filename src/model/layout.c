@@ -477,21 +477,23 @@ void rp_block_work_get(const rp_model_config *cfg, int block, int64_t nseq, int6
     const double KD = (double)(cfg->num_key_value_heads * cfg->head_dim);
     const int moe = rp_model_block_is_moe(cfg, block);
     const int64_t T = nseq * seqlen;
+    const double E = (double)cfg->moe.num_experts, k = (double)cfg->moe.num_experts_per_tok,
+                 IE = (double)cfg->moe.moe_intermediate_size;
     memset(w, 0, sizeof *w);
     w->gemm = H * (QD + 2 * KD) + QD * H + 3 * H * I;
-    if (moe) {
-        /* the router, and k of the experts per token (every expert's
-         * weights are uploaded: the layout counts them all) */
-        const double E = (double)cfg->moe.num_experts, k = (double)cfg->moe.num_experts_per_tok,
-                     IE = (double)cfg->moe.moe_intermediate_size;
+    /* the router, and k of the experts per token (every expert's weights
+     * are uploaded: the layout counts them all) */
+    if (moe)
         w->gemm = H * (QD + 2 * KD) + QD * H + H * E + k * 3 * H * IE;
-    }
-    /* a dense MLP that walks several chunks (model/token_tiles.h) keeps
-     * none of g, u, m: its backward makes each chunk's again from h2
-     * (model/block.c's mlp_backward), the gate and up GEMMs once more */
-    const int remade = !moe && T > 0 && rp_chunk_tokens(cfg, T) < T;
+    /* the MLP's forward the backward makes again, the gate and up GEMMs
+     * once more: a mixture of experts' always (it keeps only its routing;
+     * model/moe.c's rp_moe_backward makes each chunk's expert rows again,
+     * k a token), a dense MLP's when it walks several chunks
+     * (model/token_tiles.h: it keeps none of g, u, m and model/block.c's
+     * mlp_backward makes each chunk's again from h2) */
+    const int remade = moe || (T > 0 && rp_chunk_tokens(cfg, T) < T);
     if (remade)
-        w->remade = 2 * H * I;
+        w->remade = moe ? k * 2 * H * IE : 2 * H * I;
     /* causal: on average (S+1)/2 keys per query; gpt-oss's sliding blocks
      * see at most W of them */
     w->keys = (double)(seqlen + 1) / 2;
@@ -516,11 +518,12 @@ void rp_block_work_get(const rp_model_config *cfg, int block, int64_t nseq, int6
          * A's in x r twice, its gradient's products twice */
         const int shared_a = cfg->arch == RP_ARCH_GPT_OSS && rp_model_block_is_moe(cfg, block) &&
                              p == RP_LORA_GATE_PROJ;
-        w->adapter += runs * r * (double)((shared_a ? 2 * in : in) + out);
+        const double weights = runs * r * (double)((shared_a ? 2 * in : in) + out);
+        w->adapter += weights;
         /* made again with g and u: the gate's and the up projection's
          * adapters whole, the down projection's A x (its ts) */
         if (remade && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ))
-            w->remade_adapter += runs * r * (double)(in + out);
+            w->remade_adapter += weights;
         else if (remade && p == RP_LORA_DOWN_PROJ)
             w->remade_adapter += runs * r * (double)in;
     }
