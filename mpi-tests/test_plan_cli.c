@@ -493,10 +493,12 @@ static double job_ms(json_object *j, int job)
  *     again and down's A x, 2 (2 (2 x 32 + 64) + 2 x 32) = 640 weights
  *     (1280 FLOPs), a block.
  * Full fine-tuning: forward 3 x 21760 + 2 x 972 + 1632 = 68856 FLOPs a
- * token, backward twice that and 3 x 8192 (the old count: twice that).
+ * token, backward twice the GEMMs' (130560) and 2.5 x the attention's
+ * (five products where the forward has two: 8940) and 3 x 8192.
  * LoRA on q, the router and the experts: forward 68856 + 3 x 2000 = 74856;
- * backward the base's input gradients (3 x 21760), the attention's twice
- * and the adapters' twice their forward (84432), and 3 x (8192 + 1280).
+ * backward the base's input gradients (3 x 21760), the attention's 2.5
+ * times and the adapters' twice their forward (86220), and 3 x (8192 +
+ * 1280).
  * The router alone: forward 68856 + 3 x 144. The adapters' bytes
  * as the layout holds them (each A and B padded to 16 floats: the router's
  * B [4, 2] to 16): 160 + 64 + 16 + 4 x 192 + 4 x 128 = 1520 floats a block,
@@ -514,12 +516,12 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
         double fwd_ms, bwd_ms;
         int64_t grad_bytes;
     } cases[] = {
-        {"", 68856 * 16 / 1e3, (2 * 68856 + 3 * 8192) * 16 / 1e3, 0},
+        {"", 68856 * 16 / 1e3, (130560 + 8940 + 3 * 8192) * 16 / 1e3, 0},
         {"--lora-rank 2 --lora-targets "
          "q_proj,mlp.router.weight,mlp.experts.gate_up_proj,mlp.experts.down_proj",
-         74856 * 16 / 1e3, (84432 + 3 * (8192 + 1280)) * 16 / 1e3, 3 * 1520 * 4},
+         74856 * 16 / 1e3, (86220 + 3 * (8192 + 1280)) * 16 / 1e3, 3 * 1520 * 4},
         {"--lora-rank 2 --lora-targets mlp.router.weight", (68856 + 3 * 144) * 16 / 1e3,
-         (3 * 21760 + 2 * 3576 + 2 * 3 * 144 + 3 * 8192) * 16 / 1e3, 3 * (64 + 16) * 4},
+         (3 * 21760 + 2.5 * 3576 + 2 * 3 * 144 + 3 * 8192) * 16 / 1e3, 3 * (64 + 16) * 4},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         snprintf(cmd, sizeof cmd,
@@ -548,13 +550,14 @@ END_TEST
  * fast to be the bound, kept blocks (no recompute), counted here by hand
  * per token: GEMM weights q, k, v, o 64 x 192 and the MLP 3 x 64 x 96:
  * 30720 (2 FLOPs each); attention 4 x 64 x 17 / 2 = 2176 (17 / 2 keys a
- * query); forward 63616 a block, backward twice that. An MLP walking
+ * query); forward 63616 a block, backward twice the GEMMs' and 2.5 x the
+ * attention's (five products where the forward has two): 128320. An MLP walking
  * chunks of 8 tokens (--token-tile 8 --mlp-chunk-tokens 8) keeps none of
  * g, u, m: its backward makes them again, the gate and up GEMMs (2 x 2 x
  * 64 x 96 = 24576) more; with rank 2 on all seven projections (adapters q
  * 2 (64 + 64), k and v 2 (64 + 32), o 2 (64 + 64), gate, up and down 2 (64
  * + 96): 1856 weights, 3712 FLOPs) the forward is 67328, the backward the
- * frozen GEMMs' input gradients 61440, the attention's 2 x 2176 and the
+ * frozen GEMMs' input gradients 61440, the attention's 2.5 x 2176 and the
  * adapters' 2 x 3712, plus over chunks 24576 and the gate and up adapters
  * and the down adapter's A again, 2 (320 + 320 + 192). */
 START_TEST(dense_plan_counts_the_remade_mlp)
@@ -565,12 +568,12 @@ START_TEST(dense_plan_counts_the_remade_mlp)
         const char *args;
         double fwd, bwd; /* FLOPs a token of both blocks */
     } cases[] = {
-        {"", 2 * 63616, 2 * 127232},
-        {"--token-tile 8 --mlp-chunk-tokens 8", 2 * 63616, 2 * (127232 + 24576)},
-        {"--token-tile 8 --mlp-chunk-tokens 16", 2 * 63616, 2 * 127232}, /* one chunk */
-        {"--lora-rank 2", 2 * 67328, 2 * (61440 + 4352 + 7424)},
+        {"", 2 * 63616, 2 * 128320},
+        {"--token-tile 8 --mlp-chunk-tokens 8", 2 * 63616, 2 * (128320 + 24576)},
+        {"--token-tile 8 --mlp-chunk-tokens 16", 2 * 63616, 2 * 128320}, /* one chunk */
+        {"--lora-rank 2", 2 * 67328, 2 * (61440 + 5440 + 7424)},
         {"--lora-rank 2 --token-tile 8 --mlp-chunk-tokens 8", 2 * 67328,
-         2 * (61440 + 4352 + 7424 + 24576 + 1664)},
+         2 * (61440 + 5440 + 7424 + 24576 + 1664)},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         snprintf(cmd, sizeof cmd,

@@ -1,7 +1,8 @@
 /* Proves: the closed-form parameter counts match the published sizes of
  * Llama-3.1-8B (8,030,261,248 parameters) and Qwen3-1.7B (1.41B without
  * embedding); block FLOPs are 2 x GEMM parameters + causal attention per
- * token, (S + 1) / 2 keys a query as the engine visits them; the roofline picks compute or weight reading; the paper layer
+ * token, (S + 1) / 2 keys a query as the engine visits them, the backward
+ * 2 x the GEMMs' and 2.5 x the attention's; the roofline picks compute or weight reading; the paper layer
  * files load with the stated times and layer counts; bad layer-times files
  * give an error naming file, line and field, and nothing is returned; the
  * LoRA closed form (frozen weights up, adapter gradients down, adapter-only
@@ -68,6 +69,9 @@ START_TEST(flops_and_roofline)
     d.mem_gbs = 1e6;
     ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_OK);
     ck_assert(fabs(m->layers[2].fwd_ms - per_tok * 20 / 1e9) < 1e-15);
+    /* backward: two products a GEMM, five attention products where the
+     * forward has two (the scores again, dV, dP, dQ, dK) */
+    ck_assert(fabs(m->layers[2].bwd_ms - (2 * 1152 + 2.5 * 176) * 20 / 1e9) < 1e-15);
     rp_cost_model_destroy(&m);
     s.heads = 0;
     ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_ERR_INVALID_ARG);
@@ -219,7 +223,8 @@ END_TEST
  * on q_proj and v_proj: adapters 2 (8 + 8) + 2 (8 + 4) = 56 parameters;
  * forward 2 x 576 GEMM + 176 attention (4 x 8 x 11 / 2: 11 / 2 keys a
  * query) + 2 x 56 adapter FLOPs a token; backward 1152 (input gradients of
- * the frozen GEMMs) + 2 x 176 + 4 x 56;
+ * the frozen GEMMs) + 2.5 x 176 (five attention products where the forward
+ * has two) + 4 x 56;
  * only the adapters' bytes travel back and are updated; the embedding and
  * the head train nothing and are tied to nothing. */
 START_TEST(lora_closed_form)
@@ -231,7 +236,7 @@ START_TEST(lora_closed_form)
     rp_cost_model *m;
     rp_error err;
     ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
-    const double fwd_tok = 1152 + 176 + 112, bwd_tok = 1152 + 352 + 224;
+    const double fwd_tok = 1152 + 176 + 112, bwd_tok = 1152 + 440 + 224;
     for (int l = 1; l <= 3; l++) {
         const rp_layer_cost *b = &m->layers[l];
         ck_assert_double_eq_tol(b->fwd_ms, fwd_tok * 20 / 1e3, 1e-9);
@@ -286,7 +291,7 @@ START_TEST(remade_mlp_closed_form)
     ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
     const double ff = 1152 + 176;
     ck_assert_double_eq_tol(m->layers[1].fwd_ms, ff * 20 / 1e3, 1e-9);
-    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (2 * ff + 512) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (2 * 1152 + 2.5 * 176 + 512) * 20 / 1e3, 1e-9);
     ck_assert_double_eq_tol(m->layers[1].wgrad_ms, 1152 * 20 / 1e3, 1e-9);
     rp_cost_model_destroy(&m);
     s.lora_rank = 2;
@@ -295,12 +300,13 @@ START_TEST(remade_mlp_closed_form)
     const double fa = 2 * 144.0;
     ck_assert_double_eq_tol(m->layers[1].fwd_ms, (ff + fa) * 20 / 1e3, 1e-9);
     ck_assert_double_eq_tol(m->layers[1].bwd_ms,
-                            (1152 + 2 * 176 + 2 * fa + 512 + 2 * (48 + 48 + 32)) * 20 / 1e3, 1e-9);
+                            (1152 + 2.5 * 176 + 2 * fa + 512 + 2 * (48 + 48 + 32)) * 20 / 1e3,
+                            1e-9);
     ck_assert_double_eq_tol(m->layers[1].wgrad_ms, fa * 20 / 1e3, 1e-9);
     rp_cost_model_destroy(&m);
     s.mlp_remade = 0; /* kept: the backward of lora_closed_form */
     ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
-    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (1152 + 2 * 176 + 2 * fa) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (1152 + 2.5 * 176 + 2 * fa) * 20 / 1e3, 1e-9);
     rp_cost_model_destroy(&m);
 }
 END_TEST

@@ -140,11 +140,15 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  *   block: forward F = T (2 G + 2 (S + 1) q) with G the GEMM weights (P
  *     less the norms and biases), 2 (S + 1) q the causal attention ((S +
  *     1) / 2 keys a query on average); reads P cb bytes.
- *     Backward 2F + R reading 2 P cb bytes, of which the weight-gradient
- *     part is 2 T G (biases included); R = 2 T Gr, the MLP's forward the
- *     backward makes again: with mlp_remade (a microbatch of several MLP
- *     chunks) Gr = 2 h I, the gate and up GEMMs, and with LoRA their
- *     adapters' r (h + I) each and the down adapter's r I (its A x).
+ *     Backward 2 x 2 T G + 2.5 x 2 T (S + 1) q + R reading 2 P cb bytes:
+ *     two products a GEMM (input and weight gradients) and five attention
+ *     products where the forward has two (the scores again, dV, dP, dQ and
+ *     dK: kernels/cpu/attention.c's backward, flash attention's); the
+ *     weight-gradient part is 2 T G (biases included); R = 2 T Gr, the
+ *     MLP's forward the backward makes again: with mlp_remade (a
+ *     microbatch of several MLP chunks) Gr = 2 h I, the gate and up GEMMs,
+ *     and with LoRA their adapters' r (h + I) each and the down adapter's
+ *     r I (its A x).
  *   head: forward 2 T V h (the logits), backward twice that (input and
  *     weight gradients), half of it weight gradient; the device holds the
  *     norm and the V x h matrix (the embedding's when tied).
@@ -162,8 +166,8 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  *   An adapter's forward is x -> A x -> B (A x): Fa = 2 T Pa; its backward
  *   dB, d(A x), dA and dx: 2 Fa, of which Fa (dA, dB) is weight gradient.
  *   block: forward F + Fa; backward 2 T G (input gradients of the frozen
- *     GEMMs, none of their weights') + 2 x 2 T (S + 1) q (attention) + 2 Fa
- *     + R, whose weight-gradient part is Fa; it reads (P + Pa) cb bytes forward
+ *     GEMMs, none of their weights') + 2.5 x 2 T (S + 1) q (attention) +
+ *     2 Fa + R, whose weight-gradient part is Fa; it reads (P + Pa) cb bytes forward
  *     and (P + Pa) cb + Pa gb backward (the adapters' gradients written).
  *     Uploads (P + Pa) cb bytes, downloads Pa gb, AdamW updates Pa; keeps
  *     r cb bytes a token per targeted projection (A x) beyond the full
@@ -219,8 +223,9 @@ static void block_layer(const rp_model_shape *s, const rp_device_spec *d, int64_
     b->out_bytes = (int64_t)(tok * (double)h * cb);
     if (s->lora_rank < 1) {
         b->fwd_ms = roof_ms(ff, (double)bp * cb, d);
-        b->bwd_ms = roof_ms(2.0 * ff + remade, 2.0 * (double)bp * cb, d);
-        b->wgrad_ms = b->bwd_ms * (gemm / (2.0 * ff + remade));
+        const double bwd = 2.0 * (ff - attn) + 2.5 * attn + remade;
+        b->bwd_ms = roof_ms(bwd, 2.0 * (double)bp * cb, d);
+        b->wgrad_ms = b->bwd_ms * (gemm / bwd);
         b->weight_bytes = bp * cb;
         b->grad_bytes = bp * gb;
         b->opt_params = bp;
@@ -229,7 +234,7 @@ static void block_layer(const rp_model_shape *s, const rp_device_spec *d, int64_
     }
     int64_t ap = own ? own->adapter_params : rp_cost_adapter_params(s);
     double adapter = 2.0 * (own ? own->adapter_gemm_params : (double)ap) * tok;
-    double fwd = ff + adapter, bwd = (ff - attn) + 2.0 * attn + 2.0 * adapter + remade;
+    double fwd = ff + adapter, bwd = (ff - attn) + 2.5 * attn + 2.0 * adapter + remade;
     b->fwd_ms = roof_ms(fwd, (double)(bp + ap) * cb, d);
     b->bwd_ms = roof_ms(bwd, (double)(bp + ap) * cb + (double)ap * gb, d);
     b->wgrad_ms = b->bwd_ms * (adapter / bwd);

@@ -136,9 +136,9 @@ void rp_cost_model_destroy(rp_cost_model **m);
  *   GEMMs: 2 * params * tokens forward;
  *   attention scores + values: 4 * (heads*head_dim) per key a query sees,
  *   (S + 1) / 2 keys on average under the causal mask;
- *   backward = 2 x forward (the recompute is charged separately, fwd_ms),
- *   plus the MLP's forward the backward makes again (mlp_remade, a block's
- *   remade_*);
+ *   backward = 2 x the GEMMs' forward and 2.5 x the attention's (the
+ *   recompute is charged separately, fwd_ms), plus the MLP's forward the
+ *   backward makes again (mlp_remade, a block's remade_*);
  *   weight-gradient part = the GEMM forward FLOPs (one of the two backward GEMMs).
  * With LoRA the frozen weights are uploaded but get no gradient: a block's
  * backward is the base's input-gradient GEMMs, the attention's and twice
