@@ -53,8 +53,11 @@ int64_t rp_cost_head_params(const rp_model_shape *s)
     return s->hidden + (s->tied ? 0 : s->vocab * s->hidden);
 }
 
-/* LoRA's projections, in the order of rp_model_shape.lora_targets' bits. */
+/* LoRA's projections, in the order of rp_model_shape.lora_targets' bits:
+ * q, k, v, o, then the MLP's gate, up and down. */
 #define LORA_NPROJ 7
+#define LORA_GATE 4
+#define LORA_DOWN 6
 
 /* in and out features of projection p (q, k, v, o, gate, up, down). */
 static void proj_features(const rp_model_shape *s, int p, int64_t *in, int64_t *out)
@@ -88,11 +91,11 @@ static double dense_remade_params(const rp_model_shape *s)
     if (!s->mlp_remade)
         return 0;
     double n = 2.0 * (double)(s->hidden * s->intermediate);
-    for (int p = 4; s->lora_rank > 0 && p < LORA_NPROJ; p++) /* gate, up, down */
+    for (int p = LORA_GATE; s->lora_rank > 0 && p <= LORA_DOWN; p++)
         if (s->lora_targets & (1u << p)) {
             int64_t in, out;
             proj_features(s, p, &in, &out);
-            n += (double)s->lora_rank * (double)(p == 6 ? in : in + out);
+            n += (double)s->lora_rank * (double)(p == LORA_DOWN ? in : in + out);
         }
     return n;
 }
