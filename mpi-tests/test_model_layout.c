@@ -4,7 +4,9 @@
  * agrees with the descriptors; initialisation is normal(0, range) from the
  * counter RNG keyed by the full name (so independent of who computes it),
  * ones for norms, zeros for biases and padding; bad configurations are
- * errors naming the field; the planner's cost closed forms, with LoRA too.
+ * errors naming the field; the planner's cost closed forms, with LoRA too,
+ * a dense MLP over several chunks costing its backward's remade gate and
+ * up GEMMs (and adapters) from the chunk rule's threshold on.
  * Mixture of experts (qwen3_moe): an expert block holds the router and
  * E x 3 per-expert tensors under transformers' names and shapes, in
  * order, at the offsets rp_block_offsets gives (expert e's gate, up, down
@@ -15,7 +17,8 @@
  * projection under PEFT's per-expert names, at the offsets and expert
  * stride rp_lora_offsets gives, without overlap; a dense block of the same
  * model has its seven; the cost counts the router's adapter and k
- * experts'; dropout is refused on the experts only; a dense model never
+ * experts', and the experts' rows (gate, up, their adapters, the down
+ * adapters' A) the backward always makes again; dropout is refused on the experts only; a dense model never
  * gets a router adapter (all-linear is its seven projections, the router
  * alone is no target). gpt-oss (issue 35): every block holds q/k/v/o with
  * biases, its sinks (1-D, no decay, drawn like the matrices), the router's
@@ -34,6 +37,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/layers.h"
 #include "model/layout.h"
+#include "model/token_tiles.h"
 #include "rp_check.h"
 
 static rp_model_config cfg_qwen(void)
@@ -213,7 +217,7 @@ START_TEST(cost_closed_forms)
     ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
     rp_layer_flops k;
     const int64_t S = 512;
-    rp_layer_flops_get(&c, &L[1], S, &k);
+    rp_layer_flops_get(&c, &L[1], 1, S, &k);
     /* H 24, QD 32, KD 8, I 40 */
     double gemm = 2.0 * 24 * (32 + 16) + 2.0 * 32 * 24 + 6.0 * 24 * 40;
     double attn = 2.0 * 32 * (S + 1);
@@ -221,9 +225,24 @@ START_TEST(cost_closed_forms)
     ck_assert_double_eq(k.bwd_flops_per_token, gemm + attn + 2 * gemm + 2.5 * attn);
     ck_assert_uint_eq(k.param_numel, L[1].numel);
     ck_assert_uint_eq(k.act_floats_per_token, 24);
-    rp_layer_flops_get(&c, &L[n - 1], S, &k);
+    /* an MLP over several chunks keeps none of g, u, m: the backward makes
+     * them again, the gate and up GEMMs (2 x 2 x 24 x 40 a token) once
+     * more; by default a microbatch of up to 8192 tokens is one chunk */
+    const double remade = 4.0 * 24 * 40;
+    rp_layer_flops_get(&c, &L[1], 16, S, &k);
+    ck_assert_double_eq(k.bwd_flops_per_token, gemm + attn + 2 * gemm + 2.5 * attn);
+    rp_layer_flops_get(&c, &L[1], 17, S, &k);
+    ck_assert_double_eq(k.bwd_flops_per_token, gemm + attn + 2 * gemm + 2.5 * attn + remade);
+    ck_assert_double_eq(k.fwd_flops_per_token, gemm + attn);
+    rp_token_tiles_set(&c, 16, 256); /* chunks of 256 tokens */
+    rp_layer_flops_get(&c, &L[1], 1, S, &k);
+    ck_assert_double_eq(k.bwd_flops_per_token, gemm + attn + 2 * gemm + 2.5 * attn + remade);
+    rp_layer_flops_get(&c, &L[1], 1, 256, &k);
+    ck_assert_double_eq(k.bwd_flops_per_token,
+                        3 * gemm + 3.5 * 2.0 * 32 * 257); /* one chunk: kept */
+    rp_layer_flops_get(&c, &L[n - 1], 1, S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 2.0 * 24 * 37);
-    rp_layer_flops_get(&c, &L[0], S, &k);
+    rp_layer_flops_get(&c, &L[0], 1, S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 0);
     ck_assert_uint_eq(k.param_numel, 37 * 24 + (16 - (37 * 24) % 16) % 16);
     free(L);
@@ -248,18 +267,38 @@ START_TEST(lora_cost_closed_forms)
     ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
     rp_layer_flops k;
     const int64_t S = 512;
-    rp_layer_flops_get(&c, &L[1], S, &k);
+    rp_layer_flops_get(&c, &L[1], 1, S, &k);
     double gemm = 2.0 * 24 * (32 + 16) + 2.0 * 32 * 24 + 6.0 * 24 * 40;
     double attn = 2.0 * 32 * (S + 1), adapter = 2.0 * 352;
     ck_assert_double_eq(k.fwd_flops_per_token, gemm + adapter + attn);
     ck_assert_double_eq(k.bwd_flops_per_token,
                         (gemm + adapter + attn) + gemm + 2 * adapter + 2.5 * attn);
     ck_assert_uint_eq(k.param_numel, 352);
-    rp_layer_flops_get(&c, &L[n - 1], S, &k);
+    /* over chunks the backward makes g and u again (the gate and up GEMMs)
+     * and the down adapter's A x (2 x 40 weights) */
+    rp_token_tiles_set(&c, 16, 256);
+    rp_layer_flops_get(&c, &L[1], 1, S, &k);
+    ck_assert_double_eq(k.bwd_flops_per_token, (gemm + adapter + attn) + gemm + 2 * adapter +
+                                                   2.5 * attn + 4.0 * 24 * 40 + 2.0 * 2 * 40);
+    /* with gate and up adapted, their adapters whole: 2 x 2 (24 + 40) more */
+    c.lora.targets |= 1u << RP_LORA_GATE_PROJ | 1u << RP_LORA_UP_PROJ;
+    free(L);
+    ck_assert_int_eq(rp_model_layout(&c, &L, &n, NULL), RP_OK);
+    const double adapter7 = adapter + 2.0 * 2 * 2 * (24 + 40);
+    rp_layer_flops_get(&c, &L[1], 1, S, &k);
+    ck_assert_double_eq(k.fwd_flops_per_token, gemm + adapter7 + attn);
+    ck_assert_double_eq(k.bwd_flops_per_token,
+                        (gemm + adapter7 + attn) + gemm + 2 * adapter7 + 2.5 * attn +
+                            4.0 * 24 * 40 + 2.0 * (2 * 40 + 2 * 2 * (24 + 40)));
+    rp_token_tiles_set(&c, 0, 0);
+    rp_layer_flops_get(&c, &L[1], 1, S, &k);
+    ck_assert_double_eq(k.bwd_flops_per_token,
+                        (gemm + adapter7 + attn) + gemm + 2 * adapter7 + 2.5 * attn);
+    rp_layer_flops_get(&c, &L[n - 1], 1, S, &k);
     ck_assert_double_eq(k.fwd_flops_per_token, 2.0 * 24 * 37);
     ck_assert_double_eq(k.bwd_flops_per_token, 2 * (2.0 * 24 * 37));
     ck_assert_uint_eq(k.param_numel, 0);
-    rp_layer_flops_get(&c, &L[0], S, &k);
+    rp_layer_flops_get(&c, &L[0], 1, S, &k);
     ck_assert(k.fwd_flops_per_token == 0 && k.bwd_flops_per_token == 0 && k.param_numel == 0);
     free(L);
 }
@@ -316,8 +355,8 @@ START_TEST(gpt_oss_layout_and_checks)
     free(w);
     /* a window of 4 over 16 tokens: (4*5/2 + 12*4) / 16 keys a query, not 17/2 */
     rp_layer_flops slide, full;
-    rp_layer_flops_get(&c, &L[1], 16, &slide);
-    rp_layer_flops_get(&c, &L[2], 16, &full);
+    rp_layer_flops_get(&c, &L[1], 1, 16, &slide);
+    rp_layer_flops_get(&c, &L[2], 1, 16, &full);
     const double QD = 32;
     ck_assert_double_eq_tol(full.fwd_flops_per_token - slide.fwd_flops_per_token,
                             4 * QD * (17.0 / 2 - (10.0 + 48.0) / 16), 1e-9);
@@ -437,14 +476,17 @@ START_TEST(moe_layout_and_cost)
             ck_assert_uint_ge(d->offset, end);
             end = d->offset + d->numel;
         }
-    /* cost: attention projections, the router and k = 2 experts per token */
+    /* cost: attention projections, the router and k = 2 experts per token;
+     * the backward makes the experts' rows again from the routing (their
+     * gate and up GEMMs, 2 x k x 2 x H x I) at any length */
     rp_layer_flops f;
-    rp_layer_flops_get(&c, &L[1], 10, &f);
+    rp_layer_flops_get(&c, &L[1], 1, 10, &f);
     const double H = 24, QD = 32, KD = 8, E = 5, k = 2, I = 6;
     const double gemm = 2 * H * (QD + 2 * KD) + 2 * QD * H + 2 * H * E + k * 6 * H * I;
+    const double remade = 2 * k * 2 * H * I;
     ck_assert(fabs(f.fwd_flops_per_token - (gemm + 2 * QD * 11)) < 1e-9);
-    ck_assert(fabs(f.bwd_flops_per_token - (f.fwd_flops_per_token + 2 * gemm + 2.5 * 2 * QD * 11))
-              < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token -
+                   (f.fwd_flops_per_token + 2 * gemm + 2.5 * 2 * QD * 11 + remade)) < 1e-9);
     ck_assert_uint_eq(f.param_numel, L[1].numel); /* every expert's weights travel */
     free(L);
     /* LoRA on experts: q, k, v, o, the router and 5 x 3 experts' A and B */
@@ -494,21 +536,27 @@ START_TEST(moe_layout_and_cost)
                           L[1].params[i - 1].offset + L[1].params[i - 1].numel);
     ck_assert_ptr_nonnull(rp_layer_find_param(
         &L[2], "base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight"));
-    /* cost: the router's adapter and k = 2 experts' per token */
+    /* cost: the router's adapter and k = 2 experts' per token; the
+     * backward makes the experts' gate and up adapters again and the down
+     * adapters' A x (not the router's: the routing is kept) */
     const double rk = 4;
     const double adapter_moe = 2 * rk * ((H + QD) + 2 * (H + KD) + (QD + H) + (H + E) +
                                         k * (2 * (H + I) + (I + H)));
+    const double remade_adapter = 2 * rk * k * (2 * (H + I) + I);
     const double attn = 2 * QD * 11;
-    rp_layer_flops_get(&c, &L[1], 10, &f);
+    rp_layer_flops_get(&c, &L[1], 1, 10, &f);
     ck_assert(fabs(f.fwd_flops_per_token - (gemm + adapter_moe + attn)) < 1e-9);
-    ck_assert(fabs(f.bwd_flops_per_token -
-                   (f.fwd_flops_per_token + gemm + 2 * adapter_moe + 2.5 * attn)) < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token - (f.fwd_flops_per_token + gemm + 2 * adapter_moe +
+                                            2.5 * attn + remade + remade_adapter)) < 1e-9);
     ck_assert_uint_eq(f.param_numel, L[1].numel);
+    /* the dense block of the same model keeps its MLP at 10 tokens */
     const double Id = 40, gemm_dense = 2 * H * (QD + 2 * KD) + 2 * QD * H + 6 * H * Id;
     const double adapter_dense =
         2 * rk * ((H + QD) + 2 * (H + KD) + (QD + H) + 2 * (H + Id) + (Id + H));
-    rp_layer_flops_get(&c, &L[2], 10, &f);
+    rp_layer_flops_get(&c, &L[2], 1, 10, &f);
     ck_assert(fabs(f.fwd_flops_per_token - (gemm_dense + adapter_dense + attn)) < 1e-9);
+    ck_assert(fabs(f.bwd_flops_per_token -
+                   (f.fwd_flops_per_token + gemm_dense + 2 * adapter_dense + 2.5 * attn)) < 1e-9);
     free(L);
     /* dropout: refused on the experts, taken on the router and attention */
     c.lora.dropout = 0.1;

@@ -14,6 +14,9 @@
  * a mixture of experts' blocks are costed as the engine runs them (the
  * router and k of the experts, gpt-oss's windows, the router's and the
  * experts' adapters, each expert's on its k tokens), as computed by hand;
+ * a dense block's attention at (S + 1) / 2 keys a query and, over several
+ * MLP chunks, the gate and up GEMMs (and adapters) its backward makes
+ * again, as computed by hand;
  * from the H100's measured layer times, the lagged step is the file's
  * compute and exact with clipping is within 5% of it at batch 8 and 32
  * where the optimizer's bandwidth allows (bench/README.md, 2026-11-29), and
@@ -504,14 +507,23 @@ static double job_ms(json_object *j, int job)
  *     6) / 16 = 5.0625 keys on average, the full block's 17 / 2: 972 and
  *     1632 FLOPs;
  *   rank 2 adapters: q 2 (32 + 48), the router 2 (32 + 4), gate_up's (2I =
- *     64 outputs, gate and up sharing A) 2 (32 + 64) and down's 2 (32 + 32)
- *     on each of the 2 experts a token is routed to: 160 + 72 + 384 + 256
- *     = 872 weights, 1744 FLOPs.
+ *     64 outputs, gate and up sharing A but each forming x A: A's 32 inputs
+ *     twice) 2 (2 x 32 + 64) and down's 2 (32 + 32) on each of the 2
+ *     experts a token is routed to: 160 + 72 + 512 + 256 = 1000 weights,
+ *     2000 FLOPs (A once: 872 and 1744).
+ *   the backward makes the experts' rows again from the routing (the
+ *     forward keeps only it): their gate and up GEMMs, 2 x 2 x 32 x 32
+ *     = 4096 weights (8192 FLOPs), and with LoRA the gate_up adapter
+ *     again and down's A x, 2 (2 (2 x 32 + 64) + 2 x 32) = 640 weights
+ *     (1280 FLOPs), a block.
  * Full fine-tuning: forward 3 x 21760 + 2 x 972 + 1632 = 68856 FLOPs a
- * token, backward twice that. LoRA on q, the router and the experts:
- * forward 68856 + 3 x 1744 = 74088; backward the base's input gradients
- * (3 x 21760), the attention's twice and the adapters' twice their forward
- * (82896). The router alone: forward 68856 + 3 x 144. The adapters' bytes
+ * token, backward twice the GEMMs' (130560) and 2.5 x the attention's
+ * (five products where the forward has two: 8940) and 3 x 8192.
+ * LoRA on q, the router and the experts: forward 68856 + 3 x 2000 = 74856;
+ * backward the base's input gradients (3 x 21760), the attention's 2.5
+ * times and the adapters' twice their forward (86220), and 3 x (8192 +
+ * 1280).
+ * The router alone: forward 68856 + 3 x 144. The adapters' bytes
  * as the layout holds them (each A and B padded to 16 floats: the router's
  * B [4, 2] to 16): 160 + 64 + 16 + 4 x 192 + 4 x 128 = 1520 floats a block,
  * downloaded as fp32. The old closed form took a dense MLP of one expert,
@@ -528,12 +540,12 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
         double fwd_ms, bwd_ms;
         int64_t grad_bytes;
     } cases[] = {
-        {"", 68856 * 16 / 1e3, 2 * 68856 * 16 / 1e3, 0},
+        {"", 68856 * 16 / 1e3, (130560 + 8940 + 3 * 8192) * 16 / 1e3, 0},
         {"--lora-rank 2 --lora-targets "
          "q_proj,mlp.router.weight,mlp.experts.gate_up_proj,mlp.experts.down_proj",
-         74088 * 16 / 1e3, 82896 * 16 / 1e3, 3 * 1520 * 4},
+         74856 * 16 / 1e3, (86220 + 3 * (8192 + 1280)) * 16 / 1e3, 3 * 1520 * 4},
         {"--lora-rank 2 --lora-targets mlp.router.weight", (68856 + 3 * 144) * 16 / 1e3,
-         (3 * 21760 + 2 * 3576 + 2 * 3 * 144) * 16 / 1e3, 3 * (64 + 16) * 4},
+         (3 * 21760 + 2.5 * 3576 + 2 * 3 * 144 + 3 * 8192) * 16 / 1e3, 3 * (64 + 16) * 4},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         snprintf(cmd, sizeof cmd,
@@ -552,6 +564,54 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
                       cases[c].bwd_ms);
         if (cases[c].grad_bytes)
             ck_assert_int_eq(job_field(j, 2, "grad_bytes"), cases[c].grad_bytes);
+        json_object_put(j);
+    }
+}
+END_TEST
+
+/* plan on the dense qwen3 fixture (H 64, I 96, 4 q heads and 2 kv heads of
+ * 16: q width 64, kv 32; 2 blocks), 16 tokens, 1e6 FLOP/s, a device too
+ * fast to be the bound, kept blocks (no recompute), counted here by hand
+ * per token: GEMM weights q, k, v, o 64 x 192 and the MLP 3 x 64 x 96:
+ * 30720 (2 FLOPs each); attention 4 x 64 x 17 / 2 = 2176 (17 / 2 keys a
+ * query); forward 63616 a block, backward twice the GEMMs' and 2.5 x the
+ * attention's (five products where the forward has two): 128320. An MLP walking
+ * chunks of 8 tokens (--token-tile 8 --mlp-chunk-tokens 8) keeps none of
+ * g, u, m: its backward makes them again, the gate and up GEMMs (2 x 2 x
+ * 64 x 96 = 24576) more; with rank 2 on all seven projections (adapters q
+ * 2 (64 + 64), k and v 2 (64 + 32), o 2 (64 + 64), gate, up and down 2 (64
+ * + 96): 1856 weights, 3712 FLOPs) the forward is 67328, the backward the
+ * frozen GEMMs' input gradients 61440, the attention's 2.5 x 2176 and the
+ * adapters' 2 x 3712, plus over chunks 24576 and the gate and up adapters
+ * and the down adapter's A again, 2 (320 + 320 + 192). */
+START_TEST(dense_plan_counts_the_remade_mlp)
+{
+    char dir[512], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden/qwen3/model", rp_test_srcdir());
+    static const struct {
+        const char *args;
+        double fwd, bwd; /* FLOPs a token of both blocks */
+    } cases[] = {
+        {"", 2 * 63616, 2 * 128320},
+        {"--token-tile 8 --mlp-chunk-tokens 8", 2 * 63616, 2 * (128320 + 24576)},
+        {"--token-tile 8 --mlp-chunk-tokens 16", 2 * 63616, 2 * 128320}, /* one chunk */
+        {"--lora-rank 2", 2 * 67328, 2 * (61440 + 5440 + 7424)},
+        {"--lora-rank 2 --token-tile 8 --mlp-chunk-tokens 8", 2 * 67328,
+         2 * (61440 + 5440 + 7424 + 24576 + 1664)},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(cmd, sizeof cmd,
+                 "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
+                 "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
+                 "--plan fwd=0-2;bwd=3,0-2;keep=2", dir, cases[c].args);
+        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].args, err_text);
+        json_object *j = json_tokener_parse(out_text);
+        ck_assert_msg(j != NULL, "%s", out_text);
+        const double fwd = cases[c].fwd * 16 / 1e3, bwd = cases[c].bwd * 16 / 1e3;
+        ck_assert_msg(fabs(job_ms(j, 0) - fwd) < 1e-5 * fwd, "'%s': forward %g ms, by hand %g",
+                      cases[c].args, job_ms(j, 0), fwd);
+        ck_assert_msg(fabs(job_ms(j, 2) - bwd) < 1e-5 * bwd, "'%s': backward %g ms, by hand %g",
+                      cases[c].args, job_ms(j, 2), bwd);
         json_object_put(j);
     }
 }
@@ -653,6 +713,7 @@ static Suite *plan_cli_suite(void)
     tcase_add_test(tc, bad_command_lines_and_files);
     tcase_add_test(tc, lora_plan_counts_frozen_and_adapter_bytes);
     tcase_add_test(tc, moe_plan_counts_the_router_and_experts_as_they_run);
+    tcase_add_test(tc, dense_plan_counts_the_remade_mlp);
     tcase_add_test(tc, fp8_plan_counts_the_dequantisations_as_the_engine_runs_them);
     suite_add_tcase(s, tc);
     return s;

@@ -1,12 +1,15 @@
 /* Proves: the closed-form parameter counts match the published sizes of
  * Llama-3.1-8B (8,030,261,248 parameters) and Qwen3-1.7B (1.41B without
  * embedding); block FLOPs are 2 x GEMM parameters + causal attention per
- * token; the roofline picks compute or weight reading; the paper layer
+ * token, (S + 1) / 2 keys a query as the engine visits them, the backward
+ * 2 x the GEMMs' and 2.5 x the attention's; the roofline picks compute or weight reading; the paper layer
  * files load with the stated times and layer counts; bad layer-times files
  * give an error naming file, line and field, and nothing is returned; the
  * LoRA closed form (frozen weights up, adapter gradients down, adapter-only
  * updates, no weight-gradient GEMMs of the base) and the paper's LoRA file
- * agree with arithmetic from the shapes. */
+ * agree with arithmetic from the shapes; a dense MLP over several chunks
+ * costs the gate and up GEMMs (and their adapters, the down adapter's A)
+ * its backward makes again. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,8 +40,10 @@ START_TEST(flops_and_roofline)
 {
     /* tiny shape: h=8, I=16, 2 heads of 4, 1 kv head */
     rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 0, 0};
-    /* GEMM params: q 8x8, k/v 8x4 each, o 8x8, MLP 3x8x16 = 64+64+64+384 */
-    double per_tok = 2.0 * 576 + 4.0 * 10 * 8 / 2;
+    /* GEMM params: q 8x8, k/v 8x4 each, o 8x8, MLP 3x8x16 = 64+64+64+384;
+     * attention 4 x 8 FLOPs a key, a query of 10 seeing 11 / 2 keys on
+     * average (query i sees keys 0..i, as the engine runs it; S / 2 before) */
+    double per_tok = 2.0 * 576 + 4.0 * 8 * 11 / 2;
     ck_assert(fabs(rp_cost_block_fwd_flops_per_token(&s, 10) - per_tok) < 1e-9);
     rp_device_spec d = {1e-6 /* 1 MFLOP/s */, 1e-6 /* 1 byte/ms */, 2, 4, 10, 20};
     rp_cost_model *m;
@@ -64,6 +69,9 @@ START_TEST(flops_and_roofline)
     d.mem_gbs = 1e6;
     ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_OK);
     ck_assert(fabs(m->layers[2].fwd_ms - per_tok * 20 / 1e9) < 1e-15);
+    /* backward: two products a GEMM, five attention products where the
+     * forward has two (the scores again, dV, dP, dQ, dK) */
+    ck_assert(fabs(m->layers[2].bwd_ms - (2 * 1152 + 2.5 * 176) * 20 / 1e9) < 1e-15);
     rp_cost_model_destroy(&m);
     s.heads = 0;
     ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_ERR_INVALID_ARG);
@@ -213,8 +221,10 @@ END_TEST
 /* LoRA in the closed form, against arithmetic done here from the shape:
  * the tiny shape (h 8, I 16, q 8, kv 4, V 32, S 10, 20 tokens) with rank 2
  * on q_proj and v_proj: adapters 2 (8 + 8) + 2 (8 + 4) = 56 parameters;
- * forward 2 x 576 GEMM + 160 attention + 2 x 56 adapter FLOPs a token;
- * backward 1152 (input gradients of the frozen GEMMs) + 2 x 160 + 4 x 56;
+ * forward 2 x 576 GEMM + 176 attention (4 x 8 x 11 / 2: 11 / 2 keys a
+ * query) + 2 x 56 adapter FLOPs a token; backward 1152 (input gradients of
+ * the frozen GEMMs) + 2.5 x 176 (five attention products where the forward
+ * has two) + 4 x 56;
  * only the adapters' bytes travel back and are updated; the embedding and
  * the head train nothing and are tied to nothing. */
 START_TEST(lora_closed_form)
@@ -226,7 +236,7 @@ START_TEST(lora_closed_form)
     rp_cost_model *m;
     rp_error err;
     ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
-    const double fwd_tok = 1152 + 160 + 112, bwd_tok = 1152 + 320 + 224;
+    const double fwd_tok = 1152 + 176 + 112, bwd_tok = 1152 + 440 + 224;
     for (int l = 1; l <= 3; l++) {
         const rp_layer_cost *b = &m->layers[l];
         ck_assert_double_eq_tol(b->fwd_ms, fwd_tok * 20 / 1e3, 1e-9);
@@ -262,6 +272,41 @@ START_TEST(lora_closed_form)
     ck_assert_int_eq(rp_cost_from_shape(&s, &d, &m, &err), RP_OK);
     ck_assert_int_eq(m->layers[1].opt_params, 600);
     ck_assert_int_eq(m->layers[4].tied_to, 0);
+    rp_cost_model_destroy(&m);
+}
+END_TEST
+
+/* A dense MLP over several chunks (mlp_remade) keeps none of g, u, m and
+ * its backward makes them again, against arithmetic from the tiny shape (h
+ * 8, I 16, S 10, 20 tokens, 1 MFLOP/s): the gate and up GEMMs, 2 x 2 x 8 x
+ * 16 = 512 FLOPs a token more in the backward, none in the forward, no
+ * weight gradient; with rank 2 on gate, up and down their adapters' 2 x 2
+ * (8 + 16) each and the down adapter's A x, 2 x 2 x 16: 256 more. */
+START_TEST(remade_mlp_closed_form)
+{
+    rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 0, 0, 0, 0, NULL, 1};
+    rp_device_spec d = {1e-6, 1.0, 2, 4, 10, 20};
+    rp_cost_model *m;
+    rp_error err;
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    const double ff = 1152 + 176;
+    ck_assert_double_eq_tol(m->layers[1].fwd_ms, ff * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (2 * 1152 + 2.5 * 176 + 512) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].wgrad_ms, 1152 * 20 / 1e3, 1e-9);
+    rp_cost_model_destroy(&m);
+    s.lora_rank = 2;
+    s.lora_targets = 0x70; /* gate, up, down: 48 adapter weights each */
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    const double fa = 2 * 144.0;
+    ck_assert_double_eq_tol(m->layers[1].fwd_ms, (ff + fa) * 20 / 1e3, 1e-9);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms,
+                            (1152 + 2.5 * 176 + 2 * fa + 512 + 2 * (48 + 48 + 32)) * 20 / 1e3,
+                            1e-9);
+    ck_assert_double_eq_tol(m->layers[1].wgrad_ms, fa * 20 / 1e3, 1e-9);
+    rp_cost_model_destroy(&m);
+    s.mlp_remade = 0; /* kept: the backward of lora_closed_form */
+    ck_assert_msg(rp_cost_from_shape(&s, &d, &m, &err) == RP_OK, "%s", err.msg);
+    ck_assert_double_eq_tol(m->layers[1].bwd_ms, (1152 + 2.5 * 176 + 2 * fa) * 20 / 1e3, 1e-9);
     rp_cost_model_destroy(&m);
 }
 END_TEST
@@ -303,6 +348,7 @@ static Suite *plan_cost_suite(void)
     tcase_add_test(tc, bad_layer_files_are_named);
     tcase_add_test(tc, lora_closed_form);
     tcase_add_test(tc, lora_paper_file_agrees);
+    tcase_add_test(tc, remade_mlp_closed_form);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -293,12 +293,14 @@ void rp_plan_cli_usage(FILE *out)
 
 /* The closed form's figures of a mixture of experts' blocks (the others
  * left 0: the dense block of the shape's fields), from the layout, as the
- * engine counts them (model/layout.h rp_block_work_get): every expert's
- * weights held, the router and k experts run a token, gpt-oss's gate_up
- * adapter with 2I outputs, an expert's adapter on its k tokens. *out NULL
- * for a model without experts. */
-static rp_status moe_blocks(const rp_model_config *cfg, int64_t S, rp_block_shape **out,
-                            rp_error *err)
+ * engine counts them (model/layout.h rp_block_work_get) for microbatches
+ * of nseq sequences of S tokens: every expert's weights held, the router
+ * and k experts run a token, gpt-oss's gate_up adapter with 2I outputs and
+ * A run twice (gate's and up's), an expert's adapter on its k tokens, what
+ * the backward makes again. *out
+ * NULL for a model without experts. */
+static rp_status moe_blocks(const rp_model_config *cfg, int64_t nseq, int64_t S,
+                            rp_block_shape **out, rp_error *err)
 {
     *out = NULL;
     if (!rp_model_has_moe(cfg))
@@ -316,9 +318,10 @@ static rp_status moe_blocks(const rp_model_config *cfg, int64_t S, rp_block_shap
         if (!rp_model_block_is_moe(cfg, (int)i))
             continue;
         rp_block_work w;
-        rp_block_work_get(cfg, (int)i, S, &w);
+        rp_block_work_get(cfg, (int)i, nseq, S, &w);
         b[i] = (rp_block_shape){(int64_t)base[i + 1].numel, w.gemm, w.keys,
-                                adapters ? (int64_t)adapters[i + 1].numel : 0, w.adapter};
+                                adapters ? (int64_t)adapters[i + 1].numel : 0, w.adapter,
+                                w.remade, w.remade_adapter};
     }
     free(base);
     free(adapters);
@@ -328,6 +331,20 @@ static rp_status moe_blocks(const rp_model_config *cfg, int64_t S, rp_block_shap
     }
     *out = b;
     return RP_OK;
+}
+
+/* Whether cfg's dense blocks make their MLP's g, u and m again in the
+ * backward for microbatches of nseq sequences of S tokens (several chunks:
+ * model/layout.h's rp_block_work). */
+static int dense_mlp_remade(const rp_model_config *cfg, int64_t nseq, int64_t S)
+{
+    for (int i = 0; i < cfg->num_hidden_layers; i++)
+        if (!rp_model_block_is_moe(cfg, i)) {
+            rp_block_work w;
+            rp_block_work_get(cfg, i, nseq, S, &w);
+            return w.remade > 0;
+        }
+    return 0;
 }
 
 /* A config's cost model: times from its FLOPs on the given device rates,
@@ -362,11 +379,12 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
      * mixture of experts' blocks are costed from the layout and the work
      * the block does (the router's and the experts' adapters among it) */
     rp_block_shape *blocks = NULL;
-    RP_TRY(moe_blocks(&cfg, S, &blocks, err));
+    RP_TRY(moe_blocks(&cfg, tok_mb / S, S, &blocks, err));
     rp_model_shape sh = {cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
                          cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size,
                          cfg.num_hidden_layers, cfg.tie_word_embeddings, cfg.attention_bias,
-                         lora->rank, cfg.lora.targets & ~(1u << RP_LORA_ROUTER), blocks};
+                         lora->rank, cfg.lora.targets & ~(1u << RP_LORA_ROUTER), blocks,
+                         dense_mlp_remade(&cfg, tok_mb / S, S)};
     rp_device_spec d = {tflops, devgbs, cb, 4, S, tok_mb};
     rp_status st = rp_cost_from_shape(&sh, &d, out, err);
     free(blocks);

@@ -130,7 +130,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
         return rp_error_set(err, RP_ERR_NOMEM, "the layers' cost");
     for (int l = 0; l < e->num_layers; l++) {
         rp_layer_flops f;
-        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->seq_len, &f);
+        rp_layer_flops_get(&e->p->cfg, &e->p->layers[l], e->samples_per_micro, e->seq_len, &f);
         work[l] = (rp_layer_work){
             l == 0 ? RP_LAYER_EMBED : l == e->num_layers - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK,
             f.fwd_flops_per_token, f.bwd_flops_per_token, (int64_t)f.param_numel,

@@ -9,6 +9,7 @@
 #include "io/config_lora.h"
 #include "model/layers.h"
 #include "model/moe.h"
+#include "model/token_tiles.h"
 
 static size_t align_up(size_t n) { return (n + RP_PARAM_ALIGN - 1) / RP_PARAM_ALIGN * RP_PARAM_ALIGN; }
 
@@ -468,20 +469,31 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
     }
 }
 
-void rp_block_work_get(const rp_model_config *cfg, int block, int64_t seqlen, rp_block_work *w)
+void rp_block_work_get(const rp_model_config *cfg, int block, int64_t nseq, int64_t seqlen,
+                       rp_block_work *w)
 {
     const double H = (double)cfg->hidden_size, I = (double)cfg->intermediate_size;
     const double QD = (double)(cfg->num_attention_heads * cfg->head_dim);
     const double KD = (double)(cfg->num_key_value_heads * cfg->head_dim);
+    const int moe = rp_model_block_is_moe(cfg, block);
+    const int64_t T = nseq * seqlen;
+    const double E = (double)cfg->moe.num_experts, k = (double)cfg->moe.num_experts_per_tok,
+                 IE = (double)cfg->moe.moe_intermediate_size;
     memset(w, 0, sizeof *w);
     w->gemm = H * (QD + 2 * KD) + QD * H + 3 * H * I;
-    if (rp_model_block_is_moe(cfg, block)) {
-        /* the router, and k of the experts per token (every expert's
-         * weights are uploaded: the layout counts them all) */
-        const double E = (double)cfg->moe.num_experts, k = (double)cfg->moe.num_experts_per_tok,
-                     IE = (double)cfg->moe.moe_intermediate_size;
+    /* the router, and k of the experts per token (every expert's weights
+     * are uploaded: the layout counts them all) */
+    if (moe)
         w->gemm = H * (QD + 2 * KD) + QD * H + H * E + k * 3 * H * IE;
-    }
+    /* the MLP's forward the backward makes again, the gate and up GEMMs
+     * once more: a mixture of experts' always (it keeps only its routing;
+     * model/moe.c's rp_moe_backward makes each chunk's expert rows again,
+     * k a token), a dense MLP's when it walks several chunks
+     * (model/token_tiles.h: it keeps none of g, u, m and model/block.c's
+     * mlp_backward makes each chunk's again from h2) */
+    const int remade = moe || (T > 0 && rp_chunk_tokens(cfg, T) < T);
+    if (remade)
+        w->remade = moe ? k * 2 * H * IE : 2 * H * I;
     /* causal: on average (S+1)/2 keys per query; gpt-oss's sliding blocks
      * see at most W of them */
     w->keys = (double)(seqlen + 1) / 2;
@@ -500,12 +512,25 @@ void rp_block_work_get(const rp_model_config *cfg, int block, int64_t seqlen, rp
         const double runs = rp_lora_per_expert(cfg, block, (rp_lora_proj)p)
                                 ? (double)cfg->moe.num_experts_per_tok
                                 : 1.0;
-        w->adapter += runs * (double)cfg->lora.rank * (double)(in + out);
+        const double r = (double)cfg->lora.rank;
+        /* gpt-oss's gate_up adapter is gate's and up's, which share A but
+         * each form x A on their own (model/block.c's expert_adapters):
+         * A's in x r twice, its gradient's products twice */
+        const int shared_a = cfg->arch == RP_ARCH_GPT_OSS && rp_model_block_is_moe(cfg, block) &&
+                             p == RP_LORA_GATE_PROJ;
+        const double weights = runs * r * (double)((shared_a ? 2 * in : in) + out);
+        w->adapter += weights;
+        /* made again with g and u: the gate's and the up projection's
+         * adapters whole, the down projection's A x (its ts) */
+        if (remade && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ))
+            w->remade_adapter += weights;
+        else if (remade && p == RP_LORA_DOWN_PROJ)
+            w->remade_adapter += runs * r * (double)in;
     }
 }
 
-void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
-                       rp_layer_flops *c)
+void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t nseq,
+                        int64_t seqlen, rp_layer_flops *c)
 {
     const double H = (double)cfg->hidden_size, V = (double)cfg->vocab_size;
     const double QD = (double)(cfg->num_attention_heads * cfg->head_dim);
@@ -518,12 +543,14 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         break;
     case RP_LAYER_BLOCK: {
         rp_block_work w;
-        rp_block_work_get(cfg, layer->block, seqlen, &w);
+        rp_block_work_get(cfg, layer->block, nseq, seqlen, &w);
         const double gemm = 2 * w.gemm, adapter = 2 * w.adapter, attn = 4 * QD * w.keys;
+        const double remade = 2 * (w.remade + w.remade_adapter);
         c->fwd_flops_per_token = gemm + adapter + attn;
-        c->bwd_flops_per_token = cfg->lora.rank > 0
-                                     ? c->fwd_flops_per_token + gemm + 2 * adapter + 2.5 * attn
-                                     : c->fwd_flops_per_token + 2 * gemm + 2.5 * attn;
+        c->bwd_flops_per_token =
+            (cfg->lora.rank > 0 ? c->fwd_flops_per_token + gemm + 2 * adapter + 2.5 * attn
+                                : c->fwd_flops_per_token + 2 * gemm + 2.5 * attn) +
+            remade;
         break;
     }
     case RP_LAYER_HEAD:

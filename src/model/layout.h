@@ -153,6 +153,10 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
  * With LoRA the frozen weights get no gradient: a block's backward is
  * fwd + gemm + 2*adapter + 2.5*attn (the input gradients of the base, two
  * products per adapter GEMM), the head's 2 * 2*H*V, the embedding's none.
+ * A block's backward adds 2*(remade + remade_adapter) of rp_block_work
+ * below: the MLP's forward it makes again (a mixture of experts' always,
+ * a dense MLP's when its microbatch of nseq x S tokens walks several
+ * chunks).
  * act_floats_per_token: the layer input the checkpoint saves (H; 1 int32 for
  * the embedding's token ids counted as one float). */
 typedef struct rp_layer_flops {
@@ -162,8 +166,8 @@ typedef struct rp_layer_flops {
     size_t act_floats_per_token;
 } rp_layer_flops;
 
-void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t seqlen,
-                       rp_layer_flops *cost);
+void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, int64_t nseq,
+                        int64_t seqlen, rp_layer_flops *cost);
 
 /* The work of block `block` a token does at sequence length S, as the
  * block runs it (the terms of rp_layer_flops_get above, and what `roundpipe
@@ -171,13 +175,23 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
  * shape): gemm, the GEMM weights a token passes through (q/k/v/o, a dense
  * MLP or the router and k experts); adapter, the LoRA adapters' (an expert
  * projection's k times; gpt-oss's gate_up adapter with 2I outputs, gate and
- * up sharing A); keys, those a query sees on average. */
+ * up sharing A but each forming x A, so A counted twice); keys, those a
+ * query sees on average; remade and remade_adapter, the GEMM and adapter
+ * weights a token passes through again in the backward, which makes the
+ * MLP's g and u again where the forward kept none (a mixture of experts
+ * always, its k experts'; a dense MLP over several chunks of its
+ * microbatch of nseq x S tokens, model/token_tiles.h): the gate and up
+ * GEMMs, their adapters and the down projection's A; 0 when it keeps
+ * them. */
 typedef struct rp_block_work {
     double gemm;
     double adapter;
     double keys;
+    double remade;
+    double remade_adapter;
 } rp_block_work;
 
-void rp_block_work_get(const rp_model_config *cfg, int block, int64_t seqlen, rp_block_work *w);
+void rp_block_work_get(const rp_model_config *cfg, int block, int64_t nseq, int64_t seqlen,
+                       rp_block_work *w);
 
 #endif

@@ -53,8 +53,11 @@ int64_t rp_cost_head_params(const rp_model_shape *s)
     return s->hidden + (s->tied ? 0 : s->vocab * s->hidden);
 }
 
-/* LoRA's projections, in the order of rp_model_shape.lora_targets' bits. */
+/* LoRA's projections, in the order of rp_model_shape.lora_targets' bits:
+ * q, k, v, o, then the MLP's gate, up and down. */
 #define LORA_NPROJ 7
+#define LORA_GATE 4
+#define LORA_DOWN 6
 
 /* in and out features of projection p (q, k, v, o, gate, up, down). */
 static void proj_features(const rp_model_shape *s, int p, int64_t *in, int64_t *out)
@@ -79,6 +82,24 @@ int64_t rp_cost_adapter_params(const rp_model_shape *s)
     return n;
 }
 
+/* The weights a token of a dense block passes through again in the
+ * backward when its MLP keeps none of g, u, m (mlp_remade): the gate and
+ * up GEMMs, their adapters whole and the down adapter's A (x -> A x, the
+ * input its weight gradient reads). */
+static double dense_remade_params(const rp_model_shape *s)
+{
+    if (!s->mlp_remade)
+        return 0;
+    double n = 2.0 * (double)(s->hidden * s->intermediate);
+    for (int p = LORA_GATE; s->lora_rank > 0 && p <= LORA_DOWN; p++)
+        if (s->lora_targets & (1u << p)) {
+            int64_t in, out;
+            proj_features(s, p, &in, &out);
+            n += (double)s->lora_rank * (double)(p == LORA_DOWN ? in : in + out);
+        }
+    return n;
+}
+
 static int lora_targets_count(const rp_model_shape *s)
 {
     int n = 0;
@@ -87,10 +108,13 @@ static int lora_targets_count(const rp_model_shape *s)
     return n;
 }
 
-/* QK^T and AV: 2 * S * d FLOPs each per token; the causal mask halves them */
+/* QK^T and AV: 2 * d FLOPs each per key a query sees; causal, query i of a
+ * sequence sees keys 0..i, (S + 1) / 2 on average, and the engine's
+ * attention visits exactly those (kernels/cpu/attention.c; model/layout.c's
+ * rp_block_work_get counts them alike) */
 static double attn_flops_per_token(const rp_model_shape *s, int64_t seq_len)
 {
-    return 4.0 * (double)seq_len * (double)(s->heads * s->head_dim) / 2.0;
+    return 4.0 * (double)(seq_len + 1) / 2.0 * (double)(s->heads * s->head_dim);
 }
 
 double rp_cost_block_fwd_flops_per_token(const rp_model_shape *s, int64_t seq_len)
@@ -116,10 +140,18 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  * larger of FLOPs at --tflops and bytes at --device-gbs):
  *   embedding: a gather forward (T h cb bytes), a scatter-add backward
  *     (2 T h gb bytes), which is all weight gradient; V h parameters.
- *   block: forward F = T (2 G + 2 S q) with G the GEMM weights (P less the
- *     norms and biases), 2 S q the causal attention; reads P cb bytes.
- *     Backward 2F reading 2 P cb bytes, of which the weight-gradient part
- *     is 2 T G (biases included).
+ *   block: forward F = T (2 G + 2 (S + 1) q) with G the GEMM weights (P
+ *     less the norms and biases), 2 (S + 1) q the causal attention ((S +
+ *     1) / 2 keys a query on average); reads P cb bytes.
+ *     Backward 2 x 2 T G + 2.5 x 2 T (S + 1) q + R reading 2 P cb bytes:
+ *     two products a GEMM (input and weight gradients) and five attention
+ *     products where the forward has two (the scores again, dV, dP, dQ and
+ *     dK: kernels/cpu/attention.c's backward, flash attention's); the
+ *     weight-gradient part is 2 T G (biases included); R = 2 T Gr, the
+ *     MLP's forward the backward makes again: with mlp_remade (a
+ *     microbatch of several MLP chunks) Gr = 2 h I, the gate and up GEMMs,
+ *     and with LoRA their adapters' r (h + I) each and the down adapter's
+ *     r I (its A x).
  *   head: forward 2 T V h (the logits), backward twice that (input and
  *     weight gradients), half of it weight gradient; the device holds the
  *     norm and the V x h matrix (the embedding's when tied).
@@ -128,15 +160,17 @@ static double roof_ms(double flops, double bytes, const rp_device_spec *d)
  *   adapter on its router or experts) has its own P, Pa, the GEMM weights a
  *   token passes through in place of G (the router and k experts of all E
  *   held), the adapter weights a token passes through in place of Pa in
- *   Fa (an expert's adapter k times) and its keys a query sees in place of
- *   S/2 (4 q keys per token for the attention).
+ *   Fa (an expert's adapter k times), its keys a query sees in place of
+ *   (S + 1)/2 (4 q keys per token for the attention) and the GEMM and
+ *   adapter weights its backward passes a token through again in place of
+ *   Gr.
  * LoRA of rank r (lora_rank > 0) on targeted projections with in and out
  * features: Pa = sum of r (in + out) adapter parameters per block.
  *   An adapter's forward is x -> A x -> B (A x): Fa = 2 T Pa; its backward
  *   dB, d(A x), dA and dx: 2 Fa, of which Fa (dA, dB) is weight gradient.
  *   block: forward F + Fa; backward 2 T G (input gradients of the frozen
- *     GEMMs, none of their weights') + 2 x 2 T S q (attention) + 2 Fa,
- *     whose weight-gradient part is Fa; it reads (P + Pa) cb bytes forward
+ *     GEMMs, none of their weights') + 2.5 x 2 T (S + 1) q (attention) +
+ *     2 Fa + R, whose weight-gradient part is Fa; it reads (P + Pa) cb bytes forward
  *     and (P + Pa) cb + Pa gb backward (the adapters' gradients written).
  *     Uploads (P + Pa) cb bytes, downloads Pa gb, AdamW updates Pa; keeps
  *     r cb bytes a token per targeted projection (A x) beyond the full
@@ -176,6 +210,11 @@ static void block_layer(const rp_model_shape *s, const rp_device_spec *d, int64_
                     : rp_cost_block_fwd_flops_per_token(s, d->seq_len) * tok;
     double gemm = own ? 2.0 * own->gemm_params * tok
                       : 2.0 * (double)(bp - 2 * h - 2 * s->head_dim) * tok;
+    /* the MLP's forward the backward makes again (model/block.c) */
+    double remade = 2.0 * tok *
+                    (own ? own->remade_gemm_params +
+                               (s->lora_rank > 0 ? own->remade_adapter_gemm_params : 0.0)
+                         : dense_remade_params(s));
     /* activations kept for backward, per token (bf16 unless compute is fp32):
      * two norm inputs, q/k/v, attention output, o-proj input, MLP input,
      * gate/up and the activation product; softmax statistics in fp32 (a
@@ -187,8 +226,9 @@ static void block_layer(const rp_model_shape *s, const rp_device_spec *d, int64_
     b->out_bytes = (int64_t)(tok * (double)h * cb);
     if (s->lora_rank < 1) {
         b->fwd_ms = roof_ms(ff, (double)bp * cb, d);
-        b->bwd_ms = roof_ms(2.0 * ff, 2.0 * (double)bp * cb, d);
-        b->wgrad_ms = b->bwd_ms * (gemm / (2.0 * ff));
+        const double bwd = 2.0 * (ff - attn) + 2.5 * attn + remade;
+        b->bwd_ms = roof_ms(bwd, 2.0 * (double)bp * cb, d);
+        b->wgrad_ms = b->bwd_ms * (gemm / bwd);
         b->weight_bytes = bp * cb;
         b->grad_bytes = bp * gb;
         b->opt_params = bp;
@@ -197,7 +237,7 @@ static void block_layer(const rp_model_shape *s, const rp_device_spec *d, int64_
     }
     int64_t ap = own ? own->adapter_params : rp_cost_adapter_params(s);
     double adapter = 2.0 * (own ? own->adapter_gemm_params : (double)ap) * tok;
-    double fwd = ff + adapter, bwd = (ff - attn) + 2.0 * attn + 2.0 * adapter;
+    double fwd = ff + adapter, bwd = (ff - attn) + 2.5 * attn + 2.0 * adapter + remade;
     b->fwd_ms = roof_ms(fwd, (double)(bp + ap) * cb, d);
     b->bwd_ms = roof_ms(bwd, (double)(bp + ap) * cb + (double)ap * gb, d);
     b->wgrad_ms = b->bwd_ms * (adapter / bwd);

@@ -94,6 +94,9 @@ typedef struct rp_block_shape {
     double attention_keys;      /* the keys a query sees on average */
     int64_t adapter_params;     /* LoRA: the adapters the block holds */
     double adapter_gemm_params; /* LoRA: the adapters' weights a token passes through */
+    double remade_gemm_params;  /* the GEMM weights a token passes through again in the
+                                   backward (the MLP's forward made again) */
+    double remade_adapter_gemm_params; /* LoRA: the adapters' weights likewise */
 } rp_block_shape;
 
 /* A model shape, the fields of a config.json the FLOP count needs. */
@@ -117,6 +120,11 @@ typedef struct rp_model_shape {
      * params are not 0 is costed from its own figures, not the fields
      * above (with LoRA, lora_targets may then be empty) */
     const rp_block_shape *blocks;
+    /* 1: the blocks of the fields above keep none of their MLP's g, u and
+     * m (a microbatch of several chunks, model/token_tiles.h), and their
+     * backward makes them again: the gate and up GEMMs, their adapters
+     * and the down adapter's A once more */
+    int mlp_remade;
 } rp_model_shape;
 
 /* What the closed-form model assumes about a device and the run. */
@@ -137,9 +145,11 @@ void rp_cost_model_destroy(rp_cost_model **m);
  * with shape->lora_rank > 0 of a LoRA run, from a shape and a device. FLOP
  * counts (documented in cost.c):
  *   GEMMs: 2 * params * tokens forward;
- *   attention scores + values: 4 * S * (heads*head_dim) per token, halved for
- *   the causal mask;
- *   backward = 2 x forward (the recompute is charged separately, fwd_ms);
+ *   attention scores + values: 4 * (heads*head_dim) per key a query sees,
+ *   (S + 1) / 2 keys on average under the causal mask;
+ *   backward = 2 x the GEMMs' forward and 2.5 x the attention's (the
+ *   recompute is charged separately, fwd_ms), plus the MLP's forward the
+ *   backward makes again (mlp_remade, a block's remade_*);
  *   weight-gradient part = the GEMM forward FLOPs (one of the two backward GEMMs).
  * With LoRA the frozen weights are uploaded but get no gradient: a block's
  * backward is the base's input-gradient GEMMs, the attention's and twice
