@@ -495,6 +495,28 @@ static double job_ms(json_object *j, int job)
     return json_object_get_double(v);
 }
 
+/* `plan --plan PLAN ARGS` of the model in dir, 16 tokens on 2 CPU executors
+ * at 1e6 FLOP/s with a device too fast to be the bound: its JSON (the
+ * caller puts it), after checking job 0's and job 2's ms per microbatch
+ * against the hand-counted fwd_ms and bwd_ms. */
+static json_object *hand_timed_plan(const char *dir, const char *args, const char *plan,
+                                    double fwd_ms, double bwd_ms)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
+             "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
+             "--plan %s", dir, args, plan);
+    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", args, err_text);
+    json_object *j = json_tokener_parse(out_text);
+    ck_assert_msg(j != NULL, "%s", out_text);
+    ck_assert_msg(fabs(job_ms(j, 0) - fwd_ms) < 1e-5 * fwd_ms, "'%s': forward %g ms, by hand %g",
+                  args, job_ms(j, 0), fwd_ms);
+    ck_assert_msg(fabs(job_ms(j, 2) - bwd_ms) < 1e-5 * bwd_ms, "'%s': backward %g ms, by hand %g",
+                  args, job_ms(j, 2), bwd_ms);
+    return j;
+}
+
 /* plan on the gpt-oss fixture (H 32, 4 q heads and 2 kv heads of 12: q
  * width 48, kv 24; 4 experts of width 32, top 2; 3 blocks, the first and
  * last sliding with a window of 6), 16 tokens, 1e6 FLOP/s (--tflops 1e-6)
@@ -532,7 +554,7 @@ static double job_ms(json_object *j, int job)
  * alone. */
 START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
 {
-    char dir[512], cmd[8192];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden-gpt-oss/oss-lora/model",
              rp_test_srcdir());
     static const struct {
@@ -548,20 +570,9 @@ START_TEST(moe_plan_counts_the_router_and_experts_as_they_run)
          (3 * 21760 + 2.5 * 3576 + 2 * 3 * 144 + 3 * 8192) * 16 / 1e3, 3 * (64 + 16) * 4},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        snprintf(cmd, sizeof cmd,
-                 "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
-                 "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
-                 "--plan fwd=0-3;bwd=4,0-3", dir, cases[c].lora);
-        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].lora, err_text);
-        json_object *j = json_tokener_parse(out_text);
-        ck_assert_msg(j != NULL, "%s", out_text);
         /* the embedding's forward is a gather: bytes at 1e9 GB/s, nothing */
-        ck_assert_msg(fabs(job_ms(j, 0) - cases[c].fwd_ms) < 1e-5 * cases[c].fwd_ms,
-                      "'%s': forward %g ms, by hand %g", cases[c].lora, job_ms(j, 0),
-                      cases[c].fwd_ms);
-        ck_assert_msg(fabs(job_ms(j, 2) - cases[c].bwd_ms) < 1e-5 * cases[c].bwd_ms,
-                      "'%s': backward %g ms, by hand %g", cases[c].lora, job_ms(j, 2),
-                      cases[c].bwd_ms);
+        json_object *j = hand_timed_plan(dir, cases[c].lora, "fwd=0-3;bwd=4,0-3",
+                                         cases[c].fwd_ms, cases[c].bwd_ms);
         if (cases[c].grad_bytes)
             ck_assert_int_eq(job_field(j, 2, "grad_bytes"), cases[c].grad_bytes);
         json_object_put(j);
@@ -586,7 +597,7 @@ END_TEST
  * and the down adapter's A again, 2 (320 + 320 + 192). */
 START_TEST(dense_plan_counts_the_remade_mlp)
 {
-    char dir[512], cmd[8192];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/mpi-tests/fixtures/golden/qwen3/model", rp_test_srcdir());
     static const struct {
         const char *args;
@@ -600,18 +611,8 @@ START_TEST(dense_plan_counts_the_remade_mlp)
          2 * (61440 + 5440 + 7424 + 24576 + 1664)},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        snprintf(cmd, sizeof cmd,
-                 "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
-                 "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
-                 "--plan fwd=0-2;bwd=3,0-2;keep=2", dir, cases[c].args);
-        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].args, err_text);
-        json_object *j = json_tokener_parse(out_text);
-        ck_assert_msg(j != NULL, "%s", out_text);
-        const double fwd = cases[c].fwd * 16 / 1e3, bwd = cases[c].bwd * 16 / 1e3;
-        ck_assert_msg(fabs(job_ms(j, 0) - fwd) < 1e-5 * fwd, "'%s': forward %g ms, by hand %g",
-                      cases[c].args, job_ms(j, 0), fwd);
-        ck_assert_msg(fabs(job_ms(j, 2) - bwd) < 1e-5 * bwd, "'%s': backward %g ms, by hand %g",
-                      cases[c].args, job_ms(j, 2), bwd);
+        json_object *j = hand_timed_plan(dir, cases[c].args, "fwd=0-2;bwd=3,0-2;keep=2",
+                                         cases[c].fwd * 16 / 1e3, cases[c].bwd * 16 / 1e3);
         json_object_put(j);
     }
 }
