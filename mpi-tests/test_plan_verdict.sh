@@ -51,6 +51,15 @@ plan --device cuda --memory-limit-mib 100000 && grep -q "^plan: .*;keep=[1-9]" "
   kbuf=$(last | sed -n 's/.*an executor needs \([0-9.]*\) MiB of buffers.*/\1/p') &&
   awk -v k="$kbuf" -v b="$buf" 'BEGIN { exit !(k > b) }' && ok || { bad "auto within a limit keeps no block on the GPU"; cat "$tmp/out"; }
 plan --device cuda && ! grep -q "^plan: .*;keep=" "$tmp/out" && ok || { bad "auto without a limit keeps blocks on the GPU"; cat "$tmp/out"; }
+# the pool in the JSON and the device line: the H100 layer file's blocks
+# keep 453690368 bytes a microbatch, 8 microbatches on one executor
+h100="$src/bench/gpu/h100-qwen3-1.7b-layers.txt --bandwidth-gbs 55 --workspace-mib 734 --device-memory-mib 81559 --grad-clip 1 --microbatches 8"
+"$bin" plan --layers $h100 --json > "$tmp/out" 2> "$tmp/err" &&
+  k=$(sed -n 's/.*"kept_blocks": \([0-9]*\).*/\1/p' "$tmp/out") &&
+  [ "${k:-0}" -gt 0 ] && grep -q "\"kept_pool_bytes\": $((k * 8 * 453690368))," "$tmp/out" &&
+  "$bin" plan --layers $h100 > "$tmp/out" 2> "$tmp/err" &&
+  grep -q "^device memory per executor .* MiB allowed, of them $(awk -v b=$((k * 8 * 453690368)) 'BEGIN { printf "%.1f", b / 1048576 }') MiB the pool of the $k kept blocks" "$tmp/out" &&
+  ok || { bad "the pool's bytes in plan's JSON and line"; cat "$tmp/out" "$tmp/err"; }
 # on a GPU of that size plus 300 MiB: fits, buffers + reserve = total within it
 n=$((gpu + 300))
 plan --device cuda --device-memory-mib $n && ok || { bad "plan on a $n MiB GPU"; cat "$tmp/err"; }

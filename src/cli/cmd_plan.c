@@ -100,9 +100,11 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     char verdict[1024];
     int fits;
     rp_plan_verdict(o, r, c, verdict, sizeof verdict, &fits);
-    printf("\"recompute\": \"%s\", \"kept_blocks\": %d, \"device_memory_bytes\": %lld, "
+    printf("\"recompute\": \"%s\", \"kept_blocks\": %d, \"kept_pool_bytes\": %lld, "
+           "\"device_memory_bytes\": %lld, "
            "\"fits\": %s, \"host_bytes\": %zu, \"verdict\": \"%s\", ",
            rp_recompute_name(o->recompute), p->kept > 0 ? p->kept : 0,
+           (long long)rp_schedule_kept_pool_bytes(o->model, p, o->mc.gpus, o->mc.microbatches),
            (long long)o->device_memory,
            fits < 0 ? "null" : fits ? "true" : "false",
            c->have_host ? rp_plan_choice_host_total(&c->host) : 0, verdict);
@@ -186,6 +188,10 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
            "job %d alone needs the most)", r->peak_bytes / 1048576.0, r->worst_job);
     if (o->mc.memory_limit > 0)
         printf(" of %.1f MiB allowed", o->mc.memory_limit / 1048576.0);
+    const int64_t pool = rp_schedule_kept_pool_bytes(m, p, o->mc.gpus, o->mc.microbatches);
+    if (pool > 0) /* GPUs' kept blocks (plan/keep.h) */
+        printf(", of them %.1f MiB the pool of the %d kept blocks (their inputs and saved areas, "
+               "for each microbatch of the executor's pipeline)", pool / 1048576.0, p->kept);
     printf("\n");
     if (o->eval_bytes > 0)
         printf("evaluation (--eval-data): %.1f MiB of device memory per executor (%lld bytes), "
