@@ -84,6 +84,21 @@ seq=4 cdata="$fx/golden-moe/moe-m1/data.npy" check "$fx/golden-moe/moe-m1/model/
 seq=4 cdata="$fx/golden-moe/moe-m1/data.npy" check "$fx/golden-moe/moe-m1/model/config.json" "fwd=0,1-4;bwd=5,3-4,0-2" --grad-dtype bf16
 seq=4 cdata="$fx/golden-gpt-oss/oss-m1/data.npy" check "$fx/golden-gpt-oss/oss-m1/model/config.json" "fwd=0-3;bwd=4,0-3"
 seq=4 cdata="$fx/golden/tied-odd/data.npy" check "$fx/golden/tied-odd/model/config.json" "fwd=0-1;bwd=2,0-1" --grad-dtype bf16
+# --weight-buffers 1: one buffer of the largest stage's weights, no
+# prefetch's second (dense tied and untied, a mixture of experts, an FP8
+# base uploaded as FP8), and plan counts that
+check "$tied" "fwd=0-2;bwd=3-5,0-2" --weight-buffers 1
+check "$untied" "fwd=0;bwd=1-$((nl + 1)),0" --weight-buffers 1
+seq=4 cdata="$fx/golden-moe/moe-m1/data.npy" check "$fx/golden-moe/moe-m1/model/config.json" "fwd=0,1-4;bwd=5,3-4,0-2" --weight-buffers 1
+"$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 --device cpu \
+  --plan "fwd=0-2;bwd=3-5,0-2" --json > "$tmp/p2.json" &&
+  "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 --device cpu \
+  --plan "fwd=0-2;bwd=3-5,0-2" --json --weight-buffers 1 > "$tmp/p1.json" &&
+  two=$(grep -o '"peak_bytes": [0-9]*' "$tmp/p2.json" | head -n 1 | tr -dc 0-9) &&
+  one=$(grep -o '"peak_bytes": [0-9]*' "$tmp/p1.json" | head -n 1 | tr -dc 0-9) &&
+  w=$(grep -o '"kind": "F", "first": 0, "last": 2, "ms_per_microbatch": [0-9.e+-]*, "weight_bytes": [0-9]*' "$tmp/p2.json" | sed 's/.*"weight_bytes": //') &&
+  [ -n "$w" ] && [ "$two" -gt "$one" ] && [ $((two - one)) -ge "$w" ] && ok ||
+  bad "--weight-buffers 1: plan counts $one bytes against $two with two buffers (a stage: ${w:-?})"
 # --documents: the executors also hold the microbatch's segment starts
 check "$tied" "fwd=0-2;bwd=3-5,0-2" --documents "$src/mpi-tests/fixtures/golden/llama-packed/documents.npy"
 

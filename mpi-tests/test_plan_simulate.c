@@ -314,6 +314,16 @@ START_TEST(uploads_are_hidden_or_the_bottleneck)
     for (int l = 0; l < 3; l++)
         m->layers[l].weight_bytes = 20000000;
     CLOSE(sim(m, &p, &mc, &r), 5 * 20.0);
+    /* one weight buffer (--weight-buffers 1): each upload waits for the job
+     * before it on the executor, so the 2 ms uploads add to the compute */
+    for (int l = 0; l < 3; l++)
+        m->layers[l].weight_bytes = 2000000;
+    m->single_weight_buffer = 1;
+    CLOSE(sim(m, &p, &mc, &r), work + 5 * 2.0);
+    /* and one buffer of the largest stage's weights instead of two */
+    int64_t one = rp_schedule_peak_bytes(m, &p, 1, 4, 0, NULL);
+    m->single_weight_buffer = 0;
+    ck_assert_int_eq(rp_schedule_peak_bytes(m, &p, 1, 4, 0, NULL), one + 2000000);
     rp_cost_model_destroy(&m);
 }
 END_TEST

@@ -11,6 +11,7 @@
 # recompute give the same bits too; all of it again with the kept
 # activations in the executors' own memory (GPUs' way), where a forced
 # keep of a block whose two jobs run on different executors is refused.
+# One weight buffer per executor (--weight-buffers 1) gives the same bits.
 # none and auto really keep (train's
 # host-memory line names the kept blocks, stage none; auto's line says how
 # many it keeps within MemAvailable); auto keeps nothing under a
@@ -88,6 +89,12 @@ RP_TEST_KEEP_ON_EXECUTOR=1 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progres
   --plan "fwd=0-4;bwd=5-7,3-4,0-2;keep=4" > "$tmp/misplaced.txt" 2>&1 && bad "a kept block on two executors ran" ||
   { grep -q "keep=4, but block 2's forward (job 0) and backward (job 3) run on different executors of a pipeline of width 2.* at most 2 blocks" "$tmp/misplaced.txt" &&
       ok || { bad "a kept block on two executors: its message"; cat "$tmp/misplaced.txt"; }; }
+# one weight buffer per executor (--weight-buffers 1: no upload overlaps a
+# job) never changes the bits either
+run 2 wb1 $q --recompute stage --weight-buffers 1
+same qwen3-stage wb1 "--weight-buffers 1"
+run 3 wb1-moe $moe --recompute stage --weight-buffers 1
+same moe-stage wb1-moe "moe, --weight-buffers 1 on 3 ranks"
 # no room: auto keeps none, none is refused naming the limit
 run 2 tight $q --host-memory-limit-mib 1
 kept tight 0 && same qwen3-stage tight "auto without room" || bad "auto kept blocks over the limit"

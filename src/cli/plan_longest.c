@@ -259,10 +259,13 @@ static void device_bound(trial *t, int64_t seq_len, rp_longest *out)
     }
     char words[160];
     ps[2].name = "weights";
-    ps[2].bytes = 2 * q.weights;
+    ps[2].bytes = q.weight_buffers * q.weights;
     job_words(m, &p, q.weights_job, 0, words, sizeof words);
     snprintf(ps[2].detail, sizeof ps[2].detail,
-             "two buffers of the largest stage's %.1f MiB, the running and the prefetched; %s",
+             q.weight_buffers == 1 ? "one buffer of the largest stage's %.1f MiB "
+                                     "(--weight-buffers 1); %s"
+                                   : "two buffers of the largest stage's %.1f MiB, the running "
+                                     "and the prefetched; %s",
              q.weights / 1048576.0, words);
     ps[3].name = "shared workspace";
     ps[3].bytes = q.workspace;

@@ -191,6 +191,9 @@ static const rp_option plan_rows[] = {
              "as host memory allows (GPUs: in their own memory, as much\n"
              "as it allows), none keeps all, layer saves every\n"
              "layer's input (host memory)"},
+    {TRAIN("weight-buffers", "1|2"),
+     .help = "as train's: 1 holds one stage's weights per executor\n"
+             "(half their device memory; no upload overlaps a job)"},
     {TRAIN("host-memory-limit-mib", "X"),
      .help = "the host memory --recompute auto keeps activations within\n"
              "(default: this machine's MemAvailable)"},
@@ -672,8 +675,10 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
      * own memory; auto within the host limit, which rp_plan_cli_choose
      * then holds exactly */
     o->host_limit = rp_host_memory_limit(a.train.host_memory_limit_mib, &o->host_limit_from);
-    if (st == RP_OK)
+    if (st == RP_OK) {
         o->model->saved_by_layer = o->recompute == RP_RECOMPUTE_LAYER;
+        o->model->single_weight_buffer = a.train.weight_buffers == 1;
+    }
     if (st == RP_OK && o->have_config) {
         mc->keep_budget = o->recompute == RP_RECOMPUTE_NONE ? -1
                           : o->recompute == RP_RECOMPUTE_AUTO ? o->host_limit

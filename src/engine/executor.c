@@ -188,7 +188,9 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         gb = rp_dtype_size(rp_frozen_base_dtype(e->base));
     size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * gb + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
-        x->buf[b].w = dalloc(x, (wmax ? wmax : 1) * wb, err);
+        /* the prefetch's buffer, unless --weight-buffers 1 (stage_buffers.c) */
+        const int weights = b == 0 || e->o->weight_buffers != 1;
+        x->buf[b].w = weights ? dalloc(x, (wmax ? wmax : 1) * wb, err) : NULL;
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].boff = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].req = calloc(rp_stage_max_reqs(e), sizeof(rp_xfer_req));
@@ -200,7 +202,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
             malloc((size_t)(e->micro_per_pipeline * e->tokens_per_micro) * sizeof(int32_t));
         if (posix_memalign((void **)&x->buf[b].gather, 4096, gather_bytes) != 0)
             x->buf[b].gather = NULL;
-        ok &= x->buf[b].w && x->buf[b].off && x->buf[b].boff && x->buf[b].req && x->buf[b].rows &&
+        ok &= (x->buf[b].w || !weights) && x->buf[b].off && x->buf[b].boff && x->buf[b].req &&
+              x->buf[b].rows &&
               x->buf[b].gather && x->buf[b].piece_of && x->buf[b].pending && x->buf[b].ready &&
               x->buf[b].left;
     }

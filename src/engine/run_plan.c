@@ -146,8 +146,10 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
                                  e->o->activation_dtype, e->o->documents != NULL, e->batch_micro,
                                  e->samples_per_micro, e->seq_len, *cm,
                                  workspace, err);
-    if (s == RP_OK)
+    if (s == RP_OK) {
         (*cm)->saved_by_layer = e->o->recompute == RP_RECOMPUTE_LAYER;
+        (*cm)->single_weight_buffer = e->o->weight_buffers == 1;
+    }
     if (s != RP_OK)
         rp_cost_model_destroy(cm);
     return s;

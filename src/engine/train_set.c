@@ -178,6 +178,12 @@ static const rp_option rows[] = {
              "backward stage; stage, layer: recompute every block below\n"
              "the tail from a checkpoint per stage or per layer; none:\n"
              "keep every block's (refused when it does not fit)"},
+    {INT("weight-buffers", "1|2", weight_buffers, 1, 2), .fallback = "2",
+     .range_error = "--weight-buffers must be 1 or 2",
+     .help = "stage weight buffers per executor: 2 (default) uploads\n"
+             "the next job's weights while a job runs; 1 holds half the\n"
+             "weights' device memory (longer sequences), each upload\n"
+             "waiting for the job before it to end"},
     {WORD("attention", "auto|cudnn|own", attention, rp_attention_mode_words), .fallback = "auto",
      .help = "CUDA executors' attention: cudnn, cuDNN 9's fused flash\n"
              "SDPA (loaded at run time: RP_CUDNN_LIBRARY, else\n"

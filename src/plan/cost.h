@@ -74,6 +74,10 @@ typedef struct rp_cost_model {
                                       and a backward job holds one layer's saved area at a
                                       time (its act_bytes), not its stage's sum; the tail
                                       still holds its stage's (engine/executor.c) */
+    int single_weight_buffer;      /* --weight-buffers 1: an executor holds one stage's
+                                      weights, so a job's upload waits for the job before
+                                      it on that executor to end (plan/schedule.h counts
+                                      one buffer, plan/simulate.c starts it then) */
     int keep_on_executor;          /* executors keep them in a pool of their own memory
                                       (keep_device_bytes; GPUs, whose link a round trip of
                                       them would cost more than the recompute): a kept

@@ -324,8 +324,8 @@ static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *
 }
 
 /* Smallest device memory a layer can need (rp_schedule_peak_bytes of a
- * plan where it is a backward stage of its own): two weight buffers at
- * least its size, its gradients, its activations, three activation buffers
+ * plan where it is a backward stage of its own): two weight buffers (one
+ * with single_weight_buffer) at least its size, its gradients, its activations, three activation buffers
  * and the workspace (the shared one and its own). */
 static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, rp_error *err)
 {
@@ -337,16 +337,18 @@ static rp_status check_layers_fit(const rp_cost_model *m, const rp_machine *mc, 
         if (c->out_bytes > io)
             io = c->out_bytes;
         const int64_t workspace = mc->workspace_bytes + c->workspace_bytes;
-        int64_t need = 2 * c->weight_bytes + c->grad_bytes + c->act_bytes + 3 * io + workspace;
+        const int buffers = m->single_weight_buffer ? 1 : 2;
+        int64_t need = buffers * c->weight_bytes + c->grad_bytes + c->act_bytes + 3 * io + workspace;
         if (need > mc->memory_limit) {
             static const char *kinds[] = {"embedding", "decoder block", "head"};
             return rp_error_set(err, RP_ERR_DEVICE_MEMORY,
                                 "layer %d (%s) alone needs %" PRId64 " bytes of device memory "
-                                "(weights %" PRId64 " in each of two buffers + gradients %" PRId64
+                                "(weights %" PRId64 " in %s + gradients %" PRId64
                                 " + activations %" PRId64 " + buffers %" PRId64
                                 " + workspace %" PRId64 "), more than the limit of %" PRId64
                                 " bytes",
-                                l, kinds[c->kind], need, c->weight_bytes, c->grad_bytes,
+                                l, kinds[c->kind], need, c->weight_bytes,
+                                buffers == 1 ? "one buffer" : "each of two buffers", c->grad_bytes,
                                 c->act_bytes, 3 * io, workspace, mc->memory_limit);
         }
     }

@@ -154,8 +154,10 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
     rp_job job = rp_schedule_job(p, j), next = rp_schedule_job(p, (j + w) % n);
     int64_t bytes = rp_cost_weight_bytes(m, job.first, job.last);
     /* the next job on this executor prefetches into the second buffer; when
-     * the executor runs only this job, the next copy is this stage again */
-    bytes += rp_cost_weight_bytes(m, next.first, next.last);
+     * the executor runs only this job, the next copy is this stage again
+     * (none with one buffer: the upload waits for this job to end) */
+    if (!m->single_weight_buffer)
+        bytes += rp_cost_weight_bytes(m, next.first, next.last);
     /* the stage's input and output of one microbatch (for backward: the
      * saved input, the incoming and the outgoing gradient) */
     int64_t io = job.first > 0 ? m->layers[job.first - 1].out_bytes : 0;
@@ -232,8 +234,9 @@ int64_t rp_schedule_peak_parts(const rp_cost_model *m, const rp_plan *p, int gpu
         q.saved_job = keep_job;
     q.workspace = workspace;
     q.kept_pool = rp_schedule_kept_pool_bytes(m, p, gpus, microbatches);
-    q.total = 2 * q.weights + q.scratch + q.saved + (int64_t)(q.layers + 2) * q.out + workspace +
-              q.kept_pool;
+    q.weight_buffers = m->single_weight_buffer ? 1 : 2;
+    q.total = q.weight_buffers * q.weights + q.scratch + q.saved +
+              (int64_t)(q.layers + 2) * q.out + workspace + q.kept_pool;
     if (parts)
         *parts = q;
     return q.total;

@@ -75,7 +75,7 @@ int64_t rp_schedule_kept_pool_bytes(const rp_cost_model *m, const rp_plan *p, in
                                     int microbatches);
 
 /* Peak device bytes of job j: its weights and those of the next job on the
- * same executor (double buffering), its gradients (TAIL/BWD), the
+ * same executor (double buffering; not with single_weight_buffer), its gradients (TAIL/BWD), the
  * activations of one microbatch (the largest layer's for FWD, the sum over
  * the stage for TAIL/BWD), input/output buffers, its own workspace (the
  * largest workspace_bytes of its layers), the shared `workspace` and the
@@ -85,7 +85,8 @@ int64_t rp_schedule_job_bytes(const rp_cost_model *m, const rp_plan *p, int gpus
                               int microbatches, int j, int64_t workspace);
 
 /* Device bytes an executor allocates for the plan, once, for all its jobs:
- * 2 x the largest stage's weights (the running and the prefetched stage),
+ * 2 x the largest stage's weights (the running and the prefetched stage;
+ * 1 x with the cost model's single_weight_buffer),
  * the largest over the jobs of a job's gradients (TAIL/BWD) plus its own
  * workspace (one scratch they take in turn), the largest TAIL/BWD sum of
  * act_bytes (at least the largest layer's), (longest stage's layers + 2) x
@@ -98,10 +99,11 @@ int64_t rp_schedule_peak_bytes(const rp_cost_model *m, const rp_plan *p, int gpu
 
 /* The parts of rp_schedule_peak_bytes, each with the job (index j) or layer
  * that sets it (-1: none does, the part is 0), for saying what bounds a
- * plan: total = 2 weights + scratch + saved + (layers + 2) out + workspace
- * + kept_pool. */
+ * plan: total = weight_buffers x weights + scratch + saved + (layers + 2) out
+ * + workspace + kept_pool. */
 typedef struct rp_peak_parts {
-    int64_t weights;  /* the largest stage's weights (two buffers of it) */
+    int64_t weights;  /* the largest stage's weights (weight_buffers buffers of it) */
+    int weight_buffers; /* 2, or 1 with the cost model's single_weight_buffer */
     int weights_job;
     int64_t scratch;  /* the largest job's gradients (TAIL/BWD) and own workspace */
     int scratch_job;

@@ -121,8 +121,10 @@ static void run_jobs(rp_sim *sim, int t, int g)
         int gpu = rp_machine_gpu_of(mc, executor);
         rp_sim_executor *ex = &sim->executor[executor];
         const double *versions = source_versions(sim, t);
-        /* the job's buffer is free once the job two back on this executor is done */
-        double link_at = rp_sim_max(ex->upload_free, ex->previous_end);
+        /* the job's buffer is free once the job two back on this executor is
+         * done; with one buffer, the job before it */
+        double link_at = rp_sim_max(ex->upload_free, m->single_weight_buffer ? ex->last_end
+                                                                             : ex->previous_end);
         if (sim->gate_tail && job->kind == RP_JOB_TAIL && versions)
             link_at = rp_sim_max(link_at, versions[sim->num_layers]);
         double latency =
