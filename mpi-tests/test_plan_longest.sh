@@ -108,4 +108,19 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$cfg" --data "$build/
 got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt")
 [ -n "$got" ] && [ "$got" = "$want" ] && [ "$got" -le $((64 << 20)) ] && ok ||
   bad "train at $L allocates '$got' bytes, plan counts '$want'"
+# --weight-buffers 1: one buffer of the largest stage's weights, so a model
+# whose weights bound it reaches further (a block of 60 MiB, 450 MiB:
+# 2048 tokens with two buffers, 3072 with one), and the bound says so
+cat > "$tmp/wide.json" << 'J'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+ "intermediate_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 8,
+ "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 1000,
+ "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+ "tie_word_embeddings": false, "attention_bias": false}
+J
+wide="--init-config $tmp/wide.json --batch-size 1 --microbatches 1 --gpus 2 --device cpu --memory-limit-mib 450 --seq-len max"
+"$bin" plan $wide --json > "$tmp/w2.json" 2>/dev/null && "$bin" plan $wide --json --weight-buffers 1 > "$tmp/w1.json" 2>/dev/null &&
+  [ "$(field longest_seq_len "$tmp/w2.json")" = 2048 ] && [ "$(field longest_seq_len "$tmp/w1.json")" = 3072 ] &&
+  "$bin" plan $wide --weight-buffers 1 2>&1 | grep -q "weights 60.0 MiB (one buffer of the largest stage's 60.0 MiB (--weight-buffers 1)" &&
+  ok || bad "--weight-buffers 1: longest $(field longest_seq_len "$tmp/w1.json") against $(field longest_seq_len "$tmp/w2.json") with two"
 finish
