@@ -29,7 +29,8 @@
 #   kept        golden/qwen3, --plan fwd=0-1;bwd=2-3,0-1 (block 1 below the tail): dut1 = 1 rank
 #               --recompute none (block 1's input and saved area kept in the GPU's own
 #               memory, the executor's pool; its line must say so), dut2 = 2 ranks
-#               --recompute stage (recomputed): the same bits
+#               --recompute stage (recomputed) with --weight-buffers 1 (no upload
+#               overlapping a job): the same bits
 #   chunks      golden/qwen3 with tiles of 8 tokens: dut1 = 1 rank, the MLP in chunks
 #               of one tile; dut2 = 2 ranks, the whole microbatch one chunk: the
 #               same bits (model/token_tiles.h: the chunk never changes them)
@@ -170,13 +171,13 @@ for case in $cases; do
       two="2 nodes x 1 rank = 1 node x 2 pipelines" ;;
     kept)
       run "$c-dut1" "$dev" 1 --plan "fwd=0-1;bwd=2-3,0-1" --recompute none || { result "$c" FAILED - "$dev, --recompute none failed ($c-dut1.txt)"; continue; }
-      run "$c-dut2" "$dev" 2 --plan "fwd=0-1;bwd=2-3,0-1" --recompute stage || { result "$c" FAILED - "$dev, 2 ranks --recompute stage failed ($c-dut2.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --plan "fwd=0-1;bwd=2-3,0-1" --recompute stage --weight-buffers 1 || { result "$c" FAILED - "$dev, 2 ranks --recompute stage --weight-buffers 1 failed ($c-dut2.txt)"; continue; }
       # where the device keeps them: the GPU's pool (the CPU: the host store)
       where="kept by 1 block instead of recomputed, in the executors' own memory"
       [ "$dev" = cpu ] && where="kept by 1 block instead of recomputed"
       grep -q "$where" "$work/$c-dut1.txt" ||
         { result "$c" FAILED - "$dev, --recompute none: its host-memory line does not say block 1 is kept ($where; $c-dut1.txt)"; continue; }
-      two="kept activations (the GPU's pool) = recomputed on 2 ranks" ;;
+      two="kept activations (the GPU's pool) = recomputed on 2 ranks with one weight buffer" ;;
     chunks|moe-chunks)
       run "$c-dut1" "$dev" 1 --token-tile 8 --mlp-chunk-tokens 8 || { result "$c" FAILED - "$dev, MLP chunks of one tile failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks, one chunk failed ($c-dut2.txt)"; continue; }
