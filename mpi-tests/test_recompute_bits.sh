@@ -81,6 +81,12 @@ exe 2 pool-lora $q --lora-rank 2 --lora-dropout 0.1 --recompute none
 same lora-stage pool-lora "pool: LoRA"
 exe 2 pool-moe $moe --recompute none
 same moe-stage pool-moe "pool: moe"
+# two pipelines on one rank (its executor runs both, one after the other,
+# the pool's slots shared by their microbatches in turn): 2 pipelines' bits
+run 1 p2-stage $q --recompute stage --pipelines 2
+exe 1 pool-p2 $q --recompute none --pipelines 2
+same p2-stage pool-p2 "pool: two pipelines on one rank"
+grep -q "kept by [1-9] block" "$tmp/pool-p2.txt" && ok || bad "pool-p2 keeps no block"
 exe 2 pool-moe-part $moe --plan "fwd=0,1-2,3-4;bwd=5-7,1-4,0;keep=2"
 same moe-stage pool-moe-part "pool: moe keep=2 of a backward stage"
 exe 2 pool-moe-layer $moe --plan "fwd=0-2,3-4;bwd=5-7,3-4,0-2;keep=3" --recompute layer
