@@ -18,7 +18,8 @@ set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
 cfg="$src/examples/tiny-config.json"
-base="--init-config $cfg --batch-size 1 --microbatches 1 --gpus 2 --device cpu"
+# two weight buffers throughout (auto's one where two do not fit: below)
+base="--init-config $cfg --batch-size 1 --microbatches 1 --gpus 2 --device cpu --weight-buffers 2"
 field() { grep -o "\"$1\": [0-9]*" "$2" | head -n 1 | tr -dc 0-9; }
 
 "$bin" plan $base --memory-limit-mib 64 --seq-len max --json > "$tmp/max.json" 2> "$tmp/err" ||
@@ -110,7 +111,8 @@ got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt"
   bad "train at $L allocates '$got' bytes, plan counts '$want'"
 # --weight-buffers 1: one buffer of the largest stage's weights, so a model
 # whose weights bound it reaches further (a block of 60 MiB, 450 MiB:
-# 2048 tokens with two buffers, 3072 with one), and the bound says so
+# 2048 tokens with two buffers, 3072 with one), and the bound says so;
+# auto, the default, takes one where two do not fit: 3072, and says so
 cat > "$tmp/wide.json" << 'J'
 {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
  "intermediate_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 8,
@@ -119,8 +121,11 @@ cat > "$tmp/wide.json" << 'J'
  "tie_word_embeddings": false, "attention_bias": false}
 J
 wide="--init-config $tmp/wide.json --batch-size 1 --microbatches 1 --gpus 2 --device cpu --memory-limit-mib 450 --seq-len max"
-"$bin" plan $wide --json > "$tmp/w2.json" 2>/dev/null && "$bin" plan $wide --json --weight-buffers 1 > "$tmp/w1.json" 2>/dev/null &&
+"$bin" plan $wide --json --weight-buffers 2 > "$tmp/w2.json" 2>/dev/null && "$bin" plan $wide --json --weight-buffers 1 > "$tmp/w1.json" 2>/dev/null &&
   [ "$(field longest_seq_len "$tmp/w2.json")" = 2048 ] && [ "$(field longest_seq_len "$tmp/w1.json")" = 3072 ] &&
+  "$bin" plan $wide --json > "$tmp/wa.json" 2>/dev/null && [ "$(field longest_seq_len "$tmp/wa.json")" = 3072 ] &&
+  [ "$(field weight_buffers "$tmp/wa.json")" = 1 ] && [ "$(field weight_buffers "$tmp/w2.json")" = 2 ] &&
+  "$bin" plan $wide 2>&1 | grep -q "^weight buffers: one per executor (--weight-buffers auto: no plan fits with two)" &&
   "$bin" plan $wide --weight-buffers 1 2>&1 | grep -q "weights 60.0 MiB (one buffer of the largest stage's 60.0 MiB (--weight-buffers 1)" &&
   ok || bad "--weight-buffers 1: longest $(field longest_seq_len "$tmp/w1.json") against $(field longest_seq_len "$tmp/w2.json") with two"
 finish

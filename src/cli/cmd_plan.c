@@ -100,6 +100,7 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     char verdict[1024];
     int fits;
     rp_plan_verdict(o, r, c, verdict, sizeof verdict, &fits);
+    printf("\"weight_buffers\": %d, ", o->model->single_weight_buffer ? 1 : 2);
     printf("\"recompute\": \"%s\", \"kept_blocks\": %d, \"kept_pool_bytes\": %lld, "
            "\"device_memory_bytes\": %lld, "
            "\"fits\": %s, \"host_bytes\": %zu, \"verdict\": \"%s\", ",
@@ -193,6 +194,10 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
         printf(", of them %.1f MiB the pool of the %d kept blocks (their inputs and saved areas, "
                "for each microbatch of the executor's pipeline)", pool / 1048576.0, p->kept);
     printf("\n");
+    if (m->single_weight_buffer)
+        printf("weight buffers: one per executor (--weight-buffers %s): each job's upload waits "
+               "for the job before it on the executor\n",
+               o->weight_buffers == 1 ? "1" : "auto: no plan fits with two");
     if (o->eval_bytes > 0)
         printf("evaluation (--eval-data): %.1f MiB of device memory per executor (%lld bytes), "
                "in place of those buffers between segments\n", o->eval_bytes / 1048576.0,

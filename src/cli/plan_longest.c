@@ -101,6 +101,12 @@ static rp_status try_length(int argc, char **argv, int at, int joined, char *wor
         int64_t least = rp_schedule_peak_bytes(t->o.model, &one, t->o.mc.gpus,
                                                t->o.mc.microbatches, t->o.mc.workspace_bytes,
                                                NULL);
+        if (least > t->o.mc.memory_limit && t->o.weight_buffers == 0) {
+            /* --weight-buffers auto: one buffer, as the planner then takes */
+            t->o.model->single_weight_buffer = 1;
+            least = rp_schedule_peak_bytes(t->o.model, &one, t->o.mc.gpus, t->o.mc.microbatches,
+                                           t->o.mc.workspace_bytes, NULL);
+        }
         if (least > t->o.mc.memory_limit) {
             t->bound = RP_BOUND_DEVICE;
             t->msg[0] = '\0'; /* device_bound says it */

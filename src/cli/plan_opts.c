@@ -191,9 +191,10 @@ static const rp_option plan_rows[] = {
              "as host memory allows (GPUs: in their own memory, as much\n"
              "as it allows), none keeps all, layer saves every\n"
              "layer's input (host memory)"},
-    {TRAIN("weight-buffers", "1|2"),
+    {TRAIN("weight-buffers", "auto|1|2"),
      .help = "as train's: 1 holds one stage's weights per executor\n"
-             "(half their device memory; no upload overlaps a job)"},
+             "(half their device memory; no upload overlaps a job);\n"
+             "auto (default): 2 unless no plan fits with them"},
     {TRAIN("host-memory-limit-mib", "X"),
      .help = "the host memory --recompute auto keeps activations within\n"
              "(default: this machine's MemAvailable)"},
@@ -517,6 +518,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     /* a --lora-* option other than --lora-rank */
     int lora_given = !!(a.train.lora_given & (RP_LORA_GIVEN_TARGETS | RP_LORA_GIVEN_DROPOUT));
     o->recompute = a.train.recompute;
+    o->weight_buffers = a.train.weight_buffers;
     o->deal = (rp_deal_choice)a.train.deal;
     o->json = a.json;
     if (st == RP_OK && optind < argc)
@@ -737,9 +739,19 @@ void rp_plan_cli_free(rp_plan_cli *o)
     o->forced = NULL;
 }
 
+/* --weight-buffers auto: two unless no plan fits the device memory with
+ * them; then one (the cost model's single_weight_buffer, which the later
+ * plans of this model keep, and whose error stands when nothing fits). */
 rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
                            rp_error *err)
 {
+    rp_status s = rp_plan_dealt(o->model, mc, o->width, o->forced, o->deal, out, res, err);
+    if (s != RP_ERR_DEVICE_MEMORY || o->weight_buffers != 0 || o->model->single_weight_buffer ||
+        o->forced) /* a --plan keeps two under auto, as train does */
+        return s;
+    /* one buffer; when that fails too its error stands, the least need */
+    o->model->single_weight_buffer = 1;
+    *err = (rp_error){0};
     return rp_plan_dealt(o->model, mc, o->width, o->forced, o->deal, out, res, err);
 }
 

@@ -30,6 +30,7 @@ typedef struct rp_plan_cli {
     rp_machine mc;
     int width;            /* 0: the planner searches the widths (--pipelines P as
                              train's: W = G/P; or its alias --width W) */
+    int weight_buffers;   /* --weight-buffers: 0 auto (2 unless no plan fits, then 1), 1, 2 */
     int recompute;        /* --recompute (rp_recompute_mode): host memory as train's arena,
                              and which blocks keep their activations (plan/keep.h) */
     size_t *kept_floats;  /* a config's: each layer's saved area when kept (owned) */

@@ -180,6 +180,8 @@ typedef struct rp_engine {
     size_t *kept_floats;        /* [num_layers] a kept layer's saved area in the arena
                                    (host_memory.h's rp_host_kept_floats) */
     int jobs_per_it;            /* jobs of one pipeline in one iteration */
+    int weight_buffers;         /* stage weight buffers per executor, 1 or 2, as the leader's
+                                   plan chose them (--weight-buffers; shared with the plan) */
     int num_layers;             /* embedding, blocks, head */
     /* the running segment and the resume */
     int64_t it_first, it_last;  /* iterations of the running segment (one plan each) */

@@ -189,7 +189,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     size_t gather_bytes = ((size_t)(e->emb_cap * e->hidden) * gb + 4095) & ~(size_t)4095;
     for (int b = 0; b < 2; b++) {
         /* the prefetch's buffer, unless --weight-buffers 1 (stage_buffers.c) */
-        const int weights = b == 0 || e->o->weight_buffers != 1;
+        const int weights = b == 0 || e->weight_buffers != 1;
         x->buf[b].w = weights ? dalloc(x, (wmax ? wmax : 1) * wb, err) : NULL;
         x->buf[b].off = calloc((size_t)e->num_layers + 1, sizeof(size_t));
         x->buf[b].boff = calloc((size_t)e->num_layers + 1, sizeof(size_t));

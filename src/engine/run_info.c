@@ -69,6 +69,9 @@ static json_object *options_json(const rp_train_options *o)
     add(j, "threads", json_object_new_int(o->threads));
     add(j, "plan", str_or_null(o->plan));
     add(j, "recompute", json_object_new_string(rp_recompute_name(o->recompute)));
+    add(j, "weight-buffers", json_object_new_string(o->weight_buffers == 1   ? "1"
+                                                    : o->weight_buffers == 2 ? "2"
+                                                                             : "auto"));
     add(j, "timeout", num(o->timeout_s));
     add(j, "optimizer-lag", json_object_new_int(o->optimizer_lag));
     add(j, "speculative-update",

@@ -148,7 +148,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
                                  workspace, err);
     if (s == RP_OK) {
         (*cm)->saved_by_layer = e->o->recompute == RP_RECOMPUTE_LAYER;
-        (*cm)->single_weight_buffer = e->o->weight_buffers == 1;
+        (*cm)->single_weight_buffer = e->o->weight_buffers == 1; /* auto: see plan_auto */
     }
     if (s != RP_OK)
         rp_cost_model_destroy(cm);
@@ -279,10 +279,11 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
  * measured layer times, an FP8 base's dequantisations included where they
  * were measured (dequant_ms[l] >= 0: a use of block l that dequantised it;
  * at the nominal rates they are not priced: nothing says how a device's
- * memory compares with its compute). */
+ * memory compares with its compute); *weight_buffers: the stage weight
+ * buffers it planned with. */
 static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const double *bwd_ms,
                            const double *dequant_ms, rp_plan *plan, rp_machine *mc,
-                           rp_error *err)
+                           int *weight_buffers, rp_error *err)
 {
     rp_cost_model *cm = NULL;
     int64_t workspace = 0;
@@ -295,6 +296,19 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     keep_budget(e, mc);
     rp_status s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
                                 (rp_deal_choice)e->o->deal, plan, NULL, err);
+    if (s == RP_ERR_DEVICE_MEMORY && e->o->weight_buffers == 0) {
+        /* --weight-buffers auto: one when no plan fits with two (its error
+         * stands when nothing fits with one either) */
+        cm->single_weight_buffer = 1;
+        *err = (rp_error){0};
+        s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
+                          (rp_deal_choice)e->o->deal, plan, NULL, err);
+        if (s == RP_OK)
+            rp_log(e->lg, RP_LOG_INFO, "--weight-buffers auto: no plan fits the device memory "
+                   "with two stage weight buffers per executor; one (each job's upload waits "
+                   "for the job before it on the executor)");
+    }
+    *weight_buffers = cm->single_weight_buffer ? 1 : 2;
     if (s == RP_OK)
         s = keep_fit(e, cm, mc, RP_PLAN_KEPT_CHOOSE, plan, err);
     rp_cost_model_destroy(&cm);
@@ -324,6 +338,7 @@ static rp_status plan_forced_keep(const rp_engine *e, rp_plan *plan, rp_machine 
 static void share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm comm)
 {
     MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
+    MPI_Bcast(&e->weight_buffers, 1, MPI_INT, 0, comm);
     int natural = 1;
     for (int x = 0; x < e->size; x++)
         deal[x] = mc && x < mc->gpus ? rp_machine_gpu_of(mc, x) : x;
@@ -392,13 +407,14 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
         s = rp_plan_parse(e->o->plan, e->num_layers, &e->plan, err);
         if (s == RP_OK && mc)
             s = plan_forced_keep(e, &e->plan, mc, err);
+        e->weight_buffers = e->o->weight_buffers == 1 ? 1 : 2; /* auto: two with a --plan */
         if (mc) { /* a forced plan is not simulated: its deal is as --deal names it */
             machine_of(e, mc);
             if (e->o->deal == RP_DEAL_INTERLEAVED)
                 rp_machine_interleave_deal(mc);
         }
     } else if (s == RP_OK && mc) {
-        s = plan_auto(e, NULL, NULL, NULL, &e->plan, mc, err);
+        s = plan_auto(e, NULL, NULL, NULL, &e->plan, mc, &e->weight_buffers, err);
     }
     /* --pipelines P fixes the width: G/P executors per pipeline (one when
      * there are fewer executors than pipelines: then several pipelines
@@ -439,7 +455,7 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
             fwd[L - 1] = bwd[L - 1] / 3;
             bwd[L - 1] -= fwd[L - 1];
         }
-        s = plan_auto(e, fwd, bwd, deq, &e->plan, mc, err);
+        s = plan_auto(e, fwd, bwd, deq, &e->plan, mc, &e->weight_buffers, err);
         if (s == RP_OK) {
             char a[512], b[512], d[96] = "";
             rp_plan_format(&old, a, sizeof a);

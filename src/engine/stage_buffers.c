@@ -450,7 +450,7 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
     stage_buf *next = &x->buf[1 - x->cur];
     /* --weight-buffers 1: no second buffer, the next job uploads into
      * this one when it starts */
-    if (e->o->weight_buffers == 1 || !next_job(e, t, g, j, &nt, &ng, &nj)) {
+    if (e->weight_buffers == 1 || !next_job(e, t, g, j, &nt, &ng, &nj)) {
         next->t = 0;
         return RP_OK;
     }

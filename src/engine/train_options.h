@@ -87,7 +87,8 @@ typedef struct rp_train_options {
     /* engine (pipeline) options */
     const char *plan;        /* --plan: forced partition (rp_plan_parse syntax), NULL = planner */
     int recompute;           /* --recompute: rp_recompute_mode */
-    int weight_buffers;      /* --weight-buffers 1 | 2: stage weight buffers per executor */
+    int weight_buffers;      /* --weight-buffers auto | 1 | 2 (0, 1, 2): stage weight buffers
+                                per executor; auto: 2 unless no plan fits with them */
     int attention;           /* --attention: rp_attention_mode (kernels/attention_choice.h),
                                 0 = auto */
     double host_memory_limit_mib; /* --host-memory-limit-mib: what --recompute auto keeps

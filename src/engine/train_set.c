@@ -64,6 +64,7 @@ static const char *const recompute_words[] = {"stage", "layer", "none", "auto", 
 static const char *const speculative_words[] = {"auto", "on", "off", NULL};
 static const char *const bind_words[] = {"no", "yes", NULL};
 static const char *const progress_words[] = {"auto", "line", "none", NULL};
+static const char *const weight_buffer_words[] = {"auto", "1", "2", NULL};
 static const char *const activation_numa_words[] = {"interleave", "reader", NULL};
 
 /* RP_OPTION_WORD writes an int */
@@ -178,12 +179,13 @@ static const rp_option rows[] = {
              "backward stage; stage, layer: recompute every block below\n"
              "the tail from a checkpoint per stage or per layer; none:\n"
              "keep every block's (refused when it does not fit)"},
-    {INT("weight-buffers", "1|2", weight_buffers, 1, 2), .fallback = "2",
-     .range_error = "--weight-buffers must be 1 or 2",
-     .help = "stage weight buffers per executor: 2 (default) uploads\n"
-             "the next job's weights while a job runs; 1 holds half the\n"
-             "weights' device memory (longer sequences), each upload\n"
-             "waiting for the job before it to end"},
+    {WORD("weight-buffers", "auto|1|2", weight_buffers, weight_buffer_words),
+     .fallback = "auto",
+     .help = "stage weight buffers per executor: 2 uploads the next\n"
+             "job's weights while a job runs; 1 holds half the weights'\n"
+             "device memory (longer sequences), each upload waiting for\n"
+             "the job before it to end; auto (default): 2 unless no plan\n"
+             "fits the device memory with them"},
     {WORD("attention", "auto|cudnn|own", attention, rp_attention_mode_words), .fallback = "auto",
      .help = "CUDA executors' attention: cudnn, cuDNN 9's fused flash\n"
              "SDPA (loaded at run time: RP_CUDNN_LIBRARY, else\n"
