@@ -31,8 +31,8 @@ shift
 dir=$(dirname "$0")
 field() { printf '%s\n' "$2" | grep -o "\"$1\": [0-9]*" | head -n 1 | sed 's/.*: //'; }
 text() { printf '%s\n' "$2" | grep -o "\"$1\": \"[^\"]*\"" | head -n 1 | sed 's/^[^:]*: "//; s/"$//'; }
-echo "| workload | GPU | ours (tokens) | paper | ours / paper | bound one step later | host memory per node | of it activations |"
-echo "|---|---|---:|---:|---:|---|---:|---:|"
+echo "| workload | GPU | ours (tokens) | paper | ours / paper | bound one step later | host memory per node | of it activations | weight buffers |"
+echo "|---|---|---:|---:|---:|---|---:|---:|---:|"
 for limit in 22528 76800; do
     for m in qwen3-1.7b llama3.1-8b qwen3-32b qwen3-235b-a22b-lora qwen3-235b-a22b-lora-fp8; do
         unproven=""
@@ -57,15 +57,17 @@ for limit in 22528 76800; do
         # shellcheck disable=SC2086 # $lora is words
         out=$(env $unproven "$rp" plan --init-config "$cfg" --device cuda --gpus 8 --microbatches 1 \
             --batch-size 1 --memory-limit-mib "$limit" --seq-len max --json $lora "$@" \
-            2>/dev/null) || { echo "| $m | $gpu | no length fits | ${paper}K | | | | |"; continue; }
+            2>/dev/null) || { echo "| $m | $gpu | no length fits | ${paper}K | | | | | |"; continue; }
         n=$(field longest_seq_len "$out")
         # the store, and a base mapped from its files (the FP8 one; page cache)
         mapped=$(field host_base_mapped_bytes "$out") # LoRA only
         host=$(( $(field host_bytes "$out") + ${mapped:-0} ))
         acts=$(field host_activation_bytes "$out")
         bound="$(text bound "$out"): $(text bound_part "$out")"
+        wb=$(field weight_buffers "$out") # --weight-buffers auto: 1 where 2 do not fit
         awk -v m="$m" -v g="$gpu" -v n="$n" -v p="$paper" -v h="$host" -v a="$acts" -v b="$bound" \
-            'BEGIN { printf "| %s | %s | %d (%.0fK) | %dK | %.2f | %s | %.1f GiB | %.1f GiB |\n",
-                     m, g, n, n / 1024, p, n / (p * 1024), b, h / 2^30, a / 2^30 }'
+            -v w="$wb" \
+            'BEGIN { printf "| %s | %s | %d (%.0fK) | %dK | %.2f | %s | %.1f GiB | %.1f GiB | %s |\n",
+                     m, g, n, n / 1024, p, n / (p * 1024), b, h / 2^30, a / 2^30, w }'
     done
 done
