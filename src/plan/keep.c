@@ -3,14 +3,27 @@
 
 #include "plan/schedule.h"
 
-static int job_of(const rp_plan *p, int l, int backward);
+/* The job (plan/schedule.h's index) of layer l's forward, or of its
+ * backward (the tail's or a backward stage's). */
+static int job_of(const rp_plan *p, int l, int backward)
+{
+    if (!backward) {
+        for (int s = 0; s < p->nfwd; s++)
+            if (l >= p->fwd[s].first && l <= p->fwd[s].last)
+                return s;
+        return -1;
+    }
+    for (int s = 0; s < p->nbwd; s++)
+        if (l >= p->bwd[s].first && l <= p->bwd[s].last)
+            return p->nfwd + s;
+    return -1;
+}
 
 int rp_plan_kept_on_one_executor(const rp_plan *p, int gpus, int l)
 {
     const int jf = job_of(p, l, 0), jb = job_of(p, l, 1);
     return jf >= 0 && jb >= 0 && (jb - jf) % rp_schedule_width(p, gpus) == 0;
 }
-
 
 int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_plan *p)
 {
@@ -47,22 +60,6 @@ int rp_plan_choose_kept(const rp_cost_model *m, const rp_machine *mc, const rp_p
         kept++;
     }
     return (int)kept;
-}
-
-/* The job (plan/schedule.h's index) of layer l's forward, or of its
- * backward (the tail's or a backward stage's). */
-static int job_of(const rp_plan *p, int l, int backward)
-{
-    if (!backward) {
-        for (int s = 0; s < p->nfwd; s++)
-            if (l >= p->fwd[s].first && l <= p->fwd[s].last)
-                return s;
-        return -1;
-    }
-    for (int s = 0; s < p->nbwd; s++)
-        if (l >= p->bwd[s].first && l <= p->bwd[s].last)
-            return p->nfwd + s;
-    return -1;
 }
 
 rp_status rp_plan_check_kept(const rp_cost_model *m, const rp_plan *p, int gpus, rp_error *err)
