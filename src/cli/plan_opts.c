@@ -739,20 +739,13 @@ void rp_plan_cli_free(rp_plan_cli *o)
     o->forced = NULL;
 }
 
-/* --weight-buffers auto: two unless no plan fits the device memory with
- * them; then one (the cost model's single_weight_buffer, which the later
- * plans of this model keep, and whose error stands when nothing fits). */
+/* --weight-buffers auto (plan/deal.h): one buffer where no plan fits with
+ * two, which the later plans of this model keep. */
 rp_status rp_plan_cli_plan(const rp_plan_cli *o, rp_machine *mc, rp_plan *out, rp_sim_result *res,
                            rp_error *err)
 {
-    rp_status s = rp_plan_dealt(o->model, mc, o->width, o->forced, o->deal, out, res, err);
-    if (s != RP_ERR_DEVICE_MEMORY || o->weight_buffers != 0 || o->model->single_weight_buffer ||
-        o->forced) /* a --plan keeps two under auto, as train does */
-        return s;
-    /* one buffer; when that fails too its error stands, the least need */
-    o->model->single_weight_buffer = 1;
-    *err = (rp_error){0};
-    return rp_plan_dealt(o->model, mc, o->width, o->forced, o->deal, out, res, err);
+    return rp_plan_dealt_buffers(o->model, mc, o->width, o->forced, o->deal,
+                                 o->weight_buffers == 0, out, res, err);
 }
 
 void rp_plan_cli_deal_text(const rp_machine *mc, char *buf, size_t len)

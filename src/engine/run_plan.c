@@ -294,20 +294,13 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     machine_of(e, mc);
     mc->workspace_bytes = workspace;
     keep_budget(e, mc);
-    rp_status s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
-                                (rp_deal_choice)e->o->deal, plan, NULL, err);
-    if (s == RP_ERR_DEVICE_MEMORY && e->o->weight_buffers == 0) {
-        /* --weight-buffers auto: one when no plan fits with two (its error
-         * stands when nothing fits with one either) */
-        cm->single_weight_buffer = 1;
-        *err = (rp_error){0};
-        s = rp_plan_dealt(cm, mc, e->virtual_executors / e->pipelines, NULL,
-                          (rp_deal_choice)e->o->deal, plan, NULL, err);
-        if (s == RP_OK)
-            rp_log(e->lg, RP_LOG_INFO, "--weight-buffers auto: no plan fits the device memory "
-                   "with two stage weight buffers per executor; one (each job's upload waits "
-                   "for the job before it on the executor)");
-    }
+    rp_status s = rp_plan_dealt_buffers(cm, mc, e->virtual_executors / e->pipelines, NULL,
+                                        (rp_deal_choice)e->o->deal, e->o->weight_buffers == 0,
+                                        plan, NULL, err);
+    if (s == RP_OK && cm->single_weight_buffer && e->o->weight_buffers == 0)
+        rp_log(e->lg, RP_LOG_INFO, "--weight-buffers auto: no plan fits the device memory with "
+               "two stage weight buffers per executor; one (each job's upload waits for the job "
+               "before it on the executor)");
     *weight_buffers = cm->single_weight_buffer ? 1 : 2;
     if (s == RP_OK)
         s = keep_fit(e, cm, mc, RP_PLAN_KEPT_CHOOSE, plan, err);

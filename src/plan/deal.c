@@ -85,3 +85,15 @@ rp_status rp_plan_dealt(const rp_cost_model *m, rp_machine *mc, int width, const
     free(inter);
     return st;
 }
+
+rp_status rp_plan_dealt_buffers(rp_cost_model *m, rp_machine *mc, int width, const rp_plan *forced,
+                                rp_deal_choice choice, int auto_buffers, rp_plan *out,
+                                rp_sim_result *res, rp_error *err)
+{
+    rp_status s = rp_plan_dealt(m, mc, width, forced, choice, out, res, err);
+    if (s != RP_ERR_DEVICE_MEMORY || !auto_buffers || forced || m->single_weight_buffer)
+        return s;
+    m->single_weight_buffer = 1;
+    *err = (rp_error){0};
+    return rp_plan_dealt(m, mc, width, forced, choice, out, res, err);
+}

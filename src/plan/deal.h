@@ -45,4 +45,13 @@ const char *rp_deal_name(const rp_machine *mc);
 rp_status rp_plan_dealt(const rp_cost_model *m, rp_machine *mc, int width, const rp_plan *forced,
                         rp_deal_choice choice, rp_plan *out, rp_sim_result *res, rp_error *err);
 
+/* rp_plan_dealt, and under --weight-buffers auto (auto_buffers) once more
+ * with one stage weight buffer (m->single_weight_buffer, which stays set)
+ * when no plan fits the device memory with two; a forced plan keeps two.
+ * This is the one place that rule lives (train's planner and `roundpipe
+ * plan` call it). The last try's error stands. */
+rp_status rp_plan_dealt_buffers(rp_cost_model *m, rp_machine *mc, int width, const rp_plan *forced,
+                                rp_deal_choice choice, int auto_buffers, rp_plan *out,
+                                rp_sim_result *res, rp_error *err);
+
 #endif
