@@ -45,4 +45,5 @@ EXTRA_DIST += mpi-tests/test_plan_verdict.sh
 # plan --seq-len max: the longest length and what bounds it; train runs it
 TESTS += mpi-tests/test_plan_longest.sh
 EXTRA_DIST += mpi-tests/test_plan_longest.sh bench/paper/max-seq.sh \
-	bench/paper/llama3.1-8b-config.json bench/paper/qwen3-32b-config.json
+	bench/paper/llama3.1-8b-config.json bench/paper/qwen3-32b-config.json \
+	mpi-tests/fixtures/wide/config.json

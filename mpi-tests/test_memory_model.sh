@@ -102,14 +102,7 @@ seq=4 cdata="$fx/golden-moe/moe-m1/data.npy" check "$fx/golden-moe/moe-m1/model/
 # --weight-buffers auto (the default) in train: where no plan fits the
 # limit with two buffers (a block of 60 MiB, 150 MiB at 128 tokens), one,
 # said, within the limit; --weight-buffers 2 is refused there
-cat > "$tmp/wide.json" << 'J'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
- "intermediate_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 8,
- "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 1000,
- "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
- "tie_word_embeddings": false, "attention_bias": false}
-J
-wide() { ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tmp/wide.json" \
+wide() { ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$src/mpi-tests/fixtures/wide/config.json" \
   --data "$build/examples/data/gnu-licenses.npy" --seq-len 128 --batch-size 1 --microbatches 1 \
   --steps 1 --progress none --device cpu --memory-limit-mib 150 "$@"; }
 wide > "$tmp/wa.txt" 2>&1 && grep -q "weight-buffers auto: no plan fits the device memory with two" "$tmp/wa.txt" &&

@@ -113,14 +113,8 @@ got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt"
 # whose weights bound it reaches further (a block of 60 MiB, 450 MiB:
 # 2048 tokens with two buffers, 3072 with one), and the bound says so;
 # auto, the default, takes one where two do not fit: 3072, and says so
-cat > "$tmp/wide.json" << 'J'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
- "intermediate_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 8,
- "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 1000,
- "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
- "tie_word_embeddings": false, "attention_bias": false}
-J
-wide="--init-config $tmp/wide.json --batch-size 1 --microbatches 1 --gpus 2 --device cpu --memory-limit-mib 450 --seq-len max"
+# (fixtures/wide: two blocks of hidden 1024 and intermediate 4096)
+wide="--init-config $src/mpi-tests/fixtures/wide/config.json --batch-size 1 --microbatches 1 --gpus 2 --device cpu --memory-limit-mib 450 --seq-len max"
 "$bin" plan $wide --json --weight-buffers 2 > "$tmp/w2.json" 2>/dev/null && "$bin" plan $wide --json --weight-buffers 1 > "$tmp/w1.json" 2>/dev/null &&
   [ "$(field longest_seq_len "$tmp/w2.json")" = 2048 ] && [ "$(field longest_seq_len "$tmp/w1.json")" = 3072 ] &&
   "$bin" plan $wide --json > "$tmp/wa.json" 2>/dev/null && [ "$(field longest_seq_len "$tmp/wa.json")" = 3072 ] &&
