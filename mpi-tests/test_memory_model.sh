@@ -337,21 +337,23 @@ packed="$fx/golden/llama-packed"
 eval_check 0 "$packed/data.npy" "--model $packed/model" --eval-documents "$packed/documents.npy"
 eval_check 0 "$packed/data.npy" "--model $packed/model" --documents "$packed/documents.npy" --eval-documents "$packed/documents.npy" --dtype bf16
 # a device memory limit the evaluation does not fit is refused before any
-# step, naming --eval-data and both figures; one it fits runs. (Today's
-# executor buffers are always larger than the evaluation's: two stage
-# buffers of the largest layer; a forced plan is not held to the limit by
-# train, so it lets a limit lie between the two: with one-layer stages the
-# training allocates 2405008 bytes here, the evaluation under half of that.)
+# step, naming --eval-data and both figures; one it fits runs. The
+# training's buffers must fit the limit too (a forced plan is held to it),
+# so the case is one whose evaluation needs more than its training: LoRA
+# (the frozen base read where it lies, no gradient for it) with one stage
+# weight buffer and one-layer stages, whose training allocates 251664 bytes
+# here against the evaluation's 255250 (the whole embedding).
 singles_plan="fwd=0,1,2,3,4;bwd=5,4,3,2,1,0"
 ev_run() { # limit-MiB out
   ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --eval-data "$data" \
     --seq-len 16 --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
+    --lora-rank 2 --weight-buffers 1 \
     --plan "$singles_plan" --memory-limit-mib "$1" --log "$tmp/$2.jsonl" --save "$tmp/$2-model" > "$tmp/$2.txt" 2>&1
 }
 ev_run 64 evfree || { bad "evaluation under 64 MiB: train failed"; cat "$tmp/evfree.txt"; }
 evb=$(sed -n 's/.*evaluation (--eval-data): .*(\([0-9]*\) bytes; limit 64.0 MiB).*/\1/p' "$tmp/evfree.txt")
 trb=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/evfree.txt")
-[ -n "$evb" ] && [ -n "$trb" ] && [ "$evb" -lt "$trb" ] && ok ||
+[ -n "$evb" ] && [ -n "$trb" ] && [ "$trb" -lt $(( evb - 64 )) ] && ok ||
   bad "the evaluation's '$evb' bytes, the executor buffers' '$trb'"
 under=$(awk -v b="$evb" 'BEGIN { printf "%.6f", (b - 64) / 1048576 }')
 over=$(awk -v b="$evb" 'BEGIN { printf "%.6f", (b + 64) / 1048576 }')
@@ -367,7 +369,7 @@ ev_run "$over" evover && grep -q "evaluation buffers: .*($evb bytes), allocated"
 # counts the larger of them and the plan's buffers; refused without a
 # config, and --eval-documents without --eval-data
 "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
-  --device cpu --plan "$singles_plan" --eval-data "$data" > "$tmp/evp.txt" 2>&1
+  --device cpu --lora-rank 2 --weight-buffers 1 --plan "$singles_plan" --eval-data "$data" > "$tmp/evp.txt" 2>&1
 grep -q "^evaluation (--eval-data): [0-9.]* MiB of device memory per executor ($evb bytes), in place of those buffers between segments" "$tmp/evp.txt" &&
   grep -q "^verdict: .*the buffers are the larger of the plan's [0-9.]* MiB and the evaluation's [0-9.]* MiB (--eval-data)" "$tmp/evp.txt" && ok ||
   { bad "plan --eval-data: the evaluation's line or verdict"; cat "$tmp/evp.txt"; }
@@ -386,6 +388,17 @@ if "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 
     --plan "fwd=0;bwd=1-5,0" --device cpu --memory-limit-mib "$mib" > "$tmp/p.txt" 2>&1; then
   bad "a forced plan over --memory-limit-mib was accepted"
 else grep -q "more than the limit" "$tmp/p.txt" && ok || { bad "refusal message"; cat "$tmp/p.txt"; }; fi
+# train holds a forced plan to the limit as plan does: refused before any
+# step, naming both figures and the job, nothing saved
+if ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --plan "fwd=0;bwd=1-5,0" \
+    --memory-limit-mib "$mib" --log "$tmp/fo.jsonl" --save "$tmp/fo-model" > "$tmp/fo.txt" 2>&1; then
+  bad "train ran a forced plan over --memory-limit-mib $mib"
+else
+  grep -q -- "--plan: its executor buffers need [0-9.]* MiB of device memory per executor ($need bytes; job [0-9]* needs the most), more than the limit of $mib.0 MiB ([0-9]* bytes, --memory-limit-mib)" "$tmp/fo.txt" &&
+    ! grep -q '"step"' "$tmp/fo.jsonl" 2>/dev/null && [ ! -e "$tmp/fo-model" ] && ok ||
+    { bad "train's refusal of a forced plan over the limit"; cat "$tmp/fo.txt"; }
+fi
 # the planner's own choice under that limit fits it, and train runs under it
 if "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
     --device cpu --memory-limit-mib "$mib" --json > "$tmp/p.json" 2>&1; then

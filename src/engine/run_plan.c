@@ -325,6 +325,34 @@ static rp_status plan_forced_keep(const rp_engine *e, rp_plan *plan, rp_machine 
     return s;
 }
 
+/* A forced plan's buffers within the run's device memory limit (when
+ * there is one): the bytes the executors will allocate (plan == allocation,
+ * engine/memory_model.h), else refused before anything is allocated. */
+static rp_status forced_plan_fits(const rp_engine *e, const rp_plan *plan, rp_error *err)
+{
+    if (e->memory_limit <= 0)
+        return RP_OK;
+    rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
+    RP_TRY(cost_of(e, NULL, NULL, &cm, &workspace, err));
+    cm->single_weight_buffer = e->weight_buffers == 1;
+    int worst = -1;
+    int64_t peak = rp_schedule_peak_bytes(cm, plan, e->virtual_executors, (int)e->microbatches,
+                                          workspace, &worst);
+    rp_cost_model_destroy(&cm);
+    if (peak <= e->memory_limit)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG,
+                        "--plan: its executor buffers need %.1f MiB of device memory per "
+                        "executor (%lld bytes; job %d needs the most), more than the limit of "
+                        "%.1f MiB (%lld bytes, %s); without --plan the planner chooses one "
+                        "that fits (roundpipe plan shows it)",
+                        peak / 1048576.0, (long long)peak, worst, e->memory_limit / 1048576.0,
+                        (long long)e->memory_limit,
+                        e->o->memory_limit_mib > 0 ? "--memory-limit-mib"
+                                                   : "the GPU's free memory less the reserve");
+}
+
 /* The leader's plan and deal are everyone's: e->deal[x] is the node rank
  * that runs executor x (NULL when that is rank x), logged when the run
  * has link groups. deal: room for e->size ints, kept or freed. */
@@ -420,6 +448,8 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
                          "--plan: width %d, but %d pipeline(s) on %d "
                          "executor(s) have width %d (set by --pipelines)",
                          e->plan.width, e->pipelines, e->size, width);
+    if (s == RP_OK && e->o->plan && mc)
+        s = forced_plan_fits(e, &e->plan, err);
     RP_TRY(agree_and_share(e, s, mc, deal, comm, err));
     RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
     return RP_OK;
