@@ -535,8 +535,10 @@ fi
 # --- attention: rp_cuda_attn_bench of src/kernels/cuda/attention.h, then
 # cuDNN's fused flash SDPA where it loads; prints
 #   RESULT attention SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
+#   RESULT attention-cudnn-workspace SEQ FWD_BYTES BWD_BYTES RESERVED_BYTES
 #   RESULT attention-cudnn SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
-# (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd)
+# (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd; the workspace cuDNN's
+# plans ask for against what a run reserves for it, kernels/attention_choice.h)
 if want attn && [ $dry = yes ]; then
   dry_bench attn bench_attention attention.txt
 elif start attn; then
@@ -551,6 +553,9 @@ elif start attn; then
       put "attention fwd+bwd, cuDNN, causal, seq $s" "$fb TFLOP/s" "GEMM peak" "$(calc "$fb / $peak")" ">= 0.55"
       put "attention fwd / bwd, cuDNN, seq $s" "$f / $b TFLOP/s" "GEMM peak" "$(calc "$f / $peak") / $(calc "$b / $peak")" ""
     done < <(awk '$1=="RESULT" && $2=="attention-cudnn"' "$logs/attention.txt")
+    while read -r _ _ s wf wb res; do
+      put "cuDNN workspace fwd / bwd, seq $s" "$(calc "$wf / 1048576") / $(calc "$wb / 1048576") MiB" "reserved $(calc "$res / 1048576") MiB" "$(calc "$wb / $res")" "<= 1"
+    done < <(awk '$1=="RESULT" && $2=="attention-cudnn-workspace" && $6 > 0' "$logs/attention.txt")
     grep -q '^cudnn: not timed' "$logs/attention.txt" &&
       skip "attention, cuDNN" "$(sed -n 's/^cudnn: not timed: //p' "$logs/attention.txt" | cut -c1-80)"
   else

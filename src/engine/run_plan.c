@@ -14,16 +14,43 @@
 #include "engine/engine_impl.h"
 #include "engine/host_memory.h"
 #include "engine/memory_model.h"
+#include "kernels/attention_choice.h"
 #include "plan/keep.h"
 #include "engine/run_impl.h"
 #include "plan/deal.h"
 #include "model/layout.h"
 
+/* What a CUDA executor of this run keeps beside its plan for cuDNN's
+ * attention (kernels/attention_choice.h), 0 where the run cannot take
+ * cuDNN: --attention own, auto without RP_ALLOW_UNPROVEN_CUDA=1, a build
+ * without cuDNN's headers, a GPU before sm_80, document segments, gpt-oss
+ * (sinks), a head_dim cuDNN does not run. A library that will not load is
+ * found only when the device is opened: auto then takes the own kernel
+ * with the reservation unused. */
+static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
+{
+#ifdef RP_HAVE_CUDNN
+    const rp_model_config *cfg = &e->p->cfg;
+    int mode = e->o->attention;
+    if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !e->unproven_ok) ||
+        info->sm < 80 || e->o->documents || cfg->arch == RP_ARCH_GPT_OSS)
+        return 0;
+    rp_attn_shape s = {.nseq = e->samples_per_micro, .seqlen = e->seq_len,
+                       .nheads = cfg->num_attention_heads, .nkv = cfg->num_key_value_heads,
+                       .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim)};
+    return rp_attention_cudnn_reserve_bytes(&s, (size_t)info->memory_bytes);
+#else
+    (void)e, (void)info;
+    return 0;
+#endif
+}
+
 /* Device memory an executor may allocate, the smallest over the ranks:
  * --memory-limit-mib when given; else, on a CUDA device, its free memory
  * when probed shared by the node's ranks on it, less the reserve for what
  * the planner does not count (rp_device_cuda_reserve_bytes: the CUDA
- * contexts, cuBLAS, the back end's own scratch); else no limit. */
+ * contexts, cuBLAS, the back end's own scratch) and what cuDNN's attention
+ * may take (cudnn_reserve); else no limit. */
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
                               MPI_Comm comm)
 {
@@ -35,7 +62,13 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
         for (int r = 0; r < node_size; r++)
             sharers += r % info->count == info->ordinal;
         int64_t share = (int64_t)info->free_bytes / (sharers > 0 ? sharers : 1);
-        mine = share - rp_device_cuda_reserve_bytes(share);
+        size_t cudnn = cudnn_reserve(e, info);
+        mine = share - rp_device_cuda_reserve_bytes(share) - (int64_t)cudnn;
+        if (cudnn && e->nd.world_rank == 0)
+            rp_log(e->lg, RP_LOG_INFO, "--attention: each executor keeps %.1f MiB of its GPU "
+                   "beside the plan for cuDNN's attention (workspace of 2 bytes a score of a "
+                   "microbatch's heads, at most a quarter of the GPU, and its buffers); a "
+                   "cuDNN plan asking more takes the own kernel", cudnn / 1048576.0);
         if (mine < 1)
             mine = 1; /* nothing fits: the planner says which layer */
     }
