@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/unproven.h"
 #include "kernels/attention_choice.h"
 #include "kernels/cudnn_loader.h"
 #include "rp_check.h"
@@ -212,6 +213,48 @@ START_TEST(what_a_run_reserves_for_cudnn)
 }
 END_TEST
 
+/* The switch of the CUDA paths waiting for a GPU (core/unproven.h), which
+ * also says whether auto may take cuDNN. */
+START_TEST(unproven_switch_parsed)
+{
+    rp_error err = {0};
+    unsigned m = 99;
+    ck_assert_int_eq(rp_unproven_parse(NULL, &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 0);
+    ck_assert_int_eq(rp_unproven_parse("", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 0);
+    ck_assert_int_eq(rp_unproven_parse("0", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 0);
+    ck_assert_int_eq(rp_unproven_parse("1", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, (1u << RP_UNPROVEN_COUNT) - 1);
+    ck_assert_int_eq(rp_unproven_parse("cudnn", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_CUDNN);
+    ck_assert_int_eq(rp_unproven_parse(" fp8-upload , gpt-oss,,documents ", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_FP8_UPLOAD | 1u << RP_UNPROVEN_GPT_OSS |
+                             1u << RP_UNPROVEN_DOCUMENTS);
+    /* a prefix, a longer word, "1" in a list name no path */
+    const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(rp_unproven_parse(bad[i], &m, &err), RP_ERR_INVALID_ARG);
+        ck_assert_uint_eq(m, 0);
+        ck_assert_msg(strstr(err.msg, "RP_ALLOW_UNPROVEN_CUDA") && strstr(err.msg, "gpt-oss"),
+                      "%s", err.msg);
+    }
+    for (int p = 0; p < RP_UNPROVEN_COUNT; p++)
+        ck_assert_ptr_nonnull(rp_unproven_what((rp_unproven)p));
+    ck_assert_ptr_null(rp_unproven_name(RP_UNPROVEN_COUNT));
+    setenv("RP_ALLOW_UNPROVEN_CUDA", "gpt-oss", 1);
+    ck_assert(rp_unproven_allowed(RP_UNPROVEN_GPT_OSS));
+    ck_assert(!rp_unproven_allowed(RP_UNPROVEN_CUDNN));
+    setenv("RP_ALLOW_UNPROVEN_CUDA", "gpt-oss,nope", 1);
+    ck_assert(!rp_unproven_allowed(RP_UNPROVEN_GPT_OSS)); /* a bad switch allows nothing */
+    ck_assert_int_eq(rp_unproven_check(&err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "'nope'") != NULL, "%s", err.msg);
+    unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+    ck_assert_int_eq(rp_unproven_check(&err), RP_OK);
+}
+END_TEST
+
 static Suite *choice_suite(void)
 {
     Suite *s = suite_create("attention_choice");
@@ -223,6 +266,7 @@ static Suite *choice_suite(void)
     tcase_add_test(tc, choice_by_mode_and_gpu);
     tcase_add_test(tc, shapes_cudnn_does_not_take);
     tcase_add_test(tc, what_a_run_reserves_for_cudnn);
+    tcase_add_test(tc, unproven_switch_parsed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -19,7 +19,7 @@
 #   moe         golden-moe/moe-mb: Qwen3-MoE, full fine-tuning, auxiliary loss
 #   moe-lora    golden-moe/moe-lora: LoRA on the experts, router and attention
 #   documents   golden/qwen3-packed with --documents and --eval-data/--eval-documents
-#               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=1 here)
+#               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=documents here)
 #   eval        golden/qwen3 with --eval-data/--eval-mask, --eval-every 2
 #   checkpoint  golden/qwen3: dut1 checkpoints every 3 steps; dut2 resumes
 #               the step-3 checkpoint on 2 ranks; both identical to qwen3's
@@ -37,7 +37,7 @@
 #   moe-chunks  golden-moe/moe-mb likewise: the experts' rows a tile at a time
 #   fp8         golden-fp8/qwen3-bf16-scales: LoRA on an FP8 base (e4m3 with BF16 block
 #               scales, partial edge blocks), uploaded as FP8 and dequantised on the
-#               device (RP_ALLOW_UNPROVEN_CUDA=1 here; without it the base is
+#               device (RP_ALLOW_UNPROVEN_CUDA=fp8-upload here; without it the base is
 #               dequantised into the host store)
 #   fp8-moe     golden-fp8/moe-bf16-scales: the same with every expert FP8
 #   cudnn       golden/qwen3 with --attention cudnn (cuDNN's fused flash SDPA,
@@ -51,7 +51,7 @@
 #   gpt-oss     golden-gpt-oss/oss-m2: gpt-oss, full fine-tuning (sinks, a sliding
 #               window shorter than the sequence, YaRN, router and expert biases,
 #               the clamped SwiGLU past its clamps, 2 microbatches and a large
-#               auxiliary loss; refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=1
+#               auxiliary loss; refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=gpt-oss
 #               here)
 #
 # Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
@@ -139,9 +139,17 @@ run() {
     [ "$case" = cudnn ] && a="${a% --attention own} --attention cudnn"
     [ "$case" = speculative ] || a="$a --speculative-update off"
   fi
+  # the unproven CUDA paths (core/unproven.h) this case proves, and no
+  # other: a fault of one fails its case alone
+  local unproven=""
+  case $case in
+    documents) unproven=documents ;;
+    gpt-oss) unproven=gpt-oss ;;
+    fp8|fp8-moe) unproven=fp8-upload ;;
+  esac
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
-  RP_ALLOW_UNPROVEN_CUDA=1 timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
+  RP_ALLOW_UNPROVEN_CUDA=$unproven timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
     $a --progress none --timeout 90 --log "$work/$name.jsonl" --save "$work/$name" "$@" \
     > "$work/$name.txt" 2>&1
   local rc=$?

@@ -503,7 +503,7 @@ elif start memcheck; then
     --loss-mask "$d/mask.npy" $(sed 's/--dtype fp32//; s/--steps [0-9]*//' "$d/args.txt") --steps 2 --progress none
   d=$fx/golden/qwen3-packed
   # shellcheck disable=SC2046
-  RP_ALLOW_UNPROVEN_CUDA=1 mcheck "train --documents 2 steps" "$bin" train --device cuda --model "$d/model" \
+  RP_ALLOW_UNPROVEN_CUDA=documents mcheck "train --documents 2 steps" "$bin" train --device cuda --model "$d/model" \
     --data "$d/data.npy" --documents "$d/documents.npy" \
     $(sed 's/--dtype fp32//; s/--steps [0-9]*//' "$d/args.txt") --steps 2 --progress none
   end memcheck

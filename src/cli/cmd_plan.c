@@ -10,6 +10,7 @@
 #include "cli/plan_choice.h"
 #include "cli/plan_longest.h"
 #include "cli/plan_opts.h"
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
 #include "engine/train_options.h"
@@ -275,7 +276,9 @@ int rp_cli_plan(int argc, char **argv)
     }
     memcpy(args, argv, sizeof *args * (size_t)(argc + 1));
     int joined = 0, at = rp_plan_longest_requested(argc, args, &joined);
-    rp_status st = at >= 0 ? search_longest(argc, args, at, joined, word, &longest, &err) : RP_OK;
+    rp_status st = rp_unproven_check(&err); /* it decides what an FP8 base uploads */
+    if (st == RP_OK && at >= 0)
+        st = search_longest(argc, args, at, joined, word, &longest, &err);
     if (st == RP_OK) {
         lg = at >= 0 && args[at] == word ? &longest : NULL;
         st = rp_plan_cli_parse(argc, args, &o, &err);

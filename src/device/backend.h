@@ -30,8 +30,8 @@ typedef struct rp_device_params {
     int attention;       /* --attention: rp_attention_mode (kernels/attention_choice.h);
                             0, auto, where not given. The CPU back end runs its own
                             kernel and refuses cudnn. */
-    int unproven_ok;     /* RP_ALLOW_UNPROVEN_CUDA=1: auto may take paths not yet run on
-                            a GPU (cuDNN's attention) */
+    int unproven_ok;     /* RP_ALLOW_UNPROVEN_CUDA allows cudnn (core/unproven.h): auto may
+                            take cuDNN's attention, not yet run on a GPU */
 } rp_device_params;
 
 rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_error *err);

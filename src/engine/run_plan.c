@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/host_memory.h"
@@ -32,7 +33,7 @@ static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
 #ifdef RP_HAVE_CUDNN
     const rp_model_config *cfg = &e->p->cfg;
     int mode = e->o->attention;
-    if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !e->unproven_ok) ||
+    if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !(e->unproven >> RP_UNPROVEN_CUDNN & 1u)) ||
         info->sm < 80 || e->o->documents || cfg->arch == RP_ARCH_GPT_OSS)
         return 0;
     rp_attn_shape s = {.nseq = e->samples_per_micro, .seqlen = e->seq_len,
