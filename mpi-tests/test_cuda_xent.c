@@ -85,7 +85,7 @@ START_TEST(chunk_matches_direct_formula)
     CK(cudaMemcpy(dsum, &start, 8, cudaMemcpyHostToDevice));
     CK(cudaMemset(dl, 0xff, (size_t)R * 8)); /* NaN */
     const char *why = "";
-    ck_assert_msg(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, dl, dsum, 0, &why) == 0,
+    ck_assert_msg(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, dl, dsum, 0, &why) == 0,
                   "xent: %s", why);
     CK(cudaDeviceSynchronize());
     double *loss = malloc((size_t)R * 8), sum = 0;
@@ -120,7 +120,7 @@ START_TEST(chunk_matches_direct_formula)
 
     /* same input again: bit-identical losses and gradient */
     CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, dl, NULL, 0, &why), 0);
     CK(cudaDeviceSynchronize());
     double *loss2 = malloc((size_t)R * 8);
     float *got2 = malloc(n * 4);
@@ -131,7 +131,7 @@ START_TEST(chunk_matches_direct_formula)
 
     /* grad = 0: logits untouched, same losses */
     CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 0, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 0, NULL, dl, NULL, 0, &why), 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(loss2, dl, (size_t)R * 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(got2, dz, n * 4, cudaMemcpyDeviceToHost));
@@ -181,12 +181,12 @@ START_TEST(bad_arguments_refused)
     double *dl = dev_from(NULL, 8);
     float *dz = dev_from(NULL, 16);
     int32_t *dt = dev_from(NULL, 4);
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 0, dt, NULL, 1.0f, 1, dl, NULL, 0, &why), -1);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 0, dt, NULL, 1.0f, 1, NULL, dl, NULL, 0, &why), -1);
     ck_assert_ptr_nonnull(why);
     why = NULL;
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 4, dt, NULL, 1.0f, 1, NULL, NULL, 0, &why), -1);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 4, dt, NULL, 1.0f, 1, NULL, NULL, NULL, 0, &why), -1);
     ck_assert_ptr_nonnull(why);
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 0, 4, dt, NULL, 1.0f, 1, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 0, 4, dt, NULL, 1.0f, 1, NULL, dl, NULL, 0, &why), 0);
     cudaFree(dl), cudaFree(dz), cudaFree(dt);
 }
 END_TEST
