@@ -170,8 +170,8 @@ static void check_complete(const rp_kernel_ops *t)
     /* the head loops over chunks of logits_rows rows: at least one */
     const int64_t vocabs[] = {1, 97, 1000, 151936};
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
-        ck_assert_msg(t->logits_rows(vocabs[i]) >= 1, "table \"%s\": logits_rows(%lld) = %lld",
-                      t->name, (long long)vocabs[i], (long long)t->logits_rows(vocabs[i]));
+        ck_assert_msg(t->logits_rows(vocabs[i], 0) >= 1, "table \"%s\": logits_rows(%lld) = %lld",
+                      t->name, (long long)vocabs[i], (long long)t->logits_rows(vocabs[i], 0));
 }
 
 /* ---- fp8_dequantise's inputs and its brute force ------------------------ */

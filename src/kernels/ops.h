@@ -55,8 +55,11 @@ typedef struct rp_kernel_ops {
     size_t (*column_sum_scratch_floats)(int64_t cols);
     /* space rope_table may fill (0 when the table keeps its own: pass NULL) */
     size_t (*rope_table_floats)(int64_t seqlen, int64_t half);
-    /* rows of logits the head should form at once for a vocabulary */
-    int64_t (*logits_rows)(int64_t vocab);
+    /* rows of logits the head should form at once for a vocabulary, given
+     * a device memory figure in bytes (0: none); the figure must be the
+     * same on every rank (never a share that depends on how many ranks
+     * use the device): the chunk orders the LM head's gradient sums */
+    int64_t (*logits_rows)(int64_t vocab, int64_t memory_bytes);
 
     /* ---- GEMMs --------------------------------------------------------- */
     /* y = [residual +] (x W^T [+ bias]) (y required); y_compute (optional)

@@ -24,7 +24,7 @@ static int64_t chunk_rows(const rp_kernel_ops *ops, const rp_model_config *cfg, 
                           int64_t chunk)
 {
     if (chunk <= 0)
-        chunk = ops->logits_rows(cfg->vocab_size);
+        chunk = ops->logits_rows(cfg->vocab_size, 0);
     if (chunk < 1)
         chunk = 1;
     return T > 0 && T < chunk ? T : chunk;

@@ -183,8 +183,9 @@ double rp_model_rope_attention_factor(const rp_model_config *cfg);
 /* ---- head (layer L+1): final norm + LM head + cross-entropy ------------- */
 
 /* Floats of workspace for rp_head_forward_backward over T tokens in chunks
- * of `chunk` tokens (0: the back end's choice, ops->logits_rows): the
- * logits of one chunk and the losses of all T tokens. */
+ * of `chunk` tokens (0: the back end's choice without a memory figure,
+ * ops->logits_rows(vocab, 0)): the logits of one chunk and the losses of
+ * all T tokens. */
 size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                                 const rp_model_config *cfg, int64_t T, int64_t chunk);
 

@@ -38,9 +38,9 @@ static size_t rope_table_floats(int64_t seqlen, int64_t half)
     return (size_t)(2 * seqlen * half);
 }
 
-static int64_t logits_rows(int64_t vocab)
+static int64_t logits_rows(int64_t vocab, int64_t memory_bytes)
 {
-    (void)vocab;
+    (void)vocab, (void)memory_bytes;
     return 64; /* a [64, vocab] chunk stays in cache-sized pieces for the GEMMs */
 }
 
