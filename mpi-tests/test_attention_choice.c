@@ -125,7 +125,7 @@ START_TEST(choice_by_mode_and_gpu)
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 0);
     ck_assert_msg(strstr(note, "attention: own kernel (") &&
-                      strstr(note, "RP_ALLOW_UNPROVEN_CUDA=1"), "%s", note);
+                      strstr(note, "RP_ALLOW_UNPROVEN_CUDA=cudnn"), "%s", note);
     ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 9, 0, 0, &use, note,
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);

@@ -526,4 +526,41 @@ for seed in 3 4; do
   [ "$(cut -d, -f1-6 "$tmp/calm.jsonl")" = "$(cut -d, -f1-6 "$tmp/delayed.jsonl")" ] &&
     [ "$(wc -l < "$tmp/calm.jsonl")" = 6 ] && ok || bad "lagged, delays of seed $seed: the steps differ"
 done
+# The head's chunk on GPUs (issue 38), from the plan's count alone (no GPU
+# here: the CUDA back end's sizes): without a memory figure 832 rows of a
+# 151936 vocabulary (2^27 logits, in 64s); with one, as many rows as 1/16 of
+# it holds in fp32 logits and their bf16 gradient (6 bytes each, in 64s):
+# 1728 of 24 GiB, 5888 of 80 GiB, clamped to the microbatch's 4096 tokens;
+# --memory-limit-mib gives the chunk --device-memory-mib of the same figure
+# gives (train takes one of them, never the share of a GPU some ranks use);
+# plan's device count (peak_bytes, a forced plan: the tail job's scratch
+# holds the head's workspace) grows by exactly the head's workspace grown;
+# CPU executors keep their 64 rows whatever the figure.
+cat > "$tmp/vocab.json" << 'J'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+ "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 151936,
+ "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+ "tie_word_embeddings": false, "attention_bias": false}
+J
+head_plan() { # device [options]: plan --json's head and peak fields
+  "$bin" plan --init-config "$tmp/vocab.json" --seq-len 4096 --batch-size 1 --microbatches 1 \
+    --gpus 1 --plan "fwd=0-1;bwd=2-3,0-1" --recompute stage --device "$@" --json > "$tmp/head.json" 2>&1 ||
+    { bad "plan --device $*"; cat "$tmp/head.json"; }
+  rows=$(grep -o '"head_chunk_rows": [0-9]*' "$tmp/head.json" | tr -dc 0-9)
+  hws=$(grep -o '"head_workspace_bytes": [0-9]*' "$tmp/head.json" | tr -dc 0-9)
+  peak=$(grep -o '"peak_bytes": [0-9]*' "$tmp/head.json" | head -n 1 | tr -dc 0-9)
+}
+head_plan cuda; rows0=$rows hws0=$hws peak0=$peak
+[ "$rows0" = 832 ] && ok || bad "no memory figure: head chunk '$rows0' rows, not 832"
+head_plan cuda --device-memory-mib 24576
+[ "$rows" = 1728 ] && [ "$hws" -gt "$hws0" ] && ok || bad "24 GiB: head chunk '$rows' rows (1728), workspace $hws"
+head_plan cuda --device-memory-mib 81920; rows1=$rows hws1=$hws
+[ "$rows1" = 4096 ] && ok || bad "80 GiB: head chunk '$rows1' rows, not the microbatch's 4096"
+head_plan cuda --memory-limit-mib 81920
+[ -n "$rows" ] && [ "$rows" = "$rows1" ] && [ "$hws" = "$hws1" ] && [ "$hws1" -gt "$hws0" ] &&
+  [ $((peak - peak0)) = $((hws1 - hws0)) ] && ok ||
+  bad "--memory-limit-mib 81920: chunk '$rows' (--device-memory-mib: $rows1), workspace $hws, peak $peak - $peak0 for $hws1 - $hws0"
+head_plan cpu --memory-limit-mib 81920
+[ "$rows" = 64 ] && ok || bad "CPU executors: head chunk '$rows' rows, not 64"
 finish

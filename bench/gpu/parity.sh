@@ -43,6 +43,10 @@
 #   cudnn       golden/qwen3 with --attention cudnn (cuDNN's fused flash SDPA,
 #               issue 38); every other case runs --attention own on the device,
 #               so that a cuDNN fault fails this case alone
+#   fused-xent  golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=fused-xent: the head's
+#               cross-entropy writes its bf16 gradient in the pass that forms it
+#               (issue 38), which must give qwen3's dut1 model bit for bit (every
+#               other case forms it in fp32 and converts it)
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -78,7 +82,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -146,6 +150,7 @@ run() {
     documents) unproven=documents ;;
     gpt-oss) unproven=gpt-oss ;;
     fp8|fp8-moe) unproven=fp8-upload ;;
+    fused-xent) unproven=fused-xent ;;
   esac
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
@@ -222,6 +227,11 @@ for case in $cases; do
     # checkpoints end segments: the model must still be the plain run's
     cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
       extra="; = qwen3's straight run" || { brc=1; why="$why checkpointing changed the model (vs qwen3-dut1)"; }
+  fi
+  if [ "$c" = fused-xent ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
+    # the fused store writes what the convert wrote: the same run, bit for bit
+    cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
+      extra="; = qwen3's run with the gradient converted" || { brc=1; why="$why the fused gradient store changed the model (vs qwen3-dut1)"; }
   fi
   if [ "$c" = speculative ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # the update kept or redone is the plain update, bit for bit

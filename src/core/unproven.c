@@ -15,6 +15,9 @@ static const struct {
     [RP_UNPROVEN_GPT_OSS] = {"gpt-oss", "gpt-oss on CUDA executors (attention sinks and windows, "
                                         "the clamped SwiGLU, the expert biases)"},
     [RP_UNPROVEN_CUDNN] = {"cudnn", "--attention auto taking cuDNN's fused flash SDPA"},
+    [RP_UNPROVEN_FUSED_XENT] = {"fused-xent", "the head's cross-entropy writing its bf16 gradient "
+                                              "in the pass that forms it (else in fp32, then "
+                                              "converted: the same bits)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)

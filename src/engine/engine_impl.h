@@ -137,6 +137,8 @@ typedef struct rp_engine {
     size_t spec_backup_node_bytes; /* the node's ranks' backups together (host memory) */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
                               0 = none; the same on every rank (device_memory_limit) */
+    int64_t head_rows;     /* the head's chunk in training (memory_model.h's
+                              rp_memory_head_rows), the same on every rank */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     /* the model and its weights */
     rp_params *p;      /* attached to the store: with LoRA, the adapters */

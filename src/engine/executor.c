@@ -119,7 +119,8 @@ static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *w
         grads = rp_stage_floats(e, job, NULL) * (e->o->grad_dtype == RP_BF16 ? 6 : 4);
     for (int l = job->first; l <= job->last; l++) {
         size_t f = rp_layer_workspace_floats(kops, e->p->compute_dtype, &e->p->cfg, l,
-                                             e->num_layers, e->samples_per_micro, e->seq_len);
+                                             e->num_layers, e->samples_per_micro, e->seq_len,
+                                             e->head_rows);
         ws = f > ws ? f : ws;
     }
     const size_t narrow = rp_activation_narrow_floats(e->o->activation_dtype, e->tokens_per_micro,

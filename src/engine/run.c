@@ -325,7 +325,7 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
         rp_node_release_others(e);
     /* the executor's device, and the run's pins, once (not per segment) */
     rp_device_params dp = {e->device, e->device_ordinal, e->threads, e->o->attention,
-                           (int)(e->unproven >> RP_UNPROVEN_CUDNN & 1u)};
+                           e->unproven};
     s = rp_device_create(&dp, &e->dev, err);
     if (s == RP_OK && e->nd.world_rank == 0 && rp_device_attention_note(e->dev))
         rp_log(e->lg, RP_LOG_INFO, "%s", rp_device_attention_note(e->dev)); /* once a run */

@@ -23,7 +23,7 @@
 
 /* What a CUDA executor of this run keeps beside its plan for cuDNN's
  * attention (kernels/attention_choice.h), 0 where the run cannot take
- * cuDNN: --attention own, auto without RP_ALLOW_UNPROVEN_CUDA=1, a build
+ * cuDNN: --attention own, auto without RP_ALLOW_UNPROVEN_CUDA=cudnn, a build
  * without cuDNN's headers, a GPU before sm_80, document segments, gpt-oss
  * (sinks), a head_dim cuDNN does not run. A library that will not load is
  * found only when the device is opened: auto then takes the own kernel
@@ -51,11 +51,19 @@ static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
  * when probed shared by the node's ranks on it, less the reserve for what
  * the planner does not count (rp_device_cuda_reserve_bytes: the CUDA
  * contexts, cuBLAS, the back end's own scratch) and what cuDNN's attention
- * may take (cudnn_reserve); else no limit. */
+ * may take (cudnn_reserve); else no limit. And the head's chunk
+ * (memory_model.h's rp_memory_head_rows) from a figure every rank shares:
+ * --memory-limit-mib, else the GPU's whole memory, the smallest over the
+ * ranks (never the free share above, which depends on how many ranks use a
+ * GPU: the chunk orders the head's gradient sums). */
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
                               MPI_Comm comm)
 {
-    int64_t mine = 0;
+    int64_t mine = 0, head_memory = 0;
+    if (e->o->memory_limit_mib > 0)
+        head_memory = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+    else if (e->device == RP_DEVICE_CUDA && info->count > 0)
+        head_memory = (int64_t)info->memory_bytes;
     if (e->o->memory_limit_mib > 0) {
         mine = (int64_t)(e->o->memory_limit_mib * 1048576.0);
     } else if (e->device == RP_DEVICE_CUDA && info->count > 0) {
@@ -73,9 +81,11 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
         if (mine < 1)
             mine = 1; /* nothing fits: the planner says which layer */
     }
-    int64_t lim = mine > 0 ? mine : INT64_MAX;
-    MPI_Allreduce(MPI_IN_PLACE, &lim, 1, MPI_INT64_T, MPI_MIN, comm);
-    e->memory_limit = lim == INT64_MAX ? 0 : lim;
+    int64_t lim[2] = {mine > 0 ? mine : INT64_MAX, head_memory > 0 ? head_memory : INT64_MAX};
+    MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_INT64_T, MPI_MIN, comm);
+    e->memory_limit = lim[0] == INT64_MAX ? 0 : lim[0];
+    e->head_rows = rp_memory_head_rows(rp_device_kernel_ops(e->device), &e->p->cfg,
+                                       lim[1] == INT64_MAX ? 0 : lim[1]);
     return RP_OK;
 }
 
@@ -178,7 +188,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
     if (s == RP_OK) /* and the bytes: what the executors allocate */
         s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
                                  e->o->activation_dtype, e->o->documents != NULL, e->batch_micro,
-                                 e->samples_per_micro, e->seq_len, *cm,
+                                 e->samples_per_micro, e->seq_len, e->head_rows, *cm,
                                  workspace, err);
     if (s == RP_OK) {
         (*cm)->saved_by_layer = e->o->recompute == RP_RECOMPUTE_LAYER;

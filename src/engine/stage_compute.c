@@ -415,8 +415,8 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
                                     x->acts[head - job->first], x->targets, x->mask,
-                                    e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g, 0,
-                                    x->workspace, &loss[m], err));
+                                    e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g,
+                                    e->head_rows, x->workspace, &loss[m], err));
     RP_TRY(rp_device_sync(x->dev, err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)

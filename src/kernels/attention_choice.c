@@ -32,7 +32,7 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
     }
     if (mode == RP_ATTENTION_AUTO && !unproven_ok) {
         snprintf(note, note_len, "attention: own kernel (cuDNN %zu.%zu.%zu's fused flash SDPA "
-                 "has not run on a GPU yet: --attention cudnn or RP_ALLOW_UNPROVEN_CUDA=1 takes "
+                 "has not run on a GPU yet: --attention cudnn or RP_ALLOW_UNPROVEN_CUDA=cudnn takes "
                  "it)", cudnn_version / 10000, cudnn_version / 100 % 100, cudnn_version % 100);
         return RP_OK;
     }

@@ -9,7 +9,7 @@
  *          replaced by the own kernel.
  *   auto   (the default) cudnn where it loads, the GPU is sm_80 or newer
  *          and the run allows paths not yet run on a GPU
- *          (RP_ALLOW_UNPROVEN_CUDA=1: cuDNN's graphs were written without
+ *          (RP_ALLOW_UNPROVEN_CUDA=cudnn: cuDNN's graphs were written without
  *          one, issue 38), else own, with the reason. A GPU window that
  *          proves them (bench/gpu/run.sh) lifts that condition.
  * Calls whose shape cuDNN does not take (document segments, gpt-oss's
