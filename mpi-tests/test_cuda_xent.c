@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "rp_check.h"
+#include "xent_reference.h"
 
 #ifdef RP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -52,19 +53,6 @@ static const xcase xcases[] = {
     {5, 7, 10.0f, 2.0f, 1},      /* fewer logits than threads, peaked */
 };
 
-/* Direct formula in double for one row. */
-static void reference(const float *z, int64_t V, int32_t t, float scale, double *loss, double *g)
-{
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < V; j++)
-        m = fmax(m, (double)z[j]);
-    for (int64_t j = 0; j < V; j++)
-        s += exp((double)z[j] - m);
-    const double lse = m + log(s);
-    *loss = lse - (double)z[t];
-    for (int64_t j = 0; j < V; j++)
-        g[j] = scale * (exp((double)z[j] - lse) - (j == t ? 1.0 : 0.0));
-}
 
 START_TEST(chunk_matches_direct_formula)
 {
@@ -107,7 +95,7 @@ START_TEST(chunk_matches_direct_formula)
             continue;
         }
         double ref;
-        reference(z + r * V, V, t[r], c->scale, &ref, g);
+        xent_reference(z + r * V, V, t[r], c->scale, &ref, g);
         ck_assert_msg(isfinite(loss[r]) && fabs(loss[r] - ref) <= 1e-5 * fmax(1.0, fabs(ref)),
                       "row %lld: loss %.9g, expected %.9g", (long long)r, loss[r], ref);
         double maxdiff = 0;

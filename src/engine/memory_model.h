@@ -95,12 +95,6 @@ rp_status rp_memory_model_eval(const rp_model_config *cfg, rp_device_kind device
                                int documents, int64_t samples_per_micro, int64_t seq_len,
                                rp_eval_memory *m, rp_error *err);
 
-/* Rows of the embedding a stage holds on the device, in its weights and
- * its gradient buffer: the rows an iteration's tokens can read
- * (microbatches of tokens_per_micro tokens), at most the vocabulary. A
- * job uploads only the rows its pipeline's tokens read and accumulates
- * their gradient there (stage_buffers.c), never the whole table; a tied
- * head still holds the whole matrix, which its logits read. */
 /* Rows of the head's chunk a training run's executors of `ops` use
  * (rp_head_forward_backward's chunk): the back end's for a device memory
  * figure that is the same on every rank, whatever the plan's width or how
@@ -144,6 +138,12 @@ static inline size_t rp_activation_narrow_floats(rp_dtype act_dtype, int64_t tok
     return (((bytes + sizeof(float) - 1) / sizeof(float)) + 15) & ~(size_t)15;
 }
 
+/* Rows of the embedding a stage holds on the device, in its weights and
+ * its gradient buffer: the rows an iteration's tokens can read
+ * (microbatches of tokens_per_micro tokens), at most the vocabulary. A
+ * job uploads only the rows its pipeline's tokens read and accumulates
+ * their gradient there (stage_buffers.c), never the whole table; a tied
+ * head still holds the whole matrix, which its logits read. */
 static inline int64_t rp_memory_embedding_rows(const rp_model_config *cfg, int64_t microbatches,
                                                int64_t tokens_per_micro)
 {
