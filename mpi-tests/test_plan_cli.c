@@ -79,6 +79,17 @@ static int run(int (*fn)(int, char **), const char *line)
     return rc;
 }
 
+/* Runs a command with --json (fn: rp_cli_plan or rp_cli_simulate) and
+ * parses what it printed: the command must succeed and print JSON. The
+ * caller puts the object. */
+static json_object *json_of(int (*fn)(int, char **), const char *line)
+{
+    ck_assert_msg(run(fn, line) == 0, "%s: %s", line, err_text);
+    json_object *j = json_tokener_parse(out_text);
+    ck_assert_msg(j != NULL, "%s: not JSON: %s", line, out_text);
+    return j;
+}
+
 static const char *paper(const char *name)
 {
     static char path[4096];
@@ -91,9 +102,7 @@ START_TEST(plan_json_agrees_with_the_partitioner)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "plan --layers %s --json --memory-limit-mib 22528",
              paper("qwen3-1.7b.txt"));
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-    json_object *j = json_tokener_parse(out_text);
-    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
+    json_object *j = json_of(rp_cli_plan, cmd);
     json_object *v;
     ck_assert(json_object_object_get_ex(j, "gpus", &v) && json_object_get_int(v) == 8);
     ck_assert(json_object_object_get_ex(j, "microbatches", &v) && json_object_get_int(v) == 16);
@@ -150,9 +159,7 @@ static double h100_ratio_kept(int batch, double gbs, const char *speculative,
              "--workspace-mib 734 --device-memory-mib 81559 --grad-clip 1 --microbatches %d "
              "--optimizer-gbs %g --speculative-update %s --recompute %s",
              rp_test_srcdir(), batch, gbs, speculative, recompute);
-    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
-    json_object *j = json_tokener_parse(out_text), *v, *s;
-    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
+    json_object *j = json_of(rp_cli_simulate, cmd), *v, *s;
     ck_assert(json_object_object_get_ex(j, "exact_over_lagged_throughput", &v));
     double ratio = json_object_get_double(v);
     ck_assert(json_object_object_get_ex(j, "schedules", &s));
@@ -224,12 +231,10 @@ START_TEST(simulate_compares_schedules)
 {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 8", paper("qwen3-1.7b.txt"));
-    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
+    json_object *j = json_of(rp_cli_simulate, cmd), *v, *s;
     /* progress on stderr, one line per schedule */
     ck_assert_msg(strstr(err_text, "roundpipe simulate: 1/4 roundpipe, exact optimizer: done") &&
                   strstr(err_text, "roundpipe simulate: 4/4 1F1B"), "%s", err_text);
-    json_object *j = json_tokener_parse(out_text), *v, *s;
-    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
     ck_assert(json_object_object_get_ex(j, "schedules", &s));
     ck_assert_int_eq((int)json_object_array_length(s), 4);
     double it[4];
@@ -278,9 +283,7 @@ START_TEST(simulate_compares_schedules)
      * (16 microbatches x 33554432 hand-over bytes / 622329856 table bytes) */
     snprintf(cmd, sizeof cmd, "simulate --layers %s --json --iterations 6 --sparse-embedding 1",
              paper("qwen3-1.7b.txt"));
-    ck_assert_msg(run(rp_cli_simulate, cmd) == 0, "%s", err_text);
-    j = json_tokener_parse(out_text);
-    ck_assert_msg(j != NULL, "not JSON: %s", out_text);
+    j = json_of(rp_cli_simulate, cmd);
     ck_assert(json_object_object_get_ex(j, "sparse_embedding", &v) && json_object_get_int(v) == 1);
     ck_assert(json_object_object_get_ex(j, "embed_rows_frac", &v));
     ck_assert(fabs(json_object_get_double(v) - 16.0 * 33554432 / 622329856) < 1e-5);
@@ -301,9 +304,7 @@ START_TEST(config_and_forced_plan)
              "plan --init-config %s --gpus 2 --microbatches 2 --seq-len 64 --batch-size 4 --json "
              "--plan fwd=0-2;bwd=3-5,1-2,0",
              cfg);
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-    json_object *j = json_tokener_parse(out_text), *v;
-    ck_assert_msg(j != NULL, "%s", out_text);
+    json_object *j = json_of(rp_cli_plan, cmd), *v;
     ck_assert(json_object_object_get_ex(j, "plan", &v));
     /* --recompute auto (the default) keeps blocks 1-2 below the tail (host
      * memory allows: the tiny model's are KiBs), a keep= the plan says */
@@ -320,8 +321,7 @@ START_TEST(config_and_forced_plan)
                  "plan --init-config %s --gpus 2 --microbatches 2 --seq-len 64 --batch-size 4 "
                  "--json --plan fwd=0-2;bwd=3-5,1-2,0%s",
                  cfg, variants[i][0]);
-        ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-        j = json_tokener_parse(out_text);
+        j = json_of(rp_cli_plan, cmd);
         ck_assert_msg(j && json_object_object_get_ex(j, "plan", &v), "%s", out_text);
         ck_assert_str_eq(json_object_get_string(v), variants[i][1]);
         json_object_put(j);
@@ -428,9 +428,7 @@ START_TEST(lora_plan_counts_frozen_and_adapter_bytes)
     snprintf(cmd, sizeof cmd,
              "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 --json "
              "--device cuda --dtype bf16 --lora-rank 4 --plan fwd=0-1;bwd=2-3,0-1", dir);
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-    json_object *j = json_tokener_parse(out_text);
-    ck_assert_msg(j != NULL, "%s", out_text);
+    json_object *j = json_of(rp_cli_plan, cmd);
     ck_assert_int_eq(job_field(j, 0, "weight_bytes"), (embed_rows + block + adapters) * 2);
     ck_assert_int_eq(job_field(j, 1, "weight_bytes"), (block + adapters + head) * 2);
     ck_assert_int_eq(job_field(j, 1, "grad_bytes"), adapters * 4);
@@ -444,16 +442,14 @@ START_TEST(lora_plan_counts_frozen_and_adapter_bytes)
              "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 --json "
              "--device cuda --dtype bf16 --lora-rank 4 --lora-targets q_proj,v_proj "
              "--plan fwd=0-1;bwd=2-3,0-1", dir);
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-    j = json_tokener_parse(out_text);
+    j = json_of(rp_cli_plan, cmd);
     ck_assert_int_eq(job_field(j, 1, "grad_bytes"), (4 * (64 + 64) + 4 * (64 + 32)) * 4);
     json_object_put(j);
     /* fp32 CPU executors: the base mapped from the files, nothing of it in the store */
     snprintf(cmd, sizeof cmd,
              "plan --model %s --gpus 2 --microbatches 2 --seq-len 16 --batch-size 2 --json "
              "--device cpu --dtype fp32 --lora-rank 4", dir);
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-    j = json_tokener_parse(out_text);
+    j = json_of(rp_cli_plan, cmd);
     ck_assert_int_eq(top_field(j, "host_base_mapped_bytes"), (embed + 2 * block + head) * 4);
     ck_assert_int_eq(top_field(j, "host_base_store_bytes"), 0);
     json_object_put(j);
@@ -507,9 +503,7 @@ static json_object *hand_timed_plan(const char *dir, const char *args, const cha
              "plan --model %s --gpus 2 --microbatches 1 --seq-len 16 --batch-size 1 "
              "--json --device cpu --dtype fp32 --tflops 1e-6 --device-gbs 1e9 %s "
              "--plan %s", dir, args, plan);
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", args, err_text);
-    json_object *j = json_tokener_parse(out_text);
-    ck_assert_msg(j != NULL, "%s", out_text);
+    json_object *j = json_of(rp_cli_plan, cmd);
     ck_assert_msg(fabs(job_ms(j, 0) - fwd_ms) < 1e-5 * fwd_ms, "'%s': forward %g ms, by hand %g",
                   args, job_ms(j, 0), fwd_ms);
     ck_assert_msg(fabs(job_ms(j, 2) - bwd_ms) < 1e-5 * bwd_ms, "'%s': backward %g ms, by hand %g",
@@ -669,9 +663,7 @@ START_TEST(fp8_plan_counts_the_dequantisations_as_the_engine_runs_them)
                      "--json --device cpu --dtype fp32 --lora-rank 4 --device-gbs 1 "
                      "--pipelines 1 --plan %s",
                      dir, gpus, cases[c].plan);
-            ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s: %s", cases[c].plan, err_text);
-            json_object *j = json_tokener_parse(out_text);
-            ck_assert_msg(j != NULL, "%s", out_text);
+            json_object *j = json_of(rp_cli_plan, cmd);
             double compute = 0;
             for (int job = 0; job < 3; job++) {
                 double got = job_double(j, job, "dequant_ms");
@@ -693,9 +685,7 @@ START_TEST(fp8_plan_counts_the_dequantisations_as_the_engine_runs_them)
              "plan --model %s --gpus 2 --microbatches 4 --seq-len 16 --batch-size 4 --json "
              "--device cpu --dtype fp32 --lora-rank 4 --device-gbs 1 --plan fwd=0-2;bwd=3,0-2",
              dir);
-    ck_assert_msg(run(rp_cli_plan, cmd) == 0, "%s", err_text);
-    json_object *j = json_tokener_parse(out_text);
-    ck_assert_msg(j != NULL, "%s", out_text);
+    json_object *j = json_of(rp_cli_plan, cmd);
     for (int job = 0; job < 3; job++)
         ck_assert(job_double(j, job, "dequant_ms") == 0);
     json_object_put(j);
