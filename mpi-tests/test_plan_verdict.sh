@@ -115,4 +115,29 @@ plan --device cuda $forced --recompute layer --json && l=$(field host_activation
 [ "$s" = $((88 * 16 * 1048576 + 82944)) ] && [ "$l" = $((96 * 16 * 1048576 + 82944)) ] && ok ||
   bad "--recompute, bf16 activations: $s and $l"
 plan --recompute block && bad "--recompute block" || { grep -q "recompute: 'block' is not one of stage, layer" "$tmp/err" && ok || bad "its message"; }
+# cuDNN's attention (--attention, as train's): a build with cuDNN's headers
+# keeps for it beside the plan 2 bytes a score of a microbatch's heads
+# (2 x 8 x 4096^2) and its buffers (statistics and Delta 2 x 4096 x 8 x 4;
+# dq, dk, dv in bf16 4096 x (1024 + 2 x 512) x 2): 285474816 bytes, out of
+# the planner's limit and in the verdict; own, auto (until
+# RP_ALLOW_UNPROVEN_CUDA names cudnn) and --documents keep none
+want=0
+grep -q "define RP_HAVE_CUDNN 1" "$build/config.h" 2>/dev/null && want=285474816
+gpu="--device cuda --device-memory-mib 81559 --json"
+plan $gpu && own=$(field memory_limit_bytes) && r0=$(field cudnn_reserve_bytes)
+plan $gpu --attention cudnn && lim=$(field memory_limit_bytes) && r1=$(field cudnn_reserve_bytes)
+RP_ALLOW_UNPROVEN_CUDA=cudnn plan $gpu && r2=$(field cudnn_reserve_bytes)
+plan $gpu --attention own && r3=$(field cudnn_reserve_bytes)
+plan $gpu --attention cudnn --documents "$tmp/docs.npy" && r4=$(field cudnn_reserve_bytes)
+[ "$r0" = 0 ] && [ "$r1" = "$want" ] && [ "$lim" = $((own - want)) ] && [ "$r2" = "$want" ] &&
+  [ "$r3" = 0 ] && [ "$r4" = 0 ] && ok ||
+  bad "cuDNN's reservation: auto $r0, cudnn $r1 (want $want; limit $lim of $own), unproven auto $r2, own $r3, documents $r4"
+plan --device cuda --device-memory-mib 81559 --attention cudnn
+if [ "$want" != 0 ]; then
+  last | grep -q "reserved (CUDA context, cuBLAS workspace, scratch: 5% + 512 MiB) + 272.2 MiB kept for cuDNN's attention (--attention) = " && ok ||
+    { bad "the verdict's cuDNN term"; last; }
+else
+  last | grep -q "cuDNN" && { bad "a verdict without cuDNN names it"; last; } || ok
+fi
+plan --attention fast && bad "--attention fast" || { grep -q "attention: 'fast' is not one of auto, cudnn" "$tmp/err" && ok || { bad "its message"; cat "$tmp/err"; }; }
 finish

@@ -95,11 +95,12 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
     printf("{\"model\": \"%s\", \"layers\": %d, \"gpus\": %d, \"microbatches\": %d, "
            "\"width\": %d, \"optimizer_lag\": %d, \"plan\": \"%s\", \"iteration_ms\": %.6g, "
            "\"bubble_mean\": %.6g, \"bubble_max\": %.6g, \"tokens_per_s\": %.6g, "
-           "\"peak_bytes\": %lld, \"eval_bytes\": %lld, \"memory_limit_bytes\": %lld, ",
+           "\"peak_bytes\": %lld, \"eval_bytes\": %lld, \"memory_limit_bytes\": %lld, "
+           "\"cudnn_reserve_bytes\": %lld, ",
            m->name, m->num_layers, o->mc.gpus, o->mc.microbatches, r->width,
            o->mc.optimizer_lag, buf, r->iteration_ms, r->bubble_mean, r->bubble_max,
            r->tokens_per_s, (long long)r->peak_bytes, (long long)o->eval_bytes,
-           (long long)o->mc.memory_limit);
+           (long long)o->mc.memory_limit, (long long)o->cudnn_reserve);
     rp_plan_cli_deal_json(&o->mc);
     const rp_host_memory hm = c->host;
     if (c->have_host) {

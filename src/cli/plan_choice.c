@@ -231,13 +231,18 @@ void rp_plan_verdict(const rp_plan_cli *o, const rp_sim_result *r, const rp_plan
     const double smallest = ceil((peak / mib + reserve_mib) * 20.0 / 19.0 - 1e-9);
     if (o->device_memory > 0 && !o->memory_limit_given) {
         double reserve = (double)rp_device_cuda_reserve_bytes(o->device_memory);
-        *fits = peak + reserve <= (double)o->device_memory;
+        const double cudnn = (double)o->cudnn_reserve;
+        char cudnn_text[96] = "";
+        if (cudnn > 0)
+            snprintf(cudnn_text, sizeof cudnn_text, " + %.1f MiB kept for cuDNN's attention "
+                     "(--attention)", cudnn / mib);
+        *fits = peak + reserve + cudnn <= (double)o->device_memory;
         snprintf(buf, len, "verdict: %s: an executor needs %.1f MiB of buffers + %.1f MiB "
-                 "reserved (CUDA context, cuBLAS workspace, scratch: 5%% + %d MiB) = %.1f MiB of "
-                 "the GPU's %.1f MiB (%s)%s",
+                 "reserved (CUDA context, cuBLAS workspace, scratch: 5%% + %d MiB)%s = %.1f MiB "
+                 "of the GPU's %.1f MiB (%s)%s",
                  *fits ? "fits" : "does NOT fit", peak / mib, reserve / mib, RP_CUDA_RESERVE_MIB,
-                 (peak + reserve) / mib, o->device_memory / mib, o->device_memory_from,
-                 host_text);
+                 cudnn_text, (peak + reserve + cudnn) / mib, o->device_memory / mib,
+                 o->device_memory_from, host_text);
     } else if (o->memory_limit_given > 0) {
         *fits = peak <= (double)o->memory_limit_given;
         snprintf(buf, len, "verdict: %s within --memory-limit-mib %.0f: an executor needs %.1f "

@@ -2,12 +2,14 @@
 #include "cli/plan_opts.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/args.h"
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "device/device.h"
 #include "engine/host_memory.h"
@@ -15,6 +17,7 @@
 #include "engine/train_options.h"
 #include "io/config.h"
 #include "io/peft.h"
+#include "kernels/attention_choice.h"
 #include "model/layout.h"
 #include "model/token_tiles.h"
 #include "plan/keep.h"
@@ -191,6 +194,9 @@ static const rp_option plan_rows[] = {
              "as host memory allows (GPUs: in their own memory, as much\n"
              "as it allows), none keeps all, layer saves every\n"
              "layer's input (host memory)"},
+    {TRAIN("attention", "auto|cudnn|own"),
+     .help = "as train's: cudnn (and auto with RP_ALLOW_UNPROVEN_CUDA=cudnn)\n"
+             "keeps device memory for cuDNN's attention beside the plan"},
     {TRAIN("weight-buffers", "auto|1|2"),
      .help = "as train's: 1 holds one stage's weights per executor\n"
              "(half their device memory; no upload overlaps a job);\n"
@@ -642,15 +648,32 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
      * config's executors are CUDA's here; the planner keeps to it less the
      * reserve train keeps, unless --memory-limit-mib says otherwise */
     o->memory_limit_given = a.memory_limit_mib << 20;
+    int64_t device_total = 0; /* the GPU's whole memory, for cuDNN's reservation */
+    int device_sm = 0;        /* 0: not probed, taken as able to run cuDNN */
     if (a.device_memory_mib) {
-        o->device_memory = a.device_memory_mib << 20;
+        o->device_memory = device_total = a.device_memory_mib << 20;
         o->device_memory_from = "--device-memory-mib";
     } else if (o->have_config && o->device == RP_DEVICE_CUDA) {
         rp_device_info info;
         if (rp_device_probe(RP_DEVICE_CUDA, &info, NULL) == RP_OK && info.free_bytes > 0) {
             o->device_memory = (int64_t)info.free_bytes;
             o->device_memory_from = "free on this machine's GPU 0";
+            device_total = (int64_t)info.memory_bytes;
+            device_sm = info.sm;
         }
+    }
+    if (o->have_config && o->device == RP_DEVICE_CUDA && device_total > 0) {
+        const int64_t nseq = a.seq_len > 0 && mc->microbatches > 0
+                                 ? o->model->tokens_per_microbatch / a.seq_len
+                                 : 1;
+        rp_attn_shape sh = {.nseq = nseq, .seqlen = a.seq_len,
+                            .nheads = o->cfg.num_attention_heads,
+                            .nkv = o->cfg.num_key_value_heads, .head_dim = o->cfg.head_dim,
+                            .scale = 1.0f / sqrtf((float)o->cfg.head_dim)};
+        o->cudnn_reserve = (int64_t)rp_attention_run_reserve_bytes(
+            a.train.attention, rp_unproven_allowed(RP_UNPROVEN_CUDNN), device_sm,
+            a.train.documents != NULL, o->cfg.arch == RP_ARCH_GPT_OSS, &sh,
+            (size_t)device_total);
     }
     if (st == RP_OK && a.device_memory_mib && o->have_config && o->device != RP_DEVICE_CUDA)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
@@ -659,7 +682,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
                           rp_device_kind_name(o->device));
     mc->memory_limit = a.memory_limit_mib ? a.memory_limit_mib << 20
                      : o->device_memory > 0
-                         ? o->device_memory - rp_device_cuda_reserve_bytes(o->device_memory)
+                         ? o->device_memory - rp_device_cuda_reserve_bytes(o->device_memory) -
+                               o->cudnn_reserve
                          : 0;
     if (mc->memory_limit < 0)
         mc->memory_limit = 1; /* nothing fits: the planner says which layer */

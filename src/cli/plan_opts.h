@@ -43,6 +43,10 @@ typedef struct rp_plan_cli {
     int64_t device_memory;
     const char *device_memory_from;
     int64_t memory_limit_given;
+    /* a config's CUDA executors: what each keeps beside the plan for
+     * cuDNN's attention (--attention; kernels/attention_choice.h's rule, as
+     * train), 0 when the run cannot take cuDNN or no GPU size is known */
+    int64_t cudnn_reserve;
     /* a config's: the head's chunk in tokens (engine/memory_model.h's
      * rp_memory_head_rows) from head_memory, train's figure for it
      * (--memory-limit-mib, else the GPU's whole memory; 0 none) */

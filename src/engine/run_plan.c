@@ -22,28 +22,18 @@
 #include "model/layout.h"
 
 /* What a CUDA executor of this run keeps beside its plan for cuDNN's
- * attention (kernels/attention_choice.h), 0 where the run cannot take
- * cuDNN: --attention own, auto without RP_ALLOW_UNPROVEN_CUDA=cudnn, a build
- * without cuDNN's headers, a GPU before sm_80, document segments, gpt-oss
- * (sinks), a head_dim cuDNN does not run. A library that will not load is
- * found only when the device is opened: auto then takes the own kernel
- * with the reservation unused. */
+ * attention (kernels/attention_choice.h's rule, which plan applies too). */
 static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
 {
-#ifdef RP_HAVE_CUDNN
     const rp_model_config *cfg = &e->p->cfg;
-    int mode = e->o->attention;
-    if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !(e->unproven >> RP_UNPROVEN_CUDNN & 1u)) ||
-        info->sm < 80 || e->o->documents || cfg->arch == RP_ARCH_GPT_OSS)
-        return 0;
     rp_attn_shape s = {.nseq = e->samples_per_micro, .seqlen = e->seq_len,
                        .nheads = cfg->num_attention_heads, .nkv = cfg->num_key_value_heads,
                        .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim)};
-    return rp_attention_cudnn_reserve_bytes(&s, (size_t)info->memory_bytes);
-#else
-    (void)e, (void)info;
-    return 0;
-#endif
+    return rp_attention_run_reserve_bytes(e->o->attention,
+                                          (int)(e->unproven >> RP_UNPROVEN_CUDNN & 1u), info->sm,
+                                          e->o->documents != NULL,
+                                          cfg->arch == RP_ARCH_GPT_OSS, &s,
+                                          (size_t)info->memory_bytes);
 }
 
 /* Device memory an executor may allocate, the smallest over the ranks:

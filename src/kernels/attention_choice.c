@@ -1,4 +1,6 @@
 /* The attention choice (attention_choice.h). */
+#include "config.h"
+
 #include "kernels/attention_choice.h"
 
 #include <stdio.h>
@@ -85,4 +87,19 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
 {
     size_t ws = rp_attention_cudnn_workspace_budget(s, device_total);
     return ws ? ws + rp_attention_cudnn_buffer_bytes(s) : 0;
+}
+
+size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
+                                      int gpt_oss, const rp_attn_shape *s, size_t device_total)
+{
+#ifdef RP_HAVE_CUDNN
+    if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !cudnn_unproven_ok) ||
+        (sm > 0 && sm < 80) || documents || gpt_oss)
+        return 0;
+    return rp_attention_cudnn_reserve_bytes(s, device_total);
+#else
+    (void)mode, (void)cudnn_unproven_ok, (void)sm, (void)documents, (void)gpt_oss, (void)s,
+        (void)device_total;
+    return 0;
+#endif
 }

@@ -72,4 +72,16 @@ size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);
 
+/* What each CUDA executor of a run keeps beside its plan for cuDNN's
+ * attention, one rule for train and plan: rp_attention_cudnn_reserve_bytes
+ * of the run's calls (shape s) when the run can take cuDNN, else 0. It can
+ * when mode is cudnn, or auto with cudnn_unproven_ok (RP_ALLOW_UNPROVEN_CUDA
+ * names cudnn); the build has cuDNN's headers; the GPU is sm_80 or newer
+ * (sm: compute capability x 10, 0 when no GPU was probed: taken as able);
+ * and its calls are not over document segments or gpt-oss's (sinks on
+ * every block). A library that will not load is found only when the device
+ * is opened: auto then runs the own kernel with the reservation unused. */
+size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
+                                      int gpt_oss, const rp_attn_shape *s, size_t device_total);
+
 #endif
