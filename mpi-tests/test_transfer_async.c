@@ -11,7 +11,9 @@
  * download are in flight, and copied, at the same time (full duplex); a
  * copy that fails, at issue or at completion, fails its request alone, and
  * only once none of its chunks is still in flight; destroying the engine
- * with chunks in flight waits for them and cancels the rest. */
+ * with chunks in flight waits for them and cancels the rest. The CPU back
+ * end offers no asynchronous copies (its engine keeps the synchronous path,
+ * bits and order as before) and refuses a ticket. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -20,6 +22,7 @@
 #include <time.h>
 
 #include "core/rng.h"
+#include "device/backend.h"
 #include "engine/transfer.h"
 #include "rp_check.h"
 
@@ -525,6 +528,22 @@ START_TEST(destroy_with_chunks_in_flight_waits_for_them_and_cancels_the_rest)
 }
 END_TEST
 
+START_TEST(the_cpu_back_end_copies_synchronously)
+{
+    rp_device *d = NULL;
+    rp_error err = {0};
+    rp_device_params cp = {.kind = RP_DEVICE_CPU, .threads = 1};
+    ck_assert_int_eq(rp_device_create(&cp, &d, &err), RP_OK);
+    ck_assert(!rp_device_copies_asynchronous(d));
+    char a = 1, b = 0;
+    ck_assert_int_eq(rp_device_copy_issue(d, 0, &b, &a, 1, RP_COPY_UP, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "no asynchronous copy"), "%s", err.msg);
+    ck_assert_int_eq(rp_device_copy_complete(d, 0, &err), RP_ERR_INVALID_ARG);
+    ck_assert_int_eq(b, 0);
+    rp_device_destroy(&d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("transfer_async");
@@ -535,6 +554,7 @@ static Suite *suite(void)
     tcase_add_test(t, upload_and_download_are_copied_at_once);
     tcase_add_test(t, a_failing_copy_fails_only_its_request);
     tcase_add_test(t, destroy_with_chunks_in_flight_waits_for_them_and_cancels_the_rest);
+    tcase_add_test(t, the_cpu_back_end_copies_synchronously);
     suite_add_tcase(s, t);
     return s;
 }

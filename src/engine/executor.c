@@ -45,6 +45,33 @@ static rp_status device_copy(void *ctx, void *dst, const void *src, size_t bytes
     return rp_device_copy(ctx, dst, src, bytes, err);
 }
 
+/* The transfer engine's tickets are the device's: one event each. */
+_Static_assert(RP_XFER_TICKETS <= RP_DEVICE_COPY_TICKETS, "a device event per transfer ticket");
+_Static_assert((int)RP_XFER_UP == (int)RP_COPY_UP && (int)RP_XFER_DOWN == (int)RP_COPY_DOWN,
+               "the engine's directions are the device's");
+
+static rp_status device_issue(void *ctx, int ticket, void *dst, const void *src, size_t bytes,
+                              rp_xfer_class cls, rp_error *err)
+{
+    return rp_device_copy_issue(ctx, ticket, dst, src, bytes,
+                                (rp_copy_direction)rp_xfer_class_direction(cls), err);
+}
+
+static rp_status device_complete(void *ctx, int ticket, rp_error *err)
+{
+    return rp_device_copy_complete(ctx, ticket, err);
+}
+
+/* The transfer engine's copies: asynchronous where the device offers them
+ * and RP_ALLOW_UNPROVEN_CUDA=1 is set (they have not run on a GPU yet),
+ * else synchronous, a chunk at a time. */
+static rp_xfer_ops transfer_ops(const rp_engine *e, rp_device *dev)
+{
+    if (rp_device_copies_asynchronous(dev) && e->unproven_ok)
+        return (rp_xfer_ops){.ctx = dev, .issue = device_issue, .complete = device_complete};
+    return (rp_xfer_ops){.copy = device_copy, .ctx = dev};
+}
+
 static void executor_free(executor *x)
 {
     rp_xfer_destroy(&x->xfer);
@@ -293,8 +320,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         x->segment_pinned = 1;
     }
     rp_xfer_params xp = {0};
-    xp.ops.copy = device_copy;
-    xp.ops.ctx = x->dev;
+    xp.ops = transfer_ops(e, x->dev);
     xp.trace = e->trace ? xfer_trace : NULL;
     xp.trace_ctx = e;
     if (e->link_members >= 2) { /* peers on this rank's PCIe link */
@@ -409,6 +435,13 @@ rp_status rp_engine_run_executor(rp_engine *e)
         rp_log(e->lg, RP_LOG_INFO, "host store: %.1f MiB of model state and gradients, %.1f MiB "
                "of activations (%zu, %zu bytes)%s", e->param_store_bytes / 1048576.0,
                acts / 1048576.0, e->param_store_bytes, acts, pin);
+        if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
+            rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
+                   ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
+                     "each way (RP_ALLOW_UNPROVEN_CUDA=1: not yet run on a GPU)"
+                   : "copies: synchronous, one chunk at a time (the asynchronous copies, %d chunks "
+                     "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=1 takes "
+                     "them)", RP_XFER_DEPTH);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)
