@@ -111,6 +111,8 @@ static void executor_free(executor *x)
     free(x->host_targets);
     free(x->host_mask);
     free(x->grad_requests);
+    free(x->grad_layer);
+    free((void *)x->grad_left);
     if (x->aux_grad != x->host_aux_grad)
         rp_device_free(x->dev, x->aux_grad);
     free(x->host_aux_grad);
@@ -279,6 +281,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->segments && x->host_segments;
     }
     x->grad_requests = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+    x->grad_layer = calloc((size_t)e->num_layers + 1, sizeof(int));
+    x->grad_left = calloc((size_t)e->num_layers + 1, sizeof(_Atomic int));
     if (rp_model_has_moe(cfg)) { /* with or without the loss: the memory model counts them */
         const size_t E = (size_t)cfg->moe.num_experts;
         x->host_aux_grad = malloc(E * sizeof(float));
@@ -287,7 +291,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->host_aux_grad && x->aux_grad && (kops->host_addressable || x->router_stats);
     }
     ok &= x->scratch && x->acts && x->act_grad && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
-          x->host_targets && x->host_mask && x->grad_requests;
+          x->host_targets && x->host_mask && x->grad_requests && x->grad_layer && x->grad_left;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
     size_t saved_floats = rp_block_saved_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len);
@@ -353,6 +357,9 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
                  kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
     RP_TRY(rp_stage_acquire(x, &job, t, g, j, err));
+    /* the job before's gradients came down while this one's weights went
+     * up; they are read from the scratch this job is about to write */
+    RP_TRY(rp_stage_grads_landed(x, err));
     scratch_begin(x, &job);
 
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
@@ -451,6 +458,12 @@ rp_status rp_engine_run_executor(rp_engine *e)
                     if (s != RP_OK && s != RP_STOP)
                         rp_engine_fail(e, s, &err);
                 }
+    rp_error landed_err = {0}; /* the last job's gradients, whatever stopped the loop */
+    rp_status sl = rp_stage_grads_landed(&x, &landed_err);
+    if (sl != RP_OK && (s == RP_OK || s == RP_STOP)) {
+        s = sl;
+        rp_engine_fail(e, s, &landed_err);
+    }
     rp_xfer_drain(x.xfer);
     rp_xfer_stats st;
     rp_xfer_get_stats(x.xfer, &st);
