@@ -164,8 +164,10 @@ echo "streaming: F0 computed before its last layer's update ended in $streamed o
 # the tail's last microbatch and B1's first, B1's first weights chunk goes
 # before the tail's last gradient chunk has landed, in some step (a job that
 # waited for all its gradients before it ended never lets that happen: its
-# successor submits nothing before they are down)
-${MPIRUN:-mpirun} $flags -np 1 "$bin" train --init-config "$src/examples/tiny-config.json" \
+# successor submits nothing before they are down). Delays before every
+# signal (up to 2 ms) hold the transfer thread as it announces each layer,
+# so that the overlap shows on a loaded machine too.
+${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US=2000 -np 1 "$bin" train --init-config "$src/examples/tiny-config.json" \
   --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 4 --microbatches 2 \
   --steps 6 --threads 1 --timeout 60 --progress none --device cpu --weight-buffers 1 \
   --chunk-mib 0.004 --plan "fwd=0-2;bwd=3-5,0-2" --trace "$tmp/grads.json" > "$tmp/grads.out" 2>&1 \

@@ -188,7 +188,9 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
 /* Start the download of the job's gradients into pipeline g's host buffers
  * (a tail with a tied LM head: also its part of the embedding's gradient)
  * and return: each layer is announced to the optimizer as soon as it has
- * landed (on the transfer engine's thread), while the next job starts.
+ * landed (on the transfer engine's thread), while the next job starts
+ * (--grad-dtype bf16 with synchronous copies: the job waits, widening and
+ * announcing each layer as it lands).
  * Summing over the pipelines, the tied part and the norms are the
  * optimizer's (optimizer.c). */
 rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g,

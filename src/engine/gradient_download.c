@@ -5,7 +5,9 @@
  * to the optimizer layer by layer (protocol.h's grad event) as each lands:
  * the job ends once the download is submitted, and the next job starts
  * (its weights going up while the gradients come down) until it would
- * write the scratch they are read from (rp_stage_grads_landed). */
+ * write the scratch they are read from (rp_stage_grads_landed); with
+ * --grad-dtype bf16 and synchronous copies the job waits for it, see
+ * widened_by_executor. */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -30,23 +32,37 @@ static rp_status round_request(executor *x, rp_xfer_req *r, size_t at, size_t n,
     return RP_OK;
 }
 
-/* A request of the download has ended (on the transfer engine's thread):
- * widened on the host with --grad-dtype bf16, and its layer announced once
- * everything of it is down. A failed one stops the run at once: the
- * optimizer waits for the layer, and the next job perhaps for its update. */
-static void grad_landed(rp_xfer_req *r, void *arg, rp_xfer_state state)
+/* With --grad-dtype bf16 and synchronous copies, the executor's thread
+ * widens each request and announces it (the job waits for its download, as
+ * the widening would hold the one transfer thread, and with it the next
+ * job's uploads, for milliseconds a layer); otherwise the transfer
+ * engine's thread does, as each request ends. */
+static int widened_by_executor(const executor *x)
 {
-    executor *x = arg;
-    if (state != RP_XFER_DONE) {
-        if (state == RP_XFER_FAILED)
-            rp_engine_fail(x->e, r->status, &r->err);
-        return;
-    }
+    return x->grads_bf16 && !rp_xfer_asynchronous(x->xfer);
+}
+
+/* Request r has landed: widened on the host with --grad-dtype bf16, and
+ * its layer announced once everything of it is down. */
+static void landed(executor *x, rp_xfer_req *r)
+{
     if (x->grads_bf16)
         rp_bf16_widen_in_place(r->dst, r->bytes / 2);
     const int l = x->grad_layer[r - x->grad_requests];
     if (atomic_fetch_sub(&x->grad_left[l - x->grad_first], 1) == 1)
         rp_proto_publish_grad(x->e, l, x->grad_g, x->grad_t);
+}
+
+/* A request of the download has ended (on the transfer engine's thread).
+ * A failed one stops the run at once: the optimizer waits for its layer,
+ * and the next job perhaps for that layer's update. */
+static void grad_landed(rp_xfer_req *r, void *arg, rp_xfer_state state)
+{
+    executor *x = arg;
+    if (state == RP_XFER_FAILED)
+        rp_engine_fail(x->e, r->status, &r->err);
+    if (state == RP_XFER_DONE && !widened_by_executor(x))
+        landed(x, r);
 }
 
 rp_status rp_stage_grads_landed(executor *x, rp_error *err)
@@ -55,6 +71,8 @@ rp_status rp_stage_grads_landed(executor *x, rp_error *err)
     for (int i = 0; i < x->grads_pending; i++) { /* every one, whatever failed */
         rp_error mine = {0};
         rp_status si = rp_xfer_wait(x->xfer, &x->grad_requests[i], &mine);
+        if (si == RP_OK && widened_by_executor(x))
+            landed(x, &x->grad_requests[i]);
         if (si != RP_OK && s == RP_OK) {
             s = si;
             *err = mine;
@@ -126,5 +144,5 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
         x->grads_pending = s == RP_OK ? i + 1 : i;
         RP_TRY(s);
     }
-    return RP_OK;
+    return widened_by_executor(x) ? rp_stage_grads_landed(x, err) : RP_OK;
 }
