@@ -11,7 +11,9 @@
  * download are in flight, and copied, at the same time (full duplex); a
  * copy that fails, at issue or at completion, fails its request alone, and
  * only once none of its chunks is still in flight; destroying the engine
- * with chunks in flight waits for them and cancels the rest. The CPU back
+ * with chunks in flight waits for them and cancels the rest; on a link
+ * shared with a peer that has urgent work, prefetch chunks are held (up to
+ * the bound) and downloads, which go the other way, are not. The CPU back
  * end offers no asynchronous copies (its engine keeps the synchronous path,
  * bits and order as before) and refuses a ticket. */
 #include <pthread.h>
@@ -528,6 +530,41 @@ START_TEST(destroy_with_chunks_in_flight_waits_for_them_and_cancels_the_rest)
 }
 END_TEST
 
+START_TEST(a_link_peer_holds_prefetch_not_downloads)
+{
+    static fake f;
+    fake_start(&f, 100);
+    static rp_xfer_link board; /* zeroed: a peer (member 1) with urgent work from now on */
+    atomic_store(&board.member[1].urgent, 1);
+    rp_xfer_params p = {.chunk_bytes = 1024,
+                        .ops = {.ctx = &f, .issue = fake_issue, .complete = fake_complete},
+                        .link = &board, .link_member = 0, .link_members = 2,
+                        .link_max_wait_ns = 2000000};
+    rp_xfer *x;
+    rp_error err;
+    ck_assert_int_eq(rp_xfer_create(&p, &x, &err), RP_OK);
+    static char a[8192], b[8192], c[8192], d[8192];
+    memset(a, 3, sizeof a), memset(c, 4, sizeof c);
+    rp_xfer_req down = {.dst = d, .src = c, .bytes = sizeof c, .cls = RP_XFER_GRAD};
+    ck_assert_int_eq(rp_xfer_submit(x, &down, &err), RP_OK);
+    ck_assert_int_eq(rp_xfer_wait(x, &down, &err), RP_OK);
+    rp_xfer_stats st;
+    rp_xfer_get_stats(x, &st);
+    ck_assert_uint_eq(st.link_waits, 0); /* the other direction: not held */
+    rp_xfer_req pf = {.dst = b, .src = a, .bytes = sizeof a, .cls = RP_XFER_PREFETCH};
+    ck_assert_int_eq(rp_xfer_submit(x, &pf, &err), RP_OK);
+    ck_assert_int_eq(rp_xfer_wait(x, &pf, &err), RP_OK);
+    rp_xfer_get_stats(x, &st);
+    ck_assert_uint_eq(st.link_waits, 8); /* each of its 8 chunks, released by the bound */
+    ck_assert_uint_eq(st.link_timeouts, 8);
+    ck_assert_uint_ge(st.link_wait_ns, 8ull * 2000000ull);
+    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    ck_assert_int_eq(memcmp(c, d, sizeof c), 0);
+    rp_xfer_destroy(&x);
+    fake_stop(&f);
+}
+END_TEST
+
 START_TEST(the_cpu_back_end_copies_synchronously)
 {
     rp_device *d = NULL;
@@ -554,6 +591,7 @@ static Suite *suite(void)
     tcase_add_test(t, upload_and_download_are_copied_at_once);
     tcase_add_test(t, a_failing_copy_fails_only_its_request);
     tcase_add_test(t, destroy_with_chunks_in_flight_waits_for_them_and_cancels_the_rest);
+    tcase_add_test(t, a_link_peer_holds_prefetch_not_downloads);
     tcase_add_test(t, the_cpu_back_end_copies_synchronously);
     suite_add_tcase(s, t);
     return s;
