@@ -15,7 +15,8 @@ mpi_tests_test_cuda_backend_LDADD = $(RP_TEST_LDADD) -lm
 # own checks run everywhere; SKIP without a device or a CUDA build)
 check_PROGRAMS += mpi-tests/test_kernel_ops
 TESTS += mpi-tests/test_kernel_ops
-mpi_tests_test_kernel_ops_SOURCES = mpi-tests/test_kernel_ops.c mpi-tests/cuda_test_util.h
+mpi_tests_test_kernel_ops_SOURCES = mpi-tests/test_kernel_ops.c mpi-tests/cuda_test_util.h \
+	mpi-tests/xent_reference.h
 mpi_tests_test_kernel_ops_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_kernel_ops_LDADD = $(RP_TEST_LDADD) -lm
 

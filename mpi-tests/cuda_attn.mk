@@ -7,7 +7,7 @@ mpi_tests_test_cuda_attention_LDADD = $(RP_TEST_LDADD)
 
 check_PROGRAMS += mpi-tests/test_cuda_xent
 TESTS += mpi-tests/test_cuda_xent
-mpi_tests_test_cuda_xent_SOURCES = mpi-tests/test_cuda_xent.c
+mpi_tests_test_cuda_xent_SOURCES = mpi-tests/test_cuda_xent.c mpi-tests/xent_reference.h
 mpi_tests_test_cuda_xent_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_cuda_xent_LDADD = $(RP_TEST_LDADD)
 

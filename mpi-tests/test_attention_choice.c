@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/unproven.h"
 #include "kernels/attention_choice.h"
 #include "kernels/cudnn_loader.h"
 #include "rp_check.h"
@@ -124,7 +125,7 @@ START_TEST(choice_by_mode_and_gpu)
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 0);
     ck_assert_msg(strstr(note, "attention: own kernel (") &&
-                      strstr(note, "RP_ALLOW_UNPROVEN_CUDA=1"), "%s", note);
+                      strstr(note, "RP_ALLOW_UNPROVEN_CUDA=cudnn"), "%s", note);
     ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 9, 0, 0, &use, note,
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);
@@ -176,6 +177,84 @@ START_TEST(shapes_cudnn_does_not_take)
 }
 END_TEST
 
+/* What a run reserves for cuDNN, by hand: the workspace budget is 2 bytes
+ * a score of one microbatch's heads (nseq * nheads * seqlen^2), capped at a
+ * quarter of the device; the buffers the backward's statistics and Delta
+ * (fp32 per row and head) and dq, dk, dv in bf16, each rounded up to 256
+ * bytes; nothing for a shape cuDNN does not take. */
+START_TEST(what_a_run_reserves_for_cudnn)
+{
+    rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
+                       .scale = 0.125f};
+    const size_t big = (size_t)80 << 30;
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), 2u * 2 * 4 * 100 * 100);
+    /* rows 200: stats 200*4*4 = 3200 -> 3328; dq 200*256*2 = 102400 (a
+     * multiple of 256); dk, dv 200*128*2 = 51200 each */
+    ck_assert_uint_eq(rp_attention_cudnn_buffer_bytes(&s), 2u * 3328 + 102400 + 2u * 51200);
+    ck_assert_uint_eq(rp_attention_cudnn_reserve_bytes(&s, big),
+                      2u * 2 * 4 * 100 * 100 + 2u * 3328 + 102400 + 2u * 51200);
+    /* the cap: a device of 4 * 100000 bytes leaves 100000 for it */
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, 400003), 100000);
+    /* Qwen3-1.7B's heads at 4096 tokens: 512 MiB; at 32768 tokens on an
+     * 80 GiB GPU the quarter, 20 GiB, instead of 32 GiB */
+    rp_attn_shape q = {.nseq = 1, .seqlen = 4096, .nheads = 16, .nkv = 8, .head_dim = 128,
+                       .scale = 0.088f};
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)512 << 20);
+    q.seqlen = 32768;
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)20 << 30);
+    /* refused shapes reserve nothing */
+    float sinks[4];
+    s.sinks = sinks;
+    ck_assert_uint_eq(rp_attention_cudnn_reserve_bytes(&s, big), 0);
+    ck_assert_uint_eq(rp_attention_cudnn_buffer_bytes(&s), 0);
+    s.sinks = NULL;
+    s.head_dim = 60;
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), 0);
+}
+END_TEST
+
+/* The switch of the CUDA paths waiting for a GPU (core/unproven.h), which
+ * also says whether auto may take cuDNN. */
+START_TEST(unproven_switch_parsed)
+{
+    rp_error err = {0};
+    unsigned m = 99;
+    ck_assert_int_eq(rp_unproven_parse(NULL, &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 0);
+    ck_assert_int_eq(rp_unproven_parse("", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 0);
+    ck_assert_int_eq(rp_unproven_parse("0", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 0);
+    ck_assert_int_eq(rp_unproven_parse("1", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, (1u << RP_UNPROVEN_COUNT) - 1);
+    ck_assert_int_eq(rp_unproven_parse("cudnn", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_CUDNN);
+    ck_assert_int_eq(rp_unproven_parse(" fp8-upload , gpt-oss,,documents ", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_FP8_UPLOAD | 1u << RP_UNPROVEN_GPT_OSS |
+                             1u << RP_UNPROVEN_DOCUMENTS);
+    /* a prefix, a longer word, "1" in a list name no path */
+    const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(rp_unproven_parse(bad[i], &m, &err), RP_ERR_INVALID_ARG);
+        ck_assert_uint_eq(m, 0);
+        ck_assert_msg(strstr(err.msg, "RP_ALLOW_UNPROVEN_CUDA") && strstr(err.msg, "gpt-oss"),
+                      "%s", err.msg);
+    }
+    for (int p = 0; p < RP_UNPROVEN_COUNT; p++)
+        ck_assert_ptr_nonnull(rp_unproven_what((rp_unproven)p));
+    ck_assert_ptr_null(rp_unproven_name(RP_UNPROVEN_COUNT));
+    setenv("RP_ALLOW_UNPROVEN_CUDA", "gpt-oss", 1);
+    ck_assert(rp_unproven_allowed(RP_UNPROVEN_GPT_OSS));
+    ck_assert(!rp_unproven_allowed(RP_UNPROVEN_CUDNN));
+    setenv("RP_ALLOW_UNPROVEN_CUDA", "gpt-oss,nope", 1);
+    ck_assert(!rp_unproven_allowed(RP_UNPROVEN_GPT_OSS)); /* a bad switch allows nothing */
+    ck_assert_int_eq(rp_unproven_check(&err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "'nope'") != NULL, "%s", err.msg);
+    unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+    ck_assert_int_eq(rp_unproven_check(&err), RP_OK);
+}
+END_TEST
+
 static Suite *choice_suite(void)
 {
     Suite *s = suite_create("attention_choice");
@@ -186,6 +265,8 @@ static Suite *choice_suite(void)
     tcase_add_test(tc, toolkit_cudnn_opens);
     tcase_add_test(tc, choice_by_mode_and_gpu);
     tcase_add_test(tc, shapes_cudnn_does_not_take);
+    tcase_add_test(tc, what_a_run_reserves_for_cudnn);
+    tcase_add_test(tc, unproven_switch_parsed);
     suite_add_tcase(s, tc);
     return s;
 }

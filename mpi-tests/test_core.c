@@ -120,6 +120,16 @@ START_TEST(status_strings_named)
     ck_assert_int_eq(rp_error_set(&e, RP_ERR_FORMAT, "field %s", "x"), RP_ERR_FORMAT);
     rp_error_prefix(&e, "file %s", "a.json");
     ck_assert_str_eq(e.msg, "file a.json: field x");
+    /* a prefixed message longer than the buffer ends in "..." */
+    char longer[RP_ERROR_MSG_MAX];
+    memset(longer, 'x', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    rp_error_set(&e, RP_ERR_FORMAT, "%s", longer + 10);
+    ck_assert_uint_eq(strlen(e.msg), RP_ERROR_MSG_MAX - 11);
+    ck_assert_int_eq(rp_error_prefix(&e, "file %s", "a.json"), RP_ERR_FORMAT);
+    ck_assert_uint_eq(strlen(e.msg), RP_ERROR_MSG_MAX - 1);
+    ck_assert(strncmp(e.msg, "file a.json: xxx", 16) == 0);
+    ck_assert_str_eq(e.msg + RP_ERROR_MSG_MAX - 4, "...");
 }
 END_TEST
 

@@ -198,7 +198,8 @@ static pair devices(void)
 {
     pair p;
     rp_error err = {0};
-    rp_device_params cp = {RP_DEVICE_CPU, 0, 1}, gp = {RP_DEVICE_CUDA, 0, 1};
+    rp_device_params cp = {.kind = RP_DEVICE_CPU, .ordinal = 0, .threads = 1},
+                     gp = {.kind = RP_DEVICE_CUDA, .ordinal = 0, .threads = 1};
     ck_assert_int_eq(rp_device_create(&cp, &p.cpu, &err), RP_OK);
     ck_assert_msg(rp_device_create(&gp, &p.gpu, &err) == RP_OK, "%s", err.msg);
     return p;
@@ -587,7 +588,7 @@ START_TEST(bad_ordinal_and_huge_alloc_are_errors)
 {
     rp_device *d = NULL;
     rp_error err = {0};
-    rp_device_params gp = {RP_DEVICE_CUDA, 1000, 1};
+    rp_device_params gp = {.kind = RP_DEVICE_CUDA, .ordinal = 1000, .threads = 1};
     ck_assert_int_eq(rp_device_create(&gp, &d, &err), RP_ERR_NO_DEVICE);
     ck_assert_ptr_null(d);
     gp.ordinal = 0;

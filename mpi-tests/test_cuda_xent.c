@@ -6,7 +6,9 @@
  * take the vectorised and the scalar path and one row far longer than a
  * block; every loss is poisoned with NaN first; *loss_sum grows by the
  * left-to-right row-order sum (bit-exact, as head.c sums); grad = 0 leaves
- * the logits untouched; results are bit-reproducible; the target check finds
+ * the logits untouched; with a bf16 gradient buffer (aligned and not) the
+ * same losses, the logits untouched and each element exactly the in-place
+ * gradient rounded; results are bit-reproducible; the target check finds
  * the first counted out-of-range target and ignores masked ones; bad
  * arguments are refused. */
 #include "config.h"
@@ -17,10 +19,12 @@
 #include <string.h>
 
 #include "rp_check.h"
+#include "xent_reference.h"
 
 #ifdef RP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/xent.h"
@@ -49,19 +53,6 @@ static const xcase xcases[] = {
     {5, 7, 10.0f, 2.0f, 1},      /* fewer logits than threads, peaked */
 };
 
-/* Direct formula in double for one row. */
-static void reference(const float *z, int64_t V, int32_t t, float scale, double *loss, double *g)
-{
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < V; j++)
-        m = fmax(m, (double)z[j]);
-    for (int64_t j = 0; j < V; j++)
-        s += exp((double)z[j] - m);
-    const double lse = m + log(s);
-    *loss = lse - (double)z[t];
-    for (int64_t j = 0; j < V; j++)
-        g[j] = scale * (exp((double)z[j] - lse) - (j == t ? 1.0 : 0.0));
-}
 
 START_TEST(chunk_matches_direct_formula)
 {
@@ -85,7 +76,7 @@ START_TEST(chunk_matches_direct_formula)
     CK(cudaMemcpy(dsum, &start, 8, cudaMemcpyHostToDevice));
     CK(cudaMemset(dl, 0xff, (size_t)R * 8)); /* NaN */
     const char *why = "";
-    ck_assert_msg(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, dl, dsum, 0, &why) == 0,
+    ck_assert_msg(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, dl, dsum, 0, &why) == 0,
                   "xent: %s", why);
     CK(cudaDeviceSynchronize());
     double *loss = malloc((size_t)R * 8), sum = 0;
@@ -104,7 +95,7 @@ START_TEST(chunk_matches_direct_formula)
             continue;
         }
         double ref;
-        reference(z + r * V, V, t[r], c->scale, &ref, g);
+        xent_reference(z + r * V, V, t[r], c->scale, &ref, g);
         ck_assert_msg(isfinite(loss[r]) && fabs(loss[r] - ref) <= 1e-5 * fmax(1.0, fabs(ref)),
                       "row %lld: loss %.9g, expected %.9g", (long long)r, loss[r], ref);
         double maxdiff = 0;
@@ -120,7 +111,7 @@ START_TEST(chunk_matches_direct_formula)
 
     /* same input again: bit-identical losses and gradient */
     CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, dl, NULL, 0, &why), 0);
     CK(cudaDeviceSynchronize());
     double *loss2 = malloc((size_t)R * 8);
     float *got2 = malloc(n * 4);
@@ -131,15 +122,38 @@ START_TEST(chunk_matches_direct_formula)
 
     /* grad = 0: logits untouched, same losses */
     CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 0, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 0, NULL, dl, NULL, 0, &why), 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(loss2, dl, (size_t)R * 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(got2, dz, n * 4, cudaMemcpyDeviceToHost));
     ck_assert(memcmp(loss, loss2, (size_t)R * 8) == 0);
     ck_assert(memcmp(z, got2, n * 4) == 0);
 
-    free(z), free(got), free(g), free(t), free(mask), free(loss), free(loss2), free(got2);
-    cudaFree(dz), cudaFree(dt), cudaFree(dm), cudaFree(dl), cudaFree(dsum);
+    /* the gradient into a bf16 buffer (the head's fused pass), 16-byte
+     * aligned and 2 bytes past (the vectorised store cannot take that: the
+     * scalar one must): the same losses, each element exactly the
+     * in-place fp32 gradient rounded to nearest even, logits untouched */
+    uint16_t *db = dev_from(NULL, n * 2 + 16), *gb = malloc(n * 2);
+    for (int off = 0; off <= 1; off++) {
+        CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(db, 0xff, n * 2 + 16));
+        ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, db + off, dl, NULL, 0,
+                                            &why),
+                         0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(loss2, dl, (size_t)R * 8, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(got2, dz, n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gb, db + off, n * 2, cudaMemcpyDeviceToHost));
+        ck_assert(memcmp(loss, loss2, (size_t)R * 8) == 0);
+        ck_assert(memcmp(z, got2, n * 4) == 0);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(gb[i] == rp_f32_to_bf16(got[i]), "offset %d: bf16 gradient [%zu] "
+                          "0x%04x, the fp32 one rounded 0x%04x", off, i, gb[i],
+                          rp_f32_to_bf16(got[i]));
+    }
+
+    free(z), free(got), free(g), free(t), free(mask), free(loss), free(loss2), free(got2), free(gb);
+    cudaFree(dz), cudaFree(dt), cudaFree(dm), cudaFree(dl), cudaFree(dsum), cudaFree(db);
 }
 END_TEST
 
@@ -181,12 +195,12 @@ START_TEST(bad_arguments_refused)
     double *dl = dev_from(NULL, 8);
     float *dz = dev_from(NULL, 16);
     int32_t *dt = dev_from(NULL, 4);
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 0, dt, NULL, 1.0f, 1, dl, NULL, 0, &why), -1);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 0, dt, NULL, 1.0f, 1, NULL, dl, NULL, 0, &why), -1);
     ck_assert_ptr_nonnull(why);
     why = NULL;
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 4, dt, NULL, 1.0f, 1, NULL, NULL, 0, &why), -1);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 4, dt, NULL, 1.0f, 1, NULL, NULL, NULL, 0, &why), -1);
     ck_assert_ptr_nonnull(why);
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 0, 4, dt, NULL, 1.0f, 1, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 0, 4, dt, NULL, 1.0f, 1, NULL, dl, NULL, 0, &why), 0);
     cudaFree(dl), cudaFree(dz), cudaFree(dt);
 }
 END_TEST

@@ -76,7 +76,10 @@ END_TEST
 /* A CUDA executor is sized alike from any build: without the CUDA back end
  * the sizing table stands for it (a plan made on a laptop fits the GPU); with
  * it, the sizing table gives the executor's own figures (no drift): Qwen3-1.7B
- * shapes, the head's chunk of 832 rows (2^27 logits / 151936, in 64s). */
+ * shapes, the head's chunk of 832 rows without a memory figure (2^27 logits /
+ * 151936, in 64s) or with a small one, 5888 with an 80 GiB one (its 1/16 in
+ * fp32 logits and their bf16 gradient, 6 bytes each, in 64s); the CPU's 64
+ * whatever the figure. */
 START_TEST(cuda_executor_sized_alike_in_every_build)
 {
     const rp_kernel_ops *k = rp_device_kernel_ops(RP_DEVICE_CUDA), *z = &rp_kernel_ops_cuda_sizes;
@@ -84,8 +87,12 @@ START_TEST(cuda_executor_sized_alike_in_every_build)
     ck_assert_int_eq(k->compute_dtype, RP_BF16);
     ck_assert_int_eq(k->host_addressable, 0);
     ck_assert_uint_eq(k->weight_dtypes, z->weight_dtypes);
-    ck_assert_int_eq(z->logits_rows(151936), 832);
-    ck_assert_int_eq(k->logits_rows(151936), z->logits_rows(151936));
+    ck_assert_int_eq(z->logits_rows(151936, 0), 832);
+    ck_assert_int_eq(k->logits_rows(151936, 0), z->logits_rows(151936, 0));
+    ck_assert_int_eq(k->logits_rows(151936, (int64_t)80 << 30), 5888);
+    ck_assert_int_eq(z->logits_rows(151936, (int64_t)80 << 30), 5888);
+    ck_assert_int_eq(k->logits_rows(151936, (int64_t)8 << 30), 832);
+    ck_assert_int_eq(rp_device_kernel_ops(RP_DEVICE_CPU)->logits_rows(151936, (int64_t)80 << 30), 64);
     ck_assert_uint_eq(k->column_sum_scratch_floats(2048), z->column_sum_scratch_floats(2048));
     ck_assert_uint_eq(k->rope_table_floats(4096, 64), z->rope_table_floats(4096, 64));
     rp_model_config cfg;

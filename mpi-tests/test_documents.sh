@@ -82,4 +82,17 @@ run 1 cuda --init-config "$src/examples/tiny-config.json" --data "$data" --seq-l
 RP_ALLOW_UNPROVEN_CUDA=1 run 1 cuda-allowed --init-config "$src/examples/tiny-config.json" --data "$data" \
   --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs"
 grep -q "document segments" "$tmp/cuda-allowed.txt" && { bad "RP_ALLOW_UNPROVEN_CUDA=1 still refused --documents"; cat "$tmp/cuda-allowed.txt"; } || ok
+# ... and so does naming the path alone (core/unproven.h); naming others
+# does not, and a word that names no path stops the run, naming it
+RP_ALLOW_UNPROVEN_CUDA=" documents " run 1 cuda-named --init-config "$src/examples/tiny-config.json" --data "$data" \
+  --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs"
+grep -q "document segments" "$tmp/cuda-named.txt" && { bad "RP_ALLOW_UNPROVEN_CUDA=documents still refused --documents"; cat "$tmp/cuda-named.txt"; } || ok
+RP_ALLOW_UNPROVEN_CUDA=gpt-oss,cudnn run 1 cuda-others --init-config "$src/examples/tiny-config.json" --data "$data" \
+  --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs" &&
+  bad "RP_ALLOW_UNPROVEN_CUDA=gpt-oss,cudnn let --documents run" ||
+  { grep -q "documents: attention over document segments on CUDA has not run on a GPU yet" "$tmp/cuda-others.txt" && ok || { bad "other paths named: message"; cat "$tmp/cuda-others.txt"; }; }
+RP_ALLOW_UNPROVEN_CUDA=documents,segmnets run 1 cuda-typo --init-config "$src/examples/tiny-config.json" --data "$data" \
+  --seq-len 32 --batch-size 8 --steps 1 --device cpu --documents "$docs" &&
+  bad "RP_ALLOW_UNPROVEN_CUDA with an unknown word accepted" ||
+  { grep -q "RP_ALLOW_UNPROVEN_CUDA: 'segmnets' is not a CUDA path waiting for a GPU (known: documents, fp8-upload, gpt-oss, cudnn, .*or 1 for all of them, 0 for none)" "$tmp/cuda-typo.txt" && ok || { bad "unknown word: message"; cat "$tmp/cuda-typo.txt"; }; }
 finish

@@ -59,7 +59,12 @@
  *   - cross_entropy with a counted mask (uncounted rows with out-of-range
  *     targets) and without, grad 0 and 1: counted losses within 1e-5, the
  *     others exactly 0, the gradient within 1e-5 * scale, logits untouched
- *     without grad;
+ *     without grad; with the gradient into a bf16 dlogits_compute (the
+ *     head's), by the convert after the in-place pass and by the fused
+ *     store (fused-xent): the losses bit for bit the in-place pass's, each
+ *     bf16 element exactly rp_f32_to_bf16 of the in-place fp32 gradient
+ *     (and so within bf16 rounding of the CPU's), the fused store leaving
+ *     the fp32 logits untouched;
  *   - sum_to_host equals the host's in-order sum bit for bit, waiting for
  *     the op queued before it;
  *   - check_ids: the same RP_ERR_RANGE at the same first bad position (mask
@@ -90,15 +95,19 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/unproven.h"
+#include "core/rng.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ops.h"
 #include "rp_check.h"
+#include "xent_reference.h"
 
 #ifdef RP_HAVE_CUDA_EXECUTOR
 #include <cublas_v2.h>
 
 #include "cuda_test_util.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/attention_choice.h"
 #include "kernels/cuda/ops.h"
 #endif
 
@@ -163,8 +172,8 @@ static void check_complete(const rp_kernel_ops *t)
     /* the head loops over chunks of logits_rows rows: at least one */
     const int64_t vocabs[] = {1, 97, 1000, 151936};
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
-        ck_assert_msg(t->logits_rows(vocabs[i]) >= 1, "table \"%s\": logits_rows(%lld) = %lld",
-                      t->name, (long long)vocabs[i], (long long)t->logits_rows(vocabs[i]));
+        ck_assert_msg(t->logits_rows(vocabs[i], 0) >= 1, "table \"%s\": logits_rows(%lld) = %lld",
+                      t->name, (long long)vocabs[i], (long long)t->logits_rows(vocabs[i], 0));
 }
 
 /* ---- fp8_dequantise's inputs and its brute force ------------------------ */
@@ -282,6 +291,92 @@ START_TEST(fp8_dequantise_cpu_brute_force)
     ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, &w, &one, RP_F32, 1, 1, 1, 1, &out,
                                                       RP_F32, &err), RP_OK);
     ck_assert(out == 1.0f);
+}
+END_TEST
+
+/* The CPU cross_entropy against softmax written out in double, with the
+ * gradient in place (dlogits_compute NULL), into a buffer of its own, and
+ * into the logits given as that buffer: the same bits all three ways, the
+ * logits only read when the buffer is their own, nothing written without
+ * grad. */
+START_TEST(cross_entropy_cpu_brute_force)
+{
+    static const struct {
+        int64_t rows, vocab;
+        float sd, scale;
+    } cases[] = {{6, 1003, 3.0f, 0.37f}, {5, 7, 10.0f, 2.0f}, {3, 4096, 1.0f, 1.0f}};
+    rp_error err = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t R = cases[c].rows, V = cases[c].vocab;
+        const float scale = cases[c].scale;
+        const size_t n = (size_t)(R * V);
+        float *z = malloc(n * 4), *in_place = malloc(n * 4), *logits = malloc(n * 4);
+        float *out = malloc(n * 4), *aliased = malloc(n * 4);
+        int32_t *tg = malloc((size_t)R * 4);
+        uint8_t *counted = malloc((size_t)R);
+        double *l_in = malloc((size_t)R * 8), *l_out = malloc((size_t)R * 8);
+        double *l_alias = malloc((size_t)R * 8);
+        rp_rng_fill_normal(z, n, 4242 + c, 5, 0, 0.0f, cases[c].sd);
+        for (int64_t r = 0; r < R; r++) {
+            counted[r] = (uint8_t)(r % 3 != 1);
+            tg[r] = counted[r] ? (int32_t)((r * 7919 + 13) % V) : -5; /* never read */
+        }
+        for (int grad = 0; grad <= 1; grad++) {
+            memcpy(in_place, z, n * 4);
+            memcpy(logits, z, n * 4);
+            memcpy(aliased, z, n * 4);
+            memset(out, 0xff, n * 4); /* NaNs: every element must be written */
+            ck_assert_int_eq(rp_kernel_ops_cpu.cross_entropy(NULL, in_place, R, V, tg, counted,
+                                                             scale, l_in, grad, NULL, &err),
+                             RP_OK);
+            ck_assert_int_eq(rp_kernel_ops_cpu.cross_entropy(NULL, logits, R, V, tg, counted,
+                                                             scale, l_out, grad, out, &err),
+                             RP_OK);
+            ck_assert_int_eq(rp_kernel_ops_cpu.cross_entropy(NULL, aliased, R, V, tg, counted,
+                                                             scale, l_alias, grad, aliased,
+                                                             &err),
+                             RP_OK);
+            ck_assert(memcmp(l_in, l_out, (size_t)R * 8) == 0);
+            ck_assert(memcmp(l_in, l_alias, (size_t)R * 8) == 0);
+            ck_assert_msg(memcmp(logits, z, n * 4) == 0, "case %zu grad %d: the logits were "
+                          "written with a dlogits_compute of their own", c, grad);
+            if (!grad) {
+                ck_assert(memcmp(in_place, z, n * 4) == 0);
+                ck_assert(memcmp(aliased, z, n * 4) == 0);
+                for (size_t i = 0; i < n; i++)
+                    ck_assert_msg(isnan(out[i]), "case %zu: grad 0 wrote [%zu]", c, i);
+            } else {
+                ck_assert(memcmp(in_place, out, n * 4) == 0);
+                ck_assert(memcmp(in_place, aliased, n * 4) == 0);
+            }
+            for (int64_t r = 0; r < R; r++) {
+                const float *zr = z + r * V;
+                if (!counted[r]) {
+                    ck_assert(l_in[r] == 0.0);
+                    for (int64_t j = 0; grad && j < V; j++)
+                        ck_assert(in_place[r * V + j] == 0.0f);
+                    continue;
+                }
+                double want_loss;
+                const double lse = xent_reference(zr, V, tg[r], scale, &want_loss, NULL);
+                /* expf's <= 2 ulps and the float argument move the loss by
+                 * ~1e-7 and each gradient element by ~2e-6 relative at
+                 * |z - lse| ~ 30 */
+                ck_assert_msg(fabs(l_in[r] - want_loss) <= 1e-6,
+                              "case %zu row %lld: loss %.12g, brute force %.12g", c,
+                              (long long)r, l_in[r], want_loss);
+                for (int64_t j = 0; grad && j < V; j++) {
+                    const double want = scale * (exp((double)zr[j] - lse) - (j == tg[r]));
+                    const double got = in_place[r * V + j];
+                    ck_assert_msg(fabs(got - want) <= 4e-6 * fabs(want) + 1e-7 * scale,
+                                  "case %zu [%lld, %lld]: gradient %.9g, brute force %.9g", c,
+                                  (long long)r, (long long)j, got, want);
+                }
+            }
+        }
+        free(z), free(in_place), free(logits), free(out), free(aliased), free(tg), free(counted);
+        free(l_in), free(l_out), free(l_alias);
+    }
 }
 END_TEST
 
@@ -1253,8 +1348,15 @@ START_TEST(cross_entropy_matches_cpu)
     int32_t *d_tg_mask = dev_upload(tg_mask, (size_t)rows * 4);
     uint8_t *d_counted = dev_upload(counted, (size_t)rows);
     double *loss_ref = xmalloc((size_t)rows * 8), *loss = xmalloc((size_t)rows * 8);
+    double *loss_fp32 = xmalloc((size_t)rows * 8);
+    void *d_gc = dev_alloc(n * 2); /* the gradient in the compute dtype (bf16) */
+    float *zg_fp32 = NULL;         /* grad 1's in-place fp32 gradient, for grad 2 */
+    /* grad 2 and 3: the gradient into dlogits_compute (bf16) instead of in
+     * place, 2 by the proven path (in place, then the convert kernel), 3 by
+     * the fused store RP_ALLOW_UNPROVEN_CUDA=fused-xent enables (given to
+     * the table with the attention choice) */
     for (int masked = 0; masked <= 1; masked++)
-        for (int grad = 0; grad <= 1; grad++) {
+        for (int grad = 0; grad <= 3; grad++) {
             char what[120];
             snprintf(what, sizeof what, "cross_entropy %lld x %lld, counted %s, grad %d",
                      (long long)rows, (long long)vocab, masked ? "mask" : "NULL", grad);
@@ -1262,14 +1364,40 @@ START_TEST(cross_entropy_matches_cpu)
             const uint8_t *cnt = masked ? counted : NULL;
             float *z_ref = dup_f(z, n);
             memset(loss_ref, 0xff, (size_t)rows * 8);
-            CPU_OP(cross_entropy, z_ref, rows, vocab, tg, cnt, scale, loss_ref, grad);
+            CPU_OP(cross_entropy, z_ref, rows, vocab, tg, cnt, scale, loss_ref, grad != 0, NULL);
             dev_set(d_z, z, n * 4);
             dev_poison(d_loss, (size_t)rows * 8);
+            dev_poison(d_gc, n * 2);
+            ck_assert_int_eq(rp_cuda_kernels_choose_attention(
+                                 &g_k, RP_ATTENTION_OWN,
+                                 grad == 3 ? 1u << RP_UNPROVEN_FUSED_XENT : 0u, &g_err),
+                             RP_OK);
             GPU_OP(cross_entropy, d_z, rows, vocab, masked ? d_tg_mask : d_tg_all,
-                   masked ? d_counted : NULL, scale, d_loss, grad);
+                   masked ? d_counted : NULL, scale, d_loss, grad != 0, grad >= 2 ? d_gc : NULL);
             sync_ops();
             dev_download(loss, d_loss, (size_t)rows * 8);
             float *zg = get_f(d_z, n);
+            if (grad == 1)
+                memcpy(loss_fp32, loss, (size_t)rows * 8);
+            if (grad >= 2) {
+                /* the same statistics bit for bit, each bf16 element exactly
+                 * the rounding of the fp32 gradient grad 1 wrote in place,
+                 * and the fused pass only reads the fp32 logits */
+                if (grad == 3)
+                    check_same_bits(zg, z, n, what);
+                for (int64_t r = 0; r < rows; r++)
+                    ck_assert_msg(memcmp(&loss[r], &loss_fp32[r], 8) == 0,
+                                  "%s: row %lld loss %.17g, in-place pass %.17g", what,
+                                  (long long)r, loss[r], loss_fp32[r]);
+                uint16_t *gc = get_bits(d_gc, n);
+                for (size_t i = 0; i < n; i++)
+                    ck_assert_msg(gc[i] == rp_f32_to_bf16(zg_fp32[i]),
+                                  "%s: bf16 gradient [%zu] 0x%04x, the fp32 one rounded 0x%04x",
+                                  what, i, gc[i], rp_f32_to_bf16(zg_fp32[i]));
+                free(gc);
+                free(zg);
+                zg = get_c(d_gc, n); /* widened: the checks against the CPU below */
+            }
             /* loss: lse - z_t in double over expf terms; expf differs by <= 2
              * ulps between the two, which moves the loss by ~3e-7 absolute */
             for (int64_t r = 0; r < rows; r++) {
@@ -1304,17 +1432,27 @@ START_TEST(cross_entropy_matches_cpu)
                                           (long long)r, (double)zg[i], (double)z_ref[i]);
                         else
                             ck_assert_msg(fabs((double)zg[i] - (double)z_ref[i]) <=
-                                              FP32_TOL * scale,
+                                              (grad >= 2 ? bf16_tol(FP32_TOL) : FP32_TOL) *
+                                                  scale,
                                           "%s: gradient [%lld, %lld] %.9g vs cpu %.9g", what,
                                           (long long)r, (long long)j, (double)zg[i],
                                           (double)z_ref[i]);
                     }
                 }
             }
-            free(z_ref), free(zg);
+            free(z_ref);
+            if (grad == 1) {
+                free(zg_fp32);
+                zg_fp32 = zg;
+            } else {
+                free(zg);
+            }
         }
+    ck_assert_int_eq(rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_OWN, 0, &g_err), RP_OK);
     cudaFree(d_z), cudaFree(d_loss), cudaFree(d_tg_all), cudaFree(d_tg_mask), cudaFree(d_counted);
+    cudaFree(d_gc);
     free(z), free(tg_all), free(tg_mask), free(counted), free(loss_ref), free(loss);
+    free(loss_fp32), free(zg_fp32);
 }
 END_TEST
 
@@ -1752,6 +1890,7 @@ static Suite *kernel_ops_suite(void)
     TCase *tc = tcase_create("tables");
     tcase_add_test(tc, tables_complete_and_typed);
     tcase_add_test(tc, fp8_dequantise_cpu_brute_force);
+    tcase_add_test(tc, cross_entropy_cpu_brute_force);
     suite_add_tcase(s, tc);
 #ifdef RP_HAVE_CUDA_EXECUTOR
     if (g_have_device) {

@@ -337,21 +337,23 @@ packed="$fx/golden/llama-packed"
 eval_check 0 "$packed/data.npy" "--model $packed/model" --eval-documents "$packed/documents.npy"
 eval_check 0 "$packed/data.npy" "--model $packed/model" --documents "$packed/documents.npy" --eval-documents "$packed/documents.npy" --dtype bf16
 # a device memory limit the evaluation does not fit is refused before any
-# step, naming --eval-data and both figures; one it fits runs. (Today's
-# executor buffers are always larger than the evaluation's: two stage
-# buffers of the largest layer; a forced plan is not held to the limit by
-# train, so it lets a limit lie between the two: with one-layer stages the
-# training allocates 2405008 bytes here, the evaluation under half of that.)
+# step, naming --eval-data and both figures; one it fits runs. The
+# training's buffers must fit the limit too (a forced plan is held to it),
+# so the case is one whose evaluation needs more than its training: LoRA
+# (the frozen base read where it lies, no gradient for it) with one stage
+# weight buffer and one-layer stages, whose training allocates 251664 bytes
+# here against the evaluation's 255250 (the whole embedding).
 singles_plan="fwd=0,1,2,3,4;bwd=5,4,3,2,1,0"
 ev_run() { # limit-MiB out
   ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --eval-data "$data" \
     --seq-len 16 --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu \
+    --lora-rank 2 --weight-buffers 1 \
     --plan "$singles_plan" --memory-limit-mib "$1" --log "$tmp/$2.jsonl" --save "$tmp/$2-model" > "$tmp/$2.txt" 2>&1
 }
 ev_run 64 evfree || { bad "evaluation under 64 MiB: train failed"; cat "$tmp/evfree.txt"; }
 evb=$(sed -n 's/.*evaluation (--eval-data): .*(\([0-9]*\) bytes; limit 64.0 MiB).*/\1/p' "$tmp/evfree.txt")
 trb=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/evfree.txt")
-[ -n "$evb" ] && [ -n "$trb" ] && [ "$evb" -lt "$trb" ] && ok ||
+[ -n "$evb" ] && [ -n "$trb" ] && [ "$trb" -lt $(( evb - 64 )) ] && ok ||
   bad "the evaluation's '$evb' bytes, the executor buffers' '$trb'"
 under=$(awk -v b="$evb" 'BEGIN { printf "%.6f", (b - 64) / 1048576 }')
 over=$(awk -v b="$evb" 'BEGIN { printf "%.6f", (b + 64) / 1048576 }')
@@ -367,7 +369,7 @@ ev_run "$over" evover && grep -q "evaluation buffers: .*($evb bytes), allocated"
 # counts the larger of them and the plan's buffers; refused without a
 # config, and --eval-documents without --eval-data
 "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
-  --device cpu --plan "$singles_plan" --eval-data "$data" > "$tmp/evp.txt" 2>&1
+  --device cpu --lora-rank 2 --weight-buffers 1 --plan "$singles_plan" --eval-data "$data" > "$tmp/evp.txt" 2>&1
 grep -q "^evaluation (--eval-data): [0-9.]* MiB of device memory per executor ($evb bytes), in place of those buffers between segments" "$tmp/evp.txt" &&
   grep -q "^verdict: .*the buffers are the larger of the plan's [0-9.]* MiB and the evaluation's [0-9.]* MiB (--eval-data)" "$tmp/evp.txt" && ok ||
   { bad "plan --eval-data: the evaluation's line or verdict"; cat "$tmp/evp.txt"; }
@@ -386,6 +388,17 @@ if "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 
     --plan "fwd=0;bwd=1-5,0" --device cpu --memory-limit-mib "$mib" > "$tmp/p.txt" 2>&1; then
   bad "a forced plan over --memory-limit-mib was accepted"
 else grep -q "more than the limit" "$tmp/p.txt" && ok || { bad "refusal message"; cat "$tmp/p.txt"; }; fi
+# train holds a forced plan to the limit as plan does: refused before any
+# step, naming both figures and the job, nothing saved
+if ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$tied" --data "$data" --seq-len 16 \
+    --batch-size 4 --microbatches 4 --steps 1 --progress none --device cpu --plan "fwd=0;bwd=1-5,0" \
+    --memory-limit-mib "$mib" --log "$tmp/fo.jsonl" --save "$tmp/fo-model" > "$tmp/fo.txt" 2>&1; then
+  bad "train ran a forced plan over --memory-limit-mib $mib"
+else
+  grep -q -- "--plan: its executor buffers need [0-9.]* MiB of device memory per executor ($need bytes; job [0-9]* needs the most), more than the limit of $mib.0 MiB ([0-9]* bytes, --memory-limit-mib)" "$tmp/fo.txt" &&
+    ! grep -q '"step"' "$tmp/fo.jsonl" 2>/dev/null && [ ! -e "$tmp/fo-model" ] && ok ||
+    { bad "train's refusal of a forced plan over the limit"; cat "$tmp/fo.txt"; }
+fi
 # the planner's own choice under that limit fits it, and train runs under it
 if "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --microbatches 4 --gpus 2 \
     --device cpu --memory-limit-mib "$mib" --json > "$tmp/p.json" 2>&1; then
@@ -513,4 +526,41 @@ for seed in 3 4; do
   [ "$(cut -d, -f1-6 "$tmp/calm.jsonl")" = "$(cut -d, -f1-6 "$tmp/delayed.jsonl")" ] &&
     [ "$(wc -l < "$tmp/calm.jsonl")" = 6 ] && ok || bad "lagged, delays of seed $seed: the steps differ"
 done
+# The head's chunk on GPUs (issue 38), from the plan's count alone (no GPU
+# here: the CUDA back end's sizes): without a memory figure 832 rows of a
+# 151936 vocabulary (2^27 logits, in 64s); with one, as many rows as 1/16 of
+# it holds in fp32 logits and their bf16 gradient (6 bytes each, in 64s):
+# 1728 of 24 GiB, 5888 of 80 GiB, clamped to the microbatch's 4096 tokens;
+# --memory-limit-mib gives the chunk --device-memory-mib of the same figure
+# gives (train takes one of them, never the share of a GPU some ranks use);
+# plan's device count (peak_bytes, a forced plan: the tail job's scratch
+# holds the head's workspace) grows by exactly the head's workspace grown;
+# CPU executors keep their 64 rows whatever the figure.
+cat > "$tmp/vocab.json" << 'J'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+ "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 151936,
+ "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+ "tie_word_embeddings": false, "attention_bias": false}
+J
+head_plan() { # device [options]: plan --json's head and peak fields
+  "$bin" plan --init-config "$tmp/vocab.json" --seq-len 4096 --batch-size 1 --microbatches 1 \
+    --gpus 1 --plan "fwd=0-1;bwd=2-3,0-1" --recompute stage --device "$@" --json > "$tmp/head.json" 2>&1 ||
+    { bad "plan --device $*"; cat "$tmp/head.json"; }
+  rows=$(grep -o '"head_chunk_rows": [0-9]*' "$tmp/head.json" | tr -dc 0-9)
+  hws=$(grep -o '"head_workspace_bytes": [0-9]*' "$tmp/head.json" | tr -dc 0-9)
+  peak=$(grep -o '"peak_bytes": [0-9]*' "$tmp/head.json" | head -n 1 | tr -dc 0-9)
+}
+head_plan cuda; rows0=$rows hws0=$hws peak0=$peak
+[ "$rows0" = 832 ] && ok || bad "no memory figure: head chunk '$rows0' rows, not 832"
+head_plan cuda --device-memory-mib 24576
+[ "$rows" = 1728 ] && [ "$hws" -gt "$hws0" ] && ok || bad "24 GiB: head chunk '$rows' rows (1728), workspace $hws"
+head_plan cuda --device-memory-mib 81920; rows1=$rows hws1=$hws
+[ "$rows1" = 4096 ] && ok || bad "80 GiB: head chunk '$rows1' rows, not the microbatch's 4096"
+head_plan cuda --memory-limit-mib 81920
+[ -n "$rows" ] && [ "$rows" = "$rows1" ] && [ "$hws" = "$hws1" ] && [ "$hws1" -gt "$hws0" ] &&
+  [ $((peak - peak0)) = $((hws1 - hws0)) ] && ok ||
+  bad "--memory-limit-mib 81920: chunk '$rows' (--device-memory-mib: $rows1), workspace $hws, peak $peak - $peak0 for $hws1 - $hws0"
+head_plan cpu --memory-limit-mib 81920
+[ "$rows" = 64 ] && ok || bad "CPU executors: head chunk '$rows' rows, not 64"
 finish

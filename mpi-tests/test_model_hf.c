@@ -187,7 +187,9 @@ static variant llama_variant(void)
     v.cfg.num_key_value_heads = 1;
     v.cfg.rms_norm_eps = 1e-5;
     v.cfg.rope_theta = 10000.0;
-    v.cfg.rope_scaling = (rp_rope_scaling){RP_ROPE_LLAMA3, 8.0, 1.0, 4.0, 64};
+    v.cfg.rope_scaling = (rp_rope_scaling){.type = RP_ROPE_LLAMA3, .factor = 8.0,
+                                           .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                                           .original_max_position_embeddings = 64};
     v.cfg.attention_bias = 1;
     v.cfg.tie_word_embeddings = 0;
     return v;

@@ -370,7 +370,7 @@ START_TEST(gpt_oss_layout_and_checks)
     dev.host_addressable = 0;
     ck_assert_int_eq(rp_model_ops_check(&c, &dev, 0, &err), RP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "gpt-oss on cuda executors") && strstr(err.msg, "--device cpu") &&
-                  strstr(err.msg, "RP_ALLOW_UNPROVEN_CUDA=1"), "%s", err.msg);
+                  strstr(err.msg, "RP_ALLOW_UNPROVEN_CUDA=gpt-oss"), "%s", err.msg);
     ck_assert_int_eq(rp_model_ops_check(&c, &dev, 1, &err), RP_OK);
     rp_model_config q = cfg_qwen();
     ck_assert_int_eq(rp_model_ops_check(&q, &dev, 0, &err), RP_OK);

@@ -18,8 +18,12 @@
 #include "plan/layers_file.h"
 #include "rp_check.h"
 
-static const rp_model_shape llama8b = {4096, 14336, 32, 8, 128, 128256, 32, 0, 0};
-static const rp_model_shape qwen17 = {2048, 6144, 16, 8, 128, 151936, 28, 1, 0};
+static const rp_model_shape llama8b = {.hidden = 4096, .intermediate = 14336, .heads = 32,
+                                       .kv_heads = 8, .head_dim = 128, .vocab = 128256,
+                                       .layers = 32, .tied = 0, .attention_bias = 0};
+static const rp_model_shape qwen17 = {.hidden = 2048, .intermediate = 6144, .heads = 16,
+                                      .kv_heads = 8, .head_dim = 128, .vocab = 151936,
+                                      .layers = 28, .tied = 1, .attention_bias = 0};
 
 START_TEST(parameter_counts_match_published_sizes)
 {
@@ -39,7 +43,8 @@ END_TEST
 START_TEST(flops_and_roofline)
 {
     /* tiny shape: h=8, I=16, 2 heads of 4, 1 kv head */
-    rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 0, 0};
+    rp_model_shape s = {.hidden = 8, .intermediate = 16, .heads = 2, .kv_heads = 1, .head_dim = 4,
+                        .vocab = 32, .layers = 3, .tied = 0, .attention_bias = 0};
     /* GEMM params: q 8x8, k/v 8x4 each, o 8x8, MLP 3x8x16 = 64+64+64+384;
      * attention 4 x 8 FLOPs a key, a query of 10 seeing 11 / 2 keys on
      * average (query i sees keys 0..i, as the engine runs it; S / 2 before) */
@@ -229,7 +234,9 @@ END_TEST
  * the head train nothing and are tied to nothing. */
 START_TEST(lora_closed_form)
 {
-    rp_model_shape s = {8, 16, 2, 1, 4, 32, 3, 1, 0, 2, 1u << 0 | 1u << 2};
+    rp_model_shape s = {.hidden = 8, .intermediate = 16, .heads = 2, .kv_heads = 1, .head_dim = 4,
+                        .vocab = 32, .layers = 3, .tied = 1, .attention_bias = 0, .lora_rank = 2,
+                        .lora_targets = 1u << 0 | 1u << 2};
     ck_assert_int_eq(rp_cost_adapter_params(&s), 56);
     /* compute bound: 1 MFLOP/s against 1 GB/s */
     rp_device_spec d = {1e-6, 1.0, 2, 4, 10, 20};
@@ -318,7 +325,9 @@ END_TEST
  * head train nothing. */
 START_TEST(lora_paper_file_agrees)
 {
-    rp_model_shape s = {4096, 1536, 64, 4, 128, 151936, 94, 0, 0, 16, 0xf};
+    rp_model_shape s = {.hidden = 4096, .intermediate = 1536, .heads = 64, .kv_heads = 4,
+                        .head_dim = 128, .vocab = 151936, .layers = 94, .tied = 0,
+                        .attention_bias = 0, .lora_rank = 16, .lora_targets = 0xf};
     ck_assert_int_eq(rp_cost_adapter_params(&s), 2 * 16 * (4096 + 8192) + 2 * 16 * (4096 + 512));
     ck_assert_int_eq(rp_cost_adapter_params(&s), 540672);
     char path[4096];

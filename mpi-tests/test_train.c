@@ -64,7 +64,7 @@ static int train(MPI_Comm comm, int64_t M, rp_dtype dtype, int steps, double *lo
     o.log_path = log;
     o.progress = RP_PROGRESS_NONE;
     rp_error err = {0};
-    rp_logger lg = {NULL, RP_LOG_QUIET, rank};
+    rp_logger lg = {.stream = NULL, .level = RP_LOG_QUIET, .rank = rank};
     rp_status s = rp_train_run(&o, comm, &lg, &err);
     if (s != RP_OK)
         fprintf(stderr, "[rank %d] rp_train_run: %s\n", rank, err.msg);

@@ -16,7 +16,10 @@
  * libcudnn.so.9), the same shapes through cuDNN's fused flash SDPA
  * (kernels/cuda/cudnn_attention.h, as --attention cudnn runs it: bf16 in,
  * the statistics' transposes and the gradients' widening to fp32 timed
- * too) follow as "RESULT attention-cudnn SEQ FWD BWD FWDBWD", or a line
+ * too) follow as "RESULT attention-cudnn SEQ FWD BWD FWDBWD", each after
+ * "RESULT attention-cudnn-workspace SEQ FWD_BYTES BWD_BYTES RESERVED": the
+ * workspace cuDNN's plans ask for against what a run reserves for it
+ * (rp_attention_cudnn_workspace_budget), or a line
  * saying why not (a shape it refuses, cuDNN absent); correctness is
  * mpi-tests/test_cuda_cudnn_attention's.
  * Exit 77 without a GPU, 1 when a call fails. */
@@ -33,6 +36,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/attention_choice.h"
 #include "kernels/cudnn_loader.h"
 
 /* TFLOP/s of cuDNN's forward and backward on one shape: one warm-up call of
@@ -113,7 +117,7 @@ int main(int argc, char **argv)
     snprintf(buf, sizeof buf, "%s", seqs);
     printf("%-8s %10s %10s %14s\n", "seq", "fwd TF/s", "bwd TF/s", "fwd+bwd TF/s");
     int rc = 0;
-    char results[16][96];
+    char results[32][96];
     int nr = 0;
     for (char *tok = strtok(buf, " ,"); tok; tok = strtok(NULL, " ,")) {
         long seq = atol(tok);
@@ -135,7 +139,7 @@ int main(int argc, char **argv)
         double ff = rp_cuda_attn_flops(&s, 0), fb = rp_cuda_attn_flops(&s, 1);
         double both = (ff + fb) / (ff / f + fb / b);
         printf("%-8ld %10.1f %10.1f %14.1f\n", seq, f, b, both);
-        if (nr < 16)
+        if (nr < 32)
             snprintf(results[nr++], sizeof results[0], "RESULT attention %ld %.2f %.2f %.2f", seq, f,
                      b, both);
     }
@@ -156,6 +160,23 @@ int main(int argc, char **argv)
                                .block = 64, .scale = (float)(1.0 / sqrt(128.0))};
             int it = iters > 0 ? iters : (int)(1.6e13 / rp_cuda_attn_flops(&s, 0)) + 1;
             if (it > 50) it = 50;
+            /* what cuDNN's plans ask for against what a run reserves for
+             * them (kernels/attention_choice.h): the budget's assumption,
+             * 2 bytes a score, measured */
+            int64_t wf = 0, wb = 0;
+            size_t free_b = 0, total_b = 0;
+            cudaMemGetInfo(&free_b, &total_b);
+            char wwhy[640];
+            rp_cudnn_attention_workspace(a, &s, 0, &wf, wwhy, sizeof wwhy);
+            rp_cudnn_attention_workspace(a, &s, 1, &wb, wwhy, sizeof wwhy);
+            size_t budget = rp_attention_cudnn_workspace_budget(&s, total_b);
+            printf("%-8ld workspace: forward %.1f MiB, backward %.1f MiB; a run reserves %.1f MiB "
+                   "for it and %.1f MiB of buffers\n", seq, wf / 1048576.0, wb / 1048576.0,
+                   budget / 1048576.0, rp_attention_cudnn_buffer_bytes(&s) / 1048576.0);
+            if (nr < 32)
+                snprintf(results[nr++], sizeof results[0],
+                         "RESULT attention-cudnn-workspace %ld %lld %lld %zu", seq, (long long)wf,
+                         (long long)wb, budget);
             double f = 0, b = 0;
             int r = time_cudnn(a, &s, it, &f, &b, dwhy, sizeof dwhy);
             if (r == RP_CUDNN_REFUSED) {
@@ -170,7 +191,7 @@ int main(int argc, char **argv)
             double ff = rp_cuda_attn_flops(&s, 0), fb = rp_cuda_attn_flops(&s, 1);
             double both = (ff + fb) / (ff / f + fb / b);
             printf("%-8ld %10.1f %10.1f %14.1f\n", seq, f, b, both);
-            if (nr < 16)
+            if (nr < 32)
                 snprintf(results[nr++], sizeof results[0], "RESULT attention-cudnn %ld %.2f %.2f %.2f",
                          seq, f, b, both);
         }

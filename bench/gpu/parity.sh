@@ -19,7 +19,7 @@
 #   moe         golden-moe/moe-mb: Qwen3-MoE, full fine-tuning, auxiliary loss
 #   moe-lora    golden-moe/moe-lora: LoRA on the experts, router and attention
 #   documents   golden/qwen3-packed with --documents and --eval-data/--eval-documents
-#               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=1 here)
+#               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=documents here)
 #   eval        golden/qwen3 with --eval-data/--eval-mask, --eval-every 2
 #   checkpoint  golden/qwen3: dut1 checkpoints every 3 steps; dut2 resumes
 #               the step-3 checkpoint on 2 ranks; both identical to qwen3's
@@ -37,17 +37,21 @@
 #   moe-chunks  golden-moe/moe-mb likewise: the experts' rows a tile at a time
 #   fp8         golden-fp8/qwen3-bf16-scales: LoRA on an FP8 base (e4m3 with BF16 block
 #               scales, partial edge blocks), uploaded as FP8 and dequantised on the
-#               device (RP_ALLOW_UNPROVEN_CUDA=1 here; without it the base is
+#               device (RP_ALLOW_UNPROVEN_CUDA=fp8-upload here; without it the base is
 #               dequantised into the host store)
 #   fp8-moe     golden-fp8/moe-bf16-scales: the same with every expert FP8
 #   cudnn       golden/qwen3 with --attention cudnn (cuDNN's fused flash SDPA,
 #               issue 38); every other case runs --attention own on the device,
 #               so that a cuDNN fault fails this case alone
+#   fused-xent  golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=fused-xent: the head's
+#               cross-entropy writes its bf16 gradient in the pass that forms it
+#               (issue 38), which must give qwen3's dut1 model bit for bit (every
+#               other case forms it in fp32 and converts it)
 #   copies      golden/qwen3 with 10 KiB transfer chunks: dut1 = 1 rank, the
 #               transfer engine's asynchronous copies (an upload and a download
-#               stream, events; RP_ALLOW_UNPROVEN_CUDA=1, as every case has
-#               them), dut2 = 2 ranks with the synchronous copies (the switch
-#               unset): the same bits, and each run's log says which (issue 38)
+#               stream, events; RP_ALLOW_UNPROVEN_CUDA=copies), dut2 = 2 ranks
+#               with the synchronous copies every other case has: the same
+#               bits, and each run's log says which (issue 38)
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -56,7 +60,7 @@
 #   gpt-oss     golden-gpt-oss/oss-m2: gpt-oss, full fine-tuning (sinks, a sliding
 #               window shorter than the sequence, YaRN, router and expert biases,
 #               the clamped SwiGLU past its clamps, 2 microbatches and a large
-#               auxiliary loss; refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=1
+#               auxiliary loss; refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=gpt-oss
 #               here)
 #
 # Environment: RP_BUILDDIR (a build with src/roundpipe; default build),
@@ -83,7 +87,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn copies speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent copies speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -144,9 +148,19 @@ run() {
     [ "$case" = cudnn ] && a="${a% --attention own} --attention cudnn"
     [ "$case" = speculative ] || a="$a --speculative-update off"
   fi
+  # the unproven CUDA paths (core/unproven.h) this case proves, and no
+  # other: a fault of one fails its case alone
+  local unproven=""
+  case $case in
+    documents) unproven=documents ;;
+    gpt-oss) unproven=gpt-oss ;;
+    fp8|fp8-moe) unproven=fp8-upload ;;
+    fused-xent) unproven=fused-xent ;;
+    copies) [ -n "${sync_copies:-}" ] || unproven=copies ;; # dut2: sync_copies=1
+  esac
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
-  RP_ALLOW_UNPROVEN_CUDA=${unproven:-1} timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
+  RP_ALLOW_UNPROVEN_CUDA=$unproven timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
     $a --progress none --timeout 90 --log "$work/$name.jsonl" --save "$work/$name" "$@" \
     > "$work/$name.txt" 2>&1
   local rc=$?
@@ -198,7 +212,7 @@ for case in $cases; do
       two="speculative (${hm% *} hits, ${hm#* } misses) on 2 ranks = on 1" ;;
     copies)
       run "$c-dut1" "$dev" 1 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, asynchronous copies failed ($c-dut1.txt)"; continue; }
-      unproven=0 run "$c-dut2" "$dev" 2 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, 2 ranks, synchronous copies failed ($c-dut2.txt)"; continue; }
+      sync_copies=1 run "$c-dut2" "$dev" 2 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, 2 ranks, synchronous copies failed ($c-dut2.txt)"; continue; }
       if [ "$dev" != cpu ]; then # the CPU has no choice, and no line
         grep -q "copies: asynchronous" "$work/$c-dut1.txt" ||
           { result "$c" FAILED - "$dev: dut1's log does not say 'copies: asynchronous' ($c-dut1.txt)"; continue; }
@@ -229,6 +243,11 @@ for case in $cases; do
     # checkpoints end segments: the model must still be the plain run's
     cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
       extra="; = qwen3's straight run" || { brc=1; why="$why checkpointing changed the model (vs qwen3-dut1)"; }
+  fi
+  if [ "$c" = fused-xent ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
+    # the fused store writes what the convert wrote: the same run, bit for bit
+    cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
+      extra="; = qwen3's run with the gradient converted" || { brc=1; why="$why the fused gradient store changed the model (vs qwen3-dut1)"; }
   fi
   if [ "$c" = speculative ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # the update kept or redone is the plain update, bit for bit

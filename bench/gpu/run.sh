@@ -16,7 +16,7 @@
 #   parity      160  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 18 cases, the never-run paths first (capped
+#                          its 19 cases, the never-run paths first (capped
 #                          at 240 s)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
@@ -26,7 +26,10 @@
 #   memcheck     60  40    compute-sanitizer memcheck on test_cuda_moe (MoE
 #                          ops, grouped GEMM), test_kernel_ops (segments) and
 #                          2-step MoE and --documents trainings (capped at 70 s)
-#   gemm         25  30    bf16 cuBLAS peak: the ceiling of every ratio
+#   gemm         30  35    bf16 cuBLAS peak: the ceiling of every ratio; then
+#                          bench_head: the head's fwd+bwd (832-token and
+#                          memory-sized chunks, cross-entropy converted or
+#                          fused) against its own GEMMs timed alone
 #   attn         40  45    attention fwd+bwd vs the GEMM peak (own, cuDNN)
 #   copy         25  30    host<->device GB/s vs the PCIe link
 #   e2e          60  70    roundpipe train, Qwen3-1.7B shape, seq 4096: tokens/s, MFU
@@ -39,7 +42,7 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~540 s with the carried build (parity's 18 cases take 170, the
+# Expected: ~555 s with the carried build (parity's 19 cases take 170, the
 # cuDNN test and timings 40), so
 # maxseq runs only when earlier phases beat their expectations; a rebuild
 # (+80 s) cuts maxseq, then topology. `bash bench/gpu/run.sh maxseq` runs it
@@ -90,9 +93,9 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-declare -A expect=([build]=10 [env]=5 [parity]=160 [check]=90 [memcheck]=60 [gemm]=25 [attn]=40
+declare -A expect=([build]=10 [env]=5 [parity]=160 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [e2e]=60 [peer]=50 [topology]=15 [maxseq]=60)
-declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=30 [attn]=45 [copy]=30 [e2e]=70
+declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [e2e]=70
   [peer]=60 [topology]=20 [maxseq]=60)
 
 # --- the summary table
@@ -503,7 +506,7 @@ elif start memcheck; then
     --loss-mask "$d/mask.npy" $(sed 's/--dtype fp32//; s/--steps [0-9]*//' "$d/args.txt") --steps 2 --progress none
   d=$fx/golden/qwen3-packed
   # shellcheck disable=SC2046
-  RP_ALLOW_UNPROVEN_CUDA=1 mcheck "train --documents 2 steps" "$bin" train --device cuda --model "$d/model" \
+  RP_ALLOW_UNPROVEN_CUDA=documents mcheck "train --documents 2 steps" "$bin" train --device cuda --model "$d/model" \
     --data "$d/data.npy" --documents "$d/documents.npy" \
     $(sed 's/--dtype fp32//; s/--steps [0-9]*//' "$d/args.txt") --steps 2 --progress none
   end memcheck
@@ -513,6 +516,8 @@ fi
 peak=""
 if want gemm && [ $dry = yes ]; then
   dry_bench gemm bench_gemm gemm.txt
+  "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; hrc=$?
+  [ $hrc = 77 ] || fail "head fwd+bwd" "bench_head exit $hrc without a GPU, not 77"
 elif start gemm; then
   if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
     cat "$logs/gemm.txt"
@@ -525,6 +530,15 @@ elif start gemm; then
   else
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi
+  # the head (issue 38: >= 0.8 of its GEMM time); RESULT head CHUNK PATH HEAD_MS GEMM_MS
+  if "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; then
+    cat "$logs/head.txt"
+    while read -r _ _ c p hm gm; do
+      put "head fwd+bwd, 1.7B, 4096 tokens, chunk $c, xent $p" "$hm ms" "its GEMMs $gm ms" "$(calc "$gm / $hm")" ">= 0.80"
+    done < <(awk '$1=="RESULT" && $2=="head"' "$logs/head.txt")
+  else
+    cat "$logs/head.txt"; pfail "head fwd+bwd" "bench_head failed (head.txt)"
+  fi
   end gemm
 fi
 if [ -z "$peak" ] && [ $gpu = yes ]; then
@@ -535,8 +549,10 @@ fi
 # --- attention: rp_cuda_attn_bench of src/kernels/cuda/attention.h, then
 # cuDNN's fused flash SDPA where it loads; prints
 #   RESULT attention SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
+#   RESULT attention-cudnn-workspace SEQ FWD_BYTES BWD_BYTES RESERVED_BYTES
 #   RESULT attention-cudnn SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
-# (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd)
+# (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd; the workspace cuDNN's
+# plans ask for against what a run reserves for it, kernels/attention_choice.h)
 if want attn && [ $dry = yes ]; then
   dry_bench attn bench_attention attention.txt
 elif start attn; then
@@ -551,6 +567,9 @@ elif start attn; then
       put "attention fwd+bwd, cuDNN, causal, seq $s" "$fb TFLOP/s" "GEMM peak" "$(calc "$fb / $peak")" ">= 0.55"
       put "attention fwd / bwd, cuDNN, seq $s" "$f / $b TFLOP/s" "GEMM peak" "$(calc "$f / $peak") / $(calc "$b / $peak")" ""
     done < <(awk '$1=="RESULT" && $2=="attention-cudnn"' "$logs/attention.txt")
+    while read -r _ _ s wf wb res; do
+      put "cuDNN workspace fwd / bwd, seq $s" "$(calc "$wf / 1048576") / $(calc "$wb / 1048576") MiB" "reserved $(calc "$res / 1048576") MiB" "$(calc "$wb / $res")" "<= 1"
+    done < <(awk '$1=="RESULT" && $2=="attention-cudnn-workspace" && $6 > 0' "$logs/attention.txt")
     grep -q '^cudnn: not timed' "$logs/attention.txt" &&
       skip "attention, cuDNN" "$(sed -n 's/^cudnn: not timed: //p' "$logs/attention.txt" | cut -c1-80)"
   else

@@ -15,7 +15,7 @@
 # (bench/paper/qwen3-235b-a22b-lora.txt's header), and the same on the FP8
 # release's base (bench/moe/qwen3-235b-a22b-fp8-config.json: its
 # quantization_config, e4m3 in [128, 128] blocks, counted as its checkpoint
-# ships; the FP8 upload is taken only with RP_ALLOW_UNPROVEN_CUDA=1 until it
+# ships; the FP8 upload is taken only with RP_ALLOW_UNPROVEN_CUDA=fp8-upload until it
 # has run on a GPU, so that row sets it). GPU memory: the paper's
 # RTX 4090 (24 GB) and A800 (80 GB) as --memory-limit-mib 22528 and 76800,
 # bf16 CUDA executors (the sizes come from the CUDA back end's own functions,
@@ -44,7 +44,7 @@ for limit in 22528 76800; do
             cfg="$dir/../moe/qwen3-235b-a22b-config.json"
             lora="--lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj" ;;
         qwen3-235b-a22b-lora-fp8)
-            cfg="$dir/../moe/qwen3-235b-a22b-fp8-config.json"; unproven="RP_ALLOW_UNPROVEN_CUDA=1"
+            cfg="$dir/../moe/qwen3-235b-a22b-fp8-config.json"; unproven="RP_ALLOW_UNPROVEN_CUDA=fp8-upload"
             lora="--lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj" ;;
         esac
         case $limit/$m in # the paper's maximum lengths (K tokens)

@@ -10,6 +10,7 @@
 #include "cli/plan_choice.h"
 #include "cli/plan_longest.h"
 #include "cli/plan_opts.h"
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
 #include "engine/train_options.h"
@@ -40,6 +41,23 @@ static void print_longest(const rp_plan_cli *o, const rp_longest *lg)
     printf("bounded by %s%s%s: %s\n", bounds[lg->bound], lg->part && lg->part[0] ? ", " : "",
            lg->part ? lg->part : "", lg->why);
     printf("at %lld tokens: %s\n", (long long)lg->longest, lg->host);
+}
+
+/* The head's chunk in tokens as train runs it (rp_head_forward_backward
+ * clamps it to the microbatch) and the head's workspace in bytes. */
+static int64_t head_chunk(const rp_plan_cli *o)
+{
+    const int64_t T = o->model->tokens_per_microbatch;
+    return T > 0 && T < o->head_rows ? T : o->head_rows;
+}
+
+static int64_t head_workspace(const rp_plan_cli *o)
+{
+    const rp_kernel_ops *ops = rp_device_kernel_ops(o->device);
+    return ops ? 4 * (int64_t)rp_head_workspace_floats(ops, o->dtype, &o->cfg,
+                                                       o->model->tokens_per_microbatch,
+                                                       o->head_rows)
+               : 0;
 }
 
 static const char *kind_name(rp_job_kind k)
@@ -89,6 +107,8 @@ static void print_json(const rp_plan_cli *o, const rp_plan *p, const rp_sim_resu
                "\"host_activation_bytes\": %zu, \"host_pinned_bytes\": %zu, ",
                rp_device_kind_name(o->device), o->dtype == RP_BF16 ? "bf16" : "fp32",
                hm.param_store, hm.activations, hm.pinned);
+        printf("\"head_chunk_rows\": %lld, \"head_workspace_bytes\": %lld, ",
+               (long long)head_chunk(o), (long long)head_workspace(o));
         if (hm.lora)
             printf("\"lora_rank\": %d, \"host_base_mapped_bytes\": %zu, "
                    "\"host_base_store_bytes\": %zu, ", o->cfg.lora.rank, hm.base_mapped,
@@ -222,7 +242,13 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
                o->device_chosen ? " (what train would use here; --device to choose)" : "");
         if (hm.lora)
             printf("; LoRA rank %d: adapters trained, the rest frozen", o->cfg.lora.rank);
-        printf("\n");
+        printf("\nhead: the LM head and loss in chunks of %lld of a microbatch's %lld tokens "
+               "(%s), %.1f MiB of workspace\n", (long long)head_chunk(o),
+               (long long)o->model->tokens_per_microbatch,
+               o->head_memory <= 0 ? "the back end's chunk"
+               : o->memory_limit_given ? "sized from --memory-limit-mib"
+                                       : "sized from the GPU's whole memory",
+               head_workspace(o) / 1048576.0);
         if (note[0])
             printf("note: %s\n", note);
         rp_host_memory_format(&hm, text, sizeof text);
@@ -275,7 +301,9 @@ int rp_cli_plan(int argc, char **argv)
     }
     memcpy(args, argv, sizeof *args * (size_t)(argc + 1));
     int joined = 0, at = rp_plan_longest_requested(argc, args, &joined);
-    rp_status st = at >= 0 ? search_longest(argc, args, at, joined, word, &longest, &err) : RP_OK;
+    rp_status st = rp_unproven_check(&err); /* it decides what an FP8 base uploads */
+    if (st == RP_OK && at >= 0)
+        st = search_longest(argc, args, at, joined, word, &longest, &err);
     if (st == RP_OK) {
         lg = at >= 0 && args[at] == word ? &longest : NULL;
         st = rp_plan_cli_parse(argc, args, &o, &err);

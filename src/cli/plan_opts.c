@@ -359,11 +359,13 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
                              double devgbs, int cb, rp_dtype grad_dtype, rp_dtype act_dtype,
                              int documents,
                              rp_device_kind device, const rp_lora_config *lora,
-                             int64_t token_tile, int64_t mlp_chunk_tokens, rp_cost_model **out,
+                             int64_t token_tile, int64_t mlp_chunk_tokens,
+                             int64_t head_memory, int64_t *head_rows, rp_cost_model **out,
                              int64_t *workspace, rp_model_config *cfg_out, rp_error *err)
 {
     rp_model_config cfg;
     RP_TRY(rp_config_load(path, &cfg, err));
+    *head_rows = rp_memory_head_rows(rp_device_kernel_ops(device), &cfg, head_memory);
     rp_token_tiles_set(&cfg, token_tile, mlp_chunk_tokens);
     /* a model the executors cannot build is refused before it is costed */
     if (rp_model_config_check(&cfg, err) != RP_OK)
@@ -395,7 +397,7 @@ static rp_status load_config(const char *path, int64_t S, int64_t tok_mb, int64_
     if (st == RP_OK)
         st = rp_memory_model_fill(&cfg, device, cb == 2 ? RP_BF16 : RP_F32, grad_dtype, act_dtype,
                                    documents,
-                                   microbatches, tok_mb / S, S, *out,
+                                   microbatches, tok_mb / S, S, *head_rows, *out,
                                    workspace, err);
     if (st == RP_OK) /* an FP8 base's dequantisations, at the device's GB/s */
         rp_cost_price_dequant(*out, devgbs);
@@ -577,12 +579,23 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
             a.compute_bytes = a.device == RP_DEVICE_CUDA ? 2 : 4;
         o->activation_dtype = a.train.activation_dtype_set ? a.train.activation_dtype
                               : a.device == RP_DEVICE_CUDA ? RP_BF16 : RP_F32;
+        /* the head's chunk from train's figure (engine/run_plan.c):
+         * --memory-limit-mib, else the GPU's whole memory (here
+         * --device-memory-mib, else this machine's GPU 0) */
+        o->head_memory = a.memory_limit_mib << 20;
+        if (!o->head_memory && a.device == RP_DEVICE_CUDA)
+            o->head_memory = a.device_memory_mib << 20;
+        if (!o->head_memory && a.device == RP_DEVICE_CUDA) {
+            rp_device_info info;
+            if (rp_device_probe(RP_DEVICE_CUDA, &info, NULL) == RP_OK)
+                o->head_memory = (int64_t)info.memory_bytes;
+        }
         if (st == RP_OK)
             st = load_config(config, a.seq_len, a.seq_len * b / m, m, a.tflops, a.device_gbs,
                              a.compute_bytes, (rp_dtype)a.grad_dtype, o->activation_dtype,
                              documents, a.device,
                              &o->lora, a.train.token_tile, a.train.mlp_chunk_tokens,
-                             &o->model,
+                             o->head_memory, &o->head_rows, &o->model,
                              &config_ws, &o->cfg, err);
         rp_eval_memory em; /* train --eval-data's evaluation, on these executors */
         if (st == RP_OK && a.train.eval_data)

@@ -43,6 +43,11 @@ typedef struct rp_plan_cli {
     int64_t device_memory;
     const char *device_memory_from;
     int64_t memory_limit_given;
+    /* a config's: the head's chunk in tokens (engine/memory_model.h's
+     * rp_memory_head_rows) from head_memory, train's figure for it
+     * (--memory-limit-mib, else the GPU's whole memory; 0 none) */
+    int64_t head_rows;
+    int64_t head_memory;
     /* --eval-data: the device bytes each of train's evaluations allocates
      * (engine/memory_model.h's rp_memory_model_eval), 0 without */
     int64_t eval_bytes;

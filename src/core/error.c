@@ -73,7 +73,9 @@ rp_status rp_error_prefix(rp_error *err, const char *fmt, ...)
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", head, old);
+    int n = snprintf(err->msg, sizeof err->msg, "%s: %s", head, old);
+    if (n >= (int)sizeof err->msg) /* cut: say so where it ends */
+        memcpy(err->msg + sizeof err->msg - 4, "...", 4);
     return err->code;
 }
 

@@ -4,4 +4,5 @@ librp_la_SOURCES += \
 	src/core/rng.c src/core/rng.h src/core/philox.h \
 	src/core/log.c src/core/log.h \
 	src/core/layer_kind.h \
-	src/core/args.c src/core/args.h
+	src/core/args.c src/core/args.h \
+	src/core/unproven.c src/core/unproven.h

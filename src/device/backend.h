@@ -30,8 +30,9 @@ typedef struct rp_device_params {
     int attention;       /* --attention: rp_attention_mode (kernels/attention_choice.h);
                             0, auto, where not given. The CPU back end runs its own
                             kernel and refuses cudnn. */
-    int unproven_ok;     /* RP_ALLOW_UNPROVEN_CUDA=1: auto may take paths not yet run on
-                            a GPU (cuDNN's attention) */
+    unsigned unproven;   /* the paths RP_ALLOW_UNPROVEN_CUDA lets run (core/unproven.h: bit
+                            1u << rp_unproven), of which the back end reads cudnn (auto
+                            may take cuDNN's attention) and fused-xent */
 } rp_device_params;
 
 rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_error *err);

@@ -136,7 +136,7 @@ static rp_status cuda_create(const rp_device_params *params, void **impl, rp_err
         s = rp_cuda_kernels_create(c->ordinal, c->compute, c->blas, &c->kernels, err);
     if (s == RP_OK)
         s = rp_cuda_kernels_choose_attention(&c->kernels, params->attention,
-                                              params->unproven_ok, err);
+                                              params->unproven, err);
     if (s != RP_OK) {
         cuda_destroy(c);
         return s;

@@ -130,12 +130,15 @@ typedef struct rp_engine {
     /* the device */
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
-    int unproven_ok;       /* RP_ALLOW_UNPROVEN_CUDA=1 (rp_unproven_cuda_allowed), read once */
+    unsigned unproven;     /* the unproven CUDA paths RP_ALLOW_UNPROVEN_CUDA allows
+                              (core/unproven.h: bit 1u << rp_unproven), read once */
     int speculative;       /* --speculative-update resolved: on (speculative.c) */
     size_t spec_backup_floats; /* this rank's backup: 3 x its slices of layers 1.. */
     size_t spec_backup_node_bytes; /* the node's ranks' backups together (host memory) */
     int64_t memory_limit;  /* device bytes an executor may allocate (the planner's limit),
                               0 = none; the same on every rank (device_memory_limit) */
+    int64_t head_rows;     /* the head's chunk in training (memory_model.h's
+                              rp_memory_head_rows), the same on every rank */
     rp_device *dev;    /* this rank's executor device, for the whole run */
     /* the model and its weights */
     rp_params *p;      /* attached to the store: with LoRA, the adapters */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/lora_run.h"
 #include "engine/memory_model.h"
@@ -253,7 +254,7 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
             if (e->lora)
                 rp_lora_call_of(e, l, 0, first, v->ad, &c);
             rp_block_call call = {.block = (int32_t)(l - 1), .lora = e->lora ? &c : NULL,
-                                  .allow_unproven = e->unproven_ok};
+                                  .allow_unproven = (int)(e->unproven >> RP_UNPROVEN_GPT_OSS & 1u)};
             RP_TRY(rp_block_forward(&v->k, &v->cfg, rp_stage_weights_layer(e, &w, l), dt, v->act,
                                     v->out, n, S, v->seg, v->saved, v->ws, &call, err));
         } else {

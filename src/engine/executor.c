@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
@@ -63,11 +64,11 @@ static rp_status device_complete(void *ctx, int ticket, rp_error *err)
 }
 
 /* The transfer engine's copies: asynchronous where the device offers them
- * and RP_ALLOW_UNPROVEN_CUDA=1 is set (they have not run on a GPU yet),
- * else synchronous, a chunk at a time. */
+ * and RP_ALLOW_UNPROVEN_CUDA lets copies run (they have not run on a GPU
+ * yet), else synchronous, a chunk at a time. */
 static rp_xfer_ops transfer_ops(const rp_engine *e, rp_device *dev)
 {
-    if (rp_device_copies_asynchronous(dev) && e->unproven_ok)
+    if (rp_device_copies_asynchronous(dev) && (e->unproven >> RP_UNPROVEN_COPIES & 1u))
         return (rp_xfer_ops){.ctx = dev, .issue = device_issue, .complete = device_complete};
     return (rp_xfer_ops){.copy = device_copy, .ctx = dev};
 }
@@ -148,7 +149,8 @@ static size_t job_scratch_bytes(const rp_engine *e, const rp_job *job, size_t *w
         grads = rp_stage_floats(e, job, NULL) * (e->o->grad_dtype == RP_BF16 ? 6 : 4);
     for (int l = job->first; l <= job->last; l++) {
         size_t f = rp_layer_workspace_floats(kops, e->p->compute_dtype, &e->p->cfg, l,
-                                             e->num_layers, e->samples_per_micro, e->seq_len);
+                                             e->num_layers, e->samples_per_micro, e->seq_len,
+                                             e->head_rows);
         ws = f > ws ? f : ws;
     }
     const size_t narrow = rp_activation_narrow_floats(e->o->activation_dtype, e->tokens_per_micro,
@@ -445,10 +447,10 @@ rp_status rp_engine_run_executor(rp_engine *e)
         if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
             rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
                    ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
-                     "each way (RP_ALLOW_UNPROVEN_CUDA=1: not yet run on a GPU)"
+                     "each way (RP_ALLOW_UNPROVEN_CUDA=copies: not yet run on a GPU)"
                    : "copies: synchronous, one chunk at a time (the asynchronous copies, %d chunks "
-                     "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=1 takes "
-                     "them)", RP_XFER_DEPTH);
+                     "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=copies "
+                     "takes them)", RP_XFER_DEPTH);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)

@@ -15,9 +15,12 @@ static void describe(const rp_device_info *d, rp_dtype dtype, char *out)
     else
         snprintf(where, sizeof where, "%s", rp_device_kind_name(d->kind));
     /* a CPU's BLAS is named: ranks whose builds or kernels differ give other bits */
-    snprintf(out, ENTRY_BYTES, "%s (%s, %.1f GiB%s%s), %s", where, d->name,
-             (double)d->memory_bytes / (1024.0 * 1024.0 * 1024.0), d->library[0] ? ", " : "",
-             d->library, dtype == RP_BF16 ? "bf16" : dtype == RP_F32 ? "fp32" : rp_dtype_name(dtype));
+    int n = snprintf(out, ENTRY_BYTES, "%s (%s, %.1f GiB%s%s), %s", where, d->name,
+                     (double)d->memory_bytes / (1024.0 * 1024.0 * 1024.0),
+                     d->library[0] ? ", " : "", d->library,
+                     dtype == RP_BF16 ? "bf16" : dtype == RP_F32 ? "fp32" : rp_dtype_name(dtype));
+    if (n >= ENTRY_BYTES) /* cut: say so where it ends */
+        memcpy(out + ENTRY_BYTES - 4, "...", 4);
 }
 
 rp_status rp_executor_summary(const rp_device_info *mine, rp_dtype dtype, MPI_Comm comm,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "engine/train_options.h"
 #include "io/fp8.h"
 #include "io/gpt_oss_experts.h"
@@ -42,7 +43,7 @@ unsigned rp_frozen_base_reads(const rp_kernel_ops *ops)
 {
     if (!ops)
         return 0;
-    const int fp8 = ops->host_addressable || rp_unproven_cuda_allowed();
+    const int fp8 = ops->host_addressable || rp_unproven_allowed(RP_UNPROVEN_FP8_UPLOAD);
     return ops->weight_dtypes | (fp8 ? RP_FROZEN_BASE_READS_FP8 : 0);
 }
 

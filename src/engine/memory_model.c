@@ -38,8 +38,8 @@ static size_t fp8_travel_bytes(const rp_model_config *cfg, const rp_layer_desc *
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
                                int64_t microbatches,
-                               int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
-                               int64_t *workspace_bytes, rp_error *err)
+                               int64_t samples_per_micro, int64_t seq_len, int64_t head_rows,
+                               rp_cost_model *m, int64_t *workspace_bytes, rp_error *err)
 {
     rp_model_config c = *cfg;
     rp_layer_desc *layers = NULL, *base = NULL;
@@ -139,7 +139,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
             saved && on_executor ? 4 * (int64_t)(rp_padded_elements((size_t)(tokens * H)) + saved)
                                  : 0;
         size_t ws = ops ? rp_layer_workspace_floats(ops, dtype, cfg, l, n, samples_per_micro,
-                                                    seq_len)
+                                                    seq_len, head_rows)
                         : 0;
         const size_t narrow = rp_activation_narrow_floats(act_dtype, tokens, H);
         L->workspace_bytes = ops ? 4 * (int64_t)(ws > narrow ? ws : narrow) : 0;

@@ -47,7 +47,8 @@
  *       rp_kept_on_executor: GPUs), keep_device_bytes, the fp32 input and the
  *       saved area there (executor.c), and m->keep_on_executor;
  *   workspace_bytes: the scratch of the layer's calls
- *       (rp_layer_workspace_floats): a job's is its layers' largest, in the
+ *       (rp_layer_workspace_floats, the head's in chunks of head_rows
+ *       tokens, rp_memory_head_rows): a job's is its layers' largest, in the
  *       executor's scratch after its gradients (engine/executor.c);
  *       with act_dtype bf16 (--activation-dtype) at least the buffer an
  *       activation is narrowed in on its way to the host and widened from
@@ -60,8 +61,8 @@
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
                                int64_t microbatches,
-                               int64_t samples_per_micro, int64_t seq_len, rp_cost_model *m,
-                               int64_t *workspace_bytes, rp_error *err);
+                               int64_t samples_per_micro, int64_t seq_len, int64_t head_rows,
+                               rp_cost_model *m, int64_t *workspace_bytes, rp_error *err);
 
 /* Device memory of one rank's evaluation (--eval-data, engine/eval.c),
  * which runs between segments, the executor buffers freed, on the
@@ -94,25 +95,32 @@ rp_status rp_memory_model_eval(const rp_model_config *cfg, rp_device_kind device
                                int documents, int64_t samples_per_micro, int64_t seq_len,
                                rp_eval_memory *m, rp_error *err);
 
-/* Rows of the embedding a stage holds on the device, in its weights and
- * its gradient buffer: the rows an iteration's tokens can read
- * (microbatches of tokens_per_micro tokens), at most the vocabulary. A
- * job uploads only the rows its pipeline's tokens read and accumulates
- * their gradient there (stage_buffers.c), never the whole table; a tied
- * head still holds the whole matrix, which its logits read. */
+/* Rows of the head's chunk a training run's executors of `ops` use
+ * (rp_head_forward_backward's chunk): the back end's for a device memory
+ * figure that is the same on every rank, whatever the plan's width or how
+ * many ranks share a device (the chunk orders the sums of the LM head's
+ * gradient): --memory-limit-mib when given, else the GPU's whole memory
+ * (the smallest over the ranks), 0 when there is none (the CPU). */
+static inline int64_t rp_memory_head_rows(const rp_kernel_ops *ops, const rp_model_config *cfg,
+                                          int64_t memory_bytes)
+{
+    return ops ? ops->logits_rows(cfg->vocab_size, memory_bytes) : 0;
+}
+
 /* Floats of the workspace layer l of n (the embedding, blocks, the head)
  * calls on executors of `ops`: none for the embedding, a block's
  * (rp_block_workspace_floats, the largest over the model's blocks), the
- * head's over the microbatch's tokens (rp_head_workspace_floats, its
- * back end's chunk). */
+ * head's over the microbatch's tokens in chunks of head_rows
+ * (rp_head_workspace_floats; 0: the back end's without a memory figure). */
 static inline size_t rp_layer_workspace_floats(const rp_kernel_ops *ops, rp_dtype dtype,
                                                const rp_model_config *cfg, int l, int n,
-                                               int64_t samples_per_micro, int64_t seq_len)
+                                               int64_t samples_per_micro, int64_t seq_len,
+                                               int64_t head_rows)
 {
     if (l == 0)
         return 0;
     if (l == n - 1)
-        return rp_head_workspace_floats(ops, dtype, cfg, samples_per_micro * seq_len, 0);
+        return rp_head_workspace_floats(ops, dtype, cfg, samples_per_micro * seq_len, head_rows);
     return rp_block_workspace_floats(ops, dtype, cfg, samples_per_micro, seq_len);
 }
 
@@ -130,6 +138,12 @@ static inline size_t rp_activation_narrow_floats(rp_dtype act_dtype, int64_t tok
     return (((bytes + sizeof(float) - 1) / sizeof(float)) + 15) & ~(size_t)15;
 }
 
+/* Rows of the embedding a stage holds on the device, in its weights and
+ * its gradient buffer: the rows an iteration's tokens can read
+ * (microbatches of tokens_per_micro tokens), at most the vocabulary. A
+ * job uploads only the rows its pipeline's tokens read and accumulates
+ * their gradient there (stage_buffers.c), never the whole table; a tied
+ * head still holds the whole matrix, which its logits read. */
 static inline int64_t rp_memory_embedding_rows(const rp_model_config *cfg, int64_t microbatches,
                                                int64_t tokens_per_micro)
 {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
@@ -182,7 +183,7 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
     rp_status s = rp_model_layout(&r->probe.cfg, &r->probe.layers, &r->probe.nlayers, err);
     if (s == RP_OK) /* before any work: a model the executors' kernels cannot run */
         s = rp_model_ops_check(&r->cfg, rp_device_kernel_ops(e->device),
-                               rp_unproven_cuda_allowed(), err);
+                               rp_unproven_allowed(RP_UNPROVEN_GPT_OSS), err);
     if (s != RP_OK)
         rp_error_prefix(err, "%s", r->config_path);
     return rp_run_agree(e, s, comm, err);
@@ -249,7 +250,7 @@ static rp_status open_data(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_erro
     if (s == RP_OK && o->shuffle)
         s = rp_dataset_shuffle(e->ds, o->seed, err);
     if (s == RP_OK && (o->documents || o->eval_documents) && e->device == RP_DEVICE_CUDA &&
-        !rp_unproven_cuda_allowed())
+        !rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS))
         s = rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (s == RP_OK && o->documents)
         s = rp_dataset_set_documents(e->ds, o->documents, err);
@@ -324,7 +325,7 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
         rp_node_release_others(e);
     /* the executor's device, and the run's pins, once (not per segment) */
     rp_device_params dp = {e->device, e->device_ordinal, e->threads, e->o->attention,
-                           e->unproven_ok};
+                           e->unproven};
     s = rp_device_create(&dp, &e->dev, err);
     if (s == RP_OK && e->nd.world_rank == 0 && rp_device_attention_note(e->dev))
         rp_log(e->lg, RP_LOG_INFO, "%s", rp_device_attention_note(e->dev)); /* once a run */
@@ -360,7 +361,7 @@ void rp_run_init(rp_engine *e, rp_run_state *r, const rp_train_options *o,
     memset(r, 0, sizeof *r);
     e->o = o;
     e->device = o->device;
-    e->unproven_ok = rp_unproven_cuda_allowed();
+    e->unproven = rp_unproven_mask();
     e->resume_step = resume->step;
     e->resume_adam_step = resume->adam_step;
     e->resume_dir = resume->step ? resume->dir : NULL;

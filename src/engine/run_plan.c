@@ -10,24 +10,60 @@
 
 #include <math.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/host_memory.h"
 #include "engine/memory_model.h"
+#include "kernels/attention_choice.h"
 #include "plan/keep.h"
 #include "engine/run_impl.h"
 #include "plan/deal.h"
 #include "model/layout.h"
 
+/* What a CUDA executor of this run keeps beside its plan for cuDNN's
+ * attention (kernels/attention_choice.h), 0 where the run cannot take
+ * cuDNN: --attention own, auto without RP_ALLOW_UNPROVEN_CUDA=cudnn, a build
+ * without cuDNN's headers, a GPU before sm_80, document segments, gpt-oss
+ * (sinks), a head_dim cuDNN does not run. A library that will not load is
+ * found only when the device is opened: auto then takes the own kernel
+ * with the reservation unused. */
+static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
+{
+#ifdef RP_HAVE_CUDNN
+    const rp_model_config *cfg = &e->p->cfg;
+    int mode = e->o->attention;
+    if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !(e->unproven >> RP_UNPROVEN_CUDNN & 1u)) ||
+        info->sm < 80 || e->o->documents || cfg->arch == RP_ARCH_GPT_OSS)
+        return 0;
+    rp_attn_shape s = {.nseq = e->samples_per_micro, .seqlen = e->seq_len,
+                       .nheads = cfg->num_attention_heads, .nkv = cfg->num_key_value_heads,
+                       .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim)};
+    return rp_attention_cudnn_reserve_bytes(&s, (size_t)info->memory_bytes);
+#else
+    (void)e, (void)info;
+    return 0;
+#endif
+}
+
 /* Device memory an executor may allocate, the smallest over the ranks:
  * --memory-limit-mib when given; else, on a CUDA device, its free memory
  * when probed shared by the node's ranks on it, less the reserve for what
  * the planner does not count (rp_device_cuda_reserve_bytes: the CUDA
- * contexts, cuBLAS, the back end's own scratch); else no limit. */
+ * contexts, cuBLAS, the back end's own scratch) and what cuDNN's attention
+ * may take (cudnn_reserve); else no limit. And the head's chunk
+ * (memory_model.h's rp_memory_head_rows) from a figure every rank shares:
+ * --memory-limit-mib, else the GPU's whole memory, the smallest over the
+ * ranks (never the free share above, which depends on how many ranks use a
+ * GPU: the chunk orders the head's gradient sums). */
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,
                               MPI_Comm comm)
 {
-    int64_t mine = 0;
+    int64_t mine = 0, head_memory = 0;
+    if (e->o->memory_limit_mib > 0)
+        head_memory = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+    else if (e->device == RP_DEVICE_CUDA && info->count > 0)
+        head_memory = (int64_t)info->memory_bytes;
     if (e->o->memory_limit_mib > 0) {
         mine = (int64_t)(e->o->memory_limit_mib * 1048576.0);
     } else if (e->device == RP_DEVICE_CUDA && info->count > 0) {
@@ -35,13 +71,21 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
         for (int r = 0; r < node_size; r++)
             sharers += r % info->count == info->ordinal;
         int64_t share = (int64_t)info->free_bytes / (sharers > 0 ? sharers : 1);
-        mine = share - rp_device_cuda_reserve_bytes(share);
+        size_t cudnn = cudnn_reserve(e, info);
+        mine = share - rp_device_cuda_reserve_bytes(share) - (int64_t)cudnn;
+        if (cudnn && e->nd.world_rank == 0)
+            rp_log(e->lg, RP_LOG_INFO, "--attention: each executor keeps %.1f MiB of its GPU "
+                   "beside the plan for cuDNN's attention (workspace of 2 bytes a score of a "
+                   "microbatch's heads, at most a quarter of the GPU, and its buffers); a "
+                   "cuDNN plan asking more takes the own kernel", cudnn / 1048576.0);
         if (mine < 1)
             mine = 1; /* nothing fits: the planner says which layer */
     }
-    int64_t lim = mine > 0 ? mine : INT64_MAX;
-    MPI_Allreduce(MPI_IN_PLACE, &lim, 1, MPI_INT64_T, MPI_MIN, comm);
-    e->memory_limit = lim == INT64_MAX ? 0 : lim;
+    int64_t lim[2] = {mine > 0 ? mine : INT64_MAX, head_memory > 0 ? head_memory : INT64_MAX};
+    MPI_Allreduce(MPI_IN_PLACE, lim, 2, MPI_INT64_T, MPI_MIN, comm);
+    e->memory_limit = lim[0] == INT64_MAX ? 0 : lim[0];
+    e->head_rows = rp_memory_head_rows(rp_device_kernel_ops(e->device), &e->p->cfg,
+                                       lim[1] == INT64_MAX ? 0 : lim[1]);
     return RP_OK;
 }
 
@@ -144,7 +188,7 @@ static rp_status cost_of(const rp_engine *e, const double *fwd_ms, const double 
     if (s == RP_OK) /* and the bytes: what the executors allocate */
         s = rp_memory_model_fill(&e->p->cfg, e->device, e->p->compute_dtype, e->o->grad_dtype,
                                  e->o->activation_dtype, e->o->documents != NULL, e->batch_micro,
-                                 e->samples_per_micro, e->seq_len, *cm,
+                                 e->samples_per_micro, e->seq_len, e->head_rows, *cm,
                                  workspace, err);
     if (s == RP_OK) {
         (*cm)->saved_by_layer = e->o->recompute == RP_RECOMPUTE_LAYER;
@@ -325,6 +369,34 @@ static rp_status plan_forced_keep(const rp_engine *e, rp_plan *plan, rp_machine 
     return s;
 }
 
+/* A forced plan's buffers within the run's device memory limit (when
+ * there is one): the bytes the executors will allocate (plan == allocation,
+ * engine/memory_model.h), else refused before anything is allocated. */
+static rp_status forced_plan_fits(const rp_engine *e, const rp_plan *plan, rp_error *err)
+{
+    if (e->memory_limit <= 0)
+        return RP_OK;
+    rp_cost_model *cm = NULL;
+    int64_t workspace = 0;
+    RP_TRY(cost_of(e, NULL, NULL, &cm, &workspace, err));
+    cm->single_weight_buffer = e->weight_buffers == 1;
+    int worst = -1;
+    int64_t peak = rp_schedule_peak_bytes(cm, plan, e->virtual_executors, (int)e->microbatches,
+                                          workspace, &worst);
+    rp_cost_model_destroy(&cm);
+    if (peak <= e->memory_limit)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG,
+                        "--plan: its executor buffers need %.1f MiB of device memory per "
+                        "executor (%lld bytes; job %d needs the most), more than the limit of "
+                        "%.1f MiB (%lld bytes, %s); without --plan the planner chooses one "
+                        "that fits (roundpipe plan shows it)",
+                        peak / 1048576.0, (long long)peak, worst, e->memory_limit / 1048576.0,
+                        (long long)e->memory_limit,
+                        e->o->memory_limit_mib > 0 ? "--memory-limit-mib"
+                                                   : "the GPU's free memory less the reserve");
+}
+
 /* The leader's plan and deal are everyone's: e->deal[x] is the node rank
  * that runs executor x (NULL when that is rank x), logged when the run
  * has link groups. deal: room for e->size ints, kept or freed. */
@@ -420,6 +492,8 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
                          "--plan: width %d, but %d pipeline(s) on %d "
                          "executor(s) have width %d (set by --pipelines)",
                          e->plan.width, e->pipelines, e->size, width);
+    if (s == RP_OK && e->o->plan && mc)
+        s = forced_plan_fits(e, &e->plan, err);
     RP_TRY(agree_and_share(e, s, mc, deal, comm, err));
     RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
     return RP_OK;

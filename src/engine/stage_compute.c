@@ -8,6 +8,7 @@
  * (executor.c) calls it for each microbatch of a job. */
 #include <string.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/executor_impl.h"
 #include "engine/lora_run.h"
@@ -64,7 +65,7 @@ static const rp_block_call *block_call(executor *x, const rp_job *job, int l, in
     memset(c, 0, sizeof *c);
     c->block = (int32_t)(l - 1);
     c->lora = lora_call(x, job, l, t, lc);
-    c->allow_unproven = x->e->unproven_ok;
+    c->allow_unproven = (int)(x->e->unproven >> RP_UNPROVEN_GPT_OSS & 1u);
     float *slot = rp_router_stats_slot(e, t, x->micro, l);
     if (forward && slot && job->kind != RP_JOB_BWD)
         c->router_stats = x->router_stats ? x->router_stats : slot;
@@ -414,8 +415,8 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
                                     x->acts[head - job->first], x->targets, x->mask,
-                                    e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g, 0,
-                                    x->workspace, &loss[m], err));
+                                    e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g,
+                                    e->head_rows, x->workspace, &loss[m], err));
     RP_TRY(rp_device_sync(x->dev, err));
     measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
     for (int l = head - 1; l >= job->first; l--)

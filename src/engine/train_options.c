@@ -1,14 +1,10 @@
 #include "engine/train_options.h"
 
+#include "core/unproven.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-int rp_unproven_cuda_allowed(void)
-{
-    const char *v = getenv("RP_ALLOW_UNPROVEN_CUDA");
-    return v && strcmp(v, "1") == 0;
-}
 
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
                                         rp_error *err)
@@ -86,8 +82,9 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
                             "evaluation needs every update of its step applied, which a lagged "
                             "optimizer does only at the end; evaluate after the last step "
                             "(without --eval-every)");
+    RP_TRY(rp_unproven_check(err)); /* the maintainer's switch, before it is read */
     if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents) &&
-        !rp_unproven_cuda_allowed())
+        !rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS))
         return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)

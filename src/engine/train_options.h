@@ -171,15 +171,10 @@ rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status sta
 
 /* --documents is refused on CUDA until its segmented attention and RoPE
  * (written without a GPU) have run on one: bench/gpu/run.sh's parity phase
- * runs them there with RP_ALLOW_UNPROVEN_CUDA=1. */
+ * runs them there with RP_ALLOW_UNPROVEN_CUDA=documents (core/unproven.h). */
 #define RP_DOCUMENTS_NOT_ON_CUDA                                                                  \
     "--documents and --eval-documents: attention over document segments on CUDA has not run on " \
     "a GPU yet (written, never proven against the CPU's; --device cpu has it; a maintainer "      \
-    "proving it sets RP_ALLOW_UNPROVEN_CUDA=1)"
-
-/* Non-zero when RP_ALLOW_UNPROVEN_CUDA=1 is set: the maintainer's switch that lets
- * the CUDA paths refused until they have run on a GPU (--documents, the FP8
- * upload, gpt-oss's ops) run, so a GPU session can prove them. */
-int rp_unproven_cuda_allowed(void);
+    "proving it sets RP_ALLOW_UNPROVEN_CUDA=documents, or 1 for every such path)"
 
 #endif

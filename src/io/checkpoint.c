@@ -551,7 +551,8 @@ int rp_checkpoint_remove_stale(const char *root, char (*names)[32], int max_name
     while ((de = readdir(d))) {
         int64_t step;
         int tmp;
-        if (!written_here(de->d_name, &step, &tmp) || !tmp)
+        /* names written here are "step-NNNNNNNN.tmp", well under 32 bytes */
+        if (!written_here(de->d_name, &step, &tmp) || !tmp || strlen(de->d_name) >= sizeof *found)
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 8;
@@ -560,7 +561,7 @@ int rp_checkpoint_remove_stale(const char *root, char (*names)[32], int max_name
                 break;
             found = grown;
         }
-        snprintf(found[n++], sizeof *found, "%s", de->d_name);
+        memcpy(found[n++], de->d_name, strlen(de->d_name) + 1);
     }
     closedir(d);
     char path[4200];

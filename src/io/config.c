@@ -500,7 +500,9 @@ static rp_status fp8_converted(ctx *c, rp_model_config *cfg, const char *const *
     rp_status s = RP_OK;
     for (int64_t i = 0; s == RP_OK && i < cfg->num_hidden_layers; i++) {
         const int moe = rp_model_block_is_moe(cfg, i);
-        char name[160], first[160], head[160], tail[64];
+        /* head at most "model.layers.<19 digits>.mlp.experts.", tail a
+         * projection's name: name and first always hold both */
+        char name[160], first[160], head[64], tail[64];
         snprintf(name, sizeof name, "model.layers.%lld.mlp.experts", (long long)i);
         const int experts_whole = moe && rp_quant_module_converted(name, patterns, npatterns);
         for (int p = 0; s == RP_OK && p < RP_LORA_ROUTER; p++) {

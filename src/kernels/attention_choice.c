@@ -32,7 +32,7 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
     }
     if (mode == RP_ATTENTION_AUTO && !unproven_ok) {
         snprintf(note, note_len, "attention: own kernel (cuDNN %zu.%zu.%zu's fused flash SDPA "
-                 "has not run on a GPU yet: --attention cudnn or RP_ALLOW_UNPROVEN_CUDA=1 takes "
+                 "has not run on a GPU yet: --attention cudnn or RP_ALLOW_UNPROVEN_CUDA=cudnn takes "
                  "it)", cudnn_version / 10000, cudnn_version / 100 % 100, cudnn_version % 100);
         return RP_OK;
     }
@@ -56,4 +56,33 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
     if (s->head_dim % 8 != 0 || s->head_dim > 128)
         return "a head_dim that is not a multiple of 8 up to 128";
     return NULL;
+}
+
+size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total)
+{
+    if (rp_attention_cudnn_refusal(s))
+        return 0;
+    double scores = (double)s->nseq * (double)s->nheads * (double)s->seqlen * (double)s->seqlen;
+    double cap = (double)(device_total / 4);
+    return (size_t)(2.0 * scores < cap ? 2.0 * scores : cap);
+}
+
+static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
+
+size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s)
+{
+    if (rp_attention_cudnn_refusal(s))
+        return 0;
+    /* the backward's, the larger: the statistics and Delta (fp32 per row
+     * and head), dq, dk and dv in bf16 */
+    size_t rows = (size_t)(s->nseq * s->seqlen);
+    size_t stats = round_up(rows * (size_t)s->nheads * sizeof(float));
+    size_t nq = rows * (size_t)(s->nheads * s->head_dim), nk = rows * (size_t)(s->nkv * s->head_dim);
+    return 2 * stats + round_up(nq * 2) + 2 * round_up(nk * 2);
+}
+
+size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total)
+{
+    size_t ws = rp_attention_cudnn_workspace_budget(s, device_total);
+    return ws ? ws + rp_attention_cudnn_buffer_bytes(s) : 0;
 }

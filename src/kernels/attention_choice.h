@@ -9,7 +9,7 @@
  *          replaced by the own kernel.
  *   auto   (the default) cudnn where it loads, the GPU is sm_80 or newer
  *          and the run allows paths not yet run on a GPU
- *          (RP_ALLOW_UNPROVEN_CUDA=1: cuDNN's graphs were written without
+ *          (RP_ALLOW_UNPROVEN_CUDA=cudnn: cuDNN's graphs were written without
  *          one, issue 38), else own, with the reason. A GPU window that
  *          proves them (bench/gpu/run.sh) lifts that condition.
  * Calls whose shape cuDNN does not take (document segments, gpt-oss's
@@ -55,5 +55,21 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
  * over 128 (what every sm_80+ GPU runs forward and backward), or a
  * non-positive size. */
 const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
+
+/* The device memory a run reserves for cuDNN's attention beside its plan,
+ * for calls of shape s on a GPU of device_total bytes (0 when cuDNN does
+ * not take the shape): the workspace budget, which a plan needing more is
+ * refused for (that shape then takes the own kernel, or fails under
+ * --attention cudnn), plus the buffers of kernels/cuda/cudnn_attention.c
+ * (rp_attention_cudnn_buffer_bytes). The budget is what cuDNN's
+ * deterministic backward is described to keep, dP in bf16 for one
+ * microbatch's heads (2 * nseq * nheads * seqlen^2 bytes), at most a
+ * quarter of the GPU: a function of the shape and the device only, so the
+ * choice between cuDNN and the own kernel, and with it the bits, is the same
+ * on any number of ranks. The GPU window's bench_attention prints what
+ * cuDNN's plans ask for beside it. */
+size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
+size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
+size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);
 
 #endif

@@ -55,8 +55,11 @@ typedef struct rp_kernel_ops {
     size_t (*column_sum_scratch_floats)(int64_t cols);
     /* space rope_table may fill (0 when the table keeps its own: pass NULL) */
     size_t (*rope_table_floats)(int64_t seqlen, int64_t half);
-    /* rows of logits the head should form at once for a vocabulary */
-    int64_t (*logits_rows)(int64_t vocab);
+    /* rows of logits the head should form at once for a vocabulary, given
+     * a device memory figure in bytes (0: none); the figure must be the
+     * same on every rank (never a share that depends on how many ranks
+     * use the device): the chunk orders the LM head's gradient sums */
+    int64_t (*logits_rows)(int64_t vocab, int64_t memory_bytes);
 
     /* ---- GEMMs --------------------------------------------------------- */
     /* y = [residual +] (x W^T [+ bias]) (y required); y_compute (optional)
@@ -300,11 +303,19 @@ typedef struct rp_kernel_ops {
     /* ---- cross-entropy over a chunk of rows ---------------------------- */
     /* Row r counts when counted == NULL or counted[r] != 0: loss[r] =
      * logsumexp(z_r) - z_r[target_r] in double, else 0. With grad the
-     * logits are overwritten by d(scale * loss_r)/dz_r (zeros for rows that
-     * do not count). Targets of counted rows must be in range (check_ids). */
+     * gradient d(scale * loss_r)/dz_r (zeros for rows that do not count)
+     * goes to dlogits_compute, [rows, vocab] in compute_dtype, in the pass
+     * that forms it: each element the fp32 gradient rounded once (what
+     * convert of the in-place gradient gives), the fp32 logits then left
+     * holding the logits or the fp32 gradient, as the table finds cheaper;
+     * with dlogits_compute NULL (or logits: fp32 tables) the logits are
+     * overwritten by it in fp32. Each
+     * row's statistics come from one read of it, in an order fixed by
+     * vocab alone (bit-reproducible, whatever rows a call holds). Targets
+     * of counted rows must be in range (check_ids). */
     rp_status (*cross_entropy)(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
-                               double *loss, int grad, rp_error *err);
+                               double *loss, int grad, void *dlogits_compute, rp_error *err);
     /* *sum (host) = values[0] + values[1] + ... in index order (0 for n = 0). */
     rp_status (*sum_to_host)(void *state, const double *values, int64_t n, double *sum,
                              rp_error *err);

@@ -380,7 +380,7 @@ rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *op
                             "gpt-oss on %s executors: its attention sinks and windows, clamped "
                             "SwiGLU and expert biases have run on the CPU's kernels only so far "
                             "(issue 35); use --device cpu (a maintainer proving them on a GPU "
-                            "sets RP_ALLOW_UNPROVEN_CUDA=1)", ops->name);
+                            "sets RP_ALLOW_UNPROVEN_CUDA=gpt-oss)", ops->name);
     return RP_OK;
 }
 

@@ -12,8 +12,8 @@ typedef struct head_ws {
     float *norm_f32; /* the norm weight in fp32, when it does not come in fp32 */
     void *h;         /* [C, H] normed rows, compute dtype */
     float *rstd;     /* [C] */
-    float *logits;   /* [C, V], then their gradient */
-    void *dlogits_c; /* their compute copy (NULL: the logits are it) */
+    float *logits;   /* [C, V], then (fp32 compute) their gradient */
+    void *dlogits_c; /* their gradient in the compute dtype (NULL: fp32, in the logits) */
     float *dh;       /* [C, H] */
     double *loss;    /* [T] */
     float *partial;
@@ -24,7 +24,7 @@ static int64_t chunk_rows(const rp_kernel_ops *ops, const rp_model_config *cfg, 
                           int64_t chunk)
 {
     if (chunk <= 0)
-        chunk = ops->logits_rows(cfg->vocab_size);
+        chunk = ops->logits_rows(cfg->vocab_size, 0);
     if (chunk < 1)
         chunk = 1;
     return T > 0 && T < chunk ? T : chunk;
@@ -114,14 +114,13 @@ rp_status rp_head_forward_backward(const rp_kernels *k, const rp_model_config *c
         }
         OP(rmsnorm_forward, xc, norm, NULL, w.h, w.rstd, n, H, eps);
         OP(linear_forward, w.h, lm, lm_dt, NULL, NULL, w.logits, NULL, n, H, V);
-        OP(cross_entropy, w.logits, n, V, targets + c0, counted, scale, w.loss + c0, dx != NULL);
+        /* the gradient leaves cross-entropy in the compute dtype: no fp32
+         * gradient and no convert pass over [n, V] when they differ */
+        const void *dlogits = w.dlogits_c ? w.dlogits_c : (const void *)w.logits;
+        OP(cross_entropy, w.logits, n, V, targets + c0, counted, scale, w.loss + c0, dx != NULL,
+           dxc ? (void *)dlogits : NULL);
         if (!dxc)
             continue;
-        const void *dlogits = w.logits;
-        if (w.dlogits_c) {
-            OP(convert, w.logits, RP_F32, w.dlogits_c, k->ops->compute_dtype, n * V);
-            dlogits = w.dlogits_c;
-        }
         if (dlm_w) /* NULL: a frozen head (LoRA) */
             OP(linear_backward_weight, dlogits, w.h, dlm_w, n, H, V);
         OP(linear_backward_input, dlogits, lm, lm_dt, w.dh, NULL, n, H, V, 0);

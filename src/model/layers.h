@@ -169,7 +169,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
 /* Whether the back end of `ops` runs every layer of the model: gpt-oss
  * runs on the CPU's kernels only so far (issue 35; the CUDA table's ops
  * for it have not run on a GPU yet), unless allow_unproven (the
- * maintainer's RP_ALLOW_UNPROVEN_CUDA=1, engine/train_options.h) lets a
+ * maintainer's RP_ALLOW_UNPROVEN_CUDA=gpt-oss, core/unproven.h) lets a
  * GPU session run them. RP_ERR_UNSUPPORTED naming the back end otherwise. */
 rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops,
                              int allow_unproven, rp_error *err);
@@ -183,8 +183,9 @@ double rp_model_rope_attention_factor(const rp_model_config *cfg);
 /* ---- head (layer L+1): final norm + LM head + cross-entropy ------------- */
 
 /* Floats of workspace for rp_head_forward_backward over T tokens in chunks
- * of `chunk` tokens (0: the back end's choice, ops->logits_rows): the
- * logits of one chunk and the losses of all T tokens. */
+ * of `chunk` tokens (0: the back end's choice without a memory figure,
+ * ops->logits_rows(vocab, 0)): the logits of one chunk and the losses of
+ * all T tokens. */
 size_t rp_head_workspace_floats(const rp_kernel_ops *ops, rp_dtype params_dtype,
                                 const rp_model_config *cfg, int64_t T, int64_t chunk);
 

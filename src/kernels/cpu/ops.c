@@ -38,9 +38,9 @@ static size_t rope_table_floats(int64_t seqlen, int64_t half)
     return (size_t)(2 * seqlen * half);
 }
 
-static int64_t logits_rows(int64_t vocab)
+static int64_t logits_rows(int64_t vocab, int64_t memory_bytes)
 {
-    (void)vocab;
+    (void)vocab, (void)memory_bytes;
     return 64; /* a [64, vocab] chunk stays in cache-sized pieces for the GEMMs */
 }
 
@@ -432,10 +432,11 @@ static rp_status grouped_bias_backward(void *state, const void *dy, const int32_
 
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
-                               double *loss, int grad, rp_error *err)
+                               double *loss, int grad, void *dlogits_compute, rp_error *err)
 {
     (void)state, (void)err;
-    rp_xent_rows(logits, rows, vocab, targets, counted, scale, loss, grad);
+    /* the compute dtype is fp32: the gradient goes out as it is formed */
+    rp_xent_rows(logits, rows, vocab, targets, counted, scale, loss, grad, dlogits_compute);
     return RP_OK;
 }
 

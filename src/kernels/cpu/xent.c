@@ -4,15 +4,18 @@
 #include <string.h>
 
 void rp_xent_rows(float *logits, int64_t rows, int64_t vocab, const int32_t *targets,
-                  const uint8_t *counted, float scale, double *loss, int grad)
+                  const uint8_t *counted, float scale, double *loss, int grad, float *dlogits)
 {
+    if (!dlogits)
+        dlogits = logits;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        float *z = logits + r * vocab;
+        const float *z = logits + r * vocab;
+        float *g = dlogits + r * vocab; /* may be z: each z[j] is read before g[j] is written */
         if (counted && !counted[r]) {
             loss[r] = 0.0;
             if (grad)
-                memset(z, 0, sizeof(float) * (size_t)vocab);
+                memset(g, 0, sizeof(float) * (size_t)vocab);
             continue;
         }
         float m = z[0];
@@ -27,8 +30,8 @@ void rp_xent_rows(float *logits, int64_t rows, int64_t vocab, const int32_t *tar
         loss[r] = lse - (double)z[t];
         if (grad) {
             for (int64_t j = 0; j < vocab; j++)
-                z[j] = scale * expf((float)((double)z[j] - lse));
-            z[t] -= scale;
+                g[j] = scale * expf((float)((double)z[j] - lse));
+            g[t] -= scale;
         }
     }
 }

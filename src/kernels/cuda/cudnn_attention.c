@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 
+#include "kernels/attention_choice.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cudnn_attention.h"
 
@@ -62,7 +63,7 @@ struct rp_cudnn_attention {
     execute_fn execute;
     cudnnHandle_t handle;
     cudaStream_t stream;
-    size_t workspace_cap; /* a quarter of the GPU's memory */
+    size_t device_total; /* the GPU's memory: the workspace budget's cap (attention_choice.h) */
     plan_slot slots[CACHE_SLOTS];
     unsigned long long uses;
     /* grown buffers: cuDNN's workspace, and this module's (stats, Delta,
@@ -459,6 +460,10 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     dims_set z = {slot->nseq, slot->nheads, slot->nkv, slot->seqlen, slot->head_dim};
+    const rp_attn_shape shape = {.nseq = slot->nseq, .seqlen = slot->seqlen,
+                                 .nheads = slot->nheads, .nkv = slot->nkv,
+                                 .head_dim = slot->head_dim, .scale = slot->scale};
+    const size_t budget = rp_attention_cudnn_workspace_budget(&shape, a->device_total);
     if (slot->backward)
         build_backward(&g, &z);
     else
@@ -514,10 +519,13 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
                  a->finalize(plan) == CUDNN_STATUS_SUCCESS &&
                  a->get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                              &n, &ws) == CUDNN_STATUS_SUCCESS;
-        if (ok && (size_t)ws > a->workspace_cap) {
+        if (ok)
+            slot->workspace = ws; /* asked, kept for rp_cudnn_attention_workspace */
+        if (ok && (size_t)ws > budget) {
             snprintf(slot->refused, sizeof slot->refused,
-                     "cuDNN's plan needs a %lld MiB workspace, over a quarter of the GPU's memory",
-                     (long long)(ws >> 20));
+                     "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
+                     "reserves for it (2 bytes a score of a microbatch's heads, at most a quarter "
+                     "of the GPU)", ws / 1048576.0, budget / 1048576.0);
             ok = 0;
         }
         if (!ok) {
@@ -585,6 +593,24 @@ static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
         return NULL;
     }
     return oldest;
+}
+
+int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
+                                 int64_t *bytes, char *why, size_t why_len)
+{
+    *bytes = 0;
+    plan_slot *p = plan_for(a, s, backward, why, why_len);
+    if (p) {
+        *bytes = p->workspace;
+        return 0;
+    }
+    for (int i = 0; i < CACHE_SLOTS; i++) /* refused: what its plan asked, where one was made */
+        if (a->slots[i].used && a->slots[i].backward == backward &&
+            a->slots[i].nseq == s->nseq && a->slots[i].seqlen == s->seqlen &&
+            a->slots[i].nheads == s->nheads && a->slots[i].nkv == s->nkv &&
+            a->slots[i].head_dim == s->head_dim)
+            *bytes = a->slots[i].workspace;
+    return RP_CUDNN_REFUSED;
 }
 
 /* grows *buf to at least `bytes` (waiting for the stream: queued work may
@@ -677,7 +703,7 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
     int64_t rows = s->nseq * s->seqlen;
     size_t nq = (size_t)(rows * s->nheads * s->head_dim), nk = (size_t)(rows * s->nkv * s->head_dim);
     size_t stats_bytes = round_up((size_t)(rows * s->nheads) * sizeof(float));
-    size_t need = 2 * stats_bytes + round_up(nq * 2) + 2 * round_up(nk * 2);
+    size_t need = rp_attention_cudnn_buffer_bytes(s); /* the layout below */
     if (grow(a, &a->buffers, &a->buffers_bytes, need, why, why_len))
         return RP_CUDNN_FAILED;
     char *at = a->buffers;
@@ -731,12 +757,15 @@ int rp_cudnn_attention_create(const rp_cudnn_library *lib, cudaStream_t stream,
     a->finalize = (finalize_fn)lib->symbols[RP_CUDNN_BACKEND_FINALIZE];
     a->execute = (execute_fn)lib->symbols[RP_CUDNN_BACKEND_EXECUTE];
     a->stream = stream;
-    size_t free_bytes = 0, total = 0;
-    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    /* the figure the run's reservation was computed from (the device
+     * probe's totalGlobalMem), so the budget here is the one reserved */
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
         cudaGetLastError();
-        total = 0;
+        prop.totalGlobalMem = 0;
     }
-    a->workspace_cap = total / 4;
+    a->device_total = prop.totalGlobalMem;
     cudnnStatus_t st = a->create(&a->handle);
     if (st == CUDNN_STATUS_SUCCESS)
         st = a->set_stream(a->handle, stream);

@@ -29,10 +29,14 @@
  * are skipped, for the backward and the forward alike, so every plan gives
  * the same bits for the same inputs run to run; where no deterministic
  * configuration exists the shape is refused (the caller runs the own
- * kernel). cuDNN's deterministic backward keeps dP in a workspace of about
- * 2 * nseq * nheads * seqlen^2 bytes: a plan whose workspace exceeds a
- * quarter of the GPU's memory is refused too, so long sequences take the
- * own kernel (O(tokens) memory) instead of running out of memory.
+ * kernel). cuDNN's deterministic backward is described to keep dP in a
+ * workspace of about 2 * nseq * nheads * seqlen^2 bytes: the run reserves
+ * that much beside its plan, at most a quarter of the GPU
+ * (rp_attention_cudnn_workspace_budget, kernels/attention_choice.h), and a
+ * plan whose workspace exceeds the reservation is refused too, so long
+ * sequences take the own kernel (O(tokens) memory) instead of running out
+ * of memory. Whether the description holds is what the GPU window's
+ * bench_attention measures (its workspace lines).
  *
  * Plans are built once per shape (and direction) and kept in a small cache
  * of this object; a refused shape is remembered with its reason. Buffers
@@ -89,6 +93,14 @@ int rp_cuda_stats_from_lse(const float *lse, float *stats, int64_t nseq, int64_t
                            int64_t nheads, cudaStream_t stream);
 int rp_cuda_lse_from_stats(const float *stats, float *lse, int64_t nseq, int64_t seqlen,
                            int64_t nheads, cudaStream_t stream);
+
+/* The workspace cuDNN's plan for shape s (the forward, or the backward)
+ * asks for, the plan built if it was not: 0 with *bytes; RP_CUDNN_REFUSED
+ * with why, and *bytes what the plan asked when it was refused for
+ * exceeding the reservation (else 0). For the GPU window's measurement of
+ * how cuDNN's workspace grows with seqlen. */
+int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
+                                 int64_t *bytes, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "kernels/attention_choice.h"
 #include "kernels/cudnn_loader.h"
 #include "kernels/cuda/attention.h"
@@ -63,6 +64,9 @@ typedef struct cuda_state {
     size_t moe_scratch_bytes;
     /* the attention choice (rp_cuda_kernels_choose_attention) */
     int attention_mode;
+    /* RP_ALLOW_UNPROVEN_CUDA's fused-xent, given there too: cross_entropy
+     * writes the bf16 gradient in its own pass (not yet run on a GPU) */
+    int fused_xent;
     char attention_note[768];
     rp_cudnn_library cudnn_library;
 #ifdef RP_HAVE_CUDNN
@@ -679,13 +683,22 @@ static rp_status grouped_bias_backward(void *state, const void *dy, const int32_
 
 static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t vocab,
                                const int32_t *targets, const uint8_t *counted, float scale,
-                               double *loss, int grad, rp_error *err)
+                               double *loss, int grad, void *dlogits_compute, rp_error *err)
 {
     cuda_state *c = state;
     const char *why = NULL;
-    int rc = rp_cuda_xent_chunk(logits, rows, vocab, targets, counted, scale, grad, loss, NULL,
-                                c->stream, &why);
-    return rc ? failed(c, "cross-entropy", rc, why, err) : RP_OK;
+    /* The fused bf16 store has not run on a GPU yet: until a GPU session
+     * proves it (RP_ALLOW_UNPROVEN_CUDA=fused-xent), the gradient is formed in place
+     * in fp32 and rounded by the convert kernel, the same bits (xent.h) */
+    const int fused = grad && dlogits_compute && (void *)logits != dlogits_compute &&
+                      c->fused_xent;
+    int rc = rp_cuda_xent_chunk(logits, rows, vocab, targets, counted, scale, grad,
+                                fused ? dlogits_compute : NULL, loss, NULL, c->stream, &why);
+    if (rc)
+        return failed(c, "cross-entropy", rc, why, err);
+    if (grad && dlogits_compute && !fused && (void *)logits != dlogits_compute)
+        CK(rp_cuda_bf16_from_f32(logits, dlogits_compute, rows * vocab, c->stream));
+    return RP_OK;
 }
 
 static rp_status sum_to_host(void *state, const double *values, int64_t n, double *sum,
@@ -896,7 +909,7 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
     return RP_OK;
 }
 
-rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, int unproven_ok,
+rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err)
 {
     cuda_state *c = k->state;
@@ -918,13 +931,15 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, int unproven
 #endif
     int use = 0;
     rp_status s = rp_attention_choose(mode, why, c->cudnn_library.version, major, minor,
-                                      unproven_ok, &use, c->attention_note,
+                                      (int)(unproven >> RP_UNPROVEN_CUDNN & 1u), &use,
+                                      c->attention_note,
                                       sizeof c->attention_note, err);
     if (s != RP_OK) {
         rp_cudnn_library_close(&c->cudnn_library);
         return rp_error_prefix(err, "cuda device %d", c->ordinal);
     }
     c->attention_mode = mode;
+    c->fused_xent = (int)(unproven >> RP_UNPROVEN_FUSED_XENT & 1u);
 #ifdef RP_HAVE_CUDNN
     if (use && !c->cudnn) {
         char cwhy[256] = "";

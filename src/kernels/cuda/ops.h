@@ -23,8 +23,12 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * cudnn chosen routes attention_forward/backward through cuDNN's fused
  * flash SDPA (kernels/cuda/cudnn_attention.h) for every shape it takes,
  * the own kernel for the rest. Without this call the table runs the own
- * kernel. RP_ERR_UNSUPPORTED when cudnn was asked for and cannot run. */
-rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, int unproven_ok,
+ * kernel. unproven: the paths RP_ALLOW_UNPROVEN_CUDA lets run
+ * (core/unproven.h: bit 1u << rp_unproven): cudnn lets auto take cuDNN;
+ * fused-xent lets cross_entropy write the bf16 gradient in its own pass
+ * (not yet run on a GPU; without it, in place then converted: the same
+ * bits). RP_ERR_UNSUPPORTED when cudnn was asked for and cannot run. */
+rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);

@@ -23,9 +23,15 @@ size_t rp_cuda_rope_table_floats(int64_t seqlen, int64_t half)
     return 0; /* the state keeps the table */
 }
 
-int64_t rp_cuda_logits_rows(int64_t vocab)
+int64_t rp_cuda_logits_rows(int64_t vocab, int64_t memory_bytes)
 {
-    int64_t rows = RP_CUDA_HEAD_LOGITS / (vocab > 0 ? vocab : 1);
+    const int64_t v = vocab > 0 ? vocab : 1;
+    int64_t rows = RP_CUDA_HEAD_LOGITS / v;
+    /* fp32 logits and their bf16 gradient: 6 bytes a logit */
+    const int64_t by_memory = memory_bytes > 0 ? memory_bytes / RP_CUDA_HEAD_MEMORY_SHARE / (6 * v)
+                                               : 0;
+    if (by_memory > rows)
+        rows = by_memory;
     if (rows > 64)
         rows = rows / 64 * 64; /* GEMMs want rows */
     return rows < 1 ? 1 : rows;

@@ -13,13 +13,19 @@
 
 #include "kernels/ops.h"
 
-/* fp32 logits per chunk of the head (512 MiB) */
+/* fp32 logits per chunk of the head at least (512 MiB) */
 #define RP_CUDA_HEAD_LOGITS ((int64_t)1 << 27)
+/* Given a device memory figure, the head's chunk may hold its fp32 logits
+ * and their bf16 gradient in up to this fraction of it (1/16: 5 GiB of an
+ * 80 GiB GPU, 4096-token microbatches of a 151936 vocabulary in one chunk),
+ * so that the fp32 gradient of the LM head, read and written once per
+ * chunk, is read and written fewer times per microbatch. */
+#define RP_CUDA_HEAD_MEMORY_SHARE 16
 
 size_t rp_cuda_attention_backward_scratch_floats(const rp_attn_shape *s);
 size_t rp_cuda_column_sum_scratch_floats(int64_t cols);
 size_t rp_cuda_rope_table_floats(int64_t seqlen, int64_t half);
-int64_t rp_cuda_logits_rows(int64_t vocab);
+int64_t rp_cuda_logits_rows(int64_t vocab, int64_t memory_bytes);
 
 /* The members of a table that say what the CUDA back end computes in and
  * how much it allocates: one list for both tables. */

@@ -1,4 +1,5 @@
 /* Chunked softmax cross-entropy on the GPU; see xent.h for the contract. */
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -47,24 +48,46 @@ __device__ __forceinline__ float grad_of(float z, double lse, float scale, bool 
     return target ? __fsub_rn(g, scale) : g;
 }
 
+/* Four bf16 in one 8-byte store. */
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *p, float a, float b, float c,
+                                             float d)
+{
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 v;
+    v.x = *reinterpret_cast<uint32_t *>(&lo);
+    v.y = *reinterpret_cast<uint32_t *>(&hi);
+    *reinterpret_cast<uint2 *>(p) = v;
+}
+
+/* gb != NULL: the gradient goes there in bf16 (each fp32 value rounded to
+ * nearest even, as the convert kernel rounds) and the fp32 row is only
+ * read; else it overwrites the row in fp32. */
 __global__ void __launch_bounds__(kThreads)
     xent_rows_kernel(float *logits, int64_t vocab, const int32_t *targets, const uint8_t *counted,
-                     float scale, int grad, double *loss_rows)
+                     float scale, int grad, double *loss_rows, __nv_bfloat16 *gb)
 {
     const int64_t r = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float *z = logits + r * vocab;
+    __nv_bfloat16 *zb = gb ? gb + r * vocab : NULL;
     if (counted && !counted[r]) {
         if (tid == 0)
             loss_rows[r] = 0.0;
-        if (grad)
+        if (grad && zb)
+            for (int64_t j = tid; j < vocab; j += kThreads)
+                zb[j] = __float2bfloat16_rn(0.0f);
+        else if (grad)
             for (int64_t j = tid; j < vocab; j += kThreads)
                 z[j] = 0.0f;
         return;
     }
     const int32_t t = targets[r];
     const bool tok = t >= 0 && t < vocab;
+    /* the order of the sums depends on this choice: it follows from vocab
+     * and the logits' alignment alone, never from the row count; the
+     * gradient is per element, the same bits by either path */
     const bool vec = (vocab & 3) == 0 && ((uintptr_t)z & 15) == 0;
+    const bool vec_grad = vec && ((uintptr_t)zb & 7) == 0;
     const int64_t nv = vocab / 4;
 
     lse_acc a = {-INFINITY, 0.0};
@@ -121,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!grad)
         return;
     const double lse = s_lse;
-    if (vec) {
+    if (vec_grad) {
         float4 *z4 = reinterpret_cast<float4 *>(z);
         for (int64_t j = tid; j < nv; j += kThreads) {
             float4 x = z4[j];
@@ -130,8 +153,14 @@ __global__ void __launch_bounds__(kThreads)
             x.y = grad_of(x.y, lse, scale, tok && j0 + 1 == t);
             x.z = grad_of(x.z, lse, scale, tok && j0 + 2 == t);
             x.w = grad_of(x.w, lse, scale, tok && j0 + 3 == t);
-            z4[j] = x;
+            if (zb)
+                store_bf16x4(zb + j0, x.x, x.y, x.z, x.w);
+            else
+                z4[j] = x;
         }
+    } else if (zb) {
+        for (int64_t j = tid; j < vocab; j += kThreads)
+            zb[j] = __float2bfloat16_rn(grad_of(z[j], lse, scale, tok && j == t));
     } else {
         for (int64_t j = tid; j < vocab; j += kThreads)
             z[j] = grad_of(z[j], lse, scale, tok && j == t);
@@ -201,8 +230,8 @@ int cuda_fail(const char **why, cudaError_t e)
 
 extern "C" int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab,
                                   const int32_t *targets, const uint8_t *counted, float scale,
-                                  int grad, double *loss_rows, double *loss_sum,
-                                  cudaStream_t stream, const char **why)
+                                  int grad, void *dlogits_bf16, double *loss_rows,
+                                  double *loss_sum, cudaStream_t stream, const char **why)
 {
     if (rows < 0 || rows > INT32_MAX || vocab < 1)
         return fail(why, "xent: rows must be in [0, 2^31) and vocab >= 1");
@@ -210,8 +239,9 @@ extern "C" int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab,
         return 0;
     if (!logits || !targets || !loss_rows)
         return fail(why, "xent: logits, targets and loss_rows must be set");
-    xent_rows_kernel<<<(unsigned)rows, kThreads, 0, stream>>>(logits, vocab, targets, counted,
-                                                              scale, grad, loss_rows);
+    xent_rows_kernel<<<(unsigned)rows, kThreads, 0, stream>>>(
+        logits, vocab, targets, counted, scale, grad, loss_rows,
+        grad ? static_cast<__nv_bfloat16 *>(dlogits_bf16) : NULL);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && loss_sum) {
         ordered_sum_kernel<<<1, 1, 0, stream>>>(loss_rows, rows, loss_sum);

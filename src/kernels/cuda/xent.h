@@ -7,8 +7,10 @@
  * [T, vocab] logits never exist.
  *
  * One thread block per row; per-row log-sum-exp accumulates in double (as
- * the CPU kernel does) from one read of the row, the gradient takes a second
- * pass. No atomics: losses are bit-reproducible run to run, and the chunk
+ * the CPU kernel does) from one read of the row, in an order fixed by the
+ * vocabulary (a fixed stride per thread, then a fixed tree), the gradient
+ * takes a second read and is written once, in bf16 when the caller gives a
+ * bf16 buffer (no fp32 gradient, no separate convert). No atomics: losses are bit-reproducible run to run, and the chunk
  * sum is a plain left-to-right sum in row order, so summing chunk after
  * chunk into one accumulator reproduces head.c's token-order sum.
  *
@@ -30,17 +32,21 @@ extern "C" {
 
 /* For each row r of logits [rows, vocab] that counts (counted == NULL or
  * counted[r] != 0): loss_rows[r] = logsumexp(z_r) - z_r[targets[r]];
- * other rows get 0. When grad != 0 each row is overwritten in place by
- * scale * (softmax(z_r) - onehot(targets[r])) if it counts, else by zeros;
- * when grad == 0 logits are not written. When loss_sum != NULL,
+ * other rows get 0. When grad != 0 the gradient scale * (softmax(z_r) -
+ * onehot(targets[r])) if the row counts, else zeros, goes to row r of
+ * dlogits_bf16 ([rows, vocab] bf16, each fp32 value rounded to nearest
+ * even as rp_cuda_bf16_from_f32 rounds; the logits are then only read),
+ * or, with dlogits_bf16 NULL, overwrites the row in place in fp32; when
+ * grad == 0 nothing is written but the losses. When loss_sum != NULL,
  * *loss_sum += loss_rows[0] + loss_rows[1] + ... (one thread, in row order,
  * after the rows are done). targets of counted rows must lie in [0, vocab)
  * (check them first with rp_cuda_xent_check_targets); a counted row whose
  * target is outside gets loss NaN and no one-hot term rather than an
  * out-of-bounds access. loss_rows ([rows] doubles) is required. */
 int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab, const int32_t *targets,
-                       const uint8_t *counted, float scale, int grad, double *loss_rows,
-                       double *loss_sum, cudaStream_t stream, const char **why);
+                       const uint8_t *counted, float scale, int grad, void *dlogits_bf16,
+                       double *loss_rows, double *loss_sum, cudaStream_t stream,
+                       const char **why);
 
 /* The first position t < T that counts (mask == NULL or mask[t] != 0) and
  * whose target lies outside [0, vocab): host *bad_pos = t and *bad_target =

@@ -1,0 +1,96 @@
+/* The unproven CUDA paths and their switch (unproven.h). */
+#include "core/unproven.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    const char *what;
+} paths[RP_UNPROVEN_COUNT] = {
+    [RP_UNPROVEN_DOCUMENTS] = {"documents", "--documents and --eval-documents on CUDA executors "
+                                            "(attention and RoPE over document segments)"},
+    [RP_UNPROVEN_FP8_UPLOAD] = {"fp8-upload", "an FP8 LoRA base uploaded as e4m3 bytes and "
+                                              "dequantised on the GPU"},
+    [RP_UNPROVEN_GPT_OSS] = {"gpt-oss", "gpt-oss on CUDA executors (attention sinks and windows, "
+                                        "the clamped SwiGLU, the expert biases)"},
+    [RP_UNPROVEN_CUDNN] = {"cudnn", "--attention auto taking cuDNN's fused flash SDPA"},
+    [RP_UNPROVEN_FUSED_XENT] = {"fused-xent", "the head's cross-entropy writing its bf16 gradient "
+                                              "in the pass that forms it (else in fp32, then "
+                                              "converted: the same bits)"},
+    [RP_UNPROVEN_COPIES] = {"copies", "the transfer engine's asynchronous copies on an upload and "
+                                      "a download stream (else each chunk copied and waited for "
+                                      "in turn: the same bits)"},
+};
+
+const char *rp_unproven_name(rp_unproven p)
+{
+    return (unsigned)p < RP_UNPROVEN_COUNT ? paths[p].name : NULL;
+}
+
+const char *rp_unproven_what(rp_unproven p)
+{
+    return (unsigned)p < RP_UNPROVEN_COUNT ? paths[p].what : NULL;
+}
+
+rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err)
+{
+    *mask = 0;
+    if (!text || !*text || strcmp(text, "0") == 0)
+        return RP_OK;
+    if (strcmp(text, "1") == 0) {
+        *mask = (1u << RP_UNPROVEN_COUNT) - 1;
+        return RP_OK;
+    }
+    unsigned m = 0;
+    for (const char *at = text; *at;) {
+        while (*at == ' ' || *at == ',')
+            at++;
+        size_t n = strcspn(at, ",");
+        size_t len = n;
+        while (len > 0 && at[len - 1] == ' ')
+            len--;
+        if (len == 0) {
+            at += n;
+            continue;
+        }
+        int found = -1;
+        for (int p = 0; p < RP_UNPROVEN_COUNT; p++)
+            if (strlen(paths[p].name) == len && strncmp(at, paths[p].name, len) == 0)
+                found = p;
+        if (found < 0) {
+            char known[160] = "";
+            for (int p = 0; p < RP_UNPROVEN_COUNT; p++) {
+                strncat(known, paths[p].name, sizeof known - strlen(known) - 1);
+                strncat(known, ", ", sizeof known - strlen(known) - 1);
+            }
+            return rp_error_set(err, RP_ERR_INVALID_ARG,
+                                "RP_ALLOW_UNPROVEN_CUDA: '%.*s' is not a CUDA path waiting for a "
+                                "GPU (known: %sor 1 for all of them, 0 for none)", (int)len, at, known);
+        }
+        m |= 1u << found;
+        at += n;
+    }
+    *mask = m;
+    return RP_OK;
+}
+
+unsigned rp_unproven_mask(void)
+{
+    unsigned m = 0;
+    rp_error ignored = {0};
+    if (rp_unproven_parse(getenv("RP_ALLOW_UNPROVEN_CUDA"), &m, &ignored) != RP_OK)
+        return 0;
+    return m;
+}
+
+int rp_unproven_allowed(rp_unproven p)
+{
+    return (unsigned)p < RP_UNPROVEN_COUNT && (rp_unproven_mask() >> p & 1u);
+}
+
+rp_status rp_unproven_check(rp_error *err)
+{
+    unsigned m;
+    return rp_unproven_parse(getenv("RP_ALLOW_UNPROVEN_CUDA"), &m, err);
+}

@@ -1,0 +1,44 @@
+/* Paths written for CUDA executors without a GPU at hand: refused, or not
+ * taken by an automatic choice, until a GPU has run them against the CPU
+ * executors. RP_ALLOW_UNPROVEN_CUDA is the maintainer's switch that lets a
+ * GPU session prove them: "1" lets every one run, a comma-separated list
+ * of the names below only those, so that each case of bench/gpu/parity.sh
+ * lets run only the path it proves and a fault fails that case alone.
+ * One row per path in unproven.c; roundpipe(1) lists them. */
+#ifndef RP_CORE_UNPROVEN_H
+#define RP_CORE_UNPROVEN_H
+
+#include "core/error.h"
+
+typedef enum rp_unproven {
+    RP_UNPROVEN_DOCUMENTS = 0, /* attention and RoPE over document segments */
+    RP_UNPROVEN_FP8_UPLOAD,    /* an FP8 LoRA base uploaded as e4m3, dequantised on the GPU */
+    RP_UNPROVEN_GPT_OSS,       /* gpt-oss's ops: sinks, windows, clamped SwiGLU, expert biases */
+    RP_UNPROVEN_CUDNN,         /* --attention auto taking cuDNN's fused flash SDPA */
+    RP_UNPROVEN_FUSED_XENT,    /* the head's cross-entropy storing its bf16 gradient itself */
+    RP_UNPROVEN_COPIES,        /* the transfer engine's asynchronous copies (upload and download
+                                  streams, an event per chunk) */
+    RP_UNPROVEN_COUNT
+} rp_unproven;
+
+/* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies";
+ * NULL out of range. */
+const char *rp_unproven_name(rp_unproven p);
+/* What the path lets run, for messages and help. */
+const char *rp_unproven_what(rp_unproven p);
+
+/* The paths (bit 1u << p each) a switch's text allows: NULL, "" or "0" none,
+ * "1" every one, else names separated by commas (spaces around them
+ * ignored). RP_ERR_INVALID_ARG naming RP_ALLOW_UNPROVEN_CUDA, the word
+ * and the names known; *mask 0 then. */
+rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err);
+
+/* Whether RP_ALLOW_UNPROVEN_CUDA (read now) allows path p; a switch that
+ * does not parse allows nothing (rp_unproven_check says why). */
+int rp_unproven_allowed(rp_unproven p);
+/* The environment's mask, as rp_unproven_allowed reads it. */
+unsigned rp_unproven_mask(void);
+/* RP_OK, or the parse error of RP_ALLOW_UNPROVEN_CUDA. */
+rp_status rp_unproven_check(rp_error *err);
+
+#endif
