@@ -53,3 +53,9 @@ TESTS += mpi-tests/test_transfer_link
 mpi_tests_test_transfer_link_SOURCES = mpi-tests/test_transfer_link.c
 mpi_tests_test_transfer_link_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_transfer_link_LDADD = $(RP_TEST_LDADD)
+# the transfer engine over an asynchronous back end (issue 38)
+check_PROGRAMS += mpi-tests/test_transfer_async
+TESTS += mpi-tests/test_transfer_async
+mpi_tests_test_transfer_async_SOURCES = mpi-tests/test_transfer_async.c
+mpi_tests_test_transfer_async_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_transfer_async_LDADD = $(RP_TEST_LDADD)

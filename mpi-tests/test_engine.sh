@@ -21,6 +21,9 @@
 # - jobs stream their weights: a forward job computes its first layers
 #   while the update of its last layer (of the step before) still runs
 #   (trace spans);
+# - gradients stream down while the next job starts: with one weight
+#   buffer, the job after the tail uploads its weights before the tail's
+#   gradients are all down (trace spans);
 # - the embedding update goes by need: the rows the next step's tokens read
 #   first (RP_EV_ROWS), the rest later; with an untied embedding no job waits
 #   for the rest (a run whose rank 0 never raises its share's version of
@@ -154,6 +157,49 @@ streamed=$(awk '
 [ "${streamed:-0}" -ge 1 ] && ok \
   || bad "streaming: in no step did F0 compute before the update of its layer 2 had ended"
 echo "streaming: F0 computed before its last layer's update ended in $streamed of 5 steps"
+
+# gradients stream down while the next job starts (issue 38): one rank runs
+# the tail (layers 3-5) then B1 (0-2) with one weight buffer (no prefetch:
+# B1 uploads its weights when it starts) and 4 KiB transfer chunks; between
+# the tail's last microbatch and B1's first, B1's first weights chunk goes
+# before the tail's last gradient chunk has landed, in some step (a job that
+# waited for all its gradients before it ended never lets that happen: its
+# successor submits nothing before they are down). Delays before every
+# signal (up to 2 ms) hold the transfer thread as it announces each layer,
+# so that the overlap shows on a loaded machine too.
+${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US=2000 -np 1 "$bin" train --init-config "$src/examples/tiny-config.json" \
+  --data "$build/examples/data/gnu-licenses.npy" --seq-len 32 --batch-size 4 --microbatches 2 \
+  --steps 6 --threads 1 --timeout 60 --progress none --device cpu --weight-buffers 1 \
+  --chunk-mib 0.004 --plan "fwd=0-2;bwd=3-5,0-2" --trace "$tmp/grads.json" > "$tmp/grads.out" 2>&1 \
+  || { bad "gradient stream: traced run failed"; cat "$tmp/grads.out"; }
+overlapped=$(awk '
+  function field(s, key) { return match(s, "\"" key "\":[0-9.]+") ? substr(s, RSTART + length(key) + 3, RLENGTH - length(key) - 3) + 0 : -1 }
+  function step_of(s) { sub(/.*\(it /, "", s); sub(/\).*/, "", s); return s + 0 }
+  /"ph":"X"/ && /"pid":0,/ {
+    ts = field($0, "ts"); end = ts + field($0, "dur")
+    if (match($0, /"name":"T[0-9]+ m[0-9]+ \(it [0-9]+\)"/)) {
+      t = step_of(substr($0, RSTART, RLENGTH)); if (end > tail_end[t]) tail_end[t] = end
+    } else if (match($0, /"name":"B1 m0 \(it [0-9]+\)"/)) {
+      b1[step_of(substr($0, RSTART, RLENGTH))] = ts
+    } else if ($0 ~ /"name":"[a-z -]*grad[a-z ]* [0-9]+ B"/) {
+      n_down++; down_ts[n_down] = ts; down_end[n_down] = end
+    } else if ($0 ~ /"name":"(weights|embedding rows) [0-9]+ B"/) {
+      n_up++; up_ts[n_up] = ts
+    } }
+  END { n = 0
+    for (t in b1) {
+      if (!(t in tail_end)) continue
+      last_down = -1; first_up = -1
+      for (i = 1; i <= n_down; i++)
+        if (down_ts[i] >= tail_end[t] && down_ts[i] <= b1[t] && down_end[i] > last_down) last_down = down_end[i]
+      for (i = 1; i <= n_up; i++)
+        if (up_ts[i] >= tail_end[t] && up_ts[i] <= b1[t] && (first_up < 0 || up_ts[i] < first_up)) first_up = up_ts[i]
+      if (last_down >= 0 && first_up >= 0 && first_up < last_down) n++
+    }
+    print n }' "$tmp/grads.json")
+[ "${overlapped:-0}" -ge 1 ] && ok \
+  || bad "gradient stream: in no step did B1 upload its weights before the tail's gradients were down"
+echo "gradient stream: B1's weights went up before the tail's gradients were down in $overlapped of 6 steps"
 
 # the embedding moves as rows: qwen3 has a 96 x 64 fp32 table (24576 B)
 run qwen3 2 "$tmp/rows" --trace "$tmp/rows.json" && same qwen3 "$tmp/qwen3-ref" "$tmp/rows" \

@@ -124,7 +124,7 @@ static rp_status picky_copy(void *ctx, void *dst, const void *src, size_t n, rp_
 
 START_TEST(a_failing_copy_fails_only_its_request)
 {
-    rp_xfer_params p = {.chunk_bytes = 16, .ops = {picky_copy, NULL, NULL}};
+    rp_xfer_params p = {.chunk_bytes = 16, .ops = {.copy = picky_copy}};
     rp_xfer *x;
     rp_error err;
     ck_assert_int_eq(rp_xfer_create(&p, &x, &err), RP_OK);

@@ -83,7 +83,7 @@ static rp_xfer *engine(member *m, rp_xfer_link *board, int slot, int members, ui
     rp_xfer_params p;
     memset(&p, 0, sizeof p);
     p.chunk_bytes = CHUNK;
-    p.ops = (rp_xfer_ops){link_copy, NULL, m};
+    p.ops = (rp_xfer_ops){.copy = link_copy, .ctx = m};
     p.link = board;
     p.link_member = slot;
     p.link_members = members;

@@ -74,7 +74,7 @@ START_TEST(urgent_request_waits_at_most_one_chunk)
     static trace_log log = {PTHREAD_MUTEX_INITIALIZER, 0, {{0}}};
     log.n = 0;
     slow s = {.delay_us = 3000};
-    rp_xfer_params p = {.chunk_bytes = CHUNK, .ops = {slow_copy, NULL, &s}, .trace = on_chunk,
+    rp_xfer_params p = {.chunk_bytes = CHUNK, .ops = {.copy = slow_copy, .ctx = &s}, .trace = on_chunk,
                         .trace_ctx = &log};
     rp_xfer *x;
     rp_error err;
@@ -145,7 +145,7 @@ static void record(rp_xfer_req *r, void *arg, rp_xfer_state state)
 START_TEST(queued_classes_run_in_priority_order)
 {
     slow s = {.delay_us = 1000};
-    rp_xfer_params p = {.chunk_bytes = 64, .ops = {slow_copy, NULL, &s}};
+    rp_xfer_params p = {.chunk_bytes = 64, .ops = {.copy = slow_copy, .ctx = &s}};
     rp_xfer *x;
     rp_error err;
     ck_assert_int_eq(rp_xfer_create(&p, &x, &err), RP_OK);
@@ -190,7 +190,7 @@ static void count_end(rp_xfer_req *r, void *arg, rp_xfer_state s)
 START_TEST(destroy_with_pending_work_cancels_cleanly)
 {
     slow s = {.delay_us = 2000};
-    rp_xfer_params p = {.chunk_bytes = 1024, .ops = {slow_copy, NULL, &s}};
+    rp_xfer_params p = {.chunk_bytes = 1024, .ops = {.copy = slow_copy, .ctx = &s}};
     rp_xfer *x;
     rp_error err;
     ck_assert_int_eq(rp_xfer_create(&p, &x, &err), RP_OK);

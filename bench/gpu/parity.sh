@@ -47,6 +47,11 @@
 #               cross-entropy writes its bf16 gradient in the pass that forms it
 #               (issue 38), which must give qwen3's dut1 model bit for bit (every
 #               other case forms it in fp32 and converts it)
+#   copies      golden/qwen3 with 10 KiB transfer chunks: dut1 = 1 rank, the
+#               transfer engine's asynchronous copies (an upload and a download
+#               stream, events; RP_ALLOW_UNPROVEN_CUDA=copies), dut2 = 2 ranks
+#               with the synchronous copies every other case has: the same
+#               bits, and each run's log says which (issue 38)
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -82,7 +87,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent copies speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -151,6 +156,7 @@ run() {
     gpt-oss) unproven=gpt-oss ;;
     fp8|fp8-moe) unproven=fp8-upload ;;
     fused-xent) unproven=fused-xent ;;
+    copies) [ -n "${sync_copies:-}" ] || unproven=copies ;; # dut2: sync_copies=1
   esac
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
@@ -204,6 +210,16 @@ for case in $cases; do
         0\ *|*\ 0|"") result "$c" FAILED - "the run did not both keep and redo speculative updates (hits, misses: ${hm:-none said}; $c-dut1.txt)"; continue ;;
       esac
       two="speculative (${hm% *} hits, ${hm#* } misses) on 2 ranks = on 1" ;;
+    copies)
+      run "$c-dut1" "$dev" 1 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, asynchronous copies failed ($c-dut1.txt)"; continue; }
+      sync_copies=1 run "$c-dut2" "$dev" 2 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, 2 ranks, synchronous copies failed ($c-dut2.txt)"; continue; }
+      if [ "$dev" != cpu ]; then # the CPU has no choice, and no line
+        grep -q "copies: asynchronous" "$work/$c-dut1.txt" ||
+          { result "$c" FAILED - "$dev: dut1's log does not say 'copies: asynchronous' ($c-dut1.txt)"; continue; }
+        grep -q "copies: synchronous" "$work/$c-dut2.txt" ||
+          { result "$c" FAILED - "$dev: dut2's log does not say 'copies: synchronous' ($c-dut2.txt)"; continue; }
+      fi
+      two="asynchronous copies in 10 KiB chunks on 1 rank = synchronous on 2" ;;
     checkpoint)
       run "$c-dut1" "$dev" 1 --checkpoint-dir "$work/$c-ck" --checkpoint-every 3 --keep-checkpoints 0 ||
         { result "$c" FAILED - "$dev, checkpointing run failed ($c-dut1.txt)"; continue; }

@@ -16,7 +16,7 @@
 #   parity      160  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 17 cases, the never-run paths first (capped
+#                          its 19 cases, the never-run paths first (capped
 #                          at 240 s)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
@@ -42,7 +42,7 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~545 s with the carried build (parity's 17 cases take 160, the
+# Expected: ~555 s with the carried build (parity's 19 cases take 170, the
 # cuDNN test and timings 40), so
 # maxseq runs only when earlier phases beat their expectations; a rebuild
 # (+80 s) cuts maxseq, then topology. `bash bench/gpu/run.sh maxseq` runs it

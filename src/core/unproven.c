@@ -18,6 +18,9 @@ static const struct {
     [RP_UNPROVEN_FUSED_XENT] = {"fused-xent", "the head's cross-entropy writing its bf16 gradient "
                                               "in the pass that forms it (else in fp32, then "
                                               "converted: the same bits)"},
+    [RP_UNPROVEN_COPIES] = {"copies", "the transfer engine's asynchronous copies on an upload and "
+                                      "a download stream (else each chunk copied and waited for "
+                                      "in turn: the same bits)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)

@@ -16,11 +16,13 @@ typedef enum rp_unproven {
     RP_UNPROVEN_GPT_OSS,       /* gpt-oss's ops: sinks, windows, clamped SwiGLU, expert biases */
     RP_UNPROVEN_CUDNN,         /* --attention auto taking cuDNN's fused flash SDPA */
     RP_UNPROVEN_FUSED_XENT,    /* the head's cross-entropy storing its bf16 gradient itself */
+    RP_UNPROVEN_COPIES,        /* the transfer engine's asynchronous copies (upload and download
+                                  streams, an event per chunk) */
     RP_UNPROVEN_COUNT
 } rp_unproven;
 
-/* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent"; NULL out of
- * range. */
+/* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies";
+ * NULL out of range. */
 const char *rp_unproven_name(rp_unproven p);
 /* What the path lets run, for messages and help. */
 const char *rp_unproven_what(rp_unproven p);

@@ -85,6 +85,28 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
     return dev->ops->copy(dev->impl, dst, src, bytes, err);
 }
 
+int rp_device_copies_asynchronous(const rp_device *dev)
+{
+    return dev->ops->copy_issue && dev->ops->copy_complete;
+}
+
+rp_status rp_device_copy_issue(rp_device *dev, int ticket, void *dst, const void *src, size_t bytes,
+                               rp_copy_direction dir, rp_error *err)
+{
+    if (!rp_device_copies_asynchronous(dev) || ticket < 0 || ticket >= RP_DEVICE_COPY_TICKETS)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: no asynchronous copy under ticket %d",
+                            dev->name, ticket);
+    return dev->ops->copy_issue(dev->impl, ticket, dst, src, bytes, dir, err);
+}
+
+rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err)
+{
+    if (!rp_device_copies_asynchronous(dev) || ticket < 0 || ticket >= RP_DEVICE_COPY_TICKETS)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: no asynchronous copy under ticket %d",
+                            dev->name, ticket);
+    return dev->ops->copy_complete(dev->impl, ticket, err);
+}
+
 rp_status rp_device_host_register(rp_device *dev, void *p, size_t bytes, rp_error *err)
 {
     return dev->ops->host_register ? dev->ops->host_register(dev->impl, p, bytes, err) : RP_OK;

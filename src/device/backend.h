@@ -9,8 +9,8 @@
  *
  * All pointers given to the layers are device pointers (tokens, targets and
  * masks included). Calls on one device are issued from one thread at a
- * time, except rp_device_copy, which the transfer engine's worker also
- * calls. */
+ * time, except the copies (rp_device_copy and the asynchronous ones), which
+ * the transfer engine's workers also call. */
 #ifndef RP_DEVICE_BACKEND_H
 #define RP_DEVICE_BACKEND_H
 
@@ -52,6 +52,23 @@ rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err
 /* Copy bytes between host and device memory in either direction (or within
  * one), complete on return. */
 rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t bytes, rp_error *err);
+
+/* Asynchronous copies, for the transfer engine (engine/transfer.h), where
+ * the back end offers them (CUDA; not the CPU, whose copies complete on
+ * return): uploads and downloads each go on a stream of their own, so the
+ * two directions of the link move at once. rp_device_copy_issue starts a
+ * copy under `ticket` (0 .. RP_DEVICE_COPY_TICKETS - 1, in use by one copy
+ * at a time) and returns; rp_device_copy_complete returns once that copy has
+ * arrived, reporting its error, without waiting for anything else on the
+ * device. Copies issued in one direction arrive in the order issued. Like
+ * rp_device_copy, they read what the kernel ops wrote only after
+ * rp_device_sync. */
+#define RP_DEVICE_COPY_TICKETS 4
+typedef enum rp_copy_direction { RP_COPY_UP = 0, RP_COPY_DOWN = 1 } rp_copy_direction;
+int rp_device_copies_asynchronous(const rp_device *dev); /* non-zero where offered */
+rp_status rp_device_copy_issue(rp_device *dev, int ticket, void *dst, const void *src, size_t bytes,
+                               rp_copy_direction dir, rp_error *err);
+rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err);
 
 /* Pin host memory (the host store) for fast transfers, once per rank; undo
  * before the memory is unmapped. No-ops where pinning means nothing. */

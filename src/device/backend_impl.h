@@ -14,6 +14,10 @@ typedef struct rp_device_ops {
     void (*free)(void *impl, void *p);
     rp_status (*memset0)(void *impl, void *p, size_t bytes, rp_error *err);
     rp_status (*copy)(void *impl, void *dst, const void *src, size_t bytes, rp_error *err);
+    /* both NULL where copies are synchronous alone (as on the CPU) */
+    rp_status (*copy_issue)(void *impl, int ticket, void *dst, const void *src, size_t bytes,
+                            rp_copy_direction dir, rp_error *err);
+    rp_status (*copy_complete)(void *impl, int ticket, rp_error *err);
     /* may be NULL (nothing to do, as on the CPU) */
     rp_status (*host_register)(void *impl, void *p, size_t bytes, rp_error *err);
     void (*host_unregister)(void *impl, void *p);

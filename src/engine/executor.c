@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/engine_impl.h"
 #include "engine/executor_impl.h"
@@ -43,6 +44,33 @@ static rp_status device_copy(void *ctx, void *dst, const void *src, size_t bytes
 {
     (void)cls;
     return rp_device_copy(ctx, dst, src, bytes, err);
+}
+
+/* The transfer engine's tickets are the device's: one event each. */
+_Static_assert(RP_XFER_TICKETS <= RP_DEVICE_COPY_TICKETS, "a device event per transfer ticket");
+_Static_assert((int)RP_XFER_UP == (int)RP_COPY_UP && (int)RP_XFER_DOWN == (int)RP_COPY_DOWN,
+               "the engine's directions are the device's");
+
+static rp_status device_issue(void *ctx, int ticket, void *dst, const void *src, size_t bytes,
+                              rp_xfer_class cls, rp_error *err)
+{
+    return rp_device_copy_issue(ctx, ticket, dst, src, bytes,
+                                (rp_copy_direction)rp_xfer_class_direction(cls), err);
+}
+
+static rp_status device_complete(void *ctx, int ticket, rp_error *err)
+{
+    return rp_device_copy_complete(ctx, ticket, err);
+}
+
+/* The transfer engine's copies: asynchronous where the device offers them
+ * and RP_ALLOW_UNPROVEN_CUDA lets copies run (they have not run on a GPU
+ * yet), else synchronous, a chunk at a time. */
+static rp_xfer_ops transfer_ops(const rp_engine *e, rp_device *dev)
+{
+    if (rp_device_copies_asynchronous(dev) && (e->unproven >> RP_UNPROVEN_COPIES & 1u))
+        return (rp_xfer_ops){.ctx = dev, .issue = device_issue, .complete = device_complete};
+    return (rp_xfer_ops){.copy = device_copy, .ctx = dev};
 }
 
 static void executor_free(executor *x)
@@ -84,6 +112,8 @@ static void executor_free(executor *x)
     free(x->host_targets);
     free(x->host_mask);
     free(x->grad_requests);
+    free(x->grad_layer);
+    free((void *)x->grad_left);
     if (x->aux_grad != x->host_aux_grad)
         rp_device_free(x->dev, x->aux_grad);
     free(x->host_aux_grad);
@@ -253,6 +283,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->segments && x->host_segments;
     }
     x->grad_requests = calloc((size_t)e->num_layers + 1, sizeof(rp_xfer_req));
+    x->grad_layer = calloc((size_t)e->num_layers + 1, sizeof(int));
+    x->grad_left = calloc((size_t)e->num_layers + 1, sizeof(_Atomic int));
     if (rp_model_has_moe(cfg)) { /* with or without the loss: the memory model counts them */
         const size_t E = (size_t)cfg->moe.num_experts;
         x->host_aux_grad = malloc(E * sizeof(float));
@@ -261,7 +293,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         ok &= x->host_aux_grad && x->aux_grad && (kops->host_addressable || x->router_stats);
     }
     ok &= x->scratch && x->acts && x->act_grad && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
-          x->host_targets && x->host_mask && x->grad_requests;
+          x->host_targets && x->host_mask && x->grad_requests && x->grad_layer && x->grad_left;
     for (int i = 0; ok && i <= nst_max && i <= e->num_layers; i++)
         ok &= (x->acts[i] = falloc(x, e->act_floats, err)) != NULL;
     size_t saved_floats = rp_block_saved_floats(kops, wdt, cfg, e->samples_per_micro, e->seq_len);
@@ -294,8 +326,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
         x->segment_pinned = 1;
     }
     rp_xfer_params xp = {0};
-    xp.ops.copy = device_copy;
-    xp.ops.ctx = x->dev;
+    xp.ops = transfer_ops(e, x->dev);
     xp.trace = e->trace ? xfer_trace : NULL;
     xp.trace_ctx = e;
     if (e->link_members >= 2) { /* peers on this rank's PCIe link */
@@ -328,6 +359,9 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
                  kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
     RP_TRY(rp_stage_acquire(x, &job, t, g, j, err));
+    /* the job before's gradients came down while this one's weights went
+     * up; they are read from the scratch this job is about to write */
+    RP_TRY(rp_stage_grads_landed(x, err));
     scratch_begin(x, &job);
 
     int64_t counted = job.kind == RP_JOB_FWD ? 0 : rp_engine_counted(e, t);
@@ -410,6 +444,13 @@ rp_status rp_engine_run_executor(rp_engine *e)
         rp_log(e->lg, RP_LOG_INFO, "host store: %.1f MiB of model state and gradients, %.1f MiB "
                "of activations (%zu, %zu bytes)%s", e->param_store_bytes / 1048576.0,
                acts / 1048576.0, e->param_store_bytes, acts, pin);
+        if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
+            rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
+                   ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
+                     "each way (RP_ALLOW_UNPROVEN_CUDA=copies: not yet run on a GPU)"
+                   : "copies: synchronous, one chunk at a time (the asynchronous copies, %d chunks "
+                     "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=copies "
+                     "takes them)", RP_XFER_DEPTH);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)
@@ -419,6 +460,12 @@ rp_status rp_engine_run_executor(rp_engine *e)
                     if (s != RP_OK && s != RP_STOP)
                         rp_engine_fail(e, s, &err);
                 }
+    rp_error landed_err = {0}; /* the last job's gradients, whatever stopped the loop */
+    rp_status sl = rp_stage_grads_landed(&x, &landed_err);
+    if (sl != RP_OK && (s == RP_OK || s == RP_STOP)) {
+        s = sl;
+        rp_engine_fail(e, s, &landed_err);
+    }
     rp_xfer_drain(x.xfer);
     rp_xfer_stats st;
     rp_xfer_get_stats(x.xfer, &st);

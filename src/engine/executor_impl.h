@@ -82,6 +82,15 @@ typedef struct executor {
     int32_t *host_tokens, *host_targets, *host_segments; /* host staging */
     uint8_t *host_mask;
     rp_xfer_req *grad_requests; /* [nlayers + 1] downloads */
+    /* the last job's gradient download, under way while the next job starts
+     * (gradient_download.c): its requests, the layer each brings, the
+     * requests each layer still waits for (a tied head: its own and the
+     * tied part) and the pipeline and iteration it announces */
+    int grads_pending;
+    int *grad_layer;        /* [nlayers + 1] */
+    _Atomic int *grad_left; /* [nlayers] */
+    int grad_first, grad_g;
+    int64_t grad_t;
     /* the load-balancing loss of a mixture of experts (engine/router_aux.h):
      * its gradient per probability for the running microbatch, on the host
      * and the device (one buffer on host-addressable devices), and a
@@ -176,11 +185,20 @@ rp_status rp_stage_backward(executor *x, const rp_job *job, int64_t t, int m, rp
 
 /* ---- after a tail or backward job's microbatches (gradient_download.c) ---- */
 
-/* Download the job's gradients into pipeline g's host buffers (a tail with
- * a tied LM head: also its part of the embedding's gradient) and say so.
+/* Start the download of the job's gradients into pipeline g's host buffers
+ * (a tail with a tied LM head: also its part of the embedding's gradient)
+ * and return: each layer is announced to the optimizer as soon as it has
+ * landed (on the transfer engine's thread), while the next job starts
+ * (--grad-dtype bf16 with synchronous copies: the job waits, widening and
+ * announcing each layer as it lands).
  * Summing over the pipelines, the tied part and the norms are the
  * optimizer's (optimizer.c). */
 rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g,
                                   rp_error *err);
+
+/* Wait until the download started last is down (before anything writes the
+ * scratch that holds the gradients on the device, and at the end of the
+ * run); its first failure, if any. */
+rp_status rp_stage_grads_landed(executor *x, rp_error *err);
 
 #endif

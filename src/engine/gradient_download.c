@@ -2,7 +2,13 @@
  * the device over the job's microbatches, downloaded once into its
  * pipeline's host buffers (rounded to bf16 on the way with --grad-dtype
  * bf16), after the update gate says those buffers are free, and announced
- * to the optimizer layer by layer (protocol.h's grad event). */
+ * to the optimizer layer by layer (protocol.h's grad event) as each lands:
+ * the job ends once the download is submitted, and the next job starts
+ * (its weights going up while the gradients come down) until it would
+ * write the scratch they are read from (rp_stage_grads_landed); with
+ * --grad-dtype bf16 and synchronous copies the job waits for it, see
+ * widened_by_executor. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "device/backend.h"
@@ -26,10 +32,61 @@ static rp_status round_request(executor *x, rp_xfer_req *r, size_t at, size_t n,
     return RP_OK;
 }
 
+/* With --grad-dtype bf16 and synchronous copies, the executor's thread
+ * widens each request and announces it (the job waits for its download, as
+ * the widening would hold the one transfer thread, and with it the next
+ * job's uploads, for milliseconds a layer); otherwise the transfer
+ * engine's thread does, as each request ends. */
+static int widened_by_executor(const executor *x)
+{
+    return x->grads_bf16 && !rp_xfer_asynchronous(x->xfer);
+}
+
+/* Request r has landed: widened on the host with --grad-dtype bf16, and
+ * its layer announced once everything of it is down. */
+static void landed(executor *x, rp_xfer_req *r)
+{
+    if (x->grads_bf16)
+        rp_bf16_widen_in_place(r->dst, r->bytes / 2);
+    const int l = x->grad_layer[r - x->grad_requests];
+    if (atomic_fetch_sub(&x->grad_left[l - x->grad_first], 1) == 1)
+        rp_proto_publish_grad(x->e, l, x->grad_g, x->grad_t);
+}
+
+/* A request of the download has ended (on the transfer engine's thread).
+ * A failed one stops the run at once: the optimizer waits for its layer,
+ * and the next job perhaps for that layer's update. */
+static void grad_landed(rp_xfer_req *r, void *arg, rp_xfer_state state)
+{
+    executor *x = arg;
+    if (state == RP_XFER_FAILED)
+        rp_engine_fail(x->e, r->status, &r->err);
+    if (state == RP_XFER_DONE && !widened_by_executor(x))
+        landed(x, r);
+}
+
+rp_status rp_stage_grads_landed(executor *x, rp_error *err)
+{
+    rp_status s = RP_OK;
+    for (int i = 0; i < x->grads_pending; i++) { /* every one, whatever failed */
+        rp_error mine = {0};
+        rp_status si = rp_xfer_wait(x->xfer, &x->grad_requests[i], &mine);
+        if (si == RP_OK && widened_by_executor(x))
+            landed(x, &x->grad_requests[i]);
+        if (si != RP_OK && s == RP_OK) {
+            s = si;
+            *err = mine;
+        }
+    }
+    x->grads_pending = 0;
+    return s;
+}
+
 rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int g, rp_error *err)
 {
     rp_engine *e = x->e;
     int n = 0;
+    RP_TRY(rp_stage_grads_landed(x, err)); /* the requests are reused */
     RP_TRY(rp_gate_wait_grad_buffers(e, job->first, job->last, rp_stage_needs_tied(e, job), t,
                                      x->name, err));
     for (int l = job->first; l <= job->last; l++) {
@@ -38,6 +95,7 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
                 e->emb_n[g] = 0;
             continue;
         }
+        x->grad_layer[n] = l;
         rp_xfer_req *r = &x->grad_requests[n++];
         memset(r, 0, sizeof *r);
         r->src = rp_exec_layer_grad(x, job, l);
@@ -56,7 +114,8 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
         }
         RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->grads), r->bytes / 4, err));
     }
-    if (rp_stage_needs_tied(e, job)) {
+    if (rp_stage_needs_tied(e, job)) { /* announced with the head */
+        x->grad_layer[n] = job->last;
         rp_xfer_req *r = &x->grad_requests[n++];
         memset(r, 0, sizeof *r);
         r->dst = rp_engine_tied_grad(e, g);
@@ -68,14 +127,22 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
     }
     if (x->grads_bf16) /* the roundings are queued on the compute stream */
         RP_TRY(rp_device_sync(x->dev, err));
+    x->grad_first = job->first;
+    x->grad_g = g;
+    x->grad_t = t;
+    for (int l = job->first; l <= job->last; l++)
+        atomic_store(&x->grad_left[l - job->first], 0);
     for (int i = 0; i < n; i++)
-        RP_TRY(rp_xfer_submit(x->xfer, &x->grad_requests[i], err));
+        atomic_fetch_add(&x->grad_left[x->grad_layer[i] - job->first], 1);
+    for (int l = job->first; l <= job->last; l++) /* a frozen layer: nothing to wait for */
+        if (atomic_load(&x->grad_left[l - job->first]) == 0)
+            rp_proto_publish_grad(e, l, g, t);
     for (int i = 0; i < n; i++) {
-        RP_TRY(rp_xfer_wait(x->xfer, &x->grad_requests[i], err));
-        if (x->grads_bf16)
-            rp_bf16_widen_in_place(x->grad_requests[i].dst, x->grad_requests[i].bytes / 2);
+        x->grad_requests[i].done = grad_landed;
+        x->grad_requests[i].done_arg = x;
+        rp_status s = rp_xfer_submit(x->xfer, &x->grad_requests[i], err);
+        x->grads_pending = s == RP_OK ? i + 1 : i;
+        RP_TRY(s);
     }
-    for (int l = job->last; l >= job->first; l--)
-        rp_proto_publish_grad(e, l, g, t);
-    return RP_OK;
+    return widened_by_executor(x) ? rp_stage_grads_landed(x, err) : RP_OK;
 }

@@ -1,19 +1,26 @@
 /* Transfer engine (DESIGN.md section 7): one per executor, moving bytes
- * between the host store and the device on a worker thread, by priority.
+ * between the host store and the device by priority.
  *
  * Five classes, most urgent first. Within a class requests run in the order
- * submitted; between classes the worker picks the most urgent non-empty
+ * submitted; between classes the engine picks the most urgent non-empty
  * class before every chunk. Requests are cut into chunks (--chunk-mib), so a
- * request submitted while a long, less urgent one is in flight waits for at
- * most the chunk being copied.
+ * request submitted while a long, less urgent one is under way waits for at
+ * most the chunks already in flight.
  *
- * The engine knows nothing of devices: it calls a copy function per chunk,
- * and `fence` (when set) after each, on its worker thread. The executor
- * passes rp_device_copy, which completes a chunk before it returns (the CPU
- * back end's memcpy, and for now the CUDA back end's copy too), and no
- * fence. An asynchronous back end would issue the copy on a stream in `copy`
- * and wait for its event in `fence`, keeping one chunk in flight so that the
- * bound above holds on the GPU too (DESIGN 7; not built yet). */
+ * The engine knows nothing of devices. With a synchronous back end (`copy`:
+ * memcpy, the CPU back end, the CUDA back end unless it runs its
+ * asynchronous copies) one worker thread copies one chunk at a time, each
+ * complete when `copy` returns. With an asynchronous back end (`issue` and
+ * `complete`: the CUDA back end's upload and download streams, one event per
+ * ticket) the engine runs one worker per direction, because a PCIe link
+ * carries both at once (full duplex): uploads (input, weights, prefetch) and
+ * downloads (save, grad) each keep up to RP_XFER_DEPTH chunks in flight, the
+ * next one issued while the one before it is still being copied, so the link
+ * does not idle while the worker decides. A chunk is decided only while at
+ * most RP_XFER_DEPTH - 1 chunks of its direction are in flight, so an urgent
+ * request waits for at most those, never for the other direction. A request
+ * is finished (DONE, its callback) only once the completion of its last
+ * chunk has been seen, so whoever waits for it may use its bytes. */
 #ifndef RP_ENGINE_TRANSFER_H
 #define RP_ENGINE_TRANSFER_H
 
@@ -36,23 +43,43 @@ const char *rp_xfer_class_name(rp_xfer_class c); /* "input", "weights", ... */
 
 #define RP_XFER_DEFAULT_CHUNK ((size_t)16 << 20)
 
-/* Back-end copy interface. copy moves one chunk (or issues it, for an
- * asynchronous back end); fence, if not NULL, returns when everything
- * issued so far has completed. Both run on the worker thread. A failure
- * fails that request (its status and message) and the engine goes on. */
+/* Uploads go host to device, downloads device to host; a back end carries
+ * each on its own stream. */
+typedef enum rp_xfer_direction { RP_XFER_UP = 0, RP_XFER_DOWN = 1, RP_XFER_NDIR = 2 } rp_xfer_direction;
+rp_xfer_direction rp_xfer_class_direction(rp_xfer_class c); /* input..prefetch up; save, grad down */
+
+/* Chunks an asynchronous engine keeps in flight per direction, and the
+ * tickets (0 .. RP_XFER_TICKETS - 1) it hands the back end: a ticket is in
+ * use by one chunk at a time, from its issue until its completion has been
+ * seen, so a back end keeps one event per ticket. */
+#define RP_XFER_DEPTH 2
+#define RP_XFER_TICKETS (RP_XFER_NDIR * RP_XFER_DEPTH)
+
+/* Back-end copy interface, called on the worker threads. Either `copy`
+ * alone (synchronous: the chunk has arrived when it returns), or `issue` and
+ * `complete` both (asynchronous; `copy` is then unused): `issue` starts a
+ * chunk's copy in the direction of its class under `ticket` and returns;
+ * `complete` returns once the chunk issued under `ticket` has arrived (the
+ * fence), reporting an error of the copy. Each direction's chunks are
+ * completed in the order issued. A failure fails that request alone (its
+ * status and message) and the engine goes on. */
 typedef struct rp_xfer_ops {
     rp_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
                       rp_error *err);
-    rp_status (*fence)(void *ctx, rp_xfer_class cls, rp_error *err);
     void *ctx;
+    rp_status (*issue)(void *ctx, int ticket, void *dst, const void *src, size_t bytes,
+                       rp_xfer_class cls, rp_error *err);
+    rp_status (*complete)(void *ctx, int ticket, rp_error *err);
 } rp_xfer_ops;
 
 /* Memcpy back end (ctx unused). */
 rp_xfer_ops rp_xfer_ops_memcpy(void);
 
-/* Trace hook: called on the worker thread after every chunk, with its
+/* Trace hook: called on a worker thread after every chunk, with its
  * class, request tag, offset in the request, size and start/end times in
- * nanoseconds on CLOCK_MONOTONIC. Must be quick. */
+ * nanoseconds on CLOCK_MONOTONIC (asynchronous: from the later of its issue
+ * and the completion of the chunk before it in its direction, to its
+ * completion seen). Must be quick. */
 typedef void (*rp_xfer_trace_fn)(void *ctx, rp_xfer_class cls, const char *tag, size_t offset,
                                  size_t bytes, uint64_t t0_ns, uint64_t t1_ns);
 
@@ -60,9 +87,10 @@ typedef void (*rp_xfer_trace_fn)(void *ctx, rp_xfer_class cls, const char *tag, 
  * PCIe switch, whose uplink they share), through memory they all see (the
  * host store; only lock-free atomics in it): each member publishes how many
  * urgent requests (input, weights) it has queued or running. Before a chunk
- * of a lower class (prefetch, save, gradients) an engine waits while a peer
- * has urgent work, so priority holds across the GPUs on a shared link, not
- * only within one; bounded: after waiting max_wait_ns for one chunk it goes
+ * of a lower class (prefetch, save, gradients; asynchronous: prefetch alone,
+ * as save and gradients go the other way on a full-duplex link) an engine
+ * waits while a peer has urgent work, so priority holds across the GPUs on a
+ * shared link, not only within one; bounded: after waiting max_wait_ns for one chunk it goes
  * anyway (no starvation under a steady urgent stream), and as soon as no
  * peer has urgent work. The wait shows in the trace (a zero-byte span tagged
  * "waits for a peer's urgent transfer") and in the statistics. */
@@ -75,7 +103,7 @@ typedef struct rp_xfer_link {
 
 typedef struct rp_xfer_params {
     size_t chunk_bytes;     /* 0: RP_XFER_DEFAULT_CHUNK */
-    rp_xfer_ops ops;        /* copy NULL: memcpy */
+    rp_xfer_ops ops;        /* copy and issue NULL: memcpy */
     rp_xfer_trace_fn trace; /* may be NULL */
     void *trace_ctx;
     rp_xfer_link *link;     /* NULL: no peers (this engine alone on its link) */
@@ -111,19 +139,23 @@ struct rp_xfer_req {
     size_t bytes;
     rp_xfer_class cls;
     const char *tag;      /* for the trace; may be NULL */
-    rp_xfer_done_fn done; /* called on the worker thread when it ends; may be NULL */
+    rp_xfer_done_fn done; /* called on a worker thread when it ends; may be NULL */
     void *done_arg;
     /* filled by the engine */
     _Atomic int state;    /* rp_xfer_state */
     rp_status status;
     rp_error err;
-    size_t offset;        /* bytes copied so far */
+    size_t offset;        /* bytes copied so far (asynchronous: whose completion was seen) */
     rp_xfer_req *next;
+    size_t issued;        /* asynchronous: bytes issued */
+    int in_flight;        /* asynchronous: chunks issued, completion not yet seen */
+    int queued;           /* in its class's queue (more chunks to issue) */
 };
 
 typedef struct rp_xfer rp_xfer;
 
-/* Per-class statistics. busy_ns counts time inside copy + fence. */
+/* Per-class statistics. busy_ns counts time inside copy, or (asynchronous)
+ * the chunks' traced spans. */
 typedef struct rp_xfer_stats {
     uint64_t busy_ns[RP_XFER_NCLASS];
     uint64_t bytes[RP_XFER_NCLASS];
@@ -133,11 +165,13 @@ typedef struct rp_xfer_stats {
     uint64_t link_waits, link_timeouts; /* chunks held; of them, released by the bound */
 } rp_xfer_stats;
 
+/* Fails on an ops table with one of issue and complete but not the other. */
 rp_status rp_xfer_create(const rp_xfer_params *params, rp_xfer **out, rp_error *err);
 
-/* Stops after the chunk in flight; every request not finished is marked
- * CANCELLED and its done callback runs (on the calling thread). Joins the
- * worker. Use rp_xfer_drain first to finish the work instead. */
+/* Stops after the chunks in flight (their completion is awaited, so no copy
+ * still writes into a request's memory); every request not finished is
+ * marked CANCELLED and its done callback runs (on the calling thread). Joins
+ * the workers. Use rp_xfer_drain first to finish the work instead. */
 void rp_xfer_destroy(rp_xfer **x);
 
 /* Queue a request (thread-safe). Zero-byte requests are valid and complete
@@ -154,5 +188,6 @@ void rp_xfer_drain(rp_xfer *x);
 
 void rp_xfer_get_stats(rp_xfer *x, rp_xfer_stats *out);
 size_t rp_xfer_chunk_bytes(const rp_xfer *x);
+int rp_xfer_asynchronous(const rp_xfer *x); /* its ops issue and complete */
 
 #endif
