@@ -93,7 +93,7 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-declare -A expect=([build]=10 [env]=5 [parity]=160 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
+declare -A expect=([build]=10 [env]=5 [parity]=170 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [e2e]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [e2e]=70
   [peer]=60 [topology]=20 [maxseq]=60)
