@@ -44,7 +44,7 @@ run() {
   d="$src/mpi-tests/fixtures/golden/$c"
   mask=""; [ -f "$d/mask.npy" ] && mask="--loss-mask $d/mask.npy"
   # shellcheck disable=SC2046
-  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -np "$np" "$bin" train \
+  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -x RP_FAULT_COPY -np "$np" "$bin" train \
     --device cpu --model "$d/model" --data "$d/data.npy" $mask $(cat "$d/args.txt") --progress none \
     --timeout 60 --log "$out.jsonl" --save "$out" "$@" > "$out.txt" 2>&1
 }
@@ -54,7 +54,7 @@ same() {
      [ "$(cut -d, -f1-4 "$2.jsonl")" = "$(cut -d, -f1-4 "$3.jsonl")" ]; then ok
   else bad "$1: $(basename "$3") differs from $(basename "$2")"; fi
 }
-export RP_INJECT_DELAY_US=0 RP_INJECT_SEED=0 RP_FAULT_DROP_SIGNAL=
+export RP_INJECT_DELAY_US=0 RP_INJECT_SEED=0 RP_FAULT_DROP_SIGNAL= RP_FAULT_COPY=
 
 # qwen3: 4 layers (embedding, 2 blocks, head); llama the same shape
 for c in qwen3 llama; do
@@ -221,6 +221,20 @@ RP_FAULT_DROP_SIGNAL=version:0:0 run llama 2 "$tmp/norest" && \
 RP_FAULT_DROP_SIGNAL=rows:0:0 run llama 2 "$tmp/norows" --timeout 2 && bad "embedding rows: ran without them" || ok
 grep -q "waiting for event rows\[layer 0, share 0\]" "$tmp/norows.txt" && ok || \
   { bad "embedding rows: the dropped rows event is not named"; cat "$tmp/norows.txt"; }
+
+# a failing copy (RP_FAULT_COPY=CLASS:N fails the N-th chunk of a transfer
+# class) stops the run at once with its message, whichever thread sees it
+# (the gradients' is seen on the transfer engine's thread, as they come
+# down while the next job starts): a non-zero exit within the deadline,
+# nothing saved
+for f in input:2 weights:3 save:2 grad:2; do
+  start=$(date +%s)
+  RP_FAULT_COPY=$f run qwen3 2 "$tmp/fault-${f%%:*}" --timeout 10 && bad "RP_FAULT_COPY=$f: exit 0" || ok
+  [ $(( $(date +%s) - start )) -le 30 ] && ok || bad "RP_FAULT_COPY=$f: took $(( $(date +%s) - start )) s"
+  grep -q "error: copying chunk ${f#*:} of the ${f%%:*} transfers: an injected fault (RP_FAULT_COPY)" \
+    "$tmp/fault-${f%%:*}.txt" && [ ! -e "$tmp/fault-${f%%:*}/model.safetensors" ] && ok ||
+    { bad "RP_FAULT_COPY=$f: message, or a model saved"; cat "$tmp/fault-${f%%:*}.txt"; }
+done
 
 # planted deadlock: forward stage 0 never signals microbatch 1
 start=$(date +%s)

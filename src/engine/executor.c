@@ -7,6 +7,8 @@
  * (gradient_download.c). Everything a job computes on lives in device
  * memory; weights, activations and gradients move between the host store
  * and the device through the transfer engine, by priority class. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +41,44 @@ static float *falloc(executor *x, size_t n, rp_error *err)
     return dalloc(x, (n ? n : 1) * sizeof(float), err);
 }
 
+/* Test hook: RP_FAULT_COPY=CLASS:N makes the N-th chunk (from 1) of class
+ * CLASS (rp_xfer_class_name: input, weights, prefetch, save, grad) this
+ * process copies fail, as a failing copy would: for testing that the run
+ * then stops with the message and nothing hangs. Read once. */
+static struct {
+    pthread_once_t once;
+    int cls; /* -1: no fault */
+    long long n;
+    _Atomic long long count;
+} copy_fault = {.once = PTHREAD_ONCE_INIT, .cls = -1};
+
+static void copy_fault_read(void)
+{
+    const char *f = getenv("RP_FAULT_COPY");
+    char name[16];
+    long long n;
+    if (!f || sscanf(f, "%15[a-z]:%lld", name, &n) != 2 || n < 1)
+        return;
+    for (int c = 0; c < RP_XFER_NCLASS; c++)
+        if (strcmp(name, rp_xfer_class_name((rp_xfer_class)c)) == 0) {
+            copy_fault.cls = c;
+            copy_fault.n = n;
+        }
+}
+
+static rp_status copy_fault_check(rp_xfer_class cls, rp_error *err)
+{
+    pthread_once(&copy_fault.once, copy_fault_read);
+    if ((int)cls != copy_fault.cls || atomic_fetch_add(&copy_fault.count, 1) + 1 != copy_fault.n)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_IO, "copying chunk %lld of the %s transfers: an injected "
+                        "fault (RP_FAULT_COPY)", copy_fault.n, rp_xfer_class_name(cls));
+}
+
 static rp_status device_copy(void *ctx, void *dst, const void *src, size_t bytes,
                              rp_xfer_class cls, rp_error *err)
 {
-    (void)cls;
+    RP_TRY(copy_fault_check(cls, err));
     return rp_device_copy(ctx, dst, src, bytes, err);
 }
 
@@ -54,6 +90,7 @@ _Static_assert((int)RP_XFER_UP == (int)RP_COPY_UP && (int)RP_XFER_DOWN == (int)R
 static rp_status device_issue(void *ctx, int ticket, void *dst, const void *src, size_t bytes,
                               rp_xfer_class cls, rp_error *err)
 {
+    RP_TRY(copy_fault_check(cls, err));
     return rp_device_copy_issue(ctx, ticket, dst, src, bytes,
                                 (rp_copy_direction)rp_xfer_class_direction(cls), err);
 }
