@@ -689,7 +689,8 @@ static void linear_forward_case(int64_t rows, int64_t in, int64_t out)
                              want_c ? "y and y_compute" : "y", lt ? "cuBLASLt" : "cuBLAS");
                     float *y_ref = host_nan(ny), *yc_ref = host_nan(ny);
                     CPU_OP(linear_forward, x.f, W.f, RP_F32, with_bias ? bias : NULL,
-                           with_res ? res : NULL, y_ref, want_c ? (void *)yc_ref : NULL, rows, in, out);
+                           with_res ? res : NULL, y_ref, want_c ? (void *)yc_ref : NULL, rows,
+                           in, out);
                     if (want_c) /* fp32 compute dtype: the copy is the value */
                         check_same_bits(yc_ref, y_ref, ny, what);
 

@@ -111,7 +111,8 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s)
 {
     const lt_key *k = &s->key;
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-    const cublasLtEpilogue_t epilogue = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const cublasLtEpilogue_t epilogue =
+        k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     const cudaDataType_t bias_type = CUDA_R_32F; /* the default would be D's, fp32 too: said */
     const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     const uint64_t workspace = RP_CUDA_GEMM_LT_WORKSPACE_BYTES;
@@ -131,7 +132,8 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s)
     if (k->bias)
         LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                               &bias_type, sizeof bias_type));
-    LT_SET(cublasLtMatrixLayoutCreate(&s->a, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->out, k->in));
+    LT_SET(cublasLtMatrixLayoutCreate(&s->a, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->out,
+                                      k->in));
     LT_SET(cublasLtMatrixLayoutCreate(&s->b, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->rows,
                                       k->in));
     LT_SET(cublasLtMatrixLayoutCreate(&s->cd, CUDA_R_32F, (uint64_t)k->out, (uint64_t)k->rows,
@@ -200,6 +202,11 @@ int rp_cuda_gemm_lt_linear_forward(rp_cuda_gemm_lt *lt, void *stream, const uint
                                    float *y, int64_t rows, int64_t in, int64_t out, int *taken)
 {
     *taken = 0;
+    /* the bias epilogue's loads want a 16-byte aligned vector (users of
+     * cuBLASLt report misaligned-address faults below that); cudaMalloc'd
+     * biases are, a bias that is not is left to cuBLAS and the bias kernel */
+    if (bias && alignment(bias) < ALIGN_CAP)
+        return CUBLAS_STATUS_SUCCESS;
     lt_key k;
     memset(&k, 0, sizeof k); /* compared with memcmp: no stray padding */
     k.rows = rows, k.in = in, k.out = out;

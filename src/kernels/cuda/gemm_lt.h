@@ -26,6 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* bench/gpu/bench_gemm.cu times it */
+#endif
+
 /* The workspace the heuristic may use, allocated once with the state (on
  * Hopper cuBLAS itself asks 32 MiB a handle; src/device/device.h's
  * RP_CUDA_RESERVE_MIB covers it). */
@@ -42,11 +46,15 @@ void rp_cuda_gemm_lt_destroy(rp_cuda_gemm_lt **lt);
 
 /* y = x W^T (+ bias) (+ residual) queued on stream; bias and residual may
  * be NULL. Returns the cublasStatus_t (0 success). *taken is 1 when the
- * product was queued, 0 when cuBLASLt has no algorithm for this shape (the
- * caller computes it another way; the answer is cached too, so a shape is
- * always taken or never). rows, in, out > 0. */
+ * product was queued, 0 when cuBLASLt has no algorithm for this shape or
+ * the bias is not 16-byte aligned (the caller computes it another way; the
+ * heuristic's answer is cached too, so a shape is always taken or never).
+ * rows, in, out > 0. */
 int rp_cuda_gemm_lt_linear_forward(rp_cuda_gemm_lt *lt, void *stream, const uint16_t *x,
                                    const uint16_t *W, const float *bias, const float *residual,
                                    float *y, int64_t rows, int64_t in, int64_t out, int *taken);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
