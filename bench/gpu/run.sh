@@ -26,7 +26,8 @@
 #   memcheck     60  40    compute-sanitizer memcheck on test_cuda_moe (MoE
 #                          ops, grouped GEMM), test_kernel_ops (segments) and
 #                          2-step MoE and --documents trainings (capped at 70 s)
-#   gemm         30  35    bf16 cuBLAS peak: the ceiling of every ratio; then
+#   gemm         30  35    bf16 cuBLAS peak: the ceiling of every ratio; the
+#                          residual GEMM copied + beta=1 vs cuBLASLt; then
 #                          bench_head: the head's fwd+bwd (832-token and
 #                          memory-sized chunks, cross-entropy converted or
 #                          fused) against its own GEMMs timed alone
@@ -527,6 +528,10 @@ elif start gemm; then
     put "GEMM: Qwen3-1.7B step mix (seq 4096)" "$mix TFLOP/s" "GEMM peak" "$mixr" ""
     read -r wn wt wr < <(awk '$2=="gemm" {print $3, $4, $5}' "$logs/gemm.txt" | sort -k3 -g | head -1)
     put "GEMM: slowest shape ($wn)" "$wt TFLOP/s" "GEMM peak" "$wr" ""
+    # the engine's residual GEMM (issue 38): the default's copy + beta=1 / cuBLASLt's epilogue
+    read -r rcopy rlt rratio < <(awk '$2=="gemm_residual" {print $3, $4, $5}' "$logs/gemm.txt")
+    [ -n "${rratio:-}" ] && put "residual GEMM, down at 4096 tokens: cuBLASLt, residual as C" "$rlt ms" \
+      "copy + beta=1: $rcopy ms" "$rratio" "> 1 (gemm-lt)"
   else
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi
