@@ -232,6 +232,9 @@ START_TEST(unproven_switch_parsed)
     ck_assert_int_eq(rp_unproven_parse(" fp8-upload , gpt-oss,,documents ", &m, &err), RP_OK);
     ck_assert_uint_eq(m, 1u << RP_UNPROVEN_FP8_UPLOAD | 1u << RP_UNPROVEN_GPT_OSS |
                              1u << RP_UNPROVEN_DOCUMENTS);
+    ck_assert_int_eq(rp_unproven_parse("copies,gemm-lt", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_COPIES | 1u << RP_UNPROVEN_GEMM_LT);
+    ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_GEMM_LT), "gemm-lt");
     /* a prefix, a longer word, "1" in a list name no path */
     const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

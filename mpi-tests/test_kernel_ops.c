@@ -16,8 +16,11 @@
  *   op and not the input rounding. Every CUDA output and scratch is poisoned
  *   with NaN before the call, so an element left unwritten fails:
  *   - linear_forward, with and without bias and residual, into y alone and
- *     into y and y_compute (odd shapes): y within 1e-4 (same operands, only
- *     the summation order differs), y_compute exactly rp_f32_to_bf16(y);
+ *     into y and y_compute (odd shapes, rows not a multiple of 8), by
+ *     cuBLAS with the residual copied first and the bias kernel and by
+ *     cuBLASLt with both in the epilogue (gemm-lt): y within 1e-4 (same
+ *     operands, only the summation order differs), y_compute exactly
+ *     rp_f32_to_bf16(y), and a second call the same bits;
  *     linear_backward_input into dx (= and +=) and into dx_compute;
  *     linear_backward_weight accumulated over two calls;
  *   - column_sum_accumulate (1000 and 3 rows, scratch from
@@ -668,30 +671,58 @@ static void linear_forward_case(int64_t rows, int64_t in, int64_t out)
     float *d_bias = dev_upload(bias, (size_t)out * 4), *d_res = dev_upload(res, ny * 4);
     float *d_y = dev_alloc(ny * 4);
     void *d_yc = dev_alloc(ny * 2);
-    for (int with_bias = 0; with_bias <= 1; with_bias++)
-        for (int with_res = 0; with_res <= 1; with_res++)
-            for (int want_c = 0; want_c <= 1; want_c++) { /* y is required */
-                char what[200];
-                snprintf(what, sizeof what,
-                         "linear_forward %lldx%lld -> %lld, bias %d, residual %d, into %s",
-                         (long long)rows, (long long)in, (long long)out, with_bias, with_res,
-                         want_c ? "y and y_compute" : "y");
-                float *y_ref = host_nan(ny), *yc_ref = host_nan(ny);
-                CPU_OP(linear_forward, x.f, W.f, RP_F32, with_bias ? bias : NULL, with_res ? res : NULL,
-                       y_ref, want_c ? (void *)yc_ref : NULL, rows, in, out);
-                if (want_c) /* fp32 compute dtype: the copy is the value */
-                    check_same_bits(yc_ref, y_ref, ny, what);
+    /* lt 0: the residual copied into y, cuBLAS with beta 1, the bias kernel;
+     * lt 1: cuBLASLt, the residual as C and the bias in the epilogue
+     * (RP_ALLOW_UNPROVEN_CUDA=gemm-lt, given with the attention choice) */
+    for (int lt = 0; lt <= 1; lt++) {
+        ck_assert_int_eq(rp_cuda_kernels_choose_attention(
+                             &g_k, RP_ATTENTION_OWN, lt ? 1u << RP_UNPROVEN_GEMM_LT : 0u, &g_err),
+                         RP_OK);
+        const int64_t products = rp_cuda_kernels_gemm_lt_products(&g_k);
+        for (int with_bias = 0; with_bias <= 1; with_bias++)
+            for (int with_res = 0; with_res <= 1; with_res++)
+                for (int want_c = 0; want_c <= 1; want_c++) { /* y is required */
+                    char what[200];
+                    snprintf(what, sizeof what,
+                             "linear_forward %lldx%lld -> %lld, bias %d, residual %d, into %s, %s",
+                             (long long)rows, (long long)in, (long long)out, with_bias, with_res,
+                             want_c ? "y and y_compute" : "y", lt ? "cuBLASLt" : "cuBLAS");
+                    float *y_ref = host_nan(ny), *yc_ref = host_nan(ny);
+                    CPU_OP(linear_forward, x.f, W.f, RP_F32, with_bias ? bias : NULL,
+                           with_res ? res : NULL, y_ref, want_c ? (void *)yc_ref : NULL, rows,
+                           in, out);
+                    if (want_c) /* fp32 compute dtype: the copy is the value */
+                        check_same_bits(yc_ref, y_ref, ny, what);
 
-                dev_poison(d_y, ny * 4);
-                dev_poison(d_yc, ny * 2);
-                GPU_OP(linear_forward, x.d, W.d, RP_BF16, with_bias ? d_bias : NULL,
-                       with_res ? d_res : NULL, d_y, want_c ? d_yc : NULL, rows, in, out);
-                float *y = get_f(d_y, ny);
-                CHECK_REL(y, y_ref, ny, GEMM_TOL, what);
-                if (want_c)
-                    check_rounded_copy(d_yc, y, ny, what);
-                free(y), free(y_ref), free(yc_ref);
-            }
+                    dev_poison(d_y, ny * 4);
+                    dev_poison(d_yc, ny * 2);
+                    GPU_OP(linear_forward, x.d, W.d, RP_BF16, with_bias ? d_bias : NULL,
+                           with_res ? d_res : NULL, d_y, want_c ? d_yc : NULL, rows, in, out);
+                    float *y = get_f(d_y, ny);
+                    CHECK_REL(y, y_ref, ny, GEMM_TOL, what);
+                    if (want_c)
+                        check_rounded_copy(d_yc, y, ny, what);
+                    /* deterministic: the same call again, the same bits */
+                    dev_poison(d_y, ny * 4);
+                    dev_poison(d_yc, ny * 2);
+                    GPU_OP(linear_forward, x.d, W.d, RP_BF16, with_bias ? d_bias : NULL,
+                           with_res ? d_res : NULL, d_y, want_c ? d_yc : NULL, rows, in, out);
+                    float *y2 = get_f(d_y, ny);
+                    check_same_bits(y2, y, ny, what);
+                    if (want_c)
+                        check_rounded_copy(d_yc, y2, ny, what);
+                    free(y), free(y2), free(y_ref), free(yc_ref);
+                }
+        /* the path was the one asked for: cuBLASLt ran all 16 calls where in
+         * and out are multiples of 8 (every engine shape; for others it may
+         * have no algorithm and cuBLAS computes them), none without gemm-lt */
+        const int64_t ran = rp_cuda_kernels_gemm_lt_products(&g_k) - products;
+        if (!lt)
+            ck_assert_int_eq(ran, 0);
+        else if (in % 8 == 0 && out % 8 == 0)
+            ck_assert_int_eq(ran, 16);
+    }
+    ck_assert_int_eq(rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_OWN, 0u, &g_err), RP_OK);
     cin_free(&x), cin_free(&W);
     cudaFree(d_bias), cudaFree(d_res), cudaFree(d_y), cudaFree(d_yc);
     free(bias), free(res);

@@ -17,11 +17,21 @@
  * float64 dot product recomputed on the host from the fill's hash (relative
  * error over the samples must be under 1e-2, the bf16 output rounding is
  * ~2e-3). Time: median of REPS event-timed batches after a warm-up.
+ *
+ * Then (not with -q) the engine's residual GEMM, issue 38: the down
+ * projection at T tokens (6144 -> 2048), fp32 y = residual + x W^T, as the
+ * CUDA table's linear_forward runs it by default (the residual copied into
+ * y, then cublasGemmEx with beta = 1) and through cuBLASLt with the
+ * residual as C (kernels/cuda/gemm_lt.h, RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
+ * both timed in the same run; the two results must agree within 1e-4
+ * (fp32 sums of 6144 terms in two orders).
  * Output: a table, then "RESULT ..." lines that bench/gpu/run.sh reads.
  * Exit 77 without a GPU, 1 on an error or a wrong result. */
 #include "bench_common.cuh"
 #include <cublas_v2.h>
 #include <math.h>
+
+#include "kernels/cuda/gemm_lt.h"
 
 #define CKB(call)                                                                        \
     do {                                                                                 \
@@ -157,6 +167,104 @@ static result run(cublasHandle_t h, const shape &s, int reps)
     return r;
 }
 
+__global__ static void fill_f32(float *x, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = rp_bench_value(seed, i);
+}
+
+/* The residual GEMM both ways: y = residual + x W^T, x [t, in], W [out, in]
+ * (row-major, as linear_forward). Prints its line and RESULT gemm_residual
+ * COPY_BETA1_MS LT_MS RATIO; returns 0, or 1 when cuBLASLt took no
+ * algorithm or the two disagree. */
+static int residual_gemm(cublasHandle_t h, long t, long in, long out, int reps)
+{
+    const size_t nx = (size_t)t * in, nw = (size_t)out * in, ny = (size_t)t * out;
+    __nv_bfloat16 *x, *w;
+    float *res, *y0, *y1;
+    CK(cudaMalloc(&x, nx * 2));
+    CK(cudaMalloc(&w, nw * 2));
+    CK(cudaMalloc(&res, ny * 4));
+    CK(cudaMalloc(&y0, ny * 4));
+    CK(cudaMalloc(&y1, ny * 4));
+    rp_bench_fill(x, nx, 2001);
+    rp_bench_fill(w, nw, 2002);
+    fill_f32<<<1024, 256>>>(res, ny, 2003);
+    CK(cudaGetLastError());
+    rp_cuda_gemm_lt *lt = NULL;
+    char why[256] = "";
+    if (rp_cuda_gemm_lt_create(&lt, why, sizeof why) != 0) {
+        fprintf(stderr, "bench_gemm: cuBLASLt: %s\n", why);
+        exit(1);
+    }
+    const float one = 1.0f;
+    int taken = 1;
+    auto copy_beta1 = [&]() { /* linear_forward without gemm-lt */
+        CK(cudaMemcpyAsync(y0, res, ny * 4, cudaMemcpyDeviceToDevice, 0));
+        CKB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)t, (int)in, &one, w,
+                         CUDA_R_16BF, (int)in, x, CUDA_R_16BF, (int)in, &one, y0, CUDA_R_32F,
+                         (int)out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    auto lt_epilogue = [&]() { /* with gemm-lt: the residual as C */
+        int took = 0;
+        CKB((cublasStatus_t)rp_cuda_gemm_lt_linear_forward(
+            lt, 0, (const uint16_t *)x, (const uint16_t *)w, NULL, res, y1, t, in, out, &took));
+        taken &= took;
+    };
+    copy_beta1();
+    lt_epilogue();
+    CK(cudaDeviceSynchronize());
+    float *h0 = (float *)malloc(ny * 4), *h1 = (float *)malloc(ny * 4);
+    CK(cudaMemcpy(h0, y0, ny * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h1, y1, ny * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ny; i++) {
+        num += ((double)h1[i] - h0[i]) * ((double)h1[i] - h0[i]);
+        den += (double)h0[i] * h0[i];
+    }
+    const double err = sqrt(num / (den > 0 ? den : 1));
+    free(h0), free(h1);
+    double ms[2] = {0, 0};
+    if (taken) {
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        float *m = (float *)malloc(sizeof(float) * reps);
+        const int inner = 20;
+        float *m1 = (float *)malloc(sizeof(float) * reps);
+        for (int rep = 0; rep < reps; rep++) /* interleaved: drift affects both alike */
+            for (int way = 0; way < 2; way++) {
+                CK(cudaEventRecord(e0));
+                for (int i = 0; i < inner; i++)
+                    way ? lt_epilogue() : copy_beta1();
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                CK(cudaEventElapsedTime(way ? &m1[rep] : &m[rep], e0, e1));
+            }
+        ms[0] = rp_bench_median(m, reps) / inner;
+        ms[1] = rp_bench_median(m1, reps) / inner;
+        free(m), free(m1);
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+    }
+    rp_cuda_gemm_lt_destroy(&lt);
+    CK(cudaFree(x));
+    CK(cudaFree(w));
+    CK(cudaFree(res));
+    CK(cudaFree(y0));
+    CK(cudaFree(y1));
+    if (!taken) {
+        fprintf(stderr, "bench_gemm: cuBLASLt has no algorithm for the residual GEMM\n");
+        return 1;
+    }
+    printf("\nresidual GEMM (fp32 y = residual + x W^T, %ld x %ld -> %ld): copy + beta=1 %.3f ms, "
+           "cuBLASLt with the residual as C %.3f ms: %.3fx; rel. difference %.1e%s\n", t, in, out,
+           ms[0], ms[1], ms[0] / ms[1], err, err < 1e-4 ? "" : "  WRONG");
+    printf("RESULT gemm_residual %.4f %.4f %.4f\n", ms[0], ms[1], ms[0] / ms[1]);
+    return err < 1e-4 ? 0 : 1;
+}
+
 static shape mk(const char *name, cublasOperation_t oa, cublasOperation_t ob, long m, long n,
                 long k)
 {
@@ -184,11 +292,12 @@ int main(int argc, char **argv)
     long tokens = 4096;
     int reps = 20;
     const char *squares = "4096 8192 16384";
+    static const char quick[] = "8192"; /* -q: the peak alone */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) tokens = atol(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) squares = argv[++i];
-        else if (!strcmp(argv[i], "-q")) { reps = 5; squares = "8192"; }
+        else if (!strcmp(argv[i], "-q")) { reps = 5; squares = quick; }
         else {
             fprintf(stderr, "usage: %s [-t TOKENS] [-r REPS] [-s \"SQUARE SIZES\"] [-q]\n",
                     argv[0]);
@@ -268,6 +377,9 @@ int main(int argc, char **argv)
     printf("RESULT gemm_mix %.2f %.4f\n", fl / tm / 1e12, fl / tm / 1e12 / peak);
     for (int i = nsq; i < ns; i++)
         printf("RESULT gemm %s %.2f %.4f\n", res[i].s.name, res[i].tflops, res[i].tflops / peak);
+    /* the down projection's residual GEMM (Qwen3-1.7B: 6144 -> 2048) */
+    if (squares != quick && residual_gemm(h, tokens, 6144, 2048, reps))
+        bad = 1;
     CKB(cublasDestroy(h));
     if (bad) {
         fprintf(stderr, "bench_gemm: a product disagreed with the float64 reference\n");

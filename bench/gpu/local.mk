@@ -6,7 +6,8 @@ noinst_PROGRAMS += bench/gpu/bench_gemm bench/gpu/bench_copy bench/gpu/bench_att
 	bench/gpu/bench_head
 endif
 bench_gpu_bench_gemm_SOURCES = bench/gpu/bench_gemm.cu
-bench_gpu_bench_gemm_LDADD = $(CUDA_LIBS)
+# and cuBLASLt's residual GEMM of src/kernels/cuda/gemm_lt.c, through librp
+bench_gpu_bench_gemm_LDADD = librp.la $(CUDA_LIBS)
 bench_gpu_bench_copy_SOURCES = bench/gpu/bench_copy.cu
 bench_gpu_bench_copy_LDADD = $(CUDA_LIBS)
 # the attention kernels of src/kernels/cuda, through librp

@@ -52,6 +52,11 @@
 #               stream, events; RP_ALLOW_UNPROVEN_CUDA=copies), dut2 = 2 ranks
 #               with the synchronous copies every other case has: the same
 #               bits, and each run's log says which (issue 38)
+#   gemm-lt     golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=gemm-lt (dut1 and dut2):
+#               the Linear forward through cuBLASLt, the residual as its C and
+#               the bias in its epilogue (issue 38); not qwen3's bits (the
+#               sums are ordered otherwise) but within the bound of the CPU's,
+#               and deterministic: 2 ranks = 1 rank
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -87,7 +92,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent copies speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent copies gemm-lt speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -156,6 +161,7 @@ run() {
     gpt-oss) unproven=gpt-oss ;;
     fp8|fp8-moe) unproven=fp8-upload ;;
     fused-xent) unproven=fused-xent ;;
+    gemm-lt) unproven=gemm-lt ;;
     copies) [ -n "${sync_copies:-}" ] || unproven=copies ;; # dut2: sync_copies=1
   esac
   rm -rf "${work:?}/$name" "$work/$name.jsonl"

@@ -13,10 +13,10 @@
 #                          its programs here (~90 s on 16 cores)
 #   env           5   -    driver, CUDA, cuDNN found or not, GPU, PCIe link,
 #                          free memory, glibc, compute-sanitizer
-#   parity      160  60    bench/gpu/parity.sh: every training path on --device
+#   parity      180  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 19 cases, the never-run paths first (capped
+#                          its 20 cases, the never-run paths first (capped
 #                          at 240 s)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
@@ -26,7 +26,8 @@
 #   memcheck     60  40    compute-sanitizer memcheck on test_cuda_moe (MoE
 #                          ops, grouped GEMM), test_kernel_ops (segments) and
 #                          2-step MoE and --documents trainings (capped at 70 s)
-#   gemm         30  35    bf16 cuBLAS peak: the ceiling of every ratio; then
+#   gemm         30  35    bf16 cuBLAS peak: the ceiling of every ratio; the
+#                          residual GEMM copied + beta=1 vs cuBLASLt; then
 #                          bench_head: the head's fwd+bwd (832-token and
 #                          memory-sized chunks, cross-entropy converted or
 #                          fused) against its own GEMMs timed alone
@@ -42,7 +43,7 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~555 s with the carried build (parity's 19 cases take 170, the
+# Expected: ~565 s with the carried build (parity's 20 cases take 180, the
 # cuDNN test and timings 40), so
 # maxseq runs only when earlier phases beat their expectations; a rebuild
 # (+80 s) cuts maxseq, then topology. `bash bench/gpu/run.sh maxseq` runs it
@@ -93,7 +94,7 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-declare -A expect=([build]=10 [env]=5 [parity]=170 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
+declare -A expect=([build]=10 [env]=5 [parity]=180 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [e2e]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [e2e]=70
   [peer]=60 [topology]=20 [maxseq]=60)
@@ -527,6 +528,10 @@ elif start gemm; then
     put "GEMM: Qwen3-1.7B step mix (seq 4096)" "$mix TFLOP/s" "GEMM peak" "$mixr" ""
     read -r wn wt wr < <(awk '$2=="gemm" {print $3, $4, $5}' "$logs/gemm.txt" | sort -k3 -g | head -1)
     put "GEMM: slowest shape ($wn)" "$wt TFLOP/s" "GEMM peak" "$wr" ""
+    # the engine's residual GEMM (issue 38): the default's copy + beta=1 / cuBLASLt's epilogue
+    read -r rcopy rlt rratio < <(awk '$2=="gemm_residual" {print $3, $4, $5}' "$logs/gemm.txt")
+    [ -n "${rratio:-}" ] && put "residual GEMM, down at 4096 tokens: cuBLASLt, residual as C" "$rlt ms" \
+      "copy + beta=1: $rcopy ms" "$rratio" "> 1 (gemm-lt)"
   else
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi

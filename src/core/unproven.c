@@ -21,6 +21,9 @@ static const struct {
     [RP_UNPROVEN_COPIES] = {"copies", "the transfer engine's asynchronous copies on an upload and "
                                       "a download stream (else each chunk copied and waited for "
                                       "in turn: the same bits)"},
+    [RP_UNPROVEN_GEMM_LT] = {"gemm-lt", "the Linear forward through cuBLASLt, the residual and "
+                                        "the bias added in the GEMM's epilogue (else a copy of "
+                                        "the residual, cuBLAS and a bias kernel)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)

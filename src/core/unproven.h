@@ -18,11 +18,13 @@ typedef enum rp_unproven {
     RP_UNPROVEN_FUSED_XENT,    /* the head's cross-entropy storing its bf16 gradient itself */
     RP_UNPROVEN_COPIES,        /* the transfer engine's asynchronous copies (upload and download
                                   streams, an event per chunk) */
+    RP_UNPROVEN_GEMM_LT,       /* the Linear forward through cuBLASLt, residual and bias in
+                                  the GEMM's epilogue */
     RP_UNPROVEN_COUNT
 } rp_unproven;
 
-/* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies";
- * NULL out of range. */
+/* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies",
+ * "gemm-lt"; NULL out of range. */
 const char *rp_unproven_name(rp_unproven p);
 /* What the path lets run, for messages and help. */
 const char *rp_unproven_what(rp_unproven p);

@@ -32,7 +32,7 @@ typedef struct rp_device_params {
                             kernel and refuses cudnn. */
     unsigned unproven;   /* the paths RP_ALLOW_UNPROVEN_CUDA lets run (core/unproven.h: bit
                             1u << rp_unproven), of which the back end reads cudnn (auto
-                            may take cuDNN's attention) and fused-xent */
+                            may take cuDNN's attention), fused-xent and gemm-lt */
 } rp_device_params;
 
 rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_error *err);

@@ -14,6 +14,8 @@ librp_la_SOURCES += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu \
 	src/kernels/cuda/rmsnorm.cu src/kernels/cuda/reduce.cu src/kernels/cuda/rope.cu \
 	src/kernels/cuda/swiglu.cu src/kernels/cuda/elementwise.cu src/kernels/cuda/gemm.cu \
 	src/kernels/cuda/lora.cu src/kernels/cuda/fp8.cu src/kernels/cuda/ops.c src/device/cuda.c
+# the Linear forward through cuBLASLt (issue 38; plain C on cuBLASLt's API)
+librp_la_SOURCES += src/kernels/cuda/gemm_lt.c
 AM_CPPFLAGS += -DRP_HAVE_CUDA_EXECUTOR
 # cuda-attention: flash attention and chunked cross-entropy
 librp_la_SOURCES += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu
@@ -33,11 +35,11 @@ EXTRA_DIST += src/kernels/cuda/cuda_probe.cu
 noinst_HEADERS += src/kernels/cuda/common.cuh src/kernels/cuda/convert.h \
 	src/kernels/cuda/embed.h src/kernels/cuda/rmsnorm.h src/kernels/cuda/reduce.h \
 	src/kernels/cuda/rope.h src/kernels/cuda/swiglu.h src/kernels/cuda/elementwise.h \
-	src/kernels/cuda/gemm.h src/kernels/cuda/lora.h src/kernels/cuda/fp8.h src/kernels/cuda/ops.h
+	src/kernels/cuda/gemm.h src/kernels/cuda/gemm_lt.h src/kernels/cuda/lora.h src/kernels/cuda/fp8.h src/kernels/cuda/ops.h
 EXTRA_DIST += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu src/kernels/cuda/rmsnorm.cu \
 	src/kernels/cuda/reduce.cu src/kernels/cuda/rope.cu src/kernels/cuda/swiglu.cu \
 	src/kernels/cuda/elementwise.cu src/kernels/cuda/gemm.cu src/kernels/cuda/lora.cu \
-	src/kernels/cuda/fp8.cu src/kernels/cuda/ops.c src/device/cuda.c
+	src/kernels/cuda/fp8.cu src/kernels/cuda/ops.c src/device/cuda.c src/kernels/cuda/gemm_lt.c
 # cuda-attention: headers and sources for tarballs built without CUDA
 noinst_HEADERS += src/kernels/cuda/attention.h src/kernels/cuda/xent.h
 EXTRA_DIST += src/kernels/cuda/attention.cu src/kernels/cuda/xent.cu

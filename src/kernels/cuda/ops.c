@@ -1,5 +1,6 @@
 /* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
- * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation,
+ * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation
+ * (linear_forward through cuBLASLt, where RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
  * or (attention, where rp_cuda_kernels_choose_attention chose it) cuDNN's
  * fused flash SDPA, on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
@@ -27,6 +28,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embed.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_lt.h"
 #include "kernels/cuda/grouped_bias.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/lora.h"
@@ -67,6 +69,10 @@ typedef struct cuda_state {
     /* RP_ALLOW_UNPROVEN_CUDA's fused-xent, given there too: cross_entropy
      * writes the bf16 gradient in its own pass (not yet run on a GPU) */
     int fused_xent;
+    /* RP_ALLOW_UNPROVEN_CUDA's gemm-lt: linear_forward through cuBLASLt
+     * (not yet run on a GPU); NULL, the copy, cuBLAS and the bias kernel */
+    rp_cuda_gemm_lt *gemm_lt;
+    int64_t gemm_lt_products; /* the calls it computed */
     char attention_note[768];
     rp_cudnn_library cudnn_library;
 #ifdef RP_HAVE_CUDNN
@@ -139,6 +145,17 @@ static rp_status linear_forward(void *state, const void *x, const void *W, rp_dt
 {
     cuda_state *c = state;
     RP_TRY(weights_bf16(c, "linear_forward", W_dtype, err));
+    if (c->gemm_lt && rows > 0 && in > 0 && out > 0) {
+        int taken = 0;
+        CKB(rp_cuda_gemm_lt_linear_forward(c->gemm_lt, c->stream, x, W, bias, residual, y, rows,
+                                           in, out, &taken));
+        if (taken) { /* residual and bias added: y_compute is y rounded */
+            c->gemm_lt_products++;
+            if (y_compute)
+                CK(rp_cuda_bf16_from_f32(y, y_compute, rows * out, c->stream));
+            return RP_OK;
+        }
+    }
     if (residual) {
         cudaError_t e = cudaMemcpyAsync(y, residual, sizeof(float) * (size_t)(rows * out),
                                         cudaMemcpyDeviceToDevice, c->stream);
@@ -940,6 +957,16 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     }
     c->attention_mode = mode;
     c->fused_xent = (int)(unproven >> RP_UNPROVEN_FUSED_XENT & 1u);
+    if (!(unproven >> RP_UNPROVEN_GEMM_LT & 1u)) {
+        if (c->gemm_lt) /* a second choice may take it back */
+            cudaStreamSynchronize(c->stream);
+        rp_cuda_gemm_lt_destroy(&c->gemm_lt);
+    } else if (!c->gemm_lt) {
+        char lwhy[256] = "";
+        if (rp_cuda_gemm_lt_create(&c->gemm_lt, lwhy, sizeof lwhy) != 0)
+            return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: RP_ALLOW_UNPROVEN_CUDA=gemm-lt: "
+                                "%s", c->ordinal, lwhy);
+    }
 #ifdef RP_HAVE_CUDNN
     if (use && !c->cudnn) {
         char cwhy[256] = "";
@@ -962,6 +989,12 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     return RP_OK;
 }
 
+int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k)
+{
+    const cuda_state *c = k ? k->state : NULL;
+    return c ? c->gemm_lt_products : 0;
+}
+
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k)
 {
     const cuda_state *c = k ? k->state : NULL;
@@ -979,6 +1012,7 @@ void rp_cuda_kernels_destroy(rp_kernels *k)
     rp_cudnn_attention_destroy(&c->cudnn);
 #endif
     rp_cudnn_library_close(&c->cudnn_library);
+    rp_cuda_gemm_lt_destroy(&c->gemm_lt);
     cudaFree(c->scratch);
     cudaFree(c->bad);
     cudaFree(c->rope);

@@ -27,9 +27,15 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * (core/unproven.h: bit 1u << rp_unproven): cudnn lets auto take cuDNN;
  * fused-xent lets cross_entropy write the bf16 gradient in its own pass
  * (not yet run on a GPU; without it, in place then converted: the same
- * bits). RP_ERR_UNSUPPORTED when cudnn was asked for and cannot run. */
+ * bits); gemm-lt sends linear_forward through cuBLASLt, the residual and
+ * the bias in the GEMM's epilogue (kernels/cuda/gemm_lt.h; its handle and
+ * workspace made here, once). RP_ERR_UNSUPPORTED when cudnn was asked for
+ * and cannot run; RP_ERR_CUDA when cuBLASLt's state cannot be made. */
 rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err);
+/* How many linear_forward calls cuBLASLt has computed (gemm-lt; the
+ * others went through cuBLAS), for tests. */
+int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
 
