@@ -52,11 +52,12 @@
 #               stream, events; RP_ALLOW_UNPROVEN_CUDA=copies), dut2 = 2 ranks
 #               with the synchronous copies every other case has: the same
 #               bits, and each run's log says which (issue 38)
-#   gemm-lt     golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=gemm-lt (dut1 and dut2):
-#               the Linear forward through cuBLASLt, the residual as its C and
-#               the bias in its epilogue (issue 38); not qwen3's bits (the
-#               sums are ordered otherwise) but within the bound of the CPU's,
-#               and deterministic: 2 ranks = 1 rank
+#   gemm-lt     golden/llama (biases on every projection, so the epilogue's
+#               bias runs too) with RP_ALLOW_UNPROVEN_CUDA=gemm-lt (dut1 and
+#               dut2): the Linear forward through cuBLASLt, the residual as its
+#               C and the bias in its epilogue (issue 38); not llama's bits
+#               (the sums are ordered otherwise) but within the bound of the
+#               CPU's, and deterministic: 2 ranks = 1 rank
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -121,7 +122,7 @@ fixture() {
     moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
     gpt-oss) d=$src/mpi-tests/fixtures/golden-gpt-oss/oss-m2; m=$d ;;
     documents) d=$g/qwen3-packed; m=$d ;;
-    llama) d=$g/llama; m=$d ;;
+    llama|gemm-lt) d=$g/llama; m=$d ;;
     *) d=$g/qwen3; m=$d ;;
   esac
   case $c in
