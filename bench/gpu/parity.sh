@@ -57,7 +57,8 @@
 #               dut2): the Linear forward through cuBLASLt, the residual as its
 #               C and the bias in its epilogue (issue 38); not llama's bits
 #               (the sums are ordered otherwise) but within the bound of the
-#               CPU's, and deterministic: 2 ranks = 1 rank
+#               CPU's, and deterministic: 2 ranks = 1 rank; the run's log must
+#               count linear forwards through cuBLASLt (a path never taken fails)
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -250,6 +251,12 @@ for case in $cases; do
     # checkpoints end segments: the model must still be the plain run's
     cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
       extra="; = qwen3's straight run" || { brc=1; why="$why checkpointing changed the model (vs qwen3-dut1)"; }
+  fi
+  if [ "$c" = gemm-lt ] && [ "$dev" != cpu ]; then
+    # the path was taken: the run's last lines count cuBLASLt's linear forwards
+    n=$(sed -n 's/.*linear forwards through cuBLASLt (RP_ALLOW_UNPROVEN_CUDA=gemm-lt): \([0-9]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
+    [ "${n:-0}" -gt 0 ] && extra="; $n linear forwards through cuBLASLt" ||
+      { brc=1; why="$why no linear forward went through cuBLASLt (${n:-no count said}; $c-dut1.txt)"; }
   fi
   if [ "$c" = fused-xent ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # the fused store writes what the convert wrote: the same run, bit for bit

@@ -64,6 +64,14 @@ const char *rp_device_attention_note(const rp_device *dev)
     return dev->ops->attention_note ? dev->ops->attention_note(dev->impl) : NULL;
 }
 
+void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len)
+{
+    if (len)
+        buf[0] = '\0';
+    if (dev && dev->ops->kernels_summary && len)
+        dev->ops->kernels_summary(dev->impl, buf, len);
+}
+
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err)
 {
     return dev->ops->alloc(dev->impl, bytes, out, err);

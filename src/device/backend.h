@@ -43,6 +43,11 @@ const char *rp_device_name(const rp_device *dev);
  * CPU, whose attention has no choice, the exp its kernels call (the vector
  * exp or expf, kernels/cpu/expf_vector.h). */
 const char *rp_device_attention_note(const rp_device *dev);
+/* What the device's kernels did that a run's log should say at its end,
+ * into buf ("" when nothing): on CUDA, how many linear forwards went
+ * through cuBLASLt when RP_ALLOW_UNPROVEN_CUDA=gemm-lt set it up, so the
+ * GPU window sees the path was taken. */
+void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len);
 
 /* Device memory. rp_device_alloc names the bytes asked on failure. */
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err);

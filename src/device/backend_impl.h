@@ -29,6 +29,8 @@ typedef struct rp_device_ops {
     rp_status (*sync)(void *impl, rp_error *err);
     /* may be NULL (no attention choice, as on the CPU) */
     const char *(*attention_note)(void *impl);
+    /* may be NULL (nothing to say, as on the CPU) */
+    void (*kernels_summary)(void *impl, char *buf, size_t len);
 } rp_device_ops;
 
 extern const rp_device_ops rp_device_ops_cpu;

@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -292,6 +293,14 @@ static const char *cuda_attention_note(void *impl)
     return rp_cuda_kernels_attention_note(&c->kernels);
 }
 
+static void cuda_kernels_summary(void *impl, char *buf, size_t len)
+{
+    cuda_impl *c = impl;
+    if (rp_cuda_kernels_gemm_lt_ready(&c->kernels))
+        snprintf(buf, len, "linear forwards through cuBLASLt (RP_ALLOW_UNPROVEN_CUDA=gemm-lt): "
+                 "%lld", (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
+}
+
 const rp_device_ops rp_device_ops_cuda = {
     .name = "cuda",
     .create = cuda_create,
@@ -308,4 +317,5 @@ const rp_device_ops rp_device_ops_cuda = {
     .kernels = cuda_kernels,
     .sync = cuda_sync,
     .attention_note = cuda_attention_note,
+    .kernels_summary = cuda_kernels_summary,
 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/backend.h"
 #include "engine/arena_numa.h"
 #include "engine/checkpoint_steps.h"
 #include "engine/checkpoints.h"
@@ -256,6 +257,10 @@ rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (s == RP_OK) {
         log_uploads(e, comm);
         log_speculation(e);
+        char kernels[160]; /* each rank's device: a path it took that says so */
+        rp_device_kernels_summary(e->dev, kernels, sizeof kernels);
+        if (kernels[0])
+            rp_log(e->lg, RP_LOG_INFO, "%s", kernels);
     }
     if (s == RP_OK && e->nd.world_rank == 0)
         rp_progress_finish(&e->progress, e->stopped_early ? e->it_last : e->steps,

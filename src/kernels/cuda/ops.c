@@ -989,6 +989,12 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     return RP_OK;
 }
 
+int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k)
+{
+    const cuda_state *c = k ? k->state : NULL;
+    return c && c->gemm_lt != NULL;
+}
+
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k)
 {
     const cuda_state *c = k ? k->state : NULL;

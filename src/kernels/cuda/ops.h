@@ -33,8 +33,10 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * and cannot run; RP_ERR_CUDA when cuBLASLt's state cannot be made. */
 rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err);
+/* Whether RP_ALLOW_UNPROVEN_CUDA=gemm-lt set up cuBLASLt for linear_forward. */
+int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k);
 /* How many linear_forward calls cuBLASLt has computed (gemm-lt; the
- * others went through cuBLAS), for tests. */
+ * others went through cuBLAS), for tests and the run's last log line. */
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
