@@ -2,7 +2,6 @@
 #include "cli/plan_opts.h"
 
 #include <getopt.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include "io/config.h"
 #include "io/peft.h"
 #include "kernels/attention_choice.h"
+#include "model/layers.h"
 #include "model/layout.h"
 #include "model/token_tiles.h"
 #include "plan/keep.h"
@@ -473,8 +473,23 @@ static rp_status lora_options(int64_t rank, const char *targets, double dropout,
     return targets ? rp_lora_targets_parse(targets, "--lora-targets", &c->targets, err) : RP_OK;
 }
 
+/* This machine's GPU 0, probed once for the head's chunk and the verdict:
+ * NULL when there is none. */
+typedef struct gpu_probe {
+    int state; /* 0: not probed yet, 1: found, -1: none */
+    rp_device_info info;
+} gpu_probe;
+
+static const rp_device_info *gpu_here(gpu_probe *g)
+{
+    if (g->state == 0)
+        g->state = rp_device_probe(RP_DEVICE_CUDA, &g->info, NULL) == RP_OK ? 1 : -1;
+    return g->state > 0 ? &g->info : NULL;
+}
+
 rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err)
 {
+    gpu_probe gpu = {0};
     memset(o, 0, sizeof *o);
     rp_machine_defaults(&o->mc);
     o->mc.defer_wgrad = 1;
@@ -591,11 +606,8 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         o->head_memory = a.memory_limit_mib << 20;
         if (!o->head_memory && a.device == RP_DEVICE_CUDA)
             o->head_memory = a.device_memory_mib << 20;
-        if (!o->head_memory && a.device == RP_DEVICE_CUDA) {
-            rp_device_info info;
-            if (rp_device_probe(RP_DEVICE_CUDA, &info, NULL) == RP_OK)
-                o->head_memory = (int64_t)info.memory_bytes;
-        }
+        if (!o->head_memory && a.device == RP_DEVICE_CUDA && gpu_here(&gpu))
+            o->head_memory = (int64_t)gpu.info.memory_bytes;
         if (st == RP_OK)
             st = load_config(config, a.seq_len, a.seq_len * b / m, m, a.tflops, a.device_gbs,
                              a.compute_bytes, (rp_dtype)a.grad_dtype, o->activation_dtype,
@@ -653,23 +665,18 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     if (a.device_memory_mib) {
         o->device_memory = device_total = a.device_memory_mib << 20;
         o->device_memory_from = "--device-memory-mib";
-    } else if (o->have_config && o->device == RP_DEVICE_CUDA) {
-        rp_device_info info;
-        if (rp_device_probe(RP_DEVICE_CUDA, &info, NULL) == RP_OK && info.free_bytes > 0) {
-            o->device_memory = (int64_t)info.free_bytes;
-            o->device_memory_from = "free on this machine's GPU 0";
-            device_total = (int64_t)info.memory_bytes;
-            device_sm = info.sm;
-        }
+    } else if (o->have_config && o->device == RP_DEVICE_CUDA && gpu_here(&gpu) &&
+               gpu.info.free_bytes > 0) {
+        o->device_memory = (int64_t)gpu.info.free_bytes;
+        o->device_memory_from = "free on this machine's GPU 0";
+        device_total = (int64_t)gpu.info.memory_bytes;
+        device_sm = gpu.info.sm;
     }
     if (o->have_config && o->device == RP_DEVICE_CUDA && device_total > 0) {
         const int64_t nseq = a.seq_len > 0 && mc->microbatches > 0
                                  ? o->model->tokens_per_microbatch / a.seq_len
                                  : 1;
-        rp_attn_shape sh = {.nseq = nseq, .seqlen = a.seq_len,
-                            .nheads = o->cfg.num_attention_heads,
-                            .nkv = o->cfg.num_key_value_heads, .head_dim = o->cfg.head_dim,
-                            .scale = 1.0f / sqrtf((float)o->cfg.head_dim)};
+        rp_attn_shape sh = rp_block_attn_shape(&o->cfg, 0, nseq, a.seq_len);
         o->cudnn_reserve = (int64_t)rp_attention_run_reserve_bytes(
             a.train.attention, rp_unproven_allowed(RP_UNPROVEN_CUDNN), device_sm,
             a.train.documents != NULL, o->cfg.arch == RP_ARCH_GPT_OSS, &sh,

@@ -89,7 +89,7 @@ unsigned rp_unproven_mask(void)
 
 int rp_unproven_allowed(rp_unproven p)
 {
-    return (unsigned)p < RP_UNPROVEN_COUNT && (rp_unproven_mask() >> p & 1u);
+    return rp_unproven_in(rp_unproven_mask(), p);
 }
 
 rp_status rp_unproven_check(rp_error *err)

@@ -35,6 +35,12 @@ const char *rp_unproven_what(rp_unproven p);
  * and the names known; *mask 0 then. */
 rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err);
 
+/* Whether mask (bit 1u << p each, as rp_unproven_parse gives) holds path p. */
+static inline int rp_unproven_in(unsigned mask, rp_unproven p)
+{
+    return (unsigned)p < RP_UNPROVEN_COUNT && (mask >> p & 1u);
+}
+
 /* Whether RP_ALLOW_UNPROVEN_CUDA (read now) allows path p; a switch that
  * does not parse allows nothing (rp_unproven_check says why). */
 int rp_unproven_allowed(rp_unproven p);

@@ -105,7 +105,7 @@ static rp_status device_complete(void *ctx, int ticket, rp_error *err)
  * yet), else synchronous, a chunk at a time. */
 static rp_xfer_ops transfer_ops(const rp_engine *e, rp_device *dev)
 {
-    if (rp_device_copies_asynchronous(dev) && (e->unproven >> RP_UNPROVEN_COPIES & 1u))
+    if (rp_device_copies_asynchronous(dev) && rp_unproven_in(e->unproven, RP_UNPROVEN_COPIES))
         return (rp_xfer_ops){.ctx = dev, .issue = device_issue, .complete = device_complete};
     return (rp_xfer_ops){.copy = device_copy, .ctx = dev};
 }

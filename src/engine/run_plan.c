@@ -19,6 +19,7 @@
 #include "plan/keep.h"
 #include "engine/run_impl.h"
 #include "plan/deal.h"
+#include "model/layers.h"
 #include "model/layout.h"
 
 /* What a CUDA executor of this run keeps beside its plan for cuDNN's
@@ -26,11 +27,9 @@
 static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
 {
     const rp_model_config *cfg = &e->p->cfg;
-    rp_attn_shape s = {.nseq = e->samples_per_micro, .seqlen = e->seq_len,
-                       .nheads = cfg->num_attention_heads, .nkv = cfg->num_key_value_heads,
-                       .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim)};
+    rp_attn_shape s = rp_block_attn_shape(cfg, 0, e->samples_per_micro, e->seq_len);
     return rp_attention_run_reserve_bytes(e->o->attention,
-                                          (int)(e->unproven >> RP_UNPROVEN_CUDNN & 1u), info->sm,
+                                          rp_unproven_in(e->unproven, RP_UNPROVEN_CUDNN), info->sm,
                                           e->o->documents != NULL,
                                           cfg->arch == RP_ARCH_GPT_OSS, &s,
                                           (size_t)info->memory_bytes);

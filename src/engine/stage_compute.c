@@ -65,7 +65,7 @@ static const rp_block_call *block_call(executor *x, const rp_job *job, int l, in
     memset(c, 0, sizeof *c);
     c->block = (int32_t)(l - 1);
     c->lora = lora_call(x, job, l, t, lc);
-    c->allow_unproven = (int)(x->e->unproven >> RP_UNPROVEN_GPT_OSS & 1u);
+    c->allow_unproven = rp_unproven_in(x->e->unproven, RP_UNPROVEN_GPT_OSS);
     float *slot = rp_router_stats_slot(e, t, x->micro, l);
     if (forward && slot && job->kind != RP_JOB_BWD)
         c->router_stats = x->router_stats ? x->router_stats : slot;

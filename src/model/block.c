@@ -91,8 +91,8 @@ typedef struct block_ws {
 
 /* Block `block`'s attention: gpt-oss's sliding blocks see a window of
  * keys (its sinks are set by the calls, from the weights). */
-static rp_attn_shape attn_shape(const rp_model_config *cfg, int block, int64_t nseq,
-                                int64_t seqlen)
+rp_attn_shape rp_block_attn_shape(const rp_model_config *cfg, int block, int64_t nseq,
+                                  int64_t seqlen)
 {
     rp_attn_shape s = {.nseq = nseq,
                        .window = cfg->arch == RP_ARCH_GPT_OSS &&
@@ -259,7 +259,7 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
         (int64_t)max3(max3(H, QD, KD), off.router_bias != SIZE_MAX ? (size_t)cfg->moe.num_experts
                                                                    : 0, 0));
     w->partial = n ? rp_carve_f32(&sc, n) : NULL;
-    rp_attn_shape s = attn_shape(cfg, block, nseq, seqlen);
+    rp_attn_shape s = rp_block_attn_shape(cfg, block, nseq, seqlen);
     n = ops->attention_backward_scratch_floats(&s);
     w->attn_scratch = n ? rp_carve_f32(&sc, n) : NULL;
     if (lc->rank > 0) {
@@ -949,7 +949,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
     OP(rope_apply, w.q, w.q_c, rope, nseq, seqlen, seg_start, nh, hd, 0);
     OP(rope_apply, w.k, w.k_c, rope, nseq, seqlen, seg_start, nkv, hd, 0);
 
-    rp_attn_shape s = attn_shape(cfg, bp.block, nseq, seqlen);
+    rp_attn_shape s = rp_block_attn_shape(cfg, bp.block, nseq, seqlen);
     s.seg_start = seg_start;
     s.sinks = F(SINKS);
     OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
@@ -1034,7 +1034,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     } else {
         OP(linear_backward_input, dx2_c, PC(wo), NULL, w.dout, T, QD, H, 0);
     }
-    rp_attn_shape s = attn_shape(cfg, bp.block, nseq, seqlen);
+    rp_attn_shape s = rp_block_attn_shape(cfg, bp.block, nseq, seqlen);
     s.seg_start = seg_start;
     s.sinks = F(SINKS);
     /* the sinks' gradient, from the forward's o and lse and dout */

@@ -58,6 +58,12 @@ rp_status rp_embed_backward(const rp_kernels *k, const rp_model_config *cfg,
 
 /* ---- decoder block (layers 1..L) ---------------------------------------- */
 
+/* The shape of block `block`'s attention calls over nseq sequences of
+ * seqlen tokens (no segments and no sinks: the calls set those; gpt-oss's
+ * sliding blocks with their window). */
+rp_attn_shape rp_block_attn_shape(const rp_model_config *cfg, int block, int64_t nseq,
+                                  int64_t seqlen);
+
 /* Floats for nseq sequences of seqlen tokens of the area a block's forward
  * saves for its backward (one per layer awaiting its backward), and of the
  * scratch workspace both calls use (one per executor), on the back end of

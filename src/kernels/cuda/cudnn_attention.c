@@ -559,9 +559,9 @@ static void slot_free(rp_cudnn_attention *a, plan_slot *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The slot of a shape, built on first use; NULL with `why` when refused. */
-static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
-                           char *why, size_t why_len)
+/* The slot of a shape, its plan built (or refused, ->plan NULL and
+ * ->refused saying why) on first use. */
+static plan_slot *slot_for(rp_cudnn_attention *a, const rp_attn_shape *s, int backward)
 {
     plan_slot *oldest = &a->slots[0];
     a->uses++;
@@ -571,9 +571,7 @@ static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
             p->nheads == s->nheads && p->nkv == s->nkv && p->head_dim == s->head_dim &&
             memcmp(&p->scale, &s->scale, sizeof p->scale) == 0) {
             p->last_use = a->uses;
-            if (!p->plan)
-                snprintf(why, why_len, "%s", p->refused);
-            return p->plan ? p : NULL;
+            return p;
         }
         if (!p->used || (oldest->used && p->last_use < oldest->last_use))
             oldest = p;
@@ -588,28 +586,28 @@ static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
     oldest->head_dim = s->head_dim;
     oldest->scale = s->scale;
     oldest->last_use = a->uses;
-    if (build_plan(a, oldest) != 0) {
-        snprintf(why, why_len, "%s", oldest->refused);
-        return NULL;
-    }
+    build_plan(a, oldest);
     return oldest;
+}
+
+/* The slot of a shape when cuDNN takes it; NULL with `why` when refused. */
+static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
+                           char *why, size_t why_len)
+{
+    plan_slot *p = slot_for(a, s, backward);
+    if (!p->plan)
+        snprintf(why, why_len, "%s", p->refused);
+    return p->plan ? p : NULL;
 }
 
 int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
                                  int64_t *bytes, char *why, size_t why_len)
 {
-    *bytes = 0;
-    plan_slot *p = plan_for(a, s, backward, why, why_len);
-    if (p) {
-        *bytes = p->workspace;
+    plan_slot *p = slot_for(a, s, backward);
+    *bytes = p->workspace; /* refused: what its plan asked, 0 where none was made */
+    if (p->plan)
         return 0;
-    }
-    for (int i = 0; i < CACHE_SLOTS; i++) /* refused: what its plan asked, where one was made */
-        if (a->slots[i].used && a->slots[i].backward == backward &&
-            a->slots[i].nseq == s->nseq && a->slots[i].seqlen == s->seqlen &&
-            a->slots[i].nheads == s->nheads && a->slots[i].nkv == s->nkv &&
-            a->slots[i].head_dim == s->head_dim)
-            *bytes = a->slots[i].workspace;
+    snprintf(why, why_len, "%s", p->refused);
     return RP_CUDNN_REFUSED;
 }
 

@@ -948,7 +948,7 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
 #endif
     int use = 0;
     rp_status s = rp_attention_choose(mode, why, c->cudnn_library.version, major, minor,
-                                      (int)(unproven >> RP_UNPROVEN_CUDNN & 1u), &use,
+                                      rp_unproven_in(unproven, RP_UNPROVEN_CUDNN), &use,
                                       c->attention_note,
                                       sizeof c->attention_note, err);
     if (s != RP_OK) {
@@ -956,8 +956,8 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
         return rp_error_prefix(err, "cuda device %d", c->ordinal);
     }
     c->attention_mode = mode;
-    c->fused_xent = (int)(unproven >> RP_UNPROVEN_FUSED_XENT & 1u);
-    if (!(unproven >> RP_UNPROVEN_GEMM_LT & 1u)) {
+    c->fused_xent = rp_unproven_in(unproven, RP_UNPROVEN_FUSED_XENT);
+    if (!rp_unproven_in(unproven, RP_UNPROVEN_GEMM_LT)) {
         if (c->gemm_lt) /* a second choice may take it back */
             cudaStreamSynchronize(c->stream);
         rp_cuda_gemm_lt_destroy(&c->gemm_lt);
