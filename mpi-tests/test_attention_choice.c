@@ -235,6 +235,8 @@ START_TEST(unproven_switch_parsed)
     ck_assert_int_eq(rp_unproven_parse("copies,gemm-lt", &m, &err), RP_OK);
     ck_assert_uint_eq(m, 1u << RP_UNPROVEN_COPIES | 1u << RP_UNPROVEN_GEMM_LT);
     ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_GEMM_LT), "gemm-lt");
+    ck_assert_int_eq(rp_unproven_parse("xent-fp32, fused-xent", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_XENT_FP32 | 1u << RP_UNPROVEN_FUSED_XENT);
     /* a prefix, a longer word, "1" in a list name no path */
     const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -242,6 +244,9 @@ START_TEST(unproven_switch_parsed)
         ck_assert_uint_eq(m, 0);
         ck_assert_msg(strstr(err.msg, "RP_ALLOW_UNPROVEN_CUDA") && strstr(err.msg, "gpt-oss"),
                       "%s", err.msg);
+        for (int p = 0; p < RP_UNPROVEN_COUNT; p++) /* every name, none cut off */
+            ck_assert_msg(strstr(err.msg, rp_unproven_name((rp_unproven)p)), "%s lacks %s",
+                          err.msg, rp_unproven_name((rp_unproven)p));
     }
     for (int p = 0; p < RP_UNPROVEN_COUNT; p++)
         ck_assert_ptr_nonnull(rp_unproven_what((rp_unproven)p));

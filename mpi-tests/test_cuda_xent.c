@@ -8,7 +8,9 @@
  * left-to-right row-order sum (bit-exact, as head.c sums); grad = 0 leaves
  * the logits untouched; with a bf16 gradient buffer (aligned and not) the
  * same losses, the logits untouched and each element exactly the in-place
- * gradient rounded; results are bit-reproducible; the target check finds
+ * gradient rounded; results are bit-reproducible; all of it with the row
+ * sums in double and in float (fp32_sums, RP_ALLOW_UNPROVEN_CUDA=xent-fp32),
+ * within the same bounds of the double formula; the target check finds
  * the first counted out-of-range target and ignores masked ones; bad
  * arguments are refused. */
 #include "config.h"
@@ -54,9 +56,11 @@ static const xcase xcases[] = {
 };
 
 
+/* _i: the case (_i / 2) and the row sums' type (_i % 2: float) */
 START_TEST(chunk_matches_direct_formula)
 {
-    const xcase *c = &xcases[_i];
+    const xcase *c = &xcases[_i / 2];
+    const int f32 = _i % 2;
     const int64_t R = c->rows, V = c->vocab;
     const size_t n = (size_t)(R * V);
     float *z = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
@@ -76,8 +80,9 @@ START_TEST(chunk_matches_direct_formula)
     CK(cudaMemcpy(dsum, &start, 8, cudaMemcpyHostToDevice));
     CK(cudaMemset(dl, 0xff, (size_t)R * 8)); /* NaN */
     const char *why = "";
-    ck_assert_msg(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, dl, dsum, 0, &why) == 0,
-                  "xent: %s", why);
+    ck_assert_msg(
+        rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, f32, dl, dsum, 0, &why) == 0,
+        "xent: %s", why);
     CK(cudaDeviceSynchronize());
     double *loss = malloc((size_t)R * 8), sum = 0;
     CK(cudaMemcpy(loss, dl, (size_t)R * 8, cudaMemcpyDeviceToHost));
@@ -111,7 +116,8 @@ START_TEST(chunk_matches_direct_formula)
 
     /* same input again: bit-identical losses and gradient */
     CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(
+        rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, NULL, f32, dl, NULL, 0, &why), 0);
     CK(cudaDeviceSynchronize());
     double *loss2 = malloc((size_t)R * 8);
     float *got2 = malloc(n * 4);
@@ -122,7 +128,8 @@ START_TEST(chunk_matches_direct_formula)
 
     /* grad = 0: logits untouched, same losses */
     CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 0, NULL, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(
+        rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 0, NULL, f32, dl, NULL, 0, &why), 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(loss2, dl, (size_t)R * 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(got2, dz, n * 4, cudaMemcpyDeviceToHost));
@@ -137,8 +144,8 @@ START_TEST(chunk_matches_direct_formula)
     for (int off = 0; off <= 1; off++) {
         CK(cudaMemcpy(dz, z, n * 4, cudaMemcpyHostToDevice));
         CK(cudaMemset(db, 0xff, n * 2 + 16));
-        ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, db + off, dl, NULL, 0,
-                                            &why),
+        ck_assert_int_eq(rp_cuda_xent_chunk(dz, R, V, dt, dm, c->scale, 1, db + off, f32, dl,
+                                            NULL, 0, &why),
                          0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(loss2, dl, (size_t)R * 8, cudaMemcpyDeviceToHost));
@@ -195,12 +202,15 @@ START_TEST(bad_arguments_refused)
     double *dl = dev_from(NULL, 8);
     float *dz = dev_from(NULL, 16);
     int32_t *dt = dev_from(NULL, 4);
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 0, dt, NULL, 1.0f, 1, NULL, dl, NULL, 0, &why), -1);
+    ck_assert_int_eq(
+        rp_cuda_xent_chunk(dz, 1, 0, dt, NULL, 1.0f, 1, NULL, 0, dl, NULL, 0, &why), -1);
     ck_assert_ptr_nonnull(why);
     why = NULL;
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 1, 4, dt, NULL, 1.0f, 1, NULL, NULL, NULL, 0, &why), -1);
+    ck_assert_int_eq(
+        rp_cuda_xent_chunk(dz, 1, 4, dt, NULL, 1.0f, 1, NULL, 0, NULL, NULL, 0, &why), -1);
     ck_assert_ptr_nonnull(why);
-    ck_assert_int_eq(rp_cuda_xent_chunk(dz, 0, 4, dt, NULL, 1.0f, 1, NULL, dl, NULL, 0, &why), 0);
+    ck_assert_int_eq(
+        rp_cuda_xent_chunk(dz, 0, 4, dt, NULL, 1.0f, 1, NULL, 0, dl, NULL, 0, &why), 0);
     cudaFree(dl), cudaFree(dz), cudaFree(dt);
 }
 END_TEST
@@ -211,7 +221,7 @@ static Suite *cuda_xent_suite(void)
     TCase *tc = tcase_create("xent");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, chunk_matches_direct_formula, 0,
-                        (int)(sizeof xcases / sizeof xcases[0]));
+                        2 * (int)(sizeof xcases / sizeof xcases[0]));
     tcase_add_test(tc, target_check_finds_first_counted_bad);
     tcase_add_test(tc, bad_arguments_refused);
     suite_add_tcase(s, tc);

@@ -6,20 +6,23 @@
  *
  *   bench_head [-t TOKENS] [-r REPS]
  *
- * Four ways: chunks of 832 tokens (the fixed 2^27 logits) and of the rows
+ * Six ways: chunks of 832 tokens (the fixed 2^27 logits) and of the rows
  * this GPU's whole memory gives (logits_rows, as train sizes them; the
  * microbatch at most), each with cross-entropy's gradient formed in place in
- * fp32 then converted to bf16 (the path every run takes) and written in bf16
- * in the pass that forms it (RP_ALLOW_UNPROVEN_CUDA=fused-xent in a run). The GEMM time of a chunking is the head's three GEMMs per chunk
+ * fp32 then converted to bf16 (the path every run takes), written in bf16
+ * in the pass that forms it (RP_ALLOW_UNPROVEN_CUDA=fused-xent in a run),
+ * and that with the row sums in float (fused-xent,xent-fp32). The GEMM time
+ * of a chunking is the head's three GEMMs per chunk
  * through the same table on the same shapes (logits = h W^T in fp32,
  * dW += dlogits^T h, dh = dlogits W; bf16 operands), nothing else.
  * Time: median of REPS calls after one warm-up (each call ends by
  * downloading the losses, which waits for the stream).
- * Checked on the way: the loss is finite, and the two cross-entropy paths
+ * Checked on the way: the loss is finite, the first two cross-entropy paths
  * give the same loss and the same input gradient bit for bit (the op
- * contract, kernels/ops.h) at each chunking; a difference is exit 1.
+ * contract, kernels/ops.h) at each chunking, and the float sums' loss is
+ * within 1e-5 of theirs (relative; its bits differ); a difference is exit 1.
  * Output: a table, then "RESULT head CHUNK PATH HEAD_MS GEMM_MS" lines
- * (PATH convert or fused) that bench/gpu/run.sh reads.
+ * (PATH convert, fused or fused-fp32) that bench/gpu/run.sh reads.
  * Exit 77 without a GPU, 1 when a call fails or a check does not hold. */
 #include "config.h"
 
@@ -243,33 +246,46 @@ int main(int argc, char **argv)
            "%.1f GiB (the memory chunk %lld rows, %.1f MiB of workspace at most)\n",
            (long long)H, (long long)V, (long long)T, total_b / 1073741824.0, (long long)by_memory,
            wsf * 4 / 1048576.0);
-    printf("%-8s %-8s %10s %10s %8s %12s\n", "chunk", "xent", "head ms", "GEMMs ms", "ratio",
+    printf("%-8s %-10s %10s %10s %8s %12s\n", "chunk", "xent", "head ms", "GEMMs ms", "ratio",
            "head TF/s");
     const double flops = 6.0 * (double)T * (double)H * (double)V; /* the three GEMMs */
     float *dx_a = malloc(sizeof(float) * (size_t)(T * H)),
           *dx_b = malloc(sizeof(float) * (size_t)(T * H));
-    char results[4][96];
+    char results[6][96];
     int nr = 0, rc = 0;
+    static const struct {
+        const char *name;
+        unsigned paths; /* RP_ALLOW_UNPROVEN_CUDA's, as a run would give them */
+    } xent[3] = {
+        {"convert", 0u},
+        {"fused", 1u << RP_UNPROVEN_FUSED_XENT},
+        {"fused-fp32", 1u << RP_UNPROVEN_FUSED_XENT | 1u << RP_UNPROVEN_XENT_FP32},
+    };
     for (int c = 0; c < nchunks; c++) {
         const double gemm_ms = time_gemms(&k, &in, chunks[c], reps);
-        double loss[2];
-        for (int fused = 0; fused <= 1; fused++) {
-            if (rp_cuda_kernels_choose_attention(
-                    &k, RP_ATTENTION_OWN, fused ? 1u << RP_UNPROVEN_FUSED_XENT : 0u, &err) != RP_OK)
+        double loss[3];
+        for (int x = 0; x < 3; x++) {
+            if (rp_cuda_kernels_choose_attention(&k, RP_ATTENTION_OWN, xent[x].paths, &err) !=
+                RP_OK)
                 die("rp_cuda_kernels_choose_attention", err.msg);
-            const double ms = time_head(&k, &in, chunks[c], ws, reps, &loss[fused],
-                                        fused ? dx_b : dx_a);
-            const char *path = fused ? "fused" : "convert";
-            printf("%-8lld %-8s %10.2f %10.2f %8.3f %12.1f\n", (long long)chunks[c], path, ms,
+            const double ms = time_head(&k, &in, chunks[c], ws, reps, &loss[x],
+                                        x == 0 ? dx_a : dx_b);
+            const char *path = xent[x].name;
+            printf("%-8lld %-10s %10.2f %10.2f %8.3f %12.1f\n", (long long)chunks[c], path, ms,
                    gemm_ms, gemm_ms / ms, flops / ms / 1e9);
             snprintf(results[nr++], sizeof results[0], "RESULT head %lld %s %.3f %.3f",
                      (long long)chunks[c], path, ms, gemm_ms);
+            if (x == 1 && (!isfinite(loss[0]) || memcmp(&loss[0], &loss[1], sizeof(double)) != 0 ||
+                           memcmp(dx_a, dx_b, sizeof(float) * (size_t)(T * H)) != 0)) {
+                fprintf(stderr, "bench_head: chunk %lld: the fused cross-entropy differs from "
+                        "the in-place one (loss %.17g vs %.17g, or dx)\n", (long long)chunks[c],
+                        loss[1], loss[0]);
+                rc = 1;
+            }
         }
-        if (!isfinite(loss[0]) || memcmp(&loss[0], &loss[1], sizeof(double)) != 0 ||
-            memcmp(dx_a, dx_b, sizeof(float) * (size_t)(T * H)) != 0) {
-            fprintf(stderr, "bench_head: chunk %lld: the fused cross-entropy differs from the "
-                    "in-place one (loss %.17g vs %.17g, or dx)\n", (long long)chunks[c],
-                    loss[1], loss[0]);
+        if (!(fabs(loss[2] - loss[0]) <= 1e-5 * fabs(loss[0]))) {
+            fprintf(stderr, "bench_head: chunk %lld: the float sums' loss %.17g is not within "
+                    "1e-5 of the double sums' %.17g\n", (long long)chunks[c], loss[2], loss[0]);
             rc = 1;
         }
     }

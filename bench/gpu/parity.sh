@@ -47,6 +47,10 @@
 #               cross-entropy writes its bf16 gradient in the pass that forms it
 #               (issue 38), which must give qwen3's dut1 model bit for bit (every
 #               other case forms it in fp32 and converts it)
+#   xent-fp32   golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=xent-fp32: the head's
+#               cross-entropy sums each row's exponentials in float (issue 38:
+#               no double arithmetic per logit); not qwen3's bits, within the
+#               bound of the CPU's, 2 ranks = 1 rank
 #   copies      golden/qwen3 with 10 KiB transfer chunks: dut1 = 1 rank, the
 #               transfer engine's asynchronous copies (an upload and a download
 #               stream, events; RP_ALLOW_UNPROVEN_CUDA=copies), dut2 = 2 ranks
@@ -94,7 +98,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent copies gemm-lt speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent xent-fp32 copies gemm-lt speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -163,6 +167,7 @@ run() {
     gpt-oss) unproven=gpt-oss ;;
     fp8|fp8-moe) unproven=fp8-upload ;;
     fused-xent) unproven=fused-xent ;;
+    xent-fp32) unproven=xent-fp32 ;;
     gemm-lt) unproven=gemm-lt ;;
     copies) [ -n "${sync_copies:-}" ] || unproven=copies ;; # dut2: sync_copies=1
   esac

@@ -24,6 +24,9 @@ static const struct {
     [RP_UNPROVEN_GEMM_LT] = {"gemm-lt", "the Linear forward through cuBLASLt, the residual and "
                                         "the bias added in the GEMM's epilogue (else a copy of "
                                         "the residual, cuBLAS and a bias kernel)"},
+    [RP_UNPROVEN_XENT_FP32] = {"xent-fp32", "the head's cross-entropy summing each row's "
+                                            "exponentials in float (else in double, as the CPU "
+                                            "executors do: other bits)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)

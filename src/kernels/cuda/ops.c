@@ -69,6 +69,8 @@ typedef struct cuda_state {
     /* RP_ALLOW_UNPROVEN_CUDA's fused-xent, given there too: cross_entropy
      * writes the bf16 gradient in its own pass (not yet run on a GPU) */
     int fused_xent;
+    /* RP_ALLOW_UNPROVEN_CUDA's xent-fp32: its row sums in float (xent.h) */
+    int xent_fp32;
     /* RP_ALLOW_UNPROVEN_CUDA's gemm-lt: linear_forward through cuBLASLt
      * (not yet run on a GPU); NULL, the copy, cuBLAS and the bias kernel */
     rp_cuda_gemm_lt *gemm_lt;
@@ -710,7 +712,8 @@ static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t
     const int fused = grad && dlogits_compute && (void *)logits != dlogits_compute &&
                       c->fused_xent;
     int rc = rp_cuda_xent_chunk(logits, rows, vocab, targets, counted, scale, grad,
-                                fused ? dlogits_compute : NULL, loss, NULL, c->stream, &why);
+                                fused ? dlogits_compute : NULL, c->xent_fp32, loss, NULL,
+                                c->stream, &why);
     if (rc)
         return failed(c, "cross-entropy", rc, why, err);
     if (grad && dlogits_compute && !fused && (void *)logits != dlogits_compute)
@@ -957,6 +960,7 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     }
     c->attention_mode = mode;
     c->fused_xent = rp_unproven_in(unproven, RP_UNPROVEN_FUSED_XENT);
+    c->xent_fp32 = rp_unproven_in(unproven, RP_UNPROVEN_XENT_FP32);
     if (!rp_unproven_in(unproven, RP_UNPROVEN_GEMM_LT)) {
         if (c->gemm_lt) /* a second choice may take it back */
             cudaStreamSynchronize(c->stream);

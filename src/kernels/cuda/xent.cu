@@ -12,39 +12,49 @@ namespace {
 constexpr int kThreads = 512; /* one block per row */
 constexpr int kWarps = kThreads / 32;
 
-/* Running (max, sum of exp(x - max)) of one thread; the sum in double as in
- * the CPU kernel. -inf entries add nothing; NaN entries make the sum NaN
- * (the CPU kernel's loss is NaN then too). */
-struct lse_acc {
+/* Running (max, sum of exp(x - max)) of one thread; the sum in S: double
+ * as in the CPU kernel, or float (xent.h's fp32_sums: no double arithmetic
+ * per logit, which GeForce cards run at 1/64 of the float rate). -inf
+ * entries add nothing; NaN entries make the sum NaN (the CPU kernel's loss
+ * is NaN then too). */
+template <typename S> struct lse_acc {
     float m;
-    double s;
+    S s;
 };
 
-__device__ __forceinline__ void lse_add(lse_acc &a, float x)
+template <typename S> __device__ __forceinline__ void lse_add(lse_acc<S> &a, float x)
 {
     if (x > a.m) {
-        a.s = a.s * (double)expf(a.m - x) + 1.0; /* a.m = -inf: 0 * 0 + 1 */
+        a.s = a.s * (S)expf(a.m - x) + (S)1; /* a.m = -inf: 0 * 0 + 1 */
         a.m = x;
     } else if (!(x == -INFINITY)) {
-        a.s += (double)expf(x - a.m);
+        a.s += (S)expf(x - a.m);
     }
 }
 
-__device__ __forceinline__ lse_acc lse_merge(lse_acc a, lse_acc b)
+template <typename S> __device__ __forceinline__ lse_acc<S> lse_merge(lse_acc<S> a, lse_acc<S> b)
 {
     const float m = fmaxf(a.m, b.m);
-    lse_acc r;
+    lse_acc<S> r;
     r.m = m;
-    r.s = (a.m == -INFINITY ? 0.0 : a.s * (double)expf(a.m - m)) +
-          (b.m == -INFINITY ? 0.0 : b.s * (double)expf(b.m - m));
+    r.s = (a.m == -INFINITY ? (S)0 : a.s * (S)expf(a.m - m)) +
+          (b.m == -INFINITY ? (S)0 : b.s * (S)expf(b.m - m));
     return r;
 }
 
 /* scale * softmax term of one logit; j == t also subtracts scale, in the
- * CPU kernel's order (multiply, then subtract; no fused multiply-add). */
+ * CPU kernel's order (multiply, then subtract; no fused multiply-add).
+ * With double sums z - lse is formed in double as the CPU kernel forms it;
+ * with float sums in float, lse rounded once per row. */
 __device__ __forceinline__ float grad_of(float z, double lse, float scale, bool target)
 {
     const float g = __fmul_rn(scale, expf((float)((double)z - lse)));
+    return target ? __fsub_rn(g, scale) : g;
+}
+
+__device__ __forceinline__ float grad_of(float z, float lse, float scale, bool target)
+{
+    const float g = __fmul_rn(scale, expf(__fsub_rn(z, lse)));
     return target ? __fsub_rn(g, scale) : g;
 }
 
@@ -62,6 +72,7 @@ __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *p, float a, float b,
 /* gb != NULL: the gradient goes there in bf16 (each fp32 value rounded to
  * nearest even, as the convert kernel rounds) and the fp32 row is only
  * read; else it overwrites the row in fp32. */
+template <typename S>
 __global__ void __launch_bounds__(kThreads)
     xent_rows_kernel(float *logits, int64_t vocab, const int32_t *targets, const uint8_t *counted,
                      float scale, int grad, double *loss_rows, __nv_bfloat16 *gb)
@@ -90,7 +101,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool vec_grad = vec && ((uintptr_t)zb & 7) == 0;
     const int64_t nv = vocab / 4;
 
-    lse_acc a = {-INFINITY, 0.0};
+    lse_acc<S> a = {-INFINITY, (S)0};
     if (vec) {
         const float4 *z4 = reinterpret_cast<const float4 *>(z);
         for (int64_t j = tid; j < nv; j += kThreads) {
@@ -107,35 +118,36 @@ __global__ void __launch_bounds__(kThreads)
     /* fixed reduction tree: warps by shuffles, then warp 0 over the warps */
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
-        lse_acc b;
+        lse_acc<S> b;
         b.m = __shfl_xor_sync(0xffffffffu, a.m, off);
         b.s = __shfl_xor_sync(0xffffffffu, a.s, off);
         a = lse_merge(a, b);
     }
     __shared__ float sm[kWarps];
-    __shared__ double ss[kWarps];
-    __shared__ double s_lse;
+    __shared__ S ss[kWarps];
+    __shared__ S s_lse;
     if (lane == 0) {
         sm[warp] = a.m;
         ss[warp] = a.s;
     }
     __syncthreads();
     if (warp == 0) {
-        lse_acc w = {-INFINITY, 0.0};
+        lse_acc<S> w = {-INFINITY, (S)0};
         if (lane < kWarps) {
             w.m = sm[lane];
             w.s = ss[lane];
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
-            lse_acc b;
+            lse_acc<S> b;
             b.m = __shfl_xor_sync(0xffffffffu, w.m, off);
             b.s = __shfl_xor_sync(0xffffffffu, w.s, off);
             w = lse_merge(w, b);
         }
         if (lane == 0) {
-            const double lse = (double)w.m + log(w.s);
-            s_lse = lse;
+            /* the row's loss in double either way (one per row) */
+            const double lse = (double)w.m + log((double)w.s);
+            s_lse = (S)lse;
             /* z[t] is read here, before the barrier that precedes any write */
             loss_rows[r] = tok ? lse - (double)z[t] : (double)NAN;
         }
@@ -143,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!grad)
         return;
-    const double lse = s_lse;
+    const S lse = s_lse;
     if (vec_grad) {
         float4 *z4 = reinterpret_cast<float4 *>(z);
         for (int64_t j = tid; j < nv; j += kThreads) {
@@ -230,8 +242,9 @@ int cuda_fail(const char **why, cudaError_t e)
 
 extern "C" int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab,
                                   const int32_t *targets, const uint8_t *counted, float scale,
-                                  int grad, void *dlogits_bf16, double *loss_rows,
-                                  double *loss_sum, cudaStream_t stream, const char **why)
+                                  int grad, void *dlogits_bf16, int fp32_sums,
+                                  double *loss_rows, double *loss_sum, cudaStream_t stream,
+                                  const char **why)
 {
     if (rows < 0 || rows > INT32_MAX || vocab < 1)
         return fail(why, "xent: rows must be in [0, 2^31) and vocab >= 1");
@@ -239,9 +252,13 @@ extern "C" int rp_cuda_xent_chunk(float *logits, int64_t rows, int64_t vocab,
         return 0;
     if (!logits || !targets || !loss_rows)
         return fail(why, "xent: logits, targets and loss_rows must be set");
-    xent_rows_kernel<<<(unsigned)rows, kThreads, 0, stream>>>(
-        logits, vocab, targets, counted, scale, grad, loss_rows,
-        grad ? static_cast<__nv_bfloat16 *>(dlogits_bf16) : NULL);
+    __nv_bfloat16 *gb = grad ? static_cast<__nv_bfloat16 *>(dlogits_bf16) : NULL;
+    if (fp32_sums)
+        xent_rows_kernel<float><<<(unsigned)rows, kThreads, 0, stream>>>(
+            logits, vocab, targets, counted, scale, grad, loss_rows, gb);
+    else
+        xent_rows_kernel<double><<<(unsigned)rows, kThreads, 0, stream>>>(
+            logits, vocab, targets, counted, scale, grad, loss_rows, gb);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && loss_sum) {
         ordered_sum_kernel<<<1, 1, 0, stream>>>(loss_rows, rows, loss_sum);
