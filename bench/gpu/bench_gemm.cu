@@ -18,6 +18,10 @@
  * error over the samples must be under 1e-2, the bf16 output rounding is
  * ~2e-3). Time: median of REPS event-timed batches after a warm-up.
  *
+ * The fused projections of issue 38 are timed too: q, k, v as one product
+ * and gate and up as one, against their parts (the time they would save;
+ * "RESULT gemm_fusion NAME PARTS_MS FUSED_MS RATIO", outside the step mix).
+ *
  * Then (not with -q) the engine's residual GEMM, issue 38: the down
  * projection at T tokens (6144 -> 2048), fp32 y = residual + x W^T, as the
  * CUDA table's linear_forward runs it by default (the residual copied into
@@ -318,6 +322,10 @@ int main(int argc, char **argv)
         {"q/o", 2048, 2048, tokens},      {"k/v", 1024, 2048, tokens},
         {"gate/up", 6144, 2048, tokens},  {"down", 2048, 6144, tokens},
         {"head", 151936, 2048, tokens < 1024 ? tokens : 1024},
+        /* issue 38's fused projections, timed beside their parts (not in
+         * the step mix): q, k, v as one product (2048 + 1024 + 1024 wide),
+         * gate and up as one (2 x 6144) */
+        {"qkv", 4096, 2048, tokens},      {"gateup", 12288, 2048, tokens},
     };
     const int nl = sizeof layers / sizeof layers[0];
     shape shapes[64];
@@ -366,8 +374,11 @@ int main(int argc, char **argv)
     double fl = 0, tm = 0;
     for (int i = nsq; i < ns; i++) {
         const char *nm = res[i].s.name;
-        double mult = !strncmp(nm, "head", 4) ? ceil(tokens / 1024.0)
-                      : !strncmp(nm, "down", 4) ? 28 : 2 * 28;
+        double mult = !strncmp(nm, "head", 4)     ? ceil(tokens / 1024.0)
+                      : !strncmp(nm, "down", 4)   ? 28
+                      : !strncmp(nm, "qkv", 3)    ? 0
+                      : !strncmp(nm, "gateup", 6) ? 0
+                                                  : 2 * 28;
         fl += mult * flops_of(res[i].s);
         tm += mult * flops_of(res[i].s) / (res[i].tflops * 1e12);
     }
@@ -377,6 +388,38 @@ int main(int argc, char **argv)
     printf("RESULT gemm_mix %.2f %.4f\n", fl / tm / 1e12, fl / tm / 1e12 / peak);
     for (int i = nsq; i < ns; i++)
         printf("RESULT gemm %s %.2f %.4f\n", res[i].s.name, res[i].tflops, res[i].tflops / peak);
+    /* What fusing would gain: the parts' time over the fused product's, per
+     * pass (fwd, dgrad, wgrad) and over the three; > 1 is a gain */
+    const char *pass[3] = {"fwd", "dgrad", "wgrad"};
+    const struct { const char *fused; const char *part[2]; int times[2]; } fusion[2] = {
+        {"qkv", {"q/o", "k/v"}, {1, 2}},
+        {"gateup", {"gate/up", NULL}, {2, 0}},
+    };
+    for (int f = 0; f < 2; f++) {
+        double parts_all = 0, fused_all = 0;
+        for (int p = 0; p < 3; p++) {
+            double parts = 0, fused = 0;
+            for (int i = nsq; i < ns; i++) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "%s.%s", fusion[f].fused, pass[p]);
+                const double ms = flops_of(res[i].s) / (res[i].tflops * 1e9);
+                if (!strcmp(res[i].s.name, nm))
+                    fused += ms;
+                for (int q = 0; q < 2; q++) {
+                    if (!fusion[f].part[q])
+                        continue;
+                    snprintf(nm, sizeof nm, "%s.%s", fusion[f].part[q], pass[p]);
+                    if (!strcmp(res[i].s.name, nm))
+                        parts += fusion[f].times[q] * ms;
+                }
+            }
+            printf("fusion %-6s %-5s: parts %.3f ms, fused %.3f ms, %.3fx\n", fusion[f].fused,
+                   pass[p], parts, fused, parts / fused);
+            parts_all += parts, fused_all += fused;
+        }
+        printf("RESULT gemm_fusion %s %.4f %.4f %.4f\n", fusion[f].fused, parts_all, fused_all,
+               parts_all / fused_all);
+    }
     /* the down projection's residual GEMM (Qwen3-1.7B: 6144 -> 2048) */
     if (squares != quick && residual_gemm(h, tokens, 6144, 2048, reps))
         bad = 1;

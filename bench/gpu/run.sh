@@ -532,6 +532,10 @@ elif start gemm; then
     read -r rcopy rlt rratio < <(awk '$2=="gemm_residual" {print $3, $4, $5}' "$logs/gemm.txt")
     [ -n "${rratio:-}" ] && put "residual GEMM, down at 4096 tokens: cuBLASLt, residual as C" "$rlt ms" \
       "copy + beta=1: $rcopy ms" "$rratio" "> 1 (gemm-lt)"
+    # what fusing q/k/v and gate/up into one product each would save (issue 38)
+    while read -r fname fparts ffused fratio; do
+      put "fused projection $fname at 4096 tokens, fwd+dgrad+wgrad" "$ffused ms" "its parts: $fparts ms" "$fratio" "> 1: fusing pays"
+    done < <(awk '$2=="gemm_fusion" {print $3, $4, $5, $6}' "$logs/gemm.txt")
   else
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi
