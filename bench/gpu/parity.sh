@@ -83,6 +83,9 @@
 # skipped, and says so), RP_PARITY_KEEP=1 (keep the saved models and
 # checkpoints; by default only the logs stay).
 #
+# The CPU references run in the background, one per distinct fixture (most
+# cases share golden/qwen3's), while the device runs the cases.
+#
 # Prints one line per case, also appended to $RP_PARITY_OUT/results.txt:
 #   PARITY<TAB>CASE<TAB>ok|FAILED|skipped<TAB>WORST<TAB>DETAIL
 # Exit: 0 every case ran and passed, 1 a case failed, 2 usage.
@@ -188,6 +191,37 @@ bits() {
     { echo "$2's log: $(cat "$work/$2.same")"; return 1; }
 }
 
+# The CPU references: a run depends on its fixture's options alone (the
+# device's options and the unproven paths are the device under test's), and
+# half the cases share golden/qwen3's, so one run per distinct fixture,
+# made by a worker in the background while the device runs the cases: the
+# references are off the window's critical path (the GPU machine has cores
+# to spare) and none is made twice.
+ref_key() { fixture "$1" | md5sum | cut -c1-12; }
+cpu_references() {
+  local c k
+  for c in $cases; do
+    [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ] && break
+    k=$(ref_key "$c")
+    [ -e "$work/ref-$k.rc" ] || [ -e "$work/ref-$k.started" ] && continue
+    : > "$work/ref-$k.started"
+    ( case=$c; run "ref-$k" cpu 1 > /dev/null ); echo $? > "$work/ref-$k.rc"
+  done
+}
+cpu_references & refs_pid=$!
+trap 'kill $refs_pid 2>/dev/null' EXIT
+# cpu_ref CASE: the case's reference as $work/CASE-cpu.{jsonl,txt}, waiting
+# for the worker (or made here if the worker is gone without it)
+cpu_ref() {
+  local k; k=$(ref_key "$1")
+  while [ ! -e "$work/ref-$k.rc" ] && kill -0 "$refs_pid" 2>/dev/null; do sleep 0.2; done
+  if [ ! -e "$work/ref-$k.rc" ]; then
+    run "ref-$k" cpu 1 > /dev/null; echo $? > "$work/ref-$k.rc"
+  fi
+  cp "$work/ref-$k.txt" "$work/$1-cpu.txt" 2>/dev/null
+  [ "$(cat "$work/ref-$k.rc")" = 0 ] && cp "$work/ref-$k.jsonl" "$work/$1-cpu.jsonl"
+}
+
 for case in $cases; do
   if [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
     result "$case" skipped - "time budget: not started"; continue
@@ -195,7 +229,7 @@ for case in $cases; do
   t0=$(date +%s)
   echo "== parity: $case (device under test: $dev)"
   c=$case
-  if ! run "$c-cpu" cpu 1; then result "$c" FAILED - "CPU reference run failed ($c-cpu.txt)"; continue; fi
+  if ! cpu_ref "$c"; then result "$c" FAILED - "CPU reference run failed ($c-cpu.txt)"; continue; fi
   case $c in
     nodes)
       run "$c-dut1" "$dev" 2 --pipelines 2 || { result "$c" FAILED - "$dev, 2 ranks, --pipelines 2 failed ($c-dut1.txt)"; continue; }
