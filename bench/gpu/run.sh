@@ -16,7 +16,7 @@
 #   parity      180  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 21 cases, the never-run paths first (capped
+#                          its 22 cases, the never-run paths first (capped
 #                          at 240 s)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
@@ -43,7 +43,7 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~575 s with the carried build (parity's 21 cases take 190, the
+# Expected: ~585 s with the carried build (parity's 22 cases take 200, the
 # cuDNN test and timings 40), so
 # maxseq runs only when earlier phases beat their expectations; a rebuild
 # (+80 s) cuts maxseq, then topology. `bash bench/gpu/run.sh maxseq` runs it
@@ -94,7 +94,7 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-declare -A expect=([build]=10 [env]=5 [parity]=190 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
+declare -A expect=([build]=10 [env]=5 [parity]=200 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [e2e]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [e2e]=70
   [peer]=60 [topology]=20 [maxseq]=60)
