@@ -272,8 +272,8 @@ for case in $cases; do
   fi
   if [ "$c" = cudnn-documents ] && [ "$dev" != cpu ]; then
     # the path was taken: the run's last lines count cuDNN's calls over segments
-    n=$(sed -n 's/.*attention calls over document segments through cuDNN (RP_ALLOW_UNPROVEN_CUDA=documents): \([0-9]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
-    [ "${n:-0}" -gt 0 ] && extra="; $n attention calls over document segments through cuDNN" ||
+    n=$(sed -n 's/.*attention calls over packed documents through cuDNN (RP_ALLOW_UNPROVEN_CUDA=documents): \([0-9]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
+    [ "${n:-0}" -gt 0 ] && extra="; $n attention calls over packed documents through cuDNN" ||
       { brc=1; why="$why no attention call over document segments went through cuDNN (${n:-no count said}; $c-dut1.txt)"; }
   fi
   if [ "$c" = fused-xent ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then

@@ -301,8 +301,10 @@ static void cuda_kernels_summary(void *impl, char *buf, size_t len)
         at += (size_t)snprintf(buf, len, "linear forwards through cuBLASLt "
                                "(RP_ALLOW_UNPROVEN_CUDA=gemm-lt): %lld",
                                (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
+    /* not "document segments": test_documents.sh reads those words in a
+     * run's output as train's refusal of --documents on CUDA */
     if (rp_cuda_kernels_cudnn_segments_ready(&c->kernels) && at < len)
-        snprintf(buf + at, len - at, "%sattention calls over document segments through cuDNN "
+        snprintf(buf + at, len - at, "%sattention calls over packed documents through cuDNN "
                  "(RP_ALLOW_UNPROVEN_CUDA=documents): %lld", at ? "; " : "",
                  (long long)rp_cuda_kernels_cudnn_segment_calls(&c->kernels));
 }
