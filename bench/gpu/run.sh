@@ -449,7 +449,11 @@ if start check; then
     timeout "$tl" sh "$top/mpi-tests/run-test.sh" "$build/mpi-tests/$t" > "$logs/$t.log" 2>&1
     rc=$?; dt=$(( $(date +%s) - t1 ))
     case $rc in
-      0) np=$((np + 1)); put "test $t" "PASS" "" "" "$dt s" ;;
+      0) np=$((np + 1)); note="$dt s"
+         # a pass in which cuDNN refused the segment graph proved nothing of it: said in the row
+         nr=$(grep -c '^CUDNN REFUSED DOCUMENT SEGMENTS' "$logs/$t.log")
+         [ "$nr" -gt 0 ] && note="$note; CUDNN REFUSED DOCUMENT SEGMENTS in $nr cases ($t.log)"
+         put "test $t" "PASS" "" "" "$note" ;;
       77) ns=$((ns + 1)); put "test $t" "SKIP" "" "" "$(grep -m1 -i -e skip -e 'no usable' -e 'no cuda' "$logs/$t.log" | cut -c1-60)" ;;
       124) nf=$((nf + 1)); pfail "test $t" "timed out after $tl s ($t.log)" ;;
       *) nf=$((nf + 1)); pfail "test $t" "exit $rc: $(grep -m2 -E 'FAIL|fail|error' "$logs/$t.log" | tr '\n' ' ' | cut -c1-100)" ;;

@@ -52,10 +52,13 @@
  * bucket of counts, offsets made by a kernel, and Stats re-laid out from
  * per-document rows to the contract's lse; the mask keeps the packed layout,
  * one plan per shape, and the contract's Stats. Its cost: the whole causal
- * triangle is computed, tiles wholly outside a document included. cuDNN's
- * graph documentation lets the flash patterns' mask take tensor inputs
- * (the padding mask's per-sequence lengths, the backward's per-row Stats),
- * but does not promise a per-row one here: where no engine takes the graph
+ * triangle is computed, tiles wholly outside a document included. Nothing
+ * in cuDNN's documentation keeps tensor inputs out of the mask: its
+ * padding mask compares the generated indices with per-sequence length
+ * tensors, the sliding window adds a bound tensor to the column index, and
+ * the frontend's score_mod (v1.9) is any chain of pointwise nodes on the
+ * scores; the backward already reads a per-row input there (Stats). But no
+ * page promises a per-row int32 operand: where no engine takes the graph
  * the shape is refused like any other, and the own kernel runs it (under
  * auto), or the run stops saying so (under --attention cudnn). Segments
  * reach this module only when the run allows documents on CUDA
