@@ -6,8 +6,11 @@
  * attention choice (kernels/attention_choice.h) takes the own kernel under
  * auto with the loader's reason in its log line, refuses --attention cudnn
  * with that reason (and on a GPU older than sm_80), names cuDNN's version
- * when it is chosen, and sends segments, windows, sinks and head dims
- * cuDNN does not run to the own kernel. */
+ * when it is chosen, and sends windows, sinks, head dims cuDNN does not
+ * run and misaligned segments to the own kernel, while aligned segments are
+ * cuDNN's; a --documents run keeps for cuDNN what a plain run keeps when
+ * its segments may go to cuDNN (RP_ALLOW_UNPROVEN_CUDA=documents), nothing
+ * when not. */
 #include "config.h"
 
 #include <stdio.h>
@@ -161,9 +164,14 @@ START_TEST(shapes_cudnn_does_not_take)
     s.head_dim = 60;
     ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
     s.head_dim = 64;
-    int32_t starts[1];
+    /* document segments are taken (the mask reads seg_start in place), but
+     * only from the 16-byte alignment the graph's tensors declare */
+    _Alignas(16) int32_t starts[8];
     s.seg_start = starts;
-    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "segments") != NULL, "segments");
+    ck_assert_ptr_null(rp_attention_cudnn_refusal(&s));
+    s.seg_start = starts + 1;
+    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "segments") &&
+                      strstr(rp_attention_cudnn_refusal(&s), "aligned"), "misaligned segments");
     s.seg_start = NULL;
     s.window = 128;
     ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "window") != NULL, "window");
@@ -210,6 +218,44 @@ START_TEST(what_a_run_reserves_for_cudnn)
     s.sinks = NULL;
     s.head_dim = 60;
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), 0);
+}
+END_TEST
+
+/* One rule for what train and plan keep for cuDNN, by hand for the shape
+ * above (2 x 100 tokens, 4/2 heads of 64): 2 x 2 x 4 x 100^2 = 160000 of
+ * workspace budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 371456
+ * bytes, in a build with cuDNN's headers (0 in one without). A --documents
+ * run keeps the same when RP_ALLOW_UNPROVEN_CUDA lets its segments go to
+ * cuDNN (documents_ok: the mask reads seg_start in place, no buffer more),
+ * nothing when it does not; own, auto without cudnn allowed, an sm_75 GPU
+ * and gpt-oss keep nothing. */
+START_TEST(a_documents_run_reserves_as_a_plain_one)
+{
+    const rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
+                             .scale = 0.125f};
+    const size_t big = (size_t)80 << 30;
+#ifdef RP_HAVE_CUDNN
+    const size_t want = 371456;
+#else
+    const size_t want = 0;
+#endif
+    /* mode, cudnn allowed, sm, documents, documents allowed, gpt-oss */
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 0, 0, 0, &s, big),
+                      want);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 1, 1, 0, &s, big),
+                      want);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 0, 1, 1, 0, &s, big),
+                      want);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 1, 0, 0, &s, big),
+                      0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 0, 90, 1, 1, 0, &s, big),
+                      0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_OWN, 1, 90, 1, 1, 0, &s, big),
+                      0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 75, 1, 1, 0, &s, big),
+                      0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 90, 1, 1, 1, &s, big),
+                      0);
 }
 END_TEST
 
@@ -274,6 +320,7 @@ static Suite *choice_suite(void)
     tcase_add_test(tc, choice_by_mode_and_gpu);
     tcase_add_test(tc, shapes_cudnn_does_not_take);
     tcase_add_test(tc, what_a_run_reserves_for_cudnn);
+    tcase_add_test(tc, a_documents_run_reserves_as_a_plain_one);
     tcase_add_test(tc, unproven_switch_parsed);
     suite_add_tcase(s, tc);
     return s;

@@ -119,8 +119,11 @@ plan --recompute block && bad "--recompute block" || { grep -q "recompute: 'bloc
 # keeps for it beside the plan 2 bytes a score of a microbatch's heads
 # (2 x 8 x 4096^2) and its buffers (statistics and Delta 2 x 4096 x 8 x 4;
 # dq, dk, dv in bf16 4096 x (1024 + 2 x 512) x 2): 285474816 bytes, out of
-# the planner's limit and in the verdict; own, auto (until
-# RP_ALLOW_UNPROVEN_CUDA names cudnn) and --documents keep none
+# the planner's limit and in the verdict; own and auto (until
+# RP_ALLOW_UNPROVEN_CUDA names cudnn) keep none; --documents keeps the same
+# as a plain run where RP_ALLOW_UNPROVEN_CUDA names documents (cuDNN's mask
+# reads the segments in place: no buffer more), none where it does not (a
+# CUDA run refuses --documents then)
 want=0
 grep -q "define RP_HAVE_CUDNN 1" "$build/config.h" 2>/dev/null && want=285474816
 gpu="--device cuda --device-memory-mib 81559 --json"
@@ -129,9 +132,13 @@ plan $gpu --attention cudnn && lim=$(field memory_limit_bytes) && r1=$(field cud
 RP_ALLOW_UNPROVEN_CUDA=cudnn plan $gpu && r2=$(field cudnn_reserve_bytes)
 plan $gpu --attention own && r3=$(field cudnn_reserve_bytes)
 plan $gpu --attention cudnn --documents "$tmp/docs.npy" && r4=$(field cudnn_reserve_bytes)
+RP_ALLOW_UNPROVEN_CUDA=documents plan $gpu --attention cudnn --documents "$tmp/docs.npy" &&
+  r5=$(field cudnn_reserve_bytes) && dlim=$(field memory_limit_bytes)
+RP_ALLOW_UNPROVEN_CUDA=cudnn,documents plan $gpu --documents "$tmp/docs.npy" && r6=$(field cudnn_reserve_bytes)
 [ "$r0" = 0 ] && [ "$r1" = "$want" ] && [ "$lim" = $((own - want)) ] && [ "$r2" = "$want" ] &&
-  [ "$r3" = 0 ] && [ "$r4" = 0 ] && ok ||
-  bad "cuDNN's reservation: auto $r0, cudnn $r1 (want $want; limit $lim of $own), unproven auto $r2, own $r3, documents $r4"
+  [ "$r3" = 0 ] && [ "$r4" = 0 ] && [ "$r5" = "$want" ] && [ "$dlim" = "$lim" ] &&
+  [ "$r6" = "$want" ] && ok ||
+  bad "cuDNN's reservation: auto $r0, cudnn $r1 (want $want; limit $lim of $own), unproven auto $r2, own $r3, documents $r4, documents allowed: cudnn $r5 (limit $dlim), auto $r6"
 plan --device cuda --device-memory-mib 81559 --attention cudnn
 if [ "$want" != 0 ]; then
   last | grep -q "reserved (CUDA context, cuBLAS workspace, scratch: 5% + 512 MiB) + 272.2 MiB kept for cuDNN's attention (--attention) = " && ok ||

@@ -43,6 +43,12 @@
 #   cudnn       golden/qwen3 with --attention cudnn (cuDNN's fused flash SDPA,
 #               issue 38); every other case runs --attention own on the device,
 #               so that a cuDNN fault fails this case alone
+#   cudnn-documents  golden/qwen3-packed as the documents case, with --attention
+#               cudnn and RP_ALLOW_UNPROVEN_CUDA=documents,cudnn: the document
+#               segments through cuDNN (its mask widened by seg_start; issue 38),
+#               within the bound of the CPU's, 2 ranks = 1 rank; the run's log
+#               must count attention calls over segments through cuDNN (a path
+#               never taken fails)
 #   fused-xent  golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=fused-xent: the head's
 #               cross-entropy writes its bf16 gradient in the pass that forms it
 #               (issue 38), which must give qwen3's dut1 model bit for bit (every
@@ -101,7 +107,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn fused-xent xent-fp32 copies gemm-lt speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn cudnn-documents fused-xent xent-fp32 copies gemm-lt speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -129,7 +135,7 @@ fixture() {
     moe|moe-chunks) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
     moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
     gpt-oss) d=$src/mpi-tests/fixtures/golden-gpt-oss/oss-m2; m=$d ;;
-    documents) d=$g/qwen3-packed; m=$d ;;
+    documents|cudnn-documents) d=$g/qwen3-packed; m=$d ;;
     llama|gemm-lt) d=$g/llama; m=$d ;;
     *) d=$g/qwen3; m=$d ;;
   esac
@@ -142,7 +148,7 @@ fixture() {
   [ -f "$m/mask.npy" ] && extra="$extra --loss-mask $m/mask.npy"
   [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
   case $c in
-    documents) extra="$extra --documents $d/documents.npy --eval-data $d/data.npy --eval-documents $d/documents.npy"
+    documents|cudnn-documents) extra="$extra --documents $d/documents.npy --eval-data $d/data.npy --eval-documents $d/documents.npy"
                [ -f "$d/mask.npy" ] && extra="$extra --eval-mask $d/mask.npy" ;;
     eval) extra="$extra --eval-data $m/data.npy --eval-mask $m/mask.npy --eval-every 2" ;;
   esac
@@ -155,11 +161,11 @@ run() {
   local name=$1 device=$2 np=$3; shift 3
   local a; a=$(fixture "$case")
   # CUDA computes in bf16: the fixture's --dtype fp32 is for the CPU; the
-  # device's attention is the own kernel except in the cudnn case, and its
+  # device's attention is the own kernel except in the cudnn cases, and its
   # update is not speculative except in the speculative case (which says so)
   if [ "$device" != cpu ]; then
     a="$(echo "$a" | sed 's/--dtype fp32//') --attention own"
-    [ "$case" = cudnn ] && a="${a% --attention own} --attention cudnn"
+    case $case in cudnn|cudnn-documents) a="${a% --attention own} --attention cudnn" ;; esac
     [ "$case" = speculative ] || a="$a --speculative-update off"
   fi
   # the unproven CUDA paths (core/unproven.h) this case proves, and no
@@ -167,6 +173,7 @@ run() {
   local unproven=""
   case $case in
     documents) unproven=documents ;;
+    cudnn-documents) unproven=documents,cudnn ;;
     gpt-oss) unproven=gpt-oss ;;
     fp8|fp8-moe) unproven=fp8-upload ;;
     fused-xent) unproven=fused-xent ;;
@@ -296,6 +303,12 @@ for case in $cases; do
     n=$(sed -n 's/.*linear forwards through cuBLASLt (RP_ALLOW_UNPROVEN_CUDA=gemm-lt): \([0-9]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
     [ "${n:-0}" -gt 0 ] && extra="; $n linear forwards through cuBLASLt" ||
       { brc=1; why="$why no linear forward went through cuBLASLt (${n:-no count said}; $c-dut1.txt)"; }
+  fi
+  if [ "$c" = cudnn-documents ] && [ "$dev" != cpu ]; then
+    # the path was taken: the run's last lines count cuDNN's calls over segments
+    n=$(sed -n 's/.*attention calls over packed documents through cuDNN (RP_ALLOW_UNPROVEN_CUDA=documents): \([0-9]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
+    [ "${n:-0}" -gt 0 ] && extra="; $n attention calls over packed documents through cuDNN" ||
+      { brc=1; why="$why no attention call over document segments went through cuDNN (${n:-no count said}; $c-dut1.txt)"; }
   fi
   if [ "$c" = fused-xent ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # the fused store writes what the convert wrote: the same run, bit for bit

@@ -45,8 +45,10 @@ const char *rp_device_name(const rp_device *dev);
 const char *rp_device_attention_note(const rp_device *dev);
 /* What the device's kernels did that a run's log should say at its end,
  * into buf ("" when nothing): on CUDA, how many linear forwards went
- * through cuBLASLt when RP_ALLOW_UNPROVEN_CUDA=gemm-lt set it up, so the
- * GPU window sees the path was taken. */
+ * through cuBLASLt when RP_ALLOW_UNPROVEN_CUDA=gemm-lt set it up, and how
+ * many attention calls over document segments cuDNN computed when cuDNN was
+ * chosen and RP_ALLOW_UNPROVEN_CUDA=documents lets them go to it, so the
+ * GPU window sees the paths were taken. */
 void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len);
 
 /* Device memory. rp_device_alloc names the bytes asked on failure. */

@@ -296,9 +296,17 @@ static const char *cuda_attention_note(void *impl)
 static void cuda_kernels_summary(void *impl, char *buf, size_t len)
 {
     cuda_impl *c = impl;
+    size_t at = 0;
     if (rp_cuda_kernels_gemm_lt_ready(&c->kernels))
-        snprintf(buf, len, "linear forwards through cuBLASLt (RP_ALLOW_UNPROVEN_CUDA=gemm-lt): "
-                 "%lld", (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
+        at += (size_t)snprintf(buf, len, "linear forwards through cuBLASLt "
+                               "(RP_ALLOW_UNPROVEN_CUDA=gemm-lt): %lld",
+                               (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
+    /* not "document segments": test_documents.sh reads those words in a
+     * run's output as train's refusal of --documents on CUDA */
+    if (rp_cuda_kernels_cudnn_segments_ready(&c->kernels) && at < len)
+        snprintf(buf + at, len - at, "%sattention calls over packed documents through cuDNN "
+                 "(RP_ALLOW_UNPROVEN_CUDA=documents): %lld", at ? "; " : "",
+                 (long long)rp_cuda_kernels_cudnn_segment_calls(&c->kernels));
 }
 
 const rp_device_ops rp_device_ops_cuda = {

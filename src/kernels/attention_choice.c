@@ -3,6 +3,7 @@
 
 #include "kernels/attention_choice.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 const char *const rp_attention_mode_words[] = {"auto", "cudnn", "own", NULL};
@@ -49,8 +50,8 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
     if (s->nseq < 1 || s->seqlen < 1 || s->nheads < 1 || s->nkv < 1 || s->head_dim < 1 ||
         s->nheads % s->nkv != 0)
         return "an empty or inconsistent shape";
-    if (s->seg_start)
-        return "document segments (cuDNN's ragged layout is not wired to seg_start)";
+    if (s->seg_start && (uintptr_t)s->seg_start % 16 != 0)
+        return "document segments whose seg_start is not 16-byte aligned";
     if (s->window > 0)
         return "a sliding window (gpt-oss)";
     if (s->sinks)
@@ -90,16 +91,17 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
 }
 
 size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
-                                      int gpt_oss, const rp_attn_shape *s, size_t device_total)
+                                      int documents_ok, int gpt_oss, const rp_attn_shape *s,
+                                      size_t device_total)
 {
 #ifdef RP_HAVE_CUDNN
     if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !cudnn_unproven_ok) ||
-        (sm > 0 && sm < 80) || documents || gpt_oss)
+        (sm > 0 && sm < 80) || (documents && !documents_ok) || gpt_oss)
         return 0;
     return rp_attention_cudnn_reserve_bytes(s, device_total);
 #else
-    (void)mode, (void)cudnn_unproven_ok, (void)sm, (void)documents, (void)gpt_oss, (void)s,
-        (void)device_total;
+    (void)mode, (void)cudnn_unproven_ok, (void)sm, (void)documents, (void)documents_ok,
+        (void)gpt_oss, (void)s, (void)device_total;
     return 0;
 #endif
 }

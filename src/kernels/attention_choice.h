@@ -12,10 +12,13 @@
  *          (RP_ALLOW_UNPROVEN_CUDA=cudnn: cuDNN's graphs were written without
  *          one, issue 38), else own, with the reason. A GPU window that
  *          proves them (bench/gpu/run.sh) lifts that condition.
- * Calls whose shape cuDNN does not take (document segments, gpt-oss's
- * windows and sinks, head dims it does not run) take the own kernel under
- * auto and cudnn alike: the same contract (kernels/ops.h), tested against
- * the same CPU op. */
+ * Calls whose shape cuDNN does not take (gpt-oss's windows and sinks, head
+ * dims it does not run) take the own kernel under auto and cudnn alike: the
+ * same contract (kernels/ops.h), tested against the same CPU op. Calls over
+ * document segments take cuDNN (its mask widened by seg_start,
+ * kernels/cuda/cudnn_attention.h) only where the run also allows documents
+ * on CUDA (RP_ALLOW_UNPROVEN_CUDA=documents, which a --documents run on
+ * CUDA needs anyway), else the own kernel. */
 #ifndef RP_KERNELS_ATTENTION_CHOICE_H
 #define RP_KERNELS_ATTENTION_CHOICE_H
 
@@ -49,11 +52,12 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
                               char *note, size_t note_len, rp_error *err);
 
 /* NULL when cuDNN's SDPA takes this call's shape, else why not (a static
- * string): document segments (seg_start; cuDNN's ragged offsets would need
- * per-document sequence lengths this contract does not carry), a sliding
- * window or sinks (gpt-oss), a head_dim that is not a multiple of 8 or
- * over 128 (what every sm_80+ GPU runs forward and backward), or a
- * non-positive size. */
+ * string): a sliding window or sinks (gpt-oss), a head_dim that is not a
+ * multiple of 8 or over 128 (what every sm_80+ GPU runs forward and
+ * backward), document segments whose seg_start is not 16-byte aligned (the
+ * alignment the graph's tensors declare; the engine's buffers are), or a
+ * non-positive size. Document segments themselves are a shape cuDNN takes;
+ * whether a run lets them go to it is the caller's rule (above). */
 const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
 
 /* The device memory a run reserves for cuDNN's attention beside its plan,
@@ -78,10 +82,15 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
  * when mode is cudnn, or auto with cudnn_unproven_ok (RP_ALLOW_UNPROVEN_CUDA
  * names cudnn); the build has cuDNN's headers; the GPU is sm_80 or newer
  * (sm: compute capability x 10, 0 when no GPU was probed: taken as able);
- * and its calls are not over document segments or gpt-oss's (sinks on
- * every block). A library that will not load is found only when the device
- * is opened: auto then runs the own kernel with the reservation unused. */
+ * its calls are not gpt-oss's (sinks on every block); and, for a run over
+ * document segments (documents), the run allows them on CUDA
+ * (documents_ok: RP_ALLOW_UNPROVEN_CUDA names documents), when cuDNN takes
+ * them with the same workspace and buffers as without (the mask reads
+ * seg_start in place: nothing more is kept). A library that will not load
+ * is found only when the device is opened: auto then runs the own kernel
+ * with the reservation unused. */
 size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
-                                      int gpt_oss, const rp_attn_shape *s, size_t device_total);
+                                      int documents_ok, int gpt_oss, const rp_attn_shape *s,
+                                      size_t device_total);
 
 #endif

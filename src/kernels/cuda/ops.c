@@ -75,6 +75,11 @@ typedef struct cuda_state {
      * (not yet run on a GPU); NULL, the copy, cuBLAS and the bias kernel */
     rp_cuda_gemm_lt *gemm_lt;
     int64_t gemm_lt_products; /* the calls it computed */
+    /* RP_ALLOW_UNPROVEN_CUDA's documents: calls over document segments may
+     * go to cuDNN (when it was chosen); the calls it computed, forward and
+     * backward, so a run can say it took them */
+    int cudnn_segments;
+    int64_t cudnn_segment_calls;
     char attention_note[768];
     rp_cudnn_library cudnn_library;
 #ifdef RP_HAVE_CUDNN
@@ -285,17 +290,18 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 /* cuDNN's answer for a call: RP_OK and *done when it ran it; RP_OK and not
  * *done when the own kernel is to run it (a shape cuDNN does not take,
  * under auto, or a kind of shape no mode sends to cuDNN); an error when
- * --attention cudnn meets a plain causal shape cuDNN refuses, or cuDNN
- * fails. */
+ * --attention cudnn meets a shape it sent to cuDNN (plain causal, or over
+ * document segments) that cuDNN refuses, or cuDNN fails. */
 static rp_status cudnn_answer(const cuda_state *c, const rp_attn_shape *s, const char *what,
                               int rc, const char *why, int *done, rp_error *err)
 {
     *done = rc == RP_CUDNN_DONE;
     if (rc == RP_CUDNN_REFUSED && c->attention_mode == RP_ATTENTION_CUDNN)
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "cuda device %d: --attention cudnn: %s of %lld x %lld tokens, "
+                            "cuda device %d: --attention cudnn: %s of %lld x %lld tokens%s, "
                             "%lld/%lld heads of %lld: %s", c->ordinal, what,
-                            (long long)s->nseq, (long long)s->seqlen, (long long)s->nheads,
+                            (long long)s->nseq, (long long)s->seqlen,
+                            s->seg_start ? " over document segments" : "", (long long)s->nheads,
                             (long long)s->nkv, (long long)s->head_dim, why);
     if (rc == RP_CUDNN_FAILED) {
         cudaGetLastError();
@@ -303,6 +309,13 @@ static rp_status cudnn_answer(const cuda_state *c, const rp_attn_shape *s, const
                             what, why);
     }
     return RP_OK;
+}
+
+/* Whether this call goes to cuDNN: chosen, a shape it takes, and segments
+ * only where the run allows documents on CUDA. */
+static int to_cudnn(const cuda_state *c, const rp_attn_shape *s)
+{
+    return c->cudnn && !rp_attention_cudnn_refusal(s) && (!s->seg_start || c->cudnn_segments);
 }
 #endif
 
@@ -312,11 +325,12 @@ static rp_status attention_forward(void *state, const rp_attn_shape *s, const vo
 {
     cuda_state *c = state;
 #ifdef RP_HAVE_CUDNN
-    if (c->cudnn && !rp_attention_cudnn_refusal(s)) {
+    if (to_cudnn(c, s)) {
         char dwhy[256] = "";
         int done = 0;
         int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
+        c->cudnn_segment_calls += done && s->seg_start;
         if (done)
             return RP_OK;
     }
@@ -333,12 +347,13 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
 {
     cuda_state *c = state;
 #ifdef RP_HAVE_CUDNN
-    if (c->cudnn && !rp_attention_cudnn_refusal(s)) {
+    if (to_cudnn(c, s)) {
         char dwhy[256] = "";
         int done = 0;
         int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
                                              sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention backward", rc, dwhy, &done, err));
+        c->cudnn_segment_calls += done && s->seg_start;
         if (done)
             return RP_OK;
     }
@@ -961,6 +976,7 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     c->attention_mode = mode;
     c->fused_xent = rp_unproven_in(unproven, RP_UNPROVEN_FUSED_XENT);
     c->xent_fp32 = rp_unproven_in(unproven, RP_UNPROVEN_XENT_FP32);
+    c->cudnn_segments = rp_unproven_in(unproven, RP_UNPROVEN_DOCUMENTS);
     if (!rp_unproven_in(unproven, RP_UNPROVEN_GEMM_LT)) {
         if (c->gemm_lt) /* a second choice may take it back */
             cudaStreamSynchronize(c->stream);
@@ -1003,6 +1019,23 @@ int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k)
 {
     const cuda_state *c = k ? k->state : NULL;
     return c ? c->gemm_lt_products : 0;
+}
+
+int rp_cuda_kernels_cudnn_segments_ready(const rp_kernels *k)
+{
+    const cuda_state *c = k ? k->state : NULL;
+#ifdef RP_HAVE_CUDNN
+    return c && c->cudnn && c->cudnn_segments;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
+int64_t rp_cuda_kernels_cudnn_segment_calls(const rp_kernels *k)
+{
+    const cuda_state *c = k ? k->state : NULL;
+    return c ? c->cudnn_segment_calls : 0;
 }
 
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k)

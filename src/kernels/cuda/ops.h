@@ -29,7 +29,9 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * (not yet run on a GPU; without it, in place then converted: the same
  * bits); gemm-lt sends linear_forward through cuBLASLt, the residual and
  * the bias in the GEMM's epilogue (kernels/cuda/gemm_lt.h; its handle and
- * workspace made here, once). RP_ERR_UNSUPPORTED when cudnn was asked for
+ * workspace made here, once); documents lets calls over document segments
+ * go to cuDNN too (its mask widened by seg_start; without it they take the
+ * own kernel under every mode). RP_ERR_UNSUPPORTED when cudnn was asked for
  * and cannot run; RP_ERR_CUDA when cuBLASLt's state cannot be made. */
 rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err);
@@ -38,6 +40,11 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k);
 /* How many linear_forward calls cuBLASLt has computed (gemm-lt; the
  * others went through cuBLAS), for tests and the run's last log line. */
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
+/* Whether calls over document segments go to cuDNN (cuDNN chosen and
+ * RP_ALLOW_UNPROVEN_CUDA=documents), and how many of them (forward and
+ * backward) cuDNN has computed, for tests and the run's last log line. */
+int rp_cuda_kernels_cudnn_segments_ready(const rp_kernels *k);
+int64_t rp_cuda_kernels_cudnn_segment_calls(const rp_kernels *k);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
 
