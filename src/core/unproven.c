@@ -24,6 +24,10 @@ static const struct {
     [RP_UNPROVEN_GEMM_LT] = {"gemm-lt", "the Linear forward through cuBLASLt, the residual and "
                                         "the bias added in the GEMM's epilogue (else a copy of "
                                         "the residual, cuBLAS and a bias kernel)"},
+    [RP_UNPROVEN_BF16_MLP] = {"bf16-mlp", "the dense MLP's gate and up outputs and the down "
+                                          "projection's input gradient written by their GEMMs "
+                                          "in bf16, the SwiGLU reading them so (else in fp32: "
+                                          "other bits, twice the bytes)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)
