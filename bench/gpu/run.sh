@@ -13,10 +13,10 @@
 #                          its programs here (~90 s on 16 cores)
 #   env           5   -    driver, CUDA, cuDNN found or not, GPU, PCIe link,
 #                          free memory, glibc, compute-sanitizer
-#   parity      180  60    bench/gpu/parity.sh: every training path on --device
+#   parity      190  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 20 cases, the never-run paths first (capped
+#                          its 21 cases, the never-run paths first (capped
 #                          at 240 s)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
@@ -43,7 +43,7 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~565 s with the carried build (parity's 20 cases take 180, the
+# Expected: ~575 s with the carried build (parity's 21 cases take 190, the
 # cuDNN test and timings 40), so
 # maxseq runs only when earlier phases beat their expectations; a rebuild
 # (+80 s) cuts maxseq, then topology. `bash bench/gpu/run.sh maxseq` runs it
@@ -94,7 +94,7 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-declare -A expect=([build]=10 [env]=5 [parity]=180 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
+declare -A expect=([build]=10 [env]=5 [parity]=190 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [e2e]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [e2e]=70
   [peer]=60 [topology]=20 [maxseq]=60)
