@@ -1,6 +1,7 @@
 /* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
  * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation
- * (linear_forward through cuBLASLt, where RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
+ * (linear_forward into an fp32 y through cuBLASLt, where
+ * RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
  * or (attention, where rp_cuda_kernels_choose_attention chose it) cuDNN's
  * fused flash SDPA, on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
