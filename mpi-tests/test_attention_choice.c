@@ -283,8 +283,11 @@ START_TEST(unproven_switch_parsed)
     ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_GEMM_LT), "gemm-lt");
     ck_assert_int_eq(rp_unproven_parse("xent-fp32, fused-xent", &m, &err), RP_OK);
     ck_assert_uint_eq(m, 1u << RP_UNPROVEN_XENT_FP32 | 1u << RP_UNPROVEN_FUSED_XENT);
+    ck_assert_int_eq(rp_unproven_parse("gemm-lt, bf16-mlp", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_GEMM_LT | 1u << RP_UNPROVEN_BF16_MLP);
+    ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_BF16_MLP), "bf16-mlp");
     /* a prefix, a longer word, "1" in a list name no path */
-    const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all"};
+    const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all", "bf16", "bf16-mlps"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         ck_assert_int_eq(rp_unproven_parse(bad[i], &m, &err), RP_ERR_INVALID_ARG);
         ck_assert_uint_eq(m, 0);

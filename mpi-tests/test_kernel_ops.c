@@ -7,7 +7,12 @@
  *   host_addressable 1, no scratch, a RoPE table written into the caller's
  *   space) and rp_cpu_kernels() is it with a NULL state; the CUDA table
  *   computes in bf16 on device memory (RP_BF16, host_addressable 0); both
- *   ask for at least one row of logits.
+ *   ask for at least one row of logits. The CPU's linear_forward into
+ *   y_compute alone (y NULL: what the dense MLP's g and u take on a bf16
+ *   table) equals the product summed in double within 1e-5 and the same
+ *   bits as into y; a bias or residual without y, or no output, is refused
+ *   naming the op; the CPU's SwiGLU takes fp32 g, u, dm and refuses bf16
+ *   ones (its compute dtype is fp32) naming the op.
  *   On a CUDA device: every op of the CUDA table, called through the table
  *   with the state of rp_cuda_kernels_create, agrees with the same op of the
  *   CPU table on fresh random inputs. Compute-dtype inputs are drawn in
@@ -20,7 +25,10 @@
  *     cuBLAS with the residual copied first and the bias kernel and by
  *     cuBLASLt with both in the epilogue (gemm-lt): y within 1e-4 (same
  *     operands, only the summation order differs), y_compute exactly
- *     rp_f32_to_bf16(y), and a second call the same bits;
+ *     rp_f32_to_bf16(y), and a second call the same bits; into y_compute
+ *     alone (y NULL: cuBLAS's bf16 output, with and without gemm-lt, which
+ *     then computes none of them) within the bf16 rounding of 1e-4 of the
+ *     CPU's y, a second call the same bits;
  *     linear_backward_input into dx (= and +=) and into dx_compute;
  *     linear_backward_weight accumulated over two calls;
  *   - column_sum_accumulate (1000 and 3 rows, scratch from
@@ -38,7 +46,10 @@
  *     sequences of 200 and of 17 tokens, 4 query heads over 2 and 4 kv heads,
  *     head_dim 64 and 128, with and without document segments (a one-token
  *     document, one on a tile boundary, the last token alone);
- *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result;
+ *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result,
+ *     from fp32 g, u, dm and from bf16 ones (each of g and u, and dm, in
+ *     either dtype: bf16-mlp's inputs; the CPU op gets the same rounded
+ *     values in fp32), a second call the same bits;
  *   - gpt-oss's clamped SwiGLU (limit 1.5, alpha 1.3, over a tenth of the
  *     gates and ups past the clamps) forward and backward within the bf16
  *     rounding of a 1e-5 result, the gradient exactly 0 past a clamp; its
@@ -295,6 +306,72 @@ START_TEST(fp8_dequantise_cpu_brute_force)
     ck_assert_int_eq(rp_kernel_ops_cpu.fp8_dequantise(NULL, &w, &one, RP_F32, 1, 1, 1, 1, &out,
                                                       RP_F32, &err), RP_OK);
     ck_assert(out == 1.0f);
+}
+END_TEST
+
+/* The CPU linear_forward into y_compute alone against the product summed
+ * in double (1e-5 relative: fp32 sums of 96 terms of O(0.1)), and the
+ * same bits as the call into y; the contract's refusals. */
+START_TEST(linear_forward_compute_only_cpu_brute_force)
+{
+    const int64_t rows = 7, in = 96, out = 33;
+    const size_t nx = (size_t)(rows * in), nw = (size_t)(out * in), ny = (size_t)(rows * out);
+    float *x = malloc(nx * 4), *W = malloc(nw * 4), *y = malloc(ny * 4), *yc = malloc(ny * 4);
+    double *want = malloc(ny * sizeof(double));
+    rp_rng_fill_normal(x, nx, 77, 1, 0, 0.0f, 1.0f);
+    rp_rng_fill_normal(W, nw, 77, 2, 0, 0.0f, 0.1f);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < out; o++) {
+            double a = 0;
+            for (int64_t i = 0; i < in; i++)
+                a += (double)x[r * in + i] * W[o * in + i];
+            want[r * out + o] = a;
+        }
+    rp_error err = {0};
+    memset(yc, 0xff, ny * 4);
+    ck_assert_int_eq(rp_kernel_ops_cpu.linear_forward(NULL, x, W, RP_F32, NULL, NULL, NULL, yc,
+                                                      rows, in, out, &err), RP_OK);
+    ck_assert_int_eq(rp_kernel_ops_cpu.linear_forward(NULL, x, W, RP_F32, NULL, NULL, y, NULL,
+                                                      rows, in, out, &err), RP_OK);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ny; i++) {
+        ck_assert_msg(memcmp(&y[i], &yc[i], 4) == 0, "[%zu]: into y_compute %a, into y %a", i,
+                      (double)yc[i], (double)y[i]);
+        worst = fmax(worst, fabs(yc[i] - want[i]));
+        scale = fmax(scale, fabs(want[i]));
+    }
+    ck_assert_msg(worst <= 1e-5 * scale, "y_compute off the double sum by %g (largest %g)", worst,
+                  scale);
+    /* what a table cannot add without y, and a call with no output */
+    float bias[33] = {0};
+    ck_assert_int_eq(rp_kernel_ops_cpu.linear_forward(NULL, x, W, RP_F32, bias, NULL, NULL, yc,
+                                                      rows, in, out, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "linear_forward"), "%s", err.msg);
+    ck_assert_int_eq(rp_kernel_ops_cpu.linear_forward(NULL, x, W, RP_F32, NULL, y, NULL, yc, rows,
+                                                      in, out, &err), RP_ERR_INVALID_ARG);
+    ck_assert_int_eq(rp_kernel_ops_cpu.linear_forward(NULL, x, W, RP_F32, NULL, NULL, NULL, NULL,
+                                                      rows, in, out, &err), RP_ERR_INVALID_ARG);
+    free(x), free(W), free(y), free(yc), free(want);
+}
+END_TEST
+
+/* The CPU SwiGLU reads fp32 inputs (its compute dtype) and refuses bf16
+ * ones, naming the op, rather than reading their bytes as floats. */
+START_TEST(swiglu_cpu_input_dtypes)
+{
+    float g[3] = {0.5f, -1.0f, 2.0f}, u[3] = {1.0f, 2.0f, -0.5f}, dm[3] = {1.0f, 1.0f, 1.0f};
+    float m[3], dg[3], du[3];
+    rp_error err = {0};
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_forward(NULL, g, u, RP_F32, m, 3, &err), RP_OK);
+    ck_assert(m[0] == 0.5f / (1.0f + expf(-0.5f)) * 1.0f);
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_backward(NULL, g, u, RP_F32, dm, RP_F32, dg, du, 3,
+                                                       &err), RP_OK);
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_forward(NULL, g, u, RP_BF16, m, 3, &err),
+                     RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "swiglu_forward") && strstr(err.msg, "BF16"), "%s", err.msg);
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_backward(NULL, g, u, RP_F32, dm, RP_BF16, dg, du, 3,
+                                                       &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "swiglu_backward") && strstr(err.msg, "dm"), "%s", err.msg);
 }
 END_TEST
 
@@ -714,6 +791,26 @@ static void linear_forward_case(int64_t rows, int64_t in, int64_t out)
                         check_rounded_copy(d_yc, y2, ny, what);
                     free(y), free(y2), free(y_ref), free(yc_ref);
                 }
+        /* into y_compute alone (y NULL, nothing to add): cuBLAS's bf16
+         * output, not cuBLASLt's (counted below: it adds nothing to the 16) */
+        {
+            char what[200];
+            snprintf(what, sizeof what, "linear_forward %lldx%lld -> %lld into y_compute alone, "
+                     "%s", (long long)rows, (long long)in, (long long)out,
+                     lt ? "gemm-lt allowed" : "cuBLAS");
+            float *y_ref = host_nan(ny);
+            CPU_OP(linear_forward, x.f, W.f, RP_F32, NULL, NULL, y_ref, NULL, rows, in, out);
+            dev_poison(d_yc, ny * 2);
+            GPU_OP(linear_forward, x.d, W.d, RP_BF16, NULL, NULL, NULL, d_yc, rows, in, out);
+            uint16_t *b1 = get_bits(d_yc, ny);
+            float *yc = get_c(d_yc, ny);
+            CHECK_REL(yc, y_ref, ny, bf16_tol(GEMM_TOL), what);
+            dev_poison(d_yc, ny * 2);
+            GPU_OP(linear_forward, x.d, W.d, RP_BF16, NULL, NULL, NULL, d_yc, rows, in, out);
+            uint16_t *b2 = get_bits(d_yc, ny);
+            ck_assert_msg(memcmp(b1, b2, ny * 2) == 0, "%s: a second call, other bits", what);
+            free(y_ref), free(b1), free(b2), free(yc);
+        }
         /* the path was the one asked for: cuBLASLt ran all 16 calls where in
          * and out are multiples of 8 (every engine shape; for others it may
          * have no algorithm and cuBLAS computes them), none without gemm-lt */
@@ -1200,27 +1297,72 @@ END_TEST
 
 /* ---- SwiGLU ---------------------------------------------------------------------- */
 
-START_TEST(swiglu_matches_cpu)
+/* The inputs of one SwiGLU case: fp32 draws, or their bf16 rounding (the
+ * CPU op then gets the rounded values). */
+static void *swiglu_input(const float *x, float *rounded, int64_t n, int bf16)
+{
+    if (!bf16) {
+        memcpy(rounded, x, (size_t)n * 4);
+        return dev_upload(x, (size_t)n * 4);
+    }
+    cin c = cin_from(x, (size_t)n);
+    memcpy(rounded, c.f, (size_t)n * 4);
+    free(c.f);
+    return c.d;
+}
+
+/* gu_bf16, dm_bf16: g and u, and dm, in bf16 (bf16-mlp's inputs) or fp32. */
+static void swiglu_case(int gu_bf16, int dm_bf16)
 {
     const int64_t n = 5003; /* not a multiple of a block */
-    float *g = rand_f32((size_t)n, 0.0f, 3.0f), *u = rand_f32((size_t)n, 0.0f, 1.0f);
-    float *dm = rand_f32((size_t)n, 0.0f, 1.0f);
+    char what[120];
+    snprintf(what, sizeof what, "swiglu, g and u %s, dm %s", gu_bf16 ? "bf16" : "fp32",
+             dm_bf16 ? "bf16" : "fp32");
+    float *g0 = rand_f32((size_t)n, 0.0f, 3.0f), *u0 = rand_f32((size_t)n, 0.0f, 1.0f);
+    float *dm0 = rand_f32((size_t)n, 0.0f, 1.0f);
+    float *g = xmalloc((size_t)n * 4), *u = xmalloc((size_t)n * 4), *dm = xmalloc((size_t)n * 4);
+    void *d_g = swiglu_input(g0, g, n, gu_bf16), *d_u = swiglu_input(u0, u, n, gu_bf16);
+    void *d_dm = swiglu_input(dm0, dm, n, dm_bf16);
+    const rp_dtype gu_dt = gu_bf16 ? RP_BF16 : RP_F32, dm_dt = dm_bf16 ? RP_BF16 : RP_F32;
     float *m_ref = host_nan((size_t)n), *dg_ref = host_nan((size_t)n), *du_ref = host_nan(n);
-    CPU_OP(swiglu_forward, g, u, m_ref, n);
-    CPU_OP(swiglu_backward, g, u, dm, dg_ref, du_ref, n);
-    float *d_g = dev_upload(g, (size_t)n * 4), *d_u = dev_upload(u, (size_t)n * 4);
-    float *d_dm = dev_upload(dm, (size_t)n * 4);
+    CPU_OP(swiglu_forward, g, u, RP_F32, m_ref, n);
+    CPU_OP(swiglu_backward, g, u, RP_F32, dm, RP_F32, dg_ref, du_ref, n);
     void *d_m = dev_nan_c((size_t)n), *d_dg = dev_nan_c((size_t)n), *d_du = dev_nan_c(n);
-    GPU_OP(swiglu_forward, d_g, d_u, d_m, n);
-    GPU_OP(swiglu_backward, d_g, d_u, d_dm, d_dg, d_du, n);
+    uint16_t *first[3] = {NULL, NULL, NULL};
+    for (int call = 0; call < 2; call++) {
+        dev_poison(d_m, (size_t)n * 2), dev_poison(d_dg, (size_t)n * 2);
+        dev_poison(d_du, (size_t)n * 2);
+        GPU_OP(swiglu_forward, d_g, d_u, gu_dt, d_m, n);
+        GPU_OP(swiglu_backward, d_g, d_u, gu_dt, d_dm, dm_dt, d_dg, d_du, n);
+        void *outs[3] = {d_m, d_dg, d_du};
+        for (int o = 0; o < 3; o++) {
+            uint16_t *b = get_bits(outs[o], (size_t)n);
+            if (!call)
+                first[o] = b;
+            else {
+                ck_assert_msg(memcmp(b, first[o], (size_t)n * 2) == 0,
+                              "%s: output %d, a second call, other bits", what, o);
+                free(b);
+            }
+        }
+    }
     /* fp32 arithmetic on the same inputs (FP32_TOL), then a bf16 output */
     float *m = get_c(d_m, (size_t)n), *dg = get_c(d_dg, (size_t)n), *du = get_c(d_du, n);
-    CHECK_REL(m, m_ref, (size_t)n, bf16_tol(FP32_TOL), "swiglu_forward m");
-    CHECK_REL(dg, dg_ref, (size_t)n, bf16_tol(FP32_TOL), "swiglu_backward dg");
-    CHECK_REL(du, du_ref, (size_t)n, bf16_tol(FP32_TOL), "swiglu_backward du");
+    CHECK_REL(m, m_ref, (size_t)n, bf16_tol(FP32_TOL), what);
+    CHECK_REL(dg, dg_ref, (size_t)n, bf16_tol(FP32_TOL), what);
+    CHECK_REL(du, du_ref, (size_t)n, bf16_tol(FP32_TOL), what);
     cudaFree(d_g), cudaFree(d_u), cudaFree(d_dm), cudaFree(d_m), cudaFree(d_dg), cudaFree(d_du);
-    free(g), free(u), free(dm), free(m_ref), free(dg_ref), free(du_ref), free(m), free(dg);
-    free(du);
+    free(g0), free(u0), free(dm0), free(g), free(u), free(dm);
+    free(m_ref), free(dg_ref), free(du_ref), free(m), free(dg), free(du);
+    for (int o = 0; o < 3; o++)
+        free(first[o]);
+}
+
+START_TEST(swiglu_matches_cpu)
+{
+    for (int gu_bf16 = 0; gu_bf16 <= 1; gu_bf16++)
+        for (int dm_bf16 = 0; dm_bf16 <= 1; dm_bf16++)
+            swiglu_case(gu_bf16, dm_bf16);
 }
 END_TEST
 
@@ -1930,6 +2072,8 @@ static Suite *kernel_ops_suite(void)
     tcase_add_test(tc, tables_complete_and_typed);
     tcase_add_test(tc, fp8_dequantise_cpu_brute_force);
     tcase_add_test(tc, cross_entropy_cpu_brute_force);
+    tcase_add_test(tc, linear_forward_compute_only_cpu_brute_force);
+    tcase_add_test(tc, swiglu_cpu_input_dtypes);
     suite_add_tcase(s, tc);
 #ifdef RP_HAVE_CUDA_EXECUTOR
     if (g_have_device) {

@@ -17,7 +17,12 @@
  * memory per token grows neither with the experts' width when a chunk is
  * one tile nor with the dense MLPs' width. gpt-oss's block with bf16
  * weights runs on a table whose GEMMs read bf16 weights only (as CUDA's)
- * and gives the fp32 run's numbers on the same weights. */
+ * and gives the fp32 run's numbers on the same weights. With
+ * RP_ALLOW_UNPROVEN_CUDA=bf16-mlp (or 1) the CUDA back end's sizes of a
+ * dense block shrink by exactly the bf16 halves of g and u (saved or
+ * scratch, as the chunk is kept or not) and of dm (scratch), except where
+ * LoRA adds into them (gate or up: g and u stay fp32; down: dm does); the
+ * CPU table's sizes and other names leave them as they were. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/sizes.h"
 #include "model/layers.h"
 #include "model/layout.h"
 #include "rp_check.h"
@@ -431,6 +437,72 @@ START_TEST(workspace_linear_in_seqlen)
 }
 END_TEST
 
+/* A table's saved area and workspace (floats) for cfg over 2 sequences of
+ * 32 tokens, under RP_ALLOW_UNPROVEN_CUDA=allow (NULL: unset). */
+static void mlp_sizes(const rp_kernel_ops *ops, const rp_model_config *cfg, const char *allow,
+                      size_t *saved, size_t *ws)
+{
+    if (allow)
+        setenv("RP_ALLOW_UNPROVEN_CUDA", allow, 1);
+    else
+        unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+    *saved = rp_block_saved_floats(ops, RP_BF16, cfg, 2, 32);
+    *ws = rp_block_workspace_floats(ops, RP_BF16, cfg, 2, 32);
+    unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+}
+
+/* bf16-mlp's bytes, derived by hand: T = 64 tokens, I = 40 (qwen_cfg), so
+ * each of g, u, dm is T I = 2560 fp32 values, 10240 bytes, or 5120 bytes in
+ * bf16; both are multiples of the carving's 64-byte alignment, so each
+ * buffer narrowed frees exactly T I / 2 = 1280 floats. Kept (the default
+ * chunk holds all 64 tokens): g and u are saved (-2560 saved), dm scratch
+ * (-1280 scratch). In chunks of one 16-token tile: g, u and dm are a
+ * chunk's, all scratch: 3 x 16 x 40 / 2 = -960 scratch, nothing saved. */
+START_TEST(dense_mlp_bf16_sizes)
+{
+    static const struct {
+        unsigned lora;       /* LoRA's targets (rank 2), 0: none */
+        int chunked;         /* chunks of one 16-token tile */
+        size_t saved, ws;    /* floats freed */
+    } cases[] = {
+        {0, 0, 2560, 1280},
+        {0, 1, 0, 960},
+        /* the adapters add in fp32: gate or up keeps g and u, down dm */
+        {1u << RP_LORA_GATE_PROJ, 0, 0, 1280},
+        {1u << RP_LORA_UP_PROJ, 1, 0, 320},
+        {1u << RP_LORA_DOWN_PROJ, 0, 2560, 0},
+        {RP_LORA_ALL_LINEAR, 0, 0, 0},
+        {RP_LORA_ALL_LINEAR, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rp_model_config cfg = qwen_cfg();
+        if (cases[i].lora) {
+            cfg.lora.rank = 2;
+            cfg.lora.alpha = 4;
+            cfg.lora.targets = cases[i].lora;
+        }
+        if (cases[i].chunked) {
+            cfg.token_tile = 16;
+            cfg.chunk_tiles = 1;
+        }
+        size_t s0, w0, s1, w1, s2, w2, s3, w3;
+        mlp_sizes(&rp_kernel_ops_cuda_sizes, &cfg, NULL, &s0, &w0);
+        mlp_sizes(&rp_kernel_ops_cuda_sizes, &cfg, "gemm-lt, bf16-mlp", &s1, &w1);
+        ck_assert_msg(s0 - s1 == cases[i].saved && w0 - w1 == cases[i].ws,
+                      "case %zu: bf16-mlp freed %zd saved and %zd scratch floats, not %zu and %zu",
+                      i, (ssize_t)(s0 - s1), (ssize_t)(w0 - w1), cases[i].saved, cases[i].ws);
+        mlp_sizes(&rp_kernel_ops_cuda_sizes, &cfg, "1", &s2, &w2);
+        ck_assert(s2 == s1 && w2 == w1);
+        mlp_sizes(&rp_kernel_ops_cuda_sizes, &cfg, "gemm-lt,fused-xent", &s2, &w2);
+        ck_assert(s2 == s0 && w2 == w0);
+        /* the CPU table computes in fp32: nothing to narrow */
+        mlp_sizes(&rp_kernel_ops_cpu, &cfg, NULL, &s2, &w2);
+        mlp_sizes(&rp_kernel_ops_cpu, &cfg, "bf16-mlp", &s3, &w3);
+        ck_assert(s2 == s3 && w2 == w3);
+    }
+}
+END_TEST
+
 /* One run's forward output, input gradient and parameter gradient. */
 typedef struct block_run {
     float *y, *dx, *dP;
@@ -807,6 +879,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, sequences_are_independent);
     tcase_add_test(tc, bitwise_deterministic_and_accumulating);
     tcase_add_test(tc, workspace_linear_in_seqlen);
+    tcase_add_test(tc, dense_mlp_bf16_sizes);
     tcase_add_test(tc, mlp_chunks_keep_bits);
     tcase_add_test(tc, qwen3_moe_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, qwen3_moe_lora_bits_do_not_depend_on_the_chunk);

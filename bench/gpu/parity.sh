@@ -69,6 +69,14 @@
 #               (the sums are ordered otherwise) but within the bound of the
 #               CPU's, and deterministic: 2 ranks = 1 rank; the run's log must
 #               count linear forwards through cuBLASLt (a path never taken fails)
+#   bf16-mlp    golden/qwen3 with tiles of 8 tokens and RP_ALLOW_UNPROVEN_CUDA=bf16-mlp
+#               (dut1 and dut2): the dense MLP's g, u and dm written by their GEMMs
+#               in bf16 and read so by the SwiGLU (issue 38); dut1 = 1 rank, the MLP
+#               in chunks of one tile (g, u, dm a chunk's scratch), dut2 = 2 ranks,
+#               one chunk (g and u in the saved area): the same bits, within the
+#               bound of the CPU's; on a GPU a third run, 2 ranks without the
+#               switch, must end with another model (g and u rounded or not: a
+#               path never taken fails; the CPU computes in fp32, no third run)
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -107,7 +115,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn cudnn-documents fused-xent xent-fp32 copies gemm-lt speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn cudnn-documents fused-xent xent-fp32 copies gemm-lt bf16-mlp speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -179,6 +187,7 @@ run() {
     fused-xent) unproven=fused-xent ;;
     xent-fp32) unproven=xent-fp32 ;;
     gemm-lt) unproven=gemm-lt ;;
+    bf16-mlp) [ -n "${fp32_mlp:-}" ] || unproven=bf16-mlp ;; # the third run: fp32_mlp=1
     copies) [ -n "${sync_copies:-}" ] || unproven=copies ;; # dut2: sync_copies=1
   esac
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
@@ -255,6 +264,17 @@ for case in $cases; do
       run "$c-dut1" "$dev" 1 --token-tile 8 --mlp-chunk-tokens 8 || { result "$c" FAILED - "$dev, MLP chunks of one tile failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks, one chunk failed ($c-dut2.txt)"; continue; }
       two="MLP chunks of one 8-token tile on 1 rank = one chunk on 2 ranks" ;;
+    bf16-mlp)
+      run "$c-dut1" "$dev" 1 --token-tile 8 --mlp-chunk-tokens 8 || { result "$c" FAILED - "$dev, bf16 MLP in chunks of one tile failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks, bf16 MLP in one chunk failed ($c-dut2.txt)"; continue; }
+      taken=""
+      if [ "$dev" != cpu ]; then # the CPU computes g and u in fp32 either way
+        fp32_mlp=1 run "$c-fp32" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks without the switch failed ($c-fp32.txt)"; continue; }
+        ! cmp -s "$work/$c-fp32/model.safetensors" "$work/$c-dut2/model.safetensors" ||
+          { result "$c" FAILED - "$dev: the model with RP_ALLOW_UNPROVEN_CUDA=bf16-mlp is the one without it, bit for bit: the path was not taken ($c-dut2.txt)"; continue; }
+        taken="; another model than without the switch (the path taken)"
+      fi
+      two="bf16 g, u, dm: MLP chunks of one 8-token tile on 1 rank = one chunk on 2 ranks" ;;
     speculative)
       run "$c-dut1" "$dev" 1 --speculative-update on || { result "$c" FAILED - "$dev, 1 rank, --speculative-update on failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --speculative-update on || { result "$c" FAILED - "$dev, 2 ranks, --speculative-update on failed ($c-dut2.txt)"; continue; }
@@ -293,6 +313,7 @@ for case in $cases; do
   first=1; [ "$c" = checkpoint ] && first=4
   why=$(bits "$c-dut1" "$c-dut2" "$first"); brc=$?
   extra=""
+  [ "$c" = bf16-mlp ] && extra=$taken
   if [ "$c" = checkpoint ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # checkpoints end segments: the model must still be the plain run's
     cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&

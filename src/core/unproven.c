@@ -27,6 +27,10 @@ static const struct {
     [RP_UNPROVEN_XENT_FP32] = {"xent-fp32", "the head's cross-entropy summing each row's "
                                             "exponentials in float (else in double, as the CPU "
                                             "executors do: other bits)"},
+    [RP_UNPROVEN_BF16_MLP] = {"bf16-mlp", "the dense MLP's gate and up outputs and the down "
+                                          "projection's input gradient written by their GEMMs "
+                                          "in bf16, the SwiGLU reading them so (else in fp32: "
+                                          "other bits, twice the bytes)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)

@@ -62,10 +62,14 @@ typedef struct rp_kernel_ops {
     int64_t (*logits_rows)(int64_t vocab, int64_t memory_bytes);
 
     /* ---- GEMMs --------------------------------------------------------- */
-    /* y = [residual +] (x W^T [+ bias]) (y required); y_compute (optional)
-     * its rounded copy. x [rows, in], W [out, in] in W_dtype (one of
-     * weight_dtypes, else RP_ERR_UNSUPPORTED), y [rows, out]; y must not
-     * alias x or residual. */
+    /* y = [residual +] (x W^T [+ bias]); y_compute (optional) its rounded
+     * copy. x [rows, in], W [out, in] in W_dtype (one of weight_dtypes,
+     * else RP_ERR_UNSUPPORTED), y [rows, out]; y must not alias x or
+     * residual. y is required but where residual and bias are NULL: then y
+     * may be NULL and the product goes to y_compute alone, each element the
+     * fp32 sum rounded once (the GEMM's own bf16 output on CUDA, no fp32
+     * pass); a residual or bias without y, or neither output:
+     * RP_ERR_INVALID_ARG. */
     rp_status (*linear_forward)(void *state, const void *x, const void *W, rp_dtype W_dtype,
                                 const float *bias,
                                 const float *residual, float *y, void *y_compute, int64_t rows,
@@ -138,12 +142,18 @@ typedef struct rp_kernel_ops {
                                          rp_error *err);
 
     /* ---- SwiGLU: m = silu(g) * u, elementwise over n -------------------- */
-    rp_status (*swiglu_forward)(void *state, const float *g, const float *u, void *m, int64_t n,
-                                rp_error *err);
-    /* dg, du from dm; dg may alias g and du may alias u when the compute
-     * dtype is fp32. */
-    rp_status (*swiglu_backward)(void *state, const float *g, const float *u, const float *dm,
-                                 void *dg, void *du, int64_t n, rp_error *err);
+    /* g and u in gu_dtype: RP_F32, or the compute dtype (the GEMMs' own
+     * output where nothing adds to it in fp32: model/block.c), read and
+     * widened exactly, then the same fp32 math; any other dtype is
+     * RP_ERR_UNSUPPORTED. m in the compute dtype. */
+    rp_status (*swiglu_forward)(void *state, const void *g, const void *u, rp_dtype gu_dtype,
+                                void *m, int64_t n, rp_error *err);
+    /* dg, du (compute dtype) from dm in dm_dtype and the forward's g, u in
+     * gu_dtype (each RP_F32 or the compute dtype, as above); dg may alias g
+     * and du may alias u when the compute dtype is fp32. */
+    rp_status (*swiglu_backward)(void *state, const void *g, const void *u, rp_dtype gu_dtype,
+                                 const void *dm, rp_dtype dm_dtype, void *dg, void *du, int64_t n,
+                                 rp_error *err);
 
     /* gpt-oss's clamped SwiGLU (kernels/cpu/swiglu.h): gate = min(g, limit),
      * up = clamp(u, -limit, limit), m = (up + 1) * gate * sigmoid(alpha *
@@ -368,6 +378,14 @@ typedef struct rp_kernels {
 static inline int rp_kernel_reads_weights(const rp_kernel_ops *ops, rp_dtype dt)
 {
     return (ops->weight_dtypes >> dt) & 1u;
+}
+
+/* Whether linear_forward's outputs are ones its contract takes: y, or
+ * y_compute alone with neither a bias nor a residual to add. */
+static inline int rp_linear_outputs_valid(const float *y, const void *y_compute,
+                                          const float *bias, const float *residual)
+{
+    return y || (y_compute && !bias && !residual);
 }
 
 /* Bytes of one compute-dtype element of a table. */

@@ -12,8 +12,12 @@
  * Dtypes: what a GEMM or the attention reads (the weights, h1, q/k/v after
  * RoPE, o, h2, m, and the gradients fed to GEMMs) is in the table's compute
  * dtype; everything else (residual stream, norms' statistics, pre-RoPE
- * q/k, g, u, every gradient that accumulates) is fp32. On a table whose
- * compute dtype is fp32 the two names of a value are one buffer.
+ * q/k, every gradient that accumulates) is fp32. The dense MLP's g, u and
+ * dm, which only the SwiGLU reads, are fp32 where an adapter adds into them
+ * (LoRA on gate or up: g and u; on down: dm), else in what their GEMM
+ * writes straight: the compute dtype (on CUDA only with bf16-mlp: see
+ * mlp_dtypes). On a table whose compute dtype is fp32 the two names of a
+ * value are one buffer.
  * The forward keeps what the backward needs in the caller's `saved` area;
  * the backward goes back through the same steps from it, never running the
  * forward again, except the dense MLP's of a microbatch longer than one
@@ -24,6 +28,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "io/config_lora.h"
 #include "kernels/rope_freq.h"
 #include "model/carve.h"
@@ -70,9 +75,10 @@ typedef struct block_ws {
     void *dy_c, *dout, *dq_c, *dk_c, *dv_c;
     /* the dense MLP's scratch for one chunk of tokens (model/token_tiles.h);
      * g, u, m saved instead when the microbatch is one chunk (mlp_kept: the
-     * forward makes them, the backward reads them) */
-    float *g, *u, *dm;
-    void *m, *dg, *du;
+     * forward makes them, the backward reads them); g and u in gu_dtype, dm
+     * in dm_dtype (mlp_dtypes), m, dg, du in the compute dtype */
+    void *g, *u, *dm, *m, *dg, *du;
+    rp_dtype gu_dtype, dm_dtype;
     int mlp_kept;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
      * it), each projection's ts (saved; the dense MLP's with g, u and m,
@@ -119,6 +125,24 @@ static size_t max3(size_t a, size_t b, size_t c)
 static int dense_mlp_adapter(const block_ws *w, rp_lora_proj p)
 {
     return !w->moe && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ || p == RP_LORA_DOWN_PROJ);
+}
+
+/* The dtypes of the dense MLP's g and u (*gu) and of dm (*dm): the compute
+ * dtype, what their GEMMs write and the SwiGLU reads, unless an adapter adds
+ * into them in fp32 (adapted[p]: projection p has one). On a bf16 table
+ * that rounds g and u before the SwiGLU (as PyTorch's bf16 models do), so
+ * the CUDA table takes it only with RP_ALLOW_UNPROVEN_CUDA=bf16-mlp until a
+ * GPU has run it against the CPU; without it g, u and dm stay fp32, as
+ * they were. Read here alone: the carving below both sizes the plan and
+ * the executors' buffers and lays out the calls' buffers, so the memory
+ * model and the run cannot choose apart (on fp32 tables both are fp32). */
+static void mlp_dtypes(const rp_kernel_ops *ops, const int adapted[RP_LORA_NPROJ], rp_dtype *gu,
+                       rp_dtype *dm)
+{
+    const int narrow = ops->compute_dtype != RP_F32 && rp_unproven_allowed(RP_UNPROVEN_BF16_MLP);
+    *gu = narrow && !adapted[RP_LORA_GATE_PROJ] && !adapted[RP_LORA_UP_PROJ] ? ops->compute_dtype
+                                                                               : RP_F32;
+    *dm = narrow && !adapted[RP_LORA_DOWN_PROJ] ? ops->compute_dtype : RP_F32;
 }
 
 /* The buffers of block `block` (its kind: dense or mixture of experts). */
@@ -212,9 +236,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
      * SwiGLU backward works in place) */
     w->mlp_kept = !w->moe && chunk >= T;
     rp_carver *mlp = w->mlp_kept ? &sv : &sc;
+    mlp_dtypes(ops, mlp_adapter, &w->gu_dtype, &w->dm_dtype);
+    const size_t gu_bytes = chunk * I * rp_dtype_size(w->gu_dtype);
     if (!w->moe && w->mlp_kept) {
-        w->g = rp_carve_f32(mlp, chunk * I);
-        w->u = rp_carve_f32(mlp, chunk * I);
+        w->g = rp_carve_bytes(mlp, gu_bytes);
+        w->u = rp_carve_bytes(mlp, gu_bytes);
         w->m = rp_carve_compute(mlp, ops, chunk * I);
         for (int p = 0; p < RP_LORA_NPROJ; p++)
             if (mlp_adapter[p])
@@ -229,17 +255,17 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     }
     w->tmp = rp_carve_f32(&sc, T * H);
     if (!w->moe && !w->mlp_kept) {
-        w->g = rp_carve_f32(mlp, chunk * I);
-        w->u = rp_carve_f32(mlp, chunk * I);
+        w->g = rp_carve_bytes(mlp, gu_bytes);
+        w->u = rp_carve_bytes(mlp, gu_bytes);
         w->m = rp_carve_compute(mlp, ops, chunk * I);
         for (int p = 0; p < RP_LORA_NPROJ; p++)
             if (mlp_adapter[p])
                 w->lora_ts[p] = rp_carve_compute(mlp, ops, chunk * (size_t)lc->rank);
     }
     if (!w->moe) {
-        w->dm = one ? (float *)w->m : rp_carve_f32(&sc, chunk * I);
-        w->dg = one ? (void *)w->g : rp_carve_compute(&sc, ops, chunk * I);
-        w->du = one ? (void *)w->u : rp_carve_compute(&sc, ops, chunk * I);
+        w->dm = one ? w->m : rp_carve_bytes(&sc, chunk * I * rp_dtype_size(w->dm_dtype));
+        w->dg = one ? w->g : rp_carve_compute(&sc, ops, chunk * I);
+        w->du = one ? w->u : rp_carve_compute(&sc, ops, chunk * I);
     }
     w->dy_c = one ? NULL : rp_carve_compute(&sc, ops, T * H); /* NULL: dy itself */
     w->dout = rp_carve_compute(&sc, ops, T * QD);
@@ -807,19 +833,24 @@ static rp_status mlp_chunk_forward(const mlp_walk *mw, int64_t c0, int64_t n, in
     const block_ws *w = mw->w;
     const block_params *bp = mw->bp;
     const int64_t H = mw->H, I = mw->I;
+    /* fp32 g, u (the adapters add into them) are y, else the GEMMs' own
+     * output in the compute dtype */
+    const int gu_f32 = w->gu_dtype == RP_F32;
+    const size_t gub = rp_dtype_size(w->gu_dtype);
     for (int64_t j = 0; j < n; j += mw->tile) {
         const int64_t rows = tile_rows(mw, n, j);
         const void *h2 = row_at(w->h2, c0 + j, H, mw->cb);
-        OP(linear_forward, h2, matrix(bp, mw->o->w_gate), bp->wdt, NULL, NULL, w->g + j * I,
-           NULL, rows, H, I);
-        OP(linear_forward, h2, matrix(bp, mw->o->w_up), bp->wdt, NULL, NULL, w->u + j * I, NULL,
-           rows, H, I);
+        void *g = row_at(w->g, j, I, gub), *u = row_at(w->u, j, I, gub);
+        OP(linear_forward, h2, matrix(bp, mw->o->w_gate), bp->wdt, NULL, NULL,
+           gu_f32 ? g : NULL, gu_f32 ? NULL : g, rows, H, I);
+        OP(linear_forward, h2, matrix(bp, mw->o->w_up), bp->wdt, NULL, NULL, gu_f32 ? u : NULL,
+           gu_f32 ? NULL : u, rows, H, I);
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_GATE_PROJ, h2, c0 + j, rows, j,
-                        mw->seqlen, w->g + j * I, NULL, err));
+                        mw->seqlen, g, NULL, err));
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_UP_PROJ, h2, c0 + j, rows, j,
-                        mw->seqlen, w->u + j * I, NULL, err));
+                        mw->seqlen, u, NULL, err));
     }
-    OP(swiglu_forward, w->g, w->u, w->m, n * I);
+    OP(swiglu_forward, w->g, w->u, w->gu_dtype, w->m, n * I);
     for (int64_t j = 0; down_ts && j < n; j += mw->tile)
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_DOWN_PROJ,
                         row_at(w->m, j, I, mw->cb), c0 + j, tile_rows(mw, n, j), j, mw->seqlen,
@@ -878,15 +909,19 @@ static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, cons
                 OP(linear_backward_weight, dy, m, D + o->w_down, rows, I, H);
             RP_TRY(lora_grad(k, cfg, mw->lora, bp, w, dparams, RP_LORA_DOWN_PROJ, m, dy, t, rows,
                              j, mw->seqlen, NULL, err));
-            OP(linear_backward_input, dy, matrix(bp, o->w_down), bp->wdt, w->dm + j * I, NULL,
-               rows, I, H, 0);
+            /* fp32 dm (the adapter adds its input gradient into it) is
+             * dx, else the GEMM's own output in the compute dtype */
+            float *dm = row_at(w->dm, j, I, rp_dtype_size(w->dm_dtype));
+            const int dm_f32 = w->dm_dtype == RP_F32;
+            OP(linear_backward_input, dy, matrix(bp, o->w_down), bp->wdt, dm_f32 ? dm : NULL,
+               dm_f32 ? NULL : dm, rows, I, H, 0);
             if (down_adapted) {
                 rp_lora_bufs b = lora_bufs(w, RP_LORA_DOWN_PROJ);
                 RP_TRY(rp_lora_backward_input_rows(k, cfg, mw->lora, &down, t, rows, mw->seqlen,
-                                                   w->dm + j * I, &b, err));
+                                                   dm, &b, err));
             }
         }
-        OP(swiglu_backward, w->g, w->u, w->dm, w->dg, w->du, n * I);
+        OP(swiglu_backward, w->g, w->u, w->gu_dtype, w->dm, w->dm_dtype, w->dg, w->du, n * I);
         for (int64_t j = 0; j < n; j += mw->tile) {
             const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
             const void *h2 = row_at(w->h2, t, H, mw->cb), *dg = row_at(w->dg, j, I, mw->cb),

@@ -66,6 +66,9 @@ static rp_status linear_forward(void *state, const void *x, const void *W, rp_dt
 {
     (void)state;
     RP_TRY(weights_readable("linear_forward", W_dtype, err));
+    if (!rp_linear_outputs_valid(y, y_compute, bias, residual))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: linear_forward without y "
+                            "writes y_compute alone, with neither a bias nor a residual");
     float *dst = y ? y : y_compute;
     if (W_dtype == RP_F32)
         rp_linear_forward(x, W, bias, dst, rows, in, out);
@@ -201,18 +204,32 @@ static rp_status swiglu_clamped_backward(void *state, const float *g, const floa
     return RP_OK;
 }
 
-static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
-                                rp_error *err)
+/* The SwiGLU's inputs are fp32 here: the compute dtype is too. */
+static rp_status swiglu_inputs_f32(const char *op, const char *what, rp_dtype dtype,
+                                   rp_error *err)
 {
-    (void)state, (void)err;
+    if (dtype == RP_F32)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "cpu kernels: %s reads %s in F32, not %s", op,
+                        what, rp_dtype_name(dtype));
+}
+
+static rp_status swiglu_forward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
+                                void *m, int64_t n, rp_error *err)
+{
+    (void)state;
+    RP_TRY(swiglu_inputs_f32("swiglu_forward", "g and u", gu_dtype, err));
     rp_swiglu_forward(g, u, m, n);
     return RP_OK;
 }
 
-static rp_status swiglu_backward(void *state, const float *g, const float *u, const float *dm,
-                                 void *dg, void *du, int64_t n, rp_error *err)
+static rp_status swiglu_backward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
+                                 const void *dm, rp_dtype dm_dtype, void *dg, void *du, int64_t n,
+                                 rp_error *err)
 {
-    (void)state, (void)err;
+    (void)state;
+    RP_TRY(swiglu_inputs_f32("swiglu_backward", "g and u", gu_dtype, err));
+    RP_TRY(swiglu_inputs_f32("swiglu_backward", "dm", dm_dtype, err));
     rp_swiglu_backward(g, u, dm, dg, du, n);
     return RP_OK;
 }

@@ -1,6 +1,7 @@
 /* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
  * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation
- * (linear_forward through cuBLASLt, where RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
+ * (linear_forward into an fp32 y through cuBLASLt, where
+ * RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
  * or (attention, where rp_cuda_kernels_choose_attention chose it) cuDNN's
  * fused flash SDPA, on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
@@ -152,6 +153,16 @@ static rp_status linear_forward(void *state, const void *x, const void *W, rp_dt
 {
     cuda_state *c = state;
     RP_TRY(weights_bf16(c, "linear_forward", W_dtype, err));
+    if (!rp_linear_outputs_valid(y, y_compute, bias, residual))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: linear_forward without y "
+                            "writes y_compute alone, with neither a bias nor a residual",
+                            c->ordinal);
+    if (!y) { /* y = x W^T straight into bf16: nothing to add, so no fp32 pass (nor cuBLASLt,
+                 whose epilogues are what it would bring) */
+        CKB(rp_cuda_gemm(c->blas, 0, 1, rows, out, in, 1.0f, x, in, W, in, 0.0f, y_compute, 1,
+                         out));
+        return RP_OK;
+    }
     if (c->gemm_lt && rows > 0 && in > 0 && out > 0) {
         int taken = 0;
         CKB(rp_cuda_gemm_lt_linear_forward(c->gemm_lt, c->stream, x, W, bias, residual, y, rows,
@@ -396,19 +407,37 @@ static rp_status swiglu_clamped_backward(void *state, const float *g, const floa
     return RP_OK;
 }
 
-static rp_status swiglu_forward(void *state, const float *g, const float *u, void *m, int64_t n,
-                                rp_error *err)
+/* The SwiGLU reads fp32 or bf16 (the compute dtype) inputs: *bf16 says
+ * which dtype is; another is RP_ERR_UNSUPPORTED. */
+static rp_status swiglu_input(const cuda_state *c, const char *op, const char *what,
+                              rp_dtype dtype, int *bf16, rp_error *err)
+{
+    *bf16 = dtype == RP_BF16;
+    if (dtype == RP_BF16 || dtype == RP_F32)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "cuda device %d: %s reads %s in F32 or BF16, "
+                        "not %s", c->ordinal, op, what, rp_dtype_name(dtype));
+}
+
+static rp_status swiglu_forward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
+                                void *m, int64_t n, rp_error *err)
 {
     cuda_state *c = state;
-    CK(rp_cuda_swiglu_forward(g, u, NULL, m, n, c->stream));
+    int gu_bf16;
+    RP_TRY(swiglu_input(c, "swiglu_forward", "g and u", gu_dtype, &gu_bf16, err));
+    CK(rp_cuda_swiglu_forward(g, u, gu_bf16, NULL, m, n, c->stream));
     return RP_OK;
 }
 
-static rp_status swiglu_backward(void *state, const float *g, const float *u, const float *dm,
-                                 void *dg, void *du, int64_t n, rp_error *err)
+static rp_status swiglu_backward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
+                                 const void *dm, rp_dtype dm_dtype, void *dg, void *du, int64_t n,
+                                 rp_error *err)
 {
     cuda_state *c = state;
-    CK(rp_cuda_swiglu_backward(g, u, dm, NULL, dg, NULL, du, n, c->stream));
+    int gu_bf16, dm_bf16;
+    RP_TRY(swiglu_input(c, "swiglu_backward", "g and u", gu_dtype, &gu_bf16, err));
+    RP_TRY(swiglu_input(c, "swiglu_backward", "dm", dm_dtype, &dm_bf16, err));
+    CK(rp_cuda_swiglu_backward(g, u, gu_bf16, dm, dm_bf16, NULL, dg, NULL, du, n, c->stream));
     return RP_OK;
 }
 

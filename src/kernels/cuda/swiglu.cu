@@ -1,13 +1,18 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/swiglu.h"
 
-static __global__ void fwd_kernel(const float *g, const float *u, float *m, rp_bf16_t *mb,
-                                  int64_t n)
+/* An input element as fp32: bf16 widens exactly, so a bf16 input runs the
+ * same fp32 math as its fp32 value would. */
+static __device__ __forceinline__ float widen(float v) { return v; }
+static __device__ __forceinline__ float widen(rp_bf16_t v) { return __bfloat162float(v); }
+
+template <typename GU>
+static __global__ void fwd_kernel(const GU *g, const GU *u, float *m, rp_bf16_t *mb, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
-        float v = gi / (1.0f + expf(-gi)) * u[i];
+        float gi = widen(g[i]);
+        float v = gi / (1.0f + expf(-gi)) * widen(u[i]);
         if (m)
             m[i] = v;
         if (mb)
@@ -15,12 +20,13 @@ static __global__ void fwd_kernel(const float *g, const float *u, float *m, rp_b
     }
 }
 
-static __global__ void bwd_kernel(const float *g, const float *u, const float *dm, float *dg,
+template <typename GU, typename DM>
+static __global__ void bwd_kernel(const GU *g, const GU *u, const DM *dm, float *dg,
                                   rp_bf16_t *dgb, float *du, rp_bf16_t *dub, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float gi = g[i], ui = u[i], d = dm[i];
+        const float gi = widen(g[i]), ui = widen(u[i]), d = widen(dm[i]);
         const float e = expf(-gi), sg = 1.0f / (1.0f + e), silu = gi / (1.0f + e);
         const float a = d * ui * (sg * (1.0f + gi * (1.0f - sg)));
         const float b = d * silu;
@@ -35,25 +41,51 @@ static __global__ void bwd_kernel(const float *g, const float *u, const float *d
     }
 }
 
-extern "C" int rp_cuda_swiglu_forward(const float *g, const float *u, float *m, uint16_t *m_bf16,
-                                      int64_t n, void *stream)
+extern "C" int rp_cuda_swiglu_forward(const void *g, const void *u, int gu_bf16, float *m,
+                                      uint16_t *m_bf16, int64_t n, void *stream)
 {
     if (n <= 0)
         return 0;
-    fwd_kernel<<<rp_grid_for(n, 256), 256, 0, rp_stream(stream)>>>(
-        g, u, m, reinterpret_cast<rp_bf16_t *>(m_bf16), n);
+    rp_bf16_t *mb = reinterpret_cast<rp_bf16_t *>(m_bf16);
+    const unsigned grid = rp_grid_for(n, 256);
+    if (gu_bf16)
+        fwd_kernel<<<grid, 256, 0, rp_stream(stream)>>>(static_cast<const rp_bf16_t *>(g),
+                                                        static_cast<const rp_bf16_t *>(u), m, mb,
+                                                        n);
+    else
+        fwd_kernel<<<grid, 256, 0, rp_stream(stream)>>>(static_cast<const float *>(g),
+                                                        static_cast<const float *>(u), m, mb, n);
     return rp_launch_status();
 }
 
-extern "C" int rp_cuda_swiglu_backward(const float *g, const float *u, const float *dm, float *dg,
-                                       uint16_t *dg_bf16, float *du, uint16_t *du_bf16, int64_t n,
-                                       void *stream)
+/* The backward over g, u of type GU, dm read as dm_bf16 says. */
+template <typename GU>
+static void launch_bwd(const GU *g, const GU *u, const void *dm, int dm_bf16, float *dg,
+                       rp_bf16_t *dgb, float *du, rp_bf16_t *dub, int64_t n, cudaStream_t stream)
+{
+    const unsigned grid = rp_grid_for(n, 256);
+    if (dm_bf16)
+        bwd_kernel<<<grid, 256, 0, stream>>>(g, u, static_cast<const rp_bf16_t *>(dm), dg, dgb,
+                                             du, dub, n);
+    else
+        bwd_kernel<<<grid, 256, 0, stream>>>(g, u, static_cast<const float *>(dm), dg, dgb, du,
+                                             dub, n);
+}
+
+extern "C" int rp_cuda_swiglu_backward(const void *g, const void *u, int gu_bf16, const void *dm,
+                                       int dm_bf16, float *dg, uint16_t *dg_bf16, float *du,
+                                       uint16_t *du_bf16, int64_t n, void *stream)
 {
     if (n <= 0)
         return 0;
-    bwd_kernel<<<rp_grid_for(n, 256), 256, 0, rp_stream(stream)>>>(
-        g, u, dm, dg, reinterpret_cast<rp_bf16_t *>(dg_bf16), du,
-        reinterpret_cast<rp_bf16_t *>(du_bf16), n);
+    rp_bf16_t *dgb = reinterpret_cast<rp_bf16_t *>(dg_bf16),
+              *dub = reinterpret_cast<rp_bf16_t *>(du_bf16);
+    if (gu_bf16)
+        launch_bwd(static_cast<const rp_bf16_t *>(g), static_cast<const rp_bf16_t *>(u), dm,
+                   dm_bf16, dg, dgb, du, dub, n, rp_stream(stream));
+    else
+        launch_bwd(static_cast<const float *>(g), static_cast<const float *>(u), dm, dm_bf16, dg,
+                   dgb, du, dub, n, rp_stream(stream));
     return rp_launch_status();
 }
 

@@ -14,12 +14,14 @@
 extern "C" {
 #endif
 
-int rp_cuda_swiglu_forward(const float *g, const float *u, float *m, uint16_t *m_bf16, int64_t n,
-                           void *stream);
+/* g and u are bf16 when gu_bf16, else fp32 (dm likewise by dm_bf16): a
+ * bf16 input is widened exactly and goes through the same fp32 math. */
+int rp_cuda_swiglu_forward(const void *g, const void *u, int gu_bf16, float *m, uint16_t *m_bf16,
+                           int64_t n, void *stream);
 
-int rp_cuda_swiglu_backward(const float *g, const float *u, const float *dm, float *dg,
-                            uint16_t *dg_bf16, float *du, uint16_t *du_bf16, int64_t n,
-                            void *stream);
+int rp_cuda_swiglu_backward(const void *g, const void *u, int gu_bf16, const void *dm,
+                            int dm_bf16, float *dg, uint16_t *dg_bf16, float *du,
+                            uint16_t *du_bf16, int64_t n, void *stream);
 
 /* gpt-oss's clamped SwiGLU (kernels/ops.h swiglu_clamped_*, the CPU op's
  * formulas in the same fp32 operations): gate = min(g, limit), up =
