@@ -41,7 +41,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/layers.h"
 
-static const rp_kernels cpu_k = {&rp_kernel_ops_cpu, NULL};
+static const rp_kernels cpu_k = {.ops = &rp_kernel_ops_cpu};
 
 START_TEST(convert_matches_host_rounding)
 {

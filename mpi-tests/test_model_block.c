@@ -36,7 +36,7 @@
 #include "rp_check.h"
 
 /* the CPU kernel ops table the layers run on here */
-static const rp_kernels cpu_k = {&rp_kernel_ops_cpu, NULL};
+static const rp_kernels cpu_k = {.ops = &rp_kernel_ops_cpu};
 
 static rp_model_config llama_cfg(void)
 {
@@ -791,7 +791,7 @@ START_TEST(gpt_oss_block_reads_weights_as_the_cuda_table_does)
     bf16_weights_ops.weight_dtypes = 1u << RP_BF16;
     bf16_weights_ops.linear_forward = strict_linear_forward;
     bf16_weights_ops.grouped_linear_forward = strict_grouped_forward;
-    const rp_kernels strict = {&bf16_weights_ops, NULL};
+    const rp_kernels strict = {.ops = &bf16_weights_ops};
     rp_model_config cfg = gpt_oss_cfg();
     const int64_t nseq = 3, S = 7;
     const size_t n = (size_t)(nseq * S * cfg.hidden_size), E = (size_t)cfg.moe.num_experts;

@@ -17,7 +17,7 @@
 #include "rp_check.h"
 
 /* the CPU kernel ops table the layers run on here */
-static const rp_kernels cpu_k = {&rp_kernel_ops_cpu, NULL};
+static const rp_kernels cpu_k = {.ops = &rp_kernel_ops_cpu};
 
 enum { T = 13, H = 16, V = 37 };
 

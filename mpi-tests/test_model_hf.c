@@ -22,7 +22,7 @@
 #include "model_hf_fixture.h"
 
 /* the CPU kernel ops table the layers run on here */
-static const rp_kernels cpu_k = {&rp_kernel_ops_cpu, NULL};
+static const rp_kernels cpu_k = {.ops = &rp_kernel_ops_cpu};
 
 enum { NSEQ = 2, S = 7, T = NSEQ * S };
 

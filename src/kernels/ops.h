@@ -368,10 +368,20 @@ typedef struct rp_kernel_ops {
                                 rp_dtype dst_dtype, rp_error *err);
 } rp_kernel_ops;
 
+/* An observer of the ops the model issues (model/carve.h's RP_OP): told
+ * after each call returns, with the op's name and its call site, in issue
+ * order. NULL in every run; bench/bench_block sets one to time each op of a
+ * block (a mark per call: the time between two marks is the op's). */
+typedef struct rp_kernel_probe {
+    void (*after)(void *ctx, const char *op, const char *file, int line);
+    void *ctx;
+} rp_kernel_probe;
+
 /* A table with its state: what a device hands the model. */
 typedef struct rp_kernels {
     const rp_kernel_ops *ops;
     void *state;
+    const rp_kernel_probe *probe; /* NULL but in a benchmark */
 } rp_kernels;
 
 /* Whether a table's GEMMs read weights in dtype dt where they lie. */

@@ -441,8 +441,7 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
     }
     float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
     rp_model_rope_inv_freq(cfg, inv_freq);
-    RP_TRY(k->ops->rope_table(k->state, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space,
-                              table, err));
+    RP_OP(rope_table, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space, table);
     /* YaRN scales cos and sin by its attention factor (in fp32, as
      * transformers' rotary embedding); the forward scales the table it
      * made and keeps it for the backward (rotating by the scaled table's
@@ -453,9 +452,9 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
     if (!w->rope_space || *table != w->rope_space)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s kernels keep their own RoPE table: "
                             "YaRN's attention factor cannot scale it", k->ops->name);
-    return k->ops->scaled_add(k->state, w->rope_space, (float)a, w->rope_space, NULL,
-                              (int64_t)k->ops->rope_table_floats(seqlen, cfg->head_dim / 2), 0,
-                              err);
+    RP_OP(scaled_add, w->rope_space, (float)a, w->rope_space, NULL,
+          (int64_t)k->ops->rope_table_floats(seqlen, cfg->head_dim / 2), 0);
+    return RP_OK;
 }
 
 /* The weights as the ops read them: the matrices where they lie (the

@@ -40,7 +40,14 @@ static inline void *rp_carve_compute(rp_carver *c, const rp_kernel_ops *ops, siz
     return rp_carve_bytes(c, n * rp_kernel_compute_bytes(ops));
 }
 
-/* Call op `name` of the kernels k, returning its error. */
-#define RP_OP(name, ...) RP_TRY(k->ops->name(k->state, __VA_ARGS__, err))
+/* Call op `name` of the kernels k, returning its error (the probe, where a
+ * benchmark set one, told of the call first). */
+#define RP_OP(name, ...)                                                                 \
+    do {                                                                                 \
+        rp_status rp_op_status_ = k->ops->name(k->state, __VA_ARGS__, err);              \
+        if (k->probe)                                                                    \
+            k->probe->after(k->probe->ctx, #name, __FILE__, __LINE__);                   \
+        RP_TRY(rp_op_status_);                                                           \
+    } while (0)
 
 #endif

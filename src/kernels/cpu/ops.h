@@ -12,7 +12,7 @@ extern const rp_kernel_ops rp_kernel_ops_cpu;
 
 static inline rp_kernels rp_cpu_kernels(void)
 {
-    rp_kernels k = {&rp_kernel_ops_cpu, NULL};
+    rp_kernels k = {.ops = &rp_kernel_ops_cpu};
     return k;
 }
 

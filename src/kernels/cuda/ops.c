@@ -958,6 +958,7 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
 {
     out->ops = &rp_kernel_ops_cuda;
     out->state = NULL;
+    out->probe = NULL;
     cuda_state *c = calloc(1, sizeof *c);
     if (!c)
         return rp_error_set(err, RP_ERR_NOMEM, "allocating the CUDA kernels' state");
