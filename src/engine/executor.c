@@ -220,6 +220,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
 {
     memset(x, 0, sizeof *x);
     x->e = e;
+    x->by_events = rp_device_ordered_by_events(e->dev);
     /* Device memory sized from the plan: the largest stage, allocated once;
      * one scratch for the largest job's gradients and workspace. */
     size_t wmax = 0, scratch = sizeof(float);
@@ -395,6 +396,13 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     else
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
                  kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
+    /* the uploads from here on (the rest of this job's weights, the next
+     * job's prefetch into the buffer the job before read) overwrite only
+     * what the job before's kernel ops have read: ordered on the device
+     * where it is ordered by events (the job before ended without a host
+     * wait for them), else they had finished */
+    if (x->by_events)
+        RP_TRY(rp_device_copies_after_compute(x->dev, RP_COPY_UP, err));
     RP_TRY(rp_stage_acquire(x, &job, t, g, j, err));
     /* the job before's gradients came down while this one's weights went
      * up; they are read from the scratch this job is about to write */
@@ -499,6 +507,8 @@ rp_status rp_engine_run_executor(rp_engine *e)
                 }
     rp_error landed_err = {0}; /* the last job's gradients, whatever stopped the loop */
     rp_status sl = rp_stage_grads_landed(&x, &landed_err);
+    if (sl == RP_OK) /* every layer time, before the re-plan reads them */
+        sl = rp_layer_clock_settle(&x, 1, &landed_err);
     if (sl != RP_OK && (s == RP_OK || s == RP_STOP)) {
         s = sl;
         rp_engine_fail(e, s, &landed_err);

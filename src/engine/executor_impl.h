@@ -97,6 +97,13 @@ typedef struct executor {
      * block's router statistics on the device before their download (NULL
      * there: written straight into the arena) */
     float *host_aux_grad, *aux_grad, *router_stats;
+    /* the device is ordered by events (backend.h): no host wait after a
+     * layer; copies and kernel ops are ordered on the device */
+    int by_events;
+    /* the layer clock (layer_clock.c): the pairs of marks not read yet,
+     * oldest first, and the measurement each adds to */
+    int clock_first, clock_n;
+    int clock_at[RP_DEVICE_MARKS / 2];
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
@@ -110,6 +117,20 @@ static inline size_t rp_layer_numel(const rp_engine *e, int l)
  * queue of the given class (so a transfer of a higher class goes first). */
 rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
                        const char *tag, rp_error *err);
+
+/* ---- the layer times for the re-plan (layer_clock.c) ---------------------- */
+
+/* A layer call of the running job starts (after its weights are in) and
+ * stops (after its kernel ops are issued; on a device not ordered by
+ * events, after rp_device_sync): backward 0 a forward, 1 a backward (the
+ * head's forward and backward, one call, count as backward), in iteration
+ * t. Nothing waits on the host, except start when hundreds of calls are
+ * still unread. */
+rp_status rp_layer_clock_start(executor *x, rp_error *err);
+rp_status rp_layer_clock_stop(executor *x, int l, int backward, int64_t t, rp_error *err);
+/* Adds the calls whose time the device has, to e->by_executor's
+ * measurements; with `wait` every call (before the re-plan reads them). */
+rp_status rp_layer_clock_settle(executor *x, int wait, rp_error *err);
 
 /* ---- stage buffers (stage_buffers.c) ------------------------------------- */
 

@@ -23,10 +23,16 @@
 #include "engine/update_gate.h"
 
 /* Move bytes between host and device now, through the transfer engine's
- * queue of the given class (so a transfer of a higher class goes first). */
+ * queue of the given class (so a transfer of a higher class goes first).
+ * Ordered by events, the host does not wait for the kernel ops before it:
+ * the copy's stream waits for them on the device (a download reads what
+ * they wrote, an upload overwrites only what they have read). */
 rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
                        const char *tag, rp_error *err)
 {
+    if (x->by_events)
+        RP_TRY(rp_device_copies_after_compute(
+            x->dev, (rp_copy_direction)rp_xfer_class_direction(cls), err));
     rp_xfer_req r;
     memset(&r, 0, sizeof r);
     r.dst = dst;

@@ -96,15 +96,19 @@ static const void *block_weights(executor *x, const rp_job *job, int l)
     return rp_stage_weights_layer(x->e, &w, l);
 }
 
-/* Layer times for re-planning: every call in a segment's iterations after
- * its first (the first pays page faults and thread start-up). */
-static void measure(executor *x, int l, int bwd, int64_t t, double t0)
+/* The end of a layer call: on a device not ordered by events, the host
+ * waits for its kernel ops (the copies after it read their results, and
+ * its time is the host's clock after them); ordered by events, nothing
+ * waits (the copies are ordered on the device, rp_exec_move). Then its time
+ * for the re-plan (layer_clock.c). */
+static rp_status layer_end(executor *x, int l, int backward, int64_t t, rp_status s,
+                           rp_error *err)
 {
-    rp_engine *e = x->e;
-    if (t > e->it_first) {
-        e->by_executor.meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
-        e->by_executor.meas_n[bwd * e->num_layers + l] += 1;
-    }
+    if (s == RP_OK && !x->by_events)
+        s = rp_device_sync(x->dev, err);
+    if (s == RP_OK)
+        s = rp_layer_clock_stop(x, l, backward, t, err);
+    return s;
 }
 
 /* --activation-dtype bf16 (arena.h): a layer's output rounded to it where
@@ -136,7 +140,8 @@ static rp_status save_activation(executor *x, float *host, const float *dev, con
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
                           (int64_t)e->act_floats, err));
-    RP_TRY(rp_device_sync(x->dev, err)); /* the copy engine reads what the convert wrote */
+    if (!x->by_events) /* the copy engine reads what the convert wrote (else: rp_exec_move) */
+        RP_TRY(rp_device_sync(x->dev, err));
     return rp_exec_move(x, host, x->act_narrow,
                         e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_SAVE, tag,
                         err);
@@ -156,7 +161,9 @@ static rp_status load_activation(executor *x, float *dev, const float *host, con
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(k.ops->convert(k.state, x->act_narrow, e->o->activation_dtype, dev, RP_F32,
                           (int64_t)e->act_floats, err));
-    return rp_device_sync(x->dev, err);
+    /* the next upload into act_narrow comes after the widening has read it
+     * (ordered by events: rp_exec_move orders it on the device) */
+    return x->by_events ? RP_OK : rp_device_sync(x->dev, err);
 }
 
 /* The forward of layer l from `in` into `out` (NULL: only what its
@@ -167,7 +174,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
 {
     rp_engine *e = x->e;
     RP_TRY(rp_stage_wait_layer(x, job, l, err));
-    double t0 = rp_now();
+    RP_TRY(rp_layer_clock_start(x, err));
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     rp_status s;
@@ -191,10 +198,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
     }
     if (s == RP_OK && out)
         s = round_output(x, out, err);
-    if (s == RP_OK)
-        s = rp_device_sync(x->dev, err);
-    measure(x, l, 0, t, t0);
-    return s;
+    return layer_end(x, l, 0, t, s, err);
 }
 
 /* The backward of layer l from what its forward on `in` kept in `saved`. */
@@ -205,7 +209,7 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     if (l == 0 && e->lora) /* a frozen embedding: nothing to compute */
         return RP_OK;
     RP_TRY(rp_stage_wait_layer(x, job, l, err));
-    double t0 = rp_now();
+    RP_TRY(rp_layer_clock_start(x, err));
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     rp_status s;
@@ -222,10 +226,7 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
                               rp_exec_layer_grad(x, job, l), e->samples_per_micro, e->seq_len,
                               x->segments, x->workspace, block_call(x, job, l, t, 0, &lc, &c), err);
     }
-    if (s == RP_OK)
-        s = rp_device_sync(x->dev, err);
-    measure(x, l, 1, t, t0);
-    return s;
+    return layer_end(x, l, 1, t, s, err);
 }
 
 static float *arena(const rp_engine *e, size_t off)
@@ -410,15 +411,15 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
         lm_g = hw.lm_tied ? rp_exec_tied_grad(x, job) : rp_exec_layer_grad(x, job, head) + hw.lm_at;
     }
     double *loss = rp_engine_loss(e, t);
-    double th = rp_now();
+    RP_TRY(rp_layer_clock_start(x, err));
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
                                     x->acts[head - job->first], x->targets, x->mask,
                                     e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g,
                                     e->head_rows, x->workspace, &loss[m], err));
-    RP_TRY(rp_device_sync(x->dev, err));
-    measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
+    /* forward and backward in one call: counted as backward */
+    RP_TRY(layer_end(x, head, 1, t, RP_OK, err));
     for (int l = head - 1; l >= job->first; l--)
         RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
                               err));
