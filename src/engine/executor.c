@@ -492,7 +492,8 @@ rp_status rp_engine_run_executor(rp_engine *e)
         if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
             rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
                    ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
-                     "each way (RP_ALLOW_UNPROVEN_CUDA=copies: not yet run on a GPU)"
+                     "each way, ordered with the layers by events (RP_ALLOW_UNPROVEN_CUDA=copies: "
+                     "not yet run on a GPU)"
                    : "copies: synchronous, one chunk at a time (the asynchronous copies, %d chunks "
                      "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=copies "
                      "takes them)", RP_XFER_DEPTH);

@@ -168,7 +168,9 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
 
 /* Before the running job computes layer l: wait until l's weights (a
  * tied head's matrix with the head) are on the device, submitting what has
- * landed meanwhile, of this job and of the next one's prefetch. */
+ * landed meanwhile, of this job and of the next one's prefetch. Ordered by
+ * events (x->by_events with asynchronous copies), the host waits only until
+ * their copies are issued and the device's compute waits for them. */
 rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *err);
 
 /* Token ids to positions in the stage's embedding rows (all present: the
