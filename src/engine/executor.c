@@ -140,6 +140,8 @@ static void executor_free(executor *x)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
     rp_device_free(x->dev, x->act_grad);
+    for (int s = 0; s < RP_SAVE_SLOTS; s++)
+        rp_device_free(x->dev, x->save_slot[s]);
     rp_device_free(x->dev, x->tokens);
     rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
@@ -306,6 +308,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     }
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);
+    for (int s = 0; rp_saves_staged(e->device) && s < RP_SAVE_SLOTS; s++) /* staged_saves.c */
+        ok &= (x->save_slot[s] = falloc(x, e->act_floats, err)) != NULL;
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
@@ -508,6 +512,8 @@ rp_status rp_engine_run_executor(rp_engine *e)
                 }
     rp_error landed_err = {0}; /* the last job's gradients, whatever stopped the loop */
     rp_status sl = rp_stage_grads_landed(&x, &landed_err);
+    rp_status ss = rp_exec_saves_landed(&x, sl == RP_OK ? &landed_err : &(rp_error){0});
+    sl = sl == RP_OK ? ss : sl;
     if (sl == RP_OK) /* every layer time, before the re-plan reads them */
         sl = rp_layer_clock_settle(&x, 1, &landed_err);
     if (sl != RP_OK && (s == RP_OK || s == RP_STOP)) {

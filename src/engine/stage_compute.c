@@ -128,14 +128,37 @@ static rp_status round_output(executor *x, float *out, rp_error *err)
     return k.ops->convert(k.state, x->act_narrow, dt, out, RP_F32, n, err);
 }
 
+static rp_status save_narrowed(executor *x, float *host, const float *dev, const char *tag,
+                               rp_error *err);
+
 /* An activation (a layer's input or output, already rounded) from the
- * device into its arena buffer, in the activation dtype. */
+ * device into its arena buffer, in the activation dtype, then `publish`
+ * (may be NULL) said: through a staging slot where saves are staged
+ * (staged_saves.c: the executor goes on, and the event is published once
+ * the save has landed), else waited for and published here. */
 static rp_status save_activation(executor *x, float *host, const float *dev, const char *tag,
-                                 rp_error *err)
+                                 const rp_save_publish *publish, rp_error *err)
 {
     rp_engine *e = x->e;
+    if (x->save_slot[0])
+        return rp_exec_save_staged(x, host, dev, x->act_narrow ? e->o->activation_dtype : RP_F32,
+                                   tag, publish, err);
     if (!x->act_narrow)
-        return rp_exec_move(x, host, dev, e->act_floats * sizeof(float), RP_XFER_SAVE, tag, err);
+        RP_TRY(rp_exec_move(x, host, dev, e->act_floats * sizeof(float), RP_XFER_SAVE, tag, err));
+    else
+        RP_TRY(save_narrowed(x, host, dev, tag, err));
+    if (publish && publish->kind == RP_SAVE_PUBLISH_FWD_OUT)
+        rp_proto_publish_fwd_out(e, publish->stage, publish->micro, publish->t);
+    else if (publish && publish->kind == RP_SAVE_PUBLISH_BWD_OUT)
+        rp_proto_publish_bwd_out(e, publish->stage, publish->micro, publish->t);
+    return RP_OK;
+}
+
+/* save_activation's narrowing, waited for: through act_narrow. */
+static rp_status save_narrowed(executor *x, float *host, const float *dev, const char *tag,
+                               rp_error *err)
+{
+    rp_engine *e = x->e;
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
@@ -321,7 +344,7 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
         if (l > 0 && e->arena.is_ckpt[l] && e->arena.ckpt_of_fwd_out[l] < 0) {
             RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
             RP_TRY(save_activation(x, arena(e, e->arena.ckpt[l * M + m]), cur, "checkpoint",
-                                   err));
+                                   NULL, err));
         }
         if (kept && kept_in_pool(x)) { /* its input and saved area stay here */
             RP_TRY(rp_device_copy(x->dev, pool_slot(x, l, m, 0), cur,
@@ -338,8 +361,8 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
      * once the backward of the iteration before has read it too */
     if (s + 1 < e->plan.nfwd && e->arena.ckpt_of_fwd_out[e->plan.fwd[s + 1].first] == s)
         RP_TRY(rp_proto_wait_checkpoint_free(e, e->plan.fwd[s + 1].first, m, t, x->name, err));
-    RP_TRY(save_activation(x, arena(e, e->arena.fwd_out[s * M + m]), cur, "output", err));
-    rp_proto_publish_fwd_out(e, s, m, t);
+    const rp_save_publish out = {RP_SAVE_PUBLISH_FWD_OUT, s, m, t};
+    RP_TRY(save_activation(x, arena(e, e->arena.fwd_out[s * M + m]), cur, "output", &out, err));
     return RP_OK;
 }
 
@@ -374,10 +397,14 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
     rp_engine *e = x->e;
     int i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
-    if (job->first > 0)
-        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]),
-                            x->act_grad, e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad",
-                            err));
+    if (job->first > 0) {
+        float *host = arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]);
+        const rp_save_publish in_grad = {RP_SAVE_PUBLISH_BWD_OUT, i, m, t};
+        if (x->save_slot[0]) /* published once it has landed */
+            return rp_exec_save_staged(x, host, x->act_grad, RP_F32, "input-grad", &in_grad, err);
+        RP_TRY(rp_exec_move(x, host, x->act_grad, e->act_floats * sizeof(float), RP_XFER_SAVE,
+                            "input-grad", err));
+    }
     rp_proto_publish_bwd_out(e, i, m, t);
     return RP_OK;
 }
