@@ -728,6 +728,9 @@ START_TEST(compute_and_copies_are_ordered_by_events)
     ck_assert_int_eq(rp_device_alloc(d, n, &dB, &err), RP_OK);
     ck_assert_int_eq(rp_device_memset0(d, dA, n, &err), RP_OK); /* what a kernel too early reads */
     ck_assert_int_eq(rp_device_memset0(d, dB, n, &err), RP_OK);
+    /* the memsets are on the compute stream, not waited for: the upload
+     * into dA comes after them */
+    ck_assert_int_eq(rp_device_copies_after_compute(d, RP_COPY_UP, &err), RP_OK);
     rp_xfer_params p = {.chunk_bytes = 64 * MIB,
                         .ops = {.ctx = d, .issue = dev_issue, .complete = dev_complete}};
     rp_xfer *x;

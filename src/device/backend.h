@@ -49,7 +49,11 @@ const char *rp_device_attention_note(const rp_device *dev);
  * GPU window sees the path was taken. */
 void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len);
 
-/* Device memory. rp_device_alloc names the bytes asked on failure. */
+/* Device memory. rp_device_alloc names the bytes asked on failure.
+ * rp_device_memset0 zeroes on the compute stream, before the kernel ops
+ * issued after it; it has finished on return unless the device is ordered
+ * by events (rp_device_ordered_by_events), where a copy of those bytes is
+ * ordered after it by rp_device_copies_after_compute instead. */
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err);
 void rp_device_free(rp_device *dev, void *p);
 rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err);

@@ -211,7 +211,10 @@ static rp_status cuda_memset0(void *impl, void *p, size_t bytes, rp_error *err)
     cudaError_t e = cudaMemsetAsync(p, 0, bytes, c->compute);
     if (e != cudaSuccess)
         return fail(c, "cudaMemsetAsync", (int)e, err);
-    return sync_compute(c, "memset", err);
+    /* ordered by events, the kernel ops after it are on its stream and the
+     * copies wait for it on the device: no host wait (a job's gradients
+     * zeroed at its start would wait for the job before's kernels) */
+    return c->by_events ? RP_OK : sync_compute(c, "memset", err);
 }
 
 static rp_status cuda_copy(void *impl, void *dst, const void *src, size_t bytes, rp_error *err)
