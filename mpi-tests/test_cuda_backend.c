@@ -15,7 +15,12 @@
  * (an upload and a download stream, an event per ticket) moves every byte
  * both ways, an upload and a download at once taking less than 0.9 of the
  * time of one after the other (full duplex), and an engine destroyed with
- * chunks in flight waits for them. Blocks run with sequences of one and of several
+ * chunks in flight waits for them; ordered by events (RP_ALLOW_UNPROVEN_CUDA=
+ * copies), a kernel op queued right after an upload's issue, with no host
+ * wait between (rp_xfer_wait_issued, rp_device_compute_after_copy), reads
+ * the uploaded bytes, a download queued right after it
+ * (rp_device_copies_after_compute) brings back what it wrote, and the
+ * timing marks around it give its GPU time. Blocks run with sequences of one and of several
  * attention tiles, head_dim 64 and 128, and guard bands after every slice
  * of their saved area and scratch (rp_model_guard_floats) that must keep
  * their poison.
@@ -29,6 +34,7 @@
 #include <time.h>
 
 #include "core/dtype.h"
+#include "core/unproven.h"
 #include "cuda_test_util.h"
 #include "device/backend_impl.h"
 #include "engine/transfer.h"
@@ -701,6 +707,72 @@ START_TEST(transfer_engine_on_the_upload_and_download_streams)
 }
 END_TEST
 
+START_TEST(compute_and_copies_are_ordered_by_events)
+{
+    const size_t MIB = (size_t)1 << 20, n = 256 * MIB;
+    rp_device *d = NULL;
+    rp_error err = {0};
+    rp_device_params gp = {.kind = RP_DEVICE_CUDA, .ordinal = 0, .threads = 1,
+                           .unproven = 1u << RP_UNPROVEN_COPIES};
+    ck_assert_msg(rp_device_create(&gp, &d, &err) == RP_OK, "%s", err.msg);
+    ck_assert(rp_device_ordered_by_events(d));
+    uint64_t *src = aligned_alloc(4096, n), *back = aligned_alloc(4096, n);
+    ck_assert(src && back);
+    for (size_t i = 0; i < n / 8; i++)
+        src[i] = i * 0x9E3779B97F4A7C15ull + 7;
+    memset(back, 0, n);
+    ck_assert_int_eq(rp_device_host_register(d, src, n, &err), RP_OK);
+    ck_assert_int_eq(rp_device_host_register(d, back, n, &err), RP_OK);
+    void *dA = NULL, *dB = NULL;
+    ck_assert_int_eq(rp_device_alloc(d, n, &dA, &err), RP_OK);
+    ck_assert_int_eq(rp_device_alloc(d, n, &dB, &err), RP_OK);
+    ck_assert_int_eq(rp_device_memset0(d, dA, n, &err), RP_OK); /* what a kernel too early reads */
+    ck_assert_int_eq(rp_device_memset0(d, dB, n, &err), RP_OK);
+    /* the memsets are on the compute stream, not waited for: the upload
+     * into dA comes after them */
+    ck_assert_int_eq(rp_device_copies_after_compute(d, RP_COPY_UP, &err), RP_OK);
+    rp_xfer_params p = {.chunk_bytes = 64 * MIB,
+                        .ops = {.ctx = d, .issue = dev_issue, .complete = dev_complete}};
+    rp_xfer *x;
+    ck_assert_msg(rp_xfer_create(&p, &x, &err) == RP_OK, "%s", err.msg);
+    rp_xfer_req up = {.dst = dA, .src = src, .bytes = n, .cls = RP_XFER_WEIGHTS, .tag = "up"};
+    rp_xfer_req down = {.dst = back, .src = dB, .bytes = n, .cls = RP_XFER_SAVE, .tag = "down"};
+    ck_assert_int_eq(rp_xfer_submit(x, &up, &err), RP_OK);
+    int ticket = -1;
+    ck_assert_msg(rp_xfer_wait_issued(x, &up, &ticket, &err) == RP_OK, "%s", err.msg);
+    int arrived = atomic_load(&up.state) == RP_XFER_DONE;
+    if (ticket >= 0) /* else it has arrived: nothing to wait for */
+        ck_assert_msg(rp_device_compute_after_copy(d, ticket, &err) == RP_OK, "%s", err.msg);
+    rp_kernels k;
+    ck_assert_int_eq(rp_device_kernels(d, &k, &err), RP_OK);
+    ck_assert_int_eq(rp_device_mark(d, 0, &err), RP_OK);
+    ck_assert_int_eq(k.ops->copy(k.state, dB, dA, n, &err), RP_OK); /* reads the upload */
+    ck_assert_int_eq(rp_device_mark(d, 1, &err), RP_OK);
+    ck_assert_int_eq(rp_device_copies_after_compute(d, RP_COPY_DOWN, &err), RP_OK);
+    ck_assert_int_eq(rp_xfer_submit(x, &down, &err), RP_OK);
+    ck_assert_msg(rp_xfer_wait(x, &down, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_xfer_wait(x, &up, &err) == RP_OK, "%s", err.msg);
+    size_t bad = 0;
+    for (size_t i = 0; i < n / 8; i++)
+        bad += back[i] != src[i];
+    double ms = -1;
+    ck_assert_int_eq(rp_device_mark_elapsed(d, 0, 1, 1, &ms, &err), RP_OK);
+    printf("ordered by events: %zu MiB uploaded, copied on the compute stream in %.3f ms (GPU "
+           "time), downloaded; the upload %s when the kernel was queued; %zu of %zu words "
+           "differ\n", n / MIB, ms, arrived ? "had arrived" : "was under way", bad, n / 8);
+    ck_assert_msg(bad == 0, "%zu words of the download are not the upload's", bad);
+    ck_assert_msg(ms > 0 && ms < 1000, "%g ms between the marks", ms);
+    ck_assert_int_eq(rp_device_mark(d, RP_DEVICE_MARKS, &err), RP_ERR_INVALID_ARG);
+    rp_xfer_destroy(&x);
+    rp_device_free(d, dA);
+    rp_device_free(d, dB);
+    rp_device_host_unregister(d, src);
+    rp_device_host_unregister(d, back);
+    rp_device_destroy(&d);
+    free(src), free(back);
+}
+END_TEST
+
 static int g_have_device;
 
 static Suite *cuda_backend_suite(void)
@@ -714,6 +786,7 @@ static Suite *cuda_backend_suite(void)
         tcase_set_timeout(td, 120);
         tcase_add_test(td, bad_ordinal_and_huge_alloc_are_errors);
         tcase_add_test(td, transfer_engine_on_the_upload_and_download_streams);
+        tcase_add_test(td, compute_and_copies_are_ordered_by_events);
         tcase_add_test(td, embedding_matches_cpu);
         tcase_add_test(td, qwen3_block_matches_cpu);
         tcase_add_test(td, llama_block_matches_cpu);

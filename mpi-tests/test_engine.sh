@@ -29,6 +29,10 @@
 #   for the rest (a run whose rank 0 never raises its share's version of
 #   layer 0 finishes with the same bits), and one whose rows signal is dropped
 #   stops at the deadline naming it;
+# - activation saves through staging slots (RP_TEST_SAVE_STAGING=1, the
+#   path CUDA executors take under RP_ALLOW_UNPROVEN_CUDA=copies) give the
+#   same bits, with fp32 and bf16 activations, and a failing one stops the
+#   run as below;
 # - a planted deadlock (a producer that never signals) ends within the
 #   deadline on every rank with a message naming the rank, the job and the
 #   event with its value and the value awaited (from the ranks whose own
@@ -44,7 +48,7 @@ run() {
   d="$src/mpi-tests/fixtures/golden/$c"
   mask=""; [ -f "$d/mask.npy" ] && mask="--loss-mask $d/mask.npy"
   # shellcheck disable=SC2046
-  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -x RP_FAULT_COPY -np "$np" "$bin" train \
+  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -x RP_FAULT_COPY -x RP_TEST_SAVE_STAGING -np "$np" "$bin" train \
     --device cpu --model "$d/model" --data "$d/data.npy" $mask $(cat "$d/args.txt") --progress none \
     --timeout 60 --log "$out.jsonl" --save "$out" "$@" > "$out.txt" 2>&1
 }
@@ -54,7 +58,7 @@ same() {
      [ "$(cut -d, -f1-4 "$2.jsonl")" = "$(cut -d, -f1-4 "$3.jsonl")" ]; then ok
   else bad "$1: $(basename "$3") differs from $(basename "$2")"; fi
 }
-export RP_INJECT_DELAY_US=0 RP_INJECT_SEED=0 RP_FAULT_DROP_SIGNAL= RP_FAULT_COPY=
+export RP_INJECT_DELAY_US=0 RP_INJECT_SEED=0 RP_FAULT_DROP_SIGNAL= RP_FAULT_COPY= RP_TEST_SAVE_STAGING=
 
 # qwen3: 4 layers (embedding, 2 blocks, head); llama the same shape
 for c in qwen3 llama; do
@@ -79,6 +83,22 @@ for seed in 1 2 3 4 5; do
     --plan "fwd=0,1;bwd=2-3,1,0" && same qwen3 "$tmp/qwen3-ref" "$tmp/inj$seed" || \
     bad "delay injection seed $seed"
 done
+
+# activation saves through staging slots (staged_saves.c, the path of CUDA
+# executors under RP_ALLOW_UNPROVEN_CUDA=copies; RP_TEST_SAVE_STAGING=1
+# takes it on CPU ones): the executor goes on while a save comes down and
+# its consumer is told once it has landed; the same bits on 2 and 3
+# executors, with layer-grain checkpoints and delays injected, and with bf16
+# activations (narrowed into the slot)
+RP_TEST_SAVE_STAGING=1 run qwen3 2 "$tmp/staged2" && same qwen3 "$tmp/qwen3-ref" "$tmp/staged2" ||
+  bad "staged saves on 2"
+RP_TEST_SAVE_STAGING=1 RP_INJECT_DELAY_US=2000 RP_INJECT_SEED=3 run qwen3 3 "$tmp/staged3" \
+  --plan "fwd=0,1;bwd=2-3,1,0" --recompute layer && same qwen3 "$tmp/qwen3-ref" "$tmp/staged3" ||
+  bad "staged saves on 3, layer grain, delays injected"
+run qwen3 2 "$tmp/act16" --activation-dtype bf16 || bad "bf16 activations on 2 failed"
+RP_TEST_SAVE_STAGING=1 run qwen3 3 "$tmp/act16s" --activation-dtype bf16 \
+  --plan "fwd=0,1;bwd=2-3,1,0" && same qwen3 "$tmp/act16" "$tmp/act16s" ||
+  bad "staged bf16 saves on 3"
 
 # the one-step-stale optimizer keeps the same guarantees (its parity with a
 # lagged PyTorch loop is in test_golden.sh)
@@ -227,13 +247,17 @@ grep -q "waiting for event rows\[layer 0, share 0\]" "$tmp/norows.txt" && ok || 
 # (the gradients' is seen on the transfer engine's thread, as they come
 # down while the next job starts): a non-zero exit within the deadline,
 # nothing saved
-for f in input:2 weights:3 save:2 grad:2; do
+# (save:2 also through the staging slots, whose failure is seen on the
+# transfer engine's thread too)
+for f in input:2 weights:3 save:2 grad:2 staged-save:2; do
+  staged=; case $f in staged-*) staged=1; f=${f#staged-} ;; esac
   start=$(date +%s)
-  RP_FAULT_COPY=$f run qwen3 2 "$tmp/fault-${f%%:*}" --timeout 10 && bad "RP_FAULT_COPY=$f: exit 0" || ok
+  RP_TEST_SAVE_STAGING=$staged RP_FAULT_COPY=$f run qwen3 2 "$tmp/fault-${f%%:*}$staged" --timeout 10 &&
+    bad "RP_FAULT_COPY=$f${staged:+ (staged)}: exit 0" || ok
   [ $(( $(date +%s) - start )) -le 30 ] && ok || bad "RP_FAULT_COPY=$f: took $(( $(date +%s) - start )) s"
   grep -q "error: copying chunk ${f#*:} of the ${f%%:*} transfers: an injected fault (RP_FAULT_COPY)" \
-    "$tmp/fault-${f%%:*}.txt" && [ ! -e "$tmp/fault-${f%%:*}/model.safetensors" ] && ok ||
-    { bad "RP_FAULT_COPY=$f: message, or a model saved"; cat "$tmp/fault-${f%%:*}.txt"; }
+    "$tmp/fault-${f%%:*}$staged.txt" && [ ! -e "$tmp/fault-${f%%:*}$staged/model.safetensors" ] && ok ||
+    { bad "RP_FAULT_COPY=$f${staged:+ (staged)}: message, or a model saved"; cat "$tmp/fault-${f%%:*}$staged.txt"; }
 done
 
 # planted deadlock: forward stage 0 never signals microbatch 1

@@ -35,7 +35,9 @@
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer; kept activations in the
 # executors' own memory (GPUs' way): the pool in plan's count, nothing of
-# it in the host store; the evaluation's device buffers (--eval-data) are
+# it in the host store; activation saves through two staging slots (CUDA's
+# way under RP_ALLOW_UNPROVEN_CUDA=copies, RP_TEST_SAVE_STAGING=1): the
+# slots in plan's count, two fp32 activations more than without; the evaluation's device buffers (--eval-data) are
 # to the byte the count train holds against the device memory limit and
 # `plan --eval-data` prints (dense tied and untied, bf16, LoRA in place and
 # uploaded, FP8 bases, a mixture of experts, documents), plan's verdict
@@ -170,6 +172,22 @@ hostact() { "$bin" plan --init-config "$tied" --seq-len 16 --batch-size 4 --micr
 a=$(hostact "fwd=0-3;bwd=4-5,0-3;keep=3"); b=$(hostact "fwd=0-3;bwd=4-5,0-3;keep=0")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "the pool's blocks in the host store too: $a against stage's $b bytes"
 unset RP_TEST_KEEP_ON_EXECUTOR
+
+# activation saves through staging slots (staged_saves.c: CUDA executors'
+# under RP_ALLOW_UNPROVEN_CUDA=copies; RP_TEST_SAVE_STAGING=1 runs that path
+# on CPU executors): two slots of a microbatch's activation in fp32 (16
+# tokens x hidden), in plan's count to the byte, and exactly those bytes
+# more than without them
+check "$tied" "fwd=0-2;bwd=3-5,0-2"
+plain=$got
+export RP_TEST_SAVE_STAGING=1
+check "$tied" "fwd=0-2;bwd=3-5,0-2"
+staged=$got
+check "$tied" "fwd=0-3;bwd=4-5,0-3;keep=3" --activation-dtype bf16
+unset RP_TEST_SAVE_STAGING
+thid=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$tied")
+[ -n "$plain" ] && [ -n "$staged" ] && [ $((staged - plain)) -eq $((2 * 16 * thid * 4)) ] && ok ||
+  bad "staged saves: $staged bytes against $plain without, not two slots of 16 x $thid fp32 more"
 
 # --activation-dtype bf16 (the block boundaries in bf16 in the arena, and
 # every job's workspace at least the buffer they are narrowed in and

@@ -4,7 +4,9 @@
 # logged meanwhile (the re-plan after step 2) starts on a line of its own
 # ("\r\033[K" clears the live line first) and the line is redrawn; when
 # mpirun's output is not a terminal, progress is plain periodic lines
-# without carriage returns. Skips without script(1).
+# without carriage returns; the re-plan reads layer times that the layer
+# clock measured (layer_clock.c: a block's forward and backward and the
+# head's call, each above 0 ms). Skips without script(1).
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v script > /dev/null 2>&1 || { echo "no script(1): skipped"; exit 77; }
@@ -35,4 +37,7 @@ ${MPIRUN:-mpirun} $flags -np 2 $bin $args > "$tmp/out" 2> "$tmp/err" && ok || ba
 grep -q '^roundpipe: step 1/6 loss [0-9.]* [0-9]* tok/s ETA' "$tmp/err" && ok \
   || { bad "no periodic progress line"; cat "$tmp/err"; }
 grep -q "$cr" "$tmp/out" "$tmp/err" && bad "a carriage return in non-terminal output" || ok
+times=$(sed -n 's/.*re-planned from measured layer times (block: \([0-9.e+-]*\) ms forward, \([0-9.e+-]*\) ms backward; head: \([0-9.e+-]*\) ms.*/\1 \2 \3/p' "$tmp/out" "$tmp/err")
+echo "$times" | awk 'NF == 3 && $1 > 0 && $2 > 0 && $3 > 0 { found = 1 } END { exit !found }' && ok \
+  || { bad "the re-plan has no measured layer times: '$times'"; grep re-planned "$tmp/out" "$tmp/err"; }
 finish

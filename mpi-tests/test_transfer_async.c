@@ -13,9 +13,16 @@
  * only once none of its chunks is still in flight; destroying the engine
  * with chunks in flight waits for them and cancels the rest; on a link
  * shared with a peer that has urgent work, prefetch chunks are held (up to
- * the bound) and downloads, which go the other way, are not. The CPU back
- * end offers no asynchronous copies (its engine keeps the synchronous path,
- * bits and order as before) and refuses a ticket. */
+ * the bound) and downloads, which go the other way, are not;
+ * rp_xfer_wait_issued returns once a request's last chunk is issued, before
+ * it is copied, with that chunk's ticket (what the executor orders the
+ * device's compute after), reports a failed issue, and on a synchronous
+ * engine (or for a request already finished) waits for the bytes and gives
+ * no ticket. The CPU back end offers no asynchronous copies (its engine
+ * keeps the synchronous path, bits and order as before) and refuses a
+ * ticket; it is ordered by events by construction, its ordering calls do
+ * nothing, and its timing marks are its clock (a mark pair around a sleep
+ * spans it; a mark out of range is refused). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -466,6 +473,68 @@ START_TEST(a_failing_copy_fails_only_its_request)
 }
 END_TEST
 
+/* ---- waiting for the issue alone ------------------------------------------ */
+
+START_TEST(wait_issued_returns_the_last_chunks_ticket_before_the_copy)
+{
+    enum { CHUNK = 1024 };
+    static fake f;
+    fake_start(&f, 0);
+    static char src[3][2 * CHUNK], dst[3][2 * CHUNK];
+    for (int i = 0; i < 3; i++)
+        memset(src[i], 'k' + i, sizeof src[i]);
+    f.fail_issue_lo = src[2] + CHUNK, f.fail_issue_hi = src[2] + 2 * CHUNK;
+    set_gate(&f, 1); /* nothing is copied until it opens */
+    rp_xfer *x = engine(&f, CHUNK);
+    rp_error err;
+    rp_xfer_req r = {.dst = dst[0], .src = src[0], .bytes = 2 * CHUNK, .cls = RP_XFER_WEIGHTS};
+    ck_assert_int_eq(rp_xfer_submit(x, &r, &err), RP_OK);
+    int ticket = -2;
+    ck_assert_int_eq(rp_xfer_wait_issued(x, &r, &ticket, &err), RP_OK);
+    ck_assert_int_ge(ticket, 0);
+    ck_assert_int_lt(ticket, RP_XFER_TICKETS);
+    pthread_mutex_lock(&f.mu); /* that ticket holds the last chunk, issued, not copied */
+    ck_assert_ptr_eq(f.ticket_src[ticket], src[0] + CHUNK);
+    ck_assert_int_eq(f.ticket_state[ticket], 1);
+    ck_assert_int_eq(f.ticket_dir[ticket], RP_XFER_UP);
+    pthread_mutex_unlock(&f.mu);
+    ck_assert_int_eq(atomic_load(&r.state), RP_XFER_RUNNING);
+    set_gate(&f, 0);
+    ck_assert_int_eq(rp_xfer_wait(x, &r, &err), RP_OK);
+    ck_assert_int_eq(memcmp(src[0], dst[0], sizeof src[0]), 0);
+    /* finished already: no ticket (the copy has arrived) */
+    ck_assert_int_eq(rp_xfer_wait_issued(x, &r, &ticket, &err), RP_OK);
+    ck_assert_int_eq(ticket, -1);
+    /* a zero-byte request has no chunk: it is waited for */
+    rp_xfer_req z = {.dst = dst[1], .src = src[1], .bytes = 0, .cls = RP_XFER_INPUT};
+    ck_assert_int_eq(rp_xfer_submit(x, &z, &err), RP_OK);
+    ck_assert_int_eq(rp_xfer_wait_issued(x, &z, &ticket, &err), RP_OK);
+    ck_assert_int_eq(ticket, -1);
+    ck_assert_int_eq(atomic_load(&z.state), RP_XFER_DONE);
+    /* a refused issue of the last chunk is the request's failure */
+    rp_xfer_req bad = {.dst = dst[2], .src = src[2], .bytes = 2 * CHUNK, .cls = RP_XFER_INPUT};
+    ck_assert_int_eq(rp_xfer_submit(x, &bad, &err), RP_OK);
+    ck_assert_int_eq(rp_xfer_wait_issued(x, &bad, &ticket, &err), RP_ERR_CUDA);
+    ck_assert_int_eq(ticket, -1);
+    ck_assert_str_eq(err.msg, "fake issue: invalid argument (simulated)");
+    ck_assert_int_eq(atomic_load(&bad.state), RP_XFER_FAILED);
+    ck_assert_int_eq(f.violations, 0);
+    rp_xfer_destroy(&x);
+    fake_stop(&f);
+    /* a synchronous engine waits for the bytes: no ticket */
+    rp_xfer_params p = {.chunk_bytes = CHUNK};
+    ck_assert_int_eq(rp_xfer_create(&p, &x, &err), RP_OK);
+    memset(dst[0], 0, sizeof dst[0]);
+    r = (rp_xfer_req){.dst = dst[0], .src = src[0], .bytes = 2 * CHUNK, .cls = RP_XFER_WEIGHTS};
+    ck_assert_int_eq(rp_xfer_submit(x, &r, &err), RP_OK);
+    ck_assert_int_eq(rp_xfer_wait_issued(x, &r, &ticket, &err), RP_OK);
+    ck_assert_int_eq(ticket, -1);
+    ck_assert_int_eq(atomic_load(&r.state), RP_XFER_DONE);
+    ck_assert_int_eq(memcmp(src[0], dst[0], sizeof src[0]), 0);
+    rp_xfer_destroy(&x);
+}
+END_TEST
+
 /* ---- destroy -------------------------------------------------------------- */
 
 static _Atomic int cancelled, completed;
@@ -577,6 +646,23 @@ START_TEST(the_cpu_back_end_copies_synchronously)
     ck_assert_msg(strstr(err.msg, "no asynchronous copy"), "%s", err.msg);
     ck_assert_int_eq(rp_device_copy_complete(d, 0, &err), RP_ERR_INVALID_ARG);
     ck_assert_int_eq(b, 0);
+    /* ordered by construction: its ordering calls do nothing */
+    ck_assert(rp_device_ordered_by_events(d));
+    ck_assert_int_eq(rp_device_copies_after_compute(d, RP_COPY_UP, &err), RP_OK);
+    ck_assert_int_eq(rp_device_copies_after_compute(d, RP_COPY_DOWN, &err), RP_OK);
+    ck_assert_int_eq(rp_device_compute_after_copy(d, 0, &err), RP_OK);
+    /* its marks are its clock: two around 20 ms of sleep span them */
+    ck_assert_int_eq(rp_device_mark(d, 4, &err), RP_OK);
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(rp_device_mark(d, RP_DEVICE_MARKS - 1, &err), RP_OK);
+    double ms = 0;
+    ck_assert_int_eq(rp_device_mark_elapsed(d, 4, RP_DEVICE_MARKS - 1, 0, &ms, &err), RP_OK);
+    ck_assert_msg(ms >= 20 && ms < 2000, "%g ms between the marks", ms);
+    ck_assert_int_eq(rp_device_mark(d, RP_DEVICE_MARKS, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "no mark"), "%s", err.msg);
+    ck_assert_int_eq(rp_device_mark_elapsed(d, -1, 4, 1, &ms, &err), RP_ERR_INVALID_ARG);
+    ck_assert(ms == -1);
     rp_device_destroy(&d);
 }
 END_TEST
@@ -592,6 +678,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_failing_copy_fails_only_its_request);
     tcase_add_test(t, destroy_with_chunks_in_flight_waits_for_them_and_cancels_the_rest);
     tcase_add_test(t, a_link_peer_holds_prefetch_not_downloads);
+    tcase_add_test(t, wait_issued_returns_the_last_chunks_ticket_before_the_copy);
     tcase_add_test(t, the_cpu_back_end_copies_synchronously);
     suite_add_tcase(s, t);
     return s;

@@ -288,8 +288,8 @@ for case in $cases; do
       run "$c-dut1" "$dev" 1 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, asynchronous copies failed ($c-dut1.txt)"; continue; }
       sync_copies=1 run "$c-dut2" "$dev" 2 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, 2 ranks, synchronous copies failed ($c-dut2.txt)"; continue; }
       if [ "$dev" != cpu ]; then # the CPU has no choice, and no line
-        grep -q "copies: asynchronous" "$work/$c-dut1.txt" ||
-          { result "$c" FAILED - "$dev: dut1's log does not say 'copies: asynchronous' ($c-dut1.txt)"; continue; }
+        grep -q "copies: asynchronous.*ordered with the layers by events" "$work/$c-dut1.txt" ||
+          { result "$c" FAILED - "$dev: dut1's log does not say 'copies: asynchronous, ..., ordered with the layers by events' ($c-dut1.txt)"; continue; }
         grep -q "copies: synchronous" "$work/$c-dut2.txt" ||
           { result "$c" FAILED - "$dev: dut2's log does not say 'copies: synchronous' ($c-dut2.txt)"; continue; }
       fi

@@ -115,6 +115,52 @@ rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err)
     return dev->ops->copy_complete(dev->impl, ticket, err);
 }
 
+int rp_device_ordered_by_events(const rp_device *dev)
+{
+    return dev->ops->ordered_by_events ? dev->ops->ordered_by_events(dev->impl) : 1;
+}
+
+rp_status rp_device_copies_after_compute(rp_device *dev, rp_copy_direction dir, rp_error *err)
+{
+    if (!dev->ops->copies_after_compute || !rp_device_ordered_by_events(dev))
+        return RP_OK;
+    return dev->ops->copies_after_compute(dev->impl, dir, err);
+}
+
+rp_status rp_device_compute_after_copy(rp_device *dev, int ticket, rp_error *err)
+{
+    if (!dev->ops->compute_after_copy || !rp_device_ordered_by_events(dev))
+        return RP_OK;
+    if (ticket < 0 || ticket >= RP_DEVICE_COPY_TICKETS)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: no asynchronous copy under ticket %d",
+                            dev->name, ticket);
+    return dev->ops->compute_after_copy(dev->impl, ticket, err);
+}
+
+static rp_status bad_mark(const rp_device *dev, int mark, rp_error *err)
+{
+    return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: no mark %d (0 to %d)", dev->name, mark,
+                        RP_DEVICE_MARKS - 1);
+}
+
+rp_status rp_device_mark(rp_device *dev, int mark, rp_error *err)
+{
+    if (mark < 0 || mark >= RP_DEVICE_MARKS)
+        return bad_mark(dev, mark, err);
+    return dev->ops->mark(dev->impl, mark, err);
+}
+
+rp_status rp_device_mark_elapsed(rp_device *dev, int from, int to, int wait, double *ms,
+                                 rp_error *err)
+{
+    *ms = -1;
+    if (from < 0 || from >= RP_DEVICE_MARKS)
+        return bad_mark(dev, from, err);
+    if (to < 0 || to >= RP_DEVICE_MARKS)
+        return bad_mark(dev, to, err);
+    return dev->ops->mark_elapsed(dev->impl, from, to, wait, ms, err);
+}
+
 rp_status rp_device_host_register(rp_device *dev, void *p, size_t bytes, rp_error *err)
 {
     return dev->ops->host_register ? dev->ops->host_register(dev->impl, p, bytes, err) : RP_OK;

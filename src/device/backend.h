@@ -51,7 +51,11 @@ const char *rp_device_attention_note(const rp_device *dev);
  * GPU window sees the paths were taken. */
 void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len);
 
-/* Device memory. rp_device_alloc names the bytes asked on failure. */
+/* Device memory. rp_device_alloc names the bytes asked on failure.
+ * rp_device_memset0 zeroes on the compute stream, before the kernel ops
+ * issued after it; it has finished on return unless the device is ordered
+ * by events (rp_device_ordered_by_events), where a copy of those bytes is
+ * ordered after it by rp_device_copies_after_compute instead. */
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err);
 void rp_device_free(rp_device *dev, void *p);
 rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err);
@@ -69,13 +73,59 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
  * arrived, reporting its error, without waiting for anything else on the
  * device. Copies issued in one direction arrive in the order issued. Like
  * rp_device_copy, they read what the kernel ops wrote only after
- * rp_device_sync. */
+ * rp_device_sync, or, where the device is ordered by events, after
+ * rp_device_copies_after_compute. */
 #define RP_DEVICE_COPY_TICKETS 4
 typedef enum rp_copy_direction { RP_COPY_UP = 0, RP_COPY_DOWN = 1 } rp_copy_direction;
 int rp_device_copies_asynchronous(const rp_device *dev); /* non-zero where offered */
 rp_status rp_device_copy_issue(rp_device *dev, int ticket, void *dst, const void *src, size_t bytes,
                                rp_copy_direction dir, rp_error *err);
 rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err);
+
+/* ---- ordering by events, and timing the kernel ops ---------------------
+ *
+ * Where the device is ordered by events (the CUDA back end under
+ * RP_ALLOW_UNPROVEN_CUDA=copies, whose copies are asynchronous), the engine
+ * does not wait on the host between a layer's kernel ops and the copies
+ * around them: it orders them on the device instead, and times its layers
+ * by marks on the compute stream. The CPU back end, whose kernel ops and
+ * copies have finished when they return, is ordered by construction: it
+ * says yes, and the calls below cost it nothing, so the engine's path is
+ * the same there and tested everywhere. The CUDA back end without the
+ * switch says no: the engine syncs after each layer, as it always has. */
+int rp_device_ordered_by_events(const rp_device *dev);
+
+/* The copies issued in direction dir after this call (the asynchronous
+ * copies' upload or download stream, and rp_device_copy) start only after
+ * every kernel op issued before it has finished, without a host wait: a
+ * download then reads what the ops wrote, an upload overwrites only what
+ * they have read. A no-op where the device is not ordered by events. */
+rp_status rp_device_copies_after_compute(rp_device *dev, rp_copy_direction dir, rp_error *err);
+
+/* The kernel ops issued after this call start only after the asynchronous
+ * copy issued under `ticket` (and every copy issued before it in its
+ * direction) has arrived, without a host wait; call it after the copy's
+ * issue and before its completion has been seen (after that the ticket may
+ * hold a later copy of the same direction, which orders after it too). A
+ * no-op where the device is not ordered by events. */
+rp_status rp_device_compute_after_copy(rp_device *dev, int ticket, rp_error *err);
+
+/* Marks for timing the kernel ops (the re-plan's layer times, DESIGN 8):
+ * rp_device_mark records mark `mark` (0 .. RP_DEVICE_MARKS - 1) at the end
+ * of the kernel ops issued so far; rp_device_mark_elapsed gives the
+ * milliseconds between marks `from` and `to` once `to` is reached: with
+ * `wait` it waits for that (a host wait), without it *ms is -1 while `to`
+ * is not reached yet. Where the device is ordered by events on a GPU, a
+ * mark is an event on the compute stream, and the time between two is GPU
+ * time (the ops' execution, not the host's issuing of them); elsewhere a
+ * mark reads the host's clock, which is the ops' end only once they have
+ * finished (on the CPU at once; on CUDA without events after
+ * rp_device_sync, as the engine does). Re-recording a mark whose elapsed
+ * time was not read yet loses it. */
+#define RP_DEVICE_MARKS 256
+rp_status rp_device_mark(rp_device *dev, int mark, rp_error *err);
+rp_status rp_device_mark_elapsed(rp_device *dev, int from, int to, int wait, double *ms,
+                                 rp_error *err);
 
 /* Pin host memory (the host store) for fast transfers, once per rank; undo
  * before the memory is unmapped. No-ops where pinning means nothing. */

@@ -27,6 +27,15 @@ typedef struct rp_device_ops {
     rp_status (*kernels)(void *impl, rp_kernels *out, rp_error *err);
     /* may be NULL (every op has finished on return, as on the CPU) */
     rp_status (*sync)(void *impl, rp_error *err);
+    /* ordering by events (backend.h); ordered_by_events NULL: ordered by
+     * construction, its ops and copies finished on return (the CPU), and
+     * copies_after_compute and compute_after_copy NULL then too */
+    int (*ordered_by_events)(void *impl);
+    rp_status (*copies_after_compute)(void *impl, rp_copy_direction dir, rp_error *err);
+    rp_status (*compute_after_copy)(void *impl, int ticket, rp_error *err);
+    /* marks for timing (backend.h): both required */
+    rp_status (*mark)(void *impl, int mark, rp_error *err);
+    rp_status (*mark_elapsed)(void *impl, int from, int to, int wait, double *ms, rp_error *err);
     /* may be NULL (no attention choice, as on the CPU) */
     const char *(*attention_note)(void *impl);
     /* may be NULL (nothing to say, as on the CPU) */

@@ -11,6 +11,13 @@
  * compute stream, so a copy the transfer engine's thread issues afterwards
  * sees finished results.
  *
+ * Under RP_ALLOW_UNPROVEN_CUDA=copies the device is ordered by events
+ * (backend.h): a copy stream waits for an event recorded on the compute
+ * stream (copies_after_compute), the compute stream for a copy's event
+ * (compute_after_copy), and the layers are timed by events on the compute
+ * stream (marks) instead of the host's clock after a sync. Without it,
+ * nothing of this runs: the engine syncs, and marks read the host's clock.
+ *
  * Numerics: the engine hands fp32 weights and activations; the model rounds
  * GEMM operands to bf16 through the table (weights into a bf16 copy in the
  * saved area, activations by the op that produces them), products and
@@ -26,6 +33,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "core/unproven.h"
 #include "device/backend_impl.h"
 #include "kernels/cuda/ops.h"
 
@@ -35,6 +43,14 @@ typedef struct cuda_impl {
     cudaStream_t copy;    /* rp_device_copy */
     cudaStream_t upload, download; /* the asynchronous copies, one direction each */
     cudaEvent_t copied[RP_DEVICE_COPY_TICKETS]; /* the copy issued under each ticket */
+    int by_events;        /* RP_ALLOW_UNPROVEN_CUDA=copies: ordered by events (backend.h) */
+    /* ordered by events: the compute stream's end for the upload and the
+     * download stream to wait for (copies_after_compute), and for `copy`
+     * (cuda_copy, called on the executor's thread only then); re-recorded
+     * at each use, as a stream's wait holds the record made before it */
+    cudaEvent_t computed[3];
+    cudaEvent_t marks[RP_DEVICE_MARKS]; /* ordered by events: timing events on `compute` */
+    double mark_s[RP_DEVICE_MARKS];     /* otherwise: the host's clock, seconds */
     cublasHandle_t blas;  /* bound to `compute` */
     rp_kernels kernels;   /* the table on `compute` */
 } cuda_impl;
@@ -87,6 +103,12 @@ static void cuda_destroy(void *impl)
     for (int t = 0; t < RP_DEVICE_COPY_TICKETS; t++)
         if (c->copied[t])
             cudaEventDestroy(c->copied[t]);
+    for (int i = 0; i < 3; i++)
+        if (c->computed[i])
+            cudaEventDestroy(c->computed[i]);
+    for (int m = 0; m < RP_DEVICE_MARKS; m++)
+        if (c->marks[m])
+            cudaEventDestroy(c->marks[m]);
     free(c);
 }
 
@@ -123,6 +145,16 @@ static rp_status cuda_create(const rp_device_params *params, void **impl, rp_err
             if ((e = cudaEventCreateWithFlags(&c->copied[t], cudaEventDisableTiming |
                                                                  cudaEventBlockingSync)) != cudaSuccess)
                 step = "creating a copy's event";
+        c->by_events = rp_unproven_in(params->unproven, RP_UNPROVEN_COPIES);
+        for (int i = 0; c->by_events && !step && i < 3; i++)
+            if ((e = cudaEventCreateWithFlags(&c->computed[i], cudaEventDisableTiming)) !=
+                cudaSuccess)
+                step = "creating the compute stream's event for the copies";
+        /* timing events block their waiter (mark_elapsed with wait) rather
+         * than spin, as the copies' do */
+        for (int m = 0; c->by_events && !step && m < RP_DEVICE_MARKS; m++)
+            if ((e = cudaEventCreateWithFlags(&c->marks[m], cudaEventBlockingSync)) != cudaSuccess)
+                step = "creating a timing event";
         if (step)
             s = fail(c, step, (int)e, err);
     }
@@ -179,7 +211,10 @@ static rp_status cuda_memset0(void *impl, void *p, size_t bytes, rp_error *err)
     cudaError_t e = cudaMemsetAsync(p, 0, bytes, c->compute);
     if (e != cudaSuccess)
         return fail(c, "cudaMemsetAsync", (int)e, err);
-    return sync_compute(c, "memset", err);
+    /* ordered by events, the kernel ops after it are on its stream and the
+     * copies wait for it on the device: no host wait (a job's gradients
+     * zeroed at its start would wait for the job before's kernels) */
+    return c->by_events ? RP_OK : sync_compute(c, "memset", err);
 }
 
 static rp_status cuda_copy(void *impl, void *dst, const void *src, size_t bytes, rp_error *err)
@@ -188,10 +223,20 @@ static rp_status cuda_copy(void *impl, void *dst, const void *src, size_t bytes,
     if (bytes == 0 || dst == src)
         return RP_OK;
     RP_TRY(enter(c, err));
+    /* ordered by events, the engine no longer syncs after each layer: the
+     * copy reads (a kept layer's input into the pool) or overwrites only
+     * after the kernel ops issued before it */
+    cudaError_t e = cudaSuccess;
+    if (c->by_events) {
+        e = cudaEventRecord(c->computed[2], c->compute);
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(c->copy, c->computed[2], 0);
+    }
     /* cudaMemcpyDefault: the direction follows from the pointers (UVA);
      * pinned host memory (the registered host store) goes by DMA at full
      * speed, pageable memory through the driver's staging buffers */
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->copy);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->copy);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->copy);
     if (e != cudaSuccess) {
@@ -250,6 +295,76 @@ static rp_status cuda_copy_complete(void *impl, int ticket, rp_error *err)
         return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: waiting for the copy under ticket %d: "
                             "%s", c->ordinal, ticket, cudaGetErrorString(e));
     }
+    return RP_OK;
+}
+
+/* ---- ordering by events, and marks ------------------------------------ */
+
+static int cuda_ordered_by_events(void *impl)
+{
+    return ((cuda_impl *)impl)->by_events;
+}
+
+static rp_status cuda_copies_after_compute(void *impl, rp_copy_direction dir, rp_error *err)
+{
+    cuda_impl *c = impl;
+    RP_TRY(enter(c, err));
+    cudaEvent_t ev = c->computed[dir == RP_COPY_DOWN];
+    cudaError_t e = cudaEventRecord(ev, c->compute);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(dir == RP_COPY_DOWN ? c->download : c->upload, ev, 0);
+    return e == cudaSuccess ? RP_OK
+                            : fail(c, dir == RP_COPY_DOWN ? "ordering the downloads after the "
+                                                            "kernel ops"
+                                                          : "ordering the uploads after the "
+                                                            "kernel ops",
+                                   (int)e, err);
+}
+
+static rp_status cuda_compute_after_copy(void *impl, int ticket, rp_error *err)
+{
+    cuda_impl *c = impl;
+    RP_TRY(enter(c, err));
+    cudaError_t e = cudaStreamWaitEvent(c->compute, c->copied[ticket], 0);
+    return e == cudaSuccess ? RP_OK : fail(c, "ordering the kernel ops after a copy", (int)e, err);
+}
+
+static rp_status cuda_mark(void *impl, int mark, rp_error *err)
+{
+    cuda_impl *c = impl;
+    if (!c->by_events) { /* the engine has synced: the ops before it have finished */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        c->mark_s[mark] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+        return RP_OK;
+    }
+    RP_TRY(enter(c, err));
+    cudaError_t e = cudaEventRecord(c->marks[mark], c->compute);
+    return e == cudaSuccess ? RP_OK : fail(c, "recording a timing event", (int)e, err);
+}
+
+static rp_status cuda_mark_elapsed(void *impl, int from, int to, int wait, double *ms,
+                                   rp_error *err)
+{
+    cuda_impl *c = impl;
+    if (!c->by_events) {
+        *ms = (c->mark_s[to] - c->mark_s[from]) * 1e3;
+        return RP_OK;
+    }
+    RP_TRY(enter(c, err));
+    cudaError_t e = cudaEventQuery(c->marks[to]);
+    if (e == cudaErrorNotReady && !wait) {
+        *ms = -1;
+        return RP_OK;
+    }
+    if (e == cudaErrorNotReady)
+        e = cudaEventSynchronize(c->marks[to]);
+    float f = 0;
+    if (e == cudaSuccess)
+        e = cudaEventElapsedTime(&f, c->marks[from], c->marks[to]);
+    if (e != cudaSuccess)
+        return fail(c, "reading a timing event", (int)e, err);
+    *ms = f;
     return RP_OK;
 }
 
@@ -320,6 +435,11 @@ const rp_device_ops rp_device_ops_cuda = {
     .copy_issue = cuda_copy_issue,
     .copy_complete = cuda_copy_complete,
     .host_register = cuda_host_register,
+    .ordered_by_events = cuda_ordered_by_events,
+    .copies_after_compute = cuda_copies_after_compute,
+    .compute_after_copy = cuda_compute_after_copy,
+    .mark = cuda_mark,
+    .mark_elapsed = cuda_mark_elapsed,
     .host_unregister = cuda_host_unregister,
     .kernel_ops = &rp_kernel_ops_cuda,
     .kernels = cuda_kernels,

@@ -140,6 +140,8 @@ static void executor_free(executor *x)
         rp_device_free(x->dev, x->saved[i]);
     free(x->saved);
     rp_device_free(x->dev, x->act_grad);
+    for (int s = 0; s < RP_SAVE_SLOTS; s++)
+        rp_device_free(x->dev, x->save_slot[s]);
     rp_device_free(x->dev, x->tokens);
     rp_device_free(x->dev, x->targets);
     rp_device_free(x->dev, x->mask);
@@ -220,6 +222,7 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
 {
     memset(x, 0, sizeof *x);
     x->e = e;
+    x->by_events = rp_device_ordered_by_events(e->dev);
     /* Device memory sized from the plan: the largest stage, allocated once;
      * one scratch for the largest job's gradients and workspace. */
     size_t wmax = 0, scratch = sizeof(float);
@@ -305,6 +308,8 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     }
     x->acts = calloc((size_t)e->num_layers + 1, sizeof(float *));
     x->act_grad = falloc(x, e->act_floats, err);
+    for (int s = 0; rp_saves_staged(e->device) && s < RP_SAVE_SLOTS; s++) /* staged_saves.c */
+        ok &= (x->save_slot[s] = falloc(x, e->act_floats, err)) != NULL;
     const rp_kernel_ops *kops = rp_device_kernel_ops(e->device);
     const rp_dtype wdt = e->p->compute_dtype;
     x->saved = calloc((size_t)x->nsaved, sizeof(float *));
@@ -395,6 +400,13 @@ static rp_status run_job(executor *x, int64_t t, int g, int j, rp_error *err)
     else
         snprintf(x->name, sizeof x->name, "%d (%s%d, layers %d-%d) of iteration %lld", j,
                  kind_letter(job.kind), job.stage, job.first, job.last, (long long)t);
+    /* the uploads from here on (the rest of this job's weights, the next
+     * job's prefetch into the buffer the job before read) overwrite only
+     * what the job before's kernel ops have read: ordered on the device
+     * where it is ordered by events (the job before ended without a host
+     * wait for them), else they had finished */
+    if (x->by_events)
+        RP_TRY(rp_device_copies_after_compute(x->dev, RP_COPY_UP, err));
     RP_TRY(rp_stage_acquire(x, &job, t, g, j, err));
     /* the job before's gradients came down while this one's weights went
      * up; they are read from the scratch this job is about to write */
@@ -484,7 +496,8 @@ rp_status rp_engine_run_executor(rp_engine *e)
         if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
             rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
                    ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
-                     "each way (RP_ALLOW_UNPROVEN_CUDA=copies: not yet run on a GPU)"
+                     "each way, ordered with the layers by events (RP_ALLOW_UNPROVEN_CUDA=copies: "
+                     "not yet run on a GPU)"
                    : "copies: synchronous, one chunk at a time (the asynchronous copies, %d chunks "
                      "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=copies "
                      "takes them)", RP_XFER_DEPTH);
@@ -499,6 +512,10 @@ rp_status rp_engine_run_executor(rp_engine *e)
                 }
     rp_error landed_err = {0}; /* the last job's gradients, whatever stopped the loop */
     rp_status sl = rp_stage_grads_landed(&x, &landed_err);
+    rp_status ss = rp_exec_saves_landed(&x, sl == RP_OK ? &landed_err : &(rp_error){0});
+    sl = sl == RP_OK ? ss : sl;
+    if (sl == RP_OK) /* every layer time, before the re-plan reads them */
+        sl = rp_layer_clock_settle(&x, 1, &landed_err);
     if (sl != RP_OK && (s == RP_OK || s == RP_STOP)) {
         s = sl;
         rp_engine_fail(e, s, &landed_err);

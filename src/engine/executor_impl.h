@@ -7,6 +7,7 @@
 
 #include "device/backend.h"
 #include "engine/engine_impl.h"
+#include "engine/memory_model.h"
 
 typedef struct stage_buf {
     void *w;             /* weights of the stage's layers (+ a tied LM head's matrix), in
@@ -40,6 +41,20 @@ typedef struct stage_buf {
     void *gather; /* compute dtype (a frozen base read in place: the base's dtype) */
     int gather_pinned;
 } stage_buf;
+
+/* What a staged save hands its consumer once it has landed
+ * (staged_saves.c): nothing, a forward stage's output, a backward stage's
+ * input gradient, of (stage, microbatch, iteration). */
+typedef enum rp_save_publish_kind {
+    RP_SAVE_PUBLISH_NONE = 0,
+    RP_SAVE_PUBLISH_FWD_OUT,
+    RP_SAVE_PUBLISH_BWD_OUT
+} rp_save_publish_kind;
+typedef struct rp_save_publish {
+    rp_save_publish_kind kind;
+    int stage, micro;
+    int64_t t;
+} rp_save_publish;
 
 typedef struct executor {
     rp_engine *e;
@@ -97,6 +112,20 @@ typedef struct executor {
      * block's router statistics on the device before their download (NULL
      * there: written straight into the arena) */
     float *host_aux_grad, *aux_grad, *router_stats;
+    /* staged saves (memory_model.h's rp_saves_staged; save_slot[0] NULL:
+     * none): the slots on the device, each's download and what it
+     * publishes once landed, and the slot the next save takes */
+    void *save_slot[RP_SAVE_SLOTS];
+    rp_xfer_req save_req[RP_SAVE_SLOTS];
+    rp_save_publish save_publish[RP_SAVE_SLOTS];
+    int save_next;
+    /* the device is ordered by events (backend.h): no host wait after a
+     * layer; copies and kernel ops are ordered on the device */
+    int by_events;
+    /* the layer clock (layer_clock.c): the pairs of marks not read yet,
+     * oldest first, and the measurement each adds to */
+    int clock_first, clock_n;
+    int clock_at[RP_DEVICE_MARKS / 2];
     char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
@@ -110,6 +139,32 @@ static inline size_t rp_layer_numel(const rp_engine *e, int l)
  * queue of the given class (so a transfer of a higher class goes first). */
 rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
                        const char *tag, rp_error *err);
+
+/* ---- staged saves (staged_saves.c) ---------------------------------------- */
+
+/* Save the activation at dev (act_floats fp32 on the device) into host in
+ * dtype (fp32, or the activation dtype it was rounded to) through the next
+ * staging slot, and return with its download under way; `publish` (may be
+ * NULL) is published once it has landed. */
+rp_status rp_exec_save_staged(executor *x, void *host, const float *dev, rp_dtype dtype,
+                              const char *tag, const rp_save_publish *publish, rp_error *err);
+/* Wait until every staged save has landed (the end of the run); the first
+ * failure, if any. */
+rp_status rp_exec_saves_landed(executor *x, rp_error *err);
+
+/* ---- the layer times for the re-plan (layer_clock.c) ---------------------- */
+
+/* A layer call of the running job starts (after its weights are in) and
+ * stops (after its kernel ops are issued; on a device not ordered by
+ * events, after rp_device_sync): backward 0 a forward, 1 a backward (the
+ * head's forward and backward, one call, count as backward), in iteration
+ * t. Nothing waits on the host, except start when hundreds of calls are
+ * still unread. */
+rp_status rp_layer_clock_start(executor *x, rp_error *err);
+rp_status rp_layer_clock_stop(executor *x, int l, int backward, int64_t t, rp_error *err);
+/* Adds the calls whose time the device has, to e->by_executor's
+ * measurements; with `wait` every call (before the re-plan reads them). */
+rp_status rp_layer_clock_settle(executor *x, int wait, rp_error *err);
 
 /* ---- stage buffers (stage_buffers.c) ------------------------------------- */
 
@@ -147,7 +202,9 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
 
 /* Before the running job computes layer l: wait until l's weights (a
  * tied head's matrix with the head) are on the device, submitting what has
- * landed meanwhile, of this job and of the next one's prefetch. */
+ * landed meanwhile, of this job and of the next one's prefetch. Ordered by
+ * events (x->by_events with asynchronous copies), the host waits only until
+ * their copies are issued and the device's compute waits for them. */
 rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *err);
 
 /* Token ids to positions in the stage's embedding rows (all present: the

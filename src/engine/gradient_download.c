@@ -125,7 +125,13 @@ rp_status rp_stage_download_grads(executor *x, const rp_job *job, int64_t t, int
         r->tag = "tied-grads";
         RP_TRY(round_request(x, r, (size_t)((const float *)r->src - x->grads), r->bytes / 4, err));
     }
-    if (x->grads_bf16) /* the roundings are queued on the compute stream */
+    /* the gradients (and their roundings) are the kernel ops' results: the
+     * downloads come after them, ordered on the device where it is ordered
+     * by events, else after a host wait (the last layer synced already
+     * without the roundings) */
+    if (x->by_events)
+        RP_TRY(rp_device_copies_after_compute(x->dev, RP_COPY_DOWN, err));
+    else if (x->grads_bf16)
         RP_TRY(rp_device_sync(x->dev, err));
     x->grad_first = job->first;
     x->grad_g = g;

@@ -11,7 +11,8 @@ librp_la_SOURCES += \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
 	src/engine/stage_weights.c src/engine/stage_weights.h src/engine/padding.h \
-	src/engine/stage_compute.c src/engine/gradient_download.c \
+	src/engine/stage_compute.c src/engine/gradient_download.c src/engine/layer_clock.c \
+	src/engine/staged_saves.c \
 	src/engine/optimizer.c src/engine/optimizer_impl.h src/engine/grad_completion.c \
 	src/engine/adamw_share.c src/engine/speculative.c src/engine/speculative.h \
 	src/engine/update_gate.c src/engine/update_gate.h src/engine/checkpoint_steps.h \

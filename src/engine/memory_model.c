@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/frozen_base.h"
 #include "engine/host_memory.h"
@@ -155,7 +156,17 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
         *workspace_bytes += 3 * 4 * cfg->moe.num_experts;
     /* and the scratch an FP8 base's blocks are dequantised in, every job's */
     *workspace_bytes += base_scratch;
+    if (ops && rp_saves_staged(device)) /* the saves' staging slots (executor.c) */
+        *workspace_bytes += RP_SAVE_SLOTS * tokens * H * (int64_t)sizeof(float);
     return RP_OK;
+}
+
+int rp_saves_staged(rp_device_kind device)
+{
+    if (device == RP_DEVICE_CUDA)
+        return rp_unproven_allowed(RP_UNPROVEN_COPIES);
+    const char *test = getenv("RP_TEST_SAVE_STAGING");
+    return device == RP_DEVICE_CPU && test && !strcmp(test, "1");
 }
 
 /* A buffer of `bytes` as the evaluator asks the device for it: never empty. */

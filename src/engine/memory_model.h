@@ -57,12 +57,26 @@
  * and *workspace_bytes, what every job shares: the microbatch's token ids,
  * targets and mask (and with documents its segment starts), and with an
  * FP8 base taken as FP8 the scratch its blocks are dequantised in for each
- * use, the largest block's base in `dtype`. */
+ * use, the largest block's base in `dtype`, and where saves are staged
+ * (rp_saves_staged) their RP_SAVE_SLOTS slots of tokens x hidden fp32. */
 rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device, rp_dtype dtype,
                                rp_dtype grad_dtype, rp_dtype act_dtype, int documents,
                                int64_t microbatches,
                                int64_t samples_per_micro, int64_t seq_len, int64_t head_rows,
                                rp_cost_model *m, int64_t *workspace_bytes, rp_error *err);
+
+/* Activation saves through staging slots: 1 when executors of `device`
+ * download the activations they save (a checkpoint, a stage's output, an
+ * input gradient) from RP_SAVE_SLOTS slots of their own, each an
+ * activation's fp32 bytes, and go on computing while the download runs
+ * (engine/staged_saves.c); the slots are counted in every job's share
+ * (rp_memory_model_fill's *workspace_bytes). CUDA executors whose copies
+ * are ordered by events (RP_ALLOW_UNPROVEN_CUDA=copies, read now), and CPU
+ * executors when the environment sets RP_TEST_SAVE_STAGING=1 (that path
+ * tested on a machine without a GPU); otherwise a save is waited for, from
+ * where the activation lies. */
+#define RP_SAVE_SLOTS 2
+int rp_saves_staged(rp_device_kind device);
 
 /* Device memory of one rank's evaluation (--eval-data, engine/eval.c),
  * which runs between segments, the executor buffers freed, on the

@@ -23,10 +23,16 @@
 #include "engine/update_gate.h"
 
 /* Move bytes between host and device now, through the transfer engine's
- * queue of the given class (so a transfer of a higher class goes first). */
+ * queue of the given class (so a transfer of a higher class goes first).
+ * Ordered by events, the host does not wait for the kernel ops before it:
+ * the copy's stream waits for them on the device (a download reads what
+ * they wrote, an upload overwrites only what they have read). */
 rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
                        const char *tag, rp_error *err)
 {
+    if (x->by_events)
+        RP_TRY(rp_device_copies_after_compute(
+            x->dev, (rp_copy_direction)rp_xfer_class_direction(cls), err));
     rp_xfer_req r;
     memset(&r, 0, sizeof r);
     r.dst = dst;
@@ -494,6 +500,23 @@ static rp_status dequantise_base(executor *x, const stage_buf *b, int l, int i, 
     return RP_OK;
 }
 
+/* The kernel ops issued from now on read what upload r writes. Ordered by
+ * events, the host waits only until r's copies are under way (the device's
+ * issue, not the bytes) and the compute stream waits for the copy of its
+ * last chunk on the device: the layer's kernels are queued while its
+ * weights are still on the link. Whether the upload succeeded is then seen
+ * when its completion is (upload_done says the layer uploaded only then;
+ * the buffer's next job waits for every request, finish). Otherwise the host
+ * waits for the bytes. */
+static rp_status weights_before_compute(executor *x, rp_xfer_req *r, rp_error *err)
+{
+    if (!x->by_events)
+        return rp_xfer_wait(x->xfer, r, err);
+    int ticket;
+    RP_TRY(rp_xfer_wait_issued(x->xfer, r, &ticket, err));
+    return ticket < 0 ? RP_OK : rp_device_compute_after_copy(x->dev, ticket, err);
+}
+
 rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *err)
 {
     rp_engine *e = x->e;
@@ -509,7 +532,7 @@ rp_status rp_stage_wait_layer(executor *x, const rp_job *job, int l, rp_error *e
         RP_TRY(submit_landed(x, b, err)); /* what landed while it waited */
         for (int k = 0; k < b->nreq; k++)
             if (b->piece_of[k] == i || (tied && b->piece_of[k] == n))
-                RP_TRY(rp_xfer_wait(x->xfer, &b->req[k], err));
+                RP_TRY(weights_before_compute(x, &b->req[k], err));
         b->ready[i] = 1;
         trace_weights_wait(x, job, l, l, b->g, b->t, t0); /* once per layer and job */
     } else {

@@ -96,15 +96,19 @@ static const void *block_weights(executor *x, const rp_job *job, int l)
     return rp_stage_weights_layer(x->e, &w, l);
 }
 
-/* Layer times for re-planning: every call in a segment's iterations after
- * its first (the first pays page faults and thread start-up). */
-static void measure(executor *x, int l, int bwd, int64_t t, double t0)
+/* The end of a layer call: on a device not ordered by events, the host
+ * waits for its kernel ops (the copies after it read their results, and
+ * its time is the host's clock after them); ordered by events, nothing
+ * waits (the copies are ordered on the device, rp_exec_move). Then its time
+ * for the re-plan (layer_clock.c). */
+static rp_status layer_end(executor *x, int l, int backward, int64_t t, rp_status s,
+                           rp_error *err)
 {
-    rp_engine *e = x->e;
-    if (t > e->it_first) {
-        e->by_executor.meas_ms[bwd * e->num_layers + l] += (rp_now() - t0) * 1e3;
-        e->by_executor.meas_n[bwd * e->num_layers + l] += 1;
-    }
+    if (s == RP_OK && !x->by_events)
+        s = rp_device_sync(x->dev, err);
+    if (s == RP_OK)
+        s = rp_layer_clock_stop(x, l, backward, t, err);
+    return s;
 }
 
 /* --activation-dtype bf16 (arena.h): a layer's output rounded to it where
@@ -124,19 +128,43 @@ static rp_status round_output(executor *x, float *out, rp_error *err)
     return k.ops->convert(k.state, x->act_narrow, dt, out, RP_F32, n, err);
 }
 
+static rp_status save_narrowed(executor *x, float *host, const float *dev, const char *tag,
+                               rp_error *err);
+
 /* An activation (a layer's input or output, already rounded) from the
- * device into its arena buffer, in the activation dtype. */
+ * device into its arena buffer, in the activation dtype, then `publish`
+ * (may be NULL) said: through a staging slot where saves are staged
+ * (staged_saves.c: the executor goes on, and the event is published once
+ * the save has landed), else waited for and published here. */
 static rp_status save_activation(executor *x, float *host, const float *dev, const char *tag,
-                                 rp_error *err)
+                                 const rp_save_publish *publish, rp_error *err)
 {
     rp_engine *e = x->e;
+    if (x->save_slot[0])
+        return rp_exec_save_staged(x, host, dev, x->act_narrow ? e->o->activation_dtype : RP_F32,
+                                   tag, publish, err);
     if (!x->act_narrow)
-        return rp_exec_move(x, host, dev, e->act_floats * sizeof(float), RP_XFER_SAVE, tag, err);
+        RP_TRY(rp_exec_move(x, host, dev, e->act_floats * sizeof(float), RP_XFER_SAVE, tag, err));
+    else
+        RP_TRY(save_narrowed(x, host, dev, tag, err));
+    if (publish && publish->kind == RP_SAVE_PUBLISH_FWD_OUT)
+        rp_proto_publish_fwd_out(e, publish->stage, publish->micro, publish->t);
+    else if (publish && publish->kind == RP_SAVE_PUBLISH_BWD_OUT)
+        rp_proto_publish_bwd_out(e, publish->stage, publish->micro, publish->t);
+    return RP_OK;
+}
+
+/* save_activation's narrowing, waited for: through act_narrow. */
+static rp_status save_narrowed(executor *x, float *host, const float *dev, const char *tag,
+                               rp_error *err)
+{
+    rp_engine *e = x->e;
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
                           (int64_t)e->act_floats, err));
-    RP_TRY(rp_device_sync(x->dev, err)); /* the copy engine reads what the convert wrote */
+    if (!x->by_events) /* the copy engine reads what the convert wrote (else: rp_exec_move) */
+        RP_TRY(rp_device_sync(x->dev, err));
     return rp_exec_move(x, host, x->act_narrow,
                         e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_SAVE, tag,
                         err);
@@ -156,7 +184,9 @@ static rp_status load_activation(executor *x, float *dev, const float *host, con
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(k.ops->convert(k.state, x->act_narrow, e->o->activation_dtype, dev, RP_F32,
                           (int64_t)e->act_floats, err));
-    return rp_device_sync(x->dev, err);
+    /* the next upload into act_narrow comes after the widening has read it
+     * (ordered by events: rp_exec_move orders it on the device) */
+    return x->by_events ? RP_OK : rp_device_sync(x->dev, err);
 }
 
 /* The forward of layer l from `in` into `out` (NULL: only what its
@@ -167,7 +197,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
 {
     rp_engine *e = x->e;
     RP_TRY(rp_stage_wait_layer(x, job, l, err));
-    double t0 = rp_now();
+    RP_TRY(rp_layer_clock_start(x, err));
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     rp_status s;
@@ -191,10 +221,7 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
     }
     if (s == RP_OK && out)
         s = round_output(x, out, err);
-    if (s == RP_OK)
-        s = rp_device_sync(x->dev, err);
-    measure(x, l, 0, t, t0);
-    return s;
+    return layer_end(x, l, 0, t, s, err);
 }
 
 /* The backward of layer l from what its forward on `in` kept in `saved`. */
@@ -205,7 +232,7 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
     if (l == 0 && e->lora) /* a frozen embedding: nothing to compute */
         return RP_OK;
     RP_TRY(rp_stage_wait_layer(x, job, l, err));
-    double t0 = rp_now();
+    RP_TRY(rp_layer_clock_start(x, err));
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     rp_status s;
@@ -222,10 +249,7 @@ static rp_status layer_backward(executor *x, const rp_job *job, int l, const flo
                               rp_exec_layer_grad(x, job, l), e->samples_per_micro, e->seq_len,
                               x->segments, x->workspace, block_call(x, job, l, t, 0, &lc, &c), err);
     }
-    if (s == RP_OK)
-        s = rp_device_sync(x->dev, err);
-    measure(x, l, 1, t, t0);
-    return s;
+    return layer_end(x, l, 1, t, s, err);
 }
 
 static float *arena(const rp_engine *e, size_t off)
@@ -320,7 +344,7 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
         if (l > 0 && e->arena.is_ckpt[l] && e->arena.ckpt_of_fwd_out[l] < 0) {
             RP_TRY(rp_proto_wait_checkpoint_free(e, l, m, t, x->name, err));
             RP_TRY(save_activation(x, arena(e, e->arena.ckpt[l * M + m]), cur, "checkpoint",
-                                   err));
+                                   NULL, err));
         }
         if (kept && kept_in_pool(x)) { /* its input and saved area stay here */
             RP_TRY(rp_device_copy(x->dev, pool_slot(x, l, m, 0), cur,
@@ -337,8 +361,8 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
      * once the backward of the iteration before has read it too */
     if (s + 1 < e->plan.nfwd && e->arena.ckpt_of_fwd_out[e->plan.fwd[s + 1].first] == s)
         RP_TRY(rp_proto_wait_checkpoint_free(e, e->plan.fwd[s + 1].first, m, t, x->name, err));
-    RP_TRY(save_activation(x, arena(e, e->arena.fwd_out[s * M + m]), cur, "output", err));
-    rp_proto_publish_fwd_out(e, s, m, t);
+    const rp_save_publish out = {RP_SAVE_PUBLISH_FWD_OUT, s, m, t};
+    RP_TRY(save_activation(x, arena(e, e->arena.fwd_out[s * M + m]), cur, "output", &out, err));
     return RP_OK;
 }
 
@@ -373,10 +397,14 @@ static rp_status publish_bwd(executor *x, const rp_job *job, int64_t t, int m, r
     rp_engine *e = x->e;
     int i = job->stage;
     RP_TRY(rp_proto_wait_bwd_out_free(e, i, job->first == 0, m, t, x->name, err));
-    if (job->first > 0)
-        RP_TRY(rp_exec_move(x, arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]),
-                            x->act_grad, e->act_floats * sizeof(float), RP_XFER_SAVE, "input-grad",
-                            err));
+    if (job->first > 0) {
+        float *host = arena(e, e->arena.bwd_out[i * (int)e->microbatches + m]);
+        const rp_save_publish in_grad = {RP_SAVE_PUBLISH_BWD_OUT, i, m, t};
+        if (x->save_slot[0]) /* published once it has landed */
+            return rp_exec_save_staged(x, host, x->act_grad, RP_F32, "input-grad", &in_grad, err);
+        RP_TRY(rp_exec_move(x, host, x->act_grad, e->act_floats * sizeof(float), RP_XFER_SAVE,
+                            "input-grad", err));
+    }
     rp_proto_publish_bwd_out(e, i, m, t);
     return RP_OK;
 }
@@ -410,15 +438,15 @@ rp_status rp_stage_tail(executor *x, const rp_job *job, int64_t t, int m, float 
         lm_g = hw.lm_tied ? rp_exec_tied_grad(x, job) : rp_exec_layer_grad(x, job, head) + hw.lm_at;
     }
     double *loss = rp_engine_loss(e, t);
-    double th = rp_now();
+    RP_TRY(rp_layer_clock_start(x, err));
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(rp_head_forward_backward(&k, &e->p->cfg, hw.norm, hw.lm, rp_stage_weights_dtype(e, head),
                                     x->acts[head - job->first], x->targets, x->mask,
                                     e->tokens_per_micro, scale, x->act_grad, norm_g, lm_g,
                                     e->head_rows, x->workspace, &loss[m], err));
-    RP_TRY(rp_device_sync(x->dev, err));
-    measure(x, head, 1, t, th); /* forward and backward in one call: counted as backward */
+    /* forward and backward in one call: counted as backward */
+    RP_TRY(layer_end(x, head, 1, t, RP_OK, err));
     for (int l = head - 1; l >= job->first; l--)
         RP_TRY(layer_backward(x, job, l, x->acts[l - job->first], x->saved[l - job->first], t,
                               err));

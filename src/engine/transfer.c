@@ -257,6 +257,10 @@ static void issue_chunk(rp_xfer *x, direction *dr, rp_xfer_req *r)
     pthread_mutex_lock(&x->mu);
     if (f->issue_status != RP_OK && r->queued)
         dequeue(x, r); /* nothing more of a failed request; it ends with its chunks in flight */
+    if (f->issue_status == RP_OK && off + n == r->bytes) { /* rp_xfer_wait_issued */
+        r->last_ticket = f->ticket;
+        pthread_cond_broadcast(&x->changed);
+    }
 }
 
 /* Waits for the oldest chunk in flight (lock held, released meanwhile) and
@@ -441,6 +445,7 @@ rp_status rp_xfer_submit(rp_xfer *x, rp_xfer_req *req, rp_error *err)
     req->offset = 0;
     req->issued = 0;
     req->in_flight = 0;
+    req->last_ticket = -1;
     req->queued = 1;
     req->next = NULL;
     atomic_store_explicit(&req->state, RP_XFER_QUEUED, memory_order_relaxed);
@@ -472,6 +477,22 @@ rp_status rp_xfer_wait(rp_xfer *x, rp_xfer_req *req, rp_error *err)
     if (req->status != RP_OK && err)
         *err = req->err;
     return req->status;
+}
+
+rp_status rp_xfer_wait_issued(rp_xfer *x, rp_xfer_req *req, int *ticket, rp_error *err)
+{
+    *ticket = -1;
+    if (!x->asynchronous)
+        return rp_xfer_wait(x, req, err);
+    pthread_mutex_lock(&x->mu);
+    /* a failure seen already ends the wait: the request finishes failed */
+    while (!finished(atomic_load_explicit(&req->state, memory_order_acquire)) &&
+           (req->last_ticket < 0 || req->status != RP_OK))
+        pthread_cond_wait(&x->changed, &x->mu);
+    if (!finished(atomic_load_explicit(&req->state, memory_order_acquire)))
+        *ticket = req->last_ticket;
+    pthread_mutex_unlock(&x->mu);
+    return *ticket >= 0 ? RP_OK : rp_xfer_wait(x, req, err);
 }
 
 void rp_xfer_drain(rp_xfer *x)

@@ -20,7 +20,9 @@
  * most RP_XFER_DEPTH - 1 chunks of its direction are in flight, so an urgent
  * request waits for at most those, never for the other direction. A request
  * is finished (DONE, its callback) only once the completion of its last
- * chunk has been seen, so whoever waits for it may use its bytes. */
+ * chunk has been seen, so whoever waits for it may use its bytes; whoever
+ * orders the device's work after the copy instead waits only for its issue
+ * (rp_xfer_wait_issued, which gives the last chunk's ticket). */
 #ifndef RP_ENGINE_TRANSFER_H
 #define RP_ENGINE_TRANSFER_H
 
@@ -149,6 +151,8 @@ struct rp_xfer_req {
     rp_xfer_req *next;
     size_t issued;        /* asynchronous: bytes issued */
     int in_flight;        /* asynchronous: chunks issued, completion not yet seen */
+    int last_ticket;      /* asynchronous: the ticket of its last chunk once the back end
+                             has accepted that chunk's issue (-1 before) */
     int queued;           /* in its class's queue (more chunks to issue) */
 };
 
@@ -182,6 +186,18 @@ rp_status rp_xfer_submit(rp_xfer *x, rp_xfer_req *req, rp_error *err);
 /* Block until req is finished; returns its status (RP_OK when done), with
  * its message in err. A request never submitted returns at once. */
 rp_status rp_xfer_wait(rp_xfer *x, rp_xfer_req *req, rp_error *err);
+
+/* Block until req's copies are all under way, not arrived: with an
+ * asynchronous back end, until its last chunk has been issued, *ticket then
+ * that chunk's ticket (the caller orders the device's work after it, e.g.
+ * rp_device_compute_after_copy, as the chunks of a direction arrive in the
+ * order issued); until it is finished otherwise, or when it finishes first
+ * (*ticket -1: it has arrived, or failed). Returns its failure if it failed
+ * (an issue refused, or a chunk whose completion was seen failing); a
+ * failure seen after this returns is the request's, for rp_xfer_wait. The
+ * ticket may have been reused by a later chunk of the same direction by the
+ * time the caller uses it, which orders after this one too. */
+rp_status rp_xfer_wait_issued(rp_xfer *x, rp_xfer_req *req, int *ticket, rp_error *err);
 
 /* Block until every queued request has finished. */
 void rp_xfer_drain(rp_xfer *x);
