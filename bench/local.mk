@@ -8,6 +8,10 @@ bench_bench_adamw_LDADD = librp.la
 noinst_PROGRAMS += bench/bench_attention_documents
 bench_bench_attention_documents_SOURCES = bench/bench_attention_documents.c bench/bench_args.h
 bench_bench_attention_documents_LDADD = librp.la
+# bench_block: one decoder block's forward and backward, op by op (bench/README.md)
+noinst_PROGRAMS += bench/bench_block
+bench_bench_block_SOURCES = bench/bench_block.c bench/bench_args.h
+bench_bench_block_LDADD = librp.la -lm
 # bench_moe_gemm: grouped expert GEMMs against one dense GEMM of the same total shape (bench/README.md)
 noinst_PROGRAMS += bench/bench_moe_gemm
 bench_bench_moe_gemm_SOURCES = bench/bench_moe_gemm.c bench/bench_args.h

@@ -66,3 +66,6 @@ TESTS += mpi-tests/test_model_layout
 mpi_tests_test_model_layout_SOURCES = mpi-tests/test_model_layout.c
 mpi_tests_test_model_layout_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_model_layout_LDADD = $(RP_TEST_LDADD)
+# bench/bench_block's op-by-op breakdown of a block (the kernels' probe)
+TESTS += mpi-tests/test_bench_block.sh
+EXTRA_DIST += mpi-tests/test_bench_block.sh

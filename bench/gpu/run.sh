@@ -30,7 +30,9 @@
 #                          residual GEMM copied + beta=1 vs cuBLASLt; then
 #                          bench_head: the head's fwd+bwd (832-token and
 #                          memory-sized chunks, cross-entropy converted or
-#                          fused) against its own GEMMs timed alone
+#                          fused) against its own GEMMs timed alone; then
+#                          bench_block: one 1.7B block's forward and backward
+#                          op by op (events), default paths and all allowed
 #   attn         40  45    attention fwd+bwd vs the GEMM peak (own, cuDNN)
 #   copy         25  30    host<->device GB/s vs the PCIe link
 #   e2e          60  70    roundpipe train, Qwen3-1.7B shape, seq 4096: tokens/s, MFU
@@ -528,6 +530,8 @@ if want gemm && [ $dry = yes ]; then
   dry_bench gemm bench_gemm gemm.txt
   "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; hrc=$?
   [ $hrc = 77 ] || fail "head fwd+bwd" "bench_head exit $hrc without a GPU, not 77"
+  "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" > "$logs/block.txt" 2>&1; brc=$?
+  [ $brc = 77 ] || fail "block op by op" "bench_block -d cuda exit $brc without a GPU, not 77"
 elif start gemm; then
   if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
     cat "$logs/gemm.txt"
@@ -557,6 +561,27 @@ elif start gemm; then
   else
     cat "$logs/head.txt"; pfail "head fwd+bwd" "bench_head failed (head.txt)"
   fi
+  # one block's forward and backward op by op, GPU time between events
+  # (bench/bench_block; issue 38's breakdown): the default paths, and every
+  # unproven path allowed; RESULT block PASS MS GEMM ATTENTION REST (shares)
+  # and RESULT block_op PASS OP SITE CALLS MS SHARE
+  for paths in default all; do
+    allow=""; [ $paths = all ] && allow=1
+    if RP_ALLOW_UNPROVEN_CUDA=$allow "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" \
+         -t 4096 -r 5 > "$logs/block-$paths.txt" 2>&1; then
+      cat "$logs/block-$paths.txt"
+      while read -r _ _ bp bms bg ba bo; do
+        put "block $bp, 1.7B, 4096 tokens ($paths paths)" "$bms ms" "" "" "shares: GEMMs $bg, attention $ba, rest $bo"
+      done < <(awk '$1=="RESULT" && $2=="block"' "$logs/block-$paths.txt")
+      # the three costliest ops that are neither a GEMM nor attention
+      while read -r bp op site calls bms share; do
+        put "block $bp: $op at $site ($paths paths)" "$bms ms" "" "$share" "x$calls; share of the pass"
+      done < <(awk '$1=="RESULT" && $2=="block_op" && $4 !~ /^(linear_|grouped_linear_|attention_)/ {print $3, $4, $5, $6, $7, $8}' \
+                 "$logs/block-$paths.txt" | sort -k6 -g -r | head -n 3)
+    else
+      cat "$logs/block-$paths.txt"; pfail "block op by op ($paths paths)" "bench_block failed (block-$paths.txt)"
+    fi
+  done
   end gemm
 fi
 if [ -z "$peak" ] && [ $gpu = yes ]; then
