@@ -117,8 +117,15 @@ calc() { awk "BEGIN { printf \"%.3f\", $1 }" 2>/dev/null || printf -- -; }
 phase_rows=()
 phase_done() {  # PHASE STATUS T0: the phase's line of the table's second part
   phase_rows+=("$(printf '%-10s %-8s %6s s %8s s' "$1" "$2" "$(( $(date +%s) - $3 ))" "${expect[$1]:-?}")")
+  # the table so far, where the device tool returns it: a call killed at its
+  # time limit still brings back every phase that ended
+  [ -n "${OUT:-}" ] && [ -d "$OUT" ] && summary_table > "$OUT/summary.txt" 2>/dev/null
+  return 0
 }
 print_summary() {  # the table, on stdout and in $summary
+  summary_table | tee -a "$summary"
+}
+summary_table() {
   {
     echo
     echo "== roundpipe GPU window summary ($gpu_name, $(date -u +%Y-%m-%dT%H:%MZ), $(( $(date +%s) - t_start )) s of $budget)"
@@ -130,7 +137,7 @@ print_summary() {  # the table, on stdout and in $summary
     echo
     printf '%-10s %-8s %8s %10s\n' phase status took expected
     for l in "${phase_rows[@]}"; do echo "$l"; done
-  } | tee -a "$summary"
+  }
 }
 finish_out() {  # the device tool returns at most 8 files from $OUT: one archive + the table
   if [ -n "${OUT:-}" ] && [ "$logs" = "$OUT/gpu-bench" ]; then
