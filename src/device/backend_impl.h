@@ -33,7 +33,9 @@ typedef struct rp_device_ops {
     int (*ordered_by_events)(void *impl);
     rp_status (*copies_after_compute)(void *impl, rp_copy_direction dir, rp_error *err);
     rp_status (*compute_after_copy)(void *impl, int ticket, rp_error *err);
-    /* marks for timing (backend.h): both required */
+    /* marks for timing (backend.h): events of the device's own, asked
+     * only while ordered_by_events says yes; NULL, or otherwise, the
+     * host's clock (backend.c) */
     rp_status (*mark)(void *impl, int mark, rp_error *err);
     rp_status (*mark_elapsed)(void *impl, int from, int to, int wait, double *ms, rp_error *err);
     /* may be NULL (no attention choice, as on the CPU) */

@@ -1,10 +1,10 @@
 /* The CPU back end of the device interface: device memory is private host
  * memory, copies are memcpy, and the kernel ops are the fp32 CPU table;
  * both have finished when they return, so the device is ordered by
- * construction (backend.h) and a timing mark is the host's clock. */
+ * construction (backend.h) and a timing mark is the host's clock
+ * (backend.c). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "device/backend_impl.h"
 #include "kernels/attention_choice.h"
@@ -12,30 +12,20 @@
 #include "kernels/cpu/expf_vector.h"
 #include "kernels/cpu/ops.h"
 
-/* The back end's state: the marks' times alone (the kernels use the OpenMP
- * threads of the caller). */
-typedef struct cpu_impl {
-    double mark_s[RP_DEVICE_MARKS]; /* the host's clock at each mark, seconds */
-} cpu_impl;
-
 static rp_status cpu_create(const rp_device_params *params, void **impl, rp_error *err)
 {
-    *impl = NULL;
+    *impl = NULL; /* no state: the kernels use the OpenMP threads of the caller */
     if (params->attention == RP_ATTENTION_CUDNN)
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "--attention cudnn: CPU executors compute attention with the CPU "
                             "kernel (cuDNN runs on CUDA executors only)");
-    cpu_impl *c = calloc(1, sizeof *c);
-    if (!c)
-        return rp_error_set(err, RP_ERR_NOMEM, "allocating the CPU back end");
     rp_cpu_blas_threads(params->threads); /* and so do its GEMMs, on any BLAS build */
-    *impl = c;
     return RP_OK;
 }
 
 static void cpu_destroy(void *impl)
 {
-    free(impl);
+    (void)impl;
 }
 
 static rp_status cpu_alloc(void *impl, size_t bytes, void **out, rp_error *err)
@@ -71,27 +61,6 @@ static rp_status cpu_copy(void *impl, void *dst, const void *src, size_t bytes, 
     return RP_OK;
 }
 
-/* A mark is the host's clock: the kernel ops before it have finished when
- * they return, so it is their end, and the time between two marks the
- * ops' time, as the engine measured it before marks. */
-static rp_status cpu_mark(void *impl, int mark, rp_error *err)
-{
-    (void)err;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ((cpu_impl *)impl)->mark_s[mark] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    return RP_OK;
-}
-
-static rp_status cpu_mark_elapsed(void *impl, int from, int to, int wait, double *ms,
-                                  rp_error *err)
-{
-    (void)wait, (void)err; /* every mark is reached when it is recorded */
-    const cpu_impl *c = impl;
-    *ms = (c->mark_s[to] - c->mark_s[from]) * 1e3;
-    return RP_OK;
-}
-
 static rp_status cpu_kernels(void *impl, rp_kernels *out, rp_error *err)
 {
     (void)impl, (void)err;
@@ -117,7 +86,5 @@ const rp_device_ops rp_device_ops_cpu = {
     .copy = cpu_copy,
     .kernel_ops = &rp_kernel_ops_cpu,
     .kernels = cpu_kernels,
-    .mark = cpu_mark,
-    .mark_elapsed = cpu_mark_elapsed,
     .attention_note = cpu_attention_note,
 };

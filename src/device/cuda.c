@@ -49,8 +49,8 @@ typedef struct cuda_impl {
      * (cuda_copy, called on the executor's thread only then); re-recorded
      * at each use, as a stream's wait holds the record made before it */
     cudaEvent_t computed[3];
-    cudaEvent_t marks[RP_DEVICE_MARKS]; /* ordered by events: timing events on `compute` */
-    double mark_s[RP_DEVICE_MARKS];     /* otherwise: the host's clock, seconds */
+    cudaEvent_t marks[RP_DEVICE_MARKS]; /* ordered by events: timing events on `compute`
+                                           (otherwise marks are the host's clock: backend.c) */
     cublasHandle_t blas;  /* bound to `compute` */
     rp_kernels kernels;   /* the table on `compute` */
 } cuda_impl;
@@ -331,13 +331,7 @@ static rp_status cuda_compute_after_copy(void *impl, int ticket, rp_error *err)
 
 static rp_status cuda_mark(void *impl, int mark, rp_error *err)
 {
-    cuda_impl *c = impl;
-    if (!c->by_events) { /* the engine has synced: the ops before it have finished */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        c->mark_s[mark] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-        return RP_OK;
-    }
+    cuda_impl *c = impl; /* ordered by events (backend.c asks only then) */
     RP_TRY(enter(c, err));
     cudaError_t e = cudaEventRecord(c->marks[mark], c->compute);
     return e == cudaSuccess ? RP_OK : fail(c, "recording a timing event", (int)e, err);
@@ -347,10 +341,6 @@ static rp_status cuda_mark_elapsed(void *impl, int from, int to, int wait, doubl
                                    rp_error *err)
 {
     cuda_impl *c = impl;
-    if (!c->by_events) {
-        *ms = (c->mark_s[to] - c->mark_s[from]) * 1e3;
-        return RP_OK;
-    }
     RP_TRY(enter(c, err));
     cudaError_t e = cudaEventQuery(c->marks[to]);
     if (e == cudaErrorNotReady && !wait) {

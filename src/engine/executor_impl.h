@@ -148,6 +148,9 @@ rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp
  * NULL) is published once it has landed. */
 rp_status rp_exec_save_staged(executor *x, void *host, const float *dev, rp_dtype dtype,
                               const char *tag, const rp_save_publish *publish, rp_error *err);
+/* Hand a save to its consumer: publish p's event (nothing for NULL or
+ * RP_SAVE_PUBLISH_NONE). */
+void rp_exec_publish(rp_engine *e, const rp_save_publish *p);
 /* Wait until every staged save has landed (the end of the run); the first
  * failure, if any. */
 rp_status rp_exec_saves_landed(executor *x, rp_error *err);

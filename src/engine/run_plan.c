@@ -50,13 +50,10 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
                               MPI_Comm comm)
 {
     int64_t mine = 0, head_memory = 0;
-    if (e->o->memory_limit_mib > 0)
-        head_memory = (int64_t)(e->o->memory_limit_mib * 1048576.0);
-    else if (e->device == RP_DEVICE_CUDA && info->count > 0)
-        head_memory = (int64_t)info->memory_bytes;
     if (e->o->memory_limit_mib > 0) {
-        mine = (int64_t)(e->o->memory_limit_mib * 1048576.0);
+        mine = head_memory = (int64_t)(e->o->memory_limit_mib * 1048576.0);
     } else if (e->device == RP_DEVICE_CUDA && info->count > 0) {
+        head_memory = (int64_t)info->memory_bytes;
         int sharers = 0;
         for (int r = 0; r < node_size; r++)
             sharers += r % info->count == info->ordinal;

@@ -128,8 +128,21 @@ static rp_status round_output(executor *x, float *out, rp_error *err)
     return k.ops->convert(k.state, x->act_narrow, dt, out, RP_F32, n, err);
 }
 
+/* save_activation's narrowing, waited for: through act_narrow. */
 static rp_status save_narrowed(executor *x, float *host, const float *dev, const char *tag,
-                               rp_error *err);
+                               rp_error *err)
+{
+    rp_engine *e = x->e;
+    rp_kernels k;
+    RP_TRY(rp_device_kernels(x->dev, &k, err));
+    RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
+                          (int64_t)e->act_floats, err));
+    if (!x->by_events) /* the copy engine reads what the convert wrote (else: rp_exec_move) */
+        RP_TRY(rp_device_sync(x->dev, err));
+    return rp_exec_move(x, host, x->act_narrow,
+                        e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_SAVE, tag,
+                        err);
+}
 
 /* An activation (a layer's input or output, already rounded) from the
  * device into its arena buffer, in the activation dtype, then `publish`
@@ -147,27 +160,8 @@ static rp_status save_activation(executor *x, float *host, const float *dev, con
         RP_TRY(rp_exec_move(x, host, dev, e->act_floats * sizeof(float), RP_XFER_SAVE, tag, err));
     else
         RP_TRY(save_narrowed(x, host, dev, tag, err));
-    if (publish && publish->kind == RP_SAVE_PUBLISH_FWD_OUT)
-        rp_proto_publish_fwd_out(e, publish->stage, publish->micro, publish->t);
-    else if (publish && publish->kind == RP_SAVE_PUBLISH_BWD_OUT)
-        rp_proto_publish_bwd_out(e, publish->stage, publish->micro, publish->t);
+    rp_exec_publish(e, publish);
     return RP_OK;
-}
-
-/* save_activation's narrowing, waited for: through act_narrow. */
-static rp_status save_narrowed(executor *x, float *host, const float *dev, const char *tag,
-                               rp_error *err)
-{
-    rp_engine *e = x->e;
-    rp_kernels k;
-    RP_TRY(rp_device_kernels(x->dev, &k, err));
-    RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
-                          (int64_t)e->act_floats, err));
-    if (!x->by_events) /* the copy engine reads what the convert wrote (else: rp_exec_move) */
-        RP_TRY(rp_device_sync(x->dev, err));
-    return rp_exec_move(x, host, x->act_narrow,
-                        e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_SAVE, tag,
-                        err);
 }
 
 /* An arena buffer of activations onto the device, widened to fp32. */

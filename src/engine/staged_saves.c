@@ -24,19 +24,22 @@
 #include "engine/memory_model.h"
 #include "engine/protocol.h"
 
+void rp_exec_publish(rp_engine *e, const rp_save_publish *p)
+{
+    if (p && p->kind == RP_SAVE_PUBLISH_FWD_OUT)
+        rp_proto_publish_fwd_out(e, p->stage, p->micro, p->t);
+    else if (p && p->kind == RP_SAVE_PUBLISH_BWD_OUT)
+        rp_proto_publish_bwd_out(e, p->stage, p->micro, p->t);
+}
+
 /* A save has ended (on the transfer engine's thread). */
 static void save_landed(rp_xfer_req *r, void *arg, rp_xfer_state state)
 {
     executor *x = arg;
-    const rp_save_publish *p = &x->save_publish[r - x->save_req];
     if (state == RP_XFER_FAILED)
         rp_engine_fail(x->e, r->status, &r->err);
-    if (state != RP_XFER_DONE || rp_engine_aborted(x->e))
-        return;
-    if (p->kind == RP_SAVE_PUBLISH_FWD_OUT)
-        rp_proto_publish_fwd_out(x->e, p->stage, p->micro, p->t);
-    else if (p->kind == RP_SAVE_PUBLISH_BWD_OUT)
-        rp_proto_publish_bwd_out(x->e, p->stage, p->micro, p->t);
+    if (state == RP_XFER_DONE && !rp_engine_aborted(x->e))
+        rp_exec_publish(x->e, &x->save_publish[r - x->save_req]);
 }
 
 rp_status rp_exec_save_staged(executor *x, void *host, const float *dev, rp_dtype dtype,
