@@ -95,10 +95,12 @@
 # relative error 0), RP_PARITY_OUT (work folder, default a new one under
 # TMPDIR), RP_PARITY_DEADLINE (epoch seconds: a case not started by then is
 # skipped, and says so), RP_PARITY_KEEP=1 (keep the saved models and
-# checkpoints; by default only the logs stay).
+# checkpoints; by default only the logs stay), RP_PARITY_JOBS (cases at
+# once: default 3 on a GPU, 1 with the CPU standing in).
 #
 # The CPU references run in the background, one per distinct fixture (most
-# cases share golden/qwen3's), while the device runs the cases.
+# cases share golden/qwen3's), while the device runs the cases, several at
+# once: a case's lines are printed, in the cases' order, when all have ended.
 #
 # Prints one line per case, also appended to $RP_PARITY_OUT/results.txt:
 #   PARITY<TAB>CASE<TAB>ok|FAILED|skipped<TAB>WORST<TAB>DETAIL
@@ -238,7 +240,13 @@ cpu_ref() {
   [ "$(cat "$work/ref-$k.rc")" = 0 ] && cp "$work/ref-$k.jsonl" "$work/$1-cpu.jsonl"
 }
 
-for case in $cases; do
+# after_qwen3: the qwen3 case's runs ended, where that case has started
+# (checkpoint, fused-xent and speculative compare their model with its dut1's)
+after_qwen3() { while [ -e "$work/started-qwen3" ] && [ ! -e "$work/ended-qwen3" ]; do sleep 0.5; done; }
+# one_case CASE: the case's runs, checks and result line (the loop's one
+# pass: a `continue` ends the case)
+# shellcheck disable=SC2066
+one_case() { for case in "$1"; do
   if [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
     result "$case" skipped - "time budget: not started"; continue
   fi
@@ -314,6 +322,7 @@ for case in $cases; do
   why=$(bits "$c-dut1" "$c-dut2" "$first"); brc=$?
   extra=""
   [ "$c" = bf16-mlp ] && extra=$taken
+  case $c in checkpoint|fused-xent|speculative) after_qwen3 ;; esac
   if [ "$c" = checkpoint ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # checkpoints end segments: the model must still be the plain run's
     cmp -s "$work/qwen3-dut1/model.safetensors" "$work/$c-dut1/model.safetensors" &&
@@ -350,7 +359,32 @@ for case in $cases; do
     [ $brc = 0 ] || msg="$msg${msg:+; }not bit-identical: $why"
     result "$c" FAILED "${worst:--}" "$msg (${dt} s)"
   fi
+done; }
+
+# The cases run RP_PARITY_JOBS at a time (default 3 on a GPU: each case is a
+# few short runs whose start-up, not the GPU, takes most of their time; 1
+# with the CPU standing in), each printing into its own file, printed in
+# the cases' order at the end; a case that compares its model with the
+# qwen3 case's waits for that one (after_qwen3). Bits never depend on what
+# else runs on the GPU.
+jobs_max=${RP_PARITY_JOBS:-3}; [ "$dev" = cpu ] && jobs_max=${RP_PARITY_JOBS:-1}
+: > "$work/results.txt"
+rm -f "$work"/started-* "$work"/ended-*
+pids=()
+for c in $cases; do
+  while :; do
+    live=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && live=$((live + 1)); done
+    [ "$live" -lt "$jobs_max" ] && break
+    sleep 0.3
+  done
+  : > "$work/started-$c"
+  ( one_case "$c" > "$work/case-$c.out" 2>&1; : > "$work/ended-$c" ) &
+  pids+=($!)
 done
+wait "${pids[@]}"
+for c in $cases; do cat "$work/case-$c.out"; done
+grep -q "$(printf '\tFAILED\t')" "$work/results.txt" && status=1
 # the saved models and checkpoints are no evidence once compared, and would
 # swell the logs the device call returns (16 MiB a file): logs stay
 [ -n "${RP_PARITY_KEEP:-}" ] || find "$work" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
