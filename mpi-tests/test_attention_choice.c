@@ -312,6 +312,34 @@ START_TEST(unproven_switch_parsed)
 }
 END_TEST
 
+/* The start-up line's list of the paths a switch allows. */
+START_TEST(unproven_paths_listed)
+{
+    char buf[256];
+    ck_assert_uint_eq(rp_unproven_list(0, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "");
+    unsigned m = 1u << RP_UNPROVEN_BF16_MLP | 1u << RP_UNPROVEN_DOCUMENTS | 1u << RP_UNPROVEN_COPIES;
+    ck_assert_uint_eq(rp_unproven_list(m, buf, sizeof buf), strlen("documents, copies, bf16-mlp"));
+    ck_assert_str_eq(buf, "documents, copies, bf16-mlp");
+    /* too small: the whole names that fit, and the length the list needs */
+    ck_assert_uint_eq(rp_unproven_list(m, buf, 18), strlen("documents, copies, bf16-mlp"));
+    ck_assert_str_eq(buf, "documents, copies");
+    ck_assert_uint_eq(rp_unproven_list(m, buf, 9), strlen("documents, copies, bf16-mlp"));
+    ck_assert_str_eq(buf, "");
+    /* every path, in the table's order: what "1" allows */
+    size_t need = rp_unproven_list((1u << RP_UNPROVEN_COUNT) - 1, buf, sizeof buf);
+    ck_assert_uint_eq(need, strlen(buf));
+    const char *at = buf;
+    for (int p = 0; p < RP_UNPROVEN_COUNT; p++) {
+        const char *name = rp_unproven_name((rp_unproven)p);
+        ck_assert_msg(strncmp(at, name, strlen(name)) == 0, "%s: %s not at '%s'", buf, name, at);
+        at += strlen(name);
+        at += *at ? 2 : 0;
+    }
+    ck_assert_str_eq(at, "");
+}
+END_TEST
+
 static Suite *choice_suite(void)
 {
     Suite *s = suite_create("attention_choice");
@@ -325,6 +353,7 @@ static Suite *choice_suite(void)
     tcase_add_test(tc, what_a_run_reserves_for_cudnn);
     tcase_add_test(tc, a_documents_run_reserves_as_a_plain_one);
     tcase_add_test(tc, unproven_switch_parsed);
+    tcase_add_test(tc, unproven_paths_listed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
 /* The unproven CUDA paths and their switch (unproven.h). */
 #include "core/unproven.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,4 +104,20 @@ rp_status rp_unproven_check(rp_error *err)
 {
     unsigned m;
     return rp_unproven_parse(getenv("RP_ALLOW_UNPROVEN_CUDA"), &m, err);
+}
+
+size_t rp_unproven_list(unsigned mask, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (size)
+        buf[0] = '\0';
+    for (int p = 0; p < RP_UNPROVEN_COUNT; p++) {
+        if (!rp_unproven_in(mask, (rp_unproven)p))
+            continue;
+        const char *sep = len ? ", " : "";
+        if (len + strlen(sep) + strlen(paths[p].name) < size)
+            snprintf(buf + len, size - len, "%s%s", sep, paths[p].name);
+        len += strlen(sep) + strlen(paths[p].name);
+    }
+    return len;
 }

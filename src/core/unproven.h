@@ -8,6 +8,8 @@
 #ifndef RP_CORE_UNPROVEN_H
 #define RP_CORE_UNPROVEN_H
 
+#include <stddef.h>
+
 #include "core/error.h"
 
 typedef enum rp_unproven {
@@ -51,5 +53,9 @@ int rp_unproven_allowed(rp_unproven p);
 unsigned rp_unproven_mask(void);
 /* RP_OK, or the parse error of RP_ALLOW_UNPROVEN_CUDA. */
 rp_status rp_unproven_check(rp_error *err);
+/* The names of the paths in mask, in the table's order, separated by ", ",
+ * into buf ("" for none; where size is too small, the whole names that fit,
+ * always terminated); returns the length the whole list needs. */
+size_t rp_unproven_list(unsigned mask, char *buf, size_t size);
 
 #endif

@@ -493,6 +493,12 @@ rp_status rp_engine_run_executor(rp_engine *e)
         rp_log(e->lg, RP_LOG_INFO, "host store: %.1f MiB of model state and gradients, %.1f MiB "
                "of activations (%zu, %zu bytes)%s", e->param_store_bytes / 1048576.0,
                acts / 1048576.0, e->param_store_bytes, acts, pin);
+        if (e->device == RP_DEVICE_CUDA && e->unproven) { /* the maintainer's switch */
+            char names[256];
+            rp_unproven_list(e->unproven, names, sizeof names);
+            rp_log(e->lg, RP_LOG_INFO, "unproven CUDA paths allowed (RP_ALLOW_UNPROVEN_CUDA): %s; "
+                   "not yet run on a GPU, each proven by its case of bench/gpu/parity.sh", names);
+        }
         if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
             rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
                    ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
