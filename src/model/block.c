@@ -849,7 +849,7 @@ static rp_status mlp_chunk_forward(const mlp_walk *mw, int64_t c0, int64_t n, in
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_UP_PROJ, h2, c0 + j, rows, j,
                         mw->seqlen, u, NULL, err));
     }
-    OP(swiglu_forward, w->g, w->u, w->gu_dtype, w->m, n * I);
+    OP(swiglu_forward, w->g, w->u, w->gu_dtype, I, w->m, n, I);
     for (int64_t j = 0; down_ts && j < n; j += mw->tile)
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_DOWN_PROJ,
                         row_at(w->m, j, I, mw->cb), c0 + j, tile_rows(mw, n, j), j, mw->seqlen,
@@ -920,7 +920,8 @@ static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, cons
                                                    dm, &b, err));
             }
         }
-        OP(swiglu_backward, w->g, w->u, w->gu_dtype, w->dm, w->dm_dtype, w->dg, w->du, n * I);
+        OP(swiglu_backward, w->g, w->u, w->gu_dtype, I, w->dm, w->dm_dtype, w->dg, w->du, n,
+           I);
         for (int64_t j = 0; j < n; j += mw->tile) {
             const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
             const void *h2 = row_at(w->h2, t, H, mw->cb), *dg = row_at(w->dg, j, I, mw->cb),
