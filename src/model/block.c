@@ -986,6 +986,7 @@ static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, cons
     const int64_t H = mw->H, I = mw->I;
     rp_lora_adapter down;
     const int down_adapted = adapter(k, cfg, bp, dparams, RP_LORA_DOWN_PROJ, &down) != NULL;
+    RP_TRY(fused_weights_adjacent(mw, err)); /* a kept chunk's backward makes no forward */
     for (int64_t c0 = 0; c0 < mw->T; c0 += mw->chunk) {
         const int64_t n = mw->T - c0 < mw->chunk ? mw->T - c0 : mw->chunk;
         if (!w->mlp_kept) /* kept: the forward's are in the saved area */
