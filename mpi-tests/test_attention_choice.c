@@ -286,6 +286,9 @@ START_TEST(unproven_switch_parsed)
     ck_assert_int_eq(rp_unproven_parse("gemm-lt, bf16-mlp", &m, &err), RP_OK);
     ck_assert_uint_eq(m, 1u << RP_UNPROVEN_GEMM_LT | 1u << RP_UNPROVEN_BF16_MLP);
     ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_BF16_MLP), "bf16-mlp");
+    ck_assert_int_eq(rp_unproven_parse("bf16-mlp,fused-gate-up", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_BF16_MLP | 1u << RP_UNPROVEN_FUSED_GATE_UP);
+    ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_FUSED_GATE_UP), "fused-gate-up");
     /* a prefix, a longer word, "1" in a list name no path */
     const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all", "bf16", "bf16-mlps"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -311,9 +311,9 @@ START_TEST(swiglu_and_adds_match_formulas)
     uint16_t *d_mb = dev_alloc(n * 2), *d_dgb = dev_alloc(n * 2), *d_dub = dev_alloc(n * 2);
     dev_poison(d_m, n * 4), dev_poison(d_dg, n * 4), dev_poison(d_du, n * 4);
     dev_poison(d_mb, n * 2), dev_poison(d_dgb, n * 2), dev_poison(d_dub, n * 2);
-    ck_assert_int_eq(rp_cuda_swiglu_forward(d_g, d_u, 0, d_m, d_mb, n, NULL), 0);
-    ck_assert_int_eq(rp_cuda_swiglu_backward(d_g, d_u, 0, d_dm, 0, d_dg, d_dgb, d_du, d_dub, n,
-                                             NULL), 0);
+    ck_assert_int_eq(rp_cuda_swiglu_forward(d_g, d_u, 0, n, d_m, d_mb, 1, n, NULL), 0);
+    ck_assert_int_eq(rp_cuda_swiglu_backward(d_g, d_u, 0, n, d_dm, 0, d_dg, d_dgb, d_du, d_dub, 1,
+                                             n, NULL), 0);
     float *got = malloc(n * 4);
     uint16_t *gotb = malloc(n * 2);
     const float *refs[3] = {m_ref, dg_ref, du_ref};

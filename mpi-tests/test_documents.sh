@@ -94,5 +94,5 @@ RP_ALLOW_UNPROVEN_CUDA=gpt-oss,cudnn run 1 cuda-others --init-config "$src/examp
 RP_ALLOW_UNPROVEN_CUDA=documents,segmnets run 1 cuda-typo --init-config "$src/examples/tiny-config.json" --data "$data" \
   --seq-len 32 --batch-size 8 --steps 1 --device cpu --documents "$docs" &&
   bad "RP_ALLOW_UNPROVEN_CUDA with an unknown word accepted" ||
-  { grep -q "RP_ALLOW_UNPROVEN_CUDA: 'segmnets' is not a CUDA path waiting for a GPU (known: documents, fp8-upload, gpt-oss, cudnn, .*gemm-lt, xent-fp32, bf16-mlp, or 1 for all of them, 0 for none)" "$tmp/cuda-typo.txt" && ok || { bad "unknown word: message"; cat "$tmp/cuda-typo.txt"; }; }
+  { grep -q "RP_ALLOW_UNPROVEN_CUDA: 'segmnets' is not a CUDA path waiting for a GPU (known: documents, fp8-upload, gpt-oss, cudnn, .*gemm-lt, xent-fp32, bf16-mlp, fused-gate-up, or 1 for all of them, 0 for none)" "$tmp/cuda-typo.txt" && ok || { bad "unknown word: message"; cat "$tmp/cuda-typo.txt"; }; }
 finish

@@ -172,10 +172,10 @@ START_TEST(swiglu_gives_the_bits_of_one_expf_per_element)
     g[3] = -100.0f, g[4] = 95.0f, g[5] = -0.0f, g[6] = 88.5f; /* expf's slow path */
     for (int li = 0; li < 8; li++) {
         const int64_t n = lengths[li];
-        rp_swiglu_forward(g, u, m, n);
-        rp_swiglu_backward(g, u, dm, dg, du, n);
+        rp_swiglu_forward(g, u, n, m, 1, n);
+        rp_swiglu_backward(g, u, n, dm, dg, du, 1, n);
         memcpy(g2, g, sizeof g), memcpy(u2, u, sizeof u);
-        rp_swiglu_backward(g2, u2, dm, g2, u2, n); /* dg over g, du over u */
+        rp_swiglu_backward(g2, u2, n, dm, g2, u2, 1, n); /* dg over g, du over u */
         for (int64_t i = 0; i < n; i++) {
             const float gi = g[i], ui = u[i], sg = 1.0f / (1.0f + expf(-gi));
             const float silu = gi / (1.0f + expf(-gi));

@@ -12,7 +12,12 @@
  *   table) equals the product summed in double within 1e-5 and the same
  *   bits as into y; a bias or residual without y, or no output, is refused
  *   naming the op; the CPU's SwiGLU takes fp32 g, u, dm and refuses bf16
- *   ones (its compute dtype is fp32) naming the op.
+ *   ones (its compute dtype is fp32) naming the op; over rows at a row
+ *   stride ld > cols (the fused gate/up GEMM's [g_row | u_row | gap]) it
+ *   gives the bits of the formula written out per element with expf,
+ *   forward and backward (into buffers of their own and in place), leaves
+ *   the gap columns untouched, equals the contiguous call bit for bit and
+ *   refuses ld < cols naming the op.
  *   On a CUDA device: every op of the CUDA table, called through the table
  *   with the state of rp_cuda_kernels_create, agrees with the same op of the
  *   CPU table on fresh random inputs. Compute-dtype inputs are drawn in
@@ -49,7 +54,10 @@
  *   - swiglu_forward/backward within the bf16 rounding of a 1e-5 result,
  *     from fp32 g, u, dm and from bf16 ones (each of g and u, and dm, in
  *     either dtype: bf16-mlp's inputs; the CPU op gets the same rounded
- *     values in fp32), a second call the same bits;
+ *     values in fp32), a second call the same bits; contiguous and at a
+ *     row stride (rows of [g_row | u_row | gap], the fused gate/up GEMM's
+ *     layout, against the CPU op at the same stride), the gaps of the
+ *     poisoned dg/du buffer left NaN;
  *   - gpt-oss's clamped SwiGLU (limit 1.5, alpha 1.3, over a tenth of the
  *     gates and ups past the clamps) forward and backward within the bf16
  *     rounding of a 1e-5 result, the gradient exactly 0 past a clamp; its
@@ -362,16 +370,103 @@ START_TEST(swiglu_cpu_input_dtypes)
     float g[3] = {0.5f, -1.0f, 2.0f}, u[3] = {1.0f, 2.0f, -0.5f}, dm[3] = {1.0f, 1.0f, 1.0f};
     float m[3], dg[3], du[3];
     rp_error err = {0};
-    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_forward(NULL, g, u, RP_F32, m, 3, &err), RP_OK);
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_forward(NULL, g, u, RP_F32, 3, m, 1, 3, &err),
+                     RP_OK);
     ck_assert(m[0] == 0.5f / (1.0f + expf(-0.5f)) * 1.0f);
-    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_backward(NULL, g, u, RP_F32, dm, RP_F32, dg, du, 3,
-                                                       &err), RP_OK);
-    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_forward(NULL, g, u, RP_BF16, m, 3, &err),
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_backward(NULL, g, u, RP_F32, 3, dm, RP_F32, dg, du,
+                                                       1, 3, &err), RP_OK);
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_forward(NULL, g, u, RP_BF16, 3, m, 1, 3, &err),
                      RP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "swiglu_forward") && strstr(err.msg, "BF16"), "%s", err.msg);
-    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_backward(NULL, g, u, RP_F32, dm, RP_BF16, dg, du, 3,
-                                                       &err), RP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(rp_kernel_ops_cpu.swiglu_backward(NULL, g, u, RP_F32, 3, dm, RP_BF16, dg, du,
+                                                       1, 3, &err), RP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "swiglu_backward") && strstr(err.msg, "dm"), "%s", err.msg);
+}
+END_TEST
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+/* The CPU SwiGLU over rows at a row stride ld > cols, as the dense MLP's
+ * fused gate/up GEMM lays them out ([g_row | u_row | gap], u = g + cols),
+ * against the formula written out per element with expf: the same bits,
+ * forward and backward, into dg/du buffers of their own and in place; the
+ * gap columns are neither written nor (in place) changed; the contiguous
+ * call (ld == cols) on the same values gives the same bits; ld < cols is
+ * refused naming the op. 1100 columns: two whole tasks of 512 and a part
+ * in every row. */
+START_TEST(swiglu_cpu_strided_brute_force)
+{
+    enum { ROWS = 5, COLS = 1100, LD = 2 * COLS + 7, SPAN = ROWS * LD };
+    static float gu[SPAN], dm[ROWS * COLS], m[ROWS * COLS], out[SPAN], in_place[SPAN];
+    static float g_c[ROWS * COLS], u_c[ROWS * COLS], m_c[ROWS * COLS], dg_c[ROWS * COLS],
+        du_c[ROWS * COLS];
+    const float sentinel = nanf("0x1234");
+    rp_rng_fill_normal(gu, SPAN, 11, 1, 0, 0.0f, 3.0f);
+    rp_rng_fill_normal(dm, ROWS * COLS, 11, 2, 0, 0.0f, 1.0f);
+    gu[4] = -100.0f, gu[5] = 95.0f, gu[COLS + 6] = -0.0f; /* expf's slow path, a negative zero */
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 2 * COLS; c < LD; c++)
+            gu[r * LD + c] = sentinel;
+    for (int i = 0; i < SPAN; i++)
+        out[i] = sentinel;
+    memcpy(in_place, gu, sizeof gu);
+    rp_error err = {0};
+    const rp_kernel_ops *t = &rp_kernel_ops_cpu;
+    ck_assert_int_eq(t->swiglu_forward(NULL, gu, gu + COLS, RP_F32, LD, m, ROWS, COLS, &err),
+                     RP_OK);
+    ck_assert_int_eq(t->swiglu_backward(NULL, gu, gu + COLS, RP_F32, LD, dm, RP_F32, out,
+                                        out + COLS, ROWS, COLS, &err), RP_OK);
+    ck_assert_int_eq(t->swiglu_backward(NULL, in_place, in_place + COLS, RP_F32, LD, dm, RP_F32,
+                                        in_place, in_place + COLS, ROWS, COLS, &err), RP_OK);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) {
+            const int at = r * LD + c, i = r * COLS + c;
+            const float gi = gu[at], ui = gu[at + COLS], sg = 1.0f / (1.0f + expf(-gi));
+            const float silu = gi / (1.0f + expf(-gi));
+            const float want_dg = dm[i] * ui * (sg * (1.0f + gi * (1.0f - sg)));
+            const float want_du = dm[i] * silu;
+            ck_assert_msg(f32_bits(m[i]) == f32_bits(gi / (1.0f + expf(-gi)) * ui),
+                          "m[%d, %d]", r, c);
+            ck_assert_msg(f32_bits(out[at]) == f32_bits(want_dg), "dg[%d, %d]", r, c);
+            ck_assert_msg(f32_bits(out[at + COLS]) == f32_bits(want_du), "du[%d, %d]", r, c);
+            ck_assert_msg(f32_bits(in_place[at]) == f32_bits(want_dg), "dg over g [%d, %d]", r,
+                          c);
+            ck_assert_msg(f32_bits(in_place[at + COLS]) == f32_bits(want_du),
+                          "du over u [%d, %d]", r, c);
+            g_c[i] = gi, u_c[i] = ui;
+        }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 2 * COLS; c < LD; c++) {
+            ck_assert_msg(f32_bits(out[r * LD + c]) == f32_bits(sentinel), "gap [%d, %d] "
+                          "written", r, c);
+            ck_assert_msg(f32_bits(in_place[r * LD + c]) == f32_bits(sentinel), "gap [%d, %d] "
+                          "written in place", r, c);
+        }
+    /* the contiguous call on the same values: the same bits */
+    ck_assert_int_eq(t->swiglu_forward(NULL, g_c, u_c, RP_F32, COLS, m_c, ROWS, COLS, &err),
+                     RP_OK);
+    ck_assert_int_eq(t->swiglu_backward(NULL, g_c, u_c, RP_F32, COLS, dm, RP_F32, dg_c, du_c,
+                                        ROWS, COLS, &err), RP_OK);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) {
+            const int at = r * LD + c, i = r * COLS + c;
+            ck_assert_msg(f32_bits(m_c[i]) == f32_bits(m[i]), "contiguous m[%d, %d]", r, c);
+            ck_assert_msg(f32_bits(dg_c[i]) == f32_bits(out[at]), "contiguous dg[%d, %d]", r, c);
+            ck_assert_msg(f32_bits(du_c[i]) == f32_bits(out[at + COLS]), "contiguous du[%d, %d]",
+                          r, c);
+        }
+    ck_assert_int_eq(t->swiglu_forward(NULL, gu, gu + COLS, RP_F32, COLS - 1, m, ROWS, COLS,
+                                       &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "swiglu_forward") && strstr(err.msg, "stride"), "%s", err.msg);
+    ck_assert_int_eq(t->swiglu_backward(NULL, gu, gu + COLS, RP_F32, COLS - 1, dm, RP_F32, out,
+                                        out + COLS, ROWS, COLS, &err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "swiglu_backward") && strstr(err.msg, "stride"), "%s",
+                  err.msg);
 }
 END_TEST
 
@@ -1311,50 +1406,74 @@ static void *swiglu_input(const float *x, float *rounded, int64_t n, int bf16)
     return c.d;
 }
 
-/* gu_bf16, dm_bf16: g and u, and dm, in bf16 (bf16-mlp's inputs) or fp32. */
-static void swiglu_case(int gu_bf16, int dm_bf16)
+/* The values of a [rows, cols] matrix at a row stride ld from x + off,
+ * contiguous. */
+static float *packed(const float *x, int64_t off, int64_t ld, int64_t rows, int64_t cols)
 {
-    const int64_t n = 5003; /* not a multiple of a block */
-    char what[120];
-    snprintf(what, sizeof what, "swiglu, g and u %s, dm %s", gu_bf16 ? "bf16" : "fp32",
-             dm_bf16 ? "bf16" : "fp32");
-    float *g0 = rand_f32((size_t)n, 0.0f, 3.0f), *u0 = rand_f32((size_t)n, 0.0f, 1.0f);
-    float *dm0 = rand_f32((size_t)n, 0.0f, 1.0f);
-    float *g = xmalloc((size_t)n * 4), *u = xmalloc((size_t)n * 4), *dm = xmalloc((size_t)n * 4);
-    void *d_g = swiglu_input(g0, g, n, gu_bf16), *d_u = swiglu_input(u0, u, n, gu_bf16);
-    void *d_dm = swiglu_input(dm0, dm, n, dm_bf16);
+    float *p = xmalloc((size_t)(rows * cols) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(p + r * cols, x + off + r * ld, (size_t)cols * 4);
+    return p;
+}
+
+/* gu_bf16, dm_bf16: g and u, and dm, in bf16 (bf16-mlp's inputs) or fp32;
+ * strided: g and u as the fused gate/up GEMM lays them out, rows of [g_row
+ * | u_row | gap] (ld = 2 cols + 3, u = g + cols), else contiguous one
+ * after the other (the two GEMMs' outputs). The gaps of the poisoned dg/du
+ * buffer must stay NaN. */
+static void swiglu_case(int gu_bf16, int dm_bf16, int strided)
+{
+    const int64_t rows = strided ? 37 : 1, cols = strided ? 135 : 5003; /* not a block multiple */
+    const int64_t ld = strided ? 2 * cols + 3 : cols, uoff = cols;
+    const int64_t n = rows * cols, span = (rows - 1) * ld + uoff + cols;
+    char what[160];
+    snprintf(what, sizeof what, "swiglu, g and u %s%s, dm %s", gu_bf16 ? "bf16" : "fp32",
+             strided ? " at a row stride" : "", dm_bf16 ? "bf16" : "fp32");
+    float *gu0 = rand_f32((size_t)span, 0.0f, 2.0f), *dm0 = rand_f32((size_t)n, 0.0f, 1.0f);
+    float *gu = xmalloc((size_t)span * 4), *dm = xmalloc((size_t)n * 4);
+    void *d_gu = swiglu_input(gu0, gu, span, gu_bf16), *d_dm = swiglu_input(dm0, dm, n, dm_bf16);
+    void *d_u = (char *)d_gu + (size_t)uoff * (gu_bf16 ? 2 : 4);
     const rp_dtype gu_dt = gu_bf16 ? RP_BF16 : RP_F32, dm_dt = dm_bf16 ? RP_BF16 : RP_F32;
-    float *m_ref = host_nan((size_t)n), *dg_ref = host_nan((size_t)n), *du_ref = host_nan(n);
-    CPU_OP(swiglu_forward, g, u, RP_F32, m_ref, n);
-    CPU_OP(swiglu_backward, g, u, RP_F32, dm, RP_F32, dg_ref, du_ref, n);
-    void *d_m = dev_nan_c((size_t)n), *d_dg = dev_nan_c((size_t)n), *d_du = dev_nan_c(n);
-    uint16_t *first[3] = {NULL, NULL, NULL};
+    float *m_ref = host_nan((size_t)n), *dgu_ref = host_nan((size_t)span);
+    CPU_OP(swiglu_forward, gu, gu + uoff, RP_F32, ld, m_ref, rows, cols);
+    CPU_OP(swiglu_backward, gu, gu + uoff, RP_F32, ld, dm, RP_F32, dgu_ref, dgu_ref + uoff, rows,
+           cols);
+    void *d_m = dev_nan_c((size_t)n), *d_dgu = dev_nan_c((size_t)span);
+    void *d_du = (char *)d_dgu + (size_t)uoff * 2;
+    uint16_t *first[2] = {NULL, NULL};
     for (int call = 0; call < 2; call++) {
-        dev_poison(d_m, (size_t)n * 2), dev_poison(d_dg, (size_t)n * 2);
-        dev_poison(d_du, (size_t)n * 2);
-        GPU_OP(swiglu_forward, d_g, d_u, gu_dt, d_m, n);
-        GPU_OP(swiglu_backward, d_g, d_u, gu_dt, d_dm, dm_dt, d_dg, d_du, n);
-        void *outs[3] = {d_m, d_dg, d_du};
-        for (int o = 0; o < 3; o++) {
-            uint16_t *b = get_bits(outs[o], (size_t)n);
+        dev_poison(d_m, (size_t)n * 2), dev_poison(d_dgu, (size_t)span * 2);
+        GPU_OP(swiglu_forward, d_gu, d_u, gu_dt, ld, d_m, rows, cols);
+        GPU_OP(swiglu_backward, d_gu, d_u, gu_dt, ld, d_dm, dm_dt, d_dgu, d_du, rows, cols);
+        void *outs[2] = {d_m, d_dgu};
+        const size_t len[2] = {(size_t)n, (size_t)span};
+        for (int o = 0; o < 2; o++) {
+            uint16_t *b = get_bits(outs[o], len[o]);
             if (!call)
                 first[o] = b;
             else {
-                ck_assert_msg(memcmp(b, first[o], (size_t)n * 2) == 0,
+                ck_assert_msg(memcmp(b, first[o], len[o] * 2) == 0,
                               "%s: output %d, a second call, other bits", what, o);
                 free(b);
             }
         }
     }
     /* fp32 arithmetic on the same inputs (FP32_TOL), then a bf16 output */
-    float *m = get_c(d_m, (size_t)n), *dg = get_c(d_dg, (size_t)n), *du = get_c(d_du, n);
+    float *m = get_c(d_m, (size_t)n), *dgu = get_c(d_dgu, (size_t)span);
+    float *dg = packed(dgu, 0, ld, rows, cols), *du = packed(dgu, uoff, ld, rows, cols);
+    float *dg_ref = packed(dgu_ref, 0, ld, rows, cols), *du_ref = packed(dgu_ref, uoff, ld, rows,
+                                                                          cols);
     CHECK_REL(m, m_ref, (size_t)n, bf16_tol(FP32_TOL), what);
     CHECK_REL(dg, dg_ref, (size_t)n, bf16_tol(FP32_TOL), what);
     CHECK_REL(du, du_ref, (size_t)n, bf16_tol(FP32_TOL), what);
-    cudaFree(d_g), cudaFree(d_u), cudaFree(d_dm), cudaFree(d_m), cudaFree(d_dg), cudaFree(d_du);
-    free(g0), free(u0), free(dm0), free(g), free(u), free(dm);
-    free(m_ref), free(dg_ref), free(du_ref), free(m), free(dg), free(du);
-    for (int o = 0; o < 3; o++)
+    for (int64_t r = 0; r + 1 < rows; r++)
+        for (int64_t c = uoff + cols; c < ld; c++)
+            ck_assert_msg(isnan(dgu[r * ld + c]), "%s: gap [%lld, %lld] written", what,
+                          (long long)r, (long long)c);
+    cudaFree(d_gu), cudaFree(d_dm), cudaFree(d_m), cudaFree(d_dgu);
+    free(gu0), free(dm0), free(gu), free(dm), free(m_ref), free(dgu_ref), free(m), free(dgu);
+    free(dg), free(du), free(dg_ref), free(du_ref);
+    for (int o = 0; o < 2; o++)
         free(first[o]);
 }
 
@@ -1362,7 +1481,8 @@ START_TEST(swiglu_matches_cpu)
 {
     for (int gu_bf16 = 0; gu_bf16 <= 1; gu_bf16++)
         for (int dm_bf16 = 0; dm_bf16 <= 1; dm_bf16++)
-            swiglu_case(gu_bf16, dm_bf16);
+            for (int strided = 0; strided <= 1; strided++)
+                swiglu_case(gu_bf16, dm_bf16, strided);
 }
 END_TEST
 
@@ -2074,6 +2194,7 @@ static Suite *kernel_ops_suite(void)
     tcase_add_test(tc, cross_entropy_cpu_brute_force);
     tcase_add_test(tc, linear_forward_compute_only_cpu_brute_force);
     tcase_add_test(tc, swiglu_cpu_input_dtypes);
+    tcase_add_test(tc, swiglu_cpu_strided_brute_force);
     suite_add_tcase(s, tc);
 #ifdef RP_HAVE_CUDA_EXECUTOR
     if (g_have_device) {

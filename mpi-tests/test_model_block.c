@@ -22,7 +22,11 @@
  * dense block shrink by exactly the bf16 halves of g and u (saved or
  * scratch, as the chunk is kept or not) and of dm (scratch), except where
  * LoRA adds into them (gate or up: g and u stay fp32; down: dm does); the
- * CPU table's sizes and other names leave them as they were. */
+ * CPU table's sizes and other names leave them as they were. With gate and
+ * up as one GEMM (RP_TEST_FUSED_GATE_UP=1) the backward is still the
+ * derivative, the path is taken and within 1e-5 of the two GEMMs', chunks
+ * keep its bits, and no size changes (CPU table, CUDA sizes under
+ * fused-gate-up with and without bf16-mlp). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -545,6 +549,86 @@ static double relative_difference(const float *a, const float *b, size_t n)
     return d / m;
 }
 
+/* The dense MLP's gate and up as one GEMM (RP_TEST_FUSED_GATE_UP=1 on the
+ * CPU table, model/block.c's mlp_fused_gate_up; both configs' I x H are
+ * multiples of the layout's alignment, so their matrices are adjacent):
+ * the backward is still the forward's derivative (gradcheck, every
+ * parameter tensor and the input); the path is taken (the input gradient,
+ * summed over 2I in one GEMM, is not the two GEMMs' bits) and within 1e-5
+ * of the two GEMMs' output and gradients (sums in another order); a
+ * microbatch in chunks of one tile gives the bits of one chunk (g and u
+ * made again by the backward, or kept in the saved area); the saved area
+ * and workspace keep their sizes, on the CPU table with the hook and on
+ * the CUDA table's sizes with fused-gate-up, with and without bf16-mlp
+ * (dg and du carved as one buffer there), kept or in chunks, and where a
+ * buffer of g is not a whole number of the carving's 64 bytes (7 tokens,
+ * I = 44: one buffer of 2 x 1232 bytes would take 16 floats fewer than
+ * two of 1232). */
+START_TEST(fused_gate_up_is_the_derivative_and_takes_no_memory)
+{
+    rp_model_config cfgs[2] = {llama_cfg(), qwen_cfg()};
+    for (int c = 0; c < 2; c++) {
+        fixture f;
+        fx_init(&f, cfgs[c], 3, 7);
+        const size_t n = (size_t)(f.T * f.H);
+        block_run two = run_block(&f, &f.cfg);
+        setenv("RP_TEST_FUSED_GATE_UP", "1", 1);
+        block_run one = run_block(&f, &f.cfg);
+        ck_assert_msg(memcmp(one.dx, two.dx, n * sizeof(float)) != 0,
+                      "config %d: the hook changed no bit of dx (the path was not taken)", c);
+        ck_assert_double_le(relative_difference(one.y, two.y, n), 1e-5);
+        ck_assert_double_le(relative_difference(one.dx, two.dx, n), 1e-5);
+        ck_assert_double_le(relative_difference(one.dP, two.dP, f.np), 1e-5);
+        rp_model_config tiled = f.cfg;
+        tiled.token_tile = 4;
+        block_run all = run_block(&f, &tiled);
+        tiled.chunk_tiles = 1;
+        block_run chunks = run_block(&f, &tiled);
+        ck_assert(memcmp(all.y, chunks.y, n * sizeof(float)) == 0);
+        ck_assert(memcmp(all.dx, chunks.dx, n * sizeof(float)) == 0);
+        ck_assert(memcmp(all.dP, chunks.dP, f.np * sizeof(float)) == 0);
+        unsetenv("RP_TEST_FUSED_GATE_UP");
+        free_run(&two), free_run(&one), free_run(&all), free_run(&chunks);
+        fx_free(&f);
+    }
+    setenv("RP_TEST_FUSED_GATE_UP", "1", 1);
+    gradcheck(llama_cfg(), 2, 7);
+    gradcheck(qwen_cfg(), 2, 9);
+    unsetenv("RP_TEST_FUSED_GATE_UP");
+    for (int chunked = 0; chunked <= 1; chunked++) {
+        rp_model_config cfg = qwen_cfg();
+        if (chunked) {
+            cfg.token_tile = 16;
+            cfg.chunk_tiles = 1;
+        }
+        size_t s0, w0, s1, w1;
+        rp_model_config odd = qwen_cfg();
+        odd.intermediate_size = 44; /* I x H = 1056: still a multiple of the alignment */
+        const size_t odd_saved = rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &odd, 1, 7),
+                     odd_ws = rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &odd, 1, 7);
+        setenv("RP_TEST_FUSED_GATE_UP", "1", 1);
+        ck_assert_uint_eq(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &odd, 1, 7),
+                          odd_saved);
+        ck_assert_uint_eq(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, &odd, 1, 7),
+                          odd_ws);
+        unsetenv("RP_TEST_FUSED_GATE_UP");
+        static const char *const pairs[][2] = {{NULL, "fused-gate-up"},
+                                               {"bf16-mlp", "bf16-mlp,fused-gate-up"}};
+        for (int p = 0; p < 2; p++) {
+            mlp_sizes(&rp_kernel_ops_cuda_sizes, &cfg, pairs[p][0], &s0, &w0);
+            mlp_sizes(&rp_kernel_ops_cuda_sizes, &cfg, pairs[p][1], &s1, &w1);
+            ck_assert_msg(s0 == s1 && w0 == w1, "%s, chunked %d: %zu and %zu floats, not %zu "
+                          "and %zu", pairs[p][1], chunked, s1, w1, s0, w0);
+        }
+        mlp_sizes(&rp_kernel_ops_cpu, &cfg, NULL, &s0, &w0);
+        setenv("RP_TEST_FUSED_GATE_UP", "1", 1);
+        mlp_sizes(&rp_kernel_ops_cpu, &cfg, NULL, &s1, &w1);
+        unsetenv("RP_TEST_FUSED_GATE_UP");
+        ck_assert(s0 == s1 && w0 == w1);
+    }
+}
+END_TEST
+
 /* 3 sequences of 7 tokens, tiles of 4 (cut inside sequences, the last
  * tile 1 token): chunks of 1, 2, 3 and all tiles give the same bits, with
  * and without the forward's output (the backward of a layer whose forward
@@ -881,6 +965,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, workspace_linear_in_seqlen);
     tcase_add_test(tc, dense_mlp_bf16_sizes);
     tcase_add_test(tc, mlp_chunks_keep_bits);
+    tcase_add_test(tc, fused_gate_up_is_the_derivative_and_takes_no_memory);
     tcase_add_test(tc, qwen3_moe_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, qwen3_moe_lora_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_bits_do_not_depend_on_the_chunk);

@@ -63,6 +63,11 @@ EXTRA_DIST += mpi-tests/test_speculative_update.sh
 TESTS += mpi-tests/test_mlp_chunks.sh
 EXTRA_DIST += mpi-tests/test_mlp_chunks.sh
 
+# the dense MLP's gate and up as one GEMM (RP_TEST_FUSED_GATE_UP=1): within
+# the golden bound, the same bits on 1-3 ranks, in chunks, kept on executors
+TESTS += mpi-tests/test_fused_gate_up.sh
+EXTRA_DIST += mpi-tests/test_fused_gate_up.sh
+
 # the same bits on 1-4 ranks over odd shapes, on every OpenBLAS build found
 TESTS += mpi-tests/test_rank_bits.sh
 EXTRA_DIST += mpi-tests/test_rank_bits.sh tools/blas-builds.sh

@@ -77,6 +77,18 @@
 #               bound of the CPU's; on a GPU a third run, 2 ranks without the
 #               switch, must end with another model (g and u rounded or not: a
 #               path never taken fails; the CPU computes in fp32, no third run)
+#   fused-gate-up  golden/qwen3 with tiles of 8 tokens and
+#               RP_ALLOW_UNPROVEN_CUDA=fused-gate-up (dut1 and dut2): the dense
+#               MLP's gate and up as one GEMM writing rows [g | u], one
+#               weight-gradient and one input-gradient GEMM for both (issue
+#               38); dut1 = 1 rank, the MLP in chunks of one tile, dut2 = 2
+#               ranks, one chunk (g and u in the saved area): the same bits,
+#               within the bound of the CPU's; a third run, 2 ranks without
+#               the switch, must end with another model (the input gradient
+#               sums in another order: a path never taken fails). With the CPU
+#               standing in, its runs set the test hook RP_TEST_FUSED_GATE_UP=1
+#               instead (the reference never), so the dry run takes the path
+#               too: worst is then the CPU's own rounding (about 2e-8), not 0
 #   speculative golden/qwen3 with --speculative-update on (its clip 4.0: three
 #               steps keep the update made before the norm, three redo it from
 #               the backup; issue 33); every other case runs
@@ -117,7 +129,7 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn cudnn-documents fused-xent xent-fp32 copies gemm-lt bf16-mlp speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn cudnn-documents fused-xent xent-fp32 copies gemm-lt bf16-mlp fused-gate-up speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -190,11 +202,16 @@ run() {
     xent-fp32) unproven=xent-fp32 ;;
     gemm-lt) unproven=gemm-lt ;;
     bf16-mlp) [ -n "${fp32_mlp:-}" ] || unproven=bf16-mlp ;; # the third run: fp32_mlp=1
+    fused-gate-up) [ -n "${two_gemms:-}" ] || unproven=fused-gate-up ;; # the third run: two_gemms=1
     copies) [ -n "${sync_copies:-}" ] || unproven=copies ;; # dut2: sync_copies=1
   esac
+  # the CPU standing in for the device takes the fused gate/up GEMM through
+  # its test hook (the CPU reference, ref-*, never)
+  local hook=""
+  [ "$unproven" = fused-gate-up ] && [ "$device" = cpu ] && [ "${name#ref-}" = "$name" ] && hook=1
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
   # shellcheck disable=SC2086
-  RP_ALLOW_UNPROVEN_CUDA=$unproven timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
+  RP_TEST_FUSED_GATE_UP=$hook RP_ALLOW_UNPROVEN_CUDA=$unproven timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
     $a --progress none --timeout 90 --log "$work/$name.jsonl" --save "$work/$name" "$@" \
     > "$work/$name.txt" 2>&1
   local rc=$?
@@ -283,6 +300,14 @@ one_case() { for case in "$1"; do
         taken="; another model than without the switch (the path taken)"
       fi
       two="bf16 g, u, dm: MLP chunks of one 8-token tile on 1 rank = one chunk on 2 ranks" ;;
+    fused-gate-up)
+      run "$c-dut1" "$dev" 1 --token-tile 8 --mlp-chunk-tokens 8 || { result "$c" FAILED - "$dev, fused gate/up in chunks of one tile failed ($c-dut1.txt)"; continue; }
+      run "$c-dut2" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks, fused gate/up in one chunk failed ($c-dut2.txt)"; continue; }
+      two_gemms=1 run "$c-two" "$dev" 2 --token-tile 8 --mlp-chunk-tokens 1048576 || { result "$c" FAILED - "$dev, 2 ranks without the switch failed ($c-two.txt)"; continue; }
+      ! cmp -s "$work/$c-two/model.safetensors" "$work/$c-dut2/model.safetensors" ||
+        { result "$c" FAILED - "$dev: the model with the fused gate/up GEMM is the one without it, bit for bit: the path was not taken ($c-dut2.txt)"; continue; }
+      taken="; another model than without the switch (the path taken)"
+      two="gate/up as one GEMM: MLP chunks of one 8-token tile on 1 rank = one chunk on 2 ranks" ;;
     speculative)
       run "$c-dut1" "$dev" 1 --speculative-update on || { result "$c" FAILED - "$dev, 1 rank, --speculative-update on failed ($c-dut1.txt)"; continue; }
       run "$c-dut2" "$dev" 2 --speculative-update on || { result "$c" FAILED - "$dev, 2 ranks, --speculative-update on failed ($c-dut2.txt)"; continue; }
@@ -321,7 +346,7 @@ one_case() { for case in "$1"; do
   first=1; [ "$c" = checkpoint ] && first=4
   why=$(bits "$c-dut1" "$c-dut2" "$first"); brc=$?
   extra=""
-  [ "$c" = bf16-mlp ] && extra=$taken
+  case $c in bf16-mlp|fused-gate-up) extra=$taken ;; esac
   case $c in checkpoint|fused-xent|speculative) after_qwen3 ;; esac
   if [ "$c" = checkpoint ] && [ -f "$work/qwen3-dut1/model.safetensors" ]; then
     # checkpoints end segments: the model must still be the plain run's

@@ -13,10 +13,10 @@
 #                          its programs here (~90 s on 16 cores)
 #   env           5   -    driver, CUDA, cuDNN found or not, GPU, PCIe link,
 #                          free memory, glibc, compute-sanitizer
-#   parity       80  60    bench/gpu/parity.sh: every training path on --device
+#   parity       83  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 23 cases, the never-run paths first, 3 at a
+#                          its 24 cases, the never-run paths first, 3 at a
 #                          time (capped at 240 s; the CPU references run
 #                          beside them)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
@@ -54,11 +54,11 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~540 s before maxseq with the carried build (parity's 23 cases,
-# 3 at a time, take an estimated 80: about 170 one at a time; the cuDNN test
-# and timings 40), the whole 540 s budget: maxseq, then the peer's second
-# run, topology and the peer run only when earlier phases beat their
-# expectations; a rebuild (+80 s) cuts them first.
+# Expected: ~543 s before maxseq with the carried build (parity's 24 cases,
+# 3 at a time, take an estimated 83: about 177 one at a time, some 7 s a
+# case; the cuDNN test and timings 40), the whole 540 s budget: maxseq,
+# then the peer's second run, topology and the peer run only when earlier
+# phases beat their expectations; a rebuild (+80 s) cuts them first.
 # `bash bench/gpu/run.sh maxseq` runs it alone (with build and env) when a
 # session has device time left.
 #
@@ -107,7 +107,7 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-declare -A expect=([build]=10 [env]=5 [parity]=80 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
+declare -A expect=([build]=10 [env]=5 [parity]=83 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [adamw]=15 [e2e]=60 [speedup]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [adamw]=20 [e2e]=70
   [speedup]=70 [peer]=60 [topology]=20 [maxseq]=60)

@@ -32,6 +32,10 @@ static const struct {
                                           "projection's input gradient written by their GEMMs "
                                           "in bf16, the SwiGLU reading them so (else in fp32: "
                                           "other bits, twice the bytes)"},
+    [RP_UNPROVEN_FUSED_GATE_UP] = {"fused-gate-up", "the dense MLP's gate and up projections as "
+                                                    "one GEMM, and one weight-gradient and one "
+                                                    "input-gradient GEMM for both (else two of "
+                                                    "each: other bits)"},
 };
 
 const char *rp_unproven_name(rp_unproven p)

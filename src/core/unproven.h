@@ -25,11 +25,13 @@ typedef enum rp_unproven {
     RP_UNPROVEN_XENT_FP32,     /* the head's cross-entropy summing in float, not double */
     RP_UNPROVEN_BF16_MLP,      /* the dense MLP's g, u and dm in bf16, as the next op reads
                                   them (model/block.c) */
+    RP_UNPROVEN_FUSED_GATE_UP, /* the dense MLP's gate and up projections as one GEMM, and
+                                  their backward's (model/block.c) */
     RP_UNPROVEN_COUNT
 } rp_unproven;
 
 /* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies",
- * "gemm-lt", "xent-fp32", "bf16-mlp"; NULL out of range. */
+ * "gemm-lt", "xent-fp32", "bf16-mlp", "fused-gate-up"; NULL out of range. */
 const char *rp_unproven_name(rp_unproven p);
 /* What the path lets run, for messages and help. */
 const char *rp_unproven_what(rp_unproven p);

@@ -141,19 +141,24 @@ typedef struct rp_kernel_ops {
                                          const float *lse, const void *dout, float *dsinks,
                                          rp_error *err);
 
-    /* ---- SwiGLU: m = silu(g) * u, elementwise over n -------------------- */
+    /* ---- SwiGLU: m = silu(g) * u, elementwise over rows x cols --------- */
     /* g and u in gu_dtype: RP_F32, or the compute dtype (the GEMMs' own
      * output where nothing adds to it in fp32: model/block.c), read and
      * widened exactly, then the same fp32 math; any other dtype is
-     * RP_ERR_UNSUPPORTED. m in the compute dtype. */
+     * RP_ERR_UNSUPPORTED. g and u are `rows` rows of `cols` values at a
+     * row stride ld >= cols (the dense MLP's fused gate/up GEMM writes
+     * [g_row | u_row]: ld = 2 cols, u = g + cols; ld == cols: contiguous);
+     * the gaps are neither read nor written. m, in the compute dtype, is
+     * contiguous [rows, cols]. ld < cols is RP_ERR_INVALID_ARG. */
     rp_status (*swiglu_forward)(void *state, const void *g, const void *u, rp_dtype gu_dtype,
-                                void *m, int64_t n, rp_error *err);
-    /* dg, du (compute dtype) from dm in dm_dtype and the forward's g, u in
-     * gu_dtype (each RP_F32 or the compute dtype, as above); dg may alias g
-     * and du may alias u when the compute dtype is fp32. */
+                                int64_t ld, void *m, int64_t rows, int64_t cols, rp_error *err);
+    /* dg, du (compute dtype, at g's row stride ld) from dm in dm_dtype
+     * (contiguous [rows, cols]) and the forward's g, u in gu_dtype (each
+     * RP_F32 or the compute dtype, as above); dg may alias g and du may
+     * alias u when the compute dtype is fp32. */
     rp_status (*swiglu_backward)(void *state, const void *g, const void *u, rp_dtype gu_dtype,
-                                 const void *dm, rp_dtype dm_dtype, void *dg, void *du, int64_t n,
-                                 rp_error *err);
+                                 int64_t ld, const void *dm, rp_dtype dm_dtype, void *dg, void *du,
+                                 int64_t rows, int64_t cols, rp_error *err);
 
     /* gpt-oss's clamped SwiGLU (kernels/cpu/swiglu.h): gate = min(g, limit),
      * up = clamp(u, -limit, limit), m = (up + 1) * gate * sigmoid(alpha *

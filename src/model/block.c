@@ -17,7 +17,8 @@
  * (LoRA on gate or up: g and u; on down: dm), else in what their GEMM
  * writes straight: the compute dtype (on CUDA only with bf16-mlp: see
  * mlp_dtypes). On a table whose compute dtype is fp32 the two names of a
- * value are one buffer.
+ * value are one buffer. Gate and up may run as one GEMM, g and u side by
+ * side in its rows (mlp_fused_gate_up).
  * The forward keeps what the backward needs in the caller's `saved` area;
  * the backward goes back through the same steps from it, never running the
  * forward again, except the dense MLP's of a microbatch longer than one
@@ -26,6 +27,7 @@
  * chunk's g, u and m again from the saved h2 (the same tile GEMMs, so the
  * same bits) before going back through it. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/unproven.h"
@@ -76,10 +78,14 @@ typedef struct block_ws {
     /* the dense MLP's scratch for one chunk of tokens (model/token_tiles.h);
      * g, u, m saved instead when the microbatch is one chunk (mlp_kept: the
      * forward makes them, the backward reads them); g and u in gu_dtype, dm
-     * in dm_dtype (mlp_dtypes), m, dg, du in the compute dtype */
+     * in dm_dtype (mlp_dtypes), m, dg, du in the compute dtype; g, u, dg and
+     * du are rows at the row stride gu_ld: I, or with the fused gate/up
+     * GEMM (mlp_fused_gate_up) 2 I, one [chunk, 2I] buffer of rows [g_row |
+     * u_row] (u = g + I) and one of [dg_row | du_row] */
     void *g, *u, *dm, *m, *dg, *du;
     rp_dtype gu_dtype, dm_dtype;
-    int mlp_kept;
+    int mlp_kept, fused_gate_up;
+    int64_t gu_ld;
     /* LoRA: the adapters in the compute dtype (saved; NULL: they come in
      * it), each projection's ts (saved; the dense MLP's with g, u and m,
      * a chunk's rows; an expert projection's are the experts' own:
@@ -143,6 +149,62 @@ static void mlp_dtypes(const rp_kernel_ops *ops, const int adapted[RP_LORA_NPROJ
     *gu = narrow && !adapted[RP_LORA_GATE_PROJ] && !adapted[RP_LORA_UP_PROJ] ? ops->compute_dtype
                                                                                : RP_F32;
     *dm = narrow && !adapted[RP_LORA_DOWN_PROJ] ? ops->compute_dtype : RP_F32;
+}
+
+/* Whether block `block`'s dense MLP runs its gate and up projections as one
+ * GEMM, g and u one [rows, 2I] output (the matrices [Wg; Wu] read as one
+ * [2I, H] matrix), and their backward as one weight-gradient and one
+ * input-gradient GEMM (K = 2I). The input gradient then sums over 2I in
+ * one order rather than two GEMMs' I each then added, so its bits are not
+ * the two GEMMs': the CPU executors keep the two unless a test sets
+ * RP_TEST_FUSED_GATE_UP=1 (the path runs there so), and the CUDA table
+ * takes it only with RP_ALLOW_UNPROVEN_CUDA=fused-gate-up until a GPU has
+ * run it against the CPU. Taken only where the two matrices and their
+ * gradients are adjacent by the block layout alone, so that every
+ * executor, whichever job it runs, decides alike from the config (the
+ * saved g and u of a kept MLP travel from the forward job to the backward
+ * job through the host store in this layout): a dense block, the up
+ * matrix right after the gate's (model/layout.c pads each tensor to
+ * RP_PARAM_ALIGN elements, so I * H must be a multiple of it), and no
+ * LoRA. With LoRA the frozen base comes as pieces, each where its
+ * safetensors file, the store or an upload put it (engine/frozen_base.c),
+ * not adjacent by layout: mapped files order their tensors as they were
+ * written, shards map apart; and an adapter on gate or up adds into g or
+ * u apart. Read here alone: carve sizes the plan and lays out the calls'
+ * buffers from it, as for mlp_dtypes. */
+static int mlp_fused_gate_up(const rp_kernel_ops *ops, const rp_model_config *cfg, int block,
+                             const rp_block_offsets *off)
+{
+    const size_t I = (size_t)cfg->intermediate_size, H = (size_t)cfg->hidden_size;
+    if (rp_model_block_is_moe(cfg, block) || cfg->lora.rank > 0 || off->w_gate == SIZE_MAX ||
+        off->w_up != off->w_gate + I * H)
+        return 0;
+    if (ops->compute_dtype != RP_F32 || !ops->host_addressable)
+        return rp_unproven_allowed(RP_UNPROVEN_FUSED_GATE_UP);
+    const char *test = getenv("RP_TEST_FUSED_GATE_UP");
+    return test && strcmp(test, "1") == 0;
+}
+
+/* The dense MLP's pair of `bytes` each (g and u, or dg and du): two
+ * buffers, or (fused) one of 2 x bytes whose rows are [first_row |
+ * second_row], *second `half` bytes after *first. The carver moves on by
+ * what two buffers take either way, so no area's size depends on the
+ * path. */
+static void carve_pair(rp_carver *c, size_t bytes, int fused, size_t half, void **first,
+                       void **second)
+{
+    if (!fused) {
+        *first = rp_carve_bytes(c, bytes);
+        *second = rp_carve_bytes(c, bytes);
+        return;
+    }
+    rp_carver two = {NULL, 0, 0, NULL}, one = two;
+    (void)rp_carve_bytes(&two, bytes);
+    (void)rp_carve_bytes(&two, bytes);
+    (void)rp_carve_bytes(&one, 2 * bytes);
+    *first = rp_carve_bytes(c, 2 * bytes);
+    c->at += two.at - one.at;
+    *second = *first ? (char *)*first + half : NULL;
 }
 
 /* The buffers of block `block` (its kind: dense or mixture of experts). */
@@ -237,10 +299,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->mlp_kept = !w->moe && chunk >= T;
     rp_carver *mlp = w->mlp_kept ? &sv : &sc;
     mlp_dtypes(ops, mlp_adapter, &w->gu_dtype, &w->dm_dtype);
+    w->fused_gate_up = mlp_fused_gate_up(ops, cfg, block, &off);
+    w->gu_ld = (int64_t)(w->fused_gate_up ? 2 * I : I);
     const size_t gu_bytes = chunk * I * rp_dtype_size(w->gu_dtype);
     if (!w->moe && w->mlp_kept) {
-        w->g = rp_carve_bytes(mlp, gu_bytes);
-        w->u = rp_carve_bytes(mlp, gu_bytes);
+        carve_pair(mlp, gu_bytes, w->fused_gate_up, I * rp_dtype_size(w->gu_dtype), &w->g, &w->u);
         w->m = rp_carve_compute(mlp, ops, chunk * I);
         for (int p = 0; p < RP_LORA_NPROJ; p++)
             if (mlp_adapter[p])
@@ -255,8 +318,7 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     }
     w->tmp = rp_carve_f32(&sc, T * H);
     if (!w->moe && !w->mlp_kept) {
-        w->g = rp_carve_bytes(mlp, gu_bytes);
-        w->u = rp_carve_bytes(mlp, gu_bytes);
+        carve_pair(mlp, gu_bytes, w->fused_gate_up, I * rp_dtype_size(w->gu_dtype), &w->g, &w->u);
         w->m = rp_carve_compute(mlp, ops, chunk * I);
         for (int p = 0; p < RP_LORA_NPROJ; p++)
             if (mlp_adapter[p])
@@ -264,8 +326,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     }
     if (!w->moe) {
         w->dm = one ? w->m : rp_carve_bytes(&sc, chunk * I * rp_dtype_size(w->dm_dtype));
-        w->dg = one ? w->g : rp_carve_compute(&sc, ops, chunk * I);
-        w->du = one ? w->u : rp_carve_compute(&sc, ops, chunk * I);
+        if (one)
+            w->dg = w->g, w->du = w->u;
+        else
+            carve_pair(&sc, chunk * I * rp_kernel_compute_bytes(ops), w->fused_gate_up,
+                       I * rp_kernel_compute_bytes(ops), &w->dg, &w->du);
     }
     w->dy_c = one ? NULL : rp_carve_compute(&sc, ops, T * H); /* NULL: dy itself */
     w->dout = rp_carve_compute(&sc, ops, T * QD);
@@ -822,6 +887,23 @@ static int64_t tile_rows(const mlp_walk *mw, int64_t n, int64_t j)
     return n - j < mw->tile ? n - j : mw->tile;
 }
 
+/* The fused gate/up GEMM reads [Wg; Wu] as one matrix: the up matrix must
+ * lie right after the gate's where the GEMMs read them. mlp_fused_gate_up
+ * takes the path only where the layout makes it so (the block's weights
+ * or their compute copy, in one piece); this checks that invariant. */
+static rp_status fused_weights_adjacent(const mlp_walk *mw, rp_error *err)
+{
+    if (!mw->w->fused_gate_up)
+        return RP_OK;
+    const char *gate = matrix(mw->bp, mw->o->w_gate), *up = matrix(mw->bp, mw->o->w_up);
+    const size_t gap = (size_t)(mw->I * mw->H) * rp_dtype_size(mw->bp->wdt);
+    if (gate && up == gate + gap)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INTERNAL, "block %d: the fused gate/up GEMM's up matrix is "
+                        "not right after the gate's (%p, %p)", mw->bp->block, (const void *)gate,
+                        (const void *)up);
+}
+
 /* g, u and m of the chunk of n tokens from token c0, with the gate's and
  * the up projection's adapters and (down_ts) the down projection's ts,
  * which only its backward reads. */
@@ -836,10 +918,17 @@ static rp_status mlp_chunk_forward(const mlp_walk *mw, int64_t c0, int64_t n, in
      * output in the compute dtype */
     const int gu_f32 = w->gu_dtype == RP_F32;
     const size_t gub = rp_dtype_size(w->gu_dtype);
+    const int64_t ld = w->gu_ld;
+    RP_TRY(fused_weights_adjacent(mw, err));
     for (int64_t j = 0; j < n; j += mw->tile) {
         const int64_t rows = tile_rows(mw, n, j);
         const void *h2 = row_at(w->h2, c0 + j, H, mw->cb);
-        void *g = row_at(w->g, j, I, gub), *u = row_at(w->u, j, I, gub);
+        void *g = row_at(w->g, j, ld, gub), *u = row_at(w->u, j, ld, gub);
+        if (w->fused_gate_up) { /* [g_row | u_row] = h2 [Wg; Wu]^T; no adapter on either */
+            OP(linear_forward, h2, matrix(bp, mw->o->w_gate), bp->wdt, NULL, NULL,
+               gu_f32 ? g : NULL, gu_f32 ? NULL : g, rows, H, 2 * I);
+            continue;
+        }
         OP(linear_forward, h2, matrix(bp, mw->o->w_gate), bp->wdt, NULL, NULL,
            gu_f32 ? g : NULL, gu_f32 ? NULL : g, rows, H, I);
         OP(linear_forward, h2, matrix(bp, mw->o->w_up), bp->wdt, NULL, NULL, gu_f32 ? u : NULL,
@@ -849,7 +938,7 @@ static rp_status mlp_chunk_forward(const mlp_walk *mw, int64_t c0, int64_t n, in
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_UP_PROJ, h2, c0 + j, rows, j,
                         mw->seqlen, u, NULL, err));
     }
-    OP(swiglu_forward, w->g, w->u, w->gu_dtype, w->m, n * I);
+    OP(swiglu_forward, w->g, w->u, w->gu_dtype, ld, w->m, n, I);
     for (int64_t j = 0; down_ts && j < n; j += mw->tile)
         RP_TRY(lora_add(k, mw->cfg, mw->lora, bp, w, RP_LORA_DOWN_PROJ,
                         row_at(w->m, j, I, mw->cb), c0 + j, tile_rows(mw, n, j), j, mw->seqlen,
@@ -897,6 +986,7 @@ static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, cons
     const int64_t H = mw->H, I = mw->I;
     rp_lora_adapter down;
     const int down_adapted = adapter(k, cfg, bp, dparams, RP_LORA_DOWN_PROJ, &down) != NULL;
+    RP_TRY(fused_weights_adjacent(mw, err)); /* a kept chunk's backward makes no forward */
     for (int64_t c0 = 0; c0 < mw->T; c0 += mw->chunk) {
         const int64_t n = mw->T - c0 < mw->chunk ? mw->T - c0 : mw->chunk;
         if (!w->mlp_kept) /* kept: the forward's are in the saved area */
@@ -920,12 +1010,24 @@ static rp_status mlp_backward(const mlp_walk *mw, float *D, float *dparams, cons
                                                    dm, &b, err));
             }
         }
-        OP(swiglu_backward, w->g, w->u, w->gu_dtype, w->dm, w->dm_dtype, w->dg, w->du, n * I);
+        OP(swiglu_backward, w->g, w->u, w->gu_dtype, w->gu_ld, w->dm, w->dm_dtype, w->dg, w->du,
+           n, I);
         for (int64_t j = 0; j < n; j += mw->tile) {
             const int64_t rows = tile_rows(mw, n, j), t = c0 + j;
-            const void *h2 = row_at(w->h2, t, H, mw->cb), *dg = row_at(w->dg, j, I, mw->cb),
-                       *du = row_at(w->du, j, I, mw->cb);
+            const void *h2 = row_at(w->h2, t, H, mw->cb),
+                       *dg = row_at(w->dg, j, w->gu_ld, mw->cb),
+                       *du = row_at(w->du, j, w->gu_ld, mw->cb);
             float *tmp = w->tmp + t * H;
+            if (w->fused_gate_up) {
+                /* [dg_row | du_row] against h2 into the [2I, H] gradient of
+                 * [Wg; Wu] (D's w_up follows its w_gate as the weights'
+                 * does), and dL/dh2 over K = 2I; no adapter on either */
+                if (D)
+                    OP(linear_backward_weight, dg, h2, D + o->w_gate, rows, H, 2 * I);
+                OP(linear_backward_input, dg, matrix(bp, o->w_gate), bp->wdt, tmp, NULL, rows, H,
+                   2 * I, 0);
+                continue;
+            }
             if (D) {
                 OP(linear_backward_weight, dg, h2, D + o->w_gate, rows, H, I);
                 OP(linear_backward_weight, du, h2, D + o->w_up, rows, H, I);

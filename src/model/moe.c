@@ -170,7 +170,7 @@ static rp_status experts_in(const rp_kernels *k, const rp_model_config *cfg,
         OP(swiglu_clamped_forward, b->g, b->u, (float)cfg->oss.swiglu_limit,
            (float)cfg->oss.swiglu_alpha, b->m, count * K * I);
     else
-        OP(swiglu_forward, b->g, b->u, RP_F32, b->m, count * K * I);
+        OP(swiglu_forward, b->g, b->u, RP_F32, I, b->m, count * K, I);
     return RP_OK;
 }
 
@@ -340,7 +340,8 @@ rp_status rp_moe_backward(const rp_kernels *k, const rp_model_config *cfg,
             OP(swiglu_clamped_backward, b->g, b->u, (float)cfg->oss.swiglu_limit,
                (float)cfg->oss.swiglu_alpha, b->z, b->dg, b->du, count * K * I);
         else
-            OP(swiglu_backward, b->g, b->u, RP_F32, b->z, RP_F32, b->dg, b->du, count * K * I);
+            OP(swiglu_backward, b->g, b->u, RP_F32, I, b->z, RP_F32, b->dg, b->du, count * K,
+               I);
         FOR_TILES(t, start, count)
             RP_TRY(gate_up_backward(k, cfg, mw, lo, h, dh, b, &t, err));
     }

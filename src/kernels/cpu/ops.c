@@ -214,23 +214,35 @@ static rp_status swiglu_inputs_f32(const char *op, const char *what, rp_dtype dt
                         what, rp_dtype_name(dtype));
 }
 
+/* g and u's row stride: at least a row (kernels/ops.h). */
+static rp_status swiglu_stride(const char *op, int64_t ld, int64_t rows, int64_t cols,
+                               rp_error *err)
+{
+    if (rows >= 0 && cols >= 0 && ld >= cols)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: %s: row stride %lld for %lld rows "
+                        "of %lld", op, (long long)ld, (long long)rows, (long long)cols);
+}
+
 static rp_status swiglu_forward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
-                                void *m, int64_t n, rp_error *err)
+                                int64_t ld, void *m, int64_t rows, int64_t cols, rp_error *err)
 {
     (void)state;
     RP_TRY(swiglu_inputs_f32("swiglu_forward", "g and u", gu_dtype, err));
-    rp_swiglu_forward(g, u, m, n);
+    RP_TRY(swiglu_stride("swiglu_forward", ld, rows, cols, err));
+    rp_swiglu_forward(g, u, ld, m, rows, cols);
     return RP_OK;
 }
 
 static rp_status swiglu_backward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
-                                 const void *dm, rp_dtype dm_dtype, void *dg, void *du, int64_t n,
-                                 rp_error *err)
+                                 int64_t ld, const void *dm, rp_dtype dm_dtype, void *dg, void *du,
+                                 int64_t rows, int64_t cols, rp_error *err)
 {
     (void)state;
     RP_TRY(swiglu_inputs_f32("swiglu_backward", "g and u", gu_dtype, err));
     RP_TRY(swiglu_inputs_f32("swiglu_backward", "dm", dm_dtype, err));
-    rp_swiglu_backward(g, u, dm, dg, du, n);
+    RP_TRY(swiglu_stride("swiglu_backward", ld, rows, cols, err));
+    rp_swiglu_backward(g, u, ld, dm, dg, du, rows, cols);
     return RP_OK;
 }
 

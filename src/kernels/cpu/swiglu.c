@@ -28,13 +28,46 @@ static void forward_task(const float *g, const float *u, float *m, int64_t n, in
         m[i] = g[i] / (1.0f + e[i]) * u[i];
 }
 
-void rp_swiglu_forward(const float *g, const float *u, float *m, int64_t n)
+/* The tasks over `rows` rows of `cols` values at a row stride ld: rows of
+ * their own when ld > cols (a task never spans a gap), else one row of
+ * rows * cols values, the split of contiguous values the op always made.
+ * Each element goes through the same operations whichever task holds it
+ * (the vector exp has expf's bits; ISO C contracts nothing), so the split
+ * changes no bits; the single row keeps the tasks' sizes as they were. */
+typedef struct swiglu_split {
+    int64_t rows, cols, ld, per_row;
+} swiglu_split;
+
+static swiglu_split split_of(int64_t rows, int64_t cols, int64_t ld)
+{
+    swiglu_split s = {rows, cols, ld, 0};
+    if (ld == cols) {
+        s.cols = s.ld = rows * cols;
+        s.rows = 1;
+    }
+    s.per_row = task_count(s.cols);
+    return s;
+}
+
+/* Task t's row, its first column and its length. */
+static void task_at(const swiglu_split *s, int64_t t, int64_t *row, int64_t *col, int64_t *len)
+{
+    *row = t / s->per_row;
+    *col = t % s->per_row * SWIGLU_TASK;
+    *len = task_length(s->cols, t % s->per_row);
+}
+
+void rp_swiglu_forward(const float *g, const float *u, int64_t ld, float *m, int64_t rows,
+                       int64_t cols)
 {
     const int vector = rp_expf_vector_usable();
+    const swiglu_split s = split_of(rows, cols, ld);
 #pragma omp parallel for schedule(static)
-    for (int64_t task = 0; task < task_count(n); task++) {
-        const int64_t first = task * SWIGLU_TASK;
-        forward_task(g + first, u + first, m + first, task_length(n, task), vector);
+    for (int64_t task = 0; task < s.rows * s.per_row; task++) {
+        int64_t r, c, len;
+        task_at(&s, task, &r, &c, &len);
+        const int64_t at = r * s.ld + c;
+        forward_task(g + at, u + at, m + r * s.cols + c, len, vector);
     }
 }
 
@@ -54,15 +87,17 @@ static void backward_task(const float *g, const float *u, const float *dm, float
     }
 }
 
-void rp_swiglu_backward(const float *g, const float *u, const float *dm, float *dg, float *du,
-                        int64_t n)
+void rp_swiglu_backward(const float *g, const float *u, int64_t ld, const float *dm, float *dg,
+                        float *du, int64_t rows, int64_t cols)
 {
     const int vector = rp_expf_vector_usable();
+    const swiglu_split s = split_of(rows, cols, ld);
 #pragma omp parallel for schedule(static)
-    for (int64_t task = 0; task < task_count(n); task++) {
-        const int64_t first = task * SWIGLU_TASK;
-        backward_task(g + first, u + first, dm + first, dg + first, du + first,
-                      task_length(n, task), vector);
+    for (int64_t task = 0; task < s.rows * s.per_row; task++) {
+        int64_t r, c, len;
+        task_at(&s, task, &r, &c, &len);
+        const int64_t at = r * s.ld + c;
+        backward_task(g + at, u + at, dm + r * s.cols + c, dg + at, du + at, len, vector);
     }
 }
 

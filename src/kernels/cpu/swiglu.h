@@ -5,12 +5,18 @@
 
 #include <stdint.h>
 
-void rp_swiglu_forward(const float *g, const float *u, float *m, int64_t n);
+/* g and u (and the backward's dg, du): `rows` rows of `cols` values at a row
+ * stride ld >= cols (the dense MLP's fused gate/up GEMM writes [g_row |
+ * u_row]: ld = 2 cols, u = g + cols); the gaps are neither read nor
+ * written. m and dm are contiguous [rows, cols]. ld == cols is the
+ * contiguous case, with the bits it always had. */
+void rp_swiglu_forward(const float *g, const float *u, int64_t ld, float *m, int64_t rows,
+                       int64_t cols);
 
 /* dg = dm * u * silu'(g), du = dm * silu(g); dg may alias g and du may
  * alias u (each element is read before it is written). */
-void rp_swiglu_backward(const float *g, const float *u, const float *dm, float *dg, float *du,
-                        int64_t n);
+void rp_swiglu_backward(const float *g, const float *u, int64_t ld, const float *dm, float *dg,
+                        float *du, int64_t rows, int64_t cols);
 
 /* gpt-oss's clamped SwiGLU (issue 35), elementwise over n, as transformers'
  * GptOssExperts._apply_gate computes it in fp32: gate = min(g, limit),

@@ -419,25 +419,39 @@ static rp_status swiglu_input(const cuda_state *c, const char *op, const char *w
                         "not %s", c->ordinal, op, what, rp_dtype_name(dtype));
 }
 
+/* g and u's row stride: at least a row (kernels/ops.h). */
+static rp_status swiglu_stride(const cuda_state *c, const char *op, int64_t ld, int64_t rows,
+                               int64_t cols, rp_error *err)
+{
+    if (rows >= 0 && cols >= 0 && ld >= cols)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: %s: row stride %lld for %lld "
+                        "rows of %lld", c->ordinal, op, (long long)ld, (long long)rows,
+                        (long long)cols);
+}
+
 static rp_status swiglu_forward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
-                                void *m, int64_t n, rp_error *err)
+                                int64_t ld, void *m, int64_t rows, int64_t cols, rp_error *err)
 {
     cuda_state *c = state;
     int gu_bf16;
     RP_TRY(swiglu_input(c, "swiglu_forward", "g and u", gu_dtype, &gu_bf16, err));
-    CK(rp_cuda_swiglu_forward(g, u, gu_bf16, NULL, m, n, c->stream));
+    RP_TRY(swiglu_stride(c, "swiglu_forward", ld, rows, cols, err));
+    CK(rp_cuda_swiglu_forward(g, u, gu_bf16, ld, NULL, m, rows, cols, c->stream));
     return RP_OK;
 }
 
 static rp_status swiglu_backward(void *state, const void *g, const void *u, rp_dtype gu_dtype,
-                                 const void *dm, rp_dtype dm_dtype, void *dg, void *du, int64_t n,
-                                 rp_error *err)
+                                 int64_t ld, const void *dm, rp_dtype dm_dtype, void *dg, void *du,
+                                 int64_t rows, int64_t cols, rp_error *err)
 {
     cuda_state *c = state;
     int gu_bf16, dm_bf16;
     RP_TRY(swiglu_input(c, "swiglu_backward", "g and u", gu_dtype, &gu_bf16, err));
     RP_TRY(swiglu_input(c, "swiglu_backward", "dm", dm_dtype, &dm_bf16, err));
-    CK(rp_cuda_swiglu_backward(g, u, gu_bf16, dm, dm_bf16, NULL, dg, NULL, du, n, c->stream));
+    RP_TRY(swiglu_stride(c, "swiglu_backward", ld, rows, cols, err));
+    CK(rp_cuda_swiglu_backward(g, u, gu_bf16, ld, dm, dm_bf16, NULL, dg, NULL, du, rows, cols,
+                               c->stream));
     return RP_OK;
 }
 

@@ -6,13 +6,23 @@
 static __device__ __forceinline__ float widen(float v) { return v; }
 static __device__ __forceinline__ float widen(rp_bf16_t v) { return __bfloat162float(v); }
 
+/* Element i of the contiguous [rows, cols] m and dm is element (i / cols,
+ * i % cols) of g, u, dg, du at their row stride ld: ld == cols is the
+ * contiguous layout, index for index. */
+static __device__ __forceinline__ int64_t strided(int64_t i, int64_t cols, int64_t ld)
+{
+    return ld == cols ? i : i / cols * ld + i % cols;
+}
+
 template <typename GU>
-static __global__ void fwd_kernel(const GU *g, const GU *u, float *m, rp_bf16_t *mb, int64_t n)
+static __global__ void fwd_kernel(const GU *g, const GU *u, int64_t ld, float *m, rp_bf16_t *mb,
+                                  int64_t cols, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float gi = widen(g[i]);
-        float v = gi / (1.0f + expf(-gi)) * widen(u[i]);
+        const int64_t s = strided(i, cols, ld);
+        float gi = widen(g[s]);
+        float v = gi / (1.0f + expf(-gi)) * widen(u[s]);
         if (m)
             m[i] = v;
         if (mb)
@@ -21,71 +31,79 @@ static __global__ void fwd_kernel(const GU *g, const GU *u, float *m, rp_bf16_t 
 }
 
 template <typename GU, typename DM>
-static __global__ void bwd_kernel(const GU *g, const GU *u, const DM *dm, float *dg,
-                                  rp_bf16_t *dgb, float *du, rp_bf16_t *dub, int64_t n)
+static __global__ void bwd_kernel(const GU *g, const GU *u, int64_t ld, const DM *dm, float *dg,
+                                  rp_bf16_t *dgb, float *du, rp_bf16_t *dub, int64_t cols,
+                                  int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float gi = widen(g[i]), ui = widen(u[i]), d = widen(dm[i]);
+        const int64_t s = strided(i, cols, ld);
+        const float gi = widen(g[s]), ui = widen(u[s]), d = widen(dm[i]);
         const float e = expf(-gi), sg = 1.0f / (1.0f + e), silu = gi / (1.0f + e);
         const float a = d * ui * (sg * (1.0f + gi * (1.0f - sg)));
         const float b = d * silu;
         if (dg)
-            dg[i] = a;
+            dg[s] = a;
         if (dgb)
-            dgb[i] = __float2bfloat16_rn(a);
+            dgb[s] = __float2bfloat16_rn(a);
         if (du)
-            du[i] = b;
+            du[s] = b;
         if (dub)
-            dub[i] = __float2bfloat16_rn(b);
+            dub[s] = __float2bfloat16_rn(b);
     }
 }
 
-extern "C" int rp_cuda_swiglu_forward(const void *g, const void *u, int gu_bf16, float *m,
-                                      uint16_t *m_bf16, int64_t n, void *stream)
+extern "C" int rp_cuda_swiglu_forward(const void *g, const void *u, int gu_bf16, int64_t ld,
+                                      float *m, uint16_t *m_bf16, int64_t rows, int64_t cols,
+                                      void *stream)
 {
+    const int64_t n = rows * cols;
     if (n <= 0)
         return 0;
     rp_bf16_t *mb = reinterpret_cast<rp_bf16_t *>(m_bf16);
     const unsigned grid = rp_grid_for(n, 256);
     if (gu_bf16)
         fwd_kernel<<<grid, 256, 0, rp_stream(stream)>>>(static_cast<const rp_bf16_t *>(g),
-                                                        static_cast<const rp_bf16_t *>(u), m, mb,
-                                                        n);
+                                                        static_cast<const rp_bf16_t *>(u), ld, m,
+                                                        mb, cols, n);
     else
         fwd_kernel<<<grid, 256, 0, rp_stream(stream)>>>(static_cast<const float *>(g),
-                                                        static_cast<const float *>(u), m, mb, n);
+                                                        static_cast<const float *>(u), ld, m, mb,
+                                                        cols, n);
     return rp_launch_status();
 }
 
 /* The backward over g, u of type GU, dm read as dm_bf16 says. */
 template <typename GU>
-static void launch_bwd(const GU *g, const GU *u, const void *dm, int dm_bf16, float *dg,
-                       rp_bf16_t *dgb, float *du, rp_bf16_t *dub, int64_t n, cudaStream_t stream)
+static void launch_bwd(const GU *g, const GU *u, int64_t ld, const void *dm, int dm_bf16,
+                       float *dg, rp_bf16_t *dgb, float *du, rp_bf16_t *dub, int64_t cols,
+                       int64_t n, cudaStream_t stream)
 {
     const unsigned grid = rp_grid_for(n, 256);
     if (dm_bf16)
-        bwd_kernel<<<grid, 256, 0, stream>>>(g, u, static_cast<const rp_bf16_t *>(dm), dg, dgb,
-                                             du, dub, n);
+        bwd_kernel<<<grid, 256, 0, stream>>>(g, u, ld, static_cast<const rp_bf16_t *>(dm), dg,
+                                             dgb, du, dub, cols, n);
     else
-        bwd_kernel<<<grid, 256, 0, stream>>>(g, u, static_cast<const float *>(dm), dg, dgb, du,
-                                             dub, n);
+        bwd_kernel<<<grid, 256, 0, stream>>>(g, u, ld, static_cast<const float *>(dm), dg, dgb,
+                                             du, dub, cols, n);
 }
 
-extern "C" int rp_cuda_swiglu_backward(const void *g, const void *u, int gu_bf16, const void *dm,
-                                       int dm_bf16, float *dg, uint16_t *dg_bf16, float *du,
-                                       uint16_t *du_bf16, int64_t n, void *stream)
+extern "C" int rp_cuda_swiglu_backward(const void *g, const void *u, int gu_bf16, int64_t ld,
+                                       const void *dm, int dm_bf16, float *dg, uint16_t *dg_bf16,
+                                       float *du, uint16_t *du_bf16, int64_t rows, int64_t cols,
+                                       void *stream)
 {
+    const int64_t n = rows * cols;
     if (n <= 0)
         return 0;
     rp_bf16_t *dgb = reinterpret_cast<rp_bf16_t *>(dg_bf16),
               *dub = reinterpret_cast<rp_bf16_t *>(du_bf16);
     if (gu_bf16)
-        launch_bwd(static_cast<const rp_bf16_t *>(g), static_cast<const rp_bf16_t *>(u), dm,
-                   dm_bf16, dg, dgb, du, dub, n, rp_stream(stream));
+        launch_bwd(static_cast<const rp_bf16_t *>(g), static_cast<const rp_bf16_t *>(u), ld, dm,
+                   dm_bf16, dg, dgb, du, dub, cols, n, rp_stream(stream));
     else
-        launch_bwd(static_cast<const float *>(g), static_cast<const float *>(u), dm, dm_bf16, dg,
-                   dgb, du, dub, n, rp_stream(stream));
+        launch_bwd(static_cast<const float *>(g), static_cast<const float *>(u), ld, dm, dm_bf16,
+                   dg, dgb, du, dub, cols, n, rp_stream(stream));
     return rp_launch_status();
 }
 
