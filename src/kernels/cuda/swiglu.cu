@@ -8,10 +8,19 @@ static __device__ __forceinline__ float widen(rp_bf16_t v) { return __bfloat162f
 
 /* Element i of the contiguous [rows, cols] m and dm is element (i / cols,
  * i % cols) of g, u, dg, du at their row stride ld: ld == cols is the
- * contiguous layout, index for index. */
+ * contiguous layout, index for index. A 64-bit division is a long software
+ * sequence on the GPU, as long as the kernel's memory time per element, so
+ * indices that fit in 32 bits (a chunk of 4096 tokens of I = 6144 has 25 M)
+ * divide in 32 bits. */
 static __device__ __forceinline__ int64_t strided(int64_t i, int64_t cols, int64_t ld)
 {
-    return ld == cols ? i : i / cols * ld + i % cols;
+    if (ld == cols)
+        return i;
+    if (i <= (int64_t)UINT32_MAX && cols <= (int64_t)UINT32_MAX) {
+        const uint32_t row = (uint32_t)i / (uint32_t)cols;
+        return (int64_t)row * ld + ((uint32_t)i - row * (uint32_t)cols);
+    }
+    return i / cols * ld + i % cols;
 }
 
 template <typename GU>
