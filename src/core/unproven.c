@@ -74,14 +74,12 @@ rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err)
             if (strlen(paths[p].name) == len && strncmp(at, paths[p].name, len) == 0)
                 found = p;
         if (found < 0) {
-            char known[160] = "";
-            for (int p = 0; p < RP_UNPROVEN_COUNT; p++) {
-                strncat(known, paths[p].name, sizeof known - strlen(known) - 1);
-                strncat(known, ", ", sizeof known - strlen(known) - 1);
-            }
+            char known[256];
+            rp_unproven_list((1u << RP_UNPROVEN_COUNT) - 1, known, sizeof known);
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "RP_ALLOW_UNPROVEN_CUDA: '%.*s' is not a CUDA path waiting for a "
-                                "GPU (known: %sor 1 for all of them, 0 for none)", (int)len, at, known);
+                                "GPU (known: %s, or 1 for all of them, 0 for none)", (int)len, at,
+                                known);
         }
         m |= 1u << found;
         at += n;
