@@ -71,4 +71,19 @@ run 2 lora-fused $lora
 unset RP_TEST_FUSED_GATE_UP
 run 2 lora-plain $lora
 same lora-plain lora-fused "LoRA on gate and up: the hook changed bits"
+# the hook, or RP_ALLOW_UNPROVEN_CUDA, on one rank only (a variable mpirun
+# did not pass to another node): refused on every rank before any work,
+# naming both, not a run whose ranks lay out the MLP's buffers apart
+mixed() { # OUT VAR=VALUE: rank 0 with VAR=VALUE, rank 1 without it
+  # shellcheck disable=SC2086
+  ${MPIRUN:-mpirun} $flags -np 1 env "$2" "$bin" train --progress none --threads 1 --device cpu \
+    --timeout 60 --save "$tmp/$1" $q : -np 1 env -u "${2%%=*}" "$bin" train --progress none \
+    --threads 1 --device cpu --timeout 60 --save "$tmp/$1" $q > "$tmp/$1.txt" 2>&1
+  r=$?
+  [ $r -ne 0 ] && [ ! -e "$tmp/$1" ] &&
+    grep -q "RP_ALLOW_UNPROVEN_CUDA or RP_TEST_FUSED_GATE_UP is not the same on every rank" "$tmp/$1.txt" &&
+    ok || { bad "$1: $2 on one rank of two: exit $r, or something written, or no message"; cat "$tmp/$1.txt"; }
+}
+mixed mixed-hook RP_TEST_FUSED_GATE_UP=1
+mixed mixed-switch RP_ALLOW_UNPROVEN_CUDA=fused-gate-up
 finish

@@ -2,9 +2,14 @@
 
 #include "engine/trainer.h"
 
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/unproven.h"
 #include "engine/checkpoints.h"
 #include "engine/node_sums.h"
 #include "engine/run_impl.h"
+#include "model/layers.h"
 
 /* Resolve --device: cpu, or cuda when this build has the CUDA executor and
  * a device is usable (auto falls back to the CPU). */
@@ -81,11 +86,40 @@ static rp_status agree_device(rp_status s, rp_device_kind kind, MPI_Comm comm, r
     return RP_OK;
 }
 
+/* The environment's switches that lay out a block's buffers and choose its
+ * kernels (RP_ALLOW_UNPROVEN_CUDA's paths, RP_TEST_FUSED_GATE_UP) are read
+ * on each rank, and what one rank's forward job saves another rank's
+ * backward job reads: every rank must read the same, or a rank would read
+ * another's buffers in a layout it does not use. mpirun passes a variable
+ * to the ranks of other nodes only when told (-x NAME). */
+static rp_status agree_switches(MPI_Comm comm, rp_error *err)
+{
+    const char *allow = getenv("RP_ALLOW_UNPROVEN_CUDA"), *fused = getenv("RP_TEST_FUSED_GATE_UP");
+    unsigned mask;
+    rp_error ignored = {0};
+    /* a switch that does not parse: all ones, which no mask is (then the
+     * option check stops every rank alike) */
+    uint64_t mine = rp_unproven_parse(allow, &mask, &ignored) == RP_OK ? mask : UINT32_MAX;
+    mine = mine << 1 | (uint64_t)rp_block_test_fused_gate_up();
+    uint64_t most, least;
+    MPI_Allreduce(&mine, &most, 1, MPI_UINT64_T, MPI_MAX, comm);
+    MPI_Allreduce(&mine, &least, 1, MPI_UINT64_T, MPI_MIN, comm);
+    if (most == least)
+        return RP_OK;
+    return rp_error_set(err, RP_ERR_INVALID_ARG,
+                        "RP_ALLOW_UNPROVEN_CUDA or RP_TEST_FUSED_GATE_UP is not the same on every "
+                        "rank (this rank: RP_ALLOW_UNPROVEN_CUDA=%s, RP_TEST_FUSED_GATE_UP=%s): "
+                        "they lay out each block's buffers, which jobs on other ranks read; set "
+                        "them alike on every rank (mpirun -x NAME)",
+                        allow ? allow : "(unset)", fused ? fused : "(unset)");
+}
+
 rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,
                            rp_train_options *resolved, rp_error *err)
 {
     int rank;
     MPI_Comm_rank(comm, &rank);
+    RP_TRY(agree_switches(comm, err));
     /* option checks are the same on every rank: no agreement needed */
     RP_TRY(rp_train_options_check(o, err));
     rp_device_kind kind = RP_DEVICE_CPU;

@@ -181,6 +181,11 @@ static int mlp_fused_gate_up(const rp_kernel_ops *ops, const rp_model_config *cf
         return 0;
     if (ops->compute_dtype != RP_F32 || !ops->host_addressable)
         return rp_unproven_allowed(RP_UNPROVEN_FUSED_GATE_UP);
+    return rp_block_test_fused_gate_up();
+}
+
+int rp_block_test_fused_gate_up(void)
+{
     const char *test = getenv("RP_TEST_FUSED_GATE_UP");
     return test && strcmp(test, "1") == 0;
 }

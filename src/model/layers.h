@@ -180,6 +180,12 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
 rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops,
                              int allow_unproven, rp_error *err);
 
+/* Whether RP_TEST_FUSED_GATE_UP=1 asks the CPU executors for the dense
+ * MLP's gate and up as one GEMM (a test hook; model/block.c). Like
+ * RP_ALLOW_UNPROVEN_CUDA it lays out a block's buffers, so every rank must
+ * read the same (engine/trainer.c checks). */
+int rp_block_test_fused_gate_up(void);
+
 /* inv_freq [head_dim/2] of the model's RoPE (default, llama3 or YaRN
  * scaling), and the factor YaRN scales its cos and sin tables by (1
  * without YaRN): the blocks scale the table rope_table made by it. */
