@@ -17,7 +17,8 @@
 #                            saying what; prints nothing
 #   rc_commands DIR          print the commands rc_check runs
 # The caller sets rc_bin (roundpipe), rc_data (byte tokens, < 256), rc_mpirun
-# (mpirun and its flags), rc_tokens (its token count) and optionally rc_timeout
+# (mpirun and its flags), rc_tokens (its token count), rc_topologies (the
+# hwloc XML fixtures, mpi-tests/fixtures/topology) and optionally rc_timeout
 # (seconds a run may take).
 # Every draw comes from one xorshift stream seeded by (SEED, INDEX), so a
 # configuration reproduces from those two numbers alone, whatever was drawn
@@ -171,7 +172,7 @@ rc_draw() { # SEED INDEX DIR
   rc_dir=$3
   rc_draw_model "$rc_dir"
   rc_int 2 4; rc_np=$rc_v
-  rc_int 1 6; rc_micro=$rc_v
+  rc_pick 1 2 2 3 4 4 5 6 6; rc_micro=$rc_v
   rc_int 1 2; rc_batch=$((rc_micro * rc_v))
   rc_int 4 33; rc_seq=$rc_v
   rc_int 2 4; rc_steps=$rc_v
@@ -192,6 +193,10 @@ rc_draw() { # SEED INDEX DIR
   rc_chance 10 && { rc_common="$rc_common --grad-dtype bf16"; rc_desc="$rc_desc grad-bf16"; }
   rc_chance 10 && { rc_common="$rc_common --activation-dtype bf16"; rc_desc="$rc_desc act-bf16"; }
   rc_chance 15 && { rc_common="$rc_common --shuffle"; rc_desc="$rc_desc shuffle"; }
+  if rc_chance 10; then rc_pick bf16 fp16; rc_common="$rc_common --save-dtype $rc_v"; rc_desc="$rc_desc save-$rc_v"; fi
+  case $rc_arch in
+    qwen3_moe|gpt_oss) rc_chance 20 && { rc_pick 0 0.01 0.3; rc_common="$rc_common --router-aux-coef $rc_v"; rc_desc="$rc_desc aux-coef=$rc_v"; } ;;
+  esac
   # the tokens the run reads (wrap-around aside): enough documents and mask to cover them
   rc_span=$(( rc_steps * rc_batch * (rc_seq + 1) + 64 ))
   rc_docs=""
@@ -244,13 +249,13 @@ rc_draw() { # SEED INDEX DIR
   # 1-rank run has all of them as its pipelines (one node running them all)
   # (LoRA on several nodes is refused: "not supported yet")
   rc_per_node=$rc_np
-  if [ $rc_optimizer_lag = 0 ] && [ $rc_lora = 0 ] && rc_chance 30; then
+  if [ $rc_optimizer_lag = 0 ] && [ $rc_lora = 0 ] && rc_chance 45; then
     rc_int 1 $((rc_np - 1))
     [ $((rc_np % rc_v)) = 0 ] && [ $((rc_micro % (rc_np / rc_v))) = 0 ] && rc_per_node=$rc_v
   fi
   rc_nodes=$((rc_np / rc_per_node))
   rc_pipes=1
-  if [ $rc_optimizer_lag = 0 ] && rc_chance 35; then
+  if [ $rc_optimizer_lag = 0 ] && rc_chance 45; then
     rc_int 2 4
     if [ $((rc_micro % (rc_nodes * rc_v))) = 0 ] &&
        { [ $((rc_per_node % rc_v)) = 0 ] || [ $((rc_v % rc_per_node)) = 0 ]; }; then
@@ -267,14 +272,23 @@ rc_draw() { # SEED INDEX DIR
   if rc_chance 30; then rc_pick 1 2; rc_many="$rc_many --weight-buffers $rc_v"; rc_desc="$rc_desc wbuf=$rc_v"; fi
   if rc_chance 25; then rc_int 1 $((rc_seq * 2)); rc_many="$rc_many --mlp-chunk-tokens $rc_v"; rc_desc="$rc_desc chunk=$rc_v"; fi
   if rc_chance 20; then rc_pick 0.0001 0.002 0.05; rc_many="$rc_many --chunk-mib $rc_v"; rc_desc="$rc_desc chunk-mib=$rc_v"; fi
+  rc_groups=""
   if rc_chance 20; then
-    rc_groups=""; rc_r=0
+    rc_r=0
     while [ $rc_r -lt "$rc_per_node" ]; do
       rc_int 0 1; rc_groups="$rc_groups${rc_groups:+,}$rc_v"; rc_r=$((rc_r + 1))
     done
     rc_pick natural interleaved best
     rc_many="$rc_many --link-groups $rc_groups --deal $rc_v"; rc_desc="$rc_desc groups=$rc_groups deal=$rc_v"
   fi
+  # (a topology says the link groups too: refused beside --link-groups)
+  if [ -z "${rc_groups:-}" ] && rc_chance 15; then
+    rc_pick 4gpu-1switch 4gpu-rootports 8gpu-2switch
+    rc_many="$rc_many --topology $rc_topologies/$rc_v.xml"; rc_desc="$rc_desc topology=$rc_v"
+  fi
+  if rc_chance 15; then rc_pick 1 2 4; rc_many="$rc_many --memory-limit-mib $rc_v"; rc_desc="$rc_desc memlimit=$rc_v"; fi
+  rc_chance 10 && { rc_many="$rc_many --bind no"; rc_desc="$rc_desc bind=no"; }
+  rc_chance 10 && { rc_many="$rc_many --activation-numa reader"; rc_desc="$rc_desc numa=reader"; }
   if rc_chance 25; then
     rc_draw_plan $((rc_blocks + 2)); rc_many="$rc_many --plan $rc_v"; rc_desc="$rc_desc plan=$rc_v"
   fi

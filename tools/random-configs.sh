@@ -31,6 +31,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/mpi-tests/random_configs_lib.sh"
 rc_bin=$builddir/src/roundpipe
 rc_data=$builddir/examples/data/gnu-licenses.npy
+rc_topologies=$top/mpi-tests/fixtures/topology
 [ -x "$rc_bin" ] && [ -f "$rc_data" ] ||
   { echo "random-configs.sh: no $rc_bin or $rc_data (build first: sh tools/build.sh)" >&2; exit 2; }
 rc_tokens=$(head -c 128 "$rc_data" | LC_ALL=C sed -n "s/.*'shape': (\([0-9]*\),).*/\1/p")
@@ -38,6 +39,10 @@ rc_mpirun="mpirun --oversubscribe"
 [ "$(id -u)" = 0 ] && rc_mpirun="$rc_mpirun --allow-run-as-root"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 unset OMP_NUM_THREADS
+# up to 4 ranks x 2 threads on a machine of 2 cores: OpenMP workers spinning at
+# their barriers made a run of one-token tiles 200x slower (a false "hang");
+# sleeping ones change nothing but the time
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc_timeout=${RC_TIMEOUT:-60}
 if [ -n "$keep" ]; then mkdir -p "$keep" && root=$(cd "$keep" && pwd) || exit 2
 else root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
