@@ -10,7 +10,8 @@
 #                            rc_common (options of every run), rc_one (the 1-rank
 #                            run's own), rc_many (the rc_np-rank run's own) and
 #                            rc_resume ("STEP NP": checkpoint at STEP, resume there
-#                            on NP ranks; empty: none)
+#                            on NP ranks; empty: none) and rc_resumed (that run's
+#                            --pipelines and --ranks-per-node)
 #   rc_check DIR             run what rc_draw drew in DIR; sets rc_verdict to
 #                            same, refused, asymmetric (one run refused, the other
 #                            not), differ, crash or hang, and rc_why to a line
@@ -137,6 +138,9 @@ rc_draw_model() {
       rc_desc="$rc_desc experts=$rc_experts top$rc_topk window=$rc_window aux=$rc_aux limit=$rc_limit" ;;
   esac
   rc_desc="$rc_desc bias=$rc_bias"
+  rc_write_config "$1"
+}
+rc_write_config() { # DIR: config.json of the rc_* model variables
   cat > "$1/config.json" <<JSON
 {"model_type": "$rc_arch", "architectures": ["$rc_archname"],
  "num_hidden_layers": $rc_blocks, "hidden_size": $rc_hidden,
@@ -300,8 +304,31 @@ rc_draw() { # SEED INDEX DIR
     rc_int 1 4; rc_to=$rc_v
     { [ $((rc_total % rc_to)) = 0 ] || [ $((rc_to % rc_total)) = 0 ]; } || rc_to=1
     [ $rc_optimizer_lag = 1 ] && rc_to=1
-    rc_resume="$rc_at $rc_to"; rc_desc="$rc_desc resume@$rc_at->np$rc_to"
+    rc_resumed="--pipelines $rc_total"
+    # or on several nodes, as many pipelines in all (LoRA: not on several nodes)
+    if [ $rc_to -ge 2 ] && [ $rc_optimizer_lag = 0 ] && [ $rc_lora = 0 ] && rc_chance 40; then
+      rc_int 1 $((rc_to - 1)); rc_k=$rc_v
+      if [ $((rc_to % rc_k)) = 0 ] && [ $((rc_total % (rc_to / rc_k))) = 0 ]; then
+        rc_p=$((rc_total / (rc_to / rc_k)))
+        if [ $((rc_k % rc_p)) = 0 ] || [ $((rc_p % rc_k)) = 0 ]; then
+          rc_resumed="--pipelines $rc_p --ranks-per-node $rc_k"
+          rc_desc="$rc_desc resume@$rc_at->np$rc_to/nodes=$((rc_to / rc_k))"
+        fi
+      fi
+    fi
+    case $rc_resumed in *ranks-per-node*) ;; *) rc_desc="$rc_desc resume@$rc_at->np$rc_to" ;; esac
+    rc_resume="$rc_at $rc_to"
   fi
+  # drawn last, so that the draws above stay those of the suite's fixed
+  # configurations: now and then a wide model (GEMMs reducing over more than
+  # OpenBLAS's blocks of 384), and engine options of the 1-rank run too
+  if rc_chance 12; then
+    rc_int 200 420; rc_hidden=$rc_v; rc_int 300 700; rc_inter=$rc_v
+    rc_write_config "$rc_dir"; rc_desc="$rc_desc wide=$rc_hidden/$rc_inter"
+  fi
+  if rc_chance 30; then rc_pick none layer stage; rc_one="$rc_one --recompute $rc_v"; rc_desc="$rc_desc one:recompute=$rc_v"; fi
+  if rc_chance 20; then rc_pick 1 2; rc_one="$rc_one --weight-buffers $rc_v"; rc_desc="$rc_desc one:wbuf=$rc_v"; fi
+  if rc_chance 20; then rc_int 1 $((rc_seq * 2)); rc_one="$rc_one --mlp-chunk-tokens $rc_v"; rc_desc="$rc_desc one:chunk=$rc_v"; fi
 }
 
 rc_run() { # NAME NP [options...]: one run into $rc_dir/NAME{.txt,.jsonl,/}; its status in rc_rc
@@ -356,7 +383,17 @@ rc_check() { # DIR (after rc_draw into it)
       rc_verdict=crash; case "$rc_a/$rc_b" in *hang*) rc_verdict=hang ;; esac
       rc_why="1 rank: $rc_a, $rc_np ranks: $rc_b"; return ;;
     refused/refused) rc_verdict=refused; rc_why=$(grep -m1 -E 'error|roundpipe train:' "$rc_dir/one.txt"); return ;;
-    refused/ok|ok/refused)
+    ok/refused)
+      # an option only the many-rank run has (a plan over its memory limit,
+      # say) may be refused there alone
+      rc_why=$(grep -m1 -E 'error|roundpipe train:' "$rc_dir/many.txt")
+      if echo "$rc_why" | grep -q -E -- '--(plan|memory-limit-mib|link-groups|topology|deal|weight-buffers|recompute|chunk-mib|mlp-chunk-tokens)'; then
+        rc_verdict=refused; rc_why="the $rc_np-rank run's own options: $rc_why"; return
+      fi
+      rc_verdict=asymmetric
+      rc_why="1 rank: $rc_a, $rc_np ranks: $rc_b: $rc_why"
+      return ;;
+    refused/ok)
       rc_verdict=asymmetric
       rc_why="1 rank: $rc_a, $rc_np ranks: $rc_b: $(grep -h -m1 -E 'error|roundpipe train:' "$rc_dir/one.txt" "$rc_dir/many.txt" | head -n 1)"
       return ;;
@@ -366,10 +403,9 @@ rc_check() { # DIR (after rc_draw into it)
   fi
   if [ -n "$rc_resume" ]; then
     rc_at=${rc_resume% *}; rc_to=${rc_resume#* }
-    rc_total=$(echo "$rc_one" | sed 's/.*--pipelines \([0-9]*\).*/\1/')
     rc_ck=$(printf '%s/ck/step-%08d' "$rc_dir" "$rc_at")
     # shellcheck disable=SC2086
-    rc_run resumed "$rc_to" $rc_common --pipelines "$rc_total" --resume "$rc_ck"
+    rc_run resumed "$rc_to" $rc_common $rc_resumed --resume "$rc_ck"
     rc_classify resumed
     case $rc_v in
       crash|hang) rc_verdict=$rc_v; rc_why="the resume from step $rc_at on $rc_to ranks: $rc_v"; return ;;
@@ -387,8 +423,7 @@ rc_commands() { # DIR: the commands rc_check runs, for a reproducer
   { echo "-np 1 $rc_bin train $rc_common $rc_one$(rc_tail_args "$1" one)"
     echo "-np $rc_np $rc_bin train $rc_common $rc_many$rc_x$(rc_tail_args "$1" many)"
     if [ -n "$rc_resume" ]; then
-      rc_total=$(echo "$rc_one" | sed 's/.*--pipelines \([0-9]*\).*/\1/')
-      echo "-np ${rc_resume#* } $rc_bin train $rc_common --pipelines $rc_total --resume $(printf '%s/ck/step-%08d' "$1" "${rc_resume% *}")$(rc_tail_args "$1" resumed)"
+      echo "-np ${rc_resume#* } $rc_bin train $rc_common $rc_resumed --resume $(printf '%s/ck/step-%08d' "$1" "${rc_resume% *}")$(rc_tail_args "$1" resumed)"
     fi
   } | sed -e "s|^|$rc_mpirun |" -e "s/--plan \([^ ]*\)/--plan '\1'/"
 }
