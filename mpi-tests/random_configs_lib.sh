@@ -387,7 +387,7 @@ rc_check() { # DIR (after rc_draw into it)
       # an option only the many-rank run has (a plan over its memory limit,
       # say) may be refused there alone
       rc_why=$(grep -m1 -E 'error|roundpipe train:' "$rc_dir/many.txt")
-      if echo "$rc_why" | grep -q -E -- '--(plan|memory-limit-mib|link-groups|topology|deal|weight-buffers|recompute|chunk-mib|mlp-chunk-tokens)'; then
+      if echo "$rc_why" | grep -q -E -- '--(plan|memory-limit-mib|link-groups|topology|deal|weight-buffers|recompute|chunk-mib|mlp-chunk-tokens)|device memory exhausted'; then
         rc_verdict=refused; rc_why="the $rc_np-rank run's own options: $rc_why"; return
       fi
       rc_verdict=asymmetric

@@ -37,6 +37,8 @@ rc_topologies=$top/mpi-tests/fixtures/topology
 rc_tokens=$(head -c 128 "$rc_data" | LC_ALL=C sed -n "s/.*'shape': (\([0-9]*\),).*/\1/p")
 rc_mpirun="mpirun --oversubscribe"
 [ "$(id -u)" = 0 ] && rc_mpirun="$rc_mpirun --allow-run-as-root"
+# another OpenBLAS build (tools/blas-builds.sh) reaches the ranks
+[ -n "${LD_LIBRARY_PATH:-}" ] && rc_mpirun="$rc_mpirun -x LD_LIBRARY_PATH"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 unset OMP_NUM_THREADS
 # up to 4 ranks x 2 threads on a machine of 2 cores: OpenMP workers spinning at
@@ -48,27 +50,33 @@ if [ -n "$keep" ]; then mkdir -p "$keep" && root=$(cd "$keep" && pwd) || exit 2
 else root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
 fi
 
-same=0 refused=0 bad=0
-i=$first
-while [ "$i" -lt $((first + count)) ]; do
-  dir=$root/s$seed-$i
-  rm -rf "$dir"; mkdir -p "$dir"
-  rc_draw "$seed" "$i" "$dir"
-  echo "== seed $seed config $i: $rc_desc"
-  echo "   (again: tools/random-configs.sh --seed $seed --first $i --count 1 --keep DIR)"
-  rc_commands "$dir" | sed 's/^/   $ /'
-  rc_check "$dir"
-  case $rc_verdict in
-    same) same=$((same + 1)); echo "   same bits" ;;
-    refused) refused=$((refused + 1)); echo "   refused: $rc_why" ;;
-    *) bad=$((bad + 1)); echo "   FINDING ($rc_verdict): $rc_why"
-       for f in one many resumed; do
-         [ -f "$dir/$f.txt" ] && grep -v -E '^\[roundpipe [0-9]+\] info:' "$dir/$f.txt" | head -n 8 | sed "s/^/   $f: /"
-       done
-       [ "$rc_verdict" = differ ] && diff "$dir/one.cut" "$dir/many.cut" 2>/dev/null | head -n 6 | sed 's/^/   /' ;;
-  esac
-  [ -n "$keep" ] || rm -rf "$dir"
-  i=$((i + 1))
-done
-echo "random-configs: seed $seed, configs $first..$((first + count - 1)): $same same, $refused refused, $bad findings"
-[ $bad = 0 ]
+# the loop in a function, read whole before it runs: bash reads a script as
+# it goes, and a campaign outlives edits of this file
+main() {
+  same=0 refused=0 bad=0
+  i=$first
+  while [ "$i" -lt $((first + count)) ]; do
+    dir=$root/s$seed-$i
+    rm -rf "$dir"; mkdir -p "$dir"
+    rc_draw "$seed" "$i" "$dir"
+    echo "== seed $seed config $i: $rc_desc"
+    echo "   (again: tools/random-configs.sh --seed $seed --first $i --count 1 --keep DIR)"
+    rc_commands "$dir" | sed 's/^/   $ /'
+    rc_check "$dir"
+    case $rc_verdict in
+      same) same=$((same + 1)); echo "   same bits" ;;
+      refused) refused=$((refused + 1)); echo "   refused: $rc_why" ;;
+      *) bad=$((bad + 1)); echo "   FINDING ($rc_verdict): $rc_why"
+         for f in one many resumed; do
+           [ -f "$dir/$f.txt" ] && grep -v -E '^\[roundpipe [0-9]+\] info:' "$dir/$f.txt" | head -n 8 | sed "s/^/   $f: /"
+         done
+         [ "$rc_verdict" = differ ] && diff "$dir/one.cut" "$dir/many.cut" 2>/dev/null | head -n 6 | sed 's/^/   /' ;;
+    esac
+    [ -n "$keep" ] || rm -rf "$dir"
+    i=$((i + 1))
+  done
+  echo "random-configs: seed $seed, configs $first..$((first + count - 1)): $same same, $refused refused, $bad findings"
+  [ $bad = 0 ]
+}
+main
+exit
