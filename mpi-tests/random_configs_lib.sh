@@ -336,13 +336,15 @@ rc_run() { # NAME NP [options...]: one run into $rc_dir/NAME{.txt,.jsonl,/}; its
   # shellcheck disable=SC2086
   rc_x=""; [ "$rc_merged" = 1 ] && rc_x="--save-merged $rc_dir/$rc_name-merged"
   # shellcheck disable=SC2086
-  timeout "${rc_timeout:-60}" $rc_mpirun -np "$rc_n" "$rc_bin" train "$@" $rc_x --device cpu \
+  # roundpipe's own deadline first, so that a hang is named by its message
+  timeout $(( ${rc_timeout:-60} + 30 )) $rc_mpirun -np "$rc_n" "$rc_bin" train "$@" $rc_x --device cpu \
     --progress none --timeout "${rc_timeout:-60}" --log "$rc_dir/$rc_name.jsonl" \
     --save "$rc_dir/$rc_name" > "$rc_dir/$rc_name.txt" 2>&1
   rc_rc=$?
 }
 rc_classify() { # NAME: crash, hang, refused or ok for the run's output and status
-  if [ "$rc_rc" = 124 ] || [ "$rc_rc" = 137 ]; then rc_v=hang
+  if [ "$rc_rc" = 124 ] || [ "$rc_rc" = 137 ] ||
+     grep -q 'timed out waiting for event' "$rc_dir/$1.txt"; then rc_v=hang
   elif grep -q -E 'AddressSanitizer|runtime error:|LeakSanitizer|Segmentation|signal [0-9]|Signal:|Aborted|core dumped|Assertion' "$rc_dir/$1.txt"; then rc_v=crash
   elif [ "$rc_rc" != 0 ]; then rc_v=refused
   else rc_v=ok
