@@ -23,7 +23,8 @@
 # (seconds a run may take).
 # Every draw comes from one xorshift stream seeded by (SEED, INDEX), so a
 # configuration reproduces from those two numbers alone, whatever was drawn
-# before it.
+# before it. test_random_configs.sh runs fixed (SEED, INDEX) pairs: a new draw
+# goes at the end of rc_draw, where it leaves the earlier draws as they were.
 
 rc_state=1
 rc_int() { # LO HI: a draw in [LO, HI] into rc_v (xorshift32)
