@@ -71,6 +71,10 @@ EXTRA_DIST += mpi-tests/test_fused_gate_up.sh
 # the same bits on 1-4 ranks over odd shapes, on every OpenBLAS build found
 TESTS += mpi-tests/test_rank_bits.sh
 EXTRA_DIST += mpi-tests/test_rank_bits.sh tools/blas-builds.sh
+# a few fixed draws of tools/random-configs.sh (its drawing shared in
+# random_configs_lib.sh): the same bits on 1 rank and on 2-4
+TESTS += mpi-tests/test_random_configs.sh
+EXTRA_DIST += mpi-tests/test_random_configs.sh mpi-tests/random_configs_lib.sh
 
 TESTS += mpi-tests/test_api.sh
 EXTRA_DIST += mpi-tests/test_api.sh
