@@ -22,8 +22,9 @@
  *   checkpoint   a checkpoint directory   (rp_checkpoint_open)
  *
  * Input i is reproducible alone: its mutations come from a generator keyed
- * by (SEED, i); RP_FUZZ_ONLY=i runs just that one and RP_FUZZ_SAVE=path
- * writes its bytes there (the file mutated, for a fixture). The index of the
+ * by (SEED, i); RP_FUZZ_ONLY=i runs just that one, RP_FUZZ_SAVE=path
+ * writes its bytes there (the file mutated, for a fixture) and
+ * RP_FUZZ_VERBOSE=1 prints each refusal's message. The index of the
  * input under way is kept in RP_FUZZ_PROGRESS (when set), so the input
  * behind a crash is known. */
 #include <dirent.h>
@@ -421,6 +422,9 @@ static void check_outcome(rp_status s, const rp_error *err, const char *file)
         return;
     }
     refused++;
+    if (getenv("RP_FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_readers %s input %ld: refused: %s\n", reader_name, current,
+                err->msg);
     const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
     if (!err->msg[0]) {
         failures++;
