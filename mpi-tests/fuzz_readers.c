@@ -48,6 +48,7 @@
 #include "io/peft.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/ops.h"
+#include "model/layout.h"
 #include "plan/cost.h"
 #include "plan/layers_file.h"
 
@@ -620,6 +621,9 @@ static void run_model(int base)
     rp_status s = rp_config_load(cfg_path, &cfg, &err);
     char mutated[512];
     snprintf(mutated, sizeof mutated, "%s/%s", work, files[chosen]);
+    /* what the model supports, which the commands check next, naming the file */
+    if (s == RP_OK && (s = rp_model_config_check(&cfg, &err)) != RP_OK)
+        rp_error_prefix(&err, "%s", cfg_path);
     if (s != RP_OK) {
         check_outcome(s, &err, cfg_path);
         return;

@@ -89,6 +89,7 @@ refused "a .npy shorter than its shape" "$tmp/data.npy" "shape" "$tmp/data-out"
 run 1 --model "$llama/model" --data "$llama/data.npy" --checkpoint-dir "$tmp/ck"
 [ "$rc" -eq 0 ] && ok || { bad "2: the checkpoint to corrupt (exit $rc)"; cat "$tmp/out.txt"; }
 ck="$tmp/ck/step-00000002"
+reader checkpoint checkpoint "$ck"
 head -c 1000 "$ck/optimizer.safetensors" > "$tmp/opt" && cat "$tmp/opt" > "$ck/optimizer.safetensors"
 run 1 --model "$llama/model" --data "$llama/data.npy" --steps 3 --resume "$ck" \
   --checkpoint-dir "$tmp/ck" --save "$tmp/ck-out"
