@@ -24,7 +24,9 @@
  * Input i is reproducible alone: its mutations come from a generator keyed
  * by (SEED, i); RP_FUZZ_ONLY=i runs just that one, RP_FUZZ_SAVE=path
  * writes its bytes there (the file mutated, for a fixture) and
- * RP_FUZZ_VERBOSE=1 prints each refusal's message. The index of the
+ * RP_FUZZ_VERBOSE=1 prints each refusal's message; RP_FUZZ_SLOW_MS=t names
+ * each input that took longer than t ms (a reader's time should not grow
+ * with a number in the file: a hang in the making). The index of the
  * input under way is kept in RP_FUZZ_PROGRESS (when set), so the input
  * behind a crash is known. */
 #include <dirent.h>
@@ -36,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -755,7 +758,18 @@ int main(int argc, char **argv)
         first = atol(only);
         last = first + 1;
     }
+    const char *slow_env = getenv("RP_FUZZ_SLOW_MS");
+    const double slow_ms = slow_env ? atof(slow_env) : 0;
+    struct timespec t0, t1;
     for (current = first; current < last; current++) {
+        if (slow_ms > 0 && current > first) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+            if (ms > slow_ms)
+                fprintf(stderr, "fuzz_readers %s input %ld: slow: %.0f ms\n", reader_name,
+                        current - 1, ms);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         rng_state = seed * 0x2545f4914f6cdd1dull + (uint64_t)current * 0x9e3779b97f4a7c15ull;
         (void)rnd();
         if (progress_fd >= 0) {
