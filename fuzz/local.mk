@@ -11,6 +11,7 @@ FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=un
 FUZZ_CORE_SRC = $(top_srcdir)/src/core/error.c $(top_srcdir)/src/core/dtype.c
 FUZZ_safetensors_SRC = $(top_srcdir)/src/io/safetensors.c $(top_srcdir)/src/io/safetensors_header.c
 FUZZ_config_SRC = $(top_srcdir)/src/io/config.c $(top_srcdir)/src/io/json_util.c \
+	$(top_srcdir)/src/io/quant_modules.c \
 	$(top_srcdir)/src/io/read_file.c
 FUZZ_npy_SRC = $(top_srcdir)/src/io/npy.c $(top_srcdir)/src/io/npy_check.c
 

@@ -49,3 +49,12 @@ TESTS += mpi-tests/test_io_fp8
 mpi_tests_test_io_fp8_SOURCES = mpi-tests/test_io_fp8.c
 mpi_tests_test_io_fp8_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_io_fp8_LDADD = $(RP_TEST_LDADD) -lm
+# every reader of a user file fed deterministic mutations of the fixtures: no crash, hang or
+# nameless refusal (fuzz_readers.c; long campaigns on a sanitizer build, a few hundred inputs
+# per reader in the suite)
+check_PROGRAMS += mpi-tests/fuzz_readers
+mpi_tests_fuzz_readers_SOURCES = mpi-tests/fuzz_readers.c
+mpi_tests_fuzz_readers_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_fuzz_readers_LDADD = $(RP_TEST_LDADD)
+TESTS += mpi-tests/test_fuzz_readers.sh
+EXTRA_DIST += mpi-tests/test_fuzz_readers.sh

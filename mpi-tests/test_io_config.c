@@ -31,6 +31,7 @@
 
 #include "io/config.h"
 #include "io/quant_modules.h"
+#include "model/moe.h"
 #include <unistd.h>
 
 #include "rp_check.h"
@@ -319,6 +320,15 @@ START_TEST(qwen3_moe_fields)
     expect_bad(MOE "\"mlp_only_layers\": [\"2\"]}", RP_ERR_FORMAT, "mlp_only_layers");
     expect_bad(MOE "\"mlp_only_layers\": 2}", RP_ERR_FORMAT, "mlp_only_layers");
     expect_bad(MOE "\"decoder_sparse_step\": 0}", RP_ERR_RANGE, "decoder_sparse_step");
+    /* more experts than a block takes: refused by the reader, naming the file
+     * (an FP8 config's modules were matched expert by expert first: with
+     * 2^31 - 1 experts that never ended; fuzz_readers found it) */
+    ck_assert_int_eq(RP_CONFIG_MAX_EXPERTS, RP_MOE_MAX_EXPERTS);
+    expect_bad(MOE "\"num_experts\": 513, \"num_experts_per_tok\": 2}", RP_ERR_UNSUPPORTED,
+               "field 'num_experts': 513 experts, at most 512");
+    expect_bad(MOE "\"num_experts\": 2147483647, \"num_experts_per_tok\": 2, "
+               "\"quantization_config\": {\"quant_method\": \"fp8\"}}",
+               RP_ERR_UNSUPPORTED, "field 'num_experts': 2147483647 experts");
     expect_bad(MOE "\"norm_topk_prob\": 1}", RP_ERR_FORMAT, "norm_topk_prob");
     expect_bad(MOE "\"router_aux_loss_coef\": -1}", RP_ERR_RANGE, "router_aux_loss_coef");
 }
@@ -561,6 +571,8 @@ START_TEST(gpt_oss_bad)
                RP_ERR_UNSUPPORTED, "field 'layer_types': entry 1 is \"chunked_attention\"");
     expect_bad(OSS "\"layer_types\": [\"full_attention\", 3]}", RP_ERR_UNSUPPORTED,
                "field 'layer_types': entry 1 is 3");
+    expect_bad(OSS "\"num_local_experts\": 600}", RP_ERR_UNSUPPORTED,
+               "field 'num_local_experts': 600 experts, at most 512");
     expect_bad(OSS "\"sliding_window\": 0}", RP_ERR_RANGE, "field 'sliding_window'");
     expect_bad(OSS "\"sliding_window\": -4}", RP_ERR_RANGE, "field 'sliding_window'");
     expect_bad(OSS "\"num_key_value_heads\": 3}", RP_ERR_RANGE,

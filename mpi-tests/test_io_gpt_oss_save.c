@@ -9,7 +9,8 @@
  * a non-finite value in an expert is refused in a checkpoint naming the
  * fused tensor and element, nothing complete left; experts given as sources
  * (--save-merged's, made as they are read) save the same bytes as experts
- * in memory. */
+ * in memory; a non-finite value in a model directory's fused experts is
+ * refused on load naming the file, the fused tensor and the expert. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +281,42 @@ START_TEST(checkpoint_refuses_a_non_finite_expert)
 }
 END_TEST
 
+/* A non-finite value in a fused experts tensor of a model directory is
+ * refused naming the file and the tensor as the file holds it (the
+ * expert's roundpipe name is in no file), with the expert. */
+START_TEST(load_names_the_file_of_a_non_finite_expert)
+{
+    model m;
+    model_make(&m);
+    rp_model_config cfg;
+    config(&cfg);
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/inf", rp_test_tmpdir());
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rp_error err = {0};
+    const float marker = 12345.6875f; /* block 1, expert 3's up weight, found in the file */
+    ((float *)find(&m, 1, 3, 1, 0)->data)[5 * HIDDEN + 7] = marker;
+    ck_assert_msg(rp_model_dir_save(dir, m.t, m.n, RP_F32, &cfg, NULL, NULL, &err) == RP_OK,
+                  "%s", err.msg);
+    long size;
+    char *bytes = slurp(path, &size);
+    char *at = memmem(bytes, (size_t)size, &marker, sizeof marker);
+    ck_assert_ptr_nonnull(at);
+    const float inf = INFINITY;
+    memcpy(at, &inf, sizeof inf);
+    FILE *f = fopen(path, "wb");
+    ck_assert(f && fwrite(bytes, 1, (size_t)size, f) == (size_t)size && fclose(f) == 0);
+    free(bytes);
+    ck_assert_int_eq(rp_model_dir_load(dir, m.t, m.n, NULL, &err), RP_ERR_NUMERIC);
+    ck_assert_msg(strstr(err.msg, path) &&
+                      strstr(err.msg, "tensor 'model.layers.1.mlp.experts.gate_up_proj', "
+                                      "expert 3") &&
+                      strstr(err.msg, "is inf"),
+                  "%s", err.msg);
+    free(m.data);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_gpt_oss_save");
@@ -287,6 +324,7 @@ static Suite *suite(void)
     tcase_add_test(tc, save_streams_the_fused_experts);
     tcase_add_test(tc, checkpoint_refuses_a_non_finite_expert);
     tcase_add_test(tc, experts_as_sources_save_the_same_bytes);
+    tcase_add_test(tc, load_names_the_file_of_a_non_finite_expert);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);

@@ -416,6 +416,7 @@ START_TEST(model_dir_single_and_sharded)
     write_text(p, "{\"weight_map\": {\"lm_head.weight\": \"gone.safetensors\"}}");
     ck_assert_int_eq(rp_safetensors_set_open_dir(sh, &set, &err), RP_ERR_IO);
     assert_msg_has(&err, "gone.safetensors", NULL);
+    assert_msg_has(&err, p, "field 'weight_map'"); /* the index that names it, too */
     /* no weight_map, not JSON */
     write_text(p, "{\"metadata\": {}}");
     ck_assert_int_eq(rp_safetensors_set_open_dir(sh, &set, &err), RP_ERR_FORMAT);

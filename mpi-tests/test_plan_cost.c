@@ -201,6 +201,12 @@ START_TEST(bad_layer_files_are_named)
         {"roundpipe-layers 1\ngpus\nlayer block fwd_ms=1 bwd_ms=2\n", "field 'gpus': expected one value"},
         {"roundpipe-layers 1\nspeed 3\nlayer block fwd_ms=1 bwd_ms=2\n", "field 'speed': unknown setting"},
         {"roundpipe-layers 1\nlayer block count=60000 fwd_ms=1 bwd_ms=1\nlayer block count=60000 fwd_ms=1 bwd_ms=1\n", "t.txt:3: field 'count': more than"},
+        /* values the planner's sums and products would overflow on (fuzz_readers) */
+        {"roundpipe-layers 1\ntokens_per_microbatch 4611686018427387903\nlayer block fwd_ms=1 bwd_ms=2\n", "t.txt:2: field 'tokens_per_microbatch': out of range"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1 bwd_ms=2 act_bytes=2305843009213693951\n", "t.txt:2: field 'act_bytes': out of range"},
+        {"roundpipe-layers 1\nlayer block count=5 fwd_ms=1 bwd_ms=2 weight_bytes=1099511627776\n", "t.txt: field 'weight_bytes': the layers' total is above"},
+        {"roundpipe-layers 1\nlayer block fwd_ms=1e300 bwd_ms=2\n", "t.txt:2: field 'fwd_ms': above 1e9 ms"},
+        {"roundpipe-layers 1\nlayer embed fwd_ms=0 bwd_ms=0\nlayer head fwd_ms=0 bwd_ms=0\n", "t.txt: fields 'fwd_ms' and 'bwd_ms': every layer's are 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rp_cost_model *m = (rp_cost_model *)1;

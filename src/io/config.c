@@ -293,6 +293,18 @@ static rp_status parse_dtype(ctx *c, rp_model_config *cfg)
     return RP_OK;
 }
 
+/* A count of experts a block takes; refused above it at once, since an FP8
+ * config's modules are then matched expert by expert (2^31 of them in each
+ * of 4096 blocks would never end). */
+static rp_status max_experts(ctx *c, const char *field, int64_t n)
+{
+    if (n > RP_CONFIG_MAX_EXPERTS)
+        return rp_error_set(c->err, RP_ERR_UNSUPPORTED,
+                            "%s: field '%s': %lld experts, at most %d are supported", c->file,
+                            field, (long long)n, RP_CONFIG_MAX_EXPERTS);
+    return RP_OK;
+}
+
 /* The Qwen3-MoE fields, with Qwen3MoeConfig's defaults. */
 static rp_status parse_moe(ctx *c, rp_model_config *cfg)
 {
@@ -303,6 +315,7 @@ static rp_status parse_moe(ctx *c, rp_model_config *cfg)
     get(r, "num_experts", &present);
     const char *count = present ? "num_experts" : "num_local_experts";
     RP_TRY(get_int(c, r, count, count, 0, 128, 0, &m->num_experts));
+    RP_TRY(max_experts(c, count, m->num_experts));
     RP_TRY(get_int(c, r, "num_experts_per_tok", "num_experts_per_tok", 0, 8, 1,
                    &m->num_experts_per_tok));
     if (m->num_experts > 0 && m->num_experts_per_tok > m->num_experts)
@@ -621,6 +634,7 @@ static rp_status parse_gpt_oss(ctx *c, rp_model_config *cfg)
     get(r, "num_local_experts", &present);
     const char *count = present ? "num_local_experts" : "num_experts";
     RP_TRY(get_int(c, r, count, count, 0, 128, 1, &m->num_experts));
+    RP_TRY(max_experts(c, count, m->num_experts));
     /* the Hub's config.json writes both names; transformers reads
      * num_experts_per_tok, so a file with only the other is read by it */
     int64_t k_tok = 0, k_other = 0;

@@ -101,6 +101,10 @@ typedef struct rp_lora_config {
  * to num_experts_per_tok of num_experts SwiGLU experts (rp_model_block_is_moe)
  * and the router's load-balancing loss. */
 #define RP_MOE_MAX_LAYERS 4096 /* mlp_only_layers is a bitmap of this many */
+/* The most experts a block takes (model/moe.h's RP_MOE_MAX_EXPERTS, which
+ * test_io_config checks it equals): config.json is refused above it, before
+ * anything is done per expert. */
+#define RP_CONFIG_MAX_EXPERTS 512
 
 typedef struct rp_moe_config {
     int64_t num_experts;           /* 0: every block is dense */

@@ -15,17 +15,48 @@
 #include "io/safetensors_writer.h"
 #include "io/saved_tensors.h"
 
-static rp_status check_finite(rp_safetensors_set *set, const rp_tensor_ref *t, rp_error *err)
+/* Where tensor name's values came from, for a message: its file and the
+ * tensor there. A gpt-oss expert's roundpipe name is in no file: its values
+ * are one expert's slice of the block's fused tensor (plain, or MXFP4
+ * blocks), which is named with the expert. */
+static const char *source_of(const rp_safetensors_set *set, const char *name, char *what,
+                             size_t size)
+{
+    rp_safetensors_tensor st;
+    const char *file = NULL;
+    snprintf(what, size, "tensor '%s'", name);
+    if (rp_safetensors_set_find(set, name, &st, &file, NULL) == RP_OK)
+        return file;
+    char experts[512];
+    int64_t expert;
+    int part, bias;
+    if (!rp_gpt_oss_expert_name(name, experts, sizeof experts, &expert, &part, &bias))
+        return NULL;
+    static const char *const forms[2] = {"", "_blocks"};
+    for (int f = 0; f < (bias ? 1 : 2); f++) {
+        char fused[600];
+        snprintf(fused, sizeof fused, "%s.%s%s%s", experts, part == 2 ? "down_proj" : "gate_up_proj",
+                 bias ? "_bias" : "", forms[f]);
+        if (rp_safetensors_set_find(set, fused, &st, &file, NULL) == RP_OK) {
+            snprintf(what, size, "tensor '%s', expert %lld (read as '%s')", fused,
+                     (long long)expert, name);
+            return file;
+        }
+    }
+    return NULL;
+}
+
+static rp_status check_finite(rp_safetensors_set *set, const char *dir, const rp_tensor_ref *t,
+                              rp_error *err)
 {
     size_t n = (size_t)(t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1));
     for (size_t i = 0; i < n; i++)
         if (!isfinite(t->data[i])) {
-            rp_safetensors_tensor st;
-            const char *file = NULL;
-            rp_safetensors_set_find(set, t->name, &st, &file, NULL);
-            return rp_error_set(err, RP_ERR_NUMERIC, "%s: tensor '%s': element %zu is %g "
-                                "(the model holds a non-finite weight)", file ? file : "model",
-                                t->name, i, (double)t->data[i]);
+            char what[1400];
+            const char *file = source_of(set, t->name, what, sizeof what);
+            return rp_error_set(err, RP_ERR_NUMERIC, "%s: %s: element %zu is %g "
+                                "(the model holds a non-finite weight)", file ? file : dir,
+                                what, i, (double)t->data[i]);
         }
     return RP_OK;
 }
@@ -66,14 +97,14 @@ rp_status rp_model_dir_load(const char *dir, const rp_tensor_ref *tensors, int n
                 j++;
             s = rp_gpt_oss_experts_read(set, experts, t, j - i, err);
             for (int k = i; k < j && s == RP_OK; k++)
-                s = check_finite(set, &tensors[k], err);
+                s = check_finite(set, dir, &tensors[k], err);
             i = j - 1;
             continue;
         }
         int64_t shape[2] = {t->shape[0], t->shape[1]};
         s = rp_safetensors_set_read_f32(set, t->name, t->ndim, shape, t->data, err);
         if (s == RP_OK)
-            s = check_finite(set, t, err);
+            s = check_finite(set, dir, t, err);
     }
     rp_safetensors_set_close(&set);
     return s;

@@ -169,8 +169,8 @@ static rp_status load_index(rp_safetensors_set *set, const char *index_path, jso
         char *p = join(dir, names[k]);
         if (!p)
             s = rp_error_set(err, RP_ERR_NOMEM, "%s: out of memory", index_path);
-        else
-            s = add_shard(set, p, err);
+        else if ((s = add_shard(set, p, err)) != RP_OK) /* where that name came from */
+            rp_error_prefix(err, "%s: field 'weight_map': shard '%s'", index_path, names[k]);
         free(p);
     }
     if (s == RP_OK)

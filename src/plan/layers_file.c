@@ -5,12 +5,21 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_LINE 4096
 #define MAX_LAYERS 100000
+/* Bounds far above any real model that keep the planner's sums and
+ * products in range (bytes over the layers of a stage and times
+ * microbatches, tokens times microbatches: 2^20 at most), so a mistyped
+ * value is refused here, naming its line, instead of overflowing there. */
+#define MAX_LAYER_BYTES ((int64_t)1 << 40) /* one layer's: 1 TiB */
+#define MAX_TOTAL_BYTES ((int64_t)1 << 42) /* all layers' together: 4 TiB */
+#define MAX_MS 1e9                          /* 11 days for one microbatch of one layer */
+#define MAX_TOKENS ((int64_t)INT32_MAX)     /* per microbatch */
 
 typedef struct lf_ctx {
     const char *name;
@@ -33,6 +42,8 @@ static rp_status parse_double(lf_ctx *c, const char *field, const char *text, do
         return bad(c, field, "not a finite number", text);
     if (v < 0)
         return bad(c, field, "must not be negative", text);
+    if (v > MAX_MS)
+        return bad(c, field, "above 1e9 ms", text);
     *out = v;
     return RP_OK;
 }
@@ -98,19 +109,19 @@ static rp_status parse_layer(lf_ctx *c, char **tok, int ntok, int index, rp_laye
             RP_TRY(parse_double(c, k, v, &proto->wgrad_ms));
             have_wgrad = 1;
         } else if (!strcmp(k, "weight_bytes")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->weight_bytes));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->weight_bytes));
         } else if (!strcmp(k, "grad_bytes")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->grad_bytes));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->grad_bytes));
         } else if (!strcmp(k, "grad_download_bytes")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->grad_download_bytes));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->grad_download_bytes));
         } else if (!strcmp(k, "opt_params")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 64, &proto->opt_params));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->opt_params));
         } else if (!strcmp(k, "act_bytes")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->act_bytes));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->act_bytes));
         } else if (!strcmp(k, "out_bytes")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->out_bytes));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->out_bytes));
         } else if (!strcmp(k, "keep_device_bytes")) {
-            RP_TRY(parse_i64(c, k, v, 0, INT64_MAX / 4, &proto->keep_device_bytes));
+            RP_TRY(parse_i64(c, k, v, 0, MAX_LAYER_BYTES, &proto->keep_device_bytes));
         } else if (!strcmp(k, "tied_to")) {
             RP_TRY(parse_i64(c, k, v, -1, MAX_LAYERS, &tied));
             if (tied >= index)
@@ -134,6 +145,36 @@ static rp_status parse_layer(lf_ctx *c, char **tok, int ntok, int index, rp_laye
                             "%s:%d: field 'tied_to': only a single layer (count=1) can be tied",
                             c->name, c->line);
     proto->tied_to = (int)tied;
+    return RP_OK;
+}
+
+/* What the layers add up to: bytes the planner sums (MAX_TOTAL_BYTES), and
+ * some time to plan (all zero: every figure it prints would be 0 / 0). */
+static rp_status check_totals(lf_ctx *c, const rp_cost_model *m)
+{
+    static const char *const fields[7] = {"weight_bytes", "grad_bytes", "grad_download_bytes",
+                                          "opt_params",   "act_bytes",  "out_bytes",
+                                          "keep_device_bytes"};
+    int64_t total[7] = {0};
+    double ms = 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer_cost *L = &m->layers[l];
+        const int64_t v[7] = {L->weight_bytes, L->grad_bytes,  L->grad_download_bytes,
+                              L->opt_params,   L->act_bytes,   L->out_bytes,
+                              L->keep_device_bytes};
+        for (int f = 0; f < 7; f++) {
+            total[f] += v[f]; /* each at most 2^40, at most 100000 of them: no overflow */
+            if (total[f] > MAX_TOTAL_BYTES)
+                return rp_error_set(c->err, RP_ERR_FORMAT,
+                                    "%s: field '%s': the layers' total is above %lld (4 TiB)",
+                                    c->name, fields[f], (long long)MAX_TOTAL_BYTES);
+        }
+        ms += L->fwd_ms + L->bwd_ms;
+    }
+    if (!(ms > 0))
+        return rp_error_set(c->err, RP_ERR_FORMAT,
+                            "%s: fields 'fwd_ms' and 'bwd_ms': every layer's are 0 (nothing to "
+                            "plan)", c->name);
     return RP_OK;
 }
 
@@ -207,7 +248,7 @@ static rp_status pass(const char *text, size_t len, lf_ctx *c, rp_cost_model *m,
         } else if (!strcmp(tok[0], "transfer_ms")) {
             RP_TRY(parse_double(c, tok[0], tok[1], &m->default_transfer_ms));
         } else if (!strcmp(tok[0], "tokens_per_microbatch")) {
-            RP_TRY(parse_i64(c, tok[0], tok[1], 0, INT64_MAX / 2, &m->tokens_per_microbatch));
+            RP_TRY(parse_i64(c, tok[0], tok[1], 0, MAX_TOKENS, &m->tokens_per_microbatch));
         } else {
             return bad(c, tok[0], "unknown setting", tok[1]);
         }
@@ -218,7 +259,7 @@ static rp_status pass(const char *text, size_t len, lf_ctx *c, rp_cost_model *m,
     if (n == 0)
         return rp_error_set(c->err, RP_ERR_FORMAT, "%s: field 'layer': no layers", c->name);
     *nlayers = n;
-    return RP_OK;
+    return m ? check_totals(c, m) : RP_OK;
 }
 
 rp_status rp_cost_parse(const char *text, size_t len, const char *name, rp_cost_model **out,
