@@ -133,6 +133,13 @@ static int dense_mlp_adapter(const block_ws *w, rp_lora_proj p)
     return !w->moe && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ || p == RP_LORA_DOWN_PROJ);
 }
 
+/* Whether the table of ops is one RP_ALLOW_UNPROVEN_CUDA governs: a GPU's,
+ * which computes in bf16 or reads no host memory (the CPU table does both). */
+static int unproven_table(const rp_kernel_ops *ops)
+{
+    return ops->compute_dtype != RP_F32 || !ops->host_addressable;
+}
+
 /* The dtypes of the dense MLP's g and u (*gu) and of dm (*dm): the compute
  * dtype, what their GEMMs write and the SwiGLU reads, unless an adapter adds
  * into them in fp32 (adapted[p]: projection p has one). On a bf16 table
@@ -179,7 +186,7 @@ static int mlp_fused_gate_up(const rp_kernel_ops *ops, const rp_model_config *cf
     if (rp_model_block_is_moe(cfg, block) || cfg->lora.rank > 0 || off->w_gate == SIZE_MAX ||
         off->w_up != off->w_gate + I * H)
         return 0;
-    if (ops->compute_dtype != RP_F32 || !ops->host_addressable)
+    if (unproven_table(ops))
         return rp_unproven_allowed(RP_UNPROVEN_FUSED_GATE_UP);
     return rp_block_test_fused_gate_up();
 }
@@ -470,8 +477,7 @@ rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *op
      * biases) were written without a GPU and have not run on one yet; the
      * block reads only what a bf16 table gives (model/moe.c), so the
      * maintainer's switch lets a GPU session prove them */
-    if (cfg->arch == RP_ARCH_GPT_OSS && !allow_unproven &&
-        (ops->compute_dtype != RP_F32 || !ops->host_addressable))
+    if (cfg->arch == RP_ARCH_GPT_OSS && !allow_unproven && unproven_table(ops))
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "gpt-oss on %s executors: its attention sinks and windows, clamped "
                             "SwiGLU and expert biases have run on the CPU's kernels only so far "
