@@ -101,10 +101,10 @@ static rp_status agree_switches(MPI_Comm comm, rp_error *err)
      * option check stops every rank alike) */
     uint64_t mine = rp_unproven_parse(allow, &mask, &ignored) == RP_OK ? mask : UINT32_MAX;
     mine = mine << 1 | (uint64_t)rp_block_test_fused_gate_up();
-    uint64_t most, least;
-    MPI_Allreduce(&mine, &most, 1, MPI_UINT64_T, MPI_MAX, comm);
-    MPI_Allreduce(&mine, &least, 1, MPI_UINT64_T, MPI_MIN, comm);
-    if (most == least)
+    /* the most of mine and of ~mine (the least's complement), in one call */
+    uint64_t both[2] = {mine, ~mine}, all[2];
+    MPI_Allreduce(both, all, 2, MPI_UINT64_T, MPI_MAX, comm);
+    if (all[0] == ~all[1])
         return RP_OK;
     return rp_error_set(err, RP_ERR_INVALID_ARG,
                         "RP_ALLOW_UNPROVEN_CUDA or RP_TEST_FUSED_GATE_UP is not the same on every "
