@@ -11,7 +11,10 @@
  *   the defaults are the documented ones (and the one field no option sets,
  *   progress_interval_s); every row is named once and has its --help text;
  *   an unknown name set through the API is refused with the nearest row's
- *   name, never --help (the API has none).
+ *   name, never --help (the API has none);
+ * - a status made collective (engine/agree.c): each failing rank keeps its
+ *   own message and status, whatever the lowest failing rank's; a rank that
+ *   did not fail returns the lowest failing rank's status, naming it.
  * Ranks: 1 2 */
 #include <json-c/json.h>
 #include <math.h>
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/run_impl.h"
 #include "engine/trainer.h"
 #include "io/safetensors.h"
 #include "rp_check.h"
@@ -224,6 +228,57 @@ START_TEST(option_table_defaults_and_rows)
 }
 END_TEST
 
+/* Rank r fails with the status fail[r] (RP_OK: it did not fail); what
+ * this rank got wrong goes into `why` (empty: nothing), so that no rank
+ * leaves the agreements early on a failed check (the others would wait). */
+static void agree_case(const rp_status *fail, int nranks, char *why, size_t size_why)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    static rp_engine e;
+    static rp_train_options o;
+    memset(&e, 0, sizeof e);
+    o.timeout_s = 30;
+    e.o = &o;
+    e.nd.world_rank = rank;
+    e.it_first = 1;
+    rp_error err = {0};
+    const rp_status mine = rank < nranks ? fail[rank] : RP_OK;
+    rp_status s = mine == RP_OK ? RP_OK : rp_error_set(&err, mine, "rank %d's own failure", rank);
+    s = rp_run_agree(&e, s, MPI_COMM_WORLD, &err);
+    int first = -1;
+    for (int r = (size < nranks ? size : nranks) - 1; r >= 0; r--)
+        if (fail[r] != RP_OK)
+            first = r;
+    char want[64] = "";
+    rp_status want_s = RP_OK;
+    if (first >= 0 && mine != RP_OK) {
+        snprintf(want, sizeof want, "rank %d's own failure", rank);
+        want_s = mine;
+    } else if (first >= 0) {
+        snprintf(want, sizeof want, "rank %d failed", first);
+        want_s = fail[first];
+    }
+    if (s != want_s || (first >= 0 && (err.code != want_s || !strstr(err.msg, want))))
+        snprintf(why, size_why, "rank %d: status %d (%s), message '%s'; expected %d (%s), '%s'",
+                 rank, s, rp_status_string(s), err.msg, want_s, rp_status_string(want_s), want);
+}
+
+START_TEST(agree_keeps_each_ranks_own_status)
+{
+    const rp_status cases[4][2] = {{RP_OK, RP_OK},
+                                   {RP_ERR_IO, RP_ERR_FORMAT},
+                                   {RP_OK, RP_ERR_FORMAT},
+                                   {RP_ERR_NUMERIC, RP_OK}};
+    char why[4][RP_ERROR_MSG_MAX + 256] = {{0}};
+    for (int c = 0; c < 4; c++)
+        agree_case(cases[c], 2, why[c], sizeof why[c]);
+    for (int c = 0; c < 4; c++)
+        ck_assert_msg(!why[c][0], "case %d: %s", c, why[c]);
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     paths();
@@ -236,6 +291,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, sub_communicator_matches_world);
     tcase_add_test(tc, bf16_compute_close_to_fp32);
     tcase_add_test(tc, option_table_defaults_and_rows);
+    tcase_add_test(tc, agree_keeps_each_ranks_own_status);
     suite_add_tcase(s, tc);
     return s;
 }

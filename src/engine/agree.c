@@ -5,8 +5,10 @@
 
 #include "engine/run_impl.h"
 
-/* Make a status collective: every rank learns whether any rank failed. The
- * failing rank keeps its message; the others name the lowest failing rank.
+/* Make a status collective: every rank learns whether any rank failed. A
+ * failing rank keeps its message and its own status (the word the CLI
+ * prints beside the message); the others name the lowest failing rank and
+ * return its status.
  * A rank that failed (a deadline passed, a file was bad) waits at most
  * --timeout for the others to join the agreement, so a rank that stopped
  * answering (SIGSTOP, stuck in a driver) cannot hang the job: the status
@@ -45,7 +47,7 @@ rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
         return RP_OK;
     int code = (int)s;
     MPI_Bcast(&code, 1, MPI_INT, first, comm);
-    if (s == RP_OK)
-        rp_error_echo(err, (rp_status)code, "rank %d failed (see its message)", first);
-    return (rp_status)code;
+    if (s != RP_OK)
+        return s;
+    return rp_error_echo(err, (rp_status)code, "rank %d failed (see its message)", first);
 }
