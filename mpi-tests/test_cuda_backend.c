@@ -20,7 +20,9 @@
  * wait between (rp_xfer_wait_issued, rp_device_compute_after_copy), reads
  * the uploaded bytes, a download queued right after it
  * (rp_device_copies_after_compute) brings back what it wrote, and the
- * timing marks around it give its GPU time. Blocks run with sequences of one and of several
+ * timing marks around it give its GPU time, and a mark queried before it
+ * is reached answers -1 without making the next kernel op or sync fail.
+ * Blocks run with sequences of one and of several
  * attention tiles, head_dim 64 and 128, and guard bands after every slice
  * of their saved area and scratch (rp_model_guard_floats) that must keep
  * their poison.
@@ -773,6 +775,52 @@ START_TEST(compute_and_copies_are_ordered_by_events)
 }
 END_TEST
 
+/* A timing mark queried before the GPU reaches it (rp_device_mark_elapsed
+ * without wait, as rp_layer_clock_settle asks after every layer) answers -1;
+ * the runtime's "not ready" it was told must not then be the failure of the
+ * next kernel op (whose launch check reads the thread's last error) nor of
+ * rp_device_sync. The marks span several conversions of 256 MiB, a fraction
+ * of a millisecond of GPU time each, so the query, microseconds after their
+ * launch, finds them unfinished. */
+START_TEST(a_mark_not_reached_yet_fails_no_later_op)
+{
+    const int64_t n = (int64_t)64 << 20; /* floats */
+    rp_device *d = NULL;
+    rp_error err = {0};
+    rp_device_params gp = {.kind = RP_DEVICE_CUDA, .ordinal = 0, .threads = 1,
+                           .unproven = 1u << RP_UNPROVEN_COPIES};
+    ck_assert_msg(rp_device_create(&gp, &d, &err) == RP_OK, "%s", err.msg);
+    ck_assert(rp_device_ordered_by_events(d));
+    void *f = NULL, *b = NULL;
+    ck_assert_int_eq(rp_device_alloc(d, (size_t)n * 4, &f, &err), RP_OK);
+    ck_assert_int_eq(rp_device_alloc(d, (size_t)n * 2, &b, &err), RP_OK);
+    ck_assert_int_eq(rp_device_memset0(d, f, (size_t)n * 4, &err), RP_OK);
+    rp_kernels k;
+    ck_assert_int_eq(rp_device_kernels(d, &k, &err), RP_OK);
+    int not_reached = 0;
+    for (int rep = 0; rep < 20 && !not_reached; rep++) {
+        ck_assert_int_eq(rp_device_mark(d, 0, &err), RP_OK);
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(k.ops->convert(k.state, f, RP_F32, b, RP_BF16, n, &err) == RP_OK, "%s",
+                          err.msg);
+        ck_assert_int_eq(rp_device_mark(d, 1, &err), RP_OK);
+        double ms = 0;
+        ck_assert_msg(rp_device_mark_elapsed(d, 0, 1, 0, &ms, &err) == RP_OK, "%s", err.msg);
+        not_reached = ms < 0;
+        ck_assert_msg(k.ops->convert(k.state, b, RP_BF16, f, RP_F32, n, &err) == RP_OK,
+                      "the kernel op after a mark not reached yet: %s", err.msg);
+        ck_assert_msg(rp_device_sync(d, &err) == RP_OK, "the sync after it: %s", err.msg);
+        ck_assert_msg(rp_device_mark_elapsed(d, 0, 1, 1, &ms, &err) == RP_OK, "%s", err.msg);
+        ck_assert_msg(ms > 0, "%g ms between the marks", ms);
+    }
+    ck_assert_msg(not_reached, "the mark was reached before each query: the not-ready answer "
+                  "this test is about never came");
+    rp_device_free(d, f);
+    rp_device_free(d, b);
+    rp_device_destroy(&d);
+}
+END_TEST
+
 static int g_have_device;
 
 static Suite *cuda_backend_suite(void)
@@ -787,6 +835,7 @@ static Suite *cuda_backend_suite(void)
         tcase_add_test(td, bad_ordinal_and_huge_alloc_are_errors);
         tcase_add_test(td, transfer_engine_on_the_upload_and_download_streams);
         tcase_add_test(td, compute_and_copies_are_ordered_by_events);
+        tcase_add_test(td, a_mark_not_reached_yet_fails_no_later_op);
         tcase_add_test(td, embedding_matches_cpu);
         tcase_add_test(td, qwen3_block_matches_cpu);
         tcase_add_test(td, llama_block_matches_cpu);

@@ -1,7 +1,8 @@
 /* Proves: the device probe answers cleanly everywhere: the CPU is always
  * found; CUDA is either usable (and then a kernel launched through the
  * libtool-built .cu object computes the right saxpy, on a GPU of sm_80 or
- * newer) or reported as RP_ERR_NO_DEVICE / RP_ERR_UNSUPPORTED with a
+ * newer, also right after a probe that failed: no error is left behind for
+ * its launch) or reported as RP_ERR_NO_DEVICE / RP_ERR_UNSUPPORTED with a
  * message (an older GPU by name and compute capability), never a crash. */
 #include "config.h"
 
@@ -42,6 +43,11 @@ START_TEST(cuda_present_or_clean_error)
             y[i] = 1.0f;
         }
         const char *why = "";
+        /* a probe that fails (as run.c and link_groups.c allow the bus id
+         * to) leaves no error behind for the next launch to report */
+        char busid[32];
+        ck_assert_int_ne(rp_cuda_device_busid(info.count + 1000, busid, sizeof busid, &why), 0);
+        ck_assert_msg(why[0] != '\0', "a failed probe with no reason");
         ck_assert_msg(rp_cuda_saxpy_smoke(0, 1000, 2.0f, x, y, &why) == 0, "%s", why);
         for (int i = 0; i < 1000; i++)
             ck_assert_float_eq(y[i], 2.0f * (float)i + 1.0f);

@@ -68,6 +68,19 @@ static rp_status sync_compute(cuda_impl *c, const char *what, rp_error *err)
     return e == cudaSuccess ? RP_OK : fail(c, what, (int)e, err);
 }
 
+/* cudaEventQuery, whose "not ready" is an answer, not a failure: the
+ * runtime keeps it as the calling thread's last error all the same, where
+ * the next kernel op's launch check (cudaGetLastError, kernels/cuda/
+ * common.cuh's rp_launch_status) and sync_compute would report it as that
+ * op's failure ("device not ready"), so it is cleared here. */
+static cudaError_t query_event(cudaEvent_t ev)
+{
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady)
+        cudaGetLastError();
+    return e;
+}
+
 static rp_status enter(cuda_impl *c, rp_error *err)
 {
     cudaError_t e = cudaSetDevice(c->ordinal);
@@ -284,9 +297,9 @@ static rp_status cuda_copy_complete(void *impl, int ticket, rp_error *err)
 {
     cuda_impl *c = impl;
     RP_TRY(enter(c, err));
-    cudaError_t e = cudaEventQuery(c->copied[ticket]);
+    cudaError_t e = query_event(c->copied[ticket]);
     for (uint64_t t0 = monotonic_ns(); e == cudaErrorNotReady && monotonic_ns() - t0 < COPY_POLL_NS;
-         e = cudaEventQuery(c->copied[ticket]))
+         e = query_event(c->copied[ticket]))
         sched_yield();
     if (e == cudaErrorNotReady) /* the events block (cudaEventBlockingSync) */
         e = cudaEventSynchronize(c->copied[ticket]);
@@ -342,7 +355,7 @@ static rp_status cuda_mark_elapsed(void *impl, int from, int to, int wait, doubl
 {
     cuda_impl *c = impl;
     RP_TRY(enter(c, err));
-    cudaError_t e = cudaEventQuery(c->marks[to]);
+    cudaError_t e = query_event(c->marks[to]);
     if (e == cudaErrorNotReady && !wait) {
         *ms = -1;
         return RP_OK;

@@ -2,13 +2,23 @@
 
 #include "kernels/cuda/cuda_probe.h"
 
+/* A failed call's error, given back through why, is also the host
+ * thread's last error until someone reads it; the kernel ops' launch checks
+ * (cudaGetLastError) would report it as their own failure, and the callers
+ * go on where a probe fails (a PCI bus id not known: no binding near the
+ * GPU), so each failure here clears it. */
+static const char *failed(cudaError_t e)
+{
+    cudaGetLastError();
+    return cudaGetErrorString(e);
+}
+
 extern "C" int rp_cuda_device_count(const char **why)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        *why = cudaGetErrorString(e);
-        cudaGetLastError(); /* clear the sticky-free error state */
+        *why = failed(e);
         return -1;
     }
     *why = n ? "" : "no CUDA device visible";
@@ -21,7 +31,7 @@ extern "C" int rp_cuda_device_info(int dev, char *name, int name_len, unsigned l
     cudaDeviceProp p;
     cudaError_t e = cudaGetDeviceProperties(&p, dev);
     if (e != cudaSuccess) {
-        *why = cudaGetErrorString(e);
+        *why = failed(e);
         return -1;
     }
     int i = 0;
@@ -41,7 +51,7 @@ extern "C" int rp_cuda_device_free_memory(int dev, unsigned long long *free_mem,
     if (e == cudaSuccess)
         e = cudaMemGetInfo(&fr, &total);
     if (e != cudaSuccess) {
-        *why = cudaGetErrorString(e);
+        *why = failed(e);
         return -1;
     }
     *free_mem = fr;
@@ -52,7 +62,7 @@ extern "C" int rp_cuda_device_busid(int dev, char *busid, int len, const char **
 {
     cudaError_t e = cudaDeviceGetPCIBusId(busid, len, dev);
     if (e != cudaSuccess) {
-        *why = cudaGetErrorString(e);
+        *why = failed(e);
         return -1;
     }
     return 0;
@@ -83,7 +93,7 @@ extern "C" int rp_cuda_saxpy_smoke(int dev, int n, float a, const float *x, floa
     cudaFree(dx);
     cudaFree(dy);
     if (e != cudaSuccess) {
-        *why = cudaGetErrorString(e);
+        *why = failed(e);
         return -1;
     }
     return 0;
