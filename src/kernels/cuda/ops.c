@@ -271,8 +271,13 @@ static rp_status rope_table(void *state, const float *inv_freq, int64_t seqlen, 
         c->rope_floats = need;
     }
     float *dinv = c->rope + seqlen * 2 * half;
-    cudaError_t e =
-        cudaMemcpy(dinv, inv_freq, sizeof(float) * (size_t)half, cudaMemcpyHostToDevice);
+    /* on the ops' stream, which the table kernel reads it on: a plain
+     * cudaMemcpy from pageable memory may return before its DMA lands,
+     * and the legacy stream it is ordered on does not order the
+     * non-blocking c->stream; the async form stages inv_freq (the
+     * caller's stack) before it returns */
+    cudaError_t e = cudaMemcpyAsync(dinv, inv_freq, sizeof(float) * (size_t)half,
+                                    cudaMemcpyHostToDevice, c->stream);
     if (e != cudaSuccess)
         return rp_cuda_fail(c->ordinal, "uploading inv_freq", (int)e, err);
     CK(rp_cuda_rope_table(c->rope, dinv, seqlen, half, c->stream));
