@@ -34,6 +34,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/sizes.h"
 #include "model/layers.h"
 #include "model/layout.h"
@@ -717,13 +718,13 @@ typedef struct moe_result {
     float *y, *stats, *dx, *grad;
 } moe_result;
 
-static moe_result moe_block_run(const rp_model_config *cfg, const float *P, const float *A,
-                                size_t ntrain, const float *x, const float *dy,
-                                const float *aux, int64_t nseq, int64_t S)
+static moe_result moe_block_run_on(const rp_kernels *k, const rp_model_config *cfg,
+                                   const float *P, const float *A, size_t ntrain, const float *x,
+                                   const float *dy, const float *aux, int64_t nseq, int64_t S)
 {
     const size_t n = (size_t)(nseq * S * cfg->hidden_size), E = (size_t)cfg->moe.num_experts;
-    float *ws = malloc(rp_block_workspace_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S) * sizeof(float));
-    float *saved = malloc(rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, cfg, nseq, S) * sizeof(float));
+    float *ws = malloc(rp_block_workspace_floats(k->ops, RP_F32, cfg, nseq, S) * sizeof(float));
+    float *saved = malloc(rp_block_saved_floats(k->ops, RP_F32, cfg, nseq, S) * sizeof(float));
     moe_result r = {malloc(n * sizeof(float)), calloc(2 * E, sizeof(float)),
                     malloc(n * sizeof(float)), calloc(ntrain, sizeof(float))};
     float *dx2 = malloc(n * sizeof(float)), *grad2 = calloc(ntrain, sizeof(float));
@@ -731,11 +732,11 @@ static moe_result moe_block_run(const rp_model_config *cfg, const float *P, cons
     rp_block_call call = {.block = 0, .lora = A ? &lc : NULL, .router_stats = r.stats,
                           .router_aux_grad = aux};
     rp_error err = {0};
-    ck_assert_msg(rp_block_forward(&cpu_k, cfg, P, RP_F32, x, r.y, nseq, S, NULL, saved, ws, &call, &err) == RP_OK, "%s", err.msg);
-    ck_assert_msg(rp_block_backward(&cpu_k, cfg, P, RP_F32, x, saved, dy, r.dx, r.grad, nseq, S, NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_forward(k, cfg, P, RP_F32, x, r.y, nseq, S, NULL, saved, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_backward(k, cfg, P, RP_F32, x, saved, dy, r.dx, r.grad, nseq, S, NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
     call.router_stats = NULL;
-    ck_assert_msg(rp_block_forward(&cpu_k, cfg, P, RP_F32, x, NULL, nseq, S, NULL, saved, ws, &call, &err) == RP_OK, "%s", err.msg);
-    ck_assert_msg(rp_block_backward(&cpu_k, cfg, P, RP_F32, x, saved, dy, dx2, grad2, nseq, S, NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_forward(k, cfg, P, RP_F32, x, NULL, nseq, S, NULL, saved, ws, &call, &err) == RP_OK, "%s", err.msg);
+    ck_assert_msg(rp_block_backward(k, cfg, P, RP_F32, x, saved, dy, dx2, grad2, nseq, S, NULL, ws, &call, &err) == RP_OK, "%s", err.msg);
     ck_assert_mem_eq(dx2, r.dx, n * sizeof(float));
     ck_assert_mem_eq(grad2, r.grad, ntrain * sizeof(float));
     free(dx2);
@@ -743,6 +744,13 @@ static moe_result moe_block_run(const rp_model_config *cfg, const float *P, cons
     free(ws);
     free(saved);
     return r;
+}
+
+static moe_result moe_block_run(const rp_model_config *cfg, const float *P, const float *A,
+                                size_t ntrain, const float *x, const float *dy,
+                                const float *aux, int64_t nseq, int64_t S)
+{
+    return moe_block_run_on(&cpu_k, cfg, P, A, ntrain, x, dy, aux, nseq, S);
 }
 
 static void moe_result_free(moe_result *r)
@@ -909,6 +917,72 @@ START_TEST(gpt_oss_block_reads_weights_as_the_cuda_table_does)
 }
 END_TEST
 
+/* A CPU table that keeps its own RoPE table, as the CUDA table does
+ * (rope_table_floats 0: the block gives it no space). */
+static float *kept_rope;
+static size_t kept_rope_floats;
+
+static rp_status keeping_rope_table(void *state, const float *inv_freq, int64_t seqlen,
+                                    int64_t half, float *space, const float **table,
+                                    rp_error *err)
+{
+    (void)state;
+    if (space)
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "rope_table: space given to a table that "
+                            "keeps its own");
+    kept_rope_floats = rp_rope_table_floats(seqlen, half);
+    kept_rope = realloc(kept_rope, kept_rope_floats * sizeof(float));
+    rp_rope_table(kept_rope, inv_freq, seqlen, half);
+    *table = kept_rope;
+    return RP_OK;
+}
+
+static size_t no_rope_space(int64_t seqlen, int64_t half)
+{
+    (void)seqlen, (void)half;
+    return 0;
+}
+
+START_TEST(yarn_scales_a_copy_of_a_kept_rope_table)
+{
+    /* gpt-oss's YaRN (attention factor about 1.2) on a table that keeps
+     * its RoPE table: the block scales a copy in its saved area, so the
+     * result is the CPU table's to the bit and the kept table stays as
+     * made (before: refused, "keep their own RoPE table") */
+    rp_kernel_ops keeping = rp_kernel_ops_cpu;
+    keeping.rope_table = keeping_rope_table;
+    keeping.rope_table_floats = no_rope_space;
+    const rp_kernels keep_k = {.ops = &keeping};
+    rp_model_config cfg = gpt_oss_cfg();
+    cfg.rope_scaling.type = RP_ROPE_YARN;
+    cfg.rope_scaling.factor = 8;
+    cfg.rope_scaling.original_max_position_embeddings = 4;
+    ck_assert(rp_model_rope_attention_factor(&cfg) > 1.1);
+    const int64_t nseq = 2, S = 7, half = cfg.head_dim / 2;
+    ck_assert_uint_eq(rp_block_saved_floats(&keeping, RP_F32, &cfg, nseq, S),
+                      rp_block_saved_floats(&rp_kernel_ops_cpu, RP_F32, &cfg, nseq, S));
+    const size_t n = (size_t)(nseq * S * cfg.hidden_size), E = (size_t)cfg.moe.num_experts;
+    size_t np;
+    float *P = random_block(&cfg, 0, 7, &np);
+    float *x = random_vec(n, 11, 1.0f), *dy = random_vec(n, 13, 1.0f);
+    float *aux = random_vec(E, 17, 0.1f);
+    moe_result want = moe_block_run(&cfg, P, NULL, np, x, dy, aux, nseq, S);
+    moe_result got = moe_block_run_on(&keep_k, &cfg, P, NULL, np, x, dy, aux, nseq, S);
+    ck_assert_mem_eq(got.y, want.y, n * sizeof(float));
+    ck_assert_mem_eq(got.dx, want.dx, n * sizeof(float));
+    ck_assert_mem_eq(got.grad, want.grad, np * sizeof(float));
+    float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2], *fresh = malloc(kept_rope_floats * sizeof(float));
+    rp_model_rope_inv_freq(&cfg, inv_freq);
+    rp_rope_table(fresh, inv_freq, S, half);
+    ck_assert_mem_eq(kept_rope, fresh, kept_rope_floats * sizeof(float));
+    moe_result_free(&want);
+    moe_result_free(&got);
+    free(P), free(x), free(dy), free(aux), free(fresh);
+    free(kept_rope);
+    kept_rope = NULL;
+}
+END_TEST
+
 /* Saved + scratch floats of block 0 for T2 tokens minus those for T1. */
 static size_t growth(const rp_model_config *cfg, int64_t T1, int64_t T2)
 {
@@ -970,6 +1044,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, qwen3_moe_lora_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_block_reads_weights_as_the_cuda_table_does);
+    tcase_add_test(tc, yarn_scales_a_copy_of_a_kept_rope_table);
     tcase_add_test(tc, moe_memory_is_bounded_per_token_not_per_width);
     suite_add_tcase(s, tc);
     return s;

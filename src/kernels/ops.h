@@ -109,7 +109,9 @@ typedef struct rp_kernel_ops {
     /* The cos/sin table of positions 0..seqlen-1 for inv_freq[half] (host
      * memory): written into `space` (rope_table_floats(seqlen, half) of
      * it), or a table the back end made once and keeps; *table is valid
-     * until the next rope_table call with another shape or inv_freq. */
+     * until the next rope_table call with another shape or inv_freq. Either
+     * is rp_rope_table_floats(seqlen, half) floats, so a scaled copy of it
+     * (YaRN's attention factor) is a table rope_apply reads alike. */
     rp_status (*rope_table)(void *state, const float *inv_freq, int64_t seqlen, int64_t half,
                             float *space, const float **table, rp_error *err);
     /* Rotate x [nseq*seqlen, nheads*head_dim] in place by +angle, or by
@@ -401,6 +403,13 @@ static inline int rp_linear_outputs_valid(const float *y, const void *y_compute,
                                           const float *bias, const float *residual)
 {
     return y || (y_compute && !bias && !residual);
+}
+
+/* Floats of a RoPE table of every back end (rope_table): cos and sin of
+ * seqlen positions x half frequencies. */
+static inline size_t rp_rope_table_floats(int64_t seqlen, int64_t half)
+{
+    return (size_t)(2 * seqlen * half);
 }
 
 /* Bytes of one compute-dtype element of a table. */

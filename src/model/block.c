@@ -272,8 +272,11 @@ static void carve(const rp_kernel_ops *ops, rp_dtype pdt, const rp_model_config 
     w->h2 = rp_carve_compute(&sv, ops, T * H);
     w->moe = rp_model_block_is_moe(cfg, block);
     /* a RoPE table the table does not keep is made by the forward and kept
-     * for the backward */
+     * for the backward; one it keeps is copied here where YaRN scales it
+     * (rope_of) */
     size_t n = ops->rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
+    if (n == 0 && rp_model_rope_attention_factor(cfg) != 1.0)
+        n = rp_rope_table_floats((int64_t)seqlen, (int64_t)hd / 2);
     w->rope_space = n ? rp_carve_f32(&sv, n) : NULL;
     const rp_lora_config *lc = &cfg->lora;
     /* the dense MLP's tokens at once: a chunk of whole tiles */
@@ -517,19 +520,23 @@ static rp_status rope_of(const rp_kernels *k, const rp_model_config *cfg, int64_
     }
     float inv_freq[RP_MODEL_MAX_HEAD_DIM / 2];
     rp_model_rope_inv_freq(cfg, inv_freq);
-    RP_OP(rope_table, inv_freq, seqlen, cfg->head_dim / 2, w->rope_space, table);
+    const int64_t half = cfg->head_dim / 2;
+    float *space = k->ops->rope_table_floats(seqlen, half) ? w->rope_space : NULL;
+    RP_OP(rope_table, inv_freq, seqlen, half, space, table);
     /* YaRN scales cos and sin by its attention factor (in fp32, as
      * transformers' rotary embedding); the forward scales the table it
-     * made and keeps it for the backward (rotating by the scaled table's
-     * transpose is the scaled rotation's gradient) */
+     * made, or a copy of the one the back end keeps (which other calls
+     * read unscaled), and keeps it for the backward (rotating by the
+     * scaled table's transpose is the scaled rotation's gradient) */
     const double a = rp_model_rope_attention_factor(cfg);
     if (a == 1.0)
         return RP_OK;
-    if (!w->rope_space || *table != w->rope_space)
-        return rp_error_set(err, RP_ERR_UNSUPPORTED, "%s kernels keep their own RoPE table: "
-                            "YaRN's attention factor cannot scale it", k->ops->name);
-    RP_OP(scaled_add, w->rope_space, (float)a, w->rope_space, NULL,
-          (int64_t)k->ops->rope_table_floats(seqlen, cfg->head_dim / 2), 0);
+    if (!w->rope_space) /* carve makes room wherever the factor is not 1 */
+        return rp_error_set(err, RP_ERR_INTERNAL, "%s kernels: no room for YaRN's scaled RoPE "
+                            "table", k->ops->name);
+    RP_OP(scaled_add, *table, (float)a, w->rope_space, NULL,
+          (int64_t)rp_rope_table_floats(seqlen, half), 0);
+    *table = w->rope_space;
     return RP_OK;
 }
 

@@ -35,7 +35,7 @@ static size_t no_scratch_cols(int64_t cols)
 
 static size_t rope_table_floats(int64_t seqlen, int64_t half)
 {
-    return (size_t)(2 * seqlen * half);
+    return rp_rope_table_floats(seqlen, half);
 }
 
 static int64_t logits_rows(int64_t vocab, int64_t memory_bytes)
