@@ -13,7 +13,8 @@
 # [E, H, 2I] interleaved, .gate_up_proj_bias, .down_proj [E, I, H],
 # .down_proj_bias) within 1e-4 relative, on 1, 2 and 3 ranks and 2
 # pipelines where there are 2 microbatches; no tensor saved beyond the
-# reference's. Bit-identical results for 1-4 ranks, a forced partition and
+# reference's; oss-hd16 (heads of 16, the model bench/gpu/parity.sh runs on
+# CUDA) likewise on 2 ranks. Bit-identical results for 1-4 ranks, a forced partition and
 # --recompute layer. The same model shipped MXFP4-quantised as the Hub ships
 # gpt-oss (model-mxfp4/: *_blocks and *_scales, quantization_config mxfp4)
 # trains to the same bits as its plain copy, and is saved unquantised without
@@ -82,13 +83,14 @@ same() { # same REF OUT: saved weights (or adapters) and metrics (timing fields 
     [ "$(metrics "$1.jsonl")" = "$(metrics "$2.jsonl")" ]
 }
 
-for case in oss-m1 oss-m2 oss-mxfp4 oss-lora oss-lora-params oss-lora-params-m1; do
+for case in oss-m1 oss-m2 oss-hd16 oss-mxfp4 oss-lora oss-lora-params oss-lora-params-m1; do
   d="$fix/$case"
   file=model.safetensors
   [ -d "$d/lora_init" ] && file=adapter_model.safetensors
   specs="1:1 2:2 3:1"
   [ "$case" = oss-m1 ] && specs="1:1 2:1 3:1"
   [ "$case" = oss-mxfp4 ] && specs="2:1"
+  [ "$case" = oss-hd16 ] && specs="2:1"
   [ "$case" = oss-lora ] && specs="1:1 2:1 3:1 2:2"
   [ "$case" = oss-lora-params ] && specs="1:1 2:1 3:1 2:2 4:2"
   [ "$case" = oss-lora-params-m1 ] && specs="1:1 2:1 3:1"

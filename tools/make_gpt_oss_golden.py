@@ -51,6 +51,11 @@ model-mxfp4/ as the Hub ships gpt-oss (gate_up_proj_blocks/_scales,
 down_proj_blocks/_scales, U8; quantization_config mxfp4); transformers'
 convert_moe_packed_tensors decodes the blocks to exactly model/'s experts.
 
+The head_dim-16 case (oss-hd16) is oss-m2 with heads of 16 (q width 64):
+the CUDA attention takes head dims that are multiples of 8 only (12 is
+refused there), so bench/gpu/parity.sh proves gpt-oss on the device with
+it; trained on the CPU against this reference like the others.
+
 Single-threaded, fixed seeds: two runs write byte-identical files.
 Run from anywhere:  python3 tools/make_gpt_oss_golden.py
 (--check-only recomputes into a temporary directory and compares sha256 sums).
@@ -169,6 +174,13 @@ CASES = {
         "lora": {"r": 2, "alpha": 4, "init_seed": 9047, "parameters": True,
                  "reversed": "oss-lora-params"},
         "model_from": "oss-lora",
+    },
+    # oss-m2 with heads of 16 (a multiple of 8, as CUDA's attention takes)
+    "oss-hd16": {
+        "model_seed": 7067, "data_seed": 8064, "data_len": 16 * 10 + 1 + 5, "mask": True,
+        "config": dict(COMMON_CONFIG, head_dim=16, output_router_logits=True,
+                       router_aux_loss_coef=0.5),
+        "train": train_opts(**{"lr-schedule": "linear"}),
     },
     "oss-mxfp4": {
         "model_seed": 7032, "data_seed": 8002, "data_len": 16 * 10 + 1 + 5, "mask": True,
