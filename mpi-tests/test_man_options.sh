@@ -1,7 +1,12 @@
 #!/bin/sh
 # Proves: every option each command's --help lists (train, plan, simulate,
 # topology) has its entry in man/roundpipe.1 (written there as \-\-name), and
-# the check itself sees a missing one (a made-up option is not found).
+# the check itself sees a missing one (a made-up option is not found); every
+# default --help states as a number, a one-letter name (default B) or one of
+# the option's listed values (auto|line|none) is the default its man entry
+# states (in the command's section, else TRAIN OPTIONS), and that check sees
+# a wrong one; every environment variable the sources read with getenv is in
+# the ENVIRONMENT section but for the test hooks named below.
 # Ranks: 1 (no MPI).
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -19,4 +24,82 @@ for c in train plan simulate topology; do
   done < "$tmp/$c.opts"
 done
 in_man --not-an-option-of-roundpipe && bad "the check finds an option that is not there" || ok
+
+# man_entry SECTION OPTION: the text of OPTION's entry in SECTION of the man
+# page (its .TP head to the next .TP, .PP or .SH), roff markup removed
+man_entry() {
+  awk -v sec="$1" -v opt="$2" '
+    function flush() { if (keep) print text; keep = 0; text = "" }
+    /^\.SH/ { flush(); s = $0; sub(/^\.SH */, "", s); gsub(/"/, "", s); insec = (s == sec); next }
+    /^\.(TP|PP|LP|P)( |$)/ { flush(); head = ($1 == ".TP"); next }
+    /^\.TQ/ { head = 1; next }
+    !insec { next }
+    { line = $0; gsub(/\\-/, "-", line); gsub(/\\f[BIRP]/, "", line); gsub(/\\&|\\\(dq|"/, "", line)
+      sub(/^\.[A-Z][A-Z]? */, "", line)
+      if (head) { head = 0; if (index(" " line " ", "--" opt " ") || index(" " line ",", "--" opt ",")) keep = 1 }
+      text = text " " line }
+    END { flush() }' "$man"
+}
+# help_defaults COMMAND: "option default" for each default --help states in
+# a form the man page can be held to
+help_defaults() {
+  awk '
+    /^  --/ { if (o != "") print o "\t" m "\t" t; o = $1; m = ($2 ~ /^[^ ]*\|/) ? $2 : "-"; t = $0; next }
+    /^     / { if (o != "") t = t " " $0; next }
+    { if (o != "") print o "\t" m "\t" t; o = "" }
+    END { if (o != "") print o "\t" m "\t" t }' "$tmp/$1.txt" |
+  while IFS="$(printf '\t')" read -r o m t; do
+    t=$(printf '%s\n' "$t" | tr -s ' ')
+    v=$(printf '%s\n' "$t" | sed -n 's/.*[(;] *default:\{0,1\} \([^ ,;:)]*\).*/\1/p')
+    [ -n "$v" ] || v=$(printf '%s\n' "$t" | sed -n 's/.* \([^ (]*\) (\(the \)\{0,1\}default[,;)].*/\1/p')
+    [ -n "$v" ] || continue
+    case "$v" in
+      [A-Z]) ;;                                          # a name: default B
+      *[!0-9.e+-]*) case "|$m|" in *"|$v|"*) ;; *) continue ;; esac ;;  # a listed value
+      *) ;;                                              # a number
+    esac
+    printf '%s %s\n' "${o#--}" "$v"
+  done
+}
+# man_states_default TEXT VALUE: TEXT gives VALUE as the default
+man_states_default() {
+  v=$(printf '%s' "$2" | sed 's/[.+]/\\&/g')
+  after='([^[:alnum:].]|\.([^0-9]|$)|$)'
+  printf '%s\n' "$1" | grep -Eq "[Dd]efaults?.{0,40}[^[:alnum:].]$v$after|(^|[^[:alnum:].])$v$after.{0,30}default"
+}
+for c in train plan simulate; do
+  case $c in train) sec="TRAIN OPTIONS" ;; *) sec="PLAN AND SIMULATE" ;; esac
+  help_defaults "$c" > "$tmp/$c.defaults"
+  [ -s "$tmp/$c.defaults" ] && ok || bad "$c --help states no default the check reads"
+  while read -r o v; do
+    e=$(man_entry "$sec" "$o")
+    # an entry that takes train's ("same names, values and defaults") is held to train's
+    case "$e" in "" | *"values and defaults"*) e="$e $(man_entry "TRAIN OPTIONS" "$o")" ;; esac
+    man_states_default "$e" "$v" && ok ||
+      bad "roundpipe $c --$o: --help says default $v, its man/roundpipe.1 entry does not (${e:-no entry})"
+  done < "$tmp/$c.defaults"
+done
+e=$(man_entry "TRAIN OPTIONS" seq-len)
+man_states_default "$e" 1024 && ok || bad "the default check misses --seq-len's 1024"
+man_states_default "$e" 2048 && bad "the default check takes 2048 for --seq-len's default" || ok
+e=$(man_entry "TRAIN OPTIONS" weight-decay)
+man_states_default "$e" 0 && bad "the default check takes 0 for 0.01" || ok
+
+# the environment: every RP_ variable the library reads is in ENVIRONMENT,
+# but for these test hooks (a kill's timing, a slow disk), kept internal
+internal="RP_FAULT_CHECKPOINT_HOLD RP_FAULT_CHECKPOINT_LAYER_MS"
+env_section=$(awk '/^\.SH/ { on = ($0 ~ /ENVIRONMENT/) } on' "$man")
+for v in $(grep -rhoE '(getenv|parse_env)\("[A-Z_0-9]+"' "$src/src" | sed 's/.*("//; s/"//' | sort -u); do
+  case " $internal OMPI_COMM_WORLD_SIZE " in *" $v "*) continue ;; esac
+  printf '%s\n' "$env_section" | grep -q "^\.B $v\$" && ok || bad "$v (read by src/) is not in roundpipe(1)'s ENVIRONMENT"
+done
+# every CUDA path RP_ALLOW_UNPROVEN_CUDA names (the list its refusal gives) is
+# described in its ENVIRONMENT entry
+RP_ALLOW_UNPROVEN_CUDA=not-a-path "$bin" plan --layers "$src/bench/paper/qwen3-1.7b.txt" > "$tmp/unproven.txt" 2>&1
+names=$(sed -n 's/.*(known: \(.*\), or 1 for all.*/\1/p' "$tmp/unproven.txt" | tr -d ,)
+[ -n "$names" ] && ok || { bad "no list of the unproven CUDA paths"; cat "$tmp/unproven.txt"; }
+unproven_entry=$(printf '%s\n' "$env_section" | awk '/^\.B RP_ALLOW_UNPROVEN_CUDA$/ { on = 1; next } on && /^\.TP/ { exit } on' | sed 's/\\-/-/g')
+for n in $names; do
+  printf '%s\n' "$unproven_entry" | grep -q "^\.B $n\$" && ok || bad "RP_ALLOW_UNPROVEN_CUDA's path $n is not described in roundpipe(1)'s ENVIRONMENT"
+done
 finish
