@@ -102,4 +102,21 @@ unproven_entry=$(printf '%s\n' "$env_section" | awk '/^\.B RP_ALLOW_UNPROVEN_CUD
 for n in $names; do
   printf '%s\n' "$unproven_entry" | grep -q "^\.B $n\$" && ok || bad "RP_ALLOW_UNPROVEN_CUDA's path $n is not described in roundpipe(1)'s ENVIRONMENT"
 done
+# the Python tools installed with roundpipe: every option of their --help is
+# in their man page, and --pack's rows are S tokens, as the page and
+# train's samples have them (argparse alone: no package needed)
+if command -v python3 > /dev/null; then
+  for t in roundpipe-prepare roundpipe-plot; do
+    python3 "$src/scripts/$t" --help > "$tmp/$t.txt" 2>&1 && ok || { bad "$t --help"; cat "$tmp/$t.txt"; }
+    for o in $(grep -o -- '--[a-z][a-z0-9-]*' "$tmp/$t.txt" | sort -u); do
+      [ "$o" = --help ] && continue
+      n=$(printf '%s\n' "${o#--}" | sed 's/-/\\\\-/g')
+      grep -q -- "\\\\-\\\\-$n\\b" "$src/man/$t.1" && ok || bad "$t $o is not in man/$t.1"
+    done
+  done
+  tr -s ' \n' '  ' < "$tmp/roundpipe-prepare.txt" | grep -q -- '--pack S pack documents into rows of S tokens' && ok ||
+    bad "roundpipe-prepare --help's --pack does not say rows of S tokens (man/roundpipe-prepare.1)"
+else
+  echo "partly skipped: the Python tools' --help (no python3)"
+fi
 finish
