@@ -102,6 +102,20 @@ unproven_entry=$(printf '%s\n' "$env_section" | awk '/^\.B RP_ALLOW_UNPROVEN_CUD
 for n in $names; do
   printf '%s\n' "$unproven_entry" | grep -q "^\.B $n\$" && ok || bad "RP_ALLOW_UNPROVEN_CUDA's path $n is not described in roundpipe(1)'s ENVIRONMENT"
 done
+# the pages render with their words apart: a .BR or .IR line with plain text
+# after its arguments runs that text together ("--shuffle;adifferenceis...")
+if command -v groff > /dev/null; then
+  for p in "$src"/man/*.[135]; do
+    run=$(groff -man -Tascii -P-cbou "$p" 2>/dev/null |
+      grep -oE '[A-Za-z]{22,}|(^|[^_a-z])[a-z]{4,}[,;][a-z]{4,}([^_}a-z]|$)' | head -3 | tr '\n' ' ')
+    [ -z "$run" ] && ok || bad "$(basename "$p") renders words run together: $run"
+  done
+  printf '.TH T 1\n.SH S\nwith\n.BR \\-\\-shuffle ; a difference is refused naming the field\n' > "$tmp/run.1"
+  groff -man -Tascii -P-cbou "$tmp/run.1" 2>/dev/null | grep -qE '[A-Za-z]{22,}' && ok ||
+    bad "the check does not see words run together"
+else
+  echo "partly skipped: the man pages' rendering (no groff)"
+fi
 # the Python tools installed with roundpipe: every option of their --help is
 # in their man page, and --pack's rows are S tokens, as the page and
 # train's samples have them (argparse alone: no package needed)
