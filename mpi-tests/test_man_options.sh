@@ -114,7 +114,7 @@ if command -v groff > /dev/null; then
   groff -man -Tascii -P-cbou "$tmp/run.1" 2>/dev/null | grep -qE '[A-Za-z]{22,}' && ok ||
     bad "the check does not see words run together"
 else
-  echo "partly skipped: the man pages' rendering (no groff)"
+  echo "SKIP part: the man pages' rendering needs groff"
 fi
 # the Python tools installed with roundpipe: every option of their --help is
 # in their man page, and --pack's rows are S tokens, as the page and
@@ -131,6 +131,6 @@ if command -v python3 > /dev/null; then
   tr -s ' \n' '  ' < "$tmp/roundpipe-prepare.txt" | grep -q -- '--pack S pack documents into rows of S tokens' && ok ||
     bad "roundpipe-prepare --help's --pack does not say rows of S tokens (man/roundpipe-prepare.1)"
 else
-  echo "partly skipped: the Python tools' --help (no python3)"
+  echo "SKIP part: the Python tools' --help needs python3"
 fi
 finish
