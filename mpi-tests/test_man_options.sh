@@ -6,7 +6,8 @@
 # the option's listed values (auto|line|none) is the default its man entry
 # states (in the command's section, else TRAIN OPTIONS), and that check sees
 # a wrong one; every environment variable the sources read with getenv is in
-# the ENVIRONMENT section but for the test hooks named below.
+# the ENVIRONMENT section but for the test hooks named below; an unknown
+# option exits with the status EXIT STATUS (and the tools' ERRORS) give.
 # Ranks: 1 (no MPI).
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -85,6 +86,14 @@ man_states_default "$e" 2048 && bad "the default check takes 2048 for --seq-len'
 e=$(man_entry "TRAIN OPTIONS" weight-decay)
 man_states_default "$e" 0 && bad "the default check takes 0 for 0.01" || ok
 
+# a usage error exits as EXIT STATUS says
+exit_section=$(awk '/^\.SH/ { on = ($0 ~ /EXIT STATUS/) } on' "$man" | tr -s ' \n' '  ')
+for c in train plan simulate topology; do
+  "$bin" "$c" --not-an-option > /dev/null 2>&1; rc=$?
+  printf '%s\n' "$exit_section" | grep -q "$rc for a usage error" && ok ||
+    bad "roundpipe $c exits $rc on an unknown option; EXIT STATUS does not say $rc for a usage error"
+done
+
 # the environment: every RP_ variable the library reads is in ENVIRONMENT,
 # but for these test hooks (a kill's timing, a slow disk), kept internal
 internal="RP_FAULT_CHECKPOINT_HOLD RP_FAULT_CHECKPOINT_LAYER_MS"
@@ -127,6 +136,12 @@ if command -v python3 > /dev/null; then
       n=$(printf '%s\n' "${o#--}" | sed 's/-/\\\\-/g')
       grep -q -- "\\\\-\\\\-$n\\b" "$src/man/$t.1" && ok || bad "$t $o is not in man/$t.1"
     done
+  done
+  # the exit status of a usage error is the one the page's ERRORS gives
+  for t in roundpipe-prepare roundpipe-plot; do
+    python3 "$src/scripts/$t" --not-an-option > /dev/null 2>&1; rc=$?
+    sed -n '/^\.SH ERRORS/,/^\.SH/p' "$src/man/$t.1" | tr -s ' \n' '  ' | grep -q "exit status $rc\b" && ok ||
+      bad "$t exits $rc on an unknown option; man/$t.1's ERRORS does not say exit status $rc"
   done
   tr -s ' \n' '  ' < "$tmp/roundpipe-prepare.txt" | grep -q -- '--pack S pack documents into rows of S tokens' && ok ||
     bad "roundpipe-prepare --help's --pack does not say rows of S tokens (man/roundpipe-prepare.1)"
