@@ -6,8 +6,11 @@
 # the option's listed values (auto|line|none) is the default its man entry
 # states (in the command's section, else TRAIN OPTIONS), and that check sees
 # a wrong one; every environment variable the sources read with getenv is in
-# the ENVIRONMENT section but for the test hooks named below; an unknown
-# option exits with the status EXIT STATUS (and the tools' ERRORS) give.
+# the ENVIRONMENT section but for the test hooks named below, and every CUDA
+# path RP_ALLOW_UNPROVEN_CUDA knows in its entry; an unknown option exits
+# with the status EXIT STATUS (and the tools' ERRORS) give; the man pages
+# render without words run together (with groff); roundpipe-prepare's and
+# roundpipe-plot's --help options are in their pages (with python3).
 # Ranks: 1 (no MPI).
 set -u
 . "$(dirname "$0")/testlib.sh"
