@@ -10,7 +10,8 @@
 # path RP_ALLOW_UNPROVEN_CUDA knows in its entry; an unknown option exits
 # with the status EXIT STATUS (and the tools' ERRORS) give; the man pages
 # render without words run together (with groff); roundpipe-prepare's and
-# roundpipe-plot's --help options are in their pages (with python3).
+# roundpipe-plot's --help options are in their pages (with python3); every
+# number an option's --help gives is in its man entry.
 # Ranks: 1 (no MPI).
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -83,6 +84,35 @@ for c in train plan simulate; do
       bad "roundpipe $c --$o: --help says default $v, its man/roundpipe.1 entry does not (${e:-no entry})"
   done < "$tmp/$c.defaults"
 done
+# numbers_of TEXT: the numbers in TEXT, one a line (1e-8 gives 1e and 8 alike
+# in --help and the page, so they compare)
+numbers_of() {
+  printf '%s\n' "$1" | tr -c 'A-Za-z0-9_.\n' ' ' | tr ' ' '\n' | sed 's/\.$//' |
+    grep -E '^[0-9]+(\.[0-9]+)?$' | sort -u
+}
+# every number an option's --help gives (but 0, 1, 2) is in its man entry
+# (the command's section and train's): a figure changed in one and not the
+# other shows (plan's --speculative-update said 24 bytes, the page 12)
+for c in train plan simulate; do
+  case $c in train) sec="TRAIN OPTIONS" ;; *) sec="PLAN AND SIMULATE" ;; esac
+  awk '
+    /^  --/ { if (o != "") print o "\t" t; o = $1; t = $0; next }
+    /^     / { if (o != "") t = t " " $0; next }
+    { if (o != "") print o "\t" t; o = "" }
+    END { if (o != "") print o "\t" t }' "$tmp/$c.txt" > "$tmp/$c.entries"
+  while IFS="$(printf '\t')" read -r o t; do
+    o=${o#--}
+    e="$(man_entry "$sec" "$o") $(man_entry "TRAIN OPTIONS" "$o")"
+    have=$(numbers_of "$e")
+    for n in $(numbers_of "${t#*--$o}"); do
+      case $n in 0 | 1 | 2) continue ;; esac
+      printf '%s\n' "$have" | grep -qx "$n" && ok ||
+        bad "roundpipe $c --$o: --help says $n, its man/roundpipe.1 entry does not"
+    done
+  done < "$tmp/$c.entries"
+done
+numbers_of "backup's 24 bytes, 5% + 512 MiB, 1e-8, sm_80" | tr '\n' ' ' | grep -qx '24 5 512 8 ' && ok ||
+  bad "numbers_of reads $(numbers_of "backup's 24 bytes, 5% + 512 MiB, 1e-8, sm_80" | tr '\n' ' ')"
 e=$(man_entry "TRAIN OPTIONS" seq-len)
 man_states_default "$e" 1024 && ok || bad "the default check misses --seq-len's 1024"
 man_states_default "$e" 2048 && bad "the default check takes 2048 for --seq-len's default" || ok
