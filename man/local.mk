@@ -4,7 +4,7 @@ dist_man_MANS += man/roundpipe.1 man/roundpipe.3 man/roundpipe-formats.5 man/rou
 # roundpipe(3), installed beside it.
 RP_MAN3_LINKS = rp_train rp_train_config_create rp_train_config_set rp_train_config_error \
 	rp_train_config_destroy rp_train_config_set_step_callback rp_status_string \
-	rp_version_string rp_interrupt rp_interrupted
+	rp_version_string rp_interrupt rp_interrupted rp_request_checkpoint rp_checkpoint_requested
 install-man-links:
 	$(MKDIR_P) '$(DESTDIR)$(man3dir)'
 	for f in $(RP_MAN3_LINKS); do \

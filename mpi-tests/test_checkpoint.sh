@@ -22,6 +22,10 @@ run 2 straight $tiny --log "$tmp/straight.jsonl" --save "$tmp/straight" || { bad
 run 2 part $tiny --checkpoint-dir "$tmp/ck" --checkpoint-every 4 --keep-checkpoints 0 --log "$tmp/part.jsonl" || { bad "checkpointing run"; cat "$tmp/part.txt"; }
 [ -f "$tmp/ck/step-00000004/checkpoint.complete" ] && [ -f "$tmp/ck/step-00000008/checkpoint.complete" ] && ok || bad "checkpoints of steps 4 and 8 missing"
 grep -q "checkpoint of step 4 written" "$tmp/part.txt" && ok || bad "no line naming the checkpoint"
+# every key of trainer_state.json (its options included) is described in roundpipe-formats(5)
+for k in $(grep -o '^ *"[a-z_0-9]*":' "$tmp/ck/step-00000004/trainer_state.json" | tr -d ' ":'); do
+  grep -q "\\b$k\\b" "$src/man/roundpipe-formats.5" && ok || bad "trainer_state.json's $k is not in man/roundpipe-formats.5"
+done
 # resume at step 4 on 1 and 3 ranks, with another plan and recompute mode
 args="--data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --steps 8 --lr 3e-3 --seed 5"
 run 1 r1 $args --resume "$tmp/ck/step-00000004" --log "$tmp/r1.jsonl" --save "$tmp/r1" && same straight r1 "resume on 1 rank" || { bad "resume on 1 rank"; cat "$tmp/r1.txt"; }

@@ -5,7 +5,9 @@
 # gives (mpicc $(pkg-config --cflags) ... $(pkg-config --libs)) and run with
 # mpirun -np 3, without LD_LIBRARY_PATH, trains its 3 steps: the link line
 # carries an rpath to the prefix's lib directory, so the loader finds
-# libroundpipe.so.0 there. The installed roundpipe runs too.
+# libroundpipe.so.0 there. The installed roundpipe runs too, and every
+# function roundpipe.h exports has its installed `man rp_x` page and is in
+# roundpipe(3)'s NAME.
 # Ranks: 3 (mpirun inside).
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -15,6 +17,11 @@ prefix="$tmp/prefix"
 # a sub-make of `make check`: the parent's jobserver flags are not ours
 env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$build" install prefix="$prefix" \
   > "$tmp/install.txt" 2>&1 && ok || { bad "make install prefix=$prefix failed"; tail -n 20 "$tmp/install.txt"; finish; exit; }
+# `man rp_x` for every function roundpipe.h exports, and roundpipe(3) names it
+for f in $(grep -o '^RP_API [^(]*(' "$src/include/roundpipe.h" | sed 's/.*[ *]\(rp_[a-z_]*\)($/\1/'); do
+  [ -f "$prefix/share/man/man3/$f.3" ] && ok || bad "no installed man page $f.3"
+  sed -n '/^\.SH NAME/,/^\.SH/p' "$src/man/roundpipe.3" | grep -q "\b$f\b" && ok || bad "roundpipe(3)'s NAME lacks $f"
+done
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 unset LD_LIBRARY_PATH
 ex=$(pkg-config --variable=examplesdir roundpipe)

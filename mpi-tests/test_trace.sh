@@ -5,7 +5,8 @@
 # span of the first forward job's wait for its weights in each step; the
 # checker itself rejects an overlapping pair and a missing step; the metrics
 # lines carry a wall-clock "time" and --log writes FILE.run.json describing
-# the run.
+# the run; the tracks are those roundpipe-formats(5) names, an extra lane
+# (tid = track + K x lane) with the K it gives.
 set -u
 . "$(dirname "$0")/testlib.sh"
 check="$build/mpi-tests/trace_check"
@@ -30,6 +31,24 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$src/examples/tiny-co
 after=$(date +%s)
 if "$check" "$tmp/trace.json" $steps > "$tmp/check" 2>&1; then ok; else bad "trace check"; fi
 cat "$tmp/check"
+# the tracks are those roundpipe-formats(5) describes: each name (less a
+# "#N" suffix) is in its TIMELINE, and an extra lane's tid is its track's
+# plus lane times the multiplier it states ("tid = track + K")
+timeline=$(sed -n '/^\.SH TIMELINE/,/^\.SH/p' "$src/man/roundpipe-formats.5")
+k=$(printf '%s\n' "$timeline" | sed -n 's/.*tid = track + \([0-9]*\) .*/\1/p')
+[ -n "$k" ] && ok || bad "roundpipe-formats(5) gives no tid = track + K"
+grep -o '"name":"thread_name","pid":[0-9]*,"tid":[0-9]*,"args":{"name":"[^"]*"' "$tmp/trace.json" |
+  sed 's/.*"tid":\([0-9]*\),"args":{"name":"\([^"]*\)"/\1 \2/' | sort -un > "$tmp/tracks"
+[ "$(grep -c '#2$' "$tmp/tracks")" -gt 0 ] && ok || bad "the traced run has no extra lane"
+while read -r tid name; do
+  base=${name% #*}
+  printf '%s\n' "$timeline" | grep -q "$base" && ok || bad "trace track '$base' is not in roundpipe-formats(5)'s TIMELINE"
+  [ "$base" = "$name" ] && continue
+  lane=${name##*#}
+  btid=$(awk -v n="$base" '{ t = $1; $1 = ""; sub(/^ /, ""); if ($0 == n) print t }' "$tmp/tracks")
+  [ -n "$k" ] && [ "$tid" -eq $((btid + k * (lane - 1))) ] && ok ||
+    bad "track '$name' has tid $tid, roundpipe-formats(5) gives $btid + $k x $((lane - 1))"
+done < "$tmp/tracks"
 # the executor's waits for weights are spans naming the layers and the job
 for it in 1 $steps; do
   grep -q "\"name\":\"weights of layers\{0,1\} [0-9-]* (F0, pipeline 0, it $it)\"" "$tmp/trace.json" \

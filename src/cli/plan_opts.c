@@ -176,7 +176,7 @@ static const rp_option plan_rows[] = {
     {TRAIN("speculative-update", "auto|on|off"),
      .help = "as train's: with --grad-clip, each layer's AdamW but the\n"
              "embedding's as its gradient lands (a step whose norm does\n"
-             "not clip), plus its backup's 24 bytes a parameter; auto\n"
+             "not clip), plus its backup's 12 bytes a parameter; auto\n"
              "(default): on, as train on GPUs, but for CPU executors"},
     {INT64("defer-wgrad", "0|1", defer_wgrad, 0, 1), .fallback = "1",
      .help = "weight-gradient work after the input gradient is sent (default 1)"},

@@ -190,9 +190,11 @@ static const rp_option rows[] = {
      .help = "CUDA executors' attention: cudnn, cuDNN 9's fused flash\n"
              "SDPA (loaded at run time: RP_CUDNN_LIBRARY, else\n"
              "libcudnn.so.9), refused where it cannot run; own, the own\n"
-             "flash kernel; auto (default): cudnn where it loads on an\n"
-             "sm_80+ GPU, else own. Segments, windows and sinks take\n"
-             "the own kernel. The choice is logged once"},
+             "flash kernel; auto (default): own until cuDNN's has run on\n"
+             "a GPU (cudnn where it loads on an sm_80+ GPU only with\n"
+             "RP_ALLOW_UNPROVEN_CUDA=cudnn). Windows and sinks take the\n"
+             "own kernel, segments too unless RP_ALLOW_UNPROVEN_CUDA\n"
+             "names documents. The choice is logged once"},
     {DOUBLE("timeout", "SECONDS", timeout_s), .fallback = "600", .min = 0, .max = TIMEOUT_MAX_S,
      .bounds = RP_OPTION_MIN_OPEN,
      .range_error = "--timeout must be > 0 and at most " NUMBER_TEXT(TIMEOUT_MAX_S)
@@ -239,7 +241,8 @@ static const rp_option rows[] = {
     {DOUBLE("memory-limit-mib", "X", memory_limit_mib), .min = 0, .max = MEMORY_LIMIT_MAX_MIB,
      .range_error = "--memory-limit-mib must be between 0 (no limit) and "
                     NUMBER_TEXT(MEMORY_LIMIT_MAX_MIB) " (1 PiB)",
-     .help = "device memory the planner may use (default: no limit)"},
+     .help = "device memory the planner may use (default: on GPUs their\n"
+             "free memory less a reserve, 5% + 512 MiB; on the CPU no limit)"},
     {DOUBLE("host-memory-limit-mib", "X", host_memory_limit_mib), .min = 0,
      .max = MEMORY_LIMIT_MAX_MIB,
      .range_error = "--host-memory-limit-mib must be between 0 (MemAvailable) and "
