@@ -148,7 +148,10 @@ if command -v python3 > /dev/null; then
   python3 - "$tmp/e6" << 'PY' || bad "7: could not edit the checkpoint"
 import json, struct, sys
 d = sys.argv[1]
-def fnv(path):  # roundpipe-formats(5): FNV-1a 64 over little-endian 64-bit words
+# roundpipe-formats(5): FNV-1a 64 over little-endian 64-bit words, here from
+# the offset basis a digit short that checkpoints were written with before
+# 2026-11-29 (they still resume; test_checkpoint checks the format's basis)
+def fnv(path):
     b = open(path, "rb").read(); h = 1469598103934665603; m = (1 << 64) - 1
     n = len(b) // 8
     for (w,) in struct.iter_unpack("<Q", b[:n * 8]):

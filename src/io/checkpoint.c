@@ -24,15 +24,19 @@ static const char *const g_required[] = {"model.safetensors", "config.json",
 /* The files' checksum: FNV-1a 64 taken over the file's little-endian
  * 64-bit words (a tail of fewer than 8 bytes byte by byte), 8 times the
  * speed of the byte-wise hash on the multi-GB files of a checkpoint
- * (roundpipe-formats(5)); and the file's size. */
-#define FNV_OFFSET 1469598103934665603ull
+ * (roundpipe-formats(5)); and the file's size. hash[0] starts from FNV's
+ * offset basis, as the format says; hash[1] from the basis a digit short
+ * that checkpoints were written with until 2026-11-29, which a resume
+ * still accepts (checksum_matches). */
+#define FNV_OFFSET 14695981039346656037ull
+#define FNV_OFFSET_BEFORE 1469598103934665603ull
 #define FNV_PRIME 1099511628211ull
-static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp_error *err)
+static rp_status file_hash(const char *path, uint64_t hash[2], uint64_t *bytes, rp_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
         return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    uint64_t h = FNV_OFFSET, n = 0;
+    uint64_t h = FNV_OFFSET, h_before = FNV_OFFSET_BEFORE, n = 0;
     const size_t size = (size_t)1 << 20; /* a multiple of 8 */
     unsigned char *buf = malloc(size);
     if (!buf) {
@@ -46,12 +50,12 @@ static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp
             uint64_t w = 0;
             for (int k = 7; k >= 0; k--) /* little-endian, on any host */
                 w = (w << 8) | buf[i * 8 + (size_t)k];
-            h ^= w;
-            h *= FNV_PRIME;
+            h = (h ^ w) * FNV_PRIME;
+            h_before = (h_before ^ w) * FNV_PRIME;
         }
         for (size_t i = words * 8; i < got; i++) { /* only at the end of the file */
-            h ^= buf[i];
-            h *= FNV_PRIME;
+            h = (h ^ buf[i]) * FNV_PRIME;
+            h_before = (h_before ^ buf[i]) * FNV_PRIME;
         }
         n += got;
     }
@@ -60,9 +64,20 @@ static rp_status file_hash(const char *path, uint64_t *hash, uint64_t *bytes, rp
     free(buf);
     if (bad)
         return rp_error_set(err, RP_ERR_IO, "%s: read error", path);
-    *hash = h;
+    hash[0] = h;
+    hash[1] = h_before;
     *bytes = n;
     return RP_OK;
+}
+
+/* Whether a listed checksum (16 hex digits) is the file's, with either
+ * basis; *hex gets the file's own (the format's basis). */
+static int checksum_matches(const uint64_t hash[2], const char *listed, char hex[32])
+{
+    char before[32];
+    snprintf(hex, 32, "%016" PRIx64, hash[0]);
+    snprintf(before, sizeof before, "%016" PRIx64, hash[1]);
+    return strcmp(hex, listed) == 0 || strcmp(before, listed) == 0;
 }
 
 static rp_status sync_dir(const char *dir, rp_error *err)
@@ -354,10 +369,10 @@ static rp_status list_files(rp_checkpoint_writer *w, json_object *files, rp_erro
                            : i == w->nfiles ? "config.json"
                                             : rp_companions_name(w->companions, i - w->nfiles - 1);
         char path[4200], hex[32];
-        uint64_t h = 0, n = 0;
+        uint64_t h[2] = {0, 0}, n = 0;
         snprintf(path, sizeof path, "%s/%s", w->tmp, name);
-        RP_TRY(file_hash(path, &h, &n, err));
-        snprintf(hex, sizeof hex, "%016" PRIx64, h);
+        RP_TRY(file_hash(path, h, &n, err));
+        snprintf(hex, sizeof hex, "%016" PRIx64, h[0]);
         json_object *f = json_object_new_object();
         json_object_object_add(f, "bytes", json_object_new_int64((int64_t)n));
         json_object_object_add(f, "fnv1a64", json_object_new_string(hex));
@@ -389,11 +404,11 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, in
                         json_object_to_json_string_ext(state, JSON_C_TO_STRING_PRETTY), err);
     if (s == RP_OK) { /* the marker covers the state as the state covers the files */
         char state_path[4200], marker[128];
-        uint64_t h = 0, n = 0;
+        uint64_t h[2] = {0, 0}, n = 0;
         snprintf(state_path, sizeof state_path, "%s/%s", w->tmp, RP_CHECKPOINT_STATE);
-        s = file_hash(state_path, &h, &n, err);
+        s = file_hash(state_path, h, &n, err);
         snprintf(marker, sizeof marker, "step %lld\n" RP_CHECKPOINT_STATE " %" PRIu64
-                 " %016" PRIx64 "\n", (long long)w->step, n, h);
+                 " %016" PRIx64 "\n", (long long)w->step, n, h[0]);
         if (s == RP_OK)
             s = write_small(w->tmp, RP_CHECKPOINT_MARKER, marker, err);
     }
@@ -451,15 +466,15 @@ static rp_status check_file(const char *dir, const char *state_path, const char 
         return rp_error_set(err, RP_ERR_FORMAT, "%s: \"files\".\"%s\" is invalid or incomplete",
                             state_path, name);
     char fp[4400], hex[32];
-    uint64_t hash = 0, n = 0;
+    uint64_t hash[2] = {0, 0}, n = 0;
     snprintf(fp, sizeof fp, "%s/%s", dir, name);
-    RP_TRY(file_hash(fp, &hash, &n, err));
-    snprintf(hex, sizeof hex, "%016" PRIx64, hash);
+    RP_TRY(file_hash(fp, hash, &n, err));
+    const int same = checksum_matches(hash, json_object_get_string(h), hex);
     if ((int64_t)n != json_object_get_int64(b))
         return rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, but %s says %lld "
                             "(truncated or replaced)", fp, n, RP_CHECKPOINT_STATE,
                             (long long)json_object_get_int64(b));
-    if (strcmp(hex, json_object_get_string(h)) != 0)
+    if (!same)
         return rp_error_set(err, RP_ERR_FORMAT, "%s: checksum %s, but %s says %s (the file "
                             "changed since it was written)", fp, hex, RP_CHECKPOINT_STATE,
                             json_object_get_string(h));
@@ -480,13 +495,12 @@ static rp_status check_state_file(const char *dir, const char *state_path, rp_er
     if (line) {
         unsigned long long want_bytes = 0;
         char want[32] = "", hex[32];
-        uint64_t h = 0, n = 0;
+        uint64_t h[2] = {0, 0}, n = 0;
         if (sscanf(line + 1 + strlen(RP_CHECKPOINT_STATE), " %llu %16s", &want_bytes, want) != 2)
             s = rp_error_set(err, RP_ERR_FORMAT, "%s: the line of %s is invalid", path,
                              RP_CHECKPOINT_STATE);
-        else if ((s = file_hash(state_path, &h, &n, err)) == RP_OK) {
-            snprintf(hex, sizeof hex, "%016" PRIx64, h);
-            if (n != want_bytes || strcmp(hex, want) != 0)
+        else if ((s = file_hash(state_path, h, &n, err)) == RP_OK) {
+            if (!checksum_matches(h, want, hex) || n != want_bytes)
                 s = rp_error_set(err, RP_ERR_FORMAT, "%s: %" PRIu64 " bytes, checksum %s, but %s "
                                  "says %llu bytes, %s (the file changed since it was written)",
                                  state_path, n, hex, RP_CHECKPOINT_MARKER, want_bytes, want);
