@@ -8,7 +8,9 @@
 # the newest complete checkpoint and skips an incomplete one, or starts
 # fresh (saying so) when there is none; --keep-checkpoints prunes; and bad
 # input is refused with a message naming the file and field: another
-# --seq-len, another model config, a changed file (checksum), a truncated
+# --seq-len, another --token-tile where the tile acts on the microbatch (a
+# tile longer than it resumes; a checkpoint without the field holds the
+# default's), another model config, a changed file (checksum), a truncated
 # file, a directory without its marker, --checkpoint-every without a
 # directory, and nothing left to run; SIGUSR1 and SIGTERM (through mpirun)
 # stop after the step in progress with a checkpoint and exit 0, and the
@@ -70,6 +72,29 @@ grep -q "no complete checkpoint under $tmp/empty: starting fresh" "$tmp/fresh.tx
 c4="$tmp/ck/step-00000004"
 run 1 b1 $args --seq-len 16 --resume "$c4" && bad "another --seq-len accepted" ||
   { grep -q "trainer_state.json: options.seq_len is 32, this run has 16" "$tmp/b1.txt" && ok || { bad "seq-len message"; cat "$tmp/b1.txt"; }; }
+# --token-tile: the tile as it acts on a microbatch (64 tokens here) changes the bits
+run 1 b8 $args --token-tile 16 --resume "$c4" && bad "another --token-tile accepted" ||
+  { grep -q "trainer_state.json: options.token_tile is 64, this run has 16" "$tmp/b8.txt" && ok || { bad "token-tile message"; cat "$tmp/b8.txt"; }; }
+run 1 r1t $args --token-tile 2048 --resume "$c4" --log "$tmp/r1t.jsonl" --save "$tmp/r1t" && same straight r1t "resume with a tile longer than the microbatch" || { bad "resume with --token-tile 2048"; cat "$tmp/r1t.txt"; }
+# the marker's checksum of the state is FNV-1a 64 from the format's offset
+# basis (roundpipe-formats(5); test_checkpoint_safety writes one in the basis
+# of checkpoints before 2026-11-29, which still resume)
+fnv1a64() {
+  bash -c 'f=$1; n=$(wc -c < "$f"); w=$((n / 8)); h=$((0xcbf29ce484222325))
+    for x in $(head -c $((w * 8)) "$f" | od -An -v -tx8); do h=$(( (h ^ 0x$x) * 0x100000001b3 )); done
+    for b in $(tail -c $((n - w * 8)) "$f" | od -An -v -tu1); do h=$(( (h ^ b) * 0x100000001b3 )); done
+    printf "%016x" $h' _ "$1"
+}
+grep -q "^trainer_state.json $(wc -c < "$c4/trainer_state.json") $(fnv1a64 "$c4/trainer_state.json")\$" "$c4/checkpoint.complete" &&
+  ok || { bad "the marker's checksum is not FNV-1a 64 of trainer_state.json"; cat "$c4/checkpoint.complete"; }
+# a checkpoint written before the tile was recorded holds the default's
+cp -r "$c4" "$tmp/untiled"
+sed -i -e '/"token_tile"/d' -e 's/"router_aux_coef":\([0-9.e+-]*\),$/"router_aux_coef":\1/' "$tmp/untiled/trainer_state.json"
+printf 'step 4\ntrainer_state.json %d %s\n' "$(wc -c < "$tmp/untiled/trainer_state.json")" \
+  "$(fnv1a64 "$tmp/untiled/trainer_state.json")" > "$tmp/untiled/checkpoint.complete"
+run 1 r1u $args --resume "$tmp/untiled" --log "$tmp/r1u.jsonl" --save "$tmp/r1u" && same straight r1u "resume of a checkpoint without token_tile" || { bad "resume without token_tile"; cat "$tmp/r1u.txt"; }
+run 1 b9 $args --token-tile 16 --resume "$tmp/untiled" && bad "--token-tile 16 accepted for a checkpoint without token_tile" ||
+  { grep -q 'trainer_state.json: "options" has no "token_tile"' "$tmp/b9.txt" && ok || { bad "untiled message"; cat "$tmp/b9.txt"; }; }
 run 1 b2 $args --resume "$c4" --init-config "$src/mpi-tests/fixtures/golden/llama/model/config.json" && bad "another model accepted" ||
   { grep -q "config.json: model_type is qwen3, but .*llama/model/config.json has llama" "$tmp/b2.txt" && ok || { bad "config message"; cat "$tmp/b2.txt"; }; }
 cfg2="$tmp/wider.json"; sed 's/"hidden_size": *[0-9]*/"hidden_size": 96/' "$src/examples/tiny-config.json" > "$cfg2"

@@ -2,6 +2,10 @@
  * checkpoint_contents.h). */
 #include "engine/checkpoint_contents.h"
 
+#include <string.h>
+
+#include "model/token_tiles.h"
+
 /* The options that change the results: a resumed run must have the same.
  * (Rank count, --plan, --recompute, --threads, --timeout, --trace, --log
  * and the like may differ.) One definition, for writing and checking. */
@@ -40,7 +44,18 @@ json_object *rp_checkpoint_semantic_options(const rp_train_options *o)
     json_object_object_add(j, "documents", json_object_new_boolean(o->documents != NULL));
     json_object_object_add(j, "optimizer_lag", json_object_new_int(o->optimizer_lag));
     json_object_object_add(j, "router_aux_coef", json_object_new_double(o->router_aux_coef));
+    json_object_object_add(j, "token_tile",
+                           json_object_new_int64(rp_checkpoint_token_tile(o, o->token_tile)));
     return j;
+}
+
+int64_t rp_checkpoint_token_tile(const rp_train_options *o, int64_t tile_option)
+{
+    const int64_t m = o->microbatches ? o->microbatches : o->batch_size;
+    rp_model_config tiles;
+    memset(&tiles, 0, sizeof tiles);
+    rp_token_tiles_set(&tiles, tile_option, 0);
+    return rp_token_tile(&tiles, (m > 0 ? o->batch_size / m : 1) * o->seq_len);
 }
 
 /* AdamW's state as the checkpoint names it: m then v, "<name>.exp_avg" and

@@ -18,6 +18,12 @@
  * and the like may differ.) */
 json_object *rp_checkpoint_semantic_options(const rp_train_options *o);
 
+/* The MLP's token tile as it acts on this run's microbatches, for
+ * --token-tile `tile_option` (0: the default): a tile longer than a
+ * microbatch is the microbatch (model/token_tiles.h), so runs with the
+ * same value give the same bits. */
+int64_t rp_checkpoint_token_tile(const rp_train_options *o, int64_t tile_option);
+
 /* AdamW's state as the checkpoint names it: m then v, "<name>.exp_avg" and
  * "<name>.exp_avg_sq" (the caller frees the list). */
 rp_tensor_ref *rp_checkpoint_optimizer_tensors(const rp_params *p, int *n);

@@ -83,9 +83,12 @@ static rp_status check_config(const char *dir, const rp_train_options *o, rp_err
 }
 
 /* Options added to the format after checkpoints were written with it: a
- * checkpoint without one resumes as if it held the default. */
-static int added_later_at_default(const char *key, json_object *want)
+ * checkpoint without one resumes as if it held the default (for the token
+ * tile, the default's tile for this run's microbatches). */
+static int added_later_at_default(const rp_train_options *o, const char *key, json_object *want)
 {
+    if (strcmp(key, "token_tile") == 0)
+        return json_object_get_int64(want) == rp_checkpoint_token_tile(o, 0);
     static const struct {
         const char *key, *json; /* the default, as rp_checkpoint_semantic_options writes it */
     } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}, {"documents", "false"},
@@ -184,7 +187,7 @@ static rp_status check_state(const char *dir, json_object *st, const rp_train_op
         if (s != RP_OK)
             break;
         if (!json_object_object_get_ex(opts, key, &have)) {
-            if (!added_later_at_default(key, want))
+            if (!added_later_at_default(o, key, want))
                 s = rp_error_set(err, RP_ERR_FORMAT, "%s: \"options\" has no \"%s\"", file,
                                  key);
         } else if (!json_object_equal(have, want))
