@@ -57,6 +57,16 @@ START_TEST(file_order_without_shuffle)
 }
 END_TEST
 
+/* roundpipe(1)'s FNV-1a64 of a stream name: its bytes from the offset
+ * basis 1469598103934665603, prime 1099511628211. */
+static uint64_t documented_stream(const char *name)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    return h;
+}
+
 /* The header's description, rebuilt independently of the library's loop. */
 static void documented_order(int64_t n, uint64_t seed, int64_t epoch, int64_t *perm)
 {
@@ -64,7 +74,7 @@ static void documented_order(int64_t n, uint64_t seed, int64_t epoch, int64_t *p
         perm[k] = k;
     for (int64_t i = n - 1; i >= 1; i--) {
         uint32_t w[4];
-        rp_philox4x32(seed, rp_rng_stream_id("shuffle") + (uint64_t)epoch, (uint64_t)i, w);
+        rp_philox4x32(seed, documented_stream("shuffle") + (uint64_t)epoch, (uint64_t)i, w);
         unsigned __int128 r = ((unsigned __int128)w[0] << 32) | w[1];
         int64_t j = (int64_t)((r * (unsigned __int128)(i + 1)) >> 64);
         int64_t t = perm[i];
