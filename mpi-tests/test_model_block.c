@@ -28,6 +28,7 @@
  * keep its bits, and no size changes (CPU table, CUDA sizes under
  * fused-gate-up with and without bf16-mlp). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -983,6 +984,29 @@ START_TEST(yarn_scales_a_copy_of_a_kept_rope_table)
 }
 END_TEST
 
+START_TEST(head_dims_the_cuda_attention_refuses_are_refused_up_front)
+{
+    /* CUDA's attention takes head dims that are multiples of 8 up to 128:
+     * any other is refused before any work, naming the dim (the golden
+     * gpt-oss model's 12 used to fail at its first attention call) */
+    rp_model_config cfg = gpt_oss_cfg();
+    rp_error err = {0};
+    for (int64_t hd = 4; hd <= 256; hd += 4) {
+        cfg.head_dim = hd;
+        const int usable = hd % 8 == 0 && hd <= 128;
+        const rp_status s = rp_model_ops_check(&cfg, &rp_kernel_ops_cuda_sizes, 1, &err);
+        ck_assert_msg(usable ? s == RP_OK : s == RP_ERR_UNSUPPORTED, "head_dim %lld: %d (%s)",
+                      (long long)hd, s, err.msg);
+        if (!usable) {
+            char want[64];
+            snprintf(want, sizeof want, "head_dim %lld: cuda executors' attention", (long long)hd);
+            ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+        }
+        ck_assert_int_eq(rp_model_ops_check(&cfg, &rp_kernel_ops_cpu, 1, &err), RP_OK);
+    }
+}
+END_TEST
+
 /* Saved + scratch floats of block 0 for T2 tokens minus those for T1. */
 static size_t growth(const rp_model_config *cfg, int64_t T1, int64_t T2)
 {
@@ -1045,6 +1069,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, gpt_oss_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_block_reads_weights_as_the_cuda_table_does);
     tcase_add_test(tc, yarn_scales_a_copy_of_a_kept_rope_table);
+    tcase_add_test(tc, head_dims_the_cuda_attention_refuses_are_refused_up_front);
     tcase_add_test(tc, moe_memory_is_bounded_per_token_not_per_width);
     suite_add_tcase(s, tc);
     return s;

@@ -44,6 +44,9 @@ typedef struct rp_kernel_ops {
     const char *name;
     rp_dtype compute_dtype;  /* of every `void *` tensor but a GEMM's weights */
     int host_addressable;    /* pointers are host memory the caller may read */
+    /* the head dims attention takes: multiples of head_dim_step up to
+     * head_dim_max (0: any the model allows) */
+    int head_dim_step, head_dim_max;
     /* The dtypes a GEMM reads its weights W in (bit 1u << dtype each), the
      * compute dtype always among them. The CPU table also reads bf16
      * weights, widened exactly to fp32 a block of rows at a time, so a

@@ -480,6 +480,12 @@ rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *op
      * biases) were written without a GPU and have not run on one yet; the
      * block reads only what a bf16 table gives (model/moe.c), so the
      * maintainer's switch lets a GPU session prove them */
+    if ((ops->head_dim_step > 0 && cfg->head_dim % ops->head_dim_step != 0) ||
+        (ops->head_dim_max > 0 && cfg->head_dim > ops->head_dim_max))
+        return rp_error_set(err, RP_ERR_UNSUPPORTED,
+                            "head_dim %lld: %s executors' attention takes multiples of %d up to "
+                            "%d (use --device cpu)", (long long)cfg->head_dim, ops->name,
+                            ops->head_dim_step, ops->head_dim_max);
     if (cfg->arch == RP_ARCH_GPT_OSS && !allow_unproven && unproven_table(ops))
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "gpt-oss on %s executors: its attention sinks and windows, clamped "

@@ -31,6 +31,7 @@ int64_t rp_cuda_logits_rows(int64_t vocab, int64_t memory_bytes);
  * how much it allocates: one list for both tables. */
 #define RP_CUDA_SIZING_MEMBERS                                                  \
     .name = "cuda", .compute_dtype = RP_BF16, .host_addressable = 0,            \
+    .head_dim_step = 8, .head_dim_max = 128, /* kernels/cuda/attention.h */     \
     .weight_dtypes = 1u << RP_BF16,                                             \
     .attention_backward_scratch_floats = rp_cuda_attention_backward_scratch_floats, \
     .column_sum_scratch_floats = rp_cuda_column_sum_scratch_floats,             \
