@@ -33,6 +33,13 @@
 #   path CUDA executors take under RP_ALLOW_UNPROVEN_CUDA=copies) give the
 #   same bits, with fp32 and bf16 activations, and a failing one stops the
 #   run as below;
+# - CUDA executors' ordering without RP_ALLOW_UNPROVEN_CUDA=copies, whose
+#   copies do not wait for the kernel ops (RP_TEST_UNORDERED_DEVICE=1 checks
+#   it on CPU ones: a copy reading device memory before the kernel ops that
+#   may write it have been waited for fails the run): the same bits with
+#   layer-grain checkpoints and delays injected, and with bf16 activations
+#   and the kept blocks in the executors' own pool (RP_TEST_KEEP_ON_EXECUTOR=1,
+#   --recompute none);
 # - a planted deadlock (a producer that never signals) ends within the
 #   deadline on every rank with a message naming the rank, the job and the
 #   event with its value and the value awaited (from the ranks whose own
@@ -48,7 +55,7 @@ run() {
   d="$src/mpi-tests/fixtures/golden/$c"
   mask=""; [ -f "$d/mask.npy" ] && mask="--loss-mask $d/mask.npy"
   # shellcheck disable=SC2046
-  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -x RP_FAULT_COPY -x RP_TEST_SAVE_STAGING -np "$np" "$bin" train \
+  ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -x RP_INJECT_SEED -x RP_FAULT_DROP_SIGNAL -x RP_FAULT_COPY -x RP_TEST_SAVE_STAGING -x RP_TEST_UNORDERED_DEVICE -x RP_TEST_KEEP_ON_EXECUTOR -np "$np" "$bin" train \
     --device cpu --model "$d/model" --data "$d/data.npy" $mask $(cat "$d/args.txt") --progress none \
     --timeout 60 --log "$out.jsonl" --save "$out" "$@" > "$out.txt" 2>&1
 }
@@ -59,6 +66,7 @@ same() {
   else bad "$1: $(basename "$3") differs from $(basename "$2")"; fi
 }
 export RP_INJECT_DELAY_US=0 RP_INJECT_SEED=0 RP_FAULT_DROP_SIGNAL= RP_FAULT_COPY= RP_TEST_SAVE_STAGING=
+export RP_TEST_UNORDERED_DEVICE= RP_TEST_KEEP_ON_EXECUTOR=
 
 # qwen3: 4 layers (embedding, 2 blocks, head); llama the same shape
 for c in qwen3 llama; do
@@ -99,6 +107,19 @@ run qwen3 2 "$tmp/act16" --activation-dtype bf16 || bad "bf16 activations on 2 f
 RP_TEST_SAVE_STAGING=1 run qwen3 3 "$tmp/act16s" --activation-dtype bf16 \
   --plan "fwd=0,1;bwd=2-3,1,0" && same qwen3 "$tmp/act16" "$tmp/act16s" ||
   bad "staged bf16 saves on 3"
+
+# CUDA executors without RP_ALLOW_UNPROVEN_CUDA=copies: a copy waits for
+# nothing on the device, the engine waits for each layer's kernel ops before
+# the copies after them (RP_TEST_UNORDERED_DEVICE=1 fails a copy that reads
+# what kernel ops not waited for may write); the same bits
+RP_TEST_UNORDERED_DEVICE=1 RP_INJECT_DELAY_US=2000 RP_INJECT_SEED=5 run qwen3 3 "$tmp/unord3" \
+  --plan "fwd=0,1;bwd=2-3,1,0" --recompute layer && same qwen3 "$tmp/qwen3-ref" "$tmp/unord3" ||
+  { bad "unordered device on 3, layer grain, delays injected"; tail -n 3 "$tmp/unord3.txt"; }
+run qwen3 1 "$tmp/act16k" --activation-dtype bf16 --recompute none || bad "bf16 activations, kept, failed"
+RP_TEST_UNORDERED_DEVICE=1 RP_TEST_KEEP_ON_EXECUTOR=1 run qwen3 2 "$tmp/unord16" \
+  --activation-dtype bf16 --recompute none --plan "fwd=0-1;bwd=2-3,0-1" &&
+  grep -q "in the executors' own memory" "$tmp/unord16.txt" && same qwen3 "$tmp/act16k" "$tmp/unord16" ||
+  { bad "unordered device on 2, bf16 activations, kept in the pool"; tail -n 3 "$tmp/unord16.txt"; }
 
 # the one-step-stale optimizer keeps the same guarantees (its parity with a
 # lagged PyTorch loop is in test_golden.sh)

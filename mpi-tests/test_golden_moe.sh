@@ -19,7 +19,11 @@
 # per expert. Bit-identical results (saved weights, logged loss, aux and
 # norms) for 1-4 ranks, other partitions (a forced plan) and recompute
 # grains (--recompute layer: every backward forward recomputed layer by
-# layer routes exactly as the forward did). LoRA on experts (issue 15,
+# layer routes exactly as the forward did); the same bits with
+# RP_TEST_UNORDERED_DEVICE=1 (CPU executors checked as CUDA ones without
+# RP_ALLOW_UNPROVEN_CUDA=copies: the router statistics, kept in a buffer of
+# the executor's, are downloaded only once the block's kernel ops have
+# finished, never while they may still be writing them). LoRA on experts (issue 15,
 # moe-lora): from a non-zero adapter (--lora-init), all-linear adapts q/k/v/o,
 # the router (mlp.gate) and every expert's gate/up/down projections, and the
 # dense block's MLP, as PEFT does on per-expert Linears in float64: every
@@ -108,6 +112,15 @@ for run in "4 --recompute layer" "2 --plan fwd=0-2,3-4;bwd=5-7,3-4,0-2" \
   if same "$ref" "$out"; then ok; else
     bad "moe-mb on $np rank(s) with $opts: not bit-identical to 1 rank"; fi
 done
+out="$tmp/moe-mb-unordered"
+echo "== moe-mb on 2 ranks, RP_TEST_UNORDERED_DEVICE=1"
+d="$fix/moe-mb"
+# shellcheck disable=SC2046
+if RP_TEST_UNORDERED_DEVICE=1 ${MPIRUN:-mpirun} $flags -x RP_TEST_UNORDERED_DEVICE -np 2 "$bin" train \
+     --device cpu --model "$d/model" --data "$d/data.npy" --loss-mask "$d/mask.npy" \
+     $(cat "$d/args.txt") --progress none --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1 &&
+   same "$ref" "$out"; then ok; else
+  bad "moe-mb, RP_TEST_UNORDERED_DEVICE=1: failed or not bit-identical to 1 rank"; tail -n 5 "$out.txt"; fi
 
 # ---- several nodes: the aux of every node's microbatches reaches the log ------
 # 2 nodes of 1 rank and 2 nodes of 2 ranks (--ranks-per-node) run one

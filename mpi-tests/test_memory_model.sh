@@ -37,7 +37,10 @@
 # executors' own memory (GPUs' way): the pool in plan's count, nothing of
 # it in the host store; activation saves through two staging slots (CUDA's
 # way under RP_ALLOW_UNPROVEN_CUDA=copies, RP_TEST_SAVE_STAGING=1): the
-# slots in plan's count, two fp32 activations more than without; the evaluation's device buffers (--eval-data) are
+# slots in plan's count, two fp32 activations more than without; a mixture
+# of experts' router statistics and load-balancing gradient in buffers of the
+# executor's (GPUs' way, RP_TEST_UNORDERED_DEVICE=1): in plan's count, 3 x E
+# fp32 more than without; the evaluation's device buffers (--eval-data) are
 # to the byte the count train holds against the device memory limit and
 # `plan --eval-data` prints (dense tied and untied, bf16, LoRA in place and
 # uploaded, FP8 bases, a mixture of experts, documents), plan's verdict
@@ -188,6 +191,17 @@ unset RP_TEST_SAVE_STAGING
 thid=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$tied")
 [ -n "$plain" ] && [ -n "$staged" ] && [ $((staged - plain)) -eq $((2 * 16 * thid * 4)) ] && ok ||
   bad "staged saves: $staged bytes against $plain without, not two slots of 16 x $thid fp32 more"
+
+# a mixture of experts' router statistics [2E] and aux gradient [E] in
+# buffers of the executor's, as on a GPU (RP_TEST_UNORDERED_DEVICE=1 moves
+# them so on CPU executors): in plan's count to the byte, 3 x E fp32 more
+moe1="$fx/golden-moe/moe-m1"
+seq=4 cdata="$moe1/data.npy" check "$moe1/model/config.json" "fwd=0-4;bwd=5,0-4"
+plain=$got
+RP_TEST_UNORDERED_DEVICE=1 seq=4 cdata="$moe1/data.npy" check "$moe1/model/config.json" "fwd=0-4;bwd=5,0-4"
+E=$(sed -n 's/.*"num_experts": *\([0-9]*\).*/\1/p' "$moe1/model/config.json")
+[ -n "$plain" ] && [ -n "$got" ] && [ -n "$E" ] && [ $((got - plain)) -eq $((3 * E * 4)) ] && ok ||
+  bad "router statistics moved: $got bytes against $plain without, not 3 x $E fp32 more"
 
 # --activation-dtype bf16 (the block boundaries in bf16 in the arena, and
 # every job's workspace at least the buffer they are narrowed in and

@@ -1,19 +1,55 @@
 /* Dispatch of the device interface to the back end chosen at creation. */
 #include "config.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "device/backend_impl.h"
 #include "kernels/cuda/sizes.h"
+
+/* RP_TEST_UNORDERED_DEVICE=1 (backend.h's rp_device_unordered_test): a
+ * CPU device checked as a device not ordered by events, where a copy that
+ * reads what the kernel ops wrote must come after rp_device_sync. */
+typedef struct unordered_check {
+    int on;
+    _Atomic int pending;  /* the kernel table was taken since the last sync */
+    pthread_mutex_t lock; /* the allocations, read by the transfer threads' copies */
+    struct {
+        const char *p;
+        size_t bytes;
+    } *allocs;
+    size_t nallocs, cap;
+} unordered_check;
 
 struct rp_device {
     const rp_device_ops *ops;
     void *impl;
     char name[64];
     double mark_s[RP_DEVICE_MARKS]; /* the host's clock at each mark, seconds (timed_by_host) */
+    unordered_check check;
 };
+
+int rp_device_unordered_test(rp_device_kind kind)
+{
+    const char *v = getenv("RP_TEST_UNORDERED_DEVICE");
+    return kind == RP_DEVICE_CPU && v && strcmp(v, "1") == 0;
+}
+
+/* Whether p lies in one of the device's allocations (the check's). */
+static int device_memory(rp_device *dev, const void *p)
+{
+    int in = 0;
+    pthread_mutex_lock(&dev->check.lock);
+    for (size_t i = 0; !in && i < dev->check.nallocs; i++)
+        in = (const char *)p >= dev->check.allocs[i].p &&
+             (const char *)p < dev->check.allocs[i].p + dev->check.allocs[i].bytes;
+    pthread_mutex_unlock(&dev->check.lock);
+    return in;
+}
 
 static const rp_device_ops *ops_of(rp_device_kind kind)
 {
@@ -43,6 +79,8 @@ rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_e
         return s;
     }
     snprintf(d->name, sizeof d->name, "%s %d", ops->name, params->ordinal);
+    d->check.on = rp_device_unordered_test(params->kind);
+    pthread_mutex_init(&d->check.lock, NULL);
     *out = d;
     return RP_OK;
 }
@@ -52,6 +90,8 @@ void rp_device_destroy(rp_device **dev)
     if (!dev || !*dev)
         return;
     (*dev)->ops->destroy((*dev)->impl);
+    pthread_mutex_destroy(&(*dev)->check.lock);
+    free((*dev)->check.allocs);
     free(*dev);
     *dev = NULL;
 }
@@ -76,13 +116,47 @@ void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len)
 
 rp_status rp_device_alloc(rp_device *dev, size_t bytes, void **out, rp_error *err)
 {
-    return dev->ops->alloc(dev->impl, bytes, out, err);
+    RP_TRY(dev->ops->alloc(dev->impl, bytes, out, err));
+    if (!dev->check.on)
+        return RP_OK;
+    unordered_check *c = &dev->check;
+    pthread_mutex_lock(&c->lock);
+    if (c->nallocs == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        void *grown = realloc(c->allocs, cap * sizeof *c->allocs);
+        if (grown) {
+            c->allocs = grown;
+            c->cap = cap;
+        }
+    }
+    int ok = c->nallocs < c->cap;
+    if (ok) {
+        c->allocs[c->nallocs].p = *out;
+        c->allocs[c->nallocs++].bytes = bytes;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (ok)
+        return RP_OK;
+    dev->ops->free(dev->impl, *out);
+    *out = NULL;
+    return rp_error_set(err, RP_ERR_NOMEM, "%s: the unordered check's allocations", dev->name);
 }
 
 void rp_device_free(rp_device *dev, void *p)
 {
-    if (p)
-        dev->ops->free(dev->impl, p);
+    if (!p)
+        return;
+    if (dev->check.on) {
+        unordered_check *c = &dev->check;
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; i < c->nallocs; i++)
+            if (c->allocs[i].p == p) {
+                c->allocs[i] = c->allocs[--c->nallocs];
+                break;
+            }
+        pthread_mutex_unlock(&c->lock);
+    }
+    dev->ops->free(dev->impl, p);
 }
 
 rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err)
@@ -92,6 +166,13 @@ rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err
 
 rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t bytes, rp_error *err)
 {
+    if (dev->check.on && bytes > 0 && atomic_load(&dev->check.pending) &&
+        device_memory(dev, src))
+        return rp_error_set(err, RP_ERR_INTERNAL, "%s: a copy of %zu bytes reads device memory "
+                            "(%p) before rp_device_sync, while kernel ops issued since may still "
+                            "write it (RP_TEST_UNORDERED_DEVICE: as on CUDA without "
+                            "RP_ALLOW_UNPROVEN_CUDA=copies, where the copy stream does not wait "
+                            "for the compute stream)", dev->name, bytes, src);
     return dev->ops->copy(dev->impl, dst, src, bytes, err);
 }
 
@@ -119,6 +200,8 @@ rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err)
 
 int rp_device_ordered_by_events(const rp_device *dev)
 {
+    if (dev->check.on)
+        return 0;
     return dev->ops->ordered_by_events ? dev->ops->ordered_by_events(dev->impl) : 1;
 }
 
@@ -202,10 +285,15 @@ const rp_kernel_ops *rp_device_kernel_ops(rp_device_kind kind)
 
 rp_status rp_device_kernels(rp_device *dev, rp_kernels *out, rp_error *err)
 {
+    if (dev->check.on) /* the ops issued through it are taken to run on after it returns */
+        atomic_store(&dev->check.pending, 1);
     return dev->ops->kernels(dev->impl, out, err);
 }
 
 rp_status rp_device_sync(rp_device *dev, rp_error *err)
 {
-    return dev->ops->sync ? dev->ops->sync(dev->impl, err) : RP_OK;
+    RP_TRY(dev->ops->sync ? dev->ops->sync(dev->impl, err) : RP_OK);
+    if (dev->check.on)
+        atomic_store(&dev->check.pending, 0);
+    return RP_OK;
 }

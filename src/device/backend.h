@@ -95,6 +95,18 @@ rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err);
  * switch says no: the engine syncs after each layer, as it always has. */
 int rp_device_ordered_by_events(const rp_device *dev);
 
+/* Test mode: RP_TEST_UNORDERED_DEVICE=1 makes a CPU device check the
+ * engine as the CUDA back end without RP_ALLOW_UNPROVEN_CUDA=copies runs
+ * it, where a copy does not wait for the kernel ops: the device says it is
+ * not ordered by events (the engine syncs after each layer, as there), and
+ * a copy that reads device memory while kernel ops may still be running
+ * (the kernel table taken since the last rp_device_sync) fails, naming it,
+ * instead of reading what they wrote (the CPU's ops have finished, CUDA's
+ * may not have). Executors of such a device also move a mixture of
+ * experts' router statistics through buffers of their own, as on a GPU
+ * (memory_model.h's rp_router_stats_moved). 1 when `kind` is checked so. */
+int rp_device_unordered_test(rp_device_kind kind);
+
 /* The copies issued in direction dir after this call (the asynchronous
  * copies' upload or download stream, and rp_device_copy) start only after
  * every kernel op issued before it has finished, without a host wait: a

@@ -329,10 +329,11 @@ static rp_status executor_init(executor *x, rp_engine *e, rp_error *err)
     x->grad_left = calloc((size_t)e->num_layers + 1, sizeof(_Atomic int));
     if (rp_model_has_moe(cfg)) { /* with or without the loss: the memory model counts them */
         const size_t E = (size_t)cfg->moe.num_experts;
+        const int moved = rp_router_stats_moved(e->device);
         x->host_aux_grad = malloc(E * sizeof(float));
-        x->aux_grad = kops->host_addressable ? x->host_aux_grad : falloc(x, E, err);
-        x->router_stats = kops->host_addressable ? NULL : falloc(x, 2 * E, err);
-        ok &= x->host_aux_grad && x->aux_grad && (kops->host_addressable || x->router_stats);
+        x->aux_grad = moved ? falloc(x, E, err) : x->host_aux_grad;
+        x->router_stats = moved ? falloc(x, 2 * E, err) : NULL;
+        ok &= x->host_aux_grad && x->aux_grad && (!moved || x->router_stats);
     }
     ok &= x->scratch && x->acts && x->act_grad && x->saved && x->tokens && x->targets && x->mask && x->host_tokens &&
           x->host_targets && x->host_mask && x->grad_requests && x->grad_layer && x->grad_left;

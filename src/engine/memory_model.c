@@ -152,7 +152,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     *workspace_bytes = tokens * (int64_t)((documents ? 3 : 2) * sizeof(int32_t) + 1);
     /* a mixture of experts' load-balancing gradient and router statistics,
      * [E] and [2E] fp32, on a device the host does not address */
-    if (ops && !ops->host_addressable && rp_model_has_moe(cfg))
+    if (ops && rp_router_stats_moved(device) && rp_model_has_moe(cfg))
         *workspace_bytes += 3 * 4 * cfg->moe.num_experts;
     /* and the scratch an FP8 base's blocks are dequantised in, every job's */
     *workspace_bytes += base_scratch;
@@ -167,6 +167,12 @@ int rp_saves_staged(rp_device_kind device)
         return rp_unproven_allowed(RP_UNPROVEN_COPIES);
     const char *test = getenv("RP_TEST_SAVE_STAGING");
     return device == RP_DEVICE_CPU && test && !strcmp(test, "1");
+}
+
+int rp_router_stats_moved(rp_device_kind device)
+{
+    const rp_kernel_ops *ops = rp_device_kernel_ops(device);
+    return (ops && !ops->host_addressable) || rp_device_unordered_test(device);
 }
 
 /* A buffer of `bytes` as the evaluator asks the device for it: never empty. */

@@ -78,6 +78,15 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
 #define RP_SAVE_SLOTS 2
 int rp_saves_staged(rp_device_kind device);
 
+/* A mixture of experts' router statistics and load-balancing gradient in
+ * buffers of the executor's own ([2E] and [E] fp32, in every job's share,
+ * rp_memory_model_fill's *workspace_bytes), the statistics downloaded after
+ * each block's forward: 1 for executors of `device` whose memory the host
+ * does not address (GPUs), and CPU executors checked as an unordered device
+ * (device/backend.h's rp_device_unordered_test); 0 where the kernels write
+ * and read them in the host store. */
+int rp_router_stats_moved(rp_device_kind device);
+
 /* Device memory of one rank's evaluation (--eval-data, engine/eval.c),
  * which runs between segments, the executor buffers freed, on the
  * device of `device` for microbatches of samples_per_micro samples of

@@ -482,6 +482,12 @@ static rp_status dequantise_base(executor *x, const stage_buf *b, int l, int i, 
     rp_kernels k;
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     x->base_layer = -1; /* until it is whole */
+    /* ordered by events, the compute stream may still hold the layer
+     * before's kernel ops and the wait for this block's upload
+     * (weights_before_compute): finished first, so the clock below times
+     * the dequantisation alone (without them it had both in it) */
+    if (x->by_events)
+        RP_TRY(rp_device_sync(x->dev, err));
     const double t0 = rp_now();
     if (e->base_in_place)
         RP_TRY(rp_frozen_base_materialise(e->base, l, &k, x->base_scratch, e->p->compute_dtype,

@@ -208,7 +208,14 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
         s = rp_block_forward(&k, &e->p->cfg, block_weights(x, job, l), rp_stage_weights_dtype(e, l),
                              in, out, e->samples_per_micro, e->seq_len, x->segments, saved,
                              x->workspace, block_call(x, job, l, t, 1, &lc, &c), err);
-        if (s == RP_OK && c.router_stats && c.router_stats == x->router_stats)
+        /* the statistics are the block's kernel ops' results: their
+         * download comes after them, ordered on the device where it is
+         * ordered by events (rp_exec_move), else after a host wait (the
+         * copy does not wait for the compute stream) */
+        const int moved = s == RP_OK && c.router_stats && c.router_stats == x->router_stats;
+        if (moved && !x->by_events)
+            s = rp_device_sync(x->dev, err);
+        if (moved && s == RP_OK)
             s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->router_stats,
                              sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe, RP_XFER_SAVE,
                              "router-stats", err);
