@@ -32,3 +32,8 @@ mpi_tests_test_cuda_moe_LDADD = $(RP_TEST_LDADD) -lm
 # its fixtures are there, its summary writer and its log comparison work
 TESTS += mpi-tests/test_gpu_window.sh
 EXTRA_DIST += mpi-tests/test_gpu_window.sh
+
+# the parity cases' paths keep the copy ordering CUDA's default mode needs,
+# checked on the CPU (RP_TEST_UNORDERED_DEVICE=1)
+TESTS += mpi-tests/test_parity_unordered.sh
+EXTRA_DIST += mpi-tests/test_parity_unordered.sh
