@@ -11,7 +11,9 @@
 # a missing step and a changed line. Every parity case has its row in
 # bench/README.md's table, gpt-oss among them (issue 35: the next GPU session
 # proves gpt-oss on CUDA), and its dry run (the CPU for the GPU) passes with
-# worst 0. SKIP without bash or python3.
+# worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
+# failing its case, instead of waiting out the run's 180 s. SKIP without
+# bash or python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -47,6 +49,20 @@ for c in $cases; do
   grep -q "^| $c | " "$src/bench/README.md" || bad "bench/README.md's parity table has no row for $c"
 done
 ok
+# a hung run ends at RP_PARITY_END (the window's parity cap), not after its
+# own 180 s: a stand-in roundpipe that sleeps, launched by a stand-in mpirun
+mkdir -p "$tmp/hung/src"
+printf '#!/bin/sh\nsleep 60\n' > "$tmp/hung/src/roundpipe"
+printf '#!/bin/sh\nwhile [ "$1" != -np ]; do shift; done; shift 2; exec "$@"\n' > "$tmp/hung/mpirun"
+chmod +x "$tmp/hung/src/roundpipe" "$tmp/hung/mpirun"
+t0=$(date +%s)
+RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity-hung" RP_SRCDIR="$src" RP_BUILDDIR="$tmp/hung" \
+  MPIRUN="$tmp/hung/mpirun" RP_PARITY_DEADLINE=$((t0 + 1)) RP_PARITY_END=$((t0 + 3)) \
+  bash "$src/bench/gpu/parity.sh" qwen3 > "$tmp/ph.txt" 2>&1
+prc=$?; dt=$(( $(date +%s) - t0 ))
+[ $dt -le 15 ] && [ $prc = 1 ] && grep -q "^PARITY	qwen3	FAILED	" "$tmp/ph.txt" &&
+  grep -q "killed after [0-9]* s, the run's time limit" "$tmp/parity-hung/qwen3-cpu.txt" && ok ||
+  { bad "parity.sh with a hung run: exit $prc after $dt s (RP_PARITY_END 3 s after the start)"; cat "$tmp/ph.txt"; }
 if [ -x "$build/src/roundpipe" ]; then
   RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity" RP_SRCDIR="$src" RP_BUILDDIR="$build" \
     MPIRUN="${MPIRUN:-mpirun --oversubscribe}" bash "$src/bench/gpu/parity.sh" gpt-oss > "$tmp/p.txt" 2>&1

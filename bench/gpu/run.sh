@@ -17,8 +17,9 @@
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
 #                          its 24 cases, the never-run paths first, 3 at a
-#                          time (capped at 240 s; the CPU references run
-#                          beside them)
+#                          time (capped at 240 s: no case starts after it,
+#                          no run outlasts it by 45 s; the CPU references
+#                          run beside them)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
 #                          test_cuda_attention, test_cuda_cudnn_attention,
@@ -439,8 +440,11 @@ if start parity; then
   cap=240; [ "$(left)" -lt $((cap + 60)) ] && cap=$(( $(left) - 60 ))
   pc=""; pdev=cuda
   if [ $dry = yes ]; then pc="qwen3 moe-lora"; pdev=cpu; fi
+  # no case starts after the cap, and no run outlasts it by more than 45 s
+  # (a case is estimated at some 7 s; a hung run is killed, its case fails)
   # shellcheck disable=SC2086
   RP_PARITY_DEVICE=$pdev RP_PARITY_OUT="$logs/parity" RP_PARITY_DEADLINE=$(( $(date +%s) + cap )) \
+    RP_PARITY_END=$(( $(date +%s) + cap + 45 )) \
     bash "$here/parity.sh" $pc > "$logs/parity.txt" 2>&1
   rc=$?
   grep -v '^PARITY' "$logs/parity.txt" | tail -n 40
