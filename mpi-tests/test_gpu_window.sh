@@ -12,8 +12,10 @@
 # bench/README.md's table, gpt-oss among them (issue 35: the next GPU session
 # proves gpt-oss on CUDA), and its dry run (the CPU for the GPU) passes with
 # worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
-# failing its case, instead of waiting out the run's 180 s. SKIP without
-# bash or python3.
+# failing its case, instead of waiting out the run's 180 s. On a stand-in
+# GPU machine (a fake nvidia-smi, a build of stand-in programs), run.sh
+# topology measures no GEMM peak it does not read. SKIP without bash or
+# python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -63,6 +65,34 @@ prc=$?; dt=$(( $(date +%s) - t0 ))
 [ $dt -le 15 ] && [ $prc = 1 ] && grep -q "^PARITY	qwen3	FAILED	" "$tmp/ph.txt" &&
   grep -q "killed after [0-9]* s, the run's time limit" "$tmp/parity-hung/qwen3-cpu.txt" && ok ||
   { bad "parity.sh with a hung run: exit $prc after $dt s (RP_PARITY_END 3 s after the start)"; cat "$tmp/ph.txt"; }
+# run.sh on a stand-in GPU machine: an nvidia-smi that lists a GPU, and a
+# build (RP_GPU_BUILD) whose programs log their calls in $g/calls and exit
+# at once, or hang where STANDIN_HANG is set
+g=$tmp/gpu
+mkdir -p "$g/bin"
+printf '#!/bin/sh\ncase "$*" in -L) echo "GPU 0: stand-in (UUID: GPU-0)" ;; *compute_cap*) echo 9.0 ;; *) echo stand-in ;; esac\n' \
+  > "$g/bin/nvidia-smi"
+chmod +x "$g/bin/nvidia-smi"
+for p in $(grep -v '^#' "$src/bench/gpu/carried-programs.txt"); do
+  mkdir -p "$g/build/$(dirname "$p")"
+  printf '#!/bin/sh\necho "%s $*" >> "%s"\ncase "$1" in --version|topology) echo stand-in; exit 0 ;; esac\n[ -z "${STANDIN_HANG:-}" ] || sleep 60\n' \
+    "$p" "$g/calls" > "$g/build/$p"
+  chmod +x "$g/build/$p"
+done
+# standin BUDGET PHASE...: run.sh there, its output in $tmp/gw.txt, $OUT in
+# $g/out; sets grc (exit) and gdt (seconds)
+standin() {
+  local b=$1; shift
+  rm -rf "$g/out" "$g/calls"; mkdir -p "$g/out"
+  local t0; t0=$(date +%s)
+  PATH="$g/bin:$PATH" OUT="$g/out" RP_GPU_BUILD="$g/build" RP_GPU_BUDGET_S=$b RP_GPU_LOGS= \
+    bash "$src/bench/gpu/run.sh" "$@" > "$tmp/gw.txt" 2>&1
+  grc=$?; gdt=$(( $(date +%s) - t0 ))
+}
+# a subset of phases that reads no ratio to the GEMM peak spends no time on it
+standin 60 topology
+[ $grc = 0 ] && grep -q '^H2D pinned, two processes at once' "$g/out/summary.txt" && ! grep -q bench_gemm "$g/calls" && ok ||
+  { bad "run.sh topology on a stand-in GPU: exit $grc; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
 if [ -x "$build/src/roundpipe" ]; then
   RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity" RP_SRCDIR="$src" RP_BUILDDIR="$build" \
     MPIRUN="${MPIRUN:-mpirun --oversubscribe}" bash "$src/bench/gpu/parity.sh" gpt-oss > "$tmp/p.txt" 2>&1

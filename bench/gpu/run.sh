@@ -610,8 +610,9 @@ elif start gemm; then
   done
   end gemm
 fi
-if [ -z "$peak" ] && [ $gpu = yes ]; then
-  # the ceiling is needed below: a quick measurement
+if [ -z "$peak" ] && [ $gpu = yes ] && { want attn || want e2e || want speedup || want peer; }; then
+  # the ceiling of the ratios below (attention, MFU): a quick measurement,
+  # where a phase that reads it runs (not for `run.sh maxseq`, say)
   peak=$("$build/bench/gpu/bench_gemm" -q 2>/dev/null | awk '$2=="gemm_peak" {print $3}')
 fi
 
