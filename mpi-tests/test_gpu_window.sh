@@ -14,8 +14,9 @@
 # worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
 # failing its case, instead of waiting out the run's 180 s. On a stand-in
 # GPU machine (a fake nvidia-smi, a build of stand-in programs), run.sh
-# topology measures no GEMM peak it does not read. SKIP without bash or
-# python3.
+# topology measures no GEMM peak it does not read, and a benchmark that
+# hangs is killed where the budget ends, the table and the logs still
+# written to $OUT. SKIP without bash or python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -93,6 +94,12 @@ standin() {
 standin 60 topology
 [ $grc = 0 ] && grep -q '^H2D pinned, two processes at once' "$g/out/summary.txt" && ! grep -q bench_gemm "$g/calls" && ok ||
   { bad "run.sh topology on a stand-in GPU: exit $grc; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
+# a hung benchmark is killed where the budget ends (less 10 s for the
+# table), and the table and the logs' archive still reach $OUT
+STANDIN_HANG=1 standin 26 topology
+[ $gdt -le 30 ] && [ $grc = 1 ] && grep -q '^two copies at once  *FAILED' "$g/out/summary.txt" &&
+  [ -f "$g/out/gpu-bench-logs.tar.gz" ] && ok ||
+  { bad "run.sh topology on a stand-in GPU whose bench_copy hangs: exit $grc after $gdt s (budget 26 s)"; cat "$tmp/gw.txt"; }
 if [ -x "$build/src/roundpipe" ]; then
   RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity" RP_SRCDIR="$src" RP_BUILDDIR="$build" \
     MPIRUN="${MPIRUN:-mpirun --oversubscribe}" bash "$src/bench/gpu/parity.sh" gpt-oss > "$tmp/p.txt" 2>&1

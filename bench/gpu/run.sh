@@ -4,7 +4,9 @@
 # call). Phases, in this order (the most valuable evidence first), each with
 # the seconds it is expected to take on an H200 and the seconds it needs to
 # start (a phase that does not have them left is skipped, and says so; a
-# failed phase does not stop the later ones):
+# failed phase does not stop the later ones; every program after the build
+# runs under a time limit that ends by the budget, so a hung one fails its
+# row):
 #
 #   phase     expect need  what
 #   build        10   -    the carried sm_90 build (.carry/build-sm90.tar.gz,
@@ -108,6 +110,12 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
+# capped MAX: the seconds one program of a phase may run: MAX, or what the
+# budget leaves less 10 s for the table, never under 1 (timeout 0 would mean
+# none). Every program a phase runs is under one: a hung benchmark would
+# otherwise hold the call until the device tool ends it at 600 s, the later
+# phases never run and the logs never packed
+capped() { local c=$(( $(left) - 10 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 1 ] && c=1; echo "$c"; }
 declare -A expect=([build]=10 [env]=5 [parity]=83 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [adamw]=15 [e2e]=60 [speedup]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [adamw]=20 [e2e]=70
@@ -286,7 +294,7 @@ use_carried() {  # sets build; prints why not and returns 1 when it cannot be us
   [ "$(sed -n 's/^digest //p' "$b/MANIFEST")" = "$d" ] ||
     { echo "built from another tree (digest $(sed -n 's/^digest //p' "$b/MANIFEST" | cut -c1-12), this tree's ${d:0:12}: sources changed since tools/gpu-runtime.sh)"; return 1; }
   why=$(progs_ok "$b") || { echo "$why"; return 1; }
-  if [ $gpu = yes ] && ! "$b/mpi-tests/cuda_usable" > "$logs/cuda_usable.txt" 2>&1; then
+  if [ $gpu = yes ] && ! timeout 60 "$b/mpi-tests/cuda_usable" > "$logs/cuda_usable.txt" 2>&1; then
     echo "its CUDA does not run here: $(head -1 "$logs/cuda_usable.txt")"; return 1
   fi
   build=$b
@@ -392,7 +400,7 @@ end() { phase_done "$1" "$pstatus" "$pt0"; }
 nogpu() { skip "phase $1" "no GPU here${2:+ ($2)}"; phase_done "$1" "no GPU" "$(date +%s)"; }
 # dry run of a benchmark: PHASE PROGRAM LOG: it loads and says "no GPU" (exit 77)
 dry_bench() {
-  "$build/bench/gpu/$2" > "$logs/$3" 2>&1; local rc=$?
+  timeout 60 "$build/bench/gpu/$2" > "$logs/$3" 2>&1; local rc=$?
   [ $rc = 77 ] && nogpu "$1" "$2 loads, exit 77" ||
     { fail "phase $1" "$2 exit $rc without a GPU, not 77"; phase_done "$1" FAILED "$(date +%s)"; }
 }
@@ -554,12 +562,12 @@ fi
 peak=""
 if want gemm && [ $dry = yes ]; then
   dry_bench gemm bench_gemm gemm.txt
-  "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; hrc=$?
+  timeout 60 "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; hrc=$?
   [ $hrc = 77 ] || fail "head fwd+bwd" "bench_head exit $hrc without a GPU, not 77"
-  "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" > "$logs/block.txt" 2>&1; brc=$?
+  timeout 60 "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" > "$logs/block.txt" 2>&1; brc=$?
   [ $brc = 77 ] || fail "block op by op" "bench_block -d cuda exit $brc without a GPU, not 77"
 elif start gemm; then
-  if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
+  if timeout "$(capped 120)" "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
     cat "$logs/gemm.txt"
     peak=$(awk '$1=="RESULT" && $2=="gemm_peak" {print $3}' "$logs/gemm.txt")
     put "bf16 GEMM peak (best square, cuBLAS)" "$peak TFLOP/s" "" "" "ceiling for all ratios"
@@ -579,7 +587,7 @@ elif start gemm; then
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi
   # the head (issue 38: >= 0.8 of its GEMM time); RESULT head CHUNK PATH HEAD_MS GEMM_MS
-  if "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; then
+  if timeout "$(capped 90)" "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; then
     cat "$logs/head.txt"
     while read -r _ _ c p hm gm; do
       put "head fwd+bwd, 1.7B, 4096 tokens, chunk $c, xent $p" "$hm ms" "its GEMMs $gm ms" "$(calc "$gm / $hm")" ">= 0.80"
@@ -593,7 +601,7 @@ elif start gemm; then
   # and RESULT block_op PASS OP SITE CALLS MS SHARE
   for paths in default all; do
     allow=""; [ $paths = all ] && allow=1
-    if RP_ALLOW_UNPROVEN_CUDA=$allow "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" \
+    if RP_ALLOW_UNPROVEN_CUDA=$allow timeout "$(capped 90)" "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" \
          -t 4096 -r 5 > "$logs/block-$paths.txt" 2>&1; then
       cat "$logs/block-$paths.txt"
       while read -r _ _ bp bms bg ba bo; do
@@ -613,7 +621,7 @@ fi
 if [ -z "$peak" ] && [ $gpu = yes ] && { want attn || want e2e || want speedup || want peer; }; then
   # the ceiling of the ratios below (attention, MFU): a quick measurement,
   # where a phase that reads it runs (not for `run.sh maxseq`, say)
-  peak=$("$build/bench/gpu/bench_gemm" -q 2>/dev/null | awk '$2=="gemm_peak" {print $3}')
+  peak=$(timeout "$(capped 60)" "$build/bench/gpu/bench_gemm" -q 2>/dev/null | awk '$2=="gemm_peak" {print $3}')
 fi
 
 # --- attention: rp_cuda_attn_bench of src/kernels/cuda/attention.h, then
@@ -626,7 +634,7 @@ fi
 if want attn && [ $dry = yes ]; then
   dry_bench attn bench_attention attention.txt
 elif start attn; then
-  if "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
+  if timeout "$(capped 150)" "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
     cat "$logs/attention.txt"
     while read -r _ _ s f b fb; do
       put "attention fwd+bwd, causal, seq $s" "$fb TFLOP/s" "GEMM peak" "$(calc "$fb / $peak")" ">= 0.50"
@@ -652,7 +660,7 @@ fi
 if want copy && [ $dry = yes ]; then
   dry_bench copy bench_copy copy.txt
 elif start copy; then
-  if "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
+  if timeout "$(capped 90)" "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
     cat "$logs/copy.txt"
     gen=$(q pcie.link.gen.max | tr -dc 0-9); wid=$(q pcie.link.width.max | tr -dc 0-9)
     link=""; lname="-"
@@ -686,7 +694,7 @@ fi
 # bandwidth with clipping, the speculative update and kept blocks (the
 # defaults on a GPU): exact / lagged, the target 0.95 at batch 8 and 32
 host_adamw() {  # $1 parameters, $2 reps: sets gbs and the rows; returns 1 on a failure
-  OMP_NUM_THREADS=$(nproc) "$build/bench/bench_adamw" -n "$1" -r "$2" -g 1 -e 0 -T none \
+  OMP_NUM_THREADS=$(nproc) timeout "$(capped 120)" "$build/bench/bench_adamw" -n "$1" -r "$2" -g 1 -e 0 -T none \
     > "$logs/adamw.txt" 2>&1 || { cat "$logs/adamw.txt"; return 1; }
   cat "$logs/adamw.txt"
   gbs=$(sed -n 's/.*roundpipe simulate --optimizer-gbs \([0-9.]*\).*/\1/p' "$logs/adamw.txt")
@@ -696,7 +704,7 @@ host_adamw() {  # $1 parameters, $2 reps: sets gbs and the rows; returns 1 on a 
     "$(calc "$(echo "$line" | sed -n 's/.* \([0-9.]*\)% of best.*/\1/p') / 100")" "--optimizer-gbs $gbs"
   local mb g r c
   sim() {  # MB GBS: "exact/lagged lagged_ms" of the H100's layers at that AdamW bandwidth
-    "$bin" simulate --layers "$here/h100-qwen3-1.7b-layers.txt" --json --bandwidth-gbs 55 \
+    timeout "$(capped 60)" "$bin" simulate --layers "$here/h100-qwen3-1.7b-layers.txt" --json --bandwidth-gbs 55 \
       --workspace-mib 734 --device-memory-mib 81559 --grad-clip 1 --microbatches "$1" \
       --optimizer-gbs "$2" --speculative-update on --recompute auto 2>> "$logs/adamw-simulate.txt" |
       python3 -c 'import json, sys; j = json.load(sys.stdin); print(j["exact_over_lagged_throughput"], j["schedules"][1]["iteration_ms"])'
@@ -833,14 +841,14 @@ fi
 # --- topology: the link groups, and one link shared by two processes
 if want topology && [ $dry = yes ]; then nogpu topology
 elif start topology; then
-  "$bin" topology > "$logs/topology.txt" 2>&1
+  timeout "$(capped 30)" "$bin" topology > "$logs/topology.txt" 2>&1
   cat "$logs/topology.txt"
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   second=$(( ngpu > 1 ? 1 : 0 ))
   best() { awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$1"; }
-  if CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
-     { CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
-       CUDA_VISIBLE_DEVICES=$second "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
+  if CUDA_VISIBLE_DEVICES=0 timeout "$(capped 60)" "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
+     { CUDA_VISIBLE_DEVICES=0 timeout "$(capped 60)" "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
+       CUDA_VISIBLE_DEVICES=$second timeout "$(capped 60)" "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
        rb=$?; wait $!; [ $? = 0 ] && [ $rb = 0 ]; }; then
     read -r au ad < <(best "$logs/copy-alone.txt")
     read -r xu xd < <(best "$logs/copy-two-a.txt")
@@ -871,7 +879,7 @@ elif start maxseq; then
     cfg="$logs/$shape-4blocks.json"
     sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 4/' "$full" > "$cfg"
     for lim in 22528 76800; do
-      "$bin" plan --init-config "$cfg" --device cuda --gpus 1 --microbatches 1 --batch-size 1 \
+      timeout "$(capped 60)" "$bin" plan --init-config "$cfg" --device cuda --gpus 1 --microbatches 1 --batch-size 1 \
         --memory-limit-mib "$lim" --seq-len max > "$logs/maxseq-$shape-$lim.txt" 2>&1
       n=$(sed -n 's/^longest sequence: \([0-9]*\) tokens.*/\1/p' "$logs/maxseq-$shape-$lim.txt" | head -n 1)
       bound=$(grep -m1 'bounded by' "$logs/maxseq-$shape-$lim.txt" | sed 's/.*bounded by //' | cut -c1-60)
