@@ -16,7 +16,9 @@
 # GPU machine (a fake nvidia-smi, a build of stand-in programs), run.sh
 # topology measures no GEMM peak it does not read, and a benchmark that
 # hangs is killed where the budget ends, the table and the logs still
-# written to $OUT. SKIP without bash or python3.
+# written to $OUT; as root, where plan says /dev/shm cannot hold the e2e
+# run's host store, run.sh remounts it as plan says before the run. SKIP
+# without bash or python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -67,8 +69,9 @@ prc=$?; dt=$(( $(date +%s) - t0 ))
   grep -q "killed after [0-9]* s, the run's time limit" "$tmp/parity-hung/qwen3-cpu.txt" && ok ||
   { bad "parity.sh with a hung run: exit $prc after $dt s (RP_PARITY_END 3 s after the start)"; cat "$tmp/ph.txt"; }
 # run.sh on a stand-in GPU machine: an nvidia-smi that lists a GPU, and a
-# build (RP_GPU_BUILD) whose programs log their calls in $g/calls and exit
-# at once, or hang where STANDIN_HANG is set
+# build (RP_GPU_BUILD) whose programs log their calls (and /dev/shm's size)
+# in $g/calls and exit at once, or hang where STANDIN_HANG is set; its plan
+# prints STANDIN_PLAN
 g=$tmp/gpu
 mkdir -p "$g/bin"
 printf '#!/bin/sh\ncase "$*" in -L) echo "GPU 0: stand-in (UUID: GPU-0)" ;; *compute_cap*) echo 9.0 ;; *) echo stand-in ;; esac\n' \
@@ -76,7 +79,7 @@ printf '#!/bin/sh\ncase "$*" in -L) echo "GPU 0: stand-in (UUID: GPU-0)" ;; *com
 chmod +x "$g/bin/nvidia-smi"
 for p in $(grep -v '^#' "$src/bench/gpu/carried-programs.txt"); do
   mkdir -p "$g/build/$(dirname "$p")"
-  printf '#!/bin/sh\necho "%s $*" >> "%s"\ncase "$1" in --version|topology) echo stand-in; exit 0 ;; esac\n[ -z "${STANDIN_HANG:-}" ] || sleep 60\n' \
+  printf '#!/bin/sh\necho "%s $* shm=$(df -k --output=size /dev/shm | tail -n 1 | tr -dc 0-9)" >> "%s"\ncase "$1" in --version|topology) echo stand-in; exit 0 ;; plan) echo "${STANDIN_PLAN:-}"; exit 0 ;; esac\n[ -z "${STANDIN_HANG:-}" ] || sleep 60\n' \
     "$p" "$g/calls" > "$g/build/$p"
   chmod +x "$g/build/$p"
 done
@@ -100,6 +103,18 @@ STANDIN_HANG=1 standin 26 topology
 [ $gdt -le 30 ] && [ $grc = 1 ] && grep -q '^two copies at once  *FAILED' "$g/out/summary.txt" &&
   [ -f "$g/out/gpu-bench-logs.tar.gz" ] && ok ||
   { bad "run.sh topology on a stand-in GPU whose bench_copy hangs: exit $grc after $gdt s (budget 26 s)"; cat "$tmp/gw.txt"; }
+# where plan says /dev/shm is too small for train's host store, run.sh
+# remounts it as plan says before the e2e run (as root, in a private mount
+# namespace here: a 64 MiB /dev/shm)
+if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2> /dev/null; then
+  rm -rf "$g/out" "$g/calls"; mkdir -p "$g/out"
+  STANDIN_PLAN='warning: /dev/shm has 0.06 GiB free: train would stop (as root: mount -o remount,size=1G /dev/shm)' \
+    PATH="$g/bin:$PATH" OUT="$g/out" RP_GPU_BUILD="$g/build" RP_GPU_BUDGET_S=90 RP_GPU_LOGS= MPIRUN="$tmp/hung/mpirun" \
+    unshare -m --propagation private sh -c 'mount -t tmpfs -o size=64M tmpfs /dev/shm && exec bash "$1" e2e' \
+    sh "$src/bench/gpu/run.sh" > "$tmp/gw.txt" 2>&1
+  grep -q '^src/roundpipe train .* shm=1048576$' "$g/calls" && grep -q '^/dev/shm for e2e (batch 8)  *64M -> 1G' "$g/out/summary.txt" && ok ||
+    { bad "run.sh e2e did not enlarge a 64 MiB /dev/shm as plan said; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
+else echo "(not root or no unshare here: run.sh's /dev/shm remount is not tested)"; fi
 if [ -x "$build/src/roundpipe" ]; then
   RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity" RP_SRCDIR="$src" RP_BUILDDIR="$build" \
     MPIRUN="${MPIRUN:-mpirun --oversubscribe}" bash "$src/bench/gpu/parity.sh" gpt-oss > "$tmp/p.txt" 2>&1
