@@ -97,6 +97,9 @@ standin() {
 standin 60 topology
 [ $grc = 0 ] && grep -q '^H2D pinned, two processes at once' "$g/out/summary.txt" && ! grep -q bench_gemm "$g/calls" && ok ||
   { bad "run.sh topology on a stand-in GPU: exit $grc; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
+# the cuDNN row says which library the attention opens (issue 38 uses it)
+grep -q '^cuDNN .*--attention cudnn|auto opens ' "$g/out/summary.txt" && ok ||
+  bad "the summary's cuDNN row: $(grep '^cuDNN' "$g/out/summary.txt")"
 # a hung benchmark is killed where the budget ends (less 10 s for the
 # table), and the table and the logs' archive still reach $OUT
 STANDIN_HANG=1 standin 26 topology

@@ -432,7 +432,8 @@ if [ $gpu = yes ]; then
   put "GPU memory free / total" "$(q memory.free) / $(q memory.total) MiB" "" "" ""
   put "PCIe link now / max" "gen$(q pcie.link.gen.current) x$(q pcie.link.width.current) / gen$(q pcie.link.gen.max) x$(q pcie.link.width.max)" "" "" ""
 else put "GPU" "none" "" "" "nvidia-smi lists none"; fi
-c=$(sed -n 's/^cuDNN: //p' "$logs/machine.txt"); put "cuDNN" "${c:-not found}" "" "" "roundpipe does not use it"
+c=$(sed -n 's/^cuDNN: //p' "$logs/machine.txt")
+put "cuDNN" "${c:-not found}" "" "" "--attention cudnn|auto opens ${RP_CUDNN_LIBRARY:-libcudnn.so.9 through the loader}"
 put "host" "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, /dev/shm $(df -h --output=avail /dev/shm | tail -1 | tr -d ' ') free" "" "" "$(ldd --version 2>&1 | head -1 | awk '{print "glibc " $NF}')"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 phase_done env ok "$t0"
