@@ -97,6 +97,11 @@ standin() {
 standin 60 topology
 [ $grc = 0 ] && grep -q '^H2D pinned, two processes at once' "$g/out/summary.txt" && ! grep -q bench_gemm "$g/calls" && ok ||
   { bad "run.sh topology on a stand-in GPU: exit $grc; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
+# every RP_GPU_ setting run.sh's header and bench/README name, run.sh reads
+for v in $(grep -ho 'RP_GPU_[A-Z0-9_]*' "$src/bench/gpu/run.sh" "$src/bench/README.md" | sort -u); do
+  grep -q "\${$v[:}]" "$src/bench/gpu/run.sh" || bad "$v is documented, but run.sh never reads it"
+done
+ok
 # the cuDNN row says which library the attention opens (issue 38 uses it)
 grep -q '^cuDNN .*--attention cudnn|auto opens ' "$g/out/summary.txt" && ok ||
   bad "the summary's cuDNN row: $(grep '^cuDNN' "$g/out/summary.txt")"

@@ -82,9 +82,9 @@
 # Environment: RP_GPU_BUILD (use this build folder, skip the carried one),
 # RP_GPU_JOBS (make -j, default nproc), RP_GPU_ARCH (SM, default the GPU's,
 # else 90), RP_GPU_BUDGET_S (default 540), RP_GPU_E2E_BATCH (default 8),
-# RP_GPU_E2E_STEPS (default 6), RP_GPU_MAXSEQ_PROBES (default 4),
-# RP_GPU_TRACE=1 (Chrome trace of e2e), RP_GPU_LOGS (log folder; default
-# $OUT/gpu-bench when $OUT is set, else BUILD/gpu-bench-logs).
+# RP_GPU_E2E_STEPS (default 6), RP_GPU_TRACE=1 (Chrome trace of e2e),
+# RP_GPU_LOGS (log folder; default $OUT/gpu-bench when $OUT is set, else
+# build/gpu-bench-logs in the tree).
 #
 # Output: the summary table last, also in $OUT/summary.txt, and the logs in
 # $OUT/gpu-bench-logs.tar.gz (the device tool returns at most 8 files).
