@@ -14,11 +14,12 @@
 # worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
 # failing its case, instead of waiting out the run's 180 s. On a stand-in
 # GPU machine (a fake nvidia-smi, a build of stand-in programs), run.sh
-# topology measures no GEMM peak it does not read, and a benchmark that
-# hangs is killed where the budget ends, the table and the logs still
-# written to $OUT; as root, where plan says /dev/shm cannot hold the e2e
-# run's host store, run.sh remounts it as plan says before the run. SKIP
-# without bash or python3.
+# runs every phase's GPU branch to the table (each phase with its line in
+# the table's second part), topology measures no GEMM peak it does not
+# read, and a benchmark that hangs is killed where the budget ends, the
+# table and the logs still written to $OUT; as root, where plan says
+# /dev/shm cannot hold the e2e run's host store, run.sh remounts it as plan
+# says before the run. SKIP without bash or python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -105,6 +106,17 @@ ok
 # the cuDNN row says which library the attention opens (issue 38 uses it)
 grep -q '^cuDNN .*--attention cudnn|auto opens ' "$g/out/summary.txt" && ok ||
   bad "the summary's cuDNN row: $(grep '^cuDNN' "$g/out/summary.txt")"
+# every phase on the stand-in machine, whose programs print nothing (and
+# with no compute-sanitizer on PATH): each phase's GPU branch runs to the
+# table, every phase has its line in the table's second part, exit 1
+PATH="$g/bin:$PATH" command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ] ||
+  { MPIRUN="$tmp/hung/mpirun" standin 540
+    missing=""
+    for ph in build env parity check memcheck gemm attn copy adamw e2e speedup peer topology maxseq; do
+      grep -q "^$ph  " "$g/out/summary.txt" || missing="$missing $ph"
+    done
+    [ $grc = 1 ] && [ -z "$missing" ] && ok ||
+      { bad "run.sh, every phase on a stand-in GPU: exit $grc; no line in the phase table for:$missing"; cat "$tmp/gw.txt"; }; }
 # a hung benchmark is killed where the budget ends (less 10 s for the
 # table), and the table and the logs' archive still reach $OUT
 STANDIN_HANG=1 standin 26 topology

@@ -517,7 +517,8 @@ fi
 
 # --- memcheck: compute-sanitizer on the new kernels
 if want memcheck && [ $dry = yes ]; then nogpu memcheck "compute-sanitizer: ${sanitizer:-not found}"
-elif want memcheck && [ -z "$sanitizer" ]; then skip "phase memcheck" "no compute-sanitizer on this machine"
+elif want memcheck && [ -z "$sanitizer" ]; then
+  skip "phase memcheck" "no compute-sanitizer on this machine"; phase_done memcheck skipped "$(date +%s)"
 elif start memcheck; then
   mdead=$(( $(date +%s) + 70 ))
   fx=$top/mpi-tests/fixtures
