@@ -10,8 +10,9 @@
 # within the bound and identical lines, and refuses a loss beyond the bound,
 # a missing step and a changed line. Every parity case has its row in
 # bench/README.md's table, gpt-oss among them (issue 35: the next GPU session
-# proves gpt-oss on CUDA), and its dry run (the CPU for the GPU) passes with
-# worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
+# proves gpt-oss on CUDA), the row naming the fixture folder parity.sh gives
+# the case, which --check-only checks; gpt-oss's dry run (the CPU for the
+# GPU) passes with worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
 # failing its case, instead of waiting out the run's 180 s. On a stand-in
 # GPU machine (a fake nvidia-smi, a build of stand-in programs), run.sh
 # runs every phase's GPU branch to the table (each phase with its line in
@@ -53,6 +54,21 @@ cases=$(sed -n 's/^all="\(.*\)"$/\1/p' "$src/bench/gpu/parity.sh")
 case " $cases " in *" gpt-oss "*) ok ;; *) bad "parity.sh has no gpt-oss case (cases: $cases)" ;; esac
 for c in $cases; do
   grep -q "^| $c | " "$src/bench/README.md" || bad "bench/README.md's parity table has no row for $c"
+done
+ok
+# each case's fixture folder, as parity.sh's fixture() gives it, is the one
+# its row of bench/README's table names and one --check-only checks
+fx_of() {
+  sed -n '/^fixture() {/,/^}/p' "$src/bench/gpu/parity.sh" | sed -n 's/^ *\([a-z0-9|*-]*\)) d=\([^;]*\);.*/\1 \2/p' |
+    while read -r pats dir; do
+      case "|$pats|" in *"|$1|"*|"|*|") echo "$dir" | sed 's|\$src/mpi-tests/fixtures/||; s|\$g/|golden/|'; break ;; esac
+    done
+}
+for c in $cases; do
+  d=$(fx_of "$c")
+  [ -n "$d" ] || { bad "parity.sh's fixture() gives $c no folder"; continue; }
+  grep "^| $c | " "$src/bench/README.md" | cut -d'|' -f3 | grep -q "$d" || bad "bench/README.md's row for $c does not name $d"
+  sed -n '/^fixtures="/,/"$/p' "$src/bench/gpu/run.sh" | grep -q "mpi-tests/fixtures/$d/" || bad "run.sh --check-only does not check $d ($c)"
 done
 ok
 # a hung run ends at RP_PARITY_END (the window's parity cap), not after its

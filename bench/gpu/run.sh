@@ -177,10 +177,18 @@ fixtures="mpi-tests/fixtures/golden/qwen3/model/model.safetensors mpi-tests/fixt
   mpi-tests/fixtures/golden-moe/moe-mb/args.txt
   mpi-tests/fixtures/golden-moe/moe-lora/model/model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/data.npy
   mpi-tests/fixtures/golden-moe/moe-lora/lora_init/adapter_model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/args.txt
-  mpi-tests/fixtures/golden-gpt-oss/oss-m2/model/model.safetensors mpi-tests/fixtures/golden-gpt-oss/oss-m2/data.npy
-  mpi-tests/fixtures/golden-gpt-oss/oss-m2/mask.npy mpi-tests/fixtures/golden-gpt-oss/oss-m2/args.txt
+  mpi-tests/fixtures/golden-gpt-oss/oss-hd16/model/model.safetensors mpi-tests/fixtures/golden-gpt-oss/oss-hd16/data.npy
+  mpi-tests/fixtures/golden-gpt-oss/oss-hd16/mask.npy mpi-tests/fixtures/golden-gpt-oss/oss-hd16/args.txt
+  mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales/lora_init/adapter_model.safetensors
+  mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales/args.txt
+  mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales-model/model.safetensors
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/model-fp8/model.safetensors
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/data.npy mpi-tests/fixtures/golden-fp8/moe-bf16-scales/mask.npy
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/lora_init/adapter_model.safetensors
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/args.txt
   bench/gpu/qwen3-1.7b-config.json bench/gpu/carried-programs.txt mpi-tests/run-test.sh
-  mpi-tests/test_golden_cuda.sh examples/tiny-config.json"
+  mpi-tests/test_golden_cuda.sh examples/tiny-config.json bench/gpu/h100-qwen3-1.7b-layers.txt
+  bench/paper/llama3.1-8b-config.json"
 programs=$(grep -v '^#' "$here/carried-programs.txt")
 cuda_tests="test_cuda_kernels test_cuda_backend test_kernel_ops test_cuda_moe test_cuda_attention
   test_cuda_cudnn_attention  test_cuda_xent test_device_probe"
