@@ -114,9 +114,10 @@ budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
 # capped MAX: the seconds one program of a phase may run: MAX, or what the
 # budget leaves less 10 s for the table, never under 1 (timeout 0 would mean
-# none). Every program a phase runs is under one: a hung benchmark would
-# otherwise hold the call until the device tool ends it at 600 s, the later
-# phases never run and the logs never packed
+# none). Every program a phase runs has this limit or one of its own (the
+# tests, trainings and parity): a hung benchmark would otherwise hold the
+# call until the device tool ends it at 600 s, the later phases never run
+# and the logs never packed
 capped() { local c=$(( $(left) - 10 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 1 ] && c=1; echo "$c"; }
 declare -A expect=([build]=10 [env]=5 [parity]=83 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [adamw]=15 [e2e]=60 [speedup]=60 [peer]=50 [topology]=15 [maxseq]=60)
