@@ -10,8 +10,17 @@
 # within the bound and identical lines, and refuses a loss beyond the bound,
 # a missing step and a changed line. Every parity case has its row in
 # bench/README.md's table, gpt-oss among them (issue 35: the next GPU session
-# proves gpt-oss on CUDA), and its dry run (the CPU for the GPU) passes with
-# worst 0. SKIP without bash or python3.
+# proves gpt-oss on CUDA), the row naming the fixture folder parity.sh gives
+# the case, which --check-only checks; gpt-oss's dry run (the CPU for the
+# GPU) passes with worst 0. parity.sh kills a hung run at RP_PARITY_END (the window's cap),
+# failing its case, instead of waiting out the run's 180 s. On a stand-in
+# GPU machine (a fake nvidia-smi, a build of stand-in programs), run.sh
+# runs every phase's GPU branch to the table (each phase with its line in
+# the table's second part), topology measures no GEMM peak it does not
+# read, and a benchmark that hangs is killed where the budget ends, the
+# table and the logs still written to $OUT; as root, where plan says
+# /dev/shm cannot hold the e2e run's host store, run.sh remounts it as plan
+# says before the run. SKIP without bash or python3.
 set -u
 . "$(dirname "$0")/testlib.sh"
 command -v bash > /dev/null || { echo "SKIP: no bash"; exit 77; }
@@ -47,6 +56,101 @@ for c in $cases; do
   grep -q "^| $c | " "$src/bench/README.md" || bad "bench/README.md's parity table has no row for $c"
 done
 ok
+# each case's fixture folder, as parity.sh's fixture() gives it, is the one
+# its row of bench/README's table names and one --check-only checks
+fx_of() {
+  sed -n '/^fixture() {/,/^}/p' "$src/bench/gpu/parity.sh" | sed -n 's/^ *\([a-z0-9|*-]*\)) d=\([^;]*\);.*/\1 \2/p' |
+    while read -r pats dir; do
+      case "|$pats|" in *"|$1|"*|"|*|") echo "$dir" | sed 's|\$src/mpi-tests/fixtures/||; s|\$g/|golden/|'; break ;; esac
+    done
+}
+for c in $cases; do
+  d=$(fx_of "$c")
+  [ -n "$d" ] || { bad "parity.sh's fixture() gives $c no folder"; continue; }
+  grep "^| $c | " "$src/bench/README.md" | cut -d'|' -f3 | grep -q "$d" || bad "bench/README.md's row for $c does not name $d"
+  sed -n '/^fixtures="/,/"$/p' "$src/bench/gpu/run.sh" | grep -q "mpi-tests/fixtures/$d/" || bad "run.sh --check-only does not check $d ($c)"
+done
+ok
+# a hung run ends at RP_PARITY_END (the window's parity cap), not after its
+# own 180 s: a stand-in roundpipe that sleeps, launched by a stand-in mpirun
+mkdir -p "$tmp/hung/src"
+printf '#!/bin/sh\nsleep 60\n' > "$tmp/hung/src/roundpipe"
+printf '#!/bin/sh\nwhile [ "$1" != -np ]; do shift; done; shift 2; exec "$@"\n' > "$tmp/hung/mpirun"
+chmod +x "$tmp/hung/src/roundpipe" "$tmp/hung/mpirun"
+t0=$(date +%s)
+RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity-hung" RP_SRCDIR="$src" RP_BUILDDIR="$tmp/hung" \
+  MPIRUN="$tmp/hung/mpirun" RP_PARITY_DEADLINE=$((t0 + 1)) RP_PARITY_END=$((t0 + 3)) \
+  bash "$src/bench/gpu/parity.sh" qwen3 > "$tmp/ph.txt" 2>&1
+prc=$?; dt=$(( $(date +%s) - t0 ))
+[ $dt -le 15 ] && [ $prc = 1 ] && grep -q "^PARITY	qwen3	FAILED	" "$tmp/ph.txt" &&
+  grep -q "killed after [0-9]* s, the run's time limit" "$tmp/parity-hung/qwen3-cpu.txt" && ok ||
+  { bad "parity.sh with a hung run: exit $prc after $dt s (RP_PARITY_END 3 s after the start)"; cat "$tmp/ph.txt"; }
+# run.sh on a stand-in GPU machine: an nvidia-smi that lists a GPU, and a
+# build (RP_GPU_BUILD) whose programs log their calls (and /dev/shm's size)
+# in $g/calls and exit at once, or hang where STANDIN_HANG is set; its plan
+# prints STANDIN_PLAN
+g=$tmp/gpu
+mkdir -p "$g/bin"
+printf '#!/bin/sh\ncase "$*" in -L) echo "GPU 0: stand-in (UUID: GPU-0)" ;; *compute_cap*) echo 9.0 ;; *) echo stand-in ;; esac\n' \
+  > "$g/bin/nvidia-smi"
+chmod +x "$g/bin/nvidia-smi"
+for p in $(grep -v '^#' "$src/bench/gpu/carried-programs.txt"); do
+  mkdir -p "$g/build/$(dirname "$p")"
+  printf '#!/bin/sh\necho "%s $* shm=$(df -k --output=size /dev/shm | tail -n 1 | tr -dc 0-9)" >> "%s"\ncase "$1" in --version|topology) echo stand-in; exit 0 ;; plan) echo "${STANDIN_PLAN:-}"; exit 0 ;; esac\n[ -z "${STANDIN_HANG:-}" ] || sleep 60\n' \
+    "$p" "$g/calls" > "$g/build/$p"
+  chmod +x "$g/build/$p"
+done
+# standin BUDGET PHASE...: run.sh there, its output in $tmp/gw.txt, $OUT in
+# $g/out; sets grc (exit) and gdt (seconds)
+standin() {
+  local b=$1; shift
+  rm -rf "$g/out" "$g/calls"; mkdir -p "$g/out"
+  local t0; t0=$(date +%s)
+  PATH="$g/bin:$PATH" OUT="$g/out" RP_GPU_BUILD="$g/build" RP_GPU_BUDGET_S=$b RP_GPU_LOGS= \
+    bash "$src/bench/gpu/run.sh" "$@" > "$tmp/gw.txt" 2>&1
+  grc=$?; gdt=$(( $(date +%s) - t0 ))
+}
+# a subset of phases that reads no ratio to the GEMM peak spends no time on it
+standin 60 topology
+[ $grc = 0 ] && grep -q '^H2D pinned, two processes at once' "$g/out/summary.txt" && ! grep -q bench_gemm "$g/calls" && ok ||
+  { bad "run.sh topology on a stand-in GPU: exit $grc; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
+# every RP_GPU_ setting run.sh's header and bench/README name, run.sh reads
+for v in $(grep -ho 'RP_GPU_[A-Z0-9_]*' "$src/bench/gpu/run.sh" "$src/bench/README.md" | sort -u); do
+  grep -q "\${$v[:}]" "$src/bench/gpu/run.sh" || bad "$v is documented, but run.sh never reads it"
+done
+ok
+# the cuDNN row says which library the attention opens (issue 38 uses it)
+grep -q '^cuDNN .*--attention cudnn|auto opens ' "$g/out/summary.txt" && ok ||
+  bad "the summary's cuDNN row: $(grep '^cuDNN' "$g/out/summary.txt")"
+# every phase on the stand-in machine, whose programs print nothing (and
+# with no compute-sanitizer on PATH): each phase's GPU branch runs to the
+# table, every phase has its line in the table's second part, exit 1
+PATH="$g/bin:$PATH" command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ] ||
+  { MPIRUN="$tmp/hung/mpirun" standin 540
+    missing=""
+    for ph in build env parity check memcheck gemm attn copy adamw e2e speedup peer topology maxseq; do
+      grep -q "^$ph  " "$g/out/summary.txt" || missing="$missing $ph"
+    done
+    [ $grc = 1 ] && [ -z "$missing" ] && ok ||
+      { bad "run.sh, every phase on a stand-in GPU: exit $grc; no line in the phase table for:$missing"; cat "$tmp/gw.txt"; }; }
+# a hung benchmark is killed where the budget ends (less 10 s for the
+# table), and the table and the logs' archive still reach $OUT
+STANDIN_HANG=1 standin 26 topology
+[ $gdt -le 30 ] && [ $grc = 1 ] && grep -q '^two copies at once  *FAILED' "$g/out/summary.txt" &&
+  [ -f "$g/out/gpu-bench-logs.tar.gz" ] && ok ||
+  { bad "run.sh topology on a stand-in GPU whose bench_copy hangs: exit $grc after $gdt s (budget 26 s)"; cat "$tmp/gw.txt"; }
+# where plan says /dev/shm is too small for train's host store, run.sh
+# remounts it as plan says before the e2e run (as root, in a private mount
+# namespace here: a 64 MiB /dev/shm)
+if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2> /dev/null; then
+  rm -rf "$g/out" "$g/calls"; mkdir -p "$g/out"
+  STANDIN_PLAN='warning: /dev/shm has 0.06 GiB free: train would stop (as root: mount -o remount,size=1G /dev/shm)' \
+    PATH="$g/bin:$PATH" OUT="$g/out" RP_GPU_BUILD="$g/build" RP_GPU_BUDGET_S=90 RP_GPU_LOGS= MPIRUN="$tmp/hung/mpirun" \
+    unshare -m --propagation private sh -c 'mount -t tmpfs -o size=64M tmpfs /dev/shm && exec bash "$1" e2e' \
+    sh "$src/bench/gpu/run.sh" > "$tmp/gw.txt" 2>&1
+  grep -q '^src/roundpipe train .* shm=1048576$' "$g/calls" && grep -q '^/dev/shm for e2e (batch 8)  *64M -> 1G' "$g/out/summary.txt" && ok ||
+    { bad "run.sh e2e did not enlarge a 64 MiB /dev/shm as plan said; calls: $(tr '\n' ';' < "$g/calls")"; cat "$tmp/gw.txt"; }
+else echo "(not root or no unshare here: run.sh's /dev/shm remount is not tested)"; fi
 if [ -x "$build/src/roundpipe" ]; then
   RP_PARITY_DEVICE=cpu RP_PARITY_OUT="$tmp/parity" RP_SRCDIR="$src" RP_BUILDDIR="$build" \
     MPIRUN="${MPIRUN:-mpirun --oversubscribe}" bash "$src/bench/gpu/parity.sh" gpt-oss > "$tmp/p.txt" 2>&1

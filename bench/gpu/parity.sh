@@ -107,7 +107,9 @@
 # harness itself on a machine without a GPU: every check must pass, with
 # relative error 0), RP_PARITY_OUT (work folder, default a new one under
 # TMPDIR), RP_PARITY_DEADLINE (epoch seconds: a case not started by then is
-# skipped, and says so), RP_PARITY_KEEP=1 (keep the saved models and
+# skipped, and says so), RP_PARITY_END (epoch seconds: no run, the CPU
+# references' included, outlasts it: one still running then is killed and
+# its case fails saying so; without it each run has 180 s), RP_PARITY_KEEP=1 (keep the saved models and
 # checkpoints; by default only the logs stay), RP_PARITY_JOBS (cases at
 # once: default 3 on a GPU, 1 with the CPU standing in).
 #
@@ -126,6 +128,7 @@ bin=$build/src/roundpipe
 dev=${RP_PARITY_DEVICE:-cuda}
 rtol=${RP_PARITY_RTOL:-2e-2}
 deadline=${RP_PARITY_DEADLINE:-0}
+hard_end=${RP_PARITY_END:-0}
 work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
@@ -211,11 +214,24 @@ run() {
   local hook=""
   [ "$unproven" = fused-gate-up ] && [ "$device" = cpu ] && [ "${name#ref-}" = "$name" ] && hook=1
   rm -rf "${work:?}/$name" "$work/$name.jsonl"
+  # 180 s a run, and none past RP_PARITY_END: the deadline only stops new
+  # cases, and a hung run of a case started just before it would otherwise
+  # hold the window's call up to 180 s a run (three runs a case)
+  local limit=180
+  if [ "$hard_end" -gt 0 ]; then
+    limit=$(( hard_end - $(date +%s) ))
+    [ $limit -gt 180 ] && limit=180
+    if [ $limit -lt 1 ]; then
+      echo "time budget: RP_PARITY_END passed before this run" > "$work/$name.txt"
+      echo "== $name not run: RP_PARITY_END passed"; return 124
+    fi
+  fi
   # shellcheck disable=SC2086
-  RP_TEST_FUSED_GATE_UP=$hook RP_ALLOW_UNPROVEN_CUDA=$unproven timeout 180 ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
+  RP_TEST_FUSED_GATE_UP=$hook RP_ALLOW_UNPROVEN_CUDA=$unproven timeout "$limit" ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
     $a --progress none --timeout 90 --log "$work/$name.jsonl" --save "$work/$name" "$@" \
     > "$work/$name.txt" 2>&1
   local rc=$?
+  [ $rc = 124 ] && echo "parity.sh: killed after $limit s, the run's time limit (180 s, or RP_PARITY_END)" >> "$work/$name.txt"
   [ $rc = 0 ] || { echo "== $name failed (exit $rc):"; tail -n 15 "$work/$name.txt"; }
   return $rc
 }

@@ -4,7 +4,9 @@
 # call). Phases, in this order (the most valuable evidence first), each with
 # the seconds it is expected to take on an H200 and the seconds it needs to
 # start (a phase that does not have them left is skipped, and says so; a
-# failed phase does not stop the later ones):
+# failed phase does not stop the later ones; every program after the build
+# runs under a time limit that ends by the budget, so a hung one fails its
+# row):
 #
 #   phase     expect need  what
 #   build        10   -    the carried sm_90 build (.carry/build-sm90.tar.gz,
@@ -17,8 +19,9 @@
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
 #                          its 24 cases, the never-run paths first, 3 at a
-#                          time (capped at 240 s; the CPU references run
-#                          beside them)
+#                          time (capped at 240 s: no case starts after it,
+#                          no run outlasts it by 45 s; the CPU references
+#                          run beside them)
 #   check        90  40    every CUDA test program (test_cuda_kernels,
 #                          test_cuda_backend, test_kernel_ops, test_cuda_moe,
 #                          test_cuda_attention, test_cuda_cudnn_attention,
@@ -41,6 +44,8 @@
 #                          the H100's layer times at that bandwidth: exact /
 #                          lagged at batch 8 and 32 (issue 33's target 0.95)
 #   e2e          60  70    roundpipe train, Qwen3-1.7B shape, seq 4096: tokens/s, MFU
+#                          (/dev/shm remounted first where plan says the host
+#                          store does not fit, as root)
 #   speedup      60  70    e2e again with RP_ALLOW_UNPROVEN_CUDA=1 (cuDNN's
 #                          attention, the fused cross-entropy, asynchronous
 #                          copies, cuBLASLt's epilogues, ...): tokens/s and MFU,
@@ -77,9 +82,9 @@
 # Environment: RP_GPU_BUILD (use this build folder, skip the carried one),
 # RP_GPU_JOBS (make -j, default nproc), RP_GPU_ARCH (SM, default the GPU's,
 # else 90), RP_GPU_BUDGET_S (default 540), RP_GPU_E2E_BATCH (default 8),
-# RP_GPU_E2E_STEPS (default 6), RP_GPU_MAXSEQ_PROBES (default 4),
-# RP_GPU_TRACE=1 (Chrome trace of e2e), RP_GPU_LOGS (log folder; default
-# $OUT/gpu-bench when $OUT is set, else BUILD/gpu-bench-logs).
+# RP_GPU_E2E_STEPS (default 6), RP_GPU_TRACE=1 (Chrome trace of e2e),
+# RP_GPU_LOGS (log folder; default $OUT/gpu-bench when $OUT is set, else
+# build/gpu-bench-logs in the tree).
 #
 # Output: the summary table last, also in $OUT/summary.txt, and the logs in
 # $OUT/gpu-bench-logs.tar.gz (the device tool returns at most 8 files).
@@ -107,6 +112,13 @@ done
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 budget=${RP_GPU_BUDGET_S:-540}
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
+# capped MAX: the seconds one program of a phase may run: MAX, or what the
+# budget leaves less 10 s for the table, never under 1 (timeout 0 would mean
+# none). Every program a phase runs has this limit or one of its own (the
+# tests, trainings and parity): a hung benchmark would otherwise hold the
+# call until the device tool ends it at 600 s, the later phases never run
+# and the logs never packed
+capped() { local c=$(( $(left) - 10 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 1 ] && c=1; echo "$c"; }
 declare -A expect=([build]=10 [env]=5 [parity]=83 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
   [copy]=25 [adamw]=15 [e2e]=60 [speedup]=60 [peer]=50 [topology]=15 [maxseq]=60)
 declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=35 [attn]=45 [copy]=30 [adamw]=20 [e2e]=70
@@ -166,10 +178,18 @@ fixtures="mpi-tests/fixtures/golden/qwen3/model/model.safetensors mpi-tests/fixt
   mpi-tests/fixtures/golden-moe/moe-mb/args.txt
   mpi-tests/fixtures/golden-moe/moe-lora/model/model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/data.npy
   mpi-tests/fixtures/golden-moe/moe-lora/lora_init/adapter_model.safetensors mpi-tests/fixtures/golden-moe/moe-lora/args.txt
-  mpi-tests/fixtures/golden-gpt-oss/oss-m2/model/model.safetensors mpi-tests/fixtures/golden-gpt-oss/oss-m2/data.npy
-  mpi-tests/fixtures/golden-gpt-oss/oss-m2/mask.npy mpi-tests/fixtures/golden-gpt-oss/oss-m2/args.txt
+  mpi-tests/fixtures/golden-gpt-oss/oss-hd16/model/model.safetensors mpi-tests/fixtures/golden-gpt-oss/oss-hd16/data.npy
+  mpi-tests/fixtures/golden-gpt-oss/oss-hd16/mask.npy mpi-tests/fixtures/golden-gpt-oss/oss-hd16/args.txt
+  mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales/lora_init/adapter_model.safetensors
+  mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales/args.txt
+  mpi-tests/fixtures/golden-fp8/qwen3-bf16-scales-model/model.safetensors
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/model-fp8/model.safetensors
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/data.npy mpi-tests/fixtures/golden-fp8/moe-bf16-scales/mask.npy
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/lora_init/adapter_model.safetensors
+  mpi-tests/fixtures/golden-fp8/moe-bf16-scales/args.txt
   bench/gpu/qwen3-1.7b-config.json bench/gpu/carried-programs.txt mpi-tests/run-test.sh
-  mpi-tests/test_golden_cuda.sh examples/tiny-config.json"
+  mpi-tests/test_golden_cuda.sh examples/tiny-config.json bench/gpu/h100-qwen3-1.7b-layers.txt
+  bench/paper/llama3.1-8b-config.json"
 programs=$(grep -v '^#' "$here/carried-programs.txt")
 cuda_tests="test_cuda_kernels test_cuda_backend test_kernel_ops test_cuda_moe test_cuda_attention
   test_cuda_cudnn_attention  test_cuda_xent test_device_probe"
@@ -285,7 +305,7 @@ use_carried() {  # sets build; prints why not and returns 1 when it cannot be us
   [ "$(sed -n 's/^digest //p' "$b/MANIFEST")" = "$d" ] ||
     { echo "built from another tree (digest $(sed -n 's/^digest //p' "$b/MANIFEST" | cut -c1-12), this tree's ${d:0:12}: sources changed since tools/gpu-runtime.sh)"; return 1; }
   why=$(progs_ok "$b") || { echo "$why"; return 1; }
-  if [ $gpu = yes ] && ! "$b/mpi-tests/cuda_usable" > "$logs/cuda_usable.txt" 2>&1; then
+  if [ $gpu = yes ] && ! timeout 60 "$b/mpi-tests/cuda_usable" > "$logs/cuda_usable.txt" 2>&1; then
     echo "its CUDA does not run here: $(head -1 "$logs/cuda_usable.txt")"; return 1
   fi
   build=$b
@@ -391,7 +411,7 @@ end() { phase_done "$1" "$pstatus" "$pt0"; }
 nogpu() { skip "phase $1" "no GPU here${2:+ ($2)}"; phase_done "$1" "no GPU" "$(date +%s)"; }
 # dry run of a benchmark: PHASE PROGRAM LOG: it loads and says "no GPU" (exit 77)
 dry_bench() {
-  "$build/bench/gpu/$2" > "$logs/$3" 2>&1; local rc=$?
+  timeout 60 "$build/bench/gpu/$2" > "$logs/$3" 2>&1; local rc=$?
   [ $rc = 77 ] && nogpu "$1" "$2 loads, exit 77" ||
     { fail "phase $1" "$2 exit $rc without a GPU, not 77"; phase_done "$1" FAILED "$(date +%s)"; }
 }
@@ -421,7 +441,8 @@ if [ $gpu = yes ]; then
   put "GPU memory free / total" "$(q memory.free) / $(q memory.total) MiB" "" "" ""
   put "PCIe link now / max" "gen$(q pcie.link.gen.current) x$(q pcie.link.width.current) / gen$(q pcie.link.gen.max) x$(q pcie.link.width.max)" "" "" ""
 else put "GPU" "none" "" "" "nvidia-smi lists none"; fi
-c=$(sed -n 's/^cuDNN: //p' "$logs/machine.txt"); put "cuDNN" "${c:-not found}" "" "" "roundpipe does not use it"
+c=$(sed -n 's/^cuDNN: //p' "$logs/machine.txt")
+put "cuDNN" "${c:-not found}" "" "" "--attention cudnn|auto opens ${RP_CUDNN_LIBRARY:-libcudnn.so.9 through the loader}"
 put "host" "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, /dev/shm $(df -h --output=avail /dev/shm | tail -1 | tr -d ' ') free" "" "" "$(ldd --version 2>&1 | head -1 | awk '{print "glibc " $NF}')"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 phase_done env ok "$t0"
@@ -439,8 +460,11 @@ if start parity; then
   cap=240; [ "$(left)" -lt $((cap + 60)) ] && cap=$(( $(left) - 60 ))
   pc=""; pdev=cuda
   if [ $dry = yes ]; then pc="qwen3 moe-lora"; pdev=cpu; fi
+  # no case starts after the cap, and no run outlasts it by more than 45 s
+  # (a case is estimated at some 7 s; a hung run is killed, its case fails)
   # shellcheck disable=SC2086
   RP_PARITY_DEVICE=$pdev RP_PARITY_OUT="$logs/parity" RP_PARITY_DEADLINE=$(( $(date +%s) + cap )) \
+    RP_PARITY_END=$(( $(date +%s) + cap + 45 )) \
     bash "$here/parity.sh" $pc > "$logs/parity.txt" 2>&1
   rc=$?
   grep -v '^PARITY' "$logs/parity.txt" | tail -n 40
@@ -502,7 +526,8 @@ fi
 
 # --- memcheck: compute-sanitizer on the new kernels
 if want memcheck && [ $dry = yes ]; then nogpu memcheck "compute-sanitizer: ${sanitizer:-not found}"
-elif want memcheck && [ -z "$sanitizer" ]; then skip "phase memcheck" "no compute-sanitizer on this machine"
+elif want memcheck && [ -z "$sanitizer" ]; then
+  skip "phase memcheck" "no compute-sanitizer on this machine"; phase_done memcheck skipped "$(date +%s)"
 elif start memcheck; then
   mdead=$(( $(date +%s) + 70 ))
   fx=$top/mpi-tests/fixtures
@@ -550,12 +575,12 @@ fi
 peak=""
 if want gemm && [ $dry = yes ]; then
   dry_bench gemm bench_gemm gemm.txt
-  "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; hrc=$?
+  timeout 60 "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; hrc=$?
   [ $hrc = 77 ] || fail "head fwd+bwd" "bench_head exit $hrc without a GPU, not 77"
-  "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" > "$logs/block.txt" 2>&1; brc=$?
+  timeout 60 "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" > "$logs/block.txt" 2>&1; brc=$?
   [ $brc = 77 ] || fail "block op by op" "bench_block -d cuda exit $brc without a GPU, not 77"
 elif start gemm; then
-  if "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
+  if timeout "$(capped 120)" "$build/bench/gpu/bench_gemm" > "$logs/gemm.txt" 2>&1; then
     cat "$logs/gemm.txt"
     peak=$(awk '$1=="RESULT" && $2=="gemm_peak" {print $3}' "$logs/gemm.txt")
     put "bf16 GEMM peak (best square, cuBLAS)" "$peak TFLOP/s" "" "" "ceiling for all ratios"
@@ -575,7 +600,7 @@ elif start gemm; then
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi
   # the head (issue 38: >= 0.8 of its GEMM time); RESULT head CHUNK PATH HEAD_MS GEMM_MS
-  if "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; then
+  if timeout "$(capped 90)" "$build/bench/gpu/bench_head" > "$logs/head.txt" 2>&1; then
     cat "$logs/head.txt"
     while read -r _ _ c p hm gm; do
       put "head fwd+bwd, 1.7B, 4096 tokens, chunk $c, xent $p" "$hm ms" "its GEMMs $gm ms" "$(calc "$gm / $hm")" ">= 0.80"
@@ -589,7 +614,7 @@ elif start gemm; then
   # and RESULT block_op PASS OP SITE CALLS MS SHARE
   for paths in default all; do
     allow=""; [ $paths = all ] && allow=1
-    if RP_ALLOW_UNPROVEN_CUDA=$allow "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" \
+    if RP_ALLOW_UNPROVEN_CUDA=$allow timeout "$(capped 90)" "$build/bench/bench_block" -d cuda -c "$here/qwen3-1.7b-config.json" \
          -t 4096 -r 5 > "$logs/block-$paths.txt" 2>&1; then
       cat "$logs/block-$paths.txt"
       while read -r _ _ bp bms bg ba bo; do
@@ -606,9 +631,10 @@ elif start gemm; then
   done
   end gemm
 fi
-if [ -z "$peak" ] && [ $gpu = yes ]; then
-  # the ceiling is needed below: a quick measurement
-  peak=$("$build/bench/gpu/bench_gemm" -q 2>/dev/null | awk '$2=="gemm_peak" {print $3}')
+if [ -z "$peak" ] && [ $gpu = yes ] && { want attn || want e2e || want speedup || want peer; }; then
+  # the ceiling of the ratios below (attention, MFU): a quick measurement,
+  # where a phase that reads it runs (not for `run.sh maxseq`, say)
+  peak=$(timeout "$(capped 60)" "$build/bench/gpu/bench_gemm" -q 2>/dev/null | awk '$2=="gemm_peak" {print $3}')
 fi
 
 # --- attention: rp_cuda_attn_bench of src/kernels/cuda/attention.h, then
@@ -621,7 +647,7 @@ fi
 if want attn && [ $dry = yes ]; then
   dry_bench attn bench_attention attention.txt
 elif start attn; then
-  if "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
+  if timeout "$(capped 150)" "$build/bench/gpu/bench_attention" > "$logs/attention.txt" 2>&1; then
     cat "$logs/attention.txt"
     while read -r _ _ s f b fb; do
       put "attention fwd+bwd, causal, seq $s" "$fb TFLOP/s" "GEMM peak" "$(calc "$fb / $peak")" ">= 0.50"
@@ -647,7 +673,7 @@ fi
 if want copy && [ $dry = yes ]; then
   dry_bench copy bench_copy copy.txt
 elif start copy; then
-  if "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
+  if timeout "$(capped 90)" "$build/bench/gpu/bench_copy" > "$logs/copy.txt" 2>&1; then
     cat "$logs/copy.txt"
     gen=$(q pcie.link.gen.max | tr -dc 0-9); wid=$(q pcie.link.width.max | tr -dc 0-9)
     link=""; lname="-"
@@ -681,7 +707,7 @@ fi
 # bandwidth with clipping, the speculative update and kept blocks (the
 # defaults on a GPU): exact / lagged, the target 0.95 at batch 8 and 32
 host_adamw() {  # $1 parameters, $2 reps: sets gbs and the rows; returns 1 on a failure
-  OMP_NUM_THREADS=$(nproc) "$build/bench/bench_adamw" -n "$1" -r "$2" -g 1 -e 0 -T none \
+  OMP_NUM_THREADS=$(nproc) timeout "$(capped 120)" "$build/bench/bench_adamw" -n "$1" -r "$2" -g 1 -e 0 -T none \
     > "$logs/adamw.txt" 2>&1 || { cat "$logs/adamw.txt"; return 1; }
   cat "$logs/adamw.txt"
   gbs=$(sed -n 's/.*roundpipe simulate --optimizer-gbs \([0-9.]*\).*/\1/p' "$logs/adamw.txt")
@@ -691,7 +717,7 @@ host_adamw() {  # $1 parameters, $2 reps: sets gbs and the rows; returns 1 on a 
     "$(calc "$(echo "$line" | sed -n 's/.* \([0-9.]*\)% of best.*/\1/p') / 100")" "--optimizer-gbs $gbs"
   local mb g r c
   sim() {  # MB GBS: "exact/lagged lagged_ms" of the H100's layers at that AdamW bandwidth
-    "$bin" simulate --layers "$here/h100-qwen3-1.7b-layers.txt" --json --bandwidth-gbs 55 \
+    timeout "$(capped 60)" "$bin" simulate --layers "$here/h100-qwen3-1.7b-layers.txt" --json --bandwidth-gbs 55 \
       --workspace-mib 734 --device-memory-mib 81559 --grad-clip 1 --microbatches "$1" \
       --optimizer-gbs "$2" --speculative-update on --recompute auto 2>> "$logs/adamw-simulate.txt" |
       python3 -c 'import json, sys; j = json.load(sys.stdin); print(j["exact_over_lagged_throughput"], j["schedules"][1]["iteration_ms"])'
@@ -747,17 +773,35 @@ v = [d["tokens_per_s"] for d in (json.loads(l) for l in open(sys.argv[1]) if l.s
 print(statistics.median(v[2:] if len(v) > 2 else v))
 PY
 }
+# shm_fix PLAN_OUTPUT WHAT: the host store goes to /dev/shm, and train stops
+# at once where that holds less than the store (store/shm.c). A VM whose RAM
+# starts small and grows (the device's H200.md) sizes its tmpfs from that
+# start: `roundpipe plan` with the run's options then warns "train would stop
+# (as root: mount -o remount,size=NG /dev/shm)", and as root (the device
+# tool's machines) that remount is made here, and said in the table
+shm_fix() {
+  local size before
+  size=$(sed -n 's/^warning: .* train would stop (as root: mount -o remount,size=\([0-9]*\)G \/dev\/shm)$/\1/p' "$1" | head -n 1)
+  [ -n "$size" ] || return 0
+  before=$(df -h --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+  if [ "$(id -u)" = 0 ] && mount -o "remount,size=${size}G" /dev/shm >> "$logs/shm.txt" 2>&1; then
+    put "/dev/shm for $2" "${before:-?} -> ${size}G" "" "" "remounted: the host store did not fit"
+  else
+    put "/dev/shm for $2" "${before:-?}, needs ${size}G" "" "" "too small: train stops (remount failed or not root; shm.txt)"
+  fi
+}
 b=${RP_GPU_E2E_BATCH:-8}; n=${RP_GPU_E2E_STEPS:-6}
 tps=""
+# the e2e run's host store (bf16 weights, fp32 master, gradients, AdamW m
+# and v, activations: ~31 GiB at batch 8) lives in /dev/shm: room for it
+e2e_room() {
+  timeout "$(capped 30)" "$bin" plan --init-config "$here/qwen3-1.7b-config.json" --device cuda --dtype bf16 \
+    --gpus 1 --seq-len 4096 --batch-size "$b" --microbatches "$b" > "$logs/e2e-plan.txt" 2>&1
+  shm_fix "$logs/e2e-plan.txt" "e2e (batch $b)"
+}
 if want e2e && [ $dry = yes ]; then nogpu e2e
 elif start e2e; then
-  # the host store (bf16 weights, fp32 master, gradients, AdamW m and v: ~18
-  # bytes a parameter, plus activations) lives in /dev/shm
-  shm=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)
-  needk=$(( params * 18 / 1024 ))
-  if [ -n "$shm" ] && [ "$shm" -lt "$needk" ]; then
-    say "warning: /dev/shm has $(( shm / 1048576 )) GiB free, the host store needs about $(( needk / 1048576 )) GiB (as root: mount -o remount,size=100G /dev/shm)"
-  fi
+  e2e_room
   say "roundpipe train --device cuda: Qwen3-1.7B shape ($params parameters), seq 4096, batch $b, $n steps"
   trace=(); [ -n "${RP_GPU_TRACE:-}" ] && trace=(--trace "$logs/e2e-trace.json")
   if train 4096 "$b" "$n" "$logs/e2e.jsonl" $(( $(left) - 30 )) "${trace[@]}" > "$logs/e2e.txt" 2>&1; then
@@ -786,6 +830,7 @@ fi
 if want speedup && [ $dry = yes ]; then nogpu speedup
 elif start speedup; then
   say "roundpipe train --device cuda with RP_ALLOW_UNPROVEN_CUDA=1: the e2e run again"
+  e2e_room   # (where the e2e phase did not run)
   if RP_ALLOW_UNPROVEN_CUDA=1 train 4096 "$b" "$n" "$logs/speedup.jsonl" $(( $(left) - 20 )) > "$logs/speedup.txt" 2>&1; then
     tail -5 "$logs/speedup.txt"
     ftps=$(median_tps "$logs/speedup.jsonl")
@@ -828,14 +873,14 @@ fi
 # --- topology: the link groups, and one link shared by two processes
 if want topology && [ $dry = yes ]; then nogpu topology
 elif start topology; then
-  "$bin" topology > "$logs/topology.txt" 2>&1
+  timeout "$(capped 30)" "$bin" topology > "$logs/topology.txt" 2>&1
   cat "$logs/topology.txt"
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   second=$(( ngpu > 1 ? 1 : 0 ))
   best() { awk '$2=="copy_best" && $3=="pinned" {print $4, $5}' "$1"; }
-  if CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
-     { CUDA_VISIBLE_DEVICES=0 "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
-       CUDA_VISIBLE_DEVICES=$second "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
+  if CUDA_VISIBLE_DEVICES=0 timeout "$(capped 60)" "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-alone.txt" 2>&1 &&
+     { CUDA_VISIBLE_DEVICES=0 timeout "$(capped 60)" "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-a.txt" 2>&1 &
+       CUDA_VISIBLE_DEVICES=$second timeout "$(capped 60)" "$build/bench/gpu/bench_copy" -m 256 -r 5 > "$logs/copy-two-b.txt" 2>&1
        rb=$?; wait $!; [ $? = 0 ] && [ $rb = 0 ]; }; then
     read -r au ad < <(best "$logs/copy-alone.txt")
     read -r xu xd < <(best "$logs/copy-two-a.txt")
@@ -866,7 +911,7 @@ elif start maxseq; then
     cfg="$logs/$shape-4blocks.json"
     sed 's/"num_hidden_layers": *[0-9]*/"num_hidden_layers": 4/' "$full" > "$cfg"
     for lim in 22528 76800; do
-      "$bin" plan --init-config "$cfg" --device cuda --gpus 1 --microbatches 1 --batch-size 1 \
+      timeout "$(capped 60)" "$bin" plan --init-config "$cfg" --device cuda --gpus 1 --microbatches 1 --batch-size 1 \
         --memory-limit-mib "$lim" --seq-len max > "$logs/maxseq-$shape-$lim.txt" 2>&1
       n=$(sed -n 's/^longest sequence: \([0-9]*\) tokens.*/\1/p' "$logs/maxseq-$shape-$lim.txt" | head -n 1)
       bound=$(grep -m1 'bounded by' "$logs/maxseq-$shape-$lim.txt" | sed 's/.*bounded by //' | cut -c1-60)
@@ -875,6 +920,7 @@ elif start maxseq; then
       tl=$(( $(left) - 10 )); [ $tl -gt 150 ] && tl=150
       if [ $tl -lt 30 ]; then put "one step at it, $shape, $lim MiB" "not run" "" "" "time budget"; continue; fi
       vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$cfg" | head -n 1)
+      shm_fix "$logs/maxseq-$shape-$lim.txt" "maxseq $shape"
       mkdata "$logs/tokens-max.npy" $(( n + 1 )) "${vocab:-151936}" || continue
       t1=$(date +%s)
       timeout "$tl" "$MPIRUN" -np 1 "$bin" train --device cuda --init-config "$cfg" \
