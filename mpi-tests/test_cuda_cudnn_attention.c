@@ -92,6 +92,10 @@ static uint16_t *dev_bf16(const float *h, size_t n)
     uint16_t *d = dev_alloc(n * 2);
     CK(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice));
     free(t);
+    /* a pageable upload may still be in flight when cudaMemcpy returns, and
+     * the ops' stream is non-blocking (it does not wait for the legacy
+     * stream the copy is on): finish it here */
+    CK(cudaDeviceSynchronize());
     return d;
 }
 
@@ -191,6 +195,7 @@ static int check_case(const cfg *c, const int32_t *seg, uint64_t seed)
     if (seg) {
         seg_ = dev_alloc(T * sizeof *seg_);
         CK(cudaMemcpy(seg_, seg, T * sizeof *seg_, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize()); /* as dev_bf16: before the ops' stream reads it */
         s.seg_start = seg_;
     }
     uint16_t *q_ = dev_bf16(q, nq), *k_ = dev_bf16(k, nk), *v_ = dev_bf16(v, nk),
@@ -210,6 +215,9 @@ static int check_case(const cfg *c, const int32_t *seg, uint64_t seed)
         CK(cudaMemset(dq_, 0xff, nq * 4));
         CK(cudaMemset(dk_, 0xff, nk * 4));
         CK(cudaMemset(dv_, 0xff, nk * 4));
+        /* the poison is on the legacy stream, the ops on a non-blocking one:
+         * without this the memsets may land after (or during) the run */
+        CK(cudaDeviceSynchronize());
         rp_status st = ops->attention_forward(g_k.state, &s, q_, k_, v_, o_, l_, &g_err);
         if (st == RP_OK)
             st = ops->attention_backward(g_k.state, &s, q_, k_, v_, o_, l_, do_, dq_, dk_, dv_,
@@ -301,10 +309,15 @@ START_TEST(segments_without_documents_take_the_own_kernel)
     rp_attn_forward(&s, q, k, v, o, lse);
     int32_t *starts_ = dev_alloc(sizeof starts);
     CK(cudaMemcpy(starts_, starts, sizeof starts, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* as dev_bf16 */
     s.seg_start = starts_;
     uint16_t *q_ = dev_bf16(q, nq), *k_ = dev_bf16(k, nk), *v_ = dev_bf16(v, nk),
              *o_ = dev_alloc(nq * 2);
     float *l_ = dev_alloc(nl * 4);
+    /* NaN first, as check_case's outputs: an element left unwritten fails */
+    CK(cudaMemset(o_, 0xff, nq * 2));
+    CK(cudaMemset(l_, 0xff, nl * 4));
+    CK(cudaDeviceSynchronize());
     int64_t calls = rp_cuda_kernels_cudnn_segment_calls(&g_k);
     st = g_k.ops->attention_forward(g_k.state, &s, q_, k_, v_, o_, l_, &g_err);
     ck_assert_msg(st == RP_OK, "forward with segments: %s", g_err.msg);
