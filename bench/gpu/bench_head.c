@@ -14,7 +14,8 @@
  * and that with the row sums in float (fused-xent,xent-fp32). The GEMM time
  * of a chunking is the head's three GEMMs per chunk
  * through the same table on the same shapes (logits = h W^T in fp32,
- * dW += dlogits^T h, dh = dlogits W; bf16 operands), nothing else.
+ * dW += dlogits^T h, dh = dlogits W; bf16 operands holding the random
+ * weights' values, never a constant), nothing else.
  * Time: median of REPS calls after one warm-up (each call ends by
  * downloading the losses, which waits for the stream).
  * Checked on the way: the loss is finite, the first two cross-entropy paths
@@ -124,6 +125,15 @@ static double time_head(const rp_kernels *k, inputs *in, int64_t C, float *ws, i
     return m;
 }
 
+/* n bf16 values into dst: the weights' `period` values, repeated. */
+static void fill_from_weights(void *dst, size_t n, const void *weights, size_t period)
+{
+    for (size_t at = 0; at < n; at += period)
+        ck(cudaMemcpy((uint16_t *)dst + at, weights, (n - at < period ? n - at : period) * 2,
+                      cudaMemcpyDeviceToDevice),
+           "filling the GEMMs' operands");
+}
+
 /* The median ms of reps rounds of the head's three GEMMs over T tokens in
  * chunks of C rows, through the table's ops on the head's shapes. */
 static double time_gemms(const rp_kernels *k, const inputs *in, int64_t C, int reps)
@@ -131,8 +141,12 @@ static double time_gemms(const rp_kernels *k, const inputs *in, int64_t C, int r
     const int64_t H = HIDDEN, V = VOCAB;
     void *h = dev((size_t)(C * H) * 2), *dl = dev((size_t)(C * V) * 2);
     float *logits = dev((size_t)(C * V) * 4), *dh = dev((size_t)(C * H) * 4);
-    ck(cudaMemset(h, 0x3c, (size_t)(C * H) * 2), "filling h"); /* bf16 0x3c3c: 0.0115 */
-    ck(cudaMemset(dl, 0x3c, (size_t)(C * V) * 2), "filling dlogits");
+    /* the operands from the random weights' bits, not a constant whose
+     * bits never toggle: like zeros (a bf16 product ran 13% faster on
+     * zeros than on random data on an H200, the device notes' METHOD.md)
+     * it can run faster than the head's random inputs, lowering the ratio */
+    fill_from_weights(h, (size_t)(C * H), in->lm, (size_t)(V * H));
+    fill_from_weights(dl, (size_t)(C * V), in->lm, (size_t)(V * H));
     rp_error err = {0};
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int i = -1; i < reps; i++) {
