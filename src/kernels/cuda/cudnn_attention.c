@@ -268,7 +268,7 @@ static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
 /* uids of the tensors the variant pack names */
 enum {
     UID_Q = 1, UID_KT, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV, UID_SCALE,
-    UID_K, UID_VT, UID_DELTA, UID_ONE, UID_FILL, UID_SEG
+    UID_VT, UID_DELTA, UID_ONE, UID_FILL, UID_SEG
 };
 
 typedef struct dims_set {
@@ -387,7 +387,6 @@ static void build_backward(graph *g, const dims_set *z)
     D4(fs, h * s * d, s * d, d, 1);
     cudnnBackendDescriptor_t q = tensor(g, UID_Q, bf, qd, qs, 0);
     cudnnBackendDescriptor_t kt = tensor(g, UID_KT, bf, ktd, kts, 0);
-    cudnnBackendDescriptor_t k = tensor(g, UID_K, bf, kd, ks, 0);
     cudnnBackendDescriptor_t vt = tensor(g, UID_VT, bf, ktd, kts, 0);
     cudnnBackendDescriptor_t o = tensor(g, UID_O, bf, qd, qs, 0);
     cudnnBackendDescriptor_t dout = tensor(g, UID_DO, bf, qd, qs, 0);
@@ -439,7 +438,11 @@ static void build_backward(graph *g, const dims_set *z)
     } else {
         matmul(g, dst, q, dk);
     }
-    /* dQ = dS K */
+    /* dQ = dS K, K the reshape of K^T's tensor: one input holds K, as in
+     * the SDPA backward graphs cuDNN's frontend builds (a second input on
+     * the same memory may not match the fused engine's pattern) */
+    cudnnBackendDescriptor_t k = tensor(g, 0, bf, kd, ks, 0);
+    reshape(g, kt, k);
     matmul(g, ds, k, dq);
 }
 
@@ -741,11 +744,11 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
         return RP_CUDNN_FAILED;
     }
     float scale = s->scale, unit = 1.0f, fill = -FLT_MAX;
-    const int64_t uids[] = {UID_Q, UID_KT, UID_K, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
+    const int64_t uids[] = {UID_Q, UID_KT, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
                             UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_ONE, UID_FILL, UID_SEG};
-    void *ptrs[] = {(void *)q, (void *)k, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
+    void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
                     delta, dq16, dk16, dv16, &scale, &unit, &fill, (void *)s->seg_start};
-    int rc = run(a, p, s->seg_start ? 15 : 14, uids, ptrs, why, why_len);
+    int rc = run(a, p, s->seg_start ? 14 : 13, uids, ptrs, why, why_len);
     if (rc)
         return rc;
     if ((e = rp_cuda_f32_from_bf16(dq16, dq, (int64_t)nq, a->stream)) ||
