@@ -26,13 +26,17 @@
  * queue of the given class (so a transfer of a higher class goes first).
  * Ordered by events, the host does not wait for the kernel ops before it:
  * the copy's stream waits for them on the device (a download reads what
- * they wrote, an upload overwrites only what they have read). */
+ * they wrote, an upload overwrites only what they have read). Otherwise a
+ * download waits for them on the host (the copy does not wait for the
+ * compute stream); an upload's caller orders it. */
 rp_status rp_exec_move(executor *x, void *dst, const void *src, size_t bytes, rp_xfer_class cls,
                        const char *tag, rp_error *err)
 {
+    const rp_copy_direction dir = (rp_copy_direction)rp_xfer_class_direction(cls);
     if (x->by_events)
-        RP_TRY(rp_device_copies_after_compute(
-            x->dev, (rp_copy_direction)rp_xfer_class_direction(cls), err));
+        RP_TRY(rp_device_copies_after_compute(x->dev, dir, err));
+    else if (dir == RP_COPY_DOWN)
+        RP_TRY(rp_device_sync(x->dev, err));
     rp_xfer_req r;
     memset(&r, 0, sizeof r);
     r.dst = dst;

@@ -137,8 +137,6 @@ static rp_status save_narrowed(executor *x, float *host, const float *dev, const
     RP_TRY(rp_device_kernels(x->dev, &k, err));
     RP_TRY(k.ops->convert(k.state, dev, RP_F32, x->act_narrow, e->o->activation_dtype,
                           (int64_t)e->act_floats, err));
-    if (!x->by_events) /* the copy engine reads what the convert wrote (else: rp_exec_move) */
-        RP_TRY(rp_device_sync(x->dev, err));
     return rp_exec_move(x, host, x->act_narrow,
                         e->act_floats * rp_dtype_size(e->o->activation_dtype), RP_XFER_SAVE, tag,
                         err);
@@ -209,13 +207,8 @@ static rp_status layer_forward(executor *x, const rp_job *job, int l, const floa
                              in, out, e->samples_per_micro, e->seq_len, x->segments, saved,
                              x->workspace, block_call(x, job, l, t, 1, &lc, &c), err);
         /* the statistics are the block's kernel ops' results: their
-         * download comes after them, ordered on the device where it is
-         * ordered by events (rp_exec_move), else after a host wait (the
-         * copy does not wait for the compute stream) */
-        const int moved = s == RP_OK && c.router_stats && c.router_stats == x->router_stats;
-        if (moved && !x->by_events)
-            s = rp_device_sync(x->dev, err);
-        if (moved && s == RP_OK)
+         * download comes after them (rp_exec_move) */
+        if (s == RP_OK && c.router_stats && c.router_stats == x->router_stats)
             s = rp_exec_move(x, rp_router_stats_slot(e, t, x->micro, l), x->router_stats,
                              sizeof(float) * e->raux.floats / (size_t)e->raux.nmoe, RP_XFER_SAVE,
                              "router-stats", err);
