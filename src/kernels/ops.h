@@ -408,6 +408,13 @@ static inline int rp_linear_outputs_valid(const float *y, const void *y_compute,
     return y || (y_compute && !bias && !residual);
 }
 
+/* Whether swiglu_forward/backward's shape is one their contract takes: no
+ * negative count, and g and u's row stride ld at least a row. */
+static inline int rp_swiglu_shape_valid(int64_t ld, int64_t rows, int64_t cols)
+{
+    return rows >= 0 && cols >= 0 && ld >= cols;
+}
+
 /* Floats of a RoPE table of every back end (rope_table): cos and sin of
  * seqlen positions x half frequencies. */
 static inline size_t rp_rope_table_floats(int64_t seqlen, int64_t half)

@@ -218,7 +218,7 @@ static rp_status swiglu_inputs_f32(const char *op, const char *what, rp_dtype dt
 static rp_status swiglu_stride(const char *op, int64_t ld, int64_t rows, int64_t cols,
                                rp_error *err)
 {
-    if (rows >= 0 && cols >= 0 && ld >= cols)
+    if (rp_swiglu_shape_valid(ld, rows, cols))
         return RP_OK;
     return rp_error_set(err, RP_ERR_INVALID_ARG, "cpu kernels: %s: row stride %lld for %lld rows "
                         "of %lld", op, (long long)ld, (long long)rows, (long long)cols);

@@ -428,7 +428,7 @@ static rp_status swiglu_input(const cuda_state *c, const char *op, const char *w
 static rp_status swiglu_stride(const cuda_state *c, const char *op, int64_t ld, int64_t rows,
                                int64_t cols, rp_error *err)
 {
-    if (rows >= 0 && cols >= 0 && ld >= cols)
+    if (rp_swiglu_shape_valid(ld, rows, cols))
         return RP_OK;
     return rp_error_set(err, RP_ERR_INVALID_ARG, "cuda device %d: %s: row stride %lld for %lld "
                         "rows of %lld", c->ordinal, op, (long long)ld, (long long)rows,
