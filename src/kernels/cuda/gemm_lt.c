@@ -106,8 +106,12 @@ static uint32_t alignment(const void *p)
 }
 
 /* The descriptors of a shape and the algorithm the heuristic gives for it.
- * CUBLAS_STATUS_SUCCESS with s->found 0 when there is none. */
-static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s)
+ * CUBLAS_STATUS_SUCCESS with s->found 0 when there is none. bias: the
+ * first call's, set before the heuristic is asked (cublasLt.h: it reads the
+ * descriptor's pointers to judge their alignment; a NULL one reads as
+ * aligned to anything, where every later bias is only ALIGN_CAP-aligned,
+ * which the key's bias flag guarantees); each call sets its own after. */
+static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s, const float *bias)
 {
     const lt_key *k = &s->key;
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
@@ -129,9 +133,12 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s)
                                           sizeof transb));
     LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                           sizeof epilogue));
-    if (k->bias)
+    if (k->bias) {
         LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                               &bias_type, sizeof bias_type));
+        LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
+    }
     LT_SET(cublasLtMatrixLayoutCreate(&s->a, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->out,
                                       k->in));
     LT_SET(cublasLtMatrixLayoutCreate(&s->b, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->rows,
@@ -172,7 +179,8 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s)
 
 /* The entry for key k, chosen now when it is new; NULL and *status set
  * when choosing failed (nothing is remembered then). */
-static lt_shape *shape_for(rp_cuda_gemm_lt *lt, const lt_key *k, cublasStatus_t *status)
+static lt_shape *shape_for(rp_cuda_gemm_lt *lt, const lt_key *k, const float *bias,
+                           cublasStatus_t *status)
 {
     *status = CUBLAS_STATUS_SUCCESS;
     for (int i = 0; i < LT_SHAPES; i++)
@@ -188,7 +196,7 @@ static lt_shape *shape_for(rp_cuda_gemm_lt *lt, const lt_key *k, cublasStatus_t 
     }
     shape_clear(s);
     s->key = *k;
-    *status = shape_choose(lt, s);
+    *status = shape_choose(lt, s, bias);
     if (*status != CUBLAS_STATUS_SUCCESS) {
         shape_clear(s);
         return NULL;
@@ -215,7 +223,7 @@ int rp_cuda_gemm_lt_linear_forward(rp_cuda_gemm_lt *lt, void *stream, const uint
     k.align_c = alignment(residual ? (const void *)residual : (const void *)y);
     k.align_y = alignment(y);
     cublasStatus_t b;
-    lt_shape *s = shape_for(lt, &k, &b);
+    lt_shape *s = shape_for(lt, &k, bias, &b);
     if (!s)
         return (int)b;
     if (!s->found)
