@@ -77,21 +77,15 @@ run 1 b8 $args --token-tile 16 --resume "$c4" && bad "another --token-tile accep
   { grep -q "trainer_state.json: options.token_tile is 64, this run has 16" "$tmp/b8.txt" && ok || { bad "token-tile message"; cat "$tmp/b8.txt"; }; }
 run 1 r1t $args --token-tile 2048 --resume "$c4" --log "$tmp/r1t.jsonl" --save "$tmp/r1t" && same straight r1t "resume with a tile longer than the microbatch" || { bad "resume with --token-tile 2048"; cat "$tmp/r1t.txt"; }
 # the marker's checksum of the state is FNV-1a 64 from the format's offset
-# basis (roundpipe-formats(5); test_checkpoint_safety writes one in the basis
+# basis (testlib.sh's fnv1a64; test_checkpoint_safety writes one in the basis
 # of checkpoints before 2026-11-29, which still resume)
-fnv1a64() {
-  bash -c 'f=$1; n=$(wc -c < "$f"); w=$((n / 8)); h=$((0xcbf29ce484222325))
-    for x in $(head -c $((w * 8)) "$f" | od -An -v -tx8); do h=$(( (h ^ 0x$x) * 0x100000001b3 )); done
-    for b in $(tail -c $((n - w * 8)) "$f" | od -An -v -tu1); do h=$(( (h ^ b) * 0x100000001b3 )); done
-    printf "%016x" $h' _ "$1"
-}
 grep -q "^trainer_state.json $(wc -c < "$c4/trainer_state.json") $(fnv1a64 "$c4/trainer_state.json")\$" "$c4/checkpoint.complete" &&
   ok || { bad "the marker's checksum is not FNV-1a 64 of trainer_state.json"; cat "$c4/checkpoint.complete"; }
 # a checkpoint written before the tile was recorded holds the default's
 cp -r "$c4" "$tmp/untiled"
-sed -i -e '/"token_tile"/d' -e 's/"router_aux_coef":\([0-9.e+-]*\),$/"router_aux_coef":\1/' "$tmp/untiled/trainer_state.json"
-printf 'step 4\ntrainer_state.json %d %s\n' "$(wc -c < "$tmp/untiled/trainer_state.json")" \
-  "$(fnv1a64 "$tmp/untiled/trainer_state.json")" > "$tmp/untiled/checkpoint.complete"
+# (and router_aux_off, recorded since)
+sed -i -e '/"token_tile"/d' -e '/"router_aux_off"/d' -e 's/"router_aux_coef":\([0-9.e+-]*\),$/"router_aux_coef":\1/' "$tmp/untiled/trainer_state.json"
+checkpoint_remark "$tmp/untiled" 4
 run 1 r1u $args --resume "$tmp/untiled" --log "$tmp/r1u.jsonl" --save "$tmp/r1u" && same straight r1u "resume of a checkpoint without token_tile" || { bad "resume without token_tile"; cat "$tmp/r1u.txt"; }
 run 1 b9 $args --token-tile 16 --resume "$tmp/untiled" && bad "--token-tile 16 accepted for a checkpoint without token_tile" ||
   { grep -q 'trainer_state.json: "options" has no "token_tile"' "$tmp/b9.txt" && ok || { bad "untiled message"; cat "$tmp/b9.txt"; }; }

@@ -222,4 +222,43 @@ if train moe-lora 2 1 "$out" "" "--save-merged $out-merged"; then
 else
   bad "moe-lora with --save-merged failed"; cat "$out.txt"
 fi
+# ---- --router-aux-coef 0: no aux loss, where config.json turns it on --------
+# moe-mb's model with output_router_logits true (coefficient 0.001) and
+# --router-aux-coef 0 trains as the model with it false and no option (no
+# router_aux_loss logged); without the option the config's loss is on. Its
+# checkpoints say so (options.router_aux_off): a resume must say it again,
+# and a checkpoint without the field (written before it) refuses it.
+d="$fix/moe-mb"; on="$tmp/aux-config-on"
+cp -r "$d/model" "$on"
+sed -i 's/"output_router_logits": false/"output_router_logits": true/' "$on/config.json"
+auxrun() { # auxrun OUT MODEL [OPTIONS]: moe-mb's options without its --router-aux-coef
+  # shellcheck disable=SC2046,SC2086
+  ${MPIRUN:-mpirun} $flags -np 1 "$bin" train --device cpu --model "$2" --data "$d/data.npy" \
+    --loss-mask "$d/mask.npy" $(sed 's/--router-aux-coef [0-9.e-]*//' "$d/args.txt") \
+    --progress none --log "$1.jsonl" --save "$1" ${3:-} > "$1.txt" 2>&1
+}
+auxrun "$tmp/aux-off" "$d/model" || { bad "moe-mb without the aux loss failed"; cat "$tmp/aux-off.txt"; }
+auxrun "$tmp/aux-default" "$on" || bad "moe-mb with the config's aux loss failed"
+auxrun "$tmp/aux-zero" "$on" "--router-aux-coef 0 --checkpoint-dir $tmp/aux-ck --checkpoint-every 2 --keep-checkpoints 0" ||
+  { bad "--router-aux-coef 0 failed"; cat "$tmp/aux-zero.txt"; }
+if same "$tmp/aux-off" "$tmp/aux-zero" && ! grep -q router_aux_loss "$tmp/aux-zero.jsonl" &&
+   grep -q router_aux_loss "$tmp/aux-default.jsonl" &&
+   ! cmp -s "$tmp/aux-off/model.safetensors" "$tmp/aux-default/model.safetensors"
+then ok; else bad "--router-aux-coef 0 did not turn off the config's aux loss"; fi
+ck="$tmp/aux-ck/step-00000002"
+if auxrun "$tmp/aux-resume-default" "$on" "--resume $ck"; then
+  bad "a checkpoint of --router-aux-coef 0 resumed without it"
+elif grep -q "options.router_aux_off is true, this run has false" "$tmp/aux-resume-default.txt"
+then ok; else bad "no message naming options.router_aux_off"; cat "$tmp/aux-resume-default.txt"; fi
+if auxrun "$tmp/aux-resume-zero" "$on" "--router-aux-coef 0 --resume $ck" &&
+   cmp -s "$tmp/aux-zero/model.safetensors" "$tmp/aux-resume-zero/model.safetensors" &&
+   [ "$(metrics "$tmp/aux-zero.jsonl" | tail -n 3)" = "$(metrics "$tmp/aux-resume-zero.jsonl")" ]
+then ok; else
+  bad "--router-aux-coef 0 resumed: not the straight run's bits"; cat "$tmp/aux-resume-zero.txt"; fi
+sed -i '/"router_aux_off"/d' "$ck/trainer_state.json" # not the last field: the commas hold
+checkpoint_remark "$ck" 2
+if auxrun "$tmp/aux-resume-old" "$on" "--router-aux-coef 0 --resume $ck"; then
+  bad "a checkpoint without options.router_aux_off resumed with --router-aux-coef 0"
+elif grep -q '"options" has no "router_aux_off"' "$tmp/aux-resume-old.txt"; then ok; else
+  bad "no message naming the missing router_aux_off"; cat "$tmp/aux-resume-old.txt"; fi
 finish

@@ -44,6 +44,11 @@ json_object *rp_checkpoint_semantic_options(const rp_train_options *o)
     json_object_object_add(j, "documents", json_object_new_boolean(o->documents != NULL));
     json_object_object_add(j, "optimizer_lag", json_object_new_int(o->optimizer_lag));
     json_object_object_add(j, "router_aux_coef", json_object_new_double(o->router_aux_coef));
+    /* --router-aux-coef 0: off even where config.json turns it on, which
+     * router_aux_coef's 0 (not given) does not tell apart */
+    json_object_object_add(j, "router_aux_off",
+                           json_object_new_boolean(o->router_aux_coef_set &&
+                                                   o->router_aux_coef == 0));
     json_object_object_add(j, "token_tile",
                            json_object_new_int64(rp_checkpoint_token_tile(o, o->token_tile)));
     return j;

@@ -92,7 +92,8 @@ static int added_later_at_default(const rp_train_options *o, const char *key, js
     static const struct {
         const char *key, *json; /* the default, as rp_checkpoint_semantic_options writes it */
     } later[] = {{"grad_dtype", "\"fp32\""}, {"shuffle", "false"}, {"documents", "false"},
-                 {"router_aux_coef", "0.0"}, {"activation_dtype", "\"fp32\""}};
+                 {"router_aux_coef", "0.0"}, {"activation_dtype", "\"fp32\""},
+                 {"router_aux_off", "false"}};
     for (size_t i = 0; i < sizeof later / sizeof *later; i++)
         if (strcmp(key, later[i].key) == 0)
             return strcmp(json_object_to_json_string(want), later[i].json) == 0;

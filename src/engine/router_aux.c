@@ -6,6 +6,13 @@
 
 #include "engine/engine_impl.h"
 
+double rp_router_aux_coef(const rp_model_config *cfg, const rp_train_options *o)
+{
+    if (o->router_aux_coef_set || o->router_aux_coef > 0)
+        return o->router_aux_coef;
+    return cfg->moe.output_router_logits ? cfg->moe.router_aux_loss_coef : 0.0;
+}
+
 rp_status rp_router_aux_init(rp_router_aux *a, const rp_model_config *cfg,
                              const rp_train_options *o, int layers, rp_error *err)
 {
@@ -16,9 +23,7 @@ rp_status rp_router_aux_init(rp_router_aux *a, const rp_model_config *cfg,
                                 "mixture-of-experts block");
         return RP_OK;
     }
-    a->coef = o->router_aux_coef > 0 ? o->router_aux_coef
-              : cfg->moe.output_router_logits ? cfg->moe.router_aux_loss_coef
-                                              : 0.0;
+    a->coef = rp_router_aux_coef(cfg, o);
     if (a->coef <= 0)
         return RP_OK;
     a->experts = cfg->moe.num_experts;

@@ -33,8 +33,15 @@ typedef struct rp_router_aux {
     size_t floats;    /* statistics of one microbatch: nmoe x 2E */
 } rp_router_aux;
 
-/* The loss's settings for a run: --router-aux-coef, else config.json's
- * coefficient when its output_router_logits is true, else none. */
+/* The loss's coefficient for a run, 0 for none: --router-aux-coef X when
+ * given (0 turns the loss off where config.json turns it on), else
+ * config.json's router_aux_loss_coef when its output_router_logits is true,
+ * else none. (A caller that fills rp_train_options itself and sets X > 0
+ * without router_aux_coef_set gets X, as before the flag.) */
+double rp_router_aux_coef(const rp_model_config *cfg, const rp_train_options *o);
+
+/* The loss's settings for a run (coef: rp_router_aux_coef). A model
+ * without mixture-of-experts blocks refuses X > 0. */
 rp_status rp_router_aux_init(rp_router_aux *a, const rp_model_config *cfg,
                              const rp_train_options *o, int layers, rp_error *err);
 void rp_router_aux_free(rp_router_aux *a);

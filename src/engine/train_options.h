@@ -133,8 +133,10 @@ typedef struct rp_train_options {
     unsigned lora_given;        /* which of them were given (RP_LORA_GIVEN_*) */
     /* mixture of experts (issue 15) */
     double router_aux_coef;     /* --router-aux-coef X: the load-balancing loss's coefficient
-                                   (0: config.json's router_aux_loss_coef when its
-                                   output_router_logits is true, else no such loss) */
+                                   (0 and not given: config.json's router_aux_loss_coef when
+                                   its output_router_logits is true, else no such loss) */
+    unsigned router_aux_coef_set; /* --router-aux-coef given: X replaces config.json's rule,
+                                     0 turning the loss off */
     rp_step_callback on_step; /* the C API's per-step callback (rank 0), NULL = none */
     void *on_step_arg;
 } rp_train_options;

@@ -301,9 +301,10 @@ static const rp_option rows[] = {
     {STRING("save-merged", "DIR", save_merged), GIVEN(lora_given, RP_LORA_GIVEN_MERGED),
      .help = "also write the merged model (W + scaling B A)"},
     {DOUBLE("router-aux-coef", "X", router_aux_coef), AT_LEAST(0),
+     GIVEN(router_aux_coef_set, 1),
      .range_error = "--router-aux-coef must be a finite number >= 0 (got %g)",
      .section = "mixture of experts:",
-     .help = "add X times the load-balancing loss\n"
+     .help = "add X times the load-balancing loss, 0: none\n"
              "(default: config.json's, if output_router_logits)"},
 };
 
