@@ -57,7 +57,9 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
  * (rp_frozen_base_open, with the model's files, which must ship what the
  * config says: io/fp8.h's rp_fp8_expect) decide it alike, whatever dtype
  * the files hold the other tensors in (rp_frozen_base_open converts odd
- * ones into the store). The one rule. */
+ * ones into the store). The one rule: train without model files
+ * (--init-config: a random base in the store, nothing FP8) clears
+ * cfg->fp8.any before anything is planned. */
 static inline int rp_frozen_base_takes_fp8(const rp_model_config *cfg, unsigned reads)
 {
     return cfg->lora.rank > 0 && cfg->fp8.any && (reads & RP_FROZEN_BASE_READS_FP8) != 0;
