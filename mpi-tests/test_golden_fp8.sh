@@ -13,9 +13,14 @@
 # as FP8 and scales, kept so and each block dequantised for each use (GPU
 # executors' path, run on CPU ones with RP_TEST_UPLOAD_BASE=1) it gives the
 # same bits under --dtype bf16 on 1-4 ranks, evaluation (--eval-data)
-# included; its uploads per step (the closing line) are well below its
-# bf16 twin's, and the start-up line counts its bytes beside bf16's. `plan`
-# of the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
+# included. An FP8 checkpoint whose unquantised tensors are not all in one
+# dtype (F32 and F16 norms, a kept projection, a router, a whole block in
+# F32) is taken as FP8 all the same, those tensors alone in the store,
+# with its source's bits on 1 and 2 ranks, in place and uploaded, and its
+# source's bytes uploaded per step, and its --save-merged file. The FP8
+# base's uploads per step (the closing line) are well below its bf16
+# twin's, and the start-up line counts its bytes beside bf16's. `plan` of
+# the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
 # executors with RP_ALLOW_UNPROVEN_CUDA=1, whose FP8 uploads model no
 # slower than bf16's; without it the store's bf16). With Python, torch,
 # transformers and peft: the saved adapter loads with PeftModel on the
@@ -99,6 +104,65 @@ for case in qwen3-bf16-scales qwen3-f32-scales-m1 moe-bf16-scales qwen3-kept moe
       tail -3 "$out-$up.txt"; fi
   done
 done
+# ---- unquantised tensors in another dtype (tools/make_fp8_odd_fixtures.py) ---
+# a source case's values, some unquantised tensors in F32 or F16 (a block's
+# norm and the final one, a projection modules_to_not_convert keeps, a MoE
+# router, a whole block unquantised): the base is taken as FP8 all the same
+# (the config says so, and the planner counts it so), those tensors alone
+# converted into the store; the source's bits (its losses PEFT's, above) on
+# 1 and 2 ranks read in place (fp32), and uploaded (bf16) as the source's
+# upload run; under one plan its stages upload the source's bytes per step
+# (the whole block, no longer FP8, more). They made the whole base be
+# converted into the store before, uploaded in bf16.
+same_run() { cmp -s "$1/adapter_model.safetensors" "$2/adapter_model.safetensors" &&
+  [ -s "$1.jsonl" ] && [ "$(metrics "$1.jsonl")" = "$(metrics "$2.jsonl")" ]; }
+odd_dir="$src/mpi-tests/fixtures/fp8-odd"
+for odd in norms:qwen3-bf16-scales kept-f32:qwen3-kept block-f32:qwen3-bf16-scales \
+           moe-router:moe-bf16-scales; do
+  v=${odd%%:*}; case=${odd#*:}; d="$fix/$case"; in="$d"
+  [ -f "$d/inputs.txt" ] && in="$gold/$(basename "$(cat "$d/inputs.txt")")"
+  for np in 1 2; do
+    out="$tmp/odd-$v-$np"
+    # shellcheck disable=SC2046
+    train "$np" --model "$odd_dir/$v" --data "$in/data.npy" --loss-mask "$in/mask.npy" \
+      $(cat "$d/args.txt") --lora-init "$d/lora_init" --log "$out.jsonl" --save "$out" \
+      > "$out.txt" 2>&1 || { bad "odd $v: train on $np ranks failed"; cat "$out.txt"; continue; }
+    if same_run "$tmp/$case-1" "$out" &&
+       grep -q "the frozen base's tensors in another dtype converted into it .* (FP8 e4m3 with its block scales, .* mapped read-only" "$out.txt"
+    then ok; else bad "odd $v on $np ranks: not $case's bits, or not mapped as FP8"; grep "host memory per node:" "$out.txt"; fi
+  done
+  out="$tmp/odd-$v-bf16"
+  # shellcheck disable=SC2046
+  RP_TEST_UPLOAD_BASE=1 ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+    --device cpu --progress none --model "$odd_dir/$v" --data "$in/data.npy" \
+    --loss-mask "$in/mask.npy" $(cat "$d/args.txt") --dtype bf16 --lora-init "$d/lora_init" \
+    --steps 3 --eval-data "$in/data.npy" --log "$out.jsonl" --save "$out" > "$out.txt" 2>&1 ||
+    { bad "odd $v, uploaded: train failed"; cat "$out.txt"; }
+  if same_run "$tmp/$case-bf16-1" "$out" && grep -q "the frozen base as FP8 with its scales" "$out.txt"
+  then ok; else bad "odd $v, uploaded: not $case's bits"; tail -3 "$out.txt"; fi
+  # the bytes its stages upload per step, against the source's under the
+  # same plan (the re-plan from measured times may choose other stages)
+  plan="fwd=0,1;bwd=2-3,1,0"; [ -f "$d/inputs.txt" ] || plan="fwd=0,1-3;bwd=4,2-3,0-1"
+  for which in source odd; do
+    mdir="$odd_dir/$v"
+    [ $which = source ] && { mdir="$d-model"; [ -f "$d/inputs.txt" ] || mdir="$d/model-fp8"; }
+    # shellcheck disable=SC2046
+    RP_TEST_UPLOAD_BASE=1 ${MPIRUN:-mpirun} $flags -x RP_TEST_UPLOAD_BASE -np 2 "$bin" train \
+      --device cpu --progress none --model "$mdir" --data "$in/data.npy" $(cat "$d/args.txt") \
+      --dtype bf16 --steps 2 --plan "$plan" > "$tmp/odd-$v-$which.txt" 2>&1 ||
+      { bad "odd $v, $which uploaded: train failed"; cat "$tmp/odd-$v-$which.txt"; }
+  done
+  moved=$(sed -n 's/.*weights uploaded: .* (\([0-9]*\) bytes over.*/\1/p' "$tmp/odd-$v-odd.txt")
+  source=$(sed -n 's/.*weights uploaded: .* (\([0-9]*\) bytes over.*/\1/p' "$tmp/odd-$v-source.txt")
+  echo "odd $v: $moved bytes uploaded over 2 steps, its source $case $source"
+  if [ -n "$moved" ] && { [ "$moved" = "$source" ] || { [ $v = block-f32 ] && [ "$moved" -gt "${source:-0}" ]; }; }
+  then ok; else bad "odd $v: $moved bytes uploaded against its source's $source"; fi
+done
+# a tensor of a dtype that is no floating point: named, with its file
+mkdir -p "$tmp/int-norm" && cp "$odd_dir/norms/config.json" "$tmp/int-norm/" &&
+  LC_ALL=C sed 's/"model.layers.0.input_layernorm.weight":{"dtype":"F32"/"model.layers.0.input_layernorm.weight":{"dtype":"I32"/' \
+    "$odd_dir/norms/model.safetensors" > "$tmp/int-norm/model.safetensors"
+
 # the re-plan prices each block's dequantisation as measured (the planner's
 # dequant_ms): train's re-plan line says it for the FP8 base, not for a bf16 one
 grep -q "re-planned from measured layer times (.*; block 1's base dequantised in [0-9.e+-]* ms a use)" \
@@ -145,6 +209,15 @@ if train 2 --model "$d-model" --data "$in/data.npy" $(cat "$d/args.txt") --steps
   if [ "$got" = '"dtype":"BF16" ' ] && ! grep -q quantization_config "$tmp/merged/config.json"
   then ok; else bad "--save-merged of the FP8 base: dtypes $got, not BF16 only"; fi
 else bad "--save-merged on the FP8 base failed"; cat "$tmp/merged.txt"; fi
+# and of a base with odd tensors (F32 and F16 norms; a block in F32), read
+# from the store where they were converted: its source's file, byte for byte
+for v in norms block-f32; do
+  # shellcheck disable=SC2046
+  train 2 --model "$odd_dir/$v" --data "$in/data.npy" $(cat "$d/args.txt") --steps 2 \
+    --save-merged "$tmp/merged-$v" > "$tmp/merged-$v.txt" 2>&1 &&
+    cmp -s "$tmp/merged/model.safetensors" "$tmp/merged-$v/model.safetensors" && ok ||
+    { bad "--save-merged of odd $v differs from its source's"; tail -3 "$tmp/merged-$v.txt"; }
+done
 
 # ---- PEFT loads the adapter on the dequantised base ---------------------------
 # the dequantised base itself: a fresh adapter (B = 0) merged, in fp32 (exact
@@ -223,6 +296,8 @@ refuse "$m" "$m/config.json: field 'quantization_config.modules_to_not_convert':
 # a projection it keeps unquantised shipped as FP8: the pattern named
 m=$(edited keeps 's/"quant_method": "fp8",/"modules_to_not_convert": ["lm_head", "model.layers.*.self_attn.k_proj"], "quant_method": "fp8",/')
 refuse "$m" "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' is F8_E4M3, but $m/config.json's quantization_config.modules_to_not_convert entry 1 \"model.layers.*.self_attn.k_proj\" keeps module 'model.layers.0.self_attn.k_proj' unquantised" --lora-rank 4
+# an unquantised tensor the files hold as no floating-point dtype (made above)
+refuse "$tmp/int-norm" "$tmp/int-norm/model.safetensors: tensor 'model.layers.0.input_layernorm.weight': dtype I32 cannot be read as floating point" --lora-rank 4
 # one it does not keep shipped in bf16 (qwen3-kept's files, its list gone)
 d="$fix/qwen3-kept"
 m=$(edited unkept '/"modules_to_not_convert"/,/]/d')

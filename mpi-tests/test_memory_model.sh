@@ -30,7 +30,11 @@
 # dequantised into one scratch per executor, and an uploaded stage of two
 # FP8 blocks holds well under its bf16 twin's bytes; the same where the
 # config's modules_to_not_convert keeps projections unquantised (plan counts
-# them in the compute dtype, as the files ship them); a
+# them in the compute dtype, as the files ship them); the same where the
+# files hold unquantised tensors in another dtype (F32, F16 norms, routers,
+# kept projections, a whole block: converted into the store alone, the base
+# still FP8), host store and start-up line included; an FP8 config trained
+# without its files (--init-config) counted as its random base in the store; a
 # --memory-limit-mib under a plan's need refuses that forced plan
 # and lets the planner choose one that fits; a limit no layer fits in
 # stops with a message naming the layer; kept activations in the
@@ -313,7 +317,40 @@ for up in 0 1; do
   fp8_check $up "$fp8/qwen3-kept-model" "$dense_data" "fwd=0,1;bwd=2-3,1,0"
   fp8_check $up "$fp8/moe-kept/model-fp8" "$fp8/moe-kept/data.npy" "fwd=0,1-3;bwd=4,2-3,0-1"
   fp8_check $up "$fp8/moe-kept/model-fp8" "$fp8/moe-kept/data.npy" "fwd=0-3;bwd=4,3,2,1,0"
+  # unquantised tensors the files hold in another dtype than the rest
+  # (tools/make_fp8_odd_fixtures.py: a block's norm in F32 and the final one
+  # in F16, a projection modules_to_not_convert keeps in F32, a whole block
+  # unquantised in F32, a MoE router in F32): the base is still taken as FP8,
+  # as plan counts it from the config, those tensors alone converted into
+  # the store (they made the executors convert the whole base there, so
+  # they allocated less, or more, than plan counted)
+  fp8_check $up "$fx/fp8-odd/norms" "$dense_data" "fwd=0,1;bwd=2-3,1,0"
+  fp8_check $up "$fx/fp8-odd/kept-f32" "$dense_data" "fwd=0,1;bwd=2-3,1,0"
+  fp8_check $up "$fx/fp8-odd/block-f32" "$dense_data" "fwd=0-1;bwd=2-3,0-1"
+  fp8_check $up "$fx/fp8-odd/moe-router" "$fp8/moe-bf16-scales/data.npy" "fwd=0,1-3;bwd=4,2-3,0-1"
 done
+# their host store (the odd tensors) and start-up line are plan's, in bf16
+# and fp32 (where they are converted in the compute dtype, not rounded)
+host "--model $fx/fp8-odd/norms" bf16 1 "fwd=0,1;bwd=2-3,1,0" --lora-rank 2
+host "--model $fx/fp8-odd/block-f32" fp32 2 "fwd=0,1;bwd=2-3,1,0;width=1" --lora-rank 2
+grep -q "the frozen base's tensors in another dtype converted into it .* + the frozen base .* (FP8 e4m3 with its block scales" "$tmp/train.txt" && ok ||
+  { bad "the odd FP8 base's start-up line"; cat "$tmp/train.txt"; }
+# train from an FP8 config without its files (--init-config): the random base
+# is in the store, nothing FP8, and train's planner counts it so (it counted
+# FP8 blocks and refused a limit its executors' buffers fit in); `plan
+# --init-config` counts the FP8 checkpoint the config describes instead
+sed '/"quantization_config"/,/}/d' "$fp8/qwen3-bf16-scales-model/config.json" > "$tmp/plain-config.json"
+want=$("$bin" plan --init-config "$tmp/plain-config.json" --seq-len 16 --batch-size 4 --microbatches 4 \
+  --gpus 2 --plan "fwd=0,1;bwd=2-3,1,0" --device cpu --dtype bf16 --lora-rank 2 --json |
+  grep -o '"peak_bytes": [0-9]*' | head -n 1 | tr -dc 0-9)
+limit=$(awk "BEGIN { printf \"%.9f\", (${want:-0} + 1) / 1048576 }")
+${MPIRUN:-mpirun} $flags -np 2 "$bin" train --init-config "$fp8/qwen3-bf16-scales-model/config.json" \
+  --data "$dense_data" --seq-len 16 --batch-size 4 --microbatches 4 --steps 1 --progress none \
+  --device cpu --dtype bf16 --lora-rank 2 --plan "fwd=0,1;bwd=2-3,1,0" --memory-limit-mib "$limit" \
+  > "$tmp/train.txt" 2>&1 || { bad "FP8 config, --init-config: train refused a limit of $want bytes"; cat "$tmp/train.txt"; }
+got=$(sed -n 's/.*executor buffers: .*(\([0-9]*\) bytes.*/\1/p' "$tmp/train.txt")
+[ -n "$got" ] && [ "$got" = "$want" ] && ok ||
+  bad "FP8 config, --init-config: executors allocate '$got' bytes, its plain twin's plan '$want'"
 ${MPIRUN:-mpirun} $flags -np 1 "$bin" train --model "$fp8/qwen3-bf16-scales-model" --data "$dense_data" \
   --seq-len 16 --batch-size 4 --steps 1 --lr 0 --lora-rank 2 --progress none --device cpu \
   --save-merged "$tmp/fp8-twin" > "$tmp/twin.txt" 2>&1 || { bad "the bf16 twin was not saved"; cat "$tmp/twin.txt"; }
@@ -362,6 +399,8 @@ for up in 0 1; do
   eval_check $up "$data" "--model $fp8/qwen3-bf16-scales-model --lora-rank 2" --dtype bf16
   eval_check $up "$data" "--model $fp8/qwen3-f32-scales-m1-model --lora-rank 2" --dtype bf16
   eval_check $up "$fp8/moe-bf16-scales/data.npy" "--model $fp8/moe-bf16-scales/model-fp8 --lora-rank 2" --dtype bf16
+  eval_check $up "$data" "--model $fx/fp8-odd/norms --lora-rank 2" --dtype bf16
+  eval_check $up "$fp8/moe-bf16-scales/data.npy" "--model $fx/fp8-odd/moe-router --lora-rank 2" --dtype bf16
 done
 eval_check 0 "$fx/golden-moe/moe-mb/data.npy" "--init-config $fx/golden-moe/moe-mb/model/config.json"
 eval_check 0 "$fx/golden-moe/moe-mb/data.npy" "--init-config $fx/golden-moe/moe-mb/model/config.json --lora-rank 2"

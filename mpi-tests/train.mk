@@ -19,6 +19,10 @@ include mpi-tests/fixtures/golden-gpt-oss/files.mk
 TESTS += mpi-tests/test_golden_fp8.sh
 EXTRA_DIST += mpi-tests/test_golden_fp8.sh tools/make_fp8_lora_golden.py
 include mpi-tests/fixtures/golden-fp8/files.mk
+# FP8 checkpoints whose unquantised tensors are in odd dtypes, made from those
+# (test_golden_fp8, test_memory_model)
+EXTRA_DIST += tools/make_fp8_odd_fixtures.py
+include mpi-tests/fixtures/fp8-odd/files.mk
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh
 EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py

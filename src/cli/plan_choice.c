@@ -17,8 +17,8 @@
  * FP8 as it lies (frozen_base.h's rp_frozen_base_reads). */
 static int fp8_as_shipped(const rp_plan_cli *o)
 {
-    return !o->model_dir && o->cfg.fp8.any &&
-           (rp_frozen_base_reads(rp_device_kernel_ops(o->device)) & RP_FROZEN_BASE_READS_FP8);
+    return !o->model_dir &&
+           rp_frozen_base_takes_fp8(&o->cfg, rp_frozen_base_reads(rp_device_kernel_ops(o->device)));
 }
 
 /* LoRA's frozen base as train would open it: from --model DIR's safetensors

@@ -31,6 +31,10 @@ struct rp_frozen_base {
                                 bases: frozen_base.h's rp_frozen_base_staged_bytes) */
     size_t *staged;          /* [nlayers] the bytes of each layer's staging area (0: none) */
     int nfp8;                /* pieces that are FP8 */
+    int takes_fp8;           /* rp_frozen_base_takes_fp8, with the model's files */
+    unsigned char *odd;      /* each piece of a mapped FP8 base that the files hold in
+                                another dtype than the base's (or unaligned): converted
+                                into the store (frozen_base.h's rp_frozen_base_takes_fp8) */
 };
 
 int rp_frozen_base_in_place(const rp_kernel_ops *ops)
@@ -150,6 +154,8 @@ static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
             const rp_param_desc *p = &L->params[i];
             if (source_name(&b->cfg, p->name) != p->name)
                 continue; /* the embedding's bytes */
+            if (b->mapped && !b->odd[b->first[l] + i])
+                continue; /* read where it lies */
             char experts[512];
             const rp_fp8_matrix *q = &b->fp8[b->first[l] + i];
             if (b->set && q->weight)
@@ -241,14 +247,43 @@ static rp_status find_fp8(rp_frozen_base *b, const char *model_dir, int l,
     return RP_OK;
 }
 
+/* An FP8 base's dtype (b->dtype) where its unquantised tensors are not all
+ * in the one mapped_dtype chose: the compute dtype, so that converting
+ * them into the store never rounds one that the compute dtype holds
+ * exactly (an F32 norm beside bf16 ones under fp32 compute); under a bf16
+ * compute dtype they are rounded to it as any base converted into the
+ * store is. Tensors a fused layout holds are read apart (fill_store). */
+static rp_status fp8_base_dtype(rp_frozen_base *b, rp_dtype compute, rp_error *err)
+{
+    for (int l = 0; b->dtype != compute && l < b->nlayers; l++)
+        for (int i = 0; i < b->layers[l].nparams; i++) {
+            const char *name = source_name(&b->cfg, b->layers[l].params[i].name);
+            rp_safetensors_tensor t;
+            if (rp_fp8_tensor_converted(&b->cfg, name) || !rp_safetensors_set_has(b->set, name))
+                continue; /* FP8 (rp_fp8_expect checks it), or fused */
+            RP_TRY(rp_safetensors_set_find(b->set, name, &t, NULL, err));
+            if (!t.dtype_supported || t.dtype != b->dtype) {
+                b->dtype = compute;
+                return RP_OK;
+            }
+        }
+    return RP_OK;
+}
+
 /* Every tensor's piece: into the mapping when every tensor can be read in
  * place, else its offset in the store (set by rp_frozen_base_attach), the
- * store's copy in the compute dtype. */
+ * store's copy in the compute dtype. A base the executors take as FP8
+ * (`fp8`, rp_frozen_base_takes_fp8) is mapped whatever its other tensors
+ * are, as the planner counts it: those the files hold in another dtype
+ * than the base's, or unaligned (b->odd), are converted into the store in
+ * the base's dtype, the rest read where they lie. */
 static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype compute,
-                              int fp8_in_place, rp_error *err)
+                              int fp8, rp_error *err)
 {
     int all = b->set != NULL, k = 0;
     size_t fp8_bytes = 0;
+    if (fp8)
+        RP_TRY(fp8_base_dtype(b, compute, err));
     for (int l = 0; l < b->nlayers; l++) {
         b->first[l] = k;
         for (int i = 0; i < b->layers[l].nparams; i++, k++) {
@@ -261,32 +296,41 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
             b->bytes += tensor_store_bytes(&b->cfg, p, b->dtype);
             char experts[512];
             if (b->set && fused_expert(b->set, p, experts)) {
-                all = 0; /* transposed and interleaved from the fused tensors */
+                /* transposed and interleaved from the fused tensors */
+                b->odd[k] = (unsigned char)fp8;
+                all &= fp8;
             } else if (b->set) {
                 RP_TRY(find_fp8(b, model_dir, l, p, &b->fp8[k], err));
                 if (b->fp8[k].weight) { /* mapped as FP8, or dequantised into the store */
                     const rp_fp8_matrix *q = &b->fp8[k];
                     pc->src = q->weight;
-                    fp8_bytes += (size_t)(q->rows * q->cols) +
-                                 (size_t)(rp_fp8_scale_rows(q) * rp_fp8_scale_cols(q)) *
-                                     rp_dtype_size(q->scale_dtype);
+                    fp8_bytes += (size_t)(q->rows * q->cols) + scale_bytes(q);
                     b->bytes -= tensor_store_bytes(&b->cfg, p, b->dtype);
-                    all &= fp8_in_place;
+                    all &= fp8;
                     continue;
                 }
                 rp_safetensors_tensor t;
                 int usable = 0;
                 RP_TRY(find_tensor(b->set, model_dir, p, source_name(&b->cfg, p->name), b->dtype,
                                    &t, &usable, err));
-                all &= usable;
+                b->odd[k] = (unsigned char)(fp8 && !usable);
+                all &= usable || fp8;
                 pc->src = t.data;
             }
         }
     }
     b->first[b->nlayers] = k;
     b->mapped = all;
-    if (all) {
+    if (all) { /* the odd tensors alone in the store, in the base's dtype */
         b->store_bytes = 0;
+        for (int l = 0, j = 0; l < b->nlayers; l++)
+            for (int i = 0; i < b->layers[l].nparams; i++, j++)
+                if (b->odd[j]) {
+                    const size_t n = tensor_store_bytes(&b->cfg, &b->layers[l].params[i], b->dtype);
+                    b->store_at[j] = b->store_bytes;
+                    b->store_bytes += n;
+                    b->bytes -= n;
+                }
         b->bytes += fp8_bytes;
     }
     else { /* converted into the store */
@@ -294,7 +338,7 @@ static rp_status place_pieces(rp_frozen_base *b, const char *model_dir, rp_dtype
         b->bytes = b->store_bytes;
     }
     /* the staging areas' layouts: every block of a base mapped with FP8 */
-    for (int l = 1; all && b->nfp8 > 0 && l < b->nlayers - 1; l++) {
+    for (int l = 1; all && b->takes_fp8 && l < b->nlayers - 1; l++) {
         size_t at = 0;
         for (int i = b->first[l]; i < b->first[l + 1]; i++) {
             b->fp8_at[i] = at;
@@ -330,15 +374,18 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
         b->fp8 = calloc((size_t)(total ? total : 1), sizeof *b->fp8);
         b->fp8_at = calloc((size_t)(total ? total : 1), sizeof *b->fp8_at);
         b->staged = calloc((size_t)b->nlayers + 1, sizeof *b->staged);
-        if (!b->pieces || !b->store_at || !b->first || !b->fp8 || !b->fp8_at || !b->staged)
+        b->odd = calloc((size_t)(total ? total : 1), sizeof *b->odd);
+        if (!b->pieces || !b->store_at || !b->first || !b->fp8 || !b->fp8_at || !b->staged ||
+            !b->odd)
             s = rp_error_set(err, RP_ERR_NOMEM, "frozen base: %d tensors", total);
     }
     if (s == RP_OK && model_dir)
         s = rp_safetensors_set_open_dir(model_dir, &b->set, err);
     if (s == RP_OK)
         s = mapped_dtype(b, (reads & ~RP_FROZEN_BASE_READS_FP8) | 1u << dtype, err);
+    b->takes_fp8 = b->set && rp_frozen_base_takes_fp8(cfg, reads);
     if (s == RP_OK)
-        s = place_pieces(b, model_dir, dtype, (reads & RP_FROZEN_BASE_READS_FP8) != 0, err);
+        s = place_pieces(b, model_dir, dtype, b->takes_fp8, err);
     if (s != RP_OK) {
         rp_frozen_base_close(&b);
         return s;
@@ -355,16 +402,20 @@ size_t rp_frozen_base_store_bytes(const rp_frozen_base *b)
 rp_status rp_frozen_base_attach(rp_frozen_base *b, void *store, int fill, uint64_t seed,
                                 rp_error *err)
 {
+    /* every piece, or a mapped base's odd ones (the others read in place) */
     const int total = b->first[b->nlayers];
     for (int k = 0; k < total; k++)
-        b->pieces[k].src = (char *)store + b->store_at[k];
+        if (!b->mapped || b->odd[k])
+            b->pieces[k].src = (char *)store + b->store_at[k];
     /* a tied head's matrix is the embedding's bytes, laid out first */
     for (int l = 0; l < b->nlayers; l++)
         for (int i = 0; i < b->layers[l].nparams; i++)
-            if (source_name(&b->cfg, b->layers[l].params[i].name) != b->layers[l].params[i].name)
+            if (source_name(&b->cfg, b->layers[l].params[i].name) != b->layers[l].params[i].name &&
+                (!b->mapped || b->odd[b->first[l] + i]))
                 b->pieces[b->first[l] + i].src = b->pieces[b->first[0]].src;
     rp_status s = fill ? fill_store(b, seed, err) : RP_OK;
-    rp_safetensors_set_close(&b->set); /* nothing is read in place */
+    if (!b->mapped)
+        rp_safetensors_set_close(&b->set); /* nothing is read in place */
     return s;
 }
 
@@ -381,6 +432,7 @@ void rp_frozen_base_close(rp_frozen_base **bp)
     free(b->fp8);
     free(b->fp8_at);
     free(b->staged);
+    free(b->odd);
     free(b);
     *bp = NULL;
 }
@@ -417,7 +469,7 @@ const void *rp_frozen_base_tensor(const rp_frozen_base *b, int l, const char *na
 
 int rp_frozen_base_fp8(const rp_frozen_base *b)
 {
-    return b->mapped && b->nfp8 > 0;
+    return b->takes_fp8;
 }
 
 size_t rp_frozen_base_staged_bytes(const rp_frozen_base *b, int l)

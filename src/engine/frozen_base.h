@@ -36,7 +36,11 @@ typedef struct rp_frozen_base rp_frozen_base;
  * is mapped, in that dtype, and ready; otherwise (or without model_dir: random
  * initialisation) it is converted into `dtype` and needs
  * rp_frozen_base_store_bytes of the host store, given by
- * rp_frozen_base_attach. */
+ * rp_frozen_base_attach. A base taken as FP8 (rp_frozen_base_takes_fp8)
+ * is mapped whatever its unquantised tensors are: those not in the base's
+ * dtype (or unaligned) alone are converted into the store, in that dtype
+ * (the compute dtype where they are not all in one dtype, so that none is
+ * rounded that it holds exactly), and need rp_frozen_base_attach too. */
 rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir, rp_dtype dtype,
                               unsigned reads, rp_frozen_base **out, rp_error *err);
 /* A bit of `reads`: the executors dequantise an FP8 base per layer
@@ -44,6 +48,22 @@ rp_status rp_frozen_base_open(const rp_model_config *cfg, const char *model_dir,
  * F8_E4M3 with their scales (issue 36); without it they are dequantised
  * into the store. */
 #define RP_FROZEN_BASE_READS_FP8 (1u << 31)
+
+/* Whether executors reading `reads` (rp_frozen_base_reads) take cfg's LoRA
+ * base as FP8: mapped with its e4m3 tensors and scales, each block
+ * dequantised per use (rp_frozen_base_per_use). From the config alone (its
+ * quantization_config quantises some projection), so that the planner
+ * (engine/memory_model.c, `roundpipe plan`) and the executors
+ * (rp_frozen_base_open, with the model's files, which must ship what the
+ * config says: io/fp8.h's rp_fp8_expect) decide it alike, whatever dtype
+ * the files hold the other tensors in (rp_frozen_base_open converts odd
+ * ones into the store). The one rule: train without model files
+ * (--init-config: a random base in the store, nothing FP8) clears
+ * cfg->fp8.any before anything is planned. */
+static inline int rp_frozen_base_takes_fp8(const rp_model_config *cfg, unsigned reads)
+{
+    return cfg->lora.rank > 0 && cfg->fp8.any && (reads & RP_FROZEN_BASE_READS_FP8) != 0;
+}
 
 /* The base's layout: the full model's (rp_model_base_layout), untied (the
  * caller frees *layers). Opened bases have it (rp_frozen_base_layer); the
@@ -61,8 +81,7 @@ int rp_frozen_base_in_place(const rp_kernel_ops *ops);
 /* Whether executors dequantise block l's base (of a model of n layers)
  * each time they compute it, into one scratch of theirs that holds one
  * layer's base in the compute dtype (issue 36): with `fp8`, a base they
- * take as FP8 (mapped with its e4m3 tensors and scales, the planner's
- * cfg->fp8.on with RP_FROZEN_BASE_READS_FP8). Its stage buffer keeps the
+ * take as FP8 (rp_frozen_base_takes_fp8). Its stage buffer keeps the
  * block as FP8 and scales (uploaded: rp_frozen_base_staged_bytes) or
  * nothing (in place: dequantised from where it lies). */
 static inline int rp_frozen_base_per_use(int fp8, int l, int n)
@@ -88,12 +107,14 @@ static inline int rp_frozen_base_copied(int in_place, int fp8, int l, int n)
  * dequantised into the store and uploaded in the compute dtype). */
 unsigned rp_frozen_base_reads(const rp_kernel_ops *ops);
 
-/* Host store bytes the base needs (0 when mapped). */
+/* Host store bytes the base needs (0 when mapped, but for an FP8 base's
+ * odd tensors). */
 size_t rp_frozen_base_store_bytes(const rp_frozen_base *base);
 
 /* A base that is not mapped: its tensors live in `store`; with fill (the
  * node leader) they are converted there from the model directory, or
- * initialised randomly with seed (rp_layer_init) without one. */
+ * initialised randomly with seed (rp_layer_init) without one. A mapped
+ * FP8 base's odd tensors alone live there (the others where they lie). */
 rp_status rp_frozen_base_attach(rp_frozen_base *base, void *store, int fill, uint64_t seed,
                                 rp_error *err);
 void rp_frozen_base_close(rp_frozen_base **base);
@@ -109,7 +130,8 @@ rp_dtype rp_frozen_base_dtype(const rp_frozen_base *base);
 /* The dtype of the model directory's tensors (the first one's; F32 for a
  * random base): what --save-merged writes by default. */
 rp_dtype rp_frozen_base_file_dtype(const rp_frozen_base *base);
-/* Bytes of the base's tensors (a tied matrix once), mapped or stored. */
+/* Bytes of the base's tensors (a tied matrix once): those mapped (a mapped
+ * FP8 base's odd tensors are rp_frozen_base_store_bytes), or all stored. */
 size_t rp_frozen_base_bytes(const rp_frozen_base *base);
 /* Host bytes of tensor `name` of layer l (NULL when absent); an FP8
  * tensor's are its e4m3 bytes (rp_frozen_base_tensor_f32 reads it). */
@@ -124,7 +146,8 @@ size_t rp_frozen_base_bf16_bytes(const rp_frozen_base *base);
  * bf16; *bf16: the same tensors all in bf16. */
 rp_status rp_frozen_base_fp8_checkpoint_bytes(const rp_model_config *cfg, size_t *fp8,
                                               size_t *bf16, rp_error *err);
-/* Whether the base is mapped with FP8 tensors among its pieces (issue 36). */
+/* Whether the base is taken as FP8 (rp_frozen_base_takes_fp8 with the
+ * model's files; then mapped, with FP8 tensors among its pieces). */
 int rp_frozen_base_fp8(const rp_frozen_base *base);
 /* Tensor `name` of layer l as fp32 into dst: an FP8 one dequantised
  * (core/fp8.h), a bf16 one widened. */

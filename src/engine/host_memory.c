@@ -95,7 +95,7 @@ rp_status rp_host_memory_count(const rp_model_config *cfg, rp_dtype dtype, int p
         out->base_mapped = rp_frozen_base_bytes(base);
     if (out->lora && rp_frozen_base_fp8(base))
         out->base_bf16 = rp_frozen_base_bf16_bytes(base);
-    else if (out->lora)
+    if (out->lora) /* all of it, or a mapped FP8 base's odd tensors */
         out->base_store = rp_frozen_base_store_bytes(base);
     rp_param_store_map map;
     int64_t per_pipeline = (int64_t)(microbatches / pipelines) * tokens_per_micro;
@@ -188,6 +188,9 @@ void rp_host_memory_format(const rp_host_memory *hm, char *buf, size_t len)
     if (hm->lora && !hm->base_mapped)
         snprintf(converted, sizeof converted, ", the frozen base converted into it %s",
                  size_text(hm->base_store, a, sizeof a));
+    else if (hm->lora && hm->base_store) /* frozen_base.h: an FP8 base's odd tensors */
+        snprintf(converted, sizeof converted, ", the frozen base's tensors in another dtype "
+                 "converted into it %s", size_text(hm->base_store, a, sizeof a));
     char kept[128] = "";
     if (hm->kept_layers > 0 && hm->kept_on_executor)
         snprintf(kept, sizeof kept, "; kept by %d block%s instead of recomputed, in the "

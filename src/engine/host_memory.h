@@ -58,7 +58,8 @@ typedef struct rp_host_memory {
                              nothing of them here (kept is 0) */
     size_t pinned;      /* of both, registered with every GPU for copies */
     int lora;           /* the model is LoRA's: adapters trained, a frozen base */
-    size_t base_store;  /* LoRA: of param_store, the frozen base converted into it */
+    size_t base_store;  /* LoRA: of param_store, the frozen base converted into it (a
+                           mapped FP8 base: its odd tensors, frozen_base.h) */
     size_t base_mapped; /* LoRA: the frozen base read in place from the model's safetensors
                            files (the page cache's, one copy per node; not in the store) */
     size_t base_bf16;   /* LoRA, an FP8 base mapped (issue 36): the same tensors' bytes in

@@ -64,11 +64,10 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int in_place = rp_frozen_base_in_place(ops);
     const int on_executor = rp_kept_on_executor(device);
-    /* an FP8 checkpoint's base taken as FP8: each block dequantised for its
-     * use into one scratch per executor (frozen_base.h's rp_frozen_base_per_use);
-     * one whose config quantises nothing is a plain base (files that agree
-     * with it hold no FP8 tensor) */
-    const int fp8 = lora && cfg->fp8.any && (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+    /* an FP8 checkpoint's base taken as FP8 (frozen_base.h's
+     * rp_frozen_base_takes_fp8, the executors' rule): each block dequantised
+     * for its use into one scratch per executor (rp_frozen_base_per_use) */
+    const int fp8 = rp_frozen_base_takes_fp8(cfg, rp_frozen_base_reads(ops));
     int64_t base_scratch = 0;
     const int64_t slot =
         ops ? (int64_t)rp_block_saved_floats(ops, dtype, cfg, samples_per_micro, seq_len) * 4 : 0;
@@ -206,7 +205,7 @@ rp_status rp_memory_model_eval(const rp_model_config *cfg, rp_device_kind device
     /* the frozen base as the executors take it (the rules of rp_memory_model_fill) */
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
     const int in_place = lora && rp_frozen_base_in_place(ops);
-    const int fp8 = lora && cfg->fp8.any && (rp_frozen_base_reads(ops) & RP_FROZEN_BASE_READS_FP8);
+    const int fp8 = rp_frozen_base_takes_fp8(cfg, rp_frozen_base_reads(ops));
     const size_t es = rp_dtype_size(dtype);
     const int64_t tokens = samples_per_micro * seq_len;
     size_t weights = 0, adapters = 0;

@@ -176,6 +176,11 @@ static rp_status read_model(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_err
                                             "is a frozen base for LoRA (--lora-rank) only; full "
                                             "fine-tuning would re-quantise its weights",
                                             r->config_path), comm, err);
+    /* a random base (LoRA without model files) holds nothing FP8: the
+     * planner counts it, as the executors take it, in the store
+     * (frozen_base.h's rp_frozen_base_takes_fp8) */
+    if (e->lora && !o->model_dir)
+        r->cfg.fp8.any = 0;
     r->probe.cfg = r->cfg;
     /* the planner sizes weights and saved areas by it before the parameters
      * are attached: the run's, not the zeroed probe's fp32 */
