@@ -37,3 +37,8 @@ EXTRA_DIST += mpi-tests/test_gpu_window.sh
 # checked on the CPU (RP_TEST_UNORDERED_DEVICE=1)
 TESTS += mpi-tests/test_parity_unordered.sh
 EXTRA_DIST += mpi-tests/test_parity_unordered.sh
+
+# and the copy ordering by events RP_ALLOW_UNPROVEN_CUDA=copies needs
+# (RP_TEST_EVENT_DEVICE=1), on the cases that move data differently
+TESTS += mpi-tests/test_parity_events.sh
+EXTRA_DIST += mpi-tests/test_parity_events.sh

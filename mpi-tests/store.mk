@@ -59,3 +59,10 @@ TESTS += mpi-tests/test_transfer_async
 mpi_tests_test_transfer_async_SOURCES = mpi-tests/test_transfer_async.c
 mpi_tests_test_transfer_async_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_transfer_async_LDADD = $(RP_TEST_LDADD)
+# the CPU device's test modes see the races they check (RP_TEST_EVENT_DEVICE,
+# RP_TEST_UNORDERED_DEVICE; issue 38)
+check_PROGRAMS += mpi-tests/test_event_device
+TESTS += mpi-tests/test_event_device
+mpi_tests_test_event_device_SOURCES = mpi-tests/test_event_device.c
+mpi_tests_test_event_device_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_event_device_LDADD = $(RP_TEST_LDADD) -lm

@@ -106,7 +106,9 @@
 # RP_PARITY_DEVICE (the device under test, default cuda; "cpu" proves the
 # harness itself on a machine without a GPU: every check must pass, with
 # relative error 0), RP_PARITY_OUT (work folder, default a new one under
-# TMPDIR), RP_PARITY_DEADLINE (epoch seconds: a case not started by then is
+# TMPDIR), RP_PARITY_DUT_ENV (NAME=VALUE words set for the device under
+# test's runs alone, not the CPU references': the CPU's test modes, e.g.
+# RP_TEST_EVENT_DEVICE=1, checked against the plain CPU), RP_PARITY_DEADLINE (epoch seconds: a case not started by then is
 # skipped, and says so), RP_PARITY_END (epoch seconds: no run, the CPU
 # references' included, outlasts it: one still running then is killed and
 # its case fails saying so; without it each run has 180 s), RP_PARITY_KEEP=1 (keep the saved models and
@@ -226,8 +228,12 @@ run() {
       echo "== $name not run: RP_PARITY_END passed"; return 124
     fi
   fi
+  # the device under test's own environment (RP_PARITY_DUT_ENV), never the
+  # CPU references'
+  local dut_env=""
+  [ "${name#ref-}" = "$name" ] && dut_env=${RP_PARITY_DUT_ENV:-}
   # shellcheck disable=SC2086
-  RP_TEST_FUSED_GATE_UP=$hook RP_ALLOW_UNPROVEN_CUDA=$unproven timeout "$limit" ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
+  env $dut_env RP_TEST_FUSED_GATE_UP=$hook RP_ALLOW_UNPROVEN_CUDA=$unproven timeout "$limit" ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --device "$device" \
     $a --progress none --timeout 90 --log "$work/$name.jsonl" --save "$work/$name" "$@" \
     > "$work/$name.txt" 2>&1
   local rc=$?

@@ -9,14 +9,18 @@
 #include <time.h>
 
 #include "device/backend_impl.h"
+#include "device/op_counter.h"
 #include "kernels/cuda/sizes.h"
 
 /* RP_TEST_UNORDERED_DEVICE=1 (backend.h's rp_device_unordered_test): a
  * CPU device checked as a device not ordered by events, where a copy that
- * reads what the kernel ops wrote must come after rp_device_sync. */
+ * reads what the kernel ops wrote must come after rp_device_sync. The ops
+ * are counted as issued (the table handed out counts them, op_counter.h),
+ * whoever holds the table and since when. */
 typedef struct unordered_check {
     int on;
-    _Atomic int pending;  /* the kernel table was taken since the last sync */
+    rp_op_counter ops;
+    _Atomic uint64_t synced; /* ops.issued as the last sync began: all of those have finished */
     pthread_mutex_t lock; /* the allocations, read by the transfer threads' copies */
     struct {
         const char *p;
@@ -39,6 +43,12 @@ int rp_device_unordered_test(rp_device_kind kind)
     return kind == RP_DEVICE_CPU && v && strcmp(v, "1") == 0;
 }
 
+int rp_device_event_test(rp_device_kind kind)
+{
+    const char *v = getenv("RP_TEST_EVENT_DEVICE");
+    return kind == RP_DEVICE_CPU && v && strcmp(v, "1") == 0;
+}
+
 /* Whether p lies in one of the device's allocations (the check's). */
 static int device_memory(rp_device *dev, const void *p)
 {
@@ -54,7 +64,7 @@ static int device_memory(rp_device *dev, const void *p)
 static const rp_device_ops *ops_of(rp_device_kind kind)
 {
     if (kind == RP_DEVICE_CPU)
-        return &rp_device_ops_cpu;
+        return rp_device_event_test(kind) ? &rp_device_ops_cpu_events : &rp_device_ops_cpu;
 #ifdef RP_HAVE_CUDA_EXECUTOR /* defined once src/device/cuda.c is built */
     if (kind == RP_DEVICE_CUDA)
         return &rp_device_ops_cuda;
@@ -65,6 +75,10 @@ static const rp_device_ops *ops_of(rp_device_kind kind)
 rp_status rp_device_create(const rp_device_params *params, rp_device **out, rp_error *err)
 {
     *out = NULL;
+    if (rp_device_unordered_test(params->kind) && rp_device_event_test(params->kind))
+        return rp_error_set(err, RP_ERR_INVALID_ARG, "RP_TEST_UNORDERED_DEVICE=1 and "
+                            "RP_TEST_EVENT_DEVICE=1: a device is checked as not ordered by events "
+                            "or as ordered by them, not both (set one)");
     const rp_device_ops *ops = ops_of(params->kind);
     if (!ops)
         return rp_error_set(err, RP_ERR_UNSUPPORTED, "no %s back end in this build",
@@ -166,7 +180,8 @@ rp_status rp_device_memset0(rp_device *dev, void *p, size_t bytes, rp_error *err
 
 rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t bytes, rp_error *err)
 {
-    if (dev->check.on && bytes > 0 && atomic_load(&dev->check.pending) &&
+    if (dev->check.on && bytes > 0 &&
+        rp_op_counter_issued(&dev->check.ops) != atomic_load(&dev->check.synced) &&
         device_memory(dev, src))
         return rp_error_set(err, RP_ERR_INTERNAL, "%s: a copy of %zu bytes reads device memory "
                             "(%p) before rp_device_sync, while kernel ops issued since may still "
@@ -285,15 +300,17 @@ const rp_kernel_ops *rp_device_kernel_ops(rp_device_kind kind)
 
 rp_status rp_device_kernels(rp_device *dev, rp_kernels *out, rp_error *err)
 {
-    if (dev->check.on) /* the ops issued through it are taken to run on after it returns */
-        atomic_store(&dev->check.pending, 1);
-    return dev->ops->kernels(dev->impl, out, err);
+    RP_TRY(dev->ops->kernels(dev->impl, out, err));
+    if (dev->check.on) /* the ops issued through it are taken to run on after they return */
+        *out = rp_op_counter_wrap(&dev->check.ops, *out);
+    return RP_OK;
 }
 
 rp_status rp_device_sync(rp_device *dev, rp_error *err)
 {
+    const uint64_t issued = dev->check.on ? rp_op_counter_issued(&dev->check.ops) : 0;
     RP_TRY(dev->ops->sync ? dev->ops->sync(dev->impl, err) : RP_OK);
     if (dev->check.on)
-        atomic_store(&dev->check.pending, 0);
+        atomic_store(&dev->check.synced, issued);
     return RP_OK;
 }

@@ -66,7 +66,7 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
 
 /* Asynchronous copies, for the transfer engine (engine/transfer.h), where
  * the back end offers them (CUDA; not the CPU, whose copies complete on
- * return): uploads and downloads each go on a stream of their own, so the
+ * return, but under RP_TEST_EVENT_DEVICE=1, below): uploads and downloads each go on a stream of their own, so the
  * two directions of the link move at once. rp_device_copy_issue starts a
  * copy under `ticket` (0 .. RP_DEVICE_COPY_TICKETS - 1, in use by one copy
  * at a time) and returns; rp_device_copy_complete returns once that copy has
@@ -104,8 +104,24 @@ int rp_device_ordered_by_events(const rp_device *dev);
  * instead of reading what they wrote (the CPU's ops have finished, CUDA's
  * may not have). Executors of such a device also move a mixture of
  * experts' router statistics through buffers of their own, as on a GPU
- * (memory_model.h's rp_router_stats_moved). 1 when `kind` is checked so. */
+ * (memory_model.h's rp_router_stats_moved). 1 when `kind` is checked so.
+ * The kernel ops are counted as issued (device/op_counter.h), whoever
+ * holds the table. */
 int rp_device_unordered_test(rp_device_kind kind);
+
+/* Test mode: RP_TEST_EVENT_DEVICE=1 makes a CPU device check the engine as
+ * the CUDA back end under RP_ALLOW_UNPROVEN_CUDA=copies runs it: ordered by
+ * events, with asynchronous copies (the transfer engine takes them), each
+ * landing as late as a GPU may land it and reading what a GPU's may read
+ * (src/device/cpu_events.c): an upload's destination holds NaN bytes until
+ * the compute stream is made to wait for it or its completion is seen, a
+ * download reads the device as it was at the download stream's last
+ * rp_device_copies_after_compute and fails, naming it, where kernel ops
+ * wrote its bytes after that before it landed. Executors of such a device
+ * stage their saves and move a mixture of experts' router statistics as on
+ * a GPU (memory_model.h). 1 when `kind` is checked so; not with
+ * RP_TEST_UNORDERED_DEVICE (rp_device_create refuses both). */
+int rp_device_event_test(rp_device_kind kind);
 
 /* The copies issued in direction dir after this call (the asynchronous
  * copies' upload or download stream, and rp_device_copy) start only after

@@ -45,6 +45,8 @@ typedef struct rp_device_ops {
 } rp_device_ops;
 
 extern const rp_device_ops rp_device_ops_cpu;
+/* the CPU's under RP_TEST_EVENT_DEVICE=1 (backend.h), src/device/cpu_events.c */
+extern const rp_device_ops rp_device_ops_cpu_events;
 #ifdef RP_HAVE_CUDA_EXECUTOR /* defined once src/device/cuda.c is built */
 extern const rp_device_ops rp_device_ops_cuda; /* src/device/cuda.c */
 #endif

@@ -101,11 +101,14 @@ static rp_status device_complete(void *ctx, int ticket, rp_error *err)
 }
 
 /* The transfer engine's copies: asynchronous where the device offers them
- * and RP_ALLOW_UNPROVEN_CUDA lets copies run (they have not run on a GPU
- * yet), else synchronous, a chunk at a time. */
+ * and, on CUDA, RP_ALLOW_UNPROVEN_CUDA lets copies run (they have not run
+ * on a GPU yet; a CPU device offers them only under RP_TEST_EVENT_DEVICE,
+ * to check the engine's ordering of them), else synchronous, a chunk at a
+ * time. */
 static rp_xfer_ops transfer_ops(const rp_engine *e, rp_device *dev)
 {
-    if (rp_device_copies_asynchronous(dev) && rp_unproven_in(e->unproven, RP_UNPROVEN_COPIES))
+    if (rp_device_copies_asynchronous(dev) &&
+        (e->device != RP_DEVICE_CUDA || rp_unproven_in(e->unproven, RP_UNPROVEN_COPIES)))
         return (rp_xfer_ops){.ctx = dev, .issue = device_issue, .complete = device_complete};
     return (rp_xfer_ops){.copy = device_copy, .ctx = dev};
 }
@@ -500,7 +503,11 @@ rp_status rp_engine_run_executor(rp_engine *e)
             rp_log(e->lg, RP_LOG_INFO, "unproven CUDA paths allowed (RP_ALLOW_UNPROVEN_CUDA): %s; "
                    "not yet run on a GPU, each proven by its case of bench/gpu/parity.sh", names);
         }
-        if (rp_device_copies_asynchronous(x.dev)) /* where there is a choice */
+        if (rp_device_copies_asynchronous(x.dev) && e->device != RP_DEVICE_CUDA)
+            rp_log(e->lg, RP_LOG_INFO, "copies: asynchronous, on an upload and a download stream, "
+                   "%d chunks in flight each way, ordered with the layers by events, the CPU "
+                   "checked as such a CUDA executor (RP_TEST_EVENT_DEVICE)", RP_XFER_DEPTH);
+        else if (rp_device_copies_asynchronous(x.dev)) /* CUDA: a choice */
             rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
                    ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
                      "each way, ordered with the layers by events (RP_ALLOW_UNPROVEN_CUDA=copies: "

@@ -165,13 +165,15 @@ int rp_saves_staged(rp_device_kind device)
     if (device == RP_DEVICE_CUDA)
         return rp_unproven_allowed(RP_UNPROVEN_COPIES);
     const char *test = getenv("RP_TEST_SAVE_STAGING");
-    return device == RP_DEVICE_CPU && test && !strcmp(test, "1");
+    return device == RP_DEVICE_CPU &&
+           ((test && !strcmp(test, "1")) || rp_device_event_test(device));
 }
 
 int rp_router_stats_moved(rp_device_kind device)
 {
     const rp_kernel_ops *ops = rp_device_kernel_ops(device);
-    return (ops && !ops->host_addressable) || rp_device_unordered_test(device);
+    return (ops && !ops->host_addressable) || rp_device_unordered_test(device) ||
+           rp_device_event_test(device);
 }
 
 /* A buffer of `bytes` as the evaluator asks the device for it: never empty. */

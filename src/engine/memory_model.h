@@ -73,7 +73,8 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
  * (rp_memory_model_fill's *workspace_bytes). CUDA executors whose copies
  * are ordered by events (RP_ALLOW_UNPROVEN_CUDA=copies, read now), and CPU
  * executors when the environment sets RP_TEST_SAVE_STAGING=1 (that path
- * tested on a machine without a GPU); otherwise a save is waited for, from
+ * tested on a machine without a GPU) or RP_TEST_EVENT_DEVICE=1 (checked as
+ * such a CUDA executor, device/backend.h); otherwise a save is waited for, from
  * where the activation lies. */
 #define RP_SAVE_SLOTS 2
 int rp_saves_staged(rp_device_kind device);
@@ -83,7 +84,8 @@ int rp_saves_staged(rp_device_kind device);
  * rp_memory_model_fill's *workspace_bytes), the statistics downloaded after
  * each block's forward: 1 for executors of `device` whose memory the host
  * does not address (GPUs), and CPU executors checked as an unordered device
- * (device/backend.h's rp_device_unordered_test); 0 where the kernels write
+ * or an event-ordered one (device/backend.h's rp_device_unordered_test and
+ * rp_device_event_test); 0 where the kernels write
  * and read them in the host store. */
 int rp_router_stats_moved(rp_device_kind device);
 
