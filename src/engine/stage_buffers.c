@@ -461,6 +461,10 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
     /* --weight-buffers 1: no second buffer, the next job uploads into
      * this one when it starts */
     if (e->weight_buffers == 1 || !next_job(e, t, g, j, &nt, &ng, &nj)) {
+        /* nothing prefetched there; its uploads of the job before end
+         * first: their completions (upload_done) read its t, and ordered
+         * by events the job before waited only for their issue */
+        RP_TRY(finish(x, next, err));
         next->t = 0;
         return RP_OK;
     }
