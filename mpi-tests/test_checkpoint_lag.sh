@@ -79,9 +79,13 @@ for m in qwen3 llama; do
   done
 done
 # a checkpoint is a model directory transformers loads, with the file's tensors
-if python3 -c 'import transformers, torch, safetensors' 2> /dev/null; then
-  python3 - "$tmp/ckgqwen30/step-00000004" << 'PY' && ok || bad "the checkpoint does not load in transformers"
-import sys, torch
+# (one Python: its imports, some seconds, are the availability check too)
+python3 - "$tmp/ckgqwen30/step-00000004" << 'PY'
+import sys
+try:
+    import transformers, torch, safetensors
+except ImportError:
+    sys.exit(77)
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 d = sys.argv[1]
@@ -93,9 +97,11 @@ out = model(torch.tensor([[1, 2, 3, 4]])).logits
 assert torch.isfinite(out).all()
 print(f"transformers loaded {type(model).__name__} from {d}: {len(want)} tensors equal to the file")
 PY
-else
-  echo "SKIP part: python3 with transformers, torch and safetensors not found: the checkpoint is not loaded in transformers"
-fi
+case $? in
+  0) ok ;;
+  77|127) echo "SKIP part: python3 with transformers, torch and safetensors not found: the checkpoint is not loaded in transformers" ;;
+  *) bad "the checkpoint does not load in transformers" ;;
+esac
 # SIGUSR1: the stop's checkpoint holds the pending update of its step (64
 # tokens a sample, as test_checkpoint.sh's signals: the pending update is
 # there at any length, and 128 made the uninterrupted and resumed runs
