@@ -4,9 +4,13 @@ directory loads with PeftModel.from_pretrained on the base, and its logits
 on a batch equal those of roundpipe's merged model (--save-merged, loaded
 with transformers) within 1e-5, in fp32.
 
-  lora_peft_check.py BASE_DIR ADAPTER_DIR MERGED_DIR DATA.npy SEQ_LEN
+  lora_peft_check.py BASE_DIR ADAPTER_DIR MERGED_DIR DATA.npy SEQ_LEN [-- ...]
 
-Exit 0: equal; 1: not; 77: torch, transformers or peft missing (skip)."""
+Several checks in one process (the imports take seconds): their argument
+lists separated by "--", each said in a line of its own, "ok ADAPTER_DIR"
+or "FAILED ADAPTER_DIR: why".
+Exit 0: equal (every check); 1: not; 77: torch, transformers or peft
+missing (skip)."""
 import sys
 
 try:
@@ -19,8 +23,9 @@ except ImportError as e:  # the test skips with this message
     sys.exit(77)
 
 
-def main():
-    base_dir, adapter_dir, merged_dir, data, seq = sys.argv[1:6]
+def check(args):
+    """None when the adapter gives the merged model's logits, else why not."""
+    base_dir, adapter_dir, merged_dir, data, seq = args
     seq = int(seq)
     tokens = np.load(data).astype(np.int64)[: 2 * seq].reshape(2, seq)
     ids = torch.from_numpy(tokens)
@@ -33,7 +38,26 @@ def main():
     diff = (a - b).abs().max().item()
     scale = a.abs().max().item()
     print(f"PEFT adapter vs merged model: max |logit diff| {diff:.3e} (largest logit {scale:.3f})")
-    return 0 if diff <= 1e-5 * max(1.0, scale) else 1
+    return None if diff <= 1e-5 * max(1.0, scale) else "logits differ by more than 1e-5"
+
+
+def main():
+    checks = [[]]
+    for a in sys.argv[1:]:
+        if a == "--":
+            checks.append([])
+        else:
+            checks[-1].append(a)
+    failed = 0
+    for args in checks:
+        try:
+            why = check(args)
+        except Exception as e:  # this check fails; the next ones still run
+            why = f"{type(e).__name__}: {e}"
+        adapter = args[1] if len(args) > 1 else "?"
+        print(f"ok {adapter}" if why is None else f"FAILED {adapter}: {why}")
+        failed += why is not None
+    return 1 if failed else 0
 
 
 sys.exit(main())

@@ -109,8 +109,12 @@ cmp -s "$c4/model.safetensors" "$tmp/ck/step-00000004/model.safetensors" && ok |
 
 # SIGUSR1 through mpirun and SIGTERM to the ranks: the step in progress ends, a
 # checkpoint is written, exit 0 with a line naming it; resuming gives the
-# bits of a run that never stopped
-long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 128 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2"
+# bits of a run that never stopped. 64 tokens a sample (the stop and its
+# checkpoint are the same at any length; 128 made the uninterrupted run and
+# the two resumed ones twice as long): a step of 2 ranks takes about 0.03 s
+# here, the signal comes within a few steps of the third logged one, and
+# more than 50 steps are left after it
+long="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 64 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2"
 run 2 long $long --log "$tmp/long.jsonl" --save "$tmp/long"
 for sig in USR1 TERM; do
   ${MPIRUN:-mpirun} $flags -np 2 "$bin" train --progress none --threads 1 --device cpu --timeout 60 \
@@ -126,7 +130,7 @@ for sig in USR1 TERM; do
   k=$(sed -n 's/.*stopped by SIG[A-Z0-9]* after step \([0-9]*\) of.*/\1/p' "$tmp/s$sig.txt")
   [ -f "$tmp/cks$sig/step-$(printf %08d "$k")/checkpoint.complete" ] && [ "$(wc -l < "$tmp/s$sig.jsonl")" -eq "$k" ] && ok || bad "SIG$sig: no checkpoint of step $k, or not $k metrics lines"
   [ ! -e "$tmp/unused" ] && ok || bad "SIG$sig: --save written by a run that stopped early"
-  run 1 "r$sig" --data "$build/examples/data/gnu-licenses.npy" --seq-len 128 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2 \
+  run 1 "r$sig" --data "$build/examples/data/gnu-licenses.npy" --seq-len 64 --batch-size 8 --microbatches 4 --steps 60 --lr 3e-3 --seed 2 \
     --checkpoint-dir "$tmp/cks$sig" --resume auto --log "$tmp/r$sig.jsonl" --save "$tmp/r$sig" &&
     same long "r$sig" "SIG$sig at step $k, resumed on 1 rank" || { bad "SIG$sig resume"; cat "$tmp/r$sig.txt"; }
 done

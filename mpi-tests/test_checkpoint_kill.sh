@@ -5,7 +5,8 @@
 # restarted each time with the same command and --resume auto, with the
 # model of a run that was never killed, bit for bit: only complete
 # checkpoints are resumed, and the half-written one is ignored and cleaned
-# up. 20 kill points; the delays come from a fixed seed.
+# up. 20 kill points; the delays come from a fixed seed (and the killed
+# runs sleep up to 3 ms before every signal, which changes no bits).
 # Ctrl-C at a terminal under mpirun (SIGINT to mpirun's process group; the
 # ranks get SIGTERM, then SIGKILL a second later): mpirun exits 1, rank 0
 # says at once which checkpoint is kept, and the run stops after the step
@@ -19,9 +20,20 @@ export OMP_NUM_THREADS=1
 args="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --steps 200 --lr 3e-3 --seed 9 --progress none --threads 1 --device cpu --timeout 30"
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --save "$tmp/ref" > "$tmp/ref.txt" 2>&1 || { bad "reference run"; cat "$tmp/ref.txt"; }
 ck="$tmp/ck"
-start() { # the run, in the background; $pid is mpirun's
-  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --checkpoint-dir "$ck" --checkpoint-every 2 \
-    --keep-checkpoints 2 --resume auto --save "$tmp/final" >> "$tmp/runs.txt" 2>&1 &
+# start: the run, in the background; $pid is mpirun's. The kills land in
+# wall time (0.2-1.3 s after each start, 12 s in all), so what the 19 runs
+# killed so train is their time less MPI's start-up over a step's time: at
+# 0.03 s a step they reached step 112 of 200 where start-up took 0.5 s, and
+# finished the 200 after 16 kills where it took 0.3 s (Open MPI's messaging
+# layer named, testlib.sh). Up to 3 ms before every signal (RP_INJECT_DELAY_US,
+# which changes no bits: test_engine.sh, test_nodes.sh) makes a step about
+# 0.1 s here, and those runs reach about step 50: the 20 kill points land
+# before the run can finish on a faster machine too. The reference and the
+# runs to the end after the kills train without the delays.
+start() {
+  RP_INJECT_DELAY_US=3000 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -np 2 "$bin" train $args \
+    --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 2 --resume auto \
+    --save "$tmp/final" >> "$tmp/runs.txt" 2>&1 &
   pid=$!
 }
 killall_run() { pkill -9 -f "^$bin train .*$ck" 2>/dev/null; }

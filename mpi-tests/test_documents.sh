@@ -17,7 +17,8 @@ set -u
 export OMP_NUM_THREADS=1
 run() { # NP OUT_PREFIX [options...]: a run; its stderr in $tmp/OUT.txt
   np=$1; out=$2; shift 2
-  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --progress none --threads 1 --timeout 60 \
+  no_grace=""; [ "$np" = 1 ] && no_grace=$one_rank # a refusal on one rank: no grace (testlib.sh)
+  ${MPIRUN:-mpirun} $flags $no_grace -np "$np" "$bin" train --progress none --threads 1 --timeout 60 \
     "$@" > "$tmp/$out.txt" 2>&1
 }
 data="$build/examples/data/gnu-licenses.npy"

@@ -58,7 +58,8 @@ reader peft-gpt-oss peft "$fix/golden-gpt-oss/oss-lora/final" \
 llama="$fix/golden/llama"
 run() { # NP [train options...]: a tiny run of the llama fixture; its output in $tmp/out.txt
   np=$1; shift
-  ${MPIRUN:-mpirun} $flags -np "$np" "$bin" train --progress none --threads 1 --timeout 60 \
+  no_grace=""; [ "$np" = 1 ] && no_grace=$one_rank # a refusal on one rank: no grace (testlib.sh)
+  ${MPIRUN:-mpirun} $flags $no_grace -np "$np" "$bin" train --progress none --threads 1 --timeout 60 \
     --seq-len 16 --batch-size 4 --microbatches 2 --steps 2 "$@" > "$tmp/out.txt" 2>&1
   rc=$?
 }

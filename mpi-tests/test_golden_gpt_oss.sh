@@ -68,8 +68,9 @@ train() {
   extra="${6:-}"
   [ -f "$d/mask.npy" ] && extra="$extra --loss-mask $d/mask.npy"
   [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
+  no_grace=""; [ "$2" = 1 ] && no_grace=$one_rank # a refusal on one rank: no grace (testlib.sh)
   # shellcheck disable=SC2046,SC2086
-  ${MPIRUN:-mpirun} $flags -np "$2" "$bin" train --device cpu --model "$model" \
+  ${MPIRUN:-mpirun} $flags $no_grace -np "$2" "$bin" train --device cpu --model "$model" \
     --data "$d/data.npy" $extra $(cat "$d/args.txt") --pipelines "$3" --progress none \
     --log "$4.jsonl" --save "$4" > "$4.txt" 2>&1
 }
@@ -133,17 +134,9 @@ for np in 2 3; do
 done
 out="$tmp/oss-lora-peft"; d="$fix/oss-lora"
 echo "== oss-lora with --save-merged on 2 ranks, loaded by PEFT"
+peft_lora="" # PEFT's check of this adapter runs with oss-lora-params' below (one Python)
 if train oss-lora 2 1 "$out" "" "--save-merged $out-merged" && same "$tmp/oss-lora-2-1" "$out"
-then
-  # PEFT's adapter on the base against roundpipe's merged model, in transformers
-  python3 "$src/mpi-tests/lora_peft_check.py" "$d/model" "$out" "$out-merged" \
-    "$d/data.npy" 16 > "$tmp/peft-check.txt" 2>&1
-  case $? in
-    0) ok; grep "logit diff" "$tmp/peft-check.txt" ;;
-    77) echo "skipped the PEFT load check (Python, torch, transformers or peft missing)" ;;
-    *) bad "PEFT's oss-lora adapter does not give roundpipe's merged model's logits"
-       tail -n 5 "$tmp/peft-check.txt" ;;
-  esac
+then peft_lora="$d/model $out $out-merged $d/data.npy 16"
 else
   bad "oss-lora with --save-merged failed or differs"; cat "$out.txt"
 fi
@@ -176,24 +169,39 @@ for case in oss-lora-params oss-lora-params-m1; do
 done
 if same "$tmp/oss-lora-params-2-2" "$tmp/oss-lora-params-4-2"; then ok; else
   bad "oss-lora-params with 2 pipelines: 4 ranks differ from 2"; fi
-out="$tmp/oss-lora-params-peft"; d="$fix/oss-lora-params"
+out="$tmp/oss-lora-params-peft"; d="$fix/oss-lora-params"; peft_params=""
 echo "== oss-lora-params with --save-merged on 2 ranks, loaded by PEFT"
 if train oss-lora-params 2 1 "$out" "" "--save-merged $out-merged" &&
    same "$tmp/oss-lora-params-2-1" "$out"; then
   if grep -q '"mlp.experts.gate_up_proj"' "$out/adapter_config.json" &&
      tensor_names "$out/adapter_model.safetensors" | grep -q 'experts\.base_layer\.lora_A'; then
     ok; else bad "the saved adapter has no target_parameters or fused experts tensors"; fi
-  python3 "$src/mpi-tests/lora_peft_check.py" "$fix/oss-lora/model" "$out" "$out-merged" \
-    "$d/data.npy" 16 > "$tmp/peft-params-check.txt" 2>&1
-  case $? in
-    0) ok; grep "logit diff" "$tmp/peft-params-check.txt" ;;
-    77) echo "skipped the PEFT load check (Python, torch, transformers or peft missing)" ;;
-    *) bad "PEFT's oss-lora-params adapter does not give roundpipe's merged model's logits"
-       tail -n 5 "$tmp/peft-params-check.txt" ;;
-  esac
+  peft_params="$fix/oss-lora/model $out $out-merged $d/data.npy 16"
 else
   bad "oss-lora-params with --save-merged failed or differs"; cat "$out.txt"
 fi
+# PEFT's adapters on the base against roundpipe's merged models, in
+# transformers: oss-lora's and oss-lora-params', in one Python (its imports
+# take seconds; a line for each, "ok ADAPTER_DIR")
+# shellcheck disable=SC2086
+set -- $peft_lora
+[ -n "$peft_lora" ] && [ -n "$peft_params" ] && set -- "$@" --
+# shellcheck disable=SC2086
+set -- "$@" $peft_params
+prc=0
+[ $# -gt 0 ] && { python3 "$src/mpi-tests/lora_peft_check.py" "$@" > "$tmp/peft-check.txt" 2>&1; prc=$?
+  grep "logit diff" "$tmp/peft-check.txt"; }
+peft_said() { # CASE CHECK: the check's adapter (its second word) said "ok"
+  [ -n "$2" ] || return 0 # its run failed, said above
+  # shellcheck disable=SC2086
+  set -- "$1" $2
+  if [ $prc = 77 ]; then echo "skipped the PEFT load check (Python, torch, transformers or peft missing)"
+  elif grep -qxF "ok $3" "$tmp/peft-check.txt"; then ok
+  else bad "PEFT's $1 adapter does not give roundpipe's merged model's logits"
+    tail -n 5 "$tmp/peft-check.txt"; fi
+}
+peft_said oss-lora "$peft_lora"
+peft_said oss-lora-params "$peft_params"
 # a checkpoint of step 2 (the experts' adapters per expert) resumes on another
 # rank count to the same bits
 ck="$tmp/oss-params-ck"
@@ -280,16 +288,17 @@ if train oss-m2 3 1 "$out" "" "--resume $ck/step-00000002" &&
 # ---- transformers loads what roundpipe saved ----------------------------------
 # --save's model, and the last checkpoint with its logits' cross-entropy against
 # roundpipe's eval_loss of the same weights
+# (one Python for both: its imports take seconds; a line each, "ok DIR")
 eval_loss=$(sed -n 's/.*"eval_loss":\([^,}]*\).*/\1/p' "$run.jsonl" | tail -n 1)
-for check in "$tmp/oss-m2-2-2" \
-             "$ck/step-00000004 $fix/oss-m2/data.npy 16 ${eval_loss:-nan}"; do
-  # shellcheck disable=SC2086
-  python3 "$src/mpi-tests/gpt_oss_load_check.py" $check 2>"$tmp/load-check.err"
-  case $? in
-    0) ok ;;
-    77) echo "skipped the transformers load check (Python, torch or transformers missing)" ;;
-    *) bad "transformers does not load ${check%% *} to its tensors and roundpipe's loss"
-       tail -n 5 "$tmp/load-check.err" ;;
-  esac
+python3 "$src/mpi-tests/gpt_oss_load_check.py" "$tmp/oss-m2-2-2" -- "$ck/step-00000004" \
+  "$fix/oss-m2/data.npy" 16 "${eval_loss:-nan}" > "$tmp/load-check.txt" 2>"$tmp/load-check.err"
+lrc=$?
+cat "$tmp/load-check.txt"
+for dir in "$tmp/oss-m2-2-2" "$ck/step-00000004"; do
+  if [ $lrc = 77 ]; then
+    echo "skipped the transformers load check (Python, torch or transformers missing)"
+  elif grep -qxF "ok $dir" "$tmp/load-check.txt"; then ok
+  else bad "transformers does not load $dir to its tensors and roundpipe's loss"
+    tail -n 5 "$tmp/load-check.err"; fi
 done
 finish

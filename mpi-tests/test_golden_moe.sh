@@ -58,8 +58,9 @@ train() {
   extra="${6:-}"
   [ -f "$d/mask.npy" ] && extra="$extra --loss-mask $d/mask.npy"
   [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
+  no_grace=""; [ "$2" = 1 ] && no_grace=$one_rank # a refusal on one rank: no grace (testlib.sh)
   # shellcheck disable=SC2046,SC2086
-  ${MPIRUN:-mpirun} $flags -np "$2" "$bin" train --device cpu --model "$model" \
+  ${MPIRUN:-mpirun} $flags $no_grace -np "$2" "$bin" train --device cpu --model "$model" \
     --data "$d/data.npy" $extra $(cat "$d/args.txt") --pipelines "$3" --progress none \
     --log "$4.jsonl" --save "$4" > "$4.txt" 2>&1
 }

@@ -32,7 +32,8 @@ args="--data $fix/data.npy --seq-len 16 --batch-size 4 --progress none"
 # train NP [options...]: output in $tmp/out.txt, exit status in $rc
 train() {
   np=$1; shift
-  ${MPIRUN:-mpirun} $flags -x RP_FAULT_SAVE_FILE -np "$np" "$bin" train $args "$@" \
+  no_grace=""; [ "$np" = 1 ] && no_grace=$one_rank # a failure on one rank: no grace (testlib.sh)
+  ${MPIRUN:-mpirun} $flags $no_grace -x RP_FAULT_SAVE_FILE -np "$np" "$bin" train $args "$@" \
     > "$tmp/out.txt" 2>&1
   rc=$?
 }

@@ -96,12 +96,13 @@ tokens, mask, starts = prepare.layout(docs)
 assert len(tokens) == len(mask) == 4, (tokens, mask)
 assert starts == [0, 2] and mask == [0, 1, 0, 1], (starts, mask)
 PY
-if ! python3 -c 'import numpy, transformers, tokenizers' 2> /dev/null; then
-  echo "SKIP part: python3 without numpy, transformers and tokenizers: only the checks before tokenizing ran"
-  finish; exit
-fi
-python3 - "$tmp/tok" << 'PY' || { bad "building the tokenizer"; finish; exit; }
+# (its imports, some seconds, are the availability check too: exit 77)
+python3 - "$tmp/tok" << 'PY'
 import sys
+try:
+    import numpy, transformers, tokenizers
+except ImportError:
+    sys.exit(77)
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 words = "the cat sat on a mat hello how are you fine thanks what is two plus two four".split()
@@ -115,6 +116,12 @@ fast.chat_template = ("{% for m in messages %}<s> <{{ m['role'] }}> {{ m['conten
                       "{% endfor %}{% if add_generation_prompt %}<s> <assistant> {% endif %}")
 fast.save_pretrained(sys.argv[1])
 PY
+case $? in
+  0) ;;
+  77) echo "SKIP part: python3 without numpy, transformers and tokenizers: only the checks before tokenizing ran"
+      finish; exit ;;
+  *) bad "building the tokenizer"; finish; exit ;;
+esac
 cat > "$tmp/data.jsonl" << 'J'
 {"messages": [{"role": "user", "content": "hello how are you"}, {"role": "assistant", "content": "fine thanks"}]}
 {"text": "the cat sat on a mat"}
@@ -181,8 +188,18 @@ PY
 "$prep" --tokenizer "$tmp/tok" --input "$tmp/data.jsonl" --out "$tmp/ev" --eval-fraction 0.25 \
   > "$tmp/ev.txt" 2>&1 && [ -f "$tmp/ev/eval_tokens.npy" ] && grep -q "eval: 1 documents" "$tmp/ev.txt" &&
   ok || { bad "--eval-fraction"; cat "$tmp/ev.txt"; }
-# train reads the output
-vocab=$(python3 -c "import sys; from transformers import AutoTokenizer; print(len(AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)))" "$tmp/tok")
+# train reads the output; the tokenizer's size for its config, and (for the
+# empty text below) the same tokenizer with its EOS unset, in one Python:
+# its imports take seconds
+vocab=$(python3 - "$tmp/tok" "$tmp/noeos" << 'PY'
+import sys
+from transformers import AutoTokenizer
+print(len(AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)), flush=True)
+t = AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)
+t.eos_token = None
+t.save_pretrained(sys.argv[2])
+PY
+) || bad "building the tokenizer without EOS"
 sed "s/\"vocab_size\": *[0-9]*/\"vocab_size\": $vocab/" "$src/examples/tiny-config.json" > "$tmp/cfg.json"
 ${MPIRUN:-mpirun} $flags -np 1 "$build/src/roundpipe" train --init-config "$tmp/cfg.json" \
   --data "$tmp/pk/tokens.npy" --loss-mask "$tmp/pk/mask.npy" --seq-len 8 --batch-size 2 \
@@ -223,14 +240,8 @@ mkdir "$tmp/cfgonly"; cp "$tmp/tok/tokenizer_config.json" "$tmp/cfgonly/"
 "$prep" --tokenizer "$tmp/cfgonly" --input "$tmp/data.jsonl" --out "$tmp/co" > "$tmp/co.txt" 2>&1 &&
   bad "a tokenizer without files accepted" || { grep -q "no tokenizer files" "$tmp/co.txt" && ok ||
   { bad "the missing tokenizer's message"; cat "$tmp/co.txt"; }; }
-# {"text": ""} with a tokenizer without EOS (the word-level one with its EOS unset)
-python3 - "$tmp/tok" "$tmp/noeos" << 'PY' || bad "building the tokenizer without EOS"
-import sys
-from transformers import AutoTokenizer
-t = AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)
-t.eos_token = None
-t.save_pretrained(sys.argv[2])
-PY
+# {"text": ""} with a tokenizer without EOS (the word-level one with its EOS
+# unset, made above)
 printf '%s\n' '{"text": "the cat"}' '{"text": ""}' '{"text": "a mat"}' > "$tmp/empty.jsonl"
 "$prep" --tokenizer "$tmp/noeos" --input "$tmp/empty.jsonl" --out "$tmp/em" > "$tmp/em.txt" 2>&1 &&
   grep -q "1 line of .*empty.jsonl gave no tokens and is left out: 2" "$tmp/em.txt" && ok ||

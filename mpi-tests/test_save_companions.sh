@@ -14,12 +14,14 @@ gold="$src/mpi-tests/fixtures/golden/llama"
 model="$tmp/model"
 mkdir -p "$model"
 cp "$gold"/model/* "$model/"
-have_py=0
-if python3 -c 'import transformers, tokenizers' 2> /dev/null; then
-  have_py=1
-  # a tokenizer over the fixture's vocabulary, saved as transformers does
-  python3 - "$model" << 'PY' || { bad "could not build the test tokenizer"; have_py=0; }
+# a tokenizer over the fixture's vocabulary, saved as transformers does (the
+# script's imports, some seconds, are the availability check too: exit 77)
+python3 - "$model" << 'PY'
 import json, sys
+try:
+    import transformers, tokenizers
+except ImportError:
+    sys.exit(77)
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, GenerationConfig
 d = sys.argv[1]
@@ -30,9 +32,12 @@ fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", eos_token="
 fast.save_pretrained(d)
 GenerationConfig(max_new_tokens=5).save_pretrained(d)
 PY
-else
-  echo "SKIP part: python3 with transformers and tokenizers not found; plain companion files instead"
-fi
+case $? in
+  0) have_py=1 ;;
+  77|127) have_py=0
+     echo "SKIP part: python3 with transformers and tokenizers not found; plain companion files instead" ;;
+  *) have_py=0; bad "could not build the test tokenizer" ;;
+esac
 [ -f "$model/tokenizer.json" ] || echo '{"version": "1.0"}' > "$model/tokenizer.json"
 [ -f "$model/generation_config.json" ] || echo '{"max_new_tokens": 5}' > "$model/generation_config.json"
 echo "not a companion" > "$model/notes.txt"
