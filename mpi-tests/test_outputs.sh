@@ -10,7 +10,7 @@
 # 3. saving into a directory holding a sharded checkpoint removes its shards
 #    and index, so the directory loads the new weights;
 # 4. --log /dev/full is reported at once, the model is still saved, and the
-#    run exits non-zero;
+#    run exits non-zero, on 2 ranks without waiting out the CLI's report;
 # 5. a save that fails on any of its files (RP_FAULT_SAVE_FILE=1, 2) leaves
 #    the previous model byte for byte, loadable, with no temporary file;
 # 6. --trace onto a symbolic link, a FIFO and (as root) a device node writes
@@ -88,10 +88,16 @@ train 1 --model "$tmp/sh" --steps 2 --save "$tmp/sh"
 [ $rc -eq 0 ] && [ "$(ls "$tmp/sh" | tr '\n' ' ')" = "config.json model.safetensors " ] && ok || \
   { bad "3: stale shards left: $(ls "$tmp/sh" | tr '\n' ' ') (exit $rc)"; cat "$tmp/out.txt"; }
 
-# --- 4. a metrics log that cannot be written
+# --- 4. a metrics log that cannot be written (the ranks agree on it: the
+# run ends without the CLI's 10 s wait for ranks that never report)
+t0=$(date +%s)
 train 2 --model "$fix/model" --steps 3 --log /dev/full --save "$tmp/full"
+t1=$(date +%s)
 [ $rc -ne 0 ] && [ -s "$tmp/full/model.safetensors" ] && ok || bad "4: --log /dev/full: exit $rc"
 has "\-\-log /dev/full: write failed at step 1: No space left on device" "4: --log /dev/full"
+[ $((t1 - t0)) -lt 8 ] && ok || bad "4: --log /dev/full on 2 ranks took $((t1 - t0)) s (the report's wait)"
+[ "$(grep -c 'error: --log /dev/full: write failed at step 1: No space left on device (the log' "$tmp/out.txt")" = 1 ] &&
+  ok || { bad "4: --log /dev/full: not one final error line"; cat "$tmp/out.txt"; }
 
 # --- 5. all-or-nothing save under a fault in each file
 train 1 --model "$fix/model" --steps 1 --save "$tmp/prev"
