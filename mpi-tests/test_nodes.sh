@@ -315,7 +315,9 @@ ${MPIRUN:-mpirun} $flags -np 4 "$bin" $common --timeout 30 --steps 100000 --rank
 job=$!
 victim=""
 for _ in $(seq 1 100); do
-  victim=$(pgrep -f "roundpipe train .*--steps 100000" | sort -n | sed -n 4p)
+  # this job's ranks (mpirun's children: another test's ranks may run
+  # the same options), the fourth started
+  victim=$(pgrep -P "$job" | sort -n | sed -n 4p)
   [ -n "$victim" ] && grep -q "executor buffers" "$tmp/kill.txt" && break
   sleep 0.2
 done
