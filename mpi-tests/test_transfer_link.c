@@ -178,45 +178,51 @@ START_TEST(four_members_hold_for_any_peer)
 END_TEST
 
 /* One try of the test below: A's prefetch of 40 chunks against B's urgent
- * uploads, B resubmitting as soon as one ends; A's transfer statistics. */
+ * uploads, B keeping STREAM of them queued (resubmitting each as soon as it
+ * ends), so that B has urgent work at every moment but when its thread is
+ * descheduled for STREAM - 1 chunk times; A's transfer statistics. */
+enum { STREAM = 8 };
 static void steady_stream_try(rp_xfer_stats *st)
 {
-    static char srcA[40 * CHUNK], dstA[40 * CHUNK], srcB[CHUNK], dstB[CHUNK];
+    static char srcA[40 * CHUNK], dstA[40 * CHUNK], srcB[CHUNK], dstB[STREAM][CHUNK];
     link_model l = {PTHREAD_MUTEX_INITIALIZER, 0, 500000, 0, {0}};
     rp_xfer_link *board = calloc(1, sizeof *board);
     member mA = {&l, 'A'}, mB = {&l, 'B'};
     waits w = {0};
     /* A may hold a chunk 3 ms at most; B's uploads keep coming */
     rp_xfer *A = engine(&mA, board, 0, 2, 3000000, &w), *B = engine(&mB, board, 1, 2, 0, &w);
-    rp_xfer_req ra, rb;
+    rp_xfer_req ra, rb[STREAM];
     req_init(&ra, dstA, srcA, sizeof srcA, RP_XFER_PREFETCH);
-    req_init(&rb, dstB, srcB, sizeof srcB, RP_XFER_INPUT);
     rp_error err;
-    ck_assert_int_eq(rp_xfer_submit(B, &rb, &err), RP_OK);
+    for (int i = 0; i < STREAM; i++) {
+        req_init(&rb[i], dstB[i], srcB, sizeof srcB, RP_XFER_INPUT);
+        ck_assert_int_eq(rp_xfer_submit(B, &rb[i], &err), RP_OK);
+    }
     ck_assert_int_eq(rp_xfer_submit(A, &ra, &err), RP_OK);
     uint64_t t0 = now_ns();
     int done = 0;
-    while (!done && now_ns() - t0 < 10000000000ull) { /* B resubmits as soon as one ends */
-        ck_assert_int_eq(rp_xfer_wait(B, &rb, &err), RP_OK);
+    for (int i = 0; !done && now_ns() - t0 < 10000000000ull; i = (i + 1) % STREAM) {
+        ck_assert_int_eq(rp_xfer_wait(B, &rb[i], &err), RP_OK);
         done = atomic_load(&ra.state) == RP_XFER_DONE;
         if (!done)
-            ck_assert_int_eq(rp_xfer_submit(B, &rb, &err), RP_OK);
+            ck_assert_int_eq(rp_xfer_submit(B, &rb[i], &err), RP_OK);
     }
     ck_assert_msg(done, "A's prefetch did not end within 10 s of B's steady urgent stream");
     ck_assert_mem_eq(dstA, srcA, sizeof srcA);
     rp_xfer_get_stats(A, st);
     if (st->link_waits > 0)
         ck_assert_int_gt(atomic_load(&w.spans), 0); /* the waits are in the trace */
-    rp_xfer_destroy(&A);
+    rp_xfer_destroy(&A); /* B's requests still queued end cancelled */
     rp_xfer_destroy(&B);
     free(board);
 }
 
 /* A's prefetch ends whatever B's stream does; and when A is held, the
- * bound is what releases it. On a loaded machine B's thread may be
- * descheduled between two uploads, so that the link falls free before the
- * bound and A passes without a timeout: up to three tries, one of which
- * must see the bound fire (it does in the first on an idle machine). */
+ * bound is what releases it. B keeps several uploads queued, so that its
+ * urgent work does not stop between two of them (with one at a time, a
+ * loaded machine descheduling B's thread let the link fall free before the
+ * bound, and A passed without a timeout); still up to three tries, one of
+ * which must see the bound fire. */
 START_TEST(a_steady_urgent_stream_does_not_starve_a_prefetch)
 {
     rp_xfer_stats st = {0};
