@@ -12,6 +12,8 @@ lists separated by "--", each said in a line of its own, "ok DIR" or
 "FAILED DIR: why"; exit 0 when every one passes, else 1."""
 import sys
 
+from check_runs import run_checks
+
 try:
     import numpy as np
     import torch
@@ -48,18 +50,4 @@ def check(args):
     return None
 
 
-checks = [[]]
-for a in sys.argv[1:]:
-    if a == "--":
-        checks.append([])
-    else:
-        checks[-1].append(a)
-failed = 0
-for args in checks:
-    try:
-        why = check(args)
-    except Exception as e:  # this check fails; the next ones still run
-        why = "%s: %s" % (type(e).__name__, e)
-    print("ok %s" % args[0] if why is None else "FAILED %s: %s" % (args[0], why))
-    failed += why is not None
-sys.exit(1 if failed else 0)
+sys.exit(run_checks(check, lambda args: args[0]))

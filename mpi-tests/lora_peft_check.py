@@ -13,6 +13,8 @@ Exit 0: equal (every check); 1: not; 77: torch, transformers or peft
 missing (skip)."""
 import sys
 
+from check_runs import run_checks
+
 try:
     import numpy as np
     import torch
@@ -41,23 +43,4 @@ def check(args):
     return None if diff <= 1e-5 * max(1.0, scale) else "logits differ by more than 1e-5"
 
 
-def main():
-    checks = [[]]
-    for a in sys.argv[1:]:
-        if a == "--":
-            checks.append([])
-        else:
-            checks[-1].append(a)
-    failed = 0
-    for args in checks:
-        try:
-            why = check(args)
-        except Exception as e:  # this check fails; the next ones still run
-            why = f"{type(e).__name__}: {e}"
-        adapter = args[1] if len(args) > 1 else "?"
-        print(f"ok {adapter}" if why is None else f"FAILED {adapter}: {why}")
-        failed += why is not None
-    return 1 if failed else 0
-
-
-sys.exit(main())
+sys.exit(run_checks(check, lambda args: args[1] if len(args) > 1 else "?"))

@@ -25,7 +25,7 @@ EXTRA_DIST += tools/make_fp8_odd_fixtures.py
 include mpi-tests/fixtures/fp8-odd/files.mk
 # LoRA against PEFT (fixtures of tools/make_lora_golden.py), bits, bad options
 TESTS += mpi-tests/test_lora.sh
-EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py
+EXTRA_DIST += mpi-tests/test_lora.sh mpi-tests/lora_peft_check.py mpi-tests/check_runs.py
 # --save-merged: each tensor made a piece at a time (peak memory bounded), every element exact
 check_PROGRAMS += mpi-tests/test_lora_merged_save
 TESTS += mpi-tests/test_lora_merged_save
