@@ -17,7 +17,8 @@ unset OMP_NUM_THREADS
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc_bin=$bin
 rc_data="$build/examples/data/gnu-licenses.npy"
-rc_topologies="$src/mpi-tests/fixtures/topology"
+rc_fixtures="$src/mpi-tests/fixtures"
+rc_topologies="$rc_fixtures/topology"
 rc_tokens=$(head -c 128 "$rc_data" | LC_ALL=C sed -n "s/.*'shape': (\([0-9]*\),).*/\1/p")
 rc_mpirun="${MPIRUN:-mpirun} $flags"
 rc_timeout=60
