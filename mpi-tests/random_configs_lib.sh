@@ -241,12 +241,8 @@ rc_draw() { # SEED INDEX DIR
     rc_lora=1
     rc_int 1 8; rc_common="$rc_common --lora-rank $rc_v"
     rc_pick 4 8 16; rc_common="$rc_common --lora-alpha $rc_v"
-    case $rc_arch in
-      # gpt-oss's router and experts are no Linear modules: its adapters are the attention's
-      gpt_oss) rc_pick all-linear q_proj,v_proj k_proj,o_proj q_proj,k_proj,v_proj,o_proj ;;
-      qwen3_moe) rc_pick all-linear q_proj,v_proj gate o_proj,gate gate_proj,up_proj,down_proj gate,down_proj ;;
-      *) rc_pick all-linear q_proj,v_proj k_proj,o_proj gate_proj,up_proj,down_proj q_proj,down_proj ;;
-    esac
+    # shellcheck disable=SC2086
+    rc_targets_of "$rc_arch"; rc_pick $rc_v
     rc_common="$rc_common --lora-targets $rc_v"; rc_desc="$rc_desc lora($rc_v"
     rc_chance 35 && { rc_pick 0.1 0.3; rc_common="$rc_common --lora-dropout $rc_v"; rc_desc="$rc_desc dropout"; }
     rc_chance 20 && { rc_common="$rc_common --use-rslora"; rc_desc="$rc_desc rslora"; }
@@ -348,10 +344,10 @@ rc_targets_of() { # ARCH: the --lora-targets lists that suit it, into rc_v
     *) rc_v="all-linear q_proj,v_proj k_proj,o_proj gate_proj,up_proj,down_proj q_proj,down_proj" ;;
   esac
 }
-rc_option_set() { # OPTION VALUE: OPTION's value in rc_common set to VALUE (the option
-  # removed where VALUE is empty, added where it was not there); a flag: VALUE 1 or empty
+rc_option_set() { # OPTION VALUE: OPTION's value in rc_common set to VALUE (added
+  # where it was not there); VALUE empty: the option (or flag) removed
   rc_common=$(printf '%s\n' "$rc_common" | sed -e "s| $1 [^ -][^ ]*||g" -e "s| $1\( \|$\)|\1|g")
-  case $2 in "") ;; 1) rc_common="$rc_common $1" ;; *) rc_common="$rc_common $1 $2" ;; esac
+  [ -z "$2" ] || rc_common="$rc_common $1 $2"
 }
 rc_has() { # OPTION: whether rc_common has it
   case " $rc_common " in *" $1 "*) return 0 ;; esac
@@ -408,6 +404,7 @@ rc_draw_more() { # rc_draw's last draws, into its variables
       rc_lora=1
       rc_int 1 8; rc_option_set --lora-rank "$rc_v"
       rc_pick 4 8 16; rc_option_set --lora-alpha "$rc_v"
+      # shellcheck disable=SC2086
       rc_targets_of "$rc_march"; rc_pick $rc_v; rc_option_set --lora-targets "$rc_v"
       rc_desc="$rc_desc lora($rc_v"
       rc_chance 40 && { rc_merged=1; rc_desc="$rc_desc merged"; }
@@ -417,6 +414,7 @@ rc_draw_more() { # rc_draw's last draws, into its variables
       rc_t=$(printf '%s\n' "$rc_common" | sed -n 's/.*--lora-targets \([^ ]*\).*/\1/p')
       rc_targets_of "$rc_march"
       case " $rc_v " in *" $rc_t "*) ;; *)
+        # shellcheck disable=SC2086
         rc_pick $rc_v; rc_option_set --lora-targets "$rc_v"; rc_desc="$rc_desc targets=$rc_v" ;;
       esac
     fi
