@@ -346,7 +346,7 @@ rc_targets_of() { # ARCH: the --lora-targets lists that suit it, into rc_v
 }
 rc_option_set() { # OPTION VALUE: OPTION's value in rc_common set to VALUE (added
   # where it was not there); VALUE empty: the option (or flag) removed
-  rc_common=$(printf '%s\n' "$rc_common" | sed -e "s| $1 [^ -][^ ]*||g" -e "s| $1\( \|$\)|\1|g")
+  rc_common=$(printf '%s\n' "$rc_common" | sed -e "s| $1 [^ -][^ ]*||g" -e "s# $1\( \|$\)#\1#g")
   [ -z "$2" ] || rc_common="$rc_common $1 $2"
 }
 rc_has() { # OPTION: whether rc_common has it
