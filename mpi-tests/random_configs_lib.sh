@@ -384,7 +384,8 @@ rc_draw_more() { # rc_draw's last draws, into its variables
     # LoRA on several nodes is refused: with those, instead of an FP8 base
     # (LoRA only), the MXFP4 one trained in full
     if [ "$rc_fp8" = 1 ] && [ $rc_lora = 0 ] &&
-       { [ $rc_nodes -gt 1 ] || case $rc_resumed in *ranks-per-node*) true ;; *) false ;; esac; }; then
+       { [ $rc_nodes -gt 1 ] ||
+         { [ -n "$rc_resume" ] && case $rc_resumed in *ranks-per-node*) true ;; *) false ;; esac; }; }; then
       rc_model_dir 10
     fi
     rc_desc="$rc_desc | instead: model=$rc_mname"
