@@ -5,7 +5,9 @@
 # in tools/, so that the suite's test runs from a release tarball too.
 #
 #   rc_draw SEED INDEX DIR   draw configuration INDEX of SEED: DIR/config.json
-#                            (and DIR/documents.npy, DIR/mask.npy when drawn); sets
+#                            (and DIR/documents.npy, DIR/mask.npy,
+#                            DIR/eval-mask.npy, a sharded model in DIR/sharded
+#                            when drawn); sets
 #                            rc_desc (its features, one line), rc_np (2-4),
 #                            rc_common (options of every run), rc_one (the 1-rank
 #                            run's own), rc_many (the rc_np-rank run's own) and
@@ -19,8 +21,9 @@
 #   rc_commands DIR          print the commands rc_check runs
 # The caller sets rc_bin (roundpipe), rc_data (byte tokens, < 256), rc_mpirun
 # (mpirun and its flags), rc_tokens (its token count), rc_topologies (the
-# hwloc XML fixtures, mpi-tests/fixtures/topology) and optionally rc_timeout
-# (seconds a run may take).
+# hwloc XML fixtures, mpi-tests/fixtures/topology), rc_fixtures
+# (mpi-tests/fixtures, where the model directories drawn lie; default:
+# rc_topologies's parent) and optionally rc_timeout (seconds a run may take).
 # Every draw comes from one xorshift stream seeded by (SEED, INDEX), so a
 # configuration reproduces from those two numbers alone, whatever was drawn
 # before it. test_random_configs.sh runs fixed (SEED, INDEX) pairs: a new draw
@@ -238,12 +241,8 @@ rc_draw() { # SEED INDEX DIR
     rc_lora=1
     rc_int 1 8; rc_common="$rc_common --lora-rank $rc_v"
     rc_pick 4 8 16; rc_common="$rc_common --lora-alpha $rc_v"
-    case $rc_arch in
-      # gpt-oss's router and experts are no Linear modules: its adapters are the attention's
-      gpt_oss) rc_pick all-linear q_proj,v_proj k_proj,o_proj q_proj,k_proj,v_proj,o_proj ;;
-      qwen3_moe) rc_pick all-linear q_proj,v_proj gate o_proj,gate gate_proj,up_proj,down_proj gate,down_proj ;;
-      *) rc_pick all-linear q_proj,v_proj k_proj,o_proj gate_proj,up_proj,down_proj q_proj,down_proj ;;
-    esac
+    # shellcheck disable=SC2086
+    rc_targets_of "$rc_arch"; rc_pick $rc_v
     rc_common="$rc_common --lora-targets $rc_v"; rc_desc="$rc_desc lora($rc_v"
     rc_chance 35 && { rc_pick 0.1 0.3; rc_common="$rc_common --lora-dropout $rc_v"; rc_desc="$rc_desc dropout"; }
     rc_chance 20 && { rc_common="$rc_common --use-rslora"; rc_desc="$rc_desc rslora"; }
@@ -330,6 +329,190 @@ rc_draw() { # SEED INDEX DIR
   if rc_chance 30; then rc_pick none layer stage; rc_one="$rc_one --recompute $rc_v"; rc_desc="$rc_desc one:recompute=$rc_v"; fi
   if rc_chance 20; then rc_pick 1 2; rc_one="$rc_one --weight-buffers $rc_v"; rc_desc="$rc_desc one:wbuf=$rc_v"; fi
   if rc_chance 20; then rc_int 1 $((rc_seq * 2)); rc_one="$rc_one --mlp-chunk-tokens $rc_v"; rc_desc="$rc_desc one:chunk=$rc_v"; fi
+  # then, for 34 configurations in 100 (one draw decides, so that the suite's
+  # fixed pairs, whose draw here is 35-71, stay as they were): a model directory
+  # instead of --init-config, a PEFT adapter to start from, --eval-mask, a
+  # longer sequence, more steps
+  rc_chance 34 && rc_draw_more
+}
+
+rc_targets_of() { # ARCH: the --lora-targets lists that suit it, into rc_v
+  case $1 in
+    # gpt-oss's router and experts are no Linear modules: its adapters are the attention's
+    gpt_oss) rc_v="all-linear q_proj,v_proj k_proj,o_proj q_proj,k_proj,v_proj,o_proj" ;;
+    qwen3_moe) rc_v="all-linear q_proj,v_proj gate o_proj,gate gate_proj,up_proj,down_proj gate,down_proj" ;;
+    *) rc_v="all-linear q_proj,v_proj k_proj,o_proj gate_proj,up_proj,down_proj q_proj,down_proj" ;;
+  esac
+}
+rc_option_set() { # OPTION VALUE: OPTION's value in rc_common set to VALUE (added
+  # where it was not there); VALUE empty: the option (or flag) removed
+  rc_common=$(printf '%s\n' "$rc_common" | sed -e "s| $1 [^ -][^ ]*||g" -e "s# $1\( \|$\)#\1#g")
+  [ -z "$2" ] || rc_common="$rc_common $1 $2"
+}
+rc_has() { # OPTION: whether rc_common has it
+  case " $rc_common " in *" $1 "*) return 0 ;; esac
+  return 1
+}
+
+# The model directories rc_draw_more picks from, under rc_fixtures: NAME DIR
+# DATA ARCH LAYERS FP8 ADAPTER R (ADAPTER: a PEFT adapter of that model, of
+# rank R, or -). Their vocabularies (40, 96) are smaller than rc_data's bytes:
+# each trains on its golden case's own 166 tokens. FP8 bases train LoRA only.
+rc_model_dirs='fp8-qwen3-bf16 golden-fp8/qwen3-bf16-scales-model golden/qwen3/data.npy qwen3 4 1 golden-fp8/qwen3-bf16-scales/lora_init 4
+fp8-qwen3-f32 golden-fp8/qwen3-f32-scales-m1-model golden/qwen3/data.npy qwen3 4 1 golden-fp8/qwen3-f32-scales-m1/lora_init 2
+fp8-qwen3-kept golden-fp8/qwen3-kept-model golden/qwen3/data.npy qwen3 4 1 golden-fp8/qwen3-kept/lora_init 4
+fp8-moe-bf16 golden-fp8/moe-bf16-scales/model-fp8 golden-fp8/moe-bf16-scales/data.npy qwen3_moe 5 1 golden-fp8/moe-bf16-scales/lora_init 2
+fp8-moe-kept golden-fp8/moe-kept/model-fp8 golden-fp8/moe-kept/data.npy qwen3_moe 5 1 golden-fp8/moe-kept/lora_init 2
+fp8-odd-block-f32 fp8-odd/block-f32 golden/qwen3/data.npy qwen3 4 1 - 0
+fp8-odd-kept-f32 fp8-odd/kept-f32 golden/qwen3/data.npy qwen3 4 1 - 0
+fp8-odd-norms fp8-odd/norms golden/qwen3/data.npy qwen3 4 1 - 0
+fp8-odd-moe-router fp8-odd/moe-router golden-fp8/moe-kept/data.npy qwen3_moe 5 1 - 0
+mxfp4 golden-gpt-oss/oss-mxfp4/model-mxfp4 golden-gpt-oss/oss-mxfp4/data.npy gpt_oss 5 0 golden-gpt-oss/oss-lora/lora_init 2'
+rc_model_dir() { # LINE: line LINE of rc_model_dirs into rc_m*
+  # shellcheck disable=SC2046
+  set -- $(printf '%s\n' "$rc_model_dirs" | sed -n "$1p")
+  rc_mname=$1 rc_mdir=$rc_fix/$2 rc_mdata=$rc_fix/$3 rc_march=$4 rc_mlayers=$5 rc_fp8=$6
+  rc_adapter=$rc_fix/$7 rc_adapter_r=$8; [ "$7" = - ] && rc_adapter=""
+  return 0
+}
+
+rc_draw_more() { # rc_draw's last draws, into its variables
+  rc_fix=${rc_fixtures:-${rc_topologies%/*}}
+  rc_tokens_now=$rc_tokens rc_maxpos=256 rc_adapter=""
+  if rc_chance 60; then
+    rc_int 1 10; rc_model_dir "$rc_v"
+    # LoRA on several nodes is refused: with those, instead of an FP8 base
+    # (LoRA only), the MXFP4 one trained in full
+    if [ "$rc_fp8" = 1 ] && [ $rc_lora = 0 ] &&
+       { [ $rc_nodes -gt 1 ] ||
+         { [ -n "$rc_resume" ] && case $rc_resumed in *ranks-per-node*) true ;; *) false ;; esac; }; }; then
+      rc_model_dir 10
+    fi
+    rc_desc="$rc_desc | instead: model=$rc_mname"
+    if rc_chance 40; then
+      # a sharded copy (roundpipe writes single files only)
+      rc_int 2 4; rc_shard "$rc_mdir" "$rc_dir/sharded" "$rc_v" || return 1
+      rc_mdir=$rc_dir/sharded; rc_desc="$rc_desc sharded=$rc_v"
+    fi
+    rc_common=$(printf '%s\n' "$rc_common" |
+      sed -e "s|--init-config $rc_dir/config.json --data $rc_data|--model $rc_mdir --data $rc_mdata|" \
+          -e "s|--eval-data $rc_data|--eval-data $rc_mdata|")
+    rc_tokens_now=$(head -c 128 "$rc_mdata" | LC_ALL=C sed -n "s/.*'shape': (\([0-9]*\),).*/\1/p")
+    rc_maxpos=64 rc_arch=$rc_march
+    # a dense model has no router loss to weigh
+    [ "$rc_march" = qwen3 ] && rc_option_set --router-aux-coef ""
+    if [ "$rc_fp8" = 1 ] && [ $rc_lora = 0 ]; then
+      rc_lora=1
+      rc_int 1 8; rc_option_set --lora-rank "$rc_v"
+      rc_pick 4 8 16; rc_option_set --lora-alpha "$rc_v"
+      # shellcheck disable=SC2086
+      rc_targets_of "$rc_march"; rc_pick $rc_v; rc_option_set --lora-targets "$rc_v"
+      rc_desc="$rc_desc lora($rc_v"
+      rc_chance 40 && { rc_merged=1; rc_desc="$rc_desc merged"; }
+      rc_desc="$rc_desc)"
+    elif [ $rc_lora = 1 ]; then
+      # the targets drawn for the drawn architecture, or others of this one's
+      rc_t=$(printf '%s\n' "$rc_common" | sed -n 's/.*--lora-targets \([^ ]*\).*/\1/p')
+      rc_targets_of "$rc_march"
+      case " $rc_v " in *" $rc_t "*) ;; *)
+        # shellcheck disable=SC2086
+        rc_pick $rc_v; rc_option_set --lora-targets "$rc_v"; rc_desc="$rc_desc targets=$rc_v" ;;
+      esac
+    fi
+    # the drawn documents, mask and plan were the drawn model's and rc_data's
+    if rc_has --documents; then
+      rc_starts=0; rc_at=0
+      while :; do
+        rc_int 1 $((2 * rc_seq)); rc_at=$((rc_at + rc_v)); [ $rc_at -lt "$rc_tokens_now" ] || break
+        rc_starts="$rc_starts $rc_at"
+      done
+      # shellcheck disable=SC2086
+      rc_npy_i8 "$rc_dir/documents.npy" $rc_starts
+    fi
+    if rc_has --loss-mask; then
+      rc_int 30 95; rc_npy_u1 "$rc_dir/mask.npy" "$rc_tokens_now" "$rc_tokens_now" "$rc_v"
+    fi
+    case $rc_many in *" --plan "*)
+      rc_many=${rc_many%% --plan *}
+      rc_draw_plan "$rc_mlayers"; rc_many="$rc_many --plan $rc_v"; rc_desc="$rc_desc plan=$rc_v" ;;
+    esac
+  fi
+  # an adapter to start from, a fixture's (the configuration's rank is its r;
+  # its alpha, targets and rsLoRA are the adapter's)
+  if [ $rc_lora = 1 ] && [ -n "$rc_adapter" ] && rc_chance 50; then
+    rc_option_set --lora-rank "$rc_adapter_r"; rc_option_set --lora-alpha ""
+    rc_option_set --lora-targets ""; rc_option_set --use-rslora ""
+    rc_common="$rc_common --lora-init $rc_adapter"; rc_desc="$rc_desc lora-init"
+  fi
+  if rc_has --eval-data && rc_chance 50; then
+    # (the first 7 samples of up to 97 tokens drawn: --eval-samples is 1-6)
+    rc_int 30 95
+    rc_npy_u1 "$rc_dir/eval-mask.npy" "$rc_tokens_now" \
+      "$(( rc_tokens_now < 7 * 97 ? rc_tokens_now : 7 * 97 ))" "$rc_v"
+    rc_common="$rc_common --eval-mask $rc_dir/eval-mask.npy"; rc_desc="$rc_desc eval-mask"
+  fi
+  if rc_chance 30; then
+    rc_int 34 $(( rc_maxpos < 96 ? rc_maxpos : 96 )); rc_seq=$rc_v
+    rc_option_set --seq-len "$rc_seq"; rc_desc="$rc_desc S=$rc_seq"
+  fi
+  if rc_chance 30; then
+    rc_int 5 8; rc_steps=$rc_v; rc_option_set --steps "$rc_steps"; rc_desc="$rc_desc steps=$rc_steps"
+  fi
+}
+
+rc_le8() { # VALUE: its 8 little-endian bytes
+  rc_i=0
+  while [ $rc_i -lt 8 ]; do
+    printf "\\$(printf %03o $(( ($1 >> (8 * rc_i)) & 255 )))"; rc_i=$((rc_i + 1))
+  done
+}
+
+rc_shard() { # SRC DEST PARTS: SRC's model.safetensors cut into up to PARTS shards in DEST
+  # (model-0000I-of-0000K.safetensors, whole tensors each, in the order of their
+  # data) with model.safetensors.index.json and SRC's config.json; K into rc_v
+  rc_f=$1/model.safetensors
+  rc_hn=$(od -An -tu8 -N8 "$rc_f" | tr -d ' ')
+  mkdir -p "$2" && cp "$1/config.json" "$2/" || return 1
+  head -c $((8 + rc_hn)) "$rc_f" | tail -c "$rc_hn" | awk -v parts="$3" '
+    { s = s $0 }
+    END {
+      sub(/^[ ]*\{/, "", s); sub(/\}[ ]*$/, "", s); gsub(/\},"/, "}\n\"", s)
+      n = split(s, e, "\n"); end = 0; t = 0
+      for (i = 1; i <= n; i++) {
+        if (!match(e[i], /"data_offsets":\[[0-9]+,[0-9]+\]/)) continue
+        o = substr(e[i], RSTART + 16, RLENGTH - 17); split(o, ab, ",")
+        t++; name[t] = substr(e[i], 2, index(substr(e[i], 2), "\"") - 1)
+        body[t] = substr(e[i], 1, RSTART - 1); a[t] = ab[1] + 0; b[t] = ab[2] + 0
+        if (b[t] > end) end = b[t]
+      }
+      # a tensor goes to the part its first byte falls in: each part is one
+      # run of the data, empty parts dropped
+      for (i = 1; i <= t; i++) { p = int(a[i] * parts / end); used[p] = 1; part[i] = p }
+      k = 0
+      for (p = 0; p < parts; p++) if (used[p]) { k++; num[p] = k; lo[k] = end; hi[k] = 0 }
+      for (i = 1; i <= t; i++) {
+        j = num[part[i]]; if (a[i] < lo[j]) lo[j] = a[i]; if (b[i] > hi[j]) hi[j] = b[i]
+      }
+      idx = ""
+      for (j = 1; j <= k; j++) {
+        h = ""; f = sprintf("model-%05d-of-%05d.safetensors", j, k)
+        for (i = 1; i <= t; i++) {
+          if (num[part[i]] != j) continue
+          h = h (h == "" ? "" : ",") body[i] "\"data_offsets\":[" (a[i] - lo[j]) "," (b[i] - lo[j]) "]}"
+          idx = idx (idx == "" ? "" : ", ") "\"" name[i] "\": \"" f "\""
+        }
+        printf "%s %d %d %s\n", f, lo[j], hi[j] - lo[j], "{" h "}"
+      }
+      printf "index %d 0 {\"metadata\": {\"total_size\": %d}, \"weight_map\": {%s}}\n", k, end, idx
+    }' > "$2/parts.txt" || return 1
+  while read -r rc_name rc_lo rc_len rc_json; do
+    if [ "$rc_name" = index ]; then printf '%s\n' "$rc_json" > "$2/model.safetensors.index.json"; continue; fi
+    # (the format allows trailing spaces: the data start 8-aligned)
+    while [ $(( (8 + ${#rc_json}) % 8 )) != 0 ]; do rc_json="$rc_json "; done
+    { rc_le8 ${#rc_json}; printf '%s' "$rc_json"
+      tail -c +$((8 + rc_hn + rc_lo + 1)) "$rc_f" | head -c "$rc_len"; } > "$2/$rc_name"
+  done < "$2/parts.txt"
+  rc_v=$(sed -n 's/^index \([0-9]*\) .*/\1/p' "$2/parts.txt"); rm -f "$2/parts.txt"
 }
 
 rc_run() { # NAME NP [options...]: one run into $rc_dir/NAME{.txt,.jsonl,/}; its status in rc_rc

@@ -31,7 +31,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/mpi-tests/random_configs_lib.sh"
 rc_bin=$builddir/src/roundpipe
 rc_data=$builddir/examples/data/gnu-licenses.npy
-rc_topologies=$top/mpi-tests/fixtures/topology
+rc_fixtures=$top/mpi-tests/fixtures
+rc_topologies=$rc_fixtures/topology
 [ -x "$rc_bin" ] && [ -f "$rc_data" ] ||
   { echo "random-configs.sh: no $rc_bin or $rc_data (build first: sh tools/build.sh)" >&2; exit 2; }
 rc_tokens=$(head -c 128 "$rc_data" | LC_ALL=C sed -n "s/.*'shape': (\([0-9]*\),).*/\1/p")
