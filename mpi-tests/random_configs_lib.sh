@@ -58,16 +58,17 @@ rc_npy_i8() { # FILE VALUES...: a one-dimensional int64 .npy (little-endian)
   } > "$rc_f"
 }
 rc_npy_u1() { # FILE COUNT DRAWN PERCENT: a uint8 loss mask of COUNT entries, the first
-  # DRAWN of them 1 with PERCENT chance each, the rest 1
-  rc_f=$1; rc_n=$2; rc_p=$4
+  # DRAWN of them (COUNT at most) 1 with PERCENT chance each, the rest 1
+  rc_f=$1; rc_n=$2; rc_p=$4; rc_d=$3
+  [ "$rc_d" -le "$rc_n" ] || rc_d=$rc_n # (head -c of a negative count never ends on /dev/zero)
   { printf '\223NUMPY\001\000\166\000'
     printf "%-117s\n" "{'descr': '|u1', 'fortran_order': False, 'shape': ($rc_n,), }"
     rc_i=0
-    while [ $rc_i -lt "$3" ]; do
+    while [ $rc_i -lt "$rc_d" ]; do
       if rc_chance "$rc_p"; then printf '\001'; else printf '\000'; fi
       rc_i=$((rc_i + 1))
     done
-    head -c $((rc_n - $3)) /dev/zero | tr '\000' '\001'
+    head -c $((rc_n - rc_d)) /dev/zero | tr '\000' '\001'
   } > "$rc_f"
 }
 
