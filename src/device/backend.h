@@ -66,8 +66,9 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
 
 /* Asynchronous copies, for the transfer engine (engine/transfer.h), where
  * the back end offers them (CUDA; not the CPU, whose copies complete on
- * return, but under RP_TEST_EVENT_DEVICE=1, below): uploads and downloads each go on a stream of their own, so the
- * two directions of the link move at once. rp_device_copy_issue starts a
+ * return, but under RP_TEST_EVENT_DEVICE=1, below): uploads and downloads
+ * each go on a stream of their own, so the two directions of the link move
+ * at once. rp_device_copy_issue starts a
  * copy under `ticket` (0 .. RP_DEVICE_COPY_TICKETS - 1, in use by one copy
  * at a time) and returns; rp_device_copy_complete returns once that copy has
  * arrived, reporting its error, without waiting for anything else on the
