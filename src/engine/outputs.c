@@ -226,15 +226,15 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
         rp_status st = rp_run_agree(e, rp_checkpoint_failures(e, &one), comm, &one);
         keep_first(e, st, &one, &out, err);
     }
-    if (trained == RP_OK) { /* agreed as the others: the ranks without the
-                              * log learn that it failed now, not when the
-                              * CLI's report gives up waiting for them */
+    {
         rp_error one = {0};
         rp_status st = e->by_logger.log ? rp_engine_log_close(e, &one) : RP_OK;
-        keep_first(e, rp_run_agree(e, st, comm, &one), &one, &out, err);
-    } else if (e->by_logger.log) {
-        rp_error one = {0};
-        keep_first(e, rp_engine_log_close(e, &one), &one, &out, err);
+        /* agreed after a training that succeeded, as the outputs above: the
+         * ranks without the log learn that it failed now, not when the
+         * CLI's report gives up waiting for them */
+        if (trained == RP_OK)
+            st = rp_run_agree(e, st, comm, &one);
+        keep_first(e, st, &one, &out, err);
     }
     return trained == RP_OK ? out : trained;
 }
