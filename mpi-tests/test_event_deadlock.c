@@ -20,6 +20,7 @@
 
 #include "core/rng.h"
 #include "engine/event.h"
+#include "engine/wait_board.h"
 #include "rp_check.h"
 #include "store/store.h"
 
@@ -86,6 +87,103 @@ START_TEST(planted_deadlock_names_the_event_on_every_rank)
     ck_assert_int_eq(s, RP_ERR_INTERNAL);
     ck_assert(strstr(err.msg, "no such event grad[layer 4]"));
 
+    MPI_Barrier(MPI_COMM_WORLD);
+    rp_events_destroy(&ev);
+    rp_store_destroy(&st);
+    rp_store_layout_destroy(&l);
+}
+END_TEST
+
+/* The wait board (engine/wait_board.h) in a store shared by every rank:
+ * each rank posts a wait (two threads of the last rank post the same one);
+ * each rank's message then names every other rank's wait, with the event's
+ * value now and the value awaited, the twin once, never its own; a given
+ * back slot is no longer named; a rank's slots run out at
+ * RP_WAIT_BOARD_SLOTS; a message that does not fit ends in "...". */
+START_TEST(the_wait_board_names_every_other_wait)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    rp_event_dims d = dims();
+    rp_store_layout *l;
+    rp_error err = {0};
+    size_t off, boff;
+    ck_assert_int_eq(rp_store_layout_create(&l, &err), RP_OK);
+    ck_assert_int_eq(rp_store_layout_add(l, "events", rp_events_bytes(&d), 64, &off, &err), RP_OK);
+    ck_assert_int_eq(rp_store_layout_add(l, "waits", rp_wait_board_bytes(size), 64, &boff, &err),
+                     RP_OK);
+    rp_store *st;
+    ck_assert_int_eq(rp_store_create(MPI_COMM_WORLD, l, NULL, &st, &err), RP_OK);
+    rp_events *ev;
+    ck_assert_int_eq(rp_events_create(rp_store_at(st, off, rp_events_bytes(&d)), rp_events_bytes(&d),
+                                      &d, rank, &ev, &err), RP_OK);
+    rp_wait_slot *board = rp_store_at(st, boff, rp_wait_board_bytes(size));
+    int world_of[64];
+    for (int r = 0; r < size && r < 64; r++)
+        world_of[r] = 10 + r; /* world ranks told apart from node-local ones */
+    if (rank == 0)
+        rp_event_signal(ev, (rp_event_name){RP_EV_FWD_OUT, 1, 1}, 3);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* rank r waits for fwd_out[stage 1, microbatch r % 3] to reach 4 + r */
+    rp_event_name mine = {RP_EV_FWD_OUT, 1, rank % 3};
+    int slot = rp_wait_board_post(board, rank, mine, 4 + (uint64_t)rank);
+    ck_assert_int_eq(slot, 0);
+    int twin = -1;
+    if (rank == size - 1)
+        ck_assert_int_eq(twin = rp_wait_board_post(board, rank, mine, 4 + (uint64_t)rank), 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    char msg[1024] = "own";
+    rp_wait_board_append(board, size, world_of, rank, slot, ev, msg, sizeof msg);
+    char want[1024];
+    int n = snprintf(want, sizeof want, "own");
+    for (int r = 0; r < size; r++) {
+        if (r == rank) /* its own wait, and its twin, are not restated */
+            continue;
+        n += snprintf(want + n, sizeof want - n,
+                      "%s rank %d for fwd_out[stage 1, microbatch %d]: value %d, awaited %d",
+                      n == 3 ? "; waiting on this node too:" : ";", 10 + r, r % 3,
+                      r % 3 == 1 ? 3 : 0, 4 + r);
+    }
+    ck_assert_str_eq(msg, want);
+    MPI_Barrier(MPI_COMM_WORLD);
+    rp_wait_board_clear(board, rank, twin);
+    if (rank != 0)
+        rp_wait_board_clear(board, rank, slot);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* only rank 0's wait is left: the others name it alone, rank 0 nothing */
+    snprintf(msg, sizeof msg, "own");
+    rp_wait_board_append(board, size, world_of, rank, rank == 0 ? slot : -1, ev, msg, sizeof msg);
+    if (rank == 0 || size == 1)
+        ck_assert_str_eq(msg, "own");
+    else
+        ck_assert_str_eq(msg, "own; waiting on this node too: rank 10 for fwd_out[stage 1, "
+                              "microbatch 0]: value 0, awaited 4");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        rp_wait_board_clear(board, 0, slot);
+        /* slots run out; what does not fit is cut, and says so */
+        int got[RP_WAIT_BOARD_SLOTS + 1];
+        for (int i = 0; i <= RP_WAIT_BOARD_SLOTS; i++)
+            got[i] = rp_wait_board_post(board, 0, (rp_event_name){RP_EV_GRAD, i % 4, 0}, 9);
+        for (int i = 0; i < RP_WAIT_BOARD_SLOTS; i++)
+            ck_assert_int_eq(got[i], i);
+        ck_assert_int_eq(got[RP_WAIT_BOARD_SLOTS], -1);
+        /* an event the board cannot hold is not posted */
+        ck_assert_int_eq(rp_wait_board_post(board, 0, (rp_event_name){RP_EV_GRAD, -1, 0}, 1), -1);
+        char small[48] = "own";
+        rp_wait_board_append(board, size, world_of, 1, -1, ev, small, sizeof small);
+        ck_assert_str_eq(small, "own; waiting on this node too: ...");
+        char medium[130] = "own";
+        rp_wait_board_append(board, size, world_of, 1, -1, ev, medium, sizeof medium);
+        ck_assert_str_eq(medium, "own; waiting on this node too: rank 10 for grad[layer 0]: value 0, "
+                                 "awaited 9; rank 10 for grad[layer 1]: value 0, awaited 9; ...");
+        for (int i = 0; i < RP_WAIT_BOARD_SLOTS; i++)
+            rp_wait_board_clear(board, 0, got[i]);
+        snprintf(small, sizeof small, "own");
+        rp_wait_board_append(board, size, world_of, 1, -1, ev, small, sizeof small);
+        ck_assert_str_eq(small, "own");
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     rp_events_destroy(&ev);
     rp_store_destroy(&st);
@@ -201,6 +299,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("deadlock");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, planted_deadlock_names_the_event_on_every_rank);
+    tcase_add_test(t, the_wait_board_names_every_other_wait);
     tcase_add_test(t, bad_injection_settings_are_errors);
     tcase_add_test(t, signals_are_monotonic_and_injected_delays_bounded);
     tcase_add_test(t, sleeping_waiter_wakes_promptly);

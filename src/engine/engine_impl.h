@@ -234,6 +234,7 @@ typedef struct rp_engine {
     rp_store *param_store; /* the run's store: parameters and optimizer state */
     size_t param_store_bytes; /* the run's store (host_memory.h) */
     struct rp_xfer_link *link_boards; /* the segment store's boards, one per group */
+    struct rp_wait_slot *wait_board;  /* the segment store's waits (engine/wait_board.h) */
     rp_events *ev;
     rp_arena arena;
     float *act;        /* arena base in the store */

@@ -9,6 +9,7 @@ librp_la_SOURCES += \
 	src/engine/arena_numa.c src/engine/arena_numa.h \
 	src/engine/engine_impl.h \
 	src/engine/protocol.c src/engine/protocol.h src/engine/shared.c src/engine/batch.c \
+	src/engine/wait_board.c src/engine/wait_board.h \
 	src/engine/executor.c src/engine/executor_impl.h src/engine/stage_buffers.c \
 	src/engine/stage_weights.c src/engine/stage_weights.h src/engine/padding.h \
 	src/engine/stage_compute.c src/engine/gradient_download.c src/engine/layer_clock.c \

@@ -8,6 +8,7 @@
 
 #include "engine/engine_impl.h"
 #include "engine/protocol.h"
+#include "engine/wait_board.h"
 #include "io/checkpoint.h"
 
 /* ---- indices: the one place they are computed ---------------------------- */
@@ -206,6 +207,7 @@ static rp_status wait_for_step(rp_engine *e, rp_event_kind kind, int index, int 
     double deadline = rp_event_deadline(e->o->timeout_s * (background ? 1.25 : 1.0));
     uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
     rp_status s = RP_OK;
+    int posted = rp_wait_board_post(e->wait_board, e->rank, ev, value);
     for (;;) {
         /* wait in slices so an abort elsewhere is noticed quickly */
         double now = rp_event_now(), slice = now + 0.05;
@@ -232,6 +234,10 @@ static rp_status wait_for_step(rp_engine *e, rp_event_kind kind, int index, int 
             break;
         }
     }
+    if (s == RP_ERR_TIMEOUT && err && !err->echo) /* this rank's own wait ran out */
+        rp_wait_board_append(e->wait_board, e->size, e->nd.world_of, e->rank, posted, e->ev,
+                             err->msg, sizeof err->msg);
+    rp_wait_board_clear(e->wait_board, e->rank, posted);
     if (e->trace) {
         char name[96];
         rp_event_describe(e->ev, ev, name, sizeof name);

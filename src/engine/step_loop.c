@@ -15,6 +15,7 @@
 #include "engine/checkpoints.h"
 #include "engine/engine_impl.h"
 #include "engine/eval.h"
+#include "engine/wait_board.h"
 #include "engine/host_memory.h"
 #include "engine/protocol.h"
 #include "engine/run_impl.h"
@@ -61,12 +62,15 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_proto_dims(e, &dims);
     rp_store_layout *lay = NULL;
     RP_TRY(rp_run_agree(e, rp_store_layout_create(&lay, err), comm, err));
-    size_t act, evo, links;
+    size_t act, evo, links, waits;
     rp_status s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
                                       RP_STORE_ALIGN_PAGE, &act, err);
     if (s == RP_OK) /* the link groups' arbitration boards (zeroed: nothing urgent) */
         s = rp_store_layout_add(lay, "link boards", (size_t)e->size * sizeof(rp_xfer_link),
                                 RP_STORE_ALIGN_LINE, &links, err);
+    if (s == RP_OK)
+        s = rp_store_layout_add(lay, "wait board", rp_wait_board_bytes(e->size),
+                                RP_STORE_ALIGN_LINE, &waits, err);
     if (s == RP_OK)
         s = rp_store_layout_add(lay, "events", rp_events_bytes(&dims), RP_STORE_ALIGN_LINE, &evo,
                                 err);
@@ -89,6 +93,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     e->npins = e->npins_run + 1;
     e->act = (float *)(base + act);
     e->link_boards = (rp_xfer_link *)(base + links);
+    e->wait_board = (rp_wait_slot *)(base + waits);
     s = rp_events_create(base + evo, rp_events_bytes(&dims), &dims, e->nd.world_rank, &e->ev,
                           err);
     if (s == RP_OK && rp_store_is_leader(e->store)) {
@@ -107,6 +112,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 
 static void free_segment(rp_engine *e)
 {
+    e->wait_board = NULL;
     rp_events_destroy(&e->ev);
     if (e->store && !e->peer_lost) /* freeing its communicator may wait for the lost rank */
         rp_store_destroy(&e->store);
