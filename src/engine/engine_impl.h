@@ -188,6 +188,8 @@ typedef struct rp_engine {
     int num_layers;             /* embedding, blocks, head */
     /* the running segment and the resume */
     int64_t it_first, it_last;  /* iterations of the running segment (one plan each) */
+    int measuring;              /* the running segment's layer times feed the re-plan after
+                                   it (step_loop.c); no later segment's are read */
     int64_t adam_first;         /* by_optimizer.adam_step when the running segment started */
     int64_t resume_step;      /* --resume: the checkpoint's step (0: a fresh start) */
     int64_t resume_adam_step; /* and AdamW's update count then */

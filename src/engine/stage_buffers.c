@@ -481,7 +481,10 @@ rp_status rp_stage_acquire(executor *x, const rp_job *job, int64_t t, int g, int
  * backward) is not dequantised again. One scratch: the dequantisation runs
  * on the compute stream, so it cannot overlap the previous layer's compute
  * anyway, and a second layer's worth of device memory is what this path
- * saves. */
+ * saves. Timed only in a segment whose layer times the re-plan reads
+ * (e->measuring): the clock has the host wait for the device around it,
+ * which no later segment pays (the dequantisation is then queued on the
+ * compute stream after the upload it reads, as the block's kernels are). */
 static rp_status dequantise_base(executor *x, const stage_buf *b, int l, int i, rp_error *err)
 {
     rp_engine *e = x->e;
@@ -492,9 +495,9 @@ static rp_status dequantise_base(executor *x, const stage_buf *b, int l, int i, 
     x->base_layer = -1; /* until it is whole */
     /* ordered by events, the compute stream may still hold the layer
      * before's kernel ops and the wait for this block's upload
-     * (weights_before_compute): finished first, so the clock below times
-     * the dequantisation alone (without them it had both in it) */
-    if (x->by_events)
+     * (weights_before_compute): finished first when it is timed, so the
+     * clock below times the dequantisation alone */
+    if (x->by_events && e->measuring)
         RP_TRY(rp_device_sync(x->dev, err));
     const double t0 = rp_now();
     if (e->base_in_place)
@@ -507,9 +510,11 @@ static rp_status dequantise_base(executor *x, const stage_buf *b, int l, int i, 
      * starts after it. Every one, the first iteration's too: a scratch
      * that still holds its block from the job before is not dequantised
      * again, so there may be no other */
-    RP_TRY(rp_device_sync(x->dev, err));
-    e->by_executor.meas_ms[2 * e->num_layers + l] += (rp_now() - t0) * 1e3;
-    e->by_executor.meas_n[2 * e->num_layers + l] += 1;
+    if (e->measuring) {
+        RP_TRY(rp_device_sync(x->dev, err));
+        e->by_executor.meas_ms[2 * e->num_layers + l] += (rp_now() - t0) * 1e3;
+        e->by_executor.meas_n[2 * e->num_layers + l] += 1;
+    }
     x->base_layer = l;
     return RP_OK;
 }

@@ -210,6 +210,7 @@ rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
         int replan_after =
             !o->plan && !o->optimizer_lag && e->it_first == 1 && e->steps > RP_REPLAN_AFTER;
         e->it_last = replan_after ? RP_REPLAN_AFTER : e->steps;
+        e->measuring = replan_after;
         if (o->eval_every > 0) { /* a segment ends on each evaluation step */
             int64_t next = (e->it_first + o->eval_every - 1) / o->eval_every * o->eval_every;
             e->it_last = next < e->it_last ? next : e->it_last;
