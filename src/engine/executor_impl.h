@@ -126,7 +126,7 @@ typedef struct executor {
      * oldest first, and the measurement each adds to */
     int clock_first, clock_n;
     int clock_at[RP_DEVICE_MARKS / 2];
-    char name[64];       /* "2 (F2, layers 3-5) of iteration 7", for messages */
+    char name[128];      /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
 

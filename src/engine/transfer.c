@@ -176,7 +176,7 @@ static void *worker_main(void *arg)
     rp_xfer *x = arg;
     pthread_mutex_lock(&x->mu);
     for (;;) {
-        rp_xfer_req *r;
+        rp_xfer_req *r = NULL; /* set by the wait below unless stopping */
         while (!x->stopping && !(r = most_urgent(x)))
             pthread_cond_wait(&x->work, &x->mu);
         if (x->stopping)
