@@ -78,4 +78,21 @@ g="$src/mpi-tests/fixtures/golden/llama-packed"  # 180 tokens; starts 0 and 500 
   printf '\000\000\000\000\000\000\000\000\364\001\000\000\000\000\000\000'; } > "$tmp/past.npy"
 run 1 b4 $tiny --eval-data "$g/data.npy" --eval-documents "$tmp/past.npy" && bad "eval documents past the eval data accepted" ||
   { grep -q "documents $tmp/past.npy: index 1: start 500 is past the 180 tokens of $g/data.npy" "$tmp/b4.txt" && ok || { bad "eval documents: message"; cat "$tmp/b4.txt"; }; }
+
+# a short last microbatch (--eval-samples 3 at 2 samples a microbatch):
+# one chunk covers its 24 tokens, so its block keeps the dense MLP's g, u
+# and m in the saved area, which a full microbatch of two chunks (tiles of
+# 38 tokens, one tile a chunk) does not: the evaluator's buffers are sized
+# for every count of samples (memory_model.c). Under RP_TEST_DEVICE_GUARDS=1
+# a kernel writing past a buffer's end stops the run (sized for a full
+# microbatch alone, as before, both runs abort: "a buffer of 189696 bytes
+# was written past its end").
+for np in 1 3; do
+  ${MPIRUN:-mpirun} $flags -x RP_TEST_DEVICE_GUARDS=1 -np $np "$bin" train --device cpu --threads 1 \
+    --timeout 60 --init-config "$src/examples/tiny-config.json" --data "$data" --seq-len 24 \
+    --batch-size 4 --microbatches 2 --steps 2 --token-tile 38 --mlp-chunk-tokens 38 \
+    --eval-data "$data" --eval-samples 3 --log "$tmp/short-$np.jsonl" > "$tmp/short-$np.txt" 2>&1 &&
+    [ -n "$(field "$tmp/short-$np.jsonl" 2 eval_loss)" ] && ok ||
+    { bad "a short last evaluation microbatch on $np rank(s)"; tail -n 5 "$tmp/short-$np.txt"; }
+done
 finish

@@ -3,6 +3,7 @@
  * both have finished when they return, so the device is ordered by
  * construction (backend.h) and a timing mark is the host's clock
  * (backend.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,21 +29,69 @@ static void cpu_destroy(void *impl)
     (void)impl;
 }
 
+/* RP_TEST_DEVICE_GUARDS=1, a test mode (roundpipe(1)): every allocation
+ * sits between a header that records its size and a guard of a known
+ * pattern as long as itself (at least GUARD_MIN bytes: a layout that
+ * miscounts often writes its last array whole beyond the end), checked
+ * when it is freed. A buffer written past its end (a
+ * memory model that counted less than a kernel writes) then stops the run
+ * there, naming the buffer's size, where a GPU would fault or overwrite
+ * its neighbour in silence. Read once. */
+#define GUARD_HEAD 64 /* keeps the 64-byte alignment; holds the size */
+#define GUARD_MIN 4096
+#define GUARD_FILL 0xA5
+
+static size_t guard_bytes(size_t bytes)
+{
+    return bytes > GUARD_MIN ? bytes : GUARD_MIN;
+}
+
+static int guards_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("RP_TEST_DEVICE_GUARDS");
+        on = v && strcmp(v, "1") == 0;
+    }
+    return on;
+}
+
 static rp_status cpu_alloc(void *impl, size_t bytes, void **out, rp_error *err)
 {
     (void)impl;
     *out = NULL;
-    if (posix_memalign(out, 64, bytes ? bytes : 64) != 0) {
-        *out = NULL;
+    const int guarded = guards_on();
+    const size_t total = guarded ? GUARD_HEAD + bytes + guard_bytes(bytes) : bytes ? bytes : 64;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, total) != 0)
         return rp_error_set(err, RP_ERR_DEVICE_MEMORY, "cpu device: cannot allocate %zu bytes",
                             bytes);
+    if (guarded) {
+        memcpy(p, &bytes, sizeof bytes);
+        memset((char *)p + GUARD_HEAD + bytes, GUARD_FILL, guard_bytes(bytes));
+        p = (char *)p + GUARD_HEAD;
     }
+    *out = p;
     return RP_OK;
 }
 
 static void cpu_free(void *impl, void *p)
 {
     (void)impl;
+    if (p && guards_on()) {
+        char *base = (char *)p - GUARD_HEAD;
+        size_t bytes;
+        memcpy(&bytes, base, sizeof bytes);
+        for (size_t i = 0; i < guard_bytes(bytes); i++)
+            if ((unsigned char)((char *)p)[bytes + i] != GUARD_FILL) {
+                fprintf(stderr, "roundpipe: cpu device: a buffer of %zu bytes (%p) was written "
+                        "past its end, at byte %zu after it (RP_TEST_DEVICE_GUARDS)\n", bytes, p,
+                        i);
+                fflush(stderr);
+                abort(); /* a test mode's assertion: the memory is not the run's any more */
+            }
+        p = base;
+    }
     free(p);
 }
 

@@ -331,6 +331,12 @@ rp_status rp_eval_run(rp_engine *e, MPI_Comm comm, int64_t step, rp_error *err)
     }
     if (s == RP_OK)
         s = run_mine(&v, samples, loss, counted, err);
+    /* its last kernel ops (a head's) finished before the training's copies
+     * read the device again: on CUDA the buffers' cudaFree waits for them
+     * anyway; the unordered check (RP_TEST_UNORDERED_DEVICE) holds the
+     * engine to it */
+    if (s == RP_OK)
+        s = rp_device_sync(e->dev, err);
     if (have)
         evaluator_free(&v);
     if (e->trace) { /* on the compute track: the executors run nothing else meanwhile */

@@ -236,12 +236,20 @@ rp_status rp_memory_model_eval(const rp_model_config *cfg, rp_device_kind device
     m->weights = eval_buffer(weights);
     m->adapters = lora ? eval_buffer(adapters) : 0;
     m->activations = eval_buffer((size_t)(tokens * cfg->hidden_size) * sizeof(float));
-    m->saved = eval_buffer(ops ? rp_block_saved_floats(ops, dtype, &c, samples_per_micro, seq_len) *
-                                     sizeof(float)
-                               : 0);
-    m->workspace = eval_buffer(
-        ops ? rp_model_workspace_floats(ops, dtype, &c, samples_per_micro, seq_len) * sizeof(float)
-            : 0);
+    /* the evaluator's last microbatch may hold fewer samples (eval.c), and
+     * a block's saved area is not monotonic in its tokens: a chunk that
+     * covers them all keeps the dense MLP's g, u and m there (block.c's
+     * mlp_kept), so a short microbatch can need more than a full one. The
+     * largest over every count the evaluator can run. */
+    size_t saved = 0, workspace = 0;
+    for (int64_t ns = 1; ops && ns <= samples_per_micro; ns++) {
+        const size_t a = rp_block_saved_floats(ops, dtype, &c, ns, seq_len),
+                     b = rp_model_workspace_floats(ops, dtype, &c, ns, seq_len);
+        saved = a > saved ? a : saved;
+        workspace = b > workspace ? b : workspace;
+    }
+    m->saved = eval_buffer(saved * sizeof(float));
+    m->workspace = eval_buffer(workspace * sizeof(float));
     m->token_ids = eval_buffer((size_t)tokens * sizeof(int32_t));
     m->mask = eval_buffer((size_t)tokens);
     m->segments = documents ? eval_buffer((size_t)tokens * sizeof(int32_t)) : 0;

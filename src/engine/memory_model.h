@@ -108,8 +108,9 @@ typedef struct rp_eval_memory {
                            largest (frozen_base.h's rp_frozen_base_staged_bound) */
     size_t activations; /* a microbatch's activations, tokens x hidden fp32: two
                            buffers, in and out */
-    size_t saved;       /* a block forward's saved area (no dropout: inference) */
-    size_t workspace;   /* the scratch of any block or head call */
+    size_t saved;       /* a block forward's saved area (no dropout: inference), for a
+                           microbatch of any count of samples up to a full one's */
+    size_t workspace;   /* the scratch of any block or head call, the same */
     size_t token_ids;   /* the microbatch's token ids, int32: two buffers, ids and targets */
     size_t mask;        /* the targets' counted mask, a byte each */
     size_t segments;    /* with documents (--eval-documents): their starts, int32 */
