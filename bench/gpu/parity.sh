@@ -20,7 +20,11 @@
 #   moe-lora    golden-moe/moe-lora: LoRA on the experts, router and attention
 #   documents   golden/qwen3-packed with --documents and --eval-data/--eval-documents
 #               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=documents here)
-#   eval        golden/qwen3 with --eval-data/--eval-mask, --eval-every 2
+#   eval        golden/qwen3 with --eval-data/--eval-mask, --eval-every 2,
+#               --eval-samples 9 (a last microbatch of 1 sample, whose one chunk
+#               keeps the MLP's g, u, m in the saved area where the full ones'
+#               two chunks of 16 tokens do not: --token-tile 16
+#               --mlp-chunk-tokens 16)
 #   checkpoint  golden/qwen3: dut1 checkpoints every 3 steps; dut2 resumes
 #               the step-3 checkpoint on 2 ranks; both identical to qwen3's
 #               dut1 when that ran
@@ -178,7 +182,7 @@ fixture() {
   case $c in
     documents|cudnn-documents) extra="$extra --documents $d/documents.npy --eval-data $d/data.npy --eval-documents $d/documents.npy"
                [ -f "$d/mask.npy" ] && extra="$extra --eval-mask $d/mask.npy" ;;
-    eval) extra="$extra --eval-data $m/data.npy --eval-mask $m/mask.npy --eval-every 2" ;;
+    eval) extra="$extra --eval-data $m/data.npy --eval-mask $m/mask.npy --eval-every 2 --eval-samples 9 --token-tile 16 --mlp-chunk-tokens 16" ;;
   esac
   echo "$extra $(cat "$d/args.txt")"
 }
