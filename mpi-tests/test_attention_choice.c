@@ -144,6 +144,35 @@ START_TEST(choice_by_mode_and_gpu)
                                          sizeof note, &err), RP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "--attention cudnn") && strstr(err.msg, "sm_80"), "%s",
                   err.msg);
+    /* cuDNN 9.10.0 and 9.10.1 (known bugs in the bf16 backward) and sm_10x
+     * (a deterministic backward needs knobs not set here): auto says why and
+     * takes the own kernel, cudnn is refused naming it; 9.10.2 and sm_120 as
+     * any other */
+    const size_t versions[2] = {91000, 91001};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, versions[i], 9, 0, 1, &use,
+                                             note, sizeof note, &err), RP_OK);
+        ck_assert_int_eq(use, 0);
+        ck_assert_msg(strstr(note, "attention: own kernel (cuDNN 9.10.") &&
+                          strstr(note, "known bugs"), "%s", note);
+        ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, versions[i], 9, 0, 1, &use,
+                                             note, sizeof note, &err), RP_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.msg, "--attention cudnn: cuDNN 9.10."), "%s", err.msg);
+    }
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91002, 9, 0, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 1);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 10, 0, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 0);
+    ck_assert_msg(strstr(note, "attention: own kernel (on sm_100") &&
+                      strstr(note, "deterministic"), "%s", note);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 10, 3, 1, &use, note,
+                                         sizeof note, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "--attention cudnn: on sm_103"), "%s", err.msg);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 12, 0, 1, &use, note,
+                                         sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 1);
     ck_assert_int_eq(rp_attention_choose(7, NULL, 91900, 9, 0, 1, &use, note, sizeof note, &err),
                      RP_ERR_INVALID_ARG);
     ck_assert_str_eq(rp_attention_mode_words[RP_ATTENTION_AUTO], "auto");
@@ -180,13 +209,19 @@ START_TEST(shapes_cudnn_does_not_take)
     s.sinks = sinks;
     ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "sinks") != NULL, "sinks");
     s.sinks = NULL;
+    s.seqlen = 1; /* cuDNN's backward takes no sequence of one token */
+    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "one token") != NULL, "one token");
+    s.seqlen = 2;
+    ck_assert_ptr_null(rp_attention_cudnn_refusal(&s));
+    s.seqlen = 100;
     s.nkv = 3; /* 4 heads do not group over 3 */
     ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
 }
 END_TEST
 
 /* What a run reserves for cuDNN, by hand: the workspace budget is 2 bytes
- * a score of one microbatch's heads (nseq * nheads * seqlen^2), capped at a
+ * a score of one microbatch's heads over the lengths padded to 128 (nseq *
+ * nheads * P^2), 16 bytes a padded row of each head and 1 MiB, capped at a
  * quarter of the device; the buffers the backward's statistics and Delta
  * (fp32 per row and head) and dq, dk, dv in bf16, each rounded up to 256
  * bytes; nothing for a shape cuDNN does not take. */
@@ -195,19 +230,32 @@ START_TEST(what_a_run_reserves_for_cudnn)
     rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
                        .scale = 0.125f};
     const size_t big = (size_t)80 << 30;
-    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), 2u * 2 * 4 * 100 * 100);
+    /* 100 tokens pad to 128: 2 x 2 x 4 x 128^2 + 16 x 2 x 4 x 128 + 1 MiB;
+     * the unpadded 2 x 2 x 4 x 100^2 = 160000 was below the 262144 bytes
+     * cudnn-frontend estimates for this shape's dP (lengths padded to 64) */
+    const size_t ws = 2u * 2 * 4 * 128 * 128 + 16u * 2 * 4 * 128 + 1048576;
+    ck_assert_uint_eq(ws, 1327104);
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), ws);
     /* rows 200: stats 200*4*4 = 3200 -> 3328; dq 200*256*2 = 102400 (a
      * multiple of 256); dk, dv 200*128*2 = 51200 each */
     ck_assert_uint_eq(rp_attention_cudnn_buffer_bytes(&s), 2u * 3328 + 102400 + 2u * 51200);
     ck_assert_uint_eq(rp_attention_cudnn_reserve_bytes(&s, big),
-                      2u * 2 * 4 * 100 * 100 + 2u * 3328 + 102400 + 2u * 51200);
+                      ws + 2u * 3328 + 102400 + 2u * 51200);
     /* the cap: a device of 4 * 100000 bytes leaves 100000 for it */
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, 400003), 100000);
-    /* Qwen3-1.7B's heads at 4096 tokens: 512 MiB; at 32768 tokens on an
-     * 80 GiB GPU the quarter, 20 GiB, instead of 32 GiB */
+    /* 128 tokens need no padding, 129 pad to 256 */
+    s.seqlen = 128;
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), ws);
+    s.seqlen = 129;
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big),
+                      2u * 2 * 4 * 256 * 256 + 16u * 2 * 4 * 256 + 1048576);
+    s.seqlen = 100;
+    /* Qwen3-1.7B's heads at 4096 tokens: 512 MiB of dP, 1 MiB of rows and
+     * 1 MiB; at 32768 tokens on an 80 GiB GPU the quarter, 20 GiB, instead
+     * of 32 GiB */
     rp_attn_shape q = {.nseq = 1, .seqlen = 4096, .nheads = 16, .nkv = 8, .head_dim = 128,
                        .scale = 0.088f};
-    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)512 << 20);
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)514 << 20);
     q.seqlen = 32768;
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)20 << 30);
     /* refused shapes reserve nothing */
@@ -222,9 +270,8 @@ START_TEST(what_a_run_reserves_for_cudnn)
 END_TEST
 
 /* One rule for what train and plan keep for cuDNN, by hand for the shape
- * above (2 x 100 tokens, 4/2 heads of 64): 2 x 2 x 4 x 100^2 = 160000 of
- * workspace budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 371456
- * bytes, in a build with cuDNN's headers (0 in one without). A --documents
+ * above (2 x 100 tokens, 4/2 heads of 64): 1327104 bytes of workspace
+ * budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 1538560 bytes, in a build with cuDNN's headers (0 in one without). A --documents
  * run keeps the same when RP_ALLOW_UNPROVEN_CUDA lets its segments go to
  * cuDNN (documents_ok: the mask reads seg_start in place, no buffer more),
  * nothing when it does not; own, auto without cudnn allowed, an sm_75 GPU
@@ -235,7 +282,7 @@ START_TEST(a_documents_run_reserves_as_a_plain_one)
                              .scale = 0.125f};
     const size_t big = (size_t)80 << 30;
 #ifdef RP_HAVE_CUDNN
-    const size_t want = 371456;
+    const size_t want = 1538560;
 #else
     const size_t want = 0;
 #endif

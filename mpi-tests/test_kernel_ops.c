@@ -1271,17 +1271,17 @@ END_TEST
 /* ---- attention ------------------------------------------------------------------- */
 
 /* window > 0 and sinks: gpt-oss's (issue 35); 0 and 0 the others' */
-static void attention_case_oss(int64_t seqlen, int64_t nkv, int64_t hd, int segmented,
-                               int64_t window, int sinked)
+static void attention_case_oss(int64_t seqlen, int64_t nheads, int64_t nkv, int64_t hd,
+                               int segmented, int64_t window, int sinked)
 {
     int32_t *seg = segmented ? segments(seqlen) : NULL;
     int32_t *d_seg = seg ? dev_upload(seg, sizeof(int32_t) * (size_t)(2 * seqlen)) : NULL;
     /* sinks of the order of the scores: some rows' weight mostly on them */
-    float *sinks = sinked ? rand_f32(4, 0.5f, 1.5f) : NULL;
-    float *d_sinks = sinks ? dev_upload(sinks, 4 * 4) : NULL;
+    float *sinks = sinked ? rand_f32((size_t)nheads, 0.5f, 1.5f) : NULL;
+    float *d_sinks = sinks ? dev_upload(sinks, (size_t)nheads * 4) : NULL;
     const rp_attn_shape s = {.nseq = 2,
                              .seqlen = seqlen,
-                             .nheads = 4,
+                             .nheads = nheads,
                              .nkv = nkv,
                              .head_dim = hd,
                              .block = 64,
@@ -1296,8 +1296,8 @@ static void attention_case_oss(int64_t seqlen, int64_t nkv, int64_t hd, int segm
     const size_t nq = (size_t)(T * s.nheads * hd), nk = (size_t)(T * nkv * hd);
     const size_t nl = (size_t)(T * s.nheads);
     char what[200];
-    snprintf(what, sizeof what, "attention 2 x %lld tokens, 4 heads over %lld, head_dim %lld%s, "
-             "window %lld%s", (long long)seqlen, (long long)nkv, (long long)hd,
+    snprintf(what, sizeof what, "attention 2 x %lld tokens, %lld heads over %lld, head_dim %lld%s, "
+             "window %lld%s", (long long)seqlen, (long long)nheads, (long long)nkv, (long long)hd,
              segmented ? ", document segments" : "", (long long)window, sinks ? ", sinks" : "");
     char w2[260];
     cin q = cin_rand(nq, 0.0f, 1.0f), k = cin_rand(nk, 0.0f, 1.0f), v = cin_rand(nk, 0.0f, 1.0f);
@@ -1351,15 +1351,16 @@ static void attention_case_oss(int64_t seqlen, int64_t nkv, int64_t hd, int segm
 
     /* the sinks' gradient, onto a non-zero one, from the same o and lse */
     if (sinks) {
-        float *ds0 = rand_f32(4, 0.0f, 1.0f), *ds_ref = dup_f(ds0, 4);
+        const size_t nh = (size_t)nheads;
+        float *ds0 = rand_f32(nh, 0.0f, 1.0f), *ds_ref = dup_f(ds0, nh);
         CPU_OP(attention_sink_backward, &s, oc.f, lse_ref, dout.f, ds_ref);
-        float *d_ds = dev_upload(ds0, 4 * 4);
+        float *d_ds = dev_upload(ds0, nh * 4);
         GPU_OP(attention_sink_backward, &gs, oc.d, d_lse_in, dout.d, d_ds);
-        float *ds = get_f(d_ds, 4);
+        float *ds = get_f(d_ds, nh);
         snprintf(w2, sizeof w2, "%s: the sinks' gradient", what);
         /* fp32 dot products of the same bf16 values in another order,
          * summed in double: GEMM_TOL */
-        check_increment(ds, ds_ref, ds0, 4, GEMM_TOL, w2);
+        check_increment(ds, ds_ref, ds0, nh, GEMM_TOL, w2);
         cudaFree(d_ds);
         free(ds0), free(ds_ref), free(ds);
     }
@@ -1376,7 +1377,7 @@ static void attention_case_oss(int64_t seqlen, int64_t nkv, int64_t hd, int segm
 
 static void attention_case(int64_t seqlen, int64_t nkv, int64_t hd, int segmented)
 {
-    attention_case_oss(seqlen, nkv, hd, segmented, 0, 0);
+    attention_case_oss(seqlen, 4, nkv, hd, segmented, 0, 0);
 }
 
 START_TEST(attention_matches_cpu)
@@ -2172,10 +2173,16 @@ START_TEST(attention_gpt_oss_matches_cpu)
     const int64_t windows[3] = {5, 70, 400};
     for (int w = 0; w < 3; w++)
         for (int sinked = 0; sinked < 2; sinked++) {
-            attention_case_oss(200, 2, 64, 0, windows[w], sinked);
-            attention_case_oss(17, 4, 128, 1, windows[w], sinked);
+            attention_case_oss(200, 4, 2, 64, 0, windows[w], sinked);
+            attention_case_oss(17, 4, 4, 128, 1, windows[w], sinked);
         }
-    attention_case_oss(200, 4, 64, 1, 0, 1); /* sinks alone */
+    attention_case_oss(200, 4, 4, 64, 1, 0, 1); /* sinks alone */
+    /* past one tile with head_dim 128 (its 32-row dq and dk/dv tiles), a
+     * window of one tile (64), and gpt-oss's own shape: 64 heads over 8 of
+     * 64, a window of 128 (two tiles), sinks, over document segments */
+    attention_case_oss(200, 4, 2, 128, 1, 70, 1);
+    attention_case_oss(200, 8, 2, 64, 1, 64, 0);
+    attention_case_oss(300, 64, 8, 64, 1, 128, 1);
 }
 END_TEST
 

@@ -64,8 +64,10 @@
 #   copies      golden/qwen3 with 10 KiB transfer chunks: dut1 = 1 rank, the
 #               transfer engine's asynchronous copies (an upload and a download
 #               stream, events; RP_ALLOW_UNPROVEN_CUDA=copies), dut2 = 2 ranks
-#               with the synchronous copies every other case has: the same
-#               bits, and each run's log says which (issue 38)
+#               with the synchronous copies every other case has, and a third
+#               run as dut1 with --weight-buffers 1 (each job's uploads overwrite
+#               what the one before read): the same bits, and each run's log
+#               says which (issue 38)
 #   gemm-lt     golden/llama (biases on every projection, so the epilogue's
 #               bias runs too) with RP_ALLOW_UNPROVEN_CUDA=gemm-lt (dut1 and
 #               dut2): the Linear forward through cuBLASLt, the residual as its
@@ -347,13 +349,17 @@ one_case() { for case in "$1"; do
     copies)
       run "$c-dut1" "$dev" 1 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, asynchronous copies failed ($c-dut1.txt)"; continue; }
       sync_copies=1 run "$c-dut2" "$dev" 2 --chunk-mib 0.01 || { result "$c" FAILED - "$dev, 2 ranks, synchronous copies failed ($c-dut2.txt)"; continue; }
+      # one weight buffer: each job's uploads overwrite what the job before
+      # read, so an upload not ordered after those kernels shows here
+      run "$c-wb1" "$dev" 1 --chunk-mib 0.01 --weight-buffers 1 || { result "$c" FAILED - "$dev, asynchronous copies with --weight-buffers 1 failed ($c-wb1.txt)"; continue; }
+      why=$(bits "$c-dut1" "$c-wb1") || { result "$c" FAILED - "--weight-buffers 1: $why"; continue; }
       if [ "$dev" != cpu ]; then # the CPU has no choice, and no line
         grep -q "copies: asynchronous.*ordered with the layers by events" "$work/$c-dut1.txt" ||
           { result "$c" FAILED - "$dev: dut1's log does not say 'copies: asynchronous, ..., ordered with the layers by events' ($c-dut1.txt)"; continue; }
         grep -q "copies: synchronous" "$work/$c-dut2.txt" ||
           { result "$c" FAILED - "$dev: dut2's log does not say 'copies: synchronous' ($c-dut2.txt)"; continue; }
       fi
-      two="asynchronous copies in 10 KiB chunks on 1 rank = synchronous on 2" ;;
+      two="asynchronous copies in 10 KiB chunks on 1 rank (2 weight buffers and 1) = synchronous on 2" ;;
     checkpoint)
       run "$c-dut1" "$dev" 1 --checkpoint-dir "$work/$c-ck" --checkpoint-every 3 --keep-checkpoints 0 ||
         { result "$c" FAILED - "$dev, checkpointing run failed ($c-dut1.txt)"; continue; }

@@ -3,6 +3,7 @@
 
 #include "kernels/attention_choice.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -27,6 +28,15 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
     else if (sm_major < 8)
         snprintf(why, sizeof why, "cuDNN's fused flash SDPA needs sm_80 or newer; this GPU is "
                  "sm_%d%d", sm_major, sm_minor);
+    else if (cudnn_version == 91000 || cudnn_version == 91001)
+        snprintf(why, sizeof why, "cuDNN %zu.%zu.%zu's bf16 SDPA backward has known bugs (NVIDIA's "
+                 "cudnn-frontend refuses 9.10.0 and 9.10.1): use another cuDNN 9 "
+                 "(RP_CUDNN_LIBRARY)", cudnn_version / 10000, cudnn_version / 100 % 100,
+                 cudnn_version % 100);
+    else if (sm_major == 10)
+        snprintf(why, sizeof why, "on sm_%d%d cuDNN's deterministic SDPA backward needs an engine "
+                 "and knobs chosen by hand (cudnn-frontend's override for Blackwell), which this "
+                 "build does not choose", sm_major, sm_minor);
     if (why[0]) {
         if (mode == RP_ATTENTION_CUDNN)
             return rp_error_set(err, RP_ERR_UNSUPPORTED, "--attention cudnn: %s", why);
@@ -58,6 +68,8 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
         return "attention sinks (gpt-oss)";
     if (s->head_dim % 8 != 0 || s->head_dim > 128)
         return "a head_dim that is not a multiple of 8 up to 128";
+    if (s->seqlen < 2)
+        return "a sequence of one token (cuDNN's SDPA backward does not take it)";
     return NULL;
 }
 
@@ -65,9 +77,15 @@ size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device
 {
     if (rp_attention_cudnn_refusal(s))
         return 0;
-    double scores = (double)s->nseq * (double)s->nheads * (double)s->seqlen * (double)s->seqlen;
-    double cap = (double)(device_total / 4);
-    return (size_t)(2.0 * scores < cap ? 2.0 * scores : cap);
+    /* dP in bf16 over the lengths padded to the engine's tiles, a few fp32
+     * values a padded row, and room for what else a plan asks */
+    const double tile = RP_CUDNN_WORKSPACE_TILE;
+    const double padded = ceil((double)s->seqlen / tile) * tile;
+    const double rows = (double)s->nseq * (double)s->nheads * padded;
+    const double want = 2.0 * rows * padded + (double)RP_CUDNN_WORKSPACE_ROW_BYTES * rows +
+                        (double)RP_CUDNN_WORKSPACE_SLACK;
+    const double cap = (double)(device_total / 4);
+    return (size_t)(want < cap ? want : cap);
 }
 
 static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }

@@ -41,7 +41,10 @@ extern const char *const rp_attention_mode_words[];
  * when cuDNN loaded (cudnn_version: its cudnnGetVersion), else why not
  * (cudnn_loader.h's message, or that the build has no cuDNN headers);
  * sm_major/sm_minor: the GPU's compute capability; unproven_ok: auto may
- * take cuDNN, which has not run on a GPU yet. *use_cudnn gets the
+ * take cuDNN, which has not run on a GPU yet. Refused, with the reason:
+ * GPUs older than sm_80; cuDNN 9.10.0 and 9.10.1 (known bugs in the bf16
+ * backward, which cudnn-frontend refuses too); sm_10x (Blackwell), where a
+ * deterministic backward needs engine knobs this build does not set. *use_cudnn gets the
  * choice and `note` (note_len bytes) the line the run logs once:
  * "attention: cudnn 9.19.0 (fused flash SDPA)" or "attention: own kernel
  * (why)". RP_ERR_UNSUPPORTED naming --attention cudnn and the reason when
@@ -54,7 +57,8 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
 /* NULL when cuDNN's SDPA takes this call's shape, else why not (a static
  * string): a sliding window or sinks (gpt-oss), a head_dim that is not a
  * multiple of 8 or over 128 (what every sm_80+ GPU runs forward and
- * backward), document segments whose seg_start is not 16-byte aligned (the
+ * backward), a sequence of one token (its backward is not supported),
+ * document segments whose seg_start is not 16-byte aligned (the
  * alignment the graph's tensors declare; the engine's buffers are), or a
  * non-positive size. Document segments themselves are a shape cuDNN takes;
  * whether a run lets them go to it is the caller's rule (above). */
@@ -67,11 +71,19 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
  * --attention cudnn), plus the buffers of kernels/cuda/cudnn_attention.c
  * (rp_attention_cudnn_buffer_bytes). The budget is what cuDNN's
  * deterministic backward is described to keep, dP in bf16 for one
- * microbatch's heads (2 * nseq * nheads * seqlen^2 bytes), at most a
- * quarter of the GPU: a function of the shape and the device only, so the
- * choice between cuDNN and the own kernel, and with it the bits, is the same
- * on any number of ranks. The GPU window's bench_attention prints what
- * cuDNN's plans ask for beside it. */
+ * microbatch's heads over the lengths padded to its tiles (2 * nseq *
+ * nheads * P^2 bytes, P = seqlen rounded up to RP_CUDNN_WORKSPACE_TILE:
+ * cudnn-frontend's estimate pads to 64, Hopper's kernels tile by up to 128),
+ * plus RP_CUDNN_WORKSPACE_ROW_BYTES a padded row of each head (its fp32
+ * statistics) and RP_CUDNN_WORKSPACE_SLACK, at most a quarter of the GPU: a
+ * function of the shape and the device only, so the choice between cuDNN
+ * and the own kernel, and with it the bits, is the same on any number of
+ * ranks. An estimate until a GPU has run it: the GPU window's
+ * bench_attention and test_cuda_cudnn_attention print what cuDNN's plans
+ * ask for beside it. */
+#define RP_CUDNN_WORKSPACE_TILE 128
+#define RP_CUDNN_WORKSPACE_ROW_BYTES 16
+#define RP_CUDNN_WORKSPACE_SLACK ((size_t)1 << 20)
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);

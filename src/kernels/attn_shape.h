@@ -13,7 +13,10 @@
  * with segments keys seg_start[t]..t: documents packed into a sequence
  * (seg_start [nseq*seqlen], for each token the index within its sequence
  * of its segment's first token, in the back end's memory; NULL: one
- * segment per sequence). Work outside the segments is skipped. A
+ * segment per sequence; within a sequence seg_start never decreases and
+ * seg_start[t] <= t, as rp_dataset_segments makes it: the CUDA kernels
+ * search it on that assumption, the CPU kernel does not need it). Work
+ * outside the segments is skipped. A
  * sliding window and learned sinks (below) narrow the keys and widen the
  * denominator. */
 typedef struct rp_attn_shape {

@@ -18,7 +18,7 @@
 #include "kernels/cuda/cudnn_attention.h"
 
 #define CACHE_SLOTS 16
-#define WHY_BYTES 200
+#define WHY_BYTES 512
 
 /* the cuDNN entry points, typed as cudnn_graph.h declares them */
 typedef size_t (*get_version_fn)(void);
@@ -523,32 +523,37 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
         a->get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
                     &got, cfgs) != CUDNN_STATUS_SUCCESS)
         got = 0;
-    snprintf(slot->refused, sizeof slot->refused,
-             "cuDNN offers no engine for this graph (%lld configurations)", (long long)got);
+    /* what refused each configuration, for the message when none is left */
+    int64_t nondeterministic = 0, unfinished = 0, too_big = 0, asked = 0;
+    cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
     for (int64_t i = 0; i < got && g.status == CUDNN_STATUS_SUCCESS; i++) {
         if (!deterministic(a, cfgs[i], &g)) {
-            snprintf(slot->refused, sizeof slot->refused,
-                     "cuDNN offers no deterministic engine for this shape");
+            nondeterministic++;
             continue;
         }
         cudnnBackendDescriptor_t plan = NULL;
         if (a->desc_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
             break;
         int64_t ws = 0, n = 0;
-        int ok = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                             &a->handle) == CUDNN_STATUS_SUCCESS &&
-                 a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]) == CUDNN_STATUS_SUCCESS &&
-                 a->finalize(plan) == CUDNN_STATUS_SUCCESS &&
-                 a->get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                             &n, &ws) == CUDNN_STATUS_SUCCESS;
-        if (ok)
-            slot->workspace = ws; /* asked, kept for rp_cudnn_attention_workspace */
+        cudnnStatus_t st = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
+                                       1, &a->handle);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->finalize(plan);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                             &n, &ws);
+        int ok = st == CUDNN_STATUS_SUCCESS;
+        if (!ok) {
+            unfinished++;
+            last = st;
+        }
+        if (ok && (!asked || ws < asked))
+            asked = ws; /* the least a finished plan asked: rp_cudnn_attention_workspace's */
         if (ok && (size_t)ws > budget) {
-            snprintf(slot->refused, sizeof slot->refused,
-                     "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
-                     "reserves for it (2 bytes a score of a microbatch's heads, at most a quarter "
-                     "of the GPU)", ws / 1048576.0, budget / 1048576.0);
+            too_big++;
             ok = 0;
         }
         if (!ok) {
@@ -557,8 +562,26 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
         }
         slot->plan = plan;
         slot->workspace = ws;
-        slot->refused[0] = '\0';
         break;
+    }
+    if (!slot->plan) {
+        slot->workspace = asked;
+        if (too_big)
+            snprintf(slot->refused, sizeof slot->refused,
+                     "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
+                     "reserves for it (2 bytes a score of a microbatch's heads over lengths "
+                     "padded to %d, 16 a row and 1 MiB, at most a quarter of the GPU; %lld of "
+                     "%lld configurations too big, %lld non-deterministic, %lld not finalized)",
+                     (double)asked / 1048576.0, (double)budget / 1048576.0,
+                     RP_CUDNN_WORKSPACE_TILE, (long long)too_big, (long long)got,
+                     (long long)nondeterministic, (long long)unfinished);
+        else
+            snprintf(slot->refused, sizeof slot->refused,
+                     "cuDNN offers no engine for this graph: %lld configurations, %lld "
+                     "non-deterministic (cuDNN's note), %lld not finalized%s%s", (long long)got,
+                     (long long)nondeterministic, (long long)unfinished,
+                     unfinished ? ", the last with " : "",
+                     unfinished ? a->error_string(last) : "");
     }
     if (slot->plan) {
         slot->kept = malloc(sizeof *slot->kept * (size_t)g.ndescs);
@@ -600,6 +623,8 @@ static plan_slot *slot_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
         if (!p->used || (oldest->used && p->last_use < oldest->last_use))
             oldest = p;
     }
+    if (oldest->plan) /* queued work may still run the evicted plan */
+        cudaStreamSynchronize(a->stream);
     slot_free(a, oldest);
     oldest->used = 1;
     oldest->backward = backward;
@@ -644,15 +669,16 @@ static int grow(rp_cudnn_attention *a, void **buf, size_t *have, size_t bytes, c
     if (bytes <= *have)
         return 0;
     cudaError_t e = cudaStreamSynchronize(a->stream);
-    if (e == cudaSuccess) {
+    if (e == cudaSuccess) { /* else the old buffer stays, with its size */
         cudaFree(*buf);
         *buf = NULL;
         *have = 0;
         e = cudaMalloc(buf, bytes);
+        if (e != cudaSuccess)
+            *buf = NULL;
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
-        *buf = NULL;
         snprintf(why, why_len, "growing cuDNN attention's buffers to %zu bytes: %s", bytes,
                  cudaGetErrorString(e));
         return RP_CUDNN_FAILED;

@@ -165,8 +165,12 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s, const float
         memset(&result, 0, sizeof result);
         b = cublasLtMatmulAlgoGetHeuristic(lt->handle, s->desc, s->a, s->b, s->cd, s->cd, pref, 1,
                                            &result, &returned);
-        if (b == CUBLAS_STATUS_NOT_SUPPORTED || (b == CUBLAS_STATUS_SUCCESS && returned == 0)) {
-            b = CUBLAS_STATUS_SUCCESS; /* no algorithm: remembered as such */
+        /* no algorithm (a result's fields mean something only when its
+         * state is a success): remembered as such */
+        if (b == CUBLAS_STATUS_NOT_SUPPORTED ||
+            (b == CUBLAS_STATUS_SUCCESS &&
+             (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
+            b = CUBLAS_STATUS_SUCCESS;
         } else if (b == CUBLAS_STATUS_SUCCESS) {
             s->algo = result.algo;
             s->found = 1;

@@ -342,7 +342,7 @@ static rp_status attention_forward(void *state, const rp_attn_shape *s, const vo
     cuda_state *c = state;
 #ifdef RP_HAVE_CUDNN
     if (to_cudnn(c, s)) {
-        char dwhy[256] = "";
+        char dwhy[512] = "";
         int done = 0;
         int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
@@ -364,7 +364,7 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
     cuda_state *c = state;
 #ifdef RP_HAVE_CUDNN
     if (to_cudnn(c, s)) {
-        char dwhy[256] = "";
+        char dwhy[512] = "";
         int done = 0;
         int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
                                              sizeof dwhy);
@@ -1018,7 +1018,10 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
                                       rp_unproven_in(unproven, RP_UNPROVEN_CUDNN), &use,
                                       c->attention_note,
                                       sizeof c->attention_note, err);
-    if (s != RP_OK) {
+    if (s != RP_OK) { /* the attention object of an earlier choice calls into the library */
+#ifdef RP_HAVE_CUDNN
+        rp_cudnn_attention_destroy(&c->cudnn);
+#endif
         rp_cudnn_library_close(&c->cudnn_library);
         return rp_error_prefix(err, "cuda device %d", c->ordinal);
     }
