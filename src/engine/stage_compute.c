@@ -341,8 +341,12 @@ rp_status rp_stage_forward(executor *x, const rp_job *job, int64_t t, int m, rp_
                                    NULL, err));
         }
         if (kept && kept_in_pool(x)) { /* its input and saved area stay here */
-            RP_TRY(rp_device_copy(x->dev, pool_slot(x, l, m, 0), cur,
-                                  e->act_floats * sizeof(float), err));
+            /* a kernel op: after the ops that wrote cur and before those that
+             * read the slot, on the compute stream, with no host wait */
+            rp_kernels k;
+            RP_TRY(rp_device_kernels(x->dev, &k, err));
+            RP_TRY(k.ops->copy(k.state, pool_slot(x, l, m, 0), cur, e->act_floats * sizeof(float),
+                               err));
             saved = pool_slot(x, l, m, 1);
         } else if (kept) {
             saved = arena(e, e->arena.kept[l * M + m]);
