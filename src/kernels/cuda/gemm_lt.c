@@ -172,8 +172,23 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s, const float
              (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS))) {
             b = CUBLAS_STATUS_SUCCESS;
         } else if (b == CUBLAS_STATUS_SUCCESS) {
-            s->algo = result.algo;
-            s->found = 1;
+            /* the preference's mask asks for one sequence of each dot
+             * product; the algorithm's own configuration is checked too (a
+             * split K would sum in another order, or with atomics) */
+            int32_t splits = 1;
+            uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+            size_t got = 0;
+            if (cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                     &splits, sizeof splits, &got) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigGetAttribute(&result.algo,
+                                                     CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                     sizeof scheme, &got) != CUBLAS_STATUS_SUCCESS)
+                splits = 0;
+            if (splits == 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE) {
+                s->algo = result.algo;
+                s->found = 1;
+            } /* else no algorithm, remembered as such: cuBLAS computes the shape */
         }
     }
     if (pref)
