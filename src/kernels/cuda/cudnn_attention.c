@@ -64,6 +64,7 @@ struct rp_cudnn_attention {
     execute_fn execute;
     cudnnHandle_t handle;
     cudaStream_t stream;
+    size_t version;      /* the library's cudnnGetVersion */
     size_t device_total; /* the GPU's memory: the workspace budget's cap (attention_choice.h) */
     plan_slot slots[CACHE_SLOTS];
     unsigned long long uses;
@@ -259,6 +260,16 @@ static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
         "reshape x");
     set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
         "reshape y");
+    if (g->a->version >= 92200) {
+        /* a view, as cudnn-frontend sets it from 9.22 on (some of these
+         * reshapes change the dtype too); the names are newer than the
+         * headers this builds with, so their values (cudnn_graph.h 9.22+):
+         * CUDNN_ATTR_OPERATION_RESHAPE_MODE 2202, CUDNN_TYPE_RESHAPE_MODE
+         * 31, CUDNN_RESHAPE_VIEW_ONLY 0 */
+        const int32_t view_only = 0;
+        set(g, op, (cudnnBackendAttributeName_t)2202, (cudnnBackendAttributeType_t)31, 1,
+            &view_only, "reshape mode");
+    }
     finish(g, op, "reshape operation");
     add_op(g, op);
 }
@@ -808,6 +819,7 @@ int rp_cudnn_attention_create(const rp_cudnn_library *lib, cudaStream_t stream,
     a->finalize = (finalize_fn)lib->symbols[RP_CUDNN_BACKEND_FINALIZE];
     a->execute = (execute_fn)lib->symbols[RP_CUDNN_BACKEND_EXECUTE];
     a->stream = stream;
+    a->version = lib->version;
     /* the figure the run's reservation was computed from (the device
      * probe's totalGlobalMem), so the budget here is the one reserved */
     struct cudaDeviceProp prop;
