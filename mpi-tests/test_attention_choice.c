@@ -271,7 +271,8 @@ END_TEST
 
 /* One rule for what train and plan keep for cuDNN, by hand for the shape
  * above (2 x 100 tokens, 4/2 heads of 64): 1327104 bytes of workspace
- * budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 1538560 bytes, in a build with cuDNN's headers (0 in one without). A --documents
+ * budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 1538560 bytes, in a
+ * build with cuDNN's headers (0 in one without). A --documents
  * run keeps the same when RP_ALLOW_UNPROVEN_CUDA lets its segments go to
  * cuDNN (documents_ok: the mask reads seg_start in place, no buffer more),
  * nothing when it does not; own, auto without cudnn allowed, an sm_75 GPU

@@ -254,8 +254,9 @@ static rp_status cuda_copy(void *impl, void *dst, const void *src, size_t bytes,
         e = cudaStreamSynchronize(c->copy);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: copying %zu bytes %p -> %p: %s",
-                            c->ordinal, bytes, src, dst, cudaGetErrorString(e));
+        return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: copying %zu bytes %p -> %p: %s%s",
+                            c->ordinal, bytes, src, dst, cudaGetErrorString(e),
+                            rp_cuda_error_hint(e));
     }
     return RP_OK;
 }
@@ -272,8 +273,9 @@ static rp_status cuda_copy_issue(void *impl, int ticket, void *dst, const void *
     if (e != cudaSuccess) {
         cudaGetLastError();
         return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: issuing a copy of %zu bytes %p -> %p "
-                            "on the %s stream: %s", c->ordinal, bytes, src, dst,
-                            dir == RP_COPY_DOWN ? "download" : "upload", cudaGetErrorString(e));
+                            "on the %s stream: %s%s", c->ordinal, bytes, src, dst,
+                            dir == RP_COPY_DOWN ? "download" : "upload", cudaGetErrorString(e),
+                            rp_cuda_error_hint(e));
     }
     return RP_OK;
 }
@@ -306,7 +308,8 @@ static rp_status cuda_copy_complete(void *impl, int ticket, rp_error *err)
     if (e != cudaSuccess) {
         cudaGetLastError();
         return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: waiting for the copy under ticket %d: "
-                            "%s", c->ordinal, ticket, cudaGetErrorString(e));
+                            "%s%s", c->ordinal, ticket, cudaGetErrorString(e),
+                            rp_cuda_error_hint(e));
     }
     return RP_OK;
 }

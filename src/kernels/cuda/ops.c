@@ -88,11 +88,32 @@ typedef struct cuda_state {
 #endif
 } cuda_state;
 
+const char *rp_cuda_error_hint(int cuda_error)
+{
+    switch ((cudaError_t)cuda_error) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+        return " (a fault of a kernel queued before this call, which only reported it: the "
+               "GPU context is lost; compute-sanitizer, or CUDA_LAUNCH_BLOCKING=1, names the "
+               "kernel)";
+    default:
+        return "";
+    }
+}
+
 rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *err)
 {
     cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
-    return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: %s: %s", ordinal, what,
-                        cudaGetErrorString((cudaError_t)cuda_error));
+    return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: %s: %s%s", ordinal, what,
+                        cudaGetErrorString((cudaError_t)cuda_error),
+                        rp_cuda_error_hint(cuda_error));
 }
 
 rp_status rp_cuda_fail_blas(int ordinal, const char *what, int blas_status, rp_error *err)

@@ -58,4 +58,9 @@ void rp_cuda_kernels_destroy(rp_kernels *k);
 rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *err);
 rp_status rp_cuda_fail_blas(int ordinal, const char *what, int blas_status, rp_error *err);
 
+/* "" or, for an error a kernel's fault leaves behind (an illegal address,
+ * a launch failure, ...: sticky, reported by whichever CUDA call comes
+ * next), a sentence for the message saying so and how to find the kernel. */
+const char *rp_cuda_error_hint(int cuda_error);
+
 #endif
