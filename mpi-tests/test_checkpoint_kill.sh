@@ -20,21 +20,27 @@ export OMP_NUM_THREADS=1
 args="--init-config $src/examples/tiny-config.json --data $build/examples/data/gnu-licenses.npy --seq-len 32 --batch-size 8 --microbatches 4 --steps 200 --lr 3e-3 --seed 9 --progress none --threads 1 --device cpu --timeout 30"
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --save "$tmp/ref" > "$tmp/ref.txt" 2>&1 || { bad "reference run"; cat "$tmp/ref.txt"; }
 ck="$tmp/ck"
-# start: the run, in the background; $pid is mpirun's. The kills land in
-# wall time (0.2-1.3 s after each start, 12 s in all), so what the 19 runs
-# killed so train is their time less MPI's start-up over a step's time: at
-# 0.03 s a step they reached step 112 of 200 where start-up took 0.5 s, and
-# finished the 200 after 16 kills where it took 0.3 s (Open MPI's messaging
-# layer named, testlib.sh). Up to 3 ms before every signal (RP_INJECT_DELAY_US,
-# which changes no bits: test_engine.sh, test_nodes.sh) makes a step about
-# 0.1 s here, and those runs reach about step 50: the 20 kill points land
+# start: the run, in the background; $pid is mpirun's. Each kill lands in
+# wall time 0.1-1.2 s after the run has trained its first step (its own
+# --log, a file per start: rank 0 writes it, not mpirun): a run killed
+# during MPI's start-up trains nothing, and under load that start-up alone
+# outlasted every delay (a CI run beside other work: 20 kills, no
+# checkpoint ever written, "no run resumed"). Up to 3 ms before every
+# signal (RP_INJECT_DELAY_US, which changes no bits: test_engine.sh,
+# test_nodes.sh) makes a step about 0.1 s, so the runs train a step and
+# about 0.65 s each, some 140 steps of 200 in all: the 20 kill points land
 # before the run can finish on a faster machine too. The reference and the
 # runs to the end after the kills train without the delays.
 start() {
+  log="$tmp/kill-$kills.jsonl"
   RP_INJECT_DELAY_US=3000 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -np 2 "$bin" train $args \
     --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 2 --resume auto \
-    --save "$tmp/final" >> "$tmp/runs.txt" 2>&1 &
+    --save "$tmp/final" --log "$log" >> "$tmp/runs.txt" 2>&1 &
   pid=$!
+  w=0
+  while ! [ -s "$log" ] && [ $w -lt 600 ] && kill -0 $pid 2>/dev/null; do
+    sleep 0.1; w=$((w + 1))
+  done
 }
 killall_run() { pkill -9 -f "^$bin train .*$ck" 2>/dev/null; }
 kills=0
@@ -47,10 +53,10 @@ ls -d "$ck"/*.tmp > /dev/null 2>&1 && ok || bad "no checkpoint was being written
 kill -9 $pid; killall_run; wait $pid 2>/dev/null
 kills=$((kills + 1))
 ls -d "$ck"/*.tmp > /dev/null 2>&1 && ok || bad "the half-written checkpoint is not there to be ignored"
-# delays in tenths of a second, 2..13, from a fixed linear congruential seed
+# delays in tenths of a second, 1..12, from a fixed linear congruential seed
 x=12345
 while [ $kills -lt 20 ]; do
-  x=$(( (x * 1103515245 + 12345) % 2147483648 )); d=$(( 2 + x / 65536 % 12 ))
+  x=$(( (x * 1103515245 + 12345) % 2147483648 )); d=$(( 1 + x / 65536 % 12 ))
   start
   sleep "$(printf '%d.%d' $((d / 10)) $((d % 10)))"
   if [ $((kills % 2)) -eq 0 ]; then
