@@ -12,6 +12,8 @@
 #    beyond --keep-checkpoints and step-NNNNNNNN.tmp leftovers; a user's
 #    step-00000003.keep (with its marker), step-00000006-notes/ and a
 #    step-00000001/ without a marker stay, with --keep-checkpoints 1 and 0;
+#    a removal cut short as by a kill (RP_FAULT_CHECKPOINT_REMOVE_STOP)
+#    leaves nothing for good and nothing --resume auto takes;
 # 4. a step whose update is not finite (--lr 1e3 --grad-clip 0) is never
 #    checkpointed, the good checkpoint before it stays, and --resume auto
 #    takes that one;
@@ -89,6 +91,41 @@ mkdir "$ck/step-00000004.tmp"
 run 2 c3b $T --steps 4 --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 0 || { bad "3: run, keep 0"; cat "$tmp/c3b.txt"; }
 [ "$(ls "$ck" | tr '\n' ' ')" = "step-00000001 step-00000002 step-00000003.keep step-00000004 step-00000006-notes step-00000008 " ] && ok ||
   bad "3: --keep-checkpoints 0 left: $(ls "$ck" | tr '\n' ' ')"
+
+# --- 3b. a removal cut short by a kill (RP_FAULT_CHECKPOINT_REMOVE_STOP=N:
+# every removal stops after N files) leaves no checkpoint for good, and none
+# that reads as complete without its files. Pruning an older checkpoint
+# keeps its marker to the last, so the next pruning removes the rest (a
+# step-N without the marker is never removed: it may be the user's; cut
+# short after the marker, one stayed for good); a checkpoint of the same
+# step being replaced loses its marker first, so --resume auto passes over
+# it and the step written again replaces it.
+for n in 1 2 3 4 5; do
+  # steps 2 and 4 pruned, each cut short; 6 and 8 kept
+  ck="$tmp/ck3c-$n"
+  RP_FAULT_CHECKPOINT_REMOVE_STOP=$n run 2 c3c $T --steps 8 --checkpoint-dir "$ck" \
+    --checkpoint-every 2 --keep-checkpoints 2 || { bad "3b: run, removals stopped after $n"; cat "$tmp/c3c.txt"; }
+  cut=$(ls "$ck" | tr '\n' ' ')
+  # step 8 written again: its pruning removes what is left of 2 and 4
+  run 2 c3d $T --steps 8 --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 2 \
+    --resume "$ck/step-00000006" || { bad "3b: resumed run"; cat "$tmp/c3d.txt"; }
+  [ "$(ls "$ck" | tr '\n' ' ')" = "step-00000006 step-00000008 " ] && ok ||
+    bad "3b: pruning cut short after $n files left '$cut', and the next pruning '$(ls "$ck" | tr '\n' ' ')'"
+done
+ck="$tmp/ck3e"
+run 2 c3e $T --steps 4 --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 0 ||
+  { bad "3b: run"; cat "$tmp/c3e.txt"; }
+# step 4 written again from step 2: its old directory cut short after 1 file
+RP_FAULT_CHECKPOINT_REMOVE_STOP=1 run 2 c3f $T --steps 4 --checkpoint-dir "$ck" \
+  --checkpoint-every 2 --keep-checkpoints 0 --resume "$ck/step-00000002"
+[ ! -f "$ck/step-00000004/checkpoint.complete" ] && ok ||
+  bad "3b: a replaced checkpoint cut short still has its marker: $(ls "$ck/step-00000004" | tr '\n' ' ')"
+run 2 c3g $T --steps 4 --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 0 \
+  --resume auto || { bad "3b: resume auto past the cut checkpoint"; cat "$tmp/c3g.txt"; }
+has c3g "resuming from $ck/step-00000002" "3b: resume auto past the cut checkpoint"
+[ "$(ls "$ck" | tr '\n' ' ')" = "step-00000002 step-00000004 " ] &&
+  [ "$(ls "$ck/step-00000004" | tr '\n' ' ')" = "$(ls "$ck/step-00000002" | tr '\n' ' ')" ] && ok ||
+  bad "3b: after step 4 was written again: $(ls "$ck" | tr '\n' ' '), step 4 holds $(ls "$ck/step-00000004" | tr '\n' ' ')"
 
 # --- 4. a diverged update is never a checkpoint, and prunes nothing
 ck="$tmp/ck4"

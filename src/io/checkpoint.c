@@ -93,19 +93,53 @@ static rp_status sync_dir(const char *dir, rp_error *err)
 }
 
 /* Remove a checkpoint directory (files only, as written here). */
-static void remove_dir(const char *dir)
+/* Which end of a removal the marker goes: first, where a directory cut
+ * short by a kill must not read as a checkpoint (one of the same step being
+ * replaced: the resumed run writes that step again and removes the rest);
+ * last, where it must stay one so that the next pruning removes it again (an
+ * older checkpoint: newer complete ones exist, and a step-N without the
+ * marker is never removed, being possibly the user's, so cut short without
+ * it, it stayed for good, a whole checkpoint of disk after each such kill). */
+enum { MARKER_FIRST, MARKER_LAST };
+
+/* Test hook: RP_FAULT_CHECKPOINT_REMOVE_STOP=N stops every removal of a
+ * checkpoint after N files, as a kill would. */
+static int removal_stop(void)
 {
+    const char *v = getenv("RP_FAULT_CHECKPOINT_REMOVE_STOP");
+    return v && *v ? atoi(v) : -1;
+}
+
+static void remove_dir(const char *dir, int marker)
+{
+    char path[4096];
+    const int stop = removal_stop();
+    int removed = 0;
+    if (marker == MARKER_FIRST) {
+        if (removed == stop)
+            return;
+        snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_MARKER);
+        removed += unlink(path) == 0;
+    }
     DIR *d = opendir(dir);
     if (!d)
         return;
     struct dirent *de;
-    char path[4096];
     while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+            strcmp(de->d_name, RP_CHECKPOINT_MARKER)) {
+            if (removed == stop) {
+                closedir(d);
+                return;
+            }
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            unlink(path);
+            removed += unlink(path) == 0;
         }
     closedir(d);
+    if (removed == stop)
+        return;
+    snprintf(path, sizeof path, "%s/%s", dir, RP_CHECKPOINT_MARKER);
+    unlink(path);
     rmdir(dir);
 }
 
@@ -201,7 +235,7 @@ static void prune(const char *root, int keep, const char *current)
             newer += e[j].complete && e[j].step > e[i].step;
         if (e[i].tmp || (e[i].complete && keep > 0 && newer >= keep)) {
             snprintf(path, sizeof path, "%s/%s", root, e[i].name);
-            remove_dir(path);
+            remove_dir(path, MARKER_LAST);
         }
     }
     free(e);
@@ -241,7 +275,7 @@ void rp_checkpoint_abort(rp_checkpoint_writer **wp)
         free(w->file_name[i]);
     }
     rp_file_set_abort(&w->fs);
-    remove_dir(w->tmp);
+    remove_dir(w->tmp, MARKER_LAST);
     if (w->lock_fd >= 0)
         close(w->lock_fd);
     free(w);
@@ -281,7 +315,7 @@ rp_status rp_checkpoint_begin(const char *root, int64_t step, const rp_checkpoin
     snprintf(w->tmp, sizeof w->tmp, "%s/%s.tmp", root, w->name);
     w->step = step;
     w->lock_fd = -1;
-    remove_dir(w->tmp); /* a stale one of an interrupted write */
+    remove_dir(w->tmp, MARKER_LAST); /* a stale one of an interrupted write */
     rp_status s = rp_file_set_begin(w->tmp, &w->fs, err);
     if (s == RP_OK) /* held while it is written: the sign that its writer lives */
         w->lock_fd = lock_dir(w->tmp);
@@ -417,7 +451,7 @@ rp_status rp_checkpoint_finish(rp_checkpoint_writer **wp, json_object *state, in
     char final[4200];
     snprintf(final, sizeof final, "%s/%s", w->root, w->name);
     if (s == RP_OK) {
-        remove_dir(final); /* an older run's checkpoint of the same step */
+        remove_dir(final, MARKER_FIRST); /* an older run's checkpoint of the same step */
         if (rename(w->tmp, final) != 0)
             s = rp_error_set(err, RP_ERR_IO, "%s: cannot rename to %s: %s", w->tmp, final,
                              strerror(errno));
@@ -584,7 +618,7 @@ int rp_checkpoint_remove_stale(const char *root, char (*names)[32], int max_name
         int fd = lock_dir(path);
         if (fd < 0) /* being written, or no locks here: left to the next checkpoint's pruning */
             continue;
-        remove_dir(path);
+        remove_dir(path, MARKER_LAST); /* a step-N.tmp: never a checkpoint */
         close(fd);
         if (removed < max_names)
             snprintf(names[removed], sizeof *names, "%s", found[i]);

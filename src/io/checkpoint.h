@@ -20,8 +20,13 @@
  * step-N.tmp; a temporary one left by a killed writer is removed at the next
  * run's start (rp_checkpoint_remove_stale). Only "step-" + 8 digits (+ ".tmp")
  * are roundpipe's: nothing else under ROOT is listed or removed.
- * Test hook: RP_FAULT_CHECKPOINT_HOLD=S in the environment holds the writer
- * S seconds with the weights written but no file in place yet. */
+ * Removing a checkpoint (pruning, or one of the same step being replaced)
+ * keeps or drops the marker first so that a kill midway leaves neither a
+ * directory removed by no later run nor one read as complete without its
+ * files (checkpoint.c, remove_dir).
+ * Test hooks: RP_FAULT_CHECKPOINT_HOLD=S in the environment holds the writer
+ * S seconds with the weights written but no file in place yet;
+ * RP_FAULT_CHECKPOINT_REMOVE_STOP=N stops every removal after N files. */
 #ifndef RP_IO_CHECKPOINT_H
 #define RP_IO_CHECKPOINT_H
 
