@@ -4,8 +4,9 @@
 # while a checkpoint is half written (RP_FAULT_CHECKPOINT_HOLD), ends, when
 # restarted each time with the same command and --resume auto, with the
 # model of a run that was never killed, bit for bit: only complete
-# checkpoints are resumed, and the half-written one is ignored and cleaned
-# up. 20 kill points; the delays come from a fixed seed (and the killed
+# checkpoints are resumed, the half-written one is ignored and cleaned up,
+# and no checkpoint a kill cut short while removing it is left behind
+# without its marker (pruning never removes one). 20 kill points; the delays come from a fixed seed (and the killed
 # runs sleep up to 3 ms before every signal, which changes no bits).
 # Ctrl-C at a terminal under mpirun (SIGINT to mpirun's process group; the
 # ranks get SIGTERM, then SIGKILL a second later): mpirun exits 1, rank 0
@@ -86,6 +87,14 @@ cmp -s "$tmp/ref/model.safetensors" "$tmp/final/model.safetensors" && ok ||
 ls -d "$ck"/*.tmp > /dev/null 2>&1 && bad "a half-written checkpoint was left behind" || ok
 [ ! -e "$ck/step-00000002.tmp" ] && ok || bad "the half-written checkpoint was not cleaned up"
 grep -q "resuming from $ck/step-" "$tmp/runs.txt" && ok || bad "no run resumed"
+# no checkpoint cut short by a kill left for good: pruning never removes a
+# step-N without its marker
+leak=""
+for d in "$ck"/step-*; do
+  case $d in *.tmp) continue ;; esac
+  [ -d "$d" ] && [ ! -f "$d/checkpoint.complete" ] && leak="$leak ${d##*/}"
+done
+[ -z "$leak" ] && ok || bad "checkpoints without their marker left for good:$leak"
 
 # Ctrl-C at a terminal under mpirun: the terminal signals mpirun's process
 # group (setsid here: the ranks have groups of their own), mpirun sends the
