@@ -135,17 +135,17 @@ PATH="$g/bin:$PATH" command -v compute-sanitizer > /dev/null || [ -x /usr/local/
       { bad "run.sh, every phase on a stand-in GPU: exit $grc; no line in the phase table for:$missing"; cat "$tmp/gw.txt"; }; }
 # a hung benchmark is killed where the budget ends (less 10 s for the
 # table), and the table and the logs' archive still reach $OUT
-STANDIN_HANG=1 standin 26 topology
-[ $gdt -le 30 ] && [ $grc = 1 ] && grep -q '^two copies at once  *FAILED' "$g/out/summary.txt" &&
+STANDIN_HANG=1 standin 40 topology
+[ $gdt -le 44 ] && [ $grc = 1 ] && grep -q '^two copies at once  *FAILED' "$g/out/summary.txt" &&
   [ -f "$g/out/gpu-bench-logs.tar.gz" ] && ok ||
-  { bad "run.sh topology on a stand-in GPU whose bench_copy hangs: exit $grc after $gdt s (budget 26 s)"; cat "$tmp/gw.txt"; }
+  { bad "run.sh topology on a stand-in GPU whose bench_copy hangs: exit $grc after $gdt s (budget 40 s)"; cat "$tmp/gw.txt"; }
 # where plan says /dev/shm is too small for train's host store, run.sh
 # remounts it as plan says before the e2e run (as root, in a private mount
 # namespace here: a 64 MiB /dev/shm)
 if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2> /dev/null; then
   rm -rf "$g/out" "$g/calls"; mkdir -p "$g/out"
   STANDIN_PLAN='warning: /dev/shm has 0.06 GiB free: train would stop (as root: mount -o remount,size=1G /dev/shm)' \
-    PATH="$g/bin:$PATH" OUT="$g/out" RP_GPU_BUILD="$g/build" RP_GPU_BUDGET_S=90 RP_GPU_LOGS= MPIRUN="$tmp/hung/mpirun" \
+    PATH="$g/bin:$PATH" OUT="$g/out" RP_GPU_BUILD="$g/build" RP_GPU_BUDGET_S=110 RP_GPU_LOGS= MPIRUN="$tmp/hung/mpirun" \
     unshare -m --propagation private sh -c 'mount -t tmpfs -o size=64M tmpfs /dev/shm && exec bash "$1" e2e' \
     sh "$src/bench/gpu/run.sh" > "$tmp/gw.txt" 2>&1
   grep -q '^src/roundpipe train .* shm=1048576$' "$g/calls" && grep -q '^/dev/shm for e2e (batch 8)  *64M -> 1G' "$g/out/summary.txt" && ok ||

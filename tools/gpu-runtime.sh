@@ -197,7 +197,9 @@ rm -rf "$_rp_fb"; mkdir -p "$_rp_fb"
 for _rp_f in "$RP_DEBROOT"/fallback/*.so.*; do
   _rp_s=$(basename "$_rp_f")
   case $_rp_s in *.so.[0-9]|*.so.[0-9][0-9]) ;; *) continue ;; esac   # sonames only
-  if ! { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep -q "^[[:space:]]*$_rp_s "; then
+  # not grep -q: it ends at the first match, ldconfig dies of SIGPIPE, and
+  # under run.sh's pipefail the pipeline reads as no match at random
+  if ! { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep "^[[:space:]]*$_rp_s " > /dev/null; then
     ln -sf "$_rp_f" "$_rp_fb/$_rp_s"
     echo "env.sh: using carried $_rp_s (none on this system)" >&2
   fi
@@ -379,7 +381,7 @@ bin=${RP_SELFTEST_BIN:-$top/build/src/roundpipe}
 fx=$top/mpi-tests/fixtures/golden/qwen3
 if [ -x "$bin" ]; then
   echo "selftest: $bin resolves: $(ldd "$bin" | awk '/=>/ && $3 !~ /^\/(usr\/)?lib/ {print $1 "=" $3}' | tr '\n' ' ')"
-  ldd "$bin" | grep -q 'not found' && { ldd "$bin"; exit 1; }
+  ldd "$bin" | grep 'not found' > /dev/null && { ldd "$bin"; exit 1; }
   # shellcheck disable=SC2046
   mpirun -np 2 "$bin" train --model "$fx/model" --data "$fx/data.npy" --loss-mask "$fx/mask.npy" \
     $(cat "$fx/args.txt" | sed 's/--steps [0-9]*//') --steps 2 --progress none --log "$t/log.jsonl"
