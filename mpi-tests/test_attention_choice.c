@@ -109,6 +109,25 @@ START_TEST(toolkit_cudnn_opens)
 }
 END_TEST
 
+/* A GPU or library cuDNN's attention is not taken on: auto runs the own
+ * kernel, its note saying why (note_has); --attention cudnn is refused,
+ * naming the reason (err_has). */
+static void refused_both(size_t version, int major, int minor, const char *note_has,
+                         const char *err_has)
+{
+    int use = 1;
+    char note[768];
+    rp_error err = {0};
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, version, major, minor, 1, &use,
+                                         note, sizeof note, &err), RP_OK);
+    ck_assert_int_eq(use, 0);
+    ck_assert_msg(strstr(note, "attention: own kernel (") && strstr(note, note_has), "%s", note);
+    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, version, major, minor, 1, &use,
+                                         note, sizeof note, &err), RP_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "--attention cudnn: ") && strstr(err.msg, err_has), "%s",
+                  err.msg);
+}
+
 START_TEST(choice_by_mode_and_gpu)
 {
     int use = 1;
@@ -136,40 +155,17 @@ START_TEST(choice_by_mode_and_gpu)
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);
     /* an sm_75 GPU: auto takes the own kernel and says so; cudnn is refused */
-    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 7, 5, 1, &use, note,
-                                         sizeof note, &err), RP_OK);
-    ck_assert_int_eq(use, 0);
-    ck_assert_msg(strstr(note, "attention: own kernel (") && strstr(note, "sm_75"), "%s", note);
-    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 7, 5, 1, &use, note,
-                                         sizeof note, &err), RP_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "--attention cudnn") && strstr(err.msg, "sm_80"), "%s",
-                  err.msg);
+    refused_both(91900, 7, 5, "sm_75", "sm_80");
     /* cuDNN 9.10.0 and 9.10.1 (known bugs in the bf16 backward) and sm_10x
-     * (a deterministic backward needs knobs not set here): auto says why and
-     * takes the own kernel, cudnn is refused naming it; 9.10.2 and sm_120 as
-     * any other */
-    const size_t versions[2] = {91000, 91001};
-    for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, versions[i], 9, 0, 1, &use,
-                                             note, sizeof note, &err), RP_OK);
-        ck_assert_int_eq(use, 0);
-        ck_assert_msg(strstr(note, "attention: own kernel (cuDNN 9.10.") &&
-                          strstr(note, "known bugs"), "%s", note);
-        ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, versions[i], 9, 0, 1, &use,
-                                             note, sizeof note, &err), RP_ERR_UNSUPPORTED);
-        ck_assert_msg(strstr(err.msg, "--attention cudnn: cuDNN 9.10."), "%s", err.msg);
-    }
+     * (a deterministic backward needs knobs not set here) likewise; 9.10.2
+     * and sm_120 as any other */
+    refused_both(91000, 9, 0, "cuDNN 9.10.0's bf16 SDPA backward has known bugs", "cuDNN 9.10.0");
+    refused_both(91001, 9, 0, "cuDNN 9.10.1's bf16 SDPA backward has known bugs", "cuDNN 9.10.1");
+    refused_both(91900, 10, 0, "on sm_100 cuDNN's deterministic SDPA backward", "on sm_100");
+    refused_both(91900, 10, 3, "on sm_103", "deterministic");
     ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91002, 9, 0, 1, &use, note,
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);
-    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 10, 0, 1, &use, note,
-                                         sizeof note, &err), RP_OK);
-    ck_assert_int_eq(use, 0);
-    ck_assert_msg(strstr(note, "attention: own kernel (on sm_100") &&
-                      strstr(note, "deterministic"), "%s", note);
-    ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 10, 3, 1, &use, note,
-                                         sizeof note, &err), RP_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "--attention cudnn: on sm_103"), "%s", err.msg);
     ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 12, 0, 1, &use, note,
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);
