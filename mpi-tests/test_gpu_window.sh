@@ -98,6 +98,9 @@ for p in $(grep -v '^#' "$src/bench/gpu/carried-programs.txt"); do
   mkdir -p "$g/build/$(dirname "$p")"
   printf '#!/bin/sh\necho "%s $* shm=$(df -k --output=size /dev/shm | tail -n 1 | tr -dc 0-9)" >> "%s"\ncase "$1" in --version|topology) echo stand-in; exit 0 ;; plan) echo "${STANDIN_PLAN:-}"; exit 0 ;; esac\n[ -z "${STANDIN_HANG:-}" ] || sleep 60\n' \
     "$p" "$g/calls" > "$g/build/$p"
+  # the copy phases fail a bench_copy that exits 0 without its result line
+  [ "$p" = bench/gpu/bench_copy ] &&
+    echo '[ -n "${STANDIN_SILENT:-}" ] || echo "RESULT copy_best pinned 50.0 50.0"' >> "$g/build/$p"
   chmod +x "$g/build/$p"
 done
 # standin BUDGET PHASE...: run.sh there, its output in $tmp/gw.txt, $OUT in
@@ -133,6 +136,10 @@ PATH="$g/bin:$PATH" command -v compute-sanitizer > /dev/null || [ -x /usr/local/
     done
     [ $grc = 1 ] && [ -z "$missing" ] && ok ||
       { bad "run.sh, every phase on a stand-in GPU: exit $grc; no line in the phase table for:$missing"; cat "$tmp/gw.txt"; }; }
+# a benchmark that exits 0 without its result line fails its phase
+STANDIN_SILENT=1 standin 60 copy
+[ $grc = 1 ] && grep -q '^host<->device copies  *FAILED' "$g/out/summary.txt" && ok ||
+  { bad "run.sh copy on a stand-in GPU whose bench_copy prints nothing: exit $grc"; cat "$tmp/gw.txt"; }
 # a hung benchmark is killed where the budget ends (less 10 s for the
 # table), and the table and the logs' archive still reach $OUT
 STANDIN_HANG=1 standin 40 topology

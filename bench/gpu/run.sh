@@ -718,6 +718,8 @@ elif start copy; then
     put "H2D / D2H pinned at 1 MiB" "$p1u / $p1d GB/s" "pinned best" "$(calc "$p1u / $pu") / $(calc "$p1d / $pd")" ""
     put "both directions at once (pinned)" "$bid GB/s" "H2D+D2H best" "$(calc "$bid / ($pu + $pd)")" ""
     put "device to device (read + write)" "$d2d GB/s" "" "" ""
+    # exit 0 without its RESULT lines measured nothing: not an ok phase
+    [ -n "${pu:-}" ] || pfail "host<->device copies" "bench_copy exited 0 without a copy_best pinned line (copy.txt)"
   else
     cat "$logs/copy.txt"; pfail "host<->device copies" "bench_copy failed (copy.txt)"
   fi
@@ -912,6 +914,8 @@ elif start topology; then
     where="GPU 0 and GPU $second"; [ "$second" = 0 ] && where="both on GPU 0"
     put "H2D pinned, two processes at once ($where)" "$xu + $yu GB/s" "one alone $au" "$(calc "$xu / $au") + $(calc "$yu / $au")" ""
     put "D2H pinned, two processes at once ($where)" "$xd + $yd GB/s" "one alone $ad" "$(calc "$xd / $ad") + $(calc "$yd / $ad")" ""
+    [ -n "${au:-}" ] && [ -n "${xu:-}" ] && [ -n "${yu:-}" ] ||
+      pfail "two copies at once" "a bench_copy exited 0 without its copy_best pinned line (copy-alone.txt, copy-two-*.txt)"
   else
     cat "$logs"/copy-alone.txt "$logs"/copy-two-*.txt 2>/dev/null; pfail "two copies at once" "bench_copy failed"
   fi
