@@ -92,7 +92,6 @@ static rp_status sync_dir(const char *dir, rp_error *err)
     return RP_OK;
 }
 
-/* Remove a checkpoint directory (files only, as written here). */
 /* Which end of a removal the marker goes: first, where a directory cut
  * short by a kill must not read as a checkpoint (one of the same step being
  * replaced: the resumed run writes that step again and removes the rest);
@@ -110,6 +109,8 @@ static int removal_stop(void)
     return v && *v ? atoi(v) : -1;
 }
 
+/* Remove a checkpoint directory (files only, as written here), its marker
+ * first or last. */
 static void remove_dir(const char *dir, int marker)
 {
     char path[4096];
