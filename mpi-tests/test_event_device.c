@@ -129,6 +129,45 @@ START_TEST(test_upload_source_kept_until_complete)
 }
 END_TEST
 
+/* An upload the compute stream waited for has finished reading its source
+ * once the host has seen a download complete that was ordered after that
+ * wait (on a GPU the download's event follows the upload's): the host may
+ * reuse the source then, before the upload's own completion is seen. Not
+ * before that download is seen, nor after one ordered before the wait. */
+START_TEST(test_upload_source_free_after_ordered_download)
+{
+    rp_device *d = make("1", NULL);
+    float *dev = dalloc(d), *b = dalloc(d), h[N], out[N];
+    rp_error err = {0};
+    for (int kind = 0; kind < 3; kind++) {
+        fill(h, 1.0f);
+        if (kind == 2) /* the download stream ordered before the wait */
+            ck_assert(rp_device_copies_after_compute(d, RP_COPY_DOWN, &err) == RP_OK);
+        ck_assert(rp_device_copy_issue(d, 1, dev, h, sizeof h, RP_COPY_UP, &err) == RP_OK);
+        ck_assert(rp_device_compute_after_copy(d, 1, &err) == RP_OK);
+        twice(d, b, dev);
+        if (kind != 2)
+            ck_assert(rp_device_copies_after_compute(d, RP_COPY_DOWN, &err) == RP_OK);
+        ck_assert(rp_device_copy_issue(d, 2, out, b, sizeof out, RP_COPY_DOWN, &err) == RP_OK);
+        if (kind == 1) /* before the download is seen */
+            h[3] = -7.0f;
+        rp_status s2 = rp_device_copy_complete(d, 2, &err);
+        if (kind != 2)
+            ck_assert_msg(s2 == RP_OK && out[5] == 2.0f * 6.0f, "%s", err.msg);
+        h[3] = -7.0f;
+        rp_status s1 = rp_device_copy_complete(d, 1, &err);
+        if (kind == 0)
+            ck_assert_msg(s1 == RP_OK, "kind %d: %s", kind, err.msg);
+        else
+            ck_assert_msg(s1 != RP_OK && strstr(err.msg, "host source"), "kind %d: %s", kind,
+                          s1 == RP_OK ? "the change was not caught" : err.msg);
+    }
+    rp_device_free(d, dev);
+    rp_device_free(d, b);
+    rp_device_destroy(&d);
+}
+END_TEST
+
 START_TEST(test_download_ordered_after_ops)
 {
     rp_device *d = make("1", NULL);
@@ -218,6 +257,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_both_modes_refused);
     tcase_add_test(tc, test_upload_lands_when_ordered);
     tcase_add_test(tc, test_upload_source_kept_until_complete);
+    tcase_add_test(tc, test_upload_source_free_after_ordered_download);
     tcase_add_test(tc, test_download_ordered_after_ops);
     tcase_add_test(tc, test_download_not_ordered_fails);
     tcase_add_test(tc, test_download_source_overwritten_fails);

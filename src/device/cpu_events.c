@@ -18,7 +18,11 @@
  *    -1 as an id) when issued, so kernel ops that read it before it lands
  *    read NaN; its host source must hold the bytes it sent until its
  *    completion is seen (a copy may read it until then), or the completion
- *    fails, naming it;
+ *    fails, naming it; or, for one the compute stream waited for
+ *    (compute_after_copy), until the host has seen the completion of a
+ *    download the download stream issued after a copies_after_compute(
+ *    download) that came after that wait (on a GPU the download's event
+ *    then orders after the upload's: it has finished reading);
  *  - a download reads the device's bytes as they were at the download
  *    stream's last copies_after_compute(download) before its issue (each
  *    rp_device_copies_after_compute(RP_COPY_DOWN) keeps a copy of the
@@ -60,7 +64,9 @@ typedef struct copy_ticket {
     size_t bytes;
     unsigned char *entitled; /* a download's: the source as the download stream may read it
                                 (NULL: its source is not the device's memory) */
-    unsigned char *sent;     /* a landed upload's: its source as it was read */
+    unsigned char *sent;     /* a landed upload's: its source as it was read, until checked */
+    uint64_t waited;         /* an upload's: the compute_after_copy that landed it (0: none) */
+    uint64_t after;          /* a download's: the waits its stream is ordered after */
     rp_status status;        /* what its landing found, for copy_complete */
     rp_error err;
 } copy_ticket;
@@ -81,6 +87,11 @@ typedef struct events_impl {
     size_t nallocs, cap;
     copy_ticket ticket[RP_DEVICE_COPY_TICKETS];
     uint64_t next_seq;
+    /* what the host can know of the uploads the compute stream waited for
+     * (see the top): compute_after_copy calls so far, those the download
+     * stream's last copies_after_compute came after, and the most of them a
+     * download whose completion was seen came after */
+    uint64_t waits, down_after, seen;
 } events_impl;
 
 static uint64_t stamp(events_impl *c)
@@ -284,7 +295,8 @@ static rp_status events_copy_issue(void *impl, int ticket, void *dst, const void
     }
     if (s == RP_OK) {
         *k = (copy_ticket){.state = TICKET_ISSUED, .seq = c->next_seq++, .dir = dir, .dst = dst,
-                           .src = src, .bytes = bytes, .entitled = entitled};
+                           .src = src, .bytes = bytes, .entitled = entitled,
+                           .after = dir == RP_COPY_DOWN ? c->down_after : 0};
         memset(dst, POISON, bytes); /* until it lands */
         if (dir == RP_COPY_UP)
             atomic_fetch_add(&c->changes, 1);
@@ -331,6 +343,21 @@ static void wait_landed(events_impl *c, int t)
     land_through(c, t); /* nothing where it has landed */
 }
 
+/* Upload ticket t's source against what it sent (the lock held): a change
+ * fails its completion; checked once. */
+static void check_sent(events_impl *c, int t)
+{
+    copy_ticket *k = &c->ticket[t];
+    if (k->status == RP_OK && k->sent && memcmp(k->sent, k->src, k->bytes) != 0)
+        k->status = rp_error_set(&k->err, RP_ERR_INTERNAL,
+                                 "cpu device (RP_TEST_EVENT_DEVICE): the host source %p of the "
+                                 "upload of %zu bytes under ticket %d changed before its "
+                                 "completion was seen: on a GPU the copy may read it until "
+                                 "then", k->src, k->bytes, t);
+    free(k->sent);
+    k->sent = NULL;
+}
+
 static rp_status events_copy_complete(void *impl, int ticket, rp_error *err)
 {
     events_impl *c = impl;
@@ -342,16 +369,18 @@ static rp_status events_copy_complete(void *impl, int ticket, rp_error *err)
                          "ticket %d, under which no copy was issued", ticket);
     } else {
         wait_landed(c, ticket);
-        if (k->status == RP_OK && k->sent && memcmp(k->sent, k->src, k->bytes) != 0)
-            k->status = rp_error_set(&k->err, RP_ERR_INTERNAL,
-                                     "cpu device (RP_TEST_EVENT_DEVICE): the host source %p of the "
-                                     "upload of %zu bytes under ticket %d changed before its "
-                                     "completion was seen: on a GPU the copy may read it until "
-                                     "then", k->src, k->bytes, ticket);
+        check_sent(c, ticket);
         if ((s = k->status) != RP_OK)
             *err = k->err;
-        free(k->sent);
-        k->sent = NULL;
+        /* a download seen complete: the uploads the compute stream waited
+         * for before it was ordered have finished reading their sources */
+        if (s == RP_OK && k->dir == RP_COPY_DOWN && k->after > c->seen) {
+            c->seen = k->after;
+            for (int i = 0; i < RP_DEVICE_COPY_TICKETS; i++)
+                if (c->ticket[i].state == TICKET_LANDED && c->ticket[i].dir == RP_COPY_UP &&
+                    c->ticket[i].waited && c->ticket[i].waited <= c->seen)
+                    check_sent(c, i);
+        }
         k->state = TICKET_FREE;
     }
     pthread_mutex_unlock(&c->lock);
@@ -375,6 +404,7 @@ static rp_status events_copies_after_compute(void *impl, rp_copy_direction dir, 
     if (dir != RP_COPY_DOWN)
         return RP_OK;
     pthread_mutex_lock(&c->lock);
+    c->down_after = c->waits;
     const uint64_t now = stamp(c);
     if (now != c->kept_stamp) {
         for (size_t i = 0; i < c->nallocs; i++)
@@ -391,6 +421,14 @@ static rp_status events_compute_after_copy(void *impl, int ticket, rp_error *err
     (void)err;
     pthread_mutex_lock(&c->lock);
     land_through(c, ticket); /* a failure is the copy's: its completion reports it */
+    const copy_ticket *k = &c->ticket[ticket];
+    if (k->state == TICKET_LANDED) { /* it and every upload before it: waited for */
+        c->waits++;
+        for (int i = 0; i < RP_DEVICE_COPY_TICKETS; i++)
+            if (c->ticket[i].state == TICKET_LANDED && c->ticket[i].dir == k->dir &&
+                c->ticket[i].seq <= k->seq && !c->ticket[i].waited)
+                c->ticket[i].waited = c->waits;
+    }
     pthread_mutex_unlock(&c->lock);
     return RP_OK;
 }
