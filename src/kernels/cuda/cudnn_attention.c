@@ -581,10 +581,11 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
             snprintf(slot->refused, sizeof slot->refused,
                      "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
                      "reserves for it (2 bytes a score of a microbatch's heads over lengths "
-                     "padded to %d, 16 a row and 1 MiB, at most a quarter of the GPU; %lld of "
-                     "%lld configurations too big, %lld non-deterministic, %lld not finalized)",
-                     (double)asked / 1048576.0, (double)budget / 1048576.0,
-                     RP_CUDNN_WORKSPACE_TILE, (long long)too_big, (long long)got,
+                     "padded to %d, %d a row and %.0f MiB, at most a quarter of the GPU; %lld "
+                     "of %lld configurations too big, %lld non-deterministic, %lld not "
+                     "finalized)", (double)asked / 1048576.0, (double)budget / 1048576.0,
+                     RP_CUDNN_WORKSPACE_TILE, RP_CUDNN_WORKSPACE_ROW_BYTES,
+                     (double)RP_CUDNN_WORKSPACE_SLACK / 1048576.0, (long long)too_big, (long long)got,
                      (long long)nondeterministic, (long long)unfinished);
         else
             snprintf(slot->refused, sizeof slot->refused,
