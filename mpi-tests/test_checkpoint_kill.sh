@@ -107,7 +107,7 @@ ctrl_c() { # ctrl_c OUT [env] -- train options: a run, Ctrl-C once 3 steps are l
   env "$@" > "$out" 2>&1 &
   pid=$!
   i=0; while [ "$(cat "$tmp/cc.jsonl" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-  kill -INT -- -$pid
+  kill -INT -$pid
   wait $pid; rc=$?
 }
 cc="$tmp/cc-ck"
