@@ -3,7 +3,7 @@ check_PROGRAMS += mpi-tests/test_cuda_kernels
 TESTS += mpi-tests/test_cuda_kernels
 mpi_tests_test_cuda_kernels_SOURCES = mpi-tests/test_cuda_kernels.c mpi-tests/cuda_test_util.h
 mpi_tests_test_cuda_kernels_CFLAGS = $(RP_TEST_CFLAGS)
-mpi_tests_test_cuda_kernels_LDADD = $(RP_TEST_LDADD) -lm
+mpi_tests_test_cuda_kernels_LDADD = $(RP_TEST_LDADD) $(CUBLAS_LIBS) -lm
 
 check_PROGRAMS += mpi-tests/test_cuda_backend
 TESTS += mpi-tests/test_cuda_backend
@@ -18,7 +18,7 @@ TESTS += mpi-tests/test_kernel_ops
 mpi_tests_test_kernel_ops_SOURCES = mpi-tests/test_kernel_ops.c mpi-tests/cuda_test_util.h \
 	mpi-tests/xent_reference.h
 mpi_tests_test_kernel_ops_CFLAGS = $(RP_TEST_CFLAGS)
-mpi_tests_test_kernel_ops_LDADD = $(RP_TEST_LDADD) -lm
+mpi_tests_test_kernel_ops_LDADD = $(RP_TEST_LDADD) $(CUBLAS_LIBS) -lm
 
 # every MoE op of the CUDA table against the CPU table's (SKIP without a
 # device or a CUDA build)
@@ -26,7 +26,7 @@ check_PROGRAMS += mpi-tests/test_cuda_moe
 TESTS += mpi-tests/test_cuda_moe
 mpi_tests_test_cuda_moe_SOURCES = mpi-tests/test_cuda_moe.c mpi-tests/cuda_test_util.h
 mpi_tests_test_cuda_moe_CFLAGS = $(RP_TEST_CFLAGS)
-mpi_tests_test_cuda_moe_LDADD = $(RP_TEST_LDADD) -lm
+mpi_tests_test_cuda_moe_LDADD = $(RP_TEST_LDADD) $(CUBLAS_LIBS) -lm
 
 # the GPU window's script (bench/gpu/run.sh) ready without a GPU: it parses,
 # its fixtures are there, its summary writer and its log comparison work

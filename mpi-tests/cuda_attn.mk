@@ -17,4 +17,4 @@ check_PROGRAMS += mpi-tests/test_cuda_cudnn_attention
 TESTS += mpi-tests/test_cuda_cudnn_attention
 mpi_tests_test_cuda_cudnn_attention_SOURCES = mpi-tests/test_cuda_cudnn_attention.c
 mpi_tests_test_cuda_cudnn_attention_CFLAGS = $(RP_TEST_CFLAGS)
-mpi_tests_test_cuda_cudnn_attention_LDADD = $(RP_TEST_LDADD)
+mpi_tests_test_cuda_cudnn_attention_LDADD = $(RP_TEST_LDADD) $(CUBLAS_LIBS)

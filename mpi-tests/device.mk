@@ -13,3 +13,12 @@ TESTS += mpi-tests/test_attention_choice
 mpi_tests_test_attention_choice_SOURCES = mpi-tests/test_attention_choice.c
 mpi_tests_test_attention_choice_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_attention_choice_LDADD = $(RP_TEST_LDADD)
+if HAVE_CUDA
+# cuBLAS opened at run time, not linked (no GPU needed)
+check_PROGRAMS += mpi-tests/test_cublas_api
+TESTS += mpi-tests/test_cublas_api
+mpi_tests_test_cublas_api_SOURCES = mpi-tests/test_cublas_api.c
+mpi_tests_test_cublas_api_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cublas_api_LDADD = $(RP_TEST_LDADD)
+endif
+EXTRA_DIST += mpi-tests/test_cublas_api.c

@@ -7,7 +7,7 @@ noinst_PROGRAMS += bench/gpu/bench_gemm bench/gpu/bench_copy bench/gpu/bench_att
 endif
 bench_gpu_bench_gemm_SOURCES = bench/gpu/bench_gemm.cu
 # and cuBLASLt's residual GEMM of src/kernels/cuda/gemm_lt.c, through librp
-bench_gpu_bench_gemm_LDADD = librp.la $(CUDA_LIBS)
+bench_gpu_bench_gemm_LDADD = librp.la $(CUBLAS_LIBS) $(CUDA_LIBS)
 bench_gpu_bench_copy_SOURCES = bench/gpu/bench_copy.cu
 bench_gpu_bench_copy_LDADD = $(CUDA_LIBS)
 # the attention kernels of src/kernels/cuda, through librp
@@ -15,7 +15,7 @@ bench_gpu_bench_attention_SOURCES = bench/gpu/bench_attention.c
 bench_gpu_bench_attention_LDADD = librp.la
 # the head (src/model/head.c) on the CUDA kernel table against its GEMMs, through librp
 bench_gpu_bench_head_SOURCES = bench/gpu/bench_head.c
-bench_gpu_bench_head_LDADD = librp.la
+bench_gpu_bench_head_LDADD = librp.la $(CUBLAS_LIBS)
 EXTRA_DIST += bench/gpu/bench_common.cuh bench/gpu/run.sh bench/gpu/qwen3-1.7b-config.json \
 	bench/gpu/parity.sh bench/gpu/compare.py bench/gpu/torch_peer.py bench/gpu/tree-digest.sh \
 	bench/gpu/carried-programs.txt

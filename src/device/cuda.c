@@ -30,7 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <cublas_v2.h>
+#include "kernels/cuda/cublas_api.h"
 #include <cuda_runtime.h>
 
 #include "core/unproven.h"
@@ -101,7 +101,7 @@ static void cuda_destroy(void *impl)
         cudaStreamSynchronize(c->compute);
     rp_cuda_kernels_destroy(&c->kernels);
     if (c->blas)
-        cublasDestroy(c->blas);
+        rp_cublas.destroy(c->blas);
     if (c->compute)
         cudaStreamDestroy(c->compute);
     if (c->copy)
@@ -171,10 +171,13 @@ static rp_status cuda_create(const rp_device_params *params, void **impl, rp_err
         if (step)
             s = fail(c, step, (int)e, err);
     }
+    char why[1024];
+    if (s == RP_OK && rp_cublas_open(why, sizeof why) != 0) /* opened at run time */
+        s = rp_error_set(err, RP_ERR_NO_DEVICE, "GPU %d: %s", c->ordinal, why);
     if (s == RP_OK) {
-        cublasStatus_t b = cublasCreate(&c->blas);
+        cublasStatus_t b = rp_cublas.create(&c->blas);
         if (b == CUBLAS_STATUS_SUCCESS)
-            b = cublasSetStream(c->blas, c->compute);
+            b = rp_cublas.set_stream(c->blas, c->compute);
         if (b != CUBLAS_STATUS_SUCCESS)
             s = rp_cuda_fail_blas(c->ordinal, "creating the cuBLAS handle", (int)b, err);
     }

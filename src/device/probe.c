@@ -9,6 +9,7 @@
 
 #ifdef RP_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/cublas_api.h"
 #endif
 
 rp_status rp_device_kind_parse(const char *s, rp_device_kind *out, rp_error *err)
@@ -106,6 +107,12 @@ static rp_status probe_cuda(rp_device_info *info, int ordinal, rp_error *err)
                             "GPU %d (%s) has compute capability %d.%d; roundpipe needs %d.%d or "
                             "newer (bf16)", info->ordinal, info->name, major, minor,
                             RP_CUDA_MIN_SM / 10, RP_CUDA_MIN_SM % 10);
+    /* usable: cuBLAS too, opened at run time (only once a GPU is found, so
+     * a run without one never loads it) */
+    char blas[1024];
+    if (rp_cublas_open(blas, sizeof blas) != 0)
+        return rp_error_set(err, RP_ERR_NO_DEVICE, "GPU %d (%s): %s", info->ordinal, info->name,
+                            blas);
     return RP_OK;
 #else
     (void)info, (void)ordinal;

@@ -3,13 +3,13 @@
  * kernel. Plain C with no CUDA or cuDNN header, so it is built (and its
  * search tested) everywhere, GPU or not.
  *
- * Where it looks: the path in the environment variable RP_CUDNN_LIBRARY
- * when that is set and not empty (and only there: a path given is honoured
- * or reported, never silently replaced), else the plain soname
- * libcudnn.so.9 through the dynamic loader's search (LD_LIBRARY_PATH, the
- * runpath, ld.so.cache). On a machine where cuDNN exists only inside
- * PyTorch's wheel, RP_CUDNN_LIBRARY names
- * site-packages/nvidia/cudnn/lib/libcudnn.so.9. */
+ * Where it looks (dynlib.h): the path in the environment variable
+ * RP_CUDNN_LIBRARY when that is set and not empty (and only there), else
+ * the plain soname libcudnn.so.9 through the dynamic loader's search
+ * (LD_LIBRARY_PATH, the runpath, ld.so.cache). On a machine where cuDNN
+ * exists only inside PyTorch's wheel, RP_CUDNN_LIBRARY names
+ * site-packages/nvidia/cudnn/lib/libcudnn.so.9.
+ */
 #ifndef RP_KERNELS_CUDNN_LOADER_H
 #define RP_KERNELS_CUDNN_LOADER_H
 

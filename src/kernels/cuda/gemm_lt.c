@@ -1,12 +1,12 @@
 /* The Linear forward through cuBLASLt (gemm_lt.h). Row-major y = x W^T is
- * column-major y^T = W x^T (gemm.cu's rule): cuBLASLt's A is W, read as
+ * column-major y^T = W x^T (gemm.c's rule): cuBLASLt's A is W, read as
  * the column-major [in, out] array with ld = in and transposed; B is x,
  * the column-major [in, rows] array with ld = in; C and D are the
  * column-major [out, rows] arrays with ld = out, so the bias, one value a
  * row of D, is one a column of the row-major y. */
 #include "kernels/cuda/gemm_lt.h"
 
-#include <cublasLt.h>
+#include "kernels/cuda/cublas_api.h"
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,13 +49,13 @@ struct rp_cuda_gemm_lt {
 static void shape_clear(lt_shape *s)
 {
     if (s->desc)
-        cublasLtMatmulDescDestroy(s->desc);
+        rp_cublas.lt_desc_destroy(s->desc);
     if (s->a)
-        cublasLtMatrixLayoutDestroy(s->a);
+        rp_cublas.lt_layout_destroy(s->a);
     if (s->b)
-        cublasLtMatrixLayoutDestroy(s->b);
+        rp_cublas.lt_layout_destroy(s->b);
     if (s->cd)
-        cublasLtMatrixLayoutDestroy(s->cd);
+        rp_cublas.lt_layout_destroy(s->cd);
     memset(s, 0, sizeof *s);
 }
 
@@ -67,9 +67,9 @@ int rp_cuda_gemm_lt_create(rp_cuda_gemm_lt **out, char *why, size_t why_len)
         snprintf(why, why_len, "allocating cuBLASLt's state: out of host memory");
         return -1;
     }
-    cublasStatus_t b = cublasLtCreate(&lt->handle);
+    cublasStatus_t b = rp_cublas.lt_create(&lt->handle);
     if (b != CUBLAS_STATUS_SUCCESS) {
-        snprintf(why, why_len, "cublasLtCreate: %s", cublasLtGetStatusString(b));
+        snprintf(why, why_len, "cublasLtCreate: %s", rp_cublas.lt_get_status_string(b));
         free(lt);
         return -1;
     }
@@ -78,7 +78,7 @@ int rp_cuda_gemm_lt_create(rp_cuda_gemm_lt **out, char *why, size_t why_len)
         cudaGetLastError();
         snprintf(why, why_len, "allocating cuBLASLt's %zu MiB workspace: %s",
                  RP_CUDA_GEMM_LT_WORKSPACE_BYTES >> 20, cudaGetErrorString(e));
-        cublasLtDestroy(lt->handle);
+        rp_cublas.lt_destroy(lt->handle);
         free(lt);
         return -1;
     }
@@ -93,7 +93,7 @@ void rp_cuda_gemm_lt_destroy(rp_cuda_gemm_lt **lt)
     for (int i = 0; i < LT_SHAPES; i++)
         shape_clear(&(*lt)->shapes[i]);
     cudaFree((*lt)->workspace);
-    cublasLtDestroy((*lt)->handle);
+    rp_cublas.lt_destroy((*lt)->handle);
     free(*lt);
     *lt = NULL;
 }
@@ -121,50 +121,50 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s, const float
     const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     const uint64_t workspace = RP_CUDA_GEMM_LT_WORKSPACE_BYTES;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasStatus_t b = cublasLtMatmulDescCreate(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasStatus_t b = rp_cublas.lt_desc_create(&s->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
 #define LT_SET(call)                                                                       \
     do {                                                                                   \
         if (b == CUBLAS_STATUS_SUCCESS)                                                    \
             b = (call);                                                                    \
     } while (0)
-    LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
-                                          sizeof transa));
-    LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
-                                          sizeof transb));
-    LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                          sizeof epilogue));
+    LT_SET(rp_cublas.lt_desc_set_attribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
+                                           sizeof transa));
+    LT_SET(rp_cublas.lt_desc_set_attribute(s->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
+                                           sizeof transb));
+    LT_SET(rp_cublas.lt_desc_set_attribute(s->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                           sizeof epilogue));
     if (k->bias) {
-        LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                              &bias_type, sizeof bias_type));
-        LT_SET(cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof bias));
+        LT_SET(rp_cublas.lt_desc_set_attribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                               &bias_type, sizeof bias_type));
+        LT_SET(rp_cublas.lt_desc_set_attribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof bias));
     }
-    LT_SET(cublasLtMatrixLayoutCreate(&s->a, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->out,
-                                      k->in));
-    LT_SET(cublasLtMatrixLayoutCreate(&s->b, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->rows,
-                                      k->in));
-    LT_SET(cublasLtMatrixLayoutCreate(&s->cd, CUDA_R_32F, (uint64_t)k->out, (uint64_t)k->rows,
+    LT_SET(
+        rp_cublas.lt_layout_create(&s->a, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->out, k->in));
+    LT_SET(
+        rp_cublas.lt_layout_create(&s->b, CUDA_R_16BF, (uint64_t)k->in, (uint64_t)k->rows, k->in));
+    LT_SET(rp_cublas.lt_layout_create(&s->cd, CUDA_R_32F, (uint64_t)k->out, (uint64_t)k->rows,
                                       k->out));
-    LT_SET(cublasLtMatmulPreferenceCreate(&pref));
-    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &workspace, sizeof workspace));
-    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                &reduction, sizeof reduction));
-    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                &k->align_w, sizeof k->align_w));
-    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                &k->align_x, sizeof k->align_x));
-    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                &k->align_c, sizeof k->align_c));
-    LT_SET(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                &k->align_y, sizeof k->align_y));
+    LT_SET(rp_cublas.lt_preference_create(&pref));
+    LT_SET(rp_cublas.lt_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace, sizeof workspace));
+    LT_SET(rp_cublas.lt_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &reduction, sizeof reduction));
+    LT_SET(rp_cublas.lt_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &k->align_w, sizeof k->align_w));
+    LT_SET(rp_cublas.lt_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &k->align_x, sizeof k->align_x));
+    LT_SET(rp_cublas.lt_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &k->align_c, sizeof k->align_c));
+    LT_SET(rp_cublas.lt_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &k->align_y, sizeof k->align_y));
 #undef LT_SET
     if (b == CUBLAS_STATUS_SUCCESS) {
         cublasLtMatmulHeuristicResult_t result;
         int returned = 0;
         memset(&result, 0, sizeof result);
-        b = cublasLtMatmulAlgoGetHeuristic(lt->handle, s->desc, s->a, s->b, s->cd, s->cd, pref, 1,
-                                           &result, &returned);
+        b = rp_cublas.lt_algo_get_heuristic(lt->handle, s->desc, s->a, s->b, s->cd, s->cd, pref, 1,
+                                            &result, &returned);
         /* no algorithm (a result's fields mean something only when its
          * state is a success): remembered as such */
         if (b == CUBLAS_STATUS_NOT_SUPPORTED ||
@@ -178,12 +178,12 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s, const float
             int32_t splits = 1;
             uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
             size_t got = 0;
-            if (cublasLtMatmulAlgoConfigGetAttribute(&result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                     &splits, sizeof splits, &got) !=
+            if (rp_cublas.lt_algo_config_get_attribute(
+                    &result.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits, &got) !=
                     CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigGetAttribute(&result.algo,
-                                                     CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                     sizeof scheme, &got) != CUBLAS_STATUS_SUCCESS)
+                rp_cublas.lt_algo_config_get_attribute(
+                    &result.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme,
+                    &got) != CUBLAS_STATUS_SUCCESS)
                 splits = 0;
             if (splits == 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE) {
                 s->algo = result.algo;
@@ -192,7 +192,7 @@ static cublasStatus_t shape_choose(rp_cuda_gemm_lt *lt, lt_shape *s, const float
         }
     }
     if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
+        rp_cublas.lt_preference_destroy(pref);
     return b;
 }
 
@@ -248,17 +248,17 @@ int rp_cuda_gemm_lt_linear_forward(rp_cuda_gemm_lt *lt, void *stream, const uint
     if (!s->found)
         return CUBLAS_STATUS_SUCCESS;
     if (bias) {
-        b = cublasLtMatmulDescSetAttribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                           sizeof bias);
+        b = rp_cublas.lt_desc_set_attribute(s->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                            sizeof bias);
         if (b != CUBLAS_STATUS_SUCCESS)
             return (int)b;
     }
     /* without a residual beta is 0 and C is never read: D stands in */
     const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
     const void *c = residual ? (const void *)residual : (const void *)y;
-    b = cublasLtMatmul(lt->handle, s->desc, &alpha, W, s->a, x, s->b, &beta, c, s->cd, y, s->cd,
-                       &s->algo, lt->workspace, RP_CUDA_GEMM_LT_WORKSPACE_BYTES,
-                       (cudaStream_t)stream);
+    b = rp_cublas.lt_matmul(lt->handle, s->desc, &alpha, W, s->a, x, s->b, &beta, c, s->cd, y,
+                            s->cd, &s->algo, lt->workspace, RP_CUDA_GEMM_LT_WORKSPACE_BYTES,
+                            (cudaStream_t)stream);
     if (b == CUBLAS_STATUS_SUCCESS)
         *taken = 1;
     return (int)b;

@@ -11,7 +11,7 @@
  * cached buffer, which happens once per shape. */
 #include "config.h"
 
-#include <cublas_v2.h>
+#include "kernels/cuda/cublas_api.h"
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +119,7 @@ rp_status rp_cuda_fail(int ordinal, const char *what, int cuda_error, rp_error *
 rp_status rp_cuda_fail_blas(int ordinal, const char *what, int blas_status, rp_error *err)
 {
     return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: %s: cuBLAS %s", ordinal, what,
-                        cublasGetStatusString((cublasStatus_t)blas_status));
+                        rp_cublas.get_status_string((cublasStatus_t)blas_status));
 }
 
 /* a kernel entry point (returns a cudaError_t) or a cuBLAS call, failing
@@ -999,6 +999,9 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
     out->ops = &rp_kernel_ops_cuda;
     out->state = NULL;
     out->probe = NULL;
+    char why[1024];
+    if (rp_cublas_open(why, sizeof why) != 0) /* the GEMMs' entry points */
+        return rp_error_set(err, RP_ERR_NO_DEVICE, "GPU %d: %s", ordinal, why);
     cuda_state *c = calloc(1, sizeof *c);
     if (!c)
         return rp_error_set(err, RP_ERR_NOMEM, "allocating the CUDA kernels' state");
