@@ -3,7 +3,7 @@ check_PROGRAMS += mpi-tests/test_cuda_kernels
 TESTS += mpi-tests/test_cuda_kernels
 mpi_tests_test_cuda_kernels_SOURCES = mpi-tests/test_cuda_kernels.c mpi-tests/cuda_test_util.h
 mpi_tests_test_cuda_kernels_CFLAGS = $(RP_TEST_CFLAGS)
-mpi_tests_test_cuda_kernels_LDADD = $(RP_TEST_LDADD) $(CUBLAS_LIBS) -lm
+mpi_tests_test_cuda_kernels_LDADD = $(RP_TEST_LDADD) -lm
 
 check_PROGRAMS += mpi-tests/test_cuda_backend
 TESTS += mpi-tests/test_cuda_backend

@@ -1,8 +1,10 @@
 /* GEMMs through cuBLAS with bf16 inputs, fp32 compute and accumulation
  * (CUBLAS_COMPUTE_32F, tensor cores) and an fp32 or bf16 output, in
  * ROW-MAJOR terms (the layouts of the rest of roundpipe). `handle` is a
- * cublasHandle_t already bound to the caller's stream (cublasSetStream).
- * Each returns the cublasStatus_t (0 = CUBLAS_STATUS_SUCCESS). */
+ * cublasHandle_t already bound to the caller's stream (cublasSetStream),
+ * made through cublas_api.h's table once rp_cublas_open has succeeded (the
+ * calls go through that table). Each returns the cublasStatus_t (0 =
+ * CUBLAS_STATUS_SUCCESS). */
 #ifndef RP_KERNELS_CUDA_GEMM_H
 #define RP_KERNELS_CUDA_GEMM_H
 

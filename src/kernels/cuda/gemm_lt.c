@@ -62,6 +62,8 @@ static void shape_clear(lt_shape *s)
 int rp_cuda_gemm_lt_create(rp_cuda_gemm_lt **out, char *why, size_t why_len)
 {
     *out = NULL;
+    if (rp_cublas_open(why, why_len) != 0) /* its entry points (cublas_api.h) */
+        return -1;
     rp_cuda_gemm_lt *lt = calloc(1, sizeof *lt);
     if (!lt) {
         snprintf(why, why_len, "allocating cuBLASLt's state: out of host memory");

@@ -37,8 +37,9 @@ extern "C" { /* bench/gpu/bench_gemm.cu times it */
 
 typedef struct rp_cuda_gemm_lt rp_cuda_gemm_lt;
 
-/* A cuBLASLt handle and the workspace on the current device. 0, or -1 with
- * why filled (the call that failed and its status). */
+/* A cuBLASLt handle and the workspace on the current device (cuBLASLt
+ * opened first, cublas_api.h). 0, or -1 with why filled (what could not be
+ * opened, or the call that failed and its status). */
 int rp_cuda_gemm_lt_create(rp_cuda_gemm_lt **out, char *why, size_t why_len);
 /* Frees the state and the cached algorithms; NULL or *lt NULL is a no-op.
  * The caller has waited for the stream that used it. */
