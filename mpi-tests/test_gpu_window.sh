@@ -136,10 +136,21 @@ PATH="$g/bin:$PATH" command -v compute-sanitizer > /dev/null || [ -x /usr/local/
     done
     [ $grc = 1 ] && [ -z "$missing" ] && ok ||
       { bad "run.sh, every phase on a stand-in GPU: exit $grc; no line in the phase table for:$missing"; cat "$tmp/gw.txt"; }; }
-# a benchmark that exits 0 without its result line fails its phase
+# a benchmark that exits 0 without its result line fails its phase: bench_copy ...
 STANDIN_SILENT=1 standin 60 copy
 [ $grc = 1 ] && grep -q '^host<->device copies  *FAILED' "$g/out/summary.txt" && ok ||
   { bad "run.sh copy on a stand-in GPU whose bench_copy prints nothing: exit $grc"; cat "$tmp/gw.txt"; }
+# ... and so do the GEMM, head, block and attention benchmarks (the
+# stand-ins print nothing): a row FAILED for each, none left empty
+standin 60 gemm
+[ $grc = 1 ] && grep -q '^GEMM  *FAILED' "$g/out/summary.txt" &&
+  grep -q '^head fwd+bwd  *FAILED' "$g/out/summary.txt" &&
+  grep -q '^block op by op (default paths)  *FAILED' "$g/out/summary.txt" &&
+  grep -q '^block op by op (all paths)  *FAILED' "$g/out/summary.txt" && ok ||
+  { bad "run.sh gemm on a stand-in GPU whose benchmarks print nothing: exit $grc"; cat "$tmp/gw.txt"; }
+standin 60 attn
+[ $grc = 1 ] && grep -q '^attention fwd+bwd  *FAILED' "$g/out/summary.txt" && ok ||
+  { bad "run.sh attn on a stand-in GPU whose bench_attention prints nothing: exit $grc"; cat "$tmp/gw.txt"; }
 # a hung benchmark is killed where the budget ends (less 10 s for the
 # table), and the table and the logs' archive still reach $OUT
 STANDIN_HANG=1 standin 40 topology

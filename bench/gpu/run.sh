@@ -133,7 +133,10 @@ declare -A need=([parity]=60 [check]=40 [memcheck]=40 [gemm]=45 [attn]=50 [copy]
 declare -A row   # metric -> "value|ceiling|ratio|target"
 order=()
 status=0
-put() { row[$1]="$2|$3|$4|$5"; case " ${order[*]:-} " in *" $1 "*) ;; *) order+=("$1") ;; esac; }
+put() {  # NAME VALUE CEILING RATIO NOTE: a row, once per name (names hold spaces)
+  [ -n "${row[$1]+set}" ] || order+=("$1")
+  row[$1]="$2|$3|$4|$5"
+}
 fail() { put "$1" "FAILED" "" "" "$2"; status=1; say "$1 FAILED: $2"; }
 skip() { put "$1" "skipped" "" "" "$2"; say "$1 skipped: $2"; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }" 2>/dev/null || printf -- -; }
@@ -618,6 +621,8 @@ elif start gemm; then
     while read -r fname fparts ffused fratio; do
       put "fused projection $fname at 4096 tokens, fwd+dgrad+wgrad" "$ffused ms" "its parts: $fparts ms" "$fratio" "> 1: fusing pays"
     done < <(awk '$2=="gemm_fusion" {print $3, $4, $5, $6}' "$logs/gemm.txt")
+    # exit 0 without its RESULT lines measured nothing: not an ok phase
+    [ -n "$peak" ] || pfail "GEMM" "bench_gemm exited 0 without a gemm_peak line (gemm.txt)"
   else
     cat "$logs/gemm.txt"; pfail "GEMM" "bench_gemm failed (gemm.txt)"
   fi
@@ -627,6 +632,8 @@ elif start gemm; then
     while read -r _ _ c p hm gm; do
       put "head fwd+bwd, 1.7B, 4096 tokens, chunk $c, xent $p" "$hm ms" "its GEMMs $gm ms" "$(calc "$gm / $hm")" ">= 0.80"
     done < <(awk '$1=="RESULT" && $2=="head"' "$logs/head.txt")
+    grep -q '^RESULT head ' "$logs/head.txt" ||
+      pfail "head fwd+bwd" "bench_head exited 0 without a RESULT head line (head.txt)"
   else
     cat "$logs/head.txt"; pfail "head fwd+bwd" "bench_head failed (head.txt)"
   fi
@@ -647,6 +654,8 @@ elif start gemm; then
         put "block $bp: $op at $site ($paths paths)" "$bms ms" "" "$share" "x$calls; share of the pass"
       done < <(awk '$1=="RESULT" && $2=="block_op" && $4 !~ /^(linear_|grouped_linear_|attention_)/ {print $3, $4, $5, $6, $7, $8}' \
                  "$logs/block-$paths.txt" | sort -k6 -g -r | head -n 3)
+      grep -q '^RESULT block ' "$logs/block-$paths.txt" ||
+        pfail "block op by op ($paths paths)" "bench_block exited 0 without a RESULT block line (block-$paths.txt)"
     else
       cat "$logs/block-$paths.txt"; pfail "block op by op ($paths paths)" "bench_block failed (block-$paths.txt)"
     fi
@@ -685,6 +694,8 @@ elif start attn; then
     while read -r _ _ s wf wb res; do
       put "cuDNN workspace fwd / bwd, seq $s" "$(calc "$wf / 1048576") / $(calc "$wb / 1048576") MiB" "reserved $(calc "$res / 1048576") MiB" "$(calc "$wb / $res")" "<= 1"
     done < <(awk '$1=="RESULT" && $2=="attention-cudnn-workspace" && $6 > 0' "$logs/attention.txt")
+    grep -q '^RESULT attention ' "$logs/attention.txt" ||
+      pfail "attention fwd+bwd" "bench_attention exited 0 without a RESULT attention line (attention.txt)"
     grep -q '^cudnn: not timed' "$logs/attention.txt" &&
       skip "attention, cuDNN" "$(sed -n 's/^cudnn: not timed: //p' "$logs/attention.txt" | cut -c1-80)"
   else
