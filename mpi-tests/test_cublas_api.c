@@ -50,16 +50,23 @@ START_TEST(opened_only_when_asked)
 }
 END_TEST
 
+/* With `var`=`value`, rp_cublas_open fails saying `expected` (in `why`). */
+static void refused(const char *var, const char *value, const char *expected, char *why,
+                    size_t why_len)
+{
+    setenv(var, value, 1);
+    why[0] = '\0';
+    ck_assert_int_eq(rp_cublas_open(why, why_len), -1);
+    ck_assert_msg(strstr(why, expected), "message: %s", why);
+}
+
 START_TEST(missing_library_reported_by_its_path)
 {
-    setenv("RP_CUBLAS_LIBRARY", "/nonexistent/libcublas.so.13", 1);
-    char why[1024] = "";
-    ck_assert_int_eq(rp_cublas_open(why, sizeof why), -1);
-    ck_assert_msg(strstr(why, "RP_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13 cannot be loaded"),
-                  "message: %s", why);
+    char why[1024], again[1024] = "";
+    refused("RP_CUBLAS_LIBRARY", "/nonexistent/libcublas.so.13",
+            "RP_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13 cannot be loaded", why, sizeof why);
     ck_assert(!mapped("libcublas"));
     ck_assert_str_eq(rp_cublas_path(0), "");
-    char again[1024] = "";
     ck_assert_int_eq(rp_cublas_open(again, sizeof again), -1);
     ck_assert_str_eq(again, why);
 }
@@ -67,22 +74,19 @@ END_TEST
 
 START_TEST(a_library_that_is_not_cublas_refused)
 {
-    setenv("RP_CUBLAS_LIBRARY", "libc.so.6", 1);
-    char why[1024] = "";
-    ck_assert_int_eq(rp_cublas_open(why, sizeof why), -1);
-    ck_assert_msg(strstr(why, "libc.so.6 has no symbol cublasCreate_v2: not the cuBLAS "),
-                  "message: %s", why);
+    char why[1024];
+    refused("RP_CUBLAS_LIBRARY", "libc.so.6",
+            "libc.so.6 has no symbol cublasCreate_v2: not the cuBLAS ", why, sizeof why);
     ck_assert_ptr_null(rp_cublas.create);
 }
 END_TEST
 
 START_TEST(cublaslt_named_apart)
 {
-    setenv("RP_CUBLASLT_LIBRARY", "/nonexistent/libcublasLt.so.13", 1);
-    char why[1024] = "";
-    ck_assert_int_eq(rp_cublas_open(why, sizeof why), -1);
-    ck_assert_msg(strstr(why, "RP_CUBLASLT_LIBRARY=/nonexistent/libcublasLt.so.13 cannot be "
-                              "loaded"), "message: %s", why);
+    char why[1024];
+    refused("RP_CUBLASLT_LIBRARY", "/nonexistent/libcublasLt.so.13",
+            "RP_CUBLASLT_LIBRARY=/nonexistent/libcublasLt.so.13 cannot be loaded", why,
+            sizeof why);
 }
 END_TEST
 
