@@ -98,6 +98,11 @@ for p in $(grep -v '^#' "$src/bench/gpu/carried-programs.txt"); do
   mkdir -p "$g/build/$(dirname "$p")"
   printf '#!/bin/sh\necho "%s $* shm=$(df -k --output=size /dev/shm | tail -n 1 | tr -dc 0-9)" >> "%s"\ncase "$1" in --version|topology) echo stand-in; exit 0 ;; plan) echo "${STANDIN_PLAN:-}"; exit 0 ;; esac\n[ -z "${STANDIN_HANG:-}" ] || sleep 60\n' \
     "$p" "$g/calls" > "$g/build/$p"
+  # the probe's answer, with the cuBLAS it opened (the env phase's row;
+  # it never hangs)
+  [ "$p" = mpi-tests/cuda_usable ] &&
+    printf '#!/bin/sh\necho "GPU 0 (stand-in)"\necho "cuBLAS: /stand-in/libcublas.so.13; cuBLASLt: /stand-in/libcublasLt.so.13"\n' \
+      > "$g/build/$p"
   # the copy phases fail a bench_copy that exits 0 without its result line
   [ "$p" = bench/gpu/bench_copy ] &&
     echo '[ -n "${STANDIN_SILENT:-}" ] || echo "RESULT copy_best pinned 50.0 50.0"' >> "$g/build/$p"
@@ -122,6 +127,9 @@ for v in $(grep -ho 'RP_GPU_[A-Z0-9_]*' "$src/bench/gpu/run.sh" "$src/bench/READ
   grep -q "\${$v[:}]" "$src/bench/gpu/run.sh" || bad "$v is documented, but run.sh never reads it"
 done
 ok
+# the cuBLAS row says which files the probe opened at run time
+grep -q '^cuBLAS (opened at run time)  */stand-in/libcublas.so.13 .*cuBLASLt /stand-in/libcublasLt.so.13' "$g/out/summary.txt" && ok ||
+  bad "the summary's cuBLAS row: $(grep '^cuBLAS' "$g/out/summary.txt")"
 # the cuDNN row says which library the attention opens (issue 38 uses it)
 grep -q '^cuDNN .*--attention cudnn|auto opens ' "$g/out/summary.txt" && ok ||
   bad "the summary's cuDNN row: $(grep '^cuDNN' "$g/out/summary.txt")"

@@ -299,7 +299,7 @@ logs_out=0
 if [ -n "${RP_GPU_LOGS:-}" ]; then logs=$RP_GPU_LOGS
 elif [ -n "${OUT:-}" ]; then logs=$top/build/gpu-bench; rm -rf "$logs"; logs_out=1
 else logs=$top/build/gpu-bench-logs; fi
-mkdir -p "$logs"
+mkdir -p "$logs"; rm -f "$logs/cuda_usable.txt"  # this run's probe only (the env phase reads it)
 summary=$logs/summary.txt
 : > "$summary"
 
@@ -459,6 +459,19 @@ if [ $gpu = yes ]; then
 else put "GPU" "none" "" "" "nvidia-smi lists none"; fi
 c=$(sed -n 's/^cuDNN: //p' "$logs/machine.txt")
 put "cuDNN" "${c:-not found}" "" "" "--attention cudnn|auto opens ${RP_CUDNN_LIBRARY:-libcudnn.so.9 through the loader}"
+# the cuBLAS the build opens at run time (src/kernels/cuda/cublas_api.h),
+# as the device probe finds it (the carried build's check ran it already)
+if [ $gpu = yes ] && [ -x "$build/mpi-tests/cuda_usable" ]; then
+  rm -f "$logs/cuda_usable-env.txt"
+  if grep -q '^cuBLAS: ' "$logs/cuda_usable.txt" 2>/dev/null; then cp "$logs/cuda_usable.txt" "$logs/cuda_usable-env.txt"; fi
+  if grep -q '^cuBLAS: ' "$logs/cuda_usable-env.txt" 2>/dev/null ||
+     timeout -k 5 "$(capped 15)" "$build/mpi-tests/cuda_usable" > "$logs/cuda_usable-env.txt" 2>&1; then
+    put "cuBLAS (opened at run time)" "$(sed -n 's/^cuBLAS: \([^;]*\);.*/\1/p' "$logs/cuda_usable-env.txt")" "" "" \
+      "cuBLASLt $(sed -n 's/.*; cuBLASLt: //p' "$logs/cuda_usable-env.txt")"
+  else
+    fail "cuBLAS (opened at run time)" "$(head -1 "$logs/cuda_usable-env.txt" | cut -c1-120)"
+  fi
+fi
 put "host" "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, /dev/shm $(df -h --output=avail /dev/shm | tail -1 | tr -d ' ') free" "" "" "$(ldd --version 2>&1 | head -1 | awk '{print "glibc " $NF}')"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 phase_done env ok "$t0"
