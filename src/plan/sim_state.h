@@ -34,6 +34,7 @@ typedef struct rp_sim_task {
      * the norm (the pool's `norm`) and takes after_ms, without the backup. */
     int speculative;
     double overlap_end, after_ms;
+    int queued; /* its place in its rank's queue: the pool's order among equal ready and priority */
 } rp_sim_task;
 
 typedef struct rp_sim_nodes rp_sim_nodes;
@@ -48,6 +49,8 @@ typedef struct rp_sim {
     double *dequant_first_ms, *dequant_later_ms; /* [num_jobs]: an FP8 base's dequantisations
                                                     in its first and each later microbatch
                                                     (rp_schedule_job_dequant) */
+    double *layer_upload_ms; /* [num_jobs][num_layers]: job j's layer first+i's share of
+                                upload_ms[j] at [j][i] (job_times) */
     rp_sim_executor executor[RP_SIM_MAX_GPUS];
     double pool_free[RP_SIM_MAX_GPUS], pool_busy[RP_SIM_MAX_GPUS]; /* each rank's optimizer */
     double *version_ready; /* [iterations][num_layers + 1]: update of iteration t's

@@ -58,25 +58,35 @@ static double weights_ready(const rp_sim *sim, int t, int l)
     return ready;
 }
 
-/* Layer l's share of job j's upload: its weight bytes (with sparse_embed,
- * layer 0's rows the group reads, as job_times counts them) out of the
- * job's, so the shares add up to upload_ms[j] whatever job_times charges. */
-static double layer_upload_ms(const rp_sim *sim, int j, int l)
+/* Job j's layers' shares of its upload: each layer's weight bytes (with
+ * sparse_embed, layer 0's rows the group reads, as job_times counts them)
+ * out of the job's, so the shares add up to upload_ms[j] whatever
+ * job_times charges; into layer_upload_ms[j][l - first], once per
+ * simulation (the sweep reads them every iteration and group). */
+static void layer_upload_shares(rp_sim *sim, int j)
 {
     const rp_cost_model *m = sim->cost;
     const rp_job *job = &sim->jobs[j];
-    double total = 0.0, mine = 0.0;
+    double *share = sim->layer_upload_ms + (size_t)j * sim->num_layers, total = 0.0;
     for (int k = job->first; k <= job->last; k++) {
         double bytes = (double)rp_cost_upload_bytes(m, k, k);
         if (sim->sparse_embed && k == 0)
             bytes *= sim->group_rows_frac;
+        share[k - job->first] = bytes;
         total += bytes;
-        if (k == l)
-            mine = bytes;
     }
-    if (total <= 0.0) /* nothing uploaded: all of it on the first layer */
-        return l == job->first ? sim->upload_ms[j] : 0.0;
-    return sim->upload_ms[j] * mine / total;
+    for (int k = job->first; k <= job->last; k++) {
+        double *mine = &share[k - job->first];
+        if (total <= 0.0) /* nothing uploaded: all of it on the first layer */
+            *mine = k == job->first ? sim->upload_ms[j] : 0.0;
+        else
+            *mine = sim->upload_ms[j] * *mine / total;
+    }
+}
+
+static double layer_upload_ms(const rp_sim *sim, int j, int l)
+{
+    return sim->layer_upload_ms[(size_t)j * sim->num_layers + (l - sim->jobs[j].first)];
 }
 
 /* Record that `executor` computed over [start, end), merging it into the
@@ -182,12 +192,48 @@ static void run_jobs(rp_sim *sim, int t, int g)
     }
 }
 
+/* The pool's order: ready time, then priority, then the order queued (so
+ * the order is total and any sort gives the one a stable sort by ready time
+ * and priority gives). */
 static int by_ready(const void *a, const void *b)
 {
     const rp_sim_task *x = a, *y = b;
     if (x->ready != y->ready)
         return x->ready < y->ready ? -1 : 1;
-    return x->priority - y->priority;
+    if (x->priority != y->priority)
+        return x->priority < y->priority ? -1 : 1;
+    return x->queued - y->queued;
+}
+
+/* The tasks in by_ready's order. They come queued by layer: often in order
+ * already (with clipping every one is ready at the norm), or nearly in the
+ * reverse (the top layers' gradients land first), which an insertion sort
+ * of the reversed queue orders in a few moves a task; past 4 moves a task
+ * on average, the rest is sorted. */
+static void order_by_ready(rp_sim_task *tasks, int n)
+{
+    int sorted = 1;
+    for (int i = 1; i < n && sorted; i++)
+        sorted = by_ready(&tasks[i - 1], &tasks[i]) < 0;
+    if (sorted)
+        return;
+    for (int i = 0, j = n - 1; i < j; i++, j--) {
+        rp_sim_task t = tasks[i];
+        tasks[i] = tasks[j];
+        tasks[j] = t;
+    }
+    long budget = 4L * n;
+    for (int i = 1; i < n; i++) {
+        rp_sim_task t = tasks[i];
+        int j = i;
+        for (; j > 0 && budget > 0 && by_ready(&tasks[j - 1], &t) > 0; j--, budget--)
+            tasks[j] = tasks[j - 1];
+        tasks[j] = t;
+        if (budget == 0) {
+            qsort(tasks, (size_t)n, sizeof *tasks, by_ready);
+            return;
+        }
+    }
 }
 
 /* One node's optimizer tasks: by priority (the lowest layer first). */
@@ -204,7 +250,7 @@ static int by_priority(const void *ctx, int a, int b)
 static void run_pool(rp_sim *sim, int rank, rp_sim_task *tasks, int num_tasks, double norm,
                      double *done)
 {
-    qsort(tasks, (size_t)num_tasks, sizeof *tasks, by_ready);
+    order_by_ready(tasks, num_tasks);
     double now = sim->pool_free[rank];
     int next = 0, heap_size = 0, held = 0;
     while (next < num_tasks || heap_size > 0 || held > 0) {
@@ -307,8 +353,11 @@ static void run_optimizer(rp_sim *sim, int t)
     double rate = mc->opt_gbs * 1e6; /* bytes per ms */
     int num_tasks = 0;
     done[num_layers] = 0.0;
+    double below = 0.0; /* the last gradient to land of the layers below l */
     for (int l = 0; l < num_layers; l++) {
         const rp_layer_cost *c = &m->layers[l];
+        if (l > 0)
+            below = rp_sim_max(below, sim->grad_done[l - 1]);
         done[l] = 0.0;
         if (c->opt_params <= 0)
             continue;
@@ -331,24 +380,30 @@ static void run_optimizer(rp_sim *sim, int t)
         if (!speculates(mc, l))
             continue;
         /* speculated only while a gradient below it is still to land */
-        double below = 0.0;
-        for (int k = 0; k < l; k++)
-            below = rp_sim_max(below, sim->grad_done[k]);
         for (int i = first; i < num_tasks; i++) {
             sim->tasks[i].speculative = 1;
             sim->tasks[i].overlap_end = below;
             sim->tasks[i].after_ms = sim->tasks[i].duration * bytes / (bytes + backup);
         }
     }
-    /* group the tasks by rank; each rank's pool runs its own */
-    for (int r = 0; r < mc->gpus; r++) {
-        int mine = 0;
-        for (int i = 0; i < num_tasks; i++)
-            if (sim->tasks[i].rank == r)
-                sim->rank_tasks[mine++] = sim->tasks[i];
-        if (mine)
-            run_pool(sim, r, sim->rank_tasks, mine, last, done);
+    /* group the tasks by rank, each rank's in the order queued (a counting
+     * sort); each rank's pool runs its own */
+    int at[RP_SIM_MAX_GPUS + 1] = {0};
+    for (int i = 0; i < num_tasks; i++)
+        at[sim->tasks[i].rank + 1]++;
+    for (int r = 0; r < mc->gpus; r++)
+        at[r + 1] += at[r];
+    int fill[RP_SIM_MAX_GPUS];
+    memcpy(fill, at, sizeof(int) * (size_t)mc->gpus);
+    for (int i = 0; i < num_tasks; i++) {
+        const int r = sim->tasks[i].rank;
+        sim->rank_tasks[fill[r]] = sim->tasks[i];
+        sim->rank_tasks[fill[r]].queued = fill[r] - at[r];
+        fill[r]++;
     }
+    for (int r = 0; r < mc->gpus; r++)
+        if (at[r + 1] > at[r])
+            run_pool(sim, r, sim->rank_tasks + at[r], at[r + 1] - at[r], last, done);
     /* a speculated update is published once the norm is known */
     for (int l = 0; l < num_layers; l++)
         if (mc->clip && speculates(mc, l) && m->layers[l].opt_params > 0)
@@ -361,6 +416,7 @@ static void sim_free(rp_sim *sim)
     free(sim->job_ms);
     free(sim->dequant_first_ms);
     free(sim->dequant_later_ms);
+    free(sim->layer_upload_ms);
     free(sim->job_wgrad_ms);
     free(sim->upload_ms);
     free(sim->download_ms);
@@ -394,6 +450,7 @@ static rp_status sim_alloc(rp_sim *sim, rp_error *err)
     sim->download_ms = malloc(sizeof(double) * num_jobs);
     sim->dequant_first_ms = malloc(sizeof(double) * num_jobs);
     sim->dequant_later_ms = malloc(sizeof(double) * num_jobs);
+    sim->layer_upload_ms = malloc(sizeof(double) * (size_t)num_jobs * (size_t)num_layers);
     sim->version_ready = calloc((size_t)sim->iterations * (num_layers + 1), sizeof(double));
     sim->grad_done = calloc((size_t)num_layers, sizeof(double));
     sim->producer = calloc((size_t)num_layers, sizeof(int));
@@ -410,7 +467,7 @@ static rp_status sim_alloc(rp_sim *sim, rp_error *err)
     sim->held_tasks = malloc(sizeof(int) * num_tasks);
     sim->tied_layers = malloc(sizeof(int) * (size_t)num_layers);
     if (!sim->jobs || !sim->job_ms || !sim->job_wgrad_ms || !sim->upload_ms ||
-        !sim->download_ms || !sim->dequant_first_ms || !sim->dequant_later_ms || !sim->version_ready || !sim->grad_done || !sim->producer ||
+        !sim->download_ms || !sim->dequant_first_ms || !sim->dequant_later_ms || !sim->layer_upload_ms || !sim->version_ready || !sim->grad_done || !sim->producer ||
         !sim->previous_job_out || !sim->this_job_out || !sim->intervals ||
         !sim->iteration_end || !sim->tasks || !sim->rank_tasks || !sim->task_heap ||
         !sim->held_tasks || !sim->tied_layers)
@@ -455,6 +512,7 @@ static void job_times(rp_sim *sim, double link)
                      sim->group_rows_frac * (double)rp_cost_grad_download_bytes(m, 0, 0)) /
                     link;
         }
+        layer_upload_shares(sim, j);
     }
 }
 
