@@ -47,3 +47,9 @@ TESTS += mpi-tests/test_plan_longest.sh
 EXTRA_DIST += mpi-tests/test_plan_longest.sh bench/paper/max-seq.sh \
 	bench/paper/llama3.1-8b-config.json bench/paper/qwen3-32b-config.json \
 	mpi-tests/fixtures/wide/config.json
+# the partitioner's memo of evaluated plans
+check_PROGRAMS += mpi-tests/test_plan_memo
+TESTS += mpi-tests/test_plan_memo
+mpi_tests_test_plan_memo_SOURCES = mpi-tests/test_plan_memo.c
+mpi_tests_test_plan_memo_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_plan_memo_LDADD = $(RP_TEST_LDADD)

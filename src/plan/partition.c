@@ -8,6 +8,7 @@
 
 #include "plan/baseline.h"
 #include "plan/keep.h"
+#include "plan/plan_memo.h"
 #include "plan/schedule.h"
 
 #define SEED_DENSE 12 /* every count (and tail size) up to this is a seed */
@@ -47,10 +48,24 @@ typedef struct score {
     double time;   /* modelled iteration ms, INFINITY if it cannot run */
 } score;
 
+/* What evaluate gives a plan, as one width's search remembers it
+ * (plan_memo.h): the score and the kept blocks it chose. */
+typedef struct evaluated {
+    score sc;
+    int kept;
+} evaluated;
+
 /* p's kept blocks are set here, from the machine's budget (plan/keep.h):
- * the recompute a candidate saves is part of its score. */
-static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p)
+ * the recompute a candidate saves is part of its score. A plan the search
+ * evaluated before (memo; NULL: none) is not simulated again. */
+static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p,
+                      rp_plan_memo *memo)
 {
+    evaluated seen;
+    if (rp_plan_memo_find(memo, p, &seen)) {
+        p->kept = seen.kept;
+        return seen.sc;
+    }
     score sc = {0, INFINITY};
     p->kept = rp_plan_choose_kept(m, mc, p);
     if (mc->memory_limit > 0) {
@@ -62,6 +77,7 @@ static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p)
     rp_sim_result r;
     if (rp_simulate(m, p, mc, &r, &e) == RP_OK)
         sc.time = r.iteration_ms;
+    rp_plan_memo_store(memo, p, &(evaluated){sc, p->kept});
     return sc;
 }
 
@@ -136,6 +152,7 @@ typedef struct climb {
     int mode;          /* CLIMB_IMPROVE, CLIMB_COUNT or CLIMB_PICK */
     int counter, pick; /* for counting neighbours and picking one */
     rp_plan *picked;
+    rp_plan_memo *memo; /* the search's evaluations (may be NULL) */
 } climb;
 
 enum { CLIMB_IMPROVE = 0, CLIMB_COUNT = 1, CLIMB_PICK = 2 };
@@ -152,7 +169,7 @@ static void consider(climb *c)
         c->counter++;
         return;
     }
-    score o = evaluate(c->m, c->mc, c->q);
+    score o = evaluate(c->m, c->mc, c->q, c->memo);
     if (better(o, c->q, c->best_sc, c->best)) {
         *c->best = *c->q;
         c->best_sc = o;
@@ -261,9 +278,9 @@ static void neighbours(climb *c, const rp_plan *p)
 }
 
 static score hill_climb(const rp_cost_model *m, const rp_machine *mc, rp_plan *p, score obj,
-                        rp_plan *scratch1, rp_plan *scratch2)
+                        rp_plan *scratch1, rp_plan *scratch2, rp_plan_memo *memo)
 {
-    climb c = {m, mc, scratch1, obj, scratch2, 0, CLIMB_IMPROVE, 0, 0, NULL};
+    climb c = {m, mc, scratch1, obj, scratch2, 0, CLIMB_IMPROVE, 0, 0, NULL, memo};
     *scratch1 = *p;
     for (int pass = 0; pass < MAX_PASSES; pass++) {
         c.improved = 0;
@@ -282,7 +299,7 @@ static score hill_climb(const rp_cost_model *m, const rp_machine *mc, rp_plan *p
 static int random_move(const rp_cost_model *m, const rp_machine *mc, rp_plan *p, uint64_t *rng,
                        rp_plan *scratch)
 {
-    climb c = {m, mc, NULL, {0, 0}, scratch, 0, CLIMB_COUNT, 0, 0, NULL};
+    climb c = {m, mc, NULL, {0, 0}, scratch, 0, CLIMB_COUNT, 0, 0, NULL, NULL};
     rp_plan *cur = malloc(sizeof *cur);
     if (!cur)
         return 0;
@@ -307,14 +324,14 @@ static int random_move(const rp_cost_model *m, const rp_machine *mc, rp_plan *p,
  * again, keep the result when it is better. Escapes the local optima that
  * the modular round-robin pattern makes common. */
 static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *best, score sc,
-                         int kicks, rp_plan *t, rp_plan *s1, rp_plan *s2)
+                         int kicks, rp_plan *t, rp_plan *s1, rp_plan *s2, rp_plan_memo *memo)
 {
     uint64_t rng = 0x2545f4914f6cdd1dull;
     for (int i = 0; i < kicks; i++) {
         *t = *best;
         if (!random_move(m, mc, t, &rng, s2) || !random_move(m, mc, t, &rng, s2))
             break;
-        score o = hill_climb(m, mc, t, evaluate(m, mc, t), s1, s2);
+        score o = hill_climb(m, mc, t, evaluate(m, mc, t, memo), s1, s2, memo);
         if (better(o, t, sc, best)) {
             *best = *t;
             sc = o;
@@ -380,6 +397,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     int *cut = malloc(sizeof(int) * (L + 1)), *ks = malloc(sizeof(int) * (L + 1));
     int *cnt = malloc(sizeof(int) * (L + 2));
     rp_plan *pool = malloc(sizeof(rp_plan) * (N_CLIMB + 3));
+    rp_plan_memo *memo = rp_plan_memo_create(sizeof(evaluated)); /* NULL: none, same plans */
     rp_status st = RP_OK;
     if (!fc || !bc || !cut || !ks || !cnt || !pool) {
         st = RP_ERR_NOMEM;
@@ -403,7 +421,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
                      up + (double)rp_cost_grad_download_bytes(m, l, l) / link / Mg);
     }
     rp_plan_singletons(L, width, trial);
-    keep_top(top, trial, evaluate(m, mc, trial));
+    keep_top(top, trial, evaluate(m, mc, trial, memo));
     /* seeds: tail sizes 1..SEED_DENSE and sparser beyond; for each, forward
      * and backward stage counts likewise, each split min-max balanced */
     int nk = 0;
@@ -420,7 +438,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
         for (int a = 0; a < nc; a++)
             for (int b = 0; b < nc; b++) {
                 seed_plan(fc, bc, L, k, cnt[a], cnt[b], width, trial, cut);
-                keep_top(top, trial, evaluate(m, mc, trial));
+                keep_top(top, trial, evaluate(m, mc, trial, memo));
             }
     }
     int bi = -1;
@@ -429,7 +447,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     for (int i = 0; i < nclimb; i++) {
         if (!isfinite(top[i].sc.excess) || top[i].plan->num_layers == 0)
             continue;
-        top[i].sc = hill_climb(m, mc, top[i].plan, top[i].sc, s1, s2);
+        top[i].sc = hill_climb(m, mc, top[i].plan, top[i].sc, s1, s2, memo);
         if (bi < 0 || better(top[i].sc, top[i].plan, bs, top[bi].plan)) {
             bi = i;
             bs = top[i].sc;
@@ -437,13 +455,14 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     }
     if (bi >= 0) {
         bs = kick_search(m, mc, top[bi].plan, bs, L <= 12 ? KICKS_SMALL : KICKS_LARGE, trial,
-                         s1, s2);
+                         s1, s2, memo);
         if (better(bs, top[bi].plan, *best_sc, best)) {
             *best = *top[bi].plan;
             *best_sc = bs;
         }
     }
 done:
+    rp_plan_memo_destroy(&memo);
     free(fc); free(bc); free(cut); free(ks); free(cnt); free(pool);
     return st;
 }
