@@ -462,14 +462,14 @@ put "cuDNN" "${c:-not found}" "" "" "--attention cudnn|auto opens ${RP_CUDNN_LIB
 # the cuBLAS the build opens at run time (src/kernels/cuda/cublas_api.h),
 # as the device probe finds it (the carried build's check ran it already)
 if [ $gpu = yes ] && [ -x "$build/mpi-tests/cuda_usable" ]; then
-  rm -f "$logs/cuda_usable-env.txt"
-  if grep -q '^cuBLAS: ' "$logs/cuda_usable.txt" 2>/dev/null; then cp "$logs/cuda_usable.txt" "$logs/cuda_usable-env.txt"; fi
-  if grep -q '^cuBLAS: ' "$logs/cuda_usable-env.txt" 2>/dev/null ||
-     timeout -k 5 "$(capped 15)" "$build/mpi-tests/cuda_usable" > "$logs/cuda_usable-env.txt" 2>&1; then
-    put "cuBLAS (opened at run time)" "$(sed -n 's/^cuBLAS: \([^;]*\);.*/\1/p' "$logs/cuda_usable-env.txt")" "" "" \
-      "cuBLASLt $(sed -n 's/.*; cuBLASLt: //p' "$logs/cuda_usable-env.txt")"
+  probe=$logs/cuda_usable.txt  # a usable GPU's answer ends with the cuBLAS line
+  grep -q '^cuBLAS: ' "$probe" 2>/dev/null ||
+    { probe=$logs/cuda_usable-env.txt; timeout -k 5 "$(capped 15)" "$build/mpi-tests/cuda_usable" > "$probe" 2>&1; }
+  if grep -q '^cuBLAS: ' "$probe"; then
+    put "cuBLAS (opened at run time)" "$(sed -n 's/^cuBLAS: \([^;]*\);.*/\1/p' "$probe")" "" "" \
+      "cuBLASLt $(sed -n 's/.*; cuBLASLt: //p' "$probe")"
   else
-    fail "cuBLAS (opened at run time)" "$(head -1 "$logs/cuda_usable-env.txt" | cut -c1-120)"
+    fail "cuBLAS (opened at run time)" "$(head -1 "$probe" | cut -c1-120)"
   fi
 fi
 put "host" "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, /dev/shm $(df -h --output=avail /dev/shm | tail -1 | tr -d ' ') free" "" "" "$(ldd --version 2>&1 | head -1 | awk '{print "glibc " $NF}')"

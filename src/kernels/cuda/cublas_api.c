@@ -20,13 +20,6 @@ rp_cublas_api rp_cublas;
 enum { NFUNCTIONS = 0 RP_CUBLAS_FUNCTIONS(RP_CUBLAS_COUNT) };
 #undef RP_CUBLAS_COUNT
 
-#define RP_CUBLAS_NAME(field, symbol, library) #symbol,
-static const char *const names[NFUNCTIONS] = {RP_CUBLAS_FUNCTIONS(RP_CUBLAS_NAME)};
-#undef RP_CUBLAS_NAME
-#define RP_CUBLAS_LIBRARY_OF(field, symbol, library) library,
-static const int library_of[NFUNCTIONS] = {RP_CUBLAS_FUNCTIONS(RP_CUBLAS_LIBRARY_OF)};
-#undef RP_CUBLAS_LIBRARY_OF
-
 #ifndef RP_CUDA_LIBDIR
 #define RP_CUDA_LIBDIR NULL
 #endif
@@ -47,16 +40,19 @@ static int state; /* 0: not tried, 1: open, -1: failed (failure says why) */
 static char failure[1024];
 static char opened[2][512];
 
+/* Each library's names in the list's order, opened and resolved; then
+ * the table filled in that order again. */
 static int open_both(void)
 {
-    const char *mine[2][NFUNCTIONS];
+    const char *names[2][NFUNCTIONS];
     void *symbols[2][NFUNCTIONS];
     int n[2] = {0, 0};
-    for (int i = 0; i < NFUNCTIONS; i++)
-        mine[library_of[i]][n[library_of[i]]++] = names[i];
+#define RP_CUBLAS_NAME(field, symbol, library) names[library][n[library]++] = #symbol;
+    RP_CUBLAS_FUNCTIONS(RP_CUBLAS_NAME)
+#undef RP_CUBLAS_NAME
     void *handle[2];
     for (int l = 0; l < 2; l++) {
-        spec[l].symbols = mine[l];
+        spec[l].symbols = names[l];
         spec[l].nsymbols = n[l];
         if (rp_dynlib_open(&spec[l], &handle[l], symbols[l], opened[l], sizeof opened[l],
                            failure, sizeof failure) != 0) {
@@ -67,12 +63,8 @@ static int open_both(void)
         }
     }
     int at[2] = {0, 0};
-    void *const *next[NFUNCTIONS];
-    for (int i = 0; i < NFUNCTIONS; i++)
-        next[i] = &symbols[library_of[i]][at[library_of[i]]++];
-    int i = 0;
 #define RP_CUBLAS_SET(field, symbol, library) \
-    rp_cublas.field = (__typeof__(rp_cublas.field))*next[i++];
+    rp_cublas.field = (__typeof__(rp_cublas.field))symbols[library][at[library]++];
     RP_CUBLAS_FUNCTIONS(RP_CUBLAS_SET)
 #undef RP_CUBLAS_SET
     return 0;
