@@ -53,3 +53,9 @@ TESTS += mpi-tests/test_plan_memo
 mpi_tests_test_plan_memo_SOURCES = mpi-tests/test_plan_memo.c
 mpi_tests_test_plan_memo_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_plan_memo_LDADD = $(RP_TEST_LDADD)
+# what a caller lends the partitioner: progress reports, the widths searched
+check_PROGRAMS += mpi-tests/test_plan_search
+TESTS += mpi-tests/test_plan_search
+mpi_tests_test_plan_search_SOURCES = mpi-tests/test_plan_search.c
+mpi_tests_test_plan_search_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_plan_search_LDADD = $(RP_TEST_LDADD)

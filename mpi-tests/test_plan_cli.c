@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "cli/cmd_plan.h"
+#include "cli/plan_progress.h"
 #include "plan/layers_file.h"
 #include "plan/partition.h"
 #include "rp_check.h"
@@ -352,6 +353,7 @@ START_TEST(bad_command_lines_and_files)
         {"--sparse-embedding 1 --embed-rows-frac 1.5", "--embed-rows-frac: 1.5 is not in"},
         {"--sparse-embedding 0 --embed-rows-frac 0.5",
          "--embed-rows-frac applies only with --sparse-embedding 1"},
+        {"--progress sometimes", "--progress: 'sometimes' is not"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, "plan --layers %s %s", paper("qwen3-1.7b.txt"), usage[i].args);
@@ -692,6 +694,77 @@ START_TEST(fp8_plan_counts_the_dequantisations_as_the_engine_runs_them)
 }
 END_TEST
 
+/* What a report of the search prints, through pr into a file: the text. */
+static void reports_of(rp_plan_cli_progress *pr, int live, char *buf, size_t cap)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/progress.txt", rp_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    rp_plan_cli_progress_start(pr, "roundpipe plan", live ? RP_PROGRESS_AUTO : RP_PROGRESS_LINE);
+    pr->out = f; /* as start chose stderr: the file instead, the mode forced */
+    pr->live = live;
+    rp_plan_search_set_report(pr->search, rp_plan_cli_progress_report, pr, 0, 0.0);
+    rp_plan_cli_progress_context(pr, "--seq-len 8192");
+    rp_cost_model *m = NULL;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_cost_load(paper("qwen3-1.7b.txt"), &m, &err), RP_OK);
+    rp_machine mc;
+    rp_machine_defaults(&mc);
+    mc.gpus = 2;
+    mc.microbatches = 4;
+    mc.search = pr->search;
+    rp_plan *p = malloc(sizeof *p);
+    rp_sim_result r;
+    ck_assert_int_eq(rp_partition(m, &mc, 0, p, &r, &err), RP_OK);
+    rp_plan_cli_progress_end(pr);
+    rp_plan_cli_progress_stop(pr);
+    fclose(f);
+    slurp(path, buf, cap);
+    free(p);
+    rp_cost_model_destroy(&m);
+}
+
+START_TEST(progress_of_a_long_search)
+{
+    /* a search shorter than the delay prints nothing; --progress none the
+     * same plan */
+    char cmd[8192];
+    static char plain[1 << 20];
+    snprintf(cmd, sizeof cmd, "plan --layers %s --gpus 4 --microbatches 8", paper("qwen3-1.7b.txt"));
+    ck_assert_int_eq(run(rp_cli_plan, cmd), 0);
+    ck_assert_str_eq(err_text, "");
+    snprintf(plain, sizeof plain, "%s", out_text);
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "plan --layers %s --gpus 4 --microbatches 8 --progress %s",
+                 paper("qwen3-1.7b.txt"), i ? "line" : "none");
+        ck_assert_int_eq(run(rp_cli_plan, cmd), 0);
+        ck_assert_str_eq(err_text, "");
+        ck_assert_str_eq(out_text, plain);
+    }
+    /* lines: each a whole line naming the command, what it plans and where */
+    static char text[1 << 20];
+    rp_plan_cli_progress pr;
+    reports_of(&pr, 0, text, sizeof text);
+    int lines = 0;
+    for (char *l = text, *nl; *l; l = nl + 1, lines++) {
+        nl = strchr(l, '\n');
+        ck_assert_msg(nl != NULL, "a report without its newline: %s", l);
+        ck_assert_msg(!strncmp(l, "roundpipe plan: planning --seq-len 8192: width ", 47) &&
+                          strstr(l, " plans simulated, ") && !memchr(l, '\r', (size_t)(nl - l)),
+                      "report %d: %.*s", lines, (int)(nl - l), l);
+    }
+    ck_assert_int_gt(lines, 10);
+    /* live: one line redrawn in place, cleared at the end */
+    reports_of(&pr, 1, text, sizeof text);
+    ck_assert_ptr_null(strchr(text, '\n'));
+    ck_assert_msg(!strncmp(text, "\r\033[Kroundpipe plan: planning --seq-len 8192: width ", 50),
+                  "%.80s", text);
+    size_t n = strlen(text);
+    ck_assert(n > 4 && !strcmp(text + n - 4, "\r\033[K"));
+}
+END_TEST
+
 static Suite *plan_cli_suite(void)
 {
     Suite *s = suite_create("plan_cli");
@@ -706,6 +779,7 @@ static Suite *plan_cli_suite(void)
     tcase_add_test(tc, moe_plan_counts_the_router_and_experts_as_they_run);
     tcase_add_test(tc, dense_plan_counts_the_remade_mlp);
     tcase_add_test(tc, fp8_plan_counts_the_dequantisations_as_the_engine_runs_them);
+    tcase_add_test(tc, progress_of_a_long_search);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 #include "cli/plan_choice.h"
 #include "cli/plan_longest.h"
 #include "cli/plan_opts.h"
+#include "cli/plan_progress.h"
 #include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/host_memory.h"
@@ -274,17 +275,19 @@ static void print_table(const rp_plan_cli *o, const rp_plan *p, const rp_sim_res
 /* --seq-len max: the search, then argv names the longest length (or, when
  * none fits, the first tried, whose plan fails as a plain one would) */
 static rp_status search_longest(int argc, char **argv, int at, int joined, char *word,
-                                rp_longest *lg, rp_error *err)
+                                rp_plan_cli_progress *progress, rp_longest *lg, rp_error *err)
 {
     rp_plan_cli o;
     snprintf(word, 32, "%s%d", joined ? "--seq-len=" : "", RP_LONGEST_GRANULE);
     argv[at] = word;
     rp_status st = rp_plan_cli_parse(argc, argv, &o, err); /* the options' errors first */
     int help = st == RP_OK && o.help; /* argv as it is then prints the help */
-    if (st == RP_OK)
+    if (st == RP_OK) {
+        rp_plan_cli_progress_start(progress, "roundpipe plan", o.progress);
         rp_plan_cli_free(&o);
+    }
     if (st == RP_OK && !help)
-        st = rp_plan_longest_search(argc, argv, at, joined, word, lg, err);
+        st = rp_plan_longest_search(argc, argv, at, joined, word, progress, lg, err);
     return st;
 }
 
@@ -294,6 +297,7 @@ int rp_cli_plan(int argc, char **argv)
     rp_plan_cli o;
     rp_longest longest;
     const rp_longest *lg = NULL;
+    rp_plan_cli_progress progress = {0}; /* started once the options are read */
     char word[32];
     char **args = malloc(sizeof *args * (size_t)(argc + 1));
     if (!args) {
@@ -304,13 +308,15 @@ int rp_cli_plan(int argc, char **argv)
     int joined = 0, at = rp_plan_longest_requested(argc, args, &joined);
     rp_status st = rp_unproven_check(&err); /* it decides what an FP8 base uploads */
     if (st == RP_OK && at >= 0)
-        st = search_longest(argc, args, at, joined, word, &longest, &err);
+        st = search_longest(argc, args, at, joined, word, &progress, &longest, &err);
     if (st == RP_OK) {
         lg = at >= 0 && args[at] == word ? &longest : NULL;
         st = rp_plan_cli_parse(argc, args, &o, &err);
     }
     free(args);
+    rp_plan_cli_progress_end(&progress);
     if (st != RP_OK) {
+        rp_plan_cli_progress_stop(&progress);
         if (st != RP_ERR_INVALID_ARG) { /* a bad file, not a bad command line */
             fprintf(stderr, "roundpipe plan: %s\n", err.msg);
             return 1;
@@ -322,9 +328,11 @@ int rp_cli_plan(int argc, char **argv)
         fputs(plan_usage, stdout);
         rp_plan_cli_usage(stdout);
         rp_plan_cli_free(&o);
+        rp_plan_cli_progress_stop(&progress);
         return 0;
     }
     if (lg && !lg->longest) {
+        rp_plan_cli_progress_stop(&progress);
         fprintf(stderr, "roundpipe plan: --seq-len max: not even %d tokens fit; bounded by %s: "
                 "%s\n", RP_LONGEST_GRANULE,
                 lg->bound == RP_BOUND_DEVICE ? "device memory" : "host memory", lg->why);
@@ -338,10 +346,14 @@ int rp_cli_plan(int argc, char **argv)
     rp_sim_result r;
     rp_plan_choice choice;
     o.mc = rp_machine_node(&o.mc); /* with --nodes: the plan of one node, M/N microbatches */
+    if (!progress.label) /* not started by --seq-len max's search */
+        rp_plan_cli_progress_start(&progress, "roundpipe plan", o.progress);
+    o.mc.search = progress.search;
     if (!p)
         st = rp_error_set(&err, RP_ERR_NOMEM, "out of memory");
     else
         st = rp_plan_cli_choose(&o, &o.mc, p, &r, &choice, &err);
+    rp_plan_cli_progress_stop(&progress);
     if (st == RP_OK) {
         if (o.json)
             print_json(&o, p, &r, &choice, lg);

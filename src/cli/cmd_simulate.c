@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/plan_opts.h"
+#include "cli/plan_progress.h"
 #include "plan/baseline.h"
 
 static const char sim_usage[] =
@@ -49,8 +50,9 @@ static double seconds(void)
 
 /* Progress on stderr: planning and simulating a large model takes a minute
  * or more, so each of the four schedules reports when it is done. */
-static void report(int i, const char *name, double t0)
+static void report(rp_plan_cli_progress *progress, int i, const char *name, double t0)
 {
+    rp_plan_cli_progress_end(progress); /* its live line, if drawn */
     fprintf(stderr, "roundpipe simulate: %d/4 %s: done after %.1f s\n", i + 1, name,
             seconds() - t0);
     fflush(stderr);
@@ -148,6 +150,9 @@ int rp_cli_simulate(int argc, char **argv)
         rp_plan_cli_usage(stdout);
         return 0;
     }
+    rp_plan_cli_progress progress; /* one search object: a width searched twice is not */
+    rp_plan_cli_progress_start(&progress, "roundpipe simulate", o.progress);
+    o.mc.search = progress.search;
     int topo = o.mc.link_groups > 0, nrows = topo ? 5 : 4;
     row *rows = calloc(5, sizeof *rows);
     rp_machine aware = o.mc; /* the deal the topology-aware planning chose */
@@ -164,7 +169,7 @@ int rp_cli_simulate(int argc, char **argv)
         st = plan_nodes(&o, &mc, p, &rows[i].r, &rows[i].one, &err);
         if (st == RP_OK) {
             rp_plan_format(p, rows[i].plan, sizeof rows[i].plan);
-            report(i, rows[i].name, t0);
+            report(&progress, i, rows[i].name, t0);
         }
         if (i == 0)
             aware = mc;
@@ -197,14 +202,15 @@ int rp_cli_simulate(int argc, char **argv)
         rows[2].name = "GPipe, weights bound to GPUs";
         st = rp_simulate_baseline(o.model, &base, RP_BASELINE_GPIPE, &rows[2].r, &err);
         if (st == RP_OK)
-            report(2, rows[2].name, t0);
+            report(&progress, 2, rows[2].name, t0);
     }
     if (st == RP_OK) {
         rows[3].name = "1F1B, weights bound to GPUs";
         st = rp_simulate_baseline(o.model, &base, RP_BASELINE_1F1B, &rows[3].r, &err);
         if (st == RP_OK)
-            report(3, rows[3].name, t0);
+            report(&progress, 3, rows[3].name, t0);
     }
+    rp_plan_cli_progress_stop(&progress);
     if (st != RP_OK) {
         fprintf(stderr, "roundpipe simulate: %s\n", err.msg);
     } else {

@@ -76,7 +76,8 @@ static int64_t host_bound_bytes(const rp_plan_cli *o, const char **what)
 }
 
 static rp_status try_length(int argc, char **argv, int at, int joined, char *word,
-                            int64_t seq_len, trial *t, rp_error *err)
+                            int64_t seq_len, rp_plan_cli_progress *progress, trial *t,
+                            rp_error *err)
 {
     if (t->parsed)
         rp_plan_cli_free(&t->o);
@@ -91,6 +92,10 @@ static rp_status try_length(int argc, char **argv, int at, int joined, char *wor
                             "layer-times file's memory does not depend on the length");
     }
     t->o.mc = rp_machine_node(&t->o.mc);
+    t->o.mc.search = progress->search;
+    char context[48];
+    snprintf(context, sizeof context, "--seq-len %lld", (long long)seq_len);
+    rp_plan_cli_progress_context(progress, context);
     /* one layer per stage needs the least device memory of any plan (each
      * part of rp_schedule_peak_bytes is a maximum over stages, or grows
      * with a stage's layers): over the limit, no plan fits and the
@@ -359,7 +364,8 @@ static void host_words(const trial *t, char *buf, size_t len)
 }
 
 rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char *word,
-                                 rp_longest *out, rp_error *err)
+                                 rp_plan_cli_progress *progress, rp_longest *out,
+                                 rp_error *err)
 {
     memset(out, 0, sizeof *out);
     trial *t = calloc(1, sizeof *t);
@@ -371,7 +377,7 @@ rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char
     /* double from one granule until a length does not fit, then halve the gap */
     for (int64_t s = g; st == RP_OK && !hi && lo < RP_LONGEST_CAP;
          s = s * 2 < RP_LONGEST_CAP ? s * 2 : RP_LONGEST_CAP) {
-        st = try_length(argc, argv, at, joined, word, s, t, err);
+        st = try_length(argc, argv, at, joined, word, s, progress, t, err);
         if (st == RP_OK && t->fits)
             lo = s;
         else if (st == RP_OK)
@@ -379,14 +385,14 @@ rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char
     }
     while (st == RP_OK && hi && hi - lo > g) {
         int64_t mid = lo + (hi - lo) / g / 2 * g;
-        st = try_length(argc, argv, at, joined, word, mid, t, err);
+        st = try_length(argc, argv, at, joined, word, mid, progress, t, err);
         if (st == RP_OK && t->fits)
             lo = mid;
         else if (st == RP_OK)
             hi = mid;
     }
     if (st == RP_OK && hi) { /* the bound, in the terms of the first length over it */
-        st = try_length(argc, argv, at, joined, word, hi, t, err);
+        st = try_length(argc, argv, at, joined, word, hi, progress, t, err);
         if (st == RP_OK && t->bound == RP_BOUND_DEVICE)
             device_bound(t, hi, out);
         else if (st == RP_OK)
@@ -401,13 +407,14 @@ rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char
     }
     out->longest = lo;
     if (st == RP_OK && lo) {
-        st = try_length(argc, argv, at, joined, word, lo, t, err);
+        st = try_length(argc, argv, at, joined, word, lo, progress, t, err);
         if (st == RP_OK)
             host_words(t, out->host, sizeof out->host);
     }
     if (t->parsed)
         rp_plan_cli_free(&t->o);
     set_length(argv, at, joined, word, lo ? lo : g);
+    rp_plan_cli_progress_context(progress, "");
     free(t);
     return st;
 }

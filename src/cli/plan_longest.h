@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "cli/plan_progress.h"
 #include "core/error.h"
 
 /* Lengths tried are multiples of this many tokens. */
@@ -49,9 +50,11 @@ int rp_plan_longest_requested(int argc, char **argv, int *joined);
  * every option as for one length. On RP_OK *out says the longest and the
  * bound, and argv[at] is left naming the longest (or the first length when
  * none fits) in `word` (the caller's, 32 bytes), so a parse of argv
- * plans it. An error that is not a memory bound (a bad option or file) is
+ * plans it. Each length's search reports through `progress` and shares
+ * its search object (a length tried again is not searched again). An error that is not a memory bound (a bad option or file) is
  * returned as the plain parse's would be. */
 rp_status rp_plan_longest_search(int argc, char **argv, int at, int joined, char *word,
-                                 rp_longest *out, rp_error *err);
+                                 rp_plan_cli_progress *progress, rp_longest *out,
+                                 rp_error *err);
 
 #endif

@@ -232,6 +232,10 @@ static const rp_option plan_rows[] = {
     {DOUBLE("network-gbs", "X", network_gbs), .fallback = NUMBER_TEXT(RP_SIM_DEFAULT_NETWORK_GBS),
      .help = "each node's network link, gigaBITS/s per direction\n"
              "(default 100: 12.5 GB/s)"},
+    {TRAIN("progress", "auto|line|none"),
+     .help = "reports of a long plan search on standard error: auto\n"
+             "(default) redraws a line on a terminal, else prints a\n"
+             "line every 15 s; line prints lines; none is silent"},
     {TRAIN("deal", "natural|interleaved|best"),
      .help = "which GPU each executor of the round-robin\n"
              "deal drives: in bus order, or group by group in turn so\n"
@@ -543,6 +547,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
     o->recompute = a.train.recompute;
     o->weight_buffers = a.train.weight_buffers;
     o->deal = (rp_deal_choice)a.train.deal;
+    o->progress = a.train.progress;
     o->json = a.json;
     if (st == RP_OK && optind < argc)
         st = rp_error_set(err, RP_ERR_INVALID_ARG, "unexpected argument '%s'", argv[optind]);

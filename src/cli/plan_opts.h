@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "device/device.h"
+#include "engine/train_options.h"
 #include "io/config.h"
 #include "plan/cost.h"
 #include "plan/deal.h"
@@ -61,6 +62,7 @@ typedef struct rp_plan_cli {
     int topology_gpus;       /* --topology: its GPU count (0: none given) */
     char topology_warnings[1024];
     rp_deal_choice deal;
+    rp_progress_mode progress; /* --progress: the search's reports (cli/plan_progress.h) */
 } rp_plan_cli;
 
 /* Parse argv (argv[0] is the subcommand name). On RP_OK with o->help set,

@@ -19,6 +19,7 @@
 #include "plan/keep.h"
 #include "engine/run_impl.h"
 #include "plan/deal.h"
+#include "plan/search.h"
 #include "model/layers.h"
 #include "model/layout.h"
 
@@ -307,6 +308,19 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
     return RP_OK;
 }
 
+/* A long plan search (plan/search.h) reports to the log, as train's
+ * progress lines do off a terminal: none for --progress none. */
+#define PLAN_REPORT_DELAY_S 10.0
+#define PLAN_REPORT_INTERVAL_S 15.0
+
+static void plan_report(void *arg, const rp_plan_search_state *state)
+{
+    const rp_engine *e = arg;
+    char text[200];
+    rp_plan_search_describe(state, text, sizeof text);
+    rp_log(e->lg, RP_LOG_INFO, "planning: %s", text);
+}
+
 /* The planner's choice from the nominal rates (fwd_ms NULL) or from the
  * measured layer times, an FP8 base's dequantisations included where they
  * were measured (dequant_ms[l] >= 0: a use of block l that dequantised it;
@@ -326,9 +340,16 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     machine_of(e, mc);
     mc->workspace_bytes = workspace;
     keep_budget(e, mc);
+    rp_plan_search *search = rp_plan_search_create();
+    if (search && e->o->progress != RP_PROGRESS_NONE)
+        rp_plan_search_set_report(search, plan_report, (void *)e, PLAN_REPORT_DELAY_S,
+                                  PLAN_REPORT_INTERVAL_S);
+    mc->search = search;
     rp_status s = rp_plan_dealt_buffers(cm, mc, e->virtual_executors / e->pipelines, NULL,
                                         (rp_deal_choice)e->o->deal, e->o->weight_buffers == 0,
                                         plan, NULL, err);
+    mc->search = NULL;
+    rp_plan_search_destroy(&search);
     if (s == RP_OK && cm->single_weight_buffer && e->o->weight_buffers == 0)
         rp_log(e->lg, RP_LOG_INFO, "--weight-buffers auto: no plan fits the device memory with "
                "two stage weight buffers per executor; one (each job's upload waits for the job "

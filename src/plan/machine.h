@@ -92,6 +92,9 @@ typedef struct rp_machine {
     double network_gbs;        /* each node's NIC, gigaBITS/s per direction (100 = 12.5 GB/s) */
     double compute_bytes_per_param; /* bytes of a parameter's compute copy the all-gather
                                        moves (2: bf16) */
+    /* Not the machine: what the caller lends a plan search (plan/search.h:
+     * progress reports, the widths searched before); NULL: nothing. */
+    struct rp_plan_search *search;
 } rp_machine;
 
 /* The GPU executor e of the round-robin deal drives. */

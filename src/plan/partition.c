@@ -10,6 +10,7 @@
 #include "plan/keep.h"
 #include "plan/plan_memo.h"
 #include "plan/schedule.h"
+#include "plan/search.h"
 
 #define SEED_DENSE 12 /* every count (and tail size) up to this is a seed */
 #define N_CLIMB 8       /* seeds the local search starts from, up to 12 layers */
@@ -78,10 +79,19 @@ static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p,
     if (rp_simulate(m, p, mc, &r, &e) == RP_OK)
         sc.time = r.iteration_ms;
     rp_plan_memo_store(memo, p, &(evaluated){sc, p->kept});
+    rp_plan_search_simulated(mc->search);
     return sc;
 }
 
 static int feasible(score a) { return a.excess == 0 && isfinite(a.time); }
+
+/* Tell the caller's search object (plan/search.h) where the search is. */
+static void progress(const rp_machine *mc, const char *phase, int done, int total, score best)
+{
+    if (feasible(best))
+        rp_plan_search_offer(mc->search, best.time);
+    rp_plan_search_phase(mc->search, phase, done, total);
+}
 
 static int better(score a, const rp_plan *pa, score b, const rp_plan *pb)
 {
@@ -328,6 +338,7 @@ static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *
 {
     uint64_t rng = 0x2545f4914f6cdd1dull;
     for (int i = 0; i < kicks; i++) {
+        progress(mc, "random restarts", i, kicks, sc);
         *t = *best;
         if (!random_move(m, mc, t, &rng, s2) || !random_move(m, mc, t, &rng, s2))
             break;
@@ -389,9 +400,12 @@ static void keep_top(cand *top, const rp_plan *trial, score o)
     }
 }
 
+/* The best plan of one width: *found 1 with *best and *best_sc, or 0 when
+ * no seed could run. */
 static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int width,
-                              rp_plan *best, score *best_sc)
+                              rp_plan *best, score *best_sc, int *found)
 {
+    *found = 0;
     int L = m->num_layers, Mg = mc->microbatches * width / mc->gpus;
     double *fc = malloc(sizeof(double) * L), *bc = malloc(sizeof(double) * L);
     int *cut = malloc(sizeof(int) * (L + 1)), *ks = malloc(sizeof(int) * (L + 1));
@@ -430,6 +444,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
             ks[nk++] = k;
     for (int ik = 0; ik < nk; ik++) {
         int k = ks[ik], nc = 0;
+        progress(mc, "seed plans", ik, nk, top[0].sc);
         for (int c = 1; c <= k; c++)
             if (c <= SEED_DENSE || c == k || in_geometric(c))
                 cnt[nc++] = c;
@@ -445,6 +460,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     score bs = {INFINITY, INFINITY};
     int nclimb = L <= 12 ? N_CLIMB : N_CLIMB_LARGE;
     for (int i = 0; i < nclimb; i++) {
+        progress(mc, "local search", i, nclimb, bs);
         if (!isfinite(top[i].sc.excess) || top[i].plan->num_layers == 0)
             continue;
         top[i].sc = hill_climb(m, mc, top[i].plan, top[i].sc, s1, s2, memo);
@@ -456,15 +472,22 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     if (bi >= 0) {
         bs = kick_search(m, mc, top[bi].plan, bs, L <= 12 ? KICKS_SMALL : KICKS_LARGE, trial,
                          s1, s2, memo);
-        if (better(bs, top[bi].plan, *best_sc, best)) {
-            *best = *top[bi].plan;
-            *best_sc = bs;
-        }
+        *best = *top[bi].plan;
+        *best_sc = bs;
+        *found = 1;
     }
 done:
     rp_plan_memo_destroy(&memo);
     free(fc); free(bc); free(cut); free(ks); free(cnt); free(pool);
     return st;
+}
+
+/* Whether rp_partition searches width w (width > 0: that one only): it must
+ * split the executors into pipelines and the microbatches over them. */
+static int searchable(const rp_machine *mc, int width, int w)
+{
+    return (width <= 0 || w == width) && mc->gpus % w == 0 &&
+           mc->microbatches % (mc->gpus / w) == 0;
 }
 
 rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, rp_plan *out,
@@ -478,16 +501,40 @@ rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, 
     rp_plan *best = calloc(1, sizeof *best);
     if (!best)
         return rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
+    rp_plan *mine = malloc(sizeof *mine);
+    if (!mine) {
+        free(best);
+        return rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
+    }
     score best_sc = {INFINITY, INFINITY};
-    int tried = 0;
+    int tried = 0, widths = 0;
     rp_status st = RP_OK;
+    for (int w = 1; w <= mc->gpus; w++)
+        widths += searchable(mc, width, w);
+    rp_plan_search_begin(mc->search);
     for (int w = 1; w <= mc->gpus && st == RP_OK; w++) {
-        if ((width > 0 && w != width) || mc->gpus % w || mc->microbatches % (mc->gpus / w))
+        if (!searchable(mc, width, w))
             continue;
         tried++;
-        if (search_width(m, mc, w, best, &best_sc) != RP_OK)
-            st = rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
+        rp_plan_search_width(mc->search, w, tried, widths);
+        score sc;
+        int found = rp_plan_search_recall(mc->search, m, mc, w, mine, &sc.excess, &sc.time);
+        if (found < 0) {
+            if (search_width(m, mc, w, mine, &sc, &found) != RP_OK) {
+                st = rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
+                break;
+            }
+            rp_plan_search_remember(mc->search, m, mc, w, found ? mine : NULL, sc.excess,
+                                    sc.time);
+        }
+        if (found && better(sc, mine, best_sc, best)) {
+            *best = *mine;
+            best_sc = sc;
+            if (feasible(sc))
+                rp_plan_search_offer(mc->search, sc.time);
+        }
     }
+    free(mine);
     if (st == RP_OK && !tried)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           width > 0 ? "partition: width %d does not divide %d executors with %d "
