@@ -41,6 +41,9 @@ TESTS += mpi-tests/test_golden_cuda.sh
 EXTRA_DIST += mpi-tests/test_golden_cuda.sh
 TESTS += mpi-tests/test_cli.sh
 EXTRA_DIST += mpi-tests/test_cli.sh
+# roundpipe version --verbose: the report for a bug, each figure against its source
+TESTS += mpi-tests/test_version.sh
+EXTRA_DIST += mpi-tests/test_version.sh
 
 # every option of --help in man/roundpipe.1
 TESTS += mpi-tests/test_man_options.sh

@@ -449,6 +449,9 @@ t0=$(date +%s)
   } | grep -m1 .)"
   echo "mpicc: $(command -v mpicc || echo none); mpirun: $(command -v mpirun || echo none)"
   echo "build: $build"
+  # what the build itself finds (libraries, GPU, cuBLAS and cuDNN files, RP_* set)
+  echo "== roundpipe version --verbose"
+  [ -x "$build/src/roundpipe" ] && timeout -k 5 "$(capped 10)" "$build/src/roundpipe" version --verbose
 } > "$logs/machine.txt" 2>&1
 cat "$logs/machine.txt"
 q() { nvidia-smi --query-gpu="$1" --format=csv,noheader,nounits 2>/dev/null | head -1 | sed 's/^ *//'; }

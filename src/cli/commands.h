@@ -4,5 +4,6 @@
 
 int rp_cli_train(int argc, char **argv); /* needs MPI initialised */
 int rp_cli_topology(int argc, char **argv);
+int rp_cli_version(int argc, char **argv);
 
 #endif

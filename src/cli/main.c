@@ -17,7 +17,7 @@ static const char usage[] =
     "  plan       print the stage plan for a model and settings\n"
     "  simulate   run the planner and schedule on a modelled machine\n"
     "  topology   print which GPUs share a PCIe link (this machine or an hwloc XML)\n"
-    "  version    print the version\n"
+    "  version    print the version (--verbose: build, libraries, machine, GPU)\n"
     "  help       this text\n"
     "'roundpipe <command> --help' lists a command's options; see roundpipe(1).\n";
 
@@ -51,10 +51,8 @@ int main(int argc, char **argv)
         return rp_cli_simulate(argc - 1, argv + 1);
     if (strcmp(cmd, "topology") == 0)
         return rp_cli_topology(argc - 1, argv + 1);
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("roundpipe %s\n", rp_version_string());
-        return 0;
-    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
+        return rp_cli_version(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage, stdout);
         return 0;

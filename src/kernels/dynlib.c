@@ -66,3 +66,13 @@ int rp_dynlib_open(const rp_dynlib_spec *spec, void **handle, void **symbols, ch
     memcpy(path, tried, strlen(tried) + 1);
     return 0;
 }
+
+void rp_dynlib_file_of(const void *symbol, char *path, size_t len)
+{
+    Dl_info info;
+    if (len == 0)
+        return;
+    path[0] = '\0';
+    if (symbol && dladdr(symbol, &info) && info.dli_fname)
+        snprintf(path, len, "%s", info.dli_fname);
+}

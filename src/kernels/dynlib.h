@@ -30,4 +30,9 @@ typedef struct rp_dynlib_spec {
 int rp_dynlib_open(const rp_dynlib_spec *spec, void **handle, void **symbols, char *path,
                    size_t path_len, char *why, size_t why_len);
 
+/* The file holding `symbol` as the loader mapped it (dladdr: the whole
+ * path behind a soname the search found), into path (len bytes); "" when
+ * the loader cannot say. */
+void rp_dynlib_file_of(const void *symbol, char *path, size_t len);
+
 #endif

@@ -25,6 +25,15 @@ extern "C" int rp_cuda_device_count(const char **why)
     return n;
 }
 
+extern "C" void rp_cuda_versions(int *built, int *runtime, int *driver)
+{
+    *built = CUDART_VERSION;
+    if (cudaRuntimeGetVersion(runtime) != cudaSuccess)
+        *runtime = 0;
+    if (cudaDriverGetVersion(driver) != cudaSuccess)
+        *driver = 0;
+}
+
 extern "C" int rp_cuda_device_info(int dev, char *name, int name_len, unsigned long long *total_mem,
                                    int *sm_major, int *sm_minor, const char **why)
 {

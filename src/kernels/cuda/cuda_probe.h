@@ -10,6 +10,11 @@ extern "C" {
  * reports an error; *why receives the runtime's message (static string). */
 int rp_cuda_device_count(const char **why);
 
+/* CUDA versions as 1000 x major + 10 x minor: the toolkit this was built
+ * with, the runtime loaded and the newest the driver supports (0: unknown,
+ * e.g. no driver). */
+void rp_cuda_versions(int *built, int *runtime, int *driver);
+
 /* Name and memory of device `dev`; 0 on success. */
 int rp_cuda_device_info(int dev, char *name, int name_len, unsigned long long *total_mem,
                         int *sm_major, int *sm_minor, const char **why);
