@@ -1,7 +1,7 @@
 # tests of src/plan (serial: the planner needs no MPI)
 check_PROGRAMS += mpi-tests/test_plan_partition
 TESTS += mpi-tests/test_plan_partition
-mpi_tests_test_plan_partition_SOURCES = mpi-tests/test_plan_partition.c
+mpi_tests_test_plan_partition_SOURCES = mpi-tests/test_plan_partition.c mpi-tests/plan_random.h
 mpi_tests_test_plan_partition_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_plan_partition_LDADD = $(RP_TEST_LDADD)
 
@@ -56,6 +56,6 @@ mpi_tests_test_plan_memo_LDADD = $(RP_TEST_LDADD)
 # what a caller lends the partitioner: progress reports, the widths searched
 check_PROGRAMS += mpi-tests/test_plan_search
 TESTS += mpi-tests/test_plan_search
-mpi_tests_test_plan_search_SOURCES = mpi-tests/test_plan_search.c
+mpi_tests_test_plan_search_SOURCES = mpi-tests/test_plan_search.c mpi-tests/plan_random.h
 mpi_tests_test_plan_search_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_plan_search_LDADD = $(RP_TEST_LDADD)

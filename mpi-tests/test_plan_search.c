@@ -21,42 +21,9 @@
 #include "plan/search.h"
 #include "rp_check.h"
 
-/* xorshift: the test's own generator, fixed seed */
-static uint64_t rs = 0x2545f4914f6cdd1dull;
-static double urand(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (double)(rs >> 11) / 9007199254740992.0;
-}
-static int irand(int lo, int hi)
-{
-    return lo + (int)(urand() * (hi - lo + 1));
-}
+#define PLAN_RANDOM_SEED 0x2545f4914f6cdd1dull
+#include "plan_random.h"
 
-static rp_cost_model *random_model(int L)
-{
-    rp_cost_model *m;
-    rp_error err;
-    ck_assert_int_eq(rp_cost_model_create(L, &m, &err), RP_OK);
-    for (int l = 0; l < L; l++) {
-        rp_layer_cost *c = &m->layers[l];
-        c->kind = l == 0 ? RP_LAYER_EMBED : l == L - 1 ? RP_LAYER_HEAD : RP_LAYER_BLOCK;
-        c->fwd_ms = 0.2 + 3 * urand();
-        c->bwd_ms = c->fwd_ms * (1 + 2 * urand());
-        c->wgrad_ms = c->bwd_ms * 0.5 * urand();
-        c->weight_bytes = (int64_t)(urand() * 40e6);
-        c->grad_bytes = urand() < 0.2 ? 0 : c->weight_bytes * 2;
-        c->opt_params = c->grad_bytes / 4;
-        c->act_bytes = (int64_t)(urand() * 20e6);
-        c->out_bytes = 1 << 20;
-    }
-    if (L > 2 && urand() < 0.3)
-        m->layers[L - 1].tied_to = 0;
-    m->tokens_per_microbatch = 4096;
-    return m;
-}
 
 static void random_machine(rp_machine *mc)
 {
@@ -242,6 +209,17 @@ static void listen(void *arg, const rp_plan_search_state *st)
     h->last_best = st->best_ms;
 }
 
+/* A search object reporting to h after delay_s, lent to mc. */
+static rp_plan_search *listened(heard *h, rp_machine *mc, double delay_s)
+{
+    *h = (heard){.last_best = INFINITY};
+    rp_plan_search *search = rp_plan_search_create();
+    ck_assert_ptr_nonnull(search);
+    rp_plan_search_set_report(search, listen, h, delay_s, 0);
+    mc->search = search;
+    return search;
+}
+
 START_TEST(reports_say_where_the_search_is)
 {
     for (int i = 0; i < 20; i++) {
@@ -251,11 +229,8 @@ START_TEST(reports_say_where_the_search_is)
         mc.gpus = 8;
         mc.microbatches = 8;
         mc.memory_limit = 0;
-        heard h = {0};
-        h.last_best = INFINITY;
-        rp_plan_search *search = rp_plan_search_create();
-        rp_plan_search_set_report(search, listen, &h, 0, 0);
-        mc.search = search;
+        heard h;
+        rp_plan_search *search = listened(&h, &mc, 0);
         outcome o = partition(m, &mc, 0);
         ck_assert_int_eq(o.st, RP_OK);
         ck_assert_msg(!h.bad, "instance %d: %s", i, h.why);
@@ -274,11 +249,8 @@ START_TEST(reports_say_where_the_search_is)
     rp_machine_defaults(&mc);
     mc.gpus = 4;
     mc.microbatches = 4;
-    heard h = {0};
-    h.last_best = INFINITY;
-    rp_plan_search *search = rp_plan_search_create();
-    rp_plan_search_set_report(search, listen, &h, 3600, 0);
-    mc.search = search;
+    heard h;
+    rp_plan_search *search = listened(&h, &mc, 3600);
     ck_assert_int_eq(partition(m, &mc, 0).st, RP_OK);
     ck_assert_int_eq(h.reports, 0);
     rp_plan_search_destroy(&search);
