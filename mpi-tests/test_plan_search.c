@@ -6,12 +6,14 @@
  * width after the search of all widths is recalled and equals its own
  * search without the object; a change to a layer's time, the model's weight
  * buffers or the machine's link is searched again; the 65th width
- * remembered pushes out the first; reports name a width among the widths
+ * remembered pushes out the first; 1, 2, 3 and 7 threads give the same
+ * plans; reports name a width among the widths
  * searched, a phase of the three with its step within its count, counts of
  * simulated plans that never fall and a best time that never rises within a
  * partition and ends at the chosen plan's; a report is not made before its
  * delay; the text of a report is as documented; NULL is accepted everywhere. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,6 @@
 
 #define PLAN_RANDOM_SEED 0x2545f4914f6cdd1dull
 #include "plan_random.h"
-
 
 static void random_machine(rp_machine *mc)
 {
@@ -59,14 +60,15 @@ static outcome partition(const rp_cost_model *m, const rp_machine *mc, int width
     return o;
 }
 
+/* b (from `what`) as the reference a, to the bit */
 static void same(const outcome *a, const outcome *b, const char *what, int i)
 {
-    ck_assert_msg(a->st == b->st, "instance %d, %s: status %d, without the object %d", i, what,
-                  b->st, a->st);
-    ck_assert_msg(!strcmp(a->plan, b->plan), "instance %d, %s: plan %s, without the object %s", i,
-                  what, b->plan, a->plan);
-    ck_assert_msg(a->ms == b->ms, "instance %d, %s: %.17g ms, without the object %.17g", i, what,
-                  b->ms, a->ms);
+    ck_assert_msg(a->st == b->st, "instance %d, %s: status %d, the reference %d", i, what, b->st,
+                  a->st);
+    ck_assert_msg(!strcmp(a->plan, b->plan), "instance %d, %s: plan %s, the reference %s", i, what,
+                  b->plan, a->plan);
+    ck_assert_msg(a->ms == b->ms, "instance %d, %s: %.17g ms, the reference %.17g", i, what, b->ms,
+                  a->ms);
 }
 
 static int widths_of(const rp_machine *mc)
@@ -113,6 +115,30 @@ START_TEST(the_same_plans_with_and_without_it)
         ck_assert_ptr_null(search);
         rp_cost_model_destroy(&m);
     }
+}
+END_TEST
+
+/* The partitioner scores batches of plans on the OpenMP threads
+ * (plan/evaluate.h): the same plans from 1, 2, 3 and 7 threads. */
+START_TEST(the_same_plans_on_any_number_of_threads)
+{
+    const int threads[] = {2, 3, 7};
+    for (int i = 0; i < 40; i++) {
+        rp_cost_model *m = random_model(irand(3, 40));
+        rp_machine mc;
+        random_machine(&mc);
+        omp_set_num_threads(1);
+        outcome one = partition(m, &mc, 0);
+        for (int t = 0; t < 3; t++) {
+            omp_set_num_threads(threads[t]);
+            outcome many = partition(m, &mc, 0);
+            char what[32];
+            snprintf(what, sizeof what, "%d threads", threads[t]);
+            same(&one, &many, what, i);
+        }
+        rp_cost_model_destroy(&m);
+    }
+    omp_set_num_threads(omp_get_num_procs());
 }
 END_TEST
 
@@ -318,6 +344,7 @@ static Suite *plan_search_suite(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, the_same_plans_with_and_without_it);
+    tcase_add_test(tc, the_same_plans_on_any_number_of_threads);
     tcase_add_test(tc, a_changed_input_is_searched_again);
     tcase_add_test(tc, the_oldest_width_gives_way);
     tcase_add_test(tc, reports_say_where_the_search_is);

@@ -11,6 +11,7 @@ librp_la_SOURCES += \
 	src/plan/sim_nodes.c src/plan/sim_nodes.h src/plan/sim_state.h \
 	src/plan/baseline.c src/plan/baseline.h \
 	src/plan/partition.c src/plan/partition.h \
+	src/plan/evaluate.c src/plan/evaluate.h \
 	src/plan/plan_memo.c src/plan/plan_memo.h \
 	src/plan/search.c src/plan/search.h \
 	src/plan/deal.c src/plan/deal.h

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan/baseline.h"
+#include "plan/evaluate.h"
 #include "plan/keep.h"
 #include "plan/plan_memo.h"
 #include "plan/schedule.h"
@@ -41,47 +42,11 @@ double rp_partition_objective(const rp_cost_model *m, const rp_machine *mc, cons
     return ms;
 }
 
-/* Search score: plans over the memory limit rank below every plan within
- * it, by how far over they are, so the search can walk from an infeasible
- * seed into the feasible region; within it, by modelled time. */
-typedef struct score {
-    double excess; /* bytes over the limit, 0 when it fits */
-    double time;   /* modelled iteration ms, INFINITY if it cannot run */
-} score;
-
-/* What evaluate gives a plan, as one width's search remembers it
- * (plan_memo.h): the score and the kept blocks it chose. */
-typedef struct evaluated {
-    score sc;
-    int kept;
-} evaluated;
-
-/* p's kept blocks are set here, from the machine's budget (plan/keep.h):
- * the recompute a candidate saves is part of its score. A plan the search
- * evaluated before (memo; NULL: none) is not simulated again. */
-static score evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan *p,
-                      rp_plan_memo *memo)
-{
-    evaluated seen;
-    if (rp_plan_memo_find(memo, p, &seen)) {
-        p->kept = seen.kept;
-        return seen.sc;
-    }
-    score sc = {0, INFINITY};
-    p->kept = rp_plan_choose_kept(m, mc, p);
-    if (mc->memory_limit > 0) {
-        int64_t peak = rp_schedule_peak_bytes(m, p, mc->gpus, mc->microbatches, mc->workspace_bytes, NULL);
-        if (peak > mc->memory_limit)
-            sc.excess = (double)(peak - mc->memory_limit);
-    }
-    rp_error e;
-    rp_sim_result r;
-    if (rp_simulate(m, p, mc, &r, &e) == RP_OK)
-        sc.time = r.iteration_ms;
-    rp_plan_memo_store(memo, p, &(evaluated){sc, p->kept});
-    rp_plan_search_simulated(mc->search);
-    return sc;
-}
+/* Search score (plan/evaluate.h): plans over the memory limit rank below
+ * every plan within it, by how far over they are, so the search can walk
+ * from an infeasible seed into the feasible region; within it, by modelled
+ * time. */
+typedef rp_plan_score score;
 
 static int feasible(score a) { return a.excess == 0 && isfinite(a.time); }
 
@@ -149,9 +114,10 @@ static void seed_plan(const double *fc, const double *bc, int L, int k, int pf, 
     }
 }
 
-/* Neighbours of p, written one at a time into q; visit returns nonzero to
- * stop. The moves: shift a forward or backward boundary by one, move the
- * tail's first layer by one, split a stage in two, merge two neighbours. */
+/* Neighbours of p, written one at a time into c->q (for CLIMB_IMPROVE each
+ * in its place in the batch, scored when the batch is full). The moves:
+ * shift a forward or backward boundary by one, move the tail's first layer
+ * by one, split a stage in two, merge two neighbours. */
 typedef struct climb {
     const rp_cost_model *m;
     const rp_machine *mc;
@@ -162,10 +128,28 @@ typedef struct climb {
     int mode;          /* CLIMB_IMPROVE, CLIMB_COUNT or CLIMB_PICK */
     int counter, pick; /* for counting neighbours and picking one */
     rp_plan *picked;
-    rp_plan_memo *memo; /* the search's evaluations (may be NULL) */
+    rp_plan_memo *memo;   /* the search's evaluations (may be NULL) */
+    rp_plan_batch *batch; /* CLIMB_IMPROVE: the neighbours scored together */
 } climb;
 
 enum { CLIMB_IMPROVE = 0, CLIMB_COUNT = 1, CLIMB_PICK = 2 };
+
+/* The neighbours collected, scored together (plan/evaluate.h); the first
+ * better than the best, in the order they were made, is the improvement,
+ * as when each is scored in turn. */
+static void score_batch(climb *c)
+{
+    rp_plan_batch *b = c->batch;
+    rp_plan_batch_evaluate(c->m, c->mc, b, c->memo);
+    for (int i = 0; i < b->n && !c->improved; i++)
+        if (better(b->scores[i], &b->plans[i], c->best_sc, c->best)) {
+            *c->best = b->plans[i];
+            c->best_sc = b->scores[i];
+            c->improved = 1;
+        }
+    b->n = 0;
+    c->q = &b->plans[0]; /* where the next neighbour is made */
+}
 
 static void consider(climb *c)
 {
@@ -179,12 +163,11 @@ static void consider(climb *c)
         c->counter++;
         return;
     }
-    score o = evaluate(c->m, c->mc, c->q, c->memo);
-    if (better(o, c->q, c->best_sc, c->best)) {
-        *c->best = *c->q;
-        c->best_sc = o;
-        c->improved = 1;
-    }
+    c->batch->n++; /* c->q was its next place */
+    if (c->batch->n == c->batch->cap)
+        score_batch(c);
+    else
+        c->q = &c->batch->plans[c->batch->n];
 }
 
 static void remove_at(rp_stage *a, int *n, int i)
@@ -202,101 +185,104 @@ static void insert_at(rp_stage *a, int *n, int i, rp_stage s)
 
 static void neighbours(climb *c, const rp_plan *p)
 {
-    rp_plan *q = c->q;
     /* forward boundaries */
     for (int i = 0; i + 1 < p->nfwd; i++) {
         for (int d = -1; d <= 1; d += 2) {
-            *q = *p;
-            q->fwd[i].last += d;
-            q->fwd[i + 1].first += d;
-            if (q->fwd[i].last >= q->fwd[i].first && q->fwd[i + 1].last >= q->fwd[i + 1].first)
+            *c->q = *p;
+            c->q->fwd[i].last += d;
+            c->q->fwd[i + 1].first += d;
+            if (c->q->fwd[i].last >= c->q->fwd[i].first && c->q->fwd[i + 1].last >= c->q->fwd[i + 1].first)
                 consider(c);
         }
     }
     /* backward boundaries below the tail (bwd[i] above bwd[i+1]) */
     for (int i = 1; i + 1 < p->nbwd; i++) {
         for (int d = -1; d <= 1; d += 2) {
-            *q = *p;
-            q->bwd[i].first += d;
-            q->bwd[i + 1].last += d;
-            if (q->bwd[i].last >= q->bwd[i].first && q->bwd[i + 1].last >= q->bwd[i + 1].first)
+            *c->q = *p;
+            c->q->bwd[i].first += d;
+            c->q->bwd[i + 1].last += d;
+            if (c->q->bwd[i].last >= c->q->bwd[i].first && c->q->bwd[i + 1].last >= c->q->bwd[i + 1].first)
                 consider(c);
         }
     }
     int k = rp_plan_tail_first(p);
     /* tail grows down by one layer */
     if (k > 0) {
-        *q = *p;
-        q->bwd[0].first = k - 1;
-        if (--q->fwd[q->nfwd - 1].last < q->fwd[q->nfwd - 1].first)
-            q->nfwd--;
-        if (--q->bwd[1].last < q->bwd[1].first)
-            remove_at(q->bwd, &q->nbwd, 1);
+        *c->q = *p;
+        c->q->bwd[0].first = k - 1;
+        if (--c->q->fwd[c->q->nfwd - 1].last < c->q->fwd[c->q->nfwd - 1].first)
+            c->q->nfwd--;
+        if (--c->q->bwd[1].last < c->q->bwd[1].first)
+            remove_at(c->q->bwd, &c->q->nbwd, 1);
         consider(c);
     }
     /* tail shrinks by one layer */
     if (p->bwd[0].last > k && p->nfwd < RP_PLAN_MAX_STAGES && p->nbwd < RP_PLAN_MAX_STAGES) {
-        *q = *p;
-        q->bwd[0].first = k + 1;
-        if (q->nfwd == 0)
-            q->fwd[q->nfwd++] = (rp_stage){k, k};
+        *c->q = *p;
+        c->q->bwd[0].first = k + 1;
+        if (c->q->nfwd == 0)
+            c->q->fwd[c->q->nfwd++] = (rp_stage){k, k};
         else
-            q->fwd[q->nfwd - 1].last = k;
-        if (q->nbwd == 1)
-            q->bwd[q->nbwd++] = (rp_stage){k, k};
+            c->q->fwd[c->q->nfwd - 1].last = k;
+        if (c->q->nbwd == 1)
+            c->q->bwd[c->q->nbwd++] = (rp_stage){k, k};
         else
-            q->bwd[1].last = k;
+            c->q->bwd[1].last = k;
         consider(c);
         /* or the freed layer becomes a stage of its own, both ways */
-        *q = *p;
-        q->bwd[0].first = k + 1;
-        q->fwd[q->nfwd++] = (rp_stage){k, k};
-        insert_at(q->bwd, &q->nbwd, 1, (rp_stage){k, k});
+        *c->q = *p;
+        c->q->bwd[0].first = k + 1;
+        c->q->fwd[c->q->nfwd++] = (rp_stage){k, k};
+        insert_at(c->q->bwd, &c->q->nbwd, 1, (rp_stage){k, k});
         consider(c);
     }
     /* splits and merges */
     for (int i = 0; i < p->nfwd; i++) {
         if (p->fwd[i].last > p->fwd[i].first && p->nfwd < RP_PLAN_MAX_STAGES) {
-            *q = *p;
+            *c->q = *p;
             int mid = (p->fwd[i].first + p->fwd[i].last + 1) / 2;
-            q->fwd[i].last = mid - 1;
-            insert_at(q->fwd, &q->nfwd, i + 1, (rp_stage){mid, p->fwd[i].last});
+            c->q->fwd[i].last = mid - 1;
+            insert_at(c->q->fwd, &c->q->nfwd, i + 1, (rp_stage){mid, p->fwd[i].last});
             consider(c);
         }
         if (i + 1 < p->nfwd) {
-            *q = *p;
-            q->fwd[i].last = p->fwd[i + 1].last;
-            remove_at(q->fwd, &q->nfwd, i + 1);
+            *c->q = *p;
+            c->q->fwd[i].last = p->fwd[i + 1].last;
+            remove_at(c->q->fwd, &c->q->nfwd, i + 1);
             consider(c);
         }
     }
     for (int i = 1; i < p->nbwd; i++) {
         if (p->bwd[i].last > p->bwd[i].first && p->nbwd < RP_PLAN_MAX_STAGES) {
-            *q = *p;
+            *c->q = *p;
             int mid = (p->bwd[i].first + p->bwd[i].last + 1) / 2;
-            q->bwd[i].first = mid;
-            insert_at(q->bwd, &q->nbwd, i + 1, (rp_stage){p->bwd[i].first, mid - 1});
+            c->q->bwd[i].first = mid;
+            insert_at(c->q->bwd, &c->q->nbwd, i + 1, (rp_stage){p->bwd[i].first, mid - 1});
             consider(c);
         }
         if (i + 1 < p->nbwd) {
-            *q = *p;
-            q->bwd[i].first = p->bwd[i + 1].first;
-            remove_at(q->bwd, &q->nbwd, i + 1);
+            *c->q = *p;
+            c->q->bwd[i].first = p->bwd[i + 1].first;
+            remove_at(c->q->bwd, &c->q->nbwd, i + 1);
             consider(c);
         }
     }
 }
 
 static score hill_climb(const rp_cost_model *m, const rp_machine *mc, rp_plan *p, score obj,
-                        rp_plan *scratch1, rp_plan *scratch2, rp_plan_memo *memo)
+                        rp_plan *scratch1, rp_plan_memo *memo, rp_plan_batch *batch)
 {
-    climb c = {m, mc, scratch1, obj, scratch2, 0, CLIMB_IMPROVE, 0, 0, NULL, memo};
+    /* each neighbour is made in its place in the batch (c.q) */
+    climb c = {m, mc, scratch1, obj, &batch->plans[batch->n], 0, CLIMB_IMPROVE, 0, 0, NULL, memo,
+               batch};
     *scratch1 = *p;
     for (int pass = 0; pass < MAX_PASSES; pass++) {
         c.improved = 0;
         rp_plan *cur = p;
         *cur = *c.best;
         neighbours(&c, cur);
+        if (!c.improved)
+            score_batch(&c); /* the last neighbours collected */
         if (!c.improved)
             break;
     }
@@ -309,7 +295,7 @@ static score hill_climb(const rp_cost_model *m, const rp_machine *mc, rp_plan *p
 static int random_move(const rp_cost_model *m, const rp_machine *mc, rp_plan *p, uint64_t *rng,
                        rp_plan *scratch)
 {
-    climb c = {m, mc, NULL, {0, 0}, scratch, 0, CLIMB_COUNT, 0, 0, NULL, NULL};
+    climb c = {m, mc, NULL, {0, 0}, scratch, 0, CLIMB_COUNT, 0, 0, NULL, NULL, NULL};
     rp_plan *cur = malloc(sizeof *cur);
     if (!cur)
         return 0;
@@ -334,7 +320,8 @@ static int random_move(const rp_cost_model *m, const rp_machine *mc, rp_plan *p,
  * again, keep the result when it is better. Escapes the local optima that
  * the modular round-robin pattern makes common. */
 static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *best, score sc,
-                         int kicks, rp_plan *t, rp_plan *s1, rp_plan *s2, rp_plan_memo *memo)
+                         int kicks, rp_plan *t, rp_plan *s1, rp_plan *s2, rp_plan_memo *memo,
+                         rp_plan_batch *batch)
 {
     uint64_t rng = 0x2545f4914f6cdd1dull;
     for (int i = 0; i < kicks; i++) {
@@ -342,7 +329,7 @@ static score kick_search(const rp_cost_model *m, const rp_machine *mc, rp_plan *
         *t = *best;
         if (!random_move(m, mc, t, &rng, s2) || !random_move(m, mc, t, &rng, s2))
             break;
-        score o = hill_climb(m, mc, t, evaluate(m, mc, t, memo), s1, s2, memo);
+        score o = hill_climb(m, mc, t, rp_plan_evaluate(m, mc, t, memo), s1, memo, batch);
         if (better(o, t, sc, best)) {
             *best = *t;
             sc = o;
@@ -400,6 +387,17 @@ static void keep_top(cand *top, const rp_plan *trial, score o)
     }
 }
 
+/* The seeds collected in batch, scored together (plan/evaluate.h) and
+ * kept in the order they were made, as when each is scored in turn. */
+static void keep_batch(const rp_cost_model *m, const rp_machine *mc, rp_plan_batch *batch,
+                       rp_plan_memo *memo, cand *top)
+{
+    rp_plan_batch_evaluate(m, mc, batch, memo);
+    for (int i = 0; i < batch->n; i++)
+        keep_top(top, &batch->plans[i], batch->scores[i]);
+    batch->n = 0;
+}
+
 /* The best plan of one width: *found 1 with *best and *best_sc, or 0 when
  * no seed could run. */
 static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int width,
@@ -411,9 +409,10 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     int *cut = malloc(sizeof(int) * (L + 1)), *ks = malloc(sizeof(int) * (L + 1));
     int *cnt = malloc(sizeof(int) * (L + 2));
     rp_plan *pool = malloc(sizeof(rp_plan) * (N_CLIMB + 3));
-    rp_plan_memo *memo = rp_plan_memo_create(sizeof(evaluated)); /* NULL: none, same plans */
-    rp_status st = RP_OK;
-    if (!fc || !bc || !cut || !ks || !cnt || !pool) {
+    rp_plan_memo *memo = rp_plan_memo_create(sizeof(rp_plan_scored)); /* NULL: none, same plans */
+    rp_plan_batch batch;
+    rp_status st = rp_plan_batch_init(&batch, 0);
+    if (!fc || !bc || !cut || !ks || !cnt || !pool || st != RP_OK) {
         st = RP_ERR_NOMEM;
         goto done;
     }
@@ -435,7 +434,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
                      up + (double)rp_cost_grad_download_bytes(m, l, l) / link / Mg);
     }
     rp_plan_singletons(L, width, trial);
-    keep_top(top, trial, evaluate(m, mc, trial, memo));
+    keep_top(top, trial, rp_plan_evaluate(m, mc, trial, memo));
     /* seeds: tail sizes 1..SEED_DENSE and sparser beyond; for each, forward
      * and backward stage counts likewise, each split min-max balanced */
     int nk = 0;
@@ -452,10 +451,12 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
             cnt[nc++] = 0;
         for (int a = 0; a < nc; a++)
             for (int b = 0; b < nc; b++) {
-                seed_plan(fc, bc, L, k, cnt[a], cnt[b], width, trial, cut);
-                keep_top(top, trial, evaluate(m, mc, trial, memo));
+                seed_plan(fc, bc, L, k, cnt[a], cnt[b], width, rp_plan_batch_add(&batch), cut);
+                if (batch.n == batch.cap)
+                    keep_batch(m, mc, &batch, memo, top);
             }
     }
+    keep_batch(m, mc, &batch, memo, top);
     int bi = -1;
     score bs = {INFINITY, INFINITY};
     int nclimb = L <= 12 ? N_CLIMB : N_CLIMB_LARGE;
@@ -463,7 +464,7 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
         progress(mc, "local search", i, nclimb, bs);
         if (!isfinite(top[i].sc.excess) || top[i].plan->num_layers == 0)
             continue;
-        top[i].sc = hill_climb(m, mc, top[i].plan, top[i].sc, s1, s2, memo);
+        top[i].sc = hill_climb(m, mc, top[i].plan, top[i].sc, s1, memo, &batch);
         if (bi < 0 || better(top[i].sc, top[i].plan, bs, top[bi].plan)) {
             bi = i;
             bs = top[i].sc;
@@ -471,12 +472,13 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     }
     if (bi >= 0) {
         bs = kick_search(m, mc, top[bi].plan, bs, L <= 12 ? KICKS_SMALL : KICKS_LARGE, trial,
-                         s1, s2, memo);
+                         s1, s2, memo, &batch);
         *best = *top[bi].plan;
         *best_sc = bs;
         *found = 1;
     }
 done:
+    rp_plan_batch_free(&batch);
     rp_plan_memo_destroy(&memo);
     free(fc); free(bc); free(cut); free(ks); free(cnt); free(pool);
     return st;
