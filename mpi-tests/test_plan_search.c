@@ -13,7 +13,6 @@
  * partition and ends at the chosen plan's; a report is not made before its
  * delay; the text of a report is as documented; NULL is accepted everywhere. */
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,8 +117,21 @@ START_TEST(the_same_plans_with_and_without_it)
 }
 END_TEST
 
-/* The partitioner scores batches of plans on the OpenMP threads
+/* The partitioner scores batches of plans on a pool of threads
  * (plan/evaluate.h): the same plans from 1, 2, 3 and 7 threads. */
+/* The plan of m on mc (a copy) searched on `threads` threads, each
+ * simulation however quick taken as worth them (min_ms 0). */
+static outcome on_threads(const rp_cost_model *m, rp_machine mc, int threads)
+{
+    rp_plan_search *search = rp_plan_search_create();
+    ck_assert_ptr_nonnull(search);
+    rp_plan_search_set_threads(search, threads, 0);
+    mc.search = search;
+    outcome o = partition(m, &mc, 0);
+    rp_plan_search_destroy(&search);
+    return o;
+}
+
 START_TEST(the_same_plans_on_any_number_of_threads)
 {
     const int threads[] = {2, 3, 7};
@@ -127,18 +139,15 @@ START_TEST(the_same_plans_on_any_number_of_threads)
         rp_cost_model *m = random_model(irand(3, 40));
         rp_machine mc;
         random_machine(&mc);
-        omp_set_num_threads(1);
-        outcome one = partition(m, &mc, 0);
+        outcome one = on_threads(m, mc, 1);
         for (int t = 0; t < 3; t++) {
-            omp_set_num_threads(threads[t]);
-            outcome many = partition(m, &mc, 0);
+            outcome many = on_threads(m, mc, threads[t]);
             char what[32];
             snprintf(what, sizeof what, "%d threads", threads[t]);
             same(&one, &many, what, i);
         }
         rp_cost_model_destroy(&m);
     }
-    omp_set_num_threads(omp_get_num_procs());
 }
 END_TEST
 

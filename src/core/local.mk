@@ -5,4 +5,5 @@ librp_la_SOURCES += \
 	src/core/log.c src/core/log.h \
 	src/core/layer_kind.h \
 	src/core/args.c src/core/args.h \
-	src/core/unproven.c src/core/unproven.h
+	src/core/unproven.c src/core/unproven.h \
+	src/core/pool.c src/core/pool.h

@@ -2,15 +2,12 @@
 #include "plan/evaluate.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 
 #include "plan/keep.h"
 #include "plan/schedule.h"
 #include "plan/search.h"
 #include "plan/simulate.h"
-
-#define BATCH_MAX 256
 
 /* The score itself: no memo, no counting (safe on any thread). */
 static rp_plan_score score_of(const rp_cost_model *m, const rp_machine *mc, rp_plan *p)
@@ -44,19 +41,18 @@ rp_plan_score rp_plan_evaluate(const rp_cost_model *m, const rp_machine *mc, rp_
     return sc;
 }
 
-rp_status rp_plan_batch_init(rp_plan_batch *batch, int cap)
+rp_status rp_plan_batch_init(rp_plan_batch *batch, int cap, rp_pool *pool)
 {
-    if (cap <= 0)
-        cap = omp_get_max_threads();
     if (cap < 1)
         cap = 1;
-    if (cap > BATCH_MAX)
-        cap = BATCH_MAX;
+    if (cap > RP_PLAN_BATCH_MAX)
+        cap = RP_PLAN_BATCH_MAX;
     batch->plans = malloc(sizeof *batch->plans * (size_t)cap);
     batch->scores = malloc(sizeof *batch->scores * (size_t)cap);
     batch->fresh = malloc((size_t)cap);
     batch->n = 0;
     batch->cap = cap;
+    batch->pool = pool;
     if (batch->plans && batch->scores && batch->fresh)
         return RP_OK;
     rp_plan_batch_free(batch);
@@ -79,9 +75,25 @@ rp_plan *rp_plan_batch_add(rp_plan_batch *batch)
     return batch->n < batch->cap ? &batch->plans[batch->n++] : NULL;
 }
 
+/* What the pool's threads share: the batch's fresh plans, by their index. */
+typedef struct scoring {
+    const rp_cost_model *m;
+    const rp_machine *mc;
+    rp_plan_batch *batch;
+    int index[RP_PLAN_BATCH_MAX]; /* the fresh plans' places in the batch */
+} scoring;
+
+static void score_one(void *arg, int i)
+{
+    scoring *sc = arg;
+    int k = sc->index[i];
+    sc->batch->scores[k] = score_of(sc->m, sc->mc, &sc->batch->plans[k]);
+}
+
 void rp_plan_batch_evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan_batch *batch,
                             rp_plan_memo *memo)
 {
+    scoring sc = {m, mc, batch, {0}};
     const int n = batch->n;
     int fresh = 0;
     for (int i = 0; i < n; i++) { /* the memo, in order */
@@ -90,13 +102,11 @@ void rp_plan_batch_evaluate(const rp_cost_model *m, const rp_machine *mc, rp_pla
         if (!batch->fresh[i]) {
             batch->plans[i].kept = seen.kept;
             batch->scores[i] = seen.score;
+        } else {
+            sc.index[fresh++] = i;
         }
-        fresh += batch->fresh[i];
     }
-#pragma omp parallel for schedule(dynamic, 1) if (fresh > 1)
-    for (int i = 0; i < n; i++)
-        if (batch->fresh[i])
-            batch->scores[i] = score_of(m, mc, &batch->plans[i]);
+    rp_pool_for(batch->pool, fresh, score_one, &sc);
     for (int i = 0; i < n; i++) /* stored in order (a plan twice in the batch: once) */
         if (batch->fresh[i]) {
             rp_plan_memo_store(memo, &batch->plans[i],

@@ -1,5 +1,5 @@
 /* How the partitioner (plan/partition.c) scores a candidate plan, one at a
- * time or a batch of them on the process's OpenMP threads.
+ * time or a batch of them on a pool of threads (core/pool.h).
  *
  * A score is a pure function of the cost model, the machine and the plan's
  * stages: its kept blocks are chosen from the machine's budget
@@ -8,10 +8,11 @@
  * batch scored on any number of threads gives the same scores as one
  * scored plan by plan, and a search that takes them in the batch's order
  * makes the same choices; the memo of plans scored before (plan_memo.h) is
- * read and written in that order, outside the threads. */
+ * read and written in that order, on the calling thread. */
 #ifndef RP_PLAN_EVALUATE_H
 #define RP_PLAN_EVALUATE_H
 
+#include "core/pool.h"
 #include "plan/machine.h"
 #include "plan/plan.h"
 #include "plan/plan_memo.h"
@@ -39,18 +40,21 @@ typedef struct rp_plan_batch {
     rp_plan_score *scores;
     unsigned char *fresh; /* not found in the memo: simulated by this batch */
     int n, cap;
+    rp_pool *pool; /* the threads that score it (NULL: the caller's alone); not owned */
 } rp_plan_batch;
 
-/* cap plans at most (cap <= 0: one for each OpenMP thread, at most 256).
- * RP_ERR_NOMEM: nothing allocated. */
-rp_status rp_plan_batch_init(rp_plan_batch *batch, int cap);
+#define RP_PLAN_BATCH_MAX 512
+
+/* cap plans at most (1 to RP_PLAN_BATCH_MAX), scored on pool's threads
+ * (NULL: the caller's). RP_ERR_NOMEM: nothing allocated. */
+rp_status rp_plan_batch_init(rp_plan_batch *batch, int cap, rp_pool *pool);
 void rp_plan_batch_free(rp_plan_batch *batch);
 
 /* The next plan's place (n grows by one), NULL when the batch is full. */
 rp_plan *rp_plan_batch_add(rp_plan_batch *batch);
 
 /* Every plan of the batch scored (its kept blocks set): the memo looked up
- * and then written in the batch's order, the rest simulated on the OpenMP
+ * and then written in the batch's order, the rest simulated on the pool's
  * threads. n is left as it is (the caller reads, then sets n to 0). */
 void rp_plan_batch_evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan_batch *batch,
                             rp_plan_memo *memo);

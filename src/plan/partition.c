@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "plan/baseline.h"
 #include "plan/evaluate.h"
@@ -398,10 +399,34 @@ static void keep_batch(const rp_cost_model *m, const rp_machine *mc, rp_plan_bat
     batch->n = 0;
 }
 
-/* The best plan of one width: *found 1 with *best and *best_sc, or 0 when
- * no seed could run. */
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+/* The plans a batch holds: the search's threads when one simulation (of the
+ * width's first plan, first_ms) takes long enough to be worth waking them
+ * (plan/search.h), the workers started on first use; else one, the calling
+ * thread alone. Either way the same plans. */
+static int batch_cap(const rp_machine *mc, double first_ms, rp_pool **workers)
+{
+    int threads;
+    double min_ms;
+    rp_plan_search_get_threads(mc->search, &threads, &min_ms);
+    if (threads <= 1 || first_ms < min_ms)
+        return 1;
+    if (!*workers)
+        *workers = rp_pool_create(threads);
+    return rp_pool_threads(*workers);
+}
+
+/* The best plan of one width (on workers' threads, started here when they
+ * are worth it): *found 1 with *best and *best_sc, or 0 when no seed could
+ * run. */
 static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int width,
-                              rp_plan *best, score *best_sc, int *found)
+                              rp_pool **workers, rp_plan *best, score *best_sc, int *found)
 {
     *found = 0;
     int L = m->num_layers, Mg = mc->microbatches * width / mc->gpus;
@@ -410,9 +435,9 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
     int *cnt = malloc(sizeof(int) * (L + 2));
     rp_plan *pool = malloc(sizeof(rp_plan) * (N_CLIMB + 3));
     rp_plan_memo *memo = rp_plan_memo_create(sizeof(rp_plan_scored)); /* NULL: none, same plans */
-    rp_plan_batch batch;
-    rp_status st = rp_plan_batch_init(&batch, 0);
-    if (!fc || !bc || !cut || !ks || !cnt || !pool || st != RP_OK) {
+    rp_plan_batch batch = {0};
+    rp_status st = RP_OK;
+    if (!fc || !bc || !cut || !ks || !cnt || !pool) {
         st = RP_ERR_NOMEM;
         goto done;
     }
@@ -434,7 +459,13 @@ static rp_status search_width(const rp_cost_model *m, const rp_machine *mc, int 
                      up + (double)rp_cost_grad_download_bytes(m, l, l) / link / Mg);
     }
     rp_plan_singletons(L, width, trial);
+    const double t0 = now_ms();
     keep_top(top, trial, rp_plan_evaluate(m, mc, trial, memo));
+    const int cap = batch_cap(mc, now_ms() - t0, workers); /* may start *workers: before */
+    if (rp_plan_batch_init(&batch, cap, *workers) != RP_OK) {
+        st = RP_ERR_NOMEM;
+        goto done;
+    }
     /* seeds: tail sizes 1..SEED_DENSE and sparser beyond; for each, forward
      * and backward stage counts likewise, each split min-max balanced */
     int nk = 0;
@@ -509,6 +540,7 @@ rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, 
         return rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
     }
     score best_sc = {INFINITY, INFINITY};
+    rp_pool *workers = NULL; /* started by the first width worth threads */
     int tried = 0, widths = 0;
     rp_status st = RP_OK;
     for (int w = 1; w <= mc->gpus; w++)
@@ -522,7 +554,7 @@ rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, 
         score sc;
         int found = rp_plan_search_recall(mc->search, m, mc, w, mine, &sc.excess, &sc.time);
         if (found < 0) {
-            if (search_width(m, mc, w, mine, &sc, &found) != RP_OK) {
+            if (search_width(m, mc, w, &workers, mine, &sc, &found) != RP_OK) {
                 st = rp_error_set(err, RP_ERR_NOMEM, "partition: out of memory");
                 break;
             }
@@ -537,6 +569,7 @@ rp_status rp_partition(const rp_cost_model *m, const rp_machine *mc, int width, 
         }
     }
     free(mine);
+    rp_pool_destroy(&workers);
     if (st == RP_OK && !tried)
         st = rp_error_set(err, RP_ERR_INVALID_ARG,
                           width > 0 ? "partition: width %d does not divide %d executors with %d "

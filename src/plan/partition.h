@@ -21,8 +21,9 @@
  * region.
  * Every pipeline width that divides G (and M over the groups) is tried
  * unless one is fixed. Ties go to the plan with fewer jobs.
- * Threads: the seeds, and each climb's neighbours, are scored in batches on
- * the process's OpenMP threads and taken in the order they were made
+ * Threads: where one simulation takes long enough (plan/search.h), the
+ * seeds and each climb's neighbours are scored in batches on a pool of the
+ * search's threads and taken in the order they were made
  * (plan/evaluate.h), so the plan is the same for any number of threads. */
 #ifndef RP_PLAN_PARTITION_H
 #define RP_PLAN_PARTITION_H

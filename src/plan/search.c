@@ -2,6 +2,7 @@
 #include "plan/search.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,9 @@ struct rp_plan_search {
     rp_plan_search_report_fn report;
     void *arg;
     double delay_s, interval_s;
+    /* its threads (rp_plan_search_set_threads; 0 and < 0: the defaults) */
+    int threads;
+    double min_ms;
     /* where the searches are */
     rp_plan_search_state state;
     double t_start; /* 0: no search began yet */
@@ -44,9 +48,23 @@ static double now_s(void)
 rp_plan_search *rp_plan_search_create(void)
 {
     rp_plan_search *s = calloc(1, sizeof *s);
-    if (s)
+    if (s) {
         s->state.best_ms = INFINITY;
+        s->min_ms = -1;
+    }
     return s;
+}
+
+void rp_plan_search_set_threads(rp_plan_search *search, int threads, double min_ms)
+{
+    search->threads = threads;
+    search->min_ms = min_ms;
+}
+
+void rp_plan_search_get_threads(const rp_plan_search *search, int *threads, double *min_ms)
+{
+    *threads = search && search->threads > 0 ? search->threads : omp_get_max_threads();
+    *min_ms = search && search->min_ms >= 0 ? search->min_ms : RP_PLAN_PARALLEL_MIN_MS;
 }
 
 static void forget(searched *w)

@@ -50,6 +50,16 @@ void rp_plan_search_destroy(rp_plan_search **search);
 void rp_plan_search_set_report(rp_plan_search *search, rp_plan_search_report_fn fn, void *arg,
                                double delay_s, double interval_s);
 
+/* The threads a search scores plans on: `threads` (0: the default, the
+ * OpenMP threads, which OMP_NUM_THREADS and train's --threads set) when one
+ * simulation of the width's first plan takes min_ms or more (< 0: the
+ * default, RP_PLAN_PARALLEL_MIN_MS), else the calling thread alone: waking
+ * threads costs more than a quick simulation. The plans are the same. */
+#define RP_PLAN_PARALLEL_MIN_MS 0.5
+void rp_plan_search_set_threads(rp_plan_search *search, int threads, double min_ms);
+/* What a search of mc uses (search NULL: the defaults). */
+void rp_plan_search_get_threads(const rp_plan_search *search, int *threads, double *min_ms);
+
 /* The counts so far (what a report would see; phase NULL between searches). */
 rp_plan_search_state rp_plan_search_get_state(const rp_plan_search *search);
 
