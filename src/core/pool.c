@@ -1,12 +1,13 @@
 /* Worker threads that wait without spinning (pool.h). */
 #include "core/pool.h"
 
+#include "core/clock.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 /* How long a thread with nothing to do looks for work before it sleeps:
  * the planner's loops come back to back, and waking a sleeping thread
@@ -14,12 +15,6 @@
  * anything else runnable, so a busy machine loses little to it. */
 #define SPIN_NS 200000
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 struct rp_pool {
     pthread_mutex_t lock;
@@ -73,9 +68,9 @@ static void *worker(void *p)
     rp_pool *pool = p;
     uint32_t seen = 0;
     for (;;) {
-        const int64_t until = now_ns() + SPIN_NS;
+        const int64_t until = rp_clock_ns() + SPIN_NS;
         while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop) &&
-               now_ns() < until)
+               rp_clock_ns() < until)
             sched_yield();
         pthread_mutex_lock(&pool->lock);
         while (pool->generation == seen && !pool->stop)
@@ -163,8 +158,8 @@ void rp_pool_for(rp_pool *pool, int n, void (*fn)(void *arg, int i), void *arg)
     run_items(pool, generation, fn, arg, n, 1);
     /* wait for the items the workers took, not for workers still waking:
      * one that wakes after the loop ended finds its generation over */
-    const int64_t until = now_ns() + SPIN_NS;
-    while (atomic_load(&pool->remaining) > 0 && now_ns() < until)
+    const int64_t until = rp_clock_ns() + SPIN_NS;
+    while (atomic_load(&pool->remaining) > 0 && rp_clock_ns() < until)
         sched_yield();
     pthread_mutex_lock(&pool->lock);
     while (atomic_load(&pool->remaining) > 0)

@@ -93,7 +93,10 @@ static void score_one(void *arg, int i)
 void rp_plan_batch_evaluate(const rp_cost_model *m, const rp_machine *mc, rp_plan_batch *batch,
                             rp_plan_memo *memo)
 {
-    scoring sc = {m, mc, batch, {0}};
+    scoring sc; /* its index filled below, not zeroed: a hot path */
+    sc.m = m;
+    sc.mc = mc;
+    sc.batch = batch;
     const int n = batch->n;
     int fresh = 0;
     for (int i = 0; i < n; i++) { /* the memo, in order */

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "plan/baseline.h"
 #include "plan/evaluate.h"
 #include "plan/keep.h"
@@ -401,9 +401,7 @@ static void keep_batch(const rp_cost_model *m, const rp_machine *mc, rp_plan_bat
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+    return 1e-6 * (double)rp_clock_ns();
 }
 
 /* The plans a batch holds: the search's threads when one simulation (of the

@@ -1,12 +1,13 @@
 /* What a caller lends the partitioner (search.h). */
 #include "plan/search.h"
 
+#include "core/clock.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define KEEP_WIDTHS 64 /* searched widths remembered; the oldest gives way */
 
@@ -40,9 +41,7 @@ struct rp_plan_search {
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return 1e-9 * (double)rp_clock_ns();
 }
 
 rp_plan_search *rp_plan_search_create(void)
