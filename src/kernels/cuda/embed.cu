@@ -1,7 +1,6 @@
-#include <cub/device/device_radix_sort.cuh>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/embed.h"
+#include "kernels/cuda/sort.h"
 
 static __global__ void first_bad_kernel(const int32_t *tokens, const uint8_t *mask, int64_t T,
                                         int64_t limit, unsigned long long *first_bad)
@@ -68,14 +67,6 @@ extern "C" int rp_cuda_embed_forward_bf16(const uint16_t *W, const int32_t *toke
 
 /* ---- backward ------------------------------------------------------------ */
 
-static int end_bit_for(int64_t vocab)
-{
-    int b = 1;
-    while (b < 31 && ((int64_t)1 << b) < vocab)
-        b++;
-    return b;
-}
-
 static size_t align256(size_t n)
 {
     return (n + 255) & ~(size_t)255;
@@ -86,18 +77,9 @@ static size_t align256(size_t n)
 extern "C" int rp_cuda_embed_backward_scratch(int64_t T, int64_t vocab, size_t *bytes)
 {
     size_t cub_bytes = 0;
-    cudaError_t e = cub::DeviceRadixSort::SortPairs(
-        nullptr, cub_bytes, (const int32_t *)nullptr, (int32_t *)nullptr, (const int32_t *)nullptr,
-        (int32_t *)nullptr, (int)(T > 0 ? T : 1), 0, end_bit_for(vocab));
+    int e = rp_cuda_sort_positions_scratch(T, rp_cuda_sort_key_bits(vocab), &cub_bytes);
     *bytes = 3 * align256((size_t)(T > 0 ? T : 1) * sizeof(int32_t)) + align256(cub_bytes);
-    return (int)e;
-}
-
-static __global__ void iota_kernel(int32_t *v, int64_t T)
-{
-    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < T;
-         t += (int64_t)gridDim.x * blockDim.x)
-        v[t] = (int32_t)t;
+    return e;
 }
 
 /* Block i owns the run of equal keys that starts at sorted index i (other
@@ -133,14 +115,10 @@ extern "C" int rp_cuda_embed_backward(const int32_t *tokens, int64_t T, int64_t 
             *pos_out = (int32_t *)(base + 2 * part);
     void *tmp = base + 3 * part;
     size_t tmp_bytes = scratch_bytes - 3 * part;
-    iota_kernel<<<rp_grid_for(T, 256), 256, 0, st>>>(pos_in, T);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return (int)e;
-    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, tokens, keys_out, pos_in, pos_out, (int)T,
-                                        0, end_bit_for(vocab), st);
-    if (e != cudaSuccess)
-        return (int)e;
+    int e = rp_cuda_sort_positions(tokens, T, rp_cuda_sort_key_bits(vocab), keys_out, pos_in,
+                                   pos_out, tmp, tmp_bytes, stream);
+    if (e != 0)
+        return e;
     scatter_add_kernel<<<(unsigned)T, 128, 0, st>>>(keys_out, pos_out, T, H, dout, dW);
     return rp_launch_status();
 }

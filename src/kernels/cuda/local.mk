@@ -14,7 +14,8 @@ librp_la_SOURCES += src/kernels/cuda/cuda_probe.cu
 # cuda-core kernels and the CUDA back end of src/device (C, compiled by the C
 # compiler; RP_HAVE_CUDA_EXECUTOR makes backend.c and the tests see it)
 librp_la_SOURCES += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu \
-	src/kernels/cuda/rmsnorm.cu src/kernels/cuda/reduce.cu src/kernels/cuda/rope.cu \
+	src/kernels/cuda/sort.cu src/kernels/cuda/rmsnorm.cu src/kernels/cuda/reduce.cu \
+	src/kernels/cuda/rope.cu \
 	src/kernels/cuda/swiglu.cu src/kernels/cuda/elementwise.cu src/kernels/cuda/gemm.c \
 	src/kernels/cuda/lora.cu src/kernels/cuda/fp8.cu src/kernels/cuda/ops.c src/device/cuda.c
 # the Linear forward through cuBLASLt (issue 38; plain C on cuBLASLt's API)
@@ -36,10 +37,12 @@ noinst_HEADERS = src/kernels/cuda/cuda_probe.h src/kernels/cuda/cublas_api.h
 EXTRA_DIST += src/kernels/cuda/cuda_probe.cu src/kernels/cuda/cublas_api.c
 # cuda-core: headers and sources for tarballs built without CUDA
 noinst_HEADERS += src/kernels/cuda/common.cuh src/kernels/cuda/convert.h \
-	src/kernels/cuda/embed.h src/kernels/cuda/rmsnorm.h src/kernels/cuda/reduce.h \
+	src/kernels/cuda/embed.h src/kernels/cuda/sort.h src/kernels/cuda/rmsnorm.h \
+	src/kernels/cuda/reduce.h \
 	src/kernels/cuda/rope.h src/kernels/cuda/swiglu.h src/kernels/cuda/elementwise.h \
 	src/kernels/cuda/gemm.h src/kernels/cuda/gemm_lt.h src/kernels/cuda/lora.h src/kernels/cuda/fp8.h src/kernels/cuda/ops.h
-EXTRA_DIST += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu src/kernels/cuda/rmsnorm.cu \
+EXTRA_DIST += src/kernels/cuda/convert.cu src/kernels/cuda/embed.cu src/kernels/cuda/sort.cu \
+	src/kernels/cuda/rmsnorm.cu \
 	src/kernels/cuda/reduce.cu src/kernels/cuda/rope.cu src/kernels/cuda/swiglu.cu \
 	src/kernels/cuda/elementwise.cu src/kernels/cuda/gemm.c src/kernels/cuda/lora.cu \
 	src/kernels/cuda/fp8.cu src/kernels/cuda/ops.c src/device/cuda.c src/kernels/cuda/gemm_lt.c

@@ -3,12 +3,12 @@
  * or every lane of a warp adding the lanes' terms in lane order after a
  * shuffle), with __fadd_rn / __fmul_rn / __dadd_rn / __dmul_rn / __d*_rn so
  * nvcc forms no fused multiply-add. */
-#include <cub/device/device_radix_sort.cuh>
 
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/sort.h"
 
 namespace {
 
@@ -129,25 +129,9 @@ __global__ void route_kernel(const float *logits, int64_t rows, int E, int k, in
 
 /* ---- grouping ------------------------------------------------------------ */
 
-/* The key bits CUB sorts: those of 0..E-1 (at least one). */
-int expert_bits(int64_t E)
-{
-    int b = 1;
-    while (b < 31 && ((int64_t)1 << b) < E)
-        b++;
-    return b;
-}
-
 size_t align256(size_t n)
 {
     return (n + 255) & ~(size_t)255;
-}
-
-__global__ void iota_kernel(int32_t *v, int64_t n)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        v[i] = (int32_t)i;
 }
 
 /* The first index of keys [n] (ascending) holding a value >= v (n if none). */
@@ -407,11 +391,9 @@ extern "C" int rp_cuda_moe_group_scratch(int64_t npairs, int64_t nexperts, size_
         return (int)cudaErrorInvalidValue;
     const int n = npairs > 0 ? (int)npairs : 1;
     size_t cub_bytes = 0;
-    cudaError_t e = cub::DeviceRadixSort::SortPairs(
-        nullptr, cub_bytes, (const int32_t *)nullptr, (int32_t *)nullptr, (const int32_t *)nullptr,
-        (int32_t *)nullptr, n, 0, expert_bits(nexperts));
+    int e = rp_cuda_sort_positions_scratch(n, rp_cuda_sort_key_bits(nexperts), &cub_bytes);
     *bytes = align256((size_t)n * sizeof(int32_t)) + align256(cub_bytes);
-    return (int)e;
+    return e;
 }
 
 extern "C" int rp_cuda_moe_group(const int32_t *experts, int64_t npairs, int64_t nexperts,
@@ -429,16 +411,12 @@ extern "C" int rp_cuda_moe_group(const int32_t *experts, int64_t npairs, int64_t
     int32_t *keys = (int32_t *)scratch;
     void *tmp = (char *)scratch + keys_bytes;
     size_t tmp_bytes = scratch_bytes - keys_bytes;
-    /* where holds the pair indices the sort carries (values in), order
-     * receives them sorted (values out) */
-    iota_kernel<<<rp_grid_for(npairs, 256), 256, 0, st>>>(where, npairs);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return (int)e;
-    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, experts, keys, where, order, (int)npairs,
-                                        0, expert_bits(nexperts), st);
-    if (e != cudaSuccess)
-        return (int)e;
+    /* where holds the pair indices the sort carries (positions in), order
+     * receives them sorted (positions out) */
+    int e = rp_cuda_sort_positions(experts, npairs, rp_cuda_sort_key_bits(nexperts), keys, where,
+                                   order, tmp, tmp_bytes, stream);
+    if (e != 0)
+        return e;
     const int64_t span = npairs > nexperts + 1 ? npairs : nexperts + 1;
     group_finish_kernel<<<rp_grid_for(span, 256), 256, 0, st>>>(keys, order, npairs,
                                                                 (int)nexperts, offsets, where);
