@@ -32,9 +32,14 @@ ck="$tmp/ck"
 # about 0.65 s each, some 140 steps of 200 in all: the 20 kill points land
 # before the run can finish on a faster machine too. The reference and the
 # runs to the end after the kills train without the delays.
+# The killed runs' mpirun keeps no grace (odls_base_sigkill_timeout 0):
+# once a rank is killed it would SIGTERM the other, wait a second and
+# SIGKILL it, twice over for ranks the test has already killed (15 s of
+# this test); every rank of these runs dies by SIGKILL either way.
+no_grace="--mca odls_base_sigkill_timeout 0"
 start() {
   log="$tmp/kill-$kills.jsonl"
-  RP_INJECT_DELAY_US=3000 ${MPIRUN:-mpirun} $flags -x RP_INJECT_DELAY_US -np 2 "$bin" train $args \
+  RP_INJECT_DELAY_US=3000 ${MPIRUN:-mpirun} $flags $no_grace -x RP_INJECT_DELAY_US -np 2 "$bin" train $args \
     --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 2 --resume auto \
     --save "$tmp/final" --log "$log" >> "$tmp/runs.txt" 2>&1 &
   pid=$!
@@ -46,7 +51,7 @@ start() {
 killall_run() { pkill -9 -f "^$bin train .*$ck" 2>/dev/null; }
 kills=0
 # the first: while a checkpoint is half written
-RP_FAULT_CHECKPOINT_HOLD=5 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --checkpoint-dir "$ck" \
+RP_FAULT_CHECKPOINT_HOLD=5 ${MPIRUN:-mpirun} $flags $no_grace -np 2 "$bin" train $args --checkpoint-dir "$ck" \
   --checkpoint-every 2 --keep-checkpoints 2 --resume auto --save "$tmp/final" >> "$tmp/runs.txt" 2>&1 &
 pid=$!
 i=0; while [ $i -lt 200 ] && ! ls -d "$ck"/*.tmp > /dev/null 2>&1; do sleep 0.05; i=$((i + 1)); done
