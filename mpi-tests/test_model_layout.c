@@ -3,7 +3,8 @@
  * matrices; tied embeddings drop lm_head from the head; rp_block_offsets
  * agrees with the descriptors; initialisation is normal(0, range) from the
  * counter RNG keyed by the full name (so independent of who computes it),
- * ones for norms, zeros for biases and padding; bad configurations are
+ * ones for norms, zeros for biases and padding, and any split of a layer
+ * into ranges (a node's ranks each drawing one) writes the same bits; bad configurations are
  * errors naming the field; the planner's cost closed forms, with LoRA too,
  * a dense MLP over several chunks costing its backward's remade gate and
  * up GEMMs (and adapters) from the chunk rule's threshold on.
@@ -175,6 +176,81 @@ START_TEST(init_values)
         free(p);
     }
     free(L);
+}
+END_TEST
+
+/* Every element of layer L written by ranges [b[i], b[i + 1]) in the
+ * order given equals rp_layer_init's, to the bit (garbage before). */
+static void ranges_equal_whole(const rp_model_config *c, const rp_layer_desc *L,
+                               const size_t *b, int nb, int reverse)
+{
+    float *whole = malloc(L->numel * sizeof(float)), *parts = malloc(L->numel * sizeof(float));
+    for (size_t i = 0; i < L->numel; i++)
+        parts[i] = 123.0f;
+    rp_layer_init(c, L, 7, whole);
+    for (int k = 0; k + 1 < nb; k++) {
+        const int i = reverse ? nb - 2 - k : k;
+        rp_layer_init_range(c, L, 7, parts, b[i], b[i + 1]);
+    }
+    ck_assert_msg(!memcmp(whole, parts, L->numel * sizeof(float)), "%s...: %d ranges differ",
+                  L->nparams ? L->params[0].name : "?", nb - 1);
+    free(whole);
+    free(parts);
+}
+
+/* Any split of a layer into ranges (as the ranks of a node split a random
+ * start) writes rp_layer_init's bits: matrices, norms, biases, gpt-oss's
+ * sinks, LoRA's A and B and padding, ranges that cut tensors anywhere, in
+ * either order; hi beyond the layer is clipped, lo >= hi writes nothing. */
+START_TEST(init_in_any_ranges)
+{
+    rp_model_config cs[3] = {cfg_qwen(), cfg_qwen(), cfg_qwen()};
+    cs[1].lora.rank = 2;
+    cs[1].lora.alpha = 4;
+    cs[1].lora.targets = RP_LORA_ATTENTION_PROJS | 1u << RP_LORA_DOWN_PROJ;
+    cs[2].arch = RP_ARCH_GPT_OSS;
+    cs[2].moe.num_experts = 3;
+    cs[2].moe.num_experts_per_tok = 2;
+    cs[2].moe.moe_intermediate_size = 10;
+    cs[2].moe.decoder_sparse_step = 1;
+    cs[2].moe.norm_topk_prob = 1;
+    cs[2].oss.swiglu_limit = 7.0;
+    cs[2].oss.swiglu_alpha = 1.702;
+    cs[2].oss.sliding_window = 4;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int ci = 0; ci < 3; ci++) {
+        rp_layer_desc *L;
+        int n;
+        rp_error err = {0};
+        ck_assert_msg(rp_model_layout(&cs[ci], &L, &n, &err) == RP_OK, "%s", err.msg);
+        for (int l = 0; l < n; l++) {
+            const size_t N = L[l].numel;
+            for (int parts = 1; parts <= 5; parts++) { /* as init_random_part splits */
+                size_t b[6];
+                for (int k = 0; k <= parts; k++)
+                    b[k] = N * (size_t)k / (size_t)parts;
+                ranges_equal_whole(&cs[ci], &L[l], b, parts + 1, parts % 2);
+            }
+            size_t b[9] = {0}; /* random cuts, one range past the end */
+            for (int k = 1; k < 8; k++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                b[k] = b[k - 1] + (k == 7 ? N + 5 : x % (N / 4 + 1));
+            }
+            for (int k = 1; k < 8; k++)
+                if (b[k] > N + 5)
+                    b[k] = N + 5;
+            ranges_equal_whole(&cs[ci], &L[l], b, 8, 0);
+            float *w = malloc(N * sizeof(float));
+            for (size_t i = 0; i < N; i++)
+                w[i] = 123.0f;
+            rp_layer_init_range(&cs[ci], &L[l], 7, w, N / 2, N / 2);
+            rp_layer_init_range(&cs[ci], &L[l], 7, w, N, N + 9);
+            for (size_t i = 0; i < N; i++)
+                ck_assert(w[i] == 123.0f);
+            free(w);
+        }
+        free(L);
+    }
 }
 END_TEST
 
@@ -590,6 +666,7 @@ Suite *layout_suite(void)
     TCase *tc = tcase_create("layout");
     tcase_add_test(tc, names_shapes_offsets);
     tcase_add_test(tc, init_values);
+    tcase_add_test(tc, init_in_any_ranges);
     tcase_add_test(tc, bad_configs_name_the_field);
     tcase_add_test(tc, cost_closed_forms);
     tcase_add_test(tc, lora_cost_closed_forms);

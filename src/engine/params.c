@@ -143,10 +143,16 @@ void rp_params_sync_compute_range(rp_params *p, int l, size_t lo, size_t hi)
 
 void rp_params_init_random(rp_params *p, uint64_t seed)
 {
-    for (int l = 0; l < p->nlayers; l++) {
-        rp_layer_init(&p->cfg, &p->layers[l], seed, p->st[l].master);
-        rp_params_sync_compute(p, l);
-    }
+    for (int l = 0; l < p->nlayers; l++)
+        rp_params_init_random_part(p, l, seed, 0, 1);
+}
+
+void rp_params_init_random_part(rp_params *p, int l, uint64_t seed, int part, int parts)
+{
+    const size_t n = p->layers[l].numel;
+    const size_t lo = n * (size_t)part / (size_t)parts, hi = n * (size_t)(part + 1) / (size_t)parts;
+    rp_layer_init_range(&p->cfg, &p->layers[l], seed, p->st[l].master, lo, hi);
+    rp_params_sync_compute_range(p, l, lo, hi);
 }
 
 void rp_params_zero_grad(rp_params *p)

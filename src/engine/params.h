@@ -50,6 +50,11 @@ void rp_params_destroy(rp_params **p);
 
 /* Random initialisation (rp_layer_init for every layer). */
 void rp_params_init_random(rp_params *p, uint64_t seed);
+/* Part `part` of `parts` of layer l's: its elements [n part / parts,
+ * n (part + 1) / parts) and their compute copy. The parts of a layer
+ * together write the bits of rp_params_init_random, in any order, from
+ * any processes sharing p's memory. */
+void rp_params_init_random_part(rp_params *p, int l, uint64_t seed, int part, int parts);
 
 /* Load every parameter from a Hugging Face model directory (config.json
  * already parsed into p->cfg). With tied embeddings lm_head.weight is ignored

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/checkpoints.h"
@@ -135,9 +136,46 @@ static void remove_stale_stores(rp_engine *e)
         rp_log(e->lg, RP_LOG_WARN, "removed %d more host stores left by killed runs", n - 8);
 }
 
-/* The node leader fills the shared parameters. */
-static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
+/* A random start (--init-config, neither LoRA nor a resume): every rank of
+ * the node draws its part of each layer (a value depends on the seed, the
+ * parameter and its index alone: the same bits for any split); rank 0 says
+ * how far it is when that takes long, as the planner does (--progress none:
+ * nothing). */
+#define INIT_REPORT_DELAY_S 10.0
+#define INIT_REPORT_INTERVAL_S 15.0
+
+static void init_random_part(rp_engine *e, rp_params *shared, int part, int parts)
 {
+    double total = 0, done = 0;
+    for (int l = 0; l < shared->nlayers; l++)
+        total += (double)shared->layers[l].numel;
+    const int64_t t0 = rp_clock_ns();
+    double next_s = INIT_REPORT_DELAY_S;
+    for (int l = 0; l < shared->nlayers; l++) {
+        rp_params_init_random_part(shared, l, e->o->seed, part, parts);
+        done += (double)shared->layers[l].numel;
+        const double t = (double)(rp_clock_ns() - t0) * 1e-9;
+        if (e->nd.world_rank == 0 && e->o->progress != RP_PROGRESS_NONE && t >= next_s &&
+            l + 1 < shared->nlayers) {
+            rp_log(e->lg, RP_LOG_INFO, "initialising the parameters: %.1fM of %.1fM (%.0f%%) "
+                   "drawn in %.0f s, on the node's %d rank(s)", done / 1e6, total / 1e6,
+                   100.0 * done / total, t, parts);
+            next_s = t + INIT_REPORT_INTERVAL_S;
+        }
+    }
+}
+
+/* The node's ranks fill the shared parameters: a random start each its
+ * part, what files hold the node leader alone. */
+static rp_status load_params(rp_engine *e, rp_params *shared, const rp_store *store,
+                             rp_error *err)
+{
+    if (!e->lora && !e->resume_dir && !e->o->model_dir) {
+        init_random_part(e, shared, rp_store_node_rank(store), rp_store_node_size(store));
+        return RP_OK;
+    }
+    if (!rp_store_is_leader(store))
+        return RP_OK;
     if (e->lora && !e->resume_dir)
         return rp_lora_load_adapters(shared, e->o, err);
     if (e->resume_dir) /* the checkpoint: its weights (LoRA: adapters), then AdamW's state */
@@ -146,10 +184,7 @@ static rp_status load_params(rp_engine *e, rp_params *shared, rp_error *err)
         shared->loaded_dtype = e->resume_model_dtype;
     if (e->resume_dir)
         return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
-    if (e->o->model_dir)
-        return rp_params_load_dir(shared, e->o->model_dir, err);
-    rp_params_init_random(shared, e->o->seed);
-    return RP_OK;
+    return rp_params_load_dir(shared, e->o->model_dir, err);
 }
 
 /* The configuration and its layout. */
@@ -322,8 +357,8 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
             e->pins[e->npins++] = (struct rp_pin){at, r->map.base_bytes};
         }
         e->npins_run = e->npins; /* the base's too: uploaded like the compute copies */
-        if (s == RP_OK && rp_store_is_leader(r->pstore))
-            s = load_params(e, r->shared, err);
+        if (s == RP_OK)
+            s = load_params(e, r->shared, r->pstore, err);
     }
     RP_TRY(rp_run_agree(e, s, comm, err));
     if (e->nd.nodes > 1) /* loaded whole: each node keeps its slices' optimizer state */

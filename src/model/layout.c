@@ -440,33 +440,48 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
-                   float *params)
+void rp_layer_init_range(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
+                         float *params, size_t lo, size_t hi)
 {
-    memset(params, 0, sizeof(float) * layer->numel);
+    if (hi > layer->numel)
+        hi = layer->numel;
+    if (lo >= hi)
+        return;
+    memset(params + lo, 0, sizeof(float) * (hi - lo));
     for (int i = 0; i < layer->nparams; i++) {
         const rp_param_desc *p = &layer->params[i];
+        /* the parameter's elements [a, b) that fall in [lo, hi) */
+        const size_t a = lo > p->offset ? lo - p->offset : 0;
+        const size_t b = hi - p->offset < p->numel ? hi - p->offset : p->numel;
+        if (hi <= p->offset || a >= b)
+            continue;
         float *w = params + p->offset;
         if (ends_with(p->name, ".lora_A.weight")) {
             /* PEFT's kaiming_uniform(a = sqrt(5)) on [r, in]: bound 1/sqrt(in) */
             const double bound = 1.0 / sqrt((double)p->shape[1]);
             const uint64_t stream = rp_rng_stream_id(p->name);
-            for (size_t j = 0; j < p->numel; j++)
+            for (size_t j = a; j < b; j++)
                 w[j] = (float)((2.0 * rp_rng_uniform(seed, stream, j) - 1.0) * bound);
         } else if (ends_with(p->name, ".lora_B.weight")) {
             /* already zero: a fresh adapter starts as the identity */
         } else if (p->ndim == 2 || ends_with(p->name, ".sinks")) {
             /* gpt-oss's sinks are drawn like its matrices (transformers'
              * _init_weights) */
-            rp_rng_fill_normal(w, p->numel, seed, rp_rng_stream_id(p->name), 0, 0.0f,
+            rp_rng_fill_normal(w + a, b - a, seed, rp_rng_stream_id(p->name), a, 0.0f,
                                (float)cfg->initializer_range);
         } else if (ends_with(p->name, ".bias")) {
             /* already zero */
         } else {
-            for (size_t j = 0; j < p->numel; j++)
+            for (size_t j = a; j < b; j++)
                 w[j] = 1.0f; /* RMSNorm weights */
         }
     }
+}
+
+void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
+                   float *params)
+{
+    rp_layer_init_range(cfg, layer, seed, params, 0, layer->numel);
 }
 
 void rp_block_work_get(const rp_model_config *cfg, int block, int64_t nseq, int64_t seqlen,

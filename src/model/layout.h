@@ -128,6 +128,11 @@ const rp_param_desc *rp_layer_find_param(const rp_layer_desc *layer, const char 
  * and B zero. */
 void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
                    float *params);
+/* The same for elements [lo, hi) of the layer's array alone (padding
+ * included, hi clipped to the layer's numel): any split of a layer into
+ * ranges writes the bits of rp_layer_init. */
+void rp_layer_init_range(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
+                         float *params, size_t lo, size_t hi);
 
 /* Cost of one layer for the planner. Closed forms (multiply-add = 2 FLOPs;
  * elementwise work, norms, softmax exponentials are not counted):
