@@ -2,7 +2,8 @@
 # Proves: `roundpipe train` turns bad usage and bad input into one clear
 # message and a non-zero exit (2 for usage, 1 for input), names the option,
 # file or field at fault (an unknown option close to a known one with "did
-# you mean"), and writes nothing when it fails; and the
+# you mean"), and writes nothing when it fails (a --plan that cannot run
+# before the host store is built); and the
 # happy paths of --init-config, --dtype bf16, --save-dtype bf16, --log and the
 # non-terminal progress lines work. --device and --dtype: auto picks CUDA
 # when a GPU is usable (mpi-tests/cuda_usable says) and the CPU otherwise,
@@ -126,6 +127,16 @@ expect 2 "\-\-dtype fp32 with \-\-device cuda: the CUDA executor computes in bf1
 expect 1 "alone needs .* bytes of device memory" -- train $base --memory-limit-mib 0.05
 expect 1 "plan" -- train $base --plan "fwd=0-1;bwd=0-3"
 expect 1 "plan" -- train $base --plan "fwd=0;bwd=1-2,0"
+# a --plan that cannot run is refused before the host store is built: a
+# model of some 34 TiB of state (which /dev/shm cannot hold) gets the
+# plan's error, not the store's, and a plan that can run gets the store's
+sed 's/"hidden_size": 128/"hidden_size": 65536/; s/"intermediate_size": 352/"intermediate_size": 3000000/' \
+  "$src/examples/tiny-config.json" > "$tmp/huge.json"
+huge="--init-config $tmp/huge.json --data $build/examples/data/gnu-licenses.npy --seq-len 16 --batch-size 2 --steps 1 --progress none --device cpu"
+expect 1 "plan 'fwd=0-1;bwd=0-3': plan: tail stage is 0-3, expected 2-5" -- train $huge --plan "fwd=0-1;bwd=0-3"
+! grep -q "host store" "$tmp/err" && ok || { bad "a bad --plan: the host store was built first"; cat "$tmp/err"; }
+expect 1 "\-\-plan: width 2, but 1 pipeline(s) on 1 executor(s) have width 1" -- train $huge --plan "fwd=0;bwd=1-5,0;width=2"
+expect 1 "host store: .* do not fit in" -- train $huge --plan "fwd=0;bwd=1-5,0"
 
 # the default device is auto and the dtype follows it; the start-up line
 # gathers every rank's executor (two ranks here)

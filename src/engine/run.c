@@ -273,6 +273,8 @@ static rp_status set_shape(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_erro
                          "nodes is not supported yet", e->nd.nodes);
     if (s == RP_OK)
         s = rp_router_aux_init(&e->raux, &r->cfg, o, e->num_layers, err);
+    if (s == RP_OK) /* before the host store is built */
+        s = rp_run_forced_plan_check(e, err);
     if (s == RP_OK && o->optimizer_lag && e->pipelines > e->size)
         s = rp_error_set(err, RP_ERR_INVALID_ARG,
                          "--optimizer-lag 1 with --pipelines %d needs at "

@@ -86,6 +86,13 @@ rp_status rp_run_host_model_state(const rp_engine *e, int64_t *bytes, rp_error *
 /* e->plan: --plan, or the leader's partition of the model's cost model
  * under e->memory_limit, shared and validated (collective). */
 rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err);
+/* A --plan's text, its width against --pipelines and its stages, checked
+ * from the shape alone (set_shape: before the host store is built; what it
+ * needs of the device's memory is checked with the plan's choice). */
+rp_status rp_run_forced_plan_check(const rp_engine *e, rp_error *err);
+/* The width a plan gets from --pipelines (0: the plan's own), or an error
+ * naming both where the plan says another. */
+rp_status rp_run_plan_width(const rp_engine *e, rp_plan *plan, rp_error *err);
 
 /* This rank's PCIe link group and its place in it (e->link_*), from
  * --link-groups, or on GPUs from the hwloc topology, or none; collective

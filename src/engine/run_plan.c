@@ -461,6 +461,38 @@ static rp_status agree_and_share(rp_engine *e, rp_status s, rp_machine *mc, int 
     return s;
 }
 
+rp_status rp_run_plan_width(const rp_engine *e, rp_plan *plan, rp_error *err)
+{
+    /* --pipelines P fixes the width: G/P executors per pipeline (one when
+     * there are fewer executors than pipelines: then several pipelines
+     * share an executor, one after the other) */
+    int width = e->virtual_executors / e->pipelines;
+    if (plan->width == 0 && width != e->virtual_executors)
+        plan->width = width;
+    if ((plan->width == 0 ? e->virtual_executors : plan->width) != width)
+        return rp_error_set(err, RP_ERR_INVALID_ARG,
+                            "--plan: width %d, but %d pipeline(s) on %d "
+                            "executor(s) have width %d (set by --pipelines)",
+                            plan->width, e->pipelines, e->size, width);
+    return RP_OK;
+}
+
+rp_status rp_run_forced_plan_check(const rp_engine *e, rp_error *err)
+{
+    if (!e->o->plan)
+        return RP_OK;
+    rp_plan *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return rp_error_set(err, RP_ERR_NOMEM, "--plan");
+    rp_status s = rp_plan_parse(e->o->plan, e->num_layers, plan, err);
+    if (s == RP_OK)
+        s = rp_run_plan_width(e, plan, err);
+    if (s == RP_OK)
+        s = rp_plan_validate(plan, e->num_layers, err);
+    free(plan);
+    return s;
+}
+
 rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     rp_machine *mc;
@@ -490,17 +522,8 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
     } else if (s == RP_OK && mc) {
         s = plan_auto(e, NULL, NULL, NULL, &e->plan, mc, &e->weight_buffers, err);
     }
-    /* --pipelines P fixes the width: G/P executors per pipeline (one when
-     * there are fewer executors than pipelines: then several pipelines
-     * share an executor, one after the other) */
-    int width = e->virtual_executors / e->pipelines;
-    if (s == RP_OK && e->plan.width == 0 && width != e->virtual_executors)
-        e->plan.width = width;
-    if (s == RP_OK && (e->plan.width == 0 ? e->virtual_executors : e->plan.width) != width)
-        s = rp_error_set(err, RP_ERR_INVALID_ARG,
-                         "--plan: width %d, but %d pipeline(s) on %d "
-                         "executor(s) have width %d (set by --pipelines)",
-                         e->plan.width, e->pipelines, e->size, width);
+    if (s == RP_OK)
+        s = rp_run_plan_width(e, &e->plan, err);
     if (s == RP_OK && e->o->plan && mc)
         s = forced_plan_fits(e, &e->plan, err);
     RP_TRY(agree_and_share(e, s, mc, deal, comm, err));
