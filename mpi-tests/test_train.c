@@ -14,7 +14,9 @@
  *   name, never --help (the API has none);
  * - a status made collective (engine/agree.c): each failing rank keeps its
  *   own message and status, whatever the lowest failing rank's; a rank that
- *   did not fail returns the lowest failing rank's status, naming it.
+ *   did not fail returns the lowest failing rank's status, naming it;
+ * - a --model loaded by parts (a node's ranks each one) covers every layer
+ *   once and gives the whole load's masters and compute copies, bytes.
  * Ranks: 1 2 */
 #include <json-c/json.h>
 #include <math.h>
@@ -23,8 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/params.h"
 #include "engine/run_impl.h"
 #include "engine/trainer.h"
+#include "io/config.h"
 #include "io/safetensors.h"
 #include "rp_check.h"
 
@@ -265,6 +269,70 @@ static void agree_case(const rp_status *fail, int nranks, char *why, size_t size
                  rank, s, rp_status_string(s), err.msg, want_s, rp_status_string(want_s), want);
 }
 
+/* A node's ranks load a --model by parts (engine/params.h): the parts
+ * cover every layer once, contiguous and in order from layer 0, none
+ * holding more than its share of the elements and a layer; and the parts,
+ * loaded one after the other into one store, give the masters and bf16
+ * compute copies of a whole load, byte for byte (a dense model, a mixture
+ * of experts, gpt-oss from MXFP4 files), with the file's dtype. */
+START_TEST(a_model_loaded_by_parts_is_the_whole)
+{
+    const char *s = getenv("RP_SRCDIR");
+    static const char *const dirs[] = {"mpi-tests/fixtures/golden/qwen3/model",
+                                       "mpi-tests/fixtures/golden-moe/moe-m1/model",
+                                       "mpi-tests/fixtures/golden-gpt-oss/oss-mxfp4/model"};
+    for (int d = 0; d < 3; d++) {
+        char dir[600], cfgfile[700];
+        snprintf(dir, sizeof dir, "%s/%s", s ? s : ".", dirs[d]);
+        snprintf(cfgfile, sizeof cfgfile, "%s/config.json", dir);
+        rp_model_config cfg;
+        rp_error err = {0};
+        ck_assert_msg(rp_config_load(cfgfile, &cfg, &err) == RP_OK, "%s", err.msg);
+        rp_params *whole = NULL, *parted = NULL;
+        ck_assert_int_eq(rp_params_create(&cfg, RP_BF16, &whole, &err), RP_OK);
+        ck_assert_msg(rp_params_load_dir(whole, dir, &err) == RP_OK, "%s", err.msg);
+        double total = 0, largest = 0;
+        for (int l = 0; l < whole->nlayers; l++) {
+            total += (double)whole->layers[l].numel;
+            if ((double)whole->layers[l].numel > largest)
+                largest = (double)whole->layers[l].numel;
+        }
+        for (int parts = 1; parts <= whole->nlayers + 2; parts++) {
+            int next = 0;
+            for (int part = 0; part < parts; part++) {
+                int first, end;
+                rp_params_layer_part(whole, part, parts, &first, &end);
+                ck_assert_msg(first == next && end >= first && end <= whole->nlayers,
+                              "%s: part %d of %d: layers [%d, %d) after %d", dirs[d], part,
+                              parts, first, end, next);
+                double mine = 0;
+                for (int l = first; l < end; l++)
+                    mine += (double)whole->layers[l].numel;
+                ck_assert_msg(mine <= total / parts + largest, "%s: part %d of %d: %g elements",
+                              dirs[d], part, parts, mine);
+                next = end;
+            }
+            ck_assert_int_eq(next, whole->nlayers);
+        }
+        for (int parts = 1; parts <= 4; parts++) {
+            ck_assert_int_eq(rp_params_create(&cfg, RP_BF16, &parted, &err), RP_OK);
+            for (int part = parts - 1; part >= 0; part--) /* in any order */
+                ck_assert_msg(rp_params_load_dir_part(parted, dir, part, parts, &err) == RP_OK,
+                              "%s", err.msg);
+            for (int l = 0; l < whole->nlayers; l++) {
+                ck_assert(!memcmp(whole->st[l].master, parted->st[l].master,
+                                  whole->layers[l].numel * sizeof(float)));
+                ck_assert(!memcmp(whole->st[l].compute, parted->st[l].compute,
+                                  rp_params_compute_bytes(whole, l)));
+            }
+            ck_assert_int_eq(parted->loaded_dtype, whole->loaded_dtype);
+            rp_params_destroy(&parted);
+        }
+        rp_params_destroy(&whole);
+    }
+}
+END_TEST
+
 START_TEST(agree_keeps_each_ranks_own_status)
 {
     const rp_status cases[4][2] = {{RP_OK, RP_OK},
@@ -292,6 +360,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, bf16_compute_close_to_fp32);
     tcase_add_test(tc, option_table_defaults_and_rows);
     tcase_add_test(tc, agree_keeps_each_ranks_own_status);
+    tcase_add_test(tc, a_model_loaded_by_parts_is_the_whole);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -200,31 +200,67 @@ rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n)
     return rp_params_tensors(p, 1, &master, &none, n);
 }
 
-/* The masters from a directory (path names it) or one file (dir NULL),
- * then their compute copies. */
-static rp_status load_masters(rp_params *p, const char *dir, const char *path, rp_error *err)
+/* The masters of layers [first, end) from a directory (path names it) or
+ * one file (dir NULL), then their compute copies. */
+static rp_status load_masters(rp_params *p, const char *dir, const char *path, int first,
+                              int end, rp_error *err)
 {
     int n = 0;
     rp_tensor_ref *t = rp_params_master_tensors(p, &n);
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir ? dir : path);
-    rp_status s = dir ? rp_model_dir_load(dir, t, n, &p->loaded_dtype, err)
-                      : rp_model_dir_load_file(path, t, n, err);
+    /* the list holds the layers' tensors in order */
+    int k0 = 0, k1 = 0;
+    for (int l = 0; l < end; l++)
+        k0 += l < first ? p->layers[l].nparams : 0, k1 += p->layers[l].nparams;
+    rp_status s = dir ? rp_model_dir_load(dir, t + k0, k1 - k0, &p->loaded_dtype, err)
+                      : rp_model_dir_load_file(path, t + k0, k1 - k0, err);
     free(t);
     if (s == RP_OK)
-        for (int l = 0; l < p->nlayers; l++)
+        for (int l = first; l < end; l++)
             rp_params_sync_compute(p, l);
     return s;
 }
 
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
 {
-    return load_masters(p, dir, NULL, err);
+    return load_masters(p, dir, NULL, 0, p->nlayers, err);
+}
+
+void rp_params_layer_part(const rp_params *p, int part, int parts, int *first, int *end)
+{
+    double total = 0;
+    for (int l = 0; l < p->nlayers; l++)
+        total += (double)p->layers[l].numel;
+    /* part k: the layers whose elements start in [k, k + 1) / parts of the
+     * whole (part 0 from layer 0) */
+    double before = 0;
+    *first = *end = p->nlayers;
+    for (int l = 0; l < p->nlayers; l++) {
+        const int k = (int)(before * parts / total);
+        if (k >= part && *first == p->nlayers)
+            *first = l;
+        if (k > part) {
+            *end = l;
+            break;
+        }
+        before += (double)p->layers[l].numel;
+    }
+    if (*first > *end)
+        *first = *end;
+}
+
+rp_status rp_params_load_dir_part(rp_params *p, const char *dir, int part, int parts,
+                                  rp_error *err)
+{
+    int first, end;
+    rp_params_layer_part(p, part, parts, &first, &end);
+    return load_masters(p, dir, NULL, first, end, err);
 }
 
 rp_status rp_params_load_file(rp_params *p, const char *path, rp_error *err)
 {
-    return load_masters(p, NULL, path, err);
+    return load_masters(p, NULL, path, 0, p->nlayers, err);
 }
 
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,

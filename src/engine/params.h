@@ -61,6 +61,16 @@ void rp_params_init_random_part(rp_params *p, int l, uint64_t seed, int part, in
  * if present. Missing tensors and shape/dtype mismatches name the file and
  * the tensor. */
 rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
+/* Part `part` of `parts` of it: the layers rp_params_layer_part gives.
+ * The parts together load what rp_params_load_dir loads, from processes
+ * sharing p's memory; p->loaded_dtype: the dtype of the part's first
+ * tensor (part 0: the embedding's, as rp_params_load_dir's). */
+rp_status rp_params_load_dir_part(rp_params *p, const char *dir, int part, int parts,
+                                  rp_error *err);
+/* The layers [*first, *end) of part `part` of `parts`: contiguous, in
+ * order, about equal in elements (a part may hold none); part 0 starts at
+ * layer 0 and the parts cover every layer once. */
+void rp_params_layer_part(const rp_params *p, int part, int parts, int *first, int *end);
 
 /* The same from the one safetensors file at path (a LoRA adapter's). */
 rp_status rp_params_load_file(rp_params *p, const char *path, rp_error *err);

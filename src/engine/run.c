@@ -165,15 +165,19 @@ static void init_random_part(rp_engine *e, rp_params *shared, int part, int part
     }
 }
 
-/* The node's ranks fill the shared parameters: a random start each its
- * part, what files hold the node leader alone. */
+/* The node's ranks fill the shared parameters: a random start and a
+ * --model's weights each rank its part, a LoRA run's adapters and a
+ * checkpoint the node leader alone. */
 static rp_status load_params(rp_engine *e, rp_params *shared, const rp_store *store,
                              rp_error *err)
 {
+    const int part = rp_store_node_rank(store), parts = rp_store_node_size(store);
     if (!e->lora && !e->resume_dir && !e->o->model_dir) {
-        init_random_part(e, shared, rp_store_node_rank(store), rp_store_node_size(store));
+        init_random_part(e, shared, part, parts);
         return RP_OK;
     }
+    if (!e->lora && !e->resume_dir)
+        return rp_params_load_dir_part(shared, e->o->model_dir, part, parts, err);
     if (!rp_store_is_leader(store))
         return RP_OK;
     if (e->lora && !e->resume_dir)
@@ -182,9 +186,7 @@ static rp_status load_params(rp_engine *e, rp_params *shared, const rp_store *st
         RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
     if (e->resume_dir && !e->lora) /* saved as the model the run started from was stored */
         shared->loaded_dtype = e->resume_model_dtype;
-    if (e->resume_dir)
-        return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
-    return rp_params_load_dir(shared, e->o->model_dir, err);
+    return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
 }
 
 /* The configuration and its layout. */
