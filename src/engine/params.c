@@ -227,27 +227,26 @@ rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
     return load_masters(p, dir, NULL, 0, p->nlayers, err);
 }
 
+/* The first layer whose elements start at or after k / parts of the whole
+ * (nlayers when none does). */
+static int part_start(const rp_params *p, double total, int k, int parts)
+{
+    double before = 0;
+    for (int l = 0; l < p->nlayers; l++) {
+        if ((int)(before * parts / total) >= k)
+            return l;
+        before += (double)p->layers[l].numel;
+    }
+    return p->nlayers;
+}
+
 void rp_params_layer_part(const rp_params *p, int part, int parts, int *first, int *end)
 {
     double total = 0;
     for (int l = 0; l < p->nlayers; l++)
         total += (double)p->layers[l].numel;
-    /* part k: the layers whose elements start in [k, k + 1) / parts of the
-     * whole (part 0 from layer 0) */
-    double before = 0;
-    *first = *end = p->nlayers;
-    for (int l = 0; l < p->nlayers; l++) {
-        const int k = (int)(before * parts / total);
-        if (k >= part && *first == p->nlayers)
-            *first = l;
-        if (k > part) {
-            *end = l;
-            break;
-        }
-        before += (double)p->layers[l].numel;
-    }
-    if (*first > *end)
-        *first = *end;
+    *first = part_start(p, total, part, parts);
+    *end = part_start(p, total, part + 1, parts);
 }
 
 rp_status rp_params_load_dir_part(rp_params *p, const char *dir, int part, int parts,

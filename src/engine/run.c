@@ -172,12 +172,12 @@ static rp_status load_params(rp_engine *e, rp_params *shared, const rp_store *st
                              rp_error *err)
 {
     const int part = rp_store_node_rank(store), parts = rp_store_node_size(store);
-    if (!e->lora && !e->resume_dir && !e->o->model_dir) {
+    if (!e->lora && !e->resume_dir) {
+        if (e->o->model_dir)
+            return rp_params_load_dir_part(shared, e->o->model_dir, part, parts, err);
         init_random_part(e, shared, part, parts);
         return RP_OK;
     }
-    if (!e->lora && !e->resume_dir)
-        return rp_params_load_dir_part(shared, e->o->model_dir, part, parts, err);
     if (!rp_store_is_leader(store))
         return RP_OK;
     if (e->lora && !e->resume_dir)
