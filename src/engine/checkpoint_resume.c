@@ -288,7 +288,8 @@ rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const
     return RP_OK;
 }
 
-rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, rp_error *err)
+rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, int first,
+                                       int end, rp_error *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
@@ -296,6 +297,7 @@ rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pendin
     rp_tensor_ref *t = rp_checkpoint_optimizer_tensors(p, &n);
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
+    n = rp_params_tensors_keep_layers(p, t, 2, first, end);
     rp_status s = rp_model_dir_load_file(path, t, n, err);
     free(t);
     if (s != RP_OK || !pending)
@@ -303,6 +305,7 @@ rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pendin
     snprintf(path, sizeof path, "%s/" RP_PENDING_FILE, dir);
     if (!(t = rp_checkpoint_gradient_tensors(p, &n)))
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", path);
+    n = rp_params_tensors_keep_layers(p, t, 1, first, end);
     s = rp_model_dir_load_file(path, t, n, err);
     free(t);
     return s;

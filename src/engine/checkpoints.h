@@ -75,10 +75,11 @@ rp_status rp_checkpoint_dir_lock(const rp_train_options *o, MPI_Comm comm,
 rp_status rp_checkpoint_resolve(rp_train_options *resolved, MPI_Comm comm, const rp_logger *lg,
                                 rp_resume *out, rp_error *err);
 
-/* Read the checkpoint's AdamW state into p's m and v, and with `pending`
- * the pending update's gradient into p's gradients (the leader, after the
- * weights). */
-rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, rp_error *err);
+/* Read the checkpoint's AdamW state of layers [first, end) into p's m and
+ * v, and with `pending` the pending update's gradient into p's gradients
+ * (after the weights; the node's ranks each a part, rp_params_layer_part). */
+rp_status rp_checkpoint_load_optimizer(rp_params *p, const char *dir, int pending, int first,
+                                       int end, rp_error *err);
 
 /* At the start of a run (rank 0, with --checkpoint-dir): the temporary
  * directories of checkpoints that a killed run was writing are removed and

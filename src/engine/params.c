@@ -200,6 +200,18 @@ rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n)
     return rp_params_tensors(p, 1, &master, &none, n);
 }
 
+int rp_params_tensors_keep_layers(const rp_params *p, rp_tensor_ref *t, int sets, int first,
+                                  int end)
+{
+    int k = 0, kept = 0;
+    for (int set = 0; set < sets; set++)
+        for (int l = 0; l < p->nlayers; l++)
+            for (int i = 0; i < p->layers[l].nparams; i++, k++)
+                if (l >= first && l < end)
+                    t[kept++] = t[k];
+    return kept;
+}
+
 /* The masters of layers [first, end) from a directory (path names it) or
  * one file (dir NULL), then their compute copies. */
 static rp_status load_masters(rp_params *p, const char *dir, const char *path, int first,
@@ -209,12 +221,9 @@ static rp_status load_masters(rp_params *p, const char *dir, const char *path, i
     rp_tensor_ref *t = rp_params_master_tensors(p, &n);
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir ? dir : path);
-    /* the list holds the layers' tensors in order */
-    int k0 = 0, k1 = 0;
-    for (int l = 0; l < end; l++)
-        k0 += l < first ? p->layers[l].nparams : 0, k1 += p->layers[l].nparams;
-    rp_status s = dir ? rp_model_dir_load(dir, t + k0, k1 - k0, &p->loaded_dtype, err)
-                      : rp_model_dir_load_file(path, t + k0, k1 - k0, err);
+    n = rp_params_tensors_keep_layers(p, t, 1, first, end);
+    rp_status s = dir ? rp_model_dir_load(dir, t, n, &p->loaded_dtype, err)
+                      : rp_model_dir_load_file(path, t, n, err);
     free(t);
     if (s == RP_OK)
         for (int l = first; l < end; l++)

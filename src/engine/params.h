@@ -87,6 +87,11 @@ typedef enum rp_params_array {
 } rp_params_array;
 rp_tensor_ref *rp_params_tensors(const rp_params *p, int sets, const rp_params_array *which,
                                  const char *const *suffix, int *n);
+/* Keep, in such a list of `sets` sets (rp_params_tensors' order), the
+ * tensors of layers [first, end), in order, at its front; returns how many
+ * (the names stay where they were, in the list's block). */
+int rp_params_tensors_keep_layers(const rp_params *p, rp_tensor_ref *t, int sets, int first,
+                                  int end);
 /* The master weights under the model's names (what --save writes). */
 rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n);
 

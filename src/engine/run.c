@@ -165,11 +165,14 @@ static void init_random_part(rp_engine *e, rp_params *shared, int part, int part
     }
 }
 
-/* The node's ranks fill the shared parameters: a random start and a
- * --model's weights each rank its part, a LoRA run's adapters and a
- * checkpoint the node leader alone. */
+/* The node's ranks fill the shared parameters, each rank its part: a
+ * random start's elements of every layer, a --model's or a checkpoint's
+ * layers (rp_params_layer_part); a LoRA run's adapters the node leader
+ * alone. A checkpoint's weights are agreed on before its AdamW state is
+ * read, so that the error reported is the first in the files' order, as a
+ * single reader's was. */
 static rp_status load_params(rp_engine *e, rp_params *shared, const rp_store *store,
-                             rp_error *err)
+                             MPI_Comm comm, rp_error *err)
 {
     const int part = rp_store_node_rank(store), parts = rp_store_node_size(store);
     if (!e->lora && !e->resume_dir) {
@@ -178,15 +181,17 @@ static rp_status load_params(rp_engine *e, rp_params *shared, const rp_store *st
         init_random_part(e, shared, part, parts);
         return RP_OK;
     }
-    if (!rp_store_is_leader(store))
-        return RP_OK;
-    if (e->lora && !e->resume_dir)
-        return rp_lora_load_adapters(shared, e->o, err);
-    if (e->resume_dir) /* the checkpoint: its weights (LoRA: adapters), then AdamW's state */
-        RP_TRY(rp_params_load_dir(shared, e->resume_dir, err));
-    if (e->resume_dir && !e->lora) /* saved as the model the run started from was stored */
+    if (!e->resume_dir)
+        return rp_store_is_leader(store) ? rp_lora_load_adapters(shared, e->o, err) : RP_OK;
+    /* the checkpoint: its weights (LoRA: adapters), then AdamW's state */
+    RP_TRY(rp_run_agree(e, rp_params_load_dir_part(shared, e->resume_dir, part, parts, err),
+                        comm, err));
+    if (!e->lora) /* saved as the model the run started from was stored */
         shared->loaded_dtype = e->resume_model_dtype;
-    return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, err);
+    int first, end;
+    rp_params_layer_part(shared, part, parts, &first, &end);
+    return rp_checkpoint_load_optimizer(shared, e->resume_dir, e->resume_pending, first, end,
+                                        err);
 }
 
 /* The configuration and its layout. */
@@ -361,10 +366,10 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
             e->pins[e->npins++] = (struct rp_pin){at, r->map.base_bytes};
         }
         e->npins_run = e->npins; /* the base's too: uploaded like the compute copies */
-        if (s == RP_OK)
-            s = load_params(e, r->shared, r->pstore, err);
     }
     RP_TRY(rp_run_agree(e, s, comm, err));
+    /* every rank, after an agreement: the load agrees within itself too */
+    RP_TRY(rp_run_agree(e, load_params(e, r->shared, r->pstore, comm, err), comm, err));
     if (e->nd.nodes > 1) /* loaded whole: each node keeps its slices' optimizer state */
         rp_node_release_others(e);
     /* the executor's device, and the run's pins, once (not per segment) */
