@@ -657,7 +657,7 @@ static void run_model(int base)
         size_t bytes = rp_frozen_base_store_bytes(fb);
         if (bytes > 0 && bytes <= ((size_t)256 << 20)) {
             void *store = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            s = rp_frozen_base_attach(fb, store, 1, 1, &err);
+            s = rp_frozen_base_attach(fb, store, 0, 1, 1, &err);
             free(store);
         }
     }

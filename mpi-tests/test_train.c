@@ -27,12 +27,14 @@
 
 #include "engine/checkpoint_contents.h"
 #include "engine/checkpoints.h"
+#include "engine/frozen_base.h"
 #include "engine/params.h"
 #include "engine/run_impl.h"
 #include "engine/trainer.h"
 #include "io/config.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/ops.h"
 #include "rp_check.h"
 
 #define MAX_STEPS 8
@@ -419,6 +421,75 @@ START_TEST(optimizer_state_loaded_by_parts_is_the_whole)
 }
 END_TEST
 
+/* A LoRA run's frozen base, where it is converted into the host store, is
+ * filled by the node's ranks, each the layers of its part (each rank its
+ * own base over the shared store, as rp_frozen_base_attach's callers have
+ * it): the parts, in any order, give the store of one whole fill, byte for
+ * byte; for a random base, bf16 and fp32 files, gpt-oss's MXFP4 experts
+ * and an FP8 base dequantised on the host. */
+START_TEST(a_frozen_base_filled_by_parts_is_the_whole)
+{
+    const char *src = getenv("RP_SRCDIR");
+    static const struct {
+        const char *dir; /* NULL: the config of the first, a random base */
+        rp_dtype dtype;
+    } cases[] = {{"mpi-tests/fixtures/golden/qwen3/model", RP_BF16},
+                 {NULL, RP_BF16},
+                 {NULL, RP_F32},
+                 {"mpi-tests/fixtures/golden-gpt-oss/oss-mxfp4/model-mxfp4", RP_BF16},
+                 {"mpi-tests/fixtures/golden-fp8/moe-kept/model-fp8", RP_BF16}};
+    const unsigned reads = rp_frozen_base_reads(&rp_kernel_ops_cpu) & ~RP_FROZEN_BASE_READS_FP8;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char dir[600], cfgfile[700];
+        snprintf(dir, sizeof dir, "%s/%s", src ? src : ".",
+                 cases[c].dir ? cases[c].dir : cases[0].dir);
+        snprintf(cfgfile, sizeof cfgfile, "%s/config.json", dir);
+        const char *model_dir = cases[c].dir ? dir : NULL;
+        rp_model_config cfg;
+        rp_error err = {0};
+        ck_assert_msg(rp_config_load(cfgfile, &cfg, &err) == RP_OK, "%s", err.msg);
+        cfg.lora.rank = 2;
+        cfg.lora.alpha = 4;
+        cfg.lora.targets = 1u; /* q_proj */
+        if (!model_dir)
+            cfg.fp8.any = 0;
+        rp_frozen_base *b = NULL;
+        ck_assert_msg(rp_frozen_base_open(&cfg, model_dir, cases[c].dtype, reads, &b, &err) ==
+                          RP_OK, "case %zu: %s", c, err.msg);
+        const size_t bytes = rp_frozen_base_store_bytes(b);
+        ck_assert_msg(bytes > 0, "case %zu: the base is not converted into the store", c);
+        const int nlayers = cfg.num_hidden_layers + 2;
+        unsigned char *whole = calloc(1, bytes), *parted = malloc(bytes);
+        ck_assert(whole && parted);
+        ck_assert_msg(rp_frozen_base_attach(b, whole, 0, 1, 7, &err) == RP_OK, "%s", err.msg);
+        rp_frozen_base_close(&b);
+        for (int parts = 1; parts <= nlayers + 1; parts++) {
+            memset(parted, 0, bytes);
+            for (int part = parts - 1; part >= 0; part--) { /* in any order */
+                ck_assert_int_eq(rp_frozen_base_open(&cfg, model_dir, cases[c].dtype, reads, &b,
+                                                     &err), RP_OK);
+                ck_assert_msg(rp_frozen_base_attach(b, parted, part, parts, 7, &err) == RP_OK,
+                              "%s", err.msg);
+                rp_frozen_base_close(&b);
+            }
+            ck_assert_msg(!memcmp(whole, parted, bytes), "case %zu: %d parts differ", c, parts);
+        }
+        /* no part: nothing written */
+        memset(parted, 0, bytes);
+        ck_assert_int_eq(rp_frozen_base_open(&cfg, model_dir, cases[c].dtype, reads, &b, &err),
+                         RP_OK);
+        ck_assert_int_eq(rp_frozen_base_attach(b, parted, 0, 0, 7, &err), RP_OK);
+        rp_frozen_base_close(&b);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < bytes; i++)
+            nonzero += parted[i] != 0;
+        ck_assert_uint_eq(nonzero, 0);
+        free(whole);
+        free(parted);
+    }
+}
+END_TEST
+
 START_TEST(agree_keeps_each_ranks_own_status)
 {
     const rp_status cases[4][2] = {{RP_OK, RP_OK},
@@ -448,6 +519,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, agree_keeps_each_ranks_own_status);
     tcase_add_test(tc, a_model_loaded_by_parts_is_the_whole);
     tcase_add_test(tc, optimizer_state_loaded_by_parts_is_the_whole);
+    tcase_add_test(tc, a_frozen_base_filled_by_parts_is_the_whole);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -134,12 +134,13 @@ static int read_fused_experts(rp_frozen_base *b, const rp_layer_desc *L, int i,
     return j;
 }
 
-/* Fill the store's copy of every tensor: converted from the model
- * directory's set, or initialised randomly as the full model would be. */
-static rp_status fill_store(rp_frozen_base *b, uint64_t seed, rp_error *err)
+/* Fill the store's copy of every tensor of layers [first, end): converted
+ * from the model directory's set, or initialised randomly as the full
+ * model would be. */
+static rp_status fill_store(rp_frozen_base *b, uint64_t seed, int first, int end, rp_error *err)
 {
     rp_status s = RP_OK;
-    for (int l = 0; s == RP_OK && l < b->nlayers; l++) {
+    for (int l = first; s == RP_OK && l < end; l++) {
         const rp_layer_desc *L = &b->layers[l];
         float *tmp = malloc((L->numel ? L->numel : 1) * sizeof(float));
         if (!tmp) {
@@ -399,8 +400,8 @@ size_t rp_frozen_base_store_bytes(const rp_frozen_base *b)
     return b->store_bytes;
 }
 
-rp_status rp_frozen_base_attach(rp_frozen_base *b, void *store, int fill, uint64_t seed,
-                                rp_error *err)
+rp_status rp_frozen_base_attach(rp_frozen_base *b, void *store, int part, int parts,
+                                uint64_t seed, rp_error *err)
 {
     /* every piece, or a mapped base's odd ones (the others read in place) */
     const int total = b->first[b->nlayers];
@@ -413,7 +414,10 @@ rp_status rp_frozen_base_attach(rp_frozen_base *b, void *store, int fill, uint64
             if (source_name(&b->cfg, b->layers[l].params[i].name) != b->layers[l].params[i].name &&
                 (!b->mapped || b->odd[b->first[l] + i]))
                 b->pieces[b->first[l] + i].src = b->pieces[b->first[0]].src;
-    rp_status s = fill ? fill_store(b, seed, err) : RP_OK;
+    int first = 0, end = 0;
+    if (parts > 0)
+        rp_layer_part(b->layers, b->nlayers, part, parts, &first, &end);
+    rp_status s = fill_store(b, seed, first, end, err);
     if (!b->mapped)
         rp_safetensors_set_close(&b->set); /* nothing is read in place */
     return s;

@@ -111,12 +111,15 @@ unsigned rp_frozen_base_reads(const rp_kernel_ops *ops);
  * odd tensors). */
 size_t rp_frozen_base_store_bytes(const rp_frozen_base *base);
 
-/* A base that is not mapped: its tensors live in `store`; with fill (the
- * node leader) they are converted there from the model directory, or
- * initialised randomly with seed (rp_layer_init) without one. A mapped
- * FP8 base's odd tensors alone live there (the others where they lie). */
-rp_status rp_frozen_base_attach(rp_frozen_base *base, void *store, int fill, uint64_t seed,
-                                rp_error *err);
+/* A base that is not mapped: its tensors live in `store`, and this
+ * process fills those of part `part` of `parts` of the layers
+ * (rp_layer_part; parts 0: none), converted from the model directory, or
+ * initialised randomly with seed (rp_layer_init) without one: the ranks
+ * of a node sharing the store each fill their part, in any order. A
+ * mapped FP8 base's odd tensors alone live there (the others where they
+ * lie). */
+rp_status rp_frozen_base_attach(rp_frozen_base *base, void *store, int part, int parts,
+                                uint64_t seed, rp_error *err);
 void rp_frozen_base_close(rp_frozen_base **base);
 
 /* Layer l's block: its elements (padding included) and its pieces. */

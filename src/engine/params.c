@@ -236,26 +236,9 @@ rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err)
     return load_masters(p, dir, NULL, 0, p->nlayers, err);
 }
 
-/* The first layer whose elements start at or after k / parts of the whole
- * (nlayers when none does). */
-static int part_start(const rp_params *p, double total, int k, int parts)
-{
-    double before = 0;
-    for (int l = 0; l < p->nlayers; l++) {
-        if ((int)(before * parts / total) >= k)
-            return l;
-        before += (double)p->layers[l].numel;
-    }
-    return p->nlayers;
-}
-
 void rp_params_layer_part(const rp_params *p, int part, int parts, int *first, int *end)
 {
-    double total = 0;
-    for (int l = 0; l < p->nlayers; l++)
-        total += (double)p->layers[l].numel;
-    *first = part_start(p, total, part, parts);
-    *end = part_start(p, total, part + 1, parts);
+    rp_layer_part(p->layers, p->nlayers, part, parts, first, end);
 }
 
 rp_status rp_params_load_dir_part(rp_params *p, const char *dir, int part, int parts,

@@ -67,9 +67,8 @@ rp_status rp_params_load_dir(rp_params *p, const char *dir, rp_error *err);
  * tensor (part 0: the embedding's, as rp_params_load_dir's). */
 rp_status rp_params_load_dir_part(rp_params *p, const char *dir, int part, int parts,
                                   rp_error *err);
-/* The layers [*first, *end) of part `part` of `parts`: contiguous, in
- * order, about equal in elements (a part may hold none); part 0 starts at
- * layer 0 and the parts cover every layer once. */
+/* The layers [*first, *end) of part `part` of `parts`: rp_layer_part
+ * (model/layout.h) over p's layers. */
 void rp_params_layer_part(const rp_params *p, int part, int parts, int *first, int *end);
 
 /* The same from the one safetensors file at path (a LoRA adapter's). */

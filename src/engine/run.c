@@ -360,9 +360,10 @@ static rp_status set_up_node(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_er
             if (rp_pin_layer_grad(l))
                 e->pins[e->npins++] = (struct rp_pin){e->p->st[l].grad, lb};
         }
-        if (r->map.base_bytes) { /* the leader converts the base into the store */
+        if (r->map.base_bytes) { /* the node's ranks convert the base into the store */
             char *at = (char *)rp_store_base(r->pstore) + r->map.base;
-            s = rp_frozen_base_attach(e->base, at, rp_store_is_leader(r->pstore), o->seed, err);
+            s = rp_frozen_base_attach(e->base, at, rp_store_node_rank(r->pstore),
+                                      rp_store_node_size(r->pstore), o->seed, err);
             e->pins[e->npins++] = (struct rp_pin){at, r->map.base_bytes};
         }
         e->npins_run = e->npins; /* the base's too: uploaded like the compute copies */

@@ -575,3 +575,26 @@ void rp_layer_flops_get(const rp_model_config *cfg, const rp_layer_desc *layer, 
         break;
     }
 }
+
+/* The first layer whose elements start at or after k / parts of the whole
+ * (nlayers when none does). */
+static int part_start(const rp_layer_desc *layers, int nlayers, double total, int k, int parts)
+{
+    double before = 0;
+    for (int l = 0; l < nlayers; l++) {
+        if ((int)(before * parts / total) >= k)
+            return l;
+        before += (double)layers[l].numel;
+    }
+    return nlayers;
+}
+
+void rp_layer_part(const rp_layer_desc *layers, int nlayers, int part, int parts, int *first,
+                   int *end)
+{
+    double total = 0;
+    for (int l = 0; l < nlayers; l++)
+        total += (double)layers[l].numel;
+    *first = part_start(layers, nlayers, total, part, parts);
+    *end = part_start(layers, nlayers, total, part + 1, parts);
+}

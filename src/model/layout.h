@@ -134,6 +134,13 @@ void rp_layer_init(const rp_model_config *cfg, const rp_layer_desc *layer, uint6
 void rp_layer_init_range(const rp_model_config *cfg, const rp_layer_desc *layer, uint64_t seed,
                          float *params, size_t lo, size_t hi);
 
+/* The layers [*first, *end) of part `part` of `parts` of a model's
+ * layers, for the ranks of a node that each fill a part of one store:
+ * contiguous, in order, about equal in elements (a part may hold none);
+ * part 0 starts at layer 0 and the parts cover every layer once. */
+void rp_layer_part(const rp_layer_desc *layers, int nlayers, int part, int parts, int *first,
+                   int *end);
+
 /* Cost of one layer for the planner. Closed forms (multiply-add = 2 FLOPs;
  * elementwise work, norms, softmax exponentials are not counted):
  *   embedding: 0 FLOPs (a row copy), backward 0 (a row add).
