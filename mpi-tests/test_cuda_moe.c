@@ -34,6 +34,10 @@
  *     accumulation; only the summation order differs), rounded copies
  *     exact, the same bits on a second run; 257 experts and fp32 weights
  *     refused with the op named;
+ *   - grouped_bias_forward (with and without y's rounded copy) and
+ *     grouped_bias_backward (gpt-oss's expert biases), experts without rows
+ *     (a NULL bias; dbias NULL or poisoned and left so), 1, 29, 40 and 90
+ *     columns: bit for bit;
  *   - the forward chain route -> group -> gather -> grouped forward ->
  *     combine with every intermediate on the device matches the CPU chain
  *     within GEMM_TOL. */
@@ -872,6 +876,100 @@ START_TEST(grouped_gemms_refuse)
 }
 END_TEST
 
+/* ---- gpt-oss's expert biases ------------------------------------------------ */
+
+/* grouped_bias_forward (y += bias[e] on expert e's rows, with and without
+ * y's rounded copy) and grouped_bias_backward (dbias[e] += the column sums
+ * of the bf16 dy over e's rows, in row order): bit for bit, as both tables
+ * add the same fp32 values in the same order. Experts without rows get a
+ * NULL bias, and for dbias alternately NULL and a poisoned buffer that must
+ * stay poisoned. */
+static void grouped_bias_case(const int32_t *counts, int64_t E, int64_t out)
+{
+    char what[200];
+    int32_t *offsets = offsets_of(counts, E);
+    const int64_t rows = offsets[E];
+    const size_t ny = (size_t)(rows * out);
+    int32_t *d_off = dev_upload(offsets, (size_t)(E + 1) * 4);
+    float **bias = xmalloc((size_t)E * sizeof(float *)), **d_bias = xmalloc((size_t)E * sizeof(float *));
+    for (int64_t e = 0; e < E; e++) {
+        bias[e] = counts[e] > 0 ? rand_f32((size_t)out, 0.0f, 1.0f) : NULL;
+        d_bias[e] = bias[e] ? dev_upload(bias[e], (size_t)out * 4) : NULL;
+    }
+
+    snprintf(what, sizeof what, "grouped_bias_forward %lld experts, %lld rows, out %lld",
+             (long long)E, (long long)rows, (long long)out);
+    float *y0 = rand_f32(ny, 0.0f, 1.0f), *y_ref = dup_f(y0, ny);
+    CPU_OP(grouped_bias_forward, y_ref, NULL, (const float *const *)bias, offsets, E, rows, out);
+    float *d_y = dev_upload(y0, ny * 4);
+    void *d_yc = dev_nan_bytes(ny * 2);
+    GPU_OP(grouped_bias_forward, d_y, d_yc, (const float *const *)d_bias, d_off, E, rows, out);
+    float *y = get_f(d_y, ny);
+    check_same_bits(y, y_ref, ny, what);
+    check_rounded(d_yc, y, ny, what);
+    cudaFree(d_y);
+    d_y = dev_upload(y0, ny * 4);
+    GPU_OP(grouped_bias_forward, d_y, NULL, (const float *const *)d_bias, d_off, E, rows, out);
+    float *y2 = get_f(d_y, ny);
+    check_same_bits(y2, y_ref, ny, what);
+
+    snprintf(what, sizeof what, "grouped_bias_backward %lld experts, %lld rows, out %lld",
+             (long long)E, (long long)rows, (long long)out);
+    cin dy = cin_rand(ny, 0.0f, 1.0f);
+    float **db0 = xmalloc((size_t)E * sizeof(float *)), **db_ref = xmalloc((size_t)E * sizeof(float *));
+    float **d_db = xmalloc((size_t)E * sizeof(float *));
+    int empty_seen = 0;
+    for (int64_t e = 0; e < E; e++) {
+        db0[e] = rand_f32((size_t)out, 0.0f, 1.0f);
+        db_ref[e] = dup_f(db0[e], (size_t)out);
+        if (counts[e] > 0)
+            d_db[e] = dev_upload(db0[e], (size_t)out * 4);
+        else /* alternately NULL and a poisoned buffer */
+            d_db[e] = (empty_seen++ % 2) ? NULL : dev_nan_bytes((size_t)out * 4);
+    }
+    CPU_OP(grouped_bias_backward, dy.f, offsets, E, rows, out, db_ref);
+    GPU_OP(grouped_bias_backward, dy.d, d_off, E, rows, out, d_db);
+    for (int64_t e = 0; e < E; e++) {
+        if (!d_db[e])
+            continue;
+        float *got = get_f(d_db[e], (size_t)out);
+        if (counts[e] == 0)
+            for (int64_t c = 0; c < out; c++)
+                ck_assert_msg(isnan(got[c]), "%s: expert %lld has no rows but its dbias[%lld] "
+                              "was written", what, (long long)e, (long long)c);
+        else
+            check_same_bits(got, db_ref[e], (size_t)out, what);
+        free(got);
+        cudaFree(d_db[e]);
+    }
+
+    cudaFree(d_off), cudaFree(d_y), cudaFree(d_yc);
+    cin_free(&dy);
+    for (int64_t e = 0; e < E; e++) {
+        free(bias[e]), free(db0[e]), free(db_ref[e]);
+        if (d_bias[e])
+            cudaFree(d_bias[e]);
+    }
+    free(bias), free(d_bias), free(db0), free(db_ref), free(d_db);
+    free(offsets), free(y0), free(y_ref), free(y), free(y2);
+}
+
+START_TEST(grouped_bias_bit_identical)
+{
+    /* empty first, middle and last experts; rows on and across 64 */
+    const int32_t counts[] = {0, 37, 64, 0, 1, 130, 65, 3, 0};
+    grouped_bias_case(counts, 9, 40);
+    grouped_bias_case(counts, 9, 29);
+    grouped_bias_case(counts, 9, 1); /* gpt-oss's bias-dot: one column */
+    int32_t many[32];
+    uint64_t lcg = 3535 + g_seed++;
+    for (int e = 0; e < 32; e++)
+        many[e] = draw(&lcg, 10) < 3 ? 0 : (int32_t)draw(&lcg, 300);
+    many[31] = 9;
+    grouped_bias_case(many, 32, 2880 / 32);
+}
+END_TEST
+
 /* ---- the forward chain on the device ---------------------------------------- */
 
 START_TEST(forward_chain_matches_cpu)
@@ -879,7 +977,7 @@ START_TEST(forward_chain_matches_cpu)
     const int64_t rows = 300, E = 32, k = 4, hidden = 64, inter = 48;
     const size_t n = (size_t)(rows * k);
     float *logits = route_logits(rows, E);
-    logits[2 * E + 5] = 0.0f; /* no NaN row here */
+    logits[2 * E + 5] = 0.0123f; /* no NaN row here (and off the logits' ladder: no near tie) */
     cin x = cin_rand((size_t)(rows * hidden), 0.0f, 1.0f);
     cin *W = xmalloc((size_t)E * sizeof(cin));
     const void **Wd = xmalloc((size_t)E * sizeof(void *)), **Wf = xmalloc((size_t)E * sizeof(void *));
@@ -949,6 +1047,7 @@ static Suite *cuda_moe_suite(void)
     tcase_add_test(tc, route_backward_bit_identical);
     tcase_add_test(tc, grouped_gemms_match_cpu);
     tcase_add_test(tc, grouped_gemms_refuse);
+    tcase_add_test(tc, grouped_bias_bit_identical);
     tcase_add_test(tc, forward_chain_matches_cpu);
     suite_add_tcase(s, tc);
     return s;

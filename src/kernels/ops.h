@@ -65,8 +65,11 @@ typedef struct rp_kernel_ops {
     int64_t (*logits_rows)(int64_t vocab, int64_t memory_bytes);
 
     /* ---- GEMMs --------------------------------------------------------- */
-    /* y = [residual +] (x W^T [+ bias]); y_compute (optional) its rounded
-     * copy. x [rows, in], W [out, in] in W_dtype (one of weight_dtypes,
+    /* y = residual + x W^T + bias, residual and bias optional; y_compute
+     * (optional) its rounded copy. The order of the two additions is the
+     * table's own (the CPU adds the bias to the product, then the
+     * residual; CUDA the residual in the GEMM, beta 1, then the bias):
+     * within an ulp of each other, each table deterministic. x [rows, in], W [out, in] in W_dtype (one of weight_dtypes,
      * else RP_ERR_UNSUPPORTED), y [rows, out]; y must not alias x or
      * residual. y is required but where residual and bias are NULL: then y
      * may be NULL and the product goes to y_compute alone, each element the
@@ -87,8 +90,10 @@ typedef struct rp_kernel_ops {
     /* dW += dy^T x. */
     rp_status (*linear_backward_weight)(void *state, const void *dy, const void *x, float *dW,
                                         int64_t rows, int64_t in, int64_t out, rp_error *err);
-    /* dst[j] += sum over rows of src[r, j], rows in order (bias gradients);
-     * rows == 0 changes nothing. scratch: column_sum_scratch_floats(cols). */
+    /* dst[j] += sum over rows of src[r, j] (bias gradients), in an order
+     * fixed by the shape: the CPU's rows in order, CUDA's in slices of rows
+     * whose partial sums are added in slice order (deterministic, not the
+     * CPU's bits); rows == 0 changes nothing. scratch: column_sum_scratch_floats(cols). */
     rp_status (*column_sum_accumulate)(void *state, const float *src, int64_t rows, int64_t cols,
                                        float *dst, float *scratch, rp_error *err);
 
@@ -305,8 +310,8 @@ typedef struct rp_kernel_ops {
      * (fp32 [rows, out]) += bias[e] on each row of expert e, bias a host
      * array of E pointers to fp32 [out] (an expert with no rows is never
      * read), y_compute (optional) the result's rounded copy; and dbias[e]
-     * += the column sums of dy over expert e's rows in row order
-     * (column_sum_accumulate's order, in fp32; dbias a host array of E fp32
+     * += the column sums of dy over expert e's rows in row order (the
+     * CPU column_sum_accumulate's order, in fp32; dbias a host array of E fp32
      * pointers; an expert with no rows is not touched). dy is in the
      * compute dtype: the gradients the grouped GEMMs read (bf16 on CUDA),
      * so the bias's gradient is summed from the values its weight's is.

@@ -7,7 +7,8 @@ static __global__ void table_kernel(float *cs, const float *inv_freq, int64_t se
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
         int64_t p = k / half, i = k % half;
-        float a = __fmul_rn((float)p, inv_freq[i]); /* no contraction: same rounding as the CPU */
+        /* the angle rounded as the CPU's; cosf and sinf are the device's */
+        float a = __fmul_rn((float)p, inv_freq[i]);
         cs[k] = cosf(a);
         cs[n + k] = sinf(a);
     }

@@ -117,7 +117,8 @@ extern "C" int rp_cuda_swiglu_backward(const void *g, const void *u, int gu_bf16
 }
 
 /* gpt-oss's clamped SwiGLU: the CPU op's formulas (kernels/cpu/swiglu.c) in
- * the same fp32 operations and order. */
+ * the same fp32 operations and order, none contracted; the device's expf
+ * is not the C library's, so the results differ in the last bits. */
 static __global__ void clamped_fwd_kernel(const float *g, const float *u, float limit, float alpha,
                                           float *m, rp_bf16_t *mb, int64_t n)
 {

@@ -27,7 +27,8 @@ int rp_cuda_swiglu_backward(const void *g, const void *u, int gu_bf16, int64_t l
                             uint16_t *du_bf16, int64_t rows, int64_t cols, void *stream);
 
 /* gpt-oss's clamped SwiGLU (kernels/ops.h swiglu_clamped_*, the CPU op's
- * formulas in the same fp32 operations): gate = min(g, limit), up =
+ * formulas in the same fp32 operations, without contraction; the device's
+ * expf differs from the C library's in the last bits): gate = min(g, limit), up =
  * clamp(u, -limit, limit), m = (up + 1) gate sigmoid(alpha gate); dg and du
  * zero where g or u was beyond its bound. Outputs and aliasing as above. */
 int rp_cuda_swiglu_clamped_forward(const float *g, const float *u, float limit, float alpha,
