@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/clock.h"
+#include "core/slow_work.h"
 #include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/checkpoints.h"
@@ -139,29 +139,23 @@ static void remove_stale_stores(rp_engine *e)
 /* A random start (--init-config, neither LoRA nor a resume): every rank of
  * the node draws its part of each layer (a value depends on the seed, the
  * parameter and its index alone: the same bits for any split); rank 0 says
- * how far it is when that takes long, as the planner does (--progress none:
+ * how far it is when that takes long (core/slow_work.h; --progress none:
  * nothing). */
-#define INIT_REPORT_DELAY_S 10.0
-#define INIT_REPORT_INTERVAL_S 15.0
-
 static void init_random_part(rp_engine *e, rp_params *shared, int part, int parts)
 {
-    double total = 0, done = 0;
+    double total = 0, done = 0, t;
     for (int l = 0; l < shared->nlayers; l++)
         total += (double)shared->layers[l].numel;
-    const int64_t t0 = rp_clock_ns();
-    double next_s = INIT_REPORT_DELAY_S;
+    rp_slow_work slow;
+    rp_slow_work_start(&slow);
     for (int l = 0; l < shared->nlayers; l++) {
         rp_params_init_random_part(shared, l, e->o->seed, part, parts);
         done += (double)shared->layers[l].numel;
-        const double t = (double)(rp_clock_ns() - t0) * 1e-9;
-        if (e->nd.world_rank == 0 && e->o->progress != RP_PROGRESS_NONE && t >= next_s &&
-            l + 1 < shared->nlayers) {
+        if (e->nd.world_rank == 0 && e->o->progress != RP_PROGRESS_NONE &&
+            l + 1 < shared->nlayers && rp_slow_work_due(&slow, &t))
             rp_log(e->lg, RP_LOG_INFO, "initialising the parameters: %.1fM of %.1fM (%.0f%%) "
                    "drawn in %.0f s, on the node's %d rank(s)", done / 1e6, total / 1e6,
                    100.0 * done / total, t, parts);
-            next_s = t + INIT_REPORT_INTERVAL_S;
-        }
     }
 }
 

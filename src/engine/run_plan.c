@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+#include "core/slow_work.h"
 #include "core/unproven.h"
 #include "device/backend.h"
 #include "engine/engine_impl.h"
@@ -308,10 +309,9 @@ static rp_status keep_fit(const rp_engine *e, const rp_cost_model *cm, const rp_
     return RP_OK;
 }
 
-/* A long plan search (plan/search.h) reports to the log, as train's
- * progress lines do off a terminal: none for --progress none. */
-#define PLAN_REPORT_DELAY_S 10.0
-#define PLAN_REPORT_INTERVAL_S 15.0
+/* A long plan search (plan/search.h) reports to the log, as other long
+ * work does (core/slow_work.h's delay and interval): none for --progress
+ * none. */
 
 static void plan_report(void *arg, const rp_plan_search_state *state)
 {
@@ -342,8 +342,8 @@ static rp_status plan_auto(const rp_engine *e, const double *fwd_ms, const doubl
     keep_budget(e, mc);
     rp_plan_search *search = rp_plan_search_create();
     if (search && e->o->progress != RP_PROGRESS_NONE)
-        rp_plan_search_set_report(search, plan_report, (void *)e, PLAN_REPORT_DELAY_S,
-                                  PLAN_REPORT_INTERVAL_S);
+        rp_plan_search_set_report(search, plan_report, (void *)e, RP_SLOW_WORK_DELAY_S,
+                                  RP_SLOW_WORK_INTERVAL_S);
     mc->search = search;
     rp_status s = rp_plan_dealt_buffers(cm, mc, e->virtual_executors / e->pipelines, NULL,
                                         (rp_deal_choice)e->o->deal, e->o->weight_buffers == 0,
