@@ -93,7 +93,8 @@ START_TEST(save_streams_the_fused_experts)
     rp_error err = {0};
 
     const long rss = rp_test_peak_reset(); /* the save's growth from here */
-    ck_assert_msg(rp_model_dir_save(dir, m.t, m.n, RP_F32, &cfg, NULL, NULL, &err) == RP_OK,
+    ck_assert_msg(rp_model_dir_save(dir, m.t, m.n, RP_F32, &cfg, NULL, NULL, NULL,
+                                    &err) == RP_OK,
                   "%s", err.msg);
     const long grown = rp_test_status_kb("VmHWM") - rss;
     const long block_kb = (long)(EXPERTS * (3 * INTER * HIDDEN + 2 * INTER + HIDDEN) * 4 / 1024);
@@ -206,7 +207,8 @@ START_TEST(experts_as_sources_save_the_same_bytes)
     char plain[1024], sourced[1024], path[1100];
     snprintf(plain, sizeof plain, "%s/plain", rp_test_tmpdir());
     snprintf(sourced, sizeof sourced, "%s/sourced", rp_test_tmpdir());
-    ck_assert_msg(rp_model_dir_save(plain, m.t, m.n, RP_BF16, &cfg, NULL, NULL, &err) == RP_OK,
+    ck_assert_msg(rp_model_dir_save(plain, m.t, m.n, RP_BF16, &cfg, NULL, NULL, NULL,
+                                    &err) == RP_OK,
                   "%s", err.msg);
     static rp_tensor_source sources[BLOCKS * EXPERTS * 6 + 1];
     rp_tensor_ref refs[BLOCKS * EXPERTS * 6 + 1];
@@ -219,7 +221,8 @@ START_TEST(experts_as_sources_save_the_same_bytes)
         }
     }
     longest_run = 0;
-    ck_assert_msg(rp_model_dir_save(sourced, refs, m.n, RP_BF16, &cfg, NULL, NULL, &err) ==
+    ck_assert_msg(rp_model_dir_save(sourced, refs, m.n, RP_BF16, &cfg, NULL, NULL, NULL,
+                                    &err) ==
                   RP_OK, "%s", err.msg);
     ck_assert(longest_run > 0 && longest_run <= RP_SAFETENSORS_FILL_CHUNK);
     long n_plain, n_sourced;
@@ -296,7 +299,8 @@ START_TEST(load_names_the_file_of_a_non_finite_expert)
     rp_error err = {0};
     const float marker = 12345.6875f; /* block 1, expert 3's up weight, found in the file */
     ((float *)find(&m, 1, 3, 1, 0)->data)[5 * HIDDEN + 7] = marker;
-    ck_assert_msg(rp_model_dir_save(dir, m.t, m.n, RP_F32, &cfg, NULL, NULL, &err) == RP_OK,
+    ck_assert_msg(rp_model_dir_save(dir, m.t, m.n, RP_F32, &cfg, NULL, NULL, NULL,
+                                    &err) == RP_OK,
                   "%s", err.msg);
     long size;
     char *bytes = slurp(path, &size);

@@ -344,7 +344,8 @@ static void save_as(const char *dir, const char *name, const rp_tensor_ref *list
 {
     char from[700], to[700];
     rp_error err = {0};
-    ck_assert_msg(rp_model_dir_save(dir, list, n, RP_F32, cfg, NULL, NULL, &err) == RP_OK, "%s",
+    ck_assert_msg(rp_model_dir_save(dir, list, n, RP_F32, cfg, NULL, NULL, NULL,
+                                    &err) == RP_OK, "%s",
                   err.msg);
     snprintf(from, sizeof from, "%s/model.safetensors", dir);
     snprintf(to, sizeof to, "%s/%s", dir, name);

@@ -39,10 +39,11 @@ rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp
  * in Hugging Face layout (experts per expert), stored in dtype, with the
  * base's tokenizer and generation files (companions, may be NULL). Each
  * tensor is made a piece at a time as the file is written, never the
- * whole merged model in memory (engine/lora_merged.c). */
+ * whole merged model in memory (engine/lora_merged.c); progress as for
+ * rp_model_dir_save. */
 rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                               const rp_train_options *o, rp_dtype dtype,
                               const char *template_config, const rp_companions *companions,
-                              rp_error *err);
+                              const rp_write_progress *progress, rp_error *err);
 
 #endif

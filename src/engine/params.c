@@ -256,14 +256,14 @@ rp_status rp_params_load_file(rp_params *p, const char *path, rp_error *err)
 
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, const rp_companions *companions,
-                             rp_error *err)
+                             const rp_write_progress *progress, rp_error *err)
 {
     int n = 0;
     rp_tensor_ref *t = rp_params_master_tensors(p, &n);
     if (!t)
         return rp_error_set(err, RP_ERR_NOMEM, "%s: the tensor list", dir);
     rp_status s = rp_model_dir_save(dir, t, n, dtype, &p->cfg, template_config, companions,
-                                    err);
+                                    progress, err);
     free(t);
     return s;
 }

@@ -98,10 +98,10 @@ rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n);
  * template (the text of the config.json the model came from, or NULL) the fields
  * roundpipe does not model, such as bos_token_id, are kept; the model's
  * tokenizer and generation files (companions, may be NULL) go with them
- * (rp_model_dir_save). */
+ * (rp_model_dir_save, progress as there). */
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, const rp_companions *companions,
-                             rp_error *err);
+                             const rp_write_progress *progress, rp_error *err);
 
 /* Bytes of layer l's compute-dtype array as laid out (the master's array
  * for fp32): what is uploaded and pinned. */

@@ -217,11 +217,12 @@ void rp_tensor_file_destroy(rp_tensor_file **f)
 
 /* The whole file at once, its tensors in file order (sequential writes). */
 static rp_status tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors,
-                             int n, rp_dtype dtype, rp_error *err)
+                             int n, rp_dtype dtype, const rp_write_progress *progress,
+                             rp_error *err)
 {
     rp_tensor_file *f = NULL;
     RP_TRY(rp_tensor_file_begin(fs, name, tensors, n, dtype, &f, err));
-    rp_status s = rp_safetensors_writer_write_all(f->w, f->af, f->path, err);
+    rp_status s = rp_safetensors_writer_write_all(f->w, f->af, f->path, progress, err);
     if (s != RP_OK) {
         rp_tensor_file_destroy(&f);
         return s;
@@ -244,14 +245,14 @@ rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, r
 static rp_status save_tensors(const char *dir, const rp_tensor_ref *tensors, int n,
                               rp_dtype dtype, const rp_model_config *cfg,
                               const char *template_config, const rp_companions *companions,
-                              rp_error *err)
+                              const rp_write_progress *progress, rp_error *err)
 {
     rp_file_set *fs = NULL;
     rp_status s = rp_file_set_begin(dir, &fs, err);
     if (s == RP_OK)
         s = mark_old_shards(fs, err);
     if (s == RP_OK)
-        s = tensors_add(fs, "model.safetensors", tensors, n, dtype, err);
+        s = tensors_add(fs, "model.safetensors", tensors, n, dtype, progress, err);
     if (s == RP_OK)
         s = rp_model_dir_add_config(fs, cfg, dtype, template_config, err);
     if (s == RP_OK)
@@ -264,7 +265,8 @@ static rp_status save_tensors(const char *dir, const rp_tensor_ref *tensors, int
 
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
-                            const rp_companions *companions, rp_error *err)
+                            const rp_companions *companions, const rp_write_progress *progress,
+                            rp_error *err)
 {
     if (cfg->arch == RP_ARCH_GPT_OSS) {
         /* gpt-oss's experts are saved as transformers holds them: fused,
@@ -276,9 +278,9 @@ rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n
         RP_TRY(rp_saved_tensors_make(tensors, n, &saved, err));
         const rp_tensor_ref *list = rp_saved_tensors_list(saved, &nsaved);
         rp_status s = save_tensors(dir, list, nsaved, dtype, cfg, template_config, companions,
-                                   err);
+                                   progress, err);
         rp_saved_tensors_free(&saved);
         return s;
     }
-    return save_tensors(dir, tensors, n, dtype, cfg, template_config, companions, err);
+    return save_tensors(dir, tensors, n, dtype, cfg, template_config, companions, progress, err);
 }

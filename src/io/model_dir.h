@@ -55,10 +55,12 @@ rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors,
  * one set: all files or none (io/file_set.h); the shards and index of an
  * older sharded save in dir go with it. The tokenizer and generation
  * files of the model the weights came from (companions, read when the run
- * started; NULL: none) go into the same set. */
+ * started; NULL: none) go into the same set. progress (NULL: none) is
+ * told after each tensor of model.safetensors. */
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
-                            const rp_companions *companions, rp_error *err);
+                            const rp_companions *companions, const rp_write_progress *progress,
+                            rp_error *err);
 
 /* The members of a save, for a caller with a file set of its own (a
  * checkpoint): config.json as rp_model_dir_save writes it, and a

@@ -374,13 +374,22 @@ rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, c
 }
 
 rp_status rp_safetensors_writer_write_all(rp_safetensors_writer *w, rp_atomic_file **af,
-                                          const char *path, rp_error *err)
+                                          const char *path, const rp_write_progress *progress,
+                                          rp_error *err)
 {
     if (!w->header_written)
         return rp_error_set(err, RP_ERR_INTERNAL, "%s: tensors written before the header", path);
+    uint64_t total = 0, done = 0;
+    for (size_t i = 0; i < w->n; i++)
+        total += (uint64_t)w->e[i].numel * rp_dtype_size(w->e[i].file_dtype);
     rp_status s = RP_OK; /* in file order: the writes stay sequential */
-    for (size_t i = 0; s == RP_OK && i < w->n; i++)
-        s = rp_safetensors_writer_write_tensor(w, (size_t)(w->order[i] - w->e), af, path, err);
+    for (size_t i = 0; s == RP_OK && i < w->n; i++) {
+        const wentry *t = w->order[i];
+        s = rp_safetensors_writer_write_tensor(w, (size_t)(t - w->e), af, path, err);
+        done += (uint64_t)t->numel * rp_dtype_size(t->file_dtype);
+        if (s == RP_OK && progress && progress->fn)
+            progress->fn(progress->arg, done, total);
+    }
     return s;
 }
 
@@ -388,7 +397,7 @@ rp_status rp_safetensors_writer_write_to(rp_safetensors_writer *w, rp_atomic_fil
                                          const char *path, rp_error *err)
 {
     RP_TRY(rp_safetensors_writer_write_header(w, af, path, err));
-    return rp_safetensors_writer_write_all(w, af, path, err);
+    return rp_safetensors_writer_write_all(w, af, path, NULL, err);
 }
 
 rp_status rp_safetensors_writer_write(rp_safetensors_writer *w, const char *path, rp_error *err)

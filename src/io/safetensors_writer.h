@@ -16,6 +16,13 @@
 
 typedef struct rp_safetensors_writer rp_safetensors_writer;
 
+/* How far a long write is, for a caller's progress line: fn(arg, bytes of
+ * tensor data written so far, bytes of tensor data in all). */
+typedef struct rp_write_progress {
+    void (*fn)(void *arg, uint64_t done, uint64_t total);
+    void *arg;
+} rp_write_progress;
+
 rp_status rp_safetensors_writer_create(rp_safetensors_writer **out, rp_error *err);
 void rp_safetensors_writer_destroy(rp_safetensors_writer **w);
 
@@ -66,8 +73,10 @@ rp_status rp_safetensors_writer_write_tensor(rp_safetensors_writer *w, size_t in
                                              rp_error *err);
 rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, const char *path,
                                                rp_error *err);
-/* Every tensor after the header, in file order (sequential writes). */
+/* Every tensor after the header, in file order (sequential writes);
+ * progress (NULL: none) is told after each tensor. */
 rp_status rp_safetensors_writer_write_all(rp_safetensors_writer *w, rp_atomic_file **af,
-                                          const char *path, rp_error *err);
+                                          const char *path, const rp_write_progress *progress,
+                                          rp_error *err);
 
 #endif
