@@ -15,8 +15,8 @@
 # directory, and nothing left to run; SIGUSR1 and SIGTERM (through mpirun)
 # stop after the step in progress with a checkpoint and exit 0, and the
 # resumed run ends with the bits of one that never stopped; long work (the
-# random start, a checkpoint training waits for, --save, --save-merged)
-# says how far it is, but under --progress none.
+# host stores' allocation, the random start, a checkpoint training waits
+# for, --save, --save-merged) says how far it is, but under --progress none.
 set -u
 . "$(dirname "$0")/testlib.sh"
 export OMP_NUM_THREADS=1
@@ -27,16 +27,19 @@ run 2 part $tiny --checkpoint-dir "$tmp/ck" --checkpoint-every 4 --keep-checkpoi
 [ -f "$tmp/ck/step-00000004/checkpoint.complete" ] && [ -f "$tmp/ck/step-00000008/checkpoint.complete" ] && ok || bad "checkpoints of steps 4 and 8 missing"
 grep -q "checkpoint of step 4 written" "$tmp/part.txt" && ok || bad "no line naming the checkpoint"
 # long work says how far it is (core/slow_work.h; RP_TEST_PROGRESS_DELAY_S=0
-# at once): the random start, the checkpoint written while training waits,
-# the saved model and a merged LoRA model; with --progress none none of them
+# at once): the host stores' allocation, the random start, the checkpoint
+# written while training waits, the saved model and a merged LoRA model;
+# with --progress none none of them
 RP_TEST_PROGRESS_DELAY_S=0 run 2 slow $tiny --steps 2 --checkpoint-dir "$tmp/ckslow" --save "$tmp/slowsave" --progress line || { bad "slow-work run"; cat "$tmp/slow.txt"; }
 grep -q "initialising the parameters: .*M of .*M (.*%) drawn in .* s, on the node's 2 rank(s)" "$tmp/slow.txt" &&
   grep -q "writing the checkpoint of step 2: .* of .* MiB (.*%) in .* s" "$tmp/slow.txt" &&
-  grep -q "saving $tmp/slowsave/model.safetensors: .* of .* MiB (.*%) in .* s" "$tmp/slow.txt" && ok || { bad "no progress lines for long work"; cat "$tmp/slow.txt"; }
+  grep -q "saving $tmp/slowsave/model.safetensors: .* of .* MiB (.*%) in .* s" "$tmp/slow.txt" &&
+  grep -q "allocating the host store: 0.0 of .* MiB (0%) in 0 s" "$tmp/slow.txt" &&
+  grep -q "allocating the activations' host store: 0.0 of .* MiB (0%) in 0 s" "$tmp/slow.txt" && ok || { bad "no progress lines for long work"; cat "$tmp/slow.txt"; }
 RP_TEST_PROGRESS_DELAY_S=0 run 1 slowm $tiny --steps 1 --lora-rank 2 --save-merged "$tmp/slowmerged" --progress line || { bad "slow-work run, LoRA"; cat "$tmp/slowm.txt"; }
 grep -q "saving $tmp/slowmerged/model.safetensors: .* of .* MiB (.*%) in .* s" "$tmp/slowm.txt" && ok || { bad "no progress line for the merged save"; cat "$tmp/slowm.txt"; }
 RP_TEST_PROGRESS_DELAY_S=0 run 2 slown $tiny --steps 2 --checkpoint-dir "$tmp/ckslown" --save "$tmp/slownsave" --progress none || { bad "slow-work run, --progress none"; cat "$tmp/slown.txt"; }
-grep -q "initialising the parameters\|writing the checkpoint\|saving " "$tmp/slown.txt" && { bad "progress lines under --progress none"; cat "$tmp/slown.txt"; } || ok
+grep -q "initialising the parameters\|writing the checkpoint\|saving \|allocating " "$tmp/slown.txt" && { bad "progress lines under --progress none"; cat "$tmp/slown.txt"; } || ok
 # every key of trainer_state.json (its options included) is described in roundpipe-formats(5)
 for k in $(grep -o '^ *"[a-z_0-9]*":' "$tmp/ck/step-00000004/trainer_state.json" | tr -d ' ":'); do
   grep -q "\\b$k\\b" "$src/man/roundpipe-formats.5" && ok || bad "trainer_state.json's $k is not in man/roundpipe-formats.5"

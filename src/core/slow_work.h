@@ -13,6 +13,14 @@
 #define RP_SLOW_WORK_DELAY_S 10.0
 #define RP_SLOW_WORK_INTERVAL_S 15.0
 
+/* How far long work is, told to a caller that may say it (a module below
+ * the logger: io, the store): fn(arg, done, total), in the work's units
+ * (bytes). */
+typedef struct rp_progress_hook {
+    void (*fn)(void *arg, uint64_t done, uint64_t total);
+    void *arg;
+} rp_progress_hook;
+
 typedef struct rp_slow_work {
     int64_t t0_ns; /* the work began (rp_clock_ns) */
     double next_s; /* the next line is due after this many seconds */

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/slow_work.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_lock.h"
 #include "io/output_path.h"
@@ -137,11 +136,11 @@ static rp_status ck_begin(rp_engine *e, int64_t c, int pending, ck *k, rp_error 
     return s;
 }
 
-/* The MiB a layer of numel elements adds to a checkpoint: its master, m
+/* The bytes a layer of numel elements adds to a checkpoint: its master, m
  * and v (and pending gradient) in fp32. */
-static double ck_layer_mib(int pending, size_t numel)
+static uint64_t ck_layer_bytes(int pending, size_t numel)
 {
-    return (pending ? 4.0 : 3.0) * (double)numel * 4 / 1048576.0;
+    return (pending ? 4u : 3u) * (uint64_t)numel * 4u;
 }
 
 /* Layer l's master, m and v (and pending gradient), read now. */
@@ -199,7 +198,7 @@ static rp_status ck_finish(rp_engine *e, ck *k, int64_t c, int64_t adam, float c
     if (s == RP_OK) {
         double mib = 0;
         for (int l = 0; l < e->p->nlayers; l++)
-            mib += ck_layer_mib(k->pending, e->p->layers[l].numel);
+            mib += (double)ck_layer_bytes(k->pending, e->p->layers[l].numel) / 1048576.0;
         char how[128] = "";
         if (k->async)
             snprintf(how, sizeof how, ", while training went on: %.2f s writing, updates held "
@@ -263,20 +262,20 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         int pending = rp_gate_checkpoint_pending(e, e->it_last);
         s = ck_begin(e, e->it_last, pending, &k, err);
         /* training waits: how far it is, when that takes long */
-        double total = 0, done = 0, t;
+        uint64_t total = 0, done = 0;
         for (int l = 0; l < e->p->nlayers; l++)
-            total += ck_layer_mib(k.pending, e->p->layers[l].numel);
-        rp_slow_work slow;
-        rp_slow_work_start(&slow);
+            total += ck_layer_bytes(k.pending, e->p->layers[l].numel);
+        rp_work_lines lines;
+        char what[64];
+        snprintf(what, sizeof what, "writing the checkpoint of step %lld", (long long)e->it_last);
+        rp_work_lines_start(&lines, e->lg, e->o->progress != RP_PROGRESS_NONE, what);
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++) {
             uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
             if ((s = ck_layer(&k, l, err)) == RP_OK)
                 trace_layer_written(e, l, e->it_last, t0);
-            done += ck_layer_mib(k.pending, e->p->layers[l].numel);
-            if (s == RP_OK && e->o->progress != RP_PROGRESS_NONE && rp_slow_work_due(&slow, &t))
-                rp_log(e->lg, RP_LOG_INFO, "writing the checkpoint of step %lld: %.1f of %.1f "
-                       "MiB (%.0f%%) in %.0f s", (long long)e->it_last, done, total,
-                       100.0 * done / total, t);
+            done += ck_layer_bytes(k.pending, e->p->layers[l].numel);
+            if (s == RP_OK)
+                rp_work_lines_told(&lines, done, total);
         }
         if (s == RP_OK)
             s = ck_finish(e, &k, e->it_last, e->by_optimizer.adam_step, e->by_optimizer.lag_coef,

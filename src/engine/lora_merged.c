@@ -102,7 +102,7 @@ static int proj_of(const rp_model_config *cfg, const char *name, int64_t *expert
 rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                               const rp_train_options *o, rp_dtype dtype,
                               const char *template_config, const rp_companions *companions,
-                              const rp_write_progress *progress, rp_error *err)
+                              const rp_progress_hook *progress, rp_error *err)
 {
     rp_model_config cfg = p->cfg;
     memset(&cfg.lora, 0, sizeof cfg.lora);

@@ -44,6 +44,6 @@ rp_status rp_lora_save_adapter(const rp_params *p, const rp_train_options *o, rp
 rp_status rp_lora_save_merged(const rp_params *p, const rp_frozen_base *base,
                               const rp_train_options *o, rp_dtype dtype,
                               const char *template_config, const rp_companions *companions,
-                              const rp_write_progress *progress, rp_error *err);
+                              const rp_progress_hook *progress, rp_error *err);
 
 #endif

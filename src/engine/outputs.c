@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/slow_work.h"
 #include "engine/engine_impl.h"
 #include "engine/checkpoints.h"
 #include "engine/host_memory.h"
@@ -171,39 +170,6 @@ rp_status rp_run_outputs_start(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_
     return RP_OK;
 }
 
-/* A long save says how far it is (core/slow_work.h), as the checkpoint
- * training waits for does; none under --progress none. */
-typedef struct save_progress {
-    const rp_engine *e;
-    const char *path; /* the file written */
-    rp_slow_work slow;
-    rp_write_progress hook;
-} save_progress;
-
-static void save_progress_told(void *arg, uint64_t done, uint64_t total)
-{
-    save_progress *sp = arg;
-    double t;
-    if (done < total && rp_slow_work_due(&sp->slow, &t))
-        rp_log(sp->e->lg, RP_LOG_INFO, "saving %s: %.1f of %.1f MiB (%.0f%%) in %.0f s", sp->path,
-               (double)done / 1048576.0, (double)total / 1048576.0,
-               100.0 * (double)done / (double)total, t);
-}
-
-/* The hook for a save of dir/model.safetensors (NULL under --progress none). */
-static const rp_write_progress *save_progress_start(save_progress *sp, const rp_engine *e,
-                                                    const char *dir, char *path, size_t len)
-{
-    if (e->o->progress == RP_PROGRESS_NONE)
-        return NULL;
-    snprintf(path, len, "%s/model.safetensors", dir);
-    sp->e = e;
-    sp->path = path;
-    rp_slow_work_start(&sp->slow);
-    sp->hook = (rp_write_progress){save_progress_told, sp};
-    return &sp->hook;
-}
-
 /* The outputs, the model first: a failure writing one never prevents the
  * others. The first failure is returned, later ones are logged. */
 rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained, MPI_Comm comm,
@@ -212,6 +178,7 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
     const rp_train_options *o = e->o;
     rp_status out = RP_OK;
     int root = e->nd.world_rank == 0; /* every node holds the same model: node 0's */
+    const int say = root && o->progress != RP_PROGRESS_NONE; /* a long save's lines */
     if (trained == RP_OK && o->save_dir && e->stopped_early && root)
         rp_log(e->lg, RP_LOG_INFO, "--save %s not written: the run stopped early (its checkpoint "
                "holds the model)", o->save_dir);
@@ -224,13 +191,13 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
         if (root && st == RP_OK && e->lora)
             st = rp_lora_save_adapter(r->shared, o, &one);
         else if (root && st == RP_OK) {
-            save_progress sp;
-            char path[4200];
+            rp_work_lines lines;
+            char what[4300];
+            snprintf(what, sizeof what, "saving %s/model.safetensors", o->save_dir);
             st = rp_params_save_dir(r->shared, o->save_dir,
                                     o->save_dtype_set ? o->save_dtype : r->shared->loaded_dtype,
                                     e->model_config_text, e->companions,
-                                    save_progress_start(&sp, e, o->save_dir, path, sizeof path),
-                                    &one);
+                                    rp_work_lines_start(&lines, e->lg, say, what), &one);
         }
         st = rp_run_agree(e, st, comm, &one);
         if (st == RP_OK && root)
@@ -245,12 +212,11 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
         rp_status st = RP_OK;
         rp_dtype dt = o->save_dtype_set ? o->save_dtype : rp_frozen_base_file_dtype(e->base);
         if (root) {
-            save_progress sp;
-            char path[4200];
+            rp_work_lines lines;
+            char what[4300];
+            snprintf(what, sizeof what, "saving %s/model.safetensors", o->save_merged);
             st = rp_lora_save_merged(r->shared, e->base, o, dt, e->model_config_text,
-                                     e->companions,
-                                     save_progress_start(&sp, e, o->save_merged, path,
-                                                         sizeof path),
+                                     e->companions, rp_work_lines_start(&lines, e->lg, say, what),
                                      &one);
         }
         st = rp_run_agree(e, st, comm, &one);

@@ -256,7 +256,7 @@ rp_status rp_params_load_file(rp_params *p, const char *path, rp_error *err)
 
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, const rp_companions *companions,
-                             const rp_write_progress *progress, rp_error *err)
+                             const rp_progress_hook *progress, rp_error *err)
 {
     int n = 0;
     rp_tensor_ref *t = rp_params_master_tensors(p, &n);

@@ -101,7 +101,7 @@ rp_tensor_ref *rp_params_master_tensors(const rp_params *p, int *n);
  * (rp_model_dir_save, progress as there). */
 rp_status rp_params_save_dir(const rp_params *p, const char *dir, rp_dtype dtype,
                              const char *template_config, const rp_companions *companions,
-                             const rp_write_progress *progress, rp_error *err);
+                             const rp_progress_hook *progress, rp_error *err);
 
 /* Bytes of layer l's compute-dtype array as laid out (the master's array
  * for fp32): what is uploaded and pinned. */

@@ -6,6 +6,29 @@
 #include <time.h>
 #include <unistd.h>
 
+const rp_progress_hook *rp_work_lines_start(rp_work_lines *w, const rp_logger *lg, int say,
+                                            const char *what)
+{
+    memset(w, 0, sizeof *w);
+    if (!say)
+        return NULL;
+    w->lg = lg;
+    snprintf(w->what, sizeof w->what, "%s", what);
+    rp_slow_work_start(&w->slow);
+    w->hook = (rp_progress_hook){rp_work_lines_told, w};
+    return &w->hook;
+}
+
+void rp_work_lines_told(void *arg, uint64_t done, uint64_t total)
+{
+    rp_work_lines *w = arg;
+    double t;
+    if (w->lg && done < total && rp_slow_work_due(&w->slow, &t))
+        rp_log(w->lg, RP_LOG_INFO, "%s: %.1f of %.1f MiB (%.0f%%) in %.0f s", w->what,
+               (double)done / 1048576.0, (double)total / 1048576.0,
+               100.0 * (double)done / (double)total, t);
+}
+
 double rp_now(void)
 {
     struct timespec ts;

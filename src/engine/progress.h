@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/log.h"
+#include "core/slow_work.h"
+
 typedef struct rp_progress {
     FILE *out;        /* NULL: silent */
     int live;         /* redraw one line with \r */
@@ -51,6 +54,22 @@ void rp_progress_log_sink(void *arg, const char *line);
  * mpirun gives its ranks' standard error a pipe but their standard output a
  * pseudo-terminal, so the live line goes to standard output. */
 int rp_progress_live_default(void);
+
+/* Long work before or after the steps, in bytes (the host store's
+ * allocation, a checkpoint training waits for, a saved model): rank 0
+ * logs "WHAT: X of Y MiB (P%) in T s" when it takes long (core/slow_work.h's
+ * rule). rp_work_lines_start returns the hook to hand to the module doing
+ * the work (NULL when !say: other ranks, --progress none); the engine's own
+ * loops call rp_work_lines_told instead. */
+typedef struct rp_work_lines {
+    const rp_logger *lg;
+    char what[4400];
+    rp_slow_work slow;
+    rp_progress_hook hook;
+} rp_work_lines;
+const rp_progress_hook *rp_work_lines_start(rp_work_lines *w, const rp_logger *lg, int say,
+                                            const char *what);
+void rp_work_lines_told(void *w, uint64_t done, uint64_t total);
 
 /* Monotonic seconds. */
 double rp_now(void);

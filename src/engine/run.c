@@ -100,6 +100,10 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     rp_store_params sp;
     memset(&sp, 0, sizeof sp);
     sp.lazy = e->nd.nodes > 1; /* pages only where used: a node's own slices' state */
+    rp_work_lines lines; /* node 0's leader, rank 0, says how far a long allocation is */
+    sp.reserve_progress = rp_work_lines_start(&lines, e->lg, e->nd.world_rank == 0 &&
+                                              e->o->progress != RP_PROGRESS_NONE,
+                                              "allocating the host store");
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, out, err);
     rp_store_layout_destroy(&lay);

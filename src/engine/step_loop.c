@@ -81,6 +81,10 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (s == RP_OK && e->o->activation_numa)
         s = rp_arena_numa_ranges(e, act, &near, &sp.nbind, &shared, err);
     sp.bind = near;
+    rp_work_lines lines; /* rank 0 says how far a long allocation is */
+    sp.reserve_progress = rp_work_lines_start(&lines, e->lg, e->nd.world_rank == 0 &&
+                                              e->o->progress != RP_PROGRESS_NONE,
+                                              "allocating the activations' host store");
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, &e->store, err);
     rp_store_layout_destroy(&lay);

@@ -217,7 +217,7 @@ void rp_tensor_file_destroy(rp_tensor_file **f)
 
 /* The whole file at once, its tensors in file order (sequential writes). */
 static rp_status tensors_add(rp_file_set *fs, const char *name, const rp_tensor_ref *tensors,
-                             int n, rp_dtype dtype, const rp_write_progress *progress,
+                             int n, rp_dtype dtype, const rp_progress_hook *progress,
                              rp_error *err)
 {
     rp_tensor_file *f = NULL;
@@ -245,7 +245,7 @@ rp_status rp_model_dir_add_config(rp_file_set *fs, const rp_model_config *cfg, r
 static rp_status save_tensors(const char *dir, const rp_tensor_ref *tensors, int n,
                               rp_dtype dtype, const rp_model_config *cfg,
                               const char *template_config, const rp_companions *companions,
-                              const rp_write_progress *progress, rp_error *err)
+                              const rp_progress_hook *progress, rp_error *err)
 {
     rp_file_set *fs = NULL;
     rp_status s = rp_file_set_begin(dir, &fs, err);
@@ -265,7 +265,7 @@ static rp_status save_tensors(const char *dir, const rp_tensor_ref *tensors, int
 
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
-                            const rp_companions *companions, const rp_write_progress *progress,
+                            const rp_companions *companions, const rp_progress_hook *progress,
                             rp_error *err)
 {
     if (cfg->arch == RP_ARCH_GPT_OSS) {

@@ -59,7 +59,7 @@ rp_status rp_model_dir_load_file(const char *path, const rp_tensor_ref *tensors,
  * told after each tensor of model.safetensors. */
 rp_status rp_model_dir_save(const char *dir, const rp_tensor_ref *tensors, int n, rp_dtype dtype,
                             const rp_model_config *cfg, const char *template_config,
-                            const rp_companions *companions, const rp_write_progress *progress,
+                            const rp_companions *companions, const rp_progress_hook *progress,
                             rp_error *err);
 
 /* The members of a save, for a caller with a file set of its own (a

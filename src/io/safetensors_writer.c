@@ -374,7 +374,7 @@ rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, c
 }
 
 rp_status rp_safetensors_writer_write_all(rp_safetensors_writer *w, rp_atomic_file **af,
-                                          const char *path, const rp_write_progress *progress,
+                                          const char *path, const rp_progress_hook *progress,
                                           rp_error *err)
 {
     if (!w->header_written)

@@ -12,16 +12,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/slow_work.h"
 #include "io/atomic_file.h"
 
 typedef struct rp_safetensors_writer rp_safetensors_writer;
-
-/* How far a long write is, for a caller's progress line: fn(arg, bytes of
- * tensor data written so far, bytes of tensor data in all). */
-typedef struct rp_write_progress {
-    void (*fn)(void *arg, uint64_t done, uint64_t total);
-    void *arg;
-} rp_write_progress;
 
 rp_status rp_safetensors_writer_create(rp_safetensors_writer **out, rp_error *err);
 void rp_safetensors_writer_destroy(rp_safetensors_writer **w);
@@ -74,9 +68,9 @@ rp_status rp_safetensors_writer_write_tensor(rp_safetensors_writer *w, size_t in
 rp_status rp_safetensors_writer_check_complete(const rp_safetensors_writer *w, const char *path,
                                                rp_error *err);
 /* Every tensor after the header, in file order (sequential writes);
- * progress (NULL: none) is told after each tensor. */
+ * progress (NULL: none) is told after each tensor, in bytes of tensor data. */
 rp_status rp_safetensors_writer_write_all(rp_safetensors_writer *w, rp_atomic_file **af,
-                                          const char *path, const rp_write_progress *progress,
+                                          const char *path, const rp_progress_hook *progress,
                                           rp_error *err);
 
 #endif

@@ -122,9 +122,16 @@ rp_status rp_shm_create(const char *dir, size_t bytes, unsigned flags, rp_shm *s
     return st;
 }
 
-rp_status rp_shm_reserve(rp_shm *shm, rp_error *err)
+rp_status rp_shm_reserve(rp_shm *shm, const rp_progress_hook *progress, rp_error *err)
 {
-    int e = posix_fallocate(shm->fd, 0, (off_t)shm->bytes);
+    const size_t piece = (size_t)1 << 30; /* a multiple of any file system's block */
+    int e = 0;
+    for (size_t at = 0; e == 0 && at < shm->bytes; at += piece) {
+        const size_t n = shm->bytes - at < piece ? shm->bytes - at : piece;
+        if (progress && progress->fn)
+            progress->fn(progress->arg, at, shm->bytes);
+        e = posix_fallocate(shm->fd, (off_t)at, (off_t)n);
+    }
     if (e == 0 || e == EOPNOTSUPP || e == EINVAL) /* not every file system allocates ahead */
         return RP_OK;
     char path[400];

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "core/slow_work.h"
 
 #define RP_SHM_NAME_MAX 96
 #define RP_SHM_DEFAULT_DIR "/dev/shm"
@@ -36,8 +37,9 @@ rp_status rp_shm_create(const char *dir, size_t bytes, unsigned flags, rp_shm *s
 /* Leader, after NUMA placement and before anyone touches the pages:
  * allocate every page now (posix_fallocate) so that a file system that is
  * too small fails here, with a clear message, instead of killing a process
- * with SIGBUS in the middle of training. */
-rp_status rp_shm_reserve(rp_shm *shm, rp_error *err);
+ * with SIGBUS in the middle of training. A GiB at a time, progress (NULL:
+ * none) told the bytes done before each. */
+rp_status rp_shm_reserve(rp_shm *shm, const rp_progress_hook *progress, rp_error *err);
 
 /* Other ranks: open the file the leader created and map `bytes` bytes. */
 rp_status rp_shm_open(const char *dir, const char *name, size_t bytes, unsigned flags, rp_shm *shm,

@@ -67,7 +67,7 @@ static rp_status leader_create(rp_store *s, const rp_store_params *p, leader_msg
     if (own_topo)
         hwloc_topology_destroy(topo);
     if (st == RP_OK && !p->lazy)
-        st = rp_shm_reserve(&s->shm, err);
+        st = rp_shm_reserve(&s->shm, p->reserve_progress, err);
     if (st == RP_OK) {
         strcpy(m->name, s->shm.name);
         m->bytes = s->bytes;

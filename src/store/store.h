@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "core/slow_work.h"
 #include "store/layout.h"
 #include "store/numa.h"
 
@@ -28,6 +29,8 @@ typedef struct rp_store_params {
                                   instead (rp_numa_bind_ranges: whole pages, at most half a
                                   node), nbind of them */
     int nbind;
+    const rp_progress_hook *reserve_progress; /* told as the leader allocates the pages
+                                                 (bytes; NULL: nothing) */
 } rp_store_params;
 
 /* Collective over comm. Splits comm into nodes (MPI_COMM_TYPE_SHARED); on
