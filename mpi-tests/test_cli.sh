@@ -2,7 +2,7 @@
 # Proves: `roundpipe train` turns bad usage and bad input into one clear
 # message and a non-zero exit (2 for usage, 1 for input), names the option,
 # file or field at fault (an unknown option close to a known one with "did
-# you mean"), and writes nothing when it fails (a --plan that cannot run
+# you mean"; a FIFO where a file belongs, at once), and writes nothing when it fails (a --plan that cannot run
 # before the host store is built); and the
 # happy paths of --init-config, --dtype bf16, --save-dtype bf16, --log and the
 # non-terminal progress lines work. --device and --dtype: auto picks CUDA
@@ -28,6 +28,19 @@ expect() {
   ok
 }
 base="--model $fix/model --data $fix/data.npy --seq-len 16 --batch-size 4 --steps 1 --progress none"
+
+# a FIFO where an input file belongs is refused at once, never waited on (an
+# open of a FIFO without a writer blocks, deaf to SIGTERM): a config, the
+# data, a model's weights (the timeout fails a run that waits)
+mkfifo "$tmp/fifo.json" "$tmp/fifo.npy"
+mkdir "$tmp/fifomodel" && cp "$fix/model/config.json" "$tmp/fifomodel/" && mkfifo "$tmp/fifomodel/model.safetensors"
+for c in "--init-config $tmp/fifo.json --data $fix/data.npy|$tmp/fifo.json" \
+         "--model $fix/model --data $tmp/fifo.npy|$tmp/fifo.npy" \
+         "--model $tmp/fifomodel --data $fix/data.npy|$tmp/fifomodel/model.safetensors"; do
+  timeout -s KILL 60 "$bin" train ${c%%|*} --seq-len 16 --batch-size 4 --steps 1 --progress none > "$tmp/fifo.txt" 2>&1
+  rc=$?
+  [ "$rc" = 1 ] && grep -q "${c##*|}: not a regular file" "$tmp/fifo.txt" && ok || { bad "a FIFO (${c##*|}): exit $rc"; cat "$tmp/fifo.txt"; }
+done
 
 expect 2 "usage: roundpipe" --
 expect 2 "unknown command 'trian'" -- trian

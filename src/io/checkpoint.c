@@ -59,16 +59,11 @@ static rp_status file_hash(const char *path, uint64_t hash[2], uint64_t *bytes, 
     hash[0] = FNV_OFFSET;
     hash[1] = FNV_OFFSET_BEFORE;
     *bytes = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
+    RP_TRY(rp_open_regular(path, &fd, &st, err));
     rp_status s = RP_OK;
-    if (fstat(fd, &st) != 0)
-        s = rp_error_set(err, RP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        s = rp_error_set(err, RP_ERR_IO, "%s: not a regular file", path);
-    else if (st.st_size > 0) {
+    if (st.st_size > 0) {
         void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             s = rp_error_set(err, RP_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/read_file.h"
+
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "roundpipe reads .npy data in place and needs a little-endian host"
 #endif
@@ -292,14 +294,9 @@ rp_status rp_npy_open_memory(const void *buf, size_t len, const char *name, rp_n
 rp_status rp_npy_open(const char *path, rp_npy **out, rp_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return rp_error_set(err, RP_ERR_IO, "%s: not a regular file", path);
-    }
+    RP_TRY(rp_open_regular(path, &fd, &sb, err));
     rp_npy *np = alloc_handle(path, err);
     if (!np) {
         close(fd);

@@ -7,18 +7,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+rp_status rp_open_regular(const char *path, int *fd, struct stat *st, rp_error *err)
+{
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0)
+        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const int e = fstat(*fd, st) != 0 ? errno : 0;
+    if (e || !S_ISREG(st->st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return rp_error_set(err, RP_ERR_IO, "%s: not a regular file%s%s", path, e ? ": " : "",
+                            e ? strerror(e) : "");
+    }
+    const int flags = fcntl(*fd, F_GETFL);
+    if (flags >= 0)
+        (void)fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK);
+    return RP_OK;
+}
+
 rp_status rp_read_file(const char *path, size_t max_bytes, char **buf, size_t *len, rp_error *err)
 {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return rp_error_set(err, RP_ERR_IO, "%s: not a regular file", path);
-    }
+    RP_TRY(rp_open_regular(path, &fd, &sb, err));
     if ((unsigned long long)sb.st_size > max_bytes) {
         close(fd);
         return rp_error_set(err, RP_ERR_FORMAT, "%s: %lld bytes exceeds the %zu-byte limit", path,

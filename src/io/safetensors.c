@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/read_file.h"
 #include "io/safetensors_header.h"
 
 /* Tensor bytes are used as they lie in the file (little-endian). */
@@ -79,16 +80,9 @@ rp_status rp_safetensors_open_memory(const void *buf, size_t len, const char *na
 rp_status rp_safetensors_open(const char *path, rp_safetensors **out, rp_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rp_error_set(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        int e = errno;
-        close(fd);
-        return rp_error_set(err, RP_ERR_IO, "%s: not a regular file%s%s", path, e ? ": " : "",
-                            e ? strerror(e) : "");
-    }
+    RP_TRY(rp_open_regular(path, &fd, &sb, err));
     rp_safetensors *st = alloc_handle(path, err);
     if (!st) {
         close(fd);
