@@ -268,7 +268,7 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
         rp_work_lines lines;
         char what[64];
         snprintf(what, sizeof what, "writing the checkpoint of step %lld", (long long)e->it_last);
-        rp_work_lines_start(&lines, e->lg, e->o->progress != RP_PROGRESS_NONE, what);
+        rp_work_lines_start(&lines, e->lg, rp_engine_tells_work(e), what);
         for (int l = 0; s == RP_OK && l < e->p->nlayers; l++) {
             uint64_t t0 = e->trace ? rp_trace_now_ns() : 0;
             if ((s = ck_layer(&k, l, err)) == RP_OK)

@@ -296,6 +296,14 @@ rp_status rp_engine_outputs_check(const rp_train_options *o, rp_error *err);
 rp_status rp_engine_fail(rp_engine *e, rp_status s, const rp_error *err);
 int rp_engine_aborted(const rp_engine *e);
 
+/* Whether this rank says how far long work is (core/slow_work.h's lines:
+ * the stores' allocation, a random start, the last checkpoint, the saves):
+ * rank 0, unless --progress none. */
+static inline int rp_engine_tells_work(const rp_engine *e)
+{
+    return e->nd.world_rank == 0 && e->o->progress != RP_PROGRESS_NONE;
+}
+
 /* Does the running segment start with a checkpoint's pending update (a
  * lagged optimizer's, engine/checkpoints.h), to apply before its first
  * step's? */

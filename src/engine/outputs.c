@@ -178,7 +178,7 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
     const rp_train_options *o = e->o;
     rp_status out = RP_OK;
     int root = e->nd.world_rank == 0; /* every node holds the same model: node 0's */
-    const int say = root && o->progress != RP_PROGRESS_NONE; /* a long save's lines */
+    const int say = rp_engine_tells_work(e); /* a long save's lines (rank 0 is root) */
     if (trained == RP_OK && o->save_dir && e->stopped_early && root)
         rp_log(e->lg, RP_LOG_INFO, "--save %s not written: the run stopped early (its checkpoint "
                "holds the model)", o->save_dir);

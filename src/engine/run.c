@@ -101,8 +101,7 @@ static rp_status build_param_store(rp_engine *e, MPI_Comm comm, const rp_model_c
     memset(&sp, 0, sizeof sp);
     sp.lazy = e->nd.nodes > 1; /* pages only where used: a node's own slices' state */
     rp_work_lines lines; /* node 0's leader, rank 0, says how far a long allocation is */
-    sp.reserve_progress = rp_work_lines_start(&lines, e->lg, e->nd.world_rank == 0 &&
-                                              e->o->progress != RP_PROGRESS_NONE,
+    sp.reserve_progress = rp_work_lines_start(&lines, e->lg, rp_engine_tells_work(e),
                                               "allocating the host store");
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, out, err);
@@ -155,8 +154,7 @@ static void init_random_part(rp_engine *e, rp_params *shared, int part, int part
     for (int l = 0; l < shared->nlayers; l++) {
         rp_params_init_random_part(shared, l, e->o->seed, part, parts);
         done += (double)shared->layers[l].numel;
-        if (e->nd.world_rank == 0 && e->o->progress != RP_PROGRESS_NONE &&
-            l + 1 < shared->nlayers && rp_slow_work_due(&slow, &t))
+        if (rp_engine_tells_work(e) && l + 1 < shared->nlayers && rp_slow_work_due(&slow, &t))
             rp_log(e->lg, RP_LOG_INFO, "initialising the parameters: %.1fM of %.1fM (%.0f%%) "
                    "drawn in %.0f s, on the node's %d rank(s)", done / 1e6, total / 1e6,
                    100.0 * done / total, t, parts);

@@ -82,8 +82,7 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
         s = rp_arena_numa_ranges(e, act, &near, &sp.nbind, &shared, err);
     sp.bind = near;
     rp_work_lines lines; /* rank 0 says how far a long allocation is */
-    sp.reserve_progress = rp_work_lines_start(&lines, e->lg, e->nd.world_rank == 0 &&
-                                              e->o->progress != RP_PROGRESS_NONE,
+    sp.reserve_progress = rp_work_lines_start(&lines, e->lg, rp_engine_tells_work(e),
                                               "allocating the activations' host store");
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, &e->store, err);
