@@ -20,6 +20,9 @@
  *                                          rp_frozen_base_open, attach)
  *   peft         an adapter directory; EXTRA the model's config.json (rp_peft_read, load)
  *   checkpoint   a checkpoint directory   (rp_checkpoint_open)
+ *   plan         a file holding a --plan text; EXTRA the model's number of layers
+ *                                         (default 10; rp_plan_parse, and what it
+ *                                          accepts printed and read back the same)
  *
  * Input i is reproducible alone: its mutations come from a generator keyed
  * by (SEED, i); RP_FUZZ_ONLY=i runs just that one, RP_FUZZ_SAVE=path
@@ -54,6 +57,7 @@
 #include "model/layout.h"
 #include "plan/cost.h"
 #include "plan/layers_file.h"
+#include "plan/plan.h"
 
 /* ---- deterministic generator (splitmix64) ---- */
 static uint64_t rng_state;
@@ -392,6 +396,61 @@ static void mutate_safetensors(buf *b)
     free(h.p);
 }
 
+static const char *reader_name;
+
+/* A --plan text: its numbers, separators and fields. */
+static void mutate_plan(buf *b)
+{
+    static const char *const numbers[] = {"0", "1", "2", "8", "9", "10", "1023", "1024", "1025",
+                                          "4096", "4097", "2147483648", "99999999999999999999",
+                                          "-1", "+3", " 3", "", "0x10"};
+    static const char *const pieces[] = {",", "-", ";", "=", "fwd=", "bwd=", "width=", "keep=",
+                                         ";width=1", ";keep=0", ";keep=9", ",0-0", "--"};
+    size_t at, n;
+    switch (below(4)) {
+    case 0: /* a number replaced */
+        for (at = below(b->len + 1); at < b->len && !(b->p[at] >= '0' && b->p[at] <= '9'); at++)
+            ;
+        for (n = 0; at + n < b->len && b->p[at + n] >= '0' && b->p[at + n] <= '9'; n++)
+            ;
+        if (n) {
+            const char *x = numbers[below(sizeof numbers / sizeof *numbers)];
+            buf_splice(b, at, n, x, strlen(x));
+        }
+        break;
+    case 1: { /* a piece inserted */
+        const char *x = pieces[below(sizeof pieces / sizeof *pieces)];
+        buf_splice(b, below(b->len + 1), 0, x, strlen(x));
+        break;
+    }
+    case 2: { /* the first field twice, or its list many times (past the stage limit) */
+        char *semi = strchr(b->p, ';');
+        size_t end = semi ? (size_t)(semi - b->p) : b->len;
+        char *eq = memchr(b->p, '=', end);
+        if (!eq || b->len > 4096) /* rounds of this stay below 3 MB */
+            break;
+        size_t body = (size_t)(eq + 1 - b->p);
+        char *copy = malloc(end + 2);
+        if (below(2)) { /* "fwd=...;fwd=...;..." */
+            memcpy(copy, b->p, end);
+            copy[end] = ';';
+            buf_splice(b, 0, 0, copy, end + 1);
+        } else { /* "fwd=L,L,L,...": 1 or 700 more copies of the list */
+            copy[0] = ',';
+            memcpy(copy + 1, b->p + body, end - body);
+            int times = below(2) ? 1 : 700;
+            for (int t = 0; t < times; t++)
+                buf_splice(b, end, 0, copy, end - body + 1);
+        }
+        free(copy);
+        break;
+    }
+    default:
+        mutate_bytes(b);
+        break;
+    }
+}
+
 static int ends_with(const char *s, const char *tail)
 {
     size_t n = strlen(s), m = strlen(tail);
@@ -404,6 +463,8 @@ static void mutate_file(const char *name, buf *b)
     for (int r = 0; r < rounds; r++) {
         if (ends_with(name, ".safetensors"))
             mutate_safetensors(b);
+        else if (!strcmp(reader_name, "plan"))
+            mutate_plan(b);
         else if ((ends_with(name, ".json") || strstr(name, "layers")) && below(4))
             mutate_json(b);
         else
@@ -413,7 +474,6 @@ static void mutate_file(const char *name, buf *b)
 
 /* ---- checking one outcome ---- */
 static long failures, accepted, refused;
-static const char *reader_name;
 static long current;
 static int names_dir_file(const char *msg); /* a directory reader's */
 
@@ -455,6 +515,41 @@ static void run_layers(const buf *b, const char *name)
     rp_error err = {0};
     check_outcome(rp_cost_parse(b->p, b->len, name, &m, &err), &err, name);
     rp_cost_model_destroy(&m);
+}
+
+/* What --plan accepts for plan_layers layers is a valid plan, printed in
+ * the syntax it reads back to the same plan (keep=0 prints as nothing:
+ * --recompute's choice). */
+static int plan_layers = 10;
+static int same_plan(const rp_plan *a, const rp_plan *b)
+{
+    if (a->num_layers != b->num_layers || a->width != b->width || a->nfwd != b->nfwd ||
+        a->nbwd != b->nbwd || (a->kept > 0 ? a->kept : 0) != (b->kept > 0 ? b->kept : 0))
+        return 0;
+    for (int i = 0; i < a->nfwd; i++)
+        if (a->fwd[i].first != b->fwd[i].first || a->fwd[i].last != b->fwd[i].last)
+            return 0;
+    for (int i = 0; i < a->nbwd; i++)
+        if (a->bwd[i].first != b->bwd[i].first || a->bwd[i].last != b->bwd[i].last)
+            return 0;
+    return 1;
+}
+static void run_plan(const buf *b)
+{
+    static rp_plan p, again;
+    rp_error err = {0};
+    rp_status s = rp_plan_parse(b->p, plan_layers, &p, &err);
+    check_outcome(s, &err, "plan");
+    if (s != RP_OK)
+        return;
+    static char text[64 * RP_PLAN_MAX_STAGES];
+    size_t need = rp_plan_format(&p, text, sizeof text);
+    if (need >= sizeof text || rp_plan_validate(&p, plan_layers, &err) != RP_OK ||
+        rp_plan_parse(text, plan_layers, &again, &err) != RP_OK || !same_plan(&p, &again)) {
+        failures++;
+        fprintf(stderr, "fuzz_readers plan input %ld: accepted '%.200s', printed '%.200s', "
+                "read back: %s\n", current, b->p, text, err.msg[0] ? err.msg : "a different plan");
+    }
 }
 
 static void run_safetensors(const buf *b, const char *name)
@@ -724,6 +819,8 @@ int main(int argc, char **argv)
     uint64_t seed = strtoull(argv[3], NULL, 10);
     const char *seed_path = argv[4];
     extra_path = argc > 5 ? argv[5] : NULL;
+    if (!strcmp(reader_name, "plan") && extra_path)
+        plan_layers = atoi(extra_path);
     const char *only = getenv("RP_FUZZ_ONLY");
     const char *save = getenv("RP_FUZZ_SAVE");
     const char *progress = getenv("RP_FUZZ_PROGRESS");
@@ -817,6 +914,8 @@ int main(int argc, char **argv)
             run_dataset(&input, name);
         else if (!strcmp(reader_name, "documents"))
             run_documents(&input, name);
+        else if (!strcmp(reader_name, "plan"))
+            run_plan(&input);
         else {
             fprintf(stderr, "fuzz_readers: no reader %s\n", reader_name);
             return 2;

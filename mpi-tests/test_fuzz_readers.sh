@@ -2,7 +2,8 @@
 # Proves: every reader of a user file (config.json of dense, MoE, FP8 and
 # gpt-oss models; layer-times files; safetensors headers and data; token,
 # mask and document .npy files; model directories, single and sharded;
-# LoRA bases with FP8 and MXFP4 tensors; PEFT adapters; checkpoints)
+# LoRA bases with FP8 and MXFP4 tensors; PEFT adapters; checkpoints;
+# --plan texts)
 # answers a few hundred deterministic mutations of the fixtures each with a
 # status, never a crash or a hang, and refuses with a message that names the
 # file (mpi-tests/fuzz_readers.c: the same inputs every run; long campaigns
@@ -53,6 +54,9 @@ reader base-mxfp4 base "$fix/golden-gpt-oss/oss-mxfp4/model-mxfp4"
 reader peft peft "$fix/golden-lora/qwen3-all/final" "$fix/golden/qwen3/model/config.json"
 reader peft-gpt-oss peft "$fix/golden-gpt-oss/oss-lora/final" \
   "$fix/golden-gpt-oss/oss-lora/model/config.json"
+# --plan texts for 10 layers, and what is accepted printed and read back the same
+printf 'fwd=0-3,4-7;bwd=8-9,6-7,3-5,0-2;width=2;keep=1' > "$tmp/plan.txt"
+reader plan plan "$tmp/plan.txt" 10
 
 # --- 2. the command line on corrupted files
 llama="$fix/golden/llama"

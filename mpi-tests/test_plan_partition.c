@@ -221,6 +221,10 @@ START_TEST(forced_plans_parse)
         {"fwd=0-7;bwd=8-9,0-7;keep=-1", "keep must be"},
         {"fwd=0-7;bwd=8-9,0-7;keep=2x", "keep must be"},
         {"fwd=0-7;bwd=8-9,0-7;keep=1;keep=2", "each once"},
+        {"fwd=0-7;bwd=8-9,0-7;width=1;width=2", "each once"},
+        {"fwd=0-8;bwd=9;width= 2", "width must be"}, /* strtol's blanks and signs: not numbers */
+        {"fwd=0-8;bwd=9;width=+2", "width must be"},
+        {"fwd=0-8;bwd=9;keep=+1", "keep must be"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rp_error e2 = {0};

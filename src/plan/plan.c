@@ -115,7 +115,7 @@ rp_status rp_plan_parse(const char *text, int L, rp_plan *out, rp_error *err)
     p->num_layers = L;
     p->kept = RP_PLAN_KEPT_CHOOSE;
     const char *s = text;
-    int have_fwd = 0, have_bwd = 0, have_keep = 0;
+    int have_fwd = 0, have_bwd = 0, have_width = 0, have_keep = 0;
     rp_status st = RP_OK;
     while (st == RP_OK && *s) {
         if (!strncmp(s, "fwd=", 4) && !have_fwd) {
@@ -126,14 +126,15 @@ rp_status rp_plan_parse(const char *text, int L, rp_plan *out, rp_error *err)
             s += 4;
             st = parse_ranges(text, &s, p->bwd, &p->nbwd, "bwd", err);
             have_bwd = 1;
-        } else if (!strncmp(s, "width=", 6)) {
+        } else if (!strncmp(s, "width=", 6) && !have_width) {
             char *end;
             long w = strtol(s + 6, &end, 10);
-            if (end == s + 6 || w < 1 || w > 4096 || (*end && *end != ';'))
+            if (!isdigit((unsigned char)s[6]) || w < 1 || w > 4096 || (*end && *end != ';'))
                 st = rp_error_set(err, RP_ERR_INVALID_ARG,
                                   "plan '%s': at offset %d: width must be a positive integer",
                                   text, (int)(s + 6 - text));
             p->width = (int)w;
+            have_width = 1;
             s = end;
         } else if (!strncmp(s, "keep=", 5) && !have_keep) {
             char *end;
