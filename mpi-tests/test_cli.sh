@@ -63,6 +63,12 @@ expect 2 "\-\-microbatches 3 must be >= 1 and divide --batch-size 4" -- train $b
 expect 2 "\-\-pipelines 3 must be >= 1 and divide the 2 microbatches" -- train $base --microbatches 2 --pipelines 3
 expect 2 "\-\-pipelines: 'two'" -- train $base --pipelines two
 expect 2 "\-\-lr: 'abc' is not a finite number" -- train $base --lr abc
+# numbers start with their digits or sign: no blanks (the C library's
+# strtoull would take " -5" as 2^64 - 5)
+expect 2 "\-\-seed: ' -5' must not be negative" -- train $base --seed " -5"
+expect 2 "\-\-seed: ' 5' is not an unsigned integer" -- train $base --seed " 5"
+expect 2 "\-\-steps: ' 3' is not an integer" -- train $base --steps " 3"
+expect 2 "\-\-lr: ' 1e-3' is not a finite number" -- train $base --lr " 1e-3"
 expect 2 "\-\-lr-schedule" -- train $base --lr-schedule wobbly
 expect 2 "\-\-dtype: 'fp8' is not one of fp32, bf16" -- train $base --dtype fp8
 expect 2 "\-\-device: 'gpu'" -- train $base --device gpu

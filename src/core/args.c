@@ -1,5 +1,6 @@
 #include "core/args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -11,13 +12,18 @@ static rp_status unknown_option(const char *given, const char *nearest, rp_error
 static const char *nearest_name(const char *given, const rp_option *rows, size_t n,
                                 int with_help);
 
+/* strtoll, strtoull and strtod skip leading blanks, and strtoull takes a
+ * minus sign and wraps: " -5" would be 2^64 - 5. A value starts with what
+ * the number starts with. */
+static int starts_blank(const char *text) { return isspace((unsigned char)text[0]); }
+
 rp_status rp_arg_int(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out,
                      rp_error *err)
 {
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || errno == ERANGE)
+    if (end == text || *end != '\0' || errno == ERANGE || starts_blank(text))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not an integer", opt, text);
     if (v < lo || v > hi)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: %lld is outside [%" PRId64 ", %" PRId64 "]",
@@ -31,7 +37,7 @@ rp_status rp_arg_double(const char *opt, const char *text, double *out, rp_error
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v) || starts_blank(text))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not a finite number", opt, text);
     *out = v;
     return RP_OK;
@@ -41,10 +47,10 @@ rp_status rp_arg_u64(const char *opt, const char *text, uint64_t *out, rp_error 
 {
     char *end;
     errno = 0;
-    if (text[0] == '-')
+    if (text[0] == '-' || (starts_blank(text) && strchr(text, '-')))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' must not be negative", opt, text);
     unsigned long long v = strtoull(text, &end, 10);
-    if (end == text || *end != '\0' || errno == ERANGE)
+    if (end == text || *end != '\0' || errno == ERANGE || starts_blank(text))
         return rp_error_set(err, RP_ERR_INVALID_ARG, "%s: '%s' is not an unsigned integer", opt,
                             text);
     *out = v;
