@@ -302,6 +302,10 @@ START_TEST(config_agrees)
     ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.0.mlp.gate.weight"));
     ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.0.input_layernorm.weight"));
     ck_assert(!rp_fp8_tensor_converted(&cfg, "lm_head.weight"));
+    /* block numbers only as transformers writes them (io/name_index.h) */
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.00.self_attn.k_proj.weight"));
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers. 0.self_attn.k_proj.weight"));
+    ck_assert(!rp_fp8_tensor_converted(&cfg, "model.layers.-0.self_attn.k_proj.weight"));
 #define K "model.layers.0.self_attn.k_proj.weight"
 #define Q "model.layers.0.self_attn.q_proj.weight"
 #define U "model.layers.0.mlp.experts.1.up_proj.weight"

@@ -215,6 +215,13 @@ START_TEST(bad_adapters_are_named)
     refused(qv, "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,"
                 "\"target_modules\":[\"model.layers.0.self_attn.q_proj\"]}",
             RP_ERR_UNSUPPORTED, "q_proj in some blocks only");
+    /* a block number spelled otherwise names no module PEFT would find */
+    refused(qv, "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,"
+                "\"target_modules\":[\"model.layers.00.self_attn.q_proj\"]}",
+            RP_ERR_FORMAT, "target_modules entry 'model.layers.00.self_attn.q_proj'");
+    refused(qv, "{\"peft_type\":\"LORA\",\"r\":2,\"lora_alpha\":4,"
+                "\"target_modules\":[\"model.layers.+0.self_attn.q_proj\"]}",
+            RP_ERR_FORMAT, "target_modules entry 'model.layers.+0.self_attn.q_proj'");
     refused(qv, "{\"peft_type\":\"LORA\",\"r\":3,\"lora_alpha\":4,"
                 "\"target_modules\":[\"q_proj\",\"v_proj\"]}",
             RP_ERR_MISMATCH, "self_attn.q_proj.lora_A.weight has shape [2, ");
@@ -453,7 +460,7 @@ static void moe_read(const char *config, rp_status want, const char *words)
     rp_model_config m = moe_model();
     rp_lora_config c;
     rp_error err = {0};
-    ck_assert_msg(rp_peft_read(dir, &m, &c, &err) == want, "%s", err.msg);
+    ck_assert_msg(rp_peft_read(dir, &m, &c, &err) == want, "%s (want %d for %.300s)", err.msg, (int)want, config);
     if (words)
         ck_assert_msg(strstr(err.msg, words), "want '%s' in: %s", words, err.msg);
     else

@@ -15,11 +15,13 @@
  * tensor of the wrong rank, or without the asked expert, is RP_ERR_MISMATCH
  * naming the file and the tensor; a missing expert names itself. */
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/name_index.h"
 #include "io/safetensors.h"
 #include "io/safetensors_set.h"
 #include "io/safetensors_writer.h"
@@ -487,6 +489,11 @@ START_TEST(experts_fused_layout)
     ck_assert_int_eq(rp_safetensors_set_read_f32(set, "model.layers.1.mlp.experts.0.up_proj.weight",
                                                  2, shape, got, &err), RP_ERR_MISMATCH);
     ck_assert_ptr_nonnull(strstr(err.msg, "model.layers.1.mlp.experts.0.up_proj.weight"));
+    /* an expert's number spelled otherwise names no module (io/name_index.h) */
+    ck_assert_int_ne(rp_safetensors_set_read_f32(set, "model.layers.0.mlp.experts.01.gate_proj.weight",
+                                                 2, shape, got, &err), RP_OK);
+    ck_assert_int_ne(rp_safetensors_set_read_f32(set, "model.layers.0.mlp.experts.+1.gate_proj.weight",
+                                                 2, shape, got, &err), RP_OK);
     rp_safetensors_set_close(&set);
 
     /* a fused tensor of the wrong rank */
@@ -517,6 +524,29 @@ START_TEST(experts_fused_layout)
 }
 END_TEST
 
+/* The one spelling of a block's or an expert's number in a name. */
+START_TEST(name_index_form)
+{
+    const char *end;
+    ck_assert_int_eq(rp_name_index("0.mlp", &end, 9), 0);
+    ck_assert_str_eq(end, ".mlp");
+    ck_assert_int_eq(rp_name_index("27.self_attn", &end, 27), 27);
+    ck_assert_str_eq(end, ".self_attn");
+    ck_assert_int_eq(rp_name_index("9223372036854775807.", &end, INT64_MAX), INT64_MAX);
+    static const char *const bad[] = {"05.", "00", "+5.", "-5.", " 5.", "", ".5",
+                                      "9223372036854775808."};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(rp_name_index(bad[i], &end, INT64_MAX) == -1, "'%s'", bad[i]);
+        ck_assert_ptr_eq(end, bad[i]);
+    }
+    ck_assert_int_eq(rp_name_index("28.", &end, 27), -1); /* above the limit */
+    ck_assert_int_eq(rp_name_index("4.", &end, 3), -1);
+    ck_assert_int_eq(rp_name_index("1", &end, 0), -1);
+    ck_assert_int_eq(rp_name_index("0", &end, 0), 0);
+    ck_assert_int_eq(rp_name_index("28.", NULL, 28), 28);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("io_safetensors");
@@ -529,6 +559,7 @@ static Suite *suite(void)
     tcase_add_test(tc, in_memory_image);
     tcase_add_test(tc, model_dir_single_and_sharded);
     tcase_add_test(tc, experts_fused_layout);
+    tcase_add_test(tc, name_index_form);
     tcase_add_checked_fixture(tc, NULL, rp_test_tmpdir_clean);
     suite_add_tcase(s, tc);
     return s;

@@ -1,11 +1,13 @@
 /* The experts' two layouts (see expert_layout.h). */
 #include "io/expert_layout.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
+#include "io/name_index.h"
 
 static const char *const parts[3] = {"gate_proj", "up_proj", "down_proj"};
 #define EXPERTS ".mlp.experts."
@@ -15,12 +17,9 @@ int rp_expert_fused_name(const char *name, char *fused, size_t size, int64_t *ex
     const char *at = strstr(name, EXPERTS);
     if (!at)
         return 0;
-    const char *p = at + strlen(EXPERTS);
-    char *end;
-    if (*p < '0' || *p > '9')
-        return 0;
-    long long e = strtoll(p, &end, 10);
-    if (*end != '.')
+    const char *end;
+    const long long e = rp_name_index(at + strlen(EXPERTS), &end, INT64_MAX);
+    if (e < 0 || *end != '.')
         return 0;
     for (int i = 0; i < 3; i++) {
         size_t n = strlen(parts[i]);

@@ -1,9 +1,12 @@
 /* FP8 projections in a model's files (io/fp8.h). */
 #include "io/fp8.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "io/name_index.h"
 
 static int is_fp8(const rp_safetensors_tensor *t)
 {
@@ -91,8 +94,10 @@ static int projection_of(const char *name, long long *block)
     static const char *const suffixes[RP_LORA_NPROJ] = {
         ".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
         ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight", ".mlp.gate.weight"};
-    int at = 0;
-    if (sscanf(name, "model.layers.%lld.%n", block, &at) != 1 || at == 0)
+    static const char prefix[] = "model.layers.";
+    const char *end;
+    if (strncmp(name, prefix, sizeof prefix - 1) != 0 ||
+        (*block = rp_name_index(name + sizeof prefix - 1, &end, INT_MAX)) < 0 || *end != '.')
         return -1;
     const size_t len = strlen(name);
     for (int p = 0; p < RP_LORA_NPROJ; p++) {

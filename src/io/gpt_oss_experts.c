@@ -2,12 +2,14 @@
  * gpt_oss_experts.h). */
 #include "io/gpt_oss_experts.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/model_dir.h"
 #include "io/mxfp4.h"
+#include "io/name_index.h"
 
 #define EXPERTS ".mlp.experts."
 static const char *const parts[3] = {"gate", "up", "down"};
@@ -18,12 +20,9 @@ int rp_gpt_oss_expert_name(const char *name, char *experts, size_t size, int64_t
     const char *at = strstr(name, EXPERTS);
     if (!at)
         return 0;
-    const char *p = at + strlen(EXPERTS);
-    if (*p < '0' || *p > '9')
-        return 0;
-    char *end;
-    long long e = strtoll(p, &end, 10);
-    if (*end != '.')
+    const char *end;
+    const long long e = rp_name_index(at + strlen(EXPERTS), &end, INT64_MAX);
+    if (e < 0 || *end != '.')
         return 0;
     for (int i = 0; i < 3; i++) {
         size_t len = strlen(parts[i]);

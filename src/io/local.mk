@@ -10,7 +10,7 @@ librp_la_SOURCES += \
 	src/io/safetensors_header.c src/io/safetensors_header.h \
 	src/io/safetensors.c src/io/safetensors.h \
 	src/io/safetensors_set.c src/io/safetensors_set.h \
-	src/io/expert_layout.c src/io/expert_layout.h \
+	src/io/expert_layout.c src/io/expert_layout.h src/io/name_index.c src/io/name_index.h \
 	src/io/gpt_oss_experts.c src/io/gpt_oss_experts.h \
 	src/io/saved_tensors.c src/io/saved_tensors.h \
 	src/io/safetensors_writer.c src/io/safetensors_writer.h \

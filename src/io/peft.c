@@ -7,6 +7,7 @@
 
 #include "io/file_set.h"
 #include "io/json_util.h"
+#include "io/name_index.h"
 #include "io/peft.h"
 #include "io/read_file.h"
 #include "io/safetensors.h"
@@ -111,11 +112,9 @@ static int64_t expert_of(const char *tail, const char *proj, int64_t experts)
     const char *pre = ".mlp.experts.";
     if (strncmp(tail, pre, strlen(pre)) != 0)
         return -1;
-    char *end = NULL;
-    const char *num = tail + strlen(pre);
-    long e = strtol(num, &end, 10);
-    if (end == num || *num == '-' || *num == '+' || e < 0 || e >= experts || *end != '.' ||
-        strcmp(end + 1, proj) != 0)
+    const char *end;
+    const long long e = experts > 0 ? rp_name_index(tail + strlen(pre), &end, experts - 1) : -1;
+    if (e < 0 || *end != '.' || strcmp(end + 1, proj) != 0)
         return -1;
     return (int64_t)e;
 }
@@ -134,9 +133,9 @@ static rp_status add_target(const reader *r, const char *entry, const rp_model_c
     }
     const char *last = strrchr(entry, '.'), *layers = strstr(entry, "layers.");
     p = last ? rp_lora_proj_parse(last + 1) : -1;
-    char *after = NULL;
-    long block = layers ? strtol(layers + 7, &after, 10) : -1;
-    int ok = p >= 0 && after && after != layers + 7 && block >= 0 && block < blocks;
+    const char *after = NULL;
+    const long long block = layers && blocks > 0 ? rp_name_index(layers + 7, &after, blocks - 1) : -1;
+    int ok = p >= 0 && block >= 0;
     int64_t slot = 0;
     if (ok) {
         const int64_t copies = rp_lora_copies(cfg, (int)block, (rp_lora_proj)p);
