@@ -317,7 +317,9 @@ START_TEST(which_form)
     const char *oshape[] = {"[4]"};
     const int obytes[] = {4};
     expect_error(find_in(other, oshape, obytes, 1, &q, &err), RP_ERR_MISMATCH, &err,
-                 "neither 'model.layers.0.mlp.experts.down_proj'");
+                 "model.safetensors: neither tensor 'model.layers.0.mlp.experts.down_proj' nor "
+                 "'model.layers.0.mlp.experts.down_proj_blocks' and "
+                 "'model.layers.0.mlp.experts.down_proj_scales'"); /* the file named (fuzz_readers) */
 }
 END_TEST
 

@@ -126,10 +126,12 @@ rp_status rp_mxfp4_find(const rp_safetensors_set *set, const char *experts, cons
                             "%s: tensor '%s' has no '%s' beside it (MXFP4 needs both)", file_a,
                             here, missing);
     }
-    if (!has_plain && !has_blocks)
-        return rp_error_set(err, RP_ERR_MISMATCH,
-                            "the model's files have neither '%s' nor '%s' and '%s'", plain,
-                            blocks, scales);
+    if (!has_plain && !has_blocks) {
+        char where[4352];
+        rp_safetensors_set_where(set, where, sizeof where);
+        return rp_error_set(err, RP_ERR_MISMATCH, "%s: neither tensor '%s' nor '%s' and '%s'",
+                            where, plain, blocks, scales);
+    }
     *quantised = has_blocks;
     return RP_OK;
 }

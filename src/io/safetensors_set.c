@@ -270,6 +270,12 @@ int rp_safetensors_set_has(const rp_safetensors_set *set, const char *name)
     return find_slot(set, name) != NULL;
 }
 
+void rp_safetensors_set_where(const rp_safetensors_set *set, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s", set->nshards ? rp_safetensors_path(set->shards[0]) : "(no shards)",
+             set->nshards > 1 ? " and the other shards" : "");
+}
+
 rp_status rp_safetensors_set_find(const rp_safetensors_set *set, const char *name,
                                   rp_safetensors_tensor *out, const char **file, rp_error *err)
 {
@@ -287,9 +293,9 @@ rp_status rp_safetensors_set_find(const rp_safetensors_set *set, const char *nam
         return rp_expert_slice(&t, path, expert, part, out, err);
     }
     if (!sl) {
-        const char *where = set->nshards ? rp_safetensors_path(set->shards[0]) : "(no shards)";
-        return rp_error_set(err, RP_ERR_MISMATCH, "%s%s: no tensor named '%s'", where,
-                            set->nshards > 1 ? " and the other shards" : "", name);
+        char where[4352];
+        rp_safetensors_set_where(set, where, sizeof where);
+        return rp_error_set(err, RP_ERR_MISMATCH, "%s: no tensor named '%s'", where, name);
     }
     const rp_safetensors *st = set->shards[sl->shard];
     if (file)

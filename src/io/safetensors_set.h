@@ -27,6 +27,10 @@ const char *rp_safetensors_set_name(const rp_safetensors_set *set, size_t i);
 
 int rp_safetensors_set_has(const rp_safetensors_set *set, const char *name);
 
+/* Where a name the set lacks was looked for, for messages: the first
+ * shard's path, followed by " and the other shards" when there are more. */
+void rp_safetensors_set_where(const rp_safetensors_set *set, char *buf, size_t len);
+
 /* Look up a tensor; *file (if not NULL) receives the shard's path. A
  * per-expert tensor of a set in the experts' fused layout is the slice of
  * its fused tensor (io/expert_layout.h); a set holding both layouts does
