@@ -58,15 +58,17 @@ RP_API const char *rp_status_string(rp_status status);
 
 /* Ask a running rp_train to stop: its waits and file writes then fail with
  * RP_ERR_INTERRUPTED, temporary files and shared memory are removed and it
- * returns. Async-signal-safe: call it from a SIGINT/SIGTERM handler with the
- * signal number (rp_interrupted() returns it; 0 until called). */
+ * returns. Async-signal-safe and thread-safe: call it from a SIGINT/SIGTERM
+ * handler with the signal number, or from any thread (rp_interrupted()
+ * returns it; 0 until called). */
 RP_API void rp_interrupt(int signal_number);
 RP_API int rp_interrupted(void);
 
 /* Ask a running rp_train that has a checkpoint directory to stop after the
  * step in progress, write a checkpoint and return RP_OK (what the CLI does
- * on SIGUSR1 and SIGTERM). Async-signal-safe; rp_checkpoint_requested()
- * returns the signal number given (0 until called). */
+ * on SIGUSR1 and SIGTERM). Async-signal-safe and thread-safe;
+ * rp_checkpoint_requested() returns the signal number given (0 until
+ * called). */
 RP_API void rp_request_checkpoint(int signal_number);
 RP_API int rp_checkpoint_requested(void);
 
