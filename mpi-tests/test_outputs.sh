@@ -187,8 +187,27 @@ rc=$?
 dt=$(($(date +%s) - t0))
 kill -CONT "$stopped" 2>/dev/null; kill -KILL "$stopped" 2>/dev/null
 [ $rc -ne 0 ] && [ $dt -le 15 ] && ok || bad "8: stopped rank: exit $rc after $dt s (want <= 15)"
-has "rank 0, job .*timed out waiting for event .*then other ranks did not answer within --timeout 5 s" \
-  "8: stopped rank"
+# (mid-step the event wait runs out; stopped as the first segment ends, at
+# the re-plan's exchange, case 8b)
+has "rank 0, \(job .*timed out waiting for event .*then\|re-plan after the first steps:\) \
+other ranks did not answer within --timeout 5 s" "8: stopped rank"
+
+# --- 8b. a rank stopped at the re-plan after the first steps (each rank
+# comes to it from the end of the first segment): the others wait at most
+# --timeout for it, whether it stops before the layer times are summed
+# (rank 1: the leader waits in the agreement after its planning) or while
+# it plans (rank 0: the others wait in that agreement)
+for r in 1 0; do
+  t0=$(date +%s)
+  RP_FAULT_STALL=replan:$r timeout 60 ${MPIRUN:-mpirun} $flags -x RP_FAULT_STALL -np 2 "$bin" \
+    train $args --model "$fix/model" --steps 6 --timeout 5 > "$tmp/out.txt" 2>&1
+  rc=$?
+  dt=$(($(date +%s) - t0))
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $dt -le 20 ] && ok ||
+    bad "8b: rank $r stopped at the re-plan: exit $rc after $dt s (want <= 20)"
+  has "rank $((1 - r)), re-plan after the first steps: other ranks did not answer within --timeout 5 s: ending the job" \
+    "8b: rank $r stopped at the re-plan"
+done
 
 # --- 10. a NaN weight in the input model is named at load
 cp -r "$fix/model" "$tmp/nan"

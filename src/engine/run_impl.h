@@ -67,6 +67,21 @@ rp_status rp_run_outputs_write(rp_engine *e, rp_run_state *r, rp_status trained,
  * (agree.c says how a lost rank is bounded). */
 rp_status rp_run_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err);
 
+/* The same for an exchange every rank reaches within about an iteration of
+ * the others (the re-plan): a rank that did not fail waits at most
+ * --timeout too, and names `what` when the others do not come. */
+rp_status rp_run_agree_within(rp_engine *e, rp_status s, MPI_Comm comm, const char *what,
+                              rp_error *err);
+
+/* Wait for req, a non-blocking collective of such an exchange, at most
+ * --timeout; then the job ends: RP_ERR_PEER_LOST naming `what` (no
+ * collective may be called on comm after it). */
+rp_status rp_run_wait_peers(rp_engine *e, MPI_Request *req, const char *what, rp_error *err);
+
+/* RP_FAULT_STALL=WHERE:RANK (a test): the rank of that world rank stops
+ * itself (SIGSTOP) where the run calls this with WHERE ("replan"). */
+void rp_fault_stall(const char *where, int world_rank);
+
 /* e->memory_limit: the device bytes an executor may allocate, the same on
  * every rank (collective). */
 rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node_size,

@@ -406,17 +406,35 @@ static rp_status forced_plan_fits(const rp_engine *e, const rp_plan *plan, rp_er
                                                    : "the GPU's free memory less the reserve");
 }
 
+/* MPI_Bcast from the leader, waiting at most --timeout (rp_run_wait_peers):
+ * every rank comes to it from the agreement just before. */
+static rp_status bcast(rp_engine *e, void *buf, int count, MPI_Datatype type, MPI_Comm comm,
+                       const char *what, rp_error *err)
+{
+    MPI_Request req;
+    MPI_Ibcast(buf, count, type, 0, comm, &req);
+    return rp_run_wait_peers(e, &req, what, err);
+}
+
 /* The leader's plan and deal are everyone's: e->deal[x] is the node rank
  * that runs executor x (NULL when that is rank x), logged when the run
  * has link groups. deal: room for e->size ints, kept or freed. */
-static void share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm comm)
+static rp_status share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm comm,
+                            rp_error *err)
 {
-    MPI_Bcast(&e->plan, (int)sizeof e->plan, MPI_BYTE, 0, comm);
-    MPI_Bcast(&e->weight_buffers, 1, MPI_INT, 0, comm);
+    const char *what = "sharing the plan";
     int natural = 1;
     for (int x = 0; x < e->size; x++)
         deal[x] = mc && x < mc->gpus ? rp_machine_gpu_of(mc, x) : x;
-    MPI_Bcast(deal, e->size, MPI_INT, 0, comm);
+    rp_status s = bcast(e, &e->plan, (int)sizeof e->plan, MPI_BYTE, comm, what, err);
+    if (s == RP_OK)
+        s = bcast(e, &e->weight_buffers, 1, MPI_INT, comm, what, err);
+    if (s == RP_OK)
+        s = bcast(e, deal, e->size, MPI_INT, comm, what, err);
+    if (s != RP_OK) {
+        free(deal);
+        return s;
+    }
     for (int x = 0; x < e->size; x++)
         natural &= deal[x] == x;
     int changed = e->deal ? memcmp(e->deal, deal, sizeof(int) * (size_t)e->size) != 0 : !natural;
@@ -434,6 +452,7 @@ static void share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm c
     if (natural)
         free(deal);
     e->plan_shared = 1;
+    return RP_OK;
 }
 
 /* The leader's machine (NULL elsewhere) and every rank's deal buffer,
@@ -448,13 +467,15 @@ static rp_status plan_buffers(const rp_engine *e, rp_machine **mc, int **deal, r
 }
 
 /* Every rank learns whether the leader planned; if so the plan and deal
- * are shared. The buffers of plan_buffers are given back. */
+ * are shared. The buffers of plan_buffers are given back. `within`: the
+ * re-plan's agreement, bounded by --timeout on every rank
+ * (rp_run_agree_within). */
 static rp_status agree_and_share(rp_engine *e, rp_status s, rp_machine *mc, int *deal,
-                                 MPI_Comm comm, rp_error *err)
+                                 MPI_Comm comm, const char *within, rp_error *err)
 {
-    s = rp_run_agree(e, s, comm, err);
+    s = within ? rp_run_agree_within(e, s, comm, within, err) : rp_run_agree(e, s, comm, err);
     if (s == RP_OK)
-        share_plan(e, mc, deal, comm);
+        s = share_plan(e, mc, deal, comm, err);
     else
         free(deal);
     free(mc);
@@ -526,18 +547,26 @@ rp_status rp_run_choose_plan(rp_engine *e, MPI_Comm comm, rp_error *err)
         s = rp_run_plan_width(e, &e->plan, err);
     if (s == RP_OK && e->o->plan && mc)
         s = forced_plan_fits(e, &e->plan, err);
-    RP_TRY(agree_and_share(e, s, mc, deal, comm, err));
+    RP_TRY(agree_and_share(e, s, mc, deal, comm, NULL, err));
     RP_TRY(rp_run_agree(e, rp_plan_validate(&e->plan, e->num_layers, err), comm, err));
     return RP_OK;
 }
 
 /* Re-plan from the layer times the executors measured (summed over ranks),
- * on the leader, and share the plan. */
+ * on the leader, and share the plan. Every rank comes to it from the end of
+ * the first segment, so each of its exchanges waits at most --timeout
+ * (agree.c); RP_FAULT_STALL=replan:RANK stops that rank here (a test). */
 rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
     int L = e->num_layers;
-    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_ms, 3 * L, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(MPI_IN_PLACE, e->by_executor.meas_n, 3 * L, MPI_DOUBLE, MPI_SUM, comm);
+    const char *what = "re-plan after the first steps";
+    MPI_Request req[2];
+    double *ms = e->by_executor.meas_ms, *n = e->by_executor.meas_n;
+    MPI_Iallreduce(MPI_IN_PLACE, ms, 3 * L, MPI_DOUBLE, MPI_SUM, comm, &req[0]);
+    MPI_Iallreduce(MPI_IN_PLACE, n, 3 * L, MPI_DOUBLE, MPI_SUM, comm, &req[1]);
+    RP_TRY(rp_run_wait_peers(e, &req[0], what, err));
+    RP_TRY(rp_run_wait_peers(e, &req[1], what, err));
+    rp_fault_stall("replan", e->nd.world_rank);
     rp_plan old = e->plan;
     rp_machine *mc;
     int *deal;
@@ -568,6 +597,6 @@ rp_status rp_run_replan(rp_engine *e, MPI_Comm comm, rp_error *err)
         }
         free(fwd);
     }
-    return agree_and_share(e, s, mc, deal, comm, err);
+    return agree_and_share(e, s, mc, deal, comm, what, err);
 }
 
