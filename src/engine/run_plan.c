@@ -418,11 +418,11 @@ static rp_status bcast(rp_engine *e, void *buf, int count, MPI_Datatype type, MP
 
 /* The leader's plan and deal are everyone's: e->deal[x] is the node rank
  * that runs executor x (NULL when that is rank x), logged when the run
- * has link groups. deal: room for e->size ints, kept or freed. */
+ * has link groups. deal: room for e->size ints, kept or freed. `what`
+ * names the exchange when a rank does not come. */
 static rp_status share_plan(rp_engine *e, const rp_machine *mc, int *deal, MPI_Comm comm,
-                            rp_error *err)
+                            const char *what, rp_error *err)
 {
-    const char *what = "sharing the plan";
     int natural = 1;
     for (int x = 0; x < e->size; x++)
         deal[x] = mc && x < mc->gpus ? rp_machine_gpu_of(mc, x) : x;
@@ -475,7 +475,7 @@ static rp_status agree_and_share(rp_engine *e, rp_status s, rp_machine *mc, int 
 {
     s = within ? rp_run_agree_within(e, s, comm, within, err) : rp_run_agree(e, s, comm, err);
     if (s == RP_OK)
-        s = share_plan(e, mc, deal, comm, err);
+        s = share_plan(e, mc, deal, comm, within ? within : "sharing the plan", err);
     else
         free(deal);
     free(mc);
