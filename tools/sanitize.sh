@@ -62,7 +62,8 @@ build() {
 # orders, a TSan report inside Open MPI at every start. test_install's
 # program links the instrumented library, so it is compiled with the flags
 # too: MPICC, a wrapper (the test looks for it as a command), on make's
-# command line (the Makefile's own would win over the environment's).
+# command line (the Makefile's own would win over the environment's). Check's
+# per-case timeouts are ten times theirs (the sanitizers' slowness).
 check() {
   rm -rf "$reports"
   mkdir -p "$reports/jobs" "$reports/direct"
@@ -81,7 +82,7 @@ check() {
   [ $# -gt 0 ] && tests=("TESTS=$*")
   echo "sanitize: make check ${tests[*]:-(the whole suite)} (log: build-$kind/check.out)"
   start=$(date +%s)
-  env "$var=$opts log_path=$reports/direct/report" \
+  env "$var=$opts log_path=$reports/direct/report" CK_TIMEOUT_MULTIPLIER=10 \
     UBSAN_OPTIONS="print_stacktrace=1 log_path=$reports/direct/ubsan" \
     make -j"$(nproc)" check MPIRUN="$reports/mpirun" MPICC="$reports/mpicc" "${tests[@]}" \
     > check.out 2>&1
