@@ -17,7 +17,9 @@
  * memory per token grows neither with the experts' width when a chunk is
  * one tile nor with the dense MLPs' width. gpt-oss's block with bf16
  * weights runs on a table whose GEMMs read bf16 weights only (as CUDA's)
- * and gives the fp32 run's numbers on the same weights. With
+ * and gives the fp32 run's numbers on the same weights. fp32 weights on a
+ * table that computes in bf16 (as CUDA's) give the norms their fp32
+ * weights where they lie, not the bf16 compute copy. With
  * RP_ALLOW_UNPROVEN_CUDA=bf16-mlp (or 1) the CUDA back end's sizes of a
  * dense block shrink by exactly the bf16 halves of g and u (saved or
  * scratch, as the chunk is kept or not) and of dm (scratch), except where
@@ -918,6 +920,55 @@ START_TEST(gpt_oss_block_reads_weights_as_the_cuda_table_does)
 }
 END_TEST
 
+/* A table that computes in bf16 (as CUDA's) and reads bf16 weights only:
+ * fp32 parameters are converted whole into the compute copy, and the 1-D
+ * tensors must still be read as fp32 where they lie, not from that bf16
+ * copy. Its rmsnorm records the norm weights it is given and stops the
+ * forward there (the CPU ops cannot run on bf16 buffers). */
+static rp_kernel_ops bf16_compute_ops;
+static const float *seen_norm_w;
+static rp_status recording_rmsnorm(void *state, const float *x, const float *w, float *y,
+                                   void *y_compute, float *rstd, int64_t rows, int64_t dim,
+                                   float eps, rp_error *err)
+{
+    (void)state, (void)x, (void)y, (void)y_compute, (void)rstd, (void)rows, (void)dim, (void)eps;
+    seen_norm_w = w;
+    return rp_error_set(err, RP_ERR_UNSUPPORTED, "recorded");
+}
+
+START_TEST(fp32_weights_on_a_bf16_table_read_their_norms_as_fp32)
+{
+    bf16_compute_ops = rp_kernel_ops_cpu;
+    bf16_compute_ops.compute_dtype = RP_BF16;
+    bf16_compute_ops.weight_dtypes = 1u << RP_BF16;
+    bf16_compute_ops.rmsnorm_forward = recording_rmsnorm;
+    const rp_kernels k = {.ops = &bf16_compute_ops};
+    rp_model_config cfg = qwen_cfg();
+    const int64_t nseq = 2, S = 5;
+    size_t np;
+    float *P = random_block(&cfg, 1, 3, &np);
+    rp_block_offsets off;
+    rp_block_offsets_get(&cfg, 0, &off);
+    float *x = random_vec((size_t)(nseq * S * cfg.hidden_size), 5, 1.0f);
+    float *ws = malloc(rp_block_workspace_floats(&bf16_compute_ops, RP_F32, &cfg, nseq, S) *
+                       sizeof(float));
+    float *saved = malloc(rp_block_saved_floats(&bf16_compute_ops, RP_F32, &cfg, nseq, S) *
+                          sizeof(float));
+    rp_error err = {0};
+    seen_norm_w = NULL;
+    ck_assert_int_eq(rp_block_forward(&k, &cfg, P, RP_F32, x, NULL, nseq, S, NULL, saved, ws,
+                                      NULL, &err),
+                     RP_ERR_UNSUPPORTED);
+    ck_assert_str_eq(err.msg, "recorded");
+    ck_assert_msg(seen_norm_w == P + off.in_norm, "the input norm's weights were read at %p, "
+                  "not in the fp32 parameters at %p (inside the saved area: %d)",
+                  (const void *)seen_norm_w, (const void *)(P + off.in_norm),
+                  seen_norm_w >= saved && seen_norm_w < saved + rp_block_saved_floats(
+                      &bf16_compute_ops, RP_F32, &cfg, nseq, S));
+    free(P), free(x), free(ws), free(saved);
+}
+END_TEST
+
 /* A CPU table that keeps its own RoPE table, as the CUDA table does
  * (rope_table_floats 0: the block gives it no space). */
 static float *kept_rope;
@@ -1068,6 +1119,7 @@ Suite *block_suite(void)
     tcase_add_test(tc, qwen3_moe_lora_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_bits_do_not_depend_on_the_chunk);
     tcase_add_test(tc, gpt_oss_block_reads_weights_as_the_cuda_table_does);
+    tcase_add_test(tc, fp32_weights_on_a_bf16_table_read_their_norms_as_fp32);
     tcase_add_test(tc, yarn_scales_a_copy_of_a_kept_rope_table);
     tcase_add_test(tc, head_dims_the_cuda_attention_refuses_are_refused_up_front);
     tcase_add_test(tc, moe_memory_is_bounded_per_token_not_per_width);

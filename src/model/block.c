@@ -614,14 +614,21 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, in
                (int64_t)v->lora_off.numel);
         v->adapters = w->adapters_c ? w->adapters_c : lora->adapters;
     }
+    /* fp32 1-D tensors where they lie: the weights themselves when they
+     * come in fp32 (not wc, which holds them in the compute dtype: bf16 on
+     * CUDA), or wc when that is fp32; else widened into w->small */
     const int f32 = fdt == RP_F32 || (w->wc && k->ops->compute_dtype == RP_F32);
+    const void *f32_base = fdt == RP_F32 ? P : w->wc;
+    const rp_weight_piece *f32_piece = fdt == RP_F32 ? piece : NULL;
+    const int f32_npieces = fdt == RP_F32 ? npieces : 0;
     for (int i = 0; i < SMALL_COUNT; i++) {
         size_t n, at = small_tensor(cfg, off, i, &n);
         if (at == SIZE_MAX) {
             v->f[i] = NULL;
             continue;
         }
-        const void *src = f32 ? matrix(v, at) : tensor_at(P, piece, npieces, at, fdt);
+        const void *src = f32 ? tensor_at(f32_base, f32_piece, f32_npieces, at, RP_F32)
+                              : tensor_at(P, piece, npieces, at, fdt);
         if (!src)
             return rp_error_set(err, RP_ERR_INVALID_ARG, "block: no frozen tensor at %zu", at);
         if (f32)
@@ -635,7 +642,8 @@ static rp_status params_view(const rp_kernels *k, const rp_model_config *cfg, in
     v->expert_bias = NULL;
     if (off->expert_bias != SIZE_MAX) {
         if (f32) {
-            v->expert_bias = (const float *)matrix(v, off->expert_bias);
+            v->expert_bias = (const float *)tensor_at(f32_base, f32_piece, f32_npieces,
+                                                      off->expert_bias, RP_F32);
         } else {
             if (convert)
                 OP(convert, tensor_at(P, piece, npieces, off->expert_bias, fdt), fdt,
