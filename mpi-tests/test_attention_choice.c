@@ -7,10 +7,10 @@
  * auto with the loader's reason in its log line, refuses --attention cudnn
  * with that reason (and on a GPU older than sm_80), names cuDNN's version
  * when it is chosen, and sends windows, sinks, head dims cuDNN does not
- * run and misaligned segments to the own kernel, while aligned segments are
- * cuDNN's; a --documents run keeps for cuDNN what a plain run keeps when
- * its segments may go to cuDNN (RP_ALLOW_UNPROVEN_CUDA=documents), nothing
- * when not. */
+ * run and document segments to the own kernel; a --documents run keeps
+ * nothing for cuDNN; every CUDA path the H200 window of 2026-11-30 proved
+ * is on without RP_ALLOW_UNPROVEN_CUDA, and RP_DISABLE_CUDA_PATHS turns
+ * paths off, winning over it. */
 #include "config.h"
 
 #include <stdio.h>
@@ -141,13 +141,13 @@ START_TEST(choice_by_mode_and_gpu)
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);
     ck_assert_str_eq(note, "attention: cudnn 9.19.0 (fused flash SDPA)");
-    /* until a GPU has run cuDNN's graphs, auto takes them only when the run
-     * allows unproven paths; --attention cudnn asks for them outright */
+    /* with the cudnn path turned off (RP_DISABLE_CUDA_PATHS), auto does not
+     * take cuDNN; --attention cudnn asks for it outright */
     ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_AUTO, NULL, 91900, 9, 0, 0, &use, note,
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 0);
     ck_assert_msg(strstr(note, "attention: own kernel (") &&
-                      strstr(note, "RP_ALLOW_UNPROVEN_CUDA=cudnn"), "%s", note);
+                      strstr(note, "RP_DISABLE_CUDA_PATHS names cudnn"), "%s", note);
     ck_assert_int_eq(rp_attention_choose(RP_ATTENTION_CUDNN, NULL, 91900, 9, 0, 0, &use, note,
                                          sizeof note, &err), RP_OK);
     ck_assert_int_eq(use, 1);
@@ -189,14 +189,12 @@ START_TEST(shapes_cudnn_does_not_take)
     s.head_dim = 60;
     ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
     s.head_dim = 64;
-    /* document segments are taken (the mask reads seg_start in place), but
-     * only from the 16-byte alignment the graph's tensors declare */
+    /* document segments are not taken: cuDNN 9.14 offered no engine for
+     * their mask on the H200 */
     _Alignas(16) int32_t starts[8];
     s.seg_start = starts;
-    ck_assert_ptr_null(rp_attention_cudnn_refusal(&s));
-    s.seg_start = starts + 1;
-    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "segments") &&
-                      strstr(rp_attention_cudnn_refusal(&s), "aligned"), "misaligned segments");
+    ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "document segments") &&
+                      strstr(rp_attention_cudnn_refusal(&s), "no engine"), "segments");
     s.seg_start = NULL;
     s.window = 128;
     ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "window") != NULL, "window");
@@ -217,8 +215,10 @@ END_TEST
 
 /* What a run reserves for cuDNN, by hand: the workspace budget is 2 bytes
  * a score of one microbatch's heads over the lengths padded to 128 (nseq *
- * nheads * P^2), 16 bytes a padded row of each head and 1 MiB, capped at a
- * quarter of the device; the buffers the backward's statistics and Delta
+ * nheads * P^2), 16 + 4 head_dim bytes a padded row of each head (fp32
+ * statistics and dQ's fp32 accumulator) and 1 MiB, capped at a quarter of
+ * the device, and never below what cuDNN 9.14.0's deterministic backward
+ * asked on an H200 (bench/README, 2026-11-30); the buffers the backward's statistics and Delta
  * (fp32 per row and head) and dq, dk, dv in bf16, each rounded up to 256
  * bytes; nothing for a shape cuDNN does not take. */
 START_TEST(what_a_run_reserves_for_cudnn)
@@ -226,11 +226,13 @@ START_TEST(what_a_run_reserves_for_cudnn)
     rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
                        .scale = 0.125f};
     const size_t big = (size_t)80 << 30;
-    /* 100 tokens pad to 128: 2 x 2 x 4 x 128^2 + 16 x 2 x 4 x 128 + 1 MiB;
-     * the unpadded 2 x 2 x 4 x 100^2 = 160000 was below the 262144 bytes
-     * cudnn-frontend estimates for this shape's dP (lengths padded to 64) */
-    const size_t ws = 2u * 2 * 4 * 128 * 128 + 16u * 2 * 4 * 128 + 1048576;
-    ck_assert_uint_eq(ws, 1327104);
+    /* 100 tokens pad to 128: 2 x 2 x 4 x 128^2 + (16 + 4 x 64) x 2 x 4 x
+     * 128 + 1 MiB; the unpadded 2 x 2 x 4 x 100^2 = 160000 was below the
+     * 262144 bytes cudnn-frontend estimates for this shape's dP (lengths
+     * padded to 64) */
+    ck_assert_uint_eq(rp_attention_cudnn_row_bytes(&s), 272);
+    const size_t ws = 2u * 2 * 4 * 128 * 128 + 272u * 2 * 4 * 128 + 1048576;
+    ck_assert_uint_eq(ws, 1589248);
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), ws);
     /* rows 200: stats 200*4*4 = 3200 -> 3328; dq 200*256*2 = 102400 (a
      * multiple of 256); dk, dv 200*128*2 = 51200 each */
@@ -244,16 +246,28 @@ START_TEST(what_a_run_reserves_for_cudnn)
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), ws);
     s.seqlen = 129;
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big),
-                      2u * 2 * 4 * 256 * 256 + 16u * 2 * 4 * 256 + 1048576);
+                      2u * 2 * 4 * 256 * 256 + 272u * 2 * 4 * 256 + 1048576);
     s.seqlen = 100;
-    /* Qwen3-1.7B's heads at 4096 tokens: 512 MiB of dP, 1 MiB of rows and
-     * 1 MiB; at 32768 tokens on an 80 GiB GPU the quarter, 20 GiB, instead
-     * of 32 GiB */
+    /* Qwen3-1.7B's heads at 4096 tokens: 512 MiB of dP, 33 MiB of rows
+     * (528 bytes each) and 1 MiB; at 32768 tokens on an 80 GiB GPU the
+     * quarter, 20 GiB, instead of 32 GiB */
     rp_attn_shape q = {.nseq = 1, .seqlen = 4096, .nheads = 16, .nkv = 8, .head_dim = 128,
                        .scale = 0.088f};
-    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)514 << 20);
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)546 << 20);
     q.seqlen = 32768;
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)20 << 30);
+    /* what cuDNN 9.14.0's plans asked on the H200 (139 GiB) for these heads
+     * (bench_attention's RESULT attention-cudnn-workspace lines, bench/README
+     * 2026-11-30): the budget covers each, and stays within 3% of it */
+    const size_t h200 = (size_t)139 << 30;
+    const int64_t lengths[4] = {4096, 8192, 16384, 32768};
+    const size_t asked[4] = {570425472u, 2214592640u, 8724152448u, 34628173952u};
+    for (int i = 0; i < 4; i++) {
+        q.seqlen = lengths[i];
+        size_t b = rp_attention_cudnn_workspace_budget(&q, h200);
+        ck_assert_msg(b >= asked[i] && b <= asked[i] + asked[i] / 33, "seq %lld: budget %zu "
+                      "against the %zu bytes cuDNN asked", (long long)lengths[i], b, asked[i]);
+    }
     /* refused shapes reserve nothing */
     float sinks[4];
     s.sinks = sinks;
@@ -266,40 +280,34 @@ START_TEST(what_a_run_reserves_for_cudnn)
 END_TEST
 
 /* One rule for what train and plan keep for cuDNN, by hand for the shape
- * above (2 x 100 tokens, 4/2 heads of 64): 1327104 bytes of workspace
- * budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 1538560 bytes, in a
- * build with cuDNN's headers (0 in one without). A --documents
- * run keeps the same when RP_ALLOW_UNPROVEN_CUDA lets its segments go to
- * cuDNN (documents_ok: the mask reads seg_start in place, no buffer more),
- * nothing when it does not; own, auto without cudnn allowed, an sm_75 GPU
- * and gpt-oss keep nothing. */
-START_TEST(a_documents_run_reserves_as_a_plain_one)
+ * above (2 x 100 tokens, 4/2 heads of 64): 1589248 bytes of workspace
+ * budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 1800704 bytes, in a
+ * build with cuDNN's headers (0 in one without), for cudnn, and for auto
+ * with the cudnn path on. A --documents run keeps nothing: cuDNN takes no
+ * document segments in this build (cuDNN 9.14 offered no engine for their
+ * mask); own, auto with the cudnn path off, an sm_75 GPU and gpt-oss keep
+ * nothing either. */
+START_TEST(a_documents_run_reserves_nothing)
 {
     const rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
                              .scale = 0.125f};
     const size_t big = (size_t)80 << 30;
 #ifdef RP_HAVE_CUDNN
-    const size_t want = 1538560;
+    const size_t want = 1800704;
 #else
     const size_t want = 0;
 #endif
-    /* mode, cudnn allowed, sm, documents, documents allowed, gpt-oss */
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 0, 0, 0, &s, big),
+    /* mode, cudnn path on, sm, documents, gpt-oss */
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 0, 0, &s, big),
                       want);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 1, 1, 0, &s, big),
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 0, 0, 0, &s, big),
                       want);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 0, 1, 1, 0, &s, big),
-                      want);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 0, 90, 1, 0, 0, &s, big),
-                      0);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 0, 90, 1, 1, 0, &s, big),
-                      0);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_OWN, 1, 90, 1, 1, 0, &s, big),
-                      0);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 75, 1, 1, 0, &s, big),
-                      0);
-    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 90, 1, 1, 1, &s, big),
-                      0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 90, 1, 0, &s, big), 0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 90, 1, 0, &s, big), 0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 0, 90, 0, 0, &s, big), 0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_OWN, 1, 90, 0, 0, &s, big), 0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 75, 0, 0, &s, big), 0);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 90, 0, 1, &s, big), 0);
 }
 END_TEST
 
@@ -347,9 +355,33 @@ START_TEST(unproven_switch_parsed)
     for (int p = 0; p < RP_UNPROVEN_COUNT; p++)
         ck_assert_ptr_nonnull(rp_unproven_what((rp_unproven)p));
     ck_assert_ptr_null(rp_unproven_name(RP_UNPROVEN_COUNT));
-    setenv("RP_ALLOW_UNPROVEN_CUDA", "gpt-oss", 1);
+    /* every path the H200 window of 2026-11-30 proved runs without the
+     * switch; RP_DISABLE_CUDA_PATHS turns paths off, and wins over it */
+    unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+    unsetenv("RP_DISABLE_CUDA_PATHS");
+    for (int p = 0; p < RP_UNPROVEN_COUNT; p++) {
+        ck_assert_msg(rp_unproven_proven((rp_unproven)p) &&
+                          strstr(rp_unproven_proven((rp_unproven)p), "2026-11-30"),
+                      "%s", rp_unproven_name((rp_unproven)p));
+        ck_assert(rp_unproven_allowed((rp_unproven)p));
+    }
+    ck_assert_uint_eq(rp_unproven_proven_mask(), (1u << RP_UNPROVEN_COUNT) - 1);
+    ck_assert_uint_eq(rp_unproven_mask(), (1u << RP_UNPROVEN_COUNT) - 1);
+    ck_assert_ptr_null(rp_unproven_proven(RP_UNPROVEN_COUNT));
+    setenv("RP_DISABLE_CUDA_PATHS", "cudnn, bf16-mlp", 1);
     ck_assert(rp_unproven_allowed(RP_UNPROVEN_GPT_OSS));
     ck_assert(!rp_unproven_allowed(RP_UNPROVEN_CUDNN));
+    ck_assert(!rp_unproven_allowed(RP_UNPROVEN_BF16_MLP));
+    setenv("RP_ALLOW_UNPROVEN_CUDA", "cudnn", 1);
+    ck_assert(!rp_unproven_allowed(RP_UNPROVEN_CUDNN));
+    setenv("RP_DISABLE_CUDA_PATHS", "1", 1);
+    ck_assert_uint_eq(rp_unproven_mask(), 0);
+    setenv("RP_DISABLE_CUDA_PATHS", "cudnn,nope", 1); /* a bad switch allows nothing */
+    ck_assert_uint_eq(rp_unproven_mask(), 0);
+    ck_assert_int_eq(rp_unproven_check(&err), RP_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "RP_DISABLE_CUDA_PATHS: 'nope' is not a CUDA path that can be "
+                                  "turned off") != NULL, "%s", err.msg);
+    unsetenv("RP_DISABLE_CUDA_PATHS");
     setenv("RP_ALLOW_UNPROVEN_CUDA", "gpt-oss,nope", 1);
     ck_assert(!rp_unproven_allowed(RP_UNPROVEN_GPT_OSS)); /* a bad switch allows nothing */
     ck_assert_int_eq(rp_unproven_check(&err), RP_ERR_INVALID_ARG);
@@ -398,7 +430,7 @@ static Suite *choice_suite(void)
     tcase_add_test(tc, choice_by_mode_and_gpu);
     tcase_add_test(tc, shapes_cudnn_does_not_take);
     tcase_add_test(tc, what_a_run_reserves_for_cudnn);
-    tcase_add_test(tc, a_documents_run_reserves_as_a_plain_one);
+    tcase_add_test(tc, a_documents_run_reserves_nothing);
     tcase_add_test(tc, unproven_switch_parsed);
     tcase_add_test(tc, unproven_paths_listed);
     suite_add_tcase(s, tc);

@@ -6,8 +6,9 @@
 # a checkpoint records the option and refuses a resume without it; bad
 # document files are refused naming the file, the index and the value
 # (unsorted, repeated, negative, a first start that is not 0, a start past
-# the data, a float file); --device cuda refuses --documents, unless
-# RP_ALLOW_UNPROVEN_CUDA=1 (the GPU window's switch).
+# the data, a float file); --device cuda takes --documents (proven on the
+# H200 of 2026-11-30) unless RP_DISABLE_CUDA_PATHS names documents, and
+# refuses it with --attention cudnn.
 # (That packed documents train as separate sequences would, against
 # transformers in float64, is test_golden.sh's qwen3-packed and
 # llama-packed.)
@@ -75,23 +76,30 @@ badfile negative '<i8' "documents $tmp/negative.npy: index 0: start -3 is negati
 badfile notzero '<i8' "index 0: the first document starts at 4, not 0" 4 50
 badfile past '<i8' "index 2: start 99999999 is past the .* tokens of" 0 10 99999999
 badfile floats '<f8' "floats.npy" 0 4612811918334230528
-run 1 cuda --init-config "$src/examples/tiny-config.json" --data "$data" --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs" &&
-  bad "--device cuda accepted --documents" ||
-  { grep -q "documents: attention over document segments on CUDA has not run on a GPU yet" "$tmp/cuda.txt" && ok || { bad "cuda message"; cat "$tmp/cuda.txt"; }; }
-# the maintainer's switch lifts that refusal (the run then trains on a GPU, or
-# fails for want of one, with another message)
-RP_ALLOW_UNPROVEN_CUDA=1 run 1 cuda-allowed --init-config "$src/examples/tiny-config.json" --data "$data" \
-  --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs"
-grep -q "document segments" "$tmp/cuda-allowed.txt" && { bad "RP_ALLOW_UNPROVEN_CUDA=1 still refused --documents"; cat "$tmp/cuda-allowed.txt"; } || ok
-# ... and so does naming the path alone (core/unproven.h); naming others
-# does not, and a word that names no path stops the run, naming it
-RP_ALLOW_UNPROVEN_CUDA=" documents " run 1 cuda-named --init-config "$src/examples/tiny-config.json" --data "$data" \
-  --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs"
-grep -q "document segments" "$tmp/cuda-named.txt" && { bad "RP_ALLOW_UNPROVEN_CUDA=documents still refused --documents"; cat "$tmp/cuda-named.txt"; } || ok
-RP_ALLOW_UNPROVEN_CUDA=gpt-oss,cudnn run 1 cuda-others --init-config "$src/examples/tiny-config.json" --data "$data" \
-  --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents "$docs" &&
-  bad "RP_ALLOW_UNPROVEN_CUDA=gpt-oss,cudnn let --documents run" ||
-  { grep -q "documents: attention over document segments on CUDA has not run on a GPU yet" "$tmp/cuda-others.txt" && ok || { bad "other paths named: message"; cat "$tmp/cuda-others.txt"; }; }
+# --documents on CUDA: the path the H200 window of 2026-11-30 proved, on by
+# default (the run then trains on a GPU, or fails for want of one, with
+# another message); RP_DISABLE_CUDA_PATHS=documents turns it off and the
+# option is refused, even where RP_ALLOW_UNPROVEN_CUDA names it; turning
+# other paths off does not
+cudaargs="--init-config $src/examples/tiny-config.json --data $data --seq-len 32 --batch-size 8 --steps 1 --device cuda --documents $docs"
+run 1 cuda $cudaargs
+grep -q "document segments" "$tmp/cuda.txt" && { bad "--device cuda refused --documents by default"; cat "$tmp/cuda.txt"; } || ok
+RP_DISABLE_CUDA_PATHS=" documents " run 1 cuda-off $cudaargs &&
+  bad "RP_DISABLE_CUDA_PATHS=documents let --documents run" ||
+  { grep -q "documents: attention over document segments on CUDA is turned off (RP_DISABLE_CUDA_PATHS names documents" "$tmp/cuda-off.txt" && ok || { bad "off: message"; cat "$tmp/cuda-off.txt"; }; }
+RP_DISABLE_CUDA_PATHS=documents RP_ALLOW_UNPROVEN_CUDA=documents run 1 cuda-both $cudaargs &&
+  bad "RP_ALLOW_UNPROVEN_CUDA=documents won over RP_DISABLE_CUDA_PATHS=documents" ||
+  { grep -q "document segments on CUDA is turned off" "$tmp/cuda-both.txt" && ok || { bad "both: message"; cat "$tmp/cuda-both.txt"; }; }
+RP_DISABLE_CUDA_PATHS=gpt-oss,cudnn run 1 cuda-others $cudaargs
+grep -q "document segments" "$tmp/cuda-others.txt" && { bad "RP_DISABLE_CUDA_PATHS=gpt-oss,cudnn refused --documents"; cat "$tmp/cuda-others.txt"; } || ok
+# cuDNN takes no document segments (cuDNN 9.14 offered no engine for their
+# mask): --attention cudnn with them is refused up front, naming why
+run 1 cuda-cudnn $cudaargs --attention cudnn &&
+  bad "--attention cudnn accepted --documents" ||
+  { grep -q -- "--attention cudnn with --documents or --eval-documents: cuDNN's fused SDPA takes no document segments in this build" "$tmp/cuda-cudnn.txt" && ok || { bad "cudnn: message"; cat "$tmp/cuda-cudnn.txt"; }; }
+RP_DISABLE_CUDA_PATHS=documents,segmnets run 1 cuda-off-typo $cudaargs &&
+  bad "RP_DISABLE_CUDA_PATHS with an unknown word accepted" ||
+  { grep -q "RP_DISABLE_CUDA_PATHS: 'segmnets' is not a CUDA path that can be turned off (known: documents, fp8-upload, gpt-oss, cudnn, .*fused-gate-up, or 1 for all of them, 0 for none)" "$tmp/cuda-off-typo.txt" && ok || { bad "off, unknown word: message"; cat "$tmp/cuda-off-typo.txt"; }; }
 RP_ALLOW_UNPROVEN_CUDA=documents,segmnets run 1 cuda-typo --init-config "$src/examples/tiny-config.json" --data "$data" \
   --seq-len 32 --batch-size 8 --steps 1 --device cpu --documents "$docs" &&
   bad "RP_ALLOW_UNPROVEN_CUDA with an unknown word accepted" ||

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Proves (CPU executors with RP_TEST_FUSED_GATE_UP=1, the test hook that
 # runs the dense MLP's gate and up projections as one GEMM, as CUDA
-# executors do under RP_ALLOW_UNPROVEN_CUDA=fused-gate-up: model/block.c's
+# executors do by default (the fused-gate-up path): model/block.c's
 # mlp_fused_gate_up):
 # - the golden fixtures still match transformers' references within
 #   test_golden's 1e-4 (golden_compare: every logged loss, lr and grad
@@ -71,9 +71,11 @@ run 2 lora-fused $lora
 unset RP_TEST_FUSED_GATE_UP
 run 2 lora-plain $lora
 same lora-plain lora-fused "LoRA on gate and up: the hook changed bits"
-# the hook, or RP_ALLOW_UNPROVEN_CUDA, on one rank only (a variable mpirun
+# the hook, or RP_DISABLE_CUDA_PATHS, on one rank only (a variable mpirun
 # did not pass to another node): refused on every rank before any work,
-# naming both, not a run whose ranks lay out the MLP's buffers apart
+# naming them, not a run whose ranks lay out the MLP's buffers apart
+# (RP_ALLOW_UNPROVEN_CUDA naming a proven path changes nothing: no
+# refusal then)
 mixed() { # OUT VAR=VALUE: rank 0 with VAR=VALUE, rank 1 without it
   # shellcheck disable=SC2086
   ${MPIRUN:-mpirun} $flags -np 1 env "$2" "$bin" train --progress none --threads 1 --device cpu \
@@ -81,9 +83,9 @@ mixed() { # OUT VAR=VALUE: rank 0 with VAR=VALUE, rank 1 without it
     --threads 1 --device cpu --timeout 60 --save "$tmp/$1" $q > "$tmp/$1.txt" 2>&1
   r=$?
   [ $r -ne 0 ] && [ ! -e "$tmp/$1" ] &&
-    grep -q "RP_ALLOW_UNPROVEN_CUDA or RP_TEST_FUSED_GATE_UP is not the same on every rank" "$tmp/$1.txt" &&
+    grep -q "RP_ALLOW_UNPROVEN_CUDA, RP_DISABLE_CUDA_PATHS or RP_TEST_FUSED_GATE_UP is not the same on every rank" "$tmp/$1.txt" &&
     ok || { bad "$1: $2 on one rank of two: exit $r, or something written, or no message"; cat "$tmp/$1.txt"; }
 }
 mixed mixed-hook RP_TEST_FUSED_GATE_UP=1
-mixed mixed-switch RP_ALLOW_UNPROVEN_CUDA=fused-gate-up
+mixed mixed-switch RP_DISABLE_CUDA_PATHS=fused-gate-up
 finish

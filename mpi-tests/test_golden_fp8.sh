@@ -21,8 +21,8 @@
 # base's uploads per step (the closing line) are well below its bf16
 # twin's, and the start-up line counts its bytes beside bf16's. `plan` of
 # the FP8 config counts the base as its checkpoint maps it (CPU, and GPU
-# executors with RP_ALLOW_UNPROVEN_CUDA=1, whose FP8 uploads model no
-# slower than bf16's; without it the store's bf16). With Python, torch,
+# executors, whose FP8 uploads model no slower than bf16's; with
+# RP_DISABLE_CUDA_PATHS=fp8-upload the store's bf16). With Python, torch,
 # transformers and peft: the saved adapter loads with PeftModel on the
 # dequantised base and its logits equal the --save-merged model's. Full
 # fine-tuning from
@@ -239,24 +239,25 @@ if train 1 --model "$d-model" $short --steps 1 --lr 0 --save-merged "$tmp/deq" \
 else bad "the dequantised base or the adapter was not saved"; cat "$tmp/deq.txt" "$tmp/ad.txt"; fi
 
 # ---- plan: an FP8 config counted as its checkpoint maps it ---------------------
-plan() { # device, RP_ALLOW_UNPROVEN_CUDA
-  RP_ALLOW_UNPROVEN_CUDA=$2 "$bin" plan --init-config "$d-model/config.json" --device "$1" \
+plan() { # device, on|off: the fp8-upload path (on by default: proven on the H200 of 2026-11-30)
+  off=""; [ "$2" = off ] && off=fp8-upload
+  RP_DISABLE_CUDA_PATHS=$off "$bin" plan --init-config "$d-model/config.json" --device "$1" \
     --gpus 2 --microbatches 2 --seq-len 16 --lora-rank 4 > "$tmp/plan-$1-$2.txt" 2>&1 ||
     { bad "plan --device $1 failed"; cat "$tmp/plan-$1-$2.txt"; }
 }
-plan cpu 0; plan cuda 0; plan cuda 1
-for p in cpu-0 cuda-1; do
+plan cpu on; plan cuda off; plan cuda on
+for p in cpu-on cuda-on; do
   if grep -q "the frozen base counted as an FP8 checkpoint of this config" "$tmp/plan-$p.txt" &&
      grep -q "(FP8 e4m3 with its block scales, [0-9]* bytes; .*, 135936 bytes, in bf16) mapped" \
        "$tmp/plan-$p.txt"; then ok; else bad "plan $p: the FP8 base not counted"
     cat "$tmp/plan-$p.txt"; fi
 done
-# GPU executors take FP8 as it lies only with the switch: else the store's bf16
-if grep -q "the frozen base converted into it" "$tmp/plan-cuda-0.txt"; then ok
-else bad "plan cuda without RP_ALLOW_UNPROVEN_CUDA counts FP8"; fi
+# GPU executors take FP8 as it lies unless the path is turned off: then the store's bf16
+if grep -q "the frozen base converted into it" "$tmp/plan-cuda-off.txt"; then ok
+else bad "plan cuda with RP_DISABLE_CUDA_PATHS=fp8-upload counts FP8"; fi
 # and its uploads, half the bytes, make the modelled iteration no slower
 tps() { sed -n 's/.*max, \([0-9]*\) tokens\/s.*/\1/p' "$1"; }
-t0=$(tps "$tmp/plan-cuda-0.txt"); t1=$(tps "$tmp/plan-cuda-1.txt")
+t0=$(tps "$tmp/plan-cuda-off.txt"); t1=$(tps "$tmp/plan-cuda-on.txt")
 echo "plan, cuda: $t0 tokens/s with a bf16 base, $t1 with FP8 uploads"
 if [ -n "$t0" ] && [ -n "$t1" ] && [ "$t1" -ge "$t0" ]; then ok
 else bad "plan: FP8 uploads modelled slower ($t1 < $t0 tokens/s)"; fi

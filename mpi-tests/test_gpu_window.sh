@@ -56,6 +56,13 @@ for c in $cases; do
   grep -q "^| $c | " "$src/bench/README.md" || bad "bench/README.md's parity table has no row for $c"
 done
 ok
+# parity.sh turns off every CUDA path a case does not prove: its list is
+# core/unproven.h's, as the switch's refusal names them
+known=$(RP_DISABLE_CUDA_PATHS=not-a-path "$build/src/roundpipe" plan --layers "$src/bench/paper/qwen3-1.7b.txt" 2>&1 |
+  sed -n 's/.*(known: \(.*\), or 1 for all.*/\1/p' | tr -d ,)
+listed=$(sed -n 's/^paths="\(.*\)"$/\1/p' "$src/bench/gpu/parity.sh")
+[ -n "$known" ] && [ "$(echo $known)" = "$(echo $listed)" ] && ok ||
+  bad "parity.sh's paths ($listed) are not core/unproven.h's ($known)"
 # each case's fixture folder, as parity.sh's fixture() gives it, is the one
 # its row of bench/README's table names and one --check-only checks
 fx_of() {
@@ -156,7 +163,7 @@ standin 60 gemm
 [ $grc = 1 ] && grep -q '^GEMM  *FAILED' "$g/out/summary.txt" &&
   grep -q '^head fwd+bwd  *FAILED' "$g/out/summary.txt" &&
   grep -q '^block op by op (default paths)  *FAILED' "$g/out/summary.txt" &&
-  grep -q '^block op by op (all paths)  *FAILED' "$g/out/summary.txt" && ok ||
+  grep -q '^block op by op (off paths)  *FAILED' "$g/out/summary.txt" && ok ||
   { bad "run.sh gemm on a stand-in GPU whose benchmarks print nothing: exit $grc"; cat "$tmp/gw.txt"; }
 standin 60 attn
 [ $grc = 1 ] && grep -q '^attention fwd+bwd  *FAILED' "$g/out/summary.txt" && ok ||

@@ -36,6 +36,7 @@
 
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "core/unproven.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/sizes.h"
@@ -446,17 +447,22 @@ START_TEST(workspace_linear_in_seqlen)
 END_TEST
 
 /* A table's saved area and workspace (floats) for cfg over 2 sequences of
- * 32 tokens, under RP_ALLOW_UNPROVEN_CUDA=allow (NULL: unset). */
+ * 32 tokens, with only the CUDA paths `allow` names on (RP_ALLOW_UNPROVEN_CUDA's
+ * words; NULL: none): every other one, proven or not, named by
+ * RP_DISABLE_CUDA_PATHS. */
 static void mlp_sizes(const rp_kernel_ops *ops, const rp_model_config *cfg, const char *allow,
                       size_t *saved, size_t *ws)
 {
-    if (allow)
-        setenv("RP_ALLOW_UNPROVEN_CUDA", allow, 1);
-    else
-        unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+    unsigned on = 0;
+    rp_error err = {0};
+    ck_assert_int_eq(rp_unproven_parse(allow, &on, &err), RP_OK);
+    char off[256];
+    ck_assert_uint_lt(rp_unproven_list(~on & ((1u << RP_UNPROVEN_COUNT) - 1), off, sizeof off),
+                      sizeof off);
+    setenv("RP_DISABLE_CUDA_PATHS", off, 1);
     *saved = rp_block_saved_floats(ops, RP_BF16, cfg, 2, 32);
     *ws = rp_block_workspace_floats(ops, RP_BF16, cfg, 2, 32);
-    unsetenv("RP_ALLOW_UNPROVEN_CUDA");
+    unsetenv("RP_DISABLE_CUDA_PATHS");
 }
 
 /* bf16-mlp's bytes, derived by hand: T = 64 tokens, I = 40 (qwen_cfg), so

@@ -437,8 +437,8 @@ START_TEST(gpt_oss_layout_and_checks)
     ck_assert_double_eq_tol(full.fwd_flops_per_token - slide.fwd_flops_per_token,
                             4 * QD * (17.0 / 2 - (10.0 + 48.0) / 16), 1e-9);
     free(L);
-    /* the CPU table runs it; a bf16 device table does not, unless the
-     * maintainer's switch lets a GPU session prove its ops */
+    /* the CPU table runs it; a bf16 device table does not when the run
+     * turns the gpt-oss path off (RP_DISABLE_CUDA_PATHS) */
     ck_assert_int_eq(rp_model_ops_check(&c, &rp_kernel_ops_cpu, 0, &err), RP_OK);
     rp_kernel_ops dev = rp_kernel_ops_cpu;
     dev.name = "cuda";
@@ -446,7 +446,7 @@ START_TEST(gpt_oss_layout_and_checks)
     dev.host_addressable = 0;
     ck_assert_int_eq(rp_model_ops_check(&c, &dev, 0, &err), RP_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "gpt-oss on cuda executors") && strstr(err.msg, "--device cpu") &&
-                  strstr(err.msg, "RP_ALLOW_UNPROVEN_CUDA=gpt-oss"), "%s", err.msg);
+                  strstr(err.msg, "RP_DISABLE_CUDA_PATHS names gpt-oss"), "%s", err.msg);
     ck_assert_int_eq(rp_model_ops_check(&c, &dev, 1, &err), RP_OK);
     rp_model_config q = cfg_qwen();
     ck_assert_int_eq(rp_model_ops_check(&q, &dev, 0, &err), RP_OK);

@@ -61,13 +61,14 @@ h100="$src/bench/gpu/h100-qwen3-1.7b-layers.txt --bandwidth-gbs 55 --workspace-m
   grep -q "^device memory per executor .* MiB allowed, of them $(awk -v b=$((k * 8 * 453690368)) 'BEGIN { printf "%.1f", b / 1048576 }') MiB the pool of the $k kept blocks" "$tmp/out" &&
   ok || { bad "the pool's bytes in plan's JSON and line"; cat "$tmp/out" "$tmp/err"; }
 # on a GPU of that size plus 300 MiB: fits, buffers + reserve = total within it
+# (the own attention kernel: nothing kept for cuDNN's, whose term is below)
 n=$((gpu + 300))
-plan --device cuda --device-memory-mib $n && ok || { bad "plan on a $n MiB GPU"; cat "$tmp/err"; }
+plan --device cuda --device-memory-mib $n --attention own && ok || { bad "plan on a $n MiB GPU"; cat "$tmp/err"; }
 last | grep -q "^verdict: fits: an executor needs [0-9.]* MiB of buffers + [0-9.]* MiB reserved (CUDA context, cuBLAS workspace, scratch: 5% + 512 MiB) = [0-9.]* MiB of the GPU's $n.0 MiB (--device-memory-mib); host memory needed: [0-9.]* GiB per node$" &&
   last | sed 's/.*needs \([0-9.]*\) MiB of buffers + \([0-9.]*\) MiB reserved.* = \([0-9.]*\) MiB of the GPU.s \([0-9.]*\) MiB.*/\1 \2 \3 \4/' |
   awk '{ exit !($1 + $2 - $3 < 0.11 && $3 - $1 - $2 < 0.11 && $3 <= $4 && $2 - (0.05 * $4 + 512) < 0.11 && (0.05 * $4 + 512) - $2 < 0.11) }' \
   && ok || { bad "the $n MiB verdict"; last; }
-plan --device cuda --device-memory-mib 600 && bad "600 MiB accepted" || ok
+plan --device cuda --device-memory-mib 600 --attention own && bad "600 MiB accepted" || ok
 grep -q "verdict: does NOT fit the GPU's 600.0 MiB (--device-memory-mib; 58.0 MiB after the reserve .*layer 0 (embedding) alone needs" \
   "$tmp/err" && ok || { bad "the 600 MiB verdict"; cat "$tmp/err"; }
 plan --device cpu && last | grep -q "^verdict: fits: CPU executors: 4 x .* MiB of buffers and the host store's .* GiB, .* in all of this machine's" \
@@ -118,32 +119,29 @@ plan --recompute block && bad "--recompute block" || { grep -q "recompute: 'bloc
 # cuDNN's attention (--attention, as train's): a build with cuDNN's headers
 # keeps for it beside the plan 2 bytes a score of a microbatch's heads
 # (2 x 8 x 4096^2; 4096 is a multiple of the 128 the lengths are padded
-# to), 16 bytes a row of each head (16 x 8 x 4096), 1 MiB, and its buffers
-# (statistics and Delta 2 x 4096 x 8 x 4; dq, dk, dv in bf16 4096 x (1024 +
-# 2 x 512) x 2): 287047680 bytes, out of
-# the planner's limit and in the verdict; own and auto (until
-# RP_ALLOW_UNPROVEN_CUDA names cudnn) keep none; --documents keeps the same
-# as a plain run where RP_ALLOW_UNPROVEN_CUDA names documents (cuDNN's mask
-# reads the segments in place: no buffer more), none where it does not (a
-# CUDA run refuses --documents then)
+# to), 16 + 4 x 128 bytes a row of each head (528 x 8 x 4096: statistics
+# and dQ's fp32 accumulator, what cuDNN 9.14 asked on an H200), 1 MiB, and
+# its buffers (statistics and Delta 2 x 4096 x 8 x 4; dq, dk, dv in bf16
+# 4096 x (1024 + 2 x 512) x 2): 303824896 bytes, out of the planner's limit
+# and in the verdict, under cudnn and under auto (the cudnn path proven on
+# the H200 of 2026-11-30); own, auto with RP_DISABLE_CUDA_PATHS=cudnn, and
+# any run over --documents (cuDNN takes no document segments) keep none
 want=0
-grep -q "define RP_HAVE_CUDNN 1" "$build/config.h" 2>/dev/null && want=287047680
+grep -q "define RP_HAVE_CUDNN 1" "$build/config.h" 2>/dev/null && want=303824896
 gpu="--device cuda --device-memory-mib 81559 --json"
-plan $gpu && own=$(field memory_limit_bytes) && r0=$(field cudnn_reserve_bytes)
+plan $gpu && lim0=$(field memory_limit_bytes) && r0=$(field cudnn_reserve_bytes)
 plan $gpu --attention cudnn && lim=$(field memory_limit_bytes) && r1=$(field cudnn_reserve_bytes)
-RP_ALLOW_UNPROVEN_CUDA=cudnn plan $gpu && r2=$(field cudnn_reserve_bytes)
+RP_DISABLE_CUDA_PATHS=cudnn plan $gpu && own=$(field memory_limit_bytes) && r2=$(field cudnn_reserve_bytes)
 plan $gpu --attention own && r3=$(field cudnn_reserve_bytes)
-plan $gpu --attention cudnn --documents "$tmp/docs.npy" && r4=$(field cudnn_reserve_bytes)
-RP_ALLOW_UNPROVEN_CUDA=documents plan $gpu --attention cudnn --documents "$tmp/docs.npy" &&
-  r5=$(field cudnn_reserve_bytes) && dlim=$(field memory_limit_bytes)
-RP_ALLOW_UNPROVEN_CUDA=cudnn,documents plan $gpu --documents "$tmp/docs.npy" && r6=$(field cudnn_reserve_bytes)
-[ "$r0" = 0 ] && [ "$r1" = "$want" ] && [ "$lim" = $((own - want)) ] && [ "$r2" = "$want" ] &&
-  [ "$r3" = 0 ] && [ "$r4" = 0 ] && [ "$r5" = "$want" ] && [ "$dlim" = "$lim" ] &&
-  [ "$r6" = "$want" ] && ok ||
-  bad "cuDNN's reservation: auto $r0, cudnn $r1 (want $want; limit $lim of $own), unproven auto $r2, own $r3, documents $r4, documents allowed: cudnn $r5 (limit $dlim), auto $r6"
+plan $gpu --attention cudnn --documents "$tmp/docs.npy" && r4=$(field cudnn_reserve_bytes) &&
+  dlim=$(field memory_limit_bytes)
+plan $gpu --documents "$tmp/docs.npy" && r5=$(field cudnn_reserve_bytes)
+[ "$r0" = "$want" ] && [ "$r1" = "$want" ] && [ "$lim" = $((own - want)) ] && [ "$lim0" = "$lim" ] &&
+  [ "$r2" = 0 ] && [ "$r3" = 0 ] && [ "$r4" = 0 ] && [ "$dlim" = "$own" ] && [ "$r5" = 0 ] && ok ||
+  bad "cuDNN's reservation: auto $r0 (limit $lim0), cudnn $r1 (want $want; limit $lim of $own), auto with cudnn off $r2, own $r3, documents: cudnn $r4 (limit $dlim), auto $r5"
 plan --device cuda --device-memory-mib 81559 --attention cudnn
 if [ "$want" != 0 ]; then
-  last | grep -q "reserved (CUDA context, cuBLAS workspace, scratch: 5% + 512 MiB) + 273.8 MiB kept for cuDNN's attention (--attention) = " && ok ||
+  last | grep -q "reserved (CUDA context, cuBLAS workspace, scratch: 5% + 512 MiB) + 289.8 MiB kept for cuDNN's attention (--attention) = " && ok ||
     { bad "the verdict's cuDNN term"; last; }
 else
   last | grep -q "cuDNN" && { bad "a verdict without cuDNN names it"; last; } || ok

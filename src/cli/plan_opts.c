@@ -195,8 +195,9 @@ static const rp_option plan_rows[] = {
              "as it allows), none keeps all, layer saves every\n"
              "layer's input (host memory)"},
     {TRAIN("attention", "auto|cudnn|own"),
-     .help = "as train's: cudnn (and auto with RP_ALLOW_UNPROVEN_CUDA=cudnn)\n"
-             "keeps device memory for cuDNN's attention beside the plan"},
+     .help = "as train's: cudnn and auto (unless RP_DISABLE_CUDA_PATHS\n"
+             "names cudnn) keep device memory for cuDNN's attention\n"
+             "beside the plan, but over --documents"},
     {TRAIN("weight-buffers", "auto|1|2"),
      .help = "as train's: 1 holds one stage's weights per executor\n"
              "(half their device memory; no upload overlaps a job);\n"
@@ -684,7 +685,7 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         rp_attn_shape sh = rp_block_attn_shape(&o->cfg, 0, nseq, a.seq_len);
         o->cudnn_reserve = (int64_t)rp_attention_run_reserve_bytes(
             a.train.attention, rp_unproven_allowed(RP_UNPROVEN_CUDNN), device_sm,
-            a.train.documents != NULL, rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS),
+            a.train.documents != NULL,
             o->cfg.arch == RP_ARCH_GPT_OSS, &sh,
             (size_t)device_total);
     }

@@ -4,6 +4,10 @@
  * GPU session prove them: "1" lets every one run, a comma-separated list
  * of the names below only those, so that each case of bench/gpu/parity.sh
  * lets run only the path it proves and a fault fails that case alone.
+ * A path whose row names the GPU run that proved it (rp_unproven_proven)
+ * is taken without the switch; RP_DISABLE_CUDA_PATHS, the same words,
+ * turns paths off again (the earlier code: a same-run "before" for the
+ * GPU window, or a way around a fault), and wins over the switch.
  * One row per path in unproven.c; roundpipe(1) lists them. */
 #ifndef RP_CORE_UNPROVEN_H
 #define RP_CORE_UNPROVEN_H
@@ -30,17 +34,26 @@ typedef enum rp_unproven {
     RP_UNPROVEN_COUNT
 } rp_unproven;
 
+#define RP_UNPROVEN_ALLOW_VAR "RP_ALLOW_UNPROVEN_CUDA"
+#define RP_UNPROVEN_OFF_VAR "RP_DISABLE_CUDA_PATHS"
+
 /* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies",
  * "gemm-lt", "xent-fp32", "bf16-mlp", "fused-gate-up"; NULL out of range. */
 const char *rp_unproven_name(rp_unproven p);
 /* What the path lets run, for messages and help. */
 const char *rp_unproven_what(rp_unproven p);
+/* The GPU run that proved the path (runs take it by default), or NULL. */
+const char *rp_unproven_proven(rp_unproven p);
+/* The paths proven so (bit 1u << p each). */
+unsigned rp_unproven_proven_mask(void);
 
 /* The paths (bit 1u << p each) a switch's text allows: NULL, "" or "0" none,
  * "1" every one, else names separated by commas (spaces around them
  * ignored). RP_ERR_INVALID_ARG naming RP_ALLOW_UNPROVEN_CUDA, the word
  * and the names known; *mask 0 then. */
 rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err);
+/* The same for RP_DISABLE_CUDA_PATHS (its errors name that variable). */
+rp_status rp_unproven_parse_off(const char *text, unsigned *mask, rp_error *err);
 
 /* Whether mask (bit 1u << p each, as rp_unproven_parse gives) holds path p. */
 static inline int rp_unproven_in(unsigned mask, rp_unproven p)
@@ -48,12 +61,14 @@ static inline int rp_unproven_in(unsigned mask, rp_unproven p)
     return (unsigned)p < RP_UNPROVEN_COUNT && (mask >> p & 1u);
 }
 
-/* Whether RP_ALLOW_UNPROVEN_CUDA (read now) allows path p; a switch that
- * does not parse allows nothing (rp_unproven_check says why). */
+/* Whether path p runs, the environment read now: proven or named by
+ * RP_ALLOW_UNPROVEN_CUDA, and not named by RP_DISABLE_CUDA_PATHS; where
+ * either does not parse, none does (rp_unproven_check says why). */
 int rp_unproven_allowed(rp_unproven p);
 /* The environment's mask, as rp_unproven_allowed reads it. */
 unsigned rp_unproven_mask(void);
-/* RP_OK, or the parse error of RP_ALLOW_UNPROVEN_CUDA. */
+/* RP_OK, or the parse error of RP_ALLOW_UNPROVEN_CUDA or
+ * RP_DISABLE_CUDA_PATHS. */
 rp_status rp_unproven_check(rp_error *err);
 /* The names of the paths in mask, in the table's order, separated by ", ",
  * into buf ("" for none; where size is too small, the whole names that fit,

@@ -185,9 +185,9 @@ rp_status rp_device_copy(rp_device *dev, void *dst, const void *src, size_t byte
         device_memory(dev, src))
         return rp_error_set(err, RP_ERR_INTERNAL, "%s: a copy of %zu bytes reads device memory "
                             "(%p) before rp_device_sync, while kernel ops issued since may still "
-                            "write it (RP_TEST_UNORDERED_DEVICE: as on CUDA without "
-                            "RP_ALLOW_UNPROVEN_CUDA=copies, where the copy stream does not wait "
-                            "for the compute stream)", dev->name, bytes, src);
+                            "write it (RP_TEST_UNORDERED_DEVICE: as on CUDA with the copies path "
+                            "off, where the copy stream does not wait for the compute stream)",
+                            dev->name, bytes, src);
     return dev->ops->copy(dev->impl, dst, src, bytes, err);
 }
 

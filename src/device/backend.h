@@ -30,7 +30,7 @@ typedef struct rp_device_params {
     int attention;       /* --attention: rp_attention_mode (kernels/attention_choice.h);
                             0, auto, where not given. The CPU back end runs its own
                             kernel and refuses cudnn. */
-    unsigned unproven;   /* the paths RP_ALLOW_UNPROVEN_CUDA lets run (core/unproven.h: bit
+    unsigned unproven;   /* the CUDA paths on (core/unproven.h: bit
                             1u << rp_unproven), of which the back end reads cudnn (auto
                             may take cuDNN's attention), fused-xent and gemm-lt */
 } rp_device_params;
@@ -45,10 +45,8 @@ const char *rp_device_name(const rp_device *dev);
 const char *rp_device_attention_note(const rp_device *dev);
 /* What the device's kernels did that a run's log should say at its end,
  * into buf ("" when nothing): on CUDA, how many linear forwards went
- * through cuBLASLt when RP_ALLOW_UNPROVEN_CUDA=gemm-lt set it up, and how
- * many attention calls over document segments cuDNN computed when cuDNN was
- * chosen and RP_ALLOW_UNPROVEN_CUDA=documents lets them go to it, so the
- * GPU window sees the paths were taken. */
+ * through cuBLASLt when the gemm-lt path set it up, so the GPU window sees
+ * the path was taken. */
 void rp_device_kernels_summary(const rp_device *dev, char *buf, size_t len);
 
 /* Device memory. rp_device_alloc names the bytes asked on failure.
@@ -85,19 +83,19 @@ rp_status rp_device_copy_complete(rp_device *dev, int ticket, rp_error *err);
 
 /* ---- ordering by events, and timing the kernel ops ---------------------
  *
- * Where the device is ordered by events (the CUDA back end under
- * RP_ALLOW_UNPROVEN_CUDA=copies, whose copies are asynchronous), the engine
+ * Where the device is ordered by events (the CUDA back end with the copies
+ * path of core/unproven.h on, whose copies are asynchronous), the engine
  * does not wait on the host between a layer's kernel ops and the copies
  * around them: it orders them on the device instead, and times its layers
  * by marks on the compute stream. The CPU back end, whose kernel ops and
  * copies have finished when they return, is ordered by construction: it
  * says yes, and the calls below cost it nothing, so the engine's path is
- * the same there and tested everywhere. The CUDA back end without the
- * switch says no: the engine syncs after each layer, as it always has. */
+ * the same there and tested everywhere. The CUDA back end with that path
+ * off says no: the engine syncs after each layer, as it always has. */
 int rp_device_ordered_by_events(const rp_device *dev);
 
 /* Test mode: RP_TEST_UNORDERED_DEVICE=1 makes a CPU device check the
- * engine as the CUDA back end without RP_ALLOW_UNPROVEN_CUDA=copies runs
+ * engine as the CUDA back end with the copies path off runs
  * it, where a copy does not wait for the kernel ops: the device says it is
  * not ordered by events (the engine syncs after each layer, as there), and
  * a copy that reads device memory while kernel ops may still be running
@@ -111,7 +109,7 @@ int rp_device_ordered_by_events(const rp_device *dev);
 int rp_device_unordered_test(rp_device_kind kind);
 
 /* Test mode: RP_TEST_EVENT_DEVICE=1 makes a CPU device check the engine as
- * the CUDA back end under RP_ALLOW_UNPROVEN_CUDA=copies runs it: ordered by
+ * the CUDA back end with the copies path on runs it: ordered by
  * events, with asynchronous copies (the transfer engine takes them), each
  * landing as late as a GPU may land it and reading what a GPU's may read
  * (src/device/cpu_events.c): an upload's destination holds NaN bytes until

@@ -1,6 +1,6 @@
 /* RP_TEST_EVENT_DEVICE=1 (backend.h's rp_device_event_test): the CPU back
  * end standing in for a CUDA executor ordered by events
- * (RP_ALLOW_UNPROVEN_CUDA=copies), whose copies run on an upload and a
+ * (the copies path of core/unproven.h), whose copies run on an upload and a
  * download stream of their own and are ordered with the kernel ops only by
  * rp_device_copies_after_compute and rp_device_compute_after_copy. The
  * kernel ops are the CPU's and have finished when they return; the copies

@@ -11,7 +11,7 @@
  * compute stream, so a copy the transfer engine's thread issues afterwards
  * sees finished results.
  *
- * Under RP_ALLOW_UNPROVEN_CUDA=copies the device is ordered by events
+ * With the copies path on (core/unproven.h) the device is ordered by events
  * (backend.h): a copy stream waits for an event recorded on the compute
  * stream (copies_after_compute), the compute stream for a copy's event
  * (compute_after_copy), and the layers are timed by events on the compute
@@ -43,7 +43,7 @@ typedef struct cuda_impl {
     cudaStream_t copy;    /* rp_device_copy */
     cudaStream_t upload, download; /* the asynchronous copies, one direction each */
     cudaEvent_t copied[RP_DEVICE_COPY_TICKETS]; /* the copy issued under each ticket */
-    int by_events;        /* RP_ALLOW_UNPROVEN_CUDA=copies: ordered by events (backend.h) */
+    int by_events;        /* the copies path: ordered by events (backend.h) */
     /* ordered by events: the compute stream's end for the upload and the
      * download stream to wait for (copies_after_compute), and for `copy`
      * (cuda_copy, called on the executor's thread only then); re-recorded
@@ -420,17 +420,9 @@ static const char *cuda_attention_note(void *impl)
 static void cuda_kernels_summary(void *impl, char *buf, size_t len)
 {
     cuda_impl *c = impl;
-    size_t at = 0;
     if (rp_cuda_kernels_gemm_lt_ready(&c->kernels))
-        at += (size_t)snprintf(buf, len, "linear forwards through cuBLASLt "
-                               "(RP_ALLOW_UNPROVEN_CUDA=gemm-lt): %lld",
-                               (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
-    /* not "document segments": test_documents.sh reads those words in a
-     * run's output as train's refusal of --documents on CUDA */
-    if (rp_cuda_kernels_cudnn_segments_ready(&c->kernels) && at < len)
-        snprintf(buf + at, len - at, "%sattention calls over packed documents through cuDNN "
-                 "(RP_ALLOW_UNPROVEN_CUDA=documents): %lld", at ? "; " : "",
-                 (long long)rp_cuda_kernels_cudnn_segment_calls(&c->kernels));
+        snprintf(buf, len, "linear forwards through cuBLASLt (gemm-lt): %lld",
+                 (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
 }
 
 const rp_device_ops rp_device_ops_cuda = {

@@ -27,7 +27,7 @@ typedef struct rp_device_info {
 /* What a CUDA executor leaves of a GPU's free memory for what no planner
  * counts: the CUDA context (300-600 MiB with CUDA 12's lazy loading, more
  * with eager loading or MPS), cuBLAS's workspaces (4 MiB per handle, 32 MiB
- * on Hopper), cuBLASLt's 32 MiB where RP_ALLOW_UNPROVEN_CUDA=gemm-lt
+ * on Hopper), cuBLASLt's 32 MiB where the gemm-lt path is on
  * (kernels/cuda/gemm_lt.h), the back end's own scratch and fragmentation:
  * 5% of it plus RP_CUDA_RESERVE_MIB. `roundpipe train` plans under the rest by default,
  * and `roundpipe plan` gives its verdict with it (roundpipe(1), "PLAN AND

@@ -130,7 +130,7 @@ typedef struct rp_engine {
     /* the device */
     rp_device_kind device; /* executor kind */
     int device_ordinal;    /* node-local rank mod visible devices */
-    unsigned unproven;     /* the unproven CUDA paths RP_ALLOW_UNPROVEN_CUDA allows
+    unsigned unproven;     /* the CUDA paths on: proven or allowed, not turned off
                               (core/unproven.h: bit 1u << rp_unproven), read once */
     int speculative;       /* --speculative-update resolved: on (speculative.c) */
     size_t spec_backup_floats; /* this rank's backup: 3 x its slices of layers 1.. */

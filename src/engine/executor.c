@@ -101,8 +101,8 @@ static rp_status device_complete(void *ctx, int ticket, rp_error *err)
 }
 
 /* The transfer engine's copies: asynchronous where the device offers them
- * and, on CUDA, RP_ALLOW_UNPROVEN_CUDA lets copies run (they have not run
- * on a GPU yet; a CPU device offers them only under RP_TEST_EVENT_DEVICE,
+ * and, on CUDA, the copies path is on (core/unproven.h: proven on the H200
+ * of 2026-11-30; a CPU device offers them only under RP_TEST_EVENT_DEVICE,
  * to check the engine's ordering of them), else synchronous, a chunk at a
  * time. */
 static rp_xfer_ops transfer_ops(const rp_engine *e, rp_device *dev)
@@ -497,11 +497,18 @@ rp_status rp_engine_run_executor(rp_engine *e)
         rp_log(e->lg, RP_LOG_INFO, "host store: %.1f MiB of model state and gradients, %.1f MiB "
                "of activations (%zu, %zu bytes)%s", e->param_store_bytes / 1048576.0,
                acts / 1048576.0, e->param_store_bytes, acts, pin);
-        if (e->device == RP_DEVICE_CUDA && e->unproven) { /* the maintainer's switch */
+        const unsigned proven = rp_unproven_proven_mask();
+        if (e->device == RP_DEVICE_CUDA && (e->unproven & ~proven)) { /* the maintainer's switch */
             char names[256];
-            rp_unproven_list(e->unproven, names, sizeof names);
+            rp_unproven_list(e->unproven & ~proven, names, sizeof names);
             rp_log(e->lg, RP_LOG_INFO, "unproven CUDA paths allowed (RP_ALLOW_UNPROVEN_CUDA): %s; "
                    "not yet run on a GPU, each proven by its case of bench/gpu/parity.sh", names);
+        }
+        if (e->device == RP_DEVICE_CUDA && (proven & ~e->unproven)) {
+            char names[256];
+            rp_unproven_list(proven & ~e->unproven, names, sizeof names);
+            rp_log(e->lg, RP_LOG_INFO, "CUDA paths turned off (RP_DISABLE_CUDA_PATHS): %s; the "
+                   "earlier code runs instead", names);
         }
         if (rp_device_copies_asynchronous(x.dev) && e->device != RP_DEVICE_CUDA)
             rp_log(e->lg, RP_LOG_INFO, "copies: asynchronous, on an upload and a download stream, "
@@ -510,11 +517,10 @@ rp_status rp_engine_run_executor(rp_engine *e)
         else if (rp_device_copies_asynchronous(x.dev)) /* CUDA: a choice */
             rp_log(e->lg, RP_LOG_INFO, rp_xfer_asynchronous(x.xfer)
                    ? "copies: asynchronous, on an upload and a download stream, %d chunks in flight "
-                     "each way, ordered with the layers by events (RP_ALLOW_UNPROVEN_CUDA=copies: "
-                     "not yet run on a GPU)"
+                     "each way, ordered with the layers by events"
                    : "copies: synchronous, one chunk at a time (the asynchronous copies, %d chunks "
-                     "in flight each way, have not run on a GPU yet: RP_ALLOW_UNPROVEN_CUDA=copies "
-                     "takes them)", RP_XFER_DEPTH);
+                     "in flight each way, are turned off: RP_DISABLE_CUDA_PATHS names copies)",
+                   RP_XFER_DEPTH);
     }
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)

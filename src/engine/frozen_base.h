@@ -102,8 +102,8 @@ static inline int rp_frozen_base_copied(int in_place, int fp8, int l, int n)
 /* The `reads` of rp_frozen_base_open for executors of `ops`: the dtypes
  * their GEMMs read, and RP_FROZEN_BASE_READS_FP8 where they take an FP8
  * base as it lies: CPU executors (dequantised per use in place), and GPU
- * executors (uploaded as FP8 and dequantised on the device, a path not yet
- * run on a GPU: only with RP_ALLOW_UNPROVEN_CUDA=fp8-upload, else the base is
+ * executors (uploaded as FP8 and dequantised on the device, where the
+ * fp8-upload path of core/unproven.h is on; with it off the base is
  * dequantised into the store and uploaded in the compute dtype). */
 unsigned rp_frozen_base_reads(const rp_kernel_ops *ops);
 

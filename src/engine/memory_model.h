@@ -71,7 +71,7 @@ rp_status rp_memory_model_fill(const rp_model_config *cfg, rp_device_kind device
  * activation's fp32 bytes, and go on computing while the download runs
  * (engine/staged_saves.c); the slots are counted in every job's share
  * (rp_memory_model_fill's *workspace_bytes). CUDA executors whose copies
- * are ordered by events (RP_ALLOW_UNPROVEN_CUDA=copies, read now), and CPU
+ * are ordered by events (the copies path of core/unproven.h, read now), and CPU
  * executors when the environment sets RP_TEST_SAVE_STAGING=1 (that path
  * tested on a machine without a GPU) or RP_TEST_EVENT_DEVICE=1 (checked as
  * such a CUDA executor, device/backend.h); otherwise a save is waited for, from

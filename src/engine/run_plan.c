@@ -33,7 +33,6 @@ static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
     return rp_attention_run_reserve_bytes(e->o->attention,
                                           rp_unproven_in(e->unproven, RP_UNPROVEN_CUDNN), info->sm,
                                           e->o->documents != NULL,
-                                          rp_unproven_in(e->unproven, RP_UNPROVEN_DOCUMENTS),
                                           cfg->arch == RP_ARCH_GPT_OSS, &s,
                                           (size_t)info->memory_bytes);
 }

@@ -1,6 +1,7 @@
 #include "engine/train_options.h"
 
 #include "core/unproven.h"
+#include "kernels/attention_choice.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -86,6 +87,9 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
     if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents) &&
         !rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS))
         return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
+    if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents) &&
+        o->attention == RP_ATTENTION_CUDNN) /* run.c again for --device auto */
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDNN);
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");

@@ -171,12 +171,20 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
                                         rp_error *err);
 
-/* --documents is refused on CUDA until its segmented attention and RoPE
- * (written without a GPU) have run on one: bench/gpu/run.sh's parity phase
- * runs them there with RP_ALLOW_UNPROVEN_CUDA=documents (core/unproven.h). */
+/* --documents on CUDA runs the segmented attention and RoPE the GPU
+ * window proved (core/unproven.h); RP_DISABLE_CUDA_PATHS=documents turns
+ * them off, and --documents is then refused on CUDA. */
 #define RP_DOCUMENTS_NOT_ON_CUDA                                                                  \
-    "--documents and --eval-documents: attention over document segments on CUDA has not run on " \
-    "a GPU yet (written, never proven against the CPU's; --device cpu has it; a maintainer "      \
-    "proving it sets RP_ALLOW_UNPROVEN_CUDA=documents, or 1 for every such path)"
+    "--documents and --eval-documents: attention over document segments on CUDA is turned off "  \
+    "(RP_DISABLE_CUDA_PATHS names documents; --device cpu has it)"
+
+/* cuDNN's fused SDPA takes no document segments in this build: cuDNN 9.14.0
+ * offered no engine for their mask on the H200 (bench/README, 2026-11-30),
+ * and the ragged-offset layout that would carry them is not built. auto
+ * runs them on the own kernel; --attention cudnn is refused up front. */
+#define RP_DOCUMENTS_NOT_ON_CUDNN                                                                 \
+    "--attention cudnn with --documents or --eval-documents: cuDNN's fused SDPA takes no "        \
+    "document segments in this build (cuDNN 9.14 offered no engine for their mask on an H200); " \
+    "--attention auto runs them on the own kernel"
 
 #endif

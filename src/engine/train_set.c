@@ -190,11 +190,11 @@ static const rp_option rows[] = {
      .help = "CUDA executors' attention: cudnn, cuDNN 9's fused flash\n"
              "SDPA (loaded at run time: RP_CUDNN_LIBRARY, else\n"
              "libcudnn.so.9), refused where it cannot run; own, the own\n"
-             "flash kernel; auto (default): own until cuDNN's has run on\n"
-             "a GPU (cudnn where it loads on an sm_80+ GPU only with\n"
-             "RP_ALLOW_UNPROVEN_CUDA=cudnn). Windows and sinks take the\n"
-             "own kernel, segments too unless RP_ALLOW_UNPROVEN_CUDA\n"
-             "names documents. The choice is logged once"},
+             "flash kernel; auto (default): cudnn where it loads on an\n"
+             "sm_80+ GPU (unless RP_DISABLE_CUDA_PATHS names cudnn),\n"
+             "else own. Windows, sinks and document segments take the\n"
+             "own kernel (cudnn with --documents is refused). The\n"
+             "choice is logged once"},
     {DOUBLE("timeout", "SECONDS", timeout_s), .fallback = "600", .min = 0, .max = TIMEOUT_MAX_S,
      .bounds = RP_OPTION_MIN_OPEN,
      .range_error = "--timeout must be > 0 and at most " NUMBER_TEXT(TIMEOUT_MAX_S)

@@ -87,19 +87,20 @@ static rp_status agree_device(rp_status s, rp_device_kind kind, MPI_Comm comm, r
 }
 
 /* The environment's switches that lay out a block's buffers and choose its
- * kernels (RP_ALLOW_UNPROVEN_CUDA's paths, RP_TEST_FUSED_GATE_UP) are read
+ * kernels (the CUDA paths RP_ALLOW_UNPROVEN_CUDA and RP_DISABLE_CUDA_PATHS
+ * leave on, RP_TEST_FUSED_GATE_UP) are read
  * on each rank, and what one rank's forward job saves another rank's
  * backward job reads: every rank must read the same, or a rank would read
  * another's buffers in a layout it does not use. mpirun passes a variable
  * to the ranks of other nodes only when told (-x NAME). */
 static rp_status agree_switches(MPI_Comm comm, rp_error *err)
 {
-    const char *allow = getenv("RP_ALLOW_UNPROVEN_CUDA"), *fused = getenv("RP_TEST_FUSED_GATE_UP");
-    unsigned mask;
+    const char *allow = getenv("RP_ALLOW_UNPROVEN_CUDA"), *off = getenv("RP_DISABLE_CUDA_PATHS"),
+               *fused = getenv("RP_TEST_FUSED_GATE_UP");
     rp_error ignored = {0};
     /* a switch that does not parse: all ones, which no mask is (then the
      * option check stops every rank alike) */
-    uint64_t mine = rp_unproven_parse(allow, &mask, &ignored) == RP_OK ? mask : UINT32_MAX;
+    uint64_t mine = rp_unproven_check(&ignored) == RP_OK ? rp_unproven_mask() : UINT32_MAX;
     mine = mine << 1 | (uint64_t)rp_block_test_fused_gate_up();
     /* the most of mine and of ~mine (the least's complement), in one call */
     uint64_t both[2] = {mine, ~mine}, all[2];
@@ -107,11 +108,12 @@ static rp_status agree_switches(MPI_Comm comm, rp_error *err)
     if (all[0] == ~all[1])
         return RP_OK;
     return rp_error_set(err, RP_ERR_INVALID_ARG,
-                        "RP_ALLOW_UNPROVEN_CUDA or RP_TEST_FUSED_GATE_UP is not the same on every "
-                        "rank (this rank: RP_ALLOW_UNPROVEN_CUDA=%s, RP_TEST_FUSED_GATE_UP=%s): "
-                        "they lay out each block's buffers, which jobs on other ranks read; set "
-                        "them alike on every rank (mpirun -x NAME)",
-                        allow ? allow : "(unset)", fused ? fused : "(unset)");
+                        "RP_ALLOW_UNPROVEN_CUDA, RP_DISABLE_CUDA_PATHS or RP_TEST_FUSED_GATE_UP "
+                        "is not the same on every rank (this rank: RP_ALLOW_UNPROVEN_CUDA=%s, "
+                        "RP_DISABLE_CUDA_PATHS=%s, RP_TEST_FUSED_GATE_UP=%s): they lay out each "
+                        "block's buffers, which jobs on other ranks read; set them alike on every "
+                        "rank (mpirun -x NAME)",
+                        allow ? allow : "(unset)", off ? off : "(unset)", fused ? fused : "(unset)");
 }
 
 rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,

@@ -44,9 +44,9 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
         return RP_OK;
     }
     if (mode == RP_ATTENTION_AUTO && !unproven_ok) {
-        snprintf(note, note_len, "attention: own kernel (cuDNN %zu.%zu.%zu's fused flash SDPA "
-                 "has not run on a GPU yet: --attention cudnn or RP_ALLOW_UNPROVEN_CUDA=cudnn takes "
-                 "it)", cudnn_version / 10000, cudnn_version / 100 % 100, cudnn_version % 100);
+        snprintf(note, note_len, "attention: own kernel (cuDNN %zu.%zu.%zu's fused flash SDPA is "
+                 "turned off: RP_DISABLE_CUDA_PATHS names cudnn; --attention cudnn takes it)",
+                 cudnn_version / 10000, cudnn_version / 100 % 100, cudnn_version % 100);
         return RP_OK;
     }
     *use_cudnn = 1;
@@ -60,8 +60,8 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
     if (s->nseq < 1 || s->seqlen < 1 || s->nheads < 1 || s->nkv < 1 || s->head_dim < 1 ||
         s->nheads % s->nkv != 0)
         return "an empty or inconsistent shape";
-    if (s->seg_start && (uintptr_t)s->seg_start % 16 != 0)
-        return "document segments whose seg_start is not 16-byte aligned";
+    if (s->seg_start)
+        return "document segments (cuDNN 9.14 offered no engine for their mask on an H200)";
     if (s->window > 0)
         return "a sliding window (gpt-oss)";
     if (s->sinks)
@@ -73,16 +73,22 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
     return NULL;
 }
 
+size_t rp_attention_cudnn_row_bytes(const rp_attn_shape *s)
+{
+    return RP_CUDNN_WORKSPACE_ROW_BYTES + 4 * (size_t)s->head_dim;
+}
+
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total)
 {
     if (rp_attention_cudnn_refusal(s))
         return 0;
-    /* dP in bf16 over the lengths padded to the engine's tiles, a few fp32
-     * values a padded row, and room for what else a plan asks */
+    /* dP in bf16 over the lengths padded to the engine's tiles, dQ's fp32
+     * accumulator and a few fp32 values a padded row, and room for what
+     * else a plan asks */
     const double tile = RP_CUDNN_WORKSPACE_TILE;
     const double padded = ceil((double)s->seqlen / tile) * tile;
     const double rows = (double)s->nseq * (double)s->nheads * padded;
-    const double want = 2.0 * rows * padded + (double)RP_CUDNN_WORKSPACE_ROW_BYTES * rows +
+    const double want = 2.0 * rows * padded + (double)rp_attention_cudnn_row_bytes(s) * rows +
                         (double)RP_CUDNN_WORKSPACE_SLACK;
     const double cap = (double)(device_total / 4);
     return (size_t)(want < cap ? want : cap);
@@ -109,17 +115,16 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
 }
 
 size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
-                                      int documents_ok, int gpt_oss, const rp_attn_shape *s,
-                                      size_t device_total)
+                                      int gpt_oss, const rp_attn_shape *s, size_t device_total)
 {
 #ifdef RP_HAVE_CUDNN
     if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !cudnn_unproven_ok) ||
-        (sm > 0 && sm < 80) || (documents && !documents_ok) || gpt_oss)
+        (sm > 0 && sm < 80) || documents || gpt_oss)
         return 0;
     return rp_attention_cudnn_reserve_bytes(s, device_total);
 #else
-    (void)mode, (void)cudnn_unproven_ok, (void)sm, (void)documents, (void)documents_ok,
-        (void)gpt_oss, (void)s, (void)device_total;
+    (void)mode, (void)cudnn_unproven_ok, (void)sm, (void)documents, (void)gpt_oss, (void)s,
+        (void)device_total;
     return 0;
 #endif
 }

@@ -8,17 +8,14 @@
  *          cannot be loaded or the GPU is older than sm_80, never silently
  *          replaced by the own kernel.
  *   auto   (the default) cudnn where it loads, the GPU is sm_80 or newer
- *          and the run allows paths not yet run on a GPU
- *          (RP_ALLOW_UNPROVEN_CUDA=cudnn: cuDNN's graphs were written without
- *          one, issue 38), else own, with the reason. A GPU window that
- *          proves them (bench/gpu/run.sh) lifts that condition.
+ *          and the cudnn path is on (core/unproven.h: proven by the H200
+ *          window of 2026-11-30; RP_DISABLE_CUDA_PATHS=cudnn turns it off),
+ *          else own, with the reason.
  * Calls whose shape cuDNN does not take (gpt-oss's windows and sinks, head
- * dims it does not run) take the own kernel under auto and cudnn alike: the
- * same contract (kernels/ops.h), tested against the same CPU op. Calls over
- * document segments take cuDNN (its mask widened by seg_start,
- * kernels/cuda/cudnn_attention.h) only where the run also allows documents
- * on CUDA (RP_ALLOW_UNPROVEN_CUDA=documents, which a --documents run on
- * CUDA needs anyway), else the own kernel. */
+ * dims it does not run, document segments) take the own kernel under auto
+ * and cudnn alike: the same contract (kernels/ops.h), tested against the
+ * same CPU op. A run over documents refuses --attention cudnn up front
+ * (engine/train_options.h). */
 #ifndef RP_KERNELS_ATTENTION_CHOICE_H
 #define RP_KERNELS_ATTENTION_CHOICE_H
 
@@ -41,7 +38,8 @@ extern const char *const rp_attention_mode_words[];
  * when cuDNN loaded (cudnn_version: its cudnnGetVersion), else why not
  * (cudnn_loader.h's message, or that the build has no cuDNN headers);
  * sm_major/sm_minor: the GPU's compute capability; unproven_ok: auto may
- * take cuDNN, which has not run on a GPU yet. Refused, with the reason:
+ * take cuDNN (the cudnn path of core/unproven.h is on: proven, and not
+ * turned off by RP_DISABLE_CUDA_PATHS). Refused, with the reason:
  * GPUs older than sm_80; cuDNN 9.10.0 and 9.10.1 (known bugs in the bf16
  * backward, which cudnn-frontend refuses too); sm_10x (Blackwell), where a
  * deterministic backward needs engine knobs this build does not set. *use_cudnn gets the
@@ -58,10 +56,9 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
  * string): a sliding window or sinks (gpt-oss), a head_dim that is not a
  * multiple of 8 or over 128 (what every sm_80+ GPU runs forward and
  * backward), a sequence of one token (its backward is not supported),
- * document segments whose seg_start is not 16-byte aligned (the
- * alignment the graph's tensors declare; the engine's buffers are), or a
- * non-positive size. Document segments themselves are a shape cuDNN takes;
- * whether a run lets them go to it is the caller's rule (above). */
+ * document segments (cuDNN 9.14.0 offered no engine for the causal mask
+ * widened by seg_start on the H200, bench/README 2026-11-30; the ragged
+ * layout that would carry them is not built), or a non-positive size. */
 const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
 
 /* The device memory a run reserves for cuDNN's attention beside its plan,
@@ -74,16 +71,22 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
  * microbatch's heads over the lengths padded to its tiles (2 * nseq *
  * nheads * P^2 bytes, P = seqlen rounded up to RP_CUDNN_WORKSPACE_TILE:
  * cudnn-frontend's estimate pads to 64, Hopper's kernels tile by up to 128),
- * plus RP_CUDNN_WORKSPACE_ROW_BYTES a padded row of each head (its fp32
- * statistics) and RP_CUDNN_WORKSPACE_SLACK, at most a quarter of the GPU: a
- * function of the shape and the device only, so the choice between cuDNN
- * and the own kernel, and with it the bits, is the same on any number of
- * ranks. An estimate until a GPU has run it: the GPU window's
- * bench_attention and test_cuda_cudnn_attention print what cuDNN's plans
- * ask for beside it. */
+ * plus rp_attention_cudnn_row_bytes a padded row of each head
+ * (RP_CUDNN_WORKSPACE_ROW_BYTES of fp32 statistics and dQ's fp32
+ * accumulator, 4 * head_dim) and RP_CUDNN_WORKSPACE_SLACK, at most a
+ * quarter of the GPU: a function of the shape and the device only, so the
+ * choice between cuDNN and the own kernel, and with it the bits, is the
+ * same on any number of ranks. Measured on an H200 with cuDNN 9.14.0
+ * (bench/README, 2026-11-30; 16 heads of 128, one sequence of 4K to 32K
+ * tokens): its deterministic backward asks 2 * nheads * S^2 + 4 * head_dim
+ * * nheads * S + 128 bytes; the first budget, without dQ's accumulator,
+ * fell 30 MiB short of it at 4K and refused cuDNN at every length. The GPU
+ * window's bench_attention and test_cuda_cudnn_attention print what
+ * cuDNN's plans ask for beside it. */
 #define RP_CUDNN_WORKSPACE_TILE 128
 #define RP_CUDNN_WORKSPACE_ROW_BYTES 16
 #define RP_CUDNN_WORKSPACE_SLACK ((size_t)1 << 20)
+size_t rp_attention_cudnn_row_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);
@@ -91,18 +94,15 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
 /* What each CUDA executor of a run keeps beside its plan for cuDNN's
  * attention, one rule for train and plan: rp_attention_cudnn_reserve_bytes
  * of the run's calls (shape s) when the run can take cuDNN, else 0. It can
- * when mode is cudnn, or auto with cudnn_unproven_ok (RP_ALLOW_UNPROVEN_CUDA
- * names cudnn); the build has cuDNN's headers; the GPU is sm_80 or newer
- * (sm: compute capability x 10, 0 when no GPU was probed: taken as able);
- * its calls are not gpt-oss's (sinks on every block); and, for a run over
- * document segments (documents), the run allows them on CUDA
- * (documents_ok: RP_ALLOW_UNPROVEN_CUDA names documents), when cuDNN takes
- * them with the same workspace and buffers as without (the mask reads
- * seg_start in place: nothing more is kept). A library that will not load
- * is found only when the device is opened: auto then runs the own kernel
- * with the reservation unused. */
+ * when mode is cudnn, or auto with cudnn_unproven_ok (the cudnn path on:
+ * core/unproven.h); the build has cuDNN's headers; the GPU is sm_80 or
+ * newer (sm: compute capability x 10, 0 when no GPU was probed: taken as
+ * able); its calls are not gpt-oss's (sinks on every block); and it is not
+ * over document segments (documents), which cuDNN takes in no run of this
+ * build (engine/train_options.h, RP_DOCUMENTS_NOT_ON_CUDNN). A library that
+ * will not load is found only when the device is opened: auto then runs the
+ * own kernel with the reservation unused. */
 size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
-                                      int documents_ok, int gpt_oss, const rp_attn_shape *s,
-                                      size_t device_total);
+                                      int gpt_oss, const rp_attn_shape *s, size_t device_total);
 
 #endif

@@ -133,7 +133,7 @@ static int dense_mlp_adapter(const block_ws *w, rp_lora_proj p)
     return !w->moe && (p == RP_LORA_GATE_PROJ || p == RP_LORA_UP_PROJ || p == RP_LORA_DOWN_PROJ);
 }
 
-/* Whether the table of ops is one RP_ALLOW_UNPROVEN_CUDA governs: a GPU's,
+/* Whether the table of ops is one the CUDA paths govern (core/unproven.h): a GPU's,
  * which computes in bf16 or reads no host memory (the CPU table does both). */
 static int unproven_table(const rp_kernel_ops *ops)
 {
@@ -144,9 +144,8 @@ static int unproven_table(const rp_kernel_ops *ops)
  * dtype, what their GEMMs write and the SwiGLU reads, unless an adapter adds
  * into them in fp32 (adapted[p]: projection p has one). On a bf16 table
  * that rounds g and u before the SwiGLU (as PyTorch's bf16 models do), so
- * the CUDA table takes it only with RP_ALLOW_UNPROVEN_CUDA=bf16-mlp until a
- * GPU has run it against the CPU; without it g, u and dm stay fp32, as
- * they were. Read here alone: the carving below both sizes the plan and
+ * the CUDA table takes it where the bf16-mlp path is on (core/unproven.h:
+ * proven on the H200 of 2026-11-30); with it off g, u and dm stay fp32. Read here alone: the carving below both sizes the plan and
  * the executors' buffers and lays out the calls' buffers, so the memory
  * model and the run cannot choose apart (on fp32 tables both are fp32). */
 static void mlp_dtypes(const rp_kernel_ops *ops, const int adapted[RP_LORA_NPROJ], rp_dtype *gu,
@@ -165,8 +164,8 @@ static void mlp_dtypes(const rp_kernel_ops *ops, const int adapted[RP_LORA_NPROJ
  * one order rather than two GEMMs' I each then added, so its bits are not
  * the two GEMMs': the CPU executors keep the two unless a test sets
  * RP_TEST_FUSED_GATE_UP=1 (the path runs there so), and the CUDA table
- * takes it only with RP_ALLOW_UNPROVEN_CUDA=fused-gate-up until a GPU has
- * run it against the CPU. Taken only where the two matrices and their
+ * takes it where the fused-gate-up path is on (core/unproven.h: proven on
+ * the H200 of 2026-11-30). Taken only where the two matrices and their
  * gradients are adjacent by the block layout alone, so that every
  * executor, whichever job it runs, decides alike from the config (the
  * saved g and u of a kept MLP travel from the forward job to the backward
@@ -489,9 +488,8 @@ rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *op
     if (cfg->arch == RP_ARCH_GPT_OSS && !allow_unproven && unproven_table(ops))
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
                             "gpt-oss on %s executors: its attention sinks and windows, clamped "
-                            "SwiGLU and expert biases have run on the CPU's kernels only so far "
-                            "(issue 35); use --device cpu (a maintainer proving them on a GPU "
-                            "sets RP_ALLOW_UNPROVEN_CUDA=gpt-oss)", ops->name);
+                            "SwiGLU and expert biases are turned off (RP_DISABLE_CUDA_PATHS "
+                            "names gpt-oss); use --device cpu, or leave them on", ops->name);
     return RP_OK;
 }
 

@@ -173,16 +173,16 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
                             rp_error *err);
 
 /* Whether the back end of `ops` runs every layer of the model: gpt-oss
- * runs on the CPU's kernels only so far (issue 35; the CUDA table's ops
- * for it have not run on a GPU yet), unless allow_unproven (the
- * maintainer's RP_ALLOW_UNPROVEN_CUDA=gpt-oss, core/unproven.h) lets a
- * GPU session run them. RP_ERR_UNSUPPORTED naming the back end otherwise. */
+ * runs on a GPU's table only where allow_unproven (the gpt-oss path of
+ * core/unproven.h: proven on the H200 of 2026-11-30, on unless
+ * RP_DISABLE_CUDA_PATHS names it). RP_ERR_UNSUPPORTED naming the back end
+ * otherwise. */
 rp_status rp_model_ops_check(const rp_model_config *cfg, const rp_kernel_ops *ops,
                              int allow_unproven, rp_error *err);
 
 /* Whether RP_TEST_FUSED_GATE_UP=1 asks the CPU executors for the dense
- * MLP's gate and up as one GEMM (a test hook; model/block.c). Like
- * RP_ALLOW_UNPROVEN_CUDA it lays out a block's buffers, so every rank must
+ * MLP's gate and up as one GEMM (a test hook; model/block.c). Like the
+ * CUDA paths of core/unproven.h it lays out a block's buffers, so every rank must
  * read the same (engine/trainer.c checks). */
 int rp_block_test_fused_gate_up(void);
 

@@ -38,7 +38,6 @@ typedef cudnnStatus_t (*execute_fn)(cudnnHandle_t, cudnnBackendDescriptor_t,
 
 typedef struct plan_slot {
     int used, backward;
-    int segments; /* the graph reads seg_start (a plan with that input is not the plain one) */
     int64_t nseq, seqlen, nheads, nkv, head_dim;
     float scale;
     cudnnBackendDescriptor_t plan; /* NULL when refused */
@@ -279,24 +278,19 @@ static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
 /* uids of the tensors the variant pack names */
 enum {
     UID_Q = 1, UID_KT, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV, UID_SCALE,
-    UID_VT, UID_DELTA, UID_ONE, UID_FILL, UID_SEG
+    UID_VT, UID_DELTA, UID_ONE, UID_FILL
 };
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
-    int segments; /* the mask also reads seg_start (UID_SEG) */
 } dims_set;
 
 #define D4(name, x0, x1, x2, x3) const int64_t name[4] = {x0, x1, x2, x3}
 
 /* the masked, scaled scores scale * Q K^T (fp32, virtual): kept where row
- * >= column and, with segments, column >= seg_start[row]. seg_start is the
- * contract's own array read in place as a [nseq, 1, seqlen, 1] int32 tensor
- * (strides seqlen, seqlen, 1, 1), broadcast over the heads and the
- * columns, as the backward's Stats [nseq, nheads, seqlen, 1] is: a
- * per-row operand of the score path the flash patterns already take.
- * Every row keeps at least its diagonal (seg_start[t] <= t), so no row is
- * all fill and Stats keeps the contract's meaning. */
+ * >= column (generated indices), else the fill. Every row keeps at least
+ * its diagonal, so no row is all fill and Stats keeps the contract's
+ * meaning. */
 static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z,
                                               cudnnBackendDescriptor_t q,
                                               cudnnBackendDescriptor_t kt,
@@ -323,16 +317,6 @@ static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z,
     pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, row, 2, i32);
     pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, col, 3, i32);
     pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, 0, bl);
-    if (z->segments) {
-        D4(segd, z->b, 1, z->s, 1);
-        D4(segs, z->s, z->s, 1, 1);
-        cudnnBackendDescriptor_t seg = tensor(g, UID_SEG, i32, segd, segs, 0);
-        cudnnBackendDescriptor_t inside = tensor(g, 0, bl, sd, ss, 0);
-        cudnnBackendDescriptor_t both = tensor(g, 0, bl, sd, ss, 0);
-        pointwise(g, CUDNN_POINTWISE_CMP_GE, col, seg, NULL, inside, 0, bl);
-        pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, keep, inside, NULL, both, 0, bl);
-        keep = both;
-    }
     pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, scaled, fill, keep, masked, 0, f32);
     return masked;
 }
@@ -493,7 +477,7 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     dims_set z = {slot->nseq, slot->nheads, slot->nkv, slot->seqlen, slot->head_dim,
-                  slot->segments};
+};
     const rp_attn_shape shape = {.nseq = slot->nseq, .seqlen = slot->seqlen,
                                  .nheads = slot->nheads, .nkv = slot->nkv,
                                  .head_dim = slot->head_dim, .scale = slot->scale};
@@ -581,10 +565,10 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
             snprintf(slot->refused, sizeof slot->refused,
                      "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
                      "reserves for it (2 bytes a score of a microbatch's heads over lengths "
-                     "padded to %d, %d a row and %.0f MiB, at most a quarter of the GPU; %lld "
+                     "padded to %d, %zu a row and %.0f MiB, at most a quarter of the GPU; %lld "
                      "of %lld configurations too big, %lld non-deterministic, %lld not "
                      "finalized)", (double)asked / 1048576.0, (double)budget / 1048576.0,
-                     RP_CUDNN_WORKSPACE_TILE, RP_CUDNN_WORKSPACE_ROW_BYTES,
+                     RP_CUDNN_WORKSPACE_TILE, rp_attention_cudnn_row_bytes(&shape),
                      (double)RP_CUDNN_WORKSPACE_SLACK / 1048576.0, (long long)too_big, (long long)got,
                      (long long)nondeterministic, (long long)unfinished);
         else
@@ -625,7 +609,7 @@ static plan_slot *slot_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
     a->uses++;
     for (int i = 0; i < CACHE_SLOTS; i++) {
         plan_slot *p = &a->slots[i];
-        if (p->used && p->backward == backward && p->segments == (s->seg_start != NULL) &&
+        if (p->used && p->backward == backward &&
             p->nseq == s->nseq && p->seqlen == s->seqlen &&
             p->nheads == s->nheads && p->nkv == s->nkv && p->head_dim == s->head_dim &&
             memcmp(&p->scale, &s->scale, sizeof p->scale) == 0) {
@@ -640,7 +624,6 @@ static plan_slot *slot_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
     slot_free(a, oldest);
     oldest->used = 1;
     oldest->backward = backward;
-    oldest->segments = s->seg_start != NULL;
     oldest->nseq = s->nseq;
     oldest->seqlen = s->seqlen;
     oldest->nheads = s->nheads;
@@ -739,11 +722,9 @@ int rp_cudnn_attention_forward(rp_cudnn_attention *a, const rp_attn_shape *s, co
         return RP_CUDNN_FAILED;
     float *stats = a->buffers;
     float scale = s->scale, fill = -FLT_MAX;
-    const int64_t uids[] = {UID_Q, UID_KT, UID_V, UID_O, UID_STATS, UID_SCALE, UID_FILL,
-                            UID_SEG};
-    void *ptrs[] = {(void *)q, (void *)k, (void *)v, o, stats, &scale, &fill,
-                    (void *)s->seg_start};
-    int rc = run(a, p, s->seg_start ? 8 : 7, uids, ptrs, why, why_len);
+    const int64_t uids[] = {UID_Q, UID_KT, UID_V, UID_O, UID_STATS, UID_SCALE, UID_FILL};
+    void *ptrs[] = {(void *)q, (void *)k, (void *)v, o, stats, &scale, &fill};
+    int rc = run(a, p, 7, uids, ptrs, why, why_len);
     if (rc)
         return rc;
     int e = rp_cuda_lse_from_stats(stats, lse, s->nseq, s->seqlen, s->nheads, a->stream);
@@ -783,10 +764,10 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
     }
     float scale = s->scale, unit = 1.0f, fill = -FLT_MAX;
     const int64_t uids[] = {UID_Q, UID_KT, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
-                            UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_ONE, UID_FILL, UID_SEG};
+                            UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_ONE, UID_FILL};
     void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
-                    delta, dq16, dk16, dv16, &scale, &unit, &fill, (void *)s->seg_start};
-    int rc = run(a, p, s->seg_start ? 14 : 13, uids, ptrs, why, why_len);
+                    delta, dq16, dk16, dv16, &scale, &unit, &fill};
+    int rc = run(a, p, 13, uids, ptrs, why, why_len);
     if (rc)
         return rc;
     if ((e = rp_cuda_f32_from_bf16(dq16, dq, (int64_t)nq, a->stream)) ||

@@ -10,8 +10,7 @@
  * built from primitive nodes (they run on cuDNN 9.0 and newer, unlike the
  * single-node SDPA descriptors of 9.13+):
  *   forward   S = Q K^T (fp32), S *= scale, causal mask (generated row and
- *             column indices, row >= column, and with document segments
- *             column >= seg_start[row]; else -FLT_MAX), softmax with
+ *             column indices, row >= column; else -FLT_MAX), softmax with
  *             its statistics (max, exp, sum; Stats = max + log(sum), fp32),
  *             O = P V (P in bf16).
  *   backward  Delta = rowsum(dO * O) (fp32, a buffer of its own), P =
@@ -39,40 +38,25 @@
  * of memory. Whether the description holds is what the GPU window's
  * bench_attention measures (its workspace lines).
  *
- * Document segments (rp_attn_shape's seg_start) widen the generated mask
- * rather than going through cuDNN's ragged layout: seg_start itself, in the
- * device memory the contract gives it, is a [nseq, 1, seqlen, 1] int32
- * input of the graph, compared (CMP_GE) with the generated column index and
- * joined to the causal compare by LOGICAL_AND, in the forward and the
- * backward alike; nothing is converted or allocated for it. Why not ragged
- * offsets (each document one batch entry, RAGGED_OFFSET tensors on Q, K, V,
- * O and a padding mask from per-document lengths): the plan's batch size
- * would be the number of documents, which only the device's seg_start
- * holds, so every call would need a host read (a stream wait) or a plan per
- * bucket of counts, offsets made by a kernel, and Stats re-laid out from
- * per-document rows to the contract's lse; the mask keeps the packed layout,
- * one plan per shape, and the contract's Stats. Its cost: the whole causal
- * triangle is computed, tiles wholly outside a document included. Nothing
- * in cuDNN's documentation keeps tensor inputs out of the mask: its
- * padding mask compares the generated indices with per-sequence length
- * tensors, the sliding window adds a bound tensor to the column index, and
- * the frontend's score_mod (v1.9) is any chain of pointwise nodes on the
- * scores; the backward already reads a per-row input there (Stats). But no
- * page promises a per-row int32 operand: where no engine takes the graph
- * the shape is refused like any other, and the own kernel runs it (under
- * auto), or the run stops saying so (under --attention cudnn). Segments
- * reach this module only when the run allows documents on CUDA
- * (RP_ALLOW_UNPROVEN_CUDA=documents; kernels/cuda/ops.h).
+ * Document segments (rp_attn_shape's seg_start) are not taken
+ * (rp_attention_cudnn_refusal): cuDNN 9.14.0 offered no engine on the H200
+ * (bench/README, 2026-11-30) for the causal mask widened by seg_start read
+ * as a [nseq, 1, seqlen, 1] int32 input (CMP_GE with the column index,
+ * LOGICAL_AND with the causal compare), at every shape tried, so that graph
+ * is gone. What would carry them is the ragged layout: each document a
+ * batch entry, RAGGED_OFFSET tensors on Q, K, V and O and a padding mask
+ * from per-document lengths; its batch size is the number of documents,
+ * which only the device's seg_start holds (a host read, or a plan per
+ * bucket of counts), and Stats come out per document. Not built.
  *
  * Plans are built once per shape (and direction) and kept in a small cache
- * of this object, keyed also by whether the call has segments (that graph
- * has one input more); a refused shape is remembered with its reason. Buffers
+ * of this object; a refused shape is remembered with its reason. Buffers
  * (cuDNN's workspace, the stats, Delta, bf16 gradients) grow once when a
  * shape needs more; growing waits for the stream first.
  *
- * Written without a GPU at hand (issue 38): built and loaded here, not yet
- * run; mpi-tests/test_cuda_cudnn_attention.c compares it with the CPU op on
- * the GPU machine. */
+ * Written without a GPU at hand (issue 38); first run on the H200 of
+ * 2026-11-30, where mpi-tests/test_cuda_cudnn_attention.c held it to the
+ * CPU op and the GPU window's parity trained with it (bench/README). */
 #ifndef RP_KERNELS_CUDA_CUDNN_ATTENTION_H
 #define RP_KERNELS_CUDA_CUDNN_ATTENTION_H
 

@@ -1,7 +1,7 @@
 /* The CUDA table of kernel ops (kernels/ops.h): each entry queues the
  * kernels of this directory, or a cuBLAS bf16 GEMM with fp32 accumulation
- * (linear_forward into an fp32 y through cuBLASLt, where
- * RP_ALLOW_UNPROVEN_CUDA=gemm-lt),
+ * (linear_forward into an fp32 y through cuBLASLt, where the gemm-lt path
+ * is on),
  * or (attention, where rp_cuda_kernels_choose_attention chose it) cuDNN's
  * fused flash SDPA, on the state's stream. Compute-dtype tensors are bf16. Nothing waits for
  * the stream except the ops that return host values (sum_to_host, and
@@ -67,20 +67,15 @@ typedef struct cuda_state {
     size_t moe_scratch_bytes;
     /* the attention choice (rp_cuda_kernels_choose_attention) */
     int attention_mode;
-    /* RP_ALLOW_UNPROVEN_CUDA's fused-xent, given there too: cross_entropy
-     * writes the bf16 gradient in its own pass (not yet run on a GPU) */
+    /* the fused-xent path, given there too: cross_entropy writes the bf16
+     * gradient in its own pass */
     int fused_xent;
-    /* RP_ALLOW_UNPROVEN_CUDA's xent-fp32: its row sums in float (xent.h) */
+    /* the xent-fp32 path: its row sums in float (xent.h) */
     int xent_fp32;
-    /* RP_ALLOW_UNPROVEN_CUDA's gemm-lt: linear_forward through cuBLASLt
-     * (not yet run on a GPU); NULL, the copy, cuBLAS and the bias kernel */
+    /* the gemm-lt path: linear_forward through cuBLASLt; NULL, the copy,
+     * cuBLAS and the bias kernel */
     rp_cuda_gemm_lt *gemm_lt;
     int64_t gemm_lt_products; /* the calls it computed */
-    /* RP_ALLOW_UNPROVEN_CUDA's documents: calls over document segments may
-     * go to cuDNN (when it was chosen); the calls it computed, forward and
-     * backward, so a run can say it took them */
-    int cudnn_segments;
-    int64_t cudnn_segment_calls;
     char attention_note[768];
     rp_cudnn_library cudnn_library;
 #ifdef RP_HAVE_CUDNN
@@ -348,11 +343,12 @@ static rp_status cudnn_answer(const cuda_state *c, const rp_attn_shape *s, const
     return RP_OK;
 }
 
-/* Whether this call goes to cuDNN: chosen, a shape it takes, and segments
- * only where the run allows documents on CUDA. */
+/* Whether this call goes to cuDNN: chosen, and a shape it takes (document
+ * segments are not: the own kernel runs them, and a run refuses
+ * --attention cudnn with --documents up front, engine/train_options.h). */
 static int to_cudnn(const cuda_state *c, const rp_attn_shape *s)
 {
-    return c->cudnn && !rp_attention_cudnn_refusal(s) && (!s->seg_start || c->cudnn_segments);
+    return c->cudnn && !rp_attention_cudnn_refusal(s);
 }
 #endif
 
@@ -367,7 +363,6 @@ static rp_status attention_forward(void *state, const rp_attn_shape *s, const vo
         int done = 0;
         int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
-        c->cudnn_segment_calls += done && s->seg_start;
         if (done)
             return RP_OK;
     }
@@ -390,7 +385,6 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
         int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
                                              sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention backward", rc, dwhy, &done, err));
-        c->cudnn_segment_calls += done && s->seg_start;
         if (done)
             return RP_OK;
     }
@@ -790,9 +784,8 @@ static rp_status cross_entropy(void *state, float *logits, int64_t rows, int64_t
 {
     cuda_state *c = state;
     const char *why = NULL;
-    /* The fused bf16 store has not run on a GPU yet: until a GPU session
-     * proves it (RP_ALLOW_UNPROVEN_CUDA=fused-xent), the gradient is formed in place
-     * in fp32 and rounded by the convert kernel, the same bits (xent.h) */
+    /* With the fused-xent path off, the gradient is formed in place in
+     * fp32 and rounded by the convert kernel, the same bits (xent.h) */
     const int fused = grad && dlogits_compute && (void *)logits != dlogits_compute &&
                       c->fused_xent;
     int rc = rp_cuda_xent_chunk(logits, rows, vocab, targets, counted, scale, grad,
@@ -1052,7 +1045,6 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     c->attention_mode = mode;
     c->fused_xent = rp_unproven_in(unproven, RP_UNPROVEN_FUSED_XENT);
     c->xent_fp32 = rp_unproven_in(unproven, RP_UNPROVEN_XENT_FP32);
-    c->cudnn_segments = rp_unproven_in(unproven, RP_UNPROVEN_DOCUMENTS);
     if (!rp_unproven_in(unproven, RP_UNPROVEN_GEMM_LT)) {
         if (c->gemm_lt) /* a second choice may take it back */
             cudaStreamSynchronize(c->stream);
@@ -1060,7 +1052,7 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
     } else if (!c->gemm_lt) {
         char lwhy[256] = "";
         if (rp_cuda_gemm_lt_create(&c->gemm_lt, lwhy, sizeof lwhy) != 0)
-            return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: RP_ALLOW_UNPROVEN_CUDA=gemm-lt: "
+            return rp_error_set(err, RP_ERR_CUDA, "cuda device %d: the gemm-lt path: "
                                 "%s", c->ordinal, lwhy);
     }
 #ifdef RP_HAVE_CUDNN
@@ -1095,23 +1087,6 @@ int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k)
 {
     const cuda_state *c = k ? k->state : NULL;
     return c ? c->gemm_lt_products : 0;
-}
-
-int rp_cuda_kernels_cudnn_segments_ready(const rp_kernels *k)
-{
-    const cuda_state *c = k ? k->state : NULL;
-#ifdef RP_HAVE_CUDNN
-    return c && c->cudnn && c->cudnn_segments;
-#else
-    (void)c;
-    return 0;
-#endif
-}
-
-int64_t rp_cuda_kernels_cudnn_segment_calls(const rp_kernels *k)
-{
-    const cuda_state *c = k ? k->state : NULL;
-    return c ? c->cudnn_segment_calls : 0;
 }
 
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k)

@@ -23,11 +23,10 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * cudnn chosen routes attention_forward/backward through cuDNN's fused
  * flash SDPA (kernels/cuda/cudnn_attention.h) for every shape it takes,
  * the own kernel for the rest. Without this call the table runs the own
- * kernel. unproven: the paths RP_ALLOW_UNPROVEN_CUDA lets run
- * (core/unproven.h: bit 1u << rp_unproven): cudnn lets auto take cuDNN;
- * fused-xent lets cross_entropy write the bf16 gradient in its own pass
- * (not yet run on a GPU; without it, in place then converted: the same
- * bits); gemm-lt sends linear_forward into an fp32 y through cuBLASLt, the
+ * kernel. unproven: the CUDA paths on (core/unproven.h: bit 1u <<
+ * rp_unproven): cudnn lets auto take cuDNN; fused-xent lets cross_entropy
+ * write the bf16 gradient in its own pass (without it, in place then
+ * converted: the same bits); gemm-lt sends linear_forward into an fp32 y through cuBLASLt, the
  * residual and the bias in the GEMM's epilogue (kernels/cuda/gemm_lt.h; its
  * handle and workspace made here, once; a product into y_compute alone
  * stays cuBLAS's bf16-output GEMM, with nothing for an epilogue to add);
@@ -37,16 +36,11 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * and cannot run; RP_ERR_CUDA when cuBLASLt's state cannot be made. */
 rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err);
-/* Whether RP_ALLOW_UNPROVEN_CUDA=gemm-lt set up cuBLASLt for linear_forward. */
+/* Whether the gemm-lt path (core/unproven.h) set up cuBLASLt for linear_forward. */
 int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k);
 /* How many linear_forward calls cuBLASLt has computed (gemm-lt; the
  * others went through cuBLAS), for tests and the run's last log line. */
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
-/* Whether calls over document segments go to cuDNN (cuDNN chosen and
- * RP_ALLOW_UNPROVEN_CUDA=documents), and how many of them (forward and
- * backward) cuDNN has computed, for tests and the run's last log line. */
-int rp_cuda_kernels_cudnn_segments_ready(const rp_kernels *k);
-int64_t rp_cuda_kernels_cudnn_segment_calls(const rp_kernels *k);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
 
