@@ -46,10 +46,12 @@
 #   e2e          60  70    roundpipe train, Qwen3-1.7B shape, seq 4096: tokens/s, MFU
 #                          (/dev/shm remounted first where plan says the host
 #                          store does not fit, as root)
-#   speedup      60  70    e2e again with RP_DISABLE_CUDA_PATHS=1 (the code
+#   speedup     120  85    e2e again with RP_DISABLE_CUDA_PATHS=1 (the code
 #                          before cuDNN's attention, the fused cross-entropy,
 #                          asynchronous copies, cuBLASLt's epilogues, ...):
-#                          tokens/s and MFU, e2e (after) / this (before)
+#                          tokens/s and MFU, e2e (after) / this (before);
+#                          then, with 240 s left, e2e with --recompute stage
+#                          --speculative-update off (issue 33's before)
 #   peer         50  60    bench/gpu/torch_peer.py: PyTorch on the same GPU, same
 #                          model, sequence and batch (bf16 autocast, SDPA, fused
 #                          AdamW, all resident); e2e as a ratio to it; then
@@ -122,7 +124,7 @@ left() { echo $(( budget - ($(date +%s) - t_start) )); }
 # and the logs never packed
 capped() { local c=$(( $(left) - 10 )); [ "$c" -gt "$1" ] && c=$1; [ "$c" -lt 1 ] && c=1; echo "$c"; }
 declare -A expect=([build]=10 [env]=5 [parity]=83 [check]=90 [memcheck]=60 [gemm]=30 [attn]=40
-  [copy]=25 [adamw]=15 [e2e]=60 [speedup]=60 [peer]=50 [topology]=15 [maxseq]=60)
+  [copy]=25 [adamw]=15 [e2e]=60 [speedup]=120 [peer]=50 [topology]=15 [maxseq]=60)
 # need: the seconds a phase must have left to start, its expected time and
 # the reserve its programs leave (capped, and the 20-30 s the trainings
 # keep): started with less, a normal run of it was killed and read as FAILED
@@ -898,6 +900,22 @@ elif start speedup; then
       "GEMM peak" "$(calc "6 * $params * $otps / 1e12 / $peak")" ""
   else
     tail -20 "$logs/speedup.txt"; pfail "e2e with every CUDA path off" "see speedup.txt"
+  fi
+  # issue 33's "before": its choices that can be turned off in this binary
+  # (the row updates on every thread and the layer-by-layer versions
+  # cannot), where the later phases keep their time
+  if [ "$(left)" -ge 240 ]; then
+    say "roundpipe train --device cuda --recompute stage --speculative-update off: issue 33's choices off"
+    if train 4096 "$b" "$n" "$logs/speedup-33.jsonl" "$(capped 90)" --recompute stage \
+         --speculative-update off > "$logs/speedup-33.txt" 2>&1; then
+      t33=$(median_tps "$logs/speedup-33.jsonl")
+      put "e2e tokens/s, --recompute stage --speculative-update off" "$(printf %.0f "$t33")" "e2e (default paths)" \
+        "$([ -n "$tps" ] && calc "$tps / $t33" || echo -)" "after / before (issue 33's switchable choices)"
+    else
+      tail -20 "$logs/speedup-33.txt"; pfail "e2e with issue 33's choices off" "see speedup-33.txt"
+    fi
+  else
+    skip "e2e with issue 33's choices off" "$(left) s left, under the 240 s it and the later phases need"
   fi
   end speedup
 fi
