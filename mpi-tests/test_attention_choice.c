@@ -216,11 +216,12 @@ END_TEST
 /* What a run reserves for cuDNN, by hand: the workspace budget is 2 bytes
  * a score of one microbatch's heads over the lengths padded to 128 (nseq *
  * nheads * P^2), 16 + 4 head_dim bytes a padded row of each head (fp32
- * statistics and dQ's fp32 accumulator) and 1 MiB, capped at a quarter of
- * the device, and never below what cuDNN 9.14.0's deterministic backward
- * asked on an H200 (bench/README, 2026-11-30); the buffers the backward's statistics and Delta
- * (fp32 per row and head) and dq, dk, dv in bf16, each rounded up to 256
- * bytes; nothing for a shape cuDNN does not take. */
+ * statistics and dQ's fp32 accumulator) and 1 MiB, where that is at most
+ * a quarter of the device (else nothing), and never below what cuDNN
+ * 9.14.0's deterministic backward asked on an H200 (bench/README,
+ * 2026-11-30); the buffers the backward's statistics and Delta (fp32 per
+ * row and head) and dq, dk, dv in bf16, each rounded up to 256 bytes;
+ * nothing for a shape cuDNN does not take. */
 START_TEST(what_a_run_reserves_for_cudnn)
 {
     rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
@@ -239,8 +240,12 @@ START_TEST(what_a_run_reserves_for_cudnn)
     ck_assert_uint_eq(rp_attention_cudnn_buffer_bytes(&s), 2u * 3328 + 102400 + 2u * 51200);
     ck_assert_uint_eq(rp_attention_cudnn_reserve_bytes(&s, big),
                       ws + 2u * 3328 + 102400 + 2u * 51200);
-    /* the cap: a device of 4 * 100000 bytes leaves 100000 for it */
-    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, 400003), 100000);
+    /* over a quarter of the device: nothing (the shape takes the own
+     * kernel), not the quarter; at the quarter exactly: all of it */
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_want(&s), ws);
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, 4 * ws - 1), 0);
+    ck_assert_uint_eq(rp_attention_cudnn_reserve_bytes(&s, 4 * ws - 1), 0);
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, 4 * ws), ws);
     /* 128 tokens need no padding, 129 pad to 256 */
     s.seqlen = 128;
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&s, big), ws);
@@ -249,13 +254,14 @@ START_TEST(what_a_run_reserves_for_cudnn)
                       2u * 2 * 4 * 256 * 256 + 272u * 2 * 4 * 256 + 1048576);
     s.seqlen = 100;
     /* Qwen3-1.7B's heads at 4096 tokens: 512 MiB of dP, 33 MiB of rows
-     * (528 bytes each) and 1 MiB; at 32768 tokens on an 80 GiB GPU the
-     * quarter, 20 GiB, instead of 32 GiB */
+     * (528 bytes each) and 1 MiB; at 32768 tokens (32 GiB wanted) nothing
+     * on an 80 GiB GPU, whose quarter is 20 GiB */
     rp_attn_shape q = {.nseq = 1, .seqlen = 4096, .nheads = 16, .nkv = 8, .head_dim = 128,
                        .scale = 0.088f};
     ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)546 << 20);
     q.seqlen = 32768;
-    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), (size_t)20 << 30);
+    ck_assert_uint_eq(rp_attention_cudnn_workspace_budget(&q, big), 0);
+    ck_assert_uint_eq(rp_attention_cudnn_reserve_bytes(&q, big), 0);
     /* what cuDNN 9.14.0's plans asked on the H200 (139 GiB) for these heads
      * (bench_attention's RESULT attention-cudnn-workspace lines, bench/README
      * 2026-11-30): the budget covers each, and stays within 3% of it */

@@ -64,9 +64,9 @@ rp_status rp_run_memory_limit(rp_engine *e, const rp_device_info *info, int node
         if (cudnn && e->nd.world_rank == 0)
             rp_log(e->lg, RP_LOG_INFO, "--attention: each executor keeps %.1f MiB of its GPU "
                    "beside the plan for cuDNN's attention (workspace of 2 bytes a score of a "
-                   "microbatch's heads over lengths padded to 128, at most a quarter of the "
-                   "GPU, and its buffers); a "
-                   "cuDNN plan asking more takes the own kernel", cudnn / 1048576.0);
+                   "microbatch's heads over lengths padded to 128 where that is at most a "
+                   "quarter of the GPU, and its buffers); a cuDNN plan asking more takes the own "
+                   "kernel", cudnn / 1048576.0);
         if (mine < 1)
             mine = 1; /* nothing fits: the planner says which layer */
     }

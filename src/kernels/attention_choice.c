@@ -78,7 +78,7 @@ size_t rp_attention_cudnn_row_bytes(const rp_attn_shape *s)
     return RP_CUDNN_WORKSPACE_ROW_BYTES + 4 * (size_t)s->head_dim;
 }
 
-size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total)
+size_t rp_attention_cudnn_workspace_want(const rp_attn_shape *s)
 {
     if (rp_attention_cudnn_refusal(s))
         return 0;
@@ -90,8 +90,15 @@ size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device
     const double rows = (double)s->nseq * (double)s->nheads * padded;
     const double want = 2.0 * rows * padded + (double)rp_attention_cudnn_row_bytes(s) * rows +
                         (double)RP_CUDNN_WORKSPACE_SLACK;
-    const double cap = (double)(device_total / 4);
-    return (size_t)(want < cap ? want : cap);
+    return want < (double)SIZE_MAX / 2 ? (size_t)want : SIZE_MAX / 2;
+}
+
+size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total)
+{
+    /* over the cap a plan would not fit what a run can spare: reserving the
+     * cap would only take it from the planner, for the own kernel to run */
+    const size_t want = rp_attention_cudnn_workspace_want(s);
+    return want <= device_total / 4 ? want : 0;
 }
 
 static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }

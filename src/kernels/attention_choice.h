@@ -73,8 +73,11 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
  * cudnn-frontend's estimate pads to 64, Hopper's kernels tile by up to 128),
  * plus rp_attention_cudnn_row_bytes a padded row of each head
  * (RP_CUDNN_WORKSPACE_ROW_BYTES of fp32 statistics and dQ's fp32
- * accumulator, 4 * head_dim) and RP_CUDNN_WORKSPACE_SLACK, at most a
- * quarter of the GPU: a function of the shape and the device only, so the
+ * accumulator, 4 * head_dim) and RP_CUDNN_WORKSPACE_SLACK
+ * (rp_attention_cudnn_workspace_want), when that is at most a quarter of
+ * the GPU, else nothing: such a length takes the own kernel (or fails under
+ * --attention cudnn), and a reservation of the quarter would only take
+ * memory from the plan. A function of the shape and the device only, so the
  * choice between cuDNN and the own kernel, and with it the bits, is the
  * same on any number of ranks. Measured on an H200 with cuDNN 9.14.0
  * (bench/README, 2026-11-30; 16 heads of 128, one sequence of 4K to 32K
@@ -87,6 +90,7 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
 #define RP_CUDNN_WORKSPACE_ROW_BYTES 16
 #define RP_CUDNN_WORKSPACE_SLACK ((size_t)1 << 20)
 size_t rp_attention_cudnn_row_bytes(const rp_attn_shape *s);
+size_t rp_attention_cudnn_workspace_want(const rp_attn_shape *s);
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);

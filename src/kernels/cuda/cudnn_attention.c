@@ -561,11 +561,19 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
     }
     if (!slot->plan) {
         slot->workspace = asked;
-        if (too_big)
+        if (too_big && budget == 0)
+            snprintf(slot->refused, sizeof slot->refused,
+                     "cuDNN's plan needs a %.1f MiB workspace, more than a quarter of the GPU "
+                     "(%.1f MiB), so a run reserves none for it at this length (%lld of %lld "
+                     "configurations too big)", (double)asked / 1048576.0,
+                     (double)(a->device_total / 4) / 1048576.0, (long long)too_big,
+                     (long long)got);
+        else if (too_big)
             snprintf(slot->refused, sizeof slot->refused,
                      "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
                      "reserves for it (2 bytes a score of a microbatch's heads over lengths "
-                     "padded to %d, %zu a row and %.0f MiB, at most a quarter of the GPU; %lld "
+                     "padded to %d, %zu a row and %.0f MiB, when that is at most a quarter of "
+                     "the GPU; %lld "
                      "of %lld configurations too big, %lld non-deterministic, %lld not "
                      "finalized)", (double)asked / 1048576.0, (double)budget / 1048576.0,
                      RP_CUDNN_WORKSPACE_TILE, rp_attention_cudnn_row_bytes(&shape),
