@@ -322,18 +322,17 @@ static rp_status rope_apply(void *state, float *x, void *x_compute, const float 
 /* cuDNN's answer for a call: RP_OK and *done when it ran it; RP_OK and not
  * *done when the own kernel is to run it (a shape cuDNN does not take,
  * under auto, or a kind of shape no mode sends to cuDNN); an error when
- * --attention cudnn meets a shape it sent to cuDNN (plain causal, or over
- * document segments) that cuDNN refuses, or cuDNN fails. */
+ * --attention cudnn meets a shape it sent to cuDNN that cuDNN refuses (its
+ * plan's workspace), or cuDNN fails. */
 static rp_status cudnn_answer(const cuda_state *c, const rp_attn_shape *s, const char *what,
                               int rc, const char *why, int *done, rp_error *err)
 {
     *done = rc == RP_CUDNN_DONE;
     if (rc == RP_CUDNN_REFUSED && c->attention_mode == RP_ATTENTION_CUDNN)
         return rp_error_set(err, RP_ERR_UNSUPPORTED,
-                            "cuda device %d: --attention cudnn: %s of %lld x %lld tokens%s, "
+                            "cuda device %d: --attention cudnn: %s of %lld x %lld tokens, "
                             "%lld/%lld heads of %lld: %s", c->ordinal, what,
-                            (long long)s->nseq, (long long)s->seqlen,
-                            s->seg_start ? " over document segments" : "", (long long)s->nheads,
+                            (long long)s->nseq, (long long)s->seqlen, (long long)s->nheads,
                             (long long)s->nkv, (long long)s->head_dim, why);
     if (rc == RP_CUDNN_FAILED) {
         cudaGetLastError();
