@@ -15,12 +15,14 @@ static const struct {
     const char *proven; /* by which GPU run, or NULL: still waiting for one */
 } paths[RP_UNPROVEN_COUNT] = {
     [RP_UNPROVEN_DOCUMENTS] = {"documents", "--documents and --eval-documents on CUDA executors "
-                                            "(attention and RoPE over document segments)", H200_WINDOW},
+                                            "(attention and RoPE over document segments)",
+                               H200_WINDOW},
     [RP_UNPROVEN_FP8_UPLOAD] = {"fp8-upload", "an FP8 LoRA base uploaded as e4m3 bytes and "
                                               "dequantised on the GPU", H200_WINDOW},
     [RP_UNPROVEN_GPT_OSS] = {"gpt-oss", "gpt-oss on CUDA executors (attention sinks and windows, "
                                         "the clamped SwiGLU, the expert biases)", H200_WINDOW},
-    [RP_UNPROVEN_CUDNN] = {"cudnn", "--attention auto taking cuDNN's fused flash SDPA", H200_WINDOW},
+    [RP_UNPROVEN_CUDNN] = {"cudnn", "--attention auto taking cuDNN's fused flash SDPA",
+                           H200_WINDOW},
     [RP_UNPROVEN_FUSED_XENT] = {"fused-xent", "the head's cross-entropy writing its bf16 gradient "
                                               "in the pass that forms it (else in fp32, then "
                                               "converted: the same bits)", H200_WINDOW},

@@ -113,7 +113,8 @@ static rp_status agree_switches(MPI_Comm comm, rp_error *err)
                         "RP_DISABLE_CUDA_PATHS=%s, RP_TEST_FUSED_GATE_UP=%s): they lay out each "
                         "block's buffers, which jobs on other ranks read; set them alike on every "
                         "rank (mpirun -x NAME)",
-                        allow ? allow : "(unset)", off ? off : "(unset)", fused ? fused : "(unset)");
+                        allow ? allow : "(unset)", off ? off : "(unset)",
+                        fused ? fused : "(unset)");
 }
 
 rp_status rp_train_resolve(const rp_train_options *o, MPI_Comm comm, const rp_logger *lg,

@@ -145,9 +145,10 @@ static int unproven_table(const rp_kernel_ops *ops)
  * into them in fp32 (adapted[p]: projection p has one). On a bf16 table
  * that rounds g and u before the SwiGLU (as PyTorch's bf16 models do), so
  * the CUDA table takes it where the bf16-mlp path is on (core/unproven.h:
- * proven on the H200 of 2026-11-30); with it off g, u and dm stay fp32. Read here alone: the carving below both sizes the plan and
- * the executors' buffers and lays out the calls' buffers, so the memory
- * model and the run cannot choose apart (on fp32 tables both are fp32). */
+ * proven on the H200 of 2026-11-30); with it off g, u and dm stay fp32.
+ * Read here alone: the carving below both sizes the plan and the
+ * executors' buffers and lays out the calls' buffers, so the memory model
+ * and the run cannot choose apart (on fp32 tables both are fp32). */
 static void mlp_dtypes(const rp_kernel_ops *ops, const int adapted[RP_LORA_NPROJ], rp_dtype *gu,
                        rp_dtype *dm)
 {
