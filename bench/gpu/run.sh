@@ -853,11 +853,14 @@ shm_fix() {
 b=${RP_GPU_E2E_BATCH:-8}; n=${RP_GPU_E2E_STEPS:-6}
 tps=""
 # the e2e run's host store (bf16 weights, fp32 master, gradients, AdamW m
-# and v, activations: ~31 GiB at batch 8) lives in /dev/shm: room for it
+# and v, activations: ~31 GiB at batch 8) lives in /dev/shm: room for it.
+# e2e_room [BATCH]: the batch's plan in e2e-plan.txt (8), e2e-plan-bN.txt
 e2e_room() {
+  local bb=${1:-$b} f="$logs/e2e-plan.txt"
+  [ "$bb" = "$b" ] || f="$logs/e2e-plan-b$bb.txt"
   timeout -k 10 "$(capped 30)" "$bin" plan --init-config "$here/qwen3-1.7b-config.json" --device cuda --dtype bf16 \
-    --gpus 1 --seq-len 4096 --batch-size "$b" --microbatches "$b" > "$logs/e2e-plan.txt" 2>&1
-  shm_fix "$logs/e2e-plan.txt" "e2e (batch $b)"
+    --gpus 1 --seq-len 4096 --batch-size "$bb" --microbatches "$bb" > "$f" 2>&1
+  shm_fix "$f" "e2e (batch $bb)"
 }
 if want e2e && [ $dry = yes ]; then nogpu e2e
 elif start e2e; then
@@ -882,7 +885,7 @@ elif start e2e; then
   # phases keep their time (about 34 GiB of host store: e2e_room again)
   b32=${RP_GPU_E2E_BATCH32:-32}
   if [ "$(left)" -ge 300 ]; then
-    b8=$b; b=$b32; e2e_room; b=$b8
+    e2e_room "$b32"
     say "roundpipe train --device cuda: the same at batch $b32, 4 steps"
     if train 4096 "$b32" 4 "$logs/e2e-b$b32.jsonl" "$(capped 120)" > "$logs/e2e-b$b32.txt" 2>&1; then
       t32=$(median_tps "$logs/e2e-b$b32.jsonl")
