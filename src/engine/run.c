@@ -28,7 +28,6 @@
 #include "engine/protocol.h"
 #include "io/config.h"
 #include "io/read_file.h"
-#include "kernels/attention_choice.h"
 #include "model/layers.h"
 #include "model/layout.h"
 #include "model/token_tiles.h"
@@ -295,12 +294,8 @@ static rp_status open_data(rp_engine *e, rp_run_state *r, MPI_Comm comm, rp_erro
         rp_dataset_open(o->data, o->loss_mask, e->seq_len, r->cfg.vocab_size, &e->ds, err);
     if (s == RP_OK && o->shuffle)
         s = rp_dataset_shuffle(e->ds, o->seed, err);
-    if (s == RP_OK && (o->documents || o->eval_documents) && e->device == RP_DEVICE_CUDA &&
-        !rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS))
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
-    if (s == RP_OK && (o->documents || o->eval_documents) && e->device == RP_DEVICE_CUDA &&
-        o->attention == RP_ATTENTION_CUDNN)
-        s = rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDNN);
+    if (s == RP_OK && e->device == RP_DEVICE_CUDA)
+        s = rp_train_options_documents_on_cuda(o, err);
     if (s == RP_OK && o->documents)
         s = rp_dataset_set_documents(e->ds, o->documents, err);
     if (s == RP_OK && o->eval_data) /* checked now: a bad file fails before training */

@@ -7,6 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+rp_status rp_train_options_documents_on_cuda(const rp_train_options *o, rp_error *err)
+{
+    if (!o->documents && !o->eval_documents)
+        return RP_OK;
+    if (!rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS))
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
+    if (o->attention == RP_ATTENTION_CUDNN)
+        return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDNN);
+    return RP_OK;
+}
+
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
                                         rp_error *err)
 {
@@ -84,12 +95,8 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err)
                             "optimizer does only at the end; evaluate after the last step "
                             "(without --eval-every)");
     RP_TRY(rp_unproven_check(err)); /* the maintainer's switch, before it is read */
-    if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents) &&
-        !rp_unproven_allowed(RP_UNPROVEN_DOCUMENTS))
-        return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDA);
-    if (o->device == RP_DEVICE_CUDA && (o->documents || o->eval_documents) &&
-        o->attention == RP_ATTENTION_CUDNN) /* run.c again for --device auto */
-        return rp_error_set(err, RP_ERR_UNSUPPORTED, RP_DOCUMENTS_NOT_ON_CUDNN);
+    if (o->device == RP_DEVICE_CUDA) /* run.c again for --device auto */
+        RP_TRY(rp_train_options_documents_on_cuda(o, err));
     if (o->save_dtype_set && o->save_dtype != RP_F32 && o->save_dtype != RP_BF16 &&
         o->save_dtype != RP_F16)
         return rp_error_set(err, RP_ERR_INVALID_ARG, "--save-dtype must be fp32, bf16 or fp16");

@@ -171,6 +171,12 @@ rp_status rp_train_options_check(const rp_train_options *o, rp_error *err);
 rp_status rp_train_options_refuse_dtype(const rp_train_options *o, rp_status status,
                                         rp_error *err);
 
+/* RP_ERR_UNSUPPORTED where a run on CUDA executors cannot take its
+ * --documents or --eval-documents (RP_DOCUMENTS_NOT_ON_CUDA,
+ * RP_DOCUMENTS_NOT_ON_CUDNN below), else RP_OK: at option check for
+ * --device cuda, and once --device auto chose CUDA. */
+rp_status rp_train_options_documents_on_cuda(const rp_train_options *o, rp_error *err);
+
 /* --documents on CUDA runs the segmented attention and RoPE the GPU
  * window proved (core/unproven.h); RP_DISABLE_CUDA_PATHS=documents turns
  * them off, and --documents is then refused on CUDA. */
