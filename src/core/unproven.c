@@ -68,19 +68,10 @@ unsigned rp_unproven_proven_mask(void)
     return m;
 }
 
-static rp_status parse_switch(const char *var, const char *text, unsigned *mask, rp_error *err);
-
-rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err)
-{
-    return parse_switch(RP_UNPROVEN_ALLOW_VAR, text, mask, err);
-}
-
-rp_status rp_unproven_parse_off(const char *text, unsigned *mask, rp_error *err)
-{
-    return parse_switch(RP_UNPROVEN_OFF_VAR, text, mask, err);
-}
-
-static rp_status parse_switch(const char *var, const char *text, unsigned *mask, rp_error *err)
+/* A switch's text (rp_unproven_parse); its errors name var and say the
+ * paths are ones `kind` ("waiting for a GPU", ...). */
+static rp_status parse_switch(const char *var, const char *kind, const char *text, unsigned *mask,
+                              rp_error *err)
 {
     *mask = 0;
     if (!text || !*text || strcmp(text, "0") == 0)
@@ -110,16 +101,23 @@ static rp_status parse_switch(const char *var, const char *text, unsigned *mask,
             rp_unproven_list((1u << RP_UNPROVEN_COUNT) - 1, known, sizeof known);
             return rp_error_set(err, RP_ERR_INVALID_ARG,
                                 "%s: '%.*s' is not a CUDA path %s (known: %s, or 1 for all of "
-                                "them, 0 for none)", var, (int)len, at,
-                                strcmp(var, RP_UNPROVEN_OFF_VAR) ? "waiting for a GPU"
-                                                                 : "that can be turned off",
-                                known);
+                                "them, 0 for none)", var, (int)len, at, kind, known);
         }
         m |= 1u << found;
         at += n;
     }
     *mask = m;
     return RP_OK;
+}
+
+rp_status rp_unproven_parse(const char *text, unsigned *mask, rp_error *err)
+{
+    return parse_switch("RP_ALLOW_UNPROVEN_CUDA", "waiting for a GPU", text, mask, err);
+}
+
+rp_status rp_unproven_parse_off(const char *text, unsigned *mask, rp_error *err)
+{
+    return parse_switch("RP_DISABLE_CUDA_PATHS", "that can be turned off", text, mask, err);
 }
 
 unsigned rp_unproven_mask(void)

@@ -34,9 +34,6 @@ typedef enum rp_unproven {
     RP_UNPROVEN_COUNT
 } rp_unproven;
 
-#define RP_UNPROVEN_ALLOW_VAR "RP_ALLOW_UNPROVEN_CUDA"
-#define RP_UNPROVEN_OFF_VAR "RP_DISABLE_CUDA_PATHS"
-
 /* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies",
  * "gemm-lt", "xent-fp32", "bf16-mlp", "fused-gate-up"; NULL out of range. */
 const char *rp_unproven_name(rp_unproven p);

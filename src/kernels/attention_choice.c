@@ -93,12 +93,14 @@ size_t rp_attention_cudnn_workspace_want(const rp_attn_shape *s)
     return want < (double)SIZE_MAX / 2 ? (size_t)want : SIZE_MAX / 2;
 }
 
+size_t rp_attention_cudnn_workspace_cap(size_t device_total) { return device_total / 4; }
+
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total)
 {
     /* over the cap a plan would not fit what a run can spare: reserving the
      * cap would only take it from the planner, for the own kernel to run */
     const size_t want = rp_attention_cudnn_workspace_want(s);
-    return want <= device_total / 4 ? want : 0;
+    return want <= rp_attention_cudnn_workspace_cap(device_total) ? want : 0;
 }
 
 static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }

@@ -91,6 +91,8 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
 #define RP_CUDNN_WORKSPACE_SLACK ((size_t)1 << 20)
 size_t rp_attention_cudnn_row_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_workspace_want(const rp_attn_shape *s);
+/* The most a run reserves for it on a GPU of device_total bytes: a quarter. */
+size_t rp_attention_cudnn_workspace_cap(size_t device_total);
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);

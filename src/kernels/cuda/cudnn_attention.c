@@ -566,7 +566,8 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
                      "cuDNN's plan needs a %.1f MiB workspace, more than a quarter of the GPU "
                      "(%.1f MiB), so a run reserves none for it at this length (%lld of %lld "
                      "configurations too big)", (double)asked / 1048576.0,
-                     (double)(a->device_total / 4) / 1048576.0, (long long)too_big,
+                     (double)rp_attention_cudnn_workspace_cap(a->device_total) / 1048576.0,
+                     (long long)too_big,
                      (long long)got);
         else if (too_big)
             snprintf(slot->refused, sizeof slot->refused,
