@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     rp_rng_fill_normal(b.dout, nq, 4, 0, 0, 0.0f, 1.0f);
     for (long long t = 0; t < S; t++)
         seg[t] = (int32_t)(t / (S / DOCS) * (S / DOCS));
-    rp_attn_shape one = {1, S, NH, NKV, HD, 64, 0.125f, NULL, 0, NULL}, packed = one;
+    rp_attn_shape one = {1, S, NH, NKV, HD, 64, 0.125f, NULL, 0, NULL, NULL}, packed = one;
     packed.seg_start = seg;
     best_time(&one, &b, 1); /* warm-up: pages touched, threads started */
     double t_one = best_time(&one, &b, (int)reps);

@@ -20,6 +20,7 @@
 
 #include "core/unproven.h"
 #include "kernels/attention_choice.h"
+#include "kernels/attn_documents.h"
 #include "kernels/cudnn_loader.h"
 #include "rp_check.h"
 
@@ -189,13 +190,15 @@ START_TEST(shapes_cudnn_does_not_take)
     s.head_dim = 60;
     ck_assert_ptr_nonnull(rp_attention_cudnn_refusal(&s));
     s.head_dim = 64;
-    /* document segments are not taken: cuDNN 9.14 offered no engine for
-     * their mask on the H200 */
+    /* document segments are taken only with their host copy: the ragged
+     * layout needs their count before the call */
     _Alignas(16) int32_t starts[8];
     s.seg_start = starts;
     ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "document segments") &&
-                      strstr(rp_attention_cudnn_refusal(&s), "no engine"), "segments");
-    s.seg_start = NULL;
+                      strstr(rp_attention_cudnn_refusal(&s), "host copy"), "segments");
+    s.seg_host = starts;
+    ck_assert_ptr_null(rp_attention_cudnn_refusal(&s));
+    s.seg_start = s.seg_host = NULL;
     s.window = 128;
     ck_assert_msg(strstr(rp_attention_cudnn_refusal(&s), "window") != NULL, "window");
     s.window = 0;
@@ -289,10 +292,10 @@ END_TEST
  * above (2 x 100 tokens, 4/2 heads of 64): 1589248 bytes of workspace
  * budget + 2 x 3328 + 102400 + 2 x 51200 of buffers = 1800704 bytes, in a
  * build with cuDNN's headers (0 in one without), for cudnn, and for auto
- * with the cudnn path on. A --documents run keeps nothing: cuDNN takes no
- * document segments in this build (cuDNN 9.14 offered no engine for their
- * mask); own, auto with the cudnn path off, an sm_75 GPU and gpt-oss keep
- * nothing either. */
+ * with the cudnn path on. A --documents run whose documents do not go to
+ * cuDNN (the cudnn-documents path off: the callers' documents argument)
+ * keeps nothing; own, auto with the cudnn path off, an sm_75 GPU and
+ * gpt-oss keep nothing either. */
 START_TEST(a_documents_run_reserves_nothing)
 {
     const rp_attn_shape s = {.nseq = 2, .seqlen = 100, .nheads = 4, .nkv = 2, .head_dim = 64,
@@ -314,6 +317,171 @@ START_TEST(a_documents_run_reserves_nothing)
     ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_OWN, 1, 90, 0, 0, &s, big), 0);
     ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 75, 0, 0, &s, big), 0);
     ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_CUDNN, 1, 90, 0, 1, &s, big), 0);
+    /* documents cuDNN takes (the cudnn-documents path on): twice the
+     * workspace budget, and statistics for 8 x 200 rows, 2 x 25600 + 102400
+     * + 2 x 51200 = 256000 bytes of buffers */
+    ck_assert_uint_eq(rp_attention_cudnn_documents_budget(&s, big), 2 * 1589248);
+    ck_assert_uint_eq(rp_attention_cudnn_documents_budget(&s, 8 * 1589248), 2 * 1589248);
+    ck_assert_uint_eq(rp_attention_cudnn_documents_budget(&s, 8 * 1589248 - 4), 0);
+#ifdef RP_HAVE_CUDNN
+    const size_t documents = 2 * 1589248 + 256000;
+#else
+    const size_t documents = 0;
+#endif
+    ck_assert_uint_eq(rp_attention_cudnn_documents_buffer_bytes(&s), 256000);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 90,
+                                                     RP_ATTENTION_DOCUMENTS_CUDNN, 0, &s, big),
+                      documents);
+    ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 90,
+                                                     RP_ATTENTION_DOCUMENTS_OWN, 0, &s, big), 0);
+}
+END_TEST
+
+/* The documents of a call as cuDNN's ragged layout takes them
+ * (kernels/attn_documents.h), against a brute force over the tokens: a
+ * document is the tokens of one sequence sharing a seg_start value, as
+ * rp_dataset_segments writes it. Random packings of 3 sequences of 37
+ * tokens, and the rounding and refusal rules by hand. */
+START_TEST(documents_as_ragged_batch_entries)
+{
+    enum { NSEQ = 3, LEN = 37, T = NSEQ * LEN };
+    int32_t seg[T], first[2 * T + 1], length[2 * T];
+    unsigned rng = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int j = 0; j < NSEQ; j++) { /* starts drawn with a per-trial density */
+            int cur = 0;
+            for (int t = 0; t < LEN; t++) {
+                rng = rng * 1103515245u + 12345u;
+                if (t > 0 && (int)(rng >> 16) % 16 < trial % 9)
+                    cur = t;
+                seg[j * LEN + t] = cur;
+            }
+        }
+        /* brute force: the distinct (sequence, seg_start) keys, their sizes */
+        int64_t count = 0, longest = 0;
+        for (int t = 0; t < T; t++) {
+            int seen = 0, size = 0;
+            for (int u = 0; u < T; u++) {
+                int same = u / LEN == t / LEN && seg[u] == seg[t];
+                size += same;
+                seen |= same && u < t;
+            }
+            count += !seen;
+            longest = size > longest ? size : longest;
+        }
+        rp_attn_documents d;
+        rp_attn_documents_measure(seg, NSEQ, LEN, &d);
+        ck_assert_int_eq(d.count, count);
+        ck_assert_int_eq(d.longest, longest);
+        ck_assert(d.slots >= d.count && d.slots < 2 * d.count + (d.count == 0));
+        ck_assert((d.slots & (d.slots - 1)) == 0);
+        ck_assert_int_eq(d.span, LEN); /* 64 at least, at most seqlen */
+        rp_attn_documents_table(seg, NSEQ, LEN, &d, first, length);
+        int covered[T] = {0};
+        for (int64_t b = 0; b < d.slots; b++) {
+            if (b >= d.count) {
+                ck_assert_int_eq(first[b], T);
+                ck_assert_int_eq(length[b], 0);
+                continue;
+            }
+            ck_assert(length[b] >= 1 && (b == 0 || first[b] > first[b - 1]));
+            for (int i = 0; i < length[b]; i++) { /* one sequence, one seg_start */
+                const int t = first[b] + i;
+                ck_assert(t / LEN == first[b] / LEN);
+                ck_assert_int_eq(seg[t], first[b] % LEN);
+                covered[t]++;
+            }
+        }
+        ck_assert_int_eq(first[d.slots], T);
+        for (int t = 0; t < T; t++)
+            ck_assert_int_eq(covered[t], 1);
+    }
+    /* rounding: 5 documents, the longest 100 tokens, in 2 x 4096 */
+    int32_t *big = calloc(2 * 4096, sizeof *big);
+    ck_assert_ptr_nonnull(big);
+    const int cuts[] = {100, 150, 190};
+    for (int t = 0; t < 4096; t++) {
+        int cur = 0;
+        for (int c = 0; c < 3; c++)
+            cur = t >= cuts[c] ? cuts[c] : cur;
+        big[t] = cur;
+    }
+    for (int t = 0; t < 4096; t++)
+        big[4096 + t] = 0; /* the second sequence one document of 4096 */
+    rp_attn_documents d;
+    rp_attn_documents_measure(big, 2, 4096, &d);
+    ck_assert_int_eq(d.count, 5);
+    ck_assert_int_eq(d.longest, 4096);
+    rp_attn_documents_measure(big, 1, 4096, &d); /* the first alone: 4 documents */
+    ck_assert_int_eq(d.count, 4);
+    ck_assert_int_eq(d.slots, 4);
+    ck_assert_int_eq(d.span, 4096); /* 3906 tokens round up to 4096 */
+    rp_attn_shape s = {.nseq = 1, .seqlen = 4096, .nheads = 16, .nkv = 8, .head_dim = 128};
+    const size_t gpu = (size_t)80 << 30;
+    ck_assert_msg(rp_attn_documents_refusal(&d, &s, gpu) &&
+                      strstr(rp_attn_documents_refusal(&d, &s, gpu), "uneven"),
+                  "4 x 4096^2 scores > twice 4096^2");
+    for (int t = 0; t < 4096; t++) /* 32 documents of 128 */
+        big[t] = t / 128 * 128;
+    rp_attn_documents_measure(big, 1, 4096, &d);
+    ck_assert_int_eq(d.count, 32);
+    ck_assert_int_eq(d.longest, 128);
+    ck_assert_int_eq(d.slots, 32);
+    ck_assert_int_eq(d.span, 128);
+    ck_assert_ptr_null(rp_attn_documents_refusal(&d, &s, gpu)); /* 32 x 128^2 < 4096^2 */
+    for (int t = 0; t < 4096; t++) /* 4096 documents of one token: 4096 x 64^2 scores */
+        big[t] = t;
+    rp_attn_documents_measure(big, 1, 4096, &d);
+    ck_assert_int_eq(d.slots, 4096);
+    ck_assert_int_eq(d.span, 64);
+    ck_assert_msg(rp_attn_documents_refusal(&d, &s, gpu) &&
+                      strstr(rp_attn_documents_refusal(&d, &s, gpu), "statistics"),
+                  "4096 x 64 rows > 8 x 4096");
+    /* test_cuda_cudnn_attention's premises: its documents cases are given
+     * to cuDNN, its uneven case is not */
+    const struct {
+        rp_attn_shape s;
+        int starts[8];
+        int taken;
+    } gpu_cases[] = {
+        {{.nseq = 1, .seqlen = 257, .nheads = 4, .nkv = 2, .head_dim = 128},
+         {0, 40, 97, 200, -1},
+         1},
+        {{.nseq = 1, .seqlen = 200, .nheads = 8, .nkv = 1, .head_dim = 128}, {0, 100, -1}, 1},
+        {{.nseq = 1, .seqlen = 1024, .nheads = 4, .nkv = 2, .head_dim = 64}, {0, 48, 100, -1}, 0},
+    };
+    for (size_t i = 0; i < sizeof gpu_cases / sizeof *gpu_cases; i++) {
+        const int64_t L = gpu_cases[i].s.seqlen;
+        for (int64_t t = 0; t < L; t++) {
+            int cur = 0;
+            for (int c = 0; gpu_cases[i].starts[c] >= 0; c++)
+                cur = t >= gpu_cases[i].starts[c] ? gpu_cases[i].starts[c] : cur;
+            big[t] = cur;
+        }
+        rp_attn_documents_measure(big, 1, L, &d);
+        const char *why = rp_attn_documents_refusal(&d, &gpu_cases[i].s, gpu);
+        ck_assert_msg(gpu_cases[i].taken ? why == NULL : why != NULL, "case %zu: %s", i,
+                      why ? why : "taken");
+    }
+    /* and the two sequences of 300 with 12 documents of 1 to 64 tokens */
+    const int starts300[2][8] = {{0, 1, 3, 64, 128, 190, 254, -1}, {0, 64, 128, 192, 256, -1}};
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < 300; t++) {
+            int cur = 0;
+            for (int c = 0; starts300[j][c] >= 0; c++)
+                cur = t >= starts300[j][c] ? starts300[j][c] : cur;
+            big[j * 300 + t] = cur;
+        }
+    rp_attn_documents_measure(big, 2, 300, &d);
+    ck_assert_int_eq(d.count, 12);
+    ck_assert_int_eq(d.slots, 16);
+    ck_assert_int_eq(d.span, 64);
+    const rp_attn_shape s300 = {.nseq = 2, .seqlen = 300, .nheads = 4, .nkv = 2, .head_dim = 64};
+    ck_assert_ptr_null(rp_attn_documents_refusal(&d, &s300, gpu));
+    s.nseq = 1 << 12; /* 2^24 tokens of 2048 values: past int32 offsets */
+    d.slots = 1, d.span = 64;
+    ck_assert_msg(strstr(rp_attn_documents_refusal(&d, &s, gpu), "32-bit") != NULL, "offsets");
+    free(big);
 }
 END_TEST
 
@@ -347,6 +515,8 @@ START_TEST(unproven_switch_parsed)
     ck_assert_int_eq(rp_unproven_parse("bf16-mlp,fused-gate-up", &m, &err), RP_OK);
     ck_assert_uint_eq(m, 1u << RP_UNPROVEN_BF16_MLP | 1u << RP_UNPROVEN_FUSED_GATE_UP);
     ck_assert_str_eq(rp_unproven_name(RP_UNPROVEN_FUSED_GATE_UP), "fused-gate-up");
+    ck_assert_int_eq(rp_unproven_parse("cudnn-documents", &m, &err), RP_OK);
+    ck_assert_uint_eq(m, 1u << RP_UNPROVEN_CUDNN_DOCUMENTS);
     /* a prefix, a longer word, "1" in a list name no path */
     const char *bad[] = {"cud", "cudnn9", "1,cudnn", "documents,fp8", "all", "bf16", "bf16-mlps"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -362,17 +532,29 @@ START_TEST(unproven_switch_parsed)
         ck_assert_ptr_nonnull(rp_unproven_what((rp_unproven)p));
     ck_assert_ptr_null(rp_unproven_name(RP_UNPROVEN_COUNT));
     /* every path the H200 window of 2026-11-30 proved runs without the
-     * switch; RP_DISABLE_CUDA_PATHS turns paths off, and wins over it */
+     * switch, the one written since (cudnn-documents) only with it;
+     * RP_DISABLE_CUDA_PATHS turns paths off, and wins over it */
     unsetenv("RP_ALLOW_UNPROVEN_CUDA");
     unsetenv("RP_DISABLE_CUDA_PATHS");
+    const unsigned waiting = 1u << RP_UNPROVEN_CUDNN_DOCUMENTS;
     for (int p = 0; p < RP_UNPROVEN_COUNT; p++) {
+        if (rp_unproven_in(waiting, (rp_unproven)p)) {
+            ck_assert_ptr_null(rp_unproven_proven((rp_unproven)p));
+            ck_assert(!rp_unproven_allowed((rp_unproven)p));
+            continue;
+        }
         ck_assert_msg(rp_unproven_proven((rp_unproven)p) &&
                           strstr(rp_unproven_proven((rp_unproven)p), "2026-11-30"),
                       "%s", rp_unproven_name((rp_unproven)p));
         ck_assert(rp_unproven_allowed((rp_unproven)p));
     }
-    ck_assert_uint_eq(rp_unproven_proven_mask(), (1u << RP_UNPROVEN_COUNT) - 1);
+    ck_assert_uint_eq(rp_unproven_proven_mask(), ((1u << RP_UNPROVEN_COUNT) - 1) & ~waiting);
+    ck_assert_uint_eq(rp_unproven_mask(), ((1u << RP_UNPROVEN_COUNT) - 1) & ~waiting);
+    setenv("RP_ALLOW_UNPROVEN_CUDA", "cudnn-documents", 1);
+    ck_assert(rp_unproven_allowed(RP_UNPROVEN_CUDNN_DOCUMENTS));
+    ck_assert(rp_unproven_allowed(RP_UNPROVEN_CUDNN)); /* "cudnn-documents" is its own word */
     ck_assert_uint_eq(rp_unproven_mask(), (1u << RP_UNPROVEN_COUNT) - 1);
+    unsetenv("RP_ALLOW_UNPROVEN_CUDA");
     ck_assert_ptr_null(rp_unproven_proven(RP_UNPROVEN_COUNT));
     setenv("RP_DISABLE_CUDA_PATHS", "cudnn, bf16-mlp", 1);
     ck_assert(rp_unproven_allowed(RP_UNPROVEN_GPT_OSS));
@@ -437,6 +619,7 @@ static Suite *choice_suite(void)
     tcase_add_test(tc, shapes_cudnn_does_not_take);
     tcase_add_test(tc, what_a_run_reserves_for_cudnn);
     tcase_add_test(tc, a_documents_run_reserves_nothing);
+    tcase_add_test(tc, documents_as_ragged_batch_entries);
     tcase_add_test(tc, unproven_switch_parsed);
     tcase_add_test(tc, unproven_paths_listed);
     suite_add_tcase(s, tc);

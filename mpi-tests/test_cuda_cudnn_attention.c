@@ -8,11 +8,16 @@
  * multiples of any tile, several sequences a call; every output is poisoned
  * with NaN first, so an element left unwritten fails; forward and backward
  * give the same bits when run twice (the deterministic engine choice); the
- * choice's log line names cuDNN. Calls over document segments, which
- * cuDNN does not take (cuDNN 9.14 offered no engine for their mask on the
- * H200 of 2026-11-30), take the own kernel under --attention cudnn with
- * every CUDA path on, and agree with the CPU op. First run on that H200;
- * bench/gpu/run.sh runs it in its check phase. */
+ * choice's log line names cuDNN. Document segments with their host copy
+ * (the cudnn-documents path, kernels/attn_documents.h) go through cuDNN's
+ * ragged layout under --attention cudnn, where a refusal fails the call:
+ * documents of 1 to 103 tokens, empty padding entries, GQA, held to the
+ * CPU op with the same segments, twice for the bits; documents whose
+ * padding cuDNN is not given take the own kernel under auto, and segments
+ * without their host copy take it even under --attention cudnn, both
+ * agreeing with the CPU op. The dense cases first ran on the H200 of
+ * 2026-11-30; the documents cases are written without a GPU (the next
+ * window's). bench/gpu/run.sh runs it in its check phase. */
 #include "config.h"
 
 #include <math.h>
@@ -149,12 +154,14 @@ static const cfg cases[] = {
 };
 
 /* One shape against the CPU op, twice: o, lse, dq, dk, dv within RTOL, the
- * same bits both runs. */
-static void check_case(const cfg *c, uint64_t seed)
+ * same bits both runs. seg (host memory, or NULL): documents packed into
+ * the sequences, given to the CPU op as seg_start and to the CUDA op as a
+ * device seg_start with seg (its host copy). */
+static void check_case(const cfg *c, const int32_t *seg, uint64_t seed)
 {
     rp_attn_shape s = {.nseq = c->nseq, .seqlen = c->seqlen, .nheads = c->nheads, .nkv = c->nkv,
                        .head_dim = c->head_dim, .block = 64,
-                       .scale = 1.0f / sqrtf((float)c->head_dim)};
+                       .scale = 1.0f / sqrtf((float)c->head_dim), .seg_start = seg};
     const size_t T = (size_t)(c->nseq * c->seqlen);
     const size_t nq = T * (size_t)(c->nheads * c->head_dim), nk = T * (size_t)(c->nkv * c->head_dim),
                  nl = T * (size_t)c->nheads;
@@ -164,6 +171,14 @@ static void check_case(const cfg *c, uint64_t seed)
           *dv = malloc(nk * 4);
     rp_attn_forward(&s, q, k, v, o, lse);
     rp_attn_backward(&s, q, k, v, o, lse, dout, dq, dk, dv);
+    int32_t *seg_ = NULL;
+    if (seg) {
+        seg_ = dev_alloc(T * sizeof *seg);
+        CK(cudaMemcpy(seg_, seg, T * sizeof *seg, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize()); /* as dev_bf16 */
+        s.seg_start = seg_;
+        s.seg_host = seg;
+    }
     uint16_t *q_ = dev_bf16(q, nq), *k_ = dev_bf16(k, nk), *v_ = dev_bf16(v, nk),
              *do_ = dev_bf16(dout, nq), *o_ = dev_alloc(nq * 2);
     float *l_ = dev_alloc(nl * 4), *dq_ = dev_alloc(nq * 4), *dk_ = dev_alloc(nk * 4),
@@ -209,17 +224,80 @@ static void check_case(const cfg *c, uint64_t seed)
     }
     free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
     cudaFree(q_), cudaFree(k_), cudaFree(v_), cudaFree(do_), cudaFree(o_);
-    cudaFree(l_), cudaFree(dq_), cudaFree(dk_), cudaFree(dv_), cudaFree(scratch);
+    cudaFree(l_), cudaFree(dq_), cudaFree(dk_), cudaFree(dv_), cudaFree(scratch), cudaFree(seg_);
 }
 
 START_TEST(cudnn_matches_cpu_and_repeats)
 {
-    check_case(&cases[_i], 500 + 10 * (uint64_t)_i);
+    check_case(&cases[_i], NULL, 500 + 10 * (uint64_t)_i);
 }
 END_TEST
 
-/* Segment calls never reach cuDNN, even under --attention cudnn with every
- * CUDA path on: the own kernel runs them and agrees with the CPU op */
+/* Shapes with documents: each sequence's document starts, -1 ending each
+ * sequence's list */
+typedef struct documents_case {
+    cfg shape;
+    int starts[2][8];
+} documents_case;
+
+static const documents_case documents_cases[] = {
+    /* 4 documents of 40 to 103 tokens: 4 entries of 128 */
+    {{1, 257, 4, 2, 128}, {{0, 40, 97, 200, -1}}},
+    /* 12 documents of 1 to 64 tokens over two sequences: 16 entries of 64,
+     * 4 of them empty */
+    {{2, 300, 4, 2, 64}, {{0, 1, 3, 64, 128, 190, 254, -1}, {0, 64, 128, 192, 256, -1}}},
+    /* 8 query heads over one kv head, 2 documents of 100 */
+    {{1, 200, 8, 1, 128}, {{0, 100, -1}}},
+};
+
+/* seg_start [nseq * seqlen] of a case's starts */
+static int32_t *segments_of(const documents_case *c)
+{
+    int32_t *seg = malloc((size_t)(c->shape.nseq * c->shape.seqlen) * sizeof *seg);
+    ck_assert_ptr_nonnull(seg);
+    for (int64_t j = 0; j < c->shape.nseq; j++) {
+        int cur = 0;
+        for (int64_t t = 0; t < c->shape.seqlen; t++) {
+            for (int i = 0; i < 8 && c->starts[j][i] >= 0; i++)
+                cur = t >= c->starts[j][i] ? c->starts[j][i] : cur;
+            seg[j * c->shape.seqlen + t] = cur;
+        }
+    }
+    return seg;
+}
+
+/* Documents through cuDNN's ragged layout under --attention cudnn (a
+ * refusal fails the call): as the CPU op, twice the same bits */
+START_TEST(documents_through_cudnn)
+{
+    int32_t *seg = segments_of(&documents_cases[_i]);
+    check_case(&documents_cases[_i].shape, seg, 700 + 10 * (uint64_t)_i);
+    free(seg);
+}
+END_TEST
+
+/* Documents of 48, 52 and 924 tokens in 1024: four entries of 1024 would
+ * hold four times the dense call's scores, past the twice a run reserves,
+ * so cuDNN is not given them (rp_attn_documents_refusal) and under auto
+ * the own kernel runs them */
+START_TEST(uneven_documents_take_the_own_kernel_under_auto)
+{
+    rp_status st = rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_AUTO,
+                                                    (1u << RP_UNPROVEN_COUNT) - 1, &g_err);
+    ck_assert_msg(st == RP_OK, "--attention auto: %s", g_err.msg);
+    const documents_case uneven = {{1, 1024, 4, 2, 64}, {{0, 48, 100, -1}}};
+    int32_t *seg = segments_of(&uneven);
+    check_case(&uneven.shape, seg, 800);
+    free(seg);
+    st = rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_CUDNN, (1u << RP_UNPROVEN_COUNT) - 1,
+                                          &g_err);
+    ck_assert_msg(st == RP_OK, "--attention cudnn: %s", g_err.msg);
+}
+END_TEST
+
+/* Segments without their host copy never reach cuDNN, even under
+ * --attention cudnn with every CUDA path on: the own kernel runs them and
+ * agrees with the CPU op */
 START_TEST(segments_take_the_own_kernel)
 {
     rp_status st = rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_CUDNN,
@@ -269,6 +347,9 @@ static Suite *cudnn_suite(void)
     tcase_add_unchecked_fixture(tc, setup_table, teardown_table);
     tcase_add_loop_test(tc, cudnn_matches_cpu_and_repeats, 0,
                         (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, documents_through_cudnn, 0,
+                        (int)(sizeof documents_cases / sizeof documents_cases[0]));
+    tcase_add_test(tc, uneven_documents_take_the_own_kernel_under_auto);
     tcase_add_test(tc, segments_take_the_own_kernel);
     suite_add_tcase(s, tc);
     return s;

@@ -151,7 +151,7 @@ START_TEST(blocked_equals_naive)
     float *dq1 = malloc(sizeof(float) * TT * NH * HD);
     int64_t blocks[] = {1, 3, 4, S - 1, S, S + 5, 64};
     for (int bi = 0; bi < 7; bi++) {
-        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)p.scale, NULL, 0, NULL};
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)p.scale, NULL, 0, NULL, NULL};
         check_against_naive(&p, &s);
     }
     /* the backward sums in (head, query, key) order whatever the block:
@@ -187,7 +187,7 @@ START_TEST(segments_equal_naive_with_a_document_mask)
     float *o1 = malloc(sizeof(float) * TT * NH * HD);
     int64_t blocks[] = {1, 2, 3, 4, S};
     for (int bi = 0; bi < 5; bi++) {
-        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)p.scale, seg, 0, NULL};
+        rp_attn_shape s = {NSEQ, S, NH, NKV, HD, blocks[bi], (float)p.scale, seg, 0, NULL, NULL};
         omp_set_num_threads(1);
         rp_attn_forward(&s, p.q, p.k, p.v, o1, p.flse);
         omp_set_num_threads(3);
@@ -203,7 +203,7 @@ START_TEST(independent_of_thread_count)
 {
     float *q = rnd(TT * NH * HD, 1, 1.0f), *k = rnd(TT * NKV * HD, 2, 1.0f);
     float *v = rnd(TT * NKV * HD, 3, 1.0f), *dout = rnd(TT * NH * HD, 4, 1.0f);
-    rp_attn_shape s = {NSEQ, S, NH, NKV, HD, 4, 0.35f, NULL, 0, NULL};
+    rp_attn_shape s = {NSEQ, S, NH, NKV, HD, 4, 0.35f, NULL, 0, NULL, NULL};
     float *out[2][5];
     size_t sz[5] = {TT * NH * HD, TT * NH, TT * NH * HD, TT * NKV * HD, TT * NKV * HD};
     int threads[2] = {1, 3};
@@ -231,7 +231,7 @@ START_TEST(blocks_above_the_cap_are_clamped)
     float *q = rnd(L * 2 * HD, 1, 1.0f), *k = rnd(L * HD, 2, 1.0f), *v = rnd(L * HD, 3, 1.0f);
     float *o1 = malloc(sizeof(float) * L * 2 * HD), *o2 = malloc(sizeof(float) * L * 2 * HD);
     float l1[L * 2], l2[L * 2];
-    rp_attn_shape a = {1, L, 2, 1, HD, RP_ATTN_MAX_BLOCK, 0.35f, NULL, 0, NULL}, b = a;
+    rp_attn_shape a = {1, L, 2, 1, HD, RP_ATTN_MAX_BLOCK, 0.35f, NULL, 0, NULL, NULL}, b = a;
     b.block = 100000;
     rp_attn_forward(&a, q, k, v, o1, l1);
     rp_attn_forward(&b, q, k, v, o2, l2);
@@ -362,7 +362,8 @@ START_TEST(bits_equal_one_expf_per_score)
     float *dv1 = malloc(sizeof(float) * N * G * D), *dv2 = malloc(sizeof(float) * N * G * D);
     /* head_dim 32, and 20: not a multiple of the dot's eight lanes */
     for (int bi = 0; bi < 6; bi++) {
-        rp_attn_shape a = {2, L, H, G, bi < 3 ? D : 20, blocks[bi % 3], 0.1767767f, NULL, 0, NULL};
+        rp_attn_shape a = {2,    L,          H,    G, bi < 3 ? D : 20, blocks[bi % 3],
+                           0.1767767f, NULL, 0, NULL, NULL};
         rp_attn_forward(&a, q, k, v, o1, l1);
         scalar_exp_forward(&a, q, k, v, o2, l2);
         const size_t hd = (size_t)a.head_dim;

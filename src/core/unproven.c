@@ -43,6 +43,11 @@ static const struct {
                                                     "one GEMM, and one weight-gradient and one "
                                                     "input-gradient GEMM for both (else two of "
                                                     "each: other bits)", H200_WINDOW},
+    [RP_UNPROVEN_CUDNN_DOCUMENTS] = {"cudnn-documents", "document segments through cuDNN's "
+                                                        "fused flash SDPA, each document a batch "
+                                                        "entry of its ragged layout, where the "
+                                                        "padding fits (else the own kernel: "
+                                                        "other bits)", NULL},
 };
 
 const char *rp_unproven_name(rp_unproven p)

@@ -31,11 +31,14 @@ typedef enum rp_unproven {
                                   them (model/block.c) */
     RP_UNPROVEN_FUSED_GATE_UP, /* the dense MLP's gate and up projections as one GEMM, and
                                   their backward's (model/block.c) */
+    RP_UNPROVEN_CUDNN_DOCUMENTS, /* document segments through cuDNN's ragged layout
+                                    (kernels/attn_documents.h) */
     RP_UNPROVEN_COUNT
 } rp_unproven;
 
 /* "documents", "fp8-upload", "gpt-oss", "cudnn", "fused-xent", "copies",
- * "gemm-lt", "xent-fp32", "bf16-mlp", "fused-gate-up"; NULL out of range. */
+ * "gemm-lt", "xent-fp32", "bf16-mlp", "fused-gate-up", "cudnn-documents";
+ * NULL out of range. */
 const char *rp_unproven_name(rp_unproven p);
 /* What the path lets run, for messages and help. */
 const char *rp_unproven_what(rp_unproven p);

@@ -255,7 +255,8 @@ static rp_status layer_forward(evaluator *v, int l, int64_t first, int64_t n, fl
                 rp_lora_call_of(e, l, 0, first, v->ad, &c);
             rp_block_call call = {
                 .block = (int32_t)(l - 1), .lora = e->lora ? &c : NULL,
-                .allow_unproven = rp_unproven_in(e->unproven, RP_UNPROVEN_GPT_OSS)};
+                .allow_unproven = rp_unproven_in(e->unproven, RP_UNPROVEN_GPT_OSS),
+                .segments_host = v->seg ? v->hseg : NULL};
             RP_TRY(rp_block_forward(&v->k, &v->cfg, rp_stage_weights_layer(e, &w, l), dt, v->act,
                                     v->out, n, S, v->seg, v->saved, v->ws, &call, err));
         } else {

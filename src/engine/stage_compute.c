@@ -54,8 +54,8 @@ static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int6
     return c;
 }
 
-/* Block l's call (l >= 1): its index, LoRA's adapters, and a mixture of
- * experts' router statistics (a forward of a forward job or the tail: a
+/* Block l's call (l >= 1): its index, LoRA's adapters, the documents'
+ * host copy, and a mixture of experts' router statistics (a forward of a forward job or the tail: a
  * backward stage's recompute writes none) or the load-balancing loss's
  * gradient (a backward, rp_exec_aux_grad made it). */
 static const rp_block_call *block_call(executor *x, const rp_job *job, int l, int64_t t,
@@ -66,6 +66,7 @@ static const rp_block_call *block_call(executor *x, const rp_job *job, int l, in
     c->block = (int32_t)(l - 1);
     c->lora = lora_call(x, job, l, t, lc);
     c->allow_unproven = rp_unproven_in(x->e->unproven, RP_UNPROVEN_GPT_OSS);
+    c->segments_host = x->segments ? x->host_segments : NULL; /* microbatch x->micro's */
     float *slot = rp_router_stats_slot(e, t, x->micro, l);
     if (forward && slot && job->kind != RP_JOB_BWD)
         c->router_stats = x->router_stats ? x->router_stats : slot;

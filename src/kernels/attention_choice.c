@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kernels/attention_choice.h"
+#include "kernels/attn_documents.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -60,8 +61,9 @@ const char *rp_attention_cudnn_refusal(const rp_attn_shape *s)
     if (s->nseq < 1 || s->seqlen < 1 || s->nheads < 1 || s->nkv < 1 || s->head_dim < 1 ||
         s->nheads % s->nkv != 0)
         return "an empty or inconsistent shape";
-    if (s->seg_start)
-        return "document segments (cuDNN 9.14 offered no engine for their mask on an H200)";
+    if (s->seg_start && !s->seg_host)
+        return "document segments without their host copy (cuDNN's ragged layout needs their "
+               "count and lengths before the call)";
     if (s->window > 0)
         return "a sliding window (gpt-oss)";
     if (s->sinks)
@@ -105,16 +107,33 @@ size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device
 
 static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
 
-size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s)
+/* the backward's buffers, the larger: the statistics and Delta (fp32 per
+ * row and head, stats_rows rows), dq, dk and dv in bf16 */
+static size_t buffers(const rp_attn_shape *s, size_t stats_rows)
 {
     if (rp_attention_cudnn_refusal(s))
         return 0;
-    /* the backward's, the larger: the statistics and Delta (fp32 per row
-     * and head), dq, dk and dv in bf16 */
     size_t rows = (size_t)(s->nseq * s->seqlen);
-    size_t stats = round_up(rows * (size_t)s->nheads * sizeof(float));
+    size_t stats = round_up(stats_rows * (size_t)s->nheads * sizeof(float));
     size_t nq = rows * (size_t)(s->nheads * s->head_dim), nk = rows * (size_t)(s->nkv * s->head_dim);
     return 2 * stats + round_up(nq * 2) + 2 * round_up(nk * 2);
+}
+
+size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s)
+{
+    return buffers(s, (size_t)(s->nseq * s->seqlen));
+}
+
+size_t rp_attention_cudnn_documents_budget(const rp_attn_shape *s, size_t device_total)
+{
+    const double want =
+        (double)RP_ATTN_DOCUMENTS_WORKSPACE_FACTOR * (double)rp_attention_cudnn_workspace_want(s);
+    return want <= (double)rp_attention_cudnn_workspace_cap(device_total) ? (size_t)want : 0;
+}
+
+size_t rp_attention_cudnn_documents_buffer_bytes(const rp_attn_shape *s)
+{
+    return buffers(s, (size_t)(RP_ATTN_DOCUMENTS_MAX_PADDING * s->nseq * s->seqlen));
 }
 
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total)
@@ -128,8 +147,12 @@ size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, i
 {
 #ifdef RP_HAVE_CUDNN
     if (mode == RP_ATTENTION_OWN || (mode == RP_ATTENTION_AUTO && !cudnn_unproven_ok) ||
-        (sm > 0 && sm < 80) || documents || gpt_oss)
+        (sm > 0 && sm < 80) || documents == RP_ATTENTION_DOCUMENTS_OWN || gpt_oss)
         return 0;
+    if (documents == RP_ATTENTION_DOCUMENTS_CUDNN) {
+        size_t ws = rp_attention_cudnn_documents_budget(s, device_total);
+        return ws ? ws + rp_attention_cudnn_documents_buffer_bytes(s) : 0;
+    }
     return rp_attention_cudnn_reserve_bytes(s, device_total);
 #else
     (void)mode, (void)cudnn_unproven_ok, (void)sm, (void)documents, (void)gpt_oss, (void)s,

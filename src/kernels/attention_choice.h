@@ -56,9 +56,12 @@ rp_status rp_attention_choose(int mode, const char *cudnn_problem, size_t cudnn_
  * string): a sliding window or sinks (gpt-oss), a head_dim that is not a
  * multiple of 8 or over 128 (what every sm_80+ GPU runs forward and
  * backward), a sequence of one token (its backward is not supported),
- * document segments (cuDNN 9.14.0 offered no engine for the causal mask
- * widened by seg_start on the H200, bench/README 2026-11-30; the ragged
- * layout that would carry them is not built), or a non-positive size. */
+ * document segments without their host copy (seg_host: cuDNN takes
+ * documents only through its ragged layout, one batch entry each, which
+ * needs their count and lengths before the call; the causal mask widened
+ * by seg_start got no engine from cuDNN 9.14.0 on the H200, bench/README
+ * 2026-11-30), or a non-positive size. With seg_host, whether the
+ * documents' padded layout fits is rp_attn_documents_refusal's. */
 const char *rp_attention_cudnn_refusal(const rp_attn_shape *s);
 
 /* The device memory a run reserves for cuDNN's attention beside its plan,
@@ -96,6 +99,25 @@ size_t rp_attention_cudnn_workspace_cap(size_t device_total);
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);
+/* The workspace a run over documents reserves for cuDNN, calls of shape s
+ * (its dense shape) on a GPU of device_total bytes: twice the dense call's
+ * want (the documents' entries rounded up to a power of two hold up to
+ * twice its scores, kernels/attn_documents.h), when that is at most a
+ * quarter of the GPU, else 0. */
+#define RP_ATTN_DOCUMENTS_WORKSPACE_FACTOR 2
+size_t rp_attention_cudnn_documents_budget(const rp_attn_shape *s, size_t device_total);
+/* The buffers of the documents calls of shape s (its dense shape): their
+ * statistics and Delta padded up to RP_ATTN_DOCUMENTS_MAX_PADDING times the
+ * call's rows (kernels/attn_documents.h), dq, dk and dv as a dense call's. */
+size_t rp_attention_cudnn_documents_buffer_bytes(const rp_attn_shape *s);
+
+/* A run's documents, for rp_attention_run_reserve_bytes */
+enum {
+    RP_ATTENTION_NO_DOCUMENTS = 0,
+    RP_ATTENTION_DOCUMENTS_OWN = 1,  /* over documents, the own kernel runs them */
+    RP_ATTENTION_DOCUMENTS_CUDNN = 2 /* over documents, cuDNN runs those it takes (the
+                                        cudnn-documents path on) */
+};
 
 /* What each CUDA executor of a run keeps beside its plan for cuDNN's
  * attention, one rule for train and plan: rp_attention_cudnn_reserve_bytes
@@ -103,9 +125,15 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
  * when mode is cudnn, or auto with cudnn_unproven_ok (the cudnn path on:
  * core/unproven.h); the build has cuDNN's headers; the GPU is sm_80 or
  * newer (sm: compute capability x 10, 0 when no GPU was probed: taken as
- * able); its calls are not gpt-oss's (sinks on every block); and it is not
- * over document segments (documents), which cuDNN takes in no run of this
- * build (engine/train_options.h, RP_DOCUMENTS_NOT_ON_CUDNN). A library that
+ * able); its calls are not gpt-oss's (sinks on every block); and its calls
+ * are not over documents the own kernel runs (documents, one of the enum
+ * above: RP_ATTENTION_DOCUMENTS_OWN with the cudnn-documents path off).
+ * With that path on (RP_ATTENTION_DOCUMENTS_CUDNN), a run over documents
+ * reserves rp_attention_cudnn_documents_budget and the documents' buffers
+ * (rp_attention_cudnn_documents_buffer_bytes): its documents go to cuDNN
+ * where their padded layout fits them (kernels/attn_documents.h).
+ * --attention cudnn with documents is refused up front
+ * (engine/train_options.h, RP_DOCUMENTS_NOT_ON_CUDNN). A library that
  * will not load is found only when the device is opened: auto then runs the
  * own kernel with the reservation unused. */
 size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,

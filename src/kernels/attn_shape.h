@@ -32,6 +32,11 @@ typedef struct rp_attn_shape {
                             softmax denominator gains exp(sinks[h]), a logit with no
                             value that is never masked (not scaled by `scale`); lse
                             includes it */
+    /* seg_start in host memory as well, or NULL: where the back end's
+     * memory is a GPU's, what a call needs of the documents before it is
+     * queued (cuDNN's ragged layout: their count and lengths,
+     * kernels/attn_documents.h) without reading the device */
+    const int32_t *seg_host;
 } rp_attn_shape;
 
 #endif

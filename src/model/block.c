@@ -1118,6 +1118,7 @@ rp_status rp_block_forward(const rp_kernels *k, const rp_model_config *cfg, cons
 
     rp_attn_shape s = rp_block_attn_shape(cfg, bp.block, nseq, seqlen);
     s.seg_start = seg_start;
+    s.seg_host = seg_start && call ? call->segments_host : NULL;
     s.sinks = F(SINKS);
     OP(attention_forward, &s, w.q_c, w.k_c, w.v_c, w.o, w.lse);
 
@@ -1203,6 +1204,7 @@ rp_status rp_block_backward(const rp_kernels *k, const rp_model_config *cfg, con
     }
     rp_attn_shape s = rp_block_attn_shape(cfg, bp.block, nseq, seqlen);
     s.seg_start = seg_start;
+    s.seg_host = seg_start && call ? call->segments_host : NULL;
     s.sinks = F(SINKS);
     /* the sinks' gradient, from the forward's o and lse and dout */
     if (base && off.sinks != SIZE_MAX)

@@ -143,6 +143,9 @@ typedef struct rp_block_call {
     /* non-zero: ops written for this back end but not yet run on it may
      * run (rp_model_ops_check's allow_unproven) */
     int allow_unproven;
+    /* the call's seg_start in host memory, or NULL (rp_attn_shape's
+     * seg_host: a GPU's attention reads the documents' count from it) */
+    const int32_t *segments_host;
 } rp_block_call;
 
 /* y = block(x), keeping in `saved` what the backward needs. y == NULL

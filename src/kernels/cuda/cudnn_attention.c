@@ -14,10 +14,12 @@
 #include <cudnn_graph.h>
 
 #include "kernels/attention_choice.h"
+#include "kernels/attn_documents.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cudnn_attention.h"
 
-#define CACHE_SLOTS 16
+#define CACHE_SLOTS 24
+#define TABLE_SLOTS 4 /* documents' tables on the device (a few microbatches') */
 #define WHY_BYTES 512
 
 /* the cuDNN entry points, typed as cudnn_graph.h declares them */
@@ -36,10 +38,19 @@ typedef cudnnStatus_t (*finalize_fn)(cudnnBackendDescriptor_t);
 typedef cudnnStatus_t (*execute_fn)(cudnnHandle_t, cudnnBackendDescriptor_t,
                                     cudnnBackendDescriptor_t);
 
-typedef struct plan_slot {
-    int used, backward;
-    int64_t nseq, seqlen, nheads, nkv, head_dim;
+/* What a plan is built for: a direction, a dense call (b sequences of s
+ * tokens) or documents (b ragged entries of at most s tokens,
+ * kernels/attn_documents.h), the heads, and the workspace it may ask. */
+typedef struct plan_key {
+    int backward, documents;
+    int64_t b, s, h, hk, d;
     float scale;
+    size_t budget;
+} plan_key;
+
+typedef struct plan_slot {
+    int used;
+    plan_key key;
     cudnnBackendDescriptor_t plan; /* NULL when refused */
     /* the graph's descriptors, kept while the plan lives (it was
      * finalized from them) */
@@ -49,6 +60,23 @@ typedef struct plan_slot {
     char refused[WHY_BYTES];
     unsigned long long last_use;
 } plan_slot;
+
+/* A documents' table on the device (kernels/attn_documents.h), in int32:
+ * the ragged offsets of q-shaped and of k-shaped tensors' entries (slots +
+ * 1 each, in elements), the entries' lengths (slots), and their first
+ * tokens (slots + 1), each part 16-byte aligned. Kept for the calls of the
+ * same documents (every layer's forward and backward of a microbatch), its
+ * host copy the key; copied from pinned memory on the stream, so a later
+ * copy into it follows the calls queued before. */
+typedef struct doc_table {
+    int used;
+    unsigned long long last_use;
+    int64_t slots, q_row, kv_row; /* q_row, kv_row: elements a token of q, of k */
+    int32_t *first, *length;      /* the host table (malloc), the key */
+    int32_t *pinned, *device;     /* the device layout, staged and copied */
+    size_t capacity;              /* int32 of each of pinned and device */
+    cudaEvent_t copied;           /* after the last copy from pinned */
+} doc_table;
 
 struct rp_cudnn_attention {
     get_error_string_fn error_string;
@@ -66,6 +94,7 @@ struct rp_cudnn_attention {
     size_t version;      /* the library's cudnnGetVersion */
     size_t device_total; /* the GPU's memory: the workspace budget's cap (attention_choice.h) */
     plan_slot slots[CACHE_SLOTS];
+    doc_table tables[TABLE_SLOTS];
     unsigned long long uses;
     /* grown buffers: cuDNN's workspace, and this module's (stats, Delta,
      * bf16 dq/dk/dv) */
@@ -77,8 +106,8 @@ struct rp_cudnn_attention {
 
 /* ---- a graph under construction ----------------------------------------- */
 
-#define MAX_DESCS 256 /* the backward: ~40 tensors, ~45 for its nodes, 2 per engine tried */
-#define MAX_OPS 40
+#define MAX_DESCS 320 /* the backward: ~60 tensors, ~70 for its nodes, 2 per engine tried */
+#define MAX_OPS 48
 
 typedef struct graph {
     rp_cudnn_attention *a;
@@ -145,9 +174,23 @@ static void graph_free(graph *g)
 /* A tensor: uid > 0 for one the variant pack names, 0 for a virtual one
  * (an intermediate the fused kernel keeps to itself). by_value: a scalar
  * passed by host pointer (the scale, the mask's fill). */
+static cudnnBackendDescriptor_t tensor_ragged(graph *g, int64_t uid, cudnnDataType_t type,
+                                              const int64_t dims[4], const int64_t strides[4],
+                                              int by_value, cudnnBackendDescriptor_t offsets);
+
 static cudnnBackendDescriptor_t tensor(graph *g, int64_t uid, cudnnDataType_t type,
                                        const int64_t dims[4], const int64_t strides[4],
                                        int by_value)
+{
+    return tensor_ragged(g, uid, type, dims, strides, by_value, NULL);
+}
+
+/* The same, its entries (the first dim) where offsets [dims[0] + 1] (a
+ * tensor of int32 element offsets) puts them when not NULL: cuDNN's
+ * ragged layout */
+static cudnnBackendDescriptor_t tensor_ragged(graph *g, int64_t uid, cudnnDataType_t type,
+                                              const int64_t dims[4], const int64_t strides[4],
+                                              int by_value, cudnnBackendDescriptor_t offsets)
 {
     cudnnBackendDescriptor_t t = make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor");
     bool is_virtual = uid == 0;
@@ -163,6 +206,9 @@ static cudnnBackendDescriptor_t tensor(graph *g, int64_t uid, cudnnDataType_t ty
     set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor virtual");
     if (by_value)
         set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &value, "tensor by value");
+    if (offsets)
+        set(g, t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+            &offsets, "tensor ragged offsets");
     finish(g, t, "a tensor");
     return t;
 }
@@ -231,9 +277,12 @@ static void reduction(graph *g, cudnnReduceTensorOp_t mode, cudnnBackendDescript
 }
 
 /* c = a b over the last two dims, batched over the first two (b's head
- * dim may be a divisor of a's: grouped-query attention) */
-static void matmul(graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
-                   cudnnBackendDescriptor_t c)
+ * dim may be a divisor of a's: grouped-query attention); m, n, k (or NULL)
+ * int32 [entries, 1, 1, 1] tensors of each entry's rows, columns and inner
+ * dim where they are less than the dims' (documents' lengths) */
+static void matmul_sized(graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                         cudnnBackendDescriptor_t c, cudnnBackendDescriptor_t m_len,
+                         cudnnBackendDescriptor_t n_len, cudnnBackendDescriptor_t k_len)
 {
     cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t m = make(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul");
@@ -246,9 +295,19 @@ static void matmul(graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_
     set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
     set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m,
         "matmul descriptor");
+    if (m_len)
+        set(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m_len, "matmul m override");
+    if (n_len)
+        set(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n_len, "matmul n override");
+    if (k_len)
+        set(g, op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k_len, "matmul k override");
     finish(g, op, "matmul operation");
     add_op(g, op);
 }
+
 
 /* y: x's values seen through other dims and strides (a transposed view) */
 static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
@@ -278,20 +337,93 @@ static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
 /* uids of the tensors the variant pack names */
 enum {
     UID_Q = 1, UID_KT, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV, UID_SCALE,
-    UID_VT, UID_DELTA, UID_ONE, UID_FILL
+    UID_VT, UID_DELTA, UID_ONE, UID_FILL, UID_Q_OFFSETS, UID_KV_OFFSETS, UID_LENGTHS_Q,
+    UID_LENGTHS_KV
 };
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
+    int documents; /* b ragged entries, one per document, of at most s tokens */
 } dims_set;
+
+/* The ragged layout of a documents graph (every member NULL in a dense
+ * one): the element offsets of the entries of q-shaped and of k-shaped
+ * tensors, and the entries' lengths, the matmuls' sizes and the padding
+ * mask's bounds (one int32 tensor each for the queries' and the keys'
+ * sides, bound to the same memory: self-attention). */
+typedef struct ragged {
+    cudnnBackendDescriptor_t q_offsets, kv_offsets, lengths_q, lengths_kv;
+} ragged;
 
 #define D4(name, x0, x1, x2, x3) const int64_t name[4] = {x0, x1, x2, x3}
 
-/* the masked, scaled scores scale * Q K^T (fp32, virtual): kept where row
- * >= column (generated indices), else the fill. Every row keeps at least
- * its diagonal, so no row is all fill and Stats keeps the contract's
- * meaning. */
-static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z,
+static ragged ragged_of(graph *g, const dims_set *z)
+{
+    ragged r = {0};
+    if (!z->documents)
+        return r;
+    D4(od, z->b + 1, 1, 1, 1);
+    D4(ld, z->b, 1, 1, 1);
+    D4(unit, 1, 1, 1, 1);
+    r.q_offsets = tensor(g, UID_Q_OFFSETS, CUDNN_DATA_INT32, od, unit, 0);
+    r.kv_offsets = tensor(g, UID_KV_OFFSETS, CUDNN_DATA_INT32, od, unit, 0);
+    r.lengths_q = tensor(g, UID_LENGTHS_Q, CUDNN_DATA_INT32, ld, unit, 0);
+    r.lengths_kv = tensor(g, UID_LENGTHS_KV, CUDNN_DATA_INT32, ld, unit, 0);
+    return r;
+}
+
+/* x where row < the entry's query length and column < its key length,
+ * else the fill: a documents graph's padding mask (the nodes cudnn-frontend
+ * lowers its padding mask to) */
+static cudnnBackendDescriptor_t padding_masked(graph *g, const dims_set *z, const ragged *r,
+                                               cudnnBackendDescriptor_t x,
+                                               cudnnBackendDescriptor_t fill)
+{
+    D4(sd, z->b, z->h, z->s, z->s);
+    D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t row = tensor(g, 0, i32, sd, ss, 0);
+    cudnnBackendDescriptor_t col = tensor(g, 0, i32, sd, ss, 0);
+    cudnnBackendDescriptor_t row_in = tensor(g, 0, bl, sd, ss, 0);
+    cudnnBackendDescriptor_t col_in = tensor(g, 0, bl, sd, ss, 0);
+    cudnnBackendDescriptor_t keep = tensor(g, 0, bl, sd, ss, 0);
+    cudnnBackendDescriptor_t masked = tensor(g, 0, f32, sd, ss, 0);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, 2, i32);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, 3, i32);
+    pointwise(g, CUDNN_POINTWISE_CMP_LT, row, r->lengths_q, NULL, row_in, 0, bl);
+    pointwise(g, CUDNN_POINTWISE_CMP_LT, col, r->lengths_kv, NULL, col_in, 0, bl);
+    pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, NULL, keep, 0, bl);
+    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, x, fill, keep, masked, 0, f32);
+    return masked;
+}
+
+/* x where row >= column (generated indices), else the fill */
+static cudnnBackendDescriptor_t causal_masked(graph *g, const dims_set *z,
+                                              cudnnBackendDescriptor_t x,
+                                              cudnnBackendDescriptor_t fill)
+{
+    D4(sd, z->b, z->h, z->s, z->s);
+    D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t row = tensor(g, 0, i32, sd, ss, 0);
+    cudnnBackendDescriptor_t col = tensor(g, 0, i32, sd, ss, 0);
+    cudnnBackendDescriptor_t keep = tensor(g, 0, bl, sd, ss, 0);
+    cudnnBackendDescriptor_t masked = tensor(g, 0, f32, sd, ss, 0);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, 2, i32);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, 3, i32);
+    pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, 0, bl);
+    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, x, fill, keep, masked, 0, f32);
+    return masked;
+}
+
+/* The masked, scaled scores scale * Q K^T (fp32, virtual), less the
+ * forward's statistics in the backward (stats_to_subtract). Every row
+ * keeps at least its diagonal, so no row is all fill and Stats keeps the
+ * contract's meaning. A dense graph: scale, (less the statistics), causal
+ * mask. A documents graph, in the order cudnn-frontend builds its padded
+ * graphs: the matmul sized by the entries' lengths, scale, padding mask,
+ * causal mask, (less the statistics, the padding mask again). */
+static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z, const ragged *r,
                                               cudnnBackendDescriptor_t q,
                                               cudnnBackendDescriptor_t kt,
                                               cudnnBackendDescriptor_t scale,
@@ -300,31 +432,27 @@ static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z,
 {
     D4(sd, z->b, z->h, z->s, z->s);
     D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
-    cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
+    cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t s = tensor(g, 0, f32, sd, ss, 0);
-    matmul(g, q, kt, s);
+    matmul_sized(g, q, kt, s, r->lengths_q, r->lengths_kv, NULL);
     cudnnBackendDescriptor_t scaled = tensor(g, 0, f32, sd, ss, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, scaled, 0, f32);
+    if (z->documents)
+        scaled = causal_masked(g, z, padding_masked(g, z, r, scaled, fill), fill);
     if (stats_to_subtract) { /* the backward: scores less the forward's statistics */
         cudnnBackendDescriptor_t less = tensor(g, 0, f32, sd, ss, 0);
         pointwise(g, CUDNN_POINTWISE_SUB, scaled, stats_to_subtract, NULL, less, 0, f32);
         scaled = less;
     }
-    cudnnBackendDescriptor_t row = tensor(g, 0, i32, sd, ss, 0);
-    cudnnBackendDescriptor_t col = tensor(g, 0, i32, sd, ss, 0);
-    cudnnBackendDescriptor_t keep = tensor(g, 0, bl, sd, ss, 0);
-    cudnnBackendDescriptor_t masked = tensor(g, 0, f32, sd, ss, 0);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, row, 2, i32);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, col, 3, i32);
-    pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, 0, bl);
-    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, scaled, fill, keep, masked, 0, f32);
-    return masked;
+    return z->documents ? (stats_to_subtract ? padding_masked(g, z, r, scaled, fill) : scaled)
+                        : causal_masked(g, z, scaled, fill);
 }
 
 static void build_forward(graph *g, const dims_set *z)
 {
     cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     int64_t b = z->b, h = z->h, hk = z->hk, s = z->s, d = z->d;
+    const ragged r = ragged_of(g, z);
     D4(one, 1, 1, 1, 1);
     D4(qd, b, h, s, d);
     D4(qs, s * h * d, d, h * d, 1); /* token-major rows: [token, head, dim] */
@@ -336,14 +464,14 @@ static void build_forward(graph *g, const dims_set *z)
     D4(rs, h * s, s, 1, 1);
     D4(sd, b, h, s, s);
     D4(ss, h * s * s, s * s, s, 1);
-    cudnnBackendDescriptor_t q = tensor(g, UID_Q, bf, qd, qs, 0);
-    cudnnBackendDescriptor_t kt = tensor(g, UID_KT, bf, ktd, kts, 0);
-    cudnnBackendDescriptor_t v = tensor(g, UID_V, bf, vd, vs, 0);
-    cudnnBackendDescriptor_t o = tensor(g, UID_O, bf, qd, qs, 0);
+    cudnnBackendDescriptor_t q = tensor_ragged(g, UID_Q, bf, qd, qs, 0, r.q_offsets);
+    cudnnBackendDescriptor_t kt = tensor_ragged(g, UID_KT, bf, ktd, kts, 0, r.kv_offsets);
+    cudnnBackendDescriptor_t v = tensor_ragged(g, UID_V, bf, vd, vs, 0, r.kv_offsets);
+    cudnnBackendDescriptor_t o = tensor_ragged(g, UID_O, bf, qd, qs, 0, r.q_offsets);
     cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, rs, 0);
     cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, one, one, 1);
     cudnnBackendDescriptor_t fill = tensor(g, UID_FILL, f32, one, one, 1);
-    cudnnBackendDescriptor_t masked = masked_scores(g, z, q, kt, scale, fill, NULL);
+    cudnnBackendDescriptor_t masked = masked_scores(g, z, &r, q, kt, scale, fill, NULL);
     /* softmax with its statistics */
     cudnnBackendDescriptor_t max = tensor(g, 0, f32, rd, rs, 0);
     cudnnBackendDescriptor_t centred = tensor(g, 0, f32, sd, ss, 0);
@@ -358,7 +486,7 @@ static void build_forward(graph *g, const dims_set *z)
     pointwise(g, CUDNN_POINTWISE_LOG, sum, NULL, NULL, logsum, 0, f32);
     pointwise(g, CUDNN_POINTWISE_ADD, max, logsum, NULL, stats, 0, f32);
     pointwise(g, CUDNN_POINTWISE_DIV, e, sum, NULL, p, 0, f32);
-    matmul(g, p, v, o);
+    matmul_sized(g, p, v, o, r.lengths_q, NULL, r.lengths_kv);
 }
 
 static void build_backward(graph *g, const dims_set *z)
@@ -366,6 +494,7 @@ static void build_backward(graph *g, const dims_set *z)
     cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     int64_t b = z->b, h = z->h, hk = z->hk, s = z->s, d = z->d;
     int grouped = hk != h;
+    const ragged r = ragged_of(g, z);
     D4(one, 1, 1, 1, 1);
     D4(qd, b, h, s, d);
     D4(qs, s * h * d, d, h * d, 1);
@@ -380,16 +509,16 @@ static void build_backward(graph *g, const dims_set *z)
     D4(sts, h * s * s, s * s, 1, s); /* the transposed view of a score matrix */
     D4(fd, b, h, s, d);              /* a gradient per query head before the group's sum */
     D4(fs, h * s * d, s * d, d, 1);
-    cudnnBackendDescriptor_t q = tensor(g, UID_Q, bf, qd, qs, 0);
-    cudnnBackendDescriptor_t kt = tensor(g, UID_KT, bf, ktd, kts, 0);
-    cudnnBackendDescriptor_t vt = tensor(g, UID_VT, bf, ktd, kts, 0);
-    cudnnBackendDescriptor_t o = tensor(g, UID_O, bf, qd, qs, 0);
-    cudnnBackendDescriptor_t dout = tensor(g, UID_DO, bf, qd, qs, 0);
+    cudnnBackendDescriptor_t q = tensor_ragged(g, UID_Q, bf, qd, qs, 0, r.q_offsets);
+    cudnnBackendDescriptor_t kt = tensor_ragged(g, UID_KT, bf, ktd, kts, 0, r.kv_offsets);
+    cudnnBackendDescriptor_t vt = tensor_ragged(g, UID_VT, bf, ktd, kts, 0, r.kv_offsets);
+    cudnnBackendDescriptor_t o = tensor_ragged(g, UID_O, bf, qd, qs, 0, r.q_offsets);
+    cudnnBackendDescriptor_t dout = tensor_ragged(g, UID_DO, bf, qd, qs, 0, r.q_offsets);
     cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, rs, 0);
     cudnnBackendDescriptor_t delta = tensor(g, UID_DELTA, f32, rd, rs, 0);
-    cudnnBackendDescriptor_t dq = tensor(g, UID_DQ, bf, qd, qs, 0);
-    cudnnBackendDescriptor_t dk = tensor(g, UID_DK, bf, kd, ks, 0);
-    cudnnBackendDescriptor_t dv = tensor(g, UID_DV, bf, kd, ks, 0);
+    cudnnBackendDescriptor_t dq = tensor_ragged(g, UID_DQ, bf, qd, qs, 0, r.q_offsets);
+    cudnnBackendDescriptor_t dk = tensor_ragged(g, UID_DK, bf, kd, ks, 0, r.kv_offsets);
+    cudnnBackendDescriptor_t dv = tensor_ragged(g, UID_DV, bf, kd, ks, 0, r.kv_offsets);
     cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, one, one, 1);
     cudnnBackendDescriptor_t unit = tensor(g, UID_ONE, f32, one, one, 1);
     cudnnBackendDescriptor_t fill = tensor(g, UID_FILL, f32, one, one, 1);
@@ -401,7 +530,7 @@ static void build_backward(graph *g, const dims_set *z)
     reduction(g, CUDNN_REDUCE_TENSOR_ADD, prod, rowsum);
     pointwise(g, CUDNN_POINTWISE_MUL, rowsum, unit, NULL, delta, 0, f32);
     /* P = exp(scale Q K^T - Stats), masked */
-    cudnnBackendDescriptor_t masked = masked_scores(g, z, q, kt, scale, fill, stats);
+    cudnnBackendDescriptor_t masked = masked_scores(g, z, &r, q, kt, scale, fill, stats);
     cudnnBackendDescriptor_t p = tensor(g, 0, f32, sd, ss, 0);
     pointwise(g, CUDNN_POINTWISE_EXP, masked, NULL, NULL, p, 0, f32);
     /* dV = P^T dO (summed over the group) */
@@ -409,17 +538,17 @@ static void build_backward(graph *g, const dims_set *z)
     reshape(g, p, pt);
     if (grouped) { /* per query head in bf16, as cuDNN's own SDPA graphs do */
         cudnnBackendDescriptor_t full = tensor(g, 0, bf, fd, fs, 0);
-        matmul(g, pt, dout, full);
+        matmul_sized(g, pt, dout, full, r.lengths_kv, NULL, r.lengths_q);
         reduction(g, CUDNN_REDUCE_TENSOR_ADD, full, dv);
     } else {
-        matmul(g, pt, dout, dv);
+        matmul_sized(g, pt, dout, dv, r.lengths_kv, NULL, r.lengths_q);
     }
     /* dS = P (dO V^T - Delta) scale */
     cudnnBackendDescriptor_t dp = tensor(g, 0, f32, sd, ss, 0);
     cudnnBackendDescriptor_t centred = tensor(g, 0, f32, sd, ss, 0);
     cudnnBackendDescriptor_t dsu = tensor(g, 0, f32, sd, ss, 0);
     cudnnBackendDescriptor_t ds = tensor(g, 0, f32, sd, ss, 0);
-    matmul(g, dout, vt, dp);
+    matmul_sized(g, dout, vt, dp, r.lengths_q, r.lengths_kv, NULL);
     pointwise(g, CUDNN_POINTWISE_SUB, dp, delta, NULL, centred, 0, f32);
     pointwise(g, CUDNN_POINTWISE_MUL, centred, p, NULL, dsu, 0, f32);
     pointwise(g, CUDNN_POINTWISE_MUL, dsu, scale, NULL, ds, 0, f32);
@@ -428,17 +557,18 @@ static void build_backward(graph *g, const dims_set *z)
     reshape(g, ds, dst);
     if (grouped) {
         cudnnBackendDescriptor_t full = tensor(g, 0, bf, fd, fs, 0);
-        matmul(g, dst, q, full);
+        matmul_sized(g, dst, q, full, r.lengths_kv, NULL, r.lengths_q);
         reduction(g, CUDNN_REDUCE_TENSOR_ADD, full, dk);
     } else {
-        matmul(g, dst, q, dk);
+        matmul_sized(g, dst, q, dk, r.lengths_kv, NULL, r.lengths_q);
     }
-    /* dQ = dS K, K the reshape of K^T's tensor: one input holds K, as in
-     * the SDPA backward graphs cuDNN's frontend builds (a second input on
-     * the same memory may not match the fused engine's pattern) */
-    cudnnBackendDescriptor_t k = tensor(g, 0, bf, kd, ks, 0);
+    /* dQ = dS K, K the reshape of K^T's tensor (with its ragged offsets):
+     * one input holds K, as in the SDPA backward graphs cuDNN's frontend
+     * builds (a second input on the same memory may not match the fused
+     * engine's pattern) */
+    cudnnBackendDescriptor_t k = tensor_ragged(g, 0, bf, kd, ks, 0, r.kv_offsets);
     reshape(g, kt, k);
-    matmul(g, ds, k, dq);
+    matmul_sized(g, ds, k, dq, r.lengths_q, NULL, r.lengths_kv);
 }
 
 /* ---- plans ------------------------------------------------------------- */
@@ -476,13 +606,12 @@ static int deterministic(rp_cudnn_attention *a, cudnnBackendDescriptor_t cfg, gr
 static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
-    dims_set z = {slot->nseq, slot->nheads, slot->nkv, slot->seqlen, slot->head_dim,
-};
-    const rp_attn_shape shape = {.nseq = slot->nseq, .seqlen = slot->seqlen,
-                                 .nheads = slot->nheads, .nkv = slot->nkv,
-                                 .head_dim = slot->head_dim, .scale = slot->scale};
-    const size_t budget = rp_attention_cudnn_workspace_budget(&shape, a->device_total);
-    if (slot->backward)
+    const plan_key *key = &slot->key;
+    dims_set z = {key->b, key->h, key->hk, key->s, key->d, key->documents};
+    const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
+                                 .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
+    const size_t budget = key->budget;
+    if (key->backward)
         build_backward(&g, &z);
     else
         build_forward(&g, &z);
@@ -610,18 +739,33 @@ static void slot_free(rp_cudnn_attention *a, plan_slot *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The slot of a shape, its plan built (or refused, ->plan NULL and
- * ->refused saying why) on first use. */
-static plan_slot *slot_for(rp_cudnn_attention *a, const rp_attn_shape *s, int backward)
+static int same_key(const plan_key *x, const plan_key *y)
+{
+    return x->backward == y->backward && x->documents == y->documents && x->b == y->b &&
+           x->s == y->s && x->h == y->h && x->hk == y->hk && x->d == y->d &&
+           memcmp(&x->scale, &y->scale, sizeof x->scale) == 0 && x->budget == y->budget;
+}
+
+/* The key of a dense call of shape s: its workspace budget the one a run
+ * reserves for it (kernels/attention_choice.h). */
+static plan_key dense_key(const rp_cudnn_attention *a, const rp_attn_shape *s, int backward)
+{
+    rp_attn_shape dense = *s;
+    dense.seg_start = dense.seg_host = NULL;
+    return (plan_key){.backward = backward, .b = s->nseq, .s = s->seqlen, .h = s->nheads,
+                      .hk = s->nkv, .d = s->head_dim, .scale = s->scale,
+                      .budget = rp_attention_cudnn_workspace_budget(&dense, a->device_total)};
+}
+
+/* The slot of a key, its plan built (or refused, ->plan NULL and ->refused
+ * saying why) on first use. */
+static plan_slot *slot_for(rp_cudnn_attention *a, const plan_key *key)
 {
     plan_slot *oldest = &a->slots[0];
     a->uses++;
     for (int i = 0; i < CACHE_SLOTS; i++) {
         plan_slot *p = &a->slots[i];
-        if (p->used && p->backward == backward &&
-            p->nseq == s->nseq && p->seqlen == s->seqlen &&
-            p->nheads == s->nheads && p->nkv == s->nkv && p->head_dim == s->head_dim &&
-            memcmp(&p->scale, &s->scale, sizeof p->scale) == 0) {
+        if (p->used && same_key(&p->key, key)) {
             p->last_use = a->uses;
             return p;
         }
@@ -632,23 +776,17 @@ static plan_slot *slot_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
         cudaStreamSynchronize(a->stream);
     slot_free(a, oldest);
     oldest->used = 1;
-    oldest->backward = backward;
-    oldest->nseq = s->nseq;
-    oldest->seqlen = s->seqlen;
-    oldest->nheads = s->nheads;
-    oldest->nkv = s->nkv;
-    oldest->head_dim = s->head_dim;
-    oldest->scale = s->scale;
+    oldest->key = *key;
     oldest->last_use = a->uses;
     build_plan(a, oldest);
     return oldest;
 }
 
-/* The slot of a shape when cuDNN takes it; NULL with `why` when refused. */
-static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
-                           char *why, size_t why_len)
+/* The slot of a key when cuDNN takes it; NULL with `why` when refused. */
+static plan_slot *plan_for(rp_cudnn_attention *a, const plan_key *key, char *why,
+                           size_t why_len)
 {
-    plan_slot *p = slot_for(a, s, backward);
+    plan_slot *p = slot_for(a, key);
     if (!p->plan)
         snprintf(why, why_len, "%s", p->refused);
     return p->plan ? p : NULL;
@@ -657,7 +795,8 @@ static plan_slot *plan_for(rp_cudnn_attention *a, const rp_attn_shape *s, int ba
 int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
                                  int64_t *bytes, char *why, size_t why_len)
 {
-    plan_slot *p = slot_for(a, s, backward);
+    const plan_key key = dense_key(a, s, backward);
+    plan_slot *p = slot_for(a, &key);
     *bytes = p->workspace; /* refused: what its plan asked, 0 where none was made */
     if (p->plan)
         return 0;
@@ -719,30 +858,212 @@ static int run(rp_cudnn_attention *a, plan_slot *p, int n, const int64_t *uids, 
 
 static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
 
+/* ---- documents' tables ------------------------------------------------- */
+
+static size_t part(int64_t n) { return (size_t)(n + 3) / 4 * 4; } /* int32, 16-byte parts */
+
+static void table_free(doc_table *t)
+{
+    if (t->copied)
+        cudaEventSynchronize(t->copied), cudaEventDestroy(t->copied);
+    cudaFreeHost(t->pinned);
+    cudaFree(t->device);
+    free(t->first);
+    free(t->length);
+    memset(t, 0, sizeof *t);
+}
+
+/* Where the table's parts start in t->device (attn_documents.h's first and
+ * length, and the ragged offsets) */
+typedef struct table_parts {
+    int32_t *q_offsets, *kv_offsets, *length, *first;
+} table_parts;
+
+static table_parts parts_of(int32_t *base, int64_t slots)
+{
+    table_parts p;
+    p.q_offsets = base;
+    p.kv_offsets = p.q_offsets + part(slots + 1);
+    p.length = p.kv_offsets + part(slots + 1);
+    p.first = p.length + part(slots);
+    return p;
+}
+
+/* The device table of the documents d of call s: one kept from an earlier
+ * call of the same documents, or the least recently used one refilled. 0,
+ * or RP_CUDNN_FAILED with why. */
+static int table_for(rp_cudnn_attention *a, const rp_attn_shape *s, const rp_attn_documents *d,
+                     doc_table **out, char *why, size_t why_len)
+{
+    const int64_t n = d->slots, q_row = s->nheads * s->head_dim, kv_row = s->nkv * s->head_dim;
+    int32_t *first = malloc(sizeof *first * (size_t)(n + 1));
+    int32_t *length = malloc(sizeof *length * (size_t)n);
+    if (!first || !length) {
+        free(first), free(length);
+        snprintf(why, why_len, "out of host memory for the documents' table");
+        return RP_CUDNN_FAILED;
+    }
+    rp_attn_documents_table(s->seg_host, s->nseq, s->seqlen, d, first, length);
+    doc_table *oldest = &a->tables[0];
+    for (int i = 0; i < TABLE_SLOTS; i++) {
+        doc_table *t = &a->tables[i];
+        if (t->used && t->slots == n && t->q_row == q_row && t->kv_row == kv_row &&
+            memcmp(t->first, first, sizeof *first * (size_t)(n + 1)) == 0 &&
+            memcmp(t->length, length, sizeof *length * (size_t)n) == 0) {
+            free(first), free(length);
+            t->last_use = ++a->uses;
+            *out = t;
+            return 0;
+        }
+        if (!t->used || (oldest->used && t->last_use < oldest->last_use))
+            oldest = t;
+    }
+    doc_table *t = oldest;
+    const size_t need = 3 * part(n + 1) + part(n);
+    cudaError_t e = cudaSuccess;
+    if (t->capacity < need) { /* queued calls may read the old one */
+        e = cudaStreamSynchronize(a->stream);
+        cudaFreeHost(t->pinned), cudaFree(t->device);
+        t->pinned = NULL, t->device = NULL, t->capacity = 0;
+        if (e == cudaSuccess)
+            e = cudaMallocHost((void **)&t->pinned, need * sizeof(int32_t));
+        if (e == cudaSuccess)
+            e = cudaMalloc((void **)&t->device, need * sizeof(int32_t));
+        if (e == cudaSuccess)
+            t->capacity = need;
+    }
+    if (e == cudaSuccess && !t->copied)
+        e = cudaEventCreateWithFlags(&t->copied, cudaEventDisableTiming);
+    else if (e == cudaSuccess) /* its last copy has read the staging */
+        e = cudaEventSynchronize(t->copied);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        free(first), free(length);
+        t->used = 0;
+        snprintf(why, why_len, "the documents' table on the device: %s", cudaGetErrorString(e));
+        return RP_CUDNN_FAILED;
+    }
+    free(t->first), free(t->length);
+    t->first = first, t->length = length;
+    t->slots = n, t->q_row = q_row, t->kv_row = kv_row;
+    table_parts p = parts_of(t->pinned, n);
+    for (int64_t b = 0; b <= n; b++) {
+        p.q_offsets[b] = (int32_t)(first[b] * q_row); /* in range: rp_attn_documents_refusal */
+        p.kv_offsets[b] = (int32_t)(first[b] * kv_row);
+        p.first[b] = first[b];
+        if (b < n)
+            p.length[b] = length[b];
+    }
+    e = cudaMemcpyAsync(t->device, t->pinned, need * sizeof(int32_t), cudaMemcpyHostToDevice,
+                        a->stream);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(t->copied, a->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        t->used = 0;
+        snprintf(why, why_len, "copying the documents' table: %s", cudaGetErrorString(e));
+        return RP_CUDNN_FAILED;
+    }
+    t->used = 1;
+    t->last_use = ++a->uses;
+    *out = t;
+    return 0;
+}
+
+/* ---- calls ------------------------------------------------------------- */
+
+/* What a call runs: its plan, and for documents their table. RP_CUDNN_DONE
+ * (0), RP_CUDNN_REFUSED or RP_CUDNN_FAILED with why. */
+typedef struct call_plan {
+    plan_slot *plan;
+    rp_attn_documents docs; /* count 0: a dense call */
+    doc_table *table;
+    int64_t stats_rows;     /* rows of the statistics per head: b * s of the plan */
+} call_plan;
+
+static int plan_call(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, call_plan *c,
+                     char *why, size_t why_len)
+{
+    memset(c, 0, sizeof *c);
+    plan_key key = dense_key(a, s, backward);
+    if (s->seg_start) {
+        rp_attn_documents_measure(s->seg_host, s->nseq, s->seqlen, &c->docs);
+        const char *no = rp_attn_documents_refusal(&c->docs, s, a->device_total);
+        if (no) {
+            snprintf(why, why_len, "%s", no);
+            return RP_CUDNN_REFUSED;
+        }
+        rp_attn_shape dense = *s;
+        dense.seg_start = dense.seg_host = NULL;
+        key.documents = 1;
+        key.b = c->docs.slots;
+        key.s = c->docs.span;
+        key.budget = rp_attention_cudnn_documents_budget(&dense, a->device_total);
+    }
+    c->plan = plan_for(a, &key, why, why_len);
+    if (!c->plan)
+        return RP_CUDNN_REFUSED;
+    c->stats_rows = key.b * key.s;
+    return s->seg_start ? table_for(a, s, &c->docs, &c->table, why, why_len) : 0;
+}
+
+/* lse from the plan's statistics, or the statistics from lse */
+static int convert_stats(rp_cudnn_attention *a, const rp_attn_shape *s, const call_plan *c,
+                         float *stats, float *lse, int to_lse, char *why, size_t why_len)
+{
+    int e;
+    if (c->table) {
+        table_parts p = parts_of(c->table->device, c->docs.slots);
+        e = to_lse ? rp_cuda_documents_lse_from_stats(stats, lse, p.first, p.length,
+                                                      c->docs.slots, c->docs.span, s->nheads,
+                                                      a->stream)
+                   : rp_cuda_documents_stats_from_lse(lse, stats, p.first, p.length,
+                                                      c->docs.slots, c->docs.span, s->nheads,
+                                                      a->stream);
+    } else {
+        e = to_lse ? rp_cuda_lse_from_stats(stats, lse, s->nseq, s->seqlen, s->nheads, a->stream)
+                   : rp_cuda_stats_from_lse(lse, stats, s->nseq, s->seqlen, s->nheads, a->stream);
+    }
+    if (e)
+        snprintf(why, why_len, "the statistics' transpose: %s",
+                 cudaGetErrorString((cudaError_t)e));
+    return e ? RP_CUDNN_FAILED : 0;
+}
+
+/* The variant pack's entries of a documents call's table (none for a
+ * dense one): appended to uids and ptrs at n, the new count returned. */
+static int table_entries(const call_plan *c, int n, int64_t *uids, void **ptrs)
+{
+    if (!c->table)
+        return n;
+    table_parts p = parts_of(c->table->device, c->docs.slots);
+    uids[n] = UID_Q_OFFSETS, ptrs[n++] = p.q_offsets;
+    uids[n] = UID_KV_OFFSETS, ptrs[n++] = p.kv_offsets;
+    uids[n] = UID_LENGTHS_Q, ptrs[n++] = p.length;
+    uids[n] = UID_LENGTHS_KV, ptrs[n++] = p.length;
+    return n;
+}
+
 int rp_cudnn_attention_forward(rp_cudnn_attention *a, const rp_attn_shape *s, const uint16_t *q,
                                const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse,
                                char *why, size_t why_len)
 {
-    plan_slot *p = plan_for(a, s, 0, why, why_len);
-    if (!p)
-        return RP_CUDNN_REFUSED;
-    size_t stats_bytes = round_up((size_t)(s->nseq * s->nheads * s->seqlen) * sizeof(float));
+    call_plan c;
+    int rc = plan_call(a, s, 0, &c, why, why_len);
+    if (rc)
+        return rc;
+    size_t stats_bytes = round_up((size_t)(c.stats_rows * s->nheads) * sizeof(float));
     if (grow(a, &a->buffers, &a->buffers_bytes, stats_bytes, why, why_len))
         return RP_CUDNN_FAILED;
     float *stats = a->buffers;
     float scale = s->scale, fill = -FLT_MAX;
-    const int64_t uids[] = {UID_Q, UID_KT, UID_V, UID_O, UID_STATS, UID_SCALE, UID_FILL};
-    void *ptrs[] = {(void *)q, (void *)k, (void *)v, o, stats, &scale, &fill};
-    int rc = run(a, p, 7, uids, ptrs, why, why_len);
+    int64_t uids[11] = {UID_Q, UID_KT, UID_V, UID_O, UID_STATS, UID_SCALE, UID_FILL};
+    void *ptrs[11] = {(void *)q, (void *)k, (void *)v, o, stats, &scale, &fill};
+    int n = table_entries(&c, 7, uids, ptrs);
+    rc = run(a, c.plan, n, uids, ptrs, why, why_len);
     if (rc)
         return rc;
-    int e = rp_cuda_lse_from_stats(stats, lse, s->nseq, s->seqlen, s->nheads, a->stream);
-    if (e) {
-        snprintf(why, why_len, "the statistics' transpose: %s",
-                 cudaGetErrorString((cudaError_t)e));
-        return RP_CUDNN_FAILED;
-    }
-    return RP_CUDNN_DONE;
+    return convert_stats(a, s, &c, stats, lse, 1, why, why_len);
 }
 
 int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, const uint16_t *q,
@@ -750,13 +1071,17 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
                                 const float *lse, const uint16_t *dout, float *dq, float *dk,
                                 float *dv, char *why, size_t why_len)
 {
-    plan_slot *p = plan_for(a, s, 1, why, why_len);
-    if (!p)
-        return RP_CUDNN_REFUSED;
+    call_plan c;
+    int rc = plan_call(a, s, 1, &c, why, why_len);
+    if (rc)
+        return rc;
     int64_t rows = s->nseq * s->seqlen;
     size_t nq = (size_t)(rows * s->nheads * s->head_dim), nk = (size_t)(rows * s->nkv * s->head_dim);
-    size_t stats_bytes = round_up((size_t)(rows * s->nheads) * sizeof(float));
-    size_t need = rp_attention_cudnn_buffer_bytes(s); /* the layout below */
+    size_t stats_bytes = round_up((size_t)(c.stats_rows * s->nheads) * sizeof(float));
+    /* the statistics and Delta, then dq, dk, dv in bf16: for a dense call
+     * rp_attention_cudnn_buffer_bytes's layout, for documents no more
+     * (their padded rows are at most the call's: rp_attn_documents_refusal) */
+    size_t need = 2 * stats_bytes + round_up(nq * 2) + 2 * round_up(nk * 2);
     if (grow(a, &a->buffers, &a->buffers_bytes, need, why, why_len))
         return RP_CUDNN_FAILED;
     char *at = a->buffers;
@@ -765,20 +1090,18 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
     uint16_t *dq16 = (uint16_t *)(at + 2 * stats_bytes);
     uint16_t *dk16 = (uint16_t *)(at + 2 * stats_bytes + round_up(nq * 2));
     uint16_t *dv16 = (uint16_t *)(at + 2 * stats_bytes + round_up(nq * 2) + round_up(nk * 2));
-    int e = rp_cuda_stats_from_lse(lse, stats, s->nseq, s->seqlen, s->nheads, a->stream);
-    if (e) {
-        snprintf(why, why_len, "the statistics' transpose: %s",
-                 cudaGetErrorString((cudaError_t)e));
-        return RP_CUDNN_FAILED;
-    }
+    if ((rc = convert_stats(a, s, &c, stats, (float *)lse, 0, why, why_len)))
+        return rc;
     float scale = s->scale, unit = 1.0f, fill = -FLT_MAX;
-    const int64_t uids[] = {UID_Q, UID_KT, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
-                            UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_ONE, UID_FILL};
-    void *ptrs[] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
-                    delta, dq16, dk16, dv16, &scale, &unit, &fill};
-    int rc = run(a, p, 13, uids, ptrs, why, why_len);
+    int64_t uids[17] = {UID_Q, UID_KT, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
+                        UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_ONE, UID_FILL};
+    void *ptrs[17] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
+                      delta, dq16, dk16, dv16, &scale, &unit, &fill};
+    int n = table_entries(&c, 13, uids, ptrs);
+    rc = run(a, c.plan, n, uids, ptrs, why, why_len);
     if (rc)
         return rc;
+    int e;
     if ((e = rp_cuda_f32_from_bf16(dq16, dq, (int64_t)nq, a->stream)) ||
         (e = rp_cuda_f32_from_bf16(dk16, dk, (int64_t)nk, a->stream)) ||
         (e = rp_cuda_f32_from_bf16(dv16, dv, (int64_t)nk, a->stream))) {
@@ -842,6 +1165,8 @@ void rp_cudnn_attention_destroy(rp_cudnn_attention **ap)
     cudaStreamSynchronize(a->stream);
     for (int i = 0; i < CACHE_SLOTS; i++)
         slot_free(a, &a->slots[i]);
+    for (int i = 0; i < TABLE_SLOTS; i++)
+        table_free(&a->tables[i]);
     cudaFree(a->workspace);
     cudaFree(a->buffers);
     a->destroy(a->handle);

@@ -38,16 +38,22 @@
  * of memory. Whether the description holds is what the GPU window's
  * bench_attention measures (its workspace lines).
  *
- * Document segments (rp_attn_shape's seg_start) are not taken
- * (rp_attention_cudnn_refusal): cuDNN 9.14.0 offered no engine on the H200
- * (bench/README, 2026-11-30) for the causal mask widened by seg_start read
- * as a [nseq, 1, seqlen, 1] int32 input (CMP_GE with the column index,
- * LOGICAL_AND with the causal compare), at every shape tried, so that graph
- * is gone. What would carry them is the ragged layout: each document a
- * batch entry, RAGGED_OFFSET tensors on Q, K, V and O and a padding mask
- * from per-document lengths; its batch size is the number of documents,
- * which only the device's seg_start holds (a host read, or a plan per
- * bucket of counts), and Stats come out per document. Not built.
+ * Document segments (rp_attn_shape's seg_start, with its host copy
+ * seg_host) go through cuDNN's ragged layout (kernels/attn_documents.h):
+ * each document one batch entry, RAGGED_OFFSET tensors on Q, K, V, O, dO,
+ * dQ, dK and dV pointing at its rows in the packed tensors, the matmuls
+ * sized by per-entry lengths (GEMM M/N/K overrides) and the padding mask
+ * of cudnn-frontend's padded graphs (row < length and column < length)
+ * before the causal mask; the statistics and Delta padded per entry
+ * ([slots, nheads, span], transposed to and from lse by cudnn_layout.cu's
+ * documents kernels). The entry count and length are rounded up so that a
+ * run meets a few plans, and a call whose padding exceeds the dense
+ * call's is refused (the own kernel runs it): what the run reserved for
+ * the dense shape covers the rest. (The causal mask widened by seg_start,
+ * read as a [nseq, 1, seqlen, 1] input, got no engine from cuDNN 9.14.0
+ * on the H200, bench/README 2026-11-30.) Written without a GPU at hand:
+ * the cudnn-documents path of core/unproven.h, off until a GPU window
+ * proves it.
  *
  * Plans are built once per shape (and direction) and kept in a small cache
  * of this object; a refused shape is remembered with its reason. Buffers
@@ -104,6 +110,18 @@ int rp_cuda_stats_from_lse(const float *lse, float *stats, int64_t nseq, int64_t
                            int64_t nheads, cudaStream_t stream);
 int rp_cuda_lse_from_stats(const float *stats, float *lse, int64_t nseq, int64_t seqlen,
                            int64_t nheads, cudaStream_t stream);
+
+/* The same between lse and the padded statistics of documents laid out as
+ * cuDNN's ragged batch entries ([slots, nheads, span]; document b's rows
+ * are tokens first[b] .. first[b] + length[b] - 1 of lse, kernels/
+ * attn_documents.h; first and length in device memory). Padding rows of
+ * stats get 0. */
+int rp_cuda_documents_stats_from_lse(const float *lse, float *stats, const int32_t *first,
+                                     const int32_t *length, int64_t slots, int64_t span,
+                                     int64_t nheads, cudaStream_t stream);
+int rp_cuda_documents_lse_from_stats(const float *stats, float *lse, const int32_t *first,
+                                     const int32_t *length, int64_t slots, int64_t span,
+                                     int64_t nheads, cudaStream_t stream);
 
 /* The workspace cuDNN's plan for shape s (the forward, or the backward)
  * asks for, the plan built if it was not: 0 with *bytes; RP_CUDNN_REFUSED

@@ -5,6 +5,7 @@ librp_la_SOURCES += src/kernels/cuda/sizes.c src/kernels/cuda/sizes.h
 # The attention choice (--attention) and cuDNN's run-time loader: plain C,
 # built with or without CUDA, so both are tested on any machine.
 librp_la_SOURCES += src/kernels/attention_choice.c src/kernels/attention_choice.h \
+	src/kernels/attn_documents.c src/kernels/attn_documents.h \
 	src/kernels/cudnn_loader.c src/kernels/cudnn_loader.h \
 	src/kernels/dynlib.c src/kernels/dynlib.h
 if HAVE_CUDA

@@ -67,6 +67,9 @@ typedef struct cuda_state {
     size_t moe_scratch_bytes;
     /* the attention choice (rp_cuda_kernels_choose_attention) */
     int attention_mode;
+    /* the cudnn-documents path: document segments to cuDNN's ragged layout
+     * where it takes them (kernels/attn_documents.h), else the own kernel */
+    int cudnn_documents;
     /* the fused-xent path, given there too: cross_entropy writes the bf16
      * gradient in its own pass */
     int fused_xent;
@@ -342,12 +345,14 @@ static rp_status cudnn_answer(const cuda_state *c, const rp_attn_shape *s, const
     return RP_OK;
 }
 
-/* Whether this call goes to cuDNN: chosen, and a shape it takes (document
- * segments are not: the own kernel runs them, and a run refuses
- * --attention cudnn with --documents up front, engine/train_options.h). */
+/* Whether this call goes to cuDNN: chosen, and a shape it takes; document
+ * segments only with the cudnn-documents path (a run refuses --attention
+ * cudnn with --documents up front, engine/train_options.h, so a documents
+ * call cuDNN refuses, rp_attn_documents_refusal or its plan's workspace,
+ * takes the own kernel under auto). */
 static int to_cudnn(const cuda_state *c, const rp_attn_shape *s)
 {
-    return c->cudnn && !rp_attention_cudnn_refusal(s);
+    return c->cudnn && !rp_attention_cudnn_refusal(s) && (!s->seg_start || c->cudnn_documents);
 }
 #endif
 
@@ -1042,6 +1047,7 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
         return rp_error_prefix(err, "cuda device %d", c->ordinal);
     }
     c->attention_mode = mode;
+    c->cudnn_documents = rp_unproven_in(unproven, RP_UNPROVEN_CUDNN_DOCUMENTS);
     c->fused_xent = rp_unproven_in(unproven, RP_UNPROVEN_FUSED_XENT);
     c->xent_fp32 = rp_unproven_in(unproven, RP_UNPROVEN_XENT_FP32);
     if (!rp_unproven_in(unproven, RP_UNPROVEN_GEMM_LT)) {
