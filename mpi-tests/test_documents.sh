@@ -92,16 +92,19 @@ RP_DISABLE_CUDA_PATHS=documents RP_ALLOW_UNPROVEN_CUDA=documents run 1 cuda-both
   { grep -q "document segments on CUDA is turned off" "$tmp/cuda-both.txt" && ok || { bad "both: message"; cat "$tmp/cuda-both.txt"; }; }
 RP_DISABLE_CUDA_PATHS=gpt-oss,cudnn run 1 cuda-others $cudaargs
 grep -q "document segments" "$tmp/cuda-others.txt" && { bad "RP_DISABLE_CUDA_PATHS=gpt-oss,cudnn refused --documents"; cat "$tmp/cuda-others.txt"; } || ok
-# cuDNN takes no document segments (cuDNN 9.14 offered no engine for their
-# mask): --attention cudnn with them is refused up front, naming why
-run 1 cuda-cudnn $cudaargs --attention cudnn &&
-  bad "--attention cudnn accepted --documents" ||
-  { grep -q -- "--attention cudnn with --documents or --eval-documents: cuDNN's fused SDPA takes no document segments in this build" "$tmp/cuda-cudnn.txt" && ok || { bad "cudnn: message"; cat "$tmp/cuda-cudnn.txt"; }; }
+# cuDNN takes document segments only where their padded layout fits (the
+# cudnn-documents path): --attention cudnn, which never falls back, is
+# refused with them up front, naming why, with that path on or off
+for allow in "" cudnn-documents; do
+  RP_ALLOW_UNPROVEN_CUDA=$allow run 1 cuda-cudnn $cudaargs --attention cudnn &&
+    bad "--attention cudnn accepted --documents (allow '$allow')" ||
+    { grep -q -- "--attention cudnn with --documents or --eval-documents: cuDNN takes document segments only where their padded layout fits" "$tmp/cuda-cudnn.txt" && ok || { bad "cudnn: message"; cat "$tmp/cuda-cudnn.txt"; }; }
+done
 RP_DISABLE_CUDA_PATHS=documents,segmnets run 1 cuda-off-typo $cudaargs &&
   bad "RP_DISABLE_CUDA_PATHS with an unknown word accepted" ||
-  { grep -q "RP_DISABLE_CUDA_PATHS: 'segmnets' is not a CUDA path that can be turned off (known: documents, fp8-upload, gpt-oss, cudnn, .*fused-gate-up, or 1 for all of them, 0 for none)" "$tmp/cuda-off-typo.txt" && ok || { bad "off, unknown word: message"; cat "$tmp/cuda-off-typo.txt"; }; }
+  { grep -q "RP_DISABLE_CUDA_PATHS: 'segmnets' is not a CUDA path that can be turned off (known: documents, fp8-upload, gpt-oss, cudnn, .*fused-gate-up, cudnn-documents, or 1 for all of them, 0 for none)" "$tmp/cuda-off-typo.txt" && ok || { bad "off, unknown word: message"; cat "$tmp/cuda-off-typo.txt"; }; }
 RP_ALLOW_UNPROVEN_CUDA=documents,segmnets run 1 cuda-typo --init-config "$src/examples/tiny-config.json" --data "$data" \
   --seq-len 32 --batch-size 8 --steps 1 --device cpu --documents "$docs" &&
   bad "RP_ALLOW_UNPROVEN_CUDA with an unknown word accepted" ||
-  { grep -q "RP_ALLOW_UNPROVEN_CUDA: 'segmnets' is not a CUDA path waiting for a GPU (known: documents, fp8-upload, gpt-oss, cudnn, .*gemm-lt, xent-fp32, bf16-mlp, fused-gate-up, or 1 for all of them, 0 for none)" "$tmp/cuda-typo.txt" && ok || { bad "unknown word: message"; cat "$tmp/cuda-typo.txt"; }; }
+  { grep -q "RP_ALLOW_UNPROVEN_CUDA: 'segmnets' is not a CUDA path waiting for a GPU (known: documents, fp8-upload, gpt-oss, cudnn, .*gemm-lt, xent-fp32, bf16-mlp, fused-gate-up, cudnn-documents, or 1 for all of them, 0 for none)" "$tmp/cuda-typo.txt" && ok || { bad "unknown word: message"; cat "$tmp/cuda-typo.txt"; }; }
 finish

@@ -125,9 +125,12 @@ plan --recompute block && bad "--recompute block" || { grep -q "recompute: 'bloc
 # 4096 x (1024 + 2 x 512) x 2): 303824896 bytes, out of the planner's limit
 # and in the verdict, under cudnn and under auto (the cudnn path proven on
 # the H200 of 2026-11-30); own, auto with RP_DISABLE_CUDA_PATHS=cudnn, and
-# any run over --documents (cuDNN takes no document segments) keep none
-want=0
-grep -q "define RP_HAVE_CUDNN 1" "$build/config.h" 2>/dev/null && want=303824896
+# any run over --documents keep none, unless the cudnn-documents path is on
+# (document segments through cuDNN's ragged layout where they fit): then
+# twice that workspace (2 x 286785536) and the buffers with statistics and
+# Delta for 8 times the rows (2 x 1048576 + 16777216): 592445440 bytes
+want=0 dwant=0
+grep -q "define RP_HAVE_CUDNN 1" "$build/config.h" 2>/dev/null && want=303824896 dwant=592445440
 gpu="--device cuda --device-memory-mib 81559 --json"
 plan $gpu && lim0=$(field memory_limit_bytes) && r0=$(field cudnn_reserve_bytes)
 plan $gpu --attention cudnn && lim=$(field memory_limit_bytes) && r1=$(field cudnn_reserve_bytes)
@@ -136,6 +139,12 @@ plan $gpu --attention own && r3=$(field cudnn_reserve_bytes)
 plan $gpu --attention cudnn --documents "$tmp/docs.npy" && r4=$(field cudnn_reserve_bytes) &&
   dlim=$(field memory_limit_bytes)
 plan $gpu --documents "$tmp/docs.npy" && r5=$(field cudnn_reserve_bytes)
+RP_ALLOW_UNPROVEN_CUDA=cudnn-documents plan $gpu --documents "$tmp/docs.npy" &&
+  r6=$(field cudnn_reserve_bytes)
+RP_ALLOW_UNPROVEN_CUDA=cudnn-documents RP_DISABLE_CUDA_PATHS=cudnn plan $gpu --documents "$tmp/docs.npy" &&
+  r7=$(field cudnn_reserve_bytes)
+[ "$r6" = "$dwant" ] && [ "$r7" = 0 ] && ok ||
+  bad "cuDNN's reservation over documents with cudnn-documents on: $r6 (want $dwant), with cudnn off $r7"
 [ "$r0" = "$want" ] && [ "$r1" = "$want" ] && [ "$lim" = $((own - want)) ] && [ "$lim0" = "$lim" ] &&
   [ "$r2" = 0 ] && [ "$r3" = 0 ] && [ "$r4" = 0 ] && [ "$dlim" = "$own" ] && [ "$r5" = 0 ] && ok ||
   bad "cuDNN's reservation: auto $r0 (limit $lim0), cudnn $r1 (want $want; limit $lim of $own), auto with cudnn off $r2, own $r3, documents: cudnn $r4 (limit $dlim), auto $r5"

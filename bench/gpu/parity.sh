@@ -20,6 +20,12 @@
 #   moe-lora    golden-moe/moe-lora: LoRA on the experts, router and attention
 #   documents   golden/qwen3-packed with --documents and --eval-data/--eval-documents
 #               (refused on CUDA until proven: RP_ALLOW_UNPROVEN_CUDA=documents here)
+#   cudnn-documents  the same with --attention auto and
+#               RP_ALLOW_UNPROVEN_CUDA=documents,cudnn,cudnn-documents: the
+#               segments through cuDNN's ragged layout where their padding fits
+#               (kernels/attn_documents.h; the own kernel for the rest, with
+#               the same choice on any rank count); the run's log must count
+#               calls through cuDNN (a path never taken fails)
 #   eval        golden/qwen3 with --eval-data/--eval-mask, --eval-every 2,
 #               --eval-samples 9 (a last microbatch of 1 sample, whose one chunk
 #               keeps the MLP's g, u, m in the saved area where the full ones'
@@ -50,9 +56,8 @@
 #   defaults    golden/qwen3 as a user runs it: every proven path on (none
 #               turned off by RP_DISABLE_CUDA_PATHS) and --attention auto;
 #               every other case turns off the paths it does not prove, so a
-#               fault of one fails its case alone (cuDNN over document
-#               segments is refused in this build: cuDNN 9.14 offered no engine
-#               for their mask on the H200 of 2026-11-30)
+#               fault of one fails its case alone (a path not yet proven,
+#               cudnn-documents, stays off here as in a user's run)
 #   fused-xent  golden/qwen3 with RP_ALLOW_UNPROVEN_CUDA=fused-xent: the head's
 #               cross-entropy writes its bf16 gradient in the pass that forms it
 #               (issue 38), which must give qwen3's dut1 model bit for bit (every
@@ -141,9 +146,9 @@ work=${RP_PARITY_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/rp-parity.XXXXXX")}
 mkdir -p "$work"
 cmpy="python3 $here/compare.py"
 # every CUDA path of core/unproven.h, as RP_DISABLE_CUDA_PATHS names them
-paths="documents fp8-upload gpt-oss cudnn fused-xent copies gemm-lt xent-fp32 bf16-mlp fused-gate-up"
+paths="documents fp8-upload gpt-oss cudnn fused-xent copies gemm-lt xent-fp32 bf16-mlp fused-gate-up cudnn-documents"
 # the never-run paths first: a case not started by the deadline is skipped
-all="qwen3 llama lora moe moe-lora documents gpt-oss fp8 fp8-moe cudnn defaults fused-xent xent-fp32 copies gemm-lt bf16-mlp fused-gate-up speculative chunks moe-chunks eval checkpoint nodes kept"
+all="qwen3 llama lora moe moe-lora documents cudnn-documents gpt-oss fp8 fp8-moe cudnn defaults fused-xent xent-fp32 copies gemm-lt bf16-mlp fused-gate-up speculative chunks moe-chunks eval checkpoint nodes kept"
 cases=${*:-$all}
 for c in $cases; do
   case " $all " in *" $c "*) ;; *) echo "parity.sh: unknown case '$c' (cases: $all)" >&2; exit 2 ;; esac
@@ -171,7 +176,7 @@ fixture() {
     moe|moe-chunks) d=$src/mpi-tests/fixtures/golden-moe/moe-mb; m=$d ;;
     moe-lora) d=$src/mpi-tests/fixtures/golden-moe/moe-lora; m=$d ;;
     gpt-oss) d=$src/mpi-tests/fixtures/golden-gpt-oss/oss-hd16; m=$d ;;
-    documents) d=$g/qwen3-packed; m=$d ;;
+    documents|cudnn-documents) d=$g/qwen3-packed; m=$d ;;
     llama|gemm-lt) d=$g/llama; m=$d ;;
     *) d=$g/qwen3; m=$d ;;
   esac
@@ -184,7 +189,7 @@ fixture() {
   [ -f "$m/mask.npy" ] && extra="$extra --loss-mask $m/mask.npy"
   [ -d "$d/lora_init" ] && extra="$extra --lora-init $d/lora_init"
   case $c in
-    documents) extra="$extra --documents $d/documents.npy --eval-data $d/data.npy --eval-documents $d/documents.npy"
+    documents|cudnn-documents) extra="$extra --documents $d/documents.npy --eval-data $d/data.npy --eval-documents $d/documents.npy"
                [ -f "$d/mask.npy" ] && extra="$extra --eval-mask $d/mask.npy" ;;
     eval) extra="$extra --eval-data $m/data.npy --eval-mask $m/mask.npy --eval-every 2 --eval-samples 9 --token-tile 16 --mlp-chunk-tokens 16" ;;
   esac
@@ -203,7 +208,7 @@ run() {
     a="$(echo "$a" | sed 's/--dtype fp32//') --attention own"
     case $case in
       cudnn) a="${a% --attention own} --attention cudnn" ;;
-      defaults) a="${a% --attention own} --attention auto" ;;
+      defaults|cudnn-documents) a="${a% --attention own} --attention auto" ;;
     esac
     [ "$case" = speculative ] || a="$a --speculative-update off"
   fi
@@ -213,6 +218,7 @@ run() {
   local unproven=""
   case $case in
     documents) unproven=documents ;;
+    cudnn-documents) unproven=documents,cudnn,cudnn-documents ;;
     gpt-oss) unproven=gpt-oss ;;
     fp8|fp8-moe) unproven=fp8-upload ;;
     fused-xent) unproven=fused-xent ;;
@@ -402,6 +408,12 @@ one_case() { for case in "$1"; do
     n=$(sed -n 's/.*linear forwards through cuBLASLt (gemm-lt): \([0-9]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
     [ "${n:-0}" -gt 0 ] && extra="; $n linear forwards through cuBLASLt" ||
       { brc=1; why="$why no linear forward went through cuBLASLt (${n:-no count said}; $c-dut1.txt)"; }
+  fi
+  if [ "$c" = cudnn-documents ] && [ "$dev" != cpu ]; then
+    # the path was taken: the run's last lines count the calls cuDNN ran
+    n=$(sed -n 's/.*over documents through cuDNN (cudnn-documents): \([0-9]*\) of \([0-9]*\).*/\1 of \2/p' "$work/$c-dut1.txt" | head -n 1)
+    [ "${n%% *}" -gt 0 ] 2>/dev/null && extra="; $n document attention calls through cuDNN" ||
+      { brc=1; why="$why no document attention call went through cuDNN (${n:-no count said}; $c-dut1.txt)"; }
   fi
   if [ "$c" = defaults ] && [ "$dev" != cpu ]; then
     # which attention the defaults took, as the run logged it

@@ -420,9 +420,15 @@ static const char *cuda_attention_note(void *impl)
 static void cuda_kernels_summary(void *impl, char *buf, size_t len)
 {
     cuda_impl *c = impl;
+    size_t at = 0;
     if (rp_cuda_kernels_gemm_lt_ready(&c->kernels))
-        snprintf(buf, len, "linear forwards through cuBLASLt (gemm-lt): %lld",
-                 (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
+        at += (size_t)snprintf(buf, len, "linear forwards through cuBLASLt (gemm-lt): %lld",
+                               (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
+    int64_t cudnn = 0, calls = 0;
+    if (rp_cuda_kernels_documents_calls(&c->kernels, &cudnn, &calls) && at < len)
+        snprintf(buf + at, len - at, "%sattention calls over documents through cuDNN "
+                 "(cudnn-documents): %lld of %lld", at ? "; " : "", (long long)cudnn,
+                 (long long)calls);
 }
 
 const rp_device_ops rp_device_ops_cuda = {

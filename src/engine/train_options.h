@@ -184,13 +184,15 @@ rp_status rp_train_options_documents_on_cuda(const rp_train_options *o, rp_error
     "--documents and --eval-documents: attention over document segments on CUDA is turned off "  \
     "(RP_DISABLE_CUDA_PATHS names documents; --device cpu has it)"
 
-/* cuDNN's fused SDPA takes no document segments in this build: cuDNN 9.14.0
- * offered no engine for their mask on the H200 (bench/README, 2026-11-30),
- * and the ragged-offset layout that would carry them is not built. auto
- * runs them on the own kernel; --attention cudnn is refused up front. */
+/* cuDNN takes document segments only through its ragged layout, and only
+ * the calls whose padded layout fits what a run reserves
+ * (kernels/attn_documents.h; the cudnn-documents path, core/unproven.h,
+ * not yet run on a GPU): --attention cudnn, which never replaces cuDNN by
+ * the own kernel, cannot hold every call of a run over documents, so it is
+ * refused up front; auto runs the rest on the own kernel. */
 #define RP_DOCUMENTS_NOT_ON_CUDNN                                                                 \
-    "--attention cudnn with --documents or --eval-documents: cuDNN's fused SDPA takes no "        \
-    "document segments in this build (cuDNN 9.14 offered no engine for their mask on an H200); " \
-    "--attention auto runs them on the own kernel"
+    "--attention cudnn with --documents or --eval-documents: cuDNN takes document segments "     \
+    "only where their padded layout fits (one entry per document, cudnn-documents), so not "     \
+    "every call of a run; --attention auto runs the rest on the own kernel"
 
 #endif

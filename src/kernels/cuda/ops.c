@@ -68,8 +68,10 @@ typedef struct cuda_state {
     /* the attention choice (rp_cuda_kernels_choose_attention) */
     int attention_mode;
     /* the cudnn-documents path: document segments to cuDNN's ragged layout
-     * where it takes them (kernels/attn_documents.h), else the own kernel */
+     * where it takes them (kernels/attn_documents.h), else the own kernel;
+     * the attention calls over documents, and those cuDNN ran */
     int cudnn_documents;
+    int64_t documents_calls, documents_cudnn_calls;
     /* the fused-xent path, given there too: cross_entropy writes the bf16
      * gradient in its own pass */
     int fused_xent;
@@ -361,12 +363,14 @@ static rp_status attention_forward(void *state, const rp_attn_shape *s, const vo
                                    rp_error *err)
 {
     cuda_state *c = state;
+    c->documents_calls += s->seg_start != NULL;
 #ifdef RP_HAVE_CUDNN
     if (to_cudnn(c, s)) {
         char dwhy[512] = "";
         int done = 0;
         int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
+        c->documents_cudnn_calls += done && s->seg_start;
         if (done)
             return RP_OK;
     }
@@ -382,6 +386,7 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
                                     float *scratch, rp_error *err)
 {
     cuda_state *c = state;
+    c->documents_calls += s->seg_start != NULL;
 #ifdef RP_HAVE_CUDNN
     if (to_cudnn(c, s)) {
         char dwhy[512] = "";
@@ -389,6 +394,7 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
         int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
                                              sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention backward", rc, dwhy, &done, err));
+        c->documents_cudnn_calls += done && s->seg_start;
         if (done)
             return RP_OK;
     }
@@ -1073,6 +1079,14 @@ rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unp
         }
     }
 #endif
+#ifdef RP_HAVE_CUDNN
+    if (c->cudnn && c->cudnn_documents) {
+        size_t at = strlen(c->attention_note);
+        snprintf(c->attention_note + at, sizeof c->attention_note - at,
+                 "; document segments through its ragged layout where their padding fits "
+                 "(cudnn-documents), else the own kernel");
+    }
+#endif
     if (!use) { /* a second choice may take back a first one */
 #ifdef RP_HAVE_CUDNN
         rp_cudnn_attention_destroy(&c->cudnn);
@@ -1086,6 +1100,19 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k)
 {
     const cuda_state *c = k ? k->state : NULL;
     return c && c->gemm_lt != NULL;
+}
+
+int rp_cuda_kernels_documents_calls(const rp_kernels *k, int64_t *through_cudnn,
+                                    int64_t *calls)
+{
+    const cuda_state *c = k ? k->state : NULL;
+    *through_cudnn = c ? c->documents_cudnn_calls : 0;
+    *calls = c ? c->documents_calls : 0;
+#ifdef RP_HAVE_CUDNN
+    return c && c->cudnn && c->cudnn_documents;
+#else
+    return 0;
+#endif
 }
 
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k)
