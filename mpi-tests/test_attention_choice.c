@@ -334,6 +334,14 @@ START_TEST(a_documents_run_reserves_nothing)
                       documents);
     ck_assert_uint_eq(rp_attention_run_reserve_bytes(RP_ATTENTION_AUTO, 1, 90,
                                                      RP_ATTENTION_DOCUMENTS_OWN, 0, &s, big), 0);
+    /* which: train documents, eval documents, the cudnn-documents path */
+    ck_assert_int_eq(rp_attention_run_documents(0, 0, 0), RP_ATTENTION_NO_DOCUMENTS);
+    ck_assert_int_eq(rp_attention_run_documents(0, 0, 1), RP_ATTENTION_NO_DOCUMENTS);
+    ck_assert_int_eq(rp_attention_run_documents(1, 0, 0), RP_ATTENTION_DOCUMENTS_OWN);
+    ck_assert_int_eq(rp_attention_run_documents(1, 1, 0), RP_ATTENTION_DOCUMENTS_OWN);
+    ck_assert_int_eq(rp_attention_run_documents(0, 1, 0), RP_ATTENTION_NO_DOCUMENTS);
+    ck_assert_int_eq(rp_attention_run_documents(1, 0, 1), RP_ATTENTION_DOCUMENTS_CUDNN);
+    ck_assert_int_eq(rp_attention_run_documents(0, 1, 1), RP_ATTENTION_DOCUMENTS_CUDNN);
 }
 END_TEST
 

@@ -685,9 +685,9 @@ rp_status rp_plan_cli_parse(int argc, char **argv, rp_plan_cli *o, rp_error *err
         rp_attn_shape sh = rp_block_attn_shape(&o->cfg, 0, nseq, a.seq_len);
         o->cudnn_reserve = (int64_t)rp_attention_run_reserve_bytes(
             a.train.attention, rp_unproven_allowed(RP_UNPROVEN_CUDNN), device_sm,
-            !a.train.documents ? RP_ATTENTION_NO_DOCUMENTS
-            : rp_unproven_allowed(RP_UNPROVEN_CUDNN_DOCUMENTS) ? RP_ATTENTION_DOCUMENTS_CUDNN
-                                                                : RP_ATTENTION_DOCUMENTS_OWN,
+            rp_attention_run_documents(a.train.documents != NULL,
+                                       a.train.eval_documents != NULL,
+                                       rp_unproven_allowed(RP_UNPROVEN_CUDNN_DOCUMENTS)),
             o->cfg.arch == RP_ARCH_GPT_OSS, &sh,
             (size_t)device_total);
     }

@@ -32,11 +32,11 @@ static size_t cudnn_reserve(const rp_engine *e, const rp_device_info *info)
     rp_attn_shape s = rp_block_attn_shape(cfg, 0, e->samples_per_micro, e->seq_len);
     return rp_attention_run_reserve_bytes(e->o->attention,
                                           rp_unproven_in(e->unproven, RP_UNPROVEN_CUDNN), info->sm,
-                                          !e->o->documents ? RP_ATTENTION_NO_DOCUMENTS
-                                          : rp_unproven_in(e->unproven,
-                                                           RP_UNPROVEN_CUDNN_DOCUMENTS)
-                                              ? RP_ATTENTION_DOCUMENTS_CUDNN
-                                              : RP_ATTENTION_DOCUMENTS_OWN,
+                                          rp_attention_run_documents(
+                                              e->o->documents != NULL,
+                                              e->o->eval_documents != NULL,
+                                              rp_unproven_in(e->unproven,
+                                                             RP_UNPROVEN_CUDNN_DOCUMENTS)),
                                           cfg->arch == RP_ARCH_GPT_OSS, &s,
                                           (size_t)info->memory_bytes);
 }

@@ -142,6 +142,13 @@ size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_to
     return ws ? ws + rp_attention_cudnn_buffer_bytes(s) : 0;
 }
 
+int rp_attention_run_documents(int train_documents, int eval_documents, int cudnn_documents_on)
+{
+    if (cudnn_documents_on && (train_documents || eval_documents))
+        return RP_ATTENTION_DOCUMENTS_CUDNN;
+    return train_documents ? RP_ATTENTION_DOCUMENTS_OWN : RP_ATTENTION_NO_DOCUMENTS;
+}
+
 size_t rp_attention_run_reserve_bytes(int mode, int cudnn_unproven_ok, int sm, int documents,
                                       int gpt_oss, const rp_attn_shape *s, size_t device_total)
 {

@@ -111,7 +111,13 @@ size_t rp_attention_cudnn_documents_budget(const rp_attn_shape *s, size_t device
  * call's rows (kernels/attn_documents.h), dq, dk and dv as a dense call's. */
 size_t rp_attention_cudnn_documents_buffer_bytes(const rp_attn_shape *s);
 
-/* A run's documents, for rp_attention_run_reserve_bytes */
+/* A run's documents, for rp_attention_run_reserve_bytes (the enum below),
+ * from whether it trains over documents (--documents), evaluates over them
+ * (--eval-documents) and has the cudnn-documents path on: with the path
+ * on, either sends documents to cuDNN; with it off, training over them
+ * keeps nothing for cuDNN (its every call over documents), evaluating
+ * alone keeps what the training's calls take. */
+int rp_attention_run_documents(int train_documents, int eval_documents, int cudnn_documents_on);
 enum {
     RP_ATTENTION_NO_DOCUMENTS = 0,
     RP_ATTENTION_DOCUMENTS_OWN = 1,  /* over documents, the own kernel runs them */
