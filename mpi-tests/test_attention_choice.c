@@ -403,6 +403,23 @@ START_TEST(documents_as_ragged_batch_entries)
         ck_assert_int_eq(first[d.slots], T);
         for (int t = 0; t < T; t++)
             ck_assert_int_eq(covered[t], 1);
+        /* the padded statistics' values (3 heads) name each token's row of
+         * each head once, in its entry's order, padding none */
+        enum { H = 3 };
+        int rows[T * H] = {0};
+        for (int64_t i = 0; i < d.slots * H * d.span; i++) {
+            int64_t h = -1, t = rp_attn_documents_token(i, first, length, H, d.span, &h);
+            const int64_t b = i / (d.span * H), pos = i % d.span;
+            ck_assert(h >= 0 && h < H);
+            if (pos >= length[b]) {
+                ck_assert_int_eq(t, -1);
+                continue;
+            }
+            ck_assert_int_eq(t, first[b] + pos);
+            rows[t * H + h]++;
+        }
+        for (int r = 0; r < T * H; r++)
+            ck_assert_int_eq(rows[r], 1);
     }
     /* rounding: 5 documents, the longest 100 tokens, in 2 x 4096 */
     int32_t *big = calloc(2 * 4096, sizeof *big);

@@ -65,4 +65,28 @@ void rp_attn_documents_table(const int32_t *seg_host, int64_t nseq, int64_t seql
 const char *rp_attn_documents_refusal(const rp_attn_documents *d, const rp_attn_shape *s,
                                       size_t device_total);
 
+#ifndef RP_HOST_DEVICE
+#ifdef __CUDACC__
+#define RP_HOST_DEVICE __host__ __device__
+#else
+#define RP_HOST_DEVICE
+#endif
+#endif
+
+/* Value i of statistics padded per entry ([slots, nheads, span], cuDNN's
+ * layout of a documents plan): its head (*h), and the token of the call
+ * whose row it is (first[b] + its row in entry b), or -1 past entry b's
+ * length (padding). The documents' transposes of
+ * kernels/cuda/cudnn_layout.cu map lse so; under nvcc a device function
+ * too. */
+static inline RP_HOST_DEVICE int64_t rp_attn_documents_token(int64_t i, const int32_t *first,
+                                                             const int32_t *length,
+                                                             int64_t nheads, int64_t span,
+                                                             int64_t *h)
+{
+    const int64_t pos = i % span, b = i / (span * nheads);
+    *h = i / span % nheads;
+    return pos < length[b] ? first[b] + pos : -1;
+}
+
 #endif

@@ -2,6 +2,7 @@
  * attention contract's lse [nseq*seqlen, nheads] (cudnn_attention.h), and
  * between the documents' padded [slots, nheads, span] and lse. One thread
  * per value; a plain copy, so the bits are unchanged. */
+#include "kernels/attn_documents.h"
 #include "kernels/cuda/cudnn_attention.h"
 
 __global__ static void stats_from_lse(const float *lse, float *stats, int64_t nseq,
@@ -26,16 +27,6 @@ __global__ static void lse_from_stats(const float *stats, float *lse, int64_t ns
     lse[i] = stats[(b * nheads + h) * seqlen + t];
 }
 
-/* document b's row pos of head h, for i over [slots, nheads, span]; its
- * token, or -1 past the document's length (an entry's padding) */
-__device__ static int64_t token_of(int64_t i, const int32_t *first, const int32_t *length,
-                                   int64_t nheads, int64_t span, int64_t *h)
-{
-    int64_t pos = i % span, b = i / (span * nheads);
-    *h = i / span % nheads;
-    return pos < length[b] ? first[b] + pos : -1;
-}
-
 __global__ static void documents_stats_from_lse(const float *lse, float *stats,
                                                 const int32_t *first, const int32_t *length,
                                                 int64_t n, int64_t nheads, int64_t span)
@@ -43,7 +34,7 @@ __global__ static void documents_stats_from_lse(const float *lse, float *stats,
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, h;
     if (i >= n)
         return;
-    int64_t t = token_of(i, first, length, nheads, span, &h);
+    int64_t t = rp_attn_documents_token(i, first, length, nheads, span, &h);
     stats[i] = t >= 0 ? lse[t * nheads + h] : 0.0f; /* padding: a finite value, never read */
 }
 
@@ -54,7 +45,7 @@ __global__ static void documents_lse_from_stats(const float *stats, float *lse,
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, h;
     if (i >= n)
         return;
-    int64_t t = token_of(i, first, length, nheads, span, &h);
+    int64_t t = rp_attn_documents_token(i, first, length, nheads, span, &h);
     if (t >= 0) /* every token is one document's row: lse is written whole */
         lse[t * nheads + h] = stats[i];
 }
