@@ -19,25 +19,34 @@ static int64_t power_of_two_at_least(int64_t n)
 /* Whether token t of a sequence (its seg_start row) starts a document. */
 static int starts(const int32_t *row, int64_t t) { return t == 0 || row[t] == t; }
 
-void rp_attn_documents_measure(const int32_t *seg_host, int64_t nseq, int64_t seqlen,
-                               rp_attn_documents *d)
+/* Walks the documents of seg_host in order: their count and the longest's
+ * tokens, and (first and length not NULL) each one's first token over the
+ * call's tokens and its length, for the first `room` of them. */
+static void walk(const int32_t *seg_host, int64_t nseq, int64_t seqlen, int64_t room,
+                 int32_t *first, int32_t *length, int64_t *count, int64_t *longest)
 {
-    d->count = 0;
-    d->longest = 0;
+    *count = *longest = 0;
     for (int64_t j = 0; j < nseq; j++) {
         const int32_t *row = seg_host + j * seqlen;
         int64_t begin = 0;
-        for (int64_t t = 0; t <= seqlen; t++) {
+        for (int64_t t = 1; t <= seqlen; t++) {
             if (t < seqlen && !starts(row, t))
                 continue;
-            if (t > begin) {
-                d->count++;
-                if (t - begin > d->longest)
-                    d->longest = t - begin;
+            if (first && *count < room) {
+                first[*count] = (int32_t)(j * seqlen + begin);
+                length[*count] = (int32_t)(t - begin);
             }
+            ++*count;
+            *longest = t - begin > *longest ? t - begin : *longest;
             begin = t;
         }
     }
+}
+
+void rp_attn_documents_measure(const int32_t *seg_host, int64_t nseq, int64_t seqlen,
+                               rp_attn_documents *d)
+{
+    walk(seg_host, nseq, seqlen, 0, NULL, NULL, &d->count, &d->longest);
     d->slots = power_of_two_at_least(d->count);
     int64_t span = power_of_two_at_least(d->longest > RP_ATTN_DOCUMENTS_MIN_SPAN
                                              ? d->longest
@@ -48,22 +57,9 @@ void rp_attn_documents_measure(const int32_t *seg_host, int64_t nseq, int64_t se
 void rp_attn_documents_table(const int32_t *seg_host, int64_t nseq, int64_t seqlen,
                              const rp_attn_documents *d, int32_t *first, int32_t *length)
 {
-    int64_t b = 0;
-    for (int64_t j = 0; j < nseq; j++) {
-        const int32_t *row = seg_host + j * seqlen;
-        int64_t begin = 0;
-        for (int64_t t = 0; t <= seqlen; t++) {
-            if (t < seqlen && !starts(row, t))
-                continue;
-            if (t > begin && b < d->slots) {
-                first[b] = (int32_t)(j * seqlen + begin);
-                length[b] = (int32_t)(t - begin);
-                b++;
-            }
-            begin = t;
-        }
-    }
-    for (; b < d->slots; b++) {
+    int64_t count, longest;
+    walk(seg_host, nseq, seqlen, d->slots, first, length, &count, &longest);
+    for (int64_t b = count < d->slots ? count : d->slots; b < d->slots; b++) {
         first[b] = (int32_t)(nseq * seqlen);
         length[b] = 0;
     }

@@ -372,6 +372,43 @@ static ragged ragged_of(graph *g, const dims_set *z)
     return r;
 }
 
+/* The row and column indices (int32, virtual) of the score matrix x */
+static void indices(graph *g, const dims_set *z, cudnnBackendDescriptor_t x,
+                    cudnnBackendDescriptor_t *row, cudnnBackendDescriptor_t *col)
+{
+    D4(sd, z->b, z->h, z->s, z->s);
+    D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
+    *row = tensor(g, 0, CUDNN_DATA_INT32, sd, ss, 0);
+    *col = tensor(g, 0, CUDNN_DATA_INT32, sd, ss, 0);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, *row, 2, CUDNN_DATA_INT32);
+    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, *col, 3, CUDNN_DATA_INT32);
+}
+
+/* y = mode(x, b[, t]) of the score matrix's shape, in type (virtual) */
+static cudnnBackendDescriptor_t score_node(graph *g, const dims_set *z, cudnnDataType_t type,
+                                           cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                           cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t)
+{
+    D4(sd, z->b, z->h, z->s, z->s);
+    D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
+    cudnnBackendDescriptor_t y = tensor(g, 0, type, sd, ss, 0);
+    pointwise(g, mode, x, b, t, y, 0, type);
+    return y;
+}
+
+static cudnnBackendDescriptor_t compare(graph *g, const dims_set *z, cudnnPointwiseMode_t mode,
+                                        cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b)
+{
+    return score_node(g, z, CUDNN_DATA_BOOLEAN, mode, a, b, NULL);
+}
+
+/* x where keep, else the fill */
+static cudnnBackendDescriptor_t kept(graph *g, const dims_set *z, cudnnBackendDescriptor_t x,
+                                     cudnnBackendDescriptor_t fill, cudnnBackendDescriptor_t keep)
+{
+    return score_node(g, z, CUDNN_DATA_FLOAT, CUDNN_POINTWISE_BINARY_SELECT, x, fill, keep);
+}
+
 /* x where row < the entry's query length and column < its key length,
  * else the fill: a documents graph's padding mask (the nodes cudnn-frontend
  * lowers its padding mask to) */
@@ -379,41 +416,21 @@ static cudnnBackendDescriptor_t padding_masked(graph *g, const dims_set *z, cons
                                                cudnnBackendDescriptor_t x,
                                                cudnnBackendDescriptor_t fill)
 {
-    D4(sd, z->b, z->h, z->s, z->s);
-    D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
-    cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
-    cudnnBackendDescriptor_t row = tensor(g, 0, i32, sd, ss, 0);
-    cudnnBackendDescriptor_t col = tensor(g, 0, i32, sd, ss, 0);
-    cudnnBackendDescriptor_t row_in = tensor(g, 0, bl, sd, ss, 0);
-    cudnnBackendDescriptor_t col_in = tensor(g, 0, bl, sd, ss, 0);
-    cudnnBackendDescriptor_t keep = tensor(g, 0, bl, sd, ss, 0);
-    cudnnBackendDescriptor_t masked = tensor(g, 0, f32, sd, ss, 0);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, 2, i32);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, 3, i32);
-    pointwise(g, CUDNN_POINTWISE_CMP_LT, row, r->lengths_q, NULL, row_in, 0, bl);
-    pointwise(g, CUDNN_POINTWISE_CMP_LT, col, r->lengths_kv, NULL, col_in, 0, bl);
-    pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in, NULL, keep, 0, bl);
-    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, x, fill, keep, masked, 0, f32);
-    return masked;
+    cudnnBackendDescriptor_t row, col;
+    indices(g, z, x, &row, &col);
+    cudnnBackendDescriptor_t row_in = compare(g, z, CUDNN_POINTWISE_CMP_LT, row, r->lengths_q);
+    cudnnBackendDescriptor_t col_in = compare(g, z, CUDNN_POINTWISE_CMP_LT, col, r->lengths_kv);
+    return kept(g, z, x, fill, compare(g, z, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in));
 }
 
-/* x where row >= column (generated indices), else the fill */
+/* x where row >= column, else the fill: the causal mask */
 static cudnnBackendDescriptor_t causal_masked(graph *g, const dims_set *z,
                                               cudnnBackendDescriptor_t x,
                                               cudnnBackendDescriptor_t fill)
 {
-    D4(sd, z->b, z->h, z->s, z->s);
-    D4(ss, z->h * z->s * z->s, z->s * z->s, z->s, 1);
-    cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, bl = CUDNN_DATA_BOOLEAN;
-    cudnnBackendDescriptor_t row = tensor(g, 0, i32, sd, ss, 0);
-    cudnnBackendDescriptor_t col = tensor(g, 0, i32, sd, ss, 0);
-    cudnnBackendDescriptor_t keep = tensor(g, 0, bl, sd, ss, 0);
-    cudnnBackendDescriptor_t masked = tensor(g, 0, f32, sd, ss, 0);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, 2, i32);
-    pointwise(g, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, 3, i32);
-    pointwise(g, CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, 0, bl);
-    pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, x, fill, keep, masked, 0, f32);
-    return masked;
+    cudnnBackendDescriptor_t row, col;
+    indices(g, z, x, &row, &col);
+    return kept(g, z, x, fill, compare(g, z, CUDNN_POINTWISE_CMP_GE, row, col));
 }
 
 /* The masked, scaled scores scale * Q K^T (fp32, virtual), less the

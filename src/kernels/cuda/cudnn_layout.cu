@@ -27,27 +27,20 @@ __global__ static void lse_from_stats(const float *stats, float *lse, int64_t ns
     lse[i] = stats[(b * nheads + h) * seqlen + t];
 }
 
-__global__ static void documents_stats_from_lse(const float *lse, float *stats,
-                                                const int32_t *first, const int32_t *length,
-                                                int64_t n, int64_t nheads, int64_t span)
+/* either way between lse and the documents' padded statistics
+ * (padding rows of stats get 0) */
+__global__ static void documents_transpose(float *stats, float *lse, const int32_t *first,
+                                           const int32_t *length, int64_t n, int64_t nheads,
+                                           int64_t span, int to_lse)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, h;
     if (i >= n)
         return;
     int64_t t = rp_attn_documents_token(i, first, length, nheads, span, &h);
-    stats[i] = t >= 0 ? lse[t * nheads + h] : 0.0f; /* padding: a finite value, never read */
-}
-
-__global__ static void documents_lse_from_stats(const float *stats, float *lse,
-                                                const int32_t *first, const int32_t *length,
-                                                int64_t n, int64_t nheads, int64_t span)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, h;
-    if (i >= n)
-        return;
-    int64_t t = rp_attn_documents_token(i, first, length, nheads, span, &h);
-    if (t >= 0) /* every token is one document's row: lse is written whole */
+    if (to_lse && t >= 0) /* every token is one document's row: lse is written whole */
         lse[t * nheads + h] = stats[i];
+    else if (!to_lse)
+        stats[i] = t >= 0 ? lse[t * nheads + h] : 0.0f; /* padding: a finite value, never read */
 }
 
 static unsigned blocks_for(int64_t n) { return (unsigned)((n + 255) / 256); }
@@ -70,16 +63,22 @@ extern "C" int rp_cuda_lse_from_stats(const float *stats, float *lse, int64_t ns
     return (int)cudaGetLastError();
 }
 
+static int documents(float *stats, float *lse, const int32_t *first, const int32_t *length,
+                     int64_t slots, int64_t span, int64_t nheads, int to_lse, cudaStream_t stream)
+{
+    int64_t n = slots * nheads * span;
+    if (n > 0)
+        documents_transpose<<<blocks_for(n), 256, 0, stream>>>(stats, lse, first, length, n,
+                                                               nheads, span, to_lse);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int rp_cuda_documents_stats_from_lse(const float *lse, float *stats,
                                                 const int32_t *first, const int32_t *length,
                                                 int64_t slots, int64_t span, int64_t nheads,
                                                 cudaStream_t stream)
 {
-    int64_t n = slots * nheads * span;
-    if (n > 0)
-        documents_stats_from_lse<<<blocks_for(n), 256, 0, stream>>>(lse, stats, first, length,
-                                                                    n, nheads, span);
-    return (int)cudaGetLastError();
+    return documents(stats, (float *)lse, first, length, slots, span, nheads, 0, stream);
 }
 
 extern "C" int rp_cuda_documents_lse_from_stats(const float *stats, float *lse,
@@ -87,9 +86,5 @@ extern "C" int rp_cuda_documents_lse_from_stats(const float *stats, float *lse,
                                                 int64_t slots, int64_t span, int64_t nheads,
                                                 cudaStream_t stream)
 {
-    int64_t n = slots * nheads * span;
-    if (n > 0)
-        documents_lse_from_stats<<<blocks_for(n), 256, 0, stream>>>(stats, lse, first, length,
-                                                                    n, nheads, span);
-    return (int)cudaGetLastError();
+    return documents((float *)stats, lse, first, length, slots, span, nheads, 1, stream);
 }
