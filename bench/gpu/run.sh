@@ -18,7 +18,7 @@
 #   parity       83  60    bench/gpu/parity.sh: every training path on --device
 #                          cuda against the CPU executors on the same fixture
 #                          (bf16 bound 2e-2), 1 and 2 ranks bit-identical:
-#                          its 24 cases, the never-run paths first, 3 at a
+#                          its 25 cases, the never-run paths first, 3 at a
 #                          time (capped at 240 s: no case starts after it,
 #                          no run outlasts it by 45 s; the CPU references
 #                          run beside them)
@@ -51,7 +51,7 @@
 #                          before cuDNN's attention, the fused cross-entropy,
 #                          asynchronous copies, cuBLASLt's epilogues, ...):
 #                          tokens/s and MFU, e2e (after) / this (before);
-#                          then, with 240 s left, e2e with --recompute stage
+#                          then, with 180 s left, e2e with --recompute stage
 #                          --speculative-update off (issue 33's before)
 #   peer         50  60    bench/gpu/torch_peer.py: PyTorch on the same GPU, same
 #                          model, sequence and batch (bf16 autocast, SDPA, fused
@@ -62,7 +62,7 @@
 #                          8B shapes (4 blocks) at 22528 and 76800 MiB, one real
 #                          step at the 22528 bound
 #
-# Expected: ~543 s before maxseq with the carried build (parity's 24 cases,
+# Expected: ~543 s before maxseq with the carried build (parity's 25 cases,
 # 3 at a time, take an estimated 83: about 177 one at a time, some 7 s a
 # case; the cuDNN test and timings 40), the whole 540 s budget: maxseq,
 # then the peer's second run, topology and the peer run only when earlier
@@ -924,8 +924,10 @@ elif start speedup; then
   fi
   # issue 33's "before": its choices that can be turned off in this binary
   # (the row updates on every thread and the layer-by-layer versions
-  # cannot), where the later phases keep their time
-  if [ "$(left)" -ge 240 ]; then
+  # cannot), where the peer keeps its time (an open issue's evidence, as
+  # this is; topology and maxseq, which no open issue waits for, may not:
+  # the window of 2026-11-30 took 35 s for this run's like, 35 s the peer's)
+  if [ "$(left)" -ge 180 ]; then
     say "roundpipe train --device cuda --recompute stage --speculative-update off: issue 33's choices off"
     if train 4096 "$b" "$n" "$logs/speedup-33.jsonl" "$(capped 90)" --recompute stage \
          --speculative-update off > "$logs/speedup-33.txt" 2>&1; then
@@ -936,7 +938,7 @@ elif start speedup; then
       tail -20 "$logs/speedup-33.txt"; pfail "e2e with issue 33's choices off" "see speedup-33.txt"
     fi
   else
-    skip "e2e with issue 33's choices off" "$(left) s left, under the 240 s it and the later phases need"
+    skip "e2e with issue 33's choices off" "$(left) s left, under the 180 s it and the peer need"
   fi
   end speedup
 fi
