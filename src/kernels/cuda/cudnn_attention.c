@@ -171,13 +171,13 @@ static void graph_free(graph *g)
     g->ndescs = 0;
 }
 
-/* A tensor: uid > 0 for one the variant pack names, 0 for a virtual one
- * (an intermediate the fused kernel keeps to itself). by_value: a scalar
- * passed by host pointer (the scale, the mask's fill). */
 static cudnnBackendDescriptor_t tensor_ragged(graph *g, int64_t uid, cudnnDataType_t type,
                                               const int64_t dims[4], const int64_t strides[4],
                                               int by_value, cudnnBackendDescriptor_t offsets);
 
+/* A tensor: uid > 0 for one the variant pack names, 0 for a virtual one
+ * (an intermediate the fused kernel keeps to itself). by_value: a scalar
+ * passed by host pointer (the scale, the mask's fill). */
 static cudnnBackendDescriptor_t tensor(graph *g, int64_t uid, cudnnDataType_t type,
                                        const int64_t dims[4], const int64_t strides[4],
                                        int by_value)
@@ -307,7 +307,6 @@ static void matmul_sized(graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescr
     finish(g, op, "matmul operation");
     add_op(g, op);
 }
-
 
 /* y: x's values seen through other dims and strides (a transposed view) */
 static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
