@@ -22,6 +22,13 @@
  * (rp_attention_cudnn_workspace_budget), or a line
  * saying why not (a shape it refuses, cuDNN absent); correctness is
  * mpi-tests/test_cuda_cudnn_attention's.
+ * Then documents: one sequence of SEQ tokens packed with documents of LEN
+ * (4096 in 512s, 16384 in 1024s), through the own kernel's segments and
+ * through cuDNN's ragged layout (kernels/attn_documents.h, the
+ * cudnn-documents path), as "RESULT attention-documents SEQ LEN OWN_MS
+ * CUDNN_MS": the time of a forward and a backward each (both timed as
+ * above, so the ratio is the speed-up), or a line saying why cuDNN did not
+ * take them.
  * Exit 77 without a GPU, 1 when a call fails. */
 #include "config.h"
 
@@ -233,6 +240,53 @@ int main(int argc, char **argv)
             if (nr < 32)
                 snprintf(results[nr++], sizeof results[0], "RESULT attention-cudnn %ld %.2f %.2f %.2f",
                          seq, f, b, both);
+        }
+        /* documents: the own kernel's segments against cuDNN's ragged layout */
+        static const long packs[][2] = {{4096, 512}, {16384, 1024}};
+        for (size_t i = 0; i < sizeof packs / sizeof packs[0]; i++) {
+            const long seq = packs[i][0], len = packs[i][1];
+            rp_attn_shape s = {.nseq = 1, .seqlen = seq, .nheads = 16, .nkv = 8, .head_dim = 128,
+                               .block = 64, .scale = (float)(1.0 / sqrt(128.0))};
+            int it = iters > 0 ? iters : (int)(4 * 1.6e13 / rp_cuda_attn_flops(&s, 0)) + 1;
+            if (it > 50) it = 50;
+            int32_t *seg = malloc((size_t)seq * sizeof *seg), *seg_dev = NULL;
+            if (!seg || cudaMalloc((void **)&seg_dev, (size_t)seq * sizeof *seg) != cudaSuccess) {
+                fprintf(stderr, "bench_attention: documents: out of memory\n");
+                free(seg);
+                rc = 1;
+                break;
+            }
+            for (long t = 0; t < seq; t++)
+                seg[t] = (int32_t)(t / len * len);
+            cudaMemcpy(seg_dev, seg, (size_t)seq * sizeof *seg, cudaMemcpyHostToDevice);
+            s.seg_start = seg_dev;
+            s.seg_host = seg;
+            const double ff = rp_cuda_attn_flops(&s, 0), fb = rp_cuda_attn_flops(&s, 1);
+            double f = 0, b = 0, cf = 0, cb = 0;
+            if (rp_cuda_attn_bench(0, &s, it, &f, &b, &why) != 0) {
+                fprintf(stderr, "bench_attention: documents %ld in %ld: %s\n", len, seq, why);
+                rc = 1;
+            } else {
+                /* the nominal (dense causal) FLOPs over each figure: times */
+                const double own_ms = (ff / f + fb / b) / 1e9;
+                int r = time_cudnn(a, &s, it, &cf, &cb, dwhy, sizeof dwhy);
+                if (r == 0) {
+                    const double cudnn_ms = (ff / cf + fb / cb) / 1e9;
+                    printf("documents of %ld in %ld: own kernel %.3f ms, cuDNN %.3f ms "
+                           "(forward + backward): %.2fx\n", len, seq, own_ms, cudnn_ms,
+                           own_ms / cudnn_ms);
+                    if (nr < 32)
+                        snprintf(results[nr++], sizeof results[0],
+                                 "RESULT attention-documents %ld %ld %.4f %.4f", seq, len, own_ms,
+                                 cudnn_ms);
+                } else {
+                    printf("documents of %ld in %ld: own kernel %.3f ms; cudnn %s: %s\n", len,
+                           seq, own_ms, r == RP_CUDNN_REFUSED ? "refuses" : "failed", dwhy);
+                    rc = r == RP_CUDNN_REFUSED ? rc : 1;
+                }
+            }
+            cudaFree(seg_dev);
+            free(seg);
         }
         rp_cudnn_attention_destroy(&a);
     }

@@ -694,6 +694,7 @@ fi
 #   RESULT attention SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
 #   RESULT attention-cudnn-workspace SEQ FWD_BYTES BWD_BYTES RESERVED_BYTES
 #   RESULT attention-cudnn SEQ FWD_TFLOPS BWD_TFLOPS FWDBWD_TFLOPS
+#   RESULT attention-documents SEQ LEN OWN_MS CUDNN_MS
 # (causal FLOPs: fwd 2*S*S*heads*hd, bwd 2.5x fwd; the workspace cuDNN's
 # plans ask for against what a run reserves for it, kernels/attention_choice.h)
 if want attn && [ $dry = yes ]; then
@@ -717,6 +718,14 @@ elif start attn; then
       awk -v a="$wb" -v r="$res" 'BEGIN { exit !(a > r) }' &&
         pfail "cuDNN at seq $s" "its plan asks more workspace than a run reserves: runs of this length take the own kernel (kernels/attention_choice.h)"
     done < <(awk '$1=="RESULT" && $2=="attention-cudnn-workspace" && $6 > 0' "$logs/attention.txt")
+    # documents of LEN packed in SEQ: cuDNN's ragged layout (cudnn-documents,
+    # not yet on by default) against the own kernel's segments
+    while read -r _ _ s l own cud; do
+      put "attention over documents of $l in $s, fwd+bwd" "$cud ms (cuDNN)" "own kernel $own ms" "$(calc "$own / $cud")" "own / cuDNN"
+    done < <(awk '$1=="RESULT" && $2=="attention-documents"' "$logs/attention.txt")
+    while read -r line; do
+      skip "attention over ${line%%:*}, cuDNN" "$(echo "${line#*cudnn refuses: }" | cut -c1-100)"
+    done < <(grep '^documents of .*cudnn refuses' "$logs/attention.txt")
     grep -q '^RESULT attention ' "$logs/attention.txt" ||
       pfail "attention fwd+bwd" "bench_attention exited 0 without a RESULT attention line (attention.txt)"
     grep -q '^cudnn: not timed' "$logs/attention.txt" &&
