@@ -62,6 +62,10 @@ EXTRA_DIST += mpi-tests/test_engine.sh
 TESTS += mpi-tests/test_recompute_bits.sh
 EXTRA_DIST += mpi-tests/test_recompute_bits.sh
 
+# RP_TEST_STEP_BOUNDARY_BEFORE (issue 33's before, for the GPU window): the same bits
+TESTS += mpi-tests/test_step_boundary_before.sh
+EXTRA_DIST += mpi-tests/test_step_boundary_before.sh
+
 # --speculative-update on and off: the same bits, hits, misses and both
 TESTS += mpi-tests/test_speculative_update.sh
 EXTRA_DIST += mpi-tests/test_speculative_update.sh

@@ -52,7 +52,8 @@
 #                          asynchronous copies, cuBLASLt's epilogues, ...):
 #                          tokens/s and MFU, e2e (after) / this (before);
 #                          then, with 180 s left, e2e with --recompute stage
-#                          --speculative-update off (issue 33's before)
+#                          --speculative-update off and
+#                          RP_TEST_STEP_BOUNDARY_BEFORE=1 (issue 33's before)
 #   peer         50  60    bench/gpu/torch_peer.py: PyTorch on the same GPU, same
 #                          model, sequence and batch (bf16 autocast, SDPA, fused
 #                          AdamW, all resident); e2e as a ratio to it; then
@@ -931,18 +932,20 @@ elif start speedup; then
   else
     tail -20 "$logs/speedup.txt"; pfail "e2e with every CUDA path off" "see speedup.txt"
   fi
-  # issue 33's "before": its choices that can be turned off in this binary
-  # (the row updates on every thread and the layer-by-layer versions
-  # cannot), where the peer keeps its time (an open issue's evidence, as
-  # this is; topology and maxseq, which no open issue waits for, may not:
-  # the window of 2026-11-30 took 35 s for this run's like, 35 s the peer's)
+  # issue 33's "before": its recompute and speculative update off by their
+  # options, and RP_TEST_STEP_BOUNDARY_BEFORE=1 (update_gate.h: every job
+  # waits for all its layers' versions before it computes, the embedding's
+  # runs of rows updated one after another), where the peer keeps its time
+  # (an open issue's evidence, as this is; topology and maxseq, which no
+  # open issue waits for, may not: the window of 2026-11-30 took 35 s for
+  # this run's like, 35 s the peer's)
   if [ "$(left)" -ge 180 ]; then
-    say "roundpipe train --device cuda --recompute stage --speculative-update off: issue 33's choices off"
-    if train 4096 "$b" "$n" "$logs/speedup-33.jsonl" "$(capped 90)" --recompute stage \
-         --speculative-update off > "$logs/speedup-33.txt" 2>&1; then
+    say "roundpipe train --device cuda --recompute stage --speculative-update off, RP_TEST_STEP_BOUNDARY_BEFORE=1: issue 33's before"
+    if RP_TEST_STEP_BOUNDARY_BEFORE=1 train 4096 "$b" "$n" "$logs/speedup-33.jsonl" "$(capped 90)" \
+         --recompute stage --speculative-update off > "$logs/speedup-33.txt" 2>&1; then
       t33=$(median_tps "$logs/speedup-33.jsonl")
-      put "e2e tokens/s, --recompute stage --speculative-update off" "$(printf %.0f "$t33")" "e2e (default paths)" \
-        "$([ -n "$tps" ] && calc "$tps / $t33" || echo -)" "after / before (issue 33's switchable choices)"
+      put "e2e tokens/s, issue 33's step boundary off" "$(printf %.0f "$t33")" "e2e (default paths)" \
+        "$([ -n "$tps" ] && calc "$tps / $t33" || echo -)" "after / before (--recompute stage --speculative-update off, RP_TEST_STEP_BOUNDARY_BEFORE=1)"
     else
       tail -20 "$logs/speedup-33.txt"; pfail "e2e with issue 33's choices off" "see speedup-33.txt"
     fi

@@ -129,7 +129,11 @@ void rp_optimizer_update_ranges(rp_engine *e, int l, int64_t t, float coef,
 {
     uint64_t c0 = thread_cpu_ns();
     ranges_update u = {e, l, t, coef};
-    rp_adamw_ranges_split(ranges, count, update_piece, &u);
+    if (e->boundary_before) /* before issue 33: a run at a time (update_gate.h) */
+        for (size_t i = 0; i < count; i++)
+            update_piece(&u, ranges[i].lo, ranges[i].hi);
+    else
+        rp_adamw_ranges_split(ranges, count, update_piece, &u);
     count_adamw(e, t, c0);
 }
 

@@ -132,6 +132,8 @@ typedef struct rp_engine {
     int device_ordinal;    /* node-local rank mod visible devices */
     unsigned unproven;     /* the CUDA paths on: proven or allowed, not turned off
                               (core/unproven.h: bit 1u << rp_unproven), read once */
+    int boundary_before;   /* RP_TEST_STEP_BOUNDARY_BEFORE=1: issue 33's step boundary
+                              as before it (update_gate.h), read once */
     int speculative;       /* --speculative-update resolved: on (speculative.c) */
     size_t spec_backup_floats; /* this rank's backup: 3 x its slices of layers 1.. */
     size_t spec_backup_node_bytes; /* the node's ranks' backups together (host memory) */

@@ -26,6 +26,7 @@
 #include "engine/memory_model.h"
 #include "engine/node_sums.h"
 #include "engine/protocol.h"
+#include "engine/update_gate.h"
 #include "io/config.h"
 #include "io/read_file.h"
 #include "model/layers.h"
@@ -407,6 +408,7 @@ void rp_run_init(rp_engine *e, rp_run_state *r, const rp_train_options *o,
     e->o = o;
     e->device = o->device;
     e->unproven = rp_unproven_mask();
+    e->boundary_before = rp_gate_boundary_before_switch();
     e->resume_step = resume->step;
     e->resume_adam_step = resume->adam_step;
     e->resume_dir = resume->step ? resume->dir : NULL;

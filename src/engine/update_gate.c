@@ -1,6 +1,8 @@
 /* The update gate (see update_gate.h for the table): the one place that
  * decides when a layer's update may run and which version a job may read. */
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "engine/checkpoint_steps.h"
 #include "engine/engine_impl.h"
@@ -54,7 +56,13 @@ int rp_gate_layer_weights_ready(const rp_engine *e, int l, int tied_head, int64_
 
 int rp_gate_weights_before_compute(const rp_engine *e)
 {
-    return e->o->optimizer_lag != 0;
+    return e->o->optimizer_lag != 0 || e->boundary_before;
+}
+
+int rp_gate_boundary_before_switch(void)
+{
+    const char *v = getenv("RP_TEST_STEP_BOUNDARY_BEFORE");
+    return v && strcmp(v, "1") == 0;
 }
 
 /* The host buffers of step t-1 must have been consumed by its update

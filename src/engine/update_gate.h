@@ -18,7 +18,8 @@
  * |                               |                                           | once it is on the device         | later layers)                |
  * | a job of step t, before it    | lagged: every layer of the job at its     | a lagged update waits for the    | rp_gate_weights_before_      |
  * | computes                      | version, its upload submitted (in layer   | job's uploads: they must not     | compute                      |
- * |                               | order)                                    | wait for the job's compute       |                              |
+ * |                               | order); so too under the test mode        | wait for the job's compute       |                              |
+ * |                               | RP_TEST_STEP_BOUNDARY_BEFORE              | (the test mode: issue 33's before)|                              |
  * | a job of step t, before it    | its layers at version t-1 (the embedding: | the host gradient buffers of t-1 | rp_gate_wait_grad_buffers    |
  * | downloads its gradients       | summed at t-1)                            | were consumed by their update    |                              |
  * | the sum of step t's embedding | several nodes, lagged: this rank's share  | the layer's buffer holds t-1's   | rp_gate_embedding_sum_after  |
@@ -97,8 +98,22 @@ int rp_gate_layer_weights_ready(const rp_engine *e, int l, int tied_head, int64_
  * computes (instead of each layer as its compute reaches it): with a lagged
  * optimizer, whose update of step t waits for step t+1's uploads of the
  * layer (rp_gate_wait_update), an upload that waited for the job's compute
- * would wait on inputs that may follow that update on another executor. */
+ * would wait on inputs that may follow that update on another executor.
+ * And under RP_TEST_STEP_BOUNDARY_BEFORE (below). */
 int rp_gate_weights_before_compute(const rp_engine *e);
+
+/* RP_TEST_STEP_BOUNDARY_BEFORE=1, a test mode for the GPU window's
+ * before-and-after of issue 33: the step boundary as it was before that
+ * issue where a switch can bring it back, the same bits: every job waits
+ * for all its layers' versions before it computes (as a lagged optimizer's
+ * must), and the embedding's runs of rows are updated one after another,
+ * each on as many threads as its own length would take (adamw_share.c),
+ * not shared out over every thread together. (The recompute and the
+ * speculative update have options of their own: --recompute stage
+ * --speculative-update off.) Read once a run (engine->boundary_before):
+ * "1" turns it on, anything else leaves it off, as the other RP_TEST_
+ * switches. */
+int rp_gate_boundary_before_switch(void);
 
 /* Before a job of step t overwrites its layers' host gradient buffers. */
 rp_status rp_gate_wait_grad_buffers(rp_engine *e, int first, int last, int tied_head, int64_t t,
