@@ -193,8 +193,9 @@ static const rp_option rows[] = {
              "flash kernel; auto (default): cudnn where it loads on an\n"
              "sm_80+ GPU (unless RP_DISABLE_CUDA_PATHS names cudnn),\n"
              "else own. Windows, sinks and document segments take the\n"
-             "own kernel (cudnn with --documents is refused). The\n"
-             "choice is logged once"},
+             "own kernel (segments: unless the cudnn-documents path is\n"
+             "on; cudnn with --documents is refused). The choice is\n"
+             "logged once"},
     {DOUBLE("timeout", "SECONDS", timeout_s), .fallback = "600", .min = 0, .max = TIMEOUT_MAX_S,
      .bounds = RP_OPTION_MIN_OPEN,
      .range_error = "--timeout must be > 0 and at most " NUMBER_TEXT(TIMEOUT_MAX_S)

@@ -12,10 +12,11 @@
  *          window of 2026-11-30; RP_DISABLE_CUDA_PATHS=cudnn turns it off),
  *          else own, with the reason.
  * Calls whose shape cuDNN does not take (gpt-oss's windows and sinks, head
- * dims it does not run, document segments) take the own kernel under auto
- * and cudnn alike: the same contract (kernels/ops.h), tested against the
- * same CPU op. A run over documents refuses --attention cudnn up front
- * (engine/train_options.h). */
+ * dims it does not run, document segments unless the cudnn-documents path
+ * is on and their padded layout fits, kernels/attn_documents.h) take the
+ * own kernel under auto and cudnn alike: the same contract
+ * (kernels/ops.h), tested against the same CPU op. A run over documents
+ * refuses --attention cudnn up front (engine/train_options.h). */
 #ifndef RP_KERNELS_ATTENTION_CHOICE_H
 #define RP_KERNELS_ATTENTION_CHOICE_H
 

@@ -30,8 +30,9 @@ rp_status rp_cuda_kernels_create(int ordinal, void *stream, void *blas, rp_kerne
  * residual and the bias in the GEMM's epilogue (kernels/cuda/gemm_lt.h; its
  * handle and workspace made here, once; a product into y_compute alone
  * stays cuBLAS's bf16-output GEMM, with nothing for an epilogue to add).
- * Calls over document segments take the own kernel under every mode
- * (cuDNN takes none: kernels/attention_choice.h). RP_ERR_UNSUPPORTED when cudnn was asked for
+ * Calls over document segments take the own kernel unless the
+ * cudnn-documents path of unproven is on (then cuDNN's ragged layout where
+ * they fit: kernels/attn_documents.h). RP_ERR_UNSUPPORTED when cudnn was asked for
  * and cannot run; RP_ERR_CUDA when cuBLASLt's state cannot be made. */
 rp_status rp_cuda_kernels_choose_attention(rp_kernels *k, int mode, unsigned unproven,
                                            rp_error *err);
