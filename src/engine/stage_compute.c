@@ -55,9 +55,9 @@ static const rp_lora_call *lora_call(executor *x, const rp_job *job, int l, int6
 }
 
 /* Block l's call (l >= 1): its index, LoRA's adapters, the documents'
- * host copy, and a mixture of experts' router statistics (a forward of a forward job or the tail: a
- * backward stage's recompute writes none) or the load-balancing loss's
- * gradient (a backward, rp_exec_aux_grad made it). */
+ * host copy, and a mixture of experts' router statistics (a forward of a
+ * forward job or the tail: a backward stage's recompute writes none) or the
+ * load-balancing loss's gradient (a backward, rp_exec_aux_grad made it). */
 static const rp_block_call *block_call(executor *x, const rp_job *job, int l, int64_t t,
                                        int forward, rp_lora_call *lc, rp_block_call *c)
 {
