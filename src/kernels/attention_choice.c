@@ -107,9 +107,7 @@ size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device
 
 static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
 
-/* the backward's buffers, the larger: the statistics and Delta (fp32 per
- * row and head, stats_rows rows), dq, dk and dv in bf16 */
-static size_t buffers(const rp_attn_shape *s, size_t stats_rows)
+size_t rp_attention_cudnn_call_buffer_bytes(const rp_attn_shape *s, size_t stats_rows)
 {
     if (rp_attention_cudnn_refusal(s))
         return 0;
@@ -121,7 +119,7 @@ static size_t buffers(const rp_attn_shape *s, size_t stats_rows)
 
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s)
 {
-    return buffers(s, (size_t)(s->nseq * s->seqlen));
+    return rp_attention_cudnn_call_buffer_bytes(s, (size_t)(s->nseq * s->seqlen));
 }
 
 size_t rp_attention_cudnn_documents_budget(const rp_attn_shape *s, size_t device_total)
@@ -133,7 +131,8 @@ size_t rp_attention_cudnn_documents_budget(const rp_attn_shape *s, size_t device
 
 size_t rp_attention_cudnn_documents_buffer_bytes(const rp_attn_shape *s)
 {
-    return buffers(s, (size_t)(RP_ATTN_DOCUMENTS_MAX_PADDING * s->nseq * s->seqlen));
+    return rp_attention_cudnn_call_buffer_bytes(
+        s, (size_t)(RP_ATTN_DOCUMENTS_MAX_PADDING * s->nseq * s->seqlen));
 }
 
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total)

@@ -99,6 +99,12 @@ size_t rp_attention_cudnn_workspace_want(const rp_attn_shape *s);
 size_t rp_attention_cudnn_workspace_cap(size_t device_total);
 size_t rp_attention_cudnn_workspace_budget(const rp_attn_shape *s, size_t device_total);
 size_t rp_attention_cudnn_buffer_bytes(const rp_attn_shape *s);
+/* The buffers of kernels/cuda/cudnn_attention.c for a call of shape s
+ * whose statistics have stats_rows rows a head (nseq * seqlen for a dense
+ * call, the plan's padded rows for documents), the backward's, the larger:
+ * the statistics and Delta (fp32), then dq, dk and dv in bf16, each part
+ * rounded up to 256 bytes; 0 for a shape cuDNN does not take. */
+size_t rp_attention_cudnn_call_buffer_bytes(const rp_attn_shape *s, size_t stats_rows);
 size_t rp_attention_cudnn_reserve_bytes(const rp_attn_shape *s, size_t device_total);
 /* The workspace a run over documents reserves for cuDNN, calls of shape s
  * (its dense shape) on a GPU of device_total bytes: twice the dense call's

@@ -762,12 +762,19 @@ static int same_key(const plan_key *x, const plan_key *y)
            memcmp(&x->scale, &y->scale, sizeof x->scale) == 0 && x->budget == y->budget;
 }
 
+/* s without its segments: the dense call the budgets are computed for */
+static rp_attn_shape without_segments(const rp_attn_shape *s)
+{
+    rp_attn_shape dense = *s;
+    dense.seg_start = dense.seg_host = NULL;
+    return dense;
+}
+
 /* The key of a dense call of shape s: its workspace budget the one a run
  * reserves for it (kernels/attention_choice.h). */
 static plan_key dense_key(const rp_cudnn_attention *a, const rp_attn_shape *s, int backward)
 {
-    rp_attn_shape dense = *s;
-    dense.seg_start = dense.seg_host = NULL;
+    const rp_attn_shape dense = without_segments(s);
     return (plan_key){.backward = backward, .b = s->nseq, .s = s->seqlen, .h = s->nheads,
                       .hk = s->nkv, .d = s->head_dim, .scale = s->scale,
                       .budget = rp_attention_cudnn_workspace_budget(&dense, a->device_total)};
@@ -1009,8 +1016,7 @@ static int plan_call(rp_cudnn_attention *a, const rp_attn_shape *s, int backward
             snprintf(why, why_len, "%s", no);
             return RP_CUDNN_REFUSED;
         }
-        rp_attn_shape dense = *s;
-        dense.seg_start = dense.seg_host = NULL;
+        const rp_attn_shape dense = without_segments(s);
         key.documents = 1;
         key.b = c->docs.slots;
         key.s = c->docs.span;
@@ -1094,10 +1100,10 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
     int64_t rows = s->nseq * s->seqlen;
     size_t nq = (size_t)(rows * s->nheads * s->head_dim), nk = (size_t)(rows * s->nkv * s->head_dim);
     size_t stats_bytes = round_up((size_t)(c.stats_rows * s->nheads) * sizeof(float));
-    /* the statistics and Delta, then dq, dk, dv in bf16: for a dense call
-     * rp_attention_cudnn_buffer_bytes's layout, for documents no more
-     * (their padded rows are at most the call's: rp_attn_documents_refusal) */
-    size_t need = 2 * stats_bytes + round_up(nq * 2) + 2 * round_up(nk * 2);
+    /* the layout below (what a run reserved: rp_attention_cudnn_buffer_bytes
+     * for a dense call, rp_attention_cudnn_documents_buffer_bytes's bound
+     * for documents) */
+    size_t need = rp_attention_cudnn_call_buffer_bytes(s, (size_t)c.stats_rows);
     if (grow(a, &a->buffers, &a->buffers_bytes, need, why, why_len))
         return RP_CUDNN_FAILED;
     char *at = a->buffers;
