@@ -287,8 +287,19 @@ START_TEST(uneven_documents_take_the_own_kernel_under_auto)
     ck_assert_msg(st == RP_OK, "--attention auto: %s", g_err.msg);
     const documents_case uneven = {{1, 1024, 4, 2, 64}, {{0, 48, 100, -1}}};
     int32_t *seg = segments_of(&uneven);
+    int64_t cudnn_before = 0, calls_before = 0, cudnn_after = 0, calls_after = 0;
+    const char *refused = NULL;
+    rp_cuda_kernels_documents_calls(&g_k, &cudnn_before, &calls_before, &refused);
     check_case(&uneven.shape, seg, 800);
     free(seg);
+    /* the run's last line counts them: 2 runs of a forward and a backward,
+     * none through cuDNN, and says why the first was refused */
+    ck_assert_msg(rp_cuda_kernels_documents_calls(&g_k, &cudnn_after, &calls_after, &refused),
+                  "the cudnn-documents path is on under auto with every path allowed");
+    ck_assert_int_eq(calls_after - calls_before, 4);
+    ck_assert_int_eq(cudnn_after - cudnn_before, 0);
+    ck_assert_msg(strstr(refused, "too uneven for cuDNN's padded layout") != NULL,
+                  "the first refusal kept: '%s'", refused);
     st = rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_CUDNN, (1u << RP_UNPROVEN_COUNT) - 1,
                                           &g_err);
     ck_assert_msg(st == RP_OK, "--attention cudnn: %s", g_err.msg);

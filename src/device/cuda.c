@@ -425,10 +425,11 @@ static void cuda_kernels_summary(void *impl, char *buf, size_t len)
         at += (size_t)snprintf(buf, len, "linear forwards through cuBLASLt (gemm-lt): %lld",
                                (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
     int64_t cudnn = 0, calls = 0;
-    if (rp_cuda_kernels_documents_calls(&c->kernels, &cudnn, &calls) && at < len)
+    const char *refused = "";
+    if (rp_cuda_kernels_documents_calls(&c->kernels, &cudnn, &calls, &refused) && at < len)
         snprintf(buf + at, len - at, "%sattention calls over documents through cuDNN "
-                 "(cudnn-documents): %lld of %lld", at ? "; " : "", (long long)cudnn,
-                 (long long)calls);
+                 "(cudnn-documents): %lld of %lld%s%s", at ? "; " : "", (long long)cudnn,
+                 (long long)calls, refused[0] ? "; the first it refused: " : "", refused);
 }
 
 const rp_device_ops rp_device_ops_cuda = {

@@ -69,9 +69,11 @@ typedef struct cuda_state {
     int attention_mode;
     /* the cudnn-documents path: document segments to cuDNN's ragged layout
      * where it takes them (kernels/attn_documents.h), else the own kernel;
-     * the attention calls over documents, and those cuDNN ran */
+     * the attention calls over documents, those cuDNN ran, and why it
+     * refused the first it did not ("" while none) */
     int cudnn_documents;
     int64_t documents_calls, documents_cudnn_calls;
+    char documents_refused[RP_DOCUMENTS_REFUSED_MAX];
     /* the fused-xent path, given there too: cross_entropy writes the bf16
      * gradient in its own pass */
     int fused_xent;
@@ -356,6 +358,16 @@ static int to_cudnn(const cuda_state *c, const rp_attn_shape *s)
 {
     return c->cudnn && !rp_attention_cudnn_refusal(s) && (!s->seg_start || c->cudnn_documents);
 }
+
+/* counts a documents call cuDNN ran, or keeps why it refused the first */
+static void count_documents(cuda_state *c, const rp_attn_shape *s, int done, const char *why)
+{
+    if (!s->seg_start)
+        return;
+    c->documents_cudnn_calls += done;
+    if (!done && !c->documents_refused[0])
+        snprintf(c->documents_refused, sizeof c->documents_refused, "%s", why);
+}
 #endif
 
 static rp_status attention_forward(void *state, const rp_attn_shape *s, const void *q,
@@ -370,7 +382,7 @@ static rp_status attention_forward(void *state, const rp_attn_shape *s, const vo
         int done = 0;
         int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
-        c->documents_cudnn_calls += done && s->seg_start;
+        count_documents(c, s, done, dwhy);
         if (done)
             return RP_OK;
     }
@@ -394,7 +406,7 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
         int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
                                              sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention backward", rc, dwhy, &done, err));
-        c->documents_cudnn_calls += done && s->seg_start;
+        count_documents(c, s, done, dwhy);
         if (done)
             return RP_OK;
     }
@@ -1103,11 +1115,12 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k)
 }
 
 int rp_cuda_kernels_documents_calls(const rp_kernels *k, int64_t *through_cudnn,
-                                    int64_t *calls)
+                                    int64_t *calls, const char **first_refused)
 {
     const cuda_state *c = k ? k->state : NULL;
     *through_cudnn = c ? c->documents_cudnn_calls : 0;
     *calls = c ? c->documents_calls : 0;
+    *first_refused = c ? c->documents_refused : "";
 #ifdef RP_HAVE_CUDNN
     return c && c->cudnn && c->cudnn_documents;
 #else

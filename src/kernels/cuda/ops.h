@@ -41,11 +41,14 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k);
 /* How many linear_forward calls cuBLASLt has computed (gemm-lt; the
  * others went through cuBLAS), for tests and the run's last log line. */
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
-/* The attention calls (forward and backward) over document segments, and
- * those of them cuDNN ran (the cudnn-documents path), for tests and the
- * run's last log line; returns whether that path is on with cuDNN chosen. */
+/* The attention calls (forward and backward) over document segments, those
+ * of them cuDNN ran (the cudnn-documents path), and why it refused the first
+ * it did not run ("" while none; at most RP_DOCUMENTS_REFUSED_MAX bytes), for
+ * tests and the run's last log line; returns whether that path is on with
+ * cuDNN chosen. */
+#define RP_DOCUMENTS_REFUSED_MAX 512
 int rp_cuda_kernels_documents_calls(const rp_kernels *k, int64_t *through_cudnn,
-                                    int64_t *calls);
+                                    int64_t *calls, const char **first_refused);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
 
