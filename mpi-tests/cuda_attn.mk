@@ -18,3 +18,12 @@ TESTS += mpi-tests/test_cuda_cudnn_attention
 mpi_tests_test_cuda_cudnn_attention_SOURCES = mpi-tests/test_cuda_cudnn_attention.c
 mpi_tests_test_cuda_cudnn_attention_CFLAGS = $(RP_TEST_CFLAGS)
 mpi_tests_test_cuda_cudnn_attention_LDADD = $(RP_TEST_LDADD) $(CUBLAS_LIBS)
+
+# how cuDNN attention's plans are built (the ways a documents graph is
+# written, tried in turn; refusals; the cache), over a recording stand-in
+# for cuDNN's backend API: runs on the CPU in a build with cuDNN's headers
+check_PROGRAMS += mpi-tests/test_cudnn_graphs
+TESTS += mpi-tests/test_cudnn_graphs
+mpi_tests_test_cudnn_graphs_SOURCES = mpi-tests/test_cudnn_graphs.c
+mpi_tests_test_cudnn_graphs_CFLAGS = $(RP_TEST_CFLAGS)
+mpi_tests_test_cudnn_graphs_LDADD = $(RP_TEST_LDADD)

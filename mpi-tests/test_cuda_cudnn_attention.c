@@ -273,6 +273,13 @@ START_TEST(documents_through_cudnn)
     int32_t *seg = segments_of(&documents_cases[_i]);
     check_case(&documents_cases[_i].shape, seg, 700 + 10 * (uint64_t)_i);
     free(seg);
+    /* which way of writing the graph cuDNN took, for the GPU window's row */
+    rp_cuda_documents_report d;
+    rp_cuda_kernels_documents_calls(&g_k, &d);
+    ck_assert_msg(d.graph[0] && d.graph[1], "cuDNN ran the documents' calls: their graphs named");
+    printf("CUDNN DOCUMENTS GRAPHS: case %d: forward with %s, backward with %s\n", _i, d.graph[0],
+           d.graph[1]);
+    fflush(stdout);
 }
 END_TEST
 
@@ -287,19 +294,18 @@ START_TEST(uneven_documents_take_the_own_kernel_under_auto)
     ck_assert_msg(st == RP_OK, "--attention auto: %s", g_err.msg);
     const documents_case uneven = {{1, 1024, 4, 2, 64}, {{0, 48, 100, -1}}};
     int32_t *seg = segments_of(&uneven);
-    int64_t cudnn_before = 0, calls_before = 0, cudnn_after = 0, calls_after = 0;
-    const char *refused = NULL;
-    rp_cuda_kernels_documents_calls(&g_k, &cudnn_before, &calls_before, &refused);
+    rp_cuda_documents_report before, after;
+    rp_cuda_kernels_documents_calls(&g_k, &before);
     check_case(&uneven.shape, seg, 800);
     free(seg);
     /* the run's last line counts them: 2 runs of a forward and a backward,
      * none through cuDNN, and says why the first was refused */
-    ck_assert_msg(rp_cuda_kernels_documents_calls(&g_k, &cudnn_after, &calls_after, &refused),
+    ck_assert_msg(rp_cuda_kernels_documents_calls(&g_k, &after),
                   "the cudnn-documents path is on under auto with every path allowed");
-    ck_assert_int_eq(calls_after - calls_before, 4);
-    ck_assert_int_eq(cudnn_after - cudnn_before, 0);
-    ck_assert_msg(strstr(refused, "too uneven for cuDNN's padded layout") != NULL,
-                  "the first refusal kept: '%s'", refused);
+    ck_assert_int_eq(after.calls - before.calls, 4);
+    ck_assert_int_eq(after.through_cudnn - before.through_cudnn, 0);
+    ck_assert_msg(strstr(after.first_refused, "too uneven for cuDNN's padded layout") != NULL,
+                  "the first refusal kept: '%s'", after.first_refused);
     st = rp_cuda_kernels_choose_attention(&g_k, RP_ATTENTION_CUDNN, (1u << RP_UNPROVEN_COUNT) - 1,
                                           &g_err);
     ck_assert_msg(st == RP_OK, "--attention cudnn: %s", g_err.msg);

@@ -424,12 +424,18 @@ static void cuda_kernels_summary(void *impl, char *buf, size_t len)
     if (rp_cuda_kernels_gemm_lt_ready(&c->kernels))
         at += (size_t)snprintf(buf, len, "linear forwards through cuBLASLt (gemm-lt): %lld",
                                (long long)rp_cuda_kernels_gemm_lt_products(&c->kernels));
-    int64_t cudnn = 0, calls = 0;
-    const char *refused = "";
-    if (rp_cuda_kernels_documents_calls(&c->kernels, &cudnn, &calls, &refused) && at < len)
-        snprintf(buf + at, len - at, "%sattention calls over documents through cuDNN "
-                 "(cudnn-documents): %lld of %lld%s%s", at ? "; " : "", (long long)cudnn,
-                 (long long)calls, refused[0] ? "; the first it refused: " : "", refused);
+    rp_cuda_documents_report d;
+    if (!rp_cuda_kernels_documents_calls(&c->kernels, &d) || at >= len)
+        return;
+    at += (size_t)snprintf(buf + at, len - at, "%sattention calls over documents through cuDNN "
+                           "(cudnn-documents): %lld of %lld", at ? "; " : "",
+                           (long long)d.through_cudnn, (long long)d.calls);
+    if (d.graph[0] && at < len)
+        at += (size_t)snprintf(buf + at, len - at, ", forward graph with %s", d.graph[0]);
+    if (d.graph[1] && at < len)
+        at += (size_t)snprintf(buf + at, len - at, ", backward graph with %s", d.graph[1]);
+    if (d.first_refused[0] && at < len)
+        snprintf(buf + at, len - at, "; the first it refused: %s", d.first_refused);
 }
 
 const rp_device_ops rp_device_ops_cuda = {

@@ -58,6 +58,7 @@ typedef struct plan_slot {
     int nkept;
     int64_t workspace;
     char refused[WHY_BYTES];
+    const char *variant; /* how a documents graph cuDNN took is written (graph_variant) */
     unsigned long long last_use;
 } plan_slot;
 
@@ -95,6 +96,9 @@ struct rp_cudnn_attention {
     size_t device_total; /* the GPU's memory: the workspace budget's cap (attention_choice.h) */
     plan_slot slots[CACHE_SLOTS];
     doc_table tables[TABLE_SLOTS];
+    /* how the last documents plan of each direction (forward, backward)
+     * cuDNN ran is written (a graph_variant's name; NULL before one) */
+    const char *documents_graph[2];
     unsigned long long uses;
     /* grown buffers: cuDNN's workspace, and this module's (stats, Delta,
      * bf16 dq/dk/dv) */
@@ -340,9 +344,30 @@ enum {
     UID_LENGTHS_KV
 };
 
+/* The ways a documents graph is written, tried in this order until cuDNN
+ * offers a deterministic engine for one: which node patterns cuDNN's fused
+ * engines match is not documented node by node, and cudnn-frontend's
+ * versions lower the padding mask differently (its comparisons in int32 or
+ * boolean; in the backward, applied again after the statistics are
+ * subtracted or not). The first is the current frontend's. */
+typedef struct graph_variant {
+    const char *name;
+    int int32_compares; /* the padding mask's comparisons computed and written in int32 */
+    int padding_once;   /* the backward's padding mask before the causal mask only */
+} graph_variant;
+
+static const graph_variant documents_variants[] = {
+    {"boolean compares", 0, 0},
+    {"int32 compares", 1, 0},
+    {"boolean compares, one padding mask in the backward", 0, 1},
+    {"int32 compares, one padding mask in the backward", 1, 1},
+};
+#define DOCUMENTS_VARIANTS ((int)(sizeof documents_variants / sizeof documents_variants[0]))
+
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
     int documents; /* b ragged entries, one per document, of at most s tokens */
+    const graph_variant *variant; /* a documents graph's; NULL in a dense one */
 } dims_set;
 
 /* The ragged layout of a documents graph (every member NULL in a dense
@@ -417,8 +442,12 @@ static cudnnBackendDescriptor_t padding_masked(graph *g, const dims_set *z, cons
 {
     cudnnBackendDescriptor_t row, col;
     indices(g, z, x, &row, &col);
-    cudnnBackendDescriptor_t row_in = compare(g, z, CUDNN_POINTWISE_CMP_LT, row, r->lengths_q);
-    cudnnBackendDescriptor_t col_in = compare(g, z, CUDNN_POINTWISE_CMP_LT, col, r->lengths_kv);
+    const cudnnDataType_t type = z->variant->int32_compares ? CUDNN_DATA_INT32
+                                                            : CUDNN_DATA_BOOLEAN;
+    cudnnBackendDescriptor_t row_in =
+        score_node(g, z, type, CUDNN_POINTWISE_CMP_LT, row, r->lengths_q, NULL);
+    cudnnBackendDescriptor_t col_in =
+        score_node(g, z, type, CUDNN_POINTWISE_CMP_LT, col, r->lengths_kv, NULL);
     return kept(g, z, x, fill, compare(g, z, CUDNN_POINTWISE_LOGICAL_AND, row_in, col_in));
 }
 
@@ -438,7 +467,8 @@ static cudnnBackendDescriptor_t causal_masked(graph *g, const dims_set *z,
  * contract's meaning. A dense graph: scale, (less the statistics), causal
  * mask. A documents graph, in the order cudnn-frontend builds its padded
  * graphs: the matmul sized by the entries' lengths, scale, padding mask,
- * causal mask, (less the statistics, the padding mask again). */
+ * causal mask, (less the statistics, the padding mask again unless the
+ * variant applies it once). */
 static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z, const ragged *r,
                                               cudnnBackendDescriptor_t q,
                                               cudnnBackendDescriptor_t kt,
@@ -460,8 +490,10 @@ static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z, const
         pointwise(g, CUDNN_POINTWISE_SUB, scaled, stats_to_subtract, NULL, less, 0, f32);
         scaled = less;
     }
-    return z->documents ? (stats_to_subtract ? padding_masked(g, z, r, scaled, fill) : scaled)
-                        : causal_masked(g, z, scaled, fill);
+    if (!z->documents)
+        return causal_masked(g, z, scaled, fill);
+    return stats_to_subtract && !z->variant->padding_once ? padding_masked(g, z, r, scaled, fill)
+                                                          : scaled;
 }
 
 static void build_forward(graph *g, const dims_set *z)
@@ -616,14 +648,19 @@ static int deterministic(rp_cudnn_attention *a, cudnnBackendDescriptor_t cfg, gr
     return 1;
 }
 
-/* Builds the graph of a slot's shape and its first deterministic plan
- * within the workspace cap: 0 (slot->plan set), RP_CUDNN_REFUSED (slot
- * ->refused set). */
-static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
+/* build_plan_as's answer where the only plans cuDNN offered asked more
+ * workspace than the budget: no other way of writing the graph helps */
+#define PLAN_TOO_BIG 2
+
+/* Builds the graph of a slot's shape (written as `variant` says, NULL for
+ * a dense one) and its first deterministic plan within the workspace cap:
+ * 0 (slot->plan set), RP_CUDNN_REFUSED or PLAN_TOO_BIG (slot->refused
+ * set). */
+static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_variant *variant)
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     const plan_key *key = &slot->key;
-    dims_set z = {key->b, key->h, key->hk, key->s, key->d, key->documents};
+    dims_set z = {key->b, key->h, key->hk, key->s, key->d, key->documents, variant};
     const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
                                  .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
     const size_t budget = key->budget;
@@ -742,7 +779,45 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
         }
     }
     graph_free(&g);
-    return slot->plan ? 0 : RP_CUDNN_REFUSED;
+    return slot->plan ? 0 : too_big ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
+}
+
+/* Builds a slot's plan: a dense graph as it is written; a documents graph
+ * in each of documents_variants until cuDNN takes one (slot->variant names
+ * it; the forward's graph has no second padding mask, so its variants
+ * differ in their comparisons only). 0, or RP_CUDNN_REFUSED with
+ * slot->refused saying why the first variant was refused and naming the
+ * others that were tried. */
+static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
+{
+    if (!slot->key.documents)
+        return build_plan_as(a, slot, NULL) == 0 ? 0 : RP_CUDNN_REFUSED;
+    char why[WHY_BYTES] = "";
+    size_t at = 0;
+    for (int v = 0; v < DOCUMENTS_VARIANTS; v++) {
+        const graph_variant *variant = &documents_variants[v];
+        if (!slot->key.backward && variant->padding_once)
+            continue;
+        const int rc = build_plan_as(a, slot, variant);
+        if (rc == 0) {
+            slot->variant = variant->name;
+            return 0;
+        }
+        /* the first variant's reason, then the others' names */
+        if (v == 0)
+            at = (size_t)snprintf(why, sizeof why, "%s (written with %s", slot->refused,
+                                  variant->name);
+        else if (at < sizeof why)
+            at += (size_t)snprintf(why + at, sizeof why - at, "%s%s",
+                                   v == 1 ? "; refused too with " : " / ",
+                                   variant->name);
+        if (rc == PLAN_TOO_BIG)
+            break;
+    }
+    if (at < sizeof why)
+        snprintf(why + at, sizeof why - at, ")");
+    snprintf(slot->refused, sizeof slot->refused, "%s", why);
+    return RP_CUDNN_REFUSED;
 }
 
 static void slot_free(rp_cudnn_attention *a, plan_slot *p)
@@ -803,28 +878,6 @@ static plan_slot *slot_for(rp_cudnn_attention *a, const plan_key *key)
     oldest->last_use = a->uses;
     build_plan(a, oldest);
     return oldest;
-}
-
-/* The slot of a key when cuDNN takes it; NULL with `why` when refused. */
-static plan_slot *plan_for(rp_cudnn_attention *a, const plan_key *key, char *why,
-                           size_t why_len)
-{
-    plan_slot *p = slot_for(a, key);
-    if (!p->plan)
-        snprintf(why, why_len, "%s", p->refused);
-    return p->plan ? p : NULL;
-}
-
-int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
-                                 int64_t *bytes, char *why, size_t why_len)
-{
-    const plan_key key = dense_key(a, s, backward);
-    plan_slot *p = slot_for(a, &key);
-    *bytes = p->workspace; /* refused: what its plan asked, 0 where none was made */
-    if (p->plan)
-        return 0;
-    snprintf(why, why_len, "%s", p->refused);
-    return RP_CUDNN_REFUSED;
 }
 
 /* grows *buf to at least `bytes` (waiting for the stream: queued work may
@@ -1004,29 +1057,72 @@ typedef struct call_plan {
     int64_t stats_rows;     /* rows of the statistics per head: b * s of the plan */
 } call_plan;
 
+/* The key of a call of shape s: a dense call's (dense_key), or with
+ * document segments the documents' (their padded entries, *docs), or
+ * RP_CUDNN_REFUSED with why where their padding does not fit
+ * (rp_attn_documents_refusal). */
+static int call_key(const rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
+                    plan_key *key, rp_attn_documents *docs, char *why, size_t why_len)
+{
+    memset(docs, 0, sizeof *docs);
+    *key = dense_key(a, s, backward);
+    if (!s->seg_start)
+        return 0;
+    rp_attn_documents_measure(s->seg_host, s->nseq, s->seqlen, docs);
+    const char *no = rp_attn_documents_refusal(docs, s, a->device_total);
+    if (no) {
+        snprintf(why, why_len, "%s", no);
+        return RP_CUDNN_REFUSED;
+    }
+    const rp_attn_shape dense = without_segments(s);
+    key->documents = 1;
+    key->b = docs->slots;
+    key->s = docs->span;
+    key->budget = rp_attention_cudnn_documents_budget(&dense, a->device_total);
+    return 0;
+}
+
+/* The slot of a call's key, its plan built on first use; a documents
+ * plan's way of writing its graph noted (rp_cudnn_attention_documents_graph) */
+static plan_slot *slot_of_call(rp_cudnn_attention *a, const plan_key *key)
+{
+    plan_slot *p = slot_for(a, key);
+    if (p->plan && key->documents)
+        a->documents_graph[key->backward != 0] = p->variant;
+    return p;
+}
+
 static int plan_call(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, call_plan *c,
                      char *why, size_t why_len)
 {
     memset(c, 0, sizeof *c);
-    plan_key key = dense_key(a, s, backward);
-    if (s->seg_start) {
-        rp_attn_documents_measure(s->seg_host, s->nseq, s->seqlen, &c->docs);
-        const char *no = rp_attn_documents_refusal(&c->docs, s, a->device_total);
-        if (no) {
-            snprintf(why, why_len, "%s", no);
-            return RP_CUDNN_REFUSED;
-        }
-        const rp_attn_shape dense = without_segments(s);
-        key.documents = 1;
-        key.b = c->docs.slots;
-        key.s = c->docs.span;
-        key.budget = rp_attention_cudnn_documents_budget(&dense, a->device_total);
-    }
-    c->plan = plan_for(a, &key, why, why_len);
-    if (!c->plan)
+    plan_key key;
+    if (call_key(a, s, backward, &key, &c->docs, why, why_len))
         return RP_CUDNN_REFUSED;
+    plan_slot *p = slot_of_call(a, &key);
+    if (!p->plan) {
+        snprintf(why, why_len, "%s", p->refused);
+        return RP_CUDNN_REFUSED;
+    }
+    c->plan = p;
     c->stats_rows = key.b * key.s;
     return s->seg_start ? table_for(a, s, &c->docs, &c->table, why, why_len) : 0;
+}
+
+int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
+                                 int64_t *bytes, char *why, size_t why_len)
+{
+    plan_key key;
+    rp_attn_documents docs;
+    *bytes = 0;
+    if (call_key(a, s, backward, &key, &docs, why, why_len))
+        return RP_CUDNN_REFUSED;
+    plan_slot *p = slot_of_call(a, &key);
+    *bytes = p->workspace; /* refused: what its plan asked, 0 where none was made */
+    if (p->plan)
+        return 0;
+    snprintf(why, why_len, "%s", p->refused);
+    return RP_CUDNN_REFUSED;
 }
 
 /* lse from the plan's statistics, or the statistics from lse */
@@ -1138,6 +1234,21 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
 int rp_cudnn_attention_create(const rp_cudnn_library *lib, cudaStream_t stream,
                               rp_cudnn_attention **out, char *why, size_t why_len)
 {
+    /* the figure the run's reservation was computed from (the device
+     * probe's totalGlobalMem), so the budget here is the one reserved */
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        cudaGetLastError();
+        prop.totalGlobalMem = 0;
+    }
+    return rp_cudnn_attention_create_for(lib, stream, prop.totalGlobalMem, out, why, why_len);
+}
+
+int rp_cudnn_attention_create_for(const rp_cudnn_library *lib, cudaStream_t stream,
+                                  size_t device_total, rp_cudnn_attention **out, char *why,
+                                  size_t why_len)
+{
     *out = NULL;
     rp_cudnn_attention *a = calloc(1, sizeof *a);
     if (!a) {
@@ -1156,15 +1267,7 @@ int rp_cudnn_attention_create(const rp_cudnn_library *lib, cudaStream_t stream,
     a->execute = (execute_fn)lib->symbols[RP_CUDNN_BACKEND_EXECUTE];
     a->stream = stream;
     a->version = lib->version;
-    /* the figure the run's reservation was computed from (the device
-     * probe's totalGlobalMem), so the budget here is the one reserved */
-    struct cudaDeviceProp prop;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
-        cudaGetLastError();
-        prop.totalGlobalMem = 0;
-    }
-    a->device_total = prop.totalGlobalMem;
+    a->device_total = device_total;
     cudnnStatus_t st = a->create(&a->handle);
     if (st == CUDNN_STATUS_SUCCESS)
         st = a->set_stream(a->handle, stream);
@@ -1194,4 +1297,9 @@ void rp_cudnn_attention_destroy(rp_cudnn_attention **ap)
     a->destroy(a->handle);
     free(a);
     *ap = NULL;
+}
+
+const char *rp_cudnn_attention_documents_graph(const rp_cudnn_attention *a, int backward)
+{
+    return a ? a->documents_graph[backward != 0] : NULL;
 }

@@ -49,7 +49,13 @@
  * documents kernels). The entry count and length are rounded up so that a
  * run meets a few plans, and a call whose padding exceeds the dense
  * call's is refused (the own kernel runs it): what the run reserved for
- * the dense shape covers the rest. (The causal mask widened by seg_start,
+ * the dense shape covers the rest. Which node patterns cuDNN's fused
+ * engines match is not documented node by node, so a documents graph is
+ * written in a few ways (its padding mask's comparisons in boolean or in
+ * int32, as cudnn-frontend's versions lower it; in the backward, that mask
+ * again after the statistics are subtracted or not), tried in turn until
+ * cuDNN offers a deterministic engine for one: the plan cached is that
+ * one's, and rp_cudnn_attention_documents_graph says which. (The causal mask widened by seg_start,
  * read as a [nseq, 1, seqlen, 1] input, got no engine from cuDNN 9.14.0
  * on the H200, bench/README 2026-11-30.) Written without a GPU at hand:
  * the cudnn-documents path of core/unproven.h, off until a GPU window
@@ -84,6 +90,12 @@ typedef struct rp_cudnn_attention rp_cudnn_attention;
  * library (which must outlive the object). 0, or -2 with `why`. */
 int rp_cudnn_attention_create(const rp_cudnn_library *lib, cudaStream_t stream,
                               rp_cudnn_attention **out, char *why, size_t why_len);
+/* The same for a GPU of device_total bytes (what the budgets of
+ * kernels/attention_choice.h are computed from; the call above takes the
+ * current device's). */
+int rp_cudnn_attention_create_for(const rp_cudnn_library *lib, cudaStream_t stream,
+                                  size_t device_total, rp_cudnn_attention **out, char *why,
+                                  size_t why_len);
 void rp_cudnn_attention_destroy(rp_cudnn_attention **a);
 
 /* Return values of the two calls: */
@@ -124,12 +136,21 @@ int rp_cuda_documents_lse_from_stats(const float *stats, float *lse, const int32
                                      int64_t nheads, cudaStream_t stream);
 
 /* The workspace cuDNN's plan for shape s (the forward, or the backward)
- * asks for, the plan built if it was not: 0 with *bytes; RP_CUDNN_REFUSED
- * with why, and *bytes what the plan asked when it was refused for
- * exceeding the reservation (else 0). For the GPU window's measurement of
- * how cuDNN's workspace grows with seqlen. */
+ * asks for, the plan built if it was not, as a call of that shape builds it
+ * (with document segments, the documents' plan): 0 with *bytes;
+ * RP_CUDNN_REFUSED with why, and *bytes what the plan asked when it was
+ * refused for exceeding the reservation (else 0). For the GPU window's
+ * measurement of how cuDNN's workspace grows with seqlen, and for tests of
+ * the plans' building. */
 int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
                                  int64_t *bytes, char *why, size_t why_len);
+
+/* How the documents graph of the last documents call cuDNN took in that
+ * direction (backward 0: the forward) is written: the name of the first of
+ * the module's ways that cuDNN offered an engine for ("boolean compares",
+ * "int32 compares", ...: its padding mask's nodes); NULL before such a
+ * call. For the run's last line and the GPU window's tests. */
+const char *rp_cudnn_attention_documents_graph(const rp_cudnn_attention *a, int backward);
 
 #ifdef __cplusplus
 }

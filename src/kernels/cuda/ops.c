@@ -1114,15 +1114,19 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k)
     return c && c->gemm_lt != NULL;
 }
 
-int rp_cuda_kernels_documents_calls(const rp_kernels *k, int64_t *through_cudnn,
-                                    int64_t *calls, const char **first_refused)
+int rp_cuda_kernels_documents_calls(const rp_kernels *k, rp_cuda_documents_report *out)
 {
     const cuda_state *c = k ? k->state : NULL;
-    *through_cudnn = c ? c->documents_cudnn_calls : 0;
-    *calls = c ? c->documents_calls : 0;
-    *first_refused = c ? c->documents_refused : "";
+    *out = (rp_cuda_documents_report){.first_refused = ""};
+    if (!c)
+        return 0;
+    out->calls = c->documents_calls;
+    out->through_cudnn = c->documents_cudnn_calls;
+    out->first_refused = c->documents_refused;
 #ifdef RP_HAVE_CUDNN
-    return c && c->cudnn && c->cudnn_documents;
+    out->graph[0] = rp_cudnn_attention_documents_graph(c->cudnn, 0);
+    out->graph[1] = rp_cudnn_attention_documents_graph(c->cudnn, 1);
+    return c->cudnn && c->cudnn_documents;
 #else
     return 0;
 #endif

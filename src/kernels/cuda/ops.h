@@ -41,14 +41,20 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k);
 /* How many linear_forward calls cuBLASLt has computed (gemm-lt; the
  * others went through cuBLAS), for tests and the run's last log line. */
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
-/* The attention calls (forward and backward) over document segments, those
- * of them cuDNN ran (the cudnn-documents path), and why it refused the first
- * it did not run ("" while none; at most RP_DOCUMENTS_REFUSED_MAX bytes), for
- * tests and the run's last log line; returns whether that path is on with
- * cuDNN chosen. */
+/* The attention calls (forward and backward) over document segments
+ * (the cudnn-documents path), for tests and the run's last log line. */
 #define RP_DOCUMENTS_REFUSED_MAX 512
-int rp_cuda_kernels_documents_calls(const rp_kernels *k, int64_t *through_cudnn,
-                                    int64_t *calls, const char **first_refused);
+typedef struct rp_cuda_documents_report {
+    int64_t calls;             /* over documents, forward and backward */
+    int64_t through_cudnn;     /* of them, those cuDNN ran */
+    const char *first_refused; /* why cuDNN refused the first it did not run ("" while none;
+                                  at most RP_DOCUMENTS_REFUSED_MAX bytes) */
+    const char *graph[2];      /* how the forward's and the backward's graphs cuDNN ran
+                                  are written (rp_cudnn_attention_documents_graph; NULL
+                                  before one) */
+} rp_cuda_documents_report;
+/* Fills *out; returns whether the path is on with cuDNN chosen. */
+int rp_cuda_kernels_documents_calls(const rp_kernels *k, rp_cuda_documents_report *out);
 /* The choice's line for the run's log ("attention: ..."). */
 const char *rp_cuda_kernels_attention_note(const rp_kernels *k);
 

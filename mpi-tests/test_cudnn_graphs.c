@@ -1,0 +1,446 @@
+/* Proves on the CPU, with a recording stand-in for cuDNN's backend API (no
+ * GPU, no libcudnn: the entry points are this file's, handed over as an
+ * opened library), how kernels/cuda/cudnn_attention.c builds its plans:
+ * - a documents graph (cudnn-documents, kernels/attn_documents.h) is
+ *   written in each of the module's ways in turn until "cuDNN" offers an
+ *   engine for one: here the stand-in offers one only for the way the test
+ *   names, and the plan is that way's (rp_cudnn_attention_documents_graph),
+ *   after exactly the graphs before it were tried (the forward's two, the
+ *   backward's four, its padding mask once or twice);
+ * - what each way writes: the padding mask's two comparisons per mask in
+ *   boolean or int32, once in the forward and once or twice in the
+ *   backward; the ragged offsets on every tensor the call binds (Q, K^T, V,
+ *   O; dO, dQ, dK, dV, V^T) and on none of a dense graph's;
+ * - a refusal of every way says the first's reason and names the others; a
+ *   plan that asks more workspace than the run reserves ends the search at
+ *   the first way (no other way of writing changes what it asks);
+ * - a dense graph is built once, in one way, and a built plan is cached (a
+ *   second query builds nothing).
+ * What a real cuDNN offers for these graphs is the GPU window's
+ * (test_cuda_cudnn_attention, bench/gpu/run.sh). */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rp_check.h"
+
+#if defined(RP_HAVE_CUDA) && defined(RP_HAVE_CUDNN)
+#include <stdbool.h>
+
+#include <cudnn_graph.h>
+
+#include "kernels/attn_shape.h"
+#include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cudnn_loader.h"
+
+/* ---- the stand-in: descriptors that record their attributes ------------ */
+
+#define MAX_ATTRS 32
+
+typedef struct attr {
+    cudnnBackendAttributeName_t name;
+    cudnnBackendAttributeType_t type;
+    int64_t count;
+    void *value; /* a copy, for the types read back below; else NULL */
+} attr;
+
+typedef struct desc {
+    cudnnBackendDescriptorType_t type;
+    int nattrs;
+    attr attrs[MAX_ATTRS];
+} desc;
+
+/* what the stand-in offers: an engine for a documents graph only when its
+ * padding comparisons are in int32 (want_int32 1) or boolean (0) and its
+ * backward masks padding `want_masks` times (0: any); -1: none at all */
+static int want_int32, want_masks;
+static int64_t workspace_asked; /* what each plan asks */
+/* what it saw: graphs queried, and of the last one its comparisons */
+static int graphs, documents_graphs, last_int32, last_bool, ragged_bound, ragged_missing;
+
+static size_t element_bytes(cudnnBackendAttributeType_t type)
+{
+    switch (type) {
+    case CUDNN_TYPE_BACKEND_DESCRIPTOR:
+    case CUDNN_TYPE_HANDLE:
+        return sizeof(void *);
+    case CUDNN_TYPE_INT64:
+        return sizeof(int64_t);
+    case CUDNN_TYPE_DATA_TYPE:
+    case CUDNN_TYPE_POINTWISE_MODE:
+        return sizeof(int);
+    default:
+        return 0;
+    }
+}
+
+static cudnnStatus_t mock_create_descriptor(cudnnBackendDescriptorType_t type,
+                                            cudnnBackendDescriptor_t *out)
+{
+    desc *d = calloc(1, sizeof *d);
+    if (!d)
+        return CUDNN_STATUS_ALLOC_FAILED;
+    d->type = type;
+    *out = (cudnnBackendDescriptor_t)d;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t mock_destroy_descriptor(cudnnBackendDescriptor_t x)
+{
+    desc *d = (desc *)x;
+    for (int i = 0; d && i < d->nattrs; i++)
+        free(d->attrs[i].value);
+    free(d);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t mock_set_attribute(cudnnBackendDescriptor_t x,
+                                        cudnnBackendAttributeName_t name,
+                                        cudnnBackendAttributeType_t type, int64_t count,
+                                        const void *value)
+{
+    desc *d = (desc *)x;
+    if (d->nattrs == MAX_ATTRS)
+        return CUDNN_STATUS_BAD_PARAM;
+    attr *a = &d->attrs[d->nattrs++];
+    a->name = name;
+    a->type = type;
+    a->count = count;
+    const size_t bytes = element_bytes(type) * (size_t)count;
+    a->value = bytes ? malloc(bytes) : NULL;
+    if (a->value)
+        memcpy(a->value, value, bytes);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static const attr *find(const desc *d, cudnnBackendAttributeName_t name)
+{
+    for (int i = d->nattrs - 1; i >= 0; i--)
+        if (d->attrs[i].name == name)
+            return &d->attrs[i];
+    return NULL;
+}
+
+static const desc *find_desc(const desc *d, cudnnBackendAttributeName_t name)
+{
+    const attr *a = find(d, name);
+    return a && a->value ? *(desc *const *)a->value : NULL;
+}
+
+static int find_int(const desc *d, cudnnBackendAttributeName_t name, int absent)
+{
+    const attr *a = find(d, name);
+    return a && a->value ? *(const int *)a->value : absent;
+}
+
+/* The uids the module binds q-, k- and o-shaped tensors to (its enum):
+ * Q, K^T, V, O, dO, dQ, dK, dV, V^T */
+static int bound_to_a_token_row(int64_t uid)
+{
+    return (uid >= 1 && uid <= 4) || (uid >= 6 && uid <= 9) || uid == 11;
+}
+
+/* Reads the graph behind the heuristics: its padding comparisons (CMP_LT
+ * nodes, by output type) and whether each tensor it binds to a token row
+ * carries ragged offsets; returns the engine configurations offered. */
+static int64_t offered(const desc *heuristics)
+{
+    const desc *graph = find_desc(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
+    const attr *ops = graph ? find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
+    ck_assert_ptr_nonnull(ops);
+    graphs++;
+    last_int32 = last_bool = ragged_bound = ragged_missing = 0;
+    const desc *seen[256];
+    int nseen = 0;
+    for (int64_t i = 0; i < ops->count; i++) {
+        const desc *op = ((desc *const *)ops->value)[i];
+        for (int j = 0; j < op->nattrs; j++) { /* the tensors each node reads or writes */
+            const attr *at = &op->attrs[j];
+            const desc *t = at->type == CUDNN_TYPE_BACKEND_DESCRIPTOR && at->count == 1
+                                ? *(desc *const *)at->value
+                                : NULL;
+            if (!t || t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR)
+                continue;
+            int known = 0;
+            for (int k = 0; k < nseen; k++)
+                known |= seen[k] == t;
+            if (known || nseen == 256)
+                continue;
+            seen[nseen++] = t;
+            const attr *uid = find(t, CUDNN_ATTR_TENSOR_UNIQUE_ID);
+            if (!uid || !bound_to_a_token_row(*(const int64_t *)uid->value))
+                continue;
+            if (find(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC))
+                ragged_bound++;
+            else
+                ragged_missing++;
+        }
+        if (op->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)
+            continue;
+        const desc *pw = find_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
+        if (find_int(pw, CUDNN_ATTR_POINTWISE_MODE, -1) != CUDNN_POINTWISE_CMP_LT)
+            continue;
+        const desc *y = find_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
+        const int type = find_int(y, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
+        last_int32 += type == CUDNN_DATA_INT32;
+        last_bool += type == CUDNN_DATA_BOOLEAN;
+    }
+    const int compares = last_int32 + last_bool;
+    if (compares == 0) /* a dense graph: always offered */
+        return 1;
+    documents_graphs++;
+    if (want_int32 < 0 || (want_int32 ? last_bool : last_int32) > 0)
+        return 0;
+    return want_masks == 0 || compares == 2 * want_masks ? 1 : 0;
+}
+
+static cudnnStatus_t mock_get_attribute(cudnnBackendDescriptor_t const x,
+                                        cudnnBackendAttributeName_t name,
+                                        cudnnBackendAttributeType_t type, int64_t requested,
+                                        int64_t *count, void *value)
+{
+    (void)type;
+    const desc *d = (const desc *)x;
+    switch (name) {
+    case CUDNN_ATTR_ENGINEHEUR_RESULTS: { /* asked for the count (0), then the configurations */
+        const int saved[2] = {graphs, documents_graphs};
+        const int64_t n = offered(d);
+        if (requested > 0) /* the same graph again: counted once */
+            graphs = saved[0], documents_graphs = saved[1];
+        *count = requested > 0 && requested < n ? requested : n;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE:
+        *count = 0; /* deterministic */
+        return CUDNN_STATUS_SUCCESS;
+    case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
+        *count = 1;
+        *(int64_t *)value = workspace_asked;
+        return CUDNN_STATUS_SUCCESS;
+    default:
+        if (count)
+            *count = requested;
+        return CUDNN_STATUS_SUCCESS;
+    }
+}
+
+static cudnnStatus_t mock_finalize(cudnnBackendDescriptor_t x)
+{
+    (void)x;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t mock_handle_create(cudnnHandle_t *h)
+{
+    static int handle;
+    *h = (cudnnHandle_t)&handle;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t mock_handle_destroy(cudnnHandle_t h)
+{
+    (void)h;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static cudnnStatus_t mock_set_stream(cudnnHandle_t h, cudaStream_t s)
+{
+    (void)h, (void)s;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+static const char *mock_error_string(cudnnStatus_t s)
+{
+    (void)s;
+    return "MOCK_STATUS";
+}
+
+static size_t mock_version(void) { return 91400; }
+
+/* ---- the module over it ------------------------------------------------ */
+
+static rp_cudnn_attention *open_module(void)
+{
+    static rp_cudnn_library lib;
+    memset(&lib, 0, sizeof lib);
+    lib.symbols[RP_CUDNN_GET_VERSION] = (void *)mock_version;
+    lib.symbols[RP_CUDNN_GET_ERROR_STRING] = (void *)mock_error_string;
+    lib.symbols[RP_CUDNN_CREATE] = (void *)mock_handle_create;
+    lib.symbols[RP_CUDNN_DESTROY] = (void *)mock_handle_destroy;
+    lib.symbols[RP_CUDNN_SET_STREAM] = (void *)mock_set_stream;
+    lib.symbols[RP_CUDNN_BACKEND_CREATE_DESCRIPTOR] = (void *)mock_create_descriptor;
+    lib.symbols[RP_CUDNN_BACKEND_DESTROY_DESCRIPTOR] = (void *)mock_destroy_descriptor;
+    lib.symbols[RP_CUDNN_BACKEND_SET_ATTRIBUTE] = (void *)mock_set_attribute;
+    lib.symbols[RP_CUDNN_BACKEND_GET_ATTRIBUTE] = (void *)mock_get_attribute;
+    lib.symbols[RP_CUDNN_BACKEND_FINALIZE] = (void *)mock_finalize;
+    lib.version = 91400;
+    rp_cudnn_attention *a = NULL;
+    char why[512] = "";
+    const size_t gpu = (size_t)80 << 30; /* an 80 GiB GPU's budgets */
+    ck_assert_msg(rp_cudnn_attention_create_for(&lib, NULL, gpu, &a, why, sizeof why) == 0, "%s",
+                  why);
+    graphs = documents_graphs = 0;
+    workspace_asked = 4096;
+    return a;
+}
+
+/* 4 documents of 40 to 103 tokens in one sequence of 257 (GQA 4/2, head
+ * dim 64): 4 entries of 128 */
+static int32_t g_seg[257];
+static rp_attn_shape documents_shape(void)
+{
+    const int starts[] = {0, 40, 97, 200};
+    for (int t = 0, i = 0; t < 257; t++) {
+        while (i < 3 && t >= starts[i + 1])
+            i++;
+        g_seg[t] = starts[i];
+    }
+    return (rp_attn_shape){.nseq = 1, .seqlen = 257, .nheads = 4, .nkv = 2, .head_dim = 64,
+                           .scale = 0.125f, .seg_start = g_seg, .seg_host = g_seg};
+}
+
+static int plan(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, char *why,
+                size_t why_len)
+{
+    int64_t bytes = -1;
+    return rp_cudnn_attention_workspace(a, s, backward, &bytes, why, why_len);
+}
+
+/* Each way in turn: the plan is the first the stand-in takes, after the
+ * ways before it (the forward's comparisons only) */
+START_TEST(documents_plan_is_the_first_way_cudnn_takes)
+{
+    static const struct {
+        int backward, int32, masks, tried;
+        const char *way;
+    } cases[] = {
+        {0, 0, 0, 1, "boolean compares"},
+        {0, 1, 0, 2, "int32 compares"},
+        {1, 0, 2, 1, "boolean compares"},
+        {1, 1, 2, 2, "int32 compares"},
+        {1, 0, 1, 3, "boolean compares, one padding mask in the backward"},
+        {1, 1, 1, 4, "int32 compares, one padding mask in the backward"},
+    };
+    const rp_attn_shape s = documents_shape();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rp_cudnn_attention *a = open_module();
+        want_int32 = cases[i].int32;
+        want_masks = cases[i].masks;
+        char why[512] = "";
+        ck_assert_msg(rp_cudnn_attention_documents_graph(a, cases[i].backward) == NULL,
+                      "no documents plan yet");
+        ck_assert_msg(plan(a, &s, cases[i].backward, why, sizeof why) == 0, "case %zu: %s", i,
+                      why);
+        const char *way = rp_cudnn_attention_documents_graph(a, cases[i].backward);
+        ck_assert_msg(way && strcmp(way, cases[i].way) == 0, "case %zu: written with '%s'", i,
+                      way ? way : "(none)");
+        ck_assert_int_eq(documents_graphs, cases[i].tried);
+        /* the graph taken: its comparisons' type, two per mask */
+        const int masks = cases[i].backward ? (cases[i].masks ? cases[i].masks : 2) : 1;
+        ck_assert_int_eq(cases[i].int32 ? last_int32 : last_bool, 2 * masks);
+        ck_assert_int_eq(cases[i].int32 ? last_bool : last_int32, 0);
+        /* every tensor the call binds is ragged */
+        ck_assert_int_eq(ragged_missing, 0);
+        /* Q, K^T, V, O; the backward Q, K^T, V^T, O, dO, dQ, dK, dV */
+        ck_assert_int_eq(ragged_bound, cases[i].backward ? 8 : 4);
+        /* cached: a second query builds nothing */
+        ck_assert_int_eq(plan(a, &s, cases[i].backward, why, sizeof why), 0);
+        ck_assert_int_eq(documents_graphs, cases[i].tried);
+        rp_cudnn_attention_destroy(&a);
+    }
+}
+END_TEST
+
+START_TEST(refusal_names_every_way_tried)
+{
+    const rp_attn_shape s = documents_shape();
+    rp_cudnn_attention *a = open_module();
+    want_int32 = -1; /* no engine for any documents graph */
+    char why[512] = "";
+    ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_int_eq(documents_graphs, 4);
+    const char *want = "cuDNN offers no engine for this graph: 0 configurations, 0 "
+                       "non-deterministic (cuDNN's note), 0 not finalized (written with boolean "
+                       "compares; refused too with int32 compares / boolean compares, one padding "
+                       "mask in the backward / int32 compares, one padding mask in the backward)";
+    ck_assert_str_eq(why, want);
+    ck_assert_msg(rp_cudnn_attention_documents_graph(a, 1) == NULL, "no documents plan");
+    /* remembered: asked again, nothing is built */
+    ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_int_eq(documents_graphs, 4);
+    ck_assert_str_eq(why, want);
+    /* the forward tries its two ways */
+    ck_assert_int_eq(plan(a, &s, 0, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_int_eq(documents_graphs, 6);
+    ck_assert_msg(strstr(why, "(written with boolean compares; refused too with int32 "
+                              "compares)") != NULL,
+                  "%s", why);
+    rp_cudnn_attention_destroy(&a);
+}
+END_TEST
+
+START_TEST(too_big_a_workspace_ends_the_search)
+{
+    const rp_attn_shape s = documents_shape();
+    rp_cudnn_attention *a = open_module();
+    want_int32 = 0;
+    want_masks = 0;
+    workspace_asked = (int64_t)1 << 40;
+    char why[512] = "";
+    ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_int_eq(documents_graphs, 1);
+    ck_assert_msg(strstr(why, "workspace, more than the") != NULL &&
+                      strstr(why, "(written with boolean compares)") != NULL,
+                  "%s", why);
+    rp_cudnn_attention_destroy(&a);
+}
+END_TEST
+
+START_TEST(dense_graph_is_built_once_in_one_way)
+{
+    rp_attn_shape s = documents_shape();
+    s.seg_start = s.seg_host = NULL;
+    rp_cudnn_attention *a = open_module();
+    want_int32 = -1; /* refuses documents graphs: a dense one has no padding mask */
+    char why[512] = "";
+    for (int backward = 0; backward < 2; backward++) {
+        ck_assert_msg(plan(a, &s, backward, why, sizeof why) == 0, "%s", why);
+        ck_assert_int_eq(graphs, backward + 1);
+        ck_assert_int_eq(documents_graphs, 0);
+        ck_assert_int_eq(last_int32 + last_bool, 0);
+        ck_assert_int_eq(ragged_bound, 0);
+        ck_assert_msg(rp_cudnn_attention_documents_graph(a, backward) == NULL,
+                      "a dense plan is not a documents plan");
+    }
+    rp_cudnn_attention_destroy(&a);
+}
+END_TEST
+
+static Suite *graphs_suite(void)
+{
+    Suite *s = suite_create("cudnn_graphs");
+    TCase *tc = tcase_create("plans");
+    tcase_add_test(tc, documents_plan_is_the_first_way_cudnn_takes);
+    tcase_add_test(tc, refusal_names_every_way_tried);
+    tcase_add_test(tc, too_big_a_workspace_ends_the_search);
+    tcase_add_test(tc, dense_graph_is_built_once_in_one_way);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RP_TEST_MAIN(graphs_suite, "serial")
+
+#else /* built without CUDA or without cuDNN's headers */
+
+static Suite *graphs_suite(void) { return suite_create("cudnn_graphs"); }
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--rp-test-ranks") == 0)
+        return rp_check_main(argc, argv, graphs_suite, "serial");
+    printf("SKIP: built without CUDA or without cuDNN's headers\n");
+    return RP_TEST_SKIP;
+}
+#endif
