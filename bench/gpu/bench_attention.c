@@ -27,8 +27,9 @@
  * through cuDNN's ragged layout (kernels/attn_documents.h, the
  * cudnn-documents path), as "RESULT attention-documents SEQ LEN OWN_MS
  * CUDNN_MS": the time of a forward and a backward each (both timed as
- * above, so the ratio is the speed-up), or a line saying why cuDNN did not
- * take them.
+ * above, so the ratio is the speed-up) and a line naming how cuDNN's
+ * graphs were written ("cudnn documents graphs, ..."), or a line saying
+ * why cuDNN did not take them.
  * Exit 77 without a GPU, 1 when a call fails. */
 #include "config.h"
 
@@ -275,6 +276,11 @@ int main(int argc, char **argv)
                     printf("documents of %ld in %ld: own kernel %.3f ms, cuDNN %.3f ms "
                            "(forward + backward): %.2fx\n", len, seq, own_ms, cudnn_ms,
                            own_ms / cudnn_ms);
+                    /* how the graphs cuDNN took are written (cudnn_attention.h) */
+                    const char *gf = rp_cudnn_attention_documents_graph(a, 0);
+                    const char *gb = rp_cudnn_attention_documents_graph(a, 1);
+                    printf("cudnn documents graphs, %ld in %ld: forward with %s, backward with "
+                           "%s\n", len, seq, gf ? gf : "?", gb ? gb : "?");
                     if (nr < 32)
                         snprintf(results[nr++], sizeof results[0],
                                  "RESULT attention-documents %ld %ld %.4f %.4f", seq, len, own_ms,

@@ -728,6 +728,10 @@ elif start attn; then
     while read -r line; do
       skip "attention over ${line%%:*}, cuDNN" "$(echo "${line#*cudnn refuses: }" | cut -c1-100)"
     done < <(grep '^documents of .*cudnn refuses' "$logs/attention.txt")
+    # how cuDNN's documents graphs were written where it took them (cudnn_attention.h)
+    while read -r line; do
+      put "cuDNN's graphs over documents of ${line%%:*}" "${line#*: }" "" "" ""
+    done < <(sed -n 's/^cudnn documents graphs, //p' "$logs/attention.txt")
     grep -q '^RESULT attention ' "$logs/attention.txt" ||
       pfail "attention fwd+bwd" "bench_attention exited 0 without a RESULT attention line (attention.txt)"
     grep -q '^cudnn: not timed' "$logs/attention.txt" &&
