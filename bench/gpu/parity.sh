@@ -412,9 +412,11 @@ one_case() { for case in "$1"; do
   if [ "$c" = cudnn-documents ] && [ "$dev" != cpu ]; then
     # the path was taken: the run's last lines count the calls cuDNN ran
     n=$(sed -n 's/.*over documents through cuDNN (cudnn-documents): \([0-9]*\) of \([0-9]*\).*/\1 of \2/p' "$work/$c-dut1.txt" | head -n 1)
-    # and why cuDNN refused the first call it did not run, where one was
-    no=$(sed -n 's/.*(cudnn-documents): [0-9]* of [0-9]*; the first it refused: //p' "$work/$c-dut1.txt" | head -n 1)
-    [ "${n%% *}" -gt 0 ] 2>/dev/null && extra="; $n document attention calls through cuDNN${no:+; the first refused: $no}" ||
+    # how its graphs were written, and why cuDNN refused the first call it
+    # did not run, where one was
+    ways=$(sed -n 's/.*(cudnn-documents): [0-9]* of [0-9]*, \(forward graph with [^;]*\).*/\1/p' "$work/$c-dut1.txt" | head -n 1)
+    no=$(sed -n 's/.*(cudnn-documents): .*; the first it refused: //p' "$work/$c-dut1.txt" | head -n 1)
+    [ "${n%% *}" -gt 0 ] 2>/dev/null && extra="; $n document attention calls through cuDNN${ways:+ ($ways)}${no:+; the first refused: $no}" ||
       { brc=1; why="$why no document attention call went through cuDNN (${n:-no count said}${no:+; the first refused: $no}; $c-dut1.txt)"; }
   fi
   if [ "$c" = defaults ] && [ "$dev" != cpu ]; then
