@@ -48,10 +48,12 @@ rank_pid() {
     [ "$r" = "$2" ] && echo "$p"
   done
 }
-# wait_for FILE: until FILE is non-empty (10 s at most)
+# wait_for FILE: until FILE is non-empty (40 s at most: a start slowed by
+# the tests beside this one, or by a sanitizer, must not leave cases 7 and 8
+# signalling a rank still starting up, where no step has begun)
 wait_for() {
   i=0
-  while [ ! -s "$1" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  while [ ! -s "$1" ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i + 1)); done
 }
 export RP_FAULT_SAVE_FILE=
 
@@ -174,11 +176,17 @@ train 1 --model "$fix/model" --steps 1
 [ $rc -eq 0 ] && [ ! -e "$stale" ] && ok || { bad "7: stale $stale not removed"; rm -f "$stale"; }
 
 # --- 8. a stopped rank ends the job within 3 x --timeout
+# (stopped once step 4 is logged: mid-step, in the segment after the re-plan
+# of step 2; a rank stopped between two segments, as the next one's host
+# store is made, is not bounded: man page, --timeout)
 rm -f "$tmp/l8.jsonl"
 timeout 60 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $args --model "$fix/model" \
   --steps 1000000 --timeout 5 --log "$tmp/l8.jsonl" > "$tmp/out.txt" 2>&1 &
 mp=$!
-wait_for "$tmp/l8.jsonl"
+i=0
+while ! grep -q '"step":4,' "$tmp/l8.jsonl" 2>/dev/null && [ $i -lt 400 ]; do
+  sleep 0.1; i=$((i + 1))
+done
 stopped=$(rank_pid "$(pgrep -P $mp)" 1) # timeout's child is mpirun
 t0=$(date +%s)
 kill -STOP "$stopped"
@@ -188,8 +196,8 @@ dt=$(($(date +%s) - t0))
 kill -CONT "$stopped" 2>/dev/null; kill -KILL "$stopped" 2>/dev/null
 [ $rc -ne 0 ] && [ $dt -le 15 ] && ok || bad "8: stopped rank: exit $rc after $dt s (want <= 15)"
 # (mid-step the event wait runs out; stopped as the first segment ends, at
-# the re-plan's exchange, case 8b)
-has "rank 0, \(job .*timed out waiting for event .*then\|re-plan after the first steps:\) \
+# the re-plan's exchange: case 8b)
+has "rank 0, job .*timed out waiting for event .*then \
 other ranks did not answer within --timeout 5 s" "8: stopped rank"
 
 # --- 8b. a rank stopped at the re-plan after the first steps (each rank
