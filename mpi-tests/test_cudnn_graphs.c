@@ -5,8 +5,9 @@
  *   written in each of the module's ways in turn until "cuDNN" offers an
  *   engine for one: here the stand-in offers one only for the way the test
  *   names, and the plan is that way's (rp_cudnn_attention_documents_graph),
- *   after exactly the graphs before it were tried (the forward's two, the
- *   backward's four, its padding mask once or twice);
+ *   after exactly the graphs before it were tried (the forward's two, int32
+ *   comparisons first; the backward's four, boolean comparisons and its
+ *   padding mask twice first: cudnn-frontend's ways);
  * - what each way writes: the padding mask's two comparisons per mask in
  *   boolean or int32, once in the forward and once or twice in the
  *   backward; the ragged offsets on every tensor the call binds (Q, K^T, V,
@@ -309,15 +310,17 @@ static int plan(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, cha
 }
 
 /* Each way in turn: the plan is the first the stand-in takes, after the
- * ways before it (the forward's comparisons only) */
+ * ways before it (the forward's comparisons only, int32 first as
+ * cudnn-frontend writes them; the backward's boolean first, its padding
+ * mask twice, as cudnn-frontend writes it) */
 START_TEST(documents_plan_is_the_first_way_cudnn_takes)
 {
     static const struct {
         int backward, int32, masks, tried;
         const char *way;
     } cases[] = {
-        {0, 0, 0, 1, "boolean compares"},
-        {0, 1, 0, 2, "int32 compares"},
+        {0, 1, 0, 1, "int32 compares"}, /* the forward tries cudnn-frontend's way first */
+        {0, 0, 0, 2, "boolean compares"},
         {1, 0, 2, 1, "boolean compares"},
         {1, 1, 2, 2, "int32 compares"},
         {1, 0, 1, 3, "boolean compares, one padding mask in the backward"},
@@ -374,7 +377,7 @@ START_TEST(refusal_names_every_way_tried)
     /* the forward tries its two ways */
     ck_assert_int_eq(plan(a, &s, 0, why, sizeof why), RP_CUDNN_REFUSED);
     ck_assert_int_eq(documents_graphs, 6);
-    ck_assert_msg(strstr(why, "(written with boolean compares; refused too with int32 "
+    ck_assert_msg(strstr(why, "(written with int32 compares; refused too with boolean "
                               "compares)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);

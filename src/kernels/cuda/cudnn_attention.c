@@ -344,12 +344,13 @@ enum {
     UID_LENGTHS_KV
 };
 
-/* The ways a documents graph is written, tried in this order until cuDNN
- * offers a deterministic engine for one: which node patterns cuDNN's fused
- * engines match is not documented node by node, and cudnn-frontend's
- * versions lower the padding mask differently (its comparisons in int32 or
- * boolean; in the backward, applied again after the statistics are
- * subtracted or not). The first is the current frontend's. */
+/* The ways a documents graph is written, tried in turn until cuDNN offers
+ * a deterministic engine for one: which node patterns cuDNN's fused
+ * engines match is not documented node by node. Each direction tries first
+ * the way cudnn-frontend lowers its padding mask (read in its SDPA nodes):
+ * the forward's comparisons in int32, the backward's in boolean and the
+ * mask applied again after the statistics are subtracted (its workaround
+ * of a cuDNN 9 bug); then the others. */
 typedef struct graph_variant {
     const char *name;
     int int32_compares; /* the padding mask's comparisons computed and written in int32 */
@@ -362,7 +363,11 @@ static const graph_variant documents_variants[] = {
     {"boolean compares, one padding mask in the backward", 0, 1},
     {"int32 compares, one padding mask in the backward", 1, 1},
 };
-#define DOCUMENTS_VARIANTS ((int)(sizeof documents_variants / sizeof documents_variants[0]))
+/* the order each direction tries them in (indices into documents_variants;
+ * the forward's graph has one padding mask, so its ways differ in their
+ * comparisons only) */
+static const int forward_ways[] = {1, 0};
+static const int backward_ways[] = {0, 1, 2, 3};
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
@@ -783,21 +788,20 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
 }
 
 /* Builds a slot's plan: a dense graph as it is written; a documents graph
- * in each of documents_variants until cuDNN takes one (slot->variant names
- * it; the forward's graph has no second padding mask, so its variants
- * differ in their comparisons only). 0, or RP_CUDNN_REFUSED with
- * slot->refused saying why the first variant was refused and naming the
- * others that were tried. */
+ * in each of its direction's ways in turn until cuDNN takes one
+ * (slot->variant names it). 0, or RP_CUDNN_REFUSED with slot->refused
+ * saying why the first way was refused and naming the others tried. */
 static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     if (!slot->key.documents)
         return build_plan_as(a, slot, NULL) == 0 ? 0 : RP_CUDNN_REFUSED;
+    const int *ways = slot->key.backward ? backward_ways : forward_ways;
+    const int nways = slot->key.backward ? (int)(sizeof backward_ways / sizeof *ways)
+                                         : (int)(sizeof forward_ways / sizeof *ways);
     char why[WHY_BYTES] = "";
     size_t at = 0;
-    for (int v = 0; v < DOCUMENTS_VARIANTS; v++) {
-        const graph_variant *variant = &documents_variants[v];
-        if (!slot->key.backward && variant->padding_once)
-            continue;
+    for (int v = 0; v < nways; v++) {
+        const graph_variant *variant = &documents_variants[ways[v]];
         const int rc = build_plan_as(a, slot, variant);
         if (rc == 0) {
             slot->variant = variant->name;
