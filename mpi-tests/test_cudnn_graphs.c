@@ -5,13 +5,14 @@
  *   written in each of the module's ways in turn until "cuDNN" offers an
  *   engine for one: here the stand-in offers one only for the way the test
  *   names, and the plan is that way's (rp_cudnn_attention_documents_graph),
- *   after exactly the graphs before it were tried (the forward's two, int32
- *   comparisons first; the backward's four, boolean comparisons and its
- *   padding mask twice first: cudnn-frontend's ways);
+ *   after exactly the graphs before it were tried, in the order of the
+ *   library's version (the forward's two, the backward's six;
+ *   cudnn-frontend's way for that version first);
  * - what each way writes: the padding mask's two comparisons per mask in
  *   boolean or int32, once in the forward and once or twice in the
- *   backward; the ragged offsets on every tensor the call binds (Q, K^T, V,
- *   O; dO, dQ, dK, dV, V^T) and on none of a dense graph's;
+ *   backward, the backward's causal mask before or after the statistics;
+ *   the ragged offsets on every tensor the call binds (Q, K^T, V, O; dO,
+ *   dQ, dK, dV, V^T) and on none of a dense graph's;
  * - a refusal of every way says the first's reason and names the others; a
  *   plan that asks more workspace than the run reserves ends the search at
  *   the first way (no other way of writing changes what it asks);
@@ -54,12 +55,16 @@ typedef struct desc {
 } desc;
 
 /* what the stand-in offers: an engine for a documents graph only when its
- * padding comparisons are in int32 (want_int32 1) or boolean (0) and its
- * backward masks padding `want_masks` times (0: any); -1: none at all */
-static int want_int32, want_masks;
+ * padding comparisons are in int32 (want_int32 1) or boolean (0), its
+ * backward masks padding `want_masks` times (0: any) and, in the backward,
+ * its causal mask comes after the statistics are subtracted (want_after
+ * 1) or before (0; -1: either); want_int32 -1: none at all */
+static int want_int32, want_masks, want_after;
 static int64_t workspace_asked; /* what each plan asks */
-/* what it saw: graphs queried, and of the last one its comparisons */
-static int graphs, documents_graphs, last_int32, last_bool, ragged_bound, ragged_missing;
+/* what it saw: graphs queried, and of the last one its comparisons, its
+ * causal mask's place and its ragged tensors */
+static int graphs, documents_graphs, last_int32, last_bool, last_after, ragged_bound,
+    ragged_missing;
 
 static size_t element_bytes(cudnnBackendAttributeType_t type)
 {
@@ -152,9 +157,10 @@ static int64_t offered(const desc *heuristics)
     const attr *ops = graph ? find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
     ck_assert_ptr_nonnull(ops);
     graphs++;
-    last_int32 = last_bool = ragged_bound = ragged_missing = 0;
+    last_int32 = last_bool = last_after = ragged_bound = ragged_missing = 0;
     const desc *seen[256];
     int nseen = 0;
+    int64_t subtracted = -1; /* the node subtracting the statistics, by the graph's order */
     for (int64_t i = 0; i < ops->count; i++) {
         const desc *op = ((desc *const *)ops->value)[i];
         for (int j = 0; j < op->nattrs; j++) { /* the tensors each node reads or writes */
@@ -181,7 +187,14 @@ static int64_t offered(const desc *heuristics)
         if (op->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)
             continue;
         const desc *pw = find_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
-        if (find_int(pw, CUDNN_ATTR_POINTWISE_MODE, -1) != CUDNN_POINTWISE_CMP_LT)
+        const int mode = find_int(pw, CUDNN_ATTR_POINTWISE_MODE, -1);
+        const desc *b = find_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC);
+        const attr *b_uid = b ? find(b, CUDNN_ATTR_TENSOR_UNIQUE_ID) : NULL;
+        if (mode == CUDNN_POINTWISE_SUB && b_uid && *(const int64_t *)b_uid->value == 5)
+            subtracted = i; /* scores less Stats (uid 5) */
+        if (mode == CUDNN_POINTWISE_CMP_GE) /* the causal mask's comparison */
+            last_after = subtracted >= 0;
+        if (mode != CUDNN_POINTWISE_CMP_LT)
             continue;
         const desc *y = find_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
         const int type = find_int(y, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
@@ -193,6 +206,8 @@ static int64_t offered(const desc *heuristics)
         return 1;
     documents_graphs++;
     if (want_int32 < 0 || (want_int32 ? last_bool : last_int32) > 0)
+        return 0;
+    if (subtracted >= 0 && want_after >= 0 && last_after != want_after)
         return 0;
     return want_masks == 0 || compares == 2 * want_masks ? 1 : 0;
 }
@@ -262,7 +277,8 @@ static size_t mock_version(void) { return 91400; }
 
 /* ---- the module over it ------------------------------------------------ */
 
-static rp_cudnn_attention *open_module(void)
+/* the module over the stand-in, as cuDNN `version` (its ways' order) */
+static rp_cudnn_attention *open_module_as(size_t version)
 {
     static rp_cudnn_library lib;
     memset(&lib, 0, sizeof lib);
@@ -276,7 +292,7 @@ static rp_cudnn_attention *open_module(void)
     lib.symbols[RP_CUDNN_BACKEND_SET_ATTRIBUTE] = (void *)mock_set_attribute;
     lib.symbols[RP_CUDNN_BACKEND_GET_ATTRIBUTE] = (void *)mock_get_attribute;
     lib.symbols[RP_CUDNN_BACKEND_FINALIZE] = (void *)mock_finalize;
-    lib.version = 91400;
+    lib.version = version;
     rp_cudnn_attention *a = NULL;
     char why[512] = "";
     const size_t gpu = (size_t)80 << 30; /* an 80 GiB GPU's budgets */
@@ -284,8 +300,11 @@ static rp_cudnn_attention *open_module(void)
                   why);
     graphs = documents_graphs = 0;
     workspace_asked = 4096;
+    want_after = -1;
     return a;
 }
+
+static rp_cudnn_attention *open_module(void) { return open_module_as(91400); }
 
 /* 4 documents of 40 to 103 tokens in one sequence of 257 (GQA 4/2, head
  * dim 64): 4 entries of 128 */
@@ -310,27 +329,38 @@ static int plan(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, cha
 }
 
 /* Each way in turn: the plan is the first the stand-in takes, after the
- * ways before it (the forward's comparisons only, int32 first as
- * cudnn-frontend writes them; the backward's boolean first, its padding
- * mask twice, as cudnn-frontend writes it) */
+ * ways before it in the order of the library's version (cudnn-frontend's
+ * way first: from cuDNN 9.10 boolean comparisons, the backward's padding
+ * mask once and its causal mask after the statistics; before, the
+ * forward's comparisons in int32 and the backward's padding mask twice) */
 START_TEST(documents_plan_is_the_first_way_cudnn_takes)
 {
     static const struct {
-        int backward, int32, masks, tried;
+        size_t version;
+        int backward, int32, masks, after, tried;
         const char *way;
     } cases[] = {
-        {0, 1, 0, 1, "int32 compares"}, /* the forward tries cudnn-frontend's way first */
-        {0, 0, 0, 2, "boolean compares"},
-        {1, 0, 2, 1, "boolean compares"},
-        {1, 1, 2, 2, "int32 compares"},
-        {1, 0, 1, 3, "boolean compares, one padding mask in the backward"},
-        {1, 1, 1, 4, "int32 compares, one padding mask in the backward"},
+        {91400, 0, 0, 0, -1, 1, "boolean compares"},
+        {91400, 0, 1, 0, -1, 2, "int32 compares"},
+        {91400, 1, 0, 1, 1, 1, "boolean compares, padding mask once, causal mask after the statistics"},
+        {91400, 1, 0, 1, 0, 2, "boolean compares, padding mask once"},
+        {91400, 1, 0, 2, 0, 3, "boolean compares, padding mask twice"},
+        {91400, 1, 1, 1, 1, 4, "int32 compares, padding mask once, causal mask after the statistics"},
+        {91400, 1, 1, 1, 0, 5, "int32 compares, padding mask once"},
+        {91400, 1, 1, 2, 0, 6, "int32 compares, padding mask twice"},
+        {90500, 0, 1, 0, -1, 1, "int32 compares"},
+        {90500, 0, 0, 0, -1, 2, "boolean compares"},
+        {90500, 1, 0, 2, 0, 1, "boolean compares, padding mask twice"},
+        {90500, 1, 0, 1, 0, 2, "boolean compares, padding mask once"},
+        {90500, 1, 0, 1, 1, 3, "boolean compares, padding mask once, causal mask after the statistics"},
+        {90500, 1, 1, 2, 0, 4, "int32 compares, padding mask twice"},
     };
     const rp_attn_shape s = documents_shape();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rp_cudnn_attention *a = open_module();
+        rp_cudnn_attention *a = open_module_as(cases[i].version);
         want_int32 = cases[i].int32;
         want_masks = cases[i].masks;
+        want_after = cases[i].after;
         char why[512] = "";
         ck_assert_msg(rp_cudnn_attention_documents_graph(a, cases[i].backward) == NULL,
                       "no documents plan yet");
@@ -340,13 +370,15 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         ck_assert_msg(way && strcmp(way, cases[i].way) == 0, "case %zu: written with '%s'", i,
                       way ? way : "(none)");
         ck_assert_int_eq(documents_graphs, cases[i].tried);
-        /* the graph taken: its comparisons' type, two per mask */
-        const int masks = cases[i].backward ? (cases[i].masks ? cases[i].masks : 2) : 1;
+        /* the graph taken: its comparisons' type, two per mask, and where
+         * its causal mask is */
+        const int masks = cases[i].backward ? cases[i].masks : 1;
         ck_assert_int_eq(cases[i].int32 ? last_int32 : last_bool, 2 * masks);
         ck_assert_int_eq(cases[i].int32 ? last_bool : last_int32, 0);
-        /* every tensor the call binds is ragged */
+        ck_assert_int_eq(last_after, cases[i].after > 0);
+        /* every tensor the call binds is ragged: Q, K^T, V, O; the
+         * backward's Q, K^T, V^T, O, dO, dQ, dK, dV */
         ck_assert_int_eq(ragged_missing, 0);
-        /* Q, K^T, V, O; the backward Q, K^T, V^T, O, dO, dQ, dK, dV */
         ck_assert_int_eq(ragged_bound, cases[i].backward ? 8 : 4);
         /* cached: a second query builds nothing */
         ck_assert_int_eq(plan(a, &s, cases[i].backward, why, sizeof why), 0);
@@ -363,21 +395,24 @@ START_TEST(refusal_names_every_way_tried)
     want_int32 = -1; /* no engine for any documents graph */
     char why[512] = "";
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 4);
+    ck_assert_int_eq(documents_graphs, 6);
     const char *want = "cuDNN offers no engine for this graph: 0 configurations, 0 "
                        "non-deterministic (cuDNN's note), 0 not finalized (written with boolean "
-                       "compares; refused too with int32 compares / boolean compares, one padding "
-                       "mask in the backward / int32 compares, one padding mask in the backward)";
+                       "compares, padding mask once, causal mask after the statistics; refused "
+                       "too with boolean compares, padding mask once / boolean compares, padding "
+                       "mask twice / int32 compares, padding mask once, causal mask after the "
+                       "statistics / int32 compares, padding mask once / int32 compares, padding "
+                       "mask twice)";
     ck_assert_str_eq(why, want);
     ck_assert_msg(rp_cudnn_attention_documents_graph(a, 1) == NULL, "no documents plan");
     /* remembered: asked again, nothing is built */
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 4);
+    ck_assert_int_eq(documents_graphs, 6);
     ck_assert_str_eq(why, want);
     /* the forward tries its two ways */
     ck_assert_int_eq(plan(a, &s, 0, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 6);
-    ck_assert_msg(strstr(why, "(written with int32 compares; refused too with boolean "
+    ck_assert_int_eq(documents_graphs, 8);
+    ck_assert_msg(strstr(why, "(written with boolean compares; refused too with int32 "
                               "compares)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
@@ -395,7 +430,8 @@ START_TEST(too_big_a_workspace_ends_the_search)
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
     ck_assert_int_eq(documents_graphs, 1);
     ck_assert_msg(strstr(why, "workspace, more than the") != NULL &&
-                      strstr(why, "(written with boolean compares)") != NULL,
+                      strstr(why, "(written with boolean compares, padding mask once, causal "
+                                  "mask after the statistics)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
 }

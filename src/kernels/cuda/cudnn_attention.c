@@ -346,28 +346,42 @@ enum {
 
 /* The ways a documents graph is written, tried in turn until cuDNN offers
  * a deterministic engine for one: which node patterns cuDNN's fused
- * engines match is not documented node by node. Each direction tries first
- * the way cudnn-frontend lowers its padding mask (read in its SDPA nodes):
- * the forward's comparisons in int32, the backward's in boolean and the
- * mask applied again after the statistics are subtracted (its workaround
- * of a cuDNN 9 bug); then the others. */
+ * engines match is not documented node by node, and cudnn-frontend has
+ * lowered its padding mask differently over cuDNN's versions (read in its
+ * SDPA nodes). For cuDNN 9.10 and newer it writes the comparisons in
+ * boolean, and the backward masks padding once, before the statistics are
+ * subtracted, and the causal mask after them; before 9.10 its forward
+ * compared in int32, and its backward applied the padding mask again after
+ * the statistics (a workaround of a cuDNN 9.0 bug), the causal mask before
+ * them. Each direction tries the frontend's way for the library's version
+ * first, then the others. */
 typedef struct graph_variant {
     const char *name;
     int int32_compares; /* the padding mask's comparisons computed and written in int32 */
-    int padding_once;   /* the backward's padding mask before the causal mask only */
+    int padding_once;   /* the backward's padding mask before the statistics only */
+    int causal_after;   /* the backward's causal mask after the statistics are subtracted */
 } graph_variant;
 
-static const graph_variant documents_variants[] = {
-    {"boolean compares", 0, 0},
-    {"int32 compares", 1, 0},
-    {"boolean compares, one padding mask in the backward", 0, 1},
-    {"int32 compares, one padding mask in the backward", 1, 1},
+/* the forward's graph has one padding mask and no statistics to subtract */
+static const graph_variant forward_variants[] = {
+    {"boolean compares", 0, 0, 0},
+    {"int32 compares", 1, 0, 0},
 };
-/* the order each direction tries them in (indices into documents_variants;
- * the forward's graph has one padding mask, so its ways differ in their
- * comparisons only) */
-static const int forward_ways[] = {1, 0};
-static const int backward_ways[] = {0, 1, 2, 3};
+static const graph_variant backward_variants[] = {
+    {"boolean compares, padding mask twice", 0, 0, 0},
+    {"int32 compares, padding mask twice", 1, 0, 0},
+    {"boolean compares, padding mask once", 0, 1, 0},
+    {"int32 compares, padding mask once", 1, 1, 0},
+    {"boolean compares, padding mask once, causal mask after the statistics", 0, 1, 1},
+    {"int32 compares, padding mask once, causal mask after the statistics", 1, 1, 1},
+};
+/* the order each direction tries them in, by cuDNN's version (indices
+ * into the tables above) */
+#define FRONTEND_SINGLE_PADDING 91000 /* the version from which the frontend masks padding once */
+static const int forward_ways_new[] = {0, 1}, forward_ways_old[] = {1, 0};
+static const int backward_ways_new[] = {4, 2, 0, 5, 3, 1}, backward_ways_old[] = {0, 2, 4, 1, 3, 5};
+#define FORWARD_WAYS ((int)(sizeof forward_ways_new / sizeof forward_ways_new[0]))
+#define BACKWARD_WAYS ((int)(sizeof backward_ways_new / sizeof backward_ways_new[0]))
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
@@ -472,8 +486,9 @@ static cudnnBackendDescriptor_t causal_masked(graph *g, const dims_set *z,
  * contract's meaning. A dense graph: scale, (less the statistics), causal
  * mask. A documents graph, in the order cudnn-frontend builds its padded
  * graphs: the matmul sized by the entries' lengths, scale, padding mask,
- * causal mask, (less the statistics, the padding mask again unless the
- * variant applies it once). */
+ * causal mask, (less the statistics, the padding mask again), or in the
+ * backward as its way says (graph_variant: the padding mask once; the
+ * causal mask after the statistics). */
 static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z, const ragged *r,
                                               cudnnBackendDescriptor_t q,
                                               cudnnBackendDescriptor_t kt,
@@ -488,14 +503,19 @@ static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z, const
     matmul_sized(g, q, kt, s, r->lengths_q, r->lengths_kv, NULL);
     cudnnBackendDescriptor_t scaled = tensor(g, 0, f32, sd, ss, 0);
     pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, scaled, 0, f32);
+    /* in a documents graph, the causal mask after the statistics only where
+     * the way says so (a dense graph's always comes last) */
+    const int causal_last = !z->documents || (stats_to_subtract && z->variant->causal_after);
     if (z->documents)
-        scaled = causal_masked(g, z, padding_masked(g, z, r, scaled, fill), fill);
+        scaled = padding_masked(g, z, r, scaled, fill);
+    if (!causal_last)
+        scaled = causal_masked(g, z, scaled, fill);
     if (stats_to_subtract) { /* the backward: scores less the forward's statistics */
         cudnnBackendDescriptor_t less = tensor(g, 0, f32, sd, ss, 0);
         pointwise(g, CUDNN_POINTWISE_SUB, scaled, stats_to_subtract, NULL, less, 0, f32);
         scaled = less;
     }
-    if (!z->documents)
+    if (causal_last)
         return causal_masked(g, z, scaled, fill);
     return stats_to_subtract && !z->variant->padding_once ? padding_masked(g, z, r, scaled, fill)
                                                           : scaled;
@@ -795,13 +815,15 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     if (!slot->key.documents)
         return build_plan_as(a, slot, NULL) == 0 ? 0 : RP_CUDNN_REFUSED;
-    const int *ways = slot->key.backward ? backward_ways : forward_ways;
-    const int nways = slot->key.backward ? (int)(sizeof backward_ways / sizeof *ways)
-                                         : (int)(sizeof forward_ways / sizeof *ways);
+    const int newer = a->version >= FRONTEND_SINGLE_PADDING;
+    const graph_variant *table = slot->key.backward ? backward_variants : forward_variants;
+    const int *ways = slot->key.backward ? (newer ? backward_ways_new : backward_ways_old)
+                                         : (newer ? forward_ways_new : forward_ways_old);
+    const int nways = slot->key.backward ? BACKWARD_WAYS : FORWARD_WAYS;
     char why[WHY_BYTES] = "";
     size_t at = 0;
     for (int v = 0; v < nways; v++) {
-        const graph_variant *variant = &documents_variants[ways[v]];
+        const graph_variant *variant = &table[ways[v]];
         const int rc = build_plan_as(a, slot, variant);
         if (rc == 0) {
             slot->variant = variant->name;

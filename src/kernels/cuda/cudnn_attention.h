@@ -52,10 +52,11 @@
  * the dense shape covers the rest. Which node patterns cuDNN's fused
  * engines match is not documented node by node, so a documents graph is
  * written in a few ways (its padding mask's comparisons in boolean or in
- * int32; in the backward, that mask again after the statistics are
- * subtracted or not), tried in turn, cudnn-frontend's way first (the
- * forward's comparisons in int32, the backward's in boolean with the mask
- * twice), until cuDNN offers a deterministic engine for one: the plan
+ * int32; in the backward, that mask once or again after the statistics are
+ * subtracted, the causal mask before or after them), tried in turn,
+ * cudnn-frontend's way for the library's version first (from 9.10: boolean,
+ * the backward's padding mask once and its causal mask after the
+ * statistics), until cuDNN offers a deterministic engine for one: the plan
  * cached is that one's, and rp_cudnn_attention_documents_graph says which. (The causal mask widened by seg_start,
  * read as a [nseq, 1, seqlen, 1] input, got no engine from cuDNN 9.14.0
  * on the H200, bench/README 2026-11-30.) Written without a GPU at hand:
