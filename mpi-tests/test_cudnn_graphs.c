@@ -340,20 +340,22 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         int backward, int32, masks, after, tried;
         const char *way;
     } cases[] = {
+#define AFTER ", causal mask after the statistics"
         {91400, 0, 0, 0, -1, 1, "boolean compares"},
         {91400, 0, 1, 0, -1, 2, "int32 compares"},
-        {91400, 1, 0, 1, 1, 1, "boolean compares, padding mask once, causal mask after the statistics"},
+        {91400, 1, 0, 1, 1, 1, "boolean compares, padding mask once" AFTER},
         {91400, 1, 0, 1, 0, 2, "boolean compares, padding mask once"},
         {91400, 1, 0, 2, 0, 3, "boolean compares, padding mask twice"},
-        {91400, 1, 1, 1, 1, 4, "int32 compares, padding mask once, causal mask after the statistics"},
+        {91400, 1, 1, 1, 1, 4, "int32 compares, padding mask once" AFTER},
         {91400, 1, 1, 1, 0, 5, "int32 compares, padding mask once"},
         {91400, 1, 1, 2, 0, 6, "int32 compares, padding mask twice"},
         {90500, 0, 1, 0, -1, 1, "int32 compares"},
         {90500, 0, 0, 0, -1, 2, "boolean compares"},
         {90500, 1, 0, 2, 0, 1, "boolean compares, padding mask twice"},
         {90500, 1, 0, 1, 0, 2, "boolean compares, padding mask once"},
-        {90500, 1, 0, 1, 1, 3, "boolean compares, padding mask once, causal mask after the statistics"},
+        {90500, 1, 0, 1, 1, 3, "boolean compares, padding mask once" AFTER},
         {90500, 1, 1, 2, 0, 4, "int32 compares, padding mask twice"},
+#undef AFTER
     };
     const rp_attn_shape s = documents_shape();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

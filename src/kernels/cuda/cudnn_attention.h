@@ -57,9 +57,10 @@
  * cudnn-frontend's way for the library's version first (from 9.10: boolean,
  * the backward's padding mask once and its causal mask after the
  * statistics), until cuDNN offers a deterministic engine for one: the plan
- * cached is that one's, and rp_cudnn_attention_documents_graph says which. (The causal mask widened by seg_start,
- * read as a [nseq, 1, seqlen, 1] input, got no engine from cuDNN 9.14.0
- * on the H200, bench/README 2026-11-30.) Written without a GPU at hand:
+ * cached is that one's, and rp_cudnn_attention_documents_graph says
+ * which. (The causal mask widened by seg_start, read as a [nseq, 1,
+ * seqlen, 1] input, got no engine from cuDNN 9.14.0 on the H200,
+ * bench/README 2026-11-30.) Written without a GPU at hand:
  * the cudnn-documents path of core/unproven.h, off until a GPU window
  * proves it.
  *
