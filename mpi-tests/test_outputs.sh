@@ -22,6 +22,8 @@
 #    (the reporting is proved in test_store_shm);
 # 8. a rank stopped with SIGSTOP ends a 2-rank job with --timeout 5 within
 #    3 x 5 s, with the message naming the rank, the event and the lost rank;
+#    so does one stopped at the re-plan (8b) and one stopped between two
+#    segments, as one ends or the next starts or makes its host store (8c);
 # 10. a NaN weight in the input model is named (file and tensor) at load.
 set -u
 . "$(dirname "$0")/testlib.sh"
@@ -229,6 +231,38 @@ for r in 1 0; do
     bad "8b: rank $r stopped at the re-plan: exit $rc, $((t1 - t0)) s in all, $seen (want <= 15)"
   has "rank $((1 - r)), re-plan after the first steps: other ranks did not answer within --timeout 5 s: ending the job" \
     "8b: rank $r stopped at the re-plan"
+done
+
+# --- 8c. a rank stopped between two segments (the re-plan ends the first
+# after step 2): the others wait at most --timeout in each exchange that
+# ends a segment or starts the next (its agreements, its host store's
+# creation) and end the job naming it
+for c in segment-end:1:"the end of a segment" segment:1:"the start of the next segment" \
+         segment:0:"the start of the next segment" \
+         segment-store:1:"the start of the next segment (its host store)" \
+         segment-store:0:"the start of the next segment (its host store)"; do
+  where=${c%%:*}; rest=${c#*:}; r=${rest%%:*}; what=${rest#*:}
+  t0=$(date +%s); ts=""
+  RP_FAULT_STALL=$where:$r timeout 60 ${MPIRUN:-mpirun} $flags -x RP_FAULT_STALL -np 2 "$bin" \
+    train $args --model "$fix/model" --steps 6 --timeout 3 > "$tmp/out.txt" 2>&1 &
+  tp=$!
+  while kill -0 $tp 2>/dev/null; do
+    if [ -z "$ts" ]; then
+      p=$(rank_pid "$(pgrep -P $tp)" $r)
+      [ -n "$p" ] && [ "$(sed -n 's/^[^)]*) \(.\).*/\1/p' "/proc/$p/stat" 2>/dev/null)" = T ] &&
+        ts=$(date +%s)
+    fi
+    sleep 0.1
+  done
+  wait $tp
+  rc=$?
+  t1=$(date +%s)
+  seen="never seen stopped"; dt=99
+  [ -n "$ts" ] && dt=$((t1 - ts)) && seen="$dt s after it stopped"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $dt -le 9 ] && ok ||
+    bad "8c: rank $r stopped at $where: exit $rc, $((t1 - t0)) s in all, $seen (want <= 9)"
+  has "rank $((1 - r)), $what: other ranks did not answer within --timeout 3 s: ending the job" \
+    "8c: rank $r stopped at $where"
 done
 
 # --- 10. a NaN weight in the input model is named at load

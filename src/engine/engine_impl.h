@@ -190,6 +190,8 @@ typedef struct rp_engine {
     int num_layers;             /* embedding, blocks, head */
     /* the running segment and the resume */
     int64_t it_first, it_last;  /* iterations of the running segment (one plan each) */
+    int segments_built;         /* segments started so far: from the second on, the exchanges
+                                   that start one wait at most --timeout (step_loop.c) */
     int measuring;              /* the running segment's layer times feed the re-plan after
                                    it (step_loop.c); no later segment's are read */
     int64_t adam_first;         /* by_optimizer.adam_step when the running segment started */

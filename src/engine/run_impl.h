@@ -79,7 +79,10 @@ rp_status rp_run_agree_within(rp_engine *e, rp_status s, MPI_Comm comm, const ch
 rp_status rp_run_wait_peers(rp_engine *e, MPI_Request *req, const char *what, rp_error *err);
 
 /* RP_FAULT_STALL=WHERE:RANK (a test): the rank of that world rank stops
- * itself (SIGSTOP) where the run calls this with WHERE ("replan"). */
+ * itself (SIGSTOP) where the run calls this with WHERE: "replan" (the
+ * re-plan's agreement), "segment-end" (before the agreement ending a
+ * segment), "segment" and "segment-store" (at the start of a segment after
+ * the first, and before its host store is made). */
 void rp_fault_stall(const char *where, int world_rank);
 
 /* e->memory_limit: the device bytes an executor may allocate, the same on

@@ -47,21 +47,37 @@ static void log_activation_numa(rp_engine *e, rp_numa_bound b, size_t shared)
     }
 }
 
+/* The exchanges that start a segment after the first: every rank comes to
+ * them from the end of the one before (its re-plan, checkpoint or
+ * evaluation), so each waits at most --timeout and names this; a rank that
+ * stops there ends the job instead of holding it. The first segment's wait
+ * as long as the ranks take (a rank may still be pinning its host memory). */
+#define SEGMENT_START "the start of the next segment"
+
+static rp_status segment_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
+{
+    return e->segments_built > 0 ? rp_run_agree_within(e, s, comm, SEGMENT_START, err)
+                                 : rp_run_agree(e, s, comm, err);
+}
+
 /* The store of one segment (iterations first..last under one plan): the
  * activation arena and the events, every counter starting at first - 1 as if
  * the earlier iterations had run under this plan. */
 static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
 {
+    const int bounded = e->segments_built++ > 0;
+    if (bounded)
+        rp_fault_stall("segment", e->nd.world_rank);
     rp_arena_spec as = {e->num_layers, (int)e->microbatches, e->act_floats,
                         e->o->recompute == RP_RECOMPUTE_LAYER, e->raux.floats, e->kept_floats,
                         e->o->activation_dtype, rp_kept_on_executor(e->device)};
     e->jobs_per_it = rp_schedule_num_jobs(&e->plan);
     if (rp_arena_init(&e->arena, &e->plan, &as) != 0)
-        return rp_run_agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
+        return segment_agree(e, rp_error_set(err, RP_ERR_NOMEM, "arena index"), comm, err);
     rp_event_dims dims;
     rp_proto_dims(e, &dims);
     rp_store_layout *lay = NULL;
-    RP_TRY(rp_run_agree(e, rp_store_layout_create(&lay, err), comm, err));
+    RP_TRY(segment_agree(e, rp_store_layout_create(&lay, err), comm, err));
     size_t act, evo, links, waits;
     rp_status s = rp_store_layout_add(lay, "activations", e->arena.floats * sizeof(float),
                                       RP_STORE_ALIGN_PAGE, &act, err);
@@ -84,13 +100,24 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_work_lines lines; /* rank 0 says how far a long allocation is */
     sp.reserve_progress = rp_work_lines_start(&lines, e->lg, rp_engine_tells_work(e),
                                               "allocating the activations' host store");
+    sp.wait_s = bounded ? e->o->timeout_s : 0;
+    if (s == RP_OK && bounded)
+        rp_fault_stall("segment-store", e->nd.world_rank);
     if (s == RP_OK)
         s = rp_store_create(e->nd.node_comm, lay, &sp, &e->store, err);
+    if (s == RP_ERR_PEER_LOST) { /* no collective on the node's ranks may follow */
+        e->peer_lost = 1;
+        rp_store_layout_destroy(&lay);
+        free(near);
+        return rp_error_set(err, RP_ERR_PEER_LOST, "rank %d, %s (its host store): other ranks "
+                            "did not answer within --timeout %g s: ending the job",
+                            e->nd.world_rank, SEGMENT_START, e->o->timeout_s);
+    }
     rp_store_layout_destroy(&lay);
     free(near);
     if (s == RP_OK && e->o->activation_numa && rp_store_is_leader(e->store))
         log_activation_numa(e, rp_store_numa_bound(e->store), shared);
-    RP_TRY(rp_run_agree(e, s, comm, err));
+    RP_TRY(segment_agree(e, s, comm, err));
     char *base = rp_store_base(e->store);
     e->pins[e->npins_run] = (struct rp_pin){base + act, e->arena.floats * sizeof(float)};
     e->npins = e->npins_run + 1;
@@ -107,9 +134,16 @@ static rp_status build_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
             rp_events_fill_kind(e->ev, RP_EV_ROWS, (uint64_t)(e->it_first - 2));
         }
     }
-    s = rp_run_agree(e, s, comm, err);
-    if (!e->peer_lost)
+    s = segment_agree(e, s, comm, err);
+    if (!e->peer_lost && !bounded)
         MPI_Barrier(comm); /* counters set before anyone waits */
+    else if (!e->peer_lost) {
+        MPI_Request req;
+        rp_error later;
+        MPI_Ibarrier(comm, &req);
+        rp_status b = rp_run_wait_peers(e, &req, SEGMENT_START, s == RP_OK ? err : &later);
+        s = s == RP_OK ? b : s;
+    }
     return s;
 }
 
@@ -154,7 +188,15 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     rp_status s = e->status;
     if (s != RP_OK)
         *err = e->err;
-    return rp_run_agree(e, s, comm, err);
+    /* every rank ends its segment within about an iteration of the others,
+     * unless node 0's rank 0 writes a checkpoint in it (its writer may still
+     * be writing): then the others wait as long as it takes */
+    int writes = 0;
+    for (int64_t c = e->it_first; c < e->it_last && !writes; c++)
+        writes = rp_checkpoint_due(e, c);
+    rp_fault_stall("segment-end", e->nd.world_rank);
+    return writes ? rp_run_agree(e, s, comm, err)
+                  : rp_run_agree_within(e, s, comm, "the end of a segment", err);
 }
 
 /* Segments: with the planner's plan and exact semantics, the first
@@ -235,9 +277,12 @@ rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
         if (s == RP_OK && stop > 0 && stop <= e->it_last) /* asked to stop after `stop` */
             e->it_last = stop;
         if (s == RP_OK && stop == 0 && e->it_last < e->steps && o->checkpoint_dir) {
-            /* a request between segments: the ranks agree on it */
+            /* a request between segments: the ranks agree on it (each comes
+             * from the end of the segment: at most --timeout) */
             int req = rp_checkpoint_requested() != 0, any = 0;
-            MPI_Allreduce(&req, &any, 1, MPI_INT, MPI_MAX, comm);
+            MPI_Request r;
+            MPI_Iallreduce(&req, &any, 1, MPI_INT, MPI_MAX, comm, &r);
+            s = rp_run_wait_peers(e, &r, "the checkpoint request between segments", err);
             stop = any ? e->it_last : 0;
         }
         e->stopped_early = s == RP_OK && stop > 0 && e->it_last < e->steps;

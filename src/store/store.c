@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/shm.h"
@@ -75,6 +76,40 @@ static rp_status leader_create(rp_store *s, const rp_store_params *p, leader_msg
     return st;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Wait for req, a non-blocking exchange of the creation: as long as it
+ * takes (wait_s 0), or at most wait_s seconds; 1 when it completed. */
+static int completed(MPI_Request *req, double wait_s)
+{
+    if (wait_s <= 0)
+        return MPI_Wait(req, MPI_STATUS_IGNORE) == MPI_SUCCESS;
+    const double deadline = now_s() + wait_s;
+    const struct timespec pause = {0, 1000000};
+    int done = 0;
+    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_s() < deadline)
+        nanosleep(&pause, NULL);
+    return done;
+}
+
+/* The node's other ranks did not answer within wait_s: the creation ends
+ * without another collective on comm (its exchange is left pending: the
+ * job is to end). */
+static rp_status lost(rp_store *s, leader_msg *m, double wait_s, rp_error *err)
+{
+    rp_shm_unlink(&s->shm);
+    rp_shm_close(&s->shm);
+    free(m);
+    free(s);
+    return rp_error_set(err, RP_ERR_PEER_LOST, "host store: the node's other ranks did not "
+                        "answer within %g s", wait_s);
+}
+
 rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
                           const rp_store_params *params, rp_store **out, rp_error *err)
 {
@@ -96,7 +131,17 @@ rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
     s->bytes = rp_store_layout_bytes(layout);
     int rank;
     MPI_Comm_rank(comm, &rank);
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &s->node) != MPI_SUCCESS) {
+    MPI_Request req;
+    if (p.wait_s > 0) { /* comm is one node's already: a copy of it, within the bound */
+        if (MPI_Comm_idup(comm, &s->node, &req) != MPI_SUCCESS) {
+            free(m);
+            free(s);
+            return rp_error_set(err, RP_ERR_MPI, "host store: MPI_Comm_idup failed");
+        }
+        if (!completed(&req, p.wait_s))
+            return lost(s, m, p.wait_s, err);
+    } else if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &s->node) !=
+               MPI_SUCCESS) {
         free(m);
         free(s);
         return rp_error_set(err, RP_ERR_MPI, "host store: MPI_Comm_split_type(SHARED) failed");
@@ -111,8 +156,12 @@ rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
         if (st != RP_OK)
             snprintf(m->msg, sizeof m->msg, "%s", err ? err->msg : rp_status_string(st));
     }
-    if (MPI_Bcast(m, (int)sizeof *m, MPI_BYTE, 0, s->node) != MPI_SUCCESS && st == RP_OK)
-        st = rp_error_set(err, RP_ERR_MPI, "host store: MPI_Bcast of the segment name failed");
+    if (MPI_Ibcast(m, (int)sizeof *m, MPI_BYTE, 0, s->node, &req) != MPI_SUCCESS) {
+        if (st == RP_OK)
+            st = rp_error_set(err, RP_ERR_MPI, "host store: MPI_Bcast of the segment name failed");
+    } else if (!completed(&req, p.wait_s)) {
+        return lost(s, m, p.wait_s, err);
+    }
     if (s->node_rank != 0 && st == RP_OK) {
         if (m->status != RP_OK)
             st = rp_error_set(err, (rp_status)m->status, "host store: node leader failed: %s", m->msg);
@@ -122,8 +171,13 @@ rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
     }
     /* Everyone has mapped (or failed): agree, then drop the name. */
     int mine[2] = {st == RP_OK ? 0 : 1, st == RP_OK ? -1 : s->node_rank}, all[2] = {0, -1};
-    if (MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, s->node) != MPI_SUCCESS && st == RP_OK)
-        st = rp_error_set(err, RP_ERR_MPI, "host store: MPI_Allreduce of the mapping status failed");
+    if (MPI_Iallreduce(mine, all, 2, MPI_INT, MPI_MAX, s->node, &req) != MPI_SUCCESS) {
+        if (st == RP_OK)
+            st = rp_error_set(err, RP_ERR_MPI,
+                              "host store: MPI_Allreduce of the mapping status failed");
+    } else if (!completed(&req, p.wait_s)) {
+        return lost(s, m, p.wait_s, err);
+    }
     rp_shm_unlink(&s->shm);
     if (st == RP_OK && all[0])
         st = rp_error_set(err, RP_ERR_IO, "host store: node-local rank %d failed to map the store (see its error)",

@@ -31,6 +31,11 @@ typedef struct rp_store_params {
     int nbind;
     const rp_progress_hook *reserve_progress; /* told as the leader allocates the pages
                                                  (bytes; NULL: nothing) */
+    double wait_s;         /* 0: split comm into nodes, and wait in each exchange as long as
+                              the node's other ranks take; > 0 (a store made while a run goes
+                              on): comm is one node's ranks already, and each exchange waits
+                              at most wait_s seconds, then RP_ERR_PEER_LOST (no collective on
+                              comm may follow) */
 } rp_store_params;
 
 /* Collective over comm. Splits comm into nodes (MPI_COMM_TYPE_SHARED); on
