@@ -50,8 +50,9 @@ static void log_activation_numa(rp_engine *e, rp_numa_bound b, size_t shared)
 /* The exchanges that start a segment after the first: every rank comes to
  * them from the end of the one before (its re-plan, checkpoint or
  * evaluation), so each waits at most --timeout and names this; a rank that
- * stops there ends the job instead of holding it. The first segment's wait
- * as long as the ranks take (a rank may still be pinning its host memory). */
+ * stops there ends the job instead of holding it. The first segment's
+ * exchanges wait as long as the ranks take (a rank may still be pinning its
+ * host memory). */
 #define SEGMENT_START "the start of the next segment"
 
 static rp_status segment_agree(rp_engine *e, rp_status s, MPI_Comm comm, rp_error *err)
