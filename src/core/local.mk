@@ -6,5 +6,5 @@ librp_la_SOURCES += \
 	src/core/layer_kind.h \
 	src/core/args.c src/core/args.h \
 	src/core/unproven.c src/core/unproven.h \
-	src/core/pool.c src/core/pool.h src/core/clock.h \
+	src/core/pool.c src/core/pool.h src/core/clock.h src/core/mpi_wait.h \
 	src/core/slow_work.c src/core/slow_work.h

@@ -7,22 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mpi_wait.h"
 #include "engine/run_impl.h"
-
-/* Poll req until it completes or `deadline` passes; 1 when it completed. */
-static int wait_until(MPI_Request *req, double deadline)
-{
-    const struct timespec pause = {0, 1000000};
-    int done = 0;
-    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
-           rp_event_now() < deadline)
-        nanosleep(&pause, NULL);
-    return done;
-}
 
 rp_status rp_run_wait_peers(rp_engine *e, MPI_Request *req, const char *what, rp_error *err)
 {
-    if (wait_until(req, rp_event_deadline(e->o->timeout_s)))
+    if (rp_mpi_wait_within(req, e->o->timeout_s))
         return RP_OK;
     e->peer_lost = 1;
     return rp_error_set(err, RP_ERR_PEER_LOST, "rank %d, %s: other ranks did not answer within "
@@ -63,7 +53,7 @@ static rp_status agree(rp_engine *e, rp_status s, MPI_Comm comm, const char *bou
         RP_TRY(rp_run_wait_peers(e, &req, bounded, err));
     } else if (s == RP_OK) {
         MPI_Wait(&req, MPI_STATUS_IGNORE);
-    } else if (!wait_until(&req, rp_event_deadline(e->o->timeout_s))) {
+    } else if (!rp_mpi_wait_within(&req, e->o->timeout_s)) {
         e->peer_lost = 1;
         char own[RP_ERROR_MSG_MAX];
         snprintf(own, sizeof own, "%s", err->msg);

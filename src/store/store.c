@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/mpi_wait.h"
 #include "store/shm.h"
 
 struct rp_store {
@@ -76,27 +76,6 @@ static rp_status leader_create(rp_store *s, const rp_store_params *p, leader_msg
     return st;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Wait for req, a non-blocking exchange of the creation: as long as it
- * takes (wait_s 0), or at most wait_s seconds; 1 when it completed. */
-static int completed(MPI_Request *req, double wait_s)
-{
-    if (wait_s <= 0)
-        return MPI_Wait(req, MPI_STATUS_IGNORE) == MPI_SUCCESS;
-    const double deadline = now_s() + wait_s;
-    const struct timespec pause = {0, 1000000};
-    int done = 0;
-    while (MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_s() < deadline)
-        nanosleep(&pause, NULL);
-    return done;
-}
-
 /* The node's other ranks did not answer within wait_s: the creation ends
  * without another collective on comm (its exchange is left pending: the
  * job is to end). */
@@ -138,7 +117,7 @@ rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
             free(s);
             return rp_error_set(err, RP_ERR_MPI, "host store: MPI_Comm_idup failed");
         }
-        if (!completed(&req, p.wait_s))
+        if (!rp_mpi_wait_within(&req, p.wait_s))
             return lost(s, m, p.wait_s, err);
     } else if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &s->node) !=
                MPI_SUCCESS) {
@@ -159,7 +138,7 @@ rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
     if (MPI_Ibcast(m, (int)sizeof *m, MPI_BYTE, 0, s->node, &req) != MPI_SUCCESS) {
         if (st == RP_OK)
             st = rp_error_set(err, RP_ERR_MPI, "host store: MPI_Bcast of the segment name failed");
-    } else if (!completed(&req, p.wait_s)) {
+    } else if (!rp_mpi_wait_within(&req, p.wait_s)) {
         return lost(s, m, p.wait_s, err);
     }
     if (s->node_rank != 0 && st == RP_OK) {
@@ -175,7 +154,7 @@ rp_status rp_store_create(MPI_Comm comm, const rp_store_layout *layout,
         if (st == RP_OK)
             st = rp_error_set(err, RP_ERR_MPI,
                               "host store: MPI_Allreduce of the mapping status failed");
-    } else if (!completed(&req, p.wait_s)) {
+    } else if (!rp_mpi_wait_within(&req, p.wait_s)) {
         return lost(s, m, p.wait_s, err);
     }
     rp_shm_unlink(&s->shm);
