@@ -385,8 +385,9 @@ static const int backward_ways_new[] = {4, 2, 0, 5, 3, 1}, backward_ways_old[] =
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
-    int documents; /* b ragged entries, one per document, of at most s tokens */
-    const graph_variant *variant; /* a documents graph's; NULL in a dense one */
+    /* a documents graph's way (b ragged entries, one per document, of at
+     * most s tokens); NULL in a dense one */
+    const graph_variant *variant;
 } dims_set;
 
 /* The ragged layout of a documents graph (every member NULL in a dense
@@ -403,7 +404,7 @@ typedef struct ragged {
 static ragged ragged_of(graph *g, const dims_set *z)
 {
     ragged r = {0};
-    if (!z->documents)
+    if (!z->variant)
         return r;
     D4(od, z->b + 1, 1, 1, 1);
     D4(ld, z->b, 1, 1, 1);
@@ -505,8 +506,8 @@ static cudnnBackendDescriptor_t masked_scores(graph *g, const dims_set *z, const
     pointwise(g, CUDNN_POINTWISE_MUL, s, scale, NULL, scaled, 0, f32);
     /* in a documents graph, the causal mask after the statistics only where
      * the way says so (a dense graph's always comes last) */
-    const int causal_last = !z->documents || (stats_to_subtract && z->variant->causal_after);
-    if (z->documents)
+    const int causal_last = !z->variant || (stats_to_subtract && z->variant->causal_after);
+    if (z->variant)
         scaled = padding_masked(g, z, r, scaled, fill);
     if (!causal_last)
         scaled = causal_masked(g, z, scaled, fill);
@@ -685,7 +686,7 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     const plan_key *key = &slot->key;
-    dims_set z = {key->b, key->h, key->hk, key->s, key->d, key->documents, variant};
+    dims_set z = {key->b, key->h, key->hk, key->s, key->d, variant};
     const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
                                  .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
     const size_t budget = key->budget;
