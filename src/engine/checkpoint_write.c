@@ -296,10 +296,7 @@ rp_status rp_checkpoint_save(rp_engine *e, MPI_Comm comm, rp_error *err)
 
 int rp_checkpoint_writer_needed(const rp_engine *e)
 {
-    for (int64_t c = e->it_first; c < e->it_last; c++)
-        if (rp_checkpoint_in_segment(e, c))
-            return 1;
-    return 0;
+    return e->nd.node == 0 && rp_checkpoint_due_in_segment(e);
 }
 
 /* The updates applied once step `last` is done: the count at the segment's

@@ -192,12 +192,10 @@ static rp_status run_segment(rp_engine *e, MPI_Comm comm, rp_error *err)
     /* every rank ends its segment within about an iteration of the others,
      * unless node 0's rank 0 writes a checkpoint in it (its writer may still
      * be writing): then the others wait as long as it takes */
-    int writes = 0;
-    for (int64_t c = e->it_first; c < e->it_last && !writes; c++)
-        writes = rp_checkpoint_due(e, c);
     rp_fault_stall("segment-end", e->nd.world_rank);
-    return writes ? rp_run_agree(e, s, comm, err)
-                  : rp_run_agree_within(e, s, comm, "the end of a segment", err);
+    return rp_checkpoint_due_in_segment(e)
+               ? rp_run_agree(e, s, comm, err)
+               : rp_run_agree_within(e, s, comm, "the end of a segment", err);
 }
 
 /* Segments: with the planner's plan and exact semantics, the first
