@@ -7,12 +7,15 @@
  *   names, and the plan is that way's (rp_cudnn_attention_documents_graph),
  *   after exactly the graphs before it were tried, in the order of the
  *   library's version (the forward's two, the backward's six;
- *   cudnn-frontend's way for that version first);
+ *   cudnn-frontend's way for that version first), all with int64 ragged
+ *   offsets, then all again with int32 ones (from cuDNN 9.5; before, int32
+ *   first);
  * - what each way writes: the padding mask's two comparisons per mask in
  *   boolean or int32, once in the forward and once or twice in the
  *   backward, the backward's causal mask before or after the statistics;
  *   the ragged offsets on every tensor the call binds (Q, K^T, V, O; dO,
- *   dQ, dK, dV, V^T) and on none of a dense graph's;
+ *   dQ, dK, dV, V^T), all of the way's type, and on none of a dense
+ *   graph's;
  * - a refusal of every way says the first's reason and names the others; a
  *   plan that asks more workspace than the run reserves ends the search at
  *   the first way (no other way of writing changes what it asks);
@@ -56,15 +59,17 @@ typedef struct desc {
 
 /* what the stand-in offers: an engine for a documents graph only when its
  * padding comparisons are in int32 (want_int32 1) or boolean (0), its
- * backward masks padding `want_masks` times (0: any) and, in the backward,
- * its causal mask comes after the statistics are subtracted (want_after
- * 1) or before (0; -1: either); want_int32 -1: none at all */
-static int want_int32, want_masks, want_after;
+ * backward masks padding `want_masks` times (0: any), in the backward its
+ * causal mask comes after the statistics are subtracted (want_after 1) or
+ * before (0; -1: either), and its ragged offsets are of type want_offsets
+ * (0: either); want_int32 -1: none at all */
+static int want_int32, want_masks, want_after, want_offsets;
 static int64_t workspace_asked; /* what each plan asks */
 /* what it saw: graphs queried, and of the last one its comparisons, its
- * causal mask's place and its ragged tensors */
+ * causal mask's place, its ragged tensors and their offsets' type (-1:
+ * types differ) */
 static int graphs, documents_graphs, last_int32, last_bool, last_after, ragged_bound,
-    ragged_missing;
+    ragged_missing, last_offsets;
 
 static size_t element_bytes(cudnnBackendAttributeType_t type)
 {
@@ -157,7 +162,7 @@ static int64_t offered(const desc *heuristics)
     const attr *ops = graph ? find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
     ck_assert_ptr_nonnull(ops);
     graphs++;
-    last_int32 = last_bool = last_after = ragged_bound = ragged_missing = 0;
+    last_int32 = last_bool = last_after = ragged_bound = ragged_missing = last_offsets = 0;
     const desc *seen[256];
     int nseen = 0;
     int64_t subtracted = -1; /* the node subtracting the statistics, by the graph's order */
@@ -179,10 +184,13 @@ static int64_t offered(const desc *heuristics)
             const attr *uid = find(t, CUDNN_ATTR_TENSOR_UNIQUE_ID);
             if (!uid || !bound_to_a_token_row(*(const int64_t *)uid->value))
                 continue;
-            if (find(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC))
-                ragged_bound++;
-            else
+            const desc *offsets = find_desc(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC);
+            if (!offsets) {
                 ragged_missing++;
+                continue;
+            }
+            const int type = find_int(offsets, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
+            last_offsets = ragged_bound++ == 0 || last_offsets == type ? type : -1;
         }
         if (op->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)
             continue;
@@ -208,6 +216,8 @@ static int64_t offered(const desc *heuristics)
     if (want_int32 < 0 || (want_int32 ? last_bool : last_int32) > 0)
         return 0;
     if (subtracted >= 0 && want_after >= 0 && last_after != want_after)
+        return 0;
+    if (want_offsets && last_offsets != want_offsets)
         return 0;
     return want_masks == 0 || compares == 2 * want_masks ? 1 : 0;
 }
@@ -301,6 +311,7 @@ static rp_cudnn_attention *open_module_as(size_t version)
     graphs = documents_graphs = 0;
     workspace_asked = 4096;
     want_after = -1;
+    want_offsets = 0;
     return a;
 }
 
@@ -332,29 +343,42 @@ static int plan(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, cha
  * ways before it in the order of the library's version (cudnn-frontend's
  * way first: from cuDNN 9.10 boolean comparisons, the backward's padding
  * mask once and its causal mask after the statistics; before, the
- * forward's comparisons in int32 and the backward's padding mask twice) */
+ * forward's comparisons in int32 and the backward's padding mask twice),
+ * every way with int64 ragged offsets, then every way again with int32
+ * ones (before cuDNN 9.5: int32, then int64) */
 START_TEST(documents_plan_is_the_first_way_cudnn_takes)
 {
+    enum { I32 = CUDNN_DATA_INT32, I64 = CUDNN_DATA_INT64 };
     static const struct {
         size_t version;
-        int backward, int32, masks, after, tried;
+        int backward, int32, masks, after, offsets, tried;
         const char *way;
     } cases[] = {
 #define AFTER ", causal mask after the statistics"
-        {91400, 0, 0, 0, -1, 1, "boolean compares"},
-        {91400, 0, 1, 0, -1, 2, "int32 compares"},
-        {91400, 1, 0, 1, 1, 1, "boolean compares, padding mask once" AFTER},
-        {91400, 1, 0, 1, 0, 2, "boolean compares, padding mask once"},
-        {91400, 1, 0, 2, 0, 3, "boolean compares, padding mask twice"},
-        {91400, 1, 1, 1, 1, 4, "int32 compares, padding mask once" AFTER},
-        {91400, 1, 1, 1, 0, 5, "int32 compares, padding mask once"},
-        {91400, 1, 1, 2, 0, 6, "int32 compares, padding mask twice"},
-        {90500, 0, 1, 0, -1, 1, "int32 compares"},
-        {90500, 0, 0, 0, -1, 2, "boolean compares"},
-        {90500, 1, 0, 2, 0, 1, "boolean compares, padding mask twice"},
-        {90500, 1, 0, 1, 0, 2, "boolean compares, padding mask once"},
-        {90500, 1, 0, 1, 1, 3, "boolean compares, padding mask once" AFTER},
-        {90500, 1, 1, 2, 0, 4, "int32 compares, padding mask twice"},
+#define W64 ", int64 ragged offsets"
+#define W32 ", int32 ragged offsets"
+        {91400, 0, 0, 0, -1, 0, 1, "boolean compares" W64},
+        {91400, 0, 1, 0, -1, 0, 2, "int32 compares" W64},
+        {91400, 1, 0, 1, 1, 0, 1, "boolean compares, padding mask once" AFTER W64},
+        {91400, 1, 0, 1, 0, 0, 2, "boolean compares, padding mask once" W64},
+        {91400, 1, 0, 2, 0, 0, 3, "boolean compares, padding mask twice" W64},
+        {91400, 1, 1, 1, 1, 0, 4, "int32 compares, padding mask once" AFTER W64},
+        {91400, 1, 1, 1, 0, 0, 5, "int32 compares, padding mask once" W64},
+        {91400, 1, 1, 2, 0, 0, 6, "int32 compares, padding mask twice" W64},
+        {91400, 0, 1, 0, -1, I32, 4, "int32 compares" W32},
+        {91400, 1, 0, 1, 1, I32, 7, "boolean compares, padding mask once" AFTER W32},
+        {91400, 1, 1, 2, 0, I32, 12, "int32 compares, padding mask twice" W32},
+        {90500, 0, 1, 0, -1, 0, 1, "int32 compares" W64},
+        {90500, 0, 0, 0, -1, 0, 2, "boolean compares" W64},
+        {90500, 1, 0, 2, 0, 0, 1, "boolean compares, padding mask twice" W64},
+        {90500, 1, 0, 1, 0, 0, 2, "boolean compares, padding mask once" W64},
+        {90500, 1, 0, 1, 1, 0, 3, "boolean compares, padding mask once" AFTER W64},
+        {90500, 1, 1, 2, 0, 0, 4, "int32 compares, padding mask twice" W64},
+        {90400, 0, 1, 0, -1, 0, 1, "int32 compares" W32},
+        {90400, 1, 1, 2, 0, 0, 4, "int32 compares, padding mask twice" W32},
+        {90400, 1, 0, 2, 0, I64, 7, "boolean compares, padding mask twice" W64},
+#undef W32
+#undef W64
 #undef AFTER
     };
     const rp_attn_shape s = documents_shape();
@@ -363,6 +387,7 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         want_int32 = cases[i].int32;
         want_masks = cases[i].masks;
         want_after = cases[i].after;
+        want_offsets = cases[i].offsets;
         char why[512] = "";
         ck_assert_msg(rp_cudnn_attention_documents_graph(a, cases[i].backward) == NULL,
                       "no documents plan yet");
@@ -379,9 +404,11 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         ck_assert_int_eq(cases[i].int32 ? last_bool : last_int32, 0);
         ck_assert_int_eq(last_after, cases[i].after > 0);
         /* every tensor the call binds is ragged: Q, K^T, V, O; the
-         * backward's Q, K^T, V^T, O, dO, dQ, dK, dV */
+         * backward's Q, K^T, V^T, O, dO, dQ, dK, dV; all with offsets of
+         * the type the way names */
         ck_assert_int_eq(ragged_missing, 0);
         ck_assert_int_eq(ragged_bound, cases[i].backward ? 8 : 4);
+        ck_assert_int_eq(last_offsets, (strstr(cases[i].way, "int64 ragged") ? I64 : I32));
         /* cached: a second query builds nothing */
         ck_assert_int_eq(plan(a, &s, cases[i].backward, why, sizeof why), 0);
         ck_assert_int_eq(documents_graphs, cases[i].tried);
@@ -397,25 +424,27 @@ START_TEST(refusal_names_every_way_tried)
     want_int32 = -1; /* no engine for any documents graph */
     char why[512] = "";
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 6);
+    ck_assert_int_eq(documents_graphs, 12);
     const char *want = "cuDNN offers no engine for this graph: 0 configurations, 0 "
                        "non-deterministic (cuDNN's note), 0 not finalized (written with boolean "
-                       "compares, padding mask once, causal mask after the statistics; refused "
-                       "too with boolean compares, padding mask once / boolean compares, padding "
-                       "mask twice / int32 compares, padding mask once, causal mask after the "
-                       "statistics / int32 compares, padding mask once / int32 compares, padding "
-                       "mask twice)";
+                       "compares, padding mask once, causal mask after the statistics, int64 "
+                       "ragged offsets; refused too with boolean compares, padding mask once / "
+                       "boolean compares, padding mask twice / int32 compares, padding mask once, "
+                       "causal mask after the statistics / int32 compares, padding mask once / "
+                       "int32 compares, padding mask twice; the same ways again with int32 "
+                       "ragged offsets)";
     ck_assert_str_eq(why, want);
     ck_assert_msg(rp_cudnn_attention_documents_graph(a, 1) == NULL, "no documents plan");
     /* remembered: asked again, nothing is built */
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 6);
+    ck_assert_int_eq(documents_graphs, 12);
     ck_assert_str_eq(why, want);
-    /* the forward tries its two ways */
+    /* the forward tries its two ways, with each type of offsets */
     ck_assert_int_eq(plan(a, &s, 0, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 8);
-    ck_assert_msg(strstr(why, "(written with boolean compares; refused too with int32 "
-                              "compares)") != NULL,
+    ck_assert_int_eq(documents_graphs, 16);
+    ck_assert_msg(strstr(why, "(written with boolean compares, int64 ragged offsets; refused too "
+                              "with int32 compares; the same ways again with int32 ragged "
+                              "offsets)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
 }
@@ -433,7 +462,19 @@ START_TEST(too_big_a_workspace_ends_the_search)
     ck_assert_int_eq(documents_graphs, 1);
     ck_assert_msg(strstr(why, "workspace, more than the") != NULL &&
                       strstr(why, "(written with boolean compares, padding mask once, causal "
-                                  "mask after the statistics)") != NULL,
+                                  "mask after the statistics, int64 ragged offsets)") != NULL,
+                  "%s", why);
+    rp_cudnn_attention_destroy(&a);
+    /* a plan too big found in the second pass (the first offered none):
+     * the search ends there too, and the message says how far it went */
+    a = open_module();
+    want_offsets = CUDNN_DATA_INT32;
+    workspace_asked = (int64_t)1 << 40;
+    ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_int_eq(documents_graphs, 7);
+    ck_assert_msg(strstr(why, "cuDNN offers no engine for this graph") == why &&
+                      strstr(why, "int32 compares, padding mask twice; the first 1 of them again "
+                                  "with int32 ragged offsets)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
 }

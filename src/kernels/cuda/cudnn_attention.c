@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <float.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@
 
 #define CACHE_SLOTS 24
 #define TABLE_SLOTS 4 /* documents' tables on the device (a few microbatches') */
-#define WHY_BYTES 512
+#define WHY_BYTES 768
+#define WAY_BYTES 128 /* a documents graph's way, said (graph_variant's name, offsets) */
 
 /* the cuDNN entry points, typed as cudnn_graph.h declares them */
 typedef size_t (*get_version_fn)(void);
@@ -58,14 +60,18 @@ typedef struct plan_slot {
     int nkept;
     int64_t workspace;
     char refused[WHY_BYTES];
-    const char *variant; /* how a documents graph cuDNN took is written (graph_variant) */
+    /* how a documents graph cuDNN took is written: its mask's way (a
+     * graph_variant's name) and its ragged offsets' type */
+    const char *variant;
+    int int64_offsets;
     unsigned long long last_use;
 } plan_slot;
 
-/* A documents' table on the device (kernels/attn_documents.h), in int32:
- * the ragged offsets of q-shaped and of k-shaped tensors' entries (slots +
- * 1 each, in elements), the entries' lengths (slots), and their first
- * tokens (slots + 1), each part 16-byte aligned. Kept for the calls of the
+/* A documents' table on the device (kernels/attn_documents.h): the ragged
+ * offsets of q-shaped and of k-shaped tensors' entries (slots + 1 each, in
+ * elements) in int32, the entries' lengths (slots) and their first tokens
+ * (slots + 1) in int32, then the two offsets again in int64 (a plan binds
+ * the pair of its type), each part 16-byte aligned. Kept for the calls of the
  * same documents (every layer's forward and backward of a microbatch), its
  * host copy the key; copied from pinned memory on the stream, so a later
  * copy into it follows the calls queued before. */
@@ -75,7 +81,7 @@ typedef struct doc_table {
     int64_t slots, q_row, kv_row; /* q_row, kv_row: elements a token of q, of k */
     int32_t *first, *length;      /* the host table (malloc), the key */
     int32_t *pinned, *device;     /* the device layout, staged and copied */
-    size_t capacity;              /* int32 of each of pinned and device */
+    size_t capacity;              /* 4-byte words of each of pinned and device */
     cudaEvent_t copied;           /* after the last copy from pinned */
 } doc_table;
 
@@ -97,8 +103,9 @@ struct rp_cudnn_attention {
     plan_slot slots[CACHE_SLOTS];
     doc_table tables[TABLE_SLOTS];
     /* how the last documents plan of each direction (forward, backward)
-     * cuDNN ran is written (a graph_variant's name; NULL before one) */
-    const char *documents_graph[2];
+     * cuDNN ran is written (a graph_variant's name and its offsets' type;
+     * empty before one) */
+    char documents_graph[2][WAY_BYTES];
     unsigned long long uses;
     /* grown buffers: cuDNN's workspace, and this module's (stats, Delta,
      * bf16 dq/dk/dv) */
@@ -354,7 +361,14 @@ enum {
  * compared in int32, and its backward applied the padding mask again after
  * the statistics (a workaround of a cuDNN 9.0 bug), the causal mask before
  * them. Each direction tries the frontend's way for the library's version
- * first, then the others. */
+ * first, then the others.
+ *
+ * Each way is written with the ragged offsets in int64, then again in
+ * int32, or int32 first before cuDNN 9.5: cudnn-frontend's samples bind
+ * int32 ones, NVIDIA's Transformer Engine, which runs cuDNN's ragged SDPA
+ * in production, binds int64 ones wherever the runtime is 9.5 or newer
+ * (int32 only for offsets it is handed as such, in the forward). The
+ * lengths stay int32 (both do so). */
 typedef struct graph_variant {
     const char *name;
     int int32_compares; /* the padding mask's comparisons computed and written in int32 */
@@ -382,19 +396,22 @@ static const int forward_ways_new[] = {0, 1}, forward_ways_old[] = {1, 0};
 static const int backward_ways_new[] = {4, 2, 0, 5, 3, 1}, backward_ways_old[] = {0, 2, 4, 1, 3, 5};
 #define FORWARD_WAYS ((int)(sizeof forward_ways_new / sizeof forward_ways_new[0]))
 #define BACKWARD_WAYS ((int)(sizeof backward_ways_new / sizeof backward_ways_new[0]))
+#define RAGGED_INT64_FROM 90500 /* the version from which int64 offsets are tried first */
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
     /* a documents graph's way (b ragged entries, one per document, of at
-     * most s tokens); NULL in a dense one */
+     * most s tokens) and its ragged offsets' type; NULL in a dense one */
     const graph_variant *variant;
+    cudnnDataType_t offsets;
 } dims_set;
 
 /* The ragged layout of a documents graph (every member NULL in a dense
  * one): the element offsets of the entries of q-shaped and of k-shaped
- * tensors, and the entries' lengths, the matmuls' sizes and the padding
- * mask's bounds (one int32 tensor each for the queries' and the keys'
- * sides, bound to the same memory: self-attention). */
+ * tensors (int32 or int64, as the way says), and the entries' lengths, the
+ * matmuls' sizes and the padding mask's bounds (one int32 tensor each for
+ * the queries' and the keys' sides, bound to the same memory:
+ * self-attention). */
 typedef struct ragged {
     cudnnBackendDescriptor_t q_offsets, kv_offsets, lengths_q, lengths_kv;
 } ragged;
@@ -409,8 +426,8 @@ static ragged ragged_of(graph *g, const dims_set *z)
     D4(od, z->b + 1, 1, 1, 1);
     D4(ld, z->b, 1, 1, 1);
     D4(unit, 1, 1, 1, 1);
-    r.q_offsets = tensor(g, UID_Q_OFFSETS, CUDNN_DATA_INT32, od, unit, 0);
-    r.kv_offsets = tensor(g, UID_KV_OFFSETS, CUDNN_DATA_INT32, od, unit, 0);
+    r.q_offsets = tensor(g, UID_Q_OFFSETS, z->offsets, od, unit, 0);
+    r.kv_offsets = tensor(g, UID_KV_OFFSETS, z->offsets, od, unit, 0);
     r.lengths_q = tensor(g, UID_LENGTHS_Q, CUDNN_DATA_INT32, ld, unit, 0);
     r.lengths_kv = tensor(g, UID_LENGTHS_KV, CUDNN_DATA_INT32, ld, unit, 0);
     return r;
@@ -678,15 +695,17 @@ static int deterministic(rp_cudnn_attention *a, cudnnBackendDescriptor_t cfg, gr
  * workspace than the budget: no other way of writing the graph helps */
 #define PLAN_TOO_BIG 2
 
-/* Builds the graph of a slot's shape (written as `variant` says, NULL for
- * a dense one) and its first deterministic plan within the workspace cap:
- * 0 (slot->plan set), RP_CUDNN_REFUSED or PLAN_TOO_BIG (slot->refused
- * set). */
-static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_variant *variant)
+/* Builds the graph of a slot's shape (written as `variant` says with
+ * int64 or int32 ragged offsets, variant NULL for a dense one) and its
+ * first deterministic plan within the workspace cap: 0 (slot->plan set),
+ * RP_CUDNN_REFUSED or PLAN_TOO_BIG (slot->refused set). */
+static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_variant *variant,
+                         int int64_offsets)
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     const plan_key *key = &slot->key;
-    dims_set z = {key->b, key->h, key->hk, key->s, key->d, variant};
+    dims_set z = {key->b, key->h, key->hk, key->s, key->d, variant,
+                  int64_offsets ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32};
     const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
                                  .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
     const size_t budget = key->budget;
@@ -808,41 +827,66 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
     return slot->plan ? 0 : too_big ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
 }
 
+static const char *offsets_name(int int64_offsets) { return int64_offsets ? "int64" : "int32"; }
+
+/* appends to why (WHY_BYTES) at *at, as far as it has room */
+static void append(char *why, size_t *at, const char *fmt, ...)
+{
+    if (*at >= WHY_BYTES)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(why + *at, WHY_BYTES - *at, fmt, ap);
+    va_end(ap);
+    *at += n > 0 ? (size_t)n : 0;
+}
+
 /* Builds a slot's plan: a dense graph as it is written; a documents graph
- * in each of its direction's ways in turn until cuDNN takes one
- * (slot->variant names it). 0, or RP_CUDNN_REFUSED with slot->refused
- * saying why the first way was refused and naming the others tried. */
+ * in each of its direction's ways in turn, with the ragged offsets of the
+ * first type for the library's version, then with the other, until cuDNN
+ * takes one (slot->variant and slot->int64_offsets name it). 0, or
+ * RP_CUDNN_REFUSED with slot->refused saying why the first was refused and
+ * naming the others tried. */
 static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     if (!slot->key.documents)
-        return build_plan_as(a, slot, NULL) == 0 ? 0 : RP_CUDNN_REFUSED;
+        return build_plan_as(a, slot, NULL, 0) == 0 ? 0 : RP_CUDNN_REFUSED;
     const int newer = a->version >= FRONTEND_SINGLE_PADDING;
+    const int int64_first = a->version >= RAGGED_INT64_FROM;
     const graph_variant *table = slot->key.backward ? backward_variants : forward_variants;
     const int *ways = slot->key.backward ? (newer ? backward_ways_new : backward_ways_old)
                                          : (newer ? forward_ways_new : forward_ways_old);
     const int nways = slot->key.backward ? BACKWARD_WAYS : FORWARD_WAYS;
     char why[WHY_BYTES] = "";
     size_t at = 0;
-    for (int v = 0; v < nways; v++) {
-        const graph_variant *variant = &table[ways[v]];
-        const int rc = build_plan_as(a, slot, variant);
-        if (rc == 0) {
-            slot->variant = variant->name;
-            return 0;
+    int tried = 0, too_big = 0;
+    for (int pass = 0; pass < 2 && !too_big; pass++) {
+        const int int64_offsets = pass == 0 ? int64_first : !int64_first;
+        for (int v = 0; v < nways && !too_big; v++, tried++) {
+            const graph_variant *variant = &table[ways[v]];
+            const int rc = build_plan_as(a, slot, variant, int64_offsets);
+            if (rc == 0) {
+                slot->variant = variant->name;
+                slot->int64_offsets = int64_offsets;
+                return 0;
+            }
+            /* the first way's reason, then the others' names */
+            if (tried == 0)
+                append(why, &at, "%s (written with %s, %s ragged offsets", slot->refused,
+                       variant->name, offsets_name(int64_offsets));
+            else if (pass == 0)
+                append(why, &at, "%s%s", v == 1 ? "; refused too with " : " / ", variant->name);
+            /* no other way of writing changes the workspace it asks */
+            too_big = rc == PLAN_TOO_BIG;
         }
-        /* the first variant's reason, then the others' names */
-        if (v == 0)
-            at = (size_t)snprintf(why, sizeof why, "%s (written with %s", slot->refused,
-                                  variant->name);
-        else if (at < sizeof why)
-            at += (size_t)snprintf(why + at, sizeof why - at, "%s%s",
-                                   v == 1 ? "; refused too with " : " / ",
-                                   variant->name);
-        if (rc == PLAN_TOO_BIG)
-            break;
     }
-    if (at < sizeof why)
-        snprintf(why + at, sizeof why - at, ")");
+    if (tried == 2 * nways)
+        append(why, &at, "; the same ways again with %s ragged offsets",
+               offsets_name(!int64_first));
+    else if (tried > nways)
+        append(why, &at, "; the first %d of them again with %s ragged offsets", tried - nways,
+               offsets_name(!int64_first));
+    append(why, &at, ")");
     snprintf(slot->refused, sizeof slot->refused, "%s", why);
     return RP_CUDNN_REFUSED;
 }
@@ -963,7 +1007,8 @@ static size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
 
 /* ---- documents' tables ------------------------------------------------- */
 
-static size_t part(int64_t n) { return (size_t)(n + 3) / 4 * 4; } /* int32, 16-byte parts */
+/* 4-byte words of a part of n int32, 16-byte aligned */
+static size_t part(int64_t n) { return (size_t)(n + 3) / 4 * 4; }
 
 static void table_free(doc_table *t)
 {
@@ -977,10 +1022,17 @@ static void table_free(doc_table *t)
 }
 
 /* Where the table's parts start in t->device (attn_documents.h's first and
- * length, and the ragged offsets) */
+ * length, and the ragged offsets in int32 and in int64) */
 typedef struct table_parts {
     int32_t *q_offsets, *kv_offsets, *length, *first;
+    int64_t *q_offsets64, *kv_offsets64;
 } table_parts;
+
+/* 4-byte words of a table of `slots` entries */
+static size_t table_words(int64_t slots)
+{
+    return 3 * part(slots + 1) + part(slots) + 4 * part(slots + 1);
+}
 
 static table_parts parts_of(int32_t *base, int64_t slots)
 {
@@ -989,6 +1041,8 @@ static table_parts parts_of(int32_t *base, int64_t slots)
     p.kv_offsets = p.q_offsets + part(slots + 1);
     p.length = p.kv_offsets + part(slots + 1);
     p.first = p.length + part(slots);
+    p.q_offsets64 = (int64_t *)(p.first + part(slots + 1));
+    p.kv_offsets64 = (int64_t *)(p.first + 3 * part(slots + 1));
     return p;
 }
 
@@ -1022,7 +1076,7 @@ static int table_for(rp_cudnn_attention *a, const rp_attn_shape *s, const rp_att
             oldest = t;
     }
     doc_table *t = oldest;
-    const size_t need = 3 * part(n + 1) + part(n);
+    const size_t need = table_words(n);
     cudaError_t e = cudaSuccess;
     if (t->capacity < need) { /* queued calls may read the old one */
         e = cudaStreamSynchronize(a->stream);
@@ -1051,8 +1105,10 @@ static int table_for(rp_cudnn_attention *a, const rp_attn_shape *s, const rp_att
     t->slots = n, t->q_row = q_row, t->kv_row = kv_row;
     table_parts p = parts_of(t->pinned, n);
     for (int64_t b = 0; b <= n; b++) {
-        p.q_offsets[b] = (int32_t)(first[b] * q_row); /* in range: rp_attn_documents_refusal */
-        p.kv_offsets[b] = (int32_t)(first[b] * kv_row);
+        p.q_offsets64[b] = (int64_t)first[b] * q_row;
+        p.kv_offsets64[b] = (int64_t)first[b] * kv_row;
+        p.q_offsets[b] = (int32_t)p.q_offsets64[b]; /* in range: rp_attn_documents_refusal */
+        p.kv_offsets[b] = (int32_t)p.kv_offsets64[b];
         p.first[b] = first[b];
         if (b < n)
             p.length[b] = length[b];
@@ -1115,7 +1171,8 @@ static plan_slot *slot_of_call(rp_cudnn_attention *a, const plan_key *key)
 {
     plan_slot *p = slot_for(a, key);
     if (p->plan && key->documents)
-        a->documents_graph[key->backward != 0] = p->variant;
+        snprintf(a->documents_graph[key->backward != 0], WAY_BYTES, "%s, %s ragged offsets",
+                 p->variant, offsets_name(p->int64_offsets));
     return p;
 }
 
@@ -1182,8 +1239,9 @@ static int table_entries(const call_plan *c, int n, int64_t *uids, void **ptrs)
     if (!c->table)
         return n;
     table_parts p = parts_of(c->table->device, c->docs.slots);
-    uids[n] = UID_Q_OFFSETS, ptrs[n++] = p.q_offsets;
-    uids[n] = UID_KV_OFFSETS, ptrs[n++] = p.kv_offsets;
+    const int wide = c->plan->int64_offsets; /* the pair of the plan's type */
+    uids[n] = UID_Q_OFFSETS, ptrs[n++] = wide ? (void *)p.q_offsets64 : (void *)p.q_offsets;
+    uids[n] = UID_KV_OFFSETS, ptrs[n++] = wide ? (void *)p.kv_offsets64 : (void *)p.kv_offsets;
     uids[n] = UID_LENGTHS_Q, ptrs[n++] = p.length;
     uids[n] = UID_LENGTHS_KV, ptrs[n++] = p.length;
     return n;
@@ -1328,5 +1386,5 @@ void rp_cudnn_attention_destroy(rp_cudnn_attention **ap)
 
 const char *rp_cudnn_attention_documents_graph(const rp_cudnn_attention *a, int backward)
 {
-    return a ? a->documents_graph[backward != 0] : NULL;
+    return a && a->documents_graph[backward != 0][0] ? a->documents_graph[backward != 0] : NULL;
 }

@@ -56,9 +56,10 @@
  * subtracted, the causal mask before or after them), tried in turn,
  * cudnn-frontend's way for the library's version first (from 9.10: boolean,
  * the backward's padding mask once and its causal mask after the
- * statistics), until cuDNN offers a deterministic engine for one: the plan
- * cached is that one's, and rp_cudnn_attention_documents_graph says
- * which. (The causal mask widened by seg_start, read as a [nseq, 1,
+ * statistics), all with int64 ragged offsets, then all with int32 ones
+ * (int32 first before 9.5), until cuDNN offers a deterministic engine for
+ * one: the plan cached is that one's, and
+ * rp_cudnn_attention_documents_graph says which. (The causal mask widened by seg_start, read as a [nseq, 1,
  * seqlen, 1] input, got no engine from cuDNN 9.14.0 on the H200,
  * bench/README 2026-11-30.) Written without a GPU at hand:
  * the cudnn-documents path of core/unproven.h, off until a GPU window
@@ -149,10 +150,11 @@ int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, 
                                  int64_t *bytes, char *why, size_t why_len);
 
 /* How the documents graph of the last documents call cuDNN took in that
- * direction (backward 0: the forward) is written: the name of the first of
- * the module's ways that cuDNN offered an engine for ("boolean compares",
- * "int32 compares", ...: its padding mask's nodes); NULL before such a
- * call. For the run's last line and the GPU window's tests. */
+ * direction (backward 0: the forward) is written: the first of the
+ * module's ways that cuDNN offered an engine for, its padding mask's nodes
+ * and its ragged offsets' type ("boolean compares, int64 ragged offsets",
+ * ...); NULL before such a call. For the run's last line and the GPU
+ * window's tests. */
 const char *rp_cudnn_attention_documents_graph(const rp_cudnn_attention *a, int backward);
 
 #ifdef __cplusplus

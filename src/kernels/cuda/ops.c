@@ -378,7 +378,7 @@ static rp_status attention_forward(void *state, const rp_attn_shape *s, const vo
     c->documents_calls += s->seg_start != NULL;
 #ifdef RP_HAVE_CUDNN
     if (to_cudnn(c, s)) {
-        char dwhy[512] = "";
+        char dwhy[RP_DOCUMENTS_REFUSED_MAX] = "";
         int done = 0;
         int rc = rp_cudnn_attention_forward(c->cudnn, s, q, k, v, o, lse, dwhy, sizeof dwhy);
         RP_TRY(cudnn_answer(c, s, "attention forward", rc, dwhy, &done, err));
@@ -401,7 +401,7 @@ static rp_status attention_backward(void *state, const rp_attn_shape *s, const v
     c->documents_calls += s->seg_start != NULL;
 #ifdef RP_HAVE_CUDNN
     if (to_cudnn(c, s)) {
-        char dwhy[512] = "";
+        char dwhy[RP_DOCUMENTS_REFUSED_MAX] = "";
         int done = 0;
         int rc = rp_cudnn_attention_backward(c->cudnn, s, q, k, v, o, lse, dout, dq, dk, dv, dwhy,
                                              sizeof dwhy);
