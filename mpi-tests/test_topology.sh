@@ -85,6 +85,10 @@ ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups 0,0,1 > "$tmp/lg3.
   has lg3 "link-groups 0,0,1: 3 entries, but the node has 2 ranks" "--link-groups length: message"
 ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups 0,x > "$tmp/lgx.txt" 2>&1 && bad "a bad group accepted" ||
   has lgx "link-groups 0,x: entry 2 is not a group number" "--link-groups entry: message"
+for lg in "0, 1" "+0,1" "0,-1" "0,1," ",0,1"; do
+  ${MPIRUN:-mpirun} $flags -np 2 "$bin" train $tr --link-groups "$lg" > "$tmp/lgs.txt" 2>&1 && bad "--link-groups '$lg' accepted" ||
+    has lgs "is not a group number" "--link-groups '$lg': message"
+done
 # the node leader's topology and the deal, on CPU executors
 ${MPIRUN:-mpirun} $flags -np 4 "$bin" train $tr --topology "$fix/8gpu-4switch.xml" --deal interleaved --save "$tmp/dl" --trace "$tmp/dl.json" --log "$tmp/dl.log" > "$tmp/dl.txt" 2>&1 ||
   { bad "run with --topology --deal interleaved"; cat "$tmp/dl.txt"; }

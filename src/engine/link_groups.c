@@ -11,6 +11,7 @@
  *   else                 none.
  * A rank whose GPU the topology does not hold gets a link of its own and a
  * warning: never a sharing that cannot be seen. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,8 @@ static rp_status groups_from_list(const char *list, int nranks, rp_rank_link *of
     const char *p = list;
     for (;;) {
         char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 1 << 20 || (*end != ',' && *end != '\0'))
+        long v = strtol(p, &end, 10); /* digits only: no sign, no blanks */
+        if (!isdigit((unsigned char)*p) || v > 1 << 20 || (*end != ',' && *end != '\0'))
             return rp_error_set(err, RP_ERR_INVALID_ARG, "--link-groups %s: entry %d is not a "
                                 "group number (>= 0)", list, n + 1);
         if (n < nranks)
