@@ -7,15 +7,17 @@
  *   names, and the plan is that way's (rp_cudnn_attention_documents_graph),
  *   after exactly the graphs before it were tried, in the order of the
  *   library's version (the forward's two, the backward's six;
- *   cudnn-frontend's way for that version first), all with int64 ragged
- *   offsets, then all again with int32 ones (from cuDNN 9.5; before, int32
- *   first);
+ *   cudnn-frontend's way for that version first), all in one layout, then
+ *   all again in each of the others (from cuDNN 9.6: packed statistics
+ *   with int64 offsets, packed with int32, padded with int64, padded with
+ *   int32; on 9.5 padded first; before 9.5 int32 offsets first);
  * - what each way writes: the padding mask's two comparisons per mask in
  *   boolean or int32, once in the forward and once or twice in the
  *   backward, the backward's causal mask before or after the statistics;
  *   the ragged offsets on every tensor the call binds (Q, K^T, V, O; dO,
- *   dQ, dK, dV, V^T), all of the way's type, and on none of a dense
- *   graph's;
+ *   dQ, dK, dV, V^T), all of the layout's type, on the statistics (and
+ *   the backward's Delta) where it packs them by token, with their strides,
+ *   and on none of a dense graph's;
  * - a refusal of every way says the first's reason and names the others; a
  *   plan that asks more workspace than the run reserves ends the search at
  *   the first way (no other way of writing changes what it asks);
@@ -61,15 +63,17 @@ typedef struct desc {
  * padding comparisons are in int32 (want_int32 1) or boolean (0), its
  * backward masks padding `want_masks` times (0: any), in the backward its
  * causal mask comes after the statistics are subtracted (want_after 1) or
- * before (0; -1: either), and its ragged offsets are of type want_offsets
- * (0: either); want_int32 -1: none at all */
-static int want_int32, want_masks, want_after, want_offsets;
+ * before (0; -1: either), its ragged offsets are of type want_offsets
+ * (0: either) and its statistics packed by token (want_stats 1) or
+ * padded (2; 0: either); want_int32 -1: none at all */
+static int want_int32, want_masks, want_after, want_offsets, want_stats;
 static int64_t workspace_asked; /* what each plan asks */
 /* what it saw: graphs queried, and of the last one its comparisons, its
  * causal mask's place, its ragged tensors and their offsets' type (-1:
- * types differ) */
+ * types differ), and its tensors of a value per row (Stats, Delta) packed
+ * by token (ragged, strides [h*s, 1, h, 1]) or padded ([h*s, s, 1, 1]) */
 static int graphs, documents_graphs, last_int32, last_bool, last_after, ragged_bound,
-    ragged_missing, last_offsets;
+    ragged_missing, last_offsets, rows_packed, rows_padded;
 
 static size_t element_bytes(cudnnBackendAttributeType_t type)
 {
@@ -153,6 +157,17 @@ static int bound_to_a_token_row(int64_t uid)
     return (uid >= 1 && uid <= 4) || (uid >= 6 && uid <= 9) || uid == 11;
 }
 
+/* notes a ragged tensor's offsets' type: last_offsets stays the type all
+ * of the graph's have, or -1 */
+static int offsets_noted;
+static void note_offsets(int type)
+{
+    last_offsets = offsets_noted++ == 0 || last_offsets == type ? type : -1;
+}
+
+/* The uids of the tensors of a value per row of the scores: Stats, Delta */
+static int a_value_per_row(int64_t uid) { return uid == 5 || uid == 12; }
+
 /* Reads the graph behind the heuristics: its padding comparisons (CMP_LT
  * nodes, by output type) and whether each tensor it binds to a token row
  * carries ragged offsets; returns the engine configurations offered. */
@@ -163,6 +178,7 @@ static int64_t offered(const desc *heuristics)
     ck_assert_ptr_nonnull(ops);
     graphs++;
     last_int32 = last_bool = last_after = ragged_bound = ragged_missing = last_offsets = 0;
+    rows_packed = rows_padded = offsets_noted = 0;
     const desc *seen[256];
     int nseen = 0;
     int64_t subtracted = -1; /* the node subtracting the statistics, by the graph's order */
@@ -182,15 +198,32 @@ static int64_t offered(const desc *heuristics)
                 continue;
             seen[nseen++] = t;
             const attr *uid = find(t, CUDNN_ATTR_TENSOR_UNIQUE_ID);
+            const desc *offsets = find_desc(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC);
+            if (uid && a_value_per_row(*(const int64_t *)uid->value)) {
+                const attr *st = find(t, CUDNN_ATTR_TENSOR_STRIDES);
+                const int64_t *x = st->value;
+                /* [b, h, s, 1]: packed [h*s, 1, h, 1], padded [h*s, s, 1, 1] */
+                const int packed = x[1] == 1 && x[2] > 1 && x[3] == 1 && x[0] % x[2] == 0;
+                const int padded = x[1] > 1 && x[2] == 1 && x[3] == 1 && x[0] % x[1] == 0;
+                ck_assert_msg(packed != padded && (offsets != NULL) == packed,
+                              "Stats or Delta: strides %lld %lld %lld %lld, %s ragged offsets",
+                              (long long)x[0], (long long)x[1], (long long)x[2],
+                              (long long)x[3], offsets ? "with" : "without");
+                rows_packed += packed;
+                rows_padded += padded;
+                if (!offsets)
+                    continue;
+                note_offsets(find_int(offsets, CUDNN_ATTR_TENSOR_DATA_TYPE, -1));
+                continue;
+            }
             if (!uid || !bound_to_a_token_row(*(const int64_t *)uid->value))
                 continue;
-            const desc *offsets = find_desc(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC);
             if (!offsets) {
                 ragged_missing++;
                 continue;
             }
-            const int type = find_int(offsets, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
-            last_offsets = ragged_bound++ == 0 || last_offsets == type ? type : -1;
+            ragged_bound++;
+            note_offsets(find_int(offsets, CUDNN_ATTR_TENSOR_DATA_TYPE, -1));
         }
         if (op->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)
             continue;
@@ -218,6 +251,8 @@ static int64_t offered(const desc *heuristics)
     if (subtracted >= 0 && want_after >= 0 && last_after != want_after)
         return 0;
     if (want_offsets && last_offsets != want_offsets)
+        return 0;
+    if (want_stats && (want_stats == 1 ? rows_padded : rows_packed) > 0)
         return 0;
     return want_masks == 0 || compares == 2 * want_masks ? 1 : 0;
 }
@@ -304,7 +339,7 @@ static rp_cudnn_attention *open_module_as(size_t version)
     lib.symbols[RP_CUDNN_BACKEND_FINALIZE] = (void *)mock_finalize;
     lib.version = version;
     rp_cudnn_attention *a = NULL;
-    char why[512] = "";
+    char why[768] = "";
     const size_t gpu = (size_t)80 << 30; /* an 80 GiB GPU's budgets */
     ck_assert_msg(rp_cudnn_attention_create_for(&lib, NULL, gpu, &a, why, sizeof why) == 0, "%s",
                   why);
@@ -312,6 +347,7 @@ static rp_cudnn_attention *open_module_as(size_t version)
     workspace_asked = 4096;
     want_after = -1;
     want_offsets = 0;
+    want_stats = 0;
     return a;
 }
 
@@ -344,41 +380,50 @@ static int plan(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, cha
  * way first: from cuDNN 9.10 boolean comparisons, the backward's padding
  * mask once and its causal mask after the statistics; before, the
  * forward's comparisons in int32 and the backward's padding mask twice),
- * every way with int64 ragged offsets, then every way again with int32
- * ones (before cuDNN 9.5: int32, then int64) */
+ * every way in the first layout of that version, then every way again in
+ * each of the others (from 9.6 packed statistics with int64 offsets,
+ * packed with int32, padded with int64, padded with int32; on 9.5 padded
+ * first; before 9.5 int32 offsets first) */
 START_TEST(documents_plan_is_the_first_way_cudnn_takes)
 {
-    enum { I32 = CUDNN_DATA_INT32, I64 = CUDNN_DATA_INT64 };
+    enum { I32 = CUDNN_DATA_INT32, I64 = CUDNN_DATA_INT64, PACKED = 1, PADDED = 2 };
     static const struct {
         size_t version;
-        int backward, int32, masks, after, offsets, tried;
+        int backward, int32, masks, after, offsets, stats, tried;
         const char *way;
     } cases[] = {
 #define AFTER ", causal mask after the statistics"
-#define W64 ", int64 ragged offsets"
-#define W32 ", int32 ragged offsets"
-        {91400, 0, 0, 0, -1, 0, 1, "boolean compares" W64},
-        {91400, 0, 1, 0, -1, 0, 2, "int32 compares" W64},
-        {91400, 1, 0, 1, 1, 0, 1, "boolean compares, padding mask once" AFTER W64},
-        {91400, 1, 0, 1, 0, 0, 2, "boolean compares, padding mask once" W64},
-        {91400, 1, 0, 2, 0, 0, 3, "boolean compares, padding mask twice" W64},
-        {91400, 1, 1, 1, 1, 0, 4, "int32 compares, padding mask once" AFTER W64},
-        {91400, 1, 1, 1, 0, 0, 5, "int32 compares, padding mask once" W64},
-        {91400, 1, 1, 2, 0, 0, 6, "int32 compares, padding mask twice" W64},
-        {91400, 0, 1, 0, -1, I32, 4, "int32 compares" W32},
-        {91400, 1, 0, 1, 1, I32, 7, "boolean compares, padding mask once" AFTER W32},
-        {91400, 1, 1, 2, 0, I32, 12, "int32 compares, padding mask twice" W32},
-        {90500, 0, 1, 0, -1, 0, 1, "int32 compares" W64},
-        {90500, 0, 0, 0, -1, 0, 2, "boolean compares" W64},
-        {90500, 1, 0, 2, 0, 0, 1, "boolean compares, padding mask twice" W64},
-        {90500, 1, 0, 1, 0, 0, 2, "boolean compares, padding mask once" W64},
-        {90500, 1, 0, 1, 1, 0, 3, "boolean compares, padding mask once" AFTER W64},
-        {90500, 1, 1, 2, 0, 0, 4, "int32 compares, padding mask twice" W64},
-        {90400, 0, 1, 0, -1, 0, 1, "int32 compares" W32},
-        {90400, 1, 1, 2, 0, 0, 4, "int32 compares, padding mask twice" W32},
-        {90400, 1, 0, 2, 0, I64, 7, "boolean compares, padding mask twice" W64},
-#undef W32
-#undef W64
+#define P64 ", int64 ragged offsets, packed statistics"
+#define P32 ", int32 ragged offsets, packed statistics"
+#define D64 ", int64 ragged offsets, padded statistics"
+#define D32 ", int32 ragged offsets, padded statistics"
+        {91400, 0, 0, 0, -1, 0, 0, 1, "boolean compares" P64},
+        {91400, 0, 1, 0, -1, 0, 0, 2, "int32 compares" P64},
+        {91400, 1, 0, 1, 1, 0, 0, 1, "boolean compares, padding mask once" AFTER P64},
+        {91400, 1, 0, 1, 0, 0, 0, 2, "boolean compares, padding mask once" P64},
+        {91400, 1, 0, 2, 0, 0, 0, 3, "boolean compares, padding mask twice" P64},
+        {91400, 1, 1, 1, 1, 0, 0, 4, "int32 compares, padding mask once" AFTER P64},
+        {91400, 1, 1, 1, 0, 0, 0, 5, "int32 compares, padding mask once" P64},
+        {91400, 1, 1, 2, 0, 0, 0, 6, "int32 compares, padding mask twice" P64},
+        {91400, 0, 1, 0, -1, I32, 0, 4, "int32 compares" P32},
+        {91400, 1, 0, 1, 1, I32, 0, 7, "boolean compares, padding mask once" AFTER P32},
+        {91400, 1, 1, 2, 0, I32, 0, 12, "int32 compares, padding mask twice" P32},
+        {91400, 0, 0, 0, -1, 0, PADDED, 5, "boolean compares" D64},
+        {91400, 1, 1, 2, 0, I32, PADDED, 24, "int32 compares, padding mask twice" D32},
+        {90500, 0, 1, 0, -1, 0, 0, 1, "int32 compares" D64},
+        {90500, 0, 0, 0, -1, 0, 0, 2, "boolean compares" D64},
+        {90500, 1, 0, 2, 0, 0, 0, 1, "boolean compares, padding mask twice" D64},
+        {90500, 1, 0, 1, 0, 0, 0, 2, "boolean compares, padding mask once" D64},
+        {90500, 1, 0, 1, 1, 0, 0, 3, "boolean compares, padding mask once" AFTER D64},
+        {90500, 1, 1, 2, 0, 0, 0, 4, "int32 compares, padding mask twice" D64},
+        {90500, 1, 0, 2, 0, 0, PACKED, 13, "boolean compares, padding mask twice" P64},
+        {90400, 0, 1, 0, -1, 0, 0, 1, "int32 compares" D32},
+        {90400, 1, 1, 2, 0, 0, 0, 4, "int32 compares, padding mask twice" D32},
+        {90400, 1, 0, 2, 0, I64, 0, 7, "boolean compares, padding mask twice" D64},
+#undef D32
+#undef D64
+#undef P32
+#undef P64
 #undef AFTER
     };
     const rp_attn_shape s = documents_shape();
@@ -388,7 +433,8 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         want_masks = cases[i].masks;
         want_after = cases[i].after;
         want_offsets = cases[i].offsets;
-        char why[512] = "";
+        want_stats = cases[i].stats;
+        char why[768] = "";
         ck_assert_msg(rp_cudnn_attention_documents_graph(a, cases[i].backward) == NULL,
                       "no documents plan yet");
         ck_assert_msg(plan(a, &s, cases[i].backward, why, sizeof why) == 0, "case %zu: %s", i,
@@ -405,10 +451,14 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         ck_assert_int_eq(last_after, cases[i].after > 0);
         /* every tensor the call binds is ragged: Q, K^T, V, O; the
          * backward's Q, K^T, V^T, O, dO, dQ, dK, dV; all with offsets of
-         * the type the way names */
+         * the type the way names, the statistics' too where they are
+         * packed (Stats; the backward's Delta with them) */
         ck_assert_int_eq(ragged_missing, 0);
         ck_assert_int_eq(ragged_bound, cases[i].backward ? 8 : 4);
         ck_assert_int_eq(last_offsets, (strstr(cases[i].way, "int64 ragged") ? I64 : I32));
+        const int packed = strstr(cases[i].way, "packed statistics") != NULL;
+        ck_assert_int_eq((packed ? rows_packed : rows_padded), (cases[i].backward ? 2 : 1));
+        ck_assert_int_eq((packed ? rows_padded : rows_packed), 0);
         /* cached: a second query builds nothing */
         ck_assert_int_eq(plan(a, &s, cases[i].backward, why, sizeof why), 0);
         ck_assert_int_eq(documents_graphs, cases[i].tried);
@@ -422,29 +472,33 @@ START_TEST(refusal_names_every_way_tried)
     const rp_attn_shape s = documents_shape();
     rp_cudnn_attention *a = open_module();
     want_int32 = -1; /* no engine for any documents graph */
-    char why[512] = "";
+    char why[768] = "";
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 12);
+    ck_assert_int_eq(documents_graphs, 24);
     const char *want = "cuDNN offers no engine for this graph: 0 configurations, 0 "
                        "non-deterministic (cuDNN's note), 0 not finalized (written with boolean "
                        "compares, padding mask once, causal mask after the statistics, int64 "
-                       "ragged offsets; refused too with boolean compares, padding mask once / "
-                       "boolean compares, padding mask twice / int32 compares, padding mask once, "
-                       "causal mask after the statistics / int32 compares, padding mask once / "
-                       "int32 compares, padding mask twice; the same ways again with int32 "
-                       "ragged offsets)";
+                       "ragged offsets, packed statistics; refused too with boolean compares, "
+                       "padding mask once / boolean compares, padding mask twice / int32 "
+                       "compares, padding mask once, causal mask after the statistics / int32 "
+                       "compares, padding mask once / int32 compares, padding mask twice; the "
+                       "same ways again with int32 ragged offsets, packed statistics; with int64 "
+                       "ragged offsets, padded statistics; with int32 ragged offsets, padded "
+                       "statistics)";
     ck_assert_str_eq(why, want);
     ck_assert_msg(rp_cudnn_attention_documents_graph(a, 1) == NULL, "no documents plan");
     /* remembered: asked again, nothing is built */
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 12);
+    ck_assert_int_eq(documents_graphs, 24);
     ck_assert_str_eq(why, want);
-    /* the forward tries its two ways, with each type of offsets */
+    /* the forward tries its two ways, in each layout */
     ck_assert_int_eq(plan(a, &s, 0, why, sizeof why), RP_CUDNN_REFUSED);
-    ck_assert_int_eq(documents_graphs, 16);
-    ck_assert_msg(strstr(why, "(written with boolean compares, int64 ragged offsets; refused too "
-                              "with int32 compares; the same ways again with int32 ragged "
-                              "offsets)") != NULL,
+    ck_assert_int_eq(documents_graphs, 32);
+    ck_assert_msg(strstr(why, "(written with boolean compares, int64 ragged offsets, packed "
+                              "statistics; refused too with int32 compares; the same ways again "
+                              "with int32 ragged offsets, packed statistics; with int64 ragged "
+                              "offsets, padded statistics; with int32 ragged offsets, padded "
+                              "statistics)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
 }
@@ -457,12 +511,13 @@ START_TEST(too_big_a_workspace_ends_the_search)
     want_int32 = 0;
     want_masks = 0;
     workspace_asked = (int64_t)1 << 40;
-    char why[512] = "";
+    char why[768] = "";
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
     ck_assert_int_eq(documents_graphs, 1);
     ck_assert_msg(strstr(why, "workspace, more than the") != NULL &&
                       strstr(why, "(written with boolean compares, padding mask once, causal "
-                                  "mask after the statistics, int64 ragged offsets)") != NULL,
+                                  "mask after the statistics, int64 ragged offsets, packed "
+                                  "statistics)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
     /* a plan too big found in the second pass (the first offered none):
@@ -474,7 +529,7 @@ START_TEST(too_big_a_workspace_ends_the_search)
     ck_assert_int_eq(documents_graphs, 7);
     ck_assert_msg(strstr(why, "cuDNN offers no engine for this graph") == why &&
                       strstr(why, "int32 compares, padding mask twice; the first 1 of them again "
-                                  "with int32 ragged offsets)") != NULL,
+                                  "with int32 ragged offsets, packed statistics)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
 }
@@ -486,13 +541,15 @@ START_TEST(dense_graph_is_built_once_in_one_way)
     s.seg_start = s.seg_host = NULL;
     rp_cudnn_attention *a = open_module();
     want_int32 = -1; /* refuses documents graphs: a dense one has no padding mask */
-    char why[512] = "";
+    char why[768] = "";
     for (int backward = 0; backward < 2; backward++) {
         ck_assert_msg(plan(a, &s, backward, why, sizeof why) == 0, "%s", why);
         ck_assert_int_eq(graphs, backward + 1);
         ck_assert_int_eq(documents_graphs, 0);
         ck_assert_int_eq(last_int32 + last_bool, 0);
         ck_assert_int_eq(ragged_bound, 0);
+        ck_assert_int_eq(rows_packed, 0);
+        ck_assert_int_eq(rows_padded, backward ? 2 : 1);
         ck_assert_msg(rp_cudnn_attention_documents_graph(a, backward) == NULL,
                       "a dense plan is not a documents plan");
     }

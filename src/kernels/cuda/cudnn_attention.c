@@ -22,7 +22,18 @@
 #define CACHE_SLOTS 24
 #define TABLE_SLOTS 4 /* documents' tables on the device (a few microbatches') */
 #define WHY_BYTES 768
-#define WAY_BYTES 128 /* a documents graph's way, said (graph_variant's name, offsets) */
+#define WAY_BYTES 160 /* a documents graph's way, said (graph_variant's name, layout) */
+
+/* The layout of a documents graph's tensors (the second axis of the ways
+ * a documents graph is written in, graph_variant below): its ragged
+ * offsets in int64 or int32, and its statistics (and the backward's Delta)
+ * padded per entry ([slots, nheads, span]) or packed by token ([tokens,
+ * nheads], ragged like Q: the attention contract's lse layout). */
+typedef struct documents_layout {
+    const char *name;
+    int int64_offsets;
+    int packed_stats;
+} documents_layout;
 
 /* the cuDNN entry points, typed as cudnn_graph.h declares them */
 typedef size_t (*get_version_fn)(void);
@@ -61,17 +72,18 @@ typedef struct plan_slot {
     int64_t workspace;
     char refused[WHY_BYTES];
     /* how a documents graph cuDNN took is written: its mask's way (a
-     * graph_variant's name) and its ragged offsets' type */
+     * graph_variant's name) and its layout */
     const char *variant;
-    int int64_offsets;
+    const documents_layout *layout;
     unsigned long long last_use;
 } plan_slot;
 
 /* A documents' table on the device (kernels/attn_documents.h): the ragged
  * offsets of q-shaped and of k-shaped tensors' entries (slots + 1 each, in
  * elements) in int32, the entries' lengths (slots) and their first tokens
- * (slots + 1) in int32, then the two offsets again in int64 (a plan binds
- * the pair of its type), each part 16-byte aligned. Kept for the calls of the
+ * (slots + 1) in int32, the packed statistics' offsets (slots + 1) in
+ * int32, then the three offsets again in int64 (a plan binds those of its
+ * layout's type), each part 16-byte aligned. Kept for the calls of the
  * same documents (every layer's forward and backward of a microbatch), its
  * host copy the key; copied from pinned memory on the stream, so a later
  * copy into it follows the calls queued before. */
@@ -348,7 +360,7 @@ static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
 enum {
     UID_Q = 1, UID_KT, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV, UID_SCALE,
     UID_VT, UID_DELTA, UID_ONE, UID_FILL, UID_Q_OFFSETS, UID_KV_OFFSETS, UID_LENGTHS_Q,
-    UID_LENGTHS_KV
+    UID_LENGTHS_KV, UID_STATS_OFFSETS
 };
 
 /* The ways a documents graph is written, tried in turn until cuDNN offers
@@ -363,12 +375,15 @@ enum {
  * them. Each direction tries the frontend's way for the library's version
  * first, then the others.
  *
- * Each way is written with the ragged offsets in int64, then again in
- * int32, or int32 first before cuDNN 9.5: cudnn-frontend's samples bind
- * int32 ones, NVIDIA's Transformer Engine, which runs cuDNN's ragged SDPA
- * in production, binds int64 ones wherever the runtime is 9.5 or newer
- * (int32 only for offsets it is handed as such, in the forward). The
- * lengths stay int32 (both do so). */
+ * Each way is written in each of four layouts in turn (documents_layout):
+ * NVIDIA's Transformer Engine, which runs cuDNN's ragged SDPA in
+ * production, binds int64 offsets wherever the runtime is 9.5 or newer
+ * (int32 only for offsets it is handed as such, in the forward), and from
+ * 9.6 on sm_90 packs the statistics by token with their own ragged offsets
+ * (its "TH1" Stats; cudnn-frontend then packs the backward's softmax sum,
+ * our Delta, the same way); cudnn-frontend's samples bind int32 offsets
+ * and padded statistics. So the packed statistics come first from 9.6,
+ * int64 offsets first from 9.5; the lengths stay int32 (both do so). */
 typedef struct graph_variant {
     const char *name;
     int int32_compares; /* the padding mask's comparisons computed and written in int32 */
@@ -397,23 +412,33 @@ static const int backward_ways_new[] = {4, 2, 0, 5, 3, 1}, backward_ways_old[] =
 #define FORWARD_WAYS ((int)(sizeof forward_ways_new / sizeof forward_ways_new[0]))
 #define BACKWARD_WAYS ((int)(sizeof backward_ways_new / sizeof backward_ways_new[0]))
 #define RAGGED_INT64_FROM 90500 /* the version from which int64 offsets are tried first */
+#define PACKED_STATS_FROM 90600 /* the version from which packed statistics are tried first */
+/* the layouts, by statistics then offsets: packed int64, packed int32,
+ * padded int64, padded int32 */
+static const documents_layout layouts[] = {
+    {"int64 ragged offsets, packed statistics", 1, 1},
+    {"int32 ragged offsets, packed statistics", 0, 1},
+    {"int64 ragged offsets, padded statistics", 1, 0},
+    {"int32 ragged offsets, padded statistics", 0, 0},
+};
+#define LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
     /* a documents graph's way (b ragged entries, one per document, of at
-     * most s tokens) and its ragged offsets' type; NULL in a dense one */
+     * most s tokens) and its layout; both NULL in a dense one */
     const graph_variant *variant;
-    cudnnDataType_t offsets;
+    const documents_layout *layout;
 } dims_set;
 
 /* The ragged layout of a documents graph (every member NULL in a dense
  * one): the element offsets of the entries of q-shaped and of k-shaped
- * tensors (int32 or int64, as the way says), and the entries' lengths, the
- * matmuls' sizes and the padding mask's bounds (one int32 tensor each for
- * the queries' and the keys' sides, bound to the same memory:
- * self-attention). */
+ * tensors and, where the statistics are packed, of theirs (int32 or int64,
+ * as the layout says), and the entries' lengths, the matmuls' sizes and the
+ * padding mask's bounds (one int32 tensor each for the queries' and the
+ * keys' sides, bound to the same memory: self-attention). */
 typedef struct ragged {
-    cudnnBackendDescriptor_t q_offsets, kv_offsets, lengths_q, lengths_kv;
+    cudnnBackendDescriptor_t q_offsets, kv_offsets, stats_offsets, lengths_q, lengths_kv;
 } ragged;
 
 #define D4(name, x0, x1, x2, x3) const int64_t name[4] = {x0, x1, x2, x3}
@@ -426,11 +451,29 @@ static ragged ragged_of(graph *g, const dims_set *z)
     D4(od, z->b + 1, 1, 1, 1);
     D4(ld, z->b, 1, 1, 1);
     D4(unit, 1, 1, 1, 1);
-    r.q_offsets = tensor(g, UID_Q_OFFSETS, z->offsets, od, unit, 0);
-    r.kv_offsets = tensor(g, UID_KV_OFFSETS, z->offsets, od, unit, 0);
+    const cudnnDataType_t type = z->layout->int64_offsets ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32;
+    r.q_offsets = tensor(g, UID_Q_OFFSETS, type, od, unit, 0);
+    r.kv_offsets = tensor(g, UID_KV_OFFSETS, type, od, unit, 0);
+    if (z->layout->packed_stats)
+        r.stats_offsets = tensor(g, UID_STATS_OFFSETS, type, od, unit, 0);
     r.lengths_q = tensor(g, UID_LENGTHS_Q, CUDNN_DATA_INT32, ld, unit, 0);
     r.lengths_kv = tensor(g, UID_LENGTHS_KV, CUDNN_DATA_INT32, ld, unit, 0);
     return r;
+}
+
+/* A tensor of one value per row of the scores, [b, h, s, 1] (the
+ * statistics, the backward's Delta): padded per entry, or, where the
+ * layout packs the statistics, by token ([tokens, h], ragged by the
+ * statistics' offsets) */
+static cudnnBackendDescriptor_t row_values(graph *g, const dims_set *z, const ragged *r,
+                                           int64_t uid)
+{
+    D4(rd, z->b, z->h, z->s, 1);
+    D4(padded, z->h * z->s, z->s, 1, 1);
+    D4(packed, z->h * z->s, 1, z->h, 1);
+    if (r->stats_offsets)
+        return tensor_ragged(g, uid, CUDNN_DATA_FLOAT, rd, packed, 0, r->stats_offsets);
+    return tensor(g, uid, CUDNN_DATA_FLOAT, rd, padded, 0);
 }
 
 /* The row and column indices (int32, virtual) of the score matrix x */
@@ -559,7 +602,7 @@ static void build_forward(graph *g, const dims_set *z)
     cudnnBackendDescriptor_t kt = tensor_ragged(g, UID_KT, bf, ktd, kts, 0, r.kv_offsets);
     cudnnBackendDescriptor_t v = tensor_ragged(g, UID_V, bf, vd, vs, 0, r.kv_offsets);
     cudnnBackendDescriptor_t o = tensor_ragged(g, UID_O, bf, qd, qs, 0, r.q_offsets);
-    cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, rs, 0);
+    cudnnBackendDescriptor_t stats = row_values(g, z, &r, UID_STATS);
     cudnnBackendDescriptor_t scale = tensor(g, UID_SCALE, f32, one, one, 1);
     cudnnBackendDescriptor_t fill = tensor(g, UID_FILL, f32, one, one, 1);
     cudnnBackendDescriptor_t masked = masked_scores(g, z, &r, q, kt, scale, fill, NULL);
@@ -605,8 +648,8 @@ static void build_backward(graph *g, const dims_set *z)
     cudnnBackendDescriptor_t vt = tensor_ragged(g, UID_VT, bf, ktd, kts, 0, r.kv_offsets);
     cudnnBackendDescriptor_t o = tensor_ragged(g, UID_O, bf, qd, qs, 0, r.q_offsets);
     cudnnBackendDescriptor_t dout = tensor_ragged(g, UID_DO, bf, qd, qs, 0, r.q_offsets);
-    cudnnBackendDescriptor_t stats = tensor(g, UID_STATS, f32, rd, rs, 0);
-    cudnnBackendDescriptor_t delta = tensor(g, UID_DELTA, f32, rd, rs, 0);
+    cudnnBackendDescriptor_t stats = row_values(g, z, &r, UID_STATS);
+    cudnnBackendDescriptor_t delta = row_values(g, z, &r, UID_DELTA);
     cudnnBackendDescriptor_t dq = tensor_ragged(g, UID_DQ, bf, qd, qs, 0, r.q_offsets);
     cudnnBackendDescriptor_t dk = tensor_ragged(g, UID_DK, bf, kd, ks, 0, r.kv_offsets);
     cudnnBackendDescriptor_t dv = tensor_ragged(g, UID_DV, bf, kd, ks, 0, r.kv_offsets);
@@ -695,17 +738,16 @@ static int deterministic(rp_cudnn_attention *a, cudnnBackendDescriptor_t cfg, gr
  * workspace than the budget: no other way of writing the graph helps */
 #define PLAN_TOO_BIG 2
 
-/* Builds the graph of a slot's shape (written as `variant` says with
- * int64 or int32 ragged offsets, variant NULL for a dense one) and its
- * first deterministic plan within the workspace cap: 0 (slot->plan set),
- * RP_CUDNN_REFUSED or PLAN_TOO_BIG (slot->refused set). */
+/* Builds the graph of a slot's shape (written as `variant` says in
+ * `layout`, both NULL for a dense one) and its first deterministic plan
+ * within the workspace cap: 0 (slot->plan set), RP_CUDNN_REFUSED or
+ * PLAN_TOO_BIG (slot->refused set). */
 static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_variant *variant,
-                         int int64_offsets)
+                         const documents_layout *layout)
 {
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     const plan_key *key = &slot->key;
-    dims_set z = {key->b, key->h, key->hk, key->s, key->d, variant,
-                  int64_offsets ? CUDNN_DATA_INT64 : CUDNN_DATA_INT32};
+    dims_set z = {key->b, key->h, key->hk, key->s, key->d, variant, layout};
     const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
                                  .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
     const size_t budget = key->budget;
@@ -827,8 +869,6 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
     return slot->plan ? 0 : too_big ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
 }
 
-static const char *offsets_name(int int64_offsets) { return int64_offsets ? "int64" : "int32"; }
-
 /* appends to why (WHY_BYTES) at *at, as far as it has room */
 static void append(char *why, size_t *at, const char *fmt, ...)
 {
@@ -841,51 +881,65 @@ static void append(char *why, size_t *at, const char *fmt, ...)
     *at += n > 0 ? (size_t)n : 0;
 }
 
+/* The layouts in the order the library's version tries them (indices
+ * into layouts[]): packed statistics first from PACKED_STATS_FROM, int64
+ * offsets first from RAGGED_INT64_FROM */
+static void layout_order(size_t version, int order[LAYOUTS])
+{
+    const int packed_first = version >= PACKED_STATS_FROM;
+    const int wide_first = version >= RAGGED_INT64_FROM;
+    for (int i = 0; i < LAYOUTS; i++) {
+        const int packed = (i < 2) == packed_first, wide = (i % 2 == 0) == wide_first;
+        order[i] = (packed ? 0 : 2) + (wide ? 0 : 1);
+    }
+}
+
 /* Builds a slot's plan: a dense graph as it is written; a documents graph
- * in each of its direction's ways in turn, with the ragged offsets of the
- * first type for the library's version, then with the other, until cuDNN
- * takes one (slot->variant and slot->int64_offsets name it). 0, or
- * RP_CUDNN_REFUSED with slot->refused saying why the first was refused and
- * naming the others tried. */
+ * in each of its direction's ways in turn, in the first layout for the
+ * library's version, then in the others, until cuDNN takes one
+ * (slot->variant and slot->layout name it). 0, or RP_CUDNN_REFUSED with
+ * slot->refused saying why the first was refused and naming the others
+ * tried. */
 static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
 {
     if (!slot->key.documents)
-        return build_plan_as(a, slot, NULL, 0) == 0 ? 0 : RP_CUDNN_REFUSED;
+        return build_plan_as(a, slot, NULL, NULL) == 0 ? 0 : RP_CUDNN_REFUSED;
     const int newer = a->version >= FRONTEND_SINGLE_PADDING;
-    const int int64_first = a->version >= RAGGED_INT64_FROM;
     const graph_variant *table = slot->key.backward ? backward_variants : forward_variants;
     const int *ways = slot->key.backward ? (newer ? backward_ways_new : backward_ways_old)
                                          : (newer ? forward_ways_new : forward_ways_old);
     const int nways = slot->key.backward ? BACKWARD_WAYS : FORWARD_WAYS;
+    int order[LAYOUTS];
+    layout_order(a->version, order);
     char why[WHY_BYTES] = "";
     size_t at = 0;
     int tried = 0, too_big = 0;
-    for (int pass = 0; pass < 2 && !too_big; pass++) {
-        const int int64_offsets = pass == 0 ? int64_first : !int64_first;
+    for (int pass = 0; pass < LAYOUTS && !too_big; pass++) {
+        const documents_layout *layout = &layouts[order[pass]];
         for (int v = 0; v < nways && !too_big; v++, tried++) {
             const graph_variant *variant = &table[ways[v]];
-            const int rc = build_plan_as(a, slot, variant, int64_offsets);
+            const int rc = build_plan_as(a, slot, variant, layout);
             if (rc == 0) {
                 slot->variant = variant->name;
-                slot->int64_offsets = int64_offsets;
+                slot->layout = layout;
                 return 0;
             }
-            /* the first way's reason, then the others' names */
+            /* the first way's reason, the others' names, then the layouts */
             if (tried == 0)
-                append(why, &at, "%s (written with %s, %s ragged offsets", slot->refused,
-                       variant->name, offsets_name(int64_offsets));
+                append(why, &at, "%s (written with %s, %s", slot->refused, variant->name,
+                       layout->name);
             else if (pass == 0)
                 append(why, &at, "%s%s", v == 1 ? "; refused too with " : " / ", variant->name);
             /* no other way of writing changes the workspace it asks */
             too_big = rc == PLAN_TOO_BIG;
         }
+        if (pass > 0 && tried == (pass + 1) * nways)
+            append(why, &at, "%s%s", pass == 1 ? "; the same ways again with " : "; with ",
+                   layout->name);
+        else if (pass > 0)
+            append(why, &at, "; the first %d of them again with %s", tried - pass * nways,
+                   layout->name);
     }
-    if (tried == 2 * nways)
-        append(why, &at, "; the same ways again with %s ragged offsets",
-               offsets_name(!int64_first));
-    else if (tried > nways)
-        append(why, &at, "; the first %d of them again with %s ragged offsets", tried - nways,
-               offsets_name(!int64_first));
     append(why, &at, ")");
     snprintf(slot->refused, sizeof slot->refused, "%s", why);
     return RP_CUDNN_REFUSED;
@@ -1022,27 +1076,29 @@ static void table_free(doc_table *t)
 }
 
 /* Where the table's parts start in t->device (attn_documents.h's first and
- * length, and the ragged offsets in int32 and in int64) */
+ * length, and the ragged offsets of q, of k and of packed statistics, in
+ * int32 and in int64) */
 typedef struct table_parts {
-    int32_t *q_offsets, *kv_offsets, *length, *first;
-    int64_t *q_offsets64, *kv_offsets64;
+    int32_t *q_offsets, *kv_offsets, *length, *first, *stats_offsets;
+    int64_t *q_offsets64, *kv_offsets64, *stats_offsets64;
 } table_parts;
 
-/* 4-byte words of a table of `slots` entries */
-static size_t table_words(int64_t slots)
-{
-    return 3 * part(slots + 1) + part(slots) + 4 * part(slots + 1);
-}
+/* 4-byte words of a table of `slots` entries: 4 parts of slots + 1 int32,
+ * one of slots int32, 3 of slots + 1 int64 */
+static size_t table_words(int64_t slots) { return 10 * part(slots + 1) + part(slots); }
 
 static table_parts parts_of(int32_t *base, int64_t slots)
 {
+    const size_t row = part(slots + 1); /* a part of slots + 1 int32 */
     table_parts p;
     p.q_offsets = base;
-    p.kv_offsets = p.q_offsets + part(slots + 1);
-    p.length = p.kv_offsets + part(slots + 1);
+    p.kv_offsets = p.q_offsets + row;
+    p.length = p.kv_offsets + row;
     p.first = p.length + part(slots);
-    p.q_offsets64 = (int64_t *)(p.first + part(slots + 1));
-    p.kv_offsets64 = (int64_t *)(p.first + 3 * part(slots + 1));
+    p.stats_offsets = p.first + row;
+    p.q_offsets64 = (int64_t *)(p.stats_offsets + row);
+    p.kv_offsets64 = (int64_t *)(p.stats_offsets + 3 * row);
+    p.stats_offsets64 = (int64_t *)(p.stats_offsets + 5 * row);
     return p;
 }
 
@@ -1053,6 +1109,7 @@ static int table_for(rp_cudnn_attention *a, const rp_attn_shape *s, const rp_att
                      doc_table **out, char *why, size_t why_len)
 {
     const int64_t n = d->slots, q_row = s->nheads * s->head_dim, kv_row = s->nkv * s->head_dim;
+    const int64_t heads = s->nheads; /* a token's packed statistics */
     int32_t *first = malloc(sizeof *first * (size_t)(n + 1));
     int32_t *length = malloc(sizeof *length * (size_t)n);
     if (!first || !length) {
@@ -1107,8 +1164,10 @@ static int table_for(rp_cudnn_attention *a, const rp_attn_shape *s, const rp_att
     for (int64_t b = 0; b <= n; b++) {
         p.q_offsets64[b] = (int64_t)first[b] * q_row;
         p.kv_offsets64[b] = (int64_t)first[b] * kv_row;
+        p.stats_offsets64[b] = (int64_t)first[b] * heads;
         p.q_offsets[b] = (int32_t)p.q_offsets64[b]; /* in range: rp_attn_documents_refusal */
         p.kv_offsets[b] = (int32_t)p.kv_offsets64[b];
+        p.stats_offsets[b] = (int32_t)p.stats_offsets64[b];
         p.first[b] = first[b];
         if (b < n)
             p.length[b] = length[b];
@@ -1171,8 +1230,8 @@ static plan_slot *slot_of_call(rp_cudnn_attention *a, const plan_key *key)
 {
     plan_slot *p = slot_for(a, key);
     if (p->plan && key->documents)
-        snprintf(a->documents_graph[key->backward != 0], WAY_BYTES, "%s, %s ragged offsets",
-                 p->variant, offsets_name(p->int64_offsets));
+        snprintf(a->documents_graph[key->backward != 0], WAY_BYTES, "%s, %s", p->variant,
+                 p->layout->name);
     return p;
 }
 
@@ -1209,12 +1268,17 @@ int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, 
     return RP_CUDNN_REFUSED;
 }
 
-/* lse from the plan's statistics, or the statistics from lse */
+/* lse from the plan's statistics, or the statistics from lse (a copy
+ * where the plan packs them by token, else a transpose) */
 static int convert_stats(rp_cudnn_attention *a, const rp_attn_shape *s, const call_plan *c,
                          float *stats, float *lse, int to_lse, char *why, size_t why_len)
 {
     int e;
-    if (c->table) {
+    if (c->table && c->plan->layout->packed_stats) { /* lse's own layout, [tokens, heads] */
+        const size_t bytes = (size_t)(s->nseq * s->seqlen * s->nheads) * sizeof(float);
+        e = (int)cudaMemcpyAsync(to_lse ? lse : stats, to_lse ? stats : lse, bytes,
+                                 cudaMemcpyDeviceToDevice, a->stream);
+    } else if (c->table) {
         table_parts p = parts_of(c->table->device, c->docs.slots);
         e = to_lse ? rp_cuda_documents_lse_from_stats(stats, lse, p.first, p.length,
                                                       c->docs.slots, c->docs.span, s->nheads,
@@ -1227,7 +1291,7 @@ static int convert_stats(rp_cudnn_attention *a, const rp_attn_shape *s, const ca
                    : rp_cuda_stats_from_lse(lse, stats, s->nseq, s->seqlen, s->nheads, a->stream);
     }
     if (e)
-        snprintf(why, why_len, "the statistics' transpose: %s",
+        snprintf(why, why_len, "moving the statistics between lse and cuDNN's layout: %s",
                  cudaGetErrorString((cudaError_t)e));
     return e ? RP_CUDNN_FAILED : 0;
 }
@@ -1239,9 +1303,14 @@ static int table_entries(const call_plan *c, int n, int64_t *uids, void **ptrs)
     if (!c->table)
         return n;
     table_parts p = parts_of(c->table->device, c->docs.slots);
-    const int wide = c->plan->int64_offsets; /* the pair of the plan's type */
+    const documents_layout *layout = c->plan->layout; /* the offsets of its type */
+    const int wide = layout->int64_offsets;
     uids[n] = UID_Q_OFFSETS, ptrs[n++] = wide ? (void *)p.q_offsets64 : (void *)p.q_offsets;
     uids[n] = UID_KV_OFFSETS, ptrs[n++] = wide ? (void *)p.kv_offsets64 : (void *)p.kv_offsets;
+    if (layout->packed_stats) {
+        uids[n] = UID_STATS_OFFSETS;
+        ptrs[n++] = wide ? (void *)p.stats_offsets64 : (void *)p.stats_offsets;
+    }
     uids[n] = UID_LENGTHS_Q, ptrs[n++] = p.length;
     uids[n] = UID_LENGTHS_KV, ptrs[n++] = p.length;
     return n;
@@ -1260,8 +1329,8 @@ int rp_cudnn_attention_forward(rp_cudnn_attention *a, const rp_attn_shape *s, co
         return RP_CUDNN_FAILED;
     float *stats = a->buffers;
     float scale = s->scale, fill = -FLT_MAX;
-    int64_t uids[11] = {UID_Q, UID_KT, UID_V, UID_O, UID_STATS, UID_SCALE, UID_FILL};
-    void *ptrs[11] = {(void *)q, (void *)k, (void *)v, o, stats, &scale, &fill};
+    int64_t uids[12] = {UID_Q, UID_KT, UID_V, UID_O, UID_STATS, UID_SCALE, UID_FILL};
+    void *ptrs[12] = {(void *)q, (void *)k, (void *)v, o, stats, &scale, &fill};
     int n = table_entries(&c, 7, uids, ptrs);
     rc = run(a, c.plan, n, uids, ptrs, why, why_len);
     if (rc)
@@ -1296,9 +1365,9 @@ int rp_cudnn_attention_backward(rp_cudnn_attention *a, const rp_attn_shape *s, c
     if ((rc = convert_stats(a, s, &c, stats, (float *)lse, 0, why, why_len)))
         return rc;
     float scale = s->scale, unit = 1.0f, fill = -FLT_MAX;
-    int64_t uids[17] = {UID_Q, UID_KT, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
+    int64_t uids[18] = {UID_Q, UID_KT, UID_VT, UID_O, UID_DO, UID_STATS, UID_DELTA,
                         UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_ONE, UID_FILL};
-    void *ptrs[17] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
+    void *ptrs[18] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, stats,
                       delta, dq16, dk16, dv16, &scale, &unit, &fill};
     int n = table_entries(&c, 13, uids, ptrs);
     rc = run(a, c.plan, n, uids, ptrs, why, why_len);

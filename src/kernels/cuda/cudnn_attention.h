@@ -44,9 +44,11 @@
  * dQ, dK and dV pointing at its rows in the packed tensors, the matmuls
  * sized by per-entry lengths (GEMM M/N/K overrides) and the padding mask
  * of cudnn-frontend's padded graphs (row < length and column < length)
- * before the causal mask; the statistics and Delta padded per entry
- * ([slots, nheads, span], transposed to and from lse by cudnn_layout.cu's
- * documents kernels). The entry count and length are rounded up so that a
+ * before the causal mask; the statistics and Delta either packed by
+ * token ([tokens, nheads], ragged too: lse's layout, copied) or padded
+ * per entry ([slots, nheads, span], transposed to and from lse by
+ * cudnn_layout.cu's documents kernels), as the layout says (below). The
+ * entry count and length are rounded up so that a
  * run meets a few plans, and a call whose padding exceeds the dense
  * call's is refused (the own kernel runs it): what the run reserved for
  * the dense shape covers the rest. Which node patterns cuDNN's fused
@@ -56,12 +58,15 @@
  * subtracted, the causal mask before or after them), tried in turn,
  * cudnn-frontend's way for the library's version first (from 9.10: boolean,
  * the backward's padding mask once and its causal mask after the
- * statistics), all with int64 ragged offsets, then all with int32 ones
- * (int32 first before 9.5), until cuDNN offers a deterministic engine for
- * one: the plan cached is that one's, and
- * rp_cudnn_attention_documents_graph says which. (The causal mask widened by seg_start, read as a [nseq, 1,
- * seqlen, 1] input, got no engine from cuDNN 9.14.0 on the H200,
- * bench/README 2026-11-30.) Written without a GPU at hand:
+ * statistics), all in one layout, then all again in each of the others
+ * (the ragged offsets in int64 or int32; the statistics and Delta packed
+ * by token, lse's own layout, or padded per entry; from 9.6 packed with
+ * int64 offsets first, as NVIDIA's Transformer Engine runs it on sm_90),
+ * until cuDNN offers a deterministic engine for one: the plan cached is
+ * that one's, and rp_cudnn_attention_documents_graph says which. (The
+ * causal mask widened by seg_start, read as a [nseq, 1, seqlen, 1] input,
+ * got no engine from cuDNN 9.14.0 on the H200, bench/README 2026-11-30.)
+ * Written without a GPU at hand:
  * the cudnn-documents path of core/unproven.h, off until a GPU window
  * proves it.
  *
@@ -152,8 +157,8 @@ int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, 
 /* How the documents graph of the last documents call cuDNN took in that
  * direction (backward 0: the forward) is written: the first of the
  * module's ways that cuDNN offered an engine for, its padding mask's nodes
- * and its ragged offsets' type ("boolean compares, int64 ragged offsets",
- * ...); NULL before such a call. For the run's last line and the GPU
+ * and its layout ("boolean compares, int64 ragged offsets, packed
+ * statistics", ...); NULL before such a call. For the run's last line and the GPU
  * window's tests. */
 const char *rp_cudnn_attention_documents_graph(const rp_cudnn_attention *a, int backward);
 
