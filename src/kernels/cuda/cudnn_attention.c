@@ -115,8 +115,8 @@ struct rp_cudnn_attention {
     plan_slot slots[CACHE_SLOTS];
     doc_table tables[TABLE_SLOTS];
     /* how the last documents plan of each direction (forward, backward)
-     * cuDNN ran is written (a graph_variant's name and its offsets' type;
-     * empty before one) */
+     * cuDNN ran is written (a graph_variant's name and its layout's; empty
+     * before one) */
     char documents_graph[2][WAY_BYTES];
     unsigned long long uses;
     /* grown buffers: cuDNN's workspace, and this module's (stats, Delta,
