@@ -211,9 +211,8 @@ static int64_t offered(const desc *heuristics)
                               (long long)x[3], offsets ? "with" : "without");
                 rows_packed += packed;
                 rows_padded += padded;
-                if (!offsets)
-                    continue;
-                note_offsets(find_int(offsets, CUDNN_ATTR_TENSOR_DATA_TYPE, -1));
+                if (offsets)
+                    note_offsets(find_int(offsets, CUDNN_ATTR_TENSOR_DATA_TYPE, -1));
                 continue;
             }
             if (!uid || !bound_to_a_token_row(*(const int64_t *)uid->value))
