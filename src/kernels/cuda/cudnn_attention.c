@@ -422,6 +422,11 @@ static const documents_layout layouts[] = {
     {"int32 ragged offsets, padded statistics", 0, 0},
 };
 #define LAYOUTS ((int)(sizeof layouts / sizeof layouts[0]))
+/* the order each version tries them in (indices into layouts[]): from
+ * PACKED_STATS_FROM packed first, from RAGGED_INT64_FROM int64 first */
+static const int layouts_packed_wide[LAYOUTS] = {0, 1, 2, 3};
+static const int layouts_padded_wide[LAYOUTS] = {2, 3, 0, 1};
+static const int layouts_padded_narrow[LAYOUTS] = {3, 2, 1, 0};
 
 typedef struct dims_set {
     int64_t b, h, hk, s, d;
@@ -881,19 +886,6 @@ static void append(char *why, size_t *at, const char *fmt, ...)
     *at += n > 0 ? (size_t)n : 0;
 }
 
-/* The layouts in the order the library's version tries them (indices
- * into layouts[]): packed statistics first from PACKED_STATS_FROM, int64
- * offsets first from RAGGED_INT64_FROM */
-static void layout_order(size_t version, int order[LAYOUTS])
-{
-    const int packed_first = version >= PACKED_STATS_FROM;
-    const int wide_first = version >= RAGGED_INT64_FROM;
-    for (int i = 0; i < LAYOUTS; i++) {
-        const int packed = (i < 2) == packed_first, wide = (i % 2 == 0) == wide_first;
-        order[i] = (packed ? 0 : 2) + (wide ? 0 : 1);
-    }
-}
-
 /* Builds a slot's plan: a dense graph as it is written; a documents graph
  * in each of its direction's ways in turn, in the first layout for the
  * library's version, then in the others, until cuDNN takes one
@@ -909,8 +901,9 @@ static int build_plan(rp_cudnn_attention *a, plan_slot *slot)
     const int *ways = slot->key.backward ? (newer ? backward_ways_new : backward_ways_old)
                                          : (newer ? forward_ways_new : forward_ways_old);
     const int nways = slot->key.backward ? BACKWARD_WAYS : FORWARD_WAYS;
-    int order[LAYOUTS];
-    layout_order(a->version, order);
+    const int *order = a->version >= PACKED_STATS_FROM   ? layouts_packed_wide
+                       : a->version >= RAGGED_INT64_FROM ? layouts_padded_wide
+                                                         : layouts_padded_narrow;
     char why[WHY_BYTES] = "";
     size_t at = 0;
     int tried = 0, too_big = 0;
