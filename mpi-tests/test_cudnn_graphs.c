@@ -18,9 +18,16 @@
  *   dQ, dK, dV, V^T), all of the layout's type, on the statistics (and
  *   the backward's Delta) where it packs them by token, with their strides,
  *   and on none of a dense graph's;
- * - a refusal of every way says the first's reason and names the others; a
- *   plan that asks more workspace than the run reserves ends the search at
- *   the first way (no other way of writing changes what it asks);
+ * - where cuDNN's heuristics mode A offer no engine for a graph, its
+ *   fallback heuristics are asked, then each of its engines by global
+ *   index: a plan from either says so in the way's name, and one from an
+ *   engine is that engine's;
+ * - a refusal of every way says the first's reason (with what the engines
+ *   asked one by one answered: how many refused with each status, and
+ *   cuDNN's words for the first that got past the graph's pattern) and
+ *   names the others; a plan that asks more workspace than the run
+ *   reserves ends the search at the first way (no other way of writing
+ *   changes what it asks);
  * - a dense graph is built once, in one way, and a built plan is cached (a
  *   second query builds nothing).
  * What a real cuDNN offers for these graphs is the GPU window's
@@ -59,15 +66,26 @@ typedef struct desc {
     attr attrs[MAX_ATTRS];
 } desc;
 
-/* what the stand-in offers: an engine for a documents graph only when its
+/* what the stand-in offers: an engine for a documents graph (through
+ * heuristics mode A where offer_from is 0, its fallback heuristics where
+ * 1, or only engine TAKING_ENGINE of its STANDIN_ENGINES asked by index
+ * where 2; the other engines refuse every graph) only when its
  * padding comparisons are in int32 (want_int32 1) or boolean (0), its
  * backward masks padding `want_masks` times (0: any), in the backward its
  * causal mask comes after the statistics are subtracted (want_after 1) or
  * before (0; -1: either), its ragged offsets are of type want_offsets
  * (0: either) and its statistics packed by token (want_stats 1) or
  * padded (2; 0: either); want_int32 -1: none at all */
-static int want_int32, want_masks, want_after, want_offsets, want_stats;
+static int want_int32, want_masks, want_after, want_offsets, want_stats, offer_from;
 static int64_t workspace_asked; /* what each plan asks */
+#define STANDIN_ENGINES 5
+#define TAKING_ENGINE 3
+/* whether the stand-in library has cudnnGetLastErrorString; what it says;
+ * the engine of the last plan finalized (-1: a configuration heuristics
+ * offered) */
+static int lacks_last_error;
+static char last_words[128];
+static int64_t last_plan_engine;
 /* what it saw: graphs queried, and of the last one its comparisons, its
  * causal mask's place, its ragged tensors and their offsets' type (-1:
  * types differ), and its tensors of a value per row (Stats, Delta) packed
@@ -86,6 +104,8 @@ static size_t element_bytes(cudnnBackendAttributeType_t type)
     case CUDNN_TYPE_DATA_TYPE:
     case CUDNN_TYPE_POINTWISE_MODE:
         return sizeof(int);
+    case CUDNN_TYPE_HEUR_MODE:
+        return sizeof(cudnnBackendHeurMode_t);
     default:
         return 0;
     }
@@ -168,12 +188,11 @@ static void note_offsets(int type)
 /* The uids of the tensors of a value per row of the scores: Stats, Delta */
 static int a_value_per_row(int64_t uid) { return uid == 5 || uid == 12; }
 
-/* Reads the graph behind the heuristics: its padding comparisons (CMP_LT
- * nodes, by output type) and whether each tensor it binds to a token row
- * carries ragged offsets; returns the engine configurations offered. */
-static int64_t offered(const desc *heuristics)
+/* Reads a graph: its padding comparisons (CMP_LT nodes, by output type)
+ * and whether each tensor it binds to a token row carries ragged offsets;
+ * returns whether an engine of the stand-in takes it (1) or none (0). */
+static int64_t offered(const desc *graph)
 {
-    const desc *graph = find_desc(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
     const attr *ops = graph ? find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS) : NULL;
     ck_assert_ptr_nonnull(ops);
     graphs++;
@@ -266,12 +285,26 @@ static cudnnStatus_t mock_get_attribute(cudnnBackendDescriptor_t const x,
     switch (name) {
     case CUDNN_ATTR_ENGINEHEUR_RESULTS: { /* asked for the count (0), then the configurations */
         const int saved[2] = {graphs, documents_graphs};
-        const int64_t n = offered(d);
-        if (requested > 0) /* the same graph again: counted once */
+        const int mode = find_int(d, CUDNN_ATTR_ENGINEHEUR_MODE, -1);
+        ck_assert_msg(mode == CUDNN_HEUR_MODE_A || mode == CUDNN_HEUR_MODE_FALLBACK,
+                      "heuristics mode %d", mode);
+        const desc *graph = find_desc(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
+        int64_t n = offered(graph);
+        /* a documents graph's engine comes from the heuristics offer_from
+         * names (a dense one's from mode A) */
+        if (documents_graphs > saved[1])
+            n = offer_from == (mode == CUDNN_HEUR_MODE_A ? 0 : 1) ? n : 0;
+        else if (mode != CUDNN_HEUR_MODE_A)
+            n = 0;
+        if (requested > 0 || mode != CUDNN_HEUR_MODE_A) /* the same graph again: counted once */
             graphs = saved[0], documents_graphs = saved[1];
         *count = requested > 0 && requested < n ? requested : n;
         return CUDNN_STATUS_SUCCESS;
     }
+    case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT:
+        *count = 1;
+        *(int64_t *)value = STANDIN_ENGINES;
+        return CUDNN_STATUS_SUCCESS;
     case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE:
         *count = 0; /* deterministic */
         return CUDNN_STATUS_SUCCESS;
@@ -286,10 +319,43 @@ static cudnnStatus_t mock_get_attribute(cudnnBackendDescriptor_t const x,
     }
 }
 
+static int64_t int64_of(const desc *d, cudnnBackendAttributeName_t name)
+{
+    const attr *a = d ? find(d, name) : NULL;
+    return a && a->value ? *(const int64_t *)a->value : -1;
+}
+
+/* An engine asked by index takes the graph where it is TAKING_ENGINE,
+ * offer_from is 2 and the graph is one the stand-in takes; the others
+ * refuse, engines 0-2 as not of their pattern, 3 and 4 for its shape,
+ * each with its words. A plan notes its configuration's engine. */
 static cudnnStatus_t mock_finalize(cudnnBackendDescriptor_t x)
 {
-    (void)x;
-    return CUDNN_STATUS_SUCCESS;
+    const desc *d = (const desc *)x;
+    if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
+        const desc *cfg = find_desc(d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG);
+        const desc *engine = cfg ? find_desc(cfg, CUDNN_ATTR_ENGINECFG_ENGINE) : NULL;
+        last_plan_engine = int64_of(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (d->type != CUDNN_BACKEND_ENGINE_DESCRIPTOR)
+        return CUDNN_STATUS_SUCCESS;
+    const int64_t index = int64_of(d, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+    ck_assert_msg(index >= 0 && index < STANDIN_ENGINES, "engine %lld", (long long)index);
+    const int saved[2] = {graphs, documents_graphs};
+    const int64_t takes = offered(find_desc(d, CUDNN_ATTR_ENGINE_OPERATION_GRAPH));
+    graphs = saved[0], documents_graphs = saved[1];
+    if (offer_from == 2 && index == TAKING_ENGINE && takes)
+        return CUDNN_STATUS_SUCCESS;
+    snprintf(last_words, sizeof last_words, "stand-in engine %lld:\n%s", (long long)index,
+             index < 3 ? "not its pattern" : "ragged offsets of this shape");
+    return index < 3 ? CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN : CUDNN_STATUS_NOT_SUPPORTED_SHAPE;
+}
+
+static void mock_last_error_string(char *message, size_t max_size)
+{
+    snprintf(message, max_size, "%s", last_words);
+    last_words[0] = '\0';
 }
 
 static cudnnStatus_t mock_handle_create(cudnnHandle_t *h)
@@ -313,8 +379,9 @@ static cudnnStatus_t mock_set_stream(cudnnHandle_t h, cudaStream_t s)
 
 static const char *mock_error_string(cudnnStatus_t s)
 {
-    (void)s;
-    return "MOCK_STATUS";
+    return s == CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN ? "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN"
+           : s == CUDNN_STATUS_NOT_SUPPORTED_SHAPE       ? "CUDNN_STATUS_NOT_SUPPORTED_SHAPE"
+                                                          : "MOCK_STATUS";
 }
 
 static size_t mock_version(void) { return 91400; }
@@ -336,9 +403,11 @@ static rp_cudnn_attention *open_module_as(size_t version)
     lib.symbols[RP_CUDNN_BACKEND_SET_ATTRIBUTE] = (void *)mock_set_attribute;
     lib.symbols[RP_CUDNN_BACKEND_GET_ATTRIBUTE] = (void *)mock_get_attribute;
     lib.symbols[RP_CUDNN_BACKEND_FINALIZE] = (void *)mock_finalize;
+    lib.symbols[RP_CUDNN_GET_LAST_ERROR_STRING] =
+        lacks_last_error ? NULL : (void *)mock_last_error_string;
     lib.version = version;
     rp_cudnn_attention *a = NULL;
-    char why[768] = "";
+    char why[1280] = "";
     const size_t gpu = (size_t)80 << 30; /* an 80 GiB GPU's budgets */
     ck_assert_msg(rp_cudnn_attention_create_for(&lib, NULL, gpu, &a, why, sizeof why) == 0, "%s",
                   why);
@@ -347,6 +416,9 @@ static rp_cudnn_attention *open_module_as(size_t version)
     want_after = -1;
     want_offsets = 0;
     want_stats = 0;
+    offer_from = 0;
+    last_plan_engine = -2;
+    last_words[0] = '\0';
     return a;
 }
 
@@ -433,7 +505,7 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         want_after = cases[i].after;
         want_offsets = cases[i].offsets;
         want_stats = cases[i].stats;
-        char why[768] = "";
+        char why[1280] = "";
         ck_assert_msg(rp_cudnn_attention_documents_graph(a, cases[i].backward) == NULL,
                       "no documents plan yet");
         ck_assert_msg(plan(a, &s, cases[i].backward, why, sizeof why) == 0, "case %zu: %s", i,
@@ -442,6 +514,7 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         ck_assert_msg(way && strcmp(way, cases[i].way) == 0, "case %zu: written with '%s'", i,
                       way ? way : "(none)");
         ck_assert_int_eq(documents_graphs, cases[i].tried);
+        ck_assert_int_eq(last_plan_engine, -1); /* a configuration of mode A */
         /* the graph taken: its comparisons' type, two per mask, and where
          * its causal mask is */
         const int masks = cases[i].backward ? cases[i].masks : 1;
@@ -471,11 +544,15 @@ START_TEST(refusal_names_every_way_tried)
     const rp_attn_shape s = documents_shape();
     rp_cudnn_attention *a = open_module();
     want_int32 = -1; /* no engine for any documents graph */
-    char why[768] = "";
+    char why[1280] = "";
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
     ck_assert_int_eq(documents_graphs, 24);
     const char *want = "cuDNN offers no engine for this graph: 0 configurations, 0 "
-                       "non-deterministic (cuDNN's note), 0 not finalized (written with boolean "
+                       "non-deterministic (cuDNN's note), 0 not finalized; of its 5 engines, "
+                       "asked one by one, 3 refuse it with "
+                       "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, 2 with "
+                       "CUDNN_STATUS_NOT_SUPPORTED_SHAPE; engine 3 says \"stand-in engine 3: "
+                       "ragged offsets of this shape\" (written with boolean "
                        "compares, padding mask once, causal mask after the statistics, int64 "
                        "ragged offsets, packed statistics; refused too with boolean compares, "
                        "padding mask once / boolean compares, padding mask twice / int32 "
@@ -510,7 +587,7 @@ START_TEST(too_big_a_workspace_ends_the_search)
     want_int32 = 0;
     want_masks = 0;
     workspace_asked = (int64_t)1 << 40;
-    char why[768] = "";
+    char why[1280] = "";
     ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
     ck_assert_int_eq(documents_graphs, 1);
     ck_assert_msg(strstr(why, "workspace, more than the") != NULL &&
@@ -534,13 +611,84 @@ START_TEST(too_big_a_workspace_ends_the_search)
 }
 END_TEST
 
+/* Where heuristics mode A offer nothing, the fallback heuristics' plan,
+ * else an engine's asked by index: the way's name says which, the plan
+ * is that engine's, and the search order is the same */
+START_TEST(fallback_heuristics_then_engines_by_index)
+{
+    const rp_attn_shape s = documents_shape();
+    static const struct {
+        int from, offsets, backward, tried;
+        int64_t engine;
+        const char *way;
+    } cases[] = {
+#define W ", int64 ragged offsets, packed statistics"
+        {1, 0, 1, 1, -1, "boolean compares, padding mask once, causal mask after the statistics" W
+                         ", cuDNN's fallback heuristics"},
+        {1, 0, 0, 1, -1, "boolean compares" W ", cuDNN's fallback heuristics"},
+        {2, 0, 1, 1, 3, "boolean compares, padding mask once, causal mask after the statistics" W
+                        ", engine 3, which no heuristics offered"},
+        {2, 0, 0, 1, 3, "boolean compares" W ", engine 3, which no heuristics offered"},
+        {2, CUDNN_DATA_INT32, 1, 7, 3, "boolean compares, padding mask once, causal mask after "
+                                       "the statistics, int32 ragged offsets, packed statistics, "
+                                       "engine 3, which no heuristics offered"},
+#undef W
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rp_cudnn_attention *a = open_module();
+        want_int32 = 0;
+        want_masks = 0;
+        offer_from = cases[i].from;
+        want_offsets = cases[i].offsets;
+        char why[1280] = "";
+        ck_assert_msg(plan(a, &s, cases[i].backward, why, sizeof why) == 0, "case %zu: %s", i,
+                      why);
+        const char *way = rp_cudnn_attention_documents_graph(a, cases[i].backward);
+        ck_assert_msg(way && strcmp(way, cases[i].way) == 0, "case %zu: written with '%s'", i,
+                      way ? way : "(none)");
+        ck_assert_int_eq(documents_graphs, cases[i].tried);
+        ck_assert_int_eq(last_plan_engine, cases[i].engine);
+        rp_cudnn_attention_destroy(&a);
+    }
+    /* a dense graph's plan is still mode A's */
+    rp_attn_shape d = s;
+    d.seg_start = d.seg_host = NULL;
+    rp_cudnn_attention *a = open_module();
+    offer_from = 2;
+    char why[1280] = "";
+    ck_assert_msg(plan(a, &d, 1, why, sizeof why) == 0, "%s", why);
+    ck_assert_int_eq(last_plan_engine, -1);
+    rp_cudnn_attention_destroy(&a);
+}
+END_TEST
+
+/* Without cudnnGetLastErrorString (a library that lacks it) the engines'
+ * census is said without cuDNN's words */
+START_TEST(refusal_without_cudnns_words)
+{
+    const rp_attn_shape s = documents_shape();
+    lacks_last_error = 1;
+    rp_cudnn_attention *a = open_module();
+    lacks_last_error = 0;
+    want_int32 = -1;
+    char why[1280] = "";
+    ck_assert_int_eq(plan(a, &s, 0, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_msg(strstr(why, "0 not finalized; of its 5 engines, asked one by one, 3 refuse it "
+                              "with CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, 2 with "
+                              "CUDNN_STATUS_NOT_SUPPORTED_SHAPE (written with") != NULL &&
+                      strstr(why, "says") == NULL,
+                  "%s", why);
+    rp_cudnn_attention_destroy(&a);
+}
+END_TEST
+
 START_TEST(dense_graph_is_built_once_in_one_way)
 {
     rp_attn_shape s = documents_shape();
     s.seg_start = s.seg_host = NULL;
     rp_cudnn_attention *a = open_module();
     want_int32 = -1; /* refuses documents graphs: a dense one has no padding mask */
-    char why[768] = "";
+    char why[1280] = "";
     for (int backward = 0; backward < 2; backward++) {
         ck_assert_msg(plan(a, &s, backward, why, sizeof why) == 0, "%s", why);
         ck_assert_int_eq(graphs, backward + 1);
@@ -563,6 +711,8 @@ static Suite *graphs_suite(void)
     tcase_add_test(tc, documents_plan_is_the_first_way_cudnn_takes);
     tcase_add_test(tc, refusal_names_every_way_tried);
     tcase_add_test(tc, too_big_a_workspace_ends_the_search);
+    tcase_add_test(tc, fallback_heuristics_then_engines_by_index);
+    tcase_add_test(tc, refusal_without_cudnns_words);
     tcase_add_test(tc, dense_graph_is_built_once_in_one_way);
     suite_add_tcase(s, tc);
     return s;

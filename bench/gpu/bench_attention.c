@@ -183,7 +183,7 @@ int main(int argc, char **argv)
 #ifdef RP_HAVE_CUDNN
     rp_cudnn_library lib;
     rp_cudnn_attention *a = NULL;
-    char dwhy[640];
+    char dwhy[1280];
     if (rp_cudnn_library_open(&lib, dwhy, sizeof dwhy) != 0 ||
         rp_cudnn_attention_create(&lib, 0, &a, dwhy, sizeof dwhy) != 0) {
         printf("cudnn: not timed: %s\n", dwhy);
@@ -203,7 +203,7 @@ int main(int argc, char **argv)
             int64_t wf = 0, wb = 0;
             size_t free_b = 0, total_b = 0;
             cudaMemGetInfo(&free_b, &total_b);
-            char wwhy[640] = "", bwhy[640] = "";
+            char wwhy[1280] = "", bwhy[1280] = "";
             /* a plan refused for exceeding the reservation still says what
              * it asked; a failed or otherwise refused one says nothing, and
              * its 0 bytes must not read as a workspace within the budget */

@@ -529,8 +529,25 @@ if start check; then
     tl=$(( $(left) - 30 )); [ $tl -gt $cap ] && tl=$cap
     if [ $tl -lt 10 ]; then ns=$((ns + 1)); skip "test $t" "time budget"; continue; fi
     t1=$(date +%s)
-    timeout -k 10 "$tl" sh "$top/mpi-tests/run-test.sh" "$build/mpi-tests/$t" > "$logs/$t.log" 2>&1
+    # cuDNN's own log of its errors and warnings (its API logging, level 2)
+    # for the test of its attention: why each engine refused a documents
+    # graph, in cuDNN's words, for the session after the window
+    if [ "$t" = test_cuda_cudnn_attention ]; then
+      CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$logs/cudnn-api.log" \
+        timeout -k 10 "$tl" sh "$top/mpi-tests/run-test.sh" "$build/mpi-tests/$t" > "$logs/$t.log" 2>&1
+    else
+      timeout -k 10 "$tl" sh "$top/mpi-tests/run-test.sh" "$build/mpi-tests/$t" > "$logs/$t.log" 2>&1
+    fi
     rc=$?; dt=$(( $(date +%s) - t1 ))
+    if [ -s "$logs/cudnn-api.log" ] && [ "$t" = test_cuda_cudnn_attention ]; then
+      lines=$(wc -l < "$logs/cudnn-api.log")
+      # at most 8 MiB of it travels back in the logs' archive
+      if [ "$(wc -c < "$logs/cudnn-api.log")" -gt 8388608 ]; then
+        head -c 8388608 "$logs/cudnn-api.log" > "$logs/cudnn-api.log.part" &&
+          mv -f "$logs/cudnn-api.log.part" "$logs/cudnn-api.log"
+      fi
+      put "cuDNN's API log (errors, warnings) of $t" "$lines lines" "" "" "cudnn-api.log in the logs' archive: why its engines refused"
+    fi
     case $rc in
       0) np=$((np + 1)); note="$dt s"
          # how cuDNN's documents graphs were written where it took them (cudnn_attention.h)

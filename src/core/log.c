@@ -7,7 +7,7 @@ void rp_log(const rp_logger *lg, rp_log_level level, const char *fmt, ...)
     if (!lg || !lg->stream || level > lg->level || level == RP_LOG_QUIET)
         return;
     static const char *names[] = {"", "error", "warning", "info", "debug"};
-    char msg[2048], line[2100];
+    char msg[3072], line[3136]; /* the longest: the run's last line of each device's paths */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

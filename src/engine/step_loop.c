@@ -311,7 +311,7 @@ rp_status rp_run_steps(rp_engine *e, MPI_Comm comm, rp_error *err)
     if (s == RP_OK) {
         log_uploads(e, comm);
         log_speculation(e);
-        char kernels[1536]; /* each rank's device: the paths it took that say so */
+        char kernels[2560]; /* each rank's device: the paths it took that say so */
         rp_device_kernels_summary(e->dev, kernels, sizeof kernels);
         if (kernels[0])
             rp_log(e->lg, RP_LOG_INFO, "%s", kernels);

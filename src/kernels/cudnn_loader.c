@@ -18,6 +18,7 @@ const char *const rp_cudnn_symbol_names[RP_CUDNN_SYMBOLS] = {
     "cudnnBackendGetAttribute",
     "cudnnBackendFinalize",
     "cudnnBackendExecute",
+    "cudnnGetLastErrorString",
 };
 
 static const rp_dynlib_spec spec = {
@@ -26,7 +27,7 @@ static const rp_dynlib_spec spec = {
     .soname = "libcudnn.so.9",
     .example = "site-packages/nvidia/cudnn/lib/libcudnn.so.9",
     .symbols = rp_cudnn_symbol_names,
-    .nsymbols = RP_CUDNN_SYMBOLS,
+    .nsymbols = RP_CUDNN_REQUIRED,
 };
 
 int rp_cudnn_library_open(rp_cudnn_library *lib, char *why, size_t why_len)
@@ -44,6 +45,8 @@ int rp_cudnn_library_open(rp_cudnn_library *lib, char *why, size_t why_len)
         memset(lib, 0, sizeof *lib);
         return -1;
     }
+    for (int i = RP_CUDNN_REQUIRED; i < RP_CUDNN_SYMBOLS; i++)
+        lib->symbols[i] = dlsym(h, rp_cudnn_symbol_names[i]);
     lib->handle = h;
     lib->version = v;
     return 0;

@@ -16,7 +16,9 @@
 #include <stddef.h>
 
 /* The entry points the attention uses, in the order of
- * rp_cudnn_symbol_names (the cuDNN 9 backend API of cudnn_graph.h). */
+ * rp_cudnn_symbol_names (the cuDNN 9 backend API of cudnn_graph.h): those
+ * before RP_CUDNN_REQUIRED must all resolve; those after it are taken where
+ * the library has them (NULL else). */
 enum {
     RP_CUDNN_GET_VERSION,
     RP_CUDNN_GET_ERROR_STRING,
@@ -29,6 +31,10 @@ enum {
     RP_CUDNN_BACKEND_GET_ATTRIBUTE,
     RP_CUDNN_BACKEND_FINALIZE,
     RP_CUDNN_BACKEND_EXECUTE,
+    RP_CUDNN_REQUIRED,
+    /* cuDNN's words for the last error of the calling thread (9.0 and
+     * newer): a refusal's message quotes them */
+    RP_CUDNN_GET_LAST_ERROR_STRING = RP_CUDNN_REQUIRED,
     RP_CUDNN_SYMBOLS
 };
 
@@ -46,10 +52,11 @@ typedef struct rp_cudnn_library {
     char path[512];                     /* what was opened: RP_CUDNN_LIBRARY's or the soname */
 } rp_cudnn_library;
 
-/* Opens cuDNN (the search above) and resolves every symbol: 0 and *lib
- * filled, or -1 with *lib zeroed and `why` (of why_len bytes) saying what
- * is missing: the path and the loader's message, a missing symbol, or a
- * version other than 9.x. Nothing is left open on failure. */
+/* Opens cuDNN (the search above) and resolves every symbol (the optional
+ * ones where present): 0 and *lib filled, or -1 with *lib zeroed and `why`
+ * (of why_len bytes) saying what is missing: the path and the loader's
+ * message, a missing required symbol, or a version other than 9.x.
+ * Nothing is left open on failure. */
 int rp_cudnn_library_open(rp_cudnn_library *lib, char *why, size_t why_len);
 
 /* Closes what rp_cudnn_library_open opened (nothing when it failed). */

@@ -21,8 +21,17 @@
 
 #define CACHE_SLOTS 24
 #define TABLE_SLOTS 4 /* documents' tables on the device (a few microbatches') */
-#define WHY_BYTES 768
-#define WAY_BYTES 160 /* a documents graph's way, said (graph_variant's name, layout) */
+#define WHY_BYTES 1280
+/* a documents graph's way, said (graph_variant's name, layout, and how
+ * cuDNN found its engine where not by heuristics mode A) */
+#define WAY_BYTES 224
+#define FOUND_BY_BYTES 64
+/* cuDNN's engines tried by global index for a graph no heuristics offer
+ * an engine for (engines_by_index), and of them at most this many kept as
+ * configurations */
+#define ENGINES_MAX 64
+#define ENGINES_TAKEN_MAX 8
+#define SAID_BYTES 240 /* cuDNN's words for an engine's refusal, quoted */
 
 /* The layout of a documents graph's tensors (the second axis of the ways
  * a documents graph is written in, graph_variant below): its ragged
@@ -38,6 +47,7 @@ typedef struct documents_layout {
 /* the cuDNN entry points, typed as cudnn_graph.h declares them */
 typedef size_t (*get_version_fn)(void);
 typedef const char *(*get_error_string_fn)(cudnnStatus_t);
+typedef void (*get_last_error_string_fn)(char *, size_t);
 typedef cudnnStatus_t (*create_fn)(cudnnHandle_t *);
 typedef cudnnStatus_t (*destroy_fn)(cudnnHandle_t);
 typedef cudnnStatus_t (*set_stream_fn)(cudnnHandle_t, cudaStream_t);
@@ -72,9 +82,12 @@ typedef struct plan_slot {
     int64_t workspace;
     char refused[WHY_BYTES];
     /* how a documents graph cuDNN took is written: its mask's way (a
-     * graph_variant's name) and its layout */
+     * graph_variant's name) and its layout; and how its engine was found
+     * ("" by heuristics mode A, else engines_by_index's or the fallback
+     * heuristics' words) */
     const char *variant;
     const documents_layout *layout;
+    char found_by[FOUND_BY_BYTES];
     unsigned long long last_use;
 } plan_slot;
 
@@ -99,6 +112,7 @@ typedef struct doc_table {
 
 struct rp_cudnn_attention {
     get_error_string_fn error_string;
+    get_last_error_string_fn last_error_string; /* NULL where the library lacks it */
     create_fn create;
     destroy_fn destroy;
     set_stream_fn set_stream;
@@ -129,7 +143,9 @@ struct rp_cudnn_attention {
 
 /* ---- a graph under construction ----------------------------------------- */
 
-#define MAX_DESCS 320 /* the backward: ~60 tensors, ~70 for its nodes, 2 per engine tried */
+/* the backward: ~60 tensors, ~70 for its nodes, 2 per configuration
+ * offered (16 by each heuristics mode) and ENGINES_TAKEN_MAX engines */
+#define MAX_DESCS 384
 #define MAX_OPS 48
 
 typedef struct graph {
@@ -743,9 +759,273 @@ static int deterministic(rp_cudnn_attention *a, cudnnBackendDescriptor_t cfg, gr
  * workspace than the budget: no other way of writing the graph helps */
 #define PLAN_TOO_BIG 2
 
+/* d, made by cuDNN, destroyed with g (or kept with its plan): 0, or -1
+ * with d destroyed where g holds no more */
+static int track(graph *g, cudnnBackendDescriptor_t d)
+{
+    if (g->ndescs == MAX_DESCS) {
+        g->a->desc_destroy(d);
+        return -1;
+    }
+    g->descs[g->ndescs++] = d;
+    return 0;
+}
+
+/* The engine configurations cuDNN's heuristics in `mode` offer for the
+ * graph og, at most 16, into cfgs: how many. A failure is g's (its status
+ * and step). */
+static int64_t heuristics(graph *g, cudnnBackendDescriptor_t og, cudnnBackendHeurMode_t mode,
+                          cudnnBackendDescriptor_t cfgs[16])
+{
+    rp_cudnn_attention *a = g->a;
+    cudnnBackendDescriptor_t heur = make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og,
+        "heuristics' graph");
+    set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics' mode");
+    finish(g, heur, "the heuristics");
+    int64_t count = 0, got = 0;
+    if (g->status == CUDNN_STATUS_SUCCESS &&
+        a->get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                    NULL) != CUDNN_STATUS_SUCCESS)
+        count = 0;
+    if (count > 16)
+        count = 16;
+    for (int64_t i = 0; i < count; i++)
+        cfgs[i] = make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine config");
+    if (g->status == CUDNN_STATUS_SUCCESS && count > 0 &&
+        a->get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                    &got, cfgs) != CUDNN_STATUS_SUCCESS)
+        got = 0;
+    return g->status == CUDNN_STATUS_SUCCESS ? got : 0;
+}
+
+/* What cuDNN's engines said of a graph no heuristics offered one for: how
+ * many it has, and of those tried and refused, how many with each status
+ * (the first four statuses met; the rest as others), and cuDNN's words for
+ * one refusal: the first engine's that refused with anything but the graph's
+ * pattern (an engine that recognised the pattern and then refused
+ * something in it), else the first's. */
+typedef struct engine_census {
+    int64_t engines, refused, others;
+    cudnnStatus_t status[4];
+    int64_t times[4];
+    int nstatus;
+    int64_t said_by; /* the engine whose words `said` holds; -1: none */
+    cudnnStatus_t said_status;
+    char said[SAID_BYTES];
+} engine_census;
+
+static void census_note(const rp_cudnn_attention *a, engine_census *c, int64_t engine,
+                        cudnnStatus_t st)
+{
+    c->refused++;
+    int k = 0;
+    while (k < c->nstatus && c->status[k] != st)
+        k++;
+    if (k == c->nstatus && k < 4)
+        c->status[c->nstatus++] = st;
+    if (k < 4)
+        c->times[k]++;
+    else
+        c->others++;
+    /* keep the words of the first refusal, until one past the pattern */
+    const cudnnStatus_t pattern = CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN;
+    const int better = c->said_by < 0 || (c->said_status == pattern && st != pattern);
+    char words[SAID_BYTES] = "";
+    if (a->last_error_string)
+        a->last_error_string(words, sizeof words);
+    words[sizeof words - 1] = '\0';
+    if (!better || !words[0])
+        return;
+    for (char *p = words; *p; p++) /* one line */
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
+    snprintf(c->said, sizeof c->said, "%s", words);
+    c->said_by = engine;
+    c->said_status = st;
+}
+
+/* Every engine cuDNN has for the graph og, by global index (at most
+ * ENGINES_MAX): those that take it (their finalisation succeeds) become
+ * configurations in cfgs (at most ENGINES_TAKEN_MAX, tracked in g, their
+ * indices in index); the others are counted in *c. How many took it. */
+static int64_t engines_by_index(graph *g, cudnnBackendDescriptor_t og,
+                                cudnnBackendDescriptor_t cfgs[ENGINES_TAKEN_MAX],
+                                int64_t index[ENGINES_TAKEN_MAX], engine_census *c)
+{
+    rp_cudnn_attention *a = g->a;
+    int64_t count = 0, n = 0, took = 0;
+    if (a->get_attr(og, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &n,
+                    &count) != CUDNN_STATUS_SUCCESS)
+        count = 0;
+    c->engines = count;
+    for (int64_t i = 0; i < count && i < ENGINES_MAX && took < ENGINES_TAKEN_MAX; i++) {
+        cudnnBackendDescriptor_t engine = NULL, cfg = NULL;
+        if (a->desc_create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != CUDNN_STATUS_SUCCESS)
+            break;
+        cudnnStatus_t st = a->set_attr(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->set_attr(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &i);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->finalize(engine);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            census_note(a, c, i, st);
+            a->desc_destroy(engine);
+            continue;
+        }
+        if (track(g, engine) != 0 ||
+            a->desc_create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg) != CUDNN_STATUS_SUCCESS ||
+            track(g, cfg) != 0)
+            break;
+        st = a->set_attr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                         &engine);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->finalize(cfg);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            census_note(a, c, i, st);
+            continue;
+        }
+        index[took] = i;
+        cfgs[took++] = cfg;
+    }
+    return took;
+}
+
+/* What refused each configuration tried, for the message when none is
+ * left: how many were offered, non-deterministic, not finalized (the last
+ * status), too big; the least workspace a finished plan asked */
+typedef struct config_tally {
+    int64_t offered, nondeterministic, unfinished, too_big, asked;
+    cudnnStatus_t last;
+} config_tally;
+
+/* The first of n configurations that is deterministic and whose plan
+ * finalizes within the slot's workspace budget: slot->plan and
+ * slot->workspace set, 0; else -1, the reasons counted in *t. */
+static int plan_from(rp_cudnn_attention *a, plan_slot *slot, graph *g,
+                     const cudnnBackendDescriptor_t *cfgs, int64_t n, config_tally *t)
+{
+    t->offered += n;
+    for (int64_t i = 0; i < n && g->status == CUDNN_STATUS_SUCCESS; i++) {
+        if (!deterministic(a, cfgs[i], g)) {
+            t->nondeterministic++;
+            continue;
+        }
+        cudnnBackendDescriptor_t plan = NULL;
+        if (a->desc_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
+            return -1;
+        int64_t ws = 0, got = 0;
+        cudnnStatus_t st = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
+                                       1, &a->handle);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->finalize(plan);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = a->get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                             &got, &ws);
+        int ok = st == CUDNN_STATUS_SUCCESS;
+        if (!ok) {
+            t->unfinished++;
+            t->last = st;
+        }
+        if (ok && (!t->asked || ws < t->asked))
+            t->asked = ws; /* the least a finished plan asked: rp_cudnn_attention_workspace's */
+        if (ok && (size_t)ws > slot->key.budget) {
+            t->too_big++;
+            ok = 0;
+        }
+        if (!ok) {
+            a->desc_destroy(plan);
+            continue;
+        }
+        slot->plan = plan;
+        slot->workspace = ws;
+        return 0;
+    }
+    return -1;
+}
+
+/* slot->refused where no configuration gave a plan: the workspace, or
+ * what cuDNN offered and what refused it (with the engines' census where
+ * they were asked one by one) */
+static void say_refused(const rp_cudnn_attention *a, plan_slot *slot, const config_tally *t,
+                        const engine_census *c)
+{
+    const plan_key *key = &slot->key;
+    const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
+                                 .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
+    char *why = slot->refused;
+    const size_t len = sizeof slot->refused;
+    if (t->too_big && key->budget == 0) {
+        snprintf(why, len,
+                 "cuDNN's plan needs a %.1f MiB workspace, more than a quarter of the GPU "
+                 "(%.1f MiB), so a run reserves none for it at this length (%lld of %lld "
+                 "configurations too big)", (double)t->asked / 1048576.0,
+                 (double)rp_attention_cudnn_workspace_cap(a->device_total) / 1048576.0,
+                 (long long)t->too_big, (long long)t->offered);
+        return;
+    }
+    if (t->too_big) {
+        snprintf(why, len,
+                 "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
+                 "reserves for it (2 bytes a score of a microbatch's heads over lengths "
+                 "padded to %d, %zu a row and %.0f MiB, when that is at most a quarter of "
+                 "the GPU; %lld "
+                 "of %lld configurations too big, %lld non-deterministic, %lld not "
+                 "finalized)", (double)t->asked / 1048576.0, (double)key->budget / 1048576.0,
+                 RP_CUDNN_WORKSPACE_TILE, rp_attention_cudnn_row_bytes(&shape),
+                 (double)RP_CUDNN_WORKSPACE_SLACK / 1048576.0, (long long)t->too_big,
+                 (long long)t->offered, (long long)t->nondeterministic,
+                 (long long)t->unfinished);
+        return;
+    }
+    size_t at = 0;
+    int n = snprintf(why, len,
+                     "cuDNN offers no engine for this graph: %lld configurations, %lld "
+                     "non-deterministic (cuDNN's note), %lld not finalized%s%s",
+                     (long long)t->offered, (long long)t->nondeterministic,
+                     (long long)t->unfinished, t->unfinished ? ", the last with " : "",
+                     t->unfinished ? a->error_string(t->last) : "");
+    at = n > 0 ? (size_t)n : 0;
+    if (!c || at >= len)
+        return;
+    if (c->engines == 0) {
+        snprintf(why + at, len - at, "; cuDNN counts no engine for its operations");
+        return;
+    }
+    const char *none = c->nstatus ? "" : "none refuses it";
+    if (c->engines > ENGINES_MAX)
+        n = snprintf(why + at, len - at, "; of its %lld engines, the first %d asked one by one, %s",
+                     (long long)c->engines, ENGINES_MAX, none);
+    else
+        n = snprintf(why + at, len - at, "; of its %lld engines, asked one by one, %s",
+                     (long long)c->engines, none);
+    at += n > 0 ? (size_t)n : 0;
+    for (int k = 0; k < c->nstatus && at < len; k++) {
+        n = snprintf(why + at, len - at, k ? ", %lld with %s" : "%lld refuse it with %s",
+                     (long long)c->times[k], a->error_string(c->status[k]));
+        at += n > 0 ? (size_t)n : 0;
+    }
+    if (c->others && at < len) {
+        n = snprintf(why + at, len - at, ", %lld with other statuses", (long long)c->others);
+        at += n > 0 ? (size_t)n : 0;
+    }
+    if (c->said_by >= 0 && at < len)
+        snprintf(why + at, len - at, "; engine %lld says \"%s\"", (long long)c->said_by,
+                 c->said);
+}
+
 /* Builds the graph of a slot's shape (written as `variant` says in
  * `layout`, both NULL for a dense one) and its first deterministic plan
- * within the workspace cap: 0 (slot->plan set), RP_CUDNN_REFUSED or
+ * within the workspace cap: from the configurations cuDNN's heuristics
+ * mode A offer; where none gives one (and none was too big), from its
+ * fallback heuristics'; where those offer none either, from its engines
+ * asked one by one by global index (cudnn-frontend's plan from an engine
+ * id), which also says why each refuses the graph. 0 (slot->plan set,
+ * slot->found_by saying how where not by mode A), RP_CUDNN_REFUSED or
  * PLAN_TOO_BIG (slot->refused set). */
 static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_variant *variant,
                          const documents_layout *layout)
@@ -753,9 +1033,6 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
     graph g = {.a = a, .status = CUDNN_STATUS_SUCCESS, .next_virtual_uid = 1000};
     const plan_key *key = &slot->key;
     dims_set z = {key->b, key->h, key->hk, key->s, key->d, variant, layout};
-    const rp_attn_shape shape = {.nseq = key->b, .seqlen = key->s, .nheads = key->h,
-                                 .nkv = key->hk, .head_dim = key->d, .scale = key->scale};
-    const size_t budget = key->budget;
     if (key->backward)
         build_backward(&g, &z);
     else
@@ -766,101 +1043,38 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
     set(&g, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &a->handle,
         "the graph's handle");
     finish(&g, og, "the operation graph");
-    cudnnBackendDescriptor_t heur = make(&g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
-    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    set(&g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og,
-        "heuristics' graph");
-    set(&g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics' mode");
-    finish(&g, heur, "the heuristics");
-    int64_t count = 0;
-    if (g.status == CUDNN_STATUS_SUCCESS &&
-        a->get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                    NULL) != CUDNN_STATUS_SUCCESS)
-        count = 0;
+    cudnnBackendDescriptor_t cfgs[16];
+    int64_t got = heuristics(&g, og, CUDNN_HEUR_MODE_A, cfgs);
     if (g.status != CUDNN_STATUS_SUCCESS) {
         describe(a, &g, slot->refused, sizeof slot->refused);
         graph_free(&g);
         return RP_CUDNN_REFUSED;
     }
-    if (count > 16)
-        count = 16;
-    cudnnBackendDescriptor_t cfgs[16];
-    for (int64_t i = 0; i < count; i++)
-        cfgs[i] = make(&g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine config");
-    int64_t got = 0;
-    if (g.status == CUDNN_STATUS_SUCCESS && count > 0 &&
-        a->get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                    &got, cfgs) != CUDNN_STATUS_SUCCESS)
-        got = 0;
-    /* what refused each configuration, for the message when none is left */
-    int64_t nondeterministic = 0, unfinished = 0, too_big = 0, asked = 0;
-    cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
-    for (int64_t i = 0; i < got && g.status == CUDNN_STATUS_SUCCESS; i++) {
-        if (!deterministic(a, cfgs[i], &g)) {
-            nondeterministic++;
-            continue;
-        }
-        cudnnBackendDescriptor_t plan = NULL;
-        if (a->desc_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS)
-            break;
-        int64_t ws = 0, n = 0;
-        cudnnStatus_t st = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
-                                       1, &a->handle);
-        if (st == CUDNN_STATUS_SUCCESS)
-            st = a->set_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
-        if (st == CUDNN_STATUS_SUCCESS)
-            st = a->finalize(plan);
-        if (st == CUDNN_STATUS_SUCCESS)
-            st = a->get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
-                             &n, &ws);
-        int ok = st == CUDNN_STATUS_SUCCESS;
-        if (!ok) {
-            unfinished++;
-            last = st;
-        }
-        if (ok && (!asked || ws < asked))
-            asked = ws; /* the least a finished plan asked: rp_cudnn_attention_workspace's */
-        if (ok && (size_t)ws > budget) {
-            too_big++;
-            ok = 0;
-        }
-        if (!ok) {
-            a->desc_destroy(plan);
-            continue;
-        }
-        slot->plan = plan;
-        slot->workspace = ws;
-        break;
+    config_tally t = {0};
+    engine_census c = {.said_by = -1};
+    int asked_engines = 0;
+    slot->found_by[0] = '\0';
+    if (plan_from(a, slot, &g, cfgs, got, &t) != 0 && !t.too_big) {
+        /* no fallback heuristics for the graph is no refusal of it */
+        got = heuristics(&g, og, CUDNN_HEUR_MODE_FALLBACK, cfgs);
+        g.status = CUDNN_STATUS_SUCCESS;
+        g.failed_at = NULL;
+        if (plan_from(a, slot, &g, cfgs, got, &t) == 0)
+            snprintf(slot->found_by, sizeof slot->found_by, "cuDNN's fallback heuristics");
+    }
+    if (!slot->plan && !t.too_big && t.offered == 0) {
+        cudnnBackendDescriptor_t taken[ENGINES_TAKEN_MAX];
+        int64_t index[ENGINES_TAKEN_MAX];
+        const int64_t n = engines_by_index(&g, og, taken, index, &c);
+        asked_engines = 1;
+        for (int64_t i = 0; i < n && !slot->plan && !t.too_big; i++)
+            if (plan_from(a, slot, &g, &taken[i], 1, &t) == 0)
+                snprintf(slot->found_by, sizeof slot->found_by,
+                         "engine %lld, which no heuristics offered", (long long)index[i]);
     }
     if (!slot->plan) {
-        slot->workspace = asked;
-        if (too_big && budget == 0)
-            snprintf(slot->refused, sizeof slot->refused,
-                     "cuDNN's plan needs a %.1f MiB workspace, more than a quarter of the GPU "
-                     "(%.1f MiB), so a run reserves none for it at this length (%lld of %lld "
-                     "configurations too big)", (double)asked / 1048576.0,
-                     (double)rp_attention_cudnn_workspace_cap(a->device_total) / 1048576.0,
-                     (long long)too_big,
-                     (long long)got);
-        else if (too_big)
-            snprintf(slot->refused, sizeof slot->refused,
-                     "cuDNN's plan needs a %.1f MiB workspace, more than the %.1f MiB the run "
-                     "reserves for it (2 bytes a score of a microbatch's heads over lengths "
-                     "padded to %d, %zu a row and %.0f MiB, when that is at most a quarter of "
-                     "the GPU; %lld "
-                     "of %lld configurations too big, %lld non-deterministic, %lld not "
-                     "finalized)", (double)asked / 1048576.0, (double)budget / 1048576.0,
-                     RP_CUDNN_WORKSPACE_TILE, rp_attention_cudnn_row_bytes(&shape),
-                     (double)RP_CUDNN_WORKSPACE_SLACK / 1048576.0, (long long)too_big, (long long)got,
-                     (long long)nondeterministic, (long long)unfinished);
-        else
-            snprintf(slot->refused, sizeof slot->refused,
-                     "cuDNN offers no engine for this graph: %lld configurations, %lld "
-                     "non-deterministic (cuDNN's note), %lld not finalized%s%s", (long long)got,
-                     (long long)nondeterministic, (long long)unfinished,
-                     unfinished ? ", the last with " : "",
-                     unfinished ? a->error_string(last) : "");
+        slot->workspace = t.asked;
+        say_refused(a, slot, &t, asked_engines ? &c : NULL);
     }
     if (slot->plan) {
         slot->kept = malloc(sizeof *slot->kept * (size_t)g.ndescs);
@@ -871,7 +1085,7 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
         }
     }
     graph_free(&g);
-    return slot->plan ? 0 : too_big ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
+    return slot->plan ? 0 : t.too_big ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
 }
 
 /* appends to why (WHY_BYTES) at *at, as far as it has room */
@@ -1223,8 +1437,8 @@ static plan_slot *slot_of_call(rp_cudnn_attention *a, const plan_key *key)
 {
     plan_slot *p = slot_for(a, key);
     if (p->plan && key->documents)
-        snprintf(a->documents_graph[key->backward != 0], WAY_BYTES, "%s, %s", p->variant,
-                 p->layout->name);
+        snprintf(a->documents_graph[key->backward != 0], WAY_BYTES, "%s, %s%s%s", p->variant,
+                 p->layout->name, p->found_by[0] ? ", " : "", p->found_by);
     return p;
 }
 
@@ -1403,6 +1617,8 @@ int rp_cudnn_attention_create_for(const rp_cudnn_library *lib, cudaStream_t stre
         return RP_CUDNN_FAILED;
     }
     a->error_string = (get_error_string_fn)lib->symbols[RP_CUDNN_GET_ERROR_STRING];
+    a->last_error_string =
+        (get_last_error_string_fn)lib->symbols[RP_CUDNN_GET_LAST_ERROR_STRING];
     a->create = (create_fn)lib->symbols[RP_CUDNN_CREATE];
     a->destroy = (destroy_fn)lib->symbols[RP_CUDNN_DESTROY];
     a->set_stream = (set_stream_fn)lib->symbols[RP_CUDNN_SET_STREAM];

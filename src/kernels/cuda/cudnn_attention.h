@@ -24,9 +24,17 @@
  * (cudnn_layout.cu); dq, dk, dv come out of cuDNN in bf16 and are widened
  * into the contract's fp32.
  *
- * Determinism: of the engine configurations cuDNN's heuristics (mode A)
- * offer, those whose engine carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
- * are skipped, for the backward and the forward alike, so every plan gives
+ * Engines: a graph's plan is made from the engine configurations cuDNN's
+ * heuristics mode A offer; where none of them gives one (and none asked
+ * too much workspace), from those its fallback heuristics offer; where
+ * neither offers any, from its engines asked one by one by global index
+ * (an engine that takes the graph finalizes; cudnn-frontend's plan from
+ * an engine id). Those refusals are counted by status and, where the
+ * library has cudnnGetLastErrorString, cuDNN's words for one of them (the
+ * first past the graph's pattern) end the refusal's message.
+ *
+ * Determinism: of the engine configurations tried, those whose engine
+ * carries CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC are skipped, for the backward and the forward alike, so every plan gives
  * the same bits for the same inputs run to run; where no deterministic
  * configuration exists the shape is refused (the caller runs the own
  * kernel). cuDNN's deterministic backward is described to keep dP in a
@@ -158,7 +166,9 @@ int rp_cudnn_attention_workspace(rp_cudnn_attention *a, const rp_attn_shape *s, 
  * direction (backward 0: the forward) is written: the first of the
  * module's ways that cuDNN offered an engine for, its padding mask's nodes
  * and its layout ("boolean compares, int64 ragged offsets, packed
- * statistics", ...); NULL before such a call. For the run's last line and the GPU
+ * statistics", ...), then how the engine was found where not by
+ * heuristics mode A (", cuDNN's fallback heuristics", ", engine N, which
+ * no heuristics offered"); NULL before such a call. For the run's last line and the GPU
  * window's tests. */
 const char *rp_cudnn_attention_documents_graph(const rp_cudnn_attention *a, int backward);
 

@@ -43,7 +43,7 @@ int rp_cuda_kernels_gemm_lt_ready(const rp_kernels *k);
 int64_t rp_cuda_kernels_gemm_lt_products(const rp_kernels *k);
 /* The attention calls (forward and backward) over document segments
  * (the cudnn-documents path), for tests and the run's last log line. */
-#define RP_DOCUMENTS_REFUSED_MAX 768
+#define RP_DOCUMENTS_REFUSED_MAX 1280
 typedef struct rp_cuda_documents_report {
     int64_t calls;             /* over documents, forward and backward */
     int64_t through_cudnn;     /* of them, those cuDNN ran */
