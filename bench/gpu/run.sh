@@ -743,7 +743,10 @@ elif start attn; then
       put "attention over documents of $l in $s, fwd+bwd" "$cud ms (cuDNN)" "own kernel $own ms" "$(calc "$own / $cud")" "own / cuDNN"
     done < <(awk '$1=="RESULT" && $2=="attention-documents"' "$logs/attention.txt")
     while read -r line; do
-      skip "attention over ${line%%:*}, cuDNN" "$(echo "${line#*cudnn refuses: }" | cut -c1-100)"
+      # where cuDNN's engines were asked one by one, what they answered
+      # (cudnn_attention.h's census) says more than the reason's start
+      r=${line#*cudnn refuses: }; census=$(echo "${r%% (written with*}" | sed -n 's/.*; \(of its [0-9]* engines.*\)/\1/p')
+      skip "attention over ${line%%:*}, cuDNN" "$(echo "${census:-$r}" | cut -c1-240)"
     done < <(grep '^documents of .*cudnn refuses' "$logs/attention.txt")
     # how cuDNN's documents graphs were written where it took them (cudnn_attention.h)
     while read -r line; do
