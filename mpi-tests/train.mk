@@ -101,6 +101,9 @@ mpi_tests_trace_check_CFLAGS = $(AM_CFLAGS) $(JSON_CFLAGS)
 mpi_tests_trace_check_LDADD = $(JSON_LIBS) -lm
 TESTS += mpi-tests/test_trace.sh
 EXTRA_DIST += mpi-tests/test_trace.sh
+# where a traced run's steps went (tools/trace-breakdown.py)
+TESTS += mpi-tests/test_trace_breakdown.sh
+EXTRA_DIST += mpi-tests/test_trace_breakdown.sh tools/trace-breakdown.py
 
 TESTS += mpi-tests/test_progress.sh
 EXTRA_DIST += mpi-tests/test_progress.sh

@@ -86,7 +86,8 @@
 # Environment: RP_GPU_BUILD (use this build folder, skip the carried one),
 # RP_GPU_JOBS (make -j, default nproc), RP_GPU_ARCH (SM, default the GPU's,
 # else 90), RP_GPU_BUDGET_S (default 540), RP_GPU_E2E_BATCH (default 8),
-# RP_GPU_E2E_STEPS (default 6), RP_GPU_TRACE=1 (Chrome trace of e2e),
+# RP_GPU_E2E_STEPS (default 6), RP_GPU_TRACE=0 (no Chrome trace of the
+# e2e run at batch 8, which is kept by default: where its steps went),
 # RP_GPU_LOGS (log folder; default build/gpu-bench in the tree when $OUT is
 # set, emptied first, else build/gpu-bench-logs).
 #
@@ -901,11 +902,28 @@ if want e2e && [ $dry = yes ]; then nogpu e2e
 elif start e2e; then
   e2e_room
   say "roundpipe train --device cuda: Qwen3-1.7B shape ($params parameters), seq 4096, batch $b, $n steps"
-  trace=(); [ -n "${RP_GPU_TRACE:-}" ] && trace=(--trace "$logs/e2e-trace.json")
+  # its Chrome trace (a span per job, wait, copy and optimizer update, in
+  # memory until the end: no cost the steps see), for where the steps went
+  trace=(--trace "$logs/e2e-trace.json"); [ "${RP_GPU_TRACE:-1}" = 0 ] && trace=()
   if train 4096 "$b" "$n" "$logs/e2e.jsonl" $(( $(left) - 30 )) "${trace[@]}" > "$logs/e2e.txt" 2>&1; then
     tail -5 "$logs/e2e.txt"
     tps=$(median_tps "$logs/e2e.jsonl")
     put "e2e tokens/s (seq 4096, batch $b, 1 GPU, steps 3+)" "$(printf %.0f "$tps")" "" "" ""
+    # each activity's busy time as a share of the steps (tools/trace-breakdown.py;
+    # spans nest: a job's compute holds its waits), and issue 33's wait of a
+    # step's first forward job for its weights (tools/trace-weights-wait.py)
+    if [ ${#trace[@]} -gt 0 ]; then
+      if python3 "$top/tools/trace-breakdown.py" "$logs/e2e-trace.json" --skip 2 > "$logs/e2e-breakdown.txt" 2>&1; then
+        read -r _ _ sms shares < <(grep '^RESULT breakdown' "$logs/e2e-breakdown.txt")
+        put "e2e step (steps 3+), each activity's share (trace)" "$(printf %.0f "$sms") ms" "the step" "" \
+          "$(echo "$shares" | tr ' ' '\n' | grep -E '^(compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-gradients)=' | tr '\n' ' ')"
+        python3 "$top/tools/trace-weights-wait.py" "$logs/e2e-trace.json" --skip 2 > "$logs/e2e-weights-wait.txt" 2>&1 &&
+          put "e2e: the first forward job's wait for weights (steps 3+)" \
+            "$(tail -n 1 "$logs/e2e-weights-wait.txt" | sed -n 's/.*F0 waited \([0-9.]* ms\) (\([0-9.]*%\)).*/\1, \2 of the steps/p')" "" "" "issue 33; e2e-weights-wait.txt"
+      else
+        skip "e2e step breakdown" "$(tail -n 1 "$logs/e2e-breakdown.txt" | cut -c1-100)"
+      fi
+    fi
     if [ -n "$peak" ]; then
       put "e2e MFU = 6*N*tokens/s / GEMM peak" "$(calc "6 * $params * $tps / 1e12") TFLOP/s" "GEMM peak" \
         "$(calc "6 * $params * $tps / 1e12 / $peak")" ">= 0.40"
