@@ -909,6 +909,18 @@ elif start e2e; then
     tail -5 "$logs/e2e.txt"
     tps=$(median_tps "$logs/e2e.jsonl")
     put "e2e tokens/s (seq 4096, batch $b, 1 GPU, steps 3+)" "$(printf %.0f "$tps")" "" "" ""
+    # how much of a step the GPU computes: the layer times its events
+    # measured (from the end of the stream's work before a call, or of a copy
+    # it waited for, to the end of the call's own; the re-plan's line after
+    # the first steps), over all blocks, the head and the microbatches,
+    # against the step the median tokens/s gives; the rest it waits
+    read -r bf bb hh < <(sed -n 's/.*re-planned from measured layer times (block: \([0-9.e+-]*\) ms forward, \([0-9.e+-]*\) ms backward; head: \([0-9.e+-]*\) ms forward and backward.*/\1 \2 \3/p' "$logs/e2e.txt" | head -n 1)
+    nl=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$here/qwen3-1.7b-config.json" | head -n 1)
+    if [ -n "${bf:-}" ] && [ -n "$tps" ] && [ -n "$nl" ]; then
+      gms=$(calc "($nl * ($bf + $bb) + $hh) * $b"); stepms=$(calc "4096 * $b / $tps * 1000")
+      put "e2e: the GPU's layer times a step / the step" "$gms / $stepms ms" "the step" "$(calc "$gms / $stepms")" \
+        "block $bf + $bb ms, head $hh ms a microbatch (GPU events; the re-plan's line)"
+    fi
     # each activity's busy time as a share of the steps (tools/trace-breakdown.py;
     # spans nest: a job's compute holds its waits), and issue 33's wait of a
     # step's first forward job for its weights (tools/trace-weights-wait.py)
