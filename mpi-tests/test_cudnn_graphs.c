@@ -25,9 +25,10 @@
  * - a refusal of every way says the first's reason (with what the engines
  *   asked one by one answered: how many refused with each status, and
  *   cuDNN's words for the first that got past the graph's pattern) and
- *   names the others; a plan that asks more workspace than the run
- *   reserves ends the search at the first way (no other way of writing
- *   changes what it asks);
+ *   names the others; a plan of heuristics mode A that asks more workspace
+ *   than the run reserves ends the search at the first way (no other way
+ *   of writing changes what its engines ask), one of an engine asked by
+ *   index does not;
  * - a dense graph is built once, in one way, and a built plan is cached (a
  *   second query builds nothing).
  * What a real cuDNN offers for these graphs is the GPU window's
@@ -606,6 +607,20 @@ START_TEST(too_big_a_workspace_ends_the_search)
     ck_assert_msg(strstr(why, "cuDNN offers no engine for this graph") == why &&
                       strstr(why, "int32 compares, padding mask twice; the first 1 of them again "
                                   "with int32 ragged offsets, packed statistics)") != NULL,
+                  "%s", why);
+    rp_cudnn_attention_destroy(&a);
+    /* a plan too big from an engine no heuristics offered (a generic one,
+     * perhaps) does not end the search: every way is tried */
+    a = open_module();
+    offer_from = 2;
+    workspace_asked = (int64_t)1 << 40;
+    ck_assert_int_eq(plan(a, &s, 1, why, sizeof why), RP_CUDNN_REFUSED);
+    ck_assert_int_eq(documents_graphs, 24);
+    ck_assert_msg(strstr(why, "workspace, more than the") == why + strlen("cuDNN's plan needs a "
+                                                                          "1048576.0 MiB ") &&
+                      strstr(why, "; the same ways again with int32 ragged offsets, packed "
+                                  "statistics; with int64 ragged offsets, padded statistics; "
+                                  "with int32 ragged offsets, padded statistics)") != NULL,
                   "%s", why);
     rp_cudnn_attention_destroy(&a);
 }

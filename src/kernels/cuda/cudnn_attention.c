@@ -755,8 +755,9 @@ static int deterministic(rp_cudnn_attention *a, cudnnBackendDescriptor_t cfg, gr
     return 1;
 }
 
-/* build_plan_as's answer where the only plans cuDNN offered asked more
- * workspace than the budget: no other way of writing the graph helps */
+/* build_plan_as's answer where the only plans cuDNN's heuristics mode A
+ * offered asked more workspace than the budget: no other way of writing
+ * the graph helps */
 #define PLAN_TOO_BIG 2
 
 /* d, made by cuDNN, destroyed with g (or kept with its plan): 0, or -1
@@ -1054,7 +1055,12 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
     engine_census c = {.said_by = -1};
     int asked_engines = 0;
     slot->found_by[0] = '\0';
-    if (plan_from(a, slot, &g, cfgs, got, &t) != 0 && !t.too_big) {
+    plan_from(a, slot, &g, cfgs, got, &t);
+    /* mode A's plans too big: no other way of writing the graph changes
+     * what its engines ask (the fallback's and the others', generic ones
+     * perhaps, might ask more for one way than the fused ones for another) */
+    const int too_big_a = !slot->plan && t.too_big > 0;
+    if (!slot->plan && !too_big_a) {
         /* no fallback heuristics for the graph is no refusal of it */
         got = heuristics(&g, og, CUDNN_HEUR_MODE_FALLBACK, cfgs);
         g.status = CUDNN_STATUS_SUCCESS;
@@ -1062,12 +1068,12 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
         if (plan_from(a, slot, &g, cfgs, got, &t) == 0)
             snprintf(slot->found_by, sizeof slot->found_by, "cuDNN's fallback heuristics");
     }
-    if (!slot->plan && !t.too_big && t.offered == 0) {
+    if (!slot->plan && t.offered == 0) {
         cudnnBackendDescriptor_t taken[ENGINES_TAKEN_MAX];
         int64_t index[ENGINES_TAKEN_MAX];
         const int64_t n = engines_by_index(&g, og, taken, index, &c);
         asked_engines = 1;
-        for (int64_t i = 0; i < n && !slot->plan && !t.too_big; i++)
+        for (int64_t i = 0; i < n && !slot->plan; i++)
             if (plan_from(a, slot, &g, &taken[i], 1, &t) == 0)
                 snprintf(slot->found_by, sizeof slot->found_by,
                          "engine %lld, which no heuristics offered", (long long)index[i]);
@@ -1085,7 +1091,7 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
         }
     }
     graph_free(&g);
-    return slot->plan ? 0 : t.too_big ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
+    return slot->plan ? 0 : too_big_a ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
 }
 
 /* appends to why (WHY_BYTES) at *at, as far as it has room */
