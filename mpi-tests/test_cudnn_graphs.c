@@ -447,6 +447,19 @@ static int plan(rp_cudnn_attention *a, const rp_attn_shape *s, int backward, cha
     return rp_cudnn_attention_workspace(a, s, backward, &bytes, why, why_len);
 }
 
+/* Case i's documents plan in one direction is made, and written as `way`
+ * says, after `tried` documents graphs */
+static void planned_as(rp_cudnn_attention *a, const rp_attn_shape *s, int backward,
+                       const char *way, int tried, size_t i)
+{
+    char why[1280] = "";
+    ck_assert_msg(plan(a, s, backward, why, sizeof why) == 0, "case %zu: %s", i, why);
+    const char *got = rp_cudnn_attention_documents_graph(a, backward);
+    ck_assert_msg(got && strcmp(got, way) == 0, "case %zu: written with '%s'", i,
+                  got ? got : "(none)");
+    ck_assert_int_eq(documents_graphs, tried);
+}
+
 /* Each way in turn: the plan is the first the stand-in takes, after the
  * ways before it in the order of the library's version (cudnn-frontend's
  * way first: from cuDNN 9.10 boolean comparisons, the backward's padding
@@ -506,15 +519,9 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         want_after = cases[i].after;
         want_offsets = cases[i].offsets;
         want_stats = cases[i].stats;
-        char why[1280] = "";
         ck_assert_msg(rp_cudnn_attention_documents_graph(a, cases[i].backward) == NULL,
                       "no documents plan yet");
-        ck_assert_msg(plan(a, &s, cases[i].backward, why, sizeof why) == 0, "case %zu: %s", i,
-                      why);
-        const char *way = rp_cudnn_attention_documents_graph(a, cases[i].backward);
-        ck_assert_msg(way && strcmp(way, cases[i].way) == 0, "case %zu: written with '%s'", i,
-                      way ? way : "(none)");
-        ck_assert_int_eq(documents_graphs, cases[i].tried);
+        planned_as(a, &s, cases[i].backward, cases[i].way, cases[i].tried, i);
         ck_assert_int_eq(last_plan_engine, -1); /* a configuration of mode A */
         /* the graph taken: its comparisons' type, two per mask, and where
          * its causal mask is */
@@ -533,8 +540,7 @@ START_TEST(documents_plan_is_the_first_way_cudnn_takes)
         ck_assert_int_eq((packed ? rows_packed : rows_padded), (cases[i].backward ? 2 : 1));
         ck_assert_int_eq((packed ? rows_padded : rows_packed), 0);
         /* cached: a second query builds nothing */
-        ck_assert_int_eq(plan(a, &s, cases[i].backward, why, sizeof why), 0);
-        ck_assert_int_eq(documents_graphs, cases[i].tried);
+        planned_as(a, &s, cases[i].backward, cases[i].way, cases[i].tried, i);
         rp_cudnn_attention_destroy(&a);
     }
 }
@@ -655,13 +661,7 @@ START_TEST(fallback_heuristics_then_engines_by_index)
         want_masks = 0;
         offer_from = cases[i].from;
         want_offsets = cases[i].offsets;
-        char why[1280] = "";
-        ck_assert_msg(plan(a, &s, cases[i].backward, why, sizeof why) == 0, "case %zu: %s", i,
-                      why);
-        const char *way = rp_cudnn_attention_documents_graph(a, cases[i].backward);
-        ck_assert_msg(way && strcmp(way, cases[i].way) == 0, "case %zu: written with '%s'", i,
-                      way ? way : "(none)");
-        ck_assert_int_eq(documents_graphs, cases[i].tried);
+        planned_as(a, &s, cases[i].backward, cases[i].way, cases[i].tried, i);
         ck_assert_int_eq(last_plan_engine, cases[i].engine);
         rp_cudnn_attention_destroy(&a);
     }

@@ -103,7 +103,7 @@ TESTS += mpi-tests/test_trace.sh
 EXTRA_DIST += mpi-tests/test_trace.sh
 # where a traced run's steps went (tools/trace-breakdown.py)
 TESTS += mpi-tests/test_trace_breakdown.sh
-EXTRA_DIST += mpi-tests/test_trace_breakdown.sh tools/trace-breakdown.py
+EXTRA_DIST += mpi-tests/test_trace_breakdown.sh tools/trace-breakdown.py tools/rp_trace.py
 
 TESTS += mpi-tests/test_progress.sh
 EXTRA_DIST += mpi-tests/test_progress.sh

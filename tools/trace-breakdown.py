@@ -23,12 +23,11 @@ Spans nest (a job's compute span holds its waits for weights), so the
 shares of activities are not parts of one whole: each says how much of the
 step that activity took, alone. Python 3's standard library only.
 """
-import argparse
-import json
 import re
 import sys
 
-STEP = re.compile(r"^step ([0-9]+)$")
+from rp_trace import STEP, arguments, events
+
 LANE = re.compile(r"^(.*?)(?: #[0-9]+)?$")
 
 
@@ -48,22 +47,15 @@ def slug(activity):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace")
-    ap.add_argument("--skip", type=int, default=1, help="steps left out (default 1)")
-    a = ap.parse_args()
-    try:
-        with open(a.trace) as f:
-            events = json.load(f)["traceEvents"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        sys.exit("trace-breakdown: %s: not a roundpipe trace (%s)" % (a.trace, e))
+    a = arguments(__doc__, "steps left out (default 1)")
+    evs = events(a.trace, "trace-breakdown")
     track = {}   # (pid, tid) -> activity
     spans = {}   # (pid, activity) -> [(start ms, end ms)]
     steps = {}   # step -> (start ms, end ms), rank 0's
-    for ev in events:
+    for ev in evs:
         if ev.get("ph") == "M" and ev.get("name") == "thread_name":
             track[(ev.get("pid"), ev.get("tid"))] = LANE.match(ev["args"]["name"]).group(1)
-    for ev in events:
+    for ev in evs:
         if ev.get("ph") != "X":
             continue
         start, end = ev["ts"] / 1e3, (ev["ts"] + ev["dur"]) / 1e3

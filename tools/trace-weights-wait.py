@@ -12,27 +12,18 @@ both as a share of the step; then the totals over the steps past the first N
 (--skip, default 1: the first step pays page faults and thread start-up).
 Python 3's standard library only.
 """
-import argparse
-import json
 import re
 import sys
 
+from rp_trace import STEP, arguments, events
+
 WAIT = re.compile(r"^weights of layers? [0-9-]+ \(([FTB][0-9]+), pipeline ([0-9]+), it ([0-9]+)\)$")
-STEP = re.compile(r"^step ([0-9]+)$")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace")
-    ap.add_argument("--skip", type=int, default=1, help="steps left out of the totals (default 1)")
-    a = ap.parse_args()
-    try:
-        with open(a.trace) as f:
-            events = json.load(f)["traceEvents"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        sys.exit("trace-weights-wait: %s: not a roundpipe trace (%s)" % (a.trace, e))
+    a = arguments(__doc__, "steps left out of the totals (default 1)")
     first, wait, step = {}, {}, {}
-    for ev in events:
+    for ev in events(a.trace, "trace-weights-wait"):
         if ev.get("ph") != "X":
             continue
         name = ev.get("name", "")
