@@ -9,7 +9,7 @@ mpi_tests_test_plan_partition_LDADD = $(RP_TEST_LDADD)
 EXTRA_DIST += bench/paper/qwen3-1.7b.txt bench/paper/llama3.1-8b.txt \
 	bench/paper/qwen3-32b.txt bench/paper/qwen3-235b-a22b-lora.txt
 # the H100's measured layer times of the 1.7B shape (read by the CLI test)
-EXTRA_DIST += bench/gpu/h100-qwen3-1.7b-layers.txt
+EXTRA_DIST += bench/gpu/h100-qwen3-1.7b-layers.txt bench/gpu/h200-qwen3-1.7b-layers.txt
 
 check_PROGRAMS += mpi-tests/test_plan_simulate
 TESTS += mpi-tests/test_plan_simulate
