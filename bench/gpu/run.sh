@@ -920,6 +920,13 @@ elif start e2e; then
       gms=$(calc "($nl * ($bf + $bb) + $hh) * $b"); stepms=$(calc "4096 * $b / $tps * 1000")
       put "e2e: the GPU's layer times a step / the step" "$gms / $stepms ms" "the step" "$(calc "$gms / $stepms")" \
         "block $bf + $bb ms, head $hh ms a microbatch (GPU events; the re-plan's line)"
+      # the same block in the run against bench_block's alone (the gemm
+      # phase, default paths): over 1, its calls wait inside (the host
+      # issuing late, copies sharing the memory)
+      read -r af ab < <(awk '$1=="RESULT" && $2=="block" {t[$3] = $4} END { if (t["forward"] != "" && t["backward"] != "") print t["forward"], t["backward"] }' \
+                          "$logs/block-default.txt" 2>/dev/null)
+      [ -n "${af:-}" ] && put "e2e: a block's GPU times in the run / alone (bench_block)" \
+        "$bf / $af fwd, $bb / $ab bwd ms" "alone" "$(calc "$bf / $af") / $(calc "$bb / $ab")" "over 1: waits inside its calls"
     fi
     # each activity's busy time as a share of the steps (tools/trace-breakdown.py;
     # spans nest: a job's compute holds its waits), and issue 33's wait of a
