@@ -6,7 +6,9 @@
 # checker itself rejects an overlapping pair and a missing step; the metrics
 # lines carry a wall-clock "time" and --log writes FILE.run.json describing
 # the run; the tracks are those roundpipe-formats(5) names, an extra lane
-# (tid = track + K x lane) with the K it gives.
+# (tid = track + K x lane) with the K it gives; the device's track holds
+# every layer call of iterations 2 and later on both ranks, each within a
+# compute span of its rank (the CPU's calls are the host's; python3).
 set -u
 . "$(dirname "$0")/testlib.sh"
 check="$build/mpi-tests/trace_check"
@@ -54,6 +56,48 @@ for it in 1 $steps; do
   grep -q "\"name\":\"weights of layers\{0,1\} [0-9-]* (F0, pipeline 0, it $it)\"" "$tmp/trace.json" \
     && ok || bad "trace: no span of F0's wait for its weights in step $it"
 done
+
+# the device's track: each layer call as a span "layer L forward|backward
+# (it N)", on both ranks, of iterations 2 and later but a segment's first
+# (the re-plan's clock skips it: here 3, after the re-plan); on the CPU the calls are the host's, so each lies
+# within a compute span of its rank (placed from the anchor mark: 0.05 ms
+# of slack for the host time read after it)
+if command -v python3 > /dev/null; then
+  python3 - "$tmp/trace.json" "$steps" > "$tmp/device.txt" 2>&1 <<'PY'
+import json, re, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+steps = int(sys.argv[2])
+names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+dev, comp, bad = {}, {}, 0
+for e in ev:
+    if e.get("ph") != "X":
+        continue
+    track = re.sub(r" #[0-9]+$", "", names.get((e["pid"], e["tid"]), ""))
+    span = (e["ts"], e["ts"] + e["dur"])
+    if track == "device: layer calls":
+        m = re.match(r"^layer ([0-9]+) (forward|backward) \(it ([0-9]+)\)$", e["name"])
+        if not m or not 2 <= int(m.group(3)) <= steps:
+            print("bad device span name:", e["name"]); bad += 1
+        dev.setdefault(e["pid"], []).append((span, e["name"]))
+    elif track == "compute":
+        comp.setdefault(e["pid"], []).append(span)
+for r in (0, 1):
+    if not dev.get(r):
+        print("rank %d: no device spans" % r); bad += 1
+    its = {int(re.search(r"it ([0-9]+)", n).group(1)) for _, n in dev.get(r, [])}
+    if not (2 in its and steps in its and its <= set(range(2, steps + 1))):
+        print("rank %d: device spans of iterations %s" % (r, sorted(its))); bad += 1
+    for (a, b), n in dev.get(r, []):
+        if not any(c0 - 50 <= a and b <= c1 + 50 for c0, c1 in comp.get(r, [])):
+            print("rank %d: %s [%.1f, %.1f] within no compute span" % (r, n, a, b)); bad += 1
+print("device spans: %d; bad %d" % (sum(len(v) for v in dev.values()), bad))
+sys.exit(1 if bad else 0)
+PY
+  [ $? = 0 ] && ok || bad "the device's track: $(tail -n 5 "$tmp/device.txt" | tr '\n' ' ')"
+  cat "$tmp/device.txt" | tail -n 1
+else
+  echo "(no python3: the device's track is not checked)"
+fi
 
 # every metrics line: the fields as before, then "time" within the run
 n=0

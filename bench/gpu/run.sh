@@ -929,15 +929,18 @@ elif start e2e; then
         "$bf / $af fwd, $bb / $ab bwd ms" "alone" "$(calc "$bf / $af") / $(calc "$bb / $ab")" "over 1: waits inside its calls"
     fi
     # each activity's busy time as a share of the steps (tools/trace-breakdown.py;
-    # spans nest: a job's compute holds its waits), and issue 33's wait of a
-    # step's first forward job for its weights (tools/trace-weights-wait.py)
+    # spans nest: a job's compute holds its waits; the device's layer calls
+    # are the GPU's own time, its gaps where it waited), and issue 33's wait
+    # of a step's first forward job for its weights (tools/trace-weights-wait.py);
+    # steps 4+: step 3 starts the segment after the re-plan, whose first
+    # iteration the device's clock skips
     if [ ${#trace[@]} -gt 0 ]; then
-      if python3 "$top/tools/trace-breakdown.py" "$logs/e2e-trace.json" --skip 2 > "$logs/e2e-breakdown.txt" 2>&1; then
+      if python3 "$top/tools/trace-breakdown.py" "$logs/e2e-trace.json" --skip 3 > "$logs/e2e-breakdown.txt" 2>&1; then
         read -r _ _ sms shares < <(grep '^RESULT breakdown' "$logs/e2e-breakdown.txt")
-        put "e2e step (steps 3+), each activity's share (trace)" "$(printf %.0f "$sms") ms" "the step" "" \
-          "$(echo "$shares" | tr ' ' '\n' | grep -E '^(compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-gradients)=' | tr '\n' ' ')"
-        python3 "$top/tools/trace-weights-wait.py" "$logs/e2e-trace.json" --skip 2 > "$logs/e2e-weights-wait.txt" 2>&1 &&
-          put "e2e: the first forward job's wait for weights (steps 3+)" \
+        put "e2e step (steps 4+), each activity's share (trace)" "$(printf %.0f "$sms") ms" "the step" "" \
+          "$(echo "$shares" | tr ' ' '\n' | grep -E '^(device-layer-calls|compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-gradients)=' | tr '\n' ' ')"
+        python3 "$top/tools/trace-weights-wait.py" "$logs/e2e-trace.json" --skip 3 > "$logs/e2e-weights-wait.txt" 2>&1 &&
+          put "e2e: the first forward job's wait for weights (steps 4+)" \
             "$(tail -n 1 "$logs/e2e-weights-wait.txt" | sed -n 's/.*F0 waited \([0-9.]* ms\) (\([0-9.]*%\)).*/\1, \2 of the steps/p')" "" "" "issue 33; e2e-weights-wait.txt"
       else
         skip "e2e step breakdown" "$(tail -n 1 "$logs/e2e-breakdown.txt" | cut -c1-100)"

@@ -522,6 +522,9 @@ rp_status rp_engine_run_executor(rp_engine *e)
                      "in flight each way, are turned off: RP_DISABLE_CUDA_PATHS names copies)",
                    RP_XFER_DEPTH);
     }
+    s = rp_layer_clock_anchor(&x, &err); /* --trace: the device's spans' anchor */
+    if (s != RP_OK)
+        rp_engine_fail(e, s, &err);
     for (int64_t t = e->it_first; s == RP_OK && t <= e->it_last; t++)
         for (int g = 0; s == RP_OK && g < e->pipelines; g++)
             for (int j = 0; s == RP_OK && j < e->jobs_per_it; j++)

@@ -123,9 +123,13 @@ typedef struct executor {
      * layer; copies and kernel ops are ordered on the device */
     int by_events;
     /* the layer clock (layer_clock.c): the pairs of marks not read yet,
-     * oldest first, and the measurement each adds to */
+     * oldest first, the measurement each adds to and its iteration; with
+     * --trace, the host's time of the anchor mark the calls' spans on the
+     * device's track are placed from (0: none) */
     int clock_first, clock_n;
     int clock_at[RP_DEVICE_MARKS / 2];
+    int64_t clock_it[RP_DEVICE_MARKS / 2];
+    uint64_t clock_anchor_ns;
     char name[128];      /* "2 (F2, layers 3-5) of iteration 7", for messages */
     size_t device_bytes; /* allocated on the device: what the planner counts for a plan */
 } executor;
@@ -166,8 +170,13 @@ rp_status rp_exec_saves_landed(executor *x, rp_error *err);
 rp_status rp_layer_clock_start(executor *x, rp_error *err);
 rp_status rp_layer_clock_stop(executor *x, int l, int backward, int64_t t, rp_error *err);
 /* Adds the calls whose time the device has, to e->by_executor's
- * measurements; with `wait` every call (before the re-plan reads them). */
+ * measurements; with `wait` every call (before the re-plan reads them).
+ * With --trace each also becomes a span on the device's track. */
 rp_status rp_layer_clock_settle(executor *x, int wait, rp_error *err);
+/* With --trace: the anchor the device's spans are placed from, a mark
+ * recorded with the device idle (after a sync), at a known host time.
+ * Nothing without a trace. */
+rp_status rp_layer_clock_anchor(executor *x, rp_error *err);
 
 /* ---- stage buffers (stage_buffers.c) ------------------------------------- */
 

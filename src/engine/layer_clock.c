@@ -12,11 +12,52 @@
  * the host's clock, the figure the engine always measured: on the CPU the
  * ops have finished when they return; on CUDA without events the engine
  * syncs before the second mark. The marks are a ring of pairs, one pair per
- * call not yet read. */
+ * call not yet read.
+ *
+ * With --trace, each call read also becomes a span on the device's track
+ * ("device: layer calls", io/trace.h): placed from an anchor, a mark
+ * recorded with the device idle at a known host time, by the device's
+ * time between the anchor and the call's first mark. On a GPU ordered by
+ * events it shows when the GPU computed (from the end of its work before
+ * the call, or of a copy the call waited for, to the end of the call's
+ * own), so the gaps between the spans are where it waited; on the CPU the
+ * spans are the host's calls. */
+#include <stdio.h>
+
 #include "device/backend.h"
 #include "engine/executor_impl.h"
+#include "io/trace.h"
 
-#define PAIRS (RP_DEVICE_MARKS / 2)
+#define PAIRS (RP_DEVICE_MARKS / 2 - 1)
+#define ANCHOR (RP_DEVICE_MARKS - 1) /* the mark after the pairs' */
+
+/* a call's span on the device's track, from the anchor */
+static rp_status trace_call(executor *x, int pair, double ms, rp_error *err)
+{
+    rp_engine *e = x->e;
+    double from = -1;
+    RP_TRY(rp_device_mark_elapsed(x->dev, ANCHOR, 2 * pair, 0, &from, err));
+    if (from < 0) /* cannot be: the call's second mark is reached */
+        return RP_OK;
+    static const char *const kind[3] = {"forward", "backward", "base dequantised"};
+    const int at = x->clock_at[pair], k = at / e->num_layers;
+    char span[64];
+    snprintf(span, sizeof span, "layer %d %s (it %lld)", at % e->num_layers,
+             k < 3 ? kind[k] : "?", (long long)x->clock_it[pair]);
+    const uint64_t t0 = x->clock_anchor_ns + (uint64_t)(from * 1e6);
+    rp_trace_span(e->trace, RP_TRACK_DEVICE, span, t0, t0 + (uint64_t)(ms * 1e6));
+    return RP_OK;
+}
+
+rp_status rp_layer_clock_anchor(executor *x, rp_error *err)
+{
+    if (!x->e->trace)
+        return RP_OK;
+    RP_TRY(rp_device_sync(x->dev, err)); /* idle: the mark is reached as it is recorded */
+    RP_TRY(rp_device_mark(x->dev, ANCHOR, err));
+    x->clock_anchor_ns = rp_trace_now_ns();
+    return RP_OK;
+}
 
 /* Adds the oldest calls whose second mark is reached (with `wait`: every
  * call, waiting for the last). */
@@ -29,6 +70,8 @@ rp_status rp_layer_clock_settle(executor *x, int wait, rp_error *err)
         RP_TRY(rp_device_mark_elapsed(x->dev, 2 * pair, 2 * pair + 1, wait, &ms, err));
         if (ms < 0) /* not reached yet: nor are the later ones */
             return RP_OK;
+        if (x->clock_anchor_ns)
+            RP_TRY(trace_call(x, pair, ms, err));
         e->by_executor.meas_ms[x->clock_at[pair]] += ms;
         e->by_executor.meas_n[x->clock_at[pair]] += 1;
         x->clock_first = (pair + 1) % PAIRS;
@@ -53,6 +96,7 @@ rp_status rp_layer_clock_stop(executor *x, int l, int backward, int64_t t, rp_er
     const int pair = (x->clock_first + x->clock_n) % PAIRS;
     RP_TRY(rp_device_mark(x->dev, 2 * pair + 1, err));
     x->clock_at[pair] = backward * e->num_layers + l;
+    x->clock_it[pair] = t;
     x->clock_n++;
     return rp_layer_clock_settle(x, 0, err);
 }

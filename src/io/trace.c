@@ -77,7 +77,7 @@ static const char *track_name(int t)
     static const char *names[RP_TRACK_COUNT] = {
         "compute", "xfer: input", "xfer: weights", "xfer: prefetch", "xfer: save",
         "xfer: gradients", "optimizer", "waits (executor)", "waits (optimizer)", "steps",
-        "checkpoint writer"};
+        "checkpoint writer", "device: layer calls"};
     return t >= 0 && t < RP_TRACK_COUNT ? names[t] : "?";
 }
 

@@ -21,6 +21,7 @@ typedef enum rp_trace_track {
     RP_TRACK_OPTIMIZER_WAIT,
     RP_TRACK_STEP,          /* rank 0: one span per optimizer step, "step N" */
     RP_TRACK_CHECKPOINT,    /* rank 0: the checkpoint writer, a span per layer written */
+    RP_TRACK_DEVICE,        /* the device's time of each layer call (engine/layer_clock.c) */
     RP_TRACK_COUNT
 } rp_trace_track;
 
