@@ -29,7 +29,7 @@
 #include "io/trace.h"
 
 #define PAIRS (RP_DEVICE_MARKS / 2 - 1)
-#define ANCHOR (RP_DEVICE_MARKS - 1) /* the mark after the pairs' */
+#define ANCHOR (RP_DEVICE_MARKS - 1) /* a mark no pair uses */
 
 /* a call's span on the device's track, from the anchor */
 static rp_status trace_call(executor *x, int pair, double ms, rp_error *err)
@@ -39,11 +39,10 @@ static rp_status trace_call(executor *x, int pair, double ms, rp_error *err)
     RP_TRY(rp_device_mark_elapsed(x->dev, ANCHOR, 2 * pair, 0, &from, err));
     if (from < 0) /* cannot be: the call's second mark is reached */
         return RP_OK;
-    static const char *const kind[3] = {"forward", "backward", "base dequantised"};
-    const int at = x->clock_at[pair], k = at / e->num_layers;
+    const int at = x->clock_at[pair], backward = at >= e->num_layers;
     char span[64];
-    snprintf(span, sizeof span, "layer %d %s (it %lld)", at % e->num_layers,
-             k < 3 ? kind[k] : "?", (long long)x->clock_it[pair]);
+    snprintf(span, sizeof span, "layer %d %s (it %lld)", at - backward * e->num_layers,
+             backward ? "backward" : "forward", (long long)x->clock_it[pair]);
     const uint64_t t0 = x->clock_anchor_ns + (uint64_t)(from * 1e6);
     rp_trace_span(e->trace, RP_TRACK_DEVICE, span, t0, t0 + (uint64_t)(ms * 1e6));
     return RP_OK;
