@@ -939,6 +939,11 @@ elif start e2e; then
         read -r _ _ sms shares < <(grep '^RESULT breakdown' "$logs/e2e-breakdown.txt")
         put "e2e step (steps 4+), each activity's share (trace)" "$(printf %.0f "$sms") ms" "the step" "" \
           "$(echo "$shares" | tr ' ' '\n' | grep -E '^(device-layer-calls|compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-gradients)=' | tr '\n' ' ')"
+        # the GPU's idle time (no layer call on the device's track), by what
+        # the host did meanwhile (shares of the idle time; they overlap)
+        read -r _ _ idle split < <(grep '^RESULT idle' "$logs/e2e-breakdown.txt")
+        [ -n "${idle:-}" ] && put "e2e: the GPU idle (steps 4+), the host meanwhile (trace)" "$idle of the step" "the step" "$idle" \
+          "$(echo "$split" | tr ' ' '\n' | grep -E '^(compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-input|xfer-gradients|untraced)=' | tr '\n' ' ')"
         python3 "$top/tools/trace-weights-wait.py" "$logs/e2e-trace.json" --skip 3 > "$logs/e2e-weights-wait.txt" 2>&1 &&
           put "e2e: the first forward job's wait for weights (steps 4+)" \
             "$(tail -n 1 "$logs/e2e-weights-wait.txt" | sed -n 's/.*F0 waited \([0-9.]* ms\) (\([0-9.]*%\)).*/\1, \2 of the steps/p')" "" "" "issue 33; e2e-weights-wait.txt"
