@@ -43,17 +43,6 @@ from rp_trace import STEP, arguments, events
 LANE = re.compile(r"^(.*?)(?: #[0-9]+)?$")
 
 
-def union_ms(spans, lo, hi):
-    """Milliseconds of [lo, hi) covered by the (start, end) spans."""
-    total, at = 0.0, lo
-    for s, e in sorted(spans):
-        s, e = max(s, at), min(e, hi)
-        if e > s:
-            total += e - s
-            at = e
-    return total
-
-
 def merged(spans, lo, hi):
     """The spans clipped to [lo, hi), sorted and merged."""
     out = []
@@ -66,6 +55,11 @@ def merged(spans, lo, hi):
         else:
             out.append((s, e))
     return out
+
+
+def union_ms(spans, lo, hi):
+    """Milliseconds of [lo, hi) covered by the (start, end) spans."""
+    return sum(e - s for s, e in merged(spans, lo, hi))
 
 
 def gaps(spans, lo, hi):

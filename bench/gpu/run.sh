@@ -934,16 +934,18 @@ elif start e2e; then
     # of a step's first forward job for its weights (tools/trace-weights-wait.py);
     # steps 4+: step 3 starts the segment after the re-plan, whose first
     # iteration the device's clock skips
+    # pick "K=V K=V ..." KEY...: the pairs of those keys, in the line's order
+    pick() { local l=$1; shift; echo "$l" | tr ' ' '\n' | grep -E "^($(IFS='|'; echo "$*"))=" | tr '\n' ' '; }
     if [ ${#trace[@]} -gt 0 ]; then
       if python3 "$top/tools/trace-breakdown.py" "$logs/e2e-trace.json" --skip 3 > "$logs/e2e-breakdown.txt" 2>&1; then
         read -r _ _ sms shares < <(grep '^RESULT breakdown' "$logs/e2e-breakdown.txt")
         put "e2e step (steps 4+), each activity's share (trace)" "$(printf %.0f "$sms") ms" "the step" "" \
-          "$(echo "$shares" | tr ' ' '\n' | grep -E '^(device-layer-calls|compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-gradients)=' | tr '\n' ' ')"
+          "$(pick "$shares" device-layer-calls compute waits-executor optimizer waits-optimizer xfer-weights xfer-gradients)"
         # the GPU's idle time (no layer call on the device's track), by what
         # the host did meanwhile (shares of the idle time; they overlap)
         read -r _ _ idle split < <(grep '^RESULT idle' "$logs/e2e-breakdown.txt")
         [ -n "${idle:-}" ] && put "e2e: the GPU idle (steps 4+), the host meanwhile (trace)" "$idle of the step" "the step" "$idle" \
-          "$(echo "$split" | tr ' ' '\n' | grep -E '^(compute|waits-executor|optimizer|waits-optimizer|xfer-weights|xfer-input|xfer-gradients|untraced)=' | tr '\n' ' ')"
+          "$(pick "$split" compute waits-executor optimizer waits-optimizer xfer-weights xfer-input xfer-gradients untraced)"
         python3 "$top/tools/trace-weights-wait.py" "$logs/e2e-trace.json" --skip 3 > "$logs/e2e-weights-wait.txt" 2>&1 &&
           put "e2e: the first forward job's wait for weights (steps 4+)" \
             "$(tail -n 1 "$logs/e2e-weights-wait.txt" | sed -n 's/.*F0 waited \([0-9.]* ms\) (\([0-9.]*%\)).*/\1, \2 of the steps/p')" "" "" "issue 33; e2e-weights-wait.txt"

@@ -949,6 +949,18 @@ static int plan_from(rp_cudnn_attention *a, plan_slot *slot, graph *g,
     return -1;
 }
 
+/* appends to why (WHY_BYTES) at *at, as far as it has room */
+static void append(char *why, size_t *at, const char *fmt, ...)
+{
+    if (*at >= WHY_BYTES)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(why + *at, WHY_BYTES - *at, fmt, ap);
+    va_end(ap);
+    *at += n > 0 ? (size_t)n : 0;
+}
+
 /* slot->refused where no configuration gave a plan: the workspace, or
  * what cuDNN offered and what refused it (with the engines' census where
  * they were asked one by one) */
@@ -984,39 +996,32 @@ static void say_refused(const rp_cudnn_attention *a, plan_slot *slot, const conf
         return;
     }
     size_t at = 0;
-    int n = snprintf(why, len,
-                     "cuDNN offers no engine for this graph: %lld configurations, %lld "
-                     "non-deterministic (cuDNN's note), %lld not finalized%s%s",
-                     (long long)t->offered, (long long)t->nondeterministic,
-                     (long long)t->unfinished, t->unfinished ? ", the last with " : "",
-                     t->unfinished ? a->error_string(t->last) : "");
-    at = n > 0 ? (size_t)n : 0;
-    if (!c || at >= len)
+    append(why, &at,
+           "cuDNN offers no engine for this graph: %lld configurations, %lld "
+           "non-deterministic (cuDNN's note), %lld not finalized%s%s",
+           (long long)t->offered, (long long)t->nondeterministic, (long long)t->unfinished,
+           t->unfinished ? ", the last with " : "",
+           t->unfinished ? a->error_string(t->last) : "");
+    if (!c)
         return;
     if (c->engines == 0) {
-        snprintf(why + at, len - at, "; cuDNN counts no engine for its operations");
+        append(why, &at, "; cuDNN counts no engine for its operations");
         return;
     }
     const char *none = c->nstatus ? "" : "none refuses it";
     if (c->engines > ENGINES_MAX)
-        n = snprintf(why + at, len - at, "; of its %lld engines, the first %d asked one by one, %s",
-                     (long long)c->engines, ENGINES_MAX, none);
+        append(why, &at, "; of its %lld engines, the first %d asked one by one, %s",
+               (long long)c->engines, ENGINES_MAX, none);
     else
-        n = snprintf(why + at, len - at, "; of its %lld engines, asked one by one, %s",
-                     (long long)c->engines, none);
-    at += n > 0 ? (size_t)n : 0;
-    for (int k = 0; k < c->nstatus && at < len; k++) {
-        n = snprintf(why + at, len - at, k ? ", %lld with %s" : "%lld refuse it with %s",
-                     (long long)c->times[k], a->error_string(c->status[k]));
-        at += n > 0 ? (size_t)n : 0;
-    }
-    if (c->others && at < len) {
-        n = snprintf(why + at, len - at, ", %lld with other statuses", (long long)c->others);
-        at += n > 0 ? (size_t)n : 0;
-    }
-    if (c->said_by >= 0 && at < len)
-        snprintf(why + at, len - at, "; engine %lld says \"%s\"", (long long)c->said_by,
-                 c->said);
+        append(why, &at, "; of its %lld engines, asked one by one, %s", (long long)c->engines,
+               none);
+    for (int k = 0; k < c->nstatus; k++)
+        append(why, &at, k ? ", %lld with %s" : "%lld refuse it with %s", (long long)c->times[k],
+               a->error_string(c->status[k]));
+    if (c->others)
+        append(why, &at, ", %lld with other statuses", (long long)c->others);
+    if (c->said_by >= 0)
+        append(why, &at, "; engine %lld says \"%s\"", (long long)c->said_by, c->said);
 }
 
 /* Builds the graph of a slot's shape (written as `variant` says in
@@ -1094,17 +1099,6 @@ static int build_plan_as(rp_cudnn_attention *a, plan_slot *slot, const graph_var
     return slot->plan ? 0 : too_big_a ? PLAN_TOO_BIG : RP_CUDNN_REFUSED;
 }
 
-/* appends to why (WHY_BYTES) at *at, as far as it has room */
-static void append(char *why, size_t *at, const char *fmt, ...)
-{
-    if (*at >= WHY_BYTES)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(why + *at, WHY_BYTES - *at, fmt, ap);
-    va_end(ap);
-    *at += n > 0 ? (size_t)n : 0;
-}
 
 /* Builds a slot's plan: a dense graph as it is written; a documents graph
  * in each of its direction's ways in turn, in the first layout for the
